@@ -1,0 +1,75 @@
+// Command slackline-coordinator runs the Slackline coordinator: the
+// SchedulerService for frameworks, the AgentService for agents and the
+// OperatorService for operators, with a hierarchical DRF allocator and a
+// registry persisted under --work-dir.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+func main() {
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "slackline-coordinator:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("slackline-coordinator", flag.ContinueOnError)
+	listen := fs.String("listen", "127.0.0.1:5050", "address to serve on")
+	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.db)")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate file (enables TLS with --tls-key)")
+	tlsKey := fs.String("tls-key", "", "TLS key file")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var cfg coordinator.Config
+	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at")
+	fs.DurationVar(&cfg.AgentTimeout, "agent-timeout", 30*time.Second, "an agent silent this long becomes unreachable")
+	fs.DurationVar(&cfg.AgentReregisterTimeout, "agent-reregister-timeout", 2*time.Minute, "after a restart, agents not re-registered by then become unreachable")
+	fs.DurationVar(&cfg.FrameworkHeartbeatInterval, "framework-heartbeat-interval", 15*time.Second, "interval of heartbeat events to frameworks")
+	fs.DurationVar(&cfg.AllocationInterval, "allocation-interval", time.Second, "period of full allocation passes")
+	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", 2*time.Millisecond, "how long an event-triggered allocation waits for more events")
+	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 0, "rescind offers outstanding this long (0: never)")
+	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	var err error
+	if cfg.MinAllocatable, err = resources.Parse(*minAlloc); err != nil {
+		return fmt.Errorf("--min-allocatable: %w", err)
+	}
+	cfg.WorkDir = *workDir
+	cfg.Logger = logger
+
+	c, err := coordinator.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.Run(ctx) })
+	g.Go(func() error {
+		return server.Serve(ctx, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger}, c.Handler())
+	})
+	return g.Wait()
+}

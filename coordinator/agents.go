@@ -1,0 +1,409 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// agentPingInterval keeps idle command streams alive through proxies.
+const agentPingInterval = 30 * time.Second
+
+type agentService struct{ c *Coordinator }
+
+// reportedTask is a validated AgentTask from a registration.
+type reportedTask struct {
+	frameworkID string
+	framework   *slacklinev1.FrameworkInfo
+	info        *slacklinev1.TaskInfo
+	state       slacklinev1.TaskState
+	role        string
+	resources   resources.Resources
+}
+
+func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentInfo, resources.Resources, []reportedTask, error) {
+	if v := req.GetProtocolVersion(); v != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
+		return nil, resources.Resources{}, nil, invalidf("protocol_version %v is not supported (this coordinator speaks AGENT_PROTOCOL_VERSION_1)", v)
+	}
+	info := req.GetAgentInfo()
+	if info == nil {
+		return nil, resources.Resources{}, nil, invalidf("agent_info is required")
+	}
+	if info.GetId() != "" {
+		if err := validateID("agent_info.id", info.GetId()); err != nil {
+			return nil, resources.Resources{}, nil, err
+		}
+	}
+	if h := info.GetHostname(); h == "" || len(h) > maxIDLength {
+		return nil, resources.Resources{}, nil, invalidf("agent_info.hostname %q must be 1 to %d bytes", h, maxIDLength)
+	}
+	total, revocable, err := resources.FromProto(info.GetResources())
+	if err != nil {
+		return nil, resources.Resources{}, nil, fmt.Errorf("%w: agent_info.resources: %w", errInvalid, err)
+	}
+	if !revocable.IsEmpty() {
+		return nil, resources.Resources{}, nil, invalidf("agent_info.resources must not be revocable (got %s); report estimates with UpdateOversubscribedResources", revocable)
+	}
+	for _, at := range info.GetAttributes() {
+		if at.GetName() == "" {
+			return nil, resources.Resources{}, nil, invalidf("agent_info.attributes has an attribute without a name")
+		}
+	}
+	var tasks []reportedTask
+	for i, at := range req.GetTasks() {
+		t := at.GetTask()
+		if err := validateID(fmt.Sprintf("tasks[%d].framework_id", i), at.GetFrameworkId()); err != nil {
+			return nil, resources.Resources{}, nil, err
+		}
+		if err := validateID(fmt.Sprintf("tasks[%d].task.task_id", i), t.GetTaskId()); err != nil {
+			return nil, resources.Resources{}, nil, err
+		}
+		res, rev, err := resources.FromProto(t.GetResources())
+		if err != nil {
+			return nil, resources.Resources{}, nil, fmt.Errorf("%w: tasks[%d] resources: %w", errInvalid, i, err)
+		}
+		role := defaultRole
+		if list := t.GetResources(); len(list) > 0 && list[0].GetRole() != "" {
+			role = list[0].GetRole()
+		}
+		tasks = append(tasks, reportedTask{
+			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
+			state: at.GetState(), role: role, resources: res.Add(rev),
+		})
+	}
+	return info, total, tasks, nil
+}
+
+func (s agentService) Register(ctx context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
+	c := s.c
+	info, total, tasks, err := validateRegistration(req.Msg)
+	if err != nil {
+		return nil, invalidArgument(err)
+	}
+	info = proto.CloneOf(info)
+	now := c.cfg.Now()
+
+	c.mu.Lock()
+	if info.GetId() == "" {
+		info.Id = newID()
+	} else if a := c.agents[info.GetId()]; a != nil && a.state == slacklinev1.AgentState_AGENT_STATE_GONE {
+		c.mu.Unlock()
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was removed from the cluster; restart it with an empty work dir to register anew", info.GetId()))
+	}
+	registeredAt := now
+	needWrite := true
+	if a := c.agents[info.GetId()]; a != nil {
+		registeredAt = a.registeredAt
+		needWrite = a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || !proto.Equal(a.info, info)
+	}
+	c.mu.Unlock()
+
+	if needWrite {
+		rec := &slacklinev1.AgentRecord{Info: info, State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, RegisteredTime: timestamppb.New(registeredAt)}
+		if err := c.store.Apply(ctx, store.Put(store.BucketAgents, info.GetId(), mustMarshal(rec))); err != nil {
+			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist agent: %w", err))
+		}
+	}
+
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a := c.agents[info.GetId()]
+	if a == nil {
+		a = &agent{id: info.GetId(), registeredAt: registeredAt, tasks: map[taskKey]*task{}, offers: map[string]*offer{}}
+		c.agents[a.id] = a
+	}
+	if a.session != nil {
+		a.session.end()
+	}
+	previous := a.state
+	a.info, a.total = info, total
+	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
+	a.lastHeartbeat = now
+	a.session = newAgentSession(c.cfg.EventQueueSize)
+	if !a.inAllocator {
+		c.alloc.AddAgent(a.id, total)
+		a.inAllocator = true
+	} else {
+		c.alloc.UpdateAgentTotal(a.id, total)
+		c.alloc.ActivateAgent(a.id)
+	}
+	c.reconcileAgentTasks(a, tasks, previous, now)
+	c.markDirty(a.id)
+	c.log.Info("agent registered", "agent", a.id, "hostname", info.GetHostname(), "resources", total.String(), "tasks", len(tasks), "previous_state", previous.String())
+	return connect.NewResponse(&slacklinev1.RegisterResponse{
+		AgentId: a.id, SessionId: a.session.id, HeartbeatIntervalSeconds: c.cfg.AgentHeartbeatInterval.Seconds(),
+	}), nil
+}
+
+// reconcileAgentTasks merges the tasks a (re-)registering agent reports with
+// what the coordinator knew. Caller holds c.mu.
+func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, previous slacklinev1.AgentState, now time.Time) {
+	seen := map[taskKey]bool{}
+	for _, r := range reported {
+		key := taskKey{r.frameworkID, r.info.GetTaskId()}
+		seen[key] = true
+		if isTerminal(r.state) {
+			continue // the agent reports its terminal update itself
+		}
+		fw := c.frameworks[r.frameworkID]
+		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
+			// A framework the coordinator never saw (registry lost): adopt
+			// it as disconnected; its failover timeout runs from now.
+			info := cloneFrameworkInfo(r.framework)
+			if len(info.Roles) == 0 {
+				info.Roles = []string{defaultRole}
+			}
+			fw = &framework{
+				info: info, state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
+				registeredAt: now, disconnectedAt: now, tasks: map[string]*task{}, offers: map[string]*offer{},
+				suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
+			}
+			c.frameworks[r.frameworkID] = fw
+			c.alloc.AddFramework(r.frameworkID, info.GetRoles(), false)
+		}
+		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
+				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: r.frameworkID}}})
+			continue
+		}
+		t := fw.tasks[r.info.GetTaskId()]
+		if t == nil {
+			t = &task{
+				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
+				resources: r.resources, state: r.state,
+			}
+			fw.tasks[r.info.GetTaskId()] = t
+			a.tasks[key] = t
+			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
+			continue
+		}
+		if t.state != r.state {
+			t.state = r.state
+			st := coordinatorStatus(fw.id(), t.info.GetTaskId(), a.id, r.state, slacklinev1.Reason_REASON_RECONCILIATION,
+				"agent re-registered and reports the task "+r.state.String(), now)
+			t.status = st
+			fw.send(updateEvent(fw, st))
+		}
+	}
+	for key, t := range a.tasks {
+		if seen[key] {
+			continue
+		}
+		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
+		if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
+			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
+		}
+		c.finishTask(t, coordinatorStatus(t.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+	}
+}
+
+// finishTask records a terminal status of a task the coordinator itself
+// decided, tells the framework and releases the resources. Caller holds c.mu.
+func (c *Coordinator) finishTask(t *task, st *slacklinev1.TaskStatus, now time.Time) {
+	fw := c.frameworks[t.frameworkID]
+	t.state, t.status = st.GetState(), st
+	c.forgetTask(t, now)
+	if fw != nil {
+		fw.send(updateEvent(fw, st))
+	}
+}
+
+// forgetTask removes a terminal task from the live maps and releases its
+// resources. Caller holds c.mu.
+func (c *Coordinator) forgetTask(t *task, now time.Time) {
+	key := taskKey{t.frameworkID, t.info.GetTaskId()}
+	if a := c.agents[t.agentID]; a != nil && a.tasks[key] == t {
+		delete(a.tasks, key)
+		c.markDirty(a.id)
+	}
+	fw := c.frameworks[t.frameworkID]
+	if fw == nil || fw.tasks[key.taskID] != t {
+		return
+	}
+	delete(fw.tasks, key.taskID)
+	c.alloc.Release(t.frameworkID, t.role, t.agentID, t.resources, 0, now)
+	fw.completed = append(fw.completed, t)
+	if over := len(fw.completed) - c.cfg.CompletedTasksPerFramework; over > 0 {
+		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
+	}
+}
+
+// session checks an agent's session. Caller holds c.mu.
+func (c *Coordinator) session(agentID, sessionID string) (*agent, error) {
+	a := c.agents[agentID]
+	if a == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q is unknown; register first", agentID))
+	}
+	if a.session == nil || a.session.id != sessionID {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("session %q of agent %q is not current; register again", sessionID, agentID))
+	}
+	return a, nil
+}
+
+func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
+	c := s.c
+	c.mu.Lock()
+	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	if err != nil {
+		c.mu.Unlock()
+		return err
+	}
+	sess := a.session
+	c.mu.Unlock()
+	ping := time.NewTicker(agentPingInterval)
+	defer ping.Stop()
+	// A first message flushes the response headers, so the agent's client
+	// knows at once that the stream is open.
+	if err := stream.Send(&slacklinev1.ConnectResponse{Command: &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}}); err != nil {
+		return err
+	}
+	for {
+		select {
+		case cmd := <-sess.commands:
+			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
+				return err
+			}
+		case <-ping.C:
+			if err := stream.Send(&slacklinev1.ConnectResponse{Command: &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}}); err != nil {
+				return err
+			}
+		case <-sess.done:
+			return connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	a.lastHeartbeat = c.cfg.Now()
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
+}
+
+func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
+	c := s.c
+	msg := req.Msg
+	st := msg.GetStatus()
+	if err := validateID("framework_id", msg.GetFrameworkId()); err != nil {
+		return nil, invalidArgument(err)
+	}
+	if err := validateID("status.task_id", st.GetTaskId()); err != nil {
+		return nil, invalidArgument(err)
+	}
+	if _, ok := slacklinev1.TaskState_name[int32(st.GetState())]; !ok || st.GetState() == slacklinev1.TaskState_TASK_STATE_UNSPECIFIED {
+		return nil, invalidArgument(fmt.Errorf("status.state %d is not a task state", int32(st.GetState())))
+	}
+	if st.GetUuid() == "" {
+		return nil, invalidArgument(errors.New("status.uuid is empty: agent updates carry a uuid so they can be acknowledged"))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(msg.GetAgentId(), msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	st = proto.CloneOf(st)
+	st.AgentId, st.FrameworkId = a.id, msg.GetFrameworkId()
+	if st.Source == slacklinev1.TaskSource_TASK_SOURCE_UNSPECIFIED {
+		st.Source = slacklinev1.TaskSource_TASK_SOURCE_AGENT
+	}
+	if st.Timestamp == nil {
+		st.Timestamp = timestamppb.New(c.cfg.Now())
+	}
+	c.handleStatus(a, st)
+	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+}
+
+// handleStatus applies an agent's status update and routes it to the
+// framework. Caller holds c.mu.
+func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
+	now := c.cfg.Now()
+	fw := c.frameworks[st.GetFrameworkId()]
+	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		// Nobody will acknowledge it: do so on the framework's behalf.
+		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
+			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
+		}}})
+		if !isTerminal(st.GetState()) {
+			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
+				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: st.GetFrameworkId()}}})
+		}
+		return
+	}
+	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
+		t.state, t.status = st.GetState(), st
+		if isTerminal(st.GetState()) {
+			c.forgetTask(t, now)
+		}
+	}
+	pending := fw.pending[st.GetTaskId()]
+	duplicate := false
+	for _, p := range pending {
+		if p.GetUuid() == st.GetUuid() {
+			duplicate = true
+			break
+		}
+	}
+	if !duplicate {
+		fw.pending[st.GetTaskId()] = append(pending, st)
+	}
+	fw.send(updateEvent(fw, st))
+}
+
+func (s agentService) UpdateOversubscribedResources(context.Context, *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("revocable resources arrive with oversubscription support"))
+}
+
+// markAgentUnreachable handles an agent silent past the timeout: its
+// session ends, its offers are rescinded, its tasks become UNREACHABLE (LOST
+// for frameworks that are not partition-aware). Caller holds c.mu.
+func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
+	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
+	if a.session != nil {
+		a.session.end()
+		a.session = nil
+	}
+	if a.inAllocator {
+		c.alloc.DeactivateAgent(a.id)
+	}
+	for _, o := range a.offers {
+		c.rescindOffer(o, now)
+	}
+	told := map[*framework]bool{}
+	for key, t := range a.tasks {
+		fw := c.frameworks[key.frameworkID]
+		st := coordinatorStatus(key.frameworkID, key.taskID, a.id, slacklinev1.TaskState_TASK_STATE_UNREACHABLE,
+			slacklinev1.Reason_REASON_AGENT_UNREACHABLE, "agent "+a.info.GetHostname()+" is unreachable", now)
+		t.state, t.status = st.GetState(), st
+		if fw != nil {
+			fw.send(updateEvent(fw, st))
+			if !told[fw] {
+				told[fw] = true
+				fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Failure{Failure: &slacklinev1.FailureEvent{AgentId: a.id}}})
+			}
+		}
+	}
+}
+
+// agentRecord returns the registry write for an agent's current state.
+// Caller holds c.mu.
+func (c *Coordinator) agentRecord(a *agent) store.Mutation {
+	rec := &slacklinev1.AgentRecord{Info: a.info, State: a.state, RegisteredTime: timestamppb.New(a.registeredAt)}
+	return store.Put(store.BucketAgents, a.id, mustMarshal(rec))
+}

@@ -1,0 +1,382 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sync/errgroup"
+
+	"github.com/slackline/slackline/coordinator/allocator"
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// Config configures a Coordinator. Zero fields take the documented defaults.
+type Config struct {
+	// WorkDir holds the registry (registry.db). Required unless Store is set.
+	WorkDir string
+	// Store overrides the registry store (default: bbolt in WorkDir).
+	Store store.Store
+	// Logger receives the coordinator's logs (default slog.Default()).
+	Logger *slog.Logger
+	// Metrics is where the coordinator registers its metrics (default: a
+	// private registry, exposed by MetricsRegistry).
+	Metrics *prometheus.Registry
+
+	// AgentHeartbeatInterval is the interval agents are told to heartbeat at (default 5 s).
+	AgentHeartbeatInterval time.Duration
+	// AgentTimeout: an agent silent this long becomes UNREACHABLE (default 30 s).
+	AgentTimeout time.Duration
+	// AgentReregisterTimeout: after a restart, agents from the registry that
+	// have not re-registered within this time become UNREACHABLE (default 2 min).
+	AgentReregisterTimeout time.Duration
+	// FrameworkHeartbeatInterval is the heartbeat event interval (default 15 s).
+	FrameworkHeartbeatInterval time.Duration
+	// AllocationInterval is the period of full allocation passes (default 1 s).
+	AllocationInterval time.Duration
+	// AllocationBatch is how long event-triggered allocation waits to batch
+	// further events (default 2 ms).
+	AllocationBatch time.Duration
+	// OfferTimeout rescinds offers outstanding this long (default 0: never).
+	OfferTimeout time.Duration
+	// MinAllocatable is the smallest bundle worth offering (default cpus:0.01 or mem:32).
+	MinAllocatable resources.Resources
+	// EventQueueSize bounds each subscriber's queue (default 16384).
+	EventQueueSize int
+	// CompletedTasksPerFramework bounds the terminal tasks kept for GetTasks (default 1000).
+	CompletedTasksPerFramework int
+	// Now is the clock (default time.Now).
+	Now func() time.Time
+}
+
+func (c *Config) setDefaults() {
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+	if c.Metrics == nil {
+		c.Metrics = prometheus.NewRegistry()
+	}
+	setDefault(&c.AgentHeartbeatInterval, 5*time.Second)
+	setDefault(&c.AgentTimeout, 30*time.Second)
+	setDefault(&c.AgentReregisterTimeout, 2*time.Minute)
+	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
+	setDefault(&c.AllocationInterval, time.Second)
+	setDefault(&c.AllocationBatch, 2*time.Millisecond)
+	if c.MinAllocatable.IsEmpty() {
+		c.MinAllocatable = resources.New(0.01, 32, 0)
+	}
+	if c.EventQueueSize <= 0 {
+		c.EventQueueSize = 16384
+	}
+	if c.CompletedTasksPerFramework <= 0 {
+		c.CompletedTasksPerFramework = 1000
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+}
+
+func setDefault(d *time.Duration, v time.Duration) {
+	if *d <= 0 {
+		*d = v
+	}
+}
+
+// Coordinator is the cluster coordinator. Create it with New.
+type Coordinator struct {
+	cfg     Config
+	log     *slog.Logger
+	store   store.Store
+	metrics *metrics
+
+	// kick wakes the allocation loop; buffered with capacity 1.
+	kick chan struct{}
+
+	mu         sync.Mutex
+	alloc      *allocator.Allocator
+	agents     map[string]*agent
+	frameworks map[string]*framework
+	offers     map[string]*offer
+	weights    map[string]float64
+	quotas     map[string]resources.Resources
+	// dirtyAgents are agents whose free resources changed since the last pass.
+	dirtyAgents map[string]struct{}
+	// dirtyAll asks for a full pass at the next wake-up.
+	dirtyAll    bool
+	offerSeq    uint64
+	instanceID  string
+	startedAt   time.Time
+}
+
+// New creates a coordinator and loads its registry.
+func New(cfg Config) (*Coordinator, error) {
+	cfg.setDefaults()
+	st := cfg.Store
+	if st == nil {
+		if cfg.WorkDir == "" {
+			return nil, errors.New("coordinator: WorkDir is required")
+		}
+		var err error
+		st, err = store.OpenBolt(cfg.WorkDir, 5*time.Second)
+		if err != nil {
+			return nil, err
+		}
+	}
+	c := &Coordinator{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		store:       st,
+		kick:        make(chan struct{}, 1),
+		alloc:       allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
+		agents:      map[string]*agent{},
+		frameworks:  map[string]*framework{},
+		offers:      map[string]*offer{},
+		weights:     map[string]float64{},
+		quotas:      map[string]resources.Resources{},
+		dirtyAgents: map[string]struct{}{},
+		instanceID:  newID()[:8],
+		startedAt:   cfg.Now(),
+	}
+	if err := c.recover(context.Background()); err != nil {
+		if cfg.Store == nil {
+			st.Close()
+		}
+		return nil, fmt.Errorf("recover registry: %w", err)
+	}
+	c.metrics = newMetrics(c, cfg.Metrics)
+	return c, nil
+}
+
+// MetricsRegistry returns the registry holding the coordinator's metrics.
+func (c *Coordinator) MetricsRegistry() *prometheus.Registry { return c.cfg.Metrics }
+
+// Close releases the registry store. Call it after Run returned.
+func (c *Coordinator) Close() error { return c.store.Close() }
+
+// Run drives allocation and timers until ctx is cancelled. It returns nil
+// on cancellation.
+func (c *Coordinator) Run(ctx context.Context) error {
+	g, ctx := errgroup.WithContext(ctx)
+	g.Go(func() error { return c.runAllocation(ctx) })
+	g.Go(func() error { return c.runTimers(ctx) })
+	err := g.Wait()
+	c.shutdownStreams()
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+// shutdownStreams ends every subscription and agent session so that
+// handlers return promptly when the coordinator stops.
+func (c *Coordinator) shutdownStreams() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, fw := range c.frameworks {
+		if fw.sub != nil {
+			fw.sub.end(errors.New("coordinator shutting down"))
+		}
+	}
+	for _, a := range c.agents {
+		if a.session != nil {
+			a.session.end()
+		}
+	}
+}
+
+// markDirty records that an agent's free resources changed and wakes the
+// allocation loop. Caller holds c.mu.
+func (c *Coordinator) markDirty(agentID string) {
+	c.dirtyAgents[agentID] = struct{}{}
+	c.wake()
+}
+
+// markAllDirty asks for a full allocation pass. Caller holds c.mu.
+func (c *Coordinator) markAllDirty() {
+	c.dirtyAll = true
+	c.wake()
+}
+
+func (c *Coordinator) wake() {
+	select {
+	case c.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (c *Coordinator) runAllocation(ctx context.Context) error {
+	full := time.NewTicker(c.cfg.AllocationInterval)
+	defer full.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-full.C:
+			c.mu.Lock()
+			c.dirtyAll = true
+			c.mu.Unlock()
+		case <-c.kick:
+			// Batch the burst of events that usually follows one.
+			timer := time.NewTimer(c.cfg.AllocationBatch)
+			select {
+			case <-ctx.Done():
+				timer.Stop()
+				return ctx.Err()
+			case <-timer.C:
+			}
+		}
+		c.allocateOnce()
+	}
+}
+
+// allocateOnce runs one allocation pass over the dirty agents (or all) and
+// sends the resulting offers.
+func (c *Coordinator) allocateOnce() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var agentIDs []string
+	kind := "full"
+	if !c.dirtyAll {
+		if len(c.dirtyAgents) == 0 {
+			return
+		}
+		kind = "event"
+		agentIDs = make([]string, 0, len(c.dirtyAgents))
+		for id := range c.dirtyAgents {
+			agentIDs = append(agentIDs, id)
+		}
+	}
+	c.dirtyAll = false
+	clear(c.dirtyAgents)
+	now := c.cfg.Now()
+	start := time.Now()
+	allocations := c.alloc.Allocate(now, agentIDs)
+	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	if len(allocations) == 0 {
+		return
+	}
+	byFramework := map[*framework][]*slacklinev1.Offer{}
+	for _, al := range allocations {
+		fw, a := c.frameworks[al.FrameworkID], c.agents[al.AgentID]
+		if fw == nil || a == nil || fw.sub == nil {
+			// The allocator and the coordinator disagree; give it back.
+			c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
+			c.alloc.Release(al.FrameworkID, al.Role, al.AgentID, al.Resources, 0, now)
+			continue
+		}
+		o := c.newOffer(fw, a, al.Role, al.Resources, now)
+		byFramework[fw] = append(byFramework[fw], o.proto)
+	}
+	for fw, offers := range byFramework {
+		c.metrics.offersSent.Add(float64(len(offers)))
+		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{Offers: offers}}})
+	}
+}
+
+func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resources.Resources, now time.Time) *offer {
+	c.offerSeq++
+	id := fmt.Sprintf("%s-O%d", c.instanceID, c.offerSeq)
+	o := &offer{
+		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, created: now,
+		proto: &slacklinev1.Offer{
+			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
+			Resources: res.Proto(role, false), Attributes: a.info.GetAttributes(),
+		},
+	}
+	c.offers[id] = o
+	fw.offers[id] = o
+	a.offers[id] = o
+	return o
+}
+
+// removeOffer forgets an offer and gives its resources back to the
+// allocator with the given filter. Caller holds c.mu.
+func (c *Coordinator) removeOffer(o *offer, refuse time.Duration, now time.Time) {
+	delete(c.offers, o.id)
+	if fw := c.frameworks[o.frameworkID]; fw != nil {
+		delete(fw.offers, o.id)
+	}
+	if a := c.agents[o.agentID]; a != nil {
+		delete(a.offers, o.id)
+	}
+	c.alloc.Release(o.frameworkID, o.role, o.agentID, o.resources, refuse, now)
+	c.markDirty(o.agentID)
+}
+
+// rescindOffer removes an offer and tells its framework. Caller holds c.mu.
+func (c *Coordinator) rescindOffer(o *offer, now time.Time) {
+	c.removeOffer(o, 0, now)
+	c.metrics.offersRescinded.Inc()
+	if fw := c.frameworks[o.frameworkID]; fw != nil {
+		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Rescind{Rescind: &slacklinev1.RescindEvent{OfferId: o.id}}})
+	}
+}
+
+func (c *Coordinator) runTimers(ctx context.Context) error {
+	tick := time.NewTicker(c.timerPeriod())
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-tick.C:
+			c.checkTimeouts(ctx)
+		}
+	}
+}
+
+func (c *Coordinator) timerPeriod() time.Duration {
+	p := min(c.cfg.AgentTimeout, c.cfg.AgentHeartbeatInterval) / 4
+	if c.cfg.OfferTimeout > 0 {
+		p = min(p, c.cfg.OfferTimeout/4)
+	}
+	return max(p, 10*time.Millisecond)
+}
+
+// checkTimeouts marks silent agents unreachable, tears down frameworks past
+// their failover timeout and rescinds timed-out offers.
+func (c *Coordinator) checkTimeouts(ctx context.Context) {
+	c.mu.Lock()
+	now := c.cfg.Now()
+	var writes []store.Mutation
+	for _, a := range c.agents {
+		switch a.state {
+		case slacklinev1.AgentState_AGENT_STATE_ACTIVE:
+			if now.Sub(a.lastHeartbeat) > c.cfg.AgentTimeout {
+				c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", now.Sub(a.lastHeartbeat).Round(time.Millisecond))
+				c.markAgentUnreachable(a, now)
+				writes = append(writes, c.agentRecord(a))
+			}
+		case slacklinev1.AgentState_AGENT_STATE_RECOVERING:
+			if now.Sub(c.startedAt) > c.cfg.AgentReregisterTimeout {
+				c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
+				a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
+				writes = append(writes, c.agentRecord(a))
+			}
+		}
+	}
+	for _, fw := range c.frameworks {
+		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED &&
+			now.Sub(fw.disconnectedAt) > fw.failoverTimeout() {
+			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
+			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
+		}
+	}
+	if c.cfg.OfferTimeout > 0 {
+		for _, o := range c.offers {
+			if now.Sub(o.created) > c.cfg.OfferTimeout {
+				c.rescindOffer(o, now)
+			}
+		}
+	}
+	c.mu.Unlock()
+	if err := c.store.Apply(ctx, writes...); err != nil && ctx.Err() == nil {
+		c.log.Error("persist registry", "err", err)
+	}
+}

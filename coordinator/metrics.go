@@ -1,0 +1,96 @@
+package coordinator
+
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// metrics are the coordinator's Prometheus metrics.
+type metrics struct {
+	allocationSeconds *prometheus.HistogramVec
+	offersSent        prometheus.Counter
+	offersDeclined    prometheus.Counter
+	offersAccepted    prometheus.Counter
+	offersRescinded   prometheus.Counter
+}
+
+func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
+	m := &metrics{
+		allocationSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "slackline_coordinator_allocation_pass_duration_seconds",
+			Help:    "Duration of allocation passes, by kind (full: all agents; event: the agents that changed).",
+			Buckets: prometheus.ExponentialBuckets(0.00001, 4, 12),
+		}, []string{"kind"}),
+		offersSent:      prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_sent_total", Help: "Offers sent to frameworks."}),
+		offersDeclined:  prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_declined_total", Help: "Offers declined by frameworks."}),
+		offersAccepted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_accepted_total", Help: "Offers named in Accept calls."}),
+		offersRescinded: prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_rescinded_total", Help: "Offers rescinded by the coordinator."}),
+	}
+	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
+		stateCollector{c})
+	return m
+}
+
+var (
+	agentsDesc     = prometheus.NewDesc("slackline_coordinator_agents", "Agents by state.", []string{"state"}, nil)
+	frameworksDesc = prometheus.NewDesc("slackline_coordinator_frameworks", "Frameworks by state.", []string{"state"}, nil)
+	tasksDesc      = prometheus.NewDesc("slackline_coordinator_tasks", "Live tasks by state.", []string{"state"}, nil)
+	offersDesc     = prometheus.NewDesc("slackline_coordinator_outstanding_offers", "Offers not yet answered.", nil, nil)
+)
+
+// stateCollector reports gauges computed from the coordinator's state at
+// scrape time, so the hot paths keep no counters for them.
+type stateCollector struct{ c *Coordinator }
+
+func (s stateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- agentsDesc
+	ch <- frameworksDesc
+	ch <- tasksDesc
+	ch <- offersDesc
+}
+
+func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
+	c := s.c
+	c.mu.Lock()
+	agents := map[slacklinev1.AgentState]int{}
+	tasks := map[slacklinev1.TaskState]int{}
+	for _, a := range c.agents {
+		agents[a.state]++
+	}
+	frameworks := map[slacklinev1.FrameworkState]int{}
+	for _, fw := range c.frameworks {
+		frameworks[fw.state]++
+		for _, t := range fw.tasks {
+			tasks[t.state]++
+		}
+	}
+	offers := len(c.offers)
+	c.mu.Unlock()
+	for _, st := range []slacklinev1.AgentState{slacklinev1.AgentState_AGENT_STATE_ACTIVE, slacklinev1.AgentState_AGENT_STATE_RECOVERING,
+		slacklinev1.AgentState_AGENT_STATE_UNREACHABLE, slacklinev1.AgentState_AGENT_STATE_GONE} {
+		ch <- prometheus.MustNewConstMetric(agentsDesc, prometheus.GaugeValue, float64(agents[st]), enumLabel(st.String(), "AGENT_STATE_"))
+	}
+	for _, st := range []slacklinev1.FrameworkState{slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
+		slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED} {
+		ch <- prometheus.MustNewConstMetric(frameworksDesc, prometheus.GaugeValue, float64(frameworks[st]), enumLabel(st.String(), "FRAMEWORK_STATE_"))
+	}
+	for st, n := range tasks {
+		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(n), enumLabel(st.String(), "TASK_STATE_"))
+	}
+	ch <- prometheus.MustNewConstMetric(offersDesc, prometheus.GaugeValue, float64(offers))
+}
+
+// enumLabel turns "TASK_STATE_RUNNING" into "running".
+func enumLabel(name, prefix string) string {
+	b := []byte(name)
+	if len(b) >= len(prefix) && string(b[:len(prefix)]) == prefix {
+		b = b[len(prefix):]
+	}
+	for i, ch := range b {
+		if ch >= 'A' && ch <= 'Z' {
+			b[i] = ch + 'a' - 'A'
+		}
+	}
+	return string(b)
+}

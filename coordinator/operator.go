@@ -1,0 +1,247 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+const maxWeight = 1e6
+
+type operatorService struct{ c *Coordinator }
+
+// Snapshots are built under the lock and sorted for stable output.
+
+func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
+	out := make([]*slacklinev1.Agent, 0, len(c.agents))
+	for _, a := range c.agents {
+		var offered resources.Resources
+		for _, o := range a.offers {
+			offered = offered.Add(o.resources)
+		}
+		pa := &slacklinev1.Agent{
+			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", false),
+			Allocated: c.alloc.AgentAllocated(a.id).Proto("", false), Offered: offered.Proto("", false),
+			Attributes: a.info.GetAttributes(), Mode: slacklinev1.MachineMode_MACHINE_MODE_UP, State: a.state,
+			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
+		}
+		out = append(out, pa)
+	}
+	slices.SortFunc(out, func(x, y *slacklinev1.Agent) int { return strings.Compare(x.GetHostname()+x.GetId(), y.GetHostname()+y.GetId()) })
+	return out
+}
+
+func (c *Coordinator) frameworksProto() []*slacklinev1.Framework {
+	out := make([]*slacklinev1.Framework, 0, len(c.frameworks))
+	for _, fw := range c.frameworks {
+		var offered resources.Resources
+		for _, o := range fw.offers {
+			offered = offered.Add(o.resources)
+		}
+		var suppressed []string
+		for r := range fw.suppressed {
+			suppressed = append(suppressed, r)
+		}
+		slices.Sort(suppressed)
+		pf := &slacklinev1.Framework{
+			Info: fw.info, State: fw.state, Allocated: c.alloc.FrameworkAllocated(fw.id()).Proto("", false),
+			Offered: offered.Proto("", false), SuppressedRoles: suppressed, RegisteredTime: timestamppb.New(fw.registeredAt),
+		}
+		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
+			pf.DisconnectedTime = timestamppb.New(fw.disconnectedAt)
+		}
+		out = append(out, pf)
+	}
+	slices.SortFunc(out, func(x, y *slacklinev1.Framework) int {
+		return strings.Compare(x.GetInfo().GetName()+x.GetInfo().GetId(), y.GetInfo().GetName()+y.GetInfo().GetId())
+	})
+	return out
+}
+
+func (c *Coordinator) tasksProto(frameworkID, agentID string) []*slacklinev1.Task {
+	var out []*slacklinev1.Task
+	for _, fw := range c.frameworks {
+		if frameworkID != "" && fw.id() != frameworkID {
+			continue
+		}
+		for _, list := range [][]*task{mapValues(fw.tasks), fw.completed} {
+			for _, t := range list {
+				if agentID == "" || t.agentID == agentID {
+					out = append(out, t.proto())
+				}
+			}
+		}
+	}
+	slices.SortFunc(out, func(x, y *slacklinev1.Task) int {
+		return strings.Compare(x.GetFrameworkId()+"/"+x.GetTaskId(), y.GetFrameworkId()+"/"+y.GetTaskId())
+	})
+	return out
+}
+
+func mapValues[K comparable, V any](m map[K]V) []V {
+	out := make([]V, 0, len(m))
+	for _, v := range m {
+		out = append(out, v)
+	}
+	return out
+}
+
+func (c *Coordinator) rolesProto() []*slacklinev1.Role {
+	states := c.alloc.RoleStates()
+	out := make([]*slacklinev1.Role, 0, len(states))
+	for _, rs := range states {
+		r := &slacklinev1.Role{
+			Name: rs.Name, Weight: rs.Weight, Allocated: rs.Allocated.Proto(rs.Name, false),
+			FrameworkIds: rs.Frameworks, DominantShare: rs.Share,
+		}
+		if !rs.QuotaLimit.IsEmpty() {
+			r.Quota = &slacklinev1.Quota{Limits: rs.QuotaLimit.Proto(rs.Name, false)}
+		}
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(x, y *slacklinev1.Role) int { return strings.Compare(x.GetName(), y.GetName()) })
+	return out
+}
+
+func (s operatorService) GetState(ctx context.Context, _ *connect.Request[slacklinev1.GetStateRequest]) (*connect.Response[slacklinev1.GetStateResponse], error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetStateResponse{
+		Agents: c.agentsProto(), Frameworks: c.frameworksProto(), Tasks: c.tasksProto("", ""), Roles: c.rolesProto(),
+	}), nil
+}
+
+func (s operatorService) GetAgents(ctx context.Context, _ *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetAgentsResponse{Agents: s.c.agentsProto()}), nil
+}
+
+func (s operatorService) GetFrameworks(ctx context.Context, _ *connect.Request[slacklinev1.GetFrameworksRequest]) (*connect.Response[slacklinev1.GetFrameworksResponse], error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetFrameworksResponse{Frameworks: s.c.frameworksProto()}), nil
+}
+
+func (s operatorService) GetTasks(ctx context.Context, req *connect.Request[slacklinev1.GetTasksRequest]) (*connect.Response[slacklinev1.GetTasksResponse], error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if id := req.Msg.GetFrameworkId(); id != "" && c.frameworks[id] == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown", id))
+	}
+	if id := req.Msg.GetAgentId(); id != "" && c.agents[id] == nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q is unknown", id))
+	}
+	return connect.NewResponse(&slacklinev1.GetTasksResponse{Tasks: c.tasksProto(req.Msg.GetFrameworkId(), req.Msg.GetAgentId())}), nil
+}
+
+func (s operatorService) GetRoles(ctx context.Context, _ *connect.Request[slacklinev1.GetRolesRequest]) (*connect.Response[slacklinev1.GetRolesResponse], error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetRolesResponse{Roles: s.c.rolesProto()}), nil
+}
+
+func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request[slacklinev1.UpdateWeightsRequest]) (*connect.Response[slacklinev1.UpdateWeightsResponse], error) {
+	c := s.c
+	if len(req.Msg.GetWeights()) == 0 {
+		return nil, invalidArgument(errors.New("weights is empty"))
+	}
+	var writes []store.Mutation
+	for _, w := range req.Msg.GetWeights() {
+		if err := validateRole(w.GetRole()); err != nil {
+			return nil, invalidArgument(err)
+		}
+		if v := w.GetWeight(); math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 || v > maxWeight {
+			return nil, invalidArgument(fmt.Errorf("weight %v of role %q must be a finite number in (0, %g]", v, w.GetRole(), float64(maxWeight)))
+		}
+		writes = append(writes, store.Put(store.BucketWeights, w.GetRole(), []byte(strconv.FormatFloat(w.GetWeight(), 'g', -1, 64))))
+	}
+	if err := c.store.Apply(ctx, writes...); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist weights: %w", err))
+	}
+	c.mu.Lock()
+	for _, w := range req.Msg.GetWeights() {
+		c.weights[w.GetRole()] = w.GetWeight()
+		c.alloc.SetWeight(w.GetRole(), w.GetWeight())
+	}
+	c.markAllDirty()
+	c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.UpdateWeightsResponse{}), nil
+}
+
+func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[slacklinev1.UpdateQuotaRequest]) (*connect.Response[slacklinev1.UpdateQuotaResponse], error) {
+	c := s.c
+	if len(req.Msg.GetConfigs()) == 0 {
+		return nil, invalidArgument(errors.New("configs is empty"))
+	}
+	limits := make([]resources.Resources, len(req.Msg.GetConfigs()))
+	var writes []store.Mutation
+	for i, cfg := range req.Msg.GetConfigs() {
+		if err := validateRole(cfg.GetRole()); err != nil {
+			return nil, invalidArgument(err)
+		}
+		regular, revocable, err := resources.FromProto(cfg.GetLimits())
+		if err != nil {
+			return nil, invalidArgument(fmt.Errorf("quota of role %q: %w", cfg.GetRole(), err))
+		}
+		if !revocable.IsEmpty() {
+			return nil, invalidArgument(fmt.Errorf("quota of role %q: revocable resources never count against quota", cfg.GetRole()))
+		}
+		limits[i] = regular
+		if regular.IsEmpty() {
+			writes = append(writes, store.Delete(store.BucketQuotas, cfg.GetRole()))
+		} else {
+			writes = append(writes, store.Put(store.BucketQuotas, cfg.GetRole(), mustMarshal(&slacklinev1.QuotaConfig{Role: cfg.GetRole(), Limits: regular.Proto("", false)})))
+		}
+	}
+	if err := c.store.Apply(ctx, writes...); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist quota: %w", err))
+	}
+	c.mu.Lock()
+	for i, cfg := range req.Msg.GetConfigs() {
+		if limits[i].IsEmpty() {
+			delete(c.quotas, cfg.GetRole())
+		} else {
+			c.quotas[cfg.GetRole()] = limits[i]
+		}
+		c.alloc.SetQuotaLimit(cfg.GetRole(), limits[i])
+	}
+	c.markAllDirty()
+	c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.UpdateQuotaResponse{}), nil
+}
+
+var errMaintenanceLater = errors.New("maintenance primitives arrive with maintenance support")
+
+func (s operatorService) GetMaintenanceSchedule(context.Context, *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
+}
+
+func (s operatorService) UpdateMaintenanceSchedule(context.Context, *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
+}
+
+func (s operatorService) GetMaintenanceStatus(context.Context, *connect.Request[slacklinev1.GetMaintenanceStatusRequest]) (*connect.Response[slacklinev1.GetMaintenanceStatusResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
+}
+
+func (s operatorService) StartMaintenance(context.Context, *connect.Request[slacklinev1.StartMaintenanceRequest]) (*connect.Response[slacklinev1.StartMaintenanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
+}
+
+func (s operatorService) StopMaintenance(context.Context, *connect.Request[slacklinev1.StopMaintenanceRequest]) (*connect.Response[slacklinev1.StopMaintenanceResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
+}

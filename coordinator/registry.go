@@ -1,0 +1,94 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"strconv"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// recover loads the persisted registry into memory: agents wait in
+// RECOVERING for re-registration, frameworks wait DISCONNECTED for their
+// scheduler to resubscribe.
+func (c *Coordinator) recover(ctx context.Context) error {
+	now := c.cfg.Now()
+	agents, err := c.store.Load(ctx, store.BucketAgents)
+	if err != nil {
+		return err
+	}
+	for id, raw := range agents {
+		var rec slacklinev1.AgentRecord
+		if err := proto.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("agent %s: %w", id, err)
+		}
+		total, _, err := resources.FromProto(rec.GetInfo().GetResources())
+		if err != nil {
+			return fmt.Errorf("agent %s resources: %w", id, err)
+		}
+		state := rec.GetState()
+		if state == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+			state = slacklinev1.AgentState_AGENT_STATE_RECOVERING
+		}
+		c.agents[id] = &agent{
+			id: id, info: rec.GetInfo(), total: total, state: state, registeredAt: rec.GetRegisteredTime().AsTime(),
+			tasks: map[taskKey]*task{}, offers: map[string]*offer{},
+		}
+	}
+	frameworks, err := c.store.Load(ctx, store.BucketFrameworks)
+	if err != nil {
+		return err
+	}
+	for id, raw := range frameworks {
+		var rec slacklinev1.FrameworkRecord
+		if err := proto.Unmarshal(raw, &rec); err != nil {
+			return fmt.Errorf("framework %s: %w", id, err)
+		}
+		fw := &framework{
+			info: rec.GetInfo(), registeredAt: rec.GetRegisteredTime().AsTime(), disconnectedAt: now,
+			state:  slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
+			tasks:  map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
+			pending: map[string][]*slacklinev1.TaskStatus{},
+		}
+		if rec.GetCompleted() {
+			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
+		} else {
+			c.alloc.AddFramework(id, fw.info.GetRoles(), false)
+		}
+		c.frameworks[id] = fw
+	}
+	weights, err := c.store.Load(ctx, store.BucketWeights)
+	if err != nil {
+		return err
+	}
+	for role, raw := range weights {
+		w, err := strconv.ParseFloat(string(raw), 64)
+		if err != nil {
+			return fmt.Errorf("weight of role %s: %w", role, err)
+		}
+		c.weights[role] = w
+		c.alloc.SetWeight(role, w)
+	}
+	quotas, err := c.store.Load(ctx, store.BucketQuotas)
+	if err != nil {
+		return err
+	}
+	for role, raw := range quotas {
+		var cfg slacklinev1.QuotaConfig
+		if err := proto.Unmarshal(raw, &cfg); err != nil {
+			return fmt.Errorf("quota of role %s: %w", role, err)
+		}
+		limit, _, err := resources.FromProto(cfg.GetLimits())
+		if err != nil {
+			return fmt.Errorf("quota of role %s: %w", role, err)
+		}
+		c.quotas[role] = limit
+		c.alloc.SetQuotaLimit(role, limit)
+	}
+	c.log.Info("registry recovered", "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
+	return nil
+}

@@ -1,0 +1,87 @@
+package store
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestBoltPersistsAcrossReopen(t *testing.T) {
+	dir := t.TempDir()
+	ctx := context.Background()
+	s, err := OpenBolt(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, Put(BucketAgents, "a1", []byte("one")), Put(BucketAgents, "a2", []byte("two"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Apply(ctx, Delete(BucketAgents, "a1"), Put(BucketWeights, "eng", []byte("2"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s, err = OpenBolt(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	agents, err := s.Load(ctx, BucketAgents)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agents) != 1 || string(agents["a2"]) != "two" {
+		t.Fatalf("agents after reopen = %q", agents)
+	}
+	empty, err := s.Load(ctx, "never-written")
+	if err != nil || len(empty) != 0 {
+		t.Fatalf("Load of missing bucket = %v, %v", empty, err)
+	}
+}
+
+func TestBoltConcurrentApply(t *testing.T) {
+	s, err := OpenBolt(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var wg sync.WaitGroup
+	for i := range 200 {
+		wg.Go(func() {
+			if err := s.Apply(context.Background(), Put(BucketAgents, fmt.Sprint(i), []byte("x"))); err != nil {
+				t.Error(err)
+			}
+		})
+	}
+	wg.Wait()
+	got, _ := s.Load(context.Background(), BucketAgents)
+	if len(got) != 200 {
+		t.Fatalf("stored %d agents, want 200", len(got))
+	}
+}
+
+func TestBoltSecondOpenFailsClearly(t *testing.T) {
+	dir := t.TempDir()
+	s, err := OpenBolt(dir, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if _, err := OpenBolt(dir, 50*time.Millisecond); err == nil {
+		t.Fatal("second open of a locked registry succeeded")
+	}
+}
+
+func TestBoltClosed(t *testing.T) {
+	s, err := OpenBolt(t.TempDir(), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if err := s.Apply(context.Background(), Put(BucketAgents, "a", []byte("b"))); err == nil {
+		t.Fatal("Apply on closed store succeeded")
+	}
+}

@@ -1,0 +1,102 @@
+// Package server runs an http.Handler the way every Slackline process
+// serves its Connect services: HTTP/1.1 and cleartext HTTP/2 (h2c) on one
+// port, or HTTP/1.1 and HTTP/2 over TLS when a certificate is configured,
+// with a graceful shutdown when the context ends.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// Config configures Serve.
+type Config struct {
+	// Listen is the address to listen on, e.g. "127.0.0.1:5050".
+	Listen string
+	// Listener, when set, is used instead of listening on Listen.
+	Listener net.Listener
+	// TLSCertFile and TLSKeyFile enable TLS when both are set.
+	TLSCertFile, TLSKeyFile string
+	// MaxConcurrentStreams per HTTP/2 connection (default 100000: one
+	// slackline-sim connection carries thousands of agent streams).
+	MaxConcurrentStreams int
+	Logger               *slog.Logger
+}
+
+// Serve serves handler until ctx is cancelled, then shuts down gracefully
+// (streams get up to 5 s to finish). It returns nil after a clean shutdown.
+func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.MaxConcurrentStreams == 0 {
+		cfg.MaxConcurrentStreams = 100000
+	}
+	ln := cfg.Listener
+	if ln == nil {
+		var err error
+		ln, err = net.Listen("tcp", cfg.Listen)
+		if err != nil {
+			return fmt.Errorf("listen on %s: %w", cfg.Listen, err)
+		}
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 10 * time.Second,
+		Protocols:         new(http.Protocols),
+		HTTP2: &http.HTTP2Config{
+			MaxConcurrentStreams: cfg.MaxConcurrentStreams,
+			// Detect dead peers on otherwise idle streams.
+			PingTimeout:     15 * time.Second,
+			SendPingTimeout: 30 * time.Second,
+		},
+		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	srv.Protocols.SetHTTP1(true)
+	tlsOn := cfg.TLSCertFile != "" && cfg.TLSKeyFile != ""
+	if tlsOn {
+		srv.Protocols.SetHTTP2(true)
+	} else {
+		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	errc := make(chan error, 1)
+	go func() {
+		if tlsOn {
+			errc <- srv.ServeTLS(ln, cfg.TLSCertFile, cfg.TLSKeyFile)
+		} else {
+			errc <- srv.Serve(ln)
+		}
+	}()
+	cfg.Logger.Info("serving", "address", ln.Addr().String(), "tls", tlsOn)
+	select {
+	case err := <-errc:
+		return fmt.Errorf("serve: %w", err)
+	case <-ctx.Done():
+	}
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if err := srv.Shutdown(shutdownCtx); err != nil {
+		srv.Close()
+	}
+	if err := <-errc; err != nil && !errors.Is(err, http.ErrServerClosed) {
+		return err
+	}
+	return nil
+}
+
+// NewClient returns an HTTP client that speaks HTTP/1.1 and cleartext
+// HTTP/2 (h2c) to http:// URLs and HTTP/2 over TLS to https:// URLs.
+func NewClient() *http.Client {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.Protocols = new(http.Protocols)
+	t.Protocols.SetHTTP1(true)
+	t.Protocols.SetHTTP2(true)
+	t.Protocols.SetUnencryptedHTTP2(true)
+	t.HTTP2 = &http.HTTP2Config{PingTimeout: 15 * time.Second, SendPingTimeout: 30 * time.Second}
+	return &http.Client{Transport: t}
+}
