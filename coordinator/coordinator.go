@@ -108,10 +108,10 @@ type Coordinator struct {
 	// dirtyAgents are agents whose free resources changed since the last pass.
 	dirtyAgents map[string]struct{}
 	// dirtyAll asks for a full pass at the next wake-up.
-	dirtyAll    bool
-	offerSeq    uint64
-	instanceID  string
-	startedAt   time.Time
+	dirtyAll   bool
+	offerSeq   uint64
+	instanceID string
+	startedAt  time.Time
 }
 
 // New creates a coordinator and loads its registry.

@@ -6,8 +6,8 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
-	"os"
 	"net/http/httptest"
+	"os"
 	"testing"
 	"time"
 
@@ -302,7 +302,9 @@ func taskInfo(id, res string) *slacklinev1.TaskInfo {
 		Command: &slacklinev1.CommandInfo{Value: "sleep 1000", Shell: true}}
 }
 
-func refuse(seconds float64) *slacklinev1.Filters { return &slacklinev1.Filters{RefuseSeconds: &seconds} }
+func refuse(seconds float64) *slacklinev1.Filters {
+	return &slacklinev1.Filters{RefuseSeconds: &seconds}
+}
 
 func connectCode(err error) connect.Code { return connect.CodeOf(err) }
 

@@ -38,7 +38,9 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 		}
 		out = append(out, pa)
 	}
-	slices.SortFunc(out, func(x, y *slacklinev1.Agent) int { return strings.Compare(x.GetHostname()+x.GetId(), y.GetHostname()+y.GetId()) })
+	slices.SortFunc(out, func(x, y *slacklinev1.Agent) int {
+		return strings.Compare(x.GetHostname()+x.GetId(), y.GetHostname()+y.GetId())
+	})
 	return out
 }
 

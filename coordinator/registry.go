@@ -50,8 +50,8 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		}
 		fw := &framework{
 			info: rec.GetInfo(), registeredAt: rec.GetRegisteredTime().AsTime(), disconnectedAt: now,
-			state:  slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-			tasks:  map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
+			state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
+			tasks: map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
 			pending: map[string][]*slacklinev1.TaskStatus{},
 		}
 		if rec.GetCompleted() {
