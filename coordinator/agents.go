@@ -71,7 +71,7 @@ func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentI
 		if err != nil {
 			return nil, resources.Resources{}, nil, fmt.Errorf("%w: tasks[%d] resources: %w", errInvalid, i, err)
 		}
-		role := defaultRole
+		role := "" // filled from the framework's roles when the resources name none
 		if list := t.GetResources(); len(list) > 0 && list[0].GetRole() != "" {
 			role = list[0].GetRole()
 		}
@@ -174,6 +174,9 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
 				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: r.frameworkID}}})
 			continue
+		}
+		if r.role == "" {
+			r.role = fw.info.GetRoles()[0]
 		}
 		t := fw.tasks[r.info.GetTaskId()]
 		if t == nil {
