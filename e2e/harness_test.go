@@ -1,0 +1,181 @@
+package e2e
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+)
+
+// binDir holds the binaries built once for all tests.
+var binDir string
+
+func TestMain(m *testing.M) {
+	os.Exit(runMain(m))
+}
+
+func runMain(m *testing.M) int {
+	if testing.Short() {
+		fmt.Println("e2e: skipped in -short mode")
+		return 0
+	}
+	dir, err := os.MkdirTemp("", "slackline-e2e-bin")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer os.RemoveAll(dir)
+	cmd := exec.Command("go", "build", "-o", dir+"/", "../cmd/...", "../examples/...")
+	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	if err := cmd.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build binaries:", err)
+		return 1
+	}
+	binDir = dir
+	return m.Run()
+}
+
+// process is a started binary whose output is kept for failure reports.
+type process struct {
+	name string
+	cmd  *exec.Cmd
+	out  *syncBuffer
+	done chan struct{}
+	err  error
+}
+
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+func start(t *testing.T, name string, args ...string) *process {
+	t.Helper()
+	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	out := &syncBuffer{}
+	cmd.Stdout, cmd.Stderr = out, out
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start %s: %v", name, err)
+	}
+	p := &process{name: name, cmd: cmd, out: out, done: make(chan struct{})}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	t.Cleanup(func() {
+		p.stop()
+		if t.Failed() {
+			t.Logf("--- output of %s %s:\n%s", name, strings.Join(args, " "), out.String())
+		}
+	})
+	return p
+}
+
+// stop sends SIGTERM and waits (SIGKILL after 10 s).
+func (p *process) stop() {
+	select {
+	case <-p.done:
+		return
+	default:
+	}
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.done:
+	case <-time.After(10 * time.Second):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+	}
+}
+
+// kill sends SIGKILL and waits.
+func (p *process) kill() {
+	_ = p.cmd.Process.Kill()
+	<-p.done
+}
+
+func freeAddr(t *testing.T) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+// coordinatorArgs are flags for a coordinator with short timers.
+func coordinatorArgs(addr, workDir string) []string {
+	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", "200ms",
+		"--agent-timeout", "3s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
+}
+
+func operator(addr string) slacklinev1connect.OperatorServiceClient {
+	return slacklinev1connect.NewOperatorServiceClient(server.NewClient(), "http://"+addr)
+}
+
+// eventually polls cond every 100 ms until it returns "" or timeout passes;
+// it fails with the last reason cond gave.
+func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for time.Now().Before(deadline) {
+		if last = cond(); last == "" {
+			return
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	t.Fatalf("condition not met within %v: %s", timeout, last)
+}
+
+func getState(t *testing.T, op slacklinev1connect.OperatorServiceClient) (*slacklinev1.GetStateResponse, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := op.GetState(ctx, connect.NewRequest(&slacklinev1.GetStateRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+// runningTasks counts RUNNING tasks per framework name.
+func runningTasks(state *slacklinev1.GetStateResponse) map[string]int {
+	names := map[string]string{}
+	for _, fw := range state.GetFrameworks() {
+		names[fw.GetInfo().GetId()] = fw.GetInfo().GetName()
+	}
+	out := map[string]int{}
+	for _, task := range state.GetTasks() {
+		if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+			out[names[task.GetFrameworkId()]]++
+		}
+	}
+	return out
+}

@@ -1,0 +1,147 @@
+// Command offerlatency measures the coordinator's offer latency: the time
+// from an agent reporting a task finished (its resources freed) to the
+// resulting offer reaching a waiting framework, over real RPC on loopback.
+// It prints p50, p90, p99 and max over --trials trials.
+//
+//	go run ./scripts/bench/offerlatency --trials 1000
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "offerlatency:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	trials := flag.Int("trials", 1000, "number of measured trials")
+	flag.Parse()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	dir, err := os.MkdirTemp("", "offerlatency")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	coord, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet})
+	if err != nil {
+		return err
+	}
+	defer coord.Close()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	url := "http://" + ln.Addr().String()
+	go coord.Run(ctx)
+	go server.Serve(ctx, server.Config{Listener: ln, Logger: quiet}, coord.Handler())
+
+	// The agent: the real AgentService protocol, by hand.
+	httpClient := server.NewClient()
+	agents := slacklinev1connect.NewAgentServiceClient(httpClient, url)
+	reg, err := agents.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", false)},
+	}))
+	if err != nil {
+		return err
+	}
+	agentID, session := reg.Msg.GetAgentId(), reg.Msg.GetSessionId()
+	go func() {
+		for range time.Tick(time.Second) {
+			_, _ = agents.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: agentID, SessionId: session}))
+		}
+	}()
+	commands, err := agents.Connect(ctx, connect.NewRequest(&slacklinev1.ConnectRequest{AgentId: agentID, SessionId: session}))
+	if err != nil {
+		return err
+	}
+
+	// freedAt is set (unix ns) just before the agent reports a task finished.
+	var freedAt atomic.Int64
+	latencies := make(chan time.Duration, *trials+10)
+	seq := 0
+	handler := frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+			if t0 := freedAt.Swap(0); t0 != 0 {
+				latencies <- time.Duration(time.Now().UnixNano() - t0)
+			}
+			for _, o := range offers {
+				res, _, _ := frameworkapi.OfferResources(o)
+				seq++
+				id := fmt.Sprintf("t%d", seq)
+				task := frameworkapi.NewTask(id, id, o, res, &slacklinev1.CommandInfo{Value: "true", Shell: true})
+				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(0))
+			}
+		},
+	}
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: url, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "offerlatency"}})
+	if err != nil {
+		return err
+	}
+	go fw.Run(ctx, handler)
+
+	// The agent finishes each task as soon as it starts.
+	go func() {
+		n := 0
+		for commands.Receive() {
+			run := commands.Msg().GetCommand().GetRunTask()
+			if run == nil {
+				continue
+			}
+			n++
+			status := func(state slacklinev1.TaskState) {
+				_, _ = agents.UpdateStatus(ctx, connect.NewRequest(&slacklinev1.UpdateStatusRequest{
+					AgentId: agentID, SessionId: session, FrameworkId: run.GetFramework().GetId(),
+					Status: &slacklinev1.TaskStatus{TaskId: run.GetTask().GetTaskId(), State: state, Uuid: fmt.Sprintf("u%d-%d", n, state)},
+				}))
+			}
+			status(slacklinev1.TaskState_TASK_STATE_RUNNING)
+			freedAt.Store(time.Now().UnixNano())
+			status(slacklinev1.TaskState_TASK_STATE_FINISHED)
+		}
+	}()
+
+	var all []time.Duration
+	warmup := 20
+	timeout := time.After(5 * time.Minute)
+	for len(all) < *trials+warmup {
+		select {
+		case d := <-latencies:
+			all = append(all, d)
+		case <-timeout:
+			return errors.New("timed out waiting for offers")
+		}
+	}
+	all = all[warmup:]
+	slices.Sort(all)
+	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
+	fmt.Printf("offer latency (task finished -> offer received), %d trials: p50 %v  p90 %v  p99 %v  max %v\n",
+		len(all), pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), all[len(all)-1].Round(time.Microsecond))
+	return nil
+}
