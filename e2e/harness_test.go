@@ -29,10 +29,6 @@ func TestMain(m *testing.M) {
 }
 
 func runMain(m *testing.M) int {
-	if testing.Short() {
-		fmt.Println("e2e: skipped in -short mode")
-		return 0
-	}
 	dir, err := os.MkdirTemp("", "slackline-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
