@@ -1,0 +1,138 @@
+// Command scale measures the coordinator with many simulated agents: it
+// builds and starts the real slackline-coordinator and slackline-sim
+// binaries, waits until --agents agents are registered, then samples the
+// coordinator's CPU use and RSS from /proc over --window while the agents
+// heartbeat (every 5 s, the default).
+//
+//	go run ./scripts/bench/scale --agents 10000 --window 30s
+package main
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "scale:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	agents := flag.Int("agents", 10000, "simulated agents")
+	window := flag.Duration("window", 30*time.Second, "measurement window once all agents are registered")
+	flag.Parse()
+	dir, err := os.MkdirTemp("", "slackline-scale")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-sim")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return err
+	}
+	addr := ln.Addr().String()
+	ln.Close()
+
+	coord := exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", addr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn")
+	coord.Stderr = os.Stderr
+	coord.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := coord.Start(); err != nil {
+		return err
+	}
+	defer coord.Process.Kill()
+	time.Sleep(500 * time.Millisecond)
+	sim := exec.Command(filepath.Join(dir, "slackline-sim"), "--coordinator", "http://"+addr, "--agents", strconv.Itoa(*agents), "--log-level", "warn")
+	sim.Stderr = os.Stderr
+	sim.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	started := time.Now()
+	if err := sim.Start(); err != nil {
+		return err
+	}
+	defer sim.Process.Kill()
+
+	op := slacklinev1connect.NewOperatorServiceClient(server.NewClient(), "http://"+addr)
+	for {
+		resp, err := op.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+		active := 0
+		if err == nil {
+			for _, a := range resp.Msg.GetAgents() {
+				if a.GetState() == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+					active++
+				}
+			}
+		}
+		if active >= *agents {
+			break
+		}
+		if time.Since(started) > 10*time.Minute {
+			return fmt.Errorf("only %d of %d agents registered after 10 minutes", active, *agents)
+		}
+		time.Sleep(time.Second)
+	}
+	registered := time.Since(started)
+	cpu0, _ := cpuSeconds(coord.Process.Pid)
+	t0 := time.Now()
+	time.Sleep(*window)
+	cpu1, _ := cpuSeconds(coord.Process.Pid)
+	elapsed := time.Since(t0).Seconds()
+	rss, _ := rssBytes(coord.Process.Pid)
+	simCPU, _ := cpuSeconds(sim.Process.Pid)
+	simRSS, _ := rssBytes(sim.Process.Pid)
+	fmt.Printf("%d agents registered in %v\n", *agents, registered.Round(time.Millisecond))
+	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
+	fmt.Printf("slackline-sim: CPU %.1f s in total since start, RSS %.1f MiB\n", simCPU, float64(simRSS)/(1<<20))
+	return nil
+}
+
+// cpuSeconds returns utime+stime of a process from /proc/PID/stat.
+func cpuSeconds(pid int) (float64, error) {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, err
+	}
+	// Fields after the command name, which is in parentheses.
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
+}
+
+// rssBytes returns VmRSS of a process from /proc/PID/status.
+func rssBytes(pid int) (int64, error) {
+	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
+			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10, err
+		}
+	}
+	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
+}
