@@ -1,0 +1,142 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+	"time"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slackline/slackline/resources"
+	"github.com/slackline/slackline/sim"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newCommand().ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "slackline-sim: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}
+
+type options struct {
+	coordinator          string
+	agents               int
+	resources            string
+	revocable            string
+	hostnamePrefix       string
+	attributes           string
+	workDir              string
+	logLevel             string
+	agentsPerTransport   int
+	restartAfterShutdown time.Duration
+	statusInterval       time.Duration
+}
+
+func newCommand() *cobra.Command {
+	var o options
+	cmd := &cobra.Command{
+		Use:           "slackline-sim",
+		Short:         "Run simulated Slackline agents against a coordinator",
+		Args:          cobra.NoArgs,
+		SilenceUsage:  true,
+		SilenceErrors: true,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return run(cmd.Context(), o)
+		},
+	}
+	f := cmd.Flags()
+	f.StringVar(&o.coordinator, "coordinator", sim.DefaultCoordinator, "coordinator base URL")
+	f.IntVar(&o.agents, "agents", 1, "number of simulated agents")
+	f.StringVar(&o.resources, "resources", "cpus:8;mem:16384;disk:65536;ports:[31000-32000]", "each agent's total resources")
+	f.StringVar(&o.revocable, "revocable", "", `revocable estimate each agent reports after registering (e.g. "cpus:2;mem:1024"); empty reports none`)
+	f.StringVar(&o.hostnamePrefix, "hostname-prefix", sim.DefaultHostnamePrefix, "agent i registers as <prefix><i>, i from 0")
+	f.StringVar(&o.attributes, "attributes", "", `attributes of every agent, "k=v,k2=v2"`)
+	f.StringVar(&o.workDir, "work-dir", "", "directory where agent ids are kept so that a restarted sim re-registers with the same ids")
+	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.IntVar(&o.agentsPerTransport, "agents-per-connection", sim.DefaultAgentsPerTransport, "agents sharing one HTTP/2 transport")
+	f.DurationVar(&o.restartAfterShutdown, "restart-after-shutdown", 0, "bring an agent shut down by the coordinator back as a new agent after this long (0: it stays stopped)")
+	f.DurationVar(&o.statusInterval, "status-interval", 10*time.Second, "how often to log the fleet's status when it changed (0: never)")
+	return cmd
+}
+
+func run(ctx context.Context, o options) error {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	total, err := resources.Parse(o.resources)
+	if err != nil {
+		return fmt.Errorf("--resources: %w", err)
+	}
+	revocable, err := resources.Parse(o.revocable)
+	if err != nil {
+		return fmt.Errorf("--revocable: %w", err)
+	}
+	attrs, err := sim.ParseAttributes(o.attributes)
+	if err != nil {
+		return fmt.Errorf("--attributes: %w", err)
+	}
+	fleet, err := sim.NewFleet(sim.Config{
+		Coordinator:          o.coordinator,
+		Resources:            total,
+		Revocable:            revocable,
+		HostnamePrefix:       o.hostnamePrefix,
+		Attributes:           attrs,
+		Count:                o.agents,
+		WorkDir:              o.workDir,
+		Logger:               logger,
+		AgentsPerTransport:   o.agentsPerTransport,
+		RestartAfterShutdown: o.restartAfterShutdown,
+	})
+	if err != nil {
+		return err
+	}
+	logger.Info("starting simulated agents", "coordinator", o.coordinator, "agents", o.agents, "resources", total.String())
+
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	reported := make(chan struct{})
+	go func() {
+		defer close(reported)
+		reportStatus(ctx, logger, fleet, o.agents, o.statusInterval)
+	}()
+	err = fleet.Run(ctx)
+	cancel()
+	<-reported
+	logger.Info("simulated agents stopped")
+	return err
+}
+
+// reportStatus logs how many agents are registered and how many tasks they
+// hold, every interval when that changed.
+func reportStatus(ctx context.Context, logger *slog.Logger, fleet *sim.Fleet, total int, interval time.Duration) {
+	if interval <= 0 {
+		return
+	}
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	lastRegistered, lastTasks := -1, -1
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-ticker.C:
+		}
+		tasks := 0
+		for _, a := range fleet.Agents() {
+			tasks += len(a.Tasks())
+		}
+		if registered := fleet.Registered(); registered != lastRegistered || tasks != lastTasks {
+			logger.Info("fleet status", "registered", registered, "agents", total, "tasks", tasks)
+			lastRegistered, lastTasks = registered, tasks
+		}
+	}
+}

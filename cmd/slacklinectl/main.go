@@ -1,0 +1,19 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := newRootCommand(os.Stdout).ExecuteContext(ctx); err != nil {
+		fmt.Fprintf(os.Stderr, "slacklinectl: %v\n", err)
+		stop()
+		os.Exit(1)
+	}
+}

@@ -1,0 +1,195 @@
+package sim
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"sort"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// Defaults applied by NewFleet to zero fields of Config.
+const (
+	DefaultCoordinator        = "http://127.0.0.1:5050"
+	DefaultHostnamePrefix     = "sim-"
+	DefaultAgentsPerTransport = 100
+	DefaultTickInterval       = 500 * time.Millisecond
+	DefaultRPCTimeout         = 10 * time.Second
+	DefaultBackoffMin         = 100 * time.Millisecond
+	DefaultBackoffMax         = 10 * time.Second
+	DefaultStatusRetryMin     = 10 * time.Second
+	DefaultStatusRetryMax     = time.Minute
+	DefaultMaxHeartbeats      = 256
+	// DefaultHeartbeatInterval is used when the coordinator's
+	// RegisterResponse carries no heartbeat interval.
+	DefaultHeartbeatInterval = 15 * time.Second
+)
+
+// Labels of a TaskInfo that script a simulated task.
+const (
+	// LabelDuration is a Go duration ("1s", "250ms"): the task ends that long
+	// after it starts running. Without it the task runs until killed.
+	LabelDuration = "sim.duration"
+	// LabelExitCode is the exit code of a task with LabelDuration: 0 (the
+	// default) ends it TASK_STATE_FINISHED, anything else TASK_STATE_FAILED
+	// with the message "exited with code N".
+	LabelExitCode = "sim.exit_code"
+	// LabelFailLaunch, present with any value but "false" or "0", makes the
+	// launch fail at once: TASK_STATE_FAILED with
+	// REASON_CONTAINER_LAUNCH_FAILED.
+	LabelFailLaunch = "sim.fail_launch"
+)
+
+// Config configures a Fleet. Only Resources and Count are required; every
+// other zero field takes the default named in its comment.
+type Config struct {
+	// Coordinator is the coordinator's base URL (DefaultCoordinator).
+	Coordinator string
+	// HTTPClient, when set, carries every agent's calls. When nil, the fleet
+	// creates one cleartext HTTP/2 (h2c) transport per AgentsPerTransport
+	// agents, so the command streams multiplex over a few connections
+	// without exceeding a server's per-connection stream limit.
+	HTTPClient *http.Client
+	// ClientOptions are added to the Connect clients (for example
+	// connect.WithGRPC()). By default the sim speaks the Connect protocol
+	// with binary protobuf and does not accept compressed responses, which
+	// keeps both sides' CPU low.
+	ClientOptions []connect.ClientOption
+
+	// Resources is what every agent registers as its total resources.
+	Resources resources.Resources
+	// Revocable, when not empty, is reported by every agent as its
+	// oversubscribable estimate right after each registration.
+	Revocable resources.Resources
+	// HostnamePrefix names the agents: agent i is HostnamePrefix+i, i from 0
+	// (DefaultHostnamePrefix).
+	HostnamePrefix string
+	// Attributes are registered by every agent.
+	Attributes map[string]string
+	// Count is the number of agents (at least 1).
+	Count int
+	// WorkDir, when set, holds one file per agent with its id, so a
+	// restarted fleet re-registers with the same ids.
+	WorkDir string
+	// Logger receives the fleet's logs (discarded when nil). Per-agent
+	// session changes log at Debug so that 10,000 agents do not flood it.
+	Logger *slog.Logger
+	// OnEvent, when set, is called for every Event, from the agents'
+	// goroutines, concurrently and never with a lock held. It must be quick;
+	// it may call the Fleet's and Agents' methods.
+	OnEvent func(Event)
+
+	// AgentsPerTransport is how many agents share one HTTP transport when
+	// HTTPClient is nil (DefaultAgentsPerTransport).
+	AgentsPerTransport int
+	// TickInterval is the period of the fleet's one shared ticker, which
+	// sends heartbeats and re-sends unacknowledged status updates when due
+	// (DefaultTickInterval).
+	TickInterval time.Duration
+	// RPCTimeout bounds every unary call (DefaultRPCTimeout).
+	RPCTimeout time.Duration
+	// BackoffMin and BackoffMax bound the jittered exponential backoff
+	// between registration attempts (DefaultBackoffMin, DefaultBackoffMax).
+	// A registration refused with PermissionDenied or FailedPrecondition
+	// (a machine that is DOWN) is retried after about BackoffMax.
+	BackoffMin, BackoffMax time.Duration
+	// StatusRetryMin and StatusRetryMax bound the exponential backoff with
+	// which an unacknowledged status update is re-sent
+	// (DefaultStatusRetryMin, DefaultStatusRetryMax).
+	StatusRetryMin, StatusRetryMax time.Duration
+	// MaxConcurrentHeartbeats caps the heartbeats in flight across the
+	// fleet (DefaultMaxHeartbeats).
+	MaxConcurrentHeartbeats int
+	// RestartAfterShutdown, when positive, makes an agent that the
+	// coordinator shut down come back after this long as a fresh agent (new
+	// id, no tasks), like a node agent restarted by its supervisor. When
+	// zero a shut-down agent stays stopped.
+	RestartAfterShutdown time.Duration
+}
+
+// withDefaults returns cfg with defaults filled in, or an error naming the
+// first invalid field.
+func (cfg Config) withDefaults() (Config, error) {
+	if cfg.Count < 1 {
+		return cfg, fmt.Errorf("agent count %d: must be at least 1", cfg.Count)
+	}
+	if cfg.Resources.IsEmpty() {
+		return cfg, errors.New("agent resources are empty")
+	}
+	if cfg.Coordinator == "" {
+		cfg.Coordinator = DefaultCoordinator
+	}
+	if cfg.HostnamePrefix == "" {
+		cfg.HostnamePrefix = DefaultHostnamePrefix
+	}
+	if cfg.WorkDir != "" && strings.ContainsAny(cfg.HostnamePrefix, `/\`) {
+		return cfg, fmt.Errorf("hostname prefix %q: must not contain path separators", cfg.HostnamePrefix)
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	setDefault(&cfg.AgentsPerTransport, DefaultAgentsPerTransport)
+	setDefault(&cfg.MaxConcurrentHeartbeats, DefaultMaxHeartbeats)
+	setDefault(&cfg.TickInterval, DefaultTickInterval)
+	setDefault(&cfg.RPCTimeout, DefaultRPCTimeout)
+	setDefault(&cfg.BackoffMin, DefaultBackoffMin)
+	setDefault(&cfg.BackoffMax, DefaultBackoffMax)
+	setDefault(&cfg.StatusRetryMin, DefaultStatusRetryMin)
+	setDefault(&cfg.StatusRetryMax, DefaultStatusRetryMax)
+	if cfg.BackoffMax < cfg.BackoffMin {
+		cfg.BackoffMax = cfg.BackoffMin
+	}
+	if cfg.StatusRetryMax < cfg.StatusRetryMin {
+		cfg.StatusRetryMax = cfg.StatusRetryMin
+	}
+	return cfg, nil
+}
+
+func setDefault[T int | time.Duration](field *T, value T) {
+	if *field <= 0 {
+		*field = value
+	}
+}
+
+// ParseAttributes parses "k=v,k2=v2" (the --attributes flag). Spaces around
+// names and values are trimmed; an empty string gives no attributes.
+func ParseAttributes(text string) (map[string]string, error) {
+	attrs := map[string]string{}
+	for item := range strings.SplitSeq(text, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		name, value, ok := strings.Cut(item, "=")
+		name = strings.TrimSpace(name)
+		if !ok || name == "" {
+			return nil, fmt.Errorf("attribute %q: want name=value", item)
+		}
+		if _, dup := attrs[name]; dup {
+			return nil, fmt.Errorf("attribute %q: given twice", name)
+		}
+		attrs[name] = strings.TrimSpace(value)
+	}
+	return attrs, nil
+}
+
+// attributesProto returns attrs sorted by name.
+func attributesProto(attrs map[string]string) []*slacklinev1.Attribute {
+	names := make([]string, 0, len(attrs))
+	for name := range attrs {
+		names = append(names, name)
+	}
+	sort.Strings(names)
+	out := make([]*slacklinev1.Attribute, len(names))
+	for i, name := range names {
+		out[i] = &slacklinev1.Attribute{Name: name, Value: attrs[name]}
+	}
+	return out
+}
