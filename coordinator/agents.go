@@ -128,7 +128,7 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	a.info, a.total = info, total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
 	a.lastHeartbeat = now
-	a.session = newAgentSession(c.cfg.EventQueueSize)
+	a.session = newAgentSession(c.cfg.AgentQueueSize)
 	if !a.inAllocator {
 		c.alloc.AddAgent(a.id, total)
 		a.inAllocator = true

@@ -47,8 +47,10 @@ type Config struct {
 	OfferTimeout time.Duration
 	// MinAllocatable is the smallest bundle worth offering (default cpus:0.01 or mem:32).
 	MinAllocatable resources.Resources
-	// EventQueueSize bounds each subscriber's queue (default 16384).
+	// EventQueueSize bounds each framework subscription's queue (default 16384).
 	EventQueueSize int
+	// AgentQueueSize bounds each agent session's command queue (default 1024).
+	AgentQueueSize int
 	// CompletedTasksPerFramework bounds the terminal tasks kept for GetTasks (default 1000).
 	CompletedTasksPerFramework int
 	// Now is the clock (default time.Now).
@@ -73,6 +75,9 @@ func (c *Config) setDefaults() {
 	}
 	if c.EventQueueSize <= 0 {
 		c.EventQueueSize = 16384
+	}
+	if c.AgentQueueSize <= 0 {
+		c.AgentQueueSize = 1024
 	}
 	if c.CompletedTasksPerFramework <= 0 {
 		c.CompletedTasksPerFramework = 1000
