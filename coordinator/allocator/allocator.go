@@ -169,7 +169,7 @@ func (a *Allocator) AddAgent(agentID string, total resources.Resources) {
 		total: total, available: total,
 		allocatable: total.AnyScalarAtLeast(a.minAllocatable),
 		holds:       ag.holds[:0], groups: ag.groups[:0],
-		minExpiry:   noExpiry,
+		minExpiry: noExpiry,
 	}
 	a.agentIndex[agentID] = ai
 	a.agentOrder = append(a.agentOrder, ai)
@@ -372,9 +372,11 @@ func (a *Allocator) RemoveFramework(frameworkID string) {
 		a.members[mi].subscribed = false
 		a.removeMember(mi)
 	}
-	a.frameworks[fi] = framework{members: a.frameworks[fi].members[:0]}
-	delete(a.frameworkIndex, frameworkID)
-	a.freeFrameworks = append(a.freeFrameworks, fi)
+	if a.frameworks[fi].live { // removeMember frees a framework never added
+		a.frameworks[fi] = framework{members: a.frameworks[fi].members[:0]}
+		delete(a.frameworkIndex, frameworkID)
+		a.freeFrameworks = append(a.freeFrameworks, fi)
+	}
 }
 
 // ActivateFramework lets an added framework receive offers again.
@@ -519,9 +521,16 @@ func (a *Allocator) removeMember(mi int32) {
 	if i := slices.Index(fw.members, mi); i >= 0 {
 		fw.members = slices.Delete(fw.members, i, i+1)
 	}
+	fi := m.fw
 	a.members[mi] = member{epoch: m.epoch}
 	a.freeMembers = append(a.freeMembers, mi)
 	a.maybeRemoveRole(ri)
+	if fw.live && !fw.added && len(fw.members) == 0 {
+		// Known only through claims that are all released now.
+		delete(a.frameworkIndex, fw.id)
+		a.frameworks[fi] = framework{members: fw.members[:0]}
+		a.freeFrameworks = append(a.freeFrameworks, fi)
+	}
 }
 
 // refreshEligible recomputes member mi's bit in eligible.

@@ -189,7 +189,7 @@ func TestRoleWithFrameworksAndChildren(t *testing.T) {
 	a.AddFramework("child", []string{"eng/web"}, true)
 	got := allocate(t, a, t0, nil)
 	want := []offer{
-		{"own", "eng", "a1", "cpus:1;mem:1024"},   // "." sorts before "web" at equal shares
+		{"own", "eng", "a1", "cpus:1;mem:1024"}, // "." sorts before "web" at equal shares
 		{"child", "eng/web", "a2", "cpus:1;mem:1024"},
 		{"own", "eng", "a3", "cpus:1;mem:1024"},
 		{"child", "eng/web", "a4", "cpus:1;mem:1024"},

@@ -2,7 +2,6 @@ package allocator
 
 import (
 	"math"
-	"math/bits"
 
 	"github.com/slackline/slackline/resources"
 )
@@ -224,15 +223,6 @@ func (a *Allocator) hasCandidate(ai int32) bool {
 		}
 	}
 	return false
-}
-
-// popcount returns the number of bits set.
-func popcount(set []uint64) int {
-	n := 0
-	for _, w := range set {
-		n += bits.OnesCount64(w)
-	}
-	return n
 }
 
 // ---- expiry heap ----

@@ -19,6 +19,9 @@ func FuzzAllocator(f *testing.F) {
 	f.Add([]byte{2, 1, 3, 4, 0, 1, 2, 3, 4, 1, 1, 2, 0, 2, 2, 6, 0, 0, 5, 2, 2, 1, 8, 2, 1, 6, 0, 0, 3, 1})
 	f.Add([]byte{0, 3, 3, 2, 3, 31, 9, 0, 1, 9, 1, 4, 6, 0, 0, 13, 3, 1, 6, 1, 1, 1, 3, 6, 0, 0, 14, 3, 1, 6, 1, 1})
 	f.Add([]byte("\x00\x00\x05\x00\x01\x06\x02\x00\x1f\x01\x02\x01\x0f\x04\x00\x00\x00\x03\x06\x00\x00\x05\x00\x00\x00\x07\x04\x0c\x00\x06\x00\x00"))
+	// Regression: a framework known only through a claim, then removed,
+	// was freed twice.
+	f.Add([]byte("07000$700000C021002"))
 	f.Fuzz(func(t *testing.T, ops []byte) {
 		a := New(Config{Seed: uint64(len(ops) % 3)})
 		now := t0

@@ -122,6 +122,38 @@ func checkInvariants(a *Allocator) error {
 			return fmt.Errorf("member %d missing from its role", mi)
 		}
 	}
+	for what, free := range map[string][]int32{"agent": a.freeAgents, "framework": a.freeFrameworks, "member": a.freeMembers, "node": a.freeNodes} {
+		seen := map[int32]bool{}
+		for _, i := range free {
+			live := false
+			switch what {
+			case "agent":
+				live = a.agents[i].live
+			case "framework":
+				live = a.frameworks[i].live
+			case "member":
+				live = a.members[i].live
+			case "node":
+				live = a.nodes[i].live
+			}
+			if seen[i] || live {
+				return fmt.Errorf("%s free list: slot %d is live or listed twice", what, i)
+			}
+			seen[i] = true
+		}
+	}
+	for fi := range a.frameworks {
+		fw := &a.frameworks[fi]
+		if !fw.live {
+			continue
+		}
+		if a.frameworkIndex[fw.id] != int32(fi) {
+			return fmt.Errorf("framework %s: index mismatch", fw.id)
+		}
+		if !fw.added && len(fw.members) == 0 {
+			return fmt.Errorf("framework %s: known only through claims, yet holds nothing", fw.id)
+		}
+	}
 	for name, ri := range a.roleIndex {
 		n := &a.nodes[ri]
 		if !n.live || n.name != name || n.isLeaf {

@@ -9,8 +9,8 @@ import (
 
 // Allocate runs an allocation pass at time now over the given agents (nil:
 // every agent, a full pass, shuffled when Config.Seed is set; otherwise in
-// the order given, unknown ids skipped). Filters that expired at or before
-// now are dropped first.
+// the order given, unknown ids skipped, so an empty non-nil list allocates
+// nothing). Filters that expired at or before now are dropped first.
 //
 // Each returned Allocation is recorded as held by its framework in its role
 // (an outstanding offer) until the caller Releases it. The returned slice
