@@ -20,6 +20,7 @@ type batch struct {
 	pending  int // tasks not launched yet
 	running  int // tasks launched and not finished
 	launched int // ids handed out so far
+	finished int // tasks that reached TASK_STATE_FINISHED
 	stop     context.CancelFunc
 }
 
@@ -39,7 +40,9 @@ func (b *batch) Offers(ctx context.Context, c *frameworkapi.Client, offers []*sl
 			b.launched++
 			id := fmt.Sprintf("task-%d", b.launched)
 			cmd := &slacklinev1.CommandInfo{Value: "echo hello from " + id, Shell: true}
-			tasks = append(tasks, frameworkapi.NewTask(id, id, plan.Offer, placed.Resources, cmd))
+			task := frameworkapi.NewTask(id, id, plan.Offer, placed.Resources, cmd)
+			task.Labels = map[string]string{"sim.duration": "50ms"} // how long slackline-sim "runs" it
+			tasks = append(tasks, task)
 		}
 		if err := c.Launch(ctx, []string{plan.Offer.GetId()}, tasks, frameworkapi.Filters(0)); err != nil {
 			fmt.Println("launch:", err)
@@ -56,7 +59,6 @@ func (b *batch) Offers(ctx context.Context, c *frameworkapi.Client, offers []*sl
 // Update counts finished tasks and re-queues failed ones. The SDK
 // acknowledges the update after Update returns.
 func (b *batch) Update(ctx context.Context, c *frameworkapi.Client, status *slacklinev1.TaskStatus) {
-	fmt.Println(status.GetTaskId(), status.GetState())
 	if !frameworkapi.IsTerminal(status.GetState()) {
 		return
 	}
@@ -66,6 +68,7 @@ func (b *batch) Update(ctx context.Context, c *frameworkapi.Client, status *slac
 		_ = c.Revive(ctx)
 		return
 	}
+	b.finished++
 	if b.pending == 0 && b.running == 0 {
 		_ = c.Teardown(ctx) // done: kill nothing, release the framework id
 		b.stop()
@@ -74,15 +77,19 @@ func (b *batch) Update(ctx context.Context, c *frameworkapi.Client, status *slac
 
 // Example_batch is a complete framework: it runs three tasks of one CPU and
 // 128 MiB each on whatever agents the coordinator offers, then tears itself
-// down.
+// down. The example starts its own coordinator and simulated agent; a real
+// framework points Coordinator at its cluster (`make run` starts one on
+// http://127.0.0.1:5050).
 func Example_batch() {
+	coordinatorURL, stopCluster := startLocalCluster()
+	defer stopCluster()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
 	defer stop()
 	ctx, done := context.WithCancel(ctx)
 	defer done()
 
 	c, err := frameworkapi.New(frameworkapi.Config{
-		Coordinator: "http://127.0.0.1:5050",
+		Coordinator: coordinatorURL,
 		Framework: &slacklinev1.FrameworkInfo{
 			Name:                   "example-batch",
 			Roles:                  []string{"*"},
@@ -100,6 +107,8 @@ func Example_batch() {
 	case err != nil:
 		fmt.Println(err)
 	}
+	fmt.Println("finished tasks:", b.finished)
+	// Output: finished tasks: 3
 }
 
 // ExampleHandlerFuncs shows a handler made of functions: it declines every
