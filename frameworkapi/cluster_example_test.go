@@ -34,7 +34,10 @@ func startLocalCluster() (string, func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{}, 3)
 	go func() { coord.Run(ctx); done <- struct{}{} }()
-	go func() { server.Serve(ctx, server.Config{Listener: ln, Logger: quiet}, coord.Handler()); done <- struct{}{} }()
+	go func() {
+		server.Serve(ctx, server.Config{Listener: ln, Logger: quiet}, coord.Handler())
+		done <- struct{}{}
+	}()
 	fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: 1, Resources: resources.MustParse("cpus:4;mem:4096"), Logger: quiet})
 	if err != nil {
 		panic(err)
