@@ -125,6 +125,12 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 		a.session.end()
 	}
 	previous := a.state
+	if a.inAllocator && !a.total.Equal(total) {
+		// Offers made from the old total may no longer fit.
+		for _, o := range a.offers {
+			c.rescindOffer(o, now)
+		}
+	}
 	a.info, a.total = info, total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
 	a.lastHeartbeat = now

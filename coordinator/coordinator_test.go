@@ -415,3 +415,19 @@ func (tc *testCluster) agentClient() interface {
 } {
 	return newAgentClient(tc)
 }
+
+func TestAgentResizeRescindsOffers(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
+	offer := fw.nextOffer()
+	tc.registerAgentWithID(agent.id, "host-a", "cpus:2;mem:4096")
+	ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
+	if ev.GetRescind().GetOfferId() != offer.GetId() {
+		t.Fatalf("rescinded %v, want %s", ev, offer.GetId())
+	}
+	got, _, _ := resources.FromProto(fw.nextOffer().GetResources())
+	if got.CPUs() != 2 {
+		t.Fatalf("new offer %v, want the new total cpus:2", got)
+	}
+}
