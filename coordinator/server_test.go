@@ -1,0 +1,70 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	healthv1 "github.com/slackline/slackline/gen/grpc/health/v1"
+	"github.com/slackline/slackline/gen/grpc/health/v1/healthv1connect"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+func TestHealthAndMetrics(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	tc.registerAgent("host-a", "cpus:1;mem:512")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
+	fw.nextOffer()
+
+	health := healthv1connect.NewHealthClient(tc.client, tc.srv.URL, connect.WithGRPC())
+	for _, svc := range []string{"", slacklinev1connect.SchedulerServiceName, slacklinev1connect.OperatorServiceName} {
+		resp, err := health.Check(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{Service: svc}))
+		if err != nil || resp.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+			t.Fatalf("health of %q = %v, %v", svc, resp, err)
+		}
+	}
+	if _, err := health.Check(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{Service: "nope"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Fatalf("health of an unknown service: %v, want NotFound", err)
+	}
+
+	resp, err := http.Get(tc.srv.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	for _, want := range []string{
+		`slackline_coordinator_allocation_pass_duration_seconds_bucket{kind="full"`,
+		"slackline_coordinator_offers_sent_total 1",
+		`slackline_coordinator_agents{state="active"} 1`,
+		`slackline_coordinator_frameworks{state="connected"} 1`,
+		"slackline_coordinator_outstanding_offers 1",
+	} {
+		if !strings.Contains(string(body), want) {
+			t.Errorf("/metrics lacks %q", want)
+		}
+	}
+}
+
+func TestOfferTimeout(t *testing.T) {
+	cfg := fastConfig(t.TempDir())
+	cfg.OfferTimeout = 200 * time.Millisecond
+	tc := startCluster(t, cfg)
+	tc.registerAgent("host-a", "cpus:1;mem:512")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
+	offer := fw.nextOffer()
+	ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
+	if ev.GetRescind().GetOfferId() != offer.GetId() {
+		t.Fatalf("rescinded %v, want %s", ev, offer.GetId())
+	}
+	// The resources come back in a new offer.
+	if again := fw.nextOffer(); again.GetId() == offer.GetId() {
+		t.Fatal("the rescinded offer was sent again")
+	}
+}
