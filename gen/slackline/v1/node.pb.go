@@ -24,14 +24,20 @@ const (
 
 // Container is one task's container on an agent.
 type Container struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	FrameworkId   string                 `protobuf:"bytes,2,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
-	CgroupPath    string                 `protobuf:"bytes,3,opt,name=cgroup_path,json=cgroupPath,proto3" json:"cgroup_path,omitempty"`
-	Resources     []*Resource            `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
-	State         TaskState              `protobuf:"varint,5,opt,name=state,proto3,enum=slackline.v1.TaskState" json:"state,omitempty"`
-	Sandbox       string                 `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
-	Revocable     bool                   `protobuf:"varint,7,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TaskId      string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	FrameworkId string                 `protobuf:"bytes,2,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	CgroupPath  string                 `protobuf:"bytes,3,opt,name=cgroup_path,json=cgroupPath,proto3" json:"cgroup_path,omitempty"`
+	Resources   []*Resource            `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
+	State       TaskState              `protobuf:"varint,5,opt,name=state,proto3,enum=slackline.v1.TaskState" json:"state,omitempty"`
+	Sandbox     string                 `protobuf:"bytes,6,opt,name=sandbox,proto3" json:"sandbox,omitempty"`
+	Revocable   bool                   `protobuf:"varint,7,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	ContainerId string                 `protobuf:"bytes,8,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// pid is the task's main process.
+	Pid         int32                  `protobuf:"varint,9,opt,name=pid,proto3" json:"pid,omitempty"`
+	StartedTime *timestamppb.Timestamp `protobuf:"bytes,10,opt,name=started_time,json=startedTime,proto3" json:"started_time,omitempty"`
+	// cgroup_mode is "v2" (unified) or "hybrid" (v1 controllers, v2 tree for kill and PSI).
+	CgroupMode    string `protobuf:"bytes,11,opt,name=cgroup_mode,json=cgroupMode,proto3" json:"cgroup_mode,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -113,6 +119,34 @@ func (x *Container) GetRevocable() bool {
 		return x.Revocable
 	}
 	return false
+}
+
+func (x *Container) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *Container) GetPid() int32 {
+	if x != nil {
+		return x.Pid
+	}
+	return 0
+}
+
+func (x *Container) GetStartedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.StartedTime
+	}
+	return nil
+}
+
+func (x *Container) GetCgroupMode() string {
+	if x != nil {
+		return x.CgroupMode
+	}
+	return ""
 }
 
 // GetContainersRequest is empty.
@@ -728,11 +762,154 @@ func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
 	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
+// ReadSandboxFileRequest names a file of a task's sandbox and a byte range.
+type ReadSandboxFileRequest struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	TaskId      string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// path is relative to the sandbox, e.g. "stdout" or "stderr".
+	Path string `protobuf:"bytes,3,opt,name=path,proto3" json:"path,omitempty"`
+	// offset to read from; negative counts from the end of the file.
+	Offset int64 `protobuf:"varint,4,opt,name=offset,proto3" json:"offset,omitempty"`
+	// length is the most bytes to return (default 64 KiB, at most 1 MiB).
+	Length        int64 `protobuf:"varint,5,opt,name=length,proto3" json:"length,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSandboxFileRequest) Reset() {
+	*x = ReadSandboxFileRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSandboxFileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSandboxFileRequest) ProtoMessage() {}
+
+func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
+func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *ReadSandboxFileRequest) GetFrameworkId() string {
+	if x != nil {
+		return x.FrameworkId
+	}
+	return ""
+}
+
+func (x *ReadSandboxFileRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *ReadSandboxFileRequest) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *ReadSandboxFileRequest) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadSandboxFileRequest) GetLength() int64 {
+	if x != nil {
+		return x.Length
+	}
+	return 0
+}
+
+// ReadSandboxFileResponse carries the bytes read.
+type ReadSandboxFileResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Data  []byte                 `protobuf:"bytes,1,opt,name=data,proto3" json:"data,omitempty"`
+	// offset the data starts at.
+	Offset int64 `protobuf:"varint,2,opt,name=offset,proto3" json:"offset,omitempty"`
+	// size of the file when it was read.
+	Size          int64 `protobuf:"varint,3,opt,name=size,proto3" json:"size,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ReadSandboxFileResponse) Reset() {
+	*x = ReadSandboxFileResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ReadSandboxFileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ReadSandboxFileResponse) ProtoMessage() {}
+
+func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
+func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *ReadSandboxFileResponse) GetData() []byte {
+	if x != nil {
+		return x.Data
+	}
+	return nil
+}
+
+func (x *ReadSandboxFileResponse) GetOffset() int64 {
+	if x != nil {
+		return x.Offset
+	}
+	return 0
+}
+
+func (x *ReadSandboxFileResponse) GetSize() int64 {
+	if x != nil {
+		return x.Size
+	}
+	return 0
+}
+
 var File_slackline_v1_node_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18slackline/v1/types.proto\"\x85\x02\n" +
+	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
 	"\tContainer\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x1f\n" +
@@ -741,7 +918,13 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x03(\v2\x16.slackline.v1.ResourceR\tresources\x12-\n" +
 	"\x05state\x18\x05 \x01(\x0e2\x17.slackline.v1.TaskStateR\x05state\x12\x18\n" +
 	"\asandbox\x18\x06 \x01(\tR\asandbox\x12\x1c\n" +
-	"\trevocable\x18\a \x01(\bR\trevocable\"\x16\n" +
+	"\trevocable\x18\a \x01(\bR\trevocable\x12!\n" +
+	"\fcontainer_id\x18\b \x01(\tR\vcontainerId\x12\x10\n" +
+	"\x03pid\x18\t \x01(\x05R\x03pid\x12=\n" +
+	"\fstarted_time\x18\n" +
+	" \x01(\v2\x1a.google.protobuf.TimestampR\vstartedTime\x12\x1f\n" +
+	"\vcgroup_mode\x18\v \x01(\tR\n" +
+	"cgroupMode\"\x16\n" +
 	"\x14GetContainersRequest\"P\n" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
@@ -782,13 +965,24 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetCorrectionsRequest\"\x18\n" +
 	"\x16GetCorrectionsResponse\"\x14\n" +
 	"\x12GetFeaturesRequest\"\x15\n" +
-	"\x13GetFeaturesResponse2\xb7\x03\n" +
+	"\x13GetFeaturesResponse\"\x98\x01\n" +
+	"\x16ReadSandboxFileRequest\x12!\n" +
+	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04path\x18\x03 \x01(\tR\x04path\x12\x16\n" +
+	"\x06offset\x18\x04 \x01(\x03R\x06offset\x12\x16\n" +
+	"\x06length\x18\x05 \x01(\x03R\x06length\"Y\n" +
+	"\x17ReadSandboxFileResponse\x12\x12\n" +
+	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
+	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size2\x97\x04\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
 	"\vGetEstimate\x12 .slackline.v1.GetEstimateRequest\x1a!.slackline.v1.GetEstimateResponse\x12[\n" +
 	"\x0eGetCorrections\x12#.slackline.v1.GetCorrectionsRequest\x1a$.slackline.v1.GetCorrectionsResponse\x12R\n" +
-	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponseB\xab\x01\n" +
+	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponse\x12^\n" +
+	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -803,49 +997,54 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_node_proto_rawDescData
 }
 
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 13)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
 var file_slackline_v1_node_proto_goTypes = []any{
-	(*Container)(nil),              // 0: slackline.v1.Container
-	(*GetContainersRequest)(nil),   // 1: slackline.v1.GetContainersRequest
-	(*GetContainersResponse)(nil),  // 2: slackline.v1.GetContainersResponse
-	(*ResourceStatistics)(nil),     // 3: slackline.v1.ResourceStatistics
-	(*ContainerUsage)(nil),         // 4: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),        // 5: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),       // 6: slackline.v1.GetUsageResponse
-	(*GetEstimateRequest)(nil),     // 7: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),    // 8: slackline.v1.GetEstimateResponse
-	(*GetCorrectionsRequest)(nil),  // 9: slackline.v1.GetCorrectionsRequest
-	(*GetCorrectionsResponse)(nil), // 10: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),     // 11: slackline.v1.GetFeaturesRequest
-	(*GetFeaturesResponse)(nil),    // 12: slackline.v1.GetFeaturesResponse
-	(*Resource)(nil),               // 13: slackline.v1.Resource
-	(TaskState)(0),                 // 14: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),  // 15: google.protobuf.Timestamp
+	(*Container)(nil),               // 0: slackline.v1.Container
+	(*GetContainersRequest)(nil),    // 1: slackline.v1.GetContainersRequest
+	(*GetContainersResponse)(nil),   // 2: slackline.v1.GetContainersResponse
+	(*ResourceStatistics)(nil),      // 3: slackline.v1.ResourceStatistics
+	(*ContainerUsage)(nil),          // 4: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 5: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 6: slackline.v1.GetUsageResponse
+	(*GetEstimateRequest)(nil),      // 7: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 8: slackline.v1.GetEstimateResponse
+	(*GetCorrectionsRequest)(nil),   // 9: slackline.v1.GetCorrectionsRequest
+	(*GetCorrectionsResponse)(nil),  // 10: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 11: slackline.v1.GetFeaturesRequest
+	(*GetFeaturesResponse)(nil),     // 12: slackline.v1.GetFeaturesResponse
+	(*ReadSandboxFileRequest)(nil),  // 13: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 14: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 15: slackline.v1.Resource
+	(TaskState)(0),                  // 16: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 17: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	13, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	14, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	0,  // 2: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	15, // 3: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	3,  // 4: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	4,  // 5: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	13, // 6: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	15, // 7: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	1,  // 8: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	5,  // 9: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	7,  // 10: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	9,  // 11: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	11, // 12: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	2,  // 13: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	6,  // 14: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	8,  // 15: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	10, // 16: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	12, // 17: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	13, // [13:18] is the sub-list for method output_type
-	8,  // [8:13] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	15, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	16, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	17, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	0,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
+	17, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	3,  // 5: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	4,  // 6: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	15, // 7: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	17, // 8: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	1,  // 9: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	5,  // 10: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	7,  // 11: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	9,  // 12: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	11, // 13: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	13, // 14: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	2,  // 15: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	6,  // 16: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	8,  // 17: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	10, // 18: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	12, // 19: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	14, // 20: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	15, // [15:21] is the sub-list for method output_type
+	9,  // [9:15] is the sub-list for method input_type
+	9,  // [9:9] is the sub-list for extension type_name
+	9,  // [9:9] is the sub-list for extension extendee
+	0,  // [0:9] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -860,7 +1059,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   13,
+			NumMessages:   15,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

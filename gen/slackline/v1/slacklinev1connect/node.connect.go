@@ -45,6 +45,9 @@ const (
 	NodeServiceGetCorrectionsProcedure = "/slackline.v1.NodeService/GetCorrections"
 	// NodeServiceGetFeaturesProcedure is the fully-qualified name of the NodeService's GetFeatures RPC.
 	NodeServiceGetFeaturesProcedure = "/slackline.v1.NodeService/GetFeatures"
+	// NodeServiceReadSandboxFileProcedure is the fully-qualified name of the NodeService's
+	// ReadSandboxFile RPC.
+	NodeServiceReadSandboxFileProcedure = "/slackline.v1.NodeService/ReadSandboxFile"
 )
 
 // NodeServiceClient is a client for the slackline.v1.NodeService service.
@@ -59,6 +62,8 @@ type NodeServiceClient interface {
 	GetCorrections(context.Context, *connect.Request[v1.GetCorrectionsRequest]) (*connect.Response[v1.GetCorrectionsResponse], error)
 	// GetFeatures returns the results of the kernel feature probes.
 	GetFeatures(context.Context, *connect.Request[v1.GetFeaturesRequest]) (*connect.Response[v1.GetFeaturesResponse], error)
+	// ReadSandboxFile reads part of a file in a task's sandbox (stdout, stderr).
+	ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the slackline.v1.NodeService service. By default, it
@@ -102,16 +107,23 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("GetFeatures")),
 			connect.WithClientOptions(opts...),
 		),
+		readSandboxFile: connect.NewClient[v1.ReadSandboxFileRequest, v1.ReadSandboxFileResponse](
+			httpClient,
+			baseURL+NodeServiceReadSandboxFileProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("ReadSandboxFile")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
 // nodeServiceClient implements NodeServiceClient.
 type nodeServiceClient struct {
-	getContainers  *connect.Client[v1.GetContainersRequest, v1.GetContainersResponse]
-	getUsage       *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
-	getEstimate    *connect.Client[v1.GetEstimateRequest, v1.GetEstimateResponse]
-	getCorrections *connect.Client[v1.GetCorrectionsRequest, v1.GetCorrectionsResponse]
-	getFeatures    *connect.Client[v1.GetFeaturesRequest, v1.GetFeaturesResponse]
+	getContainers   *connect.Client[v1.GetContainersRequest, v1.GetContainersResponse]
+	getUsage        *connect.Client[v1.GetUsageRequest, v1.GetUsageResponse]
+	getEstimate     *connect.Client[v1.GetEstimateRequest, v1.GetEstimateResponse]
+	getCorrections  *connect.Client[v1.GetCorrectionsRequest, v1.GetCorrectionsResponse]
+	getFeatures     *connect.Client[v1.GetFeaturesRequest, v1.GetFeaturesResponse]
+	readSandboxFile *connect.Client[v1.ReadSandboxFileRequest, v1.ReadSandboxFileResponse]
 }
 
 // GetContainers calls slackline.v1.NodeService.GetContainers.
@@ -139,6 +151,11 @@ func (c *nodeServiceClient) GetFeatures(ctx context.Context, req *connect.Reques
 	return c.getFeatures.CallUnary(ctx, req)
 }
 
+// ReadSandboxFile calls slackline.v1.NodeService.ReadSandboxFile.
+func (c *nodeServiceClient) ReadSandboxFile(ctx context.Context, req *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error) {
+	return c.readSandboxFile.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the slackline.v1.NodeService service.
 type NodeServiceHandler interface {
 	// GetContainers lists the agent's containers.
@@ -151,6 +168,8 @@ type NodeServiceHandler interface {
 	GetCorrections(context.Context, *connect.Request[v1.GetCorrectionsRequest]) (*connect.Response[v1.GetCorrectionsResponse], error)
 	// GetFeatures returns the results of the kernel feature probes.
 	GetFeatures(context.Context, *connect.Request[v1.GetFeaturesRequest]) (*connect.Response[v1.GetFeaturesResponse], error)
+	// ReadSandboxFile reads part of a file in a task's sandbox (stdout, stderr).
+	ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -190,6 +209,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("GetFeatures")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceReadSandboxFileHandler := connect.NewUnaryHandler(
+		NodeServiceReadSandboxFileProcedure,
+		svc.ReadSandboxFile,
+		connect.WithSchema(nodeServiceMethods.ByName("ReadSandboxFile")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slackline.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceGetContainersProcedure:
@@ -202,6 +227,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceGetCorrectionsHandler.ServeHTTP(w, r)
 		case NodeServiceGetFeaturesProcedure:
 			nodeServiceGetFeaturesHandler.ServeHTTP(w, r)
+		case NodeServiceReadSandboxFileProcedure:
+			nodeServiceReadSandboxFileHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -229,4 +256,8 @@ func (UnimplementedNodeServiceHandler) GetCorrections(context.Context, *connect.
 
 func (UnimplementedNodeServiceHandler) GetFeatures(context.Context, *connect.Request[v1.GetFeaturesRequest]) (*connect.Response[v1.GetFeaturesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetFeatures is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.ReadSandboxFile is not implemented"))
 }
