@@ -55,14 +55,19 @@ type Bolt struct {
 // A second process opening the same file waits up to timeout, then fails:
 // two coordinators must never share one work dir.
 func OpenBolt(dir string, timeout time.Duration) (*Bolt, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	return OpenBoltFile(filepath.Join(dir, "registry.db"), timeout)
+}
+
+// OpenBoltFile opens (creating it and its directory if needed) a bbolt
+// file at path, waiting up to timeout for another process's lock.
+func OpenBoltFile(path string, timeout time.Duration) (*Bolt, error) {
+	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
-	path := filepath.Join(dir, "registry.db")
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
 	if err != nil {
 		if errors.Is(err, bolt.ErrTimeout) {
-			return nil, fmt.Errorf("open %s: locked by another process (is another coordinator using this --work-dir?)", path)
+			return nil, fmt.Errorf("open %s: locked by another process (is another process using this --work-dir?)", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}

@@ -145,6 +145,121 @@ func (x *FrameworkRecord) GetCompleted() bool {
 	return false
 }
 
+// AgentTaskRecord is how an agent checkpoints a task it runs.
+type AgentTaskRecord struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Task        *AgentTask             `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
+	ContainerId string                 `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	// kill_state, when set, is the state to report once a requested kill ends the task.
+	KillState     TaskState `protobuf:"varint,3,opt,name=kill_state,json=killState,proto3,enum=slackline.v1.TaskState" json:"kill_state,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentTaskRecord) Reset() {
+	*x = AgentTaskRecord{}
+	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentTaskRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentTaskRecord) ProtoMessage() {}
+
+func (x *AgentTaskRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentTaskRecord.ProtoReflect.Descriptor instead.
+func (*AgentTaskRecord) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *AgentTaskRecord) GetTask() *AgentTask {
+	if x != nil {
+		return x.Task
+	}
+	return nil
+}
+
+func (x *AgentTaskRecord) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *AgentTaskRecord) GetKillState() TaskState {
+	if x != nil {
+		return x.KillState
+	}
+	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+// AgentStatusRecord is a checkpointed status update not yet acknowledged.
+type AgentStatusRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId   string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	Status        *TaskStatus            `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AgentStatusRecord) Reset() {
+	*x = AgentStatusRecord{}
+	mi := &file_slackline_v1_registry_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AgentStatusRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AgentStatusRecord) ProtoMessage() {}
+
+func (x *AgentStatusRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_registry_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AgentStatusRecord.ProtoReflect.Descriptor instead.
+func (*AgentStatusRecord) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *AgentStatusRecord) GetFrameworkId() string {
+	if x != nil {
+		return x.FrameworkId
+	}
+	return ""
+}
+
+func (x *AgentStatusRecord) GetStatus() *TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
 var File_slackline_v1_registry_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_registry_proto_rawDesc = "" +
@@ -157,7 +272,15 @@ const file_slackline_v1_registry_proto_rawDesc = "" +
 	"\x0fFrameworkRecord\x12/\n" +
 	"\x04info\x18\x01 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\x04info\x12C\n" +
 	"\x0fregistered_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eregisteredTime\x12\x1c\n" +
-	"\tcompleted\x18\x03 \x01(\bR\tcompletedB\xaf\x01\n" +
+	"\tcompleted\x18\x03 \x01(\bR\tcompleted\"\x99\x01\n" +
+	"\x0fAgentTaskRecord\x12+\n" +
+	"\x04task\x18\x01 \x01(\v2\x17.slackline.v1.AgentTaskR\x04task\x12!\n" +
+	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x126\n" +
+	"\n" +
+	"kill_state\x18\x03 \x01(\x0e2\x17.slackline.v1.TaskStateR\tkillState\"h\n" +
+	"\x11AgentStatusRecord\x12!\n" +
+	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x120\n" +
+	"\x06status\x18\x02 \x01(\v2\x18.slackline.v1.TaskStatusR\x06statusB\xaf\x01\n" +
 	"\x10com.slackline.v1B\rRegistryProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -172,26 +295,34 @@ func file_slackline_v1_registry_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_registry_proto_rawDescData
 }
 
-var file_slackline_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 2)
+var file_slackline_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
 var file_slackline_v1_registry_proto_goTypes = []any{
 	(*AgentRecord)(nil),           // 0: slackline.v1.AgentRecord
 	(*FrameworkRecord)(nil),       // 1: slackline.v1.FrameworkRecord
-	(*AgentInfo)(nil),             // 2: slackline.v1.AgentInfo
-	(AgentState)(0),               // 3: slackline.v1.AgentState
-	(*timestamppb.Timestamp)(nil), // 4: google.protobuf.Timestamp
-	(*FrameworkInfo)(nil),         // 5: slackline.v1.FrameworkInfo
+	(*AgentTaskRecord)(nil),       // 2: slackline.v1.AgentTaskRecord
+	(*AgentStatusRecord)(nil),     // 3: slackline.v1.AgentStatusRecord
+	(*AgentInfo)(nil),             // 4: slackline.v1.AgentInfo
+	(AgentState)(0),               // 5: slackline.v1.AgentState
+	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
+	(*FrameworkInfo)(nil),         // 7: slackline.v1.FrameworkInfo
+	(*AgentTask)(nil),             // 8: slackline.v1.AgentTask
+	(TaskState)(0),                // 9: slackline.v1.TaskState
+	(*TaskStatus)(nil),            // 10: slackline.v1.TaskStatus
 }
 var file_slackline_v1_registry_proto_depIdxs = []int32{
-	2, // 0: slackline.v1.AgentRecord.info:type_name -> slackline.v1.AgentInfo
-	3, // 1: slackline.v1.AgentRecord.state:type_name -> slackline.v1.AgentState
-	4, // 2: slackline.v1.AgentRecord.registered_time:type_name -> google.protobuf.Timestamp
-	5, // 3: slackline.v1.FrameworkRecord.info:type_name -> slackline.v1.FrameworkInfo
-	4, // 4: slackline.v1.FrameworkRecord.registered_time:type_name -> google.protobuf.Timestamp
-	5, // [5:5] is the sub-list for method output_type
-	5, // [5:5] is the sub-list for method input_type
-	5, // [5:5] is the sub-list for extension type_name
-	5, // [5:5] is the sub-list for extension extendee
-	0, // [0:5] is the sub-list for field type_name
+	4,  // 0: slackline.v1.AgentRecord.info:type_name -> slackline.v1.AgentInfo
+	5,  // 1: slackline.v1.AgentRecord.state:type_name -> slackline.v1.AgentState
+	6,  // 2: slackline.v1.AgentRecord.registered_time:type_name -> google.protobuf.Timestamp
+	7,  // 3: slackline.v1.FrameworkRecord.info:type_name -> slackline.v1.FrameworkInfo
+	6,  // 4: slackline.v1.FrameworkRecord.registered_time:type_name -> google.protobuf.Timestamp
+	8,  // 5: slackline.v1.AgentTaskRecord.task:type_name -> slackline.v1.AgentTask
+	9,  // 6: slackline.v1.AgentTaskRecord.kill_state:type_name -> slackline.v1.TaskState
+	10, // 7: slackline.v1.AgentStatusRecord.status:type_name -> slackline.v1.TaskStatus
+	8,  // [8:8] is the sub-list for method output_type
+	8,  // [8:8] is the sub-list for method input_type
+	8,  // [8:8] is the sub-list for extension type_name
+	8,  // [8:8] is the sub-list for extension extendee
+	0,  // [0:8] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_registry_proto_init() }
@@ -208,7 +339,7 @@ func file_slackline_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_registry_proto_rawDesc), len(file_slackline_v1_registry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   2,
+			NumMessages:   4,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
