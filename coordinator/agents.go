@@ -74,6 +74,9 @@ func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentI
 		role := "" // filled from the framework's roles when the resources name none
 		if list := t.GetResources(); len(list) > 0 && list[0].GetRole() != "" {
 			role = list[0].GetRole()
+			if err := validateRole(role); err != nil {
+				return nil, resources.Resources{}, nil, fmt.Errorf("tasks[%d]: %w", i, err)
+			}
 		}
 		tasks = append(tasks, reportedTask{
 			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
@@ -164,13 +167,17 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
 			// A framework the coordinator never saw (registry lost): adopt
 			// it as disconnected; its failover timeout runs from now.
-			info := cloneFrameworkInfo(r.framework)
-			if len(info.Roles) == 0 {
-				info.Roles = []string{defaultRole}
+			info, err := normalizeFrameworkInfo(r.framework)
+			if err != nil {
+				c.log.Warn("agent reports a task of an invalid framework; shutting it down", "agent", a.id, "framework", r.frameworkID, "err", err)
+				a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
+					ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: r.frameworkID}}})
+				continue
 			}
 			fw = &framework{
 				info: info, state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-				registeredAt: now, disconnectedAt: now, tasks: map[string]*task{}, offers: map[string]*offer{},
+				registeredAt: now, disconnectedAt: now, failoverDeadline: now.Add(failoverTimeout(info)),
+				tasks: map[string]*task{}, offers: map[string]*offer{},
 				suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
 			}
 			c.frameworks[r.frameworkID] = fw
@@ -193,6 +200,13 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 			fw.tasks[r.info.GetTaskId()] = t
 			a.tasks[key] = t
 			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
+			continue
+		}
+		if t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware() {
+			// The framework was told the task is LOST and may have replaced
+			// it: like Mesos, kill what comes back.
+			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{
+				FrameworkId: fw.id(), TaskId: t.info.GetTaskId()}}})
 			continue
 		}
 		if t.state != r.state {

@@ -102,6 +102,9 @@ type Coordinator struct {
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
+	// persistMu orders registry writes about frameworks with the in-memory
+	// decisions they record: taken before mu, held across store.Apply.
+	persistMu sync.Mutex
 
 	mu         sync.Mutex
 	alloc      *allocator.Allocator
@@ -113,8 +116,11 @@ type Coordinator struct {
 	// dirtyAgents are agents whose free resources changed since the last pass.
 	dirtyAgents map[string]struct{}
 	// dirtyAll asks for a full pass at the next wake-up.
-	dirtyAll   bool
-	offerSeq   uint64
+	dirtyAll bool
+	offerSeq uint64
+	// stopping is set when Run ends, so closing streams is not taken for
+	// frameworks disconnecting.
+	stopping   bool
 	instanceID string
 	startedAt  time.Time
 }
@@ -183,6 +189,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 func (c *Coordinator) shutdownStreams() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.stopping = true
 	for _, fw := range c.frameworks {
 		if fw.sub != nil {
 			fw.sub.end(errors.New("coordinator shutting down"))
@@ -347,6 +354,8 @@ func (c *Coordinator) timerPeriod() time.Duration {
 // checkTimeouts marks silent agents unreachable, tears down frameworks past
 // their failover timeout and rescinds timed-out offers.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	now := c.cfg.Now()
 	var writes []store.Mutation
@@ -367,8 +376,7 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 		}
 	}
 	for _, fw := range c.frameworks {
-		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED &&
-			now.Sub(fw.disconnectedAt) > fw.failoverTimeout() {
+		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED && now.After(fw.failoverDeadline) {
 			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
 			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
 		}
@@ -381,7 +389,7 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
-	if err := c.store.Apply(ctx, writes...); err != nil && ctx.Err() == nil {
+	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
 		c.log.Error("persist registry", "err", err)
 	}
 }

@@ -50,8 +50,11 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		}
 		fw := &framework{
 			info: rec.GetInfo(), registeredAt: rec.GetRegisteredTime().AsTime(), disconnectedAt: now,
-			state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-			tasks: map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
+			// After a coordinator restart a scheduler gets at least as long
+			// as agents do to come back, whatever its failover timeout.
+			failoverDeadline: now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)),
+			state:            slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
+			tasks:            map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
 			pending: map[string][]*slacklinev1.TaskStatus{},
 		}
 		if rec.GetCompleted() {

@@ -38,6 +38,15 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 		return connect.NewError(connect.CodeInvalidArgument, err)
 	}
 	now := c.cfg.Now()
+	// Held from the check to the write so that a concurrent teardown's
+	// record cannot be overwritten by this subscription's.
+	c.persistMu.Lock()
+	persistLocked := true
+	defer func() {
+		if persistLocked {
+			c.persistMu.Unlock()
+		}
+	}()
 	c.mu.Lock()
 	registeredAt := now
 	if info.GetId() == "" {
@@ -79,6 +88,10 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 		if fw.sub != nil {
 			fw.sub.send(errorEvent(errFailedOver.Error()))
 			fw.sub.end(errFailedOver)
+			// The new scheduler does not know the old one's offers.
+			for _, o := range fw.offers {
+				c.removeOffer(o, 0, now)
+			}
 		}
 		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
 		c.alloc.ActivateFramework(info.GetId())
@@ -91,14 +104,20 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 		FrameworkId: info.GetId(), StreamId: sub.streamID,
 		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
 	}}})
+	// Unacknowledged updates are replayed from this goroutine, not through
+	// the bounded queue, so any number of them fits.
+	var replay []*slacklinev1.Event
 	for _, updates := range fw.pending {
 		for _, st := range updates {
-			sub.send(updateEvent(fw, st))
+			replay = append(replay, updateEvent(fw, st))
 		}
 	}
 	c.markAllDirty()
 	c.mu.Unlock()
+	c.persistMu.Unlock()
+	persistLocked = false
 	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
+	defer c.subscriptionEnded(fw, sub)
 
 	stream.ResponseHeader().Set(StreamIDHeader, sub.streamID)
 	heartbeat := time.NewTicker(c.cfg.FrameworkHeartbeatInterval)
@@ -106,16 +125,23 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	send := func(ev *slacklinev1.Event) error {
 		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
 	}
+	// The Subscribed event is the first in the queue.
+	if err := send(<-sub.events); err != nil {
+		return err
+	}
+	for _, ev := range replay {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
 	for {
 		select {
 		case ev := <-sub.events:
 			if err := send(ev); err != nil {
-				c.subscriptionEnded(fw, sub)
 				return err
 			}
 		case <-heartbeat.C:
 			if err := send(&slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}); err != nil {
-				c.subscriptionEnded(fw, sub)
 				return err
 			}
 		case <-sub.done:
@@ -131,13 +157,11 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 				}
 				break
 			}
-			c.subscriptionEnded(fw, sub)
 			if errors.Is(sub.reason, errSlowSubscriber) {
 				return connect.NewError(connect.CodeResourceExhausted, sub.reason)
 			}
 			return nil
 		case <-ctx.Done():
-			c.subscriptionEnded(fw, sub)
 			return ctx.Err()
 		}
 	}
@@ -155,8 +179,12 @@ func updateEvent(fw *framework, st *slacklinev1.TaskStatus) *slacklinev1.Event {
 // the framework's current subscription the framework becomes DISCONNECTED
 // and its failover timeout starts (an immediate teardown when it is zero).
 func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
 	c.mu.Lock()
-	if fw.sub != sub {
+	if fw.sub != sub || c.stopping {
+		// Replaced by a newer subscription, or the coordinator is stopping:
+		// a stop is not a disconnection (the registry keeps the framework).
 		c.mu.Unlock()
 		return
 	}
@@ -166,6 +194,7 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 	if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
 		fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
 		fw.disconnectedAt = now
+		fw.failoverDeadline = now.Add(fw.failoverTimeout())
 		c.alloc.DeactivateFramework(fw.id())
 		for _, o := range fw.offers {
 			c.removeOffer(o, 0, now)
@@ -593,6 +622,8 @@ func (fw *framework) findCompleted(taskID string) *task {
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {
 	c := s.c
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
@@ -601,7 +632,9 @@ func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[sla
 	}
 	write := c.removeFramework(fw, "torn down by the framework", c.cfg.Now())
 	c.mu.Unlock()
-	if err := c.store.Apply(ctx, write); err != nil {
+	// The framework is gone in memory: the record must follow even if the
+	// caller hangs up.
+	if err := c.store.Apply(context.WithoutCancel(ctx), write); err != nil {
 		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist teardown: %w", err))
 	}
 	return connect.NewResponse(&slacklinev1.TeardownResponse{}), nil

@@ -64,11 +64,13 @@ type framework struct {
 	state          slacklinev1.FrameworkState
 	registeredAt   time.Time
 	disconnectedAt time.Time
-	sub            *subscription
-	tasks          map[string]*task
-	completed      []*task
-	offers         map[string]*offer
-	suppressed     map[string]bool
+	// failoverDeadline is when a DISCONNECTED framework is torn down.
+	failoverDeadline time.Time
+	sub              *subscription
+	tasks            map[string]*task
+	completed        []*task
+	offers           map[string]*offer
+	suppressed       map[string]bool
 	// pending holds, per task, the status updates with a uuid that the
 	// framework has not acknowledged yet, oldest first.
 	pending map[string][]*slacklinev1.TaskStatus
@@ -76,8 +78,10 @@ type framework struct {
 
 func (fw *framework) id() string { return fw.info.GetId() }
 
-func (fw *framework) failoverTimeout() time.Duration {
-	return time.Duration(fw.info.GetFailoverTimeoutSeconds() * float64(time.Second))
+func (fw *framework) failoverTimeout() time.Duration { return failoverTimeout(fw.info) }
+
+func failoverTimeout(info *slacklinev1.FrameworkInfo) time.Duration {
+	return time.Duration(info.GetFailoverTimeoutSeconds() * float64(time.Second))
 }
 
 func (fw *framework) partitionAware() bool {
