@@ -2,11 +2,15 @@
 // coordinator, in the style of kubectl:
 //
 //	slacklinectl get agents|frameworks|tasks|roles [-o table|json]
+//	slacklinectl get containers --agent URL | --hostname HOSTNAME [-o table|json]
 //	slacklinectl set weight ROLE WEIGHT
 //	slacklinectl set quota ROLE RESOURCES   # "cpus:10;mem:20480"; "" removes the quota
+//	slacklinectl logs TASK_ID [--stderr] [--framework ID] [--tail BYTES] [-f] [--agent URL]
 //
 // The coordinator is given by --coordinator or the environment variable
-// SLACKLINE_COORDINATOR (default http://127.0.0.1:5050). Errors are printed
+// SLACKLINE_COORDINATOR (default http://127.0.0.1:5050). "get containers"
+// and "logs" talk to an agent's NodeService: the agent registers its URL
+// with the coordinator, or --agent gives it directly. Errors are printed
 // as "slacklinectl: <command>: <connect code>: <message>" and the exit status
 // is 1.
 package main

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"strings"
 
@@ -10,13 +11,13 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
-var getResources = []string{"agents", "frameworks", "tasks", "roles"}
+var getResources = []string{"agents", "frameworks", "tasks", "roles", "containers"}
 
 // newGetCommand is "get RESOURCE": read-only views of the cluster.
 func newGetCommand(g *globals) *cobra.Command {
 	get := &cobra.Command{
 		Use:   "get RESOURCE",
-		Short: "Show agents, frameworks, tasks or roles",
+		Short: "Show agents, frameworks, tasks, roles or an agent's containers",
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -85,6 +86,35 @@ func newGetCommand(g *globals) *cobra.Command {
 		},
 	}
 
-	get.AddCommand(agents, frameworks, tasks, roles)
+	var agentURL, hostname string
+	containers := &cobra.Command{
+		Use:     "containers",
+		Aliases: []string{"container"},
+		Short:   "List the containers of one agent (--agent URL or --hostname H)",
+		Args:    exactArgs(""),
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			endpoint := agentURL
+			switch {
+			case agentURL != "" && hostname != "":
+				return errors.New("get containers: --agent and --hostname exclude each other")
+			case agentURL == "" && hostname == "":
+				return fmt.Errorf("get containers: %w", errNoAgent)
+			case hostname != "":
+				var err error
+				if endpoint, err = g.hostEndpoint(cmd.Context(), hostname); err != nil {
+					return fmt.Errorf("get containers: %w", err)
+				}
+			}
+			resp, err := g.node(endpoint).GetContainers(cmd.Context(), connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+			if err != nil {
+				return fmt.Errorf("get containers: %w", err)
+			}
+			return g.print(resp.Msg, containerTable(resp.Msg.GetContainers()))
+		},
+	}
+	containers.Flags().StringVar(&agentURL, "agent", "", "NodeService URL of the agent, e.g. http://10.0.0.5:5051")
+	containers.Flags().StringVar(&hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
+
+	get.AddCommand(agents, frameworks, tasks, roles, containers)
 	return get
 }

@@ -22,12 +22,15 @@ import (
 )
 
 // fakeOperator serves canned state and records updates. When err is set,
-// every call fails with it.
+// every call fails with it. agents and tasks, when set, replace testAgents
+// and testTasks.
 type fakeOperator struct {
 	slacklinev1connect.UnimplementedOperatorServiceHandler
 
 	mu       sync.Mutex
 	err      error
+	agents   *slacklinev1.GetAgentsResponse
+	tasks    *slacklinev1.GetTasksResponse
 	calls    int
 	weights  []*slacklinev1.UpdateWeightsRequest
 	quotas   []*slacklinev1.UpdateQuotaRequest
@@ -95,6 +98,9 @@ func (f *fakeOperator) GetAgents(context.Context, *connect.Request[slacklinev1.G
 	if err := f.call(); err != nil {
 		return nil, err
 	}
+	if f.agents != nil {
+		return connect.NewResponse(f.agents), nil
+	}
 	return connect.NewResponse(testAgents), nil
 }
 
@@ -112,6 +118,9 @@ func (f *fakeOperator) GetTasks(_ context.Context, req *connect.Request[slacklin
 	f.mu.Lock()
 	f.tasksReq = req.Msg
 	f.mu.Unlock()
+	if f.tasks != nil {
+		return connect.NewResponse(f.tasks), nil
+	}
 	return connect.NewResponse(testTasks), nil
 }
 
@@ -299,7 +308,12 @@ func TestInvalidArguments(t *testing.T) {
 		{[]string{"set", "quota", "eng", "cpus:lots"}, `set quota: invalid resources: cpus value "lots" is not a number`},
 		{[]string{"set", "quota", "eng", "ports:[1-2]"}, "set quota: quota limits scalar resources (cpus, mem, disk), not ports"},
 		{[]string{"set", "speed", "x"}, `set: unknown setting "speed": want weight or quota`},
-		{[]string{"get", "pods"}, `get: unknown resource "pods": want one of agents, frameworks, tasks, roles`},
+		{[]string{"get", "pods"}, `get: unknown resource "pods": want one of agents, frameworks, tasks, roles, containers`},
+		{[]string{"get", "containers"}, "get containers: want --agent URL or --hostname HOSTNAME"},
+		{[]string{"get", "containers", "--agent", "http://x:5051", "--hostname", "x"}, "get containers: --agent and --hostname exclude each other"},
+		{[]string{"logs"}, "logs: want TASK_ID, got 0 argument(s)"},
+		{[]string{"logs", "t-1", "t-2"}, "logs: want TASK_ID, got 2 argument(s)"},
+		{[]string{"logs", "t-1", "--tail", "-2"}, "logs: --tail -2: want a number of bytes, 0 for none or -1 for the whole file"},
 		{[]string{"get", "agents", "extra"}, `get agents: takes no arguments, got ["extra"]`},
 		{[]string{"get", "agents", "-o", "yaml"}, `unknown output format "yaml": want table or json`},
 	}
@@ -320,9 +334,14 @@ func TestCoordinatorErrors(t *testing.T) {
 	for _, args := range [][]string{
 		{"get", "agents"}, {"get", "frameworks"}, {"get", "tasks"}, {"get", "roles"},
 		{"set", "weight", "eng", "2"}, {"set", "quota", "eng", "cpus:1"},
+		{"logs", "t-1"}, {"get", "containers", "--hostname", "node-1"},
 	} {
 		_, err := run(t, append([]string{"--coordinator", url}, args...)...)
-		want := strings.Join(args[:2], " ") + ": unavailable: not the leader"
+		command := strings.Join(args[:2], " ")
+		if args[0] == "logs" {
+			command = "logs"
+		}
+		want := command + ": unavailable: not the leader"
 		if err == nil || err.Error() != want {
 			t.Errorf("%q: error %v, want %q", args, err, want)
 		}

@@ -62,15 +62,24 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags := root.PersistentFlags()
 	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL (env "+coordinatorEnv+")")
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
-	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator")
+	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
 
-	root.AddCommand(newGetCommand(g), newSetCommand(g))
+	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g))
 	return root
 }
 
 // operator returns a client of the coordinator's OperatorService.
 func (g *globals) operator() slacklinev1connect.OperatorServiceClient {
 	return slacklinev1connect.NewOperatorServiceClient(&http.Client{Timeout: g.timeout}, g.coordinator)
+}
+
+// node returns a client of the NodeService of the agent at url; a bare
+// "host:port" means http.
+func (g *globals) node(url string) slacklinev1connect.NodeServiceClient {
+	if !strings.Contains(url, "://") {
+		url = "http://" + url
+	}
+	return slacklinev1connect.NewNodeServiceClient(&http.Client{Timeout: g.timeout}, strings.TrimSuffix(url, "/"))
 }
 
 // print writes a response: msg as JSON with -o json, else the table.

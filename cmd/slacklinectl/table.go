@@ -119,6 +119,27 @@ func roleTable(roles []*slacklinev1.Role) table {
 	return t
 }
 
+func containerTable(containers []*slacklinev1.Container) table {
+	t := table{header: []string{"CONTAINER", "TASK", "FRAMEWORK", "STATE", "CGROUP", "RESOURCES", "PID", "SANDBOX"}}
+	for _, c := range containers {
+		pid := ""
+		if c.GetPid() > 0 {
+			pid = strconv.Itoa(int(c.GetPid()))
+		}
+		t.rows = append(t.rows, []string{
+			c.GetContainerId(),
+			c.GetTaskId(),
+			c.GetFrameworkId(),
+			enumName(c.GetState().String(), "TASK_STATE_"),
+			c.GetCgroupPath(),
+			resourceList(c.GetResources()),
+			pid,
+			c.GetSandbox(),
+		})
+	}
+	return t
+}
+
 // resourceList formats a resource list in the flag syntax, revocable
 // resources apart: "cpus:2;mem:256 + revocable cpus:1".
 func resourceList(list []*slacklinev1.Resource) string {

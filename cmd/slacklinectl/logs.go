@@ -1,0 +1,158 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// followInterval is how often "logs --follow" asks the agent for more
+// output; tests shorten it.
+var followInterval = 500 * time.Millisecond
+
+const (
+	defaultTail = 64 << 10
+	// maxRead is the most bytes the agent returns per ReadSandboxFile.
+	maxRead = 1 << 20
+)
+
+type logsOptions struct {
+	stderr    bool
+	framework string
+	agent     string
+	tail      int64
+	follow    bool
+}
+
+// newLogsCommand is "logs TASK_ID": a task's stdout or stderr, read from its
+// sandbox through the NodeService of the agent that runs it.
+func newLogsCommand(g *globals) *cobra.Command {
+	var o logsOptions
+	cmd := &cobra.Command{
+		Use:   "logs TASK_ID",
+		Short: "Print a task's stdout (or stderr) from its sandbox; -f follows it",
+		Long: `Print the end of a task's stdout (or stderr with --stderr), read from the
+task's sandbox on its agent. The task's agent is found through the coordinator
+unless --agent names the agent's NodeService URL. With -f the command keeps
+printing what the task writes until interrupted.`,
+		Args: exactArgs("TASK_ID"),
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if o.tail < -1 {
+				return fmt.Errorf("logs: --tail %d: want a number of bytes, 0 for none or -1 for the whole file", o.tail)
+			}
+			if err := o.run(cmd.Context(), g, args[0]); err != nil {
+				return fmt.Errorf("logs: %w", err)
+			}
+			return nil
+		},
+	}
+	flags := cmd.Flags()
+	flags.BoolVar(&o.stderr, "stderr", false, "print stderr instead of stdout")
+	flags.StringVar(&o.framework, "framework", "", "framework id of the task (needed when several frameworks use the task id)")
+	flags.StringVar(&o.agent, "agent", "", "NodeService URL of the task's agent, e.g. http://10.0.0.5:5051 (skips the coordinator)")
+	flags.Int64Var(&o.tail, "tail", defaultTail, "print the last N bytes first (0: none, -1: the whole file)")
+	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until interrupted")
+	return cmd
+}
+
+func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error {
+	frameworkID, endpoint := o.framework, o.agent
+	if endpoint == "" {
+		task, err := g.findTask(ctx, taskID, frameworkID)
+		if err != nil {
+			return err
+		}
+		frameworkID = task.GetFrameworkId()
+		if endpoint, err = g.agentEndpoint(ctx, task.GetAgentId()); err != nil {
+			return fmt.Errorf("task %q: %w", taskID, err)
+		}
+	}
+	node := g.node(endpoint)
+	path := "stdout"
+	if o.stderr {
+		path = "stderr"
+	}
+	read := func(offset, length int64) (*slacklinev1.ReadSandboxFileResponse, error) {
+		resp, err := node.ReadSandboxFile(ctx, connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{
+			FrameworkId: frameworkID, TaskId: taskID, Path: path, Offset: offset, Length: length,
+		}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	// copyFrom prints the file from offset up to its size, at most maxRead
+	// bytes per call, and returns the offset after what it printed.
+	copyFrom := func(offset int64) (int64, error) {
+		for {
+			resp, err := read(offset, maxRead)
+			if err != nil {
+				return offset, err
+			}
+			if _, err := g.out.Write(resp.GetData()); err != nil {
+				return offset, err
+			}
+			// The agent moves an offset beyond the end (the file was
+			// truncated) back to the end.
+			offset = resp.GetOffset() + int64(len(resp.GetData()))
+			if len(resp.GetData()) == 0 || offset >= resp.GetSize() {
+				return offset, nil
+			}
+		}
+	}
+
+	// The tail: the last o.tail bytes as of the first read.
+	var next int64
+	switch o.tail {
+	case 0:
+		resp, err := read(-1, 1)
+		if err != nil {
+			return err
+		}
+		next = resp.GetSize()
+	case -1:
+		var err error
+		if next, err = copyFrom(0); err != nil {
+			return err
+		}
+	default:
+		resp, err := read(-o.tail, min(o.tail, maxRead))
+		if err != nil {
+			return err
+		}
+		if _, err := g.out.Write(resp.GetData()); err != nil {
+			return err
+		}
+		next = resp.GetOffset() + int64(len(resp.GetData()))
+		if next < resp.GetSize() { // a tail longer than one read
+			if next, err = copyFrom(next); err != nil {
+				return err
+			}
+		}
+	}
+	if !o.follow {
+		return nil
+	}
+
+	ticker := time.NewTicker(followInterval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil // interrupted: the normal end of --follow
+		case <-ticker.C:
+		}
+		var err error
+		if next, err = copyFrom(next); err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			return err
+		}
+	}
+}
