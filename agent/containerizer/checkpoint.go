@@ -1,0 +1,207 @@
+package containerizer
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// Files in a container's state directory <StateDir>/<id>/.
+const (
+	checkpointFile = "container.json" // the containerizer's checkpoint
+	launchFile     = "launch.json"    // what the supervisor runs
+	statusFile     = "status.json"    // written by the supervisor once the task started
+	exitFile       = "exit.json"      // written by the supervisor once the task ended
+	supervisorLog  = "supervisor.log" // the supervisor's stdout and stderr
+	checkpointVer  = 1
+)
+
+// procRef names a process robustly: pid plus its start time (clock ticks
+// after boot, field 22 of /proc/<pid>/stat), so a reused pid is not mistaken
+// for it.
+type procRef struct {
+	Pid       int    `json:"pid"`
+	StartTime uint64 `json:"start_time"`
+}
+
+// commandRecord is CommandInfo in the checkpoint.
+type commandRecord struct {
+	Value       string            `json:"value"`
+	Arguments   []string          `json:"arguments,omitempty"`
+	Shell       bool              `json:"shell,omitempty"`
+	Environment map[string]string `json:"environment,omitempty"`
+}
+
+// checkpoint is a container's durable record, <StateDir>/<id>/container.json.
+// It is written before the cgroups exist and again once the supervisor
+// reported the task's pid.
+type checkpoint struct {
+	Version     int               `json:"version"`
+	ID          string            `json:"id"`
+	FrameworkID string            `json:"framework_id,omitempty"`
+	TaskID      string            `json:"task_id,omitempty"`
+	Revocable   bool              `json:"revocable,omitempty"`
+	Resources   string            `json:"resources"`
+	Command     commandRecord     `json:"command"`
+	Env         map[string]string `json:"env,omitempty"`
+	Layout      cgroups.Layout    `json:"layout"`
+	Cgroup      cgroups.Paths     `json:"cgroup"`
+	Limits      cgroups.Limits    `json:"limits"`
+	Sandbox     string            `json:"sandbox"`
+	BootID      string            `json:"boot_id"`
+	// OOMBaseline is the cgroup's OOM-kill counter when it was created.
+	OOMBaseline   uint64    `json:"oom_baseline"`
+	Supervisor    *procRef  `json:"supervisor,omitempty"`
+	Task          *procRef  `json:"task,omitempty"`
+	StartedAt     time.Time `json:"started_at,omitzero"`
+	KillRequested bool      `json:"kill_requested,omitempty"`
+}
+
+func (cp *checkpoint) spec() Spec {
+	res, _ := resources.Parse(cp.Resources)
+	return Spec{
+		ContainerID: cp.ID, FrameworkID: cp.FrameworkID, TaskID: cp.TaskID, Revocable: cp.Revocable,
+		Resources: res, Env: cp.Env,
+		Command: &slacklinev1.CommandInfo{
+			Value: cp.Command.Value, Arguments: cp.Command.Arguments, Shell: cp.Command.Shell,
+			Environment: cp.Command.Environment,
+		},
+	}
+}
+
+// statusRecord is what the supervisor reports once the task has exec'd:
+// on its status pipe to Launch, and in status.json for a recovering agent
+// that died before checkpointing the pids.
+type statusRecord struct {
+	Supervisor *procRef  `json:"supervisor,omitempty"`
+	Task       *procRef  `json:"task,omitempty"`
+	StartedAt  time.Time `json:"started_at,omitzero"`
+	Error      string    `json:"error,omitempty"`
+}
+
+// exitRecord is the task's end as the supervisor saw it, exit.json.
+type exitRecord struct {
+	ExitCode   int       `json:"exit_code"`
+	Signal     int       `json:"signal,omitempty"`
+	FinishedAt time.Time `json:"finished_at"`
+	// Leftover is how many processes were still in the cgroup after the main
+	// process ended (they were killed).
+	Leftover int    `json:"leftover,omitempty"`
+	Error    string `json:"error,omitempty"`
+}
+
+// launchSpec is what the supervisor and its exec shim run, launch.json.
+type launchSpec struct {
+	Path   string        `json:"path"`
+	Argv   []string      `json:"argv"`
+	Env    []string      `json:"env"`
+	Dir    string        `json:"dir"`
+	Stdout string        `json:"stdout"`
+	Stderr string        `json:"stderr"`
+	Cgroup cgroups.Paths `json:"cgroup"`
+	// SupervisorArgv is the argv prefix that reaches SuperviseMain; the shim
+	// is /proc/self/exe run with SupervisorArgv + ["exec", <state dir>].
+	SupervisorArgv []string `json:"supervisor_argv"`
+}
+
+// writeJSON writes v to path atomically and durably: a temporary file in the
+// same directory, fsync, rename, fsync of the directory.
+func writeJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	dir := filepath.Dir(path)
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(path)+".tmp*")
+	if err != nil {
+		return err
+	}
+	defer os.Remove(tmp.Name()) // no-op after the rename
+	if _, err := tmp.Write(append(data, '\n')); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Sync(); err != nil {
+		tmp.Close()
+		return err
+	}
+	if err := tmp.Close(); err != nil {
+		return err
+	}
+	if err := os.Rename(tmp.Name(), path); err != nil {
+		return err
+	}
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+func readJSON(path string, v any) error {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := json.Unmarshal(data, v); err != nil {
+		return fmt.Errorf("parse %s: %w", path, err)
+	}
+	return nil
+}
+
+// readBootID returns the kernel's boot id: it changes at every boot, so a
+// checkpoint with another one describes containers that died with the host.
+func readBootID(procRoot string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(procRoot, "sys/kernel/random/boot_id"))
+	if err != nil {
+		return "", fmt.Errorf("read boot id: %w", err)
+	}
+	return strings.TrimSpace(string(data)), nil
+}
+
+// procStartTime returns the start time of pid (clock ticks after boot).
+func procStartTime(procRoot string, pid int) (uint64, error) {
+	data, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0, err
+	}
+	return parseStatStartTime(data)
+}
+
+// parseStatStartTime extracts field 22 (starttime) of /proc/<pid>/stat. The
+// command name (field 2) may hold spaces and parentheses, so fields are
+// counted after its last ')'.
+func parseStatStartTime(data []byte) (uint64, error) {
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0, errors.New("malformed stat: no ')'")
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	// fields[0] is field 3 (state); starttime is field 22.
+	const idx = 22 - 3
+	if len(fields) <= idx {
+		return 0, fmt.Errorf("malformed stat: %d fields after the command", len(fields))
+	}
+	return strconv.ParseUint(fields[idx], 10, 64)
+}
+
+// alive reports whether ref still names a live (or zombie) process: the pid
+// exists and has the recorded start time.
+func alive(procRoot string, ref *procRef) bool {
+	if ref == nil || ref.Pid <= 0 {
+		return false
+	}
+	st, err := procStartTime(procRoot, ref.Pid)
+	return err == nil && st == ref.StartTime
+}

@@ -1,0 +1,393 @@
+package containerizer
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"sync"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// ErrPermission is wrapped by errors caused by missing privileges on the
+// cgroup hierarchies. It is the same value as cgroups.ErrPermission.
+var ErrPermission = cgroups.ErrPermission
+
+// ErrUnsupported is wrapped by errors about a host cgroup layout the
+// containerizer cannot use (pure v1, missing controllers, controllers not
+// delegated). It is the same value as cgroups.ErrUnsupported.
+var ErrUnsupported = cgroups.ErrUnsupported
+
+// ErrNotFound is wrapped by Kill, Destroy and Pids for an unknown container id.
+var ErrNotFound = errors.New("container not found")
+
+// ErrExists is wrapped by Launch when the container id is already in use.
+var ErrExists = errors.New("container already exists")
+
+// ErrRunning is wrapped by Destroy when the container has not ended yet.
+var ErrRunning = errors.New("container still running")
+
+// ErrInvalidSpec is wrapped by Launch for a spec that cannot run: no command,
+// an invalid id, or an executable that is not found or not executable.
+var ErrInvalidSpec = errors.New("invalid container spec")
+
+// ErrClosed is wrapped by calls on a closed Containerizer.
+var ErrClosed = errors.New("containerizer closed")
+
+// Config configures a Containerizer. Zero values take the documented
+// defaults.
+type Config struct {
+	// CgroupRoot is the agent's own cgroup, relative to each hierarchy, e.g.
+	// "slackline" or "slackline-agent2" (default "slackline").
+	CgroupRoot string
+	// CgroupMountpoint is where the cgroup hierarchies are mounted (default
+	// "/sys/fs/cgroup"); tests point it at fake trees.
+	CgroupMountpoint string
+	// ProcRoot is where procfs is mounted (default "/proc"); the boot id and
+	// process start times are read there.
+	ProcRoot string
+	// StateDir holds one directory per container: its checkpoint and the
+	// supervisor's files (e.g. <work-dir>/containers). Required.
+	StateDir string
+	// SandboxDir is the parent of the per-container sandboxes (e.g.
+	// <work-dir>/sandboxes). Required.
+	SandboxDir string
+	// KillGracePeriod is the time between SIGTERM and the cgroup-wide kill
+	// (default 3s).
+	KillGracePeriod time.Duration
+	// CPUHardLimit also caps each container's CPU time at its cpus (CFS
+	// quota / cpu.max); by default cpus only sets a weight.
+	CPUHardLimit bool
+	// SupervisorCommand is the argv prefix that starts a supervisor (default
+	// {os.Executable(), "supervise"}). The program must call SuperviseMain
+	// with the arguments that follow the prefix.
+	SupervisorCommand []string
+	// Logger receives the containerizer's logs (default slog.Default()).
+	Logger *slog.Logger
+}
+
+// Mode is the host's cgroup layout.
+type Mode string
+
+const (
+	// ModeV2 is pure cgroup v2.
+	ModeV2 Mode = "v2"
+	// ModeHybrid is cgroup v1 cpu and memory controllers with the v2 tree at
+	// <mountpoint>/unified.
+	ModeHybrid Mode = "hybrid"
+)
+
+// Spec is what to run in a container.
+type Spec struct {
+	// ContainerID is the container's id; when empty Launch generates one.
+	// It must be 1-128 characters of [A-Za-z0-9._-].
+	ContainerID string
+	// FrameworkID and TaskID identify the task (informational; exported to
+	// the task's environment).
+	FrameworkID, TaskID string
+	// Revocable puts the container in the revocable subtree (lowest CPU
+	// priority).
+	Revocable bool
+	// Resources set the limits: cpus -> CPU weight (and cap with
+	// Config.CPUHardLimit), mem (MiB) -> memory limit (0: unlimited).
+	Resources resources.Resources
+	// Command is what runs: with Shell, "/bin/sh -c Value"; otherwise Value
+	// is the executable (looked up in PATH, or relative to the sandbox when
+	// it contains a slash) and Arguments its argv, argv[0] included
+	// (Value alone when Arguments is empty).
+	Command *slacklinev1.CommandInfo
+	// Env is added to the task's environment after Command.Environment.
+	Env map[string]string
+}
+
+// Container is a container the containerizer runs or ran. Values returned
+// are snapshots owned by the caller.
+type Container struct {
+	ID   string
+	Spec Spec
+	Mode Mode
+	// CgroupPath is the cgroup relative to each hierarchy, e.g.
+	// "slackline/guaranteed/<id>".
+	CgroupPath string
+	// Sandbox is the task's working directory, holding stdout and stderr.
+	Sandbox string
+	// Pid is the task's main process.
+	Pid int
+	// StartedAt is when the task's process was started.
+	StartedAt time.Time
+	// Exit is the container's end once known (nil while running).
+	Exit *Exit
+}
+
+// Exit is how a container ended.
+type Exit struct {
+	ContainerID string
+	// ExitCode is the main process's exit code, -1 when it was killed by a
+	// signal or its status is unknown.
+	ExitCode int
+	// Signal is the signal that killed the main process (0 if it exited).
+	Signal int
+	// OOMKilled reports that the cgroup's OOM-kill counter rose while the
+	// container ran: the kernel killed one of its processes for exceeding
+	// the memory limit.
+	OOMKilled bool
+	// Killed reports that the container was ended by Kill.
+	Killed bool
+	// Lost reports that the container vanished without an exit status
+	// (host reboot: other boot id, cgroups and processes gone).
+	Lost bool
+	// Message is a human-readable summary, e.g. "exited with code 3",
+	// "killed by signal 9 (SIGKILL)", "OOM-killed: memory limit 64 MiB".
+	Message string
+}
+
+// Containerizer runs tasks as process trees in their own cgroups, each
+// watched by a detached supervisor process. See the package documentation.
+// Its methods are safe for concurrent use.
+type Containerizer struct {
+	cfg    Config
+	log    *slog.Logger
+	layout cgroups.Layout
+	bootID string
+
+	mu         sync.Mutex
+	containers map[string]*container
+	closed     bool
+
+	exits *exitQueue
+	done  chan struct{} // closed by Close
+}
+
+// container is the containerizer's record of one container.
+type container struct {
+	cp     *checkpoint
+	dir    string        // its state directory
+	ended  chan struct{} // closed once exit is set
+	exit   *Exit
+	finish sync.Once
+	ready  bool     // false while Launch runs: invisible to the other methods
+	watch  *os.File // pidfd of an adopted supervisor; nil for our own children
+}
+
+// New detects the host's cgroup layout, logs it, and creates the agent's
+// cgroup root with its guaranteed and revocable subtrees in every hierarchy
+// it needs (the v1 cpu and memory hierarchies and the v2 tree on hybrid
+// hosts; the v2 tree with cpu and memory delegated on pure v2). The
+// revocable subtree gets the lowest CPU priority.
+//
+// Errors wrap ErrPermission (not root, read-only or non-delegated cgroupfs:
+// the message names the path and the fix) or ErrUnsupported (pure v1,
+// missing controller).
+func New(cfg Config) (*Containerizer, error) {
+	if cfg.CgroupRoot == "" {
+		cfg.CgroupRoot = "slackline"
+	}
+	if cfg.CgroupMountpoint == "" {
+		cfg.CgroupMountpoint = "/sys/fs/cgroup"
+	}
+	if cfg.ProcRoot == "" {
+		cfg.ProcRoot = "/proc"
+	}
+	if cfg.KillGracePeriod <= 0 {
+		cfg.KillGracePeriod = 3 * time.Second
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if len(cfg.SupervisorCommand) == 0 {
+		exe, err := os.Executable()
+		if err != nil {
+			return nil, fmt.Errorf("find the supervisor executable: %w", err)
+		}
+		cfg.SupervisorCommand = []string{exe, "supervise"}
+	}
+	if cfg.StateDir == "" || cfg.SandboxDir == "" {
+		return nil, errors.New("containerizer: StateDir and SandboxDir are required")
+	}
+	if err := cgroups.ValidateRoot(cfg.CgroupRoot); err != nil {
+		return nil, err
+	}
+	for _, d := range []*string{&cfg.StateDir, &cfg.SandboxDir} {
+		abs, err := filepath.Abs(*d)
+		if err != nil {
+			return nil, err
+		}
+		*d = abs
+		if err := os.MkdirAll(abs, 0o755); err != nil {
+			return nil, fmt.Errorf("create %s: %w", abs, err)
+		}
+	}
+	layout, err := cgroups.Detect(cfg.CgroupMountpoint)
+	if err != nil {
+		return nil, err
+	}
+	if err := layout.SetupRoot(cfg.CgroupRoot); err != nil {
+		return nil, err
+	}
+	bootID, err := readBootID(cfg.ProcRoot)
+	if err != nil {
+		return nil, err
+	}
+	c := &Containerizer{
+		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID,
+		containers: make(map[string]*container),
+		exits:      newExitQueue(),
+		done:       make(chan struct{}),
+	}
+	attrs := []any{"mode", string(layout.Mode), "root", cfg.CgroupRoot, "unified", layout.Unified}
+	if layout.Mode == cgroups.ModeHybrid {
+		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
+	}
+	c.log.Info("containerizer: cgroups detected", attrs...)
+	return c, nil
+}
+
+// Mode returns the host's cgroup layout.
+func (c *Containerizer) Mode() Mode { return Mode(c.layout.Mode) }
+
+// Exits returns the channel on which every container's end is delivered,
+// exactly once per Containerizer value. Exits are queued without bound
+// inside the containerizer (the channel itself is unbuffered), so watchers
+// never block and nothing is dropped; they arrive in the order they were
+// observed. A container keeps its checkpoint until Destroy, so after a
+// restart Recover delivers the Exit of an ended but not yet destroyed
+// container again: call Destroy once the Exit has been acted upon.
+func (c *Containerizer) Exits() <-chan Exit { return c.exits.out }
+
+// Containers returns a snapshot of every container not yet destroyed,
+// sorted by id; ended ones have Exit set.
+func (c *Containerizer) Containers() []*Container {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	out := make([]*Container, 0, len(c.containers))
+	for _, ct := range c.containers {
+		if !ct.ready {
+			continue
+		}
+		out = append(out, ct.snapshot())
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+// Pids returns every process in the container's cgroup (all hierarchies
+// agree; the v2 tree is read).
+func (c *Containerizer) Pids(id string) ([]int, error) {
+	ct, err := c.lookup(id)
+	if err != nil {
+		return nil, err
+	}
+	return ct.cp.Cgroup.Procs()
+}
+
+// Close stops watching containers and delivering exits. It does not touch
+// the containers: their supervisors keep running, and a new Containerizer
+// on the same StateDir re-adopts them with Recover. Exits not yet received
+// are not lost: they are delivered again by the next Recover.
+func (c *Containerizer) Close() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil
+	}
+	c.closed = true
+	close(c.done)
+	c.exits.close()
+	for _, ct := range c.containers {
+		if ct.watch != nil {
+			_ = ct.watch.Close()
+		}
+	}
+	return nil
+}
+
+func (c *Containerizer) lookup(id string) (*container, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return nil, ErrClosed
+	}
+	ct := c.containers[id]
+	if ct == nil || !ct.ready {
+		return nil, fmt.Errorf("%w: %q", ErrNotFound, id)
+	}
+	return ct, nil
+}
+
+// snapshot returns the public view of ct. Callers hold c.mu or own ct.
+func (ct *container) snapshot() *Container {
+	cp := ct.cp
+	out := &Container{
+		ID: cp.ID, Spec: cp.spec(), Mode: Mode(cp.Layout.Mode), CgroupPath: cp.Cgroup.Rel,
+		Sandbox: cp.Sandbox, StartedAt: cp.StartedAt,
+	}
+	if cp.Task != nil {
+		out.Pid = cp.Task.Pid
+	}
+	if ct.exit != nil {
+		e := *ct.exit
+		out.Exit = &e
+	}
+	return out
+}
+
+// exitQueue is an unbounded FIFO in front of an unbuffered channel.
+type exitQueue struct {
+	mu      sync.Mutex
+	pending []Exit
+	wake    chan struct{}
+	stop    chan struct{}
+	out     chan Exit
+}
+
+func newExitQueue() *exitQueue {
+	q := &exitQueue{wake: make(chan struct{}, 1), stop: make(chan struct{}), out: make(chan Exit)}
+	go q.pump()
+	return q
+}
+
+func (q *exitQueue) push(e Exit) {
+	q.mu.Lock()
+	q.pending = append(q.pending, e)
+	q.mu.Unlock()
+	select {
+	case q.wake <- struct{}{}:
+	default:
+	}
+}
+
+func (q *exitQueue) close() { close(q.stop) }
+
+func (q *exitQueue) pump() {
+	for {
+		q.mu.Lock()
+		var next *Exit
+		if len(q.pending) > 0 {
+			e := q.pending[0]
+			next = &e
+		}
+		q.mu.Unlock()
+		if next == nil {
+			select {
+			case <-q.wake:
+				continue
+			case <-q.stop:
+				return
+			}
+		}
+		select {
+		case q.out <- *next:
+			q.mu.Lock()
+			q.pending = q.pending[1:]
+			q.mu.Unlock()
+		case <-q.stop:
+			return
+		}
+	}
+}

@@ -1,0 +1,153 @@
+package containerizer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"io/fs"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// supervisorEnv makes the test binary act as the supervisor (and its exec
+// shim): the tests' Config.SupervisorCommand is the test binary itself.
+const supervisorEnv = "SLACKLINE_CONTAINERIZER_TEST_SUPERVISOR"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(supervisorEnv) == "1" {
+		os.Exit(SuperviseMain(os.Args[1:]))
+	}
+	// Inherited by the supervisors the tests start (not by tasks: they get
+	// an explicit environment).
+	os.Setenv(supervisorEnv, "1")
+	os.Exit(m.Run())
+}
+
+const realMountpoint = "/sys/fs/cgroup"
+
+// requirePrivileged skips the test when it cannot use real cgroups here,
+// unless SLACKLINE_TEST_PRIVILEGED=1 (CI), which makes that a failure.
+func requirePrivileged(t *testing.T) {
+	t.Helper()
+	reason := ""
+	if os.Geteuid() != 0 {
+		reason = "not running as root"
+	} else if _, err := cgroups.Detect(realMountpoint); err != nil {
+		reason = "no usable cgroups: " + err.Error()
+	}
+	if reason == "" {
+		return
+	}
+	if os.Getenv("SLACKLINE_TEST_PRIVILEGED") == "1" {
+		t.Fatalf("privileged test cannot run: %s (SLACKLINE_TEST_PRIVILEGED=1 makes this a failure, not a skip)", reason)
+	}
+	t.Skipf("skipping privileged test: %s; run as root on a cgroup v2 or hybrid host (CI sets SLACKLINE_TEST_PRIVILEGED=1)", reason)
+}
+
+func randomSuffix() string {
+	var b [6]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+// testConfig is a Config on the real cgroups with a unique root and
+// temporary state and sandbox directories; the root is removed (after
+// killing whatever is left in it) when the test ends.
+func testConfig(t *testing.T) Config {
+	t.Helper()
+	requirePrivileged(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	work := t.TempDir()
+	cfg := Config{
+		CgroupRoot:        "slackline-test-" + randomSuffix(),
+		CgroupMountpoint:  realMountpoint,
+		StateDir:          filepath.Join(work, "containers"),
+		SandboxDir:        filepath.Join(work, "sandboxes"),
+		KillGracePeriod:   300 * time.Millisecond,
+		SupervisorCommand: []string{exe},
+		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
+	}
+	t.Cleanup(func() { removeRealRoot(t, cfg.CgroupRoot) })
+	return cfg
+}
+
+// newTest returns a Containerizer for cfg, closed when the test ends.
+func newTest(t *testing.T, cfg Config) *Containerizer {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatalf("New: %v", err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// removeRealRoot kills every process under the test's root and removes its
+// cgroups bottom-up in every hierarchy. It only touches that root.
+func removeRealRoot(t *testing.T, root string) {
+	layout, err := cgroups.Detect(realMountpoint)
+	if err != nil {
+		return
+	}
+	all := layout.PathsOf(root)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := all.KillAndWait(ctx); err != nil {
+		t.Errorf("cleanup: kill processes under %s: %v", root, err)
+	}
+	for _, top := range all.Dirs() {
+		var dirs []string
+		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
+		for _, d := range dirs {
+			if err := syscall.Rmdir(d); err != nil {
+				t.Errorf("cleanup: rmdir %s: %v", d, err)
+			}
+		}
+	}
+}
+
+// waitExit returns the next Exit for id, failing after a deadline.
+func waitExit(t *testing.T, c *Containerizer, id string) Exit {
+	t.Helper()
+	deadline := time.After(30 * time.Second)
+	for {
+		select {
+		case e := <-c.Exits():
+			if e.ContainerID == id {
+				return e
+			}
+			t.Logf("exit of another container: %+v", e)
+		case <-deadline:
+			t.Fatalf("no exit for container %s", id)
+		}
+	}
+}
+
+// eventually polls cond until it holds, failing after a deadline.
+func eventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}

@@ -1,0 +1,341 @@
+package containerizer
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// defaultPath is the task's PATH when the agent has none.
+const defaultPath = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+
+var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
+
+// Launch starts spec's command in a new container and returns once the
+// task's process has exec'd the command inside all its cgroups.
+//
+// In order: the spec is checked (command present, executable found), the
+// sandbox (<SandboxDir>/<id> with stdout and stderr) is created, the
+// container is checkpointed in StateDir, its cgroups are created with their
+// limits, and a detached supervisor is started; the supervisor starts the
+// task through a shim that joins the cgroups before exec'ing the command,
+// and reports the task's pid back. The checkpoint is then updated with the
+// supervisor's and the task's pids and start times.
+//
+// Errors: ErrInvalidSpec (no command, bad id, executable not found),
+// ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
+// error the cgroups and the checkpoint are removed; the sandbox stays.
+func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, error) {
+	id := spec.ContainerID
+	if id == "" {
+		id = newID()
+		spec.ContainerID = id
+	}
+	if !validID.MatchString(id) || id == "." || id == ".." {
+		return nil, fmt.Errorf("%w: container id %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidSpec, id)
+	}
+	if spec.Command == nil || spec.Command.GetValue() == "" {
+		return nil, fmt.Errorf("%w: no command", ErrInvalidSpec)
+	}
+	sandbox := filepath.Join(c.cfg.SandboxDir, id)
+	env := taskEnv(spec, id, sandbox)
+	path, argv, err := commandLine(spec, envValue(env, "PATH"), sandbox)
+	if err != nil {
+		return nil, err
+	}
+
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil, ErrClosed
+	}
+	if c.containers[id] != nil {
+		c.mu.Unlock()
+		return nil, fmt.Errorf("%w: %q", ErrExists, id)
+	}
+	// Reserve the id while launching.
+	ct := &container{dir: filepath.Join(c.cfg.StateDir, id), ended: make(chan struct{})}
+	c.containers[id] = ct
+	c.mu.Unlock()
+	release := func() {
+		c.mu.Lock()
+		delete(c.containers, id)
+		c.mu.Unlock()
+	}
+
+	if err := os.Mkdir(ct.dir, 0o755); err != nil {
+		release()
+		if errors.Is(err, fs.ErrExist) {
+			return nil, fmt.Errorf("%w: %q (state directory %s exists)", ErrExists, id, ct.dir)
+		}
+		return nil, fmt.Errorf("create state directory: %w", err)
+	}
+	cp, err := c.prepare(spec, id, sandbox, ct.dir)
+	if err != nil {
+		_ = os.RemoveAll(ct.dir)
+		release()
+		return nil, err
+	}
+	ct.cp = cp
+	lspec := launchSpec{
+		Path: path, Argv: argv, Env: env, Dir: sandbox,
+		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
+		Cgroup: cp.Cgroup, SupervisorArgv: c.cfg.SupervisorCommand,
+	}
+	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
+	if err != nil {
+		c.abortLaunch(ct)
+		release()
+		return nil, fmt.Errorf("launch container %s: %w", id, err)
+	}
+	cp.Supervisor, cp.Task, cp.StartedAt = status.Supervisor, status.Task, status.StartedAt
+	if err := writeJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
+		// The supervisor's status.json still lets Recover find the pids.
+		c.log.Error("containerizer: checkpoint", "container", id, "err", err)
+	}
+	c.mu.Lock()
+	ct.ready = true
+	snap := ct.snapshot()
+	c.mu.Unlock()
+	go func() {
+		_ = cmd.Wait() // reap; the outcome is in exit.json
+		c.finish(ct)
+	}()
+	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid,
+		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes)
+	return snap, nil
+}
+
+// prepare creates the sandbox, the first checkpoint and the cgroups.
+func (c *Containerizer) prepare(spec Spec, id, sandbox, dir string) (*checkpoint, error) {
+	if err := os.MkdirAll(sandbox, 0o755); err != nil {
+		return nil, fmt.Errorf("create sandbox: %w", err)
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		f, err := os.OpenFile(filepath.Join(sandbox, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		if err != nil {
+			return nil, fmt.Errorf("create sandbox: %w", err)
+		}
+		f.Close()
+	}
+	class := cgroups.Guaranteed
+	if spec.Revocable {
+		class = cgroups.Revocable
+	}
+	rel := cgroups.ContainerRel(c.cfg.CgroupRoot, class, id)
+	cp := &checkpoint{
+		Version: checkpointVer, ID: id, FrameworkID: spec.FrameworkID, TaskID: spec.TaskID,
+		Revocable: spec.Revocable, Resources: spec.Resources.String(), Env: spec.Env,
+		Command: commandRecord{
+			Value: spec.Command.GetValue(), Arguments: spec.Command.GetArguments(),
+			Shell: spec.Command.GetShell(), Environment: spec.Command.GetEnvironment(),
+		},
+		Layout: c.layout, Cgroup: c.layout.PathsOf(rel),
+		Limits: cgroups.Limits{
+			CPUs: spec.Resources.CPUs(), HardCPU: c.cfg.CPUHardLimit,
+			MemoryBytes: cgroups.MemoryBytes(spec.Resources.Mem()),
+		},
+		Sandbox: sandbox, BootID: c.bootID,
+	}
+	// Durable before the cgroups exist: every cgroup under the root has a
+	// checkpoint, so Recover can account for it.
+	if err := writeJSON(filepath.Join(dir, checkpointFile), cp); err != nil {
+		return nil, fmt.Errorf("checkpoint: %w", err)
+	}
+	if _, err := c.layout.Create(rel, cp.Limits); err != nil {
+		return nil, err
+	}
+	oom, err := cp.Cgroup.OOMKills()
+	if err != nil {
+		c.log.Warn("containerizer: read OOM counter", "container", id, "err", err)
+	}
+	cp.OOMBaseline = oom
+	return cp, nil
+}
+
+// abortLaunch undoes a failed launch: kills whatever may have started in the
+// cgroups, removes them and the state directory.
+func (c *Containerizer) abortLaunch(ct *container) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := ct.cp.Cgroup.KillAndWait(ctx); err != nil {
+		c.log.Error("containerizer: kill after failed launch", "container", ct.cp.ID, "err", err)
+	}
+	if err := ct.cp.Cgroup.Remove(); err != nil {
+		c.log.Error("containerizer: remove cgroups after failed launch", "container", ct.cp.ID, "err", err)
+	}
+	if err := os.RemoveAll(ct.dir); err != nil {
+		c.log.Error("containerizer: remove state after failed launch", "container", ct.cp.ID, "err", err)
+	}
+}
+
+// startSupervisor writes launch.json, starts the detached supervisor and
+// waits for its report that the task runs (or failed to start).
+func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *exec.Cmd, error) {
+	if err := writeJSON(filepath.Join(dir, launchFile), lspec); err != nil {
+		return nil, nil, fmt.Errorf("write launch spec: %w", err)
+	}
+	logFile, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer logFile.Close()
+	statusR, statusW, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer statusR.Close()
+	argv := c.cfg.SupervisorCommand
+	cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
+	cmd.Stdout, cmd.Stderr = logFile, logFile
+	cmd.ExtraFiles = []*os.File{statusW} // fd 3
+	// Own session: the supervisor outlives the agent and its terminal.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	err = cmd.Start()
+	statusW.Close()
+	if err != nil {
+		return nil, nil, fmt.Errorf("start supervisor %s: %w", argv[0], err)
+	}
+	stop := context.AfterFunc(ctx, func() { _ = statusR.SetReadDeadline(time.Now()) })
+	defer stop()
+	data, readErr := io.ReadAll(statusR)
+	var status statusRecord
+	switch {
+	case readErr != nil && ctx.Err() != nil:
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, ctx.Err()
+	case len(data) == 0 || json.Unmarshal(data, &status) != nil:
+		_ = cmd.Wait()
+		tail, _ := os.ReadFile(filepath.Join(dir, supervisorLog))
+		return nil, nil, fmt.Errorf("supervisor ended without reporting the task (%s): %s",
+			cmd.ProcessState, strings.TrimSpace(lastLines(string(tail), 5)))
+	case status.Error != "":
+		_ = cmd.Wait()
+		return nil, nil, errors.New(status.Error)
+	case status.Task == nil || status.Supervisor == nil:
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+		return nil, nil, errors.New("supervisor reported no task pid")
+	}
+	return &status, cmd, nil
+}
+
+// commandLine returns the executable and argv for spec. A non-shell
+// command's executable is resolved now, so a missing one fails Launch before
+// anything is created.
+func commandLine(spec Spec, pathEnv, sandbox string) (string, []string, error) {
+	cmd := spec.Command
+	if cmd.GetShell() {
+		return "/bin/sh", []string{"/bin/sh", "-c", cmd.GetValue()}, nil
+	}
+	path, err := lookPath(cmd.GetValue(), pathEnv, sandbox)
+	if err != nil {
+		return "", nil, err
+	}
+	argv := cmd.GetArguments()
+	if len(argv) == 0 {
+		argv = []string{cmd.GetValue()}
+	}
+	return path, append([]string{}, argv...), nil
+}
+
+// lookPath finds file like a shell would, with the task's PATH; a name with a
+// slash is taken relative to the sandbox.
+func lookPath(file, pathEnv, sandbox string) (string, error) {
+	check := func(p string) error {
+		st, err := os.Stat(p)
+		if err != nil {
+			return err
+		}
+		if st.IsDir() || st.Mode()&0o111 == 0 {
+			return fmt.Errorf("%s is not an executable file", p)
+		}
+		return nil
+	}
+	if strings.Contains(file, "/") {
+		p := file
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(sandbox, p)
+		}
+		if err := check(p); err != nil {
+			return "", fmt.Errorf("%w: executable %q: %v", ErrInvalidSpec, file, err)
+		}
+		return p, nil
+	}
+	for _, dir := range filepath.SplitList(pathEnv) {
+		if dir == "" {
+			continue
+		}
+		p := filepath.Join(dir, file)
+		if check(p) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%w: executable %q not found in PATH %q", ErrInvalidSpec, file, pathEnv)
+}
+
+// taskEnv is the task's environment: PATH (the agent's, or a default), HOME
+// (the sandbox), then Command.Environment, Spec.Env and the SLACKLINE_
+// variables, later ones winning. Nothing else of the agent's environment is
+// passed on.
+func taskEnv(spec Spec, id, sandbox string) []string {
+	m := map[string]string{"PATH": os.Getenv("PATH"), "HOME": sandbox}
+	if m["PATH"] == "" {
+		m["PATH"] = defaultPath
+	}
+	for k, v := range spec.Command.GetEnvironment() {
+		m[k] = v
+	}
+	for k, v := range spec.Env {
+		m[k] = v
+	}
+	m["SLACKLINE_SANDBOX"] = sandbox
+	m["SLACKLINE_TASK_ID"] = spec.TaskID
+	m["SLACKLINE_FRAMEWORK_ID"] = spec.FrameworkID
+	m["SLACKLINE_CONTAINER_ID"] = id
+	env := make([]string, 0, len(m))
+	for k, v := range m {
+		env = append(env, k+"="+v)
+	}
+	sort.Strings(env)
+	return env
+}
+
+func envValue(env []string, key string) string {
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, key+"="); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func newID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func lastLines(s string, n int) string {
+	lines := strings.Split(strings.TrimRight(s, "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return strings.Join(lines, "\n")
+}

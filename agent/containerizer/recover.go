@@ -1,0 +1,187 @@
+package containerizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"golang.org/x/sys/unix"
+)
+
+// Recover re-adopts the containers checkpointed in StateDir, typically by a
+// new agent process after the previous one died. For each checkpoint:
+//
+//   - another boot id (the host rebooted: cgroups and processes are gone):
+//     Exit{Lost: true};
+//   - a live supervisor (pid and start time match): re-adopted and returned,
+//     watched again (its Exit will come) and killable;
+//   - a supervisor gone and an exit status recorded: its Exit with the real
+//     outcome (exit code, signal, OOM from the cgroup's counter);
+//   - a supervisor gone without an exit status (it was killed, or the agent
+//     died mid-launch): whatever remains in the cgroup is killed and the Exit
+//     says so; if even the cgroup is gone, Exit{Lost: true}.
+//
+// Exits found here are queued and delivered on Exits after Recover returns.
+// Cgroups under the root's subtrees without a checkpoint (left by a crash
+// before the first checkpoint cannot happen; by outside interference can)
+// are killed and removed. Containers already known are skipped, so calling
+// Recover twice is harmless.
+func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
+	entries, err := os.ReadDir(c.cfg.StateDir)
+	if err != nil {
+		return nil, fmt.Errorf("recover: %w", err)
+	}
+	var running []*Container
+	known := map[string]bool{}
+	for _, e := range entries {
+		if !e.IsDir() {
+			continue
+		}
+		id := e.Name()
+		known[id] = true
+		c.mu.Lock()
+		if c.closed {
+			c.mu.Unlock()
+			return nil, ErrClosed
+		}
+		_, exists := c.containers[id]
+		c.mu.Unlock()
+		if exists {
+			continue
+		}
+		dir := filepath.Join(c.cfg.StateDir, id)
+		var cp checkpoint
+		if err := readJSON(filepath.Join(dir, checkpointFile), &cp); err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				// Launch stopped before its first checkpoint: nothing else exists.
+				c.log.Warn("containerizer: removing state without checkpoint", "dir", dir)
+				_ = os.RemoveAll(dir)
+				continue
+			}
+			c.log.Error("containerizer: unreadable checkpoint skipped", "dir", dir, "err", err)
+			continue
+		}
+		ct := &container{cp: &cp, dir: dir, ended: make(chan struct{}), ready: true}
+		c.mu.Lock()
+		c.containers[id] = ct
+		c.mu.Unlock()
+		if snap := c.recoverOne(ctx, ct); snap != nil {
+			running = append(running, snap)
+		}
+	}
+	c.removeOrphans(ctx, known)
+	c.log.Info("containerizer: recovered", "running", len(running))
+	return running, nil
+}
+
+// recoverOne decides the fate of one checkpointed container; it returns its
+// snapshot when it is still running.
+func (c *Containerizer) recoverOne(ctx context.Context, ct *container) *Container {
+	cp := ct.cp
+	if cp.BootID != c.bootID {
+		c.deliver(ct, lostExit(cp.ID, fmt.Sprintf("the host rebooted since it started (boot id %s, now %s)", cp.BootID, c.bootID)))
+		return nil
+	}
+	// Pids the agent did not checkpoint (it died during Launch) are in the
+	// supervisor's status.json.
+	if cp.Supervisor == nil || cp.Task == nil {
+		var st statusRecord
+		if err := readJSON(filepath.Join(ct.dir, statusFile), &st); err == nil {
+			cp.Supervisor, cp.Task, cp.StartedAt = st.Supervisor, st.Task, st.StartedAt
+		}
+	}
+	// Liveness first, exit file second: a supervisor exits only after
+	// writing its exit file, so this order never misses one.
+	if pidfd, err := c.openSupervisor(cp.Supervisor); err == nil {
+		c.mu.Lock()
+		ct.watch = pidfd
+		c.mu.Unlock()
+		go c.watchAdopted(ct, pidfd)
+		c.log.Info("containerizer: re-adopted", "container", cp.ID, "pid", cp.Task.Pid, "supervisor", cp.Supervisor.Pid)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return ct.snapshot()
+	}
+	if _, err := os.Stat(filepath.Join(ct.dir, exitFile)); err == nil {
+		c.finish(ct)
+		return nil
+	}
+	if !cp.Cgroup.Exists() {
+		c.deliver(ct, lostExit(cp.ID, "its supervisor and cgroup are gone and no exit status was recorded"))
+		return nil
+	}
+	c.finish(ct) // kills what remains and reports the missing status
+	return nil
+}
+
+// openSupervisor returns a pidfd for a live supervisor matching ref. The
+// start time is checked after opening, so the pidfd cannot name a process
+// that reused the pid.
+func (c *Containerizer) openSupervisor(ref *procRef) (*os.File, error) {
+	if ref == nil {
+		return nil, errors.New("no supervisor recorded")
+	}
+	fd, err := unix.PidfdOpen(ref.Pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return nil, err
+	}
+	if !alive(c.cfg.ProcRoot, ref) {
+		unix.Close(fd)
+		return nil, errors.New("supervisor pid reused")
+	}
+	// Non-blocking: the runtime's poller waits for it, no thread is parked.
+	return os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", ref.Pid)), nil
+}
+
+// watchAdopted waits for an adopted supervisor (not our child) to exit: its
+// pidfd becomes readable then.
+func (c *Containerizer) watchAdopted(ct *container, pidfd *os.File) {
+	defer pidfd.Close()
+	rc, err := pidfd.SyscallConn()
+	if err != nil {
+		c.log.Error("containerizer: watch supervisor", "container", ct.cp.ID, "err", err)
+		return
+	}
+	err = rc.Read(func(fd uintptr) bool {
+		n, perr := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		return perr != nil || n > 0
+	})
+	if err != nil {
+		return // closed by Close
+	}
+	c.finish(ct)
+}
+
+// removeOrphans kills and removes cgroups under the root's subtrees that no
+// checkpoint accounts for. Only the containerizer creates cgroups there.
+func (c *Containerizer) removeOrphans(ctx context.Context, known map[string]bool) {
+	for _, class := range []cgroups.Class{cgroups.Guaranteed, cgroups.Revocable} {
+		parent := filepath.Join(c.layout.Unified, c.cfg.CgroupRoot, string(class))
+		entries, err := os.ReadDir(parent)
+		if err != nil {
+			continue
+		}
+		for _, e := range entries {
+			c.mu.Lock()
+			_, launching := c.containers[e.Name()]
+			c.mu.Unlock()
+			if !e.IsDir() || known[e.Name()] || launching {
+				continue
+			}
+			p := c.layout.PathsOf(cgroups.ContainerRel(c.cfg.CgroupRoot, class, e.Name()))
+			c.log.Warn("containerizer: removing orphaned cgroup", "cgroup", p.Rel)
+			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+			if err := p.KillAndWait(kctx); err != nil {
+				c.log.Error("containerizer: kill orphaned cgroup", "cgroup", p.Rel, "err", err)
+			}
+			cancel()
+			if err := p.Remove(); err != nil {
+				c.log.Error("containerizer: remove orphaned cgroup", "cgroup", p.Rel, "err", err)
+			}
+		}
+	}
+}

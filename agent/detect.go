@@ -1,0 +1,112 @@
+package agent
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+
+	"github.com/slackline/slackline/resources"
+)
+
+// defaultPorts is the port range offered when --resources names none.
+var defaultPorts = resources.Ranges{{Begin: 31000, End: 32000}}
+
+// DetectResources returns the host's resources as Mesos computes them:
+// every CPU; memory less a reserve for the system (1 GiB, or half when the
+// host has less than 2 GiB); the disk of workDir less a reserve (5 GiB, or
+// half below 10 GiB); ports 31000-32000. Scalars and ports named in
+// override replace the detected ones.
+func DetectResources(workDir, override string) (resources.Resources, error) {
+	named, err := namedResources(override)
+	if err != nil {
+		return resources.Resources{}, err
+	}
+	over, err := resources.Parse(override)
+	if err != nil {
+		return resources.Resources{}, fmt.Errorf("--resources: %w", err)
+	}
+	var detected resources.Resources
+	if !named[resources.NameCPUs] {
+		detected = detected.With(resources.CPUs, float64(runtime.NumCPU()))
+	}
+	if !named[resources.NameMem] {
+		total, err := memTotalMiB()
+		if err != nil {
+			return resources.Resources{}, fmt.Errorf("detect memory (or set mem in --resources): %w", err)
+		}
+		detected = detected.With(resources.Mem, total-reserve(total, 1024))
+	}
+	if !named[resources.NameDisk] {
+		var st syscall.Statfs_t
+		if err := syscall.Statfs(workDir, &st); err != nil {
+			return resources.Resources{}, fmt.Errorf("detect disk of %s (or set disk in --resources): %w", workDir, err)
+		}
+		total := float64(st.Blocks) * float64(st.Bsize) / (1 << 20)
+		detected = detected.With(resources.Disk, total-reserve(total, 5*1024))
+	}
+	if !named[resources.NamePorts] {
+		detected = detected.WithPorts(defaultPorts)
+	}
+	return detected.Add(over), nil
+}
+
+// reserve is what the system keeps of total: want, or half of a small total.
+func reserve(total, want float64) float64 {
+	if total < 2*want {
+		return total / 2
+	}
+	return want
+}
+
+func namedResources(text string) (map[string]bool, error) {
+	named := map[string]bool{}
+	for item := range strings.SplitSeq(text, ";") {
+		if name, _, ok := strings.Cut(strings.TrimSpace(item), ":"); ok {
+			named[strings.TrimSpace(name)] = true
+		}
+	}
+	return named, nil
+}
+
+func memTotalMiB() (float64, error) {
+	f, err := os.Open("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if rest, ok := strings.CutPrefix(sc.Text(), "MemTotal:"); ok {
+			kb, err := strconv.ParseFloat(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse MemTotal: %w", err)
+			}
+			return kb / 1024, nil
+		}
+	}
+	return 0, fmt.Errorf("no MemTotal in /proc/meminfo")
+}
+
+// ParseAttributes parses "rack=r1,zone=z2" into attributes (names unique).
+func ParseAttributes(text string) (map[string]string, error) {
+	out := map[string]string{}
+	for item := range strings.SplitSeq(text, ",") {
+		item = strings.TrimSpace(item)
+		if item == "" {
+			continue
+		}
+		k, v, ok := strings.Cut(item, "=")
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("attribute %q is not name=value", item)
+		}
+		if _, dup := out[strings.TrimSpace(k)]; dup {
+			return nil, fmt.Errorf("attribute %q is given twice", k)
+		}
+		out[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return out, nil
+}

@@ -1,0 +1,154 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpcreflect"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/gen/grpc/health/v1/healthv1connect"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+)
+
+// Sandbox reads: default and largest lengths.
+const (
+	defaultReadLength = 64 << 10
+	maxReadLength     = 1 << 20
+)
+
+// Handler returns the HTTP handler of the agent's NodeService, with gRPC
+// health, reflection and /metrics.
+func (a *Agent) Handler() http.Handler {
+	opts := []connect.HandlerOption{connect.WithReadMaxBytes(coordinator.MaxRequestBytes)}
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, opts...))
+	mux.Handle(healthv1connect.NewHealthHandler(coordinator.NewHealth(slacklinev1connect.NodeServiceName), opts...))
+	reflector := grpcreflect.NewStaticReflector(slacklinev1connect.NodeServiceName, healthv1connect.HealthName)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return mux
+}
+
+func (a *Agent) serveNode(ctx context.Context) error {
+	return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, Logger: a.log}, a.Handler())
+}
+
+type nodeService struct{ a *Agent }
+
+func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slacklinev1.GetContainersRequest]) (*connect.Response[slacklinev1.GetContainersResponse], error) {
+	a := s.a
+	containers := a.cz.Containers()
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	out := make([]*slacklinev1.Container, 0, len(containers))
+	for _, c := range containers {
+		pc := &slacklinev1.Container{
+			ContainerId: c.ID, TaskId: c.Spec.TaskID, FrameworkId: c.Spec.FrameworkID, CgroupPath: c.CgroupPath,
+			Resources: c.Spec.Resources.Proto("", c.Spec.Revocable), Sandbox: c.Sandbox, Revocable: c.Spec.Revocable,
+			Pid: int32(c.Pid), StartedTime: timestamppb.New(c.StartedAt), CgroupMode: string(c.Mode),
+		}
+		if t := a.tasks[taskKey{c.Spec.FrameworkID, c.Spec.TaskID}]; t != nil {
+			pc.State = t.state
+		}
+		out = append(out, pc)
+	}
+	slices.SortFunc(out, func(x, y *slacklinev1.Container) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
+	return connect.NewResponse(&slacklinev1.GetContainersResponse{Containers: out}), nil
+}
+
+// sandboxOf returns the sandbox directory of a task the agent knows.
+func (a *Agent) sandboxOf(frameworkID, taskID string) (string, error) {
+	for _, c := range a.cz.Containers() {
+		if c.Spec.TaskID == taskID && (frameworkID == "" || c.Spec.FrameworkID == frameworkID) {
+			return c.Sandbox, nil
+		}
+	}
+	// Ended containers keep their sandbox: look for it on disk.
+	matches, _ := filepath.Glob(filepath.Join(a.cfg.WorkDir, "sandboxes", "*", "*"))
+	for _, m := range matches {
+		if filepath.Base(m) == taskID && (frameworkID == "" || filepath.Base(filepath.Dir(m)) == frameworkID) {
+			return m, nil
+		}
+	}
+	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no sandbox for task %q on this agent", taskID))
+}
+
+func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[slacklinev1.ReadSandboxFileRequest]) (*connect.Response[slacklinev1.ReadSandboxFileResponse], error) {
+	msg := req.Msg
+	if msg.GetTaskId() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("task_id is empty"))
+	}
+	rel := filepath.Clean(msg.GetPath())
+	if msg.GetPath() == "" || filepath.IsAbs(rel) || rel == ".." || strings.HasPrefix(rel, "../") {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("path %q must be relative to the sandbox, e.g. stdout", msg.GetPath()))
+	}
+	length := msg.GetLength()
+	switch {
+	case length == 0:
+		length = defaultReadLength
+	case length < 0 || length > maxReadLength:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("length %d must be between 1 and %d", length, maxReadLength))
+	}
+	sandbox, err := s.a.sandboxOf(msg.GetFrameworkId(), msg.GetTaskId())
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Open(filepath.Join(sandbox, rel))
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%s not found in the sandbox of %q", rel, msg.GetTaskId()))
+		}
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	defer f.Close()
+	info, err := f.Stat()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	offset := msg.GetOffset()
+	if offset < 0 {
+		offset = max(0, info.Size()+offset)
+	}
+	offset = min(offset, info.Size())
+	buf := make([]byte, min(length, info.Size()-offset))
+	n, err := f.ReadAt(buf, offset)
+	if err != nil && !errors.Is(err, io.EOF) {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return connect.NewResponse(&slacklinev1.ReadSandboxFileResponse{Data: buf[:n], Offset: offset, Size: info.Size()}), nil
+}
+
+var errLater = errors.New("comes with the eBPF monitor, estimator and QoS controller")
+
+func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetUsageRequest]) (*connect.Response[slacklinev1.GetUsageResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+}
+
+func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+}
+
+func (s nodeService) GetCorrections(context.Context, *connect.Request[slacklinev1.GetCorrectionsRequest]) (*connect.Response[slacklinev1.GetCorrectionsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+}
+
+func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.GetFeaturesRequest]) (*connect.Response[slacklinev1.GetFeaturesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+}

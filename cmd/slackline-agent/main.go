@@ -1,0 +1,88 @@
+// Command slackline-agent runs the Slackline node agent: it registers this
+// host's resources with the coordinator, runs tasks in cgroups and serves
+// the NodeService. It must run as root (or with a delegated cgroup tree).
+//
+// "slackline-agent supervise ..." is the per-task supervisor the agent
+// starts itself; it is not meant to be run by hand.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	"github.com/slackline/slackline/agent"
+	"github.com/slackline/slackline/agent/containerizer"
+)
+
+func main() {
+	if len(os.Args) > 1 && os.Args[1] == "supervise" {
+		os.Exit(containerizer.SuperviseMain(os.Args[2:]))
+	}
+	if err := run(os.Args[1:]); err != nil {
+		fmt.Fprintln(os.Stderr, "slackline-agent:", err)
+		os.Exit(1)
+	}
+}
+
+func run(args []string) error {
+	fs := flag.NewFlagSet("slackline-agent", flag.ContinueOnError)
+	var cfg agent.Config
+	fs.StringVar(&cfg.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL")
+	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:5051", "NodeService address")
+	fs.StringVar(&cfg.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
+	fs.StringVar(&cfg.Hostname, "hostname", "", "hostname to register (default: the host's)")
+	fs.StringVar(&cfg.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
+	attributes := fs.String("attributes", "", `agent attributes, e.g. "rack=r1,zone=z2"`)
+	cgroupRoot := fs.String("cgroup-root", "slackline", "the agent's cgroup subtree under each hierarchy")
+	cgroupMount := fs.String("cgroup-mountpoint", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
+	grace := fs.Duration("kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
+	cpuLimit := fs.Bool("cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
+	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	cfg.Logger = logger
+	var err error
+	if cfg.Attributes, err = agent.ParseAttributes(*attributes); err != nil {
+		return fmt.Errorf("--attributes: %w", err)
+	}
+	if os.Geteuid() != 0 {
+		return errors.New("must run as root: the agent creates cgroups and starts tasks in them; run it with sudo or as the systemd unit in scripts/systemd")
+	}
+	workDir, err := filepath.Abs(cfg.WorkDir)
+	if err != nil {
+		return err
+	}
+	cfg.WorkDir = workDir
+	cz, err := containerizer.New(containerizer.Config{
+		CgroupRoot: *cgroupRoot, CgroupMountpoint: *cgroupMount,
+		StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
+		KillGracePeriod: *grace, CPUHardLimit: *cpuLimit, Logger: logger,
+	})
+	if err != nil {
+		return err
+	}
+	cfg.Containerizer = cz
+	a, err := agent.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer a.Close()
+	logger.Info("starting agent", "hostname", cfg.Hostname, "resources", a.Resources().String(), "cgroup_mode", string(cz.Mode()), "work_dir", workDir)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	return a.Run(ctx)
+}

@@ -1,0 +1,316 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/privileged"
+	"github.com/slackline/slackline/internal/server"
+)
+
+// realAgent is a started slackline-agent with its own cgroup root.
+type realAgent struct {
+	proc       *process
+	args       []string
+	listen     string
+	cgroupRoot string
+}
+
+func startAgent(t *testing.T, coordinatorAddr, name, res string) *realAgent {
+	t.Helper()
+	listen := freeAddr(t)
+	root := fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9)
+	args := []string{"--coordinator", "http://" + coordinatorAddr, "--listen", listen, "--hostname", name,
+		"--work-dir", filepath.Join(t.TempDir(), name), "--cgroup-root", root, "--resources", res,
+		"--kill-grace-period", "500ms"}
+	a := &realAgent{proc: start(t, "slackline-agent", args...), args: args, listen: listen, cgroupRoot: root}
+	t.Cleanup(func() { removeCgroupRoot(root) })
+	return a
+}
+
+// restart SIGKILLs the agent and starts it again with the same flags.
+func (a *realAgent) restart(t *testing.T) {
+	a.proc.kill()
+	a.proc = start(t, "slackline-agent", a.args...)
+}
+
+func (a *realAgent) node() slacklinev1connect.NodeServiceClient {
+	return slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+a.listen)
+}
+
+func (a *realAgent) containers(t *testing.T) []*slacklinev1.Container {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := a.node().GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+	if err != nil {
+		return nil
+	}
+	return resp.Msg.GetContainers()
+}
+
+// removeCgroupRoot kills every process left under a test agent's cgroup
+// root (tasks survive their agent by design) and removes the cgroups.
+func removeCgroupRoot(root string) {
+	unified := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(unified); err != nil {
+		unified = "/sys/fs/cgroup"
+	}
+	_ = filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			_ = os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
+		}
+		return nil
+	})
+	deadline := time.Now().Add(5 * time.Second)
+	for _, h := range []string{"cpu", "memory", "unified", ""} {
+		base := filepath.Join("/sys/fs/cgroup", h, root)
+		var dirs []string
+		_ = filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- { // children first
+			for syscall.Rmdir(dirs[i]) == syscall.EBUSY && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}
+}
+
+func waitAgentsActive(t *testing.T, addr string, n int) {
+	t.Helper()
+	op := operator(addr)
+	eventually(t, 30*time.Second, func() string {
+		state, err := getState(t, op)
+		if err != nil {
+			return err.Error()
+		}
+		active := 0
+		for _, a := range state.GetAgents() {
+			if a.GetState() == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+				active++
+			}
+		}
+		if active != n {
+			return fmt.Sprintf("%d of %d agents active", active, n)
+		}
+		return ""
+	})
+}
+
+// taskStatuses returns the latest status of every task of a framework name.
+func taskStatuses(t *testing.T, addr, name string) map[string]*slacklinev1.Task {
+	state, err := getState(t, operator(addr))
+	if err != nil {
+		return nil
+	}
+	ids := map[string]bool{}
+	for _, fw := range state.GetFrameworks() {
+		if fw.GetInfo().GetName() == name {
+			ids[fw.GetInfo().GetId()] = true
+		}
+	}
+	out := map[string]*slacklinev1.Task{}
+	for _, task := range state.GetTasks() {
+		if ids[task.GetFrameworkId()] {
+			out[task.GetTaskId()] = task
+		}
+	}
+	return out
+}
+
+func startCoordinator(t *testing.T) (string, *process, string) {
+	t.Helper()
+	addr, workDir := freeAddr(t), t.TempDir()
+	p := start(t, "slackline-coordinator", coordinatorArgs(addr, workDir)...)
+	eventually(t, 10*time.Second, func() string { _, err := getState(t, operator(addr)); return errString(err) })
+	return addr, p, workDir
+}
+
+// TestRealAgents runs real commands on two real agents: successes, a
+// failure with its exit code, an OOM kill, and a kill that leaves nothing.
+func TestRealAgents(t *testing.T) {
+	privileged.Require(t)
+	addr, _, _ := startCoordinator(t)
+	agents := []*realAgent{
+		startAgent(t, addr, "agent-1", "cpus:2;mem:1024"),
+		startAgent(t, addr, "agent-2", "cpus:2;mem:1024"),
+	}
+	waitAgentsActive(t, addr, 2)
+
+	t.Run("ten sleeps finish", func(t *testing.T) {
+		batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "sleepers", "--tasks", "10",
+			"--task-resources", "cpus:0.2;mem:32", "--command", "sleep 1")
+		waitExit(t, batch, 60*time.Second)
+		if batch.err != nil || !strings.Contains(batch.out.String(), "10 finished, 0 failed") {
+			t.Fatalf("batch-framework: %v\n%s", batch.err, batch.out.String())
+		}
+	})
+	t.Run("exit code", func(t *testing.T) {
+		batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "exit3", "--tasks", "1",
+			"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:32", "--command", "exit 3")
+		waitExit(t, batch, 60*time.Second)
+		if batch.err == nil {
+			t.Fatal("batch-framework succeeded with a task that exits 3")
+		}
+		for _, task := range taskStatuses(t, addr, "exit3") {
+			st := task.GetStatus()
+			if task.GetState() != slacklinev1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetMessage(), "3") {
+				t.Fatalf("task %s: %v %q, want FAILED naming exit code 3", task.GetTaskId(), task.GetState(), st.GetMessage())
+			}
+		}
+	})
+	t.Run("oom", func(t *testing.T) {
+		// tail holds its whole input when it has no newline.
+		batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "hog", "--tasks", "1",
+			"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:64", "--command", "head -c 400m /dev/zero | tail")
+		waitExit(t, batch, 60*time.Second)
+		tasks := taskStatuses(t, addr, "hog")
+		if len(tasks) == 0 {
+			t.Fatal("no task recorded")
+		}
+		for _, task := range tasks {
+			st := task.GetStatus()
+			if task.GetState() != slacklinev1.TaskState_TASK_STATE_FAILED || st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_LIMITATION_MEMORY {
+				t.Fatalf("task %s: %v %v %q, want FAILED with REASON_CONTAINER_LIMITATION_MEMORY", task.GetTaskId(), task.GetState(), st.GetReason(), st.GetMessage())
+			}
+		}
+	})
+	t.Run("kill leaves no process", func(t *testing.T) {
+		batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "stubborn", "--tasks", "1",
+			"--task-resources", "cpus:0.1;mem:32", "--teardown-on-exit",
+			"--command", `trap "" TERM; (setsid sleep 1000 &); sleep 1000`)
+		var cgroup string
+		var pids []int
+		eventually(t, 30*time.Second, func() string {
+			for _, a := range agents {
+				for _, c := range a.containers(t) {
+					if c.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+						cgroup = c.GetCgroupPath()
+						pids = cgroupPids(cgroup)
+						if len(pids) >= 2 {
+							return ""
+						}
+					}
+				}
+			}
+			return "no running container with its daemonized child yet"
+		})
+		batch.stop() // SIGTERM: --teardown-on-exit tears the framework down; its task is killed
+		eventually(t, 30*time.Second, func() string {
+			for _, pid := range pids {
+				if syscall.Kill(pid, 0) == nil {
+					return fmt.Sprintf("process %d of %s still alive", pid, cgroup)
+				}
+			}
+			if left := cgroupPids(cgroup); len(left) > 0 {
+				return fmt.Sprintf("cgroup %s still has %v", cgroup, left)
+			}
+			return ""
+		})
+	})
+}
+
+// cgroupPids lists the processes of a container's cgroup in the v2 tree
+// (hybrid machines mount it at /sys/fs/cgroup/unified).
+func cgroupPids(cgroupPath string) []int {
+	for _, base := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		raw, err := os.ReadFile(filepath.Join(base, cgroupPath, "cgroup.procs"))
+		if err != nil {
+			continue
+		}
+		var pids []int
+		for _, f := range strings.Fields(string(raw)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				pids = append(pids, pid)
+			}
+		}
+		return pids
+	}
+	return nil
+}
+
+func waitExit(t *testing.T, p *process, timeout time.Duration) {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		t.Fatalf("%s did not exit within %v:\n%s", p.name, timeout, p.out.String())
+	}
+}
+
+// TestAgentAndCoordinatorRestarts: a running task survives an agent SIGKILL
+// (same process, still RUNNING) and a coordinator SIGKILL (the same tasks
+// once the agents re-register).
+func TestAgentAndCoordinatorRestarts(t *testing.T) {
+	privileged.Require(t)
+	addr, coord, coordDir := startCoordinator(t)
+	agent := startAgent(t, addr, "restart-agent", "cpus:2;mem:1024")
+	waitAgentsActive(t, addr, 1)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "long", "--tasks", "2",
+		"--task-resources", "cpus:0.1;mem:32", "--command", "sleep 1000", "--failover-timeout", "1h")
+	pids := map[string]int32{}
+	eventually(t, 30*time.Second, func() string {
+		for _, c := range agent.containers(t) {
+			if c.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				pids[c.GetTaskId()] = c.GetPid()
+			}
+		}
+		if len(pids) != 2 {
+			return fmt.Sprintf("%d containers running", len(pids))
+		}
+		return ""
+	})
+
+	agent.restart(t)
+	eventually(t, 30*time.Second, func() string {
+		got := map[string]int32{}
+		for _, c := range agent.containers(t) {
+			got[c.GetTaskId()] = c.GetPid()
+		}
+		for task, pid := range pids {
+			if got[task] != pid {
+				return fmt.Sprintf("after the agent restart task %s has pid %d, want %d", task, got[task], pid)
+			}
+		}
+		for task, st := range taskStatuses(t, addr, "long") {
+			if st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+				return fmt.Sprintf("task %s is %v", task, st.GetState())
+			}
+		}
+		return ""
+	})
+
+	coord.kill()
+	start(t, "slackline-coordinator", coordinatorArgs(addr, coordDir)...)
+	eventually(t, 30*time.Second, func() string {
+		tasks := taskStatuses(t, addr, "long")
+		if len(tasks) != 2 {
+			return fmt.Sprintf("%d tasks known after the coordinator restart", len(tasks))
+		}
+		for task, st := range tasks {
+			if st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING || pids[task] == 0 {
+				return fmt.Sprintf("task %s is %v", task, st.GetState())
+			}
+		}
+		return ""
+	})
+	for task, pid := range pids {
+		if syscall.Kill(int(pid), 0) != nil {
+			t.Fatalf("process %d of task %s died across the restarts", pid, task)
+		}
+	}
+}

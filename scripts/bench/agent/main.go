@@ -1,0 +1,207 @@
+// Command agent measures the node agent (run as root): launch latency from
+// Accept to the framework receiving TASK_STATE_RUNNING over --trials tasks
+// launched one at a time, and the agent's CPU and RSS when idle and with
+// --running tasks running. It builds and starts the real coordinator and
+// agent binaries on loopback.
+//
+//	sudo go run ./scripts/bench/agent --trials 100 --running 50
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench agent:", err)
+		os.Exit(1)
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func run() error {
+	trials := flag.Int("trials", 100, "tasks launched one at a time for the latency figures")
+	running := flag.Int("running", 50, "tasks kept running for the resource figures")
+	window := flag.Duration("window", 10*time.Second, "CPU measurement window")
+	flag.Parse()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (the agent creates cgroups)")
+	}
+	dir, err := os.MkdirTemp("", "slackline-bench-agent")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-agent")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	coordAddr, agentAddr := freeAddr(), freeAddr()
+	root := fmt.Sprintf("slackline-bench-%d", os.Getpid())
+	procs := []*exec.Cmd{
+		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn"),
+		exec.Command(filepath.Join(dir, "slackline-agent"), "--coordinator", "http://"+coordAddr, "--listen", agentAddr,
+			"--work-dir", filepath.Join(dir, "agent"), "--cgroup-root", root, "--resources", "cpus:64;mem:65536", "--log-level", "warn",
+			"--kill-grace-period", "100ms"),
+	}
+	for _, p := range procs {
+		p.Stderr = os.Stderr
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		defer p.Process.Kill()
+		time.Sleep(300 * time.Millisecond)
+	}
+	agentPid := procs[1].Process.Pid
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	offers := make(chan *slacklinev1.Offer, 100)
+	runningAt := make(chan time.Time, 1000)
+	handler := frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, os []*slacklinev1.Offer) {
+			for _, o := range os {
+				offers <- o
+			}
+		},
+		UpdateFunc: func(ctx context.Context, c *frameworkapi.Client, st *slacklinev1.TaskStatus) {
+			if st.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				runningAt <- time.Now()
+			}
+		},
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: "http://" + coordAddr, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "bench-agent"}})
+	if err != nil {
+		return err
+	}
+	go fw.Run(ctx, handler)
+
+	time.Sleep(2 * time.Second)
+	idleCPU, idleRSS := measure(agentPid, *window)
+	fmt.Printf("agent idle: CPU %.4f cores, RSS %.1f MiB\n", idleCPU, idleRSS)
+
+	need := resources.MustParse("cpus:0.1;mem:16")
+	var latencies []time.Duration
+	launch := func(i int) (time.Duration, error) {
+		o := <-offers
+		task := frameworkapi.NewTask(fmt.Sprintf("t%d", i), "bench", o, need, &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
+		t0 := time.Now()
+		if err := fw.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(0)); err != nil {
+			return 0, err
+		}
+		select {
+		case t1 := <-runningAt:
+			return t1.Sub(t0), nil
+		case <-time.After(30 * time.Second):
+			return 0, fmt.Errorf("task %d not running after 30 s", i)
+		}
+	}
+	for i := range max(*trials, *running) {
+		d, err := launch(i)
+		if err != nil {
+			return err
+		}
+		if i < *trials {
+			latencies = append(latencies, d)
+		}
+	}
+	slices.Sort(latencies)
+	pct := func(p float64) time.Duration {
+		return latencies[int(p*float64(len(latencies)-1))].Round(10 * time.Microsecond)
+	}
+	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
+	busyCPU, busyRSS := measure(agentPid, *window)
+	fmt.Printf("agent with %d tasks running: CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), busyCPU, busyRSS)
+	cancel()
+	// Tasks outlive their agent by design: kill them and remove the cgroups.
+	procs[1].Process.Kill()
+	cleanup(root)
+	return nil
+}
+
+func measure(pid int, window time.Duration) (cores, rssMiB float64) {
+	c0 := cpuSeconds(pid)
+	t0 := time.Now()
+	time.Sleep(window)
+	return (cpuSeconds(pid) - c0) / time.Since(t0).Seconds(), float64(rssBytes(pid)) / (1 << 20)
+}
+
+func cpuSeconds(pid int) float64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
+	utime, _ := strconv.ParseFloat(fields[11], 64)
+	stime, _ := strconv.ParseFloat(fields[12], 64)
+	return (utime + stime) / 100
+}
+
+func rssBytes(pid int) int64 {
+	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
+			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
+			return kb << 10
+		}
+	}
+	return 0
+}
+
+func cleanup(root string) {
+	unified := "/sys/fs/cgroup/unified"
+	if _, err := os.Stat(unified); err != nil {
+		unified = "/sys/fs/cgroup"
+	}
+	filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
+		}
+		return nil
+	})
+	time.Sleep(500 * time.Millisecond)
+	for _, h := range []string{"cpu", "memory", "unified", ""} {
+		var dirs []string
+		filepath.WalkDir(filepath.Join("/sys/fs/cgroup", h, root), func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, path)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			syscall.Rmdir(dirs[i])
+		}
+	}
+}
