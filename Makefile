@@ -3,7 +3,6 @@
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-BINARIES := slackline-coordinator slacklinectl slackline-sim batch-framework
 # Short fuzzing runs that `make test` includes (seconds per target).
 FUZZTIME ?= 10s
 

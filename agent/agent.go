@@ -493,6 +493,9 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 			a.finishLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_FAILED, slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: "+err.Error())
 			return
 		}
+		if err := a.ckpt.putSandbox(ctx, tk.frameworkID, tk.taskID, c.Sandbox, time.Now()); err != nil {
+			a.log.Warn("checkpoint sandbox", "task", tk.taskID, "err", err)
+		}
 		if !isTerminal(t.state) {
 			a.setStateLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED,
 				fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid))

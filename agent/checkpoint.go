@@ -1,10 +1,13 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -19,8 +22,12 @@ const (
 	bucketMeta    = "meta"
 	bucketTasks   = "tasks"
 	bucketUpdates = "updates"
-	keyAgentID    = "agent_id"
-	keyBootID     = "boot_id"
+	// bucketSandboxes maps tasks to their sandboxes, so logs stay readable
+	// after a task ended; the oldest entries beyond maxSandboxes are pruned.
+	bucketSandboxes = "sandboxes"
+	maxSandboxes    = 1000
+	keyAgentID      = "agent_id"
+	keyBootID       = "boot_id"
 )
 
 // checkpoint persists what the agent must not forget across restarts.
@@ -106,6 +113,52 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 		out[key] = rec
 	}
 	return out, nil
+}
+
+// putSandbox records where a task's sandbox is and prunes the oldest
+// records beyond maxSandboxes.
+func (c *checkpoint) putSandbox(ctx context.Context, frameworkID, taskID, path string, now time.Time) error {
+	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path
+	if err := c.kv.Apply(ctx, store.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))); err != nil {
+		return err
+	}
+	all, err := c.kv.Load(ctx, bucketSandboxes)
+	if err != nil || len(all) <= maxSandboxes {
+		return err
+	}
+	type entry struct {
+		key  string
+		when int64
+	}
+	entries := make([]entry, 0, len(all))
+	for k, v := range all {
+		when, _, _ := strings.Cut(string(v), "|")
+		n, _ := strconv.ParseInt(when, 10, 64)
+		entries = append(entries, entry{k, n})
+	}
+	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.when, b.when) })
+	var deletes []store.Mutation
+	for _, e := range entries[:len(entries)-maxSandboxes] {
+		deletes = append(deletes, store.Delete(bucketSandboxes, e.key))
+	}
+	return c.kv.Apply(ctx, deletes...)
+}
+
+// sandbox returns the recorded sandbox of a task; an empty frameworkID
+// matches any framework.
+func (c *checkpoint) sandbox(ctx context.Context, frameworkID, taskID string) (string, error) {
+	all, err := c.kv.Load(ctx, bucketSandboxes)
+	if err != nil {
+		return "", err
+	}
+	for k, v := range all {
+		fw, task, _ := strings.Cut(k, "\x00")
+		if task == taskID && (frameworkID == "" || fw == frameworkID) {
+			_, path, _ := strings.Cut(string(v), "|")
+			return path, nil
+		}
+	}
+	return "", nil
 }
 
 // bootID identifies the current boot of the host.

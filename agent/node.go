@@ -80,12 +80,9 @@ func (a *Agent) sandboxOf(frameworkID, taskID string) (string, error) {
 			return c.Sandbox, nil
 		}
 	}
-	// Ended containers keep their sandbox: look for it on disk.
-	matches, _ := filepath.Glob(filepath.Join(a.cfg.WorkDir, "sandboxes", "*", "*"))
-	for _, m := range matches {
-		if filepath.Base(m) == taskID && (frameworkID == "" || filepath.Base(filepath.Dir(m)) == frameworkID) {
-			return m, nil
-		}
+	// Ended containers keep their sandbox.
+	if path, err := a.ckpt.sandbox(context.Background(), frameworkID, taskID); err == nil && path != "" {
+		return path, nil
 	}
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no sandbox for task %q on this agent", taskID))
 }

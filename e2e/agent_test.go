@@ -161,7 +161,7 @@ func TestRealAgents(t *testing.T) {
 	})
 	t.Run("exit code", func(t *testing.T) {
 		batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "exit3", "--tasks", "1",
-			"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:32", "--command", "exit 3")
+			"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:32", "--command", "echo bye; exit 3")
 		waitExit(t, batch, 60*time.Second)
 		if batch.err == nil {
 			t.Fatal("batch-framework succeeded with a task that exits 3")
@@ -170,6 +170,10 @@ func TestRealAgents(t *testing.T) {
 			st := task.GetStatus()
 			if task.GetState() != slacklinev1.TaskState_TASK_STATE_FAILED || !strings.Contains(st.GetMessage(), "3") {
 				t.Fatalf("task %s: %v %q, want FAILED naming exit code 3", task.GetTaskId(), task.GetState(), st.GetMessage())
+			}
+			// Its stdout stays readable through the agent after it ended.
+			if out := ctl(t, addr, "logs", task.GetTaskId()); out != "bye\n" {
+				t.Fatalf("slacklinectl logs %s = %q, want %q", task.GetTaskId(), out, "bye\n")
 			}
 		}
 	})

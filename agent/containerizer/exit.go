@@ -35,7 +35,10 @@ func (c *Containerizer) finish(ct *container) {
 		} else if !errors.Is(err, os.ErrNotExist) {
 			c.log.Warn("containerizer: read OOM counter", "container", ct.cp.ID, "err", err)
 		}
-		c.deliver(ct, describeExit(ct.cp.ID, rec, oom, ct.cp.KillRequested, ct.cp.Limits.MemoryBytes))
+		c.mu.Lock()
+		killed := ct.cp.KillRequested
+		c.mu.Unlock()
+		c.deliver(ct, describeExit(ct.cp.ID, rec, oom, killed, ct.cp.Limits.MemoryBytes))
 	})
 }
 
@@ -43,6 +46,10 @@ func (c *Containerizer) finish(ct *container) {
 // (the next Recover delivers it then).
 func (c *Containerizer) deliver(ct *container, e Exit) {
 	c.mu.Lock()
+	if ct.exit != nil { // already delivered: exactly once
+		c.mu.Unlock()
+		return
+	}
 	ct.exit = &e
 	close(ct.ended)
 	closed := c.closed

@@ -95,7 +95,7 @@ func newTest(t *testing.T, cfg Config) *Containerizer {
 
 // removeRealRoot kills every process under the test's root and removes its
 // cgroups bottom-up in every hierarchy. It only touches that root.
-func removeRealRoot(t *testing.T, root string) {
+func removeRealRoot(t testing.TB, root string) {
 	layout, err := cgroups.Detect(realMountpoint)
 	if err != nil {
 		return

@@ -65,26 +65,32 @@ func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 			c.log.Error("containerizer: unreadable checkpoint skipped", "dir", dir, "err", err)
 			continue
 		}
-		ct := &container{cp: &cp, dir: dir, ended: make(chan struct{}), ready: true}
+		// Not ready (invisible) until its fate is decided.
+		ct := &container{cp: &cp, dir: dir, ended: make(chan struct{})}
 		c.mu.Lock()
 		c.containers[id] = ct
 		c.mu.Unlock()
-		if snap := c.recoverOne(ctx, ct); snap != nil {
-			running = append(running, snap)
+		if c.recoverOne(ct) {
+			c.mu.Lock()
+			running = append(running, ct.snapshot())
+			c.mu.Unlock()
 		}
+		c.mu.Lock()
+		ct.ready = true
+		c.mu.Unlock()
 	}
 	c.removeOrphans(ctx, known)
 	c.log.Info("containerizer: recovered", "running", len(running))
 	return running, nil
 }
 
-// recoverOne decides the fate of one checkpointed container; it returns its
-// snapshot when it is still running.
-func (c *Containerizer) recoverOne(ctx context.Context, ct *container) *Container {
+// recoverOne decides the fate of one checkpointed container; it reports
+// whether the container is still running (and now watched).
+func (c *Containerizer) recoverOne(ct *container) bool {
 	cp := ct.cp
 	if cp.BootID != c.bootID {
 		c.deliver(ct, lostExit(cp.ID, fmt.Sprintf("the host rebooted since it started (boot id %s, now %s)", cp.BootID, c.bootID)))
-		return nil
+		return false
 	}
 	// Pids the agent did not checkpoint (it died during Launch) are in the
 	// supervisor's status.json.
@@ -102,20 +108,18 @@ func (c *Containerizer) recoverOne(ctx context.Context, ct *container) *Containe
 		c.mu.Unlock()
 		go c.watchAdopted(ct, pidfd)
 		c.log.Info("containerizer: re-adopted", "container", cp.ID, "pid", cp.Task.Pid, "supervisor", cp.Supervisor.Pid)
-		c.mu.Lock()
-		defer c.mu.Unlock()
-		return ct.snapshot()
+		return true
 	}
 	if _, err := os.Stat(filepath.Join(ct.dir, exitFile)); err == nil {
 		c.finish(ct)
-		return nil
+		return false
 	}
 	if !cp.Cgroup.Exists() {
 		c.deliver(ct, lostExit(cp.ID, "its supervisor and cgroup are gone and no exit status was recorded"))
-		return nil
+		return false
 	}
 	c.finish(ct) // kills what remains and reports the missing status
-	return nil
+	return false
 }
 
 // openSupervisor returns a pidfd for a live supervisor matching ref. The

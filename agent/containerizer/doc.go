@@ -1,0 +1,168 @@
+// Package containerizer runs a Slackline agent's tasks: each task is a
+// process tree in its own cgroup, with a CPU weight from its cpus, an
+// optional CPU cap, and a memory limit from its mem, watched by a small
+// supervisor process that outlives the agent. It is the equivalent of the
+// Mesos containerizer with the cgroups isolators and the command executor.
+//
+// # Lifecycle
+//
+//	c, err := containerizer.New(cfg)     // detect v2/hybrid, create <root>/{guaranteed,revocable}
+//	running, err := c.Recover(ctx)       // after a restart: re-adopt, report what ended meanwhile
+//	ct, err := c.Launch(ctx, spec)       // returns once the task has exec'd in its cgroups
+//	e := <-c.Exits()                     // every container's end, exactly once
+//	err = c.Kill(ctx, ct.ID)             // SIGTERM, grace, cgroup-wide SIGKILL
+//	err = c.Destroy(ct.ID)               // after its Exit: remove cgroups and checkpoint
+//	c.Close()                            // stop watching; containers keep running
+//
+// The agent binary must dispatch its "supervise" sub-command to
+// SuperviseMain (Config.SupervisorCommand defaults to {os.Executable(),
+// "supervise"}):
+//
+//	if len(os.Args) > 1 && os.Args[1] == "supervise" {
+//		os.Exit(containerizer.SuperviseMain(os.Args[2:]))
+//	}
+//
+// # Cgroup layout
+//
+// The host's layout is detected by New and logged; Mode reports it. A
+// container's cgroup is <root>/guaranteed/<id>, or <root>/revocable/<id> for
+// a task with revocable resources; Container.CgroupPath is that relative
+// path. On pure cgroup v2 it is one directory of the v2 tree with cpu.weight
+// (clamp(cpus*100, 1, 10000)), cpu.max ("<cpus*100000> 100000", only with
+// Config.CPUHardLimit) and memory.max (mem MiB, plus memory.swap.max 0 where
+// swap is accounted); <root> and both subtrees delegate "+cpu +memory", and
+// the parent of <root> must already delegate them (New says how to fix it
+// otherwise, never touching that parent). On a hybrid host (the development
+// and CI machines) the same relative path exists in three hierarchies: the
+// v1 cpu hierarchy (cpu.shares = max(2, cpus*1024), CFS quota and period
+// with the hard limit), the v1 memory hierarchy (memory.limit_in_bytes and
+// memory.memsw.limit_in_bytes) and the controller-less v2 tree at
+// <mountpoint>/unified, used for membership, kill, freeze and PSI. The
+// revocable subtree runs at the lowest CPU priority: v2 cpu.weight 1 and
+// cpu.idle 1, v1 cpu.shares 2 (and cpu.idle 1 where the kernel has it). The
+// values are computed and written by the cgroups sub-package, which uses
+// github.com/containerd/cgroups/v3.
+//
+// # Files
+//
+//	<SandboxDir>/<id>/                the task's working directory and HOME
+//	<SandboxDir>/<id>/stdout, stderr  the task's output (appended)
+//	<StateDir>/<id>/container.json    the checkpoint (see Checkpoint below)
+//	<StateDir>/<id>/launch.json       argv, environment, cgroup directories for the supervisor
+//	<StateDir>/<id>/status.json       the supervisor's and task's pids, once started
+//	<StateDir>/<id>/exit.json         the task's exit code or signal, once ended
+//	<StateDir>/<id>/supervisor.log    the supervisor's own log
+//
+// The supervisor's files live in StateDir rather than in the sandbox so a
+// task cannot clobber its own outcome while cleaning its working directory.
+// Every JSON file is written atomically (temporary file, fsync, rename,
+// fsync of the directory).
+//
+// # Supervisor, and how a task enters its cgroups before it execs
+//
+// Launch checks the spec (a shell command runs as /bin/sh -c value;
+// otherwise value is the executable, found in the task's PATH or relative to
+// the sandbox, and arguments its argv with argv[0]), creates the sandbox,
+// writes the checkpoint, creates the cgroups with their limits, and starts
+// the supervisor ("supervise run <state-dir>") in its own session, so it
+// survives the agent and its terminal. The supervisor stays outside the
+// task's cgroups. It starts the shim ("supervise exec <state-dir>", the same
+// binary through /proc/self/exe) in a new process group; the shim writes its
+// own pid to the cgroup.procs file of every cgroup of the container (v2 tree,
+// and on hybrid the v1 cpu and memory hierarchies), then execve's the
+// command with the task's environment. The task's process is therefore in
+// all its cgroups before the user's command runs, and everything it forks
+// inherits them. The shim's exec error, if any, travels back on a
+// close-on-exec pipe: end-of-file means the exec succeeded. The supervisor
+// then reports the task's pid and start time to Launch on a pipe (and in
+// status.json), waits for the task, kills whatever the task left in its
+// cgroup (a container ends with its main process), writes exit.json and
+// exits. Launch returns once that report arrived; the agent then updates the
+// checkpoint with the pids and watches the supervisor (its child: wait;
+// after a restart: a pidfd in the runtime poller).
+//
+// The task's environment is PATH (the agent's, or a default), HOME (the
+// sandbox), Command.Environment, Spec.Env, then SLACKLINE_SANDBOX,
+// SLACKLINE_TASK_ID, SLACKLINE_FRAMEWORK_ID and SLACKLINE_CONTAINER_ID;
+// nothing else of the agent's environment is passed on.
+//
+// # Kill sequence
+//
+// Kill records the request in the checkpoint, sends SIGTERM to the task's
+// process group (and to its main process), and waits up to
+// Config.KillGracePeriod for the main process to end. Then it kills the
+// whole cgroup: it writes 1 to cgroup.kill of the container's v2 cgroup
+// (the v2 tree on hybrid hosts too; kernel 5.14+, atomic against forks) or,
+// without cgroup.kill, freezes the cgroup (cgroup.freeze), SIGKILLs every
+// process in it and thaws it. Processes that left the process group or
+// daemonized are in the cgroup all the same, so none escapes. Kill returns
+// once the cgroup has no process left and the Exit (Killed set) is queued.
+//
+// # Exits
+//
+// Exit.ExitCode and Exit.Signal are the main process's, as the supervisor
+// waited for it. OOMKilled is set when the cgroup's OOM-kill counter
+// (memory.events oom_kill on v2, memory.oom_control oom_kill on v1) is
+// above the value recorded at launch: the kernel killed a process of the
+// container for exceeding its memory limit, whichever process it chose.
+// Killed is set when Kill was called. Lost is set when the container
+// vanished without a status (host reboot). Message is for humans: "exited
+// with code 3", "killed by signal 9 (SIGKILL)", "OOM-killed: memory limit
+// 64 MiB (...)", "killed on request (...)", "container lost: ...".
+//
+// # Checkpoint and recovery
+//
+// container.json holds the spec, the layout and cgroup directories, the
+// limits, the sandbox, the kernel boot id (/proc/sys/kernel/random/boot_id),
+// the OOM-kill counter at launch, and, once started, the supervisor's and
+// the task's pids with their start times from /proc/<pid>/stat, so a reused
+// pid is never mistaken for them. It is first written before the cgroups
+// are created (so every cgroup under the root has a checkpoint) and again
+// once the task runs. Recover, in a new agent process with the same
+// StateDir, reads every checkpoint:
+//
+//   - boot id differs: the host rebooted, cgroups and processes are gone:
+//     Exit{Lost: true};
+//   - the supervisor is alive (pid and start time match, checked after
+//     opening its pidfd): re-adopted, returned by Recover, watched and
+//     killable as before;
+//   - the supervisor is gone and exit.json exists: the real outcome, with
+//     OOM from the cgroup's counter, which survives until Destroy;
+//   - the supervisor is gone without exit.json (it was killed): the rest of
+//     the cgroup is killed and the Exit says the status is unknown; if the
+//     cgroup is gone too, Exit{Lost: true}.
+//
+// Cgroups under the root's subtrees that no checkpoint accounts for are
+// killed and removed. Exits found by Recover are queued and delivered on
+// Exits. Since a checkpoint lives until Destroy, an Exit received but not
+// acted upon before a crash is delivered again after the restart: the agent
+// destroys a container once it has recorded its end.
+//
+// For supervisors to survive an agent restart under systemd, the agent's
+// unit needs KillMode=process (the supervisors live in the agent's own
+// cgroup; the tasks do not).
+//
+// # Concurrency and ownership
+//
+// The methods of a Containerizer are safe for concurrent use. Returned
+// Containers are snapshots owned by the caller. Exits is an unbuffered
+// channel fed from an unbounded internal queue: watchers never block, no
+// Exit is dropped, and each container's end is delivered exactly once per
+// Containerizer value (see Recover for restarts). The containerizer only
+// creates, writes and removes cgroups under Config.CgroupRoot.
+//
+// # Errors
+//
+// New returns errors wrapping ErrPermission when the cgroup hierarchies
+// cannot be written (not root, read-only cgroupfs, subtree not delegated),
+// with a message naming the path and the fix ("cannot create
+// /sys/fs/cgroup/memory/slackline: permission denied; run the agent as root
+// or delegate the cgroup subtree (systemd Delegate=yes)"), and errors
+// wrapping ErrUnsupported for layouts it cannot use (pure v1, a missing
+// controller, controllers not delegated to the root's parent). Launch wraps
+// ErrInvalidSpec (no command, bad id, executable not found), ErrExists, or
+// the supervisor's report (e.g. "exec /x: exec format error"); a failed
+// Launch leaves no cgroup and no checkpoint. Kill, Destroy and Pids wrap
+// ErrNotFound for unknown ids; Destroy wraps ErrRunning before the Exit.
+// Calls after Close wrap ErrClosed.
+package containerizer
