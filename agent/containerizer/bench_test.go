@@ -29,7 +29,7 @@ func BenchmarkLaunch(b *testing.B) {
 	root := "slackline-bench-" + randomSuffix()
 	c, err := New(Config{
 		CgroupRoot: root, StateDir: filepath.Join(work, "c"), SandboxDir: filepath.Join(work, "s"),
-		SupervisorCommand: []string{exe}, KillGracePeriod: 100 * time.Millisecond, Logger: quietLogger(),
+		SupervisorCommand: []string{exe, "supervise"}, KillGracePeriod: 100 * time.Millisecond, Logger: quietLogger(),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -23,7 +23,11 @@ const supervisorEnv = "SLACKLINE_CONTAINERIZER_TEST_SUPERVISOR"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(supervisorEnv) == "1" {
-		os.Exit(SuperviseMain(os.Args[1:]))
+		// Dispatched like the agent binary: "<exe> supervise run|exec <dir>".
+		if len(os.Args) < 2 || os.Args[1] != "supervise" {
+			os.Exit(2)
+		}
+		os.Exit(SuperviseMain(os.Args[2:]))
 	}
 	// Inherited by the supervisors the tests start (not by tasks: they get
 	// an explicit environment).
@@ -75,7 +79,7 @@ func testConfig(t *testing.T) Config {
 		StateDir:          filepath.Join(work, "containers"),
 		SandboxDir:        filepath.Join(work, "sandboxes"),
 		KillGracePeriod:   300 * time.Millisecond,
-		SupervisorCommand: []string{exe},
+		SupervisorCommand: []string{exe, "supervise"},
 		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 	t.Cleanup(func() { removeRealRoot(t, cfg.CgroupRoot) })

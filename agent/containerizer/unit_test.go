@@ -85,7 +85,9 @@ func TestNewOnFakeTrees(t *testing.T) {
 				t.Errorf("Mode = %s, want %s", c.Mode(), tt.mode)
 			}
 			for file, want := range tt.want {
-				data, err := os.ReadFile(filepath.Join(cfg.CgroupMountpoint, file))
+				path := filepath.Join(cfg.CgroupMountpoint, file)
+				_ = os.Chmod(path, 0o644) // containerd creates fake-tree files with mode 0
+				data, err := os.ReadFile(path)
 				if err != nil || strings.TrimSpace(string(data)) != want {
 					t.Errorf("%s = %q, %v; want %q", file, data, err, want)
 				}

@@ -50,8 +50,12 @@ func fakeHybrid(t *testing.T, swap bool) string {
 	return writeTree(t, files)
 }
 
+// readFile reads a control file of a fake tree. containerd creates missing
+// files with mode 0 (real control files always exist), so it is made
+// readable first for a non-root test run.
 func readFile(t *testing.T, path string) string {
 	t.Helper()
+	_ = os.Chmod(path, 0o644)
 	data, err := os.ReadFile(path)
 	if err != nil {
 		t.Fatalf("read %s: %v", path, err)
@@ -170,6 +174,7 @@ func TestSetupRootV2(t *testing.T) {
 
 	// Again, as after an agent restart: the kernel refuses weight writes on
 	// an idle group, so the weight is left alone.
+	_ = os.Chmod(filepath.Join(mnt, "slackline/revocable/cpu.weight"), 0o644)
 	if err := os.WriteFile(filepath.Join(mnt, "slackline/revocable/cpu.weight"), []byte("100"), 0o644); err != nil {
 		t.Fatal(err)
 	}
