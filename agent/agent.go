@@ -17,6 +17,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
@@ -79,6 +80,8 @@ type Agent struct {
 	tasks   map[taskKey]*agentTask
 	// byContainer maps container ids to tasks.
 	byContainer map[string]taskKey
+	// launches counts launches, to prune sandbox records now and then.
+	launches int
 }
 
 // agentTask is a task the agent runs or ran and has not forgotten.
@@ -243,17 +246,16 @@ func isTerminal(s slacklinev1.TaskState) bool {
 
 // setState records a task's new state and enqueues its status update.
 // Caller holds a.mu.
-func (a *Agent) setStateLocked(ctx context.Context, tk taskKey, t *agentTask, state slacklinev1.TaskState, reason slacklinev1.Reason, message string) {
+// The task record, the update and any extra writes are checkpointed in one
+// transaction.
+func (a *Agent) setStateLocked(ctx context.Context, tk taskKey, t *agentTask, state slacklinev1.TaskState, reason slacklinev1.Reason, message string, extra ...store.Mutation) {
 	t.state = state
 	t.rec.Task.State = state
-	if err := a.ckpt.putTask(ctx, t.rec); err != nil {
-		a.log.Error("checkpoint task", "task", tk.taskID, "err", err)
-	}
 	st := &slacklinev1.TaskStatus{
 		TaskId: tk.taskID, FrameworkId: tk.frameworkID, State: state, Reason: reason, Message: message,
 		Source: slacklinev1.TaskSource_TASK_SOURCE_AGENT, Timestamp: timestamppb.Now(),
 	}
-	if err := a.updates.enqueue(ctx, tk.frameworkID, st); err != nil {
+	if err := a.updates.enqueue(ctx, tk.frameworkID, st, append(extra, taskMutation(t.rec))...); err != nil {
 		a.log.Error("status update", "task", tk.taskID, "err", err)
 	}
 	a.kick()
@@ -493,12 +495,19 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 			a.finishLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_FAILED, slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: "+err.Error())
 			return
 		}
-		if err := a.ckpt.putSandbox(ctx, tk.frameworkID, tk.taskID, c.Sandbox, time.Now()); err != nil {
-			a.log.Warn("checkpoint sandbox", "task", tk.taskID, "err", err)
-		}
+		sandbox := sandboxMutation(tk.frameworkID, tk.taskID, c.Sandbox, time.Now())
 		if !isTerminal(t.state) {
 			a.setStateLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED,
-				fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid))
+				fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), sandbox)
+		} else if err := a.ckpt.kv.Apply(ctx, sandbox); err != nil {
+			a.log.Warn("checkpoint sandbox", "task", tk.taskID, "err", err)
+		}
+		if a.launches++; a.launches%100 == 0 {
+			go func() {
+				if err := a.ckpt.pruneSandboxes(context.Background()); err != nil {
+					a.log.Warn("prune sandbox records", "err", err)
+				}
+			}()
 		}
 		if t.killAfterLaunch {
 			go a.kill(tk, c.ID)

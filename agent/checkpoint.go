@@ -60,11 +60,16 @@ func (c *checkpoint) setMeta(ctx context.Context, agentID, bootID string) error 
 }
 
 func (c *checkpoint) putTask(ctx context.Context, rec *slacklinev1.AgentTaskRecord) error {
+	return c.kv.Apply(ctx, taskMutation(rec))
+}
+
+// taskMutation is the write that checkpoints a task record.
+func taskMutation(rec *slacklinev1.AgentTaskRecord) store.Mutation {
 	b, err := proto.Marshal(rec)
 	if err != nil {
-		return err
+		panic("marshal task record: " + err.Error()) // a message we built
 	}
-	return c.kv.Apply(ctx, store.Put(bucketTasks, taskRecordKey(rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()), b))
+	return store.Put(bucketTasks, taskRecordKey(rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()), b)
 }
 
 func (c *checkpoint) deleteTask(ctx context.Context, frameworkID, taskID string) error {
@@ -87,12 +92,12 @@ func (c *checkpoint) tasks(ctx context.Context) ([]*slacklinev1.AgentTaskRecord,
 	return out, nil
 }
 
-func (c *checkpoint) putUpdate(ctx context.Context, key string, rec *slacklinev1.AgentStatusRecord) error {
+func (c *checkpoint) putUpdate(ctx context.Context, key string, rec *slacklinev1.AgentStatusRecord, extra ...store.Mutation) error {
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return c.kv.Apply(ctx, store.Put(bucketUpdates, key, b))
+	return c.kv.Apply(ctx, append([]store.Mutation{store.Put(bucketUpdates, key, b)}, extra...)...)
 }
 
 func (c *checkpoint) deleteUpdate(ctx context.Context, key string) error {
@@ -115,13 +120,14 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 	return out, nil
 }
 
-// putSandbox records where a task's sandbox is and prunes the oldest
-// records beyond maxSandboxes.
-func (c *checkpoint) putSandbox(ctx context.Context, frameworkID, taskID, path string, now time.Time) error {
+// sandboxMutation is the write that records where a task's sandbox is.
+func sandboxMutation(frameworkID, taskID, path string, now time.Time) store.Mutation {
 	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path
-	if err := c.kv.Apply(ctx, store.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))); err != nil {
-		return err
-	}
+	return store.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))
+}
+
+// pruneSandboxes forgets the oldest sandbox records beyond maxSandboxes.
+func (c *checkpoint) pruneSandboxes(ctx context.Context) error {
 	all, err := c.kv.Load(ctx, bucketSandboxes)
 	if err != nil || len(all) <= maxSandboxes {
 		return err

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
@@ -86,13 +87,14 @@ func (s *statusUpdates) stream(tk taskKey) *updateStream {
 }
 
 // enqueue assigns the update a uuid, checkpoints it and queues it.
-func (s *statusUpdates) enqueue(ctx context.Context, frameworkID string, status *slacklinev1.TaskStatus) error {
+// The extra mutations are written in the same transaction.
+func (s *statusUpdates) enqueue(ctx context.Context, frameworkID string, status *slacklinev1.TaskStatus, extra ...store.Mutation) error {
 	status.Uuid = newUUID()
 	s.mu.Lock()
 	s.seq++
 	key := fmt.Sprintf("%s\x00%s\x00%020d", frameworkID, status.GetTaskId(), s.seq)
 	s.mu.Unlock()
-	if err := s.ckpt.putUpdate(ctx, key, &slacklinev1.AgentStatusRecord{FrameworkId: frameworkID, Status: status}); err != nil {
+	if err := s.ckpt.putUpdate(ctx, key, &slacklinev1.AgentStatusRecord{FrameworkId: frameworkID, Status: status}, extra...); err != nil {
 		return fmt.Errorf("checkpoint status update: %w", err)
 	}
 	s.mu.Lock()
