@@ -22,6 +22,116 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// CorrectionKind is what a QoS correction does.
+type CorrectionKind int32
+
+const (
+	CorrectionKind_CORRECTION_KIND_UNSPECIFIED CorrectionKind = 0
+	CorrectionKind_CORRECTION_KIND_THROTTLE    CorrectionKind = 1
+	CorrectionKind_CORRECTION_KIND_UNTHROTTLE  CorrectionKind = 2
+	CorrectionKind_CORRECTION_KIND_KILL        CorrectionKind = 3
+)
+
+// Enum value maps for CorrectionKind.
+var (
+	CorrectionKind_name = map[int32]string{
+		0: "CORRECTION_KIND_UNSPECIFIED",
+		1: "CORRECTION_KIND_THROTTLE",
+		2: "CORRECTION_KIND_UNTHROTTLE",
+		3: "CORRECTION_KIND_KILL",
+	}
+	CorrectionKind_value = map[string]int32{
+		"CORRECTION_KIND_UNSPECIFIED": 0,
+		"CORRECTION_KIND_THROTTLE":    1,
+		"CORRECTION_KIND_UNTHROTTLE":  2,
+		"CORRECTION_KIND_KILL":        3,
+	}
+)
+
+func (x CorrectionKind) Enum() *CorrectionKind {
+	p := new(CorrectionKind)
+	*p = x
+	return p
+}
+
+func (x CorrectionKind) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (CorrectionKind) Descriptor() protoreflect.EnumDescriptor {
+	return file_slackline_v1_node_proto_enumTypes[0].Descriptor()
+}
+
+func (CorrectionKind) Type() protoreflect.EnumType {
+	return &file_slackline_v1_node_proto_enumTypes[0]
+}
+
+func (x CorrectionKind) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use CorrectionKind.Descriptor instead.
+func (CorrectionKind) EnumDescriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
+// FeatureStatus is the outcome of a feature probe.
+type FeatureStatus int32
+
+const (
+	FeatureStatus_FEATURE_STATUS_UNSPECIFIED   FeatureStatus = 0
+	FeatureStatus_FEATURE_STATUS_AVAILABLE     FeatureStatus = 1
+	FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED FeatureStatus = 2
+	FeatureStatus_FEATURE_STATUS_NO_PERMISSION FeatureStatus = 3
+	// FEATURE_STATUS_UNKNOWN: the probe could not tell (see detail).
+	FeatureStatus_FEATURE_STATUS_UNKNOWN FeatureStatus = 4
+)
+
+// Enum value maps for FeatureStatus.
+var (
+	FeatureStatus_name = map[int32]string{
+		0: "FEATURE_STATUS_UNSPECIFIED",
+		1: "FEATURE_STATUS_AVAILABLE",
+		2: "FEATURE_STATUS_NOT_SUPPORTED",
+		3: "FEATURE_STATUS_NO_PERMISSION",
+		4: "FEATURE_STATUS_UNKNOWN",
+	}
+	FeatureStatus_value = map[string]int32{
+		"FEATURE_STATUS_UNSPECIFIED":   0,
+		"FEATURE_STATUS_AVAILABLE":     1,
+		"FEATURE_STATUS_NOT_SUPPORTED": 2,
+		"FEATURE_STATUS_NO_PERMISSION": 3,
+		"FEATURE_STATUS_UNKNOWN":       4,
+	}
+)
+
+func (x FeatureStatus) Enum() *FeatureStatus {
+	p := new(FeatureStatus)
+	*p = x
+	return p
+}
+
+func (x FeatureStatus) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (FeatureStatus) Descriptor() protoreflect.EnumDescriptor {
+	return file_slackline_v1_node_proto_enumTypes[1].Descriptor()
+}
+
+func (FeatureStatus) Type() protoreflect.EnumType {
+	return &file_slackline_v1_node_proto_enumTypes[1]
+}
+
+func (x FeatureStatus) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use FeatureStatus.Descriptor instead.
+func (FeatureStatus) EnumDescriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{1}
+}
+
 // Container is one task's container on an agent.
 type Container struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -249,8 +359,33 @@ type ResourceStatistics struct {
 	NetTxBytes            uint64                 `protobuf:"varint,12,opt,name=net_tx_bytes,json=netTxBytes,proto3" json:"net_tx_bytes,omitempty"`
 	NetRxPackets          uint64                 `protobuf:"varint,13,opt,name=net_rx_packets,json=netRxPackets,proto3" json:"net_rx_packets,omitempty"`
 	NetTxPackets          uint64                 `protobuf:"varint,14,opt,name=net_tx_packets,json=netTxPackets,proto3" json:"net_tx_packets,omitempty"`
-	unknownFields         protoimpl.UnknownFields
-	sizeCache             protoimpl.SizeCache
+	// oncpu_secs is on-CPU time measured by eBPF (sched_switch), cumulative.
+	OncpuSecs float64 `protobuf:"fixed64,15,opt,name=oncpu_secs,json=oncpuSecs,proto3" json:"oncpu_secs,omitempty"`
+	// runqueue is the wakeup-to-run latency measured by eBPF.
+	Runqueue *RunQueueLatency `protobuf:"bytes,16,opt,name=runqueue,proto3" json:"runqueue,omitempty"`
+	// delayed_by_revocable_secs is how long this container's tasks were
+	// runnable while a revocable task held their CPU (eBPF), cumulative.
+	DelayedByRevocableSecs float64   `protobuf:"fixed64,17,opt,name=delayed_by_revocable_secs,json=delayedByRevocableSecs,proto3" json:"delayed_by_revocable_secs,omitempty"`
+	CpuPressure            *Pressure `protobuf:"bytes,18,opt,name=cpu_pressure,json=cpuPressure,proto3" json:"cpu_pressure,omitempty"`
+	MemoryPressure         *Pressure `protobuf:"bytes,19,opt,name=memory_pressure,json=memoryPressure,proto3" json:"memory_pressure,omitempty"`
+	IoPressure             *Pressure `protobuf:"bytes,20,opt,name=io_pressure,json=ioPressure,proto3" json:"io_pressure,omitempty"`
+	// mem_reclaim_stall_secs is time spent in direct reclaim (eBPF vmscan), cumulative.
+	MemReclaimStallSecs float64 `protobuf:"fixed64,21,opt,name=mem_reclaim_stall_secs,json=memReclaimStallSecs,proto3" json:"mem_reclaim_stall_secs,omitempty"`
+	// oom_events counts OOM kills in the container (eBPF and cgroup counters).
+	OomEvents    uint64 `protobuf:"varint,22,opt,name=oom_events,json=oomEvents,proto3" json:"oom_events,omitempty"`
+	MemAnonBytes uint64 `protobuf:"varint,23,opt,name=mem_anon_bytes,json=memAnonBytes,proto3" json:"mem_anon_bytes,omitempty"`
+	// cpus_usage_secs is total CPU time from cgroupfs (cpuacct / cpu.stat), cumulative.
+	CpusUsageSecs float64 `protobuf:"fixed64,24,opt,name=cpus_usage_secs,json=cpusUsageSecs,proto3" json:"cpus_usage_secs,omitempty"`
+	// cpus_rate is CPU usage in cores over the last sampling interval.
+	CpusRate float64 `protobuf:"fixed64,25,opt,name=cpus_rate,json=cpusRate,proto3" json:"cpus_rate,omitempty"`
+	// mem_available_bytes is the node's MemAvailable (node statistics only).
+	MemAvailableBytes uint64 `protobuf:"varint,26,opt,name=mem_available_bytes,json=memAvailableBytes,proto3" json:"mem_available_bytes,omitempty"`
+	// load_avg_1, _5 and _15 are the node's load averages (node statistics only).
+	LoadAvg_1     float64 `protobuf:"fixed64,27,opt,name=load_avg_1,json=loadAvg1,proto3" json:"load_avg_1,omitempty"`
+	LoadAvg_5     float64 `protobuf:"fixed64,28,opt,name=load_avg_5,json=loadAvg5,proto3" json:"load_avg_5,omitempty"`
+	LoadAvg_15    float64 `protobuf:"fixed64,29,opt,name=load_avg_15,json=loadAvg15,proto3" json:"load_avg_15,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ResourceStatistics) Reset() {
@@ -381,6 +516,283 @@ func (x *ResourceStatistics) GetNetTxPackets() uint64 {
 	return 0
 }
 
+func (x *ResourceStatistics) GetOncpuSecs() float64 {
+	if x != nil {
+		return x.OncpuSecs
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetRunqueue() *RunQueueLatency {
+	if x != nil {
+		return x.Runqueue
+	}
+	return nil
+}
+
+func (x *ResourceStatistics) GetDelayedByRevocableSecs() float64 {
+	if x != nil {
+		return x.DelayedByRevocableSecs
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetCpuPressure() *Pressure {
+	if x != nil {
+		return x.CpuPressure
+	}
+	return nil
+}
+
+func (x *ResourceStatistics) GetMemoryPressure() *Pressure {
+	if x != nil {
+		return x.MemoryPressure
+	}
+	return nil
+}
+
+func (x *ResourceStatistics) GetIoPressure() *Pressure {
+	if x != nil {
+		return x.IoPressure
+	}
+	return nil
+}
+
+func (x *ResourceStatistics) GetMemReclaimStallSecs() float64 {
+	if x != nil {
+		return x.MemReclaimStallSecs
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetOomEvents() uint64 {
+	if x != nil {
+		return x.OomEvents
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetMemAnonBytes() uint64 {
+	if x != nil {
+		return x.MemAnonBytes
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetCpusUsageSecs() float64 {
+	if x != nil {
+		return x.CpusUsageSecs
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetCpusRate() float64 {
+	if x != nil {
+		return x.CpusRate
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetMemAvailableBytes() uint64 {
+	if x != nil {
+		return x.MemAvailableBytes
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetLoadAvg_1() float64 {
+	if x != nil {
+		return x.LoadAvg_1
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetLoadAvg_5() float64 {
+	if x != nil {
+		return x.LoadAvg_5
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetLoadAvg_15() float64 {
+	if x != nil {
+		return x.LoadAvg_15
+	}
+	return 0
+}
+
+// RunQueueLatency is a log2 histogram of wakeup-to-run latency: bucket i
+// counts latencies in [2^i, 2^(i+1)) nanoseconds. Counts are cumulative.
+type RunQueueLatency struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	BucketsLog2Ns []uint64               `protobuf:"varint,1,rep,packed,name=buckets_log2_ns,json=bucketsLog2Ns,proto3" json:"buckets_log2_ns,omitempty"`
+	Wakeups       uint64                 `protobuf:"varint,2,opt,name=wakeups,proto3" json:"wakeups,omitempty"`
+	// p50_seconds and p99_seconds are over the last sampling interval.
+	P50Seconds    float64 `protobuf:"fixed64,3,opt,name=p50_seconds,json=p50Seconds,proto3" json:"p50_seconds,omitempty"`
+	P99Seconds    float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *RunQueueLatency) Reset() {
+	*x = RunQueueLatency{}
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *RunQueueLatency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*RunQueueLatency) ProtoMessage() {}
+
+func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use RunQueueLatency.ProtoReflect.Descriptor instead.
+func (*RunQueueLatency) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *RunQueueLatency) GetBucketsLog2Ns() []uint64 {
+	if x != nil {
+		return x.BucketsLog2Ns
+	}
+	return nil
+}
+
+func (x *RunQueueLatency) GetWakeups() uint64 {
+	if x != nil {
+		return x.Wakeups
+	}
+	return 0
+}
+
+func (x *RunQueueLatency) GetP50Seconds() float64 {
+	if x != nil {
+		return x.P50Seconds
+	}
+	return 0
+}
+
+func (x *RunQueueLatency) GetP99Seconds() float64 {
+	if x != nil {
+		return x.P99Seconds
+	}
+	return 0
+}
+
+// Pressure is a PSI (pressure stall information) reading.
+type Pressure struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	SomeAvg10     float64                `protobuf:"fixed64,1,opt,name=some_avg10,json=someAvg10,proto3" json:"some_avg10,omitempty"`
+	SomeAvg60     float64                `protobuf:"fixed64,2,opt,name=some_avg60,json=someAvg60,proto3" json:"some_avg60,omitempty"`
+	SomeAvg300    float64                `protobuf:"fixed64,3,opt,name=some_avg300,json=someAvg300,proto3" json:"some_avg300,omitempty"`
+	SomeTotalSecs float64                `protobuf:"fixed64,4,opt,name=some_total_secs,json=someTotalSecs,proto3" json:"some_total_secs,omitempty"`
+	FullAvg10     float64                `protobuf:"fixed64,5,opt,name=full_avg10,json=fullAvg10,proto3" json:"full_avg10,omitempty"`
+	FullAvg60     float64                `protobuf:"fixed64,6,opt,name=full_avg60,json=fullAvg60,proto3" json:"full_avg60,omitempty"`
+	FullAvg300    float64                `protobuf:"fixed64,7,opt,name=full_avg300,json=fullAvg300,proto3" json:"full_avg300,omitempty"`
+	FullTotalSecs float64                `protobuf:"fixed64,8,opt,name=full_total_secs,json=fullTotalSecs,proto3" json:"full_total_secs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Pressure) Reset() {
+	*x = Pressure{}
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Pressure) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Pressure) ProtoMessage() {}
+
+func (x *Pressure) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
+func (*Pressure) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+}
+
+func (x *Pressure) GetSomeAvg10() float64 {
+	if x != nil {
+		return x.SomeAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetSomeAvg60() float64 {
+	if x != nil {
+		return x.SomeAvg60
+	}
+	return 0
+}
+
+func (x *Pressure) GetSomeAvg300() float64 {
+	if x != nil {
+		return x.SomeAvg300
+	}
+	return 0
+}
+
+func (x *Pressure) GetSomeTotalSecs() float64 {
+	if x != nil {
+		return x.SomeTotalSecs
+	}
+	return 0
+}
+
+func (x *Pressure) GetFullAvg10() float64 {
+	if x != nil {
+		return x.FullAvg10
+	}
+	return 0
+}
+
+func (x *Pressure) GetFullAvg60() float64 {
+	if x != nil {
+		return x.FullAvg60
+	}
+	return 0
+}
+
+func (x *Pressure) GetFullAvg300() float64 {
+	if x != nil {
+		return x.FullAvg300
+	}
+	return 0
+}
+
+func (x *Pressure) GetFullTotalSecs() float64 {
+	if x != nil {
+		return x.FullTotalSecs
+	}
+	return 0
+}
+
 // ContainerUsage is a container's latest statistics.
 type ContainerUsage struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -392,7 +804,7 @@ type ContainerUsage struct {
 
 func (x *ContainerUsage) Reset() {
 	*x = ContainerUsage{}
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -404,7 +816,7 @@ func (x *ContainerUsage) String() string {
 func (*ContainerUsage) ProtoMessage() {}
 
 func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -417,7 +829,7 @@ func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
 func (*ContainerUsage) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ContainerUsage) GetTaskId() string {
@@ -443,7 +855,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -455,7 +867,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -468,20 +880,22 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 // GetUsageResponse lists usage.
 type GetUsageResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Usage         []*ContainerUsage      `protobuf:"bytes,1,rep,name=usage,proto3" json:"usage,omitempty"`
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Usage []*ContainerUsage      `protobuf:"bytes,1,rep,name=usage,proto3" json:"usage,omitempty"`
+	// node is node-wide usage (procfs and PSI).
+	Node          *ResourceStatistics `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -493,7 +907,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -506,12 +920,19 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetUsageResponse) GetUsage() []*ContainerUsage {
 	if x != nil {
 		return x.Usage
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetNode() *ResourceStatistics {
+	if x != nil {
+		return x.Node
 	}
 	return nil
 }
@@ -525,7 +946,7 @@ type GetEstimateRequest struct {
 
 func (x *GetEstimateRequest) Reset() {
 	*x = GetEstimateRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -537,7 +958,7 @@ func (x *GetEstimateRequest) String() string {
 func (*GetEstimateRequest) ProtoMessage() {}
 
 func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -550,7 +971,7 @@ func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateRequest.ProtoReflect.Descriptor instead.
 func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 // GetEstimateResponse is the latest estimate.
@@ -565,7 +986,7 @@ type GetEstimateResponse struct {
 
 func (x *GetEstimateResponse) Reset() {
 	*x = GetEstimateResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -577,7 +998,7 @@ func (x *GetEstimateResponse) String() string {
 func (*GetEstimateResponse) ProtoMessage() {}
 
 func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -590,7 +1011,7 @@ func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateResponse.ProtoReflect.Descriptor instead.
 func (*GetEstimateResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetEstimateResponse) GetRevocable() []*Resource {
@@ -623,7 +1044,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -635,7 +1056,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -648,19 +1069,124 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
-// GetCorrectionsResponse lists corrections.
+// Correction is one QoS correction applied by the agent.
+type Correction struct {
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Timestamp  *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	Kind       CorrectionKind         `protobuf:"varint,2,opt,name=kind,proto3,enum=slackline.v1.CorrectionKind" json:"kind,omitempty"`
+	Controller string                 `protobuf:"bytes,3,opt,name=controller,proto3" json:"controller,omitempty"`
+	// container_id is the target; empty for the whole revocable subtree.
+	ContainerId string `protobuf:"bytes,4,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	TaskId      string `protobuf:"bytes,5,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	// cpu_limit is the CPU limit (cores) set by a THROTTLE or UNTHROTTLE.
+	CpuLimit float64 `protobuf:"fixed64,6,opt,name=cpu_limit,json=cpuLimit,proto3" json:"cpu_limit,omitempty"`
+	Reason   string  `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
+	// reaction_seconds is from the signal being observed to the cgroup being written.
+	ReactionSeconds float64 `protobuf:"fixed64,8,opt,name=reaction_seconds,json=reactionSeconds,proto3" json:"reaction_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *Correction) Reset() {
+	*x = Correction{}
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Correction) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Correction) ProtoMessage() {}
+
+func (x *Correction) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Correction.ProtoReflect.Descriptor instead.
+func (*Correction) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+}
+
+func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Timestamp
+	}
+	return nil
+}
+
+func (x *Correction) GetKind() CorrectionKind {
+	if x != nil {
+		return x.Kind
+	}
+	return CorrectionKind_CORRECTION_KIND_UNSPECIFIED
+}
+
+func (x *Correction) GetController() string {
+	if x != nil {
+		return x.Controller
+	}
+	return ""
+}
+
+func (x *Correction) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *Correction) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Correction) GetCpuLimit() float64 {
+	if x != nil {
+		return x.CpuLimit
+	}
+	return 0
+}
+
+func (x *Correction) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *Correction) GetReactionSeconds() float64 {
+	if x != nil {
+		return x.ReactionSeconds
+	}
+	return 0
+}
+
+// GetCorrectionsResponse lists corrections, newest last.
 type GetCorrectionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Corrections   []*Correction          `protobuf:"bytes,1,rep,name=corrections,proto3" json:"corrections,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -672,7 +1198,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -685,7 +1211,14 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
+	if x != nil {
+		return x.Corrections
+	}
+	return nil
 }
 
 // GetFeaturesRequest is empty.
@@ -697,7 +1230,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -709,7 +1242,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -722,19 +1255,81 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
-// GetFeaturesResponse lists probes.
+// Feature is one probe's result.
+type Feature struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	Status        FeatureStatus          `protobuf:"varint,2,opt,name=status,proto3,enum=slackline.v1.FeatureStatus" json:"status,omitempty"`
+	Detail        string                 `protobuf:"bytes,3,opt,name=detail,proto3" json:"detail,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Feature) Reset() {
+	*x = Feature{}
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Feature) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Feature) ProtoMessage() {}
+
+func (x *Feature) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Feature.ProtoReflect.Descriptor instead.
+func (*Feature) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *Feature) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+func (x *Feature) GetStatus() FeatureStatus {
+	if x != nil {
+		return x.Status
+	}
+	return FeatureStatus_FEATURE_STATUS_UNSPECIFIED
+}
+
+func (x *Feature) GetDetail() string {
+	if x != nil {
+		return x.Detail
+	}
+	return ""
+}
+
+// GetFeaturesResponse lists the probes run at start.
 type GetFeaturesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Features      []*Feature             `protobuf:"bytes,1,rep,name=features,proto3" json:"features,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +1341,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +1354,14 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *GetFeaturesResponse) GetFeatures() []*Feature {
+	if x != nil {
+		return x.Features
+	}
+	return nil
 }
 
 // ReadSandboxFileRequest names a file of a task's sandbox and a byte range.
@@ -779,7 +1381,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -791,7 +1393,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -804,7 +1406,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -856,7 +1458,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -868,7 +1470,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -881,7 +1483,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -929,7 +1531,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\xe0\x04\n" +
+	"containers\"\xf5\t\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -948,24 +1550,85 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\fnet_tx_bytes\x18\f \x01(\x04R\n" +
 	"netTxBytes\x12$\n" +
 	"\x0enet_rx_packets\x18\r \x01(\x04R\fnetRxPackets\x12$\n" +
-	"\x0enet_tx_packets\x18\x0e \x01(\x04R\fnetTxPackets\"k\n" +
+	"\x0enet_tx_packets\x18\x0e \x01(\x04R\fnetTxPackets\x12\x1d\n" +
+	"\n" +
+	"oncpu_secs\x18\x0f \x01(\x01R\toncpuSecs\x129\n" +
+	"\brunqueue\x18\x10 \x01(\v2\x1d.slackline.v1.RunQueueLatencyR\brunqueue\x129\n" +
+	"\x19delayed_by_revocable_secs\x18\x11 \x01(\x01R\x16delayedByRevocableSecs\x129\n" +
+	"\fcpu_pressure\x18\x12 \x01(\v2\x16.slackline.v1.PressureR\vcpuPressure\x12?\n" +
+	"\x0fmemory_pressure\x18\x13 \x01(\v2\x16.slackline.v1.PressureR\x0ememoryPressure\x127\n" +
+	"\vio_pressure\x18\x14 \x01(\v2\x16.slackline.v1.PressureR\n" +
+	"ioPressure\x123\n" +
+	"\x16mem_reclaim_stall_secs\x18\x15 \x01(\x01R\x13memReclaimStallSecs\x12\x1d\n" +
+	"\n" +
+	"oom_events\x18\x16 \x01(\x04R\toomEvents\x12$\n" +
+	"\x0emem_anon_bytes\x18\x17 \x01(\x04R\fmemAnonBytes\x12&\n" +
+	"\x0fcpus_usage_secs\x18\x18 \x01(\x01R\rcpusUsageSecs\x12\x1b\n" +
+	"\tcpus_rate\x18\x19 \x01(\x01R\bcpusRate\x12.\n" +
+	"\x13mem_available_bytes\x18\x1a \x01(\x04R\x11memAvailableBytes\x12\x1c\n" +
+	"\n" +
+	"load_avg_1\x18\x1b \x01(\x01R\bloadAvg1\x12\x1c\n" +
+	"\n" +
+	"load_avg_5\x18\x1c \x01(\x01R\bloadAvg5\x12\x1e\n" +
+	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\"\x95\x01\n" +
+	"\x0fRunQueueLatency\x12&\n" +
+	"\x0fbuckets_log2_ns\x18\x01 \x03(\x04R\rbucketsLog2Ns\x12\x18\n" +
+	"\awakeups\x18\x02 \x01(\x04R\awakeups\x12\x1f\n" +
+	"\vp50_seconds\x18\x03 \x01(\x01R\n" +
+	"p50Seconds\x12\x1f\n" +
+	"\vp99_seconds\x18\x04 \x01(\x01R\n" +
+	"p99Seconds\"\x98\x02\n" +
+	"\bPressure\x12\x1d\n" +
+	"\n" +
+	"some_avg10\x18\x01 \x01(\x01R\tsomeAvg10\x12\x1d\n" +
+	"\n" +
+	"some_avg60\x18\x02 \x01(\x01R\tsomeAvg60\x12\x1f\n" +
+	"\vsome_avg300\x18\x03 \x01(\x01R\n" +
+	"someAvg300\x12&\n" +
+	"\x0fsome_total_secs\x18\x04 \x01(\x01R\rsomeTotalSecs\x12\x1d\n" +
+	"\n" +
+	"full_avg10\x18\x05 \x01(\x01R\tfullAvg10\x12\x1d\n" +
+	"\n" +
+	"full_avg60\x18\x06 \x01(\x01R\tfullAvg60\x12\x1f\n" +
+	"\vfull_avg300\x18\a \x01(\x01R\n" +
+	"fullAvg300\x12&\n" +
+	"\x0ffull_total_secs\x18\b \x01(\x01R\rfullTotalSecs\"k\n" +
 	"\x0eContainerUsage\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12@\n" +
 	"\n" +
 	"statistics\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\n" +
 	"statistics\"\x11\n" +
-	"\x0fGetUsageRequest\"F\n" +
+	"\x0fGetUsageRequest\"|\n" +
 	"\x10GetUsageResponse\x122\n" +
-	"\x05usage\x18\x01 \x03(\v2\x1c.slackline.v1.ContainerUsageR\x05usage\"\x14\n" +
+	"\x05usage\x18\x01 \x03(\v2\x1c.slackline.v1.ContainerUsageR\x05usage\x124\n" +
+	"\x04node\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\x04node\"\x14\n" +
 	"\x12GetEstimateRequest\"\xa3\x01\n" +
 	"\x13GetEstimateResponse\x124\n" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
 	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x17\n" +
-	"\x15GetCorrectionsRequest\"\x18\n" +
-	"\x16GetCorrectionsResponse\"\x14\n" +
-	"\x12GetFeaturesRequest\"\x15\n" +
-	"\x13GetFeaturesResponse\"\x98\x01\n" +
+	"\x15GetCorrectionsRequest\"\xb4\x02\n" +
+	"\n" +
+	"Correction\x128\n" +
+	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x120\n" +
+	"\x04kind\x18\x02 \x01(\x0e2\x1c.slackline.v1.CorrectionKindR\x04kind\x12\x1e\n" +
+	"\n" +
+	"controller\x18\x03 \x01(\tR\n" +
+	"controller\x12!\n" +
+	"\fcontainer_id\x18\x04 \x01(\tR\vcontainerId\x12\x17\n" +
+	"\atask_id\x18\x05 \x01(\tR\x06taskId\x12\x1b\n" +
+	"\tcpu_limit\x18\x06 \x01(\x01R\bcpuLimit\x12\x16\n" +
+	"\x06reason\x18\a \x01(\tR\x06reason\x12)\n" +
+	"\x10reaction_seconds\x18\b \x01(\x01R\x0freactionSeconds\"T\n" +
+	"\x16GetCorrectionsResponse\x12:\n" +
+	"\vcorrections\x18\x01 \x03(\v2\x18.slackline.v1.CorrectionR\vcorrections\"\x14\n" +
+	"\x12GetFeaturesRequest\"j\n" +
+	"\aFeature\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\x123\n" +
+	"\x06status\x18\x02 \x01(\x0e2\x1b.slackline.v1.FeatureStatusR\x06status\x12\x16\n" +
+	"\x06detail\x18\x03 \x01(\tR\x06detail\"H\n" +
+	"\x13GetFeaturesResponse\x121\n" +
+	"\bfeatures\x18\x01 \x03(\v2\x15.slackline.v1.FeatureR\bfeatures\"\x98\x01\n" +
 	"\x16ReadSandboxFileRequest\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -975,7 +1638,18 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17ReadSandboxFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size2\x97\x04\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size*\x89\x01\n" +
+	"\x0eCorrectionKind\x12\x1f\n" +
+	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
+	"\x1aCORRECTION_KIND_UNTHROTTLE\x10\x02\x12\x18\n" +
+	"\x14CORRECTION_KIND_KILL\x10\x03*\xad\x01\n" +
+	"\rFeatureStatus\x12\x1e\n" +
+	"\x1aFEATURE_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
+	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +
+	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
+	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
+	"\x16FEATURE_STATUS_UNKNOWN\x10\x042\x97\x04\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
@@ -997,54 +1671,71 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_node_proto_rawDescData
 }
 
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 15)
+var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_slackline_v1_node_proto_goTypes = []any{
-	(*Container)(nil),               // 0: slackline.v1.Container
-	(*GetContainersRequest)(nil),    // 1: slackline.v1.GetContainersRequest
-	(*GetContainersResponse)(nil),   // 2: slackline.v1.GetContainersResponse
-	(*ResourceStatistics)(nil),      // 3: slackline.v1.ResourceStatistics
-	(*ContainerUsage)(nil),          // 4: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 5: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 6: slackline.v1.GetUsageResponse
-	(*GetEstimateRequest)(nil),      // 7: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 8: slackline.v1.GetEstimateResponse
-	(*GetCorrectionsRequest)(nil),   // 9: slackline.v1.GetCorrectionsRequest
-	(*GetCorrectionsResponse)(nil),  // 10: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 11: slackline.v1.GetFeaturesRequest
-	(*GetFeaturesResponse)(nil),     // 12: slackline.v1.GetFeaturesResponse
-	(*ReadSandboxFileRequest)(nil),  // 13: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 14: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 15: slackline.v1.Resource
-	(TaskState)(0),                  // 16: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 17: google.protobuf.Timestamp
+	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
+	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
+	(*Container)(nil),               // 2: slackline.v1.Container
+	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
+	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
+	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
+	(*RunQueueLatency)(nil),         // 6: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 7: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 8: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 9: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 10: slackline.v1.GetUsageResponse
+	(*GetEstimateRequest)(nil),      // 11: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 12: slackline.v1.GetEstimateResponse
+	(*GetCorrectionsRequest)(nil),   // 13: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 14: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 15: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 16: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 17: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 18: slackline.v1.GetFeaturesResponse
+	(*ReadSandboxFileRequest)(nil),  // 19: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 20: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 21: slackline.v1.Resource
+	(TaskState)(0),                  // 22: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	15, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	16, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	17, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
-	0,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	17, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	3,  // 5: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	4,  // 6: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	15, // 7: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	17, // 8: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	1,  // 9: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	5,  // 10: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	7,  // 11: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	9,  // 12: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	11, // 13: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	13, // 14: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	2,  // 15: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	6,  // 16: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	8,  // 17: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	10, // 18: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	12, // 19: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	14, // 20: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	15, // [15:21] is the sub-list for method output_type
-	9,  // [9:15] is the sub-list for method input_type
-	9,  // [9:9] is the sub-list for extension type_name
-	9,  // [9:9] is the sub-list for extension extendee
-	0,  // [0:9] is the sub-list for field type_name
+	21, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	22, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	23, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
+	23, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	6,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	7,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	7,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	7,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	5,  // 9: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	8,  // 10: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	5,  // 11: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	21, // 12: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	23, // 13: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	23, // 14: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 15: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	14, // 16: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 17: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	17, // 18: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	3,  // 19: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	9,  // 20: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	11, // 21: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	13, // 22: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	16, // 23: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	19, // 24: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	4,  // 25: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	10, // 26: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	12, // 27: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	15, // 28: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	18, // 29: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	20, // 30: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	25, // [25:31] is the sub-list for method output_type
+	19, // [19:25] is the sub-list for method input_type
+	19, // [19:19] is the sub-list for extension type_name
+	19, // [19:19] is the sub-list for extension extendee
+	0,  // [0:19] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -1058,13 +1749,14 @@ func file_slackline_v1_node_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
-			NumEnums:      0,
-			NumMessages:   15,
+			NumEnums:      2,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
 		GoTypes:           file_slackline_v1_node_proto_goTypes,
 		DependencyIndexes: file_slackline_v1_node_proto_depIdxs,
+		EnumInfos:         file_slackline_v1_node_proto_enumTypes,
 		MessageInfos:      file_slackline_v1_node_proto_msgTypes,
 	}.Build()
 	File_slackline_v1_node_proto = out.File
