@@ -15,6 +15,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 	"github.com/slackline/slackline/internal/server"
 )
@@ -35,7 +36,7 @@ func startAgent(t *testing.T, coordinatorAddr, name, res string) *realAgent {
 		"--work-dir", filepath.Join(t.TempDir(), name), "--cgroup-root", root, "--resources", res,
 		"--kill-grace-period", "500ms"}
 	a := &realAgent{proc: start(t, "slackline-agent", args...), args: args, listen: listen, cgroupRoot: root}
-	t.Cleanup(func() { removeCgroupRoot(root) })
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
 	return a
 }
 
@@ -57,37 +58,6 @@ func (a *realAgent) containers(t *testing.T) []*slacklinev1.Container {
 		return nil
 	}
 	return resp.Msg.GetContainers()
-}
-
-// removeCgroupRoot kills every process left under a test agent's cgroup
-// root (tasks survive their agent by design) and removes the cgroups.
-func removeCgroupRoot(root string) {
-	unified := "/sys/fs/cgroup/unified"
-	if _, err := os.Stat(unified); err != nil {
-		unified = "/sys/fs/cgroup"
-	}
-	_ = filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
-		}
-		return nil
-	})
-	deadline := time.Now().Add(5 * time.Second)
-	for _, h := range []string{"cpu", "memory", "unified", ""} {
-		base := filepath.Join("/sys/fs/cgroup", h, root)
-		var dirs []string
-		_ = filepath.WalkDir(base, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- { // children first
-			for syscall.Rmdir(dirs[i]) == syscall.EBUSY && time.Now().Before(deadline) {
-				time.Sleep(20 * time.Millisecond)
-			}
-		}
-	}
 }
 
 func waitAgentsActive(t *testing.T, addr string, n int) {
@@ -316,5 +286,42 @@ func TestAgentAndCoordinatorRestarts(t *testing.T) {
 		if syscall.Kill(int(pid), 0) != nil {
 			t.Fatalf("process %d of task %s died across the restarts", pid, task)
 		}
+	}
+}
+
+// TestUpdateWhileCoordinatorDown: a task ends while the coordinator is
+// down; its update is checkpointed by the agent and reaches the framework
+// once the coordinator is back, so the batch finishes.
+func TestUpdateWhileCoordinatorDown(t *testing.T) {
+	privileged.Require(t)
+	addr, coord, coordDir := startCoordinator(t)
+	agent := startAgent(t, addr, "down-agent", "cpus:2;mem:1024")
+	waitAgentsActive(t, addr, 1)
+	batch := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "patient", "--tasks", "2",
+		"--task-resources", "cpus:0.1;mem:32", "--command", "sleep 3", "--failover-timeout", "1h")
+	eventually(t, 30*time.Second, func() string {
+		state, err := getState(t, operator(addr))
+		if err != nil {
+			return err.Error()
+		}
+		if n := runningTasks(state)["patient"]; n != 2 {
+			return fmt.Sprintf("%d tasks running", n)
+		}
+		return ""
+	})
+	coord.kill()
+	// The tasks end while nobody listens.
+	eventually(t, 30*time.Second, func() string {
+		for _, c := range agent.containers(t) {
+			if c.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				return "task " + c.GetTaskId() + " still running"
+			}
+		}
+		return ""
+	})
+	start(t, "slackline-coordinator", coordinatorArgs(addr, coordDir)...)
+	waitExit(t, batch, 60*time.Second)
+	if batch.err != nil || !strings.Contains(batch.out.String(), "2 finished, 0 failed") {
+		t.Fatalf("batch-framework after the coordinator restart: %v\n%s", batch.err, batch.out.String())
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
@@ -144,7 +145,7 @@ func run() error {
 	cancel()
 	// Tasks outlive their agent by design: kill them and remove the cgroups.
 	procs[1].Process.Kill()
-	cleanup(root)
+	cgrouptest.RemoveRoot(root)
 	return nil
 }
 
@@ -180,28 +181,3 @@ func rssBytes(pid int) int64 {
 	return 0
 }
 
-func cleanup(root string) {
-	unified := "/sys/fs/cgroup/unified"
-	if _, err := os.Stat(unified); err != nil {
-		unified = "/sys/fs/cgroup"
-	}
-	filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
-		}
-		return nil
-	})
-	time.Sleep(500 * time.Millisecond)
-	for _, h := range []string{"cpu", "memory", "unified", ""} {
-		var dirs []string
-		filepath.WalkDir(filepath.Join("/sys/fs/cgroup", h, root), func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			syscall.Rmdir(dirs[i])
-		}
-	}
-}

@@ -1,0 +1,189 @@
+package agent
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/privileged"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+// supervisorBinary builds slackline-agent once: the containerizer starts it
+// as each task's supervisor.
+func supervisorBinary(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	out, err := runCommand("go", "build", "-o", dir+"/", "../cmd/slackline-agent")
+	if err != nil {
+		t.Fatalf("build slackline-agent: %v\n%s", err, out)
+	}
+	return filepath.Join(dir, "slackline-agent")
+}
+
+func freeListener(t *testing.T) net.Listener {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return ln
+}
+
+// TestNodeService runs a real coordinator, a real agent with real cgroups
+// and a framework in-process, launches a task, and reads it back through
+// the agent's NodeService.
+func TestNodeService(t *testing.T) {
+	privileged.Require(t)
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+
+	coord, err := coordinator.New(coordinator.Config{WorkDir: t.TempDir(), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer coord.Close()
+	coordLn := freeListener(t)
+	coordURL := "http://" + coordLn.Addr().String()
+	go coord.Run(ctx)
+	go server.Serve(ctx, server.Config{Listener: coordLn, Logger: quiet}, coord.Handler())
+
+	workDir := t.TempDir()
+	root := fmt.Sprintf("slackline-agenttest-%d", os.Getpid())
+	cz, err := containerizer.New(containerizer.Config{
+		CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
+		SupervisorCommand: []string{supervisorBinary(t), "supervise"}, Logger: quiet, KillGracePeriod: 100 * time.Millisecond,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	nodeLn := freeListener(t)
+	nodeAddr := nodeLn.Addr().String()
+	nodeLn.Close()
+	a, err := New(Config{Coordinator: coordURL, Listen: nodeAddr, WorkDir: workDir, Hostname: "node-test",
+		Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	agentDone := make(chan error, 1)
+	go func() { agentDone <- a.Run(ctx) }()
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+
+	// A framework that launches one task on the first offer.
+	updates := make(chan *slacklinev1.TaskStatus, 10)
+	launched := false
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: coordURL, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "node-test"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	go fw.Run(ctx, frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+			for _, o := range offers {
+				if launched {
+					_ = c.Decline(ctx, []string{o.GetId()}, frameworkapi.Filters(3600))
+					continue
+				}
+				launched = true
+				task := frameworkapi.NewTask("hello", "hello", o, resources.MustParse("cpus:0.5;mem:64"),
+					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; sleep 1000", Shell: true})
+				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, nil)
+			}
+		},
+		UpdateFunc: func(_ context.Context, _ *frameworkapi.Client, st *slacklinev1.TaskStatus) { updates <- st },
+	})
+	select {
+	case st := <-updates:
+		if st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("first update %v, want RUNNING", st)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("no update within 30 s")
+	}
+
+	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+nodeAddr)
+	containers, err := node.GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(containers.Msg.GetContainers()); n != 1 {
+		t.Fatalf("%d containers, want 1", n)
+	}
+	c := containers.Msg.GetContainers()[0]
+	if c.GetTaskId() != "hello" || c.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING || c.GetPid() == 0 ||
+		!strings.HasPrefix(c.GetCgroupPath(), root+"/guaranteed/") || c.GetCgroupMode() == "" {
+		t.Fatalf("container = %v", c)
+	}
+
+	read := func(path string, offset, length int64) (*slacklinev1.ReadSandboxFileResponse, error) {
+		resp, err := node.ReadSandboxFile(ctx, connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{
+			TaskId: "hello", Path: path, Offset: offset, Length: length}))
+		if err != nil {
+			return nil, err
+		}
+		return resp.Msg, nil
+	}
+	var out *slacklinev1.ReadSandboxFileResponse
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		if out, err = read("stdout", 0, 0); err == nil && string(out.GetData()) == "hello\n" {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if string(out.GetData()) != "hello\n" {
+		t.Fatalf("stdout = %q, %v", out.GetData(), err)
+	}
+	if tail, err := read("stderr", -3, 0); err != nil || string(tail.GetData()) != "ps\n" || tail.GetOffset() != 2 {
+		t.Fatalf("stderr tail = %v, %v; want \"ps\\n\" at offset 2", tail, err)
+	}
+	for _, bad := range []struct {
+		path   string
+		length int64
+		code   connect.Code
+	}{
+		{"../../etc/passwd", 0, connect.CodeInvalidArgument},
+		{"/etc/passwd", 0, connect.CodeInvalidArgument},
+		{"", 0, connect.CodeInvalidArgument},
+		{"stdout", 2 << 20, connect.CodeInvalidArgument},
+		{"no-such-file", 0, connect.CodeNotFound},
+	} {
+		if _, err := read(bad.path, 0, bad.length); connect.CodeOf(err) != bad.code {
+			t.Errorf("read %q length %d: %v, want %v", bad.path, bad.length, err, bad.code)
+		}
+	}
+	if _, err := node.ReadSandboxFile(ctx, connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{TaskId: "nope", Path: "stdout"})); connect.CodeOf(err) != connect.CodeNotFound {
+		t.Errorf("read of an unknown task: %v, want NotFound", err)
+	}
+	// Kill through the framework: the container ends KILLED and is gone.
+	if err := fw.Kill(ctx, "hello", a.ID()); err != nil {
+		t.Fatal(err)
+	}
+	for st := range updates {
+		if st.GetState() == slacklinev1.TaskState_TASK_STATE_KILLED {
+			break
+		}
+	}
+	cancel()
+	if err := <-agentDone; err != nil {
+		t.Fatalf("agent Run: %v", err)
+	}
+}
