@@ -5,4 +5,3 @@ import "os/exec"
 func runCommand(name string, args ...string) ([]byte, error) {
 	return exec.Command(name, args...).CombinedOutput()
 }
-

@@ -24,8 +24,8 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
-	"github.com/slackline/slackline/internal/cgrouptest"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -180,4 +180,3 @@ func rssBytes(pid int) int64 {
 	}
 	return 0
 }
-
