@@ -37,6 +37,7 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 	$(GO) run ./scripts/bench/offerlatency
 	$(GO) run ./scripts/bench/scale
+	@if [ "$$(id -u)" = 0 ]; then $(GO) run ./scripts/bench/agent; else echo "bench: agent launch latency needs root; skipped"; fi
 
 run: build
 	./scripts/run-local.sh
