@@ -1,0 +1,220 @@
+package qos
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Config configures every controller; each reads its own part. Start from
+// DefaultConfig and change what you need; Validate says what is wrong.
+type Config struct {
+	Interference InterferenceConfig
+	Memory       MemoryConfig
+	Load         LoadConfig
+	// KillRetry is how long a controller waits for a container it asked to
+	// kill to disappear from the input before asking again. Default 10 s.
+	KillRetry time.Duration
+}
+
+// InterferenceConfig configures the interference controller. A signal
+// enters violation above its Enter threshold and counts as calm only below
+// its Exit threshold; between the two the controller holds the limit.
+type InterferenceConfig struct {
+	// RunqP99Enter is the run-queue latency p99 of a guaranteed or protected
+	// container above which it is interfered with. Default 1 ms.
+	RunqP99Enter time.Duration
+	// RunqP99Exit is the p99 below which it is calm. Default 500 µs.
+	RunqP99Exit time.Duration
+	// CPUPressureEnter is the cgroup cpu.pressure some avg10 (percent) above
+	// which a guaranteed container is interfered with; 0 ignores CPU PSI.
+	// Default 25.
+	CPUPressureEnter float64
+	// CPUPressureExit is the avg10 below which it is calm. Default 10.
+	CPUPressureExit float64
+	// EventLatency is the wakeup latency from which an eBPF threshold event
+	// counts. Default 1 ms.
+	EventLatency time.Duration
+	// EventCount is how many such events within EventWindow make a
+	// violation, so that the controller reacts to a burst of slow wakeups
+	// without waiting for the next percentile sample; 0 ignores events.
+	// Default 5.
+	EventCount int
+	// EventWindow is the sliding window for EventCount. Default 250 ms.
+	EventWindow time.Duration
+	// DecreaseFactor multiplies the revocable subtree's CPU limit at each
+	// decrease (0 < f < 1). Default 0.5.
+	DecreaseFactor float64
+	// DecreaseInterval is the minimum time between two decreases, long
+	// enough for the previous one to show in the signals. The first decrease
+	// after a calm spell is immediate. Default 500 ms.
+	DecreaseInterval time.Duration
+	// IncreaseStepCores and IncreaseStepFraction give the additive increase:
+	// max(IncreaseStepCores, IncreaseStepFraction × node CPUs). Defaults 0.1
+	// cores and 0.05.
+	IncreaseStepCores, IncreaseStepFraction float64
+	// CalmPeriod is how long every signal must stay below its Exit threshold
+	// before the limit is raised; a violation within CalmPeriod of a raise
+	// is a failed probe and undoes the raise. Default 3 s.
+	CalmPeriod time.Duration
+	// IncreaseInterval is the minimum time between two raises. Default 1 s.
+	IncreaseInterval time.Duration
+	// ProbeBackoff is how long the limit stays below a level that caused a
+	// violation before it is tried again; it doubles after each failed probe
+	// up to ProbeBackoffMax, and is forgotten when the guaranteed work's CPU
+	// use falls by more than one increase step. Defaults 30 s and 5 min.
+	ProbeBackoff, ProbeBackoffMax time.Duration
+	// FloorCores and FloorFraction give the lowest limit:
+	// max(FloorCores, FloorFraction × node CPUs). Defaults 0.1 cores and 0.02.
+	FloorCores, FloorFraction float64
+	// KillAfter is how long the subtree must sit at the floor with guaranteed
+	// work still interfered with before a revocable container is killed.
+	// Default 5 s.
+	KillAfter time.Duration
+	// KillCooldown is the minimum time between two kills. Default 2 s.
+	KillCooldown time.Duration
+}
+
+// MemoryConfig configures the memory controller.
+type MemoryConfig struct {
+	// MinAvailableBytes and MinAvailableFraction: the node is short of memory
+	// when MemAvailable < max(MinAvailableBytes, MinAvailableFraction ×
+	// MemTotal). Defaults 256 MiB and 0.05.
+	MinAvailableBytes    uint64
+	MinAvailableFraction float64
+	// PressureFullEnter is the memory.pressure full avg10 (percent) of a
+	// guaranteed or protected container above which revocable memory is
+	// reclaimed; 0 ignores it. Default 10.
+	PressureFullEnter float64
+	// PressureSomeEnter is the same for "some" avg10; 0 (the default) ignores it.
+	PressureSomeEnter float64
+	// KillCooldown is the minimum time between two kills for lack of
+	// MemAvailable, which reacts within a sample. Default 1 s.
+	KillCooldown time.Duration
+	// PressureCooldown is the minimum time between two kills for memory
+	// pressure: avg10 is a 10-second average and needs that long to show
+	// that the previous kill helped. Default 10 s.
+	PressureCooldown time.Duration
+}
+
+// LoadConfig configures the load controller (Mesos's LoadQoSController). A
+// threshold of 0 is not checked; at least one must be set.
+type LoadConfig struct {
+	// Threshold5Min is load_threshold_5min: the 5-minute load average above
+	// which every revocable container is killed.
+	Threshold5Min float64
+	// Threshold15Min is load_threshold_15min.
+	Threshold15Min float64
+}
+
+// DefaultConfig returns the documented defaults.
+func DefaultConfig() Config {
+	return Config{
+		Interference: InterferenceConfig{
+			RunqP99Enter:         time.Millisecond,
+			RunqP99Exit:          500 * time.Microsecond,
+			CPUPressureEnter:     25,
+			CPUPressureExit:      10,
+			EventLatency:         time.Millisecond,
+			EventCount:           5,
+			EventWindow:          250 * time.Millisecond,
+			DecreaseFactor:       0.5,
+			DecreaseInterval:     500 * time.Millisecond,
+			IncreaseStepCores:    0.1,
+			IncreaseStepFraction: 0.05,
+			CalmPeriod:           3 * time.Second,
+			IncreaseInterval:     time.Second,
+			ProbeBackoff:         30 * time.Second,
+			ProbeBackoffMax:      5 * time.Minute,
+			FloorCores:           0.1,
+			FloorFraction:        0.02,
+			KillAfter:            5 * time.Second,
+			KillCooldown:         2 * time.Second,
+		},
+		Memory: MemoryConfig{
+			MinAvailableBytes:    256 << 20,
+			MinAvailableFraction: 0.05,
+			PressureFullEnter:    10,
+			KillCooldown:         time.Second,
+			PressureCooldown:     10 * time.Second,
+		},
+		KillRetry: 10 * time.Second,
+	}
+}
+
+// ErrInvalidConfig is wrapped by every error Validate returns.
+var ErrInvalidConfig = errors.New("invalid qos config")
+
+// Validate reports every nonsensical value, wrapping ErrInvalidConfig.
+func (c Config) Validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+	}
+	positive := func(name string, d time.Duration) {
+		if d <= 0 {
+			bad("%s must be positive, got %v", name, d)
+		}
+	}
+	percent := func(name string, p float64) {
+		if p < 0 || p > 100 {
+			bad("%s must be a percentage in [0, 100], got %v", name, p)
+		}
+	}
+	fraction := func(name string, f float64) {
+		if f < 0 || f >= 1 {
+			bad("%s must be in [0, 1), got %v", name, f)
+		}
+	}
+
+	i := c.Interference
+	positive("interference run-queue p99 exit", i.RunqP99Exit)
+	if i.RunqP99Enter < i.RunqP99Exit {
+		bad("interference run-queue p99 enter (%v) must not be below exit (%v)", i.RunqP99Enter, i.RunqP99Exit)
+	}
+	percent("interference cpu pressure enter", i.CPUPressureEnter)
+	percent("interference cpu pressure exit", i.CPUPressureExit)
+	if i.CPUPressureEnter > 0 && i.CPUPressureEnter < i.CPUPressureExit {
+		bad("interference cpu pressure enter (%v) must not be below exit (%v)", i.CPUPressureEnter, i.CPUPressureExit)
+	}
+	if i.EventCount < 0 {
+		bad("interference event count must not be negative, got %d", i.EventCount)
+	}
+	if i.EventCount > 0 {
+		positive("interference event latency", i.EventLatency)
+		positive("interference event window", i.EventWindow)
+	}
+	if !(i.DecreaseFactor > 0 && i.DecreaseFactor < 1) {
+		bad("interference decrease factor must be in (0, 1), got %v", i.DecreaseFactor)
+	}
+	positive("interference decrease interval", i.DecreaseInterval)
+	if i.IncreaseStepCores < 0 || i.IncreaseStepFraction < 0 || i.IncreaseStepCores+i.IncreaseStepFraction <= 0 {
+		bad("interference increase step must be positive (cores %v, fraction %v)", i.IncreaseStepCores, i.IncreaseStepFraction)
+	}
+	fraction("interference increase step fraction", i.IncreaseStepFraction)
+	positive("interference calm period", i.CalmPeriod)
+	positive("interference increase interval", i.IncreaseInterval)
+	positive("interference probe backoff", i.ProbeBackoff)
+	if i.ProbeBackoffMax < i.ProbeBackoff {
+		bad("interference probe backoff max (%v) must not be below probe backoff (%v)", i.ProbeBackoffMax, i.ProbeBackoff)
+	}
+	if i.FloorCores < 0 || i.FloorFraction < 0 || i.FloorCores+i.FloorFraction <= 0 {
+		bad("interference floor must be positive (cores %v, fraction %v): a zero CPU limit would stop revocable work without killing it", i.FloorCores, i.FloorFraction)
+	}
+	fraction("interference floor fraction", i.FloorFraction)
+	positive("interference kill after", i.KillAfter)
+	positive("interference kill cooldown", i.KillCooldown)
+
+	m := c.Memory
+	fraction("memory min available fraction", m.MinAvailableFraction)
+	percent("memory pressure full enter", m.PressureFullEnter)
+	percent("memory pressure some enter", m.PressureSomeEnter)
+	positive("memory kill cooldown", m.KillCooldown)
+	positive("memory pressure cooldown", m.PressureCooldown)
+
+	if c.Load.Threshold5Min < 0 || c.Load.Threshold15Min < 0 {
+		bad("load thresholds must not be negative (5min %v, 15min %v)", c.Load.Threshold5Min, c.Load.Threshold15Min)
+	}
+	positive("kill retry", c.KillRetry)
+	return errors.Join(errs...)
+}

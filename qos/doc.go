@@ -1,0 +1,185 @@
+// Package qos holds Slackline's QoS controllers: the decision logic that
+// protects guaranteed work from the revocable work running beside it, in
+// the role of Mesos's QoSController. A controller looks at what the node
+// observes and asks for corrections; the agent carries them out.
+//
+// The package is pure: no goroutines, clock or I/O. A Controller is a
+// function of (Input, its own state) -> []Correction. Time advances only
+// through Input.Now, so tests drive controllers through hours of simulated
+// time in milliseconds and never sleep.
+//
+// # Signals
+//
+// The agent fills an Input at every evaluation from its monitor and from
+// eBPF:
+//
+//   - per container (Container): whether it is revocable, or a service
+//     outside Slackline named with --protect-cgroup (Protected); CPU
+//     allocated and used; memory; start time; run-queue (wakeup-to-run)
+//     latency p50/p99 over the last sampling interval; cgroup PSI avg10 for
+//     CPU (some) and memory (some, full); and who-delayed-whom
+//     (DelayedBy): how long revocable containers kept this one waiting for a
+//     CPU during the interval;
+//   - per node (Node): CPUs, /proc/meminfo's MemTotal and MemAvailable,
+//     /proc/loadavg, node PSI;
+//   - eBPF threshold events (Event) from the ring buffer since the previous
+//     evaluation: single wakeups of guaranteed work that waited longer than
+//     the kernel-side threshold, with the revocable container that was
+//     running meanwhile;
+//   - the CPU limit currently applied to the revocable subtree
+//     (RevocableLimit). Controllers take it as the truth, so a correction
+//     that failed, or a stricter one from another controller, is seen at the
+//     next evaluation.
+//
+// Guaranteed containers and protected services are the work to protect;
+// revocable containers that are not protected are the only ones a
+// controller throttles or kills. A zero field means "not measured" (no BTF,
+// no PSI) and never triggers a correction: without eBPF the interference
+// controller runs on PSI alone, and victims are chosen newest first.
+//
+// # Corrections
+//
+// A Correction is Throttle (lower a CPU limit), Unthrottle (raise it, or
+// remove it with CPULimit 0) or Kill, aimed at one revocable container or,
+// with an empty ContainerID, at the whole revocable subtree. Its Reason
+// names the signal ("web-1 run-queue p99 4.2 ms > 1 ms") and becomes the
+// killed task's status message; Signal is when that signal was observed,
+// so that the agent can measure its reaction time.
+//
+// # How the agent applies corrections
+//
+// The agent evaluates the controller set when threshold events arrive from
+// the ring buffer and periodically (--qos-correction-interval-min), always
+// from one goroutine, and applies what comes back at once, in the order
+// given (limits before kills):
+//
+//   - Throttle/Unthrottle of the subtree: cpu.max (v2) or the CFS quota
+//     (v1) of <cgroup-root>/revocable, period 100 ms, quota CPULimit × period;
+//     Unthrottle with 0 writes "max" (v2) or -1 (v1). The applied value is
+//     reported back as Input.RevocableLimit;
+//   - Throttle/Unthrottle of one container: the same on its own cgroup (no
+//     built-in controller issues these yet; Merge handles them);
+//   - Kill: cgroup.kill of the container, then TASK_STATE_KILLED with
+//     REASON_CONTAINER_PREEMPTED and the Reason as message. A controller
+//     does not ask again for a container while it stays listed, until
+//     Config.KillRetry has passed.
+//
+// The agent records every correction with its reaction time (Signal to the
+// cgroup write) for NodeService.GetCorrections and the metrics
+// slackline_qos_corrections_total{kind,reason} and
+// slackline_qos_reaction_seconds.
+//
+// # Controllers
+//
+// Registry maps names to factories; NewSet builds several into one
+// Controller (--qos-controller interference,memory is the default,
+// DefaultControllers) and merges their corrections: one kill per
+// container, a kill supersedes throttles of the same container, and the
+// strictest limit per target wins (see NewSet and Merge).
+//
+// "noop" (Noop) never corrects: revocable work runs unchecked.
+//
+// "load" (Load) is Mesos's LoadQoSController, kept for parity and
+// comparison: when the 5-minute load average exceeds
+// LoadConfig.Threshold5Min or the 15-minute one exceeds Threshold15Min,
+// it kills every revocable container at once. It reacts minutes late, counts
+// guaranteed work's own load, throws all best-effort progress away, and
+// keeps killing new revocable tasks until the averages decay; it needs at
+// least one threshold.
+//
+// "interference" (Interference) is a feedback controller on the revocable
+// subtree's CPU limit, in the spirit of Heracles (a slack-driven
+// controller that shrinks best-effort resources when the latency-critical
+// task nears its target) and PARTIES (small step-wise adjustments, undo of
+// a change that made things worse):
+//
+//   - Violation: a guaranteed or protected container has run-queue p99 above
+//     RunqP99Enter or CPU PSI some avg10 above CPUPressureEnter, or
+//     EventCount threshold events of at least EventLatency arrived within
+//     EventWindow. Events make the first reaction as fast as the ring buffer:
+//     no need to wait for the next percentile sample. Only evidence observed
+//     after the controller's last change counts (Container.SampledAt, Event.Time).
+//   - Calm: every p99 below RunqP99Exit, every PSI below CPUPressureExit,
+//     and no event in the window. Between the Enter and Exit thresholds the
+//     limit holds: noise near either threshold cannot make it flap.
+//   - Decrease (multiplicative): on violation, limit = max(floor,
+//     DecreaseFactor × current), where current is the applied limit, or
+//     what revocable work uses if that is lower (a limit above use would
+//     change nothing). The first decrease after a calm spell is immediate;
+//     the next ones wait DecreaseInterval, long enough to see the previous
+//     one's effect.
+//   - Increase (additive): after CalmPeriod of calm, the limit rises by one
+//     step, max(IncreaseStepCores, IncreaseStepFraction × CPUs), every
+//     IncreaseInterval; at the revocable containers' total allocation (or
+//     the node's CPUs) the limit is removed.
+//   - Probing: a violation within CalmPeriod of a raise is a failed probe:
+//     the raise is undone instead of halving the limit. A level that caused a
+//     violation is not exceeded for ProbeBackoff, which doubles after each
+//     failed probe up to ProbeBackoffMax; this memory is dropped when the
+//     guaranteed work's CPU use falls by more than one step (the load that
+//     made the level bad has gone), when a probe above it holds for
+//     CalmPeriod, and after a kill. Without it, additive increase and
+//     multiplicative decrease saw-tooth through the knee forever
+//     (TestBackoffPreventsOscillation).
+//   - Kill: at the floor, max(FloorCores, FloorFraction × CPUs), once
+//     violations have gone on for KillAfter (a calm sample restarts the
+//     clock; the hold band does not), the controller kills one revocable
+//     container, and at most one per KillCooldown after that. The victim is
+//     the one that delayed guaranteed work most according to who-delayed-whom
+//     (summed over guaranteed containers), then according to the culprits
+//     of the threshold events in the window, then the newest, then the lowest
+//     id: never random.
+//
+// "memory" (Memory): memory cannot be throttled without pushing its holder
+// into reclaim, so when MemAvailable falls below max(MinAvailableBytes,
+// MinAvailableFraction × MemTotal), or a guaranteed or protected
+// container's memory PSI full avg10 exceeds PressureFullEnter (some:
+// PressureSomeEnter, off by default), it kills the largest revocable
+// container (newest first among equals), one at a time: after KillCooldown
+// for MemAvailable, which shows a kill's effect within a sample, and only if
+// the memory of victims still being killed would not already suffice; after
+// PressureCooldown for PSI, whose 10-second average needs that long.
+//
+// # Parameters and defaults
+//
+// DefaultConfig documents every default; Config.Validate rejects
+// nonsense (Enter below Exit, factors outside (0, 1), a zero floor,
+// non-positive durations) with errors wrapping ErrInvalidConfig.
+//
+//	interference  RunqP99Enter/Exit 1 ms / 500 µs   CPUPressureEnter/Exit 25 / 10 %
+//	              EventLatency 1 ms, EventCount 5, EventWindow 250 ms
+//	              DecreaseFactor 0.5, DecreaseInterval 500 ms
+//	              IncreaseStep max(0.1 cores, 5% of CPUs), CalmPeriod 3 s, IncreaseInterval 1 s
+//	              ProbeBackoff 30 s (max 5 min)
+//	              Floor max(0.1 cores, 2% of CPUs), KillAfter 5 s, KillCooldown 2 s
+//	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,
+//	              PressureSomeEnter off, KillCooldown 1 s, PressureCooldown 10 s
+//	load          Threshold5Min, Threshold15Min: none (set at least one)
+//	all           KillRetry 10 s
+//
+// With these, on an 8-CPU node, interference reaches the floor from a
+// full 8-core subtree in about 3 s (8, 4, 2, 1, 0.5, 0.25, 0.16), may kill
+// 5 s later, and climbs back from the floor to unlimited in CalmPeriod plus
+// about 20 s.
+//
+// # State
+//
+// Controllers keep deterministic state between evaluations, documented on
+// each type: timers (last change, calm since, at the floor since, last
+// kill), the recent threshold events, the probe cap, and the kills still
+// being carried out. The same sequence of inputs always yields the same
+// corrections. A controller is not safe for concurrent use, and Input.Now
+// must not go backwards. Restarting the agent resets the state; the
+// applied limit survives in the cgroup and comes back through
+// Input.RevocableLimit.
+//
+// # Adding a controller
+//
+// Write a type with an Evaluate(Input) []Correction method (or a
+// ControllerFunc) that reads only its Input and its own fields; put its
+// parameters in a field of Config with defaults in DefaultConfig and checks
+// in Validate; add one line to Registry; test it with tables and with the
+// model plant in the tests (plant_test.go), and record a trace under
+// testdata if its behaviour over time matters. Name the signal in Reason,
+// set Signal, and never kill what Container.correctable would not.
+package qos

@@ -1,0 +1,236 @@
+package qos
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// Container is what a controller knows about one container on the node: a
+// Slackline task's container, or a service outside Slackline named with
+// --protect-cgroup (Protected). The agent fills it from the monitor (cgroupfs,
+// PSI, procfs) and from the eBPF maps; fields the node cannot measure stay
+// zero, and the controllers treat zero as "no signal", never as "bad".
+type Container struct {
+	// ID is the container id; corrections name containers by it.
+	ID string
+	// TaskID is the task running in the container ("" for protected services).
+	TaskID string
+	// Revocable is true for a container running on revocable resources. Only
+	// revocable containers are ever throttled or killed.
+	Revocable bool
+	// Protected marks a service outside Slackline (--protect-cgroup). It is
+	// watched like guaranteed work and never corrected, even if Revocable is
+	// also set.
+	Protected bool
+	// CPUAllocated is the CPU (cores) allocated to the container.
+	CPUAllocated float64
+	// CPU is the CPU (cores) the container used recently.
+	CPU float64
+	// MemBytes is the container's current memory use (RSS plus unreclaimable
+	// cache, as the memory controller charges it).
+	MemBytes uint64
+	// StartedAt is when the container started; newer containers are chosen
+	// first among equally guilty victims.
+	StartedAt time.Time
+	// SampledAt is when the statistics below were sampled; zero means
+	// Input.Now. A sample taken before the controller's last change to the CPU
+	// limit cannot show that change's effect and does not justify another one.
+	SampledAt time.Time
+	// RunqP99 and RunqP50 are run-queue (wakeup-to-run) latency percentiles of
+	// the container's threads over the last sampling interval (eBPF).
+	RunqP99, RunqP50 time.Duration
+	// CPUPressureSome10 is the cgroup's cpu.pressure "some" avg10, in percent.
+	CPUPressureSome10 float64
+	// MemPressureSome10 and MemPressureFull10 are the cgroup's memory.pressure
+	// "some" and "full" avg10, in percent.
+	MemPressureSome10, MemPressureFull10 float64
+	// DelayedBy attributes the run-queue delay this container suffered in the
+	// last interval to the revocable containers that held the CPU meanwhile
+	// (eBPF who-delayed-whom): culprit container id -> total delay.
+	DelayedBy map[string]time.Duration
+}
+
+// guarded reports whether the container is work the controllers protect.
+func (c *Container) guarded() bool { return !c.Revocable || c.Protected }
+
+// correctable reports whether the container may be throttled or killed.
+func (c *Container) correctable() bool { return c.Revocable && !c.Protected }
+
+// sampledAt returns when the container's statistics were sampled.
+func (c *Container) sampledAt(now time.Time) time.Time {
+	if c.SampledAt.IsZero() {
+		return now
+	}
+	return c.SampledAt
+}
+
+// Node is node-wide state from procfs and the root cgroup's PSI files.
+type Node struct {
+	// CPUs is the number of CPUs the agent manages (its cpus resource).
+	CPUs float64
+	// MemTotal and MemAvailable are /proc/meminfo's values in bytes;
+	// MemTotal 0 means unknown.
+	MemTotal, MemAvailable uint64
+	// Load1, Load5 and Load15 are /proc/loadavg's load averages.
+	Load1, Load5, Load15 float64
+	// CPUPressureSome10, MemPressureSome10 and MemPressureFull10 are the
+	// node's /proc/pressure avg10 values, in percent.
+	CPUPressureSome10, MemPressureSome10, MemPressureFull10 float64
+}
+
+// Event is a threshold event from the eBPF ring buffer: one wakeup of a
+// guaranteed or protected container that waited Latency for a CPU, while
+// the revocable container Culprit ("" if unknown) was running.
+type Event struct {
+	Time      time.Time
+	Container string // the victim
+	Culprit   string
+	Latency   time.Duration
+}
+
+// Input is everything a controller sees at one evaluation.
+type Input struct {
+	// Now is the evaluation time. Controllers read no clock: time only
+	// advances through Now, which must not go backwards between calls.
+	Now time.Time
+	// Node is node-wide state.
+	Node Node
+	// Containers lists every running container, guaranteed, revocable and
+	// protected. A container missing from the list is gone.
+	Containers []Container
+	// Events are the threshold events received since the previous
+	// evaluation (controllers keep the ones they still need).
+	Events []Event
+	// RevocableLimit is the CPU limit (cores) currently applied to the
+	// revocable subtree, 0 for none. Controllers take it as the truth about
+	// the applied limit, so a correction the agent failed to apply, or a limit
+	// set by another controller of the set, is seen at the next evaluation.
+	RevocableLimit float64
+}
+
+// Kind is what a correction does. Its values match slackline.v1.CorrectionKind.
+type Kind int
+
+// The kinds of correction.
+const (
+	// Throttle lowers the CPU limit of a revocable container, or of the whole
+	// revocable subtree, to Correction.CPULimit cores.
+	Throttle Kind = iota + 1
+	// Unthrottle raises the CPU limit to Correction.CPULimit cores, or removes
+	// it when CPULimit is 0.
+	Unthrottle
+	// Kill kills a revocable container; its task ends TASK_STATE_KILLED with
+	// REASON_CONTAINER_PREEMPTED and Correction.Reason as its message.
+	Kill
+)
+
+// String returns the kind in lower case: "throttle", "unthrottle", "kill".
+func (k Kind) String() string {
+	switch k {
+	case Throttle:
+		return "throttle"
+	case Unthrottle:
+		return "unthrottle"
+	case Kill:
+		return "kill"
+	}
+	return fmt.Sprintf("kind(%d)", int(k))
+}
+
+// Correction is one action a controller asks the agent to carry out.
+type Correction struct {
+	Kind Kind
+	// ContainerID is the target container; "" for the whole revocable subtree
+	// (Throttle and Unthrottle only).
+	ContainerID string
+	// TaskID is the target container's task, for status updates and records.
+	TaskID string
+	// CPULimit is the new limit in cores for Throttle and Unthrottle;
+	// Unthrottle with 0 removes the limit.
+	CPULimit float64
+	// Reason names the signal in words a framework author understands, e.g.
+	// "web-1 run-queue p99 4.2 ms > 1 ms". It becomes the killed task's
+	// status message.
+	Reason string
+	// Controller is the name of the controller that asked for it.
+	Controller string
+	// Signal is when the triggering signal was observed (an eBPF event's time,
+	// a sample's time); Signal to cgroup write is the reaction time.
+	Signal time.Time
+}
+
+// String formats the correction for logs and test output.
+func (c Correction) String() string {
+	target := c.ContainerID
+	if target == "" {
+		target = "revocable subtree"
+	}
+	switch c.Kind {
+	case Throttle, Unthrottle:
+		limit := "unlimited"
+		if c.CPULimit > 0 {
+			limit = fmt.Sprintf("%.2f cores", c.CPULimit)
+		}
+		return fmt.Sprintf("%s %s to %s [%s: %s]", c.Kind, target, limit, c.Controller, c.Reason)
+	}
+	return fmt.Sprintf("%s %s [%s: %s]", c.Kind, target, c.Controller, c.Reason)
+}
+
+// Controller turns what the node observes into corrections. Evaluate is a
+// pure function of its inputs and of the controller's own deterministic
+// state (timers and memory of earlier decisions, documented on each
+// controller): no goroutines, clock or I/O. A Controller is not safe for
+// concurrent use; the agent calls it from one goroutine, with
+// non-decreasing Input.Now. It returns nil when nothing needs doing. The
+// returned slice belongs to the caller.
+type Controller interface {
+	Evaluate(in Input) []Correction
+}
+
+// ControllerFunc adapts a function to the Controller interface.
+type ControllerFunc func(in Input) []Correction
+
+// Evaluate calls f(in).
+func (f ControllerFunc) Evaluate(in Input) []Correction { return f(in) }
+
+// Factory builds a controller from a validated configuration. It returns an
+// error when the configuration does not allow the controller to do anything
+// meaningful (the load controller without any threshold).
+type Factory func(cfg Config) (Controller, error)
+
+// Registry maps each controller name (as given to --qos-controller) to its
+// factory. It is the only place controllers are registered; add a new one
+// here.
+var Registry = map[string]Factory{
+	"noop":         func(Config) (Controller, error) { return Noop{}, nil },
+	"load":         func(cfg Config) (Controller, error) { return NewLoad(cfg.Load, cfg.KillRetry) },
+	"interference": func(cfg Config) (Controller, error) { return NewInterference(cfg.Interference, cfg.KillRetry), nil },
+	"memory":       func(cfg Config) (Controller, error) { return NewMemory(cfg.Memory, cfg.KillRetry), nil },
+}
+
+// DefaultControllers is the default --qos-controller value.
+const DefaultControllers = "interference,memory"
+
+// Names returns the registered controller names, sorted.
+func Names() []string {
+	names := make([]string, 0, len(Registry))
+	for name := range Registry {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// ParseNames splits a --qos-controller value ("interference, memory") into
+// names, dropping blanks.
+func ParseNames(s string) []string {
+	var names []string
+	for name := range strings.SplitSeq(s, ",") {
+		if name = strings.TrimSpace(name); name != "" {
+			names = append(names, name)
+		}
+	}
+	return names
+}

@@ -1,0 +1,115 @@
+package qos
+
+import (
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// ErrUnknownController is wrapped by NewSet's error for a name missing from
+// Registry.
+var ErrUnknownController = errors.New("unknown qos controller")
+
+// NewSet validates cfg and builds the named controllers (e.g.
+// ParseNames(DefaultControllers)) into one Controller that evaluates them
+// in the given order and merges their corrections:
+//
+//   - a container is killed at most once per evaluation (the first
+//     controller's reason is kept), and a kill supersedes any throttle of
+//     the same container;
+//   - of several limits for the same target (the subtree or a container),
+//     the strictest wins: any Throttle over an Unthrottle, the lower limit
+//     between two of a kind, and an Unthrottle to 0 (no limit) last;
+//   - the result lists the subtree correction first, then per-container
+//     limits by container id, then kills in the order asked for, so the agent
+//     can apply cheap throttles before kills.
+func NewSet(names []string, cfg Config) (Controller, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if len(names) == 0 {
+		return nil, fmt.Errorf("no qos controller named: choose among %s", strings.Join(Names(), ", "))
+	}
+	s := &set{}
+	seen := make(map[string]bool)
+	for _, name := range names {
+		factory, ok := Registry[name]
+		if !ok {
+			return nil, fmt.Errorf("%w %q: choose among %s", ErrUnknownController, name, strings.Join(Names(), ", "))
+		}
+		if seen[name] {
+			return nil, fmt.Errorf("qos controller %q named twice", name)
+		}
+		seen[name] = true
+		c, err := factory(cfg)
+		if err != nil {
+			return nil, fmt.Errorf("qos controller %q: %w", name, err)
+		}
+		s.controllers = append(s.controllers, c)
+	}
+	return s, nil
+}
+
+// set runs several controllers as one.
+type set struct {
+	controllers []Controller
+}
+
+func (s *set) Evaluate(in Input) []Correction {
+	var all []Correction
+	for _, c := range s.controllers {
+		all = append(all, c.Evaluate(in)...)
+	}
+	return Merge(all)
+}
+
+// Merge merges corrections from several controllers by the rules NewSet
+// describes.
+func Merge(corrections []Correction) []Correction {
+	if len(corrections) <= 1 {
+		return corrections
+	}
+	killed := make(map[string]bool)
+	var kills []Correction
+	limits := make(map[string]Correction) // target ("" = subtree) -> strictest limit
+	for _, c := range corrections {
+		switch c.Kind {
+		case Kill:
+			if !killed[c.ContainerID] {
+				killed[c.ContainerID] = true
+				kills = append(kills, c)
+			}
+		case Throttle, Unthrottle:
+			if prev, ok := limits[c.ContainerID]; !ok || stricter(c, prev) {
+				limits[c.ContainerID] = c
+			}
+		}
+	}
+	out := make([]Correction, 0, len(limits)+len(kills))
+	targets := make([]string, 0, len(limits))
+	for target := range limits {
+		if target == "" || !killed[target] {
+			targets = append(targets, target)
+		}
+	}
+	slices.Sort(targets) // "" (the subtree) sorts first
+	for _, target := range targets {
+		out = append(out, limits[target])
+	}
+	return append(out, kills...)
+}
+
+// stricter reports whether limit a restricts more than limit b.
+func stricter(a, b Correction) bool {
+	if a.Kind != b.Kind {
+		return a.Kind == Throttle
+	}
+	switch {
+	case a.CPULimit <= 0:
+		return false // no limit is never stricter
+	case b.CPULimit <= 0:
+		return true
+	}
+	return a.CPULimit < b.CPULimit
+}
