@@ -8,6 +8,12 @@ FUZZTIME ?= 10s
 
 .PHONY: all build generate check-generate test fuzz bench run lint clean
 
+# eBPF objects (bpf/*_bpfel.o and .go) are built by bpf2go with this pinned
+# clang (Debian bookworm's clang-14) and flags; the outputs are committed.
+BPF_CLANG ?= clang-14
+BPF_STRIP ?= llvm-strip-14
+BPF_CFLAGS ?= -O2 -g -Wall -Werror
+
 all: build
 
 build:
@@ -16,11 +22,19 @@ build:
 generate:
 	rm -rf gen
 	$(GO) tool buf generate
+	@if command -v $(BPF_CLANG) >/dev/null 2>&1; then \
+		BPF2GO_CC=$(BPF_CLANG) BPF2GO_STRIP=$(BPF_STRIP) BPF2GO_CFLAGS="$(BPF_CFLAGS)" $(GO) generate ./bpf/...; \
+	else \
+		echo "generate: $(BPF_CLANG) not found: eBPF objects not regenerated (apt-get install clang-14 llvm-14)"; \
+	fi
 
 # Fails when a generated file is stale or missing: regenerates and asks git.
-check-generate: generate
-	@if [ -n "$$(git status --porcelain -- gen)" ]; then \
-		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen; exit 1; \
+# Needs the pinned clang, so that the eBPF objects are checked too.
+check-generate:
+	@command -v $(BPF_CLANG) >/dev/null 2>&1 || { echo "check-generate needs $(BPF_CLANG) (apt-get install clang-14 llvm-14)"; exit 1; }
+	$(MAKE) generate
+	@if [ -n "$$(git status --porcelain -- gen bpf)" ]; then \
+		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen bpf; exit 1; \
 	fi
 
 test:

@@ -1,0 +1,211 @@
+package bpf_test
+
+import (
+	"os"
+	"os/exec"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/link"
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+// pingPong is a pipe ping-pong between this thread and a helper process,
+// both pinned to one CPU, so each round trip is two context switches.
+type pingPong struct {
+	toChild, fromChild int
+	cmd                *exec.Cmd
+}
+
+func startPingPong(b *testing.B, cg cgroup, cpu int) *pingPong {
+	b.Helper()
+	var down, up [2]int
+	if err := unix.Pipe2(down[:], unix.O_CLOEXEC); err != nil {
+		b.Fatal(err)
+	}
+	if err := unix.Pipe2(up[:], unix.O_CLOEXEC); err != nil {
+		b.Fatal(err)
+	}
+	childIn, childOut := os.NewFile(uintptr(down[0]), "down"), os.NewFile(uintptr(up[1]), "up")
+	dir, err := os.Open(cg.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer dir.Close()
+	cmd := exec.Command("taskset", "-c", strconv.Itoa(cpu), os.Args[0])
+	cmd.Env = append(os.Environ(), helperEnv+"=pingpong", "GOMAXPROCS=1")
+	cmd.ExtraFiles = []*os.File{childIn, childOut} // fds 3 and 4
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	childIn.Close()
+	childOut.Close()
+	p := &pingPong{toChild: down[1], fromChild: up[0], cmd: cmd}
+	b.Cleanup(func() {
+		unix.Close(p.toChild)
+		unix.Close(p.fromChild)
+		_ = cmd.Wait()
+	})
+	return p
+}
+
+// roundTrips must run on a thread locked and pinned to the child's CPU.
+func (p *pingPong) roundTrips(b *testing.B, n int) {
+	buf := []byte{1}
+	for i := 0; i < n; i++ {
+		if _, err := unix.Write(p.toChild, buf); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := unix.Read(p.fromChild, buf); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func pinThread(b *testing.B, cpu int) {
+	runtime.LockOSThread()
+	var set unix.CPUSet
+	set.Set(cpu)
+	if err := unix.SchedSetaffinity(0, &set); err != nil {
+		b.Fatal(err)
+	}
+}
+
+func unpinThread() {
+	var set unix.CPUSet
+	for i := 0; i < runtime.NumCPU(); i++ {
+		set.Set(i)
+	}
+	_ = unix.SchedSetaffinity(0, &set)
+	runtime.UnlockOSThread()
+}
+
+// BenchmarkContextSwitch measures pipe ping-pong round trips (2 context
+// switches each) without and with the monitor attached, alternating rounds
+// in one run, and reports the attached/detached throughput ratio.
+// The helper's cgroup is tracked (guaranteed) so the programs take their
+// accounting path; the benchmark's own thread is untracked.
+func BenchmarkContextSwitch(b *testing.B) {
+	privileged.Require(b)
+	cpu := runtime.NumCPU() - 1
+	root := testRoot(b)
+	cg := newCgroup(b, root, "pingpong")
+	p := startPingPong(b, cg, cpu)
+	pinThread(b, cpu)
+	defer unpinThread()
+	p.roundTrips(b, 10000) // warm up
+
+	const rounds = 6
+	perRound := max(b.N/rounds, 1000)
+	var detached, attached time.Duration
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		start := time.Now()
+		p.roundTrips(b, perRound)
+		detached += time.Since(start)
+
+		b.StopTimer()
+		m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+		if err != nil {
+			b.Fatal(err)
+		}
+		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+		start = time.Now()
+		p.roundTrips(b, perRound)
+		attached += time.Since(start)
+		b.StopTimer()
+		if err := m.Close(); err != nil {
+			b.Fatal(err)
+		}
+		b.StartTimer()
+	}
+	n := float64(rounds * perRound)
+	b.ReportMetric(n/detached.Seconds(), "detached_roundtrips/s")
+	b.ReportMetric(n/attached.Seconds(), "attached_roundtrips/s")
+	b.ReportMetric(detached.Seconds()/attached.Seconds(), "attached/detached")
+}
+
+// BenchmarkProgramCost runs a workload in a tracked cgroup (pipe ping-pong,
+// UDP over loopback) with BPF statistics enabled and reports each program's
+// mean run time per event (run_time_ns / run_cnt), over every event on the
+// host during the run, tracked or not.
+func BenchmarkProgramCost(b *testing.B) {
+	privileged.Require(b)
+	stats, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer stats.Close()
+	cpu := runtime.NumCPU() - 1
+	root := testRoot(b)
+	cg := newCgroup(b, root, "work")
+	m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		b.Fatal(err)
+	}
+	// Reference: an empty program on sched_switch, measured the same way,
+	// shows the cost of the tracepoint trampoline and of the statistics.
+	empty, err := ebpf.NewProgram(&ebpf.ProgramSpec{
+		Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: "sched_switch", License: "GPL",
+		Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()},
+	})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer empty.Close()
+	emptyLink, err := link.AttachTracing(link.TracingOptions{Program: empty, AttachType: ebpf.AttachTraceRawTp})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer emptyLink.Close()
+	p := startPingPong(b, cg, cpu)
+
+	b.ResetTimer()
+	pinThread(b, cpu)
+	p.roundTrips(b, max(b.N, 10000))
+	unpinThread()
+	udp := startHelper(b, cg, -1, "udp", "127.0.0.1:0", "0", "20000", "100", "127.0.0.1:9")
+	udp.start(b)
+	udp.wait(b)
+	b.StopTimer()
+
+	progs, err := m.ProgramStats()
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, ps := range progs {
+		if ps.RunCount == 0 {
+			b.Logf("%-40s no events", ps.Name)
+			continue
+		}
+		ns := float64(ps.RunTime.Nanoseconds()) / float64(ps.RunCount)
+		b.Logf("%-40s %10d events %8.1f ns/event", ps.Name, ps.RunCount, ns)
+		b.ReportMetric(ns, strings.TrimPrefix(strings.TrimPrefix(ps.Name, "tp_btf/"), "cgroup_skb/")+"_ns/event")
+	}
+	if es, err := empty.Stats(); err == nil && es.RunCount > 0 {
+		ns := float64(es.Runtime.Nanoseconds()) / float64(es.RunCount)
+		b.Logf("%-40s %10d events %8.1f ns/event", "empty program on sched_switch", es.RunCount, ns)
+		b.ReportMetric(ns, "empty_ns/event")
+	}
+	s, _ := m.Stats(cg.id)
+	b.Logf("workload: %d wakeups, %d tx packets, %d rx packets", s.Wakeups, s.NetTxPackets, s.NetRxPackets)
+
+}

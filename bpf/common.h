@@ -1,0 +1,66 @@
+// SPDX-License-Identifier: (LGPL-2.1 OR BSD-2-Clause)
+// Shared by every Slackline eBPF program: the classes, the per-cgroup
+// statistics layout and the two maps user space fills (see bpf/doc.go).
+#pragma once
+
+#include "headers/vmlinux.h"
+#include "headers/bpf_helpers.h"
+#include "headers/bpf_tracing.h"
+
+// Classes user space stores in `tracked`; must match bpf.Class.
+#define CLASS_GUARANTEED 1
+#define CLASS_REVOCABLE 2
+#define CLASS_PROTECTED 3
+
+// Run-queue latency histogram: bucket i counts waits in [2^i, 2^(i+1)) ns,
+// bucket 0 also counts 0 ns, the last bucket everything from 2^31 ns (~2.1 s).
+#define RUNQ_BUCKETS 32
+
+// Sizes are defaults: user space sets max_entries before loading.
+#define MAX_CGROUPS 4096
+
+// cgroup_counters is one CPU's share of a tracked cgroup's counters; user space
+// sums the CPUs. Only the program that owns a field writes it.
+struct cgroup_counters {
+	__u64 oncpu_ns;       // sched: time on a CPU
+	__u64 wakeups;        // sched: wakeups (sched_wakeup, sched_wakeup_new) that got a CPU
+	__u64 runq_count;     // sched: wakeup-to-run (or preempted-to-run) samples
+	__u64 runq_sum_ns;    // sched: their sum
+	__u64 delayed_ns;     // sched: runnable while a revocable task held the CPU
+	__u64 rx_bytes;       // net: IP-layer bytes (skb->len at the cgroup hook)
+	__u64 rx_packets;
+	__u64 tx_bytes;
+	__u64 tx_packets;
+	__u64 reclaim_ns;     // mem: direct + memcg reclaim stall
+	__u64 reclaim_count;
+	__u64 oom_kills;      // mem: tasks of the cgroup chosen as OOM victims
+	__u64 runq_hist[RUNQ_BUCKETS];
+};
+
+// tracked: v2 cgroup id -> class. Filled by user space (Monitor.Track);
+// a cgroup absent from it costs one lookup and nothing else.
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, __u32);
+} tracked SEC(".maps");
+
+// cgroup_stats: v2 cgroup id -> per-CPU counters. User space creates the
+// entry when it tracks a cgroup and deletes it when it stops, so programs
+// only look up (never allocate) and untracked cgroups have no entry.
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_HASH);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__uint(max_entries, MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct cgroup_counters);
+} cgroup_stats SEC(".maps");
+
+// task_cgroup_id returns the id of p's cgroup in the default (v2) hierarchy,
+// the same number as bpf_get_current_cgroup_id() for the current task and
+// as the inode of the cgroup's directory in cgroupfs.
+static __always_inline __u64 task_cgroup_id(struct task_struct *p)
+{
+	return p->cgroups->dfl_cgrp->kn->id;
+}

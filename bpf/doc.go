@@ -1,0 +1,82 @@
+// Package bpf loads Slackline's eBPF programs, attaches them, and reads what
+// they aggregate in the kernel for the cgroups the agent tracks; it also
+// probes which eBPF features the kernel and the process's privileges allow.
+//
+// # Programs (one C file per concern, CO-RE against headers/vmlinux.h)
+//
+//   - sched.c: tp_btf/sched_wakeup, tp_btf/sched_wakeup_new and
+//     tp_btf/sched_switch. Per cgroup: on-CPU time, wakeups, run-queue
+//     latency (runnable-to-running, after a wakeup or a preemption) as a
+//     log2 histogram; who delayed whom: the part of a guaranteed or
+//     protected task's wait during which revocable tasks held its CPU, per
+//     (victim, culprit) pair; waits of guaranteed and protected tasks at or
+//     above a threshold go to a ring buffer (Monitor.Events).
+//   - net.c: cgroup_skb/ingress and cgroup_skb/egress attached at
+//     Config.CgroupRoot in the v2 tree: bytes (IP layer, skb->len) and
+//     packets per cgroup. They always return 1 (allow).
+//   - mem.c: tp_btf/mm_vmscan_{direct,memcg}_reclaim_{begin,end}: reclaim
+//     stall time; tp_btf/mark_victim (task form, Linux 6.8+): OOM kills.
+//
+// Every program first looks the cgroup up in a map user space fills
+// (Monitor.Track); a cgroup the agent does not track costs that lookup and
+// nothing else. Cgroups are identified by their v2 id (CgroupID: the inode of
+// the directory in the v2 tree), which works on hybrid hosts too, because the
+// unified hierarchy is the kernel's default hierarchy. Accounting is for the
+// exact cgroup: tasks in a child cgroup of a tracked one are not counted.
+// Who-delayed-whom attributes a wait to the last revocable cgroup that ran on
+// the CPU during it and ignores waits during which the task changed CPUs.
+//
+// # Lifecycle and ownership
+//
+// Load creates the maps and attaches what it can, logging what it cannot
+// (Monitor.Attached lists what works); Track/Untrack maintain the tracked set;
+// Stats, AllStats and DelayedBy read cumulative counters; Run(ctx) reads the
+// ring buffer into Events until ctx ends, then closes the reader and the
+// channel; Close detaches everything. The Monitor owns every kernel object;
+// nothing is pinned, so the programs go away with the process.
+//
+// # Errors
+//
+// Probe runs Features once each. A probe's error is nil when the feature is
+// available, wraps ebpf.ErrNotSupported when the kernel lacks it, wraps
+// ErrPermission when the process may not use it (EPERM/EACCES: not root,
+// missing CAP_BPF/CAP_PERFMON/CAP_SYS_ADMIN), and is anything else when the
+// probe could not tell; FeatureResult.Status maps this onto the API's
+// FeatureStatus. Load follows the same contract when nothing can be
+// attached, so a caller can tell "run on cgroupfs/PSI/procfs alone because
+// unprivileged" from "because the kernel is too old". Stats and Untrack
+// return ErrNotTracked for unknown cgroups; methods needing the scheduler
+// programs return ErrUnavailable when they are not loaded.
+//
+// # Generated files
+//
+// gen.go runs bpf2go (pinned in go.mod) for each C file; `make generate`
+// pins clang (BPF_CLANG, Debian's clang-14) and flags (-O2 -g -Wall -Werror).
+// The *_bpfel.go and *_bpfel.o outputs are committed, so building needs no
+// clang, and regeneration is byte-for-byte reproducible. headers/update.sh
+// refreshes the vendored libbpf headers (BSD-2-Clause, see headers/) and
+// vmlinux.h.
+//
+// # Tests and benchmarks
+//
+// The tests need root (they skip otherwise; with SLACKLINE_TEST_PRIVILEGED=1
+// they fail instead): real cgroups under <v2 root>/slackline-bpftest-<rand>,
+// a network namespace with a veth pair (iproute2), taskset. They compare
+// on-CPU time with cpu.stat/cpuacct.usage (5%), network counters with the
+// veth's (1%), check run-queue p99 under a revocable CPU hog is >= 10x the
+// uncontended p99 with the delay attributed to the hog and a threshold event
+// delivered, and run the probes as nobody.
+//
+// Overhead benchmarks (not run by go test), as root:
+//
+//	go test -run '^$' -bench . -benchtime 300000x -v ./bpf
+//
+// BenchmarkProgramCost enables BPF statistics (like
+// kernel.bpf_stats_enabled=1), runs a pipe ping-pong and UDP traffic in a
+// tracked cgroup, and reports each program's run_time_ns/run_cnt, next to an
+// empty tp_btf/sched_switch program measured the same way (the cost of the
+// trampoline and of the statistics themselves). BenchmarkContextSwitch runs
+// a pipe ping-pong between two processes pinned to one CPU, alternating
+// rounds without and with the programs attached in one run, and reports
+// the attached/detached throughput ratio.
+package bpf

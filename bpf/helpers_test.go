@@ -1,0 +1,357 @@
+package bpf_test
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/bpf"
+)
+
+// The test binary doubles as the workload: with helperEnv set it runs one of
+// these instead of the tests, so workloads can be started in a cgroup
+// (clone3 CLONE_INTO_CGROUP), as another user, or pinned to a CPU.
+const helperEnv = "SLACKLINE_BPFTEST_HELPER"
+
+var helpers = map[string]func(args []string) error{
+	"spin":     helperSpin,
+	"udp":      helperUDP,
+	"victim":   helperVictim,
+	"hog":      helperHog,
+	"probe":    helperProbe,
+	"pingpong": helperPingPong,
+}
+
+func TestMain(m *testing.M) {
+	if name := os.Getenv(helperEnv); name != "" {
+		h, ok := helpers[name]
+		if !ok {
+			fmt.Fprintf(os.Stderr, "unknown helper %q\n", name)
+			os.Exit(2)
+		}
+		if err := h(os.Args[1:]); err != nil {
+			fmt.Fprintf(os.Stderr, "helper %s: %v\n", name, err)
+			os.Exit(1)
+		}
+		os.Exit(0)
+	}
+	os.Exit(m.Run())
+}
+
+// waitGo tells the parent the helper is ready, then waits for a line on stdin.
+func waitGo() error {
+	fmt.Println("ready")
+	_, err := bufio.NewReader(os.Stdin).ReadString('\n')
+	return err
+}
+
+// helperSpin burns args[0] of CPU time (not wall time: the host may be busy).
+func helperSpin(args []string) error {
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		return err
+	}
+	if err := waitGo(); err != nil {
+		return err
+	}
+	x := uint64(1)
+	for cpuTime() < d {
+		for i := 0; i < 10000; i++ {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	if x == 42 {
+		fmt.Println()
+	}
+	return nil
+}
+
+func cpuTime() time.Duration {
+	var ts unix.Timespec
+	_ = unix.ClockGettime(unix.CLOCK_PROCESS_CPUTIME_ID, &ts)
+	return time.Duration(ts.Nano())
+}
+
+// helperHog burns CPU until killed, at nice -10 so that it dominates its
+// CPU whatever else the host runs.
+func helperHog([]string) error {
+	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, -10); err != nil {
+		return err
+	}
+	fmt.Println("ready")
+	x := uint64(1)
+	for {
+		x = x*6364136223846793005 + 1442695040888963407
+	}
+}
+
+// helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0].
+func helperVictim(args []string) error {
+	d, err := time.ParseDuration(args[0])
+	if err != nil {
+		return err
+	}
+	runtime.LockOSThread()
+	if err := waitGo(); err != nil {
+		return err
+	}
+	x := uint64(1)
+	for end := time.Now().Add(d); time.Now().Before(end); {
+		ts := unix.Timespec{Nsec: 1_000_000}
+		_ = unix.Nanosleep(&ts, nil)
+		for spin := time.Now(); time.Since(spin) < 50*time.Microsecond; {
+			x = x*6364136223846793005 + 1442695040888963407
+		}
+	}
+	if x == 42 {
+		fmt.Println()
+	}
+	return nil
+}
+
+// helperUDP binds args[0], says ready, receives args[1] datagrams (or gives
+// up after 2 s of silence), then sends args[2] datagrams of args[3] bytes to
+// args[4].
+func helperUDP(args []string) error {
+	laddr, err := net.ResolveUDPAddr("udp4", args[0])
+	if err != nil {
+		return err
+	}
+	nRecv, _ := strconv.Atoi(args[1])
+	nSend, _ := strconv.Atoi(args[2])
+	size, _ := strconv.Atoi(args[3])
+	raddr, err := net.ResolveUDPAddr("udp4", args[4])
+	if err != nil {
+		return err
+	}
+	conn, err := net.ListenUDP("udp4", laddr)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := waitGo(); err != nil {
+		return err
+	}
+	buf := make([]byte, 65536)
+	got := 0
+	for got < nRecv {
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, _, err := conn.ReadFromUDP(buf); err != nil {
+			break
+		}
+		got++
+	}
+	payload := make([]byte, size)
+	for i := 0; i < nSend; i++ {
+		if _, err := conn.WriteToUDP(payload, raddr); err != nil {
+			return err
+		}
+		if i%64 == 63 {
+			time.Sleep(time.Millisecond) // let the peer's socket drain
+		}
+	}
+	fmt.Println("received", got)
+	return nil
+}
+
+// probeLine is what helperProbe prints per feature.
+type probeLine struct {
+	Name   string
+	Status string
+	Err    string
+}
+
+// helperProbe runs the feature probes and prints them as JSON lines.
+func helperProbe([]string) error {
+	enc := json.NewEncoder(os.Stdout)
+	for _, r := range bpf.Probe() {
+		line := probeLine{Name: r.Name, Status: r.Status().String()}
+		if r.Err != nil {
+			line.Err = r.Err.Error()
+		}
+		if err := enc.Encode(line); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// helperPingPong echoes bytes from fd 3 to fd 4 with blocking syscalls
+// until fd 3 reaches EOF.
+func helperPingPong([]string) error {
+	runtime.LockOSThread()
+	b := make([]byte, 1)
+	for {
+		n, err := unix.Read(3, b)
+		if n == 0 || err != nil {
+			return nil
+		}
+		if _, err := unix.Write(4, b); err != nil {
+			return err
+		}
+	}
+}
+
+// v2Root returns the mount point of the cgroup v2 hierarchy: the unified
+// directory on hybrid hosts, /sys/fs/cgroup on pure v2 ones.
+func v2Root(t testing.TB) string {
+	t.Helper()
+	for _, dir := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var st unix.Statfs_t
+		if unix.Statfs(dir, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return dir
+		}
+	}
+	t.Fatal("no cgroup v2 hierarchy mounted")
+	return ""
+}
+
+func randSuffix() string {
+	b := make([]byte, 4)
+	_, _ = rand.Read(b)
+	return hex.EncodeToString(b)
+}
+
+// testRoot creates this test's own cgroup root in the v2 tree (removed at
+// cleanup, after killing anything left in it).
+func testRoot(t testing.TB) string {
+	t.Helper()
+	root := filepath.Join(v2Root(t), "slackline-bpftest-"+randSuffix())
+	if err := os.Mkdir(root, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { removeCgroupTree(t, root) })
+	return root
+}
+
+func removeCgroupTree(t testing.TB, dir string) {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if e.IsDir() {
+			removeCgroupTree(t, filepath.Join(dir, e.Name()))
+		}
+	}
+	for i := 0; i < 50; i++ {
+		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
+		for _, f := range strings.Fields(string(procs)) {
+			if pid, err := strconv.Atoi(f); err == nil {
+				_ = unix.Kill(pid, unix.SIGKILL)
+			}
+		}
+		if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	t.Errorf("could not remove cgroup %s", dir)
+}
+
+// cgroup is a test cgroup in the v2 tree.
+type cgroup struct {
+	path string
+	id   uint64
+}
+
+func newCgroup(t testing.TB, root, name string) cgroup {
+	t.Helper()
+	path := filepath.Join(root, name)
+	if err := os.Mkdir(path, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, err := bpf.CgroupID(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cgroup{path: path, id: id}
+}
+
+// helperProc is a running helper.
+type helperProc struct {
+	cmd    *exec.Cmd
+	stdin  io.WriteCloser
+	stdout *bufio.Reader
+}
+
+// startHelper starts the helper in cg, pinned to cpu when cpu >= 0, and
+// waits for it to be ready. The caller sends "go" with proc.start().
+func startHelper(t testing.TB, cg cgroup, cpu int, name string, args ...string) *helperProc {
+	t.Helper()
+	dir, err := os.Open(cg.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dir.Close()
+	var cmd *exec.Cmd
+	if cpu >= 0 {
+		cmd = exec.Command("taskset", append([]string{"-c", strconv.Itoa(cpu), os.Args[0]}, args...)...)
+	} else {
+		cmd = exec.Command(os.Args[0], args...)
+	}
+	cmd.Env = append(os.Environ(), helperEnv+"="+name, "GOMAXPROCS=1")
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("start helper %s: %v", name, err)
+	}
+	p := &helperProc{cmd: cmd, stdin: stdin, stdout: bufio.NewReader(out)}
+	t.Cleanup(func() {
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	})
+	line, err := p.stdout.ReadString('\n')
+	if err != nil || strings.TrimSpace(line) != "ready" {
+		t.Fatalf("helper %s not ready: %q %v", name, line, err)
+	}
+	return p
+}
+
+func (p *helperProc) start(t testing.TB) {
+	t.Helper()
+	if _, err := io.WriteString(p.stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait waits for the helper to exit and returns what it printed after "ready".
+func (p *helperProc) wait(t testing.TB) string {
+	t.Helper()
+	rest, _ := io.ReadAll(p.stdout)
+	if err := p.cmd.Wait(); err != nil {
+		t.Fatalf("helper %v: %v", p.cmd.Args, err)
+	}
+	return string(rest)
+}
+
+func run(t testing.TB, name string, args ...string) {
+	t.Helper()
+	if out, err := exec.Command(name, args...).CombinedOutput(); err != nil {
+		t.Fatalf("%s %s: %v\n%s", name, strings.Join(args, " "), err, out)
+	}
+}
+
+func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }

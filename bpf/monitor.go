@@ -1,0 +1,661 @@
+package bpf
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/link"
+	"github.com/cilium/ebpf/ringbuf"
+	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
+)
+
+// Class is how the agent classifies a tracked cgroup; the programs use it to
+// tell victims (guaranteed, protected) from culprits (revocable).
+type Class uint8
+
+// Classes; the values are shared with the C programs (common.h).
+const (
+	ClassGuaranteed Class = 1
+	ClassRevocable  Class = 2
+	ClassProtected  Class = 3
+)
+
+// String returns the class name.
+func (c Class) String() string {
+	switch c {
+	case ClassGuaranteed:
+		return "guaranteed"
+	case ClassRevocable:
+		return "revocable"
+	case ClassProtected:
+		return "protected"
+	}
+	return fmt.Sprintf("Class(%d)", uint8(c))
+}
+
+// RunqBuckets is the number of run-queue latency histogram buckets: bucket i
+// counts waits in [2^i, 2^(i+1)) ns (bucket 0 also counts 0 ns); the last
+// bucket counts everything from 2^31 ns (about 2.1 s) up.
+const RunqBuckets = 32
+
+// DefaultMaxCgroups is the number of cgroups a Monitor can track when
+// Config.MaxCgroups is 0.
+const DefaultMaxCgroups = 4096
+
+// Config configures Load.
+type Config struct {
+	// CgroupRoot is the directory in the v2 hierarchy where the network
+	// programs are attached; they count the sockets of every cgroup below it
+	// (e.g. /sys/fs/cgroup/unified/slackline on a hybrid host). Empty: no
+	// network accounting.
+	CgroupRoot string
+	// LatencyThreshold: waits of guaranteed and protected tasks at or above
+	// it are sent to Events. 0 disables events.
+	LatencyThreshold time.Duration
+	// MaxCgroups bounds the number of tracked cgroups (DefaultMaxCgroups if 0).
+	MaxCgroups int
+	// Logger receives what could not be loaded or attached (slog.Default if nil).
+	Logger *slog.Logger
+}
+
+// CgroupStats are a tracked cgroup's cumulative counters since Track.
+type CgroupStats struct {
+	// OnCPU is the time the cgroup's tasks ran.
+	OnCPU time.Duration
+	// Wakeups counts wakeups of the cgroup's tasks.
+	Wakeups uint64
+	// RunqLatency is the histogram of run-queue latencies (time runnable
+	// before getting a CPU, after a wakeup or a preemption); see RunqBuckets.
+	RunqLatency [RunqBuckets]uint64
+	// RunqCount and RunqTotal are the number and sum of those latencies.
+	RunqCount uint64
+	RunqTotal time.Duration
+	// DelayedByRevocable is the part of the run-queue latency during which
+	// revocable tasks held the CPU (guaranteed and protected cgroups only).
+	DelayedByRevocable time.Duration
+	// Network counters of the cgroup's sockets; bytes are IP-layer lengths
+	// (no link-layer header).
+	NetRxBytes, NetRxPackets, NetTxBytes, NetTxPackets uint64
+	// ReclaimStall is the time the cgroup's tasks spent in direct or memcg
+	// reclaim; ReclaimCount the number of such stalls.
+	ReclaimStall time.Duration
+	ReclaimCount uint64
+	// OOMKills counts the cgroup's tasks chosen as OOM victims.
+	OOMKills uint64
+}
+
+// RunqQuantile returns the upper bound of the histogram bucket holding the
+// q-quantile (0 < q <= 1) of the run-queue latencies, 0 without samples.
+func (s CgroupStats) RunqQuantile(q float64) time.Duration {
+	var total uint64
+	for _, n := range s.RunqLatency {
+		total += n
+	}
+	if total == 0 {
+		return 0
+	}
+	rank := uint64(q * float64(total))
+	if rank == 0 {
+		rank = 1
+	}
+	var seen uint64
+	for i, n := range s.RunqLatency {
+		seen += n
+		if seen >= rank {
+			return time.Duration(uint64(1) << (i + 1))
+		}
+	}
+	return time.Duration(uint64(1) << RunqBuckets)
+}
+
+// ThresholdEvent is a guaranteed or protected task's run-queue wait at or
+// above the latency threshold.
+type ThresholdEvent struct {
+	Time    time.Time     // when the task got its CPU
+	Cgroup  uint64        // the waiting task's cgroup
+	Class   Class         // its class
+	Culprit uint64        // revocable cgroup that held the CPU during the wait, 0 if none
+	Latency time.Duration // the wait
+	Delayed time.Duration // the part of it the culprit held the CPU
+	CPU     uint32
+	PID     uint32 // thread id of the waiting task
+}
+
+// ProgramStat is the kernel's run statistics of one attached program,
+// counted only while kernel.bpf_stats_enabled=1 (or EnableStats is held).
+type ProgramStat struct {
+	Name     string // attach point, e.g. "tp_btf/sched_switch"
+	RunCount uint64
+	RunTime  time.Duration
+}
+
+// Monitor holds the loaded programs and maps. Create it with Load; Track
+// the cgroups to account; read with Stats and DelayedBy; Run delivers
+// threshold events; Close detaches everything. Methods are safe for
+// concurrent use.
+type Monitor struct {
+	log *slog.Logger
+
+	tracked *ebpf.Map // v2 cgroup id -> class
+	stats   *ebpf.Map // v2 cgroup id -> per-CPU counters
+	ncpu    int
+
+	sched *schedObjects // nil when the scheduler programs are not loaded
+	net   *netObjects
+	mem   *memObjects
+
+	links    []link.Link
+	programs map[string]*ebpf.Program // attach point -> program, attached ones only
+
+	events     chan ThresholdEvent
+	reader     *ringbuf.Reader
+	monoOffset int64 // wall clock minus CLOCK_MONOTONIC, ns
+	dropped    atomic.Uint64
+
+	runOnce   sync.Once
+	closeOnce sync.Once
+	mu        sync.Mutex // serialises Track/Untrack
+}
+
+// attachPoint is one program and where it goes.
+type attachPoint struct {
+	name   string // for logs and ProgramStats
+	prog   *ebpf.Program
+	attach func(*ebpf.Program) (link.Link, error)
+}
+
+func tracing(p *ebpf.Program) (link.Link, error) {
+	return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+}
+
+// Load loads the programs, attaches every one it can and returns the
+// Monitor. What fails is logged and left out (see Attached). When nothing
+// can be attached it returns an error that wraps the first cause as the
+// probes classify it (ErrPermission, ebpf.ErrNotSupported or other).
+func Load(cfg Config) (*Monitor, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	maxCgroups := cfg.MaxCgroups
+	if maxCgroups <= 0 {
+		maxCgroups = DefaultMaxCgroups
+	}
+	// Kernels before 5.11 charge BPF memory to RLIMIT_MEMLOCK; later ones
+	// ignore it. Failure here shows up, classified, when loading.
+	_ = rlimit.RemoveMemlock()
+
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		return nil, fmt.Errorf("load eBPF: %w", err)
+	}
+	var ts unix.Timespec
+	if err := unix.ClockGettime(unix.CLOCK_MONOTONIC, &ts); err != nil {
+		return nil, fmt.Errorf("load eBPF: read monotonic clock: %w", err)
+	}
+	m := &Monitor{
+		log:        log,
+		ncpu:       ncpu,
+		programs:   map[string]*ebpf.Program{},
+		events:     make(chan ThresholdEvent, 1024),
+		monoOffset: time.Now().UnixNano() - ts.Nano(),
+	}
+
+	schedSpec, err := loadSched()
+	if err != nil {
+		return nil, fmt.Errorf("load eBPF: %w", err)
+	}
+	trackedSpec := schedSpec.Maps["tracked"].Copy()
+	trackedSpec.MaxEntries = uint32(maxCgroups)
+	statsSpec := schedSpec.Maps["cgroup_stats"].Copy()
+	statsSpec.MaxEntries = uint32(maxCgroups)
+	if m.tracked, err = ebpf.NewMap(trackedSpec); err != nil {
+		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
+	}
+	if m.stats, err = ebpf.NewMap(statsSpec); err != nil {
+		m.tracked.Close()
+		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
+	}
+	// Every collection declares the shared maps; size them alike so the
+	// replacements are compatible.
+	sizeShared := func(spec *ebpf.CollectionSpec) {
+		for _, name := range []string{"tracked", "cgroup_stats"} {
+			if ms, ok := spec.Maps[name]; ok {
+				ms.MaxEntries = uint32(maxCgroups)
+			}
+		}
+	}
+	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
+		"tracked":      m.tracked,
+		"cgroup_stats": m.stats,
+	}}
+
+	var points []attachPoint
+	var failures []error
+	fail := func(what string, err error) {
+		err = fmt.Errorf("%s: %w", what, classify(err))
+		log.Warn("eBPF signal unavailable", "what", what, "err", err)
+		failures = append(failures, err)
+	}
+
+	// Scheduler.
+	sizeShared(schedSpec)
+	schedSpec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
+	var sched schedObjects
+	if err := schedSpec.LoadAndAssign(&sched, shared); err != nil {
+		fail("load scheduler programs", err)
+	} else {
+		m.sched = &sched
+		if cfg.LatencyThreshold > 0 {
+			if err := sched.LatencyThresholdNs.Set(uint64(cfg.LatencyThreshold)); err != nil {
+				fail("set latency threshold", err)
+			}
+		}
+		points = append(points,
+			attachPoint{"tp_btf/sched_wakeup", sched.SchedWakeup, tracing},
+			attachPoint{"tp_btf/sched_wakeup_new", sched.SchedWakeupNew, tracing},
+			attachPoint{"tp_btf/sched_switch", sched.SchedSwitch, tracing},
+		)
+	}
+
+	// Network.
+	if cfg.CgroupRoot != "" {
+		netSpec, err := loadNet()
+		if err != nil {
+			return nil, errors.Join(fmt.Errorf("load eBPF: %w", err), m.Close())
+		}
+		sizeShared(netSpec)
+		var netObjs netObjects
+		if err := netSpec.LoadAndAssign(&netObjs, shared); err != nil {
+			fail("load network programs", err)
+		} else {
+			m.net = &netObjs
+			cgroupSKB := func(at ebpf.AttachType) func(*ebpf.Program) (link.Link, error) {
+				return func(p *ebpf.Program) (link.Link, error) {
+					return link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupRoot, Attach: at, Program: p})
+				}
+			}
+			points = append(points,
+				attachPoint{"cgroup_skb/ingress", netObjs.CgroupSkbIngress, cgroupSKB(ebpf.AttachCGroupInetIngress)},
+				attachPoint{"cgroup_skb/egress", netObjs.CgroupSkbEgress, cgroupSKB(ebpf.AttachCGroupInetEgress)},
+			)
+		}
+	}
+
+	// Memory: programs are loaded one by one so that a tracepoint this
+	// kernel lacks (or whose arguments differ) only loses that signal.
+	memSpec, err := loadMem()
+	if err != nil {
+		return nil, errors.Join(fmt.Errorf("load eBPF: %w", err), m.Close())
+	}
+	sizeShared(memSpec)
+	m.mem = &memObjects{}
+	for _, p := range []struct {
+		name string
+		dst  **ebpf.Program
+	}{
+		{"mm_vmscan_direct_reclaim_begin", &m.mem.DirectReclaimBegin},
+		{"mm_vmscan_direct_reclaim_end", &m.mem.DirectReclaimEnd},
+		{"mm_vmscan_memcg_reclaim_begin", &m.mem.MemcgReclaimBegin},
+		{"mm_vmscan_memcg_reclaim_end", &m.mem.MemcgReclaimEnd},
+		{"mark_victim", &m.mem.MarkVictim},
+	} {
+		name := "tp_btf/" + p.name
+		prog, err := loadProgram(memSpec, name, shared, &m.mem.memMaps)
+		if err != nil {
+			fail("load "+name, err)
+			continue
+		}
+		*p.dst = prog
+		points = append(points, attachPoint{name, prog, tracing})
+	}
+
+	for _, p := range points {
+		l, err := p.attach(p.prog)
+		if err != nil {
+			fail("attach "+p.name, err)
+			continue
+		}
+		m.links = append(m.links, l)
+		m.programs[p.name] = p.prog
+	}
+	if len(m.links) == 0 {
+		err := errors.Join(failures...)
+		if err == nil {
+			err = ErrUnavailable
+		}
+		return nil, errors.Join(fmt.Errorf("load eBPF: nothing could be attached: %w", err), m.Close())
+	}
+
+	if m.sched != nil && m.programs["tp_btf/sched_switch"] != nil {
+		if m.reader, err = ringbuf.NewReader(m.sched.Events); err != nil {
+			fail("open event ring buffer", err)
+		}
+	}
+	log.Info("eBPF monitor loaded", "attached", m.Attached(), "unavailable", len(failures))
+	return m, nil
+}
+
+// loadProgram loads the one program of spec whose section is section, its
+// maps created once and kept in maps.
+func loadProgram(spec *ebpf.CollectionSpec, section string, shared *ebpf.CollectionOptions, maps *memMaps) (*ebpf.Program, error) {
+	one := spec.Copy()
+	var progName string
+	for name, p := range one.Programs {
+		if p.SectionName == section {
+			progName = name
+		} else {
+			delete(one.Programs, name)
+		}
+	}
+	if progName == "" {
+		return nil, fmt.Errorf("no program in section %s", section)
+	}
+	opts := *shared
+	opts.MapReplacements = maps.replacements(shared.MapReplacements)
+	coll, err := ebpf.NewCollectionWithOptions(one, opts)
+	if err != nil {
+		return nil, err
+	}
+	defer coll.Close()
+	if maps.ReclaimStart == nil {
+		maps.ReclaimStart = coll.Maps["reclaim_start"]
+		delete(coll.Maps, "reclaim_start") // keep it open
+	}
+	prog := coll.Programs[progName]
+	delete(coll.Programs, progName)
+	return prog, nil
+}
+
+func (mm *memMaps) replacements(shared map[string]*ebpf.Map) map[string]*ebpf.Map {
+	r := map[string]*ebpf.Map{}
+	for k, v := range shared {
+		r[k] = v
+	}
+	if mm.ReclaimStart != nil {
+		r["reclaim_start"] = mm.ReclaimStart
+	}
+	return r
+}
+
+// Attached lists the attach points in use, e.g. "tp_btf/sched_switch",
+// "cgroup_skb/egress", "tp_btf/mark_victim".
+func (m *Monitor) Attached() []string {
+	names := make([]string, 0, len(m.programs))
+	for name := range m.programs {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// Track starts accounting the v2 cgroup id as class, or changes its class
+// when it is already tracked (its counters are kept).
+func (m *Monitor) Track(cgroupID uint64, class Class) error {
+	if class < ClassGuaranteed || class > ClassProtected {
+		return fmt.Errorf("track cgroup %d: invalid class %d", cgroupID, class)
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	zero := make([]schedCgroupCounters, m.ncpu)
+	err := m.stats.Update(cgroupID, zero, ebpf.UpdateNoExist)
+	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+		return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
+	}
+	if err := m.tracked.Put(cgroupID, uint32(class)); err != nil {
+		return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
+	}
+	return nil
+}
+
+// Untrack stops accounting the cgroup and forgets its counters, including
+// the delays it suffered or caused.
+func (m *Monitor) Untrack(cgroupID uint64) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	errTracked := m.tracked.Delete(cgroupID)
+	errStats := m.stats.Delete(cgroupID)
+	if errors.Is(errTracked, ebpf.ErrKeyNotExist) && errors.Is(errStats, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, ErrNotTracked)
+	}
+	if m.sched != nil {
+		var stale []schedDelayKey
+		var key schedDelayKey
+		var ns uint64
+		it := m.sched.Delays.Iterate()
+		for it.Next(&key, &ns) {
+			if key.Victim == cgroupID || key.Culprit == cgroupID {
+				stale = append(stale, key)
+			}
+		}
+		if err := it.Err(); err != nil {
+			return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
+		}
+		for _, k := range stale {
+			if err := m.sched.Delays.Delete(k); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+				return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
+			}
+		}
+	}
+	return nil
+}
+
+// Stats returns the cgroup's counters summed over CPUs; ErrNotTracked if
+// it is not tracked. Counters whose programs are not attached stay 0.
+func (m *Monitor) Stats(cgroupID uint64) (CgroupStats, error) {
+	var perCPU []schedCgroupCounters
+	if err := m.stats.Lookup(cgroupID, &perCPU); err != nil {
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return CgroupStats{}, fmt.Errorf("stats of cgroup %d: %w", cgroupID, ErrNotTracked)
+		}
+		return CgroupStats{}, fmt.Errorf("stats of cgroup %d: %w", cgroupID, err)
+	}
+	return sumCounters(perCPU), nil
+}
+
+// AllStats returns the counters of every tracked cgroup, by cgroup id.
+func (m *Monitor) AllStats() (map[uint64]CgroupStats, error) {
+	all := map[uint64]CgroupStats{}
+	var id uint64
+	var perCPU []schedCgroupCounters
+	it := m.stats.Iterate()
+	for it.Next(&id, &perCPU) {
+		all[id] = sumCounters(perCPU)
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("stats of all cgroups: %w", err)
+	}
+	return all, nil
+}
+
+func sumCounters(perCPU []schedCgroupCounters) CgroupStats {
+	var c schedCgroupCounters
+	for _, v := range perCPU {
+		c.OncpuNs += v.OncpuNs
+		c.Wakeups += v.Wakeups
+		c.RunqCount += v.RunqCount
+		c.RunqSumNs += v.RunqSumNs
+		c.DelayedNs += v.DelayedNs
+		c.RxBytes += v.RxBytes
+		c.RxPackets += v.RxPackets
+		c.TxBytes += v.TxBytes
+		c.TxPackets += v.TxPackets
+		c.ReclaimNs += v.ReclaimNs
+		c.ReclaimCount += v.ReclaimCount
+		c.OomKills += v.OomKills
+		for i := range c.RunqHist {
+			c.RunqHist[i] += v.RunqHist[i]
+		}
+	}
+	return CgroupStats{
+		OnCPU:              time.Duration(c.OncpuNs),
+		Wakeups:            c.Wakeups,
+		RunqLatency:        c.RunqHist,
+		RunqCount:          c.RunqCount,
+		RunqTotal:          time.Duration(c.RunqSumNs),
+		DelayedByRevocable: time.Duration(c.DelayedNs),
+		NetRxBytes:         c.RxBytes,
+		NetRxPackets:       c.RxPackets,
+		NetTxBytes:         c.TxBytes,
+		NetTxPackets:       c.TxPackets,
+		ReclaimStall:       time.Duration(c.ReclaimNs),
+		ReclaimCount:       c.ReclaimCount,
+		OOMKills:           c.OomKills,
+	}
+}
+
+// DelayedBy returns, for a guaranteed or protected cgroup, how long each
+// revocable cgroup held a CPU while one of its tasks waited for it.
+// Attribution goes to the last revocable cgroup that ran on the CPU during
+// the wait, and waits during which the task changed CPUs are not counted.
+func (m *Monitor) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
+	if m.sched == nil {
+		return nil, fmt.Errorf("delays of cgroup %d: %w", victim, ErrUnavailable)
+	}
+	delays := map[uint64]time.Duration{}
+	var key schedDelayKey
+	var ns uint64
+	it := m.sched.Delays.Iterate()
+	for it.Next(&key, &ns) {
+		if key.Victim == victim {
+			delays[key.Culprit] += time.Duration(ns)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("delays of cgroup %d: %w", victim, err)
+	}
+	return delays, nil
+}
+
+// SetLatencyThreshold changes the threshold of Events; 0 disables them.
+func (m *Monitor) SetLatencyThreshold(d time.Duration) error {
+	if m.sched == nil {
+		return fmt.Errorf("set latency threshold: %w", ErrUnavailable)
+	}
+	if d < 0 {
+		d = 0
+	}
+	if err := m.sched.LatencyThresholdNs.Set(uint64(d)); err != nil {
+		return fmt.Errorf("set latency threshold: %w", err)
+	}
+	return nil
+}
+
+// Events returns the channel of threshold events. Run feeds it and closes it
+// when it returns; events that find it full are dropped (see EventsLost).
+func (m *Monitor) Events() <-chan ThresholdEvent { return m.events }
+
+// EventsLost counts events dropped because the kernel ring buffer or the
+// Events channel was full.
+func (m *Monitor) EventsLost() uint64 {
+	lost := m.dropped.Load()
+	if m.sched != nil {
+		var inKernel uint64
+		if err := m.sched.EventsLost.Get(&inKernel); err == nil {
+			lost += inKernel
+		}
+	}
+	return lost
+}
+
+// Run reads the event ring buffer into Events until ctx ends, then closes
+// the reader and the Events channel and returns nil. It must be called at
+// most once; without the scheduler programs it only waits for ctx.
+func (m *Monitor) Run(ctx context.Context) error {
+	err := errors.New("bpf: Monitor.Run called twice")
+	m.runOnce.Do(func() { err = m.run(ctx) })
+	return err
+}
+
+func (m *Monitor) run(ctx context.Context) error {
+	defer close(m.events)
+	if m.reader == nil {
+		<-ctx.Done()
+		return nil
+	}
+	stop := context.AfterFunc(ctx, func() { m.reader.Close() })
+	defer stop()
+	var rec ringbuf.Record
+	for {
+		if err := m.reader.ReadInto(&rec); err != nil {
+			if errors.Is(err, ringbuf.ErrClosed) {
+				return nil
+			}
+			return fmt.Errorf("read events: %w", err)
+		}
+		if len(rec.RawSample) < int(unsafe.Sizeof(schedEvent{})) {
+			continue
+		}
+		raw := (*schedEvent)(unsafe.Pointer(&rec.RawSample[0]))
+		ev := ThresholdEvent{
+			Time:    time.Unix(0, m.monoOffset+int64(raw.TimestampNs)),
+			Cgroup:  raw.Cgroup,
+			Class:   Class(raw.Class),
+			Culprit: raw.Culprit,
+			Latency: time.Duration(raw.LatencyNs),
+			Delayed: time.Duration(raw.DelayedNs),
+			CPU:     raw.Cpu,
+			PID:     raw.Pid,
+		}
+		select {
+		case m.events <- ev:
+		default:
+			m.dropped.Add(1)
+		}
+	}
+}
+
+// ProgramStats returns the kernel's run count and run time of each attached
+// program (non-zero only while BPF statistics are enabled).
+func (m *Monitor) ProgramStats() ([]ProgramStat, error) {
+	var out []ProgramStat
+	for _, name := range m.Attached() {
+		st, err := m.programs[name].Stats()
+		if err != nil {
+			return nil, fmt.Errorf("stats of program %s: %w", name, err)
+		}
+		out = append(out, ProgramStat{Name: name, RunCount: st.RunCount, RunTime: st.Runtime})
+	}
+	return out, nil
+}
+
+// Close detaches the programs and frees the maps. It does not wait for Run,
+// whose reader it closes.
+func (m *Monitor) Close() error {
+	var errs []error
+	m.closeOnce.Do(func() {
+		for _, l := range m.links {
+			errs = append(errs, l.Close())
+		}
+		if m.reader != nil {
+			if err := m.reader.Close(); err != nil && !errors.Is(err, ringbuf.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+		if m.sched != nil {
+			errs = append(errs, m.sched.Close())
+		}
+		if m.net != nil {
+			errs = append(errs, m.net.Close())
+		}
+		if m.mem != nil {
+			errs = append(errs, m.mem.Close())
+		}
+		if m.stats != nil {
+			errs = append(errs, m.stats.Close())
+		}
+		if m.tracked != nil {
+			errs = append(errs, m.tracked.Close())
+		}
+	})
+	return errors.Join(errs...)
+}

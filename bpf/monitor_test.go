@@ -1,0 +1,441 @@
+package bpf_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+func load(t testing.TB, cfg bpf.Config) *bpf.Monitor {
+	t.Helper()
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+	}
+	m, err := bpf.Load(cfg)
+	if err != nil {
+		t.Fatalf("load: %v", err)
+	}
+	t.Cleanup(func() {
+		if err := m.Close(); err != nil {
+			t.Errorf("close: %v", err)
+		}
+	})
+	return m
+}
+
+func stats(t testing.TB, m *bpf.Monitor, id uint64) bpf.CgroupStats {
+	t.Helper()
+	s, err := m.Stats(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func within(got, want, tolerance float64) bool {
+	return math.Abs(got-want) <= tolerance*want
+}
+
+// readKeyed reads "key value" lines (cpu.stat).
+func readKeyed(t testing.TB, path, key string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 2 && f[0] == key {
+			v, err := strconv.ParseUint(f[1], 10, 64)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return v
+		}
+	}
+	t.Fatalf("%s: no %s", path, key)
+	return 0
+}
+
+func readUint(t testing.TB, path string) uint64 {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+func TestTrackUntrack(t *testing.T) {
+	privileged.Require(t)
+	m := load(t, bpf.Config{})
+	cg := newCgroup(t, testRoot(t), "c")
+	if _, err := m.Stats(cg.id); !errors.Is(err, bpf.ErrNotTracked) {
+		t.Fatalf("Stats of an untracked cgroup: %v, want ErrNotTracked", err)
+	}
+	if err := m.Track(cg.id, bpf.Class(9)); err == nil {
+		t.Fatal("Track accepted class 9")
+	}
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Track(cg.id, bpf.ClassRevocable); err != nil {
+		t.Fatalf("re-Track with another class: %v", err)
+	}
+	all, err := m.AllStats()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := all[cg.id]; !ok || len(all) != 1 {
+		t.Fatalf("AllStats = %v, want only %d", all, cg.id)
+	}
+	if err := m.Untrack(cg.id); err != nil {
+		t.Fatal(err)
+	}
+	if err := m.Untrack(cg.id); !errors.Is(err, bpf.ErrNotTracked) {
+		t.Fatalf("second Untrack: %v, want ErrNotTracked", err)
+	}
+}
+
+// TestOnCPUAccuracy: a CPU-bound process's cgroup, eBPF on-CPU time against
+// the cgroup's own figures over 2 s: cpu.stat usage_usec of the v2 cgroup
+// and, on hybrid hosts, cpuacct.usage of a v1 cpuacct cgroup.
+func TestOnCPUAccuracy(t *testing.T) {
+	privileged.Require(t)
+	m := load(t, bpf.Config{})
+	cg := newCgroup(t, testRoot(t), "spin")
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	proc := startHelper(t, cg, -1, "spin", "2s")
+
+	// v1 cpuacct, when the host has it (hybrid).
+	var v1 string
+	if st, err := os.Stat("/sys/fs/cgroup/cpuacct/cpuacct.usage"); err == nil && !st.IsDir() {
+		v1 = filepath.Join("/sys/fs/cgroup/cpuacct", "slackline-bpftest-"+randSuffix())
+		if err := os.Mkdir(v1, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { removeCgroupTree(t, v1) })
+		if err := os.WriteFile(filepath.Join(v1, "cgroup.procs"), []byte(strconv.Itoa(proc.cmd.Process.Pid)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := stats(t, m, cg.id).OnCPU
+	proc.start(t)
+	proc.wait(t)
+	after := stats(t, m, cg.id).OnCPU
+
+	v2Usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
+	t.Logf("v2 cpu.stat usage %v, eBPF on-CPU %v (%+.2f%%)", v2Usage, after, 100*(after.Seconds()-v2Usage.Seconds())/v2Usage.Seconds())
+	if v2Usage < 1900*time.Millisecond {
+		t.Fatalf("cpu.stat usage %v: the helper did not spin for 2 s", v2Usage)
+	}
+	if !within(after.Seconds(), v2Usage.Seconds(), 0.05) {
+		t.Errorf("eBPF on-CPU %v not within 5%% of cpu.stat usage_usec %v", after, v2Usage)
+	}
+	if v1 != "" {
+		v1Usage := time.Duration(readUint(t, filepath.Join(v1, "cpuacct.usage")))
+		delta := after - before
+		t.Logf("v1 cpuacct.usage %v, eBPF on-CPU over the same interval %v (%+.2f%%)", v1Usage, delta, 100*(delta.Seconds()-v1Usage.Seconds())/v1Usage.Seconds())
+		if !within(delta.Seconds(), v1Usage.Seconds(), 0.05) {
+			t.Errorf("eBPF on-CPU %v not within 5%% of cpuacct.usage %v", delta, v1Usage)
+		}
+	}
+}
+
+func vethCounter(t testing.TB, dev, name string) uint64 {
+	return readUint(t, filepath.Join("/sys/class/net", dev, "statistics", name))
+}
+
+// TestNetworkAccuracy: a process in a tracked cgroup receives from and sends
+// to a network namespace the test made through a veth pair; the cgroup's
+// eBPF bytes and packets match the veth's counters (which also count the
+// 14-byte Ethernet header of each frame, so it is taken off).
+func TestNetworkAccuracy(t *testing.T) {
+	privileged.Require(t)
+	if _, err := exec.LookPath("ip"); err != nil {
+		t.Fatal("needs ip (apt-get install iproute2)")
+	}
+	root := testRoot(t)
+	m := load(t, bpf.Config{CgroupRoot: root})
+	cg := newCgroup(t, root, "net")
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+
+	suffix := randSuffix()[:6]
+	ns, hostDev, nsDev := "slbt-"+suffix, "slbta"+suffix, "slbtb"+suffix
+	octet := 16 + int(suffix[0])%200
+	hostIP, nsIP := fmt.Sprintf("10.213.%d.1", octet), fmt.Sprintf("10.213.%d.2", octet)
+	run(t, "ip", "netns", "add", ns)
+	t.Cleanup(func() { _ = exec.Command("ip", "netns", "del", ns).Run() })
+	run(t, "ip", "link", "add", hostDev, "type", "veth", "peer", "name", nsDev)
+	t.Cleanup(func() { _ = exec.Command("ip", "link", "del", hostDev).Run() })
+	run(t, "ip", "link", "set", nsDev, "netns", ns)
+	// No IPv6 (router solicitations) and static neighbours (no ARP): the
+	// veth carries only the test's datagrams.
+	_ = os.WriteFile("/proc/sys/net/ipv6/conf/"+hostDev+"/disable_ipv6", []byte("1"), 0o644)
+	run(t, "ip", "netns", "exec", ns, "sh", "-c", "echo 1 > /proc/sys/net/ipv6/conf/"+nsDev+"/disable_ipv6")
+	hostMAC := strings.TrimSpace(string(must(os.ReadFile("/sys/class/net/" + hostDev + "/address"))))
+	nsMAC := strings.TrimSpace(string(must(exec.Command("ip", "netns", "exec", ns, "cat", "/sys/class/net/"+nsDev+"/address").Output())))
+	run(t, "ip", "addr", "add", hostIP+"/30", "dev", hostDev)
+	run(t, "ip", "-n", ns, "addr", "add", nsIP+"/30", "dev", nsDev)
+	run(t, "ip", "neigh", "replace", nsIP, "lladdr", nsMAC, "dev", hostDev, "nud", "permanent")
+	run(t, "ip", "-n", ns, "neigh", "replace", hostIP, "lladdr", hostMAC, "dev", nsDev, "nud", "permanent")
+	run(t, "ip", "link", "set", hostDev, "up")
+	run(t, "ip", "-n", ns, "link", "set", nsDev, "up")
+
+	// The namespace side: a socket created on a thread inside the namespace.
+	peer := make(chan *net.UDPConn, 1)
+	go func() {
+		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		fd, err := unix.Open("/run/netns/"+ns, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err != nil {
+			t.Error(err)
+			peer <- nil
+			return
+		}
+		defer unix.Close(fd)
+		if err := unix.Setns(fd, unix.CLONE_NEWNET); err != nil {
+			t.Error(err)
+			peer <- nil
+			return
+		}
+		conn, err := net.ListenUDP("udp4", &net.UDPAddr{IP: net.ParseIP(nsIP), Port: 9999})
+		if err != nil {
+			t.Error(err)
+		}
+		peer <- conn
+	}()
+	conn := <-peer
+	if conn == nil {
+		t.FailNow()
+	}
+	defer conn.Close()
+	go func() { // drain what the helper sends
+		buf := make([]byte, 65536)
+		for {
+			if _, _, err := conn.ReadFromUDP(buf); err != nil {
+				return
+			}
+		}
+	}()
+
+	const nRecv, nSend, size = 500, 2000, 1200
+	txBytes0, txPackets0 := vethCounter(t, hostDev, "tx_bytes"), vethCounter(t, hostDev, "tx_packets")
+	rxBytes0, rxPackets0 := vethCounter(t, hostDev, "rx_bytes"), vethCounter(t, hostDev, "rx_packets")
+	proc := startHelper(t, cg, -1, "udp", hostIP+":9998", strconv.Itoa(nRecv), strconv.Itoa(nSend), strconv.Itoa(size), nsIP+":9999")
+	proc.start(t)
+	dst := &net.UDPAddr{IP: net.ParseIP(hostIP), Port: 9998}
+	payload := make([]byte, 700)
+	for i := 0; i < nRecv; i++ {
+		if _, err := conn.WriteToUDP(payload, dst); err != nil {
+			t.Fatal(err)
+		}
+		if i%32 == 31 {
+			time.Sleep(time.Millisecond)
+		}
+	}
+	out := proc.wait(t)
+	t.Logf("helper: %s", strings.TrimSpace(out))
+
+	const ethHeader = 14
+	txPackets := vethCounter(t, hostDev, "tx_packets") - txPackets0
+	txBytes := vethCounter(t, hostDev, "tx_bytes") - txBytes0 - ethHeader*txPackets
+	rxPackets := vethCounter(t, hostDev, "rx_packets") - rxPackets0
+	rxBytes := vethCounter(t, hostDev, "rx_bytes") - rxBytes0 - ethHeader*rxPackets
+	s := stats(t, m, cg.id)
+	t.Logf("tx: eBPF %d B %d pkts, veth %d B (IP layer) %d pkts", s.NetTxBytes, s.NetTxPackets, txBytes, txPackets)
+	t.Logf("rx: eBPF %d B %d pkts, veth %d B (IP layer) %d pkts", s.NetRxBytes, s.NetRxPackets, rxBytes, rxPackets)
+	if txPackets < nSend {
+		t.Fatalf("veth sent %d packets, want >= %d", txPackets, nSend)
+	}
+	if !within(float64(s.NetTxBytes), float64(txBytes), 0.01) || !within(float64(s.NetTxPackets), float64(txPackets), 0.01) {
+		t.Errorf("egress: eBPF %d B / %d pkts, veth %d B / %d pkts: not within 1%%", s.NetTxBytes, s.NetTxPackets, txBytes, txPackets)
+	}
+	if !within(float64(s.NetRxBytes), float64(rxBytes), 0.01) || !within(float64(s.NetRxPackets), float64(rxPackets), 0.01) {
+		t.Errorf("ingress: eBPF %d B / %d pkts, veth %d B / %d pkts: not within 1%%", s.NetRxBytes, s.NetRxPackets, rxBytes, rxPackets)
+	}
+}
+
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
+}
+
+// TestRunqueueInterference: a task sharing one CPU with a revocable CPU hog
+// waits far longer for it than alone; the wait is attributed to the hog's
+// cgroup and raises threshold events.
+func TestRunqueueInterference(t *testing.T) {
+	privileged.Require(t)
+	if runtime.NumCPU() < 2 {
+		t.Skip("needs 2 CPUs: one for the test, one shared by victim and hog")
+	}
+	root := testRoot(t)
+	m := load(t, bpf.Config{})
+	ctx, cancel := context.WithCancel(context.Background())
+	runDone := make(chan error, 1)
+	go func() { runDone <- m.Run(ctx) }()
+	defer func() {
+		cancel()
+		if err := <-runDone; err != nil {
+			t.Errorf("Run: %v", err)
+		}
+	}()
+	cpu := runtime.NumCPU() - 1
+
+	alone := newCgroup(t, root, "alone")
+	victim := newCgroup(t, root, "victim")
+	hog := newCgroup(t, root, "hog")
+	for cg, class := range map[cgroup]bpf.Class{alone: bpf.ClassGuaranteed, victim: bpf.ClassGuaranteed, hog: bpf.ClassRevocable} {
+		if err := m.Track(cg.id, class); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	p := startHelper(t, alone, cpu, "victim", "1s")
+	p.start(t)
+	p.wait(t)
+	uncontended := stats(t, m, alone.id)
+
+	// Several hog processes: the host may be busy with other work, so the
+	// contended waits must stand well above its noise.
+	for i := 0; i < 3; i++ {
+		startHelper(t, hog, cpu, "hog")
+	}
+	threshold := 1 * time.Millisecond
+	if err := m.SetLatencyThreshold(threshold); err != nil {
+		t.Fatal(err)
+	}
+	p = startHelper(t, victim, cpu, "victim", "1500ms")
+	p.start(t)
+	p.wait(t)
+	contended := stats(t, m, victim.id)
+
+	p99a, p99b := uncontended.RunqQuantile(0.99), contended.RunqQuantile(0.99)
+	t.Logf("uncontended: %d waits, p99 <= %v, mean %v", uncontended.RunqCount, p99a, uncontended.RunqTotal/time.Duration(max(uncontended.RunqCount, 1)))
+	t.Logf("contended:   %d waits, p99 <= %v, mean %v, delayed by revocable %v", contended.RunqCount, p99b, contended.RunqTotal/time.Duration(max(contended.RunqCount, 1)), contended.DelayedByRevocable)
+	if uncontended.RunqCount < 100 || contended.RunqCount < 100 {
+		t.Fatalf("too few samples: %d alone, %d contended", uncontended.RunqCount, contended.RunqCount)
+	}
+	if p99b < 10*p99a {
+		t.Errorf("contended p99 %v < 10 x uncontended p99 %v", p99b, p99a)
+	}
+
+	delays, err := m.DelayedBy(victim.id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("delayed by: %v (hog is %d)", delays, hog.id)
+	if delays[hog.id] <= 0 || delays[hog.id] < contended.DelayedByRevocable/2 {
+		t.Errorf("DelayedBy(victim) = %v: want most of %v attributed to the hog %d", delays, contended.DelayedByRevocable, hog.id)
+	}
+	if d, _ := m.DelayedBy(alone.id); len(d) != 0 {
+		t.Errorf("DelayedBy(alone) = %v, want none", d)
+	}
+
+	timeout := time.After(5 * time.Second)
+	for {
+		select {
+		case ev := <-m.Events():
+			// Other work on the host can delay the victim too (culprit 0).
+			if ev.Cgroup != victim.id || ev.Culprit != hog.id {
+				continue
+			}
+			t.Logf("event: %+v", ev)
+			if ev.Latency < threshold || ev.Delayed <= 0 || ev.Delayed > ev.Latency || ev.Class != bpf.ClassGuaranteed ||
+				ev.CPU != uint32(cpu) || time.Since(ev.Time) > time.Minute || time.Since(ev.Time) < 0 {
+				t.Errorf("unexpected event %+v (threshold %v, cpu %d)", ev, threshold, cpu)
+			}
+			return
+		case <-timeout:
+			t.Fatalf("no threshold event for the victim (lost: %d)", m.EventsLost())
+		}
+	}
+}
+
+// TestProbesUnprivileged runs the probes as nobody, without capabilities:
+// they must report "no permission", not crash.
+func TestProbesUnprivileged(t *testing.T) {
+	privileged.Require(t)
+	// The test binary lives in a directory only root may enter: copy it.
+	dir, err := os.MkdirTemp("", "slackline-probe-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "bpf.test")
+	if err := os.WriteFile(bin, must(os.ReadFile(os.Args[0])), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(bin)
+	cmd.Env = append(os.Environ(), helperEnv+"=probe")
+	cmd.Dir = dir
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: 65534, Gid: 65534}}
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("probe as nobody: %v\n%s", err, out)
+	}
+	got := map[string]probeLine{}
+	sc := bufio.NewScanner(strings.NewReader(string(out)))
+	for sc.Scan() {
+		var l probeLine
+		if err := json.Unmarshal(sc.Bytes(), &l); err != nil {
+			t.Fatalf("%q: %v", sc.Text(), err)
+		}
+		t.Logf("%-24s %-30s %s", l.Name, l.Status, l.Err)
+		got[l.Name] = l
+	}
+	if len(got) != len(bpf.Features) {
+		t.Fatalf("%d results, want %d", len(got), len(bpf.Features))
+	}
+	for _, name := range []string{"bpf_syscall", "tp_btf", "bpf_stats"} {
+		if got[name].Status != "FEATURE_STATUS_NO_PERMISSION" {
+			t.Errorf("%s as nobody: %s (%s), want FEATURE_STATUS_NO_PERMISSION", name, got[name].Status, got[name].Err)
+		}
+	}
+}
+
+// TestProbesPrivileged: as root on a kernel with BTF, everything the
+// monitor needs is available.
+func TestProbesPrivileged(t *testing.T) {
+	privileged.Require(t)
+	for _, r := range bpf.Probe() {
+		t.Logf("%-24s %v %v", r.Name, r.Status(), r.Err)
+		if r.Err != nil && !errors.Is(r.Err, bpf.ErrPermission) {
+			continue // kernel-dependent
+		}
+		if errors.Is(r.Err, bpf.ErrPermission) {
+			t.Errorf("%s: no permission as root: %v", r.Name, r.Err)
+		}
+	}
+}

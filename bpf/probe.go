@@ -1,0 +1,168 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+
+	"github.com/cilium/ebpf"
+	"github.com/cilium/ebpf/asm"
+	"github.com/cilium/ebpf/btf"
+	"github.com/cilium/ebpf/features"
+	"golang.org/x/sys/unix"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// FeatureResult is the outcome of one feature probe. Err follows the probe
+// contract: nil when the feature is available; wrapping
+// ebpf.ErrNotSupported when the kernel lacks it; wrapping ErrPermission when
+// the process may not use it; any other error when the probe could not tell.
+type FeatureResult struct {
+	Name string
+	Err  error
+}
+
+// Status maps the result onto the API's FeatureStatus.
+func (r FeatureResult) Status() slacklinev1.FeatureStatus {
+	switch {
+	case r.Err == nil:
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE
+	case errors.Is(r.Err, ErrPermission):
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_NO_PERMISSION
+	case errors.Is(r.Err, ebpf.ErrNotSupported):
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED
+	}
+	return slacklinev1.FeatureStatus_FEATURE_STATUS_UNKNOWN
+}
+
+// Feature is a named probe.
+type Feature struct {
+	Name string
+	// What the monitor loses without it.
+	Needed string
+	Probe  func() error
+}
+
+// Features lists the probes Probe runs, in order.
+var Features = []Feature{
+	{"bpf_syscall", "all eBPF signals", probeBPFSyscall},
+	{"btf", "all eBPF signals (CO-RE and tp_btf need kernel BTF)", probeBTF},
+	{"tp_btf", "scheduler and memory signals", probeTPBTF},
+	{"task_storage", "run-queue latency and reclaim stall", func() error { return features.HaveMapType(ebpf.TaskStorage) }},
+	{"ringbuf", "threshold events", func() error { return features.HaveMapType(ebpf.RingBuf) }},
+	{"cgroup_skb", "network bytes and packets", func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
+	{"vmscan_tracepoints", "reclaim stall time", func() error {
+		return haveTracepoints("mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end",
+			"mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end")
+	}},
+	{"mark_victim_tracepoint", "OOM kills", probeMarkVictim},
+	{"bpf_stats", "per-program run time (overhead metrics)", probeBPFStats},
+}
+
+// Probe runs every probe of Features once and returns their results in
+// order. It never panics; run unprivileged it reports ErrPermission where
+// privileges are the obstacle.
+func Probe() []FeatureResult {
+	results := make([]FeatureResult, 0, len(Features))
+	for _, f := range Features {
+		err := f.Probe()
+		if err != nil {
+			err = fmt.Errorf("%s: %w", f.Name, classify(err))
+		}
+		results = append(results, FeatureResult{Name: f.Name, Err: err})
+	}
+	return results
+}
+
+func probeBPFSyscall() error {
+	m, err := ebpf.NewMap(&ebpf.MapSpec{Type: ebpf.Array, KeySize: 4, ValueSize: 4, MaxEntries: 1})
+	if err != nil {
+		return err
+	}
+	return m.Close()
+}
+
+func probeBTF() error {
+	_, err := btf.LoadKernelSpec()
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %w", ebpf.ErrNotSupported, err)
+	}
+	return err
+}
+
+// probeTPBTF loads (without attaching) a no-op tp_btf/sched_switch program:
+// the kernel checks BTF, the program type and the attach target.
+func probeTPBTF() error {
+	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
+		Type:       ebpf.Tracing,
+		AttachType: ebpf.AttachTraceRawTp,
+		AttachTo:   "sched_switch",
+		License:    "GPL",
+		Instructions: asm.Instructions{
+			asm.LoadImm(asm.R0, 0, asm.DWord),
+			asm.Return(),
+		},
+	}, ebpf.ProgramOptions{LogDisabled: true})
+	if err != nil {
+		return err
+	}
+	return prog.Close()
+}
+
+// haveTracepoints reports whether kernel BTF describes the tracepoints, the
+// condition for attaching tp_btf programs to them.
+func haveTracepoints(names ...string) error {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return err
+	}
+	for _, name := range names {
+		var fn *btf.Typedef
+		if err := spec.TypeByName("btf_trace_"+name, &fn); err != nil {
+			if errors.Is(err, btf.ErrNotFound) {
+				return fmt.Errorf("%w: tracepoint %s not in kernel BTF", ebpf.ErrNotSupported, name)
+			}
+			return err
+		}
+	}
+	return nil
+}
+
+// probeMarkVictim also checks the argument form the program expects (the
+// task, Linux 6.8+; older kernels pass a pid).
+func probeMarkVictim() error {
+	spec, err := btf.LoadKernelSpec()
+	if err != nil {
+		return err
+	}
+	var td *btf.Typedef
+	if err := spec.TypeByName("btf_trace_mark_victim", &td); err != nil {
+		if errors.Is(err, btf.ErrNotFound) {
+			return fmt.Errorf("%w: tracepoint mark_victim not in kernel BTF", ebpf.ErrNotSupported)
+		}
+		return err
+	}
+	ptr, ok := td.Type.(*btf.Pointer)
+	if !ok {
+		return fmt.Errorf("btf_trace_mark_victim is %T, not a function pointer", td.Type)
+	}
+	proto, ok := ptr.Target.(*btf.FuncProto)
+	if !ok || len(proto.Params) < 2 {
+		return fmt.Errorf("btf_trace_mark_victim: unexpected prototype %v", ptr.Target)
+	}
+	if p, ok := proto.Params[1].Type.(*btf.Pointer); ok {
+		if s, ok := p.Target.(*btf.Struct); ok && s.Name == "task_struct" {
+			return nil
+		}
+	}
+	return fmt.Errorf("%w: mark_victim passes a pid, not the task (kernel before 6.8)", ebpf.ErrNotSupported)
+}
+
+func probeBPFStats() error {
+	closer, err := ebpf.EnableStats(uint32(unix.BPF_STATS_RUN_TIME))
+	if err != nil {
+		return err
+	}
+	return closer.Close()
+}
