@@ -1,0 +1,257 @@
+package monitor
+
+import (
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/procfs"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+const realMountpoint = "/sys/fs/cgroup"
+
+// helperEnv makes the test binary act as a CPU-bound task (see TestMain).
+const helperEnv = "SLACKLINE_MONITOR_TEST_HELPER"
+
+// TestMain turns the test binary into the helper task when helperEnv is
+// set: it waits for a byte on stdin (sent once it is in its cgroups, so
+// what it does next is charged to them), touches 32 MiB and spins.
+func TestMain(m *testing.M) {
+	if os.Getenv(helperEnv) == "1" {
+		var b [1]byte
+		if _, err := io.ReadFull(os.Stdin, b[:]); err != nil {
+			os.Exit(3)
+		}
+		mem := make([]byte, 32<<20)
+		for i := range mem {
+			mem[i] = byte(i)
+		}
+		for x := 0; ; x++ {
+			mem[x%len(mem)]++
+		}
+	}
+	os.Exit(m.Run())
+}
+
+// realCgroups creates <hierarchy>/slackline-<prefix>-<rand>/c0..c<n-1> in
+// every hierarchy the host's layout has (and the v1 cpuacct hierarchy when
+// it is mounted apart), removed at cleanup. It returns the layout and the
+// relative paths.
+func realCgroups(tb testing.TB, prefix string, n int) (cgroups.Layout, []string) {
+	tb.Helper()
+	layout, err := cgroups.Detect(realMountpoint)
+	if err != nil {
+		tb.Fatalf("detect cgroups: %v", err)
+	}
+	var suffix [4]byte
+	if _, err := rand.Read(suffix[:]); err != nil {
+		tb.Fatal(err)
+	}
+	root := "slackline-" + prefix + "-" + hex.EncodeToString(suffix[:])
+	hierarchies := []string{layout.Unified}
+	if layout.Mode == cgroups.ModeHybrid {
+		hierarchies = append(hierarchies, layout.CPU, layout.Memory)
+		if cpuacct := filepath.Join(realMountpoint, "cpuacct"); !sameDir(cpuacct, layout.CPU) {
+			hierarchies = append(hierarchies, cpuacct)
+		}
+	}
+	var rels []string
+	for i := range n {
+		rels = append(rels, filepath.Join(root, "c"+strconv.Itoa(i)))
+	}
+	tb.Cleanup(func() {
+		for _, h := range hierarchies {
+			for _, rel := range rels {
+				removeCgroup(tb, filepath.Join(h, rel))
+			}
+			removeCgroup(tb, filepath.Join(h, root))
+		}
+	})
+	for _, h := range hierarchies {
+		for _, rel := range rels {
+			if err := os.MkdirAll(filepath.Join(h, rel), 0o755); err != nil {
+				tb.Fatal(err)
+			}
+		}
+	}
+	return layout, rels
+}
+
+func sameDir(a, b string) bool {
+	ia, errA := os.Stat(a)
+	ib, errB := os.Stat(b)
+	return errA == nil && errB == nil && os.SameFile(ia, ib)
+}
+
+// removeCgroup removes an (empty) cgroup, retrying while its last process
+// is being reaped.
+func removeCgroup(tb testing.TB, dir string) {
+	for range 50 {
+		err := os.Remove(dir)
+		if err == nil || os.IsNotExist(err) {
+			return
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	tb.Errorf("could not remove cgroup %s", dir)
+}
+
+func TestRealCgroups(t *testing.T) {
+	privileged.Require(t)
+	layout, rels := realCgroups(t, "montest", 1)
+	rel := rels[0]
+
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), helperEnv+"=1")
+	stdin, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	pid := []byte(strconv.Itoa(cmd.Process.Pid))
+	procsFiles := layout.PathsOf(rel).ProcsFiles()
+	if cpuacct := filepath.Join(realMountpoint, "cpuacct", rel, "cgroup.procs"); layout.Mode == cgroups.ModeHybrid && fileExists(cpuacct) {
+		procsFiles = append(procsFiles, cpuacct)
+	}
+	for _, procs := range procsFiles {
+		if err := os.WriteFile(procs, pid, 0o644); err != nil {
+			t.Fatalf("move the helper into %s: %v", procs, err)
+		}
+	}
+	if _, err := stdin.Write([]byte{1}); err != nil {
+		t.Fatal(err)
+	}
+
+	fi, err := os.Stat(filepath.Join(layout.Unified, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	inode := fi.Sys().(*syscall.Stat_t).Ino
+	ebpf := &fakeEBPF{}
+	ebpf.set(inode, EBPFStats{OnCPU: time.Second})
+	m, err := New(Config{Mode: string(layout.Mode), EBPF: ebpf, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.SetTargets([]Target{{ID: "c0", TaskID: "spin", CgroupPath: rel, MemLimit: 1 << 30}})
+
+	helper, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	helperCPU := func() float64 {
+		p, err := helper.Proc(cmd.Process.Pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		st, err := p.Stat()
+		if err != nil {
+			t.Fatal(err)
+		}
+		return st.CPUTime()
+	}
+
+	start := time.Now()
+	if err := m.Sample(start); err != nil {
+		t.Fatal(err)
+	}
+	helperStart := helperCPU()
+	first, _ := m.Latest("c0")
+	// Let the helper run about a second; sample every 100 ms meanwhile.
+	var last Usage
+	var integral float64 // sum of rate x interval: must equal the usage growth
+	for now := time.Now(); now.Sub(start) < time.Second; now = time.Now() {
+		time.Sleep(100 * time.Millisecond)
+		prev, _ := m.Latest("c0")
+		if err := m.Sample(time.Now()); err != nil {
+			t.Fatal(err)
+		}
+		last, _ = m.Latest("c0")
+		integral += last.CPURate * last.Time.Sub(prev.Time).Seconds()
+	}
+	helperUsed := helperCPU() - helperStart
+	elapsed := last.Time.Sub(first.Time).Seconds()
+	used := last.Stats.CpusUsageSecs - first.Stats.CpusUsageSecs
+	waited := last.Stats.CpuPressure.GetSomeTotalSecs() - first.Stats.CpuPressure.GetSomeTotalSecs()
+	t.Logf("%s layout: %.3f CPU s (the helper's own count: %.2f s) and %.3f s waiting for a CPU in %.3f s; "+
+		"user %.3f s, system %.3f s; rss %d, cache %d, usage %d",
+		layout.Mode, used, helperUsed, waited, elapsed, last.Stats.CpusUserTimeSecs, last.Stats.CpusSystemTimeSecs,
+		last.Stats.MemRssBytes, last.Stats.MemCacheBytes, last.MemUsage)
+	// The cgroup's CPU time is the helper's (its /proc stat counts in 10 ms
+	// ticks, sampled slightly apart).
+	if diff := used - helperUsed; diff < -0.05-0.1*helperUsed || diff > 0.05+0.1*helperUsed {
+		t.Errorf("cgroup CPU time grew %.3f s, the helper's own CPU time %.3f s", used, helperUsed)
+	}
+	// One spinning thread is always either on a CPU or waiting for one: CPU
+	// time plus CPU pressure ("some") is about the elapsed time, however
+	// loaded the machine is (about 1 core-second per second when idle).
+	if total := used + waited; total < 0.7*elapsed || total > 1.2*elapsed {
+		t.Errorf("CPU time %.3f s + CPU pressure %.3f s over %.3f s: want about one second per second", used, waited, elapsed)
+	}
+	if diff := integral - used; diff < -1e-6 || diff > 1e-6 {
+		t.Errorf("sum of CPURate x interval = %.6f s, want the usage growth %.6f s", integral, used)
+	}
+	if last.Stats.CpusUserTimeSecs <= 0 {
+		t.Errorf("user time = %v, want > 0", last.Stats.CpusUserTimeSecs)
+	}
+	if last.Stats.MemRssBytes < 16<<20 || last.MemUsage < 16<<20 {
+		t.Errorf("rss %d, usage %d; want both above 16 MiB (the helper touched 32 MiB)", last.Stats.MemRssBytes, last.MemUsage)
+	}
+	if last.Stats.MemLimitBytes != 1<<30 {
+		t.Errorf("mem limit %d, want the target's (the cgroup has none)", last.Stats.MemLimitBytes)
+	}
+	if last.Stats.CpuPressure == nil || last.Stats.MemoryPressure == nil || last.Stats.IoPressure == nil {
+		t.Errorf("no PSI from the v2 cgroup: %v", last.Stats)
+	}
+	if !last.EBPF || last.Stats.OncpuSecs != 1 {
+		t.Errorf("eBPF figures not looked up by the cgroup's inode %d (asked %v)", inode, ebpf.asked)
+	}
+	if node := m.Node().Stats; node.MemAvailableBytes == 0 || node.CpusUsageSecs == 0 || node.CpusLimit < 1 {
+		t.Errorf("node: %v", node)
+	}
+
+	// Once the cgroup is gone the container is dropped without error.
+	cmd.Process.Kill()
+	cmd.Wait()
+	for _, procs := range procsFiles {
+		removeCgroup(t, filepath.Dir(procs))
+	}
+	if err := m.Sample(time.Now()); err != nil {
+		t.Errorf("sample after the cgroup was removed: %v", err)
+	}
+	if _, ok := m.Latest("c0"); ok {
+		t.Error("a removed cgroup is still reported")
+	}
+}
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
+
+// benchmarkTargets returns targets for rels.
+func benchmarkTargets(rels []string) []Target {
+	targets := make([]Target, len(rels))
+	for i, rel := range rels {
+		targets[i] = Target{ID: fmt.Sprintf("c%d", i), TaskID: fmt.Sprintf("t%d", i), CgroupPath: rel, CgroupID: uint64(i + 1), CPULimit: 1}
+	}
+	return targets
+}
