@@ -17,6 +17,8 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -58,6 +60,17 @@ type Config struct {
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound re-registration backoff (100 ms, 10 s).
 	MinBackoff, MaxBackoff time.Duration
+	// Monitor samples the containers' usage (optional: without it GetUsage
+	// has nothing to report).
+	Monitor *monitor.Monitor
+	// EBPF is the loaded eBPF programs (optional: nil runs on cgroupfs,
+	// PSI and procfs alone).
+	EBPF EBPF
+	// Features are the eBPF feature probes' results, served by GetFeatures.
+	Features []bpf.FeatureResult
+	// UnifiedMount is where the v2 cgroup tree is mounted (to find
+	// containers' cgroup ids), e.g. /sys/fs/cgroup/unified on hybrid hosts.
+	UnifiedMount string
 }
 
 // Agent is a node agent. Create it with New and start it with Run.
@@ -82,6 +95,11 @@ type Agent struct {
 	byContainer map[string]taskKey
 	// launches counts launches, to prune sandbox records now and then.
 	launches int
+
+	// obsMu guards tracked: the containers handed to the monitor and eBPF.
+	obsMu       sync.Mutex
+	tracked     map[string]tracked
+	unifiedRoot string
 }
 
 // agentTask is a task the agent runs or ran and has not forgotten.
@@ -150,6 +168,8 @@ func New(cfg Config) (*Agent, error) {
 		tasks:       map[taskKey]*agentTask{},
 		byContainer: map[string]taskKey{},
 		endpoint:    "http://" + cfg.Listen,
+		tracked:     map[string]tracked{},
+		unifiedRoot: cfg.UnifiedMount,
 	}
 	return a, nil
 }
@@ -172,7 +192,14 @@ func (a *Agent) Run(ctx context.Context) error {
 	if err := a.recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
+	a.syncTargets()
 	g, ctx := errgroup.WithContext(ctx)
+	if a.cfg.Monitor != nil {
+		g.Go(func() error { return a.cfg.Monitor.Run(ctx) })
+	}
+	if a.cfg.EBPF != nil {
+		g.Go(func() error { return a.cfg.EBPF.Run(ctx) })
+	}
 	g.Go(func() error { return a.serveNode(ctx) })
 	g.Go(func() error { return a.runExits(ctx) })
 	g.Go(func() error { return a.runSessions(ctx) })
@@ -512,6 +539,7 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 		if t.killAfterLaunch {
 			go a.kill(tk, c.ID)
 		}
+		go a.syncTargets()
 	}()
 }
 
@@ -602,6 +630,7 @@ func (a *Agent) handleExit(ctx context.Context, ex containerizer.Exit) {
 	if err := a.cz.Destroy(ex.ContainerID); err != nil {
 		a.log.Warn("destroy container", "container", ex.ContainerID, "err", err)
 	}
+	a.syncTargets()
 }
 
 // exitStatus maps a container's end to a task state and reason.

@@ -41,7 +41,11 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+		featuresCollector{a.cfg.Features})
+	if a.cfg.Monitor != nil {
+		reg.MustRegister(a.cfg.Monitor.Collector())
+	}
 	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return mux
 }
@@ -132,10 +136,19 @@ func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[s
 	return connect.NewResponse(&slacklinev1.ReadSandboxFileResponse{Data: buf[:n], Offset: offset, Size: info.Size()}), nil
 }
 
-var errLater = errors.New("comes with the eBPF monitor, estimator and QoS controller")
+var errLater = errors.New("comes with the estimator and QoS controller")
 
 func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetUsageRequest]) (*connect.Response[slacklinev1.GetUsageResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+	m := s.a.cfg.Monitor
+	if m == nil {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this agent runs without a monitor"))
+	}
+	resp := &slacklinev1.GetUsageResponse{Node: m.Node().Stats}
+	for _, u := range m.Usages() {
+		resp.Usage = append(resp.Usage, &slacklinev1.ContainerUsage{TaskId: u.TaskID, Statistics: u.Stats})
+	}
+	slices.SortFunc(resp.Usage, func(x, y *slacklinev1.ContainerUsage) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
+	return connect.NewResponse(resp), nil
 }
 
 func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
@@ -147,5 +160,13 @@ func (s nodeService) GetCorrections(context.Context, *connect.Request[slacklinev
 }
 
 func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.GetFeaturesRequest]) (*connect.Response[slacklinev1.GetFeaturesResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
+	resp := &slacklinev1.GetFeaturesResponse{}
+	for _, r := range s.a.cfg.Features {
+		f := &slacklinev1.Feature{Name: r.Name, Status: r.Status()}
+		if r.Err != nil {
+			f.Detail = r.Err.Error()
+		}
+		resp.Features = append(resp.Features, f)
+	}
+	return connect.NewResponse(resp), nil
 }

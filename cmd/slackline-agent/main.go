@@ -20,6 +20,8 @@ import (
 
 	"github.com/slackline/slackline/agent"
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/bpf"
 )
 
 func main() {
@@ -46,6 +48,9 @@ func run(args []string) error {
 	grace := fs.Duration("kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
 	cpuLimit := fs.Bool("cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	monitorInterval := fs.Duration("monitor-interval", time.Second, "how often every container is sampled (100ms is affordable)")
+	useEBPF := fs.Bool("ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
+	runqThreshold := fs.Duration("runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -76,6 +81,36 @@ func run(args []string) error {
 		return err
 	}
 	cfg.Containerizer = cz
+	cfg.UnifiedMount = cz.Layout().Unified
+
+	// eBPF: probe once, log, and load what the kernel and privileges allow.
+	cfg.Features = bpf.Probe()
+	for _, f := range cfg.Features {
+		if f.Err != nil {
+			logger.Info("eBPF feature probe", "feature", f.Name, "status", f.Status().String(), "detail", f.Err.Error())
+		} else {
+			logger.Debug("eBPF feature probe", "feature", f.Name, "status", f.Status().String())
+		}
+	}
+	var ebpfStats monitor.EBPF
+	if *useEBPF {
+		m, err := bpf.Load(bpf.Config{CgroupRoot: filepath.Join(cz.Layout().Unified, cz.Root()), LatencyThreshold: *runqThreshold, Logger: logger})
+		if err != nil {
+			logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
+		} else {
+			defer m.Close()
+			cfg.EBPF = m
+			ebpfStats = agent.MonitorStats(m)
+		}
+	}
+	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: *cgroupMount, Interval: *monitorInterval,
+		EBPF: ebpfStats, Logger: logger})
+	if err != nil {
+		return fmt.Errorf("monitor: %w", err)
+	}
+	defer mon.Close()
+	cfg.Monitor = mon
+
 	a, err := agent.New(cfg)
 	if err != nil {
 		return err
