@@ -15,6 +15,8 @@ import (
 	"connectrpc.com/connect"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -77,8 +79,19 @@ func TestNodeService(t *testing.T) {
 	nodeLn := freeListener(t)
 	nodeAddr := nodeLn.Addr().String()
 	nodeLn.Close()
+	ebpfMon, err := bpf.Load(bpf.Config{CgroupRoot: filepath.Join(cz.Layout().Unified, root), Logger: quiet})
+	if err != nil {
+		t.Fatalf("load eBPF: %v", err)
+	}
+	defer ebpfMon.Close()
+	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), Interval: 50 * time.Millisecond, EBPF: MonitorStats(ebpfMon), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mon.Close()
 	a, err := New(Config{Coordinator: coordURL, Listen: nodeAddr, WorkDir: workDir, Hostname: "node-test",
-		Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: quiet})
+		Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: quiet, Monitor: mon, EBPF: ebpfMon,
+		Features: bpf.Probe(), UnifiedMount: cz.Layout().Unified})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -104,7 +117,7 @@ func TestNodeService(t *testing.T) {
 				}
 				launched = true
 				task := frameworkapi.NewTask("hello", "hello", o, resources.MustParse("cpus:0.5;mem:64"),
-					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; sleep 1000", Shell: true})
+					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; while :; do sleep 0.05; done", Shell: true})
 				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, nil)
 			}
 		},
@@ -173,6 +186,27 @@ func TestNodeService(t *testing.T) {
 	if _, err := node.ReadSandboxFile(ctx, connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{TaskId: "nope", Path: "stdout"})); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Errorf("read of an unknown task: %v, want NotFound", err)
 	}
+	// Usage of the container, with eBPF fields, and the feature probes.
+	deadline = time.Now().Add(10 * time.Second)
+	var usage *slacklinev1.ResourceStatistics
+	for time.Now().Before(deadline) && usage.GetOncpuSecs() == 0 {
+		resp, err := node.GetUsage(ctx, connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(resp.Msg.GetUsage()) == 1 && resp.Msg.GetNode().GetMemAvailableBytes() > 0 {
+			usage = resp.Msg.GetUsage()[0].GetStatistics()
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if usage.GetOncpuSecs() == 0 || usage.GetCpusUsageSecs() == 0 || usage.GetMemLimitBytes() != 64<<20 {
+		t.Fatalf("usage = %v: want eBPF on-CPU time, cgroup CPU time and the 64 MiB limit", usage)
+	}
+	features, err := node.GetFeatures(ctx, connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
+	if err != nil || len(features.Msg.GetFeatures()) == 0 {
+		t.Fatalf("GetFeatures = %v, %v", features, err)
+	}
+
 	// Kill through the framework: the container ends KILLED and is gone.
 	if err := fw.Kill(ctx, "hello", a.ID()); err != nil {
 		t.Fatal(err)
