@@ -140,4 +140,3 @@ func featureStatusLabel(s slacklinev1.FeatureStatus) string {
 	}
 	return "unknown"
 }
-
