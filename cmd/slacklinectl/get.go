@@ -115,6 +115,6 @@ func newGetCommand(g *globals) *cobra.Command {
 	containers.Flags().StringVar(&agentURL, "agent", "", "NodeService URL of the agent, e.g. http://10.0.0.5:5051")
 	containers.Flags().StringVar(&hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
 
-	get.AddCommand(agents, frameworks, tasks, roles, containers)
+	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g))
 	return get
 }

@@ -1,0 +1,141 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/spf13/cobra"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// agentFlags are the --agent/--hostname pair naming one agent.
+type agentFlags struct{ url, hostname string }
+
+func (f *agentFlags) register(cmd *cobra.Command) {
+	cmd.Flags().StringVar(&f.url, "agent", "", "NodeService URL of the agent, e.g. http://10.0.0.5:5051")
+	cmd.Flags().StringVar(&f.hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
+}
+
+// endpoint resolves the agent's NodeService URL.
+func (f *agentFlags) endpoint(ctx context.Context, g *globals) (string, error) {
+	switch {
+	case f.url != "" && f.hostname != "":
+		return "", errors.New("--agent and --hostname exclude each other")
+	case f.url == "" && f.hostname == "":
+		return "", errNoAgent
+	case f.hostname != "":
+		return g.hostEndpoint(ctx, f.hostname)
+	}
+	return f.url, nil
+}
+
+// newTopCommand shows each container's live usage on one agent.
+func newTopCommand(g *globals) *cobra.Command {
+	var agent agentFlags
+	var watch time.Duration
+	cmd := &cobra.Command{
+		Use:   "top (--agent URL | --hostname H)",
+		Short: "Show each container's CPU, memory, network, run-queue p99 and pressure on one agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			endpoint, err := agent.endpoint(cmd.Context(), g)
+			if err != nil {
+				return fmt.Errorf("top: %w", err)
+			}
+			for {
+				resp, err := g.node(endpoint).GetUsage(cmd.Context(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+				if err != nil {
+					return fmt.Errorf("top: %w", err)
+				}
+				if err := g.print(resp.Msg, usageTable(resp.Msg)); err != nil {
+					return err
+				}
+				if watch <= 0 {
+					return nil
+				}
+				select {
+				case <-cmd.Context().Done():
+					return nil
+				case <-time.After(watch):
+				}
+				fmt.Fprintln(cmd.OutOrStdout())
+			}
+		},
+	}
+	agent.register(cmd)
+	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "refresh at this interval until interrupted (0: once)")
+	return cmd
+}
+
+// usageTable renders GetUsage: the node first, then one row per container.
+func usageTable(u *slacklinev1.GetUsageResponse) table {
+	t := table{header: []string{"TASK", "CPU", "MEM", "NET RX", "NET TX", "RUNQ P99", "CPU PSI", "MEM PSI", "THROTTLED"}}
+	row := func(name string, s *slacklinev1.ResourceStatistics) []string {
+		return []string{
+			name, fmt.Sprintf("%.2f", s.GetCpusRate()), bytesText(s.GetMemRssBytes()),
+			bytesText(s.GetNetRxBytes()), bytesText(s.GetNetTxBytes()),
+			durationText(s.GetRunqueue().GetP99Seconds()),
+			fmt.Sprintf("%.1f%%", s.GetCpuPressure().GetSomeAvg10()), fmt.Sprintf("%.1f%%", s.GetMemoryPressure().GetSomeAvg10()),
+			fmt.Sprintf("%.1fs", s.GetCpusThrottledTimeSecs()),
+		}
+	}
+	if n := u.GetNode(); n != nil {
+		node := row("(node)", n)
+		node[2] = bytesText(n.GetMemAvailableBytes()) + " free"
+		t.rows = append(t.rows, node)
+	}
+	for _, c := range u.GetUsage() {
+		t.rows = append(t.rows, row(c.GetTaskId(), c.GetStatistics()))
+	}
+	return t
+}
+
+func bytesText(b uint64) string {
+	switch {
+	case b >= 1<<30:
+		return fmt.Sprintf("%.1fGi", float64(b)/(1<<30))
+	case b >= 1<<20:
+		return fmt.Sprintf("%.1fMi", float64(b)/(1<<20))
+	case b >= 1<<10:
+		return fmt.Sprintf("%.1fKi", float64(b)/(1<<10))
+	}
+	return fmt.Sprintf("%dB", b)
+}
+
+func durationText(seconds float64) string {
+	if seconds == 0 {
+		return "-"
+	}
+	return time.Duration(seconds * float64(time.Second)).Round(time.Microsecond).String()
+}
+
+// newFeaturesCommand lists an agent's eBPF feature probes.
+func newFeaturesCommand(g *globals) *cobra.Command {
+	var agent agentFlags
+	cmd := &cobra.Command{
+		Use:   "features (--agent URL | --hostname H)",
+		Short: "List the eBPF feature probes of one agent",
+		Args:  cobra.NoArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			endpoint, err := agent.endpoint(cmd.Context(), g)
+			if err != nil {
+				return fmt.Errorf("get features: %w", err)
+			}
+			resp, err := g.node(endpoint).GetFeatures(cmd.Context(), connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
+			if err != nil {
+				return fmt.Errorf("get features: %w", err)
+			}
+			t := table{header: []string{"FEATURE", "STATUS", "DETAIL"}}
+			for _, f := range resp.Msg.GetFeatures() {
+				t.rows = append(t.rows, []string{f.GetName(), enumName(f.GetStatus().String(), "FEATURE_STATUS_"), f.GetDetail()})
+			}
+			return g.print(resp.Msg, t)
+		},
+	}
+	agent.register(cmd)
+	return cmd
+}
