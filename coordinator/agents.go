@@ -96,6 +96,10 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	now := c.cfg.Now()
 
 	c.mu.Lock()
+	if am := lookupMachine(c.maint, info); am.mode == slacklinev1.MachineMode_MACHINE_MODE_DOWN {
+		c.mu.Unlock()
+		return nil, downMachineError(am.machine)
+	}
 	if info.GetId() == "" {
 		info.Id = newID()
 	} else if a := c.agents[info.GetId()]; a != nil && a.state == slacklinev1.AgentState_AGENT_STATE_GONE {
@@ -119,9 +123,15 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	am := lookupMachine(c.maint, info)
+	if am.mode == slacklinev1.MachineMode_MACHINE_MODE_DOWN {
+		// Went DOWN while the record was written; recovery and the next
+		// registration sort the record out.
+		return nil, downMachineError(am.machine)
+	}
 	a := c.agents[info.GetId()]
 	if a == nil {
-		a = &agent{id: info.GetId(), registeredAt: registeredAt, tasks: map[taskKey]*task{}, offers: map[string]*offer{}}
+		a = newAgent(info.GetId(), registeredAt)
 		c.agents[a.id] = a
 	}
 	if a.session != nil {
@@ -145,6 +155,13 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 		c.alloc.UpdateAgentTotal(a.id, total)
 		c.alloc.ActivateAgent(a.id)
 	}
+	if !a.maint.same(am) {
+		for _, o := range a.offers {
+			c.rescindOffer(o, now)
+		}
+		c.rescindInverseOffers(a, now)
+	}
+	c.setAgentMaintenance(a, am)
 	c.reconcileAgentTasks(a, tasks, previous, now)
 	c.markDirty(a.id)
 	c.log.Info("agent registered", "agent", a.id, "hostname", info.GetHostname(), "resources", total.String(), "tasks", len(tasks), "previous_state", previous.String())
@@ -177,7 +194,7 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 			fw = &framework{
 				info: info, state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
 				registeredAt: now, disconnectedAt: now, failoverDeadline: now.Add(failoverTimeout(info)),
-				tasks: map[string]*task{}, offers: map[string]*offer{},
+				tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
 				suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
 			}
 			c.frameworks[r.frameworkID] = fw
@@ -266,6 +283,9 @@ func (c *Coordinator) session(agentID, sessionID string) (*agent, error) {
 	if a == nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q is unknown; register first", agentID))
 	}
+	if a.state == slacklinev1.AgentState_AGENT_STATE_GONE && (a.session == nil || a.session.id != sessionID) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was shut down: its machine %s is DOWN for maintenance", agentID, a.maint.machine))
+	}
 	if a.session == nil || a.session.id != sessionID {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("session %q of agent %q is not current; register again", sessionID, agentID))
 	}
@@ -276,11 +296,18 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 	c := s.c
 	c.mu.Lock()
 	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
-	if err != nil {
+	var sess *agentSession
+	switch {
+	case err == nil:
+		sess = a.session
+	case c.agents[req.Msg.GetAgentId()] != nil && c.agents[req.Msg.GetAgentId()].closing != nil &&
+		c.agents[req.Msg.GetAgentId()].closing.id == req.Msg.GetSessionId():
+		// Shut down before its stream opened: deliver the shutdown now.
+		sess = c.agents[req.Msg.GetAgentId()].closing
+	default:
 		c.mu.Unlock()
 		return err
 	}
-	sess := a.session
 	c.mu.Unlock()
 	ping := time.NewTicker(agentPingInterval)
 	defer ping.Stop()
@@ -300,6 +327,21 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 				return err
 			}
 		case <-sess.done:
+			if sess.deliver {
+				// The last commands (a shutdown) go out before the end.
+				for {
+					select {
+					case cmd := <-sess.commands:
+						if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
+							return err
+						}
+						continue
+					default:
+					}
+					break
+				}
+				return nil
+			}
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))
 		case <-ctx.Done():
 			return ctx.Err()
@@ -408,6 +450,7 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	for _, o := range a.offers {
 		c.rescindOffer(o, now)
 	}
+	c.rescindInverseOffers(a, now)
 	told := map[*framework]bool{}
 	for key, t := range a.tasks {
 		fw := c.frameworks[key.frameworkID]

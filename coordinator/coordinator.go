@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/coordinator/allocator"
+	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -53,6 +54,12 @@ type Config struct {
 	AgentQueueSize int
 	// CompletedTasksPerFramework bounds the terminal tasks kept for GetTasks (default 1000).
 	CompletedTasksPerFramework int
+	// AutoDownAfterAccept takes a DRAINING machine DOWN without an operator
+	// once its window has started and every framework with tasks on it
+	// accepted its inverse offers, unless that would leave a framework below
+	// its FrameworkInfo.min_available_tasks (default false: only
+	// StartMaintenance takes machines DOWN).
+	AutoDownAfterAccept bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
 }
@@ -112,7 +119,13 @@ type Coordinator struct {
 	frameworks map[string]*framework
 	offers     map[string]*offer
 	weights    map[string]float64
-	quotas     map[string]resources.Resources
+	// maint is the maintenance schedule, modes and answers.
+	maint *maintenance.State
+	// inverseOffers are the outstanding inverse offers by id.
+	inverseOffers map[string]*inverseOffer
+	// drainingAgents are the agents on DRAINING machines.
+	drainingAgents map[string]struct{}
+	quotas         map[string]resources.Resources
 	// dirtyAgents are agents whose free resources changed since the last pass.
 	dirtyAgents map[string]struct{}
 	// dirtyAll asks for a full pass at the next wake-up.
@@ -140,19 +153,22 @@ func New(cfg Config) (*Coordinator, error) {
 		}
 	}
 	c := &Coordinator{
-		cfg:         cfg,
-		log:         cfg.Logger,
-		store:       st,
-		kick:        make(chan struct{}, 1),
-		alloc:       allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
-		agents:      map[string]*agent{},
-		frameworks:  map[string]*framework{},
-		offers:      map[string]*offer{},
-		weights:     map[string]float64{},
-		quotas:      map[string]resources.Resources{},
-		dirtyAgents: map[string]struct{}{},
-		instanceID:  newID()[:8],
-		startedAt:   cfg.Now(),
+		cfg:            cfg,
+		log:            cfg.Logger,
+		store:          st,
+		kick:           make(chan struct{}, 1),
+		alloc:          allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
+		agents:         map[string]*agent{},
+		frameworks:     map[string]*framework{},
+		offers:         map[string]*offer{},
+		weights:        map[string]float64{},
+		quotas:         map[string]resources.Resources{},
+		dirtyAgents:    map[string]struct{}{},
+		maint:          maintenance.New(),
+		inverseOffers:  map[string]*inverseOffer{},
+		drainingAgents: map[string]struct{}{},
+		instanceID:     newID()[:8],
+		startedAt:      cfg.Now(),
 	}
 	if err := c.recover(context.Background()); err != nil {
 		if cfg.Store == nil {
@@ -270,6 +286,8 @@ func (c *Coordinator) allocateOnce() {
 	start := time.Now()
 	allocations := c.alloc.Allocate(now, agentIDs)
 	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	// Inverse offers go after the offers, whose frameworks they may concern.
+	defer c.sendInverseOffers(now)
 	if len(allocations) == 0 {
 		return
 	}
@@ -299,6 +317,7 @@ func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resourc
 		proto: &slacklinev1.Offer{
 			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
 			Resources: res.Proto(role, false), Attributes: a.info.GetAttributes(),
+			Unavailability: unavailabilityOf(a),
 		},
 	}
 	c.offers[id] = o
@@ -339,6 +358,9 @@ func (c *Coordinator) runTimers(ctx context.Context) error {
 			return ctx.Err()
 		case <-tick.C:
 			c.checkTimeouts(ctx)
+			if c.cfg.AutoDownAfterAccept {
+				c.autoDown(ctx)
+			}
 		}
 	}
 }

@@ -6,7 +6,8 @@
 //     reconciliation, failover and teardown;
 //   - AgentService for agents: registration, liveness, a command stream, and
 //     status updates that are routed to frameworks;
-//   - OperatorService for operators: cluster state, role weights and quota.
+//   - OperatorService for operators: cluster state, role weights and quota,
+//     the maintenance schedule and StartMaintenance/StopMaintenance.
 //
 // # Ownership and lifecycle
 //
@@ -35,13 +36,51 @@
 // Config.AllocationBatch to batch events and allocates only the dirty agents;
 // a full pass runs every Config.AllocationInterval as well.
 //
+// # Maintenance and inverse offers
+//
+// The maintenance state machine is pure (package coordinator/maintenance);
+// this package applies it. The schedule and the DOWN machines are one
+// record in store.BucketMaintenance, written before a change is applied
+// and loaded by New, so a restart keeps both (agents of DOWN machines stay
+// GONE).
+//
+// An agent belongs to the scheduled machine whose hostname and/or ip match
+// its AgentInfo. UpdateMaintenanceSchedule makes the machines in the
+// schedule DRAINING: outstanding offers on their agents are rescinded and
+// re-sent carrying the window's unavailability, and after every allocation
+// pass each connected framework with tasks or offers on a draining agent
+// gets an inverse offer for the whole agent, unless one is outstanding or
+// its last answer's filter (refuse_seconds, default 5 s) has not expired. A
+// schedule change rescinds the inverse offers of the agents whose window
+// changed, clears their filters and answers, and sends new ones.
+// AcceptInverseOffers and DeclineInverseOffers refuse the whole call when
+// an id is not an outstanding inverse offer of the framework (NotFound) or
+// is malformed (InvalidArgument); answers are kept per (machine, framework)
+// with their time for GetMaintenanceStatus, which also reports, for
+// frameworks that declare FrameworkInfo.min_available_tasks, whether taking
+// the machine's window down would leave fewer RUNNING tasks.
+//
+// StartMaintenance takes scheduled machines DOWN: their agents' offers and
+// inverse offers are rescinded, their tasks end at once as
+// TASK_STATE_GONE_BY_OPERATOR (LOST for frameworks that are not
+// partition-aware), the agents get a ShutdownAgentCommand, their sessions
+// end once it is delivered, they become GONE and leave the allocator, and
+// Register refuses any agent of a DOWN machine with FailedPrecondition.
+// StopMaintenance brings DOWN machines UP and out of the schedule and
+// forgets their GONE agents, which may then register again (with their old
+// id or a new one). With Config.AutoDownAfterAccept the timer loop takes a
+// draining machine DOWN by itself once its window started, every framework
+// with tasks there accepted, and no framework would fall below its minimum.
+//
 // # Errors
 //
 // RPCs validate their input and answer with Connect codes a client can act
 // on: InvalidArgument (malformed resources, ids, roles; the offending value is
 // named), NotFound (unknown framework, task, offer or agent ids),
 // PermissionDenied (missing or wrong Slackline-Stream-Id), FailedPrecondition
-// (a stale agent session, a torn-down framework), Unimplemented (methods that
-// later versions implement). An invalid launch never fails the Accept call:
+// (a stale agent session, a torn-down framework, an agent of a DOWN machine,
+// a maintenance transition the machines' modes forbid), Unimplemented
+// (methods that later versions implement). Schedule validation errors name
+// the window index and the machine at fault. An invalid launch never fails the Accept call:
 // its tasks get TASK_STATE_ERROR or TASK_STATE_DROPPED updates with a reason.
 package coordinator

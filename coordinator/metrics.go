@@ -13,6 +13,10 @@ type metrics struct {
 	offersDeclined    prometheus.Counter
 	offersAccepted    prometheus.Counter
 	offersRescinded   prometheus.Counter
+
+	inverseOffersSent     prometheus.Counter
+	inverseOffersAccepted prometheus.Counter
+	inverseOffersDeclined prometheus.Counter
 }
 
 func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
@@ -27,8 +31,11 @@ func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
 		offersAccepted:  prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_accepted_total", Help: "Offers named in Accept calls."}),
 		offersRescinded: prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_offers_rescinded_total", Help: "Offers rescinded by the coordinator."}),
 	}
+	m.inverseOffersSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_sent_total", Help: "Inverse offers sent to frameworks."})
+	m.inverseOffersAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_accepted_total", Help: "Inverse offers accepted by frameworks."})
+	m.inverseOffersDeclined = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_declined_total", Help: "Inverse offers declined by frameworks."})
 	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
-		stateCollector{c})
+		m.inverseOffersSent, m.inverseOffersAccepted, m.inverseOffersDeclined, stateCollector{c})
 	return m
 }
 
@@ -37,6 +44,8 @@ var (
 	frameworksDesc = prometheus.NewDesc("slackline_coordinator_frameworks", "Frameworks by state.", []string{"state"}, nil)
 	tasksDesc      = prometheus.NewDesc("slackline_coordinator_tasks", "Live tasks by state.", []string{"state"}, nil)
 	offersDesc     = prometheus.NewDesc("slackline_coordinator_outstanding_offers", "Offers not yet answered.", nil, nil)
+	inverseDesc    = prometheus.NewDesc("slackline_coordinator_outstanding_inverse_offers", "Inverse offers not yet answered.", nil, nil)
+	machinesDesc   = prometheus.NewDesc("slackline_coordinator_machines", "Machines by maintenance mode: draining and down count scheduled machines, up the agents (not gone) on no scheduled machine.", []string{"mode"}, nil)
 )
 
 // stateCollector reports gauges computed from the coordinator's state at
@@ -48,6 +57,8 @@ func (s stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- frameworksDesc
 	ch <- tasksDesc
 	ch <- offersDesc
+	ch <- inverseDesc
+	ch <- machinesDesc
 }
 
 func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -66,7 +77,21 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		}
 	}
 	offers := len(c.offers)
+	inverse := len(c.inverseOffers)
+	modes := map[slacklinev1.MachineMode]int{}
+	for _, m := range c.maint.Machines() {
+		modes[c.maint.Mode(m)]++
+	}
+	for _, a := range c.agents {
+		if !a.maint.scheduled && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			modes[slacklinev1.MachineMode_MACHINE_MODE_UP]++
+		}
+	}
 	c.mu.Unlock()
+	for _, mode := range []slacklinev1.MachineMode{slacklinev1.MachineMode_MACHINE_MODE_UP, slacklinev1.MachineMode_MACHINE_MODE_DRAINING, slacklinev1.MachineMode_MACHINE_MODE_DOWN} {
+		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(modes[mode]), enumLabel(mode.String(), "MACHINE_MODE_"))
+	}
+	ch <- prometheus.MustNewConstMetric(inverseDesc, prometheus.GaugeValue, float64(inverse))
 	for _, st := range []slacklinev1.AgentState{slacklinev1.AgentState_AGENT_STATE_ACTIVE, slacklinev1.AgentState_AGENT_STATE_RECOVERING,
 		slacklinev1.AgentState_AGENT_STATE_UNREACHABLE, slacklinev1.AgentState_AGENT_STATE_GONE} {
 		ch <- prometheus.MustNewConstMetric(agentsDesc, prometheus.GaugeValue, float64(agents[st]), enumLabel(st.String(), "AGENT_STATE_"))

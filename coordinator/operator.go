@@ -33,7 +33,7 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 		pa := &slacklinev1.Agent{
 			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", false),
 			Allocated: c.alloc.AgentAllocated(a.id).Proto("", false), Offered: offered.Proto("", false),
-			Attributes: a.info.GetAttributes(), Mode: slacklinev1.MachineMode_MACHINE_MODE_UP, State: a.state,
+			Attributes: a.info.GetAttributes(), Mode: a.maint.mode, State: a.state,
 			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
 		}
 		out = append(out, pa)
@@ -224,26 +224,4 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 	c.markAllDirty()
 	c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.UpdateQuotaResponse{}), nil
-}
-
-var errMaintenanceLater = errors.New("maintenance primitives arrive with maintenance support")
-
-func (s operatorService) GetMaintenanceSchedule(context.Context, *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
-}
-
-func (s operatorService) UpdateMaintenanceSchedule(context.Context, *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
-}
-
-func (s operatorService) GetMaintenanceStatus(context.Context, *connect.Request[slacklinev1.GetMaintenanceStatusRequest]) (*connect.Response[slacklinev1.GetMaintenanceStatusResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
-}
-
-func (s operatorService) StartMaintenance(context.Context, *connect.Request[slacklinev1.StartMaintenanceRequest]) (*connect.Response[slacklinev1.StartMaintenanceResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
-}
-
-func (s operatorService) StopMaintenance(context.Context, *connect.Request[slacklinev1.StopMaintenanceRequest]) (*connect.Response[slacklinev1.StopMaintenanceResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errMaintenanceLater)
 }

@@ -7,6 +7,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -34,10 +35,9 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		if state == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 			state = slacklinev1.AgentState_AGENT_STATE_RECOVERING
 		}
-		c.agents[id] = &agent{
-			id: id, info: rec.GetInfo(), total: total, state: state, registeredAt: rec.GetRegisteredTime().AsTime(),
-			tasks: map[taskKey]*task{}, offers: map[string]*offer{},
-		}
+		a := newAgent(id, rec.GetRegisteredTime().AsTime())
+		a.info, a.total, a.state = rec.GetInfo(), total, state
+		c.agents[id] = a
 	}
 	frameworks, err := c.store.Load(ctx, store.BucketFrameworks)
 	if err != nil {
@@ -55,7 +55,8 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			failoverDeadline: now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)),
 			state:            slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
 			tasks:            map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
-			pending: map[string][]*slacklinev1.TaskStatus{},
+			inverseOffers: map[string]*inverseOffer{},
+			pending:       map[string][]*slacklinev1.TaskStatus{},
 		}
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
@@ -92,6 +93,26 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		c.quotas[role] = limit
 		c.alloc.SetQuotaLimit(role, limit)
 	}
-	c.log.Info("registry recovered", "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
+	raw, err := c.store.Load(ctx, store.BucketMaintenance)
+	if err != nil {
+		return err
+	}
+	if rec := raw[maintenanceKey]; rec != nil {
+		var mr slacklinev1.MaintenanceRecord
+		if err := proto.Unmarshal(rec, &mr); err != nil {
+			return fmt.Errorf("maintenance: %w", err)
+		}
+		if c.maint, err = maintenance.FromRecord(&mr); err != nil {
+			return fmt.Errorf("maintenance: %w", err)
+		}
+	}
+	for _, a := range c.agents {
+		c.setAgentMaintenance(a, lookupMachine(c.maint, a.info))
+		if a.maint.mode == maintenance.ModeDown && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			// Its machine went DOWN before the agent's record said so.
+			a.state = slacklinev1.AgentState_AGENT_STATE_GONE
+		}
+	}
+	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
 	return nil
 }

@@ -75,7 +75,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	fw := c.frameworks[info.GetId()]
 	if fw == nil {
 		fw = &framework{
-			registeredAt: registeredAt, tasks: map[string]*task{}, offers: map[string]*offer{},
+			registeredAt: registeredAt, tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
 			suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
 		}
 		c.frameworks[info.GetId()] = fw
@@ -92,6 +92,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 			for _, o := range fw.offers {
 				c.removeOffer(o, 0, now)
 			}
+			c.dropFrameworkInverseOffers(fw)
 		}
 		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
 		c.alloc.ActivateFramework(info.GetId())
@@ -199,6 +200,7 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 		for _, o := range fw.offers {
 			c.removeOffer(o, 0, now)
 		}
+		c.dropFrameworkInverseOffers(fw)
 		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
 		if fw.failoverTimeout() == 0 {
 			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout", now))
@@ -223,6 +225,8 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 		}
 	}
 	clear(fw.offers)
+	c.dropFrameworkInverseOffers(fw)
+	c.maint.ForgetFramework(id)
 	shutdown := map[string]bool{}
 	for taskID, t := range fw.tasks {
 		if a := c.agents[t.agentID]; a != nil {
@@ -419,14 +423,6 @@ func (s schedulerService) Decline(ctx context.Context, req *connect.Request[slac
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("offers %q are not outstanding offers of this framework (the others were declined)", unknown))
 	}
 	return connect.NewResponse(&slacklinev1.DeclineResponse{}), nil
-}
-
-func (s schedulerService) AcceptInverseOffers(context.Context, *connect.Request[slacklinev1.AcceptInverseOffersRequest]) (*connect.Response[slacklinev1.AcceptInverseOffersResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("inverse offers arrive with maintenance support"))
-}
-
-func (s schedulerService) DeclineInverseOffers(context.Context, *connect.Request[slacklinev1.DeclineInverseOffersRequest]) (*connect.Response[slacklinev1.DeclineInverseOffersResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("inverse offers arrive with maintenance support"))
 }
 
 // checkRoles returns the roles a Revive or Suppress applies to.

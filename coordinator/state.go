@@ -25,6 +25,23 @@ type agent struct {
 	offers map[string]*offer
 	// inAllocator is set once the agent was added to the allocator.
 	inAllocator bool
+	// maint is the agent's place in the maintenance schedule.
+	maint agentMaintenance
+	// closing is the session ended by a shutdown, kept so that a command
+	// stream opened late still delivers the ShutdownAgentCommand.
+	closing *agentSession
+	// inverse holds the outstanding inverse offer for the agent per
+	// framework id; inverseRefuse when each framework's answer filter ends.
+	inverse       map[string]*inverseOffer
+	inverseRefuse map[string]time.Time
+}
+
+func newAgent(id string, registeredAt time.Time) *agent {
+	return &agent{
+		id: id, registeredAt: registeredAt, tasks: map[taskKey]*task{}, offers: map[string]*offer{},
+		inverse: map[string]*inverseOffer{}, inverseRefuse: map[string]time.Time{},
+		maint: agentMaintenance{mode: slacklinev1.MachineMode_MACHINE_MODE_UP},
+	}
 }
 
 type taskKey struct{ frameworkID, taskID string }
@@ -36,6 +53,9 @@ type agentSession struct {
 	commands chan *slacklinev1.AgentCommand
 	done     chan struct{}
 	once     sync.Once
+	// deliver, set before done is closed, asks the Connect stream to send
+	// the commands still queued before it ends (a ShutdownAgentCommand).
+	deliver bool
 }
 
 func newAgentSession(queue int) *agentSession {
@@ -43,6 +63,15 @@ func newAgentSession(queue int) *agentSession {
 }
 
 func (s *agentSession) end() { s.once.Do(func() { close(s.done) }) }
+
+// endAfterDelivery ends the session once its stream has sent what is
+// queued. Caller holds c.mu.
+func (s *agentSession) endAfterDelivery() {
+	s.once.Do(func() {
+		s.deliver = true
+		close(s.done)
+	})
+}
 
 // send queues a command; a full queue ends the session (the agent
 // re-registers and is reconciled). Caller holds c.mu.
@@ -70,6 +99,7 @@ type framework struct {
 	tasks            map[string]*task
 	completed        []*task
 	offers           map[string]*offer
+	inverseOffers    map[string]*inverseOffer
 	suppressed       map[string]bool
 	// pending holds, per task, the status updates with a uuid that the
 	// framework has not acknowledged yet, oldest first.

@@ -55,6 +55,23 @@
 // DefaultRefuseSeconds. A framework with nothing to run should Suppress, and
 // Revive when work arrives.
 //
+// # Maintenance and inverse offers
+//
+// When an operator schedules maintenance, offers of the affected agents
+// carry an unavailability (OfferWindow reads it) and the framework receives
+// inverse offers (Handler.InverseOffers): requests to leave a whole agent
+// before its window starts. Place long-running work with
+// PreferAvailable(offers), which puts agents without unavailability first
+// and then those whose maintenance starts latest. Answer an inverse offer
+// with AcceptInverseOffers once nothing of yours is left on the agent, or
+// DeclineInverseOffers while you cannot leave; the filters decide when the
+// coordinator asks again (a decline with a short filter keeps the operator
+// informed of your progress). RescindInverseOffer withdraws one (the
+// schedule changed; an updated one follows). Declare
+// FrameworkInfo.min_available_tasks so that operators see in
+// GetMaintenanceStatus when draining a window would break you. See
+// examples/service-framework for a complete framework.
+//
 // # Status updates and acknowledgements
 //
 // Handler.Update receives status updates. Updates with a uuid come from an

@@ -43,6 +43,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.AllocationInterval, "allocation-interval", time.Second, "period of full allocation passes")
 	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", 2*time.Millisecond, "how long an event-triggered allocation waits for more events")
 	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 0, "rescind offers outstanding this long (0: never)")
+	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
 	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
 	if err := fs.Parse(args); err != nil {
 		return err

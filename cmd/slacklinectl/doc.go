@@ -6,6 +6,11 @@
 //	slacklinectl set weight ROLE WEIGHT
 //	slacklinectl set quota ROLE RESOURCES   # "cpus:10;mem:20480"; "" removes the quota
 //	slacklinectl logs TASK_ID [--stderr] [--framework ID] [--tail BYTES] [-f] [--agent URL]
+//	slacklinectl maintenance schedule get [-o table|json]
+//	slacklinectl maintenance schedule set -f FILE   # JSON or YAML; - reads stdin
+//	slacklinectl maintenance status [-o table|json]
+//	slacklinectl maintenance down HOST...           # StartMaintenance (HOST: hostname or IP)
+//	slacklinectl maintenance up HOST...             # StopMaintenance
 //
 // The coordinator is given by --coordinator or the environment variable
 // SLACKLINE_COORDINATOR (default http://127.0.0.1:5050). "get containers"

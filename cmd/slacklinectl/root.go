@@ -64,7 +64,7 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
 
-	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g))
+	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g))
 	return root
 }
 

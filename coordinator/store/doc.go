@@ -1,7 +1,7 @@
 // Package store persists the coordinator's registry: the small set of state
 // that must survive a coordinator restart (agents, frameworks with their
-// failover timeouts, role weights and quota, and later the maintenance
-// schedule). Everything else (offers, allocations, tasks) is rebuilt from
+// failover timeouts, role weights and quota, and the maintenance
+// schedule with the DOWN machines). Everything else (offers, allocations, tasks) is rebuilt from
 // agents and frameworks when they re-register.
 //
 // The Store interface is a tiny bucketed key-value contract so that the

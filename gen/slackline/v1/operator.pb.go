@@ -1380,14 +1380,29 @@ func (x *Schedule) GetWindows() []*Window {
 	return nil
 }
 
-// InverseOfferFrameworkStatus is one framework's latest answer.
+// InverseOfferFrameworkStatus is one framework's latest answer to the
+// inverse offers for a draining machine, with what draining it would cost
+// the framework. A framework that uses the machine but has not answered yet
+// has status INVERSE_OFFER_STATUS_UNKNOWN and no timestamp.
 type InverseOfferFrameworkStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FrameworkId   string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
-	Status        InverseOfferStatus     `protobuf:"varint,2,opt,name=status,proto3,enum=slackline.v1.InverseOfferStatus" json:"status,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	Status      InverseOfferStatus     `protobuf:"varint,2,opt,name=status,proto3,enum=slackline.v1.InverseOfferStatus" json:"status,omitempty"`
+	// timestamp is when the framework answered.
 	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	FrameworkName string                 `protobuf:"bytes,4,opt,name=framework_name,json=frameworkName,proto3" json:"framework_name,omitempty"`
+	// tasks_on_machine counts the framework's live tasks on the machine's agents.
+	TasksOnMachine uint32 `protobuf:"varint,5,opt,name=tasks_on_machine,json=tasksOnMachine,proto3" json:"tasks_on_machine,omitempty"`
+	// running_tasks counts the framework's RUNNING tasks in the whole cluster.
+	RunningTasks uint32 `protobuf:"varint,6,opt,name=running_tasks,json=runningTasks,proto3" json:"running_tasks,omitempty"`
+	// min_available_tasks is the framework's declared minimum (FrameworkInfo).
+	MinAvailableTasks uint32 `protobuf:"varint,7,opt,name=min_available_tasks,json=minAvailableTasks,proto3" json:"min_available_tasks,omitempty"`
+	// breaks_min_available is set when taking the machine's window down now
+	// (every machine of the window together) would leave the framework fewer
+	// than min_available_tasks RUNNING tasks.
+	BreaksMinAvailable bool `protobuf:"varint,8,opt,name=breaks_min_available,json=breaksMinAvailable,proto3" json:"breaks_min_available,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *InverseOfferFrameworkStatus) Reset() {
@@ -1441,11 +1456,50 @@ func (x *InverseOfferFrameworkStatus) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *InverseOfferFrameworkStatus) GetFrameworkName() string {
+	if x != nil {
+		return x.FrameworkName
+	}
+	return ""
+}
+
+func (x *InverseOfferFrameworkStatus) GetTasksOnMachine() uint32 {
+	if x != nil {
+		return x.TasksOnMachine
+	}
+	return 0
+}
+
+func (x *InverseOfferFrameworkStatus) GetRunningTasks() uint32 {
+	if x != nil {
+		return x.RunningTasks
+	}
+	return 0
+}
+
+func (x *InverseOfferFrameworkStatus) GetMinAvailableTasks() uint32 {
+	if x != nil {
+		return x.MinAvailableTasks
+	}
+	return 0
+}
+
+func (x *InverseOfferFrameworkStatus) GetBreaksMinAvailable() bool {
+	if x != nil {
+		return x.BreaksMinAvailable
+	}
+	return false
+}
+
 // DrainingMachine is a machine in DRAINING mode with the answers so far.
 type DrainingMachine struct {
-	state         protoimpl.MessageState         `protogen:"open.v1"`
-	Id            *MachineID                     `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
-	Statuses      []*InverseOfferFrameworkStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	state    protoimpl.MessageState         `protogen:"open.v1"`
+	Id       *MachineID                     `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Statuses []*InverseOfferFrameworkStatus `protobuf:"bytes,2,rep,name=statuses,proto3" json:"statuses,omitempty"`
+	// unavailability is the machine's window.
+	Unavailability *Unavailability `protobuf:"bytes,3,opt,name=unavailability,proto3" json:"unavailability,omitempty"`
+	// agent_ids are the agents registered from the machine.
+	AgentIds      []string `protobuf:"bytes,4,rep,name=agent_ids,json=agentIds,proto3" json:"agent_ids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1490,6 +1544,20 @@ func (x *DrainingMachine) GetId() *MachineID {
 func (x *DrainingMachine) GetStatuses() []*InverseOfferFrameworkStatus {
 	if x != nil {
 		return x.Statuses
+	}
+	return nil
+}
+
+func (x *DrainingMachine) GetUnavailability() *Unavailability {
+	if x != nil {
+		return x.Unavailability
+	}
+	return nil
+}
+
+func (x *DrainingMachine) GetAgentIds() []string {
+	if x != nil {
+		return x.AgentIds
 	}
 	return nil
 }
@@ -2038,14 +2106,21 @@ const file_slackline_v1_operator_proto_rawDesc = "" +
 	"machineIds\x12D\n" +
 	"\x0eunavailability\x18\x02 \x01(\v2\x1c.slackline.v1.UnavailabilityR\x0eunavailability\":\n" +
 	"\bSchedule\x12.\n" +
-	"\awindows\x18\x01 \x03(\v2\x14.slackline.v1.WindowR\awindows\"\xb4\x01\n" +
+	"\awindows\x18\x01 \x03(\v2\x14.slackline.v1.WindowR\awindows\"\x8c\x03\n" +
 	"\x1bInverseOfferFrameworkStatus\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x128\n" +
 	"\x06status\x18\x02 \x01(\x0e2 .slackline.v1.InverseOfferStatusR\x06status\x128\n" +
-	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x81\x01\n" +
+	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12%\n" +
+	"\x0eframework_name\x18\x04 \x01(\tR\rframeworkName\x12(\n" +
+	"\x10tasks_on_machine\x18\x05 \x01(\rR\x0etasksOnMachine\x12#\n" +
+	"\rrunning_tasks\x18\x06 \x01(\rR\frunningTasks\x12.\n" +
+	"\x13min_available_tasks\x18\a \x01(\rR\x11minAvailableTasks\x120\n" +
+	"\x14breaks_min_available\x18\b \x01(\bR\x12breaksMinAvailable\"\xe4\x01\n" +
 	"\x0fDrainingMachine\x12'\n" +
 	"\x02id\x18\x01 \x01(\v2\x17.slackline.v1.MachineIDR\x02id\x12E\n" +
-	"\bstatuses\x18\x02 \x03(\v2).slackline.v1.InverseOfferFrameworkStatusR\bstatuses\"\x99\x01\n" +
+	"\bstatuses\x18\x02 \x03(\v2).slackline.v1.InverseOfferFrameworkStatusR\bstatuses\x12D\n" +
+	"\x0eunavailability\x18\x03 \x01(\v2\x1c.slackline.v1.UnavailabilityR\x0eunavailability\x12\x1b\n" +
+	"\tagent_ids\x18\x04 \x03(\tR\bagentIds\"\x99\x01\n" +
 	"\rClusterStatus\x12J\n" +
 	"\x11draining_machines\x18\x01 \x03(\v2\x1d.slackline.v1.DrainingMachineR\x10drainingMachines\x12<\n" +
 	"\rdown_machines\x18\x02 \x03(\v2\x17.slackline.v1.MachineIDR\fdownMachines\"\x1f\n" +
@@ -2195,42 +2270,43 @@ var file_slackline_v1_operator_proto_depIdxs = []int32{
 	41, // 33: slackline.v1.InverseOfferFrameworkStatus.timestamp:type_name -> google.protobuf.Timestamp
 	44, // 34: slackline.v1.DrainingMachine.id:type_name -> slackline.v1.MachineID
 	25, // 35: slackline.v1.DrainingMachine.statuses:type_name -> slackline.v1.InverseOfferFrameworkStatus
-	26, // 36: slackline.v1.ClusterStatus.draining_machines:type_name -> slackline.v1.DrainingMachine
-	44, // 37: slackline.v1.ClusterStatus.down_machines:type_name -> slackline.v1.MachineID
-	24, // 38: slackline.v1.GetMaintenanceScheduleResponse.schedule:type_name -> slackline.v1.Schedule
-	24, // 39: slackline.v1.UpdateMaintenanceScheduleRequest.schedule:type_name -> slackline.v1.Schedule
-	27, // 40: slackline.v1.GetMaintenanceStatusResponse.status:type_name -> slackline.v1.ClusterStatus
-	44, // 41: slackline.v1.StartMaintenanceRequest.machines:type_name -> slackline.v1.MachineID
-	44, // 42: slackline.v1.StopMaintenanceRequest.machines:type_name -> slackline.v1.MachineID
-	7,  // 43: slackline.v1.OperatorService.GetState:input_type -> slackline.v1.GetStateRequest
-	9,  // 44: slackline.v1.OperatorService.GetAgents:input_type -> slackline.v1.GetAgentsRequest
-	11, // 45: slackline.v1.OperatorService.GetFrameworks:input_type -> slackline.v1.GetFrameworksRequest
-	13, // 46: slackline.v1.OperatorService.GetTasks:input_type -> slackline.v1.GetTasksRequest
-	15, // 47: slackline.v1.OperatorService.GetRoles:input_type -> slackline.v1.GetRolesRequest
-	18, // 48: slackline.v1.OperatorService.UpdateWeights:input_type -> slackline.v1.UpdateWeightsRequest
-	21, // 49: slackline.v1.OperatorService.UpdateQuota:input_type -> slackline.v1.UpdateQuotaRequest
-	28, // 50: slackline.v1.OperatorService.GetMaintenanceSchedule:input_type -> slackline.v1.GetMaintenanceScheduleRequest
-	30, // 51: slackline.v1.OperatorService.UpdateMaintenanceSchedule:input_type -> slackline.v1.UpdateMaintenanceScheduleRequest
-	32, // 52: slackline.v1.OperatorService.GetMaintenanceStatus:input_type -> slackline.v1.GetMaintenanceStatusRequest
-	34, // 53: slackline.v1.OperatorService.StartMaintenance:input_type -> slackline.v1.StartMaintenanceRequest
-	36, // 54: slackline.v1.OperatorService.StopMaintenance:input_type -> slackline.v1.StopMaintenanceRequest
-	8,  // 55: slackline.v1.OperatorService.GetState:output_type -> slackline.v1.GetStateResponse
-	10, // 56: slackline.v1.OperatorService.GetAgents:output_type -> slackline.v1.GetAgentsResponse
-	12, // 57: slackline.v1.OperatorService.GetFrameworks:output_type -> slackline.v1.GetFrameworksResponse
-	14, // 58: slackline.v1.OperatorService.GetTasks:output_type -> slackline.v1.GetTasksResponse
-	16, // 59: slackline.v1.OperatorService.GetRoles:output_type -> slackline.v1.GetRolesResponse
-	19, // 60: slackline.v1.OperatorService.UpdateWeights:output_type -> slackline.v1.UpdateWeightsResponse
-	22, // 61: slackline.v1.OperatorService.UpdateQuota:output_type -> slackline.v1.UpdateQuotaResponse
-	29, // 62: slackline.v1.OperatorService.GetMaintenanceSchedule:output_type -> slackline.v1.GetMaintenanceScheduleResponse
-	31, // 63: slackline.v1.OperatorService.UpdateMaintenanceSchedule:output_type -> slackline.v1.UpdateMaintenanceScheduleResponse
-	33, // 64: slackline.v1.OperatorService.GetMaintenanceStatus:output_type -> slackline.v1.GetMaintenanceStatusResponse
-	35, // 65: slackline.v1.OperatorService.StartMaintenance:output_type -> slackline.v1.StartMaintenanceResponse
-	37, // 66: slackline.v1.OperatorService.StopMaintenance:output_type -> slackline.v1.StopMaintenanceResponse
-	55, // [55:67] is the sub-list for method output_type
-	43, // [43:55] is the sub-list for method input_type
-	43, // [43:43] is the sub-list for extension type_name
-	43, // [43:43] is the sub-list for extension extendee
-	0,  // [0:43] is the sub-list for field type_name
+	45, // 36: slackline.v1.DrainingMachine.unavailability:type_name -> slackline.v1.Unavailability
+	26, // 37: slackline.v1.ClusterStatus.draining_machines:type_name -> slackline.v1.DrainingMachine
+	44, // 38: slackline.v1.ClusterStatus.down_machines:type_name -> slackline.v1.MachineID
+	24, // 39: slackline.v1.GetMaintenanceScheduleResponse.schedule:type_name -> slackline.v1.Schedule
+	24, // 40: slackline.v1.UpdateMaintenanceScheduleRequest.schedule:type_name -> slackline.v1.Schedule
+	27, // 41: slackline.v1.GetMaintenanceStatusResponse.status:type_name -> slackline.v1.ClusterStatus
+	44, // 42: slackline.v1.StartMaintenanceRequest.machines:type_name -> slackline.v1.MachineID
+	44, // 43: slackline.v1.StopMaintenanceRequest.machines:type_name -> slackline.v1.MachineID
+	7,  // 44: slackline.v1.OperatorService.GetState:input_type -> slackline.v1.GetStateRequest
+	9,  // 45: slackline.v1.OperatorService.GetAgents:input_type -> slackline.v1.GetAgentsRequest
+	11, // 46: slackline.v1.OperatorService.GetFrameworks:input_type -> slackline.v1.GetFrameworksRequest
+	13, // 47: slackline.v1.OperatorService.GetTasks:input_type -> slackline.v1.GetTasksRequest
+	15, // 48: slackline.v1.OperatorService.GetRoles:input_type -> slackline.v1.GetRolesRequest
+	18, // 49: slackline.v1.OperatorService.UpdateWeights:input_type -> slackline.v1.UpdateWeightsRequest
+	21, // 50: slackline.v1.OperatorService.UpdateQuota:input_type -> slackline.v1.UpdateQuotaRequest
+	28, // 51: slackline.v1.OperatorService.GetMaintenanceSchedule:input_type -> slackline.v1.GetMaintenanceScheduleRequest
+	30, // 52: slackline.v1.OperatorService.UpdateMaintenanceSchedule:input_type -> slackline.v1.UpdateMaintenanceScheduleRequest
+	32, // 53: slackline.v1.OperatorService.GetMaintenanceStatus:input_type -> slackline.v1.GetMaintenanceStatusRequest
+	34, // 54: slackline.v1.OperatorService.StartMaintenance:input_type -> slackline.v1.StartMaintenanceRequest
+	36, // 55: slackline.v1.OperatorService.StopMaintenance:input_type -> slackline.v1.StopMaintenanceRequest
+	8,  // 56: slackline.v1.OperatorService.GetState:output_type -> slackline.v1.GetStateResponse
+	10, // 57: slackline.v1.OperatorService.GetAgents:output_type -> slackline.v1.GetAgentsResponse
+	12, // 58: slackline.v1.OperatorService.GetFrameworks:output_type -> slackline.v1.GetFrameworksResponse
+	14, // 59: slackline.v1.OperatorService.GetTasks:output_type -> slackline.v1.GetTasksResponse
+	16, // 60: slackline.v1.OperatorService.GetRoles:output_type -> slackline.v1.GetRolesResponse
+	19, // 61: slackline.v1.OperatorService.UpdateWeights:output_type -> slackline.v1.UpdateWeightsResponse
+	22, // 62: slackline.v1.OperatorService.UpdateQuota:output_type -> slackline.v1.UpdateQuotaResponse
+	29, // 63: slackline.v1.OperatorService.GetMaintenanceSchedule:output_type -> slackline.v1.GetMaintenanceScheduleResponse
+	31, // 64: slackline.v1.OperatorService.UpdateMaintenanceSchedule:output_type -> slackline.v1.UpdateMaintenanceScheduleResponse
+	33, // 65: slackline.v1.OperatorService.GetMaintenanceStatus:output_type -> slackline.v1.GetMaintenanceStatusResponse
+	35, // 66: slackline.v1.OperatorService.StartMaintenance:output_type -> slackline.v1.StartMaintenanceResponse
+	37, // 67: slackline.v1.OperatorService.StopMaintenance:output_type -> slackline.v1.StopMaintenanceResponse
+	56, // [56:68] is the sub-list for method output_type
+	44, // [44:56] is the sub-list for method input_type
+	44, // [44:44] is the sub-list for extension type_name
+	44, // [44:44] is the sub-list for extension extendee
+	0,  // [0:44] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_operator_proto_init() }

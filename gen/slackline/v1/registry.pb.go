@@ -145,6 +145,61 @@ func (x *FrameworkRecord) GetCompleted() bool {
 	return false
 }
 
+// MaintenanceRecord is how the coordinator persists maintenance: the
+// schedule and the machines that are DOWN (all of them in the schedule).
+// Machines in the schedule and not DOWN are DRAINING; the others are UP.
+type MaintenanceRecord struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Schedule      *Schedule              `protobuf:"bytes,1,opt,name=schedule,proto3" json:"schedule,omitempty"`
+	DownMachines  []*MachineID           `protobuf:"bytes,2,rep,name=down_machines,json=downMachines,proto3" json:"down_machines,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *MaintenanceRecord) Reset() {
+	*x = MaintenanceRecord{}
+	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *MaintenanceRecord) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*MaintenanceRecord) ProtoMessage() {}
+
+func (x *MaintenanceRecord) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use MaintenanceRecord.ProtoReflect.Descriptor instead.
+func (*MaintenanceRecord) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{2}
+}
+
+func (x *MaintenanceRecord) GetSchedule() *Schedule {
+	if x != nil {
+		return x.Schedule
+	}
+	return nil
+}
+
+func (x *MaintenanceRecord) GetDownMachines() []*MachineID {
+	if x != nil {
+		return x.DownMachines
+	}
+	return nil
+}
+
 // AgentTaskRecord is how an agent checkpoints a task it runs.
 type AgentTaskRecord struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -158,7 +213,7 @@ type AgentTaskRecord struct {
 
 func (x *AgentTaskRecord) Reset() {
 	*x = AgentTaskRecord{}
-	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	mi := &file_slackline_v1_registry_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -170,7 +225,7 @@ func (x *AgentTaskRecord) String() string {
 func (*AgentTaskRecord) ProtoMessage() {}
 
 func (x *AgentTaskRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_registry_proto_msgTypes[2]
+	mi := &file_slackline_v1_registry_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -183,7 +238,7 @@ func (x *AgentTaskRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentTaskRecord.ProtoReflect.Descriptor instead.
 func (*AgentTaskRecord) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{2}
+	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *AgentTaskRecord) GetTask() *AgentTask {
@@ -218,7 +273,7 @@ type AgentStatusRecord struct {
 
 func (x *AgentStatusRecord) Reset() {
 	*x = AgentStatusRecord{}
-	mi := &file_slackline_v1_registry_proto_msgTypes[3]
+	mi := &file_slackline_v1_registry_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -230,7 +285,7 @@ func (x *AgentStatusRecord) String() string {
 func (*AgentStatusRecord) ProtoMessage() {}
 
 func (x *AgentStatusRecord) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_registry_proto_msgTypes[3]
+	mi := &file_slackline_v1_registry_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -243,7 +298,7 @@ func (x *AgentStatusRecord) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AgentStatusRecord.ProtoReflect.Descriptor instead.
 func (*AgentStatusRecord) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{3}
+	return file_slackline_v1_registry_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *AgentStatusRecord) GetFrameworkId() string {
@@ -272,7 +327,10 @@ const file_slackline_v1_registry_proto_rawDesc = "" +
 	"\x0fFrameworkRecord\x12/\n" +
 	"\x04info\x18\x01 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\x04info\x12C\n" +
 	"\x0fregistered_time\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x0eregisteredTime\x12\x1c\n" +
-	"\tcompleted\x18\x03 \x01(\bR\tcompleted\"\x99\x01\n" +
+	"\tcompleted\x18\x03 \x01(\bR\tcompleted\"\x85\x01\n" +
+	"\x11MaintenanceRecord\x122\n" +
+	"\bschedule\x18\x01 \x01(\v2\x16.slackline.v1.ScheduleR\bschedule\x12<\n" +
+	"\rdown_machines\x18\x02 \x03(\v2\x17.slackline.v1.MachineIDR\fdownMachines\"\x99\x01\n" +
 	"\x0fAgentTaskRecord\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.slackline.v1.AgentTaskR\x04task\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x126\n" +
@@ -295,34 +353,39 @@ func file_slackline_v1_registry_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_registry_proto_rawDescData
 }
 
-var file_slackline_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 4)
+var file_slackline_v1_registry_proto_msgTypes = make([]protoimpl.MessageInfo, 5)
 var file_slackline_v1_registry_proto_goTypes = []any{
 	(*AgentRecord)(nil),           // 0: slackline.v1.AgentRecord
 	(*FrameworkRecord)(nil),       // 1: slackline.v1.FrameworkRecord
-	(*AgentTaskRecord)(nil),       // 2: slackline.v1.AgentTaskRecord
-	(*AgentStatusRecord)(nil),     // 3: slackline.v1.AgentStatusRecord
-	(*AgentInfo)(nil),             // 4: slackline.v1.AgentInfo
-	(AgentState)(0),               // 5: slackline.v1.AgentState
-	(*timestamppb.Timestamp)(nil), // 6: google.protobuf.Timestamp
-	(*FrameworkInfo)(nil),         // 7: slackline.v1.FrameworkInfo
-	(*AgentTask)(nil),             // 8: slackline.v1.AgentTask
-	(TaskState)(0),                // 9: slackline.v1.TaskState
-	(*TaskStatus)(nil),            // 10: slackline.v1.TaskStatus
+	(*MaintenanceRecord)(nil),     // 2: slackline.v1.MaintenanceRecord
+	(*AgentTaskRecord)(nil),       // 3: slackline.v1.AgentTaskRecord
+	(*AgentStatusRecord)(nil),     // 4: slackline.v1.AgentStatusRecord
+	(*AgentInfo)(nil),             // 5: slackline.v1.AgentInfo
+	(AgentState)(0),               // 6: slackline.v1.AgentState
+	(*timestamppb.Timestamp)(nil), // 7: google.protobuf.Timestamp
+	(*FrameworkInfo)(nil),         // 8: slackline.v1.FrameworkInfo
+	(*Schedule)(nil),              // 9: slackline.v1.Schedule
+	(*MachineID)(nil),             // 10: slackline.v1.MachineID
+	(*AgentTask)(nil),             // 11: slackline.v1.AgentTask
+	(TaskState)(0),                // 12: slackline.v1.TaskState
+	(*TaskStatus)(nil),            // 13: slackline.v1.TaskStatus
 }
 var file_slackline_v1_registry_proto_depIdxs = []int32{
-	4,  // 0: slackline.v1.AgentRecord.info:type_name -> slackline.v1.AgentInfo
-	5,  // 1: slackline.v1.AgentRecord.state:type_name -> slackline.v1.AgentState
-	6,  // 2: slackline.v1.AgentRecord.registered_time:type_name -> google.protobuf.Timestamp
-	7,  // 3: slackline.v1.FrameworkRecord.info:type_name -> slackline.v1.FrameworkInfo
-	6,  // 4: slackline.v1.FrameworkRecord.registered_time:type_name -> google.protobuf.Timestamp
-	8,  // 5: slackline.v1.AgentTaskRecord.task:type_name -> slackline.v1.AgentTask
-	9,  // 6: slackline.v1.AgentTaskRecord.kill_state:type_name -> slackline.v1.TaskState
-	10, // 7: slackline.v1.AgentStatusRecord.status:type_name -> slackline.v1.TaskStatus
-	8,  // [8:8] is the sub-list for method output_type
-	8,  // [8:8] is the sub-list for method input_type
-	8,  // [8:8] is the sub-list for extension type_name
-	8,  // [8:8] is the sub-list for extension extendee
-	0,  // [0:8] is the sub-list for field type_name
+	5,  // 0: slackline.v1.AgentRecord.info:type_name -> slackline.v1.AgentInfo
+	6,  // 1: slackline.v1.AgentRecord.state:type_name -> slackline.v1.AgentState
+	7,  // 2: slackline.v1.AgentRecord.registered_time:type_name -> google.protobuf.Timestamp
+	8,  // 3: slackline.v1.FrameworkRecord.info:type_name -> slackline.v1.FrameworkInfo
+	7,  // 4: slackline.v1.FrameworkRecord.registered_time:type_name -> google.protobuf.Timestamp
+	9,  // 5: slackline.v1.MaintenanceRecord.schedule:type_name -> slackline.v1.Schedule
+	10, // 6: slackline.v1.MaintenanceRecord.down_machines:type_name -> slackline.v1.MachineID
+	11, // 7: slackline.v1.AgentTaskRecord.task:type_name -> slackline.v1.AgentTask
+	12, // 8: slackline.v1.AgentTaskRecord.kill_state:type_name -> slackline.v1.TaskState
+	13, // 9: slackline.v1.AgentStatusRecord.status:type_name -> slackline.v1.TaskStatus
+	10, // [10:10] is the sub-list for method output_type
+	10, // [10:10] is the sub-list for method input_type
+	10, // [10:10] is the sub-list for extension type_name
+	10, // [10:10] is the sub-list for extension extendee
+	0,  // [0:10] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_registry_proto_init() }
@@ -339,7 +402,7 @@ func file_slackline_v1_registry_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_registry_proto_rawDesc), len(file_slackline_v1_registry_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   4,
+			NumMessages:   5,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

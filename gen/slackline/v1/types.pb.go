@@ -674,8 +674,14 @@ type FrameworkInfo struct {
 	FailoverTimeoutSeconds float64 `protobuf:"fixed64,5,opt,name=failover_timeout_seconds,json=failoverTimeoutSeconds,proto3" json:"failover_timeout_seconds,omitempty"`
 	Principal              string  `protobuf:"bytes,6,opt,name=principal,proto3" json:"principal,omitempty"`
 	Hostname               string  `protobuf:"bytes,7,opt,name=hostname,proto3" json:"hostname,omitempty"`
-	unknownFields          protoimpl.UnknownFields
-	sizeCache              protoimpl.SizeCache
+	// min_available_tasks declares, like a disruption budget, how many of the
+	// framework's tasks must stay RUNNING. GetMaintenanceStatus reports for
+	// each draining machine whether taking its maintenance window down now
+	// would leave fewer; the coordinator never takes a machine down by itself
+	// (see --auto-down-after-accept) when it would. 0 declares nothing.
+	MinAvailableTasks uint32 `protobuf:"varint,8,opt,name=min_available_tasks,json=minAvailableTasks,proto3" json:"min_available_tasks,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *FrameworkInfo) Reset() {
@@ -755,6 +761,13 @@ func (x *FrameworkInfo) GetHostname() string {
 		return x.Hostname
 	}
 	return ""
+}
+
+func (x *FrameworkInfo) GetMinAvailableTasks() uint32 {
+	if x != nil {
+		return x.MinAvailableTasks
+	}
+	return 0
 }
 
 // Offer is a bundle of resources on one agent offered to one framework.
@@ -1383,7 +1396,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\"7\n" +
 	"\tMachineID\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
-	"\x02ip\x18\x02 \x01(\tR\x02ip\"\x84\x02\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\"\xb4\x02\n" +
 	"\rFrameworkInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1391,7 +1404,8 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\fcapabilities\x18\x04 \x03(\x0e2!.slackline.v1.FrameworkCapabilityR\fcapabilities\x128\n" +
 	"\x18failover_timeout_seconds\x18\x05 \x01(\x01R\x16failoverTimeoutSeconds\x12\x1c\n" +
 	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x1a\n" +
-	"\bhostname\x18\a \x01(\tR\bhostname\"\xa6\x02\n" +
+	"\bhostname\x18\a \x01(\tR\bhostname\x12.\n" +
+	"\x13min_available_tasks\x18\b \x01(\rR\x11minAvailableTasks\"\xa6\x02\n" +
 	"\x05Offer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x19\n" +

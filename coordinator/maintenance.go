@@ -1,0 +1,555 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator/maintenance"
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// maintenanceKey is the key of the maintenance record in
+// store.BucketMaintenance.
+const maintenanceKey = "state"
+
+// maxMachinesPerCall bounds StartMaintenance and StopMaintenance requests.
+const maxMachinesPerCall = 10000
+
+// inverseOffer is an outstanding inverse offer: a request to a framework to
+// leave a whole agent before its machine's unavailability.
+type inverseOffer struct {
+	id          string
+	frameworkID string
+	agentID     string
+	machine     maintenance.Machine
+	proto       *slacklinev1.InverseOffer
+}
+
+// agentMaintenance is an agent's place in the maintenance schedule.
+type agentMaintenance struct {
+	// scheduled is set when the agent's machine is in the schedule.
+	scheduled bool
+	machine   maintenance.Machine
+	mode      slacklinev1.MachineMode
+	// unavailability is the machine's window (nil when UP).
+	unavailability *slacklinev1.Unavailability
+}
+
+func (m agentMaintenance) same(o agentMaintenance) bool {
+	return m.scheduled == o.scheduled && m.machine == o.machine && m.mode == o.mode && proto.Equal(m.unavailability, o.unavailability)
+}
+
+// lookupMachine places an agent in a maintenance state. Caller holds c.mu.
+func lookupMachine(st *maintenance.State, info *slacklinev1.AgentInfo) agentMaintenance {
+	m, ok := st.Lookup(info.GetHostname(), info.GetIp())
+	if !ok {
+		return agentMaintenance{mode: maintenance.ModeUp}
+	}
+	am := agentMaintenance{scheduled: true, machine: m, mode: st.Mode(m)}
+	if w, ok := st.Window(m); ok {
+		am.unavailability = w.Unavailability()
+	}
+	return am
+}
+
+// setAgentMaintenance records an agent's place in the schedule and keeps
+// the set of draining agents. Caller holds c.mu.
+func (c *Coordinator) setAgentMaintenance(a *agent, am agentMaintenance) {
+	a.maint = am
+	if am.mode == maintenance.ModeDraining && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+		c.drainingAgents[a.id] = struct{}{}
+	} else {
+		delete(c.drainingAgents, a.id)
+	}
+}
+
+// downMachineError refuses the registration of an agent on a DOWN machine.
+func downMachineError(m maintenance.Machine) error {
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
+		"machine %s is DOWN for maintenance: its agents may not register until StopMaintenance brings it UP", m))
+}
+
+// maintenanceError maps the maintenance package's errors to RPC codes.
+func maintenanceError(err error) error {
+	switch {
+	case errors.Is(err, maintenance.ErrInvalid):
+		return connect.NewError(connect.CodeInvalidArgument, errors.New(strings.Replace(err.Error(), maintenance.ErrInvalid.Error()+": ", "", 1)))
+	case errors.Is(err, maintenance.ErrFailedPrecondition):
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New(strings.Replace(err.Error(), maintenance.ErrFailedPrecondition.Error()+": ", "", 1)))
+	}
+	return connect.NewError(connect.CodeInternal, err)
+}
+
+// transition is a maintenance state change, computed from the current state.
+type transition func(*maintenance.State) (*maintenance.State, error)
+
+// changeMaintenance validates a transition, persists the state it leads to,
+// and applies it: agents whose machine changed mode or window lose their
+// offers and inverse offers (both are sent again with the new
+// unavailability), agents of machines going DOWN are shut down, and agents
+// of machines coming UP from DOWN are forgotten so that they may register
+// again. It returns the RPC error to answer with.
+func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
+	// persistMu orders every maintenance change: between the validation and
+	// the installation below nothing else changes the schedule or the modes
+	// (answers may change; the transition is recomputed under c.mu to keep
+	// them).
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	c.mu.Lock()
+	next, err := tr(c.maint)
+	c.mu.Unlock()
+	if err != nil {
+		return maintenanceError(err)
+	}
+	if err := c.store.Apply(ctx, store.Put(store.BucketMaintenance, maintenanceKey, mustMarshal(next.Record()))); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist maintenance: %w", err))
+	}
+	c.mu.Lock()
+	next, err = tr(c.maint)
+	if err != nil { // cannot happen: the schedule and modes did not change
+		c.mu.Unlock()
+		return maintenanceError(err)
+	}
+	writes := c.installMaintenance(next, reason, c.cfg.Now())
+	c.mu.Unlock()
+	// The maintenance record is durable; agent records follow even if the
+	// caller hangs up (recovery derives them from the modes anyway).
+	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
+		c.log.Error("persist registry", "err", err)
+	}
+	return nil
+}
+
+// installMaintenance makes next the maintenance state and applies it to
+// every agent; it returns the registry writes for the agents. Caller holds
+// c.mu.
+func (c *Coordinator) installMaintenance(next *maintenance.State, reason string, now time.Time) []store.Mutation {
+	c.maint = next
+	var writes []store.Mutation
+	for _, a := range c.agents {
+		before := a.maint
+		after := lookupMachine(next, a.info)
+		if before.same(after) {
+			continue
+		}
+		c.setAgentMaintenance(a, after)
+		// Offers carry the old unavailability; inverse offers the old window.
+		for _, o := range a.offers {
+			c.rescindOffer(o, now)
+		}
+		c.rescindInverseOffers(a, now)
+		clear(a.inverseRefuse)
+		switch {
+		case after.mode == maintenance.ModeDown:
+			writes = append(writes, c.shutdownAgent(a, after.machine, reason, now))
+		case before.mode == maintenance.ModeDown && a.state == slacklinev1.AgentState_AGENT_STATE_GONE:
+			// Forgotten, so that it registers again (with its id or a new one).
+			c.log.Info("machine is UP: its agent may register again", "agent", a.id, "machine", before.machine.String())
+			delete(c.agents, a.id)
+			delete(c.drainingAgents, a.id)
+			writes = append(writes, store.Delete(store.BucketAgents, a.id))
+		}
+		c.markDirty(a.id)
+	}
+	c.sendInverseOffers(now)
+	return writes
+}
+
+// shutdownAgent takes an agent out of the cluster because its machine went
+// DOWN: offers and inverse offers are rescinded, its tasks end as
+// TASK_STATE_GONE_BY_OPERATOR at once (whether or not the agent answers),
+// the agent is told to shut down and its session ends once the command is
+// delivered, and it becomes GONE. It returns the agent's registry write.
+// Caller holds c.mu.
+func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason string, now time.Time) store.Mutation {
+	msg := fmt.Sprintf("machine %s is DOWN for maintenance (%s)", m, reason)
+	c.log.Info("shutting down agent: its machine is DOWN", "agent", a.id, "hostname", a.info.GetHostname(), "machine", m.String(), "tasks", len(a.tasks), "reason", reason)
+	for _, o := range a.offers {
+		c.rescindOffer(o, now)
+	}
+	c.rescindInverseOffers(a, now)
+	for key, t := range a.tasks {
+		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR,
+			slacklinev1.Reason_REASON_AGENT_REMOVED_BY_OPERATOR, msg, now), now)
+	}
+	if a.session != nil {
+		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{Message: msg}}})
+		if a.session != nil {
+			a.session.endAfterDelivery()
+			a.closing, a.session = a.session, nil
+		}
+	}
+	if a.inAllocator {
+		c.alloc.RemoveAgent(a.id)
+		a.inAllocator = false
+	}
+	a.state = slacklinev1.AgentState_AGENT_STATE_GONE
+	delete(c.drainingAgents, a.id)
+	return c.agentRecord(a)
+}
+
+// unavailabilityOf returns what an offer on a carries. Caller holds c.mu.
+func unavailabilityOf(a *agent) *slacklinev1.Unavailability {
+	if a.maint.mode != maintenance.ModeDraining {
+		return nil
+	}
+	return a.maint.unavailability
+}
+
+// sendInverseOffers sends an inverse offer for each draining agent to each
+// connected framework that has tasks or offers there, unless it has one
+// outstanding or answered the last one with a filter that has not expired.
+// Caller holds c.mu.
+func (c *Coordinator) sendInverseOffers(now time.Time) {
+	if len(c.drainingAgents) == 0 {
+		return
+	}
+	byFramework := map[*framework][]*slacklinev1.InverseOffer{}
+	for id := range c.drainingAgents {
+		a := c.agents[id]
+		if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+			continue
+		}
+		users := map[string]bool{}
+		for key := range a.tasks {
+			users[key.frameworkID] = true
+		}
+		for _, o := range a.offers {
+			users[o.frameworkID] = true
+		}
+		for fid := range users {
+			fw := c.frameworks[fid]
+			if fw == nil || fw.sub == nil || a.inverse[fid] != nil || now.Before(a.inverseRefuse[fid]) {
+				continue
+			}
+			io := c.newInverseOffer(fw, a)
+			byFramework[fw] = append(byFramework[fw], io.proto)
+		}
+	}
+	for fw, offers := range byFramework {
+		c.metrics.inverseOffersSent.Add(float64(len(offers)))
+		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{InverseOffers: offers}}})
+	}
+}
+
+func (c *Coordinator) newInverseOffer(fw *framework, a *agent) *inverseOffer {
+	c.offerSeq++
+	id := fmt.Sprintf("%s-I%d", c.instanceID, c.offerSeq)
+	io := &inverseOffer{
+		id: id, frameworkID: fw.id(), agentID: a.id, machine: a.maint.machine,
+		proto: &slacklinev1.InverseOffer{
+			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
+			Unavailability: a.maint.unavailability, Resources: a.total.Proto("", false),
+		},
+	}
+	c.inverseOffers[id] = io
+	fw.inverseOffers[id] = io
+	a.inverse[fw.id()] = io
+	return io
+}
+
+// removeInverseOffer forgets an inverse offer without telling its
+// framework. Caller holds c.mu.
+func (c *Coordinator) removeInverseOffer(io *inverseOffer) {
+	delete(c.inverseOffers, io.id)
+	if fw := c.frameworks[io.frameworkID]; fw != nil {
+		delete(fw.inverseOffers, io.id)
+	}
+	if a := c.agents[io.agentID]; a != nil && a.inverse[io.frameworkID] == io {
+		delete(a.inverse, io.frameworkID)
+	}
+}
+
+// rescindInverseOffers withdraws the outstanding inverse offers for an
+// agent and tells their frameworks. Caller holds c.mu.
+func (c *Coordinator) rescindInverseOffers(a *agent, _ time.Time) {
+	for _, io := range a.inverse {
+		c.removeInverseOffer(io)
+		if fw := c.frameworks[io.frameworkID]; fw != nil {
+			fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_RescindInverseOffer{
+				RescindInverseOffer: &slacklinev1.RescindInverseOfferEvent{InverseOfferId: io.id}}})
+		}
+	}
+}
+
+// dropFrameworkInverseOffers forgets a framework's outstanding inverse
+// offers (its subscription ended, or a new one does not know them). Caller
+// holds c.mu.
+func (c *Coordinator) dropFrameworkInverseOffers(fw *framework) {
+	for _, io := range fw.inverseOffers {
+		c.removeInverseOffer(io)
+	}
+}
+
+// answerInverseOffers handles AcceptInverseOffers and DeclineInverseOffers:
+// every id must name an outstanding inverse offer of the framework, or the
+// call is refused and changes nothing. The answer is kept for
+// GetMaintenanceStatus; the framework gets the next inverse offer for the
+// agent after the filter's refuse_seconds (default 5 s) if it still uses it.
+func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fw, err := c.authorize(header, frameworkID)
+	if err != nil {
+		return err
+	}
+	if len(ids) == 0 {
+		return invalidArgument(errors.New("inverse_offer_ids is empty"))
+	}
+	if len(ids) > maxOffersPerCall {
+		return invalidArgument(fmt.Errorf("%d inverse_offer_ids, at most %d allowed", len(ids), maxOffersPerCall))
+	}
+	refuse, err := refuseSeconds(filters)
+	if err != nil {
+		return invalidArgument(err)
+	}
+	seen := map[string]bool{}
+	offers := make([]*inverseOffer, 0, len(ids))
+	for i, id := range ids {
+		if err := validateID(fmt.Sprintf("inverse_offer_ids[%d]", i), id); err != nil {
+			return invalidArgument(err)
+		}
+		if seen[id] {
+			return invalidArgument(fmt.Errorf("inverse offer %q is listed twice", id))
+		}
+		seen[id] = true
+		io := c.inverseOffers[id]
+		if io == nil || io.frameworkID != fw.id() {
+			return connect.NewError(connect.CodeNotFound, fmt.Errorf("inverse offer %q is not an outstanding inverse offer of this framework (rescinded, answered or never made); nothing was answered", id))
+		}
+		offers = append(offers, io)
+	}
+	now := c.cfg.Now()
+	for _, io := range offers {
+		c.removeInverseOffer(io)
+		if a := c.agents[io.agentID]; a != nil {
+			a.inverseRefuse[fw.id()] = now.Add(seconds(refuse))
+		}
+		c.maint.RecordAnswer(io.machine, fw.id(), status, now)
+		if status == maintenance.StatusAccept {
+			c.metrics.inverseOffersAccepted.Inc()
+		} else {
+			c.metrics.inverseOffersDeclined.Inc()
+		}
+	}
+	c.log.Info("inverse offers answered", "framework", fw.id(), "status", status.String(), "count", len(offers))
+	return nil
+}
+
+func (s schedulerService) AcceptInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.AcceptInverseOffersRequest]) (*connect.Response[slacklinev1.AcceptInverseOffersResponse], error) {
+	if err := s.c.answerInverseOffers(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusAccept); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.AcceptInverseOffersResponse{}), nil
+}
+
+func (s schedulerService) DeclineInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.DeclineInverseOffersRequest]) (*connect.Response[slacklinev1.DeclineInverseOffersResponse], error) {
+	if err := s.c.answerInverseOffers(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusDecline); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.DeclineInverseOffersResponse{}), nil
+}
+
+func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {
+	s.c.mu.Lock()
+	defer s.c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetMaintenanceScheduleResponse{Schedule: s.c.maint.Schedule()}), nil
+}
+
+func (s operatorService) UpdateMaintenanceSchedule(ctx context.Context, req *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
+	err := s.c.changeMaintenance(ctx, "schedule updated", func(st *maintenance.State) (*maintenance.State, error) {
+		next, _, err := st.UpdateSchedule(req.Msg.GetSchedule())
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.UpdateMaintenanceScheduleResponse{}), nil
+}
+
+func (s operatorService) StartMaintenance(ctx context.Context, req *connect.Request[slacklinev1.StartMaintenanceRequest]) (*connect.Response[slacklinev1.StartMaintenanceResponse], error) {
+	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
+		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
+	}
+	err := s.c.changeMaintenance(ctx, "StartMaintenance", func(st *maintenance.State) (*maintenance.State, error) {
+		next, _, err := st.StartMaintenance(req.Msg.GetMachines())
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.StartMaintenanceResponse{}), nil
+}
+
+func (s operatorService) StopMaintenance(ctx context.Context, req *connect.Request[slacklinev1.StopMaintenanceRequest]) (*connect.Response[slacklinev1.StopMaintenanceResponse], error) {
+	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
+		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
+	}
+	err := s.c.changeMaintenance(ctx, "StopMaintenance", func(st *maintenance.State) (*maintenance.State, error) {
+		next, _, err := st.StopMaintenance(req.Msg.GetMachines())
+		return next, err
+	})
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.StopMaintenanceResponse{}), nil
+}
+
+func (s operatorService) GetMaintenanceStatus(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceStatusRequest]) (*connect.Response[slacklinev1.GetMaintenanceStatusResponse], error) {
+	c := s.c
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetMaintenanceStatusResponse{Status: c.clusterStatus()}), nil
+}
+
+// machineAgents returns the agents of each scheduled machine. Caller holds c.mu.
+func (c *Coordinator) machineAgents() map[maintenance.Machine][]*agent {
+	out := map[maintenance.Machine][]*agent{}
+	for _, a := range c.agents {
+		if a.maint.scheduled {
+			out[a.maint.machine] = append(out[a.maint.machine], a)
+		}
+	}
+	for _, list := range out {
+		slices.SortFunc(list, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
+	}
+	return out
+}
+
+// machineUsage returns, for a draining machine, what each framework that
+// uses it (tasks, offers or inverse offers there) or answered for it has at
+// stake. Caller holds c.mu.
+func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintenance.Machine][]*agent, running map[string]int) []maintenance.Usage {
+	onMachine := map[string]int{}
+	for _, a := range byMachine[m] {
+		for key := range a.tasks {
+			onMachine[key.frameworkID]++
+		}
+	}
+	inWindow := map[string]int{}
+	if w, ok := c.maint.Window(m); ok {
+		for _, wm := range w.Machines {
+			for _, a := range byMachine[wm] {
+				for key, t := range a.tasks {
+					if t.state == slacklinev1.TaskState_TASK_STATE_RUNNING {
+						inWindow[key.frameworkID]++
+					}
+				}
+			}
+		}
+	}
+	ids := map[string]bool{}
+	for id := range onMachine {
+		ids[id] = true
+	}
+	for _, a := range byMachine[m] {
+		for id := range a.inverse {
+			ids[id] = true
+		}
+		for _, o := range a.offers {
+			ids[o.frameworkID] = true
+		}
+	}
+	for id := range c.maint.Answers(m) {
+		ids[id] = true
+	}
+	var out []maintenance.Usage
+	for id := range ids {
+		u := maintenance.Usage{FrameworkID: id, TasksOnMachine: onMachine[id], Running: running[id], RunningInWindow: inWindow[id]}
+		if fw := c.frameworks[id]; fw != nil {
+			u.MinAvailable = int(fw.info.GetMinAvailableTasks())
+		}
+		out = append(out, u)
+	}
+	slices.SortFunc(out, func(x, y maintenance.Usage) int { return strings.Compare(x.FrameworkID, y.FrameworkID) })
+	return out
+}
+
+// runningTasks counts each framework's RUNNING tasks. Caller holds c.mu.
+func (c *Coordinator) runningTasks() map[string]int {
+	out := map[string]int{}
+	for id, fw := range c.frameworks {
+		for _, t := range fw.tasks {
+			if t.state == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				out[id]++
+			}
+		}
+	}
+	return out
+}
+
+// clusterStatus builds GetMaintenanceStatus's answer. Caller holds c.mu.
+func (c *Coordinator) clusterStatus() *slacklinev1.ClusterStatus {
+	out := &slacklinev1.ClusterStatus{}
+	byMachine := c.machineAgents()
+	running := c.runningTasks()
+	for _, m := range c.maint.Machines() {
+		if c.maint.Mode(m) == maintenance.ModeDown {
+			out.DownMachines = append(out.DownMachines, m.Proto())
+			continue
+		}
+		w, _ := c.maint.Window(m)
+		dm := &slacklinev1.DrainingMachine{Id: m.Proto(), Unavailability: w.Unavailability()}
+		for _, a := range byMachine[m] {
+			dm.AgentIds = append(dm.AgentIds, a.id)
+		}
+		answers := c.maint.Answers(m)
+		for _, u := range c.machineUsage(m, byMachine, running) {
+			st := &slacklinev1.InverseOfferFrameworkStatus{
+				FrameworkId: u.FrameworkID, Status: maintenance.StatusUnknown,
+				TasksOnMachine: uint32(u.TasksOnMachine), RunningTasks: uint32(u.Running),
+				MinAvailableTasks: uint32(u.MinAvailable), BreaksMinAvailable: u.BreaksMinAvailable(),
+			}
+			if fw := c.frameworks[u.FrameworkID]; fw != nil {
+				st.FrameworkName = fw.info.GetName()
+			}
+			if ans, ok := answers[u.FrameworkID]; ok {
+				st.Status, st.Timestamp = ans.Status, timestamppb.New(ans.Time)
+			}
+			dm.Statuses = append(dm.Statuses, st)
+		}
+		out.DrainingMachines = append(out.DrainingMachines, dm)
+	}
+	return out
+}
+
+// autoDown takes DOWN, without an operator, the draining machines whose
+// window has started and whose users all accepted (Config.AutoDownAfterAccept).
+func (c *Coordinator) autoDown(ctx context.Context) {
+	c.mu.Lock()
+	now := c.cfg.Now()
+	byMachine := c.machineAgents()
+	running := c.runningTasks()
+	var ready []*slacklinev1.MachineID
+	for _, m := range c.maint.Machines() {
+		if c.maint.Mode(m) == maintenance.ModeDraining && c.maint.ReadyForAutoDown(m, now, c.machineUsage(m, byMachine, running)) {
+			ready = append(ready, m.Proto())
+		}
+	}
+	c.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	err := c.changeMaintenance(ctx, "every framework accepted and the window started", func(st *maintenance.State) (*maintenance.State, error) {
+		next, _, err := st.StartMaintenance(ready)
+		return next, err
+	})
+	if err != nil {
+		// A concurrent operator call may have changed the schedule: the next
+		// tick decides again.
+		c.log.Warn("automatic maintenance start", "err", err)
+		return
+	}
+	c.log.Info("machines taken DOWN automatically", "machines", len(ready))
+}
