@@ -38,7 +38,7 @@ func fastConfig(dir string) Config {
 		WorkDir:                    dir,
 		Logger:                     testLogger(),
 		AgentHeartbeatInterval:     50 * time.Millisecond,
-		AgentTimeout:               400 * time.Millisecond,
+		AgentTimeout:               1500 * time.Millisecond, // long enough for a loaded CI host
 		AgentReregisterTimeout:     2 * time.Second,
 		FrameworkHeartbeatInterval: 100 * time.Millisecond,
 		AllocationInterval:         50 * time.Millisecond,
