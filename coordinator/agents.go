@@ -28,6 +28,7 @@ type reportedTask struct {
 	state       slacklinev1.TaskState
 	role        string
 	resources   resources.Resources
+	revocable   bool
 }
 
 func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentInfo, resources.Resources, []reportedTask, error) {
@@ -80,7 +81,7 @@ func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentI
 		}
 		tasks = append(tasks, reportedTask{
 			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
-			state: at.GetState(), role: role, resources: res.Add(rev),
+			state: at.GetState(), role: role, resources: res.Add(rev), revocable: !rev.IsEmpty(),
 		})
 	}
 	return info, total, tasks, nil
@@ -198,7 +199,7 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 				suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
 			}
 			c.frameworks[r.frameworkID] = fw
-			c.alloc.AddFramework(r.frameworkID, info.GetRoles(), false)
+			c.addFramework(info, false)
 		}
 		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
 			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
@@ -212,11 +213,11 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 		if t == nil {
 			t = &task{
 				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
-				resources: r.resources, state: r.state,
+				resources: r.resources, revocable: r.revocable, state: r.state,
 			}
 			fw.tasks[r.info.GetTaskId()] = t
 			a.tasks[key] = t
-			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
+			c.claim(r.frameworkID, r.role, a.id, r.resources, r.revocable)
 			continue
 		}
 		if t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware() {
@@ -270,7 +271,7 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 		return
 	}
 	delete(fw.tasks, key.taskID)
-	c.alloc.Release(t.frameworkID, t.role, t.agentID, t.resources, 0, now)
+	c.release(t.frameworkID, t.role, t.agentID, t.resources, t.revocable, 0, now)
 	fw.completed = append(fw.completed, t)
 	if over := len(fw.completed) - c.cfg.CompletedTasksPerFramework; over > 0 {
 		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
@@ -431,8 +432,42 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 	fw.send(updateEvent(fw, st))
 }
 
-func (s agentService) UpdateOversubscribedResources(context.Context, *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("revocable resources arrive with oversubscription support"))
+// UpdateOversubscribedResources records an agent's estimate: its total
+// revocable capacity, including what revocable tasks already hold (Mesos
+// semantics). Any change rescinds the agent's outstanding revocable offers,
+// so that what is offered never exceeds the estimate and a grown estimate
+// is offered whole; regular offers are never touched.
+func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
+	c := s.c
+	regular, revocable, err := resources.FromProto(req.Msg.GetResources())
+	if err != nil {
+		return nil, invalidArgument(fmt.Errorf("resources: %w", err))
+	}
+	estimate := regular.Add(revocable)
+	if len(estimate.Ports()) > 0 {
+		return nil, invalidArgument(fmt.Errorf("resources: ports %s cannot be oversubscribed", estimate.Ports()))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	if estimate.Equal(a.revocable) {
+		return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
+	}
+	now := c.cfg.Now()
+	c.log.Debug("revocable estimate", "agent", a.id, "from", a.revocable.String(), "to", estimate.String())
+	a.revocable = estimate
+	c.alloc.SetAgentRevocable(a.id, estimate)
+	for _, o := range a.offers {
+		if o.revocable {
+			c.metrics.revocableRescinded.Inc()
+			c.rescindOffer(o, now)
+		}
+	}
+	c.markDirty(a.id)
+	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
 }
 
 // markAgentUnreachable handles an agent silent past the timeout: its
@@ -446,6 +481,9 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	}
 	if a.inAllocator {
 		c.alloc.DeactivateAgent(a.id)
+		// Its estimate is stale: the agent sends a fresh one once back.
+		a.revocable = resources.Resources{}
+		c.alloc.SetAgentRevocable(a.id, a.revocable)
 	}
 	for _, o := range a.offers {
 		c.rescindOffer(o, now)

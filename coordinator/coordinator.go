@@ -297,10 +297,10 @@ func (c *Coordinator) allocateOnce() {
 		if fw == nil || a == nil || fw.sub == nil {
 			// The allocator and the coordinator disagree; give it back.
 			c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
-			c.alloc.Release(al.FrameworkID, al.Role, al.AgentID, al.Resources, 0, now)
+			c.release(al.FrameworkID, al.Role, al.AgentID, al.Resources, al.Revocable, 0, now)
 			continue
 		}
-		o := c.newOffer(fw, a, al.Role, al.Resources, now)
+		o := c.newOffer(fw, a, al.Role, al.Resources, al.Revocable, now)
 		byFramework[fw] = append(byFramework[fw], o.proto)
 	}
 	for fw, offers := range byFramework {
@@ -309,14 +309,14 @@ func (c *Coordinator) allocateOnce() {
 	}
 }
 
-func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resources.Resources, now time.Time) *offer {
+func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resources.Resources, revocable bool, now time.Time) *offer {
 	c.offerSeq++
 	id := fmt.Sprintf("%s-O%d", c.instanceID, c.offerSeq)
 	o := &offer{
-		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, created: now,
+		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, revocable: revocable, created: now,
 		proto: &slacklinev1.Offer{
 			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Resources: res.Proto(role, false), Attributes: a.info.GetAttributes(),
+			Resources: res.Proto(role, revocable), Attributes: a.info.GetAttributes(),
 			Unavailability: unavailabilityOf(a),
 		},
 	}
@@ -336,7 +336,7 @@ func (c *Coordinator) removeOffer(o *offer, refuse time.Duration, now time.Time)
 	if a := c.agents[o.agentID]; a != nil {
 		delete(a.offers, o.id)
 	}
-	c.alloc.Release(o.frameworkID, o.role, o.agentID, o.resources, refuse, now)
+	c.release(o.frameworkID, o.role, o.agentID, o.resources, o.revocable, refuse, now)
 	c.markDirty(o.agentID)
 }
 
@@ -414,4 +414,31 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
 		c.log.Error("persist registry", "err", err)
 	}
+}
+
+// release gives resources back to the allocator's regular or revocable
+// pool. Caller holds c.mu.
+func (c *Coordinator) release(frameworkID, role, agentID string, r resources.Resources, revocable bool, refuse time.Duration, now time.Time) {
+	if revocable {
+		c.alloc.ReleaseRevocable(frameworkID, role, agentID, r, refuse, now)
+		return
+	}
+	c.alloc.Release(frameworkID, role, agentID, r, refuse, now)
+}
+
+// claim records resources held by a task in the allocator's regular or
+// revocable pool. Caller holds c.mu.
+func (c *Coordinator) claim(frameworkID, role, agentID string, r resources.Resources, revocable bool) {
+	if revocable {
+		c.alloc.ClaimRevocable(frameworkID, role, agentID, r)
+		return
+	}
+	c.alloc.Claim(frameworkID, role, agentID, r)
+}
+
+// addFramework registers a framework with the allocator, with its
+// revocable capability. Caller holds c.mu.
+func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, active bool) {
+	c.alloc.AddFramework(info.GetId(), info.GetRoles(), active)
+	c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
 }

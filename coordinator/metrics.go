@@ -4,6 +4,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
 )
 
 // metrics are the coordinator's Prometheus metrics.
@@ -17,6 +18,8 @@ type metrics struct {
 	inverseOffersSent     prometheus.Counter
 	inverseOffersAccepted prometheus.Counter
 	inverseOffersDeclined prometheus.Counter
+
+	revocableRescinded prometheus.Counter
 }
 
 func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
@@ -34,6 +37,9 @@ func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
 	m.inverseOffersSent = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_sent_total", Help: "Inverse offers sent to frameworks."})
 	m.inverseOffersAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_accepted_total", Help: "Inverse offers accepted by frameworks."})
 	m.inverseOffersDeclined = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_declined_total", Help: "Inverse offers declined by frameworks."})
+	m.revocableRescinded = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_revocable_offers_rescinded_total",
+		Help: "Revocable offers rescinded because their agent's estimate changed."})
+	reg.MustRegister(m.revocableRescinded)
 	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
 		m.inverseOffersSent, m.inverseOffersAccepted, m.inverseOffersDeclined, stateCollector{c})
 	return m
@@ -45,7 +51,10 @@ var (
 	tasksDesc      = prometheus.NewDesc("slackline_coordinator_tasks", "Live tasks by state.", []string{"state"}, nil)
 	offersDesc     = prometheus.NewDesc("slackline_coordinator_outstanding_offers", "Offers not yet answered.", nil, nil)
 	inverseDesc    = prometheus.NewDesc("slackline_coordinator_outstanding_inverse_offers", "Inverse offers not yet answered.", nil, nil)
-	machinesDesc   = prometheus.NewDesc("slackline_coordinator_machines", "Machines by maintenance mode: draining and down count scheduled machines, up the agents (not gone) on no scheduled machine.", []string{"mode"}, nil)
+	revocableDesc  = prometheus.NewDesc("slackline_coordinator_revocable_resources",
+		"Revocable resources over all agents: estimate (what agents report), allocated (held by tasks and offers), offered (outstanding offers).",
+		[]string{"resource", "kind"}, nil)
+	machinesDesc = prometheus.NewDesc("slackline_coordinator_machines", "Machines by maintenance mode: draining and down count scheduled machines, up the agents (not gone) on no scheduled machine.", []string{"mode"}, nil)
 )
 
 // stateCollector reports gauges computed from the coordinator's state at
@@ -59,6 +68,7 @@ func (s stateCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- offersDesc
 	ch <- inverseDesc
 	ch <- machinesDesc
+	ch <- revocableDesc
 }
 
 func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
@@ -78,6 +88,16 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 	offers := len(c.offers)
 	inverse := len(c.inverseOffers)
+	var estimate, allocated, offered resources.Resources
+	for _, a := range c.agents {
+		_, held := c.alloc.AgentRevocable(a.id)
+		estimate, allocated = estimate.Add(a.revocable), allocated.Add(held)
+	}
+	for _, o := range c.offers {
+		if o.revocable {
+			offered = offered.Add(o.resources)
+		}
+	}
 	modes := map[slacklinev1.MachineMode]int{}
 	for _, m := range c.maint.Machines() {
 		modes[c.maint.Mode(m)]++
@@ -104,6 +124,13 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(n), enumLabel(st.String(), "TASK_STATE_"))
 	}
 	ch <- prometheus.MustNewConstMetric(offersDesc, prometheus.GaugeValue, float64(offers))
+	for _, kv := range []struct {
+		kind string
+		r    resources.Resources
+	}{{"estimate", estimate}, {"allocated", allocated}, {"offered", offered}} {
+		ch <- prometheus.MustNewConstMetric(revocableDesc, prometheus.GaugeValue, kv.r.CPUs(), resources.NameCPUs, kv.kind)
+		ch <- prometheus.MustNewConstMetric(revocableDesc, prometheus.GaugeValue, kv.r.Mem()*(1<<20), "mem_bytes", kv.kind)
+	}
 }
 
 // enumLabel turns "TASK_STATE_RUNNING" into "running".

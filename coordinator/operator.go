@@ -30,9 +30,11 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 		for _, o := range a.offers {
 			offered = offered.Add(o.resources)
 		}
+		_, allocatedRevocable := c.alloc.AgentRevocable(a.id)
 		pa := &slacklinev1.Agent{
 			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", false),
 			Allocated: c.alloc.AgentAllocated(a.id).Proto("", false), Offered: offered.Proto("", false),
+			Revocable: a.revocable.Proto("", true), AllocatedRevocable: allocatedRevocable.Proto("", true),
 			Attributes: a.info.GetAttributes(), Mode: a.maint.mode, State: a.state,
 			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
 		}

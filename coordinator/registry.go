@@ -61,7 +61,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 		} else {
-			c.alloc.AddFramework(id, fw.info.GetRoles(), false)
+			c.addFramework(fw.info, false)
 		}
 		c.frameworks[id] = fw
 	}

@@ -79,7 +79,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 			suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
 		}
 		c.frameworks[info.GetId()] = fw
-		c.alloc.AddFramework(info.GetId(), info.GetRoles(), true)
+		c.addFramework(info, true)
 	} else {
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
 			c.mu.Unlock()
@@ -95,6 +95,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 			c.dropFrameworkInverseOffers(fw)
 		}
 		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
+		c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
 		c.alloc.ActivateFramework(info.GetId())
 	}
 	fw.info = info
@@ -319,7 +320,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		}
 		return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
 	}
-	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role}
+	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role, revocable: offers[0].revocable}
 	for _, o := range offers {
 		pool.available = pool.available.Add(o.resources)
 		delete(c.offers, o.id)
@@ -340,7 +341,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		info.Resources = at.resources.Proto(pool.role, pool.revocable)
 		t := &task{
 			info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
-			resources: at.resources, state: slacklinev1.TaskState_TASK_STATE_STAGING,
+			resources: at.resources, revocable: pool.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
 		}
 		fw.tasks[info.GetTaskId()] = t
 		a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
@@ -350,7 +351,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		}}})
 	}
 	if remainder := pool.available.Sub(used); !remainder.IsEmpty() {
-		c.alloc.Release(fw.id(), pool.role, pool.agentID, remainder, seconds(refuse), now)
+		c.release(fw.id(), pool.role, pool.agentID, remainder, pool.revocable, seconds(refuse), now)
 	}
 	c.markDirty(pool.agentID)
 	return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
@@ -380,6 +381,9 @@ func (c *Coordinator) acceptedOffers(fw *framework, ids []string) ([]*offer, str
 		}
 		if len(offers) > 0 && o.role != offers[0].role {
 			problem = fmt.Sprintf("offers %q and %q are for different roles", offers[0].id, o.id)
+		}
+		if len(offers) > 0 && o.revocable != offers[0].revocable {
+			problem = fmt.Sprintf("offers %q and %q mix revocable and regular resources", offers[0].id, o.id)
 		}
 		offers = append(offers, o)
 	}

@@ -25,6 +25,9 @@ type agent struct {
 	offers map[string]*offer
 	// inAllocator is set once the agent was added to the allocator.
 	inAllocator bool
+	// revocable is the agent's latest oversubscription estimate: its total
+	// revocable capacity, including what revocable tasks hold.
+	revocable resources.Resources
 	// maint is the agent's place in the maintenance schedule.
 	maint agentMaintenance
 	// closing is the session ended by a shutdown, kept so that a command
@@ -160,14 +163,16 @@ type task struct {
 	agentID     string
 	role        string
 	resources   resources.Resources
-	state       slacklinev1.TaskState
-	status      *slacklinev1.TaskStatus
+	// revocable tasks run on revocable resources only.
+	revocable bool
+	state     slacklinev1.TaskState
+	status    *slacklinev1.TaskStatus
 }
 
 func (t *task) proto() *slacklinev1.Task {
 	return &slacklinev1.Task{
 		TaskId: t.info.GetTaskId(), FrameworkId: t.frameworkID, AgentId: t.agentID, Name: t.info.GetName(),
-		State: t.state, Resources: t.resources.Proto(t.role, false), Status: t.status,
+		State: t.state, Resources: t.resources.Proto(t.role, t.revocable), Status: t.status,
 		Labels: t.info.GetLabels(), Role: t.role,
 	}
 }
@@ -179,8 +184,10 @@ type offer struct {
 	agentID     string
 	role        string
 	resources   resources.Resources
-	created     time.Time
-	proto       *slacklinev1.Offer
+	// revocable offers hold revocable resources only, never mixed.
+	revocable bool
+	created   time.Time
+	proto     *slacklinev1.Offer
 }
 
 // isTerminal reports whether a task state is final.

@@ -31,12 +31,16 @@ type Config struct {
 
 // Allocation is one offer decided by Allocate: Resources on AgentID go to
 // FrameworkID for its role Role. The allocator records it as held until the
-// caller Releases it.
+// caller Releases it (ReleaseRevocable when Revocable).
 type Allocation struct {
 	FrameworkID string
 	Role        string
 	AgentID     string
 	Resources   resources.Resources
+	// Revocable: Resources come from the agent's revocable pool
+	// (SetAgentRevocable), never mixed with regular resources. An agent may
+	// yield one regular and one revocable allocation per pass.
+	Revocable bool
 }
 
 // Allocator is the hierarchical DRF allocator. It is not safe for concurrent
@@ -62,6 +66,9 @@ type Allocator struct {
 	// eligible has bit m set when member m may receive offers: its framework
 	// is added and active, and the role is subscribed and not suppressed.
 	eligible []uint64
+	// revEligible: eligible and the framework has the revocable capability
+	// (SetFrameworkRevocable): m may receive revocable offers.
+	revEligible []uint64
 
 	nodes     []node
 	roleIndex map[string]int32
@@ -100,6 +107,7 @@ func New(cfg Config) *Allocator {
 		roleIndex:      map[string]int32{},
 		stride:         1,
 		eligible:       make([]uint64, 1),
+		revEligible:    make([]uint64, 1),
 	}
 	if !cfg.MinAllocatable.ScalarsOnly().AnyScalarAtLeast(cfg.MinAllocatable) {
 		// No scalar set: nothing could ever pass, use the default.
@@ -116,10 +124,24 @@ func New(cfg Config) *Allocator {
 // ---- agents ----
 
 // agent is one agent's state. Indices are dense and reused after removal.
+//
+// An agent's revocable pool is a second slot of the same type, its shadow
+// (revocable set, owner its agent, same id), created by the first
+// SetAgentRevocable or ClaimRevocable and freed with the agent. It is in
+// neither agentIndex, agentOrder nor the cluster total; its total is the
+// revocable estimate and its holds, filters and filter bits are the
+// revocable ones, so holds, releases, filters, expiry and Revive work on it
+// unchanged. Only the accounting differs: revocable holds go to
+// member.revAlloc, never to the role tree (shares, quota).
 type agent struct {
 	id     string
 	live   bool
 	active bool
+	// revocable marks a shadow; owner is then its agent's index.
+	revocable bool
+	owner     int32
+	// rev is the index of the agent's shadow plus one; 0: none yet.
+	rev int32
 	// gen changes every time the slot is freed, so that stale entries of the
 	// expiry heap are recognised.
 	gen uint32
@@ -153,16 +175,7 @@ func (a *Allocator) AddAgent(agentID string, total resources.Resources) {
 		a.UpdateAgentTotal(agentID, total)
 		return
 	}
-	var ai int32
-	if n := len(a.freeAgents); n > 0 {
-		ai = a.freeAgents[n-1]
-		a.freeAgents = a.freeAgents[:n-1]
-	} else {
-		ai = int32(len(a.agents))
-		a.agents = append(a.agents, agent{})
-		a.effective = append(a.effective, make([]uint64, a.stride)...)
-		a.hasFilter = append(a.hasFilter, make([]uint64, a.stride)...)
-	}
+	ai := a.newAgentSlot()
 	ag := &a.agents[ai]
 	*ag = agent{
 		id: agentID, live: true, active: true, gen: ag.gen,
@@ -175,6 +188,64 @@ func (a *Allocator) AddAgent(agentID string, total resources.Resources) {
 	a.agentOrder = append(a.agentOrder, ai)
 	a.clusterTotal = a.clusterTotal.add(scalarsOf(total))
 	a.sharesDirty = true
+}
+
+// newAgentSlot returns a free agent slot (with its rows of the filter
+// bitsets), reusing a freed one when possible.
+func (a *Allocator) newAgentSlot() int32 {
+	if n := len(a.freeAgents); n > 0 {
+		ai := a.freeAgents[n-1]
+		a.freeAgents = a.freeAgents[:n-1]
+		return ai
+	}
+	ai := int32(len(a.agents))
+	a.agents = append(a.agents, agent{})
+	a.effective = append(a.effective, make([]uint64, a.stride)...)
+	a.hasFilter = append(a.hasFilter, make([]uint64, a.stride)...)
+	return ai
+}
+
+// revocableSlot returns the index of agent ai's shadow (its revocable
+// pool), creating an empty one when create is set.
+func (a *Allocator) revocableSlot(ai int32, create bool) (int32, bool) {
+	if r := a.agents[ai].rev; r != 0 {
+		return r - 1, true
+	}
+	if !create {
+		return -1, false
+	}
+	si := a.newAgentSlot()
+	sh := &a.agents[si]
+	*sh = agent{
+		id: a.agents[ai].id, live: true, active: true, revocable: true, owner: ai, gen: sh.gen,
+		holds: sh.holds[:0], groups: sh.groups[:0], minExpiry: noExpiry,
+	}
+	a.agents[ai].rev = si + 1
+	return si, true
+}
+
+// SetAgentRevocable sets the revocable total of a known agent: its latest
+// oversubscription estimate, the TOTAL revocable capacity, what revocable
+// tasks and offers already hold included. What is offered is that total
+// minus what is held in it (per scalar, never negative); when the estimate
+// shrinks below what is held, nothing of the exceeded scalars is offered
+// until it grows again or enough is released (the caller rescinds
+// outstanding revocable offers; the agent's QoS controller kills tasks).
+// An empty total stops revocable offers on the agent; its revocable holds
+// and filters are kept. Unknown agents are ignored.
+func (a *Allocator) SetAgentRevocable(agentID string, total resources.Resources) {
+	ai, ok := a.agentIndex[agentID]
+	if !ok {
+		return
+	}
+	si, ok := a.revocableSlot(ai, !total.IsEmpty())
+	if !ok {
+		return
+	}
+	sh := &a.agents[si]
+	sh.total = total
+	a.setAvailable(si, total.Sub(sh.allocated))
+	a.refreshFilterBits(si)
 }
 
 // UpdateAgentTotal changes the total resources of a known agent, keeping its
@@ -194,40 +265,51 @@ func (a *Allocator) UpdateAgentTotal(agentID string, total resources.Resources) 
 	a.sharesDirty = true
 }
 
-// RemoveAgent forgets an agent with its allocations and filters. Its total
-// leaves the cluster total. Unknown agents are ignored.
+// RemoveAgent forgets an agent with its allocations and filters, regular
+// and revocable (its revocable pool goes too). Its total leaves the cluster
+// total. Unknown agents are ignored.
 func (a *Allocator) RemoveAgent(agentID string) {
 	ai, ok := a.agentIndex[agentID]
 	if !ok {
 		return
 	}
-	ag := &a.agents[ai]
-	holds := ag.holds
-	ag.holds = nil
-	for _, h := range holds {
-		a.account(h.member, scalarsOf(h.res), false)
-		a.reposition(h.member)
-		a.members[h.member].holds--
-		a.maybeRemoveMember(h.member)
+	total := a.agents[ai].total
+	if si, ok := a.revocableSlot(ai, false); ok {
+		a.freeAgentSlot(si)
 	}
-	ag = &a.agents[ai]
-	a.clusterTotal = a.clusterTotal.sub(scalarsOf(ag.total))
-	clear(a.effective[int(ai)*a.stride : int(ai+1)*a.stride])
-	clear(a.hasFilter[int(ai)*a.stride : int(ai+1)*a.stride])
-	for i := range ag.groups {
-		ag.groups[i] = filterGroup{}
-	}
-	*ag = agent{gen: ag.gen + 1, holds: holds[:0], groups: ag.groups[:0]}
+	a.freeAgentSlot(ai)
+	a.clusterTotal = a.clusterTotal.sub(scalarsOf(total))
 	delete(a.agentIndex, agentID)
-	a.freeAgents = append(a.freeAgents, ai)
 	if i := slices.Index(a.agentOrder, ai); i >= 0 {
 		a.agentOrder = slices.Delete(a.agentOrder, i, i+1)
 	}
 	a.sharesDirty = true
 }
 
-// DeactivateAgent stops offers of the agent's resources. Its total still
-// counts in the cluster total and its allocations are kept.
+// freeAgentSlot drops the holds (member accounting included), filters and
+// bits of an agent slot (an agent or a shadow) and frees it.
+func (a *Allocator) freeAgentSlot(ai int32) {
+	ag := &a.agents[ai]
+	holds := ag.holds
+	ag.holds = nil
+	for _, h := range holds {
+		a.unaccountHold(ai, h)
+		a.members[h.member].holds--
+		a.maybeRemoveMember(h.member)
+	}
+	ag = &a.agents[ai]
+	clear(a.rowOf(a.effective, ai))
+	clear(a.rowOf(a.hasFilter, ai))
+	for i := range ag.groups {
+		ag.groups[i] = filterGroup{}
+	}
+	*ag = agent{gen: ag.gen + 1, holds: holds[:0], groups: ag.groups[:0]}
+	a.freeAgents = append(a.freeAgents, ai)
+}
+
+// DeactivateAgent stops offers of the agent's resources, regular and
+// revocable. Its total still counts in the cluster total and its
+// allocations are kept.
 func (a *Allocator) DeactivateAgent(agentID string) {
 	if ai, ok := a.agentIndex[agentID]; ok {
 		a.agents[ai].active = false
@@ -267,6 +349,8 @@ type framework struct {
 	live   bool
 	added  bool
 	active bool
+	// revocable: the framework has the revocable capability.
+	revocable bool
 	// members are the framework's memberships: one per subscribed role and
 	// per role it still holds resources in.
 	members []int32
@@ -285,15 +369,19 @@ type member struct {
 	// epoch invalidates the member's filters (Revive, removal): a filter is
 	// live only while its epoch equals the member's.
 	epoch uint32
-	holds int32 // number of agents where the member holds something
+	holds int32 // number of agent slots (shadows included) where the member holds something
 	alloc scalars
-	share float64 // sort key inside the role: dominant share of alloc
+	// revAlloc is what the member holds in revocable pools: outside alloc,
+	// the role tree, shares and quota.
+	revAlloc scalars
+	share    float64 // sort key inside the role: dominant share of alloc
 }
 
 // AddFramework adds a framework subscribed to roles (role paths like
 // "eng/web"; none means DefaultRole). Adding a known framework (a
 // re-subscription, or one seen so far only through Claim) updates its
-// roles and activity and unsuppresses all its roles; filters are kept.
+// roles and activity and unsuppresses all its roles; filters and the
+// revocable capability (SetFrameworkRevocable) are kept.
 func (a *Allocator) AddFramework(frameworkID string, roles []string, active bool) {
 	fi := a.framework(frameworkID)
 	fw := &a.frameworks[fi]
@@ -336,8 +424,9 @@ func (a *Allocator) UpdateFrameworkRoles(frameworkID string, roles []string) {
 	}
 }
 
-// RemoveFramework forgets a framework: its allocations (the caller has
-// released or killed what it held), filters and suppression.
+// RemoveFramework forgets a framework: its allocations, regular and
+// revocable (the caller has released or killed what it held), filters,
+// suppression and capability.
 func (a *Allocator) RemoveFramework(frameworkID string) {
 	fi, ok := a.frameworkIndex[frameworkID]
 	if !ok {
@@ -355,8 +444,7 @@ func (a *Allocator) RemoveFramework(frameworkID string) {
 				kept = append(kept, h)
 				continue
 			}
-			a.account(h.member, scalarsOf(h.res), false)
-			a.reposition(h.member)
+			a.unaccountHold(int32(ai), h)
 			a.members[h.member].holds--
 			ag.allocated = ag.allocated.Sub(h.res)
 			removed = true
@@ -379,6 +467,23 @@ func (a *Allocator) RemoveFramework(frameworkID string) {
 	}
 }
 
+// SetFrameworkRevocable sets whether a known framework has the revocable
+// capability (FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES): only such
+// frameworks are offered revocable resources. Turning it off stops new
+// revocable offers; what the framework holds stays until released. A
+// framework starts without it; AddFramework (re-subscription) keeps it.
+// Unknown frameworks are ignored.
+func (a *Allocator) SetFrameworkRevocable(frameworkID string, capable bool) {
+	fi, ok := a.frameworkIndex[frameworkID]
+	if !ok {
+		return
+	}
+	a.frameworks[fi].revocable = capable
+	for _, mi := range a.frameworks[fi].members {
+		a.refreshEligible(mi)
+	}
+}
+
 // ActivateFramework lets an added framework receive offers again.
 func (a *Allocator) ActivateFramework(frameworkID string) { a.setFrameworkActive(frameworkID, true) }
 
@@ -397,8 +502,8 @@ func (a *Allocator) setFrameworkActive(frameworkID string, active bool) {
 	}
 }
 
-// Suppress stops offers to a framework for the given roles (none: all its
-// roles) until Revive or re-subscription.
+// Suppress stops offers, regular and revocable, to a framework for the
+// given roles (none: all its roles) until Revive or re-subscription.
 func (a *Allocator) Suppress(frameworkID string, roles []string) {
 	a.forMembers(frameworkID, roles, func(mi int32) {
 		a.members[mi].suppressed = true
@@ -407,7 +512,8 @@ func (a *Allocator) Suppress(frameworkID string, roles []string) {
 }
 
 // Revive unsuppresses a framework for the given roles (none: all its roles)
-// and clears all its filters in those roles, on every agent.
+// and clears all its filters in those roles, regular and revocable, on
+// every agent.
 func (a *Allocator) Revive(frameworkID string, roles []string) {
 	a.forMembers(frameworkID, roles, func(mi int32) {
 		a.members[mi].suppressed = false
@@ -514,6 +620,7 @@ func (a *Allocator) removeMember(mi int32) {
 	}
 	a.dropFilters(mi)
 	setBit(a.eligible, mi, false)
+	setBit(a.revEligible, mi, false)
 	ri := m.role
 	leaf := &a.nodes[a.nodes[ri].self]
 	leaf.members = a.deleteMember(leaf.members, mi)
@@ -533,11 +640,13 @@ func (a *Allocator) removeMember(mi int32) {
 	}
 }
 
-// refreshEligible recomputes member mi's bit in eligible.
+// refreshEligible recomputes member mi's bits in eligible and revEligible.
 func (a *Allocator) refreshEligible(mi int32) {
 	m := &a.members[mi]
 	fw := &a.frameworks[m.fw]
-	setBit(a.eligible, mi, m.live && m.subscribed && !m.suppressed && fw.added && fw.active)
+	on := m.live && m.subscribed && !m.suppressed && fw.added && fw.active
+	setBit(a.eligible, mi, on)
+	setBit(a.revEligible, mi, on && fw.revocable)
 }
 
 // normalizeRoles returns the roles sorted, deduplicated, with DefaultRole
@@ -570,11 +679,39 @@ func (a *Allocator) Claim(frameworkID, role, agentID string, r resources.Resourc
 	if !ok || r.IsEmpty() {
 		return
 	}
+	a.claim(ai, frameworkID, role, r)
+}
+
+// ClaimRevocable is Claim for revocable resources: r is recorded in the
+// agent's revocable pool (created empty if the agent has no estimate yet,
+// so the claim over-commits it until SetAgentRevocable). It counts in
+// neither shares nor quota.
+func (a *Allocator) ClaimRevocable(frameworkID, role, agentID string, r resources.Resources) {
+	ai, ok := a.agentIndex[agentID]
+	if !ok || r.IsEmpty() {
+		return
+	}
+	si, _ := a.revocableSlot(ai, true)
+	a.claim(si, frameworkID, role, r)
+}
+
+// claim records r as held on agent slot ai (an agent or a shadow).
+func (a *Allocator) claim(ai int32, frameworkID, role string, r resources.Resources) {
 	if role = strings.Trim(role, "/"); role == "" {
 		role = DefaultRole
 	}
 	mi := a.member(a.framework(frameworkID), a.ensureRole(role))
 	a.refreshEligible(mi)
+	a.addHold(ai, mi, r)
+	a.accountHold(ai, mi, r, true)
+	if !a.agents[ai].revocable {
+		a.reposition(mi)
+	}
+}
+
+// addHold adds r to member mi's hold on agent slot ai and takes it out of
+// the slot's available resources.
+func (a *Allocator) addHold(ai, mi int32, r resources.Resources) {
 	ag := &a.agents[ai]
 	if hi := ag.findHold(mi); hi >= 0 {
 		ag.holds[hi].res = ag.holds[hi].res.Add(r)
@@ -584,8 +721,31 @@ func (a *Allocator) Claim(frameworkID, role, agentID string, r resources.Resourc
 	}
 	ag.allocated = ag.allocated.Add(r)
 	a.setAvailable(ai, ag.available.Sub(r))
-	a.account(mi, scalarsOf(r), true)
-	a.reposition(mi)
+}
+
+// accountHold adds (or subtracts) r, held on agent slot ai, to member mi's
+// sums: regular holds to alloc and the role path (the caller repositions),
+// revocable ones to revAlloc only.
+func (a *Allocator) accountHold(ai, mi int32, r resources.Resources, add bool) {
+	if a.agents[ai].revocable {
+		m := &a.members[mi]
+		if add {
+			m.revAlloc = m.revAlloc.add(scalarsOf(r))
+		} else {
+			m.revAlloc = m.revAlloc.sub(scalarsOf(r))
+		}
+		return
+	}
+	a.account(mi, scalarsOf(r), add)
+}
+
+// unaccountHold takes hold h of agent slot ai out of its member's sums (and
+// repositions the member if that moved its share).
+func (a *Allocator) unaccountHold(ai int32, h hold) {
+	a.accountHold(ai, h.member, h.res, false)
+	if !a.agents[ai].revocable {
+		a.reposition(h.member)
+	}
 }
 
 // Release gives back resources a framework holds in a role on an agent: a
@@ -602,6 +762,28 @@ func (a *Allocator) Release(frameworkID, role, agentID string, r resources.Resou
 	if !ok {
 		return
 	}
+	a.release(ai, frameworkID, role, r, refuse, now)
+}
+
+// ReleaseRevocable is Release for revocable resources, with the same
+// contract: it gives back what the framework holds in the agent's
+// revocable pool, and with refuse > 0 installs a revocable filter: until
+// now+refuse the framework is not offered, in that role on that agent,
+// revocable resources contained in r (regular offers are not affected, nor
+// are revocable offers by regular filters). Agents without a revocable pool
+// are ignored.
+func (a *Allocator) ReleaseRevocable(frameworkID, role, agentID string, r resources.Resources, refuse time.Duration, now time.Time) {
+	ai, ok := a.agentIndex[agentID]
+	if !ok {
+		return
+	}
+	if si, ok := a.revocableSlot(ai, false); ok {
+		a.release(si, frameworkID, role, r, refuse, now)
+	}
+}
+
+// release implements Release on agent slot ai (an agent or a shadow).
+func (a *Allocator) release(ai int32, frameworkID, role string, r resources.Resources, refuse time.Duration, now time.Time) {
 	mi := a.findMember(frameworkID, role)
 	if mi < 0 {
 		return
@@ -621,8 +803,7 @@ func (a *Allocator) Release(frameworkID, role, agentID string, r resources.Resou
 				ag.holds = slices.Delete(ag.holds, hi, hi+1)
 				a.members[mi].holds--
 			}
-			a.account(mi, scalarsOf(released), false)
-			a.reposition(mi)
+			a.unaccountHold(ai, hold{member: mi, res: released})
 			a.refreshFilterBits(ai)
 		}
 	}

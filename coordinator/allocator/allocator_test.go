@@ -18,17 +18,26 @@ var t0 = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 // offer is an Allocation in compact, comparable form.
 type offer struct{ Framework, Role, Agent, Resources string }
 
+// offers renders allocations; a revocable one's Resources read
+// "revocable:" followed by the resources.
 func offers(allocs []Allocation) []offer {
 	var out []offer
 	for _, al := range allocs {
-		out = append(out, offer{al.FrameworkID, al.Role, al.AgentID, al.Resources.String()})
+		r := al.Resources.String()
+		if al.Revocable {
+			r = revPrefix + r
+		}
+		out = append(out, offer{al.FrameworkID, al.Role, al.AgentID, r})
 	}
 	return out
 }
 
+const revPrefix = "revocable:"
+
 // allocate runs a pass and checks the invariants that every pass keeps:
-// each allocation comes out of what was available on its agent, and a role
-// path's quota is not exceeded by offers.
+// each allocation comes out of what was available on its agent (in its
+// pool: regular or revocable), and a role path's quota is not exceeded by
+// offers.
 func allocate(t *testing.T, a *Allocator, now time.Time, agentIDs []string) []offer {
 	t.Helper()
 	allocs := checkedAllocate(t, a, now, agentIDs)
@@ -42,22 +51,50 @@ func checkedAllocate(t interface {
 }, a *Allocator, now time.Time, agentIDs []string) []Allocation {
 	t.Helper()
 	before := map[string]resources.Resources{}
+	revBefore := map[string]resources.Resources{}
 	for id := range a.agentIndex {
 		before[id] = a.AgentAvailable(id)
+		total, held := a.AgentRevocable(id)
+		revBefore[id] = total.Sub(held)
 	}
 	roleBefore := map[string]scalars{}
 	for name, ri := range a.roleIndex {
 		roleBefore[name] = a.nodes[ri].alloc
 	}
 	allocs := a.Allocate(now, agentIDs)
+	regular := map[string]scalars{} // role -> regular scalars offered in its subtree
 	for _, al := range allocs {
-		avail := before[al.AgentID]
-		if !avail.Contains(al.Resources) {
-			t.Fatalf("allocation %v on %s exceeds what was available (%v): offered twice?", al.Resources, al.AgentID, avail)
+		pool := before
+		if al.Revocable {
+			pool = revBefore
+			if fi, ok := a.frameworkIndex[al.FrameworkID]; !ok || !a.frameworks[fi].revocable {
+				t.Fatalf("revocable allocation %v to %s, which lacks the capability", al.Resources, al.FrameworkID)
+			}
 		}
-		before[al.AgentID] = avail.Sub(al.Resources)
+		avail := pool[al.AgentID]
+		if !avail.Contains(al.Resources) {
+			t.Fatalf("allocation %v (revocable %v) on %s exceeds what was available (%v): offered twice?", al.Resources, al.Revocable, al.AgentID, avail)
+		}
+		pool[al.AgentID] = avail.Sub(al.Resources)
 		if !al.Resources.AnyScalarAtLeast(a.minAllocatable) {
 			t.Fatalf("allocation %v below MinAllocatable", al.Resources)
+		}
+		if !al.Revocable {
+			for role := al.Role; ; {
+				regular[role] = regular[role].add(scalarsOf(al.Resources))
+				i := strings.LastIndexByte(role, '/')
+				if i < 0 {
+					break
+				}
+				role = role[:i]
+			}
+		}
+	}
+	// Revocable offers leave the role tree (shares, quota) alone: each
+	// role's allocation grew by exactly the regular offers in its subtree.
+	for name, ri := range a.roleIndex {
+		if got, want := a.nodes[ri].alloc, roleBefore[name].add(regular[name]); got != want {
+			t.Fatalf("role %s: allocation %v after the pass, want %v (regular offers only)", name, got.resources(), want.resources())
 		}
 	}
 	for name, ri := range a.roleIndex {

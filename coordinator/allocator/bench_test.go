@@ -100,6 +100,49 @@ func BenchmarkDeclineOffers(b *testing.B) {
 	}
 }
 
+// BenchmarkDeclineOffersRevocable is BenchmarkDeclineOffers with a
+// revocable pool on every agent and every framework capable, every regular
+// and revocable offer declined with a one hour filter: the pass skips each
+// pool with a few word operations, as it skips the agent.
+func BenchmarkDeclineOffersRevocable(b *testing.B) {
+	s := benchSize{2000, 1000, 1}
+	a := newBench(s)
+	for i := range s.agents {
+		a.SetAgentRevocable(fmt.Sprintf("agent-%05d", i), resources.MustParse("cpus:8;mem:1024"))
+	}
+	for i := range s.frameworks {
+		a.SetFrameworkRevocable(fmt.Sprintf("framework-%05d", i), true)
+	}
+	now := t0
+	offers := 0
+	for {
+		allocs := a.Allocate(now, nil)
+		if len(allocs) == 0 {
+			break
+		}
+		for _, al := range allocs {
+			if al.Revocable {
+				a.ReleaseRevocable(al.FrameworkID, al.Role, al.AgentID, al.Resources, time.Hour, now)
+			} else {
+				a.Release(al.FrameworkID, al.Role, al.AgentID, al.Resources, time.Hour, now)
+			}
+		}
+		offers += len(allocs)
+		now = now.Add(time.Millisecond)
+	}
+	if want := 2 * s.agents * s.frameworks; offers != want {
+		b.Fatalf("saturation after %d offers, want %d", offers, want)
+	}
+	now = now.Add(time.Minute)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if allocs := a.Allocate(now, nil); len(allocs) != 0 {
+			b.Fatalf("saturated cluster got %d offers", len(allocs))
+		}
+	}
+}
+
 // BenchmarkDeclineOffersWarmup measures the whole cycle from an empty
 // cluster to saturation: a full pass, every offer declined with a filter,
 // again, until a pass offers nothing (frameworks+1 rounds). It reports the

@@ -105,6 +105,65 @@
 // limit after a limit is lowered or agents re-register; it is then offered
 // nothing of the exceeded scalars until it falls below.
 //
+// # Revocable resources
+//
+// Apart from its regular total, an agent has a revocable pool (Mesos's
+// oversubscription). SetAgentRevocable sets its total: the agent's latest
+// oversubscription estimate, meaning the TOTAL revocable capacity of the
+// agent, what revocable tasks and offers already hold included (not what is
+// still free). What a pass offers of it is that total minus what is held of
+// it, per scalar and never negative. When an estimate shrinks below what is
+// held, nothing of the exceeded scalars is offered (for the usual cpus-only
+// estimate: nothing at all) until the estimate grows again or enough is
+// released; the allocator takes nothing back by itself: the caller rescinds
+// the outstanding revocable offers on that agent, and the agent's QoS
+// controller kills revocable tasks if it must.
+//
+// Only frameworks with the capability (SetFrameworkRevocable; a framework
+// starts without it, AddFramework keeps it) are offered revocable
+// resources, and always in allocations of their own (Allocation.Revocable):
+// a revocable allocation never holds regular resources and a regular one
+// never holds revocable resources, so rescinding revocable offers never
+// takes regular resources away (Mesos mixes both in one offer). A pass
+// walks each agent's regular resources, then its revocable pool: an agent
+// may yield one regular and one revocable allocation per pass, possibly to
+// different frameworks. Holds are separate too: ClaimRevocable and
+// ReleaseRevocable have the contracts of Claim and Release on the pool
+// (a claim may over-commit it, e.g. an agent re-registering with revocable
+// tasks before its first estimate), and AgentRevocable and
+// FrameworkAllocatedRevocable report them; AgentAllocated, AgentAvailable,
+// FrameworkAllocated(On), RoleStates and ClusterTotal are regular only.
+//
+// Revocable resources never count against quota: revocable offers are not
+// clamped (a role at its limit is still offered revocable resources) and
+// revocable holds take no headroom. They do not count in DRF shares either:
+// shares, and so the order, are computed from regular holds over the
+// regular cluster total only, and the revocable pool of an agent is offered
+// in the same DRF order as its regular resources. This is deliberate, and
+// differs from Mesos, whose sorter counts revocable resources: revocable
+// resources are best-effort slack that a framework without the capability
+// could not have used and that may vanish at any moment; counting them would
+// lower a framework's priority for guaranteed resources because it soaked up
+// slack nobody else could take. The consequence: revocable offers move no
+// share, so within a pass the lowest-share capable candidate is offered
+// every revocable pool it is not filtered on (as in one pass it is offered
+// every agent until its regular share moves); revocable capacity spreads as
+// regular shares change and as frameworks decline it.
+//
+// MinAllocatable applies to revocable offers as to regular ones. Revocable
+// filters: ReleaseRevocable with refuse > 0 installs a filter that blocks,
+// until now+refuse, revocable offers to that framework in that role on that
+// agent that are contained in the released resources; it never blocks
+// regular offers, nor does a regular filter block revocable ones. A grown
+// estimate is no longer contained, so it lifts the filter, as a grown
+// regular available does. DeactivateAgent, DeactivateFramework and
+// Suppress stop revocable offers too; Revive clears revocable filters as
+// well; RemoveAgent drops the pool with its holds and filters (an agent
+// added again has no pool until SetAgentRevocable); RemoveFramework drops
+// the framework's revocable holds and its capability; leaving a role drops
+// its revocable filters, and revocable holds keep the role accounted until
+// released, like regular ones.
+//
 // # Invariants
 //
 //   - What is held on an agent never exceeds its total through offers: each
@@ -115,6 +174,10 @@
 //     offered.)
 //   - Offers never push a role's subtree beyond its quota limit or an
 //     ancestor's.
+//   - Likewise, what is held of a revocable pool never exceeds its total
+//     through offers (a shrinking estimate or a claim may over-commit it).
+//     No allocation or hold mixes regular and revocable resources, and
+//     revocable holds change no role's allocation, share or quota use.
 //   - Releasing more than is held releases what is held; releasing for an
 //     unknown framework, role or agent does nothing.
 //   - Per-role and per-framework sums are exact (fixed-point integers).
@@ -156,7 +219,19 @@
 // FrameworkAllocated) is O(roles + members) and off the hot path.
 // RemoveFramework and RemoveAgent are O(agents + holds).
 //
-// Memory: 16 bytes per live filter plus 2 bits per (agent, member) pair;
+// An agent's revocable pool is a second agent slot, its shadow, created by
+// the first SetAgentRevocable or ClaimRevocable: it has its own total,
+// holds, filter groups and rows of the filter bitsets, and is in neither
+// the agent index, the agent order nor the cluster total. Holds, releases,
+// filters, their expiry and Revive's epoch bump thus work on it unchanged;
+// only the accounting differs (revocable holds go to a per-member sum
+// outside the role tree). A bitset revEligible (eligible AND capable) plays
+// eligible's part for pools, so a pass skips a pool on which every capable
+// candidate is filtered with the same few word operations, and an agent
+// without a pool costs the pass one field test.
+//
+// Memory: 16 bytes per live filter plus 2 bits per (agent, member) pair
+// (per pool and member for revocable pools);
 // filters made stale by Revive are reclaimed when they would have expired
 // or when their agent's bits are next rebuilt.
 package allocator

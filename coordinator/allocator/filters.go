@@ -210,14 +210,16 @@ func (a *Allocator) growStride() {
 	a.effective = grow(a.effective)
 	a.hasFilter = grow(a.hasFilter)
 	a.eligible = append(a.eligible, make([]uint64, stride-a.stride)...)
+	a.revEligible = append(a.revEligible, make([]uint64, stride-a.stride)...)
 	a.stride = stride
 }
 
-// hasCandidate reports whether some eligible member has no effective
-// filter on agent ai: stride word operations.
-func (a *Allocator) hasCandidate(ai int32) bool {
+// hasCandidate reports whether some member of eligible (a.eligible, or
+// a.revEligible for a shadow) has no effective filter on agent slot ai:
+// stride word operations.
+func (a *Allocator) hasCandidate(ai int32, eligible []uint64) bool {
 	eff := a.rowOf(a.effective, ai)
-	for w, e := range a.eligible {
+	for w, e := range eligible {
 		if e&^eff[w] != 0 {
 			return true
 		}

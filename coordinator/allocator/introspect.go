@@ -16,6 +16,8 @@ type RoleState struct {
 	QuotaLimit resources.Resources
 	// Allocated is what the role's subtree holds, outstanding offers
 	// included (scalars only: ports are per agent and do not add up).
+	// Regular resources only: revocable ones count in neither shares nor
+	// quota.
 	Allocated resources.Resources
 	// Share is the subtree's dominant share of the cluster total divided by
 	// the weight: the key the allocator orders sibling roles by.
@@ -53,7 +55,8 @@ func (a *Allocator) RoleStates() []RoleState {
 }
 
 // AgentAllocated returns what is held on an agent (offers and tasks, ports
-// included); empty for an unknown agent.
+// included) out of its regular total; empty for an unknown agent. See
+// AgentRevocable for the revocable pool.
 func (a *Allocator) AgentAllocated(agentID string) resources.Resources {
 	ai, ok := a.agentIndex[agentID]
 	if !ok {
@@ -62,8 +65,8 @@ func (a *Allocator) AgentAllocated(agentID string) resources.Resources {
 	return a.agents[ai].allocated
 }
 
-// AgentAvailable returns an agent's total minus what is held on it; empty
-// for an unknown agent.
+// AgentAvailable returns an agent's regular total minus what is held on
+// it; empty for an unknown agent.
 func (a *Allocator) AgentAvailable(agentID string) resources.Resources {
 	ai, ok := a.agentIndex[agentID]
 	if !ok {
@@ -73,8 +76,8 @@ func (a *Allocator) AgentAvailable(agentID string) resources.Resources {
 }
 
 // FrameworkAllocated returns what a framework holds over all its roles and
-// agents (scalars only: ports are per agent and do not add up). O(its
-// roles).
+// agents, regular resources only (scalars only: ports are per agent and do
+// not add up). O(its roles).
 func (a *Allocator) FrameworkAllocated(frameworkID string) resources.Resources {
 	fi, ok := a.frameworkIndex[frameworkID]
 	if !ok {
@@ -87,8 +90,38 @@ func (a *Allocator) FrameworkAllocated(frameworkID string) resources.Resources {
 	return sum.resources()
 }
 
+// FrameworkAllocatedRevocable returns what a framework holds in revocable
+// pools over all its roles and agents (scalars only). O(its roles).
+func (a *Allocator) FrameworkAllocatedRevocable(frameworkID string) resources.Resources {
+	fi, ok := a.frameworkIndex[frameworkID]
+	if !ok {
+		return resources.Resources{}
+	}
+	var sum scalars
+	for _, mi := range a.frameworks[fi].members {
+		sum = sum.add(a.members[mi].revAlloc)
+	}
+	return sum.resources()
+}
+
+// AgentRevocable returns an agent's revocable total (its latest estimate,
+// SetAgentRevocable) and what is held of it (revocable offers and tasks).
+// allocated may exceed total after the estimate shrank. Both are empty for
+// an unknown agent or one without a revocable pool.
+func (a *Allocator) AgentRevocable(agentID string) (total, allocated resources.Resources) {
+	ai, ok := a.agentIndex[agentID]
+	if !ok {
+		return resources.Resources{}, resources.Resources{}
+	}
+	si, ok := a.revocableSlot(ai, false)
+	if !ok {
+		return resources.Resources{}, resources.Resources{}
+	}
+	return a.agents[si].total, a.agents[si].allocated
+}
+
 // FrameworkAllocatedOn returns what a framework holds in a role on an agent,
-// ports included.
+// ports included, regular resources only.
 func (a *Allocator) FrameworkAllocatedOn(frameworkID, role, agentID string) resources.Resources {
 	ai, ok := a.agentIndex[agentID]
 	mi := a.findMember(frameworkID, role)
@@ -101,8 +134,9 @@ func (a *Allocator) FrameworkAllocatedOn(frameworkID, role, agentID string) reso
 	return resources.Resources{}
 }
 
-// ClusterTotal returns the sum of the totals of all added agents, active or
-// not: the denominator of every share (scalars only).
+// ClusterTotal returns the sum of the regular totals of all added agents,
+// active or not: the denominator of every share (scalars only; revocable
+// totals are not included).
 func (a *Allocator) ClusterTotal() resources.Resources {
 	return a.clusterTotal.resources()
 }

@@ -9,19 +9,51 @@ import (
 
 // checkInvariants verifies the allocator's internal bookkeeping: sums,
 // orders, bitsets and indices. Tests call it after every operation.
+//
+// Revocable pools (shadow slots) are checked like agents (holds, available,
+// filters and bits) plus: each is linked to exactly one live agent and back;
+// it stays out of the cluster total; no hold mixes pools (a member's alloc,
+// which feeds the role tree, shares and quota, is the sum of its regular
+// holds only, its revAlloc that of its revocable holds); revocable
+// eligibility implies eligibility and the framework's capability.
+// (Revocable held <= revocable total through offers is checked per pass by
+// checkedAllocate and per step by FuzzAllocator, since a shrinking estimate
+// may legitimately over-commit a pool.)
 func checkInvariants(a *Allocator) error {
 	var total scalars
 	memberAlloc := make([]scalars, len(a.members))
+	memberRevAlloc := make([]scalars, len(a.members))
 	memberHolds := make([]int32, len(a.members))
+	shadows, owners := 0, 0
 	for ai := range a.agents {
 		ag := &a.agents[ai]
 		if !ag.live {
 			continue
 		}
-		if a.agentIndex[ag.id] != int32(ai) {
-			return fmt.Errorf("agent %s: index mismatch", ag.id)
+		if ag.revocable {
+			shadows++
+			if ag.owner < 0 || int(ag.owner) >= len(a.agents) {
+				return fmt.Errorf("shadow %d: bad owner %d", ai, ag.owner)
+			}
+			ow := &a.agents[ag.owner]
+			if !ow.live || ow.revocable || ow.rev != int32(ai)+1 || ow.id != ag.id {
+				return fmt.Errorf("shadow %d of %s: owner link broken", ai, ag.id)
+			}
+			if ag.rev != 0 {
+				return fmt.Errorf("shadow %d of %s has a shadow", ai, ag.id)
+			}
+		} else {
+			if a.agentIndex[ag.id] != int32(ai) {
+				return fmt.Errorf("agent %s: index mismatch", ag.id)
+			}
+			total = total.add(scalarsOf(ag.total))
+			if ag.rev != 0 {
+				owners++
+				if si := ag.rev - 1; int(si) >= len(a.agents) || !a.agents[si].live || !a.agents[si].revocable || a.agents[si].owner != int32(ai) {
+					return fmt.Errorf("agent %s: shadow link broken", ag.id)
+				}
+			}
 		}
-		total = total.add(scalarsOf(ag.total))
 		var held scalars
 		seen := map[int32]bool{}
 		for _, h := range ag.holds {
@@ -37,7 +69,11 @@ func checkInvariants(a *Allocator) error {
 				return fmt.Errorf("agent %s: empty hold", ag.id)
 			}
 			held = held.add(scalarsOf(h.res))
-			memberAlloc[h.member] = memberAlloc[h.member].add(scalarsOf(h.res))
+			if ag.revocable {
+				memberRevAlloc[h.member] = memberRevAlloc[h.member].add(scalarsOf(h.res))
+			} else {
+				memberAlloc[h.member] = memberAlloc[h.member].add(scalarsOf(h.res))
+			}
 			memberHolds[h.member]++
 			if !ag.allocated.Contains(h.res) {
 				return fmt.Errorf("agent %s: allocated %v lacks hold %v", ag.id, ag.allocated, h.res)
@@ -92,13 +128,16 @@ func checkInvariants(a *Allocator) error {
 			}
 		}
 	}
+	if shadows != owners {
+		return fmt.Errorf("%d revocable pools, %d agents with one", shadows, owners)
+	}
 	if total != a.clusterTotal {
 		return fmt.Errorf("cluster total %v, want %v", a.clusterTotal.resources(), total.resources())
 	}
 	for mi := range a.members {
 		m := &a.members[mi]
 		if !m.live {
-			if hasBit(a.eligible, int32(mi)) {
+			if hasBit(a.eligible, int32(mi)) || hasBit(a.revEligible, int32(mi)) {
 				return fmt.Errorf("dead member %d eligible", mi)
 			}
 			continue
@@ -106,6 +145,10 @@ func checkInvariants(a *Allocator) error {
 		fw := &a.frameworks[m.fw]
 		if !fw.live || !slices.Contains(fw.members, int32(mi)) {
 			return fmt.Errorf("member %d: framework link broken", mi)
+		}
+		if m.revAlloc != memberRevAlloc[mi] {
+			return fmt.Errorf("member %d (%s in %s): revocable alloc %v, want %v", mi, fw.id,
+				a.nodes[m.role].name, m.revAlloc.resources(), memberRevAlloc[mi].resources())
 		}
 		if m.alloc != memberAlloc[mi] || m.holds != memberHolds[mi] {
 			return fmt.Errorf("member %d (%s in %s): alloc %v holds %d, want %v %d", mi, fw.id,
@@ -117,6 +160,9 @@ func checkInvariants(a *Allocator) error {
 		want := m.subscribed && !m.suppressed && fw.added && fw.active
 		if hasBit(a.eligible, int32(mi)) != want {
 			return fmt.Errorf("member %d: eligible bit %v, want %v", mi, !want, want)
+		}
+		if want = want && fw.revocable; hasBit(a.revEligible, int32(mi)) != want {
+			return fmt.Errorf("member %d: revEligible bit %v, want %v", mi, !want, want)
 		}
 		if !slices.Contains(a.nodes[a.nodes[m.role].self].members, int32(mi)) {
 			return fmt.Errorf("member %d missing from its role", mi)

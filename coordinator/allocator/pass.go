@@ -13,8 +13,10 @@ import (
 // nothing). Filters that expired at or before now are dropped first.
 //
 // Each returned Allocation is recorded as held by its framework in its role
-// (an outstanding offer) until the caller Releases it. The returned slice
-// belongs to the caller.
+// (an outstanding offer) until the caller Releases it (ReleaseRevocable for
+// a revocable one). For each agent visited, the regular walk comes first,
+// then the revocable one, in the same order. The returned slice belongs to
+// the caller.
 func (a *Allocator) Allocate(now time.Time, agentIDs []string) []Allocation {
 	a.expireFilters(now.UnixNano())
 	a.resort()
@@ -37,10 +39,20 @@ func (a *Allocator) Allocate(now time.Time, agentIDs []string) []Allocation {
 	var out []Allocation
 	for _, ai := range order {
 		ag := &a.agents[ai]
-		if !ag.active || !ag.allocatable || !a.hasCandidate(ai) {
+		if !ag.active {
 			continue
 		}
-		a.walk(0, ai, false, &out)
+		if ag.allocatable && a.hasCandidate(ai, a.eligible) {
+			a.walk(0, ai, false, false, &out)
+		}
+		if ag.rev != 0 {
+			// The revocable pool, in the same order: shares moved by the
+			// regular walk are applied below, and revocable offers move
+			// none.
+			if si := ag.rev - 1; a.agents[si].allocatable && a.hasCandidate(si, a.revEligible) {
+				a.walk(0, si, false, true, &out)
+			}
+		}
 		// Shares moved only now, so that one agent is offered in the order
 		// computed before it (as Mesos sorts once per agent), and the next
 		// agent sees the new order.
@@ -52,22 +64,28 @@ func (a *Allocator) Allocate(now time.Time, agentIDs []string) []Allocation {
 	return out
 }
 
-// walk offers agent ai's available resources to the members under node ni,
-// depth first in DRF order. quota says whether a role on the path has a
-// limit. It returns false once the agent has nothing allocatable left.
-func (a *Allocator) walk(ni, ai int32, quota bool, out *[]Allocation) bool {
+// walk offers agent slot ai's available resources to the members under
+// node ni, depth first in DRF order. quota says whether a role on the path
+// has a limit. rev: ai is a shadow (a revocable pool): only revEligible
+// members are candidates, quota does not apply and shares do not move. It
+// returns false once the slot has nothing allocatable left.
+func (a *Allocator) walk(ni, ai int32, quota, rev bool, out *[]Allocation) bool {
 	n := &a.nodes[ni]
-	quota = quota || n.hasQuota
+	quota = quota || (n.hasQuota && !rev)
 	if !n.isLeaf {
 		for _, child := range n.children {
-			if !a.walk(child, ai, quota, out) {
+			if !a.walk(child, ai, quota, rev, out) {
 				return false
 			}
 		}
 		return true
 	}
 	eff, has := a.rowOf(a.effective, ai), a.rowOf(a.hasFilter, ai)
-	eligible := a.eligible[:len(eff)]
+	eligible := a.eligible
+	if rev {
+		eligible = a.revEligible
+	}
+	eligible = eligible[:len(eff)]
 	for _, mi := range n.members {
 		// The hot loop of a pass: one word test per member skipped.
 		if w := mi >> 6; (eligible[w]&^eff[w])&(1<<(uint(mi)&63)) == 0 {
@@ -90,6 +108,7 @@ func (a *Allocator) walk(ni, ai int32, quota bool, out *[]Allocation) bool {
 			Role:        a.nodes[n.parent].name,
 			AgentID:     ag.id,
 			Resources:   offer,
+			Revocable:   rev,
 		})
 		if !ag.allocatable {
 			return false
@@ -98,20 +117,15 @@ func (a *Allocator) walk(ni, ai int32, quota bool, out *[]Allocation) bool {
 	return true
 }
 
-// grant records offer (contained in the agent's available resources) as
-// held by member mi on agent ai.
+// grant records offer (contained in the slot's available resources) as
+// held by member mi on agent slot ai. A regular grant's share move is
+// applied after the agent (touched); a revocable one moves no share.
 func (a *Allocator) grant(ai, mi int32, offer resources.Resources) {
-	ag := &a.agents[ai]
-	if hi := ag.findHold(mi); hi >= 0 {
-		ag.holds[hi].res = ag.holds[hi].res.Add(offer)
-	} else {
-		ag.holds = append(ag.holds, hold{member: mi, res: offer})
-		a.members[mi].holds++
+	a.addHold(ai, mi, offer)
+	a.accountHold(ai, mi, offer, true)
+	if !a.agents[ai].revocable {
+		a.touched = append(a.touched, mi)
 	}
-	ag.allocated = ag.allocated.Add(offer)
-	a.setAvailable(ai, ag.available.Sub(offer))
-	a.account(mi, scalarsOf(offer), true)
-	a.touched = append(a.touched, mi)
 }
 
 // expiryAt returns now+refuse in Unix nanoseconds, saturating below

@@ -1,0 +1,145 @@
+package coordinator
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+func (a *testAgent) sendEstimate(res string) {
+	a.t.Helper()
+	_, err := a.client.UpdateOversubscribedResources(context.Background(), connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
+		AgentId: a.id, SessionId: a.session, Resources: resources.MustParse(res).Proto("", true),
+	}))
+	if err != nil {
+		a.t.Fatalf("UpdateOversubscribedResources: %v", err)
+	}
+}
+
+var revocableCapable = []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES}
+
+func isRevocableOffer(ev *slacklinev1.Event) bool { return revocableOfferOf(ev) != nil }
+
+// revocableOfferOf returns the first revocable offer of an offers event
+// (one pass may offer an agent's regular and revocable resources together).
+func revocableOfferOf(ev *slacklinev1.Event) *slacklinev1.Offer {
+	for _, o := range ev.GetOffers().GetOffers() {
+		if len(o.GetResources()) > 0 && o.GetResources()[0].GetRevocable() {
+			return o
+		}
+	}
+	return nil
+}
+
+// offerResources parses an offer and checks it is all revocable or all
+// regular, never mixed.
+func offerResources(t *testing.T, o *slacklinev1.Offer) (resources.Resources, bool) {
+	t.Helper()
+	regular, revocable, err := resources.FromProto(o.GetResources())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !regular.IsEmpty() && !revocable.IsEmpty() {
+		t.Fatalf("offer %s mixes regular %v and revocable %v", o.GetId(), regular, revocable)
+	}
+	return regular.Add(revocable), !revocable.IsEmpty()
+}
+
+// Port of Mesos's OversubscriptionTest.RevocableOffer: revocable resources
+// reach only frameworks with the capability, in offers of their own.
+func TestRevocableOffer(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+	capable := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
+	plain := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "plain"})
+	agent.sendEstimate("cpus:1.5")
+
+	ev := capable.next(isRevocableOffer)
+	got, revocable := offerResources(t, revocableOfferOf(ev))
+	if !revocable || got.String() != "cpus:1.5" {
+		t.Fatalf("revocable offer = %v (revocable %v), want cpus:1.5", got, revocable)
+	}
+	plain.quiet(500*time.Millisecond, isRevocableOffer)
+
+	agents, _ := tc.operator.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	_, est, _ := resources.FromProto(agents.Msg.GetAgents()[0].GetRevocable())
+	if est.String() != "cpus:1.5" {
+		t.Fatalf("GetAgents revocable = %v", est)
+	}
+}
+
+// Ports of RescindRevocableOfferWithIncreasedRevocable and
+// ...WithDecreasedRevocable: any change of the estimate rescinds the
+// outstanding revocable offer and offers the new amount; regular offers
+// are left alone.
+func TestRescindRevocableOfferOnEstimateChange(t *testing.T) {
+	for _, tt := range []struct{ name, next string }{{"increased", "cpus:2"}, {"decreased", "cpus:0.5"}} {
+		t.Run(tt.name, func(t *testing.T) {
+			tc := startCluster(t, fastConfig(t.TempDir()))
+			agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+			fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
+			regular := fw.nextOffer()
+			agent.sendEstimate("cpus:1")
+			first := revocableOfferOf(fw.next(isRevocableOffer))
+			agent.sendEstimate(tt.next)
+			ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
+			if ev.GetRescind().GetOfferId() != first.GetId() {
+				t.Fatalf("rescinded %s, want the revocable offer %s (the regular one is %s)", ev.GetRescind().GetOfferId(), first.GetId(), regular.GetId())
+			}
+			again, _ := offerResources(t, revocableOfferOf(fw.next(isRevocableOffer)))
+			if again.String() != tt.next {
+				t.Fatalf("new revocable offer %v, want %s", again, tt.next)
+			}
+		})
+	}
+}
+
+// Launching on a revocable offer makes a revocable task; revocable
+// resources never count against quota.
+func TestRevocableLaunchAndQuota(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	ctx := context.Background()
+	if _, err := tc.operator.UpdateQuota(ctx, connect.NewRequest(&slacklinev1.UpdateQuotaRequest{Configs: []*slacklinev1.QuotaConfig{
+		{Role: "batch", Limits: resources.MustParse("cpus:0.5;mem:256").Proto("", false)}}})); err != nil {
+		t.Fatal(err)
+	}
+	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Roles: []string{"batch"}, Capabilities: revocableCapable})
+	agent.sendEstimate("cpus:1.5;mem:512")
+	offer := revocableOfferOf(fw.next(isRevocableOffer))
+	got, _ := offerResources(t, offer)
+	if got.CPUs() != 1.5 {
+		t.Fatalf("revocable offer %v: quota (cpus 0.5) must not limit revocable resources", got)
+	}
+	task := taskInfo("rev", "cpus:1;mem:128")
+	for _, r := range task.Resources {
+		r.Revocable = true
+	}
+	mixed := taskInfo("mixed", "cpus:0.1")
+	if err := launch(fw, offer, refuse(0), task, mixed); err != nil {
+		t.Fatal(err)
+	}
+	if st := fw.nextUpdate(); st.GetTaskId() != "mixed" || st.GetState() != slacklinev1.TaskState_TASK_STATE_ERROR {
+		t.Fatalf("update %v, want mixed ERROR (regular resources from a revocable offer)", st)
+	}
+	run := agent.nextCommand().GetRunTask()
+	if run.GetTask().GetTaskId() != "rev" || !run.GetTask().GetResources()[0].GetRevocable() {
+		t.Fatalf("agent got %v, want the revocable task", run)
+	}
+	agents, _ := tc.operator.GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	_, held, _ := resources.FromProto(agents.Msg.GetAgents()[0].GetAllocatedRevocable())
+	if held.CPUs() < 1 {
+		t.Fatalf("allocated_revocable = %v, want at least the task's cpus:1", held)
+	}
+	// A non-revocable estimate of ports is refused.
+	_, err := agent.client.UpdateOversubscribedResources(ctx, connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
+		AgentId: agent.id, SessionId: agent.session, Resources: resources.MustParse("ports:[1-2]").Proto("", true)}))
+	if connect.CodeOf(err) != connect.CodeInvalidArgument {
+		t.Fatalf("ports estimate: %v, want InvalidArgument", err)
+	}
+}
