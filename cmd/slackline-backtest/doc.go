@@ -1,0 +1,25 @@
+// Command slackline-backtest measures the resource estimators on recorded
+// usage, and records new usage traces from real workloads.
+//
+// Replay (no root needed): every trace is replayed as one guaranteed
+// container with the allocation in its header, and all of them together as
+// "mix"; each estimator makes one estimate per --interval from the samples
+// before it, and every later sample is scored (see package
+// estimator/backtest for the exact definitions):
+//
+//	slackline-backtest run                                  # estimator/testdata/*.csv
+//	slackline-backtest run -o markdown --estimators usage,predictive my/*.csv
+//	slackline-backtest run --margin 0.05 --percentile 95    # try other settings
+//
+// Record (root): runs --command under /bin/sh in a fresh cgroup
+// slackline-trace-<random> (cpuacct and memory hierarchies on cgroup v1 and
+// hybrid hosts, the unified tree on cgroup v2), samples its CPU (cpuacct.usage
+// or cpu.stat usage_usec) and RSS every --interval for --duration, writes the
+// trace and removes the cgroup, killing what is left in it. No other cgroup
+// is touched.
+//
+//	slackline-backtest record --name steady --allocation "cpus:1.5;mem:512" \
+//		--duration 150s --command "stress-ng --cpu 1 --cpu-load 60 --timeout 160s -q"
+//
+// Errors are printed and the exit status is 1.
+package main

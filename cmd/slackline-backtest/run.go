@@ -1,0 +1,169 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"path/filepath"
+	"slices"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/spf13/cobra"
+
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/estimator/backtest"
+	"github.com/slackline/slackline/resources"
+)
+
+// runOptions are the flags of "run".
+type runOptions struct {
+	traces     []string
+	estimators []string
+	mix        bool
+	fixed      string
+	output     string
+	replay     backtest.Options
+	config     estimator.Config
+}
+
+func newRunCommand() *cobra.Command {
+	o := runOptions{replay: backtest.DefaultOptions(), config: estimator.DefaultConfig()}
+	cmd := &cobra.Command{
+		Use:   "run [trace.csv ...]",
+		Short: "Replay traces through each estimator and print slack harvested and violations",
+		Long: `run replays each trace (and, with --mix, all of them together) through
+each estimator as guaranteed containers with the traces' allocations, one
+estimate per --interval, and scores every sample after the first estimate:
+
+  ideal      real slack: max(0, allocation - guaranteed usage) at that sample
+  offered    the estimate in force (made from earlier samples only)
+  harvest    mean offered / mean ideal
+  safe       mean min(offered, ideal) / mean ideal
+  violation  share of samples where offered - ideal > --tolerance cores
+  excess     mean and max of offered - ideal over violations, in cores
+  changes    estimate changes per minute (what reaches the coordinator)
+
+With no arguments it replays estimator/testdata/*.csv.`,
+		RunE: func(cmd *cobra.Command, args []string) error {
+			if len(args) == 0 {
+				args = []string{filepath.Join("estimator", "testdata", "*.csv")}
+			}
+			fixed, err := resources.Parse(o.fixed)
+			if err != nil {
+				return fmt.Errorf("--fixed: %w", err)
+			}
+			o.config.Fixed = fixed
+			traces, err := loadTraces(args)
+			if err != nil {
+				return err
+			}
+			results, err := runAll(traces, o)
+			if err != nil {
+				return err
+			}
+			return printResults(cmd.OutOrStdout(), results, o.output)
+		},
+	}
+	f := cmd.Flags()
+	f.StringSliceVar(&o.estimators, "estimators", estimator.Names(), "estimators to replay")
+	f.BoolVar(&o.mix, "mix", true, "also replay all traces together")
+	f.StringVar(&o.fixed, "fixed", "cpus:0.5", "amount the fixed estimator offers")
+	f.StringVarP(&o.output, "output", "o", "table", "output format: table, markdown or json")
+	f.DurationVar(&o.replay.EstimateInterval, "interval", o.replay.EstimateInterval, "estimate interval")
+	f.DurationVar(&o.replay.History, "history", o.replay.History, "history each container carries")
+	f.Float64Var(&o.replay.Tolerance, "tolerance", o.replay.Tolerance, "over-offer in cores not counted as a violation")
+	f.DurationVar(&o.config.Window, "window", o.config.Window, "usage window")
+	f.Float64Var(&o.config.Percentile, "percentile", o.config.Percentile, "usage percentile")
+	f.DurationVar(&o.config.PeakHalfLife, "peak-half-life", o.config.PeakHalfLife, "half-life of the decaying peak hold")
+	f.Float64Var(&o.config.Margin, "margin", o.config.Margin, "fraction of each cpu allocation never offered")
+	f.BoolVar(&o.config.Hysteresis.Off, "no-hysteresis", false, "publish every raw estimate")
+	return cmd
+}
+
+func loadTraces(patterns []string) ([]backtest.Trace, error) {
+	var files []string
+	for _, p := range patterns {
+		matches, err := filepath.Glob(p)
+		if err != nil {
+			return nil, fmt.Errorf("trace pattern %q: %w", p, err)
+		}
+		if len(matches) == 0 {
+			return nil, fmt.Errorf("no trace matches %q", p)
+		}
+		files = append(files, matches...)
+	}
+	slices.Sort(files)
+	traces := make([]backtest.Trace, 0, len(files))
+	for _, name := range files {
+		t, err := backtest.ReadTraceFile(name)
+		if err != nil {
+			return nil, err
+		}
+		traces = append(traces, t)
+	}
+	return traces, nil
+}
+
+func runAll(traces []backtest.Trace, o runOptions) ([]backtest.Result, error) {
+	scenarios := make([]backtest.Scenario, 0, len(traces)+1)
+	for _, t := range traces {
+		scenarios = append(scenarios, backtest.Scenario{Name: t.Name, Traces: []backtest.Trace{t}})
+	}
+	if o.mix && len(traces) > 1 {
+		scenarios = append(scenarios, backtest.Mix(traces))
+	}
+	var results []backtest.Result
+	for _, sc := range scenarios {
+		for _, name := range o.estimators {
+			est, err := estimator.New(name, o.config)
+			if err != nil {
+				return nil, err
+			}
+			res, err := backtest.Replay(name, est, sc, o.replay)
+			if err != nil {
+				return nil, err
+			}
+			results = append(results, res)
+		}
+	}
+	return results, nil
+}
+
+func printResults(w io.Writer, results []backtest.Result, format string) error {
+	switch format {
+	case "json":
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(results)
+	case "table", "markdown":
+	default:
+		return fmt.Errorf("unknown output format %q: want table, markdown or json", format)
+	}
+	header := []string{"SCENARIO", "ESTIMATOR", "IDEAL", "OFFERED", "HARVEST", "SAFE", "VIOLATION", "EXCESS", "MAX", "CHANGES/MIN"}
+	rows := [][]string{header}
+	for _, r := range results {
+		rows = append(rows, []string{
+			r.Scenario, r.Estimator,
+			fmt.Sprintf("%.3f", r.MeanIdeal), fmt.Sprintf("%.3f", r.MeanOffered),
+			fmt.Sprintf("%.1f%%", 100*r.Harvest), fmt.Sprintf("%.1f%%", 100*r.SafeHarvest),
+			fmt.Sprintf("%.2f%%", 100*r.ViolationRate),
+			fmt.Sprintf("%.3f", r.MeanExcess), fmt.Sprintf("%.3f", r.MaxExcess),
+			fmt.Sprintf("%.1f", r.ChangesPerMinute),
+		})
+	}
+	if format == "markdown" {
+		for i, row := range rows {
+			fmt.Fprintf(w, "| %s |\n", strings.Join(row, " | "))
+			if i == 0 {
+				fmt.Fprintf(w, "|%s\n", strings.Repeat("---|", len(row)))
+			}
+		}
+		return nil
+	}
+	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', tabwriter.AlignRight)
+	for _, row := range rows {
+		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
+	}
+	return tw.Flush()
+}

@@ -1,0 +1,167 @@
+package estimator
+
+import (
+	"math"
+	"slices"
+	"sort"
+	"time"
+
+	"github.com/slackline/slackline/resources"
+)
+
+// member is one guaranteed container or protected service as the slack
+// computation sees it.
+type member struct {
+	// key identifies the member across calls: "c/<id>" or "p/<id>".
+	key       string
+	container *Container
+	protected bool
+	// window holds the finite samples in (Now-Window, Now], oldest first.
+	window []Sample
+}
+
+// cpuPredictor returns the CPU a guaranteed member is predicted to need until
+// the next estimate, before the margin. It is only called for members with at
+// least MinSamples samples in the window.
+type cpuPredictor func(m member, now time.Time) float64
+
+// guaranteedMembers returns the containers and services whose usage is
+// guaranteed use, each with its window of samples.
+func guaranteedMembers(in Input, window time.Duration) []member {
+	members := make([]member, 0, len(in.Containers)+len(in.Protected))
+	add := func(c *Container, protected bool) {
+		prefix := "c/"
+		if protected {
+			prefix = "p/"
+		}
+		members = append(members, member{
+			key: prefix + c.ID, container: c, protected: protected,
+			window: windowOf(c.History, in.Now, window),
+		})
+	}
+	for i := range in.Containers {
+		if !in.Containers[i].Revocable {
+			add(&in.Containers[i], false)
+		}
+	}
+	for i := range in.Protected {
+		add(&in.Protected[i], true)
+	}
+	return members
+}
+
+// windowOf returns the samples of history (oldest first) in
+// (now-window, now] with finite, non-negative CPU: a bad sample from the
+// monitor is dropped rather than read as zero use. The result shares
+// history's array unless a sample had to be dropped; it is only read.
+func windowOf(history []Sample, now time.Time, window time.Duration) []Sample {
+	start := now.Add(-window)
+	lo := sort.Search(len(history), func(i int) bool { return history[i].Time.After(start) })
+	hi := sort.Search(len(history), func(i int) bool { return history[i].Time.After(now) })
+	in := history[lo:max(lo, hi)]
+	for i, s := range in {
+		if goodSample(s) {
+			continue
+		}
+		out := append([]Sample(nil), in[:i]...)
+		for _, s := range in[i+1:] {
+			if goodSample(s) {
+				out = append(out, s)
+			}
+		}
+		return out
+	}
+	return in
+}
+
+func goodSample(s Sample) bool { return !math.IsNaN(s.CPU) && !math.IsInf(s.CPU, 0) && s.CPU >= 0 }
+
+// slackOf computes the raw (pre-hysteresis) estimate:
+//
+//	cpus = max(0, min(Σ alloc − Σ need, Total.cpus − Σ need))
+//	need = predicted peak + Margin × alloc
+//
+// over guaranteed containers and protected services; the Total term only
+// when Total has cpus. A member with fewer than MinSamples samples in the
+// window is taken to need its whole allocation. A protected service's alloc
+// is its reservation, or its peak in the window when it has none. Memory is
+// the same with the window peak as prediction and MemoryMargin, when
+// cfg.Memory is set.
+func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) resources.Resources {
+	var cpuAlloc, cpuNeed, memAlloc, memNeed float64
+	for _, m := range members {
+		c := m.container
+		allocCPU, allocMem := c.Allocated.CPUs(), c.Allocated.Mem()
+		enough := len(m.window) >= cfg.MinSamples
+		if m.protected {
+			if allocCPU == 0 && enough {
+				allocCPU = cpuPeak(m.window)
+			}
+			if allocMem == 0 && enough {
+				allocMem = mib(memPeak(m.window))
+			}
+		}
+		cpuAlloc += allocCPU
+		memAlloc += allocMem
+		if !enough {
+			cpuNeed += allocCPU
+			memNeed += allocMem
+			continue
+		}
+		cpuNeed += predictCPU(m, in.Now) + cfg.Margin*allocCPU
+		memNeed += mib(memPeak(m.window)) + cfg.MemoryMargin*allocMem
+	}
+	cpus := cpuAlloc - cpuNeed
+	if total := in.Total.CPUs(); total > 0 {
+		cpus = min(cpus, total-cpuNeed)
+	}
+	var mem float64
+	if cfg.Memory {
+		mem = memAlloc - memNeed
+		if total := in.Total.Mem(); total > 0 {
+			mem = min(mem, total-memNeed)
+		}
+	}
+	return resources.New(max(0, cpus), max(0, mem), 0)
+}
+
+// percentileCPU returns the p-th percentile (nearest rank) of the samples'
+// CPU.
+func percentileCPU(samples []Sample, p float64) float64 {
+	if len(samples) == 0 {
+		return 0
+	}
+	values := make([]float64, len(samples))
+	for i, s := range samples {
+		values[i] = s.CPU
+	}
+	slices.Sort(values)
+	rank := int(math.Ceil(p / 100 * float64(len(values))))
+	return values[min(max(rank, 1), len(values))-1]
+}
+
+// decayingPeak returns max over samples of cpu × 2^(−age/halfLife).
+func decayingPeak(samples []Sample, now time.Time, halfLife time.Duration) float64 {
+	peak := 0.0
+	for _, s := range samples {
+		age := now.Sub(s.Time).Seconds()
+		peak = max(peak, s.CPU*math.Exp2(-age/halfLife.Seconds()))
+	}
+	return peak
+}
+
+func cpuPeak(samples []Sample) float64 {
+	peak := 0.0
+	for _, s := range samples {
+		peak = max(peak, s.CPU)
+	}
+	return peak
+}
+
+func memPeak(samples []Sample) uint64 {
+	var peak uint64
+	for _, s := range samples {
+		peak = max(peak, s.MemBytes)
+	}
+	return peak
+}
