@@ -20,9 +20,11 @@ import (
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/coordinator/store"
+	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -36,6 +38,8 @@ type Containerizer interface {
 	Recover(ctx context.Context) ([]*containerizer.Container, error)
 	Containers() []*containerizer.Container
 	Mode() containerizer.Mode
+	SetRevocableCPULimit(cores float64) error
+	RevocableCPULimit() (float64, error)
 }
 
 // Config configures an Agent.
@@ -71,6 +75,21 @@ type Config struct {
 	// UnifiedMount is where the v2 cgroup tree is mounted (to find
 	// containers' cgroup ids), e.g. /sys/fs/cgroup/unified on hybrid hosts.
 	UnifiedMount string
+	// Estimator computes the oversubscription estimate (nil: none is sent),
+	// every EstimateInterval (default 1 s); EstimatorName is reported by
+	// GetEstimate.
+	Estimator        estimator.Estimator
+	EstimatorName    string
+	EstimateInterval time.Duration
+	// QoS is the set of QoS controllers (nil: no QoS), evaluated at most
+	// every QoSIntervalMin (default 250 ms) and as soon as eBPF reports a
+	// guaranteed task waiting too long.
+	QoS            qos.Controller
+	QoSIntervalMin time.Duration
+	// ProtectCgroups are cgroups of services outside Slackline (paths
+	// relative to each hierarchy) that the estimator counts as guaranteed use
+	// and the QoS controllers protect. The agent only reads them.
+	ProtectCgroups []string
 }
 
 // Agent is a node agent. Create it with New and start it with Run.
@@ -100,6 +119,9 @@ type Agent struct {
 	obsMu       sync.Mutex
 	tracked     map[string]tracked
 	unifiedRoot string
+
+	estimate estimateState
+	qos      *qosState
 }
 
 // agentTask is a task the agent runs or ran and has not forgotten.
@@ -144,6 +166,12 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = 10 * time.Second
 	}
+	if cfg.EstimateInterval <= 0 {
+		cfg.EstimateInterval = time.Second
+	}
+	if cfg.QoSIntervalMin <= 0 {
+		cfg.QoSIntervalMin = 250 * time.Millisecond
+	}
 	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: create work dir: %w", err)
 	}
@@ -169,6 +197,7 @@ func New(cfg Config) (*Agent, error) {
 		byContainer: map[string]taskKey{},
 		endpoint:    "http://" + cfg.Listen,
 		tracked:     map[string]tracked{},
+		qos:         newQoSState(),
 		unifiedRoot: cfg.UnifiedMount,
 	}
 	return a, nil
@@ -199,6 +228,12 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.cfg.EBPF != nil {
 		g.Go(func() error { return a.cfg.EBPF.Run(ctx) })
+	}
+	if a.cfg.Estimator != nil {
+		g.Go(func() error { return a.runEstimates(ctx) })
+	}
+	if a.cfg.QoS != nil {
+		g.Go(func() error { return a.runQoS(ctx) })
 	}
 	g.Go(func() error { return a.serveNode(ctx) })
 	g.Go(func() error { return a.runExits(ctx) })
@@ -440,7 +475,7 @@ func (a *Agent) handleCommand(ctx context.Context, cmd *slacklinev1.AgentCommand
 	case *slacklinev1.AgentCommand_RunTask:
 		a.runTask(c.RunTask)
 	case *slacklinev1.AgentCommand_KillTask:
-		a.killTask(taskKey{c.KillTask.GetFrameworkId(), c.KillTask.GetTaskId()}, c.KillTask.GetStateOverride())
+		a.killTask(taskKey{c.KillTask.GetFrameworkId(), c.KillTask.GetTaskId()}, c.KillTask.GetStateOverride(), 0, "")
 	case *slacklinev1.AgentCommand_ShutdownFramework:
 		a.mu.Lock()
 		var keys []taskKey
@@ -451,7 +486,7 @@ func (a *Agent) handleCommand(ctx context.Context, cmd *slacklinev1.AgentCommand
 		}
 		a.mu.Unlock()
 		for _, tk := range keys {
-			a.killTask(tk, slacklinev1.TaskState_TASK_STATE_UNSPECIFIED)
+			a.killTask(tk, slacklinev1.TaskState_TASK_STATE_UNSPECIFIED, 0, "")
 		}
 	case *slacklinev1.AgentCommand_Acknowledge:
 		a.acknowledge(ctx, taskKey{c.Acknowledge.GetFrameworkId(), c.Acknowledge.GetTaskId()}, c.Acknowledge.GetUuid())
@@ -464,7 +499,7 @@ func (a *Agent) handleCommand(ctx context.Context, cmd *slacklinev1.AgentCommand
 		}
 		a.mu.Unlock()
 		for _, tk := range keys {
-			a.killTask(tk, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR)
+			a.killTask(tk, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR, 0, "")
 		}
 	case *slacklinev1.AgentCommand_Ping:
 	}
@@ -543,8 +578,10 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 	}()
 }
 
-// killTask kills a task (state override: the terminal state to report).
-func (a *Agent) killTask(tk taskKey, override slacklinev1.TaskState) {
+// killTask kills a task. override is the terminal state to report instead
+// of TASK_STATE_KILLED; reason and message, when set, explain a kill the
+// agent decided itself (a QoS preemption).
+func (a *Agent) killTask(tk taskKey, override slacklinev1.TaskState, reason slacklinev1.Reason, message string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	t := a.tasks[tk]
@@ -562,6 +599,13 @@ func (a *Agent) killTask(tk taskKey, override slacklinev1.TaskState) {
 	}
 	if override != slacklinev1.TaskState_TASK_STATE_UNSPECIFIED {
 		t.rec.KillState = override
+	}
+	if reason != slacklinev1.Reason_REASON_UNSPECIFIED {
+		t.rec.KillReason, t.rec.KillMessage = reason, message
+		// Durable: a restart in the middle of the kill still reports why.
+		if err := a.ckpt.putTask(context.Background(), t.rec); err != nil {
+			a.log.Warn("checkpoint kill reason", "task", tk.taskID, "err", err)
+		}
 	}
 	if t.launching {
 		t.killAfterLaunch = true
@@ -625,7 +669,11 @@ func (a *Agent) handleExit(ctx context.Context, ex containerizer.Exit) {
 		return
 	}
 	state, reason := exitStatus(ex, t.rec.GetKillState())
-	a.finishLocked(ctx, tk, t, state, reason, ex.Message)
+	message := ex.Message
+	if ex.Killed && t.rec.GetKillReason() != slacklinev1.Reason_REASON_UNSPECIFIED {
+		reason, message = t.rec.GetKillReason(), t.rec.GetKillMessage()
+	}
+	a.finishLocked(ctx, tk, t, state, reason, message)
 	a.mu.Unlock()
 	if err := a.cz.Destroy(ex.ContainerID); err != nil {
 		a.log.Warn("destroy container", "container", ex.ContainerID, "err", err)

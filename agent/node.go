@@ -42,7 +42,8 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
-		featuresCollector{a.cfg.Features})
+		featuresCollector{a.cfg.Features}, estimateCollector{&a.estimate},
+		a.qos.correctionsTotal, a.qos.reaction)
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}
@@ -136,8 +137,6 @@ func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[s
 	return connect.NewResponse(&slacklinev1.ReadSandboxFileResponse{Data: buf[:n], Offset: offset, Size: info.Size()}), nil
 }
 
-var errLater = errors.New("comes with the estimator and QoS controller")
-
 func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetUsageRequest]) (*connect.Response[slacklinev1.GetUsageResponse], error) {
 	m := s.a.cfg.Monitor
 	if m == nil {
@@ -149,14 +148,6 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 	}
 	slices.SortFunc(resp.Usage, func(x, y *slacklinev1.ContainerUsage) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
 	return connect.NewResponse(resp), nil
-}
-
-func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
-}
-
-func (s nodeService) GetCorrections(context.Context, *connect.Request[slacklinev1.GetCorrectionsRequest]) (*connect.Response[slacklinev1.GetCorrectionsResponse], error) {
-	return nil, connect.NewError(connect.CodeUnimplemented, errLater)
 }
 
 func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.GetFeaturesRequest]) (*connect.Response[slacklinev1.GetFeaturesResponse], error) {

@@ -85,6 +85,25 @@ func (a *Agent) syncTargets() {
 			CPULimit: c.Spec.Resources.CPUs(), MemLimit: uint64(c.Spec.Resources.Mem() * (1 << 20)),
 		})
 	}
+	for _, path := range a.cfg.ProtectCgroups {
+		id := protectedPrefix + path
+		live[id] = true
+		tr, ok := a.tracked[id]
+		if !ok {
+			if cgid, err := bpf.CgroupID(filepath.Join(a.unifiedRoot, path)); err == nil {
+				tr.cgroupID = cgid
+				if a.cfg.EBPF != nil {
+					if err := a.cfg.EBPF.Track(cgid, bpf.ClassProtected); err != nil {
+						a.log.Warn("eBPF: track protected cgroup", "cgroup", path, "err", err)
+					}
+				}
+			} else {
+				a.log.Warn("protected cgroup not found in the v2 tree; measured through cgroupfs only", "cgroup", path, "err", err)
+			}
+			a.tracked[id] = tr
+		}
+		targets = append(targets, monitor.Target{ID: id, CgroupPath: path, CgroupID: tr.cgroupID})
+	}
 	for id, tr := range a.tracked {
 		if live[id] {
 			continue

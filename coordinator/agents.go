@@ -28,7 +28,7 @@ type reportedTask struct {
 	state       slacklinev1.TaskState
 	role        string
 	resources   resources.Resources
-	revocable   bool
+	revocable   resources.Resources
 }
 
 func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentInfo, resources.Resources, []reportedTask, error) {
@@ -81,7 +81,7 @@ func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentI
 		}
 		tasks = append(tasks, reportedTask{
 			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
-			state: at.GetState(), role: role, resources: res.Add(rev), revocable: !rev.IsEmpty(),
+			state: at.GetState(), role: role, resources: res, revocable: rev,
 		})
 	}
 	return info, total, tasks, nil
@@ -217,7 +217,10 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 			}
 			fw.tasks[r.info.GetTaskId()] = t
 			a.tasks[key] = t
-			c.claim(r.frameworkID, r.role, a.id, r.resources, r.revocable)
+			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
+			if !r.revocable.IsEmpty() {
+				c.alloc.ClaimRevocable(r.frameworkID, r.role, a.id, r.revocable)
+			}
 			continue
 		}
 		if t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware() {
@@ -271,7 +274,10 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 		return
 	}
 	delete(fw.tasks, key.taskID)
-	c.release(t.frameworkID, t.role, t.agentID, t.resources, t.revocable, 0, now)
+	c.alloc.Release(t.frameworkID, t.role, t.agentID, t.resources, 0, now)
+	if !t.revocable.IsEmpty() {
+		c.alloc.ReleaseRevocable(t.frameworkID, t.role, t.agentID, t.revocable, 0, now)
+	}
 	fw.completed = append(fw.completed, t)
 	if over := len(fw.completed) - c.cfg.CompletedTasksPerFramework; over > 0 {
 		fw.completed = append(fw.completed[:0], fw.completed[over:]...)

@@ -426,16 +426,6 @@ func (c *Coordinator) release(frameworkID, role, agentID string, r resources.Res
 	c.alloc.Release(frameworkID, role, agentID, r, refuse, now)
 }
 
-// claim records resources held by a task in the allocator's regular or
-// revocable pool. Caller holds c.mu.
-func (c *Coordinator) claim(frameworkID, role, agentID string, r resources.Resources, revocable bool) {
-	if revocable {
-		c.alloc.ClaimRevocable(frameworkID, role, agentID, r)
-		return
-	}
-	c.alloc.Claim(frameworkID, role, agentID, r)
-}
-
 // addFramework registers a framework with the allocator, with its
 // revocable capability. Caller holds c.mu.
 func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, active bool) {

@@ -143,3 +143,41 @@ func TestRevocableLaunchAndQuota(t *testing.T) {
 		t.Fatalf("ports estimate: %v, want InvalidArgument", err)
 	}
 }
+
+// A task may run on revocable cpus with regular memory (as in Mesos): the
+// framework accepts a revocable and a regular offer of one agent together.
+func TestRevocableCPUsWithRegularMemory(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
+	agent.sendEstimate("cpus:1")
+	var regular, revocable *slacklinev1.Offer
+	for regular == nil || revocable == nil {
+		for _, o := range fw.next(isOffers).GetOffers().GetOffers() {
+			if _, rev := offerResources(t, o); rev {
+				revocable = o
+			} else {
+				regular = o
+			}
+		}
+	}
+	task := taskInfo("mixed", "cpus:0.5;mem:256")
+	task.Resources[0].Revocable = true // cpus revocable, mem regular
+	_, err := fw.client.Accept(context.Background(), call(fw, &slacklinev1.AcceptRequest{
+		FrameworkId: fw.id, OfferIds: []string{regular.GetId(), revocable.GetId()}, Filters: refuse(0),
+		Operations: []*slacklinev1.Operation{{Operation: &slacklinev1.Operation_Launch{Launch: &slacklinev1.LaunchOperation{TaskInfos: []*slacklinev1.TaskInfo{task}}}}},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	run := agent.nextCommand().GetRunTask()
+	reg, rev, _ := resources.FromProto(run.GetTask().GetResources())
+	if reg.String() != "mem:256" || rev.String() != "cpus:0.5" {
+		t.Fatalf("launched with regular %v and revocable %v, want mem:256 and cpus:0.5", reg, rev)
+	}
+	agents, _ := tc.operator.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	_, held, _ := resources.FromProto(agents.Msg.GetAgents()[0].GetAllocatedRevocable())
+	if held.CPUs() < 0.5 {
+		t.Fatalf("allocated_revocable %v, want the task's cpus:0.5", held)
+	}
+}

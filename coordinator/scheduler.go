@@ -320,9 +320,13 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		}
 		return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
 	}
-	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role, revocable: offers[0].revocable}
+	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role}
 	for _, o := range offers {
-		pool.available = pool.available.Add(o.resources)
+		if o.revocable {
+			pool.revocable = pool.revocable.Add(o.resources)
+		} else {
+			pool.regular = pool.regular.Add(o.resources)
+		}
 		delete(c.offers, o.id)
 		delete(fw.offers, o.id)
 		if a := c.agents[o.agentID]; a != nil {
@@ -334,24 +338,27 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.agentID, r.state, r.reason, r.message, now)))
 	}
 	a := c.agents[pool.agentID]
-	used := resources.Resources{}
+	var used, usedRevocable resources.Resources
 	for _, at := range accepted {
 		info := cloneTaskInfo(at.info)
 		info.AgentId = pool.agentID
-		info.Resources = at.resources.Proto(pool.role, pool.revocable)
+		info.Resources = append(at.regular.Proto(pool.role, false), at.revocable.Proto(pool.role, true)...)
 		t := &task{
 			info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
-			resources: at.resources, revocable: pool.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
+			resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
 		}
 		fw.tasks[info.GetTaskId()] = t
 		a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
-		used = used.Add(at.resources)
+		used, usedRevocable = used.Add(at.regular), usedRevocable.Add(at.revocable)
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
 			Framework: fw.info, Task: info,
 		}}})
 	}
-	if remainder := pool.available.Sub(used); !remainder.IsEmpty() {
-		c.release(fw.id(), pool.role, pool.agentID, remainder, pool.revocable, seconds(refuse), now)
+	if remainder := pool.regular.Sub(used); !remainder.IsEmpty() {
+		c.alloc.Release(fw.id(), pool.role, pool.agentID, remainder, seconds(refuse), now)
+	}
+	if remainder := pool.revocable.Sub(usedRevocable); !remainder.IsEmpty() {
+		c.alloc.ReleaseRevocable(fw.id(), pool.role, pool.agentID, remainder, seconds(refuse), now)
 	}
 	c.markDirty(pool.agentID)
 	return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
@@ -381,9 +388,6 @@ func (c *Coordinator) acceptedOffers(fw *framework, ids []string) ([]*offer, str
 		}
 		if len(offers) > 0 && o.role != offers[0].role {
 			problem = fmt.Sprintf("offers %q and %q are for different roles", offers[0].id, o.id)
-		}
-		if len(offers) > 0 && o.revocable != offers[0].revocable {
-			problem = fmt.Sprintf("offers %q and %q mix revocable and regular resources", offers[0].id, o.id)
 		}
 		offers = append(offers, o)
 	}

@@ -162,9 +162,11 @@ type task struct {
 	frameworkID string
 	agentID     string
 	role        string
-	resources   resources.Resources
-	// revocable tasks run on revocable resources only.
-	revocable bool
+	// resources are the task's regular resources, revocable its revocable
+	// ones (a task with any is a revocable task, e.g. revocable cpus with
+	// regular memory).
+	resources resources.Resources
+	revocable resources.Resources
 	state     slacklinev1.TaskState
 	status    *slacklinev1.TaskStatus
 }
@@ -172,7 +174,7 @@ type task struct {
 func (t *task) proto() *slacklinev1.Task {
 	return &slacklinev1.Task{
 		TaskId: t.info.GetTaskId(), FrameworkId: t.frameworkID, AgentId: t.agentID, Name: t.info.GetName(),
-		State: t.state, Resources: t.resources.Proto(t.role, t.revocable), Status: t.status,
+		State: t.state, Resources: append(t.resources.Proto(t.role, false), t.revocable.Proto(t.role, true)...), Status: t.status,
 		Labels: t.info.GetLabels(), Role: t.role,
 	}
 }

@@ -135,12 +135,15 @@ func refuseSeconds(f *slacklinev1.Filters) (float64, error) {
 	return min(v, maxFailoverSeconds), nil
 }
 
-// offeredPool is what the accepted offers hold together.
+// offeredPool is what the accepted offers hold together: regular and
+// revocable resources apart (offers never mix them, but one Accept may name a
+// regular and a revocable offer of the same agent, so that a task runs on
+// revocable cpus with regular memory, as in Mesos).
 type offeredPool struct {
 	agentID   string
 	role      string
-	revocable bool
-	available resources.Resources
+	regular   resources.Resources
+	revocable resources.Resources
 }
 
 // launchRejection is a task that cannot be launched, with its status.
@@ -154,7 +157,8 @@ type launchRejection struct {
 // acceptedTask is a task that passed validation with its parsed resources.
 type acceptedTask struct {
 	info      *slacklinev1.TaskInfo
-	resources resources.Resources
+	regular   resources.Resources
+	revocable resources.Resources
 }
 
 // validateLaunch checks the tasks of LAUNCH operations against the pool of
@@ -172,7 +176,7 @@ func validateLaunch(pool offeredPool, tasks []*slacklinev1.TaskInfo, taskExists 
 		})
 	}
 	seen := map[string]bool{}
-	remaining := pool.available
+	remaining, remainingRevocable := pool.regular, pool.revocable
 	for _, t := range tasks {
 		if t == nil {
 			continue
@@ -221,27 +225,20 @@ func validateLaunch(pool offeredPool, tasks []*slacklinev1.TaskInfo, taskExists 
 			reject(t, "task %q resources are allocated to role %q, the offers to %q", id, badRole, pool.role)
 			continue
 		}
-		used := regular
-		if pool.revocable {
-			if !regular.IsEmpty() {
-				reject(t, "task %q mixes regular resources %s into revocable offers", id, regular)
-				continue
-			}
-			used = revocable
-		} else if !revocable.IsEmpty() {
-			reject(t, "task %q asks for revocable resources %s from regular offers", id, revocable)
+		if all := regular.Add(revocable); all.CPUs() <= 0 && all.Mem() <= 0 {
+			reject(t, "task %q needs some cpus or mem, has %q", id, all.String())
 			continue
 		}
-		if used.CPUs() <= 0 && used.Mem() <= 0 {
-			reject(t, "task %q needs some cpus or mem, has %q", id, used.String())
+		if !remaining.Contains(regular) {
+			reject(t, "task %q needs %s, the offers have %s left", id, regular, remaining)
 			continue
 		}
-		if !remaining.Contains(used) {
-			reject(t, "task %q needs %s, the offers have %s left", id, used, remaining)
+		if !remainingRevocable.Contains(revocable) {
+			reject(t, "task %q needs revocable %s, the offers have revocable %s left", id, revocable, remainingRevocable)
 			continue
 		}
-		remaining = remaining.Sub(used)
-		accepted = append(accepted, acceptedTask{info: t, resources: used})
+		remaining, remainingRevocable = remaining.Sub(regular), remainingRevocable.Sub(revocable)
+		accepted = append(accepted, acceptedTask{info: t, regular: regular, revocable: revocable})
 	}
 	return accepted, rejected
 }

@@ -24,7 +24,7 @@ func TestValidateRole(t *testing.T) {
 }
 
 func TestValidateLaunch(t *testing.T) {
-	pool := offeredPool{agentID: "a1", role: "*", available: resources.MustParse("cpus:2;mem:1024;ports:[31000-31010]")}
+	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:2;mem:1024;ports:[31000-31010]")}
 	withPorts := taskInfo("p", "cpus:0.5;ports:[31005-31006]")
 	outsidePorts := taskInfo("q", "cpus:0.1;ports:[40000-40000]")
 	otherAgent := taskInfo("elsewhere", "cpus:0.1")
@@ -45,7 +45,7 @@ func TestValidateLaunch(t *testing.T) {
 		t.Fatalf("accepted %q, want a,p", got)
 	}
 	wantReasons := map[string]string{
-		"q": "offers have", "elsewhere": "differs", "role": "role", "rev": "revocable",
+		"q": "offers have", "elsewhere": "differs", "role": "role", "rev": "revocable cpus:0.1, the offers have revocable",
 		"b": "needs cpus:1;mem:600", "": "empty", "x/y": "contains", "empty": "needs some cpus or mem",
 	}
 	if len(rejected) != len(wantReasons) {
@@ -68,7 +68,7 @@ func FuzzValidateLaunch(f *testing.F) {
 		b, _ := proto.Marshal(t)
 		f.Add(b, b)
 	}
-	pool := offeredPool{agentID: "a1", role: "*", available: resources.MustParse("cpus:2;mem:1024;ports:[31000-31010]")}
+	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:2;mem:1024;ports:[31000-31010]"), revocable: resources.MustParse("cpus:1;mem:128")}
 	f.Fuzz(func(t *testing.T, first, second []byte) {
 		var tasks []*slacklinev1.TaskInfo
 		for _, b := range [][]byte{first, second} {
@@ -81,12 +81,12 @@ func FuzzValidateLaunch(f *testing.F) {
 		if len(accepted)+len(rejected) != len(tasks) {
 			t.Fatalf("%d accepted + %d rejected != %d tasks", len(accepted), len(rejected), len(tasks))
 		}
-		var used resources.Resources
+		var used, usedRevocable resources.Resources
 		for _, a := range accepted {
-			used = used.Add(a.resources)
+			used, usedRevocable = used.Add(a.regular), usedRevocable.Add(a.revocable)
 		}
-		if !pool.available.Contains(used) {
-			t.Fatalf("accepted %v beyond the offers %v", used, pool.available)
+		if !pool.regular.Contains(used) || !pool.revocable.Contains(usedRevocable) {
+			t.Fatalf("accepted %v + revocable %v beyond the offers %v + %v", used, usedRevocable, pool.regular, pool.revocable)
 		}
 	})
 }

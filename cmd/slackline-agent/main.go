@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
@@ -22,6 +23,9 @@ import (
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/qos"
+	"github.com/slackline/slackline/resources"
 )
 
 func main() {
@@ -51,6 +55,14 @@ func run(args []string) error {
 	monitorInterval := fs.Duration("monitor-interval", time.Second, "how often every container is sampled (100ms is affordable)")
 	useEBPF := fs.Bool("ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
 	runqThreshold := fs.Duration("runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
+	estimatorName := fs.String("estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
+	fs.DurationVar(&cfg.EstimateInterval, "oversubscribed-resources-interval", time.Second, "how often the estimate is computed (and sent when it changed)")
+	fixed := fs.String("fixed-revocable", "", `resources the "fixed" estimator reports, e.g. "cpus:2"`)
+	oversubscribeMem := fs.Bool("oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
+	var protect stringList
+	fs.Var(&protect, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
+	qosNames := fs.String("qos-controller", qos.DefaultControllers, "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
+	fs.DurationVar(&cfg.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -82,6 +94,20 @@ func run(args []string) error {
 	}
 	cfg.Containerizer = cz
 	cfg.UnifiedMount = cz.Layout().Unified
+	cfg.ProtectCgroups = protect
+
+	estCfg := estimator.DefaultConfig()
+	estCfg.Memory = *oversubscribeMem
+	if estCfg.Fixed, err = resources.Parse(*fixed); err != nil {
+		return fmt.Errorf("--fixed-revocable: %w", err)
+	}
+	if cfg.Estimator, err = estimator.New(*estimatorName, estCfg); err != nil {
+		return fmt.Errorf("--estimator: %w", err)
+	}
+	cfg.EstimatorName = *estimatorName
+	if cfg.QoS, err = qos.NewSet(qos.ParseNames(*qosNames), qos.DefaultConfig()); err != nil {
+		return fmt.Errorf("--qos-controller: %w", err)
+	}
 
 	// eBPF: probe once, log, and load what the kernel and privileges allow.
 	cfg.Features = bpf.Probe()
@@ -120,4 +146,14 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	return a.Run(ctx)
+}
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string { return strings.Join(*l, ",") }
+
+func (l *stringList) Set(v string) error {
+	*l = append(*l, v)
+	return nil
 }

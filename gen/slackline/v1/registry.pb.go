@@ -206,7 +206,11 @@ type AgentTaskRecord struct {
 	Task        *AgentTask             `protobuf:"bytes,1,opt,name=task,proto3" json:"task,omitempty"`
 	ContainerId string                 `protobuf:"bytes,2,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
 	// kill_state, when set, is the state to report once a requested kill ends the task.
-	KillState     TaskState `protobuf:"varint,3,opt,name=kill_state,json=killState,proto3,enum=slackline.v1.TaskState" json:"kill_state,omitempty"`
+	KillState TaskState `protobuf:"varint,3,opt,name=kill_state,json=killState,proto3,enum=slackline.v1.TaskState" json:"kill_state,omitempty"`
+	// kill_reason and kill_message, when set, explain a kill the agent decided
+	// itself (a QoS preemption).
+	KillReason    Reason `protobuf:"varint,4,opt,name=kill_reason,json=killReason,proto3,enum=slackline.v1.Reason" json:"kill_reason,omitempty"`
+	KillMessage   string `protobuf:"bytes,5,opt,name=kill_message,json=killMessage,proto3" json:"kill_message,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -260,6 +264,20 @@ func (x *AgentTaskRecord) GetKillState() TaskState {
 		return x.KillState
 	}
 	return TaskState_TASK_STATE_UNSPECIFIED
+}
+
+func (x *AgentTaskRecord) GetKillReason() Reason {
+	if x != nil {
+		return x.KillReason
+	}
+	return Reason_REASON_UNSPECIFIED
+}
+
+func (x *AgentTaskRecord) GetKillMessage() string {
+	if x != nil {
+		return x.KillMessage
+	}
+	return ""
 }
 
 // AgentStatusRecord is a checkpointed status update not yet acknowledged.
@@ -330,12 +348,15 @@ const file_slackline_v1_registry_proto_rawDesc = "" +
 	"\tcompleted\x18\x03 \x01(\bR\tcompleted\"\x85\x01\n" +
 	"\x11MaintenanceRecord\x122\n" +
 	"\bschedule\x18\x01 \x01(\v2\x16.slackline.v1.ScheduleR\bschedule\x12<\n" +
-	"\rdown_machines\x18\x02 \x03(\v2\x17.slackline.v1.MachineIDR\fdownMachines\"\x99\x01\n" +
+	"\rdown_machines\x18\x02 \x03(\v2\x17.slackline.v1.MachineIDR\fdownMachines\"\xf3\x01\n" +
 	"\x0fAgentTaskRecord\x12+\n" +
 	"\x04task\x18\x01 \x01(\v2\x17.slackline.v1.AgentTaskR\x04task\x12!\n" +
 	"\fcontainer_id\x18\x02 \x01(\tR\vcontainerId\x126\n" +
 	"\n" +
-	"kill_state\x18\x03 \x01(\x0e2\x17.slackline.v1.TaskStateR\tkillState\"h\n" +
+	"kill_state\x18\x03 \x01(\x0e2\x17.slackline.v1.TaskStateR\tkillState\x125\n" +
+	"\vkill_reason\x18\x04 \x01(\x0e2\x14.slackline.v1.ReasonR\n" +
+	"killReason\x12!\n" +
+	"\fkill_message\x18\x05 \x01(\tR\vkillMessage\"h\n" +
 	"\x11AgentStatusRecord\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x120\n" +
 	"\x06status\x18\x02 \x01(\v2\x18.slackline.v1.TaskStatusR\x06statusB\xaf\x01\n" +
@@ -368,7 +389,8 @@ var file_slackline_v1_registry_proto_goTypes = []any{
 	(*MachineID)(nil),             // 10: slackline.v1.MachineID
 	(*AgentTask)(nil),             // 11: slackline.v1.AgentTask
 	(TaskState)(0),                // 12: slackline.v1.TaskState
-	(*TaskStatus)(nil),            // 13: slackline.v1.TaskStatus
+	(Reason)(0),                   // 13: slackline.v1.Reason
+	(*TaskStatus)(nil),            // 14: slackline.v1.TaskStatus
 }
 var file_slackline_v1_registry_proto_depIdxs = []int32{
 	5,  // 0: slackline.v1.AgentRecord.info:type_name -> slackline.v1.AgentInfo
@@ -380,12 +402,13 @@ var file_slackline_v1_registry_proto_depIdxs = []int32{
 	10, // 6: slackline.v1.MaintenanceRecord.down_machines:type_name -> slackline.v1.MachineID
 	11, // 7: slackline.v1.AgentTaskRecord.task:type_name -> slackline.v1.AgentTask
 	12, // 8: slackline.v1.AgentTaskRecord.kill_state:type_name -> slackline.v1.TaskState
-	13, // 9: slackline.v1.AgentStatusRecord.status:type_name -> slackline.v1.TaskStatus
-	10, // [10:10] is the sub-list for method output_type
-	10, // [10:10] is the sub-list for method input_type
-	10, // [10:10] is the sub-list for extension type_name
-	10, // [10:10] is the sub-list for extension extendee
-	0,  // [0:10] is the sub-list for field type_name
+	13, // 9: slackline.v1.AgentTaskRecord.kill_reason:type_name -> slackline.v1.Reason
+	14, // 10: slackline.v1.AgentStatusRecord.status:type_name -> slackline.v1.TaskStatus
+	11, // [11:11] is the sub-list for method output_type
+	11, // [11:11] is the sub-list for method input_type
+	11, // [11:11] is the sub-list for extension type_name
+	11, // [11:11] is the sub-list for extension extendee
+	0,  // [0:11] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_registry_proto_init() }
