@@ -96,6 +96,8 @@ type Config struct {
 // drive it with Run; its call methods are safe for concurrent use, from the
 // handler or from any other goroutine.
 type Client struct {
+	// tornDown is set once Teardown succeeded.
+	tornDown   atomic.Bool
 	rpc        slacklinev1connect.SchedulerServiceClient
 	log        *slog.Logger
 	manualAck  bool
@@ -390,7 +392,9 @@ func (c *Client) dispatch(ctx context.Context, h Handler, ev *slacklinev1.Event)
 			return "", false
 		}
 		h.Update(ctx, c, status)
-		if !c.manualAck && status.GetUuid() != "" {
+		// After the handler tore the framework down there is nobody to
+		// acknowledge to: the coordinator acknowledges on its behalf.
+		if !c.manualAck && status.GetUuid() != "" && !c.tornDown.Load() {
 			// The handler has dealt with the update even if it cancelled
 			// Run's context (say, because this was the last task): still
 			// acknowledge it.
@@ -581,7 +585,11 @@ func (c *Client) Reconcile(ctx context.Context, tasks []*slacklinev1.ReconcileTa
 // ErrTornDown (or nil if its context is cancelled first). The framework id
 // cannot be used again.
 func (c *Client) Teardown(ctx context.Context) error {
-	return invoke(ctx, c, "teardown", c.rpc.Teardown, func(fid string) *slacklinev1.TeardownRequest {
+	err := invoke(ctx, c, "teardown", c.rpc.Teardown, func(fid string) *slacklinev1.TeardownRequest {
 		return &slacklinev1.TeardownRequest{FrameworkId: fid}
 	})
+	if err == nil {
+		c.tornDown.Store(true)
+	}
+	return err
 }

@@ -253,7 +253,7 @@ func (h *handler) Subscribed(_ context.Context, _ *frameworkapi.Client, ev *slac
 func (h *handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
 	plan := h.sched.offers(offers)
 	for _, l := range plan.launches {
-		if err := c.Launch(ctx, []string{l.offerID}, l.tasks, l.filters); err != nil {
+		if err := c.Launch(ctx, l.offerIDs(), l.tasks, l.filters); err != nil {
 			h.log.Warn("launch", "offer_id", l.offerID, "tasks", len(l.tasks), "err", err)
 			h.sched.launchFailed(l)
 			continue

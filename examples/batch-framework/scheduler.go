@@ -49,12 +49,17 @@ type task struct {
 	phase    phase
 }
 
-// launch is one Accept: tasks on one offer.
+// launch is one Accept: tasks on one offer, or with --revocable on one
+// agent's revocable offer and its regular offers together.
 type launch struct {
-	offerID string
+	offerID string   // the offer named in logs (the revocable one with --revocable)
+	extra   []string // further offers of the same agent accepted with it
 	tasks   []*slacklinev1.TaskInfo
 	filters *slacklinev1.Filters
 }
+
+// offerIDs returns every offer the launch accepts.
+func (l launch) offerIDs() []string { return append([]string{l.offerID}, l.extra...) }
 
 // offerPlan is what to do with a batch of offers.
 type offerPlan struct {
@@ -105,6 +110,9 @@ func (s *scheduler) setSuppressed(suppressed bool) { s.suppressed = suppressed }
 // right kind (regular, or revocable with --revocable), as many as fit up to
 // maxPerOffer, and decline the others.
 func (s *scheduler) offers(offers []*slacklinev1.Offer) offerPlan {
+	if s.cfg.revocable {
+		return s.finishPlan(s.revocableOffers(offers))
+	}
 	var plan offerPlan
 	var usable []*slacklinev1.Offer
 	for _, o := range offers {
@@ -139,6 +147,11 @@ func (s *scheduler) offers(offers []*slacklinev1.Offer) offerPlan {
 		}
 	}
 	s.queue = remaining
+	return s.finishPlan(plan)
+}
+
+// finishPlan sets the launches' filters and whether to suppress.
+func (s *scheduler) finishPlan(plan offerPlan) offerPlan {
 	// While tasks are pending the unused part of each accepted offer goes
 	// back to the pool at once, so the allocator can hand it to whoever is
 	// furthest below its fair share; otherwise the default refusal applies.
@@ -151,6 +164,91 @@ func (s *scheduler) offers(offers []*slacklinev1.Offer) offerPlan {
 	}
 	plan.suppress = len(s.queue) == 0 && !s.suppressed
 	return plan
+}
+
+// revocableOffers places pending tasks on revocable resources. Agents'
+// estimates cover cpus (memory only when the agent oversubscribes it), so,
+// as in Mesos, a task takes its cpus from an agent's revocable offer and
+// whatever that offer lacks (usually memory and disk) from a regular offer of
+// the same agent, accepted together. Tasks never use regular cpus.
+func (s *scheduler) revocableOffers(offers []*slacklinev1.Offer) offerPlan {
+	var plan offerPlan
+	type agentOffers struct {
+		revocable, regular []*slacklinev1.Offer
+		rev, reg           resources.Resources
+	}
+	byAgent := map[string]*agentOffers{}
+	var order []string
+	for _, o := range offers {
+		res, revocable, err := frameworkapi.OfferResources(o)
+		if err != nil {
+			plan.declines = append(plan.declines, o.GetId())
+			continue
+		}
+		ao := byAgent[o.GetAgentId()]
+		if ao == nil {
+			ao = &agentOffers{}
+			byAgent[o.GetAgentId()] = ao
+			order = append(order, o.GetAgentId())
+		}
+		if revocable {
+			ao.revocable, ao.rev = append(ao.revocable, o), ao.rev.Add(res)
+		} else {
+			ao.regular, ao.reg = append(ao.regular, o), ao.reg.Add(res)
+		}
+	}
+	for _, agentID := range order {
+		ao := byAgent[agentID]
+		var l launch
+		if len(ao.revocable) > 0 {
+			l.offerID = ao.revocable[0].GetId()
+			for _, o := range append(ao.revocable[1:], ao.regular...) {
+				l.extra = append(l.extra, o.GetId())
+			}
+			role := frameworkapi.OfferRole(ao.revocable[0])
+			for len(s.queue) > 0 && (s.cfg.maxPerOffer == 0 || len(l.tasks) < s.cfg.maxPerOffer) {
+				rev, reg, ok := splitNeed(s.cfg.need, ao.rev, ao.reg)
+				if !ok {
+					break
+				}
+				ao.rev, ao.reg = ao.rev.Sub(rev), ao.reg.Sub(reg)
+				t := s.queue[0]
+				s.queue = s.queue[1:]
+				info := s.launchTask(t, ao.revocable[0], rev.Add(reg))
+				info.Resources = append(rev.Proto(role, true), reg.Proto(role, false)...)
+				l.tasks = append(l.tasks, info)
+			}
+		}
+		if len(l.tasks) == 0 {
+			for _, o := range append(ao.revocable, ao.regular...) {
+				plan.declines = append(plan.declines, o.GetId())
+			}
+			continue
+		}
+		plan.launches = append(plan.launches, l)
+	}
+	return plan
+}
+
+// splitNeed takes need's cpus from the revocable pool and each other scalar
+// from the revocable pool when it has enough, else from the regular one.
+func splitNeed(need, rev, reg resources.Resources) (fromRev, fromReg resources.Resources, ok bool) {
+	if rev.CPUs() < need.CPUs() {
+		return resources.Resources{}, resources.Resources{}, false
+	}
+	fromRev = fromRev.With(resources.CPUs, need.CPUs())
+	for _, sc := range []resources.Scalar{resources.Mem, resources.Disk} {
+		switch v := need.Get(sc); {
+		case v == 0:
+		case rev.Get(sc) >= v:
+			fromRev = fromRev.With(sc, v)
+		case reg.Get(sc) >= v:
+			fromReg = fromReg.With(sc, v)
+		default:
+			return resources.Resources{}, resources.Resources{}, false
+		}
+	}
+	return fromRev, fromReg, true
 }
 
 // launchTask moves t to launched and returns its TaskInfo on offer.

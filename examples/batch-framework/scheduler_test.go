@@ -337,3 +337,31 @@ func TestParseFlags(t *testing.T) {
 		}
 	}
 }
+
+// With --revocable a task takes revocable cpus and regular memory from two
+// offers of one agent, accepted together; regular cpus are never used.
+func TestSchedulerRevocableCPUsRegularMemory(t *testing.T) {
+	rev := &slacklinev1.Offer{Id: "v1", AgentId: "a", Resources: resources.MustParse("cpus:1.25").Proto("*", true)}
+	reg := &slacklinev1.Offer{Id: "r1", AgentId: "a", Resources: resources.MustParse("cpus:0.5;mem:1024").Proto("*", false)}
+	other := &slacklinev1.Offer{Id: "r2", AgentId: "b", Resources: resources.MustParse("cpus:8;mem:1024").Proto("*", false)}
+	cfg := testConfig(5)
+	cfg.revocable = true
+	cfg.need = resources.MustParse("cpus:0.5;mem:64")
+	s := newScheduler(cfg)
+	plan := s.offers([]*slacklinev1.Offer{rev, reg, other})
+	if len(plan.launches) != 1 || len(plan.launches[0].tasks) != 2 {
+		t.Fatalf("plan = %+v, want one launch of two tasks (1.25 revocable cpus)", plan)
+	}
+	if diff := cmp.Diff([]string{"v1", "r1"}, plan.launches[0].offerIDs()); diff != "" {
+		t.Errorf("offers accepted (-want +got):\n%s", diff)
+	}
+	for _, info := range plan.launches[0].tasks {
+		regular, revocable, err := resources.FromProto(info.GetResources())
+		if err != nil || regular.String() != "mem:64" || revocable.String() != "cpus:0.5" {
+			t.Errorf("task %s resources regular %v revocable %v (%v), want mem:64 and cpus:0.5", info.GetTaskId(), regular, revocable, err)
+		}
+	}
+	if diff := cmp.Diff([]string{"r2"}, plan.declines); diff != "" {
+		t.Errorf("declines (-want +got):\n%s", diff)
+	}
+}
