@@ -28,13 +28,14 @@ type realAgent struct {
 	cgroupRoot string
 }
 
-func startAgent(t *testing.T, coordinatorAddr, name, res string) *realAgent {
+func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string) *realAgent {
 	t.Helper()
 	listen := freeAddr(t)
 	root := fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9)
 	args := []string{"--coordinator", "http://" + coordinatorAddr, "--listen", listen, "--hostname", name,
 		"--work-dir", filepath.Join(t.TempDir(), name), "--cgroup-root", root, "--resources", res,
 		"--kill-grace-period", "500ms"}
+	args = append(args, extra...)
 	a := &realAgent{proc: start(t, "slackline-agent", args...), args: args, listen: listen, cgroupRoot: root}
 	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
 	return a

@@ -59,6 +59,10 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.EstimateInterval, "oversubscribed-resources-interval", time.Second, "how often the estimate is computed (and sent when it changed)")
 	fixed := fs.String("fixed-revocable", "", `resources the "fixed" estimator reports, e.g. "cpus:2"`)
 	oversubscribeMem := fs.Bool("oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
+	estCfg := estimator.DefaultConfig()
+	fs.DurationVar(&estCfg.Window, "estimator-window", estCfg.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
+	fs.Float64Var(&estCfg.Percentile, "estimator-percentile", estCfg.Percentile, "percentile of CPU samples in the window taken as a container's peak")
+	fs.DurationVar(&estCfg.PeakHalfLife, "estimator-peak-half-life", estCfg.PeakHalfLife, "half-life of the decaying peak hold")
 	var protect stringList
 	fs.Var(&protect, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 	qosNames := fs.String("qos-controller", qos.DefaultControllers, "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
@@ -96,7 +100,6 @@ func run(args []string) error {
 	cfg.UnifiedMount = cz.Layout().Unified
 	cfg.ProtectCgroups = protect
 
-	estCfg := estimator.DefaultConfig()
 	estCfg.Memory = *oversubscribeMem
 	if estCfg.Fixed, err = resources.Parse(*fixed); err != nil {
 		return fmt.Errorf("--fixed-revocable: %w", err)
