@@ -67,6 +67,12 @@ func run(args []string) error {
 	fs.Var(&protect, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 	qosNames := fs.String("qos-controller", qos.DefaultControllers, "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
 	fs.DurationVar(&cfg.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
+	qosCfg := qos.DefaultConfig()
+	fs.DurationVar(&qosCfg.Interference.RunqP99Enter, "qos-runqueue-p99", qosCfg.Interference.RunqP99Enter, "interference: guaranteed run-queue p99 above this throttles revocable work (calm below half of it)")
+	fs.DurationVar(&qosCfg.Interference.KillAfter, "qos-kill-after", qosCfg.Interference.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
+	minAvailMiB := fs.Float64("qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
+	fs.Float64Var(&qosCfg.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
+	fs.Float64Var(&qosCfg.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -108,7 +114,11 @@ func run(args []string) error {
 		return fmt.Errorf("--estimator: %w", err)
 	}
 	cfg.EstimatorName = *estimatorName
-	if cfg.QoS, err = qos.NewSet(qos.ParseNames(*qosNames), qos.DefaultConfig()); err != nil {
+	qosCfg.Interference.RunqP99Exit = qosCfg.Interference.RunqP99Enter / 2
+	if *minAvailMiB > 0 {
+		qosCfg.Memory.MinAvailableBytes, qosCfg.Memory.MinAvailableFraction = uint64(*minAvailMiB*(1<<20)), 0
+	}
+	if cfg.QoS, err = qos.NewSet(qos.ParseNames(*qosNames), qosCfg); err != nil {
 		return fmt.Errorf("--qos-controller: %w", err)
 	}
 

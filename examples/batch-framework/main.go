@@ -267,6 +267,11 @@ func (h *handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*
 			h.log.Warn("decline", "offers", len(plan.declines), "err", err)
 		}
 	}
+	if len(plan.shortDeclines) > 0 {
+		if err := c.Decline(ctx, plan.shortDeclines, frameworkapi.Filters(shortDeclineSeconds)); err != nil {
+			h.log.Warn("decline", "offers", len(plan.shortDeclines), "err", err)
+		}
+	}
 	if plan.suppress {
 		if err := c.Suppress(ctx); err != nil {
 			h.log.Warn("suppress", "err", err)
@@ -274,6 +279,11 @@ func (h *handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*
 			h.sched.setSuppressed(true)
 		}
 	}
+}
+
+// Rescind forgets a held offer the coordinator took back.
+func (h *handler) Rescind(_ context.Context, _ *frameworkapi.Client, offerID string) {
+	h.sched.rescind(offerID)
 }
 
 func (h *handler) Update(ctx context.Context, c *frameworkapi.Client, status *slacklinev1.TaskStatus) {

@@ -5,6 +5,7 @@ import (
 	"maps"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -63,8 +64,9 @@ func (l launch) offerIDs() []string { return append([]string{l.offerID}, l.extra
 
 // offerPlan is what to do with a batch of offers.
 type offerPlan struct {
-	launches []launch
-	declines []string // offer ids to decline for declineSeconds
+	launches      []launch
+	declines      []string // offer ids to decline for declineSeconds
+	shortDeclines []string // offer ids to decline for shortDeclineSeconds
 	suppress bool     // nothing is pending: stop offers
 }
 
@@ -88,10 +90,30 @@ type scheduler struct {
 	queue      []*task          // pending tasks, in launch order
 	byID       map[string]*task // every launch id handed out
 	suppressed bool
+	// held are revocable offers kept, with --revocable, until a regular
+	// offer of the same agent brings the memory their tasks need (offers of
+	// both kinds arrive separately). Holding revocable offers starves no
+	// guaranteed work, unlike holding regular ones.
+	held map[string]heldOffer
+	now  func() time.Time
 }
 
+// heldOffer is a revocable offer kept until memory comes with it.
+type heldOffer struct {
+	offer *slacklinev1.Offer
+	since time.Time
+}
+
+// holdFor is how long a revocable offer is kept waiting for a regular one.
+const holdFor = 10 * time.Second
+
+// shortDeclineSeconds is how long a regular offer without a revocable
+// partner is refused with --revocable: short, so it comes back soon to meet
+// a held revocable offer.
+const shortDeclineSeconds = 1
+
 func newScheduler(cfg schedulerConfig) *scheduler {
-	s := &scheduler{cfg: cfg, byID: make(map[string]*task)}
+	s := &scheduler{cfg: cfg, byID: make(map[string]*task), held: map[string]heldOffer{}, now: time.Now}
 	for i := range cfg.tasks {
 		t := &task{index: i}
 		s.tasks = append(s.tasks, t)
@@ -170,65 +192,96 @@ func (s *scheduler) finishPlan(plan offerPlan) offerPlan {
 // estimates cover cpus (memory only when the agent oversubscribes it), so,
 // as in Mesos, a task takes its cpus from an agent's revocable offer and
 // whatever that offer lacks (usually memory and disk) from a regular offer of
-// the same agent, accepted together. Tasks never use regular cpus.
+// the same agent, accepted together. Tasks never use regular cpus. The two
+// kinds of offers can arrive separately: a revocable offer is held (up to
+// holdFor) until a regular offer of its agent comes; a regular offer without
+// a revocable partner is declined for a second only, so it comes back soon.
 func (s *scheduler) revocableOffers(offers []*slacklinev1.Offer) offerPlan {
 	var plan offerPlan
+	now := s.now()
 	type agentOffers struct {
 		revocable, regular []*slacklinev1.Offer
 		rev, reg           resources.Resources
 	}
 	byAgent := map[string]*agentOffers{}
 	var order []string
-	for _, o := range offers {
-		res, revocable, err := frameworkapi.OfferResources(o)
-		if err != nil {
-			plan.declines = append(plan.declines, o.GetId())
-			continue
-		}
-		ao := byAgent[o.GetAgentId()]
+	group := func(agentID string) *agentOffers {
+		ao := byAgent[agentID]
 		if ao == nil {
 			ao = &agentOffers{}
-			byAgent[o.GetAgentId()] = ao
-			order = append(order, o.GetAgentId())
+			byAgent[agentID] = ao
+			order = append(order, agentID)
 		}
-		if revocable {
-			ao.revocable, ao.rev = append(ao.revocable, o), ao.rev.Add(res)
-		} else {
+		return ao
+	}
+	for _, o := range offers {
+		res, revocable, err := frameworkapi.OfferResources(o)
+		switch {
+		case err != nil:
+			plan.declines = append(plan.declines, o.GetId())
+		case revocable:
+			s.held[o.GetId()] = heldOffer{offer: o, since: now}
+		default:
+			ao := group(o.GetAgentId())
 			ao.regular, ao.reg = append(ao.regular, o), ao.reg.Add(res)
 		}
 	}
+	for _, h := range s.held {
+		res, _, _ := frameworkapi.OfferResources(h.offer)
+		ao := group(h.offer.GetAgentId())
+		ao.revocable, ao.rev = append(ao.revocable, h.offer), ao.rev.Add(res)
+	}
 	for _, agentID := range order {
 		ao := byAgent[agentID]
-		var l launch
-		if len(ao.revocable) > 0 {
-			l.offerID = ao.revocable[0].GetId()
-			for _, o := range append(ao.revocable[1:], ao.regular...) {
-				l.extra = append(l.extra, o.GetId())
-			}
-			role := frameworkapi.OfferRole(ao.revocable[0])
-			for len(s.queue) > 0 && (s.cfg.maxPerOffer == 0 || len(l.tasks) < s.cfg.maxPerOffer) {
-				rev, reg, ok := splitNeed(s.cfg.need, ao.rev, ao.reg)
-				if !ok {
-					break
-				}
-				ao.rev, ao.reg = ao.rev.Sub(rev), ao.reg.Sub(reg)
-				t := s.queue[0]
-				s.queue = s.queue[1:]
-				info := s.launchTask(t, ao.revocable[0], rev.Add(reg))
-				info.Resources = append(rev.Proto(role, true), reg.Proto(role, false)...)
-				l.tasks = append(l.tasks, info)
-			}
-		}
-		if len(l.tasks) == 0 {
-			for _, o := range append(ao.revocable, ao.regular...) {
-				plan.declines = append(plan.declines, o.GetId())
+		if len(ao.revocable) == 0 {
+			for _, o := range ao.regular {
+				plan.shortDeclines = append(plan.shortDeclines, o.GetId())
 			}
 			continue
 		}
+		var l launch
+		l.offerID = ao.revocable[0].GetId()
+		role := frameworkapi.OfferRole(ao.revocable[0])
+		for len(s.queue) > 0 && (s.cfg.maxPerOffer == 0 || len(l.tasks) < s.cfg.maxPerOffer) {
+			rev, reg, ok := splitNeed(s.cfg.need, ao.rev, ao.reg)
+			if !ok {
+				break
+			}
+			ao.rev, ao.reg = ao.rev.Sub(rev), ao.reg.Sub(reg)
+			t := s.queue[0]
+			s.queue = s.queue[1:]
+			info := s.launchTask(t, ao.revocable[0], rev.Add(reg))
+			info.Resources = append(rev.Proto(role, true), reg.Proto(role, false)...)
+			l.tasks = append(l.tasks, info)
+		}
+		if len(l.tasks) == 0 {
+			// Nothing fits: the regular offers go back briefly; the
+			// revocable ones stay held for a better partner.
+			for _, o := range ao.regular {
+				plan.shortDeclines = append(plan.shortDeclines, o.GetId())
+			}
+			continue
+		}
+		for _, o := range ao.revocable {
+			delete(s.held, o.GetId())
+		}
+		for _, o := range append(ao.revocable[1:], ao.regular...) {
+			l.extra = append(l.extra, o.GetId())
+		}
 		plan.launches = append(plan.launches, l)
+	}
+	// Held offers go back when nothing is pending or they waited long enough.
+	for id, h := range s.held {
+		if len(s.queue) == 0 || now.Sub(h.since) >= holdFor {
+			plan.declines = append(plan.declines, id)
+			delete(s.held, id)
+		}
 	}
 	return plan
 }
+
+// rescind forgets an offer the coordinator took back.
+func (s *scheduler) rescind(offerID string) { delete(s.held, offerID) }
 
 // splitNeed takes need's cpus from the revocable pool and each other scalar
 // from the revocable pool when it has enough, else from the regular one.

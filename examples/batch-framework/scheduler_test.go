@@ -3,6 +3,7 @@ package main
 import (
 	"io"
 	"testing"
+	"time"
 
 	"github.com/google/go-cmp/cmp"
 
@@ -35,7 +36,10 @@ type planSummary struct {
 }
 
 func summarize(p offerPlan) planSummary {
-	s := planSummary{Declines: p.declines, Suppress: p.suppress}
+	s := planSummary{Declines: append(p.declines, p.shortDeclines...), Suppress: p.suppress}
+	if len(s.Declines) == 0 {
+		s.Declines = nil
+	}
 	for _, l := range p.launches {
 		if s.Launches == nil {
 			s.Launches, s.Refuse = map[string][]string{}, map[string]float64{}
@@ -361,7 +365,30 @@ func TestSchedulerRevocableCPUsRegularMemory(t *testing.T) {
 			t.Errorf("task %s resources regular %v revocable %v (%v), want mem:64 and cpus:0.5", info.GetTaskId(), regular, revocable, err)
 		}
 	}
-	if diff := cmp.Diff([]string{"r2"}, plan.declines); diff != "" {
-		t.Errorf("declines (-want +got):\n%s", diff)
+	// The other agent's regular offer has no revocable partner: it goes
+	// back for a second only.
+	if len(plan.declines) != 0 || len(plan.shortDeclines) != 1 || plan.shortDeclines[0] != "r2" {
+		t.Fatalf("declines %v, short declines %v: want r2 declined briefly", plan.declines, plan.shortDeclines)
+	}
+	// A lone revocable offer is held until memory comes, then used.
+	lone := &slacklinev1.Offer{Id: "v2", AgentId: "c", Resources: resources.MustParse("cpus:1").Proto("*", true)}
+	if plan := s.offers([]*slacklinev1.Offer{lone}); len(plan.launches) != 0 || s.held["v2"].offer == nil {
+		t.Fatalf("plan %+v, held %v: want v2 held", plan, s.held)
+	}
+	mem := &slacklinev1.Offer{Id: "r3", AgentId: "c", Resources: resources.MustParse("mem:512").Proto("*", false)}
+	plan = s.offers([]*slacklinev1.Offer{mem})
+	if len(plan.launches) != 1 || len(plan.launches[0].tasks) != 2 {
+		t.Fatalf("plan %+v, want two tasks on v2 + r3", plan)
+	}
+	if diff := cmp.Diff([]string{"v2", "r3"}, plan.launches[0].offerIDs()); diff != "" {
+		t.Errorf("offers accepted (-want +got):\n%s", diff)
+	}
+	// Held too long, a revocable offer goes back.
+	late := &slacklinev1.Offer{Id: "v3", AgentId: "d", Resources: resources.MustParse("cpus:1").Proto("*", true)}
+	s.offers([]*slacklinev1.Offer{late})
+	start := s.held["v3"].since
+	s.now = func() time.Time { return start.Add(holdFor) }
+	if plan := s.offers(nil); len(plan.declines) != 1 || plan.declines[0] != "v3" {
+		t.Fatalf("declines after holdFor = %v, want v3", plan.declines)
 	}
 }

@@ -1,0 +1,172 @@
+package e2e
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/privileged"
+	"github.com/slackline/slackline/resources"
+)
+
+func corrections(t *testing.T, a *realAgent) []*slacklinev1.Correction {
+	resp, err := a.node().GetCorrections(context.Background(), connect.NewRequest(&slacklinev1.GetCorrectionsRequest{}))
+	if err != nil {
+		return nil
+	}
+	return resp.Msg.GetCorrections()
+}
+
+// revocableTasks counts a framework's revocable tasks by state.
+func revocableTasks(t *testing.T, addr, name string) map[slacklinev1.TaskState][]*slacklinev1.Task {
+	out := map[slacklinev1.TaskState][]*slacklinev1.Task{}
+	for _, task := range taskStatuses(t, addr, name) {
+		if _, rev, _ := resources.FromProto(task.GetResources()); !rev.IsEmpty() {
+			out[task.GetState()] = append(out[task.GetState()], task)
+		}
+	}
+	return out
+}
+
+// TestQoSInterference: revocable CPU hogs run in the slack of an idle
+// guaranteed task; when the guaranteed task turns CPU-bound (beyond its two
+// CPUs, so its run-queue latency and CPU pressure rise) the interference
+// controller throttles the revocable subtree, then, as throttling to the
+// floor does not help, preempts revocable tasks (TASK_STATE_KILLED,
+// REASON_CONTAINER_PREEMPTED, the signal in the message); when the load
+// ends it raises the limit again.
+//
+// On this kernel the revocable subtree also has cpu.idle, which already
+// isolates CPU well, so the latency here comes from the guaranteed task
+// itself: the test checks the controller's reaction, not that hogs caused it.
+func TestQoSInterference(t *testing.T) {
+	privileged.Require(t)
+	addr, _, _ := startCoordinator(t)
+	agent := startAgent(t, addr, "qos", "cpus:2;mem:2048", "--monitor-interval", "100ms",
+		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "interference",
+		"--qos-kill-after", "2s")
+	waitAgentsActive(t, addr, 1)
+	dir := t.TempDir()
+	busy := filepath.Join(dir, "busy")
+	calm := filepath.Join(dir, "calm")
+	guaranteed := fmt.Sprintf(`while [ ! -f %[1]s ]; do sleep 0.1; done; for i in 1 2 3 4; do (while [ ! -f %[2]s ]; do :; done) & done; wait; sleep 1000`, busy, calm)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
+		"--task-resources", "cpus:2;mem:64", "--command", guaranteed)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "hogs", "--revocable", "--tasks", "3",
+		"--max-attempts", "1", "--task-resources", "cpus:0.3;mem:32", "--command", "while :; do :; done")
+	eventually(t, 60*time.Second, func() string {
+		if n := len(revocableTasks(t, addr, "hogs")[slacklinev1.TaskState_TASK_STATE_RUNNING]); n != 3 {
+			return fmt.Sprintf("%d revocable hogs running", n)
+		}
+		return ""
+	})
+
+	if err := os.WriteFile(busy, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var throttle *slacklinev1.Correction
+	eventually(t, 30*time.Second, func() string {
+		for _, c := range corrections(t, agent) {
+			if c.GetKind() == slacklinev1.CorrectionKind_CORRECTION_KIND_THROTTLE {
+				throttle = c
+				return ""
+			}
+		}
+		return "no THROTTLE recorded"
+	})
+	if throttle.GetContainerId() != "" || throttle.GetCpuLimit() <= 0 || throttle.GetReason() == "" || throttle.GetReactionSeconds() <= 0 {
+		t.Fatalf("throttle %v: want the revocable subtree limited, with a reason and a reaction time", throttle)
+	}
+	eventually(t, 60*time.Second, func() string {
+		killed := revocableTasks(t, addr, "hogs")[slacklinev1.TaskState_TASK_STATE_KILLED]
+		for _, task := range killed {
+			st := task.GetStatus()
+			if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || st.GetMessage() == "" {
+				return fmt.Sprintf("killed hog %s: reason %v message %q, want REASON_CONTAINER_PREEMPTED with the signal", task.GetTaskId(), st.GetReason(), st.GetMessage())
+			}
+			return ""
+		}
+		return "no revocable task preempted"
+	})
+
+	if err := os.WriteFile(calm, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 60*time.Second, func() string {
+		for _, c := range corrections(t, agent) {
+			if c.GetKind() == slacklinev1.CorrectionKind_CORRECTION_KIND_UNTHROTTLE {
+				return ""
+			}
+		}
+		return "no UNTHROTTLE after the load ended"
+	})
+	// Guaranteed tasks are never corrected.
+	if n := len(taskStatuses(t, addr, "guaranteed")); n != 1 {
+		t.Fatalf("guaranteed tasks: %d", n)
+	}
+	for _, task := range taskStatuses(t, addr, "guaranteed") {
+		if task.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("guaranteed task %v", task.GetState())
+		}
+	}
+}
+
+// TestQoSMemory: a memory hog in the revocable subtree is killed when the
+// node runs short of memory, before guaranteed work suffers. The node's
+// threshold is set just below what is available now, so a 1.5 GiB hog
+// crosses it on any host.
+func TestQoSMemory(t *testing.T) {
+	privileged.Require(t)
+	avail, err := memAvailableMiB()
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr, _, _ := startCoordinator(t)
+	startAgent(t, addr, "qosmem", "cpus:2;mem:4096", "--monitor-interval", "100ms",
+		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "memory",
+		"--qos-memory-min-available", fmt.Sprint(avail-1024))
+	waitAgentsActive(t, addr, 1)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
+		"--task-resources", "cpus:1.5;mem:64", "--command", "sleep 1000")
+	// tail holds its whole input in memory when it has no newline.
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
+		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", "head -c 1536M /dev/zero | tail")
+	eventually(t, 90*time.Second, func() string {
+		killed := revocableTasks(t, addr, "memhog")[slacklinev1.TaskState_TASK_STATE_KILLED]
+		if len(killed) == 0 {
+			return "memory hog not killed"
+		}
+		st := killed[0].GetStatus()
+		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || !strings.Contains(strings.ToLower(st.GetMessage()), "mem") {
+			return fmt.Sprintf("memory hog killed with %v %q, want REASON_CONTAINER_PREEMPTED naming memory", st.GetReason(), st.GetMessage())
+		}
+		return ""
+	})
+	for _, task := range taskStatuses(t, addr, "guaranteed") {
+		if task.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("guaranteed task %v: want it untouched", task.GetState())
+		}
+	}
+}
+
+func memAvailableMiB() (float64, error) {
+	raw, err := os.ReadFile("/proc/meminfo")
+	if err != nil {
+		return 0, err
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
+			var kb float64
+			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
+			return kb / 1024, err
+		}
+	}
+	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+}
