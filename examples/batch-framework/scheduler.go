@@ -67,7 +67,7 @@ type offerPlan struct {
 	launches      []launch
 	declines      []string // offer ids to decline for declineSeconds
 	shortDeclines []string // offer ids to decline for shortDeclineSeconds
-	suppress bool     // nothing is pending: stop offers
+	suppress      bool     // nothing is pending: stop offers
 }
 
 // outcome is what an update changed.
