@@ -40,6 +40,14 @@ type InterferenceConfig struct {
 	// without waiting for the next percentile sample; 0 ignores events.
 	// Default 5.
 	EventCount int
+	// MinAttributedDelay: when eBPF attribution is available (a container's
+	// DelayedBy is not nil), a guaranteed container's run-queue or PSI
+	// violation counts only if revocable containers delayed it at least this
+	// much over the last interval, and only threshold events with a
+	// revocable culprit count. Work that suffers from itself or from
+	// something outside Slackline is not the revocable tasks' fault and
+	// throttling them would not help. 0 turns the check off. Default 1 ms.
+	MinAttributedDelay time.Duration
 	// EventWindow is the sliding window for EventCount. Default 250 ms.
 	EventWindow time.Duration
 	// DecreaseFactor multiplies the revocable subtree's CPU limit at each
@@ -115,6 +123,7 @@ func DefaultConfig() Config {
 			RunqP99Exit:          500 * time.Microsecond,
 			CPUPressureEnter:     25,
 			CPUPressureExit:      10,
+			MinAttributedDelay:   time.Millisecond,
 			EventLatency:         time.Millisecond,
 			EventCount:           5,
 			EventWindow:          250 * time.Millisecond,

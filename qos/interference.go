@@ -142,6 +142,9 @@ func (c *Interference) keepEvents(events []Event, byID map[string]*Container, no
 		if !ok || !victim.guarded() || e.Latency < c.cfg.EventLatency || e.Time.After(now) {
 			continue
 		}
+		if c.cfg.MinAttributedDelay > 0 && victim.DelayedBy != nil && e.Culprit == "" {
+			continue // attribution says no revocable task held the CPU
+		}
 		c.events = append(c.events, e)
 	}
 	slices.SortStableFunc(c.events, func(a, b Event) int { return a.Time.Compare(b.Time) })
@@ -179,6 +182,9 @@ func (c *Interference) assess(containers []Container, now time.Time) (worst *vio
 			continue
 		}
 		sampled := ct.sampledAt(now)
+		if !c.attributed(ct) {
+			continue // not the revocable tasks' doing: neither violation nor alarm
+		}
 		if ct.RunqP99 > c.cfg.RunqP99Enter {
 			consider(violation{
 				reason:   fmt.Sprintf("%s run-queue p99 %s > %s", ct.ID, formatDuration(ct.RunqP99), formatDuration(c.cfg.RunqP99Enter)),
@@ -233,6 +239,19 @@ func (c *Interference) assess(containers []Container, now time.Time) (worst *vio
 		worst.signalAt = earliest
 	}
 	return worst, staleViolation, calm
+}
+
+// attributed reports whether revocable containers delayed ct enough to
+// count its violations: always when attribution is off or unavailable.
+func (c *Interference) attributed(ct *Container) bool {
+	if c.cfg.MinAttributedDelay <= 0 || ct.DelayedBy == nil {
+		return true
+	}
+	var total time.Duration
+	for _, d := range ct.DelayedBy {
+		total += d
+	}
+	return total >= c.cfg.MinAttributedDelay
 }
 
 // updateCap forgets the level not to exceed when the guaranteed work's CPU

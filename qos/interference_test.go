@@ -412,3 +412,30 @@ func TestInterferenceFailedProbeIsUndone(t *testing.T) {
 		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
+
+// With eBPF attribution, a guaranteed container that suffers from itself
+// (no delay by revocable containers) triggers no throttle; the same signal
+// with revocable delay does.
+func TestInterferenceNeedsAttribution(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	now := time.Unix(1000, 0)
+	input := func(delayed map[string]time.Duration) qos.Input {
+		return qos.Input{Now: now, Node: qos.Node{CPUs: 2}, Containers: []qos.Container{
+			{ID: "web", CPUAllocated: 2, CPU: 1.9, RunqP99: 5 * time.Millisecond, DelayedBy: delayed, SampledAt: now},
+			{ID: "hog", Revocable: true, CPUAllocated: 0.5, CPU: 0.5, StartedAt: now.Add(-time.Minute), SampledAt: now},
+		}}
+	}
+	c := qos.NewInterference(cfg.Interference, cfg.KillRetry)
+	if got := c.Evaluate(input(map[string]time.Duration{})); len(got) != 0 {
+		t.Fatalf("self-inflicted latency: corrections %v, want none", got)
+	}
+	got := c.Evaluate(input(map[string]time.Duration{"hog": 3 * time.Millisecond}))
+	if len(got) != 1 || got[0].Kind != qos.Throttle {
+		t.Fatalf("latency caused by the hog: corrections %v, want one throttle", got)
+	}
+	// Without attribution data (no eBPF) the signal alone counts.
+	c = qos.NewInterference(cfg.Interference, cfg.KillRetry)
+	if got := c.Evaluate(input(nil)); len(got) != 1 || got[0].Kind != qos.Throttle {
+		t.Fatalf("no attribution data: corrections %v, want one throttle", got)
+	}
+}

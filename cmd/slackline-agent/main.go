@@ -69,6 +69,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
 	qosCfg := qos.DefaultConfig()
 	fs.DurationVar(&qosCfg.Interference.RunqP99Enter, "qos-runqueue-p99", qosCfg.Interference.RunqP99Enter, "interference: guaranteed run-queue p99 above this throttles revocable work (calm below half of it)")
+	fs.DurationVar(&qosCfg.Interference.MinAttributedDelay, "qos-min-attributed-delay", qosCfg.Interference.MinAttributedDelay, "interference: with eBPF, act only on latency that revocable tasks caused at least this much of per interval (0: act on any)")
 	fs.DurationVar(&qosCfg.Interference.KillAfter, "qos-kill-after", qosCfg.Interference.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
 	minAvailMiB := fs.Float64("qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
 	fs.Float64Var(&qosCfg.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")

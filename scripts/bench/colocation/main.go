@@ -75,7 +75,7 @@ func run() error {
 	flag.IntVar(&o.rate, "rate", 400, "requests per second sent to the server")
 	flag.DurationVar(&o.duration, "duration", 30*time.Second, "load duration per run")
 	flag.DurationVar(&o.work, "work", 500*time.Microsecond, "CPU work per request")
-	flag.IntVar(&o.bestEffort, "best-effort-tasks", 4, "best-effort CPU hogs to queue")
+	flag.IntVar(&o.bestEffort, "best-effort-tasks", 6, "best-effort CPU hogs to queue")
 	flag.StringVar(&o.out, "out", "colocation.png", "PNG of latency and throttle level over time")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -116,10 +116,13 @@ func run() error {
 			100*r.nodeUtil, r.serverCores, r.beCores)
 	}
 	alone, qos := results[0], results[2]
-	idle := float64(numCPU()) - alone.serverCores
-	fmt.Printf("\nserver p99 with best-effort under interference / alone: %.2fx (goal <= 1.2x)\n",
-		float64(pct(qos.latencies, 0.99))/float64(pct(alone.latencies, 0.99)))
-	fmt.Printf("best-effort used %.0f%% of the CPU the server leaves idle (%.2f of %.2f cores; goal >= 50%%)\n",
+	// What the node leaves idle with the server alone (the load generator
+	// runs on this host too and uses CPU the best-effort work cannot have).
+	idle := float64(numCPU()) * (1 - alone.nodeUtil)
+	fmt.Printf("\nserver p99 with best-effort under interference / alone: %.2fx (goal <= 1.2x); noop / alone: %.2fx\n",
+		float64(pct(qos.latencies, 0.99))/float64(pct(alone.latencies, 0.99)),
+		float64(pct(results[1].latencies, 0.99))/float64(pct(alone.latencies, 0.99)))
+	fmt.Printf("best-effort used %.0f%% of the CPU left idle with the server alone (%.2f of %.2f cores; goal >= 50%%)\n",
 		100*qos.beCores/idle, qos.beCores, idle)
 	if err := drawPNG(results, o.out); err != nil {
 		return err
@@ -182,11 +185,12 @@ func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 	time.Sleep(300 * time.Millisecond)
 	if err := startProc("slackline-agent", "--coordinator", "http://"+coordAddr, "--listen", agentAddr,
 		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
-		"--qos-controller", qos, "--monitor-interval", "100ms"); err != nil {
+		"--qos-controller", qos, "--monitor-interval", "100ms", "--estimator-window", "10s"); err != nil {
 		return result{}, err
 	}
 
-	// The latency-critical server: a guaranteed task of one CPU.
+	// The latency-critical server: a guaranteed task holding the whole node,
+	// so that what it leaves idle is slack (revocable), not unallocated.
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
 	launched := false
 	var mu sync.Mutex
@@ -205,7 +209,7 @@ func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 			}
 			launched = true
 			cmd := fmt.Sprintf("%s --listen %s --work %s", filepath.Join(o.binDir, "latency-server"), serverAddr, o.work)
-			task := frameworkapi.NewTask("server", "server", off, resources.MustParse("cpus:1;mem:256"), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
+			task := frameworkapi.NewTask("server", "server", off, resources.MustParse("cpus:2;mem:256"), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
 			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
 		}
 	}})
@@ -215,7 +219,7 @@ func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 	if bestEffort {
 		hog := `while :; do :; done`
 		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
-			"--tasks", strconv.Itoa(o.bestEffort), "--task-resources", "cpus:0.5;mem:32", "--command", hog); err != nil {
+			"--tasks", strconv.Itoa(o.bestEffort), "--task-resources", "cpus:0.25;mem:32", "--command", hog); err != nil {
 			return result{}, err
 		}
 		// Give the estimator time to offer slack and the hogs time to start.
@@ -339,16 +343,14 @@ func numCPU() int {
 	return n
 }
 
-// cgroupCPU returns CPU-seconds used by a subtree of the agent's root
-// (v1 cpuacct on hybrid hosts, cpu.stat in the v2 tree otherwise).
+// cgroupCPU returns CPU-seconds used by a subtree of the agent's root, from
+// cpu.stat in the v2 tree (/sys/fs/cgroup/unified on hybrid hosts), which
+// counts the subtree's children too.
 func cgroupCPU(root, sub string) float64 {
-	for _, base := range []string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpuacct"} {
-		if raw, err := os.ReadFile(filepath.Join(base, root, sub, "cpuacct.usage")); err == nil {
-			ns, _ := strconv.ParseFloat(strings.TrimSpace(string(raw)), 64)
-			return ns / 1e9
-		}
+	raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/unified", root, sub, "cpu.stat"))
+	if err != nil {
+		raw, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", root, sub, "cpu.stat"))
 	}
-	raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", root, sub, "cpu.stat"))
 	if err != nil {
 		return 0
 	}
