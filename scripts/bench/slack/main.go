@@ -1,0 +1,211 @@
+// Command slack measures slack-to-offer latency (run as root): a guaranteed
+// task holding the whole node alternates between burning both CPUs and
+// idling; each time it stops burning, the time until a framework with the
+// REVOCABLE_RESOURCES capability receives a revocable offer of at least
+// --min-cpus is one trial. It also reports the pipeline part alone: from the
+// agent computing a new estimate to the offer (GetEstimate's timestamp).
+//
+//	sudo go run ./scripts/bench/slack --trials 10                       # default agent flags
+//	sudo go run ./scripts/bench/slack --trials 10 -- --estimator-window 2s --estimator-peak-half-life 500ms
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench slack:", err)
+		os.Exit(1)
+	}
+}
+
+func freeAddr() string {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		panic(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+func run() error {
+	trials := flag.Int("trials", 10, "busy -> idle transitions measured")
+	busyFor := flag.Duration("busy", 3*time.Second, "how long the guaranteed task burns before each trial")
+	minCPUs := flag.Float64("min-cpus", 1, "revocable cpus an offer must carry to end a trial")
+	timeout := flag.Duration("timeout", 3*time.Minute, "give up on a trial after this long")
+	flag.Parse()
+	agentFlags := flag.Args()
+	if os.Geteuid() != 0 {
+		return fmt.Errorf("needs root (the agent creates cgroups)")
+	}
+	dir, err := os.MkdirTemp("", "slackline-bench-slack")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-agent")
+	build.Stdout, build.Stderr = os.Stdout, os.Stderr
+	if err := build.Run(); err != nil {
+		return fmt.Errorf("build: %w", err)
+	}
+	coordAddr, agentAddr := freeAddr(), freeAddr()
+	root := fmt.Sprintf("slackline-bench-slack-%d", os.Getpid())
+	defer cgrouptest.RemoveRoot(root)
+	args := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr, "--work-dir", filepath.Join(dir, "agent"),
+		"--cgroup-root", root, "--resources", "cpus:2;mem:4096", "--log-level", "warn", "--qos-controller", "noop"}, agentFlags...)
+	for _, p := range []*exec.Cmd{
+		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn"),
+		exec.Command(filepath.Join(dir, "slackline-agent"), args...),
+	} {
+		p.Stderr = os.Stderr
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		defer p.Process.Kill()
+		time.Sleep(300 * time.Millisecond)
+	}
+	fmt.Println("agent flags:", agentFlags)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	busy := filepath.Join(dir, "busy")
+	// The guaranteed task: burns both CPUs while the file exists.
+	script := fmt.Sprintf(`while :; do while [ ! -f %[1]s ]; do sleep 0.02; done; (while [ -f %[1]s ]; do :; done) & while [ -f %[1]s ]; do :; done; wait; done`, busy)
+	var mu sync.Mutex
+	var launched bool
+	var lastRevocable time.Time
+	var lastCPUs float64
+	offerSeen := make(chan struct{}, 1)
+	handler := frameworkapi.HandlerFuncs{OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range offers {
+			res, rev, _ := frameworkapi.OfferResources(o)
+			switch {
+			case rev:
+				lastRevocable, lastCPUs = time.Now(), res.CPUs()
+				select {
+				case offerSeen <- struct{}{}:
+				default:
+				}
+				// Decline at once (filter 0): each new estimate is offered afresh.
+				_ = c.Decline(ctx, []string{o.GetId()}, frameworkapi.Filters(0))
+			case !launched && res.CPUs() >= 2:
+				launched = true
+				task := frameworkapi.NewTask("guaranteed", "guaranteed", o, resources.MustParse("cpus:2;mem:64"), &slacklinev1.CommandInfo{Value: script, Shell: true})
+				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
+			default:
+				_ = c.Decline(ctx, []string{o.GetId()}, frameworkapi.Filters(3600))
+			}
+		}
+	}}
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: "http://" + coordAddr, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "slack-bench", Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES}}})
+	if err != nil {
+		return err
+	}
+	go fw.Run(ctx, handler)
+	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
+
+	var total, pipeline []time.Duration
+	for i := range *trials {
+		// Burn until the estimate has shrunk below the threshold.
+		if err := os.WriteFile(busy, nil, 0o644); err != nil {
+			return err
+		}
+		time.Sleep(*busyFor)
+		deadline := time.Now().Add(*timeout)
+		for estimateCPUs(ctx, node) >= *minCPUs && time.Now().Before(deadline) {
+			time.Sleep(100 * time.Millisecond)
+		}
+		// Stop burning: slack appears now.
+		idleAt := time.Now()
+		if err := os.Remove(busy); err != nil {
+			return err
+		}
+		var offerAt time.Time
+		for time.Now().Before(deadline) {
+			<-time.After(20 * time.Millisecond)
+			mu.Lock()
+			if lastRevocable.After(idleAt) && lastCPUs >= *minCPUs {
+				offerAt = lastRevocable
+			}
+			mu.Unlock()
+			if !offerAt.IsZero() {
+				break
+			}
+		}
+		if offerAt.IsZero() {
+			mu.Lock()
+			defer mu.Unlock()
+			return fmt.Errorf("trial %d: no revocable offer of %v cpus within %v (guaranteed task launched: %v; last revocable offer %v cpus at %v; estimate now %v cpus)",
+				i, *minCPUs, *timeout, launched, lastCPUs, lastRevocable.Format(time.TimeOnly), estimateCPUs(ctx, node))
+		}
+		estAt := estimateTime(ctx, node)
+		total = append(total, offerAt.Sub(idleAt))
+		if !estAt.IsZero() && !offerAt.Before(estAt) {
+			pipeline = append(pipeline, offerAt.Sub(estAt))
+		}
+		fmt.Printf("trial %d: usage drop -> revocable offer %v\n", i, offerAt.Sub(idleAt).Round(time.Millisecond))
+	}
+	report := func(name string, ds []time.Duration) {
+		if len(ds) == 0 {
+			return
+		}
+		slices.Sort(ds)
+		p := func(q float64) time.Duration { return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond) }
+		fmt.Printf("%s over %d trials: p50 %v  p99 %v  max %v\n", name, len(ds), p(0.5), p(0.99), ds[len(ds)-1].Round(time.Millisecond))
+	}
+	report("slack-to-offer (usage drops -> revocable offer at the framework)", total)
+	report("pipeline (estimate computed -> revocable offer at the framework)", pipeline)
+	return nil
+}
+
+func estimate(ctx context.Context, node slacklinev1connect.NodeServiceClient) (*slacklinev1.GetEstimateResponse, error) {
+	resp, err := node.GetEstimate(ctx, connect.NewRequest(&slacklinev1.GetEstimateRequest{}))
+	if err != nil {
+		return nil, err
+	}
+	return resp.Msg, nil
+}
+
+func estimateCPUs(ctx context.Context, node slacklinev1connect.NodeServiceClient) float64 {
+	e, err := estimate(ctx, node)
+	if err != nil {
+		return 0
+	}
+	_, rev, _ := resources.FromProto(e.GetRevocable())
+	return rev.CPUs()
+}
+
+func estimateTime(ctx context.Context, node slacklinev1connect.NodeServiceClient) time.Time {
+	e, err := estimate(ctx, node)
+	if err != nil || e.GetTimestamp() == nil {
+		return time.Time{}
+	}
+	return e.GetTimestamp().AsTime()
+}
