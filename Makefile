@@ -51,7 +51,12 @@ bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 	$(GO) run ./scripts/bench/offerlatency
 	$(GO) run ./scripts/bench/scale
-	@if [ "$$(id -u)" = 0 ]; then $(GO) run ./scripts/bench/agent; else echo "bench: agent launch latency needs root; skipped"; fi
+	$(GO) run ./cmd/slackline-backtest run
+	@if [ "$$(id -u)" = 0 ]; then \
+		$(GO) run ./scripts/bench/agent && \
+		$(GO) run ./scripts/bench/slack --trials 5 -- --monitor-interval 100ms --estimator-window 2s --estimator-peak-half-life 500ms && \
+		$(GO) run ./scripts/bench/colocation --out colocation.png; \
+	else echo "bench: the agent, slack and colocation benchmarks need root; skipped"; fi
 
 run: build
 	./scripts/run-local.sh
