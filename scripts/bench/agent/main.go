@@ -13,17 +13,15 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
+	"github.com/slackline/slackline/internal/benchutil"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/resources"
@@ -36,14 +34,6 @@ func main() {
 	}
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func run() error {
 	trials := flag.Int("trials", 100, "tasks launched one at a time for the latency figures")
@@ -58,12 +48,10 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-agent")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent"); err != nil {
+		return err
 	}
-	coordAddr, agentAddr := freeAddr(), freeAddr()
+	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-bench-%d", os.Getpid())
 	procs := []*exec.Cmd{
 		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn"),
@@ -150,33 +138,10 @@ func run() error {
 }
 
 func measure(pid int, window time.Duration) (cores, rssMiB float64) {
-	c0 := cpuSeconds(pid)
+	c0, _ := benchutil.CPUSeconds(pid)
 	t0 := time.Now()
 	time.Sleep(window)
-	return (cpuSeconds(pid) - c0) / time.Since(t0).Seconds(), float64(rssBytes(pid)) / (1 << 20)
-}
-
-func cpuSeconds(pid int) float64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100
-}
-
-func rssBytes(pid int) int64 {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "VmRSS:"); ok {
-			kb, _ := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10
-		}
-	}
-	return 0
+	c1, _ := benchutil.CPUSeconds(pid)
+	rss, _ := benchutil.RSSBytes(pid)
+	return (c1 - c0) / time.Since(t0).Seconds(), float64(rss) / (1 << 20)
 }

@@ -17,7 +17,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -30,6 +29,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
+	"github.com/slackline/slackline/internal/benchutil"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/resources"
@@ -87,11 +87,9 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	o.binDir = dir
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-agent",
-		"./examples/batch-framework", "./scripts/bench/colocation/latency-server")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent",
+		"./examples/batch-framework", "./scripts/bench/colocation/latency-server"); err != nil {
+		return err
 	}
 	var results []result
 	for _, r := range []struct {
@@ -132,22 +130,9 @@ func run() error {
 }
 
 func pct(ds []time.Duration, p float64) time.Duration {
-	if len(ds) == 0 {
-		return 0
-	}
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[int(p*float64(len(s)-1))].Round(10 * time.Microsecond)
+	return benchutil.Percentile(ds, p, 10*time.Microsecond)
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 	fmt.Printf("== %s\n", name)
@@ -158,7 +143,7 @@ func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 		return result{}, err
 	}
 	defer os.RemoveAll(work)
-	coordAddr, agentAddr, serverAddr := freeAddr(), freeAddr(), freeAddr()
+	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-coloc-%d", time.Now().UnixNano()%1e9)
 	defer cgrouptest.RemoveRoot(root)
 	var procs []*exec.Cmd

@@ -8,7 +8,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"flag"
 	"fmt"
@@ -17,7 +16,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"syscall"
 	"time"
 
@@ -25,6 +23,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/server"
 )
 
@@ -44,10 +43,8 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-sim")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-sim"); err != nil {
+		return err
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -93,46 +90,16 @@ func run() error {
 		time.Sleep(time.Second)
 	}
 	registered := time.Since(started)
-	cpu0, _ := cpuSeconds(coord.Process.Pid)
+	cpu0, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	t0 := time.Now()
 	time.Sleep(*window)
-	cpu1, _ := cpuSeconds(coord.Process.Pid)
+	cpu1, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	elapsed := time.Since(t0).Seconds()
-	rss, _ := rssBytes(coord.Process.Pid)
-	simCPU, _ := cpuSeconds(sim.Process.Pid)
-	simRSS, _ := rssBytes(sim.Process.Pid)
+	rss, _ := benchutil.RSSBytes(coord.Process.Pid)
+	simCPU, _ := benchutil.CPUSeconds(sim.Process.Pid)
+	simRSS, _ := benchutil.RSSBytes(sim.Process.Pid)
 	fmt.Printf("%d agents registered in %v\n", *agents, registered.Round(time.Millisecond))
 	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
 	fmt.Printf("slackline-sim: CPU %.1f s in total since start, RSS %.1f MiB\n", simCPU, float64(simRSS)/(1<<20))
 	return nil
-}
-
-// cpuSeconds returns utime+stime of a process from /proc/PID/stat.
-func cpuSeconds(pid int) (float64, error) {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, err
-	}
-	// Fields after the command name, which is in parentheses.
-	fields := strings.Fields(string(raw[strings.LastIndexByte(string(raw), ')')+2:]))
-	utime, _ := strconv.ParseFloat(fields[11], 64)
-	stime, _ := strconv.ParseFloat(fields[12], 64)
-	return (utime + stime) / 100, nil // USER_HZ is 100 on Linux
-}
-
-// rssBytes returns VmRSS of a process from /proc/PID/status.
-func rssBytes(pid int) (int64, error) {
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if rest, ok := strings.CutPrefix(sc.Text(), "VmRSS:"); ok {
-			kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(rest), " kB"), 10, 64)
-			return kb << 10, err
-		}
-	}
-	return 0, fmt.Errorf("no VmRSS for pid %d", pid)
 }

@@ -15,7 +15,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,6 +28,7 @@ import (
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -41,14 +41,6 @@ func main() {
 	}
 }
 
-func freeAddr() string {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer ln.Close()
-	return ln.Addr().String()
-}
 
 func run() error {
 	trials := flag.Int("trials", 10, "busy -> idle transitions measured")
@@ -65,12 +57,10 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	build := exec.Command("go", "build", "-o", dir+"/", "./cmd/slackline-coordinator", "./cmd/slackline-agent")
-	build.Stdout, build.Stderr = os.Stdout, os.Stderr
-	if err := build.Run(); err != nil {
-		return fmt.Errorf("build: %w", err)
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent"); err != nil {
+		return err
 	}
-	coordAddr, agentAddr := freeAddr(), freeAddr()
+	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-bench-slack-%d", os.Getpid())
 	defer cgrouptest.RemoveRoot(root)
 	args := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr, "--work-dir", filepath.Join(dir, "agent"),
