@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
-	"github.com/slackline/slackline/internal/benchutil"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/resources"
 )
@@ -33,7 +33,6 @@ func main() {
 		os.Exit(1)
 	}
 }
-
 
 func run() error {
 	trials := flag.Int("trials", 100, "tasks launched one at a time for the latency figures")

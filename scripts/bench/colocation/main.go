@@ -28,8 +28,8 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/frameworkapi"
-	"github.com/slackline/slackline/internal/benchutil"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/resources"
 )
@@ -131,7 +131,6 @@ func run() error {
 func pct(ds []time.Duration, p float64) time.Duration {
 	return benchutil.Percentile(ds, p, 10*time.Microsecond)
 }
-
 
 func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
 	fmt.Printf("== %s\n", name)

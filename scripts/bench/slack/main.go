@@ -41,7 +41,6 @@ func main() {
 	}
 }
 
-
 func run() error {
 	trials := flag.Int("trials", 10, "busy -> idle transitions measured")
 	busyFor := flag.Duration("busy", 3*time.Second, "how long the guaranteed task burns before each trial")
