@@ -108,6 +108,9 @@ type Agent struct {
 
 	mu      sync.Mutex
 	agentID string
+	// previousAgentID is the id this host had before a reboot, told to the
+	// coordinator until the agent registered under its new id.
+	previousAgentID string
 	session string
 	tasks   map[taskKey]*agentTask
 	// byContainer maps container ids to tasks.
@@ -254,6 +257,7 @@ func (a *Agent) recover(ctx context.Context) error {
 	}
 	if agentID != "" && previousBoot != a.bootID {
 		a.log.Warn("host rebooted since the last run: registering as a new agent; old tasks are reported lost", "old_agent", agentID)
+		a.previousAgentID = agentID
 		agentID = ""
 	}
 	a.agentID = agentID
@@ -384,6 +388,7 @@ func (a *Agent) serveSession(ctx context.Context) error {
 	}
 	a.mu.Lock()
 	a.agentID, a.session = agentID, sessionID
+	a.previousAgentID = ""
 	a.mu.Unlock()
 	a.log.Info("registered", "agent", agentID, "coordinator", a.cfg.Coordinator, "resources", a.total.String())
 	a.updates.resendAll()
@@ -414,6 +419,7 @@ func (a *Agent) registerRequest() *slacklinev1.RegisterRequest {
 		attrs = append(attrs, &slacklinev1.Attribute{Name: k, Value: v})
 	}
 	req := &slacklinev1.RegisterRequest{
+		PreviousAgentId: a.previousAgentID,
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
 		AgentInfo: &slacklinev1.AgentInfo{
 			Id: a.agentID, Hostname: a.cfg.Hostname, Resources: a.total.Proto("", false),

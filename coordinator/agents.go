@@ -113,13 +113,20 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 		registeredAt = a.registeredAt
 		needWrite = a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || !proto.Equal(a.info, info)
 	}
+	rebooted := c.rebootedAgent(req.Msg.GetPreviousAgentId(), info)
 	c.mu.Unlock()
 
+	var writes []store.Mutation
 	if needWrite {
 		rec := &slacklinev1.AgentRecord{Info: info, State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, RegisteredTime: timestamppb.New(registeredAt)}
-		if err := c.store.Apply(ctx, store.Put(store.BucketAgents, info.GetId(), mustMarshal(rec))); err != nil {
-			return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist agent: %w", err))
-		}
+		writes = append(writes, store.Put(store.BucketAgents, info.GetId(), mustMarshal(rec)))
+	}
+	if rebooted != nil {
+		rec := &slacklinev1.AgentRecord{Info: rebooted.info, State: slacklinev1.AgentState_AGENT_STATE_GONE, RegisteredTime: timestamppb.New(rebooted.registeredAt)}
+		writes = append(writes, store.Put(store.BucketAgents, rebooted.id, mustMarshal(rec)))
+	}
+	if err := c.store.Apply(ctx, writes...); err != nil {
+		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist agent: %w", err))
 	}
 
 	c.mu.Lock()
@@ -129,6 +136,9 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 		// Went DOWN while the record was written; recovery and the next
 		// registration sort the record out.
 		return nil, downMachineError(am.machine)
+	}
+	if rebooted != nil && rebooted.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+		c.retireRebootedAgent(rebooted, info.GetId(), now)
 	}
 	a := c.agents[info.GetId()]
 	if a == nil {
@@ -516,4 +526,50 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 func (c *Coordinator) agentRecord(a *agent) store.Mutation {
 	rec := &slacklinev1.AgentRecord{Info: a.info, State: a.state, RegisteredTime: timestamppb.New(a.registeredAt)}
 	return store.Put(store.BucketAgents, a.id, mustMarshal(rec))
+}
+
+// rebootedAgent returns the agent a host had before it rebooted, when a
+// registering agent names it and it is the same host (an agent cannot retire
+// another host's agent). Caller holds c.mu.
+func (c *Coordinator) rebootedAgent(previousID string, info *slacklinev1.AgentInfo) *agent {
+	if previousID == "" || previousID == info.GetId() {
+		return nil
+	}
+	old := c.agents[previousID]
+	if old == nil || old.state == slacklinev1.AgentState_AGENT_STATE_GONE {
+		return nil
+	}
+	if old.info.GetHostname() != info.GetHostname() {
+		c.log.Warn("agent names a previous agent of another host; ignored", "previous", previousID,
+			"previous_hostname", old.info.GetHostname(), "hostname", info.GetHostname())
+		return nil
+	}
+	return old
+}
+
+// retireRebootedAgent ends the agent a host had before it rebooted: its
+// offers are rescinded, its tasks are gone (LOST for frameworks that are not
+// partition-aware) and it becomes GONE, at once rather than after the agent
+// timeout. Caller holds c.mu.
+func (c *Coordinator) retireRebootedAgent(old *agent, newID string, now time.Time) {
+	msg := fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), newID)
+	c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", newID, "tasks", len(old.tasks))
+	for _, o := range old.offers {
+		c.rescindOffer(o, now)
+	}
+	c.rescindInverseOffers(old, now)
+	for key, t := range old.tasks {
+		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, old.id, slacklinev1.TaskState_TASK_STATE_GONE,
+			slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now), now)
+	}
+	if old.session != nil {
+		old.session.end()
+		old.session = nil
+	}
+	if old.inAllocator {
+		c.alloc.RemoveAgent(old.id)
+		old.inAllocator = false
+	}
+	old.state = slacklinev1.AgentState_AGENT_STATE_GONE
+	delete(c.drainingAgents, old.id)
 }

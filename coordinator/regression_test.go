@@ -7,6 +7,7 @@ import (
 	"connectrpc.com/connect"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
 )
 
 // A framework that fails over while its old stream is still open gets the
@@ -59,5 +60,58 @@ func TestUnreachableTaskKilledForNonPartitionAware(t *testing.T) {
 	tasks, _ := tc.operator.GetTasks(context.Background(), connect.NewRequest(&slacklinev1.GetTasksRequest{}))
 	if len(tasks.Msg.GetTasks()) != 1 || tasks.Msg.GetTasks()[0].GetState() != slacklinev1.TaskState_TASK_STATE_UNREACHABLE {
 		t.Fatalf("tasks = %v", tasks.Msg.GetTasks())
+	}
+}
+
+// An agent registering afresh after its host rebooted names its previous
+// id: that agent is retired at once and its tasks reported gone.
+func TestRebootedAgentRetired(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	old := tc.registerAgent("host-a", "cpus:2;mem:1024")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,
+		Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}})
+	if err := launch(fw, fw.nextOffer(), refuse(0), taskInfo("t1", "cpus:1")); err != nil {
+		t.Fatal(err)
+	}
+	old.nextCommand()
+	old.sendStatus(fw.id, "t1", slacklinev1.TaskState_TASK_STATE_RUNNING, "u1")
+	fw.nextUpdate()
+
+	client := newAgentClient(tc)
+	resp, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1, PreviousAgentId: old.id,
+		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-a", Resources: resources.MustParse("cpus:2;mem:1024").Proto("", false)},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if resp.Msg.GetAgentId() == old.id {
+		t.Fatal("the rebooted host kept its old agent id")
+	}
+	st := fw.nextUpdate()
+	if st.GetTaskId() != "t1" || st.GetState() != slacklinev1.TaskState_TASK_STATE_GONE || st.GetReason() != slacklinev1.Reason_REASON_AGENT_RESTARTED {
+		t.Fatalf("update %v, want t1 GONE with AGENT_RESTARTED", st)
+	}
+	agents, _ := tc.operator.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	states := map[string]slacklinev1.AgentState{}
+	for _, a := range agents.Msg.GetAgents() {
+		states[a.GetId()] = a.GetState()
+	}
+	if states[old.id] != slacklinev1.AgentState_AGENT_STATE_GONE || states[resp.Msg.GetAgentId()] != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+		t.Fatalf("agent states %v", states)
+	}
+	// Another host cannot retire it.
+	other := tc.registerAgent("host-b", "cpus:1;mem:512")
+	if _, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1, PreviousAgentId: other.id,
+		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-c", Resources: resources.MustParse("cpus:1;mem:512").Proto("", false)},
+	})); err != nil {
+		t.Fatal(err)
+	}
+	agents, _ = tc.operator.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	for _, a := range agents.Msg.GetAgents() {
+		if a.GetId() == other.id && a.GetState() != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+			t.Fatalf("host-b's agent is %v after host-c named it", a.GetState())
+		}
 	}
 }

@@ -231,6 +231,11 @@ type RegisterRequest struct {
 	ProtocolVersion AgentProtocolVersion   `protobuf:"varint,1,opt,name=protocol_version,json=protocolVersion,proto3,enum=slackline.v1.AgentProtocolVersion" json:"protocol_version,omitempty"`
 	AgentInfo       *AgentInfo             `protobuf:"bytes,2,opt,name=agent_info,json=agentInfo,proto3" json:"agent_info,omitempty"`
 	Tasks           []*AgentTask           `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	// previous_agent_id is set by an agent registering afresh after its host
+	// rebooted: the id it had before. That agent is gone and its tasks are lost;
+	// the coordinator need not wait for it to time out. Honoured only when the
+	// previous agent had the same hostname.
+	PreviousAgentId string `protobuf:"bytes,4,opt,name=previous_agent_id,json=previousAgentId,proto3" json:"previous_agent_id,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -284,6 +289,13 @@ func (x *RegisterRequest) GetTasks() []*AgentTask {
 		return x.Tasks
 	}
 	return nil
+}
+
+func (x *RegisterRequest) GetPreviousAgentId() string {
+	if x != nil {
+		return x.PreviousAgentId
+	}
+	return ""
 }
 
 // RegisterResponse admits the agent.
@@ -1211,12 +1223,13 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.slackline.v1.TaskInfoR\x04task\x12-\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x17.slackline.v1.TaskStateR\x05state\x129\n" +
-	"\tframework\x18\x04 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\"\xc7\x01\n" +
+	"\tframework\x18\x04 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\"\xf3\x01\n" +
 	"\x0fRegisterRequest\x12M\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\".slackline.v1.AgentProtocolVersionR\x0fprotocolVersion\x126\n" +
 	"\n" +
 	"agent_info\x18\x02 \x01(\v2\x17.slackline.v1.AgentInfoR\tagentInfo\x12-\n" +
-	"\x05tasks\x18\x03 \x03(\v2\x17.slackline.v1.AgentTaskR\x05tasks\"\x8a\x01\n" +
+	"\x05tasks\x18\x03 \x03(\v2\x17.slackline.v1.AgentTaskR\x05tasks\x12*\n" +
+	"\x11previous_agent_id\x18\x04 \x01(\tR\x0fpreviousAgentId\"\x8a\x01\n" +
 	"\x10RegisterResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
