@@ -111,12 +111,15 @@ type Agent struct {
 	// previousAgentID is the id this host had before a reboot, told to the
 	// coordinator until the agent registered under its new id.
 	previousAgentID string
-	session string
-	tasks   map[taskKey]*agentTask
+	session         string
+	tasks           map[taskKey]*agentTask
 	// byContainer maps container ids to tasks.
 	byContainer map[string]taskKey
 	// launches counts launches, to prune sandbox records now and then.
 	launches int
+	// inflight tracks launch and kill goroutines, which Run waits for
+	// before it returns (they write to the checkpoint).
+	inflight sync.WaitGroup
 
 	// obsMu guards tracked: the containers handed to the monitor and eBPF.
 	obsMu       sync.Mutex
@@ -134,6 +137,8 @@ type agentTask struct {
 	// launching is set while Launch runs; a kill then waits for it.
 	launching       bool
 	killAfterLaunch bool
+	// killing is set once a kill was requested.
+	killing bool
 }
 
 // New creates an agent: it detects resources and opens the checkpoint.
@@ -243,6 +248,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	g.Go(func() error { return a.runSessions(ctx) })
 	g.Go(func() error { return a.runUpdates(ctx) })
 	err := g.Wait()
+	a.inflight.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
@@ -276,20 +282,38 @@ func (a *Agent) recover(ctx context.Context) error {
 	for _, c := range running {
 		alive[c.ID] = true
 	}
+	// Containers the containerizer knows, running or ended (their exits
+	// are delivered after Recover returns).
+	known := map[string]bool{}
+	for _, c := range a.cz.Containers() {
+		known[c.ID] = true
+	}
+	rebooted := a.previousAgentID != ""
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	for _, rec := range recs {
 		tk := taskKey{rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()}
 		t := &agentTask{rec: rec, state: rec.GetTask().GetState()}
 		a.tasks[tk] = t
-		if id := rec.GetContainerId(); id != "" {
+		id := rec.GetContainerId()
+		if id != "" {
 			a.byContainer[id] = tk
 		}
-		if isTerminal(t.state) || alive[rec.GetContainerId()] {
-			continue
-		}
-		if rec.GetContainerId() == "" {
-			// The agent died before the launch began.
+		switch {
+		case isTerminal(t.state):
+		case rebooted:
+			// Settled before the first registration under the new id, so
+			// that registration never lists them as running.
+			a.finishLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_LOST, slacklinev1.Reason_REASON_AGENT_RESTARTED,
+				"the host rebooted")
+		case alive[id]:
+			if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
+				// The agent died after the launch, before RUNNING was checkpointed.
+				a.setStateLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED,
+					"running (re-adopted after an agent restart)")
+			}
+		case !known[id]:
+			// The agent died before the containerizer recorded the launch.
 			a.finishLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_LOST, slacklinev1.Reason_REASON_AGENT_RESTARTED,
 				"the agent restarted before the task was launched")
 		}
@@ -553,7 +577,9 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 		Revocable: !revocable.IsEmpty(), Resources: regular.Add(revocable), Command: info.GetCommand(),
 		Env: map[string]string{"SLACKLINE_AGENT_ID": a.ID()},
 	}
+	a.inflight.Add(1)
 	go func() {
+		defer a.inflight.Done()
 		c, err := a.cz.Launch(ctx, spec)
 		a.mu.Lock()
 		defer a.mu.Unlock()
@@ -571,14 +597,16 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 			a.log.Warn("checkpoint sandbox", "task", tk.taskID, "err", err)
 		}
 		if a.launches++; a.launches%100 == 0 {
+			a.inflight.Add(1)
 			go func() {
+				defer a.inflight.Done()
 				if err := a.ckpt.pruneSandboxes(context.Background()); err != nil {
 					a.log.Warn("prune sandbox records", "err", err)
 				}
 			}()
 		}
 		if t.killAfterLaunch {
-			go a.kill(tk, c.ID)
+			a.goKill(tk, c.ID)
 		}
 		go a.syncTargets()
 	}()
@@ -603,21 +631,36 @@ func (a *Agent) killTask(tk taskKey, override slacklinev1.TaskState, reason slac
 	if isTerminal(t.state) {
 		return
 	}
+	if t.killing && reason != slacklinev1.Reason_REASON_UNSPECIFIED {
+		return // an agent-decided kill (QoS) is already under way
+	}
+	t.killing = true
 	if override != slacklinev1.TaskState_TASK_STATE_UNSPECIFIED {
 		t.rec.KillState = override
 	}
 	if reason != slacklinev1.Reason_REASON_UNSPECIFIED {
 		t.rec.KillReason, t.rec.KillMessage = reason, message
+	}
+	if override != slacklinev1.TaskState_TASK_STATE_UNSPECIFIED || reason != slacklinev1.Reason_REASON_UNSPECIFIED {
 		// Durable: a restart in the middle of the kill still reports why.
 		if err := a.ckpt.putTask(context.Background(), t.rec); err != nil {
-			a.log.Warn("checkpoint kill reason", "task", tk.taskID, "err", err)
+			a.log.Warn("checkpoint kill", "task", tk.taskID, "err", err)
 		}
 	}
 	if t.launching {
 		t.killAfterLaunch = true
 		return
 	}
-	go a.kill(tk, t.rec.GetContainerId())
+	a.goKill(tk, t.rec.GetContainerId())
+}
+
+// goKill kills a container in the background, tracked by inflight.
+func (a *Agent) goKill(tk taskKey, containerID string) {
+	a.inflight.Add(1)
+	go func() {
+		defer a.inflight.Done()
+		a.kill(tk, containerID)
+	}()
 }
 
 func (a *Agent) kill(tk taskKey, containerID string) {
@@ -628,7 +671,9 @@ func (a *Agent) kill(tk taskKey, containerID string) {
 
 // acknowledge handles a framework's acknowledgement forwarded by the
 // coordinator; a terminal task with no update left is forgotten.
-func (a *Agent) acknowledge(ctx context.Context, tk taskKey, uuid string) {
+func (a *Agent) acknowledge(_ context.Context, tk taskKey, uuid string) {
+	// Checkpoint writes outlive the session that delivered the ack.
+	ctx := context.Background()
 	matched, drained, err := a.updates.acknowledge(ctx, tk, uuid)
 	if err != nil {
 		a.log.Error("acknowledge", "task", tk.taskID, "err", err)
@@ -642,7 +687,7 @@ func (a *Agent) acknowledge(ctx context.Context, tk taskKey, uuid string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if t := a.tasks[tk]; t != nil && isTerminal(t.state) {
+	if t := a.tasks[tk]; t != nil && isTerminal(t.state) && !a.updates.pending(tk) {
 		delete(a.tasks, tk)
 		delete(a.byContainer, t.rec.GetContainerId())
 		if err := a.ckpt.deleteTask(ctx, tk.frameworkID, tk.taskID); err != nil {

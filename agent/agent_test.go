@@ -117,7 +117,7 @@ func TestNodeService(t *testing.T) {
 				}
 				launched = true
 				task := frameworkapi.NewTask("hello", "hello", o, resources.MustParse("cpus:0.5;mem:64"),
-					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; while :; do sleep 0.05; done", Shell: true})
+					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; ln -s /etc/hostname leak; mkfifo pipe; while :; do sleep 0.05; done", Shell: true})
 				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, nil)
 			}
 		},
@@ -178,6 +178,8 @@ func TestNodeService(t *testing.T) {
 		{"", 0, connect.CodeInvalidArgument},
 		{"stdout", 2 << 20, connect.CodeInvalidArgument},
 		{"no-such-file", 0, connect.CodeNotFound},
+		{"leak", 0, connect.CodeInvalidArgument}, // a symlink out of the sandbox
+		{"pipe", 0, connect.CodeInvalidArgument}, // not a regular file; must not block
 	} {
 		if _, err := read(bad.path, 0, bad.length); connect.CodeOf(err) != bad.code {
 			t.Errorf("read %q length %d: %v, want %v", bad.path, bad.length, err, bad.code)

@@ -111,7 +111,7 @@ func (a *Agent) estimatorInput(now time.Time, points []monitor.Point) (estimator
 		points = m.History(points[:0], id)
 		samples := make([]estimator.Sample, len(points))
 		for i, p := range points {
-			samples[i] = estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemUsage}
+			samples[i] = estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS}
 		}
 		return samples
 	}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"syscall"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpcreflect"
@@ -112,17 +113,27 @@ func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[s
 	if err != nil {
 		return nil, err
 	}
-	f, err := os.Open(filepath.Join(sandbox, rel))
+	// The task controls its sandbox: open through an os.Root so symlinks
+	// cannot lead outside it, without blocking on FIFOs, regular files only.
+	root, err := os.OpenRoot(sandbox)
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("sandbox of %q: %w", msg.GetTaskId(), err))
+	}
+	defer root.Close()
+	f, err := root.OpenFile(rel, os.O_RDONLY|syscall.O_NONBLOCK, 0)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("%s not found in the sandbox of %q", rel, msg.GetTaskId()))
 		}
-		return nil, connect.NewError(connect.CodeInternal, err)
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s in the sandbox of %q: %w", rel, msg.GetTaskId(), err))
 	}
 	defer f.Close()
 	info, err := f.Stat()
 	if err != nil {
 		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	if !info.Mode().IsRegular() {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("%s in the sandbox of %q is not a regular file", rel, msg.GetTaskId()))
 	}
 	offset := msg.GetOffset()
 	if offset < 0 {
