@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/taskstate"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -300,7 +302,7 @@ func (a *Agent) recover(ctx context.Context) error {
 			a.byContainer[id] = tk
 		}
 		switch {
-		case isTerminal(t.state):
+		case taskstate.IsTerminal(t.state):
 		case rebooted:
 			// Settled before the first registration under the new id, so
 			// that registration never lists them as running.
@@ -321,17 +323,6 @@ func (a *Agent) recover(ctx context.Context) error {
 	}
 	a.log.Info("recovered", "agent", agentID, "tasks", len(recs), "running_containers", len(running), "cgroup_mode", string(a.cz.Mode()))
 	return nil
-}
-
-func isTerminal(s slacklinev1.TaskState) bool {
-	switch s {
-	case slacklinev1.TaskState_TASK_STATE_FINISHED, slacklinev1.TaskState_TASK_STATE_FAILED,
-		slacklinev1.TaskState_TASK_STATE_KILLED, slacklinev1.TaskState_TASK_STATE_ERROR,
-		slacklinev1.TaskState_TASK_STATE_LOST, slacklinev1.TaskState_TASK_STATE_DROPPED,
-		slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR:
-		return true
-	}
-	return false
 }
 
 // setState records a task's new state and enqueues its status update.
@@ -550,7 +541,7 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 	t := &agentTask{
 		rec: &slacklinev1.AgentTaskRecord{
 			Task:        &slacklinev1.AgentTask{FrameworkId: tk.frameworkID, Task: info, Framework: cmd.GetFramework(), State: slacklinev1.TaskState_TASK_STATE_STAGING},
-			ContainerId: newUUID(),
+			ContainerId: ids.NewHex(),
 		},
 		state:     slacklinev1.TaskState_TASK_STATE_STAGING,
 		launching: true,
@@ -590,7 +581,7 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 			return
 		}
 		sandbox := sandboxMutation(tk.frameworkID, tk.taskID, c.Sandbox, time.Now())
-		if !isTerminal(t.state) {
+		if !taskstate.IsTerminal(t.state) {
 			a.setStateLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED,
 				fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), sandbox)
 		} else if err := a.ckpt.kv.Apply(ctx, sandbox); err != nil {
@@ -628,7 +619,7 @@ func (a *Agent) killTask(tk taskKey, override slacklinev1.TaskState, reason slac
 		a.finishLocked(ctx, tk, t, slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_TASK_UNKNOWN, "task unknown to the agent")
 		return
 	}
-	if isTerminal(t.state) {
+	if taskstate.IsTerminal(t.state) {
 		return
 	}
 	if t.killing && reason != slacklinev1.Reason_REASON_UNSPECIFIED {
@@ -687,7 +678,7 @@ func (a *Agent) acknowledge(_ context.Context, tk taskKey, uuid string) {
 	}
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if t := a.tasks[tk]; t != nil && isTerminal(t.state) && !a.updates.pending(tk) {
+	if t := a.tasks[tk]; t != nil && taskstate.IsTerminal(t.state) && !a.updates.pending(tk) {
 		delete(a.tasks, tk)
 		delete(a.byContainer, t.rec.GetContainerId())
 		if err := a.ckpt.deleteTask(ctx, tk.frameworkID, tk.taskID); err != nil {
@@ -712,7 +703,7 @@ func (a *Agent) handleExit(ctx context.Context, ex containerizer.Exit) {
 	a.mu.Lock()
 	tk, ok := a.byContainer[ex.ContainerID]
 	t := a.tasks[tk]
-	if !ok || t == nil || isTerminal(t.state) {
+	if !ok || t == nil || taskstate.IsTerminal(t.state) {
 		a.mu.Unlock()
 		if err := a.cz.Destroy(ex.ContainerID); err != nil {
 			a.log.Warn("destroy container", "container", ex.ContainerID, "err", err)

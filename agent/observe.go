@@ -53,9 +53,11 @@ func (a *Agent) syncTargets() {
 	if a.cfg.Monitor == nil && a.cfg.EBPF == nil {
 		return
 	}
-	containers := a.cz.Containers()
 	a.obsMu.Lock()
 	defer a.obsMu.Unlock()
+	// Snapshot under the lock: an older concurrent call must not re-track
+	// a container a newer one already untracked.
+	containers := a.cz.Containers()
 	live := map[string]bool{}
 	var targets []monitor.Target
 	for _, c := range containers {

@@ -2,9 +2,8 @@ package agent
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"github.com/slackline/slackline/internal/ids"
 	"slices"
 	"sync"
 	"time"
@@ -89,7 +88,7 @@ func (s *statusUpdates) stream(tk taskKey) *updateStream {
 // enqueue assigns the update a uuid, checkpoints it and queues it.
 // The extra mutations are written in the same transaction.
 func (s *statusUpdates) enqueue(ctx context.Context, frameworkID string, status *slacklinev1.TaskStatus, extra ...store.Mutation) error {
-	status.Uuid = newUUID()
+	status.Uuid = ids.NewHex()
 	s.mu.Lock()
 	s.seq++
 	key := fmt.Sprintf("%s\x00%s\x00%020d", frameworkID, status.GetTaskId(), s.seq)
@@ -172,10 +171,4 @@ func (st *updateStream) queueOrNil() []*pendingUpdate {
 		return nil
 	}
 	return st.queue
-}
-
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:])
-	return hex.EncodeToString(b[:])
 }

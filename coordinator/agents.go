@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slackline/slackline/internal/taskstate"
 	"time"
 
 	"connectrpc.com/connect"
@@ -188,7 +189,7 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, pre
 	for _, r := range reported {
 		key := taskKey{r.frameworkID, r.info.GetTaskId()}
 		seen[key] = true
-		if isTerminal(r.state) {
+		if taskstate.IsTerminal(r.state) {
 			continue // the agent reports its terminal update itself
 		}
 		fw := c.frameworks[r.frameworkID]
@@ -422,7 +423,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
 			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
 		}}})
-		if !isTerminal(st.GetState()) {
+		if !taskstate.IsTerminal(st.GetState()) {
 			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
 				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: st.GetFrameworkId()}}})
 		}
@@ -430,7 +431,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 	}
 	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
 		t.state, t.status = st.GetState(), st
-		if isTerminal(st.GetState()) {
+		if taskstate.IsTerminal(st.GetState()) {
 			c.forgetTask(t, now)
 		}
 	}
@@ -554,22 +555,9 @@ func (c *Coordinator) rebootedAgent(previousID string, info *slacklinev1.AgentIn
 func (c *Coordinator) retireRebootedAgent(old *agent, newID string, now time.Time) {
 	msg := fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), newID)
 	c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", newID, "tasks", len(old.tasks))
-	for _, o := range old.offers {
-		c.rescindOffer(o, now)
-	}
-	c.rescindInverseOffers(old, now)
-	for key, t := range old.tasks {
-		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, old.id, slacklinev1.TaskState_TASK_STATE_GONE,
-			slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now), now)
-	}
 	if old.session != nil {
 		old.session.end()
 		old.session = nil
 	}
-	if old.inAllocator {
-		c.alloc.RemoveAgent(old.id)
-		old.inAllocator = false
-	}
-	old.state = slacklinev1.AgentState_AGENT_STATE_GONE
-	delete(c.drainingAgents, old.id)
+	c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now)
 }

@@ -1,25 +1,6 @@
 package coordinator
 
-import (
-	"crypto/rand"
-	"encoding/hex"
-)
+import "github.com/slackline/slackline/internal/ids"
 
-// newID returns a random 128-bit identifier in the UUID text layout.
-func newID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails on Linux.
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], b[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], b[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], b[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], b[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:], b[10:])
-	return string(out[:])
-}
+// newID returns a random identifier (a version-4 UUID).
+func newID() string { return ids.New() }

@@ -175,14 +175,6 @@ func (c *Coordinator) installMaintenance(next *maintenance.State, reason string,
 func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason string, now time.Time) store.Mutation {
 	msg := fmt.Sprintf("machine %s is DOWN for maintenance (%s)", m, reason)
 	c.log.Info("shutting down agent: its machine is DOWN", "agent", a.id, "hostname", a.info.GetHostname(), "machine", m.String(), "tasks", len(a.tasks), "reason", reason)
-	for _, o := range a.offers {
-		c.rescindOffer(o, now)
-	}
-	c.rescindInverseOffers(a, now)
-	for key, t := range a.tasks {
-		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR,
-			slacklinev1.Reason_REASON_AGENT_REMOVED_BY_OPERATOR, msg, now), now)
-	}
 	if a.session != nil {
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{Message: msg}}})
 		if a.session != nil {
@@ -190,13 +182,28 @@ func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason stri
 			a.closing, a.session = a.session, nil
 		}
 	}
+	c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR, slacklinev1.Reason_REASON_AGENT_REMOVED_BY_OPERATOR, msg, now)
+	return c.agentRecord(a)
+}
+
+// retireAgent makes an agent GONE: its offers and inverse offers are
+// rescinded, its tasks end with state and reason at once, and it leaves the
+// allocator. Its session, if any, is the caller's business. Caller holds
+// c.mu.
+func (c *Coordinator) retireAgent(a *agent, state slacklinev1.TaskState, reason slacklinev1.Reason, msg string, now time.Time) {
+	for _, o := range a.offers {
+		c.rescindOffer(o, now)
+	}
+	c.rescindInverseOffers(a, now)
+	for key, t := range a.tasks {
+		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+	}
 	if a.inAllocator {
 		c.alloc.RemoveAgent(a.id)
 		a.inAllocator = false
 	}
 	a.state = slacklinev1.AgentState_AGENT_STATE_GONE
 	delete(c.drainingAgents, a.id)
-	return c.agentRecord(a)
 }
 
 // unavailabilityOf returns what an offer on a carries. Caller holds c.mu.

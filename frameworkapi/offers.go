@@ -3,6 +3,7 @@ package frameworkapi
 import (
 	"errors"
 	"fmt"
+	"github.com/slackline/slackline/internal/taskstate"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -83,20 +84,7 @@ func NewTask(id, name string, offer *slacklinev1.Offer, needs resources.Resource
 // IsTerminal reports whether state is final: FINISHED, FAILED, KILLED,
 // ERROR, LOST, DROPPED, GONE and GONE_BY_OPERATOR. UNREACHABLE and UNKNOWN
 // are not: the task may still be running.
-func IsTerminal(state slacklinev1.TaskState) bool {
-	switch state {
-	case slacklinev1.TaskState_TASK_STATE_FINISHED,
-		slacklinev1.TaskState_TASK_STATE_FAILED,
-		slacklinev1.TaskState_TASK_STATE_KILLED,
-		slacklinev1.TaskState_TASK_STATE_ERROR,
-		slacklinev1.TaskState_TASK_STATE_LOST,
-		slacklinev1.TaskState_TASK_STATE_DROPPED,
-		slacklinev1.TaskState_TASK_STATE_GONE,
-		slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR:
-		return true
-	}
-	return false
-}
+func IsTerminal(state slacklinev1.TaskState) bool { return taskstate.IsTerminal(state) }
 
 // Need is what one task asks for.
 type Need struct {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/slackline/slackline/internal/taskstate"
 	"log/slog"
 	"math/rand/v2"
 	"slices"
@@ -386,7 +387,7 @@ func (a *Agent) shutdown(s *session, message string) {
 	var events []Event
 	var pending []*slacklinev1.UpdateStatusRequest
 	for _, t := range a.sortedTasksLocked() {
-		if !isTerminal(t.state) {
+		if !taskstate.IsTerminal(t.state) {
 			events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR, slacklinev1.Reason_REASON_UNSPECIFIED, message))
 		}
 		for _, u := range t.updates {

@@ -2,9 +2,9 @@ package sim
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
+	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/taskstate"
 	"slices"
 	"strconv"
 	"time"
@@ -78,22 +78,6 @@ func parseScript(labels map[string]string) (script, error) {
 	return sc, nil
 }
 
-// isTerminal reports whether a task in state has ended for good.
-func isTerminal(state slacklinev1.TaskState) bool {
-	switch state {
-	case slacklinev1.TaskState_TASK_STATE_FINISHED,
-		slacklinev1.TaskState_TASK_STATE_FAILED,
-		slacklinev1.TaskState_TASK_STATE_KILLED,
-		slacklinev1.TaskState_TASK_STATE_ERROR,
-		slacklinev1.TaskState_TASK_STATE_LOST,
-		slacklinev1.TaskState_TASK_STATE_DROPPED,
-		slacklinev1.TaskState_TASK_STATE_GONE,
-		slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR:
-		return true
-	}
-	return false
-}
-
 // Tasks returns the tasks the agent knows (live ones, and ended ones whose
 // last update is not acknowledged yet), ordered by framework and task id.
 func (a *Agent) Tasks() []Task {
@@ -156,7 +140,7 @@ func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
 // finishTask ends a task whose sim.duration elapsed.
 func (a *Agent) finishTask(t *task, exitCode int) {
 	a.mu.Lock()
-	if a.tasks[t.key] != t || isTerminal(t.state) {
+	if a.tasks[t.key] != t || taskstate.IsTerminal(t.state) {
 		a.mu.Unlock()
 		return
 	}
@@ -176,7 +160,7 @@ func (a *Agent) finishTask(t *task, exitCode int) {
 func (a *Agent) killTask(cmd *slacklinev1.KillTaskCommand) {
 	key := taskKey{cmd.GetFrameworkId(), cmd.GetTaskId()}
 	state := slacklinev1.TaskState_TASK_STATE_KILLED
-	if override := cmd.GetStateOverride(); isTerminal(override) {
+	if override := cmd.GetStateOverride(); taskstate.IsTerminal(override) {
 		state = override
 	}
 	a.mu.Lock()
@@ -186,7 +170,7 @@ func (a *Agent) killTask(cmd *slacklinev1.KillTaskCommand) {
 		t = &task{key: key, info: &slacklinev1.TaskInfo{TaskId: key.taskID}, state: slacklinev1.TaskState_TASK_STATE_UNKNOWN}
 		a.tasks[key] = t
 		events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_TASK_UNKNOWN, "task unknown to the agent"))
-	case isTerminal(t.state):
+	case taskstate.IsTerminal(t.state):
 	default:
 		events = append(events, a.updateLocked(t, state, slacklinev1.Reason_REASON_UNSPECIFIED, "killed"))
 	}
@@ -199,7 +183,7 @@ func (a *Agent) shutdownFramework(frameworkID string) {
 	a.mu.Lock()
 	var events []Event
 	for _, t := range a.sortedTasksLocked() {
-		if t.key.frameworkID == frameworkID && !isTerminal(t.state) {
+		if t.key.frameworkID == frameworkID && !taskstate.IsTerminal(t.state) {
 			events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_KILLED, slacklinev1.Reason_REASON_UNSPECIFIED, "framework shut down"))
 		}
 	}
@@ -222,7 +206,7 @@ func (a *Agent) acknowledge(cmd *slacklinev1.AcknowledgeCommand) {
 				a.kickLocked()
 			}
 		}
-		if len(t.updates) == 0 && isTerminal(t.state) {
+		if len(t.updates) == 0 && taskstate.IsTerminal(t.state) {
 			delete(a.tasks, key)
 		}
 	}
@@ -246,12 +230,12 @@ func (a *Agent) updateLocked(t *task, state slacklinev1.TaskState, reason slackl
 		Reason:      reason,
 		Source:      slacklinev1.TaskSource_TASK_SOURCE_AGENT,
 		Message:     message,
-		Uuid:        newUUID(),
+		Uuid:        ids.New(),
 		Timestamp:   timestamppb.New(now),
 		FrameworkId: t.key.frameworkID,
 	}
 	t.state = state
-	if isTerminal(state) && t.timer != nil {
+	if taskstate.IsTerminal(state) && t.timer != nil {
 		t.timer.Stop()
 		t.timer = nil
 	}
@@ -343,23 +327,4 @@ func (a *Agent) sendStatus(s *session, req *slacklinev1.UpdateStatusRequest) err
 		a.log.Debug("cannot send status update; will retry", "task_id", req.GetStatus().GetTaskId(), "error", err)
 	}
 	return err
-}
-
-// newUUID returns a random (version 4) UUID in its text form.
-func newUUID() string {
-	var b [16]byte
-	_, _ = rand.Read(b[:]) // never fails since Go 1.24
-	b[6] = b[6]&0x0f | 0x40
-	b[8] = b[8]&0x3f | 0x80
-	var out [36]byte
-	hex.Encode(out[0:8], b[0:4])
-	out[8] = '-'
-	hex.Encode(out[9:13], b[4:6])
-	out[13] = '-'
-	hex.Encode(out[14:18], b[6:8])
-	out[18] = '-'
-	hex.Encode(out[19:23], b[8:10])
-	out[23] = '-'
-	hex.Encode(out[24:36], b[10:16])
-	return string(out[:])
 }
