@@ -450,41 +450,44 @@ func checkRoles(fw *framework, roles []string) ([]string, error) {
 	return roles, nil
 }
 
-func (s schedulerService) Revive(ctx context.Context, req *connect.Request[slacklinev1.ReviveRequest]) (*connect.Response[slacklinev1.ReviveResponse], error) {
-	c := s.c
+// setSuppressed suppresses (or revives) the given roles of the calling
+// framework, all of them when roles is empty. Revive also clears filters.
+func (c *Coordinator) setSuppressed(header http.Header, frameworkID string, roles []string, suppress bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
+	fw, err := c.authorize(header, frameworkID)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	roles, err := checkRoles(fw, req.Msg.GetRoles())
-	if err != nil {
-		return nil, err
+	if roles, err = checkRoles(fw, roles); err != nil {
+		return err
 	}
-	c.alloc.Revive(fw.id(), roles)
+	if suppress {
+		c.alloc.Suppress(fw.id(), roles)
+	} else {
+		c.alloc.Revive(fw.id(), roles)
+		c.markAllDirty()
+	}
 	for _, r := range roles {
-		delete(fw.suppressed, r)
+		if suppress {
+			fw.suppressed[r] = true
+		} else {
+			delete(fw.suppressed, r)
+		}
 	}
-	c.markAllDirty()
+	return nil
+}
+
+func (s schedulerService) Revive(ctx context.Context, req *connect.Request[slacklinev1.ReviveRequest]) (*connect.Response[slacklinev1.ReviveResponse], error) {
+	if err := s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), false); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&slacklinev1.ReviveResponse{}), nil
 }
 
 func (s schedulerService) Suppress(ctx context.Context, req *connect.Request[slacklinev1.SuppressRequest]) (*connect.Response[slacklinev1.SuppressResponse], error) {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
-	if err != nil {
+	if err := s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), true); err != nil {
 		return nil, err
-	}
-	roles, err := checkRoles(fw, req.Msg.GetRoles())
-	if err != nil {
-		return nil, err
-	}
-	c.alloc.Suppress(fw.id(), roles)
-	for _, r := range roles {
-		fw.suppressed[r] = true
 	}
 	return connect.NewResponse(&slacklinev1.SuppressResponse{}), nil
 }
