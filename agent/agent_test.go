@@ -67,8 +67,8 @@ func TestNodeService(t *testing.T) {
 	go coord.Run(ctx)
 	go server.Serve(ctx, server.Config{Listener: coordLn, Logger: quiet}, coord.Handler())
 
-	workDir := t.TempDir()
 	root := fmt.Sprintf("slackline-agenttest-%d", os.Getpid())
+	workDir := cgrouptest.WorkDir(t, root)
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
 		SupervisorCommand: []string{supervisorBinary(t), "supervise"}, Logger: quiet, KillGracePeriod: 100 * time.Millisecond,
@@ -98,7 +98,6 @@ func TestNodeService(t *testing.T) {
 	defer a.Close()
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- a.Run(ctx) }()
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
 
 	// A framework that launches one task on the first offer.
 	updates := make(chan *slacklinev1.TaskStatus, 10)

@@ -33,11 +33,10 @@ func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string
 	listen := freeAddr(t)
 	root := fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9)
 	args := []string{"--coordinator", "http://" + coordinatorAddr, "--listen", listen, "--hostname", name,
-		"--work-dir", filepath.Join(t.TempDir(), name), "--cgroup-root", root, "--resources", res,
+		"--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), name), "--cgroup-root", root, "--resources", res,
 		"--kill-grace-period", "500ms"}
 	args = append(args, extra...)
 	a := &realAgent{proc: start(t, "slackline-agent", args...), args: args, listen: listen, cgroupRoot: root}
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
 	return a
 }
 

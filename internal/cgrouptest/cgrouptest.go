@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"syscall"
+	"testing"
 	"time"
 )
 
@@ -45,4 +46,32 @@ func RemoveRoot(root string) {
 			}
 		}
 	}
+}
+
+// WorkDir returns a new directory for an agent under test and arranges, at
+// the test's end, to kill what runs under root (RemoveRoot) and only then to
+// remove the directory. Task supervisors live outside the cgroups and write
+// a killed task's exit status into the directory as they finish, so the
+// removal is retried for a few seconds instead of racing them.
+func WorkDir(t testing.TB, root string) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "slackline-agent-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		RemoveRoot(root)
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			err := os.RemoveAll(dir)
+			if err == nil || time.Now().After(deadline) {
+				if err != nil {
+					t.Errorf("remove %s: %v", dir, err)
+				}
+				return
+			}
+			time.Sleep(50 * time.Millisecond)
+		}
+	})
+	return dir
 }
