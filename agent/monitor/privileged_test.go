@@ -203,7 +203,10 @@ func TestRealCgroups(t *testing.T) {
 	// One spinning thread is always either on a CPU or waiting for one: CPU
 	// time plus CPU pressure ("some") is about the elapsed time, however
 	// loaded the machine is (about 1 core-second per second when idle).
-	if total := used + waited; total < 0.7*elapsed || total > 1.2*elapsed {
+	// PSI aggregates per-CPU stall states, so on a busy multi-CPU host it
+	// can count more waiting than one thread can do (seen: 1.06 s running
+	// plus 0.25 s waiting in 1.06 s): the upper bound allows for that.
+	if total := used + waited; total < 0.7*elapsed || total > 1.5*elapsed {
 		t.Errorf("CPU time %.3f s + CPU pressure %.3f s over %.3f s: want about one second per second", used, waited, elapsed)
 	}
 	if diff := integral - used; diff < -1e-6 || diff > 1e-6 {
