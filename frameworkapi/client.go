@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"math/rand/v2"
 	"net/http"
 	"strings"
 	"sync"
@@ -17,6 +16,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/backoff"
 )
 
 // StreamIDHeader is the HTTP header that carries the subscription's stream id
@@ -217,7 +217,7 @@ func (c *Client) Run(ctx context.Context, h Handler) error {
 	}
 	defer c.running.Store(false)
 
-	failures := 0
+	retry := backoff.Backoff{Min: c.minBackoff, Max: c.maxBackoff}
 	for {
 		subscribed, err := c.session(ctx, h)
 		c.mu.Lock()
@@ -235,13 +235,12 @@ func (c *Client) Run(ctx context.Context, h Handler) error {
 			return permanent.err
 		}
 		if subscribed {
-			failures = 0
+			retry.Reset()
 			c.log.Warn("subscription lost", "framework_id", c.FrameworkID(), "err", err)
 			h.Disconnected(ctx, c, err)
 		}
-		delay := c.backoff(failures)
-		failures++
-		c.log.Info("reconnecting", "in", delay, "attempt", failures, "err", err)
+		delay := retry.Next()
+		c.log.Info("reconnecting", "in", delay, "attempt", retry.Failures(), "err", err)
 		timer := time.NewTimer(delay)
 		select {
 		case <-ctx.Done():
@@ -434,20 +433,6 @@ func classifySubscribeError(err error, resubscribe bool) error {
 		return &permanentError{fmt.Errorf("subscribe: %w", err)}
 	}
 	return fmt.Errorf("subscribe: %w", err)
-}
-
-// backoff returns the delay before reconnection attempt number failures
-// (0-based): exponential from minBackoff, capped at maxBackoff, jittered
-// down by up to half.
-func (c *Client) backoff(failures int) time.Duration {
-	d := c.maxBackoff
-	if failures < 32 {
-		if grown := c.minBackoff << failures; grown > 0 && grown < d {
-			d = grown
-		}
-	}
-	half := d / 2
-	return half + rand.N(d-half+1)
 }
 
 func (c *Client) frameworkInfo() *slacklinev1.FrameworkInfo {
