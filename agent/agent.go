@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/slackline/slackline/internal/ids"
-	"github.com/slackline/slackline/internal/taskstate"
 	"log/slog"
 	"math/rand/v2"
 	"net/http"
@@ -21,11 +19,13 @@ import (
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
-	"github.com/slackline/slackline/coordinator/store"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/kv"
 	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
@@ -329,7 +329,7 @@ func (a *Agent) recover(ctx context.Context) error {
 // Caller holds a.mu.
 // The task record, the update and any extra writes are checkpointed in one
 // transaction.
-func (a *Agent) setStateLocked(ctx context.Context, tk taskKey, t *agentTask, state slacklinev1.TaskState, reason slacklinev1.Reason, message string, extra ...store.Mutation) {
+func (a *Agent) setStateLocked(ctx context.Context, tk taskKey, t *agentTask, state slacklinev1.TaskState, reason slacklinev1.Reason, message string, extra ...kv.Mutation) {
 	t.state = state
 	t.rec.Task.State = state
 	st := &slacklinev1.TaskStatus{

@@ -13,8 +13,8 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/kv"
 )
 
 // Checkpoint buckets and keys.
@@ -32,15 +32,15 @@ const (
 
 // checkpoint persists what the agent must not forget across restarts.
 type checkpoint struct {
-	kv store.Store
+	kv kv.Store
 }
 
 func openCheckpoint(workDir string) (*checkpoint, error) {
-	kv, err := store.OpenBoltFile(filepath.Join(workDir, "checkpoint.db"), 5*time.Second)
+	db, err := kv.OpenBolt(filepath.Join(workDir, "checkpoint.db"), 5*time.Second)
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}
-	return &checkpoint{kv: kv}, nil
+	return &checkpoint{kv: db}, nil
 }
 
 func (c *checkpoint) Close() error { return c.kv.Close() }
@@ -56,7 +56,7 @@ func (c *checkpoint) meta(ctx context.Context) (agentID, bootID string, err erro
 }
 
 func (c *checkpoint) setMeta(ctx context.Context, agentID, bootID string) error {
-	return c.kv.Apply(ctx, store.Put(bucketMeta, keyAgentID, []byte(agentID)), store.Put(bucketMeta, keyBootID, []byte(bootID)))
+	return c.kv.Apply(ctx, kv.Put(bucketMeta, keyAgentID, []byte(agentID)), kv.Put(bucketMeta, keyBootID, []byte(bootID)))
 }
 
 func (c *checkpoint) putTask(ctx context.Context, rec *slacklinev1.AgentTaskRecord) error {
@@ -64,16 +64,16 @@ func (c *checkpoint) putTask(ctx context.Context, rec *slacklinev1.AgentTaskReco
 }
 
 // taskMutation is the write that checkpoints a task record.
-func taskMutation(rec *slacklinev1.AgentTaskRecord) store.Mutation {
+func taskMutation(rec *slacklinev1.AgentTaskRecord) kv.Mutation {
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		panic("marshal task record: " + err.Error()) // a message we built
 	}
-	return store.Put(bucketTasks, taskRecordKey(rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()), b)
+	return kv.Put(bucketTasks, taskRecordKey(rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()), b)
 }
 
 func (c *checkpoint) deleteTask(ctx context.Context, frameworkID, taskID string) error {
-	return c.kv.Apply(ctx, store.Delete(bucketTasks, taskRecordKey(frameworkID, taskID)))
+	return c.kv.Apply(ctx, kv.Delete(bucketTasks, taskRecordKey(frameworkID, taskID)))
 }
 
 func (c *checkpoint) tasks(ctx context.Context) ([]*slacklinev1.AgentTaskRecord, error) {
@@ -92,16 +92,16 @@ func (c *checkpoint) tasks(ctx context.Context) ([]*slacklinev1.AgentTaskRecord,
 	return out, nil
 }
 
-func (c *checkpoint) putUpdate(ctx context.Context, key string, rec *slacklinev1.AgentStatusRecord, extra ...store.Mutation) error {
+func (c *checkpoint) putUpdate(ctx context.Context, key string, rec *slacklinev1.AgentStatusRecord, extra ...kv.Mutation) error {
 	b, err := proto.Marshal(rec)
 	if err != nil {
 		return err
 	}
-	return c.kv.Apply(ctx, append([]store.Mutation{store.Put(bucketUpdates, key, b)}, extra...)...)
+	return c.kv.Apply(ctx, append([]kv.Mutation{kv.Put(bucketUpdates, key, b)}, extra...)...)
 }
 
 func (c *checkpoint) deleteUpdate(ctx context.Context, key string) error {
-	return c.kv.Apply(ctx, store.Delete(bucketUpdates, key))
+	return c.kv.Apply(ctx, kv.Delete(bucketUpdates, key))
 }
 
 func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.AgentStatusRecord, error) {
@@ -121,9 +121,9 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 }
 
 // sandboxMutation is the write that records where a task's sandbox is.
-func sandboxMutation(frameworkID, taskID, path string, now time.Time) store.Mutation {
+func sandboxMutation(frameworkID, taskID, path string, now time.Time) kv.Mutation {
 	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path
-	return store.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))
+	return kv.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))
 }
 
 // pruneSandboxes forgets the oldest sandbox records beyond maxSandboxes.
@@ -143,9 +143,9 @@ func (c *checkpoint) pruneSandboxes(ctx context.Context) error {
 		entries = append(entries, entry{k, n})
 	}
 	slices.SortFunc(entries, func(a, b entry) int { return cmp.Compare(a.when, b.when) })
-	var deletes []store.Mutation
+	var deletes []kv.Mutation
 	for _, e := range entries[:len(entries)-maxSandboxes] {
-		deletes = append(deletes, store.Delete(bucketSandboxes, e.key))
+		deletes = append(deletes, kv.Delete(bucketSandboxes, e.key))
 	}
 	return c.kv.Apply(ctx, deletes...)
 }

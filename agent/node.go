@@ -13,13 +13,11 @@ import (
 	"syscall"
 
 	"connectrpc.com/connect"
-	"connectrpc.com/grpcreflect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/slackline/slackline/coordinator"
-	"github.com/slackline/slackline/gen/grpc/health/v1/healthv1connect"
+	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
@@ -34,13 +32,9 @@ const (
 // Handler returns the HTTP handler of the agent's NodeService, with gRPC
 // health, reflection and /metrics.
 func (a *Agent) Handler() http.Handler {
-	opts := []connect.HandlerOption{connect.WithReadMaxBytes(coordinator.MaxRequestBytes)}
 	mux := http.NewServeMux()
-	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, opts...))
-	mux.Handle(healthv1connect.NewHealthHandler(coordinator.NewHealth(slacklinev1connect.NodeServiceName), opts...))
-	reflector := grpcreflect.NewStaticReflector(slacklinev1connect.NodeServiceName, healthv1connect.HealthName)
-	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
-	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, server.HandlerOptions()...))
+	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
 		featuresCollector{a.cfg.Features}, estimateCollector{&a.estimate},
@@ -164,11 +158,24 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.GetFeaturesRequest]) (*connect.Response[slacklinev1.GetFeaturesResponse], error) {
 	resp := &slacklinev1.GetFeaturesResponse{}
 	for _, r := range s.a.cfg.Features {
-		f := &slacklinev1.Feature{Name: r.Name, Status: r.Status()}
+		f := &slacklinev1.Feature{Name: r.Name, Status: featureStatusProto(r.Status())}
 		if r.Err != nil {
 			f.Detail = r.Err.Error()
 		}
 		resp.Features = append(resp.Features, f)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// featureStatusProto maps a probe status onto the API's FeatureStatus.
+func featureStatusProto(s bpf.FeatureStatus) slacklinev1.FeatureStatus {
+	switch s {
+	case bpf.FeatureAvailable:
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE
+	case bpf.FeatureNotSupported:
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED
+	case bpf.FeatureNoPermission:
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_NO_PERMISSION
+	}
+	return slacklinev1.FeatureStatus_FEATURE_STATUS_UNKNOWN
 }

@@ -9,7 +9,6 @@ import (
 
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
-	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // EBPF is what the agent needs of the eBPF programs: tracking containers'
@@ -146,18 +145,6 @@ func (f featuresCollector) Collect(ch chan<- prometheus.Metric) {
 		if r.Err == nil {
 			v = 1
 		}
-		ch <- prometheus.MustNewConstMetric(featureDesc, prometheus.GaugeValue, v, r.Name, featureStatusLabel(r.Status()))
+		ch <- prometheus.MustNewConstMetric(featureDesc, prometheus.GaugeValue, v, r.Name, r.Status().String())
 	}
-}
-
-func featureStatusLabel(s slacklinev1.FeatureStatus) string {
-	switch s {
-	case slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE:
-		return "available"
-	case slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED:
-		return "not_supported"
-	case slacklinev1.FeatureStatus_FEATURE_STATUS_NO_PERMISSION:
-		return "no_permission"
-	}
-	return "unknown"
 }

@@ -3,13 +3,13 @@ package agent
 import (
 	"context"
 	"fmt"
-	"github.com/slackline/slackline/internal/ids"
 	"slices"
 	"sync"
 	"time"
 
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/kv"
 )
 
 // Status update retry: the first re-send after minRetry, doubling to maxRetry.
@@ -87,7 +87,7 @@ func (s *statusUpdates) stream(tk taskKey) *updateStream {
 
 // enqueue assigns the update a uuid, checkpoints it and queues it.
 // The extra mutations are written in the same transaction.
-func (s *statusUpdates) enqueue(ctx context.Context, frameworkID string, status *slacklinev1.TaskStatus, extra ...store.Mutation) error {
+func (s *statusUpdates) enqueue(ctx context.Context, frameworkID string, status *slacklinev1.TaskStatus, extra ...kv.Mutation) error {
 	status.Uuid = ids.NewHex()
 	s.mu.Lock()
 	s.seq++

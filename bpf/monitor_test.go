@@ -454,8 +454,8 @@ func TestProbesUnprivileged(t *testing.T) {
 		t.Fatalf("%d results, want %d", len(got), len(bpf.Features))
 	}
 	for _, name := range []string{"bpf_syscall", "tp_btf", "bpf_stats"} {
-		if got[name].Status != "FEATURE_STATUS_NO_PERMISSION" {
-			t.Errorf("%s as nobody: %s (%s), want FEATURE_STATUS_NO_PERMISSION", name, got[name].Status, got[name].Err)
+		if got[name].Status != bpf.FeatureNoPermission.String() {
+			t.Errorf("%s as nobody: %s (%s), want %s", name, got[name].Status, got[name].Err, bpf.FeatureNoPermission)
 		}
 	}
 }

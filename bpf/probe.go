@@ -10,8 +10,6 @@ import (
 	"github.com/cilium/ebpf/btf"
 	"github.com/cilium/ebpf/features"
 	"golang.org/x/sys/unix"
-
-	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // FeatureResult is the outcome of one feature probe. Err follows the probe
@@ -23,17 +21,47 @@ type FeatureResult struct {
 	Err  error
 }
 
-// Status maps the result onto the API's FeatureStatus.
-func (r FeatureResult) Status() slacklinev1.FeatureStatus {
+// FeatureStatus classifies a probe result: what an operator can do about a
+// missing feature depends on which of these it is.
+type FeatureStatus int
+
+// Feature statuses, from FeatureResult.Status.
+const (
+	// FeatureUnknown: the probe could not tell.
+	FeatureUnknown FeatureStatus = iota
+	// FeatureAvailable: the kernel has the feature and the process may use it.
+	FeatureAvailable
+	// FeatureNotSupported: the kernel lacks the feature (ebpf.ErrNotSupported).
+	FeatureNotSupported
+	// FeatureNoPermission: the process may not use the feature (ErrPermission).
+	FeatureNoPermission
+)
+
+// String returns the status in snake case ("available", "not_supported",
+// "no_permission", "unknown"), as in metric labels and logs.
+func (s FeatureStatus) String() string {
+	switch s {
+	case FeatureAvailable:
+		return "available"
+	case FeatureNotSupported:
+		return "not_supported"
+	case FeatureNoPermission:
+		return "no_permission"
+	}
+	return "unknown"
+}
+
+// Status classifies the result by the probe contract of its Err.
+func (r FeatureResult) Status() FeatureStatus {
 	switch {
 	case r.Err == nil:
-		return slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE
+		return FeatureAvailable
 	case errors.Is(r.Err, ErrPermission):
-		return slacklinev1.FeatureStatus_FEATURE_STATUS_NO_PERMISSION
+		return FeatureNoPermission
 	case errors.Is(r.Err, ebpf.ErrNotSupported):
-		return slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED
+		return FeatureNotSupported
 	}
-	return slacklinev1.FeatureStatus_FEATURE_STATUS_UNKNOWN
+	return FeatureUnknown
 }
 
 // Feature is a named probe.

@@ -9,6 +9,8 @@ import (
 	"connectrpc.com/connect"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/protocol"
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -83,7 +85,7 @@ func TestStreamIDRequired(t *testing.T) {
 		t.Fatalf("Revive without stream id: %v, want PermissionDenied", err)
 	}
 	req := connect.NewRequest(&slacklinev1.ReviveRequest{FrameworkId: fw.id})
-	req.Header().Set(StreamIDHeader, "not-the-stream")
+	req.Header().Set(protocol.StreamIDHeader, "not-the-stream")
 	if _, err := fw.client.Revive(ctx, req); connectCode(err) != connect.CodePermissionDenied {
 		t.Fatalf("Revive with a wrong stream id: %v, want PermissionDenied", err)
 	}
@@ -392,7 +394,7 @@ func TestBadInput(t *testing.T) {
 			return err
 		}, connect.CodeNotFound, "nope"},
 		{"oversized request", func() error {
-			_, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{Weights: []*slacklinev1.WeightInfo{{Role: strings.Repeat("a", MaxRequestBytes), Weight: 1}}}))
+			_, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{Weights: []*slacklinev1.WeightInfo{{Role: strings.Repeat("a", server.MaxRequestBytes), Weight: 1}}}))
 			return err
 		}, connect.CodeResourceExhausted, ""},
 	}

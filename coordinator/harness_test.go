@@ -15,6 +15,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -204,7 +205,7 @@ func (tc *testCluster) trySubscribe(info *slacklinev1.FrameworkInfo) (*testFrame
 		cancel()
 		return nil, errors.New("first event is not subscribed")
 	}
-	if got := stream.ResponseHeader().Get(StreamIDHeader); got != sub.GetStreamId() {
+	if got := stream.ResponseHeader().Get(protocol.StreamIDHeader); got != sub.GetStreamId() {
 		cancel()
 		return nil, errors.New("stream id header " + got + " differs from the subscribed event " + sub.GetStreamId())
 	}
@@ -224,7 +225,7 @@ func (tc *testCluster) trySubscribe(info *slacklinev1.FrameworkInfo) (*testFrame
 
 func call[T any](fw *testFramework, msg *T) *connect.Request[T] {
 	req := connect.NewRequest(msg)
-	req.Header().Set(StreamIDHeader, fw.streamID)
+	req.Header().Set(protocol.StreamIDHeader, fw.streamID)
 	return req
 }
 

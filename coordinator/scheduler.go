@@ -12,12 +12,9 @@ import (
 
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/resources"
 )
-
-// StreamIDHeader is the HTTP header that carries a framework's stream id on
-// every SchedulerService call after Subscribe.
-const StreamIDHeader = "Slackline-Stream-Id"
 
 var (
 	errSlowSubscriber = errors.New("event queue overflowed: the subscriber reads too slowly")
@@ -121,7 +118,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
 	defer c.subscriptionEnded(fw, sub)
 
-	stream.ResponseHeader().Set(StreamIDHeader, sub.streamID)
+	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.streamID)
 	heartbeat := time.NewTicker(c.cfg.FrameworkHeartbeatInterval)
 	defer heartbeat.Stop()
 	send := func(ev *slacklinev1.Event) error {
@@ -264,12 +261,12 @@ func (c *Coordinator) authorize(header http.Header, frameworkID string) (*framew
 	if fw == nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown", frameworkID))
 	}
-	streamID := header.Get(StreamIDHeader)
+	streamID := header.Get(protocol.StreamIDHeader)
 	if streamID == "" {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("missing %s header: subscribe first and send the stream id with every call", StreamIDHeader))
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("missing %s header: subscribe first and send the stream id with every call", protocol.StreamIDHeader))
 	}
 	if fw.sub == nil || fw.sub.streamID != streamID {
-		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s %q is not the current subscription of framework %q", StreamIDHeader, streamID, frameworkID))
+		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s %q is not the current subscription of framework %q", protocol.StreamIDHeader, streamID, frameworkID))
 	}
 	return fw, nil
 }

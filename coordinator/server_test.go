@@ -9,9 +9,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
 
-	healthv1 "github.com/slackline/slackline/gen/grpc/health/v1"
-	"github.com/slackline/slackline/gen/grpc/health/v1/healthv1connect"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 )
@@ -22,14 +21,14 @@ func TestHealthAndMetrics(t *testing.T) {
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
 	fw.nextOffer()
 
-	health := healthv1connect.NewHealthClient(tc.client, tc.srv.URL, connect.WithGRPC())
+	health := grpchealth.NewClient(tc.client, tc.srv.URL, connect.WithGRPC())
 	for _, svc := range []string{"", slacklinev1connect.SchedulerServiceName, slacklinev1connect.OperatorServiceName} {
-		resp, err := health.Check(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{Service: svc}))
-		if err != nil || resp.Msg.GetStatus() != healthv1.HealthCheckResponse_SERVING {
+		resp, err := health.Check(context.Background(), &grpchealth.CheckRequest{Service: svc})
+		if err != nil || resp.Status != grpchealth.StatusServing {
 			t.Fatalf("health of %q = %v, %v", svc, resp, err)
 		}
 	}
-	if _, err := health.Check(context.Background(), connect.NewRequest(&healthv1.HealthCheckRequest{Service: "nope"})); connect.CodeOf(err) != connect.CodeNotFound {
+	if _, err := health.Check(context.Background(), &grpchealth.CheckRequest{Service: "nope"}); connect.CodeOf(err) != connect.CodeNotFound {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)
 	}
 

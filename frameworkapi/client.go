@@ -17,11 +17,12 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/protocol"
 )
 
 // StreamIDHeader is the HTTP header that carries the subscription's stream id
 // on every call after Subscribe.
-const StreamIDHeader = "Slackline-Stream-Id"
+const StreamIDHeader = protocol.StreamIDHeader
 
 // DefaultCoordinator is the coordinator URL used when Config.Coordinator is empty.
 const DefaultCoordinator = "http://127.0.0.1:5050"

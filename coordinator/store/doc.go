@@ -4,9 +4,11 @@
 // schedule with the DOWN machines). Everything else (offers, allocations, tasks) is rebuilt from
 // agents and frameworks when they re-register.
 //
-// The Store interface is a tiny bucketed key-value contract so that the
-// embedded bbolt file (the default, see OpenBolt) and an etcd backend for
-// high availability can sit behind it. Values are opaque bytes; the
+// The storage itself is internal/kv, shared with the agent's checkpoint: a
+// tiny bucketed key-value contract so that the embedded bbolt file (the
+// default, see OpenBolt) and an etcd backend for high availability can sit
+// behind it. This package adds what is the coordinator's: the bucket names
+// and the registry file in the work dir. Values are opaque bytes; the
 // coordinator stores protobuf-encoded records (slackline.v1 *Record messages).
 //
 // Lifecycle: open once at start, share between goroutines (implementations

@@ -1,8 +1,9 @@
-package store
+package kv
 
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"sync"
 	"testing"
 	"time"
@@ -11,25 +12,25 @@ import (
 func TestBoltPersistsAcrossReopen(t *testing.T) {
 	dir := t.TempDir()
 	ctx := context.Background()
-	s, err := OpenBolt(dir, time.Second)
+	s, err := OpenBolt(filepath.Join(dir, "test.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, Put(BucketAgents, "a1", []byte("one")), Put(BucketAgents, "a2", []byte("two"))); err != nil {
+	if err := s.Apply(ctx, Put("agents", "a1", []byte("one")), Put("agents", "a2", []byte("two"))); err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(ctx, Delete(BucketAgents, "a1"), Put(BucketWeights, "eng", []byte("2"))); err != nil {
+	if err := s.Apply(ctx, Delete("agents", "a1"), Put("weights", "eng", []byte("2"))); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	s, err = OpenBolt(dir, time.Second)
+	s, err = OpenBolt(filepath.Join(dir, "test.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	agents, err := s.Load(ctx, BucketAgents)
+	agents, err := s.Load(ctx, "agents")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -43,7 +44,7 @@ func TestBoltPersistsAcrossReopen(t *testing.T) {
 }
 
 func TestBoltConcurrentApply(t *testing.T) {
-	s, err := OpenBolt(t.TempDir(), time.Second)
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "test.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -51,13 +52,13 @@ func TestBoltConcurrentApply(t *testing.T) {
 	var wg sync.WaitGroup
 	for i := range 200 {
 		wg.Go(func() {
-			if err := s.Apply(context.Background(), Put(BucketAgents, fmt.Sprint(i), []byte("x"))); err != nil {
+			if err := s.Apply(context.Background(), Put("agents", fmt.Sprint(i), []byte("x"))); err != nil {
 				t.Error(err)
 			}
 		})
 	}
 	wg.Wait()
-	got, _ := s.Load(context.Background(), BucketAgents)
+	got, _ := s.Load(context.Background(), "agents")
 	if len(got) != 200 {
 		t.Fatalf("stored %d agents, want 200", len(got))
 	}
@@ -65,23 +66,23 @@ func TestBoltConcurrentApply(t *testing.T) {
 
 func TestBoltSecondOpenFailsClearly(t *testing.T) {
 	dir := t.TempDir()
-	s, err := OpenBolt(dir, time.Second)
+	s, err := OpenBolt(filepath.Join(dir, "test.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if _, err := OpenBolt(dir, 50*time.Millisecond); err == nil {
-		t.Fatal("second open of a locked registry succeeded")
+	if _, err := OpenBolt(filepath.Join(dir, "test.db"), 50*time.Millisecond); err == nil {
+		t.Fatal("second open of a locked file succeeded")
 	}
 }
 
 func TestBoltClosed(t *testing.T) {
-	s, err := OpenBolt(t.TempDir(), time.Second)
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "test.db"), time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	s.Close()
-	if err := s.Apply(context.Background(), Put(BucketAgents, "a", []byte("b"))); err == nil {
+	if err := s.Apply(context.Background(), Put("agents", "a", []byte("b"))); err == nil {
 		t.Fatal("Apply on closed store succeeded")
 	}
 }

@@ -1,7 +1,3 @@
-// Package server runs an http.Handler the way every Slackline process
-// serves its Connect services: HTTP/1.1 and cleartext HTTP/2 (h2c) on one
-// port, or HTTP/1.1 and HTTP/2 over TLS when a certificate is configured,
-// with a graceful shutdown when the context ends.
 package server
 
 import (

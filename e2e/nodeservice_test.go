@@ -1,4 +1,4 @@
-package agent
+package e2e
 
 import (
 	"context"
@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/agent"
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
@@ -27,30 +28,10 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// supervisorBinary builds slackline-agent once: the containerizer starts it
-// as each task's supervisor.
-func supervisorBinary(t *testing.T) string {
-	t.Helper()
-	dir := t.TempDir()
-	out, err := runCommand("go", "build", "-o", dir+"/", "../cmd/slackline-agent")
-	if err != nil {
-		t.Fatalf("build slackline-agent: %v\n%s", err, out)
-	}
-	return filepath.Join(dir, "slackline-agent")
-}
-
-func freeListener(t *testing.T) net.Listener {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return ln
-}
-
 // TestNodeService runs a real coordinator, a real agent with real cgroups
-// and a framework in-process, launches a task, and reads it back through
-// the agent's NodeService.
+// and a framework in-process (the agent's tasks are supervised by the built
+// slackline-agent binary), launches a task, and reads it back through the
+// agent's NodeService.
 func TestNodeService(t *testing.T) {
 	privileged.Require(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -62,7 +43,10 @@ func TestNodeService(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer coord.Close()
-	coordLn := freeListener(t)
+	coordLn, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
 	coordURL := "http://" + coordLn.Addr().String()
 	go coord.Run(ctx)
 	go server.Serve(ctx, server.Config{Listener: coordLn, Logger: quiet}, coord.Handler())
@@ -71,25 +55,23 @@ func TestNodeService(t *testing.T) {
 	workDir := cgrouptest.WorkDir(t, root)
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
-		SupervisorCommand: []string{supervisorBinary(t), "supervise"}, Logger: quiet, KillGracePeriod: 100 * time.Millisecond,
+		SupervisorCommand: []string{filepath.Join(binDir, "slackline-agent"), "supervise"}, Logger: quiet, KillGracePeriod: 100 * time.Millisecond,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	nodeLn := freeListener(t)
-	nodeAddr := nodeLn.Addr().String()
-	nodeLn.Close()
+	nodeAddr := freeAddr(t)
 	ebpfMon, err := bpf.Load(bpf.Config{CgroupRoot: filepath.Join(cz.Layout().Unified, root), Logger: quiet})
 	if err != nil {
 		t.Fatalf("load eBPF: %v", err)
 	}
 	defer ebpfMon.Close()
-	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), Interval: 50 * time.Millisecond, EBPF: MonitorStats(ebpfMon), Logger: quiet})
+	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), Interval: 50 * time.Millisecond, EBPF: agent.MonitorStats(ebpfMon), Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer mon.Close()
-	a, err := New(Config{Coordinator: coordURL, Listen: nodeAddr, WorkDir: workDir, Hostname: "node-test",
+	a, err := agent.New(agent.Config{Coordinator: coordURL, Listen: nodeAddr, WorkDir: workDir, Hostname: "node-test",
 		Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: quiet, Monitor: mon, EBPF: ebpfMon,
 		Features: bpf.Probe(), UnifiedMount: cz.Layout().Unified})
 	if err != nil {

@@ -1,0 +1,17 @@
+// Package kv is the durable bucketed key-value storage under the
+// coordinator's registry (coordinator/store) and the agent's checkpoint:
+// a tiny Store contract (Apply mutations atomically, Load a bucket, Close)
+// and its implementation in an embedded bbolt file (OpenBolt).
+//
+// Values are opaque bytes; callers store protobuf-encoded records and own
+// their bucket names. The contract is small so that another backend (etcd
+// for a highly available coordinator) can sit behind it.
+//
+// Lifecycle: open once at start, share between goroutines (a Store is safe
+// for concurrent use), Close at exit. Apply returns only after the mutations
+// are durable (fsync for bbolt), so whatever is acknowledged after Apply
+// survives a crash; concurrent Apply calls share one transaction and one
+// fsync. Errors: opening a file another process holds fails after the
+// timeout with an error that says so; operations on a closed Store return
+// ErrClosed; other errors are bbolt's, wrapped with the bucket and key.
+package kv

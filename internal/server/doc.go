@@ -1,0 +1,18 @@
+// Package server is the plumbing every Slackline process shares to serve
+// its Connect services (the coordinator's, the agent's NodeService):
+//
+//   - Serve runs an http.Handler over HTTP/1.1 and cleartext HTTP/2 (h2c) on
+//     one port, or HTTP/1.1 and HTTP/2 over TLS when a certificate is
+//     configured, and shuts down gracefully when its context ends.
+//   - HandlerOptions are the Connect handler options every service is
+//     mounted with (today the MaxRequestBytes read limit).
+//   - MountStandard mounts the standard gRPC health and reflection services
+//     beside a process's own services, so grpcurl and load balancers work.
+//   - NewClient is the matching HTTP client (h2c for http://, HTTP/2 over
+//     TLS for https://).
+//
+// The package holds no state: a process builds its own http.ServeMux,
+// mounts its services with HandlerOptions, calls MountStandard, and passes
+// the mux to Serve. Errors from Serve are listen and serve failures,
+// wrapped; a clean shutdown returns nil.
+package server

@@ -1,0 +1,33 @@
+package server
+
+import (
+	"net/http"
+	"slices"
+
+	"connectrpc.com/connect"
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+)
+
+// MaxRequestBytes bounds the size of any request message a Slackline
+// server accepts; larger requests fail with ResourceExhausted.
+const MaxRequestBytes = 4 << 20
+
+// HandlerOptions returns the Connect handler options every Slackline
+// service is mounted with: the MaxRequestBytes read limit.
+func HandlerOptions() []connect.HandlerOption {
+	return []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}
+}
+
+// MountStandard mounts, beside a process's own services, the standard gRPC
+// health protocol (grpc.health.v1.Health), which reports the named services
+// and the whole server as SERVING for as long as the process serves
+// requests, and gRPC server reflection (v1 and v1alpha) for those services
+// and the health service.
+func MountStandard(mux *http.ServeMux, services ...string) {
+	opts := HandlerOptions()
+	mux.Handle(grpchealth.NewHandler(grpchealth.NewStaticChecker(services...), opts...))
+	reflector := grpcreflect.NewStaticReflector(append(slices.Clip(services), grpchealth.HealthV1ServiceName)...)
+	mux.Handle(grpcreflect.NewHandlerV1(reflector, opts...))
+	mux.Handle(grpcreflect.NewHandlerV1Alpha(reflector, opts...))
+}
