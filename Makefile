@@ -1,9 +1,11 @@
 # Slackline build. `make run` starts a local single-node cluster; `make test`
-# runs every test (privileged ones too when run as root).
+# runs every test (privileged ones too when run as root), fuzz seed corpora
+# included; `make fuzz` runs timed fuzzing; `make lint` the static checks.
 SHELL := /bin/bash
 GO ?= go
 BIN := bin
-# Short fuzzing runs that `make test` includes (seconds per target).
+# Length of each target's run in `make fuzz` (timed fuzzing is never part of
+# `make test`: the fuzzing engine can time out on a loaded machine).
 FUZZTIME ?= 10s
 
 .PHONY: all build generate check-generate test fuzz bench run lint clean
@@ -38,17 +40,19 @@ check-generate:
 	fi
 
 # The eBPF accuracy tests compare latencies with and without contention, so
-# they run alone first; everything else runs in parallel afterwards.
+# they run alone first; everything else runs in parallel afterwards. Plain
+# `go test` runs every Fuzz target's seed corpus (f.Add and testdata/fuzz).
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 10m ./bpf/...
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/bpf')
-	$(MAKE) fuzz
 
+# Timed fuzzing, one target at a time (go test -fuzz takes one package).
 fuzz:
 	$(GO) test -run '^$$' -fuzz '^FuzzParse$$' -fuzztime $(FUZZTIME) ./resources
 	$(GO) test -run '^$$' -fuzz '^FuzzValidateLaunch$$' -fuzztime $(FUZZTIME) ./coordinator
 	$(GO) test -run '^$$' -fuzz '^FuzzAllocator$$' -fuzztime $(FUZZTIME) ./coordinator/allocator
+	$(GO) test -run '^$$' -fuzz '^FuzzEstimateBounds$$' -fuzztime $(FUZZTIME) ./estimator
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
@@ -64,10 +68,14 @@ bench:
 run: build
 	./scripts/run-local.sh
 
+# Static checks: gofmt (generated code excluded), vet, buf lint and
+# staticcheck (pinned in go.mod's tool block, default checks).
 lint:
-	@test -z "$$(gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'))" || { gofmt -l $$(git ls-files '*.go' | grep -v '^gen/'); exit 1; }
+	@unformatted="$$(find . \( -path './.*' -o -path ./gen \) -prune -o -name '*.go' -not -name '*_bpfel.go' -print0 | xargs -0 gofmt -l)"; \
+	if [ -n "$$unformatted" ]; then echo "gofmt -l: these files need gofmt -w:"; echo "$$unformatted"; exit 1; fi
 	$(GO) vet ./...
 	$(GO) tool buf lint
+	$(GO) tool staticcheck ./...
 
 clean:
 	rm -rf $(BIN) .run

@@ -87,14 +87,15 @@ func TestQoSInterference(t *testing.T) {
 	}
 	eventually(t, 60*time.Second, func() string {
 		killed := revocableTasks(t, addr, "hogs")[slacklinev1.TaskState_TASK_STATE_KILLED]
-		for _, task := range killed {
-			st := task.GetStatus()
-			if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || st.GetMessage() == "" {
-				return fmt.Sprintf("killed hog %s: reason %v message %q, want REASON_CONTAINER_PREEMPTED with the signal", task.GetTaskId(), st.GetReason(), st.GetMessage())
-			}
-			return ""
+		if len(killed) == 0 {
+			return "no revocable task preempted"
 		}
-		return "no revocable task preempted"
+		task := killed[0]
+		st := task.GetStatus()
+		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || st.GetMessage() == "" {
+			return fmt.Sprintf("killed hog %s: reason %v message %q, want REASON_CONTAINER_PREEMPTED with the signal", task.GetTaskId(), st.GetReason(), st.GetMessage())
+		}
+		return ""
 	})
 
 	if err := os.WriteFile(calm, nil, 0o644); err != nil {

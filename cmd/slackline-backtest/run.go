@@ -18,7 +18,6 @@ import (
 
 // runOptions are the flags of "run".
 type runOptions struct {
-	traces     []string
 	estimators []string
 	mix        bool
 	fixed      string

@@ -52,13 +52,12 @@ type options struct {
 
 // result is one run's outcome.
 type result struct {
-	name                  string
-	latencies             []time.Duration
-	timeline              []point
-	nodeUtil              float64 // fraction of all CPUs busy
-	serverCores, beCores  float64 // average cores used
-	errors                int
-	bestEffortTasksActive int
+	name                 string
+	latencies            []time.Duration
+	timeline             []point
+	nodeUtil             float64 // fraction of all CPUs busy
+	serverCores, beCores float64 // average cores used
+	errors               int
 }
 
 // point is one second of a run: the p99 of requests scheduled in it and the
