@@ -99,6 +99,16 @@
 //     EventWindow. Events make the first reaction as fast as the ring buffer:
 //     no need to wait for the next percentile sample. Only evidence observed
 //     after the controller's last change counts (Container.SampledAt, Event.Time).
+//   - Attribution: when eBPF who-delayed-whom is available
+//     (Container.DelayedBy is not nil), a guaranteed or protected container's
+//     run-queue and PSI signals count, for violation and calm alike, only if
+//     revocable containers delayed it at least MinAttributedDelay during
+//     the interval, and a threshold event counts only if it names a
+//     revocable culprit. Work that suffers from itself or from something
+//     outside Slackline is not the revocable tasks' doing, and throttling
+//     them would not help. MinAttributedDelay 0 (agent flag
+//     --qos-min-attributed-delay 0) turns the check off; without eBPF every
+//     signal counts.
 //   - Calm: every p99 below RunqP99Exit, every PSI below CPUPressureExit,
 //     and no event in the window. Between the Enter and Exit thresholds the
 //     limit holds: noise near either threshold cannot make it flap.
@@ -148,6 +158,7 @@
 //
 //	interference  RunqP99Enter/Exit 1 ms / 500 µs   CPUPressureEnter/Exit 25 / 10 %
 //	              EventLatency 1 ms, EventCount 5, EventWindow 250 ms
+//	              MinAttributedDelay 1 ms
 //	              DecreaseFactor 0.5, DecreaseInterval 500 ms
 //	              IncreaseStep max(0.1 cores, 5% of CPUs), CalmPeriod 3 s, IncreaseInterval 1 s
 //	              ProbeBackoff 30 s (max 5 min)
