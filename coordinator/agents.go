@@ -4,15 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/slackline/slackline/internal/taskstate"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -21,244 +20,18 @@ const agentPingInterval = 30 * time.Second
 
 type agentService struct{ c *Coordinator }
 
-// reportedTask is a validated AgentTask from a registration.
-type reportedTask struct {
-	frameworkID string
-	framework   *slacklinev1.FrameworkInfo
-	info        *slacklinev1.TaskInfo
-	state       slacklinev1.TaskState
-	role        string
-	resources   resources.Resources
-	revocable   resources.Resources
-}
-
-func validateRegistration(req *slacklinev1.RegisterRequest) (*slacklinev1.AgentInfo, resources.Resources, []reportedTask, error) {
-	if v := req.GetProtocolVersion(); v != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
-		return nil, resources.Resources{}, nil, invalidf("protocol_version %v is not supported (this coordinator speaks AGENT_PROTOCOL_VERSION_1)", v)
-	}
-	info := req.GetAgentInfo()
-	if info == nil {
-		return nil, resources.Resources{}, nil, invalidf("agent_info is required")
-	}
-	if info.GetId() != "" {
-		if err := validateID("agent_info.id", info.GetId()); err != nil {
-			return nil, resources.Resources{}, nil, err
-		}
-	}
-	if h := info.GetHostname(); h == "" || len(h) > maxIDLength {
-		return nil, resources.Resources{}, nil, invalidf("agent_info.hostname %q must be 1 to %d bytes", h, maxIDLength)
-	}
-	total, revocable, err := resources.FromProto(info.GetResources())
-	if err != nil {
-		return nil, resources.Resources{}, nil, fmt.Errorf("%w: agent_info.resources: %w", errInvalid, err)
-	}
-	if !revocable.IsEmpty() {
-		return nil, resources.Resources{}, nil, invalidf("agent_info.resources must not be revocable (got %s); report estimates with UpdateOversubscribedResources", revocable)
-	}
-	for _, at := range info.GetAttributes() {
-		if at.GetName() == "" {
-			return nil, resources.Resources{}, nil, invalidf("agent_info.attributes has an attribute without a name")
-		}
-	}
-	var tasks []reportedTask
-	for i, at := range req.GetTasks() {
-		t := at.GetTask()
-		if err := validateID(fmt.Sprintf("tasks[%d].framework_id", i), at.GetFrameworkId()); err != nil {
-			return nil, resources.Resources{}, nil, err
-		}
-		if err := validateID(fmt.Sprintf("tasks[%d].task.task_id", i), t.GetTaskId()); err != nil {
-			return nil, resources.Resources{}, nil, err
-		}
-		res, rev, err := resources.FromProto(t.GetResources())
-		if err != nil {
-			return nil, resources.Resources{}, nil, fmt.Errorf("%w: tasks[%d] resources: %w", errInvalid, i, err)
-		}
-		role := "" // filled from the framework's roles when the resources name none
-		if list := t.GetResources(); len(list) > 0 && list[0].GetRole() != "" {
-			role = list[0].GetRole()
-			if err := validateRole(role); err != nil {
-				return nil, resources.Resources{}, nil, fmt.Errorf("tasks[%d]: %w", i, err)
-			}
-		}
-		tasks = append(tasks, reportedTask{
-			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
-			state: at.GetState(), role: role, resources: res, revocable: rev,
-		})
-	}
-	return info, total, tasks, nil
-}
-
 func (s agentService) Register(ctx context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
-	c := s.c
-	info, total, tasks, err := validateRegistration(req.Msg)
+	reg, err := parseRegistration(req.Msg)
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
-	info = proto.CloneOf(info)
-	now := c.cfg.Now()
-
-	c.mu.Lock()
-	if am := lookupMachine(c.maint, info); am.mode == slacklinev1.MachineMode_MACHINE_MODE_DOWN {
-		c.mu.Unlock()
-		return nil, downMachineError(am.machine)
+	agentID, sessionID, err := s.c.register(ctx, reg)
+	if err != nil {
+		return nil, err
 	}
-	if info.GetId() == "" {
-		info.Id = newID()
-	} else if a := c.agents[info.GetId()]; a != nil && a.state == slacklinev1.AgentState_AGENT_STATE_GONE {
-		c.mu.Unlock()
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was removed from the cluster; restart it with an empty work dir to register anew", info.GetId()))
-	}
-	registeredAt := now
-	needWrite := true
-	if a := c.agents[info.GetId()]; a != nil {
-		registeredAt = a.registeredAt
-		needWrite = a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || !proto.Equal(a.info, info)
-	}
-	rebooted := c.rebootedAgent(req.Msg.GetPreviousAgentId(), info)
-	c.mu.Unlock()
-
-	var writes []store.Mutation
-	if needWrite {
-		rec := &slacklinev1.AgentRecord{Info: info, State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, RegisteredTime: timestamppb.New(registeredAt)}
-		writes = append(writes, store.Put(store.BucketAgents, info.GetId(), mustMarshal(rec)))
-	}
-	if rebooted != nil {
-		rec := &slacklinev1.AgentRecord{Info: rebooted.info, State: slacklinev1.AgentState_AGENT_STATE_GONE, RegisteredTime: timestamppb.New(rebooted.registeredAt)}
-		writes = append(writes, store.Put(store.BucketAgents, rebooted.id, mustMarshal(rec)))
-	}
-	if err := c.store.Apply(ctx, writes...); err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist agent: %w", err))
-	}
-
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	am := lookupMachine(c.maint, info)
-	if am.mode == slacklinev1.MachineMode_MACHINE_MODE_DOWN {
-		// Went DOWN while the record was written; recovery and the next
-		// registration sort the record out.
-		return nil, downMachineError(am.machine)
-	}
-	if rebooted != nil && rebooted.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-		c.retireRebootedAgent(rebooted, info.GetId(), now)
-	}
-	a := c.agents[info.GetId()]
-	if a == nil {
-		a = newAgent(info.GetId(), registeredAt)
-		c.agents[a.id] = a
-	}
-	if a.session != nil {
-		a.session.end()
-	}
-	previous := a.state
-	if a.inAllocator && !a.total.Equal(total) {
-		// Offers made from the old total may no longer fit.
-		for _, o := range a.offers {
-			c.rescindOffer(o, now)
-		}
-	}
-	a.info, a.total = info, total
-	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-	a.lastHeartbeat = now
-	a.session = newAgentSession(c.cfg.AgentQueueSize)
-	if !a.inAllocator {
-		c.alloc.AddAgent(a.id, total)
-		a.inAllocator = true
-	} else {
-		c.alloc.UpdateAgentTotal(a.id, total)
-		c.alloc.ActivateAgent(a.id)
-	}
-	if !a.maint.same(am) {
-		for _, o := range a.offers {
-			c.rescindOffer(o, now)
-		}
-		c.rescindInverseOffers(a, now)
-	}
-	c.setAgentMaintenance(a, am)
-	c.reconcileAgentTasks(a, tasks, previous, now)
-	c.markDirty(a.id)
-	c.log.Info("agent registered", "agent", a.id, "hostname", info.GetHostname(), "resources", total.String(), "tasks", len(tasks), "previous_state", previous.String())
 	return connect.NewResponse(&slacklinev1.RegisterResponse{
-		AgentId: a.id, SessionId: a.session.id, HeartbeatIntervalSeconds: c.cfg.AgentHeartbeatInterval.Seconds(),
+		AgentId: agentID, SessionId: sessionID, HeartbeatIntervalSeconds: s.c.cfg.AgentHeartbeatInterval.Seconds(),
 	}), nil
-}
-
-// reconcileAgentTasks merges the tasks a (re-)registering agent reports with
-// what the coordinator knew. Caller holds c.mu.
-func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, previous slacklinev1.AgentState, now time.Time) {
-	seen := map[taskKey]bool{}
-	for _, r := range reported {
-		key := taskKey{r.frameworkID, r.info.GetTaskId()}
-		seen[key] = true
-		if taskstate.IsTerminal(r.state) {
-			continue // the agent reports its terminal update itself
-		}
-		fw := c.frameworks[r.frameworkID]
-		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
-			// A framework the coordinator never saw (registry lost): adopt
-			// it as disconnected; its failover timeout runs from now.
-			info, err := normalizeFrameworkInfo(r.framework)
-			if err != nil {
-				c.log.Warn("agent reports a task of an invalid framework; shutting it down", "agent", a.id, "framework", r.frameworkID, "err", err)
-				a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
-					ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: r.frameworkID}}})
-				continue
-			}
-			fw = &framework{
-				info: info, state: slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-				registeredAt: now, disconnectedAt: now, failoverDeadline: now.Add(failoverTimeout(info)),
-				tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
-				suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
-			}
-			c.frameworks[r.frameworkID] = fw
-			c.addFramework(info, false)
-		}
-		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
-				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: r.frameworkID}}})
-			continue
-		}
-		if r.role == "" {
-			r.role = fw.info.GetRoles()[0]
-		}
-		t := fw.tasks[r.info.GetTaskId()]
-		if t == nil {
-			t = &task{
-				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
-				resources: r.resources, revocable: r.revocable, state: r.state,
-			}
-			fw.tasks[r.info.GetTaskId()] = t
-			a.tasks[key] = t
-			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
-			if !r.revocable.IsEmpty() {
-				c.alloc.ClaimRevocable(r.frameworkID, r.role, a.id, r.revocable)
-			}
-			continue
-		}
-		if t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware() {
-			// The framework was told the task is LOST and may have replaced
-			// it: like Mesos, kill what comes back.
-			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{
-				FrameworkId: fw.id(), TaskId: t.info.GetTaskId()}}})
-			continue
-		}
-		if t.state != r.state {
-			t.state = r.state
-			st := coordinatorStatus(fw.id(), t.info.GetTaskId(), a.id, r.state, slacklinev1.Reason_REASON_RECONCILIATION,
-				"agent re-registered and reports the task "+r.state.String(), now)
-			t.status = st
-			fw.send(updateEvent(fw, st))
-		}
-	}
-	for key, t := range a.tasks {
-		if seen[key] {
-			continue
-		}
-		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
-		if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
-			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
-		}
-		c.finishTask(t, coordinatorStatus(t.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
-	}
 }
 
 // finishTask records a terminal status of a task the coordinator itself
@@ -424,8 +197,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
 		}}})
 		if !taskstate.IsTerminal(st.GetState()) {
-			a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
-				ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: st.GetFrameworkId()}}})
+			a.send(shutdownFrameworkCommand(st.GetFrameworkId()))
 		}
 		return
 	}
@@ -520,44 +292,4 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 			}
 		}
 	}
-}
-
-// agentRecord returns the registry write for an agent's current state.
-// Caller holds c.mu.
-func (c *Coordinator) agentRecord(a *agent) store.Mutation {
-	rec := &slacklinev1.AgentRecord{Info: a.info, State: a.state, RegisteredTime: timestamppb.New(a.registeredAt)}
-	return store.Put(store.BucketAgents, a.id, mustMarshal(rec))
-}
-
-// rebootedAgent returns the agent a host had before it rebooted, when a
-// registering agent names it and it is the same host (an agent cannot retire
-// another host's agent). Caller holds c.mu.
-func (c *Coordinator) rebootedAgent(previousID string, info *slacklinev1.AgentInfo) *agent {
-	if previousID == "" || previousID == info.GetId() {
-		return nil
-	}
-	old := c.agents[previousID]
-	if old == nil || old.state == slacklinev1.AgentState_AGENT_STATE_GONE {
-		return nil
-	}
-	if old.info.GetHostname() != info.GetHostname() {
-		c.log.Warn("agent names a previous agent of another host; ignored", "previous", previousID,
-			"previous_hostname", old.info.GetHostname(), "hostname", info.GetHostname())
-		return nil
-	}
-	return old
-}
-
-// retireRebootedAgent ends the agent a host had before it rebooted: its
-// offers are rescinded, its tasks are gone (LOST for frameworks that are not
-// partition-aware) and it becomes GONE, at once rather than after the agent
-// timeout. Caller holds c.mu.
-func (c *Coordinator) retireRebootedAgent(old *agent, newID string, now time.Time) {
-	msg := fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), newID)
-	c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", newID, "tasks", len(old.tasks))
-	if old.session != nil {
-		old.session.end()
-		old.session = nil
-	}
-	c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now)
 }

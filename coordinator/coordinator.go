@@ -387,13 +387,13 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 			if now.Sub(a.lastHeartbeat) > c.cfg.AgentTimeout {
 				c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", now.Sub(a.lastHeartbeat).Round(time.Millisecond))
 				c.markAgentUnreachable(a, now)
-				writes = append(writes, c.agentRecord(a))
+				writes = append(writes, a.record())
 			}
 		case slacklinev1.AgentState_AGENT_STATE_RECOVERING:
 			if now.Sub(c.startedAt) > c.cfg.AgentReregisterTimeout {
 				c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
 				a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-				writes = append(writes, c.agentRecord(a))
+				writes = append(writes, a.record())
 			}
 		}
 	}

@@ -183,7 +183,7 @@ func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason stri
 		}
 	}
 	c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR, slacklinev1.Reason_REASON_AGENT_REMOVED_BY_OPERATOR, msg, now)
-	return c.agentRecord(a)
+	return a.record()
 }
 
 // retireAgent makes an agent GONE: its offers and inverse offers are

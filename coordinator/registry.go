@@ -4,8 +4,11 @@ import (
 	"context"
 	"fmt"
 	"strconv"
+	"time"
 
+	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
@@ -48,16 +51,11 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		if err := proto.Unmarshal(raw, &rec); err != nil {
 			return fmt.Errorf("framework %s: %w", id, err)
 		}
-		fw := &framework{
-			info: rec.GetInfo(), registeredAt: rec.GetRegisteredTime().AsTime(), disconnectedAt: now,
-			// After a coordinator restart a scheduler gets at least as long
-			// as agents do to come back, whatever its failover timeout.
-			failoverDeadline: now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)),
-			state:            slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-			tasks:            map[string]*task{}, offers: map[string]*offer{}, suppressed: map[string]bool{},
-			inverseOffers: map[string]*inverseOffer{},
-			pending:       map[string][]*slacklinev1.TaskStatus{},
-		}
+		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, rec.GetRegisteredTime().AsTime())
+		// After a coordinator restart a scheduler gets at least as long as
+		// agents do to come back, whatever its failover timeout.
+		fw.disconnectedAt = now
+		fw.failoverDeadline = now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout))
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 		} else {
@@ -116,3 +114,34 @@ func (c *Coordinator) recover(ctx context.Context) error {
 	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
 	return nil
 }
+
+// persist makes a change's records durable before it is applied and
+// answered; the caller holds no lock but, for the changes it orders,
+// persistMu. A failure is Unavailable: nothing was applied, the client may
+// retry.
+func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.Mutation) error {
+	if err := c.store.Apply(ctx, writes...); err != nil {
+		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist %s: %w", what, err))
+	}
+	return nil
+}
+
+// record makes durable what an applied change leads to, even if the caller
+// hung up; the caller holds no lock but persistMu. A failure is logged:
+// nobody waits for it, and recovery and the next registration heal a stale
+// record.
+func (c *Coordinator) record(ctx context.Context, writes ...store.Mutation) {
+	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
+		c.log.Error("persist registry", "err", err)
+	}
+}
+
+// agentRecord returns the registry write of an agent's record.
+func agentRecord(id string, info *slacklinev1.AgentInfo, state slacklinev1.AgentState, registeredAt time.Time) store.Mutation {
+	rec := &slacklinev1.AgentRecord{Info: info, State: state, RegisteredTime: timestamppb.New(registeredAt)}
+	return store.Put(store.BucketAgents, id, mustMarshal(rec))
+}
+
+// record returns the registry write for the agent's current state. Caller
+// holds c.mu.
+func (a *agent) record() store.Mutation { return agentRecord(a.id, a.info, a.state, a.registeredAt) }

@@ -109,6 +109,14 @@ type framework struct {
 	pending map[string][]*slacklinev1.TaskStatus
 }
 
+func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {
+	return &framework{
+		info: info, state: state, registeredAt: registeredAt,
+		tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
+		suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
+	}
+}
+
 func (fw *framework) id() string { return fw.info.GetId() }
 
 func (fw *framework) failoverTimeout() time.Duration { return failoverTimeout(fw.info) }
@@ -216,4 +224,14 @@ func forFramework(fw *framework, st *slacklinev1.TaskStatus) *slacklinev1.TaskSt
 		return out
 	}
 	return st
+}
+
+func shutdownFrameworkCommand(frameworkID string) *slacklinev1.AgentCommand {
+	return &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
+		ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: frameworkID}}}
+}
+
+func killTaskCommand(frameworkID, taskID string) *slacklinev1.AgentCommand {
+	return &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{
+		KillTask: &slacklinev1.KillTaskCommand{FrameworkId: frameworkID, TaskId: taskID}}}
 }

@@ -1,0 +1,205 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// The domain tests drive the coordinator's domain operations (register,
+// subscribe, changeMaintenance) directly: no server, no Run loop, a fixed
+// clock and an in-memory store, so every effect is observable at once.
+
+var testNow = time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC)
+
+// memStore is an in-memory store.Store. Apply fails with err when it is set.
+type memStore struct {
+	mu      sync.Mutex
+	buckets map[string]map[string][]byte
+	err     error
+}
+
+func newMemStore() *memStore { return &memStore{buckets: map[string]map[string][]byte{}} }
+
+func (m *memStore) Apply(_ context.Context, mutations ...store.Mutation) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.err != nil {
+		return m.err
+	}
+	for _, mu := range mutations {
+		if m.buckets[mu.Bucket] == nil {
+			m.buckets[mu.Bucket] = map[string][]byte{}
+		}
+		if mu.Value == nil {
+			delete(m.buckets[mu.Bucket], mu.Key)
+		} else {
+			m.buckets[mu.Bucket][mu.Key] = mu.Value
+		}
+	}
+	return nil
+}
+
+func (m *memStore) Load(_ context.Context, bucket string) (map[string][]byte, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.buckets[bucket]), nil
+}
+
+func (m *memStore) Close() error { return nil }
+
+// agentStates returns the persisted state of every agent record.
+func (m *memStore) agentStates(t *testing.T) map[string]slacklinev1.AgentState {
+	t.Helper()
+	out := map[string]slacklinev1.AgentState{}
+	raw, _ := m.Load(context.Background(), store.BucketAgents)
+	for id, b := range raw {
+		var rec slacklinev1.AgentRecord
+		if err := proto.Unmarshal(b, &rec); err != nil {
+			t.Fatal(err)
+		}
+		out[id] = rec.GetState()
+	}
+	return out
+}
+
+var errDiskFull = errors.New("disk full")
+
+// domain is a coordinator that is neither served nor run.
+type domain struct {
+	t  *testing.T
+	c  *Coordinator
+	st *memStore
+}
+
+func newDomain(t *testing.T) *domain {
+	t.Helper()
+	st := newMemStore()
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return testNow }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &domain{t: t, c: c, st: st}
+}
+
+func registerRequest(id, hostname, res string, tasks ...*slacklinev1.AgentTask) *slacklinev1.RegisterRequest {
+	return &slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", false)},
+		Tasks:           tasks,
+	}
+}
+
+// register runs the Register domain operation and returns the agent id.
+func (d *domain) register(req *slacklinev1.RegisterRequest) (string, error) {
+	d.t.Helper()
+	reg, err := parseRegistration(req)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	id, _, err := d.c.register(context.Background(), reg)
+	return id, err
+}
+
+func (d *domain) mustRegister(req *slacklinev1.RegisterRequest) string {
+	d.t.Helper()
+	id, err := d.register(req)
+	if err != nil {
+		d.t.Fatalf("register: %v", err)
+	}
+	return id
+}
+
+// connectFramework installs a connected framework with its subscription.
+func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) *subscription {
+	d.t.Helper()
+	info, err := normalizeFrameworkInfo(info)
+	if err != nil {
+		d.t.Fatal(err)
+	}
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, testNow)
+	fw.sub = newSubscription(1000)
+	d.c.frameworks[info.GetId()] = fw
+	d.c.addFramework(info, true)
+	return fw.sub
+}
+
+// allocate runs one allocation pass.
+func (d *domain) allocate() {
+	d.c.mu.Lock()
+	d.c.dirtyAll = true
+	d.c.mu.Unlock()
+	d.c.allocateOnce()
+}
+
+// agent returns the agent's record (read it only between operations).
+func (d *domain) agent(id string) *agent {
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	return d.c.agents[id]
+}
+
+// events returns what is queued on a subscription.
+func events(sub *subscription) []*slacklinev1.Event {
+	var out []*slacklinev1.Event
+	for {
+		select {
+		case ev := <-sub.events:
+			out = append(out, ev)
+		default:
+			return out
+		}
+	}
+}
+
+// commands returns what is queued on an agent's session.
+func commands(a *agent) []*slacklinev1.AgentCommand {
+	var out []*slacklinev1.AgentCommand
+	for a.session != nil {
+		select {
+		case cmd := <-a.session.commands:
+			out = append(out, cmd)
+		default:
+			return out
+		}
+	}
+	return out
+}
+
+func updates(evs []*slacklinev1.Event) map[string]slacklinev1.TaskState {
+	out := map[string]slacklinev1.TaskState{}
+	for _, ev := range evs {
+		if st := ev.GetUpdate().GetStatus(); st != nil {
+			out[st.GetTaskId()] = st.GetState()
+		}
+	}
+	return out
+}
+
+func countEvents(evs []*slacklinev1.Event, match func(*slacklinev1.Event) bool) int {
+	n := 0
+	for _, ev := range evs {
+		if match(ev) {
+			n++
+		}
+	}
+	return n
+}
+
+func isRescind(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil }
+
+func agentTask(frameworkID, taskID, res string, state slacklinev1.TaskState) *slacklinev1.AgentTask {
+	return &slacklinev1.AgentTask{FrameworkId: frameworkID, State: state, Task: &slacklinev1.TaskInfo{
+		TaskId: taskID, Name: taskID, Resources: resources.MustParse(res).Proto("", false)}}
+}

@@ -1,0 +1,317 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
+
+	"github.com/slackline/slackline/coordinator/maintenance"
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/taskstate"
+	"github.com/slackline/slackline/resources"
+)
+
+// registration is a validated RegisterRequest.
+type registration struct {
+	// info is a copy of the request's; its Id is empty for an agent new to
+	// the cluster until register assigns one.
+	info  *slacklinev1.AgentInfo
+	total resources.Resources
+	tasks []reportedTask
+	// previousID names the agent the host had before it rebooted.
+	previousID string
+}
+
+// reportedTask is a validated AgentTask from a registration.
+type reportedTask struct {
+	frameworkID string
+	framework   *slacklinev1.FrameworkInfo
+	info        *slacklinev1.TaskInfo
+	state       slacklinev1.TaskState
+	role        string
+	resources   resources.Resources
+	revocable   resources.Resources
+}
+
+func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
+	if v := req.GetProtocolVersion(); v != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
+		return registration{}, invalidf("protocol_version %v is not supported (this coordinator speaks AGENT_PROTOCOL_VERSION_1)", v)
+	}
+	info := req.GetAgentInfo()
+	if info == nil {
+		return registration{}, invalidf("agent_info is required")
+	}
+	if info.GetId() != "" {
+		if err := validateID("agent_info.id", info.GetId()); err != nil {
+			return registration{}, err
+		}
+	}
+	if h := info.GetHostname(); h == "" || len(h) > maxIDLength {
+		return registration{}, invalidf("agent_info.hostname %q must be 1 to %d bytes", h, maxIDLength)
+	}
+	total, revocable, err := resources.FromProto(info.GetResources())
+	if err != nil {
+		return registration{}, fmt.Errorf("%w: agent_info.resources: %w", errInvalid, err)
+	}
+	if !revocable.IsEmpty() {
+		return registration{}, invalidf("agent_info.resources must not be revocable (got %s); report estimates with UpdateOversubscribedResources", revocable)
+	}
+	for _, at := range info.GetAttributes() {
+		if at.GetName() == "" {
+			return registration{}, invalidf("agent_info.attributes has an attribute without a name")
+		}
+	}
+	reg := registration{info: proto.CloneOf(info), total: total, previousID: req.GetPreviousAgentId()}
+	for i, at := range req.GetTasks() {
+		t := at.GetTask()
+		if err := validateID(fmt.Sprintf("tasks[%d].framework_id", i), at.GetFrameworkId()); err != nil {
+			return registration{}, err
+		}
+		if err := validateID(fmt.Sprintf("tasks[%d].task.task_id", i), t.GetTaskId()); err != nil {
+			return registration{}, err
+		}
+		res, rev, err := resources.FromProto(t.GetResources())
+		if err != nil {
+			return registration{}, fmt.Errorf("%w: tasks[%d] resources: %w", errInvalid, i, err)
+		}
+		role := "" // filled from the framework's roles when the resources name none
+		if list := t.GetResources(); len(list) > 0 && list[0].GetRole() != "" {
+			role = list[0].GetRole()
+			if err := validateRole(role); err != nil {
+				return registration{}, fmt.Errorf("tasks[%d]: %w", i, err)
+			}
+		}
+		reg.tasks = append(reg.tasks, reportedTask{
+			frameworkID: at.GetFrameworkId(), framework: at.GetFramework(), info: t,
+			state: at.GetState(), role: role, resources: res, revocable: rev,
+		})
+	}
+	return reg, nil
+}
+
+// registrationPlan is what a registration writes and then applies, decided
+// by planRegistration from the state before it.
+type registrationPlan struct {
+	// registeredAt is when the agent first registered: now for a new agent.
+	registeredAt time.Time
+	// writes are the records to make durable before the reply: the agent's
+	// (unless it is ACTIVE and unchanged) and the retired agent's.
+	writes []store.Mutation
+	// retire names the agent the host had before it rebooted ("": none).
+	retire string
+	// ignoredPrevious is the hostname of another host's agent that the
+	// registration named as its previous one (an agent cannot retire it).
+	ignoredPrevious string
+}
+
+// planRegistration decides a registration from the agents and the
+// maintenance state as they are, and changes nothing. An agent of a DOWN
+// machine and a GONE agent are refused (FailedPrecondition). A known agent
+// keeps its registration time, and its record is written only when its
+// state or info changes. The agent that previous_agent_id names is retired
+// when it runs on the same host. reg.info.Id must be set.
+func planRegistration(agents map[string]*agent, maint *maintenance.State, reg registration, now time.Time) (registrationPlan, error) {
+	if am := lookupMachine(maint, reg.info); am.mode == maintenance.ModeDown {
+		return registrationPlan{}, downMachineError(am.machine)
+	}
+	id := reg.info.GetId()
+	plan := registrationPlan{registeredAt: now}
+	write := true
+	if a := agents[id]; a != nil {
+		if a.state == slacklinev1.AgentState_AGENT_STATE_GONE {
+			return registrationPlan{}, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was removed from the cluster; restart it with an empty work dir to register anew", id))
+		}
+		plan.registeredAt = a.registeredAt
+		write = a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || !proto.Equal(a.info, reg.info)
+	}
+	if write {
+		plan.writes = append(plan.writes, agentRecord(id, reg.info, slacklinev1.AgentState_AGENT_STATE_ACTIVE, plan.registeredAt))
+	}
+	old := agents[reg.previousID]
+	switch {
+	case old == nil || reg.previousID == id || old.state == slacklinev1.AgentState_AGENT_STATE_GONE:
+		// nothing to retire
+	case old.info.GetHostname() != reg.info.GetHostname():
+		plan.ignoredPrevious = old.info.GetHostname()
+	default:
+		plan.retire = old.id
+		plan.writes = append(plan.writes, agentRecord(old.id, old.info, slacklinev1.AgentState_AGENT_STATE_GONE, old.registeredAt))
+	}
+	return plan, nil
+}
+
+// register admits an agent (new, re-registering, or a rebooted host's new
+// agent) and returns its id and new session id: planned under c.mu,
+// persisted with no lock held, applied under c.mu. It takes no persistMu:
+// registrations do not wait behind each other's writes.
+func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, err error) {
+	if reg.info.GetId() == "" {
+		reg.info.Id = newID()
+	}
+	now := c.cfg.Now()
+	c.mu.Lock()
+	plan, err := planRegistration(c.agents, c.maint, reg, now)
+	c.mu.Unlock()
+	if err != nil {
+		return "", "", err
+	}
+	if plan.ignoredPrevious != "" {
+		c.log.Warn("agent names a previous agent of another host; ignored", "previous", reg.previousID,
+			"previous_hostname", plan.ignoredPrevious, "hostname", reg.info.GetHostname())
+	}
+	if err := c.persist(ctx, "agent", plan.writes...); err != nil {
+		return "", "", err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.applyRegistration(reg, plan, now)
+	if err != nil {
+		return "", "", err
+	}
+	return a.id, a.session.id, nil
+}
+
+// applyRegistration installs a registration whose records are durable,
+// re-checking what may have changed since it was planned (the machine may
+// have gone DOWN, the rebooted agent may be retired already). The agent
+// gets a new session, ending the old one; its offers are rescinded when its
+// total or its place in the maintenance schedule changed; the tasks it
+// reports are reconciled. Caller holds c.mu.
+func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan, now time.Time) (*agent, error) {
+	am := lookupMachine(c.maint, reg.info)
+	if am.mode == maintenance.ModeDown {
+		// Went DOWN while the record was written; recovery and the next
+		// registration sort the record out.
+		return nil, downMachineError(am.machine)
+	}
+	if old := c.agents[plan.retire]; old != nil && old.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+		c.retireRebootedAgent(old, reg.info.GetId(), now)
+	}
+	a := c.agents[reg.info.GetId()]
+	if a == nil {
+		a = newAgent(reg.info.GetId(), plan.registeredAt)
+		c.agents[a.id] = a
+	}
+	if a.session != nil {
+		a.session.end()
+	}
+	previous := a.state
+	// Offers made from the old total may no longer fit; offers and inverse
+	// offers made under another window carry the wrong unavailability.
+	if (a.inAllocator && !a.total.Equal(reg.total)) || !a.maint.same(am) {
+		for _, o := range a.offers {
+			c.rescindOffer(o, now)
+		}
+	}
+	if !a.maint.same(am) {
+		c.rescindInverseOffers(a, now)
+	}
+	a.info, a.total = reg.info, reg.total
+	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
+	a.lastHeartbeat = now
+	a.session = newAgentSession(c.cfg.AgentQueueSize)
+	if !a.inAllocator {
+		c.alloc.AddAgent(a.id, reg.total)
+		a.inAllocator = true
+	} else {
+		c.alloc.UpdateAgentTotal(a.id, reg.total)
+		c.alloc.ActivateAgent(a.id)
+	}
+	c.setAgentMaintenance(a, am)
+	c.reconcileAgentTasks(a, reg.tasks, now)
+	c.markDirty(a.id)
+	c.log.Info("agent registered", "agent", a.id, "hostname", a.info.GetHostname(), "resources", reg.total.String(), "tasks", len(reg.tasks), "previous_state", previous.String())
+	return a, nil
+}
+
+// reconcileAgentTasks merges the tasks a (re-)registering agent reports with
+// what the coordinator knew. Caller holds c.mu.
+func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now time.Time) {
+	seen := map[taskKey]bool{}
+	for _, r := range reported {
+		key := taskKey{r.frameworkID, r.info.GetTaskId()}
+		seen[key] = true
+		if taskstate.IsTerminal(r.state) {
+			continue // the agent reports its terminal update itself
+		}
+		fw := c.frameworks[r.frameworkID]
+		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
+			fw = c.adoptFramework(a, r.framework, now)
+		}
+		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+			a.send(shutdownFrameworkCommand(r.frameworkID))
+			continue
+		}
+		if r.role == "" {
+			r.role = fw.info.GetRoles()[0]
+		}
+		t := fw.tasks[key.taskID]
+		switch {
+		case t == nil:
+			t = &task{
+				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
+				resources: r.resources, revocable: r.revocable, state: r.state,
+			}
+			fw.tasks[key.taskID] = t
+			a.tasks[key] = t
+			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
+			if !r.revocable.IsEmpty() {
+				c.alloc.ClaimRevocable(r.frameworkID, r.role, a.id, r.revocable)
+			}
+		case t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
+			// The framework was told the task is LOST and may have replaced
+			// it: like Mesos, kill what comes back.
+			a.send(killTaskCommand(fw.id(), key.taskID))
+		case t.state != r.state:
+			t.state = r.state
+			t.status = coordinatorStatus(fw.id(), key.taskID, a.id, r.state, slacklinev1.Reason_REASON_RECONCILIATION,
+				"agent re-registered and reports the task "+r.state.String(), now)
+			fw.send(updateEvent(fw, t.status))
+		}
+	}
+	for key, t := range a.tasks {
+		if seen[key] {
+			continue
+		}
+		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
+		if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
+			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
+		}
+		c.finishTask(t, coordinatorStatus(t.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+	}
+}
+
+// adoptFramework makes a framework the coordinator never saw (its registry
+// was lost), reported with an agent's task, a DISCONNECTED framework whose
+// failover timeout runs from now. It returns nil for an invalid one. Caller
+// holds c.mu.
+func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkInfo, now time.Time) *framework {
+	info, err := normalizeFrameworkInfo(reported)
+	if err != nil {
+		c.log.Warn("agent reports a task of an invalid framework; shutting it down", "agent", a.id, "framework", reported.GetId(), "err", err)
+		return nil
+	}
+	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
+	fw.disconnectedAt, fw.failoverDeadline = now, now.Add(failoverTimeout(info))
+	c.frameworks[info.GetId()] = fw
+	c.addFramework(info, false)
+	return fw
+}
+
+// retireRebootedAgent ends the agent a host had before it rebooted: its
+// offers are rescinded, its tasks are gone (LOST for frameworks that are not
+// partition-aware) and it becomes GONE, at once rather than after the agent
+// timeout. Caller holds c.mu.
+func (c *Coordinator) retireRebootedAgent(old *agent, newID string, now time.Time) {
+	msg := fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), newID)
+	c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", newID, "tasks", len(old.tasks))
+	if old.session != nil {
+		old.session.end()
+		old.session = nil
+	}
+	c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now)
+}
