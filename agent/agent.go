@@ -437,7 +437,7 @@ func (a *Agent) registerRequest() *slacklinev1.RegisterRequest {
 		PreviousAgentId: a.previousAgentID,
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
 		AgentInfo: &slacklinev1.AgentInfo{
-			Id: a.agentID, Hostname: a.cfg.Hostname, Resources: a.total.Proto("", false),
+			Id: a.agentID, Hostname: a.cfg.Hostname, Resources: a.total.Proto("", resources.Regular),
 			Attributes: attrs, Endpoint: a.endpoint,
 		},
 	}

@@ -87,7 +87,7 @@ func (a *Agent) sendEstimate(ctx context.Context, estimate resources.Resources) 
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	_, err := a.client.UpdateOversubscribedResources(callCtx, connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
-		AgentId: agentID, SessionId: sessionID, Resources: estimate.Proto("", true),
+		AgentId: agentID, SessionId: sessionID, Resources: estimate.Proto("", resources.Revocable),
 	}))
 	if err != nil {
 		a.log.Debug("send estimate (will retry)", "err", err)
@@ -134,7 +134,7 @@ func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.G
 	a := s.a
 	a.estimate.mu.Lock()
 	defer a.estimate.mu.Unlock()
-	resp := &slacklinev1.GetEstimateResponse{Revocable: a.estimate.latest.Proto("", true), Estimator: a.cfg.EstimatorName}
+	resp := &slacklinev1.GetEstimateResponse{Revocable: a.estimate.latest.Proto("", resources.Revocable), Estimator: a.cfg.EstimatorName}
 	if !a.estimate.at.IsZero() {
 		resp.Timestamp = timestamppb.New(a.estimate.at)
 	}

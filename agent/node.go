@@ -21,6 +21,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
 )
 
 // Sandbox reads: default and largest lengths.
@@ -61,7 +62,7 @@ func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slack
 	for _, c := range containers {
 		pc := &slacklinev1.Container{
 			ContainerId: c.ID, TaskId: c.Spec.TaskID, FrameworkId: c.Spec.FrameworkID, CgroupPath: c.CgroupPath,
-			Resources: c.Spec.Resources.Proto("", c.Spec.Revocable), Sandbox: c.Sandbox, Revocable: c.Spec.Revocable,
+			Resources: c.Spec.Resources.Proto("", resources.Revocability(c.Spec.Revocable)), Sandbox: c.Sandbox, Revocable: c.Spec.Revocable,
 			Pid: int32(c.Pid), StartedTime: timestamppb.New(c.StartedAt), CgroupMode: string(c.Mode),
 		}
 		if t := a.tasks[taskKey{c.Spec.FrameworkID, c.Spec.TaskID}]; t != nil {

@@ -316,7 +316,7 @@ func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resourc
 		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, revocable: revocable, created: now,
 		proto: &slacklinev1.Offer{
 			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Resources: res.Proto(role, revocable), Attributes: a.info.GetAttributes(),
+			Resources: res.Proto(role, resources.Revocability(revocable)), Attributes: a.info.GetAttributes(),
 			Unavailability: unavailabilityOf(a),
 		},
 	}

@@ -94,7 +94,7 @@ func newDomain(t *testing.T) *domain {
 func registerRequest(id, hostname, res string, tasks ...*slacklinev1.AgentTask) *slacklinev1.RegisterRequest {
 	return &slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
-		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", false)},
+		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", resources.Regular)},
 		Tasks:           tasks,
 	}
 }
@@ -201,5 +201,5 @@ func isRescind(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil }
 
 func agentTask(frameworkID, taskID, res string, state slacklinev1.TaskState) *slacklinev1.AgentTask {
 	return &slacklinev1.AgentTask{FrameworkId: frameworkID, State: state, Task: &slacklinev1.TaskInfo{
-		TaskId: taskID, Name: taskID, Resources: resources.MustParse(res).Proto("", false)}}
+		TaskId: taskID, Name: taskID, Resources: resources.MustParse(res).Proto("", resources.Regular)}}
 }

@@ -101,7 +101,7 @@ func (tc *testCluster) registerAgentWithID(id, hostname, res string, tasks ...*s
 	client := slacklinev1connect.NewAgentServiceClient(tc.client, tc.srv.URL, tc.opts...)
 	resp, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
-		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", false)},
+		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", resources.Regular)},
 		Tasks:           tasks,
 	}))
 	if err != nil {
@@ -299,7 +299,7 @@ func launch(fw *testFramework, offer *slacklinev1.Offer, filters *slacklinev1.Fi
 }
 
 func taskInfo(id, res string) *slacklinev1.TaskInfo {
-	return &slacklinev1.TaskInfo{TaskId: id, Name: id, Resources: resources.MustParse(res).Proto("", false),
+	return &slacklinev1.TaskInfo{TaskId: id, Name: id, Resources: resources.MustParse(res).Proto("", resources.Regular),
 		Command: &slacklinev1.CommandInfo{Value: "sleep 1000", Shell: true}}
 }
 

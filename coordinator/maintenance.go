@@ -16,6 +16,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
 )
 
 // maintenanceKey is the key of the maintenance record in
@@ -257,7 +258,7 @@ func (c *Coordinator) newInverseOffer(fw *framework, a *agent) *inverseOffer {
 		id: id, frameworkID: fw.id(), agentID: a.id, machine: a.maint.machine,
 		proto: &slacklinev1.InverseOffer{
 			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Unavailability: a.maint.unavailability, Resources: a.total.Proto("", false),
+			Unavailability: a.maint.unavailability, Resources: a.total.Proto("", resources.Regular),
 		},
 	}
 	c.inverseOffers[id] = io

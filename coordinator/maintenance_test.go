@@ -489,7 +489,7 @@ func metricValue(t *testing.T, c *Coordinator, name string) float64 {
 }
 
 func agentResources(s string) []*slacklinev1.Resource {
-	return resources.MustParse(s).Proto("", false)
+	return resources.MustParse(s).Proto("", resources.Regular)
 }
 
 // TestShutdownReachesAnAgentWhoseStreamOpensLate: an agent taken DOWN

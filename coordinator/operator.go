@@ -32,9 +32,9 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 		}
 		_, allocatedRevocable := c.alloc.AgentRevocable(a.id)
 		pa := &slacklinev1.Agent{
-			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", false),
-			Allocated: c.alloc.AgentAllocated(a.id).Proto("", false), Offered: offered.Proto("", false),
-			Revocable: a.revocable.Proto("", true), AllocatedRevocable: allocatedRevocable.Proto("", true),
+			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", resources.Regular),
+			Allocated: c.alloc.AgentAllocated(a.id).Proto("", resources.Regular), Offered: offered.Proto("", resources.Regular),
+			Revocable: a.revocable.Proto("", resources.Revocable), AllocatedRevocable: allocatedRevocable.Proto("", resources.Revocable),
 			Attributes: a.info.GetAttributes(), Mode: a.maint.mode, State: a.state,
 			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
 		}
@@ -59,8 +59,8 @@ func (c *Coordinator) frameworksProto() []*slacklinev1.Framework {
 		}
 		slices.Sort(suppressed)
 		pf := &slacklinev1.Framework{
-			Info: fw.info, State: fw.state, Allocated: c.alloc.FrameworkAllocated(fw.id()).Proto("", false),
-			Offered: offered.Proto("", false), SuppressedRoles: suppressed, RegisteredTime: timestamppb.New(fw.registeredAt),
+			Info: fw.info, State: fw.state, Allocated: c.alloc.FrameworkAllocated(fw.id()).Proto("", resources.Regular),
+			Offered: offered.Proto("", resources.Regular), SuppressedRoles: suppressed, RegisteredTime: timestamppb.New(fw.registeredAt),
 		}
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
 			pf.DisconnectedTime = timestamppb.New(fw.disconnectedAt)
@@ -106,11 +106,11 @@ func (c *Coordinator) rolesProto() []*slacklinev1.Role {
 	out := make([]*slacklinev1.Role, 0, len(states))
 	for _, rs := range states {
 		r := &slacklinev1.Role{
-			Name: rs.Name, Weight: rs.Weight, Allocated: rs.Allocated.Proto(rs.Name, false),
+			Name: rs.Name, Weight: rs.Weight, Allocated: rs.Allocated.Proto(rs.Name, resources.Regular),
 			FrameworkIds: rs.Frameworks, DominantShare: rs.Share,
 		}
 		if !rs.QuotaLimit.IsEmpty() {
-			r.Quota = &slacklinev1.Quota{Limits: rs.QuotaLimit.Proto(rs.Name, false)}
+			r.Quota = &slacklinev1.Quota{Limits: rs.QuotaLimit.Proto(rs.Name, resources.Regular)}
 		}
 		out = append(out, r)
 	}
@@ -208,7 +208,7 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 		if regular.IsEmpty() {
 			writes = append(writes, store.Delete(store.BucketQuotas, cfg.GetRole()))
 		} else {
-			writes = append(writes, store.Put(store.BucketQuotas, cfg.GetRole(), mustMarshal(&slacklinev1.QuotaConfig{Role: cfg.GetRole(), Limits: regular.Proto("", false)})))
+			writes = append(writes, store.Put(store.BucketQuotas, cfg.GetRole(), mustMarshal(&slacklinev1.QuotaConfig{Role: cfg.GetRole(), Limits: regular.Proto("", resources.Regular)})))
 		}
 	}
 	if err := c.store.Apply(ctx, writes...); err != nil {

@@ -15,7 +15,7 @@ import (
 
 func knownAgent(id, hostname, res string, state slacklinev1.AgentState) *agent {
 	a := newAgent(id, testNow.Add(-time.Hour))
-	a.info = &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", false)}
+	a.info = &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", resources.Regular)}
 	a.total, a.state = resources.MustParse(res), state
 	return a
 }

@@ -80,7 +80,7 @@ func TestRebootedAgentRetired(t *testing.T) {
 	client := newAgentClient(tc)
 	resp, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1, PreviousAgentId: old.id,
-		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-a", Resources: resources.MustParse("cpus:2;mem:1024").Proto("", false)},
+		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-a", Resources: resources.MustParse("cpus:2;mem:1024").Proto("", resources.Regular)},
 	}))
 	if err != nil {
 		t.Fatal(err)
@@ -104,7 +104,7 @@ func TestRebootedAgentRetired(t *testing.T) {
 	other := tc.registerAgent("host-b", "cpus:1;mem:512")
 	if _, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1, PreviousAgentId: other.id,
-		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-c", Resources: resources.MustParse("cpus:1;mem:512").Proto("", false)},
+		AgentInfo: &slacklinev1.AgentInfo{Hostname: "host-c", Resources: resources.MustParse("cpus:1;mem:512").Proto("", resources.Regular)},
 	})); err != nil {
 		t.Fatal(err)
 	}

@@ -28,7 +28,7 @@ func TestRestartKeepsRegistry(t *testing.T) {
 		t.Fatal(err)
 	}
 	if _, err := tc.operator.UpdateQuota(ctx, connect.NewRequest(&slacklinev1.UpdateQuotaRequest{Configs: []*slacklinev1.QuotaConfig{
-		{Role: "eng/web", Limits: resources.MustParse("cpus:2;mem:2048").Proto("", false)}}})); err != nil {
+		{Role: "eng/web", Limits: resources.MustParse("cpus:2;mem:2048").Proto("", resources.Regular)}}})); err != nil {
 		t.Fatal(err)
 	}
 	tc.stop()

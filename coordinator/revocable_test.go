@@ -14,7 +14,7 @@ import (
 func (a *testAgent) sendEstimate(res string) {
 	a.t.Helper()
 	_, err := a.client.UpdateOversubscribedResources(context.Background(), connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
-		AgentId: a.id, SessionId: a.session, Resources: resources.MustParse(res).Proto("", true),
+		AgentId: a.id, SessionId: a.session, Resources: resources.MustParse(res).Proto("", resources.Revocable),
 	}))
 	if err != nil {
 		a.t.Fatalf("UpdateOversubscribedResources: %v", err)
@@ -105,7 +105,7 @@ func TestRevocableLaunchAndQuota(t *testing.T) {
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	ctx := context.Background()
 	if _, err := tc.operator.UpdateQuota(ctx, connect.NewRequest(&slacklinev1.UpdateQuotaRequest{Configs: []*slacklinev1.QuotaConfig{
-		{Role: "batch", Limits: resources.MustParse("cpus:0.5;mem:256").Proto("", false)}}})); err != nil {
+		{Role: "batch", Limits: resources.MustParse("cpus:0.5;mem:256").Proto("", resources.Regular)}}})); err != nil {
 		t.Fatal(err)
 	}
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
@@ -138,7 +138,7 @@ func TestRevocableLaunchAndQuota(t *testing.T) {
 	}
 	// A non-revocable estimate of ports is refused.
 	_, err := agent.client.UpdateOversubscribedResources(ctx, connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
-		AgentId: agent.id, SessionId: agent.session, Resources: resources.MustParse("ports:[1-2]").Proto("", true)}))
+		AgentId: agent.id, SessionId: agent.session, Resources: resources.MustParse("ports:[1-2]").Proto("", resources.Revocable)}))
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Fatalf("ports estimate: %v, want InvalidArgument", err)
 	}

@@ -339,7 +339,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 	for _, at := range accepted {
 		info := cloneTaskInfo(at.info)
 		info.AgentId = pool.agentID
-		info.Resources = append(at.regular.Proto(pool.role, false), at.revocable.Proto(pool.role, true)...)
+		info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
 		t := &task{
 			info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
 			resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,

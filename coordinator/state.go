@@ -182,7 +182,7 @@ type task struct {
 func (t *task) proto() *slacklinev1.Task {
 	return &slacklinev1.Task{
 		TaskId: t.info.GetTaskId(), FrameworkId: t.frameworkID, AgentId: t.agentID, Name: t.info.GetName(),
-		State: t.state, Resources: append(t.resources.Proto(t.role, false), t.revocable.Proto(t.role, true)...), Status: t.status,
+		State: t.state, Resources: append(t.resources.Proto(t.role, resources.Regular), t.revocable.Proto(t.role, resources.Revocable)...), Status: t.status,
 		Labels: t.info.GetLabels(), Role: t.role,
 	}
 }

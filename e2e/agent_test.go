@@ -7,11 +7,11 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -186,7 +186,7 @@ func TestRealAgents(t *testing.T) {
 		batch.stop() // SIGTERM: --teardown-on-exit tears the framework down; its task is killed
 		eventually(t, 30*time.Second, func() string {
 			for _, pid := range pids {
-				if syscall.Kill(pid, 0) == nil {
+				if unix.Kill(pid, 0) == nil {
 					return fmt.Sprintf("process %d of %s still alive", pid, cgroup)
 				}
 			}
@@ -283,7 +283,7 @@ func TestAgentAndCoordinatorRestarts(t *testing.T) {
 		return ""
 	})
 	for task, pid := range pids {
-		if syscall.Kill(int(pid), 0) != nil {
+		if unix.Kill(int(pid), 0) != nil {
 			t.Fatalf("process %d of task %s died across the restarts", pid, task)
 		}
 	}

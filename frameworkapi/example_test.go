@@ -138,8 +138,8 @@ func ExampleHandlerFuncs() {
 // offers.
 func ExamplePack() {
 	offers := []*slacklinev1.Offer{
-		{Id: "o1", AgentId: "a1", Resources: resources.MustParse("cpus:2;mem:512;ports:[31000-31009]").Proto("*", false)},
-		{Id: "o2", AgentId: "a2", Resources: resources.MustParse("cpus:1;mem:512").Proto("*", false)},
+		{Id: "o1", AgentId: "a1", Resources: resources.MustParse("cpus:2;mem:512;ports:[31000-31009]").Proto("*", resources.Regular)},
+		{Id: "o2", AgentId: "a2", Resources: resources.MustParse("cpus:1;mem:512").Proto("*", resources.Regular)},
 	}
 	needs := []frameworkapi.Need{
 		{Resources: resources.MustParse("cpus:1;mem:128"), Ports: 2},

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
 )
 
 var noon = time.Date(2030, 6, 1, 12, 0, 0, 0, time.UTC)
@@ -23,7 +24,7 @@ func unavailable(start time.Time, d time.Duration) *slacklinev1.Unavailability {
 }
 
 func drainingOffer(id string, u *slacklinev1.Unavailability) *slacklinev1.Offer {
-	o := offer(id, "cpus:1;mem:128", false)
+	o := offer(id, "cpus:1;mem:128", resources.Regular)
 	o.Unavailability = u
 	return o
 }

@@ -76,7 +76,7 @@ func NewTask(id, name string, offer *slacklinev1.Offer, needs resources.Resource
 		TaskId:    id,
 		Name:      name,
 		AgentId:   offer.GetAgentId(),
-		Resources: needs.Proto(OfferRole(offer), revocable),
+		Resources: needs.Proto(OfferRole(offer), resources.Revocability(revocable)),
 		Command:   cmd,
 	}
 }

@@ -13,17 +13,17 @@ import (
 )
 
 // offer returns an offer of text on agent "a-<id>", in role "*".
-func offer(id, text string, revocable bool) *slacklinev1.Offer {
+func offer(id, text string, revocability resources.Revocability) *slacklinev1.Offer {
 	return &slacklinev1.Offer{
 		Id:        id,
 		AgentId:   "a-" + id,
-		Resources: resources.MustParse(text).Proto("*", revocable),
+		Resources: resources.MustParse(text).Proto("*", revocability),
 	}
 }
 
 func TestOfferResources(t *testing.T) {
-	mixed := offer("m", "cpus:1", false)
-	mixed.Resources = append(mixed.Resources, resources.MustParse("mem:10").Proto("*", true)...)
+	mixed := offer("m", "cpus:1", resources.Regular)
+	mixed.Resources = append(mixed.Resources, resources.MustParse("mem:10").Proto("*", resources.Revocable)...)
 	invalid := &slacklinev1.Offer{Id: "bad", Resources: []*slacklinev1.Resource{{Name: "gpus", Scalar: 1}}}
 	tests := []struct {
 		name          string
@@ -32,8 +32,8 @@ func TestOfferResources(t *testing.T) {
 		wantRevocable bool
 		wantErr       error
 	}{
-		{name: "regular", offer: offer("r", "cpus:2;mem:256;ports:[31000-31010]", false), want: "cpus:2;mem:256;ports:[31000-31010]"},
-		{name: "revocable", offer: offer("v", "cpus:1.5;mem:64", true), want: "cpus:1.5;mem:64", wantRevocable: true},
+		{name: "regular", offer: offer("r", "cpus:2;mem:256;ports:[31000-31010]", resources.Regular), want: "cpus:2;mem:256;ports:[31000-31010]"},
+		{name: "revocable", offer: offer("v", "cpus:1.5;mem:64", resources.Revocable), want: "cpus:1.5;mem:64", wantRevocable: true},
 		{name: "empty", offer: &slacklinev1.Offer{Id: "e"}, want: ""},
 		{name: "mixed", offer: mixed, wantErr: frameworkapi.ErrMixedOffer},
 		{name: "invalid", offer: invalid, wantErr: resources.ErrInvalid},
@@ -74,7 +74,7 @@ func TestPack(t *testing.T) {
 	}{
 		{
 			name:   "as many as fit, first offer first",
-			offers: []*slacklinev1.Offer{offer("o1", "cpus:2.5;mem:1024", false), offer("o2", "cpus:2;mem:1024", false)},
+			offers: []*slacklinev1.Offer{offer("o1", "cpus:2.5;mem:1024", resources.Regular), offer("o2", "cpus:2;mem:1024", resources.Regular)},
 			needs:  []frameworkapi.Need{small, small, small, small, small},
 			want: []placement{
 				{"o1", 0, "cpus:1;mem:128"}, {"o1", 1, "cpus:1;mem:128"},
@@ -84,25 +84,25 @@ func TestPack(t *testing.T) {
 		},
 		{
 			name:        "capped per offer",
-			offers:      []*slacklinev1.Offer{offer("o1", "cpus:8;mem:1024", false), offer("o2", "cpus:8;mem:1024", false)},
+			offers:      []*slacklinev1.Offer{offer("o1", "cpus:8;mem:1024", resources.Regular), offer("o2", "cpus:8;mem:1024", resources.Regular)},
 			needs:       []frameworkapi.Need{small, small, small},
 			maxPerOffer: 2,
 			want:        []placement{{"o1", 0, "cpus:1;mem:128"}, {"o1", 1, "cpus:1;mem:128"}, {"o2", 2, "cpus:1;mem:128"}},
 		},
 		{
 			name:   "a need that fits nowhere does not block the next",
-			offers: []*slacklinev1.Offer{offer("o1", "cpus:2;mem:1024", false)},
+			offers: []*slacklinev1.Offer{offer("o1", "cpus:2;mem:1024", resources.Regular)},
 			needs:  []frameworkapi.Need{big, small},
 			want:   []placement{{"o1", 1, "cpus:1;mem:128"}},
 		},
 		{
 			name:   "nothing fits",
-			offers: []*slacklinev1.Offer{offer("o1", "cpus:0.5;mem:1024", false)},
+			offers: []*slacklinev1.Offer{offer("o1", "cpus:0.5;mem:1024", resources.Regular)},
 			needs:  []frameworkapi.Need{small},
 		},
 		{
 			name:   "ports are the lowest free ones, across ranges",
-			offers: []*slacklinev1.Offer{offer("o1", "cpus:4;ports:[31000-31001,31005-31010]", false)},
+			offers: []*slacklinev1.Offer{offer("o1", "cpus:4;ports:[31000-31001,31005-31010]", resources.Regular)},
 			needs:  []frameworkapi.Need{withPorts, withPorts, withPorts},
 			want: []placement{
 				{"o1", 0, "cpus:1;ports:[31000-31001,31005-31005]"},
@@ -112,7 +112,7 @@ func TestPack(t *testing.T) {
 		},
 		{
 			name:   "specific ports",
-			offers: []*slacklinev1.Offer{offer("o1", "cpus:4;ports:[80-80,443-443]", false)},
+			offers: []*slacklinev1.Offer{offer("o1", "cpus:4;ports:[80-80,443-443]", resources.Regular)},
 			needs: []frameworkapi.Need{
 				{Resources: resources.MustParse("cpus:1;ports:[80]")},
 				{Resources: resources.MustParse("cpus:1;ports:[80]")},
@@ -122,7 +122,7 @@ func TestPack(t *testing.T) {
 		},
 		{
 			name:   "invalid offer gets nothing",
-			offers: []*slacklinev1.Offer{{Id: "bad", Resources: []*slacklinev1.Resource{{Name: "cpus", Scalar: -1}}}, offer("o1", "cpus:1;mem:128", false)},
+			offers: []*slacklinev1.Offer{{Id: "bad", Resources: []*slacklinev1.Resource{{Name: "cpus", Scalar: -1}}}, offer("o1", "cpus:1;mem:128", resources.Regular)},
 			needs:  []frameworkapi.Need{small},
 			want:   []placement{{"o1", 0, "cpus:1;mem:128"}},
 		},
@@ -156,7 +156,7 @@ func TestPack(t *testing.T) {
 }
 
 func TestNewTaskUsesOfferRoleAndRevocability(t *testing.T) {
-	o := &slacklinev1.Offer{Id: "o1", AgentId: "agent-3", Resources: resources.MustParse("cpus:4;mem:1024").Proto("eng/batch", true)}
+	o := &slacklinev1.Offer{Id: "o1", AgentId: "agent-3", Resources: resources.MustParse("cpus:4;mem:1024").Proto("eng/batch", resources.Revocable)}
 	cmd := &slacklinev1.CommandInfo{Value: "sleep 1", Shell: true}
 	got := frameworkapi.NewTask("t1", "task one", o, resources.MustParse("cpus:1;mem:128"), cmd)
 	want := &slacklinev1.TaskInfo{

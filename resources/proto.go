@@ -49,9 +49,22 @@ func FromProto(list []*slacklinev1.Resource) (regular, revocable Resources, err 
 	return regular, revocable, nil
 }
 
+// Revocability says whether resources are regular (allocated for as long as
+// the task runs) or revocable (an agent's unused slack, which the agent may
+// take back under contention). It is the revocable flag of the API's
+// Resource.
+type Revocability bool
+
+// The two kinds of resources.
+const (
+	Regular   Revocability = false
+	Revocable Revocability = true
+)
+
 // Proto converts r to a protobuf resource list, each entry carrying role and
-// revocable. Zero scalars are left out.
-func (r Resources) Proto(role string, revocable bool) []*slacklinev1.Resource {
+// revocability. Zero scalars are left out.
+func (r Resources) Proto(role string, revocability Revocability) []*slacklinev1.Resource {
+	revocable := bool(revocability)
 	out := make([]*slacklinev1.Resource, 0, NumScalars+1)
 	for i, v := range r.milli {
 		if v == 0 {

@@ -124,7 +124,7 @@ func TestRangesDifference(t *testing.T) {
 
 func TestProtoRoundTrip(t *testing.T) {
 	r := MustParse("cpus:2;mem:512;ports:[31000-31010]")
-	list := append(r.Proto("eng", false), MustParse("cpus:1").Proto("eng", true)...)
+	list := append(r.Proto("eng", Regular), MustParse("cpus:1").Proto("eng", Revocable)...)
 	regular, revocable, err := FromProto(list)
 	if err != nil {
 		t.Fatal(err)

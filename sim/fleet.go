@@ -15,6 +15,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/resources"
 )
 
 // ErrAlreadyRun is returned by Run when the Fleet has run before: a Fleet
@@ -51,11 +52,11 @@ func NewFleet(cfg Config) (*Fleet, error) {
 	}
 	f := &Fleet{
 		cfg:             cfg,
-		resourcesProto:  cfg.Resources.Proto("", false),
+		resourcesProto:  cfg.Resources.Proto("", resources.Regular),
 		attributesProto: attributesProto(cfg.Attributes),
 	}
 	if !cfg.Revocable.IsEmpty() {
-		f.revocableProto = cfg.Revocable.Proto("", true)
+		f.revocableProto = cfg.Revocable.Proto("", resources.Revocable)
 	}
 	if cfg.WorkDir != "" {
 		if err := ensureWorkDir(cfg.WorkDir); err != nil {

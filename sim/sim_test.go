@@ -313,7 +313,7 @@ var testFramework = &slacklinev1.FrameworkInfo{Id: "fw-1", Name: "test", Roles: 
 func runTask(taskID string, labels map[string]string) *slacklinev1.AgentCommand {
 	return &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
 		Framework: testFramework,
-		Task:      &slacklinev1.TaskInfo{TaskId: taskID, Name: taskID, Resources: resources.MustParse("cpus:1;mem:128").Proto("eng", false), Labels: labels},
+		Task:      &slacklinev1.TaskInfo{TaskId: taskID, Name: taskID, Resources: resources.MustParse("cpus:1;mem:128").Proto("eng", resources.Regular), Labels: labels},
 	}}}
 }
 
@@ -390,7 +390,7 @@ func TestRegistration(t *testing.T) {
 						ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
 						AgentInfo: &slacklinev1.AgentInfo{
 							Hostname:   req.GetAgentInfo().GetHostname(),
-							Resources:  testResources.Proto("", false),
+							Resources:  testResources.Proto("", resources.Regular),
 							Attributes: []*slacklinev1.Attribute{{Name: "rack", Value: "r1"}, {Name: "zone", Value: "a"}},
 						},
 					}

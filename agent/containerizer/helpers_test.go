@@ -10,9 +10,10 @@ import (
 	"path/filepath"
 	"sort"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
@@ -120,7 +121,7 @@ func removeRealRoot(t testing.TB, root string) {
 		})
 		sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
 		for _, d := range dirs {
-			if err := syscall.Rmdir(d); err != nil {
+			if err := unix.Rmdir(d); err != nil {
 				t.Errorf("cleanup: rmdir %s: %v", d, err)
 			}
 		}

@@ -68,7 +68,7 @@ func supervise(dir string) int {
 	// task's status). Caught, not ignored: ignored dispositions would be
 	// inherited by the task through exec.
 	sigs := make(chan os.Signal, 1)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	signal.Notify(sigs, unix.SIGTERM, unix.SIGINT, unix.SIGHUP)
 	go func() {
 		for s := range sigs {
 			logf("ignoring %v", s)
@@ -202,6 +202,6 @@ func execShim(dir string) int {
 		}
 	}
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
-	err := syscall.Exec(spec.Path, spec.Argv, spec.Env)
+	err := unix.Exec(spec.Path, spec.Argv, spec.Env)
 	return fail("exec %s: %v", spec.Path, err)
 }

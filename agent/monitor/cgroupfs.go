@@ -7,7 +7,8 @@ import (
 	"io"
 	"io/fs"
 	"os"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // errVanished reports that a container's cgroup is gone (its files return
@@ -35,7 +36,7 @@ func (c *controlFile) read(buf *[]byte) ([]byte, error) {
 	if c.f == nil {
 		f, err := os.Open(c.path)
 		if err != nil {
-			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENODEV) {
+			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
 				return nil, errNotExist
 			}
 			return nil, fmt.Errorf("open %s: %w", c.path, err)
@@ -46,7 +47,7 @@ func (c *controlFile) read(buf *[]byte) ([]byte, error) {
 		n, err := c.f.ReadAt(*buf, 0)
 		if err != nil && err != io.EOF {
 			c.close()
-			if errors.Is(err, syscall.ENODEV) || errors.Is(err, fs.ErrNotExist) {
+			if errors.Is(err, unix.ENODEV) || errors.Is(err, fs.ErrNotExist) {
 				return nil, errVanished
 			}
 			return nil, fmt.Errorf("read %s: %w", c.path, err)

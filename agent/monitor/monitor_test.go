@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/sys/unix"
 	"google.golang.org/protobuf/testing/protocmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -277,7 +278,7 @@ func TestNodeWithoutPSI(t *testing.T) {
 type enodevFile struct{}
 
 func (enodevFile) ReadAt([]byte, int64) (int, error) {
-	return 0, &os.PathError{Op: "read", Path: "cpu.stat", Err: syscall.ENODEV}
+	return 0, &os.PathError{Op: "read", Path: "cpu.stat", Err: unix.ENODEV}
 }
 func (enodevFile) Close() error { return nil }
 

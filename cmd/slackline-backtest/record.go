@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/spf13/cobra"
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/estimator/backtest"
 	"github.com/slackline/slackline/resources"
@@ -184,7 +185,7 @@ func (cg *usageCgroup) remove() error {
 			}
 			for _, field := range strings.Fields(string(data)) {
 				if pid, err := strconv.Atoi(field); err == nil {
-					_ = syscall.Kill(pid, syscall.SIGKILL)
+					_ = unix.Kill(pid, unix.SIGKILL)
 				}
 			}
 			time.Sleep(20 * time.Millisecond)
@@ -228,7 +229,7 @@ func record(ctx context.Context, o recordOptions, alloc resources.Resources) (tr
 	waited := make(chan struct{})
 	go func() { _ = cmd.Wait(); close(waited) }()
 	defer func() {
-		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		_ = unix.Kill(-cmd.Process.Pid, unix.SIGKILL)
 		<-waited
 	}()
 

@@ -49,22 +49,22 @@ var (
 		{
 			Id: "a-1", Hostname: "node-1",
 			State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Mode: slacklinev1.MachineMode_MACHINE_MODE_UP,
-			Resources:          resources.MustParse("cpus:8;mem:16384;ports:[31000-32000]").Proto("", false),
-			Allocated:          resources.MustParse("cpus:2;mem:1024").Proto("eng", false),
-			Revocable:          resources.MustParse("cpus:3;mem:2048").Proto("", true),
-			AllocatedRevocable: resources.MustParse("cpus:1").Proto("batch", true),
+			Resources:          resources.MustParse("cpus:8;mem:16384;ports:[31000-32000]").Proto("", resources.Regular),
+			Allocated:          resources.MustParse("cpus:2;mem:1024").Proto("eng", resources.Regular),
+			Revocable:          resources.MustParse("cpus:3;mem:2048").Proto("", resources.Revocable),
+			AllocatedRevocable: resources.MustParse("cpus:1").Proto("batch", resources.Revocable),
 		},
 		{
 			Id: "a-2", Hostname: "node-2",
 			State: slacklinev1.AgentState_AGENT_STATE_UNREACHABLE, Mode: slacklinev1.MachineMode_MACHINE_MODE_DRAINING,
-			Resources: resources.MustParse("cpus:4;mem:8192").Proto("", false),
+			Resources: resources.MustParse("cpus:4;mem:8192").Proto("", resources.Regular),
 		},
 	}}
 	testFrameworks = &slacklinev1.GetFrameworksResponse{Frameworks: []*slacklinev1.Framework{
 		{
 			Info:      &slacklinev1.FrameworkInfo{Id: "f-1", Name: "batch", Roles: []string{"eng", "eng/batch"}},
 			State:     slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
-			Allocated: append(resources.MustParse("cpus:2;mem:1024").Proto("eng", false), resources.MustParse("cpus:1").Proto("eng", true)...),
+			Allocated: append(resources.MustParse("cpus:2;mem:1024").Proto("eng", resources.Regular), resources.MustParse("cpus:1").Proto("eng", resources.Revocable)...),
 		},
 		{
 			Info:  &slacklinev1.FrameworkInfo{Id: "f-2", Name: "web"},
@@ -74,19 +74,19 @@ var (
 	testTasks = &slacklinev1.GetTasksResponse{Tasks: []*slacklinev1.Task{
 		{
 			TaskId: "t-1", FrameworkId: "f-1", AgentId: "a-1", State: slacklinev1.TaskState_TASK_STATE_RUNNING,
-			Resources: resources.MustParse("cpus:1;mem:512").Proto("eng", false),
+			Resources: resources.MustParse("cpus:1;mem:512").Proto("eng", resources.Regular),
 		},
 		{
 			TaskId: "t-2", FrameworkId: "f-1", AgentId: "a-1", State: slacklinev1.TaskState_TASK_STATE_FAILED,
-			Resources: resources.MustParse("cpus:1").Proto("eng", true),
+			Resources: resources.MustParse("cpus:1").Proto("eng", resources.Revocable),
 			Status:    &slacklinev1.TaskStatus{Message: "exited with code 3"},
 		},
 	}}
 	testRoles = &slacklinev1.GetRolesResponse{Roles: []*slacklinev1.Role{
 		{
 			Name: "eng", Weight: 2.5,
-			Quota:         &slacklinev1.Quota{Limits: resources.MustParse("cpus:10;mem:20480").Proto("", false)},
-			Allocated:     resources.MustParse("cpus:2;mem:1024").Proto("eng", false),
+			Quota:         &slacklinev1.Quota{Limits: resources.MustParse("cpus:10;mem:20480").Proto("", resources.Regular)},
+			Allocated:     resources.MustParse("cpus:2;mem:1024").Proto("eng", resources.Regular),
 			FrameworkIds:  []string{"f-1", "f-2"},
 			DominantShare: 1.0 / 6,
 		},

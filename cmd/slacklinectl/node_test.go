@@ -330,13 +330,13 @@ func TestLogsFollow(t *testing.T) {
 var testContainers = &slacklinev1.GetContainersResponse{Containers: []*slacklinev1.Container{
 	{
 		ContainerId: "c-1", TaskId: "t-1", FrameworkId: "f-1", State: slacklinev1.TaskState_TASK_STATE_RUNNING,
-		CgroupPath: "slackline/guaranteed/c-1", Resources: resources.MustParse("cpus:1;mem:512").Proto("eng", false),
+		CgroupPath: "slackline/guaranteed/c-1", Resources: resources.MustParse("cpus:1;mem:512").Proto("eng", resources.Regular),
 		Pid: 4242, Sandbox: "/var/lib/slackline/agent/sandboxes/f-1/t-1", CgroupMode: "v2",
 		StartedTime: timestamppb.New(time.Date(2025, 1, 2, 3, 4, 5, 0, time.UTC)),
 	},
 	{
 		ContainerId: "c-2", TaskId: "t-2", FrameworkId: "f-1", Revocable: true,
-		CgroupPath: "slackline/revocable/c-2", Resources: resources.MustParse("cpus:0.5").Proto("eng", true),
+		CgroupPath: "slackline/revocable/c-2", Resources: resources.MustParse("cpus:0.5").Proto("eng", resources.Revocable),
 		Sandbox: "/var/lib/slackline/agent/sandboxes/f-1/t-2",
 	},
 }}

@@ -70,7 +70,7 @@ func newSetCommand(g *globals) *cobra.Command {
 				return errors.New("set quota: quota limits scalar resources (cpus, mem, disk), not ports")
 			}
 			resp, err := g.operator().UpdateQuota(cmd.Context(), connect.NewRequest(&slacklinev1.UpdateQuotaRequest{
-				Configs: []*slacklinev1.QuotaConfig{{Role: role, Limits: limits.Proto("", false)}},
+				Configs: []*slacklinev1.QuotaConfig{{Role: role, Limits: limits.Proto("", resources.Regular)}},
 			}))
 			if err != nil {
 				return fmt.Errorf("set quota: %w", err)

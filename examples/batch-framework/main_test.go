@@ -41,7 +41,7 @@ func (f *fakeCoordinator) offer() *slacklinev1.Event {
 	return &slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{Offers: []*slacklinev1.Offer{{
 		Id:        "offer-" + string(rune('a'+f.offerSeq%26)),
 		AgentId:   "agent-1",
-		Resources: resources.MustParse("cpus:2;mem:1024").Proto("*", false),
+		Resources: resources.MustParse("cpus:2;mem:1024").Proto("*", resources.Regular),
 	}}}}}
 }
 

@@ -251,7 +251,7 @@ func (s *scheduler) revocableOffers(offers []*slacklinev1.Offer) offerPlan {
 			t := s.queue[0]
 			s.queue = s.queue[1:]
 			info := s.launchTask(t, ao.revocable[0], rev.Add(reg))
-			info.Resources = append(rev.Proto(role, true), reg.Proto(role, false)...)
+			info.Resources = append(rev.Proto(role, resources.Revocable), reg.Proto(role, resources.Regular)...)
 			l.tasks = append(l.tasks, info)
 		}
 		if len(l.tasks) == 0 {

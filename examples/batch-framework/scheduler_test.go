@@ -23,8 +23,8 @@ func testConfig(tasks int) schedulerConfig {
 	}
 }
 
-func testOffer(id, text string, revocable bool) *slacklinev1.Offer {
-	return &slacklinev1.Offer{Id: id, AgentId: "agent-" + id, Resources: resources.MustParse(text).Proto("*", revocable)}
+func testOffer(id, text string, revocability resources.Revocability) *slacklinev1.Offer {
+	return &slacklinev1.Offer{Id: id, AgentId: "agent-" + id, Resources: resources.MustParse(text).Proto("*", revocability)}
 }
 
 // planSummary is a plan in comparable form.
@@ -68,7 +68,7 @@ func TestSchedulerOffers(t *testing.T) {
 		{
 			name:   "launches as many as fit, refuse 0 while tasks remain",
 			tasks:  5,
-			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:2;mem:1024", false), testOffer("o2", "cpus:0.5;mem:1024", false)},
+			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:2;mem:1024", resources.Regular), testOffer("o2", "cpus:0.5;mem:1024", resources.Regular)},
 			want: planSummary{
 				Launches: map[string][]string{"o1": {"batch-0-1-abc", "batch-1-1-abc"}},
 				Refuse:   map[string]float64{"o1": 0},
@@ -78,7 +78,7 @@ func TestSchedulerOffers(t *testing.T) {
 		{
 			name:   "last tasks: default refusal and suppress",
 			tasks:  2,
-			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", false)},
+			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", resources.Regular)},
 			want: planSummary{
 				Launches: map[string][]string{"o1": {"batch-0-1-abc", "batch-1-1-abc"}},
 				Refuse:   map[string]float64{"o1": -1},
@@ -89,7 +89,7 @@ func TestSchedulerOffers(t *testing.T) {
 			name:        "capped per offer",
 			tasks:       5,
 			maxPerOffer: 1,
-			offers:      []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", false), testOffer("o2", "cpus:4;mem:1024", false)},
+			offers:      []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", resources.Regular), testOffer("o2", "cpus:4;mem:1024", resources.Regular)},
 			want: planSummary{
 				Launches: map[string][]string{"o1": {"batch-0-1-abc"}, "o2": {"batch-1-1-abc"}},
 				Refuse:   map[string]float64{"o1": 0, "o2": 0},
@@ -98,14 +98,14 @@ func TestSchedulerOffers(t *testing.T) {
 		{
 			name:   "regular framework declines revocable offers",
 			tasks:  1,
-			offers: []*slacklinev1.Offer{testOffer("v1", "cpus:4;mem:1024", true)},
+			offers: []*slacklinev1.Offer{testOffer("v1", "cpus:4;mem:1024", resources.Revocable)},
 			want:   planSummary{Declines: []string{"v1"}},
 		},
 		{
 			name:      "revocable framework declines regular offers",
 			tasks:     1,
 			revocable: true,
-			offers:    []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", false), testOffer("v1", "cpus:1;mem:128", true)},
+			offers:    []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", resources.Regular), testOffer("v1", "cpus:1;mem:128", resources.Revocable)},
 			want: planSummary{
 				Launches: map[string][]string{"v1": {"batch-0-1-abc"}},
 				Refuse:   map[string]float64{"v1": -1},
@@ -116,14 +116,14 @@ func TestSchedulerOffers(t *testing.T) {
 		{
 			name:   "nothing pending: decline and suppress",
 			tasks:  0,
-			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", false)},
+			offers: []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", resources.Regular)},
 			want:   planSummary{Declines: []string{"o1"}, Suppress: true},
 		},
 		{
 			name:       "already suppressed: no second suppress",
 			tasks:      0,
 			suppressed: true,
-			offers:     []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", false)},
+			offers:     []*slacklinev1.Offer{testOffer("o1", "cpus:4;mem:1024", resources.Regular)},
 			want:       planSummary{Declines: []string{"o1"}},
 		},
 		{
@@ -149,7 +149,7 @@ func TestSchedulerOffers(t *testing.T) {
 }
 
 func TestSchedulerTaskInfo(t *testing.T) {
-	o := &slacklinev1.Offer{Id: "v1", AgentId: "agent-7", Resources: resources.MustParse("cpus:2;mem:512").Proto("eng", true)}
+	o := &slacklinev1.Offer{Id: "v1", AgentId: "agent-7", Resources: resources.MustParse("cpus:2;mem:512").Proto("eng", resources.Revocable)}
 	cfg := testConfig(1)
 	cfg.revocable = true
 	s := newScheduler(cfg)
@@ -193,7 +193,7 @@ func summarizeOutcome(o outcome) outcomeSummary {
 }
 
 func TestSchedulerUpdates(t *testing.T) {
-	big := testOffer("o1", "cpus:100;mem:100000", false)
+	big := testOffer("o1", "cpus:100;mem:100000", resources.Regular)
 	type step struct {
 		offers bool                    // deliver big before the update
 		status *slacklinev1.TaskStatus // update to apply
@@ -304,12 +304,12 @@ func TestSchedulerUpdates(t *testing.T) {
 
 func TestSchedulerLaunchFailedRequeuesWithFreshIDs(t *testing.T) {
 	s := newScheduler(testConfig(3))
-	plan := s.offers([]*slacklinev1.Offer{testOffer("o1", "cpus:2;mem:1024", false)})
+	plan := s.offers([]*slacklinev1.Offer{testOffer("o1", "cpus:2;mem:1024", resources.Regular)})
 	if len(plan.launches) != 1 {
 		t.Fatalf("plan = %+v, want one launch", plan)
 	}
 	s.launchFailed(plan.launches[0])
-	plan = s.offers([]*slacklinev1.Offer{testOffer("o2", "cpus:3;mem:1024", false)})
+	plan = s.offers([]*slacklinev1.Offer{testOffer("o2", "cpus:3;mem:1024", resources.Regular)})
 	want := planSummary{
 		Launches: map[string][]string{"o2": {"batch-0-2-abc", "batch-1-2-abc", "batch-2-1-abc"}},
 		Refuse:   map[string]float64{"o2": -1},
@@ -345,9 +345,9 @@ func TestParseFlags(t *testing.T) {
 // With --revocable a task takes revocable cpus and regular memory from two
 // offers of one agent, accepted together; regular cpus are never used.
 func TestSchedulerRevocableCPUsRegularMemory(t *testing.T) {
-	rev := &slacklinev1.Offer{Id: "v1", AgentId: "a", Resources: resources.MustParse("cpus:1.25").Proto("*", true)}
-	reg := &slacklinev1.Offer{Id: "r1", AgentId: "a", Resources: resources.MustParse("cpus:0.5;mem:1024").Proto("*", false)}
-	other := &slacklinev1.Offer{Id: "r2", AgentId: "b", Resources: resources.MustParse("cpus:8;mem:1024").Proto("*", false)}
+	rev := &slacklinev1.Offer{Id: "v1", AgentId: "a", Resources: resources.MustParse("cpus:1.25").Proto("*", resources.Revocable)}
+	reg := &slacklinev1.Offer{Id: "r1", AgentId: "a", Resources: resources.MustParse("cpus:0.5;mem:1024").Proto("*", resources.Regular)}
+	other := &slacklinev1.Offer{Id: "r2", AgentId: "b", Resources: resources.MustParse("cpus:8;mem:1024").Proto("*", resources.Regular)}
 	cfg := testConfig(5)
 	cfg.revocable = true
 	cfg.need = resources.MustParse("cpus:0.5;mem:64")
@@ -371,11 +371,11 @@ func TestSchedulerRevocableCPUsRegularMemory(t *testing.T) {
 		t.Fatalf("declines %v, short declines %v: want r2 declined briefly", plan.declines, plan.shortDeclines)
 	}
 	// A lone revocable offer is held until memory comes, then used.
-	lone := &slacklinev1.Offer{Id: "v2", AgentId: "c", Resources: resources.MustParse("cpus:1").Proto("*", true)}
+	lone := &slacklinev1.Offer{Id: "v2", AgentId: "c", Resources: resources.MustParse("cpus:1").Proto("*", resources.Revocable)}
 	if plan := s.offers([]*slacklinev1.Offer{lone}); len(plan.launches) != 0 || s.held["v2"].offer == nil {
 		t.Fatalf("plan %+v, held %v: want v2 held", plan, s.held)
 	}
-	mem := &slacklinev1.Offer{Id: "r3", AgentId: "c", Resources: resources.MustParse("mem:512").Proto("*", false)}
+	mem := &slacklinev1.Offer{Id: "r3", AgentId: "c", Resources: resources.MustParse("mem:512").Proto("*", resources.Regular)}
 	plan = s.offers([]*slacklinev1.Offer{mem})
 	if len(plan.launches) != 1 || len(plan.launches[0].tasks) != 2 {
 		t.Fatalf("plan %+v, want two tasks on v2 + r3", plan)
@@ -384,7 +384,7 @@ func TestSchedulerRevocableCPUsRegularMemory(t *testing.T) {
 		t.Errorf("offers accepted (-want +got):\n%s", diff)
 	}
 	// Held too long, a revocable offer goes back.
-	late := &slacklinev1.Offer{Id: "v3", AgentId: "d", Resources: resources.MustParse("cpus:1").Proto("*", true)}
+	late := &slacklinev1.Offer{Id: "v3", AgentId: "d", Resources: resources.MustParse("cpus:1").Proto("*", resources.Revocable)}
 	s.offers([]*slacklinev1.Offer{late})
 	start := s.held["v3"].since
 	s.now = func() time.Time { return start.Add(holdFor) }

@@ -21,7 +21,7 @@ func testScheduler(instances int) *scheduler {
 }
 
 func offerOn(agent string, unavailableFrom time.Time) *slacklinev1.Offer {
-	o := &slacklinev1.Offer{Id: "o-" + agent, AgentId: agent, Hostname: agent, Resources: resources.MustParse("cpus:2;mem:1024").Proto("*", false)}
+	o := &slacklinev1.Offer{Id: "o-" + agent, AgentId: agent, Hostname: agent, Resources: resources.MustParse("cpus:2;mem:1024").Proto("*", resources.Regular)}
 	if !unavailableFrom.IsZero() {
 		o.Unavailability = &slacklinev1.Unavailability{Start: timestamppb.New(unavailableFrom)}
 	}

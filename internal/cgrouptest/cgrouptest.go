@@ -6,9 +6,10 @@ package cgrouptest
 import (
 	"os"
 	"path/filepath"
-	"syscall"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mountpoint is where the cgroup hierarchies are mounted.
@@ -41,7 +42,7 @@ func RemoveRoot(root string) {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			for syscall.Rmdir(dirs[i]) == syscall.EBUSY && time.Now().Before(deadline) {
+			for unix.Rmdir(dirs[i]) == unix.EBUSY && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 			}
 		}

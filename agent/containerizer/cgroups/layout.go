@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
+
+	"golang.org/x/sys/unix"
 )
 
 // Mode is the cgroup layout of a host.
@@ -165,7 +166,7 @@ type PermissionError struct {
 
 // Error says what was refused and how to fix it.
 func (e *PermissionError) Error() string {
-	if errors.Is(e.Err, syscall.EROFS) {
+	if errors.Is(e.Err, unix.EROFS) {
 		return fmt.Sprintf("cannot %s %s: read-only file system; mount the cgroup filesystem read-write (e.g. give the agent's container --privileged or a writable /sys/fs/cgroup)", e.Op, e.Path)
 	}
 	return fmt.Sprintf("cannot %s %s: permission denied; run the agent as root or delegate the cgroup subtree (systemd Delegate=yes)", e.Op, e.Path)
@@ -182,7 +183,7 @@ func wrap(op, path string, err error) error {
 	if err == nil {
 		return nil
 	}
-	if errors.Is(err, fs.ErrPermission) || errors.Is(err, syscall.EROFS) || errors.Is(err, syscall.EPERM) {
+	if errors.Is(err, fs.ErrPermission) || errors.Is(err, unix.EROFS) || errors.Is(err, unix.EPERM) {
 		return &PermissionError{Op: op, Path: path, Err: err}
 	}
 	return fmt.Errorf("%s %s: %w", op, path, err)

@@ -8,11 +8,11 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/containerd/cgroups/v3/cgroup1"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	specs "github.com/opencontainers/runtime-spec/specs-go"
+	"golang.org/x/sys/unix"
 )
 
 // CFSPeriodMicros is the CFS bandwidth period used for hard CPU limits
@@ -277,11 +277,11 @@ func (p Paths) Remove() error {
 // files go with it; a fake tree's directory holds real files (ENOTEMPTY) and
 // is removed with its contents.
 func removeDir(dir string) error {
-	err := syscall.Rmdir(dir)
+	err := unix.Rmdir(dir)
 	switch {
-	case err == nil, errors.Is(err, syscall.ENOENT):
+	case err == nil, errors.Is(err, unix.ENOENT):
 		return nil
-	case errors.Is(err, syscall.ENOTEMPTY):
+	case errors.Is(err, unix.ENOTEMPTY):
 		if !isCgroupfs(dir) {
 			return os.RemoveAll(dir)
 		}

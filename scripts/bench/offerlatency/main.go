@@ -65,7 +65,7 @@ func run() error {
 	agents := slacklinev1connect.NewAgentServiceClient(httpClient, url)
 	reg, err := agents.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
-		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", false)},
+		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", resources.Regular)},
 	}))
 	if err != nil {
 		return err
