@@ -1,0 +1,522 @@
+package session
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"connectrpc.com/connect"
+	"golang.org/x/sync/semaphore"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/backoff"
+)
+
+// Defaults applied by New to zero fields of Config.
+const (
+	DefaultBackoffMin = 100 * time.Millisecond
+	DefaultBackoffMax = 10 * time.Second
+	DefaultRPCTimeout = 10 * time.Second
+	// DefaultHeartbeatInterval is used when the coordinator's
+	// RegisterResponse carries no heartbeat interval.
+	DefaultHeartbeatInterval = 5 * time.Second
+	// silentIntervals is how many heartbeat intervals may pass without a
+	// heartbeat getting through before the session is given up.
+	silentIntervals = 3
+)
+
+var (
+	// ErrStop is returned by Handler.Command to end Run: the session
+	// delivers what its outbox holds (best effort), ends, and Run returns
+	// ErrStop.
+	ErrStop = errors.New("session stopped by its handler")
+	// ErrNoSession is returned by SendEstimate when there is no current
+	// session.
+	ErrNoSession = errors.New("no coordinator session")
+	// ErrAlreadyRunning is returned by Run while another Run of the same
+	// Session has not returned.
+	ErrAlreadyRunning = errors.New("session already running")
+
+	errStreamEnded = errors.New("command stream ended")
+)
+
+// Handler is the owner of a Session: the agent's task machine, real or
+// simulated, behind its executor. The Session calls it from Run's
+// goroutine, one call at a time.
+type Handler interface {
+	// Registration returns the request for the next Register: the agent's
+	// info (its id once it has one), its tasks and their latest states, the
+	// previous agent id after a host reboot. The Session sets the protocol
+	// version.
+	Registration() *slacklinev1.RegisterRequest
+	// Opened is called after Register succeeded, before the command stream
+	// opens; Send already delivers in this session. The owner persists the
+	// id and (re-)sends its unacknowledged status updates. An error wrapped
+	// with Fatal stops Run and is returned by it; any other error ends the
+	// session, which is retried after a backoff.
+	Opened(ctx context.Context, agentID, sessionID string) error
+	// Command handles one command, in stream order; pings are not passed
+	// on. It may block briefly (that holds back the stream: backpressure);
+	// ctx ends with the session. Returning ErrStop ends Run, an error
+	// wrapped with Fatal stops Run with that error, any other error ends the
+	// session (the agent registers again).
+	Command(ctx context.Context, cmd *slacklinev1.AgentCommand) error
+	// Closed is called once for every session Opened was called for, after
+	// it ended and its outbox was dropped, with the reason it ended.
+	Closed(agentID, sessionID string, cause error)
+}
+
+// Config configures a Session. Client and Handler are required.
+type Config struct {
+	// Client carries the calls to the coordinator.
+	Client slacklinev1connect.AgentServiceClient
+	// Handler owns the session's id, tasks and commands.
+	Handler Handler
+	// Backoff is the delay between registration attempts
+	// (DefaultBackoffMin..DefaultBackoffMax when Min and Max are zero); it
+	// is reset once a session proved healthy (a heartbeat got through or a
+	// command arrived). A registration refused with PermissionDenied or
+	// FailedPrecondition (a machine that is DOWN) is retried about every
+	// Backoff.Max.
+	Backoff backoff.Backoff
+	// RPCTimeout bounds every unary call (DefaultRPCTimeout); heartbeats
+	// are also bounded by the heartbeat interval.
+	RPCTimeout time.Duration
+	// HeartbeatSlots, when set, caps the heartbeats in flight across every
+	// Session sharing it (the simulator's thousands of agents): a due
+	// heartbeat waits for a slot.
+	HeartbeatSlots *semaphore.Weighted
+	// Logger receives the session's logs (discarded when nil).
+	Logger *slog.Logger
+	// LogLevel is the level of routine session changes: registered, session
+	// ended, registration failed (slog.LevelInfo, the zero value; the
+	// simulator uses Debug so that 10,000 agents do not flood the log). A
+	// refused registration is logged at Warn once per streak of refusals.
+	LogLevel slog.Level
+}
+
+// Session is the agent side of AgentService: it registers, reads the
+// command stream, heartbeats and delivers status updates, and registers
+// again when a session ends. Create it with New and drive it with Run; its
+// other methods are safe for concurrent use.
+type Session struct {
+	cfg     Config
+	log     *slog.Logger
+	running atomic.Bool
+
+	mu  sync.Mutex
+	cur *conn // the current session; nil between sessions
+}
+
+// conn is one session: from a successful Register until it ends.
+type conn struct {
+	agentID, sessionID string
+	interval           time.Duration
+	ctx                context.Context // ends with the session
+	cancel             context.CancelCauseFunc
+
+	// Guarded by Session.mu.
+	ended    bool // set once; no goroutine starts after it
+	healthy  bool // a heartbeat got through or a command arrived
+	lastBeat time.Time
+	beat     *time.Timer
+	outbox   map[taskKey]*slacklinev1.TaskStatus
+	queue    []taskKey     // the outbox's keys in first-enqueued order
+	sender   chan struct{} // closed when the running sender returns; nil when none runs
+	// busy counts the heartbeat and sender goroutines of this session.
+	busy sync.WaitGroup
+}
+
+type taskKey struct{ frameworkID, taskID string }
+
+// New returns a Session for cfg, filling in defaults. It makes no call:
+// Run does.
+func New(cfg Config) *Session {
+	if cfg.Backoff.Min <= 0 {
+		cfg.Backoff.Min = DefaultBackoffMin
+	}
+	if cfg.Backoff.Max <= 0 {
+		cfg.Backoff.Max = DefaultBackoffMax
+	}
+	if cfg.RPCTimeout <= 0 {
+		cfg.RPCTimeout = DefaultRPCTimeout
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+	return &Session{cfg: cfg, log: cfg.Logger}
+}
+
+// Run registers, serves the session and registers again whenever it ends,
+// until ctx is cancelled (it returns nil then), the handler returns ErrStop
+// (it returns ErrStop) or a Fatal error (it returns that error). Failures
+// talking to the coordinator are retried, never returned. Run may be called
+// again after it returned.
+func (s *Session) Run(ctx context.Context) error {
+	if !s.running.CompareAndSwap(false, true) {
+		return ErrAlreadyRunning
+	}
+	defer s.running.Store(false)
+	retry := s.cfg.Backoff
+	refusals := 0
+	for ctx.Err() == nil {
+		c, err := s.register(ctx)
+		if err != nil {
+			if ctx.Err() != nil {
+				return nil
+			}
+			var delay time.Duration
+			if isRefusal(err) {
+				delay = retry.Slow()
+				level := s.cfg.LogLevel
+				if refusals == 0 {
+					level = slog.LevelWarn
+				}
+				refusals++
+				s.log.Log(ctx, level, "registration refused; retrying", "error", err, "retry_in", delay)
+			} else {
+				delay = retry.Next()
+				s.log.Log(ctx, s.cfg.LogLevel, "registration failed; retrying", "error", err, "retry_in", delay)
+			}
+			if !backoff.Sleep(ctx, delay) {
+				return nil
+			}
+			continue
+		}
+		refusals = 0
+		cause, healthy := s.serve(c)
+		switch {
+		case ctx.Err() != nil:
+			return nil
+		case errors.Is(cause, ErrStop):
+			return ErrStop
+		case isFatal(cause):
+			return cause
+		}
+		if healthy {
+			retry.Reset()
+		}
+		delay := retry.Next()
+		s.log.Log(ctx, s.cfg.LogLevel, "coordinator session ended; registering again", "agent_id", c.agentID, "cause", cause, "retry_in", delay)
+		if !backoff.Sleep(ctx, delay) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// register calls Register and makes the new session current, with its
+// heartbeat timer armed.
+func (s *Session) register(ctx context.Context) (*conn, error) {
+	req := s.cfg.Handler.Registration()
+	req.ProtocolVersion = slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1
+	callCtx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	resp, err := s.cfg.Client.Register(callCtx, connect.NewRequest(req))
+	cancel()
+	if err != nil {
+		return nil, fmt.Errorf("register: %w", err)
+	}
+	agentID, sessionID := resp.Msg.GetAgentId(), resp.Msg.GetSessionId()
+	if agentID == "" || sessionID == "" {
+		return nil, errors.New("register: the coordinator returned no agent id or session id")
+	}
+	interval := time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second))
+	if interval <= 0 {
+		interval = DefaultHeartbeatInterval
+	}
+	sctx, scancel := context.WithCancelCause(ctx)
+	c := &conn{agentID: agentID, sessionID: sessionID, interval: interval, ctx: sctx, cancel: scancel, lastBeat: time.Now()}
+	s.mu.Lock()
+	s.cur = c
+	c.beat = time.AfterFunc(interval, func() { s.heartbeat(c) })
+	s.mu.Unlock()
+	return c, nil
+}
+
+// serve runs one session until it ends and reports why and whether it
+// proved healthy.
+func (s *Session) serve(c *conn) (cause error, healthy bool) {
+	if err := s.cfg.Handler.Opened(c.ctx, c.agentID, c.sessionID); err != nil {
+		cause = fmt.Errorf("open session: %w", err)
+	} else {
+		s.log.Log(c.ctx, s.cfg.LogLevel, "registered", "agent_id", c.agentID, "session_id", c.sessionID, "heartbeat_interval", c.interval)
+		cause = s.readCommands(c)
+	}
+	c.cancel(cause)
+	s.mu.Lock()
+	c.ended = true
+	if s.cur == c {
+		s.cur = nil
+	}
+	c.beat.Stop()
+	c.outbox, c.queue = nil, nil
+	healthy = c.healthy
+	s.mu.Unlock()
+	c.busy.Wait()
+	s.cfg.Handler.Closed(c.agentID, c.sessionID, cause)
+	return cause, healthy
+}
+
+// readCommands opens the command stream and hands commands to the handler
+// until the stream or the session ends. It returns the session's cause of
+// death: the handler's error first, then whatever ended the session
+// context (a refused call, cancellation), then the stream's error.
+func (s *Session) readCommands(c *conn) error {
+	stream, err := s.cfg.Client.Connect(c.ctx, connect.NewRequest(&slacklinev1.ConnectRequest{AgentId: c.agentID, SessionId: c.sessionID}))
+	if err != nil {
+		if c.ctx.Err() != nil {
+			return context.Cause(c.ctx)
+		}
+		return fmt.Errorf("connect: %w", err)
+	}
+	var cause error
+	for cause == nil && stream.Receive() {
+		cmd := stream.Msg().GetCommand()
+		s.mu.Lock()
+		c.healthy = true
+		s.mu.Unlock()
+		if _, ping := cmd.GetCommand().(*slacklinev1.AgentCommand_Ping); ping {
+			continue
+		}
+		if err := s.cfg.Handler.Command(c.ctx, cmd); err != nil {
+			if errors.Is(err, ErrStop) {
+				s.flush(c)
+			}
+			cause = err
+		}
+	}
+	switch {
+	case cause != nil:
+	case c.ctx.Err() != nil:
+		cause = context.Cause(c.ctx)
+	case stream.Err() != nil:
+		cause = fmt.Errorf("command stream: %w", stream.Err())
+	default:
+		cause = errStreamEnded
+	}
+	c.cancel(cause) // so that Close does not wait to drain the stream
+	stream.Close()
+	return cause
+}
+
+// Current returns the ids of the current session; ok is false between
+// sessions.
+func (s *Session) Current() (agentID, sessionID string, ok bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c := s.cur; c != nil && !c.ended {
+		return c.agentID, c.sessionID, true
+	}
+	return "", "", false
+}
+
+// heartbeat sends one heartbeat in c and arms the next. It runs on the
+// timer's goroutine, so a session has no goroutine between heartbeats.
+func (s *Session) heartbeat(c *conn) {
+	s.mu.Lock()
+	if c.ended {
+		s.mu.Unlock()
+		return
+	}
+	c.busy.Add(1)
+	s.mu.Unlock()
+	defer c.busy.Done()
+
+	start := time.Now()
+	err := s.callHeartbeat(c)
+	now := time.Now()
+	s.mu.Lock()
+	if err == nil {
+		c.lastBeat, c.healthy = now, true
+	}
+	silent := now.Sub(c.lastBeat)
+	if !c.ended {
+		c.beat.Reset(max(0, start.Add(c.interval).Sub(now)))
+	}
+	s.mu.Unlock()
+	switch {
+	case err == nil:
+	case isSessionError(err):
+		c.cancel(fmt.Errorf("heartbeat: %w", err))
+	case silent >= silentIntervals*c.interval:
+		c.cancel(fmt.Errorf("no heartbeat got through for %v: %w", silent.Round(time.Millisecond), err))
+	case c.ctx.Err() == nil:
+		s.log.Debug("heartbeat failed", "agent_id", c.agentID, "error", err)
+	}
+}
+
+func (s *Session) callHeartbeat(c *conn) error {
+	if slots := s.cfg.HeartbeatSlots; slots != nil {
+		if err := slots.Acquire(c.ctx, 1); err != nil {
+			return err
+		}
+		defer slots.Release(1)
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, min(s.cfg.RPCTimeout, c.interval))
+	defer cancel()
+	_, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
+	return err
+}
+
+// Send enqueues a status update for delivery in the current session and
+// returns at once. Updates are coalesced per task: a status replaces an
+// older one of the same (framework, task) that is not sent yet, so the
+// outbox holds at most one status per task. Delivery is at most once per
+// Send: a failed call is not retried, and a session that ends drops its
+// outbox, as does Send between sessions. Re-sending is the caller's job:
+// its task machine re-sends every unacknowledged update when it is due and
+// when the next session opens (Handler.Opened). status must not be
+// modified after the call.
+func (s *Session) Send(frameworkID string, status *slacklinev1.TaskStatus) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	c := s.cur
+	if c == nil || c.ended || c.ctx.Err() != nil {
+		return
+	}
+	key := taskKey{frameworkID, status.GetTaskId()}
+	if c.outbox == nil {
+		c.outbox = map[taskKey]*slacklinev1.TaskStatus{}
+	}
+	if _, queued := c.outbox[key]; !queued {
+		c.queue = append(c.queue, key)
+	}
+	c.outbox[key] = status
+	if c.sender == nil {
+		c.sender = make(chan struct{})
+		c.busy.Add(1)
+		go s.drain(c, c.sender)
+	}
+}
+
+// drain is the session's sender: it runs while the outbox is not empty.
+func (s *Session) drain(c *conn, done chan struct{}) {
+	defer c.busy.Done()
+	defer close(done)
+	for s.sendNext(c, done) {
+	}
+}
+
+// sendNext sends the oldest queued update; it reports false when there
+// was none (or the session ended), after clearing c.sender if it is the
+// caller's.
+func (s *Session) sendNext(c *conn, sender chan struct{}) bool {
+	s.mu.Lock()
+	if len(c.queue) == 0 || c.ended || c.ctx.Err() != nil {
+		c.queue, c.outbox = nil, nil // an idle session holds no buffers
+		if c.sender == sender {
+			c.sender = nil
+		}
+		s.mu.Unlock()
+		return false
+	}
+	key := c.queue[0]
+	c.queue = c.queue[1:]
+	status := c.outbox[key]
+	delete(c.outbox, key)
+	s.mu.Unlock()
+
+	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	_, err := s.cfg.Client.UpdateStatus(ctx, connect.NewRequest(&slacklinev1.UpdateStatusRequest{
+		AgentId: c.agentID, SessionId: c.sessionID, FrameworkId: key.frameworkID, Status: status,
+	}))
+	s.failed(c, "update status", err)
+	return true
+}
+
+// flush delivers the outbox before a stop: it sends what is queued itself
+// and waits for the running sender, if any.
+func (s *Session) flush(c *conn) {
+	for s.sendNext(c, nil) {
+	}
+	s.mu.Lock()
+	sender := c.sender
+	s.mu.Unlock()
+	if sender != nil {
+		<-sender
+	}
+}
+
+// SendEstimate reports the agent's revocable estimate in the current
+// session (UpdateOversubscribedResources) and waits for the answer. It
+// returns ErrNoSession between sessions; a refusal that invalidates the
+// session ends it. The owner re-sends its estimate when a session opens.
+func (s *Session) SendEstimate(ctx context.Context, revocable []*slacklinev1.Resource) error {
+	s.mu.Lock()
+	c := s.cur
+	s.mu.Unlock()
+	if c == nil {
+		return ErrNoSession
+	}
+	ctx, cancel := context.WithTimeout(ctx, s.cfg.RPCTimeout)
+	defer cancel()
+	defer context.AfterFunc(c.ctx, cancel)()
+	_, err := s.cfg.Client.UpdateOversubscribedResources(ctx, connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
+		AgentId: c.agentID, SessionId: c.sessionID, Resources: revocable,
+	}))
+	if err != nil {
+		s.failed(c, "update oversubscribed resources", err)
+		return fmt.Errorf("update oversubscribed resources: %w", err)
+	}
+	return nil
+}
+
+// failed ends c when err says the session is no longer valid, and logs
+// other errors of a live session.
+func (s *Session) failed(c *conn, call string, err error) {
+	switch {
+	case err == nil:
+	case isSessionError(err):
+		c.cancel(fmt.Errorf("%s: %w", call, err))
+	case c.ctx.Err() == nil:
+		s.log.Debug("call failed", "call", call, "agent_id", c.agentID, "error", err)
+	}
+}
+
+// isSessionError reports whether err means the session is no longer valid
+// and the agent must register again.
+func isSessionError(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodeFailedPrecondition, connect.CodeNotFound, connect.CodePermissionDenied:
+		return true
+	}
+	return false
+}
+
+// isRefusal reports whether a Register error is a refusal that a quick
+// retry will not cure (a machine that is DOWN, an agent that was removed).
+func isRefusal(err error) bool {
+	switch connect.CodeOf(err) {
+	case connect.CodePermissionDenied, connect.CodeFailedPrecondition:
+		return true
+	}
+	return false
+}
+
+// Fatal wraps err so that Run stops and returns it (from Handler.Opened or
+// Handler.Command). Fatal(nil) is nil.
+func Fatal(err error) error {
+	if err == nil {
+		return nil
+	}
+	return &fatalError{err}
+}
+
+// IsFatal reports whether err, or an error it wraps, came from Fatal.
+func IsFatal(err error) bool { return isFatal(err) }
+
+func isFatal(err error) bool {
+	var f *fatalError
+	return errors.As(err, &f)
+}
+
+type fatalError struct{ err error }
+
+func (e *fatalError) Error() string { return e.err.Error() }
+func (e *fatalError) Unwrap() error { return e.err }

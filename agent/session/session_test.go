@@ -1,0 +1,708 @@
+package session_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+
+	"github.com/slackline/slackline/agent/session"
+	"github.com/slackline/slackline/coordinator"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/agenttest"
+	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/resources"
+)
+
+// fakeCoordinator is a minimal AgentService whose answers a test controls.
+type fakeCoordinator struct {
+	slacklinev1connect.UnimplementedAgentServiceHandler
+
+	mu           sync.Mutex
+	nextID       int
+	nextSession  int
+	sessions     map[string]string                         // agent id -> live session id
+	streams      map[string]chan *slacklinev1.AgentCommand // agent id -> its stream's queue
+	endStream    map[string]chan error                     // agent id -> ends its stream with the error
+	refuse       error                                     // Register's answer while set
+	heartbeatErr error                                     // Heartbeat's answer while set
+	updateGate   chan struct{}                             // while set, UpdateStatus waits for a receive
+	registers    []*slacklinev1.RegisterRequest
+	heartbeats   int
+	updates      []*slacklinev1.UpdateStatusRequest
+	estimates    []*slacklinev1.UpdateOversubscribedResourcesRequest
+}
+
+func newFakeCoordinator() *fakeCoordinator {
+	return &fakeCoordinator{sessions: map[string]string{}, streams: map[string]chan *slacklinev1.AgentCommand{}, endStream: map[string]chan error{}}
+}
+
+func (f *fakeCoordinator) Register(_ context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registers = append(f.registers, req.Msg)
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
+	id := req.Msg.GetAgentInfo().GetId()
+	if id == "" {
+		f.nextID++
+		id = fmt.Sprintf("agent-%d", f.nextID)
+	}
+	f.nextSession++
+	f.sessions[id] = fmt.Sprintf("session-%d", f.nextSession)
+	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5}), nil
+}
+
+func (f *fakeCoordinator) checkLocked(agentID, sessionID string) error {
+	if f.sessions[agentID] != sessionID {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("stale session"))
+	}
+	return nil
+}
+
+func (f *fakeCoordinator) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
+	f.mu.Lock()
+	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	commands, end := make(chan *slacklinev1.AgentCommand, 64), make(chan error, 1)
+	f.streams[req.Msg.GetAgentId()], f.endStream[req.Msg.GetAgentId()] = commands, end
+	f.mu.Unlock()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-end:
+			return err
+		case cmd := <-commands:
+			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+func (f *fakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.heartbeatErr != nil {
+		return nil, f.heartbeatErr
+	}
+	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		return nil, err
+	}
+	f.heartbeats++
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
+}
+
+func (f *fakeCoordinator) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
+	f.mu.Lock()
+	gate := f.updateGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		return nil, err
+	}
+	f.updates = append(f.updates, req.Msg)
+	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+}
+
+func (f *fakeCoordinator) UpdateOversubscribedResources(_ context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		return nil, err
+	}
+	f.estimates = append(f.estimates, req.Msg)
+	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
+}
+
+func (f *fakeCoordinator) handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewAgentServiceHandler(f))
+	return mux
+}
+
+// send queues a command on the agent's current stream.
+func (f *fakeCoordinator) send(t *testing.T, agentID string, cmd *slacklinev1.AgentCommand) {
+	t.Helper()
+	f.mu.Lock()
+	commands := f.streams[agentID]
+	f.mu.Unlock()
+	if commands == nil {
+		t.Fatalf("agent %s has no command stream", agentID)
+	}
+	commands <- cmd
+}
+
+// end ends the agent's current stream with err (nil: a clean end).
+func (f *fakeCoordinator) end(agentID string, err error) {
+	f.mu.Lock()
+	end := f.endStream[agentID]
+	f.mu.Unlock()
+	end <- err
+}
+
+func (f *fakeCoordinator) set(change func(*fakeCoordinator)) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	change(f)
+}
+
+// sent returns "framework/task/uuid" of every update received.
+func (f *fakeCoordinator) sent() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, u := range f.updates {
+		out = append(out, u.GetFrameworkId()+"/"+u.GetStatus().GetTaskId()+"/"+u.GetStatus().GetUuid())
+	}
+	return out
+}
+
+func (f *fakeCoordinator) registrations() []*slacklinev1.RegisterRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.registers)
+}
+
+// handler records what the session tells it and keeps the agent id, as an
+// agent's task machine would.
+type handler struct {
+	mu       sync.Mutex
+	agentID  string
+	opened   []string // "agent/session"
+	closed   []error
+	commands []*slacklinev1.AgentCommand
+	// onOpened and onCommand, when set, decide the answers.
+	onOpened  func(ctx context.Context, agentID, sessionID string) error
+	onCommand func(ctx context.Context, cmd *slacklinev1.AgentCommand) error
+}
+
+func (h *handler) Registration() *slacklinev1.RegisterRequest {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return &slacklinev1.RegisterRequest{AgentInfo: &slacklinev1.AgentInfo{Id: h.agentID, Hostname: "node-1", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", false)}}
+}
+
+func (h *handler) Opened(ctx context.Context, agentID, sessionID string) error {
+	h.mu.Lock()
+	h.agentID = agentID
+	h.opened = append(h.opened, agentID+"/"+sessionID)
+	onOpened := h.onOpened
+	h.mu.Unlock()
+	if onOpened != nil {
+		return onOpened(ctx, agentID, sessionID)
+	}
+	return nil
+}
+
+func (h *handler) Command(ctx context.Context, cmd *slacklinev1.AgentCommand) error {
+	h.mu.Lock()
+	h.commands = append(h.commands, cmd)
+	onCommand := h.onCommand
+	h.mu.Unlock()
+	if onCommand != nil {
+		return onCommand(ctx, cmd)
+	}
+	return nil
+}
+
+func (h *handler) Closed(agentID, sessionID string, cause error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.closed = append(h.closed, cause)
+}
+
+func (h *handler) snapshot() (opened []string, closed []error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return slices.Clone(h.opened), slices.Clone(h.closed)
+}
+
+// warnCounter counts Warn records.
+type warnCounter struct {
+	slog.Handler
+	mu    sync.Mutex
+	warns []string
+}
+
+func (w *warnCounter) Handle(ctx context.Context, r slog.Record) error {
+	if r.Level == slog.LevelWarn {
+		w.mu.Lock()
+		w.warns = append(w.warns, r.Message)
+		w.mu.Unlock()
+	}
+	return w.Handler.Handle(ctx, r)
+}
+
+func (w *warnCounter) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.warns)
+}
+
+// harness runs one Session against a server on an in-memory network,
+// inside a synctest bubble.
+type harness struct {
+	session *session.Session
+	handler *handler
+	network *agenttest.Network
+	warns   *warnCounter
+	cancel  context.CancelFunc
+	done    chan error
+	closers []func()
+}
+
+// run starts the Session; serve, when set, starts what answers it.
+func run(t *testing.T, h *handler, clientOpts []connect.ClientOption, serve func(*agenttest.Network) func()) *harness {
+	t.Helper()
+	network := agenttest.NewNetwork()
+	hs := &harness{handler: h, network: network, done: make(chan error, 1)}
+	if serve != nil {
+		hs.closers = append(hs.closers, serve(network))
+	}
+	client := network.Client()
+	hs.closers = append(hs.closers, client.CloseIdleConnections)
+	hs.warns = &warnCounter{Handler: slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelDebug})}
+	hs.session = session.New(session.Config{
+		Client:  slacklinev1connect.NewAgentServiceClient(client, "http://coordinator.test", clientOpts...),
+		Handler: h,
+		Backoff: backoff.Backoff{Rand: rand.New(rand.NewPCG(1, 2))},
+		Logger:  slog.New(hs.warns),
+	})
+	ctx, cancel := context.WithCancel(t.Context())
+	hs.cancel = cancel
+	go func() { hs.done <- hs.session.Run(ctx) }()
+	synctest.Wait()
+	return hs
+}
+
+func (hs *harness) stop(t *testing.T) {
+	t.Helper()
+	hs.cancel()
+	if err := <-hs.done; err != nil {
+		t.Errorf("Run after cancel = %v, want nil", err)
+	}
+	for _, c := range slices.Backward(hs.closers) {
+		c()
+	}
+}
+
+func serveFake(fake *fakeCoordinator) func(*agenttest.Network) func() {
+	return func(n *agenttest.Network) func() {
+		return n.Serve(fake.handler())
+	}
+}
+
+func status(taskID, uuid string) *slacklinev1.TaskStatus {
+	return &slacklinev1.TaskStatus{TaskId: taskID, State: slacklinev1.TaskState_TASK_STATE_RUNNING, Uuid: uuid}
+}
+
+var protocols = []struct {
+	name string
+	opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+}
+
+func TestSessionAgainstFake(t *testing.T) {
+	for _, protocol := range protocols {
+		t.Run(protocol.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFakeCoordinator()
+				h := &handler{}
+				hs := run(t, h, protocol.opts, serveFake(fake))
+				defer hs.stop(t)
+
+				agentID, sessionID, ok := hs.session.Current()
+				if !ok || agentID != "agent-1" || sessionID != "session-1" {
+					t.Fatalf("Current() = %q, %q, %v; want agent-1, session-1, true", agentID, sessionID, ok)
+				}
+				if got := fake.registrations()[0].GetProtocolVersion(); got != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
+					t.Errorf("protocol version %v, want AGENT_PROTOCOL_VERSION_1", got)
+				}
+
+				// Commands in stream order, pings kept by the session.
+				ping := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}
+				kill := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{FrameworkId: "fw", TaskId: "t1"}}}
+				ack := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{FrameworkId: "fw", TaskId: "t1", Uuid: "u1"}}}
+				for _, cmd := range []*slacklinev1.AgentCommand{ping, kill, ping, ack} {
+					fake.send(t, agentID, cmd)
+				}
+				synctest.Wait()
+				h.mu.Lock()
+				if len(h.commands) != 2 || h.commands[0].GetKillTask() == nil || h.commands[1].GetAcknowledge() == nil {
+					t.Errorf("handler got %v, want the kill then the acknowledgement", h.commands)
+				}
+				h.mu.Unlock()
+
+				// Heartbeats at the coordinator's 5 s interval.
+				time.Sleep(11 * time.Second)
+				synctest.Wait()
+				fake.mu.Lock()
+				if fake.heartbeats != 2 {
+					t.Errorf("%d heartbeats in 11 s, want 2", fake.heartbeats)
+				}
+				fake.mu.Unlock()
+
+				hs.session.Send("fw", status("t1", "u1"))
+				if err := hs.session.SendEstimate(t.Context(), resources.MustParse("cpus:2").Proto("", true)); err != nil {
+					t.Errorf("SendEstimate: %v", err)
+				}
+				synctest.Wait()
+				if diff := cmp.Diff([]string{"fw/t1/u1"}, fake.sent()); diff != "" {
+					t.Errorf("updates (-want +got):\n%s", diff)
+				}
+				fake.mu.Lock()
+				if len(fake.estimates) != 1 || fake.estimates[0].GetSessionId() != sessionID {
+					t.Errorf("estimates %v, want one in %s", fake.estimates, sessionID)
+				}
+				fake.mu.Unlock()
+			})
+		})
+	}
+}
+
+func TestSessionEnds(t *testing.T) {
+	tests := []struct {
+		name string
+		// end ends the session of agent-1 somehow.
+		end       func(fake *fakeCoordinator)
+		wantCause string
+	}{
+		{
+			name:      "heartbeat refused",
+			end:       func(f *fakeCoordinator) { f.set(func(f *fakeCoordinator) { f.sessions["agent-1"] = "expired" }) },
+			wantCause: "heartbeat: failed_precondition: stale session",
+		},
+		{
+			name: "heartbeats unanswered for three intervals",
+			end: func(f *fakeCoordinator) {
+				f.set(func(f *fakeCoordinator) { f.heartbeatErr = connect.NewError(connect.CodeUnavailable, errors.New("overloaded")) })
+			},
+			wantCause: "no heartbeat got through for 15s: unavailable: overloaded",
+		},
+		{
+			name:      "command stream ends",
+			end:       func(f *fakeCoordinator) { f.end("agent-1", nil) },
+			wantCause: "command stream ended",
+		},
+		{
+			name:      "command stream fails",
+			end:       func(f *fakeCoordinator) { f.end("agent-1", connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))) },
+			wantCause: "command stream: failed_precondition: session ended; register again",
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFakeCoordinator()
+				h := &handler{}
+				hs := run(t, h, nil, serveFake(fake))
+				defer hs.stop(t)
+
+				test.end(fake)
+				// Three intervals for the slowest ending, then a backoff.
+				time.Sleep(16 * time.Second)
+				fake.set(func(f *fakeCoordinator) { f.heartbeatErr = nil }) // let the next session live
+				synctest.Wait()
+				opened, closed := h.snapshot()
+				if len(closed) != 1 || closed[0].Error() != test.wantCause {
+					t.Fatalf("Closed causes %v, want [%s]", closed, test.wantCause)
+				}
+				if diff := cmp.Diff([]string{"agent-1/session-1", "agent-1/session-2"}, opened); diff != "" {
+					t.Errorf("sessions opened (-want +got):\n%s", diff)
+				}
+				if regs := fake.registrations(); len(regs) != 2 || regs[1].GetAgentInfo().GetId() != "agent-1" {
+					t.Errorf("registrations %v, want a second one with id agent-1", regs)
+				}
+			})
+		})
+	}
+}
+
+func TestUnhealthySessionsBackOffAndHealthyOnesReset(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFakeCoordinator()
+		h := &handler{}
+		// Every session ends before a heartbeat or command gets through.
+		h.onOpened = func(context.Context, string, string) error { return errors.New("disk full") }
+		hs := run(t, h, nil, serveFake(fake))
+		defer hs.stop(t)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		// Delays of [50ms,100ms], [100,200], ..., capped at [5s,10s]: 8 to 10
+		// registrations in 20 s.
+		if n := len(fake.registrations()); n < 8 || n > 10 {
+			t.Fatalf("%d registrations in 20 s of failing sessions, want 8 to 10", n)
+		}
+
+		h.mu.Lock()
+		h.onOpened = nil
+		h.mu.Unlock()
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		agentID, _, ok := hs.session.Current()
+		if !ok {
+			t.Fatal("not registered 10 s after sessions stopped failing")
+		}
+		fake.send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}})
+		synctest.Wait()
+		before := len(fake.registrations())
+		fake.end(agentID, nil)
+		time.Sleep(100 * time.Millisecond)
+		synctest.Wait()
+		if got := len(fake.registrations()); got != before+1 {
+			t.Errorf("%d registrations 100 ms after a healthy session ended, want %d: the backoff was not reset", got, before+1)
+		}
+	})
+}
+
+func TestRefusedRegistrationIsRetriedSlowly(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFakeCoordinator()
+		fake.refuse = connect.NewError(connect.CodePermissionDenied, errors.New("machine node-1 is DOWN for maintenance"))
+		h := &handler{}
+		hs := run(t, h, nil, serveFake(fake))
+		defer hs.stop(t)
+		time.Sleep(time.Minute)
+		synctest.Wait()
+		// About every Backoff.Max (10 s, jittered to 5-10 s).
+		if n := len(fake.registrations()); n < 6 || n > 13 {
+			t.Errorf("%d registration attempts in a minute while refused, want 6 to 13", n)
+		}
+		if got := hs.warns.count(); got != 1 {
+			t.Errorf("%d warnings for one streak of refusals, want 1", got)
+		}
+		fake.set(func(f *fakeCoordinator) { f.refuse = nil })
+		time.Sleep(10 * time.Second)
+		synctest.Wait()
+		if _, _, ok := hs.session.Current(); !ok {
+			t.Error("not registered 10 s after the refusal ended")
+		}
+	})
+}
+
+func TestSendCoalescesPerTask(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFakeCoordinator()
+		gate := make(chan struct{})
+		fake.updateGate = gate
+		hs := run(t, &handler{}, nil, serveFake(fake))
+		defer hs.stop(t)
+
+		s := hs.session
+		s.Send("fw", status("t1", "a")) // in flight, waiting at the gate
+		synctest.Wait()
+		s.Send("fw", status("t1", "b")) // replaced by c
+		s.Send("fw", status("t2", "x"))
+		s.Send("fw", status("t1", "c"))
+		s.Send("other", status("t1", "y")) // another framework's t1
+		for range 4 {
+			gate <- struct{}{}
+			synctest.Wait()
+		}
+		want := []string{"fw/t1/a", "fw/t1/c", "fw/t2/x", "other/t1/y"}
+		if diff := cmp.Diff(want, fake.sent()); diff != "" {
+			t.Errorf("delivered (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestOutboxIsDroppedWhenTheSessionEnds(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFakeCoordinator()
+		fake.updateGate = make(chan struct{})
+		h := &handler{}
+		hs := run(t, h, nil, serveFake(fake))
+		defer hs.stop(t)
+
+		hs.session.Send("fw", status("t1", "in-flight"))
+		hs.session.Send("fw", status("t2", "queued"))
+		synctest.Wait()
+		fake.end("agent-1", nil)
+		synctest.Wait()
+		if _, _, ok := hs.session.Current(); ok {
+			t.Fatal("Current() ok right after the session ended, want a backoff first")
+		}
+		hs.session.Send("fw", status("t3", "between-sessions"))
+		fake.set(func(f *fakeCoordinator) { f.updateGate = nil })
+		time.Sleep(time.Second)
+		synctest.Wait()
+		if _, _, ok := hs.session.Current(); !ok {
+			t.Fatal("not registered again")
+		}
+		if got := fake.sent(); len(got) != 0 {
+			t.Errorf("delivered %v, want nothing: the outbox belongs to the session that ended", got)
+		}
+		hs.session.Send("fw", status("t4", "new-session"))
+		synctest.Wait()
+		if diff := cmp.Diff([]string{"fw/t4/new-session"}, fake.sent()); diff != "" {
+			t.Errorf("delivered (-want +got):\n%s", diff)
+		}
+	})
+}
+
+func TestStopAndFatal(t *testing.T) {
+	diskFull := errors.New("disk full")
+	tests := []struct {
+		name      string
+		onOpened  func(context.Context, string, string) error
+		onCommand func(*session.Session) func(context.Context, *slacklinev1.AgentCommand) error
+		wantErr   error
+		wantSent  []string
+	}{
+		{
+			name: "ErrStop delivers the outbox and ends Run",
+			onCommand: func(s *session.Session) func(context.Context, *slacklinev1.AgentCommand) error {
+				return func(context.Context, *slacklinev1.AgentCommand) error {
+					s.Send("fw", status("t1", "gone"))
+					s.Send("fw", status("t2", "gone"))
+					return session.ErrStop
+				}
+			},
+			wantErr:  session.ErrStop,
+			wantSent: []string{"fw/t1/gone", "fw/t2/gone"},
+		},
+		{
+			name: "fatal command",
+			onCommand: func(*session.Session) func(context.Context, *slacklinev1.AgentCommand) error {
+				return func(context.Context, *slacklinev1.AgentCommand) error { return session.Fatal(diskFull) }
+			},
+			wantErr: diskFull,
+		},
+		{
+			name:     "fatal Opened",
+			onOpened: func(context.Context, string, string) error { return session.Fatal(diskFull) },
+			wantErr:  diskFull,
+		},
+	}
+	for _, test := range tests {
+		t.Run(test.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFakeCoordinator()
+				h := &handler{onOpened: test.onOpened}
+				network := agenttest.NewNetwork()
+				defer network.Serve(fake.handler())()
+				client := network.Client()
+				defer client.CloseIdleConnections()
+				s := session.New(session.Config{Client: slacklinev1connect.NewAgentServiceClient(client, "http://coordinator.test"), Handler: h})
+				if test.onCommand != nil {
+					h.onCommand = test.onCommand(s)
+				}
+				done := make(chan error, 1)
+				go func() { done <- s.Run(t.Context()) }()
+				synctest.Wait()
+				if test.onCommand != nil {
+					fake.send(t, "agent-1", &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{}}})
+					synctest.Wait()
+				}
+				select {
+				case err := <-done:
+					if !errors.Is(err, test.wantErr) {
+						t.Errorf("Run = %v, want %v", err, test.wantErr)
+					}
+				default:
+					t.Fatal("Run still running")
+				}
+				if diff := cmp.Diff(test.wantSent, fake.sent()); diff != "" {
+					t.Errorf("delivered (-want +got):\n%s", diff)
+				}
+				if _, closed := h.snapshot(); len(closed) != 1 {
+					t.Errorf("Closed called %d times, want once", len(closed))
+				}
+			})
+		})
+	}
+}
+
+func TestCancelReturnsNil(t *testing.T) {
+	for _, registered := range []bool{false, true} {
+		t.Run(fmt.Sprintf("registered=%v", registered), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFakeCoordinator()
+				if !registered {
+					fake.refuse = connect.NewError(connect.CodeUnavailable, errors.New("starting"))
+				}
+				h := &handler{}
+				hs := run(t, h, nil, serveFake(fake))
+				hs.stop(t) // fails the test unless Run returns nil
+				if _, closed := h.snapshot(); registered && (len(closed) != 1 || !errors.Is(closed[0], context.Canceled)) {
+					t.Errorf("Closed causes %v, want [context canceled]", closed)
+				}
+			})
+		})
+	}
+}
+
+func TestSendEstimateWithoutSession(t *testing.T) {
+	s := session.New(session.Config{Client: slacklinev1connect.NewAgentServiceClient(nil, "http://unused"), Handler: &handler{}})
+	if err := s.SendEstimate(t.Context(), nil); !errors.Is(err, session.ErrNoSession) {
+		t.Errorf("SendEstimate before Run = %v, want ErrNoSession", err)
+	}
+	s.Send("fw", status("t1", "u")) // dropped, must not panic or block
+}
+
+// TestRealCoordinator runs a Session against the real coordinator: it
+// registers while the coordinator is down only with backoff, and after a
+// coordinator restart it registers again with the same id.
+func TestRealCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		h := &handler{}
+		hs := run(t, h, nil, nil) // nothing serves the network yet
+		defer hs.stop(t)
+		time.Sleep(20 * time.Second)
+		synctest.Wait()
+		if opened, _ := h.snapshot(); len(opened) != 0 {
+			t.Fatalf("opened %v while the coordinator is down", opened)
+		}
+
+		coord := agenttest.StartCoordinator(t, coordinator.Config{}, hs.network)
+		defer coord.Stop()
+		time.Sleep(10 * time.Second) // at most one Backoff.Max
+		synctest.Wait()
+		opened, _ := h.snapshot()
+		if len(opened) != 1 {
+			t.Fatalf("opened %v once the coordinator is up, want one session", opened)
+		}
+		firstID := strings.Split(opened[0], "/")[0]
+
+		coord.Restart()
+		time.Sleep(time.Second)
+		synctest.Wait()
+		opened, closed := h.snapshot()
+		if len(opened) != 2 || len(closed) != 1 {
+			t.Fatalf("after a coordinator restart: opened %v, closed %v; want a second session", opened, closed)
+		}
+		if id := strings.Split(opened[1], "/")[0]; id != firstID || opened[1] == opened[0] {
+			t.Errorf("second session %s, want agent %s with a new session id", opened[1], firstID)
+		}
+		if agentID, _, ok := hs.session.Current(); !ok || agentID != firstID {
+			t.Errorf("Current() = %q, %v; want %q, true", agentID, ok, firstID)
+		}
+	})
+}
