@@ -402,7 +402,9 @@ func TestSessionEnds(t *testing.T) {
 		{
 			name: "heartbeats unanswered for three intervals",
 			end: func(f *fakeCoordinator) {
-				f.set(func(f *fakeCoordinator) { f.heartbeatErr = connect.NewError(connect.CodeUnavailable, errors.New("overloaded")) })
+				f.set(func(f *fakeCoordinator) {
+					f.heartbeatErr = connect.NewError(connect.CodeUnavailable, errors.New("overloaded"))
+				})
 			},
 			wantCause: "no heartbeat got through for 15s: unavailable: overloaded",
 		},
@@ -412,8 +414,10 @@ func TestSessionEnds(t *testing.T) {
 			wantCause: "command stream ended",
 		},
 		{
-			name:      "command stream fails",
-			end:       func(f *fakeCoordinator) { f.end("agent-1", connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))) },
+			name: "command stream fails",
+			end: func(f *fakeCoordinator) {
+				f.end("agent-1", connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again")))
+			},
 			wantCause: "command stream: failed_precondition: session ended; register again",
 		},
 	}
