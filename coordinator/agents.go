@@ -84,60 +84,57 @@ func (c *Coordinator) session(agentID, sessionID string) (*agent, error) {
 }
 
 func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
-	c := s.c
-	c.mu.Lock()
-	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
-	var sess *agentSession
-	switch {
-	case err == nil:
-		sess = a.session
-	case c.agents[req.Msg.GetAgentId()] != nil && c.agents[req.Msg.GetAgentId()].closing != nil &&
-		c.agents[req.Msg.GetAgentId()].closing.id == req.Msg.GetSessionId():
-		// Shut down before its stream opened: deliver the shutdown now.
-		sess = c.agents[req.Msg.GetAgentId()].closing
-	default:
-		c.mu.Unlock()
+	sess, err := s.c.streamSession(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	if err != nil {
 		return err
 	}
-	c.mu.Unlock()
-	ping := time.NewTicker(agentPingInterval)
-	defer ping.Stop()
+	send := func(cmd *slacklinev1.AgentCommand) error {
+		return stream.Send(&slacklinev1.ConnectResponse{Command: cmd})
+	}
+	ping := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}
+	ticker := time.NewTicker(agentPingInterval)
+	defer ticker.Stop()
 	// A first message flushes the response headers, so the agent's client
 	// knows at once that the stream is open.
-	if err := stream.Send(&slacklinev1.ConnectResponse{Command: &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}}); err != nil {
+	if err := send(ping); err != nil {
 		return err
 	}
 	for {
 		select {
 		case cmd := <-sess.commands:
-			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
+			if err := send(cmd); err != nil {
 				return err
 			}
-		case <-ping.C:
-			if err := stream.Send(&slacklinev1.ConnectResponse{Command: &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}}); err != nil {
+		case <-ticker.C:
+			if err := send(ping); err != nil {
 				return err
 			}
 		case <-sess.done:
 			if sess.deliver {
 				// The last commands (a shutdown) go out before the end.
-				for {
-					select {
-					case cmd := <-sess.commands:
-						if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
-							return err
-						}
-						continue
-					default:
-					}
-					break
-				}
-				return nil
+				return sendQueued(sess.commands, send)
 			}
 			return connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))
 		case <-ctx.Done():
 			return ctx.Err()
 		}
 	}
+}
+
+// streamSession returns the session whose commands a Connect stream
+// delivers: the agent's current one, or one that a shutdown ended before its
+// stream opened (the shutdown is delivered now).
+func (c *Coordinator) streamSession(agentID, sessionID string) (*agentSession, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(agentID, sessionID)
+	if err == nil {
+		return a.session, nil
+	}
+	if a := c.agents[agentID]; a != nil && a.closing != nil && a.closing.id == sessionID {
+		return a.closing, nil
+	}
+	return nil, err
 }
 
 func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {

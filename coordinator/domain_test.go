@@ -119,20 +119,26 @@ func (d *domain) mustRegister(req *slacklinev1.RegisterRequest) string {
 	return id
 }
 
-// connectFramework installs a connected framework with its subscription.
-func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) *subscription {
+// subscribe runs the Subscribe domain operation.
+func (d *domain) subscribe(info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	d.t.Helper()
 	info, err := normalizeFrameworkInfo(info)
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	d.c.mu.Lock()
-	defer d.c.mu.Unlock()
-	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, testNow)
-	fw.sub = newSubscription(1000)
-	d.c.frameworks[info.GetId()] = fw
-	d.c.addFramework(info, true)
-	return fw.sub
+	return d.c.subscribe(context.Background(), info)
+}
+
+// connectFramework subscribes a new framework and returns its id and its
+// subscription, with the Subscribed event taken off the queue.
+func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) (string, *subscription) {
+	d.t.Helper()
+	fw, sub, err := d.subscribe(info)
+	if err != nil {
+		d.t.Fatalf("subscribe: %v", err)
+	}
+	<-sub.events
+	return fw.id(), sub
 }
 
 // allocate runs one allocation pass.

@@ -155,7 +155,7 @@ func TestRegister(t *testing.T) {
 		running = slacklinev1.TaskState_TASK_STATE_RUNNING
 		staging = slacklinev1.TaskState_TASK_STATE_STAGING
 	)
-	fwInfo := &slacklinev1.FrameworkInfo{Id: "fw1", Name: "fw", FailoverTimeoutSeconds: 60,
+	fwInfo := &slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,
 		Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}}
 	tests := []struct {
 		name string
@@ -190,7 +190,7 @@ func TestRegister(t *testing.T) {
 			}
 		}},
 		{"a changed total rescinds outstanding offers", func(t *testing.T, d *domain) {
-			sub := d.connectFramework(fwInfo)
+			_, sub := d.connectFramework(fwInfo)
 			id := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024"))
 			d.allocate()
 			events(sub)
@@ -230,8 +230,8 @@ func TestRegister(t *testing.T) {
 			}
 		}},
 		{"reboot retirement ends the old agent and its tasks", func(t *testing.T, d *domain) {
-			sub := d.connectFramework(fwInfo)
-			old := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024", agentTask("fw1", "t1", "cpus:1", running)))
+			fw1, sub := d.connectFramework(fwInfo)
+			old := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024", agentTask(fw1, "t1", "cpus:1", running)))
 			req := registerRequest("", "host-a", "cpus:2;mem:1024")
 			req.PreviousAgentId = old
 			id := d.mustRegister(req)
@@ -247,18 +247,18 @@ func TestRegister(t *testing.T) {
 			}
 		}},
 		{"reported tasks are reconciled", func(t *testing.T, d *domain) {
-			sub := d.connectFramework(fwInfo)
-			d.connectFramework(&slacklinev1.FrameworkInfo{Id: "done", Name: "done"})
+			fw1, sub := d.connectFramework(fwInfo)
+			done, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "done"})
 			d.c.mu.Lock()
-			d.c.removeFramework(d.c.frameworks["done"], "test", testNow)
+			d.c.removeFramework(d.c.frameworks[done], "test", testNow)
 			d.c.mu.Unlock()
 			adopted := agentTask("lost-registry", "t3", "cpus:0.5", running)
 			adopted.Framework = &slacklinev1.FrameworkInfo{Id: "lost-registry", Name: "lost"}
 			id := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024",
-				agentTask("fw1", "t1", "cpus:1", running), agentTask("fw1", "t2", "cpus:1", staging),
-				agentTask("done", "t9", "cpus:1", running), adopted))
+				agentTask(fw1, "t1", "cpus:1", running), agentTask(fw1, "t2", "cpus:1", staging),
+				agentTask(done, "t9", "cpus:1", running), adopted))
 			a := d.agent(id)
-			if got := commands(a); len(got) != 1 || got[0].GetShutdownFramework().GetFrameworkId() != "done" {
+			if got := commands(a); len(got) != 1 || got[0].GetShutdownFramework().GetFrameworkId() != done {
 				t.Fatalf("commands %v, want a shutdown of the completed framework", got)
 			}
 			d.c.mu.Lock()
@@ -273,7 +273,7 @@ func TestRegister(t *testing.T) {
 			}
 			// The agent restarts and reports t1 RUNNING only: t2 was STAGING.
 			events(sub)
-			d.mustRegister(registerRequest(id, "host-a", "cpus:4;mem:1024", agentTask("fw1", "t1", "cpus:1", running), adopted))
+			d.mustRegister(registerRequest(id, "host-a", "cpus:4;mem:1024", agentTask(fw1, "t1", "cpus:1", running), adopted))
 			want := map[string]slacklinev1.TaskState{"t2": slacklinev1.TaskState_TASK_STATE_DROPPED}
 			if diff := cmp.Diff(want, updates(events(sub))); diff != "" {
 				t.Fatalf("updates (-want +got):\n%s", diff)

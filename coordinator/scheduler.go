@@ -8,162 +8,25 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/resources"
 )
 
-var (
-	errSlowSubscriber = errors.New("event queue overflowed: the subscriber reads too slowly")
-	errFailedOver     = errors.New("framework failed over to a newer subscription")
-)
-
-// errTornDown ends a subscription for good.
-type errTornDown struct{ reason string }
-
-func (e errTornDown) Error() string { return "framework removed: " + e.reason }
-
 type schedulerService struct{ c *Coordinator }
 
 func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[slacklinev1.SubscribeRequest], stream *connect.ServerStream[slacklinev1.SubscribeResponse]) error {
-	c := s.c
 	info, err := normalizeFrameworkInfo(req.Msg.GetFrameworkInfo())
 	if err != nil {
-		return connect.NewError(connect.CodeInvalidArgument, err)
+		return invalidArgument(err)
 	}
-	now := c.cfg.Now()
-	// Held from the check to the write so that a concurrent teardown's
-	// record cannot be overwritten by this subscription's.
-	c.persistMu.Lock()
-	persistLocked := true
-	defer func() {
-		if persistLocked {
-			c.persistMu.Unlock()
-		}
-	}()
-	c.mu.Lock()
-	registeredAt := now
-	if info.GetId() == "" {
-		info.Id = newID()
-	} else {
-		fw := c.frameworks[info.GetId()]
-		switch {
-		case fw == nil:
-			c.mu.Unlock()
-			return connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown; subscribe without an id to register anew", info.GetId()))
-		case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
-			c.mu.Unlock()
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("framework %q was torn down and cannot subscribe again", info.GetId()))
-		}
-		registeredAt = fw.registeredAt
-	}
-	c.mu.Unlock()
-
-	// Durable before the framework learns its id.
-	rec := &slacklinev1.FrameworkRecord{Info: info, RegisteredTime: timestamppb.New(registeredAt)}
-	if err := c.store.Apply(ctx, store.Put(store.BucketFrameworks, info.GetId(), mustMarshal(rec))); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist framework: %w", err))
-	}
-
-	c.mu.Lock()
-	fw := c.frameworks[info.GetId()]
-	if fw == nil {
-		fw = &framework{
-			registeredAt: registeredAt, tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
-			suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
-		}
-		c.frameworks[info.GetId()] = fw
-		c.addFramework(info, true)
-	} else {
-		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-			c.mu.Unlock()
-			return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("framework %q was torn down and cannot subscribe again", info.GetId()))
-		}
-		if fw.sub != nil {
-			fw.sub.send(errorEvent(errFailedOver.Error()))
-			fw.sub.end(errFailedOver)
-			// The new scheduler does not know the old one's offers.
-			for _, o := range fw.offers {
-				c.removeOffer(o, 0, now)
-			}
-			c.dropFrameworkInverseOffers(fw)
-		}
-		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
-		c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
-		c.alloc.ActivateFramework(info.GetId())
-	}
-	fw.info = info
-	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
-	sub := newSubscription(c.cfg.EventQueueSize)
-	fw.sub = sub
-	sub.send(&slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
-		FrameworkId: info.GetId(), StreamId: sub.streamID,
-		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
-	}}})
-	// Unacknowledged updates are replayed from this goroutine, not through
-	// the bounded queue, so any number of them fits.
-	var replay []*slacklinev1.Event
-	for _, updates := range fw.pending {
-		for _, st := range updates {
-			replay = append(replay, updateEvent(fw, st))
-		}
-	}
-	c.markAllDirty()
-	c.mu.Unlock()
-	c.persistMu.Unlock()
-	persistLocked = false
-	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
-	defer c.subscriptionEnded(fw, sub)
-
-	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.streamID)
-	heartbeat := time.NewTicker(c.cfg.FrameworkHeartbeatInterval)
-	defer heartbeat.Stop()
-	send := func(ev *slacklinev1.Event) error {
-		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
-	}
-	// The Subscribed event is the first in the queue.
-	if err := send(<-sub.events); err != nil {
+	fw, sub, err := s.c.subscribe(ctx, info)
+	if err != nil {
 		return err
 	}
-	for _, ev := range replay {
-		if err := send(ev); err != nil {
-			return err
-		}
-	}
-	for {
-		select {
-		case ev := <-sub.events:
-			if err := send(ev); err != nil {
-				return err
-			}
-		case <-heartbeat.C:
-			if err := send(&slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}); err != nil {
-				return err
-			}
-		case <-sub.done:
-			// Deliver what was queued before the end (the error event included).
-			for {
-				select {
-				case ev := <-sub.events:
-					if err := send(ev); err != nil {
-						return err
-					}
-					continue
-				default:
-				}
-				break
-			}
-			if errors.Is(sub.reason, errSlowSubscriber) {
-				return connect.NewError(connect.CodeResourceExhausted, sub.reason)
-			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
+	defer s.c.subscriptionEnded(fw, sub)
+	return s.c.streamEvents(ctx, stream, sub)
 }
 
 func errorEvent(msg string) *slacklinev1.Event {
@@ -172,83 +35,6 @@ func errorEvent(msg string) *slacklinev1.Event {
 
 func updateEvent(fw *framework, st *slacklinev1.TaskStatus) *slacklinev1.Event {
 	return &slacklinev1.Event{Event: &slacklinev1.Event_Update{Update: &slacklinev1.UpdateEvent{Status: forFramework(fw, st)}}}
-}
-
-// subscriptionEnded handles the end of a Subscribe stream: if it is still
-// the framework's current subscription the framework becomes DISCONNECTED
-// and its failover timeout starts (an immediate teardown when it is zero).
-func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
-	c.mu.Lock()
-	if fw.sub != sub || c.stopping {
-		// Replaced by a newer subscription, or the coordinator is stopping:
-		// a stop is not a disconnection (the registry keeps the framework).
-		c.mu.Unlock()
-		return
-	}
-	now := c.cfg.Now()
-	fw.sub = nil
-	var writes []store.Mutation
-	if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
-		fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
-		fw.disconnectedAt = now
-		fw.failoverDeadline = now.Add(fw.failoverTimeout())
-		c.alloc.DeactivateFramework(fw.id())
-		for _, o := range fw.offers {
-			c.removeOffer(o, 0, now)
-		}
-		c.dropFrameworkInverseOffers(fw)
-		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
-		if fw.failoverTimeout() == 0 {
-			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout", now))
-		}
-	}
-	c.mu.Unlock()
-	if err := c.store.Apply(context.Background(), writes...); err != nil {
-		c.log.Error("persist registry", "err", err)
-	}
-}
-
-// removeFramework tears a framework down: offers rescinded, tasks killed and
-// forgotten, allocations released. It returns the registry write that marks
-// it completed. Caller holds c.mu.
-func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Time) store.Mutation {
-	id := fw.id()
-	for _, o := range fw.offers {
-		delete(c.offers, o.id)
-		if a := c.agents[o.agentID]; a != nil {
-			delete(a.offers, o.id)
-			c.markDirty(a.id)
-		}
-	}
-	clear(fw.offers)
-	c.dropFrameworkInverseOffers(fw)
-	c.maint.ForgetFramework(id)
-	shutdown := map[string]bool{}
-	for taskID, t := range fw.tasks {
-		if a := c.agents[t.agentID]; a != nil {
-			delete(a.tasks, taskKey{id, taskID})
-			if !shutdown[a.id] {
-				shutdown[a.id] = true
-				a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
-					ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: id}}})
-			}
-			c.markDirty(a.id)
-		}
-	}
-	clear(fw.tasks)
-	clear(fw.pending)
-	c.alloc.RemoveFramework(id)
-	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
-	if fw.sub != nil {
-		fw.sub.send(errorEvent("framework removed: " + reason))
-		fw.sub.end(errTornDown{reason})
-		fw.sub = nil
-	}
-	c.log.Info("framework removed", "framework", id, "reason", reason)
-	rec := &slacklinev1.FrameworkRecord{Info: fw.info, RegisteredTime: timestamppb.New(fw.registeredAt), Completed: true}
-	return store.Put(store.BucketFrameworks, id, mustMarshal(rec))
 }
 
 // authorize finds the calling framework and checks the stream id header.
@@ -505,9 +291,7 @@ func (s schedulerService) Kill(ctx context.Context, req *connect.Request[slackli
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q is not a live task of framework %q", req.Msg.GetTaskId(), fw.id()))
 	}
 	if a := c.agents[t.agentID]; a != nil {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{
-			FrameworkId: fw.id(), TaskId: t.info.GetTaskId(),
-		}}})
+		a.send(killTaskCommand(fw.id(), t.info.GetTaskId()))
 	}
 	return connect.NewResponse(&slacklinev1.KillResponse{}), nil
 }
@@ -638,8 +422,8 @@ func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[sla
 	c.mu.Unlock()
 	// The framework is gone in memory: the record must follow even if the
 	// caller hangs up.
-	if err := c.store.Apply(context.WithoutCancel(ctx), write); err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist teardown: %w", err))
+	if err := c.persist(context.WithoutCancel(ctx), "teardown", write); err != nil {
+		return nil, err
 	}
 	return connect.NewResponse(&slacklinev1.TeardownResponse{}), nil
 }

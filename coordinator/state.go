@@ -140,9 +140,13 @@ func (fw *framework) send(ev *slacklinev1.Event) {
 type subscription struct {
 	streamID string
 	events   chan *slacklinev1.Event
-	done     chan struct{}
-	once     sync.Once
-	reason   error
+	// replay holds the updates unacknowledged when the subscription began.
+	// The stream sends them after Subscribed, not through the bounded
+	// queue, so that any number of them fits. Set before the stream starts.
+	replay []*slacklinev1.Event
+	done   chan struct{}
+	once   sync.Once
+	reason error
 }
 
 func newSubscription(queue int) *subscription {

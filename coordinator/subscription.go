@@ -1,0 +1,260 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/protocol"
+)
+
+var (
+	errSlowSubscriber = errors.New("event queue overflowed: the subscriber reads too slowly")
+	errFailedOver     = errors.New("framework failed over to a newer subscription")
+)
+
+// errTornDown ends a subscription for good.
+type errTornDown struct{ reason string }
+
+func (e errTornDown) Error() string { return "framework removed: " + e.reason }
+
+func tornDownError(id string) error {
+	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("framework %q was torn down and cannot subscribe again", id))
+}
+
+// planSubscription decides from the frameworks as they are, changing
+// nothing, whether a framework may subscribe, and returns its registration
+// time: now for a new framework (no id), the first subscription's for a
+// known one (a failover). An unknown id is NotFound; a torn-down framework
+// may not come back (FailedPrecondition).
+func planSubscription(frameworks map[string]*framework, info *slacklinev1.FrameworkInfo, now time.Time) (registeredAt time.Time, err error) {
+	if info.GetId() == "" {
+		return now, nil
+	}
+	switch fw := frameworks[info.GetId()]; {
+	case fw == nil:
+		return time.Time{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown; subscribe without an id to register anew", info.GetId()))
+	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
+		return time.Time{}, tornDownError(info.GetId())
+	default:
+		return fw.registeredAt, nil
+	}
+}
+
+// subscribe admits a framework's subscription, new or a failover: planned
+// under c.mu, its record persisted (before the framework learns its id), and
+// applied under c.mu. persistMu is held throughout, so that a concurrent
+// teardown's record cannot be overwritten by this subscription's.
+func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
+	now := c.cfg.Now()
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	c.mu.Lock()
+	registeredAt, err := planSubscription(c.frameworks, info, now)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
+	if info.GetId() == "" {
+		info.Id = newID()
+	}
+	rec := &slacklinev1.FrameworkRecord{Info: info, RegisteredTime: timestamppb.New(registeredAt)}
+	if err := c.persist(ctx, "framework", putFramework(rec)); err != nil {
+		return nil, nil, err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.applySubscription(info, registeredAt, now)
+}
+
+// applySubscription connects a framework whose record is durable. A new one
+// joins the allocator. A known one fails over: its old subscription ends
+// with an error event, its offers and inverse offers are dropped (the new
+// scheduler does not know them), and its roles and capabilities are
+// updated. The new subscription queues the Subscribed event and holds the
+// unacknowledged updates to replay. Caller holds c.mu.
+func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registeredAt, now time.Time) (*framework, *subscription, error) {
+	fw := c.frameworks[info.GetId()]
+	switch {
+	case fw == nil:
+		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, registeredAt)
+		c.frameworks[info.GetId()] = fw
+		c.addFramework(info, true)
+	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
+		return nil, nil, tornDownError(info.GetId())
+	default:
+		if fw.sub != nil {
+			fw.sub.send(errorEvent(errFailedOver.Error()))
+			fw.sub.end(errFailedOver)
+			c.forgetOffers(fw, now)
+		}
+		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
+		c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
+		c.alloc.ActivateFramework(info.GetId())
+	}
+	fw.info, fw.state = info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
+	sub := newSubscription(c.cfg.EventQueueSize)
+	fw.sub = sub
+	sub.send(&slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
+		FrameworkId: info.GetId(), StreamId: sub.streamID,
+		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
+	}}})
+	for _, updates := range fw.pending {
+		for _, st := range updates {
+			sub.replay = append(sub.replay, updateEvent(fw, st))
+		}
+	}
+	c.markAllDirty()
+	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
+	return fw, sub, nil
+}
+
+// streamEvents sends a subscription's events until it ends: Subscribed, the
+// replayed updates, then the queue and heartbeats.
+func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerStream[slacklinev1.SubscribeResponse], sub *subscription) error {
+	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.streamID)
+	heartbeat := time.NewTicker(c.cfg.FrameworkHeartbeatInterval)
+	defer heartbeat.Stop()
+	send := func(ev *slacklinev1.Event) error {
+		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
+	}
+	// The Subscribed event is the first in the queue.
+	if err := send(<-sub.events); err != nil {
+		return err
+	}
+	for _, ev := range sub.replay {
+		if err := send(ev); err != nil {
+			return err
+		}
+	}
+	for {
+		select {
+		case ev := <-sub.events:
+			if err := send(ev); err != nil {
+				return err
+			}
+		case <-heartbeat.C:
+			if err := send(&slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}); err != nil {
+				return err
+			}
+		case <-sub.done:
+			// Deliver what was queued before the end (the error event included).
+			if err := sendQueued(sub.events, send); err != nil {
+				return err
+			}
+			if errors.Is(sub.reason, errSlowSubscriber) {
+				return connect.NewError(connect.CodeResourceExhausted, sub.reason)
+			}
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// sendQueued sends what a queue holds, without waiting for more.
+func sendQueued[T any](queue <-chan T, send func(T) error) error {
+	for {
+		select {
+		case v := <-queue:
+			if err := send(v); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
+// subscriptionEnded handles the end of a Subscribe stream: if it is still
+// the framework's current subscription the framework becomes DISCONNECTED
+// and its failover timeout starts (an immediate teardown when it is zero).
+func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	c.mu.Lock()
+	if fw.sub != sub || c.stopping {
+		// Replaced by a newer subscription, or the coordinator is stopping:
+		// a stop is not a disconnection (the registry keeps the framework).
+		c.mu.Unlock()
+		return
+	}
+	now := c.cfg.Now()
+	fw.sub = nil
+	var writes []store.Mutation
+	if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
+		fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
+		fw.disconnectedAt = now
+		fw.failoverDeadline = now.Add(fw.failoverTimeout())
+		c.alloc.DeactivateFramework(fw.id())
+		c.forgetOffers(fw, now)
+		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
+		if fw.failoverTimeout() == 0 {
+			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout", now))
+		}
+	}
+	c.mu.Unlock()
+	c.record(context.Background(), writes...)
+}
+
+// forgetOffers drops a framework's offers and inverse offers without telling
+// it: its subscription ended, or the new one does not know them. Caller
+// holds c.mu.
+func (c *Coordinator) forgetOffers(fw *framework, now time.Time) {
+	for _, o := range fw.offers {
+		c.removeOffer(o, 0, now)
+	}
+	c.dropFrameworkInverseOffers(fw)
+}
+
+// removeFramework tears a framework down: offers rescinded, tasks killed and
+// forgotten, allocations released. It returns the registry write that marks
+// it completed. Caller holds persistMu and c.mu: a framework becomes
+// COMPLETED only under persistMu, so a subscription planned under it stays
+// valid until it is applied.
+func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Time) store.Mutation {
+	id := fw.id()
+	for _, o := range fw.offers {
+		delete(c.offers, o.id)
+		if a := c.agents[o.agentID]; a != nil {
+			delete(a.offers, o.id)
+			c.markDirty(a.id)
+		}
+	}
+	clear(fw.offers)
+	c.dropFrameworkInverseOffers(fw)
+	c.maint.ForgetFramework(id)
+	shutdown := map[string]bool{}
+	for taskID, t := range fw.tasks {
+		if a := c.agents[t.agentID]; a != nil {
+			delete(a.tasks, taskKey{id, taskID})
+			if !shutdown[a.id] {
+				shutdown[a.id] = true
+				a.send(shutdownFrameworkCommand(id))
+			}
+			c.markDirty(a.id)
+		}
+	}
+	clear(fw.tasks)
+	clear(fw.pending)
+	c.alloc.RemoveFramework(id)
+	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
+	if fw.sub != nil {
+		fw.sub.send(errorEvent("framework removed: " + reason))
+		fw.sub.end(errTornDown{reason})
+		fw.sub = nil
+	}
+	c.log.Info("framework removed", "framework", id, "reason", reason)
+	return putFramework(&slacklinev1.FrameworkRecord{Info: fw.info, RegisteredTime: timestamppb.New(fw.registeredAt), Completed: true})
+}
+
+// putFramework returns the registry write of a framework's record.
+func putFramework(rec *slacklinev1.FrameworkRecord) store.Mutation {
+	return store.Put(store.BucketFrameworks, rec.GetInfo().GetId(), mustMarshal(rec))
+}
