@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/kv"
 )
@@ -45,7 +46,7 @@ func openCheckpoint(workDir string) (*checkpoint, error) {
 
 func (c *checkpoint) Close() error { return c.kv.Close() }
 
-func taskRecordKey(frameworkID, taskID string) string { return frameworkID + "\x00" + taskID }
+func taskRecordKey(k tasks.Key) string { return k.FrameworkID + "\x00" + k.TaskID }
 
 func (c *checkpoint) meta(ctx context.Context) (agentID, bootID string, err error) {
 	m, err := c.kv.Load(ctx, bucketMeta)
@@ -59,23 +60,35 @@ func (c *checkpoint) setMeta(ctx context.Context, agentID, bootID string) error 
 	return c.kv.Apply(ctx, kv.Put(bucketMeta, keyAgentID, []byte(agentID)), kv.Put(bucketMeta, keyBootID, []byte(bootID)))
 }
 
-func (c *checkpoint) putTask(ctx context.Context, rec *slacklinev1.AgentTaskRecord) error {
-	return c.kv.Apply(ctx, taskMutation(rec))
-}
-
-// taskMutation is the write that checkpoints a task record.
-func taskMutation(rec *slacklinev1.AgentTaskRecord) kv.Mutation {
-	b, err := proto.Marshal(rec)
-	if err != nil {
-		panic("marshal task record: " + err.Error()) // a message we built
+// apply writes a batch of the task machine's checkpoint writes in one
+// transaction.
+func (c *checkpoint) apply(ctx context.Context, writes []tasks.Write) error {
+	muts := make([]kv.Mutation, 0, len(writes))
+	for _, w := range writes {
+		switch {
+		case w.Task != nil:
+			b, err := proto.Marshal(w.Task)
+			if err != nil {
+				return fmt.Errorf("marshal task record: %w", err)
+			}
+			at := w.Task.GetTask()
+			muts = append(muts, kv.Put(bucketTasks, taskRecordKey(tasks.Key{FrameworkID: at.GetFrameworkId(), TaskID: at.GetTask().GetTaskId()}), b))
+		case w.Forget != nil:
+			muts = append(muts, kv.Delete(bucketTasks, taskRecordKey(*w.Forget)))
+		case w.Update != nil:
+			b, err := proto.Marshal(&slacklinev1.AgentStatusRecord{FrameworkId: w.Update.FrameworkID, Status: w.Update.Status})
+			if err != nil {
+				return fmt.Errorf("marshal status update: %w", err)
+			}
+			muts = append(muts, kv.Put(bucketUpdates, w.Update.CheckpointKey, b))
+		case w.Acknowledged != "":
+			muts = append(muts, kv.Delete(bucketUpdates, w.Acknowledged))
+		}
 	}
-	return kv.Put(bucketTasks, taskRecordKey(rec.GetTask().GetFrameworkId(), rec.GetTask().GetTask().GetTaskId()), b)
+	return c.kv.Apply(ctx, muts...)
 }
 
-func (c *checkpoint) deleteTask(ctx context.Context, frameworkID, taskID string) error {
-	return c.kv.Apply(ctx, kv.Delete(bucketTasks, taskRecordKey(frameworkID, taskID)))
-}
-
+// tasks returns the checkpointed task records.
 func (c *checkpoint) tasks(ctx context.Context) ([]*slacklinev1.AgentTaskRecord, error) {
 	raw, err := c.kv.Load(ctx, bucketTasks)
 	if err != nil {
@@ -92,18 +105,7 @@ func (c *checkpoint) tasks(ctx context.Context) ([]*slacklinev1.AgentTaskRecord,
 	return out, nil
 }
 
-func (c *checkpoint) putUpdate(ctx context.Context, key string, rec *slacklinev1.AgentStatusRecord, extra ...kv.Mutation) error {
-	b, err := proto.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	return c.kv.Apply(ctx, append([]kv.Mutation{kv.Put(bucketUpdates, key, b)}, extra...)...)
-}
-
-func (c *checkpoint) deleteUpdate(ctx context.Context, key string) error {
-	return c.kv.Apply(ctx, kv.Delete(bucketUpdates, key))
-}
-
+// updates returns the checkpointed unacknowledged updates by key.
 func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.AgentStatusRecord, error) {
 	raw, err := c.kv.Load(ctx, bucketUpdates)
 	if err != nil {
@@ -120,10 +122,10 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 	return out, nil
 }
 
-// sandboxMutation is the write that records where a task's sandbox is.
-func sandboxMutation(frameworkID, taskID, path string, now time.Time) kv.Mutation {
+// putSandbox records where a task's sandbox is.
+func (c *checkpoint) putSandbox(ctx context.Context, k tasks.Key, path string, now time.Time) error {
 	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path
-	return kv.Put(bucketSandboxes, taskRecordKey(frameworkID, taskID), []byte(value))
+	return c.kv.Apply(ctx, kv.Put(bucketSandboxes, taskRecordKey(k), []byte(value)))
 }
 
 // pruneSandboxes forgets the oldest sandbox records beyond maxSandboxes.

@@ -1,30 +1,52 @@
 // Package agent is the Slackline node agent: the equivalent of a Mesos
 // agent. It registers its resources with the coordinator, runs the tasks the
-// coordinator sends in cgroups (through agent/containerizer), reports their
-// status updates reliably, and serves the node-local NodeService.
+// coordinator sends in cgroups, reports their status updates reliably,
+// estimates slack, protects guaranteed work with QoS controllers and
+// serves the node-local NodeService.
 //
-// # Lifecycle
+// # Structure
 //
-// New detects the host's resources, opens the checkpoint under
-// Config.WorkDir and the containerizer (which needs root or a delegated
-// cgroup tree and says so). Run recovers, then drives the subsystems under
-// one errgroup until its context ends: the session with the coordinator
-// (register, command stream, heartbeats, re-registration with backoff), the
-// status update manager, the container exit loop and the NodeService
-// server. Cancelling the context stops the agent; its tasks keep running
-// and are re-adopted by the next agent process on the same work dir.
+// Agent only wires subsystems; each owns its state and runs with Run(ctx)
+// under one errgroup:
+//
+//   - session (agent/session): registration, the command stream,
+//     heartbeats and status-update delivery; shared with the simulator.
+//   - lifecycle: the executor of the pure task machine (agent/tasks).
+//     Commands and container exits become events; the machine's effects
+//     are performed in order: checkpoint, containers (agent/containerizer),
+//     then status updates handed to the session.
+//   - observer: points the monitor (agent/monitor) and the eBPF programs
+//     (bpf/) at the running containers and the protected cgroups.
+//   - estimateLoop: turns the monitor's history into the oversubscription
+//     estimate (estimator/) and sends it when it changes.
+//   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
+//     period and applies their corrections (throttle the revocable subtree,
+//     preempt through the task machine).
+//   - the NodeService HTTP handler (Handler), served by internal/server.
+//
+// # Locks
+//
+// Each mutex guards one subsystem's state and is held only for memory
+// operations: lifecycle.mu (the task machine and its pending effects),
+// observer.mu (tracked cgroups), qosLoop.mu (recent corrections). No lock is
+// held during I/O: checkpoint writes (fsync), cgroup writes and RPCs happen
+// on the subsystems' own goroutines with no lock held, so a slow disk delays
+// only what must wait for it (the effects after the write), never an RPC
+// handler or another loop. The agent's id and the latest estimate are
+// atomics.
 //
 // # Reliability
 //
 // Everything the agent must not forget is checkpointed in a bbolt file
 // (WorkDir/checkpoint.db) before it acts on it: its id and boot id, each
-// task (with its container id) before the container starts, and each
-// status update before it is sent. Updates are re-sent, one task at a time
-// in order, until the framework's acknowledgement comes back through the
-// coordinator. After a restart the containerizer re-adopts running
-// containers and reports those that ended meanwhile with their real
-// outcome; after a host reboot (another boot id) the agent's tasks are
-// reported TASK_STATE_LOST and it registers as a new agent.
+// task before its container starts, and each status update before it is
+// sent. Updates are re-sent, one task at a time in order, until the
+// framework's acknowledgement comes back through the coordinator. After a
+// restart the containerizer re-adopts running containers and reports those
+// that ended meanwhile with their real outcome; after a host reboot (another
+// boot id) the agent's tasks are reported TASK_STATE_LOST and it registers as
+// a new agent. A checkpoint write that fails is retried with backoff; the
+// effects behind it wait, and none is lost.
 //
 // # Errors
 //

@@ -2,7 +2,8 @@ package agent
 
 import (
 	"context"
-	"sync"
+	"log/slog"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -10,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/session"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -18,38 +20,59 @@ import (
 // protectedPrefix marks monitor targets that are --protect-cgroup services.
 const protectedPrefix = "protected:"
 
-// estimateState is the latest oversubscription estimate and what was sent.
-type estimateState struct {
-	mu       sync.Mutex
-	latest   resources.Resources
-	at       time.Time
-	sent     resources.Resources
-	sentFor  string // the session the last estimate was sent on
-	haveSent bool
+// estimate is an oversubscription estimate and when it was made.
+type estimate struct {
+	revocable resources.Resources
+	at        time.Time
+}
+
+// estimateLoop computes the oversubscription estimate every interval and
+// sends it to the coordinator when it changed (the estimator applies its
+// own hysteresis) or when the session is new. Only Run's goroutine touches
+// its fields, except latest, which the NodeService and /metrics read.
+type estimateLoop struct {
+	log       *slog.Logger
+	estimator estimator.Estimator
+	name      string
+	interval  time.Duration
+	total     resources.Resources
+	monitor   *monitor.Monitor // nil without a monitor
+	cz        Containerizer
+	protect   []string
+	session   *session.Session
+
+	latest atomic.Pointer[estimate]
+
+	sent    resources.Resources
+	sentFor string // the session the last estimate was sent in ("" none)
+}
+
+func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session) *estimateLoop {
+	l := &estimateLoop{
+		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
+		total: total, monitor: cfg.Monitor, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
+	}
+	l.latest.Store(&estimate{})
+	return l
 }
 
 var estimateDesc = prometheus.NewDesc("slackline_agent_revocable_estimate",
 	"The agent's latest oversubscription estimate: total revocable capacity (cpus in cores, mem in bytes).",
 	[]string{"resource"}, nil)
 
-// estimateCollector exports the latest estimate.
-type estimateCollector struct{ s *estimateState }
+// Describe implements prometheus.Collector: the latest estimate.
+func (l *estimateLoop) Describe(ch chan<- *prometheus.Desc) { ch <- estimateDesc }
 
-func (e estimateCollector) Describe(ch chan<- *prometheus.Desc) { ch <- estimateDesc }
-
-func (e estimateCollector) Collect(ch chan<- prometheus.Metric) {
-	e.s.mu.Lock()
-	latest := e.s.latest
-	e.s.mu.Unlock()
+// Collect implements prometheus.Collector.
+func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
+	latest := l.latest.Load().revocable
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.CPUs(), resources.NameCPUs)
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Mem()*(1<<20), "mem_bytes")
 }
 
-// runEstimates computes the oversubscription estimate every interval and
-// sends it to the coordinator when it changed (the estimator applies its
-// own hysteresis) or when the session is new.
-func (a *Agent) runEstimates(ctx context.Context) error {
-	tick := time.NewTicker(a.cfg.EstimateInterval)
+// Run estimates every interval until ctx ends.
+func (l *estimateLoop) Run(ctx context.Context) error {
+	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
 	var points []monitor.Point
 	for {
@@ -59,51 +82,35 @@ func (a *Agent) runEstimates(ctx context.Context) error {
 		case <-tick.C:
 		}
 		var in estimator.Input
-		in, points = a.estimatorInput(time.Now(), points)
-		estimate := a.cfg.Estimator.Estimate(in)
-		a.estimate.mu.Lock()
-		a.estimate.latest, a.estimate.at = estimate, in.Now
-		a.estimate.mu.Unlock()
-		a.sendEstimate(ctx, estimate)
+		in, points = l.input(time.Now(), points)
+		e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now}
+		l.latest.Store(e)
+		l.send(ctx, e.revocable)
 	}
 }
 
-// sendEstimate sends the estimate if it differs from the last one sent on
-// the current session.
-func (a *Agent) sendEstimate(ctx context.Context, estimate resources.Resources) {
-	a.mu.Lock()
-	agentID, sessionID := a.agentID, a.session
-	a.mu.Unlock()
-	if sessionID == "" {
-		return
-	}
-	s := &a.estimate
-	s.mu.Lock()
-	unchanged := s.haveSent && s.sentFor == sessionID && s.sent.Equal(estimate)
-	s.mu.Unlock()
-	if unchanged {
+// send sends the estimate if it differs from the last one sent in the
+// current session.
+func (l *estimateLoop) send(ctx context.Context, revocable resources.Resources) {
+	_, sessionID, ok := l.session.Current()
+	if !ok || sessionID == l.sentFor && l.sent.Equal(revocable) {
 		return
 	}
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
-	_, err := a.client.UpdateOversubscribedResources(callCtx, connect.NewRequest(&slacklinev1.UpdateOversubscribedResourcesRequest{
-		AgentId: agentID, SessionId: sessionID, Resources: estimate.Proto("", resources.Revocable),
-	}))
-	if err != nil {
-		a.log.Debug("send estimate (will retry)", "err", err)
+	if err := l.session.SendEstimate(callCtx, revocable.Proto("", resources.Revocable)); err != nil {
+		l.log.Debug("send estimate (will retry)", "err", err)
 		return
 	}
-	s.mu.Lock()
-	s.sent, s.sentFor, s.haveSent = estimate, sessionID, true
-	s.mu.Unlock()
-	a.log.Debug("revocable estimate sent", "estimate", estimate.String())
+	l.sent, l.sentFor = revocable, sessionID
+	l.log.Debug("revocable estimate sent", "estimate", revocable.String())
 }
 
-// estimatorInput builds the estimator's input from the monitor's history.
-// points is a reusable buffer.
-func (a *Agent) estimatorInput(now time.Time, points []monitor.Point) (estimator.Input, []monitor.Point) {
-	in := estimator.Input{Now: now, Total: a.total.ScalarsOnly()}
-	m := a.cfg.Monitor
+// input builds the estimator's input from the monitor's history. points
+// is a reusable buffer.
+func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.Input, []monitor.Point) {
+	in := estimator.Input{Now: now, Total: l.total.ScalarsOnly()}
+	m := l.monitor
 	if m == nil {
 		return in, points
 	}
@@ -115,7 +122,7 @@ func (a *Agent) estimatorInput(now time.Time, points []monitor.Point) (estimator
 		}
 		return samples
 	}
-	for _, c := range a.cz.Containers() {
+	for _, c := range l.cz.Containers() {
 		if c.Exit != nil {
 			continue
 		}
@@ -123,7 +130,7 @@ func (a *Agent) estimatorInput(now time.Time, points []monitor.Point) (estimator
 			ID: c.ID, Revocable: c.Spec.Revocable, Allocated: c.Spec.Resources.ScalarsOnly(), History: history(c.ID),
 		})
 	}
-	for _, path := range a.cfg.ProtectCgroups {
+	for _, path := range l.protect {
 		id := protectedPrefix + path
 		in.Protected = append(in.Protected, estimator.Container{ID: id, History: history(id)})
 	}
@@ -131,12 +138,13 @@ func (a *Agent) estimatorInput(now time.Time, points []monitor.Point) (estimator
 }
 
 func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
-	a := s.a
-	a.estimate.mu.Lock()
-	defer a.estimate.mu.Unlock()
-	resp := &slacklinev1.GetEstimateResponse{Revocable: a.estimate.latest.Proto("", resources.Revocable), Estimator: a.cfg.EstimatorName}
-	if !a.estimate.at.IsZero() {
-		resp.Timestamp = timestamppb.New(a.estimate.at)
+	resp := &slacklinev1.GetEstimateResponse{}
+	if l := s.a.slack; l != nil {
+		e := l.latest.Load()
+		resp.Revocable, resp.Estimator = e.revocable.Proto("", resources.Revocable), l.name
+		if !e.at.IsZero() {
+			resp.Timestamp = timestamppb.New(e.at)
+		}
 	}
 	return connect.NewResponse(resp), nil
 }

@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/agent/tasks"
 	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -38,7 +39,7 @@ func (a *Agent) Handler() http.Handler {
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
-		featuresCollector{a.cfg.Features}, estimateCollector{&a.estimate},
+		featuresCollector{a.cfg.Features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction)
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
@@ -47,17 +48,19 @@ func (a *Agent) Handler() http.Handler {
 	return mux
 }
 
-func (a *Agent) serveNode(ctx context.Context) error {
-	return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, Logger: a.log}, a.Handler())
-}
-
 type nodeService struct{ a *Agent }
 
 func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slacklinev1.GetContainersRequest]) (*connect.Response[slacklinev1.GetContainersResponse], error) {
 	a := s.a
-	containers := a.cz.Containers()
-	a.mu.Lock()
-	defer a.mu.Unlock()
+	containers := a.cfg.Containerizer.Containers()
+	states := map[tasks.Key]slacklinev1.TaskState{}
+	a.tasks.read(func(m *tasks.Machine) {
+		for _, c := range containers {
+			if v, ok := m.Task(tasks.Key{FrameworkID: c.Spec.FrameworkID, TaskID: c.Spec.TaskID}); ok {
+				states[v.Key] = v.State
+			}
+		}
+	})
 	out := make([]*slacklinev1.Container, 0, len(containers))
 	for _, c := range containers {
 		pc := &slacklinev1.Container{
@@ -65,9 +68,7 @@ func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slack
 			Resources: c.Spec.Resources.Proto("", resources.Revocability(c.Spec.Revocable)), Sandbox: c.Sandbox, Revocable: c.Spec.Revocable,
 			Pid: int32(c.Pid), StartedTime: timestamppb.New(c.StartedAt), CgroupMode: string(c.Mode),
 		}
-		if t := a.tasks[taskKey{c.Spec.FrameworkID, c.Spec.TaskID}]; t != nil {
-			pc.State = t.state
-		}
+		pc.State = states[tasks.Key{FrameworkID: c.Spec.FrameworkID, TaskID: c.Spec.TaskID}]
 		out = append(out, pc)
 	}
 	slices.SortFunc(out, func(x, y *slacklinev1.Container) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
@@ -76,7 +77,7 @@ func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slack
 
 // sandboxOf returns the sandbox directory of a task the agent knows.
 func (a *Agent) sandboxOf(frameworkID, taskID string) (string, error) {
-	for _, c := range a.cz.Containers() {
+	for _, c := range a.cfg.Containerizer.Containers() {
 		if c.Spec.TaskID == taskID && (frameworkID == "" || c.Spec.FrameworkID == frameworkID) {
 			return c.Sandbox, nil
 		}

@@ -2,7 +2,9 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"path/filepath"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,89 +48,109 @@ type tracked struct {
 	taskID   string
 }
 
-// syncTargets points the monitor and the eBPF programs at the current
-// containers: new ones are tracked, ended ones untracked.
-func (a *Agent) syncTargets() {
-	if a.cfg.Monitor == nil && a.cfg.EBPF == nil {
+// observer points the monitor and the eBPF programs at the containers the
+// agent runs and at the protected cgroups, and maps eBPF cgroup ids back
+// to containers. Its mutex guards tracked and serializes sync, so that an
+// older call never re-tracks a container a newer one untracked; it is never
+// held by anything else.
+type observer struct {
+	log         *slog.Logger
+	cz          Containerizer
+	ebpf        EBPF             // nil without eBPF
+	monitor     *monitor.Monitor // nil without a monitor
+	unifiedRoot string
+	protect     []string
+
+	mu      sync.Mutex
+	tracked map[string]tracked
+}
+
+// sync tracks new containers and untracks ended ones.
+func (o *observer) sync() {
+	if o.monitor == nil && o.ebpf == nil {
 		return
 	}
-	a.obsMu.Lock()
-	defer a.obsMu.Unlock()
-	// Snapshot under the lock: an older concurrent call must not re-track
-	// a container a newer one already untracked.
-	containers := a.cz.Containers()
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	live := map[string]bool{}
 	var targets []monitor.Target
-	for _, c := range containers {
+	for _, c := range o.cz.Containers() {
 		if c.Exit != nil {
 			continue
 		}
 		live[c.ID] = true
-		tr, ok := a.tracked[c.ID]
-		if !ok {
-			tr = tracked{taskID: c.Spec.TaskID}
-			if id, err := bpf.CgroupID(filepath.Join(a.unifiedRoot, c.CgroupPath)); err == nil {
-				tr.cgroupID = id
-			}
-			if a.cfg.EBPF != nil && tr.cgroupID != 0 {
-				class := bpf.ClassGuaranteed
-				if c.Spec.Revocable {
-					class = bpf.ClassRevocable
-				}
-				if err := a.cfg.EBPF.Track(tr.cgroupID, class); err != nil {
-					a.log.Warn("eBPF: track container", "container", c.ID, "err", err)
-				}
-			}
-			a.tracked[c.ID] = tr
+		class := bpf.ClassGuaranteed
+		if c.Spec.Revocable {
+			class = bpf.ClassRevocable
 		}
+		tr := o.track(c.ID, c.CgroupPath, class)
+		tr.taskID = c.Spec.TaskID
+		o.tracked[c.ID] = tr
 		targets = append(targets, monitor.Target{
 			ID: c.ID, TaskID: c.Spec.TaskID, Revocable: c.Spec.Revocable, CgroupPath: c.CgroupPath, CgroupID: tr.cgroupID,
 			CPULimit: c.Spec.Resources.CPUs(), MemLimit: uint64(c.Spec.Resources.Mem() * (1 << 20)),
 		})
 	}
-	for _, path := range a.cfg.ProtectCgroups {
+	for _, path := range o.protect {
 		id := protectedPrefix + path
 		live[id] = true
-		tr, ok := a.tracked[id]
-		if !ok {
-			if cgid, err := bpf.CgroupID(filepath.Join(a.unifiedRoot, path)); err == nil {
-				tr.cgroupID = cgid
-				if a.cfg.EBPF != nil {
-					if err := a.cfg.EBPF.Track(cgid, bpf.ClassProtected); err != nil {
-						a.log.Warn("eBPF: track protected cgroup", "cgroup", path, "err", err)
-					}
-				}
-			} else {
-				a.log.Warn("protected cgroup not found in the v2 tree; measured through cgroupfs only", "cgroup", path, "err", err)
-			}
-			a.tracked[id] = tr
-		}
+		tr := o.track(id, path, bpf.ClassProtected)
 		targets = append(targets, monitor.Target{ID: id, CgroupPath: path, CgroupID: tr.cgroupID})
 	}
-	for id, tr := range a.tracked {
+	for id, tr := range o.tracked {
 		if live[id] {
 			continue
 		}
-		if a.cfg.EBPF != nil && tr.cgroupID != 0 {
-			_ = a.cfg.EBPF.Untrack(tr.cgroupID)
+		if o.ebpf != nil && tr.cgroupID != 0 {
+			_ = o.ebpf.Untrack(tr.cgroupID)
 		}
-		delete(a.tracked, id)
+		delete(o.tracked, id)
 	}
-	if a.cfg.Monitor != nil {
-		a.cfg.Monitor.SetTargets(targets)
+	if o.monitor != nil {
+		o.monitor.SetTargets(targets)
 	}
 }
 
-// containerOfCgroup maps an eBPF cgroup id back to a container id.
-func (a *Agent) containerOfCgroup(cgroupID uint64) (string, bool) {
-	a.obsMu.Lock()
-	defer a.obsMu.Unlock()
-	for id, tr := range a.tracked {
+// track returns the tracking of a cgroup, starting it on first sight.
+// Caller holds o.mu.
+func (o *observer) track(id, cgroupPath string, class bpf.Class) tracked {
+	if tr, ok := o.tracked[id]; ok {
+		return tr
+	}
+	var tr tracked
+	cgid, err := bpf.CgroupID(filepath.Join(o.unifiedRoot, cgroupPath))
+	switch {
+	case err != nil && class == bpf.ClassProtected:
+		o.log.Warn("protected cgroup not found in the v2 tree; measured through cgroupfs only", "cgroup", cgroupPath, "err", err)
+	case err == nil:
+		tr.cgroupID = cgid
+		if o.ebpf != nil {
+			if err := o.ebpf.Track(cgid, class); err != nil {
+				o.log.Warn("eBPF: track cgroup", "id", id, "cgroup", cgroupPath, "err", err)
+			}
+		}
+	}
+	o.tracked[id] = tr
+	return tr
+}
+
+// container maps an eBPF cgroup id back to a container id.
+func (o *observer) container(cgroupID uint64) (string, bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for id, tr := range o.tracked {
 		if tr.cgroupID == cgroupID {
 			return id, true
 		}
 	}
 	return "", false
+}
+
+// cgroupID returns the cgroup id of a tracked container (0 if unknown).
+func (o *observer) cgroupID(containerID string) uint64 {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.tracked[containerID].cgroupID
 }
 
 // featuresCollector exports the feature probes as a gauge.

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"log/slog"
 	"strings"
 	"sync"
 	"time"
@@ -10,28 +11,49 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
+	"github.com/slackline/slackline/resources"
 )
 
 // maxCorrections bounds the corrections kept for GetCorrections.
 const maxCorrections = 1000
 
-// qosState is what the QoS loop keeps between evaluations.
-type qosState struct {
-	mu          sync.Mutex
-	corrections []*slacklinev1.Correction
+// qosLoop evaluates the QoS controllers periodically and as soon as the
+// eBPF ring buffer reports a guaranteed task waiting too long, at most once
+// per interval, and applies their corrections at once. Only Run's
+// goroutine touches its fields, except corrections (read by the
+// NodeService, guarded by mu).
+type qosLoop struct {
+	log         *slog.Logger
+	controller  qos.Controller
+	intervalMin time.Duration
+	cpus        float64
+	cz          Containerizer
+	monitor     *monitor.Monitor // nil without a monitor
+	ebpf        EBPF             // nil without eBPF
+	watch       *observer
+	protect     []string
+	// preempt kills a revocable container with a reason.
+	preempt func(containerID, reason string)
+
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
 	delayed map[string]map[uint64]time.Duration
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
+
+	mu          sync.Mutex
+	corrections []*slacklinev1.Correction // the latest maxCorrections
 }
 
-func newQoSState() *qosState {
-	return &qosState{
+func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string)) *qosLoop {
+	return &qosLoop{
+		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(),
+		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
 		delayed: map[string]map[uint64]time.Duration{},
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slackline_qos_corrections_total",
@@ -45,16 +67,14 @@ func newQoSState() *qosState {
 	}
 }
 
-// runQoS evaluates the QoS controllers periodically and as soon as the
-// eBPF ring buffer reports a guaranteed task waiting too long, at most once
-// per QoSIntervalMin, and applies their corrections at once.
-func (a *Agent) runQoS(ctx context.Context) error {
-	period := max(a.cfg.QoSIntervalMin, 10*time.Millisecond)
+// Run evaluates until ctx ends.
+func (l *qosLoop) Run(ctx context.Context) error {
+	period := max(l.intervalMin, 10*time.Millisecond)
 	tick := time.NewTicker(period)
 	defer tick.Stop()
 	var events <-chan bpf.ThresholdEvent
-	if a.cfg.EBPF != nil {
-		events = a.cfg.EBPF.Events()
+	if l.ebpf != nil {
+		events = l.ebpf.Events()
 	}
 	var pending []qos.Event
 	var last time.Time
@@ -68,7 +88,7 @@ func (a *Agent) runQoS(ctx context.Context) error {
 				events = nil
 				continue
 			}
-			pending = append(pending, a.qosEvent(ev))
+			pending = append(pending, l.event(ev))
 		drain:
 			for {
 				select {
@@ -77,42 +97,37 @@ func (a *Agent) runQoS(ctx context.Context) error {
 						events = nil
 						break drain
 					}
-					pending = append(pending, a.qosEvent(ev))
+					pending = append(pending, l.event(ev))
 				default:
 					break drain
 				}
 			}
-			if time.Since(last) < a.cfg.QoSIntervalMin {
+			if time.Since(last) < l.intervalMin {
 				continue // the next tick evaluates them
 			}
 		}
 		last = time.Now()
-		a.evaluateQoS(ctx, last, pending)
+		in := l.input(last)
+		in.Events = pending
+		for _, c := range l.controller.Evaluate(in) {
+			l.apply(c, in)
+		}
 		pending = pending[:0]
 	}
 }
 
-func (a *Agent) qosEvent(ev bpf.ThresholdEvent) qos.Event {
-	victim, _ := a.containerOfCgroup(ev.Cgroup)
-	culprit, _ := a.containerOfCgroup(ev.Culprit)
+func (l *qosLoop) event(ev bpf.ThresholdEvent) qos.Event {
+	victim, _ := l.watch.container(ev.Cgroup)
+	culprit, _ := l.watch.container(ev.Culprit)
 	return qos.Event{Time: ev.Time, Container: victim, Culprit: culprit, Latency: ev.Latency}
 }
 
-// evaluateQoS builds the controllers' input, evaluates and applies.
-func (a *Agent) evaluateQoS(ctx context.Context, now time.Time, events []qos.Event) {
-	in := a.qosInput(now)
-	in.Events = events
-	for _, c := range a.cfg.QoS.Evaluate(in) {
-		a.applyCorrection(ctx, c, in)
-	}
-}
-
-func (a *Agent) qosInput(now time.Time) qos.Input {
-	in := qos.Input{Now: now, Node: qos.Node{CPUs: a.total.CPUs()}}
-	if limit, err := a.cz.RevocableCPULimit(); err == nil {
+func (l *qosLoop) input(now time.Time) qos.Input {
+	in := qos.Input{Now: now, Node: qos.Node{CPUs: l.cpus}}
+	if limit, err := l.cz.RevocableCPULimit(); err == nil {
 		in.RevocableLimit = limit
 	}
-	m := a.cfg.Monitor
+	m := l.monitor
 	if m == nil {
 		return in
 	}
@@ -131,18 +146,18 @@ func (a *Agent) qosInput(now time.Time) qos.Input {
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 		}
 		if !qc.Revocable || qc.Protected {
-			qc.DelayedBy = a.delayedSince(qc.ID)
+			qc.DelayedBy = l.delayedSince(qc.ID)
 		}
 		in.Containers = append(in.Containers, qc)
 	}
-	for _, c := range a.cz.Containers() {
+	for _, c := range l.cz.Containers() {
 		if c.Exit != nil {
 			continue
 		}
 		add(qos.Container{ID: c.ID, TaskID: c.Spec.TaskID, Revocable: c.Spec.Revocable,
 			CPUAllocated: c.Spec.Resources.CPUs(), StartedAt: c.StartedAt})
 	}
-	for _, path := range a.cfg.ProtectCgroups {
+	for _, path := range l.protect {
 		add(qos.Container{ID: protectedPrefix + path, Protected: true})
 	}
 	return in
@@ -150,28 +165,24 @@ func (a *Agent) qosInput(now time.Time) qos.Input {
 
 // delayedSince returns who delayed a guaranteed container since the last
 // evaluation: culprit container id -> delay.
-func (a *Agent) delayedSince(victim string) map[string]time.Duration {
-	if a.cfg.EBPF == nil {
+func (l *qosLoop) delayedSince(victim string) map[string]time.Duration {
+	if l.ebpf == nil {
 		return nil
 	}
-	a.obsMu.Lock()
-	tr, ok := a.tracked[victim]
-	a.obsMu.Unlock()
-	if !ok || tr.cgroupID == 0 {
+	cgid := l.watch.cgroupID(victim)
+	if cgid == 0 {
 		return nil
 	}
-	cumulative, err := a.cfg.EBPF.DelayedBy(tr.cgroupID)
+	cumulative, err := l.ebpf.DelayedBy(cgid)
 	if err != nil {
 		return nil
 	}
-	a.qos.mu.Lock()
-	prev := a.qos.delayed[victim]
-	a.qos.delayed[victim] = cumulative
-	a.qos.mu.Unlock()
+	prev := l.delayed[victim]
+	l.delayed[victim] = cumulative
 	out := map[string]time.Duration{}
 	for culprit, d := range cumulative {
 		if delta := d - prev[culprit]; delta > 0 {
-			if id, ok := a.containerOfCgroup(culprit); ok {
+			if id, ok := l.watch.container(culprit); ok {
 				out[id] += delta
 			}
 		}
@@ -179,30 +190,22 @@ func (a *Agent) delayedSince(victim string) map[string]time.Duration {
 	return out
 }
 
-// applyCorrection writes a correction to the cgroups (or kills) and records
-// it with its reaction time.
-func (a *Agent) applyCorrection(ctx context.Context, c qos.Correction, in qos.Input) {
-	var err error
+// apply writes a correction to the cgroups (or kills) and records it with
+// its reaction time.
+func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	switch c.Kind {
 	case qos.Throttle, qos.Unthrottle:
 		if c.ContainerID != "" {
-			a.log.Debug("QoS: per-container CPU limits are not applied", "container", c.ContainerID)
+			l.log.Debug("QoS: per-container CPU limits are not applied", "container", c.ContainerID)
 			return
 		}
-		err = a.cz.SetRevocableCPULimit(c.CPULimit)
+		if err := l.cz.SetRevocableCPULimit(c.CPULimit); err != nil {
+			l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
+			return
+		}
 	case qos.Kill:
-		a.mu.Lock()
-		tk, ok := a.byContainer[c.ContainerID]
-		a.mu.Unlock()
-		if !ok {
-			return
-		}
-		a.killTask(tk, slacklinev1.TaskState_TASK_STATE_KILLED, slacklinev1.Reason_REASON_CONTAINER_PREEMPTED, c.Reason)
+		l.preempt(c.ContainerID, c.Reason)
 	default:
-		return
-	}
-	if err != nil {
-		a.log.Error("QoS correction failed", "correction", c.String(), "err", err)
 		return
 	}
 	signal := c.Signal
@@ -211,25 +214,25 @@ func (a *Agent) applyCorrection(ctx context.Context, c qos.Correction, in qos.In
 	}
 	reaction := time.Since(signal)
 	kind := strings.ToLower(c.Kind.String())
-	a.qos.correctionsTotal.WithLabelValues(kind, c.Controller).Inc()
-	a.qos.reaction.Observe(reaction.Seconds())
-	a.log.Info("QoS correction", "kind", kind, "controller", c.Controller, "container", c.ContainerID, "task", c.TaskID,
+	l.correctionsTotal.WithLabelValues(kind, c.Controller).Inc()
+	l.reaction.Observe(reaction.Seconds())
+	l.log.Info("QoS correction", "kind", kind, "controller", c.Controller, "container", c.ContainerID, "task", c.TaskID,
 		"cpu_limit", c.CPULimit, "reason", c.Reason, "reaction", reaction.Round(time.Microsecond))
 	rec := &slacklinev1.Correction{
 		Timestamp: timestamppb.New(time.Now()), Kind: slacklinev1.CorrectionKind(c.Kind), Controller: c.Controller,
 		ContainerId: c.ContainerID, TaskId: c.TaskID, CpuLimit: c.CPULimit, Reason: c.Reason, ReactionSeconds: reaction.Seconds(),
 	}
-	a.qos.mu.Lock()
-	a.qos.corrections = append(a.qos.corrections, rec)
-	if over := len(a.qos.corrections) - maxCorrections; over > 0 {
-		a.qos.corrections = append(a.qos.corrections[:0], a.qos.corrections[over:]...)
+	l.mu.Lock()
+	l.corrections = append(l.corrections, rec)
+	if over := len(l.corrections) - maxCorrections; over > 0 {
+		l.corrections = append(l.corrections[:0], l.corrections[over:]...)
 	}
-	a.qos.mu.Unlock()
+	l.mu.Unlock()
 }
 
 func (s nodeService) GetCorrections(context.Context, *connect.Request[slacklinev1.GetCorrectionsRequest]) (*connect.Response[slacklinev1.GetCorrectionsResponse], error) {
-	q := s.a.qos
-	q.mu.Lock()
-	defer q.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetCorrectionsResponse{Corrections: append([]*slacklinev1.Correction(nil), q.corrections...)}), nil
+	l := s.a.qos
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetCorrectionsResponse{Corrections: append([]*slacklinev1.Correction(nil), l.corrections...)}), nil
 }

@@ -1,0 +1,212 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/tasks"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/backoff"
+)
+
+// sandboxPruneEvery is how many launches pass between prunes of the
+// checkpoint's sandbox records.
+const sandboxPruneEvery = 100
+
+// lifecycle is the executor of the agent's task machine (agent/tasks). Its
+// mutex guards only the machine and the effects not yet performed, and is
+// held only while an event is applied: no I/O ever happens under it. The
+// effects are performed by Run's goroutine, in the order the machine
+// produced them: the checkpoint (one transaction, one fsync, for everything
+// pending), then containers, then status updates, so an update is sent only
+// once a restart would find it.
+//
+// Pending effects are bounded by the machine's state: at most one Start per
+// task being launched and a few updates per task, whatever the rate of
+// events; a burst of events is written in one transaction.
+type lifecycle struct {
+	log  *slog.Logger
+	cz   Containerizer
+	ckpt *checkpoint
+	// send hands an update to the current session (non-blocking).
+	send func(frameworkID string, status *slacklinev1.TaskStatus)
+	// agentID returns the agent's current id, for tasks' environment.
+	agentID func() string
+	// containersChanged is called after containers started or ended.
+	containersChanged func()
+	now               func() time.Time
+
+	mu      sync.Mutex
+	machine *tasks.Machine
+	pending tasks.Effects
+
+	wake     chan struct{}
+	inflight sync.WaitGroup // container starts and kills
+	launches int            // guarded by mu
+}
+
+// step applies one event and queues its effects for Run.
+func (l *lifecycle) step(ev tasks.Event) {
+	l.mu.Lock()
+	eff, err := l.machine.Step(ev)
+	l.pending.Append(eff)
+	l.mu.Unlock()
+	if !eff.IsZero() {
+		select {
+		case l.wake <- struct{}{}:
+		default:
+		}
+	}
+	if err != nil {
+		level := slog.LevelDebug
+		if errors.Is(err, tasks.ErrDuplicateLaunch) || errors.Is(err, tasks.ErrInvalidLaunch) {
+			level = slog.LevelWarn
+		}
+		l.log.Log(context.Background(), level, "task event changed nothing", "event", fmt.Sprintf("%T", ev), "err", err)
+	}
+}
+
+// read runs f with the machine locked, for queries.
+func (l *lifecycle) read(f func(m *tasks.Machine)) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f(l.machine)
+}
+
+// Run performs effects, turns container exits into events and lets time
+// pass every second, until ctx ends; then it performs what is pending and
+// waits for container starts and kills under way.
+func (l *lifecycle) Run(ctx context.Context) error {
+	tick := time.NewTicker(time.Second)
+	defer tick.Stop()
+	defer func() {
+		// What was decided before the end is still made durable.
+		final, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		l.perform(final)
+		l.inflight.Wait()
+		l.perform(final)
+	}()
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-l.wake:
+		case <-tick.C:
+			l.step(tasks.Tick{Now: l.now()})
+		case ex := <-l.cz.Exits():
+			l.step(tasks.Exited{ContainerID: ex.ContainerID, Exit: taskExit(ex), Now: l.now()})
+		}
+		l.perform(ctx)
+	}
+}
+
+// perform executes every pending effect, in order.
+func (l *lifecycle) perform(ctx context.Context) {
+	for {
+		l.mu.Lock()
+		eff := l.pending
+		l.pending = tasks.Effects{}
+		l.mu.Unlock()
+		if eff.IsZero() {
+			return
+		}
+		if !l.persist(ctx, eff.Checkpoint) {
+			// Stopping before the checkpoint was durable: what it covers
+			// is neither started nor sent.
+			return
+		}
+		for _, s := range eff.Start {
+			l.inflight.Add(1)
+			go l.start(s)
+		}
+		for _, id := range eff.Kill {
+			l.inflight.Add(1)
+			go func() {
+				defer l.inflight.Done()
+				if err := l.cz.Kill(context.Background(), id); err != nil {
+					l.log.Error("kill container", "container", id, "err", err)
+				}
+			}()
+		}
+		for _, id := range eff.Destroy {
+			if err := l.cz.Destroy(id); err != nil {
+				l.log.Warn("destroy container", "container", id, "err", err)
+			}
+		}
+		if len(eff.Destroy) > 0 {
+			l.containersChanged()
+		}
+		for _, u := range eff.Send {
+			l.send(u.FrameworkID, u.Status)
+		}
+	}
+}
+
+// persist writes a checkpoint batch, retrying with backoff until it is
+// durable: nothing after it may happen before. It returns false only when
+// ctx ends first.
+func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
+	if len(writes) == 0 {
+		return true
+	}
+	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
+	for {
+		err := l.ckpt.apply(ctx, writes)
+		if err == nil {
+			if retry.Failures() > 0 {
+				l.log.Info("checkpoint writable again", "failures", retry.Failures())
+			}
+			return true
+		}
+		if retry.Failures() == 0 {
+			l.log.Error("checkpoint write failed; the agent holds its tasks' effects until it succeeds", "err", err)
+		}
+		if !retry.Wait(ctx) {
+			l.log.Error("stopping with a checkpoint batch unwritten", "writes", len(writes), "err", err)
+			return false
+		}
+	}
+}
+
+// start launches a container and reports the outcome to the machine.
+func (l *lifecycle) start(s tasks.Start) {
+	defer l.inflight.Done()
+	ctx := context.Background() // a launch outlives the session that asked for it
+	c, err := l.cz.Launch(ctx, containerizer.Spec{
+		ContainerID: s.ContainerID, FrameworkID: s.Key.FrameworkID, TaskID: s.Key.TaskID,
+		Revocable: s.Revocable, Resources: s.Resources, Command: s.Task.GetCommand(),
+		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
+	})
+	if err != nil {
+		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
+		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Message: "launch: " + err.Error(), Now: l.now()})
+		return
+	}
+	// Where the sandbox is, so logs stay readable after the task ends;
+	// recorded before RUNNING reveals the task.
+	if err := l.ckpt.putSandbox(ctx, s.Key, c.Sandbox, l.now()); err != nil {
+		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
+	}
+	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})
+	l.containersChanged()
+	l.mu.Lock()
+	l.launches++
+	prune := l.launches%sandboxPruneEvery == 0
+	l.mu.Unlock()
+	if prune {
+		if err := l.ckpt.pruneSandboxes(ctx); err != nil {
+			l.log.Warn("prune sandbox records", "err", err)
+		}
+	}
+}
+
+// taskExit maps the containerizer's account of an exit to the machine's.
+func taskExit(ex containerizer.Exit) tasks.Exit {
+	return tasks.Exit{ExitCode: ex.ExitCode, OOMKilled: ex.OOMKilled, Killed: ex.Killed, Lost: ex.Lost, Message: ex.Message}
+}

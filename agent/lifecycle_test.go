@@ -1,0 +1,216 @@
+package agent
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/tasks"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/kv"
+)
+
+// fakeContainerizer starts pretend containers; Kill ends them at once.
+type fakeContainerizer struct {
+	mu         sync.Mutex
+	containers map[string]*containerizer.Container
+	exits      chan containerizer.Exit
+}
+
+func newFakeContainerizer() *fakeContainerizer {
+	return &fakeContainerizer{containers: map[string]*containerizer.Container{}, exits: make(chan containerizer.Exit, 16)}
+}
+
+func (f *fakeContainerizer) Launch(_ context.Context, spec containerizer.Spec) (*containerizer.Container, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	c := &containerizer.Container{ID: spec.ContainerID, Spec: spec, CgroupPath: "fake/" + spec.ContainerID, Sandbox: "/sandbox/" + spec.TaskID, Pid: 42}
+	f.containers[c.ID] = c
+	return c, nil
+}
+
+func (f *fakeContainerizer) Kill(_ context.Context, id string) error {
+	f.exits <- containerizer.Exit{ContainerID: id, ExitCode: -1, Killed: true, Message: "killed"}
+	return nil
+}
+
+func (f *fakeContainerizer) Destroy(id string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	delete(f.containers, id)
+	return nil
+}
+
+func (f *fakeContainerizer) Exits() <-chan containerizer.Exit { return f.exits }
+func (f *fakeContainerizer) Recover(context.Context) ([]*containerizer.Container, error) {
+	return nil, nil
+}
+func (f *fakeContainerizer) Containers() []*containerizer.Container {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*containerizer.Container
+	for _, c := range f.containers {
+		out = append(out, c)
+	}
+	return out
+}
+func (f *fakeContainerizer) Mode() containerizer.Mode            { return containerizer.Mode("fake") }
+func (f *fakeContainerizer) SetRevocableCPULimit(float64) error  { return nil }
+func (f *fakeContainerizer) RevocableCPULimit() (float64, error) { return 0, nil }
+
+// gatedStore holds every checkpoint write until the test opens the gate.
+type gatedStore struct {
+	kv.Store
+	gate chan struct{}
+}
+
+func (g gatedStore) Apply(ctx context.Context, m ...kv.Mutation) error {
+	<-g.gate
+	return g.Store.Apply(ctx, m...)
+}
+
+type sent struct {
+	frameworkID string
+	status      *slacklinev1.TaskStatus
+	// durable reports whether the update was in the checkpoint when it
+	// was handed to the session.
+	durable bool
+}
+
+func newTestLifecycle(t *testing.T, store kv.Store, cz Containerizer, sends chan<- sent) *lifecycle {
+	ckpt := &checkpoint{kv: store}
+	l := &lifecycle{
+		log: slog.New(slog.NewTextHandler(io.Discard, nil)), cz: cz, ckpt: ckpt,
+		agentID: func() string { return "agent-1" }, containersChanged: func() {}, now: time.Now,
+		machine: tasks.New(tasks.Config{}), wake: make(chan struct{}, 1),
+	}
+	l.send = func(frameworkID string, st *slacklinev1.TaskStatus) {
+		updates, err := ckpt.updates(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		durable := false
+		for _, u := range updates {
+			durable = durable || u.GetStatus().GetUuid() == st.GetUuid()
+		}
+		sends <- sent{frameworkID, st, durable}
+	}
+	return l
+}
+
+func runTaskCommand(taskID string) *slacklinev1.RunTaskCommand {
+	return &slacklinev1.RunTaskCommand{
+		Framework: &slacklinev1.FrameworkInfo{Id: "fw"},
+		Task: &slacklinev1.TaskInfo{TaskId: taskID, Resources: []*slacklinev1.Resource{{Name: "cpus", Scalar: 1}},
+			Command: &slacklinev1.CommandInfo{Value: "true", Shell: true}},
+	}
+}
+
+// TestLifecycleOrdersCheckpointBeforeSend drives the executor through a
+// task's life: every update reaches the session only once it is in the
+// checkpoint, and a restart recovers exactly what is unacknowledged.
+func TestLifecycleOrdersCheckpointBeforeSend(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "checkpoint.db")
+	store, err := kv.OpenBolt(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sends := make(chan sent, 16)
+	cz := newFakeContainerizer()
+	l := newTestLifecycle(t, store, cz, sends)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+
+	next := func(want slacklinev1.TaskState) sent {
+		t.Helper()
+		s := <-sends
+		if s.status.GetState() != want || !s.durable {
+			t.Fatalf("sent %v (durable %v), want %v durable", s.status.GetState(), s.durable, want)
+		}
+		return s
+	}
+	key := tasks.Key{FrameworkID: "fw", TaskID: "t1"}
+	l.step(tasks.SessionOpened{Now: time.Now()})
+	l.step(tasks.Launch{Command: runTaskCommand("t1"), Now: time.Now()})
+	running := next(slacklinev1.TaskState_TASK_STATE_RUNNING)
+	if got := running.status.GetMessage(); got != "running in fake/"+cz.Containers()[0].ID+" (pid 42)" {
+		t.Fatalf("RUNNING message %q", got)
+	}
+	l.step(tasks.Kill{Key: key, Now: time.Now()})
+	// KILLED is queued behind RUNNING until RUNNING is acknowledged.
+	l.step(tasks.Acknowledge{Key: key, UUID: running.status.GetUuid(), Now: time.Now()})
+	next(slacklinev1.TaskState_TASK_STATE_KILLED)
+	if len(cz.Containers()) != 0 {
+		t.Fatal("the killed container was not destroyed")
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Close(); err != nil {
+		t.Fatal(err)
+	}
+
+	// After a restart, KILLED is still owed and nothing else.
+	store, err = kv.OpenBolt(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	ckpt := &checkpoint{kv: store}
+	recs, _ := ckpt.tasks(context.Background())
+	updates, _ := ckpt.updates(context.Background())
+	m, eff := tasks.Recover(tasks.Config{}, tasks.Recovery{Tasks: recs, Updates: updates, Now: time.Now()})
+	if !eff.IsZero() {
+		t.Fatalf("recovering an ended task owing one update has effects: %+v", eff)
+	}
+	if v, ok := m.Task(key); !ok || v.State != slacklinev1.TaskState_TASK_STATE_KILLED || v.Unacknowledged != 1 {
+		t.Fatalf("recovered %+v %v", v, ok)
+	}
+}
+
+// TestSlowCheckpointDoesNotStallTheNode holds every checkpoint write (a
+// disk that does not answer) and checks that events are still accepted and
+// the task table still answers, while nothing is started or sent before
+// the write is durable.
+func TestSlowCheckpointDoesNotStallTheNode(t *testing.T) {
+	store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	gate := make(chan struct{})
+	sends := make(chan sent, 16)
+	cz := newFakeContainerizer()
+	l := newTestLifecycle(t, gatedStore{store, gate}, cz, sends)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+
+	l.step(tasks.SessionOpened{Now: time.Now()})
+	for _, id := range []string{"t1", "t2", "t3"} {
+		l.step(tasks.Launch{Command: runTaskCommand(id), Now: time.Now()}) // returns while the write hangs
+	}
+	var n int
+	l.read(func(m *tasks.Machine) { n = m.Len() })
+	if n != 3 {
+		t.Fatalf("machine has %d tasks, want 3", n)
+	}
+	if len(cz.Containers()) != 0 {
+		t.Fatal("a container started before its task was checkpointed")
+	}
+	close(gate)
+	for range 3 {
+		if s := <-sends; s.status.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING || !s.durable {
+			t.Fatalf("sent %v durable=%v", s.status.GetState(), s.durable)
+		}
+	}
+	cancel()
+	<-done
+}
