@@ -66,6 +66,18 @@ func NewInterference(cfg InterferenceConfig, killRetry time.Duration) *Interfere
 // epsilon absorbs float rounding when comparing CPU limits.
 const epsilon = 1e-9
 
+// subtree is what one evaluation knows of the revocable subtree's CPU
+// limit and of the CPU in use, all in cores.
+type subtree struct {
+	current float64 // the applied limit (Input.RevocableLimit); 0 = none
+	floor   float64 // the lowest limit the controller sets
+	ceiling float64 // the revocable allocation, at most the node: a raise that reaches it removes the limit
+	step    float64 // one raise; a fall of the guaranteed load by more than this lifts the cap
+
+	revocableCPU  float64 // used by the revocable containers
+	guaranteedCPU float64 // used by the guaranteed and protected containers
+}
+
 // violation is the worst signal of one evaluation.
 type violation struct {
 	reason   string
@@ -80,17 +92,18 @@ func (c *Interference) Evaluate(in Input) []Correction {
 
 	byID := make(map[string]*Container, len(in.Containers))
 	var (
-		guaranteedCPU, revocableCPU, revocableAllocated float64
-		hasVictims                                      bool
+		s                  subtree
+		revocableAllocated float64
+		hasVictims         bool
 	)
 	for i := range in.Containers {
 		ct := &in.Containers[i]
 		byID[ct.ID] = ct
 		switch {
 		case ct.guarded():
-			guaranteedCPU += ct.CPU
+			s.guaranteedCPU += ct.CPU
 		case ct.correctable():
-			revocableCPU += ct.CPU
+			s.revocableCPU += ct.CPU
 			revocableAllocated += ct.CPUAllocated
 			hasVictims = true
 		}
@@ -99,14 +112,14 @@ func (c *Interference) Evaluate(in Input) []Correction {
 
 	worst, staleViolation, calm := c.assess(in.Containers, now)
 
-	step := max(c.cfg.IncreaseStepCores, c.cfg.IncreaseStepFraction*in.Node.CPUs)
-	floor := max(c.cfg.FloorCores, c.cfg.FloorFraction*in.Node.CPUs)
-	ceiling := revocableAllocated
-	if ceiling <= 0 || (in.Node.CPUs > 0 && ceiling > in.Node.CPUs) {
-		ceiling = in.Node.CPUs
+	s.step = max(c.cfg.IncreaseStepCores, c.cfg.IncreaseStepFraction*in.Node.CPUs)
+	s.floor = max(c.cfg.FloorCores, c.cfg.FloorFraction*in.Node.CPUs)
+	s.ceiling = revocableAllocated
+	if s.ceiling <= 0 || (in.Node.CPUs > 0 && s.ceiling > in.Node.CPUs) {
+		s.ceiling = in.Node.CPUs
 	}
-	ceiling = max(ceiling, floor)
-	current := in.RevocableLimit
+	s.ceiling = max(s.ceiling, s.floor)
+	s.current = in.RevocableLimit
 
 	if calm {
 		if c.calmSince.IsZero() {
@@ -116,15 +129,15 @@ func (c *Interference) Evaluate(in Input) []Correction {
 	} else {
 		c.calmSince = time.Time{}
 	}
-	c.updateCap(now, calm, current, guaranteedCPU, step)
+	c.updateCap(now, calm, s)
 
 	switch {
 	case worst != nil && hasVictims:
-		return c.onViolation(in, worst, current, floor, ceiling, step, revocableCPU, guaranteedCPU)
+		return c.onViolation(in, worst, s)
 	case worst != nil || staleViolation:
 		return nil // hold: nothing to throttle, or waiting for fresh samples
-	case calm && current > 0 && now.Sub(c.calmSince) >= c.cfg.CalmPeriod && now.Sub(c.lastChange) >= c.cfg.IncreaseInterval:
-		return c.raise(now, current, ceiling, step)
+	case calm && s.current > 0 && now.Sub(c.calmSince) >= c.cfg.CalmPeriod && now.Sub(c.lastChange) >= c.cfg.IncreaseInterval:
+		return c.raise(now, s)
 	}
 	return nil
 }
@@ -258,13 +271,13 @@ func (c *Interference) attributed(ct *Container) bool {
 // use has fallen by more than a step (the level was bad for a heavier
 // load), or when the limit has stayed above it, calm, for CalmPeriod after
 // the cap expired (the probe succeeded).
-func (c *Interference) updateCap(now time.Time, calm bool, current, guaranteedCPU, step float64) {
+func (c *Interference) updateCap(now time.Time, calm bool, s subtree) {
 	if c.capLimit <= 0 {
 		return
 	}
-	c.capGuaranteedCPU = max(c.capGuaranteedCPU, guaranteedCPU)
-	loadFell := guaranteedCPU < c.capGuaranteedCPU-step
-	probeHeld := calm && !now.Before(c.capUntil) && (current <= 0 || current > c.capLimit+epsilon) &&
+	c.capGuaranteedCPU = max(c.capGuaranteedCPU, s.guaranteedCPU)
+	loadFell := s.guaranteedCPU < c.capGuaranteedCPU-s.step
+	probeHeld := calm && !now.Before(c.capUntil) && (s.current <= 0 || s.current > c.capLimit+epsilon) &&
 		now.Sub(c.lastChange) >= c.cfg.CalmPeriod
 	if loadFell || probeHeld {
 		c.capLimit, c.capUntil, c.capGuaranteedCPU = 0, time.Time{}, 0
@@ -274,16 +287,16 @@ func (c *Interference) updateCap(now time.Time, calm bool, current, guaranteedCP
 
 // onViolation lowers the limit, or at the floor kills a victim once
 // throttling has failed for KillAfter.
-func (c *Interference) onViolation(in Input, v *violation, current, floor, ceiling, step, revocableCPU, guaranteedCPU float64) []Correction {
+func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correction {
 	now := in.Now
-	if current > 0 && current <= floor+epsilon {
+	if s.current > 0 && s.current <= s.floor+epsilon {
 		if c.floorSince.IsZero() {
 			c.floorSince = now
 		}
 		if now.Sub(c.floorSince) < c.cfg.KillAfter || (!c.lastKill.IsZero() && now.Sub(c.lastKill) < c.cfg.KillCooldown) {
 			return nil
 		}
-		return c.kill(in, v, current)
+		return c.kill(in, v, s.current)
 	}
 	c.floorSince = time.Time{}
 
@@ -296,23 +309,23 @@ func (c *Interference) onViolation(in Input, v *violation, current, floor, ceili
 	var limit float64
 	reason := v.reason
 	if probeFailed {
-		limit = max(c.beforeIncrease, floor)
-		c.setCap(now, limit, guaranteedCPU)
+		limit = max(c.beforeIncrease, s.floor)
+		c.setCap(now, limit, s.guaranteedCPU)
 		c.backoff = min(2*c.backoff, c.cfg.ProbeBackoffMax)
 		reason += fmt.Sprintf(" after raising the revocable CPU limit; back to %s for %s", formatCores(limit), c.capUntil.Sub(now))
 	} else {
-		from := current
+		from := s.current
 		if from <= 0 {
-			from = ceiling
+			from = s.ceiling
 		}
 		// A limit above what revocable work uses would change nothing.
-		if revocableCPU > 0 && revocableCPU < from {
-			from = max(revocableCPU, floor)
+		if s.revocableCPU > 0 && s.revocableCPU < from {
+			from = max(s.revocableCPU, s.floor)
 		}
-		limit = max(floor, from*c.cfg.DecreaseFactor)
-		c.setCap(now, max(limit, from-step), guaranteedCPU)
+		limit = max(s.floor, from*c.cfg.DecreaseFactor)
+		c.setCap(now, max(limit, from-s.step), s.guaranteedCPU)
 	}
-	if current > 0 && limit >= current-epsilon {
+	if s.current > 0 && limit >= s.current-epsilon {
 		return nil
 	}
 	c.lastChange, c.lastChangeIncrease = now, false
@@ -325,15 +338,16 @@ func (c *Interference) setCap(now time.Time, limit, guaranteedCPU float64) {
 
 // raise adds one step to the limit, up to the cap, and removes the limit at
 // the ceiling.
-func (c *Interference) raise(now time.Time, current, ceiling, step float64) []Correction {
-	target := current + step
+func (c *Interference) raise(now time.Time, s subtree) []Correction {
+	current := s.current
+	target := current + s.step
 	if c.capLimit > 0 && now.Before(c.capUntil) {
 		target = min(target, c.capLimit)
 	}
 	if target <= current+epsilon {
 		return nil
 	}
-	if target >= ceiling-epsilon {
+	if target >= s.ceiling-epsilon {
 		target = 0
 	}
 	c.lastChange, c.lastChangeIncrease, c.beforeIncrease = now, true, current
