@@ -91,71 +91,97 @@ func maintenanceError(err error) error {
 	return connect.NewError(connect.CodeInternal, err)
 }
 
-// transition is a maintenance state change, computed from the current state.
-type transition func(*maintenance.State) (*maintenance.State, error)
+// transition is a maintenance state change: the new state and the machines
+// it changes, computed from the current state without modifying it.
+type transition func(*maintenance.State) (*maintenance.State, []maintenance.Machine, error)
 
-// changeMaintenance validates a transition, persists the state it leads to,
-// and applies it: agents whose machine changed mode or window lose their
-// offers and inverse offers (both are sent again with the new
-// unavailability), agents of machines going DOWN are shut down, and agents
-// of machines coming UP from DOWN are forgotten so that they may register
-// again. It returns the RPC error to answer with.
+// changeMaintenance runs a maintenance transition: computed once from the
+// current state, its record persisted, then installed. persistMu is held
+// throughout, and every change to the maintenance state (transitions,
+// inverse-offer answers, a framework's removal) holds it, so the state the
+// transition was computed from is still the current one when it is
+// installed. It returns the RPC error to answer with.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
-	// persistMu orders every maintenance change: between the validation and
-	// the installation below nothing else changes the schedule or the modes
-	// (answers may change; the transition is recomputed under c.mu to keep
-	// them).
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
-	next, err := tr(c.maint)
+	next, _, err := tr(c.maint)
 	c.mu.Unlock()
 	if err != nil {
 		return maintenanceError(err)
 	}
-	if err := c.store.Apply(ctx, store.Put(store.BucketMaintenance, maintenanceKey, mustMarshal(next.Record()))); err != nil {
-		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist maintenance: %w", err))
+	if err := c.persist(ctx, "maintenance", store.Put(store.BucketMaintenance, maintenanceKey, mustMarshal(next.Record()))); err != nil {
+		return err
 	}
 	c.mu.Lock()
-	next, err = tr(c.maint)
-	if err != nil { // cannot happen: the schedule and modes did not change
-		c.mu.Unlock()
-		return maintenanceError(err)
-	}
 	writes := c.installMaintenance(next, reason, c.cfg.Now())
 	c.mu.Unlock()
 	// The maintenance record is durable; agent records follow even if the
 	// caller hangs up (recovery derives them from the modes anyway).
-	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
-		c.log.Error("persist registry", "err", err)
-	}
+	c.record(ctx, writes...)
 	return nil
 }
 
+// maintenanceAction is what a maintenance change does to an agent whose
+// machine changed mode or window, besides withdrawing its offers and
+// inverse offers (they carry the old unavailability; new ones follow).
+type maintenanceAction int
+
+const (
+	// actionReoffer: nothing more.
+	actionReoffer maintenanceAction = iota
+	// actionShutdown: its machine went DOWN; the agent is shut down and
+	// becomes GONE.
+	actionShutdown
+	// actionForget: its machine came UP from DOWN; the GONE agent is
+	// forgotten, so that it may register again (with its id or a new one).
+	actionForget
+)
+
+// agentChange is a maintenance change's effect on one agent.
+type agentChange struct {
+	agent  *agent
+	after  agentMaintenance
+	action maintenanceAction
+}
+
+// planMaintenance returns, changing nothing, what installing next does to
+// each agent whose machine changes mode or window, in no particular order.
+func planMaintenance(agents map[string]*agent, next *maintenance.State) []agentChange {
+	var out []agentChange
+	for _, a := range agents {
+		ch := agentChange{agent: a, after: lookupMachine(next, a.info)}
+		switch {
+		case a.maint.same(ch.after):
+			continue
+		case ch.after.mode == maintenance.ModeDown:
+			ch.action = actionShutdown
+		case a.maint.mode == maintenance.ModeDown && a.state == slacklinev1.AgentState_AGENT_STATE_GONE:
+			ch.action = actionForget
+		}
+		out = append(out, ch)
+	}
+	return out
+}
+
 // installMaintenance makes next the maintenance state and applies it to
-// every agent; it returns the registry writes for the agents. Caller holds
-// c.mu.
+// every agent (see planMaintenance); it returns the agents' registry
+// writes. Caller holds c.mu.
 func (c *Coordinator) installMaintenance(next *maintenance.State, reason string, now time.Time) []store.Mutation {
 	c.maint = next
 	var writes []store.Mutation
-	for _, a := range c.agents {
-		before := a.maint
-		after := lookupMachine(next, a.info)
-		if before.same(after) {
-			continue
-		}
-		c.setAgentMaintenance(a, after)
-		// Offers carry the old unavailability; inverse offers the old window.
+	for _, ch := range planMaintenance(c.agents, next) {
+		a, before := ch.agent, ch.agent.maint
+		c.setAgentMaintenance(a, ch.after)
 		for _, o := range a.offers {
 			c.rescindOffer(o, now)
 		}
 		c.rescindInverseOffers(a, now)
 		clear(a.inverseRefuse)
-		switch {
-		case after.mode == maintenance.ModeDown:
-			writes = append(writes, c.shutdownAgent(a, after.machine, reason, now))
-		case before.mode == maintenance.ModeDown && a.state == slacklinev1.AgentState_AGENT_STATE_GONE:
-			// Forgotten, so that it registers again (with its id or a new one).
+		switch ch.action {
+		case actionShutdown:
+			writes = append(writes, c.shutdownAgent(a, ch.after.machine, reason, now))
+		case actionForget:
 			c.log.Info("machine is UP: its agent may register again", "agent", a.id, "machine", before.machine.String())
 			delete(c.agents, a.id)
 			delete(c.drainingAgents, a.id)
@@ -305,7 +331,10 @@ func (c *Coordinator) dropFrameworkInverseOffers(fw *framework) {
 // call is refused and changes nothing. The answer is kept for
 // GetMaintenanceStatus; the framework gets the next inverse offer for the
 // agent after the filter's refuse_seconds (default 5 s) if it still uses it.
+// It takes persistMu because answers are part of the maintenance state.
 func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fw, err := c.authorize(header, frameworkID)
@@ -376,9 +405,8 @@ func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.
 }
 
 func (s operatorService) UpdateMaintenanceSchedule(ctx context.Context, req *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
-	err := s.c.changeMaintenance(ctx, "schedule updated", func(st *maintenance.State) (*maintenance.State, error) {
-		next, _, err := st.UpdateSchedule(req.Msg.GetSchedule())
-		return next, err
+	err := s.c.changeMaintenance(ctx, "schedule updated", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+		return st.UpdateSchedule(req.Msg.GetSchedule())
 	})
 	if err != nil {
 		return nil, err
@@ -390,9 +418,8 @@ func (s operatorService) StartMaintenance(ctx context.Context, req *connect.Requ
 	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
 		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
 	}
-	err := s.c.changeMaintenance(ctx, "StartMaintenance", func(st *maintenance.State) (*maintenance.State, error) {
-		next, _, err := st.StartMaintenance(req.Msg.GetMachines())
-		return next, err
+	err := s.c.changeMaintenance(ctx, "StartMaintenance", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+		return st.StartMaintenance(req.Msg.GetMachines())
 	})
 	if err != nil {
 		return nil, err
@@ -404,9 +431,8 @@ func (s operatorService) StopMaintenance(ctx context.Context, req *connect.Reque
 	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
 		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
 	}
-	err := s.c.changeMaintenance(ctx, "StopMaintenance", func(st *maintenance.State) (*maintenance.State, error) {
-		next, _, err := st.StopMaintenance(req.Msg.GetMachines())
-		return next, err
+	err := s.c.changeMaintenance(ctx, "StopMaintenance", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+		return st.StopMaintenance(req.Msg.GetMachines())
 	})
 	if err != nil {
 		return nil, err
@@ -549,9 +575,8 @@ func (c *Coordinator) autoDown(ctx context.Context) {
 	if len(ready) == 0 {
 		return
 	}
-	err := c.changeMaintenance(ctx, "every framework accepted and the window started", func(st *maintenance.State) (*maintenance.State, error) {
-		next, _, err := st.StartMaintenance(ready)
-		return next, err
+	err := c.changeMaintenance(ctx, "every framework accepted and the window started", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+		return st.StartMaintenance(ready)
 	})
 	if err != nil {
 		// A concurrent operator call may have changed the schedule: the next
