@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/agent/session"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
@@ -29,7 +30,7 @@ const (
 	DefaultMaxHeartbeats      = 256
 	// DefaultHeartbeatInterval is used when the coordinator's
 	// RegisterResponse carries no heartbeat interval.
-	DefaultHeartbeatInterval = 15 * time.Second
+	DefaultHeartbeatInterval = session.DefaultHeartbeatInterval
 )
 
 // Labels of a TaskInfo that script a simulated task.
@@ -90,8 +91,8 @@ type Config struct {
 	// HTTPClient is nil (DefaultAgentsPerTransport).
 	AgentsPerTransport int
 	// TickInterval is the period of the fleet's one shared ticker, which
-	// sends heartbeats and re-sends unacknowledged status updates when due
-	// (DefaultTickInterval).
+	// re-sends unacknowledged status updates when due (DefaultTickInterval).
+	// Heartbeats run on each agent's own timer.
 	TickInterval time.Duration
 	// RPCTimeout bounds every unary call (DefaultRPCTimeout).
 	RPCTimeout time.Duration
@@ -105,7 +106,7 @@ type Config struct {
 	// (DefaultStatusRetryMin, DefaultStatusRetryMax).
 	StatusRetryMin, StatusRetryMax time.Duration
 	// MaxConcurrentHeartbeats caps the heartbeats in flight across the
-	// fleet (DefaultMaxHeartbeats).
+	// fleet (DefaultMaxHeartbeats); a due heartbeat waits for a slot.
 	MaxConcurrentHeartbeats int
 	// RestartAfterShutdown, when positive, makes an agent that the
 	// coordinator shut down come back after this long as a fresh agent (new

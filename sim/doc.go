@@ -24,41 +24,53 @@
 //
 // # Protocol
 //
-// Each agent calls Register (AGENT_PROTOCOL_VERSION_1, its hostname
+// A simulated agent is the real agent's protocol and task lifecycle with
+// pretend containers: agent/session registers, reads the command stream,
+// heartbeats and delivers status updates; agent/tasks decides every task's
+// states and which update to send when. Only the executor of the machine's
+// effects is the simulator's own (task.go).
+//
+// Each agent registers with AGENT_PROTOCOL_VERSION_1, its hostname
 // HostnamePrefix+index, resources, attributes, its id when it has one and
-// its tasks with their latest state), opens the Connect command stream with
-// the session it got, and sends Heartbeat at the coordinator's interval. A
-// call refused with FailedPrecondition, NotFound or PermissionDenied, or a
-// command stream that ends, ends the session; the agent registers again with
-// the same id and its tasks after a jittered exponential backoff
+// its tasks with their latest state, and heartbeats at the coordinator's
+// interval. A session ends when its command stream ends, a call is refused
+// with FailedPrecondition, NotFound or PermissionDenied, or no heartbeat got
+// through for three intervals; the agent then registers again with the same
+// id and its tasks after a jittered exponential backoff
 // (BackoffMin..BackoffMax), reset once a session proves healthy. A refused
 // registration (PermissionDenied or FailedPrecondition, e.g. a machine that
 // is DOWN) is retried about every BackoffMax and logged once per streak.
 //
-// Commands: run_task makes the task TASK_STATE_RUNNING (see LabelDuration,
-// LabelExitCode and LabelFailLaunch for scripted endings); kill_task ends it
-// TASK_STATE_KILLED or in the command's state_override; shutdown_framework
-// kills the framework's tasks; acknowledge drops an update; shutdown_agent
-// reports every task TASK_STATE_GONE_BY_OPERATOR and stops the agent (see
-// Config.RestartAfterShutdown); ping is ignored.
+// Commands: run_task makes the task TASK_STATE_RUNNING at once (see
+// LabelDuration, LabelExitCode and LabelFailLaunch for scripted endings);
+// kill_task ends it at once, TASK_STATE_KILLED or in the command's
+// state_override; a kill of a task the agent does not know is answered
+// TASK_STATE_DROPPED; shutdown_framework kills the framework's tasks;
+// acknowledge drops the task's oldest update (an acknowledgement of any
+// other uuid changes nothing); shutdown_agent ends every task
+// TASK_STATE_GONE_BY_OPERATOR, delivers what it can and stops the agent (see
+// Config.RestartAfterShutdown).
 //
 // Status updates are delivered like Mesos's status update manager does:
 // each task's updates are kept in order until acknowledged; only the oldest
 // is sent, again every StatusRetryMin doubling up to StatusRetryMax, and at
 // once in every new session. A task that ended is forgotten once its last
-// update is acknowledged.
+// update is acknowledged. The simulator keeps no checkpoint: only the agent
+// ids survive a restart (WorkDir).
 //
 // # Cost
 //
-// An agent has one goroutine, blocked on its command stream. Heartbeats and
-// re-sends are driven by one fleet-wide ticker; sends of new updates run on a
-// short-lived goroutine per agent while it has something to send; a task
-// with LabelDuration has a runtime timer. Agents share cleartext HTTP/2
-// transports, AgentsPerTransport agents each, so a few connections carry
-// thousands of streams (Go's HTTP/2 client adds one goroutine of its own per
-// open stream). Measured on a 2-core machine against a trivial fake
-// coordinator: 10,000 agents register within 5 s and then hold about
-// 420 MiB RSS and under a tenth of a core with a 5 s heartbeat interval.
+// An agent has one goroutine, blocked on its command stream. Heartbeats run
+// on a per-agent timer (no goroutine between them; at most
+// MaxConcurrentHeartbeats in flight fleet-wide); re-sends are driven by one
+// fleet-wide ticker; a sender goroutine exists only while an agent has
+// updates to send; a task with LabelDuration has a runtime timer. Agents
+// share cleartext HTTP/2 transports, AgentsPerTransport agents each, so a
+// few connections carry thousands of streams (Go's HTTP/2 client adds one
+// goroutine of its own per open stream). Measured on a 2-core machine
+// against a trivial fake coordinator: 10,000 agents register within 5 s and
+// then hold about 420 MiB RSS and under a tenth of a core with a 5 s
+// heartbeat interval.
 //
 // # Errors
 //

@@ -6,13 +6,14 @@ import (
 	"net"
 	"net/http"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"golang.org/x/sync/errgroup"
+	"golang.org/x/sync/semaphore"
 
+	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/resources"
@@ -33,13 +34,11 @@ type Fleet struct {
 	resourcesProto  []*slacklinev1.Resource
 	revocableProto  []*slacklinev1.Resource
 	attributesProto []*slacklinev1.Attribute
+	// heartbeatSlots caps the heartbeats in flight across the fleet.
+	heartbeatSlots *semaphore.Weighted
 
 	registered atomic.Int64
 	ran        atomic.Bool
-	// flushes tracks the agents' short-lived status-sending goroutines. They
-	// start only while an agent has a session, so none starts once every
-	// agent's run loop has returned.
-	flushes sync.WaitGroup
 }
 
 // NewFleet validates cfg, fills in defaults, loads persisted agent ids from
@@ -54,6 +53,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		cfg:             cfg,
 		resourcesProto:  cfg.Resources.Proto("", resources.Regular),
 		attributesProto: attributesProto(cfg.Attributes),
+		heartbeatSlots:  semaphore.NewWeighted(int64(cfg.MaxConcurrentHeartbeats)),
 	}
 	if !cfg.Revocable.IsEmpty() {
 		f.revocableProto = cfg.Revocable.Proto("", resources.Revocable)
@@ -142,44 +142,30 @@ func (f *Fleet) Run(ctx context.Context) error {
 	}
 	err := agents.Wait()
 	stopTicker()
-	err = errors.Join(err, ticker.Wait())
-	f.flushes.Wait()
-	return err
+	return errors.Join(err, ticker.Wait())
 }
 
-// tick is the fleet's one ticker: each tick it sends the heartbeats that are
-// due (at most MaxConcurrentHeartbeats at a time) and starts re-sending
-// status updates whose retry time has come.
+// tick is the fleet's one ticker: each tick, every registered agent's task
+// machine re-sends the status updates whose retry time has come.
+// (Heartbeats run on each session's own timer.)
 func (f *Fleet) tick(ctx context.Context) {
 	ticker := time.NewTicker(f.cfg.TickInterval)
 	defer ticker.Stop()
-	inflight := make(chan struct{}, f.cfg.MaxConcurrentHeartbeats)
-	var heartbeats sync.WaitGroup
-	defer heartbeats.Wait()
 	for {
-		var now time.Time
 		select {
 		case <-ctx.Done():
 			return
-		case now = <-ticker.C:
-		}
-		for _, a := range f.agents {
-			s := a.tick(now)
-			if s == nil {
-				continue
+		case now := <-ticker.C:
+			for _, a := range f.agents {
+				a.tick(now)
 			}
-			select {
-			case inflight <- struct{}{}:
-			case <-ctx.Done():
-				a.heartbeatDone(s, ctx.Err())
-				return
-			}
-			heartbeats.Go(func() {
-				defer func() { <-inflight }()
-				a.heartbeat(s)
-			})
 		}
 	}
+}
+
+// newMachine returns an empty task machine with the fleet's retry policy.
+func (f *Fleet) newMachine() *tasks.Machine {
+	return tasks.New(tasks.Config{RetryMin: f.cfg.StatusRetryMin, RetryMax: f.cfg.StatusRetryMax})
 }
 
 // Agents returns the fleet's agents, in index order.

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -21,6 +20,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/agenttest"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
 )
@@ -163,50 +163,23 @@ func (f *fakeCoordinator) statuses(taskID string) []*slacklinev1.TaskStatus {
 	return out
 }
 
+// requests returns every UpdateStatus request received for the task.
+func (f *fakeCoordinator) requests(taskID string) []*slacklinev1.UpdateStatusRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []*slacklinev1.UpdateStatusRequest
+	for _, u := range f.updates {
+		if u.GetStatus().GetTaskId() == taskID {
+			out = append(out, u)
+		}
+	}
+	return out
+}
+
 func (f *fakeCoordinator) registrations() []*slacklinev1.RegisterRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return slices.Clone(f.registers)
-}
-
-// pipeNetwork is an in-memory network (net.Pipe) so that everything blocks
-// durably inside a synctest bubble; it is the fake coordinator's listener.
-type pipeNetwork struct {
-	conns chan net.Conn
-	done  chan struct{}
-	once  sync.Once
-}
-
-func newPipeNetwork() *pipeNetwork {
-	return &pipeNetwork{conns: make(chan net.Conn), done: make(chan struct{})}
-}
-
-func (p *pipeNetwork) Accept() (net.Conn, error) {
-	select {
-	case c := <-p.conns:
-		return c, nil
-	case <-p.done:
-		return nil, net.ErrClosed
-	}
-}
-
-func (p *pipeNetwork) Close() error {
-	p.once.Do(func() { close(p.done) })
-	return nil
-}
-
-func (p *pipeNetwork) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050} }
-
-func (p *pipeNetwork) DialContext(ctx context.Context, _, _ string) (net.Conn, error) {
-	server, client := net.Pipe()
-	select {
-	case p.conns <- server:
-		return client, nil
-	case <-ctx.Done():
-		return nil, ctx.Err()
-	case <-p.done:
-		return nil, net.ErrClosed
-	}
 }
 
 // recorder keeps the fleet's events.
@@ -235,14 +208,13 @@ func (r *recorder) kinds(kind sim.EventKind) []sim.Event {
 
 // harness runs a fleet against a fake coordinator inside a synctest bubble.
 type harness struct {
-	fake      *fakeCoordinator
-	fleet     *sim.Fleet
-	events    *recorder
-	cancel    context.CancelFunc
-	done      chan error
-	server    *http.Server
-	transport *http.Transport
-	network   *pipeNetwork
+	fake        *fakeCoordinator
+	fleet       *sim.Fleet
+	events      *recorder
+	cancel      context.CancelFunc
+	done        chan error
+	stopServing func()
+	client      *http.Client
 }
 
 var testResources = resources.MustParse("cpus:8;mem:16384;ports:[31000-32000]")
@@ -253,21 +225,17 @@ var testResources = resources.MustParse("cpus:8;mem:16384;ports:[31000-32000]")
 // defer stop.
 func start(t *testing.T, cfg sim.Config, setup ...func(*fakeCoordinator)) *harness {
 	t.Helper()
-	h := &harness{fake: newFakeCoordinator(), events: &recorder{}, done: make(chan error, 1), network: newPipeNetwork()}
+	h := &harness{fake: newFakeCoordinator(), events: &recorder{}, done: make(chan error, 1)}
 	for _, f := range setup {
 		f(h.fake)
 	}
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewAgentServiceHandler(h.fake))
-	h.server = &http.Server{Handler: mux, Protocols: new(http.Protocols)}
-	h.server.Protocols.SetHTTP1(true)
-	h.server.Protocols.SetUnencryptedHTTP2(true)
-	go h.server.Serve(h.network)
-
-	h.transport = &http.Transport{DialContext: h.network.DialContext, Protocols: new(http.Protocols)}
-	h.transport.Protocols.SetUnencryptedHTTP2(true)
+	network := agenttest.NewNetwork()
+	h.stopServing = network.Serve(mux)
+	h.client = network.Client()
 	cfg.Coordinator = "http://coordinator.test"
-	cfg.HTTPClient = &http.Client{Transport: h.transport}
+	cfg.HTTPClient = h.client
 	cfg.OnEvent = h.events.record
 	if cfg.Resources.IsEmpty() {
 		cfg.Resources = testResources
@@ -293,9 +261,8 @@ func (h *harness) stop(t *testing.T) {
 	if err := <-h.done; err != nil {
 		t.Errorf("Run: %v", err)
 	}
-	h.server.Close()
-	h.transport.CloseIdleConnections()
-	h.network.Close()
+	h.stopServing()
+	h.client.CloseIdleConnections()
 }
 
 // agentID returns the id of the fleet's only (or first) agent.
@@ -457,6 +424,7 @@ func TestTaskLifecycle(t *testing.T) {
 			labels:      map[string]string{sim.LabelDuration: "2s", sim.LabelExitCode: "3"},
 			wait:        2 * time.Second,
 			want:        []slacklinev1.TaskState{running, failed},
+			wantReason:  slacklinev1.Reason_REASON_COMMAND_EXECUTOR_FAILED, // as the real agent reports it
 			wantMessage: "exited with code 3",
 		},
 		{
@@ -491,9 +459,12 @@ func TestTaskLifecycle(t *testing.T) {
 				if diff := cmp.Diff(test.want, states(got)); diff != "" {
 					t.Fatalf("states (-want +got):\n%s", diff)
 				}
-				for _, s := range got {
-					if s.GetAgentId() != agentID || s.GetFrameworkId() != "fw-1" || s.GetSource() != slacklinev1.TaskSource_TASK_SOURCE_AGENT || s.GetUuid() == "" || s.GetTimestamp() == nil {
-						t.Errorf("status %v: want agent id, framework id, source agent, uuid and timestamp", s)
+				for _, req := range h.fake.requests("t1") {
+					// The agent id travels in the request; the coordinator
+					// copies it into the status.
+					s := req.GetStatus()
+					if req.GetAgentId() != agentID || s.GetFrameworkId() != "fw-1" || s.GetSource() != slacklinev1.TaskSource_TASK_SOURCE_AGENT || s.GetUuid() == "" || s.GetTimestamp() == nil {
+						t.Errorf("update %v: want agent id, framework id, source agent, uuid and timestamp", req)
 					}
 				}
 				last := got[len(got)-1]

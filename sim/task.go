@@ -1,17 +1,11 @@
 package sim
 
 import (
-	"context"
 	"fmt"
-	"github.com/slackline/slackline/internal/ids"
-	"github.com/slackline/slackline/internal/taskstate"
-	"slices"
 	"strconv"
 	"time"
 
-	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
-
+	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
@@ -26,26 +20,17 @@ type Task struct {
 	Unacknowledged int
 }
 
-type taskKey struct{ frameworkID, taskID string }
-
-// task is a simulated task. A terminal task is forgotten once its last
-// update is acknowledged.
-type task struct {
-	key       taskKey
-	info      *slacklinev1.TaskInfo
-	framework *slacklinev1.FrameworkInfo
-	state     slacklinev1.TaskState
-	timer     *time.Timer // ends a task with a sim.duration label
-	// updates are the unacknowledged status updates, oldest first. Only the
-	// first is sent; the next one goes when it is acknowledged.
-	updates []*pendingUpdate
-}
-
-type pendingUpdate struct {
-	status   *slacklinev1.TaskStatus // immutable once created
-	sentIn   *session                // the session it was last sent in
-	retry    time.Duration           // the current re-send interval
-	nextSend time.Time               // when to re-send it in sentIn
+// Tasks returns the tasks the agent knows (live ones, and ended ones whose
+// last update is not acknowledged yet), ordered by framework and task id.
+func (a *Agent) Tasks() []Task {
+	a.mu.Lock()
+	views := a.machine.Tasks()
+	a.mu.Unlock()
+	out := make([]Task, len(views))
+	for i, v := range views {
+		out[i] = Task{FrameworkID: v.Key.FrameworkID, TaskID: v.Key.TaskID, State: v.State, Unacknowledged: v.Unacknowledged}
+	}
+	return out
 }
 
 // script is how a task behaves, from its labels.
@@ -78,253 +63,87 @@ func parseScript(labels map[string]string) (script, error) {
 	return sc, nil
 }
 
-// Tasks returns the tasks the agent knows (live ones, and ended ones whose
-// last update is not acknowledged yet), ordered by framework and task id.
-func (a *Agent) Tasks() []Task {
-	a.mu.Lock()
-	defer a.mu.Unlock()
-	out := make([]Task, 0, len(a.tasks))
-	for _, t := range a.sortedTasksLocked() {
-		out = append(out, Task{FrameworkID: t.key.frameworkID, TaskID: t.key.taskID, State: t.state, Unacknowledged: len(t.updates)})
-	}
-	return out
-}
-
-// agentTasksLocked returns the tasks to report when registering, with their
-// latest state.
-func (a *Agent) agentTasksLocked() []*slacklinev1.AgentTask {
-	if len(a.tasks) == 0 {
-		return nil
-	}
-	out := make([]*slacklinev1.AgentTask, 0, len(a.tasks))
-	for _, t := range a.sortedTasksLocked() {
-		out = append(out, &slacklinev1.AgentTask{FrameworkId: t.key.frameworkID, Task: t.info, State: t.state, Framework: t.framework})
-	}
-	return out
-}
-
-// runTask starts a task: RUNNING at once, or FAILED when its labels say so.
-func (a *Agent) runTask(cmd *slacklinev1.RunTaskCommand) {
-	info := cmd.GetTask()
-	key := taskKey{cmd.GetFramework().GetId(), info.GetTaskId()}
-	if key.frameworkID == "" || key.taskID == "" {
-		a.log.Warn("ignoring run_task without a framework id or task id")
-		return
-	}
-	now := time.Now()
-	a.mu.Lock()
-	if _, known := a.tasks[key]; known {
-		a.mu.Unlock()
-		a.log.Warn("ignoring run_task for a task the agent already has", "framework_id", key.frameworkID, "task_id", key.taskID)
-		return
-	}
-	t := &task{key: key, info: info, framework: cmd.GetFramework(), state: slacklinev1.TaskState_TASK_STATE_STAGING}
-	a.tasks[key] = t
-	events := []Event{{Kind: EventTaskLaunched, Time: now, AgentIndex: a.index, AgentID: a.id, FrameworkID: key.frameworkID, TaskID: key.taskID}}
-	sc, err := parseScript(info.GetLabels())
-	switch {
-	case err != nil:
-		events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_FAILED, slacklinev1.Reason_REASON_TASK_INVALID, err.Error()))
-	case sc.failLaunch:
-		events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_FAILED, slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "simulated launch failure"))
-	default:
-		events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED, ""))
-		if sc.hasDuration {
-			t.timer = time.AfterFunc(sc.duration, func() { a.finishTask(t, sc.exitCode) })
-		}
-	}
-	a.mu.Unlock()
-	a.fleet.emit(events...)
-}
-
-// finishTask ends a task whose sim.duration elapsed.
-func (a *Agent) finishTask(t *task, exitCode int) {
-	a.mu.Lock()
-	if a.tasks[t.key] != t || taskstate.IsTerminal(t.state) {
-		a.mu.Unlock()
-		return
-	}
-	t.timer = nil
-	state := slacklinev1.TaskState_TASK_STATE_FINISHED
-	if exitCode != 0 {
-		state = slacklinev1.TaskState_TASK_STATE_FAILED
-	}
-	event := a.updateLocked(t, state, slacklinev1.Reason_REASON_UNSPECIFIED, fmt.Sprintf("exited with code %d", exitCode))
-	a.mu.Unlock()
-	a.fleet.emit(event)
-}
-
-// killTask ends a task KILLED, or in the command's terminal state_override.
-// A task the agent does not know is reported TASK_STATE_DROPPED so that the
-// coordinator's view converges; killing an ended task does nothing.
-func (a *Agent) killTask(cmd *slacklinev1.KillTaskCommand) {
-	key := taskKey{cmd.GetFrameworkId(), cmd.GetTaskId()}
-	state := slacklinev1.TaskState_TASK_STATE_KILLED
-	if override := cmd.GetStateOverride(); taskstate.IsTerminal(override) {
-		state = override
-	}
-	a.mu.Lock()
+// performLocked is the simulator's executor: it performs the machine's
+// effects, feeding the outcomes of pretend containers back as events until
+// nothing is left, and returns the events to emit once a.mu is released.
+// killMessage is the message of the updates of tasks killed in this batch.
+//
+// The simulator keeps no checkpoint (only its ids, in WorkDir): a
+// Checkpoint write matters here only as the birth of a status update.
+// Containers are pretend: a start runs at once (or fails, as the task's
+// labels say), a kill ends the task at once, a sim.duration timer ends it
+// later.
+func (a *Agent) performLocked(eff tasks.Effects, now time.Time, killMessage string) []Event {
 	var events []Event
-	switch t := a.tasks[key]; {
-	case t == nil:
-		t = &task{key: key, info: &slacklinev1.TaskInfo{TaskId: key.taskID}, state: slacklinev1.TaskState_TASK_STATE_UNKNOWN}
-		a.tasks[key] = t
-		events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_TASK_UNKNOWN, "task unknown to the agent"))
-	case taskstate.IsTerminal(t.state):
-	default:
-		events = append(events, a.updateLocked(t, state, slacklinev1.Reason_REASON_UNSPECIFIED, "killed"))
-	}
-	a.mu.Unlock()
-	a.fleet.emit(events...)
-}
-
-// shutdownFramework kills every live task of the framework.
-func (a *Agent) shutdownFramework(frameworkID string) {
-	a.mu.Lock()
-	var events []Event
-	for _, t := range a.sortedTasksLocked() {
-		if t.key.frameworkID == frameworkID && !taskstate.IsTerminal(t.state) {
-			events = append(events, a.updateLocked(t, slacklinev1.TaskState_TASK_STATE_KILLED, slacklinev1.Reason_REASON_UNSPECIFIED, "framework shut down"))
-		}
-	}
-	a.mu.Unlock()
-	a.fleet.emit(events...)
-}
-
-// acknowledge drops the acknowledged update; the task's next update, if
-// any, is sent at once, and an ended task with nothing left is forgotten.
-func (a *Agent) acknowledge(cmd *slacklinev1.AcknowledgeCommand) {
-	key := taskKey{cmd.GetFrameworkId(), cmd.GetTaskId()}
-	a.mu.Lock()
-	found := false
-	if t := a.tasks[key]; t != nil {
-		i := slices.IndexFunc(t.updates, func(u *pendingUpdate) bool { return u.status.GetUuid() == cmd.GetUuid() })
-		if i >= 0 {
-			found = true
-			t.updates = slices.Delete(t.updates, i, i+1)
-			if i == 0 && len(t.updates) > 0 {
-				a.kickLocked()
+	for !eff.IsZero() {
+		var next tasks.Effects
+		for _, w := range eff.Checkpoint {
+			if u := w.Update; u != nil {
+				events = append(events, Event{
+					Kind: EventStatusUpdate, Time: now, AgentIndex: a.index, AgentID: a.id,
+					FrameworkID: u.FrameworkID, TaskID: u.Status.GetTaskId(), State: u.Status.GetState(),
+					UUID: u.Status.GetUuid(), Message: u.Status.GetMessage(),
+				})
 			}
 		}
-		if len(t.updates) == 0 && taskstate.IsTerminal(t.state) {
-			delete(a.tasks, key)
+		for _, start := range eff.Start {
+			next.Append(a.startLocked(start, now))
 		}
+		for _, id := range eff.Kill {
+			a.stopTimerLocked(id)
+			exited, _ := a.machine.Step(tasks.Exited{ContainerID: id, Exit: tasks.Exit{ExitCode: -1, Killed: true, Message: killMessage}, Now: now})
+			next.Append(exited)
+		}
+		for _, id := range eff.Destroy {
+			a.stopTimerLocked(id)
+		}
+		for _, u := range eff.Send {
+			a.session.Send(u.FrameworkID, u.Status)
+		}
+		eff = next
 	}
-	id := a.id
-	a.mu.Unlock()
-	if !found {
-		a.log.Debug("acknowledgement for an unknown update", "framework_id", key.frameworkID, "task_id", key.taskID, "uuid", cmd.GetUuid())
-		return
-	}
-	a.fleet.emit(Event{Kind: EventAcknowledged, Time: time.Now(), AgentIndex: a.index, AgentID: id, FrameworkID: key.frameworkID, TaskID: key.taskID, UUID: cmd.GetUuid()})
+	return events
 }
 
-// updateLocked records a new status update for t and returns its event for
-// the caller to emit once it has released the lock.
-func (a *Agent) updateLocked(t *task, state slacklinev1.TaskState, reason slacklinev1.Reason, message string) Event {
-	now := time.Now()
-	status := &slacklinev1.TaskStatus{
-		TaskId:      t.key.taskID,
-		AgentId:     a.id,
-		State:       state,
-		Reason:      reason,
-		Source:      slacklinev1.TaskSource_TASK_SOURCE_AGENT,
-		Message:     message,
-		Uuid:        ids.New(),
-		Timestamp:   timestamppb.New(now),
-		FrameworkId: t.key.frameworkID,
-	}
-	t.state = state
-	if taskstate.IsTerminal(state) && t.timer != nil {
-		t.timer.Stop()
-		t.timer = nil
-	}
-	t.updates = append(t.updates, &pendingUpdate{status: status})
-	if len(t.updates) == 1 {
-		a.kickLocked()
-	}
-	return Event{
-		Kind: EventStatusUpdate, Time: now, AgentIndex: a.index, AgentID: a.id,
-		FrameworkID: t.key.frameworkID, TaskID: t.key.taskID, State: state, UUID: status.Uuid, Message: message,
-	}
-}
-
-// kickLocked starts a flush unless one is running (it will see the new
-// work) or there is no session to send in.
-func (a *Agent) kickLocked() {
-	if a.flushing || a.sess == nil || a.stopped {
-		return
-	}
-	a.flushing = true
-	a.fleet.flushes.Go(a.flush)
-}
-
-// resendDueLocked reports whether some task's first update is due in s.
-func (a *Agent) resendDueLocked(s *session, now time.Time) bool {
-	for _, t := range a.tasks {
-		if len(t.updates) > 0 {
-			if u := t.updates[0]; u.sentIn != s || !now.Before(u.nextSend) {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// flush sends every task's first unacknowledged update that is due: never
-// sent in the current session, or its re-send time has come. It loops until
-// nothing is due, so work added meanwhile is not lost.
-func (a *Agent) flush() {
-	cfg := &a.fleet.cfg
-	for {
-		a.mu.Lock()
-		s := a.sess
-		var batch []*slacklinev1.UpdateStatusRequest
-		if s != nil && !a.stopped {
-			now := time.Now()
-			for _, t := range a.sortedTasksLocked() {
-				if len(t.updates) == 0 {
-					continue
-				}
-				u := t.updates[0]
-				if u.sentIn == s && now.Before(u.nextSend) {
-					continue
-				}
-				if u.sentIn != s {
-					u.retry = cfg.StatusRetryMin
-				} else {
-					u.retry = min(2*u.retry, cfg.StatusRetryMax)
-				}
-				u.sentIn, u.nextSend = s, now.Add(u.retry)
-				batch = append(batch, &slacklinev1.UpdateStatusRequest{AgentId: s.agentID, SessionId: s.id, FrameworkId: t.key.frameworkID, Status: u.status})
-			}
-		}
-		if len(batch) == 0 {
-			a.flushing = false
-			a.mu.Unlock()
-			return
-		}
-		a.mu.Unlock()
-		for _, req := range batch {
-			if err := a.sendStatus(s, req); err != nil && s.ctx.Err() != nil {
-				break // the session is over; the next one re-sends
-			}
-		}
-	}
-}
-
-// sendStatus sends one update in s. An error that invalidates the session
+// startLocked starts a pretend container: RUNNING at once, FAILED when
+// the labels say so or are invalid; a sim.duration arms the timer that
 // ends it.
-func (a *Agent) sendStatus(s *session, req *slacklinev1.UpdateStatusRequest) error {
-	ctx, cancel := context.WithTimeout(s.ctx, a.fleet.cfg.RPCTimeout)
-	defer cancel()
-	_, err := a.client.UpdateStatus(ctx, connect.NewRequest(req))
-	switch {
-	case err == nil:
-	case isSessionError(err):
-		a.dropSession(s, fmt.Errorf("update status: %w", err))
-	case s.ctx.Err() == nil:
-		a.log.Debug("cannot send status update; will retry", "task_id", req.GetStatus().GetTaskId(), "error", err)
+func (a *Agent) startLocked(start tasks.Start, now time.Time) tasks.Effects {
+	id := start.ContainerID
+	var ev tasks.Event
+	switch sc, err := parseScript(start.Task.GetLabels()); {
+	case err != nil:
+		ev = tasks.LaunchFailed{ContainerID: id, Reason: slacklinev1.Reason_REASON_TASK_INVALID, Message: err.Error(), Now: now}
+	case sc.failLaunch:
+		ev = tasks.LaunchFailed{ContainerID: id, Reason: slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, Message: "simulated launch failure", Now: now}
+	default:
+		ev = tasks.Launched{ContainerID: id, Now: now}
+		if sc.hasDuration {
+			a.timers[id] = time.AfterFunc(sc.duration, func() { a.exit(id, sc.exitCode) })
+		}
 	}
-	return err
+	eff, _ := a.machine.Step(ev)
+	return eff
+}
+
+// exit ends a pretend container whose sim.duration elapsed.
+func (a *Agent) exit(containerID string, exitCode int) {
+	now := time.Now()
+	a.mu.Lock()
+	if _, running := a.timers[containerID]; !running {
+		a.mu.Unlock() // killed meanwhile, or the agent was reset
+		return
+	}
+	delete(a.timers, containerID)
+	eff, _ := a.machine.Step(tasks.Exited{ContainerID: containerID, Exit: tasks.Exit{ExitCode: exitCode, Message: fmt.Sprintf("exited with code %d", exitCode)}, Now: now})
+	events := a.performLocked(eff, now, "")
+	a.mu.Unlock()
+	a.fleet.emit(events...)
+}
+
+func (a *Agent) stopTimerLocked(containerID string) {
+	if t := a.timers[containerID]; t != nil {
+		t.Stop()
+		delete(a.timers, containerID)
+	}
 }
