@@ -335,7 +335,6 @@ func (h sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentCommand
 	return nil
 }
 
-func (h sessionHandler) Closed(_, _ string, cause error) {
-	h.a.log.Warn("coordinator session ended; registering again", "err", cause)
-	h.a.tasks.step(tasks.SessionLost{})
+func (h sessionHandler) Closed(string, string, error) {
+	h.a.tasks.step(tasks.SessionLost{}) // the session logs why it ended
 }
