@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -123,7 +124,7 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 
 // streamSession returns the session whose commands a Connect stream
 // delivers: the agent's current one, or one that a shutdown ended before its
-// stream opened (the shutdown is delivered now).
+// stream opened (the shutdown is delivered now). It takes c.mu.
 func (c *Coordinator) streamSession(agentID, sessionID string) (*agentSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -205,14 +206,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 		}
 	}
 	pending := fw.pending[st.GetTaskId()]
-	duplicate := false
-	for _, p := range pending {
-		if p.GetUuid() == st.GetUuid() {
-			duplicate = true
-			break
-		}
-	}
-	if !duplicate {
+	if !slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
 		fw.pending[st.GetTaskId()] = append(pending, st)
 	}
 	fw.send(updateEvent(fw, st))
@@ -261,10 +255,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 // for frameworks that are not partition-aware). Caller holds c.mu.
 func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-	if a.session != nil {
-		a.session.end()
-		a.session = nil
-	}
+	a.endSession()
 	if a.inAllocator {
 		c.alloc.DeactivateAgent(a.id)
 		// Its estimate is stale: the agent sends a fresh one once back.
@@ -274,7 +265,7 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	for _, o := range a.offers {
 		c.rescindOffer(o, now)
 	}
-	c.rescindInverseOffers(a, now)
+	c.rescindInverseOffers(a)
 	told := map[*framework]bool{}
 	for key, t := range a.tasks {
 		fw := c.frameworks[key.frameworkID]

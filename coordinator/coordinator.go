@@ -15,6 +15,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -80,23 +81,17 @@ func (c *Config) setDefaults() {
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}
-	if c.EventQueueSize <= 0 {
-		c.EventQueueSize = 16384
-	}
-	if c.AgentQueueSize <= 0 {
-		c.AgentQueueSize = 1024
-	}
-	if c.CompletedTasksPerFramework <= 0 {
-		c.CompletedTasksPerFramework = 1000
-	}
+	setDefault(&c.EventQueueSize, 16384)
+	setDefault(&c.AgentQueueSize, 1024)
+	setDefault(&c.CompletedTasksPerFramework, 1000)
 	if c.Now == nil {
 		c.Now = time.Now
 	}
 }
 
-func setDefault(d *time.Duration, v time.Duration) {
-	if *d <= 0 {
-		*d = v
+func setDefault[T int | time.Duration](field *T, value T) {
+	if *field <= 0 {
+		*field = value
 	}
 }
 
@@ -109,11 +104,12 @@ type Coordinator struct {
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
-	// persistMu orders registry writes about frameworks with the in-memory
-	// decisions they record: taken before mu, held across store.Apply.
+	// persistMu orders the changes to framework records, the maintenance
+	// state, weights and quota; mu guards all in-memory state. See the
+	// package documentation for the discipline.
 	persistMu sync.Mutex
+	mu        sync.Mutex
 
-	mu         sync.Mutex
 	alloc      *allocator.Allocator
 	agents     map[string]*agent
 	frameworks map[string]*framework
@@ -167,7 +163,7 @@ func New(cfg Config) (*Coordinator, error) {
 		maint:          maintenance.New(),
 		inverseOffers:  map[string]*inverseOffer{},
 		drainingAgents: map[string]struct{}{},
-		instanceID:     newID()[:8],
+		instanceID:     ids.New()[:8],
 		startedAt:      cfg.Now(),
 	}
 	if err := c.recover(context.Background()); err != nil {
@@ -201,7 +197,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 }
 
 // shutdownStreams ends every subscription and agent session so that
-// handlers return promptly when the coordinator stops.
+// handlers return promptly when the coordinator stops. It takes c.mu.
 func (c *Coordinator) shutdownStreams() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -264,7 +260,7 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 }
 
 // allocateOnce runs one allocation pass over the dirty agents (or all) and
-// sends the resulting offers.
+// sends the resulting offers. It takes c.mu.
 func (c *Coordinator) allocateOnce() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -374,7 +370,8 @@ func (c *Coordinator) timerPeriod() time.Duration {
 }
 
 // checkTimeouts marks silent agents unreachable, tears down frameworks past
-// their failover timeout and rescinds timed-out offers.
+// their failover timeout and rescinds timed-out offers. It takes persistMu
+// and c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
@@ -411,9 +408,7 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 		}
 	}
 	c.mu.Unlock()
-	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
-		c.log.Error("persist registry", "err", err)
-	}
+	c.record(ctx, writes...)
 }
 
 // release gives resources back to the allocator's regular or revocable

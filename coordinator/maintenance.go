@@ -100,7 +100,8 @@ type transition func(*maintenance.State) (*maintenance.State, []maintenance.Mach
 // throughout, and every change to the maintenance state (transitions,
 // inverse-offer answers, a framework's removal) holds it, so the state the
 // transition was computed from is still the current one when it is
-// installed. It returns the RPC error to answer with.
+// installed. It takes persistMu and c.mu and returns the RPC error to
+// answer with.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
@@ -176,7 +177,7 @@ func (c *Coordinator) installMaintenance(next *maintenance.State, reason string,
 		for _, o := range a.offers {
 			c.rescindOffer(o, now)
 		}
-		c.rescindInverseOffers(a, now)
+		c.rescindInverseOffers(a)
 		clear(a.inverseRefuse)
 		switch ch.action {
 		case actionShutdown:
@@ -221,7 +222,7 @@ func (c *Coordinator) retireAgent(a *agent, state slacklinev1.TaskState, reason 
 	for _, o := range a.offers {
 		c.rescindOffer(o, now)
 	}
-	c.rescindInverseOffers(a, now)
+	c.rescindInverseOffers(a)
 	for key, t := range a.tasks {
 		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
 	}
@@ -307,7 +308,7 @@ func (c *Coordinator) removeInverseOffer(io *inverseOffer) {
 
 // rescindInverseOffers withdraws the outstanding inverse offers for an
 // agent and tells their frameworks. Caller holds c.mu.
-func (c *Coordinator) rescindInverseOffers(a *agent, _ time.Time) {
+func (c *Coordinator) rescindInverseOffers(a *agent) {
 	for _, io := range a.inverse {
 		c.removeInverseOffer(io)
 		if fw := c.frameworks[io.frameworkID]; fw != nil {
@@ -331,7 +332,7 @@ func (c *Coordinator) dropFrameworkInverseOffers(fw *framework) {
 // call is refused and changes nothing. The answer is kept for
 // GetMaintenanceStatus; the framework gets the next inverse offer for the
 // agent after the filter's refuse_seconds (default 5 s) if it still uses it.
-// It takes persistMu because answers are part of the maintenance state.
+// It takes persistMu (answers are part of the maintenance state) and c.mu.
 func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
@@ -560,6 +561,7 @@ func (c *Coordinator) clusterStatus() *slacklinev1.ClusterStatus {
 
 // autoDown takes DOWN, without an operator, the draining machines whose
 // window has started and whose users all accepted (Config.AutoDownAfterAccept).
+// It takes c.mu, then changeMaintenance its locks.
 func (c *Coordinator) autoDown(ctx context.Context) {
 	c.mu.Lock()
 	now := c.cfg.Now()

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -79,7 +80,7 @@ func (c *Coordinator) tasksProto(frameworkID, agentID string) []*slacklinev1.Tas
 		if frameworkID != "" && fw.id() != frameworkID {
 			continue
 		}
-		for _, list := range [][]*task{mapValues(fw.tasks), fw.completed} {
+		for _, list := range [][]*task{slices.Collect(maps.Values(fw.tasks)), fw.completed} {
 			for _, t := range list {
 				if agentID == "" || t.agentID == agentID {
 					out = append(out, t.proto())
@@ -90,14 +91,6 @@ func (c *Coordinator) tasksProto(frameworkID, agentID string) []*slacklinev1.Tas
 	slices.SortFunc(out, func(x, y *slacklinev1.Task) int {
 		return strings.Compare(x.GetFrameworkId()+"/"+x.GetTaskId(), y.GetFrameworkId()+"/"+y.GetTaskId())
 	})
-	return out
-}
-
-func mapValues[K comparable, V any](m map[K]V) []V {
-	out := make([]V, 0, len(m))
-	for _, v := range m {
-		out = append(out, v)
-	}
 	return out
 }
 
@@ -173,8 +166,10 @@ func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request
 		}
 		writes = append(writes, store.Put(store.BucketWeights, w.GetRole(), []byte(strconv.FormatFloat(w.GetWeight(), 'g', -1, 64))))
 	}
-	if err := c.store.Apply(ctx, writes...); err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist weights: %w", err))
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	if err := c.persist(ctx, "weights", writes...); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	for _, w := range req.Msg.GetWeights() {
@@ -211,8 +206,10 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 			writes = append(writes, store.Put(store.BucketQuotas, cfg.GetRole(), mustMarshal(&slacklinev1.QuotaConfig{Role: cfg.GetRole(), Limits: regular.Proto("", resources.Regular)})))
 		}
 	}
-	if err := c.store.Apply(ctx, writes...); err != nil {
-		return nil, connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist quota: %w", err))
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	if err := c.persist(ctx, "quota", writes...); err != nil {
+		return nil, err
 	}
 	c.mu.Lock()
 	for i, cfg := range req.Msg.GetConfigs() {

@@ -11,6 +11,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
 )
@@ -150,7 +151,7 @@ func planRegistration(agents map[string]*agent, maint *maintenance.State, reg re
 // registrations do not wait behind each other's writes.
 func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, err error) {
 	if reg.info.GetId() == "" {
-		reg.info.Id = newID()
+		reg.info.Id = ids.New()
 	}
 	now := c.cfg.Now()
 	c.mu.Lock()
@@ -189,16 +190,19 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 		return nil, downMachineError(am.machine)
 	}
 	if old := c.agents[plan.retire]; old != nil && old.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-		c.retireRebootedAgent(old, reg.info.GetId(), now)
+		// Its tasks are gone (LOST for frameworks that are not
+		// partition-aware) at once rather than after the agent timeout.
+		c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", reg.info.GetId(), "tasks", len(old.tasks))
+		old.endSession()
+		c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED,
+			fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), reg.info.GetId()), now)
 	}
 	a := c.agents[reg.info.GetId()]
 	if a == nil {
 		a = newAgent(reg.info.GetId(), plan.registeredAt)
 		c.agents[a.id] = a
 	}
-	if a.session != nil {
-		a.session.end()
-	}
+	a.endSession()
 	previous := a.state
 	// Offers made from the old total may no longer fit; offers and inverse
 	// offers made under another window carry the wrong unavailability.
@@ -208,7 +212,7 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 		}
 	}
 	if !a.maint.same(am) {
-		c.rescindInverseOffers(a, now)
+		c.rescindInverseOffers(a)
 	}
 	a.info, a.total = reg.info, reg.total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
@@ -300,18 +304,4 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 	c.frameworks[info.GetId()] = fw
 	c.addFramework(info, false)
 	return fw
-}
-
-// retireRebootedAgent ends the agent a host had before it rebooted: its
-// offers are rescinded, its tasks are gone (LOST for frameworks that are not
-// partition-aware) and it becomes GONE, at once rather than after the agent
-// timeout. Caller holds c.mu.
-func (c *Coordinator) retireRebootedAgent(old *agent, newID string, now time.Time) {
-	msg := fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), newID)
-	c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", newID, "tasks", len(old.tasks))
-	if old.session != nil {
-		old.session.end()
-		old.session = nil
-	}
-	c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now)
 }

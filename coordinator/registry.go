@@ -136,6 +136,16 @@ func (c *Coordinator) record(ctx context.Context, writes ...store.Mutation) {
 	}
 }
 
+// mustMarshal encodes a registry record. Marshalling a valid message we
+// built cannot fail; a failure is a programming error.
+func mustMarshal(m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		panic("marshal registry record: " + err.Error())
+	}
+	return b
+}
+
 // agentRecord returns the registry write of an agent's record.
 func agentRecord(id string, info *slacklinev1.AgentInfo, state slacklinev1.AgentState, registeredAt time.Time) store.Mutation {
 	rec := &slacklinev1.AgentRecord{Info: info, State: state, RegisteredTime: timestamppb.New(registeredAt)}

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"slices"
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/protocol"
@@ -123,7 +125,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 	a := c.agents[pool.agentID]
 	var used, usedRevocable resources.Resources
 	for _, at := range accepted {
-		info := cloneTaskInfo(at.info)
+		info := proto.CloneOf(at.info)
 		info.AgentId = pool.agentID
 		info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
 		t := &task{
@@ -235,6 +237,7 @@ func checkRoles(fw *framework, roles []string) ([]string, error) {
 
 // setSuppressed suppresses (or revives) the given roles of the calling
 // framework, all of them when roles is empty. Revive also clears filters.
+// It takes c.mu.
 func (c *Coordinator) setSuppressed(header http.Header, frameworkID string, roles []string, suppress bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -309,18 +312,12 @@ func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[
 		return nil, invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
 	}
 	pending := fw.pending[msg.GetTaskId()]
-	found := -1
-	for i, st := range pending {
-		if st.GetUuid() == msg.GetUuid() {
-			found = i
-			break
-		}
-	}
+	found := slices.IndexFunc(pending, func(st *slacklinev1.TaskStatus) bool { return st.GetUuid() == msg.GetUuid() })
 	if found < 0 {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", msg.GetUuid(), msg.GetTaskId()))
 	}
 	st := pending[found]
-	pending = append(pending[:found], pending[found+1:]...)
+	pending = slices.Delete(pending, found, found+1)
 	if len(pending) == 0 {
 		delete(fw.pending, msg.GetTaskId())
 	} else {

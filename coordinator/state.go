@@ -8,6 +8,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -62,7 +63,7 @@ type agentSession struct {
 }
 
 func newAgentSession(queue int) *agentSession {
-	return &agentSession{id: newID(), commands: make(chan *slacklinev1.AgentCommand, queue), done: make(chan struct{})}
+	return &agentSession{id: ids.New(), commands: make(chan *slacklinev1.AgentCommand, queue), done: make(chan struct{})}
 }
 
 func (s *agentSession) end() { s.once.Do(func() { close(s.done) }) }
@@ -85,6 +86,13 @@ func (a *agent) send(cmd *slacklinev1.AgentCommand) {
 	select {
 	case a.session.commands <- cmd:
 	default:
+		a.endSession()
+	}
+}
+
+// endSession ends the agent's current session, if any.
+func (a *agent) endSession() {
+	if a.session != nil {
 		a.session.end()
 		a.session = nil
 	}
@@ -150,7 +158,7 @@ type subscription struct {
 }
 
 func newSubscription(queue int) *subscription {
-	return &subscription{streamID: newID(), events: make(chan *slacklinev1.Event, queue), done: make(chan struct{})}
+	return &subscription{streamID: ids.New(), events: make(chan *slacklinev1.Event, queue), done: make(chan struct{})}
 }
 
 func (s *subscription) send(ev *slacklinev1.Event) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/internal/protocol"
 )
 
@@ -62,7 +63,7 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 		return nil, nil, err
 	}
 	if info.GetId() == "" {
-		info.Id = newID()
+		info.Id = ids.New()
 	}
 	rec := &slacklinev1.FrameworkRecord{Info: info, RegisteredTime: timestamppb.New(registeredAt)}
 	if err := c.persist(ctx, "framework", putFramework(rec)); err != nil {
@@ -175,6 +176,7 @@ func sendQueued[T any](queue <-chan T, send func(T) error) error {
 // subscriptionEnded handles the end of a Subscribe stream: if it is still
 // the framework's current subscription the framework becomes DISCONNECTED
 // and its failover timeout starts (an immediate teardown when it is zero).
+// It takes persistMu and c.mu.
 func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()

@@ -4,7 +4,10 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
+
+	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -74,7 +77,7 @@ func normalizeFrameworkInfo(info *slacklinev1.FrameworkInfo) (*slacklinev1.Frame
 	if info == nil {
 		return nil, invalidf("framework_info is required")
 	}
-	out := cloneFrameworkInfo(info)
+	out := proto.CloneOf(info)
 	if out.GetName() == "" {
 		return nil, invalidf("framework_info.name is empty")
 	}
@@ -115,12 +118,7 @@ func normalizeFrameworkInfo(info *slacklinev1.FrameworkInfo) (*slacklinev1.Frame
 }
 
 func hasCapability(info *slacklinev1.FrameworkInfo, c slacklinev1.FrameworkCapability) bool {
-	for _, have := range info.GetCapabilities() {
-		if have == c {
-			return true
-		}
-	}
-	return false
+	return slices.Contains(info.GetCapabilities(), c)
 }
 
 // refuseSeconds returns the filter duration in seconds: unset means 5 s.
