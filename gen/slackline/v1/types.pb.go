@@ -680,8 +680,13 @@ type FrameworkInfo struct {
 	// would leave fewer; the coordinator never takes a machine down by itself
 	// (see --auto-down-after-accept) when it would. 0 declares nothing.
 	MinAvailableTasks uint32 `protobuf:"varint,8,opt,name=min_available_tasks,json=minAvailableTasks,proto3" json:"min_available_tasks,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// user is the Unix user the framework's tasks run as when their TaskInfo
+	// names none. Empty means the agent's --task-user (default "nobody").
+	// Running as a user needs the coordinator's run_tasks permission for it;
+	// agents refuse root (uid 0) unless started with --allow-root-tasks.
+	User          string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *FrameworkInfo) Reset() {
@@ -768,6 +773,13 @@ func (x *FrameworkInfo) GetMinAvailableTasks() uint32 {
 		return x.MinAvailableTasks
 	}
 	return 0
+}
+
+func (x *FrameworkInfo) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 // Offer is a bundle of resources on one agent offered to one framework.
@@ -1023,13 +1035,20 @@ func (x *CommandInfo) GetEnvironment() map[string]string {
 
 // TaskInfo describes a task to launch.
 type TaskInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Name          string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
-	AgentId       string                 `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	Resources     []*Resource            `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
-	Command       *CommandInfo           `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
-	Labels        map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	TaskId    string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Name      string                 `protobuf:"bytes,2,opt,name=name,proto3" json:"name,omitempty"`
+	AgentId   string                 `protobuf:"bytes,3,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	Resources []*Resource            `protobuf:"bytes,4,rep,name=resources,proto3" json:"resources,omitempty"`
+	Command   *CommandInfo           `protobuf:"bytes,5,opt,name=command,proto3" json:"command,omitempty"`
+	Labels    map[string]string      `protobuf:"bytes,6,rep,name=labels,proto3" json:"labels,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// user is the Unix user the task runs as (uid, primary group and
+	// supplementary groups from the agent's user database). Empty means the
+	// framework's FrameworkInfo.user, else the agent's --task-user (default
+	// "nobody"). An unknown user, or root (uid 0) on an agent without
+	// --allow-root-tasks, fails the launch: TASK_STATE_FAILED with
+	// REASON_TASK_INVALID.
+	User          string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1104,6 +1123,13 @@ func (x *TaskInfo) GetLabels() map[string]string {
 		return x.Labels
 	}
 	return nil
+}
+
+func (x *TaskInfo) GetUser() string {
+	if x != nil {
+		return x.User
+	}
+	return ""
 }
 
 // TaskStatus is a status update. Updates with a uuid come from an agent and
@@ -1396,7 +1422,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\bduration\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\bduration\"7\n" +
 	"\tMachineID\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x0e\n" +
-	"\x02ip\x18\x02 \x01(\tR\x02ip\"\xb4\x02\n" +
+	"\x02ip\x18\x02 \x01(\tR\x02ip\"\xc8\x02\n" +
 	"\rFrameworkInfo\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x14\n" +
@@ -1405,7 +1431,8 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x18failover_timeout_seconds\x18\x05 \x01(\x01R\x16failoverTimeoutSeconds\x12\x1c\n" +
 	"\tprincipal\x18\x06 \x01(\tR\tprincipal\x12\x1a\n" +
 	"\bhostname\x18\a \x01(\tR\bhostname\x12.\n" +
-	"\x13min_available_tasks\x18\b \x01(\rR\x11minAvailableTasks\"\xa6\x02\n" +
+	"\x13min_available_tasks\x18\b \x01(\rR\x11minAvailableTasks\x12\x12\n" +
+	"\x04user\x18\t \x01(\tR\x04user\"\xa6\x02\n" +
 	"\x05Offer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x19\n" +
@@ -1430,14 +1457,15 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\venvironment\x18\x04 \x03(\v2*.slackline.v1.CommandInfo.EnvironmentEntryR\venvironment\x1a>\n" +
 	"\x10EnvironmentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xb4\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x124\n" +
 	"\tresources\x18\x04 \x03(\v2\x16.slackline.v1.ResourceR\tresources\x123\n" +
 	"\acommand\x18\x05 \x01(\v2\x19.slackline.v1.CommandInfoR\acommand\x12:\n" +
-	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x1a9\n" +
+	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x12\x12\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x02\n" +
