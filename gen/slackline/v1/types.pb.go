@@ -1048,7 +1048,14 @@ type TaskInfo struct {
 	// "nobody"). An unknown user, or root (uid 0) on an agent without
 	// --allow-root-tasks, fails the launch: TASK_STATE_FAILED with
 	// REASON_TASK_INVALID.
-	User          string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	User string `protobuf:"bytes,7,opt,name=user,proto3" json:"user,omitempty"`
+	// launch_proof is set by the coordinator when it sends the task to its
+	// agent (whatever a framework put there is replaced): a MAC, under a key
+	// only the coordinator holds, of the agent's hostname, the framework's id
+	// and principal, the task's id and its resources. An agent reports it
+	// back when it re-registers, so that a coordinator that restarted can tell
+	// the tasks it launched from tasks an agent invents.
+	LaunchProof   []byte `protobuf:"bytes,8,opt,name=launch_proof,json=launchProof,proto3" json:"launch_proof,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1130,6 +1137,13 @@ func (x *TaskInfo) GetUser() string {
 		return x.User
 	}
 	return ""
+}
+
+func (x *TaskInfo) GetLaunchProof() []byte {
+	if x != nil {
+		return x.LaunchProof
+	}
+	return nil
 }
 
 // TaskStatus is a status update. Updates with a uuid come from an agent and
@@ -1457,7 +1471,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\venvironment\x18\x04 \x03(\v2*.slackline.v1.CommandInfo.EnvironmentEntryR\venvironment\x1a>\n" +
 	"\x10EnvironmentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xc8\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -1465,7 +1479,8 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\tresources\x18\x04 \x03(\v2\x16.slackline.v1.ResourceR\tresources\x123\n" +
 	"\acommand\x18\x05 \x01(\v2\x19.slackline.v1.CommandInfoR\acommand\x12:\n" +
 	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x12\x12\n" +
-	"\x04user\x18\a \x01(\tR\x04user\x1a9\n" +
+	"\x04user\x18\a \x01(\tR\x04user\x12!\n" +
+	"\flaunch_proof\x18\b \x01(\fR\vlaunchProof\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x02\n" +
