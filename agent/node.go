@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -38,7 +39,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, server.HandlerOptions()...))
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}),
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		featuresCollector{a.cfg.Features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction)
 	if a.cfg.Monitor != nil {
