@@ -93,33 +93,19 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 		return stream.Send(&slacklinev1.ConnectResponse{Command: cmd})
 	}
 	ping := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}
-	ticker := time.NewTicker(agentPingInterval)
-	defer ticker.Stop()
 	// A first message flushes the response headers, so the agent's client
 	// knows at once that the stream is open.
 	if err := send(ping); err != nil {
 		return err
 	}
-	for {
-		select {
-		case cmd := <-sess.commands:
-			if err := send(cmd); err != nil {
-				return err
-			}
-		case <-ticker.C:
-			if err := send(ping); err != nil {
-				return err
-			}
-		case <-sess.done:
-			if sess.deliver {
-				// The last commands (a shutdown) go out before the end.
-				return sendQueued(sess.commands, send)
-			}
-			return connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again"))
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	if err := sess.serve(ctx, ping, agentPingInterval, send); err != nil {
+		return err
 	}
+	if !sess.flush {
+		return connect.NewError(connect.CodeFailedPrecondition, errSessionEnded)
+	}
+	// The last commands (a shutdown) go out before the end.
+	return sess.sendQueued(send)
 }
 
 // streamSession returns the session whose commands a Connect stream

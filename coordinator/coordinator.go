@@ -209,7 +209,7 @@ func (c *Coordinator) shutdownStreams() {
 	}
 	for _, a := range c.agents {
 		if a.session != nil {
-			a.session.end()
+			a.session.end(errSessionEnded)
 		}
 	}
 }

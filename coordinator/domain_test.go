@@ -137,7 +137,7 @@ func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) (string, *sub
 	if err != nil {
 		d.t.Fatalf("subscribe: %v", err)
 	}
-	<-sub.events
+	<-sub.queue
 	return fw.id(), sub
 }
 
@@ -161,7 +161,7 @@ func events(sub *subscription) []*slacklinev1.Event {
 	var out []*slacklinev1.Event
 	for {
 		select {
-		case ev := <-sub.events:
+		case ev := <-sub.queue:
 			out = append(out, ev)
 		default:
 			return out
@@ -174,7 +174,7 @@ func commands(a *agent) []*slacklinev1.AgentCommand {
 	var out []*slacklinev1.AgentCommand
 	for a.session != nil {
 		select {
-		case cmd := <-a.session.commands:
+		case cmd := <-a.session.queue:
 			out = append(out, cmd)
 		default:
 			return out

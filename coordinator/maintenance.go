@@ -95,6 +95,12 @@ func maintenanceError(err error) error {
 // it changes, computed from the current state without modifying it.
 type transition func(*maintenance.State) (*maintenance.State, []maintenance.Machine, error)
 
+// transitionWith binds a transition method of maintenance.State to its
+// argument.
+func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.State, []maintenance.Machine, error), arg A) transition {
+	return func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) { return method(st, arg) }
+}
+
 // changeMaintenance runs a maintenance transition: computed once from the
 // current state, its record persisted, then installed. persistMu is held
 // throughout, and every change to the maintenance state (transitions,
@@ -386,17 +392,13 @@ func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string
 }
 
 func (s schedulerService) AcceptInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.AcceptInverseOffersRequest]) (*connect.Response[slacklinev1.AcceptInverseOffersResponse], error) {
-	if err := s.c.answerInverseOffers(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusAccept); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.AcceptInverseOffersResponse{}), nil
+	return respond[slacklinev1.AcceptInverseOffersResponse](s.c.answerInverseOffers(
+		req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusAccept))
 }
 
 func (s schedulerService) DeclineInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.DeclineInverseOffersRequest]) (*connect.Response[slacklinev1.DeclineInverseOffersResponse], error) {
-	if err := s.c.answerInverseOffers(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusDecline); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.DeclineInverseOffersResponse{}), nil
+	return respond[slacklinev1.DeclineInverseOffersResponse](s.c.answerInverseOffers(
+		req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusDecline))
 }
 
 func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {
@@ -406,39 +408,26 @@ func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.
 }
 
 func (s operatorService) UpdateMaintenanceSchedule(ctx context.Context, req *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
-	err := s.c.changeMaintenance(ctx, "schedule updated", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.UpdateSchedule(req.Msg.GetSchedule())
-	})
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.UpdateMaintenanceScheduleResponse{}), nil
+	return respond[slacklinev1.UpdateMaintenanceScheduleResponse](s.c.changeMaintenance(ctx, "schedule updated",
+		transitionWith((*maintenance.State).UpdateSchedule, req.Msg.GetSchedule())))
 }
 
 func (s operatorService) StartMaintenance(ctx context.Context, req *connect.Request[slacklinev1.StartMaintenanceRequest]) (*connect.Response[slacklinev1.StartMaintenanceResponse], error) {
-	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
-		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
-	}
-	err := s.c.changeMaintenance(ctx, "StartMaintenance", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.StartMaintenance(req.Msg.GetMachines())
-	})
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.StartMaintenanceResponse{}), nil
+	return respond[slacklinev1.StartMaintenanceResponse](s.c.changeMachines(ctx, "StartMaintenance", req.Msg.GetMachines(), (*maintenance.State).StartMaintenance))
 }
 
 func (s operatorService) StopMaintenance(ctx context.Context, req *connect.Request[slacklinev1.StopMaintenanceRequest]) (*connect.Response[slacklinev1.StopMaintenanceResponse], error) {
-	if len(req.Msg.GetMachines()) > maxMachinesPerCall {
-		return nil, invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(req.Msg.GetMachines()), maxMachinesPerCall))
+	return respond[slacklinev1.StopMaintenanceResponse](s.c.changeMachines(ctx, "StopMaintenance", req.Msg.GetMachines(), (*maintenance.State).StopMaintenance))
+}
+
+// changeMachines runs StartMaintenance or StopMaintenance on at most
+// maxMachinesPerCall machines.
+func (c *Coordinator) changeMachines(ctx context.Context, reason string, ids []*slacklinev1.MachineID,
+	tr func(*maintenance.State, []*slacklinev1.MachineID) (*maintenance.State, []maintenance.Machine, error)) error {
+	if len(ids) > maxMachinesPerCall {
+		return invalidArgument(fmt.Errorf("%d machines, at most %d allowed", len(ids), maxMachinesPerCall))
 	}
-	err := s.c.changeMaintenance(ctx, "StopMaintenance", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.StopMaintenance(req.Msg.GetMachines())
-	})
-	if err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.StopMaintenanceResponse{}), nil
+	return c.changeMaintenance(ctx, reason, transitionWith(tr, ids))
 }
 
 func (s operatorService) GetMaintenanceStatus(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceStatusRequest]) (*connect.Response[slacklinev1.GetMaintenanceStatusResponse], error) {
@@ -577,9 +566,7 @@ func (c *Coordinator) autoDown(ctx context.Context) {
 	if len(ready) == 0 {
 		return
 	}
-	err := c.changeMaintenance(ctx, "every framework accepted and the window started", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.StartMaintenance(ready)
-	})
+	err := c.changeMaintenance(ctx, "every framework accepted and the window started", transitionWith((*maintenance.State).StartMaintenance, ready))
 	if err != nil {
 		// A concurrent operator call may have changed the schedule: the next
 		// tick decides again.

@@ -98,21 +98,15 @@ func (d *domain) maintenanceRecord() *maintenance.State {
 }
 
 func (d *domain) updateSchedule(windows ...*slacklinev1.Window) error {
-	return d.c.changeMaintenance(context.Background(), "test", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.UpdateSchedule(scheduleOf(windows...))
-	})
+	return d.c.changeMaintenance(context.Background(), "test", transitionWith((*maintenance.State).UpdateSchedule, scheduleOf(windows...)))
 }
 
 func (d *domain) startMaintenance(hosts ...string) error {
-	return d.c.changeMaintenance(context.Background(), "test", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.StartMaintenance(machines(hosts...))
-	})
+	return d.c.changeMachines(context.Background(), "test", machines(hosts...), (*maintenance.State).StartMaintenance)
 }
 
 func (d *domain) stopMaintenance(hosts ...string) error {
-	return d.c.changeMaintenance(context.Background(), "test", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
-		return st.StopMaintenance(machines(hosts...))
-	})
+	return d.c.changeMachines(context.Background(), "test", machines(hosts...), (*maintenance.State).StopMaintenance)
 }
 
 func (d *domain) mode(host string) slacklinev1.MachineMode {
@@ -172,7 +166,7 @@ func TestChangeMaintenance(t *testing.T) {
 			if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR {
 				t.Fatalf("updates %v, want t1 GONE_BY_OPERATOR", got)
 			}
-			if cmd := <-session.commands; cmd.GetShutdownAgent() == nil {
+			if cmd := <-session.queue; cmd.GetShutdownAgent() == nil {
 				t.Fatalf("command %v, want a shutdown", cmd)
 			}
 			if a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || a.closing != session {

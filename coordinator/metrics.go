@@ -75,38 +75,33 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	c := s.c
 	c.mu.Lock()
 	agents := map[slacklinev1.AgentState]int{}
-	tasks := map[slacklinev1.TaskState]int{}
+	modes := map[slacklinev1.MachineMode]int{}
+	var estimate, allocated, offered resources.Resources
 	for _, a := range c.agents {
 		agents[a.state]++
+		if !a.maint.scheduled && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			modes[slacklinev1.MachineMode_MACHINE_MODE_UP]++
+		}
+		_, held := c.alloc.AgentRevocable(a.id)
+		estimate, allocated = estimate.Add(a.revocable), allocated.Add(held)
+	}
+	for _, m := range c.maint.Machines() {
+		modes[c.maint.Mode(m)]++
 	}
 	frameworks := map[slacklinev1.FrameworkState]int{}
+	tasks := map[slacklinev1.TaskState]int{}
 	for _, fw := range c.frameworks {
 		frameworks[fw.state]++
 		for _, t := range fw.tasks {
 			tasks[t.state]++
 		}
 	}
-	offers := len(c.offers)
-	inverse := len(c.inverseOffers)
-	var estimate, allocated, offered resources.Resources
-	for _, a := range c.agents {
-		_, held := c.alloc.AgentRevocable(a.id)
-		estimate, allocated = estimate.Add(a.revocable), allocated.Add(held)
-	}
 	for _, o := range c.offers {
 		if o.revocable {
 			offered = offered.Add(o.resources)
 		}
 	}
-	modes := map[slacklinev1.MachineMode]int{}
-	for _, m := range c.maint.Machines() {
-		modes[c.maint.Mode(m)]++
-	}
-	for _, a := range c.agents {
-		if !a.maint.scheduled && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-			modes[slacklinev1.MachineMode_MACHINE_MODE_UP]++
-		}
-	}
+	offers, inverse := len(c.offers), len(c.inverseOffers)
 	c.mu.Unlock()
 	for _, mode := range []slacklinev1.MachineMode{slacklinev1.MachineMode_MACHINE_MODE_UP, slacklinev1.MachineMode_MACHINE_MODE_DRAINING, slacklinev1.MachineMode_MACHINE_MODE_DOWN} {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(modes[mode]), enumLabel(mode.String(), "MACHINE_MODE_"))

@@ -53,13 +53,22 @@ func (c *Coordinator) authorize(header http.Header, frameworkID string) (*framew
 	if streamID == "" {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("missing %s header: subscribe first and send the stream id with every call", protocol.StreamIDHeader))
 	}
-	if fw.sub == nil || fw.sub.streamID != streamID {
+	if fw.sub == nil || fw.sub.id != streamID {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s %q is not the current subscription of framework %q", protocol.StreamIDHeader, streamID, frameworkID))
 	}
 	return fw, nil
 }
 
 func invalidArgument(err error) error { return connect.NewError(connect.CodeInvalidArgument, err) }
+
+// respond encodes the outcome of a domain operation whose response is
+// empty.
+func respond[T any](err error) (*connect.Response[T], error) {
+	if err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(new(T)), nil
+}
 
 func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slacklinev1.AcceptRequest]) (*connect.Response[slacklinev1.AcceptResponse], error) {
 	c := s.c
@@ -265,17 +274,11 @@ func (c *Coordinator) setSuppressed(header http.Header, frameworkID string, role
 }
 
 func (s schedulerService) Revive(ctx context.Context, req *connect.Request[slacklinev1.ReviveRequest]) (*connect.Response[slacklinev1.ReviveResponse], error) {
-	if err := s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), false); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.ReviveResponse{}), nil
+	return respond[slacklinev1.ReviveResponse](s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), false))
 }
 
 func (s schedulerService) Suppress(ctx context.Context, req *connect.Request[slacklinev1.SuppressRequest]) (*connect.Response[slacklinev1.SuppressResponse], error) {
-	if err := s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), true); err != nil {
-		return nil, err
-	}
-	return connect.NewResponse(&slacklinev1.SuppressResponse{}), nil
+	return respond[slacklinev1.SuppressResponse](s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), true))
 }
 
 func (s schedulerService) Kill(ctx context.Context, req *connect.Request[slacklinev1.KillRequest]) (*connect.Response[slacklinev1.KillResponse], error) {

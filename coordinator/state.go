@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -50,32 +51,82 @@ func newAgent(id string, registeredAt time.Time) *agent {
 
 type taskKey struct{ frameworkID, taskID string }
 
+// outbox is the bounded queue of one live stream (an agent's session, a
+// framework's subscription) and its end. Handlers queue without blocking,
+// under c.mu; the stream's goroutine sends what it takes from the queue.
+type outbox[T any] struct {
+	id    string
+	queue chan T
+	done  chan struct{}
+	once  sync.Once
+	// reason, set before done is closed, says why the outbox ended; flush
+	// asks its stream to send what is still queued before it ends.
+	reason error
+	flush  bool
+}
+
+func newOutbox[T any](size int) *outbox[T] {
+	return &outbox[T]{id: ids.New(), queue: make(chan T, size), done: make(chan struct{})}
+}
+
+// send queues v. A full queue ends the outbox (errSlowSubscriber) and send
+// returns false: the peer reconnects and is reconciled.
+func (o *outbox[T]) send(v T) bool {
+	select {
+	case o.queue <- v:
+		return true
+	default:
+		o.end(errSlowSubscriber)
+		return false
+	}
+}
+
+func (o *outbox[T]) end(reason error) { o.once.Do(func() { o.reason = reason; close(o.done) }) }
+
+// endAfterDelivery ends the outbox once its stream has sent what is queued.
+func (o *outbox[T]) endAfterDelivery() { o.once.Do(func() { o.flush = true; close(o.done) }) }
+
+// serve sends what the queue receives, and keepalive every period, until
+// the outbox ends (nil) or ctx does (its error). It runs in the stream's
+// goroutine.
+func (o *outbox[T]) serve(ctx context.Context, keepalive T, period time.Duration, send func(T) error) error {
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		var err error
+		select {
+		case v := <-o.queue:
+			err = send(v)
+		case <-ticker.C:
+			err = send(keepalive)
+		case <-o.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// sendQueued sends what the queue holds, without waiting for more.
+func (o *outbox[T]) sendQueued(send func(T) error) error {
+	for {
+		select {
+		case v := <-o.queue:
+			if err := send(v); err != nil {
+				return err
+			}
+		default:
+			return nil
+		}
+	}
+}
+
 // agentSession is one registration of an agent: commands queue here until
 // the agent's Connect stream takes them.
-type agentSession struct {
-	id       string
-	commands chan *slacklinev1.AgentCommand
-	done     chan struct{}
-	once     sync.Once
-	// deliver, set before done is closed, asks the Connect stream to send
-	// the commands still queued before it ends (a ShutdownAgentCommand).
-	deliver bool
-}
-
-func newAgentSession(queue int) *agentSession {
-	return &agentSession{id: ids.New(), commands: make(chan *slacklinev1.AgentCommand, queue), done: make(chan struct{})}
-}
-
-func (s *agentSession) end() { s.once.Do(func() { close(s.done) }) }
-
-// endAfterDelivery ends the session once its stream has sent what is
-// queued. Caller holds c.mu.
-func (s *agentSession) endAfterDelivery() {
-	s.once.Do(func() {
-		s.deliver = true
-		close(s.done)
-	})
-}
+type agentSession = outbox[*slacklinev1.AgentCommand]
 
 // send queues a command; a full queue ends the session (the agent
 // re-registers and is reconciled). Caller holds c.mu.
@@ -83,17 +134,15 @@ func (a *agent) send(cmd *slacklinev1.AgentCommand) {
 	if a.session == nil {
 		return
 	}
-	select {
-	case a.session.commands <- cmd:
-	default:
-		a.endSession()
+	if !a.session.send(cmd) {
+		a.session = nil
 	}
 }
 
 // endSession ends the agent's current session, if any.
 func (a *agent) endSession() {
 	if a.session != nil {
-		a.session.end()
+		a.session.end(errSessionEnded)
 		a.session = nil
 	}
 }
@@ -146,34 +195,11 @@ func (fw *framework) send(ev *slacklinev1.Event) {
 
 // subscription is one live Subscribe stream.
 type subscription struct {
-	streamID string
-	events   chan *slacklinev1.Event
+	*outbox[*slacklinev1.Event]
 	// replay holds the updates unacknowledged when the subscription began.
 	// The stream sends them after Subscribed, not through the bounded
 	// queue, so that any number of them fits. Set before the stream starts.
 	replay []*slacklinev1.Event
-	done   chan struct{}
-	once   sync.Once
-	reason error
-}
-
-func newSubscription(queue int) *subscription {
-	return &subscription{streamID: ids.New(), events: make(chan *slacklinev1.Event, queue), done: make(chan struct{})}
-}
-
-func (s *subscription) send(ev *slacklinev1.Event) {
-	select {
-	case s.events <- ev:
-	default:
-		s.end(errSlowSubscriber)
-	}
-}
-
-func (s *subscription) end(reason error) {
-	s.once.Do(func() {
-		s.reason = reason
-		close(s.done)
-	})
 }
 
 // task is the coordinator's record of a task.

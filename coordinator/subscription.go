@@ -18,6 +18,7 @@ import (
 var (
 	errSlowSubscriber = errors.New("event queue overflowed: the subscriber reads too slowly")
 	errFailedOver     = errors.New("framework failed over to a newer subscription")
+	errSessionEnded   = errors.New("session ended; register again")
 )
 
 // errTornDown ends a subscription for good.
@@ -100,10 +101,10 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 		c.alloc.ActivateFramework(info.GetId())
 	}
 	fw.info, fw.state = info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
-	sub := newSubscription(c.cfg.EventQueueSize)
+	sub := &subscription{outbox: newOutbox[*slacklinev1.Event](c.cfg.EventQueueSize)}
 	fw.sub = sub
 	sub.send(&slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
-		FrameworkId: info.GetId(), StreamId: sub.streamID,
+		FrameworkId: info.GetId(), StreamId: sub.id,
 		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
 	}}})
 	for _, updates := range fw.pending {
@@ -119,58 +120,26 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 // streamEvents sends a subscription's events until it ends: Subscribed, the
 // replayed updates, then the queue and heartbeats.
 func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerStream[slacklinev1.SubscribeResponse], sub *subscription) error {
-	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.streamID)
-	heartbeat := time.NewTicker(c.cfg.FrameworkHeartbeatInterval)
-	defer heartbeat.Stop()
-	send := func(ev *slacklinev1.Event) error {
-		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
-	}
+	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.id)
+	send := func(ev *slacklinev1.Event) error { return stream.Send(&slacklinev1.SubscribeResponse{Event: ev}) }
 	// The Subscribed event is the first in the queue.
-	if err := send(<-sub.events); err != nil {
-		return err
-	}
-	for _, ev := range sub.replay {
+	for _, ev := range append([]*slacklinev1.Event{<-sub.queue}, sub.replay...) {
 		if err := send(ev); err != nil {
 			return err
 		}
 	}
-	for {
-		select {
-		case ev := <-sub.events:
-			if err := send(ev); err != nil {
-				return err
-			}
-		case <-heartbeat.C:
-			if err := send(&slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}); err != nil {
-				return err
-			}
-		case <-sub.done:
-			// Deliver what was queued before the end (the error event included).
-			if err := sendQueued(sub.events, send); err != nil {
-				return err
-			}
-			if errors.Is(sub.reason, errSlowSubscriber) {
-				return connect.NewError(connect.CodeResourceExhausted, sub.reason)
-			}
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
+	heartbeat := &slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}
+	if err := sub.serve(ctx, heartbeat, c.cfg.FrameworkHeartbeatInterval, send); err != nil {
+		return err
 	}
-}
-
-// sendQueued sends what a queue holds, without waiting for more.
-func sendQueued[T any](queue <-chan T, send func(T) error) error {
-	for {
-		select {
-		case v := <-queue:
-			if err := send(v); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
+	// Deliver what was queued before the end (the error event included).
+	if err := sub.sendQueued(send); err != nil {
+		return err
 	}
+	if errors.Is(sub.reason, errSlowSubscriber) {
+		return connect.NewError(connect.CodeResourceExhausted, sub.reason)
+	}
+	return nil
 }
 
 // subscriptionEnded handles the end of a Subscribe stream: if it is still

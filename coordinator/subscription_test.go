@@ -106,8 +106,8 @@ func TestSubscribe(t *testing.T) {
 			if fw.id() == "" || fw.state != connected || fw.sub != sub {
 				t.Fatalf("framework %+v", fw)
 			}
-			ev := (<-sub.events).GetSubscribed()
-			if ev.GetFrameworkId() != fw.id() || ev.GetStreamId() != sub.streamID {
+			ev := (<-sub.queue).GetSubscribed()
+			if ev.GetFrameworkId() != fw.id() || ev.GetStreamId() != sub.id {
 				t.Fatalf("first event %v", ev)
 			}
 			if rec := d.frameworkRecord(fw.id()); rec == nil || rec.GetCompleted() || rec.GetInfo().GetName() != "fw" {
@@ -136,8 +136,8 @@ func TestSubscribe(t *testing.T) {
 			if !errors.Is(old.reason, errFailedOver) || countEvents(events(old), func(ev *slacklinev1.Event) bool { return ev.GetError() != nil }) != 1 {
 				t.Fatalf("old subscription ended with %v, want an error event and errFailedOver", old.reason)
 			}
-			if sub.streamID == old.streamID || fw.state != connected || len(fw.offers) != 0 || len(d.c.offers) != 0 {
-				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.streamID, old.streamID, fw.state, len(fw.offers))
+			if sub.id == old.id || fw.state != connected || len(fw.offers) != 0 || len(d.c.offers) != 0 {
+				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, len(fw.offers))
 			}
 			if !fw.registeredAt.Equal(testNow) {
 				t.Fatalf("registeredAt %v changed", fw.registeredAt)
