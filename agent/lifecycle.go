@@ -1,6 +1,7 @@
 package agent
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -182,10 +183,17 @@ func (l *lifecycle) start(s tasks.Start) {
 		ContainerID: s.ContainerID, FrameworkID: s.Key.FrameworkID, TaskID: s.Key.TaskID,
 		Revocable: s.Revocable, Resources: s.Resources, Command: s.Task.GetCommand(),
 		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
+		// The task's user, else its framework's, else the containerizer's default.
+		User: cmp.Or(s.Task.GetUser(), s.Framework.GetUser()),
 	})
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
-		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Message: "launch: " + err.Error(), Now: l.now()})
+		// A user this agent refuses is the task's fault, not the node's.
+		reason := slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED
+		if errors.Is(err, containerizer.ErrTaskUser) {
+			reason = slacklinev1.Reason_REASON_TASK_INVALID
+		}
+		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: "launch: " + err.Error(), Now: l.now()})
 		return
 	}
 	// Where the sandbox is, so logs stay readable after the task ends;

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
@@ -20,6 +21,8 @@ type fakeContainerizer struct {
 	mu         sync.Mutex
 	containers map[string]*containerizer.Container
 	exits      chan containerizer.Exit
+	// refuse, when set, fails the launches it returns an error for.
+	refuse func(containerizer.Spec) error
 }
 
 func newFakeContainerizer() *fakeContainerizer {
@@ -29,6 +32,11 @@ func newFakeContainerizer() *fakeContainerizer {
 func (f *fakeContainerizer) Launch(_ context.Context, spec containerizer.Spec) (*containerizer.Container, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.refuse != nil {
+		if err := f.refuse(spec); err != nil {
+			return nil, err
+		}
+	}
 	c := &containerizer.Container{ID: spec.ContainerID, Spec: spec, CgroupPath: "fake/" + spec.ContainerID, Sandbox: "/sandbox/" + spec.TaskID, Pid: 42}
 	f.containers[c.ID] = c
 	return c, nil
@@ -213,4 +221,59 @@ func TestSlowCheckpointDoesNotStallTheNode(t *testing.T) {
 	}
 	cancel()
 	<-done
+}
+
+// TestLifecycleTaskUser: the container runs as the task's user, else its
+// framework's, else the containerizer's default (empty); a user the
+// containerizer refuses fails the task as invalid, not as a node failure.
+func TestLifecycleTaskUser(t *testing.T) {
+	for _, tt := range []struct {
+		name, taskUser, frameworkUser, wantUser string
+	}{
+		{"task's", "alice", "bob", "alice"},
+		{"framework's", "", "bob", "bob"},
+		{"default", "", "", ""},
+		{"refused", "root", "", "root"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), time.Second)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer store.Close()
+			sends := make(chan sent, 16)
+			cz := newFakeContainerizer()
+			var launched []string
+			cz.refuse = func(spec containerizer.Spec) error {
+				launched = append(launched, spec.User)
+				if spec.User == "root" {
+					return fmt.Errorf("%w: user %q is root", containerizer.ErrTaskUser, spec.User)
+				}
+				return nil
+			}
+			l := newTestLifecycle(t, store, cz, sends)
+			ctx, cancel := context.WithCancel(context.Background())
+			done := make(chan error)
+			go func() { done <- l.Run(ctx) }()
+			defer func() { cancel(); <-done }()
+
+			cmd := runTaskCommand("t1")
+			cmd.Task.User, cmd.Framework.User = tt.taskUser, tt.frameworkUser
+			l.step(tasks.SessionOpened{Now: time.Now()})
+			l.step(tasks.Launch{Command: cmd, Now: time.Now()})
+			st := (<-sends).status
+			cz.mu.Lock()
+			defer cz.mu.Unlock()
+			if len(launched) != 1 || launched[0] != tt.wantUser {
+				t.Errorf("launched as %q, want %q", launched, tt.wantUser)
+			}
+			wantState, wantReason := slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED
+			if tt.wantUser == "root" {
+				wantState, wantReason = slacklinev1.TaskState_TASK_STATE_FAILED, slacklinev1.Reason_REASON_TASK_INVALID
+			}
+			if st.GetState() != wantState || st.GetReason() != wantReason {
+				t.Errorf("update %v %v %q, want %v %v", st.GetState(), st.GetReason(), st.GetMessage(), wantState, wantReason)
+			}
+		})
+	}
 }

@@ -54,11 +54,14 @@ type checkpoint struct {
 	Resources   string            `json:"resources"`
 	Command     commandRecord     `json:"command"`
 	Env         map[string]string `json:"env,omitempty"`
-	Layout      cgroups.Layout    `json:"layout"`
-	Cgroup      cgroups.Paths     `json:"cgroup"`
-	Limits      cgroups.Limits    `json:"limits"`
-	Sandbox     string            `json:"sandbox"`
-	BootID      string            `json:"boot_id"`
+	// User is who the task runs as (absent in checkpoints of agents that
+	// ran every task as root).
+	User    *taskUser      `json:"user,omitempty"`
+	Layout  cgroups.Layout `json:"layout"`
+	Cgroup  cgroups.Paths  `json:"cgroup"`
+	Limits  cgroups.Limits `json:"limits"`
+	Sandbox string         `json:"sandbox"`
+	BootID  string         `json:"boot_id"`
 	// OOMBaseline is the cgroup's OOM-kill counter when it was created.
 	OOMBaseline   uint64    `json:"oom_baseline"`
 	Supervisor    *procRef  `json:"supervisor,omitempty"`
@@ -71,7 +74,7 @@ func (cp *checkpoint) spec() Spec {
 	res, _ := resources.Parse(cp.Resources)
 	return Spec{
 		ContainerID: cp.ID, FrameworkID: cp.FrameworkID, TaskID: cp.TaskID, Revocable: cp.Revocable,
-		Resources: res, Env: cp.Env,
+		Resources: res, Env: cp.Env, User: cp.User.name(),
 		Command: &slacklinev1.CommandInfo{
 			Value: cp.Command.Value, Arguments: cp.Command.Arguments, Shell: cp.Command.Shell,
 			Environment: cp.Command.Environment,
@@ -109,6 +112,9 @@ type launchSpec struct {
 	Stdout string        `json:"stdout"`
 	Stderr string        `json:"stderr"`
 	Cgroup cgroups.Paths `json:"cgroup"`
+	// User is who the shim becomes before it execs the task. Required: a
+	// launch.json without it is refused, never run as root.
+	User *taskUser `json:"user"`
 	// SupervisorArgv is the argv prefix that reaches SuperviseMain; the shim
 	// is /proc/self/exe run with SupervisorArgv + ["exec", <state dir>].
 	SupervisorArgv []string `json:"supervisor_argv"`

@@ -68,6 +68,14 @@ type Config struct {
 	// {os.Executable(), "supervise"}). The program must call SuperviseMain
 	// with the arguments that follow the prefix.
 	SupervisorCommand []string
+	// TaskUser is the user a task runs as when its Spec names none
+	// (default DefaultTaskUser, "nobody"). New fails if it is unknown, or
+	// root without AllowRootTasks.
+	TaskUser string
+	// AllowRootTasks lets tasks run as root (uid 0). Without it a launch as
+	// root fails with ErrTaskUser, whatever the coordinator allowed: a
+	// second line of defence behind its authorization.
+	AllowRootTasks bool
 	// Logger receives the containerizer's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -104,6 +112,9 @@ type Spec struct {
 	Command *slacklinev1.CommandInfo
 	// Env is added to the task's environment after Command.Environment.
 	Env map[string]string
+	// User is the Unix user the task runs as, looked up in the host's user
+	// database; empty means Config.TaskUser.
+	User string
 }
 
 // Container is a container the containerizer runs or ran. Values returned
@@ -200,6 +211,12 @@ func New(cfg Config) (*Containerizer, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
+	if cfg.TaskUser == "" {
+		cfg.TaskUser = DefaultTaskUser
+	}
+	if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {
+		return nil, fmt.Errorf("default task user: %w", err)
+	}
 	if len(cfg.SupervisorCommand) == 0 {
 		exe, err := os.Executable()
 		if err != nil {
@@ -213,13 +230,18 @@ func New(cfg Config) (*Containerizer, error) {
 	if err := cgroups.ValidateRoot(cfg.CgroupRoot); err != nil {
 		return nil, err
 	}
-	for _, d := range []*string{&cfg.StateDir, &cfg.SandboxDir} {
-		abs, err := filepath.Abs(*d)
+	// Tasks never read the state (it holds every task's environment); they
+	// traverse the sandboxes' parent to reach their own.
+	for _, d := range []struct {
+		path *string
+		mode os.FileMode
+	}{{&cfg.StateDir, 0o700}, {&cfg.SandboxDir, 0o755}} {
+		abs, err := filepath.Abs(*d.path)
 		if err != nil {
 			return nil, err
 		}
-		*d = abs
-		if err := os.MkdirAll(abs, 0o755); err != nil {
+		*d.path = abs
+		if err := os.MkdirAll(abs, d.mode); err != nil {
 			return nil, fmt.Errorf("create %s: %w", abs, err)
 		}
 	}
@@ -245,6 +267,14 @@ func New(cfg Config) (*Containerizer, error) {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
 	c.log.Info("containerizer: cgroups detected", attrs...)
+	if files := layout.MembershipFilesWritableByOthers(cfg.CgroupRoot); len(files) > 0 {
+		c.log.Warn("containerizer: users other than root can write these cgroup membership files, so tasks could move themselves out of their cgroups; make them root's, mode 0644",
+			"files", files)
+	}
+	if dir := untraversable(cfg.SandboxDir); dir != "" {
+		c.log.Warn("containerizer: tasks not running as root cannot reach their sandboxes by absolute path (HOME, SLACKLINE_SANDBOX); their working directory still works",
+			"dir", dir, "fix", "chmod o+x "+dir)
+	}
 	return c, nil
 }
 

@@ -45,8 +45,8 @@
 //
 // # Files
 //
-//	<SandboxDir>/<id>/                the task's working directory and HOME
-//	<SandboxDir>/<id>/stdout, stderr  the task's output (appended)
+//	<SandboxDir>/<id>/                the task's working directory and HOME (task's user, 0750)
+//	<SandboxDir>/<id>/stdout, stderr  the task's output, appended (task's user, 0640)
 //	<StateDir>/<id>/container.json    the checkpoint (see Checkpoint below)
 //	<StateDir>/<id>/launch.json       argv, environment, cgroup directories for the supervisor
 //	<StateDir>/<id>/status.json       the supervisor's and task's pids, once started
@@ -55,6 +55,9 @@
 //
 // The supervisor's files live in StateDir rather than in the sandbox so a
 // task cannot clobber its own outcome while cleaning its working directory.
+// StateDir and each container's directory in it are root's, mode 0700:
+// launch.json holds the task's environment, which other tasks must not
+// read. SandboxDir is 0755 so tasks can reach their own sandbox.
 // Every JSON file is written atomically (temporary file, fsync, rename,
 // fsync of the directory).
 //
@@ -69,10 +72,10 @@
 // task's cgroups. It starts the shim ("supervise exec <state-dir>", the same
 // binary through /proc/self/exe) in a new process group; the shim writes its
 // own pid to the cgroup.procs file of every cgroup of the container (v2 tree,
-// and on hybrid the v1 cpu and memory hierarchies), then execve's the
-// command with the task's environment. The task's process is therefore in
-// all its cgroups before the user's command runs, and everything it forks
-// inherits them. The shim's exec error, if any, travels back on a
+// and on hybrid the v1 cpu and memory hierarchies), confines itself (see
+// Users and confinement), then execve's the command with the task's
+// environment. The task's process is therefore in all its cgroups before
+// the user's command runs, and everything it forks inherits them. The shim's exec error, if any, travels back on a
 // close-on-exec pipe: end-of-file means the exec succeeded. The supervisor
 // then reports the task's pid and start time to Launch on a pipe (and in
 // status.json), waits for the task, kills whatever the task left in its
@@ -82,9 +85,45 @@
 // after a restart: a pidfd in the runtime poller).
 //
 // The task's environment is PATH (the agent's, or a default), HOME (the
-// sandbox), Command.Environment, Spec.Env, then SLACKLINE_SANDBOX,
+// sandbox), USER and LOGNAME, Command.Environment, Spec.Env, then SLACKLINE_SANDBOX,
 // SLACKLINE_TASK_ID, SLACKLINE_FRAMEWORK_ID and SLACKLINE_CONTAINER_ID;
 // nothing else of the agent's environment is passed on.
+//
+// # Users and confinement
+//
+// A task runs as Spec.User, or Config.TaskUser when that is empty
+// (DefaultTaskUser, "nobody"; the agent passes the task's TaskInfo.user,
+// else its framework's FrameworkInfo.user). The user is looked up by name
+// in the host's user database (os/user: uid, primary gid, supplementary
+// groups) when Launch starts; an unknown user, or root (uid 0) without
+// Config.AllowRootTasks, fails Launch with ErrTaskUser before anything is
+// created. The coordinator decides which principal may run tasks as which
+// user; refusing root here is a second line of defence behind it.
+//
+// Between joining its cgroups and exec'ing the command the shim, still
+// root, on the one thread that execs:
+//
+//   - unshares a cgroup namespace (CLONE_NEWCGROUP, where the kernel has
+//     it), rooted at the cgroups it just joined: the task sees its own
+//     cgroup as "/" and nothing above it;
+//   - sets the user's supplementary groups, gid and uid;
+//   - sets no_new_privs (PR_SET_NO_NEW_PRIVS), so setuid binaries and file
+//     capabilities grant the task nothing more.
+//
+// The shim runs in its own session (setsid), so the task has no
+// controlling terminal and is its own process group. A task that is not
+// root cannot leave its cgroups: every cgroup.procs (and v1 tasks) file
+// the containerizer creates or inherits is root's, mode 0644, in the v2
+// tree and in the v1 hierarchies alike, and moving a process needs write
+// access to the destination's cgroup.procs. Processes a task daemonizes or
+// puts in a new session stay in its cgroups and die with it (see Kill
+// sequence). The supervisor stays root: it opens stdout and stderr (created
+// by Launch, 0640, owned by the task's user; links are not followed) and
+// writes the state files the task cannot reach.
+//
+// Tasks of the same user are not isolated from one another (they may
+// signal each other and read each other's sandboxes): give frameworks
+// their own users where that matters.
 //
 // # Kill sequence
 //
@@ -160,7 +199,8 @@
 // or delegate the cgroup subtree (systemd Delegate=yes)"), and errors
 // wrapping ErrUnsupported for layouts it cannot use (pure v1, a missing
 // controller, controllers not delegated to the root's parent). Launch wraps
-// ErrInvalidSpec (no command, bad id, executable not found), ErrExists, or
+// ErrInvalidSpec (no command, bad id, executable not found), ErrTaskUser
+// (unknown user, root not allowed; New too, for Config.TaskUser), ErrExists, or
 // the supervisor's report (e.g. "exec /x: exec format error"); a failed
 // Launch leaves no cgroup and no checkpoint. Kill, Destroy and Pids wrap
 // ErrNotFound for unknown ids; Destroy wraps ErrRunning before the Exit.

@@ -73,7 +73,7 @@ func testConfig(t *testing.T) Config {
 	if err != nil {
 		t.Fatal(err)
 	}
-	work := t.TempDir()
+	work := traversableTempDir(t)
 	cfg := Config{
 		CgroupRoot:        "slackline-test-" + randomSuffix(),
 		CgroupMountpoint:  realMountpoint,
@@ -85,6 +85,20 @@ func testConfig(t *testing.T) Config {
 	}
 	t.Cleanup(func() { removeRealRoot(t, cfg.CgroupRoot) })
 	return cfg
+}
+
+// traversableTempDir returns a new temporary directory that every user can
+// search (t.TempDir's are root's, 0700, and so is their parent): tasks run
+// as nobody and must reach their sandboxes, and files tests hand them.
+func traversableTempDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
 }
 
 // newTest returns a Containerizer for cfg, closed when the test ends.

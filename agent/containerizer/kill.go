@@ -43,7 +43,7 @@ func (c *Containerizer) Kill(ctx context.Context, id string) error {
 
 	c.log.Info("containerizer: killing", "container", id, "grace", c.cfg.KillGracePeriod)
 	if alive(c.cfg.ProcRoot, task) {
-		// The process group is the task's (the shim ran with Setpgid).
+		// The process group is the task's (the shim ran in its own session).
 		_ = unix.Kill(-task.Pid, unix.SIGTERM)
 		_ = unix.Kill(task.Pid, unix.SIGTERM)
 	}

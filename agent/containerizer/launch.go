@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
@@ -29,8 +31,9 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // Launch starts spec's command in a new container and returns once the
 // task's process has exec'd the command inside all its cgroups.
 //
-// In order: the spec is checked (command present, executable found), the
-// sandbox (<SandboxDir>/<id> with stdout and stderr) is created, the
+// In order: the spec is checked (command present, executable found, user
+// known and allowed), the sandbox (<SandboxDir>/<id> with stdout and
+// stderr, owned by the task's user) is created, the
 // container is checkpointed in StateDir, its cgroups are created with their
 // limits, and a detached supervisor is started; the supervisor starts the
 // task through a shim that joins the cgroups before exec'ing the command,
@@ -38,6 +41,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // supervisor's and the task's pids and start times.
 //
 // Errors: ErrInvalidSpec (no command, bad id, executable not found),
+// ErrTaskUser (unknown user, or root without Config.AllowRootTasks),
 // ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
 // error the cgroups and the checkpoint are removed; the sandbox stays.
 func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, error) {
@@ -51,6 +55,13 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 	}
 	if spec.Command == nil || spec.Command.GetValue() == "" {
 		return nil, fmt.Errorf("%w: no command", ErrInvalidSpec)
+	}
+	if spec.User == "" {
+		spec.User = c.cfg.TaskUser
+	}
+	usr, err := resolveUser(spec.User, c.cfg.AllowRootTasks)
+	if err != nil {
+		return nil, err
 	}
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
 	env := taskEnv(spec, id, sandbox)
@@ -78,14 +89,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		c.mu.Unlock()
 	}
 
-	if err := os.Mkdir(ct.dir, 0o755); err != nil {
+	if err := os.Mkdir(ct.dir, 0o700); err != nil {
 		release()
 		if errors.Is(err, fs.ErrExist) {
 			return nil, fmt.Errorf("%w: %q (state directory %s exists)", ErrExists, id, ct.dir)
 		}
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	cp, err := c.prepare(spec, id, sandbox, ct.dir)
+	cp, err := c.prepare(spec, usr, sandbox, ct.dir)
 	if err != nil {
 		_ = os.RemoveAll(ct.dir)
 		release()
@@ -95,7 +106,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
-		Cgroup: cp.Cgroup, SupervisorArgv: c.cfg.SupervisorCommand,
+		Cgroup: cp.Cgroup, User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
@@ -116,23 +127,17 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		_ = cmd.Wait() // reap; the outcome is in exit.json
 		c.finish(ct)
 	}()
-	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid,
+	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid, "user", usr.Name,
 		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes)
 	return snap, nil
 }
 
 // prepare creates the sandbox, the first checkpoint and the cgroups.
-func (c *Containerizer) prepare(spec Spec, id, sandbox, dir string) (*checkpoint, error) {
-	if err := os.MkdirAll(sandbox, 0o755); err != nil {
+func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (*checkpoint, error) {
+	if err := makeSandbox(sandbox, usr); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
-	for _, name := range []string{"stdout", "stderr"} {
-		f, err := os.OpenFile(filepath.Join(sandbox, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
-		if err != nil {
-			return nil, fmt.Errorf("create sandbox: %w", err)
-		}
-		f.Close()
-	}
+	id := spec.ContainerID
 	class := cgroups.Guaranteed
 	if spec.Revocable {
 		class = cgroups.Revocable
@@ -140,7 +145,7 @@ func (c *Containerizer) prepare(spec Spec, id, sandbox, dir string) (*checkpoint
 	rel := cgroups.ContainerRel(c.cfg.CgroupRoot, class, id)
 	cp := &checkpoint{
 		Version: checkpointVer, ID: id, FrameworkID: spec.FrameworkID, TaskID: spec.TaskID,
-		Revocable: spec.Revocable, Resources: spec.Resources.String(), Env: spec.Env,
+		Revocable: spec.Revocable, Resources: spec.Resources.String(), Env: spec.Env, User: usr,
 		Command: commandRecord{
 			Value: spec.Command.GetValue(), Arguments: spec.Command.GetArguments(),
 			Shell: spec.Command.GetShell(), Environment: spec.Command.GetEnvironment(),
@@ -166,6 +171,56 @@ func (c *Containerizer) prepare(spec Spec, id, sandbox, dir string) (*checkpoint
 	}
 	cp.OOMBaseline = oom
 	return cp, nil
+}
+
+// makeSandbox creates the task's working directory, owned by the task's
+// user with mode 0750, and its stdout and stderr (0640, same owner, opened
+// later by the supervisor for appending). Symbolic links are not followed:
+// a sandbox is the task's to fill.
+func makeSandbox(sandbox string, usr *taskUser) error {
+	if err := os.Mkdir(sandbox, 0o750); err != nil && !errors.Is(err, fs.ErrExist) {
+		return err
+	}
+	uid, gid := int(usr.UID), int(usr.GID)
+	st, err := os.Lstat(sandbox)
+	if err != nil {
+		return err
+	}
+	if !st.IsDir() {
+		return fmt.Errorf("%s exists and is not a directory", sandbox)
+	}
+	if err := os.Lchown(sandbox, uid, gid); err != nil {
+		return err
+	}
+	if err := os.Chmod(sandbox, 0o750); err != nil { // Mkdir's mode is subject to the umask
+		return err
+	}
+	for _, name := range []string{"stdout", "stderr"} {
+		f, err := os.OpenFile(filepath.Join(sandbox, name), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0o640)
+		if err != nil {
+			return err
+		}
+		err = errors.Join(f.Chown(uid, gid), f.Chmod(0o640), f.Close())
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// untraversable returns the first directory from dir up to / that others
+// cannot search (no o+x), or "" when every one can: a task running as
+// another user than the directory's owner can only reach its sandbox by
+// absolute path through such directories.
+func untraversable(dir string) string {
+	for d := filepath.Clean(dir); ; d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil && st.Mode().Perm()&0o001 == 0 {
+			return d
+		}
+		if d == "/" || d == "." {
+			return ""
+		}
+	}
 }
 
 // abortLaunch undoes a failed launch: kills whatever may have started in the
@@ -291,11 +346,11 @@ func lookPath(file, pathEnv, sandbox string) (string, error) {
 }
 
 // taskEnv is the task's environment: PATH (the agent's, or a default), HOME
-// (the sandbox), then Command.Environment, Spec.Env and the SLACKLINE_
-// variables, later ones winning. Nothing else of the agent's environment is
-// passed on.
+// (the sandbox), USER and LOGNAME (Spec.User), then Command.Environment,
+// Spec.Env and the SLACKLINE_ variables, later ones winning. Nothing else of
+// the agent's environment is passed on.
 func taskEnv(spec Spec, id, sandbox string) []string {
-	m := map[string]string{"PATH": os.Getenv("PATH"), "HOME": sandbox}
+	m := map[string]string{"PATH": os.Getenv("PATH"), "HOME": sandbox, "USER": spec.User, "LOGNAME": spec.User}
 	if m["PATH"] == "" {
 		m["PATH"] = defaultPath
 	}

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"syscall"
 	"time"
@@ -82,7 +83,8 @@ func supervise(dir string) int {
 		return 1
 	}
 	openOut := func(path string) (*os.File, error) {
-		return os.OpenFile(path, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
+		// Created by Launch, owned by the task's user: never follow a link.
+		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0)
 	}
 	stdout, err := openOut(spec.Stdout)
 	if err != nil {
@@ -105,8 +107,10 @@ func supervise(dir string) int {
 		Dir:    spec.Dir,
 		Stdout: stdout, Stderr: stderr,
 		ExtraFiles: []*os.File{execW}, // fd 3 in the shim
-		// The task's own process group, so Kill's SIGTERM reaches its children.
-		SysProcAttr: &syscall.SysProcAttr{Setpgid: true},
+		// The task's own session (and process group, so Kill's SIGTERM
+		// reaches its children): no controlling terminal, no signals from
+		// the supervisor's group.
+		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
 	}
 	err = shim.Start()
 	execW.Close()
@@ -177,12 +181,19 @@ func supervise(dir string) int {
 	return 0
 }
 
-// execShim runs inside the task's future process: it writes its own pid to
-// the cgroup.procs file of each of the container's cgroups, so the task is
-// in all of them before the user's command starts, then execs the command.
-// A failure is written to fd 3 (close-on-exec, so a successful exec closes
-// it silently) and the shim exits 127.
+// execShim runs inside the task's future process, as root: it writes its
+// own pid to the cgroup.procs file of each of the container's cgroups, so
+// the task is in all of them before the user's command starts, enters a new
+// cgroup namespace rooted there, becomes the task's user, sets
+// no_new_privs, then execs the command. A failure is written to fd 3
+// (close-on-exec, so a successful exec closes it silently) and the shim
+// exits 127.
+//
+// The namespace, the supplementary groups and no_new_privs are attributes
+// of one thread until exec: everything from the unshare on happens on this
+// goroutine's locked thread, which is the one that execs.
 func execShim(dir string) int {
+	runtime.LockOSThread()
 	unix.CloseOnExec(statusFD)
 	errPipe := os.NewFile(statusFD, "exec-status")
 	fail := func(format string, args ...any) int {
@@ -201,7 +212,39 @@ func execShim(dir string) int {
 			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
 		}
 	}
+	if err := confine(spec.User); err != nil {
+		return fail("%v", err)
+	}
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
 	err := unix.Exec(spec.Path, spec.Argv, spec.Env)
 	return fail("exec %s: %v", spec.Path, err)
+}
+
+// confine makes the calling thread the task's: a cgroup namespace rooted at
+// the cgroups it just joined (where the kernel has cgroup namespaces), the
+// user's groups, gid and uid, and no_new_privs, so neither setuid binaries
+// nor file capabilities give the task more than the user has. Without
+// root, the task cannot write any cgroup.procs (they are root's, 0644), so
+// it cannot move itself or its children out of its cgroups; in the
+// namespace the cgroups outside its own are not even visible.
+func confine(u *taskUser) error {
+	if u == nil {
+		return errors.New("exec shim: launch spec names no user")
+	}
+	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil && !errors.Is(err, unix.EINVAL) {
+		return fmt.Errorf("enter a cgroup namespace: %w", err)
+	}
+	if err := unix.Setgroups(u.groupInts()); err != nil {
+		return fmt.Errorf("set groups of user %s: %w", u.Name, err)
+	}
+	if err := unix.Setgid(int(u.GID)); err != nil {
+		return fmt.Errorf("set gid %d of user %s: %w", u.GID, u.Name, err)
+	}
+	if err := unix.Setuid(int(u.UID)); err != nil {
+		return fmt.Errorf("set uid %d of user %s: %w", u.UID, u.Name, err)
+	}
+	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
+		return fmt.Errorf("set no_new_privs: %w", err)
+	}
+	return nil
 }

@@ -257,10 +257,11 @@ func TestTaskEnv(t *testing.T) {
 		FrameworkID: "f1", TaskID: "t1",
 		Command: &slacklinev1.CommandInfo{Value: "true", Environment: map[string]string{"A": "command", "B": "command", "SLACKLINE_TASK_ID": "spoofed"}},
 		Env:     map[string]string{"B": "spec"},
+		User:    "alice",
 	}
 	got := taskEnv(spec, "cid", "/sb/cid")
-	want := []string{"A=command", "B=spec", "HOME=/sb/cid", "PATH=/agent/bin", "SLACKLINE_CONTAINER_ID=cid",
-		"SLACKLINE_FRAMEWORK_ID=f1", "SLACKLINE_SANDBOX=/sb/cid", "SLACKLINE_TASK_ID=t1"}
+	want := []string{"A=command", "B=spec", "HOME=/sb/cid", "LOGNAME=alice", "PATH=/agent/bin", "SLACKLINE_CONTAINER_ID=cid",
+		"SLACKLINE_FRAMEWORK_ID=f1", "SLACKLINE_SANDBOX=/sb/cid", "SLACKLINE_TASK_ID=t1", "USER=alice"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("env (-want +got):\n%s", diff)
 	}

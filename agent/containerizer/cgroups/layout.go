@@ -193,3 +193,35 @@ func exists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
 }
+
+// MembershipFilesWritableByOthers returns the files that move processes or
+// threads into a cgroup (cgroup.procs, and v1 tasks or v2 cgroup.threads)
+// of the cgroup at rel and of each of its ancestors up to every
+// hierarchy's root, that a user other than root could write: owned by
+// someone else, or writable by group or others. A non-root task can leave
+// its cgroup only through one of them; the containerizer's own cgroups never
+// are, but a delegation set up by hand could make them so. Files that do not
+// exist are skipped.
+func (l Layout) MembershipFilesWritableByOthers(rel string) []string {
+	var out []string
+	for _, top := range l.PathsOf("").Dirs() {
+		dir := top
+		parts := strings.Split(filepath.Clean(rel), "/")
+		for i := 0; i <= len(parts); i++ {
+			if i > 0 {
+				dir = filepath.Join(dir, parts[i-1])
+			}
+			for _, name := range []string{"cgroup.procs", "tasks", "cgroup.threads"} {
+				file := filepath.Join(dir, name)
+				var st unix.Stat_t
+				if unix.Stat(file, &st) != nil {
+					continue
+				}
+				if st.Uid != 0 || st.Mode&0o022 != 0 {
+					out = append(out, file)
+				}
+			}
+		}
+	}
+	return out
+}

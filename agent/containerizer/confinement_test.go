@@ -1,0 +1,333 @@
+package containerizer
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/user"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/resources"
+)
+
+func hasCgroupNamespaces() bool {
+	_, err := os.Stat("/proc/self/ns/cgroup")
+	return err == nil
+}
+
+func lookupIDs(t *testing.T, name string) (uid, gid int) {
+	t.Helper()
+	u, err := user.Lookup(name)
+	if err != nil {
+		t.Fatalf("look up %s: %v", name, err)
+	}
+	uid, _ = strconv.Atoi(u.Uid)
+	gid, _ = strconv.Atoi(u.Gid)
+	return uid, gid
+}
+
+// dead reports whether pid has ended: gone, or a zombie its new parent
+// (an orphan's reaper, outside the test's control) has not reaped yet.
+func dead(pid int) bool {
+	if err := unix.Kill(pid, 0); errors.Is(err, unix.ESRCH) {
+		return true
+	}
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return true
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return i > 0 && strings.HasPrefix(strings.TrimSpace(string(data[i+1:])), "Z")
+}
+
+// readSandbox returns a file of ct's sandbox, trimmed.
+func readSandbox(t *testing.T, ct *Container, name string) string {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(ct.Sandbox, name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
+}
+
+// statField returns field n (1-based, as in proc(5)) of /proc/<pid>/stat.
+func statField(t *testing.T, pid, n int) string {
+	t.Helper()
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		t.Fatal(err)
+	}
+	i := strings.LastIndexByte(string(data), ')')
+	return strings.Fields(string(data[i+1:]))[n-3]
+}
+
+func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	uid, gid := lookupIDs(t, DefaultTaskUser)
+	ct := launch(t, c, Spec{TaskID: "whoami",
+		Command: shell(`id -u > uid; id -g > gid; grep NoNewPrivs /proc/self/status > nnp; echo $USER > user; exec sleep 1000`)})
+	eventually(t, "the task's reports", func() bool {
+		_, err := os.Stat(filepath.Join(ct.Sandbox, "user"))
+		return err == nil
+	})
+	eventually(t, "the task's exec of sleep", func() bool {
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ct.Pid))
+		return strings.TrimSpace(string(comm)) == "sleep"
+	})
+	for file, want := range map[string]string{
+		"uid": strconv.Itoa(uid), "gid": strconv.Itoa(gid), "nnp": "NoNewPrivs:\t1", "user": DefaultTaskUser,
+	} {
+		if got := readSandbox(t, ct, file); got != want {
+			t.Errorf("task's %s = %q, want %q", file, got, want)
+		}
+	}
+	if got := ct.Spec.User; got != DefaultTaskUser {
+		t.Errorf("Container.Spec.User = %q, want %q", got, DefaultTaskUser)
+	}
+	// Its own session: session id (field 6) and process group (field 5)
+	// are its pid.
+	if sid, pgrp := statField(t, ct.Pid, 6), statField(t, ct.Pid, 5); sid != strconv.Itoa(ct.Pid) || pgrp != sid {
+		t.Errorf("task %d: session %s, process group %s; want its own", ct.Pid, sid, pgrp)
+	}
+	if hasCgroupNamespaces() {
+		mine, _ := os.Readlink("/proc/self/ns/cgroup")
+		its, err := os.Readlink(fmt.Sprintf("/proc/%d/ns/cgroup", ct.Pid))
+		if err != nil || its == mine {
+			t.Errorf("task's cgroup namespace %q (%v), the test's %q: want its own", its, err, mine)
+		}
+	}
+	// The sandbox is the user's and closed to others.
+	for name, want := range map[string]os.FileMode{"": os.ModeDir | 0o750, "stdout": 0o640, "stderr": 0o640} {
+		st, err := os.Lstat(filepath.Join(ct.Sandbox, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		sys := st.Sys().(*syscall.Stat_t)
+		if st.Mode() != want || int(sys.Uid) != uid || int(sys.Gid) != gid {
+			t.Errorf("sandbox %q: mode %v owner %d:%d, want %v %d:%d", name, st.Mode(), sys.Uid, sys.Gid, want, uid, gid)
+		}
+	}
+	// The state directory is root's alone.
+	if st, err := os.Stat(filepath.Join(c.cfg.StateDir, ct.ID)); err != nil || st.Mode().Perm() != 0o700 {
+		t.Errorf("state directory: %v, %v; want mode 0700", st.Mode(), err)
+	}
+	if err := c.Kill(context.Background(), ct.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, c, ct.ID)
+}
+
+// TestTaskCannotLeaveItsCgroups has a task, and a child of it in a new
+// session, try to move itself into the cgroups an escape would aim for:
+// the hierarchies' roots, the agent's root, both subtrees. Every write must
+// fail, and both stay in the container's cgroups.
+func TestTaskCannotLeaveItsCgroups(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	root := c.cfg.CgroupRoot
+	var targets []string
+	for _, rel := range []string{"", root, filepath.Join(root, "revocable"), filepath.Join(root, "guaranteed")} {
+		targets = append(targets, c.layout.PathsOf(rel).ProcsFiles()...)
+	}
+	if c.Mode() == ModeHybrid {
+		targets = append(targets, filepath.Join(c.layout.CPU, root, "revocable", "tasks"))
+	}
+	// escape.sh ROLE: records its pid, tries every target, then sleeps.
+	script := filepath.Join(traversableTempDir(t), "escape.sh")
+	body := "echo $$ > $1.pid\nfor f in " + strings.Join(targets, " ") +
+		"; do if echo $$ > $f; then echo \"$1 moved to $f\"; fi; done\nexec sleep 1000\n"
+	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ct := launch(t, c, Spec{TaskID: "escape",
+		Command: shell(fmt.Sprintf("setsid sh %[1]s child & exec sh %[1]s main", script))})
+	var child int
+	eventually(t, "both attempts", func() bool {
+		data, _ := os.ReadFile(filepath.Join(ct.Sandbox, "child.pid"))
+		child, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
+		mainComm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ct.Pid))
+		return child > 0 && strings.TrimSpace(string(comm)) == "sleep" && strings.TrimSpace(string(mainComm)) == "sleep"
+	})
+	if out := readSandbox(t, ct, "stdout"); out != "" {
+		t.Errorf("task moved itself:\n%s", out)
+	}
+	errs := readSandbox(t, ct, "stderr")
+	if n := strings.Count(errs, "Permission denied"); n != 2*len(targets) {
+		t.Errorf("%d writes refused for lack of permission, want %d; stderr:\n%s", n, 2*len(targets), errs)
+	}
+	for _, pid := range []int{ct.Pid, child} {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/cgroup", pid))
+		if err != nil {
+			t.Fatal(err)
+		}
+		checkInCgroups(t, c, string(data), ct.CgroupPath)
+	}
+	if pids, _ := c.Pids(ct.ID); !slices.Contains(pids, child) || !slices.Contains(pids, ct.Pid) {
+		t.Errorf("Pids = %v, want %d and %d among them", pids, ct.Pid, child)
+	}
+	if sid := statField(t, child, 6); sid != strconv.Itoa(child) {
+		t.Errorf("child's session %s, want its own (%d)", sid, child)
+	}
+	if files := c.layout.MembershipFilesWritableByOthers(ct.CgroupPath); len(files) > 0 {
+		t.Errorf("membership files writable by others than root: %v", files)
+	}
+	if err := c.Kill(context.Background(), ct.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, c, ct.ID)
+	if !dead(child) {
+		t.Errorf("child %d in its own session survived the kill", child)
+	}
+}
+
+// TestDaemonsEndWithTheTask: processes a task put in new sessions, directly
+// or double-forked, are killed when its main process exits.
+func TestDaemonsEndWithTheTask(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	ct := launch(t, c, Spec{TaskID: "daemons", Command: shell(
+		`setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' & ` +
+			`(setsid sh -c 'echo $$ > daemon.pid; exec sleep 1000' &) ; ` +
+			`while [ ! -s setsid.pid ] || [ ! -s daemon.pid ]; do sleep 0.05; done; exit 4`)})
+	e := waitExit(t, c, ct.ID)
+	if e.ExitCode != 4 {
+		t.Errorf("exit = %+v, want code 4", e)
+	}
+	for _, file := range []string{"setsid.pid", "daemon.pid"} {
+		pid, err := strconv.Atoi(readSandbox(t, ct, file))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dead(pid) {
+			t.Errorf("%s %d outlived the task", file, pid)
+		}
+	}
+	if pids, err := c.Pids(ct.ID); err != nil || len(pids) != 0 {
+		t.Errorf("after the exit: pids %v, %v", pids, err)
+	}
+	if err := c.Destroy(ct.ID); err != nil {
+		t.Error(err)
+	}
+}
+
+func TestTaskUsers(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	for _, tt := range []struct {
+		name, user, wantErr string
+	}{
+		{"root refused", "root", `user "root" is root (uid 0)`},
+		{"unknown user", "no-such-user-here", `user "no-such-user-here" does not exist`},
+		{"uid is not a name", "0", `user "0" does not exist`},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := c.Launch(context.Background(), Spec{ContainerID: "refused", User: tt.user,
+				Resources: resources.MustParse("cpus:0.1;mem:32"), Command: shell("true")})
+			if !errors.Is(err, ErrTaskUser) || !strings.Contains(err.Error(), tt.wantErr) {
+				t.Fatalf("Launch as %q = %v, want ErrTaskUser containing %q", tt.user, err, tt.wantErr)
+			}
+		})
+	}
+	if entries, _ := os.ReadDir(cfg.StateDir); len(entries) != 0 {
+		t.Errorf("state left after refused launches: %v", entries)
+	}
+	if _, err := os.Stat(filepath.Join(cfg.SandboxDir, "refused")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("sandbox created for a refused launch (%v)", err)
+	}
+
+	t.Run("root allowed", func(t *testing.T) {
+		cfg := testConfig(t)
+		cfg.AllowRootTasks = true
+		c := newTest(t, cfg)
+		ct := launch(t, c, Spec{User: "root", Command: shell("id -u")})
+		if e := waitExit(t, c, ct.ID); e.ExitCode != 0 {
+			t.Fatalf("exit %+v", e)
+		}
+		if got := readSandbox(t, ct, "stdout"); got != "0" {
+			t.Errorf("id -u = %q, want 0", got)
+		}
+	})
+	t.Run("default user root refused by New", func(t *testing.T) {
+		cfg := testConfig(t)
+		cfg.TaskUser = "root"
+		if _, err := New(cfg); !errors.Is(err, ErrTaskUser) {
+			t.Errorf("New with TaskUser root = %v, want ErrTaskUser", err)
+		}
+	})
+}
+
+func TestResolveUser(t *testing.T) {
+	uid, gid := lookupIDs(t, "nobody")
+	u, err := resolveUser("nobody", false)
+	if err != nil || int(u.UID) != uid || int(u.GID) != gid || !slices.Contains(u.Groups, uint32(gid)) {
+		t.Errorf("resolveUser(nobody) = %+v, %v; want uid %d gid %d with the primary group among its groups", u, err, uid, gid)
+	}
+	if u, err := resolveUser("root", true); err != nil || u.UID != 0 {
+		t.Errorf("resolveUser(root, allowed) = %+v, %v", u, err)
+	}
+	for _, name := range []string{"root", "no-such-user-here", ""} {
+		if _, err := resolveUser(name, false); !errors.Is(err, ErrTaskUser) {
+			t.Errorf("resolveUser(%q) = %v, want ErrTaskUser", name, err)
+		}
+	}
+}
+
+func TestUntraversable(t *testing.T) {
+	closed := filepath.Join(t.TempDir(), "closed")
+	open := filepath.Join(closed, "open")
+	if err := os.MkdirAll(open, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(closed, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := untraversable(open); got != closed {
+		t.Errorf("untraversable(%s) = %q, want %q", open, got, closed)
+	}
+	if got := untraversable("/usr/bin"); got != "" {
+		t.Errorf("untraversable(/usr/bin) = %q, want none", got)
+	}
+}
+
+func TestMembershipFilesWritableByOthers(t *testing.T) {
+	mount := t.TempDir()
+	unified := filepath.Join(mount, "a", "b")
+	if err := os.MkdirAll(unified, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range []struct {
+		path string
+		mode os.FileMode
+	}{
+		{filepath.Join(mount, "cgroup.procs"), 0o644},
+		{filepath.Join(mount, "a", "cgroup.procs"), 0o666},
+		{filepath.Join(mount, "a", "b", "cgroup.procs"), 0o644},
+		{filepath.Join(mount, "a", "b", "cgroup.threads"), 0o664},
+	} {
+		if err := os.WriteFile(f.path, nil, f.mode); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Chmod(f.path, f.mode); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l := cgroups.Layout{Mode: cgroups.ModeV2, Mountpoint: mount, Unified: mount}
+	got := l.MembershipFilesWritableByOthers("a/b")
+	want := []string{filepath.Join(mount, "a", "cgroup.procs"), filepath.Join(mount, "a", "b", "cgroup.threads")}
+	if os.Geteuid() != 0 {
+		// Owned by the test's user, not root: every file counts.
+		want = []string{filepath.Join(mount, "cgroup.procs"), filepath.Join(mount, "a", "cgroup.procs"),
+			filepath.Join(mount, "a", "b", "cgroup.procs"), filepath.Join(mount, "a", "b", "cgroup.threads")}
+	}
+	if !slices.Equal(got, want) {
+		t.Errorf("MembershipFilesWritableByOthers = %v, want %v", got, want)
+	}
+}
