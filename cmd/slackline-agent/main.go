@@ -51,6 +51,8 @@ func run(args []string) error {
 	cgroupMount := fs.String("cgroup-mountpoint", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
 	grace := fs.Duration("kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
 	cpuLimit := fs.Bool("cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
+	taskUser := fs.String("task-user", containerizer.DefaultTaskUser, "user a task runs as when neither its TaskInfo nor its framework names one")
+	allowRoot := fs.Bool("allow-root-tasks", false, "let tasks run as root (uid 0); without it the agent fails such launches even when the coordinator's ACLs allowed them (defence in depth)")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	monitorInterval := fs.Duration("monitor-interval", time.Second, "how often every container is sampled (100ms is affordable)")
 	useEBPF := fs.Bool("ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
@@ -99,6 +101,7 @@ func run(args []string) error {
 		CgroupRoot: *cgroupRoot, CgroupMountpoint: *cgroupMount,
 		StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
 		KillGracePeriod: *grace, CPUHardLimit: *cpuLimit, Logger: logger,
+		TaskUser: *taskUser, AllowRootTasks: *allowRoot,
 	})
 	if err != nil {
 		return err
