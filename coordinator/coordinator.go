@@ -104,9 +104,7 @@ type Coordinator struct {
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
-	// persistMu orders the changes to framework records, the maintenance
-	// state, weights and quota; mu guards all in-memory state. See the
-	// package documentation for the discipline.
+	// persistMu, then mu: see "Locks and persistence" in doc.go.
 	persistMu sync.Mutex
 	mu        sync.Mutex
 
@@ -370,8 +368,8 @@ func (c *Coordinator) timerPeriod() time.Duration {
 }
 
 // checkTimeouts marks silent agents unreachable, tears down frameworks past
-// their failover timeout and rescinds timed-out offers. It takes persistMu
-// and c.mu.
+// their failover timeout and rescinds timed-out offers. It takes persistMu,
+// c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()

@@ -23,45 +23,39 @@
 // # Handlers and domain operations
 //
 // RPC handlers are shells: decode, authorize, validate, call one domain
-// operation, encode. The operations that change the registry are split into
-// a pure plan and its application: planRegistration (refusals, the records
-// to write, the agent a rebooted host retires), planSubscription (refusals,
-// the registration time) and the maintenance package's transitions with
-// planMaintenance (what each agent's change is). Plans read a value of the
-// current state, change nothing, and are table-tested; register, subscribe
-// and changeMaintenance persist and apply them.
+// operation, encode. Registry changes are a pure plan from a value of the
+// current state (planRegistration, planSubscription, a maintenance
+// transition and planMaintenance), table-tested, that register, subscribe
+// and changeMaintenance persist and apply.
 //
 // # Locks and persistence
 //
 // Two mutexes, always taken in this order:
 //
 //   - persistMu orders the changes to framework records, the maintenance
-//     state (answers to inverse offers included), weights and quota. A
+//     state (answers to inverse offers included), weights and quota: a
 //     change holds it from its decision to its application, across the
-//     write, so that no other such change slips in between: a teardown's
-//     record cannot be overwritten by a concurrent subscription's, and a
-//     maintenance transition computed once is still valid when installed.
-//     Agent registrations do not take it, so that agents registering at once
-//     share fsyncs (the store batches concurrent writes): they re-check the
-//     machine's mode after their write instead, and a stale agent record is
-//     healed by recovery and the next registration.
-//   - mu guards all in-memory state: agents, frameworks, tasks, offers,
-//     inverse offers, sessions, subscriptions, the allocator, the
-//     maintenance state, weights and quota. It is held for in-memory work
-//     only, never across a registry write, a stream Send or another blocking
-//     call: events to frameworks and commands to agents go through bounded
-//     queues with non-blocking sends, and a peer whose queue overflows is
+//     write, so that none slips in between (a teardown's record is never
+//     overwritten by a concurrent subscription's; a maintenance transition
+//     is computed once). Agent registrations do not take it, so that they
+//     share fsyncs (the store batches concurrent writes); they re-check the
+//     machine's mode after their write, and recovery and the next
+//     registration heal a stale agent record.
+//   - mu guards all in-memory state, the allocator and the maintenance state
+//     included, for in-memory work only: never across a registry write, a
+//     stream Send or another blocking call. Events and commands go through
+//     bounded queues with non-blocking sends; a peer whose queue overflows is
 //     disconnected and recovers by reconnecting. Unexported methods expect mu
 //     held unless their comment says they take it.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
 // returns after fsync), apply under mu re-checking what may have changed
-// while it was released, reply. A failed write answers Unavailable and
-// applies nothing. Changes the coordinator decides itself (timeouts, a
-// stream's end, a teardown, agents shut down by maintenance) are applied
-// first, under persistMu, and their records written right after, even if
-// the caller hung up; a teardown still answers after its write.
+// meanwhile, reply; a failed write answers Unavailable and applies nothing.
+// Changes the coordinator decides itself (timeouts, a stream's end, a
+// teardown, agents shut down by maintenance) are applied first, under
+// persistMu, and recorded right after, even if the caller hung up (a
+// teardown answers after its write).
 //
 // # Allocation
 //

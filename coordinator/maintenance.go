@@ -101,13 +101,10 @@ func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.Stat
 	return func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) { return method(st, arg) }
 }
 
-// changeMaintenance runs a maintenance transition: computed once from the
-// current state, its record persisted, then installed. persistMu is held
-// throughout, and every change to the maintenance state (transitions,
-// inverse-offer answers, a framework's removal) holds it, so the state the
-// transition was computed from is still the current one when it is
-// installed. It takes persistMu and c.mu and returns the RPC error to
-// answer with.
+// changeMaintenance computes a transition once, persists its record and
+// installs it, holding persistMu throughout: every change to the
+// maintenance state holds it, so the transition is still valid when
+// installed. It takes persistMu and c.mu and returns the RPC error.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
@@ -131,17 +128,14 @@ func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr t
 
 // maintenanceAction is what a maintenance change does to an agent whose
 // machine changed mode or window, besides withdrawing its offers and
-// inverse offers (they carry the old unavailability; new ones follow).
+// inverse offers (they carry the old unavailability): nothing more; a shut
+// down (its machine went DOWN: it becomes GONE); or forgetting the GONE
+// agent of a machine back UP, so that it may register again.
 type maintenanceAction int
 
 const (
-	// actionReoffer: nothing more.
 	actionReoffer maintenanceAction = iota
-	// actionShutdown: its machine went DOWN; the agent is shut down and
-	// becomes GONE.
 	actionShutdown
-	// actionForget: its machine came UP from DOWN; the GONE agent is
-	// forgotten, so that it may register again (with its id or a new one).
 	actionForget
 )
 
@@ -420,8 +414,7 @@ func (s operatorService) StopMaintenance(ctx context.Context, req *connect.Reque
 	return respond[slacklinev1.StopMaintenanceResponse](s.c.changeMachines(ctx, "StopMaintenance", req.Msg.GetMachines(), (*maintenance.State).StopMaintenance))
 }
 
-// changeMachines runs StartMaintenance or StopMaintenance on at most
-// maxMachinesPerCall machines.
+// changeMachines runs StartMaintenance or StopMaintenance.
 func (c *Coordinator) changeMachines(ctx context.Context, reason string, ids []*slacklinev1.MachineID,
 	tr func(*maintenance.State, []*slacklinev1.MachineID) (*maintenance.State, []maintenance.Machine, error)) error {
 	if len(ids) > maxMachinesPerCall {

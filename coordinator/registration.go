@@ -16,15 +16,13 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// registration is a validated RegisterRequest.
+// registration is a validated RegisterRequest. info is a copy; its Id is
+// empty for an agent new to the cluster until register assigns one.
 type registration struct {
-	// info is a copy of the request's; its Id is empty for an agent new to
-	// the cluster until register assigns one.
-	info  *slacklinev1.AgentInfo
-	total resources.Resources
-	tasks []reportedTask
-	// previousID names the agent the host had before it rebooted.
-	previousID string
+	info       *slacklinev1.AgentInfo
+	total      resources.Resources
+	tasks      []reportedTask
+	previousID string // the agent the host had before it rebooted
 }
 
 // reportedTask is a validated AgentTask from a registration.
@@ -94,27 +92,22 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 	return reg, nil
 }
 
-// registrationPlan is what a registration writes and then applies, decided
-// by planRegistration from the state before it.
+// registrationPlan is what a registration writes before its reply and then
+// applies: the agent's record (unless ACTIVE and unchanged), the agent its
+// host had before a reboot to retire, and that one's GONE record.
 type registrationPlan struct {
-	// registeredAt is when the agent first registered: now for a new agent.
-	registeredAt time.Time
-	// writes are the records to make durable before the reply: the agent's
-	// (unless it is ACTIVE and unchanged) and the retired agent's.
-	writes []store.Mutation
-	// retire names the agent the host had before it rebooted ("": none).
-	retire string
-	// ignoredPrevious is the hostname of another host's agent that the
-	// registration named as its previous one (an agent cannot retire it).
+	registeredAt time.Time // the first registration's, or now
+	writes       []store.Mutation
+	retire       string // agent id, "" for none
+	// ignoredPrevious is the hostname of another host's agent named as the
+	// previous one: an agent cannot retire it.
 	ignoredPrevious string
 }
 
 // planRegistration decides a registration from the agents and the
-// maintenance state as they are, and changes nothing. An agent of a DOWN
-// machine and a GONE agent are refused (FailedPrecondition). A known agent
-// keeps its registration time, and its record is written only when its
-// state or info changes. The agent that previous_agent_id names is retired
-// when it runs on the same host. reg.info.Id must be set.
+// maintenance state as they are, changing nothing. An agent of a DOWN
+// machine and a GONE agent are refused (FailedPrecondition); a known agent
+// keeps its registration time. reg.info.Id must be set.
 func planRegistration(agents map[string]*agent, maint *maintenance.State, reg registration, now time.Time) (registrationPlan, error) {
 	if am := lookupMachine(maint, reg.info); am.mode == maintenance.ModeDown {
 		return registrationPlan{}, downMachineError(am.machine)
@@ -146,9 +139,8 @@ func planRegistration(agents map[string]*agent, maint *maintenance.State, reg re
 }
 
 // register admits an agent (new, re-registering, or a rebooted host's new
-// agent) and returns its id and new session id: planned under c.mu,
-// persisted with no lock held, applied under c.mu. It takes no persistMu:
-// registrations do not wait behind each other's writes.
+// one) and returns its id and session id. It takes c.mu to plan and to
+// apply, and no persistMu: registrations share fsyncs.
 func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, err error) {
 	if reg.info.GetId() == "" {
 		reg.info.Id = ids.New()
@@ -177,11 +169,9 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 }
 
 // applyRegistration installs a registration whose records are durable,
-// re-checking what may have changed since it was planned (the machine may
-// have gone DOWN, the rebooted agent may be retired already). The agent
-// gets a new session, ending the old one; its offers are rescinded when its
-// total or its place in the maintenance schedule changed; the tasks it
-// reports are reconciled. Caller holds c.mu.
+// re-checking what may have changed since it was planned: the machine may
+// have gone DOWN, the rebooted agent may be GONE already. The agent gets a
+// new session and its reported tasks are reconciled.
 func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan, now time.Time) (*agent, error) {
 	am := lookupMachine(c.maint, reg.info)
 	if am.mode == maintenance.ModeDown {
@@ -289,10 +279,9 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now
 	}
 }
 
-// adoptFramework makes a framework the coordinator never saw (its registry
-// was lost), reported with an agent's task, a DISCONNECTED framework whose
-// failover timeout runs from now. It returns nil for an invalid one. Caller
-// holds c.mu.
+// adoptFramework adds, DISCONNECTED with its failover timeout running from
+// now, a framework that an agent reports and the coordinator never saw (its
+// registry was lost). It returns nil for an invalid one.
 func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkInfo, now time.Time) *framework {
 	info, err := normalizeFrameworkInfo(reported)
 	if err != nil {

@@ -116,9 +116,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 }
 
 // persist makes a change's records durable before it is applied and
-// answered; the caller holds no lock but, for the changes it orders,
-// persistMu. A failure is Unavailable: nothing was applied, the client may
-// retry.
+// answered. A failure is Unavailable: nothing was applied. It takes no lock.
 func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.Mutation) error {
 	if err := c.store.Apply(ctx, writes...); err != nil {
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist %s: %w", what, err))
@@ -127,9 +125,8 @@ func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.
 }
 
 // record makes durable what an applied change leads to, even if the caller
-// hung up; the caller holds no lock but persistMu. A failure is logged:
-// nobody waits for it, and recovery and the next registration heal a stale
-// record.
+// hung up. A failure is logged: nobody waits for it, and recovery and the
+// next registration heal a stale record. It takes no lock.
 func (c *Coordinator) record(ctx context.Context, writes ...store.Mutation) {
 	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
 		c.log.Error("persist registry", "err", err)

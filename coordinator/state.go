@@ -52,8 +52,8 @@ func newAgent(id string, registeredAt time.Time) *agent {
 type taskKey struct{ frameworkID, taskID string }
 
 // outbox is the bounded queue of one live stream (an agent's session, a
-// framework's subscription) and its end. Handlers queue without blocking,
-// under c.mu; the stream's goroutine sends what it takes from the queue.
+// framework's subscription) and its end. Handlers queue under c.mu without
+// blocking; the stream's goroutine sends.
 type outbox[T any] struct {
 	id    string
 	queue chan T
@@ -196,9 +196,8 @@ func (fw *framework) send(ev *slacklinev1.Event) {
 // subscription is one live Subscribe stream.
 type subscription struct {
 	*outbox[*slacklinev1.Event]
-	// replay holds the updates unacknowledged when the subscription began.
-	// The stream sends them after Subscribed, not through the bounded
-	// queue, so that any number of them fits. Set before the stream starts.
+	// replay holds the updates unacknowledged when it began, sent after
+	// Subscribed and not through the bounded queue, so that all fit.
 	replay []*slacklinev1.Event
 }
 

@@ -31,10 +31,9 @@ func tornDownError(id string) error {
 }
 
 // planSubscription decides from the frameworks as they are, changing
-// nothing, whether a framework may subscribe, and returns its registration
-// time: now for a new framework (no id), the first subscription's for a
-// known one (a failover). An unknown id is NotFound; a torn-down framework
-// may not come back (FailedPrecondition).
+// nothing, whether a framework may subscribe and since when it is
+// registered: now for a new framework (no id), the first subscription's for
+// a failover. An unknown id is NotFound, a torn-down one FailedPrecondition.
 func planSubscription(frameworks map[string]*framework, info *slacklinev1.FrameworkInfo, now time.Time) (registeredAt time.Time, err error) {
 	if info.GetId() == "" {
 		return now, nil
@@ -49,10 +48,9 @@ func planSubscription(frameworks map[string]*framework, info *slacklinev1.Framew
 	}
 }
 
-// subscribe admits a framework's subscription, new or a failover: planned
-// under c.mu, its record persisted (before the framework learns its id), and
-// applied under c.mu. persistMu is held throughout, so that a concurrent
-// teardown's record cannot be overwritten by this subscription's.
+// subscribe admits a subscription, new or a failover, its record durable
+// before the framework learns its id. It takes c.mu to plan and to apply,
+// and holds persistMu throughout so that no teardown slips in between.
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
 	c.persistMu.Lock()
@@ -76,11 +74,9 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 }
 
 // applySubscription connects a framework whose record is durable. A new one
-// joins the allocator. A known one fails over: its old subscription ends
-// with an error event, its offers and inverse offers are dropped (the new
-// scheduler does not know them), and its roles and capabilities are
-// updated. The new subscription queues the Subscribed event and holds the
-// unacknowledged updates to replay. Caller holds c.mu.
+// joins the allocator. A known one fails over: its old stream ends with an
+// error event, its offers and inverse offers are dropped (the new scheduler
+// does not know them), its roles and capabilities change.
 func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registeredAt, now time.Time) (*framework, *subscription, error) {
 	fw := c.frameworks[info.GetId()]
 	switch {
@@ -186,9 +182,7 @@ func (c *Coordinator) forgetOffers(fw *framework, now time.Time) {
 
 // removeFramework tears a framework down: offers rescinded, tasks killed and
 // forgotten, allocations released. It returns the registry write that marks
-// it completed. Caller holds persistMu and c.mu: a framework becomes
-// COMPLETED only under persistMu, so a subscription planned under it stays
-// valid until it is applied.
+// it completed. Caller holds persistMu (see subscribe) and c.mu.
 func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Time) store.Mutation {
 	id := fw.id()
 	for _, o := range fw.offers {
