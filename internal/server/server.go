@@ -2,6 +2,7 @@ package server
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -18,6 +19,9 @@ type Config struct {
 	Listener net.Listener
 	// TLSCertFile and TLSKeyFile enable TLS when both are set.
 	TLSCertFile, TLSKeyFile string
+	// TLS, when set, enables TLS with this configuration (its certificates
+	// and client verification) instead of TLSCertFile and TLSKeyFile.
+	TLS *tls.Config
 	// MaxConcurrentStreams per HTTP/2 connection (default 100000: one
 	// slackline-sim connection carries thousands of agent streams).
 	MaxConcurrentStreams int
@@ -54,7 +58,11 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 		BaseContext: func(net.Listener) context.Context { return ctx },
 	}
 	srv.Protocols.SetHTTP1(true)
-	tlsOn := cfg.TLSCertFile != "" && cfg.TLSKeyFile != ""
+	tlsOn := cfg.TLS != nil || (cfg.TLSCertFile != "" && cfg.TLSKeyFile != "")
+	if cfg.TLS != nil {
+		srv.TLSConfig = cfg.TLS.Clone()
+		cfg.TLSCertFile, cfg.TLSKeyFile = "", ""
+	}
 	if tlsOn {
 		srv.Protocols.SetHTTP2(true)
 	} else {
@@ -87,8 +95,15 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 
 // NewClient returns an HTTP client that speaks HTTP/1.1 and cleartext
 // HTTP/2 (h2c) to http:// URLs and HTTP/2 over TLS to https:// URLs.
-func NewClient() *http.Client {
+func NewClient() *http.Client { return NewTLSClient(nil) }
+
+// NewTLSClient is NewClient with a TLS configuration for https:// URLs
+// (the CA to trust, a client certificate); nil means the defaults.
+func NewTLSClient(tlsConfig *tls.Config) *http.Client {
 	t := http.DefaultTransport.(*http.Transport).Clone()
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	}
 	t.Protocols = new(http.Protocols)
 	t.Protocols.SetHTTP1(true)
 	t.Protocols.SetHTTP2(true)

@@ -1,0 +1,212 @@
+package auth
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync/atomic"
+
+	"connectrpc.com/connect"
+)
+
+// Authorizer authenticates requests and applies a Policy. Create it with
+// Load (from a file, reloadable) or New. A nil *Authorizer is the insecure
+// mode: Middleware authenticates nobody, and Allowed and Check allow
+// everything. Its methods are safe for concurrent use.
+type Authorizer struct {
+	file   string
+	policy atomic.Pointer[Policy]
+	errors *connect.ErrorWriter
+}
+
+// New returns an Authorizer applying pol.
+func New(pol *Policy) *Authorizer {
+	a := &Authorizer{errors: connect.NewErrorWriter()}
+	a.policy.Store(pol)
+	return a
+}
+
+// Load returns an Authorizer applying the authorization file, which Reload
+// reads again.
+func Load(file string) (*Authorizer, error) {
+	pol, err := LoadPolicy(file)
+	if err != nil {
+		return nil, err
+	}
+	a := New(pol)
+	a.file = file
+	return a, nil
+}
+
+// Reload reads the authorization file again and applies it to the requests
+// that follow; on error the current policy stays.
+func (a *Authorizer) Reload() error {
+	if a == nil || a.file == "" {
+		return errors.New("no authorization file to reload")
+	}
+	pol, err := LoadPolicy(a.file)
+	if err != nil {
+		return err
+	}
+	a.policy.Store(pol)
+	return nil
+}
+
+// Enabled reports whether a authorizes anything (false in insecure mode).
+func (a *Authorizer) Enabled() bool { return a != nil }
+
+// Allowed reports whether p may perform action on object ("" for actions
+// without one). Everything is allowed when a is nil.
+func (a *Authorizer) Allowed(p *Principal, action Action, object string) bool {
+	if a == nil {
+		return true
+	}
+	return a.policy.Load().Allowed(p, action, object)
+}
+
+// Check returns nil when the caller in ctx may perform action on object,
+// else a connect error: CodeUnauthenticated without a caller,
+// CodePermissionDenied naming the action otherwise.
+func (a *Authorizer) Check(ctx context.Context, action Action, object string) error {
+	if a == nil {
+		return nil
+	}
+	p := FromContext(ctx)
+	if p == nil {
+		return connect.NewError(connect.CodeUnauthenticated, ErrNoCredentials)
+	}
+	if !a.Allowed(p, action, object) {
+		return Denied(p, action, object)
+	}
+	return nil
+}
+
+// objectNouns name each object key's value in errors.
+var objectNouns = map[string]string{
+	"roles": "role", "users": "user", "framework_principals": "framework principal",
+	"machines": "machine", "hostnames": "hostname",
+}
+
+// Denied returns the PermissionDenied error for p not being allowed action
+// on object.
+func Denied(p *Principal, action Action, object string) error {
+	if noun := objectNouns[objectKeys[action]]; noun != "" {
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("principal %q is not allowed %s on %s %q", p.String(), action, noun, object))
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("principal %q is not allowed %s", p.String(), action))
+}
+
+// Middleware authenticates each request and applies the part of its Rule
+// that needs no request message: the caller kind and an action without
+// objects. The principal is in the request's context for the handlers
+// (FromContext). Paths without a rule are answered NotFound. With a nil
+// Authorizer it returns next unchanged.
+func (a *Authorizer) Middleware(next http.Handler) http.Handler {
+	if a == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rule, ok := Rules[r.URL.Path]
+		if !ok {
+			a.refuse(w, r, connect.NewError(connect.CodeNotFound, fmt.Errorf("%s: no such procedure or path", r.URL.Path)))
+			return
+		}
+		if rule.Caller == Anyone {
+			next.ServeHTTP(w, r)
+			return
+		}
+		pol := a.policy.Load()
+		p, err := authenticate(r, pol.tokens)
+		if err != nil {
+			a.refuse(w, r, connect.NewError(connect.CodeUnauthenticated, err))
+			return
+		}
+		if err := callerAllowed(rule, p, r.URL.Path); err != nil {
+			a.refuse(w, r, err)
+			return
+		}
+		if rule.Action != "" && rule.Objects == nil && !pol.Allowed(p, rule.Action, "") {
+			a.refuse(w, r, Denied(p, rule.Action, ""))
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(NewContext(r.Context(), p)))
+	})
+}
+
+func callerAllowed(rule Rule, p *Principal, path string) error {
+	switch {
+	case rule.Caller == Clients && p.IsAgent():
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("principal %q is an agent; agents may not call %s", p.Name, path))
+	case rule.Caller == Agents && !p.IsAgent():
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("principal %q is not an agent; %s takes an agent certificate (organization %s)", p.Name, path, AgentOrganization))
+	}
+	return nil
+}
+
+// refuse answers a refused request in its protocol (Connect, gRPC,
+// gRPC-Web), or as plain HTTP for other paths.
+func (a *Authorizer) refuse(w http.ResponseWriter, r *http.Request, err error) {
+	code := connect.CodeOf(err)
+	if code == connect.CodeUnauthenticated {
+		w.Header().Set("WWW-Authenticate", `Bearer realm="slackline"`)
+	}
+	if a.errors.IsSupported(r) {
+		_ = a.errors.Write(w, r, err)
+		return
+	}
+	status := http.StatusForbidden
+	switch code {
+	case connect.CodeUnauthenticated:
+		status = http.StatusUnauthorized
+	case connect.CodeNotFound:
+		status = http.StatusNotFound
+	}
+	var ce *connect.Error
+	msg := err.Error()
+	if errors.As(err, &ce) {
+		msg = ce.Message()
+	}
+	http.Error(w, strings.TrimSpace(code.String()+": "+msg), status)
+}
+
+// Interceptor checks the actions whose objects are named in unary request
+// messages (Rule.Objects). It needs Middleware in front of the handler; with
+// a nil Authorizer it checks nothing.
+func (a *Authorizer) Interceptor() connect.Interceptor { return interceptor{a} }
+
+type interceptor struct{ a *Authorizer }
+
+func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
+	if i.a == nil {
+		return next
+	}
+	return func(ctx context.Context, req connect.AnyRequest) (connect.AnyResponse, error) {
+		rule, ok := Rules[req.Spec().Procedure]
+		if !ok {
+			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s has no authorization rule", req.Spec().Procedure))
+		}
+		if rule.Action != "" && rule.Objects != nil {
+			p := FromContext(ctx)
+			for _, object := range rule.Objects(req.Any()) {
+				if !i.a.Allowed(p, rule.Action, object) {
+					return nil, Denied(p, rule.Action, object)
+				}
+			}
+		}
+		return next(ctx, req)
+	}
+}
+
+func (interceptor) WrapStreamingClient(next connect.StreamingClientFunc) connect.StreamingClientFunc {
+	return next
+}
+
+// WrapStreamingHandler checks nothing more: streaming procedures have no
+// Objects (a test checks), their handlers authorize.
+func (interceptor) WrapStreamingHandler(next connect.StreamingHandlerFunc) connect.StreamingHandlerFunc {
+	return next
+}

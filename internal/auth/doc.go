@@ -1,0 +1,54 @@
+// Package auth is Slackline's trust layer, shared by the coordinator and the
+// agent's NodeService: who a caller is (authentication), what it may do
+// (authorization), and the credentials that make both work.
+//
+// # Identities
+//
+// A caller is a Principal, found once per request by Authorizer.Middleware:
+//
+//   - a bearer token ("Authorization: Bearer ..."): the principal whose
+//     token_sha256 in the authorization file is the token's SHA-256. Only
+//     hashes are stored; a presented token is compared with every hash in
+//     constant time. Removing a principal's line (and reloading) revokes it.
+//   - a client certificate signed by the server's client CA (mTLS): an agent
+//     when its subject's Organization is AgentOrganization, named
+//     "agent:<CN>" and certified for the hostnames (DNS or IP SANs) the
+//     certificate names; otherwise a framework or operator named by its CN.
+//
+// A token, when present, names the principal; otherwise the certificate
+// does. Invalid credentials, or none where a rule needs a principal, are
+// refused with connect.CodeUnauthenticated (HTTP 401).
+//
+// # Authorization
+//
+// The authorization file (authz.yaml, see Policy) grants actions to
+// principals in Mesos's style: each action lists rules of principals and the
+// objects they may act on (roles, users, framework principals, machines,
+// hostnames); once a file is given, anything it does not grant is refused
+// with connect.CodePermissionDenied (HTTP 403) naming the action. Every
+// procedure the coordinator or the agent serves has a Rule in Rules (a test
+// walks the generated service descriptors and fails on a procedure without
+// one): who may call it at all (Caller), and the action checked before the
+// handler runs, with the objects named in the request. Checks that need
+// state only a handler has — that a framework id belongs to the calling
+// principal, that an agent acts only on its own tasks, which frameworks a
+// caller may see — are the handler's, and Rule.Handler says which. Handlers
+// find the caller with FromContext and ask Authorizer.Allowed.
+//
+// # Lifecycle and ownership
+//
+// Load reads the authorization file into an Authorizer; Reload replaces its
+// policy atomically (the processes reload on SIGHUP), so checks in flight
+// see either the old policy or the new. A nil *Authorizer is the insecure
+// mode: no principal is required and everything is allowed; CheckListen
+// keeps that mode to loopback listeners unless --insecure is given.
+//
+// # Credentials
+//
+// Generate writes everything a cluster needs (what `slacklinectl credentials
+// init` does): a CA, the coordinator's serving certificate, one client and
+// serving certificate per agent, one token per framework and operator, and
+// an authorization file granting each framework its own role and operators
+// everything. ServerTLS and Client build the TLS configurations and HTTP
+// clients that use them, with crypto/tls and crypto/x509 only.
+package auth

@@ -1,0 +1,157 @@
+package auth
+
+import (
+	"connectrpc.com/grpchealth"
+	"connectrpc.com/grpcreflect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+// Caller says which principals may call a procedure at all.
+type Caller int
+
+// Callers.
+const (
+	// Anyone: no credentials needed (health checks).
+	Anyone Caller = iota
+	// Clients: frameworks and operators, i.e. any authenticated principal
+	// that is not an agent.
+	Clients
+	// Agents: agent certificates only.
+	Agents
+)
+
+func (c Caller) String() string {
+	switch c {
+	case Anyone:
+		return "anyone"
+	case Clients:
+		return "clients"
+	case Agents:
+		return "agents"
+	}
+	return "unknown"
+}
+
+// Rule is how one procedure (or HTTP path) is authorized.
+type Rule struct {
+	// Caller restricts who may call.
+	Caller Caller
+	// Action, when set, is checked before the handler runs: for each object
+	// Objects returns, or with no object when Objects is nil.
+	Action Action
+	// Objects returns the action's objects named in a unary request.
+	Objects func(req any) []string
+	// Handler describes what the handler checks itself, with state only it
+	// has ("" when the rule says it all).
+	Handler string
+}
+
+// Open paths and procedures that are not Slackline services.
+const (
+	// MetricsPath is where both processes serve Prometheus metrics.
+	MetricsPath = "/metrics"
+)
+
+// Rules maps every procedure Slackline serves, and its other HTTP paths, to
+// its rule. A request for a path without a rule is refused when
+// authorization is configured, so that nothing is served unchecked.
+var Rules = map[string]Rule{
+	// Health stays open: load balancers probe it without credentials.
+	"/" + grpchealth.HealthV1ServiceName + "/Check":                       {Caller: Anyone},
+	"/" + grpchealth.HealthV1ServiceName + "/Watch":                       {Caller: Anyone},
+	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      {Caller: Clients, Action: ViewAPI},
+	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": {Caller: Clients, Action: ViewAPI},
+	MetricsPath: {Caller: Clients, Action: ViewMetrics},
+
+	// SchedulerService: the framework id is bound to the principal that
+	// registered it; only that principal, or one granted
+	// teardown_frameworks on it, may use it.
+	slacklinev1connect.SchedulerServiceSubscribeProcedure: {Caller: Clients,
+		Handler: "register_frameworks for each role; a failover (framework_info.id set) by another principal than the framework's needs teardown_frameworks on it"},
+	slacklinev1connect.SchedulerServiceAcceptProcedure: {Caller: Clients,
+		Handler: "the framework's principal (or teardown_frameworks on it); run_tasks for each task's user (TaskInfo.user, else FrameworkInfo.user)"},
+	slacklinev1connect.SchedulerServiceDeclineProcedure:              {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceAcceptInverseOffersProcedure:  {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceDeclineInverseOffersProcedure: {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceReviveProcedure:               {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceSuppressProcedure:             {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceKillProcedure:                 {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceAcknowledgeProcedure:          {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceReconcileProcedure:            {Caller: Clients, Handler: frameworkBinding},
+	slacklinev1connect.SchedulerServiceTeardownProcedure:             {Caller: Clients, Handler: frameworkBinding},
+
+	// AgentService: an agent registers only as a hostname it may, and then
+	// acts only through its own session, on its own tasks.
+	slacklinev1connect.AgentServiceRegisterProcedure: {Caller: Agents, Action: RegisterAgents,
+		Objects: func(req any) []string {
+			return []string{req.(*slacklinev1.RegisterRequest).GetAgentInfo().GetHostname()}
+		},
+		Handler: "an agent id keeps its hostname; previous_agent_id only of the same hostname; reported tasks only with the coordinator's launch proof for this host and their resources"},
+	slacklinev1connect.AgentServiceConnectProcedure:   {Caller: Agents, Handler: agentSession},
+	slacklinev1connect.AgentServiceHeartbeatProcedure: {Caller: Agents, Handler: agentSession},
+	slacklinev1connect.AgentServiceUpdateStatusProcedure: {Caller: Agents,
+		Handler: agentSession + "; updates only for tasks on this agent"},
+	slacklinev1connect.AgentServiceUpdateOversubscribedResourcesProcedure: {Caller: Agents, Handler: agentSession},
+
+	// OperatorService.
+	slacklinev1connect.OperatorServiceGetStateProcedure: {Caller: Clients,
+		Handler: "shows agents with view_agents, frameworks and tasks with view_frameworks/view_tasks on their principal (own always), roles with view_roles"},
+	slacklinev1connect.OperatorServiceGetAgentsProcedure: {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.OperatorServiceGetFrameworksProcedure: {Caller: Clients,
+		Handler: "shows the frameworks the caller registered or has view_frameworks on"},
+	slacklinev1connect.OperatorServiceGetTasksProcedure: {Caller: Clients,
+		Handler: "shows the tasks of frameworks the caller registered or has view_tasks on"},
+	slacklinev1connect.OperatorServiceGetRolesProcedure: {Caller: Clients, Handler: "shows the roles the caller has view_roles on"},
+	slacklinev1connect.OperatorServiceUpdateWeightsProcedure: {Caller: Clients, Action: UpdateWeights,
+		Objects: func(req any) []string {
+			var roles []string
+			for _, w := range req.(*slacklinev1.UpdateWeightsRequest).GetWeights() {
+				roles = append(roles, w.GetRole())
+			}
+			return roles
+		}},
+	slacklinev1connect.OperatorServiceUpdateQuotaProcedure: {Caller: Clients, Action: UpdateQuotas,
+		Objects: func(req any) []string {
+			var roles []string
+			for _, q := range req.(*slacklinev1.UpdateQuotaRequest).GetConfigs() {
+				roles = append(roles, q.GetRole())
+			}
+			return roles
+		}},
+	slacklinev1connect.OperatorServiceGetMaintenanceScheduleProcedure:    {Caller: Clients, Action: ViewMaintenance},
+	slacklinev1connect.OperatorServiceUpdateMaintenanceScheduleProcedure: {Caller: Clients, Action: UpdateMaintenanceSchedules},
+	slacklinev1connect.OperatorServiceGetMaintenanceStatusProcedure:      {Caller: Clients, Action: ViewMaintenance},
+	slacklinev1connect.OperatorServiceStartMaintenanceProcedure: {Caller: Clients, Action: StartMaintenances,
+		Objects: func(req any) []string { return machines(req.(*slacklinev1.StartMaintenanceRequest).GetMachines()) }},
+	slacklinev1connect.OperatorServiceStopMaintenanceProcedure: {Caller: Clients, Action: StopMaintenances,
+		Objects: func(req any) []string { return machines(req.(*slacklinev1.StopMaintenanceRequest).GetMachines()) }},
+
+	// NodeService (served by the agent).
+	slacklinev1connect.NodeServiceGetContainersProcedure:  {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.NodeServiceGetUsageProcedure:       {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.NodeServiceGetEstimateProcedure:    {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents},
+	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients,
+		Handler: "the task's framework principal, or access_sandboxes on it"},
+}
+
+const (
+	frameworkBinding = "the Slackline-Stream-Id of the framework's subscription, and the framework's principal (or teardown_frameworks on it)"
+	agentSession     = "the session's agent has a hostname the caller may register as"
+)
+
+// machines names machines by hostname, or by IP when they have none.
+func machines(ids []*slacklinev1.MachineID) []string {
+	out := make([]string, 0, len(ids))
+	for _, m := range ids {
+		if m.GetHostname() != "" {
+			out = append(out, m.GetHostname())
+		} else {
+			out = append(out, m.GetIp())
+		}
+	}
+	return out
+}

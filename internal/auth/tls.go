@@ -1,0 +1,138 @@
+package auth
+
+import (
+	"crypto/tls"
+	"crypto/x509"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+)
+
+// ServerTLS returns the TLS configuration of a server presenting certFile
+// and keyFile. With clientCAFile, client certificates signed by that CA are
+// requested and verified (optional: a client may authenticate with a token
+// instead); Middleware names their holders.
+func ServerTLS(certFile, keyFile, clientCAFile string) (*tls.Config, error) {
+	if certFile == "" || keyFile == "" {
+		return nil, errors.New("TLS needs both a certificate and a key")
+	}
+	cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+	if err != nil {
+		return nil, fmt.Errorf("load TLS certificate: %w", err)
+	}
+	cfg := &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12}
+	if clientCAFile != "" {
+		pool, err := loadPool(clientCAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.ClientCAs, cfg.ClientAuth = pool, tls.VerifyClientCertIfGiven
+	}
+	return cfg, nil
+}
+
+// ClientTLS returns the TLS configuration of a client that trusts caFile
+// (the system's roots when empty) and, with certFile and keyFile, presents
+// that client certificate.
+func ClientTLS(caFile, certFile, keyFile string) (*tls.Config, error) {
+	cfg := &tls.Config{MinVersion: tls.VersionTLS12}
+	if caFile != "" {
+		pool, err := loadPool(caFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.RootCAs = pool
+	}
+	switch {
+	case certFile != "" && keyFile != "":
+		cert, err := tls.LoadX509KeyPair(certFile, keyFile)
+		if err != nil {
+			return nil, fmt.Errorf("load client certificate: %w", err)
+		}
+		cfg.Certificates = []tls.Certificate{cert}
+	case certFile != "" || keyFile != "":
+		return nil, errors.New("a client certificate needs both --cert and --key")
+	}
+	return cfg, nil
+}
+
+func loadPool(file string) (*x509.CertPool, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return nil, fmt.Errorf("read CA: %w", err)
+	}
+	pool := x509.NewCertPool()
+	if !pool.AppendCertsFromPEM(data) {
+		return nil, fmt.Errorf("CA %s holds no PEM certificate", file)
+	}
+	return pool, nil
+}
+
+// ReadToken reads a token file (surrounding white space is dropped).
+func ReadToken(file string) (string, error) {
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", fmt.Errorf("read token: %w", err)
+	}
+	token := strings.TrimSpace(string(data))
+	if token == "" || strings.ContainsAny(token, " \t\r\n") {
+		return "", fmt.Errorf("token file %s must hold one token", file)
+	}
+	return token, nil
+}
+
+// WithToken returns a RoundTripper that sends token as a bearer token on
+// every request through next. It refuses to send it in clear text (an
+// http:// URL) so that a token cannot leak to the network by mistake.
+func WithToken(next http.RoundTripper, token string) http.RoundTripper {
+	return bearer{next: next, header: "Bearer " + token}
+}
+
+type bearer struct {
+	next   http.RoundTripper
+	header string
+}
+
+func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
+	if r.URL.Scheme != "https" {
+		return nil, fmt.Errorf("refusing to send a bearer token to %s over clear text: use an https:// URL", r.URL.Host)
+	}
+	r = r.Clone(r.Context())
+	r.Header.Set("Authorization", b.header)
+	return b.next.RoundTrip(r)
+}
+
+// CheckListen refuses a listener on a non-loopback address that lacks TLS
+// or authorization, unless insecure says the operator accepts it. Loopback
+// addresses ("127.0.0.1:5050", "[::1]:5050", "localhost:5050") are always
+// accepted: only local users reach them.
+func CheckListen(flag, addr string, tlsOn, authzOn, insecure bool) error {
+	if (tlsOn && authzOn) || insecure || isLoopback(addr) {
+		return nil
+	}
+	var missing []string
+	if !tlsOn {
+		missing = append(missing, "TLS")
+	}
+	if !authzOn {
+		missing = append(missing, "authorization (--authz)")
+	}
+	return fmt.Errorf("refusing to listen on %s (%s) without %s: anyone who reaches it could control the cluster; "+
+		"create credentials with `slacklinectl credentials init` and pass them, or pass --insecure to accept the risk",
+		addr, flag, strings.Join(missing, " and "))
+}
+
+func isLoopback(addr string) bool {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
+}
