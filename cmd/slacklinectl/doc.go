@@ -11,6 +11,14 @@
 //	slacklinectl maintenance status [-o table|json]
 //	slacklinectl maintenance down HOST...           # StartMaintenance (HOST: hostname or IP)
 //	slacklinectl maintenance up HOST...             # StopMaintenance
+//	slacklinectl credentials init DIR --hosts H1,H2 --agents A1,A2 --frameworks F1 --operators O1
+//
+// With a secured coordinator, --ca (env SLACKLINE_CA) names the CA that
+// signs the coordinator's and agents' certificates and --token-file (env
+// SLACKLINE_TOKEN_FILE) the operator's bearer token, sent only over https;
+// an agent's NodeService must present a certificate for the hostname it
+// registered. "credentials init" writes a cluster's CA, certificates,
+// tokens and authorization file (see docs/security.md).
 //
 // The coordinator is given by --coordinator or the environment variable
 // SLACKLINE_COORDINATOR (default http://127.0.0.1:5050). "get containers"

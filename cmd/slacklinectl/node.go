@@ -53,7 +53,7 @@ func (g *globals) agentEndpoint(ctx context.Context, agentID string) (string, er
 	}
 	for _, a := range agents.Msg.GetAgents() {
 		if a.GetId() == agentID {
-			return endpointOf(a)
+			return g.endpointOf(a)
 		}
 	}
 	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q not found", agentID))
@@ -79,9 +79,9 @@ func (g *globals) hostEndpoint(ctx context.Context, hostname string) (string, er
 	}
 	switch {
 	case len(found) == 1:
-		return endpointOf(found[0])
+		return g.endpointOf(found[0])
 	case len(active) == 1:
-		return endpointOf(active[0])
+		return g.endpointOf(active[0])
 	case len(found) == 0:
 		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no agent with hostname %q", hostname))
 	}
@@ -92,10 +92,11 @@ func (g *globals) hostEndpoint(ctx context.Context, hostname string) (string, er
 	return "", fmt.Errorf("several agents have hostname %q (%s): use --agent URL", hostname, strings.Join(ids, ", "))
 }
 
-func endpointOf(a *slacklinev1.Agent) (string, error) {
+func (g *globals) endpointOf(a *slacklinev1.Agent) (string, error) {
 	if a.GetEndpoint() == "" {
 		return "", fmt.Errorf("agent %q (%s) registered no NodeService endpoint: use --agent URL", a.GetId(), a.GetHostname())
 	}
+	g.rememberNode(a.GetEndpoint(), a.GetHostname())
 	return a.GetEndpoint(), nil
 }
 

@@ -4,8 +4,10 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -13,6 +15,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 )
 
 const (
@@ -33,6 +36,12 @@ type globals struct {
 	output      string
 	timeout     time.Duration
 	out         io.Writer
+	// creds are --ca and --token-file (env SLACKLINE_CA, SLACKLINE_TOKEN_FILE).
+	creds auth.ClientCredentials
+	// nodeNames maps agents' NodeService URLs to their hostnames, which
+	// their certificates must name (see endpointOf).
+	nodeNamesMu sync.Mutex
+	nodeNames   map[string]string
 }
 
 // newRootCommand builds the command tree; commands write their results to
@@ -63,15 +72,36 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL (env "+coordinatorEnv+")")
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
+	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's and agents' certificates (env "+auth.EnvCA+")")
+	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token (env "+auth.EnvTokenFile+")")
 
-	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g))
+	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
+		newCredentialsCommand(g))
 	return root
 }
 
 // operator returns a client of the coordinator's OperatorService.
 func (g *globals) operator() slacklinev1connect.OperatorServiceClient {
-	return slacklinev1connect.NewOperatorServiceClient(&http.Client{Timeout: g.timeout}, g.coordinator)
+	return slacklinev1connect.NewOperatorServiceClient(g.httpClient(""), g.coordinator)
 }
+
+// httpClient returns a client with g's credentials that verifies the
+// server's certificate for serverName ("": the URL's host). Unreadable
+// credentials fail every call with their error.
+func (g *globals) httpClient(serverName string) *http.Client {
+	creds := g.creds
+	creds.ServerName = serverName
+	client, err := creds.HTTPClient()
+	if err != nil {
+		return &http.Client{Transport: failingTransport{err}}
+	}
+	client.Timeout = g.timeout
+	return client
+}
+
+type failingTransport struct{ err error }
+
+func (t failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, t.err }
 
 // node returns a client of the NodeService of the agent at url; a bare
 // "host:port" means http.
@@ -79,7 +109,26 @@ func (g *globals) node(url string) slacklinev1connect.NodeServiceClient {
 	if !strings.Contains(url, "://") {
 		url = "http://" + url
 	}
-	return slacklinev1connect.NewNodeServiceClient(&http.Client{Timeout: g.timeout}, strings.TrimSuffix(url, "/"))
+	url = strings.TrimSuffix(url, "/")
+	g.nodeNamesMu.Lock()
+	hostname := g.nodeNames[url]
+	g.nodeNamesMu.Unlock()
+	return slacklinev1connect.NewNodeServiceClient(g.httpClient(hostname), url)
+}
+
+// rememberNode records that the agent serving url is certified for
+// hostname: its endpoint's address comes from where it connected from, its
+// certificate names its hostname.
+func (g *globals) rememberNode(endpoint, hostname string) {
+	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "https" {
+		return
+	}
+	g.nodeNamesMu.Lock()
+	defer g.nodeNamesMu.Unlock()
+	if g.nodeNames == nil {
+		g.nodeNames = map[string]string{}
+	}
+	g.nodeNames[strings.TrimSuffix(endpoint, "/")] = hostname
 }
 
 // print writes a response: msg as JSON with -o json, else the table.
