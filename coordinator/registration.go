@@ -49,8 +49,8 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 			return registration{}, err
 		}
 	}
-	if h := info.GetHostname(); h == "" || len(h) > maxIDLength {
-		return registration{}, invalidf("agent_info.hostname %q must be 1 to %d bytes", h, maxIDLength)
+	if err := validateHostname("agent_info.hostname", info.GetHostname()); err != nil {
+		return registration{}, err
 	}
 	total, revocable, err := resources.FromProto(info.GetResources())
 	if err != nil {
@@ -62,6 +62,12 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 	for _, at := range info.GetAttributes() {
 		if at.GetName() == "" {
 			return registration{}, invalidf("agent_info.attributes has an attribute without a name")
+		}
+		if err := validateText("agent_info.attributes name", at.GetName(), maxLabelLength); err != nil {
+			return registration{}, err
+		}
+		if err := validateText("agent_info.attributes value", at.GetValue(), maxLabelLength); err != nil {
+			return registration{}, err
 		}
 	}
 	reg := registration{info: proto.CloneOf(info), total: total, previousID: req.GetPreviousAgentId()}

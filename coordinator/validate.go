@@ -6,6 +6,8 @@ import (
 	"math"
 	"slices"
 	"strings"
+	"unicode"
+	"unicode/utf8"
 
 	"google.golang.org/protobuf/proto"
 
@@ -23,6 +25,8 @@ const (
 	maxLabelLength     = 4096
 	maxCommandLength   = 64 << 10
 	maxNameLength      = 1024
+	maxHostnameLength  = 253
+	maxUserLength      = 32
 	maxFailoverSeconds = 365 * 24 * 3600
 	defaultRole        = "*"
 )
@@ -33,7 +37,9 @@ func invalidf(format string, args ...any) error {
 	return fmt.Errorf("%w: "+format, append([]any{errInvalid}, args...)...)
 }
 
-// validateID checks an id given by a client (task ids, agent ids).
+// validateID checks an id given by a client (task ids, agent ids): 1 to
+// maxIDLength bytes of printable ASCII without spaces and '/', never "." or
+// ".." (ids name files and cgroups).
 func validateID(kind, id string) error {
 	if id == "" {
 		return invalidf("%s is empty", kind)
@@ -44,6 +50,63 @@ func validateID(kind, id string) error {
 	for _, r := range id {
 		if r <= ' ' || r == '/' || r == 0x7f || r > 0x7e {
 			return invalidf("%s %q contains %q (allowed: printable ASCII without spaces and '/')", kind, id, r)
+		}
+	}
+	if id == "." || id == ".." {
+		return invalidf("%s %q is not an id", kind, id)
+	}
+	return nil
+}
+
+// validateHostname checks an agent's hostname as RFC 1123 has it: labels
+// of 1 to 63 letters, digits and '-' (not first or last), joined by dots,
+// at most maxHostnameLength bytes.
+func validateHostname(kind, host string) error {
+	if host == "" || len(host) > maxHostnameLength {
+		return invalidf("%s %.64q must be 1 to %d bytes", kind, host, maxHostnameLength)
+	}
+	for label := range strings.SplitSeq(host, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return invalidf("%s %q has an invalid label %q (want 1 to 63 characters, not starting or ending with '-')", kind, host, label)
+		}
+		for _, r := range label {
+			if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-') {
+				return invalidf("%s %q contains %q (allowed: letters, digits, '-', and '.' between labels)", kind, host, r)
+			}
+		}
+	}
+	return nil
+}
+
+// validateText checks a human-readable string from a client (names, label
+// keys and values, attribute names): valid UTF-8 of at most max bytes,
+// without control characters, so nothing printed from it can steer a
+// terminal (escape sequences begin with one).
+func validateText(kind, text string, max int) error {
+	if len(text) > max {
+		return invalidf("%s %.32q... is longer than %d bytes", kind, text, max)
+	}
+	if !utf8.ValidString(text) {
+		return invalidf("%s %q is not valid UTF-8", kind, text)
+	}
+	for _, r := range text {
+		if unicode.IsControl(r) {
+			return invalidf("%s %q contains the control character %U", kind, text, r)
+		}
+	}
+	return nil
+}
+
+// validateUser checks the Unix user a task runs as: a portable user name,
+// 1 to maxUserLength letters, digits, '.', '_' and '-', not starting with
+// '-'. Whether the user exists is the agent's to say.
+func validateUser(kind, user string) error {
+	if user == "" || len(user) > maxUserLength || user[0] == '-' {
+		return invalidf("%s %q must be 1 to %d characters, not starting with '-'", kind, user, maxUserLength)
+	}
+	for _, r := range user {
+		if !(r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '.' || r == '_' || r == '-') {
+			return invalidf("%s %q contains %q (allowed: letters, digits, '.', '_', '-')", kind, user, r)
 		}
 	}
 	return nil
@@ -81,8 +144,16 @@ func normalizeFrameworkInfo(info *slacklinev1.FrameworkInfo) (*slacklinev1.Frame
 	if out.GetName() == "" {
 		return nil, invalidf("framework_info.name is empty")
 	}
-	if len(out.GetName()) > maxNameLength {
-		return nil, invalidf("framework_info.name is longer than %d bytes", maxNameLength)
+	if err := validateText("framework_info.name", out.GetName(), maxNameLength); err != nil {
+		return nil, err
+	}
+	if err := validateText("framework_info.hostname", out.GetHostname(), maxHostnameLength); err != nil {
+		return nil, err
+	}
+	if u := out.GetUser(); u != "" {
+		if err := validateUser("framework_info.user", u); err != nil {
+			return nil, err
+		}
 	}
 	if out.GetId() != "" {
 		if err := validateID("framework_info.id", out.GetId()); err != nil {
@@ -193,9 +264,15 @@ func validateLaunch(pool offeredPool, tasks []*slacklinev1.TaskInfo, taskExists 
 			reject(t, "task agent_id %q differs from the offers' agent %q", a, pool.agentID)
 			continue
 		}
-		if len(t.GetName()) > maxNameLength {
-			reject(t, "task name is longer than %d bytes", maxNameLength)
+		if err := validateText("task name", t.GetName(), maxNameLength); err != nil {
+			reject(t, "%v", trimInvalid(err))
 			continue
+		}
+		if u := t.GetUser(); u != "" {
+			if err := validateUser("task user", u); err != nil {
+				reject(t, "task %q: %v", id, trimInvalid(err))
+				continue
+			}
 		}
 		cmd := t.GetCommand()
 		if cmd.GetValue() == "" {
@@ -263,6 +340,12 @@ func checkLabels(labels map[string]string) string {
 		}
 		if len(k)+len(v) > maxLabelLength {
 			return fmt.Sprintf("label %.32q is longer than %d bytes", k, maxLabelLength)
+		}
+		if err := validateText("label key", k, maxLabelLength); err != nil {
+			return trimInvalid(err)
+		}
+		if err := validateText(fmt.Sprintf("label %q", k), v, maxLabelLength); err != nil {
+			return trimInvalid(err)
 		}
 	}
 	return ""

@@ -1,6 +1,7 @@
 package coordinator
 
 import (
+	"errors"
 	"strings"
 	"testing"
 
@@ -89,4 +90,115 @@ func FuzzValidateLaunch(f *testing.F) {
 			t.Fatalf("accepted %v + revocable %v beyond the offers %v + %v", used, usedRevocable, pool.regular, pool.revocable)
 		}
 	})
+}
+
+func TestValidateID(t *testing.T) {
+	for _, ok := range []string{"a", "task-1", "x.y_z:0", strings.Repeat("a", maxIDLength)} {
+		if err := validateID("id", ok); err != nil {
+			t.Errorf("validateID(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", ".", "..", "a/b", "a b", "a\x1b[31m", "é", strings.Repeat("a", maxIDLength+1)} {
+		if err := validateID("id", bad); err == nil {
+			t.Errorf("validateID(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidateHostname(t *testing.T) {
+	for _, ok := range []string{"vm", "node-1", "Node-1.example.com", "10.0.0.5", strings.Repeat("a", 63) + ".b"} {
+		if err := validateHostname("hostname", ok); err != nil {
+			t.Errorf("validateHostname(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-node", "node-", "a..b", ".a", "a.", "my_host", "a b", "host\x1b]0;pwned\x07",
+		"héte", strings.Repeat("a", 64), strings.Repeat("a.", 127) + "ab"} {
+		if err := validateHostname("hostname", bad); err == nil {
+			t.Errorf("validateHostname(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidateText(t *testing.T) {
+	for _, ok := range []string{"", "web server", "équipe/αβγ"} {
+		if err := validateText("name", ok, 64); err != nil {
+			t.Errorf("validateText(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"a\tb", "line\nbreak", "\x1b[2J", "bell\x07", "del\x7f", "c1\u009b31m", "\xff", strings.Repeat("a", 65)} {
+		if err := validateText("name", bad, 64); err == nil {
+			t.Errorf("validateText(%q) accepted", bad)
+		}
+	}
+}
+
+func TestValidateUser(t *testing.T) {
+	for _, ok := range []string{"nobody", "www-data", "svc.batch_1", "root"} {
+		if err := validateUser("user", ok); err != nil {
+			t.Errorf("validateUser(%q) = %v", ok, err)
+		}
+	}
+	for _, bad := range []string{"", "-rf", "a b", "a/b", "0:0", "al\x1bice", strings.Repeat("u", maxUserLength+1)} {
+		if err := validateUser("user", bad); err == nil {
+			t.Errorf("validateUser(%q) accepted", bad)
+		}
+	}
+}
+
+// TestEntryPointsRefuseBadText: Register's hostname and attributes,
+// Subscribe's framework name and user, and Accept's task names, users and
+// labels are checked before anything else happens.
+func TestEntryPointsRefuseBadText(t *testing.T) {
+	escape := "evil\x1b]0;owned\x07"
+	for _, tt := range []struct {
+		name   string
+		mutate func(*slacklinev1.RegisterRequest)
+	}{
+		{"hostname", func(r *slacklinev1.RegisterRequest) { r.AgentInfo.Hostname = escape }},
+		{"attribute name", func(r *slacklinev1.RegisterRequest) {
+			r.AgentInfo.Attributes = []*slacklinev1.Attribute{{Name: escape, Value: "x"}}
+		}},
+		{"attribute value", func(r *slacklinev1.RegisterRequest) {
+			r.AgentInfo.Attributes = []*slacklinev1.Attribute{{Name: "rack", Value: escape}}
+		}},
+	} {
+		req := &slacklinev1.RegisterRequest{
+			ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+			AgentInfo:       &slacklinev1.AgentInfo{Hostname: "node-1", Resources: resources.MustParse("cpus:1").Proto("", resources.Regular)},
+		}
+		tt.mutate(req)
+		if _, err := parseRegistration(req); !errors.Is(err, errInvalid) {
+			t.Errorf("Register with a bad %s: %v, want invalid", tt.name, err)
+		}
+	}
+	for _, info := range []*slacklinev1.FrameworkInfo{
+		{Name: escape}, {Name: "ok", Hostname: escape}, {Name: "ok", User: "root\n"},
+	} {
+		if _, err := normalizeFrameworkInfo(info); !errors.Is(err, errInvalid) {
+			t.Errorf("Subscribe with %v: %v, want invalid", info, err)
+		}
+	}
+	badName := taskInfo("name", "cpus:0.1")
+	badName.Name = escape
+	badUser := taskInfo("user", "cpus:0.1")
+	badUser.User = "-x"
+	badKey := taskInfo("key", "cpus:0.1")
+	badKey.Labels = map[string]string{escape: "v"}
+	badValue := taskInfo("value", "cpus:0.1")
+	badValue.Labels = map[string]string{"k": escape}
+	good := taskInfo("good", "cpus:0.1")
+	good.User, good.Labels = "nobody", map[string]string{"team": "web search"}
+	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:2")}
+	accepted, rejected := validateLaunch(pool, []*slacklinev1.TaskInfo{badName, badUser, badKey, badValue, good}, func(string) bool { return false })
+	if len(accepted) != 1 || accepted[0].info.GetTaskId() != "good" {
+		t.Errorf("accepted %v, want only the good task", accepted)
+	}
+	for _, r := range rejected {
+		if strings.Contains(r.message, "\x1b") || r.reason != slacklinev1.Reason_REASON_TASK_INVALID {
+			t.Errorf("task %s rejected with %v %q: want REASON_TASK_INVALID and an escaped message", r.task.GetTaskId(), r.reason, r.message)
+		}
+	}
+	if len(rejected) != 4 {
+		t.Errorf("rejected %d tasks, want 4", len(rejected))
+	}
 }
