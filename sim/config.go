@@ -22,9 +22,9 @@ const (
 	DefaultHostnamePrefix     = "sim-"
 	DefaultAgentsPerTransport = 100
 	DefaultTickInterval       = 500 * time.Millisecond
-	DefaultRPCTimeout         = 10 * time.Second
-	DefaultBackoffMin         = 100 * time.Millisecond
-	DefaultBackoffMax         = 10 * time.Second
+	DefaultRPCTimeout         = session.DefaultRPCTimeout
+	DefaultBackoffMin         = session.DefaultBackoffMin
+	DefaultBackoffMax         = session.DefaultBackoffMax
 	DefaultStatusRetryMin     = 10 * time.Second
 	DefaultStatusRetryMax     = time.Minute
 	DefaultMaxHeartbeats      = 256
