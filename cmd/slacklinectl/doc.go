@@ -5,7 +5,7 @@
 //	slacklinectl get containers --agent URL | --hostname HOSTNAME [-o table|json]
 //	slacklinectl set weight ROLE WEIGHT
 //	slacklinectl set quota ROLE RESOURCES   # "cpus:10;mem:20480"; "" removes the quota
-//	slacklinectl logs TASK_ID [--stderr] [--framework ID] [--tail BYTES] [-f] [--agent URL]
+//	slacklinectl logs TASK_ID [--stderr] [--framework ID] [--tail BYTES] [-f] [--raw] [--agent URL]
 //	slacklinectl maintenance schedule get [-o table|json]
 //	slacklinectl maintenance schedule set -f FILE   # JSON or YAML; - reads stdin
 //	slacklinectl maintenance status [-o table|json]
@@ -26,4 +26,9 @@
 // with the coordinator, or --agent gives it directly. Errors are printed
 // as "slacklinectl: <command>: <connect code>: <message>" and the exit status
 // is 1.
+//
+// Everything printed that came from elsewhere (names, hostnames, messages,
+// errors, a task's output) has its control characters escaped ("\x1b",
+// "\u202e"; escape.go), so it cannot steer the terminal; logs keep newlines
+// and tabs, and "logs --raw" prints a task's bytes unchanged.
 package main

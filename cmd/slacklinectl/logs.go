@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"time"
 
 	"connectrpc.com/connect"
@@ -27,6 +28,7 @@ type logsOptions struct {
 	agent     string
 	tail      int64
 	follow    bool
+	raw       bool
 }
 
 // newLogsCommand is "logs TASK_ID": a task's stdout or stderr, read from its
@@ -39,7 +41,9 @@ func newLogsCommand(g *globals) *cobra.Command {
 		Long: `Print the end of a task's stdout (or stderr with --stderr), read from the
 task's sandbox on its agent. The task's agent is found through the coordinator
 unless --agent names the agent's NodeService URL. With -f the command keeps
-printing what the task writes until interrupted.`,
+printing what the task writes until interrupted. Control characters other than
+newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
+--raw prints the file's bytes as they are.`,
 		Args: exactArgs("TASK_ID"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.tail < -1 {
@@ -57,6 +61,7 @@ printing what the task writes until interrupted.`,
 	flags.StringVar(&o.agent, "agent", "", "NodeService URL of the task's agent, e.g. http://10.0.0.5:5051 (skips the coordinator)")
 	flags.Int64Var(&o.tail, "tail", defaultTail, "print the last N bytes first (0: none, -1: the whole file)")
 	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until interrupted")
+	flags.BoolVar(&o.raw, "raw", false, "print the output's bytes unescaped, terminal escape sequences included")
 	return cmd
 }
 
@@ -73,6 +78,12 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 		}
 	}
 	node := g.node(endpoint)
+	var out io.Writer = g.out
+	if !o.raw {
+		escaping := &escapingWriter{w: g.out}
+		defer escaping.Close()
+		out = escaping
+	}
 	path := "stdout"
 	if o.stderr {
 		path = "stderr"
@@ -94,7 +105,7 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 			if err != nil {
 				return offset, err
 			}
-			if _, err := g.out.Write(resp.GetData()); err != nil {
+			if _, err := out.Write(resp.GetData()); err != nil {
 				return offset, err
 			}
 			// The agent moves an offset beyond the end (the file was
@@ -125,7 +136,7 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 		if err != nil {
 			return err
 		}
-		if _, err := g.out.Write(resp.GetData()); err != nil {
+		if _, err := out.Write(resp.GetData()); err != nil {
 			return err
 		}
 		next = resp.GetOffset() + int64(len(resp.GetData()))

@@ -122,7 +122,7 @@ protobuf ones ("5400s"); an empty file (or "windows: []") clears the schedule.
 			if g.output == outputJSON {
 				return g.printJSON(resp.Msg)
 			}
-			_, err = fmt.Fprintf(g.out, "DOWN: %s\n", strings.Join(args, " "))
+			_, err = fmt.Fprintf(g.out, "DOWN: %s\n", escape(strings.Join(args, " ")))
 			return err
 		},
 	}
@@ -138,7 +138,7 @@ protobuf ones ("5400s"); an empty file (or "windows: []") clears the schedule.
 			if g.output == outputJSON {
 				return g.printJSON(resp.Msg)
 			}
-			_, err = fmt.Fprintf(g.out, "UP: %s\n", strings.Join(args, " "))
+			_, err = fmt.Fprintf(g.out, "UP: %s\n", escape(strings.Join(args, " ")))
 			return err
 		},
 	}

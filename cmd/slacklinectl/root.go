@@ -145,7 +145,7 @@ func (g *globals) printJSON(msg proto.Message) error {
 	if err != nil {
 		return fmt.Errorf("encode json: %w", err)
 	}
-	_, err = fmt.Fprintf(g.out, "%s\n", data)
+	_, err = fmt.Fprintf(g.out, "%s\n", escapeJSON(data))
 	return err
 }
 

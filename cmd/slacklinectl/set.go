@@ -48,7 +48,7 @@ func newSetCommand(g *globals) *cobra.Command {
 			if g.output == outputJSON {
 				return g.printJSON(resp.Msg)
 			}
-			_, err = fmt.Fprintf(g.out, "role %s: weight set to %s\n", role, strconv.FormatFloat(w, 'g', -1, 64))
+			_, err = fmt.Fprintf(g.out, "role %s: weight set to %s\n", escape(role), strconv.FormatFloat(w, 'g', -1, 64))
 			return err
 		},
 	}
@@ -79,9 +79,9 @@ func newSetCommand(g *globals) *cobra.Command {
 				return g.printJSON(resp.Msg)
 			}
 			if limits.IsEmpty() {
-				_, err = fmt.Fprintf(g.out, "role %s: quota removed\n", role)
+				_, err = fmt.Fprintf(g.out, "role %s: quota removed\n", escape(role))
 			} else {
-				_, err = fmt.Fprintf(g.out, "role %s: quota set to %s\n", role, limits)
+				_, err = fmt.Fprintf(g.out, "role %s: quota set to %s\n", escape(role), limits)
 			}
 			return err
 		},

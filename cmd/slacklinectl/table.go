@@ -37,12 +37,7 @@ func writeRow(w io.Writer, cells []string) {
 		if i > 0 {
 			io.WriteString(w, "\t")
 		}
-		cell = strings.Map(func(r rune) rune {
-			if r == '\t' || r == '\n' || r == '\r' {
-				return ' '
-			}
-			return r
-		}, cell)
+		cell = escape(cell)
 		if cell == "" {
 			cell = none
 		}
