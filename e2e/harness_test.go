@@ -116,6 +116,20 @@ func (p *process) kill() {
 	<-p.done
 }
 
+// taskVisibleDir returns a new temporary directory that tasks can search
+// and read: they run as nobody, and t.TempDir and its parent are root's,
+// mode 0700.
+func taskVisibleDir(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, d := range []string{dir, filepath.Dir(dir)} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir
+}
+
 func freeAddr(t *testing.T) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -87,7 +87,7 @@ func TestOversubscription(t *testing.T) {
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "noop")
 	waitAgentsActive(t, addr, 1)
 
-	trigger := filepath.Join(t.TempDir(), "go")
+	trigger := filepath.Join(taskVisibleDir(t), "go")
 	// Idle until the trigger file appears, then busy on both CPUs.
 	busy := fmt.Sprintf(`while [ ! -f %s ]; do sleep 0.1; done; (while :; do :; done) & while :; do :; done`, trigger)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",

@@ -54,7 +54,7 @@ func TestQoSInterference(t *testing.T) {
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "interference",
 		"--qos-kill-after", "2s", "--qos-min-attributed-delay", "0")
 	waitAgentsActive(t, addr, 1)
-	dir := t.TempDir()
+	dir := taskVisibleDir(t)
 	busy := filepath.Join(dir, "busy")
 	calm := filepath.Join(dir, "calm")
 	guaranteed := fmt.Sprintf(`while [ ! -f %[1]s ]; do sleep 0.1; done; for i in 1 2 3 4; do (while [ ! -f %[2]s ]; do :; done) & done; wait; sleep 1000`, busy, calm)
