@@ -40,7 +40,9 @@
 //     is computed once). Agent registrations do not take it, so that they
 //     share fsyncs (the store batches concurrent writes); they re-check the
 //     machine's mode after their write, and recovery and the next
-//     registration heal a stale agent record.
+//     registration heal a stale agent record. The maintenance state is
+//     replaced and changed only under persistMu (and mu), so a holder of
+//     persistMu reads it without mu: a schedule is validated outside mu.
 //   - mu guards all in-memory state, the allocator and the maintenance state
 //     included, for in-memory work only: never across a registry write, a
 //     stream Send or another blocking call. Events and commands go through

@@ -107,6 +107,52 @@ func (m Machine) overlaps(o Machine) bool {
 	return hostOK && ipOK && shared
 }
 
+// machineIndex finds scheduled machines by hostname and by ip, so that
+// validating a schedule and resolving a machine id cost a few map reads
+// per machine rather than a scan of the schedule.
+type machineIndex struct {
+	// position is each machine's place in schedule order.
+	position map[Machine]int
+	// byHost and byIP list the machines with a hostname or an ip, in
+	// schedule order.
+	byHost, byIP map[string][]Machine
+}
+
+func (x *machineIndex) add(m Machine) {
+	if x.position == nil {
+		x.position, x.byHost, x.byIP = map[Machine]int{}, map[string][]Machine{}, map[string][]Machine{}
+	}
+	x.position[m] = len(x.position)
+	if m.Hostname != "" {
+		x.byHost[m.Hostname] = append(x.byHost[m.Hostname], m)
+	}
+	if m.IP != "" {
+		x.byIP[m.IP] = append(x.byIP[m.IP], m)
+	}
+}
+
+// overlapping returns up to limit indexed machines that overlap m, in
+// schedule order. A machine with both fields can only overlap itself and
+// the machines with one of its fields alone; one with a single field
+// overlaps every machine sharing it.
+func (x *machineIndex) overlapping(m Machine, limit int) []Machine {
+	var found []Machine
+	switch {
+	case m.Hostname != "" && m.IP != "":
+		for _, cand := range []Machine{m, {Hostname: m.Hostname}, {IP: m.IP}} {
+			if _, ok := x.position[cand]; ok {
+				found = append(found, cand)
+			}
+		}
+		slices.SortFunc(found, func(a, b Machine) int { return x.position[a] - x.position[b] })
+	case m.Hostname != "":
+		found = x.byHost[m.Hostname]
+	default:
+		found = x.byIP[m.IP]
+	}
+	return slices.Clip(found[:min(limit, len(found))])
+}
+
 // Window is a maintenance window: machines unavailable together from Start
 // for Duration (zero: indefinitely).
 type Window struct {
@@ -159,8 +205,10 @@ const (
 // is not usable; use New or FromRecord.
 type State struct {
 	windows []Window
-	// window maps each scheduled machine to its window's index.
+	// window maps each scheduled machine to its window's index; index
+	// finds machines by hostname and by ip (see machineIndex).
 	window map[Machine]int
+	index  machineIndex
 	down   map[Machine]bool
 	// answers holds, per draining machine, each framework's latest answer.
 	answers map[Machine]map[string]Answer
@@ -206,16 +254,19 @@ func (s *State) Record() *slacklinev1.MaintenanceRecord {
 func (s *State) setWindows(windows []Window) {
 	s.windows = windows
 	s.window = map[Machine]int{}
+	s.index = machineIndex{}
 	for i, w := range windows {
 		for _, m := range w.Machines {
 			s.window[m] = i
+			s.index.add(m)
 		}
 	}
 }
 
-// clone copies s; windows are immutable once built and shared.
+// clone copies s; windows (and their index) are immutable once built and
+// shared.
 func (s *State) clone() *State {
-	out := &State{windows: s.windows, window: s.window, down: maps.Clone(s.down), answers: map[Machine]map[string]Answer{}}
+	out := &State{windows: s.windows, window: s.window, index: s.index, down: maps.Clone(s.down), answers: map[Machine]map[string]Answer{}}
 	for m, a := range s.answers {
 		out.answers[m] = maps.Clone(a)
 	}
@@ -267,18 +318,27 @@ func (s *State) Window(m Machine) (Window, bool) {
 // Lookup returns the scheduled machine that an agent with hostname and ip
 // runs on: a DOWN one if any matches, else the first match in schedule
 // order. ok is false when the agent's machine is UP.
+//
+// Only three machines can match an agent (its hostname and ip, its
+// hostname alone, its ip alone), so Lookup costs three map reads whatever
+// the size of the schedule.
 func (s *State) Lookup(hostname, ip string) (m Machine, ok bool) {
-	for _, w := range s.windows {
-		for _, cand := range w.Machines {
-			if !cand.Matches(hostname, ip) {
-				continue
-			}
-			if s.down[cand] {
-				return cand, true
-			}
-			if !ok {
-				m, ok = cand, true
-			}
+	host := strings.ToLower(hostname)
+	if addr, err := netip.ParseAddr(ip); err == nil {
+		ip = addr.String()
+	} else {
+		ip = ""
+	}
+	first := -1
+	for _, cand := range []Machine{{host, ip}, {host, ""}, {"", ip}} {
+		if _, scheduled := s.window[cand]; !scheduled || cand == (Machine{}) {
+			continue
+		}
+		if s.down[cand] {
+			return cand, true
+		}
+		if pos := s.index.position[cand]; first < 0 || pos < first {
+			m, ok, first = cand, true, pos
 		}
 	}
 	return m, ok
@@ -341,7 +401,7 @@ func parseSchedule(sched *slacklinev1.Schedule, down map[Machine]bool) ([]Window
 	var windows []Window
 	type place struct{ window, index int }
 	seen := map[Machine]place{}
-	var all []Machine
+	var all machineIndex
 	for i, pw := range sched.GetWindows() {
 		if len(pw.GetMachineIds()) == 0 {
 			return nil, invalidf("windows[%d] has no machine_ids", i)
@@ -358,14 +418,12 @@ func parseSchedule(sched *slacklinev1.Schedule, down map[Machine]bool) ([]Window
 				}
 				return nil, invalidf("windows[%d]: machine %s is already in windows[%d]; a machine may be in at most one window", i, m, p.window)
 			}
-			for _, other := range all {
-				if other.overlaps(m) {
-					p := seen[other]
-					return nil, invalidf("windows[%d]: machine %s may be the same machine as %s in windows[%d]; a machine may be in at most one window", i, m, other, p.window)
-				}
+			if others := all.overlapping(m, 1); len(others) > 0 {
+				other := others[0]
+				return nil, invalidf("windows[%d]: machine %s may be the same machine as %s in windows[%d]; a machine may be in at most one window", i, m, other, seen[other].window)
 			}
 			seen[m] = place{i, j}
-			all = append(all, m)
+			all.add(m)
 			w.Machines = append(w.Machines, m)
 		}
 		u := pw.GetUnavailability()
@@ -414,12 +472,7 @@ func (s *State) resolve(field string, id *slacklinev1.MachineID) (Machine, bool,
 	if _, ok := s.window[m]; ok {
 		return m, true, nil
 	}
-	var found []Machine
-	for _, cand := range s.Machines() {
-		if cand.overlaps(m) {
-			found = append(found, cand)
-		}
-	}
+	found := s.index.overlapping(m, 2)
 	switch len(found) {
 	case 0:
 		return m, false, nil
