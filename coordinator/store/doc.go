@@ -1,18 +1,37 @@
 // Package store persists the coordinator's registry: the small set of state
-// that must survive a coordinator restart (agents, frameworks with their
-// failover timeouts, role weights and quota, and the maintenance
-// schedule with the DOWN machines). Everything else (offers, allocations, tasks) is rebuilt from
+// that must survive a coordinator restart or a leader change (agents,
+// frameworks with their failover timeouts, role weights and quota, the
+// maintenance schedule with the DOWN machines, and the coordinator's own
+// secrets). Everything else (offers, allocations, tasks) is rebuilt from
 // agents and frameworks when they re-register.
 //
-// The storage itself is internal/kv, shared with the agent's checkpoint: a
-// tiny bucketed key-value contract so that the embedded bbolt file (the
-// default, see OpenBolt) and an etcd backend for high availability can sit
-// behind it. This package adds what is the coordinator's: the bucket names
-// and the registry file in the work dir. Values are opaque bytes; the
-// coordinator stores protobuf-encoded records (slackline.v1 *Record messages).
+// The contract is internal/kv's Store (Apply mutations atomically, Load a
+// bucket, Close), with two backends:
+//
+//   - bbolt (OpenBolt), the default: registry.db in the coordinator's work
+//     dir, for one coordinator. Apply returns after fsync; concurrent calls
+//     share one transaction and one fsync.
+//   - etcd (DialEtcd, NewEtcd), for a group of coordinators of which one
+//     leads (coordinator/leader). Bucket b's key k is the etcd key
+//     <prefix>registry/b/k. Apply is one etcd transaction and returns once
+//     etcd acknowledged it, that is once a quorum of members persisted it;
+//     Load is a linearizable read, so a new leader sees every write its
+//     predecessor acknowledged. A store made with a Fence writes only while
+//     the fence holds: each transaction is conditional on the leader key's
+//     creation revision, so a deposed leader's writes fail with ErrFenced
+//     (and call OnFenced) whatever its own clock believes.
+//
+// Values are opaque bytes; the coordinator stores protobuf-encoded records
+// (slackline.v1 *Record messages).
 //
 // Lifecycle: open once at start, share between goroutines (implementations
-// are safe for concurrent use), Close at exit. Apply returns only after the
-// mutations are durable (fsync for bbolt), so an RPC acknowledged after Apply
-// is never lost across a crash.
+// are safe for concurrent use), Close at exit. An etcd store does not own
+// its client: the registry and the election share one, which the caller
+// closes last. Apply returns only after the mutations are durable, so an
+// RPC acknowledged after Apply is never lost across a crash or a failover.
+//
+// Errors: ErrClosed after Close; ErrFenced from a fenced etcd store whose
+// leader was deposed; otherwise the backend's error wrapped with what was
+// being done. An etcd Apply of more than MaxTxnOps mutations is split into
+// fenced transactions, in order (see Etcd.Apply).
 package store

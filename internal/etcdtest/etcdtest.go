@@ -1,0 +1,255 @@
+package etcdtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
+)
+
+// Binary returns the path of the etcd binary, or "" when it is not
+// installed.
+func Binary() string {
+	path, err := exec.LookPath("etcd")
+	if err != nil {
+		return ""
+	}
+	return path
+}
+
+// Require skips the test when etcd is not installed, or fails it when CI
+// is set.
+func Require(t testing.TB) string {
+	t.Helper()
+	path := Binary()
+	if path == "" {
+		if os.Getenv("CI") != "" {
+			t.Fatal("etcd is not installed (apt-get install etcd-server)")
+		}
+		t.Skip("etcd is not installed (apt-get install etcd-server)")
+	}
+	return path
+}
+
+// Cluster is a set of etcd members on loopback.
+type Cluster struct {
+	t       testing.TB
+	binary  string
+	members []*Member
+}
+
+// Member is one etcd process.
+type Member struct {
+	Name      string
+	ClientURL string
+	PeerURL   string
+	dataDir   string
+	args      []string
+
+	mu   sync.Mutex
+	cmd  *exec.Cmd
+	done chan struct{}
+	log  *lockedBuffer
+}
+
+// Start starts an n-member cluster and waits until it has a leader.
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t, binary: Require(t)}
+	token := fmt.Sprintf("slackline-test-%d", time.Now().UnixNano())
+	var initial []string
+	for i := range n {
+		m := &Member{
+			Name:      fmt.Sprintf("m%d", i),
+			ClientURL: "http://" + freeAddr(t),
+			PeerURL:   "http://" + freeAddr(t),
+			dataDir:   t.TempDir(),
+			log:       &lockedBuffer{},
+		}
+		c.members = append(c.members, m)
+		initial = append(initial, m.Name+"="+m.PeerURL)
+	}
+	for _, m := range c.members {
+		m.args = []string{
+			"--name", m.Name, "--data-dir", m.dataDir,
+			"--listen-client-urls", m.ClientURL, "--advertise-client-urls", m.ClientURL,
+			"--listen-peer-urls", m.PeerURL, "--initial-advertise-peer-urls", m.PeerURL,
+			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
+			"--initial-cluster-token", token,
+			"--heartbeat-interval", "50", "--election-timeout", "500",
+			"--log-level", "warn",
+		}
+		c.startMember(m)
+	}
+	t.Cleanup(func() {
+		for _, m := range c.members {
+			m.stop(syscall.SIGKILL)
+			if t.Failed() {
+				t.Logf("--- etcd %s:\n%s", m.Name, m.log.String())
+			}
+		}
+	})
+	c.WaitHealthy()
+	return c
+}
+
+func (c *Cluster) startMember(m *Member) {
+	c.t.Helper()
+	cmd := exec.Command(c.binary, m.args...)
+	cmd.Stdout, cmd.Stderr = m.log, m.log
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		c.t.Fatalf("start etcd %s: %v", m.Name, err)
+	}
+	done := make(chan struct{})
+	go func() {
+		_ = cmd.Wait()
+		close(done)
+	}()
+	m.mu.Lock()
+	m.cmd, m.done = cmd, done
+	m.mu.Unlock()
+}
+
+// Members returns the members, in the order of Endpoints.
+func (c *Cluster) Members() []*Member { return c.members }
+
+// Endpoints returns every member's client URL.
+func (c *Cluster) Endpoints() []string {
+	out := make([]string, len(c.members))
+	for i, m := range c.members {
+		out[i] = m.ClientURL
+	}
+	return out
+}
+
+// Client returns a client of the whole cluster, closed with the test.
+func (c *Cluster) Client(t testing.TB) *clientv3.Client {
+	t.Helper()
+	client, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { client.Close() })
+	return client
+}
+
+// Stop stops member i (SIGTERM, then SIGKILL after 5 s) and waits.
+func (c *Cluster) Stop(i int) { c.members[i].stop(syscall.SIGTERM) }
+
+// Restart starts member i again on its data and waits until it is healthy.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	m := c.members[i]
+	m.stop(syscall.SIGTERM)
+	c.startMember(m)
+	c.waitMember(m, 20*time.Second)
+}
+
+// WaitHealthy waits until every running member answers and knows a leader.
+func (c *Cluster) WaitHealthy() {
+	c.t.Helper()
+	for _, m := range c.members {
+		if m.running() {
+			c.waitMember(m, 20*time.Second)
+		}
+	}
+}
+
+func (c *Cluster) waitMember(m *Member, timeout time.Duration) {
+	c.t.Helper()
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer client.Close()
+	deadline := time.Now().Add(timeout)
+	var last error
+	for time.Now().Before(deadline) {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		status, err := client.Status(ctx, m.ClientURL)
+		if err == nil && status.Leader != 0 {
+			// A linearizable read proves the member serves.
+			_, err = client.Get(ctx, "health")
+		}
+		cancel()
+		if err == nil && status.Leader != 0 {
+			return
+		}
+		last = err
+		time.Sleep(50 * time.Millisecond)
+	}
+	c.t.Fatalf("etcd %s not healthy within %v: %v\n%s", m.Name, timeout, last, m.log.String())
+}
+
+func (m *Member) running() bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.done == nil {
+		return false
+	}
+	select {
+	case <-m.done:
+		return false
+	default:
+		return true
+	}
+}
+
+func (m *Member) stop(sig syscall.Signal) {
+	m.mu.Lock()
+	cmd, done := m.cmd, m.done
+	m.mu.Unlock()
+	if cmd == nil {
+		return
+	}
+	select {
+	case <-done:
+		return
+	default:
+	}
+	_ = cmd.Process.Signal(sig)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		_ = cmd.Process.Kill()
+		<-done
+	}
+}
+
+func freeAddr(t testing.TB) string {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().String()
+}
+
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
