@@ -19,156 +19,16 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/agenttest"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
 )
 
-// fakeCoordinator is a minimal AgentService: it admits every agent, checks
-// sessions, records what agents send and lets the test push commands.
-type fakeCoordinator struct {
-	slacklinev1connect.UnimplementedAgentServiceHandler
-
-	mu          sync.Mutex
-	nextID      int
-	nextSession int
-	sessions    map[string]string                         // agent id -> live session id
-	streams     map[string]chan *slacklinev1.AgentCommand // agent id -> its session's command queue
-	refuse      error                                     // Register's answer while set
-	registers   []*slacklinev1.RegisterRequest
-	heartbeats  map[string]int // agent id -> heartbeats received
-	updates     []*slacklinev1.UpdateStatusRequest
-	estimates   []*slacklinev1.UpdateOversubscribedResourcesRequest
-}
-
-func newFakeCoordinator() *fakeCoordinator {
-	return &fakeCoordinator{
-		sessions:   map[string]string{},
-		streams:    map[string]chan *slacklinev1.AgentCommand{},
-		heartbeats: map[string]int{},
-	}
-}
-
-func (f *fakeCoordinator) Register(_ context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.registers = append(f.registers, req.Msg)
-	if f.refuse != nil {
-		return nil, f.refuse
-	}
-	id := req.Msg.GetAgentInfo().GetId()
-	if id == "" {
-		f.nextID++
-		id = fmt.Sprintf("agent-%d", f.nextID)
-	}
-	f.nextSession++
-	f.sessions[id] = fmt.Sprintf("session-%d", f.nextSession)
-	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5}), nil
-}
-
-func (f *fakeCoordinator) checkSessionLocked(agentID, sessionID string) error {
-	if f.sessions[agentID] != sessionID {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("stale session"))
-	}
-	return nil
-}
-
-func (f *fakeCoordinator) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
-	f.mu.Lock()
-	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		f.mu.Unlock()
-		return err
-	}
-	commands := make(chan *slacklinev1.AgentCommand, 64)
-	f.streams[req.Msg.GetAgentId()] = commands
-	f.mu.Unlock()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case cmd := <-commands:
-			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func (f *fakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.heartbeats[req.Msg.GetAgentId()]++
-	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
-}
-
-func (f *fakeCoordinator) UpdateStatus(_ context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.updates = append(f.updates, req.Msg)
-	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
-}
-
-func (f *fakeCoordinator) UpdateOversubscribedResources(_ context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.estimates = append(f.estimates, req.Msg)
-	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
-}
-
-// send queues a command on the agent's current command stream.
-func (f *fakeCoordinator) send(t *testing.T, agentID string, cmd *slacklinev1.AgentCommand) {
-	t.Helper()
-	f.mu.Lock()
-	commands := f.streams[agentID]
-	f.mu.Unlock()
-	if commands == nil {
-		t.Fatalf("agent %s has no command stream", agentID)
-	}
-	commands <- cmd
-}
-
-// expire makes the agent's session stale, as a coordinator that lost it would.
-func (f *fakeCoordinator) expire(agentID string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.sessions[agentID] = "expired"
-}
-
-func (f *fakeCoordinator) setRefuse(err error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.refuse = err
-}
-
-// statuses returns every status the coordinator received for the task, re-sends included.
-func (f *fakeCoordinator) statuses(taskID string) []*slacklinev1.TaskStatus {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	var out []*slacklinev1.TaskStatus
-	for _, u := range f.updates {
-		if u.GetStatus().GetTaskId() == taskID {
-			out = append(out, u.GetStatus())
-		}
-	}
-	return out
-}
-
-// requests returns every UpdateStatus request received for the task.
-func (f *fakeCoordinator) requests(taskID string) []*slacklinev1.UpdateStatusRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// requests returns every UpdateStatus request the fake received for the
+// task, re-sends included.
+func requests(fake *agenttest.FakeCoordinator, taskID string) []*slacklinev1.UpdateStatusRequest {
 	var out []*slacklinev1.UpdateStatusRequest
-	for _, u := range f.updates {
+	for _, u := range fake.Updates() {
 		if u.GetStatus().GetTaskId() == taskID {
 			out = append(out, u)
 		}
@@ -176,10 +36,13 @@ func (f *fakeCoordinator) requests(taskID string) []*slacklinev1.UpdateStatusReq
 	return out
 }
 
-func (f *fakeCoordinator) registrations() []*slacklinev1.RegisterRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.registers)
+// statuses returns every status the fake received for the task, re-sends included.
+func statuses(fake *agenttest.FakeCoordinator, taskID string) []*slacklinev1.TaskStatus {
+	var out []*slacklinev1.TaskStatus
+	for _, u := range requests(fake, taskID) {
+		out = append(out, u.GetStatus())
+	}
+	return out
 }
 
 // recorder keeps the fleet's events.
@@ -208,7 +71,7 @@ func (r *recorder) kinds(kind sim.EventKind) []sim.Event {
 
 // harness runs a fleet against a fake coordinator inside a synctest bubble.
 type harness struct {
-	fake        *fakeCoordinator
+	fake        *agenttest.FakeCoordinator
 	fleet       *sim.Fleet
 	events      *recorder
 	cancel      context.CancelFunc
@@ -223,16 +86,14 @@ var testResources = resources.MustParse("cpus:8;mem:16384;ports:[31000-32000]")
 // Coordinator, HTTPClient and OnEvent are set by start, and Resources and
 // Count default to testResources and 1. Call it in a synctest bubble and
 // defer stop.
-func start(t *testing.T, cfg sim.Config, setup ...func(*fakeCoordinator)) *harness {
+func start(t *testing.T, cfg sim.Config, setup ...func(*agenttest.FakeCoordinator)) *harness {
 	t.Helper()
-	h := &harness{fake: newFakeCoordinator(), events: &recorder{}, done: make(chan error, 1)}
+	h := &harness{fake: agenttest.NewFakeCoordinator(), events: &recorder{}, done: make(chan error, 1)}
 	for _, f := range setup {
 		f(h.fake)
 	}
-	mux := http.NewServeMux()
-	mux.Handle(slacklinev1connect.NewAgentServiceHandler(h.fake))
 	network := agenttest.NewNetwork()
-	h.stopServing = network.Serve(mux)
+	h.stopServing = network.Serve(h.fake.Handler())
 	h.client = network.Client()
 	cfg.Coordinator = "http://coordinator.test"
 	cfg.HTTPClient = h.client
@@ -308,10 +169,10 @@ func states(statuses []*slacklinev1.TaskStatus) []slacklinev1.TaskState {
 func (h *harness) ackAll(t *testing.T, agentID, taskID string) {
 	t.Helper()
 	seen := map[string]bool{}
-	for _, s := range h.fake.statuses(taskID) {
+	for _, s := range statuses(h.fake, taskID) {
 		if !seen[s.GetUuid()] {
 			seen[s.GetUuid()] = true
-			h.fake.send(t, agentID, acknowledge(s))
+			h.fake.Send(t, agentID, acknowledge(s))
 		}
 	}
 	synctest.Wait()
@@ -326,24 +187,16 @@ const (
 	goneByOperator = slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR
 )
 
-var protocols = []struct {
-	name string
-	opts []connect.ClientOption
-}{
-	{"connect", nil},
-	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
-}
-
 func TestRegistration(t *testing.T) {
-	for _, protocol := range protocols {
-		t.Run(protocol.name, func(t *testing.T) {
+	for _, protocol := range agenttest.Protocols {
+		t.Run(protocol.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
 				h := start(t, sim.Config{
 					Count:          3,
 					HostnamePrefix: "node-",
 					Attributes:     map[string]string{"zone": "a", "rack": "r1"},
 					Revocable:      resources.MustParse("cpus:2"),
-					ClientOptions:  protocol.opts,
+					ClientOptions:  protocol.Opts,
 				})
 				defer h.stop(t)
 
@@ -351,7 +204,7 @@ func TestRegistration(t *testing.T) {
 					t.Errorf("Registered() = %d, want 3", got)
 				}
 				var hostnames []string
-				for _, req := range h.fake.registrations() {
+				for _, req := range h.fake.Registrations() {
 					hostnames = append(hostnames, req.GetAgentInfo().GetHostname())
 					want := &slacklinev1.RegisterRequest{
 						ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
@@ -377,22 +230,18 @@ func TestRegistration(t *testing.T) {
 				if got := len(h.events.kinds(sim.EventRegistered)); got != 3 {
 					t.Errorf("%d registered events, want 3", got)
 				}
-				h.fake.mu.Lock()
-				if got := len(h.fake.estimates); got != 3 {
+				if got := len(h.fake.Estimates()); got != 3 {
 					t.Errorf("%d revocable estimates, want 3", got)
 				}
-				h.fake.mu.Unlock()
 
 				// The coordinator's interval is 5 s: two heartbeats in 11 s.
 				time.Sleep(11 * time.Second)
 				synctest.Wait()
-				h.fake.mu.Lock()
 				for _, id := range ids {
-					if got := h.fake.heartbeats[id]; got != 2 {
+					if got := h.fake.Heartbeats(id); got != 2 {
 						t.Errorf("agent %s sent %d heartbeats in 11s, want 2", id, got)
 					}
 				}
-				h.fake.mu.Unlock()
 			})
 		})
 	}
@@ -449,17 +298,17 @@ func TestTaskLifecycle(t *testing.T) {
 				defer h.stop(t)
 				agentID := h.agentID(t)
 
-				h.fake.send(t, agentID, runTask("t1", test.labels))
+				h.fake.Send(t, agentID, runTask("t1", test.labels))
 				synctest.Wait()
 				h.ackAll(t, agentID, "t1") // RUNNING's ack lets the next update go
 				time.Sleep(test.wait)
 				synctest.Wait()
 
-				got := h.fake.statuses("t1")
+				got := statuses(h.fake, "t1")
 				if diff := cmp.Diff(test.want, states(got)); diff != "" {
 					t.Fatalf("states (-want +got):\n%s", diff)
 				}
-				for _, req := range h.fake.requests("t1") {
+				for _, req := range requests(h.fake, "t1") {
 					// The agent id travels in the request; the coordinator
 					// copies it into the status.
 					s := req.GetStatus()
@@ -497,21 +346,21 @@ func TestKill(t *testing.T) {
 		other := runTask("other", nil)
 		other.GetRunTask().Framework = &slacklinev1.FrameworkInfo{Id: "fw-2"}
 		for _, cmd := range []*slacklinev1.AgentCommand{runTask("a", nil), runTask("b", nil), runTask("c", nil), runTask("d", nil), other} {
-			h.fake.send(t, agentID, cmd)
+			h.fake.Send(t, agentID, cmd)
 		}
 		synctest.Wait()
 		for _, id := range []string{"a", "b", "c", "d", "other"} {
 			h.ackAll(t, agentID, id)
 		}
 
-		h.fake.send(t, agentID, killTask("fw-1", "a", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
-		h.fake.send(t, agentID, killTask("fw-1", "b", goneByOperator))
-		h.fake.send(t, agentID, killTask("fw-1", "unknown", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
+		h.fake.Send(t, agentID, killTask("fw-1", "a", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
+		h.fake.Send(t, agentID, killTask("fw-1", "b", goneByOperator))
+		h.fake.Send(t, agentID, killTask("fw-1", "unknown", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
 		synctest.Wait()
-		h.fake.send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
+		h.fake.Send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownFramework{
 			ShutdownFramework: &slacklinev1.ShutdownFrameworkCommand{FrameworkId: "fw-1"},
 		}})
-		h.fake.send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}})
+		h.fake.Send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}})
 		synctest.Wait()
 
 		for task, want := range map[string][]slacklinev1.TaskState{
@@ -522,7 +371,7 @@ func TestKill(t *testing.T) {
 			"other":   {running}, // another framework's task keeps running
 			"unknown": {dropped},
 		} {
-			if diff := cmp.Diff(want, states(h.fake.statuses(task))); diff != "" {
+			if diff := cmp.Diff(want, states(statuses(h.fake, task))); diff != "" {
 				t.Errorf("task %s states (-want +got):\n%s", task, diff)
 			}
 		}
@@ -535,11 +384,11 @@ func TestUnacknowledgedUpdatesAreResent(t *testing.T) {
 		defer h.stop(t)
 		agentID := h.agentID(t)
 
-		h.fake.send(t, agentID, runTask("t1", nil))
+		h.fake.Send(t, agentID, runTask("t1", nil))
 		synctest.Wait()
-		h.fake.send(t, agentID, killTask("fw-1", "t1", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
+		h.fake.Send(t, agentID, killTask("fw-1", "t1", slacklinev1.TaskState_TASK_STATE_UNSPECIFIED))
 		synctest.Wait()
-		first := h.fake.statuses("t1")
+		first := statuses(h.fake, "t1")
 		if diff := cmp.Diff([]slacklinev1.TaskState{running}, states(first)); diff != "" {
 			t.Fatalf("before any acknowledgement (-want +got):\n%s", diff)
 		}
@@ -548,17 +397,17 @@ func TestUnacknowledgedUpdatesAreResent(t *testing.T) {
 		// KILLED update waits behind the unacknowledged RUNNING one.
 		time.Sleep(10*time.Second + time.Second)
 		synctest.Wait()
-		if got := states(h.fake.statuses("t1")); !cmp.Equal(got, []slacklinev1.TaskState{running, running}) {
+		if got := states(statuses(h.fake, "t1")); !cmp.Equal(got, []slacklinev1.TaskState{running, running}) {
 			t.Fatalf("after 11s: states %v, want [RUNNING RUNNING]", got)
 		}
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		if got := len(h.fake.statuses("t1")); got != 2 {
+		if got := len(statuses(h.fake, "t1")); got != 2 {
 			t.Fatalf("after 21s: %d sends, want 2 (the second re-send is due at 30s)", got)
 		}
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
-		got := h.fake.statuses("t1")
+		got := statuses(h.fake, "t1")
 		if diff := cmp.Diff([]slacklinev1.TaskState{running, running, running}, states(got)); diff != "" {
 			t.Fatalf("after 31s (-want +got):\n%s", diff)
 		}
@@ -569,23 +418,23 @@ func TestUnacknowledgedUpdatesAreResent(t *testing.T) {
 		}
 
 		// Acknowledging RUNNING releases KILLED at once.
-		h.fake.send(t, agentID, acknowledge(first[0]))
+		h.fake.Send(t, agentID, acknowledge(first[0]))
 		synctest.Wait()
-		got = h.fake.statuses("t1")
+		got = statuses(h.fake, "t1")
 		if diff := cmp.Diff([]slacklinev1.TaskState{running, running, running, killed}, states(got)); diff != "" {
 			t.Fatalf("after acknowledging RUNNING (-want +got):\n%s", diff)
 		}
 		if tasks := h.fleet.Agents()[0].Tasks(); len(tasks) != 1 || tasks[0].Unacknowledged != 1 {
 			t.Errorf("Tasks() = %+v, want t1 with 1 unacknowledged update", tasks)
 		}
-		h.fake.send(t, agentID, acknowledge(got[3]))
+		h.fake.Send(t, agentID, acknowledge(got[3]))
 		synctest.Wait()
 		if tasks := h.fleet.Agents()[0].Tasks(); len(tasks) != 0 {
 			t.Errorf("Tasks() = %+v after acknowledging the terminal update, want none", tasks)
 		}
 		time.Sleep(5 * time.Minute)
 		synctest.Wait()
-		if got := len(h.fake.statuses("t1")); got != 4 {
+		if got := len(statuses(h.fake, "t1")); got != 4 {
 			t.Errorf("%d sends after every update was acknowledged, want 4", got)
 		}
 	})
@@ -596,24 +445,24 @@ func TestReregistersAfterStaleSession(t *testing.T) {
 		h := start(t, sim.Config{})
 		defer h.stop(t)
 		agentID := h.agentID(t)
-		h.fake.send(t, agentID, runTask("t1", nil))
-		h.fake.send(t, agentID, runTask("t2", map[string]string{sim.LabelDuration: "1s"}))
+		h.fake.Send(t, agentID, runTask("t1", nil))
+		h.fake.Send(t, agentID, runTask("t2", map[string]string{sim.LabelDuration: "1s"}))
 		synctest.Wait()
 		h.ackAll(t, agentID, "t2")
 		time.Sleep(time.Second)
 		synctest.Wait()
-		running1 := h.fake.statuses("t1")[0]
+		running1 := statuses(h.fake, "t1")[0]
 
 		// The coordinator forgets the session: the next heartbeat is refused
 		// with FailedPrecondition and the agent registers again.
-		h.fake.expire(agentID)
+		h.fake.Expire(agentID)
 		time.Sleep(6 * time.Second)
 		synctest.Wait()
 		if got := h.fleet.Registered(); got != 1 {
 			t.Fatalf("Registered() = %d after the backoff, want 1", got)
 		}
 
-		regs := h.fake.registrations()
+		regs := h.fake.Registrations()
 		if len(regs) != 2 {
 			t.Fatalf("%d registrations, want 2", len(regs))
 		}
@@ -632,11 +481,11 @@ func TestReregistersAfterStaleSession(t *testing.T) {
 		}
 
 		// Pending updates are re-sent at once in the new session.
-		got := h.fake.statuses("t1")
+		got := statuses(h.fake, "t1")
 		if len(got) != 2 || got[1].GetUuid() != running1.GetUuid() {
 			t.Errorf("t1 updates %v: want RUNNING re-sent with uuid %s", states(got), running1.GetUuid())
 		}
-		if diff := cmp.Diff([]slacklinev1.TaskState{running, finished, finished}, states(h.fake.statuses("t2"))); diff != "" {
+		if diff := cmp.Diff([]slacklinev1.TaskState{running, finished, finished}, states(statuses(h.fake, "t2"))); diff != "" {
 			t.Errorf("t2 states (-want +got):\n%s", diff)
 		}
 		if got := len(h.events.kinds(sim.EventDisconnected)); got != 1 {
@@ -647,8 +496,8 @@ func TestReregistersAfterStaleSession(t *testing.T) {
 
 func TestRefusedRegistrationIsRetried(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		h := start(t, sim.Config{}, func(f *fakeCoordinator) {
-			f.refuse = connect.NewError(connect.CodePermissionDenied, errors.New("machine sim-0 is DOWN for maintenance"))
+		h := start(t, sim.Config{}, func(f *agenttest.FakeCoordinator) {
+			f.SetRefuse(connect.NewError(connect.CodePermissionDenied, errors.New("machine sim-0 is DOWN for maintenance")))
 		})
 		defer h.stop(t)
 		if got := h.fleet.Registered(); got != 0 {
@@ -656,12 +505,12 @@ func TestRefusedRegistrationIsRetried(t *testing.T) {
 		}
 		time.Sleep(time.Minute)
 		synctest.Wait()
-		attempts := len(h.fake.registrations())
+		attempts := len(h.fake.Registrations())
 		// About every BackoffMax (10 s, jittered to 5-10 s): 6 to 13 attempts a minute.
 		if attempts < 6 || attempts > 13 {
 			t.Errorf("%d registration attempts in a minute while refused, want 6 to 13", attempts)
 		}
-		h.fake.setRefuse(nil)
+		h.fake.SetRefuse(nil)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if got := h.fleet.Registered(); got != 1 {
@@ -675,10 +524,10 @@ func TestShutdownAgent(t *testing.T) {
 		h := start(t, sim.Config{})
 		defer h.stop(t)
 		agentID := h.agentID(t)
-		h.fake.send(t, agentID, runTask("t1", nil))
+		h.fake.Send(t, agentID, runTask("t1", nil))
 		synctest.Wait()
 		h.ackAll(t, agentID, "t1")
-		h.fake.send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{
+		h.fake.Send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{
 			ShutdownAgent: &slacklinev1.ShutdownAgentCommand{Message: "machine is going DOWN"},
 		}})
 		synctest.Wait()
@@ -690,7 +539,7 @@ func TestShutdownAgent(t *testing.T) {
 		default:
 			t.Fatal("Run still running after its only agent was shut down")
 		}
-		got := h.fake.statuses("t1")
+		got := statuses(h.fake, "t1")
 		if diff := cmp.Diff([]slacklinev1.TaskState{running, goneByOperator}, states(got)); diff != "" {
 			t.Errorf("states (-want +got):\n%s", diff)
 		}
@@ -715,7 +564,7 @@ func TestWorkDirKeepsAgentIDs(t *testing.T) {
 		h := start(t, sim.Config{Count: 2, WorkDir: dir})
 		defer h.stop(t)
 		byHost := map[string]string{}
-		for _, req := range h.fake.registrations() {
+		for _, req := range h.fake.Registrations() {
 			byHost[req.GetAgentInfo().GetHostname()] = req.GetAgentInfo().GetId()
 		}
 		want := map[string]string{"sim-0": firstIDs[0], "sim-1": firstIDs[1]}
@@ -764,10 +613,7 @@ func TestParseAttributes(t *testing.T) {
 func BenchmarkFleetRegistration(b *testing.B) {
 	for _, count := range []int{100, 1000, 10000} {
 		b.Run(fmt.Sprintf("agents=%d", count), func(b *testing.B) {
-			fake := newFakeCoordinator()
-			mux := http.NewServeMux()
-			mux.Handle(slacklinev1connect.NewAgentServiceHandler(fake))
-			server := httptest.NewUnstartedServer(mux)
+			server := httptest.NewUnstartedServer(agenttest.NewFakeCoordinator().Handler())
 			server.Config.Protocols = new(http.Protocols)
 			server.Config.Protocols.SetHTTP1(true)
 			server.Config.Protocols.SetUnencryptedHTTP2(true)

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -16,6 +15,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/slackline/slackline/agent/session"
 	"github.com/slackline/slackline/coordinator"
@@ -26,166 +26,13 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// fakeCoordinator is a minimal AgentService whose answers a test controls.
-type fakeCoordinator struct {
-	slacklinev1connect.UnimplementedAgentServiceHandler
-
-	mu           sync.Mutex
-	nextID       int
-	nextSession  int
-	sessions     map[string]string                         // agent id -> live session id
-	streams      map[string]chan *slacklinev1.AgentCommand // agent id -> its stream's queue
-	endStream    map[string]chan error                     // agent id -> ends its stream with the error
-	refuse       error                                     // Register's answer while set
-	heartbeatErr error                                     // Heartbeat's answer while set
-	updateGate   chan struct{}                             // while set, UpdateStatus waits for a receive
-	registers    []*slacklinev1.RegisterRequest
-	heartbeats   int
-	updates      []*slacklinev1.UpdateStatusRequest
-	estimates    []*slacklinev1.UpdateOversubscribedResourcesRequest
-}
-
-func newFakeCoordinator() *fakeCoordinator {
-	return &fakeCoordinator{sessions: map[string]string{}, streams: map[string]chan *slacklinev1.AgentCommand{}, endStream: map[string]chan error{}}
-}
-
-func (f *fakeCoordinator) Register(_ context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	f.registers = append(f.registers, req.Msg)
-	if f.refuse != nil {
-		return nil, f.refuse
-	}
-	id := req.Msg.GetAgentInfo().GetId()
-	if id == "" {
-		f.nextID++
-		id = fmt.Sprintf("agent-%d", f.nextID)
-	}
-	f.nextSession++
-	f.sessions[id] = fmt.Sprintf("session-%d", f.nextSession)
-	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5}), nil
-}
-
-func (f *fakeCoordinator) checkLocked(agentID, sessionID string) error {
-	if f.sessions[agentID] != sessionID {
-		return connect.NewError(connect.CodeFailedPrecondition, errors.New("stale session"))
-	}
-	return nil
-}
-
-func (f *fakeCoordinator) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
-	f.mu.Lock()
-	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		f.mu.Unlock()
-		return err
-	}
-	commands, end := make(chan *slacklinev1.AgentCommand, 64), make(chan error, 1)
-	f.streams[req.Msg.GetAgentId()], f.endStream[req.Msg.GetAgentId()] = commands, end
-	f.mu.Unlock()
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-end:
-			return err
-		case cmd := <-commands:
-			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
-				return err
-			}
-		}
-	}
-}
-
-func (f *fakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.heartbeatErr != nil {
-		return nil, f.heartbeatErr
-	}
-	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.heartbeats++
-	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
-}
-
-func (f *fakeCoordinator) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
-	f.mu.Lock()
-	gate := f.updateGate
-	f.mu.Unlock()
-	if gate != nil {
-		select {
-		case <-gate:
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		}
-	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.updates = append(f.updates, req.Msg)
-	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
-}
-
-func (f *fakeCoordinator) UpdateOversubscribedResources(_ context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if err := f.checkLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
-		return nil, err
-	}
-	f.estimates = append(f.estimates, req.Msg)
-	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
-}
-
-func (f *fakeCoordinator) handler() http.Handler {
-	mux := http.NewServeMux()
-	mux.Handle(slacklinev1connect.NewAgentServiceHandler(f))
-	return mux
-}
-
-// send queues a command on the agent's current stream.
-func (f *fakeCoordinator) send(t *testing.T, agentID string, cmd *slacklinev1.AgentCommand) {
-	t.Helper()
-	f.mu.Lock()
-	commands := f.streams[agentID]
-	f.mu.Unlock()
-	if commands == nil {
-		t.Fatalf("agent %s has no command stream", agentID)
-	}
-	commands <- cmd
-}
-
-// end ends the agent's current stream with err (nil: a clean end).
-func (f *fakeCoordinator) end(agentID string, err error) {
-	f.mu.Lock()
-	end := f.endStream[agentID]
-	f.mu.Unlock()
-	end <- err
-}
-
-func (f *fakeCoordinator) set(change func(*fakeCoordinator)) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	change(f)
-}
-
-// sent returns "framework/task/uuid" of every update received.
-func (f *fakeCoordinator) sent() []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+// sent returns "framework/task/uuid" of every update the fake received.
+func sent(fake *agenttest.FakeCoordinator) []string {
 	var out []string
-	for _, u := range f.updates {
+	for _, u := range fake.Updates() {
 		out = append(out, u.GetFrameworkId()+"/"+u.GetStatus().GetTaskId()+"/"+u.GetStatus().GetUuid())
 	}
 	return out
-}
-
-func (f *fakeCoordinator) registrations() []*slacklinev1.RegisterRequest {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return slices.Clone(f.registers)
 }
 
 // handler records what the session tells it and keeps the agent id, as an
@@ -311,9 +158,9 @@ func (hs *harness) stop(t *testing.T) {
 	}
 }
 
-func serveFake(fake *fakeCoordinator) func(*agenttest.Network) func() {
+func serveFake(fake *agenttest.FakeCoordinator) func(*agenttest.Network) func() {
 	return func(n *agenttest.Network) func() {
-		return n.Serve(fake.handler())
+		return n.Serve(fake.Handler())
 	}
 }
 
@@ -321,28 +168,20 @@ func status(taskID, uuid string) *slacklinev1.TaskStatus {
 	return &slacklinev1.TaskStatus{TaskId: taskID, State: slacklinev1.TaskState_TASK_STATE_RUNNING, Uuid: uuid}
 }
 
-var protocols = []struct {
-	name string
-	opts []connect.ClientOption
-}{
-	{"connect", nil},
-	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
-}
-
 func TestSessionAgainstFake(t *testing.T) {
-	for _, protocol := range protocols {
-		t.Run(protocol.name, func(t *testing.T) {
+	for _, protocol := range agenttest.Protocols {
+		t.Run(protocol.Name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fake := newFakeCoordinator()
+				fake := agenttest.NewFakeCoordinator()
 				h := &handler{}
-				hs := run(t, h, protocol.opts, serveFake(fake))
+				hs := run(t, h, protocol.Opts, serveFake(fake))
 				defer hs.stop(t)
 
 				agentID, sessionID, ok := hs.session.Current()
 				if !ok || agentID != "agent-1" || sessionID != "session-1" {
 					t.Fatalf("Current() = %q, %q, %v; want agent-1, session-1, true", agentID, sessionID, ok)
 				}
-				if got := fake.registrations()[0].GetProtocolVersion(); got != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
+				if got := fake.Registrations()[0].GetProtocolVersion(); got != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
 					t.Errorf("protocol version %v, want AGENT_PROTOCOL_VERSION_1", got)
 				}
 
@@ -351,7 +190,7 @@ func TestSessionAgainstFake(t *testing.T) {
 				kill := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{FrameworkId: "fw", TaskId: "t1"}}}
 				ack := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{FrameworkId: "fw", TaskId: "t1", Uuid: "u1"}}}
 				for _, cmd := range []*slacklinev1.AgentCommand{ping, kill, ping, ack} {
-					fake.send(t, agentID, cmd)
+					fake.Send(t, agentID, cmd)
 				}
 				synctest.Wait()
 				h.mu.Lock()
@@ -363,25 +202,21 @@ func TestSessionAgainstFake(t *testing.T) {
 				// Heartbeats at the coordinator's 5 s interval.
 				time.Sleep(11 * time.Second)
 				synctest.Wait()
-				fake.mu.Lock()
-				if fake.heartbeats != 2 {
-					t.Errorf("%d heartbeats in 11 s, want 2", fake.heartbeats)
+				if got := fake.Heartbeats(agentID); got != 2 {
+					t.Errorf("%d heartbeats in 11 s, want 2", got)
 				}
-				fake.mu.Unlock()
 
 				hs.session.Send("fw", status("t1", "u1"))
 				if err := hs.session.SendEstimate(t.Context(), resources.MustParse("cpus:2").Proto("", true)); err != nil {
 					t.Errorf("SendEstimate: %v", err)
 				}
 				synctest.Wait()
-				if diff := cmp.Diff([]string{"fw/t1/u1"}, fake.sent()); diff != "" {
+				if diff := cmp.Diff([]string{"fw/t1/u1"}, sent(fake)); diff != "" {
 					t.Errorf("updates (-want +got):\n%s", diff)
 				}
-				fake.mu.Lock()
-				if len(fake.estimates) != 1 || fake.estimates[0].GetSessionId() != sessionID {
-					t.Errorf("estimates %v, want one in %s", fake.estimates, sessionID)
+				if estimates := fake.Estimates(); len(estimates) != 1 || estimates[0].GetSessionId() != sessionID {
+					t.Errorf("estimates %v, want one in %s", estimates, sessionID)
 				}
-				fake.mu.Unlock()
 			})
 		})
 	}
@@ -391,32 +226,30 @@ func TestSessionEnds(t *testing.T) {
 	tests := []struct {
 		name string
 		// end ends the session of agent-1 somehow.
-		end       func(fake *fakeCoordinator)
+		end       func(t *testing.T, fake *agenttest.FakeCoordinator)
 		wantCause string
 	}{
 		{
 			name:      "heartbeat refused",
-			end:       func(f *fakeCoordinator) { f.set(func(f *fakeCoordinator) { f.sessions["agent-1"] = "expired" }) },
+			end:       func(_ *testing.T, f *agenttest.FakeCoordinator) { f.Expire("agent-1") },
 			wantCause: "heartbeat: failed_precondition: stale session",
 		},
 		{
 			name: "heartbeats unanswered for three intervals",
-			end: func(f *fakeCoordinator) {
-				f.set(func(f *fakeCoordinator) {
-					f.heartbeatErr = connect.NewError(connect.CodeUnavailable, errors.New("overloaded"))
-				})
+			end: func(_ *testing.T, f *agenttest.FakeCoordinator) {
+				f.SetHeartbeatError(connect.NewError(connect.CodeUnavailable, errors.New("overloaded")))
 			},
 			wantCause: "no heartbeat got through for 15s: unavailable: overloaded",
 		},
 		{
 			name:      "command stream ends",
-			end:       func(f *fakeCoordinator) { f.end("agent-1", nil) },
+			end:       func(t *testing.T, f *agenttest.FakeCoordinator) { f.EndStream(t, "agent-1", nil) },
 			wantCause: "command stream ended",
 		},
 		{
 			name: "command stream fails",
-			end: func(f *fakeCoordinator) {
-				f.end("agent-1", connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again")))
+			end: func(t *testing.T, f *agenttest.FakeCoordinator) {
+				f.EndStream(t, "agent-1", connect.NewError(connect.CodeFailedPrecondition, errors.New("session ended; register again")))
 			},
 			wantCause: "command stream: failed_precondition: session ended; register again",
 		},
@@ -424,15 +257,15 @@ func TestSessionEnds(t *testing.T) {
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fake := newFakeCoordinator()
+				fake := agenttest.NewFakeCoordinator()
 				h := &handler{}
 				hs := run(t, h, nil, serveFake(fake))
 				defer hs.stop(t)
 
-				test.end(fake)
+				test.end(t, fake)
 				// Three intervals for the slowest ending, then a backoff.
 				time.Sleep(16 * time.Second)
-				fake.set(func(f *fakeCoordinator) { f.heartbeatErr = nil }) // let the next session live
+				fake.SetHeartbeatError(nil) // let the next session live
 				synctest.Wait()
 				opened, closed := h.snapshot()
 				if len(closed) != 1 || closed[0].Error() != test.wantCause {
@@ -441,7 +274,7 @@ func TestSessionEnds(t *testing.T) {
 				if diff := cmp.Diff([]string{"agent-1/session-1", "agent-1/session-2"}, opened); diff != "" {
 					t.Errorf("sessions opened (-want +got):\n%s", diff)
 				}
-				if regs := fake.registrations(); len(regs) != 2 || regs[1].GetAgentInfo().GetId() != "agent-1" {
+				if regs := fake.Registrations(); len(regs) != 2 || regs[1].GetAgentInfo().GetId() != "agent-1" {
 					t.Errorf("registrations %v, want a second one with id agent-1", regs)
 				}
 			})
@@ -451,7 +284,7 @@ func TestSessionEnds(t *testing.T) {
 
 func TestUnhealthySessionsBackOffAndHealthyOnesReset(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := newFakeCoordinator()
+		fake := agenttest.NewFakeCoordinator()
 		h := &handler{}
 		// Every session ends before a heartbeat or command gets through.
 		h.onOpened = func(context.Context, string, string) error { return errors.New("disk full") }
@@ -461,7 +294,7 @@ func TestUnhealthySessionsBackOffAndHealthyOnesReset(t *testing.T) {
 		synctest.Wait()
 		// Delays of [50ms,100ms], [100,200], ..., capped at [5s,10s]: 8 to 10
 		// registrations in 20 s.
-		if n := len(fake.registrations()); n < 8 || n > 10 {
+		if n := len(fake.Registrations()); n < 8 || n > 10 {
 			t.Fatalf("%d registrations in 20 s of failing sessions, want 8 to 10", n)
 		}
 
@@ -474,13 +307,13 @@ func TestUnhealthySessionsBackOffAndHealthyOnesReset(t *testing.T) {
 		if !ok {
 			t.Fatal("not registered 10 s after sessions stopped failing")
 		}
-		fake.send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}})
+		fake.Send(t, agentID, &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}})
 		synctest.Wait()
-		before := len(fake.registrations())
-		fake.end(agentID, nil)
+		before := len(fake.Registrations())
+		fake.EndStream(t, agentID, nil)
 		time.Sleep(100 * time.Millisecond)
 		synctest.Wait()
-		if got := len(fake.registrations()); got != before+1 {
+		if got := len(fake.Registrations()); got != before+1 {
 			t.Errorf("%d registrations 100 ms after a healthy session ended, want %d: the backoff was not reset", got, before+1)
 		}
 	})
@@ -488,21 +321,21 @@ func TestUnhealthySessionsBackOffAndHealthyOnesReset(t *testing.T) {
 
 func TestRefusedRegistrationIsRetriedSlowly(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := newFakeCoordinator()
-		fake.refuse = connect.NewError(connect.CodePermissionDenied, errors.New("machine node-1 is DOWN for maintenance"))
+		fake := agenttest.NewFakeCoordinator()
+		fake.SetRefuse(connect.NewError(connect.CodePermissionDenied, errors.New("machine node-1 is DOWN for maintenance")))
 		h := &handler{}
 		hs := run(t, h, nil, serveFake(fake))
 		defer hs.stop(t)
 		time.Sleep(time.Minute)
 		synctest.Wait()
 		// About every Backoff.Max (10 s, jittered to 5-10 s).
-		if n := len(fake.registrations()); n < 6 || n > 13 {
+		if n := len(fake.Registrations()); n < 6 || n > 13 {
 			t.Errorf("%d registration attempts in a minute while refused, want 6 to 13", n)
 		}
 		if got := hs.warns.count(); got != 1 {
 			t.Errorf("%d warnings for one streak of refusals, want 1", got)
 		}
-		fake.set(func(f *fakeCoordinator) { f.refuse = nil })
+		fake.SetRefuse(nil)
 		time.Sleep(10 * time.Second)
 		synctest.Wait()
 		if _, _, ok := hs.session.Current(); !ok {
@@ -513,9 +346,9 @@ func TestRefusedRegistrationIsRetriedSlowly(t *testing.T) {
 
 func TestSendCoalescesPerTask(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := newFakeCoordinator()
+		fake := agenttest.NewFakeCoordinator()
 		gate := make(chan struct{})
-		fake.updateGate = gate
+		fake.SetUpdateGate(gate)
 		hs := run(t, &handler{}, nil, serveFake(fake))
 		defer hs.stop(t)
 
@@ -531,7 +364,7 @@ func TestSendCoalescesPerTask(t *testing.T) {
 			synctest.Wait()
 		}
 		want := []string{"fw/t1/a", "fw/t1/c", "fw/t2/x", "other/t1/y"}
-		if diff := cmp.Diff(want, fake.sent()); diff != "" {
+		if diff := cmp.Diff(want, sent(fake)); diff != "" {
 			t.Errorf("delivered (-want +got):\n%s", diff)
 		}
 	})
@@ -539,8 +372,8 @@ func TestSendCoalescesPerTask(t *testing.T) {
 
 func TestOutboxIsDroppedWhenTheSessionEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
-		fake := newFakeCoordinator()
-		fake.updateGate = make(chan struct{})
+		fake := agenttest.NewFakeCoordinator()
+		fake.SetUpdateGate(make(chan struct{}))
 		h := &handler{}
 		hs := run(t, h, nil, serveFake(fake))
 		defer hs.stop(t)
@@ -548,24 +381,24 @@ func TestOutboxIsDroppedWhenTheSessionEnds(t *testing.T) {
 		hs.session.Send("fw", status("t1", "in-flight"))
 		hs.session.Send("fw", status("t2", "queued"))
 		synctest.Wait()
-		fake.end("agent-1", nil)
+		fake.EndStream(t, "agent-1", nil)
 		synctest.Wait()
 		if _, _, ok := hs.session.Current(); ok {
 			t.Fatal("Current() ok right after the session ended, want a backoff first")
 		}
 		hs.session.Send("fw", status("t3", "between-sessions"))
-		fake.set(func(f *fakeCoordinator) { f.updateGate = nil })
+		fake.SetUpdateGate(nil)
 		time.Sleep(time.Second)
 		synctest.Wait()
 		if _, _, ok := hs.session.Current(); !ok {
 			t.Fatal("not registered again")
 		}
-		if got := fake.sent(); len(got) != 0 {
+		if got := sent(fake); len(got) != 0 {
 			t.Errorf("delivered %v, want nothing: the outbox belongs to the session that ended", got)
 		}
 		hs.session.Send("fw", status("t4", "new-session"))
 		synctest.Wait()
-		if diff := cmp.Diff([]string{"fw/t4/new-session"}, fake.sent()); diff != "" {
+		if diff := cmp.Diff([]string{"fw/t4/new-session"}, sent(fake)); diff != "" {
 			t.Errorf("delivered (-want +got):\n%s", diff)
 		}
 	})
@@ -608,10 +441,10 @@ func TestStopAndFatal(t *testing.T) {
 	for _, test := range tests {
 		t.Run(test.name, func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fake := newFakeCoordinator()
+				fake := agenttest.NewFakeCoordinator()
 				h := &handler{onOpened: test.onOpened}
 				network := agenttest.NewNetwork()
-				defer network.Serve(fake.handler())()
+				defer network.Serve(fake.Handler())()
 				client := network.Client()
 				defer client.CloseIdleConnections()
 				s := session.New(session.Config{Client: slacklinev1connect.NewAgentServiceClient(client, "http://coordinator.test"), Handler: h})
@@ -622,7 +455,7 @@ func TestStopAndFatal(t *testing.T) {
 				go func() { done <- s.Run(t.Context()) }()
 				synctest.Wait()
 				if test.onCommand != nil {
-					fake.send(t, "agent-1", &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{}}})
+					fake.Send(t, "agent-1", &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{}}})
 					synctest.Wait()
 				}
 				select {
@@ -633,7 +466,9 @@ func TestStopAndFatal(t *testing.T) {
 				default:
 					t.Fatal("Run still running")
 				}
-				if diff := cmp.Diff(test.wantSent, fake.sent()); diff != "" {
+				// In any order: a stop sends the queue while the sender's
+				// call is still in flight.
+				if diff := cmp.Diff(test.wantSent, sent(fake), cmpopts.SortSlices(strings.Compare)); diff != "" {
 					t.Errorf("delivered (-want +got):\n%s", diff)
 				}
 				if _, closed := h.snapshot(); len(closed) != 1 {
@@ -648,9 +483,9 @@ func TestCancelReturnsNil(t *testing.T) {
 	for _, registered := range []bool{false, true} {
 		t.Run(fmt.Sprintf("registered=%v", registered), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				fake := newFakeCoordinator()
+				fake := agenttest.NewFakeCoordinator()
 				if !registered {
-					fake.refuse = connect.NewError(connect.CodeUnavailable, errors.New("starting"))
+					fake.SetRefuse(connect.NewError(connect.CodeUnavailable, errors.New("starting")))
 				}
 				h := &handler{}
 				hs := run(t, h, nil, serveFake(fake))

@@ -19,5 +19,8 @@
 // StartCoordinator runs a real coordinator that can be restarted on the
 // same registry and address, and Network is an in-memory network whose
 // blocked connections let synctest.Wait return; agent/session's tests use
-// both.
+// both. FakeCoordinator is an AgentService whose answers a test controls,
+// for the corner cases of the protocol that agent/session's and sim's tests
+// must produce on cue; Protocols lists the wire protocols those tests run
+// over.
 package agenttest

@@ -137,30 +137,7 @@ func (s *scripted) Connect(ctx context.Context, req *connect.Request[slacklinev1
 	if err := stream.Send(&slacklinev1.ConnectResponse{Command: &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}}); err != nil {
 		return err
 	}
-	for {
-		select {
-		case <-ctx.Done():
-			return nil
-		case err := <-sess.end:
-			// Commands queued before the end go first, so that a case
-			// knows what the agent handled before it registers again.
-			for {
-				select {
-				case cmd := <-sess.commands:
-					if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
-						return err
-					}
-					continue
-				default:
-				}
-				return err
-			}
-		case cmd := <-sess.commands:
-			if err := stream.Send(&slacklinev1.ConnectResponse{Command: cmd}); err != nil {
-				return err
-			}
-		}
-	}
+	return sendCommands(ctx, stream, sess.commands, sess.end)
 }
 
 func (s *scripted) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {

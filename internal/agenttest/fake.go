@@ -1,0 +1,288 @@
+package agenttest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"slices"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+// FakeCoordinator is a minimal AgentService whose answers a test controls.
+// Register admits every agent (new ones get ids agent-1, agent-2, ...; every
+// call opens session-1, session-2, ...; the heartbeat interval is 5 s) unless
+// refused (SetRefuse). Every other call is refused with FailedPrecondition
+// "stale session" unless its session is the agent's latest (Expire makes it
+// stale). Connect streams what Send queues until EndStream, queued commands
+// first. Heartbeat counts (Heartbeats) or fails (SetHeartbeatError).
+// UpdateStatus and UpdateOversubscribedResources record (Updates,
+// Estimates); UpdateStatus can be held at a gate (SetUpdateGate). Its
+// methods are safe for concurrent use; Send and EndStream fail the test
+// when the agent has no command stream.
+//
+// A fake rather than the real coordinator, because agent/session's and sim's
+// tests drive protocol corner cases that a real coordinator cannot be made
+// to produce on cue: a refused heartbeat, a command stream that ends cleanly
+// while the session lives, a status update held in flight, registrations
+// refused and then admitted. The real coordinator is covered elsewhere: the
+// protocol suite (Run) checks every agent implementation against what it
+// relies on, and tests against StartCoordinator run the real one.
+type FakeCoordinator struct {
+	slacklinev1connect.UnimplementedAgentServiceHandler
+
+	mu           sync.Mutex
+	nextID       int
+	nextSession  int
+	sessions     map[string]string      // agent id -> live session id
+	streams      map[string]*fakeStream // agent id -> its latest command stream
+	refuse       error                  // Register's answer while set
+	heartbeatErr error                  // Heartbeat's answer while set
+	updateGate   chan struct{}          // while set, UpdateStatus waits for a receive
+	registers    []*slacklinev1.RegisterRequest
+	heartbeats   map[string]int // agent id -> heartbeats received
+	updates      []*slacklinev1.UpdateStatusRequest
+	estimates    []*slacklinev1.UpdateOversubscribedResourcesRequest
+}
+
+// fakeStream is one open Connect call.
+type fakeStream struct {
+	commands chan *slacklinev1.AgentCommand
+	end      chan error // ends the stream with the error
+}
+
+// NewFakeCoordinator returns a FakeCoordinator that admits every agent.
+func NewFakeCoordinator() *FakeCoordinator {
+	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}}
+}
+
+// Handler serves f's AgentService.
+func (f *FakeCoordinator) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewAgentServiceHandler(f))
+	return mux
+}
+
+// Register implements AgentService.
+func (f *FakeCoordinator) Register(_ context.Context, req *connect.Request[slacklinev1.RegisterRequest]) (*connect.Response[slacklinev1.RegisterResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.registers = append(f.registers, req.Msg)
+	if f.refuse != nil {
+		return nil, f.refuse
+	}
+	id := req.Msg.GetAgentInfo().GetId()
+	if id == "" {
+		f.nextID++
+		id = fmt.Sprintf("agent-%d", f.nextID)
+	}
+	f.nextSession++
+	f.sessions[id] = fmt.Sprintf("session-%d", f.nextSession)
+	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5}), nil
+}
+
+func (f *FakeCoordinator) checkSessionLocked(agentID, sessionID string) error {
+	if f.sessions[agentID] != sessionID {
+		return connect.NewError(connect.CodeFailedPrecondition, errors.New("stale session"))
+	}
+	return nil
+}
+
+// Connect implements AgentService.
+func (f *FakeCoordinator) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
+	f.mu.Lock()
+	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		f.mu.Unlock()
+		return err
+	}
+	s := &fakeStream{commands: make(chan *slacklinev1.AgentCommand, 64), end: make(chan error, 1)}
+	f.streams[req.Msg.GetAgentId()] = s
+	f.mu.Unlock()
+	return sendCommands(ctx, stream, s.commands, s.end)
+}
+
+// sendCommands sends commands on stream until ctx ends (nil) or end yields
+// an error, which it returns after the commands already queued: a test knows
+// what the agent got before its stream ended.
+func sendCommands(ctx context.Context, stream *connect.ServerStream[slacklinev1.ConnectResponse], commands <-chan *slacklinev1.AgentCommand, end <-chan error) error {
+	send := func(cmd *slacklinev1.AgentCommand) error {
+		return stream.Send(&slacklinev1.ConnectResponse{Command: cmd})
+	}
+	for {
+		select {
+		case <-ctx.Done():
+			return nil
+		case err := <-end:
+			for {
+				select {
+				case cmd := <-commands:
+					if err := send(cmd); err != nil {
+						return err
+					}
+				default:
+					return err
+				}
+			}
+		case cmd := <-commands:
+			if err := send(cmd); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// Heartbeat implements AgentService.
+func (f *FakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.heartbeatErr != nil {
+		return nil, f.heartbeatErr
+	}
+	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
+		return nil, err
+	}
+	f.heartbeats[req.Msg.GetAgentId()]++
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
+}
+
+// UpdateStatus implements AgentService.
+func (f *FakeCoordinator) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
+	f.mu.Lock()
+	gate := f.updateGate
+	f.mu.Unlock()
+	if gate != nil {
+		select {
+		case <-gate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if err := record(f, req.Msg, &f.updates); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+}
+
+// UpdateOversubscribedResources implements AgentService.
+func (f *FakeCoordinator) UpdateOversubscribedResources(_ context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
+	if err := record(f, req.Msg, &f.estimates); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
+}
+
+// record appends msg to *list, which f.mu guards, if msg's session is live.
+func record[M interface {
+	GetAgentId() string
+	GetSessionId() string
+}](f *FakeCoordinator, msg M, list *[]M) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if err := f.checkSessionLocked(msg.GetAgentId(), msg.GetSessionId()); err != nil {
+		return err
+	}
+	*list = append(*list, msg)
+	return nil
+}
+
+// stream returns the agent's latest command stream, failing t without one.
+func (f *FakeCoordinator) stream(t testing.TB, agentID string) *fakeStream {
+	t.Helper()
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	s := f.streams[agentID]
+	if s == nil {
+		t.Fatalf("agent %s has no command stream", agentID)
+	}
+	return s
+}
+
+// Send queues cmd on the agent's latest command stream. Call it from the
+// test's goroutine.
+func (f *FakeCoordinator) Send(t testing.TB, agentID string, cmd *slacklinev1.AgentCommand) {
+	t.Helper()
+	f.stream(t, agentID).commands <- cmd
+}
+
+// EndStream ends the agent's latest command stream with err (nil: a clean
+// end). The session stays live. Call it from the test's goroutine.
+func (f *FakeCoordinator) EndStream(t testing.TB, agentID string, err error) {
+	t.Helper()
+	f.stream(t, agentID).end <- err
+}
+
+// Expire makes the agent's session stale, as a coordinator that lost it
+// would, without ending its stream: the agent's next call is refused.
+func (f *FakeCoordinator) Expire(agentID string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.sessions[agentID] = "expired"
+}
+
+// SetRefuse makes Register fail with err while err is not nil.
+func (f *FakeCoordinator) SetRefuse(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.refuse = err
+}
+
+// SetHeartbeatError makes Heartbeat fail with err while err is not nil.
+func (f *FakeCoordinator) SetHeartbeatError(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.heartbeatErr = err
+}
+
+// SetUpdateGate makes every UpdateStatus call wait for a receive from gate
+// before it is handled, while gate is not nil.
+func (f *FakeCoordinator) SetUpdateGate(gate chan struct{}) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.updateGate = gate
+}
+
+// Registrations returns every Register request received, refused ones
+// included.
+func (f *FakeCoordinator) Registrations() []*slacklinev1.RegisterRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.registers)
+}
+
+// Heartbeats returns how many heartbeats of the agent were accepted.
+func (f *FakeCoordinator) Heartbeats(agentID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.heartbeats[agentID]
+}
+
+// Updates returns every UpdateStatus request accepted, in order, re-sends
+// included.
+func (f *FakeCoordinator) Updates() []*slacklinev1.UpdateStatusRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.updates)
+}
+
+// Estimates returns every UpdateOversubscribedResources request accepted.
+func (f *FakeCoordinator) Estimates() []*slacklinev1.UpdateOversubscribedResourcesRequest {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.estimates)
+}
+
+// Protocols are the wire protocols an agent may speak to the coordinator,
+// as client options: tests of the agent side run their cases over each.
+var Protocols = []struct {
+	Name string
+	Opts []connect.ClientOption
+}{
+	{"connect", nil},
+	{"grpc", []connect.ClientOption{connect.WithGRPC()}},
+}
