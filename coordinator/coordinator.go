@@ -63,6 +63,9 @@ type Config struct {
 	AutoDownAfterAccept bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// AdvertiseURL is the URL clients reach this coordinator at; GetState
+	// reports it as leader_url (see coordinator/leader for groups).
+	AdvertiseURL string
 }
 
 func (c *Config) setDefaults() {

@@ -117,6 +117,7 @@ func (s operatorService) GetState(ctx context.Context, _ *connect.Request[slackl
 	defer c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.GetStateResponse{
 		Agents: c.agentsProto(), Frameworks: c.frameworksProto(), Tasks: c.tasksProto("", ""), Roles: c.rolesProto(),
+		LeaderUrl: c.cfg.AdvertiseURL,
 	}), nil
 }
 

@@ -7,3 +7,10 @@ package protocol
 // the coordinator sets it on the Subscribe response, and the framework
 // sends it on every SchedulerService call after Subscribe.
 const StreamIDHeader = "Slackline-Stream-Id"
+
+// LeaderHeader is the HTTP response header by which a coordinator that is
+// not its group's leader says so, on every response: its value is the
+// leader's advertised URL, empty while none is known. The leader never
+// sets it; clients that know several coordinators (internal/leaderclient)
+// follow it.
+const LeaderHeader = "Slackline-Leader"

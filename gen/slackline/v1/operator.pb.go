@@ -599,13 +599,17 @@ func (*GetStateRequest) Descriptor() ([]byte, []int) {
 	return file_slackline_v1_operator_proto_rawDescGZIP(), []int{4}
 }
 
-// GetStateResponse is a snapshot of the cluster.
+// GetStateResponse is a snapshot of the cluster. A coordinator that is not
+// the leader of its group answers with leader_url only.
 type GetStateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Agents        []*Agent               `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
-	Frameworks    []*Framework           `protobuf:"bytes,2,rep,name=frameworks,proto3" json:"frameworks,omitempty"`
-	Tasks         []*Task                `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
-	Roles         []*Role                `protobuf:"bytes,4,rep,name=roles,proto3" json:"roles,omitempty"`
+	state      protoimpl.MessageState `protogen:"open.v1"`
+	Agents     []*Agent               `protobuf:"bytes,1,rep,name=agents,proto3" json:"agents,omitempty"`
+	Frameworks []*Framework           `protobuf:"bytes,2,rep,name=frameworks,proto3" json:"frameworks,omitempty"`
+	Tasks      []*Task                `protobuf:"bytes,3,rep,name=tasks,proto3" json:"tasks,omitempty"`
+	Roles      []*Role                `protobuf:"bytes,4,rep,name=roles,proto3" json:"roles,omitempty"`
+	// leader_url is the advertised URL (--advertise-url) of the coordinator
+	// that leads the group, empty while none is known.
+	LeaderUrl     string `protobuf:"bytes,5,opt,name=leader_url,json=leaderUrl,proto3" json:"leader_url,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -666,6 +670,13 @@ func (x *GetStateResponse) GetRoles() []*Role {
 		return x.Roles
 	}
 	return nil
+}
+
+func (x *GetStateResponse) GetLeaderUrl() string {
+	if x != nil {
+		return x.LeaderUrl
+	}
+	return ""
 }
 
 // GetAgentsRequest is empty.
@@ -2064,14 +2075,16 @@ const file_slackline_v1_operator_proto_rawDesc = "" +
 	"\tallocated\x18\x04 \x03(\v2\x16.slackline.v1.ResourceR\tallocated\x12#\n" +
 	"\rframework_ids\x18\x05 \x03(\tR\fframeworkIds\x12%\n" +
 	"\x0edominant_share\x18\x06 \x01(\x01R\rdominantShare\"\x11\n" +
-	"\x0fGetStateRequest\"\xcc\x01\n" +
+	"\x0fGetStateRequest\"\xeb\x01\n" +
 	"\x10GetStateResponse\x12+\n" +
 	"\x06agents\x18\x01 \x03(\v2\x13.slackline.v1.AgentR\x06agents\x127\n" +
 	"\n" +
 	"frameworks\x18\x02 \x03(\v2\x17.slackline.v1.FrameworkR\n" +
 	"frameworks\x12(\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x12.slackline.v1.TaskR\x05tasks\x12(\n" +
-	"\x05roles\x18\x04 \x03(\v2\x12.slackline.v1.RoleR\x05roles\"\x12\n" +
+	"\x05roles\x18\x04 \x03(\v2\x12.slackline.v1.RoleR\x05roles\x12\x1d\n" +
+	"\n" +
+	"leader_url\x18\x05 \x01(\tR\tleaderUrl\"\x12\n" +
 	"\x10GetAgentsRequest\"@\n" +
 	"\x11GetAgentsResponse\x12+\n" +
 	"\x06agents\x18\x01 \x03(\v2\x13.slackline.v1.AgentR\x06agents\"\x16\n" +

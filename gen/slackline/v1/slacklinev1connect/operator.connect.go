@@ -73,7 +73,10 @@ const (
 
 // OperatorServiceClient is a client for the slackline.v1.OperatorService service.
 type OperatorServiceClient interface {
-	// GetState returns agents, frameworks, tasks and roles in one snapshot.
+	// GetState returns agents, frameworks, tasks and roles in one snapshot,
+	// and the leader's URL. Every coordinator of a group answers it; the
+	// others answer every other call with UNAVAILABLE and the leader's URL
+	// in the Slackline-Leader response header.
 	GetState(context.Context, *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error)
 	// GetAgents lists agents.
 	GetAgents(context.Context, *connect.Request[v1.GetAgentsRequest]) (*connect.Response[v1.GetAgentsResponse], error)
@@ -263,7 +266,10 @@ func (c *operatorServiceClient) StopMaintenance(ctx context.Context, req *connec
 
 // OperatorServiceHandler is an implementation of the slackline.v1.OperatorService service.
 type OperatorServiceHandler interface {
-	// GetState returns agents, frameworks, tasks and roles in one snapshot.
+	// GetState returns agents, frameworks, tasks and roles in one snapshot,
+	// and the leader's URL. Every coordinator of a group answers it; the
+	// others answer every other call with UNAVAILABLE and the leader's URL
+	// in the Slackline-Leader response header.
 	GetState(context.Context, *connect.Request[v1.GetStateRequest]) (*connect.Response[v1.GetStateResponse], error)
 	// GetAgents lists agents.
 	GetAgents(context.Context, *connect.Request[v1.GetAgentsRequest]) (*connect.Response[v1.GetAgentsResponse], error)
