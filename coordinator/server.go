@@ -5,12 +5,14 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/slackline/slackline/coordinator/ui"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
 )
 
 // Handler returns the HTTP handler serving the coordinator's services over
-// Connect, gRPC and gRPC-Web, plus gRPC health, reflection and /metrics.
+// Connect, gRPC and gRPC-Web, plus gRPC health, reflection, /metrics and
+// the live view at /ui/.
 func (c *Coordinator) Handler() http.Handler {
 	opts := server.HandlerOptions()
 	mux := http.NewServeMux()
@@ -20,5 +22,6 @@ func (c *Coordinator) Handler() http.Handler {
 	server.MountStandard(mux,
 		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName)
 	mux.Handle("/metrics", promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
+	mux.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Logger: c.cfg.Logger}))
 	return mux
 }

@@ -1,0 +1,49 @@
+// Package ui is the coordinator's live view, served at /ui/: static files
+// (HTML, one script, one style sheet) embedded in the binary, and a narrow,
+// read-only proxy to the agents' NodeService. The page is never rendered
+// with data on the server: the browser's script fetches everything it shows
+// over Connect's JSON protocol, the same API the CLI uses.
+//
+// # Place in the data flow
+//
+//	browser --GET /ui/...--> static files (no data, no credentials needed)
+//	browser --POST /slackline.v1.OperatorService/GetState, GetMaintenanceStatus--> coordinator (as any client)
+//	browser --POST /ui/node/{agent}/slackline.v1.NodeService/{method}--> Handler --POST--> that agent's endpoint
+//
+// The cluster view shows agents (allocated, used and revocable CPU, memory
+// and any other scalar), frameworks, tasks and maintenance; the node view
+// polls one agent every second and draws each container's CPU, run-queue
+// latency p99 and the delay revocable work caused it, with the agent's QoS
+// corrections on a timeline.
+//
+// # Why a proxy, and what it allows
+//
+// Agents listen on node addresses that browsers often cannot reach, with
+// certificates from the cluster's own CA that browsers do not trust, and
+// serving the NodeService cross-origin would need CORS on every agent. So
+// the page talks only to the coordinator (same origin, no CORS), which
+// forwards exactly the read-only NodeService methods in NodeMethods to the
+// endpoint the agent registered, found by agent id in the coordinator's own
+// state (the browser never names a URL). ReadSandboxFile is not forwarded:
+// task output may hold secrets, and the view does not need it. Requests are
+// bounded (MaxRequestBytes in, MaxResponseBytes out, ProxyTimeout) and only
+// Connect unary requests (POST, JSON or binary) pass.
+//
+// # Credentials
+//
+// The page keeps an operator's bearer token in sessionStorage (per tab,
+// gone when the tab closes) and sends it as "Authorization: Bearer" on
+// every call. The proxy forwards that header and nothing else of the
+// caller's identity, so the agent authorizes the operator, not the
+// coordinator: Config.Client must not present a client certificate of the
+// coordinator's own, or an anonymous browser would act with the
+// coordinator's identity. Static files carry no data and need no
+// credentials.
+//
+// # Errors
+//
+// The proxy answers in Connect's error format: 404 (not_found) for an
+// unknown agent or a method outside NodeMethods, 503 (unavailable) when the
+// agent registered no endpoint or cannot be reached; an agent's own answer,
+// errors included, passes through unchanged.
+package ui

@@ -1,0 +1,195 @@
+package ui
+
+import (
+	"bytes"
+	"context"
+	"embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"log/slog"
+	"net/http"
+	"slices"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+)
+
+// Proxy limits.
+const (
+	// MaxRequestBytes bounds a proxied request body (the NodeService's
+	// read methods take empty messages).
+	MaxRequestBytes = 64 << 10
+	// MaxResponseBytes bounds a proxied answer.
+	MaxResponseBytes = 16 << 20
+	// ProxyTimeout bounds one proxied call.
+	ProxyTimeout = 10 * time.Second
+)
+
+// NodeMethods are the NodeService methods the proxy forwards: read-only,
+// and enough for the node view.
+var NodeMethods = []string{"GetContainers", "GetUsage", "GetEstimate", "GetCorrections", "GetFeatures"}
+
+//go:embed static
+var static embed.FS
+
+// AgentLister finds agents; the coordinator's OperatorService handler is
+// one. It is called with the browser's request context, so whatever the
+// handler checks about the caller applies to the lookup too.
+type AgentLister interface {
+	GetAgents(context.Context, *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error)
+}
+
+// Config configures Handler.
+type Config struct {
+	// Agents resolves an agent id to its registered NodeService endpoint.
+	Agents AgentLister
+	// Client calls agents (default server.NewClient()). It must not
+	// present a client certificate: see the package documentation.
+	Client *http.Client
+	Logger *slog.Logger
+}
+
+// Handler returns the handler to mount at "/ui/": the embedded page under
+// /ui/ and the NodeService proxy under /ui/node/{agent}/.
+func Handler(cfg Config) http.Handler {
+	if cfg.Client == nil {
+		cfg.Client = server.NewClient()
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	files, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	p := &proxy{cfg: cfg}
+	mux := http.NewServeMux()
+	mux.Handle("GET /ui/", withHeaders(http.StripPrefix("/ui/", http.FileServerFS(files))))
+	mux.HandleFunc("POST /ui/node/{agent}/{service}/{method}", p.serve)
+	return mux
+}
+
+// withHeaders sets headers for the static files: always revalidate (the
+// files change with the binary and carry no modification time), and a
+// content security policy that lets the page load only its own script and
+// style and talk only to its own origin.
+func withHeaders(h http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy",
+			"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		h.ServeHTTP(w, r)
+	})
+}
+
+type proxy struct{ cfg Config }
+
+// serve forwards one NodeService call to the agent named in the path.
+func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
+	agentID, service, method := r.PathValue("agent"), r.PathValue("service"), r.PathValue("method")
+	if service != slacklinev1connect.NodeServiceName || !slices.Contains(NodeMethods, method) {
+		writeError(w, connect.CodeNotFound, fmt.Sprintf("the live view forwards only %s/{%s}", slacklinev1connect.NodeServiceName, strings.Join(NodeMethods, ",")))
+		return
+	}
+	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
+	if err != nil {
+		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("request body: %v", err))
+		return
+	}
+	endpoint, err := p.endpoint(r.Context(), agentID)
+	if err != nil {
+		var ce *connect.Error
+		if errors.As(err, &ce) {
+			writeError(w, ce.Code(), ce.Message())
+		} else {
+			writeError(w, connect.CodeInternal, err.Error())
+		}
+		return
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), ProxyTimeout)
+	defer cancel()
+	target := strings.TrimSuffix(endpoint, "/") + "/" + service + "/" + method
+	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
+	if err != nil {
+		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s endpoint %q: %v", agentID, endpoint, err))
+		return
+	}
+	for _, h := range []string{"Content-Type", "Connect-Protocol-Version", "Connect-Timeout-Ms", "Authorization"} {
+		if v := r.Header.Get(h); v != "" {
+			out.Header.Set(h, v)
+		}
+	}
+	resp, err := p.cfg.Client.Do(out)
+	if err != nil {
+		p.cfg.Logger.Debug("ui proxy: agent unreachable", "agent", agentID, "endpoint", endpoint, "err", err)
+		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s at %s: %v", agentID, endpoint, err))
+		return
+	}
+	defer resp.Body.Close()
+	for _, h := range []string{"Content-Type", "Content-Encoding"} {
+		if v := resp.Header.Get(h); v != "" {
+			w.Header().Set(h, v)
+		}
+	}
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(resp.StatusCode)
+	_, _ = io.Copy(w, io.LimitReader(resp.Body, MaxResponseBytes))
+}
+
+// endpoint returns the NodeService URL agentID registered.
+func (p *proxy) endpoint(ctx context.Context, agentID string) (string, error) {
+	resp, err := p.cfg.Agents.GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	if err != nil {
+		return "", err
+	}
+	for _, a := range resp.Msg.GetAgents() {
+		if a.GetId() != agentID {
+			continue
+		}
+		if a.GetEndpoint() == "" {
+			return "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("agent %s (%s) registered no NodeService endpoint", agentID, a.GetHostname()))
+		}
+		return a.GetEndpoint(), nil
+	}
+	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no agent %q", agentID))
+}
+
+// writeError answers in the Connect protocol's unary error format.
+func writeError(w http.ResponseWriter, code connect.Code, message string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Cache-Control", "no-store")
+	w.WriteHeader(httpStatus(code))
+	_ = json.NewEncoder(w).Encode(struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+	}{code.String(), message})
+}
+
+// httpStatus maps the codes the proxy produces to the HTTP statuses the
+// Connect protocol specifies for them.
+func httpStatus(code connect.Code) int {
+	switch code {
+	case connect.CodeNotFound:
+		return http.StatusNotFound
+	case connect.CodeUnavailable:
+		return http.StatusServiceUnavailable
+	case connect.CodeResourceExhausted:
+		return http.StatusTooManyRequests
+	case connect.CodeUnauthenticated:
+		return http.StatusUnauthorized
+	case connect.CodePermissionDenied:
+		return http.StatusForbidden
+	case connect.CodeInvalidArgument:
+		return http.StatusBadRequest
+	}
+	return http.StatusInternalServerError
+}

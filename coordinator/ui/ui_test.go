@@ -1,0 +1,160 @@
+package ui
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+// fakeAgents lists a fixed set of agents.
+type fakeAgents []*slacklinev1.Agent
+
+func (f fakeAgents) GetAgents(context.Context, *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error) {
+	return connect.NewResponse(&slacklinev1.GetAgentsResponse{Agents: f}), nil
+}
+
+// fakeNode answers GetUsage and records the Authorization header it saw.
+type fakeNode struct {
+	slacklinev1connect.UnimplementedNodeServiceHandler
+	mu   sync.Mutex
+	auth []string
+}
+
+func (n *fakeNode) GetUsage(_ context.Context, req *connect.Request[slacklinev1.GetUsageRequest]) (*connect.Response[slacklinev1.GetUsageResponse], error) {
+	n.mu.Lock()
+	n.auth = append(n.auth, req.Header().Get("Authorization"))
+	n.mu.Unlock()
+	return connect.NewResponse(&slacklinev1.GetUsageResponse{Usage: []*slacklinev1.ContainerUsage{
+		{TaskId: "web-1", Statistics: &slacklinev1.ResourceStatistics{CpusRate: 1.5}},
+	}}), nil
+}
+
+func (n *fakeNode) ReadSandboxFile(context.Context, *connect.Request[slacklinev1.ReadSandboxFileRequest]) (*connect.Response[slacklinev1.ReadSandboxFileResponse], error) {
+	return connect.NewResponse(&slacklinev1.ReadSandboxFileResponse{Data: []byte("secret")}), nil
+}
+
+func newServers(t *testing.T) (ui *httptest.Server, node *fakeNode) {
+	t.Helper()
+	node = &fakeNode{}
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(node))
+	agentSrv := httptest.NewServer(mux)
+	t.Cleanup(agentSrv.Close)
+	dead := httptest.NewServer(http.NotFoundHandler())
+	dead.Close()
+	agents := fakeAgents{
+		{Id: "a1", Hostname: "node-1", Endpoint: agentSrv.URL},
+		{Id: "a2", Hostname: "node-2"},
+		{Id: "a3", Hostname: "node-3", Endpoint: dead.URL},
+	}
+	ui = httptest.NewServer(Handler(Config{Agents: agents}))
+	t.Cleanup(ui.Close)
+	return ui, node
+}
+
+func TestStaticPage(t *testing.T) {
+	srv, _ := newServers(t)
+	for _, tc := range []struct {
+		path, contentType, contains string
+	}{
+		{"/ui/", "text/html", `<script src="app.js"`},
+		{"/ui/app.js", "javascript", "/slackline.v1.OperatorService/"},
+		{"/ui/style.css", "text/css", "section.container"},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			resp, err := http.Get(srv.URL + tc.path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != http.StatusOK || !strings.Contains(resp.Header.Get("Content-Type"), tc.contentType) {
+				t.Fatalf("GET %s: %d %q", tc.path, resp.StatusCode, resp.Header.Get("Content-Type"))
+			}
+			if !strings.Contains(string(body), tc.contains) {
+				t.Fatalf("GET %s: body lacks %q", tc.path, tc.contains)
+			}
+			if csp := resp.Header.Get("Content-Security-Policy"); !strings.Contains(csp, "connect-src 'self'") {
+				t.Fatalf("GET %s: Content-Security-Policy %q", tc.path, csp)
+			}
+		})
+	}
+	// The page holds no cluster data: hostnames come from the script's calls.
+	resp, err := http.Get(srv.URL + "/ui/")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if strings.Contains(string(body), "node-1") {
+		t.Fatal("the page was rendered with agent data on the server")
+	}
+}
+
+func TestProxyForwardsReadMethodsWithTheCallersToken(t *testing.T) {
+	srv, node := newServers(t)
+	for _, opts := range [][]connect.ClientOption{{connect.WithProtoJSON()}, nil} {
+		client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", opts...)
+		req := connect.NewRequest(&slacklinev1.GetUsageRequest{})
+		req.Header().Set("Authorization", "Bearer operator-token")
+		resp, err := client.GetUsage(context.Background(), req)
+		if err != nil {
+			t.Fatalf("GetUsage through the proxy: %v", err)
+		}
+		if got := resp.Msg.GetUsage()[0].GetStatistics().GetCpusRate(); got != 1.5 {
+			t.Fatalf("cpus_rate %v, want 1.5", got)
+		}
+	}
+	node.mu.Lock()
+	defer node.mu.Unlock()
+	for _, a := range node.auth {
+		if a != "Bearer operator-token" {
+			t.Fatalf("agent saw Authorization %q, want the caller's token", a)
+		}
+	}
+}
+
+func TestProxyRefuses(t *testing.T) {
+	srv, _ := newServers(t)
+	for _, tc := range []struct {
+		name, method, path string
+		status             int
+		code               string
+	}{
+		{"sandbox files are not forwarded", "POST", "/ui/node/a1/slackline.v1.NodeService/ReadSandboxFile", 404, "not_found"},
+		{"other services are not forwarded", "POST", "/ui/node/a1/slackline.v1.OperatorService/GetState", 404, "not_found"},
+		{"unknown agent", "POST", "/ui/node/nope/slackline.v1.NodeService/GetUsage", 404, "not_found"},
+		{"agent without endpoint", "POST", "/ui/node/a2/slackline.v1.NodeService/GetUsage", 503, "unavailable"},
+		{"unreachable agent", "POST", "/ui/node/a3/slackline.v1.NodeService/GetUsage", 503, "unavailable"},
+		{"only POST", "DELETE", "/ui/node/a1/slackline.v1.NodeService/GetUsage", 405, ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			req, err := http.NewRequest(tc.method, srv.URL+tc.path, strings.NewReader("{}"))
+			if err != nil {
+				t.Fatal(err)
+			}
+			req.Header.Set("Content-Type", "application/json")
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			if resp.StatusCode != tc.status || !strings.Contains(string(body), tc.code) {
+				t.Fatalf("%s %s: %d %s, want %d %s", tc.method, tc.path, resp.StatusCode, body, tc.status, tc.code)
+			}
+			if strings.Contains(string(body), "secret") {
+				t.Fatal("sandbox data leaked through the proxy")
+			}
+		})
+	}
+}

@@ -1,0 +1,280 @@
+package e2e
+
+import (
+	"bufio"
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/chromedp/chromedp"
+
+	"github.com/slackline/slackline/deploy"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+// TestLiveView drives the coordinator's /ui/ page in headless Chromium
+// against a real coordinator, agent and frameworks: the page lists the
+// agent by hostname, shows its running tasks, draws CPU points that change
+// over time, and puts the QoS correction the test provokes (as
+// TestQoSInterference does) on the node's timeline. On the same cluster it
+// then checks that every metric the Grafana dashboard and the Prometheus
+// rules name is on the coordinator's or the agent's /metrics.
+func TestLiveView(t *testing.T) {
+	privileged.Require(t)
+	chrome := chromium(t)
+	addr, _, _ := startCoordinator(t)
+	agent := startAgent(t, addr, "live-node", "cpus:2;mem:2048", "--monitor-interval", "100ms",
+		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "interference",
+		"--qos-kill-after", "10m", "--qos-min-attributed-delay", "0")
+	waitAgentsActive(t, addr, 1)
+	agentID := ""
+	if state, err := getState(t, operator(addr)); err == nil && len(state.GetAgents()) == 1 {
+		agentID = state.GetAgents()[0].GetId()
+	}
+	dir := taskVisibleDir(t)
+	busy, calm := filepath.Join(dir, "busy"), filepath.Join(dir, "calm")
+	// Idle (slack to offer) until busy exists, then CPU-bound beyond its
+	// two CPUs (run-queue latency rises) until calm exists.
+	guaranteed := fmt.Sprintf(`while [ ! -f %[1]s ]; do sleep 0.1; done; for i in 1 2 3 4; do (while [ ! -f %[2]s ]; do :; done) & done; wait; sleep 1000`, busy, calm)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
+		"--task-resources", "cpus:2;mem:64", "--command", guaranteed)
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "hogs", "--revocable", "--tasks", "2",
+		"--max-attempts", "1", "--task-resources", "cpus:0.3;mem:32", "--command", "while :; do :; done")
+	t.Cleanup(func() { _ = os.WriteFile(calm, nil, 0o644) })
+	eventually(t, 60*time.Second, func() string {
+		if n := len(revocableTasks(t, addr, "hogs")[slacklinev1.TaskState_TASK_STATE_RUNNING]); n != 2 {
+			return fmt.Sprintf("%d revocable hogs running", n)
+		}
+		return ""
+	})
+
+	ctx := browser(t, chrome)
+	run := func(what string, timeout time.Duration, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		stepCtx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		if err := chromedp.Do(stepCtx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	page := "http://" + addr + "/ui/"
+	run("the cluster view lists the agent by hostname", 30*time.Second,
+		chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS(`#agents tr[data-hostname="live-node"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-state="TASK_STATE_RUNNING"]`)))
+
+	run("the hostname opens the node view with the running tasks", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#agents tr[data-hostname="live-node"] a.hostname`)),
+		chromedp.WaitVisible(chromedp.CSS(`#containers section.container[data-revocable="false"][data-state="TASK_STATE_RUNNING"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#containers section.container[data-revocable="true"][data-state="TASK_STATE_RUNNING"]`)))
+	hash, err := chromedp.Run(ctx, chromedp.Evaluate[string](`location.hash`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if agentID != "" && hash != "#/agents/"+agentID {
+		t.Fatalf("node view at %q, want #/agents/%s", hash, agentID)
+	}
+
+	// A hog's CPU chart: at least three points, some above zero, and the
+	// line changes as new samples arrive.
+	hogChart := `#containers section.container[data-revocable="true"] svg[data-metric="cpu"] polyline`
+	points := func() string {
+		readCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
+		attr, err := chromedp.Run(readCtx, chromedp.AttributeValue(chromedp.CSS(hogChart), "points"))
+		if err != nil {
+			t.Fatalf("read the CPU chart: %v", err)
+		}
+		return attr.Value
+	}
+	var first string
+	eventually(t, 20*time.Second, func() string {
+		first = points()
+		if n := len(strings.Fields(first)); n < 3 {
+			return fmt.Sprintf("CPU chart has %d points", n)
+		}
+		if !aboveZero(first) {
+			return "CPU chart of a busy hog stays at zero: " + first
+		}
+		return ""
+	})
+	eventually(t, 10*time.Second, func() string {
+		if points() == first {
+			return "CPU chart did not change: " + first
+		}
+		return ""
+	})
+
+	// Provoke interference: the guaranteed task turns CPU-bound; the
+	// interference controller throttles the revocable subtree.
+	if err := os.WriteFile(busy, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run("a THROTTLE correction appears on the QoS timeline", 60*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`#qos-timeline g.correction[data-kind="CORRECTION_KIND_THROTTLE"]`)),
+		chromedp.WaitVisible(chromedp.CSS(`#qos tr[data-kind="CORRECTION_KIND_THROTTLE"]`)))
+	if err := os.WriteFile(calm, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+
+	t.Run("dashboard and rules name exported metrics", func(t *testing.T) {
+		families := map[string]bool{}
+		for _, url := range []string{"http://" + addr + "/metrics", "http://" + agent.listen + "/metrics"} {
+			for name := range metricFamilies(t, url) {
+				families[name] = true
+			}
+		}
+		dash, err := deploy.DashboardQueries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		rules, recorded, err := deploy.RuleQueries()
+		if err != nil {
+			t.Fatal(err)
+		}
+		generated := map[string]bool{"up": true} // Prometheus's own
+		for _, r := range recorded {
+			generated[r] = true
+		}
+		checked := 0
+		for _, q := range append(dash, rules...) {
+			names, err := deploy.MetricNames(q.Expr)
+			if err != nil {
+				t.Errorf("%s: %v", q.Where, err)
+				continue
+			}
+			for _, n := range names {
+				checked++
+				if !generated[n] && !deploy.Exported(n, families) {
+					t.Errorf("%s names %s, which neither the coordinator nor the agent exports", q.Where, n)
+				}
+			}
+		}
+		if checked < 50 {
+			t.Fatalf("checked only %d metric names", checked)
+		}
+	})
+}
+
+// chromium finds Debian's Chromium, or skips (fails under
+// SLACKLINE_TEST_PRIVILEGED=1, as in CI, which installs it).
+func chromium(t *testing.T) string {
+	t.Helper()
+	for _, name := range []string{"chromium", "chromium-browser", "google-chrome"} {
+		if p, err := exec.LookPath(name); err == nil {
+			return p
+		}
+	}
+	if os.Getenv(privileged.EnvVar) == "1" {
+		t.Fatalf("no chromium found and %s=1 forbids skipping (apt-get install chromium)", privileged.EnvVar)
+	}
+	t.Skip("no chromium found (apt-get install chromium)")
+	return ""
+}
+
+// browser starts headless Chromium; when the test fails it saves a
+// screenshot and the page's DOM as artifacts and names where they are.
+func browser(t *testing.T, path string) context.Context {
+	t.Helper()
+	opts := append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(path), chromedp.NoSandbox, chromedp.DisableGPU, chromedp.UserDataDir(t.TempDir()),
+		chromedp.WindowSize(1300, 1100),
+		// This machine's network is closed: no background connections.
+		chromedp.Flag("disable-quic", true), chromedp.Flag("disable-component-update", true),
+		chromedp.Flag("disable-sync", true))
+	allocCtx, cancelAlloc := chromedp.NewExecAllocator(context.Background(), opts...)
+	ctx, cancelCtx := chromedp.NewContext(allocCtx)
+	ctx, cancelTimeout := context.WithTimeout(ctx, 4*time.Minute)
+	if err := chromedp.Do(ctx); err != nil {
+		t.Fatalf("start chromium: %v", err)
+	}
+	t.Cleanup(func() {
+		if t.Failed() {
+			saveArtifacts(t, ctx)
+		}
+		cancelTimeout()
+		cancelCtx()
+		cancelAlloc()
+	})
+	return ctx
+}
+
+func saveArtifacts(t *testing.T, ctx context.Context) {
+	dir := artifactDir(t)
+	shotCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(shotCtx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Logf("no screenshot: %v", err)
+		return
+	}
+	dom, _ := chromedp.Run(shotCtx, chromedp.OuterHTML(chromedp.CSS("html")))
+	shot, page := filepath.Join(dir, "liveview.png"), filepath.Join(dir, "liveview.html")
+	if err := os.WriteFile(shot, png, 0o644); err == nil {
+		_ = os.WriteFile(page, []byte(dom), 0o644)
+		t.Logf("screenshot of the page when the test failed: %s (DOM: %s)", shot, page)
+	}
+}
+
+// artifactDir is t.ArtifactDir when go test runs with -artifacts (kept
+// under -outputdir), else a directory that outlives the test run.
+func artifactDir(t *testing.T) string {
+	if f := flag.Lookup("test.artifacts"); f != nil && f.Value.String() == "true" {
+		return t.ArtifactDir()
+	}
+	dir := filepath.Join(os.TempDir(), "slackline-e2e-artifacts", strings.ReplaceAll(t.Name(), "/", "_")+"-"+time.Now().Format("20060102-150405"))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Logf("artifact directory: %v", err)
+	}
+	return dir
+}
+
+var pointRE = regexp.MustCompile(`[\d.]+,([\d.]+)`)
+
+// aboveZero reports whether a polyline has a point above its baseline
+// (the charts' y grows downwards from the axis at y=78).
+func aboveZero(points string) bool {
+	for _, m := range pointRE.FindAllStringSubmatch(points, -1) {
+		var y float64
+		if _, err := fmt.Sscan(m[1], &y); err == nil && y < 77 {
+			return true
+		}
+	}
+	return false
+}
+
+// metricFamilies returns the metric families a /metrics page declares.
+func metricFamilies(t *testing.T, url string) map[string]bool {
+	t.Helper()
+	resp, err := http.Get(url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		body, _ := io.ReadAll(resp.Body)
+		t.Fatalf("GET %s: %s: %s", url, resp.Status, body)
+	}
+	out := map[string]bool{}
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if f := strings.Fields(sc.Text()); len(f) >= 3 && f[0] == "#" && f[1] == "TYPE" {
+			out[f[2]] = true
+		}
+	}
+	if len(out) == 0 {
+		t.Fatalf("GET %s: no metric families", url)
+	}
+	return out
+}
