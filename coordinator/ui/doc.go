@@ -35,10 +35,13 @@
 // gone when the tab closes) and sends it as "Authorization: Bearer" on
 // every call. The proxy forwards that header and nothing else of the
 // caller's identity, so the agent authorizes the operator, not the
-// coordinator: Config.Client must not present a client certificate of the
+// coordinator: Config.AgentTLS must not hold a client certificate of the
 // coordinator's own, or an anonymous browser would act with the
 // coordinator's identity. Static files carry no data and need no
-// credentials.
+// credentials. Over TLS the proxy verifies that the agent's certificate
+// names the hostname the agent registered with (an agent certificate
+// names its host), so it talks to that agent whatever address its
+// endpoint has.
 //
 // # Errors
 //

@@ -3,6 +3,7 @@ package ui
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"embed"
 	"encoding/json"
 	"errors"
@@ -13,6 +14,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -51,18 +53,19 @@ type AgentLister interface {
 type Config struct {
 	// Agents resolves an agent id to its registered NodeService endpoint.
 	Agents AgentLister
-	// Client calls agents (default server.NewClient()). It must not
-	// present a client certificate: see the package documentation.
-	Client *http.Client
-	Logger *slog.Logger
+	// AgentTLS is how the proxy reaches agents whose endpoint is https:
+	// RootCAs (the cluster's CA) verify each agent's certificate, which
+	// must name the hostname the agent registered with, whatever address
+	// its endpoint has. It must hold no client certificate (see the
+	// package documentation). Nil: the system's roots, and the endpoint's
+	// host as the name to verify.
+	AgentTLS *tls.Config
+	Logger   *slog.Logger
 }
 
 // Handler returns the handler to mount at "/ui/": the embedded page under
 // /ui/ and the NodeService proxy under /ui/node/{agent}/.
 func Handler(cfg Config) http.Handler {
-	if cfg.Client == nil {
-		cfg.Client = server.NewClient()
-	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -91,7 +94,41 @@ func withHeaders(h http.Handler) http.Handler {
 	})
 }
 
-type proxy struct{ cfg Config }
+type proxy struct {
+	cfg Config
+
+	mu      sync.Mutex
+	clients map[string]*http.Client // by the hostname agents' certificates must name
+}
+
+// maxClients bounds the per-hostname clients kept; past it they are all
+// dropped and made again on demand.
+const maxClients = 1024
+
+// client returns the HTTP client for an agent registered as hostname: it
+// speaks HTTP/1.1 and h2c to http endpoints and HTTP/2 over TLS to https
+// ones. With Config.AgentTLS, its TLS connections verify the certificate
+// against hostname rather than the address dialled; one client per
+// hostname, so that a pooled connection verified for one agent never
+// carries another's calls.
+func (p *proxy) client(hostname string) *http.Client {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if c, ok := p.clients[hostname]; ok {
+		return c
+	}
+	if p.clients == nil || len(p.clients) >= maxClients {
+		p.clients = map[string]*http.Client{}
+	}
+	c := server.NewClient()
+	if p.cfg.AgentTLS != nil {
+		conf := p.cfg.AgentTLS.Clone()
+		conf.ServerName = hostname
+		c.Transport.(*http.Transport).TLSClientConfig = conf
+	}
+	p.clients[hostname] = c
+	return c
+}
 
 // serve forwards one NodeService call to the agent named in the path.
 func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
@@ -105,7 +142,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("request body: %v", err))
 		return
 	}
-	endpoint, err := p.endpoint(r.Context(), agentID)
+	endpoint, hostname, err := p.endpoint(r.Context(), agentID)
 	if err != nil {
 		var ce *connect.Error
 		if errors.As(err, &ce) {
@@ -128,7 +165,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 			out.Header.Set(h, v)
 		}
 	}
-	resp, err := p.cfg.Client.Do(out)
+	resp, err := p.client(hostname).Do(out)
 	if err != nil {
 		p.cfg.Logger.Debug("ui proxy: agent unreachable", "agent", agentID, "endpoint", endpoint, "err", err)
 		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s at %s: %v", agentID, endpoint, err))
@@ -145,22 +182,22 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, MaxResponseBytes))
 }
 
-// endpoint returns the NodeService URL agentID registered.
-func (p *proxy) endpoint(ctx context.Context, agentID string) (string, error) {
+// endpoint returns the NodeService URL and the hostname agentID registered.
+func (p *proxy) endpoint(ctx context.Context, agentID string) (endpoint, hostname string, err error) {
 	resp, err := p.cfg.Agents.GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for _, a := range resp.Msg.GetAgents() {
 		if a.GetId() != agentID {
 			continue
 		}
 		if a.GetEndpoint() == "" {
-			return "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("agent %s (%s) registered no NodeService endpoint", agentID, a.GetHostname()))
+			return "", "", connect.NewError(connect.CodeUnavailable, fmt.Errorf("agent %s (%s) registered no NodeService endpoint", agentID, a.GetHostname()))
 		}
-		return a.GetEndpoint(), nil
+		return a.GetEndpoint(), a.GetHostname(), nil
 	}
-	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no agent %q", agentID))
+	return "", "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no agent %q", agentID))
 }
 
 // writeError answers in the Connect protocol's unary error format.

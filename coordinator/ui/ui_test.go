@@ -2,12 +2,20 @@ package ui
 
 import (
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"io"
+	"math/big"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"connectrpc.com/connect"
 
@@ -157,4 +165,76 @@ func TestProxyRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestProxyVerifiesTheAgentsHostname: over TLS the agent's certificate
+// must name the hostname the agent registered with, even when its
+// endpoint is an address.
+func TestProxyVerifiesTheAgentsHostname(t *testing.T) {
+	caCert, caKey := newCA(t)
+	node := &fakeNode{}
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(node))
+	agentSrv := httptest.NewUnstartedServer(mux)
+	agentSrv.TLS = &tls.Config{Certificates: []tls.Certificate{leaf(t, caCert, caKey, "node-1")}}
+	agentSrv.StartTLS()
+	defer agentSrv.Close()
+	roots := x509.NewCertPool()
+	roots.AddCert(caCert)
+	agents := fakeAgents{
+		{Id: "a1", Hostname: "node-1", Endpoint: agentSrv.URL}, // https://127.0.0.1:port
+		{Id: "a2", Hostname: "node-2", Endpoint: agentSrv.URL}, // another host's claim on that address
+	}
+	srv := httptest.NewServer(Handler(Config{Agents: agents, AgentTLS: &tls.Config{RootCAs: roots}}))
+	defer srv.Close()
+	for _, tc := range []struct {
+		agent string
+		ok    bool
+	}{{"a1", true}, {"a2", false}} {
+		client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/"+tc.agent, connect.WithProtoJSON())
+		_, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+		if (err == nil) != tc.ok {
+			t.Errorf("agent %s: GetUsage error %v, want success %v", tc.agent, err, tc.ok)
+		}
+		if err != nil && connect.CodeOf(err) != connect.CodeUnavailable {
+			t.Errorf("agent %s: %v, want unavailable", tc.agent, err)
+		}
+	}
+}
+
+func newCA(t *testing.T) (*x509.Certificate, *ecdsa.PrivateKey) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "test CA"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert, err := x509.ParseCertificate(der)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cert, key
+}
+
+// leaf is a serving certificate for hostname alone (no IP addresses).
+func leaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hostname string) tls.Certificate {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: hostname}, DNSNames: []string{hostname},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, ca, &key.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
