@@ -21,6 +21,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/leaderclient"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
@@ -42,7 +43,9 @@ type Containerizer interface {
 
 // Config configures an Agent.
 type Config struct {
-	// Coordinator is the coordinator's URL (default http://127.0.0.1:5050).
+	// Coordinator is the coordinator's URL (default http://127.0.0.1:5050),
+	// or a comma-separated list of a coordinator group's URLs, whose leader
+	// the agent follows (internal/leaderclient).
 	Coordinator string
 	// Listen is the NodeService address (default 127.0.0.1:5051).
 	Listen string
@@ -136,6 +139,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = server.NewClient()
 	}
+	// A comma-separated list is a coordinator group: follow its leader.
+	coordinatorClient, coordinatorURL, err := leaderclient.New(cfg.Coordinator, cfg.HTTPClient, leaderclient.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("agent: --coordinator: %w", err)
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -169,7 +177,7 @@ func New(cfg Config) (*Agent, error) {
 	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt}
 	a.ids.Store(&agentIDs{})
 	a.session = session.New(session.Config{
-		Client:  slacklinev1connect.NewAgentServiceClient(cfg.HTTPClient, cfg.Coordinator),
+		Client:  slacklinev1connect.NewAgentServiceClient(coordinatorClient, coordinatorURL),
 		Handler: sessionHandler{a},
 		Backoff: backoff.Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 		Logger:  cfg.Logger,

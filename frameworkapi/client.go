@@ -17,6 +17,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/leaderclient"
 	"github.com/slackline/slackline/internal/protocol"
 )
 
@@ -67,7 +68,9 @@ var (
 
 // Config configures a Client. Only Framework is required.
 type Config struct {
-	// Coordinator is the coordinator's base URL; DefaultCoordinator when empty.
+	// Coordinator is the coordinator's base URL; DefaultCoordinator when
+	// empty. A comma-separated list names the members of a coordinator
+	// group: calls go to its leader, and follow it when it changes.
 	Coordinator string
 	// Framework describes the framework. Leave Framework.Id empty for a new
 	// framework; set it to the id of an earlier run to fail over to it (its
@@ -127,6 +130,12 @@ func New(cfg Config) (*Client, error) {
 	if httpClient == nil {
 		httpClient = DefaultHTTPClient()
 	}
+	// A comma-separated list is a coordinator group: follow its leader.
+	following, base, err := leaderclient.New(coordinator, httpClient, leaderclient.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("frameworkapi: %w", err)
+	}
+	httpClient, coordinator = following, base
 	logger := cfg.Logger
 	if logger == nil {
 		logger = slog.Default()

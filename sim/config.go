@@ -51,7 +51,9 @@ const (
 // Config configures a Fleet. Only Resources and Count are required; every
 // other zero field takes the default named in its comment.
 type Config struct {
-	// Coordinator is the coordinator's base URL (DefaultCoordinator).
+	// Coordinator is the coordinator's base URL (DefaultCoordinator), or a
+	// comma-separated list of a coordinator group's URLs, whose leader the
+	// agents follow.
 	Coordinator string
 	// HTTPClient, when set, carries every agent's calls. When nil, the fleet
 	// creates one cleartext HTTP/2 (h2c) transport per AgentsPerTransport

@@ -16,6 +16,7 @@ import (
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/leaderclient"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -69,14 +70,23 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		// CPU on every command for no gain on a local network.
 		connect.WithAcceptCompression("gzip", nil, nil),
 	}, cfg.ClientOptions...)
+	// A comma-separated list is a coordinator group: every client follows
+	// its leader.
+	if _, _, err := leaderclient.New(cfg.Coordinator, nil, leaderclient.Options{}); err != nil {
+		return nil, err
+	}
+	newClient := func(httpClient *http.Client) slacklinev1connect.AgentServiceClient {
+		httpClient, base, _ := leaderclient.New(cfg.Coordinator, httpClient, leaderclient.Options{})
+		return slacklinev1connect.NewAgentServiceClient(httpClient, base, opts...)
+	}
 	var clients []slacklinev1connect.AgentServiceClient
 	if cfg.HTTPClient != nil {
-		clients = append(clients, slacklinev1connect.NewAgentServiceClient(cfg.HTTPClient, cfg.Coordinator, opts...))
+		clients = append(clients, newClient(cfg.HTTPClient))
 	} else {
 		for range (cfg.Count + cfg.AgentsPerTransport - 1) / cfg.AgentsPerTransport {
 			transport := newTransport()
 			f.transports = append(f.transports, transport)
-			clients = append(clients, slacklinev1connect.NewAgentServiceClient(&http.Client{Transport: transport}, cfg.Coordinator, opts...))
+			clients = append(clients, newClient(&http.Client{Transport: transport}))
 		}
 	}
 

@@ -41,7 +41,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("slackline-agent", flag.ContinueOnError)
 	var cfg agent.Config
-	fs.StringVar(&cfg.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL")
+	fs.StringVar(&cfg.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL, or a comma-separated list of a coordinator group's URLs (the agent follows the leader)")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:5051", "NodeService address")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
 	fs.StringVar(&cfg.Hostname, "hostname", "", "hostname to register (default: the host's)")

@@ -2,6 +2,12 @@
 // SchedulerService for frameworks, the AgentService for agents and the
 // OperatorService for operators, with a hierarchical DRF allocator and a
 // registry persisted under --work-dir.
+//
+// Highly available (see docs/operations.md): with --etcd-endpoints the
+// registry lives in etcd and the process is one member of a group of
+// coordinators that elect a leader under a lease (--lease-ttl); the others
+// answer GetState with the leader's --advertise-url and every other call
+// Unavailable, naming the leader.
 package main
 
 import (
@@ -13,8 +19,6 @@ import (
 	"os/signal"
 	"syscall"
 	"time"
-
-	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/internal/server"
@@ -45,6 +49,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 0, "rescind offers outstanding this long (0: never)")
 	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
 	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
+	group := registerGroupFlags(fs)
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -60,17 +65,7 @@ func run(args []string) error {
 	cfg.WorkDir = *workDir
 	cfg.Logger = logger
 
-	c, err := coordinator.New(cfg)
-	if err != nil {
-		return err
-	}
-	defer c.Close()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return c.Run(ctx) })
-	g.Go(func() error {
-		return server.Serve(ctx, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger}, c.Handler())
-	})
-	return g.Wait()
+	return group.serve(ctx, cfg, nil, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger})
 }

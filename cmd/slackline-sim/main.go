@@ -52,7 +52,7 @@ func newCommand() *cobra.Command {
 		},
 	}
 	f := cmd.Flags()
-	f.StringVar(&o.coordinator, "coordinator", sim.DefaultCoordinator, "coordinator base URL")
+	f.StringVar(&o.coordinator, "coordinator", sim.DefaultCoordinator, "coordinator base URL, or a comma-separated list of a coordinator group's URLs (agents follow the leader)")
 	f.IntVar(&o.agents, "agents", 1, "number of simulated agents")
 	f.StringVar(&o.resources, "resources", "cpus:8;mem:16384;disk:65536;ports:[31000-32000]", "each agent's total resources")
 	f.StringVar(&o.revocable, "revocable", "", `revocable estimate each agent reports after registering (e.g. "cpus:2;mem:1024"); empty reports none`)

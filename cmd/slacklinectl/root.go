@@ -16,6 +16,7 @@ import (
 
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/leaderclient"
 )
 
 const (
@@ -69,7 +70,7 @@ func newRootCommand(out io.Writer) *cobra.Command {
 		coordinator = env
 	}
 	flags := root.PersistentFlags()
-	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL (env "+coordinatorEnv+")")
+	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL, or a comma-separated list of a coordinator group's URLs (env "+coordinatorEnv+")")
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
 	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's and agents' certificates (env "+auth.EnvCA+")")
@@ -82,7 +83,13 @@ func newRootCommand(out io.Writer) *cobra.Command {
 
 // operator returns a client of the coordinator's OperatorService.
 func (g *globals) operator() slacklinev1connect.OperatorServiceClient {
-	return slacklinev1connect.NewOperatorServiceClient(g.httpClient(""), g.coordinator)
+	// A comma-separated list is a coordinator group: calls go to its
+	// leader, waiting up to --timeout for one during an election.
+	client, base, err := leaderclient.New(g.coordinator, g.httpClient(""), leaderclient.Options{Wait: g.timeout})
+	if err != nil {
+		client, base = &http.Client{Transport: failingTransport{fmt.Errorf("--coordinator: %w", err)}}, g.coordinator
+	}
+	return slacklinev1connect.NewOperatorServiceClient(client, base)
 }
 
 // httpClient returns a client with g's credentials that verifies the

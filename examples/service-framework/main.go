@@ -66,7 +66,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	opts := options{labels: map[string]string{}}
 	fs := flag.NewFlagSet("service-framework", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&opts.coordinator, "coordinator", frameworkapi.DefaultCoordinator, "coordinator URL")
+	fs.StringVar(&opts.coordinator, "coordinator", frameworkapi.DefaultCoordinator, "coordinator URL, or a comma-separated list of a coordinator group's URLs")
 	fs.StringVar(&opts.name, "name", "service", "framework name, also the prefix of task ids")
 	fs.StringVar(&opts.role, "role", "*", "role to subscribe with")
 	fs.StringVar(&opts.taskResources, "task-resources", "cpus:0.5;mem:128", "resources of each instance")
