@@ -138,7 +138,17 @@ async function agentUsage(agents) {
 }
 
 async function renderCluster(view) {
-  const [state, maint] = await Promise.all([operator("GetState"), operator("GetMaintenanceStatus")]);
+  const state = await operator("GetState");
+  let maint;
+  try {
+    maint = await operator("GetMaintenanceStatus");
+  } catch (err) {
+    // A follower of a highly available group answers GetState with the
+    // leader's address and everything else with unavailable.
+    if (err.code === "unavailable" && state.leaderUrl)
+      throw new RPCError("unavailable", `This coordinator is a follower: the leader is ${state.leaderUrl} (its /ui/ shows the cluster).`);
+    throw err;
+  }
   const agents = (state.agents || []).slice().sort((a, b) => (a.hostname || "").localeCompare(b.hostname || ""));
   const usage = await agentUsage(agents);
   const hostOf = Object.fromEntries(agents.map((a) => [a.id, a.hostname]));
