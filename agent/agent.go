@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -20,6 +21,7 @@ import (
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/backoff"
 	"github.com/slackline/slackline/internal/leaderclient"
 	"github.com/slackline/slackline/internal/server"
@@ -59,8 +61,15 @@ type Config struct {
 	Attributes map[string]string
 	// Containerizer runs the tasks. Required.
 	Containerizer Containerizer
-	// HTTPClient talks to the coordinator (default h2c-capable client).
+	// HTTPClient talks to the coordinator (default h2c-capable client); for
+	// a secured coordinator it presents the agent's certificate.
 	HTTPClient *http.Client
+	// TLS, when set, serves the NodeService over TLS (the agent's
+	// certificate, and the CA whose client certificates it verifies).
+	TLS *tls.Config
+	// Authz authenticates and authorizes NodeService callers (nil: none;
+	// see internal/auth).
+	Authz *auth.Authorizer
 	// Logger receives the agent's logs (default slog.Default()).
 	Logger *slog.Logger
 	// MinBackoff and MaxBackoff bound re-registration backoff (100 ms, 10 s).
@@ -223,7 +232,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { return a.qos.Run(ctx) })
 	}
 	g.Go(func() error {
-		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, Logger: a.log}, a.Handler())
+		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())
 	})
 	g.Go(func() error { return a.tasks.Run(ctx) })
 	g.Go(func() error { return a.session.Run(ctx) })
@@ -277,6 +286,16 @@ func (a *Agent) recover(ctx context.Context) error {
 	return nil
 }
 
+// endpoint is the NodeService URL the agent registers. A secured
+// coordinator keeps only its scheme and port: the host is where the agent
+// connects from.
+func (a *Agent) endpoint() string {
+	if a.cfg.TLS != nil {
+		return "https://" + a.cfg.Listen
+	}
+	return "http://" + a.cfg.Listen
+}
+
 // preempt kills a revocable container for the QoS controllers.
 func (a *Agent) preempt(containerID, reason string) {
 	var key tasks.Key
@@ -302,7 +321,7 @@ func (h sessionHandler) Registration() *slacklinev1.RegisterRequest {
 		PreviousAgentId: ids.previous,
 		AgentInfo: &slacklinev1.AgentInfo{
 			Id: ids.current, Hostname: a.cfg.Hostname, Resources: a.total.Proto("", resources.Regular),
-			Attributes: attrs, Endpoint: "http://" + a.cfg.Listen,
+			Attributes: attrs, Endpoint: a.endpoint(),
 		},
 	}
 	a.tasks.read(func(m *tasks.Machine) { req.Tasks = m.Registration() })

@@ -122,9 +122,10 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 	return out, nil
 }
 
-// putSandbox records where a task's sandbox is.
-func (c *checkpoint) putSandbox(ctx context.Context, k tasks.Key, path string, now time.Time) error {
-	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path
+// putSandbox records where a task's sandbox is, and the principal of the
+// task's framework (who may read it).
+func (c *checkpoint) putSandbox(ctx context.Context, k tasks.Key, path, principal string, now time.Time) error {
+	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path + "\x00" + principal
 	return c.kv.Apply(ctx, kv.Put(bucketSandboxes, taskRecordKey(k), []byte(value)))
 }
 
@@ -152,21 +153,23 @@ func (c *checkpoint) pruneSandboxes(ctx context.Context) error {
 	return c.kv.Apply(ctx, deletes...)
 }
 
-// sandbox returns the recorded sandbox of a task; an empty frameworkID
+// sandbox returns the recorded sandbox of a task and its framework's
+// principal ("" for records older than principals); an empty frameworkID
 // matches any framework.
-func (c *checkpoint) sandbox(ctx context.Context, frameworkID, taskID string) (string, error) {
+func (c *checkpoint) sandbox(ctx context.Context, frameworkID, taskID string) (path, principal string, err error) {
 	all, err := c.kv.Load(ctx, bucketSandboxes)
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
 	for k, v := range all {
 		fw, task, _ := strings.Cut(k, "\x00")
 		if task == taskID && (frameworkID == "" || fw == frameworkID) {
-			_, path, _ := strings.Cut(string(v), "|")
-			return path, nil
+			_, rest, _ := strings.Cut(string(v), "|")
+			path, principal, _ = strings.Cut(rest, "\x00")
+			return path, principal, nil
 		}
 	}
-	return "", nil
+	return "", "", nil
 }
 
 // bootID identifies the current boot of the host.

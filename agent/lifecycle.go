@@ -198,7 +198,7 @@ func (l *lifecycle) start(s tasks.Start) {
 	}
 	// Where the sandbox is, so logs stay readable after the task ends;
 	// recorded before RUNNING reveals the task.
-	if err := l.ckpt.putSandbox(ctx, s.Key, c.Sandbox, l.now()); err != nil {
+	if err := l.ckpt.putSandbox(ctx, s.Key, c.Sandbox, s.Framework.GetPrincipal(), l.now()); err != nil {
 		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
 	}
 	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})

@@ -22,6 +22,7 @@ import (
 	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -33,10 +34,12 @@ const (
 )
 
 // Handler returns the HTTP handler of the agent's NodeService, with gRPC
-// health, reflection and /metrics.
+// health, reflection and /metrics. With Config.Authz every request is
+// authenticated and authorized (auth.Rules); health stays open.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, server.HandlerOptions()...))
+	opts := append(server.HandlerOptions(), connect.WithInterceptors(a.cfg.Authz.Interceptor()))
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, opts...))
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
@@ -45,8 +48,8 @@ func (a *Agent) Handler() http.Handler {
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}
-	mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-	return mux
+	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	return a.cfg.Authz.Middleware(mux)
 }
 
 type nodeService struct{ a *Agent }
@@ -76,18 +79,37 @@ func (s nodeService) GetContainers(ctx context.Context, _ *connect.Request[slack
 	return connect.NewResponse(&slacklinev1.GetContainersResponse{Containers: out}), nil
 }
 
-// sandboxOf returns the sandbox directory of a task the agent knows.
-func (a *Agent) sandboxOf(frameworkID, taskID string) (string, error) {
+// sandboxOf returns the sandbox directory of a task the agent knows, and
+// the principal of the task's framework ("" when unknown).
+func (a *Agent) sandboxOf(frameworkID, taskID string) (sandbox, principal string, err error) {
+	// The checkpoint records every launched task's sandbox and principal;
+	// ended containers keep their sandbox.
+	path, principal, err := a.ckpt.sandbox(context.Background(), frameworkID, taskID)
 	for _, c := range a.cfg.Containerizer.Containers() {
 		if c.Spec.TaskID == taskID && (frameworkID == "" || c.Spec.FrameworkID == frameworkID) {
-			return c.Sandbox, nil
+			if path != c.Sandbox {
+				principal = "" // not this container's record
+			}
+			return c.Sandbox, principal, nil
 		}
 	}
-	// Ended containers keep their sandbox.
-	if path, err := a.ckpt.sandbox(context.Background(), frameworkID, taskID); err == nil && path != "" {
-		return path, nil
+	if err == nil && path != "" {
+		return path, principal, nil
 	}
-	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no sandbox for task %q on this agent", taskID))
+	return "", "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no sandbox for task %q on this agent", taskID))
+}
+
+// maySeeSandbox checks that the caller may read a sandbox of a framework
+// of principal: it is that principal, or is granted access_sandboxes on it.
+func (a *Agent) maySeeSandbox(ctx context.Context, principal string) error {
+	authz := a.cfg.Authz
+	if !authz.Enabled() {
+		return nil
+	}
+	if p := auth.FromContext(ctx); p != nil && principal != "" && p.Name == principal {
+		return nil
+	}
+	return authz.Check(ctx, auth.AccessSandboxes, principal)
 }
 
 func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[slacklinev1.ReadSandboxFileRequest]) (*connect.Response[slacklinev1.ReadSandboxFileResponse], error) {
@@ -106,8 +128,11 @@ func (s nodeService) ReadSandboxFile(ctx context.Context, req *connect.Request[s
 	case length < 0 || length > maxReadLength:
 		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("length %d must be between 1 and %d", length, maxReadLength))
 	}
-	sandbox, err := s.a.sandboxOf(msg.GetFrameworkId(), msg.GetTaskId())
+	sandbox, principal, err := s.a.sandboxOf(msg.GetFrameworkId(), msg.GetTaskId())
 	if err != nil {
+		return nil, err
+	}
+	if err := s.a.maySeeSandbox(ctx, principal); err != nil {
 		return nil, err
 	}
 	// The task controls its sandbox: open through an os.Root so symlinks

@@ -16,6 +16,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/backoff"
 	"github.com/slackline/slackline/internal/leaderclient"
 	"github.com/slackline/slackline/internal/protocol"
@@ -77,9 +78,18 @@ type Config struct {
 	// tasks are kept if it resubscribes within its failover timeout). New
 	// copies it: later changes have no effect.
 	Framework *slacklinev1.FrameworkInfo
+	// CAFile is the CA that signs the coordinator's certificate (ca.crt),
+	// for an https:// coordinator; empty trusts the system's roots.
+	CAFile string
+	// TokenFile holds the framework's bearer token (NAME.token): a secured
+	// coordinator binds the framework to that token's principal, and only
+	// that principal may fail over to it. It is sent only over https.
+	TokenFile string
 	// HTTPClient carries the calls. The default speaks HTTP/1.1 and cleartext
-	// HTTP/2. With ClientOptions selecting gRPC, pass a client that speaks
-	// HTTP/2 (for example one with only UnencryptedHTTP2 set).
+	// HTTP/2 (and HTTP/2 over TLS with CAFile or TokenFile). With
+	// ClientOptions selecting gRPC, pass a client that speaks HTTP/2 (for
+	// example one with only UnencryptedHTTP2 set). It cannot be combined
+	// with CAFile and TokenFile: configure its transport instead.
 	HTTPClient *http.Client
 	// ClientOptions are extra connect client options (connect.WithGRPC(),
 	// interceptors, ...).
@@ -127,7 +137,19 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("frameworkapi: coordinator %q is not an http:// or https:// URL", cfg.Coordinator)
 	}
 	httpClient := cfg.HTTPClient
-	if httpClient == nil {
+	creds := auth.ClientCredentials{CAFile: cfg.CAFile, TokenFile: cfg.TokenFile}
+	switch {
+	case httpClient != nil && !creds.IsZero():
+		return nil, errors.New("frameworkapi: config sets both HTTPClient and CAFile/TokenFile")
+	case !creds.IsZero():
+		if cfg.TokenFile != "" && !strings.HasPrefix(coordinator, "https://") {
+			return nil, fmt.Errorf("frameworkapi: a token is sent only over TLS: coordinator %q is not an https:// URL", coordinator)
+		}
+		var err error
+		if httpClient, err = creds.HTTPClient(); err != nil {
+			return nil, fmt.Errorf("frameworkapi: %w", err)
+		}
+	case httpClient == nil:
 		httpClient = DefaultHTTPClient()
 	}
 	// A comma-separated list is a coordinator group: follow its leader.

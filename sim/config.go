@@ -1,6 +1,7 @@
 package sim
 
 import (
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -89,6 +90,12 @@ type Config struct {
 	// it may call the Fleet's and Agents' methods.
 	OnEvent func(Event)
 
+	// TLS configures the fleet's transports for an https:// coordinator
+	// when HTTPClient is nil: the CA to trust and the client certificate
+	// every agent presents. The fleet shares one identity: the coordinator's
+	// authorization file must let it register as each of the fleet's
+	// hostnames (register_agents, e.g. hostnames: ["sim-*"]).
+	TLS *tls.Config
 	// AgentsPerTransport is how many agents share one HTTP transport when
 	// HTTPClient is nil (DefaultAgentsPerTransport).
 	AgentsPerTransport int

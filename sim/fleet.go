@@ -2,6 +2,7 @@ package sim
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"net"
 	"net/http"
@@ -84,7 +85,7 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		clients = append(clients, newClient(cfg.HTTPClient))
 	} else {
 		for range (cfg.Count + cfg.AgentsPerTransport - 1) / cfg.AgentsPerTransport {
-			transport := newTransport()
+			transport := newTransport(cfg.TLS)
 			f.transports = append(f.transports, transport)
 			clients = append(clients, newClient(&http.Client{Transport: transport}))
 		}
@@ -105,9 +106,10 @@ func NewFleet(cfg Config) (*Fleet, error) {
 }
 
 // newTransport returns a transport that speaks HTTP/2 only: cleartext
-// (prior knowledge) for http:// URLs, TLS for https://. HTTP/2 pings detect a
-// coordinator that vanished without closing the connection.
-func newTransport() *http.Transport {
+// (prior knowledge) for http:// URLs, TLS (with tlsConfig, when set) for
+// https://. HTTP/2 pings detect a coordinator that vanished without closing
+// the connection.
+func newTransport(tlsConfig *tls.Config) *http.Transport {
 	dialer := &net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}
 	t := &http.Transport{
 		DialContext: dialer.DialContext,
@@ -119,6 +121,9 @@ func newTransport() *http.Transport {
 	}
 	t.Protocols.SetUnencryptedHTTP2(true)
 	t.Protocols.SetHTTP2(true)
+	if tlsConfig != nil {
+		t.TLSClientConfig = tlsConfig.Clone()
+	}
 	return t
 }
 

@@ -24,6 +24,7 @@ import (
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
@@ -44,7 +45,12 @@ func run(args []string) error {
 	fs.StringVar(&cfg.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL, or a comma-separated list of a coordinator group's URLs (the agent follows the leader)")
 	fs.StringVar(&cfg.Listen, "listen", "127.0.0.1:5051", "NodeService address")
 	fs.StringVar(&cfg.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
-	fs.StringVar(&cfg.Hostname, "hostname", "", "hostname to register (default: the host's)")
+	fs.StringVar(&cfg.Hostname, "hostname", "", "hostname to register (default: the CN of --cert, else the host's)")
+	caFile := fs.String("ca", "", "CA certificate of the cluster: verifies the coordinator, and NodeService callers' client certificates")
+	certFile := fs.String("cert", "", "the agent's certificate (agent-NAME.crt): its identity towards the coordinator, and the NodeService's serving certificate")
+	keyFile := fs.String("key", "", "the agent's key (agent-NAME.key)")
+	authzFile := fs.String("authz", "", "authorization file (authz.yaml) for NodeService callers; re-read on SIGHUP")
+	insecure := fs.Bool("insecure", false, "allow serving the NodeService on a non-loopback address without TLS and --authz")
 	fs.StringVar(&cfg.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
 	attributes := fs.String("attributes", "", `agent attributes, e.g. "rack=r1,zone=z2"`)
 	cgroupRoot := fs.String("cgroup-root", "slackline", "the agent's cgroup subtree under each hierarchy")
@@ -88,6 +94,12 @@ func run(args []string) error {
 	var err error
 	if cfg.Attributes, err = agent.ParseAttributes(*attributes); err != nil {
 		return fmt.Errorf("--attributes: %w", err)
+	}
+	if err := agentCredentials(&cfg, *caFile, *certFile, *keyFile, *authzFile); err != nil {
+		return err
+	}
+	if err := auth.CheckListen("--listen", cfg.Listen, cfg.TLS != nil, cfg.Authz != nil, *insecure); err != nil {
+		return err
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: the agent creates cgroups and starts tasks in them; run it with sudo or as the systemd unit in scripts/systemd")
@@ -162,7 +174,46 @@ func run(args []string) error {
 	logger.Info("starting agent", "hostname", cfg.Hostname, "resources", a.Resources().String(), "cgroup_mode", string(cz.Mode()), "work_dir", workDir)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
+	go cfg.Authz.ReloadOnHangup(ctx, logger)
 	return a.Run(ctx)
+}
+
+// agentCredentials configures the agent's identity: the client
+// certificate it dials the coordinator with, the same certificate serving
+// its NodeService, and the authorization of NodeService callers.
+func agentCredentials(cfg *agent.Config, caFile, certFile, keyFile, authzFile string) error {
+	if certFile != "" || keyFile != "" {
+		creds := auth.ClientCredentials{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}
+		client, err := creds.HTTPClient()
+		if err != nil {
+			return err
+		}
+		cfg.HTTPClient = client
+		if cfg.TLS, err = auth.ServerTLS(certFile, keyFile, caFile); err != nil {
+			return err
+		}
+		leaf := cfg.TLS.Certificates[0].Leaf
+		if cfg.Hostname == "" {
+			cfg.Hostname = leaf.Subject.CommonName
+		}
+		if err := leaf.VerifyHostname(cfg.Hostname); err != nil {
+			return fmt.Errorf("--cert is not valid for --hostname %s (the coordinator would refuse it): %w", cfg.Hostname, err)
+		}
+	} else if caFile != "" {
+		client, err := auth.ClientCredentials{CAFile: caFile}.HTTPClient()
+		if err != nil {
+			return err
+		}
+		cfg.HTTPClient = client
+	}
+	if authzFile != "" {
+		authz, err := auth.Load(authzFile)
+		if err != nil {
+			return err
+		}
+		cfg.Authz = authz
+	}
+	return nil
 }
 
 // stringList is a repeatable string flag.

@@ -10,6 +10,16 @@
 //	slackline-sim --coordinator http://127.0.0.1:5050 --agents 100 \
 //		--resources "cpus:8;mem:16384;disk:65536;ports:[31000-32000]"
 //
+// Against a secured coordinator (https://), --ca names the CA and --cert and
+// --key one agent certificate that the whole fleet presents: one identity
+// for N hostnames. The coordinator's authorization file must let that
+// identity register as them, for example for a certificate agent-sim.crt
+// (CN sim) and --hostname-prefix sim-:
+//
+//	register_agents:
+//	  - principals: [agent:sim]
+//	    hostnames: ["sim-*"]
+//
 // It exits on SIGINT or SIGTERM, or when the coordinator has shut down every
 // agent.
 package main

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"fmt"
 	"log/slog"
 	"os"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/spf13/cobra"
 
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
 )
@@ -37,6 +39,7 @@ type options struct {
 	agentsPerTransport   int
 	restartAfterShutdown time.Duration
 	statusInterval       time.Duration
+	ca, cert, key        string
 }
 
 func newCommand() *cobra.Command {
@@ -63,6 +66,9 @@ func newCommand() *cobra.Command {
 	f.IntVar(&o.agentsPerTransport, "agents-per-connection", sim.DefaultAgentsPerTransport, "agents sharing one HTTP/2 transport")
 	f.DurationVar(&o.restartAfterShutdown, "restart-after-shutdown", 0, "bring an agent shut down by the coordinator back as a new agent after this long (0: it stays stopped)")
 	f.DurationVar(&o.statusInterval, "status-interval", 10*time.Second, "how often to log the fleet's status when it changed (0: never)")
+	f.StringVar(&o.ca, "ca", "", "CA certificate that signs the coordinator's (https:// coordinators)")
+	f.StringVar(&o.cert, "cert", "", "agent certificate the whole fleet presents (one identity; the authorization file must let it register as <prefix>*)")
+	f.StringVar(&o.key, "key", "", "key of --cert")
 	return cmd
 }
 
@@ -84,7 +90,14 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--attributes: %w", err)
 	}
+	var tlsConfig *tls.Config
+	if o.ca != "" || o.cert != "" || o.key != "" {
+		if tlsConfig, err = auth.ClientTLS(o.ca, o.cert, o.key); err != nil {
+			return err
+		}
+	}
 	fleet, err := sim.NewFleet(sim.Config{
+		TLS:                  tlsConfig,
 		Coordinator:          o.coordinator,
 		Resources:            total,
 		Revocable:            revocable,

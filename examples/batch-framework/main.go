@@ -25,6 +25,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -45,6 +46,7 @@ import (
 
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -55,6 +57,7 @@ func main() {
 // options are the command-line flags.
 type options struct {
 	coordinator     string
+	ca, tokenFile   string
 	name            string
 	role            string
 	taskResources   string
@@ -73,7 +76,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	opts := options{labels: map[string]string{}}
 	fs := flag.NewFlagSet("batch-framework", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&opts.coordinator, "coordinator", frameworkapi.DefaultCoordinator, "coordinator URL, or a comma-separated list of a coordinator group's URLs")
+	fs.StringVar(&opts.coordinator, "coordinator", cmp.Or(os.Getenv("SLACKLINE_COORDINATOR"), frameworkapi.DefaultCoordinator), "coordinator URL, or a comma-separated list of a coordinator group's URLs (env SLACKLINE_COORDINATOR)")
+	fs.StringVar(&opts.ca, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's (env "+auth.EnvCA+")")
+	fs.StringVar(&opts.tokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding the framework's bearer token (env "+auth.EnvTokenFile+")")
 	fs.StringVar(&opts.name, "name", "batch", "framework name, also the prefix of task ids")
 	fs.StringVar(&opts.role, "role", "*", "role to subscribe with")
 	fs.StringVar(&opts.taskResources, "task-resources", "cpus:1;mem:128", "resources of each task")
@@ -155,7 +160,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		info.Id = id
 	}
-	client, err := frameworkapi.New(frameworkapi.Config{Coordinator: opts.coordinator, Framework: info, Logger: logger})
+	client, err := frameworkapi.New(frameworkapi.Config{Coordinator: opts.coordinator, CAFile: opts.ca, TokenFile: opts.tokenFile, Framework: info, Logger: logger})
 	if err != nil {
 		logger.Error("create client", "err", err)
 		return 2

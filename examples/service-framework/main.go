@@ -24,6 +24,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -40,6 +41,7 @@ import (
 
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -50,6 +52,7 @@ func main() {
 // options are the command-line flags.
 type options struct {
 	coordinator     string
+	ca, tokenFile   string
 	name            string
 	role            string
 	taskResources   string
@@ -66,7 +69,9 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	opts := options{labels: map[string]string{}}
 	fs := flag.NewFlagSet("service-framework", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	fs.StringVar(&opts.coordinator, "coordinator", frameworkapi.DefaultCoordinator, "coordinator URL, or a comma-separated list of a coordinator group's URLs")
+	fs.StringVar(&opts.coordinator, "coordinator", cmp.Or(os.Getenv("SLACKLINE_COORDINATOR"), frameworkapi.DefaultCoordinator), "coordinator URL, or a comma-separated list of a coordinator group's URLs (env SLACKLINE_COORDINATOR)")
+	fs.StringVar(&opts.ca, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's (env "+auth.EnvCA+")")
+	fs.StringVar(&opts.tokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding the framework's bearer token (env "+auth.EnvTokenFile+")")
 	fs.StringVar(&opts.name, "name", "service", "framework name, also the prefix of task ids")
 	fs.StringVar(&opts.role, "role", "*", "role to subscribe with")
 	fs.StringVar(&opts.taskResources, "task-resources", "cpus:0.5;mem:128", "resources of each instance")
@@ -129,7 +134,7 @@ func run(args []string, stderr io.Writer) int {
 	if host, err := os.Hostname(); err == nil {
 		info.Hostname = host
 	}
-	client, err := frameworkapi.New(frameworkapi.Config{Coordinator: opts.coordinator, Framework: info, Logger: logger})
+	client, err := frameworkapi.New(frameworkapi.Config{Coordinator: opts.coordinator, CAFile: opts.ca, TokenFile: opts.tokenFile, Framework: info, Logger: logger})
 	if err != nil {
 		logger.Error("create client", "err", err)
 		return 2
