@@ -87,7 +87,7 @@ func Start(t testing.TB, n int) *Cluster {
 			"--initial-cluster", strings.Join(initial, ","), "--initial-cluster-state", "new",
 			"--initial-cluster-token", token,
 			"--heartbeat-interval", "50", "--election-timeout", "500",
-			"--log-level", "warn",
+			"--logger", "zap", "--log-level", "warn",
 		}
 		c.startMember(m)
 	}
