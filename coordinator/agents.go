@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -63,10 +62,7 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 	if !t.revocable.IsEmpty() {
 		c.alloc.ReleaseRevocable(t.frameworkID, t.role, t.agentID, t.revocable, 0, now)
 	}
-	fw.completed = append(fw.completed, t)
-	if over := len(fw.completed) - c.cfg.CompletedTasksPerFramework; over > 0 {
-		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
-	}
+	c.completeTask(fw, t)
 }
 
 // session checks an agent's session. Caller holds c.mu.
@@ -160,19 +156,25 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 	}
 	st = proto.CloneOf(st)
 	st.AgentId, st.FrameworkId = a.id, msg.GetFrameworkId()
+	if truncateStatusMessage(st, c.cfg.Limits.MaxStatusMessageBytes) {
+		c.bounds.hit("status_message", "status message truncated", "agent", a.id, "task", st.GetTaskId(), "bytes", len(msg.GetStatus().GetMessage()))
+	}
 	if st.Source == slacklinev1.TaskSource_TASK_SOURCE_UNSPECIFIED {
 		st.Source = slacklinev1.TaskSource_TASK_SOURCE_AGENT
 	}
 	if st.Timestamp == nil {
 		st.Timestamp = timestamppb.New(c.cfg.Now())
 	}
-	c.handleStatus(a, st)
+	if err := c.handleStatus(a, st); err != nil {
+		return nil, err
+	}
 	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
 }
 
 // handleStatus applies an agent's status update and routes it to the
-// framework. Caller holds c.mu.
-func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
+// framework. An update the framework has no room for is refused
+// (admitUpdate). Caller holds c.mu.
+func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 	now := c.cfg.Now()
 	fw := c.frameworks[st.GetFrameworkId()]
 	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
@@ -183,7 +185,10 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 		if !taskstate.IsTerminal(st.GetState()) {
 			a.send(shutdownFrameworkCommand(st.GetFrameworkId()))
 		}
-		return
+		return nil
+	}
+	if err := c.admitUpdate(fw, st); err != nil {
+		return err
 	}
 	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
 		t.state, t.status = st.GetState(), st
@@ -191,11 +196,9 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) {
 			c.forgetTask(t, now)
 		}
 	}
-	pending := fw.pending[st.GetTaskId()]
-	if !slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
-		fw.pending[st.GetTaskId()] = append(pending, st)
-	}
+	fw.addPending(st)
 	fw.send(updateEvent(fw, st))
+	return nil
 }
 
 // UpdateOversubscribedResources records an agent's estimate: its total

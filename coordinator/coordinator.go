@@ -45,16 +45,14 @@ type Config struct {
 	// AllocationBatch is how long event-triggered allocation waits to batch
 	// further events (default 2 ms).
 	AllocationBatch time.Duration
-	// OfferTimeout rescinds offers outstanding this long (default 0: never).
+	// OfferTimeout rescinds offers outstanding this long (default 10 min;
+	// negative: never), so that resources a framework sits on return to
+	// the others.
 	OfferTimeout time.Duration
 	// MinAllocatable is the smallest bundle worth offering (default cpus:0.01 or mem:32).
 	MinAllocatable resources.Resources
-	// EventQueueSize bounds each framework subscription's queue (default 16384).
-	EventQueueSize int
-	// AgentQueueSize bounds each agent session's command queue (default 1024).
-	AgentQueueSize int
-	// CompletedTasksPerFramework bounds the terminal tasks kept for GetTasks (default 1000).
-	CompletedTasksPerFramework int
+	// Limits bound what the coordinator accepts and keeps (limits.go).
+	Limits Limits
 	// AutoDownAfterAccept takes a DRAINING machine DOWN without an operator
 	// once its window has started and every framework with tasks on it
 	// accepted its inverse offers, unless that would leave a framework below
@@ -84,9 +82,8 @@ func (c *Config) setDefaults() {
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}
-	setDefault(&c.EventQueueSize, 16384)
-	setDefault(&c.AgentQueueSize, 1024)
-	setDefault(&c.CompletedTasksPerFramework, 1000)
+	setLimitDefault(&c.OfferTimeout, 10*time.Minute)
+	c.Limits.setDefaults()
 	if c.Now == nil {
 		c.Now = time.Now
 	}
@@ -104,6 +101,7 @@ type Coordinator struct {
 	log     *slog.Logger
 	store   store.Store
 	metrics *metrics
+	bounds  *bounds
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
@@ -174,6 +172,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("recover registry: %w", err)
 	}
 	c.metrics = newMetrics(c, cfg.Metrics)
+	c.bounds = newBounds(c.log, cfg.Metrics)
 	return c, nil
 }
 
@@ -401,6 +400,7 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
 		}
 	}
+	writes = append(writes, c.forgetHistory(now)...)
 	if c.cfg.OfferTimeout > 0 {
 		for _, o := range c.offers {
 			if now.Sub(o.created) > c.cfg.OfferTimeout {

@@ -46,9 +46,11 @@
 //   - mu guards all in-memory state, the allocator and the maintenance state
 //     included, for in-memory work only: never across a registry write, a
 //     stream Send or another blocking call. Events and commands go through
-//     bounded queues with non-blocking sends; a peer whose queue overflows is
-//     disconnected and recovers by reconnecting. Unexported methods expect mu
-//     held unless their comment says they take it.
+//     per-stream queues (outbox) that never block and never drop: each
+//     stream's goroutine sends as fast as its peer reads, and what can be
+//     queued is bounded by state because entries coalesce (see flow.go).
+//     Unexported methods expect mu held unless their comment says they
+//     take it.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
@@ -58,6 +60,17 @@
 // teardown, agents shut down by maintenance) are applied first, under
 // persistMu, and recorded right after, even if the caller hung up (a
 // teardown answers after its write).
+//
+// # Flow control and limits
+//
+// Nothing a client asks for is lost because a queue was full: a launch or
+// a reconciliation of any size completes, or is refused up front with
+// ResourceExhausted while the agent's or the framework's stream is behind
+// by more than its window. Every bound is named in Limits (request and
+// status message sizes, unacknowledged updates per framework, completed
+// frameworks and tasks kept, gone-agent retention, subscriptions per
+// principal, queue windows, concurrent calls per caller); a limit reached
+// is logged once and counted in slackline_coordinator_limit_hits_total.
 //
 // # Allocation
 //

@@ -137,7 +137,7 @@ func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) (string, *sub
 	if err != nil {
 		d.t.Fatalf("subscribe: %v", err)
 	}
-	<-sub.queue
+	sub.next()
 	return fw.id(), sub
 }
 
@@ -159,26 +159,21 @@ func (d *domain) agent(id string) *agent {
 // events returns what is queued on a subscription.
 func events(sub *subscription) []*slacklinev1.Event {
 	var out []*slacklinev1.Event
-	for {
-		select {
-		case ev := <-sub.queue:
-			out = append(out, ev)
-		default:
-			return out
-		}
+	for ev, ok := sub.take(); ok; ev, ok = sub.take() {
+		out = append(out, ev)
 	}
+	return out
 }
 
 // commands returns what is queued on an agent's session.
 func commands(a *agent) []*slacklinev1.AgentCommand {
 	var out []*slacklinev1.AgentCommand
 	for a.session != nil {
-		select {
-		case cmd := <-a.session.queue:
-			out = append(out, cmd)
-		default:
-			return out
+		cmd, ok := a.session.take()
+		if !ok {
+			break
 		}
+		out = append(out, cmd)
 	}
 	return out
 }

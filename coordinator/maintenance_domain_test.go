@@ -166,7 +166,7 @@ func TestChangeMaintenance(t *testing.T) {
 			if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR {
 				t.Fatalf("updates %v, want t1 GONE_BY_OPERATOR", got)
 			}
-			if cmd := <-session.queue; cmd.GetShutdownAgent() == nil {
+			if cmd := session.next(); cmd.GetShutdownAgent() == nil {
 				t.Fatalf("command %v, want a shutdown", cmd)
 			}
 			if a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || a.closing != session {

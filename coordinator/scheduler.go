@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"slices"
 	"time"
 
 	"connectrpc.com/connect"
@@ -23,6 +22,11 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	if err != nil {
 		return invalidArgument(err)
 	}
+	release, err := s.c.bounds.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
+	if err != nil {
+		return err
+	}
+	defer release()
 	fw, sub, err := s.c.subscribe(ctx, info)
 	if err != nil {
 		return err
@@ -113,6 +117,9 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 				slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_INVALID_OFFERS, problem, now)))
 		}
 		return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
+	}
+	if err := c.admitLaunch(offers[0].agentID); err != nil {
+		return nil, err
 	}
 	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role}
 	for _, o := range offers {
@@ -314,17 +321,9 @@ func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[
 	if msg.GetUuid() == "" {
 		return nil, invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
 	}
-	pending := fw.pending[msg.GetTaskId()]
-	found := slices.IndexFunc(pending, func(st *slacklinev1.TaskStatus) bool { return st.GetUuid() == msg.GetUuid() })
-	if found < 0 {
+	st, ok := fw.ackPending(msg.GetTaskId(), msg.GetUuid())
+	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", msg.GetUuid(), msg.GetTaskId()))
-	}
-	st := pending[found]
-	pending = slices.Delete(pending, found, found+1)
-	if len(pending) == 0 {
-		delete(fw.pending, msg.GetTaskId())
-	} else {
-		fw.pending[msg.GetTaskId()] = pending
 	}
 	if a := c.agents[st.GetAgentId()]; a != nil {
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
@@ -344,6 +343,9 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 	}
 	if len(req.Msg.GetTasks()) > maxTasksPerAccept {
 		return nil, invalidArgument(fmt.Errorf("%d tasks, at most %d allowed", len(req.Msg.GetTasks()), maxTasksPerAccept))
+	}
+	if err := c.admitReconcile(fw); err != nil {
+		return nil, err
 	}
 	now := c.cfg.Now()
 	reply := func(t *task) {

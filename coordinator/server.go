@@ -3,6 +3,7 @@ package coordinator
 import (
 	"net/http"
 
+	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/slackline/slackline/coordinator/ui"
@@ -14,7 +15,8 @@ import (
 // Connect, gRPC and gRPC-Web, plus gRPC health, reflection, /metrics and
 // the live view at /ui/.
 func (c *Coordinator) Handler() http.Handler {
-	opts := server.HandlerOptions()
+	opts := append(server.HandlerOptions(), connect.WithReadMaxBytes(c.cfg.Limits.MaxRequestBytes),
+		connect.WithInterceptors(c.callLimiter()))
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewSchedulerServiceHandler(schedulerService{c}, opts...))
 	mux.Handle(slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...))

@@ -1,15 +1,12 @@
 package coordinator
 
 import (
-	"context"
-	"sync"
 	"time"
 
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -51,91 +48,15 @@ func newAgent(id string, registeredAt time.Time) *agent {
 
 type taskKey struct{ frameworkID, taskID string }
 
-// outbox is the bounded queue of one live stream (an agent's session, a
-// framework's subscription) and its end. Handlers queue under c.mu without
-// blocking; the stream's goroutine sends.
-type outbox[T any] struct {
-	id    string
-	queue chan T
-	done  chan struct{}
-	once  sync.Once
-	// reason, set before done is closed, says why the outbox ended; flush
-	// asks its stream to send what is still queued before it ends.
-	reason error
-	flush  bool
-}
-
-func newOutbox[T any](size int) *outbox[T] {
-	return &outbox[T]{id: ids.New(), queue: make(chan T, size), done: make(chan struct{})}
-}
-
-// send queues v. A full queue ends the outbox (errSlowSubscriber) and send
-// returns false: the peer reconnects and is reconciled.
-func (o *outbox[T]) send(v T) bool {
-	select {
-	case o.queue <- v:
-		return true
-	default:
-		o.end(errSlowSubscriber)
-		return false
-	}
-}
-
-func (o *outbox[T]) end(reason error) { o.once.Do(func() { o.reason = reason; close(o.done) }) }
-
-// endAfterDelivery ends the outbox once its stream has sent what is queued.
-func (o *outbox[T]) endAfterDelivery() { o.once.Do(func() { o.flush = true; close(o.done) }) }
-
-// serve sends what the queue receives, and keepalive every period, until
-// the outbox ends (nil) or ctx does (its error). It runs in the stream's
-// goroutine.
-func (o *outbox[T]) serve(ctx context.Context, keepalive T, period time.Duration, send func(T) error) error {
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
-	for {
-		var err error
-		select {
-		case v := <-o.queue:
-			err = send(v)
-		case <-ticker.C:
-			err = send(keepalive)
-		case <-o.done:
-			return nil
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if err != nil {
-			return err
-		}
-	}
-}
-
-// sendQueued sends what the queue holds, without waiting for more.
-func (o *outbox[T]) sendQueued(send func(T) error) error {
-	for {
-		select {
-		case v := <-o.queue:
-			if err := send(v); err != nil {
-				return err
-			}
-		default:
-			return nil
-		}
-	}
-}
-
 // agentSession is one registration of an agent: commands queue here until
 // the agent's Connect stream takes them.
 type agentSession = outbox[*slacklinev1.AgentCommand]
 
-// send queues a command; a full queue ends the session (the agent
-// re-registers and is reconciled). Caller holds c.mu.
+// send queues a command to the agent's session, if any (see queueCommand).
+// Caller holds c.mu.
 func (a *agent) send(cmd *slacklinev1.AgentCommand) {
-	if a.session == nil {
-		return
-	}
-	if !a.session.send(cmd) {
-		a.session = nil
+	if a.session != nil {
+		queueCommand(a.session, cmd)
 	}
 }
 
@@ -162,8 +83,10 @@ type framework struct {
 	inverseOffers    map[string]*inverseOffer
 	suppressed       map[string]bool
 	// pending holds, per task, the status updates with a uuid that the
-	// framework has not acknowledged yet, oldest first.
-	pending map[string][]*slacklinev1.TaskStatus
+	// framework has not acknowledged yet, oldest first; pendingCount
+	// counts them (see addPending).
+	pending      map[string][]*slacklinev1.TaskStatus
+	pendingCount int
 }
 
 func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {
@@ -186,10 +109,11 @@ func (fw *framework) partitionAware() bool {
 	return hasCapability(fw.info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE)
 }
 
-// send queues an event to the live subscription, if any. Caller holds c.mu.
+// send queues an event to the live subscription, if any (see
+// subscription.queue). Caller holds c.mu.
 func (fw *framework) send(ev *slacklinev1.Event) {
 	if fw.sub != nil {
-		fw.sub.send(ev)
+		fw.sub.queue(ev)
 	}
 }
 

@@ -16,9 +16,8 @@ import (
 )
 
 var (
-	errSlowSubscriber = errors.New("event queue overflowed: the subscriber reads too slowly")
-	errFailedOver     = errors.New("framework failed over to a newer subscription")
-	errSessionEnded   = errors.New("session ended; register again")
+	errFailedOver   = errors.New("framework failed over to a newer subscription")
+	errSessionEnded = errors.New("session ended; register again")
 )
 
 // errTornDown ends a subscription for good.
@@ -97,7 +96,7 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 		c.alloc.ActivateFramework(info.GetId())
 	}
 	fw.info, fw.state = info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
-	sub := &subscription{outbox: newOutbox[*slacklinev1.Event](c.cfg.EventQueueSize)}
+	sub := &subscription{outbox: newOutbox[*slacklinev1.Event]()}
 	fw.sub = sub
 	sub.send(&slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
 		FrameworkId: info.GetId(), StreamId: sub.id,
@@ -119,7 +118,8 @@ func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerSt
 	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.id)
 	send := func(ev *slacklinev1.Event) error { return stream.Send(&slacklinev1.SubscribeResponse{Event: ev}) }
 	// The Subscribed event is the first in the queue.
-	for _, ev := range append([]*slacklinev1.Event{<-sub.queue}, sub.replay...) {
+	subscribed, _ := sub.take()
+	for _, ev := range append([]*slacklinev1.Event{subscribed}, sub.replay...) {
 		if err := send(ev); err != nil {
 			return err
 		}
@@ -129,13 +129,7 @@ func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerSt
 		return err
 	}
 	// Deliver what was queued before the end (the error event included).
-	if err := sub.sendQueued(send); err != nil {
-		return err
-	}
-	if errors.Is(sub.reason, errSlowSubscriber) {
-		return connect.NewError(connect.CodeResourceExhausted, sub.reason)
-	}
-	return nil
+	return sub.sendQueued(send)
 }
 
 // subscriptionEnded handles the end of a Subscribe stream: if it is still
@@ -207,7 +201,7 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 		}
 	}
 	clear(fw.tasks)
-	clear(fw.pending)
+	fw.clearPending()
 	c.alloc.RemoveFramework(id)
 	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 	if fw.sub != nil {

@@ -106,7 +106,7 @@ func TestSubscribe(t *testing.T) {
 			if fw.id() == "" || fw.state != connected || fw.sub != sub {
 				t.Fatalf("framework %+v", fw)
 			}
-			ev := (<-sub.queue).GetSubscribed()
+			ev := sub.next().GetSubscribed()
 			if ev.GetFrameworkId() != fw.id() || ev.GetStreamId() != sub.id {
 				t.Fatalf("first event %v", ev)
 			}

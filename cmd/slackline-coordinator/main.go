@@ -46,7 +46,10 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.FrameworkHeartbeatInterval, "framework-heartbeat-interval", 15*time.Second, "interval of heartbeat events to frameworks")
 	fs.DurationVar(&cfg.AllocationInterval, "allocation-interval", time.Second, "period of full allocation passes")
 	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", 2*time.Millisecond, "how long an event-triggered allocation waits for more events")
-	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 0, "rescind offers outstanding this long (0: never)")
+	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 10*time.Minute, "rescind offers outstanding this long (negative: never)")
+	limitFlags(fs, &cfg.Limits)
+	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close connections with nothing in progress after this long (negative: never)")
+	readTimeout := fs.Duration("read-timeout", server.DefaultReadTimeout, "time a client has to send a request's headers and body (negative: none); streams outlive it")
 	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
 	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
 	group := registerGroupFlags(fs)
@@ -67,5 +70,6 @@ func run(args []string) error {
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return group.serve(ctx, cfg, nil, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger})
+	return group.serve(ctx, cfg, nil, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger,
+		IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout})
 }

@@ -6,6 +6,11 @@
 //     configured, and shuts down gracefully when its context ends.
 //   - HandlerOptions are the Connect handler options every service is
 //     mounted with (today the MaxRequestBytes read limit).
+//   - Serve bounds every connection: ReadTimeout for a request to arrive,
+//     IdleTimeout for a connection with nothing in progress, HTTP/2 pings
+//     for dead peers; streams live as long as their peers do.
+//   - CallLimiter is an interceptor that bounds each caller's unary calls
+//     in progress, so that one caller's flood waits in its own line.
 //   - MountStandard mounts the standard gRPC health and reflection services
 //     beside a process's own services, so grpcurl and load balancers work.
 //   - NewClient is the matching HTTP client (h2c for http://, HTTP/2 over

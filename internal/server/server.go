@@ -25,6 +25,13 @@ type Config struct {
 	// MaxConcurrentStreams per HTTP/2 connection (default 100000: one
 	// slackline-sim connection carries thousands of agent streams).
 	MaxConcurrentStreams int
+	// IdleTimeout closes a connection with no request in progress after
+	// this long (default DefaultIdleTimeout; negative: never).
+	IdleTimeout time.Duration
+	// ReadTimeout bounds the time a client takes to send a request's
+	// headers and body (default DefaultReadTimeout; negative: none). It
+	// does not bound a stream's life: only the request is read by then.
+	ReadTimeout time.Duration
 	Logger               *slog.Logger
 }
 
@@ -37,6 +44,12 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 	if cfg.MaxConcurrentStreams == 0 {
 		cfg.MaxConcurrentStreams = 100000
 	}
+	if cfg.IdleTimeout == 0 {
+		cfg.IdleTimeout = DefaultIdleTimeout
+	}
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = DefaultReadTimeout
+	}
 	ln := cfg.Listener
 	if ln == nil {
 		var err error
@@ -46,8 +59,9 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 		}
 	}
 	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 10 * time.Second,
+		Handler:           WithReadTimeout(handler, cfg.ReadTimeout),
+		ReadHeaderTimeout: headerTimeout(cfg.ReadTimeout),
+		IdleTimeout:       max(cfg.IdleTimeout, 0),
 		Protocols:         new(http.Protocols),
 		HTTP2: &http.HTTP2Config{
 			MaxConcurrentStreams: cfg.MaxConcurrentStreams,

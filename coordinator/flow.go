@@ -1,0 +1,302 @@
+package coordinator
+
+import (
+	"context"
+	"net"
+	"slices"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
+)
+
+// Flow control and bounded state: what each stream queues and how it
+// coalesces, the windows that refuse a flood up front, and the history the
+// coordinator forgets. Limits (limits.go) names every bound.
+
+// queueCommand queues a command on an agent's session. A kill of a task, an
+// acknowledgement of an update and a framework's shutdown that are already
+// queued are not queued twice.
+func queueCommand(s *agentSession, cmd *slacklinev1.AgentCommand) {
+	switch c := cmd.GetCommand().(type) {
+	case *slacklinev1.AgentCommand_KillTask:
+		s.replace(key("kill", c.KillTask.GetFrameworkId(), c.KillTask.GetTaskId()), cmd)
+	case *slacklinev1.AgentCommand_Acknowledge:
+		s.replace(key("ack", c.Acknowledge.GetFrameworkId(), c.Acknowledge.GetTaskId(), c.Acknowledge.GetUuid()), cmd)
+	case *slacklinev1.AgentCommand_ShutdownFramework:
+		s.replace(key("shutdown", c.ShutdownFramework.GetFrameworkId()), cmd)
+	default:
+		s.send(cmd)
+	}
+}
+
+// queue queues an event on the subscription, coalescing with what it
+// holds: an update without a uuid (the coordinator's own: reconciliation
+// answers, unreachable agents) supersedes a queued one of the same task; an
+// offer or inverse offer rescinded before its event was sent is taken out
+// of the event rather than followed by a rescind; a failure of an agent
+// already queued is not queued twice. An update with a uuid is never
+// superseded here (the framework acknowledges each; see admitUpdate), only
+// queued once however often its agent sends it.
+func (s *subscription) queue(ev *slacklinev1.Event) {
+	switch e := ev.GetEvent().(type) {
+	case *slacklinev1.Event_Update:
+		st := e.Update.GetStatus()
+		if st.GetUuid() == "" {
+			s.replace(key("update", st.GetTaskId()), ev)
+			return
+		}
+		// The same update sent again by its agent while still queued is
+		// queued once.
+		s.replace(key("pending", st.GetTaskId(), st.GetUuid()), ev)
+	case *slacklinev1.Event_Offers:
+		var keys []string
+		for _, o := range e.Offers.GetOffers() {
+			keys = append(keys, key("offer", o.GetId()))
+		}
+		for _, o := range e.Offers.GetInverseOffers() {
+			keys = append(keys, key("inverse", o.GetId()))
+		}
+		s.sendIndexed(ev, keys...)
+	case *slacklinev1.Event_Rescind:
+		id := e.Rescind.GetOfferId()
+		if !s.edit(key("offer", id), func(q *slacklinev1.Event) bool {
+			offers := q.GetOffers()
+			offers.Offers = slices.DeleteFunc(offers.Offers, func(o *slacklinev1.Offer) bool { return o.GetId() == id })
+			return len(offers.Offers)+len(offers.InverseOffers) > 0
+		}) {
+			s.send(ev)
+		}
+	case *slacklinev1.Event_RescindInverseOffer:
+		id := e.RescindInverseOffer.GetInverseOfferId()
+		if !s.edit(key("inverse", id), func(q *slacklinev1.Event) bool {
+			offers := q.GetOffers()
+			offers.InverseOffers = slices.DeleteFunc(offers.InverseOffers, func(o *slacklinev1.InverseOffer) bool { return o.GetId() == id })
+			return len(offers.Offers)+len(offers.InverseOffers) > 0
+		}) {
+			s.send(ev)
+		}
+	case *slacklinev1.Event_Failure:
+		s.replace(key("failure", e.Failure.GetAgentId()), ev)
+	default:
+		s.send(ev)
+	}
+}
+
+// key joins parts with a byte no id contains.
+func key(parts ...string) string {
+	n := len(parts)
+	for _, p := range parts {
+		n += len(p)
+	}
+	b := make([]byte, 0, n)
+	for i, p := range parts {
+		if i > 0 {
+			b = append(b, 0)
+		}
+		b = append(b, p...)
+	}
+	return string(b)
+}
+
+// addPending keeps an agent's update until the framework acknowledges it
+// (once per uuid). Caller holds c.mu.
+func (fw *framework) addPending(st *slacklinev1.TaskStatus) {
+	pending := fw.pending[st.GetTaskId()]
+	if slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
+		return
+	}
+	fw.pending[st.GetTaskId()] = append(pending, st)
+	fw.pendingCount++
+}
+
+// ackPending forgets the update of a task with uuid and returns it; ok is
+// false when it is not pending. Caller holds c.mu.
+func (fw *framework) ackPending(taskID, uuid string) (st *slacklinev1.TaskStatus, ok bool) {
+	pending := fw.pending[taskID]
+	i := slices.IndexFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == uuid })
+	if i < 0 {
+		return nil, false
+	}
+	st = pending[i]
+	if pending = slices.Delete(pending, i, i+1); len(pending) == 0 {
+		delete(fw.pending, taskID)
+	} else {
+		fw.pending[taskID] = pending
+	}
+	fw.pendingCount--
+	return st, true
+}
+
+func (fw *framework) clearPending() {
+	clear(fw.pending)
+	fw.pendingCount = 0
+}
+
+// admitUpdate decides whether an agent's update may join the framework's
+// unacknowledged ones (Limits.MaxPendingUpdatesPerFramework). At the limit,
+// the task's older unacknowledged updates, superseded by this one, are
+// coalesced: forgotten, taken out of the event queue if not sent yet, and
+// acknowledged to their agent on the framework's behalf. If the task has
+// none, the update is refused with ResourceExhausted and nothing changes:
+// the agent keeps it and sends it again later. Caller holds c.mu.
+func (c *Coordinator) admitUpdate(fw *framework, st *slacklinev1.TaskStatus) error {
+	limit := c.cfg.Limits.MaxPendingUpdatesPerFramework
+	pending := fw.pending[st.GetTaskId()]
+	if limit < 0 || fw.pendingCount < limit || slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
+		return nil
+	}
+	if len(pending) == 0 {
+		c.bounds.hit("pending_updates", "status update refused: the framework has as many unacknowledged updates as it may; the agent sends it again later",
+			"framework", fw.id(), "pending", fw.pendingCount)
+		return exhausted("framework %q has %d unacknowledged status updates, its limit: the update of task %q waits until the framework acknowledges some (send it again later)",
+			fw.id(), fw.pendingCount, st.GetTaskId())
+	}
+	c.bounds.hit("pending_updates", "unacknowledged status updates coalesced: a task's older updates were superseded by a newer one",
+		"framework", fw.id(), "task", st.GetTaskId())
+	for _, old := range pending {
+		if fw.sub != nil {
+			fw.sub.edit(key("pending", old.GetTaskId(), old.GetUuid()), func(*slacklinev1.Event) bool { return false })
+		}
+		if a := c.agents[old.GetAgentId()]; a != nil {
+			a.send(acknowledgeCommand(fw.id(), old.GetTaskId(), old.GetUuid()))
+		}
+	}
+	fw.pendingCount -= len(pending)
+	delete(fw.pending, st.GetTaskId())
+	return nil
+}
+
+func acknowledgeCommand(frameworkID, taskID, uuid string) *slacklinev1.AgentCommand {
+	return &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
+		FrameworkId: frameworkID, TaskId: taskID, Uuid: uuid,
+	}}}
+}
+
+// admitLaunch refuses, before anything changes, an Accept that would queue
+// launches on an agent whose command stream is behind by more than
+// Limits.MaxQueuedCommandsPerAgent. Caller holds c.mu.
+func (c *Coordinator) admitLaunch(agentID string) error {
+	a := c.agents[agentID]
+	if a == nil || a.session == nil {
+		return nil
+	}
+	if queued := a.session.len(); !within(queued, c.cfg.Limits.MaxQueuedCommandsPerAgent) {
+		c.bounds.hit("agent_queue", "launch refused: the agent has not read the commands already sent to it", "agent", agentID, "queued", queued)
+		return exhausted("agent %q has %d commands it has not read yet, more than its limit: the launch was not made and the offers stay yours; accept them again later",
+			agentID, queued)
+	}
+	return nil
+}
+
+// admitReconcile refuses, before anything changes, a Reconcile while the
+// framework's subscription holds more than
+// Limits.MaxQueuedEventsPerSubscription events it has not read. Caller
+// holds c.mu.
+func (c *Coordinator) admitReconcile(fw *framework) error {
+	if fw.sub == nil {
+		return nil
+	}
+	if queued := fw.sub.len(); !within(queued, c.cfg.Limits.MaxQueuedEventsPerSubscription) {
+		c.bounds.hit("subscription_queue", "reconcile refused: the framework has not read the events already sent to it", "framework", fw.id(), "queued", queued)
+		return exhausted("framework %q has %d events it has not read yet, more than its limit: read them and reconcile again", fw.id(), queued)
+	}
+	return nil
+}
+
+// callerKey names a caller for per-caller limits: its principal when calls
+// are authenticated, else the address it connects from.
+func callerKey(ctx context.Context, peer connect.Peer) string {
+	if p := auth.FromContext(ctx); p != nil && p.Name != "" {
+		return "principal:" + p.Name
+	}
+	host, _, err := net.SplitHostPort(peer.Addr)
+	if err != nil {
+		host = peer.Addr
+	}
+	return "address:" + host
+}
+
+// admitSubscription counts a Subscribe stream of a caller against
+// Limits.MaxSubscriptionsPerPrincipal; release ends the count when the
+// stream ends. It takes b.mu.
+func (b *bounds) admitSubscription(caller string, limit int) (release func(), err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if !within(b.subscriptions[caller]+1, limit) {
+		b.hit("subscriptions", "subscription refused: the caller has as many live subscriptions as it may", "caller", caller)
+		return nil, exhausted("%s has %d live subscriptions, its limit: end one before subscribing again", caller, b.subscriptions[caller])
+	}
+	b.subscriptions[caller]++
+	return func() {
+		b.mu.Lock()
+		defer b.mu.Unlock()
+		if b.subscriptions[caller]--; b.subscriptions[caller] <= 0 {
+			delete(b.subscriptions, caller)
+		}
+	}, nil
+}
+
+// completeTask keeps a terminal task in the framework's history, without
+// its command, and drops the oldest beyond
+// Limits.MaxCompletedTasksPerFramework. Caller holds c.mu.
+func (c *Coordinator) completeTask(fw *framework, t *task) {
+	info := t.info
+	t.info = &slacklinev1.TaskInfo{TaskId: info.GetTaskId(), Name: info.GetName(), AgentId: info.GetAgentId(), Labels: info.GetLabels()}
+	fw.completed = append(fw.completed, t)
+	if limit := c.cfg.Limits.MaxCompletedTasksPerFramework; limit >= 0 && len(fw.completed) > limit {
+		over := len(fw.completed) - limit
+		clear(fw.completed[:over])
+		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
+		c.bounds.hit("completed_tasks", "the oldest completed tasks of a framework were forgotten", "framework", fw.id())
+	}
+}
+
+// forgetHistory forgets the torn-down frameworks beyond
+// Limits.MaxCompletedFrameworks, oldest registered first, and the agents
+// UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (their
+// remaining tasks end TASK_STATE_GONE). It returns the registry writes.
+// Caller holds persistMu and c.mu.
+func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
+	var writes []store.Mutation
+	var completed []*framework
+	for _, fw := range c.frameworks {
+		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+			completed = append(completed, fw)
+		}
+	}
+	if limit := c.cfg.Limits.MaxCompletedFrameworks; !within(len(completed), limit) {
+		slices.SortFunc(completed, func(a, b *framework) int { return a.registeredAt.Compare(b.registeredAt) })
+		for _, fw := range completed[:len(completed)-limit] {
+			delete(c.frameworks, fw.id())
+			writes = append(writes, store.Delete(store.BucketFrameworks, fw.id()))
+		}
+		c.bounds.hit("completed_frameworks", "the oldest torn-down frameworks were forgotten", "forgotten", len(completed)-limit)
+	}
+	retention := c.cfg.Limits.GoneAgentRetention
+	if retention < 0 {
+		return writes
+	}
+	for _, a := range c.agents {
+		if a.state != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			continue
+		}
+		since := a.lastHeartbeat
+		if since.IsZero() {
+			since = c.startedAt // not heard from since a restart
+		}
+		if now.Sub(since) <= retention {
+			continue
+		}
+		c.bounds.hit("gone_agents", "an agent unreachable or gone for longer than the retention was forgotten", "agent", a.id, "hostname", a.info.GetHostname())
+		a.endSession()
+		c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_REMOVED,
+			"agent "+a.info.GetHostname()+" was unreachable for longer than the coordinator keeps agents", now)
+		delete(c.agents, a.id)
+		writes = append(writes, store.Delete(store.BucketAgents, a.id))
+	}
+	return writes
+}

@@ -1,0 +1,262 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/slackline/slackline/internal/ids"
+)
+
+// outbox is the queue of one live stream (an agent's session, a framework's
+// subscription) and its end. Producers queue under c.mu and never wait;
+// the stream's goroutine sends, as fast as the peer reads (HTTP/2 and TCP
+// flow control pace it). Nothing queued is ever dropped for want of room:
+// the queue grows and shrinks with what it holds (an idle outbox holds no
+// buffer), and what can be queued is bounded by the state it describes,
+// because entries that say the same thing again coalesce:
+//
+//   - replace queues an entry under a key, dropping the queued entry with
+//     that key if any (a newer answer about the same task supersedes the
+//     older one, which was not sent yet);
+//   - sendIndexed makes an entry findable by several keys, and edit changes
+//     or drops a queued entry found by key (an offer rescinded before its
+//     Offers event was sent is taken out of the event instead).
+//
+// The entry point of a flood (Accept, Reconcile) is refused up front when
+// the queue holds more than its limit (see limits.go); producers inside the
+// coordinator never are.
+type outbox[T any] struct {
+	id string
+	// ready holds a token when entries were queued since the stream last
+	// looked; done is closed when the outbox ends.
+	ready, done chan struct{}
+	once        sync.Once
+	// reason, set before done is closed, says why the outbox ended; flush
+	// asks its stream to send what is still queued before it ends.
+	reason error
+	flush  bool
+
+	mu sync.Mutex
+	// entries[head:] are queued, oldest first; dead ones were dropped by
+	// replace or edit and are skipped.
+	entries []outboxEntry[T]
+	head    int
+	// first is the sequence number of entries[0]; keys maps each key to
+	// the sequence number of the queued entry it names.
+	first uint64
+	keys  map[string]uint64
+	live  int
+	ended bool
+}
+
+type outboxEntry[T any] struct {
+	value T
+	keys  []string
+	dead  bool
+}
+
+func newOutbox[T any]() *outbox[T] {
+	return &outbox[T]{id: ids.New(), ready: make(chan struct{}, 1), done: make(chan struct{})}
+}
+
+// send queues v; it reports false, queuing nothing, once the outbox ended.
+func (o *outbox[T]) send(v T) bool { return o.push(v, "") }
+
+// replace queues v under key and drops the queued entry with that key, if
+// any: v supersedes it.
+func (o *outbox[T]) replace(key string, v T) bool { return o.push(v, key, key) }
+
+// sendIndexed queues v, findable by edit under each of keys until it is
+// taken.
+func (o *outbox[T]) sendIndexed(v T, keys ...string) bool { return o.push(v, "", keys...) }
+
+// push queues v under keys, first dropping the entry named by superseded.
+func (o *outbox[T]) push(v T, superseded string, keys ...string) bool {
+	o.mu.Lock()
+	if o.ended && !o.flush {
+		o.mu.Unlock()
+		return false
+	}
+	if seq, ok := o.keys[superseded]; ok && superseded != "" {
+		o.dropLocked(seq)
+	}
+	seq := o.first + uint64(len(o.entries))
+	if len(keys) > 0 {
+		if o.keys == nil {
+			o.keys = map[string]uint64{}
+		}
+		for _, k := range keys {
+			if old, ok := o.keys[k]; ok {
+				o.detachLocked(old, k)
+			}
+			o.keys[k] = seq
+		}
+	}
+	o.entries = append(o.entries, outboxEntry[T]{value: v, keys: keys})
+	o.live++
+	o.mu.Unlock()
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+	return true
+}
+
+// edit finds the queued entry named by key and calls f with it; f returns
+// whether to keep it (it may modify the value in place: the entry is not
+// being sent). The key no longer names the entry afterwards. edit reports
+// whether the entry was still queued.
+func (o *outbox[T]) edit(key string, f func(T) (keep bool)) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	seq, ok := o.keys[key]
+	if !ok {
+		return false
+	}
+	o.detachLocked(seq, key)
+	if !f(o.entries[seq-o.first].value) {
+		o.dropLocked(seq)
+	}
+	return true
+}
+
+// detachLocked makes key no longer name the entry seq.
+func (o *outbox[T]) detachLocked(seq uint64, key string) {
+	delete(o.keys, key)
+	e := &o.entries[seq-o.first]
+	for i, k := range e.keys {
+		if k == key {
+			e.keys = append(e.keys[:i:i], e.keys[i+1:]...)
+			break
+		}
+	}
+}
+
+// dropLocked drops the queued entry seq.
+func (o *outbox[T]) dropLocked(seq uint64) {
+	e := &o.entries[seq-o.first]
+	for _, k := range e.keys {
+		delete(o.keys, k)
+	}
+	*e = outboxEntry[T]{dead: true}
+	o.live--
+}
+
+// take removes and returns the oldest queued entry; ok is false when none
+// is queued.
+func (o *outbox[T]) take() (v T, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for o.head < len(o.entries) {
+		e := o.entries[o.head]
+		o.entries[o.head] = outboxEntry[T]{}
+		seq := o.first + uint64(o.head)
+		o.head++
+		if e.dead {
+			continue
+		}
+		for _, k := range e.keys {
+			if o.keys[k] == seq {
+				delete(o.keys, k)
+			}
+		}
+		o.live--
+		v, ok = e.value, true
+		break
+	}
+	o.compactLocked()
+	return v, ok
+}
+
+// compactLocked gives back the space of taken entries: all of it once the
+// queue is empty, so an idle outbox holds no buffer; otherwise by copying
+// the queued entries once at least half of the slice was taken.
+func (o *outbox[T]) compactLocked() {
+	switch {
+	case o.head == len(o.entries):
+		o.first += uint64(len(o.entries))
+		o.entries, o.head = nil, 0
+		if len(o.keys) == 0 {
+			o.keys = nil
+		}
+	case o.head >= 64 && 2*o.head >= len(o.entries):
+		o.first += uint64(o.head)
+		o.entries, o.head = append([]outboxEntry[T](nil), o.entries[o.head:]...), 0
+	}
+}
+
+// len returns the number of queued entries.
+func (o *outbox[T]) len() int {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.live
+}
+
+func (o *outbox[T]) end(reason error) {
+	o.once.Do(func() {
+		o.mu.Lock()
+		o.ended, o.reason = true, reason
+		o.mu.Unlock()
+		close(o.done)
+	})
+}
+
+// endAfterDelivery ends the outbox once its stream has sent what is queued;
+// what is queued after it is still delivered.
+func (o *outbox[T]) endAfterDelivery() {
+	o.once.Do(func() {
+		o.mu.Lock()
+		o.ended, o.flush = true, true
+		o.mu.Unlock()
+		close(o.done)
+	})
+}
+
+// serve sends what is queued, and keepalive every period, until the outbox
+// ends (nil) or ctx does (its error). It runs in the stream's goroutine.
+func (o *outbox[T]) serve(ctx context.Context, keepalive T, period time.Duration, send func(T) error) error {
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		if v, ok := o.take(); ok {
+			if err := send(v); err != nil {
+				return err
+			}
+			select {
+			case <-o.done:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			default:
+				continue
+			}
+		}
+		var err error
+		select {
+		case <-o.ready:
+		case <-ticker.C:
+			err = send(keepalive)
+		case <-o.done:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if err != nil {
+			return err
+		}
+	}
+}
+
+// sendQueued sends what the queue holds, without waiting for more.
+func (o *outbox[T]) sendQueued(send func(T) error) error {
+	for {
+		v, ok := o.take()
+		if !ok {
+			return nil
+		}
+		if err := send(v); err != nil {
+			return err
+		}
+	}
+}

@@ -1,0 +1,72 @@
+package server_test
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/internal/server"
+)
+
+// TestReadTimeout serves with a short read timeout over HTTP/1.1: a
+// request whose body stalls is cut, and a response streamed for longer
+// than the timeout after the request was read is not.
+func TestReadTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	mux := http.NewServeMux()
+	bodyErr := make(chan error, 1)
+	mux.HandleFunc("/upload", func(w http.ResponseWriter, r *http.Request) {
+		_, err := io.ReadAll(r.Body)
+		bodyErr <- err
+	})
+	mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+		io.ReadAll(r.Body)
+		for i := range 5 {
+			if r.Context().Err() != nil {
+				return // the server gave up on the request
+			}
+			io.WriteString(w, strings.Repeat("x", i+1)+"\n")
+			http.NewResponseController(w).Flush()
+			time.Sleep(timeout / 2)
+		}
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- server.Serve(ctx, server.Config{Listener: ln, ReadTimeout: timeout}, mux) }()
+	defer func() { cancel(); <-done }()
+
+	// A body that never finishes.
+	conn, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	io.WriteString(conn, "POST /upload HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nonly part")
+	select {
+	case err := <-bodyErr:
+		if err == nil {
+			t.Fatal("a stalled body was read without error")
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("a stalled body was not cut by the read timeout")
+	}
+
+	// A stream outliving the timeout.
+	resp, err := http.Post("http://"+ln.Addr().String()+"/stream", "text/plain", strings.NewReader("request"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	got, err := io.ReadAll(resp.Body)
+	if err != nil || strings.Count(string(got), "\n") != 5 {
+		t.Fatalf("stream: %q, %v; want 5 lines", got, err)
+	}
+}
