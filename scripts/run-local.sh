@@ -1,15 +1,33 @@
 #!/usr/bin/env bash
-# Starts a local single-node Slackline cluster on the embedded defaults:
-# the coordinator on 127.0.0.1:5050 (registry under .run/coordinator) and a
-# real agent on 127.0.0.1:5051 running tasks in cgroups under "slackline"
-# (work dir .run/agent). The agent needs root; without it a simulated agent
-# stands in. Ctrl-C stops both (running tasks survive an agent stop by
-# design; the next `make run` re-adopts them). Use bin/slacklinectl and
-# bin/batch-framework against it from another terminal.
+# Starts a local single-node Slackline cluster, secured as a real one is:
+# credentials (a CA, certificates, tokens and an authorization file) are
+# created once under .run/credentials, the coordinator serves TLS on
+# 127.0.0.1:5050 and authorizes every call (registry under .run/coordinator),
+# and a real agent (NodeService on 127.0.0.1:5051, tasks in cgroups under
+# "slackline", work dir .run/agent) registers with its certificate. The agent
+# needs root; without it a simulated agent stands in. Ctrl-C stops both
+# (running tasks survive an agent stop by design; the next `make run`
+# re-adopts them). `. .run/env` in another terminal points bin/slacklinectl
+# at it as the operator "admin".
 set -euo pipefail
 cd "$(dirname "$0")/.."
 RUN_DIR=${RUN_DIR:-.run}
+CREDS=$RUN_DIR/credentials
 mkdir -p "$RUN_DIR"
+
+host=$(hostname)
+sim_host=$host-sim-0
+# Kept when they exist: a second run adds nothing and changes nothing.
+bin/slacklinectl credentials init "$CREDS" --hosts localhost,127.0.0.1 \
+	--agents "$host,$sim_host" --frameworks batch,service --operators admin >/dev/null
+creds_abs=$(cd "$CREDS" && pwd)
+cat >"$RUN_DIR/env" <<ENV
+export SLACKLINE_COORDINATOR=https://127.0.0.1:5050
+export SLACKLINE_CA=$creds_abs/ca.crt
+export SLACKLINE_TOKEN_FILE=$creds_abs/admin.token
+ENV
+# shellcheck source=/dev/null
+. "$RUN_DIR/env"
 
 pids=()
 cleanup() {
@@ -18,28 +36,37 @@ cleanup() {
 }
 trap cleanup EXIT INT TERM
 
-bin/slackline-coordinator --work-dir "$RUN_DIR/coordinator" &
+bin/slackline-coordinator --work-dir "$RUN_DIR/coordinator" \
+	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
+	--client-ca "$CREDS/ca.crt" --authz "$CREDS/authz.yaml" &
 pids+=($!)
 for _ in $(seq 50); do
 	bin/slacklinectl get agents >/dev/null 2>&1 && break
 	sleep 0.1
 done
 if [ "$(id -u)" -eq 0 ]; then
-	bin/slackline-agent --work-dir "$RUN_DIR/agent" &
-	agent="a real agent (NodeService on http://127.0.0.1:5051)"
+	bin/slackline-agent --work-dir "$RUN_DIR/agent" --coordinator "$SLACKLINE_COORDINATOR" \
+		--ca "$CREDS/ca.crt" --cert "$CREDS/agent-$host.crt" --key "$CREDS/agent-$host.key" \
+		--authz "$CREDS/authz.yaml" &
+	agent="a real agent $host (NodeService on https://127.0.0.1:5051)"
 else
 	echo "run-local: not root, so a simulated agent stands in for the real one (which creates cgroups)." >&2
-	bin/slackline-sim --agents 1 --hostname-prefix "$(hostname)-sim-" --work-dir "$RUN_DIR/sim" &
-	agent="a simulated agent"
+	bin/slackline-sim --agents 1 --hostname-prefix "$host-sim-" --work-dir "$RUN_DIR/sim" \
+		--coordinator "$SLACKLINE_COORDINATOR" --ca "$CREDS/ca.crt" \
+		--cert "$CREDS/agent-$sim_host.crt" --key "$CREDS/agent-$sim_host.key" &
+	agent="a simulated agent $sim_host"
 fi
 pids+=($!)
 
 cat <<MSG
 
-Slackline is running: coordinator on http://127.0.0.1:5050 and $agent.
+Slackline is running: coordinator on $SLACKLINE_COORDINATOR (TLS, authorization
+from $CREDS/authz.yaml) and $agent.
 Try, in another terminal:
+  . $RUN_DIR/env                 # the CA, and the operator admin's token
   bin/slacklinectl get agents
-  bin/batch-framework --tasks 5 --task-resources "cpus:0.5;mem:64" --command 'echo hello; sleep 2' --label sim.duration=2s
+  SLACKLINE_TOKEN_FILE=$CREDS/batch.token bin/batch-framework --role batch \\
+      --tasks 5 --task-resources "cpus:0.5;mem:64" --command 'echo hello; sleep 2' --label sim.duration=2s
   bin/slacklinectl get tasks
   bin/slacklinectl logs <task id>
 Ctrl-C stops the cluster.

@@ -101,8 +101,9 @@ func TestMiddleware(t *testing.T) {
 			connect.NewRequest(&slacklinev1.UpdateWeightsRequest{Weights: []*slacklinev1.WeightInfo{{Role: "eng", Weight: 2}}}))
 		return err
 	}
-	agents := func(c *http.Client, opts ...connect.ClientOption) error {
-		_, err := slacklinev1connect.NewOperatorServiceClient(c, url, opts...).GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	schedule := func(c *http.Client, opts ...connect.ClientOption) error {
+		_, err := slacklinev1connect.NewOperatorServiceClient(c, url, opts...).GetMaintenanceSchedule(context.Background(),
+			connect.NewRequest(&slacklinev1.GetMaintenanceScheduleRequest{}))
 		return err
 	}
 	register := func(host string) func(c *http.Client, opts ...connect.ClientOption) error {
@@ -128,8 +129,8 @@ func TestMiddleware(t *testing.T) {
 		{"weights by a framework", weights, "batch", connect.CodePermissionDenied},
 		{"weights by an operator", weights, "admin", passed},
 		{"weights by an agent", weights, "agent", connect.CodePermissionDenied},
-		{"agents by a framework", agents, "batch", connect.CodePermissionDenied},
-		{"agents by an operator", agents, "admin", passed},
+		{"schedule by a framework", schedule, "batch", connect.CodePermissionDenied},
+		{"schedule by an operator", schedule, "admin", passed},
 		{"register as itself", register("a1"), "agent", passed},
 		{"register as another host", register("a2"), "agent", connect.CodePermissionDenied},
 		{"register by an operator", register("a1"), "admin", connect.CodePermissionDenied},
@@ -199,7 +200,7 @@ func TestMiddleware(t *testing.T) {
 		if err := a.Reload(); err != nil {
 			t.Fatal(err)
 		}
-		if err := agents(client(t, callers["admin"])); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		if err := schedule(client(t, callers["admin"])); connect.CodeOf(err) != connect.CodeUnauthenticated {
 			t.Fatalf("revoked admin: %v", err)
 		}
 	})

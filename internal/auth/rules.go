@@ -97,8 +97,9 @@ var Rules = map[string]Rule{
 
 	// OperatorService.
 	slacklinev1connect.OperatorServiceGetStateProcedure: {Caller: Clients,
-		Handler: "shows agents with view_agents, frameworks and tasks with view_frameworks/view_tasks on their principal (own always), roles with view_roles"},
-	slacklinev1connect.OperatorServiceGetAgentsProcedure: {Caller: Clients, Action: ViewAgents},
+		Handler: "shows agents as GetAgents does, frameworks and tasks with view_frameworks/view_tasks on their principal (own always), roles with view_roles"},
+	slacklinev1connect.OperatorServiceGetAgentsProcedure: {Caller: Clients,
+		Handler: "shows every agent with view_agents, else the agents of the tasks the caller may see (to reach their sandboxes)"},
 	slacklinev1connect.OperatorServiceGetFrameworksProcedure: {Caller: Clients,
 		Handler: "shows the frameworks the caller registered or has view_frameworks on"},
 	slacklinev1connect.OperatorServiceGetTasksProcedure: {Caller: Clients,
