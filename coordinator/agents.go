@@ -25,6 +25,9 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
+	// register_agents on the hostname was checked before the handler
+	// (auth.Rules); the endpoint is where the agent is, not what it claims.
+	reg.info.Endpoint = s.c.trustedEndpoint(reg.info.GetEndpoint(), req.Peer().Addr)
 	agentID, sessionID, err := s.c.register(ctx, reg)
 	if err != nil {
 		return nil, err
@@ -65,11 +68,15 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 	c.completeTask(fw, t)
 }
 
-// session checks an agent's session. Caller holds c.mu.
-func (c *Coordinator) session(agentID, sessionID string) (*agent, error) {
+// session checks an agent's session, and that the caller may act as the
+// agent's host. Caller holds c.mu.
+func (c *Coordinator) session(ctx context.Context, agentID, sessionID string) (*agent, error) {
 	a := c.agents[agentID]
 	if a == nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q is unknown; register first", agentID))
+	}
+	if err := c.checkSessionCaller(ctx, a); err != nil {
+		return nil, err
 	}
 	if a.state == slacklinev1.AgentState_AGENT_STATE_GONE && (a.session == nil || a.session.id != sessionID) {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was shut down: its machine %s is DOWN for maintenance", agentID, a.maint.machine))
@@ -81,7 +88,7 @@ func (c *Coordinator) session(agentID, sessionID string) (*agent, error) {
 }
 
 func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklinev1.ConnectRequest], stream *connect.ServerStream[slacklinev1.ConnectResponse]) error {
-	sess, err := s.c.streamSession(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	sess, err := s.c.streamSession(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId())
 	if err != nil {
 		return err
 	}
@@ -107,12 +114,15 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 // streamSession returns the session whose commands a Connect stream
 // delivers: the agent's current one, or one that a shutdown ended before its
 // stream opened (the shutdown is delivered now). It takes c.mu.
-func (c *Coordinator) streamSession(agentID, sessionID string) (*agentSession, error) {
+func (c *Coordinator) streamSession(ctx context.Context, agentID, sessionID string) (*agentSession, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err := c.session(agentID, sessionID)
+	a, err := c.session(ctx, agentID, sessionID)
 	if err == nil {
 		return a.session, nil
+	}
+	if connect.CodeOf(err) == connect.CodePermissionDenied {
+		return nil, err
 	}
 	if a := c.agents[agentID]; a != nil && a.closing != nil && a.closing.id == sessionID {
 		return a.closing, nil
@@ -124,7 +134,7 @@ func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slackl
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	a, err := c.session(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
@@ -150,7 +160,7 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err := c.session(msg.GetAgentId(), msg.GetSessionId())
+	a, err := c.session(ctx, msg.GetAgentId(), msg.GetSessionId())
 	if err != nil {
 		return nil, err
 	}
@@ -172,19 +182,35 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 }
 
 // handleStatus applies an agent's status update and routes it to the
-// framework. An update the framework has no room for is refused
-// (admitUpdate). Caller holds c.mu.
+// framework. An agent reports only its own tasks: an update for a task of
+// another agent is refused (PermissionDenied); one for a task the
+// coordinator does not know on this agent (never launched here, or long
+// forgotten) is acknowledged on the framework's behalf and dropped. Caller
+// holds c.mu.
 func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 	now := c.cfg.Now()
 	fw := c.frameworks[st.GetFrameworkId()]
-	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-		// Nobody will acknowledge it: do so on the framework's behalf.
+	acknowledge := func() {
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
 			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
 		}}})
+	}
+	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		// Nobody will acknowledge it: do so on the framework's behalf.
+		acknowledge()
 		if !taskstate.IsTerminal(st.GetState()) {
 			a.send(shutdownFrameworkCommand(st.GetFrameworkId()))
 		}
+		return nil
+	}
+	if owner, known := c.taskOwner(a, fw, st.GetTaskId()); owner != a.id {
+		if known {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"task %q of framework %q is on agent %q, not on agent %q", st.GetTaskId(), fw.id(), owner, a.id))
+		}
+		c.log.Warn("status update for a task the agent was not given; acknowledged and dropped",
+			"agent", a.id, "framework", fw.id(), "task", st.GetTaskId(), "state", st.GetState().String())
+		acknowledge()
 		return nil
 	}
 	if err := c.admitUpdate(fw, st); err != nil {
@@ -218,7 +244,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	a, err := c.session(req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	a, err := c.session(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId())
 	if err != nil {
 		return nil, err
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/resources"
 )
@@ -61,6 +62,9 @@ type Config struct {
 	AutoDownAfterAccept bool
 	// Now is the clock (default time.Now).
 	Now func() time.Time
+	// Authz authenticates and authorizes callers (nil: no authorization,
+	// for loopback and tests; see internal/auth).
+	Authz *auth.Authorizer
 	// AdvertiseURL is the URL clients reach this coordinator at; GetState
 	// reports it as leader_url (see coordinator/leader for groups).
 	AdvertiseURL string
@@ -131,6 +135,8 @@ type Coordinator struct {
 	stopping   bool
 	instanceID string
 	startedAt  time.Time
+	// launchKey makes and verifies launch proofs (see trust.go).
+	launchKey []byte
 }
 
 // New creates a coordinator and loads its registry.
@@ -165,7 +171,11 @@ func New(cfg Config) (*Coordinator, error) {
 		instanceID:     ids.New()[:8],
 		startedAt:      cfg.Now(),
 	}
-	if err := c.recover(context.Background()); err != nil {
+	err := c.recover(context.Background())
+	if err == nil {
+		c.launchKey, err = loadLaunchKey(context.Background(), st)
+	}
+	if err != nil {
 		if cfg.Store == nil {
 			st.Close()
 		}

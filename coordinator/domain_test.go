@@ -100,11 +100,26 @@ func registerRequest(id, hostname, res string, tasks ...*slacklinev1.AgentTask) 
 }
 
 // register runs the Register domain operation and returns the agent id.
+// Reported tasks without a launch proof get the one the coordinator would
+// have made launching them on the agent's host (as if it had, before a
+// restart), as a real agent reports them.
 func (d *domain) register(req *slacklinev1.RegisterRequest) (string, error) {
 	d.t.Helper()
 	reg, err := parseRegistration(req)
 	if err != nil {
 		d.t.Fatal(err)
+	}
+	for _, r := range reg.tasks {
+		if len(r.info.GetLaunchProof()) == 0 {
+			principal := r.framework.GetPrincipal()
+			d.c.mu.Lock()
+			if fw := d.c.frameworks[r.frameworkID]; fw != nil {
+				principal = fw.info.GetPrincipal()
+			}
+			d.c.mu.Unlock()
+			r.info.LaunchProof = launchProof(d.c.launchKey, reg.info.GetHostname(), r.frameworkID, principal, r.info.GetTaskId(),
+				r.role, r.resources, r.revocable)
+		}
 	}
 	id, _, err := d.c.register(context.Background(), reg)
 	return id, err

@@ -334,12 +334,12 @@ func (c *Coordinator) dropFrameworkInverseOffers(fw *framework) {
 // GetMaintenanceStatus; the framework gets the next inverse offer for the
 // agent after the filter's refuse_seconds (default 5 s) if it still uses it.
 // It takes persistMu (answers are part of the maintenance state) and c.mu.
-func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
+func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(header, frameworkID)
+	fw, err := c.authorize(ctx, header, frameworkID)
 	if err != nil {
 		return err
 	}
@@ -388,12 +388,12 @@ func (c *Coordinator) answerInverseOffers(header http.Header, frameworkID string
 
 func (s schedulerService) AcceptInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.AcceptInverseOffersRequest]) (*connect.Response[slacklinev1.AcceptInverseOffersResponse], error) {
 	return respond[slacklinev1.AcceptInverseOffersResponse](s.c.answerInverseOffers(
-		req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusAccept))
+		ctx, req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusAccept))
 }
 
 func (s schedulerService) DeclineInverseOffers(ctx context.Context, req *connect.Request[slacklinev1.DeclineInverseOffersRequest]) (*connect.Response[slacklinev1.DeclineInverseOffersResponse], error) {
 	return respond[slacklinev1.DeclineInverseOffersResponse](s.c.answerInverseOffers(
-		req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusDecline))
+		ctx, req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetInverseOfferIds(), req.Msg.GetFilters(), maintenance.StatusDecline))
 }
 
 func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {

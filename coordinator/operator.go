@@ -15,6 +15,7 @@ import (
 
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -115,41 +116,45 @@ func (s operatorService) GetState(ctx context.Context, _ *connect.Request[slackl
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetStateResponse{
+	return connect.NewResponse(c.visibleState(ctx, &slacklinev1.GetStateResponse{
 		Agents: c.agentsProto(), Frameworks: c.frameworksProto(), Tasks: c.tasksProto("", ""), Roles: c.rolesProto(),
 		LeaderUrl: c.cfg.AdvertiseURL,
-	}), nil
+	})), nil
 }
 
 func (s operatorService) GetAgents(ctx context.Context, _ *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetAgentsResponse{Agents: s.c.agentsProto()}), nil
+	visible := s.c.visibleState(ctx, &slacklinev1.GetStateResponse{Agents: s.c.agentsProto()})
+	return connect.NewResponse(&slacklinev1.GetAgentsResponse{Agents: visible.Agents}), nil
 }
 
 func (s operatorService) GetFrameworks(ctx context.Context, _ *connect.Request[slacklinev1.GetFrameworksRequest]) (*connect.Response[slacklinev1.GetFrameworksResponse], error) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetFrameworksResponse{Frameworks: s.c.frameworksProto()}), nil
+	visible := s.c.visibleState(ctx, &slacklinev1.GetStateResponse{Frameworks: s.c.frameworksProto()})
+	return connect.NewResponse(&slacklinev1.GetFrameworksResponse{Frameworks: visible.Frameworks}), nil
 }
 
 func (s operatorService) GetTasks(ctx context.Context, req *connect.Request[slacklinev1.GetTasksRequest]) (*connect.Response[slacklinev1.GetTasksResponse], error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if id := req.Msg.GetFrameworkId(); id != "" && c.frameworks[id] == nil {
+	if id := req.Msg.GetFrameworkId(); id != "" && (c.frameworks[id] == nil || !c.mayView(ctx, auth.ViewTasks, c.principalOfFramework(id))) {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown", id))
 	}
 	if id := req.Msg.GetAgentId(); id != "" && c.agents[id] == nil {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q is unknown", id))
 	}
-	return connect.NewResponse(&slacklinev1.GetTasksResponse{Tasks: c.tasksProto(req.Msg.GetFrameworkId(), req.Msg.GetAgentId())}), nil
+	visible := c.visibleState(ctx, &slacklinev1.GetStateResponse{Tasks: c.tasksProto(req.Msg.GetFrameworkId(), req.Msg.GetAgentId())})
+	return connect.NewResponse(&slacklinev1.GetTasksResponse{Tasks: visible.Tasks}), nil
 }
 
 func (s operatorService) GetRoles(ctx context.Context, _ *connect.Request[slacklinev1.GetRolesRequest]) (*connect.Response[slacklinev1.GetRolesResponse], error) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetRolesResponse{Roles: s.c.rolesProto()}), nil
+	visible := s.c.visibleState(ctx, &slacklinev1.GetStateResponse{Roles: s.c.rolesProto()})
+	return connect.NewResponse(&slacklinev1.GetRolesResponse{Roles: visible.Roles}), nil
 }
 
 func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request[slacklinev1.UpdateWeightsRequest]) (*connect.Response[slacklinev1.UpdateWeightsResponse], error) {

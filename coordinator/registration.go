@@ -154,6 +154,9 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	now := c.cfg.Now()
 	c.mu.Lock()
 	plan, err := planRegistration(c.agents, c.maint, reg, now)
+	if err == nil {
+		err = c.checkAgentIdentity(reg)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return "", "", err
@@ -232,10 +235,22 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 // what the coordinator knew. Caller holds c.mu.
 func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now time.Time) {
 	seen := map[taskKey]bool{}
+	clear(a.reported)
 	for _, r := range reported {
 		key := taskKey{r.frameworkID, r.info.GetTaskId()}
+		if !c.trustReport(a, r) {
+			// Not a task the coordinator gave this agent, or not with these
+			// resources: it is not adopted, and it is killed.
+			c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
+				"framework", r.frameworkID, "task", key.taskID, "resources", r.resources.Add(r.revocable).String())
+			if !taskstate.IsTerminal(r.state) {
+				a.send(killTaskCommand(r.frameworkID, key.taskID))
+			}
+			continue
+		}
 		seen[key] = true
 		if taskstate.IsTerminal(r.state) {
+			a.reported[key] = true
 			continue // the agent reports its terminal update itself
 		}
 		fw := c.frameworks[r.frameworkID]

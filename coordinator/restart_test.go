@@ -22,7 +22,7 @@ func TestRestartKeepsRegistry(t *testing.T) {
 	if err := launch(fw, fw.nextOffer(), refuse(0), taskInfo("t1", "cpus:1;mem:256")); err != nil {
 		t.Fatal(err)
 	}
-	agent.nextCommand()
+	run := agent.nextCommand().GetRunTask()
 	if _, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{
 		Weights: []*slacklinev1.WeightInfo{{Role: "eng", Weight: 3}}})); err != nil {
 		t.Fatal(err)
@@ -66,10 +66,10 @@ func TestRestartKeepsRegistry(t *testing.T) {
 	if found != 2 {
 		t.Fatalf("roles after restart = %v", roles.Msg.GetRoles())
 	}
-	// The agent re-registers with its task; the framework resubscribes and
-	// finds it.
+	// The agent re-registers with its task as it was launched (with the
+	// launch proof); the framework resubscribes and finds it.
 	tc2.registerAgentWithID(agent.id, "host-a", "cpus:4;mem:4096", &slacklinev1.AgentTask{
-		FrameworkId: fw.id, Task: taskInfo("t1", "cpus:1;mem:256"), State: slacklinev1.TaskState_TASK_STATE_RUNNING})
+		FrameworkId: fw.id, Task: run.GetTask(), State: slacklinev1.TaskState_TASK_STATE_RUNNING})
 	fw2 := tc2.subscribe(&slacklinev1.FrameworkInfo{Id: fw.id, Name: "fw", Roles: []string{"eng/web"}, FailoverTimeoutSeconds: 3600})
 	tasks, _ := tc2.operator.GetTasks(ctx, connect.NewRequest(&slacklinev1.GetTasksRequest{FrameworkId: fw2.id}))
 	if len(tasks.Msg.GetTasks()) != 1 || tasks.Msg.GetTasks()[0].GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {

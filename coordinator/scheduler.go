@@ -43,9 +43,10 @@ func updateEvent(fw *framework, st *slacklinev1.TaskStatus) *slacklinev1.Event {
 	return &slacklinev1.Event{Event: &slacklinev1.Event_Update{Update: &slacklinev1.UpdateEvent{Status: forFramework(fw, st)}}}
 }
 
-// authorize finds the calling framework and checks the stream id header.
-// Caller holds c.mu.
-func (c *Coordinator) authorize(header http.Header, frameworkID string) (*framework, error) {
+// authorize finds the calling framework and checks the stream id header
+// and that the caller may act for the framework (mayActFor). Caller holds
+// c.mu.
+func (c *Coordinator) authorize(ctx context.Context, header http.Header, frameworkID string) (*framework, error) {
 	if frameworkID == "" {
 		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("framework_id is empty"))
 	}
@@ -59,6 +60,9 @@ func (c *Coordinator) authorize(header http.Header, frameworkID string) (*framew
 	}
 	if fw.sub == nil || fw.sub.id != streamID {
 		return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s %q is not the current subscription of framework %q", protocol.StreamIDHeader, streamID, frameworkID))
+	}
+	if !c.mayActFor(ctx, fw) {
+		return nil, c.actAsError(ctx, fw)
 	}
 	return fw, nil
 }
@@ -79,7 +83,7 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 	msg := req.Msg
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
@@ -103,6 +107,13 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 	}
 	if len(tasks) > maxTasksPerAccept {
 		return nil, invalidArgument(fmt.Errorf("%d tasks in one call, at most %d allowed", len(tasks), maxTasksPerAccept))
+	}
+	for _, t := range tasks {
+		// A task the framework may not run refuses the whole call, before
+		// any offer is used.
+		if _, err := c.runAs(fw, t); err != nil {
+			return nil, err
+		}
 	}
 	now := c.cfg.Now()
 	c.metrics.offersAccepted.Add(float64(len(msg.GetOfferIds())))
@@ -144,6 +155,8 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 		info := proto.CloneOf(at.info)
 		info.AgentId = pool.agentID
 		info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
+		info.User, _ = c.runAs(fw, info) // checked above
+		info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.role, at.regular, at.revocable)
 		t := &task{
 			info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
 			resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
@@ -206,7 +219,7 @@ func (s schedulerService) Decline(ctx context.Context, req *connect.Request[slac
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
@@ -254,10 +267,10 @@ func checkRoles(fw *framework, roles []string) ([]string, error) {
 // setSuppressed suppresses (or revives) the given roles of the calling
 // framework, all of them when roles is empty. Revive also clears filters.
 // It takes c.mu.
-func (c *Coordinator) setSuppressed(header http.Header, frameworkID string, roles []string, suppress bool) error {
+func (c *Coordinator) setSuppressed(ctx context.Context, header http.Header, frameworkID string, roles []string, suppress bool) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(header, frameworkID)
+	fw, err := c.authorize(ctx, header, frameworkID)
 	if err != nil {
 		return err
 	}
@@ -281,18 +294,18 @@ func (c *Coordinator) setSuppressed(header http.Header, frameworkID string, role
 }
 
 func (s schedulerService) Revive(ctx context.Context, req *connect.Request[slacklinev1.ReviveRequest]) (*connect.Response[slacklinev1.ReviveResponse], error) {
-	return respond[slacklinev1.ReviveResponse](s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), false))
+	return respond[slacklinev1.ReviveResponse](s.c.setSuppressed(ctx, req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), false))
 }
 
 func (s schedulerService) Suppress(ctx context.Context, req *connect.Request[slacklinev1.SuppressRequest]) (*connect.Response[slacklinev1.SuppressResponse], error) {
-	return respond[slacklinev1.SuppressResponse](s.c.setSuppressed(req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), true))
+	return respond[slacklinev1.SuppressResponse](s.c.setSuppressed(ctx, req.Header(), req.Msg.GetFrameworkId(), req.Msg.GetRoles(), true))
 }
 
 func (s schedulerService) Kill(ctx context.Context, req *connect.Request[slacklinev1.KillRequest]) (*connect.Response[slacklinev1.KillResponse], error) {
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +327,7 @@ func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[
 	msg := req.Msg
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
@@ -337,7 +350,7 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 	c := s.c
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
@@ -415,7 +428,7 @@ func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[sla
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
-	fw, err := c.authorize(req.Header(), req.Msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
 		c.mu.Unlock()
 		return nil, err

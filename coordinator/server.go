@@ -8,22 +8,30 @@ import (
 
 	"github.com/slackline/slackline/coordinator/ui"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/server"
 )
 
 // Handler returns the HTTP handler serving the coordinator's services over
 // Connect, gRPC and gRPC-Web, plus gRPC health, reflection, /metrics and
 // the live view at /ui/.
+// With Config.Authz every request is authenticated and authorized
+// (auth.Rules); health stays open.
 func (c *Coordinator) Handler() http.Handler {
 	opts := append(server.HandlerOptions(), connect.WithReadMaxBytes(c.cfg.Limits.MaxRequestBytes),
-		connect.WithInterceptors(c.callLimiter()))
+		connect.WithInterceptors(c.cfg.Authz.Interceptor(), c.callLimiter()))
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewSchedulerServiceHandler(schedulerService{c}, opts...))
 	mux.Handle(slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...))
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(operatorService{c}, opts...))
 	server.MountStandard(mux,
 		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName)
-	mux.Handle("/metrics", promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
-	mux.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Logger: c.cfg.Logger}))
-	return mux
+	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
+	root := http.NewServeMux()
+	// The live view stays outside the middleware: its files hold no data,
+	// and its proxy forwards the caller's token to the agent, which
+	// authorizes the call (coordinator/ui).
+	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Logger: c.cfg.Logger}))
+	root.Handle("/", c.cfg.Authz.Middleware(mux))
+	return root
 }

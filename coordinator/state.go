@@ -36,13 +36,18 @@ type agent struct {
 	// framework id; inverseRefuse when each framework's answer filter ends.
 	inverse       map[string]*inverseOffer
 	inverseRefuse map[string]time.Time
+	// reported are the terminal tasks the agent reported, with a valid
+	// launch proof, when it last registered: their updates are routed even
+	// though the coordinator (after a restart) does not know them.
+	reported map[taskKey]bool
 }
 
 func newAgent(id string, registeredAt time.Time) *agent {
 	return &agent{
 		id: id, registeredAt: registeredAt, tasks: map[taskKey]*task{}, offers: map[string]*offer{},
 		inverse: map[string]*inverseOffer{}, inverseRefuse: map[string]time.Time{},
-		maint: agentMaintenance{mode: slacklinev1.MachineMode_MACHINE_MODE_UP},
+		reported: map[taskKey]bool{},
+		maint:    agentMaintenance{mode: slacklinev1.MachineMode_MACHINE_MODE_UP},
 	}
 }
 

@@ -56,6 +56,11 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	registeredAt, err := planSubscription(c.frameworks, info, now)
+	if err == nil {
+		// Refused before anything changes: a failover by another principal
+		// leaves the running framework untouched.
+		err = c.bindPrincipal(ctx, info)
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, err

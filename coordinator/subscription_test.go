@@ -149,8 +149,8 @@ func TestSubscribe(t *testing.T) {
 			}
 		}},
 		{"failover replays unacknowledged updates", func(t *testing.T, d *domain) {
-			agentID := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024"))
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60})
+			agentID := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024", agentTask(id, "t1", "cpus:1", slacklinev1.TaskState_TASK_STATE_STAGING)))
 			d.c.mu.Lock()
 			d.c.handleStatus(d.c.agents[agentID], &slacklinev1.TaskStatus{TaskId: "t1", FrameworkId: id, AgentId: agentID,
 				State: slacklinev1.TaskState_TASK_STATE_RUNNING, Uuid: "u1"})

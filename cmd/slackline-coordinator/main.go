@@ -8,10 +8,18 @@
 // coordinators that elect a leader under a lease (--lease-ttl); the others
 // answer GetState with the leader's --advertise-url and every other call
 // Unavailable, naming the leader.
+//
+// Secured (see docs/security.md): --tls-cert and --tls-key serve TLS,
+// --client-ca verifies agents' (and other callers') client certificates,
+// --authz names the authorization file (token principals and ACLs, default
+// deny, re-read on SIGHUP). A listener on a non-loopback address refuses to
+// start without TLS and --authz unless --insecure is given.
 package main
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -21,6 +29,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -36,8 +45,11 @@ func run(args []string) error {
 	fs := flag.NewFlagSet("slackline-coordinator", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:5050", "address to serve on")
 	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.db)")
-	tlsCert := fs.String("tls-cert", "", "TLS certificate file (enables TLS with --tls-key)")
-	tlsKey := fs.String("tls-key", "", "TLS key file")
+	tlsCert := fs.String("tls-cert", "", "TLS certificate file (enables TLS with --tls-key), e.g. coordinator.crt")
+	tlsKey := fs.String("tls-key", "", "TLS key file, e.g. coordinator.key")
+	clientCA := fs.String("client-ca", "", "CA whose client certificates authenticate agents (and frameworks or operators that use certificates), e.g. ca.crt")
+	authzFile := fs.String("authz", "", "authorization file (authz.yaml): token principals and ACLs, default deny; re-read on SIGHUP")
+	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without TLS and --authz")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var cfg coordinator.Config
 	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at")
@@ -67,9 +79,29 @@ func run(args []string) error {
 	}
 	cfg.WorkDir = *workDir
 	cfg.Logger = logger
+	var tlsConfig *tls.Config
+	if *tlsCert != "" || *tlsKey != "" {
+		if tlsConfig, err = auth.ServerTLS(*tlsCert, *tlsKey, *clientCA); err != nil {
+			return err
+		}
+	} else if *clientCA != "" {
+		return errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
+	}
+	if *authzFile != "" {
+		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
+			return err
+		}
+	}
+	if err := auth.CheckListen("--listen", *listen, tlsConfig != nil, cfg.Authz != nil, *insecure); err != nil {
+		return err
+	}
+	if cfg.Authz != nil && tlsConfig == nil {
+		logger.Warn("authorization without TLS: tokens are refused over clear text by Slackline's clients, and agents cannot present certificates")
+	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	return group.serve(ctx, cfg, nil, server.Config{Listen: *listen, TLSCertFile: *tlsCert, TLSKeyFile: *tlsKey, Logger: logger,
+	go cfg.Authz.ReloadOnHangup(ctx, logger)
+	return group.serve(ctx, cfg, cfg.Authz, server.Config{Listen: *listen, TLS: tlsConfig, Logger: logger,
 		IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout})
 }

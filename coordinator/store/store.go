@@ -14,6 +14,8 @@ const (
 	BucketWeights     = "weights"
 	BucketQuotas      = "quotas"
 	BucketMaintenance = "maintenance"
+	// BucketSecrets holds the coordinator's own keys (the launch-proof key).
+	BucketSecrets = "secrets"
 )
 
 // Store is durable bucketed key-value storage (see internal/kv).

@@ -1,0 +1,297 @@
+package coordinator
+
+import (
+	"cmp"
+	"context"
+	"crypto/hmac"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/binary"
+	"fmt"
+	"net"
+	"net/url"
+	"slices"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/resources"
+)
+
+// Trust: the checks that need the coordinator's state. Authentication and
+// the checks a request alone decides are internal/auth's (its Rules say
+// which handler checks what); here a framework id is bound to the principal
+// that registered it, an agent acts only as a host it may register as and
+// only on tasks it was given, and views show what the caller may see.
+
+// launchKeyName is the registry key of the launch-proof key.
+const launchKeyName = "launch-proof-key"
+
+// loadLaunchKey returns the key launch proofs are made with, creating and
+// persisting it on the coordinator's first start. It lives in the registry
+// so that a restarted coordinator (or, with a shared store, another one)
+// verifies the proofs the previous one made.
+func loadLaunchKey(ctx context.Context, st store.Store) ([]byte, error) {
+	secrets, err := st.Load(ctx, store.BucketSecrets)
+	if err != nil {
+		return nil, err
+	}
+	if key := secrets[launchKeyName]; len(key) == sha256.Size {
+		return key, nil
+	}
+	key := make([]byte, sha256.Size)
+	if _, err := rand.Read(key); err != nil {
+		return nil, err
+	}
+	if err := st.Apply(ctx, store.Put(store.BucketSecrets, launchKeyName, key)); err != nil {
+		return nil, fmt.Errorf("persist launch-proof key: %w", err)
+	}
+	return key, nil
+}
+
+// launchProof is the MAC of a task as launched: on which host, for which
+// framework (id and principal), its id and its resources. The agent keeps it
+// in the task's TaskInfo and reports it when it re-registers; it cannot
+// make one for a task the coordinator did not launch on its host, or with
+// other resources.
+func launchProof(key []byte, hostname, frameworkID, principal, taskID, role string, regular, revocable resources.Resources) []byte {
+	mac := hmac.New(sha256.New, key)
+	for _, field := range []string{"slackline launch v1", hostname, frameworkID, principal, taskID, role, regular.String(), revocable.String()} {
+		var n [8]byte
+		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
+		mac.Write(n[:])
+		mac.Write([]byte(field))
+	}
+	return mac.Sum(nil)
+}
+
+// provenLaunch reports whether a task an agent on hostname reports carries
+// the proof of its launch there, for the framework's principal and with
+// the resources it reports.
+func (c *Coordinator) provenLaunch(hostname, principal string, r reportedTask) bool {
+	want := launchProof(c.launchKey, hostname, r.frameworkID, principal, r.info.GetTaskId(), r.role, r.resources, r.revocable)
+	return hmac.Equal(want, r.info.GetLaunchProof())
+}
+
+// principalOf returns the name of the caller in ctx ("" when
+// authorization is off).
+func (c *Coordinator) principalOf(ctx context.Context) string {
+	if !c.cfg.Authz.Enabled() {
+		return ""
+	}
+	return auth.FromContext(ctx).String()
+}
+
+// mayActFor reports whether the caller in ctx may act as fw: it is the
+// principal fw is bound to, or is granted teardown_frameworks on it.
+func (c *Coordinator) mayActFor(ctx context.Context, fw *framework) bool {
+	authz := c.cfg.Authz
+	if !authz.Enabled() {
+		return true
+	}
+	p := auth.FromContext(ctx)
+	return p != nil && (p.Name == fw.info.GetPrincipal() || authz.Allowed(p, auth.TeardownFrameworks, fw.info.GetPrincipal()))
+}
+
+// actAsError refuses a caller acting for a framework bound to another
+// principal.
+func (c *Coordinator) actAsError(ctx context.Context, fw *framework) error {
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"framework %q belongs to principal %q: principal %q is not allowed %s on it",
+		fw.id(), fw.info.GetPrincipal(), auth.FromContext(ctx).String(), auth.TeardownFrameworks))
+}
+
+// bindPrincipal binds a subscribing framework to its caller: a new
+// framework to the caller, which must be allowed register_frameworks in
+// each of its roles; a failover keeps the framework's principal and needs
+// the caller to be it or be allowed teardown_frameworks on it. info must be
+// normalized (roles set). Caller holds c.mu.
+func (c *Coordinator) bindPrincipal(ctx context.Context, info *slacklinev1.FrameworkInfo) error {
+	authz := c.cfg.Authz
+	if !authz.Enabled() {
+		return nil
+	}
+	p := auth.FromContext(ctx)
+	if fw := c.frameworks[info.GetId()]; fw != nil {
+		if !c.mayActFor(ctx, fw) {
+			return c.actAsError(ctx, fw)
+		}
+		info.Principal = fw.info.GetPrincipal()
+	} else {
+		if info.GetPrincipal() != "" && info.GetPrincipal() != p.String() {
+			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+				"framework_info.principal %q is not the caller's principal %q", info.GetPrincipal(), p.String()))
+		}
+		info.Principal = p.String()
+	}
+	for _, role := range info.GetRoles() {
+		if !authz.Allowed(p, auth.RegisterFrameworks, role) {
+			return auth.Denied(p, auth.RegisterFrameworks, role)
+		}
+	}
+	return nil
+}
+
+// runAs returns the user a task runs as — its own, else its framework's
+// ("" leaves the choice to the agent's unprivileged default) — after
+// checking that the framework's principal may run tasks as that user.
+func (c *Coordinator) runAs(fw *framework, info *slacklinev1.TaskInfo) (string, error) {
+	user := cmp.Or(info.GetUser(), fw.info.GetUser())
+	authz := c.cfg.Authz
+	if user == "" || !authz.Enabled() {
+		return user, nil
+	}
+	p := &auth.Principal{Name: fw.info.GetPrincipal()}
+	if !authz.Allowed(p, auth.RunTasks, user) {
+		return "", auth.Denied(p, auth.RunTasks, user)
+	}
+	return user, nil
+}
+
+// mayView reports whether the caller in ctx may see frameworks of a
+// principal (action ViewFrameworks) or their tasks (ViewTasks): its own
+// always.
+func (c *Coordinator) mayView(ctx context.Context, action auth.Action, principal string) bool {
+	authz := c.cfg.Authz
+	if !authz.Enabled() {
+		return true
+	}
+	p := auth.FromContext(ctx)
+	return p != nil && (p.Name == principal || authz.Allowed(p, action, principal))
+}
+
+// principalOfFramework returns the principal a framework is bound to.
+// Caller holds c.mu.
+func (c *Coordinator) principalOfFramework(id string) string {
+	if fw := c.frameworks[id]; fw != nil {
+		return fw.info.GetPrincipal()
+	}
+	return ""
+}
+
+// visibleState removes from a state what the caller in ctx may not see:
+// agents without view_agents (but those of its visible tasks); frameworks, tasks and the framework ids of
+// roles without view_frameworks or view_tasks on their principal (unless
+// they are the caller's); roles without view_roles. Nil parts stay nil.
+// Caller holds c.mu.
+func (c *Coordinator) visibleState(ctx context.Context, s *slacklinev1.GetStateResponse) *slacklinev1.GetStateResponse {
+	authz := c.cfg.Authz
+	if !authz.Enabled() {
+		return s
+	}
+	p := auth.FromContext(ctx)
+	if !authz.Allowed(p, auth.ViewAgents, "") {
+		// The agents of the tasks the caller may see, so that it can reach
+		// their sandboxes.
+		hosting := map[string]bool{}
+		for _, fw := range c.frameworks {
+			if !c.mayView(ctx, auth.ViewTasks, fw.info.GetPrincipal()) {
+				continue
+			}
+			for _, t := range fw.tasks {
+				hosting[t.agentID] = true
+			}
+			for _, t := range fw.completed {
+				hosting[t.agentID] = true
+			}
+		}
+		s.Agents = slices.DeleteFunc(s.Agents, func(a *slacklinev1.Agent) bool { return !hosting[a.GetId()] })
+	}
+	s.Frameworks = slices.DeleteFunc(s.Frameworks, func(f *slacklinev1.Framework) bool {
+		return !c.mayView(ctx, auth.ViewFrameworks, f.GetInfo().GetPrincipal())
+	})
+	s.Tasks = slices.DeleteFunc(s.Tasks, func(t *slacklinev1.Task) bool {
+		return !c.mayView(ctx, auth.ViewTasks, c.principalOfFramework(t.GetFrameworkId()))
+	})
+	s.Roles = slices.DeleteFunc(s.Roles, func(r *slacklinev1.Role) bool { return !authz.Allowed(p, auth.ViewRoles, r.GetName()) })
+	for _, r := range s.Roles {
+		r.FrameworkIds = slices.DeleteFunc(slices.Clone(r.FrameworkIds), func(id string) bool {
+			return !c.mayView(ctx, auth.ViewFrameworks, c.principalOfFramework(id))
+		})
+	}
+	return s
+}
+
+// mayRegisterAs checks that the agent calling in ctx may register as
+// hostname (register_agents).
+func (c *Coordinator) mayRegisterAs(ctx context.Context, hostname string) error {
+	return c.cfg.Authz.Check(ctx, auth.RegisterAgents, hostname)
+}
+
+// checkAgentIdentity refuses a registration under an agent id registered
+// with another hostname: an agent's id stays bound to the host (and so the
+// certificate) that registered it. (previous_agent_id of another host is
+// ignored by planRegistration.) Caller holds c.mu.
+func (c *Coordinator) checkAgentIdentity(reg registration) error {
+	if !c.cfg.Authz.Enabled() {
+		return nil
+	}
+	if a := c.agents[reg.info.GetId()]; a != nil && a.info.GetHostname() != reg.info.GetHostname() {
+		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+			"agent %q is registered with hostname %q, not %q: start the agent with an empty work dir to register anew",
+			a.id, a.info.GetHostname(), reg.info.GetHostname()))
+	}
+	return nil
+}
+
+// checkSessionCaller refuses an agent call (heartbeat, stream, update,
+// estimate) from a caller that may not act as the session's host.
+func (c *Coordinator) checkSessionCaller(ctx context.Context, a *agent) error {
+	return c.mayRegisterAs(ctx, a.info.GetHostname())
+}
+
+// trustedEndpoint returns the NodeService endpoint to publish for an agent:
+// with authorization on, the claimed URL's scheme and port at the address
+// the agent connected from (peer), so that an agent cannot send operators'
+// tokens elsewhere; clients verify the agent's certificate for its hostname.
+func (c *Coordinator) trustedEndpoint(claimed, peer string) string {
+	if !c.cfg.Authz.Enabled() || claimed == "" {
+		return claimed
+	}
+	u, err := url.Parse(claimed)
+	host, _, perr := net.SplitHostPort(peer)
+	if err != nil || perr != nil || u.Port() == "" {
+		return ""
+	}
+	u.Host = net.JoinHostPort(host, u.Port())
+	u.Path, u.RawQuery, u.Fragment, u.User = "", "", "", nil
+	return u.String()
+}
+
+// taskOwner returns the id of the agent a framework's task is on: a's when
+// a reported it with a valid launch proof on registering, else the live
+// task's, else the last completed one's. known is false when the
+// coordinator knows no such task.
+func (c *Coordinator) taskOwner(a *agent, fw *framework, taskID string) (owner string, known bool) {
+	if a.reported[taskKey{fw.id(), taskID}] {
+		return a.id, true
+	}
+	if t := fw.tasks[taskID]; t != nil {
+		return t.agentID, true
+	}
+	for i := len(fw.completed) - 1; i >= 0; i-- {
+		if t := fw.completed[i]; t.info.GetTaskId() == taskID {
+			return t.agentID, true
+		}
+	}
+	return "", false
+}
+
+// trustReport decides whether a task a registering agent reports is one
+// the coordinator gave it: a task it knows must be on this agent with the
+// resources it was launched with; one it does not know (it restarted, or
+// forgot the task) must carry the launch proof for this host. Caller holds
+// c.mu.
+func (c *Coordinator) trustReport(a *agent, r reportedTask) bool {
+	fw := c.frameworks[r.frameworkID]
+	principal := r.framework.GetPrincipal()
+	if fw != nil {
+		if t := fw.tasks[r.info.GetTaskId()]; t != nil {
+			return t.agentID == a.id && t.resources.Equal(r.resources) && t.revocable.Equal(r.revocable)
+		}
+		principal = fw.info.GetPrincipal()
+	}
+	return c.provenLaunch(a.info.GetHostname(), principal, r)
+}
