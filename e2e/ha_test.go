@@ -32,12 +32,13 @@ const haLeaseTTL = 2 * time.Second
 type member struct {
 	addr string
 	url  string
+	args []string
 	proc *process
 }
 
 // group is a set of coordinator processes on one etcd cluster.
 type group struct {
-	t       *testing.T
+	t       testing.TB
 	etcd    *etcdtest.Cluster
 	prefix  string
 	members []*member
@@ -45,7 +46,7 @@ type group struct {
 
 // startGroup starts n coordinators on every member of etcd, with the
 // extra flags; they elect a leader among themselves.
-func startGroup(t *testing.T, etcd *etcdtest.Cluster, n int, extra ...string) *group {
+func startGroup(t testing.TB, etcd *etcdtest.Cluster, n int, extra ...string) *group {
 	t.Helper()
 	g := &group{t: t, etcd: etcd, prefix: fmt.Sprintf("/%s/", strings.ReplaceAll(t.Name(), "/", "_"))}
 	for range n {
@@ -63,9 +64,16 @@ func (g *group) add(endpoints []string, extra ...string) *member {
 	args := append(coordinatorArgs(addr, g.t.TempDir()),
 		"--etcd-endpoints", strings.Join(endpoints, ","), "--etcd-prefix", g.prefix,
 		"--advertise-url", m.url, "--lease-ttl", haLeaseTTL.String())
-	m.proc = start(g.t, "slackline-coordinator", append(args, extra...)...)
+	m.args = append(args, extra...)
+	m.proc = start(g.t, "slackline-coordinator", m.args...)
 	g.members = append(g.members, m)
 	return m
+}
+
+// restart starts m again with the same flags (after it was killed).
+func (g *group) restart(m *member) {
+	g.t.Helper()
+	m.proc = start(g.t, "slackline-coordinator", m.args...)
 }
 
 // list is the comma-separated URL list clients are given.
@@ -113,7 +121,7 @@ func (g *group) waitLeader(timeout time.Duration, among ...*member) *member {
 }
 
 // revision returns etcd's current revision.
-func revision(t *testing.T, client *clientv3.Client) int64 {
+func revision(t testing.TB, client *clientv3.Client) int64 {
 	t.Helper()
 	resp, err := client.Get(context.Background(), "revision-probe")
 	if err != nil {
@@ -141,7 +149,7 @@ func registryChanges(client *clientv3.Client, prefix string, from int64) []strin
 // second, and acknowledges the updates of tasks acknowledge allows.
 type haFramework struct {
 	frameworkapi.BaseHandler
-	t *testing.T
+	t testing.TB
 
 	mu          sync.Mutex
 	pending     []*slacklinev1.TaskInfo
@@ -154,7 +162,7 @@ type haFramework struct {
 	client         *frameworkapi.Client
 }
 
-func runFramework(t *testing.T, coordinators string, acknowledge func(string) bool) *haFramework {
+func runFramework(t testing.TB, coordinators string, acknowledge func(string) bool) *haFramework {
 	t.Helper()
 	f := &haFramework{t: t, acknowledge: acknowledge, updates: map[string][]*slacklinev1.TaskStatus{}, unacknowledged: map[string]*slacklinev1.TaskStatus{}}
 	var err error
@@ -277,7 +285,7 @@ func simTask(id string, duration string) *slacklinev1.TaskInfo {
 }
 
 // tasksOn returns the tasks the coordinator at m reports, by id.
-func tasksOn(t *testing.T, m *member) map[string]slacklinev1.TaskState {
+func tasksOn(t testing.TB, m *member) map[string]slacklinev1.TaskState {
 	state, err := getState(t, operator(m.addr))
 	if err != nil {
 		return nil
@@ -399,7 +407,7 @@ func TestHAFailover(t *testing.T) {
 	}
 }
 
-func mustState(t *testing.T, m *member) *slacklinev1.GetStateResponse {
+func mustState(t testing.TB, m *member) *slacklinev1.GetStateResponse {
 	state, err := getState(t, operator(m.addr))
 	if err != nil {
 		return &slacklinev1.GetStateResponse{}

@@ -71,7 +71,7 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-func start(t *testing.T, name string, args ...string) *process {
+func start(t testing.TB, name string, args ...string) *process {
 	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
 	out := &syncBuffer{}
@@ -130,7 +130,7 @@ func taskVisibleDir(t *testing.T) string {
 	return dir
 }
 
-func freeAddr(t *testing.T) string {
+func freeAddr(t testing.TB) string {
 	t.Helper()
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -152,7 +152,7 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 
 // eventually polls cond every 100 ms until it returns "" or timeout passes;
 // it fails with the last reason cond gave.
-func eventually(t *testing.T, timeout time.Duration, cond func() string) {
+func eventually(t testing.TB, timeout time.Duration, cond func() string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
 	last := ""
@@ -165,7 +165,7 @@ func eventually(t *testing.T, timeout time.Duration, cond func() string) {
 	t.Fatalf("condition not met within %v: %s", timeout, last)
 }
 
-func getState(t *testing.T, op slacklinev1connect.OperatorServiceClient) (*slacklinev1.GetStateResponse, error) {
+func getState(t testing.TB, op slacklinev1connect.OperatorServiceClient) (*slacklinev1.GetStateResponse, error) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	resp, err := op.GetState(ctx, connect.NewRequest(&slacklinev1.GetStateRequest{}))

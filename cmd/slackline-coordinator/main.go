@@ -3,7 +3,7 @@
 // OperatorService for operators, with a hierarchical DRF allocator and a
 // registry persisted under --work-dir.
 //
-// Highly available (see docs/operations.md): with --etcd-endpoints the
+// Highly available (see docs/ha.md): with --etcd-endpoints the
 // registry lives in etcd and the process is one member of a group of
 // coordinators that elect a leader under a lease (--lease-ttl); the others
 // answer GetState with the leader's --advertise-url and every other call
