@@ -88,6 +88,8 @@ type Term struct {
 	session  *concurrency.Session
 	election *concurrency.Election
 	done     chan struct{}
+	// release revokes the lease (best effort).
+	release func()
 }
 
 // Context ends with the term; its cause says why (ErrLeaseExpired, ...).
@@ -114,7 +116,7 @@ func (t *Term) Resign(ctx context.Context) {
 	}
 	t.End(errors.New("resigned"))
 	<-t.done
-	_ = t.session.Close()
+	t.release()
 }
 
 // Campaign blocks until this member leads or ctx ends. Each attempt
@@ -130,7 +132,13 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 		return nil, fmt.Errorf("grant lease: %w", err)
 	}
 	l := newLease(ctx, grant.ID, time.Duration(grant.TTL)*time.Second, e.margin, sent)
-	t := &Term{lease: l, done: make(chan struct{})}
+	t := &Term{lease: l, done: make(chan struct{}), release: func() {
+		// The session's own Close would revoke under the lease's context,
+		// which has ended by now.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
+		defer cancel()
+		_, _ = e.client.Revoke(ctx, grant.ID)
+	}}
 	go func() {
 		defer close(t.done)
 		l.run(e.client)
@@ -138,13 +146,7 @@ func (e *Elector) Campaign(ctx context.Context) (*Term, error) {
 	fail := func(err error) (*Term, error) {
 		l.expire(err)
 		<-t.done
-		if t.session != nil {
-			_ = t.session.Close()
-		} else {
-			revoke, cancel := context.WithTimeout(context.WithoutCancel(ctx), time.Second)
-			_, _ = e.client.Revoke(revoke, grant.ID)
-			cancel()
-		}
+		t.release()
 		return nil, err
 	}
 	t.session, err = concurrency.NewSession(e.client, concurrency.WithLease(grant.ID), concurrency.WithContext(l.ctx))
