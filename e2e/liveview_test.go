@@ -11,11 +11,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
+	"go.yaml.in/yaml/v3"
 
 	"github.com/slackline/slackline/deploy"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -164,6 +166,18 @@ func TestLiveView(t *testing.T) {
 			t.Fatalf("checked only %d metric names", checked)
 		}
 	})
+
+	t.Run("manifests use flags the binaries have", func(t *testing.T) {
+		for binary, args := range manifestArgs(t) {
+			known := binaryFlags(t, binary)
+			for _, a := range args {
+				name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+				if strings.HasPrefix(a, "-") && !known[name] {
+					t.Errorf("deploy/kubernetes runs %s with --%s, which it does not define", binary, name)
+				}
+			}
+		}
+	})
 }
 
 // chromium finds Debian's Chromium, or skips (fails under
@@ -277,4 +291,135 @@ func metricFamilies(t *testing.T, url string) map[string]bool {
 		t.Fatalf("GET %s: no metric families", url)
 	}
 	return out
+}
+
+// manifestArgs returns the arguments each Slackline binary is started with
+// in deploy/kubernetes (after an nsenter prefix, if any).
+func manifestArgs(t *testing.T) map[string][]string {
+	t.Helper()
+	out := map[string][]string{}
+	for _, file := range []string{"kubernetes/coordinator.yaml", "kubernetes/agent.yaml"} {
+		raw, err := readDeployFile(file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		dec := yaml.NewDecoder(strings.NewReader(string(raw)))
+		for {
+			var doc struct {
+				Spec struct {
+					Template struct {
+						Spec struct {
+							Containers []struct {
+								Command, Args []string
+							} `yaml:"containers"`
+						} `yaml:"spec"`
+					} `yaml:"template"`
+				} `yaml:"spec"`
+			}
+			if err := dec.Decode(&doc); err == io.EOF {
+				break
+			} else if err != nil {
+				t.Fatalf("%s: %v", file, err)
+			}
+			for _, c := range doc.Spec.Template.Spec.Containers {
+				cmd := c.Command
+				if i := slices.Index(cmd, "--"); i >= 0 {
+					cmd = cmd[i+1:]
+				}
+				if len(cmd) > 0 {
+					out[cmd[0]] = append(out[cmd[0]], append(cmd[1:], c.Args...)...)
+				}
+			}
+		}
+	}
+	if len(out) != 2 {
+		t.Fatalf("found the commands %v in the manifests, want the coordinator's and the agent's", out)
+	}
+	return out
+}
+
+func readDeployFile(name string) ([]byte, error) {
+	f, err := deploy.Files().Open(name)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	return io.ReadAll(f)
+}
+
+var flagLine = regexp.MustCompile(`(?m)^\s+-([a-z0-9-]+)`)
+
+// binaryFlags returns the flags a built binary's -h lists.
+func binaryFlags(t *testing.T, binary string) map[string]bool {
+	t.Helper()
+	out, _ := exec.Command(filepath.Join(binDir, binary), "-h").CombinedOutput()
+	flags := map[string]bool{}
+	for _, m := range flagLine.FindAllStringSubmatch(string(out), -1) {
+		flags[m[1]] = true
+	}
+	if len(flags) < 3 {
+		t.Fatalf("%s -h listed no flags:\n%s", binary, out)
+	}
+	return flags
+}
+
+// TestLiveViewToken: with authorization on, the page asks for an operator
+// token, sends the one typed into its token field on every call, keeps it
+// across reloads of the tab, and forgets it on request. It needs no root:
+// the cluster view of a coordinator without agents is enough.
+func TestLiveViewToken(t *testing.T) {
+	chrome := chromium(t)
+	creds := t.TempDir()
+	if out, err := exec.Command(filepath.Join(binDir, "slacklinectl"), "credentials", "init", creds, "--operators", "admin").CombinedOutput(); err != nil {
+		t.Fatalf("slacklinectl credentials init: %v\n%s", err, out)
+	}
+	token, err := os.ReadFile(filepath.Join(creds, "admin.token"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := freeAddr(t)
+	start(t, "slackline-coordinator", append(coordinatorArgs(addr, t.TempDir()), "--authz", filepath.Join(creds, "authz.yaml"))...)
+	eventually(t, 10*time.Second, func() string {
+		resp, err := http.Get("http://" + addr + "/ui/")
+		if err != nil {
+			return err.Error()
+		}
+		resp.Body.Close()
+		return ""
+	})
+
+	ctx := browser(t, chrome)
+	step := func(what string, actions ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		stepCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		if err := chromedp.Do(stepCtx, actions...); err != nil {
+			t.Fatalf("%s: %v", what, err)
+		}
+	}
+	statusSays := func(text string) chromedp.Action[chromedp.Void] {
+		return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+			for {
+				got, err := chromedp.Run(ctx, chromedp.TextContent(chromedp.CSS("#status")))
+				if err == nil && strings.Contains(got, text) {
+					return nil
+				}
+				select {
+				case <-ctx.Done():
+					return fmt.Errorf("status %q never said %q", got, text)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		})
+	}
+	step("without a token the page asks for one",
+		chromedp.Navigate("http://"+addr+"/ui/"), statusSays("operator token"))
+	step("with the token it shows the cluster",
+		chromedp.SendKeys(chromedp.CSS("#token"), strings.TrimSpace(string(token))),
+		chromedp.Click(chromedp.CSS(`#token-form button[type="submit"]`)),
+		chromedp.WaitVisible(chromedp.CSS("#agents")), statusSays("0 agents"))
+	step("the tab keeps the token across a reload",
+		chromedp.Reload(), chromedp.WaitVisible(chromedp.CSS("#agents")), statusSays("0 agents"))
+	step("Forget drops it",
+		chromedp.Click(chromedp.CSS("#token-clear")), statusSays("operator token"))
 }
