@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -65,6 +66,11 @@ type Config struct {
 	// Authz authenticates and authorizes callers (nil: no authorization,
 	// for loopback and tests; see internal/auth).
 	Authz *auth.Authorizer
+	// AgentTLS is how the live view's proxy (/ui/) reaches agents that
+	// serve TLS: the cluster's CA and no client certificate, so that the
+	// agent authorizes the operator's token, not the coordinator (see
+	// coordinator/ui). Nil: the system's roots.
+	AgentTLS *tls.Config
 	// AdvertiseURL is the URL clients reach this coordinator at; GetState
 	// reports it as leader_url (see coordinator/leader for groups).
 	AdvertiseURL string

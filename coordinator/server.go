@@ -28,10 +28,11 @@ func (c *Coordinator) Handler() http.Handler {
 		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName)
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
 	root := http.NewServeMux()
-	// The live view stays outside the middleware: its files hold no data,
-	// and its proxy forwards the caller's token to the agent, which
-	// authorizes the call (coordinator/ui).
-	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Logger: c.cfg.Logger}))
+	// The live view's files hold no data and need no credentials; its
+	// proxy authorizes each call as the NodeService call it forwards, and
+	// the agent checks the caller's token again (coordinator/ui).
+	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, AgentTLS: c.cfg.AgentTLS,
+		Authorize: c.cfg.Authz.Middleware, Logger: c.cfg.Logger}))
 	root.Handle("/", c.cfg.Authz.Middleware(mux))
 	return root
 }

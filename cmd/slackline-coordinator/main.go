@@ -87,6 +87,12 @@ func run(args []string) error {
 	} else if *clientCA != "" {
 		return errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
 	}
+	if *clientCA != "" {
+		// The live view's proxy verifies agents with the same CA.
+		if cfg.AgentTLS, err = auth.ClientTLS(*clientCA, "", ""); err != nil {
+			return err
+		}
+	}
 	if *authzFile != "" {
 		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
 			return err

@@ -33,12 +33,14 @@
 //
 // The page keeps an operator's bearer token in sessionStorage (per tab,
 // gone when the tab closes) and sends it as "Authorization: Bearer" on
-// every call. The proxy forwards that header and nothing else of the
-// caller's identity, so the agent authorizes the operator, not the
-// coordinator: Config.AgentTLS must not hold a client certificate of the
-// coordinator's own, or an anonymous browser would act with the
-// coordinator's identity. Static files carry no data and need no
-// credentials. Over TLS the proxy verifies that the agent's certificate
+// every call. Static files carry no data and need no credentials. The
+// proxy is authorized twice: the coordinator checks each call as the
+// NodeService procedure it forwards (Config.Authorize, the coordinator's
+// authorization middleware, which also names the caller for the agent
+// lookup), and the agent checks it again, since the proxy forwards the
+// Authorization header and nothing else of the caller's identity.
+// Config.AgentTLS must therefore hold no client certificate of the
+// coordinator's own, or a caller would act with the coordinator's identity. Over TLS the proxy verifies that the agent's certificate
 // names the hostname the agent registered with (an agent certificate
 // names its host), so it talks to that agent whatever address its
 // endpoint has.

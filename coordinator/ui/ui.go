@@ -60,7 +60,12 @@ type Config struct {
 	// package documentation). Nil: the system's roots, and the endpoint's
 	// host as the name to verify.
 	AgentTLS *tls.Config
-	Logger   *slog.Logger
+	// Authorize, when set, wraps the proxy: it sees each request with the
+	// path of the procedure it forwards (/slackline.v1.NodeService/METHOD),
+	// so an authorizing middleware applies that procedure's rule, and it
+	// must put the caller in the request's context, where Agents finds it.
+	Authorize func(http.Handler) http.Handler
+	Logger    *slog.Logger
 }
 
 // Handler returns the handler to mount at "/ui/": the embedded page under
@@ -74,9 +79,13 @@ func Handler(cfg Config) http.Handler {
 		panic(err) // the embedded tree is fixed at build time
 	}
 	p := &proxy{cfg: cfg}
+	var forward http.Handler = http.HandlerFunc(p.forward)
+	if cfg.Authorize != nil {
+		forward = cfg.Authorize(forward)
+	}
 	mux := http.NewServeMux()
 	mux.Handle("GET /ui/", withHeaders(http.StripPrefix("/ui/", http.FileServerFS(files))))
-	mux.HandleFunc("POST /ui/node/{agent}/{service}/{method}", p.serve)
+	mux.Handle("POST /ui/node/{agent}/{service}/{method}", p.route(forward))
 	return mux
 }
 
@@ -130,13 +139,29 @@ func (p *proxy) client(hostname string) *http.Client {
 	return c
 }
 
-// serve forwards one NodeService call to the agent named in the path.
-func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
-	agentID, service, method := r.PathValue("agent"), r.PathValue("service"), r.PathValue("method")
-	if service != slacklinev1connect.NodeServiceName || !slices.Contains(NodeMethods, method) {
-		writeError(w, connect.CodeNotFound, fmt.Sprintf("the live view forwards only %s/{%s}", slacklinev1connect.NodeServiceName, strings.Join(NodeMethods, ",")))
-		return
-	}
+// agentKey carries the agent a proxied request is for in its context.
+type agentKey struct{}
+
+// route checks that the request names a forwarded method and hands it to
+// forward with the procedure's own path (/slackline.v1.NodeService/METHOD)
+// and the agent's id in its context.
+func (p *proxy) route(forward http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		service, method := r.PathValue("service"), r.PathValue("method")
+		if service != slacklinev1connect.NodeServiceName || !slices.Contains(NodeMethods, method) {
+			writeError(w, connect.CodeNotFound, fmt.Sprintf("the live view forwards only %s/{%s}", slacklinev1connect.NodeServiceName, strings.Join(NodeMethods, ",")))
+			return
+		}
+		r = r.Clone(context.WithValue(r.Context(), agentKey{}, r.PathValue("agent")))
+		r.URL.Path, r.URL.RawPath = "/"+service+"/"+method, ""
+		forward.ServeHTTP(w, r)
+	})
+}
+
+// forward sends one NodeService call, r.URL.Path, to the agent named in
+// its context.
+func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
+	agentID, _ := r.Context().Value(agentKey{}).(string)
 	body, err := io.ReadAll(http.MaxBytesReader(w, r.Body, MaxRequestBytes))
 	if err != nil {
 		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("request body: %v", err))
@@ -154,7 +179,7 @@ func (p *proxy) serve(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), ProxyTimeout)
 	defer cancel()
-	target := strings.TrimSuffix(endpoint, "/") + "/" + service + "/" + method
+	target := strings.TrimSuffix(endpoint, "/") + r.URL.Path
 	out, err := http.NewRequestWithContext(ctx, http.MethodPost, target, bytes.NewReader(body))
 	if err != nil {
 		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s endpoint %q: %v", agentID, endpoint, err))

@@ -238,3 +238,51 @@ func leaf(t *testing.T, ca *x509.Certificate, caKey *ecdsa.PrivateKey, hostname 
 	}
 	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}
 }
+
+type callerKey struct{}
+
+// visibleAgents shows its agents only to a caller the middleware named.
+type visibleAgents fakeAgents
+
+func (v visibleAgents) GetAgents(ctx context.Context, req *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error) {
+	if ctx.Value(callerKey{}) == nil {
+		return connect.NewResponse(&slacklinev1.GetAgentsResponse{}), nil
+	}
+	return fakeAgents(v).GetAgents(ctx, req)
+}
+
+// TestProxyAuthorizesAsTheForwardedProcedure: Config.Authorize sees the
+// NodeService procedure's path, and the caller it establishes is the one
+// the agent lookup sees.
+func TestProxyAuthorizesAsTheForwardedProcedure(t *testing.T) {
+	node := &fakeNode{}
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(node))
+	agentSrv := httptest.NewServer(mux)
+	defer agentSrv.Close()
+	var paths []string
+	authorize := func(next http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			paths = append(paths, r.URL.Path)
+			if r.Header.Get("Authorization") != "Bearer operator-token" {
+				writeError(w, connect.CodeUnauthenticated, "no token")
+				return
+			}
+			next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), callerKey{}, "operator")))
+		})
+	}
+	srv := httptest.NewServer(Handler(Config{Agents: visibleAgents{{Id: "a1", Hostname: "node-1", Endpoint: agentSrv.URL}}, Authorize: authorize}))
+	defer srv.Close()
+	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", connect.WithProtoJSON())
+	if _, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{})); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Fatalf("without a token: %v, want unauthenticated", err)
+	}
+	req := connect.NewRequest(&slacklinev1.GetUsageRequest{})
+	req.Header().Set("Authorization", "Bearer operator-token")
+	if _, err := client.GetUsage(context.Background(), req); err != nil {
+		t.Fatalf("with a token: %v", err)
+	}
+	if want := slacklinev1connect.NodeServiceGetUsageProcedure; len(paths) != 2 || paths[0] != want || paths[1] != want {
+		t.Fatalf("Authorize saw %v, want %s twice", paths, want)
+	}
+}
