@@ -667,3 +667,59 @@ func TestAuthorizationTable(t *testing.T) {
 		}
 	})
 }
+
+// TestSandboxAccess: a task's sandbox is read by its framework's principal
+// and by operators granted access_sandboxes, not by another framework; the
+// agent serves only TLS and is reached at the address it connected from,
+// certified for its hostname.
+func TestSandboxAccess(t *testing.T) {
+	privileged.Require(t)
+	s := startSecure(t, "sandbox-agent")
+	listen := freeAddr(t)
+	root := fmt.Sprintf("slackline-e2e-sandbox-%d", time.Now().UnixNano()%1e9)
+	start(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
+		"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-sandbox-agent.crt"),
+		"--key", s.file("agent-sandbox-agent.key"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")
+	start(t, "batch-framework", append(s.tlsArgs("batch"), "--name", "batch", "--role", "batch", "--tasks", "1",
+		"--task-resources", "cpus:0.1;mem:32", "--command", "echo secret-of-batch; sleep 3600")...)
+	v := observeVictim(t, s, 1)
+
+	// The endpoint the coordinator publishes is where the agent is.
+	agents, err := s.operator(t, "admin").GetAgents(ctx5(t), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+	if err != nil || len(agents.Msg.GetAgents()) != 1 {
+		t.Fatalf("agents: %v %v", agents, err)
+	}
+	if got, want := agents.Msg.GetAgents()[0].GetEndpoint(), "https://"+listen; got != want {
+		t.Errorf("endpoint %q, want %q", got, want)
+	}
+	read := func(who string) (string, error) {
+		creds := s.token(who)
+		creds.ServerName = "sandbox-agent"
+		resp, err := slacklinev1connect.NewNodeServiceClient(httpClient(t, creds), "https://"+listen).ReadSandboxFile(ctx5(t),
+			connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{FrameworkId: v.frameworkID, TaskId: v.tasks[0], Path: "stdout"}))
+		if err != nil {
+			return "", err
+		}
+		return string(resp.Msg.GetData()), nil
+	}
+	eventually(t, 10*time.Second, func() string {
+		out, err := read("batch")
+		if err != nil || !strings.Contains(out, "secret-of-batch") {
+			return fmt.Sprintf("batch reads %q, %v", out, err)
+		}
+		return ""
+	})
+	if out, err := read("admin"); err != nil || !strings.Contains(out, "secret-of-batch") {
+		t.Errorf("admin reads %q, %v", out, err)
+	}
+	_, err = read("evil")
+	wantCode(t, "evil reads batch's sandbox", err, connect.CodePermissionDenied)
+	_, err = read("")
+	wantCode(t, "reading without credentials", err, connect.CodeUnauthenticated)
+	// The CLI finds the agent through the coordinator and verifies it.
+	out, err := exec.Command(filepath.Join(binDir, "slacklinectl"), "--coordinator", s.url, "--ca", s.file("ca.crt"),
+		"--token-file", s.file("batch.token"), "logs", v.tasks[0]).CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "secret-of-batch") {
+		t.Errorf("slacklinectl logs as batch: %v\n%s", err, out)
+	}
+}
