@@ -9,6 +9,13 @@
 # tasks under the cgroup slackline-dev-i. State and logs are under
 # .run/dev-cluster (coordinator.log, agent-i.log); rm -rf it for a fresh start.
 #
+# The cluster is secured as a production one: credentials (CA, certificates,
+# tokens for the frameworks batch and service and the operator admin,
+# authz.yaml) are created once under .run/dev-cluster/credentials; the
+# coordinator serves TLS and authorizes every call, each agent presents its
+# certificate. `. .run/dev-cluster/env` gives slacklinectl the CA and the
+# admin token.
+#
 # Environment:
 #   RESOURCES     resources of each agent (default "cpus:2;mem:2048")
 #   AGENT_ARGS    extra flags for every agent, split at spaces
@@ -43,8 +50,9 @@ fi
 RESOURCES=${RESOURCES:-"cpus:2;mem:2048"}
 WAIT_SECONDS=${WAIT_SECONDS:-60}
 RUN_DIR=.run/dev-cluster
+CREDS=$RUN_DIR/credentials
 COORDINATOR_LISTEN=127.0.0.1:5050
-export SLACKLINE_COORDINATOR=http://$COORDINATOR_LISTEN # for slacklinectl
+export SLACKLINE_COORDINATOR=https://$COORDINATOR_LISTEN # for slacklinectl
 CTL=bin/slacklinectl
 # AGENT_ARGS is split at spaces on purpose.
 read -r -a agent_args <<<"${AGENT_ARGS:-}"
@@ -57,12 +65,28 @@ for binary in slackline-coordinator slackline-agent slacklinectl; do
 	fi
 done
 
-if "$CTL" --timeout 1s get agents >/dev/null 2>&1; then
-	echo "dev-cluster.sh: a coordinator already answers on $COORDINATOR_LISTEN: stop it first" >&2
+if (exec 3<>"/dev/tcp/${COORDINATOR_LISTEN%:*}/${COORDINATOR_LISTEN##*:}") 2>/dev/null; then
+	echo "dev-cluster.sh: something (a coordinator?) already listens on $COORDINATOR_LISTEN: stop it first" >&2
 	exit 1
 fi
 
 mkdir -p "$RUN_DIR"
+agent_names=()
+for ((i = 0; i < N; i++)); do agent_names+=("dev-agent-$i"); done
+# Kept when they exist; agents added by a larger N get their certificates.
+"$CTL" credentials init "$CREDS" --hosts localhost,127.0.0.1 --frameworks batch,service --operators admin \
+	--agents "$(
+		IFS=,
+		echo "${agent_names[*]}"
+	)" >/dev/null
+creds_abs=$(cd "$CREDS" && pwd)
+cat >"$RUN_DIR/env" <<ENV
+export SLACKLINE_COORDINATOR=$SLACKLINE_COORDINATOR
+export SLACKLINE_CA=$creds_abs/ca.crt
+export SLACKLINE_TOKEN_FILE=$creds_abs/admin.token
+ENV
+# shellcheck source=/dev/null
+. "$RUN_DIR/env"
 coordinator_pid=
 agent_pids=()
 
@@ -135,6 +159,8 @@ fail() {
 # Each process gets its own session (setsid), so that Ctrl-C reaches only
 # this script, which then stops them in order.
 setsid bin/slackline-coordinator --listen "$COORDINATOR_LISTEN" --work-dir "$RUN_DIR/coordinator" \
+	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
+	--client-ca "$CREDS/ca.crt" --authz "$CREDS/authz.yaml" \
 	</dev/null >"$RUN_DIR/coordinator.log" 2>&1 &
 coordinator_pid=$!
 for ((t = 0; ; t++)); do
@@ -152,6 +178,8 @@ for ((i = 0; i < N; i++)); do
 		--hostname "dev-agent-$i" \
 		--resources "$RESOURCES" \
 		--cgroup-root "slackline-dev-$i" \
+		--ca "$CREDS/ca.crt" --cert "$CREDS/agent-dev-agent-$i.crt" --key "$CREDS/agent-dev-agent-$i.key" \
+		--authz "$CREDS/authz.yaml" \
 		"${agent_args[@]}" \
 		</dev/null >"$RUN_DIR/agent-$i.log" 2>&1 &
 	agent_pids+=($!)
@@ -193,11 +221,13 @@ if [[ ${KEEP_TASKS:-} == 1 ]]; then tasks_note="leaving their tasks (KEEP_TASKS=
 cat <<MSG
 
 Slackline dev cluster is running: coordinator on $SLACKLINE_COORDINATOR, $N agent(s)
-dev-agent-0..$((N - 1)) with $RESOURCES each (NodeService on 127.0.0.1:5051..$((5050 + N))).
-Logs and state: $RUN_DIR/ (coordinator.log, agent-i.log).
+dev-agent-0..$((N - 1)) with $RESOURCES each (NodeService on https://127.0.0.1:5051..$((5050 + N))).
+Logs and state: $RUN_DIR/ (coordinator.log, agent-i.log); credentials in $CREDS.
 Try, in another terminal:
+  . $RUN_DIR/env                 # the CA, and the operator admin's token
   bin/slacklinectl get agents
-  bin/batch-framework --tasks 5 --task-resources "cpus:1;mem:128" --command "echo hello; sleep 5"
+  SLACKLINE_TOKEN_FILE=$CREDS/batch.token bin/batch-framework --role batch \
+      --tasks 5 --task-resources "cpus:1;mem:128" --command "echo hello; sleep 5"
   bin/slacklinectl get tasks
   bin/slacklinectl logs TASK_ID -f
   bin/slacklinectl get containers --hostname dev-agent-0
