@@ -20,20 +20,25 @@ const (
 	CPUs Scalar = iota
 	Mem
 	Disk
+	// Bandwidth is the node's egress network bandwidth in Mbit/s. A
+	// guaranteed task's bandwidth is a floor the agent keeps free for it; a
+	// revocable task's is the pace its egress is held to.
+	Bandwidth
 	NumScalars
 )
 
 // Resource names as they appear in text and protobuf form.
 const (
-	NameCPUs  = "cpus"
-	NameMem   = "mem"
-	NameDisk  = "disk"
-	NamePorts = "ports"
+	NameCPUs      = "cpus"
+	NameMem       = "mem"
+	NameDisk      = "disk"
+	NameBandwidth = "bandwidth"
+	NamePorts     = "ports"
 )
 
-var scalarNames = [NumScalars]string{NameCPUs, NameMem, NameDisk}
+var scalarNames = [NumScalars]string{NameCPUs, NameMem, NameDisk, NameBandwidth}
 
-// Name returns the resource name of s ("cpus", "mem", "disk").
+// Name returns the resource name of s ("cpus", "mem", "disk", "bandwidth").
 func (s Scalar) Name() string { return scalarNames[s] }
 
 // scale is the fixed-point factor: three decimals.
@@ -80,6 +85,9 @@ func (r Resources) Mem() float64 { return r.Get(Mem) }
 
 // Disk returns the disk scalar in MiB.
 func (r Resources) Disk() float64 { return r.Get(Disk) }
+
+// Bandwidth returns the bandwidth scalar in Mbit/s.
+func (r Resources) Bandwidth() float64 { return r.Get(Bandwidth) }
 
 // Ports returns the port ranges. The caller must not modify the slice.
 func (r Resources) Ports() Ranges { return r.ports }
@@ -214,7 +222,7 @@ func (r Resources) String() string {
 }
 
 // Parse parses the text form "name:value;name:value", where value is a
-// number for cpus, mem and disk and "[a-b,c-d]" for ports. Names may repeat
+// number for cpus, mem, disk and bandwidth and "[a-b,c-d]" for ports. Names may repeat
 // (their values add up); unknown names, negative, NaN or infinite numbers and
 // inverted or overlapping ranges are errors wrapping ErrInvalid.
 func Parse(text string) (Resources, error) {
@@ -269,7 +277,7 @@ func scalarByName(name string) (Scalar, error) {
 			return Scalar(i), nil
 		}
 	}
-	return 0, fmt.Errorf("%w: unknown resource %q (known: cpus, mem, disk, ports)", ErrInvalid, name)
+	return 0, fmt.Errorf("%w: unknown resource %q (known: cpus, mem, disk, bandwidth, ports)", ErrInvalid, name)
 }
 
 func (r *Resources) addScalar(s Scalar, v float64) error {

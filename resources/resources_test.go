@@ -21,6 +21,8 @@ func TestParseAndString(t *testing.T) {
 		{"ports:[5-6,7-8]", "ports:[5-8]"},
 		{"ports:[80]", "ports:[80-80]"},
 		{"disk:1024;cpus:2;mem:1", "cpus:2;mem:1;disk:1024"},
+		{"bandwidth:1000;cpus:1", "cpus:1;bandwidth:1000"},
+		{"bandwidth:0.5;bandwidth:99.5", "bandwidth:100"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -51,6 +53,8 @@ func TestParseErrorsNameTheValue(t *testing.T) {
 		{"ports:[1-70000]", "70000"},
 		{"ports:1-2", "1-2"},
 		{"cpus:1e300", "1e+300"},
+		{"bandwidth:-10", "-10"},
+		{"bandwith:10", "bandwidth"}, // the error lists the known names
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
@@ -131,6 +135,28 @@ func TestProtoRoundTrip(t *testing.T) {
 	}
 	if !regular.Equal(r) || revocable.String() != "cpus:1" {
 		t.Fatalf("round trip = %v / %v", regular, revocable)
+	}
+}
+
+func TestBandwidthIsAScalarLikeTheOthers(t *testing.T) {
+	node := MustParse("cpus:4;bandwidth:1000")
+	task := MustParse("cpus:1;bandwidth:100")
+	if got := node.Sub(task).Bandwidth(); got != 900 {
+		t.Errorf("Sub bandwidth = %v, want 900", got)
+	}
+	if node.Contains(MustParse("bandwidth:1001")) {
+		t.Error("1000 Mbit/s contains 1001")
+	}
+	if got := MustParse("bandwidth:500").DominantShare(node); got != 0.5 {
+		t.Errorf("DominantShare = %v, want 0.5 (bandwidth counts)", got)
+	}
+	list := MustParse("bandwidth:250").Proto("", Revocable)
+	if len(list) != 1 || list[0].GetName() != NameBandwidth || list[0].GetScalar() != 250 || !list[0].GetRevocable() {
+		t.Fatalf("Proto = %v", list)
+	}
+	_, revocable, err := FromProto(list)
+	if err != nil || revocable.Bandwidth() != 250 {
+		t.Fatalf("FromProto = %v, %v", revocable, err)
 	}
 }
 

@@ -6,10 +6,11 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// scalars is the fixed-point (thousandths) cpus/mem/disk part of a
-// resources.Resources. The allocator keeps every per-role and per-framework
-// sum in this form: it is a plain array, so adding and comparing never
-// allocates, and integer arithmetic never drifts.
+// scalars is the fixed-point (thousandths) scalar part of a
+// resources.Resources: every resources.Scalar (cpus, mem, disk, bandwidth).
+// The allocator keeps every per-role and per-framework sum in this form: it
+// is a plain array, so adding and comparing never allocates, and integer
+// arithmetic never drifts.
 type scalars [resources.NumScalars]int64
 
 // milliScale is the fixed-point factor used by package resources.
@@ -28,11 +29,11 @@ func scalarsOf(r resources.Resources) scalars {
 
 // resources returns s as a resources.Resources without ports.
 func (s scalars) resources() resources.Resources {
-	return resources.New(
-		float64(s[resources.CPUs])/milliScale,
-		float64(s[resources.Mem])/milliScale,
-		float64(s[resources.Disk])/milliScale,
-	)
+	var r resources.Resources
+	for i, v := range s {
+		r = r.With(resources.Scalar(i), float64(v)/milliScale)
+	}
+	return r
 }
 
 // add returns s + o.
