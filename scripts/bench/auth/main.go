@@ -1,8 +1,10 @@
 // Command auth measures what authentication and authorization cost a unary
 // RPC once connections are reused: the same coordinator calls over
-// loopback, side by side in one run, in three modes — plain (cleartext
-// HTTP/2, no authorization), tls (TLS only) and secure (TLS, client
-// certificates, bearer tokens and authz.yaml, as `make run` serves). Two
+// loopback, side by side in one run, in four modes — http1 (cleartext
+// HTTP/1.1, what a default client speaks to an http:// URL), plain
+// (cleartext HTTP/2, no authorization: the baseline, same protocol as over
+// TLS), tls (HTTP/2 over TLS only) and secure (TLS, client certificates,
+// bearer tokens and authz.yaml, as `make run` serves). Two
 // RPCs: an agent's Heartbeat (the most frequent call of a large cluster;
 // mTLS identity and the session's host check) and an operator's GetRoles
 // (bearer token, hashed and compared). Modes alternate round by round so
@@ -25,6 +27,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -89,11 +92,13 @@ func run() error {
 	for _, m := range []struct {
 		name   string
 		tls    bool
+		h2c    bool
 		authz  *auth.Authorizer
 		agent  auth.ClientCredentials
 		client auth.ClientCredentials
 	}{
-		{name: "plain"},
+		{name: "http1"},
+		{name: "plain", h2c: true},
 		{name: "tls", tls: true, agent: auth.ClientCredentials{CAFile: file(auth.CACertFile)}, client: auth.ClientCredentials{CAFile: file(auth.CACertFile)}},
 		{name: "secure", tls: true, authz: authz,
 			agent:  auth.ClientCredentials{CAFile: file(auth.CACertFile), CertFile: file(auth.AgentCertFile("bench-agent")), KeyFile: file(auth.AgentKeyFile("bench-agent"))},
@@ -124,6 +129,14 @@ func run() error {
 		clientHTTP, err := m.client.HTTPClient()
 		if err != nil {
 			return err
+		}
+		if m.h2c {
+			// Cleartext HTTP/2 only: the same protocol as over TLS.
+			for _, c := range []*http.Client{agentHTTP, clientHTTP} {
+				t := c.Transport.(*http.Transport)
+				t.Protocols = new(http.Protocols)
+				t.Protocols.SetUnencryptedHTTP2(true)
+			}
 		}
 		md := &mode{name: m.name, agent: slacklinev1connect.NewAgentServiceClient(agentHTTP, url),
 			operator: slacklinev1connect.NewOperatorServiceClient(clientHTTP, url)}
@@ -189,6 +202,7 @@ func run() error {
 	tpPlain, tpSecure := median(throughput["plain"]), median(throughput["secure"])
 	rPlain, rSecure := median(rolesP50["plain"]), median(rolesP50["secure"])
 	cpuPlain, cpuTLS, cpuSecure := median(hbCPU["plain"]), median(hbCPU["tls"]), median(hbCPU["secure"])
+	fmt.Printf("http1 (cleartext HTTP/1.1) heartbeat p50 %.1f us, CPU %.1f us per call\n", median(hbP50["http1"]), median(hbCPU["http1"]))
 	fmt.Printf("auth: heartbeat_p50_us plain=%.1f tls=%.1f secure=%.1f overhead=%.1f%% heartbeat_cpu_us plain=%.1f tls=%.1f secure=%.1f overhead=%.1f%% authz_only=%.1f%% "+
 		"throughput_per_s plain=%.0f secure=%.0f overhead=%.1f%% getroles_p50_us plain=%.1f secure=%.1f overhead=%.1f%%\n",
 		hbPlain, hbTLS, hbSecure, overhead(hbPlain, hbSecure), cpuPlain, cpuTLS, cpuSecure, overhead(cpuPlain, cpuSecure), overhead(cpuTLS, cpuSecure),
