@@ -271,16 +271,9 @@ func TestEveryFeatureProbeHasAPrivilege(t *testing.T) {
 			covered[f] = true
 		}
 	}
-	known := map[string]bool{}
 	for _, f := range bpf.Features {
-		known[f.Name] = true
 		if !covered[f.Name] {
 			t.Errorf("bpf feature probe %q: no AgentPrivileges entry names it", f.Name)
-		}
-	}
-	for f := range covered {
-		if !known[f] {
-			t.Errorf("AgentPrivileges names feature %q, which bpf.Features does not probe", f)
 		}
 	}
 }

@@ -47,7 +47,7 @@ func (p Privilege) Name() string {
 var AgentPrivileges = []Privilege{
 	{Capability: "BPF", Features: []string{"bpf_syscall", "tp_btf", "task_storage", "ringbuf", "cgroup_skb"},
 		Why: "create eBPF maps and load programs (Linux 5.8+; older kernels need SYS_ADMIN for this)"},
-	{Capability: "PERFMON", Features: []string{"tp_btf", "vmscan_tracepoints", "mark_victim_tracepoint"},
+	{Capability: "PERFMON", Features: []string{"tp_btf", "sched_info", "vmscan_tracepoints", "mark_victim_tracepoint"},
 		Why: "load and attach the tracing programs (sched_switch/wakeup, vmscan, mark_victim), which read kernel memory"},
 	{Capability: "SYS_RESOURCE", Features: []string{"bpf_syscall"},
 		Why: "raise RLIMIT_MEMLOCK for eBPF maps on kernels before 5.11 (later kernels charge the memory cgroup instead)"},
@@ -66,7 +66,7 @@ var AgentPrivileges = []Privilege{
 
 	{HostPath: "/sys/fs/cgroup", Writable: true,
 		Why: "create <cgroup-root>/{guaranteed,revocable}/<id> in the host's hierarchies, write limits, move tasks in, cgroup.kill, PSI and cpu.stat"},
-	{HostPath: "/sys/kernel/btf", Features: []string{"btf", "tp_btf", "vmscan_tracepoints", "mark_victim_tracepoint"},
+	{HostPath: "/sys/kernel/btf", Features: []string{"btf", "tp_btf", "sched_info", "vmscan_tracepoints", "mark_victim_tracepoint"},
 		Why: "kernel BTF for CO-RE relocations and tp_btf programs (read only)"},
 	{HostPath: "/var/lib/slackline/agent", Writable: true,
 		Why: "the work dir: checkpoint, container state and sandboxes outlive the agent's pod"},
