@@ -32,7 +32,7 @@ type Config struct {
 	// headers and body (default DefaultReadTimeout; negative: none). It
 	// does not bound a stream's life: only the request is read by then.
 	ReadTimeout time.Duration
-	Logger               *slog.Logger
+	Logger      *slog.Logger
 }
 
 // Serve serves handler until ctx is cancelled, then shuts down gracefully
