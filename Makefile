@@ -57,6 +57,7 @@ fuzz:
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem -timeout 60m ./...
 	$(GO) run ./scripts/bench/offerlatency
+	$(GO) run ./scripts/bench/auth
 	$(GO) run ./scripts/bench/scale
 	$(GO) run ./cmd/slackline-backtest run
 	@if [ "$$(id -u)" = 0 ]; then \
