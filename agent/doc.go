@@ -22,7 +22,12 @@
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).
-//   - the NodeService HTTP handler (Handler), served by internal/server.
+//   - the NodeService HTTP handler (Handler), served by internal/server;
+//     with Config.TLS over TLS with the agent's own certificate (the one it
+//     dials the coordinator with), and with Config.Authz every caller is
+//     authenticated and authorized by internal/auth's rules (a sandbox is
+//     read by its framework's principal, recorded with the sandbox, or with
+//     access_sandboxes).
 //
 // # Locks
 //

@@ -117,15 +117,42 @@
 // draining machine DOWN by itself once its window started, every framework
 // with tasks there accepted, and no framework would fall below its minimum.
 //
+// # Trust
+//
+// With Config.Authz (internal/auth) every request is authenticated and the
+// part of its authorization that needs no state is checked before the
+// handler runs. trust.go holds what needs the coordinator's state: a
+// framework is bound to the principal that registered it
+// (FrameworkInfo.principal, persisted in its record) and only that
+// principal, or one granted teardown_frameworks on it, may fail over to it
+// or call for it; register_frameworks is checked per role and run_tasks per
+// task user (TaskInfo.user filled from FrameworkInfo.user); an agent's id
+// stays bound to its hostname and its session calls come from an identity
+// that may register as that hostname; the agent's published endpoint is
+// where it connects from; views show what view_* grant. Every launched task
+// carries a launch proof (an HMAC under a key in the registry's secrets
+// bucket, over the agent's hostname, the framework's id and principal, the
+// task id, role and resources): a registering agent's reported tasks are
+// adopted only when the coordinator knows them on that agent with those
+// resources or, after a restart, when their proof is valid for that host;
+// others are killed. Updates are accepted only for the agent's own tasks.
+// Without Config.Authz (loopback, tests) nothing is authorized, but launch
+// proofs and update ownership still hold.
+//
 // # Errors
 //
 // RPCs validate their input and answer with Connect codes a client can act
 // on: InvalidArgument (malformed resources, ids, roles; the offending value is
 // named), NotFound (unknown framework, task, offer or agent ids),
-// PermissionDenied (missing or wrong Slackline-Stream-Id), FailedPrecondition
+// Unauthenticated (no valid credentials, with Config.Authz), PermissionDenied
+// (missing or wrong Slackline-Stream-Id; an action the authorization file
+// does not grant, named; another principal's framework; another agent's
+// task or session), FailedPrecondition
 // (a stale agent session, a torn-down framework, an agent of a DOWN machine,
 // a maintenance transition the machines' modes forbid), Unimplemented
 // (methods that later versions implement). Schedule validation errors name
-// the window index and the machine at fault. An invalid launch never fails the Accept call:
-// its tasks get TASK_STATE_ERROR or TASK_STATE_DROPPED updates with a reason.
+// the window index and the machine at fault. An invalid launch never fails
+// the Accept call: its tasks get TASK_STATE_ERROR or TASK_STATE_DROPPED
+// updates with a reason; a task user the framework may not run as refuses
+// the whole call (PermissionDenied) before any offer is used.
 package coordinator

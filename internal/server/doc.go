@@ -2,7 +2,8 @@
 // its Connect services (the coordinator's, the agent's NodeService):
 //
 //   - Serve runs an http.Handler over HTTP/1.1 and cleartext HTTP/2 (h2c) on
-//     one port, or HTTP/1.1 and HTTP/2 over TLS when a certificate is
+//     one port, or HTTP/1.1 and HTTP/2 over TLS when a certificate (or a
+//     tls.Config: certificates and client CA, see internal/auth) is
 //     configured, and shuts down gracefully when its context ends.
 //   - HandlerOptions are the Connect handler options every service is
 //     mounted with (today the MaxRequestBytes read limit).
@@ -14,7 +15,8 @@
 //   - MountStandard mounts the standard gRPC health and reflection services
 //     beside a process's own services, so grpcurl and load balancers work.
 //   - NewClient is the matching HTTP client (h2c for http://, HTTP/2 over
-//     TLS for https://).
+//     TLS for https://); NewTLSClient takes the TLS configuration (the CA
+//     to trust, a client certificate).
 //
 // The package holds no state: a process builds its own http.ServeMux,
 // mounts its services with HandlerOptions, calls MountStandard, and passes
