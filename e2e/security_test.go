@@ -723,3 +723,54 @@ func TestSandboxAccess(t *testing.T) {
 		t.Errorf("slacklinectl logs as batch: %v\n%s", err, out)
 	}
 }
+
+// TestSimFleetIdentity: a simulated fleet shares one agent certificate;
+// the authorization file lets that identity register as the fleet's
+// hostnames, and as nothing else.
+func TestSimFleetIdentity(t *testing.T) {
+	s := startSecure(t, "sim")
+	authz, err := os.ReadFile(s.file("authz.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	rule := "  register_agents:\n    - principals: agents\n      hostnames: self\n"
+	fleet := rule + "    - principals: [agent:sim]\n      hostnames: [\"fleet-*\"]\n"
+	if !strings.Contains(string(authz), rule) {
+		t.Fatalf("authz.yaml has no register_agents rule to extend:\n%s", authz)
+	}
+	if err := os.WriteFile(s.file("authz.yaml"), []byte(strings.Replace(string(authz), rule, fleet, 1)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.coordinator.cmd.Process.Signal(syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	simArgs := []string{"--coordinator", s.url, "--ca", s.file("ca.crt"), "--cert", s.file("agent-sim.crt"), "--key", s.file("agent-sim.key"),
+		"--resources", "cpus:2;mem:1024"}
+	eventually(t, 20*time.Second, func() string {
+		_, err := slacklinev1connect.NewAgentServiceClient(httpClient(t, s.agentCreds("sim")), s.url).Register(ctx5(t),
+			connect.NewRequest(&slacklinev1.RegisterRequest{ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+				AgentInfo: &slacklinev1.AgentInfo{Hostname: "fleet-probe", Resources: resources.MustParse("cpus:1").Proto("", resources.Regular)}}))
+		return errString(err) // until the reload took effect
+	})
+	start(t, "slackline-sim", append(simArgs, "--agents", "3", "--hostname-prefix", "fleet-")...)
+	eventually(t, 30*time.Second, func() string {
+		state, err := getState(t, s.operator(t, "admin"))
+		if err != nil {
+			return err.Error()
+		}
+		active := map[string]bool{}
+		for _, a := range state.GetAgents() {
+			if a.GetState() == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+				active[a.GetHostname()] = true
+			}
+		}
+		if !active["fleet-0"] || !active["fleet-1"] || !active["fleet-2"] {
+			return fmt.Sprintf("active agents %v", active)
+		}
+		return ""
+	})
+	_, err = slacklinev1connect.NewAgentServiceClient(httpClient(t, s.agentCreds("sim")), s.url).Register(ctx5(t),
+		connect.NewRequest(&slacklinev1.RegisterRequest{ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+			AgentInfo: &slacklinev1.AgentInfo{Hostname: "node-1", Resources: resources.MustParse("cpus:1").Proto("", resources.Regular)}}))
+	wantCode(t, "the fleet's identity registering as node-1", err, connect.CodePermissionDenied)
+}
