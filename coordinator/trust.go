@@ -75,15 +75,6 @@ func (c *Coordinator) provenLaunch(hostname, principal string, r reportedTask) b
 	return hmac.Equal(want, r.info.GetLaunchProof())
 }
 
-// principalOf returns the name of the caller in ctx ("" when
-// authorization is off).
-func (c *Coordinator) principalOf(ctx context.Context) string {
-	if !c.cfg.Authz.Enabled() {
-		return ""
-	}
-	return auth.FromContext(ctx).String()
-}
-
 // mayActFor reports whether the caller in ctx may act as fw: it is the
 // principal fw is bound to, or is granted teardown_frameworks on it.
 func (c *Coordinator) mayActFor(ctx context.Context, fw *framework) bool {
