@@ -24,6 +24,8 @@ require (
 	github.com/prometheus/procfs v0.23.0
 	github.com/prometheus/prometheus v0.313.0
 	github.com/spf13/cobra v1.10.2
+	github.com/vishvananda/netlink v1.3.1
+	github.com/vishvananda/netns v0.0.5
 	go.etcd.io/bbolt v1.5.0
 	go.etcd.io/etcd/api/v3 v3.7.3
 	go.etcd.io/etcd/client/v3 v3.7.3

@@ -41,3 +41,8 @@ func classify(err error) error {
 
 // errENOTSUPP is the kernel-internal ENOTSUPP (524) some BPF paths leak.
 const errENOTSUPP = unix.Errno(524)
+
+// Classify maps a kernel error onto the probe contract, for the packages
+// below bpf/ that load programs of their own (bpf/netqos): ErrPermission,
+// ebpf.ErrNotSupported, or err unchanged when it cannot tell.
+func Classify(err error) error { return classify(err) }
