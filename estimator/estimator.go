@@ -18,6 +18,8 @@ type Sample struct {
 	CPU float64
 	// MemBytes is the memory in use at Time (RSS, not page cache).
 	MemBytes uint64
+	// NetTx is the egress bandwidth used over the interval, in Mbit/s.
+	NetTx float64
 }
 
 // Container is what an estimator knows of one container or protected
@@ -63,8 +65,8 @@ type Input struct {
 // The returned value is the agent's TOTAL revocable capacity: it includes
 // what revocable tasks already hold (Mesos semantics; the coordinator
 // subtracts its allocated revocable resources to find what it can still
-// offer). It only ever holds cpus and, when enabled, mem; never ports or
-// disk; never negative amounts.
+// offer). It only ever holds cpus, mem when enabled, and bandwidth when
+// Input.Total has it; never ports or disk; never negative amounts.
 //
 // Estimate is called from one goroutine (the agent's estimate loop) and is not
 // safe for concurrent use. Implementations do no I/O, start no goroutines and

@@ -20,7 +20,7 @@ import (
 //
 // Publishing a band below raw is what absorbs noise: after a change, raw can
 // wander by up to a band either way with no new change. The price is one
-// band of slack.
+// band of slack. Bandwidth's band is fixed: max(BandwidthBandMbps, 5%).
 type Hysteresis struct {
 	// Off disables hysteresis: every raw estimate is published as is.
 	Off bool
@@ -48,22 +48,26 @@ func (h Hysteresis) validate() error {
 	return nil
 }
 
+// BandwidthBandMbps is the floor of bandwidth's hysteresis band: egress
+// moves by tens of Mbit/s from one second to the next.
+const BandwidthBandMbps = 10
+
 // Apply returns the estimate to publish given the previously published one
 // and the new raw (safe) estimate. It is a pure function; the caller keeps
-// published between calls. Only cpus and mem are considered.
+// published between calls. Only cpus, mem and bandwidth are considered.
 func (h Hysteresis) Apply(published, raw resources.Resources) resources.Resources {
 	if h.Off {
 		return raw
 	}
 	return resources.New(
-		h.apply(published.CPUs(), raw.CPUs(), h.CPUs),
-		h.apply(published.Mem(), raw.Mem(), h.MemMiB),
+		h.apply(published.CPUs(), raw.CPUs(), h.CPUs, h.Fraction),
+		h.apply(published.Mem(), raw.Mem(), h.MemMiB, h.Fraction),
 		0,
-	)
+	).With(resources.Bandwidth, h.apply(published.Bandwidth(), raw.Bandwidth(), BandwidthBandMbps, 0.05))
 }
 
-func (h Hysteresis) apply(published, raw, floor float64) float64 {
-	band := max(floor, h.Fraction*raw)
+func (h Hysteresis) apply(published, raw, floor, fraction float64) float64 {
+	band := max(floor, fraction*raw)
 	switch {
 	case raw < published:
 		return max(0, raw-band)

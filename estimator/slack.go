@@ -86,7 +86,7 @@ func goodSample(s Sample) bool { return !math.IsNaN(s.CPU) && !math.IsInf(s.CPU,
 // window is taken to need its whole allocation. A protected service's alloc
 // is its reservation, or its peak in the window when it has none. Memory is
 // the same with the window peak as prediction and MemoryMargin, when
-// cfg.Memory is set.
+// cfg.Memory is set. Bandwidth is bandwidthSlack's.
 func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) resources.Resources {
 	var cpuAlloc, cpuNeed, memAlloc, memNeed float64
 	for _, m := range members {
@@ -122,7 +122,42 @@ func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) re
 			mem = min(mem, total-memNeed)
 		}
 	}
-	return resources.New(max(0, cpus), max(0, mem), 0)
+	return resources.New(max(0, cpus), max(0, mem), 0).With(resources.Bandwidth, bandwidthSlack(in, cfg, members))
+}
+
+// bandwidthSlack is the revocable bandwidth (Mbit/s): the node's egress
+// capacity minus the predicted peak egress of guaranteed containers and
+// protected services,
+//
+//	bandwidth = max(0, Total.bandwidth − Σ need)
+//	need = max(floor, (1 + Margin) × peak egress in the window)
+//
+// where a member's floor is its bandwidth allocation (what a guaranteed
+// task reserved stays free for it) and a member with fewer than MinSamples
+// samples needs its floor. Unlike cpus, unallocated capacity counts too:
+// most tasks reserve no bandwidth, and what guaranteed work does not send
+// is what revocable work may. 0 when Total has no bandwidth.
+func bandwidthSlack(in Input, cfg Config, members []member) float64 {
+	total := in.Total.Bandwidth()
+	if total <= 0 {
+		return 0
+	}
+	need := 0.0
+	for _, m := range members {
+		floor := m.container.Allocated.Bandwidth()
+		if len(m.window) < cfg.MinSamples {
+			need += floor
+			continue
+		}
+		peak := 0.0
+		for _, s := range m.window {
+			if resources.IsFinite(s.NetTx) {
+				peak = max(peak, s.NetTx)
+			}
+		}
+		need += max(floor, (1+cfg.Margin)*peak)
+	}
+	return max(0, total-need)
 }
 
 // percentileCPU returns the p-th percentile (nearest rank) of the samples'
