@@ -127,7 +127,11 @@ func (fw *framework) ackPending(taskID, uuid string) (st *slacklinev1.TaskStatus
 	} else {
 		fw.pending[taskID] = pending
 	}
-	fw.pendingCount--
+	if fw.pendingCount--; fw.pendingCount == 0 && len(fw.pending) == 0 {
+		// A map keeps the space of its largest size: give back what a
+		// burst of updates took.
+		fw.pending = map[string][]*slacklinev1.TaskStatus{}
+	}
 	return st, true
 }
 
@@ -244,6 +248,9 @@ func (b *bounds) admitSubscription(caller string, limit int) (release func(), er
 // its command, and drops the oldest beyond
 // Limits.MaxCompletedTasksPerFramework. Caller holds c.mu.
 func (c *Coordinator) completeTask(fw *framework, t *task) {
+	if len(fw.tasks) == 0 {
+		fw.tasks = map[string]*task{} // the space of a past burst of tasks
+	}
 	info := t.info
 	t.info = &slacklinev1.TaskInfo{TaskId: info.GetTaskId(), Name: info.GetName(), AgentId: info.GetAgentId(), Labels: info.GetLabels()}
 	fw.completed = append(fw.completed, t)
@@ -299,4 +306,26 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		writes = append(writes, store.Delete(store.BucketAgents, a.id))
 	}
 	return writes
+}
+
+// subscribeOffStack runs subscribe on a goroutine of its own and waits for
+// it. A Subscribe handler's goroutine lives as long as its stream, with the
+// stack it grew to: Go shrinks an idle goroutine's stack only while it uses
+// less than a quarter of it, and a blocked stream uses a little more than
+// a quarter of 16 KB. Kept off it, the deep calls of subscribing (the
+// registry write) leave it at 8 KB, which halves what an idle subscription
+// costs in stacks (scripts/bench/idle).
+func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
+	type result struct {
+		fw  *framework
+		sub *subscription
+		err error
+	}
+	done := make(chan result, 1)
+	go func() {
+		fw, sub, err := c.subscribe(ctx, info)
+		done <- result{fw, sub, err}
+	}()
+	r := <-done
+	return r.fw, r.sub, r.err
 }

@@ -27,7 +27,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 		return err
 	}
 	defer release()
-	fw, sub, err := s.c.subscribe(ctx, info)
+	fw, sub, err := s.c.subscribeOffStack(ctx, info)
 	if err != nil {
 		return err
 	}

@@ -13,10 +13,16 @@ import (
 // server accepts; larger requests fail with ResourceExhausted.
 const MaxRequestBytes = 4 << 20
 
+// CompressMinBytes is the smallest response a Slackline server compresses:
+// heartbeats and small events go as they are, which saves the CPU and the
+// pooled compressors (hundreds of KB each) that compressing them costs.
+const CompressMinBytes = 1024
+
 // HandlerOptions returns the Connect handler options every Slackline
-// service is mounted with: the MaxRequestBytes read limit.
+// service is mounted with: the MaxRequestBytes read limit and
+// CompressMinBytes.
 func HandlerOptions() []connect.HandlerOption {
-	return []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes)}
+	return []connect.HandlerOption{connect.WithReadMaxBytes(MaxRequestBytes), connect.WithCompressMinBytes(CompressMinBytes)}
 }
 
 // MountStandard mounts, beside a process's own services, the standard gRPC

@@ -1,0 +1,305 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator"
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/agenttest"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+	"github.com/slackline/slackline/sim"
+)
+
+// The load tests run the real coordinator over loopback with simulated
+// agents (sim: the real agent protocol and task lifecycle) and check the
+// promises of flow control at the sizes users reach: nothing is lost
+// because a queue was full, and memory is bounded by the limits.
+
+var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
+
+// startSimCluster starts a coordinator with cfg and agents simulated agents
+// with res each, and returns the coordinator's URL.
+func startSimCluster(t testing.TB, cfg coordinator.Config, agents int, res string) string {
+	t.Helper()
+	addr := agenttest.NewTCP(t)
+	if cfg.Logger == nil {
+		cfg.Logger = quiet
+	}
+	agenttest.StartCoordinator(t, cfg, addr)
+	url := "http://" + addr.Addr
+	fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: agents, Resources: resources.MustParse(res), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fleet.Run(ctx) }()
+	t.Cleanup(func() { cancel(); <-done })
+	return url
+}
+
+// taskTally counts the states a framework's tasks reach.
+type taskTally struct {
+	mu      sync.Mutex
+	states  map[slacklinev1.TaskState]int
+	bad     []string // updates no task should get
+	running chan struct{}
+	want    int
+}
+
+func newTaskTally(want int) *taskTally {
+	return &taskTally{states: map[slacklinev1.TaskState]int{}, running: make(chan struct{}), want: want}
+}
+
+func (tt *taskTally) update(st *slacklinev1.TaskStatus) {
+	tt.mu.Lock()
+	defer tt.mu.Unlock()
+	tt.states[st.GetState()]++
+	switch st.GetState() {
+	case slacklinev1.TaskState_TASK_STATE_RUNNING:
+		if st.GetReason() != slacklinev1.Reason_REASON_RECONCILIATION && tt.states[st.GetState()] == tt.want {
+			close(tt.running)
+		}
+	case slacklinev1.TaskState_TASK_STATE_STAGING, slacklinev1.TaskState_TASK_STATE_STARTING:
+	default:
+		if len(tt.bad) < 5 {
+			tt.bad = append(tt.bad, fmt.Sprintf("%s %s: %s", st.GetTaskId(), st.GetState(), st.GetMessage()))
+		}
+	}
+}
+
+// launcher is a framework that launches perOffer tasks on each of the
+// first offers it gets, all in one Accept per offer, and declines the rest.
+func launcher(t testing.TB, url string, offers, perOffer int, needs string, tally *taskTally, onUpdate func(*slacklinev1.TaskStatus)) *frameworkapi.Client {
+	t.Helper()
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: url, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "load", FailoverTimeoutSeconds: 60}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	used := 0
+	acceptErrs := make(chan error, offers)
+	handler := frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, batch []*slacklinev1.Offer) {
+			for _, o := range batch {
+				if used == offers {
+					c.Decline(ctx, []string{o.GetId()}, frameworkapi.Filters(3600))
+					continue
+				}
+				tasks := make([]*slacklinev1.TaskInfo, perOffer)
+				for i := range tasks {
+					id := fmt.Sprintf("task-%d-%d", used, i)
+					tasks[i] = frameworkapi.NewTask(id, id, o, resources.MustParse(needs), &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
+				}
+				used++
+				if err := c.Launch(ctx, []string{o.GetId()}, tasks, frameworkapi.Filters(3600)); err != nil {
+					acceptErrs <- err
+				}
+			}
+		},
+		UpdateFunc: func(ctx context.Context, c *frameworkapi.Client, st *slacklinev1.TaskStatus) {
+			tally.update(st)
+			if onUpdate != nil {
+				onUpdate(st)
+			}
+		},
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { defer close(done); fw.Run(ctx, handler) }()
+	t.Cleanup(func() {
+		cancel()
+		<-done
+		select {
+		case err := <-acceptErrs:
+			t.Errorf("accept: %v", err)
+		default:
+		}
+	})
+	return fw
+}
+
+func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what func() string) {
+	t.Helper()
+	select {
+	case <-ch:
+	case <-time.After(timeout):
+		t.Fatalf("timed out after %v: %s", timeout, what())
+	}
+}
+
+// TestOneAcceptOf3000TasksAllRun launches 3,000 tasks in one Accept on one
+// simulated agent: all reach RUNNING and none is LOST or DROPPED (a
+// fixed-size command queue used to overflow, end the agent's session and
+// lose most of them).
+func TestOneAcceptOf3000TasksAllRun(t *testing.T) {
+	const tasks = 3000
+	url := startSimCluster(t, coordinator.Config{}, 1, "cpus:64;mem:65536")
+	tally := newTaskTally(tasks)
+	start := time.Now()
+	launcher(t, url, 1, tasks, "cpus:0.02;mem:16", tally, nil)
+	waitClosed(t, tally.running, 2*time.Minute, func() string {
+		tally.mu.Lock()
+		defer tally.mu.Unlock()
+		return fmt.Sprintf("states %v, unexpected %q", tally.states, tally.bad)
+	})
+	t.Logf("%d tasks RUNNING %v after subscribing (%.0f tasks/s)", tasks, time.Since(start).Round(time.Millisecond), tasks/time.Since(start).Seconds())
+	tally.mu.Lock()
+	defer tally.mu.Unlock()
+	if len(tally.bad) > 0 {
+		t.Fatalf("unexpected updates: %q (states %v)", tally.bad, tally.states)
+	}
+}
+
+// TestReconcileOf20000TasksDeliversEveryUpdate runs 20,000 tasks on four
+// simulated agents and reconciles them all at once: the framework gets
+// 20,000 answers (the event queue used to overflow at 16,384 and cut the
+// subscription).
+func TestReconcileOf20000TasksDeliversEveryUpdate(t *testing.T) {
+	const agents, perAgent = 4, 5000
+	url := startSimCluster(t, coordinator.Config{}, agents, "cpus:64;mem:65536")
+	tally := newTaskTally(agents * perAgent)
+	var mu sync.Mutex
+	answers := map[string]bool{}
+	allAnswered := make(chan struct{})
+	fw := launcher(t, url, agents, perAgent, "cpus:0.01;mem:8", tally, func(st *slacklinev1.TaskStatus) {
+		if st.GetReason() != slacklinev1.Reason_REASON_RECONCILIATION {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		answers[st.GetTaskId()] = true
+		if len(answers) == agents*perAgent {
+			close(allAnswered)
+		}
+	})
+	waitClosed(t, tally.running, 3*time.Minute, func() string {
+		tally.mu.Lock()
+		defer tally.mu.Unlock()
+		return fmt.Sprintf("states %v, unexpected %q", tally.states, tally.bad)
+	})
+	start := time.Now()
+	if err := fw.Reconcile(context.Background(), nil); err != nil {
+		t.Fatal(err)
+	}
+	waitClosed(t, allAnswered, time.Minute, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return fmt.Sprintf("%d of %d tasks answered", len(answers), agents*perAgent)
+	})
+	t.Logf("%d reconciliation answers in %v", agents*perAgent, time.Since(start).Round(time.Millisecond))
+}
+
+// TestLongStatusMessagesAreBounded has an agent (the protocol by hand)
+// report 3,000 tasks RUNNING, each with a 100 KB message, to a framework
+// that does not acknowledge them: the coordinator keeps every update, each
+// message cut to Limits.MaxStatusMessageBytes, so its heap grows by a few
+// MB rather than 300.
+func TestLongStatusMessagesAreBounded(t *testing.T) {
+	const tasks, messageBytes = 3000, 100 << 10
+	addr := agenttest.NewTCP(t)
+	agenttest.StartCoordinator(t, coordinator.Config{Logger: quiet}, addr)
+	url := "http://" + addr.Addr
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	client := server.NewClient()
+	agents := slacklinev1connect.NewAgentServiceClient(client, url)
+	reg, err := agents.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "big-messages", Resources: resources.MustParse("cpus:64;mem:65536").Proto("", resources.Regular)},
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentID, session := reg.Msg.GetAgentId(), reg.Msg.GetSessionId()
+	commands, err := agents.Connect(ctx, connect.NewRequest(&slacklinev1.ConnectRequest{AgentId: agentID, SessionId: session}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer commands.Close()
+
+	var longest int
+	var marked bool
+	var mu sync.Mutex
+	tally := newTaskTally(tasks)
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: url, Logger: quiet, ManualAcknowledge: true,
+		Framework: &slacklinev1.FrameworkInfo{Name: "big-messages"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	launched := false
+	go fw.Run(ctx, frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+			if launched {
+				return
+			}
+			launched = true
+			batch := make([]*slacklinev1.TaskInfo, tasks)
+			for i := range batch {
+				id := fmt.Sprint("t", i)
+				batch[i] = frameworkapi.NewTask(id, id, offers[0], resources.MustParse("cpus:0.01;mem:8"), &slacklinev1.CommandInfo{Value: "true", Shell: true})
+			}
+			if err := c.Launch(ctx, []string{offers[0].GetId()}, batch, nil); err != nil {
+				t.Errorf("launch: %v", err)
+			}
+		},
+		UpdateFunc: func(ctx context.Context, c *frameworkapi.Client, st *slacklinev1.TaskStatus) {
+			mu.Lock()
+			longest = max(longest, len(st.GetMessage()))
+			marked = marked || strings.HasSuffix(st.GetMessage(), coordinator.TruncatedMarker)
+			mu.Unlock()
+			tally.update(st)
+		},
+	})
+
+	message := strings.Repeat("x", messageBytes)
+	var before runtime.MemStats
+	heapAfterGC := func(ms *runtime.MemStats) {
+		runtime.GC()
+		runtime.ReadMemStats(ms)
+	}
+	for n := 0; n < tasks && commands.Receive(); {
+		run := commands.Msg().GetCommand().GetRunTask()
+		if run == nil {
+			continue
+		}
+		if n == 0 {
+			heapAfterGC(&before)
+		}
+		n++
+		if _, err := agents.UpdateStatus(ctx, connect.NewRequest(&slacklinev1.UpdateStatusRequest{
+			AgentId: agentID, SessionId: session, FrameworkId: run.GetFramework().GetId(),
+			Status: &slacklinev1.TaskStatus{TaskId: run.GetTask().GetTaskId(), State: slacklinev1.TaskState_TASK_STATE_RUNNING,
+				Uuid: fmt.Sprint("u", n), Message: message},
+		})); err != nil {
+			t.Fatalf("update %d: %v", n, err)
+		}
+	}
+	waitClosed(t, tally.running, time.Minute, func() string { return fmt.Sprintf("states %v", tally.states) })
+	var after runtime.MemStats
+	heapAfterGC(&after)
+	growth := int64(after.HeapAlloc) - int64(before.HeapAlloc)
+	t.Logf("heap grew %.1f MB for %d unacknowledged updates of %d KB messages", float64(growth)/(1<<20), tasks, messageBytes>>10)
+	mu.Lock()
+	defer mu.Unlock()
+	if longest > 4096 || !marked {
+		t.Errorf("longest message delivered %d bytes (marked %v), want at most 4096 ending with the marker", longest, marked)
+	}
+	// 3,000 updates kept whole would be 300 MB; cut, they are about 15.
+	if limit := int64(tasks) * 10 << 10; growth > limit {
+		t.Errorf("heap grew %d MB, want at most %d", growth>>20, limit>>20)
+	}
+}

@@ -1,0 +1,455 @@
+// Command idle measures what an idle framework subscription costs the
+// coordinator, side by side with the floor: what an idle streaming
+// connection costs a bare net/http handler. It starts each server in a
+// child process of its own (the same binary: "idle serve"), opens
+// --streams idle streams to it over HTTP/1.1 (one connection each, as the
+// issue measured), and reads the child's RSS and its Go heap and stacks
+// after a GC, before and after. It prints both costs per stream and their
+// ratio (the goal is at most 1.25), and the coordinator's cost per 1,000
+// completed tasks.
+//
+//	go run ./scripts/bench/idle --streams 300
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"net/http/pprof"
+	"os"
+	"os/exec"
+	"runtime"
+	"runtime/debug"
+	"strings"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/benchutil"
+	"github.com/slackline/slackline/internal/protocol"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+func main() {
+	var err error
+	if len(os.Args) > 1 && os.Args[1] == "serve" {
+		err = serve(os.Args[2:])
+	} else {
+		err = run()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "idle:", err)
+		os.Exit(1)
+	}
+}
+
+// memory is what a child reports about itself.
+type memory struct {
+	RSS   int64 // bytes, from /proc/self/status
+	Go    int64 // heap in use + stacks in use, after a GC
+	Stack int64 // stacks in use
+	Anon  int64 // anonymous RSS: RSS without file pages (the registry's mmap)
+	Tasks int   // completed tasks the coordinator keeps
+}
+
+func run() error {
+	streams := flag.Int("streams", 300, "idle streams to open to each server")
+	tasks := flag.Int("completed-tasks", 1000, "completed tasks to measure the coordinator's cost of")
+	flag.Parse()
+	bare, err := measure("bare", *streams, 0)
+	if err != nil {
+		return fmt.Errorf("bare handler: %w", err)
+	}
+	sub, err := measure("coordinator", *streams, *tasks)
+	if err != nil {
+		return fmt.Errorf("coordinator: %w", err)
+	}
+	fmt.Printf("idle stream over HTTP/1.1, %d each: bare net/http handler %.1f KB RSS (%.1f anonymous, %.1f Go heap+stacks, %.1f stacks); "+
+		"coordinator Subscribe %.1f KB RSS (%.1f anonymous, %.1f Go, %.1f stacks); ratio %.2f RSS, %.2f anonymous, %.2f Go; "+
+		"%d completed tasks %.0f KB (Go heap)\n",
+		*streams, kb(bare.stream.RSS), kb(bare.stream.Anon), kb(bare.stream.Go), kb(bare.stream.Stack),
+		kb(sub.stream.RSS), kb(sub.stream.Anon), kb(sub.stream.Go), kb(sub.stream.Stack),
+		ratio(sub.stream.RSS, bare.stream.RSS), ratio(sub.stream.Anon, bare.stream.Anon), ratio(sub.stream.Go, bare.stream.Go),
+		*tasks, kb(sub.tasks.Go))
+	return nil
+}
+
+func kb(b int64) float64 { return float64(b) / 1024 }
+
+func ratio(a, b int64) float64 { return float64(a) / float64(b) }
+
+// rssAnon returns this process's anonymous resident memory.
+func rssAnon() int64 {
+	raw, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(raw), "\n") {
+		if rest, ok := strings.CutPrefix(line, "RssAnon:"); ok {
+			var kB int64
+			fmt.Sscan(rest, &kB)
+			return kB << 10
+		}
+	}
+	return 0
+}
+
+type result struct {
+	stream memory // per stream
+	tasks  memory // for all completed tasks
+}
+
+// measure starts a child serving kind, opens streams idle streams and
+// returns the cost per stream; for the coordinator it then completes tasks
+// tasks and returns their cost too.
+func measure(kind string, streams, tasks int) (result, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return result{}, err
+	}
+	addr := benchutil.FreeAddr()
+	cmd := exec.Command(self, "serve", kind, addr)
+	cmd.Stderr = os.Stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return result{}, err
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	url := "http://" + addr
+	if err := waitServing(url); err != nil {
+		return result{}, err
+	}
+	// HTTP/1.1 only: each stream is a connection of its own.
+	transport := &http.Transport{MaxConnsPerHost: 0, MaxIdleConnsPerHost: streams, DisableCompression: true}
+	client := &http.Client{Transport: transport}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	open := func(n int) error {
+		for range n {
+			if err := openStream(ctx, client, url, kind); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	// Warm up (first-use allocations are not per stream), then measure.
+	if err := open(10); err != nil {
+		return result{}, err
+	}
+	before, err := report(url, client)
+	if err != nil {
+		return result{}, err
+	}
+	profile(client, url, kind+".before")
+	if err := open(streams); err != nil {
+		return result{}, err
+	}
+	after, err := report(url, client)
+	if err != nil {
+		return result{}, err
+	}
+	per := func(a, b int64) int64 { return (a - b) / int64(streams) }
+	res := result{stream: memory{RSS: per(after.RSS, before.RSS), Go: per(after.Go, before.Go),
+		Stack: per(after.Stack, before.Stack), Anon: per(after.Anon, before.Anon)}}
+	profile(client, url, kind+".after")
+	if tasks > 0 {
+		res.tasks, err = completeTasks(url, client, tasks)
+	}
+	return res, err
+}
+
+// profile saves the child's heap profile under $IDLE_PROFILE_DIR, if set.
+func profile(client *http.Client, url, name string) {
+	dir := os.Getenv("IDLE_PROFILE_DIR")
+	if dir == "" {
+		return
+	}
+	if g, err := client.Get(url + "/debug/pprof/goroutine?debug=1"); err == nil {
+		f, _ := os.Create(dir + "/" + name + ".goroutine")
+		io.Copy(f, g.Body)
+		f.Close()
+		g.Body.Close()
+	}
+	resp, err := client.Get(url + "/debug/pprof/heap?gc=1")
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	f, err := os.Create(dir + "/" + name + ".heap")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	io.Copy(f, resp.Body)
+}
+
+func waitServing(url string) error {
+	for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if resp, err := http.Get(url + "/memory"); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+	}
+	return fmt.Errorf("%s did not start serving", url)
+}
+
+func report(url string, client *http.Client) (memory, error) {
+	time.Sleep(3 * heartbeat) // every stream has sent heartbeats
+	resp, err := client.Get(url + "/memory")
+	if err != nil {
+		return memory{}, err
+	}
+	defer resp.Body.Close()
+	var m memory
+	return m, json.NewDecoder(resp.Body).Decode(&m)
+}
+
+// openStream opens one idle stream and returns once its first message
+// arrived; the stream stays open until ctx ends.
+func openStream(ctx context.Context, client *http.Client, url, kind string) error {
+	if kind == "bare" {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stream", nil)
+		resp, err := client.Do(req)
+		if err != nil {
+			return err
+		}
+		buf := make([]byte, 1)
+		if _, err := resp.Body.Read(buf); err != nil {
+			return err
+		}
+		go func() { io.Copy(io.Discard, resp.Body); resp.Body.Close() }()
+		return nil
+	}
+	scheduler := slacklinev1connect.NewSchedulerServiceClient(client, url)
+	stream, err := scheduler.Subscribe(ctx, connect.NewRequest(&slacklinev1.SubscribeRequest{
+		FrameworkInfo: &slacklinev1.FrameworkInfo{Name: "idle", FailoverTimeoutSeconds: 60}}))
+	if err != nil {
+		return err
+	}
+	if !stream.Receive() {
+		return fmt.Errorf("subscribe: %w", stream.Err())
+	}
+	// An idle framework wants no offers (they would go to it rather than
+	// to the framework whose tasks are measured).
+	subscribed := stream.Msg().GetEvent().GetSubscribed()
+	suppress := connect.NewRequest(&slacklinev1.SuppressRequest{FrameworkId: subscribed.GetFrameworkId()})
+	suppress.Header().Set(protocol.StreamIDHeader, subscribed.GetStreamId())
+	if _, err := scheduler.Suppress(ctx, suppress); err != nil {
+		return err
+	}
+	go func() {
+		for stream.Receive() {
+		}
+	}()
+	return nil
+}
+
+// completeTasks registers an agent, launches n tasks of a new framework on
+// it, finishes them and returns what the coordinator keeps for them.
+func completeTasks(url string, client *http.Client, n int) (memory, error) {
+	var before memory
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	agents := slacklinev1connect.NewAgentServiceClient(client, url)
+	reg, err := agents.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:1000;mem:1000000").Proto("", resources.Regular)},
+	}))
+	if err != nil {
+		return memory{}, err
+	}
+	agentID, session := reg.Msg.GetAgentId(), reg.Msg.GetSessionId()
+	commands, err := agents.Connect(ctx, connect.NewRequest(&slacklinev1.ConnectRequest{AgentId: agentID, SessionId: session}))
+	if err != nil {
+		return memory{}, err
+	}
+	scheduler := slacklinev1connect.NewSchedulerServiceClient(client, url)
+	events, err := scheduler.Subscribe(ctx, connect.NewRequest(&slacklinev1.SubscribeRequest{
+		FrameworkInfo: &slacklinev1.FrameworkInfo{Name: "tasks"}}))
+	if err != nil {
+		return memory{}, err
+	}
+	var frameworkID, streamID string
+	var offer *slacklinev1.Offer
+	updates := make(chan *slacklinev1.TaskStatus, n)
+	for offer == nil && events.Receive() {
+		ev := events.Msg().GetEvent()
+		if s := ev.GetSubscribed(); s != nil {
+			frameworkID, streamID = s.GetFrameworkId(), s.GetStreamId()
+		}
+		for _, o := range ev.GetOffers().GetOffers() {
+			if o.GetAgentId() == agentID {
+				offer = o
+			}
+		}
+	}
+	if offer == nil {
+		return memory{}, fmt.Errorf("no offer: %v", events.Err())
+	}
+	go func() {
+		for events.Receive() {
+			if st := events.Msg().GetEvent().GetUpdate().GetStatus(); st != nil {
+				updates <- st
+			}
+		}
+	}()
+	// What the coordinator holds for the agent and the framework so far
+	// is not the tasks' cost.
+	before, err = report(url, client)
+	if err != nil {
+		return memory{}, err
+	}
+	profile(client, url, "tasks.before")
+	var tasks []*slacklinev1.TaskInfo
+	for i := range n {
+		id := fmt.Sprintf("task-%06d", i)
+		tasks = append(tasks, &slacklinev1.TaskInfo{TaskId: id, Name: id, AgentId: agentID,
+			Resources: resources.MustParse("cpus:0.1;mem:32").Proto(offer.GetResources()[0].GetRole(), resources.Regular),
+			Command:   &slacklinev1.CommandInfo{Value: "echo " + strings.Repeat("x", 64), Shell: true},
+			Labels:    map[string]string{"job": "bench"}})
+	}
+	accept := connect.NewRequest(&slacklinev1.AcceptRequest{FrameworkId: frameworkID, OfferIds: []string{offer.GetId()},
+		Operations: []*slacklinev1.Operation{{Operation: &slacklinev1.Operation_Launch{Launch: &slacklinev1.LaunchOperation{TaskInfos: tasks}}}}})
+	accept.Header().Set(protocol.StreamIDHeader, streamID)
+	if _, err := scheduler.Accept(ctx, accept); err != nil {
+		return memory{}, err
+	}
+	// No more offers: resources freed by the tasks would be offered anew.
+	suppress := connect.NewRequest(&slacklinev1.SuppressRequest{FrameworkId: frameworkID})
+	suppress.Header().Set(protocol.StreamIDHeader, streamID)
+	if _, err := scheduler.Suppress(ctx, suppress); err != nil {
+		return memory{}, err
+	}
+	for i := 0; i < n && commands.Receive(); {
+		run := commands.Msg().GetCommand().GetRunTask()
+		if run == nil {
+			continue
+		}
+		i++
+		if _, err := agents.UpdateStatus(ctx, connect.NewRequest(&slacklinev1.UpdateStatusRequest{
+			AgentId: agentID, SessionId: session, FrameworkId: frameworkID,
+			Status: &slacklinev1.TaskStatus{TaskId: run.GetTask().GetTaskId(), State: slacklinev1.TaskState_TASK_STATE_FINISHED,
+				Uuid: fmt.Sprint("u", i), Message: "exited with code 0"}})); err != nil {
+			return memory{}, err
+		}
+	}
+	go func() { // the acknowledgements forwarded to the agent
+		for commands.Receive() {
+		}
+	}()
+	for range n {
+		st := <-updates
+		ack := connect.NewRequest(&slacklinev1.AcknowledgeRequest{FrameworkId: frameworkID, TaskId: st.GetTaskId(), Uuid: st.GetUuid()})
+		ack.Header().Set(protocol.StreamIDHeader, streamID)
+		if _, err := scheduler.Acknowledge(ctx, ack); err != nil {
+			return memory{}, err
+		}
+	}
+	after, err := report(url, client)
+	if err != nil {
+		return memory{}, err
+	}
+	profile(client, url, "tasks.after")
+	if after.Tasks != n {
+		return memory{}, fmt.Errorf("the coordinator keeps %d completed tasks, want %d", after.Tasks, n)
+	}
+	return memory{RSS: after.RSS - before.RSS, Go: after.Go - before.Go}, nil
+}
+
+// heartbeat is how often both servers send on an idle stream (the
+// coordinator's default is 15 s; shorter, so that the measurement sees
+// streams that have sent more than their first message).
+const heartbeat = time.Second
+
+// serve is the child: it serves kind on addr, and /memory.
+func serve(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("usage: idle serve bare|coordinator ADDR")
+	}
+	kind, addr := args[0], args[1]
+	if os.Getenv("IDLE_PROFILE_DIR") != "" {
+		runtime.MemProfileRate = 1
+	}
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	mux := http.NewServeMux()
+	var completed func() int
+	switch kind {
+	case "bare":
+		mux.HandleFunc("/stream", func(w http.ResponseWriter, r *http.Request) {
+			// A line now and one every heartbeat, as a subscription sends.
+			tick := time.NewTicker(heartbeat)
+			defer tick.Stop()
+			for {
+				w.Write([]byte{'\n'})
+				http.NewResponseController(w).Flush()
+				select {
+				case <-r.Context().Done():
+					return
+				case <-tick.C:
+				}
+			}
+		})
+	case "coordinator":
+		dir, err := os.MkdirTemp("", "idle-coordinator")
+		if err != nil {
+			return err
+		}
+		defer os.RemoveAll(dir)
+		c, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet, FrameworkHeartbeatInterval: heartbeat})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		go c.Run(context.Background())
+		mux.Handle("/", c.Handler())
+		operator := slacklinev1connect.NewOperatorServiceClient(http.DefaultClient, "http://"+addr)
+		completed = func() int {
+			resp, err := operator.GetTasks(context.Background(), connect.NewRequest(&slacklinev1.GetTasksRequest{}))
+			if err != nil {
+				return -1
+			}
+			n := 0
+			for _, t := range resp.Msg.GetTasks() {
+				if t.GetState() == slacklinev1.TaskState_TASK_STATE_FINISHED {
+					n++
+				}
+			}
+			return n
+		}
+	default:
+		return fmt.Errorf("unknown kind %q", kind)
+	}
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/memory", func(w http.ResponseWriter, r *http.Request) {
+		var m memory
+		if completed != nil {
+			m.Tasks = completed()
+		}
+		// Two collections empty the sync.Pools (a pool's victim cache
+		// survives one); FreeOSMemory returns freed pages, so RSS counts
+		// what is kept, not garbage not yet given back.
+		runtime.GC()
+		debug.FreeOSMemory()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		m.Go, m.Stack = int64(ms.HeapInuse+ms.StackInuse), int64(ms.StackInuse)
+		m.RSS, _ = benchutil.RSSBytes(os.Getpid())
+		m.Anon = rssAnon()
+		json.NewEncoder(w).Encode(m)
+	})
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	return server.Serve(context.Background(), server.Config{Listener: ln, Logger: quiet}, mux)
+}
