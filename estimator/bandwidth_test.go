@@ -20,7 +20,7 @@ func netHistory(end time.Time, n int, mbps ...float64) []estimator.Sample {
 
 // TestBandwidthSlack: revocable bandwidth is the capacity minus each
 // guaranteed member's need, the larger of its reserved floor and its peak
-// egress with the margin; every estimator built on slackOf computes it.
+// egress with the margin.
 func TestBandwidthSlack(t *testing.T) {
 	cfg := noHysteresis()
 	tests := []struct {
@@ -55,11 +55,10 @@ func TestBandwidthSlack(t *testing.T) {
 			containers: []estimator.Container{guaranteed("web", "cpus:1", netHistory(t0, 50, 300))},
 			want:       func(float64) float64 { return 0 }},
 	}
-	for _, name := range []string{"usage", "predictive", "fast"} {
+	// Every estimator built on slackOf does the same with its margin;
+	// these two use Config.Margin.
+	for _, name := range []string{"usage", "predictive"} {
 		margin := cfg.Margin
-		if name == "fast" {
-			margin = cfg.Fast.Margin // fast has a margin of its own
-		}
 		for _, tt := range tests {
 			t.Run(name+"/"+tt.name, func(t *testing.T) {
 				in := estimator.Input{Now: t0, Total: resources.MustParse(tt.total), Containers: tt.containers, Protected: tt.protected}
