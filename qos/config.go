@@ -12,6 +12,7 @@ type Config struct {
 	Interference InterferenceConfig
 	Memory       MemoryConfig
 	Load         LoadConfig
+	Network      NetworkConfig
 	// KillRetry is how long a controller waits for a container it asked to
 	// kill to disappear from the input before asking again. Default 10 s.
 	KillRetry time.Duration
@@ -105,6 +106,49 @@ type MemoryConfig struct {
 	PressureCooldown time.Duration
 }
 
+// NetworkConfig configures the network controller. Like the
+// interference controller's, each signal enters violation above its Enter
+// threshold and counts as calm only below its Exit threshold.
+type NetworkConfig struct {
+	// RTTFactor and RTTIncrease: a guaranteed or protected container's TCP
+	// round trips are delayed when their p99 exceeds both RTTFactor times
+	// its baseline and its baseline plus RTTIncrease; calm when below
+	// either threshold halfway to the baseline. The baseline is the least
+	// p50 seen over BaselineWindow: the round trip without queueing.
+	// Defaults 3, 1 ms and 30 s.
+	RTTFactor      float64
+	RTTIncrease    time.Duration
+	BaselineWindow time.Duration
+	// RetransmitFraction: a guaranteed or protected container whose
+	// retransmitted segments over an interval exceed this fraction of its
+	// packets sent (and at least MinRetransmits) suffers losses; 0 ignores
+	// retransmissions. Defaults 0.01 and 3.
+	RetransmitFraction float64
+	MinRetransmits     uint64
+	// SaturationEnter and SaturationExit: the link nears saturation when
+	// the managed interfaces' egress exceeds SaturationEnter of the node's
+	// capacity, and is calm below SaturationExit. Defaults 0.95 and 0.85.
+	SaturationEnter, SaturationExit float64
+	// MinRevocableMbps is the revocable egress (Mbit/s) below which there
+	// is no revocable traffic to blame. Default 1.
+	MinRevocableMbps float64
+	// DecreaseFactor multiplies the revocable pace at each decrease (0 < f
+	// < 1), at most every DecreaseInterval: a cut shows in the link's
+	// throughput within one sampling interval of the link (100 ms), so
+	// several steps fit in one monitor interval. Defaults 0.7 and 200 ms.
+	DecreaseFactor   float64
+	DecreaseInterval time.Duration
+	// IncreaseStepFraction of the capacity (of the estimate when the
+	// capacity is unknown) is added to the pace at each raise, once every
+	// signal has been calm for CalmPeriod, at most every
+	// IncreaseInterval. Defaults 0.05, 2 s and 500 ms.
+	IncreaseStepFraction         float64
+	CalmPeriod, IncreaseInterval time.Duration
+	// FloorFraction of the capacity (at least 1 Mbit/s) is the lowest
+	// pace: revocable tasks are slowed down, never cut off. Default 0.01.
+	FloorFraction float64
+}
+
 // LoadConfig configures the load controller (Mesos's LoadQoSController). A
 // threshold of 0 is not checked; at least one must be set.
 type LoadConfig struct {
@@ -146,6 +190,22 @@ func DefaultConfig() Config {
 			PressureFullEnter:    10,
 			KillCooldown:         time.Second,
 			PressureCooldown:     10 * time.Second,
+		},
+		Network: NetworkConfig{
+			RTTFactor:            3,
+			RTTIncrease:          time.Millisecond,
+			BaselineWindow:       30 * time.Second,
+			RetransmitFraction:   0.01,
+			MinRetransmits:       3,
+			SaturationEnter:      0.95,
+			SaturationExit:       0.85,
+			MinRevocableMbps:     1,
+			DecreaseFactor:       0.7,
+			DecreaseInterval:     200 * time.Millisecond,
+			IncreaseStepFraction: 0.05,
+			CalmPeriod:           2 * time.Second,
+			IncreaseInterval:     500 * time.Millisecond,
+			FloorFraction:        0.01,
 		},
 		KillRetry: 10 * time.Second,
 	}
@@ -220,6 +280,32 @@ func (c Config) Validate() error {
 	percent("memory pressure some enter", m.PressureSomeEnter)
 	positive("memory kill cooldown", m.KillCooldown)
 	positive("memory pressure cooldown", m.PressureCooldown)
+
+	n := c.Network
+	if !(n.RTTFactor >= 1) {
+		bad("network rtt factor must be at least 1, got %v", n.RTTFactor)
+	}
+	if n.RTTIncrease < 0 {
+		bad("network rtt increase must not be negative, got %v", n.RTTIncrease)
+	}
+	positive("network baseline window", n.BaselineWindow)
+	fraction("network retransmit fraction", n.RetransmitFraction)
+	if !(n.SaturationExit > 0 && n.SaturationExit <= n.SaturationEnter && n.SaturationEnter <= 1) {
+		bad("network saturation thresholds must satisfy 0 < exit (%v) <= enter (%v) <= 1", n.SaturationExit, n.SaturationEnter)
+	}
+	if n.MinRevocableMbps < 0 {
+		bad("network min revocable egress must not be negative, got %v", n.MinRevocableMbps)
+	}
+	if !(n.DecreaseFactor > 0 && n.DecreaseFactor < 1) {
+		bad("network decrease factor must be in (0, 1), got %v", n.DecreaseFactor)
+	}
+	positive("network decrease interval", n.DecreaseInterval)
+	if !(n.IncreaseStepFraction > 0 && n.IncreaseStepFraction < 1) {
+		bad("network increase step fraction must be in (0, 1), got %v", n.IncreaseStepFraction)
+	}
+	positive("network calm period", n.CalmPeriod)
+	positive("network increase interval", n.IncreaseInterval)
+	fraction("network floor fraction", n.FloorFraction)
 
 	if c.Load.Threshold5Min < 0 || c.Load.Threshold15Min < 0 {
 		bad("load thresholds must not be negative (5min %v, 15min %v)", c.Load.Threshold5Min, c.Load.Threshold15Min)

@@ -26,6 +26,13 @@
 //     evaluation: single wakeups of guaranteed work that waited longer than
 //     the kernel-side threshold, with the revocable container that was
 //     running meanwhile;
+//   - network, per container: bandwidth allocated, egress over the
+//     interval (Mbit/s and packets), TCP round-trip p50/p99 and
+//     retransmitted segments (eBPF sock_ops and tcp_retransmit_skb); per
+//     node: the egress capacity (the bandwidth resource) and the managed
+//     interfaces' egress and ingress over the last 100 ms; the revocable
+//     bandwidth estimate and the bandwidth limit applied
+//     (RevocableBandwidth, RevocableBandwidthLimit);
 //   - the CPU limit currently applied to the revocable subtree
 //     (RevocableLimit). Controllers take it as the truth, so a correction
 //     that failed, or a stricter one from another controller, is seen at the
@@ -39,9 +46,12 @@
 //
 // # Corrections
 //
-// A Correction is Throttle (lower a CPU limit), Unthrottle (raise it, or
-// remove it with CPULimit 0) or Kill, aimed at one revocable container or,
-// with an empty ContainerID, at the whole revocable subtree. Its Reason
+// A Correction is Throttle (lower a limit), Unthrottle (raise it, or
+// remove it with a limit of 0) or Kill; a limit is of CPU (CPULimit,
+// cores) or, with Resource Bandwidth, of the pace of all revocable egress
+// (BandwidthLimit, Mbit/s; the subtree only). A correction is aimed at one
+// revocable container or, with an empty ContainerID, at the whole
+// revocable subtree. Its Reason
 // names the signal ("web-1 run-queue p99 4.2 ms > 1 ms") and becomes the
 // killed task's status message; Signal is when that signal was observed,
 // so that the agent can measure its reaction time.
@@ -59,6 +69,10 @@
 //     reported back as Input.RevocableLimit;
 //   - Throttle/Unthrottle of one container: the same on its own cgroup (no
 //     built-in controller issues these yet; Merge handles them);
+//   - Throttle/Unthrottle of Bandwidth: the revocable egress pace on the
+//     managed interfaces (agent/network), min(estimate, BandwidthLimit);
+//     Unthrottle with 0 goes back to the estimate. The applied limit is
+//     reported back as Input.RevocableBandwidthLimit;
 //   - Kill: cgroup.kill of the container, then TASK_STATE_KILLED with
 //     REASON_CONTAINER_PREEMPTED and the Reason as message. A controller
 //     does not ask again for a container while it stays listed, until
@@ -140,6 +154,27 @@
 //     of the threshold events in the window, then the newest, then the lowest
 //     id: never random.
 //
+// "network" (Network) protects guaranteed traffic from revocable egress
+// with AIMD on the revocable pace (agent/network paces it with HTB):
+//
+//   - Violation, only while revocable containers send: a guaranteed or
+//     protected container's TCP round-trip p99 exceeds both RTTFactor ×
+//     its baseline and baseline + RTTIncrease (the baseline is its least
+//     p50 over one to two BaselineWindows: the round trip without a
+//     queue), or it retransmits more than RetransmitFraction of its packets,
+//     or the managed interfaces' egress reaches SaturationEnter of the
+//     capacity (the queue is about to form, at the NIC or at the next
+//     hop). Only evidence observed after the last change counts.
+//   - Decrease: pace = max(floor, DecreaseFactor × min(applied limit or
+//     estimate, revocable egress)), at most every DecreaseInterval: the link
+//     sample after a cut shows it, so several steps fit in one monitor
+//     interval.
+//   - Calm (round trips below halfway to their Enter threshold, losses
+//     below half their threshold, egress below SaturationExit) for
+//     CalmPeriod: the pace rises by IncreaseStepFraction of the capacity
+//     every IncreaseInterval, and the limit goes at the estimate. In
+//     between, it holds; it never kills.
+//
 // "memory" (Memory): memory cannot be throttled without pushing its holder
 // into reclaim, so when MemAvailable falls below max(MinAvailableBytes,
 // MinAvailableFraction × MemTotal), or a guaranteed or protected
@@ -165,6 +200,11 @@
 //	              Floor max(0.1 cores, 2% of CPUs), KillAfter 5 s, KillCooldown 2 s
 //	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,
 //	              PressureSomeEnter off, KillCooldown 1 s, PressureCooldown 10 s
+//	network       RTTFactor 3, RTTIncrease 1 ms, BaselineWindow 30 s
+//	              RetransmitFraction 1% (at least 3), SaturationEnter/Exit 95 / 85 %
+//	              DecreaseFactor 0.7, DecreaseInterval 200 ms, MinRevocable 1 Mbit/s
+//	              IncreaseStep 5% of capacity, CalmPeriod 2 s, IncreaseInterval 500 ms
+//	              Floor 1% of capacity (at least 1 Mbit/s)
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

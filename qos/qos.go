@@ -50,6 +50,19 @@ type Container struct {
 	// last interval to the revocable containers that held the CPU meanwhile
 	// (eBPF who-delayed-whom): culprit container id -> total delay.
 	DelayedBy map[string]time.Duration
+	// BandwidthAllocated is the container's bandwidth (Mbit/s): a
+	// guaranteed container's reserved floor, a revocable one's pace.
+	BandwidthAllocated float64
+	// NetTx is the container's egress over the last sampling interval
+	// (Mbit/s, eBPF), NetTxPackets the packets it sent meanwhile.
+	NetTx        float64
+	NetTxPackets uint64
+	// TCPRTTP50 and TCPRTTP99 are percentiles of the round-trip times of
+	// the container's TCP connections over the last sampling interval
+	// (eBPF sock_ops), zero without samples. TCPRetransmits counts the
+	// segments it retransmitted meanwhile.
+	TCPRTTP50, TCPRTTP99 time.Duration
+	TCPRetransmits       uint64
 }
 
 // guarded reports whether the container is work the controllers protect.
@@ -78,6 +91,14 @@ type Node struct {
 	// CPUPressureSome10, MemPressureSome10 and MemPressureFull10 are the
 	// node's /proc/pressure avg10 values, in percent.
 	CPUPressureSome10, MemPressureSome10, MemPressureFull10 float64
+	// LinkCapacity is the node's egress bandwidth (its bandwidth resource)
+	// in Mbit/s; 0 when unknown.
+	LinkCapacity float64
+	// LinkTx and LinkRx are the managed interfaces' egress and ingress
+	// (Mbit/s) over their last sampling interval, which ended at
+	// LinkSampledAt (zero: not measured).
+	LinkTx, LinkRx float64
+	LinkSampledAt  time.Time
 }
 
 // Event is a threshold event from the eBPF ring buffer: one wakeup of a
@@ -108,6 +129,12 @@ type Input struct {
 	// the applied limit, so a correction the agent failed to apply, or a limit
 	// set by another controller of the set, is seen at the next evaluation.
 	RevocableLimit float64
+	// RevocableBandwidth is the revocable bandwidth estimate (Mbit/s): the
+	// pace of all revocable egress when no controller lowers it; 0 unknown.
+	RevocableBandwidth float64
+	// RevocableBandwidthLimit is the limit (Mbit/s) a controller applied to
+	// the revocable egress pace, 0 for none; the truth, like RevocableLimit.
+	RevocableBandwidthLimit float64
 }
 
 // Kind is what a correction does. Its values match slackline.v1.CorrectionKind.
@@ -139,17 +166,43 @@ func (k Kind) String() string {
 	return fmt.Sprintf("kind(%d)", int(k))
 }
 
+// Resource is what a Throttle or Unthrottle limits.
+type Resource int
+
+// The resources a correction limits.
+const (
+	// CPU limits CPU (Correction.CPULimit, cores); the zero value.
+	CPU Resource = iota
+	// Bandwidth limits the pace of revocable egress
+	// (Correction.BandwidthLimit, Mbit/s).
+	Bandwidth
+)
+
+// String returns the resource's name as in the API: "cpus", "bandwidth".
+func (r Resource) String() string {
+	if r == Bandwidth {
+		return "bandwidth"
+	}
+	return "cpus"
+}
+
 // Correction is one action a controller asks the agent to carry out.
 type Correction struct {
 	Kind Kind
+	// Resource is what a Throttle or Unthrottle limits (CPU unless set).
+	Resource Resource
 	// ContainerID is the target container; "" for the whole revocable subtree
 	// (Throttle and Unthrottle only).
 	ContainerID string
 	// TaskID is the target container's task, for status updates and records.
 	TaskID string
-	// CPULimit is the new limit in cores for Throttle and Unthrottle;
-	// Unthrottle with 0 removes the limit.
+	// CPULimit is the new limit in cores for Throttle and Unthrottle of
+	// CPU; Unthrottle with 0 removes the limit.
 	CPULimit float64
+	// BandwidthLimit is the new pace in Mbit/s of the revocable egress
+	// (ContainerID "") for Throttle and Unthrottle of Bandwidth;
+	// Unthrottle with 0 removes the limit (back to the estimate).
+	BandwidthLimit float64
 	// Reason names the signal in words a framework author understands, e.g.
 	// "web-1 run-queue p99 4.2 ms > 1 ms". It becomes the killed task's
 	// status message.
@@ -170,7 +223,13 @@ func (c Correction) String() string {
 	switch c.Kind {
 	case Throttle, Unthrottle:
 		limit := "unlimited"
-		if c.CPULimit > 0 {
+		switch {
+		case c.Resource == Bandwidth:
+			target += " egress"
+			if c.BandwidthLimit > 0 {
+				limit = fmt.Sprintf("%.0f Mbit/s", c.BandwidthLimit)
+			}
+		case c.CPULimit > 0:
 			limit = fmt.Sprintf("%.2f cores", c.CPULimit)
 		}
 		return fmt.Sprintf("%s %s to %s [%s: %s]", c.Kind, target, limit, c.Controller, c.Reason)
@@ -208,6 +267,7 @@ var Registry = map[string]Factory{
 	"load":         func(cfg Config) (Controller, error) { return NewLoad(cfg.Load, cfg.KillRetry) },
 	"interference": func(cfg Config) (Controller, error) { return NewInterference(cfg.Interference, cfg.KillRetry), nil },
 	"memory":       func(cfg Config) (Controller, error) { return NewMemory(cfg.Memory, cfg.KillRetry), nil },
+	"network":      func(cfg Config) (Controller, error) { return NewNetwork(cfg.Network), nil },
 }
 
 // DefaultControllers is the default --qos-controller value.

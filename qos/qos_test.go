@@ -73,7 +73,7 @@ func TestNewSet(t *testing.T) {
 		{names: qos.DefaultControllers},
 		{names: " interference , memory ,noop"},
 		{names: "", wantErr: "no qos controller named"},
-		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among interference, load, memory, noop`},
+		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among interference, load, memory, network, noop`},
 		{names: "memory,memory", wantErr: `"memory" named twice`},
 	}
 	for _, tt := range tests {
@@ -141,6 +141,16 @@ func TestMerge(t *testing.T) {
 			name: "a kill supersedes throttles of the same container, not of the subtree",
 			in:   []qos.Correction{throttle("batch-1", 1, "a"), kill("batch-1", "b"), throttle("", 1, "a"), throttle("batch-2", 1, "a")},
 			want: []qos.Correction{throttle("", 1, "a"), throttle("batch-2", 1, "a"), kill("batch-1", "b")},
+		},
+		{
+			name: "CPU and bandwidth limits of the subtree are merged apart, CPU first",
+			in: []qos.Correction{
+				{Kind: qos.Throttle, Resource: qos.Bandwidth, BandwidthLimit: 300, Controller: "network"},
+				throttle("", 2, "a"),
+				{Kind: qos.Throttle, Resource: qos.Bandwidth, BandwidthLimit: 200, Controller: "other"},
+				{Kind: qos.Unthrottle, Resource: qos.Bandwidth, BandwidthLimit: 0, Controller: "network"},
+			},
+			want: []qos.Correction{throttle("", 2, "a"), {Kind: qos.Throttle, Resource: qos.Bandwidth, BandwidthLimit: 200, Controller: "other"}},
 		},
 		{
 			name: "one kill per container, the first controller's",

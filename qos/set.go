@@ -18,9 +18,10 @@ var ErrUnknownController = errors.New("unknown qos controller")
 //   - a container is killed at most once per evaluation (the first
 //     controller's reason is kept), and a kill supersedes any throttle of
 //     the same container;
-//   - of several limits for the same target (the subtree or a container),
-//     the strictest wins: any Throttle over an Unthrottle, the lower limit
-//     between two of a kind, and an Unthrottle to 0 (no limit) last;
+//   - of several limits of the same resource for the same target (the
+//     subtree or a container), the strictest wins: any Throttle over an
+//     Unthrottle, the lower limit between two of a kind, and an Unthrottle
+//     to 0 (no limit) last;
 //   - the result lists the subtree correction first, then per-container
 //     limits by container id, then kills in the order asked for, so the agent
 //     can apply cheap throttles before kills.
@@ -70,9 +71,13 @@ func Merge(corrections []Correction) []Correction {
 	if len(corrections) <= 1 {
 		return corrections
 	}
+	type target struct {
+		resource  Resource
+		container string // "" = the subtree
+	}
 	killed := make(map[string]bool)
 	var kills []Correction
-	limits := make(map[string]Correction) // target ("" = subtree) -> strictest limit
+	limits := make(map[target]Correction) // -> strictest limit
 	for _, c := range corrections {
 		switch c.Kind {
 		case Kill:
@@ -81,35 +86,52 @@ func Merge(corrections []Correction) []Correction {
 				kills = append(kills, c)
 			}
 		case Throttle, Unthrottle:
-			if prev, ok := limits[c.ContainerID]; !ok || stricter(c, prev) {
-				limits[c.ContainerID] = c
+			at := target{c.Resource, c.ContainerID}
+			if prev, ok := limits[at]; !ok || stricter(c, prev) {
+				limits[at] = c
 			}
 		}
 	}
 	out := make([]Correction, 0, len(limits)+len(kills))
-	targets := make([]string, 0, len(limits))
-	for target := range limits {
-		if target == "" || !killed[target] {
-			targets = append(targets, target)
+	targets := make([]target, 0, len(limits))
+	for at := range limits {
+		if at.container == "" || !killed[at.container] {
+			targets = append(targets, at)
 		}
 	}
-	slices.Sort(targets) // "" (the subtree) sorts first
-	for _, target := range targets {
-		out = append(out, limits[target])
+	// The subtree ("") sorts first, then containers; CPU before bandwidth.
+	slices.SortFunc(targets, func(a, b target) int {
+		if c := strings.Compare(a.container, b.container); c != 0 {
+			return c
+		}
+		return int(a.resource - b.resource)
+	})
+	for _, at := range targets {
+		out = append(out, limits[at])
 	}
 	return append(out, kills...)
 }
 
-// stricter reports whether limit a restricts more than limit b.
+// stricter reports whether limit a restricts more than limit b (of the
+// same resource).
 func stricter(a, b Correction) bool {
 	if a.Kind != b.Kind {
 		return a.Kind == Throttle
 	}
+	la, lb := a.limit(), b.limit()
 	switch {
-	case a.CPULimit <= 0:
+	case la <= 0:
 		return false // no limit is never stricter
-	case b.CPULimit <= 0:
+	case lb <= 0:
 		return true
 	}
-	return a.CPULimit < b.CPULimit
+	return la < lb
+}
+
+// limit is the correction's limit in its resource's unit.
+func (c Correction) limit() float64 {
+	if c.Resource == Bandwidth {
+		return c.BandwidthLimit
+	}
+	return c.CPULimit
 }
