@@ -381,9 +381,16 @@ type ResourceStatistics struct {
 	// mem_available_bytes is the node's MemAvailable (node statistics only).
 	MemAvailableBytes uint64 `protobuf:"varint,26,opt,name=mem_available_bytes,json=memAvailableBytes,proto3" json:"mem_available_bytes,omitempty"`
 	// load_avg_1, _5 and _15 are the node's load averages (node statistics only).
-	LoadAvg_1     float64 `protobuf:"fixed64,27,opt,name=load_avg_1,json=loadAvg1,proto3" json:"load_avg_1,omitempty"`
-	LoadAvg_5     float64 `protobuf:"fixed64,28,opt,name=load_avg_5,json=loadAvg5,proto3" json:"load_avg_5,omitempty"`
-	LoadAvg_15    float64 `protobuf:"fixed64,29,opt,name=load_avg_15,json=loadAvg15,proto3" json:"load_avg_15,omitempty"`
+	LoadAvg_1  float64 `protobuf:"fixed64,27,opt,name=load_avg_1,json=loadAvg1,proto3" json:"load_avg_1,omitempty"`
+	LoadAvg_5  float64 `protobuf:"fixed64,28,opt,name=load_avg_5,json=loadAvg5,proto3" json:"load_avg_5,omitempty"`
+	LoadAvg_15 float64 `protobuf:"fixed64,29,opt,name=load_avg_15,json=loadAvg15,proto3" json:"load_avg_15,omitempty"`
+	// net_tx_mbps and net_rx_mbps are egress and ingress over the last
+	// sampling interval in Mbit/s: the container's sockets (eBPF, IP layer),
+	// or for the node the managed interfaces (link layer).
+	NetTxMbps float64 `protobuf:"fixed64,40,opt,name=net_tx_mbps,json=netTxMbps,proto3" json:"net_tx_mbps,omitempty"`
+	NetRxMbps float64 `protobuf:"fixed64,41,opt,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
+	// tcp is what eBPF saw of the container's TCP connections.
+	Tcp           *TcpStatistics `protobuf:"bytes,42,opt,name=tcp,proto3" json:"tcp,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -621,6 +628,110 @@ func (x *ResourceStatistics) GetLoadAvg_15() float64 {
 	return 0
 }
 
+func (x *ResourceStatistics) GetNetTxMbps() float64 {
+	if x != nil {
+		return x.NetTxMbps
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetNetRxMbps() float64 {
+	if x != nil {
+		return x.NetRxMbps
+	}
+	return 0
+}
+
+func (x *ResourceStatistics) GetTcp() *TcpStatistics {
+	if x != nil {
+		return x.Tcp
+	}
+	return nil
+}
+
+// TcpStatistics are a container's TCP round trips (sock_ops, on each
+// acknowledgement that measures one) and retransmissions.
+type TcpStatistics struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// rtt_buckets_log2_us is a log2 histogram: bucket i counts round trips
+	// in [2^i, 2^(i+1)) microseconds. Cumulative.
+	RttBucketsLog2Us []uint64 `protobuf:"varint,1,rep,packed,name=rtt_buckets_log2_us,json=rttBucketsLog2Us,proto3" json:"rtt_buckets_log2_us,omitempty"`
+	// rtt_samples counts round-trip samples, cumulative.
+	RttSamples uint64 `protobuf:"varint,2,opt,name=rtt_samples,json=rttSamples,proto3" json:"rtt_samples,omitempty"`
+	// rtt_p50_seconds and rtt_p99_seconds are over the last sampling interval.
+	RttP50Seconds float64 `protobuf:"fixed64,3,opt,name=rtt_p50_seconds,json=rttP50Seconds,proto3" json:"rtt_p50_seconds,omitempty"`
+	RttP99Seconds float64 `protobuf:"fixed64,4,opt,name=rtt_p99_seconds,json=rttP99Seconds,proto3" json:"rtt_p99_seconds,omitempty"`
+	// retransmits counts retransmitted segments, cumulative.
+	Retransmits   uint64 `protobuf:"varint,5,opt,name=retransmits,proto3" json:"retransmits,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *TcpStatistics) Reset() {
+	*x = TcpStatistics{}
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *TcpStatistics) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*TcpStatistics) ProtoMessage() {}
+
+func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use TcpStatistics.ProtoReflect.Descriptor instead.
+func (*TcpStatistics) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *TcpStatistics) GetRttBucketsLog2Us() []uint64 {
+	if x != nil {
+		return x.RttBucketsLog2Us
+	}
+	return nil
+}
+
+func (x *TcpStatistics) GetRttSamples() uint64 {
+	if x != nil {
+		return x.RttSamples
+	}
+	return 0
+}
+
+func (x *TcpStatistics) GetRttP50Seconds() float64 {
+	if x != nil {
+		return x.RttP50Seconds
+	}
+	return 0
+}
+
+func (x *TcpStatistics) GetRttP99Seconds() float64 {
+	if x != nil {
+		return x.RttP99Seconds
+	}
+	return 0
+}
+
+func (x *TcpStatistics) GetRetransmits() uint64 {
+	if x != nil {
+		return x.Retransmits
+	}
+	return 0
+}
+
 // RunQueueLatency is a log2 histogram of wakeup-to-run latency: bucket i
 // counts latencies in [2^i, 2^(i+1)) nanoseconds. Counts are cumulative.
 type RunQueueLatency struct {
@@ -636,7 +747,7 @@ type RunQueueLatency struct {
 
 func (x *RunQueueLatency) Reset() {
 	*x = RunQueueLatency{}
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -648,7 +759,7 @@ func (x *RunQueueLatency) String() string {
 func (*RunQueueLatency) ProtoMessage() {}
 
 func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -661,7 +772,7 @@ func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueueLatency.ProtoReflect.Descriptor instead.
 func (*RunQueueLatency) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *RunQueueLatency) GetBucketsLog2Ns() []uint64 {
@@ -709,7 +820,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -721,7 +832,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -734,7 +845,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *Pressure) GetSomeAvg10() float64 {
@@ -804,7 +915,7 @@ type ContainerUsage struct {
 
 func (x *ContainerUsage) Reset() {
 	*x = ContainerUsage{}
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -816,7 +927,7 @@ func (x *ContainerUsage) String() string {
 func (*ContainerUsage) ProtoMessage() {}
 
 func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -829,7 +940,7 @@ func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
 func (*ContainerUsage) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *ContainerUsage) GetTaskId() string {
@@ -855,7 +966,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -867,7 +978,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -880,7 +991,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 // GetUsageResponse lists usage.
@@ -888,14 +999,17 @@ type GetUsageResponse struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
 	Usage []*ContainerUsage      `protobuf:"bytes,1,rep,name=usage,proto3" json:"usage,omitempty"`
 	// node is node-wide usage (procfs and PSI).
-	Node          *ResourceStatistics `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Node *ResourceStatistics `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	// network is the state of network QoS; absent when the agent runs
+	// without it.
+	Network       *NetworkStatus `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -907,7 +1021,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -920,7 +1034,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetUsageResponse) GetUsage() []*ContainerUsage {
@@ -937,6 +1051,96 @@ func (x *GetUsageResponse) GetNode() *ResourceStatistics {
 	return nil
 }
 
+func (x *GetUsageResponse) GetNetwork() *NetworkStatus {
+	if x != nil {
+		return x.Network
+	}
+	return nil
+}
+
+// NetworkStatus is the state of the agent's network QoS.
+type NetworkStatus struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// interfaces are the managed interfaces.
+	Interfaces []string `protobuf:"bytes,1,rep,name=interfaces,proto3" json:"interfaces,omitempty"`
+	// capacity_mbps is the node's egress bandwidth (its bandwidth resource).
+	CapacityMbps float64 `protobuf:"fixed64,2,opt,name=capacity_mbps,json=capacityMbps,proto3" json:"capacity_mbps,omitempty"`
+	// revocable_estimate_mbps is the revocable bandwidth estimate.
+	RevocableEstimateMbps float64 `protobuf:"fixed64,3,opt,name=revocable_estimate_mbps,json=revocableEstimateMbps,proto3" json:"revocable_estimate_mbps,omitempty"`
+	// qos_limit_mbps is the QoS controller's limit, 0 for none.
+	QosLimitMbps float64 `protobuf:"fixed64,4,opt,name=qos_limit_mbps,json=qosLimitMbps,proto3" json:"qos_limit_mbps,omitempty"`
+	// revocable_pace_mbps is what all revocable egress is paced to, 0 for
+	// unpaced.
+	RevocablePaceMbps float64 `protobuf:"fixed64,5,opt,name=revocable_pace_mbps,json=revocablePaceMbps,proto3" json:"revocable_pace_mbps,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
+}
+
+func (x *NetworkStatus) Reset() {
+	*x = NetworkStatus{}
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *NetworkStatus) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*NetworkStatus) ProtoMessage() {}
+
+func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use NetworkStatus.ProtoReflect.Descriptor instead.
+func (*NetworkStatus) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+}
+
+func (x *NetworkStatus) GetInterfaces() []string {
+	if x != nil {
+		return x.Interfaces
+	}
+	return nil
+}
+
+func (x *NetworkStatus) GetCapacityMbps() float64 {
+	if x != nil {
+		return x.CapacityMbps
+	}
+	return 0
+}
+
+func (x *NetworkStatus) GetRevocableEstimateMbps() float64 {
+	if x != nil {
+		return x.RevocableEstimateMbps
+	}
+	return 0
+}
+
+func (x *NetworkStatus) GetQosLimitMbps() float64 {
+	if x != nil {
+		return x.QosLimitMbps
+	}
+	return 0
+}
+
+func (x *NetworkStatus) GetRevocablePaceMbps() float64 {
+	if x != nil {
+		return x.RevocablePaceMbps
+	}
+	return 0
+}
+
 // GetEstimateRequest is empty.
 type GetEstimateRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -946,7 +1150,7 @@ type GetEstimateRequest struct {
 
 func (x *GetEstimateRequest) Reset() {
 	*x = GetEstimateRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -958,7 +1162,7 @@ func (x *GetEstimateRequest) String() string {
 func (*GetEstimateRequest) ProtoMessage() {}
 
 func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -971,7 +1175,7 @@ func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateRequest.ProtoReflect.Descriptor instead.
 func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 // GetEstimateResponse is the latest estimate.
@@ -986,7 +1190,7 @@ type GetEstimateResponse struct {
 
 func (x *GetEstimateResponse) Reset() {
 	*x = GetEstimateResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -998,7 +1202,7 @@ func (x *GetEstimateResponse) String() string {
 func (*GetEstimateResponse) ProtoMessage() {}
 
 func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1011,7 +1215,7 @@ func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateResponse.ProtoReflect.Descriptor instead.
 func (*GetEstimateResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *GetEstimateResponse) GetRevocable() []*Resource {
@@ -1044,7 +1248,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1056,7 +1260,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1069,7 +1273,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1086,13 +1290,19 @@ type Correction struct {
 	Reason   string  `protobuf:"bytes,7,opt,name=reason,proto3" json:"reason,omitempty"`
 	// reaction_seconds is from the signal being observed to the cgroup being written.
 	ReactionSeconds float64 `protobuf:"fixed64,8,opt,name=reaction_seconds,json=reactionSeconds,proto3" json:"reaction_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// resource is what a THROTTLE or UNTHROTTLE limits: "cpus" (cpu_limit),
+	// or "bandwidth" (bandwidth_limit_mbps: the pace of all revocable egress).
+	Resource string `protobuf:"bytes,20,opt,name=resource,proto3" json:"resource,omitempty"`
+	// bandwidth_limit_mbps is the pace a bandwidth THROTTLE or UNTHROTTLE
+	// set; an UNTHROTTLE to 0 goes back to the revocable bandwidth estimate.
+	BandwidthLimitMbps float64 `protobuf:"fixed64,21,opt,name=bandwidth_limit_mbps,json=bandwidthLimitMbps,proto3" json:"bandwidth_limit_mbps,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1314,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1327,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1176,6 +1386,20 @@ func (x *Correction) GetReactionSeconds() float64 {
 	return 0
 }
 
+func (x *Correction) GetResource() string {
+	if x != nil {
+		return x.Resource
+	}
+	return ""
+}
+
+func (x *Correction) GetBandwidthLimitMbps() float64 {
+	if x != nil {
+		return x.BandwidthLimitMbps
+	}
+	return 0
+}
+
 // GetCorrectionsResponse lists corrections, newest last.
 type GetCorrectionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1186,7 +1410,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1198,7 +1422,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1211,7 +1435,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1230,7 +1454,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1242,7 +1466,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1255,7 +1479,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 // Feature is one probe's result.
@@ -1270,7 +1494,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1282,7 +1506,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1295,7 +1519,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Feature) GetName() string {
@@ -1329,7 +1553,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1341,7 +1565,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1354,7 +1578,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -1381,7 +1605,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1393,7 +1617,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1406,7 +1630,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -1458,7 +1682,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1470,7 +1694,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1483,7 +1707,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -1531,7 +1755,8 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\xf5\t\n" +
+	"containers\"\xe4\n" +
+	"\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -1570,7 +1795,17 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"load_avg_1\x18\x1b \x01(\x01R\bloadAvg1\x12\x1c\n" +
 	"\n" +
 	"load_avg_5\x18\x1c \x01(\x01R\bloadAvg5\x12\x1e\n" +
-	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\"\x95\x01\n" +
+	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\x12\x1e\n" +
+	"\vnet_tx_mbps\x18( \x01(\x01R\tnetTxMbps\x12\x1e\n" +
+	"\vnet_rx_mbps\x18) \x01(\x01R\tnetRxMbps\x12-\n" +
+	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\"\xd1\x01\n" +
+	"\rTcpStatistics\x12-\n" +
+	"\x13rtt_buckets_log2_us\x18\x01 \x03(\x04R\x10rttBucketsLog2Us\x12\x1f\n" +
+	"\vrtt_samples\x18\x02 \x01(\x04R\n" +
+	"rttSamples\x12&\n" +
+	"\x0frtt_p50_seconds\x18\x03 \x01(\x01R\rrttP50Seconds\x12&\n" +
+	"\x0frtt_p99_seconds\x18\x04 \x01(\x01R\rrttP99Seconds\x12 \n" +
+	"\vretransmits\x18\x05 \x01(\x04R\vretransmits\"\x95\x01\n" +
 	"\x0fRunQueueLatency\x12&\n" +
 	"\x0fbuckets_log2_ns\x18\x01 \x03(\x04R\rbucketsLog2Ns\x12\x18\n" +
 	"\awakeups\x18\x02 \x01(\x04R\awakeups\x12\x1f\n" +
@@ -1598,16 +1833,26 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"statistics\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\n" +
 	"statistics\"\x11\n" +
-	"\x0fGetUsageRequest\"|\n" +
+	"\x0fGetUsageRequest\"\xb3\x01\n" +
 	"\x10GetUsageResponse\x122\n" +
 	"\x05usage\x18\x01 \x03(\v2\x1c.slackline.v1.ContainerUsageR\x05usage\x124\n" +
-	"\x04node\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\x04node\"\x14\n" +
+	"\x04node\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\x04node\x125\n" +
+	"\anetwork\x18\n" +
+	" \x01(\v2\x1b.slackline.v1.NetworkStatusR\anetwork\"\xe2\x01\n" +
+	"\rNetworkStatus\x12\x1e\n" +
+	"\n" +
+	"interfaces\x18\x01 \x03(\tR\n" +
+	"interfaces\x12#\n" +
+	"\rcapacity_mbps\x18\x02 \x01(\x01R\fcapacityMbps\x126\n" +
+	"\x17revocable_estimate_mbps\x18\x03 \x01(\x01R\x15revocableEstimateMbps\x12$\n" +
+	"\x0eqos_limit_mbps\x18\x04 \x01(\x01R\fqosLimitMbps\x12.\n" +
+	"\x13revocable_pace_mbps\x18\x05 \x01(\x01R\x11revocablePaceMbps\"\x14\n" +
 	"\x12GetEstimateRequest\"\xa3\x01\n" +
 	"\x13GetEstimateResponse\x124\n" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
 	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x17\n" +
-	"\x15GetCorrectionsRequest\"\xb4\x02\n" +
+	"\x15GetCorrectionsRequest\"\x82\x03\n" +
 	"\n" +
 	"Correction\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x120\n" +
@@ -1619,7 +1864,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\atask_id\x18\x05 \x01(\tR\x06taskId\x12\x1b\n" +
 	"\tcpu_limit\x18\x06 \x01(\x01R\bcpuLimit\x12\x16\n" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12)\n" +
-	"\x10reaction_seconds\x18\b \x01(\x01R\x0freactionSeconds\"T\n" +
+	"\x10reaction_seconds\x18\b \x01(\x01R\x0freactionSeconds\x12\x1a\n" +
+	"\bresource\x18\x14 \x01(\tR\bresource\x120\n" +
+	"\x14bandwidth_limit_mbps\x18\x15 \x01(\x01R\x12bandwidthLimitMbps\"T\n" +
 	"\x16GetCorrectionsResponse\x12:\n" +
 	"\vcorrections\x18\x01 \x03(\v2\x18.slackline.v1.CorrectionR\vcorrections\"\x14\n" +
 	"\x12GetFeaturesRequest\"j\n" +
@@ -1672,7 +1919,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -1680,62 +1927,66 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
 	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
 	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
-	(*RunQueueLatency)(nil),         // 6: slackline.v1.RunQueueLatency
-	(*Pressure)(nil),                // 7: slackline.v1.Pressure
-	(*ContainerUsage)(nil),          // 8: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 9: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 10: slackline.v1.GetUsageResponse
-	(*GetEstimateRequest)(nil),      // 11: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 12: slackline.v1.GetEstimateResponse
-	(*GetCorrectionsRequest)(nil),   // 13: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 14: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 15: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 16: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 17: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 18: slackline.v1.GetFeaturesResponse
-	(*ReadSandboxFileRequest)(nil),  // 19: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 20: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 21: slackline.v1.Resource
-	(TaskState)(0),                  // 22: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 23: google.protobuf.Timestamp
+	(*TcpStatistics)(nil),           // 6: slackline.v1.TcpStatistics
+	(*RunQueueLatency)(nil),         // 7: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 8: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 9: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 10: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 11: slackline.v1.GetUsageResponse
+	(*NetworkStatus)(nil),           // 12: slackline.v1.NetworkStatus
+	(*GetEstimateRequest)(nil),      // 13: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 14: slackline.v1.GetEstimateResponse
+	(*GetCorrectionsRequest)(nil),   // 15: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 16: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 17: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 18: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 19: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 20: slackline.v1.GetFeaturesResponse
+	(*ReadSandboxFileRequest)(nil),  // 21: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 22: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 23: slackline.v1.Resource
+	(TaskState)(0),                  // 24: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	21, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	22, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	23, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	23, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	24, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	25, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	23, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	6,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
-	7,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
-	7,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
-	7,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
-	5,  // 9: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	8,  // 10: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	5,  // 11: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
-	21, // 12: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	23, // 13: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	23, // 14: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 15: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	14, // 16: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 17: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	17, // 18: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	3,  // 19: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	9,  // 20: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	11, // 21: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	13, // 22: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	16, // 23: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	19, // 24: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	4,  // 25: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	10, // 26: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	12, // 27: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	15, // 28: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	18, // 29: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	20, // 30: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	25, // [25:31] is the sub-list for method output_type
-	19, // [19:25] is the sub-list for method input_type
-	19, // [19:19] is the sub-list for extension type_name
-	19, // [19:19] is the sub-list for extension extendee
-	0,  // [0:19] is the sub-list for field type_name
+	25, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	7,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	8,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	8,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	8,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	6,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
+	5,  // 10: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	9,  // 11: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	5,  // 12: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	12, // 13: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
+	23, // 14: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	25, // 15: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	25, // 16: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 17: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	16, // 18: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 19: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	19, // 20: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	3,  // 21: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	10, // 22: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	13, // 23: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	15, // 24: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	18, // 25: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	21, // 26: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	4,  // 27: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	11, // 28: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	14, // 29: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	17, // 30: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	20, // 31: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	22, // 32: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	27, // [27:33] is the sub-list for method output_type
+	21, // [21:27] is the sub-list for method input_type
+	21, // [21:21] is the sub-list for extension type_name
+	21, // [21:21] is the sub-list for extension extendee
+	0,  // [0:21] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -1750,7 +2001,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
