@@ -98,7 +98,8 @@ func TestNodeService(t *testing.T) {
 				}
 				launched = true
 				task := frameworkapi.NewTask("hello", "hello", o, resources.MustParse("cpus:0.5;mem:64"),
-					&slacklinev1.CommandInfo{Value: "echo hello; echo oops >&2; ln -s /etc/hostname leak; mkfifo pipe; while :; do sleep 0.05; done", Shell: true})
+					// The link and the FIFO exist before "hello" shows, so the checks below never race them.
+					&slacklinev1.CommandInfo{Value: "ln -s /etc/hostname leak; mkfifo pipe; echo hello; echo oops >&2; while :; do sleep 0.05; done", Shell: true})
 				_ = c.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, nil)
 			}
 		},
