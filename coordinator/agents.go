@@ -229,9 +229,9 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 
 // UpdateOversubscribedResources records an agent's estimate: its total
 // revocable capacity, including what revocable tasks already hold (Mesos
-// semantics). Any change rescinds the agent's outstanding revocable offers,
-// so that what is offered never exceeds the estimate and a grown estimate
-// is offered whole; regular offers are never touched.
+// semantics). A shrink rescinds only the outstanding revocable offers that
+// no longer fit, growth is offered on its own (applyEstimate); regular
+// offers are never touched.
 func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
 	c := s.c
 	regular, revocable, err := resources.FromProto(req.Msg.GetResources())
@@ -253,15 +253,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	}
 	now := c.cfg.Now()
 	c.log.Debug("revocable estimate", "agent", a.id, "from", a.revocable.String(), "to", estimate.String())
-	a.revocable = estimate
-	c.alloc.SetAgentRevocable(a.id, estimate)
-	for _, o := range a.offers {
-		if o.revocable {
-			c.metrics.revocableRescinded.Inc()
-			c.rescindOffer(o, now)
-		}
-	}
-	c.markDirty(a.id)
+	c.applyEstimate(a, estimate, now)
 	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
 }
 

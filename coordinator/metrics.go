@@ -38,7 +38,7 @@ func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
 	m.inverseOffersAccepted = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_accepted_total", Help: "Inverse offers accepted by frameworks."})
 	m.inverseOffersDeclined = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_inverse_offers_declined_total", Help: "Inverse offers declined by frameworks."})
 	m.revocableRescinded = prometheus.NewCounter(prometheus.CounterOpts{Name: "slackline_coordinator_revocable_offers_rescinded_total",
-		Help: "Revocable offers rescinded because their agent's estimate changed."})
+		Help: "Revocable offers rescinded because their agent's estimate shrank below what revocable tasks and offers hold."})
 	reg.MustRegister(m.revocableRescinded)
 	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
 		m.inverseOffersSent, m.inverseOffersAccepted, m.inverseOffersDeclined, stateCollector{c})

@@ -73,30 +73,47 @@ func TestRevocableOffer(t *testing.T) {
 	}
 }
 
-// Ports of RescindRevocableOfferWithIncreasedRevocable and
-// ...WithDecreasedRevocable: any change of the estimate rescinds the
-// outstanding revocable offer and offers the new amount; regular offers
-// are left alone.
-func TestRescindRevocableOfferOnEstimateChange(t *testing.T) {
-	for _, tt := range []struct{ name, next string }{{"increased", "cpus:2"}, {"decreased", "cpus:0.5"}} {
-		t.Run(tt.name, func(t *testing.T) {
-			tc := startCluster(t, fastConfig(t.TempDir()))
-			agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
-			fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
-			regular := fw.nextOffer()
-			agent.sendEstimate("cpus:1")
-			first := revocableOfferOf(fw.next(isRevocableOffer))
-			agent.sendEstimate(tt.next)
-			ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
-			if ev.GetRescind().GetOfferId() != first.GetId() {
-				t.Fatalf("rescinded %s, want the revocable offer %s (the regular one is %s)", ev.GetRescind().GetOfferId(), first.GetId(), regular.GetId())
-			}
-			again, _ := offerResources(t, revocableOfferOf(fw.next(isRevocableOffer)))
-			if again.String() != tt.next {
-				t.Fatalf("new revocable offer %v, want %s", again, tt.next)
-			}
-		})
+// Ports of Mesos's RescindRevocableOfferWithIncreasedRevocable and
+// ...WithDecreasedRevocable, where Slackline differs on purpose: an estimate
+// that grows rescinds nothing and the growth comes in an offer of its own;
+// one that shrinks rescinds only the offers that no longer fit (the newest
+// first), and the rest of the shrunk estimate is offered again. Regular
+// offers are left alone.
+func TestRevocableOffersOnEstimateChange(t *testing.T) {
+	tc := startCluster(t, fastConfig(t.TempDir()))
+	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
+	regular := fw.nextOffer()
+	revocableOffer := func(want string) *slacklinev1.Offer {
+		t.Helper()
+		o := revocableOfferOf(fw.next(isRevocableOffer))
+		if got, _ := offerResources(t, o); got.String() != want {
+			t.Fatalf("revocable offer %v, want %s", got, want)
+		}
+		return o
 	}
+	agent.sendEstimate("cpus:1")
+	first := revocableOffer("cpus:1")
+
+	agent.sendEstimate("cpus:1.5")
+	second := revocableOffer("cpus:0.5")
+	fw.quiet(300*time.Millisecond, isRescind)
+	for _, ev := range fw.backlog {
+		if isRescind(ev) {
+			t.Fatalf("a grown estimate rescinded %s", ev.GetRescind().GetOfferId())
+		}
+	}
+
+	// 1.5 cpus are held in two offers; at 1.2 the 0.5 of the newer one no
+	// longer fits and it goes; the older one stays, and the 0.2 left of the
+	// estimate is offered again.
+	agent.sendEstimate("cpus:1.2")
+	if id := fw.next(isRescind).GetRescind().GetOfferId(); id != second.GetId() {
+		t.Fatalf("rescinded %s, want the newer revocable offer %s (the older is %s, the regular one %s)",
+			id, second.GetId(), first.GetId(), regular.GetId())
+	}
+	revocableOffer("cpus:0.2")
+	fw.quiet(300*time.Millisecond, isRescind)
 }
 
 // Launching on a revocable offer makes a revocable task; revocable

@@ -229,8 +229,8 @@ func (a *Allocator) revocableSlot(ai int32, create bool) (int32, bool) {
 // tasks and offers already hold included. What is offered is that total
 // minus what is held in it (per scalar, never negative); when the estimate
 // shrinks below what is held, nothing of the exceeded scalars is offered
-// until it grows again or enough is released (the caller rescinds
-// outstanding revocable offers; the agent's QoS controller kills tasks).
+// until it grows again or enough is released (the caller rescinds what
+// RescindToFit names; the agent's QoS controller kills tasks).
 // An empty total stops revocable offers on the agent; its revocable holds
 // and filters are kept. Unknown agents are ignored.
 func (a *Allocator) SetAgentRevocable(agentID string, total resources.Resources) {

@@ -115,9 +115,12 @@
 // it, per scalar and never negative. When an estimate shrinks below what is
 // held, nothing of the exceeded scalars is offered (for the usual cpus-only
 // estimate: nothing at all) until the estimate grows again or enough is
-// released; the allocator takes nothing back by itself: the caller rescinds
-// the outstanding revocable offers on that agent, and the agent's QoS
-// controller kills revocable tasks if it must.
+// released; the allocator takes nothing back by itself. The caller rescinds
+// the fewest outstanding revocable offers on that agent that bring what is
+// held back within the estimate (RescindToFit, a pure function of the
+// estimate, what is held and the offers), and the agent's QoS controller
+// throttles or kills revocable tasks if it must. An estimate that grows
+// rescinds nothing: the next pass offers the growth in an offer of its own.
 //
 // Only frameworks with the capability (SetFrameworkRevocable; a framework
 // starts without it, AddFramework keeps it) are offered revocable
