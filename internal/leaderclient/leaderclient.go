@@ -136,8 +136,9 @@ func (t *Transport) Current() string {
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 	deadline := time.Now().Add(t.wait)
 	retry := backoff.Backoff{Min: 50 * time.Millisecond, Max: time.Second}
+	sent := false // whether req.Body was consumed: later attempts need GetBody
 	for {
-		resp, err, again := t.round(req)
+		resp, err, again := t.round(req, &sent)
 		if !again || !time.Now().Before(deadline) {
 			return resp, err
 		}
@@ -153,13 +154,14 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 // round tries the current URL and follows the group for at most one
 // attempt per URL plus one; again says the caller may start another round
 // (nothing was delivered to a leader and the request can be sent again).
-func (t *Transport) round(req *http.Request) (resp *http.Response, err error, again bool) {
+func (t *Transport) round(req *http.Request, sent *bool) (resp *http.Response, err error, again bool) {
 	target := t.pick()
 	for attempt := 0; ; attempt++ {
-		out, ok := t.prepare(req, target, attempt > 0)
+		out, ok := t.prepare(req, target, *sent)
 		if !ok {
 			return resp, err, false
 		}
+		*sent = true
 		if resp != nil {
 			drain(resp)
 		}
