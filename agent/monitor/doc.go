@@ -42,7 +42,9 @@
 // same meaning in both layouts; mem_rss_bytes excludes shmem. mem_limit_bytes
 // is the cgroup's limit, or Target.MemLimit when the cgroup has none.
 // oom_events is the larger of the cgroup's counter and eBPF's. cpus_limit is
-// Target.CPULimit. Network figures exist only with eBPF.
+// Target.CPULimit. Network figures exist only with eBPF: bytes and packets
+// (cgroup_skb), and, with the network QoS programs, TCP round trips and
+// retransmissions (EBPFStats.TCP*).
 //
 // The eBPF figures come from Config.EBPF, keyed by the container's v2 cgroup
 // id: Target.CgroupID, or the inode number of <unified>/<path> found by the
@@ -69,7 +71,11 @@
 // open-ended and is treated as [2^31, 2^32) ns). A container's first sample,
 // and the first after its cgroup was recreated, has no interval figures:
 // they are zero. When an eBPF bucket goes backwards (its entry was
-// recreated), the current counts are taken whole.
+// recreated), the current counts are taken whole. Network rates (net_tx_mbps,
+// net_rx_mbps: bytes over the interval), packets and retransmissions over
+// the interval, and TCP round-trip p50/p99 (the same interpolation over
+// log2 buckets of microseconds) are computed between two eBPF samples;
+// counters that went backwards restart the interval.
 //
 // # Cost
 //
@@ -93,6 +99,8 @@
 // (PSI some and full totals) and, for samples with eBPF figures only,
 // container_network_{receive,transmit}_{bytes,packets}_total,
 // slackline_container_delayed_by_revocable_seconds_total,
+// slackline_container_tcp_retransmits_total, the histogram
+// slackline_container_tcp_rtt_seconds (bounds 2^k µs, k = 3..24),
 // slackline_container_memory_reclaim_stall_seconds_total and the histogram
 // slackline_container_runqueue_latency_seconds, whose bounds are 2^k ns for
 // k = 10..31 (1.024 µs to 2.1 s) so that they coincide with the eBPF log2

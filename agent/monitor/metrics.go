@@ -29,6 +29,7 @@ type collector struct {
 	cpuWaiting, cpuStalled, memWaiting, memStalled *prometheus.Desc
 	ioWaiting, ioStalled                           *prometheus.Desc
 	runq, delayedByRevocable, reclaimStall         *prometheus.Desc
+	tcpRTT, tcpRetransmits                         *prometheus.Desc
 
 	nodeMemAvailable, nodeLoad1, nodeLoad5, nodeLoad15 *prometheus.Desc
 	passDuration, passes, containers                   *prometheus.Desc
@@ -63,6 +64,8 @@ func newCollector(m *Monitor) *collector {
 		memStalled:          ctr("container_pressure_memory_stalled_seconds_total", "Total time all non-idle tasks were stalled waiting for memory (PSI full)."),
 		ioWaiting:           ctr("container_pressure_io_waiting_seconds_total", "Total time some tasks were stalled waiting for I/O (PSI some)."),
 		ioStalled:           ctr("container_pressure_io_stalled_seconds_total", "Total time all non-idle tasks were stalled waiting for I/O (PSI full)."),
+		tcpRTT:              ctr("slackline_container_tcp_rtt_seconds", "Round-trip times of the container's TCP connections (eBPF sock_ops, one sample per acknowledgement that measures one; log2 buckets, sum from bucket midpoints)."),
+		tcpRetransmits:      ctr("slackline_container_tcp_retransmits_total", "TCP segments the container's connections retransmitted (eBPF tcp_retransmit_skb)."),
 		runq:                ctr("slackline_container_runqueue_latency_seconds", "Run-queue (wakeup-to-run) latency of the container's tasks (eBPF, log2 buckets; sum estimated from bucket midpoints unless measured)."),
 		delayedByRevocable:  ctr("slackline_container_delayed_by_revocable_seconds_total", "Time the container's tasks were runnable while a revocable task held their CPU (eBPF)."),
 		reclaimStall:        ctr("slackline_container_memory_reclaim_stall_seconds_total", "Time the container's tasks spent in direct memory reclaim (eBPF)."),
@@ -88,7 +91,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.memRSS, c.memCache, c.memUsage, c.memLimit, c.oom,
 		c.netRxBytes, c.netTxBytes, c.netRxPkts, c.netTxPkts,
 		c.cpuWaiting, c.cpuStalled, c.memWaiting, c.memStalled, c.ioWaiting, c.ioStalled,
-		c.runq, c.delayedByRevocable, c.reclaimStall,
+		c.runq, c.delayedByRevocable, c.reclaimStall, c.tcpRTT, c.tcpRetransmits,
 		c.nodeMemAvailable, c.nodeLoad1, c.nodeLoad5, c.nodeLoad15,
 		c.passDuration, c.passes, c.containers,
 	} {
@@ -152,6 +155,11 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 			count, sum, buckets := runqHistogram(st.Runqueue.BucketsLog2Ns, u.runqSum.Seconds())
 			ch <- prometheus.MustNewConstHistogram(c.runq, count, sum, buckets, labels...)
 		}
+		if st.Tcp != nil {
+			count, sum, buckets := rttHistogram(st.Tcp.RttBucketsLog2Us)
+			ch <- prometheus.MustNewConstHistogram(c.tcpRTT, count, sum, buckets, labels...)
+			counter(c.tcpRetransmits, float64(st.Tcp.Retransmits))
+		}
 	}
 
 	if st := node.Stats; st != nil {
@@ -163,6 +171,34 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.passDuration, prometheus.GaugeValue, pass.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.passes, prometheus.CounterValue, float64(passes))
 	ch <- prometheus.MustNewConstMetric(c.containers, prometheus.GaugeValue, float64(len(usages)))
+}
+
+// TCP round-trip histogram bounds: 2^minRTTBound µs (8 µs) to
+// 2^maxRTTBound µs (about 16.8 s), doubling, on the eBPF log2 buckets.
+const (
+	minRTTBound = 3
+	maxRTTBound = 24
+)
+
+// rttHistogram converts log2 bucket counts (bucket i: [2^i, 2^(i+1)) µs)
+// to a Prometheus histogram in seconds, its sum estimated from the bucket
+// midpoints.
+func rttHistogram(counts []uint64) (count uint64, sum float64, buckets map[float64]uint64) {
+	buckets = make(map[float64]uint64, maxRTTBound-minRTTBound+1)
+	next := 0
+	for k := minRTTBound; k <= maxRTTBound; k++ {
+		for ; next < k && next < len(counts); next++ {
+			count += counts[next]
+		}
+		buckets[math.Ldexp(1, k)/1e6] = count
+	}
+	for ; next < len(counts); next++ {
+		count += counts[next]
+	}
+	for i, n := range counts {
+		sum += float64(n) * 1.5 * math.Ldexp(1, i) / 1e6
+	}
+	return count, sum, buckets
 }
 
 // runqHistogram converts log2 bucket counts (bucket i: [2^i, 2^(i+1)) ns)

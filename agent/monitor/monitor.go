@@ -64,6 +64,13 @@ type EBPFStats struct {
 	ReclaimStall time.Duration
 	// OOMKills counts OOM kills in the cgroup.
 	OOMKills uint64
+	// TCPRTTBuckets is the histogram of the round trips of the cgroup's
+	// TCP connections: TCPRTTBuckets[i] counts round trips in
+	// [2^i, 2^(i+1)) µs (nil: not measured). TCPRTTCount is their number.
+	TCPRTTBuckets []uint64
+	TCPRTTCount   uint64
+	// TCPRetransmits counts the cgroup's retransmitted TCP segments.
+	TCPRetransmits uint64
 }
 
 // Target is a container to measure, as the agent knows it.
@@ -141,6 +148,16 @@ type Usage struct {
 	// EBPF reports that the eBPF fields (on-CPU, run queue, network,
 	// reclaim stall, delayed-by-revocable) were measured in this sample.
 	EBPF bool
+	// NetTxMbps and NetRxMbps are egress and ingress between the previous
+	// sample and this one (Mbit/s, eBPF; also in Stats), NetTxPackets the
+	// packets sent meanwhile.
+	NetTxMbps, NetRxMbps float64
+	NetTxPackets         uint64
+	// TCPRTTP50 and TCPRTTP99 are percentiles of the TCP round trips over
+	// the same interval, TCPRetransmits the segments retransmitted
+	// meanwhile (eBPF; 0 without samples).
+	TCPRTTP50, TCPRTTP99 time.Duration
+	TCPRetransmits       uint64
 
 	runqSum time.Duration // EBPFStats.RunqSum, for the exported histogram
 }
@@ -169,6 +186,8 @@ type Point struct {
 	CPUPressureSecs, MemoryPressureSecs, IOPressureSecs float64
 	// OOMEvents is cumulative.
 	OOMEvents uint64
+	// NetTxMbps is egress over the interval ending at Time (eBPF).
+	NetTxMbps float64
 }
 
 // pointOf compacts u.
@@ -179,7 +198,7 @@ func pointOf(u Usage) Point {
 		MemRSS: st.MemRssBytes, MemCache: st.MemCacheBytes, MemUsage: u.MemUsage,
 		RunqP50: u.RunqP50, RunqP99: u.RunqP99, DelayedByRevocableSecs: st.DelayedByRevocableSecs,
 		CPUPressureSecs: st.GetCpuPressure().GetSomeTotalSecs(), MemoryPressureSecs: st.GetMemoryPressure().GetSomeTotalSecs(),
-		IOPressureSecs: st.GetIoPressure().GetSomeTotalSecs(), OOMEvents: st.OomEvents,
+		IOPressureSecs: st.GetIoPressure().GetSomeTotalSecs(), OOMEvents: st.OomEvents, NetTxMbps: u.NetTxMbps,
 	}
 }
 
@@ -230,6 +249,16 @@ type container struct {
 	baseline     baseline
 	buckets      []uint64 // previous eBPF run-queue buckets
 	bucketsValid bool     // buckets are from the previous pass
+	net          netBaseline
+}
+
+// netBaseline is what the previous eBPF sample of a container left for the
+// network figures over the interval.
+type netBaseline struct {
+	valid                           bool
+	time                            time.Time
+	txBytes, rxBytes, txPackets, rt uint64
+	rtt                             []uint64
 }
 
 // containerFiles are a container's control files. Unused ones have an
@@ -586,6 +615,7 @@ func (c *container) resetSampler() {
 	c.cgroupID = 0
 	c.baseline = baseline{}
 	c.buckets, c.bucketsValid = c.buckets[:0], false
+	c.net = netBaseline{}
 }
 
 // load reads one control file of c. It returns nil data for a file the
@@ -733,7 +763,7 @@ func (m *Monitor) sampleContainer(c *container, t Target, now time.Time) (u Usag
 
 	// eBPF.
 	if m.cfg.EBPF != nil {
-		if err := m.sampleEBPF(c, t, &u); err != nil {
+		if err := m.sampleEBPF(c, t, &u, now); err != nil {
 			errs = append(errs, err)
 		}
 	}
@@ -748,7 +778,7 @@ func (m *Monitor) sampleContainer(c *container, t Target, now time.Time) (u Usag
 }
 
 // sampleEBPF merges the eBPF figures of c into u.
-func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage) error {
+func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage, now time.Time) error {
 	id := t.CgroupID
 	if id == 0 {
 		if c.cgroupID == 0 {
@@ -764,7 +794,7 @@ func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage) error {
 	}
 	e, err := m.cfg.EBPF.Stats(id)
 	if err != nil {
-		c.bucketsValid = false
+		c.bucketsValid, c.net.valid = false, false
 		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
 	}
 	st := u.Stats
@@ -790,7 +820,41 @@ func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage) error {
 	}
 	c.buckets, c.bucketsValid = append(c.buckets[:0], buckets...), true
 	u.runqSum = e.RunqSum
+	m.sampleNet(c, u, e, now)
 	return nil
+}
+
+// sampleNet computes the network figures over the interval since the
+// previous eBPF sample: rates, packets, and TCP round-trip percentiles
+// and retransmissions. Counters that went backwards (the cgroup's entries
+// were recreated) restart the interval.
+func (m *Monitor) sampleNet(c *container, u *Usage, e EBPFStats, now time.Time) {
+	st := u.Stats
+	rtt := e.TCPRTTBuckets
+	for len(rtt) > 0 && rtt[len(rtt)-1] == 0 {
+		rtt = rtt[:len(rtt)-1]
+	}
+	if rtt != nil || e.TCPRTTCount > 0 || e.TCPRetransmits > 0 {
+		st.Tcp = &slacklinev1.TcpStatistics{RttBucketsLog2Us: slices.Clone(rtt), RttSamples: e.TCPRTTCount, Retransmits: e.TCPRetransmits}
+	}
+	b := &c.net
+	if b.valid && now.After(b.time) && e.NetTxBytes >= b.txBytes && e.NetRxBytes >= b.rxBytes &&
+		e.NetTxPackets >= b.txPackets && e.TCPRetransmits >= b.rt {
+		secs := now.Sub(b.time).Seconds()
+		u.NetTxMbps = float64(e.NetTxBytes-b.txBytes) * 8 / 1e6 / secs
+		u.NetRxMbps = float64(e.NetRxBytes-b.rxBytes) * 8 / 1e6 / secs
+		u.NetTxPackets, u.TCPRetransmits = e.NetTxPackets-b.txPackets, e.TCPRetransmits-b.rt
+		st.NetTxMbps, st.NetRxMbps = u.NetTxMbps, u.NetRxMbps
+		if st.Tcp != nil {
+			// bucketQuantile reads bucket i as [2^i, 2^(i+1)) ns; these are µs.
+			m.deltas = bucketDeltas(m.deltas[:0], b.rtt, rtt)
+			u.TCPRTTP50 = bucketQuantile(m.deltas, 0.50) * 1000
+			u.TCPRTTP99 = bucketQuantile(m.deltas, 0.99) * 1000
+			st.Tcp.RttP50Seconds, st.Tcp.RttP99Seconds = u.TCPRTTP50.Seconds(), u.TCPRTTP99.Seconds()
+		}
+	}
+	*b = netBaseline{valid: true, time: now, txBytes: e.NetTxBytes, rxBytes: e.NetRxBytes, txPackets: e.NetTxPackets,
+		rt: e.TCPRetransmits, rtt: append(b.rtt[:0], rtt...)}
 }
 
 func pressure(some, full psiLine) *slacklinev1.Pressure {
