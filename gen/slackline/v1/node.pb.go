@@ -30,6 +30,8 @@ const (
 	CorrectionKind_CORRECTION_KIND_THROTTLE    CorrectionKind = 1
 	CorrectionKind_CORRECTION_KIND_UNTHROTTLE  CorrectionKind = 2
 	CorrectionKind_CORRECTION_KIND_KILL        CorrectionKind = 3
+	// CORRECTION_KIND_CONFINE sets the CPUs revocable work may run on (cpuset).
+	CorrectionKind_CORRECTION_KIND_CONFINE CorrectionKind = 4
 )
 
 // Enum value maps for CorrectionKind.
@@ -39,12 +41,14 @@ var (
 		1: "CORRECTION_KIND_THROTTLE",
 		2: "CORRECTION_KIND_UNTHROTTLE",
 		3: "CORRECTION_KIND_KILL",
+		4: "CORRECTION_KIND_CONFINE",
 	}
 	CorrectionKind_value = map[string]int32{
 		"CORRECTION_KIND_UNSPECIFIED": 0,
 		"CORRECTION_KIND_THROTTLE":    1,
 		"CORRECTION_KIND_UNTHROTTLE":  2,
 		"CORRECTION_KIND_KILL":        3,
+		"CORRECTION_KIND_CONFINE":     4,
 	}
 )
 
@@ -390,7 +394,11 @@ type ResourceStatistics struct {
 	NetTxMbps float64 `protobuf:"fixed64,40,opt,name=net_tx_mbps,json=netTxMbps,proto3" json:"net_tx_mbps,omitempty"`
 	NetRxMbps float64 `protobuf:"fixed64,41,opt,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
 	// tcp is what eBPF saw of the container's TCP connections.
-	Tcp           *TcpStatistics `protobuf:"bytes,42,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	Tcp *TcpStatistics `protobuf:"bytes,42,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	// delayed_by says what held the CPU while this container's tasks waited
+	// for it (eBPF who-delayed-whom), cumulative, for guaranteed containers
+	// and protected services; see Delay.
+	DelayedBy     []*Delay `protobuf:"bytes,50,rep,name=delayed_by,json=delayedBy,proto3" json:"delayed_by,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -649,6 +657,71 @@ func (x *ResourceStatistics) GetTcp() *TcpStatistics {
 	return nil
 }
 
+func (x *ResourceStatistics) GetDelayedBy() []*Delay {
+	if x != nil {
+		return x.DelayedBy
+	}
+	return nil
+}
+
+// Delay is how long one culprit held a CPU while a container's tasks waited
+// for it, cumulative.
+type Delay struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// culprit is a container id, or one of "agent" (the agent's own cgroup),
+	// "supervisors" (task supervisors), "host" (processes in other cgroups),
+	// "kernel" (kernel threads), "idle" (the CPU was idle: waking it up took
+	// that long) and "unknown" (the wait was longer than the history kept).
+	Culprit       string  `protobuf:"bytes,1,opt,name=culprit,proto3" json:"culprit,omitempty"`
+	Secs          float64 `protobuf:"fixed64,2,opt,name=secs,proto3" json:"secs,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Delay) Reset() {
+	*x = Delay{}
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Delay) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Delay) ProtoMessage() {}
+
+func (x *Delay) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Delay.ProtoReflect.Descriptor instead.
+func (*Delay) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *Delay) GetCulprit() string {
+	if x != nil {
+		return x.Culprit
+	}
+	return ""
+}
+
+func (x *Delay) GetSecs() float64 {
+	if x != nil {
+		return x.Secs
+	}
+	return 0
+}
+
 // TcpStatistics are a container's TCP round trips (sock_ops, on each
 // acknowledgement that measures one) and retransmissions.
 type TcpStatistics struct {
@@ -669,7 +742,7 @@ type TcpStatistics struct {
 
 func (x *TcpStatistics) Reset() {
 	*x = TcpStatistics{}
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -681,7 +754,7 @@ func (x *TcpStatistics) String() string {
 func (*TcpStatistics) ProtoMessage() {}
 
 func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -694,7 +767,7 @@ func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpStatistics.ProtoReflect.Descriptor instead.
 func (*TcpStatistics) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *TcpStatistics) GetRttBucketsLog2Us() []uint64 {
@@ -739,15 +812,17 @@ type RunQueueLatency struct {
 	BucketsLog2Ns []uint64               `protobuf:"varint,1,rep,packed,name=buckets_log2_ns,json=bucketsLog2Ns,proto3" json:"buckets_log2_ns,omitempty"`
 	Wakeups       uint64                 `protobuf:"varint,2,opt,name=wakeups,proto3" json:"wakeups,omitempty"`
 	// p50_seconds and p99_seconds are over the last sampling interval.
-	P50Seconds    float64 `protobuf:"fixed64,3,opt,name=p50_seconds,json=p50Seconds,proto3" json:"p50_seconds,omitempty"`
-	P99Seconds    float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	P50Seconds float64 `protobuf:"fixed64,3,opt,name=p50_seconds,json=p50Seconds,proto3" json:"p50_seconds,omitempty"`
+	P99Seconds float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	// total_secs is the sum of all the waits, cumulative.
+	TotalSecs     float64 `protobuf:"fixed64,5,opt,name=total_secs,json=totalSecs,proto3" json:"total_secs,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RunQueueLatency) Reset() {
 	*x = RunQueueLatency{}
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -759,7 +834,7 @@ func (x *RunQueueLatency) String() string {
 func (*RunQueueLatency) ProtoMessage() {}
 
 func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -772,7 +847,7 @@ func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueueLatency.ProtoReflect.Descriptor instead.
 func (*RunQueueLatency) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *RunQueueLatency) GetBucketsLog2Ns() []uint64 {
@@ -803,6 +878,13 @@ func (x *RunQueueLatency) GetP99Seconds() float64 {
 	return 0
 }
 
+func (x *RunQueueLatency) GetTotalSecs() float64 {
+	if x != nil {
+		return x.TotalSecs
+	}
+	return 0
+}
+
 // Pressure is a PSI (pressure stall information) reading.
 type Pressure struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -820,7 +902,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -832,7 +914,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -845,7 +927,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Pressure) GetSomeAvg10() float64 {
@@ -915,7 +997,7 @@ type ContainerUsage struct {
 
 func (x *ContainerUsage) Reset() {
 	*x = ContainerUsage{}
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -927,7 +1009,7 @@ func (x *ContainerUsage) String() string {
 func (*ContainerUsage) ProtoMessage() {}
 
 func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -940,7 +1022,7 @@ func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
 func (*ContainerUsage) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ContainerUsage) GetTaskId() string {
@@ -966,7 +1048,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1060,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1073,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 // GetUsageResponse lists usage.
@@ -1009,7 +1091,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1021,7 +1103,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1034,7 +1116,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *GetUsageResponse) GetUsage() []*ContainerUsage {
@@ -1078,7 +1160,7 @@ type NetworkStatus struct {
 
 func (x *NetworkStatus) Reset() {
 	*x = NetworkStatus{}
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1090,7 +1172,7 @@ func (x *NetworkStatus) String() string {
 func (*NetworkStatus) ProtoMessage() {}
 
 func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1103,7 +1185,7 @@ func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkStatus.ProtoReflect.Descriptor instead.
 func (*NetworkStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *NetworkStatus) GetInterfaces() []string {
@@ -1150,7 +1232,7 @@ type GetEstimateRequest struct {
 
 func (x *GetEstimateRequest) Reset() {
 	*x = GetEstimateRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1162,7 +1244,7 @@ func (x *GetEstimateRequest) String() string {
 func (*GetEstimateRequest) ProtoMessage() {}
 
 func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1175,7 +1257,7 @@ func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateRequest.ProtoReflect.Descriptor instead.
 func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 // GetEstimateResponse is the latest estimate.
@@ -1190,7 +1272,7 @@ type GetEstimateResponse struct {
 
 func (x *GetEstimateResponse) Reset() {
 	*x = GetEstimateResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1202,7 +1284,7 @@ func (x *GetEstimateResponse) String() string {
 func (*GetEstimateResponse) ProtoMessage() {}
 
 func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1215,7 +1297,7 @@ func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateResponse.ProtoReflect.Descriptor instead.
 func (*GetEstimateResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *GetEstimateResponse) GetRevocable() []*Resource {
@@ -1248,7 +1330,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1260,7 +1342,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1273,7 +1355,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1296,13 +1378,17 @@ type Correction struct {
 	// bandwidth_limit_mbps is the pace a bandwidth THROTTLE or UNTHROTTLE
 	// set; an UNTHROTTLE to 0 goes back to the revocable bandwidth estimate.
 	BandwidthLimitMbps float64 `protobuf:"fixed64,21,opt,name=bandwidth_limit_mbps,json=bandwidthLimitMbps,proto3" json:"bandwidth_limit_mbps,omitempty"`
-	unknownFields      protoimpl.UnknownFields
-	sizeCache          protoimpl.SizeCache
+	// cpus is the CPU list a CONFINE set ("2-7"); empty: every CPU.
+	Cpus string `protobuf:"bytes,30,opt,name=cpus,proto3" json:"cpus,omitempty"`
+	// cpu_period_seconds is the CFS period of a THROTTLE or UNTHROTTLE's limit.
+	CpuPeriodSeconds float64 `protobuf:"fixed64,31,opt,name=cpu_period_seconds,json=cpuPeriodSeconds,proto3" json:"cpu_period_seconds,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1314,7 +1400,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1327,7 +1413,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1400,6 +1486,20 @@ func (x *Correction) GetBandwidthLimitMbps() float64 {
 	return 0
 }
 
+func (x *Correction) GetCpus() string {
+	if x != nil {
+		return x.Cpus
+	}
+	return ""
+}
+
+func (x *Correction) GetCpuPeriodSeconds() float64 {
+	if x != nil {
+		return x.CpuPeriodSeconds
+	}
+	return 0
+}
+
 // GetCorrectionsResponse lists corrections, newest last.
 type GetCorrectionsResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1410,7 +1510,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1422,7 +1522,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1435,7 +1535,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1454,7 +1554,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1466,7 +1566,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1479,7 +1579,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 // Feature is one probe's result.
@@ -1494,7 +1594,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1506,7 +1606,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1519,7 +1619,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Feature) GetName() string {
@@ -1553,7 +1653,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1565,7 +1665,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1578,7 +1678,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -1605,7 +1705,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1617,7 +1717,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1630,7 +1730,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -1682,7 +1782,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1694,7 +1794,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1707,7 +1807,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -1755,8 +1855,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\xe4\n" +
-	"\n" +
+	"containers\"\x98\v\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -1798,21 +1897,28 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\x12\x1e\n" +
 	"\vnet_tx_mbps\x18( \x01(\x01R\tnetTxMbps\x12\x1e\n" +
 	"\vnet_rx_mbps\x18) \x01(\x01R\tnetRxMbps\x12-\n" +
-	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\"\xd1\x01\n" +
+	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x122\n" +
+	"\n" +
+	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\"5\n" +
+	"\x05Delay\x12\x18\n" +
+	"\aculprit\x18\x01 \x01(\tR\aculprit\x12\x12\n" +
+	"\x04secs\x18\x02 \x01(\x01R\x04secs\"\xd1\x01\n" +
 	"\rTcpStatistics\x12-\n" +
 	"\x13rtt_buckets_log2_us\x18\x01 \x03(\x04R\x10rttBucketsLog2Us\x12\x1f\n" +
 	"\vrtt_samples\x18\x02 \x01(\x04R\n" +
 	"rttSamples\x12&\n" +
 	"\x0frtt_p50_seconds\x18\x03 \x01(\x01R\rrttP50Seconds\x12&\n" +
 	"\x0frtt_p99_seconds\x18\x04 \x01(\x01R\rrttP99Seconds\x12 \n" +
-	"\vretransmits\x18\x05 \x01(\x04R\vretransmits\"\x95\x01\n" +
+	"\vretransmits\x18\x05 \x01(\x04R\vretransmits\"\xb4\x01\n" +
 	"\x0fRunQueueLatency\x12&\n" +
 	"\x0fbuckets_log2_ns\x18\x01 \x03(\x04R\rbucketsLog2Ns\x12\x18\n" +
 	"\awakeups\x18\x02 \x01(\x04R\awakeups\x12\x1f\n" +
 	"\vp50_seconds\x18\x03 \x01(\x01R\n" +
 	"p50Seconds\x12\x1f\n" +
 	"\vp99_seconds\x18\x04 \x01(\x01R\n" +
-	"p99Seconds\"\x98\x02\n" +
+	"p99Seconds\x12\x1d\n" +
+	"\n" +
+	"total_secs\x18\x05 \x01(\x01R\ttotalSecs\"\x98\x02\n" +
 	"\bPressure\x12\x1d\n" +
 	"\n" +
 	"some_avg10\x18\x01 \x01(\x01R\tsomeAvg10\x12\x1d\n" +
@@ -1852,7 +1958,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
 	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x17\n" +
-	"\x15GetCorrectionsRequest\"\x82\x03\n" +
+	"\x15GetCorrectionsRequest\"\xc4\x03\n" +
 	"\n" +
 	"Correction\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x120\n" +
@@ -1866,7 +1972,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x06reason\x18\a \x01(\tR\x06reason\x12)\n" +
 	"\x10reaction_seconds\x18\b \x01(\x01R\x0freactionSeconds\x12\x1a\n" +
 	"\bresource\x18\x14 \x01(\tR\bresource\x120\n" +
-	"\x14bandwidth_limit_mbps\x18\x15 \x01(\x01R\x12bandwidthLimitMbps\"T\n" +
+	"\x14bandwidth_limit_mbps\x18\x15 \x01(\x01R\x12bandwidthLimitMbps\x12\x12\n" +
+	"\x04cpus\x18\x1e \x01(\tR\x04cpus\x12,\n" +
+	"\x12cpu_period_seconds\x18\x1f \x01(\x01R\x10cpuPeriodSeconds\"T\n" +
 	"\x16GetCorrectionsResponse\x12:\n" +
 	"\vcorrections\x18\x01 \x03(\v2\x18.slackline.v1.CorrectionR\vcorrections\"\x14\n" +
 	"\x12GetFeaturesRequest\"j\n" +
@@ -1885,12 +1993,13 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17ReadSandboxFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size*\x89\x01\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size*\xa6\x01\n" +
 	"\x0eCorrectionKind\x12\x1f\n" +
 	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
 	"\x1aCORRECTION_KIND_UNTHROTTLE\x10\x02\x12\x18\n" +
-	"\x14CORRECTION_KIND_KILL\x10\x03*\xad\x01\n" +
+	"\x14CORRECTION_KIND_KILL\x10\x03\x12\x1b\n" +
+	"\x17CORRECTION_KIND_CONFINE\x10\x04*\xad\x01\n" +
 	"\rFeatureStatus\x12\x1e\n" +
 	"\x1aFEATURE_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +
@@ -1919,7 +2028,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -1927,66 +2036,68 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
 	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
 	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
-	(*TcpStatistics)(nil),           // 6: slackline.v1.TcpStatistics
-	(*RunQueueLatency)(nil),         // 7: slackline.v1.RunQueueLatency
-	(*Pressure)(nil),                // 8: slackline.v1.Pressure
-	(*ContainerUsage)(nil),          // 9: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 10: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 11: slackline.v1.GetUsageResponse
-	(*NetworkStatus)(nil),           // 12: slackline.v1.NetworkStatus
-	(*GetEstimateRequest)(nil),      // 13: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 14: slackline.v1.GetEstimateResponse
-	(*GetCorrectionsRequest)(nil),   // 15: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 16: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 17: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 18: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 19: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 20: slackline.v1.GetFeaturesResponse
-	(*ReadSandboxFileRequest)(nil),  // 21: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 22: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 23: slackline.v1.Resource
-	(TaskState)(0),                  // 24: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 25: google.protobuf.Timestamp
+	(*Delay)(nil),                   // 6: slackline.v1.Delay
+	(*TcpStatistics)(nil),           // 7: slackline.v1.TcpStatistics
+	(*RunQueueLatency)(nil),         // 8: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 9: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 10: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 11: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 12: slackline.v1.GetUsageResponse
+	(*NetworkStatus)(nil),           // 13: slackline.v1.NetworkStatus
+	(*GetEstimateRequest)(nil),      // 14: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 15: slackline.v1.GetEstimateResponse
+	(*GetCorrectionsRequest)(nil),   // 16: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 17: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 18: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 19: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 20: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 21: slackline.v1.GetFeaturesResponse
+	(*ReadSandboxFileRequest)(nil),  // 22: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 23: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 24: slackline.v1.Resource
+	(TaskState)(0),                  // 25: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	23, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	24, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	25, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	24, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	25, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	26, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	25, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	7,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
-	8,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
-	8,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
-	8,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
-	6,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
-	5,  // 10: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	9,  // 11: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	5,  // 12: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
-	12, // 13: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	23, // 14: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	25, // 15: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	25, // 16: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 17: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	16, // 18: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 19: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	19, // 20: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	3,  // 21: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	10, // 22: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	13, // 23: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	15, // 24: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	18, // 25: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	21, // 26: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	4,  // 27: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	11, // 28: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	14, // 29: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	17, // 30: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	20, // 31: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	22, // 32: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	27, // [27:33] is the sub-list for method output_type
-	21, // [21:27] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	26, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	8,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	9,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	9,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	9,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	7,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
+	6,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
+	5,  // 11: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	10, // 12: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	5,  // 13: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	13, // 14: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
+	24, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	26, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	26, // 17: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 18: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	17, // 19: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 20: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	20, // 21: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	3,  // 22: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	11, // 23: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	14, // 24: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	16, // 25: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	19, // 26: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	22, // 27: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	4,  // 28: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	12, // 29: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	15, // 30: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	18, // 31: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	21, // 32: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	23, // 33: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	28, // [28:34] is the sub-list for method output_type
+	22, // [22:28] is the sub-list for method input_type
+	22, // [22:22] is the sub-list for extension type_name
+	22, // [22:22] is the sub-list for extension extendee
+	0,  // [0:22] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2001,7 +2112,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   21,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
