@@ -95,10 +95,11 @@ var Registry = map[string]Factory{
 	"fixed":      newFixed,
 	"usage":      newUsage,
 	"predictive": newPredictive,
+	"fast":       newFast,
 }
 
 // DefaultName is the estimator the agent uses unless told otherwise.
-const DefaultName = "usage"
+const DefaultName = "fast"
 
 // Errors of New and the factories.
 var (
@@ -155,8 +156,11 @@ type Config struct {
 	// its allocation counts as slack at all; until then its whole allocation
 	// is taken as used.
 	MinSamples int
-	// Hysteresis keeps small changes from reaching the coordinator.
+	// Hysteresis keeps small changes from reaching the coordinator (usage
+	// and predictive; fast has its own band, and honours Off).
 	Hysteresis Hysteresis
+	// Fast configures the fast estimator.
+	Fast FastConfig
 }
 
 // DefaultConfig returns the configuration the agent uses by default.
@@ -169,6 +173,7 @@ func DefaultConfig() Config {
 		MemoryMargin: 0.25,
 		MinSamples:   10,
 		Hysteresis:   DefaultHysteresis(),
+		Fast:         DefaultFastConfig(),
 	}
 }
 

@@ -80,7 +80,9 @@ func TestReplayScoring(t *testing.T) {
 		}
 		return resources.New(1, 0, 0)
 	})
-	got, err := backtest.Replay("one", one, backtest.Scenario{Name: "hand", Traces: []backtest.Trace{tr}}, backtest.DefaultOptions())
+	opt := backtest.DefaultOptions()
+	opt.EstimateInterval = time.Second
+	got, err := backtest.Replay("one", one, backtest.Scenario{Name: "hand", Traces: []backtest.Trace{tr}}, opt)
 	if err != nil {
 		t.Fatal(err)
 	}

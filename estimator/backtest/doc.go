@@ -13,7 +13,12 @@
 // Options.EstimateInterval with the history so far (never a sample from the
 // future) and scores every later sample, as documented on [Result]: real
 // slack max(0, Σ allocation − Σ usage), harvest, violations (offered − real
-// slack > Options.Tolerance), their size, and churn. Only cpus are scored.
+// slack > Options.Tolerance), their size, churn, and the mean time from
+// slack appearing to being offered. Only cpus are scored.
+//
+// [Anchors] are reference implementations of Koordinator's batch formula
+// and Katalyst's smoothed headroom ([NewKoordinator], [NewKatalyst]), for
+// replaying beside Slackline's estimators; they live here and nowhere else.
 //
 // Errors: ReadTrace wraps [ErrInvalidTrace] for malformed input; Replay wraps
 // [ErrScenario] for scenarios it cannot replay (no traces, mixed sampling

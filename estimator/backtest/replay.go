@@ -28,12 +28,20 @@ type Options struct {
 	// Tolerance is the excess, in cores, below which an over-offer is not
 	// counted as a violation (measurement noise).
 	Tolerance float64
+	// Sustain and MinRise say when slack appears, for
+	// Result.MeanTimeToOffer: the real slack sustained over Sustain (its
+	// minimum over the next Sustain) rises by at least MinRise cores from
+	// one sample to the next.
+	Sustain time.Duration
+	MinRise float64
 }
 
-// DefaultOptions are the agent's defaults: an estimate every second, two
-// minutes of history, 0.05 cores of tolerance.
+// DefaultOptions are the agent's defaults (an estimate every 100 ms, two
+// minutes of history), 0.05 cores of tolerance, and slack appearing when
+// 0.25 cores more are free for at least 5 s.
 func DefaultOptions() Options {
-	return Options{EstimateInterval: time.Second, History: 2 * time.Minute, Tolerance: 0.05}
+	return Options{EstimateInterval: 100 * time.Millisecond, History: 2 * time.Minute, Tolerance: 0.05,
+		Sustain: 5 * time.Second, MinRise: 0.25}
 }
 
 // Result is how one estimator did on one scenario, over every sample after
@@ -71,6 +79,19 @@ type Result struct {
 	ExcessCoreSeconds float64 `json:"excess_core_seconds"`
 	// ChangesPerMinute is how often the estimate changed.
 	ChangesPerMinute float64 `json:"changes_per_minute"`
+	// MeanTimeToOffer is the mean time, in seconds, from slack appearing
+	// to half of it being offered, over the Appearances of slack: sample j
+	// is one when the sustained slack rises by R = S_j − S_{j−1} ≥
+	// Options.MinRise, with S_j the minimum of ideal over the Sustain from
+	// j on; it is offered at the first sample k ≥ j with
+	// offered_k ≥ min(offered_{j−1}, S_{j−1}) + R/2 (half the rise on top
+	// of what was offered, or of the old slack if more was offered).
+	// Missed appearances, where ideal fell back below S_{j−1} + R/2 (or
+	// the trace ended) first, count with the time until then: with
+	// Missed > 0, MeanTimeToOffer is a lower bound.
+	MeanTimeToOffer float64 `json:"mean_time_to_offer_seconds"`
+	Appearances     int     `json:"appearances"`
+	Missed          int     `json:"missed"`
 }
 
 // ErrScenario is wrapped by Replay's errors about an unusable scenario or
@@ -116,6 +137,7 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 		sumSafe, sumExcess, excessCS float64
 		violations, changes          int
 		estimated                    bool
+		ideals, offers               []float64
 	)
 	for j := range n {
 		if estimated {
@@ -125,6 +147,7 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 			}
 			ideal := max(0, allocCPU-usage)
 			excess := offered - ideal
+			ideals, offers = append(ideals, ideal), append(offers, offered)
 			res.Samples++
 			sumIdeal += ideal
 			sumOffer += offered
@@ -174,7 +197,47 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 	}
 	res.ExcessCoreSeconds = excessCS
 	res.ChangesPerMinute = float64(changes) / (s * interval.Minutes())
+	res.MeanTimeToOffer, res.Appearances, res.Missed = timeToOffer(ideals, offers, interval, opt)
 	return res, nil
+}
+
+// timeToOffer computes Result.MeanTimeToOffer, Appearances and Missed from
+// the scored samples' ideal and offered series.
+func timeToOffer(ideal, offered []float64, interval time.Duration, opt Options) (mean float64, appearances, missed int) {
+	w := max(1, int(opt.Sustain/interval))
+	n := len(ideal)
+	if n < w {
+		return 0, 0, 0
+	}
+	// sustained[j] = min(ideal[j : j+w]), for j <= n-w.
+	sustained := make([]float64, n-w+1)
+	for j := range sustained {
+		sustained[j] = ideal[j]
+		for _, v := range ideal[j+1 : j+w] {
+			sustained[j] = min(sustained[j], v)
+		}
+	}
+	total := 0
+	for j := 1; j < len(sustained); j++ {
+		rise := sustained[j] - sustained[j-1]
+		if rise < opt.MinRise {
+			continue
+		}
+		appearances++
+		target, floor := min(offered[j-1], sustained[j-1])+rise/2, sustained[j-1]+rise/2
+		k := j
+		for k < n && offered[k] < target-1e-9 && ideal[k] >= floor {
+			k++
+		}
+		if k == n || offered[k] < target-1e-9 {
+			missed++
+		}
+		total += k - j
+	}
+	if appearances == 0 {
+		return 0, 0, 0
+	}
+	return float64(total) * interval.Seconds() / float64(appearances), appearances, missed
 }
 
 // Mix returns the scenario of all traces together (one guaranteed container

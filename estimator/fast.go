@@ -1,0 +1,252 @@
+package estimator
+
+import (
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/slackline/slackline/resources"
+)
+
+// FastConfig configures the fast estimator; the other estimators ignore it.
+type FastConfig struct {
+	// Confirm is how long slack must last before it is offered: a
+	// guaranteed container is taken to need the peak of its CPU over the
+	// last Confirm, so a rise counts at once (the estimate shrinks in the
+	// next estimate) and a fall only once it has held for Confirm.
+	Confirm time.Duration
+	// Margin (0 <= m < 1) is the fraction of each guaranteed CPU
+	// allocation never offered: the explicit safety margin on top of the
+	// predicted need.
+	Margin float64
+	// ReclaimTime is how long the agent needs to take CPU back from
+	// revocable tasks once guaranteed work wants it (the next estimate,
+	// then the QoS controller's correction). A rise that recurs (see
+	// Onset) and is due within ReclaimTime is held back before it
+	// happens.
+	ReclaimTime time.Duration
+	// Onset is the smallest jump of a container's CPU above its peak over
+	// the second before that counts as the onset of a burst, in cores.
+	// Bursts whose onsets recur at a fixed interval (three in a row, within
+	// OnsetJitter) are expected again one interval later. 0 turns the
+	// prediction off.
+	Onset float64
+	// OnsetJitter is how far from a fixed interval a recurring onset may
+	// fall, each way.
+	OnsetJitter time.Duration
+	// Band is the hysteresis band of the published estimate, in cores: a
+	// shrink publishes a band below the new estimate, so that noise does
+	// not shrink it again, and a rise is published only beyond two bands.
+	Band float64
+}
+
+// DefaultFastConfig returns the fast estimator's defaults, chosen on the
+// recorded traces (doc.go).
+func DefaultFastConfig() FastConfig {
+	return FastConfig{
+		Confirm: time.Second, Margin: 0.06, ReclaimTime: 250 * time.Millisecond,
+		Onset: 0.25, OnsetJitter: 300 * time.Millisecond, Band: 0.04,
+	}
+}
+
+func (c FastConfig) validate() error {
+	var errs []error
+	check := func(ok bool, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrInvalidConfig}, args...)...))
+		}
+	}
+	check(c.Confirm > 0, "confirmation period %v must be positive", c.Confirm)
+	check(c.Margin >= 0 && c.Margin < 1, "safety margin %v must be in [0, 1)", c.Margin)
+	check(c.ReclaimTime >= 0, "reclaim time %v must not be negative", c.ReclaimTime)
+	check(c.Onset >= 0, "onset %v must not be negative", c.Onset)
+	check(c.OnsetJitter >= 0, "onset jitter %v must not be negative", c.OnsetJitter)
+	check(c.Band >= 0, "band %v must not be negative", c.Band)
+	return errors.Join(errs...)
+}
+
+// fastEstimator is the default estimator "fast". Each guaranteed container
+// and protected service is taken to need the peak of its CPU over the last
+// Confirm, more while a burst is starting (its first sample saw only part
+// of it) or when one of its recurring bursts is due within ReclaimTime,
+// plus Margin of its allocation; the estimate is slackOf of those needs,
+// published with a band of hysteresis. Its state is the last published
+// estimate and each member's bursts over the last burstMemory (dropped
+// when the member leaves); both are functions of the samples seen.
+type fastEstimator struct {
+	cfg       Config
+	published resources.Resources
+	bursts    map[string]*burstHistory
+}
+
+func newFast(cfg Config) (Estimator, error) {
+	if err := errors.Join(cfg.validate(), cfg.Fast.validate()); err != nil {
+		return nil, err
+	}
+	cfg.Margin = cfg.Fast.Margin
+	cfg.Hysteresis = Hysteresis{Off: cfg.Hysteresis.Off, CPUs: cfg.Fast.Band, MemMiB: cfg.Hysteresis.MemMiB}
+	return &fastEstimator{cfg: cfg, bursts: map[string]*burstHistory{}}, nil
+}
+
+// Estimate implements Estimator.
+func (f *fastEstimator) Estimate(in Input) resources.Resources {
+	members := guaranteedMembers(in, f.cfg.Window)
+	if f.cfg.Fast.Onset > 0 {
+		seen := make(map[string]bool, len(members))
+		for _, m := range members {
+			seen[m.key] = true
+			h := f.bursts[m.key]
+			if h == nil {
+				h = &burstHistory{}
+				f.bursts[m.key] = h
+			}
+			h.ingest(m.container.History, in.Now, f.cfg.Fast.Onset)
+		}
+		for key := range f.bursts {
+			if !seen[key] {
+				delete(f.bursts, key)
+			}
+		}
+	}
+	raw := slackOf(in, f.cfg, members, f.predictCPU)
+	f.published = f.cfg.Hysteresis.Apply(f.published, raw)
+	return f.published
+}
+
+func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
+	cfg := f.cfg.Fast
+	need := 0.0
+	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < cfg.Confirm; i-- {
+		need = max(need, m.window[i].CPU)
+	}
+	if cfg.Onset == 0 {
+		return need
+	}
+	if n := len(m.window); n >= 2 {
+		// A burst starting: its first sample saw only part of it.
+		if rise := m.window[n-1].CPU - m.window[n-2].CPU; rise >= cfg.Onset {
+			need = max(need, m.window[n-1].CPU+rise)
+		}
+	}
+	if rise := f.bursts[m.key].due(now, cfg); rise > 0 {
+		need += rise
+	}
+	return need
+}
+
+// onsetLookback is how far back the level a burst rises above is taken,
+// how long after its onset its peak is taken, and the least time between
+// two onsets.
+const onsetLookback = time.Second
+
+// burstMemory is how long onsets are remembered: a rhythm needs three
+// onsets, so periods up to a third of it are followed.
+const burstMemory = 5 * time.Minute
+
+// minBurstPeriod is the shortest period of recurring bursts, and
+// latticeSteps how many periods a rhythm is followed back and forth.
+const (
+	minBurstPeriod = 2 * time.Second
+	latticeSteps   = 3
+)
+
+// onset is the start of a burst: when, and how far the CPU rose over the
+// onsetLookback from it above the peak of the onsetLookback before it.
+type onset struct {
+	at          time.Time
+	level, rise float64
+}
+
+// burstHistory is the onsets of one member's bursts over the last
+// burstMemory, oldest first, with what it takes to find the next: the
+// samples of the last onsetLookback and the newest sample taken in.
+type burstHistory struct {
+	onsets []onset
+	recent []Sample
+	newest time.Time
+}
+
+// ingest takes in the samples newer than any seen, up to now: a sample at
+// least threshold above the peak of the onsetLookback before it is an
+// onset (one per onsetLookback at most), and the samples of the
+// onsetLookback after an onset set its rise.
+func (h *burstHistory) ingest(history []Sample, now time.Time, threshold float64) {
+	for _, s := range history {
+		if !s.Time.After(h.newest) || s.Time.After(now) || !goodSample(s) {
+			continue
+		}
+		h.newest = s.Time
+		keep := h.recent[:0]
+		level := 0.0
+		for _, r := range h.recent {
+			if s.Time.Sub(r.Time) <= onsetLookback {
+				keep = append(keep, r)
+				level = max(level, r.CPU)
+			}
+		}
+		h.recent = append(keep, s)
+		n := len(h.onsets)
+		switch {
+		case n > 0 && s.Time.Sub(h.onsets[n-1].at) < onsetLookback:
+			last := &h.onsets[n-1]
+			last.rise = max(last.rise, s.CPU-last.level)
+		case s.CPU-level >= threshold:
+			h.onsets = append(h.onsets, onset{at: s.Time, level: level, rise: s.CPU - level})
+		}
+	}
+	drop := 0
+	for drop < len(h.onsets) && now.Sub(h.onsets[drop].at) > burstMemory {
+		drop++
+	}
+	h.onsets = h.onsets[drop:]
+}
+
+// due returns the largest rise of the bursts expected to start within
+// ReclaimTime of now (OnsetJitter either side), 0 if none. Onsets at a and
+// b make a period p = b − a (at least minBurstPeriod) that is trusted when
+// one more onset lies on the same lattice, at a − p, a − 2p or a − 3p
+// (each within OnsetJitter): a burst is then expected at b + p, b + 2p and
+// b + 3p, so that a burst hidden under other load does not break the
+// rhythm.
+func (h *burstHistory) due(now time.Time, cfg FastConfig) float64 {
+	if h == nil {
+		return 0
+	}
+	near := func(t time.Time) bool {
+		for _, o := range h.onsets {
+			if d := o.at.Sub(t); d > -cfg.OnsetJitter && d < cfg.OnsetJitter {
+				return true
+			}
+		}
+		return false
+	}
+	from, to := now.Add(-cfg.OnsetJitter), now.Add(cfg.ReclaimTime+cfg.OnsetJitter)
+	rise := 0.0
+	for bi := len(h.onsets) - 1; bi > 0; bi-- {
+		b := h.onsets[bi]
+		if b.rise <= rise {
+			continue
+		}
+		for _, a := range h.onsets[:bi] {
+			period := b.at.Sub(a.at)
+			if period < minBurstPeriod {
+				continue
+			}
+			due := false
+			for k := time.Duration(1); k <= latticeSteps && !due; k++ {
+				next := b.at.Add(k * period)
+				due = !next.Before(from) && !next.After(to)
+			}
+			if !due {
+				continue
+			}
+			for k := time.Duration(1); k <= latticeSteps; k++ {
+				if near(a.at.Add(-k * period)) {
+					rise = b.rise
+					break
+				}
+			}
+		}
+	}
+	return rise
+}
