@@ -183,3 +183,65 @@ func estimate(t *testing.T, a *realAgent) float64 {
 	_, rev, _ := resources.FromProto(resp.Msg.GetRevocable())
 	return rev.CPUs()
 }
+
+// TestGrowingEstimateNeverRescinds: with the agent's default estimator
+// flags, an estimate that grows adds a revocable offer for the growth and
+// never rescinds the one outstanding. An idle guaranteed task's slack is
+// offered and held; a second idle guaranteed task starts, and once its
+// samples show it idle the estimate grows: a second offer arrives, the
+// first is still there, and nothing was rescinded.
+func TestGrowingEstimateNeverRescinds(t *testing.T) {
+	privileged.Require(t)
+	addr, _, _ := startCoordinator(t)
+	agent := startAgent(t, addr, "grow", "cpus:2;mem:2048", "--qos-controller", "noop")
+	waitAgentsActive(t, addr, 1)
+	holder := startWatcher(t, addr, "holder", true) // holds revocable offers, declines regular ones
+
+	offered := func() (total float64, ids map[string]bool) {
+		holder.mu.Lock()
+		defer holder.mu.Unlock()
+		ids = map[string]bool{}
+		for id, o := range holder.revocable {
+			r, _, _ := frameworkapi.OfferResources(o)
+			total += r.CPUs()
+			ids[id] = true
+		}
+		return total, ids
+	}
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed-a", "--tasks", "1",
+		"--task-resources", "cpus:1;mem:64", "--command", "sleep 3600")
+	var first map[string]bool
+	eventually(t, 30*time.Second, func() string {
+		total, ids := offered()
+		if total < 0.5 {
+			return fmt.Sprintf("%.2f revocable cpus offered, want most of the idle task's 1", total)
+		}
+		first = ids
+		return ""
+	})
+	before := estimate(t, agent)
+
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed-b", "--tasks", "1",
+		"--task-resources", "cpus:0.5;mem:64", "--command", "sleep 3600")
+	eventually(t, 30*time.Second, func() string {
+		total, ids := offered()
+		if after := estimate(t, agent); after < before+0.3 {
+			return fmt.Sprintf("estimate %.2f cpus, was %.2f with one idle task", after, before)
+		}
+		if len(ids) < 2 || total < before+0.3 {
+			return fmt.Sprintf("%d revocable offers of %.2f cpus outstanding, want the growth offered beside the first", len(ids), total)
+		}
+		for id := range first {
+			if !ids[id] {
+				return "the first revocable offer " + id + " is gone"
+			}
+		}
+		return ""
+	})
+	if total, _ := offered(); total > estimate(t, agent)+1e-9 {
+		t.Errorf("%.2f revocable cpus offered, more than the estimate %.2f", total, estimate(t, agent))
+	}
+	if _, _, rescinded := holder.counts(); rescinded != 0 {
+		t.Errorf("%d revocable offers rescinded while the estimate only grew", rescinded)
+	}
+}

@@ -8,8 +8,17 @@
 // estimator/backtest for the exact definitions):
 //
 //	slackline-backtest run                                  # estimator/testdata/*.csv
-//	slackline-backtest run -o markdown --estimators usage,predictive my/*.csv
-//	slackline-backtest run --margin 0.05 --percentile 95    # try other settings
+//	slackline-backtest run -o markdown --estimators fast,koordinator my/*.csv
+//	slackline-backtest run --confirm 2s --safety-margin 0.1 # try other settings
+//
+// Besides the estimators it replays the anchors of package
+// estimator/backtest, Koordinator's and Katalyst's formulas.
+//
+// Plot (no root needed): the same replays over a range of each estimator's
+// and anchor's settings, harvest against violations, one panel per scenario
+// (docs/estimator-frontier.png is the committed traces' plot):
+//
+//	slackline-backtest plot -o frontier.png
 //
 // Record (root): runs --command under /bin/sh in a fresh cgroup
 // slackline-trace-<random> (cpuacct and memory hierarchies on cgroup v1 and

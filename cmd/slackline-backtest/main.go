@@ -27,6 +27,6 @@ func newRootCommand() *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 	}
-	root.AddCommand(newRunCommand(), newRecordCommand())
+	root.AddCommand(newRunCommand(), newRecordCommand(), newPlotCommand())
 	return root
 }

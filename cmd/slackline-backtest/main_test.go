@@ -46,6 +46,65 @@ func TestRunPrintsEveryEstimatorOnEveryScenario(t *testing.T) {
 	}
 }
 
+// TestRunReplaysAnchors: the anchors replay beside the estimators, and the
+// table has the time-to-offer column.
+func TestRunReplaysAnchors(t *testing.T) {
+	var out bytes.Buffer
+	root := newRootCommand()
+	root.SetOut(&out)
+	root.SetArgs([]string{"run", "--mix=false", "--estimators", "fast,koordinator,katalyst",
+		filepath.Join("..", "..", "estimator", "testdata", "step.csv")})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 4 || !strings.Contains(lines[0], "TO OFFER") {
+		t.Fatalf("want a header with TO OFFER and three rows, got:\n%s", out.String())
+	}
+	for i, name := range []string{"fast", "koordinator", "katalyst"} {
+		if fields := strings.Fields(lines[i+1]); len(fields) != 11 || fields[1] != name {
+			t.Errorf("row %d = %q, want 11 columns for %s", i+1, lines[i+1], name)
+		}
+	}
+}
+
+// TestPlotWritesPNG draws the frontier of two short synthetic traces.
+func TestPlotWritesPNG(t *testing.T) {
+	dir := t.TempDir()
+	for i, name := range []string{"flat", "square"} {
+		tr := backtest.Trace{Name: name, Interval: 100 * time.Millisecond, Allocation: resources.MustParse("cpus:2")}
+		for j := range 400 {
+			cpu := 0.5
+			if i == 1 && j%100 < 50 {
+				cpu = 1.5
+			}
+			tr.Points = append(tr.Points, backtest.Point{Offset: time.Duration(j+1) * 100 * time.Millisecond, CPU: cpu})
+		}
+		f, err := os.Create(filepath.Join(dir, name+".csv"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := backtest.WriteTrace(f, tr); err != nil {
+			t.Fatal(err)
+		}
+		f.Close()
+	}
+	png := filepath.Join(dir, "frontier.png")
+	root := newRootCommand()
+	root.SetOut(&bytes.Buffer{})
+	root.SetArgs([]string{"plot", "-o", png, filepath.Join(dir, "*.csv")})
+	if err := root.Execute(); err != nil {
+		t.Fatal(err)
+	}
+	data, err := os.ReadFile(png)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.HasPrefix(data, []byte("\x89PNG")) {
+		t.Errorf("%s is not a PNG (%d bytes)", png, len(data))
+	}
+}
+
 func TestRunRejectsUnknownEstimator(t *testing.T) {
 	root := newRootCommand()
 	root.SetOut(&bytes.Buffer{})

@@ -42,7 +42,13 @@ estimate per --interval, and scores every sample after the first estimate:
   violation  share of samples where offered - ideal > --tolerance cores
   excess     mean and max of offered - ideal over violations, in cores
   changes    estimate changes per minute (what reaches the coordinator)
+  to offer   mean time from slack appearing (0.25 cores more free for at
+             least 5 s) to half of it being offered; ">" when some was
+             never offered before it went (then a lower bound)
 
+Besides Slackline's estimators it replays the anchors, reference
+implementations of Koordinator's batch formula ("koordinator") and
+Katalyst's smoothed headroom ("katalyst"), with their defaults.
 With no arguments it replays estimator/testdata/*.csv.`,
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if len(args) == 0 {
@@ -65,7 +71,7 @@ With no arguments it replays estimator/testdata/*.csv.`,
 		},
 	}
 	f := cmd.Flags()
-	f.StringSliceVar(&o.estimators, "estimators", estimator.Names(), "estimators to replay")
+	f.StringSliceVar(&o.estimators, "estimators", append(estimator.Names(), anchorNames()...), "estimators (and anchors) to replay")
 	f.BoolVar(&o.mix, "mix", true, "also replay all traces together")
 	f.StringVar(&o.fixed, "fixed", "cpus:0.5", "amount the fixed estimator offers")
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, markdown or json")
@@ -77,7 +83,28 @@ With no arguments it replays estimator/testdata/*.csv.`,
 	f.DurationVar(&o.config.PeakHalfLife, "peak-half-life", o.config.PeakHalfLife, "half-life of the decaying peak hold")
 	f.Float64Var(&o.config.Margin, "margin", o.config.Margin, "fraction of each cpu allocation never offered")
 	f.BoolVar(&o.config.Hysteresis.Off, "no-hysteresis", false, "publish every raw estimate")
+	f.DurationVar(&o.config.Fast.Confirm, "confirm", o.config.Fast.Confirm, "fast: how long slack must last before it is offered")
+	f.Float64Var(&o.config.Fast.Margin, "safety-margin", o.config.Fast.Margin, "fast: fraction of each cpu allocation never offered")
+	f.DurationVar(&o.config.Fast.ReclaimTime, "reclaim-time", o.config.Fast.ReclaimTime, "fast: recurring bursts due within this are held back")
 	return cmd
+}
+
+// anchorNames returns the anchors' names, sorted.
+func anchorNames() []string {
+	names := make([]string, 0, len(backtest.Anchors))
+	for name := range backtest.Anchors {
+		names = append(names, name)
+	}
+	slices.Sort(names)
+	return names
+}
+
+// newEstimator builds a registered estimator or an anchor.
+func newEstimator(name string, cfg estimator.Config) (estimator.Estimator, error) {
+	if anchor, ok := backtest.Anchors[name]; ok {
+		return anchor(cfg)
+	}
+	return estimator.New(name, cfg)
 }
 
 func loadTraces(patterns []string) ([]backtest.Trace, error) {
@@ -104,18 +131,24 @@ func loadTraces(patterns []string) ([]backtest.Trace, error) {
 	return traces, nil
 }
 
-func runAll(traces []backtest.Trace, o runOptions) ([]backtest.Result, error) {
+// scenariosOf returns one scenario per trace and, with mix, all of them
+// together.
+func scenariosOf(traces []backtest.Trace, mix bool) []backtest.Scenario {
 	scenarios := make([]backtest.Scenario, 0, len(traces)+1)
 	for _, t := range traces {
 		scenarios = append(scenarios, backtest.Scenario{Name: t.Name, Traces: []backtest.Trace{t}})
 	}
-	if o.mix && len(traces) > 1 {
+	if mix && len(traces) > 1 {
 		scenarios = append(scenarios, backtest.Mix(traces))
 	}
+	return scenarios
+}
+
+func runAll(traces []backtest.Trace, o runOptions) ([]backtest.Result, error) {
 	var results []backtest.Result
-	for _, sc := range scenarios {
+	for _, sc := range scenariosOf(traces, o.mix) {
 		for _, name := range o.estimators {
-			est, err := estimator.New(name, o.config)
+			est, err := newEstimator(name, o.config)
 			if err != nil {
 				return nil, err
 			}
@@ -139,7 +172,7 @@ func printResults(w io.Writer, results []backtest.Result, format string) error {
 	default:
 		return fmt.Errorf("unknown output format %q: want table, markdown or json", format)
 	}
-	header := []string{"SCENARIO", "ESTIMATOR", "IDEAL", "OFFERED", "HARVEST", "SAFE", "VIOLATION", "EXCESS", "MAX", "CHANGES/MIN"}
+	header := []string{"SCENARIO", "ESTIMATOR", "IDEAL", "OFFERED", "HARVEST", "SAFE", "VIOLATION", "EXCESS", "MAX", "CHANGES/MIN", "TO OFFER"}
 	rows := [][]string{header}
 	for _, r := range results {
 		rows = append(rows, []string{
@@ -148,7 +181,7 @@ func printResults(w io.Writer, results []backtest.Result, format string) error {
 			fmt.Sprintf("%.1f%%", 100*r.Harvest), fmt.Sprintf("%.1f%%", 100*r.SafeHarvest),
 			fmt.Sprintf("%.2f%%", 100*r.ViolationRate),
 			fmt.Sprintf("%.3f", r.MeanExcess), fmt.Sprintf("%.3f", r.MaxExcess),
-			fmt.Sprintf("%.1f", r.ChangesPerMinute),
+			fmt.Sprintf("%.1f", r.ChangesPerMinute), timeToOffer(r),
 		})
 	}
 	if format == "markdown" {
@@ -165,4 +198,16 @@ func printResults(w io.Writer, results []backtest.Result, format string) error {
 		fmt.Fprintln(tw, strings.Join(row, "\t")+"\t")
 	}
 	return tw.Flush()
+}
+
+// timeToOffer renders Result.MeanTimeToOffer: "-" without appearances of
+// slack, ">" before a lower bound (some slack was never offered).
+func timeToOffer(r backtest.Result) string {
+	switch {
+	case r.Appearances == 0:
+		return "-"
+	case r.Missed > 0:
+		return fmt.Sprintf(">%.1fs", r.MeanTimeToOffer)
+	}
+	return fmt.Sprintf("%.1fs", r.MeanTimeToOffer)
 }
