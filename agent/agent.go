@@ -100,6 +100,9 @@ type Config struct {
 	// relative to each hierarchy) that the estimator counts as guaranteed use
 	// and the QoS controllers protect. The agent only reads them.
 	ProtectCgroups []string
+	// Sandbox bounds the disk tasks use: sandbox garbage collection and
+	// per-task disk limits (see SandboxConfig).
+	Sandbox SandboxConfig
 }
 
 // Agent is a node agent: it only wires its subsystems, each of which owns
@@ -116,6 +119,7 @@ type Agent struct {
 	watch   *observer
 	slack   *estimateLoop // runs only with an estimator
 	qos     *qosLoop      // runs only with QoS controllers
+	disk    *sandboxes
 
 	// ids are the agent's id and, after a host reboot and until the first
 	// registration, the id it had before.
@@ -199,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 	}
 	a.slack = newEstimateLoop(cfg, total, a.session)
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt)
+	a.disk = newSandboxes(a)
 	return a, nil
 }
 
@@ -235,6 +240,7 @@ func (a *Agent) Run(ctx context.Context) error {
 		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())
 	})
 	g.Go(func() error { return a.tasks.Run(ctx) })
+	g.Go(func() error { return a.disk.Run(ctx) })
 	g.Go(func() error { return a.session.Run(ctx) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {

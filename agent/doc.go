@@ -22,6 +22,11 @@
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).
+//   - sandboxes: bounds the disk tasks use (sandbox.go): kills a task whose
+//     sandbox outgrows its disk resource (TASK_STATE_FAILED,
+//     REASON_CONTAINER_LIMITATION_DISK), removes ended tasks' sandboxes
+//     after Config.Sandbox.GCDelay, sooner and oldest first above the disk
+//     watermark, never a live task's.
 //   - the NodeService HTTP handler (Handler), served by internal/server;
 //     with Config.TLS over TLS with the agent's own certificate (the one it
 //     dials the coordinator with), and with Config.Authz every caller is

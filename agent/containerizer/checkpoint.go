@@ -118,6 +118,9 @@ type launchSpec struct {
 	// SupervisorArgv is the argv prefix that reaches SuperviseMain; the shim
 	// is /proc/self/exe run with SupervisorArgv + ["exec", <state dir>].
 	SupervisorArgv []string `json:"supervisor_argv"`
+	// OutputLimit is how much of each output stream is kept on disk
+	// (Config.OutputLimit); 0: the task writes its files directly.
+	OutputLimit int64 `json:"output_limit,omitempty"`
 }
 
 // writeJSON writes v to path atomically and durably: a temporary file in the

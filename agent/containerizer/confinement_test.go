@@ -155,7 +155,10 @@ func TestTaskCannotLeaveItsCgroups(t *testing.T) {
 		child, _ = strconv.Atoi(strings.TrimSpace(string(data)))
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
 		mainComm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ct.Pid))
-		return child > 0 && strings.TrimSpace(string(comm)) == "sleep" && strings.TrimSpace(string(mainComm)) == "sleep"
+		// The supervisor copies the output: it may arrive a moment later.
+		errs, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stderr"))
+		return child > 0 && strings.TrimSpace(string(comm)) == "sleep" && strings.TrimSpace(string(mainComm)) == "sleep" &&
+			strings.Count(string(errs), "\n") >= 2*len(targets)
 	})
 	if out := readSandbox(t, ct, "stdout"); out != "" {
 		t.Errorf("task moved itself:\n%s", out)

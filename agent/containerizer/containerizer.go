@@ -76,6 +76,16 @@ type Config struct {
 	// root fails with ErrTaskUser, whatever the coordinator allowed: a
 	// second line of defence behind its authorization.
 	AllowRootTasks bool
+	// OutputLimit is how much of each of a task's output streams (stdout,
+	// stderr) is kept on disk: the newest output, rotated through
+	// <stream>.1 by the supervisor (default DefaultOutputLimit; negative:
+	// unlimited, the task writes its files directly).
+	OutputLimit int64
+	// PidsMax bounds each task's processes and threads with the pids
+	// controller (v2, or the v1 pids hierarchy on hybrid hosts), so a fork
+	// bomb stops there (default DefaultPidsMax; negative: unbounded). A host
+	// without the controller runs tasks unbounded, and New says so.
+	PidsMax int64
 	// Logger receives the containerizer's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -208,6 +218,12 @@ func New(cfg Config) (*Containerizer, error) {
 	if cfg.KillGracePeriod <= 0 {
 		cfg.KillGracePeriod = 3 * time.Second
 	}
+	if cfg.OutputLimit == 0 {
+		cfg.OutputLimit = DefaultOutputLimit
+	}
+	if cfg.PidsMax == 0 {
+		cfg.PidsMax = DefaultPidsMax
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -249,6 +265,7 @@ func New(cfg Config) (*Containerizer, error) {
 	if err != nil {
 		return nil, err
 	}
+	layout = layout.WithUsablePids(cfg.CgroupRoot)
 	if err := layout.SetupRoot(cfg.CgroupRoot); err != nil {
 		return nil, err
 	}
@@ -266,7 +283,10 @@ func New(cfg Config) (*Containerizer, error) {
 	if layout.Mode == cgroups.ModeHybrid {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
-	c.log.Info("containerizer: cgroups detected", attrs...)
+	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids)...)
+	if layout.Pids == "" && cfg.PidsMax > 0 {
+		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")
+	}
 	if files := layout.MembershipFilesWritableByOthers(cfg.CgroupRoot); len(files) > 0 {
 		c.log.Warn("containerizer: users other than root can write these cgroup membership files, so tasks could move themselves out of their cgroups; make them root's, mode 0644",
 			"files", files)

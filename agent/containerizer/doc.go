@@ -47,6 +47,7 @@
 //
 //	<SandboxDir>/<id>/                the task's working directory and HOME (task's user, 0750)
 //	<SandboxDir>/<id>/stdout, stderr  the task's output, appended (task's user, 0640)
+//	<SandboxDir>/<id>/stdout.1, ...   the older half of the output kept (Config.OutputLimit)
 //	<StateDir>/<id>/container.json    the checkpoint (see Checkpoint below)
 //	<StateDir>/<id>/launch.json       argv, environment, cgroup directories for the supervisor
 //	<StateDir>/<id>/status.json       the supervisor's and task's pids, once started
@@ -120,6 +121,18 @@
 // sequence). The supervisor stays root: it opens stdout and stderr (created
 // by Launch, 0640, owned by the task's user; links are not followed) and
 // writes the state files the task cannot reach.
+//
+// # Bounds beyond resources
+//
+// The task writes its output to pipes the supervisor copies to stdout and
+// stderr, keeping the newest Config.OutputLimit of each on disk: a full
+// half becomes stdout.1 (replacing the older one) and stdout starts anew;
+// files the supervisor makes are its own (O_EXCL, no link followed), then
+// given to the task's user. Its exit is recorded once the output is on
+// disk. Config.PidsMax bounds the task's processes and threads with the
+// pids controller: v2, or the v1 pids hierarchy of a hybrid host, which
+// the task's processes join like the others (cgroups.Layout.Pids); a fork
+// bomb's forks fail there, and the host's processes are untouched.
 //
 // Tasks of the same user are not isolated from one another (they may
 // signal each other and read each other's sandboxes): give frameworks

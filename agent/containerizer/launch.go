@@ -107,6 +107,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
 		Cgroup: cp.Cgroup, User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
+		OutputLimit: max(c.cfg.OutputLimit, 0),
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
@@ -154,6 +155,7 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 		Limits: cgroups.Limits{
 			CPUs: spec.Resources.CPUs(), HardCPU: c.cfg.CPUHardLimit,
 			MemoryBytes: cgroups.MemoryBytes(spec.Resources.Mem()),
+			PidsMax:     max(c.cfg.PidsMax, 0),
 		},
 		Sandbox: sandbox, BootID: c.bootID,
 	}

@@ -82,16 +82,9 @@ func supervise(dir string) int {
 		report(statusRecord{Error: err.Error()})
 		return 1
 	}
-	openOut := func(path string) (*os.File, error) {
-		// Created by Launch, owned by the task's user: never follow a link.
-		return os.OpenFile(path, os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0)
-	}
-	stdout, err := openOut(spec.Stdout)
-	if err != nil {
-		report(statusRecord{Error: err.Error()})
-		return 1
-	}
-	stderr, err := openOut(spec.Stderr)
+	// The task's output goes through the supervisor, which keeps at most
+	// spec.OutputLimit of each stream (output.go).
+	stdout, stderr, output, err := taskOutput(spec)
 	if err != nil {
 		report(statusRecord{Error: err.Error()})
 		return 1
@@ -173,6 +166,7 @@ func supervise(dir string) int {
 		}
 		cancel()
 	}
+	output.wait(leftoverKillTimeout) // its last lines are on disk before its exit is known
 	if err := writeJSON(filepath.Join(dir, exitFile), rec); err != nil {
 		logf("write exit status: %v", err)
 		return 1

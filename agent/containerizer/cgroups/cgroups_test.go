@@ -154,9 +154,9 @@ func TestSetupRootV2(t *testing.T) {
 		t.Fatalf("SetupRoot: %v", err)
 	}
 	want := map[string]string{
-		"slackline/cgroup.subtree_control":            "+cpu +memory",
-		"slackline/guaranteed/cgroup.subtree_control": "+cpu +memory",
-		"slackline/revocable/cgroup.subtree_control":  "+cpu +memory",
+		"slackline/cgroup.subtree_control":            "+cpu +memory +pids",
+		"slackline/guaranteed/cgroup.subtree_control": "+cpu +memory +pids",
+		"slackline/revocable/cgroup.subtree_control":  "+cpu +memory +pids",
 		"slackline/revocable/cpu.weight":              "1",
 		"slackline/revocable/cpu.idle":                "1",
 	}

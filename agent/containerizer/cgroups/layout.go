@@ -58,6 +58,11 @@ type Layout struct {
 	// CPU and Memory are the v1 cpu and memory hierarchies (hybrid only).
 	CPU    string `json:"cpu,omitempty"`
 	Memory string `json:"memory,omitempty"`
+	// Pids is where the pids controller bounds a container's processes
+	// (pids.max): the v1 pids hierarchy on hybrid hosts, the v2 tree on v2
+	// hosts that have the controller; empty when there is none (see
+	// pids.go).
+	Pids string `json:"pids,omitempty"`
 }
 
 // Detect finds the layout of the cgroup hierarchies under mountpoint. It only
@@ -73,7 +78,11 @@ func Detect(mountpoint string) (Layout, error) {
 					ErrUnsupported, mountpoint, want, strings.TrimSpace(string(controllers)))
 			}
 		}
-		return Layout{Mode: ModeV2, Mountpoint: mountpoint, Unified: mountpoint}, nil
+		l := Layout{Mode: ModeV2, Mountpoint: mountpoint, Unified: mountpoint}
+		if slices.Contains(have, "pids") {
+			l.Pids = mountpoint
+		}
+		return l, nil
 	}
 	unified := filepath.Join(mountpoint, "unified")
 	cpu := filepath.Join(mountpoint, "cpu")
@@ -83,7 +92,7 @@ func Detect(mountpoint string) (Layout, error) {
 	hasMemory := exists(filepath.Join(memory, "memory.limit_in_bytes"))
 	switch {
 	case hasUnified && hasCPU && hasMemory:
-		return Layout{Mode: ModeHybrid, Mountpoint: mountpoint, Unified: unified, CPU: cpu, Memory: memory}, nil
+		return Layout{Mode: ModeHybrid, Mountpoint: mountpoint, Unified: unified, CPU: cpu, Memory: memory, Pids: v1PidsHierarchy(mountpoint)}, nil
 	case hasUnified && !hasCPU:
 		return Layout{}, fmt.Errorf("%w: hybrid cgroups at %s but the v1 cpu controller is not mounted at %s", ErrUnsupported, mountpoint, cpu)
 	case hasUnified && !hasMemory:
@@ -107,6 +116,9 @@ type Paths struct {
 	Unified      string `json:"unified"`
 	CPU          string `json:"cpu,omitempty"`
 	Memory       string `json:"memory,omitempty"`
+	// Pids is the cgroup's directory in the v1 pids hierarchy (hybrid hosts
+	// that have it).
+	Pids string `json:"pids,omitempty"`
 }
 
 // PathsOf returns the directories of the cgroup at rel (relative to every
@@ -116,6 +128,9 @@ func (l Layout) PathsOf(rel string) Paths {
 	if l.Mode == ModeHybrid {
 		p.CPU = filepath.Join(l.CPU, rel)
 		p.Memory = filepath.Join(l.Memory, rel)
+		if l.Pids != "" {
+			p.Pids = filepath.Join(l.Pids, rel)
+		}
 	}
 	return p
 }
@@ -123,7 +138,7 @@ func (l Layout) PathsOf(rel string) Paths {
 // Dirs returns every directory of p, the unified one first.
 func (p Paths) Dirs() []string {
 	dirs := []string{p.Unified}
-	for _, d := range []string{p.CPU, p.Memory} {
+	for _, d := range []string{p.CPU, p.Memory, p.Pids} {
 		if d != "" {
 			dirs = append(dirs, d)
 		}

@@ -30,6 +30,9 @@ type Limits struct {
 	HardCPU bool `json:"hard_cpu,omitempty"`
 	// MemoryBytes is the memory limit; 0 means unlimited.
 	MemoryBytes int64 `json:"memory_bytes"`
+	// PidsMax bounds the processes and threads in the cgroup (pids.max),
+	// where the layout has the pids controller; 0 means unlimited.
+	PidsMax int64 `json:"pids_max,omitempty"`
 }
 
 // CPUWeight is the cgroup v2 cpu.weight for cpus: cpus*100 clamped to the
@@ -124,6 +127,9 @@ func (l Layout) SetupRoot(root string) error {
 		hierarchies = []string{l.Unified}
 	case ModeHybrid:
 		hierarchies = []string{l.CPU, l.Memory, l.Unified}
+		if l.Pids != "" {
+			hierarchies = append(hierarchies, l.Pids)
+		}
 	default:
 		return fmt.Errorf("%w: unknown mode %q", ErrUnsupported, l.Mode)
 	}
@@ -134,7 +140,7 @@ func (l Layout) SetupRoot(root string) error {
 				return wrap("create", dir, err)
 			}
 			if l.Mode == ModeV2 {
-				if err := enableControllers(dir); err != nil {
+				if err := enableControllers(dir, l.Pids != ""); err != nil {
 					return err
 				}
 			}
@@ -192,10 +198,15 @@ func (l Layout) checkDelegated(root string) error {
 	return nil
 }
 
-// enableControllers hands cpu and memory down from dir, one of our own cgroups.
-func enableControllers(dir string) error {
+// enableControllers hands cpu and memory (and pids) down from dir, one of
+// our own cgroups.
+func enableControllers(dir string, pids bool) error {
 	file := filepath.Join(dir, "cgroup.subtree_control")
-	if err := os.WriteFile(file, []byte("+cpu +memory"), 0o644); err != nil {
+	controllers := "+cpu +memory"
+	if pids {
+		controllers += " +pids"
+	}
+	if err := os.WriteFile(file, []byte(controllers), 0o644); err != nil {
 		return wrap("write", file, err)
 	}
 	return nil
@@ -257,6 +268,9 @@ func (l Layout) Create(rel string, lim Limits) (p Paths, err error) {
 		if err := cgroup1.NewMemory(l.Mountpoint).Create(rel, res); err != nil {
 			return p, wrap("write memory limits in", p.Memory, err)
 		}
+	}
+	if err := l.setPidsMax(p, lim.PidsMax); err != nil {
+		return p, err
 	}
 	return p, nil
 }

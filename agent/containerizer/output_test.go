@@ -1,0 +1,162 @@
+package containerizer
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// TestRotatingOutputKeepsTheNewest writes a long stream in chunks of
+// assorted sizes: at most the limit stays on disk, in two halves, and it
+// is the end of the stream.
+func TestRotatingOutputKeepsTheNewest(t *testing.T) {
+	const limit = 100
+	for _, chunk := range []int{1, 7, 49, 50, 51, 333} {
+		t.Run(fmt.Sprint("chunk ", chunk), func(t *testing.T) {
+			dir := t.TempDir()
+			path := filepath.Join(dir, "stdout")
+			if err := os.WriteFile(path, nil, 0o640); err != nil {
+				t.Fatal(err)
+			}
+			// A link the task planted where the older half goes is
+			// replaced, not followed.
+			victim := filepath.Join(dir, "victim")
+			os.WriteFile(victim, []byte("keep"), 0o644)
+			os.Symlink(victim, path+".1")
+			out, err := openRotatingOutput(path, limit, os.Getuid(), os.Getgid())
+			if err != nil {
+				t.Fatal(err)
+			}
+			var stream bytes.Buffer
+			for i := 0; stream.Len() < 2000; i++ {
+				p := []byte(strings.Repeat(string(rune('a'+i%26)), chunk))
+				stream.Write(p)
+				if n, err := out.Write(p); n != len(p) || err != nil {
+					t.Fatalf("write: %d, %v", n, err)
+				}
+			}
+			out.Close()
+			newer, _ := os.ReadFile(path)
+			older, _ := os.ReadFile(path + ".1")
+			kept := append(older, newer...)
+			if len(newer) > limit/2 || len(older) > limit/2 || !bytes.HasSuffix(stream.Bytes(), kept) || len(kept) < limit/2 {
+				t.Errorf("kept %d+%d bytes %q, want at most %d of the stream's end", len(older), len(newer), kept, limit)
+			}
+			if b, _ := os.ReadFile(victim); string(b) != "keep" {
+				t.Errorf("the link's target was written: %q", b)
+			}
+		})
+	}
+}
+
+// TestOutputIsBounded runs a task that writes to stdout without end: at
+// most Config.OutputLimit stays in the sandbox, and its stderr still
+// arrives.
+func TestOutputIsBounded(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.OutputLimit = 64 << 10
+	c := newTest(t, cfg)
+	ct := launch(t, c, Spec{TaskID: "chatty", Command: shell("echo started >&2; exec yes slackline")})
+	size := func() int64 {
+		var total int64
+		for _, name := range []string{"stdout", "stdout.1"} {
+			if fi, err := os.Stat(filepath.Join(ct.Sandbox, name)); err == nil {
+				total += fi.Size()
+			}
+		}
+		return total
+	}
+	older := func() uint64 {
+		fi, err := os.Stat(filepath.Join(ct.Sandbox, "stdout.1"))
+		if err != nil {
+			return 0
+		}
+		return fi.Sys().(*syscall.Stat_t).Ino
+	}
+	eventually(t, "output rotated", func() bool { return older() != 0 })
+	first := older()
+	eventually(t, "output rotated again", func() bool { return older() != first })
+	if got := size(); got > cfg.OutputLimit {
+		t.Errorf("%d bytes of stdout on disk, limit %d", got, cfg.OutputLimit)
+	}
+	if err := c.Kill(t.Context(), ct.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, c, ct.ID)
+	if got := size(); got > cfg.OutputLimit {
+		t.Errorf("%d bytes of stdout on disk after the end, limit %d", got, cfg.OutputLimit)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stdout")); !strings.HasPrefix(string(b), "slackline\n") && !strings.Contains(string(b), "\nslackline\n") {
+		t.Errorf("stdout %.40q... is not the task's output", b)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stderr")); string(b) != "started\n" {
+		t.Errorf("stderr %q", b)
+	}
+	// The files rotation made are the task's user's, as Launch's were.
+	owner := func(name string) uint32 {
+		fi, err := os.Stat(filepath.Join(ct.Sandbox, name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return fi.Sys().(*syscall.Stat_t).Uid
+	}
+	if owner("stdout") != owner("stderr") || owner("stdout.1") != owner("stderr") {
+		t.Errorf("owners: stdout %d, stdout.1 %d, stderr %d", owner("stdout"), owner("stdout.1"), owner("stderr"))
+	}
+}
+
+// TestForkBombStopsAtPidsMax runs a task that forks far more children
+// than its pids.max allows: its cgroup never holds more, its forks fail,
+// and the host's other processes are untouched (the test itself keeps
+// forking: it launches a second task afterwards).
+func TestForkBombStopsAtPidsMax(t *testing.T) {
+	cfg := testConfig(t)
+	cfg.PidsMax = 16
+	c := newTest(t, cfg)
+	if c.layout.Pids == "" {
+		t.Skip("this host has no usable pids controller")
+	}
+	// Bounded, so that a broken limit cannot hurt the host: 200 sleepers.
+	ct := launch(t, c, Spec{TaskID: "bomb", Command: shell("i=0; while [ $i -lt 200 ]; do sleep 600 & i=$((i+1)); done; echo done; sleep 600")})
+	var cp checkpoint
+	if err := readJSON(filepath.Join(cfg.StateDir, ct.ID, checkpointFile), &cp); err != nil {
+		t.Fatal(err)
+	}
+	// The shell reports a fork the limit refused (and may give up there).
+	eventually(t, "a fork to fail", func() bool {
+		b, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stderr"))
+		return len(b) > 0
+	})
+	n, ok := c.layout.PidsCurrent(cp.Cgroup)
+	if !ok || n > cfg.PidsMax {
+		t.Fatalf("pids.current %d (%v), want at most %d", n, ok, cfg.PidsMax)
+	}
+	if pids, _ := cp.Cgroup.Procs(); len(pids) > int(cfg.PidsMax) {
+		t.Fatalf("%d processes in the cgroup, pids.max %d", len(pids), cfg.PidsMax)
+	}
+	if b, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stderr")); !strings.Contains(strings.ToLower(string(b)), "fork") {
+		t.Errorf("stderr %q: want the failed forks reported", b)
+	}
+	// The containerizer still launches; the bomb ends (the shell may have
+	// given up at the first refused fork) when it is killed.
+	other := launch(t, c, Spec{TaskID: "after", Command: shell("exit 0")})
+	_ = c.Kill(t.Context(), ct.ID)
+	exits := map[string]Exit{}
+	deadline := time.After(30 * time.Second)
+	for len(exits) < 2 {
+		select {
+		case e := <-c.Exits():
+			exits[e.ContainerID] = e
+		case <-deadline:
+			t.Fatalf("exits %v: want the bomb's and the next task's", exits)
+		}
+	}
+	if e := exits[other.ID]; e.ExitCode != 0 {
+		t.Errorf("a task launched after the bomb: %+v", e)
+	}
+}
