@@ -58,6 +58,7 @@ func run(args []string) error {
 	grace := fs.Duration("kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
 	cpuLimit := fs.Bool("cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
 	taskUser := fs.String("task-user", containerizer.DefaultTaskUser, "user a task runs as when neither its TaskInfo nor its framework names one")
+	pidsMax := fs.Int64("task-pids-max", containerizer.DefaultPidsMax, "processes and threads a task may have (pids.max; negative: unbounded)")
 	outputLimit := fs.Int64("task-output-limit", containerizer.DefaultOutputLimit, "bytes of each task output stream (stdout, stderr) kept in the sandbox, the newest, rotated through stdout.1 (negative: unlimited)")
 	fs.DurationVar(&cfg.Sandbox.GCDelay, "gc-delay", agent.DefaultSandboxGCDelay, "how long an ended task's sandbox is kept")
 	fs.Float64Var(&cfg.Sandbox.DiskWatermark, "gc-disk-watermark", agent.DefaultSandboxDiskWatermark, "fraction of the work dir's file system in use beyond which ended tasks' sandboxes are removed before --gc-delay, oldest first (1: never)")
@@ -117,7 +118,7 @@ func run(args []string) error {
 		CgroupRoot: *cgroupRoot, CgroupMountpoint: *cgroupMount,
 		StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
 		KillGracePeriod: *grace, CPUHardLimit: *cpuLimit, Logger: logger,
-		TaskUser: *taskUser, AllowRootTasks: *allowRoot, OutputLimit: *outputLimit,
+		TaskUser: *taskUser, AllowRootTasks: *allowRoot, OutputLimit: *outputLimit, PidsMax: *pidsMax,
 	})
 	if err != nil {
 		return err

@@ -3,7 +3,16 @@
 // resulting offer reaching a waiting framework, over real RPC on loopback.
 // It prints p50, p90, p99 and max over --trials trials.
 //
+// --agents and --frameworks grow the cluster around the measured pair (one
+// agent driven by hand, one framework launching on it): the other agents
+// are simulated (sim: the real agent protocol, heartbeats included) with
+// --agent-resources each, the other frameworks decline every offer with a
+// long filter (as in Mesos's DeclineOffers benchmark). Measurement starts
+// once every other framework has declined the measured agent, so that its
+// freed resources go to the measured framework.
+//
 //	go run ./scripts/bench/offerlatency --trials 1000
+//	go run ./scripts/bench/offerlatency --agents 10000 --frameworks 1000
 package main
 
 import (
@@ -16,6 +25,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -27,6 +37,7 @@ import (
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
+	"github.com/slackline/slackline/sim"
 )
 
 func main() {
@@ -38,6 +49,9 @@ func main() {
 
 func run() error {
 	trials := flag.Int("trials", 1000, "number of measured trials")
+	agentCount := flag.Int("agents", 1, "agents in the cluster, the measured one included (the others simulated)")
+	frameworkCount := flag.Int("frameworks", 1, "frameworks, the measured one included (the others decline everything with a long filter)")
+	agentResources := flag.String("agent-resources", "cpus:4;mem:4096", "resources of each simulated agent")
 	flag.Parse()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -47,7 +61,8 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	coord, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet})
+	coord, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet,
+		Limits: coordinator.Limits{MaxSubscriptionsPerPrincipal: -1}})
 	if err != nil {
 		return err
 	}
@@ -81,16 +96,31 @@ func run() error {
 		return err
 	}
 
+	if err := grow(ctx, url, *agentCount-1, *frameworkCount-1, *agentResources, quiet); err != nil {
+		return err
+	}
+
 	// freedAt is set (unix ns) just before the agent reports a task finished.
 	var freedAt atomic.Int64
 	latencies := make(chan time.Duration, *trials+10)
 	seq := 0
 	handler := frameworkapi.HandlerFuncs{
 		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+			var mine []*slacklinev1.Offer
+			for _, o := range offers {
+				if o.GetAgentId() == agentID {
+					mine = append(mine, o)
+				} else {
+					_ = c.Decline(ctx, []string{o.GetId()}, frameworkapi.Filters(longFilter))
+				}
+			}
+			if len(mine) == 0 {
+				return
+			}
 			if t0 := freedAt.Swap(0); t0 != 0 {
 				latencies <- time.Duration(time.Now().UnixNano() - t0)
 			}
-			for _, o := range offers {
+			for _, o := range mine {
 				res, _, _ := frameworkapi.OfferResources(o)
 				seq++
 				id := fmt.Sprintf("t%d", seq)
@@ -141,7 +171,57 @@ func run() error {
 	all = all[warmup:]
 	slices.Sort(all)
 	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
-	fmt.Printf("offer latency (task finished -> offer received), %d trials: p50 %v  p90 %v  p99 %v  max %v\n",
-		len(all), pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), all[len(all)-1].Round(time.Microsecond))
+	fmt.Printf("offer latency (task finished -> offer received), %d agents x %d frameworks, %d trials: p50 %v  p90 %v  p99 %v  max %v\n",
+		*agentCount, *frameworkCount, len(all), pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), all[len(all)-1].Round(time.Microsecond))
+	return nil
+}
+
+// longFilter is how long declined resources stay away from a decliner.
+const longFilter = 24 * 3600
+
+// grow adds agents simulated agents with res each and frameworks
+// frameworks that decline every offer with longFilter, and returns once
+// the agents are registered and the frameworks subscribed.
+func grow(ctx context.Context, url string, agents, frameworks int, res string, quiet *slog.Logger) error {
+	if agents > 0 {
+		r, err := resources.Parse(res)
+		if err != nil {
+			return fmt.Errorf("--agent-resources: %w", err)
+		}
+		fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: agents, Resources: r, Logger: quiet, HostnamePrefix: "sim-"})
+		if err != nil {
+			return err
+		}
+		go fleet.Run(ctx)
+		for deadline := time.Now().Add(5 * time.Minute); fleet.Registered() < agents; time.Sleep(100 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				return fmt.Errorf("%d of %d simulated agents registered", fleet.Registered(), agents)
+			}
+		}
+	}
+	var subscribed sync.WaitGroup
+	decline := frameworkapi.HandlerFuncs{
+		OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+			ids := make([]string, len(offers))
+			for i, o := range offers {
+				ids[i] = o.GetId()
+			}
+			_ = c.Decline(ctx, ids, frameworkapi.Filters(longFilter))
+		},
+	}
+	client := server.NewClient() // one connection for all of them
+	for i := range frameworks {
+		fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: url, Logger: quiet, HTTPClient: client,
+			Framework: &slacklinev1.FrameworkInfo{Name: fmt.Sprint("decliner-", i)}})
+		if err != nil {
+			return err
+		}
+		subscribed.Add(1)
+		var once sync.Once
+		h := decline
+		h.SubscribedFunc = func(context.Context, *frameworkapi.Client, *slacklinev1.SubscribedEvent) { once.Do(subscribed.Done) }
+		go fw.Run(ctx, h)
+	}
+	subscribed.Wait()
 	return nil
 }
