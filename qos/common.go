@@ -104,3 +104,24 @@ func newerFirst(a, b *Container) int {
 	}
 	return strings.Compare(a.ID, b.ID)
 }
+
+// FormatCPUs formats CPU numbers as a kernel CPU list ("0-3,8"); the
+// numbers must be sorted and distinct.
+func FormatCPUs(cpus []int) string {
+	var b strings.Builder
+	for i := 0; i < len(cpus); {
+		j := i
+		for j+1 < len(cpus) && cpus[j+1] == cpus[j]+1 {
+			j++
+		}
+		if b.Len() > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(strconv.Itoa(cpus[i]))
+		if j > i {
+			b.WriteString("-" + strconv.Itoa(cpus[j]))
+		}
+		i = j + 1
+	}
+	return b.String()
+}

@@ -10,6 +10,7 @@ import (
 // DefaultConfig and change what you need; Validate says what is wrong.
 type Config struct {
 	Interference InterferenceConfig
+	CPUSet       CPUSetConfig
 	Memory       MemoryConfig
 	Load         LoadConfig
 	Network      NetworkConfig
@@ -82,6 +83,44 @@ type InterferenceConfig struct {
 	KillAfter time.Duration
 	// KillCooldown is the minimum time between two kills. Default 2 s.
 	KillCooldown time.Duration
+	// ThrottlePeriod is the CFS period of the limits it sets (0: the
+	// kernel's 100 ms). A throttled group waits for the next period once it
+	// has used its quota; with 100 ms, best-effort work at 0.1 core runs 10
+	// ms and stops 90 ms, and the bursts at each period's start are long
+	// ones. Default 10 ms.
+	ThrottlePeriod time.Duration
+	// EffectWindow is how long after an episode's first decrease the
+	// controller compares the delay revocable containers cause guaranteed
+	// work since then with the delay just before it (eBPF attribution only).
+	// Default 2 s.
+	EffectWindow time.Duration
+	// MinEffect is the fraction by which throttling must cut that delay to
+	// stay; below it the episode is undone and revocable containers that
+	// still cause delay are killed instead. Default 0.3.
+	MinEffect float64
+}
+
+// CPUSetConfig configures the cpuset controller, which keeps revocable work
+// off CPUs guaranteed work uses, one CPU at a time (Heracles's core
+// controller). It shares InterferenceConfig's thresholds for violation and
+// calm, and its EffectWindow and MinEffect.
+type CPUSetConfig struct {
+	// MinCPUs is the fewest CPUs revocable work keeps. Default 1.
+	MinCPUs int
+	// Headroom multiplies the guaranteed and protected work's CPU use to
+	// size the CPUs kept free of revocable work: ceil(use × Headroom), at
+	// least one while that work uses any CPU. Default 1.25.
+	Headroom float64
+	// ShrinkInterval is the minimum time between two CPUs taken away, long
+	// enough to see the previous one's effect. Default 1 s.
+	ShrinkInterval time.Duration
+	// GrowAfter is how long every signal must stay calm before a CPU is
+	// given back, and GrowInterval the minimum time between two. A
+	// violation within GrowAfter of a CPU given back takes it back, and that
+	// size is not tried again for ProbeBackoff (doubling up to
+	// ProbeBackoffMax). Defaults 5 s, 5 s, 30 s and 5 min.
+	GrowAfter, GrowInterval       time.Duration
+	ProbeBackoff, ProbeBackoffMax time.Duration
 }
 
 // MemoryConfig configures the memory controller.
@@ -183,6 +222,18 @@ func DefaultConfig() Config {
 			FloorFraction:        0.02,
 			KillAfter:            5 * time.Second,
 			KillCooldown:         2 * time.Second,
+			ThrottlePeriod:       10 * time.Millisecond,
+			EffectWindow:         2 * time.Second,
+			MinEffect:            0.3,
+		},
+		CPUSet: CPUSetConfig{
+			MinCPUs:         1,
+			Headroom:        1.25,
+			ShrinkInterval:  time.Second,
+			GrowAfter:       5 * time.Second,
+			GrowInterval:    5 * time.Second,
+			ProbeBackoff:    30 * time.Second,
+			ProbeBackoffMax: 5 * time.Minute,
 		},
 		Memory: MemoryConfig{
 			MinAvailableBytes:    256 << 20,
@@ -273,6 +324,26 @@ func (c Config) Validate() error {
 	fraction("interference floor fraction", i.FloorFraction)
 	positive("interference kill after", i.KillAfter)
 	positive("interference kill cooldown", i.KillCooldown)
+	if i.ThrottlePeriod != 0 && (i.ThrottlePeriod < time.Millisecond || i.ThrottlePeriod > time.Second) {
+		bad("interference throttle period must be 0 (the kernel's default) or within [1ms, 1s], got %v", i.ThrottlePeriod)
+	}
+	positive("interference effect window", i.EffectWindow)
+	fraction("interference min effect", i.MinEffect)
+
+	cs := c.CPUSet
+	if cs.MinCPUs < 1 {
+		bad("cpuset min cpus must be at least 1 (revocable work is never left without a CPU), got %d", cs.MinCPUs)
+	}
+	if cs.Headroom < 1 {
+		bad("cpuset headroom must be at least 1, got %v", cs.Headroom)
+	}
+	positive("cpuset shrink interval", cs.ShrinkInterval)
+	positive("cpuset grow after", cs.GrowAfter)
+	positive("cpuset grow interval", cs.GrowInterval)
+	positive("cpuset probe backoff", cs.ProbeBackoff)
+	if cs.ProbeBackoffMax < cs.ProbeBackoff {
+		bad("cpuset probe backoff max (%v) must not be below probe backoff (%v)", cs.ProbeBackoffMax, cs.ProbeBackoff)
+	}
 
 	m := c.Memory
 	fraction("memory min available fraction", m.MinAvailableFraction)

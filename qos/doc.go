@@ -34,9 +34,10 @@
 //     bandwidth estimate and the bandwidth limit applied
 //     (RevocableBandwidth, RevocableBandwidthLimit);
 //   - the CPU limit currently applied to the revocable subtree
-//     (RevocableLimit). Controllers take it as the truth, so a correction
-//     that failed, or a stricter one from another controller, is seen at the
-//     next evaluation.
+//     (RevocableLimit) and the CPUs it may run on (RevocableCPUs, nil
+//     without a cpuset controller). Controllers take them as the truth, so a
+//     correction that failed, or a stricter one from another controller, is
+//     seen at the next evaluation.
 //
 // Guaranteed containers and protected services are the work to protect;
 // revocable containers that are not protected are the only ones a
@@ -47,9 +48,11 @@
 // # Corrections
 //
 // A Correction is Throttle (lower a limit), Unthrottle (raise it, or
-// remove it with a limit of 0) or Kill; a limit is of CPU (CPULimit,
-// cores) or, with Resource Bandwidth, of the pace of all revocable egress
-// (BandwidthLimit, Mbit/s; the subtree only). A correction is aimed at one
+// remove it with a limit of 0), Confine (set the CPUs the revocable subtree
+// may run on; none listed: every CPU) or Kill; a limit is of CPU (CPULimit,
+// cores, enforced over Period) or, with Resource Bandwidth, of the pace of
+// all revocable egress (BandwidthLimit, Mbit/s; the subtree only). A
+// correction is aimed at one
 // revocable container or, with an empty ContainerID, at the whole
 // revocable subtree. Its Reason
 // names the signal ("web-1 run-queue p99 4.2 ms > 1 ms") and becomes the
@@ -64,9 +67,13 @@
 // given (limits before kills):
 //
 //   - Throttle/Unthrottle of the subtree: cpu.max (v2) or the CFS quota
-//     (v1) of <cgroup-root>/revocable, period 100 ms, quota CPULimit × period;
-//     Unthrottle with 0 writes "max" (v2) or -1 (v1). The applied value is
-//     reported back as Input.RevocableLimit;
+//     (v1) of <cgroup-root>/revocable, period Correction.Period (the
+//     kernel's 100 ms when 0), quota CPULimit × period; Unthrottle with 0
+//     writes "max" (v2) or -1 (v1). The applied value is reported back as
+//     Input.RevocableLimit;
+//   - Confine: cpuset.cpus of <cgroup-root>/revocable (the v1 cpuset
+//     hierarchy on hybrid hosts, whose revocable tasks join it); reported
+//     back as Input.RevocableCPUs;
 //   - Throttle/Unthrottle of one container: the same on its own cgroup (no
 //     built-in controller issues these yet; Merge handles them);
 //   - Throttle/Unthrottle of Bandwidth: the revocable egress pace on the
@@ -101,6 +108,40 @@
 // keeps killing new revocable tasks until the averages decay; it needs at
 // least one threshold.
 //
+// Mechanisms that need no controller are always on: the revocable subtree
+// is SCHED_IDLE (cpu.idle) where the kernel has it, and lowest weight
+// otherwise; revocable tasks get a core-scheduling cookie where cores have
+// SMT siblings; the agent and the task supervisors run in cgroups of their
+// own with small weights (agent/containerizer). docs/colocation-study.md
+// says what each mechanism buys, measured.
+//
+// "cpuset" (CPUSet) keeps revocable work off the CPUs guaranteed work uses,
+// one CPU at a time, like Heracles's core controller: revocable work gets
+// the highest-numbered CPUs, at most N - ceil(guaranteed use × Headroom)
+// of them (at least one CPU stays free of it while guaranteed or protected
+// work uses any) and at least MinCPUs; a violation takes one more CPU back
+// per ShrinkInterval; calm for GrowAfter gives one back per GrowInterval,
+// with the same probing and backoff as the interference controller's
+// raises. Guaranteed work is never confined: it keeps every CPU it was
+// promised and preempts idle-priority revocable work wherever both run.
+// Confining costs revocable work no speed on its own CPUs, where throttling
+// slows it everywhere, so in a set with "interference" the cpuset
+// controller acts first and the interference controller throttles only
+// once it has nothing left to try.
+//
+// Never worse than nothing: with eBPF attribution on (DelayedBy measured,
+// MinAttributedDelay > 0), the cpuset and interference controllers judge
+// each episode of corrections (from the first after calm) by its effect:
+// EffectWindow after its start, and half of one after its latest step, the
+// delay revocable containers cause guaranteed work must have fallen by at
+// least MinEffect × the fraction of their CPU the episode took (CPUs, or
+// cores of limit). If it has not, the episode is undone (best-effort work
+// gets its CPU back), the mechanism is not tried again for ProbeBackoff
+// (doubling while it keeps failing), and the interference controller kills
+// instead the revocable container that delayed guaranteed work most, if
+// any did: revocable work whose harm does not scale with its CPU (a cache
+// or memory-bandwidth thrasher) is removed, not slowed for nothing.
+//
 // "interference" (Interference) is a feedback controller on the revocable
 // subtree's CPU limit, in the spirit of Heracles (a slack-driven
 // controller that shrinks best-effort resources when the latency-critical
@@ -128,10 +169,13 @@
 //     limit holds: noise near either threshold cannot make it flap.
 //   - Decrease (multiplicative): on violation, limit = max(floor,
 //     DecreaseFactor × current), where current is the applied limit, or
-//     what revocable work uses if that is lower (a limit above use would
-//     change nothing). The first decrease after a calm spell is immediate;
-//     the next ones wait DecreaseInterval, long enough to see the previous
-//     one's effect.
+//     what revocable work uses, or the CPUs it may run on, if lower (a
+//     limit above those would change nothing). The first decrease after a
+//     calm spell is immediate; the next ones wait DecreaseInterval, long
+//     enough to see the previous one's effect. Limits are enforced over
+//     ThrottlePeriod (10 ms): with the kernel's 100 ms, best-effort work at
+//     0.1 core runs 10 ms then waits 90 ms, and each period starts with a
+//     burst.
 //   - Increase (additive): after CalmPeriod of calm, the limit rises by one
 //     step, max(IncreaseStepCores, IncreaseStepFraction × CPUs), every
 //     IncreaseInterval; at the revocable containers' total allocation (or
@@ -198,6 +242,9 @@
 //	              IncreaseStep max(0.1 cores, 5% of CPUs), CalmPeriod 3 s, IncreaseInterval 1 s
 //	              ProbeBackoff 30 s (max 5 min)
 //	              Floor max(0.1 cores, 2% of CPUs), KillAfter 5 s, KillCooldown 2 s
+//	              ThrottlePeriod 10 ms, EffectWindow 2 s, MinEffect 0.3
+//	cpuset        MinCPUs 1, Headroom 1.25, ShrinkInterval 1 s, GrowAfter 5 s,
+//	              GrowInterval 5 s, ProbeBackoff 30 s (max 5 min)
 //	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,
 //	              PressureSomeEnter off, KillCooldown 1 s, PressureCooldown 10 s
 //	network       RTTFactor 3, RTTIncrease 1 ms, BaselineWindow 30 s
@@ -217,8 +264,9 @@
 //
 // Controllers keep deterministic state between evaluations, documented on
 // each type: timers (last change, calm since, at the floor since, last
-// kill), the recent threshold events, the probe cap, and the kills still
-// being carried out. The same sequence of inputs always yields the same
+// kill), the recent threshold events, the probe cap, the episode under
+// judgement with the recent attributable delay, and the kills still being
+// carried out. The same sequence of inputs always yields the same
 // corrections. A controller is not safe for concurrent use, and Input.Now
 // must not go backwards. Restarting the agent resets the state; the
 // applied limit survives in the cgroup and comes back through

@@ -30,19 +30,39 @@ import (
 //     guaranteed work's CPU use falls by more than a step;
 //   - at the floor, once violations have gone on for KillAfter, it kills the
 //     revocable container that delayed guaranteed work most, newest first
-//     among equals, at most one per KillCooldown.
+//     among equals, at most one per KillCooldown;
+//   - never worse than nothing: with eBPF attribution, EffectWindow after the
+//     first decrease of an episode (a violation after calm) it compares the
+//     delay revocable containers cause guaranteed work with the delay before;
+//     throttling that did not cut it by MinEffect is undone (the limit goes
+//     back to where the episode started) and not tried again for
+//     ProbeBackoff (doubling while it keeps failing), and the revocable
+//     container that delayed guaranteed work most, if any did, is killed
+//     instead, at most one per KillCooldown.
+//
+// In a set with the cpuset controller, it throttles only once that one has
+// nothing left to try (see NewSet).
 //
 // State kept between evaluations: the recent threshold events, when the
 // limit last changed and in which direction, since when the signals are
 // calm, since when the subtree has been at the floor under violation, the
-// level not to exceed and its backoff, the last kill and the kills still
-// being carried out. The applied limit itself is read from
-// Input.RevocableLimit at every evaluation.
+// level not to exceed and its backoff, the episode under judgement and the
+// delay history it is judged by, the last kill and the kills still being
+// carried out. The applied limit itself is read from Input.RevocableLimit
+// at every evaluation.
 type Interference struct {
 	cfg   InterferenceConfig
 	kills killTracker
+	sig   detector
 
-	events []Event // qualifying threshold events within EventWindow, oldest first
+	effect             effect
+	episodeFrom        float64   // the limit before the episode's first decrease
+	episodeBase        float64   // the cores revocable work could use then
+	ineffectiveUntil   time.Time // throttling did not help: none until then
+	ineffectiveBackoff time.Duration
+
+	// first, when set, acts before this controller throttles (cpuset).
+	first firstResort
 
 	lastChange         time.Time // when this controller last changed the limit
 	lastChangeIncrease bool      // whether that change was a raise (a probe)
@@ -60,7 +80,15 @@ type Interference struct {
 
 // NewInterference returns an interference controller.
 func NewInterference(cfg InterferenceConfig, killRetry time.Duration) *Interference {
-	return &Interference{cfg: cfg, kills: newKillTracker(killRetry), backoff: cfg.ProbeBackoff}
+	return &Interference{cfg: cfg, kills: newKillTracker(killRetry), backoff: cfg.ProbeBackoff,
+		sig: detector{cfg: cfg}, effect: newEffect(cfg.EffectWindow, cfg.MinEffect), ineffectiveBackoff: cfg.ProbeBackoff}
+}
+
+// firstResort is a controller that tries its corrections before the
+// interference controller throttles: it reports whether it has nothing left
+// to try at the latest evaluation.
+type firstResort interface {
+	exhausted() bool
 }
 
 // epsilon absorbs float rounding when comparing CPU limits.
@@ -76,13 +104,6 @@ type subtree struct {
 
 	revocableCPU  float64 // used by the revocable containers
 	guaranteedCPU float64 // used by the guaranteed and protected containers
-}
-
-// violation is the worst signal of one evaluation.
-type violation struct {
-	reason   string
-	signalAt time.Time
-	severity float64 // how far above its threshold: value / threshold
 }
 
 // Evaluate implements Controller.
@@ -108,9 +129,10 @@ func (c *Interference) Evaluate(in Input) []Correction {
 			hasVictims = true
 		}
 	}
-	c.keepEvents(in.Events, byID, now)
+	c.sig.keepEvents(in.Events, byID, now)
+	judged := c.effect.observe(in) && c.cfg.MinAttributedDelay > 0
 
-	worst, staleViolation, calm := c.assess(in.Containers, now)
+	worst, staleViolation, calm := c.sig.assess(in.Containers, now, c.lastChange)
 
 	s.step = max(c.cfg.IncreaseStepCores, c.cfg.IncreaseStepFraction*in.Node.CPUs)
 	s.floor = max(c.cfg.FloorCores, c.cfg.FloorFraction*in.Node.CPUs)
@@ -126,145 +148,40 @@ func (c *Interference) Evaluate(in Input) []Correction {
 			c.calmSince = now
 		}
 		c.floorSince = time.Time{}
+		c.effect.end()
 	} else {
 		c.calmSince = time.Time{}
 	}
 	c.updateCap(now, calm, s)
 
+	if judged && worst != nil && hasVictims {
+		removed := 0.0
+		if c.episodeBase > 0 {
+			applied := s.current
+			if applied <= 0 {
+				applied = c.episodeBase
+			}
+			removed = 1 - min(applied, c.episodeBase)/c.episodeBase
+		}
+		if due, failed, why := c.effect.verdict(now, removed); due && failed {
+			return c.undo(in, worst, s, why)
+		} else if due {
+			c.ineffectiveBackoff = c.cfg.ProbeBackoff
+		}
+	}
 	switch {
+	case worst != nil && hasVictims && now.Before(c.ineffectiveUntil):
+		return c.replace(in, worst)
+	case worst != nil && hasVictims && c.first != nil && !c.first.exhausted():
+		return nil // the first resort acts
 	case worst != nil && hasVictims:
-		return c.onViolation(in, worst, s)
+		return c.onViolation(in, worst, s, judged)
 	case worst != nil || staleViolation:
 		return nil // hold: nothing to throttle, or waiting for fresh samples
 	case calm && s.current > 0 && now.Sub(c.calmSince) >= c.cfg.CalmPeriod && now.Sub(c.lastChange) >= c.cfg.IncreaseInterval:
 		return c.raise(now, s)
 	}
 	return nil
-}
-
-// keepEvents adds the qualifying new events (a guaranteed or protected
-// victim known to the input, latency at least EventLatency) and drops those
-// older than EventWindow. Events from victims the agent did not list (host
-// processes) are ignored: nothing in Slackline answers for them.
-func (c *Interference) keepEvents(events []Event, byID map[string]*Container, now time.Time) {
-	if c.cfg.EventCount <= 0 {
-		return
-	}
-	for _, e := range events {
-		victim, ok := byID[e.Container]
-		if !ok || !victim.guarded() || e.Latency < c.cfg.EventLatency || e.Time.After(now) {
-			continue
-		}
-		if c.cfg.MinAttributedDelay > 0 && victim.DelayedBy != nil && e.Culprit == "" {
-			continue // attribution says no revocable task held the CPU
-		}
-		c.events = append(c.events, e)
-	}
-	slices.SortStableFunc(c.events, func(a, b Event) int { return a.Time.Compare(b.Time) })
-	horizon := now.Add(-c.cfg.EventWindow)
-	drop := 0
-	for drop < len(c.events) && !c.events[drop].Time.After(horizon) {
-		drop++
-	}
-	c.events = slices.Delete(c.events, 0, drop)
-}
-
-// assess returns the worst fresh violation (nil if none; percentiles and PSI
-// name the reason before events, the signal time is the earliest fresh
-// sign), whether some
-// violation was seen only in samples older than the last change, and
-// whether every signal is calm.
-func (c *Interference) assess(containers []Container, now time.Time) (worst *violation, staleViolation, calm bool) {
-	calm = len(c.events) == 0
-	earliest := time.Time{}
-	consider := func(v violation, sampled time.Time) {
-		if !c.lastChange.IsZero() && !sampled.After(c.lastChange) {
-			staleViolation = true
-			return
-		}
-		if earliest.IsZero() || v.signalAt.Before(earliest) {
-			earliest = v.signalAt
-		}
-		if worst == nil || v.severity > worst.severity {
-			worst = &v
-		}
-	}
-	for i := range containers {
-		ct := &containers[i]
-		if !ct.guarded() {
-			continue
-		}
-		sampled := ct.sampledAt(now)
-		if !c.attributed(ct) {
-			continue // not the revocable tasks' doing: neither violation nor alarm
-		}
-		if ct.RunqP99 > c.cfg.RunqP99Enter {
-			consider(violation{
-				reason:   fmt.Sprintf("%s run-queue p99 %s > %s", ct.ID, formatDuration(ct.RunqP99), formatDuration(c.cfg.RunqP99Enter)),
-				signalAt: sampled,
-				severity: float64(ct.RunqP99) / float64(c.cfg.RunqP99Enter),
-			}, sampled)
-		}
-		if c.cfg.CPUPressureEnter > 0 && ct.CPUPressureSome10 > c.cfg.CPUPressureEnter {
-			consider(violation{
-				reason:   fmt.Sprintf("%s cpu pressure some avg10 %.1f%% > %g%%", ct.ID, ct.CPUPressureSome10, c.cfg.CPUPressureEnter),
-				signalAt: sampled,
-				severity: ct.CPUPressureSome10 / c.cfg.CPUPressureEnter,
-			}, sampled)
-		}
-		if ct.RunqP99 > c.cfg.RunqP99Exit || (c.cfg.CPUPressureEnter > 0 && ct.CPUPressureSome10 > c.cfg.CPUPressureExit) {
-			calm = false
-		}
-	}
-	if c.cfg.EventCount > 0 {
-		// Only events after the last change show that it was not enough.
-		var fresh []Event
-		for _, e := range c.events {
-			if e.Time.After(c.lastChange) {
-				fresh = append(fresh, e)
-			}
-		}
-		if len(fresh) >= c.cfg.EventCount {
-			w := slices.MaxFunc(fresh, func(a, b Event) int { return cmp.Compare(a.Latency, b.Latency) })
-			behind := ""
-			if w.Culprit != "" {
-				behind = " behind " + w.Culprit
-			}
-			v := violation{
-				reason: fmt.Sprintf("%s: %d wakeups waited over %s within %s (worst %s%s)",
-					w.Container, len(fresh), formatDuration(c.cfg.EventLatency), formatDuration(c.cfg.EventWindow), formatDuration(w.Latency), behind),
-				signalAt: fresh[0].Time,
-				severity: float64(len(fresh)) / float64(c.cfg.EventCount),
-			}
-			// A percentile or PSI reason reads better; the events may
-			// still be the earliest sign.
-			if worst == nil {
-				worst = &v
-			}
-			if earliest.IsZero() || v.signalAt.Before(earliest) {
-				earliest = v.signalAt
-			}
-		} else if len(c.events) >= c.cfg.EventCount {
-			staleViolation = true
-		}
-	}
-	if worst != nil {
-		worst.signalAt = earliest
-	}
-	return worst, staleViolation, calm
-}
-
-// attributed reports whether revocable containers delayed ct enough to
-// count its violations: always when attribution is off or unavailable.
-func (c *Interference) attributed(ct *Container) bool {
-	if c.cfg.MinAttributedDelay <= 0 || ct.DelayedBy == nil {
-		return true
-	}
-	var total time.Duration
-	for _, d := range ct.DelayedBy {
-		total += d
-	}
-	return total >= c.cfg.MinAttributedDelay
 }
 
 // updateCap forgets the level not to exceed when the guaranteed work's CPU
@@ -286,8 +203,9 @@ func (c *Interference) updateCap(now time.Time, calm bool, s subtree) {
 }
 
 // onViolation lowers the limit, or at the floor kills a victim once
-// throttling has failed for KillAfter.
-func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correction {
+// throttling has failed for KillAfter. judged: the decrease starts an
+// episode judged by its effect.
+func (c *Interference) onViolation(in Input, v *violation, s subtree, judged bool) []Correction {
 	now := in.Now
 	if s.current > 0 && s.current <= s.floor+epsilon {
 		if c.floorSince.IsZero() {
@@ -296,7 +214,7 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correcti
 		if now.Sub(c.floorSince) < c.cfg.KillAfter || (!c.lastKill.IsZero() && now.Sub(c.lastKill) < c.cfg.KillCooldown) {
 			return nil
 		}
-		return c.kill(in, v, s.current)
+		return c.kill(in, v, fmt.Sprintf("revocable CPU at the floor (%s) for %s", formatCores(s.current), now.Sub(c.floorSince)), false)
 	}
 	c.floorSince = time.Time{}
 
@@ -306,7 +224,7 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correcti
 		return nil // let the previous decrease show its effect
 	}
 
-	var limit float64
+	var limit, from float64
 	reason := v.reason
 	if probeFailed {
 		limit = max(c.beforeIncrease, s.floor)
@@ -314,13 +232,17 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correcti
 		c.backoff = min(2*c.backoff, c.cfg.ProbeBackoffMax)
 		reason += fmt.Sprintf(" after raising the revocable CPU limit; back to %s for %s", formatCores(limit), c.capUntil.Sub(now))
 	} else {
-		from := s.current
+		from = s.current
 		if from <= 0 {
 			from = s.ceiling
 		}
-		// A limit above what revocable work uses would change nothing.
+		// A limit above what revocable work uses, or above the CPUs it may
+		// run on, would change nothing.
 		if s.revocableCPU > 0 && s.revocableCPU < from {
 			from = max(s.revocableCPU, s.floor)
+		}
+		if n := float64(len(in.RevocableCPUs)); n > 0 && n < from {
+			from = max(n, s.floor)
 		}
 		limit = max(s.floor, from*c.cfg.DecreaseFactor)
 		c.setCap(now, max(limit, from-s.step), s.guaranteedCPU)
@@ -328,8 +250,50 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree) []Correcti
 	if s.current > 0 && limit >= s.current-epsilon {
 		return nil
 	}
+	if judged && !probeFailed && c.effect.begin(now) {
+		c.episodeFrom, c.episodeBase = s.current, from
+	}
 	c.lastChange, c.lastChangeIncrease = now, false
-	return []Correction{{Kind: Throttle, CPULimit: limit, Reason: reason, Controller: "interference", Signal: v.signalAt}}
+	return []Correction{{Kind: Throttle, CPULimit: limit, Period: c.cfg.ThrottlePeriod, Reason: reason, Controller: "interference", Signal: v.signalAt}}
+}
+
+// undo takes back an episode's throttling that did not reduce the delay
+// revocable containers cause, and kills the one that caused most instead.
+func (c *Interference) undo(in Input, v *violation, s subtree, why string) []Correction {
+	now := in.Now
+	c.effect.end()
+	c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
+	c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
+	c.lastChange, c.lastChangeIncrease = now, false
+	c.floorSince = time.Time{}
+	// The levels were not what hurt: forget them.
+	c.capLimit, c.capUntil, c.capGuaranteedCPU = 0, time.Time{}, 0
+	c.backoff = c.cfg.ProbeBackoff
+	var out []Correction
+	if s.current > 0 && (c.episodeFrom <= 0 || s.current < c.episodeFrom-epsilon) {
+		out = append(out, Correction{Kind: Unthrottle, CPULimit: c.episodeFrom, Period: c.periodFor(c.episodeFrom),
+			Reason:     fmt.Sprintf("%s; throttling did not help (%s): undone for %s", v.reason, why, c.ineffectiveUntil.Sub(now)),
+			Controller: "interference", Signal: v.signalAt})
+	}
+	return append(out, c.replace(in, v)...)
+}
+
+// replace kills, instead of throttling, the revocable container that
+// delayed guaranteed work most, if attribution names one.
+func (c *Interference) replace(in Input, v *violation) []Correction {
+	if !c.lastKill.IsZero() && in.Now.Sub(c.lastKill) < c.cfg.KillCooldown {
+		return nil
+	}
+	return c.kill(in, v, "throttling does not reduce the delay revocable tasks cause", true)
+}
+
+// periodFor is the CFS period of a limit: ThrottlePeriod, none without a
+// limit.
+func (c *Interference) periodFor(limit float64) time.Duration {
+	if limit <= 0 {
+		return 0
+	}
+	return c.cfg.ThrottlePeriod
 }
 
 func (c *Interference) setCap(now time.Time, limit, guaranteedCPU float64) {
@@ -354,14 +318,18 @@ func (c *Interference) raise(now time.Time, s subtree) []Correction {
 	return []Correction{{
 		Kind:       Unthrottle,
 		CPULimit:   target,
+		Period:     c.periodFor(target),
 		Reason:     fmt.Sprintf("guaranteed work calm for %s: revocable CPU limit %s -> %s", now.Sub(c.calmSince), formatCores(current), formatCores(target)),
 		Controller: "interference",
 		Signal:     c.calmSince,
 	}}
 }
 
-// kill kills the revocable container that delayed guaranteed work most.
-func (c *Interference) kill(in Input, v *violation, current float64) []Correction {
+// kill kills the revocable container that delayed guaranteed work most;
+// context says why it comes to that. With needCulprit, only a container
+// that delayed guaranteed work (who-delayed-whom or threshold events) is a
+// victim.
+func (c *Interference) kill(in Input, v *violation, context string, needCulprit bool) []Correction {
 	delay := make(map[string]time.Duration)      // who-delayed-whom, last interval
 	eventDelay := make(map[string]time.Duration) // threshold events in the window
 	for i := range in.Containers {
@@ -371,7 +339,7 @@ func (c *Interference) kill(in Input, v *violation, current float64) []Correctio
 			}
 		}
 	}
-	for _, e := range c.events {
+	for _, e := range c.sig.events {
 		if e.Culprit != "" {
 			eventDelay[e.Culprit] += e.Latency
 		}
@@ -400,6 +368,8 @@ func (c *Interference) kill(in Input, v *violation, current float64) []Correctio
 		why = "delayed guaranteed work by " + formatDuration(delay[victim.ID])
 	case eventDelay[victim.ID] > 0:
 		why = "ran during guaranteed wakeups that waited " + formatDuration(eventDelay[victim.ID])
+	case needCulprit:
+		return nil
 	}
 	c.kills.record(victim.ID, in.Now)
 	c.lastKill = in.Now
@@ -410,9 +380,8 @@ func (c *Interference) kill(in Input, v *violation, current float64) []Correctio
 		Kind:        Kill,
 		ContainerID: victim.ID,
 		TaskID:      victim.TaskID,
-		Reason: fmt.Sprintf("%s; revocable CPU at the floor (%s) for %s; %s %s",
-			v.reason, formatCores(current), in.Now.Sub(c.floorSince), victim.ID, why),
-		Controller: "interference",
-		Signal:     v.signalAt,
+		Reason:      fmt.Sprintf("%s; %s; %s %s", v.reason, context, victim.ID, why),
+		Controller:  "interference",
+		Signal:      v.signalAt,
 	}}
 }

@@ -48,8 +48,13 @@ type Container struct {
 	MemPressureSome10, MemPressureFull10 float64
 	// DelayedBy attributes the run-queue delay this container suffered in the
 	// last interval to the revocable containers that held the CPU meanwhile
-	// (eBPF who-delayed-whom): culprit container id -> total delay.
+	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil
+	// means not measured (no eBPF).
 	DelayedBy map[string]time.Duration
+	// DelayedByOthers attributes the rest of that delay to what else held
+	// the CPU: guaranteed containers by id, and "agent", "supervisors",
+	// "host", "kernel", "idle" (waking the CPU up), "unknown".
+	DelayedByOthers map[string]time.Duration
 	// BandwidthAllocated is the container's bandwidth (Mbit/s): a
 	// guaranteed container's reserved floor, a revocable one's pace.
 	BandwidthAllocated float64
@@ -83,6 +88,9 @@ func (c *Container) sampledAt(now time.Time) time.Time {
 type Node struct {
 	// CPUs is the number of CPUs the agent manages (its cpus resource).
 	CPUs float64
+	// CPUList lists the CPUs (numbers) revocable work may be confined to;
+	// empty means 0 to CPUs-1.
+	CPUList []int
 	// MemTotal and MemAvailable are /proc/meminfo's values in bytes;
 	// MemTotal 0 means unknown.
 	MemTotal, MemAvailable uint64
@@ -129,6 +137,10 @@ type Input struct {
 	// the applied limit, so a correction the agent failed to apply, or a limit
 	// set by another controller of the set, is seen at the next evaluation.
 	RevocableLimit float64
+	// RevocableCPUs lists the CPUs the revocable subtree may run on (its
+	// cpuset), in the same spirit; nil when the node cannot confine it
+	// (no cpuset controller), and then no controller asks it to.
+	RevocableCPUs []int
 	// RevocableBandwidth is the revocable bandwidth estimate (Mbit/s): the
 	// pace of all revocable egress when no controller lowers it; 0 unknown.
 	RevocableBandwidth float64
@@ -151,6 +163,9 @@ const (
 	// Kill kills a revocable container; its task ends TASK_STATE_KILLED with
 	// REASON_CONTAINER_PREEMPTED and Correction.Reason as its message.
 	Kill
+	// Confine restricts the revocable subtree to the CPUs in
+	// Correction.CPUs (a cpuset); an empty list gives it every CPU.
+	Confine
 )
 
 // String returns the kind in lower case: "throttle", "unthrottle", "kill".
@@ -162,6 +177,8 @@ func (k Kind) String() string {
 		return "unthrottle"
 	case Kill:
 		return "kill"
+	case Confine:
+		return "confine"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -199,6 +216,11 @@ type Correction struct {
 	// CPULimit is the new limit in cores for Throttle and Unthrottle of
 	// CPU; Unthrottle with 0 removes the limit.
 	CPULimit float64
+	// Period is the CFS period over which CPULimit is enforced (0: the
+	// kernel's default, 100 ms). A short one keeps throttled spells short.
+	Period time.Duration
+	// CPUs is where Confine lets revocable work run; empty: every CPU.
+	CPUs []int
 	// BandwidthLimit is the new pace in Mbit/s of the revocable egress
 	// (ContainerID "") for Throttle and Unthrottle of Bandwidth;
 	// Unthrottle with 0 removes the limit (back to the estimate).
@@ -231,8 +253,17 @@ func (c Correction) String() string {
 			}
 		case c.CPULimit > 0:
 			limit = fmt.Sprintf("%.2f cores", c.CPULimit)
+			if c.Period > 0 {
+				limit += " per " + c.Period.String()
+			}
 		}
 		return fmt.Sprintf("%s %s to %s [%s: %s]", c.Kind, target, limit, c.Controller, c.Reason)
+	case Confine:
+		cpus := "every CPU"
+		if len(c.CPUs) > 0 {
+			cpus = "CPUs " + FormatCPUs(c.CPUs)
+		}
+		return fmt.Sprintf("%s %s to %s [%s: %s]", c.Kind, target, cpus, c.Controller, c.Reason)
 	}
 	return fmt.Sprintf("%s %s [%s: %s]", c.Kind, target, c.Controller, c.Reason)
 }
@@ -266,6 +297,7 @@ var Registry = map[string]Factory{
 	"noop":         func(Config) (Controller, error) { return Noop{}, nil },
 	"load":         func(cfg Config) (Controller, error) { return NewLoad(cfg.Load, cfg.KillRetry) },
 	"interference": func(cfg Config) (Controller, error) { return NewInterference(cfg.Interference, cfg.KillRetry), nil },
+	"cpuset":       func(cfg Config) (Controller, error) { return NewCPUSet(cfg.CPUSet, cfg.Interference), nil },
 	"memory":       func(cfg Config) (Controller, error) { return NewMemory(cfg.Memory, cfg.KillRetry), nil },
 	"network":      func(cfg Config) (Controller, error) { return NewNetwork(cfg.Network), nil },
 }

@@ -22,9 +22,17 @@ var ErrUnknownController = errors.New("unknown qos controller")
 //     subtree or a container), the strictest wins: any Throttle over an
 //     Unthrottle, the lower limit between two of a kind, and an Unthrottle
 //     to 0 (no limit) last;
-//   - the result lists the subtree correction first, then per-container
-//     limits by container id, then kills in the order asked for, so the agent
-//     can apply cheap throttles before kills.
+//   - of several Confine corrections, the one with the fewest CPUs wins;
+//   - the result lists the subtree correction first, then the subtree's
+//     CPUs, then per-container limits by container id, then kills in the
+//     order asked for, so the agent can apply cheap throttles before kills.
+//
+// With both "cpuset" and "interference" in the set, the cpuset controller is
+// evaluated first whatever the order of names, and the interference
+// controller throttles only once the cpuset controller has nothing left to
+// try (revocable work on its last CPUs, or confinement found not to help):
+// moving revocable work to other CPUs costs it nothing while throttling
+// slows it down, and one mechanism at a time can be judged by its effect.
 func NewSet(names []string, cfg Config) (Controller, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -49,6 +57,30 @@ func NewSet(names []string, cfg Config) (Controller, error) {
 		}
 		s.controllers = append(s.controllers, c)
 	}
+	var cpuset *CPUSet
+	for _, c := range s.controllers {
+		if cs, ok := c.(*CPUSet); ok {
+			cpuset = cs
+		}
+	}
+	for _, c := range s.controllers {
+		if i, ok := c.(*Interference); ok && cpuset != nil {
+			i.first = cpuset
+		}
+	}
+	// The cpuset controller first: the interference controller reads what it
+	// left to try at this evaluation.
+	slices.SortStableFunc(s.controllers, func(a, b Controller) int {
+		_, aFirst := a.(*CPUSet)
+		_, bFirst := b.(*CPUSet)
+		switch {
+		case aFirst && !bFirst:
+			return -1
+		case bFirst && !aFirst:
+			return 1
+		}
+		return 0
+	})
 	return s, nil
 }
 
@@ -78,8 +110,13 @@ func Merge(corrections []Correction) []Correction {
 	killed := make(map[string]bool)
 	var kills []Correction
 	limits := make(map[target]Correction) // -> strictest limit
+	var confine *Correction
 	for _, c := range corrections {
 		switch c.Kind {
+		case Confine:
+			if confine == nil || fewerCPUs(c, *confine) {
+				confine = &c
+			}
 		case Kill:
 			if !killed[c.ContainerID] {
 				killed[c.ContainerID] = true
@@ -106,10 +143,33 @@ func Merge(corrections []Correction) []Correction {
 		}
 		return int(a.resource - b.resource)
 	})
+	// The subtree's limits, its CPUs, then the containers' limits.
 	for _, at := range targets {
-		out = append(out, limits[at])
+		if at.container == "" {
+			out = append(out, limits[at])
+		}
+	}
+	if confine != nil {
+		out = append(out, *confine)
+	}
+	for _, at := range targets {
+		if at.container != "" {
+			out = append(out, limits[at])
+		}
 	}
 	return append(out, kills...)
+}
+
+// fewerCPUs reports whether Confine a leaves revocable work fewer CPUs than
+// b (an empty list is every CPU).
+func fewerCPUs(a, b Correction) bool {
+	switch {
+	case len(a.CPUs) == 0:
+		return false
+	case len(b.CPUs) == 0:
+		return true
+	}
+	return len(a.CPUs) < len(b.CPUs)
 }
 
 // stricter reports whether limit a restricts more than limit b (of the

@@ -1,0 +1,251 @@
+package qos_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/slackline/slackline/qos"
+)
+
+// cpusetScene is an 8-CPU node: web-1 guaranteed using webCPU cores with
+// run-queue p99 webP99 and, when delay is not negative, that much delay
+// caused by batch-1 over the last 100 ms (eBPF attribution); batch-1 and
+// batch-2 revocable.
+func cpusetScene(now time.Duration, webCPU float64, webP99, delay time.Duration) qos.Input {
+	web := qos.Container{ID: "web-1", CPUAllocated: 6, CPU: webCPU, RunqP99: webP99, StartedAt: at(-time.Hour)}
+	if delay >= 0 {
+		web.DelayedBy = map[string]time.Duration{}
+		if delay > 0 {
+			web.DelayedBy["batch-1"] = delay
+		}
+	}
+	return qos.Input{
+		Now:  at(now),
+		Node: qos.Node{CPUs: 8, MemTotal: 16 << 30, MemAvailable: 8 << 30},
+		Containers: []qos.Container{web,
+			{ID: "batch-1", Revocable: true, CPUAllocated: 2, CPU: 2, StartedAt: at(-3 * time.Minute)},
+			{ID: "batch-2", Revocable: true, CPUAllocated: 2, CPU: 2, StartedAt: at(-2 * time.Minute)},
+		},
+		RevocableCPUs: []int{0, 1, 2, 3, 4, 5, 6, 7},
+	}
+}
+
+// confineLoop feeds a controller inputs built every 100 ms by scene(i),
+// applying the CPU sets and limits it asks for to the next input, and
+// returns the corrections rendered one per line ("1.5s confine 4-7").
+func confineLoop(t *testing.T, c qos.Controller, n int, scene func(i int) qos.Input) string {
+	t.Helper()
+	var b strings.Builder
+	cpus := []int{0, 1, 2, 3, 4, 5, 6, 7}
+	limit := 0.0
+	for i := range n {
+		in := scene(i)
+		in.RevocableCPUs, in.RevocableLimit = cpus, limit
+		for _, corr := range c.Evaluate(in) {
+			fmt.Fprintf(&b, "%v %v ", in.Now.Sub(t0), corr.Kind)
+			switch corr.Kind {
+			case qos.Confine:
+				if len(corr.CPUs) == 0 {
+					b.WriteString("all")
+					cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
+				} else {
+					b.WriteString(qos.FormatCPUs(corr.CPUs))
+					cpus = corr.CPUs
+				}
+			case qos.Kill:
+				b.WriteString(corr.ContainerID)
+			default:
+				limit = corr.CPULimit
+				fmt.Fprint(&b, corr.CPULimit)
+			}
+			b.WriteString("\n")
+		}
+	}
+	return b.String()
+}
+
+func newCPUSet(t *testing.T, names string, edit func(*qos.Config)) qos.Controller {
+	t.Helper()
+	cfg := qos.DefaultConfig()
+	if edit != nil {
+		edit(&cfg)
+	}
+	c, err := qos.NewSet(qos.ParseNames(names), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+func TestCPUSetTable(t *testing.T) {
+	calm := 200 * time.Microsecond
+	tests := []struct {
+		name  string
+		n     int
+		scene func(i int) qos.Input
+		want  string
+	}{
+		{
+			name:  "guaranteed work using 1.5 cores: 2 CPUs kept free of revocable work, one CPU per ShrinkInterval",
+			n:     40,
+			scene: func(i int) qos.Input { return cpusetScene(time.Duration(i)*100*ms, 1.5, calm, 0) },
+			want:  "0s confine 1-7\n1s confine 2-7\n",
+		},
+		{
+			name: "violations take one CPU per ShrinkInterval down to MinCPUs, never none",
+			n:    150,
+			scene: func(i int) qos.Input {
+				return cpusetScene(time.Duration(i)*100*ms, 0.5, 4*ms, -1) // no attribution: nothing judged
+			},
+			want: "0s confine 1-7\n1s confine 2-7\n2s confine 3-7\n3s confine 4-7\n4s confine 5-7\n5s confine 6-7\n6s confine 7\n",
+		},
+		{
+			name: "calm gives a CPU back every GrowInterval after GrowAfter, up to the size guaranteed use allows",
+			n:    400,
+			scene: func(i int) qos.Input {
+				if i < 20 {
+					return cpusetScene(time.Duration(i)*100*ms, 0.5, 4*ms, -1)
+				}
+				return cpusetScene(time.Duration(i)*100*ms, 0.5, calm, -1)
+			},
+			// 0.5 cores × 1.25 -> one CPU stays free of revocable work.
+			want: "0s confine 1-7\n1s confine 2-7\n7s confine 1-7\n",
+		},
+		{
+			name: "a violation right after a CPU was given back takes it back; that size waits ProbeBackoff",
+			n:    500,
+			scene: func(i int) qos.Input {
+				if i < 25 || i == 76 { // until 2.4 s, and at 7.6 s just after the probe at 7.5 s
+					return cpusetScene(time.Duration(i)*100*ms, 0.5, 4*ms, -1)
+				}
+				return cpusetScene(time.Duration(i)*100*ms, 0.5, calm, -1)
+			},
+			want: "0s confine 1-7\n1s confine 2-7\n2s confine 3-7\n" +
+				"7.5s confine 2-7\n7.6s confine 3-7\n" + // the probe and its undoing
+				"37.6s confine 2-7\n42.6s confine 1-7\n", // after the 30 s backoff
+		},
+		{
+			name: "no guaranteed work: every CPU back at once",
+			n:    30,
+			scene: func(i int) qos.Input {
+				in := cpusetScene(time.Duration(i)*100*ms, 1.5, calm, 0)
+				if i >= 20 {
+					in.Containers = in.Containers[1:]
+				}
+				return in
+			},
+			want: "0s confine 1-7\n1s confine 2-7\n2s confine all\n",
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := confineLoop(t, newCPUSet(t, "cpuset", nil), tt.n, tt.scene)
+			if diff := cmp.Diff(tt.want, got); diff != "" {
+				t.Errorf("(-want +got):\n%s", diff)
+			}
+		})
+	}
+}
+
+// TestNeverWorseThanNothing: with eBPF attribution, a correction that does
+// not reduce the delay revocable work causes guaranteed work is undone
+// within EffectWindow (best-effort work gets its CPUs back) and not tried
+// again for ProbeBackoff; one that does reduce it stays. Both mechanisms,
+// each alone.
+func TestNeverWorseThanNothing(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	window := cfg.Interference.EffectWindow
+	for _, mechanism := range []string{"cpuset", "interference"} {
+		for _, helps := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s, helps=%v", mechanism, helps), func(t *testing.T) {
+				c := newCPUSet(t, mechanism, nil)
+				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+				var tightened, undone, lastBefore, lastTightened time.Duration
+				for i := range 200 {
+					now := time.Duration(i) * 100 * ms
+					// Calm for a second, then batch-1 delays web-1 by 5 ms
+					// per 100 ms; when corrections help, in proportion to
+					// the CPU revocable work keeps.
+					delay, p99 := time.Duration(0), 200*time.Microsecond
+					if i >= 10 {
+						share := 1.0
+						if helps {
+							share = float64(len(cpus)) / 8
+							if limit > 0 {
+								share = min(share, limit/4)
+							}
+						}
+						delay = time.Duration(share * float64(5*ms))
+						p99 = 4 * ms
+					}
+					in := cpusetScene(now, 0, p99, delay)
+					in.RevocableCPUs, in.RevocableLimit = cpus, limit
+					for _, corr := range c.Evaluate(in) {
+						loosens := false
+						switch corr.Kind {
+						case qos.Confine:
+							loosens = len(corr.CPUs) == 0 || len(corr.CPUs) > len(cpus)
+							cpus = corr.CPUs
+							if len(cpus) == 0 {
+								cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
+							}
+						case qos.Throttle, qos.Unthrottle:
+							loosens = corr.CPULimit == 0 || (limit > 0 && corr.CPULimit > limit)
+							limit = corr.CPULimit
+						case qos.Kill:
+							continue
+						}
+						switch {
+						case strings.Contains(corr.Reason, "did not help") && undone == 0:
+							undone = now
+						case !loosens && tightened == 0:
+							tightened = now
+						}
+						if !loosens && undone == 0 {
+							lastBefore = now
+						}
+						if !loosens {
+							lastTightened = now
+						}
+					}
+				}
+				if tightened == 0 {
+					t.Fatal("no correction")
+				}
+				if !helps {
+					// Judged EffectWindow after the first correction, or half
+					// of one after the last if it went on tightening.
+					if undone == 0 || undone-tightened > max(window, lastBefore-tightened+window/2)+cfg.Interference.DecreaseInterval {
+						t.Errorf("first correction at %v, last at %v, undone at %v: want undone within %v of the first, or %v of the last",
+							tightened, lastBefore, undone, window, window/2)
+					}
+					if len(cpus) != 8 || limit != 0 {
+						t.Errorf("at the end revocable work has %d CPUs and limit %v, want every CPU and no limit", len(cpus), limit)
+					}
+					if lastTightened > undone && lastTightened-undone < cfg.Interference.ProbeBackoff {
+						t.Errorf("tightened again at %v, %v after undoing, before ProbeBackoff (%v)", lastTightened, lastTightened-undone, cfg.Interference.ProbeBackoff)
+					}
+				} else if undone != 0 {
+					t.Errorf("a correction that helped was undone at %v", undone)
+				}
+			})
+		}
+	}
+}
+
+// TestCPUSetBeforeThrottling: in a set with both, CPUs are taken from
+// revocable work first; the interference controller throttles only once
+// revocable work is on its last CPU.
+func TestCPUSetBeforeThrottling(t *testing.T) {
+	got := confineLoop(t, newCPUSet(t, "interference,cpuset", nil), 90, func(i int) qos.Input {
+		return cpusetScene(time.Duration(i)*100*ms, 0.5, 4*ms, -1)
+	})
+	want := "0s confine 1-7\n1s confine 2-7\n2s confine 3-7\n3s confine 4-7\n4s confine 5-7\n5s confine 6-7\n6s confine 7\n" +
+		"6.1s throttle 0.5\n6.6s throttle 0.25\n7.1s throttle 0.16\n"
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
