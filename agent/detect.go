@@ -2,13 +2,16 @@ package agent
 
 import (
 	"bufio"
+	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"runtime"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -18,9 +21,16 @@ var defaultPorts = resources.Ranges{{Begin: 31000, End: 32000}}
 // DetectResources returns the host's resources as Mesos computes them:
 // every CPU; memory less a reserve for the system (1 GiB, or half when the
 // host has less than 2 GiB); the disk of workDir less a reserve (5 GiB, or
-// half below 10 GiB); ports 31000-32000. Scalars and ports named in
-// override replace the detected ones.
-func DetectResources(workDir, override string) (resources.Resources, error) {
+// half below 10 GiB); ports 31000-32000; bandwidth, the link speed of the
+// default-route interface in Mbit/s (none, logged, when it reports no speed,
+// as virtual NICs do). Scalars and ports named in override replace the
+// detected ones.
+func DetectResources(workDir, override string, log *slog.Logger) (resources.Resources, error) {
+	return detectResources(workDir, override, log, network.DetectBandwidth)
+}
+
+// detectResources is DetectResources with the bandwidth detection passed in.
+func detectResources(workDir, override string, log *slog.Logger, detectBandwidth func(sysRoot string) (network.Bandwidth, error)) (resources.Resources, error) {
 	named, err := namedResources(override)
 	if err != nil {
 		return resources.Resources{}, err
@@ -50,6 +60,18 @@ func DetectResources(workDir, override string) (resources.Resources, error) {
 	}
 	if !named[resources.NamePorts] {
 		detected = detected.WithPorts(defaultPorts)
+	}
+	if !named[resources.NameBandwidth] {
+		bw, err := detectBandwidth("")
+		switch {
+		case err == nil:
+			detected = detected.With(resources.Bandwidth, bw.Mbps)
+		case errors.Is(err, network.ErrUnknownSpeed):
+			log.Info("no bandwidth resource: the default-route interface reports no link speed (a virtual NIC?); set bandwidth in --resources to register one",
+				"interface", bw.Interface)
+		default:
+			log.Info("no bandwidth resource: set bandwidth in --resources to register one", "reason", err)
+		}
 	}
 	return detected.Add(over), nil
 }

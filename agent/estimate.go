@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -37,6 +38,7 @@ type estimateLoop struct {
 	interval  time.Duration
 	total     resources.Resources
 	monitor   *monitor.Monitor // nil without a monitor
+	network   *network.Network // nil without network QoS
 	cz        Containerizer
 	protect   []string
 	session   *session.Session
@@ -47,17 +49,17 @@ type estimateLoop struct {
 	sentFor string // the session the last estimate was sent in ("" none)
 }
 
-func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session) *estimateLoop {
+func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, net *network.Network) *estimateLoop {
 	l := &estimateLoop{
 		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
-		total: total, monitor: cfg.Monitor, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
+		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{})
 	return l
 }
 
 var estimateDesc = prometheus.NewDesc("slackline_agent_revocable_estimate",
-	"The agent's latest oversubscription estimate: total revocable capacity (cpus in cores, mem in bytes).",
+	"The agent's latest oversubscription estimate: total revocable capacity (cpus in cores, mem in bytes, bandwidth in bytes per second).",
 	[]string{"resource"}, nil)
 
 // Describe implements prometheus.Collector: the latest estimate.
@@ -68,6 +70,7 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	latest := l.latest.Load().revocable
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.CPUs(), resources.NameCPUs)
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Mem()*(1<<20), "mem_bytes")
+	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Bandwidth()*1e6/8, "bandwidth_bytes_per_second")
 }
 
 // Run estimates every interval until ctx ends.
@@ -85,6 +88,12 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		in, points = l.input(time.Now(), points)
 		e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now}
 		l.latest.Store(e)
+		if l.network != nil && l.total.Bandwidth() > 0 {
+			// The revocable total is paced to the network slack.
+			if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
+				l.log.Warn("network QoS: pace revocable egress to the estimate", "err", err)
+			}
+		}
 		l.send(ctx, e.revocable)
 	}
 }
@@ -118,7 +127,7 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		points = m.History(points[:0], id)
 		samples := make([]estimator.Sample, len(points))
 		for i, p := range points {
-			samples[i] = estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS}
+			samples[i] = estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS, NetTx: p.NetTxMbps}
 		}
 		return samples
 	}

@@ -48,6 +48,9 @@ func (a *Agent) Handler() http.Handler {
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}
+	if a.network != nil {
+		reg.MustRegister(a.network.Collector())
+	}
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return a.cfg.Authz.Middleware(mux)
 }
@@ -180,6 +183,7 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 		resp.Usage = append(resp.Usage, &slacklinev1.ContainerUsage{TaskId: u.TaskID, Statistics: u.Stats})
 	}
 	slices.SortFunc(resp.Usage, func(x, y *slacklinev1.ContainerUsage) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
+	s.a.addNetwork(resp)
 	return connect.NewResponse(resp), nil
 }
 

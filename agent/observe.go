@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
 )
 
@@ -49,15 +50,19 @@ type tracked struct {
 }
 
 // observer points the monitor and the eBPF programs at the containers the
-// agent runs and at the protected cgroups, and maps eBPF cgroup ids back
-// to containers. Its mutex guards tracked and serializes sync, so that an
-// older call never re-tracks a container a newer one untracked; it is never
-// held by anything else.
+// agent runs and at the protected cgroups, tells the network subsystem
+// which revocable tasks to pace, and maps eBPF cgroup ids back to
+// containers. Its mutex guards tracked and serializes sync, so that an
+// older call never re-tracks a container a newer one untracked nor paces a
+// stale set of tasks (the netlink calls that takes last microseconds); it
+// is never held by anything else.
 type observer struct {
 	log         *slog.Logger
 	cz          Containerizer
 	ebpf        EBPF             // nil without eBPF
 	monitor     *monitor.Monitor // nil without a monitor
+	network     *network.Network // nil without network QoS
+	tcp         TCPSignals       // nil without the TCP signals
 	unifiedRoot string
 	protect     []string
 
@@ -67,7 +72,7 @@ type observer struct {
 
 // sync tracks new containers and untracks ended ones.
 func (o *observer) sync() {
-	if o.monitor == nil && o.ebpf == nil {
+	if o.monitor == nil && o.ebpf == nil && o.network == nil {
 		return
 	}
 	o.mu.Lock()
@@ -104,10 +109,19 @@ func (o *observer) sync() {
 		if o.ebpf != nil && tr.cgroupID != 0 {
 			_ = o.ebpf.Untrack(tr.cgroupID)
 		}
+		if o.tcp != nil && tr.cgroupID != 0 {
+			_ = o.tcp.Unwatch(tr.cgroupID)
+		}
 		delete(o.tracked, id)
 	}
 	if o.monitor != nil {
 		o.monitor.SetTargets(targets)
+	}
+	if o.network != nil {
+		tasks := pacedTasks(o.cz.Containers(), func(id string) uint64 { return o.tracked[id].cgroupID })
+		if err := o.network.SetTasks(tasks); err != nil {
+			o.log.Warn("network QoS: pace revocable tasks", "err", err)
+		}
 	}
 }
 
@@ -127,6 +141,11 @@ func (o *observer) track(id, cgroupPath string, class bpf.Class) tracked {
 		if o.ebpf != nil {
 			if err := o.ebpf.Track(cgid, class); err != nil {
 				o.log.Warn("eBPF: track cgroup", "id", id, "cgroup", cgroupPath, "err", err)
+			}
+		}
+		if o.tcp != nil {
+			if err := o.tcp.Watch(cgid); err != nil {
+				o.log.Warn("eBPF: watch the TCP signals of a cgroup", "id", id, "cgroup", cgroupPath, "err", err)
 			}
 		}
 	}

@@ -5,7 +5,8 @@
 // # Place in the data flow
 //
 // The agent registers the `bandwidth` resource (Mbit/s: DetectBandwidth,
-// the default-route interface's link speed, or --resources). The estimator
+// the default-route interface's link speed, or --resources; a virtual NIC
+// reporting no speed gives none, logged). The estimator
 // turns the guaranteed tasks' egress (eBPF per-cgroup byte counters) into
 // revocable bandwidth, which the coordinator offers like revocable cpus. A
 // revocable task launched with bandwidth is paced here to its allocation,
@@ -16,16 +17,17 @@
 // # Mechanism: HTB classes and a BPF classifier by cgroup
 //
 // On each managed interface (--network-interfaces, default the
-// default-route interface) the root qdisc is an HTB with handle 514c: and
-// no default class:
+// default-route interface when the node has a bandwidth resource) the root
+// qdisc is an HTB whose handle major M is the agent's (HandleMajor of its
+// cgroup root; QdiscMajor, 514c, by default), with no default class:
 //
-//	514c:   htb, default 0: unclassified packets go "direct", unshaped and
-//	        dequeued before every class (guaranteed tasks, the host)
-//	514c:1  revocable parent: rate = ceil = the pace
-//	514c:2  revocable tasks without an allocation: ceil = the pace
-//	514c:10.. one per revocable task with an allocation:
-//	        ceil = min(allocation, pace), DRR quantum proportional to it
-//	filter  cls_bpf direct-action (bpf/netqos classify), classid 514c:
+//	M:     htb, default 0: unclassified packets go "direct", unshaped and
+//	       dequeued before every class (guaranteed tasks, the host)
+//	M:1    revocable parent: rate = ceil = the pace
+//	M:2    revocable tasks without an allocation: ceil = the pace
+//	M:10.. one per revocable task with an allocation:
+//	       ceil = min(allocation, pace), DRR quantum proportional to it
+//	filter cls_bpf direct-action (bpf/netqos classify), classid M:
 //
 // The classifier reads the socket's v2 cgroup id (bpf_skb_cgroup_id) and
 // picks the task's class, or, for any cgroup below the revocable subtree,
@@ -46,7 +48,8 @@
 //
 // # Ownership, crashes and shutdown
 //
-// The agent owns only qdiscs with its handle major (QdiscMajor). New
+// The agent owns only qdiscs with its handle major; another agent on the
+// same host (another cgroup root) finds them foreign and leaves them. New
 // installs its qdisc where the kernel's default is (handle 0:), adopts its
 // own left by a crashed run (same qdisc and classes, the filter replaced
 // in place, stray filters on it removed: nothing is duplicated), removes

@@ -53,8 +53,11 @@ type Config struct {
 	// resource); 0 when unknown: then nothing but the QoS limit and the
 	// tasks' own allocations bound revocable egress.
 	Capacity float64
-	// Interval is how often the interfaces' counters are sampled (Link)
-	// and the classes checked (default 100 ms).
+	// QdiscMajor is the handle major of the agent's qdiscs (default
+	// QdiscMajor; the agent uses HandleMajor of its cgroup root).
+	QdiscMajor uint16
+	// Interval is how often the interfaces' counters are sampled (Link,
+	// default 100 ms).
 	Interval time.Duration
 	// Logger receives the subsystem's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -128,6 +131,9 @@ func New(cfg Config) (n *Network, err error) {
 	if cfg.Interval <= 0 {
 		cfg.Interval = 100 * time.Millisecond
 	}
+	if cfg.QdiscMajor == 0 {
+		cfg.QdiscMajor = QdiscMajor
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -155,7 +161,7 @@ func New(cfg Config) (n *Network, err error) {
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("network QoS: interface %s: %w", name, err), n.Close())
 		}
-		s, err := install(h, link, fd, n.log)
+		s, err := install(h, link, cfg.QdiscMajor, fd, n.log)
 		if err != nil {
 			return nil, errors.Join(fmt.Errorf("network QoS: %w", err), n.Close())
 		}
@@ -200,8 +206,8 @@ func (n *Network) forgetUnmanaged(managed []string) {
 		if slices.Contains(managed, link.Attrs().Name) {
 			continue
 		}
-		if root, err := rootQdisc(n.h, link); err == nil && ours(root) {
-			s := &shaper{h: n.h, link: link, log: n.log}
+		if root, err := rootQdisc(n.h, link); err == nil && ours(root, n.cfg.QdiscMajor) {
+			s := &shaper{h: n.h, link: link, major: n.cfg.QdiscMajor, log: n.log}
 			if err := s.restore(); err != nil {
 				n.log.Warn("network QoS: remove the qdisc of an interface no longer managed", "interface", link.Attrs().Name, "err", err)
 			}

@@ -3,6 +3,7 @@ package network
 import (
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"log/slog"
 	"math"
 
@@ -12,9 +13,10 @@ import (
 
 // The agent's tc objects on a managed interface. The handle major marks the
 // root qdisc as the agent's own: that is how a restarted agent finds what it
-// installed before a crash, and how it tells its qdisc from an operator's.
+// installed before a crash, and how it tells its qdisc from an operator's
+// or another agent's on the same host (HandleMajor).
 const (
-	// QdiscMajor is the handle major of the agent's HTB root qdisc ("SL").
+	// QdiscMajor is the default handle major of the agent's HTB root qdisc ("SL").
 	QdiscMajor = 0x514c
 	// minorRevocable is the parent of every revocable class; its ceil is
 	// the revocable pace.
@@ -46,8 +48,18 @@ const minRateBps = 8_000
 // than destroy someone's configuration.
 var ErrForeignQdisc = errors.New("root qdisc installed by someone else")
 
+// HandleMajor returns the handle major of the qdiscs of the agent whose
+// cgroup root is cgroupRoot, in 0x5000-0x5fff: the same for every run of
+// that agent, and most likely different for another agent on the host,
+// which then leaves this one's interfaces alone (ErrForeignQdisc).
+func HandleMajor(cgroupRoot string) uint16 {
+	h := fnv.New32a()
+	h.Write([]byte(cgroupRoot))
+	return 0x5000 | uint16(h.Sum32()&0x0fff)
+}
+
 // classID returns the tc handle major:minor of one of the agent's classes.
-func classID(minor uint16) uint32 { return netlink.MakeHandle(QdiscMajor, minor) }
+func (s *shaper) classID(minor uint16) uint32 { return netlink.MakeHandle(s.major, minor) }
 
 // leaf is the configuration of one leaf class.
 type leaf struct {
@@ -58,9 +70,10 @@ type leaf struct {
 // shaper keeps the agent's qdisc, classes and filter on one interface.
 // It is used by Network with Network.mu held.
 type shaper struct {
-	h    *netlink.Handle
-	link netlink.Link
-	log  *slog.Logger
+	h     *netlink.Handle
+	link  netlink.Link
+	major uint16
+	log   *slog.Logger
 
 	paceBps uint64          // the revocable parent's ceil as applied, 0 before the first apply
 	leaves  map[uint16]leaf // leaf classes as applied
@@ -70,29 +83,29 @@ type shaper struct {
 // one a previous run left, and (re)attaches the classifier: a replace, so
 // there is never more than one filter. Leaf classes a previous run left
 // are kept until the first apply names the ones wanted.
-func install(h *netlink.Handle, link netlink.Link, classifierFD int, log *slog.Logger) (*shaper, error) {
+func install(h *netlink.Handle, link netlink.Link, major uint16, classifierFD int, log *slog.Logger) (*shaper, error) {
 	name := link.Attrs().Name
 	root, err := rootQdisc(h, link)
 	if err != nil {
 		return nil, err
 	}
-	s := &shaper{h: h, link: link, log: log, leaves: map[uint16]leaf{}}
+	s := &shaper{h: h, link: link, major: major, log: log, leaves: map[uint16]leaf{}}
 	switch {
-	case ours(root):
+	case ours(root, major):
 		log.Info("network QoS: adopting the qdisc a previous run installed", "interface", name)
-		classes, err := h.ClassList(link, netlink.MakeHandle(QdiscMajor, 0))
+		classes, err := h.ClassList(link, netlink.MakeHandle(major, 0))
 		if err != nil {
 			return nil, fmt.Errorf("list classes of %s: %w", name, err)
 		}
 		for _, c := range classes {
-			if minor := uint16(c.Attrs().Handle); c.Attrs().Parent == classID(minorRevocable) && minor >= minorFirstTask {
+			if minor := uint16(c.Attrs().Handle); c.Attrs().Parent == s.classID(minorRevocable) && minor >= minorFirstTask {
 				s.leaves[minor] = leaf{} // unknown: rewritten or removed by the first apply
 			}
 		}
 	case root == nil || root.Attrs().Handle == 0:
 		// The kernel's default (noqueue, pfifo_fast, mq, fq_codel: handle
 		// 0:), which comes back by itself when the agent's is deleted.
-		htb := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(QdiscMajor, 0), Parent: netlink.HANDLE_ROOT})
+		htb := netlink.NewHtb(netlink.QdiscAttrs{LinkIndex: link.Attrs().Index, Handle: netlink.MakeHandle(major, 0), Parent: netlink.HANDLE_ROOT})
 		htb.Defcls = 0 // unclassified traffic is sent directly, ahead of every class
 		if err := h.QdiscReplace(htb); err != nil {
 			return nil, fmt.Errorf("install HTB qdisc on %s: %w", name, err)
@@ -129,12 +142,12 @@ func rootQdisc(h *netlink.Handle, link netlink.Link) (netlink.Qdisc, error) {
 }
 
 // ours reports whether q is the agent's root qdisc.
-func ours(q netlink.Qdisc) bool {
+func ours(q netlink.Qdisc, major uint16) bool {
 	if q == nil {
 		return false
 	}
-	major, _ := netlink.MajorMinor(q.Attrs().Handle)
-	return q.Type() == "htb" && major == QdiscMajor
+	qMajor, _ := netlink.MajorMinor(q.Attrs().Handle)
+	return q.Type() == "htb" && qMajor == major
 }
 
 func kindOf(q netlink.Qdisc) string {
@@ -147,7 +160,7 @@ func kindOf(q netlink.Qdisc) string {
 // attachClassifier replaces the agent's filter with one running the
 // classifier, and deletes any other filter on the qdisc.
 func (s *shaper) attachClassifier(fd int) error {
-	parent := netlink.MakeHandle(QdiscMajor, 0)
+	parent := netlink.MakeHandle(s.major, 0)
 	f := &netlink.BpfFilter{
 		FilterAttrs: netlink.FilterAttrs{LinkIndex: s.link.Attrs().Index, Parent: parent, Handle: filterHandle,
 			Priority: filterPriority, Protocol: unix.ETH_P_ALL},
@@ -201,7 +214,7 @@ func (s *shaper) apply(paceBps uint64, leaves map[uint16]leaf) error {
 			continue
 		}
 		err := s.h.ClassDel(&netlink.HtbClass{ClassAttrs: netlink.ClassAttrs{LinkIndex: s.link.Attrs().Index,
-			Handle: classID(minor), Parent: classID(minorRevocable)}})
+			Handle: s.classID(minor), Parent: s.classID(minorRevocable)}})
 		if err != nil && !errors.Is(err, unix.ENOENT) {
 			errs = append(errs, fmt.Errorf("delete class %x on %s: %w", minor, s.link.Attrs().Name, err))
 			continue
@@ -214,13 +227,13 @@ func (s *shaper) apply(paceBps uint64, leaves map[uint16]leaf) error {
 // setClass creates or changes one class: the revocable parent under the
 // qdisc, every other class under the parent.
 func (s *shaper) setClass(minor uint16, l leaf) error {
-	parent := classID(minorRevocable)
+	parent := s.classID(minorRevocable)
 	rate := uint64(minRateBps)
 	if minor == minorRevocable {
-		parent = netlink.MakeHandle(QdiscMajor, 0)
+		parent = netlink.MakeHandle(s.major, 0)
 		rate = l.ceilBps // the parent is assured what it may use
 	}
-	c := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: s.link.Attrs().Index, Handle: classID(minor), Parent: parent},
+	c := netlink.NewHtbClass(netlink.ClassAttrs{LinkIndex: s.link.Attrs().Index, Handle: s.classID(minor), Parent: parent},
 		netlink.HtbClassAttrs{Rate: rate, Ceil: max(l.ceilBps, rate), Quantum: l.quantum, Prio: 1})
 	if err := s.h.ClassReplace(c); err != nil {
 		return fmt.Errorf("set class %x on %s: %w", minor, s.link.Attrs().Name, err)
@@ -235,7 +248,7 @@ func (s *shaper) restore() error {
 	if err != nil {
 		return err
 	}
-	if !ours(root) {
+	if !ours(root, s.major) {
 		return nil
 	}
 	if err := s.h.QdiscDel(root); err != nil && !errors.Is(err, unix.ENOENT) {

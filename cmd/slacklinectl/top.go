@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strconv"
 	"time"
 
 	"connectrpc.com/connect"
@@ -39,7 +40,7 @@ func newTopCommand(g *globals) *cobra.Command {
 	var watch time.Duration
 	cmd := &cobra.Command{
 		Use:   "top (--agent URL | --hostname H)",
-		Short: "Show each container's CPU, memory, network, run-queue p99 and pressure on one agent",
+		Short: "Show each container's CPU, memory, network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure on one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			endpoint, err := agent.endpoint(cmd.Context(), g)
@@ -71,13 +72,19 @@ func newTopCommand(g *globals) *cobra.Command {
 	return cmd
 }
 
-// usageTable renders GetUsage: the node first, then one row per container.
+// usageTable renders GetUsage: the node first, then one row per container,
+// then the pace of revocable egress when the agent runs network QoS.
 func usageTable(u *slacklinev1.GetUsageResponse) table {
-	t := table{header: []string{"TASK", "CPU", "MEM", "NET RX", "NET TX", "RUNQ P99", "CPU PSI", "MEM PSI", "THROTTLED"}}
+	t := table{header: []string{"TASK", "CPU", "MEM", "NET RX", "NET TX", "TX MBIT/S", "RTT P99", "RETRANS", "RUNQ P99", "CPU PSI", "MEM PSI", "THROTTLED"}}
 	row := func(name string, s *slacklinev1.ResourceStatistics) []string {
+		retransmits := ""
+		if tcp := s.GetTcp(); tcp != nil {
+			retransmits = strconv.FormatUint(tcp.GetRetransmits(), 10)
+		}
 		return []string{
 			name, fmt.Sprintf("%.2f", s.GetCpusRate()), bytesText(s.GetMemRssBytes()),
-			bytesText(s.GetNetRxBytes()), bytesText(s.GetNetTxBytes()),
+			bytesText(s.GetNetRxBytes()), bytesText(s.GetNetTxBytes()), fmt.Sprintf("%.1f", s.GetNetTxMbps()),
+			durationText(s.GetTcp().GetRttP99Seconds()), retransmits,
 			durationText(s.GetRunqueue().GetP99Seconds()),
 			fmt.Sprintf("%.1f%%", s.GetCpuPressure().GetSomeAvg10()), fmt.Sprintf("%.1f%%", s.GetMemoryPressure().GetSomeAvg10()),
 			fmt.Sprintf("%.1fs", s.GetCpusThrottledTimeSecs()),
@@ -90,6 +97,15 @@ func usageTable(u *slacklinev1.GetUsageResponse) table {
 	}
 	for _, c := range u.GetUsage() {
 		t.rows = append(t.rows, row(c.GetTaskId(), c.GetStatistics()))
+	}
+	if n := u.GetNetwork(); n != nil {
+		pace := "unpaced"
+		if p := n.GetRevocablePaceMbps(); p > 0 {
+			pace = fmt.Sprintf("%.0f of %.0f", p, n.GetRevocableEstimateMbps())
+		}
+		paced := make([]string, len(t.header))
+		paced[0], paced[5] = "(revocable pace)", pace
+		t.rows = append(t.rows, paced)
 	}
 	return t
 }

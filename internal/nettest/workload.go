@@ -59,7 +59,9 @@ func Send(ctx context.Context, addr, cc string) (uint64, error) {
 			return nil
 		}
 		var serr error
-		err := c.Control(func(fd uintptr) { serr = syscall.SetsockoptString(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CONGESTION, cc) })
+		err := c.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptString(int(fd), syscall.IPPROTO_TCP, syscall.TCP_CONGESTION, cc)
+		})
 		return errors.Join(err, serr)
 	}}
 	conn, err := d.DialContext(ctx, "tcp4", addr)
