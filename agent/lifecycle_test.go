@@ -67,9 +67,12 @@ func (f *fakeContainerizer) Containers() []*containerizer.Container {
 	}
 	return out
 }
-func (f *fakeContainerizer) Mode() containerizer.Mode            { return containerizer.Mode("fake") }
-func (f *fakeContainerizer) SetRevocableCPULimit(float64) error  { return nil }
-func (f *fakeContainerizer) RevocableCPULimit() (float64, error) { return 0, nil }
+func (f *fakeContainerizer) Mode() containerizer.Mode                          { return containerizer.Mode("fake") }
+func (f *fakeContainerizer) SetRevocableCPULimit(float64, time.Duration) error { return nil }
+func (f *fakeContainerizer) RevocableCPULimit() (float64, error)               { return 0, nil }
+func (f *fakeContainerizer) SetRevocableCPUs([]int) error                      { return containerizer.ErrUnsupported }
+func (f *fakeContainerizer) RevocableCPUs() ([]int, error)                     { return nil, containerizer.ErrUnsupported }
+func (f *fakeContainerizer) CPUs() []int                                       { return []int{0} }
 
 // gatedStore holds every checkpoint write until the test opens the gate.
 type gatedStore struct {

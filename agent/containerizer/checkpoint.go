@@ -121,6 +121,12 @@ type launchSpec struct {
 	// OutputLimit is how much of each output stream is kept on disk
 	// (Config.OutputLimit); 0: the task writes its files directly.
 	OutputLimit int64 `json:"output_limit,omitempty"`
+	// SupervisorCgroup lists the cgroup.procs files the supervisor moves
+	// itself into first (<root>/supervisors), out of the agent's cgroup.
+	SupervisorCgroup []string `json:"supervisor_cgroup,omitempty"`
+	// CoreCookie gives the task a core-scheduling cookie of its own before
+	// it execs (revocable tasks on hosts with SMT siblings).
+	CoreCookie bool `json:"core_cookie,omitempty"`
 }
 
 // writeJSON writes v to path atomically and durably: a temporary file in the

@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -52,6 +53,9 @@ type Config struct {
 	// ProcRoot is where procfs is mounted (default "/proc"); the boot id and
 	// process start times are read there.
 	ProcRoot string
+	// SysRoot is where sysfs is mounted (default "/sys"); the CPU topology
+	// is read there.
+	SysRoot string
 	// StateDir holds one directory per container: its checkpoint and the
 	// supervisor's files (e.g. <work-dir>/containers). Required.
 	StateDir string
@@ -176,6 +180,10 @@ type Containerizer struct {
 	log    *slog.Logger
 	layout cgroups.Layout
 	bootID string
+	// supervisors is the cgroup supervisors move into (SupervisorsCgroup).
+	supervisors cgroups.Paths
+	// coreCookies: revocable tasks get a core-scheduling cookie of their own.
+	coreCookies bool
 
 	mu         sync.Mutex
 	containers map[string]*container
@@ -214,6 +222,9 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	if cfg.ProcRoot == "" {
 		cfg.ProcRoot = "/proc"
+	}
+	if cfg.SysRoot == "" {
+		cfg.SysRoot = "/sys"
 	}
 	if cfg.KillGracePeriod <= 0 {
 		cfg.KillGracePeriod = 3 * time.Second
@@ -269,12 +280,28 @@ func New(cfg Config) (*Containerizer, error) {
 	if err := layout.SetupRoot(cfg.CgroupRoot); err != nil {
 		return nil, err
 	}
+	if layout.CPUSet != "" {
+		if err := layout.SetupCPUSet(cfg.CgroupRoot); err != nil {
+			level := slog.LevelInfo
+			if !errors.Is(err, cgroups.ErrUnsupported) {
+				level = slog.LevelWarn
+			}
+			cfg.Logger.Log(context.Background(), level, "containerizer: revocable work cannot be confined to CPUs", "err", err)
+			layout.CPUSet = ""
+		}
+	}
+	supervisors, err := layout.SetupService(cfg.CgroupRoot, cgroups.SupervisorsCgroup, supervisorLimits)
+	if err != nil {
+		return nil, err
+	}
 	bootID, err := readBootID(cfg.ProcRoot)
 	if err != nil {
 		return nil, err
 	}
+	coreCookies, why := coreScheduling(cfg.SysRoot)
+	cfg.Logger.Info("containerizer: core scheduling for revocable tasks", "enabled", coreCookies, "why", why)
 	c := &Containerizer{
-		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID,
+		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
 		containers: make(map[string]*container),
 		exits:      newExitQueue(),
 		done:       make(chan struct{}),
@@ -283,6 +310,7 @@ func New(cfg Config) (*Containerizer, error) {
 	if layout.Mode == cgroups.ModeHybrid {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
+	attrs = append(attrs, "cpuset", layout.CPUSet)
 	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids)...)
 	if layout.Pids == "" && cfg.PidsMax > 0 {
 		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")
@@ -296,6 +324,29 @@ func New(cfg Config) (*Containerizer, error) {
 			"dir", dir, "fix", "chmod o+x "+dir)
 	}
 	return c, nil
+}
+
+// supervisorLimits: supervisors sleep in wait(2) nearly all the time; the
+// weight of a tenth of a CPU only matters in the moment a task ends.
+var supervisorLimits = cgroups.ServiceLimits{Weight: 0.1}
+
+// AgentLimits are the agent's own cgroup's (IsolateAgent): the weight of a
+// quarter of a CPU, so that under contention a guaranteed task with one cpu
+// gets four times the agent's share, and a cap of one core, so that a
+// runaway agent cannot take the node.
+var AgentLimits = cgroups.ServiceLimits{Weight: 0.25, Cap: 1}
+
+// IsolateAgent moves the process pid (the agent, all its threads) into
+// <root>/agent, a cgroup of its own with AgentLimits, created if needed.
+// Task supervisors live in <root>/supervisors already, so nothing that ends
+// the agent's original cgroup (a container runtime removing the agent's
+// pod, systemd stopping its unit) reaches them.
+func (c *Containerizer) IsolateAgent(pid int) error {
+	p, err := c.layout.SetupService(c.cfg.CgroupRoot, cgroups.AgentCgroup, AgentLimits)
+	if err != nil {
+		return err
+	}
+	return p.Join(pid)
 }
 
 // Mode returns the host's cgroup layout.

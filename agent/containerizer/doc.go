@@ -43,6 +43,27 @@
 // values are computed and written by the cgroups sub-package, which uses
 // github.com/containerd/cgroups/v3.
 //
+// Where the host has a cpuset controller (the v1 cpuset hierarchy on
+// hybrid hosts, where tasks join their subtree's directory; the v2 tree
+// when the root's parent delegates cpuset), SetRevocableCPUs confines the
+// whole revocable subtree to some CPUs, RevocableCPUs reads them back, and
+// SetRevocableCPULimit caps it with a CFS period of the caller's choosing:
+// the QoS controllers' mechanisms. Without one, the CPU set calls wrap
+// ErrUnsupported and New logs why.
+//
+// Beside the two subtrees the root holds two service cgroups (cgroups
+// package, SetupService): <root>/supervisors, which every supervisor
+// joins as its first act (weight of a tenth of a CPU), and <root>/agent,
+// into which IsolateAgent moves the agent (AgentLimits: the weight of a
+// quarter of a CPU, capped at one core), so that its reactions never
+// compete with guaranteed tasks on an equal footing.
+//
+// Where cores have SMT siblings and the kernel has core scheduling
+// (PR_SCHED_CORE), the shim gives every revocable task a core-scheduling
+// cookie of its own before it execs: the kernel then never runs it on one
+// hardware thread of a core while guaranteed work (no cookie) runs on the
+// other. New logs whether it does and why.
+//
 // # Files
 //
 //	<SandboxDir>/<id>/                the task's working directory and HOME (task's user, 0750)
@@ -190,9 +211,11 @@
 // acted upon before a crash is delivered again after the restart: the agent
 // destroys a container once it has recorded its end.
 //
-// For supervisors to survive an agent restart under systemd, the agent's
-// unit needs KillMode=process (the supervisors live in the agent's own
-// cgroup; the tasks do not).
+// Supervisors live in <root>/supervisors, not in the agent's cgroup, so a
+// container runtime that kills what is left in the agent pod's cgroup, or
+// systemd stopping the agent's unit, does not end them; under systemd the
+// agent's unit still says KillMode=process, for roots inside the unit's own
+// delegated subtree.
 //
 // # Concurrency and ownership
 //

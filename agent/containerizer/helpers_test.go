@@ -125,7 +125,11 @@ func removeRealRoot(t testing.TB, root string) {
 	if err := all.KillAndWait(ctx); err != nil {
 		t.Errorf("cleanup: kill processes under %s: %v", root, err)
 	}
-	for _, top := range all.Dirs() {
+	tops := all.Dirs()
+	if layout.Mode == cgroups.ModeHybrid && layout.CPUSet != "" {
+		tops = append(tops, filepath.Join(layout.CPUSet, root))
+	}
+	for _, top := range tops {
 		var dirs []string
 		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

@@ -107,7 +107,9 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
 		Cgroup: cp.Cgroup, User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
-		OutputLimit: max(c.cfg.OutputLimit, 0),
+		OutputLimit:      max(c.cfg.OutputLimit, 0),
+		SupervisorCgroup: c.supervisors.ProcsFiles(),
+		CoreCookie:       spec.Revocable && c.coreCookies,
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
@@ -151,7 +153,7 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 			Value: spec.Command.GetValue(), Arguments: spec.Command.GetArguments(),
 			Shell: spec.Command.GetShell(), Environment: spec.Command.GetEnvironment(),
 		},
-		Layout: c.layout, Cgroup: c.layout.PathsOf(rel),
+		Layout: c.layout, Cgroup: c.layout.ContainerPaths(c.cfg.CgroupRoot, class, id),
 		Limits: cgroups.Limits{
 			CPUs: spec.Resources.CPUs(), HardCPU: c.cfg.CPUHardLimit,
 			MemoryBytes: cgroups.MemoryBytes(spec.Resources.Mem()),

@@ -3,17 +3,19 @@ package containerizer
 import (
 	"fmt"
 	"path/filepath"
+	"runtime"
+	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
 // SetRevocableCPULimit caps the whole revocable subtree at cores CPUs (CFS
-// bandwidth: cpu.max on v2, cpu.cfs_quota_us on hybrid); cores <= 0 removes
-// the cap. This is the QoS controllers' throttle: best-effort work slows
-// down together, without being killed.
-func (c *Containerizer) SetRevocableCPULimit(cores float64) error {
-	rel := filepath.Join(c.cfg.CgroupRoot, string(cgroups.Revocable))
-	if err := c.layout.SetCPULimit(rel, cores); err != nil {
+// bandwidth: cpu.max on v2, cpu.cfs_quota_us on hybrid) enforced over
+// period (0: the kernel's default, 100 ms); cores <= 0 removes the cap.
+// This is the QoS controllers' throttle: best-effort work slows down
+// together, without being killed.
+func (c *Containerizer) SetRevocableCPULimit(cores float64, period time.Duration) error {
+	if err := c.layout.SetCPULimit(c.RevocableCgroup(), cores, period); err != nil {
 		return fmt.Errorf("set revocable CPU limit: %w", err)
 	}
 	return nil
@@ -22,7 +24,37 @@ func (c *Containerizer) SetRevocableCPULimit(cores float64) error {
 // RevocableCPULimit returns the revocable subtree's CPU cap in cores (0:
 // none).
 func (c *Containerizer) RevocableCPULimit() (float64, error) {
-	return c.layout.CPULimit(filepath.Join(c.cfg.CgroupRoot, string(cgroups.Revocable)))
+	return c.layout.CPULimit(c.RevocableCgroup())
+}
+
+// SetRevocableCPUs confines the revocable subtree to cpus (a CPU set); nil
+// or empty gives it every CPU again. It wraps ErrUnsupported on hosts
+// without a usable cpuset controller.
+func (c *Containerizer) SetRevocableCPUs(cpus []int) error {
+	if err := c.layout.SetCPUs(c.RevocableCgroup(), cpus); err != nil {
+		return fmt.Errorf("set revocable CPUs: %w", err)
+	}
+	return nil
+}
+
+// RevocableCPUs returns the CPUs the revocable subtree may run on; it wraps
+// ErrUnsupported on hosts without a usable cpuset controller.
+func (c *Containerizer) RevocableCPUs() ([]int, error) {
+	return c.layout.CPUs(c.RevocableCgroup())
+}
+
+// CPUs returns the CPUs the agent's cgroup root may use: every online CPU
+// unless the root itself is confined. Without a cpuset controller it
+// assumes CPUs 0 to NumCPU-1.
+func (c *Containerizer) CPUs() []int {
+	if cpus, err := c.layout.CPUs(c.cfg.CgroupRoot); err == nil && len(cpus) > 0 {
+		return cpus
+	}
+	cpus := make([]int, runtime.NumCPU())
+	for i := range cpus {
+		cpus[i] = i
+	}
+	return cpus
 }
 
 // RevocableCgroup returns the revocable subtree's path relative to each

@@ -82,6 +82,15 @@ func supervise(dir string) int {
 		report(statusRecord{Error: err.Error()})
 		return 1
 	}
+	// Out of the agent's cgroup, so that what ends the agent's cgroup does
+	// not end the supervisor. The shim, started after, inherits it until it
+	// joins the task's cgroups.
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, procs := range spec.SupervisorCgroup {
+		if err := os.WriteFile(procs, self, 0); err != nil {
+			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
+		}
+	}
 	// The task's output goes through the supervisor, which keeps at most
 	// spec.OutputLimit of each stream (output.go).
 	stdout, stderr, output, err := taskOutput(spec)
@@ -204,6 +213,11 @@ func execShim(dir string) int {
 		// runtime thread included.
 		if err := os.WriteFile(procs, self, 0); err != nil {
 			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
+		}
+	}
+	if spec.CoreCookie {
+		if err := newCoreCookie(); err != nil {
+			return fail("core scheduling cookie: %v", err)
 		}
 	}
 	if err := confine(spec.User); err != nil {

@@ -17,7 +17,7 @@ const Mountpoint = "/sys/fs/cgroup"
 
 // RemoveRoot kills every process under root in the v2 tree (cgroup.kill)
 // and removes root's cgroups, children first, from the v2 tree and the v1
-// cpu and memory hierarchies. It touches nothing outside root.
+// cpu, memory, cpuset and pids hierarchies. It touches nothing outside root.
 func RemoveRoot(root string) {
 	if root == "" || filepath.IsAbs(root) {
 		return // never the whole hierarchy
@@ -33,7 +33,7 @@ func RemoveRoot(root string) {
 		return nil
 	})
 	deadline := time.Now().Add(5 * time.Second)
-	for _, h := range []string{"cpu", "memory", "unified", ""} {
+	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "unified", ""} {
 		var dirs []string
 		_ = filepath.WalkDir(filepath.Join(Mountpoint, h, root), func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

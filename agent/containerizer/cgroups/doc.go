@@ -23,7 +23,15 @@
 //	/sys/fs/cgroup/unified/<root>/<class>/<id>/  no controllers: cgroup.procs, cgroup.kill, PSI, cpu.stat
 //
 // and the revocable subtree gets cpu.shares 2 (and cpu.idle 1 where the
-// kernel has it) on the v1 cpu hierarchy. The v2 ("unified") directory of a
+// kernel has it) on the v1 cpu hierarchy.
+//
+// CPU sets (cpuset.go): where the host has the controller, SetupCPUSet
+// prepares <root>, <root>/guaranteed and <root>/revocable for it (on hybrid
+// hosts in the v1 cpuset hierarchy, /sys/fs/cgroup/cpuset, with the
+// parent's cpuset.cpus and cpuset.mems; containers join their subtree's
+// directory there, Paths.CPUSet); SetCPUs and CPUs write and read a
+// subtree's CPUs. Service cgroups (service.go): <root>/agent and
+// <root>/supervisors, each with a CPU weight and an optional cap. The v2 ("unified") directory of a
 // container is the one used for membership, kill and freeze in both layouts;
 // Paths.Unified names it.
 //

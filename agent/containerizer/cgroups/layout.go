@@ -58,6 +58,11 @@ type Layout struct {
 	// CPU and Memory are the v1 cpu and memory hierarchies (hybrid only).
 	CPU    string `json:"cpu,omitempty"`
 	Memory string `json:"memory,omitempty"`
+	// CPUSet is the hierarchy whose cpuset.cpus confine cgroups to CPUs:
+	// the v1 cpuset hierarchy on hybrid hosts, the v2 tree on v2 hosts that
+	// have the cpuset controller; empty when there is none (see
+	// SetupCPUSet).
+	CPUSet string `json:"cpuset,omitempty"`
 	// Pids is where the pids controller bounds a container's processes
 	// (pids.max): the v1 pids hierarchy on hybrid hosts, the v2 tree on v2
 	// hosts that have the controller; empty when there is none (see
@@ -79,6 +84,9 @@ func Detect(mountpoint string) (Layout, error) {
 			}
 		}
 		l := Layout{Mode: ModeV2, Mountpoint: mountpoint, Unified: mountpoint}
+		if slices.Contains(have, "cpuset") {
+			l.CPUSet = mountpoint
+		}
 		if slices.Contains(have, "pids") {
 			l.Pids = mountpoint
 		}
@@ -92,7 +100,12 @@ func Detect(mountpoint string) (Layout, error) {
 	hasMemory := exists(filepath.Join(memory, "memory.limit_in_bytes"))
 	switch {
 	case hasUnified && hasCPU && hasMemory:
-		return Layout{Mode: ModeHybrid, Mountpoint: mountpoint, Unified: unified, CPU: cpu, Memory: memory, Pids: v1PidsHierarchy(mountpoint)}, nil
+		l := Layout{Mode: ModeHybrid, Mountpoint: mountpoint, Unified: unified, CPU: cpu, Memory: memory}
+		if cpuset := filepath.Join(mountpoint, "cpuset"); exists(filepath.Join(cpuset, "cpuset.cpus")) {
+			l.CPUSet = cpuset
+		}
+		l.Pids = v1PidsHierarchy(mountpoint)
+		return l, nil
 	case hasUnified && !hasCPU:
 		return Layout{}, fmt.Errorf("%w: hybrid cgroups at %s but the v1 cpu controller is not mounted at %s", ErrUnsupported, mountpoint, cpu)
 	case hasUnified && !hasMemory:
@@ -116,6 +129,10 @@ type Paths struct {
 	Unified      string `json:"unified"`
 	CPU          string `json:"cpu,omitempty"`
 	Memory       string `json:"memory,omitempty"`
+	// CPUSet is, on hybrid hosts with CPU sets, the directory in the v1
+	// cpuset hierarchy the cgroup's processes join: its subtree's, shared
+	// with its siblings (see SetupCPUSet). Dirs does not list it.
+	CPUSet string `json:"cpuset,omitempty"`
 	// Pids is the cgroup's directory in the v1 pids hierarchy (hybrid hosts
 	// that have it).
 	Pids string `json:"pids,omitempty"`
@@ -153,7 +170,21 @@ func (p Paths) ProcsFiles() []string {
 	for _, d := range p.Dirs() {
 		files = append(files, filepath.Join(d, "cgroup.procs"))
 	}
+	if p.CPUSet != "" {
+		files = append(files, filepath.Join(p.CPUSet, "cgroup.procs"))
+	}
 	return files
+}
+
+// ContainerPaths returns the directories of a container's cgroup: those of
+// its relative path and, on hybrid hosts with CPU sets, its subtree's
+// directory in the cpuset hierarchy, which its processes join too.
+func (l Layout) ContainerPaths(root string, class Class, id string) Paths {
+	p := l.PathsOf(ContainerRel(root, class, id))
+	if l.Mode == ModeHybrid && l.CPUSet != "" {
+		p.CPUSet = filepath.Join(l.CPUSet, root, string(class))
+	}
+	return p
 }
 
 // ContainerRel returns the relative path of a container's cgroup.

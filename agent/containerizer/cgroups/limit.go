@@ -2,23 +2,39 @@ package cgroups
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
+)
+
+// CFS bandwidth periods the kernel accepts.
+const (
+	minCFSPeriod = time.Millisecond
+	maxCFSPeriod = time.Second
 )
 
 // SetCPULimit caps the cgroup at rel to cpus CPUs with CFS bandwidth control
-// (v2 cpu.max, v1 cpu.cfs_quota_us and cpu.cfs_period_us); cpus <= 0 removes
-// the cap. Throttling the revocable subtree is how the QoS controller slows
-// best-effort work down without killing it.
-func (l Layout) SetCPULimit(rel string, cpus float64) error {
-	quota, period, capped := CFSQuota(cpus)
+// (v2 cpu.max, v1 cpu.cfs_quota_us and cpu.cfs_period_us), enforced over
+// period (0: the kernel's default, 100 ms; clamped to [1 ms, 1 s]); cpus <= 0
+// removes the cap. Throttling the revocable subtree is how the QoS controller
+// slows best-effort work down without killing it; a short period makes the
+// throttled spells short too (a group that used its quota waits for the next
+// period), at the cost of more period timers.
+func (l Layout) SetCPULimit(rel string, cpus float64, period time.Duration) error {
+	quota, periodMicros, capped := CFSQuota(cpus)
+	if period > 0 && capped {
+		period = min(max(period, minCFSPeriod), maxCFSPeriod)
+		periodMicros = uint64(period / time.Microsecond)
+		quota = max(int64(math.Round(cpus*float64(periodMicros))), minCFSQuotaMicros)
+	}
 	switch l.Mode {
 	case ModeV2:
 		value := "max " + strconv.FormatUint(CFSPeriodMicros, 10)
 		if capped {
-			value = fmt.Sprintf("%d %d", quota, period)
+			value = fmt.Sprintf("%d %d", quota, periodMicros)
 		}
 		path := filepath.Join(l.Unified, rel, "cpu.max")
 		if err := os.WriteFile(path, []byte(value), 0); err != nil {
@@ -27,14 +43,19 @@ func (l Layout) SetCPULimit(rel string, cpus float64) error {
 		return nil
 	case ModeHybrid:
 		dir := filepath.Join(l.CPU, rel)
+		quotaFile, periodFile := filepath.Join(dir, "cpu.cfs_quota_us"), filepath.Join(dir, "cpu.cfs_period_us")
 		if !capped {
-			quota = -1
-		} else if err := os.WriteFile(filepath.Join(dir, "cpu.cfs_period_us"), []byte(strconv.FormatUint(period, 10)), 0); err != nil {
-			return wrap("write", filepath.Join(dir, "cpu.cfs_period_us"), err)
+			if err := os.WriteFile(quotaFile, []byte("-1"), 0); err != nil {
+				return wrap("write", quotaFile, err)
+			}
+			return nil
 		}
-		path := filepath.Join(dir, "cpu.cfs_quota_us")
-		if err := os.WriteFile(path, []byte(strconv.FormatInt(quota, 10)), 0); err != nil {
-			return wrap("write", path, err)
+		for _, w := range []struct{ file, value string }{
+			{periodFile, strconv.FormatUint(periodMicros, 10)}, {quotaFile, strconv.FormatInt(quota, 10)},
+		} {
+			if err := os.WriteFile(w.file, []byte(w.value), 0); err != nil {
+				return wrap("write", w.file, err)
+			}
 		}
 		return nil
 	}
