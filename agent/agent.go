@@ -15,6 +15,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
 	"github.com/slackline/slackline/agent/tasks"
 	"github.com/slackline/slackline/bpf"
@@ -106,6 +107,12 @@ type Config struct {
 	// relative to each hierarchy) that the estimator counts as guaranteed use
 	// and the QoS controllers protect. The agent only reads them.
 	ProtectCgroups []string
+	// NetworkQoS paces revocable tasks' egress (nil: no network QoS; see
+	// NetworkQoS and agent/network).
+	NetworkQoS *NetworkQoS
+	// TCP counts containers' TCP round trips and retransmissions (nil:
+	// none); the agent watches the cgroups it tracks.
+	TCP TCPSignals
 	// Sandbox bounds the disk tasks use: sandbox garbage collection and
 	// per-task disk limits (see SandboxConfig).
 	Sandbox SandboxConfig
@@ -125,6 +132,8 @@ type Agent struct {
 	watch   *observer
 	slack   *estimateLoop // runs only with an estimator
 	qos     *qosLoop      // runs only with QoS controllers
+	// network paces revocable egress; nil without network QoS.
+	network *network.Network
 	disk    *sandboxes
 
 	// ids are the agent's id and, after a host reboot and until the first
@@ -181,7 +190,7 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: create work dir: %w", err)
 	}
-	total, err := DetectResources(cfg.WorkDir, cfg.Resources)
+	total, err := DetectResources(cfg.WorkDir, cfg.Resources, cfg.Logger)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
@@ -194,6 +203,7 @@ func New(cfg Config) (*Agent, error) {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
 	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt}
+	a.network, a.cfg.Features = newNetwork(cfg, total)
 	a.ids.Store(&agentIDs{})
 	a.session = session.New(session.Config{
 		Client:  slacklinev1connect.NewAgentServiceClient(coordinatorClient, coordinatorURL),
@@ -202,13 +212,14 @@ func New(cfg Config) (*Agent, error) {
 		Logger:  cfg.Logger,
 	})
 	a.watch = &observer{log: a.log, cz: cfg.Containerizer, ebpf: cfg.EBPF, monitor: cfg.Monitor,
-		unifiedRoot: cfg.UnifiedMount, protect: cfg.ProtectCgroups, tracked: map[string]tracked{}}
+		unifiedRoot: cfg.UnifiedMount, protect: cfg.ProtectCgroups, tracked: map[string]tracked{},
+		network: a.network, tcp: cfg.TCP}
 	a.tasks = &lifecycle{
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
 		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1),
 	}
-	a.slack = newEstimateLoop(cfg, total, a.session)
-	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt)
+	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
+	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.disk = newSandboxes(a)
 	return a, nil
 }
@@ -219,8 +230,14 @@ func (a *Agent) Resources() resources.Resources { return a.total }
 // ID returns the agent's id ("" before its first registration).
 func (a *Agent) ID() string { return a.ids.Load().current }
 
-// Close releases the checkpoint. Call it after Run returned.
-func (a *Agent) Close() error { return a.ckpt.Close() }
+// Close releases the checkpoint and restores the managed interfaces (Run
+// does on its way out). Call it after Run returned.
+func (a *Agent) Close() error {
+	if a.network != nil {
+		_ = a.network.Close()
+	}
+	return a.ckpt.Close()
+}
 
 // Run recovers the agent's state and runs its subsystems until ctx is
 // cancelled.
@@ -241,6 +258,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.cfg.QoS != nil {
 		g.Go(func() error { return a.qos.Run(ctx) })
+	}
+	if a.network != nil {
+		g.Go(func() error { return a.network.Run(ctx) })
 	}
 	g.Go(func() error {
 		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
@@ -31,9 +32,11 @@ type qosLoop struct {
 	controller  qos.Controller
 	intervalMin time.Duration
 	cpus        float64
+	bandwidth   float64 // the node's, Mbit/s; 0 unknown
 	cz          Containerizer
 	monitor     *monitor.Monitor // nil without a monitor
 	ebpf        EBPF             // nil without eBPF
+	network     *network.Network // nil without network QoS
 	watch       *observer
 	protect     []string
 	// preempt kills a revocable container with a reason.
@@ -50,10 +53,10 @@ type qosLoop struct {
 	corrections []*slacklinev1.Correction // the latest maxCorrections
 }
 
-func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string)) *qosLoop {
+func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
 	return &qosLoop{
-		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(),
-		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
+		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
+		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
 		delayed: map[string]map[uint64]time.Duration{},
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slackline_qos_corrections_total",
@@ -123,12 +126,17 @@ func (l *qosLoop) event(ev bpf.ThresholdEvent) qos.Event {
 }
 
 func (l *qosLoop) input(now time.Time) qos.Input {
-	in := qos.Input{Now: now, Node: qos.Node{CPUs: l.cpus}}
+	in := qos.Input{Now: now, Node: qos.Node{CPUs: l.cpus, LinkCapacity: l.bandwidth}}
 	if limit, err := l.cz.RevocableCPULimit(); err == nil {
 		in.RevocableLimit = limit
 	}
 	if cpus, err := l.cz.RevocableCPUs(); err == nil {
 		in.RevocableCPUs, in.Node.CPUList = cpus, l.cz.CPUs()
+	}
+	if n := l.network; n != nil {
+		link := n.Link()
+		in.Node.LinkTx, in.Node.LinkRx, in.Node.LinkSampledAt = link.Tx, link.Rx, link.At
+		in.RevocableBandwidth, in.RevocableBandwidthLimit = n.Estimate(), n.QoSLimit()
 	}
 	m := l.monitor
 	if m == nil {
@@ -145,6 +153,8 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		if ok && u.Stats != nil {
 			qc.CPU, qc.MemBytes, qc.SampledAt = u.CPURate, u.MemUsage, u.Time
 			qc.RunqP50, qc.RunqP99 = u.RunqP50, u.RunqP99
+			qc.NetTx, qc.NetTxPackets = u.NetTxMbps, u.NetTxPackets
+			qc.TCPRTTP50, qc.TCPRTTP99, qc.TCPRetransmits = u.TCPRTTP50, u.TCPRTTP99, u.TCPRetransmits
 			qc.CPUPressureSome10 = u.Stats.GetCpuPressure().GetSomeAvg10()
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 		}
@@ -158,7 +168,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			continue
 		}
 		add(qos.Container{ID: c.ID, TaskID: c.Spec.TaskID, Revocable: c.Spec.Revocable,
-			CPUAllocated: c.Spec.Resources.CPUs(), StartedAt: c.StartedAt})
+			CPUAllocated: c.Spec.Resources.CPUs(), BandwidthAllocated: c.Spec.Resources.Bandwidth(), StartedAt: c.StartedAt})
 	}
 	for _, path := range l.protect {
 		add(qos.Container{ID: protectedPrefix + path, Protected: true})
@@ -198,6 +208,17 @@ func (l *qosLoop) delayedSince(victim string) map[string]time.Duration {
 func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	switch c.Kind {
 	case qos.Throttle, qos.Unthrottle:
+		if c.Resource == qos.Bandwidth {
+			if l.network == nil || c.ContainerID != "" {
+				l.log.Debug("QoS: bandwidth limits apply to the revocable total on managed interfaces only", "correction", c.String())
+				return
+			}
+			if err := l.network.SetQoSLimit(c.BandwidthLimit); err != nil {
+				l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
+				return
+			}
+			break
+		}
 		if c.ContainerID != "" {
 			l.log.Debug("QoS: per-container CPU limits are not applied", "container", c.ContainerID)
 			return
@@ -225,12 +246,16 @@ func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	l.correctionsTotal.WithLabelValues(kind, c.Controller).Inc()
 	l.reaction.Observe(reaction.Seconds())
 	l.log.Info("QoS correction", "kind", kind, "controller", c.Controller, "container", c.ContainerID, "task", c.TaskID,
-		"cpu_limit", c.CPULimit, "cpu_period", c.Period, "cpus", qos.FormatCPUs(c.CPUs), "reason", c.Reason,
+		"resource", c.Resource.String(), "cpu_limit", c.CPULimit, "cpu_period", c.Period, "cpus", qos.FormatCPUs(c.CPUs),
+		"bandwidth_limit_mbps", c.BandwidthLimit, "reason", c.Reason,
 		"reaction", reaction.Round(time.Microsecond))
 	rec := &slacklinev1.Correction{
 		Timestamp: timestamppb.New(time.Now()), Kind: slacklinev1.CorrectionKind(c.Kind), Controller: c.Controller,
 		ContainerId: c.ContainerID, TaskId: c.TaskID, CpuLimit: c.CPULimit, Reason: c.Reason, ReactionSeconds: reaction.Seconds(),
-		Cpus: qos.FormatCPUs(c.CPUs), CpuPeriodSeconds: c.Period.Seconds(),
+		BandwidthLimitMbps: c.BandwidthLimit, Cpus: qos.FormatCPUs(c.CPUs), CpuPeriodSeconds: c.Period.Seconds(),
+	}
+	if c.Kind != qos.Kill {
+		rec.Resource = c.Resource.String()
 	}
 	l.mu.Lock()
 	l.corrections = append(l.corrections, rec)

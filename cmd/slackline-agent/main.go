@@ -22,7 +22,9 @@ import (
 	"github.com/slackline/slackline/agent"
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/bpf/netqos"
 	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/qos"
@@ -68,6 +70,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	monitorInterval := fs.Duration("monitor-interval", time.Second, "how often every container is sampled (100ms is affordable)")
 	useEBPF := fs.Bool("ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
+	netInterfaces := fs.String("network-interfaces", "", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
 	runqThreshold := fs.Duration("runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
 	estimatorName := fs.String("estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
 	fs.DurationVar(&cfg.EstimateInterval, "oversubscribed-resources-interval", time.Second, "how often the estimate is computed (and sent when it changed)")
@@ -87,6 +90,8 @@ func run(args []string) error {
 	fs.DurationVar(&qosCfg.Interference.KillAfter, "qos-kill-after", qosCfg.Interference.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
 	fs.DurationVar(&qosCfg.Interference.ThrottlePeriod, "qos-throttle-period", qosCfg.Interference.ThrottlePeriod, "interference: CFS period of the revocable subtree's CPU limit (0: the kernel's 100ms); shorter periods make throttled spells shorter")
 	fs.DurationVar(&qosCfg.Interference.EffectWindow, "qos-effect-window", qosCfg.Interference.EffectWindow, "interference, cpuset: with eBPF, how long after a correction its effect on the delay revocable work causes is judged (corrections that did not help are undone)")
+	fs.DurationVar(&qosCfg.Network.RTTIncrease, "qos-network-rtt-increase", qosCfg.Network.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
+	fs.Float64Var(&qosCfg.Network.SaturationEnter, "qos-network-saturation", qosCfg.Network.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
 	minAvailMiB := fs.Float64("qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
 	fs.Float64Var(&qosCfg.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&qosCfg.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
@@ -144,6 +149,7 @@ func run(args []string) error {
 	}
 	cfg.EstimatorName = *estimatorName
 	qosCfg.Interference.RunqP99Exit = qosCfg.Interference.RunqP99Enter / 2
+	qosCfg.Network.SaturationExit = max(qosCfg.Network.SaturationEnter-0.1, qosCfg.Network.SaturationEnter/2)
 	if *minAvailMiB > 0 {
 		qosCfg.Memory.MinAvailableBytes, qosCfg.Memory.MinAvailableFraction = uint64(*minAvailMiB*(1<<20)), 0
 	}
@@ -169,6 +175,34 @@ func run(args []string) error {
 			defer m.Close()
 			cfg.EBPF = m
 			ebpfStats = agent.MonitorStats(m)
+		}
+	}
+	// Network QoS: the classifier and the TCP signals (bpf/netqos); the
+	// agent paces revocable egress on the interfaces, or says why not.
+	if *netInterfaces != "none" {
+		unified := cz.Layout().Unified
+		q := &agent.NetworkQoS{Interfaces: splitList(*netInterfaces), RevocableCgroup: filepath.Join(unified, cz.Root(), "revocable"),
+			UnifiedRoot: unified, QdiscMajor: network.HandleMajor(cz.Root())}
+		for _, f := range netqos.Probe() {
+			if f.Err != nil {
+				logger.Info("eBPF feature probe", "feature", f.Name, "status", f.Status().String(), "detail", f.Err.Error())
+			}
+			cfg.Features = append(cfg.Features, f)
+		}
+		if *useEBPF {
+			progs, err := netqos.Load(netqos.Config{CgroupRoot: filepath.Join(unified, cz.Root()), Logger: logger})
+			if err != nil {
+				q.ClassifierErr = err
+			} else {
+				defer progs.Close()
+				q.Classifier, cfg.TCP = progs, progs
+			}
+		} else {
+			q.ClassifierErr = errors.New("--ebpf=false")
+		}
+		cfg.NetworkQoS = q
+		if cfg.EBPF != nil && cfg.TCP != nil {
+			ebpfStats = agent.MonitorStatsWithTCP(cfg.EBPF, cfg.TCP)
 		}
 	}
 	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: *cgroupMount, Interval: *monitorInterval,
@@ -227,6 +261,17 @@ func agentCredentials(cfg *agent.Config, caFile, certFile, keyFile, authzFile st
 		cfg.Authz = authz
 	}
 	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) []string {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out
 }
 
 // stringList is a repeatable string flag.
