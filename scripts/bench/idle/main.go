@@ -3,10 +3,11 @@
 // connection costs a bare net/http handler. It starts each server in a
 // child process of its own (the same binary: "idle serve"), opens
 // --streams idle streams to it over HTTP/1.1 (one connection each, as the
-// issue measured), and reads the child's RSS and its Go heap and stacks
-// after a GC, before and after. It prints both costs per stream and their
-// ratio (the goal is at most 1.25), and the coordinator's cost per 1,000
-// completed tasks.
+// issue measured), and reads the child's RSS, its Go heap and stacks in use
+// and its live heap and stacks after a GC, before and after. It prints both
+// costs per stream and their ratios (the goal is at most 1.25), and the
+// coordinator's cost per 1,000 completed tasks. IDLE_PROFILE_DIR=dir saves
+// heap profiles of the children (every allocation sampled).
 //
 //	go run ./scripts/bench/idle --streams 300
 package main
@@ -25,6 +26,7 @@ import (
 	"os/exec"
 	"runtime"
 	"runtime/debug"
+	"runtime/metrics"
 	"strings"
 	"syscall"
 	"time"
@@ -59,6 +61,7 @@ type memory struct {
 	Go    int64 // heap in use + stacks in use, after a GC
 	Stack int64 // stacks in use
 	Anon  int64 // anonymous RSS: RSS without file pages (the registry's mmap)
+	Live  int64 // live heap (marked by the last GC, without free space in spans) + stacks
 	Tasks int   // completed tasks the coordinator keeps
 }
 
@@ -74,13 +77,13 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
-	fmt.Printf("idle stream over HTTP/1.1, %d each: bare net/http handler %.1f KB RSS (%.1f anonymous, %.1f Go heap+stacks, %.1f stacks); "+
-		"coordinator Subscribe %.1f KB RSS (%.1f anonymous, %.1f Go, %.1f stacks); ratio %.2f RSS, %.2f anonymous, %.2f Go; "+
-		"%d completed tasks %.0f KB (Go heap)\n",
-		*streams, kb(bare.stream.RSS), kb(bare.stream.Anon), kb(bare.stream.Go), kb(bare.stream.Stack),
-		kb(sub.stream.RSS), kb(sub.stream.Anon), kb(sub.stream.Go), kb(sub.stream.Stack),
-		ratio(sub.stream.RSS, bare.stream.RSS), ratio(sub.stream.Anon, bare.stream.Anon), ratio(sub.stream.Go, bare.stream.Go),
-		*tasks, kb(sub.tasks.Go))
+	fmt.Printf("idle stream over HTTP/1.1, %d each: bare net/http handler %.1f KB RSS (%.1f Go heap+stacks in use, %.1f live, %.1f stacks); "+
+		"coordinator Subscribe %.1f KB RSS (%.1f Go in use, %.1f live, %.1f stacks); ratio %.2f RSS, %.2f Go in use, %.2f live; "+
+		"%d completed tasks %.0f KB (Go in use), %.0f KB live\n",
+		*streams, kb(bare.stream.RSS), kb(bare.stream.Go), kb(bare.stream.Live), kb(bare.stream.Stack),
+		kb(sub.stream.RSS), kb(sub.stream.Go), kb(sub.stream.Live), kb(sub.stream.Stack),
+		ratio(sub.stream.RSS, bare.stream.RSS), ratio(sub.stream.Go, bare.stream.Go), ratio(sub.stream.Live, bare.stream.Live),
+		*tasks, kb(sub.tasks.Go), kb(sub.tasks.Live))
 	return nil
 }
 
@@ -160,7 +163,7 @@ func measure(kind string, streams, tasks int) (result, error) {
 	}
 	per := func(a, b int64) int64 { return (a - b) / int64(streams) }
 	res := result{stream: memory{RSS: per(after.RSS, before.RSS), Go: per(after.Go, before.Go),
-		Stack: per(after.Stack, before.Stack), Anon: per(after.Anon, before.Anon)}}
+		Stack: per(after.Stack, before.Stack), Anon: per(after.Anon, before.Anon), Live: per(after.Live, before.Live)}}
 	profile(client, url, kind+".after")
 	if tasks > 0 {
 		res.tasks, err = completeTasks(url, client, tasks)
@@ -363,7 +366,7 @@ func completeTasks(url string, client *http.Client, n int) (memory, error) {
 	if after.Tasks != n {
 		return memory{}, fmt.Errorf("the coordinator keeps %d completed tasks, want %d", after.Tasks, n)
 	}
-	return memory{RSS: after.RSS - before.RSS, Go: after.Go - before.Go}, nil
+	return memory{RSS: after.RSS - before.RSS, Go: after.Go - before.Go, Live: after.Live - before.Live}, nil
 }
 
 // heartbeat is how often both servers send on an idle stream (the
@@ -443,6 +446,9 @@ func serve(args []string) error {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
 		m.Go, m.Stack = int64(ms.HeapInuse+ms.StackInuse), int64(ms.StackInuse)
+		live := []metrics.Sample{{Name: "/gc/heap/live:bytes"}}
+		metrics.Read(live)
+		m.Live = int64(live[0].Value.Uint64()) + m.Stack
 		m.RSS, _ = benchutil.RSSBytes(os.Getpid())
 		m.Anon = rssAnon()
 		json.NewEncoder(w).Encode(m)
