@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
@@ -443,4 +444,33 @@ func TestHistoryIsBounded(t *testing.T) {
 			t.Fatalf("updates %v, want t1 GONE", got)
 		}
 	})
+}
+
+// TestScheduleValidatedOutsideMu holds a maintenance transition in the
+// middle of its computation and checks that the coordinator's memory lock
+// is free meanwhile: other RPCs answer while a large schedule is validated.
+func TestScheduleValidatedOutsideMu(t *testing.T) {
+	d := newDomain(t)
+	entered, release := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- d.c.changeMaintenance(context.Background(), "test", func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+			close(entered)
+			<-release
+			return st.UpdateSchedule(scheduleOf(machineWindow(testNow, time.Hour, "host-a")))
+		})
+	}()
+	<-entered
+	if !d.c.mu.TryLock() {
+		t.Error("c.mu is held while a transition is computed")
+	} else {
+		d.c.mu.Unlock()
+	}
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if got := d.mode("host-a"); got != maintenance.ModeDraining {
+		t.Fatalf("host-a is %v, want DRAINING", got)
+	}
 }
