@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"strconv"
+	"strings"
 
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/asm"
@@ -77,7 +79,8 @@ var Features = []Feature{
 	{"bpf_syscall", "all eBPF signals", probeBPFSyscall},
 	{"btf", "all eBPF signals (CO-RE and tp_btf need kernel BTF)", probeBTF},
 	{"tp_btf", "scheduler and memory signals", probeTPBTF},
-	{"task_storage", "run-queue latency and reclaim stall", func() error { return features.HaveMapType(ebpf.TaskStorage) }},
+	{"sched_info", "cheap run-queue latency: without it, wakeup hooks (costlier) time the waits", probeSchedInfo},
+	{"task_storage", "run-queue latency without sched_info, and reclaim stall", func() error { return features.HaveMapType(ebpf.TaskStorage) }},
 	{"ringbuf", "threshold events", func() error { return features.HaveMapType(ebpf.RingBuf) }},
 	{"cgroup_skb", "network bytes and packets", func() error { return features.HaveProgramType(ebpf.CGroupSKB) }},
 	{"vmscan_tracepoints", "reclaim stall time", func() error {
@@ -153,6 +156,91 @@ func haveTracepoints(names ...string) error {
 			}
 			return err
 		}
+	}
+	return nil
+}
+
+// probeSchedInfo checks that the scheduler programs can read each task's
+// run-queue wait from the kernel: task_struct.sched_info.last_queued
+// (CONFIG_SCHED_INFO) and the run queue's clock it is stamped with, reached
+// through sched_entity.cfs_rq->rq (CONFIG_FAIR_GROUP_SCHED), are in kernel
+// BTF, and the kernel keeps sched_info up to date (older kernels do so only
+// with schedstats or delay accounting on; then /proc shows a zero count of
+// arrivals on a CPU for a thread that has run).
+func probeSchedInfo() error {
+	spec, err := btf.LoadKernelSpec()
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: no kernel BTF: %w", ebpf.ErrNotSupported, err)
+	}
+	if err != nil {
+		return err
+	}
+	for _, f := range [][]string{
+		{"task_struct", "sched_info", "last_queued"},
+		{"sched_entity", "cfs_rq"},
+		{"cfs_rq", "rq", "clock"},
+	} {
+		if err := haveField(spec, f[0], f[1:]...); err != nil {
+			return err
+		}
+	}
+	data, err := os.ReadFile("/proc/thread-self/schedstat")
+	if errors.Is(err, os.ErrNotExist) {
+		return fmt.Errorf("%w: no /proc/thread-self/schedstat (CONFIG_SCHED_INFO off)", ebpf.ErrNotSupported)
+	}
+	if err != nil {
+		return err
+	}
+	fields := strings.Fields(string(data))
+	if len(fields) != 3 {
+		return fmt.Errorf("/proc/thread-self/schedstat: unexpected %q", data)
+	}
+	arrivals, err := strconv.ParseUint(fields[2], 10, 64)
+	if err != nil {
+		return fmt.Errorf("/proc/thread-self/schedstat: %w", err)
+	}
+	if arrivals == 0 {
+		return fmt.Errorf("%w: the kernel does not keep sched_info (schedstats and delay accounting off)", ebpf.ErrNotSupported)
+	}
+	return nil
+}
+
+// haveField reports whether kernel BTF has the struct typ with the chain of
+// members path (each but the last a struct or a pointer to one), the
+// condition for CO-RE reads of typ->path.
+func haveField(spec *btf.Spec, typ string, path ...string) error {
+	var s *btf.Struct
+	if err := spec.TypeByName(typ, &s); err != nil {
+		if errors.Is(err, btf.ErrNotFound) {
+			return fmt.Errorf("%w: struct %s not in kernel BTF", ebpf.ErrNotSupported, typ)
+		}
+		return err
+	}
+	name := typ
+	for i, field := range path {
+		var member *btf.Member
+		for j := range s.Members {
+			if s.Members[j].Name == field {
+				member = &s.Members[j]
+				break
+			}
+		}
+		if member == nil {
+			return fmt.Errorf("%w: %s has no member %s in kernel BTF", ebpf.ErrNotSupported, name, field)
+		}
+		name += "." + field
+		if i == len(path)-1 {
+			break
+		}
+		t := btf.UnderlyingType(member.Type)
+		if p, ok := t.(*btf.Pointer); ok {
+			t = btf.UnderlyingType(p.Target)
+		}
+		next, ok := t.(*btf.Struct)
+		if !ok {
+			return fmt.Errorf("%s is %T in kernel BTF, not a struct", name, t)
+		}
+		s = next
 	}
 	return nil
 }
