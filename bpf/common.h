@@ -12,21 +12,28 @@
 #define CLASS_REVOCABLE 2
 #define CLASS_PROTECTED 3
 
-// Run-queue latency histogram: bucket i counts waits in [2^i, 2^(i+1)) ns,
+// Run-queue latency histogram (sched.c): bucket i counts waits in [2^i, 2^(i+1)) ns,
 // bucket 0 also counts 0 ns, the last bucket everything from 2^31 ns (~2.1 s).
 #define RUNQ_BUCKETS 32
 
 // Sizes are defaults: user space sets max_entries before loading.
 #define MAX_CGROUPS 4096
 
-// cgroup_counters is one CPU's share of a tracked cgroup's counters; user space
-// sums the CPUs. Only the program that owns a field writes it.
+// sched_counters is one CPU's share of a tracked cgroup's scheduler counters
+// (sched.c), in cgroup_stats or in that CPU's state (sched.c: resident).
+struct sched_counters {
+	__u64 oncpu_ns;       // time on a CPU
+	__u64 sleeps;         // times a task went to sleep (each ends with a wakeup)
+	__u64 runq_count;     // runnable-to-running samples (after a wakeup or a preemption)
+	__u64 runq_sum_ns;    // their sum
+	__u64 delayed_ns;     // runnable while a revocable task held the CPU
+	__u64 runq_hist[RUNQ_BUCKETS];
+};
+
+// cgroup_counters is one CPU's share of a tracked cgroup's counters; user
+// space sums the CPUs. Only the program that owns a field writes it.
 struct cgroup_counters {
-	__u64 oncpu_ns;       // sched: time on a CPU
-	__u64 wakeups;        // sched: wakeups (sched_wakeup, sched_wakeup_new) that got a CPU
-	__u64 runq_count;     // sched: wakeup-to-run (or preempted-to-run) samples
-	__u64 runq_sum_ns;    // sched: their sum
-	__u64 delayed_ns;     // sched: runnable while a revocable task held the CPU
+	struct sched_counters sched;
 	__u64 rx_bytes;       // net: IP-layer bytes (skb->len at the cgroup hook)
 	__u64 rx_packets;
 	__u64 tx_bytes;
@@ -34,16 +41,20 @@ struct cgroup_counters {
 	__u64 reclaim_ns;     // mem: direct + memcg reclaim stall
 	__u64 reclaim_count;
 	__u64 oom_kills;      // mem: tasks of the cgroup chosen as OOM victims
-	__u64 runq_hist[RUNQ_BUCKETS];
 };
 
-// tracked: v2 cgroup id -> class. Filled by user space (Monitor.Track);
-// a cgroup absent from it costs one lookup and nothing else.
+// tracked_cgroup is what user space stores for a tracked cgroup.
+struct tracked_cgroup {
+	__u32 class;
+	__u32 epoch; // identifies this tracking of the cgroup (never 0; see sched.c)
+};
+
+// tracked: v2 cgroup id -> class. Filled by user space (Monitor.Track).
 struct {
 	__uint(type, BPF_MAP_TYPE_HASH);
 	__uint(max_entries, MAX_CGROUPS);
 	__type(key, __u64);
-	__type(value, __u32);
+	__type(value, struct tracked_cgroup);
 } tracked SEC(".maps");
 
 // cgroup_stats: v2 cgroup id -> per-CPU counters. User space creates the

@@ -4,32 +4,57 @@
 //
 // # Programs (one C file per concern, CO-RE against headers/vmlinux.h)
 //
-//   - sched.c: tp_btf/sched_wakeup, tp_btf/sched_wakeup_new and
-//     tp_btf/sched_switch. Per cgroup: on-CPU time, wakeups, run-queue
-//     latency (runnable-to-running, after a wakeup or a preemption) as a
-//     log2 histogram; who delayed whom: the part of a guaranteed or
-//     protected task's wait during which revocable tasks held its CPU, per
-//     (victim, culprit) pair; waits of guaranteed and protected tasks at or
-//     above a threshold go to a ring buffer (Monitor.Events).
+//   - sched.c: tp_btf/sched_switch alone where the kernel keeps each task's
+//     run-queue wait in task_struct.sched_info (CONFIG_SCHED_INFO; the
+//     sched_info probe), else tp_btf/sched_wakeup and
+//     tp_btf/sched_wakeup_new too, which stamp waits in task storage. Per
+//     cgroup: on-CPU time, wakeups (counted as the sleeps they end),
+//     run-queue latency (runnable-to-running, after a wakeup or a
+//     preemption) as a log2 histogram; who delayed whom: the part of a
+//     guaranteed or protected task's wait during which revocable tasks held
+//     its CPU, per (victim, culprit) pair; waits of guaranteed and
+//     protected tasks at or above a threshold go to a ring buffer
+//     (Monitor.Events). With sched_info the waits are the kernel's own
+//     (the run_delay of /proc/<pid>/schedstat; when the load balancer moves
+//     a waiting task, its wait counts from its arrival on the CPU where it
+//     runs, and the kernel's run_delay also has the part before).
 //   - net.c: cgroup_skb/ingress and cgroup_skb/egress attached at
 //     Config.CgroupRoot in the v2 tree: bytes (IP layer, skb->len) and
 //     packets per cgroup. They always return 1 (allow).
 //   - mem.c: tp_btf/mm_vmscan_{direct,memcg}_reclaim_{begin,end}: reclaim
 //     stall time; tp_btf/mark_victim (task form, Linux 6.8+): OOM kills.
 //
-// Every program first looks the cgroup up in a map user space fills
-// (Monitor.Track); a cgroup the agent does not track costs that lookup and
+// Every program first finds out whether the cgroup is tracked: the network
+// and memory programs look it up in a map user space fills (Monitor.Track),
+// and sched_switch, which runs on every context switch, in a cache each CPU
+// keeps of that map; a cgroup the agent does not track costs that and
 // nothing else. Cgroups are identified by their v2 id (CgroupID: the inode of
 // the directory in the v2 tree), which works on hybrid hosts too, because the
 // unified hierarchy is the kernel's default hierarchy. Accounting is for the
 // exact cgroup: tasks in a child cgroup of a tracked one are not counted.
 // Who-delayed-whom attributes a wait to the last revocable cgroup that ran on
-// the CPU during it and ignores waits during which the task changed CPUs.
+// the CPU during it and considers only the part of the wait spent on the CPU
+// where the task finally ran (the wakeup variant ignores waits during which
+// the task changed CPUs).
+//
+// # Cost
+//
+// sched_switch runs twice per round trip of two tasks handing a CPU to each
+// other, so its common paths touch the two tasks (which the scheduler has
+// just touched) and a couple of cache lines of the CPU's own state: its
+// cache of the tracked set and the counters of up to four tracked cgroups
+// ("resident" counters, which user space reads through a memory mapping of
+// that state; the counts of other cgroups go to the per-CPU hash map
+// cgroup_stats). Counts never move between the two, so Stats can read at
+// any time. The state takes about 3 KiB per possible CPU.
 //
 // # Lifecycle and ownership
 //
 // Load creates the maps and attaches what it can, logging what it cannot
-// (Monitor.Attached lists what works); Track/Untrack maintain the tracked set;
+// (Monitor.Attached lists what works), and picks the scheduler variant with
+// the sched_info probe (if that variant fails to load, the wakeup one is
+// tried); Track/Untrack maintain the tracked set and tell each CPU that it
+// changed;
 // Stats, AllStats and DelayedBy read cumulative counters; Run(ctx) reads the
 // ring buffer into Events until ctx ends, then closes the reader and the
 // channel; Close detaches everything. The Monitor owns every kernel object;
@@ -62,10 +87,13 @@
 // The tests need root (they skip otherwise; with SLACKLINE_TEST_PRIVILEGED=1
 // they fail instead): real cgroups under <v2 root>/slackline-bpftest-<rand>,
 // a network namespace with a veth pair (iproute2), taskset. They compare
-// on-CPU time with cpu.stat/cpuacct.usage (5%), network counters with the
-// veth's (1%), check run-queue p99 under a revocable CPU hog is >= 10x the
-// uncontended p99 with the delay attributed to the hog and a threshold event
-// delivered, and run the probes as nobody.
+// on-CPU time with cpu.stat/cpuacct.usage (5%; also for more cgroups on one
+// CPU than it keeps resident), run-queue waits with the kernel's schedstat
+// (2%), network counters with the veth's (1%), check run-queue p99 under a
+// revocable CPU hog is >= 10x the uncontended p99 with the delay attributed
+// to the hog and a threshold event delivered, and run the probes as nobody.
+// The scheduler tests run for both variants (export_test.go's
+// WithWakeupHooks forces the wakeup one).
 //
 // Overhead benchmarks (not run by go test), as root:
 //
@@ -77,6 +105,7 @@
 // empty tp_btf/sched_switch program measured the same way (the cost of the
 // trampoline and of the statistics themselves). BenchmarkContextSwitch runs
 // a pipe ping-pong between two processes pinned to one CPU, alternating
-// rounds without and with the programs attached in one run, and reports
-// the attached/detached throughput ratio.
+// rounds without and with the programs attached in one run (each round
+// after a garbage collection and a warm-up), and reports the
+// attached/detached throughput ratio.
 package bpf

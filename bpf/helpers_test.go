@@ -102,7 +102,8 @@ func helperHog([]string) error {
 	}
 }
 
-// helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0].
+// helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0]; with
+// args[1] "hold" it then says "done" and waits for a line on stdin.
 func helperVictim(args []string) error {
 	d, err := time.ParseDuration(args[0])
 	if err != nil {
@@ -122,6 +123,11 @@ func helperVictim(args []string) error {
 	}
 	if x == 42 {
 		fmt.Println()
+	}
+	if len(args) > 1 && args[1] == "hold" {
+		fmt.Println("done")
+		_, err := bufio.NewReader(os.Stdin).ReadString('\n')
+		return err
 	}
 	return nil
 }

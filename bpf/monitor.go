@@ -65,13 +65,18 @@ type Config struct {
 	MaxCgroups int
 	// Logger receives what could not be loaded or attached (slog.Default if nil).
 	Logger *slog.Logger
+
+	// wakeupHooks loads the scheduler's wakeup variant even where the
+	// kernel keeps sched_info (tests: export_test.go).
+	wakeupHooks bool
 }
 
 // CgroupStats are a tracked cgroup's cumulative counters since Track.
 type CgroupStats struct {
 	// OnCPU is the time the cgroup's tasks ran.
 	OnCPU time.Duration
-	// Wakeups counts wakeups of the cgroup's tasks.
+	// Wakeups counts wakeups of the cgroup's tasks, counted when a task
+	// goes to sleep (so tasks asleep at the time of reading are counted).
 	Wakeups uint64
 	// RunqLatency is the histogram of run-queue latencies (time runnable
 	// before getting a CPU, after a wakeup or a preemption); see RunqBuckets.
@@ -145,11 +150,11 @@ type ProgramStat struct {
 type Monitor struct {
 	log *slog.Logger
 
-	tracked *ebpf.Map // v2 cgroup id -> class
-	stats   *ebpf.Map // v2 cgroup id -> per-CPU counters
+	tracked *ebpf.Map // v2 cgroup id -> class and slot
+	stats   *ebpf.Map // v2 cgroup id -> per-CPU network and memory counters
 	ncpu    int
 
-	sched *schedObjects // nil when the scheduler programs are not loaded
+	sched *schedObjs // nil when the scheduler programs are not loaded
 	net   *netObjects
 	mem   *memObjects
 
@@ -163,7 +168,11 @@ type Monitor struct {
 
 	runOnce   sync.Once
 	closeOnce sync.Once
-	mu        sync.Mutex // serialises Track/Untrack
+
+	mu     sync.RWMutex      // Track/Untrack write, Stats/AllStats read
+	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
+	epoch  uint32            // the last epoch given
+	gen    uint32            // generation of the tracked set, for the programs
 }
 
 // attachPoint is one program and where it goes.
@@ -208,6 +217,7 @@ func Load(cfg Config) (*Monitor, error) {
 		programs:   map[string]*ebpf.Program{},
 		events:     make(chan ThresholdEvent, 1024),
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
+		epochs:     map[uint64]uint32{},
 	}
 
 	schedSpec, err := loadSched()
@@ -249,22 +259,12 @@ func Load(cfg Config) (*Monitor, error) {
 
 	// Scheduler.
 	sizeShared(schedSpec)
-	schedSpec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
-	var sched schedObjects
-	if err := schedSpec.LoadAndAssign(&sched, shared); err != nil {
+	if sched, err := loadScheduler(schedSpec, shared, ncpu, cfg.wakeupHooks, log); err != nil {
 		fail("load scheduler programs", err)
 	} else {
-		m.sched = &sched
-		if cfg.LatencyThreshold > 0 {
-			if err := sched.LatencyThresholdNs.Set(uint64(cfg.LatencyThreshold)); err != nil {
-				fail("set latency threshold", err)
-			}
-		}
-		points = append(points,
-			attachPoint{"tp_btf/sched_wakeup", sched.SchedWakeup, tracing},
-			attachPoint{"tp_btf/sched_wakeup_new", sched.SchedWakeupNew, tracing},
-			attachPoint{"tp_btf/sched_switch", sched.SchedSwitch, tracing},
-		)
+		m.sched = sched
+		sched.setThreshold(uint64(max(cfg.LatencyThreshold, 0)))
+		points = append(points, sched.points...)
 	}
 
 	// Network.
@@ -406,15 +406,36 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	zero := make([]schedCgroupCounters, m.ncpu)
-	err := m.stats.Update(cgroupID, zero, ebpf.UpdateNoExist)
-	if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+	epoch, known := m.epochs[cgroupID]
+	if !known {
+		err := m.stats.Update(cgroupID, make([]schedCgroupCounters, m.ncpu), ebpf.UpdateNoExist)
+		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
+			return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
+		}
+		m.epoch++
+		if m.epoch == 0 { // 0 marks a free resident entry
+			m.epoch++
+		}
+		epoch = m.epoch
+	}
+	if err := m.tracked.Put(cgroupID, schedTrackedCgroup{Class: uint32(class), Epoch: epoch}); err != nil {
+		if !known {
+			_ = m.stats.Delete(cgroupID)
+		}
 		return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
 	}
-	if err := m.tracked.Put(cgroupID, uint32(class)); err != nil {
-		return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
-	}
+	m.epochs[cgroupID] = epoch
+	m.changed()
 	return nil
+}
+
+// changed tells the programs that the tracked set changed, so that they
+// check what they cached of it.
+func (m *Monitor) changed() {
+	if m.sched != nil {
+		m.gen++
+		m.sched.setGen(m.gen)
+	}
 }
 
 // Untrack stops accounting the cgroup and forgets its counters, including
@@ -422,17 +443,23 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 func (m *Monitor) Untrack(cgroupID uint64) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	errTracked := m.tracked.Delete(cgroupID)
-	errStats := m.stats.Delete(cgroupID)
-	if errors.Is(errTracked, ebpf.ErrKeyNotExist) && errors.Is(errStats, ebpf.ErrKeyNotExist) {
+	if _, ok := m.epochs[cgroupID]; !ok {
 		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, ErrNotTracked)
+	}
+	if err := m.tracked.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
+	}
+	delete(m.epochs, cgroupID)
+	m.changed()
+	if err := m.stats.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
+		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
 	}
 	if m.sched != nil {
 		var stale []schedDelayKey
 		var key schedDelayKey
-		var ns uint64
+		var perCPU []uint64
 		it := m.sched.Delays.Iterate()
-		for it.Next(&key, &ns) {
+		for it.Next(&key, &perCPU) {
 			if key.Victim == cgroupID || key.Culprit == cgroupID {
 				stale = append(stale, key)
 			}
@@ -452,39 +479,45 @@ func (m *Monitor) Untrack(cgroupID uint64) error {
 // Stats returns the cgroup's counters summed over CPUs; ErrNotTracked if
 // it is not tracked. Counters whose programs are not attached stay 0.
 func (m *Monitor) Stats(cgroupID uint64) (CgroupStats, error) {
-	var perCPU []schedCgroupCounters
-	if err := m.stats.Lookup(cgroupID, &perCPU); err != nil {
-		if errors.Is(err, ebpf.ErrKeyNotExist) {
-			return CgroupStats{}, fmt.Errorf("stats of cgroup %d: %w", cgroupID, ErrNotTracked)
-		}
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	epoch, ok := m.epochs[cgroupID]
+	if !ok {
+		return CgroupStats{}, fmt.Errorf("stats of cgroup %d: %w", cgroupID, ErrNotTracked)
+	}
+	st, err := m.read(cgroupID, epoch)
+	if err != nil {
 		return CgroupStats{}, fmt.Errorf("stats of cgroup %d: %w", cgroupID, err)
 	}
-	return sumCounters(perCPU), nil
+	return st, nil
 }
 
 // AllStats returns the counters of every tracked cgroup, by cgroup id.
 func (m *Monitor) AllStats() (map[uint64]CgroupStats, error) {
-	all := map[uint64]CgroupStats{}
-	var id uint64
-	var perCPU []schedCgroupCounters
-	it := m.stats.Iterate()
-	for it.Next(&id, &perCPU) {
-		all[id] = sumCounters(perCPU)
-	}
-	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("stats of all cgroups: %w", err)
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	all := make(map[uint64]CgroupStats, len(m.epochs))
+	for id, epoch := range m.epochs {
+		st, err := m.read(id, epoch)
+		if err != nil {
+			return nil, fmt.Errorf("stats of cgroup %d: %w", id, err)
+		}
+		all[id] = st
 	}
 	return all, nil
 }
 
-func sumCounters(perCPU []schedCgroupCounters) CgroupStats {
+// read sums a tracked cgroup's counters over CPUs: its cgroup_stats entry
+// and the resident counters CPUs keep for it. m.mu must be held.
+func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
+	var perCPU []schedCgroupCounters
+	if err := m.stats.Lookup(cgroupID, &perCPU); err != nil {
+		return CgroupStats{}, err
+	}
 	var c schedCgroupCounters
-	for _, v := range perCPU {
-		c.OncpuNs += v.OncpuNs
-		c.Wakeups += v.Wakeups
-		c.RunqCount += v.RunqCount
-		c.RunqSumNs += v.RunqSumNs
-		c.DelayedNs += v.DelayedNs
+	for i := range perCPU {
+		v := &perCPU[i]
+		addSched(&c.Sched, &v.Sched)
 		c.RxBytes += v.RxBytes
 		c.RxPackets += v.RxPackets
 		c.TxBytes += v.TxBytes
@@ -492,17 +525,17 @@ func sumCounters(perCPU []schedCgroupCounters) CgroupStats {
 		c.ReclaimNs += v.ReclaimNs
 		c.ReclaimCount += v.ReclaimCount
 		c.OomKills += v.OomKills
-		for i := range c.RunqHist {
-			c.RunqHist[i] += v.RunqHist[i]
-		}
+	}
+	if m.sched != nil {
+		m.sched.addResident(&c.Sched, epoch)
 	}
 	return CgroupStats{
-		OnCPU:              time.Duration(c.OncpuNs),
-		Wakeups:            c.Wakeups,
-		RunqLatency:        c.RunqHist,
-		RunqCount:          c.RunqCount,
-		RunqTotal:          time.Duration(c.RunqSumNs),
-		DelayedByRevocable: time.Duration(c.DelayedNs),
+		OnCPU:              time.Duration(c.Sched.OncpuNs),
+		Wakeups:            c.Sched.Sleeps,
+		RunqLatency:        c.Sched.RunqHist,
+		RunqCount:          c.Sched.RunqCount,
+		RunqTotal:          time.Duration(c.Sched.RunqSumNs),
+		DelayedByRevocable: time.Duration(c.Sched.DelayedNs),
 		NetRxBytes:         c.RxBytes,
 		NetRxPackets:       c.RxPackets,
 		NetTxBytes:         c.TxBytes,
@@ -510,24 +543,27 @@ func sumCounters(perCPU []schedCgroupCounters) CgroupStats {
 		ReclaimStall:       time.Duration(c.ReclaimNs),
 		ReclaimCount:       c.ReclaimCount,
 		OOMKills:           c.OomKills,
-	}
+	}, nil
 }
 
 // DelayedBy returns, for a guaranteed or protected cgroup, how long each
 // revocable cgroup held a CPU while one of its tasks waited for it.
 // Attribution goes to the last revocable cgroup that ran on the CPU during
-// the wait, and waits during which the task changed CPUs are not counted.
+// the wait; only the part of a wait spent on the CPU where the task finally
+// ran is considered.
 func (m *Monitor) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 	if m.sched == nil {
 		return nil, fmt.Errorf("delays of cgroup %d: %w", victim, ErrUnavailable)
 	}
 	delays := map[uint64]time.Duration{}
 	var key schedDelayKey
-	var ns uint64
+	var perCPU []uint64
 	it := m.sched.Delays.Iterate()
-	for it.Next(&key, &ns) {
+	for it.Next(&key, &perCPU) {
 		if key.Victim == victim {
-			delays[key.Culprit] += time.Duration(ns)
+			for _, ns := range perCPU {
+				delays[key.Culprit] += time.Duration(ns)
+			}
 		}
 	}
 	if err := it.Err(); err != nil {
@@ -541,12 +577,7 @@ func (m *Monitor) SetLatencyThreshold(d time.Duration) error {
 	if m.sched == nil {
 		return fmt.Errorf("set latency threshold: %w", ErrUnavailable)
 	}
-	if d < 0 {
-		d = 0
-	}
-	if err := m.sched.LatencyThresholdNs.Set(uint64(d)); err != nil {
-		return fmt.Errorf("set latency threshold: %w", err)
-	}
+	m.sched.setThreshold(uint64(max(d, 0)))
 	return nil
 }
 

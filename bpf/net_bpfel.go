@@ -14,12 +14,16 @@ import (
 )
 
 type netCgroupCounters struct {
-	_            structs.HostLayout
-	OncpuNs      uint64
-	Wakeups      uint64
-	RunqCount    uint64
-	RunqSumNs    uint64
-	DelayedNs    uint64
+	_     structs.HostLayout
+	Sched struct {
+		_         structs.HostLayout
+		OncpuNs   uint64
+		Sleeps    uint64
+		RunqCount uint64
+		RunqSumNs uint64
+		DelayedNs uint64
+		RunqHist  [32]uint64
+	}
 	RxBytes      uint64
 	RxPackets    uint64
 	TxBytes      uint64
@@ -27,7 +31,12 @@ type netCgroupCounters struct {
 	ReclaimNs    uint64
 	ReclaimCount uint64
 	OomKills     uint64
-	RunqHist     [32]uint64
+}
+
+type netTrackedCgroup struct {
+	_     structs.HostLayout
+	Class uint32
+	Epoch uint32
 }
 
 // Names of all BPF objects in the ELF.

@@ -15,11 +15,7 @@ import (
 
 type schedCgroupCounters struct {
 	_            structs.HostLayout
-	OncpuNs      uint64
-	Wakeups      uint64
-	RunqCount    uint64
-	RunqSumNs    uint64
-	DelayedNs    uint64
+	Sched        schedSchedCounters
 	RxBytes      uint64
 	RxPackets    uint64
 	TxBytes      uint64
@@ -27,18 +23,43 @@ type schedCgroupCounters struct {
 	ReclaimNs    uint64
 	ReclaimCount uint64
 	OomKills     uint64
-	RunqHist     [32]uint64
 }
 
 type schedCpuState struct {
-	_         structs.HostLayout
-	SwitchTs  uint64
-	CurCgroup uint64
-	RevNs     uint64
-	LastRev   uint64
-	CurClass  uint32
-	Pad       uint32
-	Pad2      [3]uint64
+	_             structs.HostLayout
+	SwitchTs      uint64
+	CurCgroup     uint64
+	CurInfo       uint32
+	Gen           uint32
+	ValidGen      uint32
+	ResClass      [4]uint8
+	Threshold     uint64
+	NewestRevEnd  uint64
+	ResCgroup     [4]uint64
+	Untracked     [4]uint64
+	ResEpoch      [4]uint32
+	LastRev       uint64
+	RevNewest     uint32
+	NextUntracked uint32
+	Pad2          [6]uint64
+	Res           [4]struct {
+		_   structs.HostLayout
+		C   schedSchedCounters
+		Pad [3]uint64
+	}
+	RevRuns [16]struct {
+		_     structs.HostLayout
+		Start uint64
+		End   uint64
+	}
+	Filter [64]struct {
+		_      structs.HostLayout
+		Cgroup uint64
+		Gen    uint32
+		Class  uint32
+		Epoch  uint32
+		Pad    uint32
+	}
 }
 
 type schedDelayKey struct {
@@ -60,30 +81,45 @@ type schedEvent struct {
 	Pad         uint32
 }
 
+type schedSchedCounters struct {
+	_         structs.HostLayout
+	OncpuNs   uint64
+	Sleeps    uint64
+	RunqCount uint64
+	RunqSumNs uint64
+	DelayedNs uint64
+	RunqHist  [32]uint64
+}
+
 type schedTaskWait struct {
-	_        structs.HostLayout
-	Since    uint64
-	RevClock uint64
-	Cpu      uint32
-	Flags    uint32
+	_     structs.HostLayout
+	Since uint64
+	Cpu   uint32
+	Pad   uint32
+}
+
+type schedTrackedCgroup struct {
+	_     structs.HostLayout
+	Class uint32
+	Epoch uint32
 }
 
 // Names of all BPF objects in the ELF.
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
-	schedMapCgroupStats        = "cgroup_stats"
-	schedMapCpuStates          = "cpu_states"
-	schedMapDelays             = "delays"
-	schedMapEvents             = "events"
-	schedMapTaskWaits          = "task_waits"
-	schedMapTracked            = "tracked"
-	schedProgSchedSwitch       = "sched_switch"
-	schedProgSchedWakeup       = "sched_wakeup"
-	schedProgSchedWakeupNew    = "sched_wakeup_new"
-	schedVarEventsLost         = "events_lost"
-	schedVarLatencyThresholdNs = "latency_threshold_ns"
-	schedVarUnusedEvent        = "unused_event"
+	schedMapCgroupStats         = "cgroup_stats"
+	schedMapCpuStates           = "cpu_states"
+	schedMapDelays              = "delays"
+	schedMapEvents              = "events"
+	schedMapTaskWaits           = "task_waits"
+	schedMapTracked             = "tracked"
+	schedProgSchedSwitch        = "sched_switch"
+	schedProgSchedSwitchWakeups = "sched_switch_wakeups"
+	schedProgSchedWakeup        = "sched_wakeup"
+	schedProgSchedWakeupNew     = "sched_wakeup_new"
+	schedVarEventsLost          = "events_lost"
+	schedVarUnusedEvent         = "unused_event"
 )
 
 // loadSched returns the embedded CollectionSpec for sched.
@@ -128,9 +164,10 @@ type schedSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedProgramSpecs struct {
-	SchedSwitch    *ebpf.ProgramSpec `ebpf:"sched_switch"`
-	SchedWakeup    *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
-	SchedWakeupNew *ebpf.ProgramSpec `ebpf:"sched_wakeup_new"`
+	SchedSwitch        *ebpf.ProgramSpec `ebpf:"sched_switch"`
+	SchedSwitchWakeups *ebpf.ProgramSpec `ebpf:"sched_switch_wakeups"`
+	SchedWakeup        *ebpf.ProgramSpec `ebpf:"sched_wakeup"`
+	SchedWakeupNew     *ebpf.ProgramSpec `ebpf:"sched_wakeup_new"`
 }
 
 // schedMapSpecs contains maps before they are loaded into the kernel.
@@ -149,9 +186,8 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
-	EventsLost         *ebpf.VariableSpec `ebpf:"events_lost"`
-	LatencyThresholdNs *ebpf.VariableSpec `ebpf:"latency_threshold_ns"`
-	UnusedEvent        *ebpf.VariableSpec `ebpf:"unused_event"`
+	EventsLost  *ebpf.VariableSpec `ebpf:"events_lost"`
+	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 }
 
 // schedObjects contains all objects after they have been loaded into the kernel.
@@ -197,23 +233,24 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
-	EventsLost         *ebpf.Variable `ebpf:"events_lost"`
-	LatencyThresholdNs *ebpf.Variable `ebpf:"latency_threshold_ns"`
-	UnusedEvent        *ebpf.Variable `ebpf:"unused_event"`
+	EventsLost  *ebpf.Variable `ebpf:"events_lost"`
+	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 }
 
 // schedPrograms contains all programs after they have been loaded into the kernel.
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedPrograms struct {
-	SchedSwitch    *ebpf.Program `ebpf:"sched_switch"`
-	SchedWakeup    *ebpf.Program `ebpf:"sched_wakeup"`
-	SchedWakeupNew *ebpf.Program `ebpf:"sched_wakeup_new"`
+	SchedSwitch        *ebpf.Program `ebpf:"sched_switch"`
+	SchedSwitchWakeups *ebpf.Program `ebpf:"sched_switch_wakeups"`
+	SchedWakeup        *ebpf.Program `ebpf:"sched_wakeup"`
+	SchedWakeupNew     *ebpf.Program `ebpf:"sched_wakeup_new"`
 }
 
 func (p *schedPrograms) Close() error {
 	return _SchedClose(
 		p.SchedSwitch,
+		p.SchedSwitchWakeups,
 		p.SchedWakeup,
 		p.SchedWakeupNew,
 	)
