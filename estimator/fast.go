@@ -45,7 +45,7 @@ type FastConfig struct {
 func DefaultFastConfig() FastConfig {
 	return FastConfig{
 		Confirm: time.Second, Margin: 0.06, ReclaimTime: 250 * time.Millisecond,
-		Onset: 0.25, OnsetJitter: 300 * time.Millisecond, Band: 0.04,
+		Onset: 0.25, OnsetJitter: 250 * time.Millisecond, Band: 0.05,
 	}
 }
 
@@ -115,9 +115,15 @@ func (f *fastEstimator) Estimate(in Input) resources.Resources {
 
 func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
 	cfg := f.cfg.Fast
-	need := 0.0
-	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < cfg.Confirm; i-- {
-		need = max(need, m.window[i].CPU)
+	// need is the peak over the last Confirm, before the peak over the
+	// Confirm before that.
+	need, before := 0.0, 0.0
+	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < 2*cfg.Confirm; i-- {
+		if now.Sub(m.window[i].Time) < cfg.Confirm {
+			need = max(need, m.window[i].CPU)
+		} else {
+			before = max(before, m.window[i].CPU)
+		}
 	}
 	if cfg.Onset == 0 {
 		return need
@@ -127,6 +133,14 @@ func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
 		if rise := m.window[n-1].CPU - m.window[n-2].CPU; rise >= cfg.Onset {
 			need = max(need, m.window[n-1].CPU+rise)
 		}
+	}
+	// A recurring burst is held back out of quiet only. Just after a fall
+	// the confirmation already waits, and the slack that appears is offered
+	// once it has held for Confirm, rhythm or not: a load that restarts as
+	// soon as its slack is offered would otherwise teach the lattice its own
+	// rhythm and keep its slack back.
+	if before-need >= cfg.Onset {
+		return need
 	}
 	if rise := f.bursts[m.key].due(now, cfg); rise > 0 {
 		need += rise

@@ -153,3 +153,39 @@ func TestFastConfigErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestFastOffersAfterConfirmEvenInARhythm: a guaranteed task that burns its
+// allocation for ~3 s and stops until its slack is offered (what
+// scripts/bench/slack does) recurs, but its slack is offered once the fall
+// has held for Confirm, every time: rhythms are only held back out of quiet.
+func TestFastOffersAfterConfirmEvenInARhythm(t *testing.T) {
+	cfg := estimator.DefaultConfig()
+	est := newEstimator(t, "fast", cfg)
+	var history []estimator.Sample
+	i := 0
+	step := func(cpu float64) float64 {
+		i++
+		now := t0.Add(time.Duration(i) * 100 * time.Millisecond)
+		history = append(history, estimator.Sample{Time: now, CPU: cpu})
+		if len(history) > 600 {
+			history = history[1:]
+		}
+		return est.Estimate(estimator.Input{Now: now, Containers: []estimator.Container{guaranteed("g", "cpus:2", history)}}).CPUs()
+	}
+	limit := int(cfg.Fast.Confirm/(100*time.Millisecond)) + 1
+	for trial := range 30 {
+		for range 32 + trial%3 {
+			step(2)
+		}
+		idle := 1
+		for step(0) < 1 {
+			if idle++; idle > 100 {
+				break
+			}
+		}
+		if idle > limit {
+			t.Errorf("trial %d: slack offered %d00 ms after the fall, want at most %d00 ms", trial, idle, limit)
+		}
+		step(0)
+	}
+}
