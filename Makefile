@@ -62,7 +62,7 @@ bench:
 	$(GO) run ./cmd/slackline-backtest run
 	@if [ "$$(id -u)" = 0 ]; then \
 		$(GO) run ./scripts/bench/agent && \
-		$(GO) run ./scripts/bench/slack --trials 5 -- --monitor-interval 100ms --estimator-window 2s --estimator-peak-half-life 500ms && \
+		$(GO) run ./scripts/bench/slack --trials 20 && \
 		$(GO) run ./scripts/bench/colocation --out colocation.png; \
 	else echo "bench: the agent, slack and colocation benchmarks need root; skipped"; fi
 
