@@ -153,11 +153,23 @@ type NetworkConfig struct {
 	// round trips are delayed when their p99 exceeds both RTTFactor times
 	// its baseline and its baseline plus RTTIncrease; calm when below
 	// either threshold halfway to the baseline. The baseline is the least
-	// p50 seen over BaselineWindow: the round trip without queueing.
-	// Defaults 3, 1 ms and 30 s.
+	// interval p99 seen over BaselineWindow: the container's own tail
+	// without queueing (a server sending large responses has a long one).
+	// Defaults 2, 1 ms and 30 s.
 	RTTFactor      float64
 	RTTIncrease    time.Duration
 	BaselineWindow time.Duration
+	// RTTLinkFloor: when the node's capacity is known, delayed round trips
+	// and losses count only while the managed interfaces carry at least
+	// this fraction of it. Below, the queue is not the node's link: the
+	// host (a busy CPU delays acknowledgements just as well) or the path is
+	// slow, and pacing revocable egress would not help. Default 0.8.
+	RTTLinkFloor float64
+	// Persistence is how many consecutive samples of a container must show
+	// delayed round trips or losses before they count: one slow sample is
+	// usually the host (a descheduled peer, a tail-loss probe), not the
+	// link. Default 2.
+	Persistence int
 	// RetransmitFraction: a guaranteed or protected container whose
 	// retransmitted segments over an interval exceed this fraction of its
 	// packets sent (and at least MinRetransmits) suffers losses; 0 ignores
@@ -243,7 +255,9 @@ func DefaultConfig() Config {
 			PressureCooldown:     10 * time.Second,
 		},
 		Network: NetworkConfig{
-			RTTFactor:            3,
+			RTTFactor:            2,
+			RTTLinkFloor:         0.8,
+			Persistence:          2,
 			RTTIncrease:          time.Millisecond,
 			BaselineWindow:       30 * time.Second,
 			RetransmitFraction:   0.01,
@@ -360,6 +374,12 @@ func (c Config) Validate() error {
 		bad("network rtt increase must not be negative, got %v", n.RTTIncrease)
 	}
 	positive("network baseline window", n.BaselineWindow)
+	if n.Persistence < 1 {
+		bad("network persistence must be at least 1 sample, got %d", n.Persistence)
+	}
+	if n.RTTLinkFloor < 0 || n.RTTLinkFloor > 1 {
+		bad("network rtt link floor must be in [0, 1], got %v", n.RTTLinkFloor)
+	}
 	fraction("network retransmit fraction", n.RetransmitFraction)
 	if !(n.SaturationExit > 0 && n.SaturationExit <= n.SaturationEnter && n.SaturationEnter <= 1) {
 		bad("network saturation thresholds must satisfy 0 < exit (%v) <= enter (%v) <= 1", n.SaturationExit, n.SaturationEnter)

@@ -204,8 +204,10 @@
 //   - Violation, only while revocable containers send: a guaranteed or
 //     protected container's TCP round-trip p99 exceeds both RTTFactor ×
 //     its baseline and baseline + RTTIncrease (the baseline is its least
-//     p50 over one to two BaselineWindows: the round trip without a
-//     queue), or it retransmits more than RetransmitFraction of its packets,
+//     interval p99 over one to two BaselineWindows: its own tail without a
+//     queue; and only while the link carries RTTLinkFloor of a known
+//     capacity: otherwise the queue is not the node's; in Persistence
+//     consecutive samples: one is usually the host), or it retransmits more than RetransmitFraction of its packets,
 //     or the managed interfaces' egress reaches SaturationEnter of the
 //     capacity (the queue is about to form, at the NIC or at the next
 //     hop). Only evidence observed after the last change counts.
@@ -247,7 +249,7 @@
 //	              GrowInterval 5 s, ProbeBackoff 30 s (max 5 min)
 //	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,
 //	              PressureSomeEnter off, KillCooldown 1 s, PressureCooldown 10 s
-//	network       RTTFactor 3, RTTIncrease 1 ms, BaselineWindow 30 s
+//	network       RTTFactor 2, RTTIncrease 1 ms, BaselineWindow 30 s, RTTLinkFloor 80 %, Persistence 2
 //	              RetransmitFraction 1% (at least 3), SaturationEnter/Exit 95 / 85 %
 //	              DecreaseFactor 0.7, DecreaseInterval 200 ms, MinRevocable 1 Mbit/s
 //	              IncreaseStep 5% of capacity, CalmPeriod 2 s, IncreaseInterval 500 ms

@@ -12,11 +12,13 @@ import (
 //   - violation, while revocable containers send (at least
 //     MinRevocableMbps): a guarded container's TCP round trips are delayed
 //     (p99 above both RTTFactor × its baseline and baseline + RTTIncrease;
-//     the baseline is its least p50 over BaselineWindow), or it
+//     the baseline is its least interval p99 over BaselineWindow; only
+//     while the link carries RTTLinkFloor of the capacity, when known), or it
 //     retransmits more than RetransmitFraction of its packets, or the
 //     managed interfaces' egress exceeds SaturationEnter of the node's
-//     capacity. Only evidence observed after the controller's last change
-//     counts;
+//     capacity. Round trips and losses count once Persistence consecutive
+//     samples show them; only evidence observed after the controller's last
+//     change counts;
 //   - on violation the pace is multiplied by DecreaseFactor, starting from
 //     the applied limit, the estimate, or what revocable work sends if that
 //     is lower, at most every DecreaseInterval and never below the floor
@@ -40,9 +42,17 @@ type Network struct {
 	lastChange time.Time
 	calmSince  time.Time
 	baselines  map[string]*rttBaseline
+	streaks    map[string]*streak
 }
 
-// rttBaseline is the least RTT p50 of a container over the last one to two
+// streak counts a container's consecutive samples with delayed round trips
+// or losses.
+type streak struct {
+	sampled time.Time // the last sample counted
+	n       int
+}
+
+// rttBaseline is the least RTT p99 of a container over the last one to two
 // BaselineWindows: the minimum of the current window and of the previous
 // one, so that it follows a path that got longer within two windows.
 type rttBaseline struct {
@@ -69,7 +79,7 @@ func (b *rttBaseline) value() time.Duration {
 
 // NewNetwork returns a network controller.
 func NewNetwork(cfg NetworkConfig) *Network {
-	return &Network{cfg: cfg, baselines: map[string]*rttBaseline{}}
+	return &Network{cfg: cfg, baselines: map[string]*rttBaseline{}, streaks: map[string]*streak{}}
 }
 
 // Evaluate implements Controller.
@@ -84,18 +94,23 @@ func (c *Network) Evaluate(in Input) []Correction {
 		switch {
 		case ct.correctable():
 			revocableTx += ct.NetTx
-		case ct.guarded() && ct.TCPRTTP50 > 0:
+		case ct.guarded() && ct.TCPRTTP99 > 0:
 			b := c.baselines[ct.ID]
 			if b == nil {
 				b = &rttBaseline{since: now}
 				c.baselines[ct.ID] = b
 			}
-			b.add(ct.TCPRTTP50, now, cfg.BaselineWindow)
+			b.add(ct.TCPRTTP99, now, cfg.BaselineWindow)
 		}
 	}
 	for id := range c.baselines {
 		if !present[id] {
 			delete(c.baselines, id)
+		}
+	}
+	for id := range c.streaks {
+		if !present[id] {
+			delete(c.streaks, id)
 		}
 	}
 
@@ -126,10 +141,15 @@ func (c *Network) Evaluate(in Input) []Correction {
 
 // assess returns the worst fresh violation (nil if none), whether a
 // violation was seen only in evidence older than the last change, and
-// whether every signal is calm.
+// whether every signal is calm. It counts the containers' streaks of
+// delayed samples.
 func (c *Network) assess(in Input) (worst *violation, stale, calm bool) {
 	now, cfg := in.Now, c.cfg
 	calm = true
+	// With a known capacity, round trips are the node's doing only while
+	// its link is busy.
+	linkBusy := in.Node.LinkCapacity <= 0 || in.Node.LinkSampledAt.IsZero() ||
+		in.Node.LinkTx >= cfg.RTTLinkFloor*in.Node.LinkCapacity
 	consider := func(v violation, observed time.Time) {
 		if !c.lastChange.IsZero() && !observed.After(c.lastChange) {
 			stale = true
@@ -145,34 +165,53 @@ func (c *Network) assess(in Input) (worst *violation, stale, calm bool) {
 			continue
 		}
 		sampled := ct.sampledAt(now)
+		var delayed []violation
 		if b := c.baselines[ct.ID]; b != nil && ct.TCPRTTP99 > 0 {
 			base := b.value()
 			enter := max(time.Duration(cfg.RTTFactor*float64(base)), base+cfg.RTTIncrease)
 			exit := base + (enter-base)/2
-			if ct.TCPRTTP99 > enter {
-				consider(violation{
+			if ct.TCPRTTP99 > enter && linkBusy {
+				delayed = append(delayed, violation{
 					reason: fmt.Sprintf("%s TCP round-trip p99 %s > %s (baseline %s)", ct.ID,
 						formatDuration(ct.TCPRTTP99), formatDuration(enter), formatDuration(base)),
 					signalAt: sampled,
 					severity: float64(ct.TCPRTTP99) / float64(enter),
-				}, sampled)
+				})
 			}
-			if ct.TCPRTTP99 > exit {
+			if ct.TCPRTTP99 > exit && linkBusy {
 				calm = false
 			}
 		}
 		if cfg.RetransmitFraction > 0 && ct.NetTxPackets > 0 && ct.TCPRetransmits > 0 {
 			lost := float64(ct.TCPRetransmits) / float64(ct.NetTxPackets)
-			if lost > cfg.RetransmitFraction && ct.TCPRetransmits >= cfg.MinRetransmits {
-				consider(violation{
+			if lost > cfg.RetransmitFraction && ct.TCPRetransmits >= cfg.MinRetransmits && linkBusy {
+				delayed = append(delayed, violation{
 					reason: fmt.Sprintf("%s retransmitted %d segments, %.1f%% of its packets (> %g%%)", ct.ID,
 						ct.TCPRetransmits, 100*lost, 100*cfg.RetransmitFraction),
 					signalAt: sampled,
 					severity: lost / cfg.RetransmitFraction,
-				}, sampled)
+				})
 			}
-			if lost > cfg.RetransmitFraction/2 {
+			if lost > cfg.RetransmitFraction/2 && linkBusy {
 				calm = false
+			}
+		}
+		s := c.streaks[ct.ID]
+		if s == nil {
+			s = &streak{}
+			c.streaks[ct.ID] = s
+		}
+		if !sampled.Equal(s.sampled) {
+			s.sampled = sampled
+			if len(delayed) > 0 {
+				s.n++
+			} else {
+				s.n = 0
+			}
+		}
+		if s.n >= cfg.Persistence {
+			for _, v := range delayed {
+				consider(v, sampled)
 			}
 		}
 	}

@@ -70,17 +70,26 @@ func TestNetworkController(t *testing.T) {
 			name: "round trips of guaranteed traffic rise above their baseline",
 			steps: []step{
 				{in: at(calm, 0), want: -1},
-				// 1.1 ms is below baseline + 1 ms: queueing a guaranteed service shrugs off.
-				{in: at(with(calm, func(n *netInput) { n.rttP99 = 1100 * time.Microsecond }), time.Second), want: -1},
-				{in: at(with(calm, func(n *netInput) { n.rttP99 = 5 * time.Millisecond; n.rttP50 = 3 * time.Millisecond }), 2*time.Second),
-					want: 350, reason: "web TCP round-trip p99 5 ms > 1.2 ms (baseline 200 µs)"},
+				// 1.2 ms is below baseline (its calm p99) + 1 ms: queueing a
+				// guaranteed service shrugs off.
+				{in: at(with(calm, func(n *netInput) { n.rttP99 = 1200 * time.Microsecond }), time.Second), want: -1},
+				// With the link at 60% of its capacity the queue is not the
+				// node's: the host is slow.
+				{in: at(with(calm, func(n *netInput) { n.rttP99 = 5 * time.Millisecond }), 1500*time.Millisecond), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.rttP99 = 5 * time.Millisecond }), 1600*time.Millisecond), want: -1},
+				// Busy (85%, not saturated): one slow sample is not enough
+				// (Persistence 2); the second is.
+				{in: at(with(calm, func(n *netInput) { n.rttP99 = 5 * time.Millisecond; n.linkTx = 850 }), 2*time.Second), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.rttP99 = 5 * time.Millisecond; n.linkTx = 850 }), 2100*time.Millisecond),
+					want: 350, reason: "web TCP round-trip p99 5 ms > 1.3 ms (baseline 300 µs)"},
 			},
 		},
 		{
 			name: "losses of guaranteed traffic",
 			steps: []step{
 				{in: at(with(calm, func(n *netInput) { n.retransmits, n.packets = 2, 100 }), 0), want: -1}, // fewer than MinRetransmits
-				{in: at(with(calm, func(n *netInput) { n.retransmits, n.packets = 30, 1000 }), time.Second),
+				{in: at(with(calm, func(n *netInput) { n.retransmits, n.packets, n.linkTx = 30, 1000, 850 }), time.Second), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.retransmits, n.packets, n.linkTx = 30, 1000, 850 }), 1100*time.Millisecond),
 					want: 350, reason: "web retransmitted 30 segments, 3.0% of its packets"},
 			},
 		},

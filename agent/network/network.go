@@ -399,22 +399,28 @@ func (n *Network) Run(ctx context.Context) error {
 	var prevAt time.Time
 	for {
 		var c counters
+		complete := true
 		n.mu.Lock()
 		for _, s := range n.shapers {
 			link, err := n.h.LinkByIndex(s.link.Attrs().Index)
 			if err != nil || link.Attrs().Statistics == nil {
-				continue
+				complete = false // a partial sum would make the next rate wrong
+				break
 			}
 			c.tx += link.Attrs().Statistics.TxBytes
 			c.rx += link.Attrs().Statistics.RxBytes
 		}
 		n.mu.Unlock()
 		now := time.Now()
-		if !prevAt.IsZero() && c.tx >= prev.tx && c.rx >= prev.rx {
+		if !complete {
+			prevAt = time.Time{}
+		} else if !prevAt.IsZero() && c.tx >= prev.tx && c.rx >= prev.rx {
 			secs := now.Sub(prevAt).Seconds()
 			n.link.Store(&LinkRates{At: now, Tx: float64(c.tx-prev.tx) * 8 / 1e6 / secs, Rx: float64(c.rx-prev.rx) * 8 / 1e6 / secs})
 		}
-		prev, prevAt = c, now
+		if complete {
+			prev, prevAt = c, now
+		}
 		select {
 		case <-ctx.Done():
 			return nil

@@ -135,6 +135,20 @@ type RR struct {
 // RequestResponse runs the open-loop client until ctx ends and returns
 // every request's latency, in the order they completed.
 func RequestResponse(ctx context.Context, rr RR) ([]time.Duration, error) {
+	var mu sync.Mutex
+	var latencies []time.Duration
+	err := RequestResponseEach(ctx, rr, func(_ time.Time, d time.Duration) {
+		mu.Lock()
+		latencies = append(latencies, d)
+		mu.Unlock()
+	})
+	return latencies, err
+}
+
+// RequestResponseEach runs the open-loop client until ctx ends, calling
+// done (from several goroutines) with each exchange's due time and
+// latency. It returns the first error of a connection, nil when ctx ended.
+func RequestResponseEach(ctx context.Context, rr RR, done func(due time.Time, latency time.Duration)) error {
 	if rr.Conns <= 0 {
 		rr.Conns = 1
 	}
@@ -142,13 +156,12 @@ func RequestResponse(ctx context.Context, rr RR) ([]time.Duration, error) {
 	for i := range conns {
 		c, err := (&net.Dialer{}).DialContext(ctx, "tcp4", rr.Addr)
 		if err != nil {
-			return nil, err
+			return err
 		}
 		defer c.Close()
 		conns[i] = c
 	}
 	var mu sync.Mutex
-	var latencies []time.Duration
 	var firstErr error
 	interval := time.Duration(float64(time.Second) * float64(rr.Conns) / rr.Rate)
 	start := time.Now()
@@ -192,15 +205,13 @@ func RequestResponse(ctx context.Context, rr RR) ([]time.Duration, error) {
 					mu.Unlock()
 					return
 				}
-				mu.Lock()
-				latencies = append(latencies, time.Since(due))
-				mu.Unlock()
+				done(due, time.Since(due))
 				due = due.Add(interval)
 			}
 		}()
 	}
 	wg.Wait()
-	return latencies, firstErr
+	return firstErr
 }
 
 // Quantile returns the q-quantile (0..1, nearest rank) of ds without
