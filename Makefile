@@ -39,13 +39,14 @@ check-generate:
 		echo "generated code is stale; run 'make generate' and commit:"; git status --porcelain -- gen bpf; exit 1; \
 	fi
 
-# The eBPF accuracy tests compare latencies with and without contention, so
-# they run alone first; everything else runs in parallel afterwards. Plain
-# `go test` runs every Fuzz target's seed corpus (f.Add and testdata/fuzz).
+# The eBPF accuracy tests compare latencies with and without contention, and
+# the network QoS tests measure throughput, so they run alone first;
+# everything else runs in parallel afterwards. Plain `go test` runs every
+# Fuzz target's seed corpus (f.Add and testdata/fuzz).
 test:
 	$(GO) vet ./...
-	$(GO) test -count=1 -timeout 10m ./bpf/...
-	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v '/bpf')
+	$(GO) test -count=1 -timeout 15m -p 1 ./bpf/... ./agent/network/...
+	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -e '/bpf' -e '/agent/network')
 
 # Timed fuzzing, one target at a time (go test -fuzz takes one package).
 fuzz:
@@ -63,8 +64,9 @@ bench:
 	@if [ "$$(id -u)" = 0 ]; then \
 		$(GO) run ./scripts/bench/agent && \
 		$(GO) run ./scripts/bench/slack --trials 20 && \
-		$(GO) run ./scripts/bench/colocation --out colocation.png; \
-	else echo "bench: the agent, slack and colocation benchmarks need root; skipped"; fi
+		$(GO) run ./scripts/bench/colocation --out colocation.png && \
+		$(GO) run ./scripts/bench/network; \
+	else echo "bench: the agent, slack, colocation and network benchmarks need root; skipped"; fi
 
 run: build
 	./scripts/run-local.sh

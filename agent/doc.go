@@ -16,7 +16,12 @@
 //     are performed in order: checkpoint, containers (agent/containerizer),
 //     then status updates handed to the session.
 //   - observer: points the monitor (agent/monitor) and the eBPF programs
-//     (bpf/) at the running containers and the protected cgroups.
+//     (bpf/, bpf/netqos) at the running containers and the protected
+//     cgroups, and tells the network subsystem which revocable tasks to pace.
+//   - network (agent/network, with --network-interfaces and a bandwidth
+//     resource): paces revocable egress to each task's allocation and to
+//     the revocable bandwidth estimate or the QoS limit; samples the links;
+//     restores the interfaces when it stops.
 //   - estimateLoop: turns the monitor's history into the oversubscription
 //     estimate (estimator/) and sends it when it changes.
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
