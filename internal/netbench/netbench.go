@@ -62,8 +62,9 @@ func (m Mode) String() string {
 
 // Options configure a run; zero values take the defaults.
 type Options struct {
-	// BinDir holds slackline-coordinator, slackline-agent and netload.
-	BinDir string
+	// BinDir holds slackline-coordinator, slackline-agent and, unless
+	// Netload names it elsewhere, netload.
+	BinDir, Netload string
 	// LinkMbps is the far end's rate and the agent's bandwidth (1000).
 	LinkMbps float64
 	// QueueBytes is the far end's queue (1 MB: 8 ms at 1 Gbit/s).
@@ -180,7 +181,10 @@ func Run(ctx context.Context, o Options, mode Mode) (res Result, err error) {
 		return res, err
 	}
 	netload := filepath.Join(work, "netload")
-	if err := copyFile(filepath.Join(o.BinDir, "netload"), netload, 0o755); err != nil {
+	if o.Netload == "" {
+		o.Netload = filepath.Join(o.BinDir, "netload")
+	}
+	if err := copyFile(o.Netload, netload, 0o755); err != nil {
 		return res, err
 	}
 
