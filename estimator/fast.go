@@ -17,7 +17,8 @@ type FastConfig struct {
 	Confirm time.Duration
 	// Margin (0 <= m < 1) is the fraction of each guaranteed CPU
 	// allocation never offered: the explicit safety margin on top of the
-	// predicted need.
+	// predicted need. It stands for Config.Margin in fast, so it is also
+	// the margin on peak egress bandwidth.
 	Margin float64
 	// ReclaimTime is how long the agent needs to take CPU back from
 	// revocable tasks once guaranteed work wants it (the next estimate,
@@ -25,11 +26,13 @@ type FastConfig struct {
 	// Onset) and is due within ReclaimTime is held back before it
 	// happens.
 	ReclaimTime time.Duration
-	// Onset is the smallest jump of a container's CPU above its peak over
-	// the second before that counts as the onset of a burst, in cores.
-	// Bursts whose onsets recur at a fixed interval (three in a row, within
-	// OnsetJitter) are expected again one interval later. 0 turns the
-	// prediction off.
+	// Onset is the smallest jump of a container's CPU, in cores, that
+	// counts as the start of a burst. A jump of at least Onset from one
+	// sample to the next is taken to rise as much again (the first sample
+	// saw only part of the burst). A jump of at least Onset above the peak
+	// of the second before is an onset, and bursts whose onsets recur on a
+	// lattice (three within OnsetJitter of it) are expected again. 0 turns
+	// both predictions off.
 	Onset float64
 	// OnsetJitter is how far from a fixed interval a recurring onset may
 	// fall, each way.
