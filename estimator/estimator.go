@@ -202,10 +202,10 @@ func newNoop(Config) (Estimator, error) {
 	return Func(func(Input) resources.Resources { return resources.Resources{} }), nil
 }
 
-// newFixed returns an estimator that always offers cfg.Fixed (cpus and mem
-// only), whatever the usage: Mesos's fixed estimator.
+// newFixed returns an estimator that always offers cfg.Fixed (cpus, mem and
+// bandwidth only), whatever the usage: Mesos's fixed estimator.
 func newFixed(cfg Config) (Estimator, error) {
-	fixed := resources.New(cfg.Fixed.CPUs(), cfg.Fixed.Mem(), 0)
+	fixed := resources.New(cfg.Fixed.CPUs(), cfg.Fixed.Mem(), 0).With(resources.Bandwidth, cfg.Fixed.Bandwidth())
 	return Func(func(Input) resources.Resources { return fixed }), nil
 }
 

@@ -53,12 +53,13 @@ func TestNoopAndFixed(t *testing.T) {
 		guaranteed("a", "cpus:1", steadyHistory(t0, 100, 0.1, 10)),
 	}}
 	cfg := estimator.DefaultConfig()
-	cfg.Fixed = resources.MustParse("cpus:14;mem:100;disk:5;ports:[1-2]")
+	cfg.Fixed = resources.MustParse("cpus:14;mem:100;disk:5;bandwidth:300;ports:[1-2]")
 	if got := newEstimator(t, "noop", cfg).Estimate(busy); !got.IsEmpty() {
 		t.Errorf("noop = %v, want nothing", got)
 	}
-	// fixed ignores usage (Mesos parity) and only ever offers cpus and mem.
-	want := resources.MustParse("cpus:14;mem:100")
+	// fixed ignores usage (Mesos parity) and only ever offers cpus, mem and
+	// bandwidth.
+	want := resources.MustParse("cpus:14;mem:100;bandwidth:300")
 	if got := newEstimator(t, "fixed", cfg).Estimate(busy); !got.Equal(want) {
 		t.Errorf("fixed = %v, want %v", got, want)
 	}

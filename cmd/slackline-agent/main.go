@@ -74,7 +74,7 @@ func run(args []string) error {
 	runqThreshold := fs.Duration("runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
 	estimatorName := fs.String("estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
 	fs.DurationVar(&cfg.EstimateInterval, "oversubscribed-resources-interval", 100*time.Millisecond, "how often the estimate is computed (and sent when it changed)")
-	fixed := fs.String("fixed-revocable", "", `resources the "fixed" estimator reports, e.g. "cpus:2"`)
+	fixed := fs.String("fixed-revocable", "", `resources the "fixed" estimator reports, e.g. "cpus:2;bandwidth:500" (with network QoS, revocable egress is paced to its bandwidth: 1% of the link without)`)
 	oversubscribeMem := fs.Bool("oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
 	estCfg := estimator.DefaultConfig()
 	fs.DurationVar(&estCfg.Window, "estimator-window", estCfg.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
