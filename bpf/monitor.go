@@ -150,8 +150,8 @@ type ProgramStat struct {
 type Monitor struct {
 	log *slog.Logger
 
-	tracked *ebpf.Map // v2 cgroup id -> class and slot
-	stats   *ebpf.Map // v2 cgroup id -> per-CPU network and memory counters
+	tracked *ebpf.Map // v2 cgroup id -> class and epoch
+	stats   *ebpf.Map // v2 cgroup id -> per-CPU counters (but resident ones, see sched.c)
 	ncpu    int
 
 	sched *schedObjs // nil when the scheduler programs are not loaded
@@ -169,7 +169,7 @@ type Monitor struct {
 	runOnce   sync.Once
 	closeOnce sync.Once
 
-	mu     sync.RWMutex      // Track/Untrack write, Stats/AllStats read
+	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and AllStats read
 	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
 	epoch  uint32            // the last epoch given
 	gen    uint32            // generation of the tracked set, for the programs
@@ -664,6 +664,8 @@ func (m *Monitor) ProgramStats() ([]ProgramStat, error) {
 func (m *Monitor) Close() error {
 	var errs []error
 	m.closeOnce.Do(func() {
+		m.mu.Lock() // Stats reads the CPUs' mapped state
+		defer m.mu.Unlock()
 		for _, l := range m.links {
 			errs = append(errs, l.Close())
 		}
