@@ -17,12 +17,11 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
-		fmt.Fprintln(os.Stderr, "netload:", err)
-		os.Exit(1)
-	}
+	fmt.Fprintln(os.Stderr, "netload:", run(os.Args[1:])) // it returns only on failure
+	os.Exit(1)
 }
 
+// run runs the workload until it fails.
 func run(args []string) error {
 	switch {
 	case len(args) == 2 && args[0] == "serve":
