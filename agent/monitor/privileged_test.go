@@ -62,6 +62,9 @@ func realCgroups(tb testing.TB, prefix string, n int) (cgroups.Layout, []string)
 	hierarchies := []string{layout.Unified}
 	if layout.Mode == cgroups.ModeHybrid {
 		hierarchies = append(hierarchies, layout.CPU, layout.Memory)
+		if layout.Pids != "" {
+			hierarchies = append(hierarchies, layout.Pids) // PathsOf names it: tasks join it too
+		}
 		if cpuacct := filepath.Join(realMountpoint, "cpuacct"); !sameDir(cpuacct, layout.CPU) {
 			hierarchies = append(hierarchies, cpuacct)
 		}

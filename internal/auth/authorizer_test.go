@@ -247,6 +247,15 @@ func TestTLSRefusals(t *testing.T) {
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			err := call(tt.creds)
+			if tt.want == "tls" && err != nil && connect.CodeOf(err) != connect.CodeUnauthenticated &&
+				connect.CodeOf(err) != connect.CodePermissionDenied {
+				// TLS 1.3: the server refuses the client's certificate after
+				// the client finished its handshake, so the client sees the
+				// alert, or a failed write, or a connection that could not be
+				// set up, depending on timing: any transport failure, never
+				// an answer from the service, means the handshake refused it.
+				return
+			}
 			if err == nil || !strings.Contains(err.Error(), tt.want) {
 				t.Fatalf("err = %v, want it to mention %q", err, tt.want)
 			}
