@@ -16,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/tasks"
@@ -180,7 +181,12 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 	}
 	resp := &slacklinev1.GetUsageResponse{Node: m.Node().Stats}
 	for _, u := range m.Usages() {
-		resp.Usage = append(resp.Usage, &slacklinev1.ContainerUsage{TaskId: u.TaskID, Statistics: u.Stats})
+		st := u.Stats
+		if delays := s.a.watch.delays(u.ContainerID); !u.Revocable && delays != nil && st != nil {
+			st = proto.Clone(st).(*slacklinev1.ResourceStatistics)
+			st.DelayedBy = delays
+		}
+		resp.Usage = append(resp.Usage, &slacklinev1.ContainerUsage{TaskId: u.TaskID, Statistics: st})
 	}
 	slices.SortFunc(resp.Usage, func(x, y *slacklinev1.ContainerUsage) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
 	s.a.addNetwork(resp)

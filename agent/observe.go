@@ -3,7 +3,10 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -12,6 +15,7 @@ import (
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // EBPF is what the agent needs of the eBPF programs: tracking containers'
@@ -45,8 +49,9 @@ func MonitorStats(e EBPF) monitor.EBPF { return ebpfStats(e) }
 
 // tracked is a container the agent measures.
 type tracked struct {
-	cgroupID uint64
-	taskID   string
+	cgroupID  uint64
+	taskID    string
+	revocable bool
 }
 
 // observer points the monitor and the eBPF programs at the containers the
@@ -66,8 +71,9 @@ type observer struct {
 	unifiedRoot string
 	protect     []string
 
-	mu      sync.Mutex
-	tracked map[string]tracked
+	mu       sync.Mutex
+	tracked  map[string]tracked
+	services map[uint64]string // cgroup id -> "agent", "supervisors"; found once
 }
 
 // sync tracks new containers and untracks ended ones.
@@ -89,7 +95,7 @@ func (o *observer) sync() {
 			class = bpf.ClassRevocable
 		}
 		tr := o.track(c.ID, c.CgroupPath, class)
-		tr.taskID = c.Spec.TaskID
+		tr.taskID, tr.revocable = c.Spec.TaskID, c.Spec.Revocable
 		o.tracked[c.ID] = tr
 		targets = append(targets, monitor.Target{
 			ID: c.ID, TaskID: c.Spec.TaskID, Revocable: c.Spec.Revocable, CgroupPath: c.CgroupPath, CgroupID: tr.cgroupID,
@@ -163,6 +169,86 @@ func (o *observer) container(cgroupID uint64) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// revocable reports whether a cgroup is a tracked revocable container's.
+func (o *observer) revocable(cgroupID uint64) bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	for _, tr := range o.tracked {
+		if tr.cgroupID == cgroupID {
+			return tr.revocable
+		}
+	}
+	return false
+}
+
+// culprit names what held a CPU while a task of a tracked cgroup waited
+// for it (eBPF who-delayed-whom): the container id of a tracked cgroup,
+// "agent" for the agent's own cgroup, "supervisors" for the task
+// supervisors', "kernel", "idle" and "unknown" for what bpf names so, and
+// "host" for any other cgroup.
+func (o *observer) culprit(cgroupID uint64) string {
+	if id, ok := o.container(cgroupID); ok {
+		return id
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.services == nil {
+		o.services = o.serviceCgroups()
+	}
+	if name, ok := o.services[cgroupID]; ok {
+		return name
+	}
+	return "host"
+}
+
+// serviceCgroups finds the cgroup ids of the agent's own cgroup and of the
+// supervisors' (<root>/supervisors, beside the containers' subtrees).
+// Caller holds o.mu.
+func (o *observer) serviceCgroups() map[uint64]string {
+	out := map[uint64]string{}
+	if self, err := os.ReadFile("/proc/self/cgroup"); err == nil {
+		for line := range strings.SplitSeq(string(self), "\n") {
+			if path, ok := strings.CutPrefix(line, "0::"); ok {
+				if id, err := bpf.CgroupID(filepath.Join(o.unifiedRoot, path)); err == nil {
+					out[id] = "agent"
+				}
+			}
+		}
+	}
+	for _, c := range o.cz.Containers() {
+		root := filepath.Dir(filepath.Dir(c.CgroupPath))
+		if id, err := bpf.CgroupID(filepath.Join(o.unifiedRoot, root, "supervisors")); err == nil {
+			out[id] = "supervisors"
+		}
+		break
+	}
+	return out
+}
+
+// delays returns, for a guaranteed container or protected service, how long
+// each culprit held a CPU while its tasks waited, cumulative; nil without
+// eBPF.
+func (o *observer) delays(containerID string) []*slacklinev1.Delay {
+	cgid := o.cgroupID(containerID)
+	if o.ebpf == nil || cgid == 0 {
+		return nil
+	}
+	cumulative, err := o.ebpf.DelayedBy(cgid)
+	if err != nil {
+		return nil
+	}
+	byName := map[string]time.Duration{}
+	for culprit, d := range cumulative {
+		byName[o.culprit(culprit)] += d
+	}
+	out := make([]*slacklinev1.Delay, 0, len(byName))
+	for name, d := range byName {
+		out = append(out, &slacklinev1.Delay{Culprit: name, Secs: d.Seconds()})
+	}
+	slices.SortFunc(out, func(a, b *slacklinev1.Delay) int { return strings.Compare(a.GetCulprit(), b.GetCulprit()) })
+	return out
 }
 
 // cgroupID returns the cgroup id of a tracked container (0 if unknown).

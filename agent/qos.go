@@ -45,6 +45,8 @@ type qosLoop struct {
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
 	delayed map[string]map[uint64]time.Duration
+	// waited holds each victim's cumulative run-queue wait, likewise.
+	waited map[string]time.Duration
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
@@ -57,7 +59,7 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 	return &qosLoop{
 		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
 		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
-		delayed: map[string]map[uint64]time.Duration{},
+		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{},
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slackline_qos_corrections_total",
 			Help: "QoS corrections applied, by kind (throttle, unthrottle, kill) and reason (the controller that asked).",
@@ -122,7 +124,7 @@ func (l *qosLoop) Run(ctx context.Context) error {
 func (l *qosLoop) event(ev bpf.ThresholdEvent) qos.Event {
 	victim, _ := l.watch.container(ev.Cgroup)
 	culprit, _ := l.watch.container(ev.Culprit)
-	return qos.Event{Time: ev.Time, Container: victim, Culprit: culprit, Latency: ev.Latency}
+	return qos.Event{Time: ev.Time, Container: victim, Culprit: culprit, Latency: ev.Latency, Delayed: ev.Delayed}
 }
 
 func (l *qosLoop) input(now time.Time) qos.Input {
@@ -159,7 +161,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 		}
 		if !qc.Revocable || qc.Protected {
-			qc.DelayedBy = l.delayedSince(qc.ID)
+			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)
 		}
 		in.Containers = append(in.Containers, qc)
 	}
@@ -176,31 +178,42 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 	return in
 }
 
-// delayedSince returns who delayed a guaranteed container since the last
-// evaluation: culprit container id -> delay.
-func (l *qosLoop) delayedSince(victim string) map[string]time.Duration {
+// delayedSince returns, for a guaranteed container or protected service,
+// who delayed it since the last evaluation (eBPF who-delayed-whom): the
+// revocable containers by id, and everything else by culprit name (see
+// observer.culprit; only with bpf's all-culprit attribution), and its total
+// run-queue wait meanwhile.
+func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time.Duration, wait time.Duration) {
 	if l.ebpf == nil {
-		return nil
+		return nil, nil, 0
 	}
 	cgid := l.watch.cgroupID(victim)
 	if cgid == 0 {
-		return nil
+		return nil, nil, 0
 	}
 	cumulative, err := l.ebpf.DelayedBy(cgid)
 	if err != nil {
-		return nil
+		return nil, nil, 0
 	}
 	prev := l.delayed[victim]
 	l.delayed[victim] = cumulative
-	out := map[string]time.Duration{}
+	revocable, others = map[string]time.Duration{}, map[string]time.Duration{}
 	for culprit, d := range cumulative {
-		if delta := d - prev[culprit]; delta > 0 {
-			if id, ok := l.watch.container(culprit); ok {
-				out[id] += delta
-			}
+		delta := d - prev[culprit]
+		if delta <= 0 {
+			continue
+		}
+		if name := l.watch.culprit(culprit); l.watch.revocable(culprit) {
+			revocable[name] += delta
+		} else {
+			others[name] += delta
 		}
 	}
-	return out
+	if st, err := l.ebpf.Stats(cgid); err == nil {
+		wait = max(st.RunqTotal-l.waited[victim], 0)
+		l.waited[victim] = st.RunqTotal
+	}
+	return revocable, others, wait
 }
 
 // apply writes a correction to the cgroups (or kills) and records it with

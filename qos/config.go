@@ -50,6 +50,16 @@ type InterferenceConfig struct {
 	// something outside Slackline is not the revocable tasks' fault and
 	// throttling them would not help. 0 turns the check off. Default 1 ms.
 	MinAttributedDelay time.Duration
+	// MinAttributedShare: with the container's total run-queue wait known
+	// (Container.RunqWait), revocable containers must also have caused at
+	// least this fraction of it, and a threshold event counts only if they
+	// held the CPU for at least this fraction of its wait (when measured).
+	// A server that waits mostly behind its own threads, the host or the
+	// kernel is not helped by slowing best-effort work down: at 400 wakeups
+	// a second, revocable work preempted within microseconds adds up to a
+	// millisecond per interval while being a few percent of the waiting.
+	// Default 0.25.
+	MinAttributedShare float64
 	// EventWindow is the sliding window for EventCount. Default 250 ms.
 	EventWindow time.Duration
 	// DecreaseFactor multiplies the revocable subtree's CPU limit at each
@@ -219,6 +229,7 @@ func DefaultConfig() Config {
 			CPUPressureEnter:     25,
 			CPUPressureExit:      10,
 			MinAttributedDelay:   time.Millisecond,
+			MinAttributedShare:   0.25,
 			EventLatency:         time.Millisecond,
 			EventCount:           5,
 			EventWindow:          250 * time.Millisecond,
@@ -343,6 +354,9 @@ func (c Config) Validate() error {
 	}
 	positive("interference effect window", i.EffectWindow)
 	fraction("interference min effect", i.MinEffect)
+	if i.MinAttributedShare < 0 || i.MinAttributedShare > 1 {
+		bad("interference min attributed share must be in [0, 1], got %v", i.MinAttributedShare)
+	}
 
 	cs := c.CPUSet
 	if cs.MinCPUs < 1 {

@@ -439,3 +439,57 @@ func TestInterferenceNeedsAttribution(t *testing.T) {
 		t.Fatalf("no attribution data: corrections %v, want one throttle", got)
 	}
 }
+
+// TestInterferenceNeedsAShare: with the container's total run-queue wait
+// known, revocable work must have caused MinAttributedShare of it; a few
+// milliseconds of preemption latency among a server's own waiting do not
+// make the server's latency best-effort work's doing. Threshold events
+// count only when revocable work held the CPU for that share of the wait.
+func TestInterferenceNeedsAShare(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	now := time.Unix(1000, 0)
+	input := func(delayed, wait time.Duration, events ...qos.Event) qos.Input {
+		return qos.Input{Now: now, Node: qos.Node{CPUs: 2}, Events: events, Containers: []qos.Container{
+			{ID: "web", CPUAllocated: 2, CPU: 0.5, RunqP99: 5 * time.Millisecond, SampledAt: now,
+				DelayedBy: map[string]time.Duration{"hog": delayed}, RunqWait: wait},
+			{ID: "hog", Revocable: true, CPUAllocated: 1, CPU: 1, StartedAt: now.Add(-time.Minute), SampledAt: now},
+		}}
+	}
+	tests := []struct {
+		name string
+		in   qos.Input
+		want int // throttles
+	}{
+		{"3 ms of 100 ms of waiting: not the hog's doing", input(3*ms, 100*ms), 0},
+		{"3 ms of 6 ms: the hog's doing", input(3*ms, 6*ms), 1},
+		{"total wait unknown: the absolute threshold alone", input(3*ms, 0), 1},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := qos.NewInterference(cfg.Interference, cfg.KillRetry).Evaluate(tt.in)
+			if len(got) != tt.want {
+				t.Errorf("corrections %v, want %d throttle(s)", got, tt.want)
+			}
+		})
+	}
+	t.Run("events whose wait the hog held for a small part do not count", func(t *testing.T) {
+		var events []qos.Event
+		for i := range 10 {
+			events = append(events, qos.Event{Time: now.Add(-time.Duration(i) * ms), Container: "web", Culprit: "hog",
+				Latency: 4 * ms, Delayed: 100 * time.Microsecond})
+		}
+		in := input(0, 100*ms, events...)
+		in.Containers[0].RunqP99 = 200 * time.Microsecond
+		if got := qos.NewInterference(cfg.Interference, cfg.KillRetry).Evaluate(in); len(got) != 0 {
+			t.Errorf("corrections %v, want none", got)
+		}
+		for i := range events {
+			events[i].Delayed = 3 * ms
+		}
+		in = input(0, 100*ms, events...)
+		in.Containers[0].RunqP99 = 200 * time.Microsecond
+		if got := qos.NewInterference(cfg.Interference, cfg.KillRetry).Evaluate(in); len(got) != 1 {
+			t.Errorf("corrections %v, want a throttle", got)
+		}
+	})
+}

@@ -51,6 +51,10 @@ type Container struct {
 	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil
 	// means not measured (no eBPF).
 	DelayedBy map[string]time.Duration
+	// RunqWait is the sum of the container's run-queue waits over the same
+	// interval (eBPF); 0 means not measured. Revocable work's share of it
+	// decides whether a violation is its doing (MinAttributedShare).
+	RunqWait time.Duration
 	// DelayedByOthers attributes the rest of that delay to what else held
 	// the CPU: guaranteed containers by id, and "agent", "supervisors",
 	// "host", "kernel", "idle" (waking the CPU up), "unknown".
@@ -117,6 +121,9 @@ type Event struct {
 	Container string // the victim
 	Culprit   string
 	Latency   time.Duration
+	// Delayed is the part of Latency revocable tasks held the CPU (0:
+	// not measured).
+	Delayed time.Duration
 }
 
 // Input is everything a controller sees at one evaluation.

@@ -37,8 +37,9 @@ func (d *detector) keepEvents(events []Event, byID map[string]*Container, now ti
 		if !ok || !victim.guarded() || e.Latency < d.cfg.EventLatency || e.Time.After(now) {
 			continue
 		}
-		if d.cfg.MinAttributedDelay > 0 && victim.DelayedBy != nil && e.Culprit == "" {
-			continue // attribution says no revocable task held the CPU
+		if d.cfg.MinAttributedDelay > 0 && victim.DelayedBy != nil &&
+			(e.Culprit == "" || (e.Delayed > 0 && float64(e.Delayed) < d.cfg.MinAttributedShare*float64(e.Latency))) {
+			continue // attribution says revocable tasks held the CPU for little or none of the wait
 		}
 		d.events = append(d.events, e)
 	}
@@ -145,6 +146,9 @@ func (d *detector) attributed(ct *Container) bool {
 	var total time.Duration
 	for _, d := range ct.DelayedBy {
 		total += d
+	}
+	if ct.RunqWait > 0 && float64(total) < d.cfg.MinAttributedShare*float64(ct.RunqWait) {
+		return false // revocable work caused a small part of the waiting
 	}
 	return total >= d.cfg.MinAttributedDelay
 }

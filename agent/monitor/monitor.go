@@ -810,7 +810,7 @@ func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage, now time.Time) er
 	for len(buckets) > 0 && buckets[len(buckets)-1] == 0 {
 		buckets = buckets[:len(buckets)-1]
 	}
-	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: e.Wakeups}
+	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: e.Wakeups, TotalSecs: e.RunqSum.Seconds()}
 	st.Runqueue = rq
 	if c.bucketsValid {
 		m.deltas = bucketDeltas(m.deltas[:0], c.buckets, buckets)
