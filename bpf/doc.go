@@ -37,6 +37,21 @@
 // where the task finally ran (the wakeup variant ignores waits during which
 // the task changed CPUs).
 //
+// With Config.AllCulprits (or SetAllCulprits), sched_switch also keeps each
+// CPU's last 32 runs of any task, and splits every wait of a guaranteed or
+// protected task among everything that held the CPU meanwhile: tracked
+// cgroups (revocable, guaranteed, protected) and untracked ones (the
+// agent's, the root cgroup, any service) by cgroup id, kernel threads
+// (CulpritKernel), the idle task (CulpritIdle: the time it took to wake the
+// CPU up, on a virtual machine including the host scheduling the virtual
+// CPU again), and the part older than the runs kept (CulpritUnknown). The
+// parts sum to the wait. It costs every context switch, tracked or not, a
+// clock read and a few stores: about 30 ns more for sched_switch in
+// BenchmarkProgramCost on the 2-vCPU development machine (66-74 ns to
+// 96-104 ns), so it is off unless asked for (slackline-agent
+// --ebpf-all-culprits). The colocation study (docs/colocation-study.md)
+// rests on it.
+//
 // # Cost
 //
 // sched_switch runs twice per round trip of two tasks handing a CPU to each

@@ -61,6 +61,9 @@ type Config struct {
 	// LatencyThreshold: waits of guaranteed and protected tasks at or above
 	// it are sent to Events. 0 disables events.
 	LatencyThreshold time.Duration
+	// AllCulprits splits guaranteed and protected tasks' waits among every
+	// culprit (DelayedBy; see SetAllCulprits), not only revocable ones.
+	AllCulprits bool
 	// MaxCgroups bounds the number of tracked cgroups (DefaultMaxCgroups if 0).
 	MaxCgroups int
 	// Logger receives what could not be loaded or attached (slog.Default if nil).
@@ -264,6 +267,11 @@ func Load(cfg Config) (*Monitor, error) {
 	} else {
 		m.sched = sched
 		sched.setThreshold(uint64(max(cfg.LatencyThreshold, 0)))
+		if cfg.AllCulprits {
+			if err := sched.AllCulprits.Set(uint32(1)); err != nil {
+				fail("attribute waits to every culprit", err)
+			}
+		}
 		points = append(points, sched.points...)
 	}
 
@@ -570,6 +578,26 @@ func (m *Monitor) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 		return nil, fmt.Errorf("delays of cgroup %d: %w", victim, err)
 	}
 	return delays, nil
+}
+
+// SetAllCulprits turns the attribution of guaranteed and protected tasks'
+// waits to every culprit on or off. On, DelayedBy also names guaranteed and
+// protected cgroups, untracked cgroups by id (the agent's, the root, other
+// services), and CulpritKernel, CulpritIdle and CulpritUnknown; every
+// context switch then costs a clock read and a few stores more. Off, it
+// names revocable cgroups only.
+func (m *Monitor) SetAllCulprits(on bool) error {
+	if m.sched == nil {
+		return fmt.Errorf("attribute waits to every culprit: %w", ErrUnavailable)
+	}
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	if err := m.sched.AllCulprits.Set(v); err != nil {
+		return fmt.Errorf("attribute waits to every culprit: %w", err)
+	}
+	return nil
 }
 
 // SetLatencyThreshold changes the threshold of Events; 0 disables them.

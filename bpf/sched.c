@@ -146,6 +146,46 @@ struct {
 // Events the ring buffer had no room for.
 __u64 events_lost;
 
+// Who delayed whom, every culprit (user space sets all_culprits): each CPU
+// also keeps its last RUNS runs of any task, keyed by culprit, so that a
+// guaranteed or protected task's wait is split among everything that held
+// the CPU meanwhile: tracked cgroups (revocable or not) and untracked ones
+// by cgroup id, kernel threads, the idle task (waking the CPU up took that
+// long), and, for the part of a wait older than the runs kept, "unknown".
+// It costs every context switch a clock read and a few stores, so it is
+// off unless asked for.
+#define CULPRIT_KERNEL 0xfffffffffffffff1ULL
+#define CULPRIT_IDLE 0xfffffffffffffff2ULL
+#define CULPRIT_UNKNOWN 0xfffffffffffffff3ULL
+#define RUNS 32
+
+struct culprit_run {
+	__u64 start;
+	__u64 end;
+	__u64 culprit;
+	__u32 class;
+	__u32 pad;
+};
+
+struct culprit_state {
+	__u64 cur;       // culprit of the task on the CPU (0: none seen yet)
+	__u64 since;     // when it got the CPU
+	__u32 cur_class; // its class, 0 when not tracked
+	__u32 newest;    // index of the newest run
+	__u64 pad[5];
+	struct culprit_run runs[RUNS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024); // set to the number of possible CPUs by user space
+	__type(key, __u32);
+	__type(value, struct culprit_state);
+} culprit_states SEC(".maps");
+
+// User space: 1 attributes waits to every culprit.
+__u32 all_culprits;
+
 // Timestamps come from the clock of the task's run queue (sched_clock, the
 // clock of the scheduler's own statistics, sched_info included), which the
 // scheduler has just updated when these tracepoints fire: three loads
@@ -394,6 +434,97 @@ static __noinline void attribute_wait(struct cpu_state *cs, struct sched_counter
 	bpf_ringbuf_submit(e, 0);
 }
 
+// record_culprit ends the run of the task leaving the CPU (extending the
+// newest run when the same culprit ran on) and starts the next task's.
+static __noinline void record_culprit(struct task_struct *next, __u64 cgroup, __u32 info, __u64 now)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct culprit_state *st = bpf_map_lookup_elem(&culprit_states, &cpu);
+	if (!st)
+		return;
+	if (st->cur) {
+		struct culprit_run *r = &st->runs[st->newest & (RUNS - 1)];
+		if (r->culprit != st->cur || r->end != st->since) {
+			st->newest = (st->newest + 1) & (RUNS - 1);
+			r = &st->runs[st->newest & (RUNS - 1)];
+			r->start = st->since;
+			r->culprit = st->cur;
+			r->class = st->cur_class;
+		}
+		r->end = now;
+	}
+	__u64 culprit = cgroup;
+	if (next->pid == 0)
+		culprit = CULPRIT_IDLE;
+	else if (next->flags & 0x00200000 /* PF_KTHREAD */)
+		culprit = CULPRIT_KERNEL;
+	st->cur = culprit;
+	st->cur_class = INFO_CLASS(info);
+	st->since = now;
+}
+
+// attribute_all splits the wait of the task getting this CPU (cs's current
+// one, guaranteed or protected), from `since` to now (cs->switch_ts), among
+// the culprits of the runs this CPU kept; the part no run covers is
+// "unknown". Revocable culprits also count in c's delayed_ns and name the
+// threshold event's culprit.
+static __noinline void attribute_all(struct cpu_state *cs, struct sched_counters *c, struct task_struct *next,
+				     __u64 since, __u64 latency)
+{
+	__u32 cpu = bpf_get_smp_processor_id();
+	struct culprit_state *st = bpf_map_lookup_elem(&culprit_states, &cpu);
+	if (!st)
+		return;
+	__u64 victim = cs->cur_cgroup;
+	__u64 until = cs->switch_ts;
+	__u64 span = until - since;
+	__u64 covered = 0, revocable = 0, top_rev = 0, top_rev_ns = 0;
+	__u32 newest = st->newest;
+	for (int i = 0; i < RUNS; i++) {
+		struct culprit_run *r = &st->runs[(newest - i) & (RUNS - 1)];
+		if (r->end <= since || !r->culprit)
+			break;
+		__u64 start = r->start > since ? r->start : since;
+		__u64 end = r->end < until ? r->end : until;
+		if (end > start) {
+			__u64 d = end - start;
+			covered += d;
+			if (r->class == CLASS_REVOCABLE) {
+				revocable += d;
+				if (d > top_rev_ns) {
+					top_rev = r->culprit;
+					top_rev_ns = d;
+				}
+			}
+			add_delay(victim, r->culprit, d);
+		}
+		if (r->start <= since)
+			break;
+	}
+	if (span > covered)
+		add_delay(victim, CULPRIT_UNKNOWN, span - covered);
+	c->delayed_ns += revocable;
+
+	__u64 threshold = cs->threshold;
+	if (!threshold || latency < threshold)
+		return;
+	struct event *e = bpf_ringbuf_reserve(&events, sizeof(*e), 0);
+	if (!e) {
+		__sync_fetch_and_add(&events_lost, 1);
+		return;
+	}
+	e->timestamp_ns = bpf_ktime_get_ns();
+	e->cgroup = victim;
+	e->culprit = top_rev;
+	e->latency_ns = latency;
+	e->delayed_ns = revocable;
+	e->cpu = cpu;
+	e->pid = next->pid;
+	e->class = INFO_CLASS(cs->cur_info);
+	e->pad = 0;
+	bpf_ringbuf_submit(e, 0);
+}
+
 // count_wait counts a wait of `latency` ns that ended on this CPU for the
 // current task (tracked, counted in c); revocable runs on this CPU are
 // attributed to it from `attr_since` on (this CPU's clock).
@@ -405,6 +536,11 @@ static __always_inline void count_wait(struct cpu_state *cs, struct sched_counte
 	c->runq_sum_ns += latency;
 	if (INFO_CLASS(cs->cur_info) == CLASS_REVOCABLE)
 		return;
+	if (all_culprits) {
+		if (latency && cs->switch_ts > attr_since)
+			attribute_all(cs, c, next, attr_since, latency);
+		return;
+	}
 	__u64 threshold = cs->threshold;
 	if (cs->newest_rev_end > attr_since || (threshold && latency >= threshold))
 		attribute_wait(cs, c, next, attr_since, latency);
@@ -471,6 +607,12 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev, str
 	__u64 cgroup = task_cgroup_id(next);
 	__u32 info = cgroup_info(cs, cgroup, true);
 	__u32 prev_info = cs->cur_info;
+	if (all_culprits) {
+		__u64 now = task_rq_clock(prev);
+		record_culprit(next, cgroup, info, now);
+		if (!info && !prev_info)
+			return 0;
+	}
 	// The common case on a host, neither task tracked, ends here.
 	if (!info && !prev_info)
 		return 0;

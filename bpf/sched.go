@@ -19,6 +19,9 @@ type schedShared struct {
 	Delays     *ebpf.Map      `ebpf:"delays"`
 	Events     *ebpf.Map      `ebpf:"events"`
 	EventsLost *ebpf.Variable `ebpf:"events_lost"`
+	// CulpritStates and AllCulprits: who delayed whom, every culprit.
+	CulpritStates *ebpf.Map      `ebpf:"culprit_states"`
+	AllCulprits   *ebpf.Variable `ebpf:"all_culprits"`
 }
 
 // schedKernelWaits is the variant for kernels that keep sched_info: one
@@ -54,6 +57,7 @@ type schedObjs struct {
 // the caller.
 func loadScheduler(spec *ebpf.CollectionSpec, opts *ebpf.CollectionOptions, ncpu int, wakeupHooks bool, log *slog.Logger) (*schedObjs, error) {
 	spec.Maps["cpu_states"].MaxEntries = uint32(ncpu)
+	spec.Maps["culprit_states"].MaxEntries = uint32(ncpu)
 	o := &schedObjs{}
 	why := errors.New("asked for")
 	if !wakeupHooks {
@@ -167,7 +171,7 @@ func (o *schedObjs) Close() error {
 		errs = append(errs, unix.Munmap(o.mem))
 		o.mem = nil
 	}
-	for _, c := range []interface{ Close() error }{o.CPUStates, o.Delays, o.Events} {
+	for _, c := range []interface{ Close() error }{o.CPUStates, o.Delays, o.Events, o.CulpritStates} {
 		if c != nil {
 			errs = append(errs, c.Close())
 		}

@@ -62,6 +62,23 @@ type schedCpuState struct {
 	}
 }
 
+type schedCulpritState struct {
+	_        structs.HostLayout
+	Cur      uint64
+	Since    uint64
+	CurClass uint32
+	Newest   uint32
+	Pad      [5]uint64
+	Runs     [32]struct {
+		_       structs.HostLayout
+		Start   uint64
+		End     uint64
+		Culprit uint64
+		Class   uint32
+		Pad     uint32
+	}
+}
+
 type schedDelayKey struct {
 	_       structs.HostLayout
 	Victim  uint64
@@ -110,6 +127,7 @@ type schedTrackedCgroup struct {
 const (
 	schedMapCgroupStats         = "cgroup_stats"
 	schedMapCpuStates           = "cpu_states"
+	schedMapCulpritStates       = "culprit_states"
 	schedMapDelays              = "delays"
 	schedMapEvents              = "events"
 	schedMapTaskWaits           = "task_waits"
@@ -118,6 +136,7 @@ const (
 	schedProgSchedSwitchWakeups = "sched_switch_wakeups"
 	schedProgSchedWakeup        = "sched_wakeup"
 	schedProgSchedWakeupNew     = "sched_wakeup_new"
+	schedVarAllCulprits         = "all_culprits"
 	schedVarEventsLost          = "events_lost"
 	schedVarUnusedEvent         = "unused_event"
 )
@@ -174,18 +193,20 @@ type schedProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedMapSpecs struct {
-	CgroupStats *ebpf.MapSpec `ebpf:"cgroup_stats"`
-	CpuStates   *ebpf.MapSpec `ebpf:"cpu_states"`
-	Delays      *ebpf.MapSpec `ebpf:"delays"`
-	Events      *ebpf.MapSpec `ebpf:"events"`
-	TaskWaits   *ebpf.MapSpec `ebpf:"task_waits"`
-	Tracked     *ebpf.MapSpec `ebpf:"tracked"`
+	CgroupStats   *ebpf.MapSpec `ebpf:"cgroup_stats"`
+	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
+	CulpritStates *ebpf.MapSpec `ebpf:"culprit_states"`
+	Delays        *ebpf.MapSpec `ebpf:"delays"`
+	Events        *ebpf.MapSpec `ebpf:"events"`
+	TaskWaits     *ebpf.MapSpec `ebpf:"task_waits"`
+	Tracked       *ebpf.MapSpec `ebpf:"tracked"`
 }
 
 // schedVariableSpecs contains global variables before they are loaded into the kernel.
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
+	AllCulprits *ebpf.VariableSpec `ebpf:"all_culprits"`
 	EventsLost  *ebpf.VariableSpec `ebpf:"events_lost"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 }
@@ -210,18 +231,20 @@ func (o *schedObjects) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedMaps struct {
-	CgroupStats *ebpf.Map `ebpf:"cgroup_stats"`
-	CpuStates   *ebpf.Map `ebpf:"cpu_states"`
-	Delays      *ebpf.Map `ebpf:"delays"`
-	Events      *ebpf.Map `ebpf:"events"`
-	TaskWaits   *ebpf.Map `ebpf:"task_waits"`
-	Tracked     *ebpf.Map `ebpf:"tracked"`
+	CgroupStats   *ebpf.Map `ebpf:"cgroup_stats"`
+	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
+	CulpritStates *ebpf.Map `ebpf:"culprit_states"`
+	Delays        *ebpf.Map `ebpf:"delays"`
+	Events        *ebpf.Map `ebpf:"events"`
+	TaskWaits     *ebpf.Map `ebpf:"task_waits"`
+	Tracked       *ebpf.Map `ebpf:"tracked"`
 }
 
 func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.CgroupStats,
 		m.CpuStates,
+		m.CulpritStates,
 		m.Delays,
 		m.Events,
 		m.TaskWaits,
@@ -233,6 +256,7 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
+	AllCulprits *ebpf.Variable `ebpf:"all_culprits"`
 	EventsLost  *ebpf.Variable `ebpf:"events_lost"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 }
