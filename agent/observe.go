@@ -189,6 +189,9 @@ func (o *observer) revocable(cgroupID uint64) bool {
 // supervisors', "kernel", "idle" and "unknown" for what bpf names so, and
 // "host" for any other cgroup.
 func (o *observer) culprit(cgroupID uint64) string {
+	if name, ok := bpf.CulpritName(cgroupID); ok {
+		return name
+	}
 	if id, ok := o.container(cgroupID); ok {
 		return id
 	}

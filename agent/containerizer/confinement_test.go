@@ -134,11 +134,11 @@ func TestTaskCannotLeaveItsCgroups(t *testing.T) {
 	c := newTest(t, testConfig(t))
 	root := c.cfg.CgroupRoot
 	var targets []string
-	for _, rel := range []string{"", root, filepath.Join(root, "revocable"), filepath.Join(root, "guaranteed")} {
+	for _, rel := range []string{"", root, cgroups.Subtree(root, cgroups.Revocable), cgroups.Subtree(root, cgroups.Guaranteed)} {
 		targets = append(targets, c.layout.PathsOf(rel).ProcsFiles()...)
 	}
 	if c.Mode() == ModeHybrid {
-		targets = append(targets, filepath.Join(c.layout.CPU, root, "revocable", "tasks"))
+		targets = append(targets, filepath.Join(c.layout.CPU, cgroups.Subtree(root, cgroups.Revocable), "tasks"))
 	}
 	// escape.sh ROLE: records its pid, tries every target, then sleeps.
 	script := filepath.Join(traversableTempDir(t), "escape.sh")

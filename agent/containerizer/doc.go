@@ -25,14 +25,23 @@
 // # Cgroup layout
 //
 // The host's layout is detected by New and logged; Mode reports it. A
-// container's cgroup is <root>/guaranteed/<id>, or <root>/revocable/<id> for
+// container's cgroup is <root>/guaranteed/<id>, or <root>-revocable/<id> for
 // a task with revocable resources; Container.CgroupPath is that relative
-// path. On pure cgroup v2 it is one directory of the v2 tree with cpu.weight
+// path. The revocable subtree is the root's sibling, not its child:
+// cpu.idle and CPU weights rank a cgroup among its siblings only, so under
+// the root best-effort work would be idle next to guaranteed tasks but
+// compete, through the root's weight, with everything outside it (host
+// services, --protect-cgroup services and their clients). With the root at
+// the top of the hierarchy (the default, "slackline"), best-effort work is
+// idle next to every other cgroup of the host. Agents before this layout
+// put it at <root>/revocable; their containers keep their checkpointed
+// paths, and Recover clears orphans there too. On pure cgroup v2 it is one directory of the v2 tree with cpu.weight
 // (clamp(cpus*100, 1, 10000)), cpu.max ("<cpus*100000> 100000", only with
 // Config.CPUHardLimit) and memory.max (mem MiB, plus memory.swap.max 0 where
 // swap is accounted); <root> and both subtrees delegate "+cpu +memory", and
 // the parent of <root> must already delegate them (New says how to fix it
-// otherwise, never touching that parent). On a hybrid host (the development
+// otherwise, never touching that parent; the revocable subtree, its
+// sibling, has the same parent). On a hybrid host (the development
 // and CI machines) the same relative path exists in three hierarchies: the
 // v1 cpu hierarchy (cpu.shares = max(2, cpus*1024), CFS quota and period
 // with the hard limit), the v1 memory hierarchy (memory.limit_in_bytes and

@@ -2,7 +2,6 @@ package containerizer
 
 import (
 	"fmt"
-	"path/filepath"
 	"runtime"
 	"time"
 
@@ -58,9 +57,9 @@ func (c *Containerizer) CPUs() []int {
 }
 
 // RevocableCgroup returns the revocable subtree's path relative to each
-// hierarchy, e.g. "slackline/revocable".
+// hierarchy, e.g. "slackline-revocable" (cgroups.Subtree).
 func (c *Containerizer) RevocableCgroup() string {
-	return filepath.Join(c.cfg.CgroupRoot, string(cgroups.Revocable))
+	return cgroups.Subtree(c.cfg.CgroupRoot, cgroups.Revocable)
 }
 
 // Root returns the agent's cgroup root, relative to each hierarchy.

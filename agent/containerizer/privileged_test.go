@@ -126,7 +126,7 @@ func TestTaskIsInItsCgroupsAtExec(t *testing.T) {
 		t.Fatal(err)
 	}
 	checkInCgroups(t, c, string(data), ct.CgroupPath)
-	if !strings.HasPrefix(ct.CgroupPath, c.cfg.CgroupRoot+"/revocable/") {
+	if !strings.HasPrefix(ct.CgroupPath, cgroups.Subtree(c.cfg.CgroupRoot, cgroups.Revocable)+"/") {
 		t.Errorf("revocable CgroupPath = %q", ct.CgroupPath)
 	}
 	pids, err := c.Pids(ct.ID)
@@ -340,7 +340,7 @@ func TestRealCPUWeights(t *testing.T) {
 	switch c.Mode() {
 	case ModeHybrid:
 		gp, rp := l.PathsOf(g.CgroupPath), l.PathsOf(r.CgroupPath)
-		revocableRoot := filepath.Join(l.CPU, cfg.CgroupRoot, "revocable")
+		revocableRoot := filepath.Join(l.CPU, cgroups.Subtree(cfg.CgroupRoot, cgroups.Revocable))
 		for _, tc := range []struct{ dir, file, want string }{
 			{gp.CPU, "cpu.shares", "2048"},
 			{gp.CPU, "cpu.cfs_quota_us", "200000"},

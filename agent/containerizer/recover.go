@@ -160,11 +160,20 @@ func (c *Containerizer) watchAdopted(ct *container, pidfd *os.File) {
 	c.finish(ct)
 }
 
+// legacyRevocable stands for the revocable subtree where agents put it
+// before it moved beside the root (cgroups.LegacyRevocable).
+const legacyRevocable cgroups.Class = "legacy-revocable"
+
 // removeOrphans kills and removes cgroups under the root's subtrees that no
-// checkpoint accounts for. Only the containerizer creates cgroups there.
+// checkpoint accounts for, and under the revocable subtree's legacy place.
+// Only the containerizer creates cgroups there.
 func (c *Containerizer) removeOrphans(ctx context.Context, known map[string]bool) {
-	for _, class := range []cgroups.Class{cgroups.Guaranteed, cgroups.Revocable} {
-		parent := filepath.Join(c.layout.Unified, c.cfg.CgroupRoot, string(class))
+	for _, class := range []cgroups.Class{cgroups.Guaranteed, cgroups.Revocable, legacyRevocable} {
+		subtree := cgroups.Subtree(c.cfg.CgroupRoot, class)
+		if class == legacyRevocable {
+			subtree = cgroups.LegacyRevocable(c.cfg.CgroupRoot)
+		}
+		parent := filepath.Join(c.layout.Unified, subtree)
 		entries, err := os.ReadDir(parent)
 		if err != nil {
 			continue
@@ -176,7 +185,7 @@ func (c *Containerizer) removeOrphans(ctx context.Context, known map[string]bool
 			if !e.IsDir() || known[e.Name()] || launching {
 				continue
 			}
-			p := c.layout.PathsOf(cgroups.ContainerRel(c.cfg.CgroupRoot, class, e.Name()))
+			p := c.layout.PathsOf(filepath.Join(subtree, e.Name()))
 			c.log.Warn("containerizer: removing orphaned cgroup", "cgroup", p.Rel)
 			kctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 			if err := p.KillAndWait(kctx); err != nil {

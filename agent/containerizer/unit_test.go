@@ -66,11 +66,11 @@ func TestNewOnFakeTrees(t *testing.T) {
 	}{
 		{"v2", fakeV2Files, ModeV2, map[string]string{
 			"slackline/cgroup.subtree_control":           "+cpu +memory",
-			"slackline/revocable/cpu.weight":             "1",
-			"slackline/revocable/cgroup.subtree_control": "+cpu +memory",
+			"slackline-revocable/cpu.weight":             "1",
+			"slackline-revocable/cgroup.subtree_control": "+cpu +memory",
 		}},
 		{"hybrid", fakeHybridFiles, ModeHybrid, map[string]string{
-			"cpu/slackline/revocable/cpu.shares": "2",
+			"cpu/slackline-revocable/cpu.shares": "2",
 		}},
 	}
 	for _, tt := range tests {

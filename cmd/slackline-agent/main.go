@@ -70,6 +70,7 @@ func run(args []string) error {
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	monitorInterval := fs.Duration("monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
 	useEBPF := fs.Bool("ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
+	allCulprits := fs.Bool("ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
 	netInterfaces := fs.String("network-interfaces", "", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
 	runqThreshold := fs.Duration("runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
 	estimatorName := fs.String("estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
@@ -171,7 +172,7 @@ func run(args []string) error {
 	}
 	var ebpfStats monitor.EBPF
 	if *useEBPF {
-		m, err := bpf.Load(bpf.Config{CgroupRoot: filepath.Join(cz.Layout().Unified, cz.Root()), LatencyThreshold: *runqThreshold, Logger: logger})
+		m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: *runqThreshold, AllCulprits: *allCulprits, Logger: logger})
 		if err != nil {
 			logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
 		} else {
@@ -184,7 +185,7 @@ func run(args []string) error {
 	// agent paces revocable egress on the interfaces, or says why not.
 	if *netInterfaces != "none" {
 		unified := cz.Layout().Unified
-		q := &agent.NetworkQoS{Interfaces: splitList(*netInterfaces), RevocableCgroup: filepath.Join(unified, cz.Root(), "revocable"),
+		q := &agent.NetworkQoS{Interfaces: splitList(*netInterfaces), RevocableCgroup: filepath.Join(unified, cz.RevocableCgroup()),
 			UnifiedRoot: unified, QdiscMajor: network.HandleMajor(cz.Root())}
 		for _, f := range netqos.Probe() {
 			if f.Err != nil {
@@ -193,7 +194,7 @@ func run(args []string) error {
 			cfg.Features = append(cfg.Features, f)
 		}
 		if *useEBPF {
-			progs, err := netqos.Load(netqos.Config{CgroupRoot: filepath.Join(unified, cz.Root()), Logger: logger})
+			progs, err := netqos.Load(netqos.Config{CgroupRoot: netRoot(cz), Logger: logger})
 			if err != nil {
 				q.ClassifierErr = err
 			} else {
@@ -285,4 +286,13 @@ func (l *stringList) String() string { return strings.Join(*l, ",") }
 func (l *stringList) Set(v string) error {
 	*l = append(*l, v)
 	return nil
+}
+
+// netRoot is where the network programs are attached in the v2 tree: the
+// parent of the agent's root, so that they see the guaranteed subtree under
+// the root and the revocable subtree beside it (cgroups.Subtree). With the
+// root at the top of the hierarchy that is the whole tree; untracked
+// cgroups cost each packet a map lookup.
+func netRoot(cz *containerizer.Containerizer) string {
+	return filepath.Dir(filepath.Join(cz.Layout().Unified, cz.Root()))
 }

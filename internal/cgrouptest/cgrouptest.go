@@ -15,13 +15,20 @@ import (
 // Mountpoint is where the cgroup hierarchies are mounted.
 const Mountpoint = "/sys/fs/cgroup"
 
-// RemoveRoot kills every process under root in the v2 tree (cgroup.kill)
-// and removes root's cgroups, children first, from the v2 tree and the v1
-// cpu, memory, cpuset and pids hierarchies. It touches nothing outside root.
+// RemoveRoot kills every process under root and under its revocable
+// sibling <root>-revocable in the v2 tree (cgroup.kill) and removes their
+// cgroups, children first, from the v2 tree and the v1 cpu, memory, cpuset
+// and pids hierarchies. It touches nothing else.
 func RemoveRoot(root string) {
 	if root == "" || filepath.IsAbs(root) {
 		return // never the whole hierarchy
 	}
+	// The revocable subtree lives beside the root (containerizer/cgroups.Subtree).
+	removeTree(root + "-revocable")
+	removeTree(root)
+}
+
+func removeTree(root string) {
 	unified := filepath.Join(Mountpoint, "unified")
 	if _, err := os.Stat(unified); err != nil {
 		unified = Mountpoint

@@ -140,10 +140,10 @@ func TestSetupRootV2(t *testing.T) {
 	mnt := fakeV2(t)
 	// A kernel with cpu.idle: the file exists in a real cgroup; here it is
 	// pre-created in the (already existing) revocable subtree.
-	if err := os.MkdirAll(filepath.Join(mnt, "slackline/revocable"), 0o755); err != nil {
+	if err := os.MkdirAll(filepath.Join(mnt, "slackline-revocable"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(mnt, "slackline/revocable/cpu.idle"), []byte("0\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(mnt, "slackline-revocable/cpu.idle"), []byte("0\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	l, err := Detect(mnt)
@@ -156,9 +156,9 @@ func TestSetupRootV2(t *testing.T) {
 	want := map[string]string{
 		"slackline/cgroup.subtree_control":            "+cpu +memory +pids",
 		"slackline/guaranteed/cgroup.subtree_control": "+cpu +memory +pids",
-		"slackline/revocable/cgroup.subtree_control":  "+cpu +memory +pids",
-		"slackline/revocable/cpu.weight":              "1",
-		"slackline/revocable/cpu.idle":                "1",
+		"slackline-revocable/cgroup.subtree_control":  "+cpu +memory +pids",
+		"slackline-revocable/cpu.weight":              "1",
+		"slackline-revocable/cpu.idle":                "1",
 	}
 	for file, value := range want {
 		if got := readFile(t, filepath.Join(mnt, file)); got != value {
@@ -174,14 +174,14 @@ func TestSetupRootV2(t *testing.T) {
 
 	// Again, as after an agent restart: the kernel refuses weight writes on
 	// an idle group, so the weight is left alone.
-	_ = os.Chmod(filepath.Join(mnt, "slackline/revocable/cpu.weight"), 0o644)
-	if err := os.WriteFile(filepath.Join(mnt, "slackline/revocable/cpu.weight"), []byte("100"), 0o644); err != nil {
+	_ = os.Chmod(filepath.Join(mnt, "slackline-revocable/cpu.weight"), 0o644)
+	if err := os.WriteFile(filepath.Join(mnt, "slackline-revocable/cpu.weight"), []byte("100"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := l.SetupRoot("slackline"); err != nil {
 		t.Fatalf("second SetupRoot: %v", err)
 	}
-	if got := readFile(t, filepath.Join(mnt, "slackline/revocable/cpu.weight")); got != "100" {
+	if got := readFile(t, filepath.Join(mnt, "slackline-revocable/cpu.weight")); got != "100" {
 		t.Errorf("cpu.weight of an idle group rewritten to %q", got)
 	}
 }
@@ -215,13 +215,16 @@ func TestSetupRootHybrid(t *testing.T) {
 		t.Fatalf("SetupRoot: %v", err)
 	}
 	for _, h := range []string{"cpu", "memory", "unified"} {
-		for _, sub := range []string{"guaranteed", "revocable"} {
-			if st, err := os.Stat(filepath.Join(mnt, h, "agent2", sub)); err != nil || !st.IsDir() {
-				t.Errorf("%s/agent2/%s missing: %v", h, sub, err)
+		for _, sub := range []string{"agent2/guaranteed", "agent2-revocable"} {
+			if st, err := os.Stat(filepath.Join(mnt, h, sub)); err != nil || !st.IsDir() {
+				t.Errorf("%s/%s missing: %v", h, sub, err)
 			}
 		}
 	}
-	if got := readFile(t, filepath.Join(mnt, "cpu/agent2/revocable/cpu.shares")); got != "2" {
+	if _, err := os.Stat(filepath.Join(mnt, "cpu/agent2/revocable")); err == nil {
+		t.Error("revocable subtree under the root: it would be idle only next to the guaranteed one")
+	}
+	if got := readFile(t, filepath.Join(mnt, "cpu/agent2-revocable/cpu.shares")); got != "2" {
 		t.Errorf("revocable cpu.shares = %q, want 2", got)
 	}
 	if _, err := os.Stat(filepath.Join(mnt, "unified/agent2/cgroup.subtree_control")); err == nil {
@@ -361,8 +364,8 @@ func TestOOMKills(t *testing.T) {
 func TestPathsOf(t *testing.T) {
 	hybrid := Layout{Mode: ModeHybrid, Mountpoint: "/m", Unified: "/m/unified", CPU: "/m/cpu", Memory: "/m/memory"}
 	got := hybrid.PathsOf(ContainerRel("root", Revocable, "id"))
-	want := Paths{Rel: "root/revocable/id", UnifiedMount: "/m/unified", Unified: "/m/unified/root/revocable/id",
-		CPU: "/m/cpu/root/revocable/id", Memory: "/m/memory/root/revocable/id"}
+	want := Paths{Rel: "root-revocable/id", UnifiedMount: "/m/unified", Unified: "/m/unified/root-revocable/id",
+		CPU: "/m/cpu/root-revocable/id", Memory: "/m/memory/root-revocable/id"}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("hybrid paths (-want +got):\n%s", diff)
 	}

@@ -62,17 +62,16 @@ func FormatCPUList(cpus []int) string {
 	return b.String()
 }
 
-// SetupCPUSet prepares root and its guaranteed and revocable subtrees for
-// CPU sets, so that SetCPUs can confine a subtree to some CPUs. On hybrid
-// hosts it creates them in the v1 cpuset hierarchy (Layout.CPUSet) with the
-// parent's cpuset.cpus and cpuset.mems, which a v1 cpuset must have before
-// a process can join it; containers join their subtree's directory there
-// (Paths.CPUSet), not a directory of their own, so a subtree's CPUs can
-// change without touching its children. On pure v2 it enables the cpuset
-// controller in root's cgroup.subtree_control, which needs the parent of
-// root to delegate it; containers inherit their subtree's CPUs. It returns
-// an error wrapping ErrUnsupported when the host has no usable cpuset
-// controller, and never changes a cgroup outside root.
+// SetupCPUSet prepares root's revocable subtree (Subtree) for CPU sets, so
+// that SetCPUs can confine it to some CPUs. On hybrid hosts it creates it in
+// the v1 cpuset hierarchy (Layout.CPUSet) with the parent's cpuset.cpus and
+// cpuset.mems, which a v1 cpuset must have before a process can join it;
+// revocable containers join that directory (Paths.CPUSet), not one of their
+// own, so the subtree's CPUs can change without touching its children. On
+// pure v2 the parent of the subtree (root's parent) must delegate the cpuset
+// controller; containers inherit the subtree's CPUs. It returns an error
+// wrapping ErrUnsupported when the host has no usable cpuset controller,
+// and never changes a cgroup that is not Slackline's.
 func (l Layout) SetupCPUSet(root string) error {
 	if l.CPUSet == "" {
 		return fmt.Errorf("%w: no cpuset controller at %s", ErrUnsupported, l.Mountpoint)
@@ -80,9 +79,9 @@ func (l Layout) SetupCPUSet(root string) error {
 	if err := ValidateRoot(root); err != nil {
 		return err
 	}
-	rels := []string{root, filepath.Join(root, string(Guaranteed)), filepath.Join(root, string(Revocable))}
+	revocable := Subtree(root, Revocable)
 	if l.Mode == ModeV2 {
-		parent := filepath.Dir(filepath.Join(l.Unified, root))
+		parent := filepath.Dir(filepath.Join(l.Unified, revocable))
 		data, err := os.ReadFile(filepath.Join(parent, "cgroup.subtree_control"))
 		if err != nil {
 			return wrap("read", filepath.Join(parent, "cgroup.subtree_control"), err)
@@ -91,13 +90,9 @@ func (l Layout) SetupCPUSet(root string) error {
 			return fmt.Errorf("%w: %s does not delegate the cpuset controller (cgroup.subtree_control: %q); revocable work cannot be confined to CPUs",
 				ErrUnsupported, parent, strings.TrimSpace(string(data)))
 		}
-		file := filepath.Join(l.Unified, root, "cgroup.subtree_control")
-		if err := os.WriteFile(file, []byte("+cpuset"), 0o644); err != nil {
-			return wrap("write", file, err)
-		}
 		return nil
 	}
-	for _, rel := range rels {
+	for _, rel := range []string{revocable} {
 		dir := filepath.Join(l.CPUSet, rel)
 		if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 			return wrap("create", dir, err)

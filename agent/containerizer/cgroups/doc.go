@@ -12,25 +12,29 @@
 //
 //	/sys/fs/cgroup/<root>/                 cgroup.subtree_control "+cpu +memory"
 //	/sys/fs/cgroup/<root>/guaranteed/      cgroup.subtree_control "+cpu +memory"
-//	/sys/fs/cgroup/<root>/revocable/       cpu.weight 1, cpu.idle 1, "+cpu +memory"
-//	/sys/fs/cgroup/<root>/<class>/<id>/    cpu.weight, [cpu.max], memory.max, [memory.swap.max 0]
+//	/sys/fs/cgroup/<root>/guaranteed/<id>/ cpu.weight, [cpu.max], memory.max, [memory.swap.max 0]
+//	/sys/fs/cgroup/<root>-revocable/       cpu.weight 1, cpu.idle 1, "+cpu +memory"
+//	/sys/fs/cgroup/<root>-revocable/<id>/  the same as a guaranteed container's
+//
+// The revocable subtree is the root's sibling (Subtree, RevocableSuffix):
+// cpu.idle ranks a cgroup among its siblings only.
 //
 // Hybrid (this project's development and CI machines): the same relative path
-// <root>/<class>/<id> exists in three hierarchies:
+// (<root>/guaranteed/<id>, <root>-revocable/<id>) exists in three
+// hierarchies:
 //
-//	/sys/fs/cgroup/cpu/<root>/<class>/<id>/      cpu.shares, [cpu.cfs_period_us, cpu.cfs_quota_us]
-//	/sys/fs/cgroup/memory/<root>/<class>/<id>/   memory.limit_in_bytes, [memory.memsw.limit_in_bytes]
-//	/sys/fs/cgroup/unified/<root>/<class>/<id>/  no controllers: cgroup.procs, cgroup.kill, PSI, cpu.stat
+//	/sys/fs/cgroup/cpu/<path>/      cpu.shares, [cpu.cfs_period_us, cpu.cfs_quota_us]
+//	/sys/fs/cgroup/memory/<path>/   memory.limit_in_bytes, [memory.memsw.limit_in_bytes]
+//	/sys/fs/cgroup/unified/<path>/  no controllers: cgroup.procs, cgroup.kill, PSI, cpu.stat
 //
 // and the revocable subtree gets cpu.shares 2 (and cpu.idle 1 where the
 // kernel has it) on the v1 cpu hierarchy.
 //
 // CPU sets (cpuset.go): where the host has the controller, SetupCPUSet
-// prepares <root>, <root>/guaranteed and <root>/revocable for it (on hybrid
-// hosts in the v1 cpuset hierarchy, /sys/fs/cgroup/cpuset, with the
-// parent's cpuset.cpus and cpuset.mems; containers join their subtree's
-// directory there, Paths.CPUSet); SetCPUs and CPUs write and read a
-// subtree's CPUs. Service cgroups (service.go): <root>/agent and
+// prepares the revocable subtree for it (on hybrid hosts in the v1 cpuset
+// hierarchy, /sys/fs/cgroup/cpuset, with the parent's cpuset.cpus and
+// cpuset.mems; revocable containers join the subtree's directory there,
+// Paths.CPUSet); SetCPUs and CPUs write and read a subtree's CPUs. Service cgroups (service.go): <root>/agent and
 // <root>/supervisors, each with a CPU weight and an optional cap. The v2 ("unified") directory of a
 // container is the one used for membership, kill and freeze in both layouts;
 // Paths.Unified names it.

@@ -45,6 +45,31 @@ const (
 	Revocable Class = "revocable"
 )
 
+// RevocableSuffix names the revocable subtree after the root: with the
+// root "slackline", the revocable subtree is the cgroup "slackline-revocable",
+// the root's sibling, and not one of its children. cpu.idle, and a low CPU
+// weight, rank a cgroup among its siblings only: under the root, best-effort
+// work would be idle next to guaranteed tasks but, through the root's own
+// weight, compete on an equal footing with everything outside the root (the
+// host's services, the --protect-cgroup services Slackline protects, their
+// clients). Beside a root at the top of the hierarchy, it is idle next to
+// every other top-level cgroup. docs/colocation-study.md measures the
+// difference.
+const RevocableSuffix = "-revocable"
+
+// Subtree returns the path of a class's subtree relative to each hierarchy:
+// <root>/guaranteed, or <root>-revocable (see RevocableSuffix).
+func Subtree(root string, class Class) string {
+	if class == Revocable {
+		return root + RevocableSuffix
+	}
+	return filepath.Join(root, string(class))
+}
+
+// LegacyRevocable is where agents before the revocable subtree moved beside
+// the root put it, <root>/revocable; Recover still clears orphans there.
+func LegacyRevocable(root string) string { return filepath.Join(root, string(Revocable)) }
+
 // Layout says where the hierarchies the containerizer uses are mounted. It is
 // plain data (serialised in checkpoints and handed to supervisors).
 type Layout struct {
@@ -177,19 +202,20 @@ func (p Paths) ProcsFiles() []string {
 }
 
 // ContainerPaths returns the directories of a container's cgroup: those of
-// its relative path and, on hybrid hosts with CPU sets, its subtree's
-// directory in the cpuset hierarchy, which its processes join too.
+// its relative path and, for a revocable one on hybrid hosts with CPU sets,
+// the revocable subtree's directory in the cpuset hierarchy, which its
+// processes join too.
 func (l Layout) ContainerPaths(root string, class Class, id string) Paths {
 	p := l.PathsOf(ContainerRel(root, class, id))
-	if l.Mode == ModeHybrid && l.CPUSet != "" {
-		p.CPUSet = filepath.Join(l.CPUSet, root, string(class))
+	if l.Mode == ModeHybrid && l.CPUSet != "" && class == Revocable {
+		p.CPUSet = filepath.Join(l.CPUSet, Subtree(root, class))
 	}
 	return p
 }
 
 // ContainerRel returns the relative path of a container's cgroup.
 func ContainerRel(root string, class Class, id string) string {
-	return filepath.Join(root, string(class), id)
+	return filepath.Join(Subtree(root, class), id)
 }
 
 // ValidateRoot checks that root is a clean relative path inside the

@@ -107,11 +107,12 @@ func v1Resources(lim Limits, swap bool) *specs.LinuxResources {
 	return res
 }
 
-// SetupRoot creates root and its guaranteed and revocable subtrees in every
-// hierarchy of the layout (keeping what exists), delegates the cpu and memory
-// controllers down on v2, and puts the revocable subtree at the lowest CPU
-// priority: v2 cpu.weight 1 and cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1
-// (cpu.idle only where the kernel has it).
+// SetupRoot creates root, its guaranteed subtree and the revocable subtree
+// beside it (Subtree) in every hierarchy of the layout (keeping what
+// exists), delegates the cpu and memory controllers down on v2, and puts
+// the revocable subtree at the lowest CPU priority: v2 cpu.weight 1 and
+// cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1 (cpu.idle only where the
+// kernel has it).
 func (l Layout) SetupRoot(root string) error {
 	if err := ValidateRoot(root); err != nil {
 		return err
@@ -134,7 +135,7 @@ func (l Layout) SetupRoot(root string) error {
 		return fmt.Errorf("%w: unknown mode %q", ErrUnsupported, l.Mode)
 	}
 	for _, h := range hierarchies {
-		for _, rel := range []string{root, filepath.Join(root, string(Guaranteed)), filepath.Join(root, string(Revocable))} {
+		for _, rel := range []string{root, Subtree(root, Guaranteed), Subtree(root, Revocable)} {
 			dir := filepath.Join(h, rel)
 			if err := os.Mkdir(dir, 0o755); err != nil && !errors.Is(err, os.ErrExist) {
 				return wrap("create", dir, err)
@@ -146,7 +147,7 @@ func (l Layout) SetupRoot(root string) error {
 			}
 		}
 	}
-	revocable := filepath.Join(root, string(Revocable))
+	revocable := Subtree(root, Revocable)
 	switch l.Mode {
 	case ModeV2:
 		dir := filepath.Join(l.Unified, revocable)
