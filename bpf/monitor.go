@@ -267,11 +267,7 @@ func Load(cfg Config) (*Monitor, error) {
 	} else {
 		m.sched = sched
 		sched.setThreshold(uint64(max(cfg.LatencyThreshold, 0)))
-		if cfg.AllCulprits {
-			if err := sched.AllCulprits.Set(uint32(1)); err != nil {
-				fail("attribute waits to every culprit", err)
-			}
-		}
+		sched.setAllCulprits(cfg.AllCulprits)
 		points = append(points, sched.points...)
 	}
 
@@ -590,13 +586,7 @@ func (m *Monitor) SetAllCulprits(on bool) error {
 	if m.sched == nil {
 		return fmt.Errorf("attribute waits to every culprit: %w", ErrUnavailable)
 	}
-	v := uint32(0)
-	if on {
-		v = 1
-	}
-	if err := m.sched.AllCulprits.Set(v); err != nil {
-		return fmt.Errorf("attribute waits to every culprit: %w", err)
-	}
+	m.sched.setAllCulprits(on)
 	return nil
 }
 

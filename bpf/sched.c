@@ -84,12 +84,14 @@ struct cpu_state {
 	__u64 newest_rev_end;       // end of the newest revocable run
 	__u64 res_cgroup[RESIDENT]; // resident cgroups (0: free entry)
 	__u64 untracked[UNTRACKED]; // untracked cgroups seen lately (0: none)
-	__u32 res_epoch[RESIDENT];  // written last when claiming, first when freeing
+	__u32 all_culprits;         // user space: 1 attributes waits to every culprit
+	__u32 pad1[3];
 	// Line 2: the rest.
+	__u32 res_epoch[RESIDENT];  // written last when claiming, first when freeing
 	__u64 last_rev;             // the last revocable cgroup that ran on this CPU
 	__u32 rev_newest;           // index of the newest entry of rev_runs
 	__u32 next_untracked;       // where the next untracked cgroup goes
-	__u64 pad2[6];
+	__u64 pad2[4];
 	struct resident {
 		struct sched_counters c;
 		__u64 pad[3]; // a whole number of cache lines
@@ -146,7 +148,7 @@ struct {
 // Events the ring buffer had no room for.
 __u64 events_lost;
 
-// Who delayed whom, every culprit (user space sets all_culprits): each CPU
+// Who delayed whom, every culprit (user space sets cpu_state.all_culprits): each CPU
 // also keeps its last RUNS runs of any task, keyed by culprit, so that a
 // guaranteed or protected task's wait is split among everything that held
 // the CPU meanwhile: tracked cgroups (revocable or not) and untracked ones
@@ -182,9 +184,6 @@ struct {
 	__type(key, __u32);
 	__type(value, struct culprit_state);
 } culprit_states SEC(".maps");
-
-// User space: 1 attributes waits to every culprit.
-__u32 all_culprits;
 
 // Timestamps come from the clock of the task's run queue (sched_clock, the
 // clock of the scheduler's own statistics, sched_info included), which the
@@ -536,7 +535,7 @@ static __always_inline void count_wait(struct cpu_state *cs, struct sched_counte
 	c->runq_sum_ns += latency;
 	if (INFO_CLASS(cs->cur_info) == CLASS_REVOCABLE)
 		return;
-	if (all_culprits) {
+	if (cs->all_culprits) {
 		if (latency && cs->switch_ts > attr_since)
 			attribute_all(cs, c, next, attr_since, latency);
 		return;
@@ -607,7 +606,7 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev, str
 	__u64 cgroup = task_cgroup_id(next);
 	__u32 info = cgroup_info(cs, cgroup, true);
 	__u32 prev_info = cs->cur_info;
-	if (all_culprits) {
+	if (cs->all_culprits) {
 		__u64 now = task_rq_clock(prev);
 		record_culprit(next, cgroup, info, now);
 		if (!info && !prev_info)

@@ -19,9 +19,8 @@ type schedShared struct {
 	Delays     *ebpf.Map      `ebpf:"delays"`
 	Events     *ebpf.Map      `ebpf:"events"`
 	EventsLost *ebpf.Variable `ebpf:"events_lost"`
-	// CulpritStates and AllCulprits: who delayed whom, every culprit.
-	CulpritStates *ebpf.Map      `ebpf:"culprit_states"`
-	AllCulprits   *ebpf.Variable `ebpf:"all_culprits"`
+	// CulpritStates: who delayed whom, every culprit.
+	CulpritStates *ebpf.Map `ebpf:"culprit_states"`
 }
 
 // schedKernelWaits is the variant for kernels that keep sched_info: one
@@ -120,6 +119,18 @@ func (o *schedObjs) setGen(gen uint32) {
 func (o *schedObjs) setThreshold(ns uint64) {
 	for i := range o.cpus {
 		atomic.StoreUint64(&o.cpus[i].Threshold, ns)
+	}
+}
+
+// setAllCulprits turns the attribution of waits to every culprit on or off
+// on every CPU.
+func (o *schedObjs) setAllCulprits(on bool) {
+	v := uint32(0)
+	if on {
+		v = 1
+	}
+	for i := range o.cpus {
+		atomic.StoreUint32(&o.cpus[i].AllCulprits, v)
 	}
 }
 

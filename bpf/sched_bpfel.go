@@ -37,11 +37,13 @@ type schedCpuState struct {
 	NewestRevEnd  uint64
 	ResCgroup     [4]uint64
 	Untracked     [4]uint64
+	AllCulprits   uint32
+	Pad1          [3]uint32
 	ResEpoch      [4]uint32
 	LastRev       uint64
 	RevNewest     uint32
 	NextUntracked uint32
-	Pad2          [6]uint64
+	Pad2          [4]uint64
 	Res           [4]struct {
 		_   structs.HostLayout
 		C   schedSchedCounters
@@ -136,7 +138,6 @@ const (
 	schedProgSchedSwitchWakeups = "sched_switch_wakeups"
 	schedProgSchedWakeup        = "sched_wakeup"
 	schedProgSchedWakeupNew     = "sched_wakeup_new"
-	schedVarAllCulprits         = "all_culprits"
 	schedVarEventsLost          = "events_lost"
 	schedVarUnusedEvent         = "unused_event"
 )
@@ -206,7 +207,6 @@ type schedMapSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedVariableSpecs struct {
-	AllCulprits *ebpf.VariableSpec `ebpf:"all_culprits"`
 	EventsLost  *ebpf.VariableSpec `ebpf:"events_lost"`
 	UnusedEvent *ebpf.VariableSpec `ebpf:"unused_event"`
 }
@@ -256,7 +256,6 @@ func (m *schedMaps) Close() error {
 //
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedVariables struct {
-	AllCulprits *ebpf.Variable `ebpf:"all_culprits"`
 	EventsLost  *ebpf.Variable `ebpf:"events_lost"`
 	UnusedEvent *ebpf.Variable `ebpf:"unused_event"`
 }
