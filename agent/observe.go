@@ -220,12 +220,12 @@ func (o *observer) serviceCgroups() map[uint64]string {
 			}
 		}
 	}
-	for _, c := range o.cz.Containers() {
-		root := filepath.Dir(filepath.Dir(c.CgroupPath))
+	// Any container names the cgroup root, beside which the supervisors live.
+	if cs := o.cz.Containers(); len(cs) > 0 {
+		root := filepath.Dir(filepath.Dir(cs[0].CgroupPath))
 		if id, err := bpf.CgroupID(filepath.Join(o.unifiedRoot, root, "supervisors")); err == nil {
 			out[id] = "supervisors"
 		}
-		break
 	}
 	return out
 }
