@@ -16,12 +16,14 @@
 //     shared revocable class; anything else returns TC_ACT_UNSPEC and HTB
 //     sends it directly.
 //   - tcp_rtt (SEC "sockops"), attached at Config.CgroupRoot: on each new
-//     connection below it, asks for BPF_SOCK_OPS_RTT_CB; on each RTT
-//     sample (the kernel's mrtt, µs) adds it to a log2 histogram of the
-//     socket's cgroup. The socket's cgroup is read through BTF
-//     (tcp_sock -> sk_cgrp_data.cgroup -> kn->id) because the callback runs
-//     in softirq, where the current task is anybody. Connections opened
-//     before the program was attached are not sampled.
+//     connection of a watched cgroup below it, asks for
+//     BPF_SOCK_OPS_RTT_CB; on each RTT sample (the kernel's mrtt, µs) adds
+//     it to a log2 histogram of the socket's cgroup. The socket's cgroup is
+//     read through BTF (tcp_sock -> sk_cgrp_data.cgroup -> kn->id) because
+//     the callback runs in softirq, where the current task is anybody.
+//     Other connections cost one lookup when established and nothing per
+//     acknowledgement; connections opened before the program was attached,
+//     or before their cgroup was watched, are not sampled.
 //   - tcp_retransmit (SEC "tp_btf/tcp_retransmit_skb"): counts
 //     retransmitted skbs per socket cgroup, for every socket.
 //

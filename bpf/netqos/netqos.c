@@ -112,16 +112,18 @@ static __always_inline __u64 sock_cgroup(const struct sock *sk)
 }
 
 // tcp_rtt runs for the TCP sockets of every cgroup below the cgroup it is
-// attached to: it asks for a callback on every RTT sample of each new
-// connection, and adds the samples (mrtt, µs) to the socket's cgroup.
+// attached to: for each new connection of a watched cgroup it asks for a
+// callback on every RTT sample, and adds the samples (mrtt, µs) to the
+// socket's cgroup. Other connections cost one lookup when established.
 SEC("sockops")
 int tcp_rtt(struct bpf_sock_ops *ops)
 {
+	int established = 0;
 	switch (ops->op) {
 	case BPF_SOCK_OPS_ACTIVE_ESTABLISHED_CB:
 	case BPF_SOCK_OPS_PASSIVE_ESTABLISHED_CB:
-		bpf_sock_ops_cb_flags_set(ops, ops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
-		return 1;
+		established = 1;
+		break;
 	case BPF_SOCK_OPS_RTT_CB:
 		break;
 	default:
@@ -137,6 +139,10 @@ int tcp_rtt(struct bpf_sock_ops *ops)
 	struct tcp_counters *c = bpf_map_lookup_elem(&tcp_stats, &cgroup);
 	if (!c)
 		return 1;
+	if (established) {
+		bpf_sock_ops_cb_flags_set(ops, ops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
+		return 1;
+	}
 	__u64 rtt_us = ops->args[0];
 	__u32 bucket = rtt_us ? log2_u64(rtt_us) : 0;
 	if (bucket >= RTT_BUCKETS)
