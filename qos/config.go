@@ -117,9 +117,11 @@ type InterferenceConfig struct {
 type CPUSetConfig struct {
 	// MinCPUs is the fewest CPUs revocable work keeps. Default 1.
 	MinCPUs int
-	// Headroom multiplies the guaranteed and protected work's CPU use to
-	// size the CPUs kept free of revocable work: ceil(use × Headroom), at
-	// least one while that work uses any CPU. Default 1.25.
+	// Headroom, when positive (at least 1), sizes revocable work's CPUs by
+	// the guaranteed and protected work's CPU use without waiting for a
+	// violation: ceil(use × Headroom) CPUs are kept free of it. 0 (the
+	// default) confines only on violations; growing back never takes the
+	// last CPU free of it while guaranteed work uses any.
 	Headroom float64
 	// ShrinkInterval is the minimum time between two CPUs taken away, long
 	// enough to see the previous one's effect. Default 1 s.
@@ -251,7 +253,7 @@ func DefaultConfig() Config {
 		},
 		CPUSet: CPUSetConfig{
 			MinCPUs:         1,
-			Headroom:        1.25,
+			Headroom:        0,
 			ShrinkInterval:  time.Second,
 			GrowAfter:       5 * time.Second,
 			GrowInterval:    5 * time.Second,
@@ -362,8 +364,8 @@ func (c Config) Validate() error {
 	if cs.MinCPUs < 1 {
 		bad("cpuset min cpus must be at least 1 (revocable work is never left without a CPU), got %d", cs.MinCPUs)
 	}
-	if cs.Headroom < 1 {
-		bad("cpuset headroom must be at least 1, got %v", cs.Headroom)
+	if cs.Headroom != 0 && cs.Headroom < 1 {
+		bad("cpuset headroom must be 0 (no sizing) or at least 1, got %v", cs.Headroom)
 	}
 	positive("cpuset shrink interval", cs.ShrinkInterval)
 	positive("cpuset grow after", cs.GrowAfter)

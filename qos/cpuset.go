@@ -14,13 +14,15 @@ import (
 // guaranteed work is never confined, so it keeps every CPU its allocation
 // promised, and preempts idle-priority revocable work wherever it runs.
 //
-//   - sizing: while guaranteed and protected work uses CPU, revocable work
-//     may have at most N - ceil(use × Headroom) of the node's N CPUs (at
-//     least one CPU free of it), and at least MinCPUs; when guaranteed use
-//     grows past that, CPUs are taken back at once, one per ShrinkInterval;
 //   - violation (the interference controller's thresholds and attribution):
-//     one more CPU taken back, at most one per ShrinkInterval, down to
-//     MinCPUs;
+//     one CPU taken back, at most one per ShrinkInterval, down to MinCPUs;
+//   - sizing, only with Headroom > 0: while guaranteed and protected work
+//     uses CPU, revocable work has at most N - ceil(use × Headroom) of the
+//     node's N CPUs, taken back one per ShrinkInterval without waiting for
+//     a violation (Koordinator's and Katalyst's suppression); off by
+//     default: beside a root it is idle next to, revocable work confined so
+//     gave up a third of its CPU without the server's p99 improving
+//     (docs/colocation-study.md);
 //   - never worse than nothing: with eBPF attribution, EffectWindow after
 //     the first CPU taken for a violation, the delay revocable containers
 //     cause guaranteed work is compared with the delay before; a
@@ -28,9 +30,11 @@ import (
 //     back) and not tried again for ProbeBackoff, doubling while it keeps
 //     failing;
 //   - calm for GrowAfter, and no CPU limit in force: one CPU given back per
-//     GrowInterval, up to the size sizing allows; a violation within
-//     GrowAfter of a CPU given back takes it back (a failed probe), and that
-//     size is not tried again for ProbeBackoff (doubling);
+//     GrowInterval, never onto the last CPU free of revocable work while
+//     guaranteed or protected work uses any (nor past what sizing allows);
+//     a violation within GrowAfter of a CPU given back takes it back (a
+//     failed probe), and that size is not tried again for ProbeBackoff
+//     (doubling);
 //   - with no guaranteed or protected work on the node, every CPU comes back
 //     at once.
 //
@@ -115,13 +119,14 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 		c.calmSince = time.Time{}
 	}
 
-	// The most CPUs revocable work may have.
+	// The most CPUs revocable work may grow to, or be sized to.
 	allowed := len(all)
 	reserve := 0
 	if guaranteedCPU > 0.01 {
 		reserve = max(1, int(math.Ceil(guaranteedCPU*c.cfg.Headroom-epsilon)))
 		allowed = len(all) - reserve
 	}
+	sizing := c.cfg.Headroom > 0
 	allowed = min(max(allowed, c.cfg.MinCPUs), len(all))
 	ineffective := now.Before(c.ineffectiveUntil)
 	c.noneLeft = current <= c.cfg.MinCPUs || ineffective || !revocable
@@ -145,7 +150,7 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 	switch {
 	case !guarded && current < len(all):
 		return c.confine(now, all, len(all), now, "no guaranteed work on the node")
-	case current > allowed && (c.lastChange.IsZero() || sinceChange >= c.cfg.ShrinkInterval):
+	case sizing && current > allowed && (c.lastChange.IsZero() || sinceChange >= c.cfg.ShrinkInterval):
 		return c.confine(now, all, current-1, now, fmt.Sprintf("guaranteed work uses %s: %d of %d CPUs kept free of revocable work",
 			formatCores(guaranteedCPU), reserve, len(all)))
 	case violating && c.lastGrow && sinceChange < c.cfg.GrowAfter:

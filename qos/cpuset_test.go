@@ -2,6 +2,7 @@ package qos_test
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"testing"
 	"time"
@@ -82,14 +83,22 @@ func newCPUSet(t *testing.T, names string, edit func(*qos.Config)) qos.Controlle
 
 func TestCPUSetTable(t *testing.T) {
 	calm := 200 * time.Microsecond
+	sized := func(cfg *qos.Config) { cfg.CPUSet.Headroom = 1.25 }
 	tests := []struct {
 		name  string
+		edit  func(*qos.Config)
 		n     int
 		scene func(i int) qos.Input
 		want  string
 	}{
 		{
-			name:  "guaranteed work using 1.5 cores: 2 CPUs kept free of revocable work, one CPU per ShrinkInterval",
+			name:  "calm and unconfined: nothing, however much CPU guaranteed work uses",
+			n:     100,
+			scene: func(i int) qos.Input { return cpusetScene(time.Duration(i)*100*ms, 1.5, calm, 0) },
+		},
+		{
+			name:  "sized: guaranteed work using 1.5 cores, 2 CPUs kept free of revocable work, one CPU per ShrinkInterval",
+			edit:  sized,
 			n:     40,
 			scene: func(i int) qos.Input { return cpusetScene(time.Duration(i)*100*ms, 1.5, calm, 0) },
 			want:  "0s confine 1-7\n1s confine 2-7\n",
@@ -129,6 +138,7 @@ func TestCPUSetTable(t *testing.T) {
 		},
 		{
 			name: "no guaranteed work: every CPU back at once",
+			edit: sized,
 			n:    30,
 			scene: func(i int) qos.Input {
 				in := cpusetScene(time.Duration(i)*100*ms, 1.5, calm, 0)
@@ -142,7 +152,7 @@ func TestCPUSetTable(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := confineLoop(t, newCPUSet(t, "cpuset", nil), tt.n, tt.scene)
+			got := confineLoop(t, newCPUSet(t, "cpuset", tt.edit), tt.n, tt.scene)
 			if diff := cmp.Diff(tt.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
@@ -247,5 +257,68 @@ func TestCPUSetBeforeThrottling(t *testing.T) {
 		"6.1s throttle 0.5\n6.6s throttle 0.25\n7.1s throttle 0.16\n"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestCPUSetInvariants drives the cpuset controller through long random
+// runs of violations, calm and changing guaranteed use, on nodes of 2, 4 and
+// 8 CPUs, sized and not, and checks what it must never do: leave revocable
+// work without a CPU (it never pauses it), or give it the last CPU free of
+// it while guaranteed work uses any; and it only ever moves one CPU at a
+// time, except to give every CPU back when guaranteed work is gone.
+func TestCPUSetInvariants(t *testing.T) {
+	for _, n := range []int{2, 4, 8} {
+		for _, headroom := range []float64{0, 1.25} {
+			t.Run(fmt.Sprintf("%d CPUs, headroom %v", n, headroom), func(t *testing.T) {
+				c := newCPUSet(t, "cpuset", func(cfg *qos.Config) { cfg.CPUSet.Headroom = headroom })
+				rng := rand.New(rand.NewPCG(uint64(n), 7))
+				all := make([]int, n)
+				for i := range all {
+					all[i] = i
+				}
+				cpus := all
+				guaranteed, violating, present := 0.5, false, true
+				for i := range 20000 {
+					if rng.IntN(50) == 0 {
+						violating = !violating
+					}
+					if rng.IntN(200) == 0 {
+						guaranteed = float64(rng.IntN(2*n)) / 2
+					}
+					if rng.IntN(500) == 0 {
+						present = !present
+					}
+					p99 := 200 * time.Microsecond
+					if violating {
+						p99 = 4 * ms
+					}
+					in := cpusetScene(time.Duration(i)*100*ms, guaranteed, p99, -1)
+					in.Node.CPUs = float64(n)
+					if !present {
+						in.Containers = in.Containers[1:]
+					}
+					in.RevocableCPUs = cpus
+					for _, corr := range c.Evaluate(in) {
+						if corr.Kind != qos.Confine {
+							continue
+						}
+						next := corr.CPUs
+						if len(next) == 0 {
+							next = all
+						}
+						usesCPU := present && guaranteed > 0.01
+						switch {
+						case len(next) == 0:
+							t.Fatalf("%v: revocable work left without a CPU", in.Now.Sub(t0))
+						case usesCPU && len(next) == n && len(cpus) < n:
+							t.Fatalf("%v: revocable work given the last CPU while guaranteed work uses %v cores: %v", in.Now.Sub(t0), guaranteed, corr)
+						case present && len(next) != len(cpus)+1 && len(next) != len(cpus)-1:
+							t.Fatalf("%v: from %d to %d CPUs at once: %v", in.Now.Sub(t0), len(cpus), len(next), corr)
+						}
+						cpus = next
+					}
+				}
+			})
+		}
 	}
 }
