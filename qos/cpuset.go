@@ -132,15 +132,20 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 	c.noneLeft = current <= c.cfg.MinCPUs || ineffective || !revocable
 	violating := worst != nil && revocable
 
-	if judged && violating {
+	// Due whether or not the violation goes on (see Interference).
+	if judged && revocable {
 		removed := 1 - float64(current)/float64(max(c.episodeFrom, current))
 		if due, failed, why := c.effect.verdict(now, removed); due && failed {
 			c.effect.end()
 			c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
 			c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
 			c.noneLeft = true
-			return c.confine(now, all, max(c.episodeFrom, current), worst.signalAt,
-				fmt.Sprintf("%s; confining revocable work did not help (%s): undone for %s", worst.reason, why, c.ineffectiveUntil.Sub(now)))
+			reason, signal := "after confining revocable work", now
+			if worst != nil {
+				reason, signal = worst.reason, worst.signalAt
+			}
+			return c.confine(now, all, max(c.episodeFrom, current), signal,
+				fmt.Sprintf("%s; confining revocable work did not help (%s): undone for %s", reason, why, c.ineffectiveUntil.Sub(now)))
 		} else if due {
 			c.ineffectiveBackoff = c.cfg.ProbeBackoff
 		}

@@ -322,3 +322,54 @@ func TestCPUSetInvariants(t *testing.T) {
 		}
 	}
 }
+
+// TestUndoneWhenWorseWithoutViolation: a correction after which revocable
+// work delays guaranteed work more is undone even when the violation itself
+// has stopped (the server's p99 fell into the hold band): the verdict does
+// not wait for a violation.
+func TestUndoneWhenWorseWithoutViolation(t *testing.T) {
+	for _, mechanism := range []string{"cpuset", "interference"} {
+		t.Run(mechanism, func(t *testing.T) {
+			c := newCPUSet(t, mechanism, nil)
+			cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+			corrected, undone := time.Duration(0), time.Duration(0)
+			for i := range 100 {
+				now := time.Duration(i) * 100 * ms
+				delay, p99 := time.Duration(0), 200*time.Microsecond
+				switch {
+				case i >= 10 && corrected == 0:
+					delay, p99 = 5*ms, 4*ms
+				case corrected > 0 && undone == 0:
+					delay, p99 = 10*ms, 700*time.Microsecond // worse for it, yet no violation
+				case undone > 0:
+					delay, p99 = 5*ms, 700*time.Microsecond
+				}
+				in := cpusetScene(now, 0, p99, delay)
+				in.RevocableCPUs, in.RevocableLimit = cpus, limit
+				for _, corr := range c.Evaluate(in) {
+					switch corr.Kind {
+					case qos.Confine:
+						cpus = corr.CPUs
+						if len(cpus) == 0 {
+							cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
+						}
+					case qos.Throttle, qos.Unthrottle:
+						limit = corr.CPULimit
+					}
+					if strings.Contains(corr.Reason, "did not help") {
+						undone = now
+					} else if corrected == 0 {
+						corrected = now
+					}
+				}
+			}
+			if corrected == 0 || undone == 0 {
+				t.Fatalf("corrected at %v, undone at %v: want the correction undone", corrected, undone)
+			}
+			if len(cpus) != 8 || limit != 0 {
+				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+			}
+			t.Logf("corrected at %v, undone at %v", corrected, undone)
+		})
+	}
+}

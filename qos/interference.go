@@ -154,7 +154,10 @@ func (c *Interference) Evaluate(in Input) []Correction {
 	}
 	c.updateCap(now, calm, s)
 
-	if judged && worst != nil && hasVictims {
+	// The verdict is due whether or not the violation goes on: throttling
+	// that made revocable tasks delay guaranteed work more, below the
+	// attribution gate or not, is undone all the same.
+	if judged && hasVictims {
 		removed := 0.0
 		if c.episodeBase > 0 {
 			applied := s.current
@@ -259,8 +262,12 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree, judged boo
 
 // undo takes back an episode's throttling that did not reduce the delay
 // revocable containers cause, and kills the one that caused most instead.
-func (c *Interference) undo(in Input, v *violation, s subtree, why string) []Correction {
+func (c *Interference) undo(in Input, worst *violation, s subtree, why string) []Correction {
 	now := in.Now
+	v := worst
+	if v == nil {
+		v = &violation{reason: "after throttling revocable work", signalAt: now}
+	}
 	c.effect.end()
 	c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
 	c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
@@ -275,7 +282,10 @@ func (c *Interference) undo(in Input, v *violation, s subtree, why string) []Cor
 			Reason:     fmt.Sprintf("%s; throttling did not help (%s): undone for %s", v.reason, why, c.ineffectiveUntil.Sub(now)),
 			Controller: "interference", Signal: v.signalAt})
 	}
-	return append(out, c.replace(in, v)...)
+	if worst == nil {
+		return out // no violation: nothing to replace throttling with
+	}
+	return append(out, c.replace(in, worst)...)
 }
 
 // replace kills, instead of throttling, the revocable container that
