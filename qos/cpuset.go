@@ -111,7 +111,7 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 		if c.calmSince.IsZero() {
 			c.calmSince = now
 		}
-		c.effect.end()
+		c.effect.calm()
 		if c.lastGrow && now.Sub(c.lastChange) >= c.cfg.GrowAfter {
 			c.backoff = c.cfg.ProbeBackoff // the probe held
 		}

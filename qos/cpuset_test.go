@@ -373,3 +373,58 @@ func TestUndoneWhenWorseWithoutViolation(t *testing.T) {
 		})
 	}
 }
+
+// TestUndoneWhenWaitingMovesElsewhere: confining or throttling revocable
+// work cuts the delay it causes, but the guaranteed work waits more in all
+// (its threads crowd the CPUs left to them): waiting moved is not waiting
+// saved, and the correction is undone.
+func TestUndoneWhenWaitingMovesElsewhere(t *testing.T) {
+	for _, mechanism := range []string{"cpuset", "interference"} {
+		t.Run(mechanism, func(t *testing.T) {
+			c := newCPUSet(t, mechanism, nil)
+			cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+			var corrected, undone time.Duration
+			for i := range 100 {
+				now := time.Duration(i) * 100 * ms
+				delay, wait, p99 := time.Duration(0), 5*ms, 200*time.Microsecond
+				switch {
+				case i >= 10 && corrected == 0:
+					delay, wait, p99 = 5*ms, 10*ms, 4*ms
+				case corrected > 0 && undone == 0:
+					delay, wait, p99 = 500*time.Microsecond, 20*ms, 4*ms // less from revocable work, more in all
+				case undone > 0:
+					delay, wait, p99 = 5*ms, 10*ms, 700*time.Microsecond
+				}
+				in := cpusetScene(now, 0, p99, delay)
+				in.Containers[0].RunqWait = wait
+				in.RevocableCPUs, in.RevocableLimit = cpus, limit
+				for _, corr := range c.Evaluate(in) {
+					switch corr.Kind {
+					case qos.Confine:
+						cpus = corr.CPUs
+						if len(cpus) == 0 {
+							cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
+						}
+					case qos.Throttle, qos.Unthrottle:
+						limit = corr.CPULimit
+					}
+					switch {
+					case strings.Contains(corr.Reason, "did not help"):
+						undone = now
+						if !strings.Contains(corr.Reason, "in all") {
+							t.Errorf("undone for another reason: %v", corr)
+						}
+					case corrected == 0:
+						corrected = now
+					}
+				}
+			}
+			if corrected == 0 || undone == 0 {
+				t.Fatalf("corrected at %v, undone at %v: want the correction undone", corrected, undone)
+			}
+			if len(cpus) != 8 || limit != 0 {
+				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+			}
+		})
+	}
+}

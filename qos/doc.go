@@ -160,10 +160,15 @@
 //     (Container.DelayedBy is not nil), a guaranteed or protected container's
 //     run-queue and PSI signals count, for violation and calm alike, only if
 //     revocable containers delayed it at least MinAttributedDelay during
-//     the interval, and a threshold event counts only if it names a
-//     revocable culprit. Work that suffers from itself or from something
-//     outside Slackline is not the revocable tasks' doing, and throttling
-//     them would not help. MinAttributedDelay 0 (agent flag
+//     the interval and, where its total run-queue wait is known
+//     (Container.RunqWait), at least MinAttributedShare (25%) of it; a
+//     threshold event counts only if it names a revocable culprit that held
+//     the CPU for that share of the wait. Work that suffers from itself or
+//     from something outside Slackline is not the revocable tasks' doing,
+//     and throttling them would not help: idle-priority best-effort work is
+//     preempted within microseconds, which at 400 wakeups a second adds up
+//     to a millisecond per interval while being a few percent of a server's
+//     waiting (docs/colocation-study.md). MinAttributedDelay 0 (agent flag
 //     --qos-min-attributed-delay 0) turns the check off; without eBPF every
 //     signal counts.
 //   - Calm: every p99 below RunqP99Exit, every PSI below CPUPressureExit,
@@ -241,7 +246,7 @@
 //
 //	interference  RunqP99Enter/Exit 1 ms / 500 µs   CPUPressureEnter/Exit 25 / 10 %
 //	              EventLatency 1 ms, EventCount 5, EventWindow 250 ms
-//	              MinAttributedDelay 1 ms
+//	              MinAttributedDelay 1 ms, MinAttributedShare 0.25
 //	              DecreaseFactor 0.5, DecreaseInterval 500 ms
 //	              IncreaseStep max(0.1 cores, 5% of CPUs), CalmPeriod 3 s, IncreaseInterval 1 s
 //	              ProbeBackoff 30 s (max 5 min)

@@ -13,7 +13,8 @@ import (
 // rate just before (the last quarter of an EffectWindow: the violation may
 // have begun within the window). A correction that did not cut it by at
 // least MinEffect of what it took from revocable work did not help, and the
-// controller undoes it.
+// controller undoes it; so did one after which guaranteed work waited more
+// in all (Container.RunqWait, when measured), whoever made it wait.
 //
 // Without attribution (no eBPF: every DelayedBy nil) nothing can be judged,
 // and neither can it when attribution is turned off (MinAttributedDelay 0):
@@ -25,11 +26,12 @@ type effect struct {
 	history []delaySample // the last 2 × window of evaluations, oldest first
 	last    time.Time     // the previous evaluation
 
-	active bool      // an episode is being judged
-	judged bool      // ... and its verdict was given
-	start  time.Time // its first correction
-	latest time.Time // its latest correction
-	before float64   // delay rate (seconds per second) just before it
+	active     bool      // an episode is being judged
+	judged     bool      // ... and its verdict was given
+	start      time.Time // its first correction
+	latest     time.Time // its latest correction
+	before     float64   // delay rate (seconds per second) just before it
+	waitBefore float64   // guarded work's whole wait rate then (0: unknown)
 }
 
 // delaySample is one evaluation's attributable delay: delay caused during
@@ -38,6 +40,7 @@ type delaySample struct {
 	when  time.Time
 	span  time.Duration
 	delay time.Duration
+	wait  time.Duration // all the run-queue wait of guarded work (0: unknown)
 }
 
 func newEffect(window time.Duration, minEffect float64) effect {
@@ -47,7 +50,7 @@ func newEffect(window time.Duration, minEffect float64) effect {
 // observe records the delay revocable containers caused guarded work since
 // the previous evaluation; it reports whether attribution is available.
 func (e *effect) observe(in Input) bool {
-	var delay time.Duration
+	var delay, wait time.Duration
 	attributed := false
 	for i := range in.Containers {
 		ct := &in.Containers[i]
@@ -58,12 +61,13 @@ func (e *effect) observe(in Input) bool {
 		for _, d := range ct.DelayedBy {
 			delay += d
 		}
+		wait += ct.RunqWait
 	}
 	defer func() { e.last = in.Now }()
 	if !attributed || e.last.IsZero() || !in.Now.After(e.last) {
 		return attributed
 	}
-	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay})
+	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait})
 	drop := 0
 	for drop < len(e.history) && in.Now.Sub(e.history[drop].when) > 2*e.window {
 		drop++
@@ -75,18 +79,26 @@ func (e *effect) observe(in Input) bool {
 // rate is the attributable delay per second over the samples whose
 // interval lies within (from, to].
 func (e *effect) rate(from, to time.Time) (float64, bool) {
-	var delay, span time.Duration
+	r, _, ok := e.rates(from, to)
+	return r, ok
+}
+
+// rates is rate, and guarded work's whole run-queue wait per second (0 when
+// not measured).
+func (e *effect) rates(from, to time.Time) (delay, wait float64, ok bool) {
+	var d, w, span time.Duration
 	for _, s := range e.history {
 		if s.when.Add(-s.span).Before(from) || s.when.After(to) {
 			continue
 		}
-		delay += s.delay
+		d += s.delay
+		w += s.wait
 		span += s.span
 	}
 	if span <= 0 {
-		return 0, false
+		return 0, 0, false
 	}
-	return delay.Seconds() / span.Seconds(), true
+	return d.Seconds() / span.Seconds(), w.Seconds() / span.Seconds(), true
 }
 
 // begin starts an episode at a tightening unless one is under way, and
@@ -99,19 +111,28 @@ func (e *effect) begin(now time.Time) bool {
 	// The delay just before: the violation may have begun within the
 	// window, and calm samples would dilute it, so the latest sample alone
 	// counts if it is worse.
-	before, ok := e.rate(now.Add(-e.window/4), now)
+	before, waitBefore, ok := e.rates(now.Add(-e.window/4), now)
 	if !ok {
 		return false
 	}
 	if last := e.history[len(e.history)-1]; last.span > 0 {
 		before = max(before, last.delay.Seconds()/last.span.Seconds())
 	}
-	e.active, e.judged, e.start, e.latest, e.before = true, false, now, now, before
+	e.active, e.judged, e.start, e.latest, e.before, e.waitBefore = true, false, now, now, before, waitBefore
 	return true
 }
 
-// end forgets the episode (calm came back, or the controller undid it).
+// end forgets the episode (the controller undid it).
 func (e *effect) end() { e.active, e.judged = false, false }
+
+// calm ends a judged episode; one not judged yet still is when due: calm
+// may only mean that revocable work's share of the waiting fell under the
+// attribution gate while guaranteed work waits as much as before.
+func (e *effect) calm() {
+	if e.judged {
+		e.end()
+	}
+}
 
 // verdict is given once per episode, EffectWindow after its start and at
 // least half of one after its latest tightening (a mechanism that tightens
@@ -125,13 +146,26 @@ func (e *effect) verdict(now time.Time, removed float64) (due, failed bool, why 
 	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 {
 		return false, false, ""
 	}
-	after, ok := e.rate(now.Add(-e.window/4), now)
+	after, waitAfter, ok := e.rates(now.Add(-e.window/4), now)
 	if !ok {
 		return false, false, ""
 	}
 	e.judged = true
 	removed = min(max(removed, 0), 1)
 	failed = e.before <= 0 || after > e.before*(1-e.minEffect*removed)
-	return true, failed, fmt.Sprintf("revocable tasks delayed guaranteed work %s per second before, %s per second after taking %.0f%% of their CPU",
+	why = fmt.Sprintf("revocable tasks delayed guaranteed work %s per second before, %s per second after taking %.0f%% of their CPU",
 		formatDuration(time.Duration(e.before*float64(time.Second))), formatDuration(time.Duration(after*float64(time.Second))), 100*removed)
+	// Waiting moved elsewhere is not waiting saved: with revocable work
+	// confined, a server's threads may crowd the CPUs left to them.
+	if e.waitBefore > 0 && waitAfter > e.waitBefore*(1+maxWaitGrowth) {
+		failed = true
+		why += fmt.Sprintf(", but guaranteed work waited %s per second in all, up from %s",
+			formatDuration(time.Duration(waitAfter*float64(time.Second))), formatDuration(time.Duration(e.waitBefore*float64(time.Second))))
+	}
+	return true, failed, why
 }
+
+// maxWaitGrowth is how much more guaranteed work may wait in all, after a
+// correction, before the correction counts as not having helped, whatever
+// it did to the part revocable work causes.
+const maxWaitGrowth = 0.1

@@ -148,7 +148,7 @@ func (c *Interference) Evaluate(in Input) []Correction {
 			c.calmSince = now
 		}
 		c.floorSince = time.Time{}
-		c.effect.end()
+		c.effect.calm()
 	} else {
 		c.calmSince = time.Time{}
 	}
