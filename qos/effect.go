@@ -76,15 +76,9 @@ func (e *effect) observe(in Input) bool {
 	return true
 }
 
-// rate is the attributable delay per second over the samples whose
-// interval lies within (from, to].
-func (e *effect) rate(from, to time.Time) (float64, bool) {
-	r, _, ok := e.rates(from, to)
-	return r, ok
-}
-
-// rates is rate, and guarded work's whole run-queue wait per second (0 when
-// not measured).
+// rates is the attributable delay per second over the samples whose
+// interval lies within (from, to], and guarded work's whole run-queue wait
+// per second (0 when not measured).
 func (e *effect) rates(from, to time.Time) (delay, wait float64, ok bool) {
 	var d, w, span time.Duration
 	for _, s := range e.history {
