@@ -47,6 +47,12 @@ type estimateLoop struct {
 
 	sent    resources.Resources
 	sentFor string // the session the last estimate was sent in ("" none)
+
+	// samples keeps each target's estimator samples between passes, so that
+	// a pass converts only the monitor's points that are new since the
+	// last (at 100 ms a full copy of every history cost ~600 samples per
+	// container per pass). spare is the previous pass's map, reused.
+	samples, spare map[string][]estimator.Sample
 }
 
 func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, net *network.Network) *estimateLoop {
@@ -55,6 +61,7 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{})
+	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
 	return l
 }
 
@@ -123,13 +130,24 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 	if m == nil {
 		return in, points
 	}
+	// Targets gone since the last pass are dropped with the old map.
+	kept := l.spare
+	clear(kept)
 	history := func(id string) []estimator.Sample {
-		points = m.History(points[:0], id)
-		samples := make([]estimator.Sample, len(points))
-		for i, p := range points {
-			samples[i] = estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS, NetTx: p.NetTxMbps}
+		samples := l.samples[id]
+		var after time.Time
+		if len(samples) > 0 {
+			after = samples[len(samples)-1].Time
 		}
-		return samples
+		points = m.HistorySince(points[:0], id, after)
+		for _, p := range points {
+			samples = append(samples, estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS, NetTx: p.NetTxMbps})
+		}
+		if excess := len(samples) - m.HistoryLimit(); excess > 0 {
+			samples = samples[excess:] // the next growth reallocates and frees the dropped head
+		}
+		kept[id] = samples
+		return samples[:len(samples):len(samples)] // estimators may not append into the cache
 	}
 	for _, c := range l.cz.Containers() {
 		if c.Exit != nil {
@@ -143,6 +161,7 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		id := protectedPrefix + path
 		in.Protected = append(in.Protected, estimator.Container{ID: id, History: history(id)})
 	}
+	l.samples, l.spare = kept, l.samples
 	return in, points
 }
 

@@ -573,6 +573,30 @@ func (m *Monitor) History(dst []Point, id string) []Point {
 	return append(dst, c.history[:c.next]...)
 }
 
+// HistorySince appends to dst the container's kept points stamped after
+// after, oldest first: callers that keep what they read copy only what is
+// new since their last call.
+func (m *Monitor) HistorySince(dst []Point, id string, after time.Time) []Point {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	c, ok := m.containers[id]
+	if !ok {
+		return dst
+	}
+	n := len(c.history)
+	newer := 0 // points at the ring's end newer than after
+	for newer < n && c.history[(c.next+n-1-newer)%n].Time.After(after) {
+		newer++
+	}
+	for i := n - newer; i < n; i++ {
+		dst = append(dst, c.history[(c.next+i)%n])
+	}
+	return dst
+}
+
+// HistoryLimit is how many points History keeps per container.
+func (m *Monitor) HistoryLimit() int { return m.cfg.History }
+
 // Node returns the node's latest sample (zero before the first pass).
 func (m *Monitor) Node() Usage {
 	m.mu.RLock()

@@ -3,6 +3,7 @@ package monitor
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -442,6 +443,19 @@ func TestHistoryBounded(t *testing.T) {
 			if !u.Time.Equal(wantTime) {
 				t.Fatalf("after %d passes, sample %d at %v, want %v (oldest first)", i+1, k, u.Time, wantTime)
 			}
+		}
+		// HistorySince returns the tail after a time: all, the newest
+		// point only, nothing.
+		if all := m.HistorySince(nil, "a", time.Time{}); !slices.Equal(all, h) {
+			t.Fatalf("after %d passes: HistorySince(zero) = %d points, want History's %d", i+1, len(all), len(h))
+		}
+		if i > 0 {
+			if tail := m.HistorySince(nil, "a", h[len(h)-2].Time); len(tail) != 1 || tail[0] != h[len(h)-1] {
+				t.Fatalf("after %d passes: HistorySince(previous pass) = %v, want the newest point only", i+1, tail)
+			}
+		}
+		if none := m.HistorySince(nil, "a", h[len(h)-1].Time); len(none) != 0 {
+			t.Fatalf("after %d passes: HistorySince(newest) = %v, want nothing", i+1, none)
 		}
 	}
 	for _, u := range m.History(nil, "a")[1:] {
