@@ -6,17 +6,37 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/etcdtest"
 	"github.com/slackline/slackline/resources"
 )
 
 // TestRestartKeepsRegistry stops a coordinator and starts a new one on the
-// same work dir: agents, frameworks, weights and quota survive, and tasks
-// are rebuilt from the re-registering agent.
+// same registry, on each backend (bbolt in the work dir; a real etcd
+// process): agents, frameworks, weights and quota survive, and tasks are
+// rebuilt from the re-registering agent.
 func TestRestartKeepsRegistry(t *testing.T) {
-	dir := t.TempDir()
+	t.Run("bbolt", func(t *testing.T) {
+		dir := t.TempDir()
+		testRestartKeepsRegistry(t, func() Config { return fastConfig(dir) })
+	})
+	t.Run("etcd", func(t *testing.T) {
+		etcdtest.Require(t)
+		client := etcdtest.Start(t, 1).Client(t)
+		testRestartKeepsRegistry(t, func() Config {
+			cfg := fastConfig(t.TempDir()) // the work dir is unused with a store
+			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: "/restart-test/"})
+			return cfg
+		})
+	})
+}
+
+// testRestartKeepsRegistry runs the scenario on coordinators configured by
+// config, called once per coordinator.
+func testRestartKeepsRegistry(t *testing.T, config func() Config) {
 	ctx := context.Background()
-	tc := startCluster(t, fastConfig(dir))
+	tc := startCluster(t, config())
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"eng/web"}, FailoverTimeoutSeconds: 3600})
 	if err := launch(fw, fw.nextOffer(), refuse(0), taskInfo("t1", "cpus:1;mem:256")); err != nil {
@@ -33,7 +53,7 @@ func TestRestartKeepsRegistry(t *testing.T) {
 	}
 	tc.stop()
 
-	tc2 := startCluster(t, fastConfig(dir))
+	tc2 := startCluster(t, config())
 	agents, err := tc2.operator.GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
 	if err != nil {
 		t.Fatal(err)
