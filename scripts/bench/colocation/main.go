@@ -1,373 +1,279 @@
 // Command colocation is the colocation benchmark: a latency-critical HTTP
-// server runs as a guaranteed task on a real agent and is loaded at a fixed
-// request rate (open loop, latency measured from each request's scheduled
-// time, so queueing is not hidden); CPU-bound best-effort tasks from
-// batch-framework --revocable run beside it on revocable resources. Three
-// runs side by side: the server alone; with best-effort and QoS "noop"; with
-// best-effort and QoS "interference". It prints the server's p50/p99/p99.9,
-// node CPU utilization and best-effort CPU time per run, and draws latency
-// and the revocable subtree's CPU limit over time into a PNG.
+// server runs as a guaranteed task on a real agent, loaded at a fixed
+// request rate by a load generator in a cgroup of its own (a service outside
+// Slackline that the agent protects, --protect-cgroup), while best-effort
+// tasks from batch-framework --revocable run beside it on revocable
+// resources.
 //
-//	sudo go run ./scripts/bench/colocation --rate 400 --duration 30s --out colocation.png
+// Each repetition runs, for every scenario, one cluster with QoS "noop" and
+// one with each QoS controller set compared (by default the agent's default
+// set). In each run the load lasts --duration while the best-effort tasks
+// are frozen (cgroup.freeze) and thawed in turn every --slice: the server's
+// p99 alone and beside best-effort work come from the same run, interleaved
+// within seconds, so that a shared machine's background load, which changes
+// from minute to minute, touches both alike (the first 200 ms of a slice are
+// left out). Scenarios (--scenarios, default all):
+//
+//   - cpu: six CPU-bound shell loops;
+//   - membw: two copy loops over buffers much larger than the last-level
+//     cache (memory bandwidth and cache pollution);
+//   - forkexec: four shell loops starting /bin/true (fork/exec churn).
+//
+// For every run it prints the server's p50/p99/p99.9 (open loop, measured
+// from each request's scheduled time), the cores used by the server, the
+// load generator and best-effort work, the revocable subtree's throttling,
+// what delayed the server's threads (the agent's eBPF who-delayed-whom) and
+// the corrections applied; then, per scenario, the medians over repetitions
+// with their spread, and one line
+//
+//	colocation[SCENARIO]: lc_p99_ratio=R be_share=S noop_ratio=N
+//
+// where R is p99 beside best-effort work / p99 alone in the runs with the
+// QoS set, S best-effort cores beside the server / cores left idle with
+// best-effort work frozen (/proc/stat: on a machine of its own, what the
+// server and its load generator leave), and N the ratio of the noop runs
+// (medians over repetitions; a run whose node left less than 0.1 core idle
+// has no S, and S is NaN if no run had; with several --qos sets, SCENARIO is followed
+// by ",SET"). The table also shows best-effort cores / the CPUs less what
+// the server, its load generator and the agent use ("of slack"), which on
+// a shared machine counts other tenants' CPU as if it were best-effort
+// work's to take. Results go to --out/results.json and a PNG per scenario
+// (latency per second and the revocable subtree's CPUs and limit); the
+// "study" sub-command draws the study's figures from results.json files.
+//
+// The agent's cgroup root and the load generator's cgroup get --root-weight
+// times the default CPU weight: a node given to Slackline gives its root
+// most of the machine (systemd's CPUWeight=), and on a shared development
+// machine the weight keeps other tenants from dominating what is measured.
+// Best-effort work, at idle priority in a subtree beside the root, does not
+// gain from it. Arguments after the flags go to the agent.
+//
+//	sudo go run ./scripts/bench/colocation --rate 400 --duration 40s --repeat 3
+//	sudo go run ./scripts/bench/colocation --scenarios cpu --qos interference,memory --qos cpuset,memory
 package main
 
 import (
-	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
-	"io"
-	"log/slog"
-	"net/http"
+	"math"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"strconv"
+	"slices"
 	"strings"
-	"sync"
-	"syscall"
 	"time"
 
-	"github.com/slackline/slackline/frameworkapi"
-	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/benchutil"
-	"github.com/slackline/slackline/internal/cgrouptest"
-	"github.com/slackline/slackline/resources"
+	"github.com/slackline/slackline/qos"
 )
 
 func main() {
-	if err := run(); err != nil {
+	var err error
+	switch {
+	case len(os.Args) > 1 && os.Args[1] == "loadgen":
+		err = runLoadgen(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "study":
+		err = runStudy(os.Args[2:])
+	default:
+		err = run()
+	}
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "colocation:", err)
 		os.Exit(1)
 	}
 }
 
+// options are the benchmark's flags.
 type options struct {
 	rate       int
 	duration   time.Duration
+	slice      time.Duration
 	work       time.Duration
-	bestEffort int
+	repeat     int
+	scenarios  []scenario
+	qosSets    []string
 	out        string
 	binDir     string
+	rootWeight float64
+	agentFlags []string
 }
 
-// result is one run's outcome.
-type result struct {
-	name                 string
-	latencies            []time.Duration
-	timeline             []point
-	nodeUtil             float64 // fraction of all CPUs busy
-	serverCores, beCores float64 // average cores used
-	errors               int
-}
+// stringList is a repeatable flag.
+type stringList []string
 
-// point is one second of a run: the p99 of requests scheduled in it and the
-// revocable subtree's CPU limit (cores, 0 = none) at its end.
-type point struct {
-	at    time.Duration
-	p99   time.Duration
-	limit float64
-}
+func (s *stringList) String() string     { return strings.Join(*s, " ") }
+func (s *stringList) Set(v string) error { *s = append(*s, v); return nil }
 
 func run() error {
 	var o options
+	var scenarioNames string
+	var qosSets stringList
 	flag.IntVar(&o.rate, "rate", 400, "requests per second sent to the server")
-	flag.DurationVar(&o.duration, "duration", 30*time.Second, "load duration per run")
+	flag.DurationVar(&o.duration, "duration", 40*time.Second, "load duration per run (half of it with best-effort work frozen)")
+	flag.DurationVar(&o.slice, "slice", 2*time.Second, "best-effort work is frozen and thawed in turn for this long")
 	flag.DurationVar(&o.work, "work", 500*time.Microsecond, "CPU work per request")
-	flag.IntVar(&o.bestEffort, "best-effort-tasks", 6, "best-effort CPU hogs to queue")
-	flag.StringVar(&o.out, "out", "colocation.png", "PNG of latency and throttle level over time")
+	flag.IntVar(&o.repeat, "repeat", 3, "repetitions of every run; medians and spread are reported")
+	flag.StringVar(&scenarioNames, "scenarios", "all", "best-effort scenarios, comma-separated: "+strings.Join(scenarioNamesList(), ", ")+", or all")
+	flag.Var(&qosSets, "qos", "QoS controller set compared with noop (repeatable; default: the agent's default, "+qos.DefaultControllers+"); static:cpus=1,quota=0.5,period=10ms applies one mechanism for the whole run instead")
+	flag.StringVar(&o.out, "out", "colocation-results", "directory for results.json and the plots")
+	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
 	flag.Parse()
+	o.agentFlags = flag.Args()
 	if os.Geteuid() != 0 {
-		return fmt.Errorf("needs root (the agent creates cgroups)")
+		return errors.New("needs root (the agent creates cgroups)")
+	}
+	var err error
+	if o.scenarios, err = parseScenarios(scenarioNames); err != nil {
+		return err
+	}
+	o.qosSets = qosSets
+	if len(o.qosSets) == 0 {
+		o.qosSets = []string{qos.DefaultControllers}
+	}
+	if o.repeat < 1 {
+		return errors.New("--repeat must be at least 1")
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		return err
 	}
 	dir, err := os.MkdirTemp("", "slackline-colocation")
 	if err != nil {
 		return err
 	}
 	defer os.RemoveAll(dir)
+	// Tasks run as an unprivileged user: they must reach the binaries.
+	if err := os.Chmod(dir, 0o755); err != nil {
+		return err
+	}
 	o.binDir = dir
-	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent",
-		"./examples/batch-framework", "./scripts/bench/colocation/latency-server"); err != nil {
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./examples/batch-framework",
+		"./scripts/bench/colocation/latency-server", "./scripts/bench/colocation/hog"); err != nil {
 		return err
 	}
-	var results []result
-	for _, r := range []struct {
-		name       string
-		qos        string
-		bestEffort bool
-	}{
-		{"alone", "noop", false},
-		{"best-effort, qos noop", "noop", true},
-		{"best-effort, qos interference", "interference,memory", true},
-	} {
-		res, err := runOnce(o, r.name, r.qos, r.bestEffort)
-		if err != nil {
-			return fmt.Errorf("run %q: %w", r.name, err)
+	machine := describeMachine()
+	fmt.Println(machine)
+
+	if o.slice <= 0 || o.duration < 4*o.slice {
+		return errors.New("--duration must hold at least four slices")
+	}
+	var results []runResult
+	for rep := range o.repeat {
+		for _, s := range o.scenarios {
+			for _, set := range append([]string{"noop"}, o.qosSets...) {
+				r, err := runOnce(o, rep, s, set, set)
+				if err != nil {
+					return fmt.Errorf("repetition %d, %s with %s: %w", rep+1, s.name, set, err)
+				}
+				results = append(results, r)
+			}
 		}
-		results = append(results, res)
+		if err := save(o.out, machine, results); err != nil {
+			return err
+		}
 	}
-	fmt.Printf("\n%-32s %9s %9s %9s %7s %9s %9s %9s\n", "run", "p50", "p99", "p99.9", "errors", "node cpu", "server", "best-eff")
-	for _, r := range results {
-		fmt.Printf("%-32s %9v %9v %9v %7d %8.0f%% %8.2fc %8.2fc\n", r.name,
-			pct(r.latencies, 0.50), pct(r.latencies, 0.99), pct(r.latencies, 0.999), r.errors,
-			100*r.nodeUtil, r.serverCores, r.beCores)
+	summary := summarize(o, results)
+	for _, s := range o.scenarios {
+		if err := drawScenario(filepath.Join(o.out, "colocation-"+s.name+".png"), s.name, results); err != nil {
+			return err
+		}
 	}
-	alone, qos := results[0], results[2]
-	// What the node leaves idle with the server alone (the load generator
-	// runs on this host too and uses CPU the best-effort work cannot have).
-	idle := float64(numCPU()) * (1 - alone.nodeUtil)
-	fmt.Printf("\nserver p99 with best-effort under interference / alone: %.2fx (goal <= 1.2x); noop / alone: %.2fx\n",
-		float64(pct(qos.latencies, 0.99))/float64(pct(alone.latencies, 0.99)),
-		float64(pct(results[1].latencies, 0.99))/float64(pct(alone.latencies, 0.99)))
-	fmt.Printf("best-effort used %.0f%% of the CPU left idle with the server alone (%.2f of %.2f cores; goal >= 50%%)\n",
-		100*qos.beCores/idle, qos.beCores, idle)
-	if err := drawPNG(results, o.out); err != nil {
-		return err
-	}
-	fmt.Println("plot:", o.out)
+	fmt.Println()
+	fmt.Print(summary)
+	fmt.Println("results and plots:", o.out)
 	return nil
 }
 
-func pct(ds []time.Duration, p float64) time.Duration {
-	return benchutil.Percentile(ds, p, 10*time.Microsecond)
-}
-
-func runOnce(o options, name, qos string, bestEffort bool) (result, error) {
-	fmt.Printf("== %s\n", name)
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	work, err := os.MkdirTemp("", "colocation-run")
+// save writes every result so far, so that an interrupted benchmark keeps
+// what it measured.
+func save(dir, machine string, results []runResult) error {
+	data, err := json.MarshalIndent(struct {
+		Machine string      `json:"machine"`
+		Runs    []runResult `json:"runs"`
+	}{machine, results}, "", "  ")
 	if err != nil {
-		return result{}, err
+		return err
 	}
-	defer os.RemoveAll(work)
-	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
-	root := fmt.Sprintf("slackline-coloc-%d", time.Now().UnixNano()%1e9)
-	defer cgrouptest.RemoveRoot(root)
-	var procs []*exec.Cmd
-	defer func() {
-		for _, p := range procs {
-			_ = p.Process.Signal(syscall.SIGTERM)
-			_ = p.Wait()
-		}
-	}()
-	startProc := func(name string, args ...string) error {
-		p := exec.Command(filepath.Join(o.binDir, name), args...)
-		logf, _ := os.Create(filepath.Join(work, name+".log"))
-		p.Stdout, p.Stderr = logf, logf
-		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.Start(); err != nil {
-			return err
-		}
-		procs = append(procs, p)
-		return nil
-	}
-	if err := startProc("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coord")); err != nil {
-		return result{}, err
-	}
-	time.Sleep(300 * time.Millisecond)
-	if err := startProc("slackline-agent", "--coordinator", "http://"+coordAddr, "--listen", agentAddr,
-		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
-		"--qos-controller", qos, "--monitor-interval", "100ms", "--estimator-window", "10s"); err != nil {
-		return result{}, err
-	}
+	return os.WriteFile(filepath.Join(dir, "results.json"), data, 0o644)
+}
 
-	// The latency-critical server: a guaranteed task holding the whole node,
-	// so that what it leaves idle is slack (revocable), not unallocated.
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	launched := false
-	var mu sync.Mutex
-	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: "http://" + coordAddr, Logger: quiet,
-		Framework: &slacklinev1.FrameworkInfo{Name: "latency-critical"}})
-	if err != nil {
-		return result{}, err
-	}
-	go fw.Run(ctx, frameworkapi.HandlerFuncs{OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
-		mu.Lock()
-		defer mu.Unlock()
-		for _, off := range offers {
-			if launched {
-				_ = c.Decline(ctx, []string{off.GetId()}, frameworkapi.Filters(3600))
-				continue
+// summarize computes, per scenario and QoS set, the medians and spreads of
+// the per-run ratios, and prints the one-line summaries.
+func summarize(o options, results []runResult) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%-10s %-28s %22s %22s %22s %22s\n", "scenario", "qos", "p99 ratio (min-max)", "be share (min-max)", "of slack (min-max)", "be cores (min-max)")
+	var lines []string
+	for _, s := range o.scenarios {
+		noop := collect(results, s.name, "noop")
+		row := func(set string, c collected) {
+			fmt.Fprintf(&b, "%-10s %-28s %22s %22s %22s %22s\n", s.name, set, spread(c.ratio, "%.2fx"), spread(c.share, "%.2f"),
+				spread(c.ofSlack, "%.2f"), spread(c.beCores, "%.2fc"))
+		}
+		row("noop", noop)
+		for _, set := range o.qosSets {
+			c := collect(results, s.name, set)
+			row(set, c)
+			name := s.name
+			if len(o.qosSets) > 1 {
+				name += "," + set
 			}
-			launched = true
-			cmd := fmt.Sprintf("%s --listen %s --work %s", filepath.Join(o.binDir, "latency-server"), serverAddr, o.work)
-			task := frameworkapi.NewTask("server", "server", off, resources.MustParse("cpus:2;mem:256"), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
-			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
-		}
-	}})
-	if err := waitHTTP("http://"+serverAddr, 30*time.Second); err != nil {
-		return result{}, fmt.Errorf("server: %w", err)
-	}
-	if bestEffort {
-		hog := `while :; do :; done`
-		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
-			"--tasks", strconv.Itoa(o.bestEffort), "--task-resources", "cpus:0.25;mem:32", "--command", hog); err != nil {
-			return result{}, err
-		}
-		// Give the estimator time to offer slack and the hogs time to start.
-		time.Sleep(5 * time.Second)
-	}
-	res := result{name: name}
-	cpu0, t0 := nodeCPU()
-	srv0, be0 := cgroupCPU(root, "guaranteed"), cgroupCPU(root, "revocable")
-	res.latencies, res.errors, res.timeline = load(ctx, "http://"+serverAddr, o.rate, o.duration, root)
-	cpu1, t1 := nodeCPU()
-	wall := o.duration.Seconds()
-	res.nodeUtil = (cpu1 - cpu0) / (t1 - t0)
-	res.serverCores = (cgroupCPU(root, "guaranteed") - srv0) / wall
-	res.beCores = (cgroupCPU(root, "revocable") - be0) / wall
-	return res, nil
-}
-
-func waitHTTP(url string, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
-		if resp, err := http.Get(url); err == nil {
-			resp.Body.Close()
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("not answering at %s after %v", url, timeout)
-}
-
-// load sends rate requests per second for d, open loop, and returns each
-// request's latency from its scheduled send time, the error count, and a
-// per-second timeline of p99 and the revocable CPU limit.
-func load(ctx context.Context, url string, rate int, d time.Duration, root string) ([]time.Duration, int, []point) {
-	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
-	n := int(float64(rate) * d.Seconds())
-	interval := time.Second / time.Duration(rate)
-	lat := make([]time.Duration, n)
-	failed := make([]bool, n)
-	var wg sync.WaitGroup
-	start := time.Now()
-	var limits []float64
-	stopSampling := make(chan struct{})
-	go func() {
-		tick := time.NewTicker(time.Second)
-		defer tick.Stop()
-		for {
-			select {
-			case <-tick.C:
-				limits = append(limits, revocableLimit(root))
-			case <-stopSampling:
-				return
+			share := math.NaN() // no run left idle CPU to share
+			if len(c.share) > 0 {
+				share = median(c.share)
 			}
-		}
-	}()
-	for i := range n {
-		at := start.Add(time.Duration(i) * interval)
-		time.Sleep(time.Until(at))
-		wg.Go(func() {
-			resp, err := client.Get(url)
-			if err != nil {
-				failed[i] = true
-				return
-			}
-			_, _ = io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			lat[i] = time.Since(at)
-		})
-	}
-	wg.Wait()
-	close(stopSampling)
-	var ok []time.Duration
-	errors := 0
-	var timeline []point
-	for sec := 0; sec < int(d.Seconds()); sec++ {
-		var bucket []time.Duration
-		for i := sec * rate; i < min(n, (sec+1)*rate); i++ {
-			if !failed[i] {
-				bucket = append(bucket, lat[i])
-			}
-		}
-		p := point{at: time.Duration(sec) * time.Second, p99: pct(bucket, 0.99)}
-		if sec < len(limits) {
-			p.limit = limits[sec]
-		}
-		timeline = append(timeline, p)
-	}
-	for i := range n {
-		if failed[i] {
-			errors++
-		} else {
-			ok = append(ok, lat[i])
+			lines = append(lines, fmt.Sprintf("colocation[%s]: lc_p99_ratio=%.2f be_share=%.2f noop_ratio=%.2f",
+				name, median(c.ratio), share, median(noop.ratio)))
 		}
 	}
-	return ok, errors, timeline
+	var p99s, idle []float64
+	for _, r := range results {
+		p99s = append(p99s, r.Alone.P99.Seconds()*1000)
+		idle = append(idle, r.idleCores())
+	}
+	fmt.Fprintf(&b, "server alone (best-effort work frozen): p99 %s ms, idle %s cores, over %d runs\n\n", spread(p99s, "%.2f"), spread(idle, "%.2f"), len(p99s))
+	for _, l := range lines {
+		b.WriteString(l + "\n")
+	}
+	return b.String()
 }
 
-// nodeCPU returns busy CPU-seconds and elapsed CPU-seconds from /proc/stat.
-func nodeCPU() (busy, total float64) {
-	raw, _ := os.ReadFile("/proc/stat")
-	line, _, _ := strings.Cut(string(raw), "\n")
-	fields := strings.Fields(line)[1:]
-	var sum, idle float64
-	for i, f := range fields {
-		v, _ := strconv.ParseFloat(f, 64)
-		sum += v
-		if i == 3 || i == 4 { // idle, iowait
-			idle += v
+// collected are one configuration's per-repetition values.
+type collected struct{ ratio, share, ofSlack, beCores []float64 }
+
+func collect(results []runResult, scenarioName, set string) collected {
+	var c collected
+	for _, r := range results {
+		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
+			continue
 		}
+		c.ratio = append(c.ratio, r.ratio())
+		if share, ok := r.share(); ok {
+			c.share = append(c.share, share)
+		}
+		if slack := r.slackCores(); slack > 0 {
+			c.ofSlack = append(c.ofSlack, r.Shared.BECores/slack)
+		}
+		c.beCores = append(c.beCores, r.Shared.BECores)
 	}
-	return (sum - idle) / 100, sum / 100
+	return c
 }
 
-func numCPU() int {
-	n := 0
-	raw, _ := os.ReadFile("/proc/stat")
-	for _, line := range strings.Split(string(raw), "\n") {
-		if strings.HasPrefix(line, "cpu") && !strings.HasPrefix(line, "cpu ") {
-			n++
-		}
-	}
-	return n
-}
-
-// cgroupCPU returns CPU-seconds used by a subtree of the agent's root, from
-// cpu.stat in the v2 tree (/sys/fs/cgroup/unified on hybrid hosts), which
-// counts the subtree's children too.
-func cgroupCPU(root, sub string) float64 {
-	raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup/unified", root, sub, "cpu.stat"))
-	if err != nil {
-		raw, err = os.ReadFile(filepath.Join("/sys/fs/cgroup", root, sub, "cpu.stat"))
-	}
-	if err != nil {
+func median(vs []float64) float64 {
+	if len(vs) == 0 {
 		return 0
 	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if v, ok := strings.CutPrefix(line, "usage_usec "); ok {
-			us, _ := strconv.ParseFloat(v, 64)
-			return us / 1e6
-		}
+	s := slices.Clone(vs)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
 	}
-	return 0
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
 }
 
-// revocableLimit returns the revocable subtree's CPU limit in cores (0 = none).
-func revocableLimit(root string) float64 {
-	for _, base := range []string{"/sys/fs/cgroup/cpu,cpuacct", "/sys/fs/cgroup/cpu"} {
-		q, err1 := os.ReadFile(filepath.Join(base, root, "revocable", "cpu.cfs_quota_us"))
-		p, err2 := os.ReadFile(filepath.Join(base, root, "revocable", "cpu.cfs_period_us"))
-		if err1 == nil && err2 == nil {
-			quota, _ := strconv.ParseFloat(strings.TrimSpace(string(q)), 64)
-			period, _ := strconv.ParseFloat(strings.TrimSpace(string(p)), 64)
-			if quota <= 0 || period <= 0 {
-				return 0
-			}
-			return quota / period
-		}
+// spread formats "median (min-max)".
+func spread(vs []float64, format string) string {
+	if len(vs) == 0 {
+		return "-"
 	}
-	raw, err := os.ReadFile(filepath.Join("/sys/fs/cgroup", root, "revocable", "cpu.max"))
-	if err != nil {
-		return 0
-	}
-	f := strings.Fields(string(raw))
-	if len(f) != 2 || f[0] == "max" {
-		return 0
-	}
-	quota, _ := strconv.ParseFloat(f[0], 64)
-	period, _ := strconv.ParseFloat(f[1], 64)
-	return quota / period
+	return fmt.Sprintf(format+" ("+format+"-"+format+")", median(vs), slices.Min(vs), slices.Max(vs))
 }

@@ -1,0 +1,62 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"sync"
+	"time"
+)
+
+// loadReport is what the load generator writes on its stdout when it is
+// done: each request's latency in microseconds from its scheduled send time
+// (-1: failed), in schedule order.
+type loadReport struct {
+	LatencyMicros []int64 `json:"latency_us"`
+}
+
+// runLoadgen is the "loadgen" sub-command: the benchmark starts it as a
+// process of its own, moves it into the load generator's cgroup, then
+// writes a line on its stdin; only then does it send --rate requests per
+// second for --duration, open loop (a request is sent at its scheduled time
+// whether or not earlier ones have answered, so queueing is not hidden).
+func runLoadgen(args []string) error {
+	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
+	url := fs.String("url", "", "server URL")
+	rate := fs.Int("rate", 400, "requests per second")
+	duration := fs.Duration("duration", 30*time.Second, "how long to send")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if _, err := bufio.NewReader(os.Stdin).ReadString('\n'); err != nil {
+		return fmt.Errorf("wait for the start line: %w", err)
+	}
+	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{MaxIdleConnsPerHost: 1024}}
+	n := int(float64(*rate) * duration.Seconds())
+	interval := time.Second / time.Duration(*rate)
+	lat := make([]int64, n)
+	var wg sync.WaitGroup
+	start := time.Now()
+	for i := range n {
+		at := start.Add(time.Duration(i) * interval)
+		time.Sleep(time.Until(at))
+		wg.Go(func() {
+			lat[i] = -1
+			resp, err := client.Get(*url)
+			if err != nil {
+				return
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				lat[i] = time.Since(at).Microseconds()
+			}
+		})
+	}
+	wg.Wait()
+	return json.NewEncoder(os.Stdout).Encode(loadReport{LatencyMicros: lat})
+}

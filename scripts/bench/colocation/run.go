@@ -1,0 +1,952 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/frameworkapi"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/benchutil"
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+// scenario is one kind of best-effort work.
+type scenario struct {
+	name    string
+	tasks   int
+	res     string
+	command func(binDir string) string
+}
+
+var scenarios = []scenario{
+	{name: "cpu", tasks: 6, res: "cpus:0.25;mem:32", command: func(string) string { return `while :; do :; done` }},
+	// Two 512 MiB buffers per task: about four times the largest L3 of
+	// current server parts (and of this development machine's, 260 MiB).
+	{name: "membw", tasks: 2, res: "cpus:0.5;mem:1200", command: func(bin string) string { return filepath.Join(bin, "hog") + " --mib 512" }},
+	{name: "forkexec", tasks: 4, res: "cpus:0.25;mem:64", command: func(string) string { return `while :; do /bin/true; done` }},
+}
+
+func scenarioNamesList() []string {
+	var names []string
+	for _, s := range scenarios {
+		names = append(names, s.name)
+	}
+	return names
+}
+
+func parseScenarios(list string) ([]scenario, error) {
+	if list == "all" || list == "" {
+		return scenarios, nil
+	}
+	var out []scenario
+	for name := range strings.SplitSeq(list, ",") {
+		i := slices.IndexFunc(scenarios, func(s scenario) bool { return s.name == strings.TrimSpace(name) })
+		if i < 0 {
+			return nil, fmt.Errorf("unknown scenario %q: choose among %s", name, strings.Join(scenarioNamesList(), ", "))
+		}
+		out = append(out, scenarios[i])
+	}
+	return out, nil
+}
+
+// runResult is one run's outcome: the load generator runs once, and the
+// best-effort tasks are frozen (cgroup.freeze) and thawed in alternate
+// slices, so that the server alone and beside best-effort work are
+// measured in the same minute, on the same agent, under the same
+// background load.
+type runResult struct {
+	Rep      int           `json:"rep"`
+	Scenario string        `json:"scenario"`
+	Config   string        `json:"config"` // "noop" or the QoS controller set
+	Mode     string        `json:"cgroup_mode"`
+	CPUs     int           `json:"cpus"`
+	Slice    time.Duration `json:"slice"`
+
+	Alone  phase `json:"alone"`  // best-effort work frozen
+	Shared phase `json:"shared"` // best-effort work running
+
+	Corrections map[string]int `json:"corrections,omitempty"` // "controller kind" -> count
+	Timeline    []point        `json:"timeline"`
+}
+
+// phase is what was measured over the slices of one kind.
+type phase struct {
+	Seconds  float64       `json:"seconds"`
+	Requests int           `json:"requests"`
+	Errors   int           `json:"errors"`
+	P50      time.Duration `json:"p50"`
+	P99      time.Duration `json:"p99"`
+	P999     time.Duration `json:"p999"`
+
+	NodeBusy     float64 `json:"node_busy"` // fraction of all CPUs busy
+	StealCores   float64 `json:"steal_cores"`
+	IRQCores     float64 `json:"irq_cores"` // hard and soft interrupts (/proc/stat, tick-sampled)
+	ServerCores  float64 `json:"server_cores"`
+	LoadgenCores float64 `json:"loadgen_cores"`
+	AgentCores   float64 `json:"agent_cores"` // the agent's own cgroup
+	BECores      float64 `json:"be_cores"`
+
+	Throttled     uint64        `json:"revocable_nr_throttled"`
+	Periods       uint64        `json:"revocable_nr_periods"`
+	ThrottledTime time.Duration `json:"revocable_throttled_time"`
+
+	// Delays is what kept the server's threads waiting for a CPU, by culprit
+	// class (the agent's eBPF who-delayed-whom); RunqWait and Wakeups the
+	// server's total run-queue wait and its count. Loadgen* are the same
+	// for the load generator (a protected service).
+	Delays          map[string]time.Duration `json:"server_delayed_by,omitempty"`
+	RunqWait        time.Duration            `json:"server_runq_wait"`
+	Wakeups         uint64                   `json:"server_wakeups"`
+	LoadgenDelays   map[string]time.Duration `json:"loadgen_delayed_by,omitempty"`
+	LoadgenRunqWait time.Duration            `json:"loadgen_runq_wait"`
+	LoadgenWakeups  uint64                   `json:"loadgen_wakeups"`
+}
+
+// ratio is the server's p99 beside best-effort work over its p99 alone.
+func (r runResult) ratio() float64 {
+	if r.Alone.P99 <= 0 {
+		return 0
+	}
+	return float64(r.Shared.P99) / float64(r.Alone.P99)
+}
+
+// idleCores is what the node leaves idle while best-effort work is frozen,
+// in cores (/proc/stat): on a machine of its own, what the server and its
+// load generator leave; on a shared one, also less what other tenants use,
+// which idle-priority best-effort work must leave them.
+func (r runResult) idleCores() float64 { return float64(r.CPUs) * (1 - r.Alone.NodeBusy) }
+
+// slackCores is what the server side leaves of the node's CPUs: the CPUs
+// less what the server, its load generator and the agent use, whatever
+// other tenants do.
+func (r runResult) slackCores() float64 {
+	return float64(r.CPUs) - r.Alone.ServerCores - r.Alone.LoadgenCores - r.Alone.AgentCores
+}
+
+// minIdleCores is the least idle CPU for which a share of it means
+// anything: below it (other tenants keeping the CPUs busy) best-effort
+// cores over idle cores is a quotient of noise.
+const minIdleCores = 0.1
+
+// share is best-effort cores over the idle cores, and false when the node
+// left less than minIdleCores idle.
+func (r runResult) share() (float64, bool) {
+	idle := r.idleCores()
+	if idle < minIdleCores {
+		return 0, false
+	}
+	return r.Shared.BECores / idle, true
+}
+
+// point is one second of a run, starting At: the p99 of requests scheduled
+// in it, whether best-effort work ran, and the revocable subtree's CPU limit
+// (cores, 0 = none) and CPUs at its end.
+type point struct {
+	At     time.Duration `json:"at"`
+	P99    time.Duration `json:"p99"`
+	Shared bool          `json:"shared"`
+	Limit  float64       `json:"limit"`
+	CPUs   int           `json:"revocable_cpus"`
+}
+
+func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, error) {
+	static, isStatic := strings.CutPrefix(qosSet, "static:")
+	if isStatic {
+		qosSet = "noop"
+	}
+	fmt.Printf("== repetition %d: %s, %s\n", rep+1, s.name, config)
+	res := runResult{Rep: rep, Scenario: s.name, Config: config, CPUs: runtime.NumCPU()}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	work, err := os.MkdirTemp("", "colocation-run")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(work)
+	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		return res, err
+	}
+	res.Mode = string(layout.Mode)
+	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
+	root := fmt.Sprintf("slackline-coloc-%d", time.Now().UnixNano()%1e9)
+	loadgenCgroup := root + "-loadgen"
+	defer cgrouptest.RemoveRoot(root)
+	defer removeCgroup(layout, loadgenCgroup)
+	if err := makeCgroup(layout, loadgenCgroup); err != nil {
+		return res, err
+	}
+	var procs []*exec.Cmd
+	defer func() {
+		for _, p := range slices.Backward(procs) {
+			_ = p.Process.Signal(syscall.SIGTERM)
+			_ = p.Wait()
+		}
+	}()
+	startProc := func(name string, args ...string) error {
+		p := exec.Command(filepath.Join(o.binDir, name), args...)
+		logf, err := os.Create(filepath.Join(work, name+".log"))
+		if err != nil {
+			return err
+		}
+		p.Stdout, p.Stderr = logf, logf
+		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := p.Start(); err != nil {
+			return err
+		}
+		procs = append(procs, p)
+		return nil
+	}
+	if err := startProc("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coord")); err != nil {
+		return res, err
+	}
+	time.Sleep(300 * time.Millisecond)
+	agentArgs := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr,
+		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
+		"--qos-controller", qosSet, "--monitor-interval", "100ms", "--estimator-window", "10s",
+		"--protect-cgroup", loadgenCgroup, "--ebpf-all-culprits"}, o.agentFlags...)
+	if err := startProc("slackline-agent", agentArgs...); err != nil {
+		return res, err
+	}
+
+	// The latency-critical server: a guaranteed task holding the whole node,
+	// so that what it leaves idle is slack (revocable), not unallocated.
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	launched := false
+	var mu sync.Mutex
+	fw, err := frameworkapi.New(frameworkapi.Config{Coordinator: "http://" + coordAddr, Logger: quiet,
+		Framework: &slacklinev1.FrameworkInfo{Name: "latency-critical"}})
+	if err != nil {
+		return res, err
+	}
+	go fw.Run(ctx, frameworkapi.HandlerFuncs{OffersFunc: func(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, off := range offers {
+			if launched {
+				_ = c.Decline(ctx, []string{off.GetId()}, frameworkapi.Filters(3600))
+				continue
+			}
+			launched = true
+			cmd := fmt.Sprintf("%s --listen %s --work %s", filepath.Join(o.binDir, "latency-server"), serverAddr, o.work)
+			task := frameworkapi.NewTask("server", "server", off, resources.MustParse("cpus:2;mem:256"), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
+			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
+		}
+	}})
+	if err := waitHTTP("http://"+serverAddr, 30*time.Second); err != nil {
+		return res, fmt.Errorf("server: %w", err)
+	}
+	for _, rel := range []string{root, loadgenCgroup} {
+		if err := setWeight(layout, rel, o.rootWeight); err != nil {
+			return res, err
+		}
+	}
+	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
+	if s.tasks > 0 {
+		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
+			"--tasks", strconv.Itoa(s.tasks), "--task-resources", s.res, "--command", s.command(o.binDir)); err != nil {
+			return res, err
+		}
+		if err := waitRevocable(ctx, node, s.tasks, 60*time.Second); err != nil {
+			return res, err
+		}
+		if isStatic {
+			if err := applyStatic(layout, cgroups.Subtree(root, cgroups.Revocable), static); err != nil {
+				return res, err
+			}
+		}
+		// Let the controllers see the best-effort work before measuring.
+		time.Sleep(3 * time.Second)
+	}
+
+	// The load generator: a process of its own in its own cgroup.
+	self, err := os.Executable()
+	if err != nil {
+		return res, err
+	}
+	lg := exec.Command(self, "loadgen", "--url", "http://"+serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", o.duration.String())
+	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	lg.Stderr = os.Stderr
+	stdin, err := lg.StdinPipe()
+	if err != nil {
+		return res, err
+	}
+	stdout, err := lg.StdoutPipe()
+	if err != nil {
+		return res, err
+	}
+	if err := lg.Start(); err != nil {
+		return res, err
+	}
+	defer func() {
+		// On an early return it may still wait for its start line.
+		_ = lg.Process.Kill()
+		_ = lg.Wait()
+	}()
+	if err := joinCgroup(layout, loadgenCgroup, lg.Process.Pid); err != nil {
+		_ = lg.Process.Kill()
+		return res, err
+	}
+
+	rel := func(sub string) string {
+		if sub == "revocable" {
+			return cgroups.Subtree(root, cgroups.Revocable)
+		}
+		return filepath.Join(root, sub)
+	}
+	serverID := ""
+	m := meter{layout: layout, node: node, serverID: &serverID, loadgen: loadgenCgroup, rel: rel}
+	// Freezing works in the v2 tree, present on hybrid hosts too (the
+	// freezer is part of cgroup v2's core, no controller needed).
+	freeze := func(frozen bool) error {
+		v := "0"
+		if frozen {
+			v = "1"
+		}
+		return os.WriteFile(filepath.Join(layout.Unified, rel("revocable"), "cgroup.freeze"), []byte(v), 0)
+	}
+	var freezeErr error // the first failure to freeze or thaw, read after the slices end
+	// Slices alternate, best-effort work frozen first (slice 0); the last
+	// one ends with the load. The load generator schedules its requests from
+	// the moment it reads its start line, within a millisecond of start.
+	var alone, shared phase
+	nSlices := int((o.duration + o.slice - 1) / o.slice)
+	sliceDone := make(chan struct{})
+	stopSlices := make(chan struct{})
+	if err := freeze(true); err != nil {
+		return res, fmt.Errorf("freeze best-effort work: %w", err)
+	}
+	prev := m.snapshot(ctx)
+	timeline := sampleTimeline(layout, rel("revocable"))
+	start := time.Now()
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		return res, err
+	}
+	go func() {
+		defer close(sliceDone)
+		for k := 1; k <= nSlices; k++ {
+			end := min(time.Duration(k)*o.slice, o.duration)
+			select {
+			case <-time.After(time.Until(start.Add(end))):
+			case <-stopSlices:
+				return
+			}
+			now := m.snapshot(ctx)
+			if k%2 == 1 {
+				prev.addTo(&alone, now)
+			} else {
+				prev.addTo(&shared, now)
+			}
+			if k < nSlices {
+				if err := freeze(k%2 == 0); err != nil && freezeErr == nil {
+					freezeErr = err
+				}
+			}
+			prev = now
+		}
+	}()
+	var report loadReport
+	err = json.NewDecoder(stdout).Decode(&report)
+	if err != nil {
+		close(stopSlices)
+	}
+	<-sliceDone
+	if thawErr := freeze(false); freezeErr == nil {
+		freezeErr = thawErr
+	}
+	if err != nil {
+		return res, fmt.Errorf("load generator: %w", err)
+	}
+	if freezeErr != nil {
+		return res, fmt.Errorf("freeze or thaw best-effort work: %w", freezeErr)
+	}
+	res.Slice = o.slice
+	res.Timeline = timeline()
+	classes := containerClasses(ctx, node)
+	res.Corrections = correctionCounts(ctx, node)
+
+	// Requests by the slice of their scheduled time; the first settle of
+	// each slice is left out (best-effort work waking up or going still).
+	const settle = 200 * time.Millisecond
+	var lat [2][]time.Duration
+	errs := [2]int{}
+	perSecond := make([][]time.Duration, len(res.Timeline))
+	for i, us := range report.LatencyMicros {
+		at := time.Duration(i) * time.Second / time.Duration(o.rate)
+		k := int(at / o.slice)
+		if sec := int(at / time.Second); sec < len(perSecond) && us >= 0 {
+			perSecond[sec] = append(perSecond[sec], time.Duration(us)*time.Microsecond)
+		}
+		if at-time.Duration(k)*o.slice < settle {
+			continue
+		}
+		if us < 0 {
+			errs[k%2]++
+			continue
+		}
+		lat[k%2] = append(lat[k%2], time.Duration(us)*time.Microsecond)
+	}
+	for i := range res.Timeline {
+		// Point i is second i of the load (its limit and CPUs sampled at
+		// the second's end).
+		res.Timeline[i].At = time.Duration(i) * time.Second
+		res.Timeline[i].P99 = pct(perSecond[i], 0.99)
+		res.Timeline[i].Shared = int(res.Timeline[i].At/o.slice)%2 == 1
+	}
+	for k, ph := range []*phase{&alone, &shared} {
+		ph.Requests, ph.Errors = len(lat[k])+errs[k], errs[k]
+		ph.P50, ph.P99, ph.P999 = pct(lat[k], 0.50), pct(lat[k], 0.99), pct(lat[k], 0.999)
+		ph.finish()
+		ph.Delays, ph.LoadgenDelays = byClass(ph.Delays, classes), byClass(ph.LoadgenDelays, classes)
+	}
+	res.Alone, res.Shared = alone, shared
+	for _, ph := range []struct {
+		name string
+		p    phase
+	}{{"alone", alone}, {"beside best-effort", shared}} {
+		p := ph.p
+		fmt.Printf("   %-18s p50 %v p99 %v p99.9 %v errors %d | node %.0f%% server %.2fc loadgen %.2fc agent %.3fc best-effort %.2fc steal %.3fc irq %.3fc | throttled %d/%d periods (%v)\n",
+			ph.name, p.P50, p.P99, p.P999, p.Errors, 100*p.NodeBusy, p.ServerCores, p.LoadgenCores, p.AgentCores, p.BECores, p.StealCores, p.IRQCores,
+			p.Throttled, p.Periods, p.ThrottledTime.Round(time.Millisecond))
+		for _, w := range []struct {
+			who     string
+			wait    time.Duration
+			wakeups uint64
+			delays  map[string]time.Duration
+		}{{"server", p.RunqWait, p.Wakeups, p.Delays}, {"load generator", p.LoadgenRunqWait, p.LoadgenWakeups, p.LoadgenDelays}} {
+			if w.wakeups > 0 {
+				fmt.Printf("      %s run-queue wait %v over %d wakeups (%v each); delayed by %s\n", w.who, w.wait.Round(time.Millisecond), w.wakeups,
+					(w.wait / time.Duration(w.wakeups)).Round(100*time.Nanosecond), formatDelays(w.delays))
+			}
+		}
+	}
+	if share, ok := res.share(); ok {
+		fmt.Printf("   p99 ratio %.2fx, best-effort share %.2f of %.2f idle cores\n", res.ratio(), share, res.idleCores())
+	} else {
+		fmt.Printf("   p99 ratio %.2fx, best-effort share undefined: %.2f idle cores (other tenants), %.2f of slack\n",
+			res.ratio(), res.idleCores(), res.Shared.BECores/res.slackCores())
+	}
+	if len(res.Corrections) > 0 {
+		fmt.Printf("   corrections: %v\n", res.Corrections)
+	}
+	return res, nil
+}
+
+// applyStatic sets one mechanism on the revocable subtree for the whole run,
+// with the agent's QoS off (--qos static:...): "cpus=1-3" confines it to
+// those CPUs, "quota=0.5" caps it at half a core, "period=10ms" sets the CFS
+// period of that cap (default 100 ms); comma-separated. The study compares
+// mechanisms this way, apart from the controllers that choose among them.
+func applyStatic(l cgroups.Layout, rel, spec string) error {
+	var quota float64
+	var period time.Duration
+	for kv := range strings.SplitSeq(spec, ",") {
+		key, value, _ := strings.Cut(kv, "=")
+		switch key {
+		case "cpus":
+			cpus, err := cgroups.ParseCPUList(value)
+			if err != nil {
+				return err
+			}
+			if err := l.SetCPUs(rel, cpus); err != nil {
+				return err
+			}
+		case "quota":
+			v, err := strconv.ParseFloat(value, 64)
+			if err != nil {
+				return fmt.Errorf("static quota %q: %w", value, err)
+			}
+			quota = v
+		case "period":
+			d, err := time.ParseDuration(value)
+			if err != nil {
+				return fmt.Errorf("static period %q: %w", value, err)
+			}
+			period = d
+		default:
+			return fmt.Errorf("static mechanism %q: want cpus=, quota= or period=", kv)
+		}
+	}
+	if quota > 0 {
+		return l.SetCPULimit(rel, quota, period)
+	}
+	return nil
+}
+
+// meter takes the snapshots a phase is the sum of differences of.
+type meter struct {
+	layout   cgroups.Layout
+	node     slacklinev1connect.NodeServiceClient
+	serverID *string
+	loadgen  string
+	rel      func(string) string
+}
+
+// snapshot is the counters at one moment.
+type snapshot struct {
+	at                         time.Time
+	cpu                        procStat
+	server, be, loadgen, agent float64
+	throttle                   throttleStat
+	serverUsage, loadgenUsage  serverUsage
+}
+
+func (m meter) snapshot(ctx context.Context) snapshot {
+	s := snapshot{at: time.Now(), cpu: readProcStat(), throttle: throttling(m.layout, m.rel("revocable"))}
+	s.server, s.be = cgroupCPU(m.layout, m.rel("guaranteed")), cgroupCPU(m.layout, m.rel("revocable"))
+	s.loadgen, s.agent = cgroupCPU(m.layout, m.loadgen), cgroupCPU(m.layout, m.rel("agent"))
+	s.serverUsage, s.loadgenUsage = usageOf(ctx, m.node, m.serverID)
+	return s
+}
+
+// addTo adds what happened from s to now to the phase (sums of seconds and
+// CPU-seconds; finish turns them into rates).
+func (s snapshot) addTo(p *phase, now snapshot) {
+	wall := now.at.Sub(s.at).Seconds()
+	p.Seconds += wall
+	busy := now.cpu.busyFraction(s.cpu)
+	p.NodeBusy += busy * wall
+	p.StealCores += now.cpu.cores(s.cpu, statSteal, wall) * wall
+	p.IRQCores += (now.cpu.cores(s.cpu, statIRQ, wall) + now.cpu.cores(s.cpu, statSoftIRQ, wall)) * wall
+	p.ServerCores += now.server - s.server
+	p.BECores += now.be - s.be
+	p.LoadgenCores += now.loadgen - s.loadgen
+	p.AgentCores += now.agent - s.agent
+	p.Periods += now.throttle.periods - s.throttle.periods
+	p.Throttled += now.throttle.throttled - s.throttle.throttled
+	p.ThrottledTime += now.throttle.time - s.throttle.time
+	d, w, n := now.serverUsage.since(s.serverUsage)
+	p.Delays = addDelays(p.Delays, d)
+	p.RunqWait += w
+	p.Wakeups += n
+	d, w, n = now.loadgenUsage.since(s.loadgenUsage)
+	p.LoadgenDelays = addDelays(p.LoadgenDelays, d)
+	p.LoadgenRunqWait += w
+	p.LoadgenWakeups += n
+}
+
+// finish turns the phase's sums into rates.
+func (p *phase) finish() {
+	if p.Seconds <= 0 {
+		return
+	}
+	p.NodeBusy /= p.Seconds
+	p.StealCores /= p.Seconds
+	p.IRQCores /= p.Seconds
+	p.ServerCores /= p.Seconds
+	p.BECores /= p.Seconds
+	p.LoadgenCores /= p.Seconds
+	p.AgentCores /= p.Seconds
+}
+
+func addDelays(into, d map[string]time.Duration) map[string]time.Duration {
+	if into == nil {
+		into = map[string]time.Duration{}
+	}
+	for k, v := range d {
+		into[k] += v
+	}
+	return into
+}
+
+func pct(ds []time.Duration, p float64) time.Duration {
+	return benchutil.Percentile(ds, p, 10*time.Microsecond)
+}
+
+func formatDelays(d map[string]time.Duration) string {
+	if len(d) == 0 {
+		return "-"
+	}
+	names := make([]string, 0, len(d))
+	for n := range d {
+		names = append(names, n)
+	}
+	slices.SortFunc(names, func(a, b string) int { return int(d[b] - d[a]) })
+	var parts []string
+	for _, n := range names {
+		parts = append(parts, fmt.Sprintf("%s %v", n, d[n].Round(100*time.Microsecond)))
+	}
+	return strings.Join(parts, ", ")
+}
+
+func waitHTTP(url string, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		if resp, err := http.Get(url); err == nil {
+			resp.Body.Close()
+			return nil
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	return fmt.Errorf("not answering at %s after %v", url, timeout)
+}
+
+// waitRevocable waits until n revocable containers run.
+func waitRevocable(ctx context.Context, node slacklinev1connect.NodeServiceClient, n int, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	running := 0
+	for time.Now().Before(deadline) {
+		resp, err := node.GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+		if err == nil {
+			running = 0
+			for _, c := range resp.Msg.GetContainers() {
+				if c.GetRevocable() && c.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+					running++
+				}
+			}
+			if running >= n {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("%d of %d best-effort tasks running after %v", running, n, timeout)
+}
+
+// serverUsage is a container's cumulative eBPF counters; ok is false when
+// the agent did not report them.
+type serverUsage struct {
+	ok       bool
+	delays   map[string]time.Duration
+	runqWait time.Duration
+	wakeups  uint64
+}
+
+// since is what happened from before to u; nothing unless both were read
+// (a failed read must not count as counters going back to zero).
+func (u serverUsage) since(before serverUsage) (map[string]time.Duration, time.Duration, uint64) {
+	out := map[string]time.Duration{}
+	if !u.ok || !before.ok || u.wakeups < before.wakeups {
+		return out, 0, 0
+	}
+	for k, v := range u.delays {
+		if d := v - before.delays[k]; d > 0 {
+			out[k] = d
+		}
+	}
+	return out, u.runqWait - before.runqWait, u.wakeups - before.wakeups
+}
+
+// usageOf reads the counters of the server container (id, found on the
+// first call: the only guaranteed task) and of the load generator (the
+// protected service: no task) from the agent.
+func usageOf(ctx context.Context, node slacklinev1connect.NodeServiceClient, id *string) (server, loadgen serverUsage) {
+	server, loadgen = serverUsage{delays: map[string]time.Duration{}}, serverUsage{delays: map[string]time.Duration{}}
+	if *id == "" {
+		resp, err := node.GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+		if err != nil {
+			return server, loadgen
+		}
+		for _, c := range resp.Msg.GetContainers() {
+			if !c.GetRevocable() {
+				*id = c.GetTaskId()
+			}
+		}
+	}
+	resp, err := node.GetUsage(ctx, connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+	if err != nil {
+		return server, loadgen
+	}
+	for _, cu := range resp.Msg.GetUsage() {
+		var u *serverUsage
+		switch cu.GetTaskId() {
+		case "":
+			u = &loadgen
+		case *id:
+			u = &server
+		default:
+			continue
+		}
+		st := cu.GetStatistics()
+		if st == nil {
+			continue
+		}
+		u.ok = true
+		u.wakeups = st.GetRunqueue().GetWakeups()
+		u.runqWait = secs(st.GetRunqueue().GetTotalSecs())
+		for _, d := range st.GetDelayedBy() {
+			u.delays[d.GetCulprit()] += secs(d.GetSecs())
+		}
+		if len(st.GetDelayedBy()) == 0 && st.GetDelayedByRevocableSecs() > 0 {
+			u.delays["revocable"] = secs(st.GetDelayedByRevocableSecs())
+		}
+	}
+	return server, loadgen
+}
+
+func secs(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
+
+// containerClasses maps container ids to "server" (guaranteed) or
+// "revocable"; protected services are named "protected:<cgroup>" already.
+func containerClasses(ctx context.Context, node slacklinev1connect.NodeServiceClient) map[string]string {
+	out := map[string]string{}
+	resp, err := node.GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+	if err != nil {
+		return out
+	}
+	for _, c := range resp.Msg.GetContainers() {
+		out[c.GetContainerId()] = "server"
+		if c.GetRevocable() {
+			out[c.GetContainerId()] = "revocable"
+		}
+	}
+	return out
+}
+
+// byClass sums delays by culprit class: containers become "server" or
+// "revocable" (a revocable task killed meanwhile too), the protected load
+// generator "load generator"; "agent", "host", "kernel" and the others stay.
+func byClass(delays map[string]time.Duration, classes map[string]string) map[string]time.Duration {
+	out := map[string]time.Duration{}
+	for culprit, d := range delays {
+		name := culprit
+		switch {
+		case classes[culprit] != "":
+			name = classes[culprit]
+		case strings.HasPrefix(culprit, "protected:"):
+			name = "load generator"
+		case len(culprit) == 32 && !strings.ContainsAny(culprit, ":/ "):
+			name = "revocable" // a container that is gone: killed best-effort work
+		}
+		out[name] += d
+	}
+	return out
+}
+
+// correctionCounts counts the corrections the agent applied, by controller
+// and kind.
+func correctionCounts(ctx context.Context, node slacklinev1connect.NodeServiceClient) map[string]int {
+	resp, err := node.GetCorrections(ctx, connect.NewRequest(&slacklinev1.GetCorrectionsRequest{}))
+	if err != nil {
+		return nil
+	}
+	out := map[string]int{}
+	for _, c := range resp.Msg.GetCorrections() {
+		kind := strings.ToLower(strings.TrimPrefix(c.GetKind().String(), "CORRECTION_KIND_"))
+		out[c.GetController()+" "+kind]++
+	}
+	return out
+}
+
+// makeCgroup creates a cgroup outside the agent's root for the load
+// generator: in the v2 tree, and on hybrid hosts in the v1 cpu hierarchy.
+func makeCgroup(l cgroups.Layout, rel string) error {
+	for _, dir := range l.PathsOf(rel).Dirs() {
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// setWeight gives a cgroup factor times the default CPU weight.
+func setWeight(l cgroups.Layout, rel string, factor float64) error {
+	file, value := filepath.Join(l.Unified, rel, "cpu.weight"), strconv.FormatUint(cgroups.CPUWeight(factor), 10)
+	if l.Mode == cgroups.ModeHybrid {
+		file, value = filepath.Join(l.CPU, rel, "cpu.shares"), strconv.FormatUint(min(cgroups.CPUShares(factor), 262144), 10)
+	}
+	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+		return fmt.Errorf("weight of %s: %w", rel, err)
+	}
+	return nil
+}
+
+func joinCgroup(l cgroups.Layout, rel string, pid int) error {
+	for _, file := range l.PathsOf(rel).ProcsFiles() {
+		if err := os.WriteFile(file, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("move the load generator into %s: %w", file, err)
+		}
+	}
+	return nil
+}
+
+func removeCgroup(l cgroups.Layout, rel string) {
+	dirs := l.PathsOf(rel).Dirs()
+	deadline := time.Now().Add(5 * time.Second)
+	for _, dir := range dirs {
+		for syscall.Rmdir(dir) == syscall.EBUSY && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+}
+
+// cgroupCPU returns the CPU-seconds used by a cgroup and its descendants,
+// from cpu.stat in the v2 tree (present on hybrid hosts too).
+func cgroupCPU(l cgroups.Layout, rel string) float64 {
+	v, _ := statField(filepath.Join(l.Unified, rel, "cpu.stat"), "usage_usec")
+	return float64(v) / 1e6
+}
+
+type throttleStat struct {
+	periods, throttled uint64
+	time               time.Duration
+}
+
+// throttling reads CFS bandwidth statistics: v1 cpu.stat (throttled_time in
+// ns) or v2 cpu.stat (throttled_usec).
+func throttling(l cgroups.Layout, rel string) throttleStat {
+	var t throttleStat
+	file := filepath.Join(l.Unified, rel, "cpu.stat")
+	if l.Mode == cgroups.ModeHybrid {
+		file = filepath.Join(l.CPU, rel, "cpu.stat")
+	}
+	t.periods, _ = statField(file, "nr_periods")
+	t.throttled, _ = statField(file, "nr_throttled")
+	if ns, ok := statField(file, "throttled_time"); ok {
+		t.time = time.Duration(ns)
+	} else if us, ok := statField(file, "throttled_usec"); ok {
+		t.time = time.Duration(us) * time.Microsecond
+	}
+	return t
+}
+
+func statField(file, key string) (uint64, bool) {
+	raw, err := os.ReadFile(file)
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.SplitSeq(string(raw), "\n") {
+		if v, ok := strings.CutPrefix(line, key+" "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
+}
+
+// sampleTimeline samples the revocable subtree's CPU limit and CPU count
+// every second until the returned function is called.
+func sampleTimeline(l cgroups.Layout, rel string) func() []point {
+	var (
+		mu     sync.Mutex
+		points []point
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	start := time.Now()
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(time.Second)
+		defer tick.Stop()
+		for {
+			select {
+			case <-tick.C:
+				limit, _ := l.CPULimit(rel)
+				mu.Lock()
+				points = append(points, point{At: time.Since(start).Round(time.Second), Limit: limit, CPUs: revocableCPUs(l, rel)})
+				mu.Unlock()
+			case <-stop:
+				return
+			}
+		}
+	}()
+	return func() []point {
+		close(stop)
+		<-done
+		mu.Lock()
+		defer mu.Unlock()
+		return points
+	}
+}
+
+// revocableCPUs counts the CPUs the revocable subtree may run on.
+func revocableCPUs(l cgroups.Layout, rel string) int {
+	for _, file := range []string{
+		filepath.Join(l.Mountpoint, "cpuset", rel, "cpuset.effective_cpus"),
+		filepath.Join(l.Unified, rel, "cpuset.cpus.effective"),
+	} {
+		if raw, err := os.ReadFile(file); err == nil {
+			if cpus, err := cgroups.ParseCPUList(strings.TrimSpace(string(raw))); err == nil {
+				return len(cpus)
+			}
+		}
+	}
+	return runtime.NumCPU()
+}
+
+// procStat is the first line of /proc/stat, in ticks.
+type procStat []float64
+
+const (
+	statIdle    = 3
+	statIOWait  = 4
+	statIRQ     = 5
+	statSoftIRQ = 6
+	statSteal   = 7
+)
+
+func readProcStat() procStat {
+	raw, _ := os.ReadFile("/proc/stat")
+	line, _, _ := strings.Cut(string(raw), "\n")
+	var out procStat
+	for _, f := range strings.Fields(line)[1:] {
+		v, _ := strconv.ParseFloat(f, 64)
+		out = append(out, v)
+	}
+	return out
+}
+
+func (s procStat) busyFraction(before procStat) float64 {
+	var total, idle float64
+	for i := range s {
+		if i >= 8 { // guest time is already in user
+			break
+		}
+		d := s[i] - before[i]
+		total += d
+		if i == statIdle || i == statIOWait {
+			idle += d
+		}
+	}
+	if total <= 0 {
+		return 0
+	}
+	return (total - idle) / total
+}
+
+// cores converts one column's ticks over wall seconds into cores (USER_HZ 100).
+func (s procStat) cores(before procStat, column int, wall float64) float64 {
+	if column >= len(s) || wall <= 0 {
+		return 0
+	}
+	return (s[column] - before[column]) / 100 / wall
+}
+
+// describeMachine names what the results depend on: CPUs, SMT, cgroup
+// layout, kernel.
+func describeMachine() string {
+	var b strings.Builder
+	kernel, _ := os.ReadFile("/proc/sys/kernel/osrelease")
+	fmt.Fprintf(&b, "machine: %d CPUs, kernel %s", runtime.NumCPU(), strings.TrimSpace(string(kernel)))
+	if l, err := cgroups.Detect(cgrouptest.Mountpoint); err == nil {
+		fmt.Fprintf(&b, ", cgroups %s", l.Mode)
+	}
+	if siblings, err := os.ReadFile("/sys/devices/system/cpu/cpu0/topology/thread_siblings_list"); err == nil {
+		cpus, _ := cgroups.ParseCPUList(strings.TrimSpace(string(siblings)))
+		fmt.Fprintf(&b, ", %d hardware thread(s) per core", max(1, len(cpus)))
+	}
+	if raw, err := os.ReadFile("/proc/cpuinfo"); err == nil && strings.Contains(string(raw), " hypervisor") {
+		b.WriteString(", virtual machine")
+	}
+	return b.String()
+}
