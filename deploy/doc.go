@@ -5,6 +5,8 @@
 //	                     coordinator (StatefulSet, Services, a Secret from
 //	                     `slacklinectl credentials init`) and the agent
 //	                     DaemonSet
+//	deploy/kubernetes-ha/ overlay: three coordinators on etcd electing a
+//	                     leader, spread over nodes, a disruption budget
 //	deploy/prometheus/   recording and alerting rules (promtool checks them,
 //	                     tests/ holds promtool unit tests)
 //	deploy/grafana/      the dashboard (cluster, node and container rows)

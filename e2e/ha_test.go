@@ -14,6 +14,7 @@ import (
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/deploy"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -329,6 +330,20 @@ func TestHAFailover(t *testing.T) {
 	}
 	f.mu.Unlock()
 	frameworkID := f.client.FrameworkID()
+
+	// The rules' HA-only metric families are exported by the leader and
+	// by etcd (the lone coordinator of TestLiveView has none).
+	for url, names := range map[string][]string{
+		leader.url + "/metrics":          deploy.HAMetrics.Coordinator,
+		etcd.Endpoints()[0] + "/metrics": deploy.HAMetrics.Etcd,
+	} {
+		families := metricFamilies(t, url)
+		for _, n := range names {
+			if !families[n] {
+				t.Errorf("%s exports no %s, which deploy/prometheus's rules name", url, n)
+			}
+		}
+	}
 
 	killed := time.Now()
 	leader.proc.kill()

@@ -145,6 +145,11 @@ func TestLiveView(t *testing.T) {
 			t.Fatal(err)
 		}
 		generated := map[string]bool{"up": true} // Prometheus's own
+		// Exported only by coordinators on etcd and etcd (TestHAFailover
+		// checks them there).
+		for _, n := range slices.Concat(deploy.HAMetrics.Coordinator, deploy.HAMetrics.Etcd) {
+			generated[n] = true
+		}
 		for _, r := range recorded {
 			generated[r] = true
 		}
@@ -298,7 +303,9 @@ func metricFamilies(t *testing.T, url string) map[string]bool {
 func manifestArgs(t *testing.T) map[string][]string {
 	t.Helper()
 	out := map[string][]string{}
-	for _, file := range []string{"kubernetes/coordinator.yaml", "kubernetes/agent.yaml"} {
+	// The HA overlay's patch names no command: its args are the
+	// coordinator's (the StatefulSet it patches).
+	for _, file := range []string{"kubernetes/coordinator.yaml", "kubernetes/agent.yaml", "kubernetes-ha/coordinator-ha.yaml"} {
 		raw, err := readDeployFile(file)
 		if err != nil {
 			t.Fatal(err)
@@ -325,6 +332,9 @@ func manifestArgs(t *testing.T) map[string][]string {
 				cmd := c.Command
 				if i := slices.Index(cmd, "--"); i >= 0 {
 					cmd = cmd[i+1:]
+				}
+				if len(cmd) == 0 && strings.HasPrefix(file, "kubernetes-ha/") {
+					cmd = []string{"slackline-coordinator"}
 				}
 				if len(cmd) > 0 {
 					out[cmd[0]] = append(out[cmd[0]], append(cmd[1:], c.Args...)...)
