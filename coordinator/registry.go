@@ -18,35 +18,64 @@ import (
 
 // recover loads the persisted registry into memory: agents wait in
 // RECOVERING for re-registration, frameworks wait DISCONNECTED for their
-// scheduler to resubscribe.
+// scheduler to resubscribe. Each bucket has its own loader.
 func (c *Coordinator) recover(ctx context.Context) error {
-	now := c.cfg.Now()
-	agents, err := c.store.Load(ctx, store.BucketAgents)
-	if err != nil {
-		return err
-	}
-	for id, raw := range agents {
-		var rec slacklinev1.AgentRecord
-		if err := proto.Unmarshal(raw, &rec); err != nil {
-			return fmt.Errorf("agent %s: %w", id, err)
-		}
-		total, _, err := resources.FromProto(rec.GetInfo().GetResources())
+	for _, load := range []struct {
+		bucket string
+		into   func(key string, raw []byte) error
+	}{
+		{store.BucketAgents, c.recoverAgent},
+		{store.BucketFrameworks, c.recoverFramework(c.cfg.Now())},
+		{store.BucketWeights, c.recoverWeight},
+		{store.BucketQuotas, c.recoverQuota},
+		{store.BucketMaintenance, c.recoverMaintenance},
+	} {
+		records, err := c.store.Load(ctx, load.bucket)
 		if err != nil {
-			return fmt.Errorf("agent %s resources: %w", id, err)
+			return err
 		}
-		state := rec.GetState()
-		if state == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-			state = slacklinev1.AgentState_AGENT_STATE_RECOVERING
+		for key, raw := range records {
+			if err := load.into(key, raw); err != nil {
+				return err
+			}
 		}
-		a := newAgent(id, rec.GetRegisteredTime().AsTime())
-		a.info, a.total, a.state = rec.GetInfo(), total, state
-		c.agents[id] = a
 	}
-	frameworks, err := c.store.Load(ctx, store.BucketFrameworks)
+	for _, a := range c.agents {
+		c.setAgentMaintenance(a, lookupMachine(c.maint, a.info))
+		if a.maint.mode == maintenance.ModeDown && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			// Its machine went DOWN before the agent's record said so.
+			a.state = slacklinev1.AgentState_AGENT_STATE_GONE
+		}
+	}
+	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
+	return nil
+}
+
+// recoverAgent restores an agent record; an ACTIVE agent becomes
+// RECOVERING until it re-registers.
+func (c *Coordinator) recoverAgent(id string, raw []byte) error {
+	var rec slacklinev1.AgentRecord
+	if err := proto.Unmarshal(raw, &rec); err != nil {
+		return fmt.Errorf("agent %s: %w", id, err)
+	}
+	total, _, err := resources.FromProto(rec.GetInfo().GetResources())
 	if err != nil {
-		return err
+		return fmt.Errorf("agent %s resources: %w", id, err)
 	}
-	for id, raw := range frameworks {
+	state := rec.GetState()
+	if state == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+		state = slacklinev1.AgentState_AGENT_STATE_RECOVERING
+	}
+	a := newAgent(id, rec.GetRegisteredTime().AsTime())
+	a.info, a.total, a.state = rec.GetInfo(), total, state
+	c.agents[id] = a
+	return nil
+}
+
+// recoverFramework returns the loader of framework records at now: each
+// waits DISCONNECTED for its scheduler (COMPLETED ones stay completed).
+func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error {
+	return func(id string, raw []byte) error {
 		var rec slacklinev1.FrameworkRecord
 		if err := proto.Unmarshal(raw, &rec); err != nil {
 			return fmt.Errorf("framework %s: %w", id, err)
@@ -62,56 +91,50 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			c.addFramework(fw.info, false)
 		}
 		c.frameworks[id] = fw
+		return nil
 	}
-	weights, err := c.store.Load(ctx, store.BucketWeights)
+}
+
+// recoverWeight restores a role's weight.
+func (c *Coordinator) recoverWeight(role string, raw []byte) error {
+	w, err := strconv.ParseFloat(string(raw), 64)
 	if err != nil {
-		return err
+		return fmt.Errorf("weight of role %s: %w", role, err)
 	}
-	for role, raw := range weights {
-		w, err := strconv.ParseFloat(string(raw), 64)
-		if err != nil {
-			return fmt.Errorf("weight of role %s: %w", role, err)
-		}
-		c.weights[role] = w
-		c.alloc.SetWeight(role, w)
+	c.weights[role] = w
+	c.alloc.SetWeight(role, w)
+	return nil
+}
+
+// recoverQuota restores a role's quota limit.
+func (c *Coordinator) recoverQuota(role string, raw []byte) error {
+	var cfg slacklinev1.QuotaConfig
+	if err := proto.Unmarshal(raw, &cfg); err != nil {
+		return fmt.Errorf("quota of role %s: %w", role, err)
 	}
-	quotas, err := c.store.Load(ctx, store.BucketQuotas)
+	limit, _, err := resources.FromProto(cfg.GetLimits())
 	if err != nil {
-		return err
+		return fmt.Errorf("quota of role %s: %w", role, err)
 	}
-	for role, raw := range quotas {
-		var cfg slacklinev1.QuotaConfig
-		if err := proto.Unmarshal(raw, &cfg); err != nil {
-			return fmt.Errorf("quota of role %s: %w", role, err)
-		}
-		limit, _, err := resources.FromProto(cfg.GetLimits())
-		if err != nil {
-			return fmt.Errorf("quota of role %s: %w", role, err)
-		}
-		c.quotas[role] = limit
-		c.alloc.SetQuotaLimit(role, limit)
+	c.quotas[role] = limit
+	c.alloc.SetQuotaLimit(role, limit)
+	return nil
+}
+
+// recoverMaintenance restores the maintenance schedule (the bucket's one
+// record, maintenanceKey; other keys are ignored).
+func (c *Coordinator) recoverMaintenance(key string, raw []byte) error {
+	if key != maintenanceKey {
+		return nil
 	}
-	raw, err := c.store.Load(ctx, store.BucketMaintenance)
-	if err != nil {
-		return err
+	var mr slacklinev1.MaintenanceRecord
+	if err := proto.Unmarshal(raw, &mr); err != nil {
+		return fmt.Errorf("maintenance: %w", err)
 	}
-	if rec := raw[maintenanceKey]; rec != nil {
-		var mr slacklinev1.MaintenanceRecord
-		if err := proto.Unmarshal(rec, &mr); err != nil {
-			return fmt.Errorf("maintenance: %w", err)
-		}
-		if c.maint, err = maintenance.FromRecord(&mr); err != nil {
-			return fmt.Errorf("maintenance: %w", err)
-		}
+	var err error
+	if c.maint, err = maintenance.FromRecord(&mr); err != nil {
+		return fmt.Errorf("maintenance: %w", err)
 	}
-	for _, a := range c.agents {
-		c.setAgentMaintenance(a, lookupMachine(c.maint, a.info))
-		if a.maint.mode == maintenance.ModeDown && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-			// Its machine went DOWN before the agent's record said so.
-			a.state = slacklinev1.AgentState_AGENT_STATE_GONE
-		}
-	}
-	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
 	return nil
 }
 
