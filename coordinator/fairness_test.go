@@ -1,0 +1,168 @@
+package coordinator
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+// TestFloodingFrameworkDoesNotStarveOthers: one framework floods Reconcile
+// and Accept from many goroutines over its connection; another framework,
+// on a connection of its own, still gets every call answered (Reconcile,
+// Revive, an offer accepted and its task sent to the agent) while the
+// flood goes on. The flooder is held to Limits.MaxConcurrentCallsPerCaller:
+// its surplus calls wait their turn (counted in
+// slackline_coordinator_limit_hits_total{limit="concurrent_calls"}, during
+// the other framework's calls too) or are refused with ResourceExhausted,
+// never failed otherwise. Nothing here depends on timing: the flood runs
+// until the limit is seen hit, and the other framework's calls are checked
+// for completion, not for speed.
+func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
+	cfg := fastConfig(t.TempDir())
+	cfg.Limits.MaxConcurrentCallsPerCaller = 2
+	tc := startCluster(t, cfg)
+	flooder := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "flooder"})
+	// The flooder takes no offers, so that the agent's go to the victim.
+	if _, err := flooder.client.Suppress(context.Background(), call(flooder, &slacklinev1.SuppressRequest{FrameworkId: flooder.id})); err != nil {
+		t.Fatal(err)
+	}
+	agent := tc.registerAgent("host", "cpus:1;mem:128")
+	victim := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "victim"})
+	// A caller is a connection (calls are not authenticated here): each
+	// framework makes its calls over an HTTP/2 connection of its own.
+	flooder.client = slacklinev1connect.NewSchedulerServiceClient(h2cClient(t), tc.srv.URL)
+	victim.client = slacklinev1connect.NewSchedulerServiceClient(h2cClient(t), tc.srv.URL)
+	go func() { // the flooder reads its events, so only the call limit holds it back
+		for range flooder.events {
+		}
+	}()
+
+	// Calls that keep the coordinator busy for a while (each answers or
+	// looks up 500 tasks or offers), so that the flooder's calls overlap at
+	// the coordinator rather than only in its connection.
+	var unknownTasks []*slacklinev1.ReconcileTask
+	var unknownOffers []string
+	for i := range 500 {
+		unknownTasks = append(unknownTasks, &slacklinev1.ReconcileTask{TaskId: fmt.Sprint("unknown-", i)})
+		unknownOffers = append(unknownOffers, fmt.Sprint("no-such-offer-", i))
+	}
+	ctx, stopFlood := context.WithCancel(context.Background())
+	var (
+		flood             sync.WaitGroup
+		answered, refused atomic.Int64
+		unexpected        = make(chan error, 1)
+	)
+	for i := range 64 {
+		flood.Go(func() {
+			for ctx.Err() == nil {
+				var err error
+				if i%2 == 0 {
+					_, err = flooder.client.Reconcile(ctx, call(flooder, &slacklinev1.ReconcileRequest{FrameworkId: flooder.id, Tasks: unknownTasks}))
+				} else {
+					// Offers that do not exist: answered, changing nothing.
+					_, err = flooder.client.Accept(ctx, call(flooder, &slacklinev1.AcceptRequest{
+						FrameworkId: flooder.id, OfferIds: unknownOffers}))
+				}
+				switch {
+				case err == nil:
+					answered.Add(1)
+				case connect.CodeOf(err) == connect.CodeResourceExhausted:
+					refused.Add(1)
+				case ctx.Err() == nil:
+					select {
+					case unexpected <- err:
+					default:
+					}
+				}
+			}
+		})
+	}
+	defer func() {
+		stopFlood()
+		flood.Wait()
+	}()
+
+	for waits := 0.0; waits == 0; waits = limitHitCount(t, tc.c, "concurrent_calls") {
+		select {
+		case err := <-unexpected:
+			t.Fatalf("flooder's call failed: %v", err)
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	before := limitHitCount(t, tc.c, "concurrent_calls")
+
+	for i := range 20 {
+		if _, err := victim.client.Reconcile(context.Background(), call(victim, &slacklinev1.ReconcileRequest{FrameworkId: victim.id})); err != nil {
+			t.Fatalf("victim's Reconcile %d: %v", i, err)
+		}
+		if _, err := victim.client.Revive(context.Background(), call(victim, &slacklinev1.ReviveRequest{FrameworkId: victim.id})); err != nil {
+			t.Fatalf("victim's Revive %d: %v", i, err)
+		}
+	}
+	offer := victim.next(func(ev *slacklinev1.Event) bool {
+		offers := ev.GetOffers().GetOffers()
+		return len(offers) > 0 && offers[0].GetAgentId() == agent.id
+	}).GetOffers().GetOffers()[0]
+	if err := launch(victim, offer, nil, taskInfo("t1", "cpus:0.5;mem:64")); err != nil {
+		t.Fatalf("victim's Accept: %v", err)
+	}
+	if run := agent.nextCommand().GetRunTask(); run.GetTask().GetTaskId() != "t1" {
+		t.Fatalf("agent got %v, want the victim's task t1", run)
+	}
+
+	if after := limitHitCount(t, tc.c, "concurrent_calls"); after <= before {
+		t.Errorf("no flooder call waited while the victim's calls ran (limit hits %v before, %v after)", before, after)
+	}
+	stopFlood()
+	flood.Wait()
+	select {
+	case err := <-unexpected:
+		t.Fatalf("flooder's call failed: %v", err)
+	default:
+	}
+	if answered.Load() == 0 {
+		t.Errorf("none of the flooder's calls was answered (%d refused): waiting calls should get their turn", refused.Load())
+	}
+	t.Logf("flooder: %d calls answered, %d refused with ResourceExhausted", answered.Load(), refused.Load())
+}
+
+// h2cClient returns a client that speaks cleartext HTTP/2 only: its calls
+// share one connection, so the coordinator sees one caller.
+func h2cClient(t *testing.T) *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols)}
+	tr.Protocols.SetUnencryptedHTTP2(true)
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr}
+}
+
+// limitHitCount reads slackline_coordinator_limit_hits_total{limit} from
+// the coordinator's metrics registry.
+func limitHitCount(t *testing.T, c *Coordinator, limit string) float64 {
+	t.Helper()
+	families, err := c.MetricsRegistry().Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range families {
+		if f.GetName() != "slackline_coordinator_limit_hits_total" {
+			continue
+		}
+		for _, m := range f.GetMetric() {
+			for _, l := range m.GetLabel() {
+				if l.GetName() == "limit" && l.GetValue() == limit {
+					return m.GetCounter().GetValue()
+				}
+			}
+		}
+	}
+	return 0
+}
