@@ -138,7 +138,7 @@ func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slackl
 	if err != nil {
 		return nil, err
 	}
-	a.lastHeartbeat = c.cfg.Now()
+	c.heartbeat(a, c.cfg.Now())
 	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
 }
 

@@ -135,6 +135,13 @@ type Coordinator struct {
 	dirtyAgents map[string]struct{}
 	// dirtyAll asks for a full pass at the next wake-up.
 	dirtyAll bool
+	// heartbeats, recoveryChecked, nextOfferSweep and nextHistorySweep keep
+	// the timer loop's checks from visiting every agent and offer on each
+	// tick (liveness.go).
+	heartbeats                       heartbeatQueue
+	recoveryChecked                  bool
+	nextOfferSweep, nextHistorySweep time.Time
+
 	offerSeq uint64
 	// stopping is set when Run ends, so closing streams is not taken for
 	// frameworks disconnecting.
@@ -386,44 +393,22 @@ func (c *Coordinator) timerPeriod() time.Duration {
 }
 
 // checkTimeouts marks silent agents unreachable, tears down frameworks past
-// their failover timeout and rescinds timed-out offers. It takes persistMu,
-// c.mu.
+// their failover timeout and rescinds timed-out offers, visiting only what
+// may be due (liveness.go). It takes persistMu, c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	now := c.cfg.Now()
-	var writes []store.Mutation
-	for _, a := range c.agents {
-		switch a.state {
-		case slacklinev1.AgentState_AGENT_STATE_ACTIVE:
-			if now.Sub(a.lastHeartbeat) > c.cfg.AgentTimeout {
-				c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", now.Sub(a.lastHeartbeat).Round(time.Millisecond))
-				c.markAgentUnreachable(a, now)
-				writes = append(writes, a.record())
-			}
-		case slacklinev1.AgentState_AGENT_STATE_RECOVERING:
-			if now.Sub(c.startedAt) > c.cfg.AgentReregisterTimeout {
-				c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
-				a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-				writes = append(writes, a.record())
-			}
-		}
-	}
+	writes := c.checkSilentAgents(now)
 	for _, fw := range c.frameworks {
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED && now.After(fw.failoverDeadline) {
 			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
 			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
 		}
 	}
-	writes = append(writes, c.forgetHistory(now)...)
-	if c.cfg.OfferTimeout > 0 {
-		for _, o := range c.offers {
-			if now.Sub(o.created) > c.cfg.OfferTimeout {
-				c.rescindOffer(o, now)
-			}
-		}
-	}
+	writes = append(writes, c.forgetHistoryWhenDue(now)...)
+	c.rescindTimedOutOffers(now)
 	c.mu.Unlock()
 	c.record(ctx, writes...)
 }

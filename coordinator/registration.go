@@ -215,7 +215,7 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 	}
 	a.info, a.total = reg.info, reg.total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-	a.lastHeartbeat = now
+	c.heartbeat(a, now)
 	a.session = newOutbox[*slacklinev1.AgentCommand]()
 	if !a.inAllocator {
 		c.alloc.AddAgent(a.id, reg.total)

@@ -18,7 +18,11 @@ type agent struct {
 	state         slacklinev1.AgentState
 	registeredAt  time.Time
 	lastHeartbeat time.Time
-	session       *agentSession
+	// hbPrev, hbNext and hbQueued place the agent in the coordinator's
+	// heartbeatQueue (liveness.go).
+	hbPrev, hbNext *agent
+	hbQueued       bool
+	session        *agentSession
 	// tasks on the agent, by framework id then task id.
 	tasks  map[taskKey]*task
 	offers map[string]*offer
