@@ -70,9 +70,31 @@ func statField(t *testing.T, pid, n int) string {
 	return strings.Fields(string(data[i+1:]))[n-3]
 }
 
+// TestTaskRunsConfinedAsTheDefaultUser: a task with no user runs as the
+// agent's default, a named user (nobody) or a dynamic user of its own,
+// with no_new_privs, in its own session, cgroup namespace and sandbox.
 func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
-	c := newTest(t, testConfig(t))
-	uid, gid := lookupIDs(t, DefaultTaskUser)
+	t.Run("nobody", func(t *testing.T) {
+		cfg := testConfig(t)
+		cfg.TaskUser = "nobody"
+		uid, gid := lookupIDs(t, "nobody")
+		testConfinedAs(t, cfg, func(id string) (int, int, string) { return uid, gid, "nobody" })
+	})
+	t.Run("dynamic", func(t *testing.T) {
+		testConfinedAs(t, testConfig(t), func(id string) (int, int, string) {
+			n, err := strconv.Atoi(id)
+			if err != nil || n < int(DefaultDynamicIDs.First) || n >= int(DefaultDynamicIDs.First+DefaultDynamicIDs.Count) {
+				t.Fatalf("task's uid %q: want one of the dynamic range %v", id, DefaultDynamicIDs)
+			}
+			return n, n, "slackline-" + id
+		})
+	})
+}
+
+// testConfinedAs launches a task as cfg's default user; want returns the
+// uid, gid and name expected, given the uid the task reports.
+func testConfinedAs(t *testing.T, cfg Config, want func(uid string) (int, int, string)) {
+	c := newTest(t, cfg)
 	ct := launch(t, c, Spec{TaskID: "whoami",
 		Command: shell(`id -u > uid; id -g > gid; grep NoNewPrivs /proc/self/status > nnp; echo $USER > user; exec sleep 1000`)})
 	eventually(t, "the task's reports", func() bool {
@@ -83,15 +105,16 @@ func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ct.Pid))
 		return strings.TrimSpace(string(comm)) == "sleep"
 	})
+	uid, gid, name := want(readSandbox(t, ct, "uid"))
 	for file, want := range map[string]string{
-		"uid": strconv.Itoa(uid), "gid": strconv.Itoa(gid), "nnp": "NoNewPrivs:\t1", "user": DefaultTaskUser,
+		"uid": strconv.Itoa(uid), "gid": strconv.Itoa(gid), "nnp": "NoNewPrivs:\t1", "user": name,
 	} {
 		if got := readSandbox(t, ct, file); got != want {
 			t.Errorf("task's %s = %q, want %q", file, got, want)
 		}
 	}
-	if got := ct.Spec.User; got != DefaultTaskUser {
-		t.Errorf("Container.Spec.User = %q, want %q", got, DefaultTaskUser)
+	if got := ct.Spec.User; got != name {
+		t.Errorf("Container.Spec.User = %q, want %q", got, name)
 	}
 	// Its own session: session id (field 6) and process group (field 5)
 	// are its pid.
@@ -124,6 +147,60 @@ func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitExit(t, c, ct.ID)
+}
+
+// TestDynamicUsersIsolateTasks: two tasks with the default (dynamic) user
+// run as different users: neither can signal the other or read the
+// other's sandbox, which two tasks of one named user could. Once a task's
+// container is destroyed its sandbox is root's, mode 0700, so whoever gets
+// its id after the range wraps finds nothing.
+func TestDynamicUsersIsolateTasks(t *testing.T) {
+	c := newTest(t, testConfig(t))
+	a := launch(t, c, Spec{TaskID: "a", Command: shell(`echo secret > secret; exec sleep 1000`)})
+	eventually(t, "a's secret", func() bool {
+		_, err := os.Stat(filepath.Join(a.Sandbox, "secret"))
+		return err == nil
+	})
+	b := launch(t, c, Spec{TaskID: "b", Command: shell(fmt.Sprintf(
+		`id -u > uid; if kill -0 %d 2>/dev/null; then echo yes; else echo no; fi > signal; `+
+			`if cat %s/secret >/dev/null 2>&1; then echo yes; else echo no; fi > read; touch done`,
+		a.Pid, a.Sandbox))})
+	if e := waitExit(t, c, b.ID); e.ExitCode != 0 {
+		t.Fatalf("b: %+v", e)
+	}
+	if readSandbox(t, b, "uid") == strconv.Itoa(int(fileOwner(t, a.Sandbox))) {
+		t.Fatalf("a and b share uid %s", readSandbox(t, b, "uid"))
+	}
+	if got := readSandbox(t, b, "signal"); got != "no" {
+		t.Errorf("b could signal a (kill -0: %s)", got)
+	}
+	if got := readSandbox(t, b, "read"); got != "no" {
+		t.Errorf("b could read a's sandbox (%s)", got)
+	}
+	if err := c.Kill(context.Background(), a.ID); err != nil {
+		t.Fatal(err)
+	}
+	waitExit(t, c, a.ID)
+	if err := c.Destroy(a.ID); err != nil {
+		t.Fatal(err)
+	}
+	st, err := os.Lstat(a.Sandbox)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if owner := fileOwner(t, a.Sandbox); owner != 0 || st.Mode().Perm() != 0o700 {
+		t.Errorf("a's sandbox after Destroy: owner %d mode %v, want root's, 0700", owner, st.Mode().Perm())
+	}
+}
+
+// fileOwner returns the uid owning path.
+func fileOwner(t *testing.T, path string) uint32 {
+	t.Helper()
+	st, err := os.Lstat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return st.Sys().(*syscall.Stat_t).Uid
 }
 
 // TestTaskCannotLeaveItsCgroups has a task, and a child of it in a new

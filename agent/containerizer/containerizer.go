@@ -73,9 +73,12 @@ type Config struct {
 	// with the arguments that follow the prefix.
 	SupervisorCommand []string
 	// TaskUser is the user a task runs as when its Spec names none
-	// (default DefaultTaskUser, "nobody"). New fails if it is unknown, or
-	// root without AllowRootTasks.
+	// (default DefaultTaskUser: DynamicTaskUser, a user of each task's
+	// own). New fails if it is unknown, or root without AllowRootTasks.
 	TaskUser string
+	// DynamicIDs are the uids (and gids) of dynamic users (default
+	// DefaultDynamicIDs). The ids handed out are recorded in StateDir.
+	DynamicIDs IDRange
 	// AllowRootTasks lets tasks run as root (uid 0). Without it a launch as
 	// root fails with ErrTaskUser, whatever the coordinator allowed: a
 	// second line of defence behind its authorization.
@@ -187,6 +190,7 @@ type Containerizer struct {
 
 	mu         sync.Mutex
 	containers map[string]*container
+	dynamicIDs *dynamicIDs
 	closed     bool
 
 	exits *exitQueue
@@ -241,8 +245,13 @@ func New(cfg Config) (*Containerizer, error) {
 	if cfg.TaskUser == "" {
 		cfg.TaskUser = DefaultTaskUser
 	}
-	if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {
-		return nil, fmt.Errorf("default task user: %w", err)
+	if cfg.DynamicIDs == (IDRange{}) {
+		cfg.DynamicIDs = DefaultDynamicIDs
+	}
+	if cfg.TaskUser != DynamicTaskUser {
+		if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {
+			return nil, fmt.Errorf("default task user: %w", err)
+		}
 	}
 	if len(cfg.SupervisorCommand) == 0 {
 		exe, err := os.Executable()
@@ -300,11 +309,15 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	coreCookies, why := coreScheduling(cfg.SysRoot)
 	cfg.Logger.Info("containerizer: core scheduling for revocable tasks", "enabled", coreCookies, "why", why)
+	dynamic, err := loadDynamicIDs(filepath.Join(cfg.StateDir, dynamicIDsFile), cfg.DynamicIDs)
+	if err != nil {
+		return nil, fmt.Errorf("dynamic users: %w", err)
+	}
 	c := &Containerizer{
 		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
-		containers: make(map[string]*container),
-		exits:      newExitQueue(),
-		done:       make(chan struct{}),
+		containers: make(map[string]*container), dynamicIDs: dynamic,
+		exits: newExitQueue(),
+		done:  make(chan struct{}),
 	}
 	attrs := []any{"mode", string(layout.Mode), "root", cfg.CgroupRoot, "unified", layout.Unified}
 	if layout.Mode == cgroups.ModeHybrid {

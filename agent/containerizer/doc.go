@@ -123,8 +123,15 @@
 // # Users and confinement
 //
 // A task runs as Spec.User, or Config.TaskUser when that is empty
-// (DefaultTaskUser, "nobody"; the agent passes the task's TaskInfo.user,
-// else its framework's FrameworkInfo.user). The user is looked up by name
+// (DefaultTaskUser; the agent passes the task's TaskInfo.user, else its
+// framework's FrameworkInfo.user). DynamicTaskUser ("dynamic", the
+// default) gives each task a user of its own, as systemd's DynamicUser=:
+// a uid and a gid of the same number from Config.DynamicIDs, taken in
+// order and recorded in StateDir a block ahead, so that no id is handed out
+// twice until the range (100 million by default) wraps, and never one a
+// live task holds; Container.Spec.User names it slackline-<uid>. When such
+// a container is destroyed its sandbox becomes root's, mode 0700. Any
+// other user is looked up by name
 // in the host's user database (os/user: uid, primary gid, supplementary
 // groups) when Launch starts; an unknown user, or root (uid 0) without
 // Config.AllowRootTasks, fails Launch with ErrTaskUser before anything is
@@ -164,9 +171,10 @@
 // the task's processes join like the others (cgroups.Layout.Pids); a fork
 // bomb's forks fail there, and the host's processes are untouched.
 //
-// Tasks of the same user are not isolated from one another (they may
-// signal each other and read each other's sandboxes): give frameworks
-// their own users where that matters.
+// Tasks of the same named user are not isolated from one another (they
+// may signal each other and read each other's sandboxes): dynamic users
+// are. Files a task leaves outside its sandbox (/tmp, /dev/shm) keep its
+// id until something removes them.
 //
 // # Kill sequence
 //

@@ -92,6 +92,9 @@ func (c *Containerizer) Destroy(id string) error {
 	if err := removeCgroup(ctx, ct); err != nil {
 		return fmt.Errorf("destroy container %s: %w", id, err)
 	}
+	if err := sealSandbox(ct.cp); err != nil {
+		return fmt.Errorf("destroy container %s: seal the sandbox: %w", id, err)
+	}
 	if err := os.RemoveAll(ct.dir); err != nil {
 		return fmt.Errorf("destroy container %s: remove checkpoint: %w", id, err)
 	}

@@ -59,7 +59,18 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 	if spec.User == "" {
 		spec.User = c.cfg.TaskUser
 	}
-	usr, err := resolveUser(spec.User, c.cfg.AllowRootTasks)
+	var usr *taskUser
+	var err error
+	if spec.User == DynamicTaskUser {
+		c.mu.Lock()
+		usr, err = c.dynamicUser()
+		c.mu.Unlock()
+		if err == nil {
+			spec.User = usr.Name
+		}
+	} else {
+		usr, err = resolveUser(spec.User, c.cfg.AllowRootTasks)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -8,8 +8,9 @@ import (
 )
 
 // DefaultTaskUser is the user tasks run as when neither the task nor its
-// framework names one and Config.TaskUser is empty.
-const DefaultTaskUser = "nobody"
+// framework names one and Config.TaskUser is empty: a dynamic user of
+// each task's own.
+const DefaultTaskUser = DynamicTaskUser
 
 // ErrTaskUser is wrapped by Launch (and New, for Config.TaskUser) when the
 // user a task would run as cannot be used: unknown on this host, or root
@@ -29,6 +30,9 @@ type taskUser struct {
 	// Home is the user's home directory in the user database; the task's
 	// HOME is its sandbox all the same.
 	Home string `json:"home,omitempty"`
+	// Dynamic marks a user of DynamicTaskUser: ids from
+	// Config.DynamicIDs, no entry in the user database.
+	Dynamic bool `json:"dynamic,omitempty"`
 }
 
 // resolveUser looks name up in the host's user database (names only: a

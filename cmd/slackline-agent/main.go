@@ -60,7 +60,9 @@ func run(args []string) error {
 	isolate := fs.Bool("isolate-agent", true, "move the agent into <cgroup-root>/agent, a cgroup of its own with a small CPU weight and a one-core cap (task supervisors always live in <cgroup-root>/supervisors)")
 	grace := fs.Duration("kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
 	cpuLimit := fs.Bool("cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
-	taskUser := fs.String("task-user", containerizer.DefaultTaskUser, "user a task runs as when neither its TaskInfo nor its framework names one")
+	taskUser := fs.String("task-user", containerizer.DefaultTaskUser, `user a task runs as when neither its TaskInfo nor its framework names one; "dynamic": a user of each task's own, from --dynamic-uids (tasks cannot signal each other or read each other's sandboxes)`)
+	dynamicIDs := containerizer.DefaultDynamicIDs.String()
+	fs.StringVar(&dynamicIDs, "dynamic-uids", dynamicIDs, `uids (and gids) of dynamic task users, FIRST-LAST: none of them in the host's user database`)
 	pidsMax := fs.Int64("task-pids-max", containerizer.DefaultPidsMax, "processes and threads a task may have (pids.max; negative: unbounded)")
 	outputLimit := fs.Int64("task-output-limit", containerizer.DefaultOutputLimit, "bytes of each task output stream (stdout, stderr) kept in the sandbox, the newest, rotated through stdout.1 (negative: unlimited)")
 	fs.DurationVar(&cfg.Sandbox.GCDelay, "gc-delay", agent.DefaultSandboxGCDelay, "how long an ended task's sandbox is kept")
@@ -126,11 +128,15 @@ func run(args []string) error {
 		return err
 	}
 	cfg.WorkDir = workDir
+	dynamic, err := containerizer.ParseIDRange(dynamicIDs)
+	if err != nil {
+		return fmt.Errorf("--dynamic-uids: %w", err)
+	}
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: *cgroupRoot, CgroupMountpoint: *cgroupMount,
 		StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
 		KillGracePeriod: *grace, CPUHardLimit: *cpuLimit, Logger: logger,
-		TaskUser: *taskUser, AllowRootTasks: *allowRoot, OutputLimit: *outputLimit, PidsMax: *pidsMax,
+		TaskUser: *taskUser, DynamicIDs: dynamic, AllowRootTasks: *allowRoot, OutputLimit: *outputLimit, PidsMax: *pidsMax,
 	})
 	if err != nil {
 		return err
