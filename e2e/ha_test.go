@@ -12,12 +12,15 @@ import (
 
 	"connectrpc.com/connect"
 	clientv3 "go.etcd.io/etcd/client/v3"
+	"go.uber.org/zap"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/coordinator/store"
 	"github.com/slackline/slackline/deploy"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/etcdtest"
 	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/internal/server"
@@ -764,4 +767,44 @@ func TestHARollingEtcdRestart(t *testing.T) {
 		t.Errorf("registry after the roll: %d agents, %d frameworks; want 2 and 1", len(state.GetAgents()), len(state.GetFrameworks()))
 	}
 	t.Logf("%d tasks launched and finished across a rolling restart of 3 etcd members", launched)
+}
+
+// TestHAEtcdTLS runs a group on an etcd cluster that serves clients over
+// TLS only and requires client certificates (--client-cert-auth), as
+// deploy/kubernetes-ha expects: coordinators given --etcd-ca, --etcd-cert
+// and --etcd-key elect a leader and keep the registry there (an agent's
+// registration appears under the group's prefix); a client with the CA but
+// no certificate is refused by etcd.
+func TestHAEtcdTLS(t *testing.T) {
+	etcd, files := etcdtest.StartTLS(t, 1)
+	g := startGroup(t, etcd, 2, "--etcd-ca", files.CA, "--etcd-cert", files.ClientCert, "--etcd-key", files.ClientKey)
+	leader := g.waitLeader(30 * time.Second)
+	start(t, "slackline-sim", "--coordinator", g.list(), "--agents", "1", "--resources", "cpus:1;mem:256", "--work-dir", t.TempDir())
+	eventually(t, 20*time.Second, func() string {
+		if n := len(mustState(t, leader).GetAgents()); n != 1 {
+			return fmt.Sprintf("%d agents registered, want 1", n)
+		}
+		return ""
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	resp, err := etcd.Client(t).Get(ctx, g.prefix+"registry/"+store.BucketAgents+"/", clientv3.WithPrefix(), clientv3.WithCountOnly())
+	if err != nil || resp.Count != 1 {
+		t.Errorf("agents in etcd under %s: %v, %v; want 1", g.prefix, resp, err)
+	}
+
+	caOnly, err := auth.ClientTLS(files.CA, "", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	anonymous, err := clientv3.New(clientv3.Config{Endpoints: etcd.Endpoints(), TLS: caOnly, DialTimeout: 2 * time.Second, Logger: zap.NewNop()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer anonymous.Close()
+	short, cancelShort := context.WithTimeout(context.Background(), 3*time.Second)
+	defer cancelShort()
+	if _, err := anonymous.Get(short, g.prefix, clientv3.WithPrefix()); err == nil {
+		t.Error("etcd answered a client without a certificate: the test cluster does not require them")
+	}
 }

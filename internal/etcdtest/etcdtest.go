@@ -3,10 +3,12 @@ package etcdtest
 import (
 	"bytes"
 	"context"
+	"crypto/tls"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -15,6 +17,8 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.uber.org/zap"
+
+	"github.com/slackline/slackline/internal/auth"
 )
 
 // Binary returns the path of the etcd binary, or "" when it is not
@@ -46,6 +50,7 @@ type Cluster struct {
 	t       testing.TB
 	binary  string
 	members []*Member
+	tls     *tls.Config // clients' TLS (StartTLS), nil for plain HTTP
 }
 
 // Member is one etcd process.
@@ -63,15 +68,75 @@ type Member struct {
 }
 
 // Start starts an n-member cluster and waits until it has a leader.
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int) *Cluster { return start(t, n, nil) }
+
+// TLSFiles are the files of a cluster started by StartTLS: the CA that
+// signed the members' serving certificates and one client certificate
+// (CN "coordinator"), in PEM.
+type TLSFiles struct {
+	CA, ClientCert, ClientKey string
+}
+
+// StartTLS starts an n-member cluster that serves clients over TLS only
+// and requires a client certificate signed by its CA (etcd's
+// --client-cert-auth), as production clusters do. Client and the health
+// checks use the client certificate.
+func StartTLS(t testing.TB, n int) (*Cluster, TLSFiles) {
+	t.Helper()
+	dir := t.TempDir()
+	now := time.Now()
+	ca, err := auth.NewCA("etcd test CA", now.Add(-time.Hour), now.Add(24*time.Hour))
+	if err != nil {
+		t.Fatal(err)
+	}
+	write := func(name string, data []byte) string {
+		path := filepath.Join(dir, name)
+		if err := os.WriteFile(path, data, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return path
+	}
+	issue := func(name string, spec auth.CertSpec) (string, string) {
+		spec.NotBefore, spec.NotAfter = now.Add(-time.Hour), now.Add(24*time.Hour)
+		cert, key, err := ca.Issue(spec)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return write(name+".crt", cert), write(name+".key", key)
+	}
+	files := TLSFiles{CA: write("ca.crt", ca.CertPEM())}
+	serverCert, serverKey := issue("server", auth.CertSpec{CommonName: "etcd", Hosts: []string{"127.0.0.1", "localhost"}, Server: true})
+	files.ClientCert, files.ClientKey = issue("client", auth.CertSpec{CommonName: "coordinator", Client: true})
+	clientTLS, err := auth.ClientTLS(files.CA, files.ClientCert, files.ClientKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return start(t, n, &tlsSetup{
+		client: clientTLS,
+		args: []string{"--cert-file", serverCert, "--key-file", serverKey,
+			"--trusted-ca-file", files.CA, "--client-cert-auth"},
+	}), files
+}
+
+// tlsSetup is a TLS cluster's extra member flags and its clients' config.
+type tlsSetup struct {
+	args   []string
+	client *tls.Config
+}
+
+func start(t testing.TB, n int, tlsSetup *tlsSetup) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, binary: Require(t)}
+	scheme := "http://"
+	if tlsSetup != nil {
+		c.tls, scheme = tlsSetup.client, "https://"
+	}
 	token := fmt.Sprintf("slackline-test-%d", time.Now().UnixNano())
 	var initial []string
 	for i := range n {
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
-			ClientURL: "http://" + freeAddr(t),
+			ClientURL: scheme + freeAddr(t),
 			PeerURL:   "http://" + freeAddr(t),
 			dataDir:   t.TempDir(),
 			log:       &lockedBuffer{},
@@ -88,6 +153,9 @@ func Start(t testing.TB, n int) *Cluster {
 			"--initial-cluster-token", token,
 			"--heartbeat-interval", "50", "--election-timeout", "500",
 			"--logger", "zap", "--log-level", "warn",
+		}
+		if tlsSetup != nil {
+			m.args = append(m.args, tlsSetup.args...)
 		}
 		c.startMember(m)
 	}
@@ -136,7 +204,7 @@ func (c *Cluster) Endpoints() []string {
 // Client returns a client of the whole cluster, closed with the test.
 func (c *Cluster) Client(t testing.TB) *clientv3.Client {
 	t.Helper()
-	client, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
+	client, err := clientv3.New(clientv3.Config{Endpoints: c.Endpoints(), TLS: c.tls, DialTimeout: 5 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -168,7 +236,7 @@ func (c *Cluster) WaitHealthy() {
 
 func (c *Cluster) waitMember(m *Member, timeout time.Duration) {
 	c.t.Helper()
-	client, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, DialTimeout: time.Second, Logger: zap.NewNop()})
+	client, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, TLS: c.tls, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		c.t.Fatal(err)
 	}
