@@ -101,7 +101,7 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 	if err := send(ping); err != nil {
 		return err
 	}
-	if err := sess.serve(ctx, ping, agentPingInterval, send); err != nil {
+	if err := sess.serve(ctx, ping, s.c.agentPings, send); err != nil {
 		return err
 	}
 	if !sess.flush {

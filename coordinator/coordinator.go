@@ -115,6 +115,9 @@ type Coordinator struct {
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
+	// frameworkHeartbeats and agentPings pace the keepalives of all
+	// subscriptions and all agents' command streams (one timer each).
+	frameworkHeartbeats, agentPings *pulse
 	// persistMu, then mu: see "Locks and persistence" in doc.go.
 	persistMu sync.Mutex
 	mu        sync.Mutex
@@ -184,6 +187,7 @@ func New(cfg Config) (*Coordinator, error) {
 		instanceID:     ids.New()[:8],
 		startedAt:      cfg.Now(),
 	}
+	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
 	err := c.recover(context.Background())
 	if err == nil {
 		c.launchKey, err = loadLaunchKey(context.Background(), st)

@@ -49,6 +49,8 @@
 //     per-stream queues (outbox) that never block and never drop: each
 //     stream's goroutine sends as fast as its peer reads, and what can be
 //     queued is bounded by state because entries coalesce (see flow.go).
+//     Keepalives (framework heartbeats, agent pings) follow one shared
+//     pulse per kind, not a timer per stream (outbox.go).
 //     Unexported methods expect mu held unless their comment says they
 //     take it.
 //

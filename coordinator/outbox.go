@@ -28,8 +28,9 @@ import (
 // coordinator never are.
 type outbox[T any] struct {
 	id string
-	// ready holds a token when entries were queued since the stream last
-	// looked; done is closed when the outbox ends.
+	// ready holds a token when entries were queued or the outbox ended
+	// since the stream last looked; done is closed when the outbox ends.
+	// The stream waits on ready alone (one channel less to park on).
 	ready, done chan struct{}
 	once        sync.Once
 	// reason, set before done is closed, says why the outbox ended; flush
@@ -96,10 +97,7 @@ func (o *outbox[T]) push(v T, superseded string, keys ...string) bool {
 	o.entries = append(o.entries, outboxEntry[T]{value: v, keys: keys})
 	o.live++
 	o.mu.Unlock()
-	select {
-	case o.ready <- struct{}{}:
-	default:
-	}
+	o.wake()
 	return true
 }
 
@@ -199,6 +197,7 @@ func (o *outbox[T]) end(reason error) {
 		o.ended, o.reason = true, reason
 		o.mu.Unlock()
 		close(o.done)
+		o.wake()
 	})
 }
 
@@ -210,14 +209,23 @@ func (o *outbox[T]) endAfterDelivery() {
 		o.ended, o.flush = true, true
 		o.mu.Unlock()
 		close(o.done)
+		o.wake()
 	})
 }
 
-// serve sends what is queued, and keepalive every period, until the outbox
-// ends (nil) or ctx does (its error). It runs in the stream's goroutine.
-func (o *outbox[T]) serve(ctx context.Context, keepalive T, period time.Duration, send func(T) error) error {
-	ticker := time.NewTicker(period)
-	defer ticker.Stop()
+// wake leaves a token in ready unless one is there already.
+func (o *outbox[T]) wake() {
+	select {
+	case o.ready <- struct{}{}:
+	default:
+	}
+}
+
+// serve sends what is queued, and keepalive at each beat of beats, until
+// the outbox ends (nil) or ctx does (its error). It runs in the stream's
+// goroutine.
+func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send func(T) error) error {
+	beat := beats.next()
 	for {
 		if v, ok := o.take(); ok {
 			if err := send(v); err != nil {
@@ -232,20 +240,53 @@ func (o *outbox[T]) serve(ctx context.Context, keepalive T, period time.Duration
 				continue
 			}
 		}
-		var err error
 		select {
 		case <-o.ready:
-		case <-ticker.C:
-			err = send(keepalive)
-		case <-o.done:
-			return nil
+			select {
+			case <-o.done:
+				return nil
+			default:
+			}
+		case <-beat:
+			if err := send(keepalive); err != nil {
+				return err
+			}
+			beat = beats.next()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if err != nil {
-			return err
-		}
 	}
+}
+
+// pulse is one clock shared by every stream that sends a keepalive at the
+// same period, instead of a ticker each: next returns a channel closed at
+// the coming beat, and the first stream to ask after a beat arms the one
+// after it, a period later. So every waiting stream sees a beat once per
+// period (the first may come sooner than a period after it began), and no
+// timer runs while no stream waits.
+type pulse struct {
+	period time.Duration
+	mu     sync.Mutex
+	beat   chan struct{} // closed at the coming beat; nil when none is armed
+}
+
+func newPulse(period time.Duration) *pulse { return &pulse{period: period} }
+
+// next returns a channel closed at the coming beat.
+func (p *pulse) next() <-chan struct{} {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.beat == nil {
+		beat := make(chan struct{})
+		p.beat = beat
+		time.AfterFunc(p.period, func() {
+			p.mu.Lock()
+			p.beat = nil
+			p.mu.Unlock()
+			close(beat)
+		})
+	}
+	return p.beat
 }
 
 // sendQueued sends what the queue holds, without waiting for more.

@@ -121,21 +121,36 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 // replayed updates, then the queue and heartbeats.
 func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerStream[slacklinev1.SubscribeResponse], sub *subscription) error {
 	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.id)
-	send := func(ev *slacklinev1.Event) error { return stream.Send(&slacklinev1.SubscribeResponse{Event: ev}) }
+	send := func(ev *slacklinev1.Event) error {
+		if ev == heartbeatEvent {
+			return stream.Send(heartbeatResponse)
+		}
+		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
+	}
 	// The Subscribed event is the first in the queue.
 	subscribed, _ := sub.take()
-	for _, ev := range append([]*slacklinev1.Event{subscribed}, sub.replay...) {
+	if err := send(subscribed); err != nil {
+		return err
+	}
+	for _, ev := range sub.replay {
 		if err := send(ev); err != nil {
 			return err
 		}
 	}
-	heartbeat := &slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}
-	if err := sub.serve(ctx, heartbeat, c.cfg.FrameworkHeartbeatInterval, send); err != nil {
+	sub.replay = nil // sent: a long-lived stream does not keep them
+	if err := sub.serve(ctx, heartbeatEvent, c.frameworkHeartbeats, send); err != nil {
 		return err
 	}
 	// Deliver what was queued before the end (the error event included).
 	return sub.sendQueued(send)
 }
+
+// heartbeatEvent is the one heartbeat every subscription sends: events are
+// never modified once queued, and marshaling one concurrently is safe.
+var (
+	heartbeatEvent    = &slacklinev1.Event{Event: &slacklinev1.Event_Heartbeat{Heartbeat: &slacklinev1.HeartbeatEvent{}}}
+	heartbeatResponse = &slacklinev1.SubscribeResponse{Event: heartbeatEvent}
+)
 
 // subscriptionEnded handles the end of a Subscribe stream: if it is still
 // the framework's current subscription the framework becomes DISCONNECTED

@@ -1,15 +1,31 @@
 // Command idle measures what an idle framework subscription costs the
 // coordinator, side by side with the floor: what an idle streaming
 // connection costs a bare net/http handler. It starts each server in a
-// child process of its own (the same binary: "idle serve"), opens
-// --streams idle streams to it over HTTP/1.1 (one connection each, as the
-// issue measured), and reads the child's RSS, its Go heap and stacks in use
-// and its live heap and stacks after a GC, before and after. It prints both
-// costs per stream and their ratios (the goal is at most 1.25), and the
-// coordinator's cost per 1,000 completed tasks. IDLE_PROFILE_DIR=dir saves
-// heap profiles of the children (every allocation sampled).
+// child process of its own (the same binary: "idle serve", with the same
+// environment, so the same runtime settings), opens --streams idle streams
+// to it over HTTP/1.1 (one connection each, as the issue measured; the
+// coordinator's one Suppress call per subscription reuses the idle
+// connection the next stream takes), and reads the child's RSS, anonymous
+// RSS, its Go heap and stacks in use and its live heap and stacks after two
+// collections and FreeOSMemory, before and after. It prints both costs per
+// stream and their ratios (the goal, at most 1.25, is on RSS), and the
+// coordinator's cost per 1,000 completed tasks; --runs repeats the whole.
 //
-//	go run ./scripts/bench/idle --streams 300
+// Where the difference goes (see the per-server breakdown lines): the
+// registry's file pages (RSS minus anon RSS, noisy: 0.2-1.5 KB), free space
+// left in heap spans by the garbage of the registry write and the Suppress
+// call (Go in use minus live), connect's per-stream state, and stacks: Go
+// starts new goroutines with a stack the size of the average one scanned
+// (GODEBUG adaptivestackstart), and a subscription's handler goroutine
+// blocks deeper (connect, the coordinator) than a bare handler's, so that
+// net/http's background reader of each connection starts, and stays, at
+// 4 KB instead of 2 KB. GODEBUG=adaptivestackstart=0 in the environment
+// (both children inherit it) shows the difference.
+//
+// IDLE_PROFILE_DIR=dir saves heap profiles of the children (every
+// allocation sampled) and their goroutines.
+//
+//	go run ./scripts/bench/idle --streams 300 --runs 3
 package main
 
 import (
@@ -63,27 +79,49 @@ type memory struct {
 	Anon  int64 // anonymous RSS: RSS without file pages (the registry's mmap)
 	Live  int64 // live heap (marked by the last GC, without free space in spans) + stacks
 	Tasks int   // completed tasks the coordinator keeps
+	// Runtime is the rest of what the Go runtime holds: span structures,
+	// GC metadata, other off-heap structures.
+	Runtime int64
 }
 
 func run() error {
 	streams := flag.Int("streams", 300, "idle streams to open to each server")
 	tasks := flag.Int("completed-tasks", 1000, "completed tasks to measure the coordinator's cost of")
+	runs := flag.Int("runs", 1, "measurements, each of both servers side by side")
+	suppress := flag.Bool("suppress", false, "each idle framework calls Suppress right after subscribing, inside the measurement "+
+		"(by default it calls it after, before the completed tasks are measured)")
 	flag.Parse()
-	bare, err := measure("bare", *streams, 0)
+	for range *runs {
+		if err := runOnce(*streams, *tasks, *suppress); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func runOnce(streams, tasks int, suppress bool) error {
+	bare, err := measure("bare", streams, 0, suppress)
 	if err != nil {
 		return fmt.Errorf("bare handler: %w", err)
 	}
-	sub, err := measure("coordinator", *streams, *tasks)
+	sub, err := measure("coordinator", streams, tasks, suppress)
 	if err != nil {
 		return fmt.Errorf("coordinator: %w", err)
 	}
 	fmt.Printf("idle stream over HTTP/1.1, %d each: bare net/http handler %.1f KB RSS (%.1f Go heap+stacks in use, %.1f live, %.1f stacks); "+
-		"coordinator Subscribe %.1f KB RSS (%.1f Go in use, %.1f live, %.1f stacks); ratio %.2f RSS, %.2f Go in use, %.2f live; "+
+		"coordinator Subscribe %.1f KB RSS (%.1f Go in use, %.1f live, %.1f stacks); ratio %.2f RSS, %.2f anon RSS, %.2f Go in use, %.2f live; "+
 		"%d completed tasks %.0f KB (Go in use), %.0f KB live\n",
-		*streams, kb(bare.stream.RSS), kb(bare.stream.Go), kb(bare.stream.Live), kb(bare.stream.Stack),
+		streams, kb(bare.stream.RSS), kb(bare.stream.Go), kb(bare.stream.Live), kb(bare.stream.Stack),
 		kb(sub.stream.RSS), kb(sub.stream.Go), kb(sub.stream.Live), kb(sub.stream.Stack),
-		ratio(sub.stream.RSS, bare.stream.RSS), ratio(sub.stream.Go, bare.stream.Go), ratio(sub.stream.Live, bare.stream.Live),
-		*tasks, kb(sub.tasks.Go), kb(sub.tasks.Live))
+		ratio(sub.stream.RSS, bare.stream.RSS), ratio(sub.stream.Anon, bare.stream.Anon), ratio(sub.stream.Go, bare.stream.Go), ratio(sub.stream.Live, bare.stream.Live),
+		tasks, kb(sub.tasks.Go), kb(sub.tasks.Live))
+	for _, r := range []struct {
+		name string
+		m    memory
+	}{{"bare", bare.stream}, {"coordinator", sub.stream}} {
+		fmt.Printf("  %-12s RSS %.1f KB: anon %.1f, Go in use %.1f (stacks %.1f), live %.1f, runtime %.1f\n",
+			r.name, kb(r.m.RSS), kb(r.m.Anon), kb(r.m.Go), kb(r.m.Stack), kb(r.m.Live), kb(r.m.Runtime))
+	}
 	return nil
 }
 
@@ -114,8 +152,11 @@ type result struct {
 
 // measure starts a child serving kind, opens streams idle streams and
 // returns the cost per stream; for the coordinator it then completes tasks
-// tasks and returns their cost too.
-func measure(kind string, streams, tasks int) (result, error) {
+// tasks and returns their cost too. An idle framework wants no offers (they
+// would go to it rather than to the framework whose tasks are measured): it
+// suppresses them, inside the measurement of the streams if suppress is
+// set, else after it.
+func measure(kind string, streams, tasks int, suppress bool) (result, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return result{}, err
@@ -137,9 +178,19 @@ func measure(kind string, streams, tasks int) (result, error) {
 	client := &http.Client{Transport: transport}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
+	var idle []*slacklinev1.SubscribedEvent
 	open := func(n int) error {
 		for range n {
-			if err := openStream(ctx, client, url, kind); err != nil {
+			subscribed, err := openStream(ctx, client, url, kind)
+			if err != nil {
+				return err
+			}
+			if subscribed == nil {
+				continue
+			}
+			if !suppress {
+				idle = append(idle, subscribed)
+			} else if err := suppressOffers(ctx, client, url, subscribed); err != nil {
 				return err
 			}
 		}
@@ -163,8 +214,14 @@ func measure(kind string, streams, tasks int) (result, error) {
 	}
 	per := func(a, b int64) int64 { return (a - b) / int64(streams) }
 	res := result{stream: memory{RSS: per(after.RSS, before.RSS), Go: per(after.Go, before.Go),
-		Stack: per(after.Stack, before.Stack), Anon: per(after.Anon, before.Anon), Live: per(after.Live, before.Live)}}
+		Stack: per(after.Stack, before.Stack), Anon: per(after.Anon, before.Anon), Live: per(after.Live, before.Live),
+		Runtime: per(after.Runtime, before.Runtime)}}
 	profile(client, url, kind+".after")
+	for _, subscribed := range idle {
+		if err := suppressOffers(ctx, client, url, subscribed); err != nil {
+			return result{}, err
+		}
+	}
 	if tasks > 0 {
 		res.tasks, err = completeTasks(url, client, tasks)
 	}
@@ -218,43 +275,46 @@ func report(url string, client *http.Client) (memory, error) {
 }
 
 // openStream opens one idle stream and returns once its first message
-// arrived; the stream stays open until ctx ends.
-func openStream(ctx context.Context, client *http.Client, url, kind string) error {
+// arrived, with the coordinator's Subscribed event; the stream stays open
+// until ctx ends.
+func openStream(ctx context.Context, client *http.Client, url, kind string) (*slacklinev1.SubscribedEvent, error) {
 	if kind == "bare" {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodGet, url+"/stream", nil)
 		resp, err := client.Do(req)
 		if err != nil {
-			return err
+			return nil, err
 		}
 		buf := make([]byte, 1)
 		if _, err := resp.Body.Read(buf); err != nil {
-			return err
+			return nil, err
 		}
 		go func() { io.Copy(io.Discard, resp.Body); resp.Body.Close() }()
-		return nil
+		return nil, nil
 	}
 	scheduler := slacklinev1connect.NewSchedulerServiceClient(client, url)
 	stream, err := scheduler.Subscribe(ctx, connect.NewRequest(&slacklinev1.SubscribeRequest{
 		FrameworkInfo: &slacklinev1.FrameworkInfo{Name: "idle", FailoverTimeoutSeconds: 60}}))
 	if err != nil {
-		return err
+		return nil, err
 	}
 	if !stream.Receive() {
-		return fmt.Errorf("subscribe: %w", stream.Err())
+		return nil, fmt.Errorf("subscribe: %w", stream.Err())
 	}
-	// An idle framework wants no offers (they would go to it rather than
-	// to the framework whose tasks are measured).
 	subscribed := stream.Msg().GetEvent().GetSubscribed()
-	suppress := connect.NewRequest(&slacklinev1.SuppressRequest{FrameworkId: subscribed.GetFrameworkId()})
-	suppress.Header().Set(protocol.StreamIDHeader, subscribed.GetStreamId())
-	if _, err := scheduler.Suppress(ctx, suppress); err != nil {
-		return err
-	}
 	go func() {
 		for stream.Receive() {
 		}
 	}()
-	return nil
+	return subscribed, nil
+}
+
+// suppressOffers suppresses the offers of a subscribed framework.
+func suppressOffers(ctx context.Context, client *http.Client, url string, subscribed *slacklinev1.SubscribedEvent) error {
+	scheduler := slacklinev1connect.NewSchedulerServiceClient(client, url)
+	suppress := connect.NewRequest(&slacklinev1.SuppressRequest{FrameworkId: subscribed.GetFrameworkId()})
+	suppress.Header().Set(protocol.StreamIDHeader, subscribed.GetStreamId())
+	_, err := scheduler.Suppress(ctx, suppress)
+	return err
 }
 
 // completeTasks registers an agent, launches n tasks of a new framework on
@@ -451,6 +511,7 @@ func serve(args []string) error {
 		m.Live = int64(live[0].Value.Uint64()) + m.Stack
 		m.RSS, _ = benchutil.RSSBytes(os.Getpid())
 		m.Anon = rssAnon()
+		m.Runtime = int64(ms.MSpanInuse + ms.MCacheInuse + ms.GCSys + ms.OtherSys + ms.BuckHashSys)
 		json.NewEncoder(w).Encode(m)
 	})
 	ln, err := net.Listen("tcp", addr)

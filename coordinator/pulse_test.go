@@ -1,0 +1,63 @@
+package coordinator
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"testing/synctest"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+// TestPulse checks that streams sharing one pulse each send a keepalive
+// once per period, that queued entries go out between beats without moving
+// them, and that no timer is left armed once no stream waits.
+func TestPulse(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const period = 10 * time.Second
+		start := time.Now()
+		beats := newPulse(period)
+		var mu sync.Mutex
+		sent := map[string][]string{} // per stream: "<seconds since start> <value>"
+		serve := func(name string, o *outbox[string]) chan error {
+			done := make(chan error, 1)
+			go func() {
+				done <- o.serve(context.Background(), "keepalive", beats, func(v string) error {
+					mu.Lock()
+					defer mu.Unlock()
+					sent[name] = append(sent[name], time.Since(start).String()+" "+v)
+					return nil
+				})
+			}()
+			return done
+		}
+		a, b := newOutbox[string](), newOutbox[string]()
+		doneA, doneB := serve("a", a), serve("b", b)
+		time.Sleep(15 * time.Second)
+		a.send("event")
+		time.Sleep(20 * time.Second) // 35 s in all
+		a.end(nil)
+		b.end(nil)
+		for _, done := range []chan error{doneA, doneB} {
+			if err := <-done; err != nil {
+				t.Fatalf("serve: %v", err)
+			}
+		}
+		want := map[string][]string{
+			"a": {"10s keepalive", "15s event", "20s keepalive", "30s keepalive"},
+			"b": {"10s keepalive", "20s keepalive", "30s keepalive"},
+		}
+		if diff := cmp.Diff(want, sent); diff != "" {
+			t.Fatalf("sent (-want +got):\n%s", diff)
+		}
+		// The beat armed for 40 s fires, and none is armed after it.
+		time.Sleep(period)
+		synctest.Wait()
+		beats.mu.Lock()
+		defer beats.mu.Unlock()
+		if beats.beat != nil {
+			t.Fatal("a beat is armed with no stream waiting")
+		}
+	})
+}
