@@ -210,6 +210,12 @@ type NetworkConfig struct {
 	// FloorFraction of the capacity (at least 1 Mbit/s) is the lowest
 	// pace: revocable tasks are slowed down, never cut off. Default 0.01.
 	FloorFraction float64
+	// PlateauFraction and PlateauHold: for PlateauHold after a decrease,
+	// raises stop at PlateauFraction of the pace at which guaranteed
+	// traffic was delayed; 0 PlateauHold raises up to the estimate at
+	// once. Defaults 0.85 and 30 s.
+	PlateauFraction float64
+	PlateauHold     time.Duration
 }
 
 // LoadConfig configures the load controller (Mesos's LoadQoSController). A
@@ -284,6 +290,8 @@ func DefaultConfig() Config {
 			CalmPeriod:           2 * time.Second,
 			IncreaseInterval:     500 * time.Millisecond,
 			FloorFraction:        0.01,
+			PlateauFraction:      0.85,
+			PlateauHold:          30 * time.Second,
 		},
 		KillRetry: 10 * time.Second,
 	}
@@ -413,6 +421,9 @@ func (c Config) Validate() error {
 	positive("network calm period", n.CalmPeriod)
 	positive("network increase interval", n.IncreaseInterval)
 	fraction("network floor fraction", n.FloorFraction)
+	if n.PlateauHold < 0 || (n.PlateauHold > 0 && !(n.PlateauFraction > 0 && n.PlateauFraction <= 1)) {
+		bad("network plateau needs a hold >= 0 (got %v) and, when held, a fraction in (0, 1] (got %v)", n.PlateauHold, n.PlateauFraction)
+	}
 
 	if c.Load.Threshold5Min < 0 || c.Load.Threshold15Min < 0 {
 		bad("load thresholds must not be negative (5min %v, 15min %v)", c.Load.Threshold5Min, c.Load.Threshold15Min)

@@ -227,6 +227,10 @@
 //     CalmPeriod: the pace rises by IncreaseStepFraction of the capacity
 //     every IncreaseInterval, and the limit goes at the estimate. In
 //     between, it holds; it never kills.
+//   - Plateau: for PlateauHold after a cut, raises stop at PlateauFraction
+//     of the pace at which guaranteed traffic was delayed; a cut there
+//     lowers the plateau. Plain AIMD climbed back to the delay every few
+//     seconds, and each climb set the guaranteed task's p99.
 //
 // "memory" (Memory): memory cannot be throttled without pushing its holder
 // into reclaim, so when MemAvailable falls below max(MinAvailableBytes,
@@ -260,7 +264,7 @@
 //	              RetransmitFraction 1% (at least 3), SaturationEnter/Exit 95 / 85 %
 //	              DecreaseFactor 0.7, DecreaseInterval 200 ms, MinRevocable 1 Mbit/s
 //	              IncreaseStep 5% of capacity, CalmPeriod 2 s, IncreaseInterval 500 ms
-//	              Floor 1% of capacity (at least 1 Mbit/s)
+//	              Floor 1% of capacity (at least 1 Mbit/s), Plateau 85% for 30 s
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

@@ -29,11 +29,18 @@ import (
 //     CalmPeriod of calm the pace rises by IncreaseStepFraction of the
 //     capacity every IncreaseInterval, and the limit is removed when it
 //     reaches the revocable bandwidth estimate. Between the thresholds the
-//     pace holds.
+//     pace holds;
+//   - plateau: for PlateauHold after a decrease, raises stop at
+//     PlateauFraction of the pace at which guaranteed traffic was delayed,
+//     then probing resumes. Without it the pace climbed back to where the
+//     delay began every few seconds (a 0.7 cut is won back in 3-4 s), and
+//     each climb cost the guaranteed task a few hundred milliseconds of
+//     delayed round trips: enough to set its p99.
 //
 // It never kills: a paced task only slows down. State kept between
 // evaluations: when the limit last changed and in which direction, since
-// when the signals are calm, and each guarded container's RTT baseline
+// when the signals are calm, the plateau and until when it holds, and
+// each guarded container's RTT baseline
 // (forgotten when the container goes). The applied limit is read from
 // Input.RevocableBandwidthLimit at every evaluation.
 type Network struct {
@@ -41,8 +48,12 @@ type Network struct {
 
 	lastChange time.Time
 	calmSince  time.Time
-	baselines  map[string]*rttBaseline
-	streaks    map[string]*streak
+	// plateau is the highest pace raises reach until plateauUntil
+	// (Mbit/s, 0 none).
+	plateau      float64
+	plateauUntil time.Time
+	baselines    map[string]*rttBaseline
+	streaks      map[string]*streak
 }
 
 // streak counts a container's consecutive samples with delayed round trips
@@ -250,6 +261,9 @@ func (c *Network) decrease(now time.Time, v *violation, current, ceiling, floor,
 		return nil // at the floor already
 	}
 	c.lastChange = now
+	if c.cfg.PlateauHold > 0 {
+		c.plateau, c.plateauUntil = max(limit, from*c.cfg.PlateauFraction), now.Add(c.cfg.PlateauHold)
+	}
 	return []Correction{{
 		Kind: Throttle, Resource: Bandwidth, BandwidthLimit: limit, Controller: "network", Signal: v.signalAt,
 		Reason: fmt.Sprintf("%s; revocable egress %.0f Mbit/s paced to %.0f Mbit/s", v.reason, revocableTx, limit),
@@ -263,7 +277,16 @@ func (c *Network) raise(now time.Time, current, ceiling, capacity float64) []Cor
 		base = max(ceiling, current)
 	}
 	target := current + c.cfg.IncreaseStepFraction*base
+	if c.plateau > 0 && now.Before(c.plateauUntil) {
+		if current >= c.plateau-epsilon {
+			return nil // holding below where guaranteed traffic was delayed
+		}
+		target = min(target, c.plateau)
+	}
 	shown := fmt.Sprintf("%.0f Mbit/s", target)
+	if c.plateau > 0 && now.Before(c.plateauUntil) && target >= c.plateau-epsilon {
+		shown += " (the plateau)"
+	}
 	if ceiling > 0 && target >= ceiling-epsilon {
 		target, shown = 0, "the estimate"
 	}

@@ -94,15 +94,35 @@ func TestNetworkController(t *testing.T) {
 			},
 		},
 		{
-			name: "calm: the pace rises by 5% of the capacity, and the limit goes at the estimate",
+			name: "calm: the pace rises by 5% of the capacity to the plateau, holds there, then to the estimate",
+			steps: []step{
+				// Cut from 500: the plateau is 425 (0.85 of 500) for 30 s.
+				{in: at(with(calm, func(n *netInput) { n.linkTx = 990 }), 0), want: 350},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 350; n.revocableTx = 350 }), 100*time.Millisecond), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 350; n.revocableTx = 350 }), 2*time.Second), want: -1}, // calm for 1.9 s
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 350; n.revocableTx = 350 }), 2100*time.Millisecond),
+					want: 400, reason: "calm for 2s: revocable egress pace 350 Mbit/s -> 400 Mbit/s"},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 400; n.revocableTx = 400 }), 2300*time.Millisecond), want: -1}, // IncreaseInterval
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 400; n.revocableTx = 400 }), 2700*time.Millisecond),
+					want: 425, reason: "-> 425 Mbit/s (the plateau)"},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 425; n.revocableTx = 425 }), 3300*time.Millisecond), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 425; n.revocableTx = 425 }), 29*time.Second), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 425; n.revocableTx = 425 }), 30100*time.Millisecond), want: 475},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 775; n.revocableTx = 775 }), 30700*time.Millisecond), want: 0, reason: "-> the estimate"},
+			},
+		},
+		{
+			name: "delayed again at the plateau: a lower plateau",
 			steps: []step{
 				{in: at(with(calm, func(n *netInput) { n.linkTx = 990 }), 0), want: 350},
-				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 700; n.revocableTx = 700 }), 100*time.Millisecond), want: -1},
-				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 700; n.revocableTx = 700 }), 2*time.Second), want: -1}, // calm for 1.9 s
-				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 700; n.revocableTx = 700 }), 2100*time.Millisecond),
-					want: 750, reason: "calm for 2s: revocable egress pace 700 Mbit/s -> 750 Mbit/s"},
-				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 750 }), 2300*time.Millisecond), want: -1}, // IncreaseInterval
-				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 750 }), 2700*time.Millisecond), want: 0, reason: "-> the estimate"},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 350; n.revocableTx = 350 }), 100*time.Millisecond), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 350; n.revocableTx = 350 }), 2100*time.Millisecond), want: 400},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 400; n.revocableTx = 400; n.linkTx = 990 }), 2700*time.Millisecond), want: 280},
+				// The plateau is now 340 (0.85 of 400).
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 280; n.revocableTx = 280 }), 2800*time.Millisecond), want: -1},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 280; n.revocableTx = 280 }), 4800*time.Millisecond), want: 330},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 330; n.revocableTx = 330 }), 5400*time.Millisecond), want: 340},
+				{in: at(with(calm, func(n *netInput) { n.appliedLimit = 340; n.revocableTx = 340 }), 6000*time.Millisecond), want: -1},
 			},
 		},
 		{

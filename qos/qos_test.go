@@ -185,6 +185,7 @@ func TestConfigValidate(t *testing.T) {
 		{"no increase step", func(c *qos.Config) { c.Interference.IncreaseStepCores, c.Interference.IncreaseStepFraction = 0, 0 }, "increase step"},
 		{"zero floor", func(c *qos.Config) { c.Interference.FloorCores, c.Interference.FloorFraction = 0, 0 }, "floor must be positive"},
 		{"negative events", func(c *qos.Config) { c.Interference.EventCount = -1 }, "event count"},
+		{"network plateau without a fraction", func(c *qos.Config) { c.Network.PlateauFraction = 0 }, "network plateau"},
 		{"backoff max below backoff", func(c *qos.Config) { c.Interference.ProbeBackoffMax = time.Second }, "probe backoff max"},
 		{"zero kill after", func(c *qos.Config) { c.Interference.KillAfter = 0 }, "kill after"},
 		{"memory fraction 1", func(c *qos.Config) { c.Memory.MinAvailableFraction = 1 }, "min available fraction"},
