@@ -125,6 +125,7 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	}{{"estimate", estimate}, {"allocated", allocated}, {"offered", offered}} {
 		ch <- prometheus.MustNewConstMetric(revocableDesc, prometheus.GaugeValue, kv.r.CPUs(), resources.NameCPUs, kv.kind)
 		ch <- prometheus.MustNewConstMetric(revocableDesc, prometheus.GaugeValue, kv.r.Mem()*(1<<20), "mem_bytes", kv.kind)
+		ch <- prometheus.MustNewConstMetric(revocableDesc, prometheus.GaugeValue, kv.r.Bandwidth()*1e6, "bandwidth_bits_per_second", kv.kind)
 	}
 }
 

@@ -44,6 +44,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		`slackline_coordinator_agents{state="active"} 1`,
 		`slackline_coordinator_frameworks{state="connected"} 1`,
 		"slackline_coordinator_outstanding_offers 1",
+		`slackline_coordinator_revocable_resources{kind="offered",resource="bandwidth_bits_per_second"} 0`,
 	} {
 		if !strings.Contains(string(body), want) {
 			t.Errorf("/metrics lacks %q", want)
