@@ -11,6 +11,21 @@
 //
 // Everything runs on the veth pair and namespaces it creates; tasks are
 // internal/netbench/netload. It needs root.
+//
+// # What the host pays for the far end
+//
+// The far end stands for a switch port and another machine, yet runs on
+// the node's CPUs: the peer's ingress (ifb and tbf), its TCP receive and
+// the client and sink (in this process) take softirq and CPU time from the
+// tasks under test, often in their own context (a veth transmit processes
+// the peer's receive in the sender's softirq). Options.BurstBytes keeps
+// that cost near what a remote receiver would charge: a tbf bucket
+// smaller than a GSO packet made tbf segment every packet in software
+// (measured: 1.6 KB per ifb transmit) and the server spent 4.5 times its
+// CPU time doing the far end's work. What remains — about one skb of
+// receive work per 64 KB sent — grows with the revocable sender's rate and
+// is still charged to whoever runs when it happens; PaceMbps measures the
+// server's latency against that rate with no controller.
 package netbench
 
 import (
@@ -67,8 +82,10 @@ type Options struct {
 	BinDir, Netload string
 	// LinkMbps is the far end's rate and the agent's bandwidth (1000).
 	LinkMbps float64
-	// QueueBytes is the far end's queue (1 MB: 8 ms at 1 Gbit/s).
-	QueueBytes int
+	// QueueBytes is the far end's queue (1 MB: 8 ms at 1 Gbit/s) and
+	// BurstBytes its token bucket (nettest's default, 80 KB: a GSO packet
+	// passes whole).
+	QueueBytes, BurstBytes int
 	// Rate is the client's requests per second (250), spread over Conns
 	// connections (4); each response is ResponseBytes (128 KB) for a
 	// RequestBytes (64 B) request: a cache serving objects, 260 Mbit/s.
@@ -78,6 +95,12 @@ type Options struct {
 	// Warmup passes before measuring alone (3 s); Settle after the bulk
 	// sender started (5 s); Measure is the measured window (10 s).
 	Warmup, Settle, Measure time.Duration
+	// PaceMbps, when set, runs mode QoS with revocable egress paced to
+	// this fixed rate and no QoS controller (the fixed estimator offers it
+	// as the revocable bandwidth): what pacing alone does at a given
+	// rate, to tell the queue at the link from the host's cost of moving
+	// the traffic.
+	PaceMbps float64
 	// Logf receives progress (nil: none).
 	Logf func(format string, args ...any)
 }
@@ -188,7 +211,7 @@ func Run(ctx context.Context, o Options, mode Mode) (res Result, err error) {
 		return res, err
 	}
 
-	pair, err := nettest.NewPair(nettest.Options{NodeInHost: true, PeerIngressMbps: o.LinkMbps, PeerQueueBytes: o.QueueBytes})
+	pair, err := nettest.NewPair(nettest.Options{NodeInHost: true, PeerIngressMbps: o.LinkMbps, PeerQueueBytes: o.QueueBytes, PeerBurstBytes: o.BurstBytes})
 	if err != nil {
 		return res, err
 	}
@@ -236,9 +259,13 @@ func Run(ctx context.Context, o Options, mode Mode) (res Result, err error) {
 		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root,
 		"--resources", fmt.Sprintf("cpus:2;mem:2048;bandwidth:%g", o.LinkMbps),
 		"--monitor-interval", "100ms", "--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s"}
-	if mode == NoQoS {
+	switch {
+	case mode == NoQoS:
 		agentArgs = append(agentArgs, "--network-interfaces", "none", "--qos-controller", "noop")
-	} else {
+	case mode == QoS && o.PaceMbps > 0:
+		agentArgs = append(agentArgs, "--network-interfaces", pair.NodeDev, "--qos-controller", "noop",
+			"--estimator", "fixed", "--fixed-revocable", fmt.Sprintf("cpus:1;bandwidth:%g", o.PaceMbps))
+	default:
 		agentArgs = append(agentArgs, "--network-interfaces", pair.NodeDev, "--qos-controller", "network")
 	}
 	if _, err := start("slackline-agent", agentArgs...); err != nil {

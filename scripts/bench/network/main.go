@@ -14,6 +14,12 @@
 // >= 0.5). The line before gives the ratio without network QoS.
 //
 //	sudo go run ./scripts/bench/network --trials 3
+//
+// To tell the host's cost of moving the traffic from queueing at the link,
+// --pace X paces revocable egress to a fixed X Mbit/s with no QoS
+// controller (compare R for a few X), and --far-burst 65500 brings back
+// the far end's old 64 KB bucket, which segmented every GSO packet in
+// software (see internal/netbench).
 package main
 
 import (
@@ -43,6 +49,9 @@ func run() error {
 	flag.Float64Var(&o.Rate, "rate", 250, "requests per second to the server")
 	flag.IntVar(&o.ResponseBytes, "response", 128<<10, "bytes of each response")
 	flag.DurationVar(&o.Measure, "measure", 10*time.Second, "measured window of each run")
+	flag.IntVar(&o.BurstBytes, "far-burst", 0, "the far end's token bucket, bytes (default 80 KB; under 64 KB it segments every GSO packet)")
+	flag.Float64Var(&o.PaceMbps, "pace", 0, "with QoS: pace revocable egress to this fixed rate (Mbit/s) with no QoS controller")
+	skipNoQoS := flag.Bool("skip-noqos", false, "do not run the way without network QoS (its ratio is then not printed)")
 	verbose := flag.Bool("v", false, "print progress")
 	binDir := flag.String("bin", "", "directory of prebuilt slackline-coordinator, slackline-agent and netload (default: build them)")
 	flag.Parse()
@@ -68,7 +77,11 @@ func run() error {
 	}
 
 	best := map[netbench.Mode]netbench.Result{}
-	for _, mode := range []netbench.Mode{netbench.Alone, netbench.NoQoS, netbench.QoS} {
+	modes := []netbench.Mode{netbench.Alone, netbench.NoQoS, netbench.QoS}
+	if *skipNoQoS {
+		modes = slices.Delete(modes, 1, 2)
+	}
+	for _, mode := range modes {
 		fmt.Printf("== %s\n", mode)
 		for trial := 0; trial < *trials; trial++ {
 			r, err := netbench.Run(ctx, o, mode)
@@ -84,7 +97,8 @@ func run() error {
 	}
 	alone, noQoS, withQoS := best[netbench.Alone], best[netbench.NoQoS], best[netbench.QoS]
 	fmt.Printf("\n%-40s %10s %10s %12s %8s\n", "way (best trial)", "p50", "p99", "revocable", "share")
-	for _, r := range []netbench.Result{alone, noQoS, withQoS} {
+	for _, mode := range modes {
+		r := best[mode]
 		fmt.Printf("%-40s %10v %10v %7.0f Mbit/s %7.0f%%\n", r.Mode, r.P50, r.P99, r.RevocableMbps, 100*r.Share())
 	}
 	var steps []string
@@ -96,8 +110,13 @@ func run() error {
 		steps = steps[:8]
 	}
 	fmt.Printf("\nlast network corrections (newest first): %v\n", steps)
-	fmt.Printf("without network QoS: lc_p99_ratio=%.2f be_share=%.2f\n",
-		ratio(noQoS.P99, alone.P99), noQoS.Share())
+	if !*skipNoQoS {
+		fmt.Printf("without network QoS: lc_p99_ratio=%.2f be_share=%.2f\n",
+			ratio(noQoS.P99, alone.P99), noQoS.Share())
+	}
+	if o.PaceMbps > 0 {
+		fmt.Printf("(revocable egress paced to a fixed %g Mbit/s, no QoS controller)\n", o.PaceMbps)
+	}
 	fmt.Printf("network-qos: lc_p99_ratio=%.2f be_share=%.2f\n", ratio(withQoS.P99, alone.P99), withQoS.Share())
 	return nil
 }
