@@ -23,33 +23,14 @@ import (
 // converted afresh, pass after pass, while the ring wraps and containers
 // come and go; samples of a gone container are not kept.
 func TestEstimateInputIncremental(t *testing.T) {
-	dir := t.TempDir()
-	write := func(rel, content string) {
-		t.Helper()
-		path := filepath.Join(dir, rel)
-		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("proc/stat", "cpu  100 0 100 5000 0 0 0 0 0 0\ncpu0 50 0 50 2500 0 0 0 0 0 0\ncpu1 50 0 50 2500 0 0 0 0 0 0\n")
-	write("proc/meminfo", "MemTotal:       8000000 kB\nMemFree:        1000000 kB\nMemAvailable:   6000000 kB\n")
-	write("proc/loadavg", "0.50 0.25 0.10 1/100 1234\n")
+	const limit = 4
+	m, write := fakeMonitorNode(t, limit)
 	container := func(id string, usec int) {
 		write("cgroup/r/"+id+"/cpu.stat", fmt.Sprintf("usage_usec %d\n", usec))
 		write("cgroup/r/"+id+"/memory.current", fmt.Sprint(1000*usec))
 	}
-	const limit = 4
-	m, err := monitor.New(monitor.Config{Mode: "v2", CgroupMountpoint: filepath.Join(dir, "cgroup"),
-		ProcRoot: filepath.Join(dir, "proc"), History: limit, Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
 	cz := newFakeContainerizer()
-	l := newEstimateLoop(Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), Monitor: m, Containerizer: cz}, resources.Resources{}, nil, nil)
+	l := newEstimateLoop(Config{Logger: quietLog(), Monitor: m, Containerizer: cz}, resources.Resources{}, nil, nil)
 
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var points []monitor.Point
@@ -95,3 +76,33 @@ func TestEstimateInputIncremental(t *testing.T) {
 		t.Error("samples of container a kept after it left")
 	}
 }
+
+// fakeMonitorNode returns a v2 monitor over a fake node (procfs and cgroup
+// files under a temporary directory) keeping history points per container,
+// and a function writing a file of that node (relative to its root: proc/...,
+// cgroup/...).
+func fakeMonitorNode(tb testing.TB, history int) (*monitor.Monitor, func(rel, content string)) {
+	tb.Helper()
+	dir := tb.TempDir()
+	write := func(rel, content string) {
+		path := filepath.Join(dir, rel)
+		if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	write("proc/stat", "cpu  100 0 100 5000 0 0 0 0 0 0\ncpu0 50 0 50 2500 0 0 0 0 0 0\ncpu1 50 0 50 2500 0 0 0 0 0 0\n")
+	write("proc/meminfo", "MemTotal:       8000000 kB\nMemFree:        1000000 kB\nMemAvailable:   6000000 kB\n")
+	write("proc/loadavg", "0.50 0.25 0.10 1/100 1234\n")
+	m, err := monitor.New(monitor.Config{Mode: "v2", CgroupMountpoint: filepath.Join(dir, "cgroup"),
+		ProcRoot: filepath.Join(dir, "proc"), History: history, Logger: quietLog()})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { m.Close() })
+	return m, write
+}
+
+func quietLog() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
