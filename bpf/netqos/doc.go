@@ -56,10 +56,11 @@
 //
 //	go test -run '^$' -bench ProgramCost -benchtime 3x -v ./bpf/netqos
 //
-// On the 2-vCPU development VM (kernel 6.18, JIT): classify 182 ns per skb
-// against 57 ns for the empty program, so about 125 ns of its own per skb;
-// with TSO/GSO an skb carried 55 KB on average, well under 0.01 ns per
-// byte. tcp_rtt costs 605 ns per sock_ops callback (one per acknowledgement
-// that measures a round trip, plus connection events), mostly the BTF walk
-// from the socket to its cgroup and the per-CPU atomics.
+// On the 2-vCPU development VM (kernel 6.18, JIT): classify 135-182 ns per
+// skb against 53-57 ns for the empty program (two runs on a busy host), so
+// 80-125 ns of its own per skb; with TSO/GSO an skb carried 54-55 KB on
+// average, well under 0.01 ns per byte. tcp_rtt costs 346-605 ns per
+// sock_ops callback (one per acknowledgement that measures a round trip,
+// plus connection events), mostly the BTF walk from the socket to its
+// cgroup and the per-CPU atomics.
 package netqos
