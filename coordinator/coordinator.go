@@ -44,8 +44,9 @@ type Config struct {
 	FrameworkHeartbeatInterval time.Duration
 	// AllocationInterval is the period of full allocation passes (default 1 s).
 	AllocationInterval time.Duration
-	// AllocationBatch is how long event-triggered allocation waits to batch
-	// further events (default 2 ms).
+	// AllocationBatch is the least time between two event-triggered
+	// allocation passes: events within it of the last pass wait for the
+	// next one, batched (default 1 ms).
 	AllocationBatch time.Duration
 	// OfferTimeout rescinds offers outstanding this long (default 10 min;
 	// negative: never), so that resources a framework sits on return to
@@ -88,7 +89,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.AgentReregisterTimeout, 2*time.Minute)
 	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
 	setDefault(&c.AllocationInterval, time.Second)
-	setDefault(&c.AllocationBatch, 2*time.Millisecond)
+	setDefault(&c.AllocationBatch, time.Millisecond)
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}
@@ -261,9 +262,16 @@ func (c *Coordinator) wake() {
 	}
 }
 
+// runAllocation runs a full pass every AllocationInterval and an event
+// pass on each kick: at once when no pass ended within the last
+// AllocationBatch, else when that much time has passed since the last one,
+// so that the burst of events that usually follows one is batched into the
+// next pass and passes come at most one per AllocationBatch, while an
+// event after a quiet spell waits for nothing.
 func (c *Coordinator) runAllocation(ctx context.Context) error {
 	full := time.NewTicker(c.cfg.AllocationInterval)
 	defer full.Stop()
+	var last time.Time // when the last pass ended
 	for {
 		select {
 		case <-ctx.Done():
@@ -273,16 +281,18 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 			c.dirtyAll = true
 			c.mu.Unlock()
 		case <-c.kick:
-			// Batch the burst of events that usually follows one.
-			timer := time.NewTimer(c.cfg.AllocationBatch)
-			select {
-			case <-ctx.Done():
-				timer.Stop()
-				return ctx.Err()
-			case <-timer.C:
+			if wait := c.cfg.AllocationBatch - time.Since(last); wait > 0 {
+				timer := time.NewTimer(wait)
+				select {
+				case <-ctx.Done():
+					timer.Stop()
+					return ctx.Err()
+				case <-timer.C:
+				}
 			}
 		}
 		c.allocateOnce()
+		last = time.Now()
 	}
 }
 

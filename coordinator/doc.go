@@ -79,9 +79,10 @@
 // The allocator (package coordinator/allocator) is pure; the coordinator
 // calls it from one goroutine. Events that free or add resources (an agent
 // registering, an offer declined, a task ending, a framework reviving) mark
-// agents dirty and wake the allocation loop, which waits
-// Config.AllocationBatch to batch events and allocates only the dirty agents;
-// a full pass runs every Config.AllocationInterval as well.
+// agents dirty and wake the allocation loop, which allocates only the dirty
+// agents: at once after a quiet spell, else Config.AllocationBatch after
+// the last pass, so that a burst of events is batched into one pass; a
+// full pass runs every Config.AllocationInterval as well.
 //
 // # Maintenance and inverse offers
 //

@@ -57,7 +57,7 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.AgentReregisterTimeout, "agent-reregister-timeout", 2*time.Minute, "after a restart, agents not re-registered by then become unreachable")
 	fs.DurationVar(&cfg.FrameworkHeartbeatInterval, "framework-heartbeat-interval", 15*time.Second, "interval of heartbeat events to frameworks")
 	fs.DurationVar(&cfg.AllocationInterval, "allocation-interval", time.Second, "period of full allocation passes")
-	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", 2*time.Millisecond, "how long an event-triggered allocation waits for more events")
+	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", time.Millisecond, "least time between two event-triggered allocation passes: an event after a quiet spell is allocated at once, events within this of the last pass wait for the next, batched")
 	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 10*time.Minute, "rescind offers outstanding this long (negative: never)")
 	limitFlags(fs, &cfg.Limits)
 	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close connections with nothing in progress after this long (negative: never)")
