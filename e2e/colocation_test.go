@@ -65,11 +65,14 @@ func revocableDelays(t *testing.T, controllers string, n int, enough func(time.D
 		"--qos-runqueue-p99", "50us", "--qos-min-attributed-delay", "0")
 	waitAgentsActive(t, addr, 1)
 	// The guaranteed task holds the node, so that its slack (revocable)
-	// fits the three hogs whatever its loops use.
+	// fits the three hogs whatever its loops use; the hogs ask for little
+	// (a tenth of a core each: at idle priority they take what is idle
+	// whatever they asked), so that a busy CI host's smaller estimate fits
+	// them too.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:2;mem:64", "--command", `for i in 1 2; do (while :; do sleep 0.001; done) & done; wait`)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "hogs", "--revocable", "--tasks", "3",
-		"--max-attempts", "1", "--task-resources", "cpus:0.3;mem:32", "--command", "while :; do :; done")
+		"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:32", "--command", "while :; do :; done")
 	var guaranteed string
 	eventually(t, 60*time.Second, func() string {
 		revocable, running := 0, 0
