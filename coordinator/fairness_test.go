@@ -21,11 +21,11 @@ import (
 // Revive, an offer accepted and its task sent to the agent) while the
 // flood goes on. The flooder is held to Limits.MaxConcurrentCallsPerCaller:
 // its surplus calls wait their turn (counted in
-// slackline_coordinator_limit_hits_total{limit="concurrent_calls"}, during
-// the other framework's calls too) or are refused with ResourceExhausted,
-// never failed otherwise. Nothing here depends on timing: the flood runs
-// until the limit is seen hit, and the other framework's calls are checked
-// for completion, not for speed.
+// slackline_coordinator_limit_hits_total{limit="concurrent_calls"}) or are
+// refused with ResourceExhausted, never failed otherwise. Nothing here
+// depends on timing: the flood runs until the limit is seen hit and goes
+// on until the other framework's calls are done, and those are checked for
+// completion (within a minute: liveness), not for speed.
 func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 	cfg := fastConfig(t.TempDir())
 	cfg.Limits.MaxConcurrentCallsPerCaller = 2
@@ -100,11 +100,15 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 	}
 	before := limitHitCount(t, tc.c, "concurrent_calls")
 
+	// Starved calls would hang: a generous bound turns that into a failure
+	// (it measures liveness, not speed).
+	vctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
 	for i := range 20 {
-		if _, err := victim.client.Reconcile(context.Background(), call(victim, &slacklinev1.ReconcileRequest{FrameworkId: victim.id})); err != nil {
+		if _, err := victim.client.Reconcile(vctx, call(victim, &slacklinev1.ReconcileRequest{FrameworkId: victim.id})); err != nil {
 			t.Fatalf("victim's Reconcile %d: %v", i, err)
 		}
-		if _, err := victim.client.Revive(context.Background(), call(victim, &slacklinev1.ReviveRequest{FrameworkId: victim.id})); err != nil {
+		if _, err := victim.client.Revive(vctx, call(victim, &slacklinev1.ReviveRequest{FrameworkId: victim.id})); err != nil {
 			t.Fatalf("victim's Revive %d: %v", i, err)
 		}
 	}
@@ -119,9 +123,11 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 		t.Fatalf("agent got %v, want the victim's task t1", run)
 	}
 
-	if after := limitHitCount(t, tc.c, "concurrent_calls"); after <= before {
-		t.Errorf("no flooder call waited while the victim's calls ran (limit hits %v before, %v after)", before, after)
-	}
+	// Whether new waits began during the victim's calls depends on
+	// scheduling (the flooder's surplus may all be waiting already): only
+	// logged. The flood was held at the limit before they started and goes
+	// on until after they ended.
+	t.Logf("concurrent_calls limit hits: %v before the victim's calls, %v after", before, limitHitCount(t, tc.c, "concurrent_calls"))
 	stopFlood()
 	flood.Wait()
 	select {
