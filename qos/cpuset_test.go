@@ -347,15 +347,7 @@ func TestUndoneWhenWorseWithoutViolation(t *testing.T) {
 				in := cpusetScene(now, 0, p99, delay)
 				in.RevocableCPUs, in.RevocableLimit = cpus, limit
 				for _, corr := range c.Evaluate(in) {
-					switch corr.Kind {
-					case qos.Confine:
-						cpus = corr.CPUs
-						if len(cpus) == 0 {
-							cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
-						}
-					case qos.Throttle, qos.Unthrottle:
-						limit = corr.CPULimit
-					}
+					cpus, limit = applyToEight(corr, cpus, limit)
 					if strings.Contains(corr.Reason, "did not help") {
 						undone = now
 					} else if corrected == 0 {
@@ -399,15 +391,7 @@ func TestUndoneWhenWaitingMovesElsewhere(t *testing.T) {
 				in.Containers[0].RunqWait = wait
 				in.RevocableCPUs, in.RevocableLimit = cpus, limit
 				for _, corr := range c.Evaluate(in) {
-					switch corr.Kind {
-					case qos.Confine:
-						cpus = corr.CPUs
-						if len(cpus) == 0 {
-							cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
-						}
-					case qos.Throttle, qos.Unthrottle:
-						limit = corr.CPULimit
-					}
+					cpus, limit = applyToEight(corr, cpus, limit)
 					switch {
 					case strings.Contains(corr.Reason, "did not help"):
 						undone = now
@@ -427,4 +411,19 @@ func TestUndoneWhenWaitingMovesElsewhere(t *testing.T) {
 			}
 		})
 	}
+}
+
+// applyToEight applies a correction's CPU set or limit to the revocable
+// subtree of an eight-CPU node (an empty set is every CPU).
+func applyToEight(corr qos.Correction, cpus []int, limit float64) ([]int, float64) {
+	switch corr.Kind {
+	case qos.Confine:
+		cpus = corr.CPUs
+		if len(cpus) == 0 {
+			cpus = []int{0, 1, 2, 3, 4, 5, 6, 7}
+		}
+	case qos.Throttle, qos.Unthrottle:
+		limit = corr.CPULimit
+	}
+	return cpus, limit
 }
