@@ -108,6 +108,15 @@ type InterferenceConfig struct {
 	// stay; below it the episode is undone and revocable containers that
 	// still cause delay are killed instead. Default 0.3.
 	MinEffect float64
+	// MinWaitGain is the fraction by which guaranteed and protected work's
+	// whole run-queue wait (Container.RunqWait, or its run-queue p99 where
+	// the wait is not measured) must fall over the last half EffectWindow,
+	// against just before the episode, for a correction to stay, whatever
+	// it did to the part revocable work causes: a correction that cut that
+	// part while the waiting moved elsewhere, or after a passing violation,
+	// costs best-effort work CPU for nothing, and is undone without killing
+	// anything. Default 0.1.
+	MinWaitGain float64
 }
 
 // CPUSetConfig configures the cpuset controller, which keeps revocable work
@@ -256,6 +265,7 @@ func DefaultConfig() Config {
 			ThrottlePeriod:       10 * time.Millisecond,
 			EffectWindow:         2 * time.Second,
 			MinEffect:            0.3,
+			MinWaitGain:          0.1,
 		},
 		CPUSet: CPUSetConfig{
 			MinCPUs:         1,
@@ -364,6 +374,7 @@ func (c Config) Validate() error {
 	}
 	positive("interference effect window", i.EffectWindow)
 	fraction("interference min effect", i.MinEffect)
+	fraction("interference min wait gain", i.MinWaitGain)
 	if i.MinAttributedShare < 0 || i.MinAttributedShare > 1 {
 		bad("interference min attributed share must be in [0, 1], got %v", i.MinAttributedShare)
 	}

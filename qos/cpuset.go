@@ -24,11 +24,14 @@ import (
 //     gave up a third of its CPU without the server's p99 improving
 //     (docs/colocation-study.md);
 //   - never worse than nothing: with eBPF attribution, EffectWindow after
-//     the first CPU taken for a violation, the delay revocable containers
-//     cause guaranteed work is compared with the delay before; a
-//     confinement that did not cut it by MinEffect is undone (the CPUs come
-//     back) and not tried again for ProbeBackoff, doubling while it keeps
-//     failing;
+//     the first CPU taken for a violation (or taken back after a failed
+//     probe), the delay revocable containers cause guaranteed work, and
+//     guaranteed work's whole run-queue wait, are compared with before; a
+//     confinement that did not cut the first by MinEffect, or the second
+//     by MinWaitGain, is undone (the CPUs come back) and not tried again
+//     for ProbeBackoff, doubling while it keeps failing; when only the
+//     whole wait did not fall, the interference controller does not
+//     throttle meanwhile either (fruitless);
 //   - calm for GrowAfter, and no CPU limit in force: one CPU given back per
 //     GrowInterval, never onto the last CPU free of revocable work while
 //     guaranteed or protected work uses any (nor past what sizing allows);
@@ -56,6 +59,7 @@ type CPUSet struct {
 	episodeFrom        int // CPUs before the episode's first
 	ineffectiveUntil   time.Time
 	ineffectiveBackoff time.Duration
+	noGainUntil        time.Time // confining cut revocable work's delay, not guaranteed work's waiting
 
 	lastChange time.Time
 	lastGrow   bool // the last change gave a CPU back (a probe)
@@ -68,18 +72,25 @@ type CPUSet struct {
 	backoff  time.Duration
 
 	noneLeft bool // the latest evaluation had nothing left to try
+	noGain   bool // ... because confining was undone for want of gain (noGainUntil)
 }
 
 // NewCPUSet returns a cpuset controller; interference supplies the
 // thresholds of violation and calm and the effect test's window.
 func NewCPUSet(cfg CPUSetConfig, interference InterferenceConfig) *CPUSet {
 	return &CPUSet{cfg: cfg, sig: detector{cfg: interference},
-		effect: newEffect(interference.EffectWindow, interference.MinEffect), backoff: cfg.ProbeBackoff,
+		effect: newEffect(interference), backoff: cfg.ProbeBackoff,
 		ineffectiveBackoff: cfg.ProbeBackoff}
 }
 
 // exhausted reports whether the latest evaluation had nothing left to try.
 func (c *CPUSet) exhausted() bool { return c.noneLeft }
+
+// fruitless reports whether, at the latest evaluation, confining is held
+// back because it cut the delay revocable work causes and guaranteed work
+// waited no less in all: taking revocable work's CPU another way would not
+// help either.
+func (c *CPUSet) fruitless() bool { return c.noGain }
 
 // Evaluate implements Controller.
 func (c *CPUSet) Evaluate(in Input) []Correction {
@@ -129,17 +140,23 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 	sizing := c.cfg.Headroom > 0
 	allowed = min(max(allowed, c.cfg.MinCPUs), len(all))
 	ineffective := now.Before(c.ineffectiveUntil)
+	c.noGain = now.Before(c.noGainUntil)
 	c.noneLeft = current <= c.cfg.MinCPUs || ineffective || !revocable
 	violating := worst != nil && revocable
 
 	// Due whether or not the violation goes on (see Interference).
 	if judged && revocable {
 		removed := 1 - float64(current)/float64(max(c.episodeFrom, current))
-		if due, failed, why := c.effect.verdict(now, removed); due && failed {
+		if due, out, why := c.effect.verdict(now, removed); due && out != helped {
 			c.effect.end()
 			c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
 			c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
 			c.noneLeft = true
+			if out == noGain {
+				c.noGainUntil, c.noGain = c.ineffectiveUntil, true
+			}
+			// The sizes were not what hurt: forget the probe's cap.
+			c.capSize, c.capUntil, c.backoff = 0, time.Time{}, c.cfg.ProbeBackoff
 			reason, signal := "after confining revocable work", now
 			if worst != nil {
 				reason, signal = worst.reason, worst.signalAt
@@ -159,7 +176,11 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 		return c.confine(now, all, current-1, now, fmt.Sprintf("guaranteed work uses %s: %d of %d CPUs kept free of revocable work",
 			formatCores(guaranteedCPU), reserve, len(all)))
 	case violating && c.lastGrow && sinceChange < c.cfg.GrowAfter:
-		// A failed probe: back to the size before it, not tried again for a while.
+		// A failed probe: back to the size before it, not tried again for a
+		// while. Taking the CPU back is judged like any other confinement.
+		if judged && c.effect.begin(now) {
+			c.episodeFrom = current
+		}
 		c.capSize, c.capUntil = c.beforeGrow, now.Add(c.backoff)
 		c.backoff = min(2*c.backoff, c.cfg.ProbeBackoffMax)
 		return c.confine(now, all, c.beforeGrow, worst.signalAt, fmt.Sprintf("%s after giving revocable work a CPU; back to %d for %s",

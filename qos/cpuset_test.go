@@ -177,8 +177,10 @@ func TestNeverWorseThanNothing(t *testing.T) {
 				for i := range 200 {
 					now := time.Duration(i) * 100 * ms
 					// Calm for a second, then batch-1 delays web-1 by 5 ms
-					// per 100 ms; when corrections help, in proportion to
-					// the CPU revocable work keeps.
+					// per 100 ms; when corrections help, that delay and
+					// web-1's run-queue p99 (its whole wait is not
+					// measured) in proportion to the CPU revocable work
+					// keeps.
 					delay, p99 := time.Duration(0), 200*time.Microsecond
 					if i >= 10 {
 						share := 1.0
@@ -189,7 +191,7 @@ func TestNeverWorseThanNothing(t *testing.T) {
 							}
 						}
 						delay = time.Duration(share * float64(5*ms))
-						p99 = 4 * ms
+						p99 = max(time.Duration(share*float64(4*ms)), 200*time.Microsecond)
 					}
 					in := cpusetScene(now, 0, p99, delay)
 					in.RevocableCPUs, in.RevocableLimit = cpus, limit
@@ -262,63 +264,90 @@ func TestCPUSetBeforeThrottling(t *testing.T) {
 
 // TestCPUSetInvariants drives the cpuset controller through long random
 // runs of violations, calm and changing guaranteed use, on nodes of 2, 4 and
-// 8 CPUs, sized and not, and checks what it must never do: leave revocable
-// work without a CPU (it never pauses it), or give it the last CPU free of
-// it while guaranteed work uses any; and it only ever moves one CPU at a
-// time, except to give every CPU back when guaranteed work is gone.
+// 8 CPUs, sized and not, without eBPF attribution and with it (random delay
+// caused by revocable work and random whole waits, so that episodes are
+// judged and undone for want of effect or of gain), and checks what it must
+// never do: leave revocable work without a CPU (it never pauses it), or give
+// it the last CPU free of it while guaranteed work uses any; and it only
+// ever moves one CPU at a time, except to give every CPU back when
+// guaranteed work is gone, or to undo an episode, which gives back only what
+// the episode took (never more CPUs than revocable work had since the last
+// CPU given back).
 func TestCPUSetInvariants(t *testing.T) {
 	for _, n := range []int{2, 4, 8} {
 		for _, headroom := range []float64{0, 1.25} {
-			t.Run(fmt.Sprintf("%d CPUs, headroom %v", n, headroom), func(t *testing.T) {
-				c := newCPUSet(t, "cpuset", func(cfg *qos.Config) { cfg.CPUSet.Headroom = headroom })
-				rng := rand.New(rand.NewPCG(uint64(n), 7))
-				all := make([]int, n)
-				for i := range all {
-					all[i] = i
-				}
-				cpus := all
-				guaranteed, violating, present := 0.5, false, true
-				for i := range 20000 {
-					if rng.IntN(50) == 0 {
-						violating = !violating
+			for _, attributed := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%d CPUs, headroom %v, attributed %v", n, headroom, attributed), func(t *testing.T) {
+					c := newCPUSet(t, "cpuset", func(cfg *qos.Config) { cfg.CPUSet.Headroom = headroom })
+					rng := rand.New(rand.NewPCG(uint64(n), 7))
+					all := make([]int, n)
+					for i := range all {
+						all[i] = i
 					}
-					if rng.IntN(200) == 0 {
-						guaranteed = float64(rng.IntN(2*n)) / 2
-					}
-					if rng.IntN(500) == 0 {
-						present = !present
-					}
-					p99 := 200 * time.Microsecond
-					if violating {
-						p99 = 4 * ms
-					}
-					in := cpusetScene(time.Duration(i)*100*ms, guaranteed, p99, -1)
-					in.Node.CPUs = float64(n)
-					if !present {
-						in.Containers = in.Containers[1:]
-					}
-					in.RevocableCPUs = cpus
-					for _, corr := range c.Evaluate(in) {
-						if corr.Kind != qos.Confine {
-							continue
+					cpus := all
+					heldSinceGrowth := n // the most CPUs revocable work had since the last CPU given back
+					guaranteed, violating, present := 0.5, false, true
+					undos := 0
+					for i := range 20000 {
+						if rng.IntN(50) == 0 {
+							violating = !violating
 						}
-						next := corr.CPUs
-						if len(next) == 0 {
-							next = all
+						if rng.IntN(200) == 0 {
+							guaranteed = float64(rng.IntN(2*n)) / 2
 						}
-						usesCPU := present && guaranteed > 0.01
-						switch {
-						case len(next) == 0:
-							t.Fatalf("%v: revocable work left without a CPU", in.Now.Sub(t0))
-						case usesCPU && len(next) == n && len(cpus) < n:
-							t.Fatalf("%v: revocable work given the last CPU while guaranteed work uses %v cores: %v", in.Now.Sub(t0), guaranteed, corr)
-						case present && len(next) != len(cpus)+1 && len(next) != len(cpus)-1:
-							t.Fatalf("%v: from %d to %d CPUs at once: %v", in.Now.Sub(t0), len(cpus), len(next), corr)
+						if rng.IntN(500) == 0 {
+							present = !present
 						}
-						cpus = next
+						p99 := 200 * time.Microsecond
+						if violating {
+							p99 = 4 * ms
+						}
+						delay := time.Duration(-1)
+						if attributed {
+							delay = time.Duration(rng.IntN(6)) * ms
+						}
+						in := cpusetScene(time.Duration(i)*100*ms, guaranteed, p99, delay)
+						in.Node.CPUs = float64(n)
+						if attributed {
+							in.Containers[0].RunqWait = time.Duration(4+rng.IntN(12)) * ms
+						}
+						if !present {
+							in.Containers = in.Containers[1:]
+						}
+						in.RevocableCPUs = cpus
+						for _, corr := range c.Evaluate(in) {
+							if corr.Kind != qos.Confine {
+								continue
+							}
+							next := corr.CPUs
+							if len(next) == 0 {
+								next = all
+							}
+							usesCPU := present && guaranteed > 0.01
+							undo := strings.Contains(corr.Reason, "did not help")
+							switch {
+							case len(next) == 0:
+								t.Fatalf("%v: revocable work left without a CPU", in.Now.Sub(t0))
+							case undo && len(next) > heldSinceGrowth:
+								t.Fatalf("%v: an undo gave revocable work %d CPUs, more than the %d it had before: %v", in.Now.Sub(t0), len(next), heldSinceGrowth, corr)
+							case undo:
+								undos++
+							case usesCPU && len(next) == n && len(cpus) < n:
+								t.Fatalf("%v: revocable work given the last CPU while guaranteed work uses %v cores: %v", in.Now.Sub(t0), guaranteed, corr)
+							case present && len(next) != len(cpus)+1 && len(next) != len(cpus)-1:
+								t.Fatalf("%v: from %d to %d CPUs at once: %v", in.Now.Sub(t0), len(cpus), len(next), corr)
+							}
+							if !undo && len(next) > len(cpus) {
+								heldSinceGrowth = len(next)
+							}
+							cpus = next
+						}
 					}
-				}
-			})
+					if attributed && undos == 0 {
+						t.Error("no episode was undone: the run did not exercise the undo")
+					}
+				})
+			}
 		}
 	}
 }
@@ -426,4 +455,121 @@ func applyToEight(corr qos.Correction, cpus []int, limit float64) ([]int, float6
 		limit = corr.CPULimit
 	}
 	return cpus, limit
+}
+
+// TestJudgedByCost: a correction stays only if guaranteed work waits less
+// in all, not only behind revocable work. Batch-1 delays web-1 from 1 s;
+// the first correction cuts that delay tenfold in every case, and web-1's
+// whole wait (or, where it is not measured, its run-queue p99) falls with
+// it or does not. One that does not is undone within EffectWindow and a
+// decrease interval: revocable work gets every CPU back and no limit, no
+// container is killed for it (a kill would not help either), and neither
+// mechanism tightens again within ProbeBackoff although the violations
+// come back with the CPU.
+func TestJudgedByCost(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	type signals struct{ delay, wait, p99 time.Duration } // per 100 ms; wait 0: not measured
+	tests := []struct {
+		name      string
+		violation signals // from 1 s while revocable work has every CPU and no limit
+		corrected signals // while it has fewer or a limit
+		undone    bool
+	}{
+		{
+			name:      "attributed delay falls, whole wait does not: undone",
+			violation: signals{5 * ms, 10 * ms, 4 * ms},
+			corrected: signals{500 * time.Microsecond, 10 * ms, 4 * ms},
+			undone:    true,
+		},
+		{
+			name:      "attributed delay falls, whole wait falls by less than MinWaitGain: undone",
+			violation: signals{5 * ms, 10 * ms, 4 * ms},
+			corrected: signals{500 * time.Microsecond, 9500 * time.Microsecond, 700 * time.Microsecond},
+			undone:    true,
+		},
+		{
+			name:      "both fall: kept",
+			violation: signals{5 * ms, 10 * ms, 4 * ms},
+			corrected: signals{500 * time.Microsecond, 6 * ms, 700 * time.Microsecond},
+		},
+		{
+			name:      "whole wait not measured, run-queue p99 does not fall: undone",
+			violation: signals{5 * ms, 0, 4 * ms},
+			corrected: signals{500 * time.Microsecond, 0, 4 * ms},
+			undone:    true,
+		},
+		{
+			name:      "whole wait not measured, run-queue p99 falls: kept",
+			violation: signals{5 * ms, 0, 4 * ms},
+			corrected: signals{500 * time.Microsecond, 0, 700 * time.Microsecond},
+		},
+	}
+	for _, mechanism := range []string{"cpuset", "interference", "cpuset,interference"} {
+		for _, tt := range tests {
+			t.Run(mechanism+": "+tt.name, func(t *testing.T) {
+				c := newCPUSet(t, mechanism, nil)
+				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+				var corrected, undone, retightened time.Duration
+				var kills []string
+				for i := range 400 {
+					now := time.Duration(i) * 100 * ms
+					s := signals{0, 5 * ms, 200 * time.Microsecond}
+					switch {
+					case i >= 10 && (len(cpus) < 8 || limit > 0):
+						s = tt.corrected
+					case i >= 10:
+						s = tt.violation
+					}
+					if tt.violation.wait == 0 {
+						s.wait = 0
+					}
+					in := cpusetScene(now, 0.5, s.p99, s.delay)
+					in.Containers[0].RunqWait = s.wait
+					in.RevocableCPUs, in.RevocableLimit = cpus, limit
+					for _, corr := range c.Evaluate(in) {
+						if corr.Kind == qos.Kill {
+							kills = append(kills, now.String()+" "+corr.String())
+							continue
+						}
+						before := len(cpus)
+						cpus, limit = applyToEight(corr, cpus, limit)
+						tightens := corr.Kind == qos.Throttle || (corr.Kind == qos.Confine && len(cpus) < before)
+						switch {
+						case strings.Contains(corr.Reason, "did not help"):
+							if undone == 0 {
+								undone = now
+								t.Logf("%v: %v", now, corr)
+							}
+						case corrected == 0:
+							corrected = now
+						case undone > 0 && tightens && retightened == 0:
+							retightened = now
+						}
+					}
+				}
+				if corrected == 0 {
+					t.Fatal("no correction")
+				}
+				if !tt.undone {
+					if undone > 0 {
+						t.Errorf("corrected at %v, undone at %v: want it kept", corrected, undone)
+					}
+					return
+				}
+				limitWithin := corrected + cfg.Interference.EffectWindow + cfg.Interference.DecreaseInterval
+				if undone == 0 || undone > limitWithin {
+					t.Fatalf("corrected at %v, undone at %v: want it undone by %v", corrected, undone, limitWithin)
+				}
+				if len(cpus) != 8 || limit != 0 {
+					t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+				}
+				if len(kills) > 0 {
+					t.Errorf("killed although the correction's cost, not its effect, failed: %v", kills)
+				}
+				if retightened > 0 && retightened-undone < cfg.Interference.ProbeBackoff {
+					t.Errorf("undone at %v, tightened again at %v: want a ProbeBackoff (%v) first", undone, retightened, cfg.Interference.ProbeBackoff)
+				}
+			})
+		}
+	}
 }

@@ -137,12 +137,23 @@
 // EffectWindow after its start, and half of one after its latest step, the
 // delay revocable containers cause guaranteed work must have fallen by at
 // least MinEffect × the fraction of their CPU the episode took (CPUs, or
-// cores of limit). If it has not, the episode is undone (best-effort work
-// gets its CPU back), the mechanism is not tried again for ProbeBackoff
-// (doubling while it keeps failing), and the interference controller kills
+// cores of limit) (its effect), and guaranteed work's whole run-queue wait
+// (Container.RunqWait; its run-queue p99 where the wait is not measured)
+// over the last half window must have fallen by MinWaitGain (its cost
+// repaid): the part attributed to revocable work can fall while the whole
+// does not, when the waiting moves elsewhere (a server's threads crowd the
+// CPUs left to them) or the violation was a passing one, and such a
+// correction only costs best-effort work its CPU. A taking back of a CPU
+// after a failed probe is judged the same way. An episode that fails
+// either test is undone (best-effort work gets its CPU back) and the
+// mechanism is not tried again for ProbeBackoff (doubling while it keeps
+// failing). When its effect failed, the interference controller kills
 // instead the revocable container that delayed guaranteed work most, if
 // any did: revocable work whose harm does not scale with its CPU (a cache
-// or memory-bandwidth thrasher) is removed, not slowed for nothing.
+// or memory-bandwidth thrasher) is removed, not slowed for nothing. When
+// only its cost did, nothing replaces it: neither a kill nor, after a
+// confinement, throttling (which also takes revocable work's CPU) would
+// shorten the waiting.
 //
 // "interference" (Interference) is a feedback controller on the revocable
 // subtree's CPU limit, in the spirit of Heracles (a slack-driven
@@ -255,7 +266,7 @@
 //	              IncreaseStep max(0.1 cores, 5% of CPUs), CalmPeriod 3 s, IncreaseInterval 1 s
 //	              ProbeBackoff 30 s (max 5 min)
 //	              Floor max(0.1 cores, 2% of CPUs), KillAfter 5 s, KillCooldown 2 s
-//	              ThrottlePeriod 10 ms, EffectWindow 2 s, MinEffect 0.3
+//	              ThrottlePeriod 10 ms, EffectWindow 2 s, MinEffect 0.3, MinWaitGain 0.1
 //	cpuset        MinCPUs 1, Headroom 0 (off), ShrinkInterval 1 s, GrowAfter 5 s,
 //	              GrowInterval 5 s, ProbeBackoff 30 s (max 5 min)
 //	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,

@@ -5,23 +5,32 @@ import (
 	"time"
 )
 
-// effect judges a controller's corrections by what they change in the delay
-// revocable containers cause guaranteed and protected work (eBPF
-// who-delayed-whom, Container.DelayedBy): "never worse than nothing". An
-// episode starts with a controller's first tightening after calm; once
-// EffectWindow has passed, the delay rate since then is compared with the
-// rate just before (the last quarter of an EffectWindow: the violation may
-// have begun within the window). A correction that did not cut it by at
-// least MinEffect of what it took from revocable work did not help, and the
-// controller undoes it; so did one after which guaranteed work waited more
-// in all (Container.RunqWait, when measured), whoever made it wait.
+// effect judges a controller's corrections by what they change for
+// guaranteed and protected work: "never worse than nothing". An episode
+// starts with a controller's first tightening after calm; once
+// EffectWindow has passed, two things are compared with just before it
+// (the last quarter of an EffectWindow: the violation may have begun within
+// the window):
 //
-// Without attribution (no eBPF: every DelayedBy nil) nothing can be judged,
-// and neither can it when attribution is turned off (MinAttributedDelay 0):
+//   - effect: the delay revocable containers cause guarded work (eBPF
+//     who-delayed-whom, Container.DelayedBy) must have fallen by at least
+//     MinEffect of what the episode took from revocable work;
+//   - cost: guarded work's whole run-queue wait (Container.RunqWait; its
+//     run-queue p99 where the wait is not measured), over the last half
+//     window, must have fallen by at least MinWaitGain. The part attributed
+//     to revocable work can fall while the whole does not (the server's
+//     threads crowd the CPUs left to them, or the violation was a passing
+//     one that would have ended anyway), and then the correction costs
+//     best-effort work its CPU for nothing.
+//
+// An episode that fails either is undone by its controller. Without
+// attribution (no eBPF: every DelayedBy nil) nothing can be judged, and
+// neither can it when attribution is turned off (MinAttributedDelay 0):
 // corrections then stand, as before.
 type effect struct {
-	window    time.Duration
-	minEffect float64
+	window      time.Duration
+	minEffect   float64
+	minWaitGain float64
 
 	history []delaySample // the last 2 × window of evaluations, oldest first
 	last    time.Time     // the previous evaluation
@@ -32,7 +41,22 @@ type effect struct {
 	latest     time.Time // its latest correction
 	before     float64   // delay rate (seconds per second) just before it
 	waitBefore float64   // guarded work's whole wait rate then (0: unknown)
+	p99Before  float64   // guarded work's highest run-queue p99 then, seconds (0: unknown)
 }
+
+// outcome is an episode's verdict.
+type outcome int
+
+const (
+	// helped: the delay revocable work causes fell, and so did guarded
+	// work's whole wait (or p99) where measured.
+	helped outcome = iota
+	// noEffect: the delay revocable work causes did not fall enough.
+	noEffect
+	// noGain: it fell, but guarded work did not wait less in all: the
+	// correction cost revocable work CPU and bought guarded work nothing.
+	noGain
+)
 
 // delaySample is one evaluation's attributable delay: delay caused during
 // the span (at-span, at].
@@ -41,16 +65,17 @@ type delaySample struct {
 	span  time.Duration
 	delay time.Duration
 	wait  time.Duration // all the run-queue wait of guarded work (0: unknown)
+	p99   time.Duration // the highest run-queue p99 of guarded work (0: unknown)
 }
 
-func newEffect(window time.Duration, minEffect float64) effect {
-	return effect{window: window, minEffect: minEffect}
+func newEffect(cfg InterferenceConfig) effect {
+	return effect{window: cfg.EffectWindow, minEffect: cfg.MinEffect, minWaitGain: cfg.MinWaitGain}
 }
 
 // observe records the delay revocable containers caused guarded work since
 // the previous evaluation; it reports whether attribution is available.
 func (e *effect) observe(in Input) bool {
-	var delay, wait time.Duration
+	var delay, wait, p99 time.Duration
 	attributed := false
 	for i := range in.Containers {
 		ct := &in.Containers[i]
@@ -62,12 +87,13 @@ func (e *effect) observe(in Input) bool {
 			delay += d
 		}
 		wait += ct.RunqWait
+		p99 = max(p99, ct.RunqP99)
 	}
 	defer func() { e.last = in.Now }()
 	if !attributed || e.last.IsZero() || !in.Now.After(e.last) {
 		return attributed
 	}
-	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait})
+	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait, p99: p99})
 	drop := 0
 	for drop < len(e.history) && in.Now.Sub(e.history[drop].when) > 2*e.window {
 		drop++
@@ -76,11 +102,14 @@ func (e *effect) observe(in Input) bool {
 	return true
 }
 
-// rates is the attributable delay per second over the samples whose
-// interval lies within (from, to], and guarded work's whole run-queue wait
-// per second (0 when not measured).
-func (e *effect) rates(from, to time.Time) (delay, wait float64, ok bool) {
+// rates are, over the samples whose interval lies within (from, to], the
+// attributable delay per second, guarded work's whole run-queue wait per
+// second (0 when not measured) and the mean of its highest run-queue p99 (0
+// when not measured), in seconds.
+func (e *effect) rates(from, to time.Time) (delay, wait, p99 float64, ok bool) {
 	var d, w, span time.Duration
+	var p99Sum float64
+	p99N := 0
 	for _, s := range e.history {
 		if s.when.Add(-s.span).Before(from) || s.when.After(to) {
 			continue
@@ -88,11 +117,18 @@ func (e *effect) rates(from, to time.Time) (delay, wait float64, ok bool) {
 		d += s.delay
 		w += s.wait
 		span += s.span
+		if s.p99 > 0 {
+			p99Sum += s.p99.Seconds()
+			p99N++
+		}
 	}
 	if span <= 0 {
-		return 0, 0, false
+		return 0, 0, 0, false
 	}
-	return d.Seconds() / span.Seconds(), w.Seconds() / span.Seconds(), true
+	if p99N > 0 {
+		p99 = p99Sum / float64(p99N)
+	}
+	return d.Seconds() / span.Seconds(), w.Seconds() / span.Seconds(), p99, true
 }
 
 // begin starts an episode at a tightening unless one is under way, and
@@ -102,17 +138,20 @@ func (e *effect) begin(now time.Time) bool {
 		e.latest = now
 		return false
 	}
-	// The delay just before: the violation may have begun within the
-	// window, and calm samples would dilute it, so the latest sample alone
-	// counts if it is worse.
-	before, waitBefore, ok := e.rates(now.Add(-e.window/4), now)
+	// The delay and the whole wait just before: the violation may have
+	// begun within the window, and calm samples would dilute it, so the
+	// latest sample alone counts if it is worse.
+	before, waitBefore, p99Before, ok := e.rates(now.Add(-e.window/4), now)
 	if !ok {
 		return false
 	}
 	if last := e.history[len(e.history)-1]; last.span > 0 {
 		before = max(before, last.delay.Seconds()/last.span.Seconds())
+		waitBefore = max(waitBefore, last.wait.Seconds()/last.span.Seconds())
+		p99Before = max(p99Before, last.p99.Seconds())
 	}
-	e.active, e.judged, e.start, e.latest, e.before, e.waitBefore = true, false, now, now, before, waitBefore
+	e.active, e.judged, e.start, e.latest = true, false, now, now
+	e.before, e.waitBefore, e.p99Before = before, waitBefore, p99Before
 	return true
 }
 
@@ -132,34 +171,44 @@ func (e *effect) calm() {
 // least half of one after its latest tightening (a mechanism that tightens
 // step by step is judged once its last step had time to show). removed is
 // the fraction of revocable work's CPU the episode took away (CPUs, or
-// cores of limit): the delay it caused should fall about as much. failed
-// reports that the delay rate just before the verdict fell by less than
-// MinEffect × removed from the rate before the episode; why describes the
-// rates.
-func (e *effect) verdict(now time.Time, removed float64) (due, failed bool, why string) {
+// cores of limit): the delay it caused should fall about as much. The
+// outcome is noEffect when the delay rate just before the verdict fell by
+// less than MinEffect × removed from the rate before the episode, noGain
+// when it did but guarded work's whole wait over the last half window (its
+// run-queue p99 where the wait is not measured) did not fall by
+// MinWaitGain; why describes the rates.
+func (e *effect) verdict(now time.Time, removed float64) (due bool, out outcome, why string) {
 	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 {
-		return false, false, ""
+		return false, helped, ""
 	}
-	after, waitAfter, ok := e.rates(now.Add(-e.window/4), now)
+	after, _, _, ok := e.rates(now.Add(-e.window/4), now)
 	if !ok {
-		return false, false, ""
+		return false, helped, ""
 	}
+	// The whole wait is noisier than the part revocable work causes: a
+	// longer span, all of it after the latest tightening.
+	_, waitAfter, p99After, _ := e.rates(now.Add(-e.window/2), now)
 	e.judged = true
 	removed = min(max(removed, 0), 1)
-	failed = e.before <= 0 || after > e.before*(1-e.minEffect*removed)
 	why = fmt.Sprintf("revocable tasks delayed guaranteed work %s per second before, %s per second after taking %.0f%% of their CPU",
-		formatDuration(time.Duration(e.before*float64(time.Second))), formatDuration(time.Duration(after*float64(time.Second))), 100*removed)
-	// Waiting moved elsewhere is not waiting saved: with revocable work
-	// confined, a server's threads may crowd the CPUs left to them.
-	if e.waitBefore > 0 && waitAfter > e.waitBefore*(1+maxWaitGrowth) {
-		failed = true
-		why += fmt.Sprintf(", but guaranteed work waited %s per second in all, up from %s",
-			formatDuration(time.Duration(waitAfter*float64(time.Second))), formatDuration(time.Duration(e.waitBefore*float64(time.Second))))
+		formatRate(e.before), formatRate(after), 100*removed)
+	if e.before <= 0 || after > e.before*(1-e.minEffect*removed) {
+		return true, noEffect, why
 	}
-	return true, failed, why
+	// Waiting moved elsewhere, or a violation that passed by itself, is not
+	// waiting saved.
+	switch {
+	case e.waitBefore > 0 && waitAfter > e.waitBefore*(1-e.minWaitGain):
+		return true, noGain, why + fmt.Sprintf(", but guaranteed work waited %s per second in all, against %s before (not %.0f%% less)",
+			formatRate(waitAfter), formatRate(e.waitBefore), 100*e.minWaitGain)
+	case e.waitBefore <= 0 && e.p99Before > 0 && p99After > e.p99Before*(1-e.minWaitGain):
+		return true, noGain, why + fmt.Sprintf(", but guaranteed work's run-queue p99 was %s, against %s before (not %.0f%% less)",
+			formatRate(p99After), formatRate(e.p99Before), 100*e.minWaitGain)
+	}
+	return true, helped, why
 }
 
-// maxWaitGrowth is how much more guaranteed work may wait in all, after a
-// correction, before the correction counts as not having helped, whatever
-// it did to the part revocable work causes.
-const maxWaitGrowth = 0.1
+// formatRate formats seconds (per second) as a duration.
+func formatRate(seconds float64) string {
+	return formatDuration(time.Duration(seconds * float64(time.Second)))
+}

@@ -38,7 +38,9 @@ import (
 //     back to where the episode started) and not tried again for
 //     ProbeBackoff (doubling while it keeps failing), and the revocable
 //     container that delayed guaranteed work most, if any did, is killed
-//     instead, at most one per KillCooldown.
+//     instead, at most one per KillCooldown; throttling that cut it while
+//     guaranteed work's whole run-queue wait did not fall by MinWaitGain
+//     is undone the same way, and nothing is killed for it.
 //
 // In a set with the cpuset controller, it throttles only once that one has
 // nothing left to try (see NewSet).
@@ -60,6 +62,7 @@ type Interference struct {
 	episodeBase        float64   // the cores revocable work could use then
 	ineffectiveUntil   time.Time // throttling did not help: none until then
 	ineffectiveBackoff time.Duration
+	killInstead        bool // ... because it did not cut the delay revocable work causes: kill instead
 
 	// first, when set, acts before this controller throttles (cpuset).
 	first firstResort
@@ -81,14 +84,18 @@ type Interference struct {
 // NewInterference returns an interference controller.
 func NewInterference(cfg InterferenceConfig, killRetry time.Duration) *Interference {
 	return &Interference{cfg: cfg, kills: newKillTracker(killRetry), backoff: cfg.ProbeBackoff,
-		sig: detector{cfg: cfg}, effect: newEffect(cfg.EffectWindow, cfg.MinEffect), ineffectiveBackoff: cfg.ProbeBackoff}
+		sig: detector{cfg: cfg}, effect: newEffect(cfg), ineffectiveBackoff: cfg.ProbeBackoff}
 }
 
 // firstResort is a controller that tries its corrections before the
-// interference controller throttles: it reports whether it has nothing left
-// to try at the latest evaluation.
+// interference controller throttles. At its latest evaluation, exhausted
+// reports whether it had nothing left to try, and fruitless whether that
+// is because its correction cut the delay revocable work causes without
+// guaranteed work waiting less in all (then throttling, which also takes
+// revocable work's CPU, is not tried either).
 type firstResort interface {
 	exhausted() bool
+	fruitless() bool
 }
 
 // epsilon absorbs float rounding when comparing CPU limits.
@@ -166,17 +173,20 @@ func (c *Interference) Evaluate(in Input) []Correction {
 			}
 			removed = 1 - min(applied, c.episodeBase)/c.episodeBase
 		}
-		if due, failed, why := c.effect.verdict(now, removed); due && failed {
-			return c.undo(in, worst, s, why)
+		if due, out, why := c.effect.verdict(now, removed); due && out != helped {
+			return c.undo(in, worst, s, out, why)
 		} else if due {
 			c.ineffectiveBackoff = c.cfg.ProbeBackoff
 		}
 	}
 	switch {
 	case worst != nil && hasVictims && now.Before(c.ineffectiveUntil):
+		if !c.killInstead {
+			return nil
+		}
 		return c.replace(in, worst)
-	case worst != nil && hasVictims && c.first != nil && !c.first.exhausted():
-		return nil // the first resort acts
+	case worst != nil && hasVictims && c.first != nil && (!c.first.exhausted() || c.first.fruitless()):
+		return nil // the first resort acts, or found that taking CPU does not help
 	case worst != nil && hasVictims:
 		return c.onViolation(in, worst, s, judged)
 	case worst != nil || staleViolation:
@@ -260,15 +270,19 @@ func (c *Interference) onViolation(in Input, v *violation, s subtree, judged boo
 	return []Correction{{Kind: Throttle, CPULimit: limit, Period: c.cfg.ThrottlePeriod, Reason: reason, Controller: "interference", Signal: v.signalAt}}
 }
 
-// undo takes back an episode's throttling that did not reduce the delay
-// revocable containers cause, and kills the one that caused most instead.
-func (c *Interference) undo(in Input, worst *violation, s subtree, why string) []Correction {
+// undo takes back an episode's throttling that did not help. When it did
+// not reduce the delay revocable containers cause (noEffect), it kills the
+// one that caused most instead; when it did but guaranteed work waited no
+// less in all (noGain), killing would not help either, and it only gives
+// revocable work its CPU back.
+func (c *Interference) undo(in Input, worst *violation, s subtree, out outcome, why string) []Correction {
 	now := in.Now
 	v := worst
 	if v == nil {
 		v = &violation{reason: "after throttling revocable work", signalAt: now}
 	}
 	c.effect.end()
+	c.killInstead = out == noEffect
 	c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
 	c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
 	c.lastChange, c.lastChangeIncrease = now, false
@@ -276,16 +290,16 @@ func (c *Interference) undo(in Input, worst *violation, s subtree, why string) [
 	// The levels were not what hurt: forget them.
 	c.capLimit, c.capUntil, c.capGuaranteedCPU = 0, time.Time{}, 0
 	c.backoff = c.cfg.ProbeBackoff
-	var out []Correction
+	var undone []Correction
 	if s.current > 0 && (c.episodeFrom <= 0 || s.current < c.episodeFrom-epsilon) {
-		out = append(out, Correction{Kind: Unthrottle, CPULimit: c.episodeFrom, Period: c.periodFor(c.episodeFrom),
+		undone = append(undone, Correction{Kind: Unthrottle, CPULimit: c.episodeFrom, Period: c.periodFor(c.episodeFrom),
 			Reason:     fmt.Sprintf("%s; throttling did not help (%s): undone for %s", v.reason, why, c.ineffectiveUntil.Sub(now)),
 			Controller: "interference", Signal: v.signalAt})
 	}
-	if worst == nil {
-		return out // no violation: nothing to replace throttling with
+	if worst == nil || !c.killInstead {
+		return undone // no violation, or nothing a kill would help
 	}
-	return append(out, c.replace(in, worst)...)
+	return append(undone, c.replace(in, worst)...)
 }
 
 // replace kills, instead of throttling, the revocable container that
