@@ -7,7 +7,10 @@
 //
 // Each repetition runs, for every scenario, one cluster with QoS "noop" and
 // one with each QoS controller set compared (by default the agent's default
-// set). In each run the load lasts --duration while the best-effort tasks
+// set), noop first in even repetitions and last in odd ones; the summary
+// gives, beside each set's ratio, its difference from the noop ratio of the
+// same repetition (R-N paired), which host conditions that change between
+// repetitions touch less than they touch either range. In each run the load lasts --duration while the best-effort tasks
 // are frozen (cgroup.freeze) and thawed in turn every --slice: the server's
 // p99 alone and beside best-effort work come from the same run, interleaved
 // within seconds, so that a shared machine's background load, which changes
@@ -96,6 +99,7 @@ type options struct {
 	out        string
 	binDir     string
 	rootWeight float64
+	quietHost  time.Duration
 	agentFlags []string
 }
 
@@ -117,6 +121,7 @@ func run() error {
 	flag.StringVar(&scenarioNames, "scenarios", "all", "best-effort scenarios, comma-separated: "+strings.Join(scenarioNamesList(), ", ")+", or all")
 	flag.Var(&qosSets, "qos", "QoS controller set compared with noop (repeatable; default: the agent's default, "+qos.DefaultControllers+"); static:cpus=1,quota=0.5,period=10ms applies one mechanism for the whole run instead")
 	flag.StringVar(&o.out, "out", "colocation-results", "directory for results.json and the plots")
+	flag.DurationVar(&o.quietHost, "quiet-host-wait", 2*time.Millisecond, "the summary also gives the ratios over quiet pairs only: repetitions in which, in both runs, the server waited at most this long per second behind other tenants (\"host\") with best-effort work frozen")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
 	flag.Parse()
 	o.agentFlags = flag.Args()
@@ -160,7 +165,7 @@ func run() error {
 	var results []runResult
 	for rep := range o.repeat {
 		for _, s := range o.scenarios {
-			for _, set := range append([]string{"noop"}, o.qosSets...) {
+			for _, set := range runOrder(rep, o.qosSets) {
 				r, err := runOnce(o, rep, s, set, set)
 				if err != nil {
 					return fmt.Errorf("repetition %d, %s with %s: %w", rep+1, s.name, set, err)
@@ -184,6 +189,18 @@ func run() error {
 	return nil
 }
 
+// runOrder is the order of one repetition's runs of a scenario: noop
+// first in even repetitions, last in odd ones, so that a drift of the
+// host's conditions over a repetition (another tenant starting, the page
+// cache warming) does not always favour the same configuration.
+func runOrder(rep int, qosSets []string) []string {
+	order := append([]string{"noop"}, qosSets...)
+	if rep%2 == 1 {
+		slices.Reverse(order)
+	}
+	return order
+}
+
 // save writes every result so far, so that an interrupted benchmark keeps
 // what it measured.
 func save(dir, machine string, results []runResult) error {
@@ -201,18 +218,23 @@ func save(dir, machine string, results []runResult) error {
 // the per-run ratios, and prints the one-line summaries.
 func summarize(o options, results []runResult) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%-10s %-28s %22s %22s %22s %22s\n", "scenario", "qos", "p99 ratio (min-max)", "be share (min-max)", "of slack (min-max)", "be cores (min-max)")
+	fmt.Fprintf(&b, "%-10s %-40s %22s %22s %22s %22s %22s\n", "scenario", "qos", "p99 ratio (min-max)", "be share (min-max)", "of slack (min-max)", "be cores (min-max)", "R-N paired (min-max)")
 	var lines []string
 	for _, s := range o.scenarios {
 		noop := collect(results, s.name, "noop")
-		row := func(set string, c collected) {
-			fmt.Fprintf(&b, "%-10s %-28s %22s %22s %22s %22s\n", s.name, set, spread(c.ratio, "%.2fx"), spread(c.share, "%.2f"),
-				spread(c.ofSlack, "%.2f"), spread(c.beCores, "%.2fc"))
+		row := func(set string, c collected, paired []float64) {
+			fmt.Fprintf(&b, "%-10s %-40s %22s %22s %22s %22s %22s\n", s.name, set, spread(c.ratio, "%.2fx"), spread(c.share, "%.2f"),
+				spread(c.ofSlack, "%.2f"), spread(c.beCores, "%.2fc"), spread(paired, "%+.2f"))
 		}
-		row("noop", noop)
+		row("noop", noop, nil)
 		for _, set := range o.qosSets {
 			c := collect(results, s.name, set)
-			row(set, c)
+			row(set, c, pairedDifferences(results, s.name, set))
+			if o.quietHost > 0 {
+				quiet := quietPairs(results, s.name, set, o.quietHost)
+				row("noop, quiet pairs", collect(quiet, s.name, "noop"), nil)
+				row(set+", quiet pairs", collect(quiet, s.name, set), pairedDifferences(quiet, s.name, set))
+			}
 			name := s.name
 			if len(o.qosSets) > 1 {
 				name += "," + set
@@ -235,6 +257,51 @@ func summarize(o options, results []runResult) string {
 		b.WriteString(l + "\n")
 	}
 	return b.String()
+}
+
+// quietPairs are the noop and set runs of the repetitions in which both
+// runs' server waited at most maxHost per second behind other tenants
+// ("host") with best-effort work frozen: on a shared machine, the pairs
+// that other tenants left alone. The criterion does not look at the
+// outcome, and a run's frozen phase is the same whatever QoS set runs.
+func quietPairs(results []runResult, scenarioName, set string, maxHost time.Duration) []runResult {
+	quiet := func(r runResult) bool {
+		return r.Alone.Seconds > 0 && r.Alone.Delays["host"].Seconds()/r.Alone.Seconds <= maxHost.Seconds()
+	}
+	byRep := make(map[int][]runResult)
+	for _, r := range results {
+		if r.Scenario == scenarioName && (r.Config == "noop" || r.Config == set) {
+			byRep[r.Rep] = append(byRep[r.Rep], r)
+		}
+	}
+	var out []runResult
+	for _, runs := range byRep {
+		if len(runs) == 2 && quiet(runs[0]) && quiet(runs[1]) {
+			out = append(out, runs...)
+		}
+	}
+	slices.SortFunc(out, func(a, b runResult) int { return a.Rep - b.Rep })
+	return out
+}
+
+// pairedDifferences is, per repetition, the set's ratio less the noop
+// ratio of the same repetition: the two runs were made minutes apart, so
+// the host's conditions that change from one repetition to the next cancel
+// out of the difference where they would widen both ranges.
+func pairedDifferences(results []runResult, scenarioName, set string) []float64 {
+	noop := make(map[int]float64)
+	for _, r := range results {
+		if r.Scenario == scenarioName && r.Config == "noop" && r.Alone.P99 > 0 {
+			noop[r.Rep] = r.ratio()
+		}
+	}
+	var d []float64
+	for _, r := range results {
+		if n, ok := noop[r.Rep]; ok && r.Scenario == scenarioName && r.Config == set && r.Alone.P99 > 0 {
+			d = append(d, r.ratio()-n)
+		}
+	}
+	return d
 }
 
 // collected are one configuration's per-repetition values.
