@@ -86,7 +86,10 @@ type runResult struct {
 	Shared phase `json:"shared"` // best-effort work running
 
 	Corrections map[string]int `json:"corrections,omitempty"` // "controller kind" -> count
-	Timeline    []point        `json:"timeline"`
+	// CorrectionLog lists each correction with its time since the load
+	// started and its reason ("12.3s cpuset confine CPUs 1: ...").
+	CorrectionLog []string `json:"correction_log,omitempty"`
+	Timeline      []point  `json:"timeline"`
 }
 
 // phase is what was measured over the slices of one kind.
@@ -383,7 +386,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	res.Slice = o.slice
 	res.Timeline = timeline()
 	classes := containerClasses(ctx, node)
-	res.Corrections = correctionCounts(ctx, node)
+	res.Corrections, res.CorrectionLog = correctionCounts(ctx, node, start)
 
 	// Requests by the slice of their scheduled time; the first settle of
 	// each slice is left out (best-effort work waking up or going still).
@@ -448,6 +451,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	}
 	if len(res.Corrections) > 0 {
 		fmt.Printf("   corrections: %v\n", res.Corrections)
+		for _, c := range res.CorrectionLog {
+			fmt.Printf("      %s\n", c)
+		}
 	}
 	return res, nil
 }
@@ -734,18 +740,30 @@ func byClass(delays map[string]time.Duration, classes map[string]string) map[str
 }
 
 // correctionCounts counts the corrections the agent applied, by controller
-// and kind.
-func correctionCounts(ctx context.Context, node slacklinev1connect.NodeServiceClient) map[string]int {
+// and kind, and lists them with their time since start and reason.
+func correctionCounts(ctx context.Context, node slacklinev1connect.NodeServiceClient, start time.Time) (map[string]int, []string) {
 	resp, err := node.GetCorrections(ctx, connect.NewRequest(&slacklinev1.GetCorrectionsRequest{}))
 	if err != nil {
-		return nil
+		return nil, nil
 	}
 	out := map[string]int{}
+	var log []string
 	for _, c := range resp.Msg.GetCorrections() {
 		kind := strings.ToLower(strings.TrimPrefix(c.GetKind().String(), "CORRECTION_KIND_"))
 		out[c.GetController()+" "+kind]++
+		target := ""
+		switch {
+		case c.GetCpus() != "":
+			target = " CPUs " + c.GetCpus()
+		case c.GetKind() == slacklinev1.CorrectionKind_CORRECTION_KIND_CONFINE:
+			target = " every CPU"
+		case c.GetCpuLimit() > 0:
+			target = fmt.Sprintf(" %.2f cores", c.GetCpuLimit())
+		}
+		at := c.GetTimestamp().AsTime().Sub(start).Round(100 * time.Millisecond)
+		log = append(log, fmt.Sprintf("%v %s %s%s: %s", at, c.GetController(), kind, target, c.GetReason()))
 	}
-	return out
+	return out, log
 }
 
 // makeCgroup creates a cgroup outside the agent's root for the load
