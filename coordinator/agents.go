@@ -28,12 +28,12 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	// register_agents on the hostname was checked before the handler
 	// (auth.Rules); the endpoint is where the agent is, not what it claims.
 	reg.info.Endpoint = s.c.trustedEndpoint(reg.info.GetEndpoint(), req.Peer().Addr)
-	agentID, sessionID, err := s.c.register(ctx, reg)
+	agentID, sessionID, interval, err := s.c.register(ctx, reg)
 	if err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&slacklinev1.RegisterResponse{
-		AgentId: agentID, SessionId: sessionID, HeartbeatIntervalSeconds: s.c.cfg.AgentHeartbeatInterval.Seconds(),
+		AgentId: agentID, SessionId: sessionID, HeartbeatIntervalSeconds: interval.Seconds(),
 	}), nil
 }
 
@@ -138,8 +138,9 @@ func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slackl
 	if err != nil {
 		return nil, err
 	}
-	c.heartbeat(a, c.cfg.Now())
-	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
+	now := c.cfg.Now()
+	c.heartbeat(a, now)
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: c.agentHeartbeatInterval(now).Seconds()}), nil
 }
 
 func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {

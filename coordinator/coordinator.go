@@ -33,9 +33,17 @@ type Config struct {
 	// private registry, exposed by MetricsRegistry).
 	Metrics *prometheus.Registry
 
-	// AgentHeartbeatInterval is the interval agents are told to heartbeat at (default 5 s).
+	// AgentHeartbeatInterval is the interval agents are told to heartbeat
+	// at while they fit MaxAgentHeartbeatRate (default 5 s).
 	AgentHeartbeatInterval time.Duration
-	// AgentTimeout: an agent silent this long becomes UNREACHABLE (default 30 s).
+	// MaxAgentHeartbeatRate is the heartbeat budget: beyond this many
+	// agents per second of AgentHeartbeatInterval, agents are told a
+	// longer interval, agents/rate (default 1,000 a second; negative: no
+	// budget). See heartbeatPace.
+	MaxAgentHeartbeatRate int
+	// AgentTimeout: an agent silent this long becomes UNREACHABLE
+	// (default 30 s), at AgentHeartbeatInterval; a longer interval
+	// stretches it in proportion.
 	AgentTimeout time.Duration
 	// AgentReregisterTimeout: after a restart, agents from the registry that
 	// have not re-registered within this time become UNREACHABLE (default 2 min).
@@ -86,6 +94,7 @@ func (c *Config) setDefaults() {
 	}
 	setDefault(&c.AgentHeartbeatInterval, 5*time.Second)
 	setDefault(&c.AgentTimeout, 30*time.Second)
+	setLimitDefault(&c.MaxAgentHeartbeatRate, 1000)
 	setDefault(&c.AgentReregisterTimeout, 2*time.Minute)
 	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
 	setDefault(&c.AllocationInterval, time.Second)
@@ -141,8 +150,10 @@ type Coordinator struct {
 	dirtyAll bool
 	// heartbeats, recoveryChecked, nextOfferSweep and nextHistorySweep keep
 	// the timer loop's checks from visiting every agent and offer on each
-	// tick (liveness.go).
+	// tick (liveness.go); pace is the agents' heartbeat interval and
+	// timeout (heartbeatpace.go).
 	heartbeats                       heartbeatQueue
+	pace                             heartbeatPace
 	recoveryChecked                  bool
 	nextOfferSweep, nextHistorySweep time.Time
 
@@ -189,6 +200,7 @@ func New(cfg Config) (*Coordinator, error) {
 		startedAt:      cfg.Now(),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
+	c.pace = newHeartbeatPace(cfg.AgentHeartbeatInterval, cfg.AgentTimeout, float64(cfg.MaxAgentHeartbeatRate))
 	err := c.recover(context.Background())
 	if err == nil {
 		c.launchKey, err = loadLaunchKey(context.Background(), st)

@@ -121,7 +121,7 @@ func (d *domain) register(req *slacklinev1.RegisterRequest) (string, error) {
 				r.role, r.resources, r.revocable)
 		}
 	}
-	id, _, err := d.c.register(context.Background(), reg)
+	id, _, _, err := d.c.register(context.Background(), reg)
 	return id, err
 }
 

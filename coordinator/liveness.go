@@ -35,6 +35,7 @@ const historyInterval = time.Minute
 // an agent forgotten meanwhile is dropped when it reaches the front.
 type heartbeatQueue struct {
 	front, back *agent
+	n           int // agents in the queue
 }
 
 // touch records a heartbeat of a at now: a moves to the back.
@@ -42,6 +43,7 @@ func (q *heartbeatQueue) touch(a *agent, now time.Time) {
 	a.lastHeartbeat = now
 	q.remove(a)
 	a.hbQueued = true
+	q.n++
 	a.hbPrev = q.back
 	if q.back != nil {
 		q.back.hbNext = a
@@ -67,18 +69,31 @@ func (q *heartbeatQueue) remove(a *agent) {
 		q.back = a.hbPrev
 	}
 	a.hbPrev, a.hbNext, a.hbQueued = nil, nil, false
+	q.n--
 }
 
 // heartbeat records that agent a was heard from at now. Caller holds c.mu.
 func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.heartbeats.touch(a, now) }
 
+// agentHeartbeatInterval is the interval to tell an agent at now, for the
+// agents heartbeating now (heartbeatPace). Caller holds c.mu.
+func (c *Coordinator) agentHeartbeatInterval(now time.Time) time.Duration {
+	if c.pace.update(c.heartbeats.n, now) {
+		c.log.Info("agent heartbeat interval changed to keep heartbeats within their budget",
+			"interval", c.pace.interval, "agents", c.heartbeats.n, "max_rate", c.cfg.MaxAgentHeartbeatRate, "timeout", c.pace.silence(now))
+	}
+	return c.pace.interval
+}
+
 // checkSilentAgents marks UNREACHABLE the ACTIVE agents silent for longer
-// than Config.AgentTimeout, visiting only those, and, once, the agents
+// than the timeout in effect (Config.AgentTimeout at the base heartbeat
+// interval, see heartbeatPace), visiting only those, and, once, the agents
 // that did not re-register within Config.AgentReregisterTimeout of a
 // restart. It returns the registry writes. Caller holds c.mu.
 func (c *Coordinator) checkSilentAgents(now time.Time) []store.Mutation {
 	var writes []store.Mutation
-	for a := c.heartbeats.front; a != nil && now.Sub(a.lastHeartbeat) > c.cfg.AgentTimeout; a = c.heartbeats.front {
+	timeout := c.pace.silence(now)
+	for a := c.heartbeats.front; a != nil && now.Sub(a.lastHeartbeat) > timeout; a = c.heartbeats.front {
 		c.heartbeats.remove(a)
 		if c.agents[a.id] != a || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 			continue // forgotten or no longer active; a registration queues it again

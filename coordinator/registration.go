@@ -145,9 +145,9 @@ func planRegistration(agents map[string]*agent, maint *maintenance.State, reg re
 }
 
 // register admits an agent (new, re-registering, or a rebooted host's new
-// one) and returns its id and session id. It takes c.mu to plan and to
+// one) and returns its id, session id and the interval to heartbeat at. It takes c.mu to plan and to
 // apply, and no persistMu: registrations share fsyncs.
-func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, err error) {
+func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, heartbeatInterval time.Duration, err error) {
 	if reg.info.GetId() == "" {
 		reg.info.Id = ids.New()
 	}
@@ -159,22 +159,22 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	}
 	c.mu.Unlock()
 	if err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
 	if plan.ignoredPrevious != "" {
 		c.log.Warn("agent names a previous agent of another host; ignored", "previous", reg.previousID,
 			"previous_hostname", plan.ignoredPrevious, "hostname", reg.info.GetHostname())
 	}
 	if err := c.persist(ctx, "agent", plan.writes...); err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, err := c.applyRegistration(reg, plan, now)
 	if err != nil {
-		return "", "", err
+		return "", "", 0, err
 	}
-	return a.id, a.session.id, nil
+	return a.id, a.session.id, c.agentHeartbeatInterval(now), nil
 }
 
 // applyRegistration installs a registration whose records are durable,

@@ -83,7 +83,7 @@ func (d *domain) registerAs(name string, req *slacklinev1.RegisterRequest) (stri
 	if err != nil {
 		d.t.Fatal(err)
 	}
-	id, _, err := d.c.register(as(name), reg)
+	id, _, _, err := d.c.register(as(name), reg)
 	return id, err
 }
 

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -233,7 +234,11 @@ func (s *Session) register(ctx context.Context) (*conn, error) {
 	c := &conn{agentID: agentID, sessionID: sessionID, interval: interval, ctx: sctx, cancel: scancel, lastBeat: time.Now()}
 	s.mu.Lock()
 	s.cur = c
-	c.beat = time.AfterFunc(interval, func() { s.heartbeat(c) })
+	// The first beat comes at a random point of the second half of the
+	// interval, so that agents registering together (after a coordinator
+	// restart) do not heartbeat together ever after.
+	first := interval/2 + rand.N(interval/2+1)
+	c.beat = time.AfterFunc(first, func() { s.heartbeat(c) })
 	s.mu.Unlock()
 	return c, nil
 }
@@ -244,7 +249,10 @@ func (s *Session) serve(c *conn) (cause error, healthy bool) {
 	if err := s.cfg.Handler.Opened(c.ctx, c.agentID, c.sessionID); err != nil {
 		cause = fmt.Errorf("open session: %w", err)
 	} else {
-		s.log.Log(c.ctx, s.cfg.LogLevel, "registered", "agent_id", c.agentID, "session_id", c.sessionID, "heartbeat_interval", c.interval)
+		s.mu.Lock()
+		interval := c.interval
+		s.mu.Unlock()
+		s.log.Log(c.ctx, s.cfg.LogLevel, "registered", "agent_id", c.agentID, "session_id", c.sessionID, "heartbeat_interval", interval)
 		cause = s.readCommands(c)
 	}
 	c.cancel(cause)
@@ -328,39 +336,50 @@ func (s *Session) heartbeat(c *conn) {
 	defer c.busy.Done()
 
 	start := time.Now()
-	err := s.callHeartbeat(c)
+	next, err := s.callHeartbeat(c)
 	now := time.Now()
 	s.mu.Lock()
 	if err == nil {
 		c.lastBeat, c.healthy = now, true
+		if next > 0 && next != c.interval {
+			s.log.Debug("heartbeat interval changed by the coordinator", "agent_id", c.agentID, "interval", next)
+			c.interval = next
+		}
 	}
+	interval := c.interval
 	silent := now.Sub(c.lastBeat)
 	if !c.ended {
-		c.beat.Reset(max(0, start.Add(c.interval).Sub(now)))
+		c.beat.Reset(max(0, start.Add(interval).Sub(now)))
 	}
 	s.mu.Unlock()
 	switch {
 	case err == nil:
 	case isSessionError(err):
 		c.cancel(fmt.Errorf("heartbeat: %w", err))
-	case silent >= silentIntervals*c.interval:
+	case silent >= silentIntervals*interval:
 		c.cancel(fmt.Errorf("no heartbeat got through for %v: %w", silent.Round(time.Millisecond), err))
 	case c.ctx.Err() == nil:
 		s.log.Debug("heartbeat failed", "agent_id", c.agentID, "error", err)
 	}
 }
 
-func (s *Session) callHeartbeat(c *conn) error {
+// callHeartbeat sends one heartbeat and returns the interval the
+// coordinator asks for from now on (0: unchanged). It runs on the heartbeat
+// timer's goroutine, the only writer of c.interval.
+func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	if slots := s.cfg.HeartbeatSlots; slots != nil {
 		if err := slots.Acquire(c.ctx, 1); err != nil {
-			return err
+			return 0, err
 		}
 		defer slots.Release(1)
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, min(s.cfg.RPCTimeout, c.interval))
 	defer cancel()
-	_, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
-	return err
+	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
+	if err != nil {
+		return 0, err
+	}
+	return time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second)), nil
 }
 
 // Send enqueues a status update for delivery in the current session and

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"slices"
 	"strings"
 	"sync"
@@ -226,7 +227,8 @@ func TestSessionEnds(t *testing.T) {
 	tests := []struct {
 		name string
 		// end ends the session of agent-1 somehow.
-		end       func(t *testing.T, fake *agenttest.FakeCoordinator)
+		end func(t *testing.T, fake *agenttest.FakeCoordinator)
+		// wantCause matches the whole cause (a regular expression).
 		wantCause string
 	}{
 		{
@@ -239,7 +241,9 @@ func TestSessionEnds(t *testing.T) {
 			end: func(_ *testing.T, f *agenttest.FakeCoordinator) {
 				f.SetHeartbeatError(connect.NewError(connect.CodeUnavailable, errors.New("overloaded")))
 			},
-			wantCause: "no heartbeat got through for 15s: unavailable: overloaded",
+			// 15 s after the registration at the least; more by the
+			// jitter of the first beat (up to half an interval).
+			wantCause: `no heartbeat got through for 1[5-9](\.\d+)?s: unavailable: overloaded`,
 		},
 		{
 			name:      "command stream ends",
@@ -263,12 +267,13 @@ func TestSessionEnds(t *testing.T) {
 				defer hs.stop(t)
 
 				test.end(t, fake)
-				// Three intervals for the slowest ending, then a backoff.
-				time.Sleep(16 * time.Second)
+				// The first beat, three intervals for the slowest
+				// ending, then a backoff.
+				time.Sleep(21 * time.Second)
 				fake.SetHeartbeatError(nil) // let the next session live
 				synctest.Wait()
 				opened, closed := h.snapshot()
-				if len(closed) != 1 || closed[0].Error() != test.wantCause {
+				if len(closed) != 1 || !regexp.MustCompile("^"+test.wantCause+"$").MatchString(closed[0].Error()) {
 					t.Fatalf("Closed causes %v, want [%s]", closed, test.wantCause)
 				}
 				if diff := cmp.Diff([]string{"agent-1/session-1", "agent-1/session-2"}, opened); diff != "" {
@@ -542,6 +547,32 @@ func TestRealCoordinator(t *testing.T) {
 		}
 		if agentID, _, ok := hs.session.Current(); !ok || agentID != firstID {
 			t.Errorf("Current() = %q, %v; want %q, true", agentID, ok, firstID)
+		}
+	})
+}
+
+// TestHeartbeatIntervalFromCoordinator: the agent heartbeats at the
+// interval the coordinator's last heartbeat answer asked for, and its
+// first beat comes within the second half of the registered interval.
+func TestHeartbeatIntervalFromCoordinator(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := agenttest.NewFakeCoordinator()
+		fake.SetHeartbeatInterval(time.Second) // registration says 5 s
+		h := &handler{}
+		hs := run(t, h, nil, serveFake(fake))
+		defer hs.stop(t)
+
+		time.Sleep(2*time.Second + 400*time.Millisecond)
+		synctest.Wait()
+		if got := fake.Heartbeats("agent-1"); got != 0 {
+			t.Fatalf("%d heartbeats in the first 2.4 s, want none before half the 5 s interval", got)
+		}
+		// First beat at 2.5-5 s, then one a second: 7 to 9 by 11 s
+		// (2 at the registered 5 s).
+		time.Sleep(8*time.Second + 600*time.Millisecond)
+		synctest.Wait()
+		if got := fake.Heartbeats("agent-1"); got < 7 || got > 9 {
+			t.Errorf("%d heartbeats in 11 s, want 7-9 at the 1 s interval the coordinator asked for", got)
 		}
 	})
 }

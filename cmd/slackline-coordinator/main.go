@@ -52,8 +52,9 @@ func run(args []string) error {
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without TLS and --authz")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var cfg coordinator.Config
-	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at")
-	fs.DurationVar(&cfg.AgentTimeout, "agent-timeout", 30*time.Second, "an agent silent this long becomes unreachable")
+	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at while they fit --max-agent-heartbeat-rate")
+	fs.IntVar(&cfg.MaxAgentHeartbeatRate, "max-agent-heartbeat-rate", 1000, "heartbeat budget: beyond this many agents per second of --agent-heartbeat-interval, agents are told to heartbeat every agents/rate seconds (negative: no budget)")
+	fs.DurationVar(&cfg.AgentTimeout, "agent-timeout", 30*time.Second, "an agent silent this long becomes unreachable (at --agent-heartbeat-interval; a longer interval stretches it in proportion)")
 	fs.DurationVar(&cfg.AgentReregisterTimeout, "agent-reregister-timeout", 2*time.Minute, "after a restart, agents not re-registered by then become unreachable")
 	fs.DurationVar(&cfg.FrameworkHeartbeatInterval, "framework-heartbeat-interval", 15*time.Second, "interval of heartbeat events to frameworks")
 	fs.DurationVar(&cfg.AllocationInterval, "allocation-interval", time.Second, "period of full allocation passes")

@@ -1,6 +1,8 @@
 package agenttest
 
 import (
+	"time"
+
 	"context"
 	"errors"
 	"fmt"
@@ -44,6 +46,7 @@ type FakeCoordinator struct {
 	streams      map[string]*fakeStream // agent id -> its latest command stream
 	refuse       error                  // Register's answer while set
 	heartbeatErr error                  // Heartbeat's answer while set
+	interval     time.Duration          // the interval Heartbeat asks for (0: none)
 	updateGate   chan struct{}          // while set, UpdateStatus waits for a receive
 	registers    []*slacklinev1.RegisterRequest
 	heartbeats   map[string]int // agent id -> heartbeats received
@@ -148,7 +151,7 @@ func (f *FakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slac
 		return nil, err
 	}
 	f.heartbeats[req.Msg.GetAgentId()]++
-	return connect.NewResponse(&slacklinev1.HeartbeatResponse{}), nil
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: f.interval.Seconds()}), nil
 }
 
 // UpdateStatus implements AgentService.
@@ -237,6 +240,14 @@ func (f *FakeCoordinator) SetHeartbeatError(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heartbeatErr = err
+}
+
+// SetHeartbeatInterval makes Heartbeat's answers ask for interval from
+// then on (0: keep the current one).
+func (f *FakeCoordinator) SetHeartbeatInterval(interval time.Duration) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.interval = interval
 }
 
 // SetUpdateGate makes every UpdateStatus call wait for a receive from gate

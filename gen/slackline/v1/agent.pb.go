@@ -962,11 +962,14 @@ func (x *HeartbeatRequest) GetSessionId() string {
 	return ""
 }
 
-// HeartbeatResponse is empty.
+// HeartbeatResponse tells the agent the interval to heartbeat at from now
+// on: the coordinator lengthens it as the cluster grows, to keep the
+// heartbeats within its budget (0: keep the current interval).
 type HeartbeatResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	HeartbeatIntervalSeconds float64                `protobuf:"fixed64,1,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
 }
 
 func (x *HeartbeatResponse) Reset() {
@@ -997,6 +1000,13 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
 	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *HeartbeatResponse) GetHeartbeatIntervalSeconds() float64 {
+	if x != nil {
+		return x.HeartbeatIntervalSeconds
+	}
+	return 0
 }
 
 // UpdateStatusRequest reports a status update.
@@ -1268,8 +1278,9 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"\x13\n" +
-	"\x11HeartbeatResponse\"\xa4\x01\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\"Q\n" +
+	"\x11HeartbeatResponse\x12<\n" +
+	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\xa4\x01\n" +
 	"\x13UpdateStatusRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +

@@ -23,6 +23,12 @@
 // allocatable size (cpus:0.001;mem:1) makes them agents with nothing left
 // to offer, which settles at once.
 //
+// The trials are measured in the steady state of the agents' heartbeats:
+// one heartbeat interval (as the coordinator tells agents; it grows with
+// the cluster, see --max-heartbeat-rate) after the cluster settled, and
+// spread over two intervals (--window), so that every agent's heartbeats
+// fall among them.
+//
 //	go run ./scripts/bench/offerlatency --trials 1000
 //	go run ./scripts/bench/offerlatency --agents 10000 --frameworks 1000
 //	go run ./scripts/bench/offerlatency --agents 10000 --frameworks 1000 --agent-resources 'cpus:0.001;mem:1'
@@ -83,6 +89,8 @@ func run() error {
 	cpuProfile := flag.String("cpuprofile", "", "write a CPU profile of the measured trials to this file")
 	memProfile := flag.String("memprofile", "", "write a heap profile of this process (the coordinator's) after the trials to this file")
 	settleProfile := flag.String("settle-cpuprofile", "", "write a CPU profile of the settling (the declines before the trials) to this file")
+	heartbeatRate := flag.Int("max-heartbeat-rate", 0, "the coordinator's agent heartbeat budget, heartbeats a second (0: its default; negative: none, every agent beats every 5 s)")
+	window := flag.Duration("window", 0, "spread the trials over at least this time (default: twice the agents' heartbeat interval, so that every agent's heartbeats fall in it)")
 	flag.Parse()
 	simRes, err := resources.Parse(*agentResources)
 	if err != nil {
@@ -96,7 +104,7 @@ func run() error {
 	}
 	defer os.RemoveAll(dir)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	coord, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet,
+	coord, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet, MaxAgentHeartbeatRate: *heartbeatRate,
 		Limits: coordinator.Limits{MaxSubscriptionsPerPrincipal: -1}})
 	if err != nil {
 		return err
@@ -154,6 +162,7 @@ func run() error {
 	wantDeclined := (*frameworkCount - 1) * otherAgents
 	var ownDeclined atomic.Int64
 	var settled atomic.Bool
+	var gap atomic.Int64 // the least time between two trials, once measuring
 
 	// freedAt is set (unix ns) just before the agent reports a task finished.
 	var freedAt atomic.Int64
@@ -192,9 +201,11 @@ func run() error {
 	}
 	go fw.Run(ctx, handler)
 
-	// The agent finishes each task as soon as it starts.
+	// The agent finishes each task as soon as it starts, or once gap has
+	// passed since the last one.
 	go func() {
 		n := 0
+		var next time.Time
 		for commands.Receive() {
 			run := commands.Msg().GetCommand().GetRunTask()
 			if run == nil {
@@ -208,6 +219,10 @@ func run() error {
 				}))
 			}
 			status(slacklinev1.TaskState_TASK_STATE_RUNNING)
+			if g := time.Duration(gap.Load()); g > 0 {
+				time.Sleep(time.Until(next))
+				next = time.Now().Add(g)
+			}
 			freedAt.Store(time.Now().UnixNano())
 			status(slacklinev1.TaskState_TASK_STATE_FINISHED)
 		}
@@ -232,10 +247,25 @@ func run() error {
 		return err
 	}
 	settle := time.Since(started) - grown - quietAfter // until the last decline
+
+	// Measure in the steady state of the heartbeats: one interval after
+	// the cluster settled (agents told a longer interval as it grew have
+	// heard of it by then), with the trials spread over two intervals.
+	hb, err := agents.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: agentID, SessionId: session}))
+	if err != nil {
+		return fmt.Errorf("heartbeat: %w", err)
+	}
+	interval := time.Duration(hb.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second))
+	time.Sleep(interval)
+	measureWindow := *window
+	if measureWindow == 0 {
+		measureWindow = 2 * interval
+	}
+	gap.Store(int64(measureWindow / time.Duration(*trials+warmup)))
 	settled.Store(true)
+	measureStart := time.Now()
 
 	var all []time.Duration
-	warmup := 20
 	stopProfile := func() {}
 	timeout := time.After(time.Until(deadline))
 	for len(all) < *trials+warmup {
@@ -254,6 +284,7 @@ func run() error {
 		}
 	}
 	stopProfile()
+	measured := time.Since(measureStart)
 	if *memProfile != "" {
 		if err := writeHeapProfile(*memProfile); err != nil {
 			return err
@@ -265,8 +296,9 @@ func run() error {
 	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
 	fmt.Printf("offer latency (task finished -> offer received), %d agents x %d frameworks, %d trials: p50 %v  p90 %v  p99 %v  max %v\n",
 		*agentCount, *frameworkCount, len(all), pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), all[len(all)-1].Round(time.Microsecond))
-	fmt.Printf("cluster grown in %v; settled in %v (%d declines by the other frameworks, %d by the measured one)\n",
-		grown.Round(time.Millisecond), settle.Round(time.Millisecond), declined, ownDeclined.Load())
+	fmt.Printf("cluster grown in %v; settled in %v (%d declines by the other frameworks, %d by the measured one); trials over %v, agents heartbeating every %v (%.0f a second)\n",
+		grown.Round(time.Millisecond), settle.Round(time.Millisecond), declined, ownDeclined.Load(),
+		measured.Round(time.Millisecond), interval, float64(*agentCount)/interval.Seconds())
 	return nil
 }
 
@@ -304,6 +336,9 @@ func writeHeapProfile(path string) error {
 
 // quietAfter is how long no decline must come for the cluster to be quiet.
 const quietAfter = 2 * time.Second
+
+// warmup is how many trials go unmeasured before the measured ones.
+const warmup = 20
 
 // longFilter is how long declined resources stay away from a decliner.
 const longFilter = 24 * 3600
