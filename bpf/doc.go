@@ -8,7 +8,9 @@
 //     run-queue wait in task_struct.sched_info (CONFIG_SCHED_INFO; the
 //     sched_info probe), else tp_btf/sched_wakeup and
 //     tp_btf/sched_wakeup_new too, which stamp waits in task storage. Per
-//     cgroup: on-CPU time, wakeups (counted as the sleeps they end),
+//     cgroup: on-CPU time (the kernel's runtime, as cpu.stat counts it,
+//     including runs begun by switches the kernel did not trace: sched.c's
+//     "Missed switches"), wakeups (counted as the sleeps they end),
 //     run-queue latency (runnable-to-running, after a wakeup or a
 //     preemption) as a log2 histogram; who delayed whom: the part of a
 //     guaranteed or protected task's wait during which revocable tasks held
@@ -102,8 +104,9 @@
 // The tests need root (they skip otherwise; with SLACKLINE_TEST_PRIVILEGED=1
 // they fail instead): real cgroups under <v2 root>/slackline-bpftest-<rand>,
 // a network namespace with a veth pair (iproute2), taskset. They compare
-// on-CPU time with cpu.stat/cpuacct.usage (5%; also for more cgroups on one
-// CPU than it keeps resident), run-queue waits with the kernel's schedstat
+// on-CPU time with cpu.stat/cpuacct.usage (0.1%; 5% for more cgroups on one
+// CPU than it keeps resident; at least the cgroup's usage after switches
+// went unseen, sched.c's "Missed switches"), run-queue waits with the kernel's schedstat
 // (2%), network counters with the veth's (1%), check run-queue p99 under a
 // revocable CPU hog is >= 10x the uncontended p99 with the delay attributed
 // to the hog and a threshold event delivered, and run the probes as nobody.

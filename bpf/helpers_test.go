@@ -62,11 +62,27 @@ func waitGo() error {
 	return err
 }
 
-// helperSpin burns args[0] of CPU time (not wall time: the host may be busy).
+// helperSpin burns args[0] of CPU time (not wall time: the host may be busy);
+// with args[1], it prints "mark" once it has burnt that much, and spins on;
+// with args[2] "fifo", its spinning thread is real-time (SCHED_FIFO 1), so
+// that only the kernel's own real-time work interrupts it.
 func helperSpin(args []string) error {
 	d, err := time.ParseDuration(args[0])
 	if err != nil {
 		return err
+	}
+	mark := time.Duration(-1)
+	if len(args) > 1 {
+		if mark, err = time.ParseDuration(args[1]); err != nil {
+			return err
+		}
+	}
+	if len(args) > 2 && args[2] == "fifo" {
+		runtime.LockOSThread()
+		attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: 1}
+		if err := unix.SchedSetAttr(0, &attr, 0); err != nil {
+			return fmt.Errorf("SCHED_FIFO: %w", err)
+		}
 	}
 	if err := waitGo(); err != nil {
 		return err
@@ -75,6 +91,10 @@ func helperSpin(args []string) error {
 	for cpuTime() < d {
 		for i := 0; i < 10000; i++ {
 			x = x*6364136223846793005 + 1442695040888963407
+		}
+		if mark >= 0 && cpuTime() >= mark {
+			fmt.Println("mark")
+			mark = -1
 		}
 	}
 	if x == 42 {

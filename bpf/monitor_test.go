@@ -157,12 +157,11 @@ func forEachVariant(t *testing.T, test func(t *testing.T, variant int)) {
 
 // TestOnCPUAccuracy: a CPU-bound process's cgroup, eBPF on-CPU time against
 // the cgroup's own figures over 2 s: cpu.stat usage_usec of the v2 cgroup
-// and, on hybrid hosts, cpuacct.usage of a v1 cpuacct cgroup. Almost every
-// measurement agrees within 0.2%, but now and then eBPF counts less (-0.5%
-// to -2% in one run of about eight here, -8% once in CI: as if one long run
-// of the spinning process were missed; the cause is not found). The test
-// takes the best of up to three measurements, so that it fails on a
-// systematic error, and logs every one.
+// and, on hybrid hosts, cpuacct.usage of a v1 cpuacct cgroup. Both count the
+// kernel's runtime, as sched.c does, so they agree to the nanosecond unless
+// a switch is lost; the test allows 0.1%. (Switches the kernel does not
+// trace cost 0.5-8% before sched.c checked for them: see
+// TestOnCPUMissedSwitches.)
 func TestOnCPUAccuracy(t *testing.T) {
 	privileged.Require(t)
 	forEachVariant(t, testOnCPUAccuracy)
@@ -170,28 +169,10 @@ func TestOnCPUAccuracy(t *testing.T) {
 
 func testOnCPUAccuracy(t *testing.T, variant int) {
 	m := loadVariant(t, variant, bpf.Config{})
-	var misses []string
-	for attempt := range 3 {
-		miss := measureOnCPU(t, m, fmt.Sprintf("spin%d", attempt))
-		if miss == "" {
-			return
-		}
-		t.Logf("attempt %d: %s", attempt+1, miss)
-		misses = append(misses, miss)
-	}
-	t.Errorf("eBPF on-CPU not within 5%% of the cgroup's figures in three attempts:\n%s", strings.Join(misses, "\n"))
-}
-
-// measureOnCPU spins a process for 2 s in a new tracked cgroup name and
-// returns how eBPF's on-CPU time missed the cgroup's own figures by more
-// than 5% ("" when it did not).
-func measureOnCPU(t *testing.T, m *bpf.Monitor, name string) string {
-	t.Helper()
-	cg := newCgroup(t, testRoot(t), name)
+	cg := newCgroup(t, testRoot(t), "spin")
 	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = m.Untrack(cg.id) }()
 	proc := startHelper(t, cg, -1, "spin", "2s")
 
 	// v1 cpuacct, when the host has it (hybrid).
@@ -211,24 +192,74 @@ func measureOnCPU(t *testing.T, m *bpf.Monitor, name string) string {
 	proc.wait(t)
 	after := stats(t, m, cg.id).OnCPU
 
-	var misses []string
+	const tolerance = 0.001
 	v2Usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
-	t.Logf("v2 cpu.stat usage %v, eBPF on-CPU %v (%+.2f%%)", v2Usage, after, 100*(after.Seconds()-v2Usage.Seconds())/v2Usage.Seconds())
+	t.Logf("v2 cpu.stat usage %v, eBPF on-CPU %v (%+.3f%%)", v2Usage, after, 100*(after.Seconds()-v2Usage.Seconds())/v2Usage.Seconds())
 	if v2Usage < 1900*time.Millisecond {
 		t.Fatalf("cpu.stat usage %v: the helper did not spin for 2 s", v2Usage)
 	}
-	if !within(after.Seconds(), v2Usage.Seconds(), 0.05) {
-		misses = append(misses, fmt.Sprintf("eBPF on-CPU %v not within 5%% of cpu.stat usage_usec %v", after, v2Usage))
+	if !within(after.Seconds(), v2Usage.Seconds(), tolerance) {
+		t.Errorf("eBPF on-CPU %v not within 0.1%% of cpu.stat usage_usec %v", after, v2Usage)
 	}
 	if v1 != "" {
 		v1Usage := time.Duration(readUint(t, filepath.Join(v1, "cpuacct.usage")))
 		delta := after - before
-		t.Logf("v1 cpuacct.usage %v, eBPF on-CPU over the same interval %v (%+.2f%%)", v1Usage, delta, 100*(delta.Seconds()-v1Usage.Seconds())/v1Usage.Seconds())
-		if !within(delta.Seconds(), v1Usage.Seconds(), 0.05) {
-			misses = append(misses, fmt.Sprintf("eBPF on-CPU %v not within 5%% of cpuacct.usage %v", delta, v1Usage))
+		t.Logf("v1 cpuacct.usage %v, eBPF on-CPU over the same interval %v (%+.3f%%)", v1Usage, delta, 100*(delta.Seconds()-v1Usage.Seconds())/v1Usage.Seconds())
+		if !within(delta.Seconds(), v1Usage.Seconds(), tolerance) {
+			t.Errorf("eBPF on-CPU %v not within 0.1%% of cpuacct.usage %v", delta, v1Usage)
 		}
 	}
-	return strings.Join(misses, "; ")
+}
+
+// TestOnCPUMissedSwitches: the context switches of a CPU go unseen for a
+// while (the sched_switch program detached, as some kernels run no
+// tracepoint for switches made from some tasks), and a tracked process
+// pinned there starts spinning meanwhile, real-time so that it keeps the CPU
+// once the program is back. The CPU's state then still describes the task
+// that had the CPU before; the spinner's run under way must be counted all
+// the same: eBPF's on-CPU time is at least the cgroup's usage since the
+// program came back. Before sched.c checked which task leaves the CPU, that
+// run went to the stale task and was lost.
+func TestOnCPUMissedSwitches(t *testing.T) {
+	privileged.Require(t)
+	forEachVariant(t, testOnCPUMissedSwitches)
+}
+
+func testOnCPUMissedSwitches(t *testing.T, variant int) {
+	m := loadVariant(t, variant, bpf.Config{})
+	cg := newCgroup(t, testRoot(t), "spin")
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	proc := startHelper(t, cg, runtime.NumCPU()-1, "spin", "600ms", "100ms", "fifo")
+	usage := func() time.Duration {
+		return time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
+	}
+
+	reattach, err := bpf.DetachSchedSwitch(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = reattach() }) // before Close, when the test ends early
+	proc.start(t)
+	if line, err := proc.stdout.ReadString('\n'); err != nil || strings.TrimSpace(line) != "mark" {
+		t.Fatalf("spinner: %q %v", line, err)
+	}
+	if err := reattach(); err != nil {
+		t.Fatal(err)
+	}
+	// usage counts the runs that ended while unseen and part of the one
+	// under way; the rest, counted after the program came back, is at most
+	// what eBPF counts.
+	unseen := usage()
+	proc.wait(t)
+	total := usage()
+	got := stats(t, m, cg.id).OnCPU
+	t.Logf("cpu.stat usage %v, %v of it before the program came back; eBPF on-CPU %v", total, unseen, got)
+	// cpu.stat has microseconds.
+	if want := total - unseen - time.Microsecond; got < want {
+		t.Errorf("eBPF on-CPU %v, want at least the %v the cgroup used since sched_switch was seen again (%v lost)", got, want, want-got)
+	}
 }
 
 // TestOnCPUAccuracyManyCgroups: more tracked cgroups share a CPU than a CPU

@@ -21,6 +21,21 @@
 // waits in task storage. User space loads one variant (bpf.Load and the
 // sched_info probe).
 //
+// Missed switches. A kernel may change a CPU's task without running the
+// sched_switch tracepoint: on a 6.18 guest, no probe (this program, ftrace)
+// saw any switch away from the threads of one system service or from one
+// CPU's idle task. The CPU's state then still described the task that got
+// the CPU at the last switch seen, and the run of the task that did get it
+// was charged to that one: a tracked task lost whole runs (0.5-8% of a
+// spinning task's time). So the CPU's state remembers which task it
+// describes (cur_task, stored at every switch), every switch checks that
+// prev is that task, and when it is not, prev's run is taken from what the
+// kernel recorded when it picked prev (missed_switch). The run of the task
+// that left unseen is lost: on that guest, never a tracked one.
+// On-CPU time is the kernel's own runtime (se.sum_exec_runtime, which
+// cpu.stat and cpuacct.usage count), read as a task gets the CPU and as it
+// leaves.
+//
 // Counters. A tracked cgroup's counters are the sum, over CPUs, of its entry
 // in cgroup_stats and of a resident entry on that CPU, if any. A CPU makes a
 // tracked cgroup resident when one of its tasks first gets the CPU and an
@@ -85,13 +100,15 @@ struct cpu_state {
 	__u64 res_cgroup[RESIDENT]; // resident cgroups (0: free entry)
 	__u64 untracked[UNTRACKED]; // untracked cgroups seen lately (0: none)
 	__u32 all_culprits;         // user space: 1 attributes waits to every culprit
-	__u32 pad1[3];
+	__u32 pad1;
+	__u64 cur_task;             // the task that got this CPU at the last switch seen
 	// Line 2: the rest.
 	__u32 res_epoch[RESIDENT];  // written last when claiming, first when freeing
 	__u64 last_rev;             // the last revocable cgroup that ran on this CPU
 	__u32 rev_newest;           // index of the newest entry of rev_runs
 	__u32 next_untracked;       // where the next untracked cgroup goes
-	__u64 pad2[4];
+	__u64 cur_runtime;          // the current task's se.sum_exec_runtime when it got the CPU, if tracked
+	__u64 pad2[3];
 	struct resident {
 		struct sched_counters c;
 		__u64 pad[3]; // a whole number of cache lines
@@ -594,6 +611,39 @@ static __always_inline void start_wait(struct task_struct *p, __u32 cpu, __u64 n
 	}
 }
 
+// missed_switch makes cs describe prev, which got this CPU through switches
+// sched_switch did not see (see "Missed switches"), and returns its info.
+// The task cs described left at an unknown time: its run is lost. prev's
+// run began when the kernel last picked it, which fair tasks record in
+// runtime (se.prev_sum_exec_runtime: their runtime then) and, with
+// sched_info, every task in run-queue clock (sched_info.last_arrival); it
+// began after the last switch seen, which bounds it.
+static __noinline __u32 missed_switch(struct cpu_state *cs, struct task_struct *prev)
+{
+	__u64 cgroup = task_cgroup_id(prev);
+	__u32 info = cgroup_info(cs, cgroup, true);
+	__u64 now = task_rq_clock(prev);
+	__u64 runtime = prev->se.sum_exec_runtime;
+	__u64 ran = 0;
+	if (prev->prio >= 100 /* MAX_RT_PRIO: neither real-time nor deadline */) {
+		ran = runtime - prev->se.prev_sum_exec_runtime;
+	} else if (bpf_core_field_exists(prev->sched_info.last_arrival)) {
+		__u64 arrival = prev->sched_info.last_arrival;
+		if (arrival) // 0: the kernel does not keep sched_info
+			ran = now - arrival;
+	}
+	__u64 since_seen = now - cs->switch_ts;
+	if ((__s64)ran < 0)
+		ran = 0;
+	if ((__s64)since_seen >= 0 && ran > since_seen)
+		ran = since_seen;
+	cs->switch_ts = now - ran; // an estimate, for the revocable runs
+	cs->cur_runtime = runtime - ran;
+	cs->cur_cgroup = info ? cgroup : 0;
+	cs->cur_info = info;
+	return info;
+}
+
 // on_switch is sched_switch; kernel_waits selects the variant (a constant).
 static __always_inline int on_switch(bool preempt, struct task_struct *prev, struct task_struct *next,
 				     unsigned int prev_state, const bool kernel_waits)
@@ -603,9 +653,15 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev, str
 		return 0;
 	if (cs->gen != cs->valid_gen)
 		revalidate(cs);
+	// prev is the task that got the CPU at the last switch seen, unless
+	// one was missed (0: none seen yet since loading).
+	__u64 seen = cs->cur_task;
+	cs->cur_task = (__u64)next;
+	__u32 prev_info = cs->cur_info;
+	if (seen != (__u64)prev && seen)
+		prev_info = missed_switch(cs, prev);
 	__u64 cgroup = task_cgroup_id(next);
 	__u32 info = cgroup_info(cs, cgroup, true);
-	__u32 prev_info = cs->cur_info;
 	if (cs->all_culprits) {
 		__u64 now = task_rq_clock(prev);
 		record_culprit(next, cgroup, info, now);
@@ -619,7 +675,7 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev, str
 
 	// The task leaving the CPU, as it was tracked when it got it.
 	if (prev_info) {
-		__u64 ran = now - cs->switch_ts;
+		__u64 ran = prev->se.sum_exec_runtime - cs->cur_runtime;
 		if ((__s64)ran < 0)
 			ran = 0;
 		bool sleeps = !preempt && prev_state != TASK_RUNNING && !(prev_state & TASK_DEAD);
@@ -642,6 +698,7 @@ static __always_inline int on_switch(bool preempt, struct task_struct *prev, str
 	cs->cur_info = info;
 	if (!info)
 		return 0;
+	cs->cur_runtime = next->se.sum_exec_runtime;
 
 	if (kernel_waits) {
 		// Stamped by the kernel when the task was queued on this CPU's

@@ -38,12 +38,14 @@ type schedCpuState struct {
 	ResCgroup     [4]uint64
 	Untracked     [4]uint64
 	AllCulprits   uint32
-	Pad1          [3]uint32
+	Pad1          uint32
+	CurTask       uint64
 	ResEpoch      [4]uint32
 	LastRev       uint64
 	RevNewest     uint32
 	NextUntracked uint32
-	Pad2          [4]uint64
+	CurRuntime    uint64
+	Pad2          [3]uint64
 	Res           [4]struct {
 		_   structs.HostLayout
 		C   schedSchedCounters
