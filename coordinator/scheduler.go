@@ -80,58 +80,105 @@ func respond[T any](err error) (*connect.Response[T], error) {
 
 func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slacklinev1.AcceptRequest]) (*connect.Response[slacklinev1.AcceptResponse], error) {
 	c := s.c
-	msg := req.Msg
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	fw, err := c.authorize(ctx, req.Header(), msg.GetFrameworkId())
+	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
-	if len(msg.GetOfferIds()) == 0 {
-		return nil, invalidArgument(errors.New("offer_ids is empty"))
-	}
-	if len(msg.GetOfferIds()) > maxOffersPerCall {
-		return nil, invalidArgument(fmt.Errorf("%d offer_ids, at most %d allowed", len(msg.GetOfferIds()), maxOffersPerCall))
-	}
-	refuse, err := refuseSeconds(msg.GetFilters())
+	call, err := parseAccept(req.Msg)
 	if err != nil {
 		return nil, invalidArgument(err)
 	}
-	var tasks []*slacklinev1.TaskInfo
+	return respond[slacklinev1.AcceptResponse](c.accept(fw, call, c.cfg.Now()))
+}
+
+// acceptCall is a decoded, validated Accept request.
+type acceptCall struct {
+	offerIDs []string
+	tasks    []*slacklinev1.TaskInfo
+	refuse   time.Duration // the filter for what the tasks leave of the offers
+}
+
+// parseAccept decodes and validates an Accept request: what can be checked
+// without the coordinator's state.
+func parseAccept(msg *slacklinev1.AcceptRequest) (acceptCall, error) {
+	ids := msg.GetOfferIds()
+	if len(ids) == 0 {
+		return acceptCall{}, errors.New("offer_ids is empty")
+	}
+	if len(ids) > maxOffersPerCall {
+		return acceptCall{}, fmt.Errorf("%d offer_ids, at most %d allowed", len(ids), maxOffersPerCall)
+	}
+	refuse, err := refuseSeconds(msg.GetFilters())
+	if err != nil {
+		return acceptCall{}, err
+	}
+	call := acceptCall{offerIDs: ids, refuse: seconds(refuse)}
 	for i, op := range msg.GetOperations() {
 		launch := op.GetLaunch()
 		if launch == nil {
-			return nil, invalidArgument(fmt.Errorf("operations[%d] has no known operation", i))
+			return acceptCall{}, fmt.Errorf("operations[%d] has no known operation", i)
 		}
-		tasks = append(tasks, launch.GetTaskInfos()...)
+		call.tasks = append(call.tasks, launch.GetTaskInfos()...)
 	}
-	if len(tasks) > maxTasksPerAccept {
-		return nil, invalidArgument(fmt.Errorf("%d tasks in one call, at most %d allowed", len(tasks), maxTasksPerAccept))
+	if len(call.tasks) > maxTasksPerAccept {
+		return acceptCall{}, fmt.Errorf("%d tasks in one call, at most %d allowed", len(call.tasks), maxTasksPerAccept)
 	}
-	for _, t := range tasks {
+	return call, nil
+}
+
+// accept uses the offers of call for its tasks: the tasks that fit are
+// launched, the others get a terminal update, and what they leave of the
+// offers returns to the allocator with the call's filter. Offers that are
+// not all this framework's, on one active agent, for one role drop every
+// task (REASON_INVALID_OFFERS). Caller holds c.mu.
+func (c *Coordinator) accept(fw *framework, call acceptCall, now time.Time) error {
+	for _, t := range call.tasks {
 		// A task the framework may not run refuses the whole call, before
 		// any offer is used.
 		if _, err := c.runAs(fw, t); err != nil {
-			return nil, err
+			return err
 		}
 	}
-	now := c.cfg.Now()
-	c.metrics.offersAccepted.Add(float64(len(msg.GetOfferIds())))
-
-	offers, problem := c.acceptedOffers(fw, msg.GetOfferIds())
+	c.metrics.offersAccepted.Add(float64(len(call.offerIDs)))
+	offers, problem := c.acceptedOffers(fw, call.offerIDs)
 	if problem != "" {
 		for _, o := range offers {
 			c.removeOffer(o, 0, now)
 		}
-		for _, t := range tasks {
+		for _, t := range call.tasks {
 			fw.send(updateEvent(fw, coordinatorStatus(fw.id(), t.GetTaskId(), t.GetAgentId(),
 				slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_INVALID_OFFERS, problem, now)))
 		}
-		return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
+		return nil
 	}
 	if err := c.admitLaunch(offers[0].agentID); err != nil {
-		return nil, err
+		return err
 	}
+	pool := c.takeOffers(fw, offers)
+	accepted, rejected := validateLaunch(pool, call.tasks, func(id string) bool { _, ok := fw.tasks[id]; return ok })
+	for _, r := range rejected {
+		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.agentID, r.state, r.reason, r.message, now)))
+	}
+	var used, usedRevocable resources.Resources
+	for _, at := range accepted {
+		c.launch(fw, pool, at)
+		used, usedRevocable = used.Add(at.regular), usedRevocable.Add(at.revocable)
+	}
+	if remainder := pool.regular.Sub(used); !remainder.IsEmpty() {
+		c.alloc.Release(fw.id(), pool.role, pool.agentID, remainder, call.refuse, now)
+	}
+	if remainder := pool.revocable.Sub(usedRevocable); !remainder.IsEmpty() {
+		c.alloc.ReleaseRevocable(fw.id(), pool.role, pool.agentID, remainder, call.refuse, now)
+	}
+	c.markDirty(pool.agentID)
+	return nil
+}
+
+// takeOffers removes accepted offers from the outstanding ones and returns
+// what they held together. Caller holds c.mu.
+func (c *Coordinator) takeOffers(fw *framework, offers []*offer) offeredPool {
 	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role}
 	for _, o := range offers {
 		if o.revocable {
@@ -145,37 +192,27 @@ func (s schedulerService) Accept(ctx context.Context, req *connect.Request[slack
 			delete(a.offers, o.id)
 		}
 	}
-	accepted, rejected := validateLaunch(pool, tasks, func(id string) bool { _, ok := fw.tasks[id]; return ok })
-	for _, r := range rejected {
-		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.agentID, r.state, r.reason, r.message, now)))
-	}
+	return pool
+}
+
+// launch records an accepted task as STAGING on the pool's agent and
+// sends the agent its RunTask command. Caller holds c.mu.
+func (c *Coordinator) launch(fw *framework, pool offeredPool, at acceptedTask) {
 	a := c.agents[pool.agentID]
-	var used, usedRevocable resources.Resources
-	for _, at := range accepted {
-		info := proto.CloneOf(at.info)
-		info.AgentId = pool.agentID
-		info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
-		info.User, _ = c.runAs(fw, info) // checked above
-		info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.role, at.regular, at.revocable)
-		t := &task{
-			info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
-			resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
-		}
-		fw.tasks[info.GetTaskId()] = t
-		a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
-		used, usedRevocable = used.Add(at.regular), usedRevocable.Add(at.revocable)
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
-			Framework: fw.info, Task: info,
-		}}})
+	info := proto.CloneOf(at.info)
+	info.AgentId = pool.agentID
+	info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
+	info.User, _ = c.runAs(fw, info) // checked by accept
+	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.role, at.regular, at.revocable)
+	t := &task{
+		info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
+		resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
 	}
-	if remainder := pool.regular.Sub(used); !remainder.IsEmpty() {
-		c.alloc.Release(fw.id(), pool.role, pool.agentID, remainder, seconds(refuse), now)
-	}
-	if remainder := pool.revocable.Sub(usedRevocable); !remainder.IsEmpty() {
-		c.alloc.ReleaseRevocable(fw.id(), pool.role, pool.agentID, remainder, seconds(refuse), now)
-	}
-	c.markDirty(pool.agentID)
-	return connect.NewResponse(&slacklinev1.AcceptResponse{}), nil
+	fw.tasks[info.GetTaskId()] = t
+	a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
+	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
+		Framework: fw.info, Task: info,
+	}}})
 }
 
 // acceptedOffers resolves offer ids for Accept. It returns the offers it

@@ -2,8 +2,10 @@ package coordinator
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"google.golang.org/protobuf/proto"
 
@@ -200,5 +202,54 @@ func TestEntryPointsRefuseBadText(t *testing.T) {
 	}
 	if len(rejected) != 4 {
 		t.Errorf("rejected %d tasks, want 4", len(rejected))
+	}
+}
+
+func TestParseAccept(t *testing.T) {
+	launch := func(ids ...string) *slacklinev1.Operation {
+		var infos []*slacklinev1.TaskInfo
+		for _, id := range ids {
+			infos = append(infos, &slacklinev1.TaskInfo{TaskId: id})
+		}
+		return &slacklinev1.Operation{Operation: &slacklinev1.Operation_Launch{Launch: &slacklinev1.LaunchOperation{TaskInfos: infos}}}
+	}
+	refuse := func(s float64) *slacklinev1.Filters { return &slacklinev1.Filters{RefuseSeconds: &s} }
+	manyIDs := make([]string, maxOffersPerCall+1)
+	tests := []struct {
+		name       string
+		msg        *slacklinev1.AcceptRequest
+		wantTasks  []string
+		wantRefuse time.Duration
+		wantErr    string
+	}{
+		{"tasks of every launch, default filter", &slacklinev1.AcceptRequest{OfferIds: []string{"o1"},
+			Operations: []*slacklinev1.Operation{launch("a", "b"), launch("c")}}, []string{"a", "b", "c"}, 5 * time.Second, ""},
+		{"no tasks declines", &slacklinev1.AcceptRequest{OfferIds: []string{"o1"}, Filters: refuse(60)}, nil, time.Minute, ""},
+		{"no offers", &slacklinev1.AcceptRequest{}, nil, 0, "offer_ids is empty"},
+		{"too many offers", &slacklinev1.AcceptRequest{OfferIds: manyIDs}, nil, 0, "10001 offer_ids, at most 10000 allowed"},
+		{"bad filter", &slacklinev1.AcceptRequest{OfferIds: []string{"o1"}, Filters: refuse(-1)}, nil, 0, "invalid argument: filters.refuse_seconds -1 must be a finite number >= 0"},
+		{"unknown operation", &slacklinev1.AcceptRequest{OfferIds: []string{"o1"},
+			Operations: []*slacklinev1.Operation{launch("a"), {}}}, nil, 0, "operations[1] has no known operation"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			call, err := parseAccept(tt.msg)
+			if tt.wantErr != "" {
+				if err == nil || err.Error() != tt.wantErr {
+					t.Fatalf("error %v, want %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			var ids []string
+			for _, task := range call.tasks {
+				ids = append(ids, task.GetTaskId())
+			}
+			if !slices.Equal(ids, tt.wantTasks) || call.refuse != tt.wantRefuse {
+				t.Errorf("tasks %v refuse %v, want %v and %v", ids, call.refuse, tt.wantTasks, tt.wantRefuse)
+			}
+		})
 	}
 }
