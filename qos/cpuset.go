@@ -96,7 +96,7 @@ func (c *CPUSet) fruitless() bool { return c.noGain }
 func (c *CPUSet) Evaluate(in Input) []Correction {
 	now := in.Now
 	if in.RevocableCPUs == nil {
-		c.noneLeft = true
+		c.noneLeft, c.noGain = true, false
 		return nil
 	}
 	all := nodeCPUs(in.Node)

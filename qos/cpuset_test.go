@@ -573,3 +573,54 @@ func TestJudgedByCost(t *testing.T) {
 		}
 	}
 }
+
+// TestVerdictWaitsForRevocableWork: revocable work frozen right after a
+// correction (the benchmark freezes it every 2 s) makes guaranteed work
+// wait less whatever the correction did; the verdict waits until it runs
+// again, and then finds that the correction bought nothing, and undoes it.
+func TestVerdictWaitsForRevocableWork(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	for _, mechanism := range []string{"cpuset", "interference"} {
+		t.Run(mechanism, func(t *testing.T) {
+			c := newCPUSet(t, mechanism, nil)
+			cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+			var corrected, undone time.Duration
+			for i := range 100 {
+				now := time.Duration(i) * 100 * ms
+				delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
+				constrained := len(cpus) < 8 || limit > 0
+				switch {
+				case i >= 10 && i < 40 && constrained:
+					delay, wait, beCPU = 0, 5*ms, 0 // frozen: guaranteed work waits as when calm
+				case i >= 10 && constrained:
+					delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
+				case i >= 10:
+					delay, wait, p99 = 5*ms, 10*ms, 4*ms
+				}
+				in := cpusetScene(now, 0.5, p99, delay)
+				in.Containers[0].RunqWait = wait
+				in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
+				in.RevocableCPUs, in.RevocableLimit = cpus, limit
+				for _, corr := range c.Evaluate(in) {
+					cpus, limit = applyToEight(corr, cpus, limit)
+					switch {
+					case strings.Contains(corr.Reason, "did not help") && undone == 0:
+						undone = now
+					case corrected == 0:
+						corrected = now
+					}
+				}
+			}
+			// The sample at 4 s, the first of revocable work running again,
+			// covers the 100 ms before it.
+			resumed := 4*time.Second - 100*ms
+			if corrected == 0 || undone < resumed+cfg.Interference.EffectWindow/2 || undone > resumed+cfg.Interference.EffectWindow {
+				t.Fatalf("corrected at %v, undone at %v: want it judged once revocable work ran for half an EffectWindow after %v, and undone",
+					corrected, undone, resumed)
+			}
+			if len(cpus) != 8 || limit != 0 {
+				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+			}
+		})
+	}
+}

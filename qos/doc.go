@@ -144,7 +144,10 @@
 // does not, when the waiting moves elsewhere (a server's threads crowd the
 // CPUs left to them) or the violation was a passing one, and such a
 // correction only costs best-effort work its CPU. A taking back of a CPU
-// after a failed probe is judged the same way. An episode that fails
+// after a failed probe is judged the same way. The verdict waits until
+// revocable work has used CPU throughout that half window: while it stands
+// still (frozen, paused, between jobs) guaranteed work waits less whatever
+// the correction did. An episode that fails
 // either test is undone (best-effort work gets its CPU back) and the
 // mechanism is not tried again for ProbeBackoff (doubling while it keeps
 // failing). When its effect failed, the interference controller kills

@@ -23,7 +23,9 @@ import (
 //     one that would have ended anyway), and then the correction costs
 //     best-effort work its CPU for nothing.
 //
-// An episode that fails either is undone by its controller. Without
+// The verdict waits until revocable work has run for that half window: while
+// it stands still, neither says anything of the correction. An episode
+// that fails either test is undone by its controller. Without
 // attribution (no eBPF: every DelayedBy nil) nothing can be judged, and
 // neither can it when attribution is turned off (MinAttributedDelay 0):
 // corrections then stand, as before.
@@ -66,6 +68,9 @@ type delaySample struct {
 	delay time.Duration
 	wait  time.Duration // all the run-queue wait of guarded work (0: unknown)
 	p99   time.Duration // the highest run-queue p99 of guarded work (0: unknown)
+	// revocableCPU is the CPU revocable containers used (cores): a
+	// verdict needs them to have run after the correction.
+	revocableCPU float64
 }
 
 func newEffect(cfg InterferenceConfig) effect {
@@ -76,9 +81,13 @@ func newEffect(cfg InterferenceConfig) effect {
 // the previous evaluation; it reports whether attribution is available.
 func (e *effect) observe(in Input) bool {
 	var delay, wait, p99 time.Duration
+	var revocableCPU float64
 	attributed := false
 	for i := range in.Containers {
 		ct := &in.Containers[i]
+		if ct.correctable() {
+			revocableCPU += ct.CPU
+		}
 		if !ct.guarded() || ct.DelayedBy == nil {
 			continue
 		}
@@ -93,7 +102,7 @@ func (e *effect) observe(in Input) bool {
 	if !attributed || e.last.IsZero() || !in.Now.After(e.last) {
 		return attributed
 	}
-	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait, p99: p99})
+	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait, p99: p99, revocableCPU: revocableCPU})
 	drop := 0
 	for drop < len(e.history) && in.Now.Sub(e.history[drop].when) > 2*e.window {
 		drop++
@@ -178,7 +187,7 @@ func (e *effect) calm() {
 // run-queue p99 where the wait is not measured) did not fall by
 // MinWaitGain; why describes the rates.
 func (e *effect) verdict(now time.Time, removed float64) (due bool, out outcome, why string) {
-	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 {
+	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 || !e.revocableRan(now.Add(-e.window/2), now) {
 		return false, helped, ""
 	}
 	after, _, _, ok := e.rates(now.Add(-e.window/4), now)
@@ -207,6 +216,26 @@ func (e *effect) verdict(now time.Time, removed float64) (due bool, out outcome,
 	}
 	return true, helped, why
 }
+
+// revocableRan reports whether revocable work used at least
+// minRevocableUse cores in every sample within (from, to]. While it stands
+// still (paused, frozen, between jobs) the delay it causes and guaranteed
+// work's waiting say nothing of a correction that only matters when it
+// runs: the verdict waits for it to run again.
+func (e *effect) revocableRan(from, to time.Time) bool {
+	for _, s := range e.history {
+		if !s.when.Add(-s.span).Before(from) && !s.when.After(to) && s.revocableCPU < minRevocableUse {
+			return false
+		}
+	}
+	return true
+}
+
+// minRevocableUse is the CPU (cores) revocable work must use for a sample
+// to show what a correction does to it: less than the interference
+// controller's default floor (0.1 cores), more than a frozen or idle
+// subtree's.
+const minRevocableUse = 0.05
 
 // formatRate formats seconds (per second) as a duration.
 func formatRate(seconds float64) string {
