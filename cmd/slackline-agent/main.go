@@ -52,6 +52,7 @@ func run(args []string) error {
 	certFile := fs.String("cert", "", "the agent's certificate (agent-NAME.crt): its identity towards the coordinator, and the NodeService's serving certificate")
 	keyFile := fs.String("key", "", "the agent's key (agent-NAME.key)")
 	authzFile := fs.String("authz", "", "authorization file (authz.yaml) for NodeService callers; re-read on SIGHUP")
+	crlFile := fs.String("client-crl", "", "certificate revocation list signed by --ca (crl.pem): NodeService callers presenting a certificate it lists are refused; needs --authz; re-read on SIGHUP")
 	insecure := fs.Bool("insecure", false, "allow serving the NodeService on a non-loopback address without TLS and --authz")
 	fs.StringVar(&cfg.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
 	attributes := fs.String("attributes", "", `agent attributes, e.g. "rack=r1,zone=z2"`)
@@ -114,7 +115,7 @@ func run(args []string) error {
 	if cfg.Attributes, err = agent.ParseAttributes(*attributes); err != nil {
 		return fmt.Errorf("--attributes: %w", err)
 	}
-	if err := agentCredentials(&cfg, *caFile, *certFile, *keyFile, *authzFile); err != nil {
+	if err := agentCredentials(&cfg, *caFile, *certFile, *keyFile, *authzFile, *crlFile); err != nil {
 		return err
 	}
 	if err := auth.CheckListen("--listen", cfg.Listen, cfg.TLS != nil, cfg.Authz != nil, *insecure); err != nil {
@@ -237,8 +238,9 @@ func run(args []string) error {
 
 // agentCredentials configures the agent's identity: the client
 // certificate it dials the coordinator with, the same certificate serving
-// its NodeService, and the authorization of NodeService callers.
-func agentCredentials(cfg *agent.Config, caFile, certFile, keyFile, authzFile string) error {
+// its NodeService, and the authorization of NodeService callers (revoked
+// client certificates refused).
+func agentCredentials(cfg *agent.Config, caFile, certFile, keyFile, authzFile, crlFile string) error {
 	if certFile != "" || keyFile != "" {
 		creds := auth.ClientCredentials{CAFile: caFile, CertFile: certFile, KeyFile: keyFile}
 		client, err := creds.HTTPClient()
@@ -269,6 +271,11 @@ func agentCredentials(cfg *agent.Config, caFile, certFile, keyFile, authzFile st
 			return err
 		}
 		cfg.Authz = authz
+	}
+	if crlFile != "" {
+		if err := cfg.Authz.LoadCRL(crlFile, caFile, cfg.TLS); err != nil {
+			return fmt.Errorf("--client-crl: %w", err)
+		}
 	}
 	return nil
 }

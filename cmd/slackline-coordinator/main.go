@@ -11,7 +11,7 @@
 //
 // Secured (see docs/security.md): --tls-cert and --tls-key serve TLS,
 // --client-ca verifies agents' (and other callers') client certificates,
-// --authz names the authorization file (token principals and ACLs, default
+// --client-crl refuses the revoked ones, --authz names the authorization file (token principals and ACLs, default
 // deny, re-read on SIGHUP). A listener on a non-loopback address refuses to
 // start without TLS and --authz unless --insecure is given.
 package main
@@ -49,6 +49,7 @@ func run(args []string) error {
 	tlsKey := fs.String("tls-key", "", "TLS key file, e.g. coordinator.key")
 	clientCA := fs.String("client-ca", "", "CA whose client certificates authenticate agents (and frameworks or operators that use certificates), e.g. ca.crt")
 	authzFile := fs.String("authz", "", "authorization file (authz.yaml): token principals and ACLs, default deny; re-read on SIGHUP")
+	clientCRL := fs.String("client-crl", "", "certificate revocation list signed by --client-ca (crl.pem, see slacklinectl credentials revoke): its client certificates are refused; re-read on SIGHUP, closing their connections")
 	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without TLS and --authz")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var cfg coordinator.Config
@@ -97,6 +98,11 @@ func run(args []string) error {
 	if *authzFile != "" {
 		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
 			return err
+		}
+	}
+	if *clientCRL != "" {
+		if err := cfg.Authz.LoadCRL(*clientCRL, *clientCA, tlsConfig); err != nil {
+			return fmt.Errorf("--client-crl: %w", err)
 		}
 	}
 	if err := auth.CheckListen("--listen", *listen, tlsConfig != nil, cfg.Authz != nil, *insecure); err != nil {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"path/filepath"
 	"strings"
 	"time"
 
@@ -11,7 +12,7 @@ import (
 )
 
 // newCredentialsCommand is "credentials init DIR": everything a secured
-// cluster needs, in one command.
+// cluster needs, in one command; and "credentials revoke DIR NAME...".
 func newCredentialsCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "credentials", Short: "Create the cluster's certificates, tokens and authorization file"}
 	var hosts, agents, frameworks, operators []string
@@ -27,6 +28,7 @@ func newCredentialsCommand(g *globals) *cobra.Command {
   authz.yaml                     agents register as themselves; each framework is its own
                                  principal in role NAME running tasks as nobody; operators
                                  may do everything
+  crl.pem                        an empty certificate revocation list (see credentials revoke)
 Keys and tokens are 0600. Run it again with more names to add their credentials:
 the CA and existing files are kept (grant new principals in authz.yaml yourself).`,
 		Args: exactArgs("DIR"),
@@ -52,6 +54,47 @@ the CA and existing files are kept (grant new principals in authz.yaml yourself)
 	flags.StringSliceVar(&frameworks, "frameworks", nil, "frameworks' principals (one token each; role NAME)")
 	flags.StringSliceVar(&operators, "operators", nil, "operators' principals (one token each; allowed everything)")
 	flags.DurationVar(&validity, "validity", 365*24*time.Hour, "validity of the certificates (the CA's is ten times as long)")
-	cmd.AddCommand(initCmd)
+	cmd.AddCommand(initCmd, newRevokeCommand(g))
 	return cmd
+}
+
+// newRevokeCommand is "credentials revoke DIR NAME...".
+func newRevokeCommand(g *globals) *cobra.Command {
+	return &cobra.Command{
+		Use:   "revoke DIR NAME...",
+		Short: "Revoke agents' (or other clients') certificates: add them to DIR/crl.pem",
+		Long: `Add the certificates of the NAMEs to DIR/crl.pem, the certificate revocation list
+signed by DIR/ca.key (written by credentials init). NAME is an agent's name (DIR/agent-NAME.crt)
+or the path of a certificate file that DIR's CA issued. Earlier entries are kept and the list's
+number grows; its next update is a year ahead (Slackline does not enforce it; revoke again within
+a year to re-sign it for other TLS stacks).
+
+The coordinator and the agents given the file with --client-crl refuse these certificates once
+they re-read it: copy crl.pem where they read it and send them SIGHUP. Connections open with a
+revoked certificate are closed then, and every new call with it is refused (unauthenticated).
+To give a node a new certificate, remove DIR/agent-NAME.crt and .key and run credentials init
+with --agents NAME again. Tokens are revoked in authz.yaml instead.`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if len(args) < 2 {
+				return fmt.Errorf("%s: want DIR NAME..., got %d argument(s)", strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" "), len(args))
+			}
+			return nil
+		},
+		RunE: func(cmd *cobra.Command, args []string) error {
+			dir := args[0]
+			res, err := auth.Revoke(dir, args[1:], time.Now())
+			if err != nil {
+				return fmt.Errorf("credentials revoke: %w", err)
+			}
+			for _, c := range res.Revoked {
+				fmt.Fprintf(g.out, "revoked %s (CN %s, serial %X)\n", c.Name, c.CommonName, c.Serial)
+			}
+			for _, c := range res.Already {
+				fmt.Fprintf(g.out, "already revoked %s (CN %s, serial %X)\n", c.Name, c.CommonName, c.Serial)
+			}
+			fmt.Fprintf(g.out, "wrote %s: CRL number %v, next update %s; send SIGHUP to the servers that read it\n",
+				filepath.Join(dir, auth.CRLFile), res.Number, res.NextUpdate.UTC().Format(time.DateOnly))
+			return nil
+		},
+	}
 }

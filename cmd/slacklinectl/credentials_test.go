@@ -20,7 +20,7 @@ func TestCredentialsInit(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, name := range []string{"ca.crt", "ca.key", "coordinator.crt", "coordinator.key", "agent-a1.crt", "agent-a1.key",
-		"agent-a2.crt", "agent-a2.key", "batch.token", "service.token", "admin.token", "authz.yaml"} {
+		"agent-a2.crt", "agent-a2.key", "batch.token", "service.token", "admin.token", "authz.yaml", "crl.pem"} {
 		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
 			t.Errorf("%s: %v", name, err)
 		}
@@ -51,5 +51,46 @@ func TestCredentialsInit(t *testing.T) {
 	root.SetArgs([]string{"credentials", "init", t.TempDir(), "--frameworks", "x", "--operators", "x"})
 	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "also named") {
 		t.Fatalf("duplicate principal: %v", err)
+	}
+}
+
+func TestCredentialsRevoke(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "creds")
+	run := func(args ...string) (string, error) {
+		var out bytes.Buffer
+		root := newRootCommand(&out)
+		root.SetArgs(args)
+		err := root.Execute()
+		return out.String(), err
+	}
+	if _, err := run("credentials", "init", dir, "--agents", "a1,a2", "--frameworks", "batch"); err != nil {
+		t.Fatal(err)
+	}
+	out, err := run("credentials", "revoke", dir, "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "revoked a1 (CN a1, serial ") || !strings.Contains(out, "CRL number 2") {
+		t.Errorf("output %q", out)
+	}
+	out, err = run("credentials", "revoke", dir, "a2", "a1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(out, "revoked a2") || !strings.Contains(out, "already revoked a1") || !strings.Contains(out, "CRL number 3") {
+		t.Errorf("output %q", out)
+	}
+	for _, tt := range []struct {
+		args []string
+		want string
+	}{
+		{[]string{"credentials", "revoke", dir}, "want DIR NAME..."},
+		{[]string{"credentials", "revoke", dir, "a9"}, `unknown name "a9"`},
+		{[]string{"credentials", "revoke", dir, "batch"}, "authz.yaml"},
+		{[]string{"credentials", "revoke", t.TempDir(), "a1"}, "load the CA"},
+	} {
+		if _, err := run(tt.args...); err == nil || !strings.Contains(err.Error(), tt.want) {
+			t.Errorf("%q: err = %v, want it to say %q", tt.args, err, tt.want)
+		}
 	}
 }

@@ -18,6 +18,8 @@ import (
 type Authorizer struct {
 	file   string
 	policy atomic.Pointer[Policy]
+	// crl, set before serving (LoadCRL), revokes client certificates.
+	crl    *CRL
 	errors *connect.ErrorWriter
 }
 
@@ -119,7 +121,7 @@ func (a *Authorizer) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		pol := a.policy.Load()
-		p, err := authenticate(r, pol.tokens)
+		p, err := authenticate(r, pol.tokens, a.crl)
 		if err != nil {
 			a.refuse(w, r, connect.NewError(connect.CodeUnauthenticated, err))
 			return

@@ -280,7 +280,7 @@ func TestGenerate(t *testing.T) {
 	modes := map[string]os.FileMode{
 		CACertFile: 0o644, CAKeyFile: 0o600, CoordinatorCertFile: 0o644, CoordinatorKeyFile: 0o600,
 		"agent-a1.crt": 0o644, "agent-a1.key": 0o600, "agent-a2.crt": 0o644, "agent-a2.key": 0o600,
-		"batch.token": 0o600, "admin.token": 0o600, AuthzFile: 0o644,
+		"batch.token": 0o600, "admin.token": 0o600, AuthzFile: 0o644, CRLFile: 0o644,
 	}
 	if len(res.Written) != len(modes) {
 		t.Fatalf("wrote %v", res.Written)

@@ -28,6 +28,9 @@ const (
 	CoordinatorCertFile = "coordinator.crt"
 	CoordinatorKeyFile  = "coordinator.key"
 	AuthzFile           = "authz.yaml"
+	// CRLFile is the certificate revocation list (--client-crl) that
+	// Generate writes empty and Revoke extends.
+	CRLFile = "crl.pem"
 )
 
 // AgentCertFile and AgentKeyFile name an agent's certificate and key.
@@ -206,8 +209,8 @@ type Result struct {
 // Generate writes credentials into dir (created 0700 if missing): ca.crt and
 // ca.key, coordinator.crt/.key for spec.Hosts, agent-NAME.crt/.key (client
 // and server certificates: the agent also serves its NodeService with it),
-// NAME.token for each framework and operator, and authz.yaml. Keys and
-// tokens are 0600. An existing CA is reused, so that running it again with
+// NAME.token for each framework and operator, authz.yaml, and crl.pem (an
+// empty certificate revocation list, see Revoke). Keys and tokens are 0600. An existing CA is reused, so that running it again with
 // more names adds their credentials; existing files are kept, authz.yaml
 // included (Result.Kept lists them: grant new principals there yourself).
 func Generate(dir string, spec Spec) (Result, error) {
@@ -348,6 +351,17 @@ func Generate(dir string, spec Spec) (Result, error) {
 	}
 	if err := write(AuthzFile, []byte(AuthzYAML(spec.Frameworks, spec.Operators, hashes)), 0o644); err != nil {
 		return res, err
+	}
+	if !exists(CRLFile) {
+		crl, _, err := ca.revocationList(nil, nil, spec.Now)
+		if err != nil {
+			return res, err
+		}
+		if err := write(CRLFile, crl, 0o644); err != nil {
+			return res, err
+		}
+	} else {
+		res.Kept = append(res.Kept, CRLFile)
 	}
 	return res, nil
 }

@@ -14,6 +14,10 @@
 //     when its subject's Organization is AgentOrganization, named
 //     "agent:<CN>" and certified for the hostnames (DNS or IP SANs) the
 //     certificate names; otherwise a framework or operator named by its CN.
+//     With a certificate revocation list (Authorizer.LoadCRL, --client-crl)
+//     a certificate it lists is refused with ErrRevoked, on every request,
+//     not only in the handshake, so that a reloaded list applies to
+//     connections already open.
 //
 // A token, when present, names the principal; otherwise the certificate
 // does. Invalid credentials, or none where a rule needs a principal, are
@@ -39,7 +43,12 @@
 //
 // Load reads the authorization file into an Authorizer; Reload replaces its
 // policy atomically (the processes reload on SIGHUP), so checks in flight
-// see either the old policy or the new. A nil *Authorizer is the insecure
+// see either the old policy or the new. SIGHUP also reloads the CRL
+// (CRL.Reload), which then closes the connections whose client certificate
+// it newly revokes: CRL.Watch records them in the server's TLS handshakes,
+// holding them weakly so that the server alone decides their lifetime. A
+// file that fails to load (a CRL not signed by the client CA) leaves the
+// previous version in force. A nil *Authorizer is the insecure
 // mode: no principal is required and everything is allowed; CheckListen
 // keeps that mode to loopback listeners unless --insecure is given.
 //
@@ -49,6 +58,7 @@
 // init` does): a CA, the coordinator's serving certificate, one client and
 // serving certificate per agent, one token per framework and operator, and
 // an authorization file granting each framework its own role and operators
-// everything. ServerTLS and Client build the TLS configurations and HTTP
+// everything, and an empty CRL. Revoke (`slacklinectl credentials revoke`)
+// adds certificates to that CRL, signed by the same CA. ServerTLS and Client build the TLS configurations and HTTP
 // clients that use them, with crypto/tls and crypto/x509 only.
 package auth

@@ -99,9 +99,11 @@ type tokenEntry struct {
 }
 
 // authenticate finds the principal of a request: its bearer token if it has
-// one, else its verified client certificate. It returns ErrNoCredentials
-// when it has neither.
-func authenticate(r *http.Request, tokens []tokenEntry) (*Principal, error) {
+// one, else its verified client certificate unless crl revokes it. It
+// returns ErrNoCredentials when it has neither. The certificate is checked
+// on every request, not once per connection, so that a reloaded CRL applies
+// to connections already open.
+func authenticate(r *http.Request, tokens []tokenEntry, crl *CRL) (*Principal, error) {
 	if h := r.Header.Get("Authorization"); h != "" {
 		scheme, token, ok := strings.Cut(h, " ")
 		if !ok || !strings.EqualFold(scheme, "Bearer") || strings.TrimSpace(token) == "" {
@@ -110,6 +112,9 @@ func authenticate(r *http.Request, tokens []tokenEntry) (*Principal, error) {
 		return principalOfToken(strings.TrimSpace(token), tokens)
 	}
 	if r.TLS != nil && len(r.TLS.VerifiedChains) > 0 && len(r.TLS.PeerCertificates) > 0 {
+		if err := crl.Check(r.TLS.PeerCertificates[0]); err != nil {
+			return nil, err
+		}
 		return principalOfCertificate(r.TLS.PeerCertificates[0])
 	}
 	return nil, ErrNoCredentials
