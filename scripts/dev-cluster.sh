@@ -14,7 +14,9 @@
 # authz.yaml) are created once under .run/dev-cluster/credentials; the
 # coordinator serves TLS and authorizes every call, each agent presents its
 # certificate. `. .run/dev-cluster/env` gives slacklinectl the CA and the
-# admin token.
+# admin token. Every process reads the revocation list crl.pem: after
+# `bin/slacklinectl credentials revoke .run/dev-cluster/credentials dev-agent-1`
+# send them SIGHUP to cut that agent off.
 #
 # Environment:
 #   RESOURCES     resources of each agent (default "cpus:2;mem:2048")
@@ -160,7 +162,7 @@ fail() {
 # this script, which then stops them in order.
 setsid bin/slackline-coordinator --listen "$COORDINATOR_LISTEN" --work-dir "$RUN_DIR/coordinator" \
 	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
-	--client-ca "$CREDS/ca.crt" --authz "$CREDS/authz.yaml" \
+	--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" \
 	</dev/null >"$RUN_DIR/coordinator.log" 2>&1 &
 coordinator_pid=$!
 for ((t = 0; ; t++)); do
@@ -179,7 +181,7 @@ for ((i = 0; i < N; i++)); do
 		--resources "$RESOURCES" \
 		--cgroup-root "slackline-dev-$i" \
 		--ca "$CREDS/ca.crt" --cert "$CREDS/agent-dev-agent-$i.crt" --key "$CREDS/agent-dev-agent-$i.key" \
-		--authz "$CREDS/authz.yaml" \
+		--client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" \
 		"${agent_args[@]}" \
 		</dev/null >"$RUN_DIR/agent-$i.log" 2>&1 &
 	agent_pids+=($!)

@@ -38,7 +38,7 @@ trap cleanup EXIT INT TERM
 
 bin/slackline-coordinator --work-dir "$RUN_DIR/coordinator" \
 	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
-	--client-ca "$CREDS/ca.crt" --authz "$CREDS/authz.yaml" &
+	--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
 pids+=($!)
 for _ in $(seq 50); do
 	bin/slacklinectl get agents >/dev/null 2>&1 && break
@@ -47,7 +47,7 @@ done
 if [ "$(id -u)" -eq 0 ]; then
 	bin/slackline-agent --work-dir "$RUN_DIR/agent" --coordinator "$SLACKLINE_COORDINATOR" \
 		--ca "$CREDS/ca.crt" --cert "$CREDS/agent-$host.crt" --key "$CREDS/agent-$host.key" \
-		--authz "$CREDS/authz.yaml" &
+		--client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
 	agent="a real agent $host (NodeService on https://127.0.0.1:5051)"
 else
 	echo "run-local: not root, so a simulated agent stands in for the real one (which creates cgroups)." >&2
