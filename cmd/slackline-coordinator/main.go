@@ -11,9 +11,10 @@
 //
 // Secured (see docs/security.md): --tls-cert and --tls-key serve TLS,
 // --client-ca verifies agents' (and other callers') client certificates,
-// --client-crl refuses the revoked ones, --authz names the authorization file (token principals and ACLs, default
-// deny, re-read on SIGHUP). A listener on a non-loopback address refuses to
-// start without TLS and --authz unless --insecure is given.
+// --client-crl refuses the revoked ones, --authz names the authorization
+// file (token principals and ACLs, default deny; both files re-read on
+// SIGHUP). A listener on a non-loopback address refuses to start without TLS
+// and --authz unless --insecure is given.
 package main
 
 import (
