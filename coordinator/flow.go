@@ -109,7 +109,7 @@ func (fw *framework) addPending(st *slacklinev1.TaskStatus) {
 	if slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
 		return
 	}
-	fw.pending[st.GetTaskId()] = append(pending, st)
+	put(&fw.pending, st.GetTaskId(), append(pending, st))
 	fw.pendingCount++
 }
 
@@ -130,7 +130,7 @@ func (fw *framework) ackPending(taskID, uuid string) (st *slacklinev1.TaskStatus
 	if fw.pendingCount--; fw.pendingCount == 0 && len(fw.pending) == 0 {
 		// A map keeps the space of its largest size: give back what a
 		// burst of updates took.
-		fw.pending = map[string][]*slacklinev1.TaskStatus{}
+		fw.pending = nil
 	}
 	return st, true
 }
@@ -249,7 +249,7 @@ func (b *bounds) admitSubscription(caller string, limit int) (release func(), er
 // Limits.MaxCompletedTasksPerFramework. Caller holds c.mu.
 func (c *Coordinator) completeTask(fw *framework, t *task) {
 	if len(fw.tasks) == 0 {
-		fw.tasks = map[string]*task{} // the space of a past burst of tasks
+		fw.tasks = nil // the space of a past burst of tasks
 	}
 	info := t.info
 	t.info = &slacklinev1.TaskInfo{TaskId: info.GetTaskId(), Name: info.GetName(), AgentId: info.GetAgentId(), Labels: info.GetLabels()}
@@ -312,9 +312,10 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 // it. A Subscribe handler's goroutine lives as long as its stream, with the
 // stack it grew to: Go shrinks an idle goroutine's stack only while it uses
 // less than a quarter of it, and a blocked stream uses a little more than
-// a quarter of 16 KB. Kept off it, the deep calls of subscribing (the
-// registry write) leave it at 8 KB, which halves what an idle subscription
-// costs in stacks (scripts/bench/idle).
+// a quarter of 16 KB. Kept off it, the deep calls of subscribing leave it
+// at 8 KB, which halves what an idle subscription costs in stacks
+// (scripts/bench/idle: 18 KB of stacks per subscription without it, even
+// with the registry write on the store's own writer goroutine).
 func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	type result struct {
 		fw  *framework

@@ -290,7 +290,7 @@ func (c *Coordinator) newInverseOffer(fw *framework, a *agent) *inverseOffer {
 		},
 	}
 	c.inverseOffers[id] = io
-	fw.inverseOffers[id] = io
+	put(&fw.inverseOffers, id, io)
 	a.inverse[fw.id()] = io
 	return io
 }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slackline/slackline/internal/ids"
@@ -28,13 +29,17 @@ import (
 // coordinator never are.
 type outbox[T any] struct {
 	id string
-	// ready holds a token when entries were queued or the outbox ended
-	// since the stream last looked; done is closed when the outbox ends.
-	// The stream waits on ready alone (one channel less to park on).
-	ready, done chan struct{}
-	once        sync.Once
-	// reason, set before done is closed, says why the outbox ended; flush
-	// asks its stream to send what is still queued before it ends.
+	// ready holds a token when entries were queued, the outbox ended or a
+	// keepalive fell due since the stream last looked: an idle stream
+	// waits on ready alone (and its context), one channel and one parked
+	// sudog instead of three.
+	ready chan struct{}
+	once  sync.Once
+	// beat places the stream among those waiting for its pulse's next
+	// beat (see pulse).
+	beat beatWaiter
+	// reason, set when the outbox ends, says why; flush asks its stream to
+	// send what is still queued before it ends.
 	reason error
 	flush  bool
 
@@ -58,7 +63,9 @@ type outboxEntry[T any] struct {
 }
 
 func newOutbox[T any]() *outbox[T] {
-	return &outbox[T]{id: ids.New(), ready: make(chan struct{}, 1), done: make(chan struct{})}
+	o := &outbox[T]{id: ids.New(), ready: make(chan struct{}, 1)}
+	o.beat.ready = o.ready
+	return o
 }
 
 // send queues v; it reports false, queuing nothing, once the outbox ended.
@@ -196,7 +203,6 @@ func (o *outbox[T]) end(reason error) {
 		o.mu.Lock()
 		o.ended, o.reason = true, reason
 		o.mu.Unlock()
-		close(o.done)
 		o.wake()
 	})
 }
@@ -208,9 +214,15 @@ func (o *outbox[T]) endAfterDelivery() {
 		o.mu.Lock()
 		o.ended, o.flush = true, true
 		o.mu.Unlock()
-		close(o.done)
 		o.wake()
 	})
+}
+
+// hasEnded reports whether the outbox ended.
+func (o *outbox[T]) hasEnded() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.ended
 }
 
 // wake leaves a token in ready unless one is there already.
@@ -225,33 +237,32 @@ func (o *outbox[T]) wake() {
 // the outbox ends (nil) or ctx does (its error). It runs in the stream's
 // goroutine.
 func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send func(T) error) error {
-	beat := beats.next()
+	beats.wait(&o.beat)
+	defer beats.leave(&o.beat)
 	for {
 		if v, ok := o.take(); ok {
 			if err := send(v); err != nil {
 				return err
 			}
-			select {
-			case <-o.done:
+			if o.hasEnded() {
 				return nil
-			case <-ctx.Done():
-				return ctx.Err()
-			default:
-				continue
 			}
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			continue
 		}
 		select {
 		case <-o.ready:
-			select {
-			case <-o.done:
+			if o.hasEnded() {
 				return nil
-			default:
 			}
-		case <-beat:
-			if err := send(keepalive); err != nil {
-				return err
+			if o.beat.due.Swap(false) {
+				if err := send(keepalive); err != nil {
+					return err
+				}
+				beats.wait(&o.beat)
 			}
-			beat = beats.next()
 		case <-ctx.Done():
 			return ctx.Err()
 		}
@@ -259,34 +270,86 @@ func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send f
 }
 
 // pulse is one clock shared by every stream that sends a keepalive at the
-// same period, instead of a ticker each: next returns a channel closed at
-// the coming beat, and the first stream to ask after a beat arms the one
-// after it, a period later. So every waiting stream sees a beat once per
-// period (the first may come sooner than a period after it began), and no
-// timer runs while no stream waits.
+// same period, instead of a ticker each. A stream waits for the coming
+// beat (wait); at the beat, each waiting stream is marked due and woken
+// through its ready channel, and waits again once it sent its keepalive:
+// the first to do so after a beat arms the one after it, a period later.
+// So every waiting stream sees a beat once per period (the first may come
+// sooner than a period after it began), no timer runs while no stream
+// waits, and a waiting stream costs the pulse two pointers, not a channel
+// of its own or a parked sudog on a shared one.
 type pulse struct {
 	period time.Duration
 	mu     sync.Mutex
-	beat   chan struct{} // closed at the coming beat; nil when none is armed
+	// waiting lists the streams waiting for the coming beat; armed is set
+	// while a beat is armed.
+	waiting *beatWaiter
+	armed   bool
+}
+
+// beatWaiter is a stream's place in its pulse's list of waiters.
+type beatWaiter struct {
+	prev, next *beatWaiter // in pulse.waiting; guarded by pulse.mu
+	listed     bool        // guarded by pulse.mu
+	ready      chan struct{}
+	// due is set at the beat, and cleared by the stream as it sends its
+	// keepalive.
+	due atomic.Bool
 }
 
 func newPulse(period time.Duration) *pulse { return &pulse{period: period} }
 
-// next returns a channel closed at the coming beat.
-func (p *pulse) next() <-chan struct{} {
+// wait lists w for the coming beat, arming one if none is.
+func (p *pulse) wait(w *beatWaiter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.beat == nil {
-		beat := make(chan struct{})
-		p.beat = beat
-		time.AfterFunc(p.period, func() {
-			p.mu.Lock()
-			p.beat = nil
-			p.mu.Unlock()
-			close(beat)
-		})
+	if w.listed {
+		return
 	}
-	return p.beat
+	w.prev, w.next, w.listed = nil, p.waiting, true
+	if p.waiting != nil {
+		p.waiting.prev = w
+	}
+	p.waiting = w
+	if !p.armed {
+		p.armed = true
+		time.AfterFunc(p.period, p.beat)
+	}
+}
+
+// leave takes w off the list, if it is on it.
+func (p *pulse) leave(w *beatWaiter) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !w.listed {
+		return
+	}
+	if w.prev != nil {
+		w.prev.next = w.next
+	} else {
+		p.waiting = w.next
+	}
+	if w.next != nil {
+		w.next.prev = w.prev
+	}
+	w.prev, w.next, w.listed = nil, nil, false
+}
+
+// beat marks every waiting stream due and wakes it.
+func (p *pulse) beat() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for w := p.waiting; w != nil; {
+		next := w.next
+		w.prev, w.next, w.listed = nil, nil, false
+		w.due.Store(true)
+		select {
+		case w.ready <- struct{}{}:
+		default:
+		}
+		w = next
+	}
+	p.waiting, p.armed = nil, false
 }
 
 // sendQueued sends what the queue holds, without waiting for more.

@@ -56,7 +56,7 @@ func TestPulse(t *testing.T) {
 		synctest.Wait()
 		beats.mu.Lock()
 		defer beats.mu.Unlock()
-		if beats.beat != nil {
+		if beats.armed || beats.waiting != nil {
 			t.Fatal("a beat is armed with no stream waiting")
 		}
 	})

@@ -271,7 +271,7 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now
 				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
 				resources: r.resources, revocable: r.revocable, state: r.state,
 			}
-			fw.tasks[key.taskID] = t
+			put(&fw.tasks, key.taskID, t)
 			a.tasks[key] = t
 			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
 			if !r.revocable.IsEmpty() {

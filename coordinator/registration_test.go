@@ -183,9 +183,7 @@ func TestRegister(t *testing.T) {
 			if d.agent(id).session == old {
 				t.Fatal("same session")
 			}
-			select {
-			case <-old.done:
-			default:
+			if !old.hasEnded() {
 				t.Fatal("old session not ended")
 			}
 		}},

@@ -208,7 +208,7 @@ func (c *Coordinator) launch(fw *framework, pool offeredPool, at acceptedTask) {
 		info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
 		resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
 	}
-	fw.tasks[info.GetTaskId()] = t
+	put(&fw.tasks, info.GetTaskId(), t)
 	a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
 	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
 		Framework: fw.info, Task: info,
@@ -322,7 +322,7 @@ func (c *Coordinator) setSuppressed(ctx context.Context, header http.Header, fra
 	}
 	for _, r := range roles {
 		if suppress {
-			fw.suppressed[r] = true
+			put(&fw.suppressed, r, true)
 		} else {
 			delete(fw.suppressed, r)
 		}

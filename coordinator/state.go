@@ -86,11 +86,14 @@ type framework struct {
 	// failoverDeadline is when a DISCONNECTED framework is torn down.
 	failoverDeadline time.Time
 	sub              *subscription
-	tasks            map[string]*task
-	completed        []*task
-	offers           map[string]*offer
-	inverseOffers    map[string]*inverseOffer
-	suppressed       map[string]bool
+	// tasks, inverseOffers, suppressed and pending are made on first use
+	// (see put): an idle framework holds none of them. Reading, ranging
+	// over and deleting from a nil map is fine.
+	tasks         map[string]*task
+	completed     []*task
+	offers        map[string]*offer
+	inverseOffers map[string]*inverseOffer
+	suppressed    map[string]bool
 	// pending holds, per task, the status updates with a uuid that the
 	// framework has not acknowledged yet, oldest first; pendingCount
 	// counts them (see addPending).
@@ -99,11 +102,15 @@ type framework struct {
 }
 
 func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {
-	return &framework{
-		info: info, state: state, registeredAt: registeredAt,
-		tasks: map[string]*task{}, offers: map[string]*offer{}, inverseOffers: map[string]*inverseOffer{},
-		suppressed: map[string]bool{}, pending: map[string][]*slacklinev1.TaskStatus{},
+	return &framework{info: info, state: state, registeredAt: registeredAt, offers: map[string]*offer{}}
+}
+
+// put sets (*m)[k] = v, making the map first if it is nil.
+func put[K comparable, V any](m *map[K]V, k K, v V) {
+	if *m == nil {
+		*m = make(map[K]V)
 	}
+	(*m)[k] = v
 }
 
 func (fw *framework) id() string { return fw.info.GetId() }

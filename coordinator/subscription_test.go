@@ -128,9 +128,7 @@ func TestSubscribe(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			select {
-			case <-old.done:
-			default:
+			if !old.hasEnded() {
 				t.Fatal("old subscription not ended")
 			}
 			if !errors.Is(old.reason, errFailedOver) || countEvents(events(old), func(ev *slacklinev1.Event) bool { return ev.GetError() != nil }) != 1 {

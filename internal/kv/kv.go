@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -39,9 +40,24 @@ type Store interface {
 	Close() error
 }
 
-// Bolt is a Store in a bbolt file.
+// Bolt is a Store in a bbolt file. Its writes are group-committed: one
+// long-lived writer goroutine commits, in one transaction and one fsync,
+// every Apply that arrived while the previous commit ran (see Apply).
 type Bolt struct {
 	db *bolt.DB
+	// wake holds a token when next has writes for the writer; stop is
+	// closed by Close, stopped by the writer once it has drained next.
+	wake, stop, stopped chan struct{}
+	mu                  sync.Mutex
+	next                *commit // the writes waiting for the next commit; nil when none
+	closed              bool
+}
+
+// commit is one group of Apply calls committed together.
+type commit struct {
+	writes [][]Mutation
+	errs   []error
+	done   chan struct{} // closed once errs are set
 }
 
 // OpenBolt opens (creating it and its directory if needed) a bbolt file at
@@ -58,16 +74,21 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	// bbolt waits up to MaxBatchDelay (10 ms by default) for concurrent
-	// writers to join a batch; 1 ms keeps the coalescing under load without
-	// adding 10 ms to every lone write.
-	db.MaxBatchDelay = time.Millisecond
-	return &Bolt{db: db}, nil
+	b := &Bolt{db: db, wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
+	go b.write()
+	return b, nil
 }
 
-// Apply implements Store. Concurrent calls are coalesced into one
-// transaction and one fsync (bbolt's Batch), which keeps thousands of agents
-// registering at once cheap.
+// Apply implements Store. Calls that arrive while a commit is under way
+// wait for the next one and share it: one transaction and one fsync for all
+// of them, which keeps thousands of agents registering at once cheap, and a
+// lone write is committed at once. If a shared transaction fails, each
+// call's mutations are committed again on their own, so that one call's bad
+// write fails that call alone.
+//
+// The writes run on the writer goroutine, not the caller's: bbolt's commit
+// is deep and allocates, and a caller that lives on (a stream's handler)
+// would keep the stack it grew to.
 func (b *Bolt) Apply(ctx context.Context, mutations ...Mutation) error {
 	if len(mutations) == 0 {
 		return nil
@@ -75,19 +96,82 @@ func (b *Bolt) Apply(ctx context.Context, mutations ...Mutation) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	err := b.db.Batch(func(tx *bolt.Tx) error {
-		for _, m := range mutations {
-			bucket, err := tx.CreateBucketIfNotExists([]byte(m.Bucket))
-			if err != nil {
-				return fmt.Errorf("bucket %s: %w", m.Bucket, err)
-			}
-			if m.Value == nil {
-				err = bucket.Delete([]byte(m.Key))
-			} else {
-				err = bucket.Put([]byte(m.Key), m.Value)
-			}
-			if err != nil {
-				return fmt.Errorf("write %s/%s: %w", m.Bucket, m.Key, err)
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return ErrClosed
+	}
+	c := b.next
+	if c == nil {
+		c = &commit{done: make(chan struct{})}
+		b.next = c
+	}
+	i := len(c.writes)
+	c.writes = append(c.writes, mutations)
+	b.mu.Unlock()
+	select {
+	case b.wake <- struct{}{}:
+	default:
+	}
+	<-c.done
+	return c.errs[i]
+}
+
+// write is the writer goroutine: it commits each group of waiting writes
+// until Close, then the last group and stops.
+func (b *Bolt) write() {
+	defer close(b.stopped)
+	for {
+		select {
+		case <-b.wake:
+		case <-b.stop:
+			b.commitNext()
+			return
+		}
+		b.commitNext()
+	}
+}
+
+// commitNext commits the writes waiting, if any.
+func (b *Bolt) commitNext() {
+	b.mu.Lock()
+	c := b.next
+	b.next = nil
+	b.mu.Unlock()
+	if c == nil {
+		return
+	}
+	c.errs = make([]error, len(c.writes))
+	err := b.update(c.writes...)
+	if err != nil && len(c.writes) > 1 {
+		for i, w := range c.writes {
+			c.errs[i] = b.update(w)
+		}
+	} else {
+		for i := range c.errs {
+			c.errs[i] = err
+		}
+	}
+	close(c.done)
+}
+
+// update commits writes in one transaction.
+func (b *Bolt) update(writes ...[]Mutation) error {
+	err := b.db.Update(func(tx *bolt.Tx) error {
+		for _, mutations := range writes {
+			for _, m := range mutations {
+				bucket, err := tx.CreateBucketIfNotExists([]byte(m.Bucket))
+				if err != nil {
+					return fmt.Errorf("bucket %s: %w", m.Bucket, err)
+				}
+				if m.Value == nil {
+					err = bucket.Delete([]byte(m.Key))
+				} else {
+					err = bucket.Put([]byte(m.Key), m.Value)
+				}
+				if err != nil {
+					return fmt.Errorf("write %s/%s: %w", m.Bucket, m.Key, err)
+				}
 			}
 		}
 		return nil
@@ -120,5 +204,17 @@ func (b *Bolt) Load(ctx context.Context, bucket string) (map[string][]byte, erro
 	return out, err
 }
 
-// Close implements Store.
-func (b *Bolt) Close() error { return b.db.Close() }
+// Close implements Store. Writes already waiting are committed first; an
+// Apply after Close returns ErrClosed.
+func (b *Bolt) Close() error {
+	b.mu.Lock()
+	if b.closed {
+		b.mu.Unlock()
+		return b.db.Close()
+	}
+	b.closed = true
+	b.mu.Unlock()
+	close(b.stop)
+	<-b.stopped
+	return b.db.Close()
+}

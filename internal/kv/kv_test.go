@@ -2,6 +2,7 @@ package kv
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -84,5 +85,76 @@ func TestBoltClosed(t *testing.T) {
 	s.Close()
 	if err := s.Apply(context.Background(), Put("agents", "a", []byte("b"))); err == nil {
 		t.Fatal("Apply on closed store succeeded")
+	}
+}
+
+// TestBoltBadWriteFailsAlone checks that Apply calls committed together do
+// not share a failure: the call whose mutation bbolt refuses (a key longer
+// than bbolt allows) fails, every other one is durable.
+func TestBoltBadWriteFailsAlone(t *testing.T) {
+	s, err := OpenBolt(filepath.Join(t.TempDir(), "test.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	tooLong := string(make([]byte, 40000)) // bbolt's MaxKeySize is 32768
+	var wg sync.WaitGroup
+	errs := make([]error, 50)
+	for i := range errs {
+		wg.Go(func() {
+			key := fmt.Sprint(i)
+			if i == 25 {
+				key = tooLong
+			}
+			errs[i] = s.Apply(context.Background(), Put("agents", key, []byte("x")))
+		})
+	}
+	wg.Wait()
+	for i, err := range errs {
+		if (err != nil) != (i == 25) {
+			t.Errorf("Apply %d: %v", i, err)
+		}
+	}
+	got, _ := s.Load(context.Background(), "agents")
+	if len(got) != 49 {
+		t.Fatalf("stored %d keys, want 49", len(got))
+	}
+}
+
+// TestBoltCloseCommitsWaitingWrites checks that writes under way when
+// Close is called are committed or refused with ErrClosed, never lost after
+// success, and that Apply after Close returns ErrClosed.
+func TestBoltCloseCommitsWaitingWrites(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "test.db")
+	s, err := OpenBolt(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 100)
+	for i := range errs {
+		wg.Go(func() { errs[i] = s.Apply(context.Background(), Put("agents", fmt.Sprint(i), []byte("x"))) })
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	wg.Wait()
+	if err := s.Apply(context.Background(), Put("agents", "late", []byte("x"))); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Apply after Close = %v, want ErrClosed", err)
+	}
+	s, err = OpenBolt(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	got, _ := s.Load(context.Background(), "agents")
+	for i, err := range errs {
+		_, stored := got[fmt.Sprint(i)]
+		switch {
+		case err == nil && !stored:
+			t.Errorf("Apply %d succeeded but its write is not in the file", i)
+		case err != nil && !errors.Is(err, ErrClosed):
+			t.Errorf("Apply %d = %v, want nil or ErrClosed", i, err)
+		}
 	}
 }
