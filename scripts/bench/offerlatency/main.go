@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/coordinator/allocator"
@@ -263,7 +264,7 @@ func run() error {
 	}
 	gap.Store(int64(measureWindow / time.Duration(*trials+warmup)))
 	settled.Store(true)
-	measureStart := time.Now()
+	measureStart, cpuStart, gcStart := time.Now(), processCPU(), numGC()
 
 	var all []time.Duration
 	stopProfile := func() {}
@@ -285,6 +286,7 @@ func run() error {
 	}
 	stopProfile()
 	measured := time.Since(measureStart)
+	cpu, gcs := processCPU()-cpuStart, numGC()-gcStart
 	if *memProfile != "" {
 		if err := writeHeapProfile(*memProfile); err != nil {
 			return err
@@ -299,7 +301,26 @@ func run() error {
 	fmt.Printf("cluster grown in %v; settled in %v (%d declines by the other frameworks, %d by the measured one); trials over %v, agents heartbeating every %v (%.0f a second)\n",
 		grown.Round(time.Millisecond), settle.Round(time.Millisecond), declined, ownDeclined.Load(),
 		measured.Round(time.Millisecond), interval, float64(*agentCount)/interval.Seconds())
+	fmt.Printf("coordinator process during the trials: %.1f%% of a CPU, %d garbage collections (%.2f a second)\n",
+		100*cpu.Seconds()/measured.Seconds(), gcs, float64(gcs)/measured.Seconds())
 	return nil
+}
+
+// processCPU is the CPU time this process (the coordinator, the measured
+// agent and framework) has used, user and system.
+func processCPU() time.Duration {
+	var ru unix.Rusage
+	if err := unix.Getrusage(unix.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}
+
+// numGC is the number of completed garbage collections of this process.
+func numGC() uint32 {
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return m.NumGC
 }
 
 // startProfile starts a CPU profile written to path (none when empty)
