@@ -128,6 +128,8 @@ type Coordinator struct {
 	// frameworkHeartbeats and agentPings pace the keepalives of all
 	// subscriptions and all agents' command streams (one timer each).
 	frameworkHeartbeats, agentPings *pulse
+	// subscriber runs subscriptions off their handlers' stacks (flow.go).
+	subscriber offStack
 	// persistMu, then mu: see "Locks and persistence" in doc.go.
 	persistMu sync.Mutex
 	mu        sync.Mutex
@@ -366,7 +368,7 @@ func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resourc
 		},
 	}
 	c.offers[id] = o
-	fw.offers[id] = o
+	put(&fw.offers, id, o)
 	a.offers[id] = o
 	return o
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"net"
 	"slices"
+	"sync"
 	"time"
 
 	"connectrpc.com/connect"
@@ -308,25 +309,85 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 	return writes
 }
 
-// subscribeOffStack runs subscribe on a goroutine of its own and waits for
-// it. A Subscribe handler's goroutine lives as long as its stream, with the
-// stack it grew to: Go shrinks an idle goroutine's stack only while it uses
-// less than a quarter of it, and a blocked stream uses a little more than
-// a quarter of 16 KB. Kept off it, the deep calls of subscribing leave it
-// at 8 KB, which halves what an idle subscription costs in stacks
-// (scripts/bench/idle: 18 KB of stacks per subscription without it, even
-// with the registry write on the store's own writer goroutine).
-func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
-	type result struct {
-		fw  *framework
-		sub *subscription
-		err error
+// subscribeOffStack runs subscribe on the coordinator's subscriber
+// goroutine (offStack) and waits for it. A Subscribe handler's goroutine
+// lives as long as its stream, with the stack it grew to: Go shrinks an idle
+// goroutine's stack only while it uses less than a quarter of it, and a
+// blocked stream uses a little more than a quarter of 16 KB. Kept off it,
+// the deep calls of subscribing leave it at 8 KB, which halves what an idle
+// subscription costs in stacks (scripts/bench/idle: 18 KB of stacks per
+// subscription without it). Subscriptions are serialized by persistMu
+// anyway, so one goroutine does not slow them down.
+func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (fw *framework, sub *subscription, err error) {
+	c.subscriber.run(func() { fw, sub, err = c.subscribe(ctx, info) })
+	return fw, sub, err
+}
+
+// offStack runs calls, one at a time, on a goroutine that outlives them:
+// their stacks do not stay with the callers, and no goroutine is started
+// per call, whose stack would leave a hole among the long-lived ones when
+// it ends (scripts/bench/idle: 0.4 KB of stacks per subscription). The
+// goroutine starts with the first call and ends offStackIdle after the
+// last. The zero value is ready to use.
+type offStack struct {
+	mu      sync.Mutex
+	queue   []func()
+	running bool
+	wake    chan struct{} // a token when queue was added to
+}
+
+// offStackIdle is how long an offStack's goroutine waits for another call.
+const offStackIdle = 10 * time.Second
+
+// run runs f on the goroutine and returns once it returned. f must not
+// call run.
+func (o *offStack) run(f func()) {
+	done := make(chan struct{})
+	o.mu.Lock()
+	o.queue = append(o.queue, func() { f(); close(done) })
+	if o.wake == nil {
+		o.wake = make(chan struct{}, 1)
 	}
-	done := make(chan result, 1)
-	go func() {
-		fw, sub, err := c.subscribe(ctx, info)
-		done <- result{fw, sub, err}
-	}()
-	r := <-done
-	return r.fw, r.sub, r.err
+	if !o.running {
+		o.running = true
+		go o.serve()
+	}
+	o.mu.Unlock()
+	select {
+	case o.wake <- struct{}{}:
+	default:
+	}
+	<-done
+}
+
+// serve is the goroutine: it runs the queued calls until none came for
+// offStackIdle.
+func (o *offStack) serve() {
+	idle := time.NewTimer(offStackIdle)
+	defer idle.Stop()
+	for {
+		o.mu.Lock()
+		if len(o.queue) == 0 {
+			o.mu.Unlock()
+			select {
+			case <-o.wake:
+				continue
+			case <-idle.C:
+			}
+			o.mu.Lock()
+			if len(o.queue) == 0 {
+				o.running = false
+				o.mu.Unlock()
+				return
+			}
+		}
+		f := o.queue[0]
+		o.queue[0] = nil
+		if o.queue = o.queue[1:]; len(o.queue) == 0 {
+			o.queue = nil
+		}
+		o.mu.Unlock()
+		f()
+		idle.Reset(offStackIdle)
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 	"unicode/utf8"
 
@@ -473,4 +475,47 @@ func TestScheduleValidatedOutsideMu(t *testing.T) {
 	if got := d.mode("host-a"); got != maintenance.ModeDraining {
 		t.Fatalf("host-a is %v, want DRAINING", got)
 	}
+}
+
+// TestOffStack checks that an offStack runs concurrent calls one at a time,
+// each before run returns, that its goroutine ends once idle for
+// offStackIdle, and that a later call starts it again.
+func TestOffStack(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		var o offStack
+		var mu sync.Mutex
+		running, most, ran := 0, 0, 0
+		call := func() {
+			mu.Lock()
+			running++
+			most = max(most, running)
+			mu.Unlock()
+			time.Sleep(time.Millisecond) // overlapping calls would overlap here
+			mu.Lock()
+			running--
+			ran++
+			mu.Unlock()
+		}
+		var wg sync.WaitGroup
+		for range 5 {
+			wg.Go(func() { o.run(call) })
+		}
+		wg.Wait()
+		if ran != 5 || most != 1 {
+			t.Fatalf("%d calls ran, at most %d at once; want 5, one at a time", ran, most)
+		}
+		time.Sleep(offStackIdle)
+		synctest.Wait()
+		o.mu.Lock()
+		idle := !o.running
+		o.mu.Unlock()
+		if !idle {
+			t.Fatal("goroutine still running after offStackIdle without calls")
+		}
+		o.run(call)
+		if ran != 6 {
+			t.Fatal("a call after the goroutine ended did not run")
+		}
+		time.Sleep(offStackIdle) // the goroutine ends before the bubble does
+	})
 }

@@ -86,8 +86,8 @@ type framework struct {
 	// failoverDeadline is when a DISCONNECTED framework is torn down.
 	failoverDeadline time.Time
 	sub              *subscription
-	// tasks, inverseOffers, suppressed and pending are made on first use
-	// (see put): an idle framework holds none of them. Reading, ranging
+	// Its maps are made on first use (see put): an idle framework holds
+	// none of them. Reading, ranging
 	// over and deleting from a nil map is fine.
 	tasks         map[string]*task
 	completed     []*task
@@ -102,7 +102,7 @@ type framework struct {
 }
 
 func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {
-	return &framework{info: info, state: state, registeredAt: registeredAt, offers: map[string]*offer{}}
+	return &framework{info: info, state: state, registeredAt: registeredAt}
 }
 
 // put sets (*m)[k] = v, making the map first if it is nil.

@@ -11,7 +11,8 @@
 // for concurrent use), Close at exit. Apply returns only after the mutations
 // are durable (fsync for bbolt), so whatever is acknowledged after Apply
 // survives a crash; concurrent Apply calls share one transaction and one
-// fsync. Errors: opening a file another process holds fails after the
+// fsync (a Bolt's writer goroutine commits them; Close commits what is
+// waiting and stops it). Errors: opening a file another process holds fails after the
 // timeout with an error that says so; operations on a closed Store return
 // ErrClosed; other errors are bbolt's, wrapped with the bucket and key.
 package kv

@@ -67,7 +67,11 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout})
+	// The freelist is not written at each commit (bbolt rebuilds it by
+	// scanning the file when it opens one, fast at the sizes of a registry
+	// or a checkpoint), and is kept as a map: a commit allocates and writes
+	// less.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: locked by another process (is another process using this --work-dir?)", path)
