@@ -11,16 +11,24 @@
 // stream and their ratios (the goal, at most 1.25, is on RSS), and the
 // coordinator's cost per 1,000 completed tasks; --runs repeats the whole.
 //
-// Where the difference goes (see the per-server breakdown lines): the
-// registry's file pages (RSS minus anon RSS, noisy: 0.2-1.5 KB), free space
-// left in heap spans by the garbage of the registry write and the Suppress
-// call (Go in use minus live), connect's per-stream state, and stacks: Go
+// Where the difference goes (see the per-server breakdown lines): free
+// space left in heap spans by the garbage of subscribing (Go in use minus
+// live; most of it the registry write: bbolt allocates ~12 KB per commit,
+// a 4 KB meta page among it, and with the write left out, as an
+// experiment, the free space per stream fell from 1.9 to 0.4 KB),
+// connect's per-stream state (~1.8 KB live), the coordinator's own (the
+// framework record, its queue, its FrameworkInfo, the allocator's entry:
+// ~1 KB), and the registry's file pages (RSS minus anon RSS, noisy:
+// 0.2-1.5 KB). Stacks cost about what the bare handler's do: the deep calls
+// of subscribing run on long-lived goroutines (the store's writer, the
+// coordinator's subscriber), not on the handler's, whose stack stays at
+// 8 KB, nor on one started per stream. Go
 // starts new goroutines with a stack the size of the average one scanned
-// (GODEBUG adaptivestackstart), and a subscription's handler goroutine
-// blocks deeper (connect, the coordinator) than a bare handler's, so that
-// net/http's background reader of each connection starts, and stays, at
-// 4 KB instead of 2 KB. GODEBUG=adaptivestackstart=0 in the environment
-// (both children inherit it) shows the difference.
+// (GODEBUG adaptivestackstart): a subscription's handler blocks deeper
+// (connect, the coordinator) than a bare handler, so net/http's background
+// reader of a connection sometimes starts, and stays, at 4 KB instead of
+// 2 KB. GODEBUG=adaptivestackstart=0 in the environment (both children
+// inherit it) shows that part.
 //
 // IDLE_PROFILE_DIR=dir saves heap profiles of the children (every
 // allocation sampled) and their goroutines.
