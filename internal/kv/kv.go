@@ -147,7 +147,10 @@ func (b *Bolt) commitNext() {
 	}
 	c.errs = make([]error, len(c.writes))
 	err := b.update(c.writes...)
-	if err != nil && len(c.writes) > 1 {
+	// Split the group only when a write itself failed; a failure of the
+	// file (I/O, fsync) is every call's, and retrying thousands of calls
+	// one by one would only add fsyncs to a failing disk.
+	if _, bad := errors.AsType[*writeError](err); bad && len(c.writes) > 1 {
 		for i, w := range c.writes {
 			c.errs[i] = b.update(w)
 		}
@@ -159,6 +162,13 @@ func (b *Bolt) commitNext() {
 	close(c.done)
 }
 
+// writeError is the failure of one mutation (its bucket or key), as
+// opposed to the transaction's commit.
+type writeError struct{ err error }
+
+func (e *writeError) Error() string { return e.err.Error() }
+func (e *writeError) Unwrap() error { return e.err }
+
 // update commits writes in one transaction.
 func (b *Bolt) update(writes ...[]Mutation) error {
 	err := b.db.Update(func(tx *bolt.Tx) error {
@@ -166,7 +176,7 @@ func (b *Bolt) update(writes ...[]Mutation) error {
 			for _, m := range mutations {
 				bucket, err := tx.CreateBucketIfNotExists([]byte(m.Bucket))
 				if err != nil {
-					return fmt.Errorf("bucket %s: %w", m.Bucket, err)
+					return &writeError{fmt.Errorf("bucket %s: %w", m.Bucket, err)}
 				}
 				if m.Value == nil {
 					err = bucket.Delete([]byte(m.Key))
@@ -174,7 +184,7 @@ func (b *Bolt) update(writes ...[]Mutation) error {
 					err = bucket.Put([]byte(m.Key), m.Value)
 				}
 				if err != nil {
-					return fmt.Errorf("write %s/%s: %w", m.Bucket, m.Key, err)
+					return &writeError{fmt.Errorf("write %s/%s: %w", m.Bucket, m.Key, err)}
 				}
 			}
 		}
@@ -209,16 +219,15 @@ func (b *Bolt) Load(ctx context.Context, bucket string) (map[string][]byte, erro
 }
 
 // Close implements Store. Writes already waiting are committed first; an
-// Apply after Close returns ErrClosed.
+// Apply after Close returns ErrClosed. Every call waits for that.
 func (b *Bolt) Close() error {
 	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return b.db.Close()
-	}
+	first := !b.closed
 	b.closed = true
 	b.mu.Unlock()
-	close(b.stop)
+	if first {
+		close(b.stop)
+	}
 	<-b.stopped
 	return b.db.Close()
 }

@@ -135,8 +135,15 @@ func TestBoltCloseCommitsWaitingWrites(t *testing.T) {
 	for i := range errs {
 		wg.Go(func() { errs[i] = s.Apply(context.Background(), Put("agents", fmt.Sprint(i), []byte("x"))) })
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	// Two Close calls at once: both wait for the writer, neither panics.
+	closeErrs := make(chan error, 2)
+	for range 2 {
+		go func() { closeErrs <- s.Close() }()
+	}
+	for range 2 {
+		if err := <-closeErrs; err != nil {
+			t.Fatal(err)
+		}
 	}
 	wg.Wait()
 	if err := s.Apply(context.Background(), Put("agents", "late", []byte("x"))); !errors.Is(err, ErrClosed) {
