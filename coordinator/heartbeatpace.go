@@ -62,10 +62,18 @@ func (p *heartbeatPace) timeoutFor(interval time.Duration) time.Duration {
 	return time.Duration(float64(p.timeout) * float64(interval) / float64(p.base))
 }
 
+// shrinkMargin is how far below the budget the agents must be for the
+// interval to shrink: a cluster at a boundary (5,000 <-> 5,001 agents at
+// 1,000 a second) does not flip it at every join and leave.
+const shrinkMargin = 0.1
+
 // update sets the interval for agents heartbeating agents at now and
 // reports whether it changed.
 func (p *heartbeatPace) update(agents int, now time.Time) bool {
 	next := p.intervalFor(agents)
+	if next < p.interval {
+		next = min(p.interval, p.intervalFor(agents+int(float64(agents)*shrinkMargin)))
+	}
 	if next == p.interval {
 		return false
 	}

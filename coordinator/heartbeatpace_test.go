@@ -61,11 +61,14 @@ func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
 	}{
 		{0, 20, true, 20 * time.Second, 120 * time.Second},
 		{time.Second, 20, false, 20 * time.Second, 120 * time.Second},
-		{10 * time.Second, 10, true, 10 * time.Second, 120 * time.Second},  // held: agents at 20 s
-		{20 * time.Second, 2, true, 2 * time.Second, 120 * time.Second},    // still the 20 s hold
-		{139 * time.Second, 2, false, 2 * time.Second, 120 * time.Second},  // one hold, the longest, from the last shrink
-		{141 * time.Second, 2, false, 2 * time.Second, 12 * time.Second},   // then the interval's own
-		{142 * time.Second, 30, true, 30 * time.Second, 180 * time.Second}, // growth applies at once
+		{10 * time.Second, 10, true, 11 * time.Second, 120 * time.Second},   // 10% margin: 11 s; held: agents at 20 s
+		{20 * time.Second, 2, true, 2 * time.Second, 120 * time.Second},     // still the 20 s hold
+		{139 * time.Second, 2, false, 2 * time.Second, 120 * time.Second},   // one hold, the longest, from the last shrink
+		{141 * time.Second, 2, false, 2 * time.Second, 12 * time.Second},    // then the interval's own
+		{142 * time.Second, 30, true, 30 * time.Second, 180 * time.Second},  // growth applies at once
+		{143 * time.Second, 29, false, 30 * time.Second, 180 * time.Second}, // a boundary does not flip it
+		{144 * time.Second, 30, false, 30 * time.Second, 180 * time.Second},
+		{145 * time.Second, 27, true, 29 * time.Second, 180 * time.Second}, // 27 + 10%: 29 s, the longer timeout held
 	}
 	for _, s := range steps {
 		now := testNow.Add(s.at)
