@@ -143,15 +143,22 @@ func parseCRLs(data []byte, cas []*x509.Certificate) (*revocations, error) {
 	return list, nil
 }
 
-// verifyCRL checks that one of cas issued and signed crl.
+// verifyCRL checks that one of cas issued and signed crl. Every CA of the
+// issuer's name is tried: during a CA rotation two may share it.
 func verifyCRL(crl *x509.RevocationList, cas []*x509.Certificate) error {
+	var sigErr error
 	for _, ca := range cas {
-		if bytes.Equal(ca.RawSubject, crl.RawIssuer) {
-			if err := crl.CheckSignatureFrom(ca); err != nil {
-				return fmt.Errorf("CRL number %v of %q is not signed by the client CA: %w", crl.Number, crl.Issuer, err)
-			}
+		if !bytes.Equal(ca.RawSubject, crl.RawIssuer) {
+			continue
+		}
+		err := crl.CheckSignatureFrom(ca)
+		if err == nil {
 			return nil
 		}
+		sigErr = err
+	}
+	if sigErr != nil {
+		return fmt.Errorf("CRL number %v of %q is not signed by the client CA: %w", crl.Number, crl.Issuer, sigErr)
 	}
 	return fmt.Errorf("CRL number %v is issued by %q, not by the client CA", crl.Number, crl.Issuer)
 }

@@ -721,3 +721,30 @@ func BenchmarkAuthenticateWithCRL(b *testing.B) {
 		})
 	}
 }
+
+// TestVerifyCRLTriesEveryCAOfTheName: during a CA rotation the bundle holds
+// two CAs of one name; a list signed by either is accepted, one signed by
+// neither is refused.
+func TestVerifyCRLTriesEveryCAOfTheName(t *testing.T) {
+	now := time.Now()
+	var cas []*CA
+	for range 3 {
+		ca, err := NewCA("slackline-ca", now.Add(-time.Hour), now.Add(time.Hour))
+		if err != nil {
+			t.Fatal(err)
+		}
+		cas = append(cas, ca)
+	}
+	bundle := []*x509.Certificate{cas[0].Cert, cas[1].Cert} // cas[2] is not trusted
+	for i, ca := range cas {
+		block, _ := pem.Decode(crlPEM(t, ca, 7))
+		crl, err := x509.ParseRevocationList(block.Bytes)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = verifyCRL(crl, bundle)
+		if trusted := i < 2; (err == nil) != trusted {
+			t.Errorf("list of CA %d (trusted %v): %v", i, trusted, err)
+		}
+	}
+}
