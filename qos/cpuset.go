@@ -123,6 +123,9 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 			c.calmSince = now
 		}
 		c.effect.calm()
+		if now.Sub(c.calmSince) >= c.cfg.ProbeBackoffMax {
+			c.ineffectiveBackoff = c.cfg.ProbeBackoff // the failures are long past
+		}
 		if c.lastGrow && now.Sub(c.lastChange) >= c.cfg.GrowAfter {
 			c.backoff = c.cfg.ProbeBackoff // the probe held
 		}
@@ -150,10 +153,17 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 		if due, out, why := c.effect.verdict(now, removed); due && out != helped {
 			c.effect.end()
 			c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
-			c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
+			if out != unknown {
+				c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
+			}
 			c.noneLeft = true
-			if out == noGain {
+			switch out {
+			case noGain:
 				c.noGainUntil, c.noGain = c.ineffectiveUntil, true
+			case noEffect:
+				// Confining did not cut the delay: another way of taking
+				// revocable work's CPU, or a kill, may.
+				c.noGainUntil, c.noGain = time.Time{}, false
 			}
 			// The sizes were not what hurt: forget the probe's cap.
 			c.capSize, c.capUntil, c.backoff = 0, time.Time{}, c.cfg.ProbeBackoff
@@ -161,8 +171,12 @@ func (c *CPUSet) Evaluate(in Input) []Correction {
 			if worst != nil {
 				reason, signal = worst.reason, worst.signalAt
 			}
+			verdict := "did not help"
+			if out == unknown {
+				verdict = "could not be judged"
+			}
 			return c.confine(now, all, max(c.episodeFrom, current), signal,
-				fmt.Sprintf("%s; confining revocable work did not help (%s): undone for %s", reason, why, c.ineffectiveUntil.Sub(now)))
+				fmt.Sprintf("%s; confining revocable work %s (%s): undone for %s", reason, verdict, why, c.ineffectiveUntil.Sub(now)))
 		} else if due {
 			c.ineffectiveBackoff = c.cfg.ProbeBackoff
 		}

@@ -576,8 +576,9 @@ func TestJudgedByCost(t *testing.T) {
 
 // TestVerdictWaitsForRevocableWork: revocable work frozen right after a
 // correction (the benchmark freezes it every 2 s) makes guaranteed work
-// wait less whatever the correction did; the verdict waits until it runs
-// again, and then finds that the correction bought nothing, and undoes it.
+// wait less whatever the correction did; the verdict waits until it has
+// run in three quarters of half an EffectWindow, and then finds that the
+// correction bought nothing, and undoes it.
 func TestVerdictWaitsForRevocableWork(t *testing.T) {
 	cfg := qos.DefaultConfig()
 	for _, mechanism := range []string{"cpuset", "interference"} {
@@ -614,13 +615,217 @@ func TestVerdictWaitsForRevocableWork(t *testing.T) {
 			// The sample at 4 s, the first of revocable work running again,
 			// covers the 100 ms before it.
 			resumed := 4*time.Second - 100*ms
-			if corrected == 0 || undone < resumed+cfg.Interference.EffectWindow/2 || undone > resumed+cfg.Interference.EffectWindow {
-				t.Fatalf("corrected at %v, undone at %v: want it judged once revocable work ran for half an EffectWindow after %v, and undone",
+			if corrected == 0 || undone < resumed+cfg.Interference.EffectWindow*3/8 || undone > resumed+cfg.Interference.EffectWindow {
+				t.Fatalf("corrected at %v, undone at %v: want it judged once revocable work ran for 3/4 of half an EffectWindow after %v, and undone",
 					corrected, undone, resumed)
 			}
 			if len(cpus) != 8 || limit != 0 {
 				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
 			}
 		})
+	}
+}
+
+// TestVerdictOnIntermittentWork: revocable work that stands still now and
+// then is still judged. In the scene of TestVerdictWaitsForRevocableWork,
+// the correction cuts the delay revocable work causes while guaranteed work
+// waits as much in all (it bought nothing); revocable work is idle in some
+// samples. Work idle in one sample of eight is judged on the samples where
+// it ran, like work that never pauses; work idle more often, or frozen
+// from the correction on while guaranteed work still waits, is judged (or,
+// having never run, given its CPU back) at the verdict's deadline, three
+// EffectWindows after the correction. In every case the correction is
+// undone and revocable work has every CPU and no limit at the end.
+func TestVerdictOnIntermittentWork(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	window := cfg.Interference.EffectWindow
+	tests := []struct {
+		name      string
+		idle      func(i int) bool // revocable work idle in sample i, once corrected
+		within    time.Duration    // undone at most this long after the correction
+		verdict   string           // in the undo's reason
+		frozenP99 bool             // guaranteed work's p99 stays high while it is idle
+	}{
+		{name: "idle one sample in eight", idle: func(i int) bool { return i%8 == 0 },
+			within: window + window/2, verdict: "did not help"},
+		{name: "idle one sample in three", idle: func(i int) bool { return i%3 == 0 },
+			within: 3*window + window/2, verdict: "did not help"},
+		{name: "frozen from the correction on", idle: func(int) bool { return true },
+			within: 3*window + window/2, verdict: "could not be judged", frozenP99: true},
+	}
+	for _, tt := range tests {
+		for _, mechanism := range []string{"cpuset", "interference"} {
+			t.Run(tt.name+"/"+mechanism, func(t *testing.T) {
+				c := newCPUSet(t, mechanism, nil)
+				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+				var corrected, undone time.Duration
+				var reason string
+				for i := range 600 {
+					now := time.Duration(i) * 100 * ms
+					delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
+					constrained := len(cpus) < 8 || limit > 0
+					switch {
+					case i >= 10 && constrained && tt.idle(i):
+						delay, wait, beCPU = 0, 5*ms, 0
+						if tt.frozenP99 {
+							p99 = 4 * ms
+						}
+					case i >= 10 && constrained:
+						delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
+					case i >= 10:
+						delay, wait, p99 = 5*ms, 10*ms, 4*ms
+					}
+					in := cpusetScene(now, 0.5, p99, delay)
+					in.Containers[0].RunqWait = wait
+					in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
+					in.RevocableCPUs, in.RevocableLimit = cpus, limit
+					for _, corr := range c.Evaluate(in) {
+						cpus, limit = applyToEight(corr, cpus, limit)
+						if corr.Kind == qos.Kill {
+							t.Fatalf("%v: %s: nothing should be killed", now, corr.Reason)
+						}
+						switch {
+						case strings.Contains(corr.Reason, "undone for") && undone == 0:
+							undone, reason = now, corr.Reason
+						case corrected == 0:
+							corrected = now
+						}
+					}
+				}
+				if corrected == 0 || undone == 0 || undone-corrected > tt.within {
+					t.Fatalf("corrected at %v, undone at %v: want it undone within %v", corrected, undone, tt.within)
+				}
+				if !strings.Contains(reason, tt.verdict) {
+					t.Errorf("undone with %q; want %q", reason, tt.verdict)
+				}
+				t.Logf("%v: %s", undone, reason)
+				if len(cpus) != 8 || limit != 0 {
+					t.Errorf("at the end: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+				}
+			})
+		}
+	}
+}
+
+// TestVerdictAtALowFloor: the CPU revocable work must use for a sample to
+// count as running is at most half the interference controller's floor,
+// so work throttled to a floor set below the default 0.05 core is judged
+// (here: before the verdict's deadline, as not having helped).
+func TestVerdictAtALowFloor(t *testing.T) {
+	cfg := qos.DefaultConfig()
+	window := cfg.Interference.EffectWindow
+	tests := []struct {
+		name   string
+		floor  float64 // FloorCores (FloorFraction 0)
+		beCPU  float64 // what revocable work uses once corrected
+		within time.Duration
+	}{
+		{name: "floor 0.04 core, work at the floor", floor: 0.04, beCPU: 0.04, within: 2 * window},
+		{name: "floor 0.02 core, work at the floor", floor: 0.02, beCPU: 0.02, within: 2 * window},
+		{name: "default floor, work at 0.06 core", floor: 0.1, beCPU: 0.06, within: 2 * window},
+	}
+	for _, tt := range tests {
+		for _, mechanism := range []string{"cpuset", "interference"} {
+			t.Run(tt.name+"/"+mechanism, func(t *testing.T) {
+				c := newCPUSet(t, mechanism, func(cfg *qos.Config) {
+					cfg.Interference.FloorCores, cfg.Interference.FloorFraction = tt.floor, 0
+				})
+				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+				var corrected, undone time.Duration
+				var reason string
+				for i := range 100 {
+					now := time.Duration(i) * 100 * ms
+					delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
+					constrained := len(cpus) < 8 || limit > 0
+					switch {
+					case i >= 10 && constrained:
+						delay, wait, p99, beCPU = 500*time.Microsecond, 10*ms, 700*time.Microsecond, tt.beCPU
+					case i >= 10:
+						delay, wait, p99 = 5*ms, 10*ms, 4*ms
+					}
+					in := cpusetScene(now, 0.5, p99, delay)
+					in.Containers[0].RunqWait = wait
+					in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
+					in.RevocableCPUs, in.RevocableLimit = cpus, limit
+					for _, corr := range c.Evaluate(in) {
+						cpus, limit = applyToEight(corr, cpus, limit)
+						switch {
+						case strings.Contains(corr.Reason, "undone for") && undone == 0:
+							undone, reason = now, corr.Reason
+						case corrected == 0:
+							corrected = now
+						}
+					}
+				}
+				if corrected == 0 || undone == 0 || undone-corrected > tt.within {
+					t.Fatalf("corrected at %v, undone at %v: want it undone within %v", corrected, undone, tt.within)
+				}
+				if !strings.Contains(reason, "did not help") {
+					t.Errorf("undone with %q; want it judged (did not help)", reason)
+				}
+			})
+		}
+	}
+}
+
+// TestBackoffWearsOff: the backoff after corrections that did not help
+// doubles up to ProbeBackoffMax while they keep failing, and goes back to
+// ProbeBackoff once guaranteed work has been calm for ProbeBackoffMax, not
+// before. Each correction here cuts the delay revocable work causes while
+// guaranteed work waits as much in all, and is undone.
+func TestBackoffWearsOff(t *testing.T) {
+	short := func(cfg *qos.Config) {
+		cfg.CPUSet.ProbeBackoff, cfg.CPUSet.ProbeBackoffMax = 2*time.Second, 8*time.Second
+		cfg.Interference.ProbeBackoff, cfg.Interference.ProbeBackoffMax = 2*time.Second, 8*time.Second
+	}
+	tests := []struct {
+		calm time.Duration // between two spells of violations
+		want string        // the backoff of the first undo after it
+	}{
+		{calm: 4 * time.Second, want: "undone for 8s"},
+		{calm: 12 * time.Second, want: "undone for 2s"},
+	}
+	for _, tt := range tests {
+		for _, mechanism := range []string{"cpuset", "interference"} {
+			t.Run(fmt.Sprintf("calm %v/%s", tt.calm, mechanism), func(t *testing.T) {
+				c := newCPUSet(t, mechanism, short)
+				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
+				calmFrom := 40 * time.Second
+				again := calmFrom + tt.calm
+				var undos []string
+				var after string
+				for i := range int((again + 20*time.Second) / (100 * ms)) {
+					now := time.Duration(i) * 100 * ms
+					violating := now >= time.Second && (now < calmFrom || now >= again)
+					delay, wait, p99 := time.Duration(0), 5*ms, 200*time.Microsecond
+					constrained := len(cpus) < 8 || limit > 0
+					switch {
+					case violating && constrained:
+						delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
+					case violating:
+						delay, wait, p99 = 5*ms, 10*ms, 4*ms
+					}
+					in := cpusetScene(now, 0.5, p99, delay)
+					in.Containers[0].RunqWait = wait
+					in.RevocableCPUs, in.RevocableLimit = cpus, limit
+					for _, corr := range c.Evaluate(in) {
+						cpus, limit = applyToEight(corr, cpus, limit)
+						if !strings.Contains(corr.Reason, "undone for") {
+							continue
+						}
+						undos = append(undos, fmt.Sprintf("%v: %s", now, corr.Reason[strings.Index(corr.Reason, "undone for"):]))
+						if now >= again && after == "" {
+							after = corr.Reason
+						}
+					}
+				}
+				if len(undos) < 4 || !strings.HasSuffix(undos[3], "undone for 8s") {
+					t.Fatalf("undos %q: want at least 4 before the calm, the 4th at ProbeBackoffMax", undos)
+				}
+				if !strings.HasSuffix(after, tt.want) {
+					t.Errorf("after %v calm: %q; want %q (undos %q)", tt.calm, after, tt.want, undos)
+				}
+			})
+		}
 	}
 }

@@ -145,12 +145,16 @@
 // CPUs left to them) or the violation was a passing one, and such a
 // correction only costs best-effort work its CPU. A taking back of a CPU
 // after a failed probe is judged the same way. The verdict waits until
-// revocable work has used CPU throughout that half window: while it stands
-// still (frozen, paused, between jobs) guaranteed work waits less whatever
-// the correction did. An episode that fails
+// revocable work has used CPU (0.05 core, or half the interference floor
+// where that is lower) in three quarters of that half window, and counts
+// only the samples where it did: while it stands still (frozen, paused,
+// between jobs) guaranteed work waits less whatever the correction did. It
+// waits at most three EffectWindows after the episode began; then it is
+// given on whatever samples revocable work ran in, and an episode in none
+// of which it ran is undone, unjudged. An episode that fails
 // either test is undone (best-effort work gets its CPU back) and the
 // mechanism is not tried again for ProbeBackoff (doubling while it keeps
-// failing). When its effect failed, the interference controller kills
+// failing, back to ProbeBackoff after ProbeBackoffMax of calm). When its effect failed, the interference controller kills
 // instead the revocable container that delayed guaranteed work most, if
 // any did: revocable work whose harm does not scale with its CPU (a cache
 // or memory-bandwidth thrasher) is removed, not slowed for nothing. When

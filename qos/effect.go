@@ -23,8 +23,14 @@ import (
 //     one that would have ended anyway), and then the correction costs
 //     best-effort work its CPU for nothing.
 //
-// The verdict waits until revocable work has run for that half window: while
-// it stands still, neither says anything of the correction. An episode
+// The verdict waits until revocable work has run in at least minRanShare of
+// the samples of that half window, and is then given on those samples
+// alone: while it stands still, neither says anything of the correction.
+// It waits at most verdictDeadline EffectWindows after the episode began:
+// then it is given on the samples of the last half window, or since the
+// latest tightening, where revocable work ran, and, if there are none, the
+// episode is undone (unknown): a correction that cannot be judged does not
+// keep revocable work's CPU. An episode
 // that fails either test is undone by its controller. Without
 // attribution (no eBPF: every DelayedBy nil) nothing can be judged, and
 // neither can it when attribution is turned off (MinAttributedDelay 0):
@@ -33,9 +39,14 @@ type effect struct {
 	window      time.Duration
 	minEffect   float64
 	minWaitGain float64
+	// floorCores and floorFraction are the interference controller's floor
+	// (max(FloorCores, FloorFraction × node CPUs)): revocable work
+	// throttled to it must still count as running.
+	floorCores, floorFraction float64
 
-	history []delaySample // the last 2 × window of evaluations, oldest first
-	last    time.Time     // the previous evaluation
+	history    []delaySample // the last 2 × window of evaluations, oldest first
+	last       time.Time     // the previous evaluation
+	minUseLast float64       // the latest minUse, for verdicts' reasons
 
 	active     bool      // an episode is being judged
 	judged     bool      // ... and its verdict was given
@@ -58,6 +69,9 @@ const (
 	// noGain: it fell, but guarded work did not wait less in all: the
 	// correction cost revocable work CPU and bought guarded work nothing.
 	noGain
+	// unknown: revocable work did not run after the correction before the
+	// verdict's deadline: nothing could be judged.
+	unknown
 )
 
 // delaySample is one evaluation's attributable delay: delay caused during
@@ -68,13 +82,14 @@ type delaySample struct {
 	delay time.Duration
 	wait  time.Duration // all the run-queue wait of guarded work (0: unknown)
 	p99   time.Duration // the highest run-queue p99 of guarded work (0: unknown)
-	// revocableCPU is the CPU revocable containers used (cores): a
-	// verdict needs them to have run after the correction.
-	revocableCPU float64
+	// ran: revocable containers used at least the node's minimum use
+	// (minUse): a verdict needs them to have run after the correction.
+	ran bool
 }
 
 func newEffect(cfg InterferenceConfig) effect {
-	return effect{window: cfg.EffectWindow, minEffect: cfg.MinEffect, minWaitGain: cfg.MinWaitGain}
+	return effect{window: cfg.EffectWindow, minEffect: cfg.MinEffect, minWaitGain: cfg.MinWaitGain,
+		floorCores: cfg.FloorCores, floorFraction: cfg.FloorFraction}
 }
 
 // observe records the delay revocable containers caused guarded work since
@@ -102,7 +117,8 @@ func (e *effect) observe(in Input) bool {
 	if !attributed || e.last.IsZero() || !in.Now.After(e.last) {
 		return attributed
 	}
-	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait, p99: p99, revocableCPU: revocableCPU})
+	e.history = append(e.history, delaySample{when: in.Now, span: in.Now.Sub(e.last), delay: delay, wait: wait, p99: p99,
+		ran: revocableCPU >= e.minUse(in.Node.CPUs)})
 	drop := 0
 	for drop < len(e.history) && in.Now.Sub(e.history[drop].when) > 2*e.window {
 		drop++
@@ -116,11 +132,16 @@ func (e *effect) observe(in Input) bool {
 // second (0 when not measured) and the mean of its highest run-queue p99 (0
 // when not measured), in seconds.
 func (e *effect) rates(from, to time.Time) (delay, wait, p99 float64, ok bool) {
+	return e.ratesOf(from, to, false)
+}
+
+// ratesOf is rates, over the samples where revocable work ran if ranOnly.
+func (e *effect) ratesOf(from, to time.Time, ranOnly bool) (delay, wait, p99 float64, ok bool) {
 	var d, w, span time.Duration
 	var p99Sum float64
 	p99N := 0
 	for _, s := range e.history {
-		if s.when.Add(-s.span).Before(from) || s.when.After(to) {
+		if s.when.Add(-s.span).Before(from) || s.when.After(to) || (ranOnly && !s.ran) {
 			continue
 		}
 		d += s.delay
@@ -185,18 +206,34 @@ func (e *effect) calm() {
 // less than MinEffect × removed from the rate before the episode, noGain
 // when it did but guarded work's whole wait over the last half window (its
 // run-queue p99 where the wait is not measured) did not fall by
-// MinWaitGain; why describes the rates.
+// MinWaitGain; why describes the rates. Only samples where revocable work
+// ran count; the verdict waits for enough of them (see effect), and is
+// unknown when there are none by the deadline.
 func (e *effect) verdict(now time.Time, removed float64) (due bool, out outcome, why string) {
-	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 || !e.revocableRan(now.Add(-e.window/2), now) {
+	if !e.active || e.judged || now.Sub(e.start) < e.window || now.Sub(e.latest) < e.window/2 {
 		return false, helped, ""
 	}
-	after, _, _, ok := e.rates(now.Add(-e.window/4), now)
-	if !ok {
-		return false, helped, ""
-	}
+	half := now.Add(-e.window / 2)
+	after, _, _, ok := e.ratesOf(now.Add(-e.window/4), now, true)
 	// The whole wait is noisier than the part revocable work causes: a
 	// longer span, all of it after the latest tightening.
-	_, waitAfter, p99After, _ := e.rates(now.Add(-e.window/2), now)
+	_, waitAfter, p99After, okHalf := e.ratesOf(half, now, true)
+	if !ok || e.ranShare(half, now) < minRanShare {
+		if now.Sub(e.start) < verdictDeadline*e.window {
+			return false, helped, ""
+		}
+		// Past the deadline: whatever revocable work ran shows.
+		if !okHalf {
+			after, waitAfter, p99After, okHalf = e.ratesOf(e.latest, now, true)
+		} else if !ok {
+			after = e.rateOfDelay(half, now)
+		}
+		if !okHalf {
+			e.judged = true
+			return true, unknown, fmt.Sprintf("revocable tasks used less than %s in the %s since the correction",
+				formatCores(e.minUseLast), now.Sub(e.latest).Round(time.Millisecond))
+		}
+	}
 	e.judged = true
 	removed = min(max(removed, 0), 1)
 	why = fmt.Sprintf("revocable tasks delayed guaranteed work %s per second before, %s per second after taking %.0f%% of their CPU",
@@ -217,25 +254,60 @@ func (e *effect) verdict(now time.Time, removed float64) (due bool, out outcome,
 	return true, helped, why
 }
 
-// revocableRan reports whether revocable work used at least
-// minRevocableUse cores in every sample within (from, to]. While it stands
-// still (paused, frozen, between jobs) the delay it causes and guaranteed
-// work's waiting say nothing of a correction that only matters when it
-// runs: the verdict waits for it to run again.
-func (e *effect) revocableRan(from, to time.Time) bool {
-	for _, s := range e.history {
-		if !s.when.Add(-s.span).Before(from) && !s.when.After(to) && s.revocableCPU < minRevocableUse {
-			return false
-		}
-	}
-	return true
+// rateOfDelay is the attributable delay per second over the samples within
+// (from, to] where revocable work ran.
+func (e *effect) rateOfDelay(from, to time.Time) float64 {
+	d, _, _, _ := e.ratesOf(from, to, true)
+	return d
 }
 
-// minRevocableUse is the CPU (cores) revocable work must use for a sample
-// to show what a correction does to it: less than the interference
-// controller's default floor (0.1 cores), more than a frozen or idle
-// subtree's.
-const minRevocableUse = 0.05
+// ranShare is the share of the time within (from, to], over its samples,
+// in which revocable work ran (used at least minUse). While it stands still
+// (paused, frozen, between jobs) the delay it causes and guaranteed work's
+// waiting say nothing of a correction that only matters when it runs.
+func (e *effect) ranShare(from, to time.Time) float64 {
+	var ran, all time.Duration
+	for _, s := range e.history {
+		if s.when.Add(-s.span).Before(from) || s.when.After(to) {
+			continue
+		}
+		all += s.span
+		if s.ran {
+			ran += s.span
+		}
+	}
+	if all <= 0 {
+		return 0
+	}
+	return ran.Seconds() / all.Seconds()
+}
+
+// minUse is the CPU (cores) revocable work must use for a sample to show
+// what a correction does to it: minRevocableUse, or half the interference
+// controller's floor where that is lower (work throttled to the floor
+// still runs).
+func (e *effect) minUse(nodeCPUs float64) float64 {
+	use := minRevocableUse
+	if floor := max(e.floorCores, e.floorFraction*nodeCPUs); floor > 0 {
+		use = min(use, floor/2)
+	}
+	e.minUseLast = use
+	return use
+}
+
+const (
+	// minRevocableUse is the most CPU (cores) minUse asks for: less than
+	// the interference controller's default floor (0.1 cores), more than
+	// a frozen or idle subtree's.
+	minRevocableUse = 0.05
+	// minRanShare is the share of the verdict's half window in which
+	// revocable work must have run: work that pauses now and then is
+	// judged on the samples where it ran.
+	minRanShare = 0.75
+	// verdictDeadline is how many EffectWindows after an episode began its
+	// verdict waits at most for revocable work to run.
+	verdictDeadline = 3
+)
 
 // formatRate formats seconds (per second) as a duration.
 func formatRate(seconds float64) string {

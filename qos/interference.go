@@ -156,6 +156,9 @@ func (c *Interference) Evaluate(in Input) []Correction {
 		}
 		c.floorSince = time.Time{}
 		c.effect.calm()
+		if now.Sub(c.calmSince) >= c.cfg.ProbeBackoffMax {
+			c.ineffectiveBackoff = c.cfg.ProbeBackoff // the failures are long past
+		}
 	} else {
 		c.calmSince = time.Time{}
 	}
@@ -284,16 +287,22 @@ func (c *Interference) undo(in Input, worst *violation, s subtree, out outcome, 
 	c.effect.end()
 	c.killInstead = out == noEffect
 	c.ineffectiveUntil = now.Add(c.ineffectiveBackoff)
-	c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
+	if out != unknown {
+		c.ineffectiveBackoff = min(2*c.ineffectiveBackoff, c.cfg.ProbeBackoffMax)
+	}
 	c.lastChange, c.lastChangeIncrease = now, false
 	c.floorSince = time.Time{}
 	// The levels were not what hurt: forget them.
 	c.capLimit, c.capUntil, c.capGuaranteedCPU = 0, time.Time{}, 0
 	c.backoff = c.cfg.ProbeBackoff
+	verdict := "did not help"
+	if out == unknown {
+		verdict = "could not be judged"
+	}
 	var undone []Correction
 	if s.current > 0 && (c.episodeFrom <= 0 || s.current < c.episodeFrom-epsilon) {
 		undone = append(undone, Correction{Kind: Unthrottle, CPULimit: c.episodeFrom, Period: c.periodFor(c.episodeFrom),
-			Reason:     fmt.Sprintf("%s; throttling did not help (%s): undone for %s", v.reason, why, c.ineffectiveUntil.Sub(now)),
+			Reason:     fmt.Sprintf("%s; throttling %s (%s): undone for %s", v.reason, verdict, why, c.ineffectiveUntil.Sub(now)),
 			Controller: "interference", Signal: v.signalAt})
 	}
 	if worst == nil || !c.killInstead {
