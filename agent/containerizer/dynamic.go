@@ -6,6 +6,8 @@ import (
 	"os"
 	"strconv"
 	"strings"
+
+	"github.com/slackline/slackline/internal/atomicfile"
 )
 
 // DynamicTaskUser, as a task's user or Config.TaskUser, runs the task as a
@@ -112,7 +114,7 @@ func (d *dynamicIDs) take(inUse func(uint32) bool) (uint32, error) {
 		}
 		if d.next >= d.reserved {
 			mark := min(uint64(d.next)+dynamicIDBlock, uint64(d.r.Count))
-			if err := writeFileAtomic(d.path, fmt.Appendf(nil, "%s %d\n", d.r, mark)); err != nil {
+			if err := atomicfile.WriteFile(d.path, fmt.Appendf(nil, "%s %d\n", d.r, mark), 0o600); err != nil {
 				return 0, fmt.Errorf("record dynamic ids: %w", err)
 			}
 			d.reserved = uint32(mark)

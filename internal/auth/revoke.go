@@ -12,6 +12,8 @@ import (
 	"path/filepath"
 	"strings"
 	"time"
+
+	"github.com/slackline/slackline/internal/atomicfile"
 )
 
 // CRLValidity is how far ahead the CRLs that Generate and Revoke write put
@@ -130,7 +132,7 @@ func Revoke(dir string, names []string, now time.Time) (RevokeResult, error) {
 			res.Revoked = append(res.Revoked, rc)
 		}
 	}
-	if err := writeFileAtomic(crlFile, data, 0o644); err != nil {
+	if err := atomicfile.WriteFile(crlFile, data, 0o644); err != nil {
 		return res, err
 	}
 	res.Number, res.NextUpdate = crlNumber(prev), now.Add(CRLValidity)
@@ -192,30 +194,4 @@ func readCRL(file string, ca *x509.Certificate) (*x509.RevocationList, error) {
 		return nil, fmt.Errorf("%s: %w", file, err)
 	}
 	return crl, nil
-}
-
-// writeFileAtomic replaces file with data: a server reloading it meanwhile
-// reads the old list or the new, never half of one.
-func writeFileAtomic(file string, data []byte, mode fs.FileMode) error {
-	tmp, err := os.CreateTemp(filepath.Dir(file), "."+filepath.Base(file)+"-*")
-	if err != nil {
-		return err
-	}
-	defer os.Remove(tmp.Name())
-	if _, err := tmp.Write(data); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Chmod(mode); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Sync(); err != nil {
-		tmp.Close()
-		return err
-	}
-	if err := tmp.Close(); err != nil {
-		return err
-	}
-	return os.Rename(tmp.Name(), file)
 }
