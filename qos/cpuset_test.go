@@ -583,47 +583,76 @@ func TestVerdictWaitsForRevocableWork(t *testing.T) {
 	cfg := qos.DefaultConfig()
 	for _, mechanism := range []string{"cpuset", "interference"} {
 		t.Run(mechanism, func(t *testing.T) {
-			c := newCPUSet(t, mechanism, nil)
-			cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
-			var corrected, undone time.Duration
-			for i := range 100 {
-				now := time.Duration(i) * 100 * ms
-				delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
-				constrained := len(cpus) < 8 || limit > 0
-				switch {
-				case i >= 10 && i < 40 && constrained:
-					delay, wait, beCPU = 0, 5*ms, 0 // frozen: guaranteed work waits as when calm
-				case i >= 10 && constrained:
-					delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
-				case i >= 10:
-					delay, wait, p99 = 5*ms, 10*ms, 4*ms
-				}
-				in := cpusetScene(now, 0.5, p99, delay)
-				in.Containers[0].RunqWait = wait
-				in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
-				in.RevocableCPUs, in.RevocableLimit = cpus, limit
-				for _, corr := range c.Evaluate(in) {
-					cpus, limit = applyToEight(corr, cpus, limit)
-					switch {
-					case strings.Contains(corr.Reason, "did not help") && undone == 0:
-						undone = now
-					case corrected == 0:
-						corrected = now
-					}
-				}
-			}
+			// Frozen from 1 s, when the correction comes, to 4 s.
+			v := verdictScene(t, mechanism, 100, func(i int) bool { return i < 40 }, false)
 			// The sample at 4 s, the first of revocable work running again,
 			// covers the 100 ms before it.
 			resumed := 4*time.Second - 100*ms
-			if corrected == 0 || undone < resumed+cfg.Interference.EffectWindow*3/8 || undone > resumed+cfg.Interference.EffectWindow {
-				t.Fatalf("corrected at %v, undone at %v: want it judged once revocable work ran for 3/4 of half an EffectWindow after %v, and undone",
-					corrected, undone, resumed)
+			if v.corrected == 0 || !strings.Contains(v.reason, "did not help") ||
+				v.undone < resumed+cfg.Interference.EffectWindow*3/8 || v.undone > resumed+cfg.Interference.EffectWindow {
+				t.Fatalf("corrected at %v, undone at %v (%q): want it judged once revocable work ran for 3/4 of half an EffectWindow after %v, and undone as not having helped",
+					v.corrected, v.undone, v.reason, resumed)
 			}
-			if len(cpus) != 8 || limit != 0 {
-				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+			if len(v.cpus) != 8 || v.limit != 0 {
+				t.Errorf("after the undo: %d CPUs, limit %v; want every CPU and no limit", len(v.cpus), v.limit)
 			}
 		})
 	}
+}
+
+// verdict is what verdictScene saw: when the correction came and when it
+// was undone (0: never), the undo's reason, and the revocable CPUs and
+// limit at the end.
+type verdict struct {
+	corrected, undone time.Duration
+	reason            string
+	cpus              []int
+	limit             float64
+}
+
+// verdictScene runs mechanism for n samples of 100 ms of a scene in which,
+// from 1 s, revocable work causes a violation; once corrected, the delay
+// it causes falls while guaranteed work waits as much in all (the
+// correction buys nothing), except in the samples where idle(i) says
+// revocable work stands still: then guaranteed work waits as when calm
+// (its p99 stays high with frozenP99). Nothing may be killed.
+func verdictScene(t *testing.T, mechanism string, n int, idle func(i int) bool, frozenP99 bool) verdict {
+	t.Helper()
+	c := newCPUSet(t, mechanism, nil)
+	v := verdict{cpus: []int{0, 1, 2, 3, 4, 5, 6, 7}}
+	for i := range n {
+		now := time.Duration(i) * 100 * ms
+		delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
+		constrained := len(v.cpus) < 8 || v.limit > 0
+		switch {
+		case i >= 10 && constrained && idle(i):
+			delay, wait, beCPU = 0, 5*ms, 0
+			if frozenP99 {
+				p99 = 4 * ms
+			}
+		case i >= 10 && constrained:
+			delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
+		case i >= 10:
+			delay, wait, p99 = 5*ms, 10*ms, 4*ms
+		}
+		in := cpusetScene(now, 0.5, p99, delay)
+		in.Containers[0].RunqWait = wait
+		in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
+		in.RevocableCPUs, in.RevocableLimit = v.cpus, v.limit
+		for _, corr := range c.Evaluate(in) {
+			v.cpus, v.limit = applyToEight(corr, v.cpus, v.limit)
+			if corr.Kind == qos.Kill {
+				t.Fatalf("%v: %s: nothing should be killed", now, corr.Reason)
+			}
+			switch {
+			case strings.Contains(corr.Reason, "undone for") && v.undone == 0:
+				v.undone, v.reason = now, corr.Reason
+			case v.corrected == 0:
+				v.corrected = now
+			}
+		}
+	}
+	return v
 }
 
 // TestVerdictOnIntermittentWork: revocable work that stands still now and
@@ -656,51 +685,16 @@ func TestVerdictOnIntermittentWork(t *testing.T) {
 	for _, tt := range tests {
 		for _, mechanism := range []string{"cpuset", "interference"} {
 			t.Run(tt.name+"/"+mechanism, func(t *testing.T) {
-				c := newCPUSet(t, mechanism, nil)
-				cpus, limit := []int{0, 1, 2, 3, 4, 5, 6, 7}, 0.0
-				var corrected, undone time.Duration
-				var reason string
-				for i := range 600 {
-					now := time.Duration(i) * 100 * ms
-					delay, wait, p99, beCPU := time.Duration(0), 5*ms, 200*time.Microsecond, 2.0
-					constrained := len(cpus) < 8 || limit > 0
-					switch {
-					case i >= 10 && constrained && tt.idle(i):
-						delay, wait, beCPU = 0, 5*ms, 0
-						if tt.frozenP99 {
-							p99 = 4 * ms
-						}
-					case i >= 10 && constrained:
-						delay, wait, p99 = 500*time.Microsecond, 10*ms, 700*time.Microsecond
-					case i >= 10:
-						delay, wait, p99 = 5*ms, 10*ms, 4*ms
-					}
-					in := cpusetScene(now, 0.5, p99, delay)
-					in.Containers[0].RunqWait = wait
-					in.Containers[1].CPU, in.Containers[2].CPU = beCPU/2, beCPU/2
-					in.RevocableCPUs, in.RevocableLimit = cpus, limit
-					for _, corr := range c.Evaluate(in) {
-						cpus, limit = applyToEight(corr, cpus, limit)
-						if corr.Kind == qos.Kill {
-							t.Fatalf("%v: %s: nothing should be killed", now, corr.Reason)
-						}
-						switch {
-						case strings.Contains(corr.Reason, "undone for") && undone == 0:
-							undone, reason = now, corr.Reason
-						case corrected == 0:
-							corrected = now
-						}
-					}
+				v := verdictScene(t, mechanism, 600, tt.idle, tt.frozenP99)
+				if v.corrected == 0 || v.undone == 0 || v.undone-v.corrected > tt.within {
+					t.Fatalf("corrected at %v, undone at %v: want it undone within %v", v.corrected, v.undone, tt.within)
 				}
-				if corrected == 0 || undone == 0 || undone-corrected > tt.within {
-					t.Fatalf("corrected at %v, undone at %v: want it undone within %v", corrected, undone, tt.within)
+				if !strings.Contains(v.reason, tt.verdict) {
+					t.Errorf("undone with %q; want %q", v.reason, tt.verdict)
 				}
-				if !strings.Contains(reason, tt.verdict) {
-					t.Errorf("undone with %q; want %q", reason, tt.verdict)
-				}
-				t.Logf("%v: %s", undone, reason)
-				if len(cpus) != 8 || limit != 0 {
-					t.Errorf("at the end: %d CPUs, limit %v; want every CPU and no limit", len(cpus), limit)
+				t.Logf("%v: %s", v.undone, v.reason)
+				if len(v.cpus) != 8 || v.limit != 0 {
+					t.Errorf("at the end: %d CPUs, limit %v; want every CPU and no limit", len(v.cpus), v.limit)
 				}
 			})
 		}
