@@ -60,6 +60,17 @@ type commit struct {
 	done   chan struct{} // closed once errs are set
 }
 
+// pageSize is the page size of new files. bbolt allocates a page-sized
+// buffer for the meta page of every commit and for each page it writes. At
+// the 4 KB default these buffers share the heap's 4 KB size class with
+// long-lived buffers (every HTTP connection holds two bufio buffers of that
+// size), so a commit's garbage leaves half-empty spans behind it; at 8 KB
+// each buffer has a span of its own, freed whole. Measured with
+// scripts/bench/idle (one registry commit per subscription): 0.8-1 KB less
+// coordinator RSS per idle subscription. Commits write more bytes but no
+// more often, and a registry holds more records per leaf.
+const pageSize = 8192
+
 // OpenBolt opens (creating it and its directory if needed) a bbolt file at
 // path. A second process opening the same file waits up to timeout for the
 // first one's lock, then fails: two processes must never share one file.
@@ -70,8 +81,9 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	// The freelist is not written at each commit (bbolt rebuilds it by
 	// scanning the file when it opens one, fast at the sizes of a registry
 	// or a checkpoint), and is kept as a map: a commit allocates and writes
-	// less.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType})
+	// less. New files use pageSize pages; a file keeps the page size
+	// it was created with.
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, PageSize: pageSize})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: locked by another process (is another process using this --work-dir?)", path)

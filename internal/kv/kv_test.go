@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	bolt "go.etcd.io/bbolt"
 )
 
 func TestBoltPersistsAcrossReopen(t *testing.T) {
@@ -163,5 +165,56 @@ func TestBoltCloseCommitsWaitingWrites(t *testing.T) {
 		case err != nil && !errors.Is(err, ErrClosed):
 			t.Errorf("Apply %d = %v, want nil or ErrClosed", i, err)
 		}
+	}
+}
+
+// TestBoltOpensFilesOfAnyPageSize: a file created before the page size
+// changed (bbolt's 4 KB default) opens with its own and keeps its records.
+func TestBoltOpensFilesOfAnyPageSize(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "old.db")
+	old, err := bolt.Open(path, 0o600, &bolt.Options{PageSize: 4096})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Update(func(tx *bolt.Tx) error {
+		b, err := tx.CreateBucket([]byte("agents"))
+		if err != nil {
+			return err
+		}
+		return b.Put([]byte("a1"), []byte("one"))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	s, err := OpenBolt(path, time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.db.Info().PageSize; got != 4096 {
+		t.Errorf("page size of the reopened file = %d, want its own 4096", got)
+	}
+	if err := s.Apply(ctx, Put("agents", "a2", []byte("two"))); err != nil {
+		t.Fatal(err)
+	}
+	agents, err := s.Load(ctx, "agents")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(agents) != 2 || string(agents["a1"]) != "one" || string(agents["a2"]) != "two" {
+		t.Fatalf("agents = %q", agents)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	fresh, err := OpenBolt(filepath.Join(t.TempDir(), "new.db"), time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fresh.Close()
+	if got := fresh.db.Info().PageSize; got != pageSize {
+		t.Errorf("page size of a new file = %d, want %d", got, pageSize)
 	}
 }
