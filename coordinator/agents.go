@@ -92,6 +92,8 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 	if err != nil {
 		return err
 	}
+	ctx, release := sess.claim(ctx)
+	defer release()
 	send := func(cmd *slacklinev1.AgentCommand) error {
 		return stream.Send(&slacklinev1.ConnectResponse{Command: cmd})
 	}
@@ -102,6 +104,9 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 		return err
 	}
 	if err := sess.serve(ctx, ping, s.c.agentPings, send); err != nil {
+		if errors.Is(context.Cause(ctx), errSuperseded) {
+			return connect.NewError(connect.CodeAborted, errSuperseded)
+		}
 		return err
 	}
 	if !sess.flush {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -54,6 +55,45 @@ type outbox[T any] struct {
 	keys  map[string]uint64
 	live  int
 	ended bool
+	// servers counts the streams in serve: two for a moment when a new
+	// stream claimed the outbox before the one it superseded returned
+	// (see claim); claimant is the latest claim.
+	servers  int
+	claimant *streamClaim
+}
+
+// streamClaim is one stream's claim on an outbox.
+type streamClaim struct{ cancel context.CancelCauseFunc }
+
+// errSuperseded ends a stream whose outbox a newer stream claimed.
+var errSuperseded = errors.New("superseded by a newer stream for the same session")
+
+// claim makes the calling stream the one that serves o: a stream that
+// claimed it before is cancelled with errSuperseded (the context returned
+// to it says so through context.Cause), takes nothing more from o, and
+// ends. An agent whose connection broke without the coordinator noticing
+// (a half-open TCP connection, a proxy that kept it) opens a new stream
+// for the same session; without this both would take commands, and those
+// taken by the old one would be written to a connection nobody reads.
+// release, deferred by the caller, gives the claim up.
+func (o *outbox[T]) claim(ctx context.Context) (_ context.Context, release func()) {
+	ctx, cancel := context.WithCancelCause(ctx)
+	mine := &streamClaim{cancel: cancel}
+	o.mu.Lock()
+	prev := o.claimant
+	o.claimant = mine
+	o.mu.Unlock()
+	if prev != nil {
+		prev.cancel(errSuperseded)
+	}
+	return ctx, func() {
+		o.mu.Lock()
+		if o.claimant == mine {
+			o.claimant = nil
+		}
+		o.mu.Unlock()
+		cancel(nil)
+	}
 }
 
 type outboxEntry[T any] struct {
@@ -236,19 +276,40 @@ func (o *outbox[T]) wake() {
 // serve sends what is queued, and keepalive at each beat of beats, until
 // the outbox ends (nil) or ctx does (its error). It runs in the stream's
 // goroutine.
+//
+// A stream whose ctx ended takes nothing more. Two streams may serve one
+// outbox for a moment (a superseded one that has not returned yet, see
+// Coordinator.claimStream): they share its ready channel and its place
+// among the pulse's waiters, so the one that leaves while the other stays
+// hands both on, listed for the next beat and woken, instead of taking
+// them with it.
 func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send func(T) error) error {
+	o.mu.Lock()
+	o.servers++
+	o.mu.Unlock()
 	beats.wait(&o.beat)
-	defer beats.leave(&o.beat)
+	defer func() {
+		o.mu.Lock()
+		o.servers--
+		last := o.servers == 0
+		o.mu.Unlock()
+		if last {
+			beats.leave(&o.beat)
+			return
+		}
+		beats.wait(&o.beat)
+		o.wake()
+	}()
 	for {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		if v, ok := o.take(); ok {
 			if err := send(v); err != nil {
 				return err
 			}
 			if o.hasEnded() {
 				return nil
-			}
-			if err := ctx.Err(); err != nil {
-				return err
 			}
 			continue
 		}

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"testing"
 	"testing/synctest"
@@ -58,6 +59,53 @@ func TestPulse(t *testing.T) {
 		defer beats.mu.Unlock()
 		if beats.armed || beats.waiting != nil {
 			t.Fatal("a beat is armed with no stream waiting")
+		}
+	})
+}
+
+// TestSupersededStream checks a stream that claims an outbox another stream
+// serves: the older ends (errSuperseded as its context's cause) without
+// taking the keepalives or the queue with it, and the newer sends both.
+func TestSupersededStream(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		const period = 10 * time.Second
+		start := time.Now()
+		beats := newPulse(period)
+		o := newOutbox[string]()
+		var mu sync.Mutex
+		sent := map[string][]string{}
+		serve := func(name string) (chan error, context.Context) {
+			ctx, release := o.claim(context.Background())
+			done := make(chan error, 1)
+			go func() {
+				defer release()
+				done <- o.serve(ctx, "keepalive", beats, func(v string) error {
+					mu.Lock()
+					defer mu.Unlock()
+					sent[name] = append(sent[name], time.Since(start).String()+" "+v)
+					return nil
+				})
+			}()
+			return done, ctx
+		}
+		doneOld, oldCtx := serve("old")
+		time.Sleep(15 * time.Second)
+		doneNew, _ := serve("new")
+		if err := <-doneOld; !errors.Is(err, context.Canceled) || !errors.Is(context.Cause(oldCtx), errSuperseded) {
+			t.Fatalf("old stream ended with %v (cause %v), want canceled by errSuperseded", err, context.Cause(oldCtx))
+		}
+		o.send("command")
+		time.Sleep(20 * time.Second) // 35 s in all
+		o.end(nil)
+		if err := <-doneNew; err != nil {
+			t.Fatalf("new stream: %v", err)
+		}
+		want := map[string][]string{
+			"old": {"10s keepalive"},
+			"new": {"15s command", "20s keepalive", "30s keepalive"},
+		}
+		if diff := cmp.Diff(want, sent); diff != "" {
+			t.Fatalf("sent (-want +got):\n%s", diff)
 		}
 	})
 }
