@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"sync"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -44,20 +43,8 @@ type Store interface {
 // long-lived writer goroutine commits, in one transaction and one fsync,
 // every Apply that arrived while the previous commit ran (see Apply).
 type Bolt struct {
-	db *bolt.DB
-	// wake holds a token when next has writes for the writer; stop is
-	// closed by Close, stopped by the writer once it has drained next.
-	wake, stop, stopped chan struct{}
-	mu                  sync.Mutex
-	next                *commit // the writes waiting for the next commit; nil when none
-	closed              bool
-}
-
-// commit is one group of Apply calls committed together.
-type commit struct {
-	writes [][]Mutation
-	errs   []error
-	done   chan struct{} // closed once errs are set
+	db    *bolt.DB
+	group *group
 }
 
 // pageSize is the page size of new files. bbolt allocates a page-sized
@@ -90,8 +77,8 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	b := &Bolt{db: db, wake: make(chan struct{}, 1), stop: make(chan struct{}), stopped: make(chan struct{})}
-	go b.write()
+	b := &Bolt{db: db}
+	b.group = newGroup(b.update)
 	return b, nil
 }
 
@@ -106,83 +93,11 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 // is deep and allocates, and a caller that lives on (a stream's handler)
 // would keep the stack it grew to.
 func (b *Bolt) Apply(ctx context.Context, mutations ...Mutation) error {
-	if len(mutations) == 0 {
-		return nil
-	}
-	if err := ctx.Err(); err != nil {
-		return err
-	}
-	b.mu.Lock()
-	if b.closed {
-		b.mu.Unlock()
-		return ErrClosed
-	}
-	c := b.next
-	if c == nil {
-		c = &commit{done: make(chan struct{})}
-		b.next = c
-	}
-	i := len(c.writes)
-	c.writes = append(c.writes, mutations)
-	b.mu.Unlock()
-	select {
-	case b.wake <- struct{}{}:
-	default:
-	}
-	<-c.done
-	return c.errs[i]
+	return b.group.apply(ctx, mutations)
 }
-
-// write is the writer goroutine: it commits each group of waiting writes
-// until Close, then the last group and stops.
-func (b *Bolt) write() {
-	defer close(b.stopped)
-	for {
-		select {
-		case <-b.wake:
-		case <-b.stop:
-			b.commitNext()
-			return
-		}
-		b.commitNext()
-	}
-}
-
-// commitNext commits the writes waiting, if any.
-func (b *Bolt) commitNext() {
-	b.mu.Lock()
-	c := b.next
-	b.next = nil
-	b.mu.Unlock()
-	if c == nil {
-		return
-	}
-	c.errs = make([]error, len(c.writes))
-	err := b.update(c.writes...)
-	// Split the group only when a write itself failed; a failure of the
-	// file (I/O, fsync) is every call's, and retrying thousands of calls
-	// one by one would only add fsyncs to a failing disk.
-	if _, bad := errors.AsType[*writeError](err); bad && len(c.writes) > 1 {
-		for i, w := range c.writes {
-			c.errs[i] = b.update(w)
-		}
-	} else {
-		for i := range c.errs {
-			c.errs[i] = err
-		}
-	}
-	close(c.done)
-}
-
-// writeError is the failure of one mutation (its bucket or key), as
-// opposed to the transaction's commit.
-type writeError struct{ err error }
-
-func (e *writeError) Error() string { return e.err.Error() }
-func (e *writeError) Unwrap() error { return e.err }
 
 // update commits writes in one transaction.
-func (b *Bolt) update(writes ...[]Mutation) error {
+func (b *Bolt) update(writes [][]Mutation) error {
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		for _, mutations := range writes {
 			for _, m := range mutations {
@@ -230,16 +145,28 @@ func (b *Bolt) Load(ctx context.Context, bucket string) (map[string][]byte, erro
 	return out, err
 }
 
+// Buckets returns the names of the file's buckets, to copy a whole file
+// into another store (the coordinator's migration to a Log).
+func (b *Bolt) Buckets(ctx context.Context) ([]string, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	var names []string
+	err := b.db.View(func(tx *bolt.Tx) error {
+		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
+			names = append(names, string(name))
+			return nil
+		})
+	})
+	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
+		return nil, ErrClosed
+	}
+	return names, err
+}
+
 // Close implements Store. Writes already waiting are committed first; an
 // Apply after Close returns ErrClosed. Every call waits for that.
 func (b *Bolt) Close() error {
-	b.mu.Lock()
-	first := !b.closed
-	b.closed = true
-	b.mu.Unlock()
-	if first {
-		close(b.stop)
-	}
-	<-b.stopped
+	b.group.close()
 	return b.db.Close()
 }
