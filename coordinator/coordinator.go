@@ -178,7 +178,7 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, errors.New("coordinator: WorkDir is required")
 		}
 		var err error
-		st, err = store.OpenBolt(cfg.WorkDir, 5*time.Second)
+		st, err = store.Open(cfg.WorkDir, 5*time.Second, cfg.Logger)
 		if err != nil {
 			return nil, err
 		}

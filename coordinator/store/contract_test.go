@@ -32,6 +32,16 @@ func backends() []backend {
 				return s
 			}
 		}},
+		{"log", func(t *testing.T) func() Store {
+			dir := t.TempDir()
+			return func() Store {
+				s, err := Open(dir, time.Second, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return s
+			}
+		}},
 		{"etcd", func(t *testing.T) func() Store {
 			client := etcdtest.Start(t, 1).Client(t)
 			prefix := fmt.Sprintf("/test-%d/", time.Now().UnixNano())

@@ -6,11 +6,17 @@
 // agents and frameworks when they re-register.
 //
 // The contract is internal/kv's Store (Apply mutations atomically, Load a
-// bucket, Close), with two backends:
+// bucket, Close), with these backends:
 //
-//   - bbolt (OpenBolt), the default: registry.db in the coordinator's work
-//     dir, for one coordinator. Apply returns after fsync; concurrent calls
-//     share one transaction and one fsync.
+//   - a log (Open), the default: registry.log in the coordinator's work
+//     dir, for one coordinator, an append-only file of checksummed frames
+//     compacted as it grows (kv.Log). Apply returns after the fdatasync of
+//     its frame; concurrent calls share one frame and one fdatasync. Load
+//     reads the whole file: it is for recovery at start. Open imports an
+//     earlier version's registry.db (bbolt) once, keeping it as
+//     registry.db.imported.
+//   - bbolt (OpenBolt): registry.db, the registry of earlier versions, kept
+//     for tests and benchmarks. Apply returns after fsync.
 //   - etcd (DialEtcd, NewEtcd), for a group of coordinators of which one
 //     leads (coordinator/leader). Bucket b's key k is the etcd key
 //     <prefix>registry/b/k. Apply is one etcd transaction and returns once

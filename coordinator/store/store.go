@@ -1,7 +1,16 @@
 package store
 
 import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"log/slog"
+	"maps"
+	"os"
 	"path/filepath"
+	"slices"
+	"syscall"
 	"time"
 
 	"github.com/slackline/slackline/internal/kv"
@@ -33,9 +42,205 @@ func Put(bucket, key string, value []byte) Mutation { return kv.Put(bucket, key,
 // Delete returns a mutation that removes bucket/key.
 func Delete(bucket, key string) Mutation { return kv.Delete(bucket, key) }
 
-// OpenBolt opens (creating if needed) the registry file registry.db in dir.
-// A second process opening the same file waits up to timeout, then fails:
-// two coordinators must never share one work dir.
+// OpenBolt opens (creating if needed) the bbolt registry file registry.db
+// in dir, the registry of earlier versions (Open imports it into a log);
+// kept as a backend for tests and benchmarks. A second process opening the
+// same file waits up to timeout, then fails.
 func OpenBolt(dir string, timeout time.Duration) (*kv.Bolt, error) {
-	return kv.OpenBolt(filepath.Join(dir, "registry.db"), timeout)
+	return kv.OpenBolt(filepath.Join(dir, BoltFile), timeout)
+}
+
+// Registry file names in the coordinator's work dir.
+const (
+	// LogFile is the registry: an append-only log (kv.Log).
+	LogFile = "registry.log"
+	// BoltFile is the registry of earlier versions, imported into LogFile
+	// by Open and then renamed ImportedBoltFile.
+	BoltFile = "registry.db"
+	// ImportedBoltFile is BoltFile once imported, kept as a backup.
+	ImportedBoltFile = "registry.db.imported"
+)
+
+// importBatch is the number of records per Apply when importing: frames of
+// a few hundred KB rather than one of a whole bucket.
+const importBatch = 1000
+
+// Open opens (creating it and dir if needed) the registry log registry.log
+// in dir. A second process opening the same file waits up to timeout, then
+// fails: two coordinators must never share one work dir.
+//
+// Migration: when dir holds an earlier version's registry.db and no
+// registry.log, every bucket of registry.db is copied into a new log
+// (written as registry.log.tmp, synced, renamed into place, the directory
+// synced), then registry.db is renamed registry.db.imported, kept as a
+// backup. If both files exist (a crash between the two renames), the log
+// wins and registry.db is renamed. Both are logged.
+func Open(dir string, timeout time.Duration, log *slog.Logger) (Store, error) {
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("create work dir: %w", err)
+	}
+	if err := migrate(dir, timeout, log); err != nil {
+		return nil, err
+	}
+	return kv.OpenLog(filepath.Join(dir, LogFile), kv.LogOptions{LockTimeout: timeout, Logger: log})
+}
+
+// migrate imports registry.db into registry.log if needed. It holds a lock
+// on dir throughout, so that two coordinators started at once on one work
+// dir do not both import.
+func migrate(dir string, timeout time.Duration, log *slog.Logger) error {
+	logPath, boltPath := filepath.Join(dir, LogFile), filepath.Join(dir, BoltFile)
+	if _, err := os.Stat(boltPath); errors.Is(err, fs.ErrNotExist) {
+		return nil // nothing to import: the common case, without the lock
+	} else if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	unlock, err := lockDir(dir, timeout)
+	if err != nil {
+		return err
+	}
+	defer unlock()
+	_, boltErr := os.Stat(boltPath)
+	_, logErr := os.Stat(logPath)
+	switch {
+	case errors.Is(boltErr, fs.ErrNotExist):
+		return nil // imported by another process meanwhile
+	case boltErr != nil:
+		return fmt.Errorf("registry: %w", boltErr)
+	case logErr == nil:
+		// Imported before a crash that left registry.db in place.
+		if err := retire(dir); err != nil {
+			return err
+		}
+		log.Warn("registry: registry.log and registry.db both exist; using registry.log, registry.db renamed (an earlier import was interrupted)",
+			"log", logPath, "backup", filepath.Join(dir, ImportedBoltFile))
+		return nil
+	case !errors.Is(logErr, fs.ErrNotExist):
+		return fmt.Errorf("registry: %w", logErr)
+	}
+	records, err := importBolt(boltPath, logPath, timeout)
+	if err != nil {
+		return fmt.Errorf("import %s into %s: %w", boltPath, logPath, err)
+	}
+	if err := retire(dir); err != nil {
+		return err
+	}
+	log.Info("registry: imported registry.db into registry.log; registry.db kept as a backup",
+		"log", logPath, "records", records, "backup", filepath.Join(dir, ImportedBoltFile))
+	return nil
+}
+
+// importBolt copies every bucket of the bbolt file into a new log at
+// logPath, and returns the number of records copied.
+func importBolt(boltPath, logPath string, timeout time.Duration) (int, error) {
+	ctx := context.Background()
+	old, err := kv.OpenBolt(boltPath, timeout)
+	if err != nil {
+		return 0, err
+	}
+	defer old.Close()
+	tmpPath := logPath + ".tmp"
+	if err := os.Remove(tmpPath); err != nil && !errors.Is(err, fs.ErrNotExist) {
+		return 0, err
+	}
+	tmp, err := kv.OpenLog(tmpPath, kv.LogOptions{})
+	if err != nil {
+		return 0, err
+	}
+	records, err := copyBuckets(ctx, old, tmp)
+	if closeErr := tmp.Close(); err == nil {
+		err = closeErr
+	}
+	if err == nil {
+		err = os.Rename(tmpPath, logPath)
+	}
+	if err == nil {
+		err = syncDir(filepath.Dir(logPath))
+	}
+	if err != nil {
+		os.Remove(tmpPath)
+		return 0, err
+	}
+	return records, nil
+}
+
+// copyBuckets applies every record of from to to, in batches of
+// importBatch; each Apply is synced.
+func copyBuckets(ctx context.Context, from *kv.Bolt, to Store) (int, error) {
+	buckets, err := from.Buckets(ctx)
+	if err != nil {
+		return 0, err
+	}
+	records := 0
+	for _, bucket := range buckets {
+		values, err := from.Load(ctx, bucket)
+		if err != nil {
+			return 0, err
+		}
+		var batch []Mutation
+		for _, key := range slices.Sorted(maps.Keys(values)) {
+			batch = append(batch, Put(bucket, key, values[key]))
+			if len(batch) == importBatch {
+				if err := to.Apply(ctx, batch...); err != nil {
+					return 0, err
+				}
+				batch = batch[:0]
+			}
+		}
+		if err := to.Apply(ctx, batch...); err != nil {
+			return 0, err
+		}
+		records += len(values)
+	}
+	return records, nil
+}
+
+// retire renames an imported registry.db to registry.db.imported and syncs
+// dir.
+func retire(dir string) error {
+	if err := os.Rename(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportedBoltFile)); err != nil {
+		return fmt.Errorf("registry: keep the imported registry.db as a backup: %w", err)
+	}
+	if err := syncDir(dir); err != nil {
+		return fmt.Errorf("registry: sync %s: %w", dir, err)
+	}
+	return nil
+}
+
+// lockDir takes an exclusive flock on dir, retrying until timeout, and
+// returns its release.
+func lockDir(dir string, timeout time.Duration) (func(), error) {
+	d, err := os.Open(dir)
+	if err != nil {
+		return nil, fmt.Errorf("registry: %w", err)
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return func() { d.Close() }, nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			d.Close()
+			return nil, fmt.Errorf("registry: lock %s: %w", dir, err)
+		}
+		if !time.Now().Before(deadline) {
+			d.Close()
+			return nil, fmt.Errorf("registry: lock %s to import registry.db: locked by another process (is another process using this --work-dir?)", dir)
+		}
+		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
+	}
+}
+
+// syncDir syncs a directory, so that a rename in it survives a crash.
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
 }
