@@ -23,7 +23,7 @@ import (
 
 // Config configures a Coordinator. Zero fields take the documented defaults.
 type Config struct {
-	// WorkDir holds the registry (registry.db). Required unless Store is set.
+	// WorkDir holds the registry (registry.log). Required unless Store is set.
 	WorkDir string
 	// Store overrides the registry store (default: bbolt in WorkDir).
 	Store store.Store
