@@ -30,7 +30,15 @@ import (
 // process's memory. Load scans the whole file; nothing of the records is
 // kept in memory between calls. The file is compacted (rewritten with the
 // live records only) once it has grown past twice its size after the last
-// compaction plus LogOptions.CompactThreshold.
+// compaction plus LogOptions.CompactThreshold; a compaction holds the live
+// records in memory while it writes them, then drops them.
+//
+// Measured (BenchmarkApply, one 200-byte Put): 280 B and 5 allocations per
+// Apply, all of them the group commit's bookkeeping, against bbolt's 14 KB
+// and 63. With scripts/bench/idle --streams 300 (one registry write per
+// subscription), the coordinator's RSS per idle subscription fell from
+// 32.1-32.9 KB with bbolt to 29.7-30.6 KB, an RSS ratio to a bare handler of
+// 1.14-1.20 instead of 1.24-1.29.
 //
 // Format: the 8-byte header logMagic, then frames of [payload length
 // u32][CRC-32C of the payload u32][payload], little-endian. A payload is a
