@@ -11,18 +11,20 @@
 // stream and their ratios (the goal, at most 1.25, is on RSS), and the
 // coordinator's cost per 1,000 completed tasks; --runs repeats the whole.
 //
-// Where the difference goes (see the per-server breakdown lines): free
-// space left in heap spans by the garbage of subscribing (Go in use minus
-// live; most of it the registry write: bbolt allocates ~12 KB per commit,
-// a 4 KB meta page among it, and with the write left out, as an
-// experiment, the free space per stream fell from 1.9 to 0.4 KB),
-// connect's per-stream state (~1.8 KB live), the coordinator's own (the
-// framework record, its queue, its FrameworkInfo, the allocator's entry:
-// ~1 KB), and the registry's file pages (RSS minus anon RSS, noisy:
-// 0.2-1.5 KB). Stacks cost about what the bare handler's do: the deep calls
-// of subscribing run on long-lived goroutines (the store's writer, the
-// coordinator's subscriber), not on the handler's, whose stack stays at
-// 8 KB, nor on one started per stream. Go
+// Where the difference goes (see the per-server breakdown lines; 300
+// streams, about 30 KB per subscription against 25.5 KB): connect's
+// per-stream state (~0.9 KB for the handler's conn, ~0.3 KB for the
+// request it copies, ~0.45 KB for the response headers net/http snapshots
+// at the first write), the coordinator's own (the framework record, its
+// queue, its FrameworkInfo, the allocator's entry: ~1.2 KB), and free
+// space left in heap spans by the garbage of subscribing (~0.5 KB). The
+// registry write costs little since the registry is an append-only log
+// (kv.Log): with bbolt, each commit's ~14 KB of garbage and the file's
+// mmapped pages cost about 2.5 KB more per subscription (ratio 1.24-1.29
+// then, 1.14-1.20 now, alternated runs). Stacks cost about what the bare
+// handler's do: the deep calls of subscribing run on long-lived goroutines
+// (the store's writer, the coordinator's subscriber), not on the
+// handler's, whose stack stays at 8 KB, nor on one started per stream. Go
 // starts new goroutines with a stack the size of the average one scanned
 // (GODEBUG adaptivestackstart): a subscription's handler blocks deeper
 // (connect, the coordinator) than a bare handler, so net/http's background
