@@ -41,7 +41,10 @@ import (
 // 1.14-1.20 instead of 1.24-1.29.
 //
 // Format: the 8-byte header logMagic, then frames of [payload length
-// u32][CRC-32C of the payload u32][payload], little-endian. A payload is a
+// u32][CRC-32C of the length u32][CRC-32C of the payload u32][payload],
+// little-endian. The length has a checksum of its own so that damage to it
+// is told from a write cut short (a frame that runs past the end of the
+// file is torn only if its length is intact). A payload is a
 // uvarint count of mutations, then for each an op byte (put or delete) and
 // the bucket, key and (puts only) value, each a uvarint length and bytes.
 type Log struct {
@@ -79,8 +82,8 @@ type LogOptions struct {
 const (
 	// logMagic starts every log file: a name and the format's version.
 	logMagic = "SLKVLOG\x01"
-	// frameHeaderSize is the length and the CRC before each payload.
-	frameHeaderSize = 8
+	// frameHeaderSize is the length and the two CRCs before each payload.
+	frameHeaderSize = 12
 	// MaxFrameSize is the largest payload of one frame: a group commit
 	// larger than this is split call by call, and a single Apply larger
 	// than this fails.
@@ -111,13 +114,14 @@ func OpenLog(path string, opts LogOptions) (*Log, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
-	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+	f, err := openLocked(path, opts.LockTimeout)
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	if err := lockFile(f, opts.LockTimeout); err != nil {
+	// A compaction this process did not finish left its new file behind.
+	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		f.Close()
-		return nil, fmt.Errorf("open %s: %w", path, err)
+		return nil, fmt.Errorf("remove the unfinished compaction of %s: %w", path, err)
 	}
 	l := &Log{path: path, log: opts.Logger, f: f, threshold: opts.CompactThreshold}
 	if l.log == nil {
@@ -137,6 +141,38 @@ func OpenLog(path string, opts LogOptions) (*Log, error) {
 
 // errLocked is the failure to lock a file another process holds.
 var errLocked = errors.New("locked by another process (is another process using this --work-dir?)")
+
+// openLocked opens (creating it if needed) the file at path and takes its
+// lock, waiting up to timeout. The lock is on the file the name points to
+// once it is held: a compaction by the process that held it renames a new
+// file over the name, so a lock taken on the old one, which no longer has
+// a name, is given up and the name opened again.
+func openLocked(path string, timeout time.Duration) (*os.File, error) {
+	deadline := time.Now().Add(timeout)
+	for {
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o600)
+		if err != nil {
+			return nil, err
+		}
+		if err := lockFile(f, time.Until(deadline)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		held, err := f.Stat()
+		if err != nil {
+			f.Close()
+			return nil, err
+		}
+		named, err := os.Stat(path)
+		if err == nil && os.SameFile(held, named) {
+			return f, nil
+		}
+		f.Close()
+		if err != nil && !errors.Is(err, os.ErrNotExist) {
+			return nil, err
+		}
+	}
+}
 
 // lockFile takes an exclusive flock on f, retrying until timeout.
 func lockFile(f *os.File, timeout time.Duration) error {
@@ -313,11 +349,17 @@ func (l *Log) encode(writes [][]Mutation) ([]byte, error) {
 			}
 		}
 	}
-	payload := buf[frameHeaderSize:]
-	binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
-	binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, castagnoli))
+	putFrameHeader(buf)
 	l.buf = buf
 	return buf, nil
+}
+
+// putFrameHeader fills the header of frame, whose payload follows it.
+func putFrameHeader(frame []byte) {
+	payload := frame[frameHeaderSize:]
+	binary.LittleEndian.PutUint32(frame[0:4], uint32(len(payload)))
+	binary.LittleEndian.PutUint32(frame[4:8], crc32.Checksum(frame[0:4], castagnoli))
+	binary.LittleEndian.PutUint32(frame[8:12], crc32.Checksum(payload, castagnoli))
 }
 
 // appendMutation appends m's encoding to buf.
@@ -503,11 +545,12 @@ func (l *Log) rewrite() error {
 	}
 	l.f.Close()
 	l.f, l.size = tmp, size
-	// The new file is in place; a failed directory sync only means the
-	// rename might not survive a crash, when the old file (same records)
-	// would be found again.
+	// Until the rename is durable, a crash could bring the old file back:
+	// writes acknowledged from the new one would be lost. No write is
+	// taken until it is.
 	if err := syncDir(filepath.Dir(l.path)); err != nil {
-		l.log.Warn("registry log: sync directory after compaction", "path", l.path, "err", err)
+		l.failed = fmt.Errorf("%s: compacted, but its directory could not be synced, no more writes until it is reopened: %w", l.path, err)
+		l.log.Error("registry log: sync directory after compaction failed; refusing writes until reopened", "path", l.path, "err", err)
 	}
 	return nil
 }
@@ -532,9 +575,7 @@ func writeLive(f *os.File, live map[string]map[string][]byte) (int64, error) {
 		for _, m := range frame {
 			buf = appendMutation(buf, m)
 		}
-		payload := buf[frameHeaderSize:]
-		binary.LittleEndian.PutUint32(buf[0:4], uint32(len(payload)))
-		binary.LittleEndian.PutUint32(buf[4:8], crc32.Checksum(payload, castagnoli))
+		putFrameHeader(buf)
 		size += int64(len(buf))
 		frame = frame[:0]
 		_, err := w.Write(buf)
@@ -544,14 +585,17 @@ func writeLive(f *os.File, live map[string]map[string][]byte) (int64, error) {
 	for _, bucket := range slices.Sorted(maps.Keys(live)) {
 		records := live[bucket]
 		for _, key := range slices.Sorted(maps.Keys(records)) {
-			frame = append(frame, Put(bucket, key, records[key]))
-			frameBytes += len(bucket) + len(key) + len(records[key]) + 3*binary.MaxVarintLen32
-			if frameBytes >= maxKeptBuffer {
+			// A frame holds records up to maxKeptBuffer, or one larger
+			// record alone (no larger than the frame it came in).
+			n := 1 + len(bucket) + len(key) + len(records[key]) + 3*binary.MaxVarintLen32
+			if frameBytes > 0 && frameBytes+n > maxKeptBuffer {
 				if err := flush(); err != nil {
 					return 0, err
 				}
 				frameBytes = 0
 			}
+			frame = append(frame, Put(bucket, key, records[key]))
+			frameBytes += n
 		}
 	}
 	if err := flush(); err != nil {
@@ -614,14 +658,16 @@ func (r *frameReader) next() ([]byte, error) {
 		return nil, err
 	}
 	n := int64(binary.LittleEndian.Uint32(r.head[0:4]))
-	sum := binary.LittleEndian.Uint32(r.head[4:8])
+	sum := binary.LittleEndian.Uint32(r.head[8:12])
 	switch {
-	case n == 0:
-		// A writer never writes an empty frame: zeros where a frame
-		// should be (the file extended before its data landed).
-		return nil, &badFrame{off: r.off, after: r.off, reason: "empty frame"}
-	case n > MaxFrameSize:
-		return nil, &badFrame{off: r.off, after: r.off + frameHeaderSize, reason: fmt.Sprintf("frame length %d over the limit", n)}
+	case crc32.Checksum(r.head[0:4], castagnoli) != binary.LittleEndian.Uint32(r.head[4:8]):
+		// Zeros where a frame should be (the file extended before its
+		// data landed) are a torn tail if nothing but zeros follows;
+		// anything else is damage.
+		return nil, &badFrame{off: r.off, after: r.off, reason: "frame header CRC mismatch"}
+	case n == 0 || n > MaxFrameSize:
+		// The writer never writes these.
+		return nil, &badFrame{off: r.off, after: r.off + frameHeaderSize, reason: fmt.Sprintf("frame length %d out of range", n)}
 	case r.off+frameHeaderSize+n > r.end:
 		return nil, &badFrame{off: r.off, torn: true, reason: fmt.Sprintf("frame of %d bytes cut short at %d", n, r.end-r.off-frameHeaderSize)}
 	}

@@ -3,6 +3,7 @@ package kv
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"maps"
@@ -152,6 +153,10 @@ func TestLogRefusesDamage(t *testing.T) {
 	}
 	middle := bytes.Clone(whole)
 	middle[last-3] ^= 0x40 // in the second frame's payload
+	// A length grown past the end of the file by one flipped bit looks
+	// like a frame cut short, but its own CRC tells it apart.
+	length := bytes.Clone(whole)
+	length[len(logMagic)+2] ^= 0x10
 	zeroFrame := bytes.Clone(whole)
 	clear(zeroFrame[len(logMagic):last]) // two frames of zeros, data after them
 	cases := []struct {
@@ -160,6 +165,7 @@ func TestLogRefusesDamage(t *testing.T) {
 		want string
 	}{
 		{"bit flip in a middle frame", middle, "corrupt frame at offset"},
+		{"bit flip in the first frame's length", length, fmt.Sprintf("corrupt frame at offset %d", len(logMagic))},
 		{"zeroed frames before a good one", zeroFrame, fmt.Sprintf("corrupt frame at offset %d", len(logMagic))},
 		{"wrong header", append([]byte("NOTALOG\x01"), whole[len(logMagic):]...), "not a slackline log"},
 		{"another version", append([]byte("SLKVLOG\x02"), whole[len(logMagic):]...), "not a slackline log"},
@@ -280,15 +286,15 @@ func TestLogCompaction(t *testing.T) {
 func TestLogCompactionFailureKeepsFile(t *testing.T) {
 	ctx := context.Background()
 	path := filepath.Join(t.TempDir(), "registry.log")
-	if err := os.Mkdir(path+".tmp", 0o700); err != nil { // in the way of the temporary file
-		t.Fatal(err)
-	}
 	var logged bytes.Buffer
 	l, err := OpenLog(path, LogOptions{CompactThreshold: 1, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
+	if err := os.Mkdir(path+".tmp", 0o700); err != nil { // in the way of the temporary file
+		t.Fatal(err)
+	}
 	value := []byte(strings.Repeat("v", 100))
 	for range 50 {
 		if err := l.Apply(ctx, Put("agents", "a", value)); err != nil {
@@ -340,5 +346,61 @@ func BenchmarkApply(b *testing.B) {
 				i++
 			}
 		})
+	}
+}
+
+// TestLogLockFollowsCompaction checks that a second process waiting for the
+// lock does not get it on the file a compaction renamed away (which no
+// longer has a name: both would write, and the second's writes be lost).
+func TestLogLockFollowsCompaction(t *testing.T) {
+	ctx := context.Background()
+	path := filepath.Join(t.TempDir(), "registry.log")
+	first, err := OpenLog(path, LogOptions{CompactThreshold: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer first.Close()
+	second := make(chan error, 1)
+	go func() {
+		l, err := OpenLog(path, LogOptions{LockTimeout: 2 * time.Second})
+		if err == nil {
+			l.Close()
+		}
+		second <- err
+	}()
+	// Every Apply compacts (threshold 1): the name moves to a new file
+	// again and again while the second process waits.
+	for i := 0; ; i++ {
+		if err := first.Apply(ctx, Put("agents", "a", []byte(strings.Repeat("x", 100+i%7)))); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case err := <-second:
+			if !errors.Is(err, errLocked) {
+				t.Fatalf("second open while the first holds the log: %v, want %v", err, errLocked)
+			}
+			return
+		default:
+		}
+	}
+}
+
+// TestLogRemovesUnfinishedCompaction checks that the temporary file of a
+// compaction a crash interrupted is removed at open, and the log is intact.
+func TestLogRemovesUnfinishedCompaction(t *testing.T) {
+	path, _ := logFile(t)
+	if err := os.WriteFile(path+".tmp", []byte(logMagic+"half"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	l, err := OpenLog(path, LogOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	if _, err := os.Stat(path + ".tmp"); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the unfinished compaction is still there (%v)", err)
+	}
+	if got := loadAll(t, l, "agents")["agents"]; len(got) != 2 || got["a2"] != "two" {
+		t.Errorf("agents = %q", got)
 	}
 }
