@@ -25,7 +25,7 @@ import (
 type Config struct {
 	// WorkDir holds the registry (registry.log). Required unless Store is set.
 	WorkDir string
-	// Store overrides the registry store (default: bbolt in WorkDir).
+	// Store overrides the registry store (default: the log in WorkDir).
 	Store store.Store
 	// Logger receives the coordinator's logs (default slog.Default()).
 	Logger *slog.Logger

@@ -55,8 +55,11 @@ const (
 	// LogFile is the registry: an append-only log (kv.Log).
 	LogFile = "registry.log"
 	// BoltFile is the registry of earlier versions, imported into LogFile
-	// by Open and then renamed ImportedBoltFile.
+	// by Open: renamed ImportingBoltFile first, ImportedBoltFile once the
+	// log is in place.
 	BoltFile = "registry.db"
+	// ImportingBoltFile is BoltFile while it is imported.
+	ImportingBoltFile = "registry.db.importing"
 	// ImportedBoltFile is BoltFile once imported, kept as a backup.
 	ImportedBoltFile = "registry.db.imported"
 )
@@ -70,11 +73,15 @@ const importBatch = 1000
 // fails: two coordinators must never share one work dir.
 //
 // Migration: when dir holds an earlier version's registry.db and no
-// registry.log, every bucket of registry.db is copied into a new log
-// (written as registry.log.tmp, synced, renamed into place, the directory
-// synced), then registry.db is renamed registry.db.imported, kept as a
-// backup. If both files exist (a crash between the two renames), the log
-// wins and registry.db is renamed. Both are logged.
+// registry.log, registry.db is renamed registry.db.importing (once no
+// earlier coordinator holds it), every bucket of it is copied into a new
+// log (written as registry.log.tmp, synced, renamed into place, the
+// directory synced), and it is renamed registry.db.imported, kept as a
+// backup (an older backup is not overwritten). A crash at any point is
+// taken up where it stopped. A registry.db beside a registry.log was
+// written after the import (an earlier version run again on this work
+// dir): Open refuses to guess which one holds the registry and says how
+// to choose.
 func Open(dir string, timeout time.Duration, log *slog.Logger) (Store, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -92,45 +99,84 @@ func Open(dir string, timeout time.Duration, log *slog.Logger) (Store, error) {
 // on dir throughout, so that two coordinators started at once on one work
 // dir do not both import.
 func migrate(dir string, timeout time.Duration, log *slog.Logger) error {
-	logPath, boltPath := filepath.Join(dir, LogFile), filepath.Join(dir, BoltFile)
-	if _, err := os.Stat(boltPath); errors.Is(err, fs.ErrNotExist) {
+	logPath, boltPath, importing := filepath.Join(dir, LogFile), filepath.Join(dir, BoltFile), filepath.Join(dir, ImportingBoltFile)
+	if !exists(boltPath) && !exists(importing) {
 		return nil // nothing to import: the common case, without the lock
-	} else if err != nil {
-		return fmt.Errorf("registry: %w", err)
 	}
 	unlock, err := lockDir(dir, timeout)
 	if err != nil {
 		return err
 	}
 	defer unlock()
-	_, boltErr := os.Stat(boltPath)
-	_, logErr := os.Stat(logPath)
 	switch {
-	case errors.Is(boltErr, fs.ErrNotExist):
-		return nil // imported by another process meanwhile
-	case boltErr != nil:
-		return fmt.Errorf("registry: %w", boltErr)
-	case logErr == nil:
-		// Imported before a crash that left registry.db in place.
-		if err := retire(dir); err != nil {
+	case exists(boltPath) && exists(logPath):
+		return fmt.Errorf("registry: both %s and %s exist: %s was written after the registry moved to %s "+
+			"(an earlier version of the coordinator run again on this work dir?). To keep the registry in %s, move %s away; "+
+			"to use %s instead (what was written to the log since is lost), move %s away and it is imported again",
+			LogFile, BoltFile, BoltFile, LogFile, LogFile, BoltFile, BoltFile, LogFile)
+	case exists(boltPath):
+		if exists(importing) {
+			return fmt.Errorf("registry: both %s and %s exist: move one of them away", BoltFile, ImportingBoltFile)
+		}
+		if err := takeBolt(boltPath, importing, timeout); err != nil {
 			return err
 		}
-		log.Warn("registry: registry.log and registry.db both exist; using registry.log, registry.db renamed (an earlier import was interrupted)",
-			"log", logPath, "backup", filepath.Join(dir, ImportedBoltFile))
-		return nil
-	case !errors.Is(logErr, fs.ErrNotExist):
-		return fmt.Errorf("registry: %w", logErr)
 	}
-	records, err := importBolt(boltPath, logPath, timeout)
+	records := -1 // the log was in place already
+	if !exists(logPath) {
+		if records, err = importBolt(importing, logPath, timeout); err != nil {
+			return fmt.Errorf("import %s into %s: %w", importing, logPath, err)
+		}
+	}
+	backup, err := retire(dir)
 	if err != nil {
-		return fmt.Errorf("import %s into %s: %w", boltPath, logPath, err)
-	}
-	if err := retire(dir); err != nil {
 		return err
 	}
-	log.Info("registry: imported registry.db into registry.log; registry.db kept as a backup",
-		"log", logPath, "records", records, "backup", filepath.Join(dir, ImportedBoltFile))
+	if records < 0 {
+		log.Warn("registry: an import of registry.db was interrupted after registry.log was in place; using registry.log",
+			"log", logPath, "backup", backup)
+	} else {
+		log.Info("registry: imported registry.db into registry.log; registry.db kept as a backup",
+			"log", logPath, "records", records, "backup", backup)
+	}
 	return nil
+}
+
+// takeBolt renames registry.db to registry.db.importing once no other
+// process holds it (an earlier coordinator still running), waiting up to
+// timeout.
+func takeBolt(boltPath, importing string, timeout time.Duration) error {
+	f, err := os.Open(boltPath)
+	if err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	defer f.Close() // and its lock
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("registry: lock %s: %w", boltPath, err)
+		}
+		if !time.Now().Before(deadline) {
+			return fmt.Errorf("registry: import %s: locked by another process (is another process using this --work-dir?)", boltPath)
+		}
+		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
+	}
+	if err := os.Rename(boltPath, importing); err != nil {
+		return fmt.Errorf("registry: %w", err)
+	}
+	if err := syncDir(filepath.Dir(boltPath)); err != nil {
+		return fmt.Errorf("registry: sync %s: %w", filepath.Dir(boltPath), err)
+	}
+	return nil
+}
+
+func exists(path string) bool {
+	_, err := os.Lstat(path)
+	return err == nil
 }
 
 // importBolt copies every bucket of the bbolt file into a new log at
@@ -198,16 +244,21 @@ func copyBuckets(ctx context.Context, from *kv.Bolt, to Store) (int, error) {
 	return records, nil
 }
 
-// retire renames an imported registry.db to registry.db.imported and syncs
-// dir.
-func retire(dir string) error {
-	if err := os.Rename(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportedBoltFile)); err != nil {
-		return fmt.Errorf("registry: keep the imported registry.db as a backup: %w", err)
+// retire renames registry.db.importing to registry.db.imported, or, if an
+// older backup has that name, to a name of its own, syncs dir and returns
+// the backup's path.
+func retire(dir string) (string, error) {
+	backup := filepath.Join(dir, ImportedBoltFile)
+	if exists(backup) {
+		backup += "." + time.Now().UTC().Format("20060102T150405.000000000Z")
+	}
+	if err := os.Rename(filepath.Join(dir, ImportingBoltFile), backup); err != nil {
+		return "", fmt.Errorf("registry: keep the imported registry.db as a backup: %w", err)
 	}
 	if err := syncDir(dir); err != nil {
-		return fmt.Errorf("registry: sync %s: %w", dir, err)
+		return "", fmt.Errorf("registry: sync %s: %w", dir, err)
 	}
-	return nil
+	return backup, nil
 }
 
 // lockDir takes an exclusive flock on dir, retrying until timeout, and

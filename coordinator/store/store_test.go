@@ -3,9 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
-	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -144,44 +142,122 @@ func TestOpenImportsBoltRegistry(t *testing.T) {
 	}
 }
 
-// TestOpenAfterInterruptedImport checks the crash between the two renames
-// of an import: with registry.log and registry.db both present, the log is
-// used and registry.db is renamed, not imported again.
+// TestOpenAfterInterruptedImport checks a crash at each step of an import:
+// before the log is in place, registry.db.importing is imported (again);
+// after it, the log is used and the backup renamed. Either way nothing is
+// lost and registry.db.imported is what is left.
 func TestOpenAfterInterruptedImport(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		logThere bool // the crash came after the log was renamed into place
+	}{{"before the log was in place", false}, {"after the log was in place", true}} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			want := boltRegistry(t, dir)
+			if c.logThere {
+				s, err := Open(dir, time.Second, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := s.Apply(context.Background(), Put(BucketAgents, "a1", []byte("since the import"))); err != nil {
+					t.Fatal(err)
+				}
+				want[BucketAgents]["a1"] = "since the import"
+				if err := s.Close(); err != nil {
+					t.Fatal(err)
+				}
+				// As if the crash came before the backup was renamed.
+				if err := os.Rename(filepath.Join(dir, ImportedBoltFile), filepath.Join(dir, ImportingBoltFile)); err != nil {
+					t.Fatal(err)
+				}
+			} else {
+				// As if the crash came while the log was being written.
+				if err := os.Rename(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportingBoltFile)); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, LogFile+".tmp"), []byte("half a log"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var logged bytes.Buffer
+			s, err := Open(dir, time.Second, slog.New(slog.NewTextHandler(&logged, nil)))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s.Close()
+			if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
+				t.Fatalf("registry (-want +got):\n%s", diff)
+			}
+			for name, present := range map[string]bool{BoltFile: false, ImportingBoltFile: false, ImportedBoltFile: true, LogFile + ".tmp": false} {
+				if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != present {
+					t.Errorf("%s: present %v, want %v (%v)", name, err == nil, present, err)
+				}
+			}
+			if say := map[bool]string{false: "imported registry.db", true: "interrupted"}[c.logThere]; !strings.Contains(logged.String(), say) {
+				t.Errorf("logged %q, want %q", logged.String(), say)
+			}
+		})
+	}
+}
+
+// TestOpenRefusesBoltWrittenAfterImport checks an earlier version run again
+// on a work dir already moved to the log: it writes a new registry.db, and
+// Open refuses to choose between the two, changing nothing; once the
+// operator moves the log away, registry.db is imported and the first
+// backup is kept.
+func TestOpenRefusesBoltWrittenAfterImport(t *testing.T) {
 	dir := t.TempDir()
 	boltRegistry(t, dir)
 	s, err := Open(dir, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Apply(context.Background(), Put(BucketAgents, "a1", []byte("since the import"))); err != nil {
-		t.Fatal(err)
-	}
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	// As if the crash came before registry.db was renamed.
-	if err := os.Rename(filepath.Join(dir, ImportedBoltFile), filepath.Join(dir, BoltFile)); err != nil {
+	first, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	var logged bytes.Buffer
-	s, err = Open(dir, time.Second, slog.New(slog.NewTextHandler(&logged, nil)))
+	old, err := OpenBolt(dir, time.Second) // the earlier version, run again
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Apply(context.Background(), Put(BucketAgents, "rollback", []byte("written by the earlier version"))); err != nil {
+		t.Fatal(err)
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(dir, time.Second, nil); err == nil || !strings.Contains(err.Error(), "both registry.log and registry.db exist") {
+		if s != nil {
+			s.Close()
+		}
+		t.Fatalf("Open with a registry.db written after the import = %v, want refused", err)
+	}
+	for _, name := range []string{BoltFile, LogFile, ImportedBoltFile} {
+		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
+			t.Errorf("%s after the refusal: %v", name, err)
+		}
+	}
+
+	if err := os.Rename(filepath.Join(dir, LogFile), filepath.Join(dir, "registry.log.set-aside")); err != nil {
+		t.Fatal(err)
+	}
+	s, err = Open(dir, time.Second, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer s.Close()
 	agents, err := s.Load(context.Background(), BucketAgents)
-	if err != nil || string(agents["a1"]) != "since the import" {
-		t.Fatalf("agents = %q, %v; want the log's record", agents, err)
+	if err != nil || string(agents["rollback"]) != "written by the earlier version" {
+		t.Fatalf("agents = %q, %v; want registry.db imported", agents, err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, BoltFile)); !errors.Is(err, fs.ErrNotExist) {
-		t.Errorf("registry.db still there: %v", err)
+	if kept, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile)); err != nil || !bytes.Equal(kept, first) {
+		t.Errorf("the first backup was replaced (%v)", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, ImportedBoltFile)); err != nil {
-		t.Errorf("backup: %v", err)
-	}
-	if !strings.Contains(logged.String(), "both exist") {
-		t.Errorf("logged %q, want the interrupted import said", logged.String())
+	if second, _ := filepath.Glob(filepath.Join(dir, ImportedBoltFile+".*")); len(second) != 1 {
+		t.Errorf("backups of the second import: %v, want one beside the first", second)
 	}
 }
 
