@@ -80,12 +80,13 @@ func (o *outbox[T]) claim(ctx context.Context) (_ context.Context, release func(
 	ctx, cancel := context.WithCancelCause(ctx)
 	mine := &streamClaim{cancel: cancel}
 	o.mu.Lock()
-	prev := o.claimant
+	if o.claimant != nil {
+		// Under o.mu, as takeFor checks: the older stream takes nothing
+		// from here on.
+		o.claimant.cancel(errSuperseded)
+	}
 	o.claimant = mine
 	o.mu.Unlock()
-	if prev != nil {
-		prev.cancel(errSuperseded)
-	}
 	return ctx, func() {
 		o.mu.Lock()
 		if o.claimant == mine {
@@ -193,6 +194,21 @@ func (o *outbox[T]) dropLocked(seq uint64) {
 func (o *outbox[T]) take() (v T, ok bool) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	return o.takeLocked()
+}
+
+// takeFor is take for a stream that serves o with ctx: nothing once ctx
+// ended, checked under the lock that claim cancels a stream's ctx under.
+func (o *outbox[T]) takeFor(ctx context.Context) (v T, ok bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if ctx.Err() != nil {
+		return v, false
+	}
+	return o.takeLocked()
+}
+
+func (o *outbox[T]) takeLocked() (v T, ok bool) {
 	for o.head < len(o.entries) {
 		e := o.entries[o.head]
 		o.entries[o.head] = outboxEntry[T]{}
@@ -284,27 +300,31 @@ func (o *outbox[T]) wake() {
 // hands both on, listed for the next beat and woken, instead of taking
 // them with it.
 func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send func(T) error) error {
+	// The pulse's list is changed under o.mu (o.mu before pulse.mu), so
+	// that the last stream to leave takes the outbox off it for good.
 	o.mu.Lock()
 	o.servers++
-	o.mu.Unlock()
 	beats.wait(&o.beat)
+	o.mu.Unlock()
 	defer func() {
 		o.mu.Lock()
 		o.servers--
-		last := o.servers == 0
-		o.mu.Unlock()
-		if last {
+		stays := o.servers > 0
+		if stays {
+			beats.wait(&o.beat)
+		} else {
 			beats.leave(&o.beat)
-			return
 		}
-		beats.wait(&o.beat)
-		o.wake()
+		o.mu.Unlock()
+		if stays {
+			o.wake()
+		}
 	}()
 	for {
 		if err := ctx.Err(); err != nil {
 			return err
 		}
-		if v, ok := o.take(); ok {
+		if v, ok := o.takeFor(ctx); ok {
 			if err := send(v); err != nil {
 				return err
 			}

@@ -109,3 +109,20 @@ func TestSupersededStream(t *testing.T) {
 		}
 	})
 }
+
+// TestSupersededStreamTakesNothing checks that a stream whose outbox a newer
+// stream claimed takes nothing from it, however late it looks.
+func TestSupersededStreamTakesNothing(t *testing.T) {
+	o := newOutbox[string]()
+	older, releaseOlder := o.claim(context.Background())
+	defer releaseOlder()
+	o.send("command")
+	newer, releaseNewer := o.claim(context.Background())
+	defer releaseNewer()
+	if v, ok := o.takeFor(older); ok {
+		t.Fatalf("the superseded stream took %q", v)
+	}
+	if v, ok := o.takeFor(newer); !ok || v != "command" {
+		t.Fatalf("the newer stream took %q, %v; want the command", v, ok)
+	}
+}
