@@ -128,6 +128,10 @@ type Coordinator struct {
 	// frameworkHeartbeats and agentPings pace the keepalives of all
 	// subscriptions and all agents' command streams (one timer each).
 	frameworkHeartbeats, agentPings *pulse
+	// storeFailed receives the first registry error that needs a reopen
+	// (store.ErrFailed): Run returns it, so the process exits and its
+	// supervisor restarts it.
+	storeFailed chan error
 	// subscriber runs subscriptions off their handlers' stacks (flow.go).
 	subscriber offStack
 	// persistMu, then mu: see "Locks and persistence" in doc.go.
@@ -188,6 +192,7 @@ func New(cfg Config) (*Coordinator, error) {
 		log:            cfg.Logger,
 		store:          st,
 		kick:           make(chan struct{}, 1),
+		storeFailed:    make(chan error, 1),
 		alloc:          allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
 		agents:         map[string]*agent{},
 		frameworks:     map[string]*framework{},
@@ -230,6 +235,15 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.runAllocation(ctx) })
 	g.Go(func() error { return c.runTimers(ctx) })
+	g.Go(func() error {
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case err := <-c.storeFailed:
+			c.log.Error("registry failed: stopping, to be restarted and recover it", "err", err)
+			return fmt.Errorf("registry: %w", err)
+		}
+	})
 	err := g.Wait()
 	c.shutdownStreams()
 	if errors.Is(err, context.Canceled) {

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strconv"
 	"time"
@@ -142,9 +143,21 @@ func (c *Coordinator) recoverMaintenance(key string, raw []byte) error {
 // answered. A failure is Unavailable: nothing was applied. It takes no lock.
 func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.Mutation) error {
 	if err := c.store.Apply(ctx, writes...); err != nil {
+		c.checkStore(err)
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist %s: %w", what, err))
 	}
 	return nil
+}
+
+// checkStore hands a registry error that needs a reopen to Run, which
+// stops the coordinator (see storeFailed).
+func (c *Coordinator) checkStore(err error) {
+	if errors.Is(err, store.ErrFailed) {
+		select {
+		case c.storeFailed <- err:
+		default:
+		}
+	}
 }
 
 // record makes durable what an applied change leads to, even if the caller
@@ -152,6 +165,7 @@ func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.
 // next registration heal a stale record. It takes no lock.
 func (c *Coordinator) record(ctx context.Context, writes ...store.Mutation) {
 	if err := c.store.Apply(context.WithoutCancel(ctx), writes...); err != nil {
+		c.checkStore(err)
 		c.log.Error("persist registry", "err", err)
 	}
 }

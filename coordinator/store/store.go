@@ -36,6 +36,10 @@ type Mutation = kv.Mutation
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = kv.ErrClosed
 
+// ErrFailed is wrapped by the errors of a store that must be reopened (see
+// kv.ErrFailed).
+var ErrFailed = kv.ErrFailed
+
 // Put returns a mutation that stores value under bucket/key.
 func Put(bucket, key string, value []byte) Mutation { return kv.Put(bucket, key, value) }
 

@@ -15,6 +15,13 @@ import (
 // ErrClosed is returned by operations on a closed store.
 var ErrClosed = errors.New("store closed")
 
+// ErrFailed is wrapped by the errors of a store that can take no more
+// writes until it is reopened: after a failed fsync the kernel may have
+// dropped the pages written, so nothing after can be acknowledged; a
+// reopen recovers the file as after a crash. A process should exit (its
+// supervisor restarts it), as etcd and PostgreSQL do.
+var ErrFailed = errors.New("the store failed: no more writes until it is reopened")
+
 // Mutation is one write: Value nil deletes Key from Bucket.
 type Mutation struct {
 	Bucket string

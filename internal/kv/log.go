@@ -301,7 +301,8 @@ func (l *Log) commit(writes [][]Mutation) error {
 	if _, err := l.f.WriteAt(frame, l.size); err != nil {
 		// Cut what may have landed, or the next frame would follow garbage.
 		if terr := l.f.Truncate(l.size); terr != nil {
-			l.failed = fmt.Errorf("%s: a failed append could not be undone, no more writes until it is reopened: %w", l.path, terr)
+			l.failed = fmt.Errorf("%s: a failed append could not be undone (%w): %w", l.path, terr, ErrFailed)
+			return l.failed
 		}
 		return fmt.Errorf("append to %s: %w", l.path, err)
 	}
@@ -309,8 +310,8 @@ func (l *Log) commit(writes [][]Mutation) error {
 		// After a failed fsync the kernel may have dropped the dirty
 		// pages: nothing written after can be trusted until a reopen
 		// recovers the file.
-		l.failed = fmt.Errorf("%s: sync failed, no more writes until it is reopened: %w", l.path, err)
-		return fmt.Errorf("sync %s: %w", l.path, err)
+		l.failed = fmt.Errorf("sync %s: %w: %w", l.path, err, ErrFailed)
+		return l.failed
 	}
 	l.size += int64(len(frame))
 	if l.size > l.compactAt {
@@ -549,7 +550,7 @@ func (l *Log) rewrite() error {
 	// writes acknowledged from the new one would be lost. No write is
 	// taken until it is.
 	if err := syncDir(filepath.Dir(l.path)); err != nil {
-		l.failed = fmt.Errorf("%s: compacted, but its directory could not be synced, no more writes until it is reopened: %w", l.path, err)
+		l.failed = fmt.Errorf("%s: compacted, but its directory could not be synced (%w): %w", l.path, err, ErrFailed)
 		l.log.Error("registry log: sync directory after compaction failed; refusing writes until reopened", "path", l.path, "err", err)
 	}
 	return nil
