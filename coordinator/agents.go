@@ -103,17 +103,18 @@ func (s agentService) Connect(ctx context.Context, req *connect.Request[slacklin
 	if err := send(ping); err != nil {
 		return err
 	}
-	if err := sess.serve(ctx, ping, s.c.agentPings, send); err != nil {
-		if errors.Is(context.Cause(ctx), errSuperseded) {
-			return connect.NewError(connect.CodeAborted, errSuperseded)
+	err = sess.serve(ctx, ping, s.c.agentPings, send)
+	if err == nil {
+		if !sess.flush {
+			return connect.NewError(connect.CodeFailedPrecondition, errSessionEnded)
 		}
-		return err
+		// The last commands (a shutdown) go out before the end.
+		err = sess.sendQueued(ctx, send)
 	}
-	if !sess.flush {
-		return connect.NewError(connect.CodeFailedPrecondition, errSessionEnded)
+	if err != nil && errors.Is(context.Cause(ctx), errSuperseded) {
+		return connect.NewError(connect.CodeAborted, errSuperseded)
 	}
-	// The last commands (a shutdown) go out before the end.
-	return sess.sendQueued(send)
+	return err
 }
 
 // streamSession returns the session whose commands a Connect stream

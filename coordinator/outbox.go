@@ -329,12 +329,17 @@ func (o *outbox[T]) serve(ctx context.Context, keepalive T, beats *pulse, send f
 				return err
 			}
 			if o.hasEnded() {
-				return nil
+				return ctx.Err()
 			}
 			continue
 		}
 		select {
 		case <-o.ready:
+			// A superseded stream neither ends the session's delivery
+			// nor takes its beat.
+			if err := ctx.Err(); err != nil {
+				return err
+			}
 			if o.hasEnded() {
 				return nil
 			}
@@ -433,12 +438,13 @@ func (p *pulse) beat() {
 	p.waiting, p.armed = nil, false
 }
 
-// sendQueued sends what the queue holds, without waiting for more.
-func (o *outbox[T]) sendQueued(send func(T) error) error {
+// sendQueued sends what the queue holds, without waiting for more; a
+// stream whose ctx ended (superseded) sends nothing.
+func (o *outbox[T]) sendQueued(ctx context.Context, send func(T) error) error {
 	for {
-		v, ok := o.take()
+		v, ok := o.takeFor(ctx)
 		if !ok {
-			return nil
+			return ctx.Err()
 		}
 		if err := send(v); err != nil {
 			return err

@@ -126,3 +126,55 @@ func TestSupersededStreamTakesNothing(t *testing.T) {
 		t.Fatalf("the newer stream took %q, %v; want the command", v, ok)
 	}
 }
+
+// TestSupersededStreamLeavesTheLastCommands checks that a stream superseded
+// while it was writing does not deliver what the session queued before
+// ending (a shutdown): the newer stream does.
+func TestSupersededStreamLeavesTheLastCommands(t *testing.T) {
+	beats := newPulse(time.Hour)
+	o := newOutbox[string]()
+	older, releaseOlder := o.claim(context.Background())
+	defer releaseOlder()
+	var olderSent []string
+	writing, unblock := make(chan struct{}), make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		send := func(v string) error {
+			olderSent = append(olderSent, v)
+			if v == "launch" {
+				close(writing)
+				<-unblock // a connection nobody reads
+			}
+			return nil
+		}
+		err := o.serve(older, "keepalive", beats, send)
+		if err == nil {
+			err = o.sendQueued(older, send)
+		}
+		done <- err
+	}()
+	o.send("launch")
+	<-writing
+	newer, releaseNewer := o.claim(context.Background())
+	defer releaseNewer()
+	o.send("shutdown")
+	o.endAfterDelivery()
+	close(unblock)
+	if err := <-done; !errors.Is(context.Cause(older), errSuperseded) || err == nil {
+		t.Fatalf("older stream ended with %v (cause %v), want an error caused by errSuperseded", err, context.Cause(older))
+	}
+	var newerSent []string
+	send := func(v string) error { newerSent = append(newerSent, v); return nil }
+	if err := o.serve(newer, "keepalive", beats, send); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.sendQueued(newer, send); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff([]string{"launch"}, olderSent); diff != "" {
+		t.Errorf("older stream sent (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"shutdown"}, newerSent); diff != "" {
+		t.Errorf("newer stream sent (-want +got):\n%s", diff)
+	}
+}

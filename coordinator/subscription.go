@@ -142,7 +142,7 @@ func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerSt
 		return err
 	}
 	// Deliver what was queued before the end (the error event included).
-	return sub.sendQueued(send)
+	return sub.sendQueued(ctx, send)
 }
 
 // heartbeatEvent is the one heartbeat every subscription sends: events are

@@ -33,7 +33,7 @@ type groupFlags struct {
 
 func registerGroupFlags(fs *flag.FlagSet) *groupFlags {
 	g := &groupFlags{}
-	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, bbolt in --work-dir)")
+	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, the registry log in --work-dir)")
 	fs.StringVar(&g.ca, "etcd-ca", "", "CA file to verify etcd's server certificates")
 	fs.StringVar(&g.cert, "etcd-cert", "", "client certificate file for etcd (with --etcd-key)")
 	fs.StringVar(&g.key, "etcd-key", "", "client key file for etcd")
@@ -65,7 +65,7 @@ func (g *groupFlags) advertiseURL(listen string, tls bool) (string, error) {
 	return scheme + listen, nil
 }
 
-// serve runs the coordinator until ctx ends: alone on bbolt in its work
+// serve runs the coordinator until ctx ends: alone on its registry log in its work
 // dir, or with --etcd-endpoints as a member of a group.
 func (g *groupFlags) serve(ctx context.Context, cfg coordinator.Config, authz *auth.Authorizer, srv server.Config) error {
 	var err error

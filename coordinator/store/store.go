@@ -113,6 +113,8 @@ func migrate(dir string, timeout time.Duration, log *slog.Logger) error {
 	}
 	defer unlock()
 	switch {
+	case !exists(boltPath) && !exists(importing):
+		return nil // imported by another process while this one waited
 	case exists(boltPath) && exists(logPath):
 		return fmt.Errorf("registry: both %s and %s exist: %s was written after the registry moved to %s "+
 			"(an earlier version of the coordinator run again on this work dir?). To keep the registry in %s, move %s away; "+

@@ -283,3 +283,40 @@ func TestOpenRefusesLockedBoltRegistry(t *testing.T) {
 		}
 	}
 }
+
+// TestOpenWaitsForAnotherImport checks two coordinators started at once on
+// a work dir with a registry.db: the one that waited while the other
+// imported opens the log (and its lock decides between them) instead of
+// failing on files the import already moved.
+func TestOpenWaitsForAnotherImport(t *testing.T) {
+	dir := t.TempDir()
+	want := boltRegistry(t, dir)
+	unlock, err := lockDir(dir, time.Second) // the first coordinator, importing
+	if err != nil {
+		t.Fatal(err)
+	}
+	opened := make(chan error, 1)
+	var second Store
+	go func() {
+		var err error
+		second, err = Open(dir, 10*time.Second, nil)
+		opened <- err
+	}()
+	if err := takeBolt(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportingBoltFile), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := importBolt(filepath.Join(dir, ImportingBoltFile), filepath.Join(dir, LogFile), time.Second); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := retire(dir); err != nil {
+		t.Fatal(err)
+	}
+	unlock()
+	if err := <-opened; err != nil {
+		t.Fatalf("the second Open: %v", err)
+	}
+	defer second.Close()
+	if diff := cmp.Diff(want, load(t, second, want)); diff != "" {
+		t.Fatalf("registry (-want +got):\n%s", diff)
+	}
+}

@@ -81,7 +81,7 @@ type LogOptions struct {
 
 const (
 	// logMagic starts every log file: a name and the format's version.
-	logMagic = "SLKVLOG\x01"
+	logMagic = "SLKVLOG\x02"
 	// frameHeaderSize is the length and the two CRCs before each payload.
 	frameHeaderSize = 12
 	// MaxFrameSize is the largest payload of one frame: a group commit
@@ -665,7 +665,9 @@ func (r *frameReader) next() ([]byte, error) {
 		// Zeros where a frame should be (the file extended before its
 		// data landed) are a torn tail if nothing but zeros follows;
 		// anything else is damage.
-		return nil, &badFrame{off: r.off, after: r.off, reason: "frame header CRC mismatch"}
+		// (A payload is never zero-led: it starts with its mutation
+		// count. So a header cut short with zeros after it is torn too.)
+		return nil, &badFrame{off: r.off, after: r.off + frameHeaderSize, reason: "frame header CRC mismatch"}
 	case n == 0 || n > MaxFrameSize:
 		// The writer never writes these.
 		return nil, &badFrame{off: r.off, after: r.off + frameHeaderSize, reason: fmt.Sprintf("frame length %d out of range", n)}

@@ -94,6 +94,11 @@ func TestLogTornTail(t *testing.T) {
 	zeroed := bytes.Clone(whole)
 	clear(zeroed[last:])
 	cases = append(cases, damage{"frame zeroed", zeroed, before})
+	for kept := 1; kept < frameHeaderSize; kept++ { // the header landed in part, the file extended
+		partial := bytes.Clone(whole)
+		clear(partial[last+int64(kept):])
+		cases = append(cases, damage{fmt.Sprintf("%d bytes of the header, zeros after", kept), partial, before})
+	}
 	zeroedEnd := bytes.Clone(whole)
 	clear(zeroedEnd[len(whole)-50:])
 	cases = append(cases, damage{"end of frame zeroed", zeroedEnd, before})
@@ -168,7 +173,7 @@ func TestLogRefusesDamage(t *testing.T) {
 		{"bit flip in the first frame's length", length, fmt.Sprintf("corrupt frame at offset %d", len(logMagic))},
 		{"zeroed frames before a good one", zeroFrame, fmt.Sprintf("corrupt frame at offset %d", len(logMagic))},
 		{"wrong header", append([]byte("NOTALOG\x01"), whole[len(logMagic):]...), "not a slackline log"},
-		{"another version", append([]byte("SLKVLOG\x02"), whole[len(logMagic):]...), "not a slackline log"},
+		{"another version", append([]byte("SLKVLOG\x01"), whole[len(logMagic):]...), "not a slackline log"},
 		{"text file", []byte("agents: [a1, a2]\nweights: {eng: 2}\n"), "not a slackline log"},
 	}
 	for _, c := range cases {
