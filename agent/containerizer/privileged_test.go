@@ -133,6 +133,17 @@ func TestTaskIsInItsCgroupsAtExec(t *testing.T) {
 	if err != nil || !slices.Contains(pids, ct.Pid) {
 		t.Errorf("Pids = %v, %v; want %d among them", pids, err, ct.Pid)
 	}
+	// The pid is the shim's until it execs the task: read the task's
+	// environment once the command runs (the shell execs sleep).
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(5 * time.Millisecond) {
+		cmdline, _ := os.ReadFile("/proc/" + strconv.Itoa(ct.Pid) + "/cmdline")
+		if strings.HasPrefix(string(cmdline), "sleep\x00") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("pid %d did not exec the task: cmdline %q", ct.Pid, cmdline)
+		}
+	}
 	env, _ := os.ReadFile("/proc/" + strconv.Itoa(ct.Pid) + "/environ")
 	for _, want := range []string{"SLACKLINE_TASK_ID=sleep", "SLACKLINE_SANDBOX=" + ct.Sandbox, "SLACKLINE_CONTAINER_ID=" + ct.ID} {
 		if !slices.Contains(strings.Split(string(env), "\x00"), want) {
