@@ -10,9 +10,10 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"syscall"
 	"time"
 
+	"github.com/slackline/slackline/internal/atomicfile"
+	"github.com/slackline/slackline/internal/filelock"
 	"github.com/slackline/slackline/internal/kv"
 )
 
@@ -157,24 +158,13 @@ func takeBolt(boltPath, importing string, timeout time.Duration) error {
 		return fmt.Errorf("registry: %w", err)
 	}
 	defer f.Close() // and its lock
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("registry: lock %s: %w", boltPath, err)
-		}
-		if !time.Now().Before(deadline) {
-			return fmt.Errorf("registry: import %s: locked by another process (is another process using this --work-dir?)", boltPath)
-		}
-		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
+	if err := filelock.Lock(f, timeout); err != nil {
+		return fmt.Errorf("registry: import %s: %w", boltPath, err)
 	}
 	if err := os.Rename(boltPath, importing); err != nil {
 		return fmt.Errorf("registry: %w", err)
 	}
-	if err := syncDir(filepath.Dir(boltPath)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(boltPath)); err != nil {
 		return fmt.Errorf("registry: sync %s: %w", filepath.Dir(boltPath), err)
 	}
 	return nil
@@ -210,7 +200,7 @@ func importBolt(boltPath, logPath string, timeout time.Duration) (int, error) {
 		err = os.Rename(tmpPath, logPath)
 	}
 	if err == nil {
-		err = syncDir(filepath.Dir(logPath))
+		err = atomicfile.SyncDir(filepath.Dir(logPath))
 	}
 	if err != nil {
 		os.Remove(tmpPath)
@@ -261,7 +251,7 @@ func retire(dir string) (string, error) {
 	if err := os.Rename(filepath.Join(dir, ImportingBoltFile), backup); err != nil {
 		return "", fmt.Errorf("registry: keep the imported registry.db as a backup: %w", err)
 	}
-	if err := syncDir(dir); err != nil {
+	if err := atomicfile.SyncDir(dir); err != nil {
 		return "", fmt.Errorf("registry: sync %s: %w", dir, err)
 	}
 	return backup, nil
@@ -274,30 +264,9 @@ func lockDir(dir string, timeout time.Duration) (func(), error) {
 	if err != nil {
 		return nil, fmt.Errorf("registry: %w", err)
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(d.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return func() { d.Close() }, nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			d.Close()
-			return nil, fmt.Errorf("registry: lock %s: %w", dir, err)
-		}
-		if !time.Now().Before(deadline) {
-			d.Close()
-			return nil, fmt.Errorf("registry: lock %s to import registry.db: locked by another process (is another process using this --work-dir?)", dir)
-		}
-		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
+	if err := filelock.Lock(d, timeout); err != nil {
+		d.Close()
+		return nil, fmt.Errorf("registry: lock %s to import registry.db: %w", dir, err)
 	}
-}
-
-// syncDir syncs a directory, so that a rename in it survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
+	return func() { d.Close() }, nil
 }

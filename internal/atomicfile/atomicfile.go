@@ -28,6 +28,12 @@ func WriteFile(path string, data []byte, mode fs.FileMode) error {
 	if err := os.Rename(tmp.Name(), path); err != nil {
 		return err
 	}
+	return SyncDir(dir)
+}
+
+// SyncDir syncs a directory, so that a rename in it, or a file created in
+// it, survives a crash.
+func SyncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
 		return err

@@ -17,6 +17,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/slackline/slackline/internal/atomicfile"
+	"github.com/slackline/slackline/internal/filelock"
 )
 
 // Log is a Store in an append-only file: each group commit appends one
@@ -139,9 +142,6 @@ func OpenLog(path string, opts LogOptions) (*Log, error) {
 	return l, nil
 }
 
-// errLocked is the failure to lock a file another process holds.
-var errLocked = errors.New("locked by another process (is another process using this --work-dir?)")
-
 // openLocked opens (creating it if needed) the file at path and takes its
 // lock, waiting up to timeout. The lock is on the file the name points to
 // once it is held: a compaction by the process that held it renames a new
@@ -154,7 +154,7 @@ func openLocked(path string, timeout time.Duration) (*os.File, error) {
 		if err != nil {
 			return nil, err
 		}
-		if err := lockFile(f, time.Until(deadline)); err != nil {
+		if err := filelock.Lock(f, time.Until(deadline)); err != nil {
 			f.Close()
 			return nil, err
 		}
@@ -171,24 +171,6 @@ func openLocked(path string, timeout time.Duration) (*os.File, error) {
 		if err != nil && !errors.Is(err, os.ErrNotExist) {
 			return nil, err
 		}
-	}
-}
-
-// lockFile takes an exclusive flock on f, retrying until timeout.
-func lockFile(f *os.File, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, syscall.EWOULDBLOCK) {
-			return fmt.Errorf("lock: %w", err)
-		}
-		if !time.Now().Before(deadline) {
-			return errLocked
-		}
-		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
 	}
 }
 
@@ -267,7 +249,7 @@ func (l *Log) writeHeader() error {
 	if err := l.f.Sync(); err != nil {
 		return fmt.Errorf("sync %s: %w", l.path, err)
 	}
-	if err := syncDir(filepath.Dir(l.path)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(l.path)); err != nil {
 		return fmt.Errorf("sync directory of %s: %w", l.path, err)
 	}
 	l.size = int64(len(logMagic))
@@ -528,7 +510,7 @@ func (l *Log) rewrite() error {
 		return err
 	}
 	// Locked before it takes the log's name: no other process may take it.
-	if err := lockFile(tmp, 0); err != nil {
+	if err := filelock.Lock(tmp, 0); err != nil {
 		tmp.Close()
 		return err
 	}
@@ -549,7 +531,7 @@ func (l *Log) rewrite() error {
 	// Until the rename is durable, a crash could bring the old file back:
 	// writes acknowledged from the new one would be lost. No write is
 	// taken until it is.
-	if err := syncDir(filepath.Dir(l.path)); err != nil {
+	if err := atomicfile.SyncDir(filepath.Dir(l.path)); err != nil {
 		l.failed = fmt.Errorf("%s: compacted, but its directory could not be synced (%w): %w", l.path, err, ErrFailed)
 		l.log.Error("registry log: sync directory after compaction failed; refusing writes until reopened", "path", l.path, "err", err)
 	}
@@ -715,15 +697,4 @@ func isZero(b []byte) bool {
 		}
 	}
 	return true
-}
-
-// syncDir syncs a directory, so that a rename or a new file in it
-// survives a crash.
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

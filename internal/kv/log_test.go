@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/slackline/slackline/internal/filelock"
 )
 
 // logFile makes a log at a new path with two writes, then a third whose
@@ -381,8 +383,8 @@ func TestLogLockFollowsCompaction(t *testing.T) {
 		}
 		select {
 		case err := <-second:
-			if !errors.Is(err, errLocked) {
-				t.Fatalf("second open while the first holds the log: %v, want %v", err, errLocked)
+			if !errors.Is(err, filelock.ErrLocked) {
+				t.Fatalf("second open while the first holds the log: %v, want %v", err, filelock.ErrLocked)
 			}
 			return
 		default:

@@ -1,0 +1,35 @@
+// Package filelock takes the exclusive advisory locks (flock) that keep two
+// processes off one store file or work dir.
+package filelock
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"syscall"
+	"time"
+)
+
+// ErrLocked is the failure to lock a file another process holds.
+var ErrLocked = errors.New("locked by another process (is another process using this --work-dir?)")
+
+// Lock takes an exclusive flock on f (a file or a directory), retrying
+// until timeout; zero tries once. It fails with ErrLocked when another
+// open file holds the lock, in this process or another. The lock lasts
+// until f is closed.
+func Lock(f *os.File, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, syscall.EWOULDBLOCK) {
+			return fmt.Errorf("lock: %w", err)
+		}
+		if !time.Now().Before(deadline) {
+			return ErrLocked
+		}
+		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
+	}
+}
