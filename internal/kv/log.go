@@ -469,6 +469,7 @@ func (l *Log) scan(visit func(bucket, key, value []byte)) error {
 // keeps the old file (logged once) and is retried after another
 // CompactThreshold bytes. It runs on the writer goroutine with l.mu held.
 func (l *Log) compact() {
+	started, before := time.Now(), l.size
 	err := l.rewrite()
 	if err != nil {
 		if !l.compactFailed {
@@ -478,9 +479,10 @@ func (l *Log) compact() {
 		l.compactAt = l.size + l.threshold
 		return
 	}
-	if l.compactFailed {
-		l.log.Info("registry log: compaction succeeded again", "path", l.path, "size", l.size)
-	}
+	// Rare (the file doubles between two), and writes wait for it: say
+	// how long.
+	l.log.Info("registry log: compacted", "path", l.path, "bytes_before", before, "bytes_after", l.size,
+		"took", time.Since(started).Round(time.Millisecond), "after_failures", l.compactFailed)
 	l.compactFailed = false
 	l.compactAt = 2*l.size + l.threshold
 }
