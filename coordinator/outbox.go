@@ -295,7 +295,7 @@ func (o *outbox[T]) wake() {
 //
 // A stream whose ctx ended takes nothing more. Two streams may serve one
 // outbox for a moment (a superseded one that has not returned yet, see
-// Coordinator.claimStream): they share its ready channel and its place
+// claim): they share its ready channel and its place
 // among the pulse's waiters, so the one that leaves while the other stays
 // hands both on, listed for the next beat and woken, instead of taking
 // them with it.
