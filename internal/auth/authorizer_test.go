@@ -2,6 +2,7 @@ package auth
 
 import (
 	"context"
+	"crypto/tls"
 	"encoding/hex"
 	"encoding/pem"
 	"io"
@@ -39,6 +40,21 @@ func mustHex(t *testing.T, s string) []byte {
 	return b
 }
 
+// loadGenerated loads the authorization file and the coordinator's server
+// TLS that Generate wrote in dir.
+func loadGenerated(t *testing.T, dir string) (*Authorizer, *tls.Config) {
+	t.Helper()
+	a, err := Load(filepath.Join(dir, AuthzFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tlsConfig, err := ServerTLS(filepath.Join(dir, CoordinatorCertFile), filepath.Join(dir, CoordinatorKeyFile), filepath.Join(dir, CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, tlsConfig
+}
+
 // testServer serves unimplemented Operator and Agent services behind the
 // authorizer, over TLS with the credentials Generate wrote in dir: a call
 // that passes authorization answers Unimplemented.
@@ -49,14 +65,7 @@ func testServer(t *testing.T) (dir, url string, a *Authorizer) {
 		Frameworks: []string{"batch"}, Operators: []string{"admin"}}); err != nil {
 		t.Fatal(err)
 	}
-	a, err := Load(filepath.Join(dir, AuthzFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsConfig, err := ServerTLS(filepath.Join(dir, CoordinatorCertFile), filepath.Join(dir, CoordinatorKeyFile), filepath.Join(dir, CACertFile))
-	if err != nil {
-		t.Fatal(err)
-	}
+	a, tlsConfig := loadGenerated(t, dir)
 	opts := connect.WithInterceptors(a.Interceptor())
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(slacklinev1connect.UnimplementedOperatorServiceHandler{}, opts))

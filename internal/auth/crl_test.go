@@ -387,15 +387,8 @@ func TestLoadCRLRefusesForeignList(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	a, err := Load(filepath.Join(dir, AuthzFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	tlsConfig, err := ServerTLS(filepath.Join(dir, CoordinatorCertFile), filepath.Join(dir, CoordinatorKeyFile), filepath.Join(dir, CACertFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	err = a.LoadCRL(filepath.Join(other, CRLFile), filepath.Join(dir, CACertFile), tlsConfig)
+	a, tlsConfig := loadGenerated(t, dir)
+	err := a.LoadCRL(filepath.Join(other, CRLFile), filepath.Join(dir, CACertFile), tlsConfig)
 	if err == nil || !strings.Contains(err.Error(), "not signed by the client CA") {
 		t.Fatalf("another CA's list: %v", err)
 	}
