@@ -121,7 +121,7 @@ func OpenLog(path string, opts LogOptions) (*Log, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	// A compaction this process did not finish left its new file behind.
+	// A compaction that a crash interrupted left its new file behind.
 	if err := os.Remove(path + ".tmp"); err != nil && !errors.Is(err, os.ErrNotExist) {
 		f.Close()
 		return nil, fmt.Errorf("remove the unfinished compaction of %s: %w", path, err)
