@@ -33,7 +33,7 @@ const (
 	// serving certificate, which may come from another CA.
 	CoordinatorClientCertFile = "coordinator-client.crt"
 	CoordinatorClientKeyFile  = "coordinator-client.key"
-	AuthzFile           = "authz.yaml"
+	AuthzFile                 = "authz.yaml"
 	// CRLFile is the certificate revocation list (--client-crl) that
 	// Generate writes empty and Revoke extends.
 	CRLFile = "crl.pem"
