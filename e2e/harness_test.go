@@ -119,6 +119,16 @@ func startWithEnv(t testing.TB, env []string, name string, args ...string) *proc
 	return p
 }
 
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
 // stop sends SIGTERM and waits (SIGKILL after 10 s).
 func (p *process) stop() {
 	select {

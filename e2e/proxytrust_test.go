@@ -270,7 +270,13 @@ func TestDefaultsRefuseWithoutCredentials(t *testing.T) {
 	for _, binary := range []string{"slackline-coordinator", "slackline-agent"} {
 		t.Run(binary, func(t *testing.T) {
 			addr := freeAddr(t)
-			p := startStrict(t, binary, "--listen", addr, "--work-dir", t.TempDir())
+			args := []string{"--listen", addr, "--work-dir", t.TempDir()}
+			if binary == "slackline-agent" {
+				// Should it start (it must not), it works under a root of its own.
+				root := fmt.Sprintf("slackline-e2e-defaults-%d", time.Now().UnixNano()%1e9)
+				args = []string{"--listen", addr, "--work-dir", cgrouptest.WorkDir(t, root), "--cgroup-root", root}
+			}
+			p := startStrict(t, binary, args...)
 			waitExit(t, p, 10*time.Second)
 			out := p.out.String()
 			for _, want := range []string{"refusing to listen on " + addr, "slacklinectl credentials init", "--insecure", "SLACKLINE_INSECURE=1"} {
@@ -310,26 +316,96 @@ func TestDefaultsRefuseWithoutCredentials(t *testing.T) {
 // TestTaskCannotReadAnotherTasksOutput: on one node, a task of the
 // framework evil tries to read the output of a task of batch through the
 // agent's NodeService on loopback, with slacklinectl and everything a
-// local user has (the cluster's CA is public). With default flags the
-// agent would not even start without credentials (above); with them, the
-// task is refused: it has no token, and the agent serves only TLS.
+// local user has (the cluster's CA is public), over https and http. With
+// default flags the coordinator and the agent do not start at all without
+// credentials (before, they did, and the task read batch's output over
+// http); with credentials the task is refused: it has no token, and the
+// agent serves only TLS.
 func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 	privileged.Require(t)
-	// The node is named by its address, so that a task's TLS to it
-	// verifies: only the missing credentials stop it.
-	s := startTrusted(t, "127.0.0.1")
-	listen := freeAddr(t)
-	root := fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9)
-	startStrict(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
-		"--cgroup-root", root, "--resources", "cpus:2;mem:512", "--ca", s.file("ca.crt"), "--cert", s.file("agent-127.0.0.1.crt"),
-		"--key", s.file("agent-127.0.0.1.key"), "--client-crl", s.file("crl.pem"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")
-	start(t, "batch-framework", append(s.tlsArgs("batch"), "--name", "batch", "--role", "batch", "--tasks", "1",
+	t.Run("default flags", func(t *testing.T) {
+		addr, listen := freeAddr(t), freeAddr(t)
+		coordinator := startStrict(t, "slackline-coordinator", coordinatorArgs(addr, t.TempDir())...)
+		root := fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9)
+		agent := startStrict(t, "slackline-agent", "--coordinator", "http://"+addr, "--listen", listen,
+			"--work-dir", cgrouptest.WorkDir(t, root), "--cgroup-root", root, "--resources", "cpus:2;mem:512", "--kill-grace-period", "200ms")
+		select {
+		case <-coordinator.done:
+		case <-time.After(10 * time.Second):
+		}
+		select {
+		case <-agent.done:
+		case <-time.After(10 * time.Second):
+		}
+		if coordinator.exited() && agent.exited() {
+			return // nothing to attack: both refused (TestDefaultsRefuseWithoutCredentials checks why)
+		}
+		// They run: a task attacks as it would in any cluster of defaults.
+		framework := func(name string) []string { return []string{"--coordinator", "http://" + addr, "--name", name} }
+		out := attackThroughTheAgent(t, framework, listen, operator(addr),
+			slacklinev1connect.NewNodeServiceClient(http.DefaultClient, "http://"+listen), "")
+		if strings.Contains(out, "secret-of-batch") {
+			t.Fatalf("with default flags a task read another framework's task output through the agent:\n%s", out)
+		}
+	})
+	t.Run("credentials", func(t *testing.T) {
+		// The node is named by its address, so that a task's TLS to it
+		// verifies: only the missing credentials stop it.
+		s := startTrusted(t, "127.0.0.1")
+		listen := freeAddr(t)
+		root := fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9)
+		startStrict(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
+			"--cgroup-root", root, "--resources", "cpus:2;mem:512", "--ca", s.file("ca.crt"), "--cert", s.file("agent-127.0.0.1.crt"),
+			"--key", s.file("agent-127.0.0.1.key"), "--client-crl", s.file("crl.pem"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")
+		framework := func(name string) []string { return append(s.tlsArgs(name), "--name", name, "--role", name) }
+		admin := s.token("admin")
+		admin.ServerName = "127.0.0.1"
+		out := attackThroughTheAgent(t, framework, listen, s.operator(t, "admin"),
+			slacklinev1connect.NewNodeServiceClient(httpClient(t, admin), "https://"+listen), s.file("ca.crt"))
+		if strings.Contains(out, "secret-of-batch") {
+			t.Fatalf("a task read another framework's task output through the agent:\n%s", out)
+		}
+		for _, want := range []string{"unauthenticated", "attack-exit=1"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("the attack's output lacks %q:\n%s", want, out)
+			}
+		}
+	})
+}
+
+// attackThroughTheAgent runs batch's task, which prints a secret, then
+// evil's, which tries to read it through the agent at listen with
+// slacklinectl (over https with the CA file ca, when given, and over
+// http), and returns what evil's task printed, read by an operator.
+func attackThroughTheAgent(t *testing.T, framework func(name string) []string, listen string,
+	op slacklinev1connect.OperatorServiceClient, node slacklinev1connect.NodeServiceClient, ca string) string {
+	t.Helper()
+	start(t, "batch-framework", append(framework("batch"), "--tasks", "1",
 		"--task-resources", "cpus:0.1;mem:32", "--command", "echo secret-of-batch; sleep 3600")...)
-	v := observeVictim(t, s, 1)
+	var victimFramework, victimTask string
+	eventually(t, 60*time.Second, func() string {
+		state, err := op.GetState(ctx5(t), connect.NewRequest(&slacklinev1.GetStateRequest{}))
+		if err != nil {
+			return err.Error()
+		}
+		for _, task := range state.Msg.GetTasks() {
+			if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				victimFramework, victimTask = task.GetFrameworkId(), task.GetTaskId()
+				return ""
+			}
+		}
+		return "batch's task is not running"
+	})
 
 	// What the attacking task can use: slacklinectl and the public CA.
 	tools := taskVisibleDir(t)
-	for _, f := range []struct{ from, to string }{{filepath.Join(binDir, "slacklinectl"), "slacklinectl"}, {s.file("ca.crt"), "ca.crt"}} {
+	copies := []struct{ from, to string }{{filepath.Join(binDir, "slacklinectl"), "slacklinectl"}}
+	caFlag := ""
+	if ca != "" {
+		copies = append(copies, struct{ from, to string }{ca, "ca.crt"})
+		caFlag = "--ca " + filepath.Join(tools, "ca.crt")
+	}
+	for _, f := range copies {
 		data, err := os.ReadFile(f.from)
 		if err != nil {
 			t.Fatal(err)
@@ -339,24 +415,21 @@ func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 		}
 	}
 	attack := func(url string) string {
-		return fmt.Sprintf("%s/slacklinectl --ca %s/ca.crt logs %s --framework %s --agent %s 2>&1; echo \"attack-exit=$?\"",
-			tools, tools, v.tasks[0], v.frameworkID, url)
+		return fmt.Sprintf("%s/slacklinectl %s logs %s --framework %s --agent %s 2>&1; echo \"attack-exit=$?\"",
+			tools, caFlag, victimTask, victimFramework, url)
 	}
 	command := attack("https://"+listen) + "; " + attack("http://"+listen) + "; echo attack-done; sleep 3600"
-	start(t, "batch-framework", append(s.tlsArgs("evil"), "--name", "evil", "--role", "evil", "--tasks", "1",
+	start(t, "batch-framework", append(framework("evil"), "--tasks", "1",
 		"--task-resources", "cpus:0.1;mem:32", "--command", command)...)
 
-	admin := s.token("admin")
-	admin.ServerName = "127.0.0.1"
-	node := slacklinev1connect.NewNodeServiceClient(httpClient(t, admin), "https://"+listen)
-	var attackOutput string
+	var out string
 	eventually(t, 60*time.Second, func() string {
-		tasks, err := s.operator(t, "admin").GetTasks(ctx5(t), connect.NewRequest(&slacklinev1.GetTasksRequest{}))
+		tasks, err := op.GetTasks(ctx5(t), connect.NewRequest(&slacklinev1.GetTasksRequest{}))
 		if err != nil {
 			return err.Error()
 		}
 		for _, task := range tasks.Msg.GetTasks() {
-			if task.GetFrameworkId() == v.frameworkID {
+			if task.GetFrameworkId() == victimFramework {
 				continue
 			}
 			resp, err := node.ReadSandboxFile(ctx5(t), connect.NewRequest(&slacklinev1.ReadSandboxFileRequest{
@@ -364,22 +437,14 @@ func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 			if err != nil {
 				return err.Error()
 			}
-			attackOutput = string(resp.Msg.GetData())
-			if strings.Contains(attackOutput, "attack-done") {
+			if out = string(resp.Msg.GetData()); strings.Contains(out, "attack-done") {
 				return ""
 			}
 		}
-		return fmt.Sprintf("the attack has not finished: %q", attackOutput)
+		return fmt.Sprintf("the attack has not finished: %q", out)
 	})
-	t.Logf("the attacking task printed:\n%s", attackOutput)
-	if strings.Contains(attackOutput, "secret-of-batch") {
-		t.Fatalf("a task read another framework's task output through the agent:\n%s", attackOutput)
-	}
-	for _, want := range []string{"unauthenticated", "attack-exit=1"} {
-		if !strings.Contains(attackOutput, want) {
-			t.Errorf("the attack's output lacks %q:\n%s", want, attackOutput)
-		}
-	}
+	t.Logf("the attacking task printed:\n%s", out)
+	return out
 }
 
 // BenchmarkNodeViewLatency measures GetContainers on a real agent (TLS,
