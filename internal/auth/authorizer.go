@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/resources"
 )
 
 // Authorizer authenticates requests and applies a Policy. Create it with
@@ -83,6 +85,29 @@ func (a *Authorizer) Check(ctx context.Context, action Action, object string) er
 		return Denied(p, action, object)
 	}
 	return nil
+}
+
+// CheckAgentResources returns nil when the agent calling in ctx may
+// register as hostname with total (Policy.CheckAgentResources), else a
+// PermissionDenied error naming the cap and the resources beyond it. It
+// allows everything when a is nil.
+func (a *Authorizer) CheckAgentResources(ctx context.Context, hostname string, total resources.Resources) error {
+	if a == nil {
+		return nil
+	}
+	if err := a.policy.Load().CheckAgentResources(FromContext(ctx), hostname, total); err != nil {
+		return connect.NewError(connect.CodePermissionDenied, err)
+	}
+	return nil
+}
+
+// Warnings returns the current policy's warnings (Policy.Warnings), none
+// when a is nil.
+func (a *Authorizer) Warnings() []string {
+	if a == nil {
+		return nil
+	}
+	return a.policy.Load().Warnings()
 }
 
 // objectNouns name each object key's value in errors.
