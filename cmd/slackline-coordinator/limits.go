@@ -30,3 +30,17 @@ func limitFlags(fs *flag.FlagSet, l *coordinator.Limits) {
 	fs.IntVar(&l.AgentRegistrationBurst, "agent-registration-burst", 20, "agent registrations one principal may make at once")
 	fs.IntVar(&l.MaxConcurrentCallsPerCaller, "max-concurrent-calls-per-caller", 16, "unary calls in progress per principal (per connection without authentication); more wait their turn")
 }
+
+// anonymousFlags binds the limits on peers without credentials
+// (server.AnonymousLimits, applied with --authz) to flags; a negative
+// value disables a limit, zero takes the default.
+func anonymousFlags(fs *flag.FlagSet, l *server.AnonymousLimits) {
+	fs.IntVar(&l.MaxConnsPerPeer, "max-anonymous-conns-per-peer", server.DefaultAnonymousConnsPerPeer,
+		"connections one IP address may hold before any of them authenticated (more are closed as they are accepted)")
+	fs.IntVar(&l.MaxConns, "max-anonymous-conns", 0,
+		"connections all peers together may hold before authenticating (default: a quarter of the open-file limit, at most 4096)")
+	fs.IntVar(&l.MaxStreamsPerConn, "max-anonymous-streams-per-conn", server.DefaultAnonymousStreamsPerConn,
+		"requests without credentials (health Check) in progress on one connection that has not authenticated")
+	fs.DurationVar(&l.MaxStreamLifetime, "max-anonymous-stream-lifetime", server.DefaultAnonymousStreamLifetime,
+		"longest a request without credentials may last")
+}

@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -128,7 +129,9 @@ func Denied(p *Principal, action Action, object string) error {
 
 // Middleware authenticates each request and applies the part of its Rule
 // that needs no request message: the caller kind and an action without
-// objects. The principal is in the request's context for the handlers
+// objects. A request that authenticates marks its connection as a
+// principal's (server.MarkAuthenticated); one served to Anyone is admitted
+// under the server's anonymous limits (server.AdmitAnonymous). The principal is in the request's context for the handlers
 // (FromContext). Paths without a rule are answered NotFound. With a nil
 // Authorizer it returns next unchanged.
 func (a *Authorizer) Middleware(next http.Handler) http.Handler {
@@ -142,7 +145,15 @@ func (a *Authorizer) Middleware(next http.Handler) http.Handler {
 			return
 		}
 		if rule.Caller == Anyone {
-			next.ServeHTTP(w, r)
+			// Open to anyone, and so bounded per connection and in time
+			// (server.AnonymousLimits) unless the connection authenticated.
+			ctx, done, err := server.AdmitAnonymous(r.Context())
+			if err != nil {
+				a.refuse(w, r, connect.NewError(connect.CodeResourceExhausted, err))
+				return
+			}
+			defer done()
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
 		pol := a.policy.Load()
@@ -151,6 +162,7 @@ func (a *Authorizer) Middleware(next http.Handler) http.Handler {
 			a.refuse(w, r, connect.NewError(connect.CodeUnauthenticated, err))
 			return
 		}
+		server.MarkAuthenticated(r.Context())
 		if err := callerAllowed(rule, p, r.URL.Path); err != nil {
 			a.refuse(w, r, err)
 			return
