@@ -141,8 +141,11 @@ type Coordinator struct {
 	persistMu sync.Mutex
 	mu        sync.Mutex
 
-	alloc      *allocator.Allocator
-	agents     map[string]*agent
+	alloc  *allocator.Allocator
+	agents map[string]*agent
+	// hosts indexes agents by hostKey (registration.go: one host, one
+	// live agent).
+	hosts      map[string][]*agent
 	frameworks map[string]*framework
 	offers     map[string]*offer
 	weights    map[string]float64
@@ -174,6 +177,9 @@ type Coordinator struct {
 	startedAt  time.Time
 	// launchKey makes and verifies launch proofs (see trust.go).
 	launchKey []byte
+	// registrations rate-limits agent registrations per principal
+	// (limits.go).
+	registrations *principalRates
 }
 
 // New creates a coordinator and loads its registry.
@@ -198,6 +204,7 @@ func New(cfg Config) (*Coordinator, error) {
 		storeFailed:    make(chan error, 1),
 		alloc:          allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
 		agents:         map[string]*agent{},
+		hosts:          map[string][]*agent{},
 		frameworks:     map[string]*framework{},
 		offers:         map[string]*offer{},
 		weights:        map[string]float64{},
@@ -208,6 +215,7 @@ func New(cfg Config) (*Coordinator, error) {
 		drainingAgents: map[string]struct{}{},
 		instanceID:     ids.New()[:8],
 		startedAt:      cfg.Now(),
+		registrations:  newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
 	c.pace = newHeartbeatPace(cfg.AgentHeartbeatInterval, cfg.AgentTimeout, float64(cfg.MaxAgentHeartbeatRate))
