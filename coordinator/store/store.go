@@ -232,7 +232,7 @@ func sameImport(dir, digest string, timeout time.Duration) error {
 	}
 	older := ""
 	if _, err := os.Lstat(filepath.Join(dir, ImportedBoltFile)); err == nil {
-		older = fmt.Sprintf(" (%s is older than both: the backup taken when %s was made)", ImportedBoltFile, LogFile)
+		older = fmt.Sprintf(" (%s is the %s that the log version imported when it made %s, older than both)", ImportedBoltFile, BoltFile, LogFile)
 	}
 	return fmt.Errorf("registry: both %s (modified %s) and %s (modified %s) exist in %s, and %s is not the import of this %s: "+
 		"each was written by a different version of the coordinator run on this work dir. "+

@@ -408,7 +408,7 @@ func TestOpenRefusesAmbiguousRegistry(t *testing.T) {
 				}
 				for _, say := range []string{"both registry.db", "registry.db is not the import of this registry.log",
 					"To keep registry.db, move registry.log away", "to keep registry.log instead, move registry.db away",
-					"registry.db.imported is older than both"} {
+					"registry.db.imported is the registry.db that the log version imported"} {
 					if !strings.Contains(err.Error(), say) {
 						t.Errorf("refusal %q does not say %q", err, say)
 					}
