@@ -23,9 +23,9 @@ import (
 
 // Config configures a Coordinator. Zero fields take the documented defaults.
 type Config struct {
-	// WorkDir holds the registry (registry.log). Required unless Store is set.
+	// WorkDir holds the registry (registry.db, see store.Open). Required unless Store is set.
 	WorkDir string
-	// Store overrides the registry store (default: the log in WorkDir).
+	// Store overrides the registry store (default: registry.db in WorkDir).
 	Store store.Store
 	// Logger receives the coordinator's logs (default slog.Default()).
 	Logger *slog.Logger

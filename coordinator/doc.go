@@ -11,8 +11,8 @@
 //
 // # Ownership and lifecycle
 //
-// New opens the registry store (a bbolt file under Config.WorkDir by
-// default) and loads what an earlier run persisted: agents become
+// New opens the registry store (registry.db, a bbolt file, under
+// Config.WorkDir by default) and loads what an earlier run persisted: agents become
 // RECOVERING until they re-register (or become UNREACHABLE after
 // Config.AgentReregisterTimeout), frameworks become DISCONNECTED and keep
 // their tasks if they resubscribe within their failover timeout. Handler

@@ -34,7 +34,7 @@ type groupFlags struct {
 
 func registerGroupFlags(fs *flag.FlagSet) *groupFlags {
 	g := &groupFlags{}
-	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, the registry log in --work-dir)")
+	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, the registry in --work-dir/registry.db)")
 	fs.StringVar(&g.ca, "etcd-ca", "", "CA file to verify etcd's server certificates")
 	fs.StringVar(&g.cert, "etcd-cert", "", "client certificate file for etcd (with --etcd-key)")
 	fs.StringVar(&g.key, "etcd-key", "", "client key file for etcd")

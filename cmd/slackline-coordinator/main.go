@@ -48,7 +48,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("slackline-coordinator", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:5050", "address to serve on")
-	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.log)")
+	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.db; a registry.log of an earlier version is imported once and kept as registry.log.imported)")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate file (enables TLS with --tls-key), e.g. coordinator.crt")
 	tlsKey := fs.String("tls-key", "", "TLS key file, e.g. coordinator.key")
 	clientCA := fs.String("client-ca", "", "CA whose client certificates authenticate agents (and frameworks or operators that use certificates), e.g. ca.crt")
