@@ -93,6 +93,9 @@ type Config struct {
 	// bomb stops there (default DefaultPidsMax; negative: unbounded). A host
 	// without the controller runs tasks unbounded, and New says so.
 	PidsMax int64
+	// Isolation turns parts of the tasks' isolation off (the zero value,
+	// DefaultIsolation: all of it; see the package documentation).
+	Isolation Isolation
 	// Logger receives the containerizer's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -132,6 +135,9 @@ type Spec struct {
 	// User is the Unix user the task runs as, looked up in the host's user
 	// database; empty means Config.TaskUser.
 	User string
+	// SeccompUnconfined runs the task without the seccomp filter (the
+	// coordinator lets only frameworks with run_unconfined_tasks ask).
+	SeccompUnconfined bool
 }
 
 // Container is a container the containerizer runs or ran. Values returned

@@ -4,11 +4,13 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -173,4 +175,45 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// hostPid returns the host's pid of the process of container id whose pid
+// in the task's PID namespace is nsPid (the innermost of NSpid in
+// /proc/<pid>/status), or nsPid when no process of the container has it
+// (tasks without namespaces see the host's pids).
+func hostPid(c *Containerizer, id string, nsPid int) int {
+	pids, _ := c.Pids(id)
+	for _, p := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == strconv.Itoa(nsPid) {
+				return p
+			}
+		}
+	}
+	return nsPid
+}
+
+// processesWith returns the host's processes whose command line (NUL
+// separated, as in /proc/<pid>/cmdline) contains s; zombies have none.
+func processesWith(t *testing.T, s string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd)+"\x00", s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

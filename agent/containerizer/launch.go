@@ -121,6 +121,12 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		OutputLimit:      max(c.cfg.OutputLimit, 0),
 		SupervisorCgroup: c.supervisors.ProcsFiles(),
 		CoreCookie:       spec.Revocable && c.coreCookies,
+		Namespaces:       !c.cfg.Isolation.NoNamespaces,
+		Seccomp:          !c.cfg.Isolation.NoSeccomp && !spec.SeccompUnconfined,
+	}
+	if lspec.Namespaces {
+		lspec.TmpfsBytes = tmpfsBytes(cp.Limits.MemoryBytes, spec.Resources.Disk())
+		lspec.Keep = []string{sandbox, path}
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
@@ -160,6 +166,7 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 	cp := &checkpoint{
 		Version: checkpointVer, ID: id, FrameworkID: spec.FrameworkID, TaskID: spec.TaskID,
 		Revocable: spec.Revocable, Resources: spec.Resources.String(), Env: spec.Env, User: usr,
+		SeccompUnconfined: spec.SeccompUnconfined,
 		Command: commandRecord{
 			Value: spec.Command.GetValue(), Arguments: spec.Command.GetArguments(),
 			Shell: spec.Command.GetShell(), Environment: spec.Command.GetEnvironment(),
