@@ -30,6 +30,7 @@ func BenchmarkLaunch(b *testing.B) {
 	c, err := New(Config{
 		CgroupRoot: root, StateDir: filepath.Join(work, "c"), SandboxDir: filepath.Join(work, "s"),
 		SupervisorCommand: []string{exe, "supervise"}, KillGracePeriod: 100 * time.Millisecond, Logger: quietLogger(),
+		DynamicIDsDir: filepath.Join(work, "uids"),
 	})
 	if err != nil {
 		b.Fatal(err)

@@ -84,8 +84,8 @@ func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
 	t.Run("dynamic", func(t *testing.T) {
 		testConfinedAs(t, testConfig(t), func(id string) (int, int, string) {
 			n, err := strconv.Atoi(id)
-			if err != nil || n < int(DefaultDynamicIDs.First) || n >= int(DefaultDynamicIDs.First+DefaultDynamicIDs.Count) {
-				t.Fatalf("task's uid %q: want one of the dynamic range %v", id, DefaultDynamicIDs)
+			if err != nil || n < int(testIDs.First) || n >= int(testIDs.First+testIDs.Count) {
+				t.Fatalf("task's uid %q: want one of the dynamic range %v", id, testIDs)
 			}
 			return n, n, "slackline-" + id
 		})

@@ -77,8 +77,13 @@ type Config struct {
 	// own). New fails if it is unknown, or root without AllowRootTasks.
 	TaskUser string
 	// DynamicIDs are the uids (and gids) of dynamic users (default
-	// DefaultDynamicIDs). The ids handed out are recorded in StateDir.
+	// DefaultDynamicIDs).
 	DynamicIDs IDRange
+	// DynamicIDsDir holds the host-wide state of dynamic ids, shared by
+	// every agent of the host: a lock, the cursor and the leases of the ids
+	// in use (default DefaultDynamicIDsDir). Agents sharing a host must
+	// share it (and DynamicIDs); tests point it elsewhere.
+	DynamicIDsDir string
 	// AllowRootTasks lets tasks run as root (uid 0). Without it a launch as
 	// root fails with ErrTaskUser, whatever the coordinator allowed: a
 	// second line of defence behind its authorization.
@@ -254,6 +259,9 @@ func New(cfg Config) (*Containerizer, error) {
 	if cfg.DynamicIDs == (IDRange{}) {
 		cfg.DynamicIDs = DefaultDynamicIDs
 	}
+	if cfg.DynamicIDsDir == "" {
+		cfg.DynamicIDsDir = DefaultDynamicIDsDir
+	}
 	if cfg.TaskUser != DynamicTaskUser {
 		if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {
 			return nil, fmt.Errorf("default task user: %w", err)
@@ -315,9 +323,18 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	coreCookies, why := coreScheduling(cfg.SysRoot)
 	cfg.Logger.Info("containerizer: core scheduling for revocable tasks", "enabled", coreCookies, "why", why)
-	dynamic, err := loadDynamicIDs(filepath.Join(cfg.StateDir, dynamicIDsFile), cfg.DynamicIDs)
+	self, err := procStartTime(cfg.ProcRoot, os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("start time of the agent: %w", err)
+	}
+	dynamic, err := openDynamicIDs(cfg.DynamicIDsDir, cfg.DynamicIDs, procRef{Pid: os.Getpid(), StartTime: self}, bootID, cfg.ProcRoot)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic users: %w", err)
+	}
+	if n, err := dynamic.sweep(); err != nil {
+		cfg.Logger.Warn("containerizer: sweep the host's dynamic id leases", "dir", cfg.DynamicIDsDir, "err", err)
+	} else if n > 0 {
+		cfg.Logger.Info("containerizer: reclaimed dynamic ids of ended tasks", "dir", cfg.DynamicIDsDir, "leases", n)
 	}
 	c := &Containerizer{
 		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,

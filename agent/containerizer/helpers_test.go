@@ -4,6 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io/fs"
 	"log/slog"
@@ -25,6 +26,9 @@ import (
 const supervisorEnv = "SLACKLINE_CONTAINERIZER_TEST_SUPERVISOR"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(probeEnv) == "1" { // a task's probe (isolation_test.go)
+		os.Exit(probeSyscalls())
+	}
 	if os.Getenv(supervisorEnv) == "1" {
 		// Dispatched like the agent binary: "<exe> supervise run|exec <dir>".
 		if len(os.Args) < 2 || os.Args[1] != "supervise" {
@@ -35,7 +39,46 @@ func TestMain(m *testing.M) {
 	// Inherited by the supervisors the tests start (not by tasks: they get
 	// an explicit environment).
 	os.Setenv(supervisorEnv, "1")
-	os.Exit(m.Run())
+	// The tests' containerizers share one host state of dynamic ids, as
+	// the agents of a host do, with a range of this run's own, so that
+	// other runs on the host (whose tasks' uids a test may look for) do
+	// not meet them.
+	dir, err := os.MkdirTemp("", "slackline-test-uids-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testIDsDir = dir
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	testIDs = IDRange{First: 2_100_000_000 + uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]), Count: 100_000}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testIDsDir and testIDs are the dynamic ids' host state and range of
+// every test containerizer (testConfig).
+var (
+	testIDsDir string
+	testIDs    IDRange
+)
+
+// leasesOf returns the dynamic ids leased to containers of cfg's agent.
+func leasesOf(t *testing.T, cfg Config) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(cfg.DynamicIDsDir, dynamicLeases))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		var l uidLease
+		if readJSON(filepath.Join(cfg.DynamicIDsDir, dynamicLeases, e.Name()), &l) == nil && l.StateDir == cfg.StateDir {
+			out = append(out, e.Name()+" "+l.Container)
+		}
+	}
+	return out
 }
 
 const realMountpoint = "/sys/fs/cgroup"
@@ -83,6 +126,8 @@ func testConfig(t *testing.T) Config {
 		SandboxDir:        filepath.Join(work, "sandboxes"),
 		KillGracePeriod:   300 * time.Millisecond,
 		SupervisorCommand: []string{exe, "supervise"},
+		DynamicIDs:        testIDs,
+		DynamicIDsDir:     testIDsDir,
 		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 	t.Cleanup(func() { removeRealRoot(t, cfg.CgroupRoot) })
@@ -141,7 +186,14 @@ func removeRealRoot(t testing.TB, root string) {
 		})
 		sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
 		for _, d := range dirs {
-			if err := unix.Rmdir(d); err != nil {
+			// A killed process leaves its cgroups a moment after it left
+			// cgroup.procs (an init's exit waits for its namespace's).
+			err := unix.Rmdir(d)
+			for errors.Is(err, unix.EBUSY) && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+				err = unix.Rmdir(d)
+			}
+			if err != nil {
 				t.Errorf("cleanup: rmdir %s: %v", d, err)
 			}
 		}

@@ -44,7 +44,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // ErrTaskUser (unknown user, or root without Config.AllowRootTasks),
 // ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
 // error the cgroups and the checkpoint are removed; the sandbox stays.
-func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, error) {
+func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, err error) {
 	id := spec.ContainerID
 	if id == "" {
 		id = newID()
@@ -60,13 +60,16 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		spec.User = c.cfg.TaskUser
 	}
 	var usr *taskUser
-	var err error
 	if spec.User == DynamicTaskUser {
-		c.mu.Lock()
-		usr, err = c.dynamicUser()
-		c.mu.Unlock()
+		usr, err = c.dynamicUser(id, spec.Revocable)
 		if err == nil {
 			spec.User = usr.Name
+			leased := usr
+			defer func() {
+				if err != nil { // the lease of a container that never ran
+					c.releaseUser(&checkpoint{ID: id, Revocable: spec.Revocable, User: leased})
+				}
+			}()
 		}
 	} else {
 		usr, err = resolveUser(spec.User, c.cfg.AllowRootTasks)
