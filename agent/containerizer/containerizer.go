@@ -98,6 +98,12 @@ type Config struct {
 	// bomb stops there (default DefaultPidsMax; negative: unbounded). A host
 	// without the controller runs tasks unbounded, and New says so.
 	PidsMax int64
+	// SubtreePidsMax bounds the processes and threads of all tasks of each
+	// subtree together (pids.max of the guaranteed and of the revocable
+	// subtree), so that tasks together cannot exhaust the host's pids
+	// (default DefaultSubtreePidsMax of the host's bound; negative:
+	// unbounded). Without the pids controller nothing is bounded.
+	SubtreePidsMax int64
 	// Isolation turns parts of the tasks' isolation off (the zero value,
 	// DefaultIsolation: all of it; see the package documentation).
 	Isolation Isolation
@@ -303,6 +309,16 @@ func New(cfg Config) (*Containerizer, error) {
 	if err := layout.SetupRoot(cfg.CgroupRoot); err != nil {
 		return nil, err
 	}
+	if cfg.SubtreePidsMax == 0 {
+		bound, err := cgroups.HostPidsBound(cfg.ProcRoot)
+		if err != nil {
+			return nil, fmt.Errorf("the host's bound on processes: %w", err)
+		}
+		cfg.SubtreePidsMax = DefaultSubtreePidsMax(bound)
+	}
+	if err := layout.SetSubtreePidsMax(cfg.CgroupRoot, cfg.SubtreePidsMax); err != nil {
+		return nil, err
+	}
 	if layout.CPUSet != "" {
 		if err := layout.SetupCPUSet(cfg.CgroupRoot); err != nil {
 			level := slog.LevelInfo
@@ -347,7 +363,7 @@ func New(cfg Config) (*Containerizer, error) {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
 	attrs = append(attrs, "cpuset", layout.CPUSet)
-	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids)...)
+	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids, "subtree_pids_max", max(cfg.SubtreePidsMax, 0), "task_pids_max", max(cfg.PidsMax, 0))...)
 	if layout.Pids == "" && cfg.PidsMax > 0 {
 		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")
 	}

@@ -169,12 +169,15 @@ func removeRealRoot(t testing.TB, root string) {
 	all := layout.PathsOf(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := all.KillAndWait(ctx); err != nil {
-		t.Errorf("cleanup: kill processes under %s: %v", root, err)
+	for _, p := range []cgroups.Paths{all, layout.PathsOf(cgroups.Subtree(root, cgroups.Revocable))} {
+		if err := p.KillAndWait(ctx); err != nil {
+			t.Errorf("cleanup: kill processes under %s: %v", p.Rel, err)
+		}
 	}
-	tops := all.Dirs()
+	// The revocable subtree is the root's sibling (cgroups.Subtree).
+	tops := append(all.Dirs(), layout.PathsOf(cgroups.Subtree(root, cgroups.Revocable)).Dirs()...)
 	if layout.Mode == cgroups.ModeHybrid && layout.CPUSet != "" {
-		tops = append(tops, filepath.Join(layout.CPUSet, root))
+		tops = append(tops, filepath.Join(layout.CPUSet, root), filepath.Join(layout.CPUSet, cgroups.Subtree(root, cgroups.Revocable)))
 	}
 	for _, top := range tops {
 		var dirs []string

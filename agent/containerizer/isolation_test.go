@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
@@ -382,5 +383,51 @@ func TestTwoAgentsNeverShareAUID(t *testing.T) {
 	run(newTest(t, cfg2), "agent2-reset", 3)
 	if len(holder) != 9 {
 		t.Errorf("9 tasks ran as %d users: %v", len(holder), holder)
+	}
+}
+
+// TestSubtreePidsMaxBoundsTasksTogether: each subtree carries its pids.max
+// (the default: 3/8 of the host's bound), and tasks together stop there
+// even when each task's own pids.max would let it go further.
+func TestSubtreePidsMaxBoundsTasksTogether(t *testing.T) {
+	t.Parallel()
+	bound, err := cgroups.HostPidsBound("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := newTest(t, testConfig(t))
+	if c.layout.Pids == "" {
+		t.Skip("no pids controller on this host")
+	}
+	for _, class := range []cgroups.Class{cgroups.Guaranteed, cgroups.Revocable} {
+		if got, want := c.layout.SubtreePidsMax(c.cfg.CgroupRoot, class), bound*3/8; got != want {
+			t.Errorf("%s subtree's pids.max = %d, want %d (3/8 of the host's %d)", class, got, want, bound)
+		}
+	}
+	cfg := testConfig(t)
+	cfg.PidsMax, cfg.SubtreePidsMax = 200, 100
+	c = newTest(t, cfg)
+	// Two tasks of 60 processes each (and their inits' threads): the
+	// second cannot have all of its.
+	spawn := `i=0; while [ $i -lt 60 ]; do sleep 1000 & i=$((i+1)); done; : > $HOME/done; exec sleep 1000`
+	a := launch(t, c, Spec{TaskID: "a", Command: shell(spawn)})
+	eventually(t, "a's processes", func() bool { _, err := os.Stat(filepath.Join(a.Sandbox, "done")); return err == nil })
+	b, err := c.Launch(context.Background(), Spec{TaskID: "b", Resources: resources.MustParse("cpus:0.1;mem:64"), Command: shell(spawn)})
+	if err == nil {
+		eventually(t, "b's attempts", func() bool {
+			_, err := os.Stat(filepath.Join(b.Sandbox, "done"))
+			return err == nil || slices.ContainsFunc(c.Containers(), func(ct *Container) bool { return ct.ID == b.ID && ct.Exit != nil })
+		})
+	}
+	n, ok := c.layout.PidsCurrent(c.layout.PathsOf(cgroups.Subtree(cfg.CgroupRoot, cgroups.Guaranteed)))
+	if !ok || n > 100 {
+		t.Errorf("the guaranteed subtree holds %d processes (%v), want at most its 100", n, ok)
+	}
+	if n < 60 {
+		t.Errorf("the guaranteed subtree holds %d processes: the first task's 60 did not run", n)
+	}
+	// b's shell cannot fork, or its init cannot even start its threads.
+	if errs := readSandbox(t, b, "stderr"); err == nil && !strings.Contains(strings.ToLower(errs), "fork") && !strings.Contains(errs, "Resource temporarily unavailable") {
+		t.Errorf("b's forks past the subtree's bound did not fail: %q", errs)
 	}
 }
