@@ -175,9 +175,10 @@
 // and /dev/shm (a directory of it each, bound there), sized by tmpfsBytes:
 // half the memory limit, at most the disk resource, DefaultTmpfsBytes
 // with neither; the shim is in the task's cgroups by then, and tmpfs pages
-// are charged to the memory cgroup of whoever writes them. The sandbox and
-// the executable, when under one of these directories, are bound back at
-// their paths. /proc is a new mount of the task's PID namespace: it shows
+// are charged to the memory cgroup of whoever writes them. The sandbox,
+// and the executable when the task's user could reach it, are bound back
+// at their paths when under one of these directories; nothing else of the
+// host's /tmp, /var/tmp and /dev/shm is visible. /proc is a new mount of the task's PID namespace: it shows
 // the init and the task's processes only. System V objects and POSIX
 // message queues belong to the IPC namespace. All of it ends with the
 // task's last process: nothing of its uid remains on the host but its

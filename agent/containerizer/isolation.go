@@ -196,3 +196,32 @@ func bindBack(k kept) error {
 	}
 	return nil
 }
+
+// searchable reports whether a user (uid, groups) may search a directory
+// of owner uid:gid and mode perm, by its permission bits (root may).
+func searchable(uid uint32, groups []uint32, owner, group uint32, perm os.FileMode) bool {
+	switch {
+	case uid == 0:
+		return true
+	case uid == owner:
+		return perm&0o100 != 0
+	case slices.Contains(groups, group):
+		return perm&0o010 != 0
+	}
+	return perm&0o001 != 0
+}
+
+// reachable reports whether u may search every directory from / down to
+// path's (so that the path itself resolves for it).
+func reachable(path string, u *taskUser) bool {
+	groups := append([]uint32{u.GID}, u.Groups...)
+	for d := filepath.Dir(path); ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if unix.Stat(d, &st) != nil || !searchable(u.UID, groups, st.Uid, st.Gid, os.FileMode(st.Mode)&os.ModePerm) {
+			return false
+		}
+		if d == "/" || d == "." {
+			return true
+		}
+	}
+}

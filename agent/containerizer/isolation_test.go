@@ -20,67 +20,39 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// probeEnv makes the test binary, run as a task, try the system calls the
-// seccomp filter denies and print "name errno" for each (0: allowed).
-const probeEnv = "SLACKLINE_CONTAINERIZER_TEST_PROBE"
-
-// probeSyscalls is the probe: each call is made with arguments that fail
-// harmlessly (or do nothing) when the filter lets it through, so the
-// errno tells the filter's refusal (EPERM, ENOSYS for clone3) from the
-// kernel's own answer.
-func probeSyscalls() int {
+// probeScript has perl (the test binary is in a directory tasks cannot
+// reach) try the system calls the seccomp filter denies and print "name
+// errno" for each (0: allowed). Each call has arguments that fail
+// harmlessly (or do nothing) when the filter lets it through, so the errno
+// tells the filter's refusal (EPERM, ENOSYS for clone3) from the kernel's
+// own answer: clone3 of size 0 is EINVAL, keyctl of the session keyring
+// succeeds, add_key, bpf, perf_event_open and io_uring_setup of no
+// arguments are EFAULT (or EPERM for unprivileged bpf), setns(-1) is
+// EBADF, getpid is allowed.
+func probeScript() string {
 	calls := []struct {
 		name string
-		call func() error
+		nr   uintptr
+		args string
 	}{
-		{"clone3", func() error { // size 0: EINVAL from the kernel
-			_, _, e := unix.Syscall(unix.SYS_CLONE3, 0, 0, 0)
-			return errnoErr(e)
-		}},
-		{"keyctl", func() error { // KEYCTL_GET_KEYRING_ID of the session keyring
-			_, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(0xfffffffd), 0)
-			return errnoErr(e)
-		}},
-		{"add_key", func() error { // no type: EFAULT
-			_, _, e := unix.Syscall6(unix.SYS_ADD_KEY, 0, 0, 0, 0, 0, 0)
-			return errnoErr(e)
-		}},
-		{"bpf", func() error { // no attributes: EFAULT or EPERM
-			_, _, e := unix.Syscall(unix.SYS_BPF, 0, 0, 0)
-			return errnoErr(e)
-		}},
-		{"perf_event_open", func() error { // no attributes: EFAULT
-			_, _, e := unix.Syscall6(unix.SYS_PERF_EVENT_OPEN, 0, 0, ^uintptr(0), ^uintptr(0), 0, 0)
-			return errnoErr(e)
-		}},
-		{"setns", func() error { // no descriptor: EBADF
-			return unix.Setns(-1, 0)
-		}},
-		{"io_uring_setup", func() error { // no parameters: EFAULT
-			_, _, e := unix.Syscall(unix.SYS_IO_URING_SETUP, 1, 0, 0)
-			return errnoErr(e)
-		}},
-		{"getpid", func() error { // allowed
-			_, _, e := unix.Syscall(unix.SYS_GETPID, 0, 0, 0)
-			return errnoErr(e)
-		}},
+		{"clone3", unix.SYS_CLONE3, "0, 0"},
+		{"keyctl", unix.SYS_KEYCTL, fmt.Sprintf("%d, -3, 0", unix.KEYCTL_GET_KEYRING_ID)},
+		{"add_key", unix.SYS_ADD_KEY, "0, 0, 0, 0, 0"},
+		{"bpf", unix.SYS_BPF, "0, 0, 0"},
+		{"perf_event_open", unix.SYS_PERF_EVENT_OPEN, "0, 0, -1, -1, 0"},
+		{"setns", unix.SYS_SETNS, "-1, 0"},
+		{"io_uring_setup", unix.SYS_IO_URING_SETUP, "1, 0"},
+		{"getpid", unix.SYS_GETPID, ""},
 	}
+	var b strings.Builder
 	for _, c := range calls {
-		errno := 0
-		var e unix.Errno
-		if err := c.call(); errors.As(err, &e) {
-			errno = int(e)
+		args := ""
+		if c.args != "" {
+			args = ", " + c.args
 		}
-		fmt.Printf("%s %d\n", c.name, errno)
+		fmt.Fprintf(&b, "$! = 0; $r = syscall(%d%s); printf \"%s %%d\\n\", $r == -1 ? $!+0 : 0;\n", c.nr, args, c.name)
 	}
-	return 0
-}
-
-func errnoErr(e unix.Errno) error {
-	if e == 0 {
-		return nil
-	}
-	return e
+	return b.String()
 }
 
 // TestTmpfsBytes: half the memory limit, at most the disk resource, the
@@ -103,6 +75,30 @@ func TestTmpfsBytes(t *testing.T) {
 	} {
 		if got := tmpfsBytes(tc.mem, tc.disk); got != tc.want {
 			t.Errorf("tmpfsBytes(%d, %v) = %d, want %d", tc.mem, tc.disk, got, tc.want)
+		}
+	}
+}
+
+// TestSearchable: the owner's, the group's or the others' search bit,
+// whichever applies first; root searches everything.
+func TestSearchable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		uid    uint32
+		groups []uint32
+		perm   os.FileMode
+		want   bool
+	}{
+		{uid: 0, perm: 0o700, want: true},
+		{uid: 10, perm: 0o700, want: true},                       // owner
+		{uid: 10, perm: 0o070, want: false},                      // owner without u+x, even with g+x
+		{uid: 11, groups: []uint32{20}, perm: 0o710, want: true}, // group
+		{uid: 11, groups: []uint32{20}, perm: 0o701, want: false},
+		{uid: 11, groups: []uint32{21}, perm: 0o701, want: true}, // others
+		{uid: 11, groups: []uint32{21}, perm: 0o770, want: false},
+	} {
+		if got := searchable(tc.uid, tc.groups, 10, 20, tc.perm); got != tc.want {
+			t.Errorf("searchable(uid %d, groups %v, %v of 10:20) = %v, want %v", tc.uid, tc.groups, tc.perm, got, tc.want)
 		}
 	}
 }
@@ -171,14 +167,13 @@ func TestTaskSeesOnlyItsOwnProcesses(t *testing.T) {
 }
 
 // TestTaskCannotCreateUserNamespaces: `unshare -Ur true` fails in a task;
-// so does every system call of the filter's deny list (the test binary
-// as the task probes them); a task whose framework may run unconfined
+// so does every system call of the filter's deny list (a perl script as
+// the task probes them); a task whose framework may run unconfined
 // (Spec.SeccompUnconfined) can.
 func TestTaskCannotCreateUserNamespaces(t *testing.T) {
 	t.Parallel()
-	exe, err := os.Executable()
-	if err != nil {
-		t.Fatal(err)
+	if _, err := os.Stat("/usr/bin/perl"); err != nil {
+		t.Skip("the probe needs perl")
 	}
 	c := newTest(t, testConfig(t))
 	ct := launch(t, c, Spec{TaskID: "userns", Command: shell(`unshare -Ur true`)})
@@ -189,8 +184,8 @@ func TestTaskCannotCreateUserNamespaces(t *testing.T) {
 		t.Errorf("unshare's stderr %q, want Operation not permitted", errs)
 	}
 
-	probe := launch(t, c, Spec{TaskID: "probe", Env: map[string]string{probeEnv: "1"},
-		Command: &slacklinev1.CommandInfo{Value: exe, Arguments: []string{exe}}})
+	probe := launch(t, c, Spec{TaskID: "probe", Env: map[string]string{"PROBE": probeScript()},
+		Command: shell(`exec perl -e "$PROBE"`)})
 	if e := waitExit(t, c, probe.ID); e.ExitCode != 0 {
 		t.Fatalf("probe: %+v; stderr: %s", e, readSandbox(t, probe, "stderr"))
 	}
@@ -429,5 +424,32 @@ func TestSubtreePidsMaxBoundsTasksTogether(t *testing.T) {
 	// b's shell cannot fork, or its init cannot even start its threads.
 	if errs := readSandbox(t, b, "stderr"); err == nil && !strings.Contains(strings.ToLower(errs), "fork") && !strings.Contains(errs, "Resource temporarily unavailable") {
 		t.Errorf("b's forks past the subtree's bound did not fail: %q", errs)
+	}
+}
+
+// TestExecutableInTmp: an executable in the host's /tmp that the task's
+// user can reach is bound into its private /tmp and runs; one in a
+// directory closed to that user stays out of reach, as it was.
+func TestExecutableInTmp(t *testing.T) {
+	t.Parallel()
+	c := newTest(t, testConfig(t))
+	script := "#!/bin/sh\necho ran > $HOME/ran\n"
+	open, closed := traversableTempDir(t), t.TempDir()
+	if err := os.Chmod(closed, 0o700); err != nil { // root's, closed to the task's user
+		t.Fatal(err)
+	}
+	for _, dir := range []string{open, closed} {
+		if err := os.WriteFile(filepath.Join(dir, "prog"), []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ct := launch(t, c, Spec{TaskID: "open", Command: &slacklinev1.CommandInfo{Value: filepath.Join(open, "prog")}})
+	if e := waitExit(t, c, ct.ID); e.ExitCode != 0 || readSandbox(t, ct, "ran") != "ran" {
+		t.Errorf("a reachable executable in /tmp: %+v", e)
+	}
+	if ct, err := c.Launch(context.Background(), Spec{TaskID: "closed", Resources: resources.MustParse("cpus:0.1;mem:32"),
+		Command: &slacklinev1.CommandInfo{Value: filepath.Join(closed, "prog")}}); err == nil {
+		e := waitExit(t, c, ct.ID)
+		t.Errorf("an executable in a directory closed to the task's user ran: %+v, %q", e, readSandbox(t, ct, "stderr"))
 	}
 }

@@ -129,7 +129,13 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	}
 	if lspec.Namespaces {
 		lspec.TmpfsBytes = tmpfsBytes(cp.Limits.MemoryBytes, spec.Resources.Disk())
-		lspec.Keep = []string{sandbox, path}
+		// The executable too, when it lies in a directory the tmpfs
+		// hides and the task's user could reach it there: the bind
+		// must not open a path its permissions close.
+		lspec.Keep = []string{sandbox}
+		if underPrivate(path) && reachable(path, usr) {
+			lspec.Keep = append(lspec.Keep, path)
+		}
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
