@@ -308,7 +308,7 @@ func TestVanishedContainerIsDropped(t *testing.T) {
 				if open {
 					// What cgroupfs answers on descriptors of a removed cgroup
 					// (tmpfs would still read the unlinked files).
-					for _, f := range m.containers["a"].files.all() {
+					for _, f := range controlFiles(m.containers["a"]) {
 						if f.f != nil {
 							f.f.Close()
 							f.f = enodevFile{}
@@ -360,7 +360,11 @@ func TestReadErrorIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	c.files.cpuStat.f = f // reads fail with "file already closed"
+	cpuStat := controlFiles(c)[0]
+	if filepath.Base(cpuStat.path) != "cpu.stat" || cpuStat.f == nil {
+		t.Fatalf("the first control file is %s (open: %v), want the open cpu.stat", cpuStat.path, cpuStat.f != nil)
+	}
+	cpuStat.f = f // reads fail with "file already closed"
 	if err := m.Sample(t0.Add(time.Second)); err == nil {
 		t.Error("a read error that is not ENODEV/ENOENT must be reported")
 	}
