@@ -366,7 +366,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	for i := range jobs {
 		j := &jobs[i]
-		j.usage, j.err = m.sampleContainer(j.c, j.target, now)
+		j.err = m.sampleContainer(j, now)
 		if j.err != nil && !errors.Is(j.err, errVanished) {
 			errs = append(errs, fmt.Errorf("container %s: %w", j.c.id, j.err))
 		}
@@ -536,34 +536,40 @@ func (c *container) closeFiles() {
 	}
 }
 
-// sampleContainer reads one container, running its samplers in order.
-// Called with sampleMu held. A required source's failure fails the whole
-// sample (zero Usage: nothing is published, so no interval is computed
-// against half a sample); an optional one's (eBPF) only leaves its fields
-// unset. When the cgroup is gone the container's samplers and baseline
-// are replaced by fresh ones, so a cgroup that comes back is read afresh.
-func (m *Monitor) sampleContainer(c *container, t Target, now time.Time) (Usage, error) {
+// sampleContainer reads j's container into j.usage, running its samplers
+// in order. Called with sampleMu held. A required source's failure fails
+// the whole sample (zero Usage: nothing is published, so no interval is
+// computed against half a sample); an optional one's (eBPF) only leaves
+// its fields unset. When the cgroup is gone the container's samplers and
+// baseline are replaced by fresh ones, so a cgroup that comes back is read
+// afresh. (The samplers fill the job in place: a Usage or Target on the
+// stack would escape through the interface calls, two allocations per
+// container per pass.)
+func (m *Monitor) sampleContainer(j *job, now time.Time) error {
+	c, t := j.c, &j.target
 	st := &slacklinev1.ResourceStatistics{Timestamp: timestamppb.New(now), CpusLimit: t.CPULimit}
-	u := Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
+	j.usage = Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
 	var errs []error
 	for i, s := range c.samplers {
-		err := s.sample(m.scratch, &t, &u)
+		err := s.sample(m.scratch, t, &j.usage)
 		switch {
 		case err == nil:
 		case errors.Is(err, errVanished):
 			c.closeFiles()
 			c.samplers, c.baseline = m.newSamplers(c.cgroup), baseline{}
-			return Usage{}, errVanished
+			j.usage = Usage{}
+			return errVanished
 		case m.sources[i].optional:
 			errs = append(errs, err)
 		default:
-			return Usage{}, err
+			j.usage = Usage{}
+			return err
 		}
 	}
 	if b := c.baseline; b.valid && now.After(b.time) && st.CpusUsageSecs >= b.usageSecs {
-		u.CPURate = (st.CpusUsageSecs - b.usageSecs) / now.Sub(b.time).Seconds()
-		st.CpusRate = u.CPURate
+		j.usage.CPURate = (st.CpusUsageSecs - b.usageSecs) / now.Sub(b.time).Seconds()
+		st.CpusRate = j.usage.CPURate
 	}
 	c.baseline = baseline{valid: true, time: now, usageSecs: st.CpusUsageSecs}
-	return u, errors.Join(errs...)
+	return errors.Join(errs...)
 }
