@@ -79,8 +79,8 @@ func chooseSources(h *host) []source {
 	return chosen
 }
 
-// layoutOf returns the cgroup layout of a mode under mount ("" for
-// neither: the caller detects it).
+// layoutOf returns the layout the containerizer uses for mode (ModeV2 or
+// ModeHybrid) with the hierarchies mounted under mount.
 func layoutOf(mode cgroups.Mode, mount string) cgroups.Layout {
 	if mode == cgroups.ModeHybrid {
 		return cgroups.Layout{Mode: cgroups.ModeHybrid, Mountpoint: mount, Unified: filepath.Join(mount, "unified"),
