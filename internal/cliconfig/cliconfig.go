@@ -45,11 +45,15 @@ import (
 const MaxFileSize = 1 << 20
 
 // Parse adds --config and --version to fs, parses args, and then either
-// prints the version (--version) to fs.Output() and returns done, or
-// applies the --config file to the flags the command line did not set.
-// With -h or --help it returns done after fs printed its usage. The caller
-// returns when done or err is set.
+// prints the version (--version) on stdout and returns done, or applies
+// the --config file to the flags the command line did not set. With -h or
+// --help it returns done after fs printed its usage. The caller returns
+// when done or err is set.
 func Parse(fs *flag.FlagSet, args []string) (done bool, err error) {
+	return parse(fs, args, os.Stdout)
+}
+
+func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (done bool, err error) {
 	config := fs.String("config", "", "YAML file of settings, keyed by flag name (flags on the command line override it)")
 	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
@@ -59,7 +63,7 @@ func Parse(fs *flag.FlagSet, args []string) (done bool, err error) {
 		return false, err
 	}
 	if *version {
-		fmt.Fprintln(fs.Output(), Version(fs.Name()))
+		fmt.Fprintln(stdout, Version(fs.Name()))
 		return true, nil
 	}
 	if *config == "" {

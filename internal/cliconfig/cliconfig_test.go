@@ -241,9 +241,7 @@ func TestParse(t *testing.T) {
 	}
 
 	var out bytes.Buffer
-	fs = newFlags(&s)
-	fs.SetOutput(&out)
-	if done, err := Parse(fs, []string{"--version"}); !done || err != nil {
+	if done, err := parse(newFlags(&s), []string{"--version"}, &out); !done || err != nil {
 		t.Fatalf("Parse --version = %v, %v; want done", done, err)
 	}
 	if !strings.HasPrefix(out.String(), "daemon ") {
