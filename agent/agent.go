@@ -233,6 +233,10 @@ func New(cfg Config) (*Agent, error) {
 // Resources returns the resources the agent registers.
 func (a *Agent) Resources() resources.Resources { return a.total }
 
+// Containerizer returns the containerizer running the agent's tasks
+// (*containerizer.Containerizer when built by Options.Build).
+func (a *Agent) Containerizer() Containerizer { return a.cfg.Containerizer }
+
 // ID returns the agent's id ("" before its first registration).
 func (a *Agent) ID() string { return a.ids.Load().current }
 
