@@ -1,10 +1,14 @@
 package main
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/slackline/slackline/agent"
+	"github.com/slackline/slackline/internal/cliconfig"
 )
 
 // TestConfigFile: the agent takes its settings from --config, the command
@@ -56,5 +60,26 @@ func TestConfigFile(t *testing.T) {
 	t.Setenv("SLACKLINE_INSECURE", "maybe")
 	if err := run([]string{"--version"}); err == nil || !strings.Contains(err.Error(), "SLACKLINE_INSECURE") {
 		t.Errorf("SLACKLINE_INSECURE=maybe: %v, want it refused", err)
+	}
+}
+
+// TestExampleConfig: the example config file of scripts/systemd sets only
+// settings that exist, with values the agent accepts.
+func TestExampleConfig(t *testing.T) {
+	t.Parallel()
+	var o agent.Options
+	fs := flag.NewFlagSet("slackline-agent", flag.ContinueOnError)
+	o.AddFlags(fs)
+	if err := fs.Parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := cliconfig.ApplyFile(fs, "../../scripts/systemd/agent.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	if err := o.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	if o.Listen != "10.0.0.5:5051" || len(o.ProtectCgroups) != 1 || len(o.QoSControllers) != 3 || o.Attributes["zone"] != "z2" {
+		t.Errorf("options from the example: %+v", o)
 	}
 }

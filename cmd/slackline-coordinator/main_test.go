@@ -44,3 +44,13 @@ func TestConfigFile(t *testing.T) {
 		t.Errorf("--version: %v", err)
 	}
 }
+
+// TestExampleConfig: the example config file of scripts/systemd sets only
+// settings that exist, with values the coordinator accepts: the run gets
+// as far as reading the credentials it names (absent here).
+func TestExampleConfig(t *testing.T) {
+	err := run([]string{"--config", "../../scripts/systemd/coordinator.yaml"})
+	if err == nil || strings.Contains(err.Error(), "--config") || !strings.Contains(err.Error(), "/etc/slackline/credentials/") {
+		t.Errorf("run with the example config: %v, want it to reach the credentials", err)
+	}
+}
