@@ -25,6 +25,7 @@ import (
 // place that declares each setting's flag name, default and help;
 // DefaultOptions returns those defaults; Validate checks the settings,
 // each error naming its flag; Build wires a runnable Agent from them.
+// Start from DefaultOptions (or AddFlags): the zero Options is not valid.
 //
 // Config is the lower level: already-built subsystems (a containerizer, a
 // monitor, eBPF programs, TLS and authorization) handed to New.

@@ -27,6 +27,7 @@
 package cliconfig
 
 import (
+	"bytes"
 	"errors"
 	"flag"
 	"fmt"
@@ -152,11 +153,18 @@ var reserved = map[string]string{
 
 func apply(fs flagSet, name string, data []byte) error {
 	var doc yaml.Node
-	if err := yaml.Unmarshal(data, &doc); err != nil {
+	dec := yaml.NewDecoder(bytes.NewReader(data))
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil // an empty file sets nothing
+	} else if err != nil {
 		return fmt.Errorf("--config %s: %w", name, err)
 	}
-	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return nil // an empty file sets nothing
+	var next yaml.Node
+	if err := dec.Decode(&next); !errors.Is(err, io.EOF) {
+		return fmt.Errorf("--config %s:%d: want one YAML document", name, next.Line)
+	}
+	if len(doc.Content) == 0 {
+		return nil
 	}
 	root := doc.Content[0]
 	if root.Kind == yaml.ScalarNode && root.Tag == "!!null" {

@@ -188,6 +188,16 @@ func TestApply(t *testing.T) {
 			wantErr: []string{"want a mapping of flag names to values"},
 		},
 		{
+			name:    "two documents",
+			file:    "listen: a:1\n---\nlisten: b:2\n",
+			wantErr: []string{"want one YAML document"},
+		},
+		{
+			name: "one document with a start marker",
+			file: "---\nlisten: a:1\n",
+			want: func(s *settings) { s.Listen = "a:1" },
+		},
+		{
 			name:    "not YAML",
 			file:    "listen: [\n",
 			wantErr: []string{"--config cfg.yaml"},
