@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -17,9 +18,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/agent"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/server"
 )
 
@@ -173,6 +176,26 @@ func freeAddr(t testing.TB) string {
 	}
 	defer ln.Close()
 	return ln.Addr().String()
+}
+
+// testAgentOptions are the options of an in-process agent under test:
+// slackline-agent's defaults, with its cgroups under root (removed at the
+// test's end, with its fresh work dir), a free loopback NodeService without
+// credentials, tasks supervised by the built slackline-agent and killed
+// 100 ms after SIGTERM, the test process left in its cgroup, and neither
+// eBPF, network QoS, an oversubscription estimate nor QoS corrections
+// (tests of those run the binary, or turn them on).
+func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Logger) agent.Options {
+	t.Helper()
+	o := agent.DefaultOptions()
+	o.Coordinator, o.Listen, o.WorkDir, o.CgroupRoot = coordinatorURL, freeAddr(t), cgrouptest.WorkDir(t, root), root
+	o.Insecure, o.IsolateAgent = true, false
+	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-agent"), "supervise"}
+	o.KillGracePeriod = 100 * time.Millisecond
+	o.EBPF, o.NetworkInterfaces = false, []string{"none"}
+	o.Estimator, o.QoSControllers = "noop", []string{"noop"}
+	o.Logger = logger
+	return o
 }
 
 // coordinatorArgs are flags for a coordinator with short timers.
