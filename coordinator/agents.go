@@ -61,10 +61,7 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 		return
 	}
 	delete(fw.tasks, key.taskID)
-	c.alloc.Release(t.frameworkID, t.role, t.agentID, t.resources, 0, now)
-	if !t.revocable.IsEmpty() {
-		c.alloc.ReleaseRevocable(t.frameworkID, t.role, t.agentID, t.revocable, 0, now)
-	}
+	c.deliver(c.core.Release(t.frameworkID, t.role, t.agentID, t.resources, t.revocable, now))
 	c.completeTask(fw, t)
 }
 
@@ -255,12 +252,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	if err != nil {
 		return nil, err
 	}
-	if estimate.Equal(a.revocable) {
-		return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
-	}
-	now := c.cfg.Now()
-	c.log.Debug("revocable estimate", "agent", a.id, "from", a.revocable.String(), "to", estimate.String())
-	c.applyEstimate(a, estimate, now)
+	c.deliver(c.core.Estimate(a.id, estimate, c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
 }
 
@@ -270,16 +262,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
 	a.endSession()
-	if a.inAllocator {
-		c.alloc.DeactivateAgent(a.id)
-		// Its estimate is stale: the agent sends a fresh one once back.
-		a.revocable = resources.Resources{}
-		c.alloc.SetAgentRevocable(a.id, a.revocable)
-	}
-	for _, o := range a.offers {
-		c.rescindOffer(o, now)
-	}
-	c.rescindInverseOffers(a)
+	c.deliver(c.core.AgentLost(a.id, now))
 	told := map[*framework]bool{}
 	for key, t := range a.tasks {
 		fw := c.frameworks[key.frameworkID]

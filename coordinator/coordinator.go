@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/slackline/slackline/coordinator/allocator"
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -138,32 +138,27 @@ type Coordinator struct {
 	persistMu sync.Mutex
 	mu        sync.Mutex
 
-	alloc      *allocator.Allocator
+	// core is the offer book: the allocator, offers, inverse offers and
+	// filters (package coordinator/core). Its calls return effects that
+	// deliver performs.
+	core       *core.Core
 	agents     map[string]*agent
 	frameworks map[string]*framework
-	offers     map[string]*offer
 	weights    map[string]float64
 	// maint is the maintenance schedule, modes and answers.
-	maint *maintenance.State
-	// inverseOffers are the outstanding inverse offers by id.
-	inverseOffers map[string]*inverseOffer
-	// drainingAgents are the agents on DRAINING machines.
-	drainingAgents map[string]struct{}
-	quotas         map[string]resources.Resources
-	// dirtyAgents are agents whose free resources changed since the last pass.
-	dirtyAgents map[string]struct{}
-	// dirtyAll asks for a full pass at the next wake-up.
-	dirtyAll bool
-	// heartbeats, recoveryChecked, nextOfferSweep and nextHistorySweep keep
-	// the timer loop's checks from visiting every agent and offer on each
-	// tick (liveness.go); pace is the agents' heartbeat interval and
-	// timeout (heartbeatpace.go).
-	heartbeats                       heartbeatQueue
-	pace                             heartbeatPace
-	recoveryChecked                  bool
-	nextOfferSweep, nextHistorySweep time.Time
+	maint  *maintenance.State
+	quotas map[string]resources.Resources
+	// fullPass asks for a full allocation pass at the next wake-up.
+	fullPass bool
+	// heartbeats, recoveryChecked and nextHistorySweep keep the timer
+	// loop's checks from visiting every agent on each tick (liveness.go);
+	// pace is the agents' heartbeat interval and timeout
+	// (heartbeatpace.go).
+	heartbeats       heartbeatQueue
+	pace             heartbeatPace
+	recoveryChecked  bool
+	nextHistorySweep time.Time
 
-	offerSeq uint64
 	// stopping is set when Run ends, so closing streams is not taken for
 	// frameworks disconnecting.
 	stopping   bool
@@ -187,24 +182,21 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, err
 		}
 	}
+	instanceID := ids.New()[:8]
 	c := &Coordinator{
-		cfg:            cfg,
-		log:            cfg.Logger,
-		store:          st,
-		kick:           make(chan struct{}, 1),
-		storeFailed:    make(chan error, 1),
-		alloc:          allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
-		agents:         map[string]*agent{},
-		frameworks:     map[string]*framework{},
-		offers:         map[string]*offer{},
-		weights:        map[string]float64{},
-		quotas:         map[string]resources.Resources{},
-		dirtyAgents:    map[string]struct{}{},
-		maint:          maintenance.New(),
-		inverseOffers:  map[string]*inverseOffer{},
-		drainingAgents: map[string]struct{}{},
-		instanceID:     ids.New()[:8],
-		startedAt:      cfg.Now(),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		store:       st,
+		kick:        make(chan struct{}, 1),
+		storeFailed: make(chan error, 1),
+		core:        core.New(core.Config{MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID}),
+		agents:      map[string]*agent{},
+		frameworks:  map[string]*framework{},
+		weights:     map[string]float64{},
+		quotas:      map[string]resources.Resources{},
+		maint:       maintenance.New(),
+		instanceID:  instanceID,
+		startedAt:   cfg.Now(),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
 	c.pace = newHeartbeatPace(cfg.AgentHeartbeatInterval, cfg.AgentTimeout, float64(cfg.MaxAgentHeartbeatRate))
@@ -270,18 +262,33 @@ func (c *Coordinator) shutdownStreams() {
 	}
 }
 
-// markDirty records that an agent's free resources changed and wakes the
-// allocation loop. Caller holds c.mu.
-func (c *Coordinator) markDirty(agentID string) {
-	c.dirtyAgents[agentID] = struct{}{}
-	c.wake()
+// deliver performs the effects of a core call: it queues the events on
+// the frameworks' subscriptions in order (queues never block; streams
+// send from their own goroutines, without c.mu), counts them, and wakes
+// the allocation loop when the core asks for a pass. Caller holds c.mu.
+func (c *Coordinator) deliver(r core.Ready) {
+	for _, s := range r.Events {
+		if fw := c.frameworks[s.FrameworkID]; fw != nil {
+			fw.send(s.Event)
+		}
+	}
+	if n := r.Counts; n != (core.Counts{}) {
+		c.metrics.offersSent.Add(float64(n.OffersSent))
+		c.metrics.offersRescinded.Add(float64(n.OffersRescinded))
+		c.metrics.revocableRescinded.Add(float64(n.RevocableRescinded))
+		c.metrics.inverseOffersSent.Add(float64(n.InverseOffersSent))
+	}
+	for _, al := range r.Strays {
+		c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
+	}
+	if r.Wake {
+		c.wake()
+	}
 }
 
-// markAllDirty asks for a full allocation pass. Caller holds c.mu.
-func (c *Coordinator) markAllDirty() {
-	c.dirtyAll = true
-	c.wake()
-}
+// markDirty records that an agent's free resources changed and wakes the
+// allocation loop. Caller holds c.mu.
+func (c *Coordinator) markDirty(agentID string) { c.deliver(c.core.MarkDirty(agentID)) }
 
 func (c *Coordinator) wake() {
 	select {
@@ -306,7 +313,7 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 			return ctx.Err()
 		case <-full.C:
 			c.mu.Lock()
-			c.dirtyAll = true
+			c.fullPass = true
 			c.mu.Unlock()
 		case <-c.kick:
 			if wait := c.cfg.AllocationBatch - time.Since(last); wait > 0 {
@@ -324,90 +331,24 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 	}
 }
 
-// allocateOnce runs one allocation pass over the dirty agents (or all) and
-// sends the resulting offers. It takes c.mu.
+// allocateOnce runs one allocation pass over the dirty agents (or all)
+// and sends the resulting offers, then the inverse offers. It takes c.mu.
 func (c *Coordinator) allocateOnce() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var agentIDs []string
-	kind := "full"
-	if !c.dirtyAll {
-		if len(c.dirtyAgents) == 0 {
-			return
-		}
-		kind = "event"
-		agentIDs = make([]string, 0, len(c.dirtyAgents))
-		for id := range c.dirtyAgents {
-			agentIDs = append(agentIDs, id)
-		}
-	}
-	c.dirtyAll = false
-	clear(c.dirtyAgents)
-	now := c.cfg.Now()
+	full := c.fullPass
+	c.fullPass = false
 	start := time.Now()
-	allocations := c.alloc.Allocate(now, agentIDs)
-	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	// Inverse offers go after the offers, whose frameworks they may concern.
-	defer c.sendInverseOffers(now)
-	if len(allocations) == 0 {
+	r, pass := c.core.Allocate(c.cfg.Now(), full, c.drainingUsers())
+	if pass == core.NoPass {
 		return
 	}
-	byFramework := map[*framework][]*slacklinev1.Offer{}
-	for _, al := range allocations {
-		fw, a := c.frameworks[al.FrameworkID], c.agents[al.AgentID]
-		if fw == nil || a == nil || fw.sub == nil {
-			// The allocator and the coordinator disagree; give it back.
-			c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
-			c.release(al.FrameworkID, al.Role, al.AgentID, al.Resources, al.Revocable, 0, now)
-			continue
-		}
-		o := c.newOffer(fw, a, al.Role, al.Resources, al.Revocable, now)
-		byFramework[fw] = append(byFramework[fw], o.proto)
+	kind := "event"
+	if pass == core.FullPass {
+		kind = "full"
 	}
-	for fw, offers := range byFramework {
-		c.metrics.offersSent.Add(float64(len(offers)))
-		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{Offers: offers}}})
-	}
-}
-
-func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resources.Resources, revocable bool, now time.Time) *offer {
-	c.offerSeq++
-	id := fmt.Sprintf("%s-O%d", c.instanceID, c.offerSeq)
-	o := &offer{
-		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, revocable: revocable, created: now,
-		proto: &slacklinev1.Offer{
-			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Resources: res.Proto(role, resources.Revocability(revocable)), Attributes: a.info.GetAttributes(),
-			Unavailability: unavailabilityOf(a),
-		},
-	}
-	c.offers[id] = o
-	put(&fw.offers, id, o)
-	a.offers[id] = o
-	return o
-}
-
-// removeOffer forgets an offer and gives its resources back to the
-// allocator with the given filter. Caller holds c.mu.
-func (c *Coordinator) removeOffer(o *offer, refuse time.Duration, now time.Time) {
-	delete(c.offers, o.id)
-	if fw := c.frameworks[o.frameworkID]; fw != nil {
-		delete(fw.offers, o.id)
-	}
-	if a := c.agents[o.agentID]; a != nil {
-		delete(a.offers, o.id)
-	}
-	c.release(o.frameworkID, o.role, o.agentID, o.resources, o.revocable, refuse, now)
-	c.markDirty(o.agentID)
-}
-
-// rescindOffer removes an offer and tells its framework. Caller holds c.mu.
-func (c *Coordinator) rescindOffer(o *offer, now time.Time) {
-	c.removeOffer(o, 0, now)
-	c.metrics.offersRescinded.Inc()
-	if fw := c.frameworks[o.frameworkID]; fw != nil {
-		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Rescind{Rescind: &slacklinev1.RescindEvent{OfferId: o.id}}})
-	}
+	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	c.deliver(r)
 }
 
 func (c *Coordinator) runTimers(ctx context.Context) error {
@@ -450,24 +391,19 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 		}
 	}
 	writes = append(writes, c.forgetHistoryWhenDue(now)...)
-	c.rescindTimedOutOffers(now)
+	c.deliver(c.core.Tick(now))
 	c.mu.Unlock()
 	c.record(ctx, writes...)
 }
 
-// release gives resources back to the allocator's regular or revocable
-// pool. Caller holds c.mu.
-func (c *Coordinator) release(frameworkID, role, agentID string, r resources.Resources, revocable bool, refuse time.Duration, now time.Time) {
-	if revocable {
-		c.alloc.ReleaseRevocable(frameworkID, role, agentID, r, refuse, now)
-		return
-	}
-	c.alloc.Release(frameworkID, role, agentID, r, refuse, now)
+// addFramework registers a framework known but not connected with the
+// core. Caller holds c.mu.
+func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo) {
+	c.core.AddFramework(frameworkSpec(info))
 }
 
-// addFramework registers a framework with the allocator, with its
-// revocable capability. Caller holds c.mu.
-func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, active bool) {
-	c.alloc.AddFramework(info.GetId(), info.GetRoles(), active)
-	c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
+// frameworkSpec is what the core knows of a framework.
+func frameworkSpec(info *slacklinev1.FrameworkInfo) core.FrameworkSpec {
+	return core.FrameworkSpec{ID: info.GetId(), Roles: info.GetRoles(),
+		Revocable: hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES)}
 }

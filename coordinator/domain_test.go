@@ -159,7 +159,7 @@ func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) (string, *sub
 // allocate runs one allocation pass.
 func (d *domain) allocate() {
 	d.c.mu.Lock()
-	d.c.dirtyAll = true
+	d.c.fullPass = true
 	d.c.mu.Unlock()
 	d.c.allocateOnce()
 }

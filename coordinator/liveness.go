@@ -18,10 +18,10 @@ import (
 //   - agents that never re-registered after a restart: one sweep, once
 //     Config.AgentReregisterTimeout has passed (no agent becomes
 //     RECOVERING afterwards);
-//   - timed-out offers, forgotten frameworks and gone agents: a sweep
-//     every eighth of the offer timeout, and every historyInterval, so a
-//     timed-out offer is rescinded at most an eighth of the timeout late
-//     and the retention limits hold within a minute.
+//   - timed-out offers: the core's Tick sweeps them every eighth of the
+//     offer timeout, so one is rescinded at most an eighth of it late;
+//   - forgotten frameworks and gone agents: a sweep every
+//     historyInterval, so the retention limits hold within a minute.
 
 // historyInterval is the longest time between two sweeps of the
 // completed frameworks and gone agents (forgetHistory).
@@ -113,21 +113,6 @@ func (c *Coordinator) checkSilentAgents(now time.Time) []store.Mutation {
 		}
 	}
 	return writes
-}
-
-// rescindTimedOutOffers rescinds the offers outstanding for longer than
-// Config.OfferTimeout, sweeping them every eighth of the timeout. Caller
-// holds c.mu.
-func (c *Coordinator) rescindTimedOutOffers(now time.Time) {
-	if c.cfg.OfferTimeout <= 0 || now.Before(c.nextOfferSweep) {
-		return
-	}
-	c.nextOfferSweep = now.Add(c.cfg.OfferTimeout / 8)
-	for _, o := range c.offers {
-		if now.Sub(o.created) > c.cfg.OfferTimeout {
-			c.rescindOffer(o, now)
-		}
-	}
 }
 
 // forgetHistoryWhenDue runs forgetHistory every historyInterval (an eighth

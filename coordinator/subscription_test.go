@@ -80,7 +80,7 @@ func (d *domain) roleMembers() map[string][]string {
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
 	out := map[string][]string{}
-	for _, rs := range d.c.alloc.RoleStates() {
+	for _, rs := range d.c.core.Allocator().RoleStates() {
 		if len(rs.Frameworks) > 0 {
 			out[rs.Name] = rs.Frameworks
 		}
@@ -134,8 +134,8 @@ func TestSubscribe(t *testing.T) {
 			if !errors.Is(old.reason, errFailedOver) || countEvents(events(old), func(ev *slacklinev1.Event) bool { return ev.GetError() != nil }) != 1 {
 				t.Fatalf("old subscription ended with %v, want an error event and errFailedOver", old.reason)
 			}
-			if sub.id == old.id || fw.state != connected || len(fw.offers) != 0 || len(d.c.offers) != 0 {
-				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, len(fw.offers))
+			if sub.id == old.id || fw.state != connected || !d.c.core.FrameworkOffered(fw.id()).IsEmpty() || func() bool { n, _ := d.c.core.Offers(); return n != 0 }() {
+				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, d.c.core.FrameworkOffered(fw.id()))
 			}
 			if !fw.registeredAt.Equal(testNow) {
 				t.Fatalf("registeredAt %v changed", fw.registeredAt)

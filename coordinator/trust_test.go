@@ -230,7 +230,7 @@ func TestAgentTrust(t *testing.T) {
 				}
 			}
 			d.c.mu.Lock()
-			allocated := d.c.alloc.AgentAllocated(id)
+			allocated := d.c.core.Allocator().AgentAllocated(id)
 			d.c.mu.Unlock()
 			if len(a.tasks) != 0 || kills != 4 || !allocated.IsEmpty() {
 				t.Fatalf("tasks %v, kills %d, allocated %v", a.tasks, kills, allocated)
