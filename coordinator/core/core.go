@@ -630,6 +630,8 @@ func (k *Core) Allocate(now time.Time, full bool, users map[string][]string) (Re
 		for id := range k.dirty {
 			agentIDs = append(agentIDs, id)
 		}
+		// In id order, so that a pass's offers do not depend on a map's.
+		slices.Sort(agentIDs)
 	}
 	k.dirtyAll = false
 	clear(k.dirty)
