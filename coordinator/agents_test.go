@@ -15,6 +15,7 @@ import (
 // sends) ends the first with Aborted, and that the session's commands go to
 // the newer stream alone.
 func TestNewerCommandStreamSupersedes(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096") // its stream is the first
 	client := newAgentClient(tc)

@@ -26,6 +26,7 @@ var protocols = []struct {
 // TestLaunchLifecycle follows one task from offer to acknowledged
 // completion, over every protocol the coordinator speaks.
 func TestLaunchLifecycle(t *testing.T) {
+	t.Parallel()
 	for _, p := range protocols {
 		t.Run(p.name, func(t *testing.T) {
 			tc := startCluster(t, fastConfig(t.TempDir()), p.opts...)
@@ -77,6 +78,7 @@ func TestLaunchLifecycle(t *testing.T) {
 }
 
 func TestStreamIDRequired(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
 	ctx := context.Background()
@@ -109,6 +111,7 @@ func TestStreamIDRequired(t *testing.T) {
 }
 
 func TestInvalidLaunches(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
@@ -150,6 +153,7 @@ func TestInvalidLaunches(t *testing.T) {
 }
 
 func TestDeclineFiltersAndRevive(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
@@ -177,6 +181,7 @@ func TestDeclineFiltersAndRevive(t *testing.T) {
 }
 
 func TestSuppress(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"eng/web"}})
@@ -202,6 +207,7 @@ func TestSuppress(t *testing.T) {
 }
 
 func TestAgentUnreachableAndBack(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,
@@ -233,6 +239,7 @@ func TestAgentUnreachableAndBack(t *testing.T) {
 }
 
 func TestReRegistrationReconcilesMissingTasks(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60})
@@ -251,6 +258,7 @@ func TestReRegistrationReconcilesMissingTasks(t *testing.T) {
 }
 
 func TestFrameworkFailover(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 0.5})
@@ -286,6 +294,7 @@ func TestFrameworkFailover(t *testing.T) {
 }
 
 func TestTeardownAndReconcile(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,
@@ -338,6 +347,7 @@ func TestTeardownAndReconcile(t *testing.T) {
 }
 
 func TestBadInput(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	ctx := context.Background()
 	tests := []struct {
@@ -419,6 +429,7 @@ func (tc *testCluster) agentClient() interface {
 }
 
 func TestAgentResizeRescindsOffers(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})

@@ -27,6 +27,7 @@ import (
 // on until the other framework's calls are done, and those are checked for
 // completion (within a minute: liveness), not for speed.
 func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	cfg := fastConfig(t.TempDir())
 	cfg.Limits.MaxConcurrentCallsPerCaller = 2
 	tc := startCluster(t, cfg)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/protocol"
 )
 
 // next takes the oldest queued entry (the zero value when none is).
@@ -33,6 +34,7 @@ func drain[T any](o *outbox[T]) []T {
 }
 
 func TestOutbox(t *testing.T) {
+	t.Parallel()
 	t.Run("keeps order through growth and compaction, and an empty one holds no buffer", func(t *testing.T) {
 		o := newOutbox[int]()
 		next := 0
@@ -157,6 +159,7 @@ func describe(evs []*slacklinev1.Event) []string {
 }
 
 func TestSubscriptionCoalesces(t *testing.T) {
+	t.Parallel()
 	const (
 		running  = slacklinev1.TaskState_TASK_STATE_RUNNING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -214,6 +217,7 @@ func TestSubscriptionCoalesces(t *testing.T) {
 }
 
 func TestAgentCommandsCoalesce(t *testing.T) {
+	t.Parallel()
 	s := newOutbox[*slacklinev1.AgentCommand]()
 	for range 3 {
 		queueCommand(s, killTaskCommand("f", "t1"))
@@ -227,6 +231,7 @@ func TestAgentCommandsCoalesce(t *testing.T) {
 }
 
 func TestTruncateStatusMessage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, message string
 		limit         int
@@ -281,6 +286,7 @@ func (d *domain) acknowledge(fw *framework, taskID, uuid string) {
 }
 
 func TestPendingUpdatesLimit(t *testing.T) {
+	t.Parallel()
 	const (
 		running  = slacklinev1.TaskState_TASK_STATE_RUNNING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -331,6 +337,7 @@ func TestPendingUpdatesLimit(t *testing.T) {
 }
 
 func TestWindowsRefuseFloodsUpFront(t *testing.T) {
+	t.Parallel()
 	d := newLimitedDomain(t, Limits{MaxQueuedCommandsPerAgent: 2, MaxQueuedEventsPerSubscription: 2, MaxSubscriptionsPerPrincipal: 1})
 	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
 	agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024"))
@@ -370,6 +377,7 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 }
 
 func TestHistoryIsBounded(t *testing.T) {
+	t.Parallel()
 	const (
 		staging  = slacklinev1.TaskState_TASK_STATE_STAGING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -452,6 +460,7 @@ func TestHistoryIsBounded(t *testing.T) {
 // middle of its computation and checks that the coordinator's memory lock
 // is free meanwhile: other RPCs answer while a large schedule is validated.
 func TestScheduleValidatedOutsideMu(t *testing.T) {
+	t.Parallel()
 	d := newDomain(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -481,6 +490,7 @@ func TestScheduleValidatedOutsideMu(t *testing.T) {
 // each before run returns, that its goroutine ends once idle for
 // offStackIdle, and that a later call starts it again.
 func TestOffStack(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var o offStack
 		var mu sync.Mutex
@@ -518,4 +528,49 @@ func TestOffStack(t *testing.T) {
 		}
 		time.Sleep(offStackIdle) // the goroutine ends before the bubble does
 	})
+}
+
+// TestReconcileOf20000TasksDeliversEveryUpdate has four agents report
+// 20,000 RUNNING tasks and the framework reconcile them all at once: the
+// subscription holds all 20,000 answers and is not cut (the event queue
+// used to overflow at 16,384 and end the subscription).
+func TestReconcileOf20000TasksDeliversEveryUpdate(t *testing.T) {
+	t.Parallel()
+	const agents, perAgent = 4, 5000
+	d := newDomain(t)
+	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
+	for a := range agents {
+		tasks := make([]*slacklinev1.AgentTask, perAgent)
+		for i := range tasks {
+			tasks[i] = agentTask(id, fmt.Sprintf("t%d-%d", a, i), "cpus:0.01;mem:8", slacklinev1.TaskState_TASK_STATE_RUNNING)
+		}
+		d.mustRegister(registerRequest("", fmt.Sprint("host-", a), "cpus:64;mem:65536", tasks...))
+	}
+	events(sub)
+	req := connect.NewRequest(&slacklinev1.ReconcileRequest{FrameworkId: id})
+	req.Header().Set(protocol.StreamIDHeader, sub.id)
+	if _, err := (schedulerService{d.c}).Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	answered := map[string]bool{}
+	var delivered int
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The subscription's stream loop, with a send that counts.
+	err := sub.serve(ctx, heartbeatEvent, d.c.frameworkHeartbeats, func(ev *slacklinev1.Event) error {
+		st := ev.GetUpdate().GetStatus()
+		if st.GetReason() == slacklinev1.Reason_REASON_RECONCILIATION && st.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+			answered[st.GetTaskId()] = true
+		}
+		if delivered++; delivered == agents*perAgent {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || sub.hasEnded() {
+		t.Fatalf("serve: %v (ended %v) after %d events", err, sub.hasEnded(), delivered)
+	}
+	if len(answered) != agents*perAgent {
+		t.Fatalf("%d of %d tasks answered", len(answered), agents*perAgent)
+	}
 }

@@ -8,6 +8,7 @@ import (
 )
 
 func TestHeartbeatPaceInterval(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		rate         float64
@@ -51,6 +52,7 @@ func TestHeartbeatPaceInterval(t *testing.T) {
 // shrink during the hold keeps the longest timeout a full timeout more
 // (one hold, conservative).
 func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
+	t.Parallel()
 	p := newHeartbeatPace(time.Second, 6*time.Second, 1)
 	steps := []struct {
 		at           time.Duration
@@ -88,6 +90,7 @@ func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
 // longer interval once they exceed its heartbeat budget, in registration
 // and in heartbeat answers, and gives them the longer timeout.
 func TestHeartbeatIntervalGrowsWithTheCluster(t *testing.T) {
+	t.Parallel()
 	st := newMemStore()
 	now := testNow
 	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return now },

@@ -10,6 +10,7 @@ import (
 )
 
 func TestHeartbeatQueue(t *testing.T) {
+	t.Parallel()
 	agents := map[string]*agent{"a": {id: "a"}, "b": {id: "b"}, "c": {id: "c"}}
 	order := func(q *heartbeatQueue) []string {
 		var ids []string
@@ -63,6 +64,7 @@ func TestHeartbeatQueue(t *testing.T) {
 // UNREACHABLE, one that heartbeat meanwhile stays ACTIVE, and the check
 // leaves the queue holding only the agents still active.
 func TestSilentAgents(t *testing.T) {
+	t.Parallel()
 	d := newDomain(t)
 	now := testNow
 	d.c.cfg.Now = func() time.Time { return now }

@@ -106,6 +106,7 @@ func runTask(t *testing.T, fw *testFramework, a *testAgent, id string) {
 // InvalidArgument naming the window and the machine; a valid one is
 // returned by GetMaintenanceSchedule.
 func TestMaintenanceScheduleValidation(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	start := time.Now().Add(time.Hour)
 	for _, tt := range []struct {
@@ -144,6 +145,7 @@ func TestMaintenanceScheduleValidation(t *testing.T) {
 // and kept for GetMaintenanceStatus; a decline's filter decides when the
 // inverse offer comes again.
 func TestUnavailabilityInOffersAndInverseOffers(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
 	tc.registerAgent("host-b", "cpus:4;mem:4096")
@@ -273,6 +275,7 @@ func TestUnavailabilityInOffersAndInverseOffers(t *testing.T) {
 // re-registration; StopMaintenance brings it UP, out of the schedule, and
 // the agent registers again and is offered resources.
 func TestStartAndStopMaintenance(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", Capabilities: []slacklinev1.FrameworkCapability{
@@ -359,6 +362,7 @@ func TestStartAndStopMaintenance(t *testing.T) {
 // persisted; after a restart the DOWN machine still cannot register and the
 // draining one gets inverse offers again.
 func TestMaintenanceSurvivesRestart(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tc := startCluster(t, fastConfig(dir))
 	tc.registerAgent("host-a", "cpus:4;mem:4096")
@@ -397,6 +401,7 @@ func TestMaintenanceSurvivesRestart(t *testing.T) {
 // TestMinAvailableGuard: GetMaintenanceStatus says when draining a window
 // would leave a framework below its declared minimum of RUNNING tasks.
 func TestMinAvailableGuard(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	a := tc.registerAgent("host-a", "cpus:1;mem:512")
 	b := tc.registerAgent("host-b", "cpus:1;mem:512")
@@ -448,6 +453,7 @@ func TestMinAvailableGuard(t *testing.T) {
 // TestAutoDownAfterAccept: with Config.AutoDownAfterAccept a machine whose
 // window started goes DOWN by itself once its only framework accepted.
 func TestAutoDownAfterAccept(t *testing.T) {
+	t.Parallel()
 	cfg := fastConfig(t.TempDir())
 	cfg.AutoDownAfterAccept = true
 	tc := startCluster(t, cfg)
@@ -502,6 +508,7 @@ func agentResources(s string) []*slacklinev1.Resource {
 // TestShutdownReachesAnAgentWhoseStreamOpensLate: an agent taken DOWN
 // between Register and Connect still gets its ShutdownAgentCommand.
 func TestShutdownReachesAnAgentWhoseStreamOpensLate(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	client := newAgentClient(tc)
 	resp, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{

@@ -29,6 +29,7 @@ func agentsOf(list ...*agent) map[string]*agent {
 }
 
 func TestPlanRegistration(t *testing.T) {
+	t.Parallel()
 	const (
 		active      = slacklinev1.AgentState_AGENT_STATE_ACTIVE
 		unreachable = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
@@ -151,6 +152,7 @@ func TestPlanRegistration(t *testing.T) {
 }
 
 func TestRegister(t *testing.T) {
+	t.Parallel()
 	const (
 		running = slacklinev1.TaskState_TASK_STATE_RUNNING
 		staging = slacklinev1.TaskState_TASK_STATE_STAGING

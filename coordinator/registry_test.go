@@ -34,6 +34,7 @@ func (s *failingStore) Apply(ctx context.Context, m ...store.Mutation) error {
 // refusing the write with Unavailable, and that a restart on the same
 // work dir recovers what was acknowledged before.
 func TestFailedRegistryStopsCoordinator(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	log, err := store.Open(dir, time.Second, nil)
 	if err != nil {

@@ -13,6 +13,7 @@ import (
 // A framework that fails over while its old stream is still open gets the
 // agent offered again: the old subscription's offers are released.
 func TestFailoverReleasesOldOffers(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60})
@@ -26,6 +27,7 @@ func TestFailoverReleasesOldOffers(t *testing.T) {
 // Stopping the coordinator is not a framework disconnection: a framework
 // with a zero failover timeout survives a restart and may resubscribe.
 func TestRestartKeepsZeroFailoverFramework(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	tc := startCluster(t, fastConfig(dir))
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
@@ -39,6 +41,7 @@ func TestRestartKeepsZeroFailoverFramework(t *testing.T) {
 // A task of a framework that is not partition-aware was reported LOST when
 // its agent became unreachable; when the agent comes back it is killed.
 func TestUnreachableTaskKilledForNonPartitionAware(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60})
@@ -66,6 +69,7 @@ func TestUnreachableTaskKilledForNonPartitionAware(t *testing.T) {
 // An agent registering afresh after its host rebooted names its previous
 // id: that agent is retired at once and its tasks reported gone.
 func TestRebootedAgentRetired(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	old := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,

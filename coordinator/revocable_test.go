@@ -53,6 +53,7 @@ func offerResources(t *testing.T, o *slacklinev1.Offer) (resources.Resources, bo
 // Port of Mesos's OversubscriptionTest.RevocableOffer: revocable resources
 // reach only frameworks with the capability, in offers of their own.
 func TestRevocableOffer(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	capable := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
@@ -80,6 +81,7 @@ func TestRevocableOffer(t *testing.T) {
 // first), and the rest of the shrunk estimate is offered again. Regular
 // offers are left alone.
 func TestRevocableOffersOnEstimateChange(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
@@ -119,6 +121,7 @@ func TestRevocableOffersOnEstimateChange(t *testing.T) {
 // Launching on a revocable offer makes a revocable task; revocable
 // resources never count against quota.
 func TestRevocableLaunchAndQuota(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	ctx := context.Background()
 	if _, err := tc.operator.UpdateQuota(ctx, connect.NewRequest(&slacklinev1.UpdateQuotaRequest{Configs: []*slacklinev1.QuotaConfig{
@@ -164,6 +167,7 @@ func TestRevocableLaunchAndQuota(t *testing.T) {
 // A task may run on revocable cpus with regular memory (as in Mesos): the
 // framework accepts a revocable and a regular offer of one agent together.
 func TestRevocableCPUsWithRegularMemory(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})

@@ -16,6 +16,7 @@ import (
 )
 
 func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:1;mem:512")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
@@ -53,6 +54,7 @@ func TestHealthAndMetrics(t *testing.T) {
 }
 
 func TestOfferTimeout(t *testing.T) {
+	t.Parallel()
 	cfg := fastConfig(t.TempDir())
 	cfg.OfferTimeout = 200 * time.Millisecond
 	tc := startCluster(t, cfg)

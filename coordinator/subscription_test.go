@@ -19,6 +19,7 @@ func knownFramework(id string, state slacklinev1.FrameworkState) *framework {
 }
 
 func TestPlanSubscription(t *testing.T) {
+	t.Parallel()
 	frameworks := map[string]*framework{}
 	for id, state := range map[string]slacklinev1.FrameworkState{
 		"connected":    slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
@@ -89,6 +90,7 @@ func (d *domain) roleMembers() map[string][]string {
 }
 
 func TestSubscribe(t *testing.T) {
+	t.Parallel()
 	const (
 		connected    = slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
 		disconnected = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED

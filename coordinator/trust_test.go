@@ -88,6 +88,7 @@ func (d *domain) registerAs(name string, req *slacklinev1.RegisterRequest) (stri
 }
 
 func TestFrameworkBinding(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, d *domain)
@@ -190,6 +191,7 @@ func TestFrameworkBinding(t *testing.T) {
 }
 
 func TestAgentTrust(t *testing.T) {
+	t.Parallel()
 	register := func(id, host string, tasks ...*slacklinev1.AgentTask) *slacklinev1.RegisterRequest {
 		return registerRequest(id, host, "cpus:4;mem:4096", tasks...)
 	}
