@@ -27,7 +27,12 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	}
 	// register_agents on the hostname was checked before the handler
 	// (auth.Rules); the endpoint is where the agent is, not what it claims.
-	reg.info.Endpoint = s.c.trustedEndpoint(reg.info.GetEndpoint(), req.Peer().Addr)
+	endpoint, dropped := s.c.trustedEndpoint(reg.info.GetEndpoint(), req.Peer().Addr)
+	if dropped != "" {
+		s.c.cfg.Logger.Warn("agent's NodeService endpoint not published", "hostname", reg.info.GetHostname(),
+			"claimed", reg.info.GetEndpoint(), "reason", dropped)
+	}
+	reg.info.Endpoint = endpoint
 	agentID, sessionID, interval, err := s.c.register(ctx, reg)
 	if err != nil {
 		return nil, err

@@ -75,10 +75,13 @@ type Config struct {
 	// Authz authenticates and authorizes callers (nil: no authorization,
 	// for loopback and tests; see internal/auth).
 	Authz *auth.Authorizer
-	// AgentTLS is how the live view's proxy (/ui/) reaches agents that
-	// serve TLS: the cluster's CA and no client certificate, so that the
-	// agent authorizes the operator's token, not the coordinator (see
-	// coordinator/ui). Nil: the system's roots.
+	// AgentTLS is how the live view's proxy (/ui/) reaches agents: the
+	// cluster's CA, and the coordinator's own client certificate
+	// (coordinator-client.crt), which agents accept for the node view's
+	// read-only calls only; the caller's token is never forwarded (see
+	// coordinator/ui). With it only https endpoints are reached; with
+	// Config.Authz's CRL their serving certificates are checked too. Nil:
+	// the system's roots, no identity.
 	AgentTLS *tls.Config
 	// AdvertiseURL is the URL clients reach this coordinator at; GetState
 	// reports it as leader_url (see coordinator/leader for groups).

@@ -29,10 +29,11 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
 	root := http.NewServeMux()
 	// The live view's files hold no data and need no credentials; its
-	// proxy authorizes each call as the NodeService call it forwards, and
-	// the agent checks the caller's token again (coordinator/ui).
+	// proxy authorizes each call as the NodeService call it forwards, then
+	// calls the agent with the coordinator's own identity, never the
+	// caller's token (coordinator/ui).
 	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, AgentTLS: c.cfg.AgentTLS,
-		Authorize: c.cfg.Authz.Middleware, Logger: c.cfg.Logger}))
+		AgentCRL: c.cfg.Authz.CRL(), Authorize: c.cfg.Authz.ProxyMiddleware, Logger: c.cfg.Logger}))
 	root.Handle("/", c.cfg.Authz.Middleware(mux))
 	return root
 }

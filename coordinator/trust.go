@@ -233,22 +233,35 @@ func (c *Coordinator) checkSessionCaller(ctx context.Context, a *agent) error {
 	return c.mayRegisterAs(ctx, a.info.GetHostname())
 }
 
-// trustedEndpoint returns the NodeService endpoint to publish for an agent:
-// with authorization on, the claimed URL's scheme and port at the address
-// the agent connected from (peer), so that an agent cannot send operators'
-// tokens elsewhere; clients verify the agent's certificate for its hostname.
-func (c *Coordinator) trustedEndpoint(claimed, peer string) string {
+// trustedEndpoint returns the NodeService endpoint to publish for an agent.
+// With authorization on, an agent connected with its certificate, which
+// also serves its NodeService: the endpoint is https, at the claimed port
+// of the address the agent connected from (peer), so that an agent cannot
+// point operators and the coordinator elsewhere; clients verify the
+// agent's certificate for its registered hostname, not for the address. A
+// claim that is not https (or not a URL with a port) publishes nothing:
+// nothing is ever sent to an agent in clear text. The second result says
+// why an endpoint was dropped ("" when it was not).
+func (c *Coordinator) trustedEndpoint(claimed, peer string) (endpoint, dropped string) {
 	if !c.cfg.Authz.Enabled() || claimed == "" {
-		return claimed
+		return claimed, ""
 	}
 	u, err := url.Parse(claimed)
-	host, _, perr := net.SplitHostPort(peer)
-	if err != nil || perr != nil || u.Port() == "" {
-		return ""
+	switch {
+	case err != nil:
+		return "", fmt.Sprintf("not a URL: %v", err)
+	case u.Scheme != "https":
+		return "", fmt.Sprintf("scheme %q: with authorization, agents' NodeService endpoints must be https (serve it with --cert and --key)", u.Scheme)
+	case u.Port() == "":
+		return "", "no port"
+	}
+	host, _, err := net.SplitHostPort(peer)
+	if err != nil {
+		return "", fmt.Sprintf("peer address %q: %v", peer, err)
 	}
 	u.Host = net.JoinHostPort(host, u.Port())
-	u.Path, u.RawQuery, u.Fragment, u.User = "", "", "", nil
-	return u.String()
+	u.Path, u.RawQuery, u.Fragment, u.User, u.RawPath = "", "", "", nil, ""
+	return u.String(), ""
 }
 
 // taskOwner returns the id of the agent a framework's task is on: a's when

@@ -297,3 +297,33 @@ func TestAgentTrust(t *testing.T) {
 		})
 	}
 }
+
+// TestTrustedEndpoint: with authorization, an agent's endpoint is https at
+// the address it connected from, or nothing: a clear-text claim is never
+// published, so that nothing is sent to an agent in clear text.
+func TestTrustedEndpoint(t *testing.T) {
+	t.Parallel()
+	secured := &Coordinator{cfg: Config{Authz: auth.New(&auth.Policy{})}}
+	open := &Coordinator{}
+	for _, tt := range []struct {
+		name          string
+		c             *Coordinator
+		claimed, peer string
+		want          string
+		dropped       bool
+	}{
+		{"https at the peer's address", secured, "https://node-1.example:5051/x?y#z", "10.0.0.7:40000", "https://10.0.0.7:5051", false},
+		{"http claim published nothing", secured, "http://127.0.0.1:17999", "127.0.0.1:40000", "", true},
+		{"h2c claim", secured, "h2c://127.0.0.1:17999", "127.0.0.1:40000", "", true},
+		{"no port", secured, "https://node-1", "10.0.0.7:40000", "", true},
+		{"not a URL", secured, "://", "10.0.0.7:40000", "", true},
+		{"IPv6 peer", secured, "https://node-1:5051", "[fd00::7]:40000", "https://[fd00::7]:5051", false},
+		{"no claim", secured, "", "10.0.0.7:40000", "", false},
+		{"insecure cluster: as claimed", open, "http://127.0.0.1:17999", "127.0.0.1:40000", "http://127.0.0.1:17999", false},
+	} {
+		got, dropped := tt.c.trustedEndpoint(tt.claimed, tt.peer)
+		if got != tt.want || (dropped != "") != tt.dropped {
+			t.Errorf("%s: trustedEndpoint(%q, %q) = %q, %q; want %q, dropped %v", tt.name, tt.claimed, tt.peer, got, dropped, tt.want, tt.dropped)
+		}
+	}
+}

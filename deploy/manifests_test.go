@@ -323,7 +323,7 @@ func TestCredentialFiles(t *testing.T) {
 		}
 	}
 	want := map[string][]string{
-		"slackline-coordinator-credentials": {"ca.crt", "coordinator.crt", "coordinator.key"},
+		"slackline-coordinator-credentials": {"ca.crt", "coordinator.crt", "coordinator.key", "coordinator-client.crt", "coordinator-client.key"},
 		"slackline-authz":                   {"authz.yaml"},
 	}
 	if diff := cmp.Diff(want, keys); diff != "" {
@@ -354,7 +354,8 @@ func TestCredentialFiles(t *testing.T) {
 		}
 	}
 	check("coordinator", o.statefulSets[0].Spec.Template.Spec,
-		map[string]string{"--tls-cert": "coordinator.crt", "--tls-key": "coordinator.key", "--client-ca": "ca.crt", "--authz": "authz.yaml"})
+		map[string]string{"--tls-cert": "coordinator.crt", "--tls-key": "coordinator.key", "--client-ca": "ca.crt", "--authz": "authz.yaml",
+			"--agent-client-cert": "coordinator-client.crt", "--agent-client-key": "coordinator-client.key"})
 	check("agent", o.daemonSets[0].Spec.Template.Spec,
 		map[string]string{"--ca": "ca.crt", "--cert": "agent-$(NODE_NAME).crt", "--key": "agent-$(NODE_NAME).key", "--authz": "authz.yaml"})
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -18,6 +19,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/server"
 )
 
@@ -71,9 +73,32 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// start starts a binary of binDir with SLACKLINE_INSECURE=1: the e2e tests
+// run their own loopback clusters, most without credentials, which the
+// coordinator and the agent refuse by default (tasks are local users). The
+// tests of trust pass credentials, which apply whatever the variable says;
+// startStrict leaves it out, to test the defaults themselves.
 func start(t testing.TB, name string, args ...string) *process {
 	t.Helper()
+	return startWithEnv(t, append(strictEnv(), auth.EnvInsecure+"=1"), name, args...)
+}
+
+// startStrict starts a binary as an operator would, without
+// SLACKLINE_INSECURE.
+func startStrict(t testing.TB, name string, args ...string) *process {
+	t.Helper()
+	return startWithEnv(t, strictEnv(), name, args...)
+}
+
+// strictEnv is the test's environment without SLACKLINE_INSECURE.
+func strictEnv() []string {
+	return slices.DeleteFunc(os.Environ(), func(kv string) bool { return strings.HasPrefix(kv, auth.EnvInsecure+"=") })
+}
+
+func startWithEnv(t testing.TB, env []string, name string, args ...string) *process {
+	t.Helper()
 	cmd := exec.Command(filepath.Join(binDir, name), args...)
+	cmd.Env = env
 	out := &syncBuffer{}
 	cmd.Stdout, cmd.Stderr = out, out
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -92,6 +117,16 @@ func start(t testing.TB, name string, args ...string) *process {
 		}
 	})
 	return p
+}
+
+// exited reports whether the process has ended.
+func (p *process) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stop sends SIGTERM and waits (SIGKILL after 10 s).

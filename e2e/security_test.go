@@ -441,7 +441,9 @@ func TestListenRefusedWithoutTrust(t *testing.T) {
 		{"slackline-coordinator", "--listen", "0.0.0.0:0", "--work-dir", t.TempDir()},
 		{"slackline-agent", "--listen", "0.0.0.0:0", "--work-dir", t.TempDir()},
 	} {
-		out, err := exec.Command(filepath.Join(binDir, cmd[0]), cmd[1:]...).CombinedOutput()
+		c := exec.Command(filepath.Join(binDir, cmd[0]), cmd[1:]...)
+		c.Env = strictEnv()
+		out, err := c.CombinedOutput()
 		if err == nil || !strings.Contains(string(out), "refusing to listen on 0.0.0.0:0") || !strings.Contains(string(out), "--insecure") {
 			t.Errorf("%s on 0.0.0.0: %v\n%s", cmd[0], err, out)
 		}

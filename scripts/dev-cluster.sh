@@ -163,6 +163,7 @@ fail() {
 setsid bin/slackline-coordinator --listen "$COORDINATOR_LISTEN" --work-dir "$RUN_DIR/coordinator" \
 	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
 	--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" \
+	--agent-client-cert "$CREDS/coordinator-client.crt" --agent-client-key "$CREDS/coordinator-client.key" \
 	</dev/null >"$RUN_DIR/coordinator.log" 2>&1 &
 coordinator_pid=$!
 for ((t = 0; ; t++)); do

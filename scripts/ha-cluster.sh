@@ -9,9 +9,12 @@
 # etcd members listen on 127.0.0.1:2379{1,2,3} (clients) and :2380{1,2,3}
 # (peers); coordinators on 127.0.0.1:5060, :5061, :5062. State and logs are
 # under .run/ha-cluster (etcd-i/, etcd-i.log, coordinator-i.log); rm -rf it
-# for a fresh start. Agents, frameworks and slacklinectl take the three
-# coordinator URLs as one comma-separated --coordinator (printed below),
-# e.g. bin/slackline-sim --coordinator "$SLACKLINE_COORDINATOR" --agents 10.
+# for a fresh start. The group runs --insecure, in clear text without
+# credentials: any local user can control it. Agents, frameworks and
+# slacklinectl take the three coordinator URLs as one comma-separated
+# --coordinator (printed below), e.g.
+# bin/slackline-sim --coordinator "$SLACKLINE_COORDINATOR" --agents 10
+# (a real slackline-agent needs --insecure too).
 #
 # Environment:
 #   LEASE_TTL         leader lease TTL (default 5s)
@@ -100,7 +103,9 @@ urls=()
 for i in 0 1 2; do
 	listen=127.0.0.1:506$i
 	urls+=("http://$listen")
-	bin/slackline-coordinator --listen "$listen" --work-dir "$RUN_DIR/coordinator-$i" \
+	# --insecure, deliberately: a local demonstration of failover in clear
+	# text, without credentials; any local user can control it.
+	bin/slackline-coordinator --listen "$listen" --work-dir "$RUN_DIR/coordinator-$i" --insecure \
 		--etcd-endpoints "$etcd_endpoints" --advertise-url "http://$listen" --lease-ttl "$LEASE_TTL" \
 		"${coordinator_args[@]}" >"$RUN_DIR/coordinator-$i.log" 2>&1 &
 	pids+=($!)

@@ -38,7 +38,8 @@ trap cleanup EXIT INT TERM
 
 bin/slackline-coordinator --work-dir "$RUN_DIR/coordinator" \
 	--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
-	--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
+	--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" \
+	--agent-client-cert "$CREDS/coordinator-client.crt" --agent-client-key "$CREDS/coordinator-client.key" &
 pids+=($!)
 for _ in $(seq 50); do
 	bin/slacklinectl get agents >/dev/null 2>&1 && break

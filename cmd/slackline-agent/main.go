@@ -2,6 +2,10 @@
 // host's resources with the coordinator, runs tasks in cgroups and serves
 // the NodeService. It must run as root (or with a delegated cgroup tree).
 //
+// Its NodeService refuses to start without TLS (--cert, --key) and --authz,
+// on loopback too (tasks are local users), unless --insecure (or
+// SLACKLINE_INSECURE=1) is given.
+//
 // "slackline-agent supervise ..." is the per-task supervisor the agent
 // starts itself; it is not meant to be run by hand.
 package main
@@ -53,7 +57,11 @@ func run(args []string) error {
 	keyFile := fs.String("key", "", "the agent's key (agent-NAME.key)")
 	authzFile := fs.String("authz", "", "authorization file (authz.yaml) for NodeService callers; re-read on SIGHUP")
 	crlFile := fs.String("client-crl", "", "certificate revocation list signed by --ca (crl.pem): NodeService callers presenting a certificate it lists are refused; needs --authz; re-read on SIGHUP")
-	insecure := fs.Bool("insecure", false, "allow serving the NodeService on a non-loopback address without TLS and --authz")
+	insecureDefault, err := auth.InsecureFromEnv()
+	if err != nil {
+		return err
+	}
+	insecure := fs.Bool("insecure", insecureDefault, "allow serving the NodeService without TLS and --authz, on loopback too (env "+auth.EnvInsecure+"=1): any local user, tasks included, could then read every task's output")
 	fs.StringVar(&cfg.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
 	attributes := fs.String("attributes", "", `agent attributes, e.g. "rack=r1,zone=z2"`)
 	cgroupRoot := fs.String("cgroup-root", "slackline", "the agent's cgroup subtree under each hierarchy")
@@ -112,7 +120,6 @@ func run(args []string) error {
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
 	cfg.Logger = logger
-	var err error
 	if cfg.Attributes, err = agent.ParseAttributes(*attributes); err != nil {
 		return fmt.Errorf("--attributes: %w", err)
 	}
@@ -121,6 +128,9 @@ func run(args []string) error {
 	}
 	if err := auth.CheckListen("--listen", cfg.Listen, cfg.TLS != nil, cfg.Authz != nil, *insecure); err != nil {
 		return err
+	}
+	if *insecure && (cfg.TLS == nil || cfg.Authz == nil) {
+		logger.Warn("running insecure: without TLS and --authz any local user, tasks included, can read every task's output through the NodeService", "listen", cfg.Listen)
 	}
 	if os.Geteuid() != 0 {
 		return errors.New("must run as root: the agent creates cgroups and starts tasks in them; run it with sudo or as the systemd unit in scripts/systemd")

@@ -13,8 +13,11 @@
 // --client-ca verifies agents' (and other callers') client certificates,
 // --client-crl refuses the revoked ones, --authz names the authorization
 // file (token principals and ACLs, default deny; both files re-read on
-// SIGHUP). A listener on a non-loopback address refuses to start without TLS
-// and --authz unless --insecure is given.
+// SIGHUP). --agent-client-cert and --agent-client-key are the coordinator's
+// own client identity towards agents (coordinator-client.crt): the live
+// view's node proxy calls agents with it, never with the operator's token.
+// The coordinator refuses to start without TLS and --authz, on loopback
+// too, unless --insecure (or SLACKLINE_INSECURE=1) is given.
 package main
 
 import (
@@ -51,7 +54,13 @@ func run(args []string) error {
 	clientCA := fs.String("client-ca", "", "CA whose client certificates authenticate agents (and frameworks or operators that use certificates), e.g. ca.crt")
 	authzFile := fs.String("authz", "", "authorization file (authz.yaml): token principals and ACLs, default deny; re-read on SIGHUP")
 	clientCRL := fs.String("client-crl", "", "certificate revocation list signed by --client-ca (crl.pem, see slacklinectl credentials revoke): its client certificates are refused; re-read on SIGHUP, closing their connections")
-	insecure := fs.Bool("insecure", false, "allow listening on a non-loopback address without TLS and --authz")
+	agentClientCert := fs.String("agent-client-cert", "", "the coordinator's client certificate towards agents (coordinator-client.crt, signed by --client-ca): the live view reads agents' NodeService with it")
+	agentClientKey := fs.String("agent-client-key", "", "its key (coordinator-client.key)")
+	insecureDefault, err := auth.InsecureFromEnv()
+	if err != nil {
+		return err
+	}
+	insecure := fs.Bool("insecure", insecureDefault, "allow listening without TLS and --authz, on loopback too (env "+auth.EnvInsecure+"=1): every local user, tasks included, could then control the cluster")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
 	var cfg coordinator.Config
 	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at while they fit --max-agent-heartbeat-rate")
@@ -76,7 +85,6 @@ func run(args []string) error {
 		return fmt.Errorf("--log-level: %w", err)
 	}
 	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	var err error
 	if cfg.MinAllocatable, err = resources.Parse(*minAlloc); err != nil {
 		return fmt.Errorf("--min-allocatable: %w", err)
 	}
@@ -90,11 +98,15 @@ func run(args []string) error {
 	} else if *clientCA != "" {
 		return errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
 	}
-	if *clientCA != "" {
-		// The live view's proxy verifies agents with the same CA.
-		if cfg.AgentTLS, err = auth.ClientTLS(*clientCA, "", ""); err != nil {
-			return err
+	switch {
+	case *clientCA != "":
+		// The live view's proxy verifies agents with the same CA and
+		// presents the coordinator's own certificate.
+		if cfg.AgentTLS, err = auth.ClientTLS(*clientCA, *agentClientCert, *agentClientKey); err != nil {
+			return fmt.Errorf("--agent-client-cert: %w", err)
 		}
+	case *agentClientCert != "" || *agentClientKey != "":
+		return errors.New("--agent-client-cert needs --client-ca, the CA that signs agents' certificates")
 	}
 	if *authzFile != "" {
 		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
@@ -111,6 +123,13 @@ func run(args []string) error {
 	}
 	if cfg.Authz != nil && tlsConfig == nil {
 		logger.Warn("authorization without TLS: tokens are refused over clear text by Slackline's clients, and agents cannot present certificates")
+	}
+	if cfg.Authz != nil && cfg.AgentTLS != nil && len(cfg.AgentTLS.Certificates) == 0 {
+		logger.Warn("no client identity for agents: the live view's node view cannot read agents; " +
+			"pass --agent-client-cert and --agent-client-key (coordinator-client.crt, which `slacklinectl credentials init` adds to an existing credentials directory)")
+	}
+	if *insecure && (cfg.Authz == nil || tlsConfig == nil) {
+		logger.Warn("running insecure: without TLS and --authz every local user and whoever reaches --listen can control the cluster", "listen", *listen)
 	}
 
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)

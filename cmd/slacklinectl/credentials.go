@@ -23,6 +23,10 @@ func newCredentialsCommand(g *globals) *cobra.Command {
 		Long: `Write into DIR (created 0700):
   ca.crt, ca.key                 the cluster's CA
   coordinator.crt/.key           the coordinator's serving certificate for --hosts
+  coordinator-client.crt/.key    the coordinator's client identity towards agents
+                                 (--agent-client-cert/--agent-client-key): the live view
+                                 reads agents' containers and usage with it, never with
+                                 the operator's token
   agent-NAME.crt/.key            each agent's certificate (client and server), NAME its hostname
   NAME.token                     a bearer token for each framework and operator
   authz.yaml                     agents register as themselves; each framework is its own
@@ -30,7 +34,8 @@ func newCredentialsCommand(g *globals) *cobra.Command {
                                  may do everything
   crl.pem                        an empty certificate revocation list (see credentials revoke)
 Keys and tokens are 0600. Run it again with more names to add their credentials:
-the CA and existing files are kept (grant new principals in authz.yaml yourself).`,
+the CA and existing files are kept (grant new principals in authz.yaml yourself).
+Run on a directory written by an earlier version, it adds coordinator-client.crt/.key.`,
 		Args: exactArgs("DIR"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := auth.Generate(args[0], auth.Spec{

@@ -17,7 +17,10 @@
 // signs the coordinator's and agents' certificates and --token-file (env
 // SLACKLINE_TOKEN_FILE) the operator's bearer token, sent only over https;
 // an agent's NodeService must present a certificate for the hostname it
-// registered. "credentials init" writes a cluster's CA, certificates,
+// registered, and with --crl (env SLACKLINE_CRL) one the revocation list
+// does not name, before anything is sent. The command talks to agents with
+// the caller's own token only (never over clear text: an http endpoint
+// with a token is refused). "credentials init" writes a cluster's CA, certificates,
 // tokens and authorization file (see docs/security.md).
 //
 // The coordinator is given by --coordinator or the environment variable

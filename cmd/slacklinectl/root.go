@@ -37,7 +37,9 @@ type globals struct {
 	output      string
 	timeout     time.Duration
 	out         io.Writer
-	// creds are --ca and --token-file (env SLACKLINE_CA, SLACKLINE_TOKEN_FILE).
+	// creds are --ca, --token-file and --crl (env SLACKLINE_CA,
+	// SLACKLINE_TOKEN_FILE, SLACKLINE_CRL): the caller's own credentials,
+	// the only ones it sends, to the coordinator and to agents alike.
 	creds auth.ClientCredentials
 	// nodeNames maps agents' NodeService URLs to their hostnames, which
 	// their certificates must name (see endpointOf).
@@ -74,7 +76,8 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
 	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
 	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's and agents' certificates (env "+auth.EnvCA+")")
-	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token (env "+auth.EnvTokenFile+")")
+	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token, sent only over https (env "+auth.EnvTokenFile+")")
+	flags.StringVar(&g.creds.CRLFile, "crl", os.Getenv(auth.EnvCRL), "certificate revocation list signed by --ca (crl.pem): an agent (or coordinator) whose certificate it lists is refused before anything is sent (env "+auth.EnvCRL+")")
 
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
 		newCredentialsCommand(g))

@@ -33,17 +33,28 @@
 //
 // The page keeps an operator's bearer token in sessionStorage (per tab,
 // gone when the tab closes) and sends it as "Authorization: Bearer" on
-// every call. Static files carry no data and need no credentials. The
-// proxy is authorized twice: the coordinator checks each call as the
-// NodeService procedure it forwards (Config.Authorize, the coordinator's
-// authorization middleware, which also names the caller for the agent
-// lookup), and the agent checks it again, since the proxy forwards the
-// Authorization header and nothing else of the caller's identity.
-// Config.AgentTLS must therefore hold no client certificate of the
-// coordinator's own, or a caller would act with the coordinator's identity. Over TLS the proxy verifies that the agent's certificate
-// names the hostname the agent registered with (an agent certificate
-// names its host), so it talks to that agent whatever address its
-// endpoint has.
+// every call. Static files carry no data and need no credentials.
+//
+// No caller's credentials ever leave the coordinator. The proxy authorizes
+// each call as the NodeService procedure it forwards (Config.Authorize, the
+// coordinator's auth.Authorizer.ProxyMiddleware: view_agents, which also
+// names the caller for the agent lookup), then calls the agent with the
+// coordinator's own client certificate (Config.AgentTLS, organization
+// slackline:coordinators) and only the Connect protocol's headers: never
+// the caller's Authorization header or cookies. Agents accept that
+// identity for exactly the methods in NodeMethods (auth.Rule.Coordinator),
+// so a rogue or compromised agent learns nothing it could replay, and the
+// coordinator's identity cannot read sandboxes. This is the Kubernetes API
+// server's way with kubelets.
+//
+// With Config.AgentTLS the proxy reaches only https endpoints, and verifies
+// that the agent's certificate names the hostname the agent registered
+// with, not the endpoint's address: the coordinator publishes the address
+// the agent connected from (coordinator/trust.go), which may not be a name
+// the certificate carries, and the certificate, not the address, is what
+// proves the agent. With Config.AgentCRL an agent whose serving certificate
+// is revoked is refused in the handshake, before anything is sent; a
+// reloaded list drops the pooled connections.
 //
 // # Errors
 //

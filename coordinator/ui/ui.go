@@ -12,6 +12,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"slices"
 	"strings"
 	"sync"
@@ -21,6 +22,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/server"
 )
 
@@ -34,6 +36,10 @@ const (
 	// ProxyTimeout bounds one proxied call.
 	ProxyTimeout = 10 * time.Second
 )
+
+// forwardedHeaders are the request headers the proxy passes on: the Connect
+// protocol's, nothing that identifies the caller.
+var forwardedHeaders = []string{"Content-Type", "Connect-Protocol-Version", "Connect-Timeout-Ms"}
 
 // NodeMethods are the NodeService methods the proxy forwards: read-only,
 // and enough for the node view.
@@ -53,17 +59,27 @@ type AgentLister interface {
 type Config struct {
 	// Agents resolves an agent id to its registered NodeService endpoint.
 	Agents AgentLister
-	// AgentTLS is how the proxy reaches agents whose endpoint is https:
-	// RootCAs (the cluster's CA) verify each agent's certificate, which
-	// must name the hostname the agent registered with, whatever address
-	// its endpoint has. It must hold no client certificate (see the
-	// package documentation). Nil: the system's roots, and the endpoint's
-	// host as the name to verify.
+	// AgentTLS is how the proxy reaches agents: RootCAs (the cluster's
+	// CA) verify each agent's certificate, which must name the hostname
+	// the agent registered with, whatever address its endpoint has; its
+	// Certificates are the coordinator's own client identity
+	// (coordinator-client.crt, organization auth.CoordinatorOrganization),
+	// the only credentials an agent ever sees from the proxy (see the
+	// package documentation). With AgentTLS the proxy reaches only https
+	// endpoints. Nil: an insecure cluster's http or https endpoints, the
+	// system's roots, no identity.
 	AgentTLS *tls.Config
+	// AgentCRL, when set, refuses agents whose serving certificate it
+	// revokes, in the TLS handshake, before anything is sent; when it is
+	// reloaded, the proxy's pooled connections are dropped so that every
+	// agent is checked again.
+	AgentCRL *auth.CRL
 	// Authorize, when set, wraps the proxy: it sees each request with the
 	// path of the procedure it forwards (/slackline.v1.NodeService/METHOD),
-	// so an authorizing middleware applies that procedure's rule, and it
-	// must put the caller in the request's context, where Agents finds it.
+	// so an authorizing middleware applies that procedure's rule
+	// (auth.Authorizer.ProxyMiddleware: view_agents), and it must put the
+	// caller in the request's context, where Agents finds it. It is the
+	// only check of the caller: agents see the coordinator's identity.
 	Authorize func(http.Handler) http.Handler
 	Logger    *slog.Logger
 }
@@ -108,6 +124,8 @@ type proxy struct {
 
 	mu      sync.Mutex
 	clients map[string]*http.Client // by the hostname agents' certificates must name
+	// generation is the AgentCRL generation the clients were made under.
+	generation uint64
 }
 
 // maxClients bounds the per-hostname clients kept; past it they are all
@@ -116,13 +134,21 @@ const maxClients = 1024
 
 // client returns the HTTP client for an agent registered as hostname: it
 // speaks HTTP/1.1 and h2c to http endpoints and HTTP/2 over TLS to https
-// ones. With Config.AgentTLS, its TLS connections verify the certificate
-// against hostname rather than the address dialled; one client per
-// hostname, so that a pooled connection verified for one agent never
-// carries another's calls.
+// ones. With Config.AgentTLS, its TLS connections present the coordinator's
+// certificate and verify the agent's against hostname rather than the
+// address dialled, and against Config.AgentCRL; one client per hostname,
+// so that a pooled connection verified for one agent never carries
+// another's calls. A reloaded AgentCRL drops every client and its idle
+// connections: new calls verify their agent again.
 func (p *proxy) client(hostname string) *http.Client {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	if gen := p.cfg.AgentCRL.Generation(); gen != p.generation {
+		for _, c := range p.clients {
+			c.CloseIdleConnections()
+		}
+		p.clients, p.generation = nil, gen
+	}
 	if c, ok := p.clients[hostname]; ok {
 		return c
 	}
@@ -133,6 +159,7 @@ func (p *proxy) client(hostname string) *http.Client {
 	if p.cfg.AgentTLS != nil {
 		conf := p.cfg.AgentTLS.Clone()
 		conf.ServerName = hostname
+		p.cfg.AgentCRL.VerifyServer(conf)
 		c.Transport.(*http.Transport).TLSClientConfig = conf
 	}
 	p.clients[hostname] = c
@@ -177,6 +204,13 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		}
 		return
 	}
+	if u, err := url.Parse(endpoint); err != nil || (p.cfg.AgentTLS != nil && u.Scheme != "https") {
+		// The coordinator publishes no such endpoint with authorization on
+		// (coordinator/trust.go); this guards a proxy configured with TLS
+		// against anything else.
+		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s endpoint %q: the coordinator reaches agents only over https", agentID, endpoint))
+		return
+	}
 	ctx, cancel := context.WithTimeout(r.Context(), ProxyTimeout)
 	defer cancel()
 	target := strings.TrimSuffix(endpoint, "/") + r.URL.Path
@@ -185,15 +219,28 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s endpoint %q: %v", agentID, endpoint, err))
 		return
 	}
-	for _, h := range []string{"Content-Type", "Connect-Protocol-Version", "Connect-Timeout-Ms", "Authorization"} {
+	// Only the protocol's headers: never the caller's Authorization or
+	// cookies. The agent sees the coordinator's certificate and nothing
+	// of the caller's credentials.
+	for _, h := range forwardedHeaders {
 		if v := r.Header.Get(h); v != "" {
 			out.Header.Set(h, v)
 		}
 	}
 	resp, err := p.client(hostname).Do(out)
 	if err != nil {
-		p.cfg.Logger.Debug("ui proxy: agent unreachable", "agent", agentID, "endpoint", endpoint, "err", err)
+		if errors.Is(err, auth.ErrServerRevoked) {
+			p.cfg.Logger.Warn("ui proxy: agent's certificate is revoked; not calling it", "agent", agentID, "hostname", hostname, "err", err)
+		} else {
+			p.cfg.Logger.Debug("ui proxy: agent unreachable", "agent", agentID, "endpoint", endpoint, "err", err)
+		}
 		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s at %s: %v", agentID, endpoint, err))
+		return
+	}
+	if resp.StatusCode == http.StatusUnauthorized && (p.cfg.AgentTLS == nil || len(p.cfg.AgentTLS.Certificates) == 0) {
+		resp.Body.Close()
+		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s requires credentials and the coordinator has no client identity: "+
+			"start the coordinator with --agent-client-cert and --agent-client-key (coordinator-client.crt and .key, written by slacklinectl credentials init)", agentID))
 		return
 	}
 	defer resp.Body.Close()

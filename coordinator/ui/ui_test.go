@@ -8,10 +8,13 @@ import (
 	"crypto/tls"
 	"crypto/x509"
 	"crypto/x509/pkix"
+	"fmt"
 	"io"
 	"math/big"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -21,6 +24,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/auth"
 )
 
 // fakeAgents lists a fixed set of agents.
@@ -108,12 +112,15 @@ func TestStaticPage(t *testing.T) {
 	}
 }
 
-func TestProxyForwardsReadMethodsWithTheCallersToken(t *testing.T) {
+// TestProxyNeverForwardsTheCallersCredentials: the agent sees the call,
+// not the caller's token or cookies.
+func TestProxyNeverForwardsTheCallersCredentials(t *testing.T) {
 	srv, node := newServers(t)
 	for _, opts := range [][]connect.ClientOption{{connect.WithProtoJSON()}, nil} {
 		client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", opts...)
 		req := connect.NewRequest(&slacklinev1.GetUsageRequest{})
 		req.Header().Set("Authorization", "Bearer operator-token")
+		req.Header().Set("Cookie", "session=operator")
 		resp, err := client.GetUsage(context.Background(), req)
 		if err != nil {
 			t.Fatalf("GetUsage through the proxy: %v", err)
@@ -124,9 +131,12 @@ func TestProxyForwardsReadMethodsWithTheCallersToken(t *testing.T) {
 	}
 	node.mu.Lock()
 	defer node.mu.Unlock()
+	if len(node.auth) != 2 {
+		t.Fatalf("agent saw %d calls, want 2", len(node.auth))
+	}
 	for _, a := range node.auth {
-		if a != "Bearer operator-token" {
-			t.Fatalf("agent saw Authorization %q, want the caller's token", a)
+		if a != "" {
+			t.Fatalf("agent saw Authorization %q, want none: a caller's token never leaves the coordinator", a)
 		}
 	}
 }
@@ -284,5 +294,191 @@ func TestProxyAuthorizesAsTheForwardedProcedure(t *testing.T) {
 	}
 	if want := slacklinev1connect.NodeServiceGetUsageProcedure; len(paths) != 2 || paths[0] != want || paths[1] != want {
 		t.Fatalf("Authorize saw %v, want %s twice", paths, want)
+	}
+}
+
+// TestNodeMethodsAreTheCoordinatorsOnly: what the proxy forwards is
+// exactly what agents accept from the coordinator's identity.
+func TestNodeMethodsAreTheCoordinatorsOnly(t *testing.T) {
+	t.Parallel()
+	var admitted, forwarded []string
+	for path, rule := range auth.Rules {
+		if rule.Coordinator {
+			admitted = append(admitted, path)
+		}
+	}
+	for _, m := range NodeMethods {
+		forwarded = append(forwarded, "/"+slacklinev1connect.NodeServiceName+"/"+m)
+	}
+	slices.Sort(admitted)
+	slices.Sort(forwarded)
+	if !slices.Equal(admitted, forwarded) {
+		t.Fatalf("the proxy forwards %v, agents admit the coordinator for %v", forwarded, admitted)
+	}
+}
+
+// recordingAgent is an agent's NodeService behind the agent's own
+// authorization (auth.Authorizer.Middleware over its certificate), that
+// records each request's Authorization header and client certificate.
+type recordingAgent struct {
+	mu       sync.Mutex
+	requests []recorded
+}
+
+type recorded struct {
+	authorization, clientOrganization string
+}
+
+func (r *recordingAgent) calls() []recorded {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.requests)
+}
+
+// secureCluster writes credentials for two agents, serves each one's
+// NodeService over TLS with its certificate and the generated
+// authorization file, and returns the proxy configured as the coordinator
+// configures it.
+func secureCluster(t *testing.T) (dir string, agents fakeAgents, recorders map[string]*recordingAgent, cfg Config) {
+	t.Helper()
+	dir = t.TempDir()
+	if _, err := auth.Generate(dir, auth.Spec{Hosts: []string{"127.0.0.1"}, Agents: []string{"node-1", "node-2"}, Operators: []string{"admin"}}); err != nil {
+		t.Fatal(err)
+	}
+	file := func(name string) string { return filepath.Join(dir, name) }
+	authz, err := auth.Load(file(auth.AuthzFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recorders = map[string]*recordingAgent{}
+	for i, host := range []string{"node-1", "node-2"} {
+		rec := &recordingAgent{}
+		recorders[host] = rec
+		mux := http.NewServeMux()
+		mux.Handle(slacklinev1connect.NewNodeServiceHandler(&fakeNode{}, connect.WithInterceptors(authz.Interceptor())))
+		protected := authz.Middleware(mux)
+		tlsConfig, err := auth.ServerTLS(file(auth.AgentCertFile(host)), file(auth.AgentKeyFile(host)), file(auth.CACertFile))
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			got := recorded{authorization: r.Header.Get("Authorization")}
+			if r.TLS != nil && len(r.TLS.PeerCertificates) > 0 {
+				got.clientOrganization = strings.Join(r.TLS.PeerCertificates[0].Subject.Organization, ",")
+			}
+			rec.mu.Lock()
+			rec.requests = append(rec.requests, got)
+			rec.mu.Unlock()
+			protected.ServeHTTP(w, r)
+		}))
+		srv.EnableHTTP2, srv.TLS = true, tlsConfig
+		srv.StartTLS()
+		t.Cleanup(srv.Close)
+		agents = append(agents, &slacklinev1.Agent{Id: fmt.Sprintf("a%d", i+1), Hostname: host, Endpoint: srv.URL})
+	}
+	agentTLS, err := auth.ClientTLS(file(auth.CACertFile), file(auth.CoordinatorClientCertFile), file(auth.CoordinatorClientKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crl, err := auth.LoadCRL(file(auth.CRLFile), file(auth.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, agents, recorders, Config{Agents: agents, AgentTLS: agentTLS, AgentCRL: crl}
+}
+
+func getUsage(t *testing.T, proxyURL, agentID string) error {
+	t.Helper()
+	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, proxyURL+"/ui/node/"+agentID, connect.WithProtoJSON())
+	req := connect.NewRequest(&slacklinev1.GetUsageRequest{})
+	req.Header().Set("Authorization", "Bearer operator-token")
+	_, err := client.GetUsage(context.Background(), req)
+	return err
+}
+
+// TestProxyCallsAgentsAsTheCoordinator: over TLS the agent authorizes the
+// coordinator's certificate (the generated authz.yaml grants it nothing:
+// the rule admits it for the view's methods) and never sees a token.
+func TestProxyCallsAgentsAsTheCoordinator(t *testing.T) {
+	t.Parallel()
+	_, _, recorders, cfg := secureCluster(t)
+	srv := httptest.NewServer(Handler(cfg))
+	defer srv.Close()
+	if err := getUsage(t, srv.URL, "a1"); err != nil {
+		t.Fatalf("GetUsage of node-1 through the proxy: %v", err)
+	}
+	calls := recorders["node-1"].calls()
+	if len(calls) != 1 || calls[0].authorization != "" || calls[0].clientOrganization != auth.CoordinatorOrganization {
+		t.Fatalf("node-1 saw %+v, want one call with the coordinator's certificate (%s) and no Authorization", calls, auth.CoordinatorOrganization)
+	}
+
+	// Without the coordinator's certificate the agent refuses, and the
+	// proxy says what to configure.
+	noIdentity := cfg
+	noIdentity.AgentTLS = &tls.Config{RootCAs: cfg.AgentTLS.RootCAs}
+	bare := httptest.NewServer(Handler(noIdentity))
+	defer bare.Close()
+	if err := getUsage(t, bare.URL, "a1"); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "--agent-client-cert") {
+		t.Fatalf("without a client identity: %v, want unavailable naming --agent-client-cert", err)
+	}
+}
+
+// TestProxyReachesOnlyHTTPSWithTLS: a clear-text endpoint is never called
+// once the proxy has TLS configured.
+func TestProxyReachesOnlyHTTPSWithTLS(t *testing.T) {
+	t.Parallel()
+	_, agents, _, cfg := secureCluster(t)
+	var seen []string
+	var mu sync.Mutex
+	clear := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		mu.Lock()
+		seen = append(seen, r.Header.Get("Authorization"))
+		mu.Unlock()
+	}))
+	defer clear.Close()
+	cfg.Agents = append(agents, &slacklinev1.Agent{Id: "rogue", Hostname: "node-1", Endpoint: clear.URL})
+	srv := httptest.NewServer(Handler(cfg))
+	defer srv.Close()
+	if err := getUsage(t, srv.URL, "rogue"); connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "only over https") {
+		t.Fatalf("clear-text endpoint: %v, want unavailable", err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(seen) != 0 {
+		t.Fatalf("the clear-text endpoint received %d requests (Authorization %q)", len(seen), seen)
+	}
+}
+
+// TestProxyRefusesRevokedAgents: an agent whose serving certificate is in
+// the CRL receives no call, also over a connection the proxy pooled before
+// the list was reloaded; the other agent is still reached.
+func TestProxyRefusesRevokedAgents(t *testing.T) {
+	t.Parallel()
+	dir, _, recorders, cfg := secureCluster(t)
+	srv := httptest.NewServer(Handler(cfg))
+	defer srv.Close()
+	for _, id := range []string{"a1", "a2"} {
+		if err := getUsage(t, srv.URL, id); err != nil {
+			t.Fatalf("%s before revocation: %v", id, err)
+		}
+	}
+	if _, err := auth.Revoke(dir, []string{"node-1"}, time.Now()); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := cfg.AgentCRL.Reload(); err != nil {
+		t.Fatal(err)
+	}
+	err := getUsage(t, srv.URL, "a1")
+	if connect.CodeOf(err) != connect.CodeUnavailable || !strings.Contains(err.Error(), "revoked") {
+		t.Fatalf("revoked node-1: %v, want unavailable naming the revocation", err)
+	}
+	if got := len(recorders["node-1"].calls()); got != 1 {
+		t.Fatalf("revoked node-1 received %d calls, want only the one before revocation", got)
+	}
+	if err := getUsage(t, srv.URL, "a2"); err != nil {
+		t.Fatalf("node-2 after node-1's revocation: %v", err)
+	}
+	if got := len(recorders["node-2"].calls()); got != 2 {
+		t.Fatalf("node-2 received %d calls, want 2", got)
 	}
 }

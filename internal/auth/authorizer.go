@@ -106,7 +106,24 @@ func Denied(p *Principal, action Action, object string) error {
 // objects. The principal is in the request's context for the handlers
 // (FromContext). Paths without a rule are answered NotFound. With a nil
 // Authorizer it returns next unchanged.
+//
+// The coordinator's identity (Principal.IsCoordinator) passes only where
+// Rule.Coordinator is set, and then without the rule's action: the
+// coordinator authorized its own caller before proxying.
 func (a *Authorizer) Middleware(next http.Handler) http.Handler {
+	return a.middleware(next, true)
+}
+
+// ProxyMiddleware is Middleware for a server that forwards the procedures
+// it checks to agents under its own identity (the coordinator's live view,
+// coordinator/ui): it applies each procedure's rule to the original caller
+// and refuses the coordinator's identity outright, so that the rule's
+// action (view_agents) is always checked for someone.
+func (a *Authorizer) ProxyMiddleware(next http.Handler) http.Handler {
+	return a.middleware(next, false)
+}
+
+func (a *Authorizer) middleware(next http.Handler, coordinatorAllowed bool) http.Handler {
 	if a == nil {
 		return next
 	}
@@ -126,11 +143,16 @@ func (a *Authorizer) Middleware(next http.Handler) http.Handler {
 			a.refuse(w, r, connect.NewError(connect.CodeUnauthenticated, err))
 			return
 		}
+		if p.IsCoordinator() && !coordinatorAllowed {
+			a.refuse(w, r, connect.NewError(connect.CodePermissionDenied,
+				fmt.Errorf("principal %q is the coordinator's own identity; it calls agents, not the coordinator's proxy", p.Name)))
+			return
+		}
 		if err := callerAllowed(rule, p, r.URL.Path); err != nil {
 			a.refuse(w, r, err)
 			return
 		}
-		if rule.Action != "" && rule.Objects == nil && !pol.Allowed(p, rule.Action, "") {
+		if !p.IsCoordinator() && rule.Action != "" && rule.Objects == nil && !pol.Allowed(p, rule.Action, "") {
 			a.refuse(w, r, Denied(p, rule.Action, ""))
 			return
 		}
@@ -140,6 +162,11 @@ func (a *Authorizer) Middleware(next http.Handler) http.Handler {
 
 func callerAllowed(rule Rule, p *Principal, path string) error {
 	switch {
+	case p.IsCoordinator() && !rule.Coordinator:
+		return connect.NewError(connect.CodePermissionDenied,
+			fmt.Errorf("principal %q is the coordinator's identity; it may call only the NodeService's view methods, not %s", p.Name, path))
+	case p.IsCoordinator():
+		return nil
 	case rule.Caller == Clients && p.IsAgent():
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("principal %q is an agent; agents may not call %s", p.Name, path))
 	case rule.Caller == Agents && !p.IsAgent():
@@ -191,8 +218,7 @@ func (i interceptor) WrapUnary(next connect.UnaryFunc) connect.UnaryFunc {
 		if !ok {
 			return nil, connect.NewError(connect.CodePermissionDenied, fmt.Errorf("%s has no authorization rule", req.Spec().Procedure))
 		}
-		if rule.Action != "" && rule.Objects != nil {
-			p := FromContext(ctx)
+		if p := FromContext(ctx); rule.Action != "" && rule.Objects != nil && !(rule.Coordinator && p.IsCoordinator()) {
 			for _, object := range rule.Objects(req.Any()) {
 				if !i.a.Allowed(p, rule.Action, object) {
 					return nil, Denied(p, rule.Action, object)

@@ -288,6 +288,7 @@ func TestGenerate(t *testing.T) {
 	}
 	modes := map[string]os.FileMode{
 		CACertFile: 0o644, CAKeyFile: 0o600, CoordinatorCertFile: 0o644, CoordinatorKeyFile: 0o600,
+		CoordinatorClientCertFile: 0o644, CoordinatorClientKeyFile: 0o600,
 		"agent-a1.crt": 0o644, "agent-a1.key": 0o600, "agent-a2.crt": 0o644, "agent-a2.key": 0o600,
 		"batch.token": 0o600, "admin.token": 0o600, AuthzFile: 0o644, CRLFile: 0o644,
 	}
@@ -351,14 +352,19 @@ func TestGenerate(t *testing.T) {
 }
 
 func TestCheckListen(t *testing.T) {
+	t.Parallel()
 	for _, tt := range []struct {
 		addr                     string
 		tlsOn, authzOn, insecure bool
 		ok                       bool
 	}{
-		{"127.0.0.1:5050", false, false, false, true},
-		{"[::1]:5050", false, false, false, true},
-		{"localhost:5050", false, false, false, true},
+		// Loopback is no exception: tasks are local users.
+		{"127.0.0.1:5050", false, false, false, false},
+		{"[::1]:5050", false, false, false, false},
+		{"localhost:5050", false, true, false, false},
+		{"127.0.0.1:5050", true, false, false, false},
+		{"127.0.0.1:5050", true, true, false, true},
+		{"127.0.0.1:5050", false, false, true, true},
 		{"0.0.0.0:5050", false, false, false, false},
 		{":5050", false, false, false, false},
 		{"10.0.0.1:5050", true, false, false, false},
@@ -368,6 +374,37 @@ func TestCheckListen(t *testing.T) {
 		err := CheckListen("--listen", tt.addr, tt.tlsOn, tt.authzOn, tt.insecure)
 		if (err == nil) != tt.ok {
 			t.Errorf("CheckListen(%s, tls %v, authz %v, insecure %v) = %v", tt.addr, tt.tlsOn, tt.authzOn, tt.insecure, err)
+		}
+		// The refusal says what to do.
+		if err != nil {
+			for _, want := range []string{"slacklinectl credentials init", "--insecure", "SLACKLINE_INSECURE=1", tt.addr} {
+				if !strings.Contains(err.Error(), want) {
+					t.Errorf("CheckListen(%s): %q does not say %q", tt.addr, err, want)
+				}
+			}
+		}
+	}
+}
+
+func TestInsecureFromEnv(t *testing.T) {
+	for _, tt := range []struct {
+		value   string
+		want    bool
+		wantErr bool
+	}{
+		{"", false, false},
+		{"1", true, false},
+		{"true", true, false},
+		{"0", false, false},
+		{"yes", false, true},
+	} {
+		t.Setenv(EnvInsecure, tt.value)
+		got, err := InsecureFromEnv()
+		if got != tt.want || (err != nil) != tt.wantErr {
+			t.Errorf("%s=%q: InsecureFromEnv() = %v, %v", EnvInsecure, tt.value, got, err)
+		}
+		if err != nil && !strings.Contains(err.Error(), EnvInsecure) {
+			t.Errorf("%s=%q: error %q does not name the variable", EnvInsecure, tt.value, err)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"errors"
 	"fmt"
 	"net/http"
 	"os"
@@ -13,6 +14,9 @@ import (
 const (
 	EnvCA        = "SLACKLINE_CA"
 	EnvTokenFile = "SLACKLINE_TOKEN_FILE"
+	// EnvCRL gives --crl its default: the certificate revocation list
+	// that servers' certificates (agents') are checked against.
+	EnvCRL = "SLACKLINE_CRL"
 )
 
 // ClientCredentials are what a client trusts and presents. The zero value
@@ -30,16 +34,23 @@ type ClientCredentials struct {
 	// certificate instead of the URL's host (an agent's NodeService is
 	// reached at its address but certified for its hostname).
 	ServerName string
+	// CRLFile is a certificate revocation list signed by CAFile (crl.pem):
+	// a server whose certificate it lists is refused in the handshake
+	// (ErrServerRevoked), before anything is sent.
+	CRLFile string
 }
 
-// FromEnv fills CAFile and TokenFile, where empty, from SLACKLINE_CA and
-// SLACKLINE_TOKEN_FILE.
+// FromEnv fills CAFile, TokenFile and CRLFile, where empty, from
+// SLACKLINE_CA, SLACKLINE_TOKEN_FILE and SLACKLINE_CRL.
 func (c ClientCredentials) FromEnv() ClientCredentials {
 	if c.CAFile == "" {
 		c.CAFile = os.Getenv(EnvCA)
 	}
 	if c.TokenFile == "" {
 		c.TokenFile = os.Getenv(EnvTokenFile)
+	}
+	if c.CRLFile == "" {
+		c.CRLFile = os.Getenv(EnvCRL)
 	}
 	return c
 }
@@ -48,14 +59,25 @@ func (c ClientCredentials) FromEnv() ClientCredentials {
 func (c ClientCredentials) IsZero() bool { return c == ClientCredentials{} }
 
 // HTTPClient returns an HTTP client (HTTP/1.1, h2c for http://, HTTP/2 over
-// TLS for https://) that trusts c.CAFile, presents c's certificate and adds
-// c's token to every request.
+// TLS for https://) that trusts c.CAFile, refuses servers c.CRLFile
+// revokes, presents c's certificate and adds c's token to every request
+// (only over https: WithToken).
 func (c ClientCredentials) HTTPClient() (*http.Client, error) {
 	tlsConfig, err := ClientTLS(c.CAFile, c.CertFile, c.KeyFile)
 	if err != nil {
 		return nil, err
 	}
 	tlsConfig.ServerName = c.ServerName
+	if c.CRLFile != "" {
+		if c.CAFile == "" {
+			return nil, errors.New("--crl needs --ca: the revocation list is checked against the CA that signs it")
+		}
+		crl, err := LoadCRL(c.CRLFile, c.CAFile)
+		if err != nil {
+			return nil, fmt.Errorf("--crl: %w", err)
+		}
+		crl.VerifyServer(tlsConfig)
+	}
 	client := server.NewTLSClient(tlsConfig)
 	if c.TokenFile != "" {
 		token, err := ReadToken(c.TokenFile)

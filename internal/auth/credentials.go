@@ -27,7 +27,13 @@ const (
 	CAKeyFile           = "ca.key"
 	CoordinatorCertFile = "coordinator.crt"
 	CoordinatorKeyFile  = "coordinator.key"
-	AuthzFile           = "authz.yaml"
+	// CoordinatorClientCertFile and CoordinatorClientKeyFile are the
+	// coordinator's client identity towards agents (organization
+	// CoordinatorOrganization, client-auth usage only), distinct from its
+	// serving certificate, which may come from another CA.
+	CoordinatorClientCertFile = "coordinator-client.crt"
+	CoordinatorClientKeyFile  = "coordinator-client.key"
+	AuthzFile                 = "authz.yaml"
 	// CRLFile is the certificate revocation list (--client-crl) that
 	// Generate writes empty and Revoke extends.
 	CRLFile = "crl.pem"
@@ -207,12 +213,16 @@ type Result struct {
 }
 
 // Generate writes credentials into dir (created 0700 if missing): ca.crt and
-// ca.key, coordinator.crt/.key for spec.Hosts, agent-NAME.crt/.key (client
+// ca.key, coordinator.crt/.key for spec.Hosts, coordinator-client.crt/.key
+// (the coordinator's client identity towards agents, "coordinator:<first
+// host>"), agent-NAME.crt/.key (client
 // and server certificates: the agent also serves its NodeService with it),
 // NAME.token for each framework and operator, authz.yaml, and crl.pem (an
 // empty certificate revocation list, see Revoke). Keys and tokens are 0600. An existing CA is reused, so that running it again with
 // more names adds their credentials; existing files are kept, authz.yaml
 // included (Result.Kept lists them: grant new principals there yourself).
+// Run on a directory of an earlier version, it adds what that lacked
+// (coordinator-client.crt and .key) and keeps the rest.
 func Generate(dir string, spec Spec) (Result, error) {
 	var res Result
 	if spec.Validity <= 0 {
@@ -320,6 +330,11 @@ func Generate(dir string, spec Spec) (Result, error) {
 	}
 	if err := issue(CoordinatorCertFile, CoordinatorKeyFile,
 		CertSpec{CommonName: spec.Hosts[0], Hosts: spec.Hosts, Server: true}); err != nil {
+		return res, err
+	}
+	if err := issue(CoordinatorClientCertFile, CoordinatorClientKeyFile, CertSpec{
+		CommonName: spec.Hosts[0], Organization: []string{CoordinatorOrganization}, Client: true,
+	}); err != nil {
 		return res, err
 	}
 	for _, name := range spec.Agents {

@@ -20,6 +20,12 @@ import (
 // connect.CodeUnauthenticated.
 var ErrRevoked = errors.New("client certificate revoked")
 
+// ErrServerRevoked: a server's certificate (an agent's serving
+// certificate, seen by the coordinator's live view or by slacklinectl) is
+// listed in the certificate revocation list; the connection is refused
+// before anything is sent.
+var ErrServerRevoked = errors.New("server certificate revoked")
+
 // CRL is a certificate revocation list that refuses the client
 // certificates it lists, reloadable. Create it with LoadCRL (or
 // Authorizer.LoadCRL, which also makes the Authorizer consult it). Its
@@ -33,6 +39,8 @@ type CRL struct {
 	file string
 	cas  []*x509.Certificate
 	list atomic.Pointer[revocations]
+	// generation counts successful loads (1 after LoadCRL).
+	generation atomic.Uint64
 	// conns are the connections whose client certificate verified (Watch).
 	conns connRegistry
 }
@@ -62,6 +70,7 @@ func LoadCRL(file, caFile string) (*CRL, error) {
 		return nil, err
 	}
 	c.list.Store(list)
+	c.generation.Store(1)
 	return c, nil
 }
 
@@ -75,7 +84,19 @@ func (c *CRL) Reload() (closed int, err error) {
 		return 0, err
 	}
 	c.list.Store(list)
+	c.generation.Add(1)
 	return c.conns.closeRevoked(list), nil
+}
+
+// Generation counts the lists loaded (LoadCRL, then each successful
+// Reload), so that a client holding connections to servers can drop them
+// when it changes: a connection is checked against the list only in its
+// handshake (VerifyServer). A nil CRL's generation is 0.
+func (c *CRL) Generation() uint64 {
+	if c == nil {
+		return 0
+	}
+	return c.generation.Load()
 }
 
 // Len returns the number of certificates the CRL revokes.
@@ -104,6 +125,34 @@ func (c *CRL) Check(cert *x509.Certificate) error {
 	}
 	return fmt.Errorf("%w: serial %X (CN %q) is in the cluster's certificate revocation list; ask its operator for a new certificate",
 		ErrRevoked, cert.SerialNumber, cert.Subject.CommonName)
+}
+
+// VerifyServer makes clients using cfg refuse, in the TLS handshake, a
+// server whose leaf certificate c revokes (ErrServerRevoked): the
+// coordinator's live view and slacklinectl check agents' serving
+// certificates this way, so that a revoked agent receives no call. It
+// keeps cfg.VerifyConnection, if any, running first. A nil CRL leaves cfg
+// as it is.
+func (c *CRL) VerifyServer(cfg *tls.Config) {
+	if c == nil {
+		return
+	}
+	prev := cfg.VerifyConnection
+	cfg.VerifyConnection = func(state tls.ConnectionState) error {
+		if prev != nil {
+			if err := prev(state); err != nil {
+				return err
+			}
+		}
+		if len(state.PeerCertificates) == 0 {
+			return nil
+		}
+		if cert := state.PeerCertificates[0]; c.list.Load().revokes(cert) {
+			return fmt.Errorf("%w: serial %X (CN %q) is in the certificate revocation list %s",
+				ErrServerRevoked, cert.SerialNumber, cert.Subject.CommonName, c.file)
+		}
+		return nil
+	}
 }
 
 func (r *revocations) revokes(cert *x509.Certificate) bool {
@@ -277,6 +326,15 @@ func (r *connRegistry) closeRevoked(list *revocations) int {
 		}
 	}
 	return closed
+}
+
+// CRL returns the revocation list LoadCRL gave a (nil without one), so
+// that clients of the same servers' peers check it too (CRL.VerifyServer).
+func (a *Authorizer) CRL() *CRL {
+	if a == nil {
+		return nil
+	}
+	return a.crl
 }
 
 // LoadCRL makes a refuse the client certificates that crlFile revokes

@@ -13,7 +13,10 @@
 //   - a client certificate signed by the server's client CA (mTLS): an agent
 //     when its subject's Organization is AgentOrganization, named
 //     "agent:<CN>" and certified for the hostnames (DNS or IP SANs) the
-//     certificate names; otherwise a framework or operator named by its CN.
+//     certificate names; the coordinator's own client identity when it is
+//     CoordinatorOrganization, named "coordinator:<CN>" (the live view's
+//     proxy calls agents with it, never with a caller's token); otherwise a
+//     framework or operator named by its CN.
 //     With a certificate revocation list (Authorizer.LoadCRL, --client-crl)
 //     a certificate it lists is refused with ErrRevoked, on every request,
 //     not only in the handshake, so that a reloaded list applies to
@@ -33,7 +36,10 @@
 // procedure the coordinator or the agent serves has a Rule in Rules (a test
 // walks the generated service descriptors and fails on a procedure without
 // one): who may call it at all (Caller), and the action checked before the
-// handler runs, with the objects named in the request. Checks that need
+// handler runs, with the objects named in the request. The coordinator's
+// identity passes only where Rule.Coordinator is set (the NodeService's
+// read-only view methods), without the action: the coordinator authorized
+// its own caller with ProxyMiddleware first. Checks that need
 // state only a handler has — that a framework id belongs to the calling
 // principal, that an agent acts only on its own tasks, which frameworks a
 // caller may see — are the handler's, and Rule.Handler says which. Handlers
@@ -50,15 +56,24 @@
 // file that fails to load (a CRL not signed by the client CA) leaves the
 // previous version in force. A nil *Authorizer is the insecure
 // mode: no principal is required and everything is allowed; CheckListen
-// keeps that mode to loopback listeners unless --insecure is given.
+// refuses that mode, and a listener without TLS, on every address loopback
+// included (tasks are local users), unless --insecure or
+// SLACKLINE_INSECURE=1 (InsecureFromEnv) says the operator accepts it.
+//
+// Clients check servers too: CRL.VerifyServer refuses, in the handshake, a
+// server whose certificate the list revokes (an agent's serving
+// certificate, for the coordinator's proxy and slacklinectl --crl), and
+// CRL.Generation tells a client holding connections when to drop them.
 //
 // # Credentials
 //
 // Generate writes everything a cluster needs (what `slacklinectl credentials
-// init` does): a CA, the coordinator's serving certificate, one client and
-// serving certificate per agent, one token per framework and operator, and
-// an authorization file granting each framework its own role and operators
-// everything, and an empty CRL. Revoke (`slacklinectl credentials revoke`)
-// adds certificates to that CRL, signed by the same CA. ServerTLS and Client build the TLS configurations and HTTP
-// clients that use them, with crypto/tls and crypto/x509 only.
+// init` does): a CA, the coordinator's serving certificate and its client
+// identity towards agents, one client and serving certificate per agent,
+// one token per framework and operator, an authorization file granting
+// each framework its own role and operators everything, and an empty CRL.
+// Revoke (`slacklinectl credentials revoke`) adds certificates to that CRL,
+// signed by the same CA. ServerTLS, ClientTLS and ClientCredentials build
+// the TLS configurations and HTTP clients that use them, with crypto/tls
+// and crypto/x509 only.
 package auth

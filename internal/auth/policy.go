@@ -307,6 +307,8 @@ func validPrincipalName(name string) error {
 		return fmt.Errorf("principal name %q must be 1 to 128 bytes", name)
 	case strings.HasPrefix(name, AgentPrefix):
 		return fmt.Errorf("principal %q: names starting with %q are agents' (certificates only)", name, AgentPrefix)
+	case strings.HasPrefix(name, CoordinatorPrefix):
+		return fmt.Errorf("principal %q: names starting with %q are the coordinator's (certificates only)", name, CoordinatorPrefix)
 	case strings.ContainsFunc(name, func(r rune) bool { return r <= ' ' || r == 0x7f }):
 		return fmt.Errorf("principal name %q has spaces or control characters", name)
 	}

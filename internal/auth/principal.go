@@ -21,6 +21,16 @@ const AgentOrganization = "slackline:agents"
 // Token principals and other certificates may not use it.
 const AgentPrefix = "agent:"
 
+// CoordinatorOrganization in a client certificate's subject Organization
+// marks the coordinator's own client identity: what it presents to agents
+// when the live view reads their NodeService (see Rule.Coordinator).
+const CoordinatorOrganization = "slackline:coordinators"
+
+// CoordinatorPrefix starts the name of the coordinator's principal:
+// "coordinator:<CN>". Token principals and other certificates may not use
+// it.
+const CoordinatorPrefix = "coordinator:"
+
 // Authentication methods, in Principal.Method.
 const (
 	MethodToken       = "token"
@@ -43,6 +53,13 @@ type Principal struct {
 // certificate).
 func (p *Principal) IsAgent() bool {
 	return p != nil && p.cert != nil && strings.HasPrefix(p.Name, AgentPrefix)
+}
+
+// IsCoordinator reports whether p is the coordinator's client identity (a
+// certificate of CoordinatorOrganization). It may call only the procedures
+// whose Rule.Coordinator is set.
+func (p *Principal) IsCoordinator() bool {
+	return p != nil && p.cert != nil && strings.HasPrefix(p.Name, CoordinatorPrefix)
 }
 
 // Certifies reports whether p is an agent whose certificate names hostname
@@ -142,11 +159,20 @@ func principalOfCertificate(cert *x509.Certificate) (*Principal, error) {
 	if cn == "" {
 		return nil, errors.New("client certificate has no common name")
 	}
-	if slices.Contains(cert.Subject.Organization, AgentOrganization) {
+	agent := slices.Contains(cert.Subject.Organization, AgentOrganization)
+	coordinator := slices.Contains(cert.Subject.Organization, CoordinatorOrganization)
+	switch {
+	case agent && coordinator:
+		return nil, fmt.Errorf("client certificate %q names both organizations %s and %s: an identity is an agent or the coordinator, not both",
+			cn, AgentOrganization, CoordinatorOrganization)
+	case agent:
 		return &Principal{Name: AgentPrefix + cn, Method: MethodCertificate, cert: cert}, nil
-	}
-	if strings.HasPrefix(cn, AgentPrefix) {
+	case coordinator:
+		return &Principal{Name: CoordinatorPrefix + cn, Method: MethodCertificate, cert: cert}, nil
+	case strings.HasPrefix(cn, AgentPrefix):
 		return nil, fmt.Errorf("client certificate CN %q: only agent certificates (organization %s) are agent principals", cn, AgentOrganization)
+	case strings.HasPrefix(cn, CoordinatorPrefix):
+		return nil, fmt.Errorf("client certificate CN %q: only the coordinator's certificate (organization %s) is a coordinator principal", cn, CoordinatorOrganization)
 	}
 	return &Principal{Name: cn, Method: MethodCertificate, cert: cert}, nil
 }

@@ -46,6 +46,14 @@ type Rule struct {
 	// Handler describes what the handler checks itself, with state only it
 	// has ("" when the rule says it all).
 	Handler string
+	// Coordinator lets the coordinator's own client identity (a
+	// certificate of CoordinatorOrganization) call the procedure on an
+	// agent, without Action: the coordinator's live view proxies it after
+	// authorizing its own caller for the same rule (ProxyMiddleware). The
+	// coordinator's identity may call nothing else; it is set only for the
+	// NodeService's read-only view methods (a test checks), never for
+	// ReadSandboxFile.
+	Coordinator bool
 }
 
 // Open paths and procedures that are not Slackline services.
@@ -129,12 +137,14 @@ var Rules = map[string]Rule{
 	slacklinev1connect.OperatorServiceStopMaintenanceProcedure: {Caller: Clients, Action: StopMaintenances,
 		Objects: func(req any) []string { return machines(req.(*slacklinev1.StopMaintenanceRequest).GetMachines()) }},
 
-	// NodeService (served by the agent).
-	slacklinev1connect.NodeServiceGetContainersProcedure:  {Caller: Clients, Action: ViewAgents},
-	slacklinev1connect.NodeServiceGetUsageProcedure:       {Caller: Clients, Action: ViewAgents},
-	slacklinev1connect.NodeServiceGetEstimateProcedure:    {Caller: Clients, Action: ViewAgents},
-	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents},
-	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents},
+	// NodeService (served by the agent). The view methods are also the
+	// live view's: the coordinator proxies them with its own identity,
+	// having checked view_agents for its caller.
+	slacklinev1connect.NodeServiceGetContainersProcedure:  {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetUsageProcedure:       {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetEstimateProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients,
 		Handler: "the task's framework principal, or access_sandboxes on it"},
 }

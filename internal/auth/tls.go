@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"strings"
 )
 
@@ -105,26 +106,52 @@ func (b bearer) RoundTrip(r *http.Request) (*http.Response, error) {
 	return b.next.RoundTrip(r)
 }
 
-// CheckListen refuses a listener on a non-loopback address that lacks TLS
-// or authorization, unless insecure says the operator accepts it. Loopback
-// addresses ("127.0.0.1:5050", "[::1]:5050", "localhost:5050") are always
-// accepted: only local users reach them.
+// EnvInsecure is the environment's --insecure: "1" (or another true value
+// of strconv.ParseBool) lets every Slackline server start without TLS and
+// authorization, for tests and scripts; --insecure=false still overrides it.
+const EnvInsecure = "SLACKLINE_INSECURE"
+
+// InsecureFromEnv returns the default of a server's --insecure flag:
+// whether SLACKLINE_INSECURE is set true. A value that is not a boolean is
+// an error naming the variable.
+func InsecureFromEnv() (bool, error) {
+	v := os.Getenv(EnvInsecure)
+	if v == "" {
+		return false, nil
+	}
+	on, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("%s=%q: want 1 (or true) to run without TLS and authorization, 0 or unset otherwise", EnvInsecure, v)
+	}
+	return on, nil
+}
+
+// CheckListen refuses a listener that lacks TLS or authorization, unless
+// insecure says the operator accepts it (--insecure or SLACKLINE_INSECURE=1).
+// Loopback addresses are no exception: tasks run as local users, reach
+// loopback listeners like any other process on the node, and without
+// authorization would read other tasks' output through the agent and act
+// as their frameworks through the coordinator.
 func CheckListen(flag, addr string, tlsOn, authzOn, insecure bool) error {
-	if (tlsOn && authzOn) || insecure || isLoopback(addr) {
+	if (tlsOn && authzOn) || insecure {
 		return nil
 	}
 	var missing []string
 	if !tlsOn {
-		missing = append(missing, "TLS")
+		missing = append(missing, "TLS (--tls-cert/--tls-key, or --cert/--key)")
 	}
 	if !authzOn {
 		missing = append(missing, "authorization (--authz)")
 	}
-	return fmt.Errorf("refusing to listen on %s (%s) without %s: anyone who reaches it could control the cluster; "+
-		"create credentials with `slacklinectl credentials init` and pass them, or pass --insecure to accept the risk",
-		addr, flag, strings.Join(missing, " and "))
+	who := "anyone who reaches it could control the cluster"
+	if isLoopback(addr) {
+		who = "on loopback too, every local user (tasks included) could control the cluster, read other tasks' output and act as their frameworks"
+	}
+	return fmt.Errorf("refusing to listen on %s (%s) without %s: %s; "+
+		"create credentials with `slacklinectl credentials init DIR` and pass them (docs/security.md), "+
+		"or pass --insecure (or set %s=1) to accept the risk",
+		addr, flag, strings.Join(missing, " and "), who, EnvInsecure)
 }
-
 func isLoopback(addr string) bool {
 	host, _, err := net.SplitHostPort(addr)
 	if err != nil {

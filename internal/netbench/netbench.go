@@ -252,13 +252,14 @@ func Run(ctx context.Context, o Options, mode Mode) (res Result, err error) {
 		})
 		return cmd, nil
 	}
-	if _, err := start("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coordinator")); err != nil {
+	// --insecure: a loopback cluster of the benchmark's own, no credentials.
+	if _, err := start("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coordinator"), "--insecure"); err != nil {
 		return res, err
 	}
 	agentArgs := []string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr, "--hostname", "netbench",
 		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root,
 		"--resources", fmt.Sprintf("cpus:2;mem:2048;bandwidth:%g", o.LinkMbps),
-		"--monitor-interval", "100ms", "--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s"}
+		"--monitor-interval", "100ms", "--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--insecure"}
 	switch {
 	case mode == NoQoS:
 		agentArgs = append(agentArgs, "--network-interfaces", "none", "--qos-controller", "noop")

@@ -53,10 +53,11 @@ func run() error {
 	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-bench-%d", os.Getpid())
 	procs := []*exec.Cmd{
-		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn"),
+		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn",
+			"--insecure"), // a loopback cluster of the benchmark's own, no credentials
 		exec.Command(filepath.Join(dir, "slackline-agent"), "--coordinator", "http://"+coordAddr, "--listen", agentAddr,
 			"--work-dir", filepath.Join(dir, "agent"), "--cgroup-root", root, "--resources", "cpus:64;mem:65536", "--log-level", "warn",
-			"--kill-grace-period", "100ms"),
+			"--kill-grace-period", "100ms", "--insecure"),
 	}
 	for _, p := range procs {
 		p.Stderr = os.Stderr

@@ -220,14 +220,15 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		procs = append(procs, p)
 		return nil
 	}
-	if err := startProc("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coord")); err != nil {
+	// --insecure: a loopback cluster of the benchmark's own, no credentials.
+	if err := startProc("slackline-coordinator", "--listen", coordAddr, "--work-dir", filepath.Join(work, "coord"), "--insecure"); err != nil {
 		return res, err
 	}
 	time.Sleep(300 * time.Millisecond)
 	agentArgs := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr,
 		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
 		"--qos-controller", qosSet, "--monitor-interval", "100ms", "--estimator-window", "10s",
-		"--protect-cgroup", loadgenCgroup, "--ebpf-all-culprits"}, o.agentFlags...)
+		"--protect-cgroup", loadgenCgroup, "--ebpf-all-culprits", "--insecure"}, o.agentFlags...)
 	if err := startProc("slackline-agent", agentArgs...); err != nil {
 		return res, err
 	}

@@ -53,7 +53,8 @@ func run() error {
 	addr := ln.Addr().String()
 	ln.Close()
 
-	coord := exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", addr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn")
+	// --insecure: a loopback coordinator of the benchmark's own, no credentials.
+	coord := exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", addr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn", "--insecure")
 	coord.Stderr = os.Stderr
 	coord.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := coord.Start(); err != nil {

@@ -70,9 +70,10 @@ func run() error {
 	root := fmt.Sprintf("slackline-bench-slack-%d", os.Getpid())
 	defer cgrouptest.RemoveRoot(root)
 	args := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr, "--work-dir", filepath.Join(dir, "agent"),
-		"--cgroup-root", root, "--resources", "cpus:2;mem:4096", "--log-level", "warn", "--qos-controller", "noop"}, agentFlags...)
+		"--cgroup-root", root, "--resources", "cpus:2;mem:4096", "--log-level", "warn", "--qos-controller", "noop", "--insecure"}, agentFlags...)
 	for _, p := range []*exec.Cmd{
-		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn"),
+		// --insecure: a loopback cluster of the benchmark's own, no credentials.
+		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn", "--insecure"),
 		exec.Command(filepath.Join(dir, "slackline-agent"), args...),
 	} {
 		p.Stderr = os.Stderr
