@@ -153,13 +153,8 @@ type Coordinator struct {
 	quotas map[string]resources.Resources
 	// fullPass asks for a full allocation pass at the next wake-up.
 	fullPass bool
-	// heartbeats, recoveryChecked and nextHistorySweep keep the timer
-	// loop's checks from visiting every agent on each tick (liveness.go);
-	// pace is the agents' heartbeat interval and timeout
-	// (heartbeatpace.go).
-	heartbeats       heartbeatQueue
-	pace             heartbeatPace
-	recoveryChecked  bool
+	// nextHistorySweep keeps the timer loop from visiting every agent on
+	// each tick (liveness.go).
 	nextHistorySweep time.Time
 
 	// stopping is set when Run ends, so closing streams is not taken for
@@ -185,24 +180,27 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, err
 		}
 	}
-	instanceID := ids.New()[:8]
+	instanceID, startedAt := ids.New()[:8], cfg.Now()
 	c := &Coordinator{
 		cfg:         cfg,
 		log:         cfg.Logger,
 		store:       st,
 		kick:        make(chan struct{}, 1),
 		storeFailed: make(chan error, 1),
-		core:        core.New(core.Config{MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID}),
-		agents:      map[string]*agent{},
-		frameworks:  map[string]*framework{},
-		weights:     map[string]float64{},
-		quotas:      map[string]resources.Resources{},
-		maint:       maintenance.New(),
-		instanceID:  instanceID,
-		startedAt:   cfg.Now(),
+		core: core.New(core.Config{
+			MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID,
+			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
+			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout,
+		}),
+		agents:     map[string]*agent{},
+		frameworks: map[string]*framework{},
+		weights:    map[string]float64{},
+		quotas:     map[string]resources.Resources{},
+		maint:      maintenance.New(),
+		instanceID: instanceID,
+		startedAt:  startedAt,
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
-	c.pace = newHeartbeatPace(cfg.AgentHeartbeatInterval, cfg.AgentTimeout, float64(cfg.MaxAgentHeartbeatRate))
 	err := c.recover(context.Background())
 	if err == nil {
 		c.launchKey, err = loadLaunchKey(context.Background(), st)
@@ -386,7 +384,7 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	now := c.cfg.Now()
-	writes := c.checkSilentAgents(now)
+	writes := c.tick(now)
 	for _, fw := range c.frameworks {
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED && now.After(fw.failoverDeadline) {
 			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
@@ -394,7 +392,6 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 		}
 	}
 	writes = append(writes, c.forgetHistoryWhenDue(now)...)
-	c.deliver(c.core.Tick(now))
 	c.mu.Unlock()
 	c.record(ctx, writes...)
 }

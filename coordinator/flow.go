@@ -292,7 +292,7 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		if a.state != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
 			continue
 		}
-		since := a.lastHeartbeat
+		since := c.core.LastHeartbeat(a.id)
 		if since.IsZero() {
 			since = c.startedAt // not heard from since a restart
 		}

@@ -441,9 +441,9 @@ func TestHistoryIsBounded(t *testing.T) {
 		d.c.mu.Lock()
 		a := d.c.agents[agentID]
 		d.c.markAgentUnreachable(a, testNow)
-		a.lastHeartbeat = testNow.Add(-30 * time.Minute)
+		d.c.core.Heartbeat(a.id, testNow.Add(-30*time.Minute))
 		kept := len(d.c.forgetHistory(testNow))
-		a.lastHeartbeat = testNow.Add(-2 * time.Hour)
+		d.c.core.Heartbeat(a.id, testNow.Add(-2*time.Hour))
 		writes := d.c.forgetHistory(testNow)
 		d.c.mu.Unlock()
 		d.c.persistMu.Unlock()

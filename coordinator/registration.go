@@ -210,7 +210,6 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 	c.deliver(c.core.RegisterAgent(agentSpec(a.id, reg.info, reg.total, am), now))
 	a.info, a.total = reg.info, reg.total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-	c.heartbeat(a, now)
 	a.session = newOutbox[*slacklinev1.AgentCommand]()
 	a.maint = am
 	c.reconcileAgentTasks(a, reg.tasks, now)

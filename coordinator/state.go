@@ -12,17 +12,12 @@ import (
 
 // agent is the coordinator's record of an agent.
 type agent struct {
-	id            string
-	info          *slacklinev1.AgentInfo
-	total         resources.Resources
-	state         slacklinev1.AgentState
-	registeredAt  time.Time
-	lastHeartbeat time.Time
-	// hbPrev, hbNext and hbQueued place the agent in the coordinator's
-	// heartbeatQueue (liveness.go).
-	hbPrev, hbNext *agent
-	hbQueued       bool
-	session        *agentSession
+	id           string
+	info         *slacklinev1.AgentInfo
+	total        resources.Resources
+	state        slacklinev1.AgentState
+	registeredAt time.Time
+	session      *agentSession
 	// tasks on the agent, by framework id then task id. Its offers,
 	// inverse offers and estimate are the core's.
 	tasks map[taskKey]*task

@@ -23,6 +23,17 @@ type Config struct {
 	// IDPrefix starts every offer and inverse offer id (the coordinator's
 	// instance id, so that ids of an earlier run are never reused).
 	IDPrefix string
+	// HeartbeatInterval is the interval agents are told while they fit
+	// MaxHeartbeatRate heartbeats a second (<= 0: no budget); AgentTimeout
+	// the silence after which an agent is lost, at that interval (see
+	// heartbeatPace).
+	HeartbeatInterval, AgentTimeout time.Duration
+	MaxHeartbeatRate                float64
+	// Start is when the coordinator started; agents from its registry
+	// that have not registered again ReregisterTimeout after it are
+	// reported by Tick (Ready.NotReregistered).
+	Start             time.Time
+	ReregisterTimeout time.Duration
 }
 
 // Core is the offer book: the allocator, the outstanding offers and
@@ -44,6 +55,10 @@ type Core struct {
 	seq      uint64
 	// nextOfferSweep is when Tick next looks for timed-out offers.
 	nextOfferSweep time.Time
+	// heartbeats, pace and recoveryChecked: liveness (liveness.go).
+	heartbeats      heartbeatQueue
+	pace            heartbeatPace
+	recoveryChecked bool
 	// out collects the effects of the call under way (take hands them out).
 	out Ready
 }
@@ -59,6 +74,7 @@ func New(cfg Config) *Core {
 		inverse:    map[string]*InverseOffer{},
 		draining:   map[string]struct{}{},
 		dirty:      map[string]struct{}{},
+		pace:       newHeartbeatPace(cfg.HeartbeatInterval, cfg.AgentTimeout, cfg.MaxHeartbeatRate),
 	}
 }
 
@@ -80,16 +96,24 @@ type Counts struct {
 // asks for an allocation pass (agents became dirty); Strays are
 // allocations the allocator made to frameworks or agents the book does
 // not know as connected or present (given back already), for the log.
+//
+// Tick's Ready also lists what the shell applies to its records after
+// the sends: Lost, the agents found silent (the core has rescinded their
+// offers already; their tasks become UNREACHABLE), and NotReregistered,
+// the agents from the registry that did not register again in time.
 type Ready struct {
-	Events []Send
-	Counts Counts
-	Wake   bool
-	Strays []allocator.Allocation
+	Events          []Send
+	Counts          Counts
+	Wake            bool
+	Strays          []allocator.Allocation
+	Lost            []Lost
+	NotReregistered []string
 }
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
-	return len(r.Events) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0
+	return len(r.Events) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -101,6 +125,8 @@ func (r *Ready) Append(later Ready) {
 	r.Counts.InverseOffersSent += later.Counts.InverseOffersSent
 	r.Wake = r.Wake || later.Wake
 	r.Strays = append(r.Strays, later.Strays...)
+	r.Lost = append(r.Lost, later.Lost...)
+	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
 }
 
 func (k *Core) take() Ready {
@@ -162,7 +188,9 @@ type AgentSpec struct {
 type agent struct {
 	spec AgentSpec
 	// active: offers may be made on the agent (registered and not lost).
-	active      bool
+	active bool
+	// recovering: from the registry, not registered since.
+	recovering  bool
 	inAllocator bool
 	// revocable is the agent's latest oversubscription estimate.
 	revocable resources.Resources
@@ -171,6 +199,10 @@ type agent struct {
 	// inverseRefuse when each framework's answer filter ends.
 	inverse       map[string]*InverseOffer
 	inverseRefuse map[string]time.Time
+	// lastHeartbeat, and the agent's place in the heartbeat queue.
+	lastHeartbeat  time.Time
+	hbPrev, hbNext *agent
+	hbQueued       bool
 }
 
 type framework struct {
@@ -229,7 +261,8 @@ func (k *Core) RegisterAgent(spec AgentSpec, now time.Time) Ready {
 	if !sameMaint {
 		k.rescindInverseOffers(a)
 	}
-	a.spec, a.active = spec, true
+	a.spec, a.active, a.recovering = spec, true, false
+	k.heartbeats.touch(a, now)
 	if !a.inAllocator {
 		k.alloc.AddAgent(spec.ID, spec.Total)
 		a.inAllocator = true
@@ -244,9 +277,11 @@ func (k *Core) RegisterAgent(spec AgentSpec, now time.Time) Ready {
 
 // AddRecoveredAgent adds an agent from the registry that has not
 // registered since a restart: known (for its place in the schedule), not
-// offered, not in the allocator.
-func (k *Core) AddRecoveredAgent(spec AgentSpec) {
-	a := &agent{spec: spec, offers: map[string]*Offer{}, inverse: map[string]*InverseOffer{}, inverseRefuse: map[string]time.Time{}}
+// offered, not in the allocator. A recovering one (ACTIVE in its record)
+// is reported by Tick if it does not register within
+// Config.ReregisterTimeout.
+func (k *Core) AddRecoveredAgent(spec AgentSpec, recovering bool) {
+	a := &agent{spec: spec, recovering: recovering, offers: map[string]*Offer{}, inverse: map[string]*InverseOffer{}, inverseRefuse: map[string]time.Time{}}
 	k.agents[spec.ID] = a
 	k.setDraining(a)
 }
@@ -265,10 +300,14 @@ func (k *Core) setDraining(a *agent) {
 // sends a fresh one once back), its offers and inverse offers are
 // rescinded.
 func (k *Core) AgentLost(agentID string, now time.Time) Ready {
-	a := k.agents[agentID]
-	if a == nil {
-		return k.take()
+	if a := k.agents[agentID]; a != nil {
+		k.agentLost(a, now)
 	}
+	return k.take()
+}
+
+func (k *Core) agentLost(a *agent, now time.Time) {
+	agentID := a.spec.ID
 	a.active = false
 	if a.inAllocator {
 		k.alloc.DeactivateAgent(agentID)
@@ -277,7 +316,6 @@ func (k *Core) AgentLost(agentID string, now time.Time) Ready {
 	}
 	k.rescindAgentOffers(a, now)
 	k.rescindInverseOffers(a)
-	return k.take()
 }
 
 // WithdrawAgent rescinds an agent's offers and inverse offers and stops
@@ -306,8 +344,11 @@ func (k *Core) RemoveAgent(agentID string) Ready {
 
 // ForgetAgent forgets an agent the coordinator forgot.
 func (k *Core) ForgetAgent(agentID string) {
-	if a := k.agents[agentID]; a != nil && a.inAllocator {
-		k.alloc.RemoveAgent(agentID)
+	if a := k.agents[agentID]; a != nil {
+		if a.inAllocator {
+			k.alloc.RemoveAgent(agentID)
+		}
+		k.heartbeats.remove(a)
 	}
 	delete(k.agents, agentID)
 	delete(k.draining, agentID)
@@ -861,9 +902,14 @@ func (k *Core) Return(frameworkID string, pool Pool, usedRegular, usedRevocable 
 	return k.take()
 }
 
-// Tick lets time pass: offers outstanding longer than Config.OfferTimeout
-// are rescinded, sweeping them every eighth of the timeout.
+// Tick lets time pass: agents silent past their timeout are lost (their
+// offers and inverse offers rescinded; Ready.Lost), agents from the
+// registry that did not register again in time are reported
+// (Ready.NotReregistered), and offers outstanding longer than
+// Config.OfferTimeout are rescinded, sweeping them every eighth of the
+// timeout.
 func (k *Core) Tick(now time.Time) Ready {
+	k.checkLiveness(now)
 	if k.cfg.OfferTimeout <= 0 || now.Before(k.nextOfferSweep) {
 		return k.take()
 	}

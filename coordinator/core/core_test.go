@@ -43,9 +43,14 @@ import (
 //	answer <fw> <inverse>... [refuse=<d>]
 //	weight <role> <w> | quota <role> <r>
 //	tick <d>        (the clock moves by d, then Tick)
+//	config [heartbeat=<d>] [timeout=<d>] [rate=<n>] [reregister=<d>] [offer-timeout=<d>]
+//	                (a new core so configured: first in a transcript)
+//	recovered <agent> [res=<r>]   (from the registry, not registered since)
+//	heartbeat <agent> | interval | queue
 //	offers          (the outstanding offers, in id order)
 //
-// Effects: "<fw> <- offer <id> <agent> <role> <resources> [revocable]
+// Effects (and "lost <agent> silent <d>", "not re-registered <agent>"
+// from Tick): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
 // [unavailable <start>+<dur>]", "<fw> <- rescind <id>", "<fw> <- inverse
 // <id> <agent>", "<fw> <- rescind-inverse <id>", "stray <fw> <agent>",
 // and "wake" when a pass is asked for. Offer ids are "c-O<n>", inverse
@@ -115,7 +120,7 @@ func parseTranscript(t *testing.T, file string) (blocks []block, comments map[in
 
 func runTranscript(t *testing.T, file string) {
 	blocks, comments := parseTranscript(t, file)
-	d := &driver{t: t, k: New(Config{MinAllocatable: resources.New(0.01, 32, 0), OfferTimeout: 10 * time.Minute, IDPrefix: "c"}), now: t0}
+	d := &driver{t: t, k: New(testConfig(nil)), now: t0}
 	var out strings.Builder
 	for i, b := range blocks {
 		got := d.run(file, b)
@@ -143,6 +148,41 @@ func runTranscript(t *testing.T, file string) {
 			t.Fatal(err)
 		}
 	}
+}
+
+// testConfig is the transcripts' configuration: offers time out after
+// 10 min; liveness is out of play (agents may be silent a day) unless a
+// transcript's config command sets heartbeat, timeout, rate and reregister.
+func testConfig(kv map[string]string) Config {
+	cfg := Config{
+		MinAllocatable: resources.New(0.01, 32, 0), OfferTimeout: 10 * time.Minute, IDPrefix: "c",
+		HeartbeatInterval: 10 * time.Second, AgentTimeout: 24 * time.Hour, MaxHeartbeatRate: -1,
+		Start: t0, ReregisterTimeout: 24 * time.Hour,
+	}
+	for k, v := range kv {
+		d, err := time.ParseDuration(v)
+		if k == "rate" {
+			r, _ := strconv.ParseFloat(v, 64)
+			cfg.MaxHeartbeatRate = r
+			continue
+		}
+		if err != nil {
+			panic(fmt.Sprintf("config %s=%s: %v", k, v, err))
+		}
+		switch k {
+		case "heartbeat":
+			cfg.HeartbeatInterval = d
+		case "timeout":
+			cfg.AgentTimeout = d
+		case "reregister":
+			cfg.ReregisterTimeout = d
+		case "offer-timeout":
+			cfg.OfferTimeout = d
+		default:
+			panic("config: unknown key " + k)
+		}
+	}
+	return cfg
 }
 
 type driver struct {
@@ -214,6 +254,17 @@ func (d *driver) run(file string, b block) []string {
 	var r Ready
 	var extra []string
 	switch words[0] {
+	case "config":
+		d.k = New(testConfig(kv))
+	case "recovered":
+		k.AddRecoveredAgent(AgentSpec{ID: arg(0), Hostname: arg(0), Total: res(kv["res"])}, true)
+	case "heartbeat":
+		k.Heartbeat(arg(0), d.now)
+	case "interval":
+		p := k.HeartbeatInterval(d.now)
+		extra = append(extra, fmt.Sprintf("interval %v timeout %v agents %d changed %v", p.Interval, p.Timeout, p.Agents, p.Changed))
+	case "queue":
+		extra = append(extra, "queue ["+strings.Join(k.Heartbeating(), " ")+"]")
 	case "agent":
 		host := kv["host"]
 		if host == "" {
@@ -363,6 +414,12 @@ func describe(r Ready) []string {
 	}
 	for _, al := range r.Strays {
 		out = append(out, "stray "+al.FrameworkID+" "+al.AgentID)
+	}
+	for _, l := range r.Lost {
+		out = append(out, fmt.Sprintf("lost %s silent %v", l.AgentID, l.Silent))
+	}
+	for _, id := range r.NotReregistered {
+		out = append(out, "not re-registered "+id)
 	}
 	if r.Wake {
 		out = append(out, "wake")

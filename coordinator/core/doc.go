@@ -1,10 +1,11 @@
-// Package core is the pure part of the coordinator's state machine that
-// makes, tracks and takes back offers: the offer book. It holds the
-// allocator (coordinator/allocator), the outstanding offers and inverse
-// offers, the allocation filters, and what it needs to know of agents
-// (hostname, attributes, total, place in the maintenance schedule,
-// oversubscription estimate, whether it may be offered) and frameworks
-// (roles, revocable capability, whether a subscription is connected).
+// Package core is the pure part of the coordinator's state machine: the
+// offer book and agent liveness. It holds the allocator
+// (coordinator/allocator), the outstanding offers and inverse offers, the
+// allocation filters, the agents' heartbeats and heartbeat pace, and what
+// it needs to know of agents (hostname, attributes, total, place in the
+// maintenance schedule, oversubscription estimate, whether it may be
+// offered) and frameworks (roles, revocable capability, whether a
+// subscription is connected).
 //
 // It does no I/O, reads no clock, takes no lock and starts no goroutine:
 // the coordinator (the shell) calls one method per event, with the time
@@ -18,8 +19,8 @@
 //
 // # Events
 //
-//   - agents: RegisterAgent, AddRecoveredAgent, AgentLost, WithdrawAgent,
-//     RemoveAgent, ForgetAgent, SetMaintenance, Estimate;
+//   - agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
+//     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate;
 //   - frameworks: AddFramework, Subscribe (new or failover), Disconnect,
 //     RemoveFramework, SetSuppressed (suppress and revive);
 //   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
@@ -27,16 +28,20 @@
 //   - tasks: Claim (a reported task), Release (an ended task);
 //   - roles: SetWeight, SetQuota;
 //   - time: Allocate (one allocation pass, then the inverse offers) and
-//     Tick (offer timeouts).
+//     Tick (agents silent past their timeout are lost, agents from the
+//     registry that did not register again are reported, offers time
+//     out).
 //
-// Queries (Offer, AgentOffers, FrameworkOffered, Draining, Allocator for
-// read-only views) change nothing.
+// Queries (Offer, AgentOffers, FrameworkOffered, Draining,
+// HeartbeatInterval, LastHeartbeat, Allocator for read-only views) change
+// nothing but the heartbeat pace's memory of the interval it told.
 //
 // # What the core does not hold yet
 //
-// Agent and framework records, tasks, status updates and their
-// acknowledgements, registrations and subscriptions with their registry
-// records, liveness and the maintenance schedule itself are still the
+// Agent and framework records (their states, sessions and
+// subscriptions), tasks, status updates and their acknowledgements,
+// registrations and subscriptions with their registry records, the
+// maintenance schedule itself and the retention of history are still the
 // coordinator's (package coordinator). See docs/architecture.md.
 //
 // # Tests
