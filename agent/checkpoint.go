@@ -37,7 +37,7 @@ type checkpoint struct {
 }
 
 func openCheckpoint(workDir string) (*checkpoint, error) {
-	db, err := kv.OpenBolt(filepath.Join(workDir, "checkpoint.db"), 5*time.Second)
+	db, err := kv.OpenBolt(filepath.Join(workDir, "checkpoint.db"), kv.BoltOptions{LockTimeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open checkpoint: %w", err)
 	}

@@ -127,7 +127,7 @@ func runTaskCommand(taskID string) *slacklinev1.RunTaskCommand {
 // checkpoint, and a restart recovers exactly what is unacknowledged.
 func TestLifecycleOrdersCheckpointBeforeSend(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "checkpoint.db")
-	store, err := kv.OpenBolt(path, time.Second)
+	store, err := kv.OpenBolt(path, kv.BoltOptions{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -169,7 +169,7 @@ func TestLifecycleOrdersCheckpointBeforeSend(t *testing.T) {
 	}
 
 	// After a restart, KILLED is still owed and nothing else.
-	store, err = kv.OpenBolt(path, time.Second)
+	store, err = kv.OpenBolt(path, kv.BoltOptions{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -191,7 +191,7 @@ func TestLifecycleOrdersCheckpointBeforeSend(t *testing.T) {
 // the task table still answers, while nothing is started or sent before
 // the write is durable.
 func TestSlowCheckpointDoesNotStallTheNode(t *testing.T) {
-	store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), time.Second)
+	store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), kv.BoltOptions{LockTimeout: time.Second})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -239,7 +239,7 @@ func TestLifecycleTaskUser(t *testing.T) {
 		{"refused", "root", "", "root"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
-			store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), time.Second)
+			store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), kv.BoltOptions{LockTimeout: time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -23,9 +23,9 @@ import (
 
 // Config configures a Coordinator. Zero fields take the documented defaults.
 type Config struct {
-	// WorkDir holds the registry (registry.log). Required unless Store is set.
+	// WorkDir holds the registry (registry.db, see store.Open). Required unless Store is set.
 	WorkDir string
-	// Store overrides the registry store (default: the log in WorkDir).
+	// Store overrides the registry store (default: registry.db in WorkDir).
 	Store store.Store
 	// Logger receives the coordinator's logs (default slog.Default()).
 	Logger *slog.Logger
@@ -144,8 +144,11 @@ type Coordinator struct {
 	// core is the offer book: the allocator, offers, inverse offers and
 	// filters (package coordinator/core). Its calls return effects that
 	// deliver performs.
-	core       *core.Core
-	agents     map[string]*agent
+	core   *core.Core
+	agents map[string]*agent
+	// hosts indexes agents by hostKey (registration.go: one host, one
+	// live agent).
+	hosts      map[string][]*agent
 	frameworks map[string]*framework
 	weights    map[string]float64
 	// maint is the maintenance schedule, modes and answers.
@@ -164,6 +167,9 @@ type Coordinator struct {
 	startedAt  time.Time
 	// launchKey makes and verifies launch proofs (see trust.go).
 	launchKey []byte
+	// registrations rate-limits agent registrations per principal
+	// (limits.go).
+	registrations *principalRates
 }
 
 // New creates a coordinator and loads its registry.
@@ -192,13 +198,15 @@ func New(cfg Config) (*Coordinator, error) {
 			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
 			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout,
 		}),
-		agents:     map[string]*agent{},
-		frameworks: map[string]*framework{},
-		weights:    map[string]float64{},
-		quotas:     map[string]resources.Resources{},
-		maint:      maintenance.New(),
-		instanceID: instanceID,
-		startedAt:  startedAt,
+		agents:        map[string]*agent{},
+		frameworks:    map[string]*framework{},
+		weights:       map[string]float64{},
+		quotas:        map[string]resources.Resources{},
+		maint:         maintenance.New(),
+		instanceID:    instanceID,
+		startedAt:     startedAt,
+		hosts:         map[string][]*agent{},
+		registrations: newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
 	err := c.recover(context.Background())

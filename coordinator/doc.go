@@ -11,8 +11,8 @@
 //
 // # Ownership and lifecycle
 //
-// New opens the registry store (a bbolt file under Config.WorkDir by
-// default) and loads what an earlier run persisted: agents become
+// New opens the registry store (registry.db, a bbolt file, under
+// Config.WorkDir by default) and loads what an earlier run persisted: agents become
 // RECOVERING until they re-register (or become UNREACHABLE after
 // Config.AgentReregisterTimeout), frameworks become DISCONNECTED and keep
 // their tasks if they resubscribe within their failover timeout. Handler
@@ -71,8 +71,12 @@
 // by more than its window. Every bound is named in Limits (request and
 // status message sizes, unacknowledged updates per framework, completed
 // frameworks and tasks kept, gone-agent retention, subscriptions per
-// principal, queue windows, concurrent calls per caller); a limit reached
-// is logged once and counted in slackline_coordinator_limit_hits_total.
+// principal, queue windows, concurrent calls per caller, frameworks
+// registered per principal, the longest failover timeout, the pace of a
+// principal's agent registrations); a limit reached is logged once and
+// counted in slackline_coordinator_limit_hits_total. A hostname has at most
+// one agent that is not GONE: a new one retires the others
+// (registration.go).
 //
 // # Allocation
 //

@@ -303,7 +303,8 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		a.endSession()
 		c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_REMOVED,
 			"agent "+a.info.GetHostname()+" was unreachable for longer than the coordinator keeps agents", now)
-		delete(c.agents, a.id)
+		c.forgetAgent(a)
+		c.core.ForgetAgent(a.id)
 		writes = append(writes, store.Delete(store.BucketAgents, a.id))
 	}
 	return writes

@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
@@ -81,6 +82,28 @@ type Limits struct {
 	// Reconcile, or one agent flooding updates, cannot starve the others
 	// (limit "concurrent_calls", counted when a call has to wait).
 	MaxConcurrentCallsPerCaller int
+	// MaxFrameworksPerPrincipal bounds the frameworks one principal has
+	// registered and not torn down (default 100), connected or
+	// disconnected within their failover timeout: a Subscribe that would
+	// register one more is refused with ResourceExhausted (limit
+	// "frameworks_per_principal"); a failover is not counted again.
+	// Without authorization the principal is the one a framework declares
+	// ("" for none).
+	MaxFrameworksPerPrincipal int
+	// MaxFailoverTimeout bounds how long a disconnected framework is kept
+	// (default 7 days): a larger framework_info.failover_timeout_seconds
+	// is lowered to it, and the framework's FrameworkInfo (GetFrameworks,
+	// GetState) shows the value in effect (limit "failover_timeout").
+	// Negative: the protocol's bound, one year.
+	MaxFailoverTimeout time.Duration
+	// AgentRegistrationsPerMinute is the pace at which one principal
+	// (agent certificate) may register agents (default 6), after a burst
+	// of AgentRegistrationBurst (default 20); a registration beyond is
+	// refused with ResourceExhausted and the agent retries later (limit
+	// "agent_registrations"). Registrations without a principal (no
+	// authorization) are not paced.
+	AgentRegistrationsPerMinute int
+	AgentRegistrationBurst      int
 }
 
 // TruncatedMarker ends a status message cut at
@@ -98,6 +121,10 @@ func (l *Limits) setDefaults() {
 	setLimitDefault(&l.MaxQueuedCommandsPerAgent, 10000)
 	setLimitDefault(&l.MaxQueuedEventsPerSubscription, 100000)
 	setLimitDefault(&l.MaxConcurrentCallsPerCaller, 16)
+	setLimitDefault(&l.MaxFrameworksPerPrincipal, 100)
+	setLimitDefault(&l.MaxFailoverTimeout, 7*24*time.Hour)
+	setLimitDefault(&l.AgentRegistrationsPerMinute, 6)
+	setLimitDefault(&l.AgentRegistrationBurst, 20)
 }
 
 // setLimitDefault sets a zero field to its default; a negative one (limit
@@ -180,5 +207,71 @@ func (c *Coordinator) callLimiter() *server.CallLimiter {
 		OnWait: func(caller string) {
 			c.bounds.hit("concurrent_calls", "a caller's call waits: it has as many calls in progress as it may", "caller", caller)
 		},
+	}
+}
+
+// maxPacedPrincipals bounds the principals principalRates keeps a limiter
+// for: principals are certificates the operator issued, so this is far
+// more than a cluster has; past it, limiters at rest (a full bucket, the
+// state a new one starts in) are dropped first.
+const maxPacedPrincipals = 100000
+
+// principalRates paces an action per principal with a token bucket each
+// (golang.org/x/time/rate), at most maxPacedPrincipals of them. Time is
+// passed in, so tests use logical time. Its methods are safe for
+// concurrent use.
+type principalRates struct {
+	limit rate.Limit
+	burst int
+	max   int
+
+	mu       sync.Mutex
+	limiters map[string]*rate.Limiter
+}
+
+// newPrincipalRates paces perMinute actions a minute after a burst; a
+// negative perMinute paces nothing (nil).
+func newPrincipalRates(perMinute, burst int) *principalRates {
+	if perMinute < 0 {
+		return nil
+	}
+	return &principalRates{limit: rate.Limit(float64(perMinute) / 60), burst: max(burst, 1), max: maxPacedPrincipals,
+		limiters: map[string]*rate.Limiter{}}
+}
+
+// allow takes one action of principal at now, reporting false, with how
+// long until the next would be allowed, when it must wait.
+func (r *principalRates) allow(principal string, now time.Time) (bool, time.Duration) {
+	if r == nil {
+		return true, 0
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	l := r.limiters[principal]
+	if l == nil {
+		if len(r.limiters) >= r.max {
+			r.dropRested(now)
+		}
+		l = rate.NewLimiter(r.limit, r.burst)
+		r.limiters[principal] = l
+	}
+	res := l.ReserveN(now, 1)
+	if delay := res.DelayFrom(now); delay > 0 {
+		res.CancelAt(now)
+		return false, delay
+	}
+	return true, 0
+}
+
+// dropRested forgets the limiters with a full bucket (they know nothing a
+// new one would not), or all of them if none is. Caller holds r.mu.
+func (r *principalRates) dropRested(now time.Time) {
+	for p, l := range r.limiters {
+		if l.TokensAt(now) >= float64(r.burst) {
+			delete(r.limiters, p)
+		}
+	}
+	if len(r.limiters) >= r.max {
+		clear(r.limiters)
 	}
 }

@@ -166,7 +166,7 @@ func (c *Coordinator) installMaintenance(next *maintenance.State, reason string,
 			writes = append(writes, c.shutdownAgent(a, ch.after.machine, reason, now))
 		case actionForget:
 			c.log.Info("machine is UP: its agent may register again", "agent", a.id, "machine", before.machine.String())
-			delete(c.agents, a.id)
+			c.forgetAgent(a)
 			c.core.ForgetAgent(a.id)
 			writes = append(writes, store.Delete(store.BucketAgents, a.id))
 		}

@@ -3,6 +3,9 @@ package coordinator
 import (
 	"context"
 	"fmt"
+	"log/slog"
+	"slices"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -12,6 +15,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/ids"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
@@ -100,22 +104,62 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 }
 
 // registrationPlan is what a registration writes before its reply and then
-// applies: the agent's record (unless ACTIVE and unchanged), the agent its
-// host had before a reboot to retire, and that one's GONE record.
+// applies: the agent's record (unless ACTIVE and unchanged), the agents its
+// host had before (a reboot, a wiped work dir, another process with the
+// same certificate) to retire, and their GONE records.
 type registrationPlan struct {
 	registeredAt time.Time // the first registration's, or now
 	writes       []store.Mutation
-	retire       string // agent id, "" for none
+	retire       []string // agent ids
 	// ignoredPrevious is the hostname of another host's agent named as the
 	// previous one: an agent cannot retire it.
 	ignoredPrevious string
 }
 
-// planRegistration decides a registration from the agents and the
-// maintenance state as they are, changing nothing. An agent of a DOWN
-// machine and a GONE agent are refused (FailedPrecondition); a known agent
-// keeps its registration time. reg.info.Id must be set.
-func planRegistration(agents map[string]*agent, maint *maintenance.State, reg registration, now time.Time) (registrationPlan, error) {
+// One host, one agent: a hostname (compared without case, as DNS names and
+// certificates compare them) has at most one agent that is not GONE. A new
+// agent of a host retires the host's other agents, ACTIVE or not, as
+// previous_agent_id asks after a reboot: like Kubernetes' one Node object
+// per name and Mesos' removal of the old agent at an address a new one
+// registers from. Refusing instead would lock a node whose work dir was
+// wiped out until its old agent is forgotten (Limits.GoneAgentRetention),
+// and would let whoever registers first keep the hostname; retiring gives
+// a holder of the host's certificate nothing it did not have (it could
+// already name the old agent as previous), and no longer lets it add
+// agents beside the real one.
+
+// hostKey is the key hostnames are compared by: DNS names and x509 name
+// checks ignore case, so "HOST-A" and "host-a" are one host.
+func hostKey(hostname string) string { return strings.ToLower(hostname) }
+
+// addAgent adds a to the agents and the host index. Caller holds c.mu.
+func (c *Coordinator) addAgent(a *agent) {
+	c.agents[a.id] = a
+	key := hostKey(a.info.GetHostname())
+	c.hosts[key] = append(c.hosts[key], a)
+}
+
+// forgetAgent removes a from the agents and the host index. Caller holds
+// c.mu.
+func (c *Coordinator) forgetAgent(a *agent) {
+	delete(c.agents, a.id)
+	key := hostKey(a.info.GetHostname())
+	if c.hosts[key] = slices.DeleteFunc(c.hosts[key], func(o *agent) bool { return o == a }); len(c.hosts[key]) == 0 {
+		delete(c.hosts, key)
+	}
+}
+
+// agentsOnHost returns the agents registered with hostname, any state.
+// Caller holds c.mu.
+func (c *Coordinator) agentsOnHost(hostname string) []*agent { return c.hosts[hostKey(hostname)] }
+
+// planRegistration decides a registration from the agents, those of its
+// host (sameHost: the agents registered with its hostname, any id and
+// state) and the maintenance state as they are, changing nothing. An agent
+// of a DOWN machine and a GONE agent are refused (FailedPrecondition); a
+// known agent keeps its registration time; the host's other agents that
+// are not GONE are retired. reg.info.Id must be set.
+func planRegistration(agents map[string]*agent, sameHost []*agent, maint *maintenance.State, reg registration, now time.Time) (registrationPlan, error) {
 	if am := lookupMachine(maint, reg.info); am.mode == maintenance.ModeDown {
 		return registrationPlan{}, downMachineError(am.machine)
 	}
@@ -132,16 +176,17 @@ func planRegistration(agents map[string]*agent, maint *maintenance.State, reg re
 	if write {
 		plan.writes = append(plan.writes, agentRecord(id, reg.info, slacklinev1.AgentState_AGENT_STATE_ACTIVE, plan.registeredAt))
 	}
-	old := agents[reg.previousID]
-	switch {
-	case old == nil || reg.previousID == id || old.state == slacklinev1.AgentState_AGENT_STATE_GONE:
-		// nothing to retire
-	case old.info.GetHostname() != reg.info.GetHostname():
+	if old := agents[reg.previousID]; old != nil && hostKey(old.info.GetHostname()) != hostKey(reg.info.GetHostname()) {
 		plan.ignoredPrevious = old.info.GetHostname()
-	default:
-		plan.retire = old.id
+	}
+	for _, old := range sameHost {
+		if old.id == id || old.state == slacklinev1.AgentState_AGENT_STATE_GONE {
+			continue
+		}
+		plan.retire = append(plan.retire, old.id)
 		plan.writes = append(plan.writes, agentRecord(old.id, old.info, slacklinev1.AgentState_AGENT_STATE_GONE, old.registeredAt))
 	}
+	slices.Sort(plan.retire)
 	return plan, nil
 }
 
@@ -149,12 +194,15 @@ func planRegistration(agents map[string]*agent, maint *maintenance.State, reg re
 // one) and returns its id, session id and the interval to heartbeat at. It takes c.mu to plan and to
 // apply, and no persistMu: registrations share fsyncs.
 func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, heartbeatInterval time.Duration, err error) {
+	now := c.cfg.Now()
+	if err := c.admitRegistration(ctx, reg, now); err != nil {
+		return "", "", 0, err
+	}
 	if reg.info.GetId() == "" {
 		reg.info.Id = ids.New()
 	}
-	now := c.cfg.Now()
 	c.mu.Lock()
-	plan, err := planRegistration(c.agents, c.maint, reg, now)
+	plan, err := planRegistration(c.agents, c.agentsOnHost(reg.info.GetHostname()), c.maint, reg, now)
 	if err == nil {
 		err = c.checkAgentIdentity(reg)
 	}
@@ -170,37 +218,82 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 		return "", "", 0, err
 	}
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, err := c.applyRegistration(reg, plan, now)
-	if err != nil {
-		return "", "", 0, err
+	a, late, err := c.applyRegistration(reg, plan, now)
+	if err == nil {
+		agentID, sessionID, heartbeatInterval = a.id, a.session.id, c.agentHeartbeatInterval(now)
 	}
-	return a.id, a.session.id, c.agentHeartbeatInterval(now), nil
+	c.mu.Unlock()
+	if len(late) > 0 {
+		c.record(ctx, late...)
+	}
+	return agentID, sessionID, heartbeatInterval, err
+}
+
+// admitRegistration refuses, before anything is planned, a registration
+// of a principal registering agents faster than
+// Limits.AgentRegistrationsPerMinute allows (ResourceExhausted), or with
+// more resources than its register_agents rule's max_resources
+// (PermissionDenied, naming the cap).
+func (c *Coordinator) admitRegistration(ctx context.Context, reg registration, now time.Time) error {
+	if p := auth.FromContext(ctx); p != nil {
+		if ok, wait := c.registrations.allow(p.Name, now); !ok {
+			c.bounds.hit("agent_registrations", "agent registration refused: its principal registers agents faster than it may",
+				"principal", p.Name, "hostname", reg.info.GetHostname())
+			return exhausted("principal %q registers agents faster than %d a minute (after a burst of %d): register again in %s",
+				p.Name, c.cfg.Limits.AgentRegistrationsPerMinute, c.cfg.Limits.AgentRegistrationBurst, (wait + time.Second - 1).Truncate(time.Second))
+		}
+	}
+	return c.cfg.Authz.CheckAgentResources(ctx, reg.info.GetHostname(), reg.total)
 }
 
 // applyRegistration installs a registration whose records are durable,
 // re-checking what may have changed since it was planned: the machine may
-// have gone DOWN, the rebooted agent may be GONE already. The agent gets a
-// new session and its reported tasks are reconciled.
-func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan, now time.Time) (*agent, error) {
+// have gone DOWN, the rebooted agent may be GONE already, another agent of
+// the host may have registered meanwhile (it is retired too; late are its
+// GONE records, to write after). The agent gets a new session and its
+// reported tasks are reconciled.
+func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan, now time.Time) (a *agent, late []store.Mutation, err error) {
 	am := lookupMachine(c.maint, reg.info)
 	if am.mode == maintenance.ModeDown {
 		// Went DOWN while the record was written; recovery and the next
 		// registration sort the record out.
-		return nil, downMachineError(am.machine)
+		return nil, nil, downMachineError(am.machine)
 	}
-	if old := c.agents[plan.retire]; old != nil && old.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+	// The host's other agents as they are now, not as planned: another
+	// registration of the host may have been applied in between; whichever
+	// applies last is the host's agent. The GONE records of agents the plan
+	// did not know of are written after (late).
+	for _, old := range slices.Clone(c.agentsOnHost(reg.info.GetHostname())) {
+		if old.id == reg.info.GetId() || old.state == slacklinev1.AgentState_AGENT_STATE_GONE {
+			continue
+		}
+		if !slices.Contains(plan.retire, old.id) {
+			late = append(late, agentRecord(old.id, old.info, slacklinev1.AgentState_AGENT_STATE_GONE, old.registeredAt))
+		}
 		// Its tasks are gone (LOST for frameworks that are not
 		// partition-aware) at once rather than after the agent timeout.
-		c.log.Info("agent retired: its host rebooted", "agent", old.id, "new_agent", reg.info.GetId(), "tasks", len(old.tasks))
+		level := slog.LevelInfo
+		if old.state == slacklinev1.AgentState_AGENT_STATE_ACTIVE && reg.previousID != old.id {
+			// A live agent replaced without being named: a wiped work dir,
+			// or a second process with the host's certificate.
+			level = slog.LevelWarn
+		}
+		c.log.Log(context.Background(), level, "agent retired: its host registered a new agent", "agent", old.id, "hostname", old.info.GetHostname(),
+			"state", old.state.String(), "new_agent", reg.info.GetId(), "named_as_previous", reg.previousID == old.id, "tasks", len(old.tasks))
 		old.endSession()
 		c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED,
-			fmt.Sprintf("host %s rebooted; its agent registered anew as %s", old.info.GetHostname(), reg.info.GetId()), now)
+			fmt.Sprintf("host %s registered a new agent, %s", old.info.GetHostname(), reg.info.GetId()), now)
 	}
-	a := c.agents[reg.info.GetId()]
+	a = c.agents[reg.info.GetId()]
 	if a == nil {
 		a = newAgent(reg.info.GetId(), plan.registeredAt)
-		c.agents[a.id] = a
+		a.info = reg.info
+		c.addAgent(a)
+	} else if hostKey(a.info.GetHostname()) != hostKey(reg.info.GetHostname()) {
+		// Without authorization an agent id may change hosts.
+		c.forgetAgent(a)
+		a.info = reg.info
+		c.addAgent(a)
 	}
 	a.endSession()
 	previous := a.state
@@ -214,7 +307,7 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 	a.maint = am
 	c.reconcileAgentTasks(a, reg.tasks, now)
 	c.log.Info("agent registered", "agent", a.id, "hostname", a.info.GetHostname(), "resources", reg.total.String(), "tasks", len(reg.tasks), "previous_state", previous.String())
-	return a, nil
+	return a, late, nil
 }
 
 // reconcileAgentTasks merges the tasks a (re-)registering agent reports with
@@ -297,6 +390,7 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 		c.log.Warn("agent reports a task of an invalid framework; shutting it down", "agent", a.id, "framework", reported.GetId(), "err", err)
 		return nil
 	}
+	clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout)
 	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
 	fw.disconnectedAt, fw.failoverDeadline = now, now.Add(failoverTimeout(info))
 	c.frameworks[info.GetId()] = fw

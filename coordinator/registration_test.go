@@ -2,11 +2,13 @@ package coordinator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
+	"github.com/google/go-cmp/cmp/cmpopts"
 
 	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -81,12 +83,12 @@ func TestPlanRegistration(t *testing.T) {
 		{name: "a rebooted host retires its previous agent",
 			agents: agentsOf(knownAgent("old", "host-a", "cpus:2;mem:1024", active)),
 			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "old",
-			want:       registrationPlan{registeredAt: testNow, retire: "old"},
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"old"}},
 			wantWrites: map[string]slacklinev1.AgentState{"new": active, "old": gone}},
 		{name: "a rebooted host retires its unreachable previous agent",
 			agents: agentsOf(knownAgent("old", "host-a", "cpus:2;mem:1024", unreachable)),
 			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "old",
-			want:       registrationPlan{registeredAt: testNow, retire: "old"},
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"old"}},
 			wantWrites: map[string]slacklinev1.AgentState{"new": active, "old": gone}},
 		{name: "another host's agent is not retired",
 			agents: agentsOf(knownAgent("other", "host-b", "cpus:2;mem:1024", active)),
@@ -104,6 +106,35 @@ func TestPlanRegistration(t *testing.T) {
 			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", active)),
 			req:    registerRequest("a1", "host-a", "cpus:2;mem:1024"), previousID: "a1",
 			want: registrationPlan{registeredAt: earlier}, wantWrites: map[string]slacklinev1.AgentState{}},
+		// One host, one agent: a new agent of a host retires the host's
+		// others, named as previous or not (a wiped work dir, a second
+		// process with the host's certificate).
+		{name: "a second agent of a host retires the live one",
+			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", active), knownAgent("other", "host-b", "cpus:2;mem:1024", active)),
+			req:        registerRequest("second", "host-a", "cpus:64;mem:262144"),
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
+			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
+		{name: "a second agent of a host retires the unreachable one",
+			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", unreachable)),
+			req:        registerRequest("second", "host-a", "cpus:2;mem:1024"),
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
+			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
+		{name: "hostnames are one host whatever their case",
+			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", active)),
+			req:        registerRequest("second", "HOST-A", "cpus:2;mem:1024"),
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
+			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
+		{name: "every other agent of a host is retired (several from an older registry)",
+			agents: agentsOf(knownAgent("x", "host-a", "cpus:1", active), knownAgent("y", "host-a", "cpus:1", active),
+				knownAgent("z", "host-a", "cpus:1", gone)),
+			req:        registerRequest("y", "host-a", "cpus:1"),
+			want:       registrationPlan{registeredAt: earlier, retire: []string{"x"}},
+			wantWrites: map[string]slacklinev1.AgentState{"x": gone}},
+		{name: "a recovering agent of the host is retired by a new one",
+			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", slacklinev1.AgentState_AGENT_STATE_RECOVERING)),
+			req:        registerRequest("second", "host-a", "cpus:2;mem:1024"),
+			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
+			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -122,7 +153,13 @@ func TestPlanRegistration(t *testing.T) {
 			for id, a := range tt.agents {
 				before[id] = a.state
 			}
-			plan, err := planRegistration(tt.agents, tt.maint, reg, testNow)
+			var sameHost []*agent
+			for _, a := range tt.agents {
+				if strings.EqualFold(a.info.GetHostname(), reg.info.GetHostname()) {
+					sameHost = append(sameHost, a)
+				}
+			}
+			plan, err := planRegistration(tt.agents, sameHost, tt.maint, reg, testNow)
 			if (err == nil) != (tt.wantCode == 0) || (err != nil && connect.CodeOf(err) != tt.wantCode) {
 				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
 			}
@@ -144,7 +181,7 @@ func TestPlanRegistration(t *testing.T) {
 				t.Errorf("writes (-want +got):\n%s", diff)
 			}
 			plan.writes = nil
-			if diff := cmp.Diff(tt.want, plan, cmp.AllowUnexported(registrationPlan{})); diff != "" {
+			if diff := cmp.Diff(tt.want, plan, cmp.AllowUnexported(registrationPlan{}), cmpopts.EquateEmpty()); diff != "" {
 				t.Errorf("plan (-want +got):\n%s", diff)
 			}
 		})

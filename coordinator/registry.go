@@ -72,7 +72,7 @@ func (c *Coordinator) recoverAgent(id string, raw []byte) error {
 	}
 	a := newAgent(id, rec.GetRegisteredTime().AsTime())
 	a.info, a.total, a.state = rec.GetInfo(), total, state
-	c.agents[id] = a
+	c.addAgent(a)
 	return nil
 }
 
@@ -84,6 +84,9 @@ func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error
 		if err := proto.Unmarshal(raw, &rec); err != nil {
 			return fmt.Errorf("framework %s: %w", id, err)
 		}
+		// A record from before the operator lowered --max-failover-timeout
+		// is held to it too.
+		clampFailoverTimeout(rec.GetInfo(), c.cfg.Limits.MaxFailoverTimeout)
 		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, rec.GetRegisteredTime().AsTime())
 		// After a coordinator restart a scheduler gets at least as long as
 		// agents do to come back, whatever its failover timeout.

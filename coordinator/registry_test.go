@@ -15,7 +15,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
-// failingStore is the registry log with a switch that makes its writes
+// failingStore is the registry with a switch that makes its writes
 // fail as after a failed fsync (a real one cannot be caused here).
 type failingStore struct {
 	store.Store
@@ -24,7 +24,7 @@ type failingStore struct {
 
 func (s *failingStore) Apply(ctx context.Context, m ...store.Mutation) error {
 	if s.failed.Load() {
-		return fmt.Errorf("sync registry.log: input/output error: %w", store.ErrFailed)
+		return fmt.Errorf("commit to registry.db: input/output error: %w", store.ErrFailed)
 	}
 	return s.Store.Apply(ctx, m...)
 }

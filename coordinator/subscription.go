@@ -47,9 +47,48 @@ func planSubscription(frameworks map[string]*framework, info *slacklinev1.Framew
 	}
 }
 
+// registeredFrameworks counts the frameworks of principal that are
+// registered and not torn down (connected, or disconnected within their
+// failover timeout).
+func registeredFrameworks(frameworks map[string]*framework, principal string) int {
+	n := 0
+	for _, fw := range frameworks {
+		if fw.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED && fw.info.GetPrincipal() == principal {
+			n++
+		}
+	}
+	return n
+}
+
+// checkFrameworkCount refuses a new framework of a principal that has as
+// many registered frameworks as Limits.MaxFrameworksPerPrincipal allows
+// (ResourceExhausted, naming the cap). info must be bound (bindPrincipal).
+func checkFrameworkCount(frameworks map[string]*framework, info *slacklinev1.FrameworkInfo, limit int) error {
+	if info.GetId() != "" {
+		return nil // a failover: counted already
+	}
+	if n := registeredFrameworks(frameworks, info.GetPrincipal()); !within(n+1, limit) {
+		return exhausted("principal %q has %d registered frameworks, the most it may (--max-frameworks-per-principal %d): tear one down, or fail over to one (framework_info.id) instead of registering anew",
+			info.GetPrincipal(), n, limit)
+	}
+	return nil
+}
+
+// clampFailoverTimeout lowers info's failover timeout to limit (negative:
+// no limit), reporting whether it did. The framework's record and
+// FrameworkInfo then show the value in effect.
+func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) bool {
+	if limit < 0 || failoverTimeout(info) <= limit {
+		return false
+	}
+	info.FailoverTimeoutSeconds = limit.Seconds()
+	return true
+}
+
 // subscribe admits a subscription, new or a failover, its record durable
 // before the framework learns its id. It takes c.mu to plan and to apply,
-// and holds persistMu throughout so that no teardown slips in between.
+// and holds persistMu throughout so that no teardown slips in between (nor
+// another principal's framework past Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
 	c.persistMu.Lock()
@@ -61,9 +100,19 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 		// leaves the running framework untouched.
 		err = c.bindPrincipal(ctx, info)
 	}
+	if err == nil {
+		if err = checkFrameworkCount(c.frameworks, info, c.cfg.Limits.MaxFrameworksPerPrincipal); err != nil {
+			c.bounds.hit("frameworks_per_principal", "framework registration refused: its principal has as many registered frameworks as it may",
+				"principal", info.GetPrincipal())
+		}
+	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
+	}
+	if asked := failoverTimeout(info); clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout) {
+		c.bounds.hit("failover_timeout", "a framework's failover timeout was lowered to the coordinator's maximum",
+			"framework", info.GetId(), "name", info.GetName(), "asked", asked, "max", c.cfg.Limits.MaxFailoverTimeout)
 	}
 	if info.GetId() == "" {
 		info.Id = ids.New()

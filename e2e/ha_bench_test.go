@@ -37,7 +37,7 @@ func BenchmarkHA(b *testing.B) {
 	for b.Loop() {
 	}
 
-	boltStore, err := store.OpenBolt(b.TempDir(), time.Second)
+	boltStore, err := store.Open(b.TempDir(), time.Second, nil)
 	if err != nil {
 		b.Fatal(err)
 	}

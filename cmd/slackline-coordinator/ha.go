@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/coordinator"
@@ -33,7 +34,7 @@ type groupFlags struct {
 
 func registerGroupFlags(fs *flag.FlagSet) *groupFlags {
 	g := &groupFlags{}
-	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, the registry log in --work-dir)")
+	fs.StringVar(&g.endpoints, "etcd-endpoints", "", "comma-separated etcd client URLs: keep the registry in etcd and run as one of a group of coordinators that elect a leader (default: alone, the registry in --work-dir/registry.db)")
 	fs.StringVar(&g.ca, "etcd-ca", "", "CA file to verify etcd's server certificates")
 	fs.StringVar(&g.cert, "etcd-cert", "", "client certificate file for etcd (with --etcd-key)")
 	fs.StringVar(&g.key, "etcd-key", "", "client key file for etcd")
@@ -74,7 +75,12 @@ func (g *groupFlags) serve(ctx context.Context, cfg coordinator.Config, authz *a
 	}
 	var handler http.Handler
 	var run func(context.Context) error
+	// The server's own limit hits are served with the coordinator's
+	// metrics (alone) or the member's (in a group).
+	metrics := prometheus.NewRegistry()
+	srv.LimitHits = server.NewLimitHits(metrics, cfg.Logger)
 	if g.endpoints == "" {
+		cfg.Metrics = metrics
 		c, err := coordinator.New(cfg)
 		if err != nil {
 			return err
@@ -94,7 +100,7 @@ func (g *groupFlags) serve(ctx context.Context, cfg coordinator.Config, authz *a
 		}
 		defer client.Close()
 		member, err := leader.NewMember(leader.Config{
-			Coordinator: cfg, Authz: authz, Client: client, Prefix: g.prefix,
+			Coordinator: cfg, Authz: authz, Client: client, Prefix: g.prefix, Metrics: metrics,
 			AdvertiseURL: cfg.AdvertiseURL, LeaseTTL: g.leaseTTL,
 		})
 		if err != nil {

@@ -48,7 +48,7 @@ func main() {
 func run(args []string) error {
 	fs := flag.NewFlagSet("slackline-coordinator", flag.ContinueOnError)
 	listen := fs.String("listen", "127.0.0.1:5050", "address to serve on")
-	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.log)")
+	workDir := fs.String("work-dir", "/var/lib/slackline/coordinator", "directory of the registry (registry.db; a registry.log of an earlier version is imported once and kept as registry.log.imported)")
 	tlsCert := fs.String("tls-cert", "", "TLS certificate file (enables TLS with --tls-key), e.g. coordinator.crt")
 	tlsKey := fs.String("tls-key", "", "TLS key file, e.g. coordinator.key")
 	clientCA := fs.String("client-ca", "", "CA whose client certificates authenticate agents (and frameworks or operators that use certificates), e.g. ca.crt")
@@ -72,6 +72,8 @@ func run(args []string) error {
 	fs.DurationVar(&cfg.AllocationBatch, "allocation-batch", time.Millisecond, "least time between two event-triggered allocation passes: an event after a quiet spell is allocated at once, events within this of the last pass wait for the next, batched")
 	fs.DurationVar(&cfg.OfferTimeout, "offer-timeout", 10*time.Minute, "rescind offers outstanding this long (negative: never)")
 	limitFlags(fs, &cfg.Limits)
+	var anonymous server.AnonymousLimits
+	anonymousFlags(fs, &anonymous)
 	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close connections with nothing in progress after this long (negative: never)")
 	readTimeout := fs.Duration("read-timeout", server.DefaultReadTimeout, "time a client has to send a request's headers and body (negative: none); streams outlive it")
 	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
@@ -112,6 +114,9 @@ func run(args []string) error {
 		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
 			return err
 		}
+		for _, w := range cfg.Authz.Warnings() {
+			logger.Warn(w)
+		}
 	}
 	if *clientCRL != "" {
 		if err := cfg.Authz.LoadCRL(*clientCRL, *clientCA, tlsConfig); err != nil {
@@ -135,6 +140,12 @@ func run(args []string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	go cfg.Authz.ReloadOnHangup(ctx, logger)
-	return group.serve(ctx, cfg, cfg.Authz, server.Config{Listen: *listen, TLS: tlsConfig, Logger: logger,
-		IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout})
+	srv := server.Config{Listen: *listen, TLS: tlsConfig, Logger: logger, IdleTimeout: *idleTimeout, ReadTimeout: *readTimeout}
+	if cfg.Authz != nil {
+		// Requests are authenticated: peers without credentials are
+		// bounded (without --authz nobody has any, and nothing tells them
+		// apart).
+		srv.Anonymous = &anonymous
+	}
+	return group.serve(ctx, cfg, cfg.Authz, srv)
 }

@@ -17,6 +17,7 @@ func newCredentialsCommand(g *globals) *cobra.Command {
 	cmd := &cobra.Command{Use: "credentials", Short: "Create the cluster's certificates, tokens and authorization file"}
 	var hosts, agents, frameworks, operators []string
 	var validity time.Duration
+	var agentMaxResources string
 	initCmd := &cobra.Command{
 		Use:   "init DIR",
 		Short: "Write a CA, certificates, tokens and authz.yaml into DIR",
@@ -29,7 +30,8 @@ func newCredentialsCommand(g *globals) *cobra.Command {
                                  the operator's token
   agent-NAME.crt/.key            each agent's certificate (client and server), NAME its hostname
   NAME.token                     a bearer token for each framework and operator
-  authz.yaml                     agents register as themselves; each framework is its own
+  authz.yaml                     agents register as themselves, each with at most
+                                 --agent-max-resources; each framework is its own
                                  principal in role NAME running tasks as nobody; operators
                                  may do everything
   crl.pem                        an empty certificate revocation list (see credentials revoke)
@@ -40,6 +42,7 @@ Run on a directory written by an earlier version, it adds coordinator-client.crt
 		RunE: func(cmd *cobra.Command, args []string) error {
 			res, err := auth.Generate(args[0], auth.Spec{
 				Hosts: hosts, Agents: agents, Frameworks: frameworks, Operators: operators, Validity: validity,
+				AgentMaxResources: agentMaxResources,
 			})
 			if err != nil {
 				return fmt.Errorf("credentials init: %w", err)
@@ -58,6 +61,8 @@ Run on a directory written by an earlier version, it adds coordinator-client.crt
 	flags.StringSliceVar(&agents, "agents", nil, "agents' hostnames (one certificate each)")
 	flags.StringSliceVar(&frameworks, "frameworks", nil, "frameworks' principals (one token each; role NAME)")
 	flags.StringSliceVar(&operators, "operators", nil, "operators' principals (one token each; allowed everything)")
+	flags.StringVar(&agentMaxResources, "agent-max-resources", auth.DefaultAgentMaxResources,
+		`resources one agent may register with (a resource not named: none), written to authz.yaml's register_agents rule; "`+auth.Unlimited+`" for no cap`)
 	flags.DurationVar(&validity, "validity", 365*24*time.Hour, "validity of the certificates (the CA's is ten times as long)")
 	cmd.AddCommand(initCmd, newRevokeCommand(g))
 	return cmd

@@ -35,6 +35,16 @@ func TestCredentialsInit(t *testing.T) {
 	if !pol.Allowed(&auth.Principal{Name: "service"}, auth.RegisterFrameworks, "service") {
 		t.Error("service may not register in role service")
 	}
+	if w := pol.Warnings(); len(w) != 0 {
+		t.Errorf("the written authz.yaml has warnings: %q", w)
+	}
+	authz, err := os.ReadFile(filepath.Join(dir, "authz.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "max_resources: \"" + auth.DefaultAgentMaxResources + "\""; !strings.Contains(string(authz), want) {
+		t.Errorf("authz.yaml does not cap agents with %s:\n%s", want, authz)
+	}
 	// The coordinator's certificate is valid for both hosts.
 	tlsConfig, err := auth.ServerTLS(filepath.Join(dir, "coordinator.crt"), filepath.Join(dir, "coordinator.key"), "")
 	if err != nil {
@@ -45,6 +55,30 @@ func TestCredentialsInit(t *testing.T) {
 		if err := leaf.VerifyHostname(host); err != nil {
 			t.Error(err)
 		}
+	}
+
+	for _, tt := range []struct{ flag, want string }{
+		{"unlimited", `max_resources: "unlimited"`},
+		{"cpus:8;mem:16384", `max_resources: "cpus:8;mem:16384"`},
+	} {
+		other := t.TempDir()
+		root = newRootCommand(&out)
+		root.SetArgs([]string{"credentials", "init", other, "--agents", "a1", "--agent-max-resources", tt.flag})
+		if err := root.Execute(); err != nil {
+			t.Fatalf("--agent-max-resources %s: %v", tt.flag, err)
+		}
+		authz, err := os.ReadFile(filepath.Join(other, "authz.yaml"))
+		if err != nil || !strings.Contains(string(authz), tt.want) {
+			t.Errorf("--agent-max-resources %s: authz.yaml lacks %s (%v):\n%s", tt.flag, tt.want, err, authz)
+		}
+		if _, err := auth.LoadPolicy(filepath.Join(other, "authz.yaml")); err != nil {
+			t.Errorf("--agent-max-resources %s: %v", tt.flag, err)
+		}
+	}
+	root = newRootCommand(&out)
+	root.SetArgs([]string{"credentials", "init", t.TempDir(), "--agent-max-resources", "cpus:x"})
+	if err := root.Execute(); err == nil || !strings.Contains(err.Error(), "--agent-max-resources") {
+		t.Fatalf("bad --agent-max-resources: %v", err)
 	}
 
 	root = newRootCommand(&out)

@@ -25,16 +25,6 @@ func backends() []backend {
 		{"bolt", func(t *testing.T) func() Store {
 			dir := t.TempDir()
 			return func() Store {
-				s, err := OpenBolt(dir, time.Second)
-				if err != nil {
-					t.Fatal(err)
-				}
-				return s
-			}
-		}},
-		{"log", func(t *testing.T) func() Store {
-			dir := t.TempDir()
-			return func() Store {
 				s, err := Open(dir, time.Second, nil)
 				if err != nil {
 					t.Fatal(err)
@@ -55,8 +45,10 @@ func backends() []backend {
 // buckets, concurrent writers, last write of a key wins within a batch,
 // batches beyond one etcd transaction, and ErrClosed.
 func TestStoreContract(t *testing.T) {
+	t.Parallel()
 	for _, b := range backends() {
 		t.Run(b.name, func(t *testing.T) {
+			t.Parallel()
 			open := b.open(t)
 			ctx := context.Background()
 

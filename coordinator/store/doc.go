@@ -8,15 +8,18 @@
 // The contract is internal/kv's Store (Apply mutations atomically, Load a
 // bucket, Close), with these backends:
 //
-//   - a log (Open), the default: registry.log in the coordinator's work
-//     dir, for one coordinator, an append-only file of checksummed frames
-//     compacted as it grows (kv.Log). Apply returns after the fdatasync of
-//     its frame; concurrent calls share one frame and one fdatasync. Load
-//     reads the whole file: it is for recovery at start. Open imports an
-//     earlier version's registry.db (bbolt) once, keeping it as
-//     registry.db.imported.
-//   - bbolt (OpenBolt): registry.db, the registry of earlier versions, kept
-//     for tests and benchmarks. Apply returns after fsync.
+//   - bbolt (Open), the default: registry.db in the coordinator's work
+//     dir, for one coordinator (kv.Bolt, new files with 8 KB pages). Apply
+//     returns after fsync; concurrent calls share one transaction and one
+//     fsync (group commit). It is fail-stop: after a commit failed on I/O
+//     every write fails with ErrFailed until it is reopened (the
+//     coordinator exits and its supervisor restarts it). Open imports the
+//     registry.log of the versions that kept the registry in an
+//     append-only log once (crash-safely; the log is kept as
+//     registry.log.imported) and refuses, saying how to choose, a work dir
+//     where registry.db and registry.log were written by different
+//     versions (see Open). Only a reader of that log's format is left
+//     (logformat.go), with a fuzz target.
 //   - etcd (DialEtcd, NewEtcd), for a group of coordinators of which one
 //     leads (coordinator/leader). Bucket b's key k is the etcd key
 //     <prefix>registry/b/k. Apply is one etcd transaction and returns once
@@ -36,8 +39,9 @@
 // closes last. Apply returns only after the mutations are durable, so an
 // RPC acknowledged after Apply is never lost across a crash or a failover.
 //
-// Errors: ErrClosed after Close; ErrFenced from a fenced etcd store whose
-// leader was deposed; otherwise the backend's error wrapped with what was
+// Errors: ErrClosed after Close; ErrFailed from a registry.db whose commit
+// failed on I/O, until it is reopened; ErrFenced from a fenced etcd store
+// whose leader was deposed; otherwise the backend's error wrapped with what was
 // being done. An etcd Apply of more than MaxTxnOps mutations is split into
 // fenced transactions, in order (see Etcd.Apply).
 package store

@@ -3,6 +3,7 @@ package store
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"log/slog"
 	"os"
@@ -12,12 +13,16 @@ import (
 	"time"
 
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/slackline/slackline/internal/filelock"
+	"github.com/slackline/slackline/internal/kv"
 )
 
 // TestOpenRegistryInWorkDir checks that the registry lives in one file of
-// the work dir, registry.log: it survives a reopen, and a second
+// the work dir, registry.db: it survives a reopen, and a second
 // coordinator on the same work dir is refused.
 func TestOpenRegistryInWorkDir(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ctx := context.Background()
 	s, err := Open(dir, time.Second, nil)
@@ -33,8 +38,8 @@ func TestOpenRegistryInWorkDir(t *testing.T) {
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, LogFile)); err != nil {
-		t.Fatalf("registry file: %v", err)
+	if names := dirNames(t, dir); !cmp.Equal(names, []string{BoltFile}) {
+		t.Fatalf("work dir holds %v, want only %s", names, BoltFile)
 	}
 	s, err = Open(dir, time.Second, nil)
 	if err != nil {
@@ -47,35 +52,62 @@ func TestOpenRegistryInWorkDir(t *testing.T) {
 	}
 }
 
-// boltRegistry writes an earlier version's registry.db in dir with records
-// in several buckets (more than one import batch in one) and returns them.
-func boltRegistry(t *testing.T, dir string) map[string]map[string]string {
+func dirNames(t *testing.T, dir string) []string {
 	t.Helper()
-	want := map[string]map[string]string{
-		BucketAgents:     {"a1": "one", "a2": "two"},
-		BucketWeights:    {"eng/web": "2"},
-		BucketSecrets:    {"launch-key": "\x00\x01secret"},
-		BucketFrameworks: {},
-	}
-	var ms []Mutation
-	for b, records := range want {
-		for k, v := range records {
-			ms = append(ms, Put(b, k, []byte(v)))
-		}
-	}
-	for i := range importBatch + 10 {
-		k, v := fmt.Sprintf("f%05d", i), fmt.Sprint("framework ", i)
-		want[BucketFrameworks][k] = v
-		ms = append(ms, Put(BucketFrameworks, k, []byte(v)))
-	}
-	old, err := OpenBolt(dir, time.Second)
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Apply(context.Background(), ms...); err != nil {
+	var names []string
+	for _, e := range entries {
+		names = append(names, e.Name())
+	}
+	return names
+}
+
+// goldenLog copies testdata/registry.log (written by the log version) into
+// dir as registry.log and returns its bytes and the records that version
+// loaded from it.
+func goldenLog(t *testing.T, dir string) ([]byte, map[string]map[string]string) {
+	t.Helper()
+	data, err := os.ReadFile("testdata/registry.log")
+	if err != nil {
 		t.Fatal(err)
 	}
-	if err := old.Close(); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, LogFile), data, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	raw, err := os.ReadFile("testdata/registry.log.want.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var loaded map[string]map[string][]byte
+	if err := json.Unmarshal(raw, &loaded); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{}
+	for b, records := range loaded {
+		want[b] = map[string]string{}
+		for k, v := range records {
+			want[b][k] = string(v)
+		}
+	}
+	return data, want
+}
+
+// bigLog writes a registry.log in dir with more records than one import
+// transaction, and returns the records.
+func bigLog(t *testing.T, dir string) map[string]map[string]string {
+	t.Helper()
+	want := map[string]map[string]string{BucketFrameworks: {}, BucketAgents: {"a1": "one"}}
+	var frames [][]Mutation
+	for i := range importBatch + 10 {
+		k, v := fmt.Sprintf("f%05d", i), fmt.Sprint("framework ", i)
+		want[BucketFrameworks][k] = v
+		frames = append(frames, []Mutation{Put(BucketFrameworks, k, []byte(v))})
+	}
+	frames = append(frames, []Mutation{Put(BucketAgents, "a1", []byte("one")), Put(BucketAgents, "a2", []byte("two"))}, []Mutation{Delete(BucketAgents, "a2")})
+	if err := os.WriteFile(filepath.Join(dir, LogFile), encodeLog(frames...), 0o600); err != nil {
 		t.Fatal(err)
 	}
 	return want
@@ -97,43 +129,73 @@ func load(t *testing.T, s Store, buckets map[string]map[string]string) map[strin
 	return got
 }
 
-// TestOpenImportsBoltRegistry checks the migration from registry.db: every
-// bucket is in the log, registry.db is kept as registry.db.imported, a
-// reopen does not import again, and the log is what is written to from then
-// on.
-func TestOpenImportsBoltRegistry(t *testing.T) {
-	dir := t.TempDir()
-	want := boltRegistry(t, dir)
+func openLogged(t *testing.T, dir string) (Store, *bytes.Buffer, error) {
+	t.Helper()
 	var logged bytes.Buffer
 	s, err := Open(dir, time.Second, slog.New(slog.NewTextHandler(&logged, nil)))
+	if err == nil {
+		t.Cleanup(func() { s.Close() })
+	}
+	return s, &logged, err
+}
+
+// present checks which of names are in dir.
+func present(t *testing.T, dir string, names map[string]bool) {
+	t.Helper()
+	for name, want := range names {
+		if _, err := os.Lstat(filepath.Join(dir, name)); (err == nil) != want {
+			t.Errorf("%s: present %v, want %v (%v)", name, err == nil, want, err)
+		}
+	}
+}
+
+// TestOpenImportsLog checks the migration from the log version: a
+// registry.log it wrote (beside the registry.db.imported it kept when it
+// was installed) is imported into registry.db with every record that
+// version loaded from it, kept byte for byte as registry.log.imported, the
+// older backup left alone; a reopen does not import again, and
+// registry.db is what is written to from then on.
+func TestOpenImportsLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	data, want := goldenLog(t, dir)
+	if err := os.WriteFile(filepath.Join(dir, ImportedBoltFile), []byte("the log version's backup"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, LogFile+".tmp"), []byte("a compaction it never finished"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, logged, err := openLogged(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
-		t.Fatalf("imported registry (-want +got):\n%s", diff)
+		t.Fatalf("imported registry (-the log version loaded +registry.db):\n%s", diff)
 	}
-	if !strings.Contains(logged.String(), "imported registry.db") || !strings.Contains(logged.String(), fmt.Sprint("records=", importBatch+14)) {
+	if !strings.Contains(logged.String(), "imported registry.log into registry.db") || !strings.Contains(logged.String(), "records=51") {
 		t.Errorf("logged %q, want the import and its records", logged.String())
 	}
-	for name, present := range map[string]bool{BoltFile: false, ImportedBoltFile: true, LogFile: true, LogFile + ".tmp": false} {
-		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != present {
-			t.Errorf("%s: present %v, want %v (%v)", name, err == nil, present, err)
-		}
+	if kept, err := os.ReadFile(filepath.Join(dir, ImportedLogFile)); err != nil || !bytes.Equal(kept, data) {
+		t.Errorf("registry.log.imported is not the log as it was (%v)", err)
 	}
-	if err := s.Apply(context.Background(), Delete(BucketAgents, "a1")); err != nil {
+	if kept, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile)); err != nil || string(kept) != "the log version's backup" {
+		t.Errorf("registry.db.imported was changed (%v)", err)
+	}
+	if names := dirNames(t, dir); !cmp.Equal(names, []string{BoltFile, ImportedBoltFile, ImportedLogFile}) {
+		t.Errorf("work dir holds %v", names)
+	}
+	if err := s.Apply(context.Background(), Delete(BucketAgents, "agent-00")); err != nil {
 		t.Fatal(err)
 	}
-	delete(want[BucketAgents], "a1")
+	delete(want[BucketAgents], "agent-00")
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
 
-	logged.Reset()
-	s, err = Open(dir, time.Second, slog.New(slog.NewTextHandler(&logged, nil)))
+	s, logged, err = openLogged(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
 	if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
 		t.Fatalf("after reopen (-want +got):\n%s", diff)
 	}
@@ -142,155 +204,340 @@ func TestOpenImportsBoltRegistry(t *testing.T) {
 	}
 }
 
-// TestOpenAfterInterruptedImport checks a crash at each step of an import:
-// before the log is in place, registry.db.importing is imported (again);
-// after it, the log is used and the backup renamed. Either way nothing is
-// lost and registry.db.imported is what is left.
+// TestOpenImportsLogInBatches checks an import larger than one transaction.
+func TestOpenImportsLogInBatches(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	want := bigLog(t, dir)
+	s, _, err := openLogged(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
+		t.Fatalf("imported registry (-want +got):\n%s", diff)
+	}
+}
+
+// TestOpenImportsTornLog checks a registry.log whose last write never
+// completed: it is imported without that write, as the log version would
+// have recovered it, the bytes dropped are logged, and the log is kept as
+// it was.
+func TestOpenImportsTornLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	whole, last := smallLog()
+	torn := whole[:last+frameHeaderSize+7]
+	if err := os.WriteFile(filepath.Join(dir, LogFile), torn, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, logged, err := openLogged(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]map[string]string{BucketAgents: {"a2": "two"}, BucketWeights: {"eng": "2"}}
+	if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
+		t.Fatalf("imported registry (-want +got):\n%s", diff)
+	}
+	if say := fmt.Sprintf("offset=%d bytes_dropped=%d", last, frameHeaderSize+7); !strings.Contains(logged.String(), say) {
+		t.Errorf("logged %q, want %q", logged.String(), say)
+	}
+	if kept, err := os.ReadFile(filepath.Join(dir, ImportedLogFile)); err != nil || !bytes.Equal(kept, torn) {
+		t.Errorf("registry.log.imported is not the log as it was (%v)", err)
+	}
+}
+
+// TestOpenRefusesDamagedLog checks that a registry.log damaged elsewhere
+// than in its last write is not imported: Open fails naming the file and
+// the offset, and the work dir is left as it was.
+func TestOpenRefusesDamagedLog(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	damaged, last := smallLog()
+	damaged[last-3] ^= 0x40
+	if err := os.WriteFile(filepath.Join(dir, LogFile), damaged, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err := openLogged(t, dir)
+	if err == nil || !strings.Contains(err.Error(), filepath.Join(dir, LogFile)) || !strings.Contains(err.Error(), "corrupt frame at offset") {
+		t.Fatalf("Open of a damaged log = %v, want refused with the file and offset", err)
+	}
+	if names := dirNames(t, dir); !cmp.Equal(names, []string{LogFile}) {
+		t.Errorf("work dir holds %v after the refusal, want only %s", names, LogFile)
+	}
+	if after, err := os.ReadFile(filepath.Join(dir, LogFile)); err != nil || !bytes.Equal(after, damaged) {
+		t.Errorf("the refused log was changed (%v)", err)
+	}
+}
+
+// TestOpenAfterInterruptedImport checks a crash at each step of an
+// import: before registry.db is in place, the log is imported again over
+// what the crash left; after it, registry.db (which holds the log's
+// SHA-256) is used and the log kept as the backup. Either way nothing is
+// lost and registry.log.imported is what is left.
 func TestOpenAfterInterruptedImport(t *testing.T) {
+	t.Parallel()
 	for _, c := range []struct {
-		name     string
-		logThere bool // the crash came after the log was renamed into place
-	}{{"before the log was in place", false}, {"after the log was in place", true}} {
+		name   string
+		dbDone bool // the crash came after registry.db was renamed into place
+	}{{"before registry.db was in place", false}, {"after registry.db was in place", true}} {
 		t.Run(c.name, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
-			want := boltRegistry(t, dir)
-			if c.logThere {
-				s, err := Open(dir, time.Second, nil)
+			want := bigLog(t, dir)
+			if c.dbDone {
+				s, _, err := openLogged(t, dir)
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := s.Apply(context.Background(), Put(BucketAgents, "a1", []byte("since the import"))); err != nil {
-					t.Fatal(err)
-				}
-				want[BucketAgents]["a1"] = "since the import"
 				if err := s.Close(); err != nil {
 					t.Fatal(err)
 				}
-				// As if the crash came before the backup was renamed.
-				if err := os.Rename(filepath.Join(dir, ImportedBoltFile), filepath.Join(dir, ImportingBoltFile)); err != nil {
+				// As if the crash came before the log was renamed.
+				if err := os.Rename(filepath.Join(dir, ImportedLogFile), filepath.Join(dir, LogFile)); err != nil {
 					t.Fatal(err)
 				}
-			} else {
-				// As if the crash came while the log was being written.
-				if err := os.Rename(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportingBoltFile)); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(filepath.Join(dir, LogFile+".tmp"), []byte("half a log"), 0o600); err != nil {
-					t.Fatal(err)
-				}
+			} else if err := os.WriteFile(filepath.Join(dir, importTmpFile), []byte("half a registry.db"), 0o600); err != nil {
+				t.Fatal(err)
 			}
-			var logged bytes.Buffer
-			s, err := Open(dir, time.Second, slog.New(slog.NewTextHandler(&logged, nil)))
+			s, logged, err := openLogged(t, dir)
 			if err != nil {
 				t.Fatal(err)
 			}
-			defer s.Close()
 			if diff := cmp.Diff(want, load(t, s, want)); diff != "" {
 				t.Fatalf("registry (-want +got):\n%s", diff)
 			}
-			for name, present := range map[string]bool{BoltFile: false, ImportingBoltFile: false, ImportedBoltFile: true, LogFile + ".tmp": false} {
-				if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != present {
-					t.Errorf("%s: present %v, want %v (%v)", name, err == nil, present, err)
-				}
+			if names := dirNames(t, dir); !cmp.Equal(names, []string{BoltFile, ImportedLogFile}) {
+				t.Errorf("work dir holds %v", names)
 			}
-			if say := map[bool]string{false: "imported registry.db", true: "interrupted"}[c.logThere]; !strings.Contains(logged.String(), say) {
+			if say := map[bool]string{false: "imported registry.log", true: "interrupted after registry.db was in place"}[c.dbDone]; !strings.Contains(logged.String(), say) {
 				t.Errorf("logged %q, want %q", logged.String(), say)
 			}
 		})
 	}
 }
 
-// TestOpenRefusesBoltWrittenAfterImport checks an earlier version run again
-// on a work dir already moved to the log: it writes a new registry.db, and
-// Open refuses to choose between the two, changing nothing; once the
-// operator moves the log away, registry.db is imported and the first
-// backup is kept.
-func TestOpenRefusesBoltWrittenAfterImport(t *testing.T) {
+// TestOpenKeepsOlderLogBackup checks a second import (the log version run
+// again on this work dir, which imported registry.db into a new log):
+// the first registry.log.imported is kept, the second beside it.
+func TestOpenKeepsOlderLogBackup(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	boltRegistry(t, dir)
-	s, err := Open(dir, time.Second, nil)
+	first := encodeLog([]Mutation{Put(BucketAgents, "a1", []byte("first"))})
+	second := encodeLog([]Mutation{Put(BucketAgents, "a1", []byte("second"))})
+	if err := os.WriteFile(filepath.Join(dir, ImportedLogFile), first, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, LogFile), second, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	s, _, err := openLogged(t, dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.Close(); err != nil {
-		t.Fatal(err)
+	if got := load(t, s, map[string]map[string]string{BucketAgents: nil}); got[BucketAgents]["a1"] != "second" {
+		t.Errorf("agents = %v, want the log's", got)
 	}
-	first, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	old, err := OpenBolt(dir, time.Second) // the earlier version, run again
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Apply(context.Background(), Put(BucketAgents, "rollback", []byte("written by the earlier version"))); err != nil {
-		t.Fatal(err)
-	}
-	if err := old.Close(); err != nil {
-		t.Fatal(err)
-	}
-	if s, err := Open(dir, time.Second, nil); err == nil || !strings.Contains(err.Error(), "both registry.log and registry.db exist") {
-		if s != nil {
-			s.Close()
-		}
-		t.Fatalf("Open with a registry.db written after the import = %v, want refused", err)
-	}
-	for _, name := range []string{BoltFile, LogFile, ImportedBoltFile} {
-		if _, err := os.Stat(filepath.Join(dir, name)); err != nil {
-			t.Errorf("%s after the refusal: %v", name, err)
-		}
-	}
-
-	if err := os.Rename(filepath.Join(dir, LogFile), filepath.Join(dir, "registry.log.set-aside")); err != nil {
-		t.Fatal(err)
-	}
-	s, err = Open(dir, time.Second, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	agents, err := s.Load(context.Background(), BucketAgents)
-	if err != nil || string(agents["rollback"]) != "written by the earlier version" {
-		t.Fatalf("agents = %q, %v; want registry.db imported", agents, err)
-	}
-	if kept, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile)); err != nil || !bytes.Equal(kept, first) {
+	if kept, err := os.ReadFile(filepath.Join(dir, ImportedLogFile)); err != nil || !bytes.Equal(kept, first) {
 		t.Errorf("the first backup was replaced (%v)", err)
 	}
-	if second, _ := filepath.Glob(filepath.Join(dir, ImportedBoltFile+".*")); len(second) != 1 {
-		t.Errorf("backups of the second import: %v, want one beside the first", second)
+	backups, _ := filepath.Glob(filepath.Join(dir, ImportedLogFile+".*"))
+	if len(backups) != 1 {
+		t.Fatalf("backups of the second import: %v, want one beside the first", backups)
+	}
+	if kept, err := os.ReadFile(backups[0]); err != nil || !bytes.Equal(kept, second) {
+		t.Errorf("the second backup is not the second log (%v)", err)
 	}
 }
 
-// TestOpenRefusesLockedBoltRegistry checks that a registry.db still used
-// by a running coordinator of an earlier version is not imported.
-func TestOpenRefusesLockedBoltRegistry(t *testing.T) {
+// TestOpenRefusesAmbiguousRegistry checks a registry.db beside a
+// registry.log that it was not imported from: one was written by another
+// version run on this work dir (the version before the log, run again
+// without moving the log away; or the log version run again after its log
+// was imported and the log put back), so Open refuses, changes nothing and
+// says how to choose; each choice it offers then works.
+func TestOpenRefusesAmbiguousRegistry(t *testing.T) {
+	t.Parallel()
+	logged := encodeLog([]Mutation{Put(BucketAgents, "a1", []byte("in the log"))})
+	for _, c := range []struct {
+		name string
+		// db writes the registry.db beside the log.
+		db func(t *testing.T, dir string)
+	}{
+		{"registry.db of the version before the log", func(t *testing.T, dir string) {
+			old, err := kv.OpenBolt(filepath.Join(dir, BoltFile), kv.BoltOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer old.Close()
+			if err := old.Apply(context.Background(), Put(BucketAgents, "a1", []byte("in registry.db"))); err != nil {
+				t.Fatal(err)
+			}
+		}},
+		{"registry.db imported from another log", func(t *testing.T, dir string) {
+			other := t.TempDir()
+			if err := os.WriteFile(filepath.Join(other, LogFile), encodeLog([]Mutation{Put(BucketAgents, "a1", []byte("in registry.db"))}), 0o600); err != nil {
+				t.Fatal(err)
+			}
+			s, err := Open(other, time.Second, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := s.Close(); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.Rename(filepath.Join(other, BoltFile), filepath.Join(dir, BoltFile)); err != nil {
+				t.Fatal(err)
+			}
+		}},
+	} {
+		for _, keep := range []string{BoltFile, LogFile} {
+			t.Run(c.name+", keep "+keep, func(t *testing.T) {
+				t.Parallel()
+				dir := t.TempDir()
+				if err := os.WriteFile(filepath.Join(dir, LogFile), logged, 0o600); err != nil {
+					t.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(dir, ImportedBoltFile), []byte("the log version's backup"), 0o600); err != nil {
+					t.Fatal(err)
+				}
+				c.db(t, dir)
+				before := dirNames(t, dir)
+				_, _, err := openLogged(t, dir)
+				if err == nil {
+					t.Fatal("Open with a registry.db and a registry.log it was not imported from succeeded")
+				}
+				for _, say := range []string{"both registry.db", "registry.db is not the import of this registry.log",
+					"To keep registry.db, move registry.log away", "to keep registry.log instead, move registry.db away",
+					"registry.db.imported is the registry.db that the log version imported"} {
+					if !strings.Contains(err.Error(), say) {
+						t.Errorf("refusal %q does not say %q", err, say)
+					}
+				}
+				if after := dirNames(t, dir); !cmp.Equal(after, before) {
+					t.Errorf("work dir holds %v after the refusal, %v before", after, before)
+				}
+
+				away := map[string]string{BoltFile: LogFile, LogFile: BoltFile}[keep]
+				if err := os.Rename(filepath.Join(dir, away), filepath.Join(t.TempDir(), away)); err != nil {
+					t.Fatal(err)
+				}
+				s, _, err := openLogged(t, dir)
+				if err != nil {
+					t.Fatalf("Open once %s is moved away: %v", away, err)
+				}
+				want := map[string]string{BoltFile: "in registry.db", LogFile: "in the log"}[keep]
+				if got := load(t, s, map[string]map[string]string{BucketAgents: nil}); got[BucketAgents]["a1"] != want {
+					t.Errorf("agents = %v, want %q", got, want)
+				}
+			})
+		}
+	}
+}
+
+// TestOpenAfterLogVersionInterruptedImport checks the registry.db.importing
+// that the log version left when it stopped while importing a registry.db:
+// before its log was in place, that file is the registry again; after, the
+// log is imported and the file kept as registry.db.imported (beside an
+// older one); beside a registry.db, Open refuses.
+func TestOpenAfterLogVersionInterruptedImport(t *testing.T) {
+	t.Parallel()
+	boltFile := func(t *testing.T, path, value string) {
+		db, err := kv.OpenBolt(path, kv.BoltOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Apply(context.Background(), Put(BucketAgents, "a1", []byte(value))); err != nil {
+			t.Fatal(err)
+		}
+		if err := db.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Run("before its log was in place", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		boltFile(t, filepath.Join(dir, ImportingBoltFile), "in registry.db.importing")
+		if err := os.WriteFile(filepath.Join(dir, LogFile+".tmp"), []byte("half a log"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, _, err := openLogged(t, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := load(t, s, map[string]map[string]string{BucketAgents: nil}); got[BucketAgents]["a1"] != "in registry.db.importing" {
+			t.Errorf("agents = %v", got)
+		}
+		// The log's .tmp is left: only an import removes it.
+		present(t, dir, map[string]bool{BoltFile: true, ImportingBoltFile: false})
+	})
+	t.Run("after its log was in place", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		boltFile(t, filepath.Join(dir, ImportingBoltFile), "in registry.db.importing")
+		if err := os.WriteFile(filepath.Join(dir, ImportedBoltFile), []byte("older backup"), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, LogFile), encodeLog([]Mutation{Put(BucketAgents, "a1", []byte("in the log"))}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		s, _, err := openLogged(t, dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := load(t, s, map[string]map[string]string{BucketAgents: nil}); got[BucketAgents]["a1"] != "in the log" {
+			t.Errorf("agents = %v", got)
+		}
+		present(t, dir, map[string]bool{ImportingBoltFile: false, LogFile: false, ImportedLogFile: true})
+		if kept, err := os.ReadFile(filepath.Join(dir, ImportedBoltFile)); err != nil || string(kept) != "older backup" {
+			t.Errorf("the older registry.db.imported was replaced (%v)", err)
+		}
+		if backups, _ := filepath.Glob(filepath.Join(dir, ImportedBoltFile+".*")); len(backups) != 1 {
+			t.Errorf("backups: %v, want registry.db.importing beside the older one", backups)
+		}
+	})
+	t.Run("beside a registry.db", func(t *testing.T) {
+		t.Parallel()
+		dir := t.TempDir()
+		boltFile(t, filepath.Join(dir, ImportingBoltFile), "in registry.db.importing")
+		boltFile(t, filepath.Join(dir, BoltFile), "in registry.db")
+		if _, _, err := openLogged(t, dir); err == nil || !strings.Contains(err.Error(), "move one of them away") {
+			t.Fatalf("Open = %v, want refused", err)
+		}
+		present(t, dir, map[string]bool{BoltFile: true, ImportingBoltFile: true})
+	})
+}
+
+// TestOpenRefusesLockedLog checks that a registry.log still used by a
+// running coordinator of the log version (which holds its lock) is not
+// imported.
+func TestOpenRefusesLockedLog(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	boltRegistry(t, dir)
-	old, err := OpenBolt(dir, time.Second)
+	bigLog(t, dir)
+	held, err := os.Open(filepath.Join(dir, LogFile))
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer old.Close()
-	if s, err := Open(dir, 50*time.Millisecond, nil); err == nil || !strings.Contains(err.Error(), "locked by another process") {
-		if s != nil {
-			s.Close()
-		}
-		t.Fatalf("Open while registry.db is in use = %v, want refused as locked", err)
+	defer held.Close()
+	if err := filelock.Lock(held, 0); err != nil {
+		t.Fatal(err)
 	}
-	for name, present := range map[string]bool{BoltFile: true, LogFile: false, LogFile + ".tmp": false} {
-		if _, err := os.Stat(filepath.Join(dir, name)); (err == nil) != present {
-			t.Errorf("%s: present %v, want %v (%v)", name, err == nil, present, err)
-		}
+	if _, err := Open(dir, 50*time.Millisecond, nil); err == nil || !strings.Contains(err.Error(), "locked by another process") {
+		t.Fatalf("Open while registry.log is in use = %v, want refused as locked", err)
+	}
+	if names := dirNames(t, dir); !cmp.Equal(names, []string{LogFile}) {
+		t.Errorf("work dir holds %v, want only %s", names, LogFile)
 	}
 }
 
 // TestOpenWaitsForAnotherImport checks two coordinators started at once on
-// a work dir with a registry.db: the one that waited while the other
-// imported opens the log (and its lock decides between them) instead of
-// failing on files the import already moved.
+// a work dir with a registry.log: the one that waited while the other
+// imported opens registry.db (and its lock decides between them) instead
+// of failing on files the import already moved.
 func TestOpenWaitsForAnotherImport(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
-	want := boltRegistry(t, dir)
+	want := bigLog(t, dir)
 	unlock, err := lockDir(dir, time.Second) // the first coordinator, importing
 	if err != nil {
 		t.Fatal(err)
@@ -302,13 +549,14 @@ func TestOpenWaitsForAnotherImport(t *testing.T) {
 		second, err = Open(dir, 10*time.Second, nil)
 		opened <- err
 	}()
-	if err := takeBolt(filepath.Join(dir, BoltFile), filepath.Join(dir, ImportingBoltFile), time.Second); err != nil {
+	data, err := os.ReadFile(filepath.Join(dir, LogFile))
+	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := importBolt(filepath.Join(dir, ImportingBoltFile), filepath.Join(dir, LogFile), time.Second); err != nil {
+	if _, _, err := importLog(dir, data, "digest"); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := retire(dir); err != nil {
+	if _, err := retire(dir, LogFile, ImportedLogFile); err != nil {
 		t.Fatal(err)
 	}
 	unlock()
@@ -318,5 +566,23 @@ func TestOpenWaitsForAnotherImport(t *testing.T) {
 	defer second.Close()
 	if diff := cmp.Diff(want, load(t, second, want)); diff != "" {
 		t.Fatalf("registry (-want +got):\n%s", diff)
+	}
+}
+
+// TestOpenWarnsOfMissingRegistry checks that a work dir holding only the
+// backup of an imported log (registry.db moved away) starts empty and
+// says so.
+func TestOpenWarnsOfMissingRegistry(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, ImportedLogFile), encodeLog(), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	_, logged, err := openLogged(t, dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(logged.String(), "starting with an empty registry") {
+		t.Errorf("logged %q, want a warning", logged.String())
 	}
 }

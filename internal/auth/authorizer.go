@@ -9,6 +9,9 @@ import (
 	"sync/atomic"
 
 	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
 )
 
 // Authorizer authenticates requests and applies a Policy. Create it with
@@ -85,6 +88,29 @@ func (a *Authorizer) Check(ctx context.Context, action Action, object string) er
 	return nil
 }
 
+// CheckAgentResources returns nil when the agent calling in ctx may
+// register as hostname with total (Policy.CheckAgentResources), else a
+// PermissionDenied error naming the cap and the resources beyond it. It
+// allows everything when a is nil.
+func (a *Authorizer) CheckAgentResources(ctx context.Context, hostname string, total resources.Resources) error {
+	if a == nil {
+		return nil
+	}
+	if err := a.policy.Load().CheckAgentResources(FromContext(ctx), hostname, total); err != nil {
+		return connect.NewError(connect.CodePermissionDenied, err)
+	}
+	return nil
+}
+
+// Warnings returns the current policy's warnings (Policy.Warnings), none
+// when a is nil.
+func (a *Authorizer) Warnings() []string {
+	if a == nil {
+		return nil
+	}
+	return a.policy.Load().Warnings()
+}
+
 // objectNouns name each object key's value in errors.
 var objectNouns = map[string]string{
 	"roles": "role", "users": "user", "framework_principals": "framework principal",
@@ -103,7 +129,10 @@ func Denied(p *Principal, action Action, object string) error {
 
 // Middleware authenticates each request and applies the part of its Rule
 // that needs no request message: the caller kind and an action without
-// objects. The principal is in the request's context for the handlers
+// objects. A request that authenticates marks its connection as a
+// principal's (server.MarkAuthenticated); one served to Anyone is admitted
+// under the server's anonymous limits (server.AdmitAnonymous). The
+// principal is in the request's context for the handlers
 // (FromContext). Paths without a rule are answered NotFound. With a nil
 // Authorizer it returns next unchanged.
 //
@@ -134,7 +163,15 @@ func (a *Authorizer) middleware(next http.Handler, coordinatorAllowed bool) http
 			return
 		}
 		if rule.Caller == Anyone {
-			next.ServeHTTP(w, r)
+			// Open to anyone, and so bounded per connection and in time
+			// (server.AnonymousLimits) unless the connection authenticated.
+			ctx, done, err := server.AdmitAnonymous(r.Context())
+			if err != nil {
+				a.refuse(w, r, connect.NewError(connect.CodeResourceExhausted, err))
+				return
+			}
+			defer done()
+			next.ServeHTTP(w, r.WithContext(ctx))
 			return
 		}
 		pol := a.policy.Load()
@@ -148,6 +185,7 @@ func (a *Authorizer) middleware(next http.Handler, coordinatorAllowed bool) http
 				fmt.Errorf("principal %q is the coordinator's own identity; it calls agents, not the coordinator's proxy", p.Name)))
 			return
 		}
+		server.MarkAuthenticated(r.Context())
 		if err := callerAllowed(rule, p, r.URL.Path); err != nil {
 			a.refuse(w, r, err)
 			return

@@ -19,6 +19,8 @@ import (
 	"regexp"
 	"strings"
 	"time"
+
+	"go.yaml.in/yaml/v3"
 )
 
 // File names that Generate writes; scripts and docs rely on them.
@@ -199,9 +201,20 @@ type Spec struct {
 	// Validity of the issued certificates (default one year; the CA gets ten
 	// times as long).
 	Validity time.Duration
+	// AgentMaxResources is the register_agents max_resources authz.yaml
+	// gets: a resources text, or Unlimited (default
+	// DefaultAgentMaxResources).
+	AgentMaxResources string
 	// Now is the start of validity (default time.Now()).
 	Now time.Time
 }
+
+// DefaultAgentMaxResources is the resource cap Generate writes for agents
+// when Spec.AgentMaxResources is empty: a large machine (256 cpus, 2 TiB of
+// memory, 64 TiB of disk, 100 Gbit/s, any port), so that one stolen agent
+// certificate cannot claim a cluster's worth of resources. Tighten it to the
+// cluster's largest node in authz.yaml.
+const DefaultAgentMaxResources = "cpus:256;mem:2097152;disk:67108864;bandwidth:100000;ports:[1-65535]"
 
 // nameRE is what agent, framework and operator names may be: they become
 // file names, principals and roles.
@@ -251,6 +264,12 @@ func Generate(dir string, spec Spec) (Result, error) {
 			}
 			seen[n] = group.flag
 		}
+	}
+	if spec.AgentMaxResources == "" {
+		spec.AgentMaxResources = DefaultAgentMaxResources
+	}
+	if _, err := parseMaxResources(&yaml.Node{Kind: yaml.ScalarNode, Value: spec.AgentMaxResources}); err != nil {
+		return res, fmt.Errorf("--agent-max-resources: %w", err)
 	}
 	for _, h := range spec.Hosts {
 		if h == "" || strings.ContainsAny(h, " /") {
@@ -364,7 +383,7 @@ func Generate(dir string, spec Spec) (Result, error) {
 		}
 		hashes[name] = HashToken(token)
 	}
-	if err := write(AuthzFile, []byte(AuthzYAML(spec.Frameworks, spec.Operators, hashes)), 0o644); err != nil {
+	if err := write(AuthzFile, []byte(AuthzYAML(spec.Frameworks, spec.Operators, hashes, spec.AgentMaxResources)), 0o644); err != nil {
 		return res, err
 	}
 	if !exists(CRLFile) {
@@ -382,10 +401,11 @@ func Generate(dir string, spec Spec) (Result, error) {
 }
 
 // AuthzYAML returns the authorization file Generate writes: agents register
-// as themselves; each framework is its own principal, registers in the role
+// as themselves with at most agentMaxResources (a resources text, or
+// Unlimited); each framework is its own principal, registers in the role
 // of its name and runs tasks as nobody; operators may do everything.
 // hashes are the principals' token hashes.
-func AuthzYAML(frameworks, operators []string, hashes map[string]string) string {
+func AuthzYAML(frameworks, operators []string, hashes map[string]string, agentMaxResources string) string {
 	var b strings.Builder
 	b.WriteString(`# Slackline authorization file (written by slacklinectl credentials init).
 # Default deny: an action not granted here is refused with permission_denied.
@@ -406,11 +426,14 @@ principals:
 	}
 	b.WriteString(`
 acls:
-  # Agents register only as a hostname their certificate names.
+  # Agents register only as a hostname their certificate names, with at
+  # most max_resources (a resource not named is capped at zero; unlimited
+  # for no cap). One hostname has one agent: a new one retires the old.
   register_agents:
     - principals: agents
       hostnames: self
 `)
+	fmt.Fprintf(&b, "      %s: %q\n", MaxResourcesKey, agentMaxResources)
 	ops := quoteList(operators)
 	for _, action := range Actions() {
 		if action == RegisterAgents {

@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"go.yaml.in/yaml/v3"
+
+	"github.com/slackline/slackline/resources"
 )
 
 // Action is something a principal may be allowed to do; the names follow
@@ -113,6 +115,7 @@ func ObjectKey(a Action) string { return objectKeys[a] }
 //	  register_agents:
 //	    - principals: agents    # any agent certificate
 //	      hostnames: self       # ... as the hostnames its certificate names
+//	      max_resources: "cpus:256;mem:2097152;disk:67108864;bandwidth:100000;ports:[1-65535]"
 //
 // A rule's principals are a list of names or one of the keywords any (every
 // authenticated principal) and agents (every agent certificate). Its
@@ -121,16 +124,32 @@ func ObjectKey(a Action) string { return objectKeys[a] }
 // never contain pattern characters; roles, users and principals match
 // exactly. An action is allowed when one of its rules matches both the
 // principal and the object; nothing else is.
+//
+// A register_agents rule may cap the resources an agent registers with
+// under it: max_resources is a resources text (a resource it does not name
+// is capped at zero) or the keyword unlimited. A rule without the key is
+// uncapped, as before the key existed; Warnings names such rules.
 type Policy struct {
 	tokens []tokenEntry
 	acls   map[Action][]rule
+	// warnings are what the file allows that the operator should know.
+	warnings []string
 }
 
 // rule is one entry of an action's list.
 type rule struct {
 	principals matcher
 	objects    matcher // zero for actions without an object
+	// maxResources caps an agent's resources (register_agents only); nil:
+	// uncapped (unlimited, or the key absent).
+	maxResources *resources.Resources
 }
+
+// MaxResourcesKey is the key of a register_agents rule's resource cap.
+const MaxResourcesKey = "max_resources"
+
+// Unlimited is the max_resources keyword for no cap.
+const Unlimited = "unlimited"
 
 // matcher is a list of names or a keyword.
 type matcher struct {
@@ -186,6 +205,51 @@ func (pol *Policy) Allowed(p *Principal, action Action, object string) bool {
 	return false
 }
 
+// ErrOverResourceCap is wrapped by CheckAgentResources' error when every
+// register_agents rule that allows the registration caps its resources
+// below what the agent registers with.
+var ErrOverResourceCap = errors.New("agent resources beyond the register_agents max_resources")
+
+// CheckAgentResources returns nil when p may register an agent as hostname
+// with total: some register_agents rule allows p on hostname without a cap,
+// or with a max_resources that contains total (like Allowed, the most
+// generous rule wins). When rules allow p on hostname but all cap below
+// total, the error wraps ErrOverResourceCap and names the first such cap and
+// the resources beyond it. It does not repeat Allowed: when no rule allows p
+// on hostname it returns nil (the caller checks register_agents first).
+func (pol *Policy) CheckAgentResources(p *Principal, hostname string, total resources.Resources) error {
+	var first *resources.Resources
+	for _, r := range pol.acls[RegisterAgents] {
+		if !r.principals.matchPrincipal(p) || !r.objects.matchObject(p, hostname) {
+			continue
+		}
+		if r.maxResources == nil || r.maxResources.Contains(total) {
+			return nil
+		}
+		if first == nil {
+			first = r.maxResources
+		}
+	}
+	if first == nil {
+		return nil
+	}
+	return fmt.Errorf("%w: principal %q may register agents with at most %s (%s %s), agent_info.resources %s exceed it by %s",
+		ErrOverResourceCap, p.String(), capText(*first), RegisterAgents, MaxResourcesKey, total, total.Sub(total.Min(*first)))
+}
+
+// capText prints a cap; an empty one is "nothing".
+func capText(r resources.Resources) string {
+	if r.IsEmpty() {
+		return "nothing"
+	}
+	return r.String()
+}
+
+// Warnings returns what the policy allows that an operator should know
+// about, one sentence each: register_agents rules without max_resources
+// (agents they allow may register any resources).
+func (pol *Policy) Warnings() []string { return slices.Clone(pol.warnings) }
+
 // ParsePolicy parses an authorization file. Unknown keys, actions and
 // keywords are errors, so that a typo cannot grant or deny silently.
 func ParsePolicy(data []byte) (*Policy, error) {
@@ -237,8 +301,14 @@ func ParsePolicy(data []byte) (*Policy, error) {
 				return nil, fmt.Errorf("authorization file: %s[%d]: %w", name, i, err)
 			}
 			pol.acls[action] = append(pol.acls[action], r)
+			if _, capped := entry[MaxResourcesKey]; action == RegisterAgents && !capped {
+				pol.warnings = append(pol.warnings, fmt.Sprintf(
+					"authorization file: %s[%d] has no %s: the agents it allows may register any resources (write %s: unlimited to say so, or a cap)",
+					name, i, MaxResourcesKey, MaxResourcesKey))
+			}
 		}
 	}
+	slices.Sort(pol.warnings)
 	return pol, nil
 }
 
@@ -255,6 +325,12 @@ func parseRule(action Action, objectKey string, entry map[string]yaml.Node) (rul
 	for key, node := range entry {
 		switch {
 		case key == "principals":
+		case key == MaxResourcesKey && action == RegisterAgents:
+			if r.maxResources, err = parseMaxResources(&node); err != nil {
+				return r, fmt.Errorf("%s: %w", key, err)
+			}
+		case key == MaxResourcesKey:
+			return r, fmt.Errorf("%s: only %s rules take it", key, RegisterAgents)
 		case key == objectKey:
 			keywords := []string{"any"}
 			if action == RegisterAgents {
@@ -274,6 +350,25 @@ func parseRule(action Action, objectKey string, entry map[string]yaml.Node) (rul
 		return r, fmt.Errorf("%s is missing (a list, or any)", objectKey)
 	}
 	return r, nil
+}
+
+// parseMaxResources reads a resource cap: a resources text, or unlimited
+// (nil).
+func parseMaxResources(node *yaml.Node) (*resources.Resources, error) {
+	if node.Kind != yaml.ScalarNode {
+		return nil, fmt.Errorf("want a resources text like \"cpus:64;mem:262144\", or %s", Unlimited)
+	}
+	if node.Value == Unlimited {
+		return nil, nil
+	}
+	res, err := resources.Parse(node.Value)
+	if err != nil {
+		return nil, fmt.Errorf("%q: %w (or %s)", node.Value, err, Unlimited)
+	}
+	if res.IsEmpty() {
+		return nil, fmt.Errorf("%q caps every resource at zero: name the resources an agent may register, or %s", node.Value, Unlimited)
+	}
+	return &res, nil
 }
 
 // parseMatcher reads a list of names or one of the keywords.

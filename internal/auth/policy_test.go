@@ -2,9 +2,12 @@ package auth
 
 import (
 	"crypto/x509"
+	"errors"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/resources"
 )
 
 const testPolicy = `
@@ -118,6 +121,10 @@ func TestParsePolicyErrors(t *testing.T) {
 		{"bad hash", "version: 1\nprincipals:\n  a: {token_sha256: abc}\n", "64 hex digits"},
 		{"agent name", "version: 1\nprincipals:\n  agent:x: {token_sha256: " + hash + "}\n", "agents'"},
 		{"same token", "version: 1\nprincipals:\n  a: {token_sha256: " + hash + "}\n  b: {token_sha256: " + hash + "}\n", "same token"},
+		{"bad cap", "version: 1\nacls:\n  register_agents:\n    - principals: agents\n      hostnames: self\n      max_resources: \"cpus:lots\"\n", "max_resources"},
+		{"empty cap", "version: 1\nacls:\n  register_agents:\n    - principals: agents\n      hostnames: self\n      max_resources: \"\"\n", "caps every resource at zero"},
+		{"list cap", "version: 1\nacls:\n  register_agents:\n    - principals: agents\n      hostnames: self\n      max_resources: [cpus]\n", "want a resources text"},
+		{"cap elsewhere", "version: 1\nacls:\n  view_agents:\n    - principals: any\n      max_resources: \"cpus:1\"\n", "only register_agents rules take it"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -136,5 +143,66 @@ func TestPrincipalOfToken(t *testing.T) {
 	}
 	if _, err := principalOfToken("tc", tokens); err != ErrUnknownToken {
 		t.Fatalf("tc: %v", err)
+	}
+}
+
+// TestCheckAgentResources: a registration fits when some rule allowing the
+// agent on the hostname has no cap or a cap holding its resources; the
+// error names the cap and what is beyond it.
+func TestCheckAgentResources(t *testing.T) {
+	pol, err := ParsePolicy([]byte(`
+version: 1
+acls:
+  register_agents:
+    - principals: agents
+      hostnames: self
+      max_resources: "cpus:64;mem:262144;ports:[31000-32000]"
+    - principals: [agent:big]
+      hostnames: self
+      max_resources: "cpus:128;mem:524288"
+    - principals: [agent:free]
+      hostnames: self
+      max_resources: unlimited
+    - principals: [agent:legacy]
+      hostnames: ["legacy-*"]
+`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	a1 := agentPrincipal(t, "a1", "a1")
+	big := agentPrincipal(t, "big", "big")
+	free := agentPrincipal(t, "free", "free")
+	legacy := agentPrincipal(t, "legacy", "legacy")
+	tests := []struct {
+		name     string
+		p        *Principal
+		hostname string
+		total    string
+		want     string // "": allowed; else a part of the error
+	}{
+		{"within the cap", a1, "a1", "cpus:64;mem:262144;ports:[31000-31100]", ""},
+		{"a cpu beyond", a1, "a1", "cpus:64.5;mem:1024", "exceed it by cpus:0.5"},
+		{"a resource the cap does not name", a1, "a1", "cpus:1;disk:10", "exceed it by disk:10"},
+		{"ports beyond", a1, "a1", "cpus:1;ports:[30000-30001]", "exceed it by ports:[30000-30001]"},
+		{"another rule's larger cap", big, "big", "cpus:128;mem:1024", ""},
+		{"beyond every cap names the first", big, "big", "cpus:129", "at most cpus:64;mem:262144;ports:[31000-32000]"},
+		{"unlimited", free, "free", "cpus:100000;mem:1e9", ""},
+		{"no key is uncapped", legacy, "legacy-1", "cpus:100000", ""},
+		{"not allowed at all is Allowed's to say", a1, "a2", "cpus:100000", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			err := pol.CheckAgentResources(tt.p, tt.hostname, resources.MustParse(tt.total))
+			switch {
+			case tt.want == "" && err != nil:
+				t.Fatalf("refused: %v", err)
+			case tt.want != "" && (!errors.Is(err, ErrOverResourceCap) || !strings.Contains(err.Error(), tt.want)):
+				t.Fatalf("err = %v, want ErrOverResourceCap mentioning %q", err, tt.want)
+			}
+		})
+	}
+	if w := pol.Warnings(); len(w) != 1 || !strings.Contains(w[0], "register_agents[3] has no max_resources") {
+		t.Errorf("warnings %q, want one for the rule without max_resources", w)
 	}
 }

@@ -36,6 +36,9 @@ func (a *Authorizer) reloadFiles(log *slog.Logger) {
 		log.Error("reload authorization file; keeping the previous one", "err", err)
 	} else {
 		log.Info("reloaded authorization file", "file", a.file)
+		for _, w := range a.Warnings() {
+			log.Warn(w)
+		}
 	}
 	if a.crl == nil {
 		return

@@ -66,9 +66,12 @@ const (
 // its rule. A request for a path without a rule is refused when
 // authorization is configured, so that nothing is served unchecked.
 var Rules = map[string]Rule{
-	// Health stays open: load balancers probe it without credentials.
+	// Health Check stays open: load balancers probe it without
+	// credentials. Watch is a stream that lives as long as its caller
+	// wants: a principal's only, so that nobody can hold streams open
+	// without credentials.
 	"/" + grpchealth.HealthV1ServiceName + "/Check":                       {Caller: Anyone},
-	"/" + grpchealth.HealthV1ServiceName + "/Watch":                       {Caller: Anyone},
+	"/" + grpchealth.HealthV1ServiceName + "/Watch":                       {Caller: Clients},
 	"/" + grpcreflect.ReflectV1ServiceName + "/ServerReflectionInfo":      {Caller: Clients, Action: ViewAPI},
 	"/" + grpcreflect.ReflectV1AlphaServiceName + "/ServerReflectionInfo": {Caller: Clients, Action: ViewAPI},
 	MetricsPath: {Caller: Clients, Action: ViewMetrics},

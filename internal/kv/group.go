@@ -6,11 +6,10 @@ import (
 	"sync"
 )
 
-// group is the group commit that Bolt and Log share: one long-lived writer
-// goroutine commits, in one call of the store's commit function, every
-// Apply that arrived while the previous commit ran. A lone write is
-// committed at once; writes that arrive during a commit share the next one
-// (one transaction or frame, one fsync).
+// group is Bolt's group commit: one long-lived writer goroutine commits, in
+// one call of the store's commit function, every Apply that arrived while
+// the previous commit ran. A lone write is committed at once; writes that
+// arrive during a commit share the next one (one transaction, one fsync).
 //
 // The commits run on the writer goroutine, not the callers': a commit may
 // be deep and allocate, and a caller that lives on (a stream's handler)

@@ -50,8 +50,12 @@ type Store interface {
 // long-lived writer goroutine commits, in one transaction and one fsync,
 // every Apply that arrived while the previous commit ran (see Apply).
 type Bolt struct {
-	db    *bolt.DB
-	group *group
+	db       *bolt.DB
+	group    *group
+	failStop bool
+	// failed is set, with FailStop, by the commit that failed; only the
+	// writer goroutine reads and writes it.
+	failed error
 }
 
 // pageSize is the page size of new files. bbolt allocates a page-sized
@@ -65,10 +69,27 @@ type Bolt struct {
 // more often, and a registry holds more records per leaf.
 const pageSize = 8192
 
+// BoltOptions configures OpenBolt. The zero value is usable.
+type BoltOptions struct {
+	// LockTimeout is how long to wait for another process's lock on the
+	// file before failing; zero tries once.
+	LockTimeout time.Duration
+	// FailStop makes a commit that failed other than by a refused
+	// mutation (an I/O error, a failed fsync) the store's last: every
+	// later Apply fails with ErrFailed until the file is reopened. After a
+	// failed fsync the kernel may have dropped or kept the pages written,
+	// and bbolt may go on from a meta page that is not durable, so
+	// nothing after can be acknowledged safely (etcd stops its process on
+	// a failed backend commit). For the coordinator's registry, whose
+	// process exits on ErrFailed; the agent's checkpoint retries instead.
+	FailStop bool
+}
+
 // OpenBolt opens (creating it and its directory if needed) a bbolt file at
-// path. A second process opening the same file waits up to timeout for the
-// first one's lock, then fails: two processes must never share one file.
-func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
+// path. A second process opening the same file waits up to
+// opts.LockTimeout for the first one's lock, then fails: two processes
+// must never share one file.
+func OpenBolt(path string, opts BoltOptions) (*Bolt, error) {
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return nil, fmt.Errorf("create work dir: %w", err)
 	}
@@ -77,14 +98,14 @@ func OpenBolt(path string, timeout time.Duration) (*Bolt, error) {
 	// or a checkpoint), and is kept as a map: a commit allocates and writes
 	// less. New files use pageSize pages; a file keeps the page size
 	// it was created with.
-	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: timeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, PageSize: pageSize})
+	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: opts.LockTimeout, NoFreelistSync: true, FreelistType: bolt.FreelistMapType, PageSize: pageSize})
 	if err != nil {
 		if errors.Is(err, bolterrors.ErrTimeout) {
 			return nil, fmt.Errorf("open %s: locked by another process (is another process using this --work-dir?)", path)
 		}
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
-	b := &Bolt{db: db}
+	b := &Bolt{db: db, failStop: opts.FailStop}
 	b.group = newGroup(b.update)
 	return b, nil
 }
@@ -103,8 +124,12 @@ func (b *Bolt) Apply(ctx context.Context, mutations ...Mutation) error {
 	return b.group.apply(ctx, mutations)
 }
 
-// update commits writes in one transaction.
+// update commits writes in one transaction. It runs on the writer
+// goroutine.
 func (b *Bolt) update(writes [][]Mutation) error {
+	if b.failed != nil {
+		return b.failed
+	}
 	err := b.db.Update(func(tx *bolt.Tx) error {
 		for _, mutations := range writes {
 			for _, m := range mutations {
@@ -126,6 +151,10 @@ func (b *Bolt) update(writes [][]Mutation) error {
 	})
 	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
 		return ErrClosed
+	}
+	if _, refused := errors.AsType[*writeError](err); err != nil && !refused && b.failStop {
+		b.failed = fmt.Errorf("commit to %s: %w: %w", b.db.Path(), err, ErrFailed)
+		return b.failed
 	}
 	return err
 }
@@ -150,25 +179,6 @@ func (b *Bolt) Load(ctx context.Context, bucket string) (map[string][]byte, erro
 		return nil, ErrClosed
 	}
 	return out, err
-}
-
-// Buckets returns the names of the file's buckets, to copy a whole file
-// into another store (the coordinator's migration to a Log).
-func (b *Bolt) Buckets(ctx context.Context) ([]string, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, err
-	}
-	var names []string
-	err := b.db.View(func(tx *bolt.Tx) error {
-		return tx.ForEach(func(name []byte, _ *bolt.Bucket) error {
-			names = append(names, string(name))
-			return nil
-		})
-	})
-	if errors.Is(err, bolterrors.ErrDatabaseNotOpen) {
-		return nil, ErrClosed
-	}
-	return names, err
 }
 
 // Close implements Store. Writes already waiting are committed first; an

@@ -10,6 +10,14 @@
 //   - Serve bounds every connection: ReadTimeout for a request to arrive,
 //     IdleTimeout for a connection with nothing in progress, HTTP/2 pings
 //     for dead peers; streams live as long as their peers do.
+//   - With Config.Anonymous, Serve bounds peers without credentials: a
+//     connection is anonymous until a request on it authenticates
+//     (MarkAuthenticated, called by auth.Middleware); an IP address, and
+//     all peers together, hold a bounded number of anonymous connections
+//     (more are closed as they are accepted), and requests served without
+//     credentials (AdmitAnonymous) are bounded per connection and in
+//     lifetime. LimitHits counts each limit hit in
+//     slackline_server_limit_hits_total{limit} and logs it once.
 //   - CallLimiter is an interceptor that bounds each caller's unary calls
 //     in progress, so that one caller's flood waits in its own line.
 //   - MountStandard mounts the standard gRPC health and reflection services
@@ -18,7 +26,7 @@
 //     TLS for https://); NewTLSClient takes the TLS configuration (the CA
 //     to trust, a client certificate).
 //
-// The package holds no state: a process builds its own http.ServeMux,
+// The package holds no state beyond one Serve call's: a process builds its own http.ServeMux,
 // mounts its services with HandlerOptions, calls MountStandard, and passes
 // the mux to Serve. Errors from Serve are listen and serve failures,
 // wrapped; a clean shutdown returns nil.

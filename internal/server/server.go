@@ -32,7 +32,14 @@ type Config struct {
 	// headers and body (default DefaultReadTimeout; negative: none). It
 	// does not bound a stream's life: only the request is read by then.
 	ReadTimeout time.Duration
-	Logger      *slog.Logger
+	// Anonymous, when set, bounds what peers without credentials hold
+	// (AnonymousLimits); set it when the handler authenticates requests
+	// (it calls MarkAuthenticated and AdmitAnonymous, as auth.Middleware
+	// does). Nil: no such limits (a server that authenticates nobody).
+	Anonymous *AnonymousLimits
+	// LimitHits counts the anonymous limits hit (nil: not counted).
+	LimitHits *LimitHits
+	Logger    *slog.Logger
 }
 
 // Serve serves handler until ctx is cancelled, then shuts down gracefully
@@ -70,6 +77,13 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 			SendPingTimeout: 30 * time.Second,
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
+	}
+	if cfg.Anonymous != nil {
+		limits := cfg.Anonymous.withDefaults()
+		ln = guardedListener{Listener: ln, guard: &anonymousGuard{limits: limits, hits: cfg.LimitHits, byPeer: map[string]int{}}}
+		srv.ConnContext = connContext
+		cfg.Logger.Info("limits for peers without credentials", "max_conns_per_peer", limits.MaxConnsPerPeer, "max_conns", limits.MaxConns,
+			"max_streams_per_conn", limits.MaxStreamsPerConn, "max_stream_lifetime", limits.MaxStreamLifetime)
 	}
 	srv.Protocols.SetHTTP1(true)
 	tlsOn := cfg.TLS != nil || (cfg.TLSCertFile != "" && cfg.TLSKeyFile != "")

@@ -12,16 +12,17 @@
 // coordinator's cost per 1,000 completed tasks; --runs repeats the whole.
 //
 // Where the difference goes (see the per-server breakdown lines; 300
-// streams, about 30 KB per subscription against 25.5 KB): connect's
+// streams, about 33 KB per subscription against 25.5 KB): connect's
 // per-stream state (~0.9 KB for the handler's conn, ~0.3 KB for the
 // request it copies, ~0.45 KB for the response headers net/http snapshots
 // at the first write), the coordinator's own (the framework record, its
-// queue, its FrameworkInfo, the allocator's entry: ~1.2 KB), and free
-// space left in heap spans by the garbage of subscribing (~0.5 KB). The
-// registry write costs little since the registry is an append-only log
-// (kv.Log): with bbolt, each commit's ~14 KB of garbage and the file's
-// mmapped pages cost about 2.5 KB more per subscription (ratio 1.24-1.29
-// then, 1.14-1.20 now, alternated runs). Stacks cost about what the bare
+// queue, its FrameworkInfo, the allocator's entry: ~1.2 KB), free space
+// left in heap spans by the garbage of subscribing (~0.5 KB), and the
+// registry write: each bbolt commit's ~14 KB of garbage (page buffers,
+// 8 KB pages so that they do not share the 4 KB size class with
+// connections' buffers) and the file's mapped pages, about 2.5-3 KB per
+// subscription (ratio 1.25-1.31; 1.16-1.18 with the append-only log the
+// registry was for a while, alternated runs). Stacks cost about what the bare
 // handler's do: the deep calls of subscribing run on long-lived goroutines
 // (the store's writer, the coordinator's subscriber), not on the
 // handler's, whose stack stays at 8 KB, nor on one started per stream. Go

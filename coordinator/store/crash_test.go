@@ -1,4 +1,4 @@
-package kv
+package store
 
 import (
 	"bufio"
@@ -6,27 +6,32 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
+	"time"
+
+	"github.com/google/go-cmp/cmp"
 )
 
-// TestLogSurvivesSIGKILL runs writers in a child process (this test binary
-// again), SIGKILLs it in the middle of their writes and compactions, and
-// checks after each of several rounds that every write the child had
-// acknowledged (printed once Apply returned) is in the log, and every
-// acknowledged delete took effect.
-func TestLogSurvivesSIGKILL(t *testing.T) {
-	if path := os.Getenv("KV_CRASH_LOG"); path != "" {
-		crashChild(path, os.Getenv("KV_CRASH_ROUND"))
+// TestRegistrySurvivesSIGKILL runs writers in a child process (this test
+// binary again) on the registry (Open: bbolt, group commit), SIGKILLs it in
+// the middle of their writes, and checks after each of several rounds that
+// every write the child had acknowledged (printed once Apply returned) is
+// in registry.db, and every acknowledged delete took effect. The first
+// round starts from a registry.log, which the child imports.
+func TestRegistrySurvivesSIGKILL(t *testing.T) {
+	if dir := os.Getenv("STORE_CRASH_DIR"); dir != "" {
+		crashChild(dir, os.Getenv("STORE_CRASH_ROUND"))
 		return
 	}
-	path := filepath.Join(t.TempDir(), "registry.log")
+	t.Parallel()
+	dir := t.TempDir()
+	imported := bigLog(t, dir)
 	want := map[string]string{} // acknowledged, over every round
 	for round := range 4 {
-		cmd := exec.Command(os.Args[0], "-test.run=^TestLogSurvivesSIGKILL$", "-test.count=1")
-		cmd.Env = append(os.Environ(), "KV_CRASH_LOG="+path, fmt.Sprint("KV_CRASH_ROUND=", round))
+		cmd := exec.Command(os.Args[0], "-test.run=^TestRegistrySurvivesSIGKILL$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "STORE_CRASH_DIR="+dir, fmt.Sprint("STORE_CRASH_ROUND=", round))
 		out, err := cmd.StdoutPipe()
 		if err != nil {
 			t.Fatal(err)
@@ -36,8 +41,7 @@ func TestLogSurvivesSIGKILL(t *testing.T) {
 		}
 		lines := bufio.NewScanner(out)
 		// Kill after a number of acknowledgements that differs by round,
-		// so that the kill lands at different points of the writes and
-		// of the compactions they start.
+		// so that the kill lands at different points of the writes.
 		for acked := 0; acked < 300+137*round && lines.Scan(); acked++ {
 			ack(want, lines.Text())
 		}
@@ -49,11 +53,11 @@ func TestLogSurvivesSIGKILL(t *testing.T) {
 		}
 		cmd.Wait()
 
-		l, err := OpenLog(path, LogOptions{})
+		s, err := Open(dir, time.Second, nil)
 		if err != nil {
 			t.Fatalf("round %d: open after SIGKILL: %v", round, err)
 		}
-		got, err := l.Load(context.Background(), "agents")
+		got, err := s.Load(context.Background(), BucketAgents)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -71,7 +75,11 @@ func TestLogSurvivesSIGKILL(t *testing.T) {
 				t.Errorf("round %d: %s = %q, acknowledged %q", round, k, got[k], v)
 			}
 		}
-		if err := l.Close(); err != nil {
+		frameworks := map[string]map[string]string{BucketFrameworks: imported[BucketFrameworks]}
+		if diff := cmp.Diff(frameworks, load(t, s, frameworks)); diff != "" {
+			t.Errorf("round %d: the records imported from registry.log (-want +got):\n%s", round, diff)
+		}
+		if err := s.Close(); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -103,10 +111,10 @@ func ack(want map[string]string, line string) {
 	want[key] = value
 }
 
-// crashChild writes from 8 goroutines until killed, compacting often, and
-// prints each write once Apply returned.
-func crashChild(path, round string) {
-	l, err := OpenLog(path, LogOptions{CompactThreshold: 16 << 10})
+// crashChild writes from 8 goroutines until killed, and prints each write
+// once Apply returned.
+func crashChild(dir, round string) {
+	l, err := Open(dir, time.Second, nil)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		os.Exit(1)
@@ -125,14 +133,14 @@ func crashChild(path, round string) {
 			for i := 0; ; i++ {
 				key := fmt.Sprintf("r%s-g%d-%d", round, g, i)
 				value := fmt.Sprintf("%s:%s", key, strings.Repeat("v", 50+i%200))
-				if err := l.Apply(context.Background(), Put("agents", key, []byte(value))); err != nil {
+				if err := l.Apply(context.Background(), Put(BucketAgents, key, []byte(value))); err != nil {
 					fmt.Fprintln(os.Stderr, err)
 					os.Exit(1)
 				}
 				say("+" + key + " " + value)
 				if i%5 == 4 { // delete an earlier write of this goroutine
 					old := fmt.Sprintf("r%s-g%d-%d", round, g, i-3)
-					if err := l.Apply(context.Background(), Delete("agents", old)); err != nil {
+					if err := l.Apply(context.Background(), Delete(BucketAgents, old)); err != nil {
 						fmt.Fprintln(os.Stderr, err)
 						os.Exit(1)
 					}

@@ -1,0 +1,365 @@
+package coordinator
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
+)
+
+// The insider tests: what one stolen agent certificate or one framework
+// token can make the coordinator hold (issue 24's attacks 2 and 4).
+
+// clock is a logical clock for a domain.
+type clock struct {
+	mu  sync.Mutex
+	now time.Time
+}
+
+func (c *clock) Now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.now
+}
+
+func (c *clock) advance(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.now = c.now.Add(d)
+}
+
+const insiderPolicy = `
+version: 1
+acls:
+  register_frameworks:
+    - principals: [batch, other]
+      roles: any
+  register_agents:
+    - principals: [agent:a]
+      hostnames: [host-a]
+      max_resources: "cpus:16;mem:65536;disk:1048576"
+    - principals: [agent:b]
+      hostnames: [host-b]
+`
+
+// newInsiderDomain is a domain with insiderPolicy, limits and a logical
+// clock starting at testNow.
+func newInsiderDomain(t *testing.T, limits Limits) (*domain, *clock) {
+	t.Helper()
+	pol, err := auth.ParsePolicy([]byte(insiderPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	clk := &clock{now: testNow}
+	st := newMemStore()
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: clk.Now, Authz: auth.New(pol), Limits: limits})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &domain{t: t, c: c, st: st}, clk
+}
+
+func limitHits(c *Coordinator, limit string) float64 {
+	return testutil.ToFloat64(c.bounds.hits.WithLabelValues(limit))
+}
+
+// TestOneAgentPerHost: a second agent registered with the host's
+// certificate and hostname, without naming the first, retires it: its
+// session ends, its tasks end GONE, and only the second is offered.
+func TestOneAgentPerHost(t *testing.T) {
+	t.Parallel()
+	d, _ := newInsiderDomain(t, Limits{})
+	fw, sub, err := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"batch"}, FailoverTimeoutSeconds: 60,
+		Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	sub.next()
+	// The first agent reports a task it was given (with its launch proof).
+	first := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:4096", agentTask(fw.id(), "t1", "cpus:1", slacklinev1.TaskState_TASK_STATE_RUNNING)))
+	if a := d.agent(first); len(a.tasks) != 1 {
+		t.Fatalf("first agent has %d tasks, want 1", len(a.tasks))
+	}
+	firstSession := d.agent(first).session
+
+	second, err := d.registerAs("agent:a", registerRequest("", "host-a", "cpus:4;mem:4096"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if second == first {
+		t.Fatal("the second registration got the first's id")
+	}
+	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || len(a.tasks) != 0 {
+		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, d.c.core.InAllocator(first), len(a.tasks))
+	}
+	if !firstSession.hasEnded() {
+		t.Fatal("the first agent's session did not end")
+	}
+	if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE {
+		t.Fatalf("updates %v, want t1 GONE", got)
+	}
+	want := map[string]slacklinev1.AgentState{first: slacklinev1.AgentState_AGENT_STATE_GONE, second: slacklinev1.AgentState_AGENT_STATE_ACTIVE}
+	if diff := cmp.Diff(want, d.st.agentStates(t)); diff != "" {
+		t.Fatalf("records (-want +got):\n%s", diff)
+	}
+	// A third, with the hostname in capitals (certificates match names
+	// without case), retires the second.
+	third, err := d.registerAs("agent:a", registerRequest("", "HOST-A", "cpus:4;mem:4096"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := d.agent(second); a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+		t.Fatalf("HOST-A's agent %s left host-a's %s %v", third, second, a.state)
+	}
+}
+
+// TestConcurrentAgentsOfOneHost: two registrations of one host planned
+// together (each sees only the first agent) leave one live agent: the one
+// applied last retires the other and writes its GONE record.
+func TestConcurrentAgentsOfOneHost(t *testing.T) {
+	t.Parallel()
+	d, clk := newInsiderDomain(t, Limits{})
+	ctx := auth.NewContext(context.Background(), &auth.Principal{Name: "agent:a", Method: auth.MethodToken})
+	parse := func(id string) registration {
+		reg, err := parseRegistration(registerRequest(id, "host-a", "cpus:1;mem:1024"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return reg
+	}
+	if _, err := d.registerAs("agent:a", registerRequest("first", "host-a", "cpus:1;mem:1024")); err != nil {
+		t.Fatal(err)
+	}
+	late := parse("late")
+	d.c.mu.Lock()
+	plan, err := planRegistration(d.c.agents, d.c.agentsOnHost("host-a"), d.c.maint, late, clk.Now())
+	d.c.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, err := d.c.register(ctx, parse("between")); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.c.persist(ctx, "agent", plan.writes...); err != nil {
+		t.Fatal(err)
+	}
+	d.c.mu.Lock()
+	_, writes, err := d.c.applyRegistration(late, plan, clk.Now())
+	d.c.mu.Unlock()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.c.record(ctx, writes...)
+	live := map[string]slacklinev1.AgentState{}
+	d.c.mu.Lock()
+	for _, a := range d.c.agentsOnHost("host-a") {
+		live[a.id] = a.state
+	}
+	d.c.mu.Unlock()
+	want := map[string]slacklinev1.AgentState{"first": slacklinev1.AgentState_AGENT_STATE_GONE,
+		"between": slacklinev1.AgentState_AGENT_STATE_GONE, "late": slacklinev1.AgentState_AGENT_STATE_ACTIVE}
+	if diff := cmp.Diff(want, live); diff != "" {
+		t.Fatalf("agents of host-a (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff(want, d.st.agentStates(t)); diff != "" {
+		t.Fatalf("records (-want +got):\n%s", diff)
+	}
+}
+
+// TestAgentResourceCap: an agent registering more than its
+// register_agents rule's max_resources is refused, naming the cap; a rule
+// without the key caps nothing.
+func TestAgentResourceCap(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name, principal, hostname, resources string
+		wantCode                             connect.Code // 0: registered
+		wantMessage                          string
+	}{
+		{"within the cap", "agent:a", "host-a", "cpus:16;mem:65536", 0, ""},
+		{"the attack's resources", "agent:a", "host-a", "cpus:64;mem:262144", connect.CodePermissionDenied, "at most cpus:16;mem:65536;disk:1048576"},
+		{"a resource the cap does not name", "agent:a", "host-a", "cpus:1;bandwidth:100", connect.CodePermissionDenied, "exceed it by bandwidth:100"},
+		{"a rule without max_resources", "agent:b", "host-b", "cpus:64;mem:262144", 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, _ := newInsiderDomain(t, Limits{})
+			id, err := d.registerAs(tt.principal, registerRequest("", tt.hostname, tt.resources))
+			if connect.CodeOf(err) != tt.wantCode && !(tt.wantCode == 0 && err == nil) {
+				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
+			}
+			if err != nil && !strings.Contains(err.Error(), tt.wantMessage) {
+				t.Fatalf("err = %v, want it to mention %q", err, tt.wantMessage)
+			}
+			if err != nil && len(d.c.agents) != 0 {
+				t.Fatalf("a refused agent was admitted: %v", d.c.agents)
+			}
+			if err == nil && d.agent(id) == nil {
+				t.Fatal("no agent")
+			}
+		})
+	}
+}
+
+// TestAgentRegistrationRate: one principal registers a burst, then at the
+// pace; another principal has its own bucket.
+func TestAgentRegistrationRate(t *testing.T) {
+	t.Parallel()
+	d, clk := newInsiderDomain(t, Limits{AgentRegistrationsPerMinute: 2, AgentRegistrationBurst: 3})
+	for i := range 3 {
+		if _, err := d.registerAs("agent:a", registerRequest("", "host-a", "cpus:1")); err != nil {
+			t.Fatalf("registration %d of the burst: %v", i, err)
+		}
+	}
+	_, err := d.registerAs("agent:a", registerRequest("", "host-a", "cpus:1"))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "register again in 30s") {
+		t.Fatalf("past the burst: %v, want ResourceExhausted asking to wait 30s", err)
+	}
+	if got := limitHits(d.c, "agent_registrations"); got != 1 {
+		t.Fatalf("limit hits %v, want 1", got)
+	}
+	if _, err := d.registerAs("agent:b", registerRequest("", "host-b", "cpus:1")); err != nil {
+		t.Fatalf("another principal: %v", err)
+	}
+	clk.advance(29 * time.Second)
+	if _, err := d.registerAs("agent:a", registerRequest("", "host-a", "cpus:1")); connect.CodeOf(err) != connect.CodeResourceExhausted {
+		t.Fatalf("after 29s: %v, want ResourceExhausted", err)
+	}
+	clk.advance(time.Second)
+	if _, err := d.registerAs("agent:a", registerRequest("", "host-a", "cpus:1")); err != nil {
+		t.Fatalf("after 30s: %v", err)
+	}
+}
+
+// TestPrincipalRatesBounded: the limiters are at most max; rested ones go
+// first, so a principal in the middle of its pace keeps it.
+func TestPrincipalRatesBounded(t *testing.T) {
+	t.Parallel()
+	r := newPrincipalRates(1, 1)
+	r.max = 3
+	if ok, _ := r.allow("busy", testNow); !ok {
+		t.Fatal("busy's first")
+	}
+	for i, p := range []string{"p1", "p2", "p3", "p4"} {
+		// Each a minute apart: earlier ones are rested by then.
+		if ok, _ := r.allow(p, testNow.Add(time.Duration(i+1)*time.Minute)); !ok {
+			t.Fatalf("%s refused", p)
+		}
+		if len(r.limiters) > r.max {
+			t.Fatalf("%d limiters, max %d", len(r.limiters), r.max)
+		}
+	}
+	r = newPrincipalRates(1, 1)
+	r.max = 2
+	r.allow("busy", testNow)
+	r.allow("p1", testNow)
+	r.allow("p2", testNow) // nobody rested: all forgotten
+	if len(r.limiters) > r.max {
+		t.Fatalf("%d limiters, max %d", len(r.limiters), r.max)
+	}
+	if newPrincipalRates(-1, 1) != nil {
+		t.Fatal("a negative pace paces")
+	}
+}
+
+// TestFrameworksPerPrincipal: a principal registers frameworks up to the
+// cap, connected or disconnected; one more is ResourceExhausted naming the
+// cap; failovers and other principals are not held back; a teardown makes
+// room.
+func TestFrameworksPerPrincipal(t *testing.T) {
+	t.Parallel()
+	d, _ := newInsiderDomain(t, Limits{MaxFrameworksPerPrincipal: 2})
+	info := func() *slacklinev1.FrameworkInfo {
+		return &slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"batch"}, FailoverTimeoutSeconds: 3600}
+	}
+	first, firstSub, err := d.subscribeAs("batch", info())
+	if err != nil {
+		t.Fatal(err)
+	}
+	d.c.subscriptionEnded(first, firstSub) // DISCONNECTED within its failover timeout: still registered
+	if _, _, err := d.subscribeAs("batch", info()); err != nil {
+		t.Fatal(err)
+	}
+	_, _, err = d.subscribeAs("batch", info())
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "--max-frameworks-per-principal 2") {
+		t.Fatalf("third framework: %v, want ResourceExhausted naming the cap", err)
+	}
+	if got := limitHits(d.c, "frameworks_per_principal"); got != 1 {
+		t.Fatalf("limit hits %v, want 1", got)
+	}
+	if len(d.c.frameworks) != 2 {
+		t.Fatalf("%d frameworks registered, want 2", len(d.c.frameworks))
+	}
+	failover := info()
+	failover.Id = first.id()
+	if _, _, err := d.subscribeAs("batch", failover); err != nil {
+		t.Fatalf("failover at the cap: %v", err)
+	}
+	if _, _, err := d.subscribeAs("other", info()); err != nil {
+		t.Fatalf("another principal: %v", err)
+	}
+	d.c.mu.Lock()
+	d.c.removeFramework(d.c.frameworks[first.id()], "test", testNow)
+	d.c.mu.Unlock()
+	if _, _, err := d.subscribeAs("batch", info()); err != nil {
+		t.Fatalf("after a teardown: %v", err)
+	}
+}
+
+// TestMaxFailoverTimeout: a failover timeout beyond the operator's maximum
+// is lowered to it, in the framework's info (what GetFrameworks shows)
+// and its record; one within it is kept.
+func TestMaxFailoverTimeout(t *testing.T) {
+	t.Parallel()
+	const year, week = 365 * 24 * 3600, 7 * 24 * 3600
+	d, _ := newInsiderDomain(t, Limits{})
+	for _, tt := range []struct {
+		asked, want float64
+	}{{year, week}, {week, week}, {60, 60}, {0, 0}} {
+		fw, _, err := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"batch"}, FailoverTimeoutSeconds: tt.asked})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := fw.info.GetFailoverTimeoutSeconds(); got != tt.want {
+			t.Errorf("asked %v s: in effect %v s, want %v", tt.asked, got, tt.want)
+		}
+		if got := d.frameworkRecord(fw.id()).GetInfo().GetFailoverTimeoutSeconds(); got != tt.want {
+			t.Errorf("asked %v s: recorded %v s, want %v", tt.asked, got, tt.want)
+		}
+		resp, err := operatorService{d.c}.GetFrameworks(as("batch"), connect.NewRequest(&slacklinev1.GetFrameworksRequest{}))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range resp.Msg.GetFrameworks() {
+			if f.GetInfo().GetId() == fw.id() && f.GetInfo().GetFailoverTimeoutSeconds() != tt.want {
+				t.Errorf("asked %v s: GetFrameworks shows %v s, want %v", tt.asked, f.GetInfo().GetFailoverTimeoutSeconds(), tt.want)
+			}
+		}
+	}
+	if got := limitHits(d.c, "failover_timeout"); got != 1 {
+		t.Fatalf("limit hits %v, want 1", got)
+	}
+	for _, tt := range []struct {
+		limit       time.Duration
+		asked, want float64
+		clamped     bool
+	}{
+		{time.Hour, 7200, 3600, true},
+		{time.Hour, 3600, 3600, false},
+		{-1, year, year, false},
+	} {
+		info := &slacklinev1.FrameworkInfo{FailoverTimeoutSeconds: tt.asked}
+		if got := clampFailoverTimeout(info, tt.limit); got != tt.clamped || info.GetFailoverTimeoutSeconds() != tt.want {
+			t.Errorf("clampFailoverTimeout(%v s, %v) = %v, %v s; want %v, %v s", tt.asked, tt.limit, got, info.GetFailoverTimeoutSeconds(), tt.clamped, tt.want)
+		}
+	}
+}
