@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
@@ -199,11 +200,7 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 	now := c.cfg.Now()
 	fw := c.frameworks[st.GetFrameworkId()]
-	acknowledge := func() {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
-			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
-		}}})
-	}
+	acknowledge := func() { a.send(core.AcknowledgeCommand(st.GetFrameworkId(), st.GetTaskId(), st.GetUuid())) }
 	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
 		// Nobody will acknowledge it: do so on the framework's behalf.
 		acknowledge()
@@ -222,16 +219,26 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 		acknowledge()
 		return nil
 	}
-	if err := c.admitUpdate(fw, st); err != nil {
-		return err
+	// The core keeps the update until the framework acknowledges it,
+	// within Limits.MaxPendingUpdatesPerFramework.
+	r, admission, pending := c.core.AddUpdate(fw.id(), st)
+	switch admission {
+	case core.Refused:
+		c.bounds.hit("pending_updates", "status update refused: the framework has as many unacknowledged updates as it may; the agent sends it again later",
+			"framework", fw.id(), "pending", pending)
+		return exhausted("framework %q has %d unacknowledged status updates, its limit: the update of task %q waits until the framework acknowledges some (send it again later)",
+			fw.id(), pending, st.GetTaskId())
+	case core.Coalesced:
+		c.bounds.hit("pending_updates", "unacknowledged status updates coalesced: a task's older updates were superseded by a newer one",
+			"framework", fw.id(), "task", st.GetTaskId())
 	}
+	c.deliver(r)
 	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
 		t.state, t.status = st.GetState(), st
 		if taskstate.IsTerminal(st.GetState()) {
 			c.forgetTask(t, now)
 		}
 	}
-	fw.addPending(st)
 	fw.send(updateEvent(fw, st))
 	return nil
 }

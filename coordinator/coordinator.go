@@ -196,7 +196,7 @@ func New(cfg Config) (*Coordinator, error) {
 		core: core.New(core.Config{
 			MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID,
 			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
-			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout,
+			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout, MaxPendingUpdates: cfg.Limits.MaxPendingUpdatesPerFramework,
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
@@ -276,9 +276,19 @@ func (c *Coordinator) shutdownStreams() {
 // send from their own goroutines, without c.mu), counts them, and wakes
 // the allocation loop when the core asks for a pass. Caller holds c.mu.
 func (c *Coordinator) deliver(r core.Ready) {
+	for _, u := range r.Unqueue {
+		if fw := c.frameworks[u.FrameworkID]; fw != nil && fw.sub != nil {
+			fw.sub.edit(key("pending", u.TaskID, u.UUID), func(*slacklinev1.Event) bool { return false })
+		}
+	}
 	for _, s := range r.Events {
 		if fw := c.frameworks[s.FrameworkID]; fw != nil {
 			fw.send(s.Event)
+		}
+	}
+	for _, cmd := range r.Commands {
+		if a := c.agents[cmd.AgentID]; a != nil {
+			a.send(cmd.Command)
 		}
 	}
 	if n := r.Counts; n != (core.Counts{}) {

@@ -14,6 +14,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/protocol"
@@ -221,10 +222,10 @@ func TestAgentCommandsCoalesce(t *testing.T) {
 	s := newOutbox[*slacklinev1.AgentCommand]()
 	for range 3 {
 		queueCommand(s, killTaskCommand("f", "t1"))
-		queueCommand(s, acknowledgeCommand("f", "t1", "u1"))
+		queueCommand(s, core.AcknowledgeCommand("f", "t1", "u1"))
 		queueCommand(s, shutdownFrameworkCommand("f"))
 	}
-	queueCommand(s, acknowledgeCommand("f", "t1", "u2"))
+	queueCommand(s, core.AcknowledgeCommand("f", "t1", "u2"))
 	if got := len(drain(s)); got != 4 {
 		t.Fatalf("%d commands queued, want 4 (kill, ack u1, shutdown, ack u2)", got)
 	}
@@ -280,7 +281,7 @@ func (d *domain) update(agentID, frameworkID, taskID, uuid string, state slackli
 func (d *domain) acknowledge(fw *framework, taskID, uuid string) {
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
-	if _, ok := fw.ackPending(taskID, uuid); !ok {
+	if _, ok := d.c.core.Acknowledge(fw.id(), taskID, uuid); !ok {
 		d.t.Fatalf("no pending update %s of %s", uuid, taskID)
 	}
 }
@@ -326,8 +327,8 @@ func TestPendingUpdatesLimit(t *testing.T) {
 	if cmds := commands(d.agent(agentID)); len(cmds) != 1 || cmds[0].GetAcknowledge().GetUuid() != "t1-u1" {
 		t.Errorf("commands %v, want the acknowledgement of t1-u1", cmds)
 	}
-	if fw.pendingCount != 2 || len(fw.pending["t1"]) != 1 {
-		t.Fatalf("pending %v (%d)", fw.pending, fw.pendingCount)
+	if all, t1 := d.c.core.PendingCount(fw.id(), "t1"); all != 2 || t1 != 1 {
+		t.Fatalf("pending %d, of t1 %d; want 2 and 1", all, t1)
 	}
 	// An acknowledgement makes room.
 	d.acknowledge(fw, "t2", "t2-u1")

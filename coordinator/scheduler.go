@@ -290,15 +290,11 @@ func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[
 	if msg.GetUuid() == "" {
 		return nil, invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
 	}
-	st, ok := fw.ackPending(msg.GetTaskId(), msg.GetUuid())
+	r, ok := c.core.Acknowledge(fw.id(), msg.GetTaskId(), msg.GetUuid())
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", msg.GetUuid(), msg.GetTaskId()))
 	}
-	if a := c.agents[st.GetAgentId()]; a != nil {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
-			FrameworkId: fw.id(), TaskId: msg.GetTaskId(), Uuid: msg.GetUuid(),
-		}}})
-	}
+	c.deliver(r)
 	return connect.NewResponse(&slacklinev1.AcknowledgeResponse{}), nil
 }
 

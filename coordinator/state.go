@@ -77,11 +77,6 @@ type framework struct {
 	// offers and suppressed roles are the core's.
 	tasks     map[string]*task
 	completed []*task
-	// pending holds, per task, the status updates with a uuid that the
-	// framework has not acknowledged yet, oldest first; pendingCount
-	// counts them (see addPending).
-	pending      map[string][]*slacklinev1.TaskStatus
-	pendingCount int
 }
 
 func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {

@@ -155,10 +155,8 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 		FrameworkId: info.GetId(), StreamId: sub.id,
 		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
 	}}})
-	for _, updates := range fw.pending {
-		for _, st := range updates {
-			sub.replay = append(sub.replay, updateEvent(fw, st))
-		}
+	for _, st := range c.core.Pending(info.GetId()) {
+		sub.replay = append(sub.replay, updateEvent(fw, st))
 	}
 	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
 	return fw, sub, nil
@@ -249,7 +247,6 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 		}
 	}
 	clear(fw.tasks)
-	fw.clearPending()
 	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 	if fw.sub != nil {
 		fw.sub.send(errorEvent("framework removed: " + reason))

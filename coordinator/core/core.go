@@ -34,6 +34,9 @@ type Config struct {
 	// reported by Tick (Ready.NotReregistered).
 	Start             time.Time
 	ReregisterTimeout time.Duration
+	// MaxPendingUpdates bounds each framework's unacknowledged status
+	// updates (< 0: no limit; see AddUpdate).
+	MaxPendingUpdates int
 }
 
 // Core is the offer book: the allocator, the outstanding offers and
@@ -102,7 +105,12 @@ type Counts struct {
 // offers already; their tasks become UNREACHABLE), and NotReregistered,
 // the agents from the registry that did not register again in time.
 type Ready struct {
-	Events          []Send
+	Events []Send
+	// Commands are for agents' command streams (an agent without a
+	// session is skipped); Unqueue takes superseded updates off
+	// subscriptions' queues.
+	Commands        []Command
+	Unqueue         []Unqueue
 	Counts          Counts
 	Wake            bool
 	Strays          []allocator.Allocation
@@ -112,13 +120,15 @@ type Ready struct {
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
-	return len(r.Events) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
+	return len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
 		len(r.Lost) == 0 && len(r.NotReregistered) == 0
 }
 
 // Append adds the effects of a later call to r.
 func (r *Ready) Append(later Ready) {
 	r.Events = append(r.Events, later.Events...)
+	r.Commands = append(r.Commands, later.Commands...)
+	r.Unqueue = append(r.Unqueue, later.Unqueue...)
 	r.Counts.OffersSent += later.Counts.OffersSent
 	r.Counts.OffersRescinded += later.Counts.OffersRescinded
 	r.Counts.RevocableRescinded += later.Counts.RevocableRescinded
@@ -212,6 +222,11 @@ type framework struct {
 	offers     map[string]*Offer
 	inverse    map[string]*InverseOffer
 	suppressed map[string]bool
+	// pending holds, per task, the status updates with a uuid that the
+	// framework has not acknowledged yet, oldest first; pendingCount
+	// counts them (updates.go).
+	pending      map[string][]*slacklinev1.TaskStatus
+	pendingCount int
 }
 
 // put sets (*m)[k] = v, making the map first if it is nil.

@@ -47,10 +47,13 @@ import (
 //	                (a new core so configured: first in a transcript)
 //	recovered <agent> [res=<r>]   (from the registry, not registered since)
 //	heartbeat <agent> | interval | queue
+//	update <fw> <agent> <task> <uuid> <state>   (an agent's update with a uuid)
+//	ack <fw> <task> <uuid> | pending <fw>
 //	offers          (the outstanding offers, in id order)
 //
 // Effects (and "lost <agent> silent <d>", "not re-registered <agent>"
-// from Tick): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
+// from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
+// <uuid>"): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
 // [unavailable <start>+<dur>]", "<fw> <- rescind <id>", "<fw> <- inverse
 // <id> <agent>", "<fw> <- rescind-inverse <id>", "stray <fw> <agent>",
 // and "wake" when a pass is asked for. Offer ids are "c-O<n>", inverse
@@ -157,9 +160,13 @@ func testConfig(kv map[string]string) Config {
 	cfg := Config{
 		MinAllocatable: resources.New(0.01, 32, 0), OfferTimeout: 10 * time.Minute, IDPrefix: "c",
 		HeartbeatInterval: 10 * time.Second, AgentTimeout: 24 * time.Hour, MaxHeartbeatRate: -1,
-		Start: t0, ReregisterTimeout: 24 * time.Hour,
+		Start: t0, ReregisterTimeout: 24 * time.Hour, MaxPendingUpdates: -1,
 	}
 	for k, v := range kv {
+		if k == "max-pending" {
+			cfg.MaxPendingUpdates, _ = strconv.Atoi(v)
+			continue
+		}
 		d, err := time.ParseDuration(v)
 		if k == "rate" {
 			r, _ := strconv.ParseFloat(v, 64)
@@ -260,6 +267,27 @@ func (d *driver) run(file string, b block) []string {
 		k.AddRecoveredAgent(AgentSpec{ID: arg(0), Hostname: arg(0), Total: res(kv["res"])}, true)
 	case "heartbeat":
 		k.Heartbeat(arg(0), d.now)
+	case "update":
+		state := slacklinev1.TaskState(slacklinev1.TaskState_value["TASK_STATE_"+strings.ToUpper(arg(4))])
+		var admission Admission
+		var before int
+		r, admission, before = k.AddUpdate(arg(0), &slacklinev1.TaskStatus{
+			FrameworkId: arg(0), AgentId: arg(1), TaskId: arg(2), Uuid: arg(3), State: state})
+		extra = append(extra, fmt.Sprintf("%s (%d pending before)", []string{"admitted", "coalesced", "refused"}[admission], before))
+	case "ack":
+		var ok bool
+		r, ok = k.Acknowledge(arg(0), arg(1), arg(2))
+		if !ok {
+			extra = append(extra, "not pending")
+		}
+	case "pending":
+		var lines []string
+		for _, st := range k.Pending(arg(0)) {
+			lines = append(lines, fmt.Sprintf("%s %s %s", st.GetTaskId(), st.GetUuid(), strings.TrimPrefix(st.GetState().String(), "TASK_STATE_")))
+		}
+		slices.Sort(lines)
+		all, _ := k.PendingCount(arg(0), "")
+		extra = append(extra, fmt.Sprintf("pending %d: [%s]", all, strings.Join(lines, ", ")))
 	case "interval":
 		p := k.HeartbeatInterval(d.now)
 		extra = append(extra, fmt.Sprintf("interval %v timeout %v agents %d changed %v", p.Interval, p.Timeout, p.Agents, p.Changed))
@@ -411,6 +439,16 @@ func describe(r Ready) []string {
 		default:
 			out = append(out, fmt.Sprintf("%s <- %v", s.FrameworkID, ev))
 		}
+	}
+	for _, u := range r.Unqueue {
+		out = append(out, fmt.Sprintf("unqueue %s %s %s", u.FrameworkID, u.TaskID, u.UUID))
+	}
+	for _, c := range r.Commands {
+		if ack := c.Command.GetAcknowledge(); ack != nil {
+			out = append(out, fmt.Sprintf("%s <- ack %s %s %s", c.AgentID, ack.GetFrameworkId(), ack.GetTaskId(), ack.GetUuid()))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
 	}
 	for _, al := range r.Strays {
 		out = append(out, "stray "+al.FrameworkID+" "+al.AgentID)

@@ -1,5 +1,5 @@
 // Package core is the pure part of the coordinator's state machine: the
-// offer book and agent liveness. It holds the allocator
+// offer book, agent liveness and the status update ledger. It holds the allocator
 // (coordinator/allocator), the outstanding offers and inverse offers, the
 // allocation filters, the agents' heartbeats and heartbeat pace, and what
 // it needs to know of agents (hostname, attributes, total, place in the
@@ -10,8 +10,9 @@
 // It does no I/O, reads no clock, takes no lock and starts no goroutine:
 // the coordinator (the shell) calls one method per event, with the time
 // in the event, and gets back a Ready value: the events to send to
-// frameworks' subscriptions, in order, whether an allocation pass is
-// wanted, and counts for its metrics. The offer book writes no registry
+// frameworks' subscriptions and the commands to send to agents, in
+// order, whether an allocation pass is wanted, and counts for its
+// metrics. The offer book writes no registry
 // record (offers live in memory only); where an event changes the
 // registry (weights, quota, a subscription), the shell makes the record
 // durable first and calls the core after, so a failed write changes
@@ -26,6 +27,9 @@
 //   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
 //     (an Accept refused for its offers), AnswerInverseOffers;
 //   - tasks: Claim (a reported task), Release (an ended task);
+//   - status updates: AddUpdate (an agent's update with a uuid, within
+//     Config.MaxPendingUpdates per framework), Acknowledge (the
+//     framework's, forwarded to the agent as a Command);
 //   - roles: SetWeight, SetQuota;
 //   - time: Allocate (one allocation pass, then the inverse offers) and
 //     Tick (agents silent past their timeout are lost, agents from the
@@ -39,8 +43,7 @@
 // # What the core does not hold yet
 //
 // Agent and framework records (their states, sessions and
-// subscriptions), tasks, status updates and their acknowledgements,
-// registrations and subscriptions with their registry records, the
+// subscriptions), tasks and their states, registrations and subscriptions with their registry records, the
 // maintenance schedule itself and the retention of history are still the
 // coordinator's (package coordinator). See docs/architecture.md.
 //
