@@ -246,7 +246,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 // UpdateOversubscribedResources records an agent's estimate: its total
 // revocable capacity, including what revocable tasks already hold (Mesos
 // semantics). A shrink rescinds only the outstanding revocable offers that
-// no longer fit, growth is offered on its own (applyEstimate); regular
+// no longer fit, growth is offered on its own (core.Estimate); regular
 // offers are never touched.
 func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
 	c := s.c

@@ -39,7 +39,7 @@ type Config struct {
 	// MaxAgentHeartbeatRate is the heartbeat budget: beyond this many
 	// agents per second of AgentHeartbeatInterval, agents are told a
 	// longer interval, agents/rate (default 1,000 a second; negative: no
-	// budget). See heartbeatPace.
+	// budget). See the heartbeat pace in coordinator/core (pace.go).
 	MaxAgentHeartbeatRate int
 	// AgentTimeout: an agent silent this long becomes UNREACHABLE
 	// (default 30 s), at AgentHeartbeatInterval; a longer interval

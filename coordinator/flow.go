@@ -40,7 +40,7 @@ func queueCommand(s *agentSession, cmd *slacklinev1.AgentCommand) {
 // offer or inverse offer rescinded before its event was sent is taken out
 // of the event rather than followed by a rescind; a failure of an agent
 // already queued is not queued twice. An update with a uuid is never
-// superseded here (the framework acknowledges each; see admitUpdate), only
+// superseded here (the framework acknowledges each; see core.AddUpdate), only
 // queued once however often its agent sends it.
 func (s *subscription) queue(ev *slacklinev1.Event) {
 	switch e := ev.GetEvent().(type) {
