@@ -394,21 +394,16 @@ func (c *Coordinator) timerPeriod() time.Duration {
 	return max(p, 10*time.Millisecond)
 }
 
-// checkTimeouts marks silent agents unreachable, tears down frameworks past
-// their failover timeout and rescinds timed-out offers, visiting only what
-// may be due (liveness.go). It takes persistMu, c.mu.
+// checkTimeouts lets time pass in the core and applies what it decided
+// (tick): silent agents become unreachable, frameworks past their failover
+// timeout are torn down, timed-out offers are rescinded; and forgets
+// history when due. It takes persistMu, c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	now := c.cfg.Now()
 	writes := c.tick(now)
-	for _, fw := range c.frameworks {
-		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED && now.After(fw.failoverDeadline) {
-			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
-			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
-		}
-	}
 	writes = append(writes, c.forgetHistoryWhenDue(now)...)
 	c.mu.Unlock()
 	c.record(ctx, writes...)
@@ -416,12 +411,12 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 
 // addFramework registers a framework known but not connected with the
 // core. Caller holds c.mu.
-func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo) {
-	c.core.AddFramework(frameworkSpec(info))
+func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, deadline time.Time) {
+	c.core.AddFramework(frameworkSpec(info), deadline)
 }
 
 // frameworkSpec is what the core knows of a framework.
 func frameworkSpec(info *slacklinev1.FrameworkInfo) core.FrameworkSpec {
-	return core.FrameworkSpec{ID: info.GetId(), Roles: info.GetRoles(),
+	return core.FrameworkSpec{ID: info.GetId(), Roles: info.GetRoles(), FailoverTimeout: failoverTimeout(info),
 		Revocable: hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES)}
 }

@@ -44,9 +44,10 @@ func (c *Coordinator) agentHeartbeatInterval(now time.Time) time.Duration {
 // tick lets time pass in the core and applies what it decided: its sends
 // (the rescinds of timed-out offers and of lost agents' offers) first,
 // then the ACTIVE agents it found silent become UNREACHABLE
-// (markAgentUnreachable) and the agents that did not re-register after a
-// restart UNREACHABLE too. It returns the agents' registry writes. Caller
-// holds c.mu.
+// (markAgentUnreachable), the agents that did not re-register after a
+// restart UNREACHABLE too, and the DISCONNECTED frameworks past their
+// failover timeout are torn down. It returns the registry writes. Caller
+// holds persistMu (a teardown) and c.mu.
 func (c *Coordinator) tick(now time.Time) []store.Mutation {
 	r := c.core.Tick(now)
 	c.deliver(r)
@@ -65,6 +66,12 @@ func (c *Coordinator) tick(now time.Time) []store.Mutation {
 			c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
 			a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
 			writes = append(writes, a.record())
+		}
+	}
+	for _, id := range r.Expired {
+		if fw := c.frameworks[id]; fw != nil && fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
+			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
+			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
 		}
 	}
 	return writes

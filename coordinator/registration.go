@@ -392,8 +392,8 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 	}
 	clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout)
 	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
-	fw.disconnectedAt, fw.failoverDeadline = now, now.Add(failoverTimeout(info))
+	fw.disconnectedAt = now
 	c.frameworks[info.GetId()] = fw
-	c.addFramework(info)
+	c.addFramework(info, now.Add(failoverTimeout(info)))
 	return fw
 }

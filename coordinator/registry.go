@@ -91,11 +91,10 @@ func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error
 		// After a coordinator restart a scheduler gets at least as long as
 		// agents do to come back, whatever its failover timeout.
 		fw.disconnectedAt = now
-		fw.failoverDeadline = now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout))
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 		} else {
-			c.addFramework(fw.info)
+			c.addFramework(fw.info, now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)))
 		}
 		c.frameworks[id] = fw
 		return nil

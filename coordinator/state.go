@@ -68,9 +68,7 @@ type framework struct {
 	state          slacklinev1.FrameworkState
 	registeredAt   time.Time
 	disconnectedAt time.Time
-	// failoverDeadline is when a DISCONNECTED framework is torn down.
-	failoverDeadline time.Time
-	sub              *subscription
+	sub            *subscription
 	// Its maps are made on first use (see put): an idle framework holds
 	// none of them. Reading, ranging
 	// over and deleting from a nil map is fine. Its offers, inverse

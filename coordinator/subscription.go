@@ -217,7 +217,6 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 	if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
 		fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
 		fw.disconnectedAt = now
-		fw.failoverDeadline = now.Add(fw.failoverTimeout())
 		c.deliver(c.core.Disconnect(fw.id(), now))
 		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
 		if fw.failoverTimeout() == 0 {

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -209,8 +210,16 @@ func TestSubscribe(t *testing.T) {
 			gone, goneSub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "gone"})
 			d.c.subscriptionEnded(d.framework(keep), keepSub)
 			d.c.subscriptionEnded(d.framework(gone), goneSub)
-			if fw := d.framework(keep); fw.state != disconnected || fw.sub != nil || !fw.failoverDeadline.Equal(testNow.Add(time.Minute)) {
-				t.Fatalf("keep: state %v, deadline %v", fw.state, fw.failoverDeadline)
+			if fw := d.framework(keep); fw.state != disconnected || fw.sub != nil {
+				t.Fatalf("keep: state %v", fw.state)
+			}
+			// Its failover timeout runs from the disconnection: the core
+			// reports it expired once a minute has passed, not before.
+			if r := d.c.core.Tick(testNow.Add(time.Minute)); len(r.Expired) != 0 {
+				t.Fatalf("expired at the deadline: %v", r.Expired)
+			}
+			if r := d.c.core.Tick(testNow.Add(time.Minute + time.Second)); !slices.Equal(r.Expired, []string{keep}) {
+				t.Fatalf("expired after the deadline: %v, want %s", r.Expired, keep)
 			}
 			if d.framework(gone).state != completed || !d.frameworkRecord(gone).GetCompleted() {
 				t.Fatal("a framework with a zero failover timeout was not torn down")

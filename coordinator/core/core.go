@@ -116,12 +116,15 @@ type Ready struct {
 	Strays          []allocator.Allocation
 	Lost            []Lost
 	NotReregistered []string
+	// Expired are the frameworks disconnected for longer than their
+	// failover timeout, in id order: the shell tears them down.
+	Expired []string
 }
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
 	return len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -137,6 +140,7 @@ func (r *Ready) Append(later Ready) {
 	r.Strays = append(r.Strays, later.Strays...)
 	r.Lost = append(r.Lost, later.Lost...)
 	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
+	r.Expired = append(r.Expired, later.Expired...)
 }
 
 func (k *Core) take() Ready {
@@ -218,6 +222,11 @@ type agent struct {
 type framework struct {
 	id        string
 	connected bool
+	// failoverTimeout is the subscription's; deadline, while disconnected,
+	// when Tick reports the framework expired (zero: connected, or
+	// reported already).
+	failoverTimeout time.Duration
+	deadline        time.Time
 	// Made on first use (put): an idle framework holds none.
 	offers     map[string]*Offer
 	inverse    map[string]*InverseOffer
@@ -455,14 +464,18 @@ type FrameworkSpec struct {
 	Roles []string
 	// Revocable: the framework has the REVOCABLE_RESOURCES capability.
 	Revocable bool
+	// FailoverTimeout is how long the framework may stay disconnected
+	// before Tick reports it expired (Ready.Expired).
+	FailoverTimeout time.Duration
 }
 
 // AddFramework adds a framework known but not connected (recovered from
-// the registry, or adopted from an agent's report).
-func (k *Core) AddFramework(spec FrameworkSpec) {
+// the registry, or adopted from an agent's report); Tick reports it
+// expired after deadline unless it subscribes.
+func (k *Core) AddFramework(spec FrameworkSpec, deadline time.Time) {
 	k.alloc.AddFramework(spec.ID, spec.Roles, false)
 	k.alloc.SetFrameworkRevocable(spec.ID, spec.Revocable)
-	k.frameworks[spec.ID] = &framework{id: spec.ID}
+	k.frameworks[spec.ID] = &framework{id: spec.ID, failoverTimeout: spec.FailoverTimeout, deadline: deadline}
 }
 
 // Subscribe connects a framework, new or failing over: the offers and
@@ -481,19 +494,20 @@ func (k *Core) Subscribe(spec FrameworkSpec, now time.Time) Ready {
 		k.alloc.ActivateFramework(spec.ID)
 	}
 	k.alloc.SetFrameworkRevocable(spec.ID, spec.Revocable)
-	fw.connected = true
+	fw.connected, fw.failoverTimeout, fw.deadline = true, spec.FailoverTimeout, time.Time{}
 	k.markAllDirty()
 	return k.take()
 }
 
 // Disconnect handles the end of a framework's subscription: it is no
-// longer offered and its offers and inverse offers are dropped.
+// longer offered, its offers and inverse offers are dropped, and its
+// failover timeout starts: Tick reports it expired once it has passed.
 func (k *Core) Disconnect(frameworkID string, now time.Time) Ready {
 	fw := k.frameworks[frameworkID]
 	if fw == nil {
 		return k.take()
 	}
-	fw.connected = false
+	fw.connected, fw.deadline = false, now.Add(fw.failoverTimeout)
 	k.alloc.DeactivateFramework(frameworkID)
 	k.forgetOffers(fw, now)
 	return k.take()
@@ -920,11 +934,19 @@ func (k *Core) Return(frameworkID string, pool Pool, usedRegular, usedRevocable 
 // Tick lets time pass: agents silent past their timeout are lost (their
 // offers and inverse offers rescinded; Ready.Lost), agents from the
 // registry that did not register again in time are reported
-// (Ready.NotReregistered), and offers outstanding longer than
+// (Ready.NotReregistered), frameworks disconnected past their failover
+// timeout too (Ready.Expired), and offers outstanding longer than
 // Config.OfferTimeout are rescinded, sweeping them every eighth of the
 // timeout.
 func (k *Core) Tick(now time.Time) Ready {
 	k.checkLiveness(now)
+	for id, fw := range k.frameworks {
+		if !fw.connected && !fw.deadline.IsZero() && now.After(fw.deadline) {
+			fw.deadline = time.Time{}
+			k.out.Expired = append(k.out.Expired, id)
+		}
+	}
+	slices.Sort(k.out.Expired)
 	if k.cfg.OfferTimeout <= 0 || now.Before(k.nextOfferSweep) {
 		return k.take()
 	}

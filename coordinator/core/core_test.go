@@ -33,7 +33,7 @@ import (
 //	lost <agent> | withdraw <agent> | remove <agent> | forget <agent>
 //	maint <agent> mode=up|draining|down [machine=<m> start=<d> for=<d>]
 //	estimate <agent> <r>
-//	framework <id> roles=<r1,r2> [revocable]   (subscribe: new or failover)
+//	framework <id> roles=<r1,r2> [revocable] [failover=<d>]   (subscribe: new or failover)
 //	disconnect <fw> | teardown <fw>
 //	suppress <fw> [roles=..] | revive <fw> [roles=..]
 //	allocate [full] [users=<agent>:<fw>,<fw>/<agent>:<fw>]
@@ -51,8 +51,8 @@ import (
 //	ack <fw> <task> <uuid> | pending <fw>
 //	offers          (the outstanding offers, in id order)
 //
-// Effects (and "lost <agent> silent <d>", "not re-registered <agent>"
-// from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
+// Effects (and "lost <agent> silent <d>", "not re-registered <agent>",
+// "failover timeout expired <fw>" from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
 // <uuid>"): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
 // [unavailable <start>+<dur>]", "<fw> <- rescind <id>", "<fw> <- inverse
 // <id> <agent>", "<fw> <- rescind-inverse <id>", "stray <fw> <agent>",
@@ -314,7 +314,8 @@ func (d *driver) run(file string, b block) []string {
 	case "framework":
 		_, revocable := kv["revocable"]
 		revocable = revocable || slices.Contains(pos, "revocable")
-		r = k.Subscribe(FrameworkSpec{ID: arg(0), Roles: strings.Split(kv["roles"], ","), Revocable: revocable}, d.now)
+		r = k.Subscribe(FrameworkSpec{ID: arg(0), Roles: strings.Split(kv["roles"], ","), Revocable: revocable,
+			FailoverTimeout: dur(d.t, kv["failover"])}, d.now)
 	case "disconnect":
 		r = k.Disconnect(arg(0), d.now)
 	case "teardown":
@@ -458,6 +459,9 @@ func describe(r Ready) []string {
 	}
 	for _, id := range r.NotReregistered {
 		out = append(out, "not re-registered "+id)
+	}
+	for _, id := range r.Expired {
+		out = append(out, "failover timeout expired "+id)
 	}
 	if r.Wake {
 		out = append(out, "wake")

@@ -1,5 +1,6 @@
 // Package core is the pure part of the coordinator's state machine: the
-// offer book, agent liveness and the status update ledger. It holds the allocator
+// offer book, agent liveness, framework failover timeouts and the status
+// update ledger. It holds the allocator
 // (coordinator/allocator), the outstanding offers and inverse offers, the
 // allocation filters, the agents' heartbeats and heartbeat pace, and what
 // it needs to know of agents (hostname, attributes, total, place in the
@@ -33,7 +34,8 @@
 //   - roles: SetWeight, SetQuota;
 //   - time: Allocate (one allocation pass, then the inverse offers) and
 //     Tick (agents silent past their timeout are lost, agents from the
-//     registry that did not register again are reported, offers time
+//     registry that did not register again are reported, frameworks
+//     disconnected past their failover timeout are reported, offers time
 //     out).
 //
 // Queries (Offer, AgentOffers, FrameworkOffered, Draining,
