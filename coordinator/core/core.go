@@ -513,14 +513,6 @@ func (k *Core) Disconnect(frameworkID string, now time.Time) Ready {
 	return k.take()
 }
 
-// Unsubscribe marks a framework's subscription as gone without changing
-// its offers (the coordinator is stopping).
-func (k *Core) Unsubscribe(frameworkID string) {
-	if fw := k.frameworks[frameworkID]; fw != nil {
-		fw.connected = false
-	}
-}
-
 // RemoveFramework tears a framework down: its offers are dropped (the
 // allocator forgets its allocations), its inverse offers forgotten.
 func (k *Core) RemoveFramework(frameworkID string) Ready {
@@ -620,9 +612,6 @@ func (k *Core) nextID(kind string) string {
 	k.seq++
 	return fmt.Sprintf("%s-%s%d", k.cfg.IDPrefix, kind, k.seq)
 }
-
-// Offer returns an outstanding offer, nil if there is none with this id.
-func (k *Core) Offer(id string) *Offer { return k.offers[id] }
 
 // Offers returns the number of outstanding offers and inverse offers.
 func (k *Core) Offers() (offers, inverse int) { return len(k.offers), len(k.inverse) }

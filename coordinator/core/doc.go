@@ -38,7 +38,7 @@
 //     disconnected past their failover timeout are reported, offers time
 //     out).
 //
-// Queries (Offer, AgentOffers, FrameworkOffered, Draining,
+// Queries (Offers, AgentOffers, FrameworkOffered, Draining,
 // HeartbeatInterval, LastHeartbeat, Allocator for read-only views) change
 // nothing but the heartbeat pace's memory of the interval it told.
 //
