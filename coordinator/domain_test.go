@@ -76,12 +76,12 @@ var errDiskFull = errors.New("disk full")
 
 // domain is a coordinator that is neither served nor run.
 type domain struct {
-	t  *testing.T
+	t  testing.TB
 	c  *Coordinator
 	st *memStore
 }
 
-func newDomain(t *testing.T) *domain {
+func newDomain(t testing.TB) *domain {
 	t.Helper()
 	st := newMemStore()
 	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return testNow }})
