@@ -185,6 +185,9 @@ func (l *lifecycle) start(s tasks.Start) {
 		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
 		// The task's user, else its framework's, else the containerizer's default.
 		User: cmp.Or(s.Task.GetUser(), s.Framework.GetUser()),
+		// Without the seccomp filter: the coordinator let only frameworks
+		// with run_unconfined_tasks ask for it.
+		SeccompUnconfined: s.Task.GetSeccompUnconfined(),
 	})
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)

@@ -141,6 +141,9 @@ func (c *Coordinator) accept(fw *framework, call acceptCall, now time.Time) erro
 		if _, err := c.runAs(fw, t); err != nil {
 			return err
 		}
+		if err := c.mayRunUnconfined(fw, t); err != nil {
+			return err
+		}
 	}
 	c.metrics.offersAccepted.Add(float64(len(call.offerIDs)))
 	agentID, problem := c.core.CheckAccept(fw.id(), call.offerIDs)

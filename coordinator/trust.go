@@ -141,6 +141,20 @@ func (c *Coordinator) runAs(fw *framework, info *slacklinev1.TaskInfo) (string, 
 	return user, nil
 }
 
+// mayRunUnconfined checks that a task asking to run without the agent's
+// seccomp filter is its framework principal's to ask (run_unconfined_tasks).
+func (c *Coordinator) mayRunUnconfined(fw *framework, info *slacklinev1.TaskInfo) error {
+	authz := c.cfg.Authz
+	if !info.GetSeccompUnconfined() || !authz.Enabled() {
+		return nil
+	}
+	p := &auth.Principal{Name: fw.info.GetPrincipal()}
+	if !authz.Allowed(p, auth.RunUnconfinedTasks, "") {
+		return auth.Denied(p, auth.RunUnconfinedTasks, "")
+	}
+	return nil
+}
+
 // mayView reports whether the caller in ctx may see frameworks of a
 // principal (action ViewFrameworks) or their tasks (ViewTasks): its own
 // always.

@@ -26,6 +26,8 @@ acls:
   run_tasks:
     - principals: [batch]
       users: [nobody]
+  run_unconfined_tasks:
+    - principals: [other]
   teardown_frameworks:
     - principals: [admin]
       framework_principals: any
@@ -160,6 +162,26 @@ func TestFrameworkBinding(t *testing.T) {
 				user, err := d.c.runAs(fw, &slacklinev1.TaskInfo{User: tt.user})
 				if user != tt.want || connect.CodeOf(err) != tt.code && !(tt.code == 0 && err == nil) {
 					t.Errorf("runAs(%q) = %q, %v", tt.user, user, err)
+				}
+			}
+		}},
+		{"run_unconfined_tasks: checked for the framework's principal when a task asks", func(t *testing.T, d *domain) {
+			batch, _, err := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "b", Roles: []string{"batch"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, _, err := d.subscribeAs("other", &slacklinev1.FrameworkInfo{Name: "o", Roles: []string{"batch"}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, tt := range []struct {
+				fw         *framework
+				unconfined bool
+				code       connect.Code
+			}{{batch, false, 0}, {batch, true, connect.CodePermissionDenied}, {other, true, 0}} {
+				err := d.c.mayRunUnconfined(tt.fw, &slacklinev1.TaskInfo{SeccompUnconfined: tt.unconfined})
+				if connect.CodeOf(err) != tt.code && !(tt.code == 0 && err == nil) {
+					t.Errorf("%s, unconfined %v: %v", tt.fw.info.GetPrincipal(), tt.unconfined, err)
 				}
 			}
 		}},

@@ -18,12 +18,20 @@ import (
 
 // confinedScript exits 0 only when it runs as a user other than root, with
 // no_new_privs, and cannot move itself to the root cgroup of any hierarchy
-// (pure v2, or hybrid's v2 tree and v1 cpu and memory).
+// (pure v2, or hybrid's v2 tree and v1 cpu and memory); when it is pid 1's
+// child and /proc shows only its init and itself; when it cannot create a
+// user namespace; and when its /tmp and /dev/shm are its own (empty, but
+// for the path to its sandbox when that is under /tmp).
 const confinedScript = `test "$(id -u)" != 0 || exit 2
 grep -q '^NoNewPrivs:[[:space:]]*1$' /proc/self/status || exit 3
 for f in /sys/fs/cgroup/cgroup.procs /sys/fs/cgroup/unified/cgroup.procs /sys/fs/cgroup/cpu/cgroup.procs /sys/fs/cgroup/memory/cgroup.procs; do
   if [ -e $f ] && echo $$ > $f; then echo "moved to $f"; exit 4; fi
-done`
+done
+test "$PPID" = 1 || exit 5
+n=0; for p in /proc/[0-9]*; do n=$((n+1)); done; test $n = 2 || exit 6
+if unshare -Ur true; then exit 7; fi
+test -z "$(ls -A /dev/shm)" || exit 8
+for e in /tmp/* /tmp/.[!.]*; do [ -e "$e" ] || continue; case "$HOME/" in "$e"/*) ;; *) exit 9;; esac; done`
 
 // TestTaskUsers runs tasks on real agents as the default user, as root and
 // as an unknown user: the default user's task is confined; root is refused

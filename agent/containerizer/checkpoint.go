@@ -57,12 +57,14 @@ type checkpoint struct {
 	Env         map[string]string `json:"env,omitempty"`
 	// User is who the task runs as (absent in checkpoints of agents that
 	// ran every task as root).
-	User    *taskUser      `json:"user,omitempty"`
-	Layout  cgroups.Layout `json:"layout"`
-	Cgroup  cgroups.Paths  `json:"cgroup"`
-	Limits  cgroups.Limits `json:"limits"`
-	Sandbox string         `json:"sandbox"`
-	BootID  string         `json:"boot_id"`
+	User *taskUser `json:"user,omitempty"`
+	// SeccompUnconfined: the task runs without the seccomp filter.
+	SeccompUnconfined bool           `json:"seccomp_unconfined,omitempty"`
+	Layout            cgroups.Layout `json:"layout"`
+	Cgroup            cgroups.Paths  `json:"cgroup"`
+	Limits            cgroups.Limits `json:"limits"`
+	Sandbox           string         `json:"sandbox"`
+	BootID            string         `json:"boot_id"`
 	// OOMBaseline is the cgroup's OOM-kill counter when it was created.
 	OOMBaseline   uint64    `json:"oom_baseline"`
 	Supervisor    *procRef  `json:"supervisor,omitempty"`
@@ -75,7 +77,7 @@ func (cp *checkpoint) spec() Spec {
 	res, _ := resources.Parse(cp.Resources)
 	return Spec{
 		ContainerID: cp.ID, FrameworkID: cp.FrameworkID, TaskID: cp.TaskID, Revocable: cp.Revocable,
-		Resources: res, Env: cp.Env, User: cp.User.name(),
+		Resources: res, Env: cp.Env, User: cp.User.name(), SeccompUnconfined: cp.SeccompUnconfined,
 		Command: &slacklinev1.CommandInfo{
 			Value: cp.Command.Value, Arguments: cp.Command.Arguments, Shell: cp.Command.Shell,
 			Environment: cp.Command.Environment,
@@ -128,6 +130,18 @@ type launchSpec struct {
 	// CoreCookie gives the task a core-scheduling cookie of its own before
 	// it execs (revocable tasks on hosts with SMT siblings).
 	CoreCookie bool `json:"core_cookie,omitempty"`
+	// Namespaces: the supervisor clones the shim into new PID, mount and
+	// IPC namespaces; the shim mounts the task's private tmpfs and /proc,
+	// forks the task and stays its init (pid 1).
+	Namespaces bool `json:"namespaces,omitempty"`
+	// TmpfsBytes is the size of the tmpfs behind the task's /tmp,
+	// /var/tmp and /dev/shm (tmpfsBytes).
+	TmpfsBytes int64 `json:"tmpfs_bytes,omitempty"`
+	// Keep are host paths the task needs (its sandbox, its executable)
+	// that stay visible where its tmpfs would hide them.
+	Keep []string `json:"keep,omitempty"`
+	// Seccomp installs the task's seccomp filter before it runs.
+	Seccomp bool `json:"seccomp,omitempty"`
 }
 
 // writeJSON writes v to path atomically and durably: a temporary file in the
@@ -185,6 +199,24 @@ func parseStatStartTime(data []byte) (uint64, error) {
 		return 0, fmt.Errorf("malformed stat: %d fields after the command", len(fields))
 	}
 	return strconv.ParseUint(fields[idx], 10, 64)
+}
+
+// procPPid returns the parent of pid (field 4 of /proc/<pid>/stat), or 0.
+func procPPid(procRoot string, pid int) int {
+	data, err := os.ReadFile(filepath.Join(procRoot, strconv.Itoa(pid), "stat"))
+	if err != nil {
+		return 0
+	}
+	i := bytes.LastIndexByte(data, ')')
+	if i < 0 {
+		return 0
+	}
+	fields := strings.Fields(string(data[i+1:]))
+	if len(fields) < 2 {
+		return 0
+	}
+	ppid, _ := strconv.Atoi(fields[1])
+	return ppid
 }
 
 // alive reports whether ref still names a live (or zombie) process: the pid

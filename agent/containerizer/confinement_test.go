@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -83,8 +84,8 @@ func TestTaskRunsConfinedAsTheDefaultUser(t *testing.T) {
 	t.Run("dynamic", func(t *testing.T) {
 		testConfinedAs(t, testConfig(t), func(id string) (int, int, string) {
 			n, err := strconv.Atoi(id)
-			if err != nil || n < int(DefaultDynamicIDs.First) || n >= int(DefaultDynamicIDs.First+DefaultDynamicIDs.Count) {
-				t.Fatalf("task's uid %q: want one of the dynamic range %v", id, DefaultDynamicIDs)
+			if err != nil || n < int(testIDs.First) || n >= int(testIDs.First+testIDs.Count) {
+				t.Fatalf("task's uid %q: want one of the dynamic range %v", id, testIDs)
 			}
 			return n, n, "slackline-" + id
 		})
@@ -217,19 +218,20 @@ func TestTaskCannotLeaveItsCgroups(t *testing.T) {
 	if c.Mode() == ModeHybrid {
 		targets = append(targets, filepath.Join(c.layout.CPU, cgroups.Subtree(root, cgroups.Revocable), "tasks"))
 	}
-	// escape.sh ROLE: records its pid, tries every target, then sleeps.
-	script := filepath.Join(traversableTempDir(t), "escape.sh")
+	// $ESCAPE ROLE: records its pid, tries every target, then sleeps. (In
+	// the environment: the host's /tmp, where the test's files are, is not
+	// the task's.)
 	body := "echo $$ > $1.pid\nfor f in " + strings.Join(targets, " ") +
 		"; do if echo $$ > $f; then echo \"$1 moved to $f\"; fi; done\nexec sleep 1000\n"
-	if err := os.WriteFile(script, []byte(body), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	ct := launch(t, c, Spec{TaskID: "escape",
-		Command: shell(fmt.Sprintf("setsid sh %[1]s child & exec sh %[1]s main", script))})
+	ct := launch(t, c, Spec{TaskID: "escape", Env: map[string]string{"ESCAPE": body},
+		Command: shell(`setsid sh -c "$ESCAPE" escape child & exec sh -c "$ESCAPE" escape main`)})
 	var child int
 	eventually(t, "both attempts", func() bool {
 		data, _ := os.ReadFile(filepath.Join(ct.Sandbox, "child.pid"))
 		child, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+		if child > 0 {
+			child = hostPid(c, ct.ID, child)
+		}
 		comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", child))
 		mainComm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", ct.Pid))
 		// The supervisor copies the output: it may arrive a moment later.
@@ -273,22 +275,18 @@ func TestTaskCannotLeaveItsCgroups(t *testing.T) {
 // or double-forked, are killed when its main process exits.
 func TestDaemonsEndWithTheTask(t *testing.T) {
 	c := newTest(t, testConfig(t))
+	// The daemons sleep for a time no other process of the host does.
+	nap := fmt.Sprintf("1000.%d", time.Now().UnixNano()%1e6)
 	ct := launch(t, c, Spec{TaskID: "daemons", Command: shell(
-		`setsid sh -c 'echo $$ > setsid.pid; exec sleep 1000' & ` +
-			`(setsid sh -c 'echo $$ > daemon.pid; exec sleep 1000' &) ; ` +
+		`setsid sh -c 'echo $$ > setsid.pid; exec sleep ` + nap + `' & ` +
+			`(setsid sh -c 'echo $$ > daemon.pid; exec sleep ` + nap + `' &) ; ` +
 			`while [ ! -s setsid.pid ] || [ ! -s daemon.pid ]; do sleep 0.05; done; exit 4`)})
 	e := waitExit(t, c, ct.ID)
 	if e.ExitCode != 4 {
 		t.Errorf("exit = %+v, want code 4", e)
 	}
-	for _, file := range []string{"setsid.pid", "daemon.pid"} {
-		pid, err := strconv.Atoi(readSandbox(t, ct, file))
-		if err != nil {
-			t.Fatal(err)
-		}
-		if !dead(pid) {
-			t.Errorf("%s %d outlived the task", file, pid)
-		}
+	if pids := processesWith(t, "sleep\x00"+nap+"\x00"); len(pids) > 0 {
+		t.Errorf("the task's daemons %v outlived it", pids)
 	}
 	if pids, err := c.Pids(ct.ID); err != nil || len(pids) != 0 {
 		t.Errorf("after the exit: pids %v, %v", pids, err)

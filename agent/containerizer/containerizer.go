@@ -77,8 +77,13 @@ type Config struct {
 	// own). New fails if it is unknown, or root without AllowRootTasks.
 	TaskUser string
 	// DynamicIDs are the uids (and gids) of dynamic users (default
-	// DefaultDynamicIDs). The ids handed out are recorded in StateDir.
+	// DefaultDynamicIDs).
 	DynamicIDs IDRange
+	// DynamicIDsDir holds the host-wide state of dynamic ids, shared by
+	// every agent of the host: a lock, the cursor and the leases of the ids
+	// in use (default DefaultDynamicIDsDir). Agents sharing a host must
+	// share it (and DynamicIDs); tests point it elsewhere.
+	DynamicIDsDir string
 	// AllowRootTasks lets tasks run as root (uid 0). Without it a launch as
 	// root fails with ErrTaskUser, whatever the coordinator allowed: a
 	// second line of defence behind its authorization.
@@ -93,6 +98,15 @@ type Config struct {
 	// bomb stops there (default DefaultPidsMax; negative: unbounded). A host
 	// without the controller runs tasks unbounded, and New says so.
 	PidsMax int64
+	// SubtreePidsMax bounds the processes and threads of all tasks of each
+	// subtree together (pids.max of the guaranteed and of the revocable
+	// subtree), so that tasks together cannot exhaust the host's pids
+	// (default DefaultSubtreePidsMax of the host's bound; negative:
+	// unbounded). Without the pids controller nothing is bounded.
+	SubtreePidsMax int64
+	// Isolation turns parts of the tasks' isolation off (the zero value,
+	// DefaultIsolation: all of it; see the package documentation).
+	Isolation Isolation
 	// Logger receives the containerizer's logs (default slog.Default()).
 	Logger *slog.Logger
 }
@@ -132,6 +146,9 @@ type Spec struct {
 	// User is the Unix user the task runs as, looked up in the host's user
 	// database; empty means Config.TaskUser.
 	User string
+	// SeccompUnconfined runs the task without the seccomp filter (the
+	// coordinator lets only frameworks with run_unconfined_tasks ask).
+	SeccompUnconfined bool
 }
 
 // Container is a container the containerizer runs or ran. Values returned
@@ -248,6 +265,9 @@ func New(cfg Config) (*Containerizer, error) {
 	if cfg.DynamicIDs == (IDRange{}) {
 		cfg.DynamicIDs = DefaultDynamicIDs
 	}
+	if cfg.DynamicIDsDir == "" {
+		cfg.DynamicIDsDir = DefaultDynamicIDsDir
+	}
 	if cfg.TaskUser != DynamicTaskUser {
 		if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {
 			return nil, fmt.Errorf("default task user: %w", err)
@@ -289,6 +309,16 @@ func New(cfg Config) (*Containerizer, error) {
 	if err := layout.SetupRoot(cfg.CgroupRoot); err != nil {
 		return nil, err
 	}
+	if cfg.SubtreePidsMax == 0 {
+		bound, err := cgroups.HostPidsBound(cfg.ProcRoot)
+		if err != nil {
+			return nil, fmt.Errorf("the host's bound on processes: %w", err)
+		}
+		cfg.SubtreePidsMax = DefaultSubtreePidsMax(bound)
+	}
+	if err := layout.SetSubtreePidsMax(cfg.CgroupRoot, cfg.SubtreePidsMax); err != nil {
+		return nil, err
+	}
 	if layout.CPUSet != "" {
 		if err := layout.SetupCPUSet(cfg.CgroupRoot); err != nil {
 			level := slog.LevelInfo
@@ -309,9 +339,18 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	coreCookies, why := coreScheduling(cfg.SysRoot)
 	cfg.Logger.Info("containerizer: core scheduling for revocable tasks", "enabled", coreCookies, "why", why)
-	dynamic, err := loadDynamicIDs(filepath.Join(cfg.StateDir, dynamicIDsFile), cfg.DynamicIDs)
+	self, err := procStartTime(cfg.ProcRoot, os.Getpid())
+	if err != nil {
+		return nil, fmt.Errorf("start time of the agent: %w", err)
+	}
+	dynamic, err := openDynamicIDs(cfg.DynamicIDsDir, cfg.DynamicIDs, procRef{Pid: os.Getpid(), StartTime: self}, bootID, cfg.ProcRoot)
 	if err != nil {
 		return nil, fmt.Errorf("dynamic users: %w", err)
+	}
+	if n, err := dynamic.sweep(); err != nil {
+		cfg.Logger.Warn("containerizer: sweep the host's dynamic id leases", "dir", cfg.DynamicIDsDir, "err", err)
+	} else if n > 0 {
+		cfg.Logger.Info("containerizer: reclaimed dynamic ids of ended tasks", "dir", cfg.DynamicIDsDir, "leases", n)
 	}
 	c := &Containerizer{
 		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
@@ -324,7 +363,7 @@ func New(cfg Config) (*Containerizer, error) {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
 	attrs = append(attrs, "cpuset", layout.CPUSet)
-	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids)...)
+	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids, "subtree_pids_max", max(cfg.SubtreePidsMax, 0), "task_pids_max", max(cfg.PidsMax, 0))...)
 	if layout.Pids == "" && cfg.PidsMax > 0 {
 		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")
 	}

@@ -100,18 +100,23 @@
 // writes the checkpoint, creates the cgroups with their limits, and starts
 // the supervisor ("supervise run <state-dir>") in its own session, so it
 // survives the agent and its terminal. The supervisor stays outside the
-// task's cgroups. It starts the shim ("supervise exec <state-dir>", the same
-// binary through /proc/self/exe) in a new process group; the shim writes its
-// own pid to the cgroup.procs file of every cgroup of the container (v2 tree,
-// and on hybrid the v1 cpu and memory hierarchies), confines itself (see
-// Users and confinement), then execve's the command with the task's
-// environment. The task's process is therefore in all its cgroups before
-// the user's command runs, and everything it forks inherits them. The shim's exec error, if any, travels back on a
-// close-on-exec pipe: end-of-file means the exec succeeded. The supervisor
-// then reports the task's pid and start time to Launch on a pipe (and in
-// status.json), waits for the task, kills whatever the task left in its
-// cgroup (a container ends with its main process), writes exit.json and
-// exits. Launch returns once that report arrived; the agent then updates the
+// task's cgroups. It starts the shim ("supervise exec <state-dir>", the
+// same binary through /proc/self/exe) in a new session, cloned into new
+// PID, mount and IPC namespaces (see Namespaces); the shim writes 0
+// (itself) to the cgroup.procs file of every cgroup of the container (v2
+// tree, and on hybrid the v1 cpu, memory and pids hierarchies), confines
+// itself (see Users and confinement), then forks the command as the task's
+// user with the task's environment and stays its init (without namespaces
+// it execve's the command). The task's process is therefore in all its
+// cgroups before the user's command runs, and everything it forks inherits
+// them. The shim's exec error, if any, travels back on a close-on-exec
+// pipe: end-of-file means the task runs. The supervisor then finds the
+// task's host pid (the init's child in the cgroup), reports it and its
+// start time to Launch on a pipe (and in status.json), waits for the init
+// (which reports the task's own wait status on a second pipe and exits
+// with the task, ending every other process of its namespace), kills
+// whatever is left in the cgroup (a container ends with its main process),
+// writes exit.json and exits. Launch returns once that report arrived; the agent then updates the
 // checkpoint with the pids and watches the supervisor (its child: wait;
 // after a restart: a pidfd in the runtime poller).
 //
@@ -127,9 +132,15 @@
 // framework's FrameworkInfo.user). DynamicTaskUser ("dynamic", the
 // default) gives each task a user of its own, as systemd's DynamicUser=:
 // a uid and a gid of the same number from Config.DynamicIDs, taken in
-// order and recorded in StateDir a block ahead, so that no id is handed out
-// twice until the range (100 million by default) wraps, and never one a
-// live task holds; Container.Spec.User names it slackline-<uid>. When such
+// order from a cursor shared by every agent of the host in
+// Config.DynamicIDsDir (default /run/slackline/uids, under an flock), so
+// that no id is handed out twice until the range (100 million by default)
+// wraps, and never one a live task of the host holds: each id in use has a
+// lease there (container, cgroup, agent, boot id), live while its agent
+// runs or its cgroup exists, released by Destroy, adopted by Recover,
+// reclaimed once dead. A second agent on the host, or an agent whose work
+// dir was reset, therefore never hands out a live id. Container.Spec.User
+// names it slackline-<uid>. When such
 // a container is destroyed its sandbox becomes root's, mode 0700. Any
 // other user is looked up by name
 // in the host's user database (os/user: uid, primary gid, supplementary
@@ -138,15 +149,40 @@
 // created. The coordinator decides which principal may run tasks as which
 // user; refusing root here is a second line of defence behind it.
 //
-// Between joining its cgroups and exec'ing the command the shim, still
-// root, on the one thread that execs:
+// Between joining its cgroups and starting the command the shim, still
+// root, on the one thread that forks or execs:
 //
 //   - unshares a cgroup namespace (CLONE_NEWCGROUP, where the kernel has
 //     it), rooted at the cgroups it just joined: the task sees its own
 //     cgroup as "/" and nothing above it;
-//   - sets the user's supplementary groups, gid and uid;
+//   - with namespaces, sets up the task's mounts (see Namespaces);
 //   - sets no_new_privs (PR_SET_NO_NEW_PRIVS), so setuid binaries and file
-//     capabilities grant the task nothing more.
+//     capabilities grant the task nothing more, and the seccomp filter
+//     (seccomp.go: the essential part of the container runtimes' default
+//     profile; not for Spec.SeccompUnconfined, nor with
+//     Config.Isolation.NoSeccomp);
+//   - sets the user's supplementary groups, gid and uid (in the forked
+//     task, the init staying root; without namespaces, on itself).
+//
+// # Namespaces
+//
+// Unless Config.Isolation.NoNamespaces, the task runs in its own PID,
+// mount and IPC namespaces. The shim is their pid 1: after the mounts it
+// forks the task (pid 1's child), forwards the signals it gets to it,
+// reaps the namespace's orphans and exits when the task does, which kills
+// the rest of the namespace. In the mount namespace (made a slave of the
+// host's first, so nothing propagates out) one tmpfs backs /tmp, /var/tmp
+// and /dev/shm (a directory of it each, bound there), sized by tmpfsBytes:
+// half the memory limit, at most the disk resource, DefaultTmpfsBytes
+// with neither; the shim is in the task's cgroups by then, and tmpfs pages
+// are charged to the memory cgroup of whoever writes them. The sandbox,
+// and the executable when the task's user could reach it, are bound back
+// at their paths when under one of these directories; nothing else of the
+// host's /tmp, /var/tmp and /dev/shm is visible. /proc is a new mount of the task's PID namespace: it shows
+// the init and the task's processes only. System V objects and POSIX
+// message queues belong to the IPC namespace. All of it ends with the
+// task's last process: nothing of its uid remains on the host but its
+// sandbox.
 //
 // The shim runs in its own session (setsid), so the task has no
 // controlling terminal and is its own process group. A task that is not
@@ -171,10 +207,13 @@
 // the task's processes join like the others (cgroups.Layout.Pids); a fork
 // bomb's forks fail there, and the host's processes are untouched.
 //
+// Config.SubtreePidsMax bounds the guaranteed and the revocable subtree
+// as a whole (default DefaultSubtreePidsMax: 3/8 of the host's bound each),
+// so that tasks together cannot exhaust the host's pids.
+//
 // Tasks of the same named user are not isolated from one another (they
 // may signal each other and read each other's sandboxes): dynamic users
-// are. Files a task leaves outside its sandbox (/tmp, /dev/shm) keep its
-// id until something removes them.
+// are.
 //
 // # Kill sequence
 //

@@ -4,16 +4,23 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
+	"time"
 
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/internal/atomicfile"
+	"github.com/slackline/slackline/internal/filelock"
 )
 
 // DynamicTaskUser, as a task's user or Config.TaskUser, runs the task as a
 // user of its own: a uid, and a gid of the same number, from
-// Config.DynamicIDs that no other task on this node holds and that no task
-// had before, until the range wraps (as systemd's DynamicUser=). Tasks of
+// Config.DynamicIDs that no other task on this host holds (whichever agent
+// runs it) and that no task had before, until the range wraps (as
+// systemd's DynamicUser=). Tasks of
 // different dynamic users cannot signal each other or read each other's
 // sandboxes, which tasks sharing a named user (nobody) can. The user has
 // no entry in the host's user database: USER and LOGNAME name it
@@ -61,80 +68,238 @@ func (r IDRange) validate() error {
 	return nil
 }
 
-// dynamicIDsFile, in StateDir, records the dynamic ids handed out.
-const dynamicIDsFile = ".dynamic-ids"
+// DefaultDynamicIDsDir is where the agents of a host share the state of
+// dynamic ids (Config.DynamicIDsDir): a lock, the cursor, and a lease per
+// id in use. Under /run it is the host's for the current boot.
+const DefaultDynamicIDsDir = "/run/slackline/uids"
 
-// dynamicIDBlock is how many ids are reserved on disk at a time: the
-// high-water mark is written once per block, not once per launch.
-const dynamicIDBlock = 1024
+// Files in Config.DynamicIDsDir.
+const (
+	dynamicIDsLock = "lock"   // flock'ed around every change
+	dynamicIDsNext = "next"   // "RANGE OFFSET": the next candidate
+	dynamicLeases  = "leases" // one file per id in use, named by the id
+)
 
-// dynamicIDs hands out the ids of a range in order. The offset below which
-// ids may have been handed out (a block ahead of the next one) is kept in
-// a file, so that after a restart, even one that lost the agent's memory
-// of which tasks ran, no id is handed out twice before the range wraps.
-// Not safe for concurrent use (the Containerizer's lock guards it).
-type dynamicIDs struct {
-	r        IDRange
-	path     string
-	next     uint32 // offset of the next candidate
-	reserved uint32 // offsets below it are recorded in path as used
+// dynamicIDsLockTimeout bounds the wait for another agent's allocation.
+const dynamicIDsLockTimeout = 10 * time.Second
+
+// uidLease records which container holds a dynamic id, in
+// <DynamicIDsDir>/leases/<id>. An id is live, and no agent of the host
+// hands it out, while its lease is: the boot is the same, and the agent
+// that took or adopted it still runs (the moment between the lease and
+// the cgroup) or the container's cgroup still exists (the task runs, or
+// ended and was not destroyed yet, its agent down or not). A lease that
+// is not live is reclaimed: its agent died and the container's cgroup was
+// removed (by a recovering agent, or with a reset work dir, as an orphan).
+type uidLease struct {
+	Container string  `json:"container"`
+	Cgroup    string  `json:"cgroup"` // the container's directory in the v2 tree
+	StateDir  string  `json:"state_dir"`
+	Owner     procRef `json:"owner"` // the agent process that took or adopted it
+	BootID    string  `json:"boot_id"`
 }
 
-// loadDynamicIDs restores the high-water mark of r from path (none, or
-// one for another range: the range's start).
-func loadDynamicIDs(path string, r IDRange) (*dynamicIDs, error) {
+// dynamicIDs hands out the ids of a range in order, host-wide: every agent
+// of the host (each with its own work dir and cgroup root) shares one
+// DynamicIDsDir, whose cursor all of them advance under an flock, and
+// whose leases say which ids are live. Two agents never hand out the same
+// id while it is live, and an agent whose work dir was reset, which
+// remembers nothing, finds the leases of the ids its previous self left
+// running. Ids come back after the range wraps, live ones skipped.
+type dynamicIDs struct {
+	r        IDRange
+	dir      string
+	owner    procRef
+	bootID   string
+	procRoot string
+}
+
+// openDynamicIDs prepares dir (root's, mode 0700) for r; owner is the
+// calling agent.
+func openDynamicIDs(dir string, r IDRange, owner procRef, bootID, procRoot string) (*dynamicIDs, error) {
 	if err := r.validate(); err != nil {
 		return nil, err
 	}
-	d := &dynamicIDs{r: r, path: path}
-	data, err := os.ReadFile(path)
+	if err := os.MkdirAll(filepath.Join(dir, dynamicLeases), 0o700); err != nil {
+		return nil, err
+	}
+	return &dynamicIDs{r: r, dir: dir, owner: owner, bootID: bootID, procRoot: procRoot}, nil
+}
+
+// locked runs fn holding the host-wide lock.
+func (d *dynamicIDs) locked(fn func() error) error {
+	f, err := os.OpenFile(filepath.Join(d.dir, dynamicIDsLock), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return fmt.Errorf("dynamic ids: %w", err)
+	}
+	defer f.Close()
+	if err := filelock.Lock(f, dynamicIDsLockTimeout); err != nil {
+		return fmt.Errorf("dynamic ids: lock %s: %w", f.Name(), err)
+	}
+	return fn()
+}
+
+func (d *dynamicIDs) leasePath(id uint32) string {
+	return filepath.Join(d.dir, dynamicLeases, strconv.FormatUint(uint64(id), 10))
+}
+
+// readLease returns id's lease, nil when it has none.
+func (d *dynamicIDs) readLease(id uint32) (*uidLease, error) {
+	var l uidLease
+	err := readJSON(d.leasePath(id), &l)
 	switch {
 	case errors.Is(err, os.ErrNotExist):
+		return nil, nil
 	case err != nil:
 		return nil, err
-	default:
-		rng, mark, ok := strings.Cut(strings.TrimSpace(string(data)), " ")
-		n, perr := strconv.ParseUint(mark, 10, 32)
-		if !ok || perr != nil {
-			return nil, fmt.Errorf("%s: want \"RANGE OFFSET\", got %q", path, data)
-		}
-		if rng == r.String() && n < uint64(r.Count) {
-			d.next, d.reserved = uint32(n), uint32(n)
-		}
 	}
-	return d, nil
+	return &l, nil
 }
 
-// take returns the next id that inUse does not report, recording a new
-// block first when the next id is past the recorded one.
-func (d *dynamicIDs) take(inUse func(uint32) bool) (uint32, error) {
-	for range d.r.Count {
-		if d.next >= d.r.Count { // wrap: ids of ended tasks come back
-			d.next, d.reserved = 0, 0
+// live reports whether l still holds its id (see uidLease).
+func (d *dynamicIDs) live(l *uidLease) bool {
+	if l.BootID != d.bootID {
+		return false
+	}
+	if alive(d.procRoot, &l.Owner) {
+		return true
+	}
+	_, err := os.Stat(l.Cgroup)
+	return err == nil
+}
+
+// next reads the cursor (another range's, or none: the range's start).
+func (d *dynamicIDs) next() (uint32, error) {
+	data, err := os.ReadFile(filepath.Join(d.dir, dynamicIDsNext))
+	switch {
+	case errors.Is(err, os.ErrNotExist):
+		return 0, nil
+	case err != nil:
+		return 0, err
+	}
+	rng, mark, ok := strings.Cut(strings.TrimSpace(string(data)), " ")
+	n, perr := strconv.ParseUint(mark, 10, 32)
+	if !ok || perr != nil {
+		return 0, fmt.Errorf("%s: want \"RANGE OFFSET\", got %q", filepath.Join(d.dir, dynamicIDsNext), data)
+	}
+	if rng != d.r.String() || n >= uint64(d.r.Count) {
+		return 0, nil
+	}
+	return uint32(n), nil
+}
+
+// take leases the next id that is neither live on the host nor reported
+// by inUse (this agent's own containers) to the container of lease, and
+// advances the host's cursor past it.
+func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, error) {
+	lease.Owner, lease.BootID = d.owner, d.bootID
+	var got uint32
+	err := d.locked(func() error {
+		next, err := d.next()
+		if err != nil {
+			return err
 		}
-		if d.next >= d.reserved {
-			mark := min(uint64(d.next)+dynamicIDBlock, uint64(d.r.Count))
-			if err := atomicfile.WriteFile(d.path, fmt.Appendf(nil, "%s %d\n", d.r, mark), 0o600); err != nil {
-				return 0, fmt.Errorf("record dynamic ids: %w", err)
+		for range d.r.Count {
+			if next >= d.r.Count { // wrap: ids of ended tasks come back
+				next = 0
 			}
-			d.reserved = uint32(mark)
+			id := d.r.First + next
+			next++
+			if inUse(id) {
+				continue
+			}
+			old, err := d.readLease(id)
+			if err != nil {
+				return err
+			}
+			if old != nil && d.live(old) {
+				continue
+			}
+			if err := writeJSON(d.leasePath(id), lease); err != nil {
+				return fmt.Errorf("lease dynamic id %d: %w", id, err)
+			}
+			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, next), 0o600); err != nil {
+				return fmt.Errorf("record dynamic ids: %w", err)
+			}
+			got = id
+			return nil
 		}
-		id := d.r.First + d.next
-		d.next++
-		if !inUse(id) {
-			return id, nil
-		}
-	}
-	return 0, fmt.Errorf("%w: every id of the dynamic range %s is in use", ErrTaskUser, d.r)
+		return fmt.Errorf("%w: every id of the dynamic range %s is in use on this host", ErrTaskUser, d.r)
+	})
+	return got, err
 }
 
-// dynamicUser returns a new dynamic user for a task (called with c.mu
-// held): an id no launched container's user has. (Containers still
-// launching hold ids the cursor has passed: only a wrap could meet them.)
-func (c *Containerizer) dynamicUser() (*taskUser, error) {
-	id, err := c.dynamicIDs.take(func(id uint32) bool {
+// release ends the lease of id by container (a lease another container
+// holds now is left alone).
+func (d *dynamicIDs) release(id uint32, container, cgroup string) error {
+	return d.locked(func() error {
+		l, err := d.readLease(id)
+		if err != nil || l == nil || l.Container != container || l.Cgroup != cgroup {
+			return err
+		}
+		if err := os.Remove(d.leasePath(id)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+		return nil
+	})
+}
+
+// adopt makes this agent the owner of id's lease for a container it
+// recovered (writing one if an agent before host-wide leases launched it).
+// It fails when another live container holds id.
+func (d *dynamicIDs) adopt(id uint32, lease uidLease) error {
+	lease.Owner, lease.BootID = d.owner, d.bootID
+	return d.locked(func() error {
+		l, err := d.readLease(id)
+		if err != nil {
+			return err
+		}
+		if l != nil && (l.Container != lease.Container || l.Cgroup != lease.Cgroup) && d.live(l) {
+			return fmt.Errorf("dynamic id %d is leased to container %s (%s) too", id, l.Container, l.StateDir)
+		}
+		return writeJSON(d.leasePath(id), lease)
+	})
+}
+
+// sweep removes the leases that are not live any more; it returns how
+// many. The leases directory then holds about one file per live dynamic
+// task of the host.
+func (d *dynamicIDs) sweep() (int, error) {
+	removed := 0
+	err := d.locked(func() error {
+		entries, err := os.ReadDir(filepath.Join(d.dir, dynamicLeases))
+		if err != nil {
+			return err
+		}
+		for _, e := range entries {
+			id, err := strconv.ParseUint(e.Name(), 10, 32)
+			if err != nil {
+				continue // a temporary file of an interrupted write
+			}
+			l, err := d.readLease(uint32(id))
+			if err == nil && l != nil && d.live(l) {
+				continue
+			}
+			if os.Remove(d.leasePath(uint32(id))) == nil {
+				removed++
+			}
+		}
+		return nil
+	})
+	return removed, err
+}
+
+// dynamicUser returns a new dynamic user for container id (class says
+// which subtree its cgroup is in): an id no container of this host holds.
+// (Containers of this agent still launching hold leases the cursor has
+// passed: only a wrap could meet them, and then their lease is live.)
+func (c *Containerizer) dynamicUser(id string, revocable bool) (*taskUser, error) {
+	lease := uidLease{Container: id, StateDir: c.cfg.StateDir, Cgroup: c.leaseCgroup(id, revocable)}
+	uid, err := c.dynamicIDs.take(lease, func(uid uint32) bool {
+		c.mu.Lock()
+		defer c.mu.Unlock()
 		for _, ct := range c.containers {
-			if ct.ready && ct.cp.User != nil && ct.cp.User.Dynamic && ct.cp.User.UID == id {
+			if ct.cp != nil && ct.cp.User != nil && ct.cp.User.Dynamic && ct.cp.User.UID == uid {
 				return true
 			}
 		}
@@ -143,7 +308,27 @@ func (c *Containerizer) dynamicUser() (*taskUser, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &taskUser{Name: "slackline-" + strconv.FormatUint(uint64(id), 10), UID: id, GID: id, Groups: []uint32{id}, Dynamic: true}, nil
+	return &taskUser{Name: "slackline-" + strconv.FormatUint(uint64(uid), 10), UID: uid, GID: uid, Groups: []uint32{uid}, Dynamic: true}, nil
+}
+
+// leaseCgroup is the v2 directory of container id's cgroup, as its lease
+// records it.
+func (c *Containerizer) leaseCgroup(id string, revocable bool) string {
+	class := cgroups.Guaranteed
+	if revocable {
+		class = cgroups.Revocable
+	}
+	return c.layout.PathsOf(cgroups.ContainerRel(c.cfg.CgroupRoot, class, id)).Unified
+}
+
+// releaseUser ends the lease of cp's dynamic user, if it has one.
+func (c *Containerizer) releaseUser(cp *checkpoint) {
+	if cp == nil || cp.User == nil || !cp.User.Dynamic {
+		return
+	}
+	if err := c.dynamicIDs.release(cp.User.UID, cp.ID, c.leaseCgroup(cp.ID, cp.Revocable)); err != nil {
+		c.log.Error("containerizer: release dynamic id", "container", cp.ID, "uid", cp.User.UID, "err", err)
+	}
 }
 
 // sealSandbox gives an ended task's sandbox to root, mode 0700, when the

@@ -1,9 +1,12 @@
 package containerizer
 
 import (
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 )
 
@@ -33,71 +36,156 @@ func TestParseIDRange(t *testing.T) {
 	}
 }
 
-// TestDynamicIDs: ids come in order, never one in use; the recorded
-// high-water mark means a restart (a new dynamicIDs on the same file,
-// knowing nothing of the ids handed out) never hands one out again before
-// the range wraps; a wrap skips ids in use; a full range is an error.
-func TestDynamicIDs(t *testing.T) {
-	path := filepath.Join(t.TempDir(), dynamicIDsFile)
-	r := IDRange{First: 5000, Count: 2500}
-	none := func(uint32) bool { return false }
-	d, err := loadDynamicIDs(path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	seen := map[uint32]bool{}
-	take := func(d *dynamicIDs, inUse func(uint32) bool) uint32 {
+// TestDynamicIDsHostWide: allocators of two agents (two work dirs) on
+// one host state never hand out the same id, nor does an agent whose work
+// dir was reset (a new allocator that remembers nothing); a wrap skips live
+// ids and reclaims the ids of leases whose container's cgroup is gone; a
+// lease is live while its owner runs or its cgroup exists, in this boot;
+// release only ends a container's own lease; sweep removes dead leases; a
+// range of live ids is an error.
+func TestDynamicIDsHostWide(t *testing.T) {
+	t.Parallel()
+	dir, cgroups := t.TempDir(), t.TempDir()
+	r := IDRange{First: 5000, Count: 20}
+	gone := procRef{Pid: 1 << 30, StartTime: 1} // no such process: liveness is the cgroup's
+	open := func(owner procRef, boot string) *dynamicIDs {
 		t.Helper()
-		id, err := d.take(inUse)
+		d, err := openDynamicIDs(dir, r, owner, boot, "/proc")
 		if err != nil {
 			t.Fatal(err)
 		}
-		if id < d.r.First || id >= d.r.First+d.r.Count {
-			t.Fatalf("id %d outside %v", id, d.r)
+		return d
+	}
+	none := func(uint32) bool { return false }
+	take := func(d *dynamicIDs, agent, container string) uint32 {
+		t.Helper()
+		cg := filepath.Join(cgroups, container)
+		if err := os.MkdirAll(cg, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		id, err := d.take(uidLease{Container: container, Cgroup: cg, StateDir: agent}, none)
+		if err != nil {
+			t.Fatal(err)
 		}
 		return id
 	}
-	for i := range 10 {
-		id := take(d, func(id uint32) bool { return id == 5003 })
-		if want := uint32(5000 + i); i >= 3 {
-			want++
-			if id != want {
-				t.Fatalf("take %d = %d, want %d (5003 is in use)", i, id, want)
+	a, b := open(gone, "boot"), open(gone, "boot")
+	holder := map[uint32]string{}
+	for i := range 5 {
+		for _, ag := range []struct {
+			d    *dynamicIDs
+			name string
+		}{{a, "a"}, {b, "b"}} {
+			c := fmt.Sprintf("%s-%d", ag.name, i)
+			id := take(ag.d, ag.name, c)
+			if h, dup := holder[id]; dup {
+				t.Fatalf("id %d handed out to %s and %s", id, h, c)
 			}
+			holder[id] = c
+		}
+	}
+	// a's work dir is reset: the new allocator knows nothing, the host does.
+	a2 := open(gone, "boot")
+	id := take(a2, "a", "a-reset")
+	if h, dup := holder[id]; dup {
+		t.Fatalf("after a reset: id %d, live in %s", id, h)
+	}
+	holder[id] = "a-reset"
+	// b-2's task ended and its cgroup was removed (its agent died before
+	// Destroy): its id is reclaimed once the cursor comes back to it.
+	var b2 uint32
+	for id, c := range holder {
+		if c == "b-2" {
+			b2 = id
+		}
+	}
+	if err := os.Remove(filepath.Join(cgroups, "b-2")); err != nil {
+		t.Fatal(err)
+	}
+	for range int(r.Count) - len(holder) {
+		id := take(b, "b", fmt.Sprintf("fill-%d", len(holder)))
+		if h, dup := holder[id]; dup {
+			t.Fatalf("id %d live in %s handed out again", id, h)
+		}
+		holder[id] = "fill"
+	}
+	if id := take(a, "a", "reuse"); id != b2 {
+		t.Fatalf("after the wrap: %d, want %d, whose container is gone", id, b2)
+	}
+	if _, err := a.take(uidLease{Container: "full", Cgroup: filepath.Join(cgroups, "none")}, none); !errors.Is(err, ErrTaskUser) {
+		t.Fatalf("every id live: %v, want ErrTaskUser", err)
+	}
+	// release: only the container's own lease.
+	if err := a.release(b2, "someone-else", filepath.Join(cgroups, "reuse")); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := a.readLease(b2); l == nil {
+		t.Fatal("release by another container ended the lease")
+	}
+	if err := a.release(b2, "reuse", filepath.Join(cgroups, "reuse")); err != nil {
+		t.Fatal(err)
+	}
+	if l, _ := a.readLease(b2); l != nil {
+		t.Fatalf("lease %+v after its release", l)
+	}
+	// A lease of a live owner holds its id even before its cgroup exists;
+	// one of another boot holds nothing.
+	self, err := procStartTime("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	live := open(procRef{Pid: os.Getpid(), StartTime: self}, "boot")
+	if !live.live(&uidLease{Owner: live.owner, BootID: "boot", Cgroup: filepath.Join(cgroups, "not-yet")}) {
+		t.Error("a lease of a running agent whose cgroup does not exist yet is not live")
+	}
+	if a.live(&uidLease{Owner: live.owner, BootID: "other boot", Cgroup: cgroups}) {
+		t.Error("a lease of another boot is live")
+	}
+	// sweep: every lease whose cgroup is gone.
+	if err := os.RemoveAll(cgroups); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := a.sweep(); err != nil || n != int(r.Count)-1 {
+		t.Fatalf("sweep = %d, %v; want %d", n, err, r.Count-1)
+	}
+}
+
+// TestDynamicIDsConcurrent: agents allocating at the same time (each its
+// own open file, so flock serialises them as it does processes) never get
+// the same id.
+func TestDynamicIDsConcurrent(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	self, err := procStartTime("/proc", os.Getpid())
+	if err != nil {
+		t.Fatal(err)
+	}
+	const agents, each = 4, 25
+	ids := make(chan uint32, agents*each)
+	var wg sync.WaitGroup
+	for a := range agents {
+		d, err := openDynamicIDs(dir, IDRange{First: 7000, Count: 1000}, procRef{Pid: os.Getpid(), StartTime: self}, "boot", "/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		wg.Go(func() {
+			for i := range each {
+				id, err := d.take(uidLease{Container: fmt.Sprintf("%d-%d", a, i)}, func(uint32) bool { return false })
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids <- id
+			}
+		})
+	}
+	wg.Wait()
+	close(ids)
+	seen := map[uint32]bool{}
+	for id := range ids {
+		if seen[id] {
+			t.Errorf("id %d handed out twice", id)
 		}
 		seen[id] = true
-	}
-	// A restart: the next ids are past everything handed out.
-	d2, err := loadDynamicIDs(path, r)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id := take(d2, none); seen[id] || id != 5000+dynamicIDBlock {
-		t.Fatalf("after a restart: %d, want %d (the next block)", id, 5000+dynamicIDBlock)
-	}
-	// To the end of the range, then the wrap skips what is in use.
-	for d2.next < r.Count {
-		take(d2, none)
-	}
-	if id := take(d2, func(id uint32) bool { return id < 5002 }); id != 5002 {
-		t.Fatalf("after the wrap: %d, want 5002 (5000 and 5001 in use)", id)
-	}
-	// Another range on the same file starts at its beginning.
-	other := IDRange{First: 9000, Count: 10}
-	d3, err := loadDynamicIDs(path, other)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if id := take(d3, none); id != 9000 {
-		t.Fatalf("a new range starts at %d, want 9000", id)
-	}
-	if _, err := d3.take(func(uint32) bool { return true }); err == nil {
-		t.Fatal("every id in use: want an error")
-	}
-	if err := os.WriteFile(path, []byte("garbage"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := loadDynamicIDs(path, r); err == nil {
-		t.Fatal("a corrupt record: want an error, not ids handed out again")
 	}
 }

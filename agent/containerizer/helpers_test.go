@@ -4,11 +4,14 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"errors"
+	"fmt"
 	"io/fs"
 	"log/slog"
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -33,7 +36,46 @@ func TestMain(m *testing.M) {
 	// Inherited by the supervisors the tests start (not by tasks: they get
 	// an explicit environment).
 	os.Setenv(supervisorEnv, "1")
-	os.Exit(m.Run())
+	// The tests' containerizers share one host state of dynamic ids, as
+	// the agents of a host do, with a range of this run's own, so that
+	// other runs on the host (whose tasks' uids a test may look for) do
+	// not meet them.
+	dir, err := os.MkdirTemp("", "slackline-test-uids-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(2)
+	}
+	testIDsDir = dir
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	testIDs = IDRange{First: 2_100_000_000 + uint32(b[0])<<16 | uint32(b[1])<<8 | uint32(b[2]), Count: 100_000}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// testIDsDir and testIDs are the dynamic ids' host state and range of
+// every test containerizer (testConfig).
+var (
+	testIDsDir string
+	testIDs    IDRange
+)
+
+// leasesOf returns the dynamic ids leased to containers of cfg's agent.
+func leasesOf(t *testing.T, cfg Config) []string {
+	t.Helper()
+	entries, err := os.ReadDir(filepath.Join(cfg.DynamicIDsDir, dynamicLeases))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, e := range entries {
+		var l uidLease
+		if readJSON(filepath.Join(cfg.DynamicIDsDir, dynamicLeases, e.Name()), &l) == nil && l.StateDir == cfg.StateDir {
+			out = append(out, e.Name()+" "+l.Container)
+		}
+	}
+	return out
 }
 
 const realMountpoint = "/sys/fs/cgroup"
@@ -81,6 +123,8 @@ func testConfig(t *testing.T) Config {
 		SandboxDir:        filepath.Join(work, "sandboxes"),
 		KillGracePeriod:   300 * time.Millisecond,
 		SupervisorCommand: []string{exe, "supervise"},
+		DynamicIDs:        testIDs,
+		DynamicIDsDir:     testIDsDir,
 		Logger:            slog.New(slog.NewTextHandler(t.Output(), nil)),
 	}
 	t.Cleanup(func() { removeRealRoot(t, cfg.CgroupRoot) })
@@ -122,12 +166,15 @@ func removeRealRoot(t testing.TB, root string) {
 	all := layout.PathsOf(root)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	if err := all.KillAndWait(ctx); err != nil {
-		t.Errorf("cleanup: kill processes under %s: %v", root, err)
+	for _, p := range []cgroups.Paths{all, layout.PathsOf(cgroups.Subtree(root, cgroups.Revocable))} {
+		if err := p.KillAndWait(ctx); err != nil {
+			t.Errorf("cleanup: kill processes under %s: %v", p.Rel, err)
+		}
 	}
-	tops := all.Dirs()
+	// The revocable subtree is the root's sibling (cgroups.Subtree).
+	tops := append(all.Dirs(), layout.PathsOf(cgroups.Subtree(root, cgroups.Revocable)).Dirs()...)
 	if layout.Mode == cgroups.ModeHybrid && layout.CPUSet != "" {
-		tops = append(tops, filepath.Join(layout.CPUSet, root))
+		tops = append(tops, filepath.Join(layout.CPUSet, root), filepath.Join(layout.CPUSet, cgroups.Subtree(root, cgroups.Revocable)))
 	}
 	for _, top := range tops {
 		var dirs []string
@@ -139,7 +186,14 @@ func removeRealRoot(t testing.TB, root string) {
 		})
 		sort.Slice(dirs, func(i, j int) bool { return strings.Count(dirs[i], "/") > strings.Count(dirs[j], "/") })
 		for _, d := range dirs {
-			if err := unix.Rmdir(d); err != nil {
+			// A killed process leaves its cgroups a moment after it left
+			// cgroup.procs (an init's exit waits for its namespace's).
+			err := unix.Rmdir(d)
+			for errors.Is(err, unix.EBUSY) && ctx.Err() == nil {
+				time.Sleep(10 * time.Millisecond)
+				err = unix.Rmdir(d)
+			}
+			if err != nil {
 				t.Errorf("cleanup: rmdir %s: %v", d, err)
 			}
 		}
@@ -173,4 +227,45 @@ func eventually(t *testing.T, what string, cond func() bool) {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+}
+
+// hostPid returns the host's pid of the process of container id whose pid
+// in the task's PID namespace is nsPid (the innermost of NSpid in
+// /proc/<pid>/status), or nsPid when no process of the container has it
+// (tasks without namespaces see the host's pids).
+func hostPid(c *Containerizer, id string, nsPid int) int {
+	pids, _ := c.Pids(id)
+	for _, p := range pids {
+		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p))
+		if err != nil {
+			continue
+		}
+		for line := range strings.SplitSeq(string(data), "\n") {
+			if f := strings.Fields(line); len(f) > 2 && f[0] == "NSpid:" && f[len(f)-1] == strconv.Itoa(nsPid) {
+				return p
+			}
+		}
+	}
+	return nsPid
+}
+
+// processesWith returns the host's processes whose command line (NUL
+// separated, as in /proc/<pid>/cmdline) contains s; zombies have none.
+func processesWith(t *testing.T, s string) []int {
+	t.Helper()
+	entries, err := os.ReadDir("/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if cmd, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid)); err == nil && strings.Contains(string(cmd)+"\x00", s) {
+			out = append(out, pid)
+		}
+	}
+	return out
 }

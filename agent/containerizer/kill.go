@@ -95,6 +95,10 @@ func (c *Containerizer) Destroy(id string) error {
 	if err := sealSandbox(ct.cp); err != nil {
 		return fmt.Errorf("destroy container %s: seal the sandbox: %w", id, err)
 	}
+	// Nothing of the task's user is left on the host (its processes are
+	// gone with the cgroup, its files outside the sealed sandbox with its
+	// tmpfs): another task may have its id.
+	c.releaseUser(ct.cp)
 	if err := os.RemoveAll(ct.dir); err != nil {
 		return fmt.Errorf("destroy container %s: remove checkpoint: %w", id, err)
 	}

@@ -44,7 +44,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // ErrTaskUser (unknown user, or root without Config.AllowRootTasks),
 // ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
 // error the cgroups and the checkpoint are removed; the sandbox stays.
-func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, error) {
+func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, err error) {
 	id := spec.ContainerID
 	if id == "" {
 		id = newID()
@@ -60,13 +60,16 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		spec.User = c.cfg.TaskUser
 	}
 	var usr *taskUser
-	var err error
 	if spec.User == DynamicTaskUser {
-		c.mu.Lock()
-		usr, err = c.dynamicUser()
-		c.mu.Unlock()
+		usr, err = c.dynamicUser(id, spec.Revocable)
 		if err == nil {
 			spec.User = usr.Name
+			leased := usr
+			defer func() {
+				if err != nil { // the lease of a container that never ran
+					c.releaseUser(&checkpoint{ID: id, Revocable: spec.Revocable, User: leased})
+				}
+			}()
 		}
 	} else {
 		usr, err = resolveUser(spec.User, c.cfg.AllowRootTasks)
@@ -121,6 +124,18 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (*Container, erro
 		OutputLimit:      max(c.cfg.OutputLimit, 0),
 		SupervisorCgroup: c.supervisors.ProcsFiles(),
 		CoreCookie:       spec.Revocable && c.coreCookies,
+		Namespaces:       !c.cfg.Isolation.NoNamespaces,
+		Seccomp:          !c.cfg.Isolation.NoSeccomp && !spec.SeccompUnconfined,
+	}
+	if lspec.Namespaces {
+		lspec.TmpfsBytes = tmpfsBytes(cp.Limits.MemoryBytes, spec.Resources.Disk())
+		// The executable too, when it lies in a directory the tmpfs
+		// hides and the task's user could reach it there: the bind
+		// must not open a path its permissions close.
+		lspec.Keep = []string{sandbox}
+		if underPrivate(path) && reachable(path, usr) {
+			lspec.Keep = append(lspec.Keep, path)
+		}
 	}
 	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
@@ -160,6 +175,7 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 	cp := &checkpoint{
 		Version: checkpointVer, ID: id, FrameworkID: spec.FrameworkID, TaskID: spec.TaskID,
 		Revocable: spec.Revocable, Resources: spec.Resources.String(), Env: spec.Env, User: usr,
+		SeccompUnconfined: spec.SeccompUnconfined,
 		Command: commandRecord{
 			Value: spec.Command.GetValue(), Arguments: spec.Command.GetArguments(),
 			Shell: spec.Command.GetShell(), Environment: spec.Command.GetEnvironment(),

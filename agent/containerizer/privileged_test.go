@@ -250,9 +250,10 @@ func TestLaunchFailuresCleanUp(t *testing.T) {
 	}
 	entries, _ := os.ReadDir(cfg.StateDir)
 	for _, e := range entries {
-		if e.Name() != dynamicIDsFile { // the ids handed out stay handed out
-			t.Errorf("state left after failed launches: %s", e.Name())
-		}
+		t.Errorf("state left after failed launches: %s", e.Name())
+	}
+	if leases := leasesOf(t, cfg); len(leases) > 0 {
+		t.Errorf("dynamic ids still leased after failed launches: %v", leases)
 	}
 	if len(c.Containers()) != 0 {
 		t.Errorf("Containers() = %v", c.Containers())

@@ -65,6 +65,14 @@ func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 			c.log.Error("containerizer: unreadable checkpoint skipped", "dir", dir, "err", err)
 			continue
 		}
+		// Its dynamic id stays leased to it, now by this agent, until
+		// Destroy (a lease from before host-wide leases is written now).
+		if u := cp.User; u != nil && u.Dynamic && cp.BootID == c.bootID {
+			lease := uidLease{Container: cp.ID, StateDir: c.cfg.StateDir, Cgroup: c.leaseCgroup(cp.ID, cp.Revocable)}
+			if err := c.dynamicIDs.adopt(u.UID, lease); err != nil {
+				c.log.Error("containerizer: keep the lease of a recovered container's dynamic id", "container", id, "uid", u.UID, "err", err)
+			}
+		}
 		// Not ready (invisible) until its fate is decided.
 		ct := &container{cp: &cp, dir: dir, ended: make(chan struct{})}
 		c.mu.Lock()

@@ -12,10 +12,13 @@ import (
 	"path/filepath"
 	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
 // statusFD is the descriptor on which Launch hears from its supervisor, and
@@ -103,27 +106,40 @@ func supervise(dir string) int {
 		report(statusRecord{Error: err.Error()})
 		return 1
 	}
+	// The shim as the task's init reports the task's wait status on fd 4.
+	initR, initW, err := os.Pipe()
+	if err != nil {
+		report(statusRecord{Error: err.Error()})
+		return 1
+	}
+	// The task's own session (and process group, so Kill's SIGTERM
+	// reaches its children): no controlling terminal, no signals from
+	// the supervisor's group.
+	attr := &syscall.SysProcAttr{Setsid: true}
+	if spec.Namespaces {
+		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+	}
 	shim := &exec.Cmd{
 		Path:   "/proc/self/exe", // this very binary, even if replaced on disk since
 		Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
 		Dir:    spec.Dir,
 		Stdout: stdout, Stderr: stderr,
-		ExtraFiles: []*os.File{execW}, // fd 3 in the shim
-		// The task's own session (and process group, so Kill's SIGTERM
-		// reaches its children): no controlling terminal, no signals from
-		// the supervisor's group.
-		SysProcAttr: &syscall.SysProcAttr{Setsid: true},
+		ExtraFiles:  []*os.File{execW, initW}, // fds 3 and 4 in the shim
+		SysProcAttr: attr,
 	}
 	err = shim.Start()
 	execW.Close()
+	initW.Close()
 	stdout.Close()
 	stderr.Close()
+	defer initR.Close()
 	if err != nil {
 		execR.Close()
 		report(statusRecord{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
-	// EOF without data: the shim exec'd the task (the pipe is close-on-exec).
+	// EOF without data: the shim exec'd the task, or forked it and closed
+	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
 	execR.Close()
 	if len(msg) > 0 {
@@ -132,6 +148,14 @@ func supervise(dir string) int {
 		return 1
 	}
 	pid := shim.Process.Pid
+	if spec.Namespaces {
+		// The task is the init's child; its host pid is found in its
+		// cgroup. Should it have ended and been reaped already, the
+		// init stands for it (it exits at once then).
+		if child := childIn(spec.Cgroup, pid); child > 0 {
+			pid = child
+		}
+	}
 	taskStart, err := procStartTime("/proc", pid)
 	if err != nil {
 		logf("start time of task %d: %v", pid, err)
@@ -155,14 +179,26 @@ func supervise(dir string) int {
 			rec.Error = "wait for the task: " + err.Error()
 		}
 	}
+	var ws syscall.WaitStatus
+	var haveStatus bool
 	if ps := shim.ProcessState; ps != nil {
-		if ws, ok := ps.Sys().(syscall.WaitStatus); ok {
-			switch {
-			case ws.Exited():
-				rec.ExitCode = ws.ExitStatus()
-			case ws.Signaled():
-				rec.Signal = int(ws.Signal())
+		ws, haveStatus = ps.Sys().(syscall.WaitStatus)
+	}
+	if spec.Namespaces {
+		// The init's report is the task's own status; without one (the
+		// init was killed with the rest of the cgroup) the init's stands.
+		if data, _ := io.ReadAll(initR); len(data) > 0 {
+			if n, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 32); err == nil {
+				ws, haveStatus = syscall.WaitStatus(n), true
 			}
+		}
+	}
+	if haveStatus {
+		switch {
+		case ws.Exited():
+			rec.ExitCode = ws.ExitStatus()
+		case ws.Signaled():
+			rec.Signal = int(ws.Signal())
 		}
 	}
 	rec.FinishedAt = time.Now()
@@ -184,20 +220,29 @@ func supervise(dir string) int {
 	return 0
 }
 
+// initStatusFD is the descriptor on which the shim, as the task's init,
+// reports the task's wait status to the supervisor.
+const initStatusFD = 4
+
 // execShim runs inside the task's future process, as root: it writes its
 // own pid to the cgroup.procs file of each of the container's cgroups, so
-// the task is in all of them before the user's command starts, enters a new
-// cgroup namespace rooted there, becomes the task's user, sets
-// no_new_privs, then execs the command. A failure is written to fd 3
-// (close-on-exec, so a successful exec closes it silently) and the shim
-// exits 127.
+// the task is in all of them before the user's command starts, and enters
+// a new cgroup namespace rooted there. Without namespaces it then becomes
+// the task's user, sets no_new_privs (and the seccomp filter), and execs
+// the command. With namespaces (the supervisor cloned it into new PID,
+// mount and IPC namespaces: it is their pid 1) it mounts the task's
+// private tmpfs and /proc, sets no_new_privs and the seccomp filter, forks
+// the command as the task's user and stays its init (runInit). A failure
+// is written to fd 3 (close-on-exec, so a successful exec closes it
+// silently; the init closes it once the task runs) and the shim exits 127.
 //
 // The namespace, the supplementary groups and no_new_privs are attributes
 // of one thread until exec: everything from the unshare on happens on this
-// goroutine's locked thread, which is the one that execs.
+// goroutine's locked thread, which is the one that execs or forks.
 func execShim(dir string) int {
 	runtime.LockOSThread()
 	unix.CloseOnExec(statusFD)
+	unix.CloseOnExec(initStatusFD)
 	errPipe := os.NewFile(statusFD, "exec-status")
 	fail := func(format string, args ...any) int {
 		_, _ = fmt.Fprintf(errPipe, format, args...)
@@ -207,11 +252,10 @@ func execShim(dir string) int {
 	if err := readJSON(filepath.Join(dir, launchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
-	self := []byte(strconv.Itoa(os.Getpid()))
 	for _, procs := range spec.Cgroup.ProcsFiles() {
-		// Writing a pid to cgroup.procs moves the whole process, every
-		// runtime thread included.
-		if err := os.WriteFile(procs, self, 0); err != nil {
+		// Writing 0 to cgroup.procs moves the writing process (its pid
+		// may be 1 of its own namespace), every runtime thread included.
+		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
 			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
 		}
 	}
@@ -220,7 +264,25 @@ func execShim(dir string) int {
 			return fail("core scheduling cookie: %v", err)
 		}
 	}
-	if err := confine(spec.User); err != nil {
+	if spec.User == nil {
+		return fail("exec shim: launch spec names no user")
+	}
+	if err := enterCgroupNamespace(); err != nil {
+		return fail("%v", err)
+	}
+	if spec.Namespaces {
+		if err := enterNamespaces(spec.TmpfsBytes, spec.Keep); err != nil {
+			return fail("%v", err)
+		}
+		if err := restrict(spec.Seccomp); err != nil {
+			return fail("%v", err)
+		}
+		return runInit(spec, errPipe)
+	}
+	if err := becomeUser(spec.User); err != nil {
+		return fail("%v", err)
+	}
+	if err := restrict(spec.Seccomp); err != nil {
 		return fail("%v", err)
 	}
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
@@ -228,20 +290,21 @@ func execShim(dir string) int {
 	return fail("exec %s: %v", spec.Path, err)
 }
 
-// confine makes the calling thread the task's: a cgroup namespace rooted at
-// the cgroups it just joined (where the kernel has cgroup namespaces), the
-// user's groups, gid and uid, and no_new_privs, so neither setuid binaries
-// nor file capabilities give the task more than the user has. Without
-// root, the task cannot write any cgroup.procs (they are root's, 0644), so
-// it cannot move itself or its children out of its cgroups; in the
-// namespace the cgroups outside its own are not even visible.
-func confine(u *taskUser) error {
-	if u == nil {
-		return errors.New("exec shim: launch spec names no user")
-	}
+// enterCgroupNamespace unshares a cgroup namespace rooted at the cgroups
+// the caller just joined (where the kernel has cgroup namespaces): the
+// task sees its own cgroup as "/" and the cgroups outside it not at all.
+func enterCgroupNamespace() error {
 	if err := unix.Unshare(unix.CLONE_NEWCGROUP); err != nil && !errors.Is(err, unix.EINVAL) {
 		return fmt.Errorf("enter a cgroup namespace: %w", err)
 	}
+	return nil
+}
+
+// becomeUser makes the calling thread the task's user: its groups, gid and
+// uid. Without root, the task cannot write any cgroup.procs (they are
+// root's, 0644), so it cannot move itself or its children out of its
+// cgroups.
+func becomeUser(u *taskUser) error {
 	if err := unix.Setgroups(u.groupInts()); err != nil {
 		return fmt.Errorf("set groups of user %s: %w", u.Name, err)
 	}
@@ -251,8 +314,81 @@ func confine(u *taskUser) error {
 	if err := unix.Setuid(int(u.UID)); err != nil {
 		return fmt.Errorf("set uid %d of user %s: %w", u.UID, u.Name, err)
 	}
+	return nil
+}
+
+// restrict sets no_new_privs, so neither setuid binaries nor file
+// capabilities give the task more than its user has, and, with filter,
+// the seccomp filter (seccomp.go).
+func restrict(filter bool) error {
+	if filter {
+		return loadSeccomp()
+	}
 	if err := unix.Prctl(unix.PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0); err != nil {
 		return fmt.Errorf("set no_new_privs: %w", err)
 	}
 	return nil
+}
+
+// forwardedSignals are passed on by the task's init to the task.
+var forwardedSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.SIGQUIT, unix.SIGUSR1, unix.SIGUSR2, unix.SIGWINCH, unix.SIGCONT}
+
+// runInit is the rest of the shim's life as pid 1 of the task's PID
+// namespace: it forks the task (its own session, the task's user and
+// groups; no_new_privs and the seccomp filter are inherited), closes the
+// exec-status pipe, forwards signals it gets to the task, reaps every
+// orphan of the namespace, and exits when the task does, after writing
+// the task's wait status to fd 4. Its exit ends every other process of
+// the namespace (the kernel kills them): a container ends with its main
+// process.
+func runInit(spec launchSpec, errPipe *os.File) int {
+	sigs := make(chan os.Signal, 32)
+	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwardedSignals...)...)
+	u := spec.User
+	groups := append([]uint32{}, u.Groups...)
+	child, err := syscall.ForkExec(spec.Path, spec.Argv, &syscall.ProcAttr{
+		Dir: spec.Dir, Env: spec.Env, Files: []uintptr{0, 1, 2},
+		Sys: &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: groups}},
+	})
+	if err != nil {
+		_, _ = fmt.Fprintf(errPipe, "exec %s: %v", spec.Path, err)
+		return 127
+	}
+	errPipe.Close()
+	status := os.NewFile(initStatusFD, "init-status")
+	for {
+		for {
+			var ws unix.WaitStatus
+			pid, err := unix.Wait4(-1, &ws, unix.WNOHANG, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil || pid <= 0 {
+				break
+			}
+			if pid == child {
+				_, _ = fmt.Fprintf(status, "%d\n", uint32(ws))
+				status.Close()
+				if ws.Signaled() {
+					return 128 + int(ws.Signal())
+				}
+				return ws.ExitStatus()
+			}
+		}
+		if s := <-sigs; s != unix.SIGCHLD {
+			_ = unix.Kill(child, s.(syscall.Signal))
+		}
+	}
+}
+
+// childIn returns the process of cgroup cg whose parent is pid (the host's
+// view), or 0.
+func childIn(cg cgroups.Paths, pid int) int {
+	pids, _ := cg.Procs()
+	for _, p := range pids {
+		if p != pid && procPPid("/proc", p) == pid {
+			return p
+		}
+	}
+	return 0
 }

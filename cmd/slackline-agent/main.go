@@ -73,6 +73,9 @@ func run(args []string) error {
 	dynamicIDs := containerizer.DefaultDynamicIDs.String()
 	fs.StringVar(&dynamicIDs, "dynamic-uids", dynamicIDs, `uids (and gids) of dynamic task users, FIRST-LAST: none of them in the host's user database`)
 	pidsMax := fs.Int64("task-pids-max", containerizer.DefaultPidsMax, "processes and threads a task may have (pids.max; negative: unbounded)")
+	subtreePidsMax := fs.Int64("subtree-pids-max", 0, "processes and threads all tasks of one subtree (guaranteed, revocable) may have together (pids.max of the subtree; 0: 3/8 of the smaller of kernel.pid_max and kernel.threads-max; negative: unbounded)")
+	isolation := fs.String("task-isolation", containerizer.DefaultIsolation.String(), `what isolates each task besides its cgroups and user: "namespaces" (PID, mount and IPC namespaces, a private tmpfs at /tmp, /var/tmp and /dev/shm), "seccomp" (the default seccomp filter), both comma-separated, or "none"`)
+	dynamicIDsDir := fs.String("dynamic-uids-dir", containerizer.DefaultDynamicIDsDir, "the host-wide state of dynamic uids (lock, cursor, leases), shared by every agent of the host")
 	outputLimit := fs.Int64("task-output-limit", containerizer.DefaultOutputLimit, "bytes of each task output stream (stdout, stderr) kept in the sandbox, the newest, rotated through stdout.1 (negative: unlimited)")
 	fs.DurationVar(&cfg.Sandbox.GCDelay, "gc-delay", agent.DefaultSandboxGCDelay, "how long an ended task's sandbox is kept")
 	fs.Float64Var(&cfg.Sandbox.DiskWatermark, "gc-disk-watermark", agent.DefaultSandboxDiskWatermark, "fraction of the work dir's file system in use beyond which ended tasks' sandboxes are removed before --gc-delay, oldest first (1: never)")
@@ -144,11 +147,16 @@ func run(args []string) error {
 	if err != nil {
 		return fmt.Errorf("--dynamic-uids: %w", err)
 	}
+	iso, err := containerizer.ParseIsolation(*isolation)
+	if err != nil {
+		return fmt.Errorf("--task-isolation: %w", err)
+	}
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: *cgroupRoot, CgroupMountpoint: *cgroupMount,
 		StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
 		KillGracePeriod: *grace, CPUHardLimit: *cpuLimit, Logger: logger,
-		TaskUser: *taskUser, DynamicIDs: dynamic, AllowRootTasks: *allowRoot, OutputLimit: *outputLimit, PidsMax: *pidsMax,
+		TaskUser: *taskUser, DynamicIDs: dynamic, DynamicIDsDir: *dynamicIDsDir, AllowRootTasks: *allowRoot,
+		OutputLimit: *outputLimit, PidsMax: *pidsMax, SubtreePidsMax: *subtreePidsMax, Isolation: iso,
 	})
 	if err != nil {
 		return err

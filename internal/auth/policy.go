@@ -27,6 +27,9 @@ const (
 	// RunTasks: launch tasks as a Unix user (users). Checked for the
 	// framework's principal.
 	RunTasks Action = "run_tasks"
+	// RunUnconfinedTasks: launch tasks without the agent's seccomp filter
+	// (TaskInfo.seccomp_unconfined). Checked for the framework's principal.
+	RunUnconfinedTasks Action = "run_unconfined_tasks"
 	// TeardownFrameworks: fail over to, act as, or tear down the frameworks
 	// of other principals (framework_principals). A framework's own
 	// principal needs no grant.
@@ -72,6 +75,7 @@ const (
 var objectKeys = map[Action]string{
 	RegisterFrameworks:         "roles",
 	RunTasks:                   "users",
+	RunUnconfinedTasks:         "",
 	TeardownFrameworks:         "framework_principals",
 	UpdateWeights:              "roles",
 	UpdateQuotas:               "roles",

@@ -1,7 +1,7 @@
 package server
 
 import (
-	"net/http"
+	"math"
 	"time"
 )
 
@@ -26,18 +26,12 @@ func headerTimeout(read time.Duration) time.Duration {
 	return 10 * time.Second
 }
 
-// WithReadTimeout bounds the time a client takes to send each request's
-// body to timeout (none when timeout <= 0). It does not cut a stream that
-// goes on sending responses once its request was read (Subscribe, the
-// agents' command streams): HTTP/1.1 lifts the deadline when the body has
-// been read, and HTTP/2 applies it to reading the body only.
-func WithReadTimeout(next http.Handler, timeout time.Duration) http.Handler {
-	if timeout <= 0 {
-		return next
+// idleTimeout is the http.Server's IdleTimeout for a configured one: a
+// negative one (never) is a very long one, since zero would make both
+// HTTP/1.1 and HTTP/2 fall back to the read timeout.
+func idleTimeout(idle time.Duration) time.Duration {
+	if idle < 0 {
+		return math.MaxInt64
 	}
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		// A writer without deadlines (a test's recorder) is served as is.
-		_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(timeout))
-		next.ServeHTTP(w, r)
-	})
+	return idle
 }

@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -86,4 +87,60 @@ func (l Layout) PidsCurrent(p Paths) (int64, bool) {
 	}
 	n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
 	return n, err == nil
+}
+
+// SetSubtreePidsMax bounds the processes and threads of all the containers
+// of each subtree of root together (pids.max of <root>/guaranteed and of
+// the revocable subtree), so that tasks together cannot exhaust the host's
+// pids, whatever each one's own pids.max. max <= 0 removes the bound
+// ("max"); a layout without the pids controller writes nothing.
+func (l Layout) SetSubtreePidsMax(root string, max int64) error {
+	if l.Pids == "" {
+		return nil
+	}
+	value := "max"
+	if max > 0 {
+		value = strconv.FormatInt(max, 10)
+	}
+	for _, class := range []Class{Guaranteed, Revocable} {
+		file := filepath.Join(l.Pids, Subtree(root, class), "pids.max")
+		if err := os.WriteFile(file, []byte(value), 0); err != nil {
+			return wrap("write", file, err)
+		}
+	}
+	return nil
+}
+
+// SubtreePidsMax reads the bound SetSubtreePidsMax wrote on class's
+// subtree (0: none, or no pids controller).
+func (l Layout) SubtreePidsMax(root string, class Class) int64 {
+	if l.Pids == "" {
+		return 0
+	}
+	data, err := os.ReadFile(filepath.Join(l.Pids, Subtree(root, class), "pids.max"))
+	if err != nil {
+		return 0
+	}
+	n, _ := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+	return n
+}
+
+// HostPidsBound is how many processes and threads the host can have: the
+// smaller of kernel.pid_max and kernel.threads-max under procRoot.
+func HostPidsBound(procRoot string) (int64, error) {
+	bound := int64(0)
+	for _, name := range []string{"sys/kernel/pid_max", "sys/kernel/threads-max"} {
+		data, err := os.ReadFile(filepath.Join(procRoot, name))
+		if err != nil {
+			return 0, err
+		}
+		n, err := strconv.ParseInt(strings.TrimSpace(string(data)), 10, 64)
+		if err != nil || n <= 0 {
+			return 0, fmt.Errorf("%s: %q is not a count", filepath.Join(procRoot, name), data)
+		}
+		if bound == 0 || n < bound {
+			bound = n
+		}
+	}
+	return bound, nil
 }

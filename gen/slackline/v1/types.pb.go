@@ -1055,9 +1055,15 @@ type TaskInfo struct {
 	// and principal, the task's id and its resources. An agent reports it
 	// back when it re-registers, so that a coordinator that restarted can tell
 	// the tasks it launched from tasks an agent invents.
-	LaunchProof   []byte `protobuf:"bytes,8,opt,name=launch_proof,json=launchProof,proto3" json:"launch_proof,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	LaunchProof []byte `protobuf:"bytes,8,opt,name=launch_proof,json=launchProof,proto3" json:"launch_proof,omitempty"`
+	// seccomp_unconfined runs the task without the agent's seccomp filter
+	// (the container runtimes' default profile: no user namespaces, keyrings,
+	// bpf, perf_event_open, mounts, ...). Only a framework whose principal
+	// the coordinator's ACLs grant run_unconfined_tasks may set it; others
+	// are refused at Accept with PERMISSION_DENIED.
+	SeccompUnconfined bool `protobuf:"varint,9,opt,name=seccomp_unconfined,json=seccompUnconfined,proto3" json:"seccomp_unconfined,omitempty"`
+	unknownFields     protoimpl.UnknownFields
+	sizeCache         protoimpl.SizeCache
 }
 
 func (x *TaskInfo) Reset() {
@@ -1144,6 +1150,13 @@ func (x *TaskInfo) GetLaunchProof() []byte {
 		return x.LaunchProof
 	}
 	return nil
+}
+
+func (x *TaskInfo) GetSeccompUnconfined() bool {
+	if x != nil {
+		return x.SeccompUnconfined
+	}
+	return false
 }
 
 // TaskStatus is a status update. Updates with a uuid come from an agent and
@@ -1471,7 +1484,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\venvironment\x18\x04 \x03(\v2*.slackline.v1.CommandInfo.EnvironmentEntryR\venvironment\x1a>\n" +
 	"\x10EnvironmentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xeb\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x03\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -1480,7 +1493,8 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\acommand\x18\x05 \x01(\v2\x19.slackline.v1.CommandInfoR\acommand\x12:\n" +
 	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x12\x12\n" +
 	"\x04user\x18\a \x01(\tR\x04user\x12!\n" +
-	"\flaunch_proof\x18\b \x01(\fR\vlaunchProof\x1a9\n" +
+	"\flaunch_proof\x18\b \x01(\fR\vlaunchProof\x12-\n" +
+	"\x12seccomp_unconfined\x18\t \x01(\bR\x11seccompUnconfined\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
 	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x02\n" +

@@ -1,0 +1,60 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
+	"github.com/slackline/slackline/resources"
+)
+
+// BenchmarkHeartbeat measures one agent heartbeat through the coordinator
+// served as the binary serves it (server.Serve, cleartext HTTP/2, default
+// timeouts and limits), client included: compare it with
+// internal/server's BenchmarkServeUnary, the same request to a bare
+// handler, to see what the coordinator's stack adds to the transport.
+func BenchmarkHeartbeat(b *testing.B) {
+	cfg := Config{WorkDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentHeartbeatInterval: time.Hour, AgentTimeout: 2 * time.Hour}
+	c, err := New(cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	served, ran := make(chan error, 1), make(chan error, 1)
+	go func() { served <- server.Serve(ctx, server.Config{Listener: ln, Logger: cfg.Logger}, c.Handler()) }()
+	go func() { ran <- c.Run(ctx) }()
+	defer func() { cancel(); <-served; <-ran }()
+
+	transport := &http.Transport{Protocols: new(http.Protocols)}
+	transport.Protocols.SetUnencryptedHTTP2(true)
+	defer transport.CloseIdleConnections()
+	client := slacklinev1connect.NewAgentServiceClient(&http.Client{Transport: transport}, "http://"+ln.Addr().String())
+	reg, err := client.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
+		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", resources.Regular)},
+	}))
+	if err != nil {
+		b.Fatal(err)
+	}
+	beat := &slacklinev1.HeartbeatRequest{AgentId: reg.Msg.GetAgentId(), SessionId: reg.Msg.GetSessionId()}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := client.Heartbeat(ctx, connect.NewRequest(beat)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
