@@ -116,6 +116,9 @@ type Config struct {
 	// Sandbox bounds the disk tasks use: sandbox garbage collection and
 	// per-task disk limits (see SandboxConfig).
 	Sandbox SandboxConfig
+	// ReloadOnHangup re-reads Authz's files (the authorization file and
+	// the revocation list) on SIGHUP while Run runs.
+	ReloadOnHangup bool
 }
 
 // Agent is a node agent: it only wires its subsystems, each of which owns
@@ -135,6 +138,9 @@ type Agent struct {
 	// network paces revocable egress; nil without network QoS.
 	network *network.Network
 	disk    *sandboxes
+	// closers release what Options.Build opened for the agent (eBPF
+	// programs, the monitor), in reverse order, after the agent's own.
+	closers []func() error
 
 	// ids are the agent's id and, after a host reboot and until the first
 	// registration, the id it had before.
@@ -227,16 +233,26 @@ func New(cfg Config) (*Agent, error) {
 // Resources returns the resources the agent registers.
 func (a *Agent) Resources() resources.Resources { return a.total }
 
+// Containerizer returns the containerizer running the agent's tasks
+// (*containerizer.Containerizer when built by Options.Build).
+func (a *Agent) Containerizer() Containerizer { return a.cfg.Containerizer }
+
 // ID returns the agent's id ("" before its first registration).
 func (a *Agent) ID() string { return a.ids.Load().current }
 
 // Close releases the checkpoint and restores the managed interfaces (Run
-// does on its way out). Call it after Run returned.
+// does on its way out), then what Options.Build opened. Call it after Run
+// returned.
 func (a *Agent) Close() error {
 	if a.network != nil {
 		_ = a.network.Close()
 	}
-	return a.ckpt.Close()
+	err := a.ckpt.Close()
+	for i := len(a.closers) - 1; i >= 0; i-- {
+		err = errors.Join(err, a.closers[i]())
+	}
+	a.closers = nil
+	return err
 }
 
 // Run recovers the agent's state and runs its subsystems until ctx is
@@ -261,6 +277,9 @@ func (a *Agent) Run(ctx context.Context) error {
 	}
 	if a.network != nil {
 		g.Go(func() error { return a.network.Run(ctx) })
+	}
+	if a.cfg.ReloadOnHangup {
+		g.Go(func() error { a.cfg.Authz.ReloadOnHangup(ctx, a.log); return nil })
 	}
 	g.Go(func() error {
 		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())

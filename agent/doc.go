@@ -4,6 +4,22 @@
 // estimates slack, protects guaranteed work with QoS controllers and
 // serves the node-local NodeService.
 //
+// # Settings
+//
+// Options holds the agent's settings as an operator gives them: one field
+// per slackline-agent flag (and key of its --config file, see
+// internal/cliconfig) and a few without a flag (the logger, the supervisor
+// command, backoff bounds). Options.AddFlags is the one place that declares
+// each flag's name, default and help (DefaultOptions returns those
+// defaults); Validate checks every setting without touching the host and
+// names the flag of each problem; Build wires a runnable Agent from them:
+// credentials (TLS, authorization, revocation list), the containerizer,
+// the estimator and QoS controllers, the eBPF programs and network QoS as
+// far as the kernel allows, and the monitor; Agent.Close releases what
+// Build opened. slackline-agent is parse, Build, Run; the end-to-end tests
+// build their agents the same way. Config is the level below: subsystems
+// already built, handed to New (unit tests give it fakes).
+//
 // # Structure
 //
 // Agent only wires subsystems; each owns its state and runs with Run(ctx)

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -17,9 +18,11 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/agent"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/server"
 )
 
@@ -151,16 +154,20 @@ func (p *process) kill() {
 	<-p.done
 }
 
-// taskVisibleDir returns a new temporary directory that tasks can search
-// and read: they run as nobody, and t.TempDir and its parent are root's,
-// mode 0700.
+// taskVisibleDir returns a new directory that tasks can search and read,
+// removed when the test ends. Tasks run as users of their own, so it is
+// mode 0755; and it is outside /tmp, /var/tmp and /dev/shm, which are a
+// private tmpfs in each task's mount namespace (agent/containerizer), so it
+// is not under t.TempDir either.
 func taskVisibleDir(t *testing.T) string {
 	t.Helper()
-	dir := t.TempDir()
-	for _, d := range []string{dir, filepath.Dir(dir)} {
-		if err := os.Chmod(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
+	dir, err := os.MkdirTemp("/run", "slackline-e2e-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
 	}
 	return dir
 }
@@ -175,10 +182,33 @@ func freeAddr(t testing.TB) string {
 	return ln.Addr().String()
 }
 
-// coordinatorArgs are flags for a coordinator with short timers.
+// testAgentOptions are the options of an in-process agent under test:
+// slackline-agent's defaults, with its cgroups under root (removed at the
+// test's end, with its fresh work dir), a free loopback NodeService without
+// credentials, tasks supervised by the built slackline-agent and killed
+// 100 ms after SIGTERM, the test process left in its cgroup, and neither
+// eBPF, network QoS, an oversubscription estimate nor QoS corrections
+// (tests of those run the binary, or turn them on).
+func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Logger) agent.Options {
+	t.Helper()
+	o := agent.DefaultOptions()
+	o.Coordinator, o.Listen, o.WorkDir, o.CgroupRoot = coordinatorURL, freeAddr(t), cgrouptest.WorkDir(t, root), root
+	o.Insecure, o.IsolateAgent = true, false
+	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-agent"), "supervise"}
+	o.KillGracePeriod = 100 * time.Millisecond
+	o.EBPF, o.NetworkInterfaces = false, []string{"none"}
+	o.Estimator, o.QoSControllers = "noop", []string{"noop"}
+	o.Logger = logger
+	return o
+}
+
+// coordinatorArgs are flags for a coordinator with short timers. The agent
+// timeout is not among them: an agent restarted by a test takes 3-6 s to
+// register again on a loaded machine, and no test here waits for an agent
+// to become unreachable (those that do pass their own).
 func coordinatorArgs(addr, workDir string) []string {
 	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", "200ms",
-		"--agent-timeout", "3s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
+		"--agent-timeout", "60s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
 }
 
 func operator(addr string) slacklinev1connect.OperatorServiceClient {

@@ -18,7 +18,6 @@ import (
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -48,22 +47,15 @@ func TestTaskLimits(t *testing.T) {
 	go server.Serve(ctx, server.Config{Listener: ln, Logger: quiet}, coord.Handler())
 
 	root := fmt.Sprintf("slackline-limits-%d", os.Getpid())
-	workDir := cgrouptest.WorkDir(t, root)
-	cz, err := containerizer.New(containerizer.Config{
-		CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
-		SupervisorCommand: []string{filepath.Join(binDir, "slackline-agent"), "supervise"}, Logger: quiet,
-		KillGracePeriod: 100 * time.Millisecond, PidsMax: 32,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	const gcDelay = 2 * time.Second
-	a, err := agent.New(agent.Config{Coordinator: "http://" + ln.Addr().String(), Listen: freeAddr(t), WorkDir: workDir,
-		Hostname: "limits", Resources: "cpus:4;mem:2048;disk:4096", Containerizer: cz, Logger: quiet,
-		Sandbox: agent.SandboxConfig{GCDelay: gcDelay, CheckInterval: 100 * time.Millisecond, DiskWatermark: 1}})
+	opts := testAgentOptions(t, root, "http://"+ln.Addr().String(), quiet)
+	opts.Hostname, opts.Resources, opts.TaskPidsMax = "limits", "cpus:4;mem:2048;disk:4096", 32
+	opts.Sandbox = agent.SandboxConfig{GCDelay: gcDelay, CheckInterval: 100 * time.Millisecond, DiskWatermark: 1}
+	a, err := opts.Build()
 	if err != nil {
 		t.Fatal(err)
 	}
+	workDir, cz := opts.WorkDir, a.Containerizer().(*containerizer.Containerizer)
 	defer a.Close()
 	agentDone := make(chan error, 1)
 	go func() { agentDone <- a.Run(ctx) }()

@@ -7,22 +7,16 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
-	"github.com/slackline/slackline/agent"
-	"github.com/slackline/slackline/agent/containerizer"
-	"github.com/slackline/slackline/agent/monitor"
-	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
-	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -52,28 +46,11 @@ func TestNodeService(t *testing.T) {
 	go server.Serve(ctx, server.Config{Listener: coordLn, Logger: quiet}, coord.Handler())
 
 	root := fmt.Sprintf("slackline-agenttest-%d", os.Getpid())
-	workDir := cgrouptest.WorkDir(t, root)
-	cz, err := containerizer.New(containerizer.Config{
-		CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
-		SupervisorCommand: []string{filepath.Join(binDir, "slackline-agent"), "supervise"}, Logger: quiet, KillGracePeriod: 100 * time.Millisecond,
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	nodeAddr := freeAddr(t)
-	ebpfMon, err := bpf.Load(bpf.Config{CgroupRoot: filepath.Join(cz.Layout().Unified, root), Logger: quiet})
-	if err != nil {
-		t.Fatalf("load eBPF: %v", err)
-	}
-	defer ebpfMon.Close()
-	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), Interval: 50 * time.Millisecond, EBPF: agent.MonitorStats(ebpfMon), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer mon.Close()
-	a, err := agent.New(agent.Config{Coordinator: coordURL, Listen: nodeAddr, WorkDir: workDir, Hostname: "node-test",
-		Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: quiet, Monitor: mon, EBPF: ebpfMon,
-		Features: bpf.Probe(), UnifiedMount: cz.Layout().Unified})
+	opts := testAgentOptions(t, root, coordURL, quiet)
+	opts.Listen, opts.Hostname, opts.Resources = nodeAddr, "node-test", "cpus:2;mem:1024"
+	opts.EBPF, opts.MonitorInterval = true, 50*time.Millisecond
+	a, err := opts.Build()
 	if err != nil {
 		t.Fatal(err)
 	}

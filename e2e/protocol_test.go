@@ -5,15 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
 
-	"github.com/slackline/slackline/agent"
-	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/internal/agenttest"
-	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 )
 
@@ -26,20 +22,10 @@ func TestAgentProtocol(t *testing.T) {
 	agenttest.Run(t, func(t *testing.T, coordinatorURL string) func() {
 		logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
 		root := fmt.Sprintf("slackline-protocol-%d-%d", os.Getpid(), agents.Add(1))
-		workDir := cgrouptest.WorkDir(t, root)
-		cz, err := containerizer.New(containerizer.Config{
-			CgroupRoot: root, StateDir: filepath.Join(workDir, "containers"), SandboxDir: filepath.Join(workDir, "sandboxes"),
-			SupervisorCommand: []string{filepath.Join(binDir, "slackline-agent"), "supervise"}, Logger: logger,
-			KillGracePeriod: 100 * time.Millisecond,
-		})
-		if err != nil {
-			t.Fatal(err)
-		}
-		a, err := agent.New(agent.Config{
-			Coordinator: coordinatorURL, Listen: freeAddr(t), WorkDir: workDir, Hostname: "protocol-test",
-			Resources: "cpus:2;mem:1024", Containerizer: cz, Logger: logger,
-			MinBackoff: 20 * time.Millisecond, MaxBackoff: time.Second,
-		})
+		opts := testAgentOptions(t, root, coordinatorURL, logger)
+		opts.Hostname, opts.Resources = "protocol-test", "cpus:2;mem:1024"
+		opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, time.Second
+		a, err := opts.Build()
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -22,6 +22,23 @@
 //
 // # Sources
 //
+// Each container is read by one sampler per source, run in this order:
+//
+//	v2-cpu | hybrid-cpu        CPU time and CFS throttling (one of the two, by layout)
+//	v2-memory | hybrid-memory  usage, rss, cache, anon, limit, OOM kills (one of the two)
+//	psi                        {cpu,memory,io}.pressure of the v2 tree (both layouts)
+//	ebpf                       only when Config.EBPF is set
+//
+// New chooses the sources once, from the cgroup layout (Config.Mode or the
+// detected one) and Config.EBPF, logs them and reports them in Sources; a
+// sample never branches on the layout or on eBPF. Each container gets its
+// own sampler of every chosen source, which holds that source's open files
+// and previous values. The cgroupfs and PSI sources are required: when one
+// fails (other than by a missing file) the container publishes nothing for
+// the pass. eBPF is optional: its failure leaves the eBPF fields unset. The
+// eBPF sampler runs last, as oom_events is the larger of the cgroup's and
+// eBPF's counts.
+//
 // The cgroup layout is the containerizer's (see agent/containerizer/cgroups):
 // Target.CgroupPath is relative to every hierarchy.
 //

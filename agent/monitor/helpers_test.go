@@ -134,3 +134,13 @@ func newTestMonitor(tb testing.TB, mode, dir string, ebpf EBPF, history int) *Mo
 	tb.Cleanup(func() { m.Close() })
 	return m
 }
+
+// controlFiles returns every control file of c's samplers, in sampling
+// order.
+func controlFiles(c *container) []*controlFile {
+	var files []*controlFile
+	for _, s := range c.samplers {
+		files = append(files, s.files()...)
+	}
+	return files
+}

@@ -13,6 +13,7 @@ import (
 )
 
 func TestCollector(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ebpf := &fakeEBPF{}
 	m := newTestMonitor(t, "v2", dir, ebpf, 10)
@@ -134,6 +135,7 @@ func TestCollector(t *testing.T) {
 }
 
 func TestRunqHistogram(t *testing.T) {
+	t.Parallel()
 	counts := make([]uint64, 40)
 	counts[0], counts[12], counts[36] = 1, 2, 4 // below the first bound, inside, above the last
 	count, sum, buckets := runqHistogram(counts, 0)

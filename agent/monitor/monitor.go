@@ -5,12 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -19,59 +17,6 @@ import (
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
-
-// EBPF is the monitor's view of the eBPF programs: cumulative figures per
-// cgroup. The agent adapts the bpf package to it; a nil EBPF in Config
-// means the monitor runs on cgroupfs, PSI and procfs alone.
-//
-// Stats is called once per container per pass, from the sampling goroutine
-// only. It returns an error for a cgroup it does not account (yet); the
-// monitor then leaves the container's eBPF fields unset for that pass and
-// reports the error from Sample. The monitor copies what it keeps: the
-// returned RunqBuckets may be reused by the implementation afterwards.
-type EBPF interface {
-	Stats(cgroupID uint64) (EBPFStats, error)
-}
-
-// EBPFFunc adapts a function to EBPF.
-type EBPFFunc func(cgroupID uint64) (EBPFStats, error)
-
-// Stats calls f.
-func (f EBPFFunc) Stats(cgroupID uint64) (EBPFStats, error) { return f(cgroupID) }
-
-// EBPFStats are one cgroup's cumulative eBPF figures since it was first
-// accounted.
-type EBPFStats struct {
-	// OnCPU is the time the cgroup's tasks ran (sched_switch).
-	OnCPU time.Duration
-	// Wakeups counts wakeups whose run-queue latency was measured.
-	Wakeups uint64
-	// RunqBuckets is the run-queue (wakeup-to-run) latency histogram:
-	// RunqBuckets[i] counts latencies in [2^i, 2^(i+1)) nanoseconds since
-	// the cgroup was first accounted (each bucket is a counter; buckets
-	// are not cumulative over i).
-	RunqBuckets []uint64
-	// RunqSum is the sum of the measured latencies, if the programs keep
-	// it; 0 means unknown and the exported histogram's sum is estimated
-	// from the bucket midpoints.
-	RunqSum time.Duration
-	// DelayedByRevocable is the time the cgroup's tasks were runnable while
-	// a revocable task held their CPU.
-	DelayedByRevocable time.Duration
-	// Network traffic of the cgroup's sockets (cgroup_skb ingress/egress).
-	NetRxBytes, NetRxPackets, NetTxBytes, NetTxPackets uint64
-	// ReclaimStall is time spent in direct reclaim (vmscan tracepoints).
-	ReclaimStall time.Duration
-	// OOMKills counts OOM kills in the cgroup.
-	OOMKills uint64
-	// TCPRTTBuckets is the histogram of the round trips of the cgroup's
-	// TCP connections: TCPRTTBuckets[i] counts round trips in
-	// [2^i, 2^(i+1)) µs (nil: not measured). TCPRTTCount is their number.
-	TCPRTTBuckets []uint64
-	TCPRTTCount   uint64
-	// TCPRetransmits counts the cgroup's retransmitted TCP segments.
-	TCPRetransmits uint64
-}
 
 // Target is a container to measure, as the agent knows it.
 type Target struct {
@@ -207,16 +152,16 @@ func pointOf(u Usage) Point {
 type Monitor struct {
 	cfg     Config
 	log     *slog.Logger
-	layout  cgroups.Layout
+	host    host
+	sources []source // chosen by New from the layout and Config.EBPF
 	proc    procfs.FS
 	metrics *collector
 
 	// sampleMu serialises passes and guards what only the sampler touches:
-	// each container's open files and previous values, retired, buf, node
+	// each container's samplers and CPU baseline, retired, scratch, node
 	// baselines.
 	sampleMu      sync.Mutex
-	buf           []byte
-	deltas        []uint64
+	scratch       *scratch
 	retired       []*container
 	prevNode      baseline  // for the node's CPU rate
 	nodeSampledAt time.Time // when the node was last sampled
@@ -233,8 +178,7 @@ type Monitor struct {
 type container struct {
 	// Set at creation, then read-only.
 	id     string
-	paths  cgroups.Paths
-	hybrid bool
+	cgroup string // Target.CgroupPath
 
 	// Guarded by Monitor.mu.
 	target  Target
@@ -244,42 +188,8 @@ type container struct {
 	present bool // latest is valid
 
 	// Guarded by Monitor.sampleMu.
-	files        containerFiles
-	cgroupID     uint64
-	baseline     baseline
-	buckets      []uint64 // previous eBPF run-queue buckets
-	bucketsValid bool     // buckets are from the previous pass
-	net          netBaseline
-}
-
-// netBaseline is what the previous eBPF sample of a container left for the
-// network figures over the interval.
-type netBaseline struct {
-	valid                           bool
-	time                            time.Time
-	txBytes, rxBytes, txPackets, rt uint64
-	rtt                             []uint64
-}
-
-// containerFiles are a container's control files. Unused ones have an
-// empty path.
-type containerFiles struct {
-	cpuStat      controlFile // v2 tree cpu.stat: usage, user, system (both layouts); throttling on v2
-	cpuV1Stat    controlFile // hybrid: v1 cpu.stat (nr_periods, nr_throttled, throttled_time ns)
-	cpuacctUsage controlFile // hybrid fallback without a v2 cpu.stat: cpuacct.usage (ns)
-	cpuacctStat  controlFile // hybrid fallback: cpuacct.stat (user, system in USER_HZ)
-	memUsage     controlFile // memory.current | memory.usage_in_bytes
-	memStat      controlFile // memory.stat
-	memLimit     controlFile // memory.max | memory.limit_in_bytes
-	memOOM       controlFile // memory.events | memory.oom_control
-	cpuPressure  controlFile
-	memPressure  controlFile
-	ioPressure   controlFile
-}
-
-func (f *containerFiles) all() []*controlFile {
-	return []*controlFile{&f.cpuStat, &f.cpuV1Stat, &f.cpuacctUsage, &f.cpuacctStat, &f.memUsage,
-		&f.memStat, &f.memLimit, &f.memOOM, &f.cpuPressure, &f.memPressure, &f.ioPressure}
+	samplers []sampler // one per Monitor.sources, in the same order
+	baseline baseline  // for the CPU rate
 }
 
 // baseline is what the previous sample of a container left for the
@@ -289,9 +199,6 @@ type baseline struct {
 	time      time.Time
 	usageSecs float64
 }
-
-// userHZ is the unit of cpuacct.stat (USER_HZ, 100 on every Linux ABI).
-const userHZ = 100
 
 // New returns a Monitor for cfg. It opens nothing yet; errors are about the
 // configuration (unknown mode, no procfs at ProcRoot, layout detection).
@@ -323,11 +230,8 @@ func New(cfg Config) (*Monitor, error) {
 	mount := filepath.Clean(cfg.CgroupMountpoint)
 	var layout cgroups.Layout
 	switch cfg.Mode {
-	case string(cgroups.ModeV2):
-		layout = cgroups.Layout{Mode: cgroups.ModeV2, Mountpoint: mount, Unified: mount}
-	case string(cgroups.ModeHybrid):
-		layout = cgroups.Layout{Mode: cgroups.ModeHybrid, Mountpoint: mount, Unified: filepath.Join(mount, "unified"),
-			CPU: filepath.Join(mount, "cpu"), Memory: filepath.Join(mount, "memory")}
+	case string(cgroups.ModeV2), string(cgroups.ModeHybrid):
+		layout = layoutOf(cgroups.Mode(cfg.Mode), mount)
 	case "":
 		var err error
 		if layout, err = cgroups.Detect(mount); err != nil {
@@ -341,20 +245,35 @@ func New(cfg Config) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open procfs at %s: %w", cfg.ProcRoot, err)
 	}
+	h := host{layout: layout, ebpf: cfg.EBPF}
 	m := &Monitor{
 		cfg:        cfg,
 		log:        cfg.Logger,
-		layout:     layout,
+		host:       h,
+		sources:    chooseSources(&h),
 		proc:       proc,
-		buf:        make([]byte, 8<<10),
+		scratch:    newScratch(),
 		containers: make(map[string]*container),
 	}
 	m.metrics = newCollector(m)
+	m.log.Info("monitor: sources chosen", "mode", cfg.Mode, "sources", m.Sources())
 	return m, nil
 }
 
 // Mode returns the cgroup layout the monitor reads ("v2" or "hybrid").
 func (m *Monitor) Mode() string { return m.cfg.Mode }
+
+// Sources returns the names of the sources each container is sampled
+// from, in sampling order, as New chose them from the cgroup layout and
+// Config.EBPF: "v2-cpu" or "hybrid-cpu", "v2-memory" or "hybrid-memory",
+// "psi", and "ebpf" when Config.EBPF is set.
+func (m *Monitor) Sources() []string {
+	names := make([]string, len(m.sources))
+	for i, s := range m.sources {
+		names[i] = s.name
+	}
+	return names
+}
 
 // SetTargets replaces the set of containers to measure. Containers no
 // longer listed are forgotten (history included) and their files closed by
@@ -387,32 +306,18 @@ func (m *Monitor) SetTargets(targets []Target) {
 	}
 }
 
-// newContainer lays out a container's files for the host's layout.
+// newContainer returns the record of a new target.
 func (m *Monitor) newContainer(t Target) *container {
-	p := m.layout.PathsOf(t.CgroupPath)
-	c := &container{id: t.ID, paths: p, target: t, hybrid: m.layout.Mode == cgroups.ModeHybrid}
-	f := &c.files
-	in := func(dir, name string) controlFile { return controlFile{path: filepath.Join(dir, name)} }
-	f.cpuStat = in(p.Unified, "cpu.stat")
-	f.cpuPressure = in(p.Unified, "cpu.pressure")
-	f.memPressure = in(p.Unified, "memory.pressure")
-	f.ioPressure = in(p.Unified, "io.pressure")
-	if c.hybrid {
-		f.cpuV1Stat = in(p.CPU, "cpu.stat")
-		cpuacct := filepath.Join(m.layout.Mountpoint, "cpuacct", t.CgroupPath)
-		f.cpuacctUsage = in(cpuacct, "cpuacct.usage")
-		f.cpuacctStat = in(cpuacct, "cpuacct.stat")
-		f.memUsage = in(p.Memory, "memory.usage_in_bytes")
-		f.memStat = in(p.Memory, "memory.stat")
-		f.memLimit = in(p.Memory, "memory.limit_in_bytes")
-		f.memOOM = in(p.Memory, "memory.oom_control")
-	} else {
-		f.memUsage = in(p.Unified, "memory.current")
-		f.memStat = in(p.Unified, "memory.stat")
-		f.memLimit = in(p.Unified, "memory.max")
-		f.memOOM = in(p.Unified, "memory.events")
+	return &container{id: t.ID, cgroup: t.CgroupPath, target: t, samplers: m.newSamplers(t.CgroupPath)}
+}
+
+// newSamplers returns a container's samplers, one per chosen source.
+func (m *Monitor) newSamplers(rel string) []sampler {
+	samplers := make([]sampler, len(m.sources))
+	for i, s := range m.sources {
+		samplers[i] = s.newSampler(&m.host, rel)
 	}
-	return c
+	return samplers
 }
 
 // job is one container to sample in a pass, with the target as it was when
@@ -461,7 +366,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	for i := range jobs {
 		j := &jobs[i]
-		j.usage, j.err = m.sampleContainer(j.c, j.target, now)
+		j.err = m.sampleContainer(j, now)
 		if j.err != nil && !errors.Is(j.err, errVanished) {
 			errs = append(errs, fmt.Errorf("container %s: %w", j.c.id, j.err))
 		}
@@ -624,266 +529,47 @@ func (c *container) forget() {
 }
 
 func (c *container) closeFiles() {
-	for _, f := range c.files.all() {
-		f.close()
-	}
-}
-
-// resetSampler closes the container's files and forgets its baselines, so
-// a cgroup that comes back is read afresh.
-func (c *container) resetSampler() {
-	c.closeFiles()
-	for _, f := range c.files.all() {
-		f.absent = false
-	}
-	c.cgroupID = 0
-	c.baseline = baseline{}
-	c.buckets, c.bucketsValid = c.buckets[:0], false
-	c.net = netBaseline{}
-}
-
-// load reads one control file of c. It returns nil data for a file the
-// cgroup does not have, and errVanished when the cgroup itself is gone: its
-// directory in the v2 tree, which exists in both layouts, is the witness
-// (a hierarchy the containerizer does not populate, such as a separately
-// mounted v1 cpuacct, only makes its files absent).
-func (m *Monitor) load(c *container, f *controlFile) ([]byte, error) {
-	data, err := f.read(&m.buf)
-	if errors.Is(err, errNotExist) {
-		if _, statErr := os.Stat(c.paths.Unified); statErr != nil {
-			return nil, errVanished
+	for _, s := range c.samplers {
+		for _, f := range s.files() {
+			f.close()
 		}
-		f.absent = true
-		return nil, nil
 	}
-	return data, err
 }
 
-// sampleContainer reads one container. Called with sampleMu held. A file
-// that cannot be read fails the whole sample (zero Usage: nothing is
-// published, so no interval is computed against half a sample); an eBPF
-// failure only leaves the eBPF fields unset.
-func (m *Monitor) sampleContainer(c *container, t Target, now time.Time) (u Usage, err error) {
-	defer func() {
-		if errors.Is(err, errVanished) {
-			c.resetSampler()
-		}
-	}()
+// sampleContainer reads j's container into j.usage, running its samplers
+// in order. Called with sampleMu held. A required source's failure fails
+// the whole sample (zero Usage: nothing is published, so no interval is
+// computed against half a sample); an optional one's (eBPF) only leaves
+// its fields unset. When the cgroup is gone the container's samplers and
+// baseline are replaced by fresh ones, so a cgroup that comes back is read
+// afresh. (The samplers fill the job in place: a Usage or Target on the
+// stack would escape through the interface calls, two allocations per
+// container per pass.)
+func (m *Monitor) sampleContainer(j *job, now time.Time) error {
+	c, t := j.c, &j.target
 	st := &slacklinev1.ResourceStatistics{Timestamp: timestamppb.New(now), CpusLimit: t.CPULimit}
-	u = Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
+	j.usage = Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
 	var errs []error
-	f := &c.files
-
-	// CPU time: the v2 tree's cpu.stat exists in both layouts (core
-	// statistics need no controller).
-	data, err := m.load(c, &f.cpuStat)
-	if err != nil {
-		return Usage{}, err
-	}
-	var usageUsec, userUsec, systemUsec uint64
-	forEachKey(data, func(key []byte, v uint64) {
-		switch string(key) {
-		case "usage_usec":
-			usageUsec = v
-		case "user_usec":
-			userUsec = v
-		case "system_usec":
-			systemUsec = v
-		case "nr_periods":
-			st.CpusNrPeriods = v
-		case "nr_throttled":
-			st.CpusNrThrottled = v
-		case "throttled_usec":
-			st.CpusThrottledTimeSecs = float64(v) / 1e6
-		}
-	})
-	st.CpusUsageSecs = float64(usageUsec) / 1e6
-	st.CpusUserTimeSecs = float64(userUsec) / 1e6
-	st.CpusSystemTimeSecs = float64(systemUsec) / 1e6
-	if c.hybrid {
-		if data == nil { // old kernel without core cpu.stat in the v2 tree
-			if data, err = m.load(c, &f.cpuacctUsage); err != nil {
-				return Usage{}, err
-			}
-			if ns, ok := parseUint(data); ok {
-				st.CpusUsageSecs = float64(ns) / 1e9
-			}
-			if data, err = m.load(c, &f.cpuacctStat); err != nil {
-				return Usage{}, err
-			}
-			forEachKey(data, func(key []byte, v uint64) {
-				switch string(key) {
-				case "user":
-					st.CpusUserTimeSecs = float64(v) / userHZ
-				case "system":
-					st.CpusSystemTimeSecs = float64(v) / userHZ
-				}
-			})
-		}
-		if data, err = m.load(c, &f.cpuV1Stat); err != nil {
-			return Usage{}, err
-		}
-		forEachKey(data, func(key []byte, v uint64) {
-			switch string(key) {
-			case "nr_periods":
-				st.CpusNrPeriods = v
-			case "nr_throttled":
-				st.CpusNrThrottled = v
-			case "throttled_time":
-				st.CpusThrottledTimeSecs = float64(v) / 1e9
-			}
-		})
-	}
-
-	// Memory.
-	if data, err = m.load(c, &f.memUsage); err != nil {
-		return Usage{}, err
-	}
-	u.MemUsage, _ = parseUint(data)
-	if data, err = m.load(c, &f.memStat); err != nil {
-		return Usage{}, err
-	}
-	rssKey, cacheKey, activeAnonKey, inactiveAnonKey := "anon", "file", "active_anon", "inactive_anon"
-	if c.hybrid {
-		rssKey, cacheKey, activeAnonKey, inactiveAnonKey = "total_rss", "total_cache", "total_active_anon", "total_inactive_anon"
-	}
-	forEachKey(data, func(key []byte, v uint64) {
-		switch string(key) {
-		case rssKey:
-			st.MemRssBytes = v
-		case cacheKey:
-			st.MemCacheBytes = v
-		case activeAnonKey, inactiveAnonKey:
-			st.MemAnonBytes += v
-		}
-	})
-	if data, err = m.load(c, &f.memLimit); err != nil {
-		return Usage{}, err
-	}
-	if st.MemLimitBytes = parseLimit(data); st.MemLimitBytes == 0 {
-		st.MemLimitBytes = t.MemLimit
-	}
-	if data, err = m.load(c, &f.memOOM); err != nil {
-		return Usage{}, err
-	}
-	forEachKey(data, func(key []byte, v uint64) {
-		if string(key) == "oom_kill" {
-			st.OomEvents = v
-		}
-	})
-
-	// Pressure (the v2 tree in both layouts).
-	for _, p := range []struct {
-		file *controlFile
-		dst  **slacklinev1.Pressure
-	}{{&f.cpuPressure, &st.CpuPressure}, {&f.memPressure, &st.MemoryPressure}, {&f.ioPressure, &st.IoPressure}} {
-		if data, err = m.load(c, p.file); err != nil {
-			return Usage{}, err
-		}
-		if data != nil {
-			*p.dst = pressure(parsePressure(data))
-		}
-	}
-
-	// eBPF.
-	if m.cfg.EBPF != nil {
-		if err := m.sampleEBPF(c, t, &u, now); err != nil {
+	for i, s := range c.samplers {
+		err := s.sample(m.scratch, t, &j.usage)
+		switch {
+		case err == nil:
+		case errors.Is(err, errVanished):
+			c.closeFiles()
+			c.samplers, c.baseline = m.newSamplers(c.cgroup), baseline{}
+			j.usage = Usage{}
+			return errVanished
+		case m.sources[i].optional:
 			errs = append(errs, err)
+		default:
+			j.usage = Usage{}
+			return err
 		}
 	}
-
-	// Interval figures.
 	if b := c.baseline; b.valid && now.After(b.time) && st.CpusUsageSecs >= b.usageSecs {
-		u.CPURate = (st.CpusUsageSecs - b.usageSecs) / now.Sub(b.time).Seconds()
-		st.CpusRate = u.CPURate
+		j.usage.CPURate = (st.CpusUsageSecs - b.usageSecs) / now.Sub(b.time).Seconds()
+		st.CpusRate = j.usage.CPURate
 	}
 	c.baseline = baseline{valid: true, time: now, usageSecs: st.CpusUsageSecs}
-	return u, errors.Join(errs...)
-}
-
-// sampleEBPF merges the eBPF figures of c into u.
-func (m *Monitor) sampleEBPF(c *container, t Target, u *Usage, now time.Time) error {
-	id := t.CgroupID
-	if id == 0 {
-		if c.cgroupID == 0 {
-			fi, err := os.Stat(c.paths.Unified)
-			if err != nil {
-				return fmt.Errorf("cgroup id of %s: %w", c.paths.Unified, err)
-			}
-			if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
-				c.cgroupID = sys.Ino
-			}
-		}
-		id = c.cgroupID
-	}
-	e, err := m.cfg.EBPF.Stats(id)
-	if err != nil {
-		c.bucketsValid, c.net.valid = false, false
-		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
-	}
-	st := u.Stats
-	u.EBPF = true
-	st.OncpuSecs = e.OnCPU.Seconds()
-	st.DelayedByRevocableSecs = e.DelayedByRevocable.Seconds()
-	st.NetRxBytes, st.NetRxPackets = e.NetRxBytes, e.NetRxPackets
-	st.NetTxBytes, st.NetTxPackets = e.NetTxBytes, e.NetTxPackets
-	st.MemReclaimStallSecs = e.ReclaimStall.Seconds()
-	st.OomEvents = max(st.OomEvents, e.OOMKills)
-
-	buckets := e.RunqBuckets
-	for len(buckets) > 0 && buckets[len(buckets)-1] == 0 {
-		buckets = buckets[:len(buckets)-1]
-	}
-	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: e.Wakeups, TotalSecs: e.RunqSum.Seconds()}
-	st.Runqueue = rq
-	if c.bucketsValid {
-		m.deltas = bucketDeltas(m.deltas[:0], c.buckets, buckets)
-		u.RunqP50 = bucketQuantile(m.deltas, 0.50)
-		u.RunqP99 = bucketQuantile(m.deltas, 0.99)
-		rq.P50Seconds, rq.P99Seconds = u.RunqP50.Seconds(), u.RunqP99.Seconds()
-	}
-	c.buckets, c.bucketsValid = append(c.buckets[:0], buckets...), true
-	u.runqSum = e.RunqSum
-	m.sampleNet(c, u, e, now)
-	return nil
-}
-
-// sampleNet computes the network figures over the interval since the
-// previous eBPF sample: rates, packets, and TCP round-trip percentiles
-// and retransmissions. Counters that went backwards (the cgroup's entries
-// were recreated) restart the interval.
-func (m *Monitor) sampleNet(c *container, u *Usage, e EBPFStats, now time.Time) {
-	st := u.Stats
-	rtt := e.TCPRTTBuckets
-	for len(rtt) > 0 && rtt[len(rtt)-1] == 0 {
-		rtt = rtt[:len(rtt)-1]
-	}
-	if rtt != nil || e.TCPRTTCount > 0 || e.TCPRetransmits > 0 {
-		st.Tcp = &slacklinev1.TcpStatistics{RttBucketsLog2Us: slices.Clone(rtt), RttSamples: e.TCPRTTCount, Retransmits: e.TCPRetransmits}
-	}
-	b := &c.net
-	if b.valid && now.After(b.time) && e.NetTxBytes >= b.txBytes && e.NetRxBytes >= b.rxBytes &&
-		e.NetTxPackets >= b.txPackets && e.TCPRetransmits >= b.rt {
-		secs := now.Sub(b.time).Seconds()
-		u.NetTxMbps = float64(e.NetTxBytes-b.txBytes) * 8 / 1e6 / secs
-		u.NetRxMbps = float64(e.NetRxBytes-b.rxBytes) * 8 / 1e6 / secs
-		u.NetTxPackets, u.TCPRetransmits = e.NetTxPackets-b.txPackets, e.TCPRetransmits-b.rt
-		st.NetTxMbps, st.NetRxMbps = u.NetTxMbps, u.NetRxMbps
-		if st.Tcp != nil {
-			// bucketQuantile reads bucket i as [2^i, 2^(i+1)) ns; these are µs.
-			m.deltas = bucketDeltas(m.deltas[:0], b.rtt, rtt)
-			u.TCPRTTP50 = bucketQuantile(m.deltas, 0.50) * 1000
-			u.TCPRTTP99 = bucketQuantile(m.deltas, 0.99) * 1000
-			st.Tcp.RttP50Seconds, st.Tcp.RttP99Seconds = u.TCPRTTP50.Seconds(), u.TCPRTTP99.Seconds()
-		}
-	}
-	*b = netBaseline{valid: true, time: now, txBytes: e.NetTxBytes, rxBytes: e.NetRxBytes, txPackets: e.NetTxPackets,
-		rt: e.TCPRetransmits, rtt: append(b.rtt[:0], rtt...)}
-}
-
-func pressure(some, full psiLine) *slacklinev1.Pressure {
-	return &slacklinev1.Pressure{
-		SomeAvg10: some.avg10, SomeAvg60: some.avg60, SomeAvg300: some.avg300, SomeTotalSecs: float64(some.totalUsec) / 1e6,
-		FullAvg10: full.avg10, FullAvg60: full.avg60, FullAvg300: full.avg300, FullTotalSecs: float64(full.totalUsec) / 1e6,
-	}
+	return errors.Join(errs...)
 }

@@ -60,8 +60,10 @@ var layouts = []struct {
 }
 
 func TestSampleEveryField(t *testing.T) {
+	t.Parallel()
 	for _, l := range layouts {
 		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			ebpf := &fakeEBPF{}
 			m := newTestMonitor(t, l.mode, dir, ebpf, 10)
@@ -152,8 +154,10 @@ func TestSampleEveryField(t *testing.T) {
 }
 
 func TestSampleWithoutEBPF(t *testing.T) {
+	t.Parallel()
 	for _, l := range layouts {
 		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			m := newTestMonitor(t, l.mode, dir, nil, 10)
 			rel := "slackline/revocable/c2"
@@ -174,6 +178,7 @@ func TestSampleWithoutEBPF(t *testing.T) {
 }
 
 func TestHybridCpuacctFallback(t *testing.T) {
+	t.Parallel()
 	// Kernels without core cpu.stat in the v2 tree: CPU time from cpuacct.
 	dir := t.TempDir()
 	m := newTestMonitor(t, "hybrid", dir, nil, 10)
@@ -202,6 +207,7 @@ func TestHybridCpuacctFallback(t *testing.T) {
 }
 
 func TestHybridWithoutAnyCPUTime(t *testing.T) {
+	t.Parallel()
 	// No core cpu.stat and no cpuacct cgroup (the containerizer does not
 	// create one where cpuacct is mounted apart): the container is kept,
 	// with its other figures.
@@ -224,6 +230,7 @@ func TestHybridWithoutAnyCPUTime(t *testing.T) {
 }
 
 func TestNode(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10)
 	if err := m.Sample(t0); err != nil {
@@ -262,6 +269,7 @@ func TestNode(t *testing.T) {
 }
 
 func TestNodeWithoutPSI(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10)
 	if err := os.RemoveAll(filepath.Join(dir, "proc", "pressure")); err != nil {
@@ -284,6 +292,7 @@ func (enodevFile) ReadAt([]byte, int64) (int, error) {
 func (enodevFile) Close() error { return nil }
 
 func TestVanishedContainerIsDropped(t *testing.T) {
+	t.Parallel()
 	for _, l := range layouts {
 		for _, open := range []bool{true, false} {
 			name := l.mode + "/files not open"
@@ -291,6 +300,7 @@ func TestVanishedContainerIsDropped(t *testing.T) {
 				name = l.mode + "/open files return ENODEV"
 			}
 			t.Run(name, func(t *testing.T) {
+				t.Parallel()
 				dir := t.TempDir()
 				m := newTestMonitor(t, l.mode, dir, nil, 10)
 				cg := filepath.Join(dir, "cgroup")
@@ -308,7 +318,7 @@ func TestVanishedContainerIsDropped(t *testing.T) {
 				if open {
 					// What cgroupfs answers on descriptors of a removed cgroup
 					// (tmpfs would still read the unlinked files).
-					for _, f := range m.containers["a"].files.all() {
+					for _, f := range controlFiles(m.containers["a"]) {
 						if f.f != nil {
 							f.f.Close()
 							f.f = enodevFile{}
@@ -344,6 +354,7 @@ func TestVanishedContainerIsDropped(t *testing.T) {
 }
 
 func TestReadErrorIsReported(t *testing.T) {
+	t.Parallel()
 	// A read failing for another reason than a removed cgroup (here: a
 	// descriptor closed behind the monitor's back) is an error of the pass.
 	dir := t.TempDir()
@@ -360,7 +371,11 @@ func TestReadErrorIsReported(t *testing.T) {
 		t.Fatal(err)
 	}
 	f.Close()
-	c.files.cpuStat.f = f // reads fail with "file already closed"
+	cpuStat := controlFiles(c)[0]
+	if filepath.Base(cpuStat.path) != "cpu.stat" || cpuStat.f == nil {
+		t.Fatalf("the first control file is %s (open: %v), want the open cpu.stat", cpuStat.path, cpuStat.f != nil)
+	}
+	cpuStat.f = f // reads fail with "file already closed"
 	if err := m.Sample(t0.Add(time.Second)); err == nil {
 		t.Error("a read error that is not ENODEV/ENOENT must be reported")
 	}
@@ -374,6 +389,7 @@ func TestReadErrorIsReported(t *testing.T) {
 }
 
 func TestMissingOptionalFiles(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10)
 	cg := filepath.Join(dir, "cgroup")
@@ -397,6 +413,7 @@ func TestMissingOptionalFiles(t *testing.T) {
 }
 
 func TestUnlimitedMemoryFallsBackToTarget(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		mode, file, content string
 	}{
@@ -404,6 +421,7 @@ func TestUnlimitedMemoryFallsBackToTarget(t *testing.T) {
 		{"hybrid", "memory/r/g/a/memory.limit_in_bytes", "9223372036854771712\n"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			m := newTestMonitor(t, tc.mode, dir, nil, 10)
 			cg := filepath.Join(dir, "cgroup")
@@ -425,6 +443,7 @@ func TestUnlimitedMemoryFallsBackToTarget(t *testing.T) {
 }
 
 func TestHistoryBounded(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 4)
 	cg := filepath.Join(dir, "cgroup")
@@ -466,6 +485,7 @@ func TestHistoryBounded(t *testing.T) {
 }
 
 func TestSetTargets(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10)
 	cg := filepath.Join(dir, "cgroup")
@@ -512,6 +532,7 @@ func TestSetTargets(t *testing.T) {
 }
 
 func TestEBPFErrorKeepsCgroupFigures(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ebpf := &fakeEBPF{} // tracks nothing
 	m := newTestMonitor(t, "v2", dir, ebpf, 10)
@@ -533,8 +554,10 @@ func TestEBPFErrorKeepsCgroupFigures(t *testing.T) {
 }
 
 func TestCgroupIDFromInode(t *testing.T) {
+	t.Parallel()
 	for _, l := range layouts {
 		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
 			dir := t.TempDir()
 			ebpf := &fakeEBPF{}
 			m := newTestMonitor(t, l.mode, dir, ebpf, 10)
@@ -558,6 +581,7 @@ func TestCgroupIDFromInode(t *testing.T) {
 }
 
 func TestNewConfig(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	fakeProc(t, filepath.Join(dir, "proc"), 1)
 	writeFiles(t, dir, map[string]string{"cgroup/cgroup.controllers": "cpu memory io\n"})
@@ -574,6 +598,7 @@ func TestNewConfig(t *testing.T) {
 		{"no procfs", Config{Mode: "v2", ProcRoot: filepath.Join(dir, "nowhere")}, true, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if tc.cfg.ProcRoot == "" {
 				tc.cfg.ProcRoot = filepath.Join(dir, "proc")
 			}
@@ -589,6 +614,7 @@ func TestNewConfig(t *testing.T) {
 }
 
 func TestBucketQuantile(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name   string
 		counts []uint64
@@ -604,6 +630,7 @@ func TestBucketQuantile(t *testing.T) {
 		{"skips empty buckets", []uint64{10, 0, 0, 0, 0, 0, 0, 0, 0, 0, 10}, 0.75, 1024 + 512},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			if got := bucketQuantile(tc.counts, tc.q); got != tc.want {
 				t.Errorf("bucketQuantile(%v, %v) = %v, want %v", tc.counts, tc.q, got, tc.want)
 			}
@@ -612,6 +639,7 @@ func TestBucketQuantile(t *testing.T) {
 }
 
 func TestBucketDeltas(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name            string
 		prev, cur, want []uint64
@@ -622,6 +650,7 @@ func TestBucketDeltas(t *testing.T) {
 		{"no previous", nil, []uint64{3}, []uint64{3}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
 			got := bucketDeltas([]uint64{99, 99}, tc.prev, tc.cur)
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("(-want +got):\n%s", diff)
@@ -631,6 +660,7 @@ func TestBucketDeltas(t *testing.T) {
 }
 
 func TestParsers(t *testing.T) {
+	t.Parallel()
 	some, full := parsePressure([]byte("some avg10=12.34 avg60=0.05 avg300=100.00 total=123456789\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=42\n"))
 	if want := (psiLine{12.34, 0.05, 100, 123456789}); some != want {
 		t.Errorf("some = %+v, want %+v", some, want)
@@ -654,6 +684,7 @@ func TestParsers(t *testing.T) {
 }
 
 func TestLargeFileGrowsBuffer(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10)
 	cg := filepath.Join(dir, "cgroup")
@@ -673,6 +704,7 @@ func TestLargeFileGrowsBuffer(t *testing.T) {
 }
 
 func TestNodeInterval(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	m := newTestMonitor(t, "v2", dir, nil, 10) // Interval 1s: node every 1s
 	if err := m.Sample(t0); err != nil {
@@ -694,6 +726,7 @@ func TestNodeInterval(t *testing.T) {
 }
 
 func TestConcurrentUse(t *testing.T) {
+	t.Parallel()
 	// Run with -race: sampling, target changes, reads and scrapes at once.
 	dir := t.TempDir()
 	ebpf := &fakeEBPF{}

@@ -11,6 +11,7 @@ import (
 // two eBPF samples, kept in the history (egress), and restart after the
 // counters go backwards.
 func TestNetworkFigures(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	ebpf := &fakeEBPF{}
 	m := newTestMonitor(t, "v2", dir, ebpf, 10)

@@ -8,6 +8,8 @@ import (
 	"syscall"
 
 	"github.com/spf13/cobra"
+
+	"github.com/slackline/slackline/internal/cliconfig"
 )
 
 func main() {
@@ -26,7 +28,9 @@ func newRootCommand() *cobra.Command {
 		Short:         "Replay recorded usage traces through the resource estimators, or record new traces",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       cliconfig.Version("slackline-backtest"),
 	}
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newRunCommand(), newRecordCommand(), newPlotCommand())
 	return root
 }

@@ -158,7 +158,11 @@ func TestRecordRealWorkload(t *testing.T) {
 	for _, p := range trace.Points {
 		total += p.CPU
 	}
-	if mean := total / 10; mean < 0.2 || mean > 1.2 {
-		t.Errorf("a busy loop used %.2f cores on average, want about one", mean)
+	// A busy loop gets a core on a quiet machine but much less beside
+	// other work (0.14 was seen in CI with helpers and CPU hogs running), so
+	// only what holds under any load is asserted: it was measured running,
+	// and never above the one core a single thread can use.
+	if mean := total / 10; mean <= 0 || mean > 1.2 {
+		t.Errorf("a busy loop used %.2f cores on average, want more than none and at most one", mean)
 	}
 }

@@ -18,6 +18,10 @@
 // view's node proxy calls agents with it, never with the operator's token.
 // The coordinator refuses to start without TLS and --authz, on loopback
 // too, unless --insecure (or SLACKLINE_INSECURE=1) is given.
+//
+// Every flag is also a key of the YAML file --config names (flags on the
+// command line override the file; see internal/cliconfig). --version
+// prints the version it was built from.
 package main
 
 import (
@@ -34,6 +38,7 @@ import (
 
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -79,7 +84,7 @@ func run(args []string) error {
 	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
 	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
 	group := registerGroupFlags(fs)
-	if err := fs.Parse(args); err != nil {
+	if done, err := cliconfig.Parse(fs, args); done || err != nil {
 		return err
 	}
 	var level slog.Level

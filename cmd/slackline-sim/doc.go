@@ -20,6 +20,10 @@
 //	  - principals: [agent:sim]
 //	    hostnames: ["sim-*"]
 //
+// Every flag is also a key of the YAML file --config names (flags on the
+// command line override the file; see internal/cliconfig); --version prints
+// the version it was built from.
+//
 // It exits on SIGINT or SIGTERM, or when the coordinator has shut down every
 // agent.
 package main

@@ -13,6 +13,7 @@ import (
 	"github.com/spf13/cobra"
 
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
 )
@@ -44,17 +45,24 @@ type options struct {
 
 func newCommand() *cobra.Command {
 	var o options
+	var config *string
 	cmd := &cobra.Command{
 		Use:           "slackline-sim",
 		Short:         "Run simulated Slackline agents against a coordinator",
 		Args:          cobra.NoArgs,
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       cliconfig.Version("slackline-sim"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cliconfig.ApplyPFlagsFile(cmd.Flags(), *config); err != nil {
+				return err
+			}
 			return run(cmd.Context(), o)
 		},
 	}
+	cmd.SetVersionTemplate("{{.Version}}\n")
 	f := cmd.Flags()
+	config = cliconfig.AddPFlags(f)
 	f.StringVar(&o.coordinator, "coordinator", sim.DefaultCoordinator, "coordinator base URL, or a comma-separated list of a coordinator group's URLs (agents follow the leader)")
 	f.IntVar(&o.agents, "agents", 1, "number of simulated agents")
 	f.StringVar(&o.resources, "resources", "cpus:8;mem:16384;disk:65536;ports:[31000-32000]", "each agent's total resources")

@@ -358,3 +358,20 @@ func TestCoordinatorErrors(t *testing.T) {
 		t.Errorf("error %v, want get agents: unavailable: ...", err)
 	}
 }
+
+// TestVersion: "slacklinectl version" and "slacklinectl --version" print
+// the build's version line.
+func TestVersion(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		var out bytes.Buffer
+		root := newRootCommand(&out)
+		root.SetArgs(args)
+		if err := root.Execute(); err != nil {
+			t.Fatalf("%v: %v", args, err)
+		}
+		if got := out.String(); !strings.HasPrefix(got, "slacklinectl ") || !strings.Contains(got, "revision") || !strings.HasSuffix(got, "\n") {
+			t.Errorf("%v printed %q, want slacklinectl's version line", args, got)
+		}
+	}
+}

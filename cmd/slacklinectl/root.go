@@ -16,6 +16,7 @@ import (
 
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/internal/leaderclient"
 )
 
@@ -57,6 +58,7 @@ func newRootCommand(out io.Writer) *cobra.Command {
 		Short:         "Operate a Slackline cluster",
 		SilenceUsage:  true,
 		SilenceErrors: true,
+		Version:       cliconfig.Version("slacklinectl"),
 		PersistentPreRunE: func(*cobra.Command, []string) error {
 			switch g.output {
 			case outputTable, outputJSON:
@@ -79,9 +81,24 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token, sent only over https (env "+auth.EnvTokenFile+")")
 	flags.StringVar(&g.creds.CRLFile, "crl", os.Getenv(auth.EnvCRL), "certificate revocation list signed by --ca (crl.pem): an agent (or coordinator) whose certificate it lists is refused before anything is sent (env "+auth.EnvCRL+")")
 
+	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
-		newCredentialsCommand(g))
+		newCredentialsCommand(g), newVersionCommand(out))
 	return root
+}
+
+// newVersionCommand prints the version slacklinectl was built from (as
+// --version does).
+func newVersionCommand(out io.Writer) *cobra.Command {
+	return &cobra.Command{
+		Use:   "version",
+		Short: "Print the version slacklinectl was built from",
+		Args:  cobra.NoArgs,
+		RunE: func(*cobra.Command, []string) error {
+			_, err := fmt.Fprintln(out, cliconfig.Version("slacklinectl"))
+			return err
+		},
+	}
 }
 
 // operator returns a client of the coordinator's OperatorService.

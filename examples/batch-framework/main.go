@@ -22,6 +22,10 @@
 // another process started with the same --framework-id-file fails over to it
 // and adopts its tasks within --failover-timeout; --teardown-on-exit tears
 // down instead.
+//
+// Flags can also come from the YAML file --config names, keyed by flag name
+// (the command line overrides it); --version prints the version it was
+// built from.
 package main
 
 import (
@@ -47,6 +51,7 @@ import (
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -98,8 +103,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.DurationVar(&opts.failoverTimeout, "failover-timeout", time.Minute, "how long the coordinator keeps the tasks after this process is gone")
 	fs.StringVar(&opts.frameworkIDFile, "framework-id-file", "", "file that keeps the framework id, to fail over after a restart (optional)")
 	fs.BoolVar(&opts.teardownOnExit, "teardown-on-exit", false, "tear the framework down on SIGINT/SIGTERM instead of leaving it for failover")
-	if err := fs.Parse(args); err != nil {
-		return options{}, err
+	if done, err := cliconfig.Parse(fs, args); done || err != nil {
+		return options{}, cmp.Or(err, flag.ErrHelp) // done: help or version shown
 	}
 	switch {
 	case fs.NArg() > 0:

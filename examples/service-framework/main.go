@@ -21,6 +21,10 @@
 // then tears the framework down (its instances are killed) unless
 // --keep-on-exit is set. Exit status: 0 after a signal, 1 on errors, 2 for
 // bad flags.
+//
+// Flags can also come from the YAML file --config names, keyed by flag name
+// (the command line overrides it); --version prints the version it was
+// built from.
 package main
 
 import (
@@ -42,6 +46,7 @@ import (
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -89,8 +94,8 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&opts.failoverTimeout, "failover-timeout", time.Minute, "how long the coordinator keeps the instances after this process is gone (with --keep-on-exit)")
 	fs.BoolVar(&opts.keepOnExit, "keep-on-exit", false, "leave the framework (and its instances) on SIGINT/SIGTERM instead of tearing it down")
-	if err := fs.Parse(args); err != nil {
-		return options{}, err
+	if done, err := cliconfig.Parse(fs, args); done || err != nil {
+		return options{}, cmp.Or(err, flag.ErrHelp) // done: help or version shown
 	}
 	if opts.minAvailable < 0 {
 		opts.minAvailable = opts.instances

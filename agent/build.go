@@ -1,0 +1,207 @@
+package agent
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"path/filepath"
+
+	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/agent/network"
+	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/bpf/netqos"
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/qos"
+)
+
+// Build validates the options and wires an agent from them, as
+// slackline-agent runs it: credentials (TLS, authorization, revocation
+// list), the containerizer (and the agent's own cgroup with IsolateAgent),
+// the estimator and QoS controllers, the eBPF programs and network QoS as
+// far as the kernel allows (it logs what it runs without), and the
+// monitor. Run the agent with Run and release it with Close, which also
+// closes what Build opened. Build must run as root.
+func (o Options) Build() (a *Agent, err error) {
+	if err := o.Validate(); err != nil {
+		return nil, err
+	}
+	logger := o.Logger
+	if logger == nil {
+		logger = defaultLogger(o.LogLevel)
+	}
+	cfg := Config{
+		Coordinator: o.Coordinator, Listen: o.Listen, Hostname: o.Hostname, Resources: o.Resources,
+		Attributes: o.Attributes, Logger: logger, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
+		Sandbox: o.Sandbox, EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
+		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator,
+	}
+	if err := o.credentials(&cfg); err != nil {
+		return nil, err
+	}
+	cfg.ReloadOnHangup = cfg.Authz != nil
+	if o.Insecure && (cfg.TLS == nil || cfg.Authz == nil) {
+		logger.Warn("running insecure: without TLS and --authz any local user, tasks included, can read every task's output through the NodeService", "listen", cfg.Listen)
+	}
+	if os.Geteuid() != 0 {
+		return nil, errors.New("must run as root: the agent creates cgroups and starts tasks in them; run it with sudo or as the systemd unit in scripts/systemd")
+	}
+	if cfg.WorkDir, err = filepath.Abs(o.WorkDir); err != nil {
+		return nil, fmt.Errorf("--work-dir: %w", err)
+	}
+	// What Build opened is closed on failure, and by Agent.Close after Run.
+	var closers []func() error
+	defer func() {
+		if err != nil {
+			for i := len(closers) - 1; i >= 0; i-- {
+				_ = closers[i]()
+			}
+		}
+	}()
+
+	cz, err := containerizer.New(containerizer.Config{
+		CgroupRoot: o.CgroupRoot, CgroupMountpoint: o.CgroupMountpoint,
+		StateDir: filepath.Join(cfg.WorkDir, "containers"), SandboxDir: filepath.Join(cfg.WorkDir, "sandboxes"),
+		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: o.SupervisorCommand,
+		TaskUser: o.TaskUser, DynamicIDs: o.DynamicUIDs, DynamicIDsDir: o.DynamicUIDsDir, AllowRootTasks: o.AllowRootTasks,
+		OutputLimit: o.TaskOutputLimit, PidsMax: o.TaskPidsMax, SubtreePidsMax: o.SubtreePidsMax, Isolation: o.TaskIsolation,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if o.IsolateAgent {
+		if err := cz.IsolateAgent(os.Getpid()); err != nil {
+			return nil, fmt.Errorf("move the agent into its own cgroup (or run with --isolate-agent=false): %w", err)
+		}
+	}
+	cfg.Containerizer = cz
+	cfg.UnifiedMount = cz.Layout().Unified
+	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
+		return nil, fmt.Errorf("--estimator: %w", err)
+	}
+	if cfg.QoS, err = qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
+		return nil, fmt.Errorf("--qos-controller: %w", err)
+	}
+
+	// eBPF: probe once, log, and load what the kernel and privileges allow.
+	cfg.Features = bpf.Probe()
+	logProbes(logger, cfg.Features, slog.LevelDebug)
+	var ebpfStats monitor.EBPF
+	if o.EBPF {
+		m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
+		if err != nil {
+			logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
+		} else {
+			closers = append(closers, m.Close)
+			cfg.EBPF = m
+			ebpfStats = MonitorStats(m)
+		}
+	}
+	// Network QoS: the classifier and the TCP signals (bpf/netqos); the
+	// agent paces revocable egress on the interfaces, or says why not.
+	if !networkOff(o.NetworkInterfaces) {
+		unified := cz.Layout().Unified
+		q := &NetworkQoS{Interfaces: o.NetworkInterfaces, RevocableCgroup: filepath.Join(unified, cz.RevocableCgroup()),
+			UnifiedRoot: unified, QdiscMajor: network.HandleMajor(cz.Root())}
+		probes := netqos.Probe()
+		logProbes(logger, probes, slog.LevelInfo-1) // only failures, at info
+		cfg.Features = append(cfg.Features, probes...)
+		if o.EBPF {
+			progs, err := netqos.Load(netqos.Config{CgroupRoot: netRoot(cz), Logger: logger})
+			if err != nil {
+				q.ClassifierErr = err
+			} else {
+				closers = append(closers, progs.Close)
+				q.Classifier, cfg.TCP = progs, progs
+			}
+		} else {
+			q.ClassifierErr = errors.New("--ebpf=false")
+		}
+		cfg.NetworkQoS = q
+		if cfg.EBPF != nil && cfg.TCP != nil {
+			ebpfStats = MonitorStatsWithTCP(cfg.EBPF, cfg.TCP)
+		}
+	}
+	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: o.CgroupMountpoint, Interval: o.MonitorInterval,
+		EBPF: ebpfStats, Logger: logger})
+	if err != nil {
+		return nil, fmt.Errorf("monitor: %w", err)
+	}
+	closers = append(closers, mon.Close)
+	cfg.Monitor = mon
+
+	if a, err = New(cfg); err != nil {
+		return nil, err
+	}
+	a.closers = closers
+	logger.Info("agent configured", "hostname", a.cfg.Hostname, "resources", a.Resources().String(), "cgroup_mode", string(cz.Mode()), "work_dir", cfg.WorkDir)
+	return a, nil
+}
+
+// logProbes logs eBPF feature probes: failures at info, successes at
+// okLevel (below info: not at all at the default level).
+func logProbes(logger *slog.Logger, probes []bpf.FeatureResult, okLevel slog.Level) {
+	for _, f := range probes {
+		if f.Err != nil {
+			logger.Info("eBPF feature probe", "feature", f.Name, "status", f.Status().String(), "detail", f.Err.Error())
+		} else {
+			logger.Log(context.Background(), okLevel, "eBPF feature probe", "feature", f.Name, "status", f.Status().String())
+		}
+	}
+}
+
+// credentials configures the agent's identity: the client certificate it
+// dials the coordinator with, the same certificate serving its
+// NodeService, and the authorization of NodeService callers (revoked
+// client certificates refused).
+func (o Options) credentials(cfg *Config) error {
+	if o.Cert != "" || o.Key != "" {
+		creds := auth.ClientCredentials{CAFile: o.CA, CertFile: o.Cert, KeyFile: o.Key}
+		client, err := creds.HTTPClient()
+		if err != nil {
+			return err
+		}
+		cfg.HTTPClient = client
+		if cfg.TLS, err = auth.ServerTLS(o.Cert, o.Key, o.CA); err != nil {
+			return err
+		}
+		leaf := cfg.TLS.Certificates[0].Leaf
+		if cfg.Hostname == "" {
+			cfg.Hostname = leaf.Subject.CommonName
+		}
+		if err := leaf.VerifyHostname(cfg.Hostname); err != nil {
+			return fmt.Errorf("--cert is not valid for --hostname %s (the coordinator would refuse it): %w", cfg.Hostname, err)
+		}
+	} else if o.CA != "" {
+		client, err := auth.ClientCredentials{CAFile: o.CA}.HTTPClient()
+		if err != nil {
+			return err
+		}
+		cfg.HTTPClient = client
+	}
+	if o.Authz != "" {
+		authz, err := auth.Load(o.Authz)
+		if err != nil {
+			return err
+		}
+		cfg.Authz = authz
+	}
+	if o.ClientCRL != "" {
+		if err := cfg.Authz.LoadCRL(o.ClientCRL, o.CA, cfg.TLS); err != nil {
+			return fmt.Errorf("--client-crl: %w", err)
+		}
+	}
+	return nil
+}
+
+// netRoot is where the network programs are attached in the v2 tree: the
+// parent of the agent's root, so that they see the guaranteed subtree under
+// the root and the revocable subtree beside it (cgroups.Subtree). With the
+// root at the top of the hierarchy that is the whole tree; untracked
+// cgroups cost each packet a map lookup.
+func netRoot(cz *containerizer.Containerizer) string {
+	return filepath.Dir(filepath.Join(cz.Layout().Unified, cz.Root()))
+}

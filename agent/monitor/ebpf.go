@@ -1,0 +1,177 @@
+package monitor
+
+import (
+	"fmt"
+	"os"
+	"slices"
+	"syscall"
+	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// EBPF is the monitor's view of the eBPF programs: cumulative figures per
+// cgroup. The agent adapts the bpf package to it; a nil EBPF in Config
+// means the monitor runs on cgroupfs, PSI and procfs alone.
+//
+// Stats is called once per container per pass, from the sampling goroutine
+// only. It returns an error for a cgroup it does not account (yet); the
+// monitor then leaves the container's eBPF fields unset for that pass and
+// reports the error from Sample. The monitor copies what it keeps: the
+// returned RunqBuckets may be reused by the implementation afterwards.
+type EBPF interface {
+	Stats(cgroupID uint64) (EBPFStats, error)
+}
+
+// EBPFFunc adapts a function to EBPF.
+type EBPFFunc func(cgroupID uint64) (EBPFStats, error)
+
+// Stats calls f.
+func (f EBPFFunc) Stats(cgroupID uint64) (EBPFStats, error) { return f(cgroupID) }
+
+// EBPFStats are one cgroup's cumulative eBPF figures since it was first
+// accounted.
+type EBPFStats struct {
+	// OnCPU is the time the cgroup's tasks ran (sched_switch).
+	OnCPU time.Duration
+	// Wakeups counts wakeups whose run-queue latency was measured.
+	Wakeups uint64
+	// RunqBuckets is the run-queue (wakeup-to-run) latency histogram:
+	// RunqBuckets[i] counts latencies in [2^i, 2^(i+1)) nanoseconds since
+	// the cgroup was first accounted (each bucket is a counter; buckets
+	// are not cumulative over i).
+	RunqBuckets []uint64
+	// RunqSum is the sum of the measured latencies, if the programs keep
+	// it; 0 means unknown and the exported histogram's sum is estimated
+	// from the bucket midpoints.
+	RunqSum time.Duration
+	// DelayedByRevocable is the time the cgroup's tasks were runnable while
+	// a revocable task held their CPU.
+	DelayedByRevocable time.Duration
+	// Network traffic of the cgroup's sockets (cgroup_skb ingress/egress).
+	NetRxBytes, NetRxPackets, NetTxBytes, NetTxPackets uint64
+	// ReclaimStall is time spent in direct reclaim (vmscan tracepoints).
+	ReclaimStall time.Duration
+	// OOMKills counts OOM kills in the cgroup.
+	OOMKills uint64
+	// TCPRTTBuckets is the histogram of the round trips of the cgroup's
+	// TCP connections: TCPRTTBuckets[i] counts round trips in
+	// [2^i, 2^(i+1)) µs (nil: not measured). TCPRTTCount is their number.
+	TCPRTTBuckets []uint64
+	TCPRTTCount   uint64
+	// TCPRetransmits counts the cgroup's retransmitted TCP segments.
+	TCPRetransmits uint64
+}
+
+// ebpfSampler merges a container's eBPF figures (Config.EBPF) into its
+// sample: on-CPU time, run queue latency and its percentiles over the
+// interval, time delayed by revocable tasks, reclaim stalls, OOM kills,
+// network traffic and TCP figures. It runs after the memory sampler: its
+// OOM kills raise the cgroup's count, never lower it.
+type ebpfSampler struct {
+	src     EBPF
+	unified string // the v2 directory, whose inode is the cgroup id
+
+	cgroupID  uint64   // found from the inode when Target.CgroupID is 0
+	runq      []uint64 // previous run-queue buckets
+	runqValid bool     // runq is from the previous sample
+	net       netBaseline
+}
+
+// netBaseline is what the previous eBPF sample of a container left for the
+// network figures over the interval.
+type netBaseline struct {
+	valid                           bool
+	time                            time.Time
+	txBytes, rxBytes, txPackets, rt uint64
+	rtt                             []uint64
+}
+
+func newEBPFSampler(h *host, rel string) sampler {
+	return &ebpfSampler{src: h.ebpf, unified: h.layout.PathsOf(rel).Unified}
+}
+
+func (e *ebpfSampler) files() []*controlFile { return nil }
+
+// sample sets nothing in u when the lookup fails, and forgets the
+// baselines: the next success has no interval figures.
+func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
+	id := t.CgroupID
+	if id == 0 {
+		if e.cgroupID == 0 {
+			fi, err := os.Stat(e.unified)
+			if err != nil {
+				return fmt.Errorf("cgroup id of %s: %w", e.unified, err)
+			}
+			if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
+				e.cgroupID = sys.Ino
+			}
+		}
+		id = e.cgroupID
+	}
+	stats, err := e.src.Stats(id)
+	if err != nil {
+		e.runqValid, e.net.valid = false, false
+		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
+	}
+	st := u.Stats
+	u.EBPF = true
+	st.OncpuSecs = stats.OnCPU.Seconds()
+	st.DelayedByRevocableSecs = stats.DelayedByRevocable.Seconds()
+	st.NetRxBytes, st.NetRxPackets = stats.NetRxBytes, stats.NetRxPackets
+	st.NetTxBytes, st.NetTxPackets = stats.NetTxBytes, stats.NetTxPackets
+	st.MemReclaimStallSecs = stats.ReclaimStall.Seconds()
+	st.OomEvents = max(st.OomEvents, stats.OOMKills)
+
+	buckets := trimZeros(stats.RunqBuckets)
+	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: stats.Wakeups, TotalSecs: stats.RunqSum.Seconds()}
+	st.Runqueue = rq
+	if e.runqValid {
+		s.deltas = bucketDeltas(s.deltas[:0], e.runq, buckets)
+		u.RunqP50 = bucketQuantile(s.deltas, 0.50)
+		u.RunqP99 = bucketQuantile(s.deltas, 0.99)
+		rq.P50Seconds, rq.P99Seconds = u.RunqP50.Seconds(), u.RunqP99.Seconds()
+	}
+	e.runq, e.runqValid = append(e.runq[:0], buckets...), true
+	u.runqSum = stats.RunqSum
+	e.sampleNet(s, u, &stats)
+	return nil
+}
+
+// sampleNet computes the network figures over the interval since the
+// previous eBPF sample: rates, packets, and TCP round-trip percentiles
+// and retransmissions. Counters that went backwards (the cgroup's entries
+// were recreated) restart the interval.
+func (e *ebpfSampler) sampleNet(s *scratch, u *Usage, stats *EBPFStats) {
+	st, now := u.Stats, u.Time
+	rtt := trimZeros(stats.TCPRTTBuckets)
+	if rtt != nil || stats.TCPRTTCount > 0 || stats.TCPRetransmits > 0 {
+		st.Tcp = &slacklinev1.TcpStatistics{RttBucketsLog2Us: slices.Clone(rtt), RttSamples: stats.TCPRTTCount, Retransmits: stats.TCPRetransmits}
+	}
+	b := &e.net
+	if b.valid && now.After(b.time) && stats.NetTxBytes >= b.txBytes && stats.NetRxBytes >= b.rxBytes &&
+		stats.NetTxPackets >= b.txPackets && stats.TCPRetransmits >= b.rt {
+		secs := now.Sub(b.time).Seconds()
+		u.NetTxMbps = float64(stats.NetTxBytes-b.txBytes) * 8 / 1e6 / secs
+		u.NetRxMbps = float64(stats.NetRxBytes-b.rxBytes) * 8 / 1e6 / secs
+		u.NetTxPackets, u.TCPRetransmits = stats.NetTxPackets-b.txPackets, stats.TCPRetransmits-b.rt
+		st.NetTxMbps, st.NetRxMbps = u.NetTxMbps, u.NetRxMbps
+		if st.Tcp != nil {
+			// bucketQuantile reads bucket i as [2^i, 2^(i+1)) ns; these are µs.
+			s.deltas = bucketDeltas(s.deltas[:0], b.rtt, rtt)
+			u.TCPRTTP50 = bucketQuantile(s.deltas, 0.50) * 1000
+			u.TCPRTTP99 = bucketQuantile(s.deltas, 0.99) * 1000
+			st.Tcp.RttP50Seconds, st.Tcp.RttP99Seconds = u.TCPRTTP50.Seconds(), u.TCPRTTP99.Seconds()
+		}
+	}
+	*b = netBaseline{valid: true, time: now, txBytes: stats.NetTxBytes, rxBytes: stats.NetRxBytes, txPackets: stats.NetTxPackets,
+		rt: stats.TCPRetransmits, rtt: append(b.rtt[:0], rtt...)}
+}
+
+// trimZeros returns b without its trailing zero buckets.
+func trimZeros(b []uint64) []uint64 {
+	for len(b) > 0 && b[len(b)-1] == 0 {
+		b = b[:len(b)-1]
+	}
+	return b
+}

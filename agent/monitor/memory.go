@@ -1,0 +1,88 @@
+package monitor
+
+import "github.com/slackline/slackline/agent/containerizer/cgroups"
+
+// memoryFormat names a memory controller's files and memory.stat keys.
+type memoryFormat struct {
+	// dir returns the container's directory in the memory hierarchy.
+	dir func(p cgroups.Paths) string
+	// usage, stat, limit and events are the control files.
+	usage, stat, limit, events string
+	// rss, cache, activeAnon and inactiveAnon are memory.stat keys.
+	rss, cache, activeAnon, inactiveAnon string
+}
+
+var (
+	// v2Memory is the v2 memory controller.
+	v2Memory = memoryFormat{dir: func(p cgroups.Paths) string { return p.Unified },
+		usage: "memory.current", stat: "memory.stat", limit: "memory.max", events: "memory.events",
+		rss: "anon", cache: "file", activeAnon: "active_anon", inactiveAnon: "inactive_anon"}
+	// v1Memory is the v1 memory controller of a hybrid host: the
+	// hierarchical total_* figures, which count the cgroup's descendants
+	// as v2's do.
+	v1Memory = memoryFormat{dir: func(p cgroups.Paths) string { return p.Memory },
+		usage: "memory.usage_in_bytes", stat: "memory.stat", limit: "memory.limit_in_bytes", events: "memory.oom_control",
+		rss: "total_rss", cache: "total_cache", activeAnon: "total_active_anon", inactiveAnon: "total_inactive_anon"}
+)
+
+// memorySampler reads a container's memory controller: charged memory,
+// rss, cache and anonymous memory, the limit (Target.MemLimit when the
+// cgroup has none) and OOM kills. A cgroup without the controller's files
+// leaves those fields zero (the limit: Target.MemLimit).
+type memorySampler struct {
+	format                     *memoryFormat
+	unified                    string
+	usage, stat, limit, events controlFile
+}
+
+// newMemorySampler returns the constructor of memory samplers of format f.
+func newMemorySampler(f memoryFormat) func(h *host, rel string) sampler {
+	return func(h *host, rel string) sampler {
+		p := h.layout.PathsOf(rel)
+		dir := f.dir(p)
+		return &memorySampler{format: &f, unified: p.Unified,
+			usage: controlFileIn(dir, f.usage), stat: controlFileIn(dir, f.stat),
+			limit: controlFileIn(dir, f.limit), events: controlFileIn(dir, f.events)}
+	}
+}
+
+func (m *memorySampler) files() []*controlFile {
+	return []*controlFile{&m.usage, &m.stat, &m.limit, &m.events}
+}
+
+func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
+	st, f := u.Stats, m.format
+	data, err := s.read(&m.usage, m.unified)
+	if err != nil {
+		return err
+	}
+	u.MemUsage, _ = parseUint(data)
+	if data, err = s.read(&m.stat, m.unified); err != nil {
+		return err
+	}
+	forEachKey(data, func(key []byte, v uint64) {
+		switch string(key) {
+		case f.rss:
+			st.MemRssBytes = v
+		case f.cache:
+			st.MemCacheBytes = v
+		case f.activeAnon, f.inactiveAnon:
+			st.MemAnonBytes += v
+		}
+	})
+	if data, err = s.read(&m.limit, m.unified); err != nil {
+		return err
+	}
+	if st.MemLimitBytes = parseLimit(data); st.MemLimitBytes == 0 {
+		st.MemLimitBytes = t.MemLimit
+	}
+	if data, err = s.read(&m.events, m.unified); err != nil {
+		return err
+	}
+	forEachKey(data, func(key []byte, v uint64) {
+		if string(key) == "oom_kill" {
+			st.OomEvents = v
+		}
+	})
+	return nil
+}

@@ -1,0 +1,124 @@
+package monitor
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// sampler reads one source's figures of one container (a controller's
+// control files, PSI, eBPF) into a Usage. Every container has one sampler
+// per source the monitor chose at start (see sources); the sampler holds
+// that source's open files and the previous values it computes intervals
+// from. It is only used with Monitor.sampleMu held.
+type sampler interface {
+	// sample adds the source's figures of the container to u, whose Time
+	// and Stats are set; t is the target as the pass began. It returns
+	// errVanished when the container's cgroup is gone (the sampler is
+	// then closed and replaced by a fresh one). The sampler of an
+	// optional source sets nothing in u when it fails; a required
+	// source's failure discards the whole sample.
+	sample(s *scratch, t *Target, u *Usage) error
+	// files returns the control files the sampler may keep open.
+	files() []*controlFile
+}
+
+// host is what New knows of the machine when it chooses the sources.
+type host struct {
+	layout cgroups.Layout
+	ebpf   EBPF // nil: no eBPF programs
+}
+
+// source is one kind of sampler: whether it applies to the host (decided
+// once, by New) and how to make one for a container.
+type source struct {
+	// name is how Sources and the start-up log name it.
+	name string
+	// enabled reports whether the source applies to h.
+	enabled func(h *host) bool
+	// optional sources fail softly: their error is reported and their
+	// fields stay unset, and the rest of the sample is published. A
+	// required source's error discards the container's sample for the
+	// pass, so that no interval is computed against half a sample.
+	optional bool
+	// newSampler returns a sampler for the container whose cgroup is rel
+	// (relative to every hierarchy, as Target.CgroupPath).
+	newSampler func(h *host, rel string) sampler
+}
+
+// sources lists every sampler the monitor knows, in the order they run
+// for each container: the cgroup layout picks one CPU and one memory
+// sampler, PSI is read wherever the kernel has it (a cgroup without the
+// files leaves the pressure fields unset), and eBPF runs when Config.EBPF
+// is set. Order matters once: the eBPF sampler runs after the memory one,
+// as oom_events is the larger of the cgroup's counter and eBPF's. New
+// sources join this list; nothing registers itself.
+var sources = []source{
+	{name: "v2-cpu", enabled: layoutIs(cgroups.ModeV2), newSampler: newV2CPU},
+	{name: "hybrid-cpu", enabled: layoutIs(cgroups.ModeHybrid), newSampler: newHybridCPU},
+	{name: "v2-memory", enabled: layoutIs(cgroups.ModeV2), newSampler: newMemorySampler(v2Memory)},
+	{name: "hybrid-memory", enabled: layoutIs(cgroups.ModeHybrid), newSampler: newMemorySampler(v1Memory)},
+	{name: "psi", enabled: func(*host) bool { return true }, newSampler: newPressureSampler},
+	{name: "ebpf", enabled: func(h *host) bool { return h.ebpf != nil }, optional: true, newSampler: newEBPFSampler},
+}
+
+func layoutIs(mode cgroups.Mode) func(*host) bool {
+	return func(h *host) bool { return h.layout.Mode == mode }
+}
+
+// chooseSources returns the sources that apply to h, in sampling order.
+func chooseSources(h *host) []source {
+	var chosen []source
+	for _, s := range sources {
+		if s.enabled(h) {
+			chosen = append(chosen, s)
+		}
+	}
+	return chosen
+}
+
+// layoutOf returns the layout the containerizer uses for mode (ModeV2 or
+// ModeHybrid) with the hierarchies mounted under mount.
+func layoutOf(mode cgroups.Mode, mount string) cgroups.Layout {
+	if mode == cgroups.ModeHybrid {
+		return cgroups.Layout{Mode: cgroups.ModeHybrid, Mountpoint: mount, Unified: filepath.Join(mount, "unified"),
+			CPU: filepath.Join(mount, "cpu"), Memory: filepath.Join(mount, "memory")}
+	}
+	return cgroups.Layout{Mode: cgroups.ModeV2, Mountpoint: mount, Unified: mount}
+}
+
+// scratch is what the samplers of one pass share: the buffer control
+// files are read into and the buffer of histogram deltas. Samplers do not
+// keep slices of it between calls.
+type scratch struct {
+	buf    []byte
+	deltas []uint64
+}
+
+func newScratch() *scratch { return &scratch{buf: make([]byte, 8<<10)} }
+
+// read reads one control file of a container whose v2 directory is
+// unified. It returns nil data for a file the cgroup does not have, and
+// errVanished when the cgroup itself is gone: its directory in the v2
+// tree, which exists in both layouts, is the witness (a hierarchy the
+// containerizer does not populate, such as a separately mounted v1
+// cpuacct, only makes its files absent). The data aliases s.buf until the
+// next read.
+func (s *scratch) read(f *controlFile, unified string) ([]byte, error) {
+	data, err := f.read(&s.buf)
+	if errors.Is(err, errNotExist) {
+		if _, statErr := os.Stat(unified); statErr != nil {
+			return nil, errVanished
+		}
+		f.absent = true
+		return nil, nil
+	}
+	return data, err
+}
+
+// controlFileIn returns the (not yet opened) control file name in dir.
+func controlFileIn(dir, name string) controlFile {
+	return controlFile{path: filepath.Join(dir, name)}
+}

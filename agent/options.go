@@ -1,0 +1,356 @@
+package agent
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/qos"
+	"github.com/slackline/slackline/resources"
+)
+
+// Options are the agent's settings as an operator gives them: one field
+// per slackline-agent flag (or key of its --config file), plus a few
+// settings of embedders and tests that have no flag. AddFlags is the one
+// place that declares each setting's flag name, default and help;
+// DefaultOptions returns those defaults; Validate checks the settings,
+// each error naming its flag; Build wires a runnable Agent from them.
+// Start from DefaultOptions (or AddFlags): the zero Options is not valid.
+//
+// Config is the lower level: already-built subsystems (a containerizer, a
+// monitor, eBPF programs, TLS and authorization) handed to New.
+type Options struct {
+	// Coordinator is the coordinator's URL or a coordinator group's
+	// comma-separated URLs (--coordinator).
+	Coordinator string
+	// Listen is the NodeService address (--listen).
+	Listen string
+	// WorkDir holds the checkpoint, container state and sandboxes
+	// (--work-dir).
+	WorkDir string
+	// Hostname is the name registered (--hostname; default the CN of Cert,
+	// else the host's).
+	Hostname string
+	// CA, Cert and Key are the cluster's CA and the agent's certificate and
+	// key (--ca, --cert, --key); Authz the NodeService's authorization file
+	// (--authz) and ClientCRL its revocation list (--client-crl).
+	CA, Cert, Key, Authz, ClientCRL string
+	// Insecure allows a NodeService without TLS and authorization
+	// (--insecure; slackline-agent defaults it from SLACKLINE_INSECURE).
+	Insecure bool
+	// Resources overrides the detected resources (--resources).
+	Resources string
+	// Attributes are registered with the agent (--attributes
+	// "rack=r1,zone=z2").
+	Attributes map[string]string
+
+	// CgroupRoot and CgroupMountpoint place the agent's cgroups
+	// (--cgroup-root, --cgroup-mountpoint).
+	CgroupRoot, CgroupMountpoint string
+	// IsolateAgent moves the agent's own process into <root>/agent
+	// (--isolate-agent).
+	IsolateAgent bool
+	// KillGracePeriod, CPUHardLimit, TaskUser, DynamicUIDs, DynamicUIDsDir,
+	// TaskPidsMax, SubtreePidsMax, TaskIsolation, TaskOutputLimit and
+	// AllowRootTasks configure the containerizer (the flags of the same
+	// names; see containerizer.Config).
+	KillGracePeriod time.Duration
+	CPUHardLimit    bool
+	TaskUser        string
+	DynamicUIDs     containerizer.IDRange
+	DynamicUIDsDir  string
+	TaskPidsMax     int64
+	SubtreePidsMax  int64
+	TaskIsolation   containerizer.Isolation
+	TaskOutputLimit int64
+	AllowRootTasks  bool
+	// Sandbox bounds the tasks' disk use (--gc-delay, --gc-disk-watermark,
+	// --disk-check-interval).
+	Sandbox SandboxConfig
+
+	// LogLevel is the level of the agent's logs on stderr (--log-level),
+	// when Logger is nil.
+	LogLevel slog.Level
+	// MonitorInterval is the containers' sampling period
+	// (--monitor-interval).
+	MonitorInterval time.Duration
+	// EBPF loads the eBPF programs (--ebpf); EBPFAllCulprits splits waits
+	// among every culprit (--ebpf-all-culprits); RunqueueLatencyThreshold
+	// raises QoS events (--runqueue-latency-threshold).
+	EBPF                     bool
+	EBPFAllCulprits          bool
+	RunqueueLatencyThreshold time.Duration
+	// NetworkInterfaces are where revocable egress is paced
+	// (--network-interfaces; empty: the default-route interface; "none"
+	// in the list: no network QoS).
+	NetworkInterfaces []string
+
+	// Estimator names the oversubscription estimator (--estimator),
+	// configured by EstimatorConfig (--estimator-*, --fixed-revocable,
+	// --oversubscribe-memory) and run every EstimateInterval
+	// (--oversubscribed-resources-interval).
+	Estimator        string
+	EstimatorConfig  estimator.Config
+	EstimateInterval time.Duration
+	// ProtectCgroups are services outside Slackline that the estimator
+	// counts and QoS protects (--protect-cgroup, repeatable).
+	ProtectCgroups []string
+	// QoSControllers name the QoS controllers in order (--qos-controller),
+	// configured by QoS (--qos-*) and evaluated at most every
+	// QoSIntervalMin (--qos-correction-interval-min). Build derives the
+	// exit thresholds from the enter ones (RunqP99Exit is half of
+	// RunqP99Enter; SaturationExit 0.1 below SaturationEnter) and the
+	// memory floor from QoSMemoryMinAvailableMiB
+	// (--qos-memory-min-available; 0: the controller's default).
+	QoSControllers           []string
+	QoS                      qos.Config
+	QoSIntervalMin           time.Duration
+	QoSMemoryMinAvailableMiB float64
+
+	// Settings without a flag.
+
+	// Logger receives the agent's logs (default: text on stderr at
+	// LogLevel).
+	Logger *slog.Logger
+	// SupervisorCommand starts a task's supervisor (default: this
+	// executable's "supervise"; tests name the built slackline-agent).
+	SupervisorCommand []string
+	// MinBackoff and MaxBackoff bound re-registration backoff (see Config).
+	MinBackoff, MaxBackoff time.Duration
+}
+
+// DefaultOptions returns the defaults of every setting: those of the flags
+// AddFlags declares.
+func DefaultOptions() Options {
+	var o Options
+	o.AddFlags(flag.NewFlagSet("defaults", flag.ContinueOnError))
+	return o
+}
+
+// AddFlags declares one flag per setting on fs, bound to o's fields and
+// setting them to their defaults.
+func (o *Options) AddFlags(fs *flag.FlagSet) {
+	fs.StringVar(&o.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL, or a comma-separated list of a coordinator group's URLs (the agent follows the leader)")
+	fs.StringVar(&o.Listen, "listen", "127.0.0.1:5051", "NodeService address")
+	fs.StringVar(&o.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
+	fs.StringVar(&o.Hostname, "hostname", "", "hostname to register (default: the CN of --cert, else the host's)")
+	fs.StringVar(&o.CA, "ca", "", "CA certificate of the cluster: verifies the coordinator, and NodeService callers' client certificates")
+	fs.StringVar(&o.Cert, "cert", "", "the agent's certificate (agent-NAME.crt): its identity towards the coordinator, and the NodeService's serving certificate")
+	fs.StringVar(&o.Key, "key", "", "the agent's key (agent-NAME.key)")
+	fs.StringVar(&o.Authz, "authz", "", "authorization file (authz.yaml) for NodeService callers; re-read on SIGHUP")
+	fs.StringVar(&o.ClientCRL, "client-crl", "", "certificate revocation list signed by --ca (crl.pem): NodeService callers presenting a certificate it lists are refused; needs --authz; re-read on SIGHUP")
+	fs.BoolVar(&o.Insecure, "insecure", false, "allow serving the NodeService without TLS and --authz, on loopback too (env "+auth.EnvInsecure+"=1): any local user, tasks included, could then read every task's output")
+	fs.StringVar(&o.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
+	o.Attributes = map[string]string{}
+	fs.Var(parsed(&o.Attributes, ParseAttributes, formatAttributes), "attributes", `agent attributes, e.g. "rack=r1,zone=z2"`)
+
+	fs.StringVar(&o.CgroupRoot, "cgroup-root", "slackline", "the agent's cgroup subtree under each hierarchy")
+	fs.StringVar(&o.CgroupMountpoint, "cgroup-mountpoint", "/sys/fs/cgroup", "where the cgroup hierarchies are mounted")
+	fs.BoolVar(&o.IsolateAgent, "isolate-agent", true, "move the agent into <cgroup-root>/agent, a cgroup of its own with a small CPU weight and a one-core cap (task supervisors always live in <cgroup-root>/supervisors)")
+	fs.DurationVar(&o.KillGracePeriod, "kill-grace-period", 3*time.Second, "time between SIGTERM and the cgroup-wide kill")
+	fs.BoolVar(&o.CPUHardLimit, "cpu-hard-limit", false, "cap each task's CPU at its cpus (CFS quota), not only weight it")
+	fs.StringVar(&o.TaskUser, "task-user", containerizer.DefaultTaskUser, `user a task runs as when neither its TaskInfo nor its framework names one; "dynamic": a user of each task's own, from --dynamic-uids (tasks cannot signal each other or read each other's sandboxes)`)
+	o.DynamicUIDs = containerizer.DefaultDynamicIDs
+	fs.Var(parsed(&o.DynamicUIDs, containerizer.ParseIDRange, containerizer.IDRange.String), "dynamic-uids", `uids (and gids) of dynamic task users, FIRST-LAST: none of them in the host's user database`)
+	fs.Int64Var(&o.TaskPidsMax, "task-pids-max", containerizer.DefaultPidsMax, "processes and threads a task may have (pids.max; negative: unbounded)")
+	fs.Int64Var(&o.SubtreePidsMax, "subtree-pids-max", 0, "processes and threads all tasks of one subtree (guaranteed, revocable) may have together (pids.max of the subtree; 0: 3/8 of the smaller of kernel.pid_max and kernel.threads-max; negative: unbounded)")
+	o.TaskIsolation = containerizer.DefaultIsolation
+	fs.Var(parsed(&o.TaskIsolation, containerizer.ParseIsolation, containerizer.Isolation.String), "task-isolation", `what isolates each task besides its cgroups and user: "namespaces" (PID, mount and IPC namespaces, a private tmpfs at /tmp, /var/tmp and /dev/shm), "seccomp" (the default seccomp filter), both comma-separated, or "none"`)
+	fs.StringVar(&o.DynamicUIDsDir, "dynamic-uids-dir", containerizer.DefaultDynamicIDsDir, "the host-wide state of dynamic uids (lock, cursor, leases), shared by every agent of the host")
+	fs.Int64Var(&o.TaskOutputLimit, "task-output-limit", containerizer.DefaultOutputLimit, "bytes of each task output stream (stdout, stderr) kept in the sandbox, the newest, rotated through stdout.1 (negative: unlimited)")
+	fs.DurationVar(&o.Sandbox.GCDelay, "gc-delay", DefaultSandboxGCDelay, "how long an ended task's sandbox is kept")
+	fs.Float64Var(&o.Sandbox.DiskWatermark, "gc-disk-watermark", DefaultSandboxDiskWatermark, "fraction of the work dir's file system in use beyond which ended tasks' sandboxes are removed before --gc-delay, oldest first (1: never)")
+	fs.DurationVar(&o.Sandbox.CheckInterval, "disk-check-interval", DefaultSandboxCheckInterval, "how often sandboxes are measured against their tasks' disk resource (a task over it is killed) and collected")
+	fs.BoolVar(&o.AllowRootTasks, "allow-root-tasks", false, "let tasks run as root (uid 0); without it the agent fails such launches even when the coordinator's ACLs allowed them (defence in depth)")
+
+	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
+	fs.BoolVar(&o.EBPF, "ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
+	fs.BoolVar(&o.EBPFAllCulprits, "ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
+	fs.Var(parsed(&o.NetworkInterfaces, splitList, joinList), "network-interfaces", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
+	fs.DurationVar(&o.RunqueueLatencyThreshold, "runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
+
+	fs.StringVar(&o.Estimator, "estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
+	fs.DurationVar(&o.EstimateInterval, "oversubscribed-resources-interval", 100*time.Millisecond, "how often the estimate is computed (and sent when it changed)")
+	o.EstimatorConfig = estimator.DefaultConfig()
+	est := &o.EstimatorConfig
+	fs.Var(parsed(&est.Fixed, resources.Parse, resources.Resources.String), "fixed-revocable", `resources the "fixed" estimator reports, e.g. "cpus:2;bandwidth:500" (with network QoS, revocable egress is paced to its bandwidth: 1% of the link without)`)
+	fs.BoolVar(&est.Memory, "oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
+	fs.DurationVar(&est.Window, "estimator-window", est.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
+	fs.Float64Var(&est.Percentile, "estimator-percentile", est.Percentile, "percentile of CPU samples in the window taken as a container's peak")
+	fs.DurationVar(&est.PeakHalfLife, "estimator-peak-half-life", est.PeakHalfLife, "half-life of the decaying peak hold")
+	fs.DurationVar(&est.Fast.Confirm, "estimator-confirm", est.Fast.Confirm, "fast: how long slack must last before it is offered (a rise shrinks the estimate at once)")
+	fs.Float64Var(&est.Fast.Margin, "estimator-safety-margin", est.Fast.Margin, "fast: fraction of each guaranteed CPU allocation never offered")
+	fs.DurationVar(&est.Fast.ReclaimTime, "estimator-reclaim-time", est.Fast.ReclaimTime, "fast: how long QoS takes to take CPU back; recurring bursts due within it are held back in advance")
+	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
+
+	o.QoSControllers = qos.ParseNames(qos.DefaultControllers)
+	fs.Var(parsed(&o.QoSControllers, func(s string) ([]string, error) { return qos.ParseNames(s), nil }, joinList), "qos-controller", "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
+	fs.DurationVar(&o.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
+	o.QoS = qos.DefaultConfig()
+	in, nw := &o.QoS.Interference, &o.QoS.Network
+	fs.DurationVar(&in.RunqP99Enter, "qos-runqueue-p99", in.RunqP99Enter, "interference: guaranteed run-queue p99 above this throttles revocable work (calm below half of it)")
+	fs.DurationVar(&in.MinAttributedDelay, "qos-min-attributed-delay", in.MinAttributedDelay, "interference: with eBPF, act only on latency that revocable tasks caused at least this much of per interval (0: act on any)")
+	fs.DurationVar(&in.KillAfter, "qos-kill-after", in.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
+	fs.DurationVar(&in.ThrottlePeriod, "qos-throttle-period", in.ThrottlePeriod, "interference: CFS period of the revocable subtree's CPU limit (0: the kernel's 100ms); shorter periods make throttled spells shorter")
+	fs.DurationVar(&in.EffectWindow, "qos-effect-window", in.EffectWindow, "interference, cpuset: with eBPF, how long after a correction its effect on the delay revocable work causes is judged (corrections that did not help are undone)")
+	fs.Float64Var(&in.MinWaitGain, "qos-min-wait-gain", in.MinWaitGain, "interference, cpuset: with eBPF, a correction is kept only if guaranteed work's whole run-queue wait fell by this fraction (else undone and backed off)")
+	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
+	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
+	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
+	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
+	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
+}
+
+// qosConfig is QoS with the thresholds Build derives.
+func (o *Options) qosConfig() qos.Config {
+	c := o.QoS
+	c.Interference.RunqP99Exit = c.Interference.RunqP99Enter / 2
+	c.Network.SaturationExit = max(c.Network.SaturationEnter-0.1, c.Network.SaturationEnter/2)
+	if o.QoSMemoryMinAvailableMiB > 0 {
+		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0
+	}
+	return c
+}
+
+// Validate checks the settings without touching the host, and returns
+// every problem found, each naming its flag.
+func (o *Options) Validate() error {
+	var errs []error
+	check := func(ok bool, flag, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+		}
+	}
+	checkErr := func(err error, flag string) {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", flag, err))
+		}
+	}
+	check(strings.TrimSpace(o.Coordinator) != "", "coordinator", "required")
+	_, _, err := net.SplitHostPort(o.Listen)
+	checkErr(err, "listen")
+	check(o.WorkDir != "", "work-dir", "required")
+	check((o.Cert == "") == (o.Key == ""), "cert", "--cert and --key go together")
+	check(o.ClientCRL == "" || o.Authz != "", "client-crl", "needs --authz: without it a client certificate grants nothing to take back")
+	check(o.ClientCRL == "" || (o.CA != "" && o.Cert != ""), "client-crl", "needs --ca and --cert (TLS that verifies client certificates)")
+	checkErr(auth.CheckListen("--listen", o.Listen, o.Cert != "", o.Authz != "", o.Insecure), "insecure")
+	_, err = resources.Parse(o.Resources)
+	checkErr(err, "resources")
+	checkErr(cgroups.ValidateRoot(o.CgroupRoot), "cgroup-root")
+	check(o.CgroupMountpoint != "", "cgroup-mountpoint", "required")
+	check(o.KillGracePeriod > 0, "kill-grace-period", "must be positive, got %v", o.KillGracePeriod)
+	check(o.TaskUser != "", "task-user", "required (a user name, or %q)", containerizer.DynamicTaskUser)
+	check(o.DynamicUIDs.Count > 0, "dynamic-uids", "empty range")
+	check(o.DynamicUIDsDir != "", "dynamic-uids-dir", "required")
+	check(o.Sandbox.GCDelay > 0, "gc-delay", "must be positive, got %v", o.Sandbox.GCDelay)
+	check(o.Sandbox.DiskWatermark > 0 && o.Sandbox.DiskWatermark <= 1, "gc-disk-watermark", "must be in (0, 1], got %v", o.Sandbox.DiskWatermark)
+	check(o.Sandbox.CheckInterval > 0, "disk-check-interval", "must be positive, got %v", o.Sandbox.CheckInterval)
+	check(o.MonitorInterval >= 10*time.Millisecond, "monitor-interval", "must be at least 10ms, got %v", o.MonitorInterval)
+	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
+	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
+	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)
+	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
+	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
+		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))
+	}
+	if _, err := qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
+		errs = append(errs, fmt.Errorf("--qos-controller %s (and --qos-*): %w", strings.Join(o.QoSControllers, ","), err))
+	}
+	if len(o.NetworkInterfaces) > 1 && networkOff(o.NetworkInterfaces) {
+		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
+	}
+	return errors.Join(errs...)
+}
+
+// networkOff tells whether --network-interfaces turns network QoS off.
+func networkOff(interfaces []string) bool {
+	for _, i := range interfaces {
+		if i == "none" {
+			return true
+		}
+	}
+	return false
+}
+
+// parsedValue is a flag.Value (and flag.Getter, so that a config file's
+// list is one comma-separated value) of a type with a parser.
+type parsedValue[T any] struct {
+	p      *T
+	parse  func(string) (T, error)
+	format func(T) string
+}
+
+func parsed[T any](p *T, parse func(string) (T, error), format func(T) string) parsedValue[T] {
+	return parsedValue[T]{p, parse, format}
+}
+
+func (v parsedValue[T]) Set(s string) error {
+	t, err := v.parse(s)
+	if err != nil {
+		return err
+	}
+	*v.p = t
+	return nil
+}
+
+func (v parsedValue[T]) String() string {
+	if v.p == nil { // flag's zero-value probe
+		return ""
+	}
+	return v.format(*v.p)
+}
+
+func (v parsedValue[T]) Get() any { return *v.p }
+
+// repeated is a repeatable string flag.
+type repeated struct{ l *[]string }
+
+func (r repeated) String() string {
+	if r.l == nil {
+		return ""
+	}
+	return strings.Join(*r.l, ",")
+}
+
+func (r repeated) Set(v string) error {
+	*r.l = append(*r.l, v)
+	return nil
+}
+
+// splitList splits a comma-separated flag value, dropping blanks.
+func splitList(s string) ([]string, error) {
+	var out []string
+	for item := range strings.SplitSeq(s, ",") {
+		if item = strings.TrimSpace(item); item != "" {
+			out = append(out, item)
+		}
+	}
+	return out, nil
+}
+
+func joinList(l []string) string { return strings.Join(l, ",") }
+
+func formatAttributes(attrs map[string]string) string {
+	var parts []string
+	for k, v := range attrs {
+		parts = append(parts, k+"="+v)
+	}
+	slices.Sort(parts)
+	return strings.Join(parts, ",")
+}
+
+// defaultLogger is the daemon's logger: text on stderr at level.
+func defaultLogger(level slog.Level) *slog.Logger {
+	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+}
