@@ -196,7 +196,10 @@ func launchInOneAccept(t testing.TB, n int) time.Duration {
 func TestLongStatusMessagesAreBounded(t *testing.T) {
 	const tasks, messageBytes = 3000, 100 << 10
 	addr := agenttest.NewTCP(t)
-	agenttest.StartCoordinator(t, coordinator.Config{Logger: quiet}, addr)
+	// The agent here speaks the protocol by hand and never heartbeats: a
+	// timeout longer than the test, however slow the machine, keeps its
+	// session (this test is about memory, not liveness).
+	agenttest.StartCoordinator(t, coordinator.Config{Logger: quiet, AgentTimeout: time.Hour}, addr)
 	url := "http://" + addr.Addr
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
