@@ -90,6 +90,7 @@ func (d *domain) registerAs(name string, req *slacklinev1.RegisterRequest) (stri
 }
 
 func TestFrameworkBinding(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, d *domain)
@@ -212,6 +213,7 @@ func TestFrameworkBinding(t *testing.T) {
 }
 
 func TestAgentTrust(t *testing.T) {
+	t.Parallel()
 	register := func(id, host string, tasks ...*slacklinev1.AgentTask) *slacklinev1.RegisterRequest {
 		return registerRequest(id, host, "cpus:4;mem:4096", tasks...)
 	}
@@ -252,7 +254,7 @@ func TestAgentTrust(t *testing.T) {
 				}
 			}
 			d.c.mu.Lock()
-			allocated := d.c.alloc.AgentAllocated(id)
+			allocated := d.c.core.Allocator().AgentAllocated(id)
 			d.c.mu.Unlock()
 			if len(a.tasks) != 0 || kills != 4 || !allocated.IsEmpty() {
 				t.Fatalf("tasks %v, kills %d, allocated %v", a.tasks, kills, allocated)
