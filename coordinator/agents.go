@@ -264,6 +264,15 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	if err != nil {
 		return nil, err
 	}
+	// Slack is allocated but unused capacity, so no estimate exceeds the
+	// agent's registered total (itself within its identity's
+	// max_resources): an agent that reports more, to attract revocable
+	// tasks, is held to its total.
+	if bounded := estimate.Min(a.total); !bounded.Equal(estimate) {
+		c.bounds.hit("revocable_estimate", "an agent reported more revocable resources than it registered: held to its total",
+			"agent", a.id, "hostname", a.info.GetHostname(), "estimate", estimate.String(), "total", a.total.String())
+		estimate = bounded
+	}
 	c.deliver(c.core.Estimate(a.id, estimate, c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
 }

@@ -211,3 +211,25 @@ func TestRevocableCPUsWithRegularMemory(t *testing.T) {
 		}
 	})
 }
+
+// TestEstimateHeldToTheAgentsTotal: an agent that reports more slack than
+// it registered (a stolen certificate attracting revocable tasks past its
+// max_resources cap) is offered at most its total.
+func TestEstimateHeldToTheAgentsTotal(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		tc := startPipeCluster(t, fastConfig(t.TempDir()))
+		agent := tc.registerAgent("host-a", "cpus:2;mem:1024")
+		capable := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "capable", Capabilities: revocableCapable})
+		agent.sendEstimate("cpus:100000;mem:1048576")
+
+		got, _ := offerResources(t, revocableOfferOf(capable.next(isRevocableOffer)))
+		if got.String() != "cpus:2;mem:1024" {
+			t.Fatalf("revocable offer = %v, want the agent's total cpus:2;mem:1024", got)
+		}
+		agents, _ := tc.operator.GetAgents(context.Background(), connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
+		if _, est, _ := resources.FromProto(agents.Msg.GetAgents()[0].GetRevocable()); est.String() != "cpus:2;mem:1024" {
+			t.Fatalf("GetAgents revocable = %v, want cpus:2;mem:1024", est)
+		}
+	})
+}
