@@ -49,7 +49,8 @@ func startSecure(t *testing.T, agents ...string) *secureCluster {
 		t.Fatalf("credentials init: %v\n%s", err, out)
 	}
 	args := append(coordinatorArgs(s.addr, t.TempDir()), "--tls-cert", s.file("coordinator.crt"), "--tls-key", s.file("coordinator.key"),
-		"--client-ca", s.file("ca.crt"), "--authz", s.file("authz.yaml"))
+		"--client-ca", s.file("ca.crt"), "--authz", s.file("authz.yaml"),
+		"--agent-client-cert", s.file("coordinator-client.crt"), "--agent-client-key", s.file("coordinator-client.key"))
 	s.coordinator = start(t, "slackline-coordinator", args...)
 	eventually(t, 10*time.Second, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
 	return s
@@ -721,7 +722,7 @@ func TestSandboxAccess(t *testing.T) {
 	wantCode(t, "evil reads batch's sandbox", err, connect.CodePermissionDenied)
 	_, err = read("")
 	wantCode(t, "reading without credentials", err, connect.CodeUnauthenticated)
-	// The CLI finds the agent through the coordinator and verifies it.
+	// The CLI reads it through the coordinator's node proxy.
 	out, err := exec.Command(filepath.Join(binDir, "slacklinectl"), "--coordinator", s.url, "--ca", s.file("ca.crt"),
 		"--token-file", s.file("batch.token"), "logs", v.tasks[0]).CombinedOutput()
 	if err != nil || !strings.Contains(string(out), "secret-of-batch") {
