@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
@@ -66,10 +67,7 @@ func (c *Coordinator) forgetTask(t *task, now time.Time) {
 		return
 	}
 	delete(fw.tasks, key.taskID)
-	c.alloc.Release(t.frameworkID, t.role, t.agentID, t.resources, 0, now)
-	if !t.revocable.IsEmpty() {
-		c.alloc.ReleaseRevocable(t.frameworkID, t.role, t.agentID, t.revocable, 0, now)
-	}
+	c.deliver(c.core.Release(t.frameworkID, t.role, t.agentID, t.resources, t.revocable, now))
 	c.completeTask(fw, t)
 }
 
@@ -202,11 +200,7 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 	now := c.cfg.Now()
 	fw := c.frameworks[st.GetFrameworkId()]
-	acknowledge := func() {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
-			FrameworkId: st.GetFrameworkId(), TaskId: st.GetTaskId(), Uuid: st.GetUuid(),
-		}}})
-	}
+	acknowledge := func() { a.send(core.AcknowledgeCommand(st.GetFrameworkId(), st.GetTaskId(), st.GetUuid())) }
 	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
 		// Nobody will acknowledge it: do so on the framework's behalf.
 		acknowledge()
@@ -225,16 +219,26 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 		acknowledge()
 		return nil
 	}
-	if err := c.admitUpdate(fw, st); err != nil {
-		return err
+	// The core keeps the update until the framework acknowledges it,
+	// within Limits.MaxPendingUpdatesPerFramework.
+	r, admission, pending := c.core.AddUpdate(fw.id(), st)
+	switch admission {
+	case core.Refused:
+		c.bounds.hit("pending_updates", "status update refused: the framework has as many unacknowledged updates as it may; the agent sends it again later",
+			"framework", fw.id(), "pending", pending)
+		return exhausted("framework %q has %d unacknowledged status updates, its limit: the update of task %q waits until the framework acknowledges some (send it again later)",
+			fw.id(), pending, st.GetTaskId())
+	case core.Coalesced:
+		c.bounds.hit("pending_updates", "unacknowledged status updates coalesced: a task's older updates were superseded by a newer one",
+			"framework", fw.id(), "task", st.GetTaskId())
 	}
+	c.deliver(r)
 	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
 		t.state, t.status = st.GetState(), st
 		if taskstate.IsTerminal(st.GetState()) {
 			c.forgetTask(t, now)
 		}
 	}
-	fw.addPending(st)
 	fw.send(updateEvent(fw, st))
 	return nil
 }
@@ -242,7 +246,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 // UpdateOversubscribedResources records an agent's estimate: its total
 // revocable capacity, including what revocable tasks already hold (Mesos
 // semantics). A shrink rescinds only the outstanding revocable offers that
-// no longer fit, growth is offered on its own (applyEstimate); regular
+// no longer fit, growth is offered on its own (core.Estimate); regular
 // offers are never touched.
 func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *connect.Request[slacklinev1.UpdateOversubscribedResourcesRequest]) (*connect.Response[slacklinev1.UpdateOversubscribedResourcesResponse], error) {
 	c := s.c
@@ -260,12 +264,16 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	if err != nil {
 		return nil, err
 	}
-	if estimate.Equal(a.revocable) {
-		return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
+	// Slack is allocated but unused capacity, so no estimate exceeds the
+	// agent's registered total (itself within its identity's
+	// max_resources): an agent that reports more, to attract revocable
+	// tasks, is held to its total.
+	if bounded := estimate.Min(a.total); !bounded.Equal(estimate) {
+		c.bounds.hit("revocable_estimate", "an agent reported more revocable resources than it registered: held to its total",
+			"agent", a.id, "hostname", a.info.GetHostname(), "estimate", estimate.String(), "total", a.total.String())
+		estimate = bounded
 	}
-	now := c.cfg.Now()
-	c.log.Debug("revocable estimate", "agent", a.id, "from", a.revocable.String(), "to", estimate.String())
-	c.applyEstimate(a, estimate, now)
+	c.deliver(c.core.Estimate(a.id, estimate, c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
 }
 
@@ -275,16 +283,7 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
 	a.endSession()
-	if a.inAllocator {
-		c.alloc.DeactivateAgent(a.id)
-		// Its estimate is stale: the agent sends a fresh one once back.
-		a.revocable = resources.Resources{}
-		c.alloc.SetAgentRevocable(a.id, a.revocable)
-	}
-	for _, o := range a.offers {
-		c.rescindOffer(o, now)
-	}
-	c.rescindInverseOffers(a)
+	c.deliver(c.core.AgentLost(a.id, now))
 	told := map[*framework]bool{}
 	for key, t := range a.tasks {
 		fw := c.frameworks[key.frameworkID]

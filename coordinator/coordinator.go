@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sync/errgroup"
 
-	"github.com/slackline/slackline/coordinator/allocator"
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -39,7 +39,7 @@ type Config struct {
 	// MaxAgentHeartbeatRate is the heartbeat budget: beyond this many
 	// agents per second of AgentHeartbeatInterval, agents are told a
 	// longer interval, agents/rate (default 1,000 a second; negative: no
-	// budget). See heartbeatPace.
+	// budget). See the heartbeat pace in coordinator/core (pace.go).
 	MaxAgentHeartbeatRate int
 	// AgentTimeout: an agent silent this long becomes UNREACHABLE
 	// (default 30 s), at AgentHeartbeatInterval; a longer interval
@@ -141,35 +141,25 @@ type Coordinator struct {
 	persistMu sync.Mutex
 	mu        sync.Mutex
 
-	alloc  *allocator.Allocator
+	// core is the offer book: the allocator, offers, inverse offers and
+	// filters (package coordinator/core). Its calls return effects that
+	// deliver performs.
+	core   *core.Core
 	agents map[string]*agent
 	// hosts indexes agents by hostKey (registration.go: one host, one
 	// live agent).
 	hosts      map[string][]*agent
 	frameworks map[string]*framework
-	offers     map[string]*offer
 	weights    map[string]float64
 	// maint is the maintenance schedule, modes and answers.
-	maint *maintenance.State
-	// inverseOffers are the outstanding inverse offers by id.
-	inverseOffers map[string]*inverseOffer
-	// drainingAgents are the agents on DRAINING machines.
-	drainingAgents map[string]struct{}
-	quotas         map[string]resources.Resources
-	// dirtyAgents are agents whose free resources changed since the last pass.
-	dirtyAgents map[string]struct{}
-	// dirtyAll asks for a full pass at the next wake-up.
-	dirtyAll bool
-	// heartbeats, recoveryChecked, nextOfferSweep and nextHistorySweep keep
-	// the timer loop's checks from visiting every agent and offer on each
-	// tick (liveness.go); pace is the agents' heartbeat interval and
-	// timeout (heartbeatpace.go).
-	heartbeats                       heartbeatQueue
-	pace                             heartbeatPace
-	recoveryChecked                  bool
-	nextOfferSweep, nextHistorySweep time.Time
+	maint  *maintenance.State
+	quotas map[string]resources.Resources
+	// fullPass asks for a full allocation pass at the next wake-up.
+	fullPass bool
+	// nextHistorySweep keeps the timer loop from visiting every agent on
+	// each tick (liveness.go).
+	nextHistorySweep time.Time
 
-	offerSeq uint64
 	// stopping is set when Run ends, so closing streams is not taken for
 	// frameworks disconnecting.
 	stopping   bool
@@ -196,29 +186,29 @@ func New(cfg Config) (*Coordinator, error) {
 			return nil, err
 		}
 	}
+	instanceID, startedAt := ids.New()[:8], cfg.Now()
 	c := &Coordinator{
-		cfg:            cfg,
-		log:            cfg.Logger,
-		store:          st,
-		kick:           make(chan struct{}, 1),
-		storeFailed:    make(chan error, 1),
-		alloc:          allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
-		agents:         map[string]*agent{},
-		hosts:          map[string][]*agent{},
-		frameworks:     map[string]*framework{},
-		offers:         map[string]*offer{},
-		weights:        map[string]float64{},
-		quotas:         map[string]resources.Resources{},
-		dirtyAgents:    map[string]struct{}{},
-		maint:          maintenance.New(),
-		inverseOffers:  map[string]*inverseOffer{},
-		drainingAgents: map[string]struct{}{},
-		instanceID:     ids.New()[:8],
-		startedAt:      cfg.Now(),
-		registrations:  newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
+		cfg:         cfg,
+		log:         cfg.Logger,
+		store:       st,
+		kick:        make(chan struct{}, 1),
+		storeFailed: make(chan error, 1),
+		core: core.New(core.Config{
+			MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID,
+			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
+			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout, MaxPendingUpdates: cfg.Limits.MaxPendingUpdatesPerFramework,
+		}),
+		agents:        map[string]*agent{},
+		frameworks:    map[string]*framework{},
+		weights:       map[string]float64{},
+		quotas:        map[string]resources.Resources{},
+		maint:         maintenance.New(),
+		instanceID:    instanceID,
+		startedAt:     startedAt,
+		hosts:         map[string][]*agent{},
+		registrations: newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
-	c.pace = newHeartbeatPace(cfg.AgentHeartbeatInterval, cfg.AgentTimeout, float64(cfg.MaxAgentHeartbeatRate))
 	err := c.recover(context.Background())
 	if err == nil {
 		c.launchKey, err = loadLaunchKey(context.Background(), st)
@@ -281,18 +271,43 @@ func (c *Coordinator) shutdownStreams() {
 	}
 }
 
-// markDirty records that an agent's free resources changed and wakes the
-// allocation loop. Caller holds c.mu.
-func (c *Coordinator) markDirty(agentID string) {
-	c.dirtyAgents[agentID] = struct{}{}
-	c.wake()
+// deliver performs the effects of a core call: it queues the events on
+// the frameworks' subscriptions in order (queues never block; streams
+// send from their own goroutines, without c.mu), counts them, and wakes
+// the allocation loop when the core asks for a pass. Caller holds c.mu.
+func (c *Coordinator) deliver(r core.Ready) {
+	for _, u := range r.Unqueue {
+		if fw := c.frameworks[u.FrameworkID]; fw != nil && fw.sub != nil {
+			fw.sub.edit(key("pending", u.TaskID, u.UUID), func(*slacklinev1.Event) bool { return false })
+		}
+	}
+	for _, s := range r.Events {
+		if fw := c.frameworks[s.FrameworkID]; fw != nil {
+			fw.send(s.Event)
+		}
+	}
+	for _, cmd := range r.Commands {
+		if a := c.agents[cmd.AgentID]; a != nil {
+			a.send(cmd.Command)
+		}
+	}
+	if n := r.Counts; n != (core.Counts{}) {
+		c.metrics.offersSent.Add(float64(n.OffersSent))
+		c.metrics.offersRescinded.Add(float64(n.OffersRescinded))
+		c.metrics.revocableRescinded.Add(float64(n.RevocableRescinded))
+		c.metrics.inverseOffersSent.Add(float64(n.InverseOffersSent))
+	}
+	for _, al := range r.Strays {
+		c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
+	}
+	if r.Wake {
+		c.wake()
+	}
 }
 
-// markAllDirty asks for a full allocation pass. Caller holds c.mu.
-func (c *Coordinator) markAllDirty() {
-	c.dirtyAll = true
-	c.wake()
-}
+// markDirty records that an agent's free resources changed and wakes the
+// allocation loop. Caller holds c.mu.
+func (c *Coordinator) markDirty(agentID string) { c.deliver(c.core.MarkDirty(agentID)) }
 
 func (c *Coordinator) wake() {
 	select {
@@ -317,7 +332,7 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 			return ctx.Err()
 		case <-full.C:
 			c.mu.Lock()
-			c.dirtyAll = true
+			c.fullPass = true
 			c.mu.Unlock()
 		case <-c.kick:
 			if wait := c.cfg.AllocationBatch - time.Since(last); wait > 0 {
@@ -335,90 +350,24 @@ func (c *Coordinator) runAllocation(ctx context.Context) error {
 	}
 }
 
-// allocateOnce runs one allocation pass over the dirty agents (or all) and
-// sends the resulting offers. It takes c.mu.
+// allocateOnce runs one allocation pass over the dirty agents (or all)
+// and sends the resulting offers, then the inverse offers. It takes c.mu.
 func (c *Coordinator) allocateOnce() {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	var agentIDs []string
-	kind := "full"
-	if !c.dirtyAll {
-		if len(c.dirtyAgents) == 0 {
-			return
-		}
-		kind = "event"
-		agentIDs = make([]string, 0, len(c.dirtyAgents))
-		for id := range c.dirtyAgents {
-			agentIDs = append(agentIDs, id)
-		}
-	}
-	c.dirtyAll = false
-	clear(c.dirtyAgents)
-	now := c.cfg.Now()
+	full := c.fullPass
+	c.fullPass = false
 	start := time.Now()
-	allocations := c.alloc.Allocate(now, agentIDs)
-	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
-	// Inverse offers go after the offers, whose frameworks they may concern.
-	defer c.sendInverseOffers(now)
-	if len(allocations) == 0 {
+	r, pass := c.core.Allocate(c.cfg.Now(), full, c.drainingUsers())
+	if pass == core.NoPass {
 		return
 	}
-	byFramework := map[*framework][]*slacklinev1.Offer{}
-	for _, al := range allocations {
-		fw, a := c.frameworks[al.FrameworkID], c.agents[al.AgentID]
-		if fw == nil || a == nil || fw.sub == nil {
-			// The allocator and the coordinator disagree; give it back.
-			c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
-			c.release(al.FrameworkID, al.Role, al.AgentID, al.Resources, al.Revocable, 0, now)
-			continue
-		}
-		o := c.newOffer(fw, a, al.Role, al.Resources, al.Revocable, now)
-		byFramework[fw] = append(byFramework[fw], o.proto)
+	kind := "event"
+	if pass == core.FullPass {
+		kind = "full"
 	}
-	for fw, offers := range byFramework {
-		c.metrics.offersSent.Add(float64(len(offers)))
-		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{Offers: offers}}})
-	}
-}
-
-func (c *Coordinator) newOffer(fw *framework, a *agent, role string, res resources.Resources, revocable bool, now time.Time) *offer {
-	c.offerSeq++
-	id := fmt.Sprintf("%s-O%d", c.instanceID, c.offerSeq)
-	o := &offer{
-		id: id, frameworkID: fw.id(), agentID: a.id, role: role, resources: res, revocable: revocable, created: now,
-		proto: &slacklinev1.Offer{
-			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Resources: res.Proto(role, resources.Revocability(revocable)), Attributes: a.info.GetAttributes(),
-			Unavailability: unavailabilityOf(a),
-		},
-	}
-	c.offers[id] = o
-	put(&fw.offers, id, o)
-	a.offers[id] = o
-	return o
-}
-
-// removeOffer forgets an offer and gives its resources back to the
-// allocator with the given filter. Caller holds c.mu.
-func (c *Coordinator) removeOffer(o *offer, refuse time.Duration, now time.Time) {
-	delete(c.offers, o.id)
-	if fw := c.frameworks[o.frameworkID]; fw != nil {
-		delete(fw.offers, o.id)
-	}
-	if a := c.agents[o.agentID]; a != nil {
-		delete(a.offers, o.id)
-	}
-	c.release(o.frameworkID, o.role, o.agentID, o.resources, o.revocable, refuse, now)
-	c.markDirty(o.agentID)
-}
-
-// rescindOffer removes an offer and tells its framework. Caller holds c.mu.
-func (c *Coordinator) rescindOffer(o *offer, now time.Time) {
-	c.removeOffer(o, 0, now)
-	c.metrics.offersRescinded.Inc()
-	if fw := c.frameworks[o.frameworkID]; fw != nil {
-		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Rescind{Rescind: &slacklinev1.RescindEvent{OfferId: o.id}}})
-	}
+	c.metrics.allocationSeconds.WithLabelValues(kind).Observe(time.Since(start).Seconds())
+	c.deliver(r)
 }
 
 func (c *Coordinator) runTimers(ctx context.Context) error {
@@ -445,40 +394,29 @@ func (c *Coordinator) timerPeriod() time.Duration {
 	return max(p, 10*time.Millisecond)
 }
 
-// checkTimeouts marks silent agents unreachable, tears down frameworks past
-// their failover timeout and rescinds timed-out offers, visiting only what
-// may be due (liveness.go). It takes persistMu, c.mu.
+// checkTimeouts lets time pass in the core and applies what it decided
+// (tick): silent agents become unreachable, frameworks past their failover
+// timeout are torn down, timed-out offers are rescinded; and forgets
+// history when due. It takes persistMu, c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
 	now := c.cfg.Now()
-	writes := c.checkSilentAgents(now)
-	for _, fw := range c.frameworks {
-		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED && now.After(fw.failoverDeadline) {
-			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
-			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
-		}
-	}
+	writes := c.tick(now)
 	writes = append(writes, c.forgetHistoryWhenDue(now)...)
-	c.rescindTimedOutOffers(now)
 	c.mu.Unlock()
 	c.record(ctx, writes...)
 }
 
-// release gives resources back to the allocator's regular or revocable
-// pool. Caller holds c.mu.
-func (c *Coordinator) release(frameworkID, role, agentID string, r resources.Resources, revocable bool, refuse time.Duration, now time.Time) {
-	if revocable {
-		c.alloc.ReleaseRevocable(frameworkID, role, agentID, r, refuse, now)
-		return
-	}
-	c.alloc.Release(frameworkID, role, agentID, r, refuse, now)
+// addFramework registers a framework known but not connected with the
+// core. Caller holds c.mu.
+func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, deadline time.Time) {
+	c.core.AddFramework(frameworkSpec(info), deadline)
 }
 
-// addFramework registers a framework with the allocator, with its
-// revocable capability. Caller holds c.mu.
-func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, active bool) {
-	c.alloc.AddFramework(info.GetId(), info.GetRoles(), active)
-	c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
+// frameworkSpec is what the core knows of a framework.
+func frameworkSpec(info *slacklinev1.FrameworkInfo) core.FrameworkSpec {
+	return core.FrameworkSpec{ID: info.GetId(), Roles: info.GetRoles(), FailoverTimeout: failoverTimeout(info),
+		Revocable: hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES)}
 }

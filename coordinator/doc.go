@@ -20,19 +20,39 @@
 // timers (agent liveness, framework failover, offer timeouts) until its
 // context is cancelled; Close releases the store.
 //
-// # Handlers and domain operations
+// # The core and the shell
 //
-// RPC handlers are shells: decode, authorize, validate, call one domain
-// operation, encode. Registry changes are a pure plan from a value of the
-// current state (planRegistration, planSubscription, a maintenance
-// transition and planMaintenance), table-tested, that register, subscribe
-// and changeMaintenance persist and apply.
+// The state machine's pure part is package coordinator/core: the offer
+// book (the allocator, outstanding offers and inverse offers, filters,
+// revocable estimates, offer timeouts), agent liveness (the heartbeat
+// queue and pace, silent agents, agents not re-registered after a
+// restart) and the status update ledger (a framework's unacknowledged
+// updates, their bound and coalescing). Its methods take one event each,
+// with the time in the event, and return a core.Ready: the events for
+// frameworks' subscriptions and the commands for agents' streams, in
+// order, and what the shell applies to its own records after them (the
+// agents Tick found silent). It has no lock, no clock, no I/O and no
+// goroutine, and is tested by transcripts (core/testdata/*.txt).
+//
+// This package is the shell around it and still holds the rest of the
+// state: agent and framework records (states, sessions, subscriptions),
+// tasks and their history, registrations and subscriptions with their
+// registry records, the maintenance schedule and its transitions,
+// retention limits, authorization and the launch proofs. RPC handlers
+// decode, authorize, validate, call one domain operation and encode;
+// registry changes are a pure plan from a value of the current state
+// (planRegistration, planSubscription, a maintenance transition and
+// planMaintenance), table-tested, that register, subscribe and
+// changeMaintenance persist and apply. Bindings the core relies on (a
+// framework's principal, an agent's identity and hostname) are enforced
+// here before an event reaches it.
 //
 // # Locks and persistence
 //
-// Two mutexes, always taken in this order:
+// The coordinator's mutexes, always taken in this order (a later one is
+// never held while an earlier one is taken):
 //
-//   - persistMu orders the changes to framework records, the maintenance
+//  1. persistMu orders the changes to framework records, the maintenance
 //     state (answers to inverse offers included), weights and quota: a
 //     change holds it from its decision to its application, across the
 //     write, so that none slips in between (a teardown's record is never
@@ -43,16 +63,28 @@
 //     registration heal a stale agent record. The maintenance state is
 //     replaced and changed only under persistMu (and mu), so a holder of
 //     persistMu reads it without mu: a schedule is validated outside mu.
-//   - mu guards all in-memory state, the allocator and the maintenance state
+//  2. mu guards all in-memory state, the core (and so the allocator)
 //     included, for in-memory work only: never across a registry write, a
-//     stream Send or another blocking call. Events and commands go through
-//     per-stream queues (outbox) that never block and never drop: each
-//     stream's goroutine sends as fast as its peer reads, and what can be
-//     queued is bounded by state because entries coalesce (see flow.go).
-//     Keepalives (framework heartbeats, agent pings) follow one shared
-//     pulse per kind, not a timer per stream (outbox.go).
-//     Unexported methods expect mu held unless their comment says they
-//     take it.
+//     stream Send or another blocking call. Each core call's Ready is
+//     delivered (deliver) under mu, right after the call, by queueing its
+//     events and commands on the per-stream queues (outbox): a queue push
+//     never blocks and never drops, and doing it under mu keeps the order
+//     of effects across calls the order of the state changes. The sends
+//     themselves happen on each stream's goroutine, without mu, as fast as
+//     its peer reads; what can be queued is bounded by state because
+//     entries coalesce (see flow.go). Keepalives (framework heartbeats,
+//     agent pings) follow one shared pulse per kind, not a timer per
+//     stream (outbox.go). Unexported methods expect mu held unless their
+//     comment says they take it.
+//  3. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
+//     stream's goroutine to take.
+//  4. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
+//     joins or leaves the pulse, and alone by the pulse's timer.
+//
+// Three more are leaves, never held while another lock is taken:
+// bounds.mu (live subscriptions per caller; under mu or alone),
+// principalRates.mu (registration pacing; before mu) and offStack.mu (the
+// subscriber goroutine's queue of calls, which run without it).
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
@@ -61,7 +93,9 @@
 // Changes the coordinator decides itself (timeouts, a stream's end, a
 // teardown, agents shut down by maintenance) are applied first, under
 // persistMu, and recorded right after, even if the caller hung up (a
-// teardown answers after its write).
+// teardown answers after its write). The core writes no record: offers,
+// heartbeats and the update ledger live in memory and are rebuilt as
+// agents re-register and frameworks resubscribe.
 //
 // # Flow control and limits
 //
@@ -80,18 +114,22 @@
 //
 // # Allocation
 //
-// The allocator (package coordinator/allocator) is pure; the coordinator
-// calls it from one goroutine. Events that free or add resources (an agent
-// registering, an offer declined, a task ending, a framework reviving) mark
-// agents dirty and wake the allocation loop, which allocates only the dirty
-// agents: at once after a quiet spell, else Config.AllocationBatch after
-// the last pass, so that a burst of events is batched into one pass; a
-// full pass runs every Config.AllocationInterval as well.
+// The allocator (package coordinator/allocator) is pure and held by the
+// core; the allocation loop is one goroutine calling core.Allocate. Events
+// that free or add resources (an agent registering, an offer declined, a
+// task ending, a framework reviving) mark agents dirty in the core, whose
+// Ready asks to wake the allocation loop; the loop allocates only the
+// dirty agents (in id order): at once after a quiet spell, else
+// Config.AllocationBatch after the last pass, so that a burst of events is
+// batched into one pass; a full pass runs every Config.AllocationInterval
+// as well.
 //
 // # Maintenance and inverse offers
 //
 // The maintenance state machine is pure (package coordinator/maintenance);
-// this package applies it. The schedule and the DOWN machines are one
+// this package applies it, and the core makes, rescinds and answers the
+// inverse offers (core.SetMaintenance, core.SendInverseOffers,
+// core.AnswerInverseOffers). The schedule and the DOWN machines are one
 // record in store.BucketMaintenance, written before a change is applied
 // and loaded by New, so a restart keeps both (agents of DOWN machines stay
 // GONE).

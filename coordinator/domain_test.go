@@ -76,12 +76,12 @@ var errDiskFull = errors.New("disk full")
 
 // domain is a coordinator that is neither served nor run.
 type domain struct {
-	t  *testing.T
+	t  testing.TB
 	c  *Coordinator
 	st *memStore
 }
 
-func newDomain(t *testing.T) *domain {
+func newDomain(t testing.TB) *domain {
 	t.Helper()
 	st := newMemStore()
 	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return testNow }})
@@ -159,7 +159,7 @@ func (d *domain) connectFramework(info *slacklinev1.FrameworkInfo) (string, *sub
 // allocate runs one allocation pass.
 func (d *domain) allocate() {
 	d.c.mu.Lock()
-	d.c.dirtyAll = true
+	d.c.fullPass = true
 	d.c.mu.Unlock()
 	d.c.allocateOnce()
 }

@@ -27,8 +27,13 @@ import (
 // on until the other framework's calls are done, and those are checked for
 // completion (within a minute: liveness), not for speed.
 func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
+	t.Parallel()
 	cfg := fastConfig(t.TempDir())
 	cfg.Limits.MaxConcurrentCallsPerCaller = 2
+	// On loopback and the wall clock, beside a flood: the agent must not
+	// be found silent however slow the machine (this test is about
+	// fairness, not liveness).
+	cfg.AgentTimeout = time.Hour
 	tc := startCluster(t, cfg)
 	flooder := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "flooder"})
 	// The flooder takes no offers, so that the agent's go to the victim.

@@ -40,7 +40,7 @@ func queueCommand(s *agentSession, cmd *slacklinev1.AgentCommand) {
 // offer or inverse offer rescinded before its event was sent is taken out
 // of the event rather than followed by a rescind; a failure of an agent
 // already queued is not queued twice. An update with a uuid is never
-// superseded here (the framework acknowledges each; see admitUpdate), only
+// superseded here (the framework acknowledges each; see core.AddUpdate), only
 // queued once however often its agent sends it.
 func (s *subscription) queue(ev *slacklinev1.Event) {
 	switch e := ev.GetEvent().(type) {
@@ -101,84 +101,6 @@ func key(parts ...string) string {
 		b = append(b, p...)
 	}
 	return string(b)
-}
-
-// addPending keeps an agent's update until the framework acknowledges it
-// (once per uuid). Caller holds c.mu.
-func (fw *framework) addPending(st *slacklinev1.TaskStatus) {
-	pending := fw.pending[st.GetTaskId()]
-	if slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
-		return
-	}
-	put(&fw.pending, st.GetTaskId(), append(pending, st))
-	fw.pendingCount++
-}
-
-// ackPending forgets the update of a task with uuid and returns it; ok is
-// false when it is not pending. Caller holds c.mu.
-func (fw *framework) ackPending(taskID, uuid string) (st *slacklinev1.TaskStatus, ok bool) {
-	pending := fw.pending[taskID]
-	i := slices.IndexFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == uuid })
-	if i < 0 {
-		return nil, false
-	}
-	st = pending[i]
-	if pending = slices.Delete(pending, i, i+1); len(pending) == 0 {
-		delete(fw.pending, taskID)
-	} else {
-		fw.pending[taskID] = pending
-	}
-	if fw.pendingCount--; fw.pendingCount == 0 && len(fw.pending) == 0 {
-		// A map keeps the space of its largest size: give back what a
-		// burst of updates took.
-		fw.pending = nil
-	}
-	return st, true
-}
-
-func (fw *framework) clearPending() {
-	clear(fw.pending)
-	fw.pendingCount = 0
-}
-
-// admitUpdate decides whether an agent's update may join the framework's
-// unacknowledged ones (Limits.MaxPendingUpdatesPerFramework). At the limit,
-// the task's older unacknowledged updates, superseded by this one, are
-// coalesced: forgotten, taken out of the event queue if not sent yet, and
-// acknowledged to their agent on the framework's behalf. If the task has
-// none, the update is refused with ResourceExhausted and nothing changes:
-// the agent keeps it and sends it again later. Caller holds c.mu.
-func (c *Coordinator) admitUpdate(fw *framework, st *slacklinev1.TaskStatus) error {
-	limit := c.cfg.Limits.MaxPendingUpdatesPerFramework
-	pending := fw.pending[st.GetTaskId()]
-	if limit < 0 || fw.pendingCount < limit || slices.ContainsFunc(pending, func(p *slacklinev1.TaskStatus) bool { return p.GetUuid() == st.GetUuid() }) {
-		return nil
-	}
-	if len(pending) == 0 {
-		c.bounds.hit("pending_updates", "status update refused: the framework has as many unacknowledged updates as it may; the agent sends it again later",
-			"framework", fw.id(), "pending", fw.pendingCount)
-		return exhausted("framework %q has %d unacknowledged status updates, its limit: the update of task %q waits until the framework acknowledges some (send it again later)",
-			fw.id(), fw.pendingCount, st.GetTaskId())
-	}
-	c.bounds.hit("pending_updates", "unacknowledged status updates coalesced: a task's older updates were superseded by a newer one",
-		"framework", fw.id(), "task", st.GetTaskId())
-	for _, old := range pending {
-		if fw.sub != nil {
-			fw.sub.edit(key("pending", old.GetTaskId(), old.GetUuid()), func(*slacklinev1.Event) bool { return false })
-		}
-		if a := c.agents[old.GetAgentId()]; a != nil {
-			a.send(acknowledgeCommand(fw.id(), old.GetTaskId(), old.GetUuid()))
-		}
-	}
-	fw.pendingCount -= len(pending)
-	delete(fw.pending, st.GetTaskId())
-	return nil
-}
-
-func acknowledgeCommand(frameworkID, taskID, uuid string) *slacklinev1.AgentCommand {
-	return &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
-		FrameworkId: frameworkID, TaskId: taskID, Uuid: uuid,
-	}}}
 }
 
 // admitLaunch refuses, before anything changes, an Accept that would queue
@@ -292,7 +214,7 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		if a.state != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
 			continue
 		}
-		since := a.lastHeartbeat
+		since := c.core.LastHeartbeat(a.id)
 		if since.IsZero() {
 			since = c.startedAt // not heard from since a restart
 		}
@@ -304,6 +226,7 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_REMOVED,
 			"agent "+a.info.GetHostname()+" was unreachable for longer than the coordinator keeps agents", now)
 		c.forgetAgent(a)
+		c.core.ForgetAgent(a.id)
 		writes = append(writes, store.Delete(store.BucketAgents, a.id))
 	}
 	return writes

@@ -14,8 +14,10 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/protocol"
 )
 
 // next takes the oldest queued entry (the zero value when none is).
@@ -33,6 +35,7 @@ func drain[T any](o *outbox[T]) []T {
 }
 
 func TestOutbox(t *testing.T) {
+	t.Parallel()
 	t.Run("keeps order through growth and compaction, and an empty one holds no buffer", func(t *testing.T) {
 		o := newOutbox[int]()
 		next := 0
@@ -157,6 +160,7 @@ func describe(evs []*slacklinev1.Event) []string {
 }
 
 func TestSubscriptionCoalesces(t *testing.T) {
+	t.Parallel()
 	const (
 		running  = slacklinev1.TaskState_TASK_STATE_RUNNING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -214,19 +218,21 @@ func TestSubscriptionCoalesces(t *testing.T) {
 }
 
 func TestAgentCommandsCoalesce(t *testing.T) {
+	t.Parallel()
 	s := newOutbox[*slacklinev1.AgentCommand]()
 	for range 3 {
 		queueCommand(s, killTaskCommand("f", "t1"))
-		queueCommand(s, acknowledgeCommand("f", "t1", "u1"))
+		queueCommand(s, core.AcknowledgeCommand("f", "t1", "u1"))
 		queueCommand(s, shutdownFrameworkCommand("f"))
 	}
-	queueCommand(s, acknowledgeCommand("f", "t1", "u2"))
+	queueCommand(s, core.AcknowledgeCommand("f", "t1", "u2"))
 	if got := len(drain(s)); got != 4 {
 		t.Fatalf("%d commands queued, want 4 (kill, ack u1, shutdown, ack u2)", got)
 	}
 }
 
 func TestTruncateStatusMessage(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name, message string
 		limit         int
@@ -275,12 +281,13 @@ func (d *domain) update(agentID, frameworkID, taskID, uuid string, state slackli
 func (d *domain) acknowledge(fw *framework, taskID, uuid string) {
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
-	if _, ok := fw.ackPending(taskID, uuid); !ok {
+	if _, ok := d.c.core.Acknowledge(fw.id(), taskID, uuid); !ok {
 		d.t.Fatalf("no pending update %s of %s", uuid, taskID)
 	}
 }
 
 func TestPendingUpdatesLimit(t *testing.T) {
+	t.Parallel()
 	const (
 		running  = slacklinev1.TaskState_TASK_STATE_RUNNING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -320,8 +327,8 @@ func TestPendingUpdatesLimit(t *testing.T) {
 	if cmds := commands(d.agent(agentID)); len(cmds) != 1 || cmds[0].GetAcknowledge().GetUuid() != "t1-u1" {
 		t.Errorf("commands %v, want the acknowledgement of t1-u1", cmds)
 	}
-	if fw.pendingCount != 2 || len(fw.pending["t1"]) != 1 {
-		t.Fatalf("pending %v (%d)", fw.pending, fw.pendingCount)
+	if all, t1 := d.c.core.PendingCount(fw.id(), "t1"); all != 2 || t1 != 1 {
+		t.Fatalf("pending %d, of t1 %d; want 2 and 1", all, t1)
 	}
 	// An acknowledgement makes room.
 	d.acknowledge(fw, "t2", "t2-u1")
@@ -331,6 +338,7 @@ func TestPendingUpdatesLimit(t *testing.T) {
 }
 
 func TestWindowsRefuseFloodsUpFront(t *testing.T) {
+	t.Parallel()
 	d := newLimitedDomain(t, Limits{MaxQueuedCommandsPerAgent: 2, MaxQueuedEventsPerSubscription: 2, MaxSubscriptionsPerPrincipal: 1})
 	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
 	agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024"))
@@ -370,6 +378,7 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 }
 
 func TestHistoryIsBounded(t *testing.T) {
+	t.Parallel()
 	const (
 		staging  = slacklinev1.TaskState_TASK_STATE_STAGING
 		finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -433,9 +442,9 @@ func TestHistoryIsBounded(t *testing.T) {
 		d.c.mu.Lock()
 		a := d.c.agents[agentID]
 		d.c.markAgentUnreachable(a, testNow)
-		a.lastHeartbeat = testNow.Add(-30 * time.Minute)
+		d.c.core.Heartbeat(a.id, testNow.Add(-30*time.Minute))
 		kept := len(d.c.forgetHistory(testNow))
-		a.lastHeartbeat = testNow.Add(-2 * time.Hour)
+		d.c.core.Heartbeat(a.id, testNow.Add(-2*time.Hour))
 		writes := d.c.forgetHistory(testNow)
 		d.c.mu.Unlock()
 		d.c.persistMu.Unlock()
@@ -452,6 +461,7 @@ func TestHistoryIsBounded(t *testing.T) {
 // middle of its computation and checks that the coordinator's memory lock
 // is free meanwhile: other RPCs answer while a large schedule is validated.
 func TestScheduleValidatedOutsideMu(t *testing.T) {
+	t.Parallel()
 	d := newDomain(t)
 	entered, release := make(chan struct{}), make(chan struct{})
 	done := make(chan error, 1)
@@ -481,6 +491,7 @@ func TestScheduleValidatedOutsideMu(t *testing.T) {
 // each before run returns, that its goroutine ends once idle for
 // offStackIdle, and that a later call starts it again.
 func TestOffStack(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var o offStack
 		var mu sync.Mutex
@@ -518,4 +529,49 @@ func TestOffStack(t *testing.T) {
 		}
 		time.Sleep(offStackIdle) // the goroutine ends before the bubble does
 	})
+}
+
+// TestReconcileOf20000TasksDeliversEveryUpdate has four agents report
+// 20,000 RUNNING tasks and the framework reconcile them all at once: the
+// subscription holds all 20,000 answers and is not cut (the event queue
+// used to overflow at 16,384 and end the subscription).
+func TestReconcileOf20000TasksDeliversEveryUpdate(t *testing.T) {
+	t.Parallel()
+	const agents, perAgent = 4, 5000
+	d := newDomain(t)
+	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
+	for a := range agents {
+		tasks := make([]*slacklinev1.AgentTask, perAgent)
+		for i := range tasks {
+			tasks[i] = agentTask(id, fmt.Sprintf("t%d-%d", a, i), "cpus:0.01;mem:8", slacklinev1.TaskState_TASK_STATE_RUNNING)
+		}
+		d.mustRegister(registerRequest("", fmt.Sprint("host-", a), "cpus:64;mem:65536", tasks...))
+	}
+	events(sub)
+	req := connect.NewRequest(&slacklinev1.ReconcileRequest{FrameworkId: id})
+	req.Header().Set(protocol.StreamIDHeader, sub.id)
+	if _, err := (schedulerService{d.c}).Reconcile(context.Background(), req); err != nil {
+		t.Fatal(err)
+	}
+	answered := map[string]bool{}
+	var delivered int
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	// The subscription's stream loop, with a send that counts.
+	err := sub.serve(ctx, heartbeatEvent, d.c.frameworkHeartbeats, func(ev *slacklinev1.Event) error {
+		st := ev.GetUpdate().GetStatus()
+		if st.GetReason() == slacklinev1.Reason_REASON_RECONCILIATION && st.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+			answered[st.GetTaskId()] = true
+		}
+		if delivered++; delivered == agents*perAgent {
+			cancel()
+		}
+		return nil
+	})
+	if !errors.Is(err, context.Canceled) || sub.hasEnded() {
+		t.Fatalf("serve: %v (ended %v) after %d events", err, sub.hasEnded(), delivered)
+	}
+	if len(answered) != agents*perAgent {
+		t.Fatalf("%d of %d tasks answered", len(answered), agents*perAgent)
+	}
 }

@@ -5,9 +5,11 @@ import (
 	"errors"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"sync"
 	"testing"
 	"time"
 
@@ -20,18 +22,23 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
-// testCluster is a real coordinator served over real HTTP/2 on loopback,
-// driven through the public services.
+// testCluster is a real coordinator served over HTTP, driven through the
+// public services: on loopback (startCluster) or in memory (startCluster
+// inside a synctest bubble: connections are net.Pipe pairs, so that the
+// bubble's fake clock drives every timer and the test is exact).
 type testCluster struct {
 	t        *testing.T
 	c        *Coordinator
 	srv      *httptest.Server
+	url      string
 	workDir  string
 	cancel   context.CancelFunc
 	done     chan error
 	client   *http.Client
 	opts     []connect.ClientOption
 	operator slacklinev1connect.OperatorServiceClient
+	// closeServer ends an in-memory server and its connections.
+	closeServer func()
 }
 
 func fastConfig(dir string) Config {
@@ -47,6 +54,7 @@ func fastConfig(dir string) Config {
 	}
 }
 
+// startCluster serves a coordinator over real HTTP/2 on loopback.
 func startCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *testCluster {
 	t.Helper()
 	c, err := New(cfg)
@@ -59,13 +67,90 @@ func startCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *testC
 	srv.Config.Protocols.SetHTTP1(true)
 	srv.Config.Protocols.SetUnencryptedHTTP2(true)
 	srv.Start()
-	ctx, cancel := context.WithCancel(context.Background())
-	tc := &testCluster{t: t, c: c, srv: srv, workDir: cfg.WorkDir, cancel: cancel, done: make(chan error, 1), client: server.NewClient(), opts: opts}
-	go func() { tc.done <- c.Run(ctx) }()
-	tc.operator = slacklinev1connect.NewOperatorServiceClient(tc.client, srv.URL, opts...)
-	t.Cleanup(tc.stop)
+	tc := &testCluster{t: t, c: c, srv: srv, url: srv.URL, workDir: cfg.WorkDir, client: server.NewClient(), opts: opts}
+	tc.run()
 	return tc
 }
+
+func (tc *testCluster) run() {
+	ctx, cancel := context.WithCancel(context.Background())
+	tc.cancel, tc.done = cancel, make(chan error, 1)
+	go func() { tc.done <- tc.c.Run(ctx) }()
+	tc.operator = slacklinev1connect.NewOperatorServiceClient(tc.client, tc.url, tc.opts...)
+	tc.t.Cleanup(tc.stop)
+}
+
+// startPipeCluster serves a coordinator over HTTP on in-memory
+// connections (net.Pipe), for tests that run in a synctest bubble: its
+// timers, the agents' heartbeats and the tests' deadlines all follow the
+// bubble's fake clock, which moves only when every goroutine waits.
+func startPipeCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *testCluster {
+	t.Helper()
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l := newPipeListener()
+	srv := &http.Server{Handler: c.Handler(), Protocols: new(http.Protocols)}
+	srv.Protocols.SetHTTP1(true)
+	srv.Protocols.SetUnencryptedHTTP2(true)
+	go srv.Serve(l)
+	client := server.NewClient()
+	client.Transport.(*http.Transport).DialContext = l.dial
+	tc := &testCluster{t: t, c: c, url: "http://coordinator.test", workDir: cfg.WorkDir, client: client, opts: opts,
+		closeServer: func() {
+			srv.Close()
+			client.CloseIdleConnections()
+		}}
+	tc.run()
+	return tc
+}
+
+// pipeListener is an in-memory net.Listener whose connections are the
+// server ends of net.Pipe pairs made by dial.
+type pipeListener struct {
+	conns chan net.Conn
+	done  chan struct{}
+	once  sync.Once
+}
+
+func newPipeListener() *pipeListener {
+	return &pipeListener{conns: make(chan net.Conn), done: make(chan struct{})}
+}
+
+func (l *pipeListener) Accept() (net.Conn, error) {
+	select {
+	case c := <-l.conns:
+		return c, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	}
+}
+
+func (l *pipeListener) Close() error {
+	l.once.Do(func() { close(l.done) })
+	return nil
+}
+
+func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
+
+// dial connects to the listener.
+func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
+	client, srv := net.Pipe()
+	select {
+	case l.conns <- srv:
+		return client, nil
+	case <-l.done:
+		return nil, net.ErrClosed
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+type pipeAddr struct{}
+
+func (pipeAddr) Network() string { return "pipe" }
+func (pipeAddr) String() string  { return "pipe" }
 
 // stop shuts the coordinator down (idempotent).
 func (tc *testCluster) stop() {
@@ -77,9 +162,19 @@ func (tc *testCluster) stop() {
 	if err := <-tc.done; err != nil {
 		tc.t.Errorf("Run: %v", err)
 	}
-	tc.srv.CloseClientConnections()
-	tc.srv.Close()
+	if tc.srv != nil {
+		tc.srv.CloseClientConnections()
+		tc.srv.Close()
+	} else {
+		tc.closeServer()
+	}
 	tc.c.Close()
+	if tc.srv == nil {
+		// In a bubble (fake time, no wait): the subscriber goroutine
+		// (offStack) ends after offStackIdle without calls; every goroutine
+		// must end before the bubble does.
+		time.Sleep(offStackIdle + time.Second)
+	}
 }
 
 // testAgent speaks the AgentService protocol by hand.
@@ -98,7 +193,7 @@ func (tc *testCluster) registerAgent(hostname, res string, tasks ...*slacklinev1
 
 func (tc *testCluster) registerAgentWithID(id, hostname, res string, tasks ...*slacklinev1.AgentTask) *testAgent {
 	tc.t.Helper()
-	client := slacklinev1connect.NewAgentServiceClient(tc.client, tc.srv.URL, tc.opts...)
+	client := slacklinev1connect.NewAgentServiceClient(tc.client, tc.url, tc.opts...)
 	resp, err := client.Register(context.Background(), connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
 		AgentInfo:       &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", resources.Regular)},
@@ -186,7 +281,7 @@ func (tc *testCluster) subscribe(info *slacklinev1.FrameworkInfo) *testFramework
 }
 
 func (tc *testCluster) trySubscribe(info *slacklinev1.FrameworkInfo) (*testFramework, error) {
-	client := slacklinev1connect.NewSchedulerServiceClient(tc.client, tc.srv.URL, tc.opts...)
+	client := slacklinev1connect.NewSchedulerServiceClient(tc.client, tc.url, tc.opts...)
 	ctx, cancel := context.WithCancel(context.Background())
 	stream, err := client.Subscribe(ctx, connect.NewRequest(&slacklinev1.SubscribeRequest{FrameworkInfo: info}))
 	if err != nil {
@@ -310,7 +405,7 @@ func refuse(seconds float64) *slacklinev1.Filters {
 func connectCode(err error) connect.Code { return connect.CodeOf(err) }
 
 func newAgentClient(tc *testCluster) slacklinev1connect.AgentServiceClient {
-	return slacklinev1connect.NewAgentServiceClient(tc.client, tc.srv.URL, tc.opts...)
+	return slacklinev1connect.NewAgentServiceClient(tc.client, tc.url, tc.opts...)
 }
 
 func nan() float64 { var zero float64; return zero / zero }

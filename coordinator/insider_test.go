@@ -97,8 +97,8 @@ func TestOneAgentPerHost(t *testing.T) {
 	if second == first {
 		t.Fatal("the second registration got the first's id")
 	}
-	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.inAllocator || len(a.tasks) != 0 {
-		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, a.inAllocator, len(a.tasks))
+	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || len(a.tasks) != 0 {
+		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, d.c.core.InAllocator(first), len(a.tasks))
 	}
 	if !firstSession.hasEnded() {
 		t.Fatal("the first agent's session did not end")

@@ -13,121 +13,68 @@ import (
 // tick, delaying the offers of the allocation loop; so each check visits
 // only what may be due:
 //
-//   - silent agents: agents in the order of their last heartbeat
-//     (heartbeatQueue), so the check looks at the oldest ones only;
+//   - silent agents: the core keeps agents in the order of their last
+//     heartbeat and looks at the oldest ones only (core/liveness.go);
 //   - agents that never re-registered after a restart: one sweep, once
 //     Config.AgentReregisterTimeout has passed (no agent becomes
 //     RECOVERING afterwards);
-//   - timed-out offers, forgotten frameworks and gone agents: a sweep
-//     every eighth of the offer timeout, and every historyInterval, so a
-//     timed-out offer is rescinded at most an eighth of the timeout late
-//     and the retention limits hold within a minute.
+//   - timed-out offers: the core's Tick sweeps them every eighth of the
+//     offer timeout, so one is rescinded at most an eighth of it late;
+//   - forgotten frameworks and gone agents: a sweep every
+//     historyInterval, so the retention limits hold within a minute.
 
 // historyInterval is the longest time between two sweeps of the
 // completed frameworks and gone agents (forgetHistory).
 const historyInterval = time.Minute
 
-// heartbeatQueue orders agents by their last heartbeat, oldest first: an
-// intrusive doubly-linked list (agent.hbPrev, agent.hbNext), so that a
-// heartbeat moves its agent to the back in O(1). The order is that of the
-// heartbeats' arrival, which is the order of their times as long as
-// Config.Now does not go backwards. An agent leaves it when found silent;
-// an agent forgotten meanwhile is dropped when it reaches the front.
-type heartbeatQueue struct {
-	front, back *agent
-	n           int // agents in the queue
-}
-
-// touch records a heartbeat of a at now: a moves to the back.
-func (q *heartbeatQueue) touch(a *agent, now time.Time) {
-	a.lastHeartbeat = now
-	q.remove(a)
-	a.hbQueued = true
-	q.n++
-	a.hbPrev = q.back
-	if q.back != nil {
-		q.back.hbNext = a
-	} else {
-		q.front = a
-	}
-	q.back = a
-}
-
-// remove takes a out of the queue, if it is in.
-func (q *heartbeatQueue) remove(a *agent) {
-	if !a.hbQueued {
-		return
-	}
-	if a.hbPrev != nil {
-		a.hbPrev.hbNext = a.hbNext
-	} else {
-		q.front = a.hbNext
-	}
-	if a.hbNext != nil {
-		a.hbNext.hbPrev = a.hbPrev
-	} else {
-		q.back = a.hbPrev
-	}
-	a.hbPrev, a.hbNext, a.hbQueued = nil, nil, false
-	q.n--
-}
-
 // heartbeat records that agent a was heard from at now. Caller holds c.mu.
-func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.heartbeats.touch(a, now) }
+func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.core.Heartbeat(a.id, now) }
 
 // agentHeartbeatInterval is the interval to tell an agent at now, for the
-// agents heartbeating now (heartbeatPace). Caller holds c.mu.
+// agents heartbeating now (core.HeartbeatInterval). Caller holds c.mu.
 func (c *Coordinator) agentHeartbeatInterval(now time.Time) time.Duration {
-	if c.pace.update(c.heartbeats.n, now) {
+	p := c.core.HeartbeatInterval(now)
+	if p.Changed {
 		c.log.Info("agent heartbeat interval changed to keep heartbeats within their budget",
-			"interval", c.pace.interval, "agents", c.heartbeats.n, "max_rate", c.cfg.MaxAgentHeartbeatRate, "timeout", c.pace.silence(now))
+			"interval", p.Interval, "agents", p.Agents, "max_rate", c.cfg.MaxAgentHeartbeatRate, "timeout", p.Timeout)
 	}
-	return c.pace.interval
+	return p.Interval
 }
 
-// checkSilentAgents marks UNREACHABLE the ACTIVE agents silent for longer
-// than the timeout in effect (Config.AgentTimeout at the base heartbeat
-// interval, see heartbeatPace), visiting only those, and, once, the agents
-// that did not re-register within Config.AgentReregisterTimeout of a
-// restart. It returns the registry writes. Caller holds c.mu.
-func (c *Coordinator) checkSilentAgents(now time.Time) []store.Mutation {
+// tick lets time pass in the core and applies what it decided: its sends
+// (the rescinds of timed-out offers and of lost agents' offers) first,
+// then the ACTIVE agents it found silent become UNREACHABLE
+// (markAgentUnreachable), the agents that did not re-register after a
+// restart UNREACHABLE too, and the DISCONNECTED frameworks past their
+// failover timeout are torn down. It returns the registry writes. Caller
+// holds persistMu (a teardown) and c.mu.
+func (c *Coordinator) tick(now time.Time) []store.Mutation {
+	r := c.core.Tick(now)
+	c.deliver(r)
 	var writes []store.Mutation
-	timeout := c.pace.silence(now)
-	for a := c.heartbeats.front; a != nil && now.Sub(a.lastHeartbeat) > timeout; a = c.heartbeats.front {
-		c.heartbeats.remove(a)
-		if c.agents[a.id] != a || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-			continue // forgotten or no longer active; a registration queues it again
+	for _, lost := range r.Lost {
+		a := c.agents[lost.AgentID]
+		if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+			continue
 		}
-		c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", now.Sub(a.lastHeartbeat).Round(time.Millisecond))
+		c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", lost.Silent.Round(time.Millisecond))
 		c.markAgentUnreachable(a, now)
 		writes = append(writes, a.record())
 	}
-	if !c.recoveryChecked && now.Sub(c.startedAt) > c.cfg.AgentReregisterTimeout {
-		c.recoveryChecked = true
-		for _, a := range c.agents {
-			if a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
-				c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
-				a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-				writes = append(writes, a.record())
-			}
+	for _, id := range r.NotReregistered {
+		if a := c.agents[id]; a != nil && a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+			c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
+			a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
+			writes = append(writes, a.record())
+		}
+	}
+	for _, id := range r.Expired {
+		if fw := c.frameworks[id]; fw != nil && fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
+			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
+			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
 		}
 	}
 	return writes
-}
-
-// rescindTimedOutOffers rescinds the offers outstanding for longer than
-// Config.OfferTimeout, sweeping them every eighth of the timeout. Caller
-// holds c.mu.
-func (c *Coordinator) rescindTimedOutOffers(now time.Time) {
-	if c.cfg.OfferTimeout <= 0 || now.Before(c.nextOfferSweep) {
-		return
-	}
-	c.nextOfferSweep = now.Add(c.cfg.OfferTimeout / 8)
-	for _, o := range c.offers {
-		if now.Sub(o.created) > c.cfg.OfferTimeout {
-			c.rescindOffer(o, now)
-		}
-	}
 }
 
 // forgetHistoryWhenDue runs forgetHistory every historyInterval (an eighth

@@ -1,68 +1,18 @@
 package coordinator
 
 import (
+	"slices"
 	"testing"
 	"time"
 
-	"github.com/google/go-cmp/cmp"
-
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
-
-func TestHeartbeatQueue(t *testing.T) {
-	agents := map[string]*agent{"a": {id: "a"}, "b": {id: "b"}, "c": {id: "c"}}
-	order := func(q *heartbeatQueue) []string {
-		var ids []string
-		for a := q.front; a != nil; a = a.hbNext {
-			ids = append(ids, a.id)
-		}
-		var back []string
-		for a := q.back; a != nil; a = a.hbPrev {
-			back = append([]string{a.id}, back...)
-		}
-		if !cmp.Equal(ids, back) {
-			t.Fatalf("front to back %v, back to front %v", ids, back)
-		}
-		return ids
-	}
-	tests := []struct {
-		name string
-		ops  []string // "+x": heartbeat of x, "-x": remove x
-		want []string
-	}{
-		{"in arrival order", []string{"+a", "+b", "+c"}, []string{"a", "b", "c"}},
-		{"a heartbeat moves to the back", []string{"+a", "+b", "+c", "+a"}, []string{"b", "c", "a"}},
-		{"the back heartbeats again", []string{"+a", "+b", "+b"}, []string{"a", "b"}},
-		{"remove the middle", []string{"+a", "+b", "+c", "-b"}, []string{"a", "c"}},
-		{"remove the ends", []string{"+a", "+b", "+c", "-a", "-c"}, []string{"b"}},
-		{"remove all, then add", []string{"+a", "-a", "-a", "+c"}, []string{"c"}},
-		{"remove what is not queued", []string{"-b", "+a"}, []string{"a"}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			for _, a := range agents {
-				*a = agent{id: a.id}
-			}
-			var q heartbeatQueue
-			for i, op := range tt.ops {
-				a := agents[op[1:]]
-				if op[0] == '+' {
-					q.touch(a, testNow.Add(time.Duration(i)*time.Second))
-				} else {
-					q.remove(a)
-				}
-			}
-			if got := order(&q); !cmp.Equal(got, tt.want) {
-				t.Errorf("order %v, want %v", got, tt.want)
-			}
-		})
-	}
-}
 
 // TestSilentAgents: an agent silent for longer than AgentTimeout becomes
 // UNREACHABLE, one that heartbeat meanwhile stays ACTIVE, and the check
 // leaves the queue holding only the agents still active.
 func TestSilentAgents(t *testing.T) {
+	t.Parallel()
 	d := newDomain(t)
 	now := testNow
 	d.c.cfg.Now = func() time.Time { return now }
@@ -75,7 +25,7 @@ func TestSilentAgents(t *testing.T) {
 		now = testNow.Add(at)
 		d.c.mu.Lock()
 		defer d.c.mu.Unlock()
-		return len(d.c.checkSilentAgents(now))
+		return len(d.c.tick(now))
 	}
 
 	d.c.mu.Lock()
@@ -96,18 +46,63 @@ func TestSilentAgents(t *testing.T) {
 			t.Errorf("%s is %v, want %v", host, got, want)
 		}
 	}
-	if q := d.c.heartbeats; q.front != d.c.agents[ids["host-b"]] || q.back != q.front {
-		t.Errorf("queue should hold host-b only")
+	if q := d.c.core.Heartbeating(); !slices.Equal(q, []string{ids["host-b"]}) {
+		t.Errorf("queue %v should hold host-b only", q)
 	}
 	if n := check(20*time.Second + d.c.cfg.AgentTimeout + time.Second); n != 1 || state("host-b") != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE {
 		t.Fatalf("%d writes, host-b %v: want host-b unreachable", n, state("host-b"))
 	}
-	if d.c.heartbeats.front != nil {
-		t.Errorf("queue not empty once every agent is unreachable")
+	if q := d.c.core.Heartbeating(); len(q) != 0 {
+		t.Errorf("queue %v not empty once every agent is unreachable", q)
 	}
 	// Registering again queues the agent again.
 	d.mustRegister(registerRequest(ids["host-a"], "host-a", "cpus:1;mem:128"))
-	if d.c.heartbeats.front != d.c.agents[ids["host-a"]] || state("host-a") != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+	if q := d.c.core.Heartbeating(); !slices.Equal(q, []string{ids["host-a"]}) || state("host-a") != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 		t.Errorf("re-registered host-a is %v and not queued", state("host-a"))
+	}
+}
+
+// TestHeartbeatIntervalGrowsWithTheCluster: the coordinator tells agents a
+// longer interval once they exceed its heartbeat budget, in registration
+// and in heartbeat answers, and gives them the longer timeout.
+func TestHeartbeatIntervalGrowsWithTheCluster(t *testing.T) {
+	t.Parallel()
+	st := newMemStore()
+	now := testNow
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return now },
+		AgentHeartbeatInterval: time.Second, AgentTimeout: 3 * time.Second, MaxAgentHeartbeatRate: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &domain{t: t, c: c, st: st}
+	var ids []string
+	for _, host := range []string{"host-a", "host-b", "host-c", "host-d"} {
+		ids = append(ids, d.mustRegister(registerRequest("", host, "cpus:1;mem:128")))
+	}
+	c.mu.Lock()
+	got := c.agentHeartbeatInterval(now)
+	c.mu.Unlock()
+	if got != 4*time.Second {
+		t.Fatalf("4 agents at 1 heartbeat a second: interval %v, want 4s", got)
+	}
+	// Silent for 10 s: over the base timeout (3 s), within 4 intervals' worth (12 s).
+	now = testNow.Add(10 * time.Second)
+	c.mu.Lock()
+	c.heartbeat(c.agents[ids[0]], now)
+	now = testNow.Add(13 * time.Second)
+	writes := c.tick(now)
+	c.mu.Unlock()
+	if len(writes) != 3 {
+		t.Fatalf("%d agents unreachable after 13 s at a 12 s timeout, want 3 (all but host-a)", len(writes))
+	}
+	if s := c.agents[ids[0]].state; s != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+		t.Errorf("host-a, heard from at 10 s, is %v", s)
+	}
+	// One agent left heartbeating: the interval shrinks back to the base.
+	c.mu.Lock()
+	got = c.agentHeartbeatInterval(now)
+	c.mu.Unlock()
+	if got != time.Second {
+		t.Errorf("1 agent: interval %v, want the base 1s", got)
 	}
 }

@@ -146,6 +146,7 @@ func waitClosed(t testing.TB, ch <-chan struct{}, timeout time.Duration, what fu
 // fixed-size command queue used to overflow, end the agent's session and
 // lose most of them).
 func TestOneAcceptOf3000TasksAllRun(t *testing.T) {
+	t.Parallel()
 	const tasks = 3000
 	took := launchInOneAccept(t, tasks)
 	t.Logf("%d tasks RUNNING %v after subscribing (%.0f tasks/s)", tasks, took.Round(time.Millisecond), tasks/took.Seconds())
@@ -187,45 +188,6 @@ func launchInOneAccept(t testing.TB, n int) time.Duration {
 	return took
 }
 
-// TestReconcileOf20000TasksDeliversEveryUpdate runs 20,000 tasks on four
-// simulated agents and reconciles them all at once: the framework gets
-// 20,000 answers (the event queue used to overflow at 16,384 and cut the
-// subscription).
-func TestReconcileOf20000TasksDeliversEveryUpdate(t *testing.T) {
-	const agents, perAgent = 4, 5000
-	url := startSimCluster(t, coordinator.Config{}, agents, "cpus:64;mem:65536")
-	tally := newTaskTally(agents * perAgent)
-	var mu sync.Mutex
-	answers := map[string]bool{}
-	allAnswered := make(chan struct{})
-	fw := launcher(t, url, agents, perAgent, "cpus:0.01;mem:8", tally, func(st *slacklinev1.TaskStatus) {
-		if st.GetReason() != slacklinev1.Reason_REASON_RECONCILIATION {
-			return
-		}
-		mu.Lock()
-		defer mu.Unlock()
-		answers[st.GetTaskId()] = true
-		if len(answers) == agents*perAgent {
-			close(allAnswered)
-		}
-	})
-	waitClosed(t, tally.running, 3*time.Minute, func() string {
-		tally.mu.Lock()
-		defer tally.mu.Unlock()
-		return fmt.Sprintf("states %v, unexpected %q", tally.states, tally.bad)
-	})
-	start := time.Now()
-	if err := fw.Reconcile(context.Background(), nil); err != nil {
-		t.Fatal(err)
-	}
-	waitClosed(t, allAnswered, time.Minute, func() string {
-		mu.Lock()
-		defer mu.Unlock()
-		return fmt.Sprintf("%d of %d tasks answered", len(answers), agents*perAgent)
-	})
-	t.Logf("%d reconciliation answers in %v", agents*perAgent, time.Since(start).Round(time.Millisecond))
-}
-
 // TestLongStatusMessagesAreBounded has an agent (the protocol by hand)
 // report 3,000 tasks RUNNING, each with a 100 KB message, to a framework
 // that does not acknowledge them: the coordinator keeps every update, each
@@ -234,7 +196,10 @@ func TestReconcileOf20000TasksDeliversEveryUpdate(t *testing.T) {
 func TestLongStatusMessagesAreBounded(t *testing.T) {
 	const tasks, messageBytes = 3000, 100 << 10
 	addr := agenttest.NewTCP(t)
-	agenttest.StartCoordinator(t, coordinator.Config{Logger: quiet}, addr)
+	// The agent here speaks the protocol by hand and never heartbeats: a
+	// timeout longer than the test, however slow the machine, keeps its
+	// session (this test is about memory, not liveness).
+	agenttest.StartCoordinator(t, coordinator.Config{Logger: quiet, AgentTimeout: time.Hour}, addr)
 	url := "http://" + addr.Addr
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -13,10 +13,10 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/resources"
 )
 
 // maintenanceKey is the key of the maintenance record in
@@ -25,16 +25,6 @@ const maintenanceKey = "state"
 
 // maxMachinesPerCall bounds StartMaintenance and StopMaintenance requests.
 const maxMachinesPerCall = 10000
-
-// inverseOffer is an outstanding inverse offer: a request to a framework to
-// leave a whole agent before its machine's unavailability.
-type inverseOffer struct {
-	id          string
-	frameworkID string
-	agentID     string
-	machine     maintenance.Machine
-	proto       *slacklinev1.InverseOffer
-}
 
 // agentMaintenance is an agent's place in the maintenance schedule.
 type agentMaintenance struct {
@@ -63,15 +53,10 @@ func lookupMachine(st *maintenance.State, info *slacklinev1.AgentInfo) agentMain
 	return am
 }
 
-// setAgentMaintenance records an agent's place in the schedule and keeps
-// the set of draining agents. Caller holds c.mu.
-func (c *Coordinator) setAgentMaintenance(a *agent, am agentMaintenance) {
-	a.maint = am
-	if am.mode == maintenance.ModeDraining && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-		c.drainingAgents[a.id] = struct{}{}
-	} else {
-		delete(c.drainingAgents, a.id)
-	}
+// coreMaintenance is what the core knows of an agent's place in the
+// schedule.
+func (m agentMaintenance) core() core.Maintenance {
+	return core.Maintenance{Mode: m.mode, Machine: m.machine, Unavailability: m.unavailability}
 }
 
 // downMachineError refuses the registration of an agent on a DOWN machine.
@@ -174,24 +159,19 @@ func (c *Coordinator) installMaintenance(next *maintenance.State, reason string,
 	var writes []store.Mutation
 	for _, ch := range planMaintenance(c.agents, next) {
 		a, before := ch.agent, ch.agent.maint
-		c.setAgentMaintenance(a, ch.after)
-		for _, o := range a.offers {
-			c.rescindOffer(o, now)
-		}
-		c.rescindInverseOffers(a)
-		clear(a.inverseRefuse)
+		a.maint = ch.after
+		c.deliver(c.core.SetMaintenance(a.id, ch.after.core(), now))
 		switch ch.action {
 		case actionShutdown:
 			writes = append(writes, c.shutdownAgent(a, ch.after.machine, reason, now))
 		case actionForget:
 			c.log.Info("machine is UP: its agent may register again", "agent", a.id, "machine", before.machine.String())
 			c.forgetAgent(a)
-			delete(c.drainingAgents, a.id)
+			c.core.ForgetAgent(a.id)
 			writes = append(writes, store.Delete(store.BucketAgents, a.id))
 		}
-		c.markDirty(a.id)
 	}
-	c.sendInverseOffers(now)
+	c.deliver(c.core.SendInverseOffers(now, c.drainingUsers()))
 	return writes
 }
 
@@ -220,112 +200,37 @@ func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason stri
 // allocator. Its session, if any, is the caller's business. Caller holds
 // c.mu.
 func (c *Coordinator) retireAgent(a *agent, state slacklinev1.TaskState, reason slacklinev1.Reason, msg string, now time.Time) {
-	for _, o := range a.offers {
-		c.rescindOffer(o, now)
-	}
-	c.rescindInverseOffers(a)
+	c.deliver(c.core.WithdrawAgent(a.id, now))
 	for key, t := range a.tasks {
 		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
 	}
-	if a.inAllocator {
-		c.alloc.RemoveAgent(a.id)
-		a.inAllocator = false
-	}
+	c.deliver(c.core.RemoveAgent(a.id))
 	a.state = slacklinev1.AgentState_AGENT_STATE_GONE
-	delete(c.drainingAgents, a.id)
 }
 
-// unavailabilityOf returns what an offer on a carries. Caller holds c.mu.
-func unavailabilityOf(a *agent) *slacklinev1.Unavailability {
-	if a.maint.mode != maintenance.ModeDraining {
+// drainingUsers returns, for each active agent on a draining machine, the
+// frameworks with tasks there: with those with offers there, the users an
+// inverse offer goes to (core.SendInverseOffers). Caller holds c.mu.
+func (c *Coordinator) drainingUsers() map[string][]string {
+	draining := c.core.Draining()
+	if len(draining) == 0 {
 		return nil
 	}
-	return a.maint.unavailability
-}
-
-// sendInverseOffers sends an inverse offer for each draining agent to each
-// connected framework that has tasks or offers there, unless it has one
-// outstanding or answered the last one with a filter that has not expired.
-// Caller holds c.mu.
-func (c *Coordinator) sendInverseOffers(now time.Time) {
-	if len(c.drainingAgents) == 0 {
-		return
-	}
-	byFramework := map[*framework][]*slacklinev1.InverseOffer{}
-	for id := range c.drainingAgents {
+	out := make(map[string][]string, len(draining))
+	for _, id := range draining {
 		a := c.agents[id]
 		if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 			continue
 		}
-		users := map[string]bool{}
+		seen := map[string]bool{}
 		for key := range a.tasks {
-			users[key.frameworkID] = true
-		}
-		for _, o := range a.offers {
-			users[o.frameworkID] = true
-		}
-		for fid := range users {
-			fw := c.frameworks[fid]
-			if fw == nil || fw.sub == nil || a.inverse[fid] != nil || now.Before(a.inverseRefuse[fid]) {
-				continue
+			if !seen[key.frameworkID] {
+				seen[key.frameworkID] = true
+				out[id] = append(out[id], key.frameworkID)
 			}
-			io := c.newInverseOffer(fw, a)
-			byFramework[fw] = append(byFramework[fw], io.proto)
 		}
 	}
-	for fw, offers := range byFramework {
-		c.metrics.inverseOffersSent.Add(float64(len(offers)))
-		fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Offers{Offers: &slacklinev1.OffersEvent{InverseOffers: offers}}})
-	}
-}
-
-func (c *Coordinator) newInverseOffer(fw *framework, a *agent) *inverseOffer {
-	c.offerSeq++
-	id := fmt.Sprintf("%s-I%d", c.instanceID, c.offerSeq)
-	io := &inverseOffer{
-		id: id, frameworkID: fw.id(), agentID: a.id, machine: a.maint.machine,
-		proto: &slacklinev1.InverseOffer{
-			Id: id, FrameworkId: fw.id(), AgentId: a.id, Hostname: a.info.GetHostname(),
-			Unavailability: a.maint.unavailability, Resources: a.total.Proto("", resources.Regular),
-		},
-	}
-	c.inverseOffers[id] = io
-	put(&fw.inverseOffers, id, io)
-	a.inverse[fw.id()] = io
-	return io
-}
-
-// removeInverseOffer forgets an inverse offer without telling its
-// framework. Caller holds c.mu.
-func (c *Coordinator) removeInverseOffer(io *inverseOffer) {
-	delete(c.inverseOffers, io.id)
-	if fw := c.frameworks[io.frameworkID]; fw != nil {
-		delete(fw.inverseOffers, io.id)
-	}
-	if a := c.agents[io.agentID]; a != nil && a.inverse[io.frameworkID] == io {
-		delete(a.inverse, io.frameworkID)
-	}
-}
-
-// rescindInverseOffers withdraws the outstanding inverse offers for an
-// agent and tells their frameworks. Caller holds c.mu.
-func (c *Coordinator) rescindInverseOffers(a *agent) {
-	for _, io := range a.inverse {
-		c.removeInverseOffer(io)
-		if fw := c.frameworks[io.frameworkID]; fw != nil {
-			fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_RescindInverseOffer{
-				RescindInverseOffer: &slacklinev1.RescindInverseOfferEvent{InverseOfferId: io.id}}})
-		}
-	}
-}
-
-// dropFrameworkInverseOffers forgets a framework's outstanding inverse
-// offers (its subscription ended, or a new one does not know them). Caller
-// holds c.mu.
-func (c *Coordinator) dropFrameworkInverseOffers(fw *framework) {
-	for _, io := range fw.inverseOffers {
-		c.removeInverseOffer(io)
-	}
+	return out
 }
 
 // answerInverseOffers handles AcceptInverseOffers and DeclineInverseOffers:
@@ -354,7 +259,6 @@ func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Heade
 		return invalidArgument(err)
 	}
 	seen := map[string]bool{}
-	offers := make([]*inverseOffer, 0, len(ids))
 	for i, id := range ids {
 		if err := validateID(fmt.Sprintf("inverse_offer_ids[%d]", i), id); err != nil {
 			return invalidArgument(err)
@@ -363,26 +267,21 @@ func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Heade
 			return invalidArgument(fmt.Errorf("inverse offer %q is listed twice", id))
 		}
 		seen[id] = true
-		io := c.inverseOffers[id]
-		if io == nil || io.frameworkID != fw.id() {
-			return connect.NewError(connect.CodeNotFound, fmt.Errorf("inverse offer %q is not an outstanding inverse offer of this framework (rescinded, answered or never made); nothing was answered", id))
-		}
-		offers = append(offers, io)
 	}
 	now := c.cfg.Now()
-	for _, io := range offers {
-		c.removeInverseOffer(io)
-		if a := c.agents[io.agentID]; a != nil {
-			a.inverseRefuse[fw.id()] = now.Add(seconds(refuse))
-		}
-		c.maint.RecordAnswer(io.machine, fw.id(), status, now)
+	answers, err := c.core.AnswerInverseOffers(fw.id(), ids, seconds(refuse), now)
+	if err != nil {
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w; nothing was answered", err))
+	}
+	for _, ans := range answers {
+		c.maint.RecordAnswer(ans.Machine, fw.id(), status, now)
 		if status == maintenance.StatusAccept {
 			c.metrics.inverseOffersAccepted.Inc()
 		} else {
 			c.metrics.inverseOffersDeclined.Inc()
 		}
 	}
-	c.log.Info("inverse offers answered", "framework", fw.id(), "status", status.String(), "count", len(offers))
+	c.log.Info("inverse offers answered", "framework", fw.id(), "status", status.String(), "count", len(answers))
 	return nil
 }
 
@@ -472,11 +371,11 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 		ids[id] = true
 	}
 	for _, a := range byMachine[m] {
-		for id := range a.inverse {
+		for _, id := range c.core.AgentInverseFrameworks(a.id) {
 			ids[id] = true
 		}
-		for _, o := range a.offers {
-			ids[o.frameworkID] = true
+		for _, o := range c.core.AgentOffers(a.id) {
+			ids[o.FrameworkID] = true
 		}
 	}
 	for id := range c.maint.Answers(m) {

@@ -19,6 +19,7 @@ func scheduleOf(windows ...*slacklinev1.Window) *slacklinev1.Schedule {
 }
 
 func TestPlanMaintenance(t *testing.T) {
+	t.Parallel()
 	const (
 		active = slacklinev1.AgentState_AGENT_STATE_ACTIVE
 		gone   = slacklinev1.AgentState_AGENT_STATE_GONE
@@ -120,6 +121,7 @@ func (d *domain) mode(host string) slacklinev1.MachineMode {
 }
 
 func TestChangeMaintenance(t *testing.T) {
+	t.Parallel()
 	partitionAware := &slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 60,
 		Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}}
 	window := machineWindow(testNow, time.Hour, "host-a")

@@ -3,6 +3,8 @@ package coordinator
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/slackline/slackline/coordinator/core"
+
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
@@ -82,8 +84,8 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		if !a.maint.scheduled && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
 			modes[slacklinev1.MachineMode_MACHINE_MODE_UP]++
 		}
-		_, held := c.alloc.AgentRevocable(a.id)
-		estimate, allocated = estimate.Add(a.revocable), allocated.Add(held)
+		_, held := c.core.Allocator().AgentRevocable(a.id)
+		estimate, allocated = estimate.Add(c.core.AgentRevocable(a.id)), allocated.Add(held)
 	}
 	for _, m := range c.maint.Machines() {
 		modes[c.maint.Mode(m)]++
@@ -96,12 +98,12 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 			tasks[t.state]++
 		}
 	}
-	for _, o := range c.offers {
-		if o.revocable {
-			offered = offered.Add(o.resources)
+	c.core.EachOffer(func(o *core.Offer) {
+		if o.Revocable {
+			offered = offered.Add(o.Resources)
 		}
-	}
-	offers, inverse := len(c.offers), len(c.inverseOffers)
+	})
+	offers, inverse := c.core.Offers()
 	c.mu.Unlock()
 	for _, mode := range []slacklinev1.MachineMode{slacklinev1.MachineMode_MACHINE_MODE_UP, slacklinev1.MachineMode_MACHINE_MODE_DRAINING, slacklinev1.MachineMode_MACHINE_MODE_DOWN} {
 		ch <- prometheus.MustNewConstMetric(machinesDesc, prometheus.GaugeValue, float64(modes[mode]), enumLabel(mode.String(), "MACHINE_MODE_"))

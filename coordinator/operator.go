@@ -29,14 +29,15 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 	out := make([]*slacklinev1.Agent, 0, len(c.agents))
 	for _, a := range c.agents {
 		var offered resources.Resources
-		for _, o := range a.offers {
-			offered = offered.Add(o.resources)
+		for _, o := range c.core.AgentOffers(a.id) {
+			offered = offered.Add(o.Resources)
 		}
-		_, allocatedRevocable := c.alloc.AgentRevocable(a.id)
+		alloc := c.core.Allocator()
+		_, allocatedRevocable := alloc.AgentRevocable(a.id)
 		pa := &slacklinev1.Agent{
 			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", resources.Regular),
-			Allocated: c.alloc.AgentAllocated(a.id).Proto("", resources.Regular), Offered: offered.Proto("", resources.Regular),
-			Revocable: a.revocable.Proto("", resources.Revocable), AllocatedRevocable: allocatedRevocable.Proto("", resources.Revocable),
+			Allocated: alloc.AgentAllocated(a.id).Proto("", resources.Regular), Offered: offered.Proto("", resources.Regular),
+			Revocable: c.core.AgentRevocable(a.id).Proto("", resources.Revocable), AllocatedRevocable: allocatedRevocable.Proto("", resources.Revocable),
 			Attributes: a.info.GetAttributes(), Mode: a.maint.mode, State: a.state,
 			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
 		}
@@ -51,18 +52,9 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 func (c *Coordinator) frameworksProto() []*slacklinev1.Framework {
 	out := make([]*slacklinev1.Framework, 0, len(c.frameworks))
 	for _, fw := range c.frameworks {
-		var offered resources.Resources
-		for _, o := range fw.offers {
-			offered = offered.Add(o.resources)
-		}
-		var suppressed []string
-		for r := range fw.suppressed {
-			suppressed = append(suppressed, r)
-		}
-		slices.Sort(suppressed)
 		pf := &slacklinev1.Framework{
-			Info: fw.info, State: fw.state, Allocated: c.alloc.FrameworkAllocated(fw.id()).Proto("", resources.Regular),
-			Offered: offered.Proto("", resources.Regular), SuppressedRoles: suppressed, RegisteredTime: timestamppb.New(fw.registeredAt),
+			Info: fw.info, State: fw.state, Allocated: c.core.Allocator().FrameworkAllocated(fw.id()).Proto("", resources.Regular),
+			Offered: c.core.FrameworkOffered(fw.id()).Proto("", resources.Regular), SuppressedRoles: c.core.Suppressed(fw.id()), RegisteredTime: timestamppb.New(fw.registeredAt),
 		}
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
 			pf.DisconnectedTime = timestamppb.New(fw.disconnectedAt)
@@ -96,7 +88,7 @@ func (c *Coordinator) tasksProto(frameworkID, agentID string) []*slacklinev1.Tas
 }
 
 func (c *Coordinator) rolesProto() []*slacklinev1.Role {
-	states := c.alloc.RoleStates()
+	states := c.core.Allocator().RoleStates()
 	out := make([]*slacklinev1.Role, 0, len(states))
 	for _, rs := range states {
 		r := &slacklinev1.Role{
@@ -180,9 +172,8 @@ func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request
 	c.mu.Lock()
 	for _, w := range req.Msg.GetWeights() {
 		c.weights[w.GetRole()] = w.GetWeight()
-		c.alloc.SetWeight(w.GetRole(), w.GetWeight())
+		c.deliver(c.core.SetWeight(w.GetRole(), w.GetWeight()))
 	}
-	c.markAllDirty()
 	c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.UpdateWeightsResponse{}), nil
 }
@@ -224,9 +215,8 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 		} else {
 			c.quotas[cfg.GetRole()] = limits[i]
 		}
-		c.alloc.SetQuotaLimit(cfg.GetRole(), limits[i])
+		c.deliver(c.core.SetQuota(cfg.GetRole(), limits[i]))
 	}
-	c.markAllDirty()
 	c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.UpdateQuotaResponse{}), nil
 }

@@ -15,6 +15,7 @@ import (
 // once per period, that queued entries go out between beats without moving
 // them, and that no timer is left armed once no stream waits.
 func TestPulse(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const period = 10 * time.Second
 		start := time.Now()
@@ -67,6 +68,7 @@ func TestPulse(t *testing.T) {
 // serves: the older ends (errSuperseded as its context's cause) without
 // taking the keepalives or the queue with it, and the newer sends both.
 func TestSupersededStream(t *testing.T) {
+	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		const period = 10 * time.Second
 		start := time.Now()
@@ -113,6 +115,7 @@ func TestSupersededStream(t *testing.T) {
 // TestSupersededStreamTakesNothing checks that a stream whose outbox a newer
 // stream claimed takes nothing from it, however late it looks.
 func TestSupersededStreamTakesNothing(t *testing.T) {
+	t.Parallel()
 	o := newOutbox[string]()
 	older, releaseOlder := o.claim(context.Background())
 	defer releaseOlder()
@@ -131,6 +134,7 @@ func TestSupersededStreamTakesNothing(t *testing.T) {
 // while it was writing does not deliver what the session queued before
 // ending (a shutdown): the newer stream does.
 func TestSupersededStreamLeavesTheLastCommands(t *testing.T) {
+	t.Parallel()
 	beats := newPulse(time.Hour)
 	o := newOutbox[string]()
 	older, releaseOlder := o.claim(context.Background())

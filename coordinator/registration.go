@@ -11,6 +11,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -297,29 +298,14 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 	a.endSession()
 	previous := a.state
 	// Offers made from the old total may no longer fit; offers and inverse
-	// offers made under another window carry the wrong unavailability.
-	if (a.inAllocator && !a.total.Equal(reg.total)) || !a.maint.same(am) {
-		for _, o := range a.offers {
-			c.rescindOffer(o, now)
-		}
-	}
-	if !a.maint.same(am) {
-		c.rescindInverseOffers(a)
-	}
+	// offers made under another window carry the wrong unavailability: the
+	// core rescinds them.
+	c.deliver(c.core.RegisterAgent(agentSpec(a.id, reg.info, reg.total, am), now))
 	a.info, a.total = reg.info, reg.total
 	a.state = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-	c.heartbeat(a, now)
 	a.session = newOutbox[*slacklinev1.AgentCommand]()
-	if !a.inAllocator {
-		c.alloc.AddAgent(a.id, reg.total)
-		a.inAllocator = true
-	} else {
-		c.alloc.UpdateAgentTotal(a.id, reg.total)
-		c.alloc.ActivateAgent(a.id)
-	}
-	c.setAgentMaintenance(a, am)
+	a.maint = am
 	c.reconcileAgentTasks(a, reg.tasks, now)
-	c.markDirty(a.id)
 	c.log.Info("agent registered", "agent", a.id, "hostname", a.info.GetHostname(), "resources", reg.total.String(), "tasks", len(reg.tasks), "previous_state", previous.String())
 	return a, late, nil
 }
@@ -366,10 +352,7 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now
 			}
 			put(&fw.tasks, key.taskID, t)
 			a.tasks[key] = t
-			c.alloc.Claim(r.frameworkID, r.role, a.id, r.resources)
-			if !r.revocable.IsEmpty() {
-				c.alloc.ClaimRevocable(r.frameworkID, r.role, a.id, r.revocable)
-			}
+			c.core.Claim(r.frameworkID, r.role, a.id, r.resources, r.revocable)
 		case t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
 			// The framework was told the task is LOST and may have replaced
 			// it: like Mesos, kill what comes back.
@@ -393,6 +376,11 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now
 	}
 }
 
+// agentSpec is what the core knows of an agent.
+func agentSpec(id string, info *slacklinev1.AgentInfo, total resources.Resources, am agentMaintenance) core.AgentSpec {
+	return core.AgentSpec{ID: id, Hostname: info.GetHostname(), Attributes: info.GetAttributes(), Total: total, Maint: am.core()}
+}
+
 // adoptFramework adds, DISCONNECTED with its failover timeout running from
 // now, a framework that an agent reports and the coordinator never saw (its
 // registry was lost). It returns nil for an invalid one.
@@ -404,8 +392,8 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 	}
 	clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout)
 	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
-	fw.disconnectedAt, fw.failoverDeadline = now, now.Add(failoverTimeout(info))
+	fw.disconnectedAt = now
 	c.frameworks[info.GetId()] = fw
-	c.addFramework(info, false)
+	c.addFramework(info, now.Add(failoverTimeout(info)))
 	return fw
 }

@@ -31,6 +31,7 @@ func agentsOf(list ...*agent) map[string]*agent {
 }
 
 func TestPlanRegistration(t *testing.T) {
+	t.Parallel()
 	const (
 		active      = slacklinev1.AgentState_AGENT_STATE_ACTIVE
 		unreachable = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
@@ -188,6 +189,7 @@ func TestPlanRegistration(t *testing.T) {
 }
 
 func TestRegister(t *testing.T) {
+	t.Parallel()
 	const (
 		running = slacklinev1.TaskState_TASK_STATE_RUNNING
 		staging = slacklinev1.TaskState_TASK_STATE_STAGING
@@ -204,7 +206,7 @@ func TestRegister(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := d.agent(id)
-			if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || a.session == nil || !a.inAllocator || a.registeredAt != testNow {
+			if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || a.session == nil || !d.c.core.InAllocator(id) || a.registeredAt != testNow {
 				t.Fatalf("agent %+v", a)
 			}
 			if got := d.st.agentStates(t)[id]; got != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
@@ -237,8 +239,8 @@ func TestRegister(t *testing.T) {
 			if n := countEvents(events(sub), isRescind); n != 1 {
 				t.Fatalf("changed total: %d rescinds, want 1", n)
 			}
-			if a := d.agent(id); len(a.offers) != 0 || !a.total.Equal(resources.MustParse("cpus:4;mem:1024")) {
-				t.Fatalf("offers %v, total %v", a.offers, a.total)
+			if a := d.agent(id); len(d.c.core.AgentOffers(id)) != 0 || !a.total.Equal(resources.MustParse("cpus:4;mem:1024")) {
+				t.Fatalf("offers %v, total %v", d.c.core.AgentOffers(id), a.total)
 			}
 		}},
 		{"a refused registration changes nothing", func(t *testing.T, d *domain) {
@@ -273,7 +275,7 @@ func TestRegister(t *testing.T) {
 			if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE {
 				t.Fatalf("updates %v, want t1 GONE", got)
 			}
-			if a := d.agent(old); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || a.inAllocator || len(a.tasks) != 0 {
+			if a := d.agent(old); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || d.c.core.InAllocator(old) || len(a.tasks) != 0 {
 				t.Fatalf("old agent %+v", a)
 			}
 			want := map[string]slacklinev1.AgentState{old: slacklinev1.AgentState_AGENT_STATE_GONE, id: slacklinev1.AgentState_AGENT_STATE_ACTIVE}
@@ -297,7 +299,7 @@ func TestRegister(t *testing.T) {
 				t.Fatalf("commands %v, want a shutdown of the completed framework", got)
 			}
 			d.c.mu.Lock()
-			allocated := d.c.alloc.AgentAllocated(id)
+			allocated := d.c.core.Allocator().AgentAllocated(id)
 			lost := d.c.frameworks["lost-registry"]
 			d.c.mu.Unlock()
 			if !allocated.Equal(resources.MustParse("cpus:2.5")) {

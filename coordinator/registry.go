@@ -42,10 +42,13 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		}
 	}
 	for _, a := range c.agents {
-		c.setAgentMaintenance(a, lookupMachine(c.maint, a.info))
+		a.maint = lookupMachine(c.maint, a.info)
 		if a.maint.mode == maintenance.ModeDown && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
 			// Its machine went DOWN before the agent's record said so.
 			a.state = slacklinev1.AgentState_AGENT_STATE_GONE
+		}
+		if a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			c.core.AddRecoveredAgent(agentSpec(a.id, a.info, a.total, a.maint), a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING)
 		}
 	}
 	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
@@ -88,11 +91,10 @@ func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error
 		// After a coordinator restart a scheduler gets at least as long as
 		// agents do to come back, whatever its failover timeout.
 		fw.disconnectedAt = now
-		fw.failoverDeadline = now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout))
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 		} else {
-			c.addFramework(fw.info, false)
+			c.addFramework(fw.info, now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)))
 		}
 		c.frameworks[id] = fw
 		return nil
@@ -106,7 +108,7 @@ func (c *Coordinator) recoverWeight(role string, raw []byte) error {
 		return fmt.Errorf("weight of role %s: %w", role, err)
 	}
 	c.weights[role] = w
-	c.alloc.SetWeight(role, w)
+	c.core.SetWeight(role, w)
 	return nil
 }
 
@@ -121,7 +123,7 @@ func (c *Coordinator) recoverQuota(role string, raw []byte) error {
 		return fmt.Errorf("quota of role %s: %w", role, err)
 	}
 	c.quotas[role] = limit
-	c.alloc.SetQuotaLimit(role, limit)
+	c.core.SetQuota(role, limit)
 	return nil
 }
 

@@ -17,6 +17,7 @@ import (
 // process): agents, frameworks, weights and quota survive, and tasks are
 // rebuilt from the re-registering agent.
 func TestRestartKeepsRegistry(t *testing.T) {
+	t.Parallel()
 	t.Run("bbolt", func(t *testing.T) {
 		dir := t.TempDir()
 		testRestartKeepsRegistry(t, func() Config { return fastConfig(dir) })

@@ -10,6 +10,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
 
+	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/resources"
@@ -145,70 +146,43 @@ func (c *Coordinator) accept(fw *framework, call acceptCall, now time.Time) erro
 		}
 	}
 	c.metrics.offersAccepted.Add(float64(len(call.offerIDs)))
-	offers, problem := c.acceptedOffers(fw, call.offerIDs)
+	agentID, problem := c.core.CheckAccept(fw.id(), call.offerIDs)
 	if problem != "" {
-		for _, o := range offers {
-			c.removeOffer(o, 0, now)
-		}
+		c.deliver(c.core.DropOffers(fw.id(), call.offerIDs, now))
 		for _, t := range call.tasks {
 			fw.send(updateEvent(fw, coordinatorStatus(fw.id(), t.GetTaskId(), t.GetAgentId(),
 				slacklinev1.TaskState_TASK_STATE_DROPPED, slacklinev1.Reason_REASON_INVALID_OFFERS, problem, now)))
 		}
 		return nil
 	}
-	if err := c.admitLaunch(offers[0].agentID); err != nil {
+	if err := c.admitLaunch(agentID); err != nil {
 		return err
 	}
-	pool := c.takeOffers(fw, offers)
-	accepted, rejected := validateLaunch(pool, call.tasks, func(id string) bool { _, ok := fw.tasks[id]; return ok })
+	pool := c.core.TakeOffers(fw.id(), call.offerIDs)
+	accepted, rejected := validateLaunch(offeredPool{agentID: pool.AgentID, role: pool.Role, regular: pool.Regular, revocable: pool.Revocable}, call.tasks, func(id string) bool { _, ok := fw.tasks[id]; return ok })
 	for _, r := range rejected {
-		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.agentID, r.state, r.reason, r.message, now)))
+		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.AgentID, r.state, r.reason, r.message, now)))
 	}
 	var used, usedRevocable resources.Resources
 	for _, at := range accepted {
 		c.launch(fw, pool, at)
 		used, usedRevocable = used.Add(at.regular), usedRevocable.Add(at.revocable)
 	}
-	if remainder := pool.regular.Sub(used); !remainder.IsEmpty() {
-		c.alloc.Release(fw.id(), pool.role, pool.agentID, remainder, call.refuse, now)
-	}
-	if remainder := pool.revocable.Sub(usedRevocable); !remainder.IsEmpty() {
-		c.alloc.ReleaseRevocable(fw.id(), pool.role, pool.agentID, remainder, call.refuse, now)
-	}
-	c.markDirty(pool.agentID)
+	c.deliver(c.core.Return(fw.id(), pool, used, usedRevocable, call.refuse, now))
 	return nil
-}
-
-// takeOffers removes accepted offers from the outstanding ones and returns
-// what they held together. Caller holds c.mu.
-func (c *Coordinator) takeOffers(fw *framework, offers []*offer) offeredPool {
-	pool := offeredPool{agentID: offers[0].agentID, role: offers[0].role}
-	for _, o := range offers {
-		if o.revocable {
-			pool.revocable = pool.revocable.Add(o.resources)
-		} else {
-			pool.regular = pool.regular.Add(o.resources)
-		}
-		delete(c.offers, o.id)
-		delete(fw.offers, o.id)
-		if a := c.agents[o.agentID]; a != nil {
-			delete(a.offers, o.id)
-		}
-	}
-	return pool
 }
 
 // launch records an accepted task as STAGING on the pool's agent and
 // sends the agent its RunTask command. Caller holds c.mu.
-func (c *Coordinator) launch(fw *framework, pool offeredPool, at acceptedTask) {
-	a := c.agents[pool.agentID]
+func (c *Coordinator) launch(fw *framework, pool core.Pool, at acceptedTask) {
+	a := c.agents[pool.AgentID]
 	info := proto.CloneOf(at.info)
-	info.AgentId = pool.agentID
-	info.Resources = append(at.regular.Proto(pool.role, resources.Regular), at.revocable.Proto(pool.role, resources.Revocable)...)
+	info.AgentId = pool.AgentID
+	info.Resources = append(at.regular.Proto(pool.Role, resources.Regular), at.revocable.Proto(pool.Role, resources.Revocable)...)
 	info.User, _ = c.runAs(fw, info) // checked by accept
-	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.role, at.regular, at.revocable)
+	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
 	t := &task{
-		info: info, frameworkID: fw.id(), agentID: pool.agentID, role: pool.role,
+		info: info, frameworkID: fw.id(), agentID: pool.AgentID, role: pool.Role,
 		resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
 	}
 	put(&fw.tasks, info.GetTaskId(), t)
@@ -216,41 +190,6 @@ func (c *Coordinator) launch(fw *framework, pool offeredPool, at acceptedTask) {
 	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
 		Framework: fw.info, Task: info,
 	}}})
-}
-
-// acceptedOffers resolves offer ids for Accept. It returns the offers it
-// found and, when some are unknown, foreign, repeated or on different
-// agents or roles, a description of the problem. Caller holds c.mu.
-func (c *Coordinator) acceptedOffers(fw *framework, ids []string) ([]*offer, string) {
-	var offers []*offer
-	problem := ""
-	seen := map[string]bool{}
-	for _, id := range ids {
-		o := c.offers[id]
-		switch {
-		case seen[id]:
-			problem = fmt.Sprintf("offer %q is listed twice", id)
-			continue
-		case o == nil || o.frameworkID != fw.id():
-			problem = fmt.Sprintf("offer %q is not an outstanding offer of this framework (rescinded, expired or never made)", id)
-			seen[id] = true
-			continue
-		}
-		seen[id] = true
-		if len(offers) > 0 && o.agentID != offers[0].agentID {
-			problem = fmt.Sprintf("offers %q and %q are on different agents", offers[0].id, o.id)
-		}
-		if len(offers) > 0 && o.role != offers[0].role {
-			problem = fmt.Sprintf("offers %q and %q are for different roles", offers[0].id, o.id)
-		}
-		offers = append(offers, o)
-	}
-	if problem == "" && len(offers) > 0 {
-		if a := c.agents[offers[0].agentID]; a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-			problem = fmt.Sprintf("agent %q of the offers is not active", offers[0].agentID)
-		}
-	}
-	return offers, problem
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -270,17 +209,9 @@ func (s schedulerService) Decline(ctx context.Context, req *connect.Request[slac
 	if len(req.Msg.GetOfferIds()) > maxOffersPerCall {
 		return nil, invalidArgument(fmt.Errorf("%d offer_ids, at most %d allowed", len(req.Msg.GetOfferIds()), maxOffersPerCall))
 	}
-	now := c.cfg.Now()
-	var unknown []string
-	for _, id := range req.Msg.GetOfferIds() {
-		o := fw.offers[id]
-		if o == nil {
-			unknown = append(unknown, id)
-			continue
-		}
-		c.metrics.offersDeclined.Inc()
-		c.removeOffer(o, seconds(refuse), now)
-	}
+	r, unknown, declined := c.core.Decline(fw.id(), req.Msg.GetOfferIds(), seconds(refuse), c.cfg.Now())
+	c.metrics.offersDeclined.Add(float64(declined))
+	c.deliver(r)
 	if len(unknown) > 0 {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("offers %q are not outstanding offers of this framework (the others were declined)", unknown))
 	}
@@ -317,19 +248,7 @@ func (c *Coordinator) setSuppressed(ctx context.Context, header http.Header, fra
 	if roles, err = checkRoles(fw, roles); err != nil {
 		return err
 	}
-	if suppress {
-		c.alloc.Suppress(fw.id(), roles)
-	} else {
-		c.alloc.Revive(fw.id(), roles)
-		c.markAllDirty()
-	}
-	for _, r := range roles {
-		if suppress {
-			put(&fw.suppressed, r, true)
-		} else {
-			delete(fw.suppressed, r)
-		}
-	}
+	c.deliver(c.core.SetSuppressed(fw.id(), roles, suppress))
 	return nil
 }
 
@@ -374,15 +293,11 @@ func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[
 	if msg.GetUuid() == "" {
 		return nil, invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
 	}
-	st, ok := fw.ackPending(msg.GetTaskId(), msg.GetUuid())
+	r, ok := c.core.Acknowledge(fw.id(), msg.GetTaskId(), msg.GetUuid())
 	if !ok {
 		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", msg.GetUuid(), msg.GetTaskId()))
 	}
-	if a := c.agents[st.GetAgentId()]; a != nil {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{
-			FrameworkId: fw.id(), TaskId: msg.GetTaskId(), Uuid: msg.GetUuid(),
-		}}})
-	}
+	c.deliver(r)
 	return connect.NewResponse(&slacklinev1.AcknowledgeResponse{}), nil
 }
 

@@ -29,10 +29,11 @@ func (c *Coordinator) Handler() http.Handler {
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
 	root := http.NewServeMux()
 	// The live view's files hold no data and need no credentials; its
-	// proxy authorizes each call as the NodeService call it forwards, then
-	// calls the agent with the coordinator's own identity, never the
-	// caller's token (coordinator/ui).
-	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, AgentTLS: c.cfg.AgentTLS,
+	// proxy (the live view's and slacklinectl's way to agents) authorizes
+	// each call as the NodeService call it forwards (a sandbox read for
+	// the task it names: MayReadSandbox), then calls the agent with the
+	// coordinator's own identity, never the caller's token (coordinator/ui).
+	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Sandboxes: operatorService{c}, AgentTLS: c.cfg.AgentTLS,
 		AgentCRL: c.cfg.Authz.CRL(), Authorize: c.cfg.Authz.ProxyMiddleware, Logger: c.cfg.Logger}))
 	root.Handle("/", c.cfg.Authz.Middleware(mux))
 	return root

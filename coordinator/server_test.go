@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"connectrpc.com/connect"
@@ -16,6 +17,7 @@ import (
 )
 
 func TestHealthAndMetrics(t *testing.T) {
+	t.Parallel()
 	tc := startCluster(t, fastConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:1;mem:512")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
@@ -53,18 +55,21 @@ func TestHealthAndMetrics(t *testing.T) {
 }
 
 func TestOfferTimeout(t *testing.T) {
-	cfg := fastConfig(t.TempDir())
-	cfg.OfferTimeout = 200 * time.Millisecond
-	tc := startCluster(t, cfg)
-	tc.registerAgent("host-a", "cpus:1;mem:512")
-	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
-	offer := fw.nextOffer()
-	ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
-	if ev.GetRescind().GetOfferId() != offer.GetId() {
-		t.Fatalf("rescinded %v, want %s", ev, offer.GetId())
-	}
-	// The resources come back in a new offer.
-	if again := fw.nextOffer(); again.GetId() == offer.GetId() {
-		t.Fatal("the rescinded offer was sent again")
-	}
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		cfg := fastConfig(t.TempDir())
+		cfg.OfferTimeout = 200 * time.Millisecond
+		tc := startPipeCluster(t, cfg)
+		tc.registerAgent("host-a", "cpus:1;mem:512")
+		fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
+		offer := fw.nextOffer()
+		ev := fw.next(func(ev *slacklinev1.Event) bool { return ev.GetRescind() != nil })
+		if ev.GetRescind().GetOfferId() != offer.GetId() {
+			t.Fatalf("rescinded %v, want %s", ev, offer.GetId())
+		}
+		// The resources come back in a new offer.
+		if again := fw.nextOffer(); again.GetId() == offer.GetId() {
+			t.Fatal("the rescinded offer was sent again")
+		}
+	})
 }

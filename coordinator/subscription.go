@@ -136,19 +136,18 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 	case fw == nil:
 		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, registeredAt)
 		c.frameworks[info.GetId()] = fw
-		c.addFramework(info, true)
 	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
 		return nil, nil, tornDownError(info.GetId())
 	default:
 		if fw.sub != nil {
 			fw.sub.send(errorEvent(errFailedOver.Error()))
 			fw.sub.end(errFailedOver)
-			c.forgetOffers(fw, now)
+			fw.sub = nil
 		}
-		c.alloc.UpdateFrameworkRoles(info.GetId(), info.GetRoles())
-		c.alloc.SetFrameworkRevocable(info.GetId(), hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES))
-		c.alloc.ActivateFramework(info.GetId())
 	}
+	// The core drops the offers and inverse offers of an earlier
+	// subscription: the new scheduler does not know them.
+	c.deliver(c.core.Subscribe(frameworkSpec(info), now))
 	fw.info, fw.state = info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
 	sub := &subscription{outbox: newOutbox[*slacklinev1.Event]()}
 	fw.sub = sub
@@ -156,12 +155,9 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 		FrameworkId: info.GetId(), StreamId: sub.id,
 		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
 	}}})
-	for _, updates := range fw.pending {
-		for _, st := range updates {
-			sub.replay = append(sub.replay, updateEvent(fw, st))
-		}
+	for _, st := range c.core.Pending(info.GetId()) {
+		sub.replay = append(sub.replay, updateEvent(fw, st))
 	}
-	c.markAllDirty()
 	c.log.Info("framework subscribed", "framework", info.GetId(), "name", info.GetName(), "roles", info.GetRoles())
 	return fw, sub, nil
 }
@@ -221,9 +217,7 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 	if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
 		fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
 		fw.disconnectedAt = now
-		fw.failoverDeadline = now.Add(fw.failoverTimeout())
-		c.alloc.DeactivateFramework(fw.id())
-		c.forgetOffers(fw, now)
+		c.deliver(c.core.Disconnect(fw.id(), now))
 		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
 		if fw.failoverTimeout() == 0 {
 			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout", now))
@@ -233,30 +227,12 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 	c.record(context.Background(), writes...)
 }
 
-// forgetOffers drops a framework's offers and inverse offers without telling
-// it: its subscription ended, or the new one does not know them. Caller
-// holds c.mu.
-func (c *Coordinator) forgetOffers(fw *framework, now time.Time) {
-	for _, o := range fw.offers {
-		c.removeOffer(o, 0, now)
-	}
-	c.dropFrameworkInverseOffers(fw)
-}
-
 // removeFramework tears a framework down: offers rescinded, tasks killed and
 // forgotten, allocations released. It returns the registry write that marks
 // it completed. Caller holds persistMu (see subscribe) and c.mu.
 func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Time) store.Mutation {
 	id := fw.id()
-	for _, o := range fw.offers {
-		delete(c.offers, o.id)
-		if a := c.agents[o.agentID]; a != nil {
-			delete(a.offers, o.id)
-			c.markDirty(a.id)
-		}
-	}
-	clear(fw.offers)
-	c.dropFrameworkInverseOffers(fw)
+	c.deliver(c.core.RemoveFramework(id))
 	c.maint.ForgetFramework(id)
 	shutdown := map[string]bool{}
 	for taskID, t := range fw.tasks {
@@ -270,8 +246,6 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 		}
 	}
 	clear(fw.tasks)
-	fw.clearPending()
-	c.alloc.RemoveFramework(id)
 	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 	if fw.sub != nil {
 		fw.sub.send(errorEvent("framework removed: " + reason))

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"errors"
+	"slices"
 	"testing"
 	"time"
 
@@ -19,6 +20,7 @@ func knownFramework(id string, state slacklinev1.FrameworkState) *framework {
 }
 
 func TestPlanSubscription(t *testing.T) {
+	t.Parallel()
 	frameworks := map[string]*framework{}
 	for id, state := range map[string]slacklinev1.FrameworkState{
 		"connected":    slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
@@ -80,7 +82,7 @@ func (d *domain) roleMembers() map[string][]string {
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
 	out := map[string][]string{}
-	for _, rs := range d.c.alloc.RoleStates() {
+	for _, rs := range d.c.core.Allocator().RoleStates() {
 		if len(rs.Frameworks) > 0 {
 			out[rs.Name] = rs.Frameworks
 		}
@@ -89,6 +91,7 @@ func (d *domain) roleMembers() map[string][]string {
 }
 
 func TestSubscribe(t *testing.T) {
+	t.Parallel()
 	const (
 		connected    = slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
 		disconnected = slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED
@@ -134,8 +137,8 @@ func TestSubscribe(t *testing.T) {
 			if !errors.Is(old.reason, errFailedOver) || countEvents(events(old), func(ev *slacklinev1.Event) bool { return ev.GetError() != nil }) != 1 {
 				t.Fatalf("old subscription ended with %v, want an error event and errFailedOver", old.reason)
 			}
-			if sub.id == old.id || fw.state != connected || len(fw.offers) != 0 || len(d.c.offers) != 0 {
-				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, len(fw.offers))
+			if sub.id == old.id || fw.state != connected || !d.c.core.FrameworkOffered(fw.id()).IsEmpty() || func() bool { n, _ := d.c.core.Offers(); return n != 0 }() {
+				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, d.c.core.FrameworkOffered(fw.id()))
 			}
 			if !fw.registeredAt.Equal(testNow) {
 				t.Fatalf("registeredAt %v changed", fw.registeredAt)
@@ -207,8 +210,16 @@ func TestSubscribe(t *testing.T) {
 			gone, goneSub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "gone"})
 			d.c.subscriptionEnded(d.framework(keep), keepSub)
 			d.c.subscriptionEnded(d.framework(gone), goneSub)
-			if fw := d.framework(keep); fw.state != disconnected || fw.sub != nil || !fw.failoverDeadline.Equal(testNow.Add(time.Minute)) {
-				t.Fatalf("keep: state %v, deadline %v", fw.state, fw.failoverDeadline)
+			if fw := d.framework(keep); fw.state != disconnected || fw.sub != nil {
+				t.Fatalf("keep: state %v", fw.state)
+			}
+			// Its failover timeout runs from the disconnection: the core
+			// reports it expired once a minute has passed, not before.
+			if r := d.c.core.Tick(testNow.Add(time.Minute)); len(r.Expired) != 0 {
+				t.Fatalf("expired at the deadline: %v", r.Expired)
+			}
+			if r := d.c.core.Tick(testNow.Add(time.Minute + time.Second)); !slices.Equal(r.Expired, []string{keep}) {
+				t.Fatalf("expired after the deadline: %v, want %s", r.Expired, keep)
 			}
 			if d.framework(gone).state != completed || !d.frameworkRecord(gone).GetCompleted() {
 				t.Fatal("a framework with a zero failover timeout was not torn down")

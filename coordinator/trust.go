@@ -219,6 +219,46 @@ func (c *Coordinator) visibleState(ctx context.Context, s *slacklinev1.GetStateR
 	return s
 }
 
+// MayReadSandbox implements ui.SandboxAuthorizer for the node proxy's
+// ReadSandboxFile (slacklinectl logs): the caller in ctx may read the
+// sandbox of task taskID of framework frameworkID on agent agentID when
+// that task, live or completed, is known there and the caller is the
+// framework's principal or has access_sandboxes on it. The proxy then
+// calls the agent with the coordinator's own identity, which the agent
+// trusts to have checked. Every refusal is the same permission_denied,
+// whether the task exists or not, so that it tells nothing GetTasks does
+// not.
+func (s operatorService) MayReadSandbox(ctx context.Context, agentID, frameworkID, taskID string) error {
+	c := s.c
+	authz := c.cfg.Authz
+	if !authz.Enabled() {
+		return nil
+	}
+	refused := connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
+		"task %q of framework %q on agent %q: no task whose sandbox you may read (its framework's principal, or access_sandboxes on that principal)",
+		taskID, frameworkID, agentID))
+	p := auth.FromContext(ctx)
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	fw := c.frameworks[frameworkID]
+	if p == nil || fw == nil {
+		return refused
+	}
+	principal := fw.info.GetPrincipal()
+	if !(principal != "" && p.Name == principal) && !authz.Allowed(p, auth.AccessSandboxes, principal) {
+		return refused
+	}
+	if t := fw.tasks[taskID]; t != nil && t.agentID == agentID {
+		return nil
+	}
+	for _, t := range fw.completed {
+		if t.info.GetTaskId() == taskID && t.agentID == agentID {
+			return nil
+		}
+	}
+	return refused
+}
+
 // mayRegisterAs checks that the agent calling in ctx may register as
 // hostname (register_agents).
 func (c *Coordinator) mayRegisterAs(ctx context.Context, hostname string) error {

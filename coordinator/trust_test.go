@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -42,6 +43,9 @@ acls:
       roles: any
   view_agents:
     - principals: [admin]
+  access_sandboxes:
+    - principals: [reader]
+      framework_principals: [batch]
   register_agents:
     - principals: [agent:a]
       hostnames: [host-a]
@@ -90,6 +94,7 @@ func (d *domain) registerAs(name string, req *slacklinev1.RegisterRequest) (stri
 }
 
 func TestFrameworkBinding(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name string
 		run  func(t *testing.T, d *domain)
@@ -184,6 +189,47 @@ func TestFrameworkBinding(t *testing.T) {
 				}
 			}
 		}},
+		{"sandbox reads through the node proxy: the task's principal or access_sandboxes on it", func(t *testing.T, d *domain) {
+			mine, _, _ := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "mine", Roles: []string{"batch"}})
+			theirs, _, _ := d.subscribeAs("other", &slacklinev1.FrameworkInfo{Name: "theirs", Roles: []string{"batch"}})
+			d.c.mu.Lock()
+			for _, fw := range []*framework{mine, theirs} {
+				if fw.tasks == nil {
+					fw.tasks = map[string]*task{}
+				}
+			}
+			mine.tasks["live"] = &task{info: &slacklinev1.TaskInfo{TaskId: "live"}, frameworkID: mine.id(), agentID: "a1"}
+			mine.completed = append(mine.completed, &task{info: &slacklinev1.TaskInfo{TaskId: "done"}, frameworkID: mine.id(), agentID: "a1"})
+			theirs.tasks["live"] = &task{info: &slacklinev1.TaskInfo{TaskId: "live"}, frameworkID: theirs.id(), agentID: "a1"}
+			d.c.mu.Unlock()
+			ops := operatorService{d.c}
+			for _, tt := range []struct {
+				who, agent, framework, task string
+				allowed                     bool
+			}{
+				{"batch", "a1", mine.id(), "live", true},
+				{"batch", "a1", mine.id(), "done", true}, // completed tasks too
+				{"reader", "a1", mine.id(), "live", true},
+				{"batch", "a1", theirs.id(), "live", false}, // another framework's
+				{"reader", "a1", theirs.id(), "live", false},
+				{"admin", "a1", mine.id(), "live", false}, // view_tasks is not access_sandboxes
+				{"batch", "a2", mine.id(), "live", false}, // not on that agent
+				{"batch", "a1", mine.id(), "nope", false},
+				{"batch", "a1", "no-such-framework", "live", false},
+			} {
+				err := ops.MayReadSandbox(as(tt.who), tt.agent, tt.framework, tt.task)
+				if tt.allowed != (err == nil) || (err != nil && connect.CodeOf(err) != connect.CodePermissionDenied) {
+					t.Errorf("%s reading %s/%s on %s: %v, allowed %v", tt.who, tt.framework, tt.task, tt.agent, err, tt.allowed)
+				}
+			}
+			// The refusal says nothing of whether the task exists.
+			other := ops.MayReadSandbox(as("other"), "a1", mine.id(), "live")
+			missing := ops.MayReadSandbox(as("other"), "a1", mine.id(), "nope")
+			if connect.CodeOf(other) != connect.CodeOf(missing) ||
+				other.Error() != strings.Replace(missing.Error(), `"nope"`, `"live"`, 1) {
+				t.Errorf("refusals differ for an existing task (%v) and a missing one (%v)", other, missing)
+			}
+		}},
 		{"views show a principal its own frameworks and tasks", func(t *testing.T, d *domain) {
 			mine, _, _ := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "mine", Roles: []string{"batch"}})
 			theirs, _, _ := d.subscribeAs("other", &slacklinev1.FrameworkInfo{Name: "theirs", Roles: []string{"batch"}})
@@ -212,6 +258,7 @@ func TestFrameworkBinding(t *testing.T) {
 }
 
 func TestAgentTrust(t *testing.T) {
+	t.Parallel()
 	register := func(id, host string, tasks ...*slacklinev1.AgentTask) *slacklinev1.RegisterRequest {
 		return registerRequest(id, host, "cpus:4;mem:4096", tasks...)
 	}
@@ -252,7 +299,7 @@ func TestAgentTrust(t *testing.T) {
 				}
 			}
 			d.c.mu.Lock()
-			allocated := d.c.alloc.AgentAllocated(id)
+			allocated := d.c.core.Allocator().AgentAllocated(id)
 			d.c.mu.Unlock()
 			if len(a.tasks) != 0 || kills != 4 || !allocated.IsEmpty() {
 				t.Fatalf("tasks %v, kills %d, allocated %v", a.tasks, kills, allocated)

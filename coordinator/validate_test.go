@@ -14,6 +14,7 @@ import (
 )
 
 func TestValidateRole(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"*", "eng", "eng/web", "a.b-c_d/e"} {
 		if err := validateRole(ok); err != nil {
 			t.Errorf("validateRole(%q) = %v", ok, err)
@@ -27,6 +28,7 @@ func TestValidateRole(t *testing.T) {
 }
 
 func TestValidateLaunch(t *testing.T) {
+	t.Parallel()
 	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:2;mem:1024;ports:[31000-31010]")}
 	withPorts := taskInfo("p", "cpus:0.5;ports:[31005-31006]")
 	outsidePorts := taskInfo("q", "cpus:0.1;ports:[40000-40000]")
@@ -95,6 +97,7 @@ func FuzzValidateLaunch(f *testing.F) {
 }
 
 func TestValidateID(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"a", "task-1", "x.y_z:0", strings.Repeat("a", maxIDLength)} {
 		if err := validateID("id", ok); err != nil {
 			t.Errorf("validateID(%q) = %v", ok, err)
@@ -108,6 +111,7 @@ func TestValidateID(t *testing.T) {
 }
 
 func TestValidateHostname(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"vm", "node-1", "Node-1.example.com", "10.0.0.5", strings.Repeat("a", 63) + ".b"} {
 		if err := validateHostname("hostname", ok); err != nil {
 			t.Errorf("validateHostname(%q) = %v", ok, err)
@@ -122,6 +126,7 @@ func TestValidateHostname(t *testing.T) {
 }
 
 func TestValidateText(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"", "web server", "équipe/αβγ"} {
 		if err := validateText("name", ok, 64); err != nil {
 			t.Errorf("validateText(%q) = %v", ok, err)
@@ -135,6 +140,7 @@ func TestValidateText(t *testing.T) {
 }
 
 func TestValidateUser(t *testing.T) {
+	t.Parallel()
 	for _, ok := range []string{"nobody", "www-data", "svc.batch_1", "root"} {
 		if err := validateUser("user", ok); err != nil {
 			t.Errorf("validateUser(%q) = %v", ok, err)
@@ -151,6 +157,7 @@ func TestValidateUser(t *testing.T) {
 // Subscribe's framework name and user, and Accept's task names, users and
 // labels are checked before anything else happens.
 func TestEntryPointsRefuseBadText(t *testing.T) {
+	t.Parallel()
 	escape := "evil\x1b]0;owned\x07"
 	for _, tt := range []struct {
 		name   string
@@ -206,6 +213,7 @@ func TestEntryPointsRefuseBadText(t *testing.T) {
 }
 
 func TestParseAccept(t *testing.T) {
+	t.Parallel()
 	launch := func(ids ...string) *slacklinev1.Operation {
 		var infos []*slacklinev1.TaskInfo
 		for _, id := range ids {

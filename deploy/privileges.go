@@ -70,6 +70,8 @@ var AgentPrivileges = []Privilege{
 		Why: "kernel BTF for CO-RE relocations and tp_btf programs (read only)"},
 	{HostPath: "/var/lib/slackline/agent", Writable: true,
 		Why: "the work dir: checkpoint, container state and sandboxes outlive the agent's pod"},
+	{HostPath: "/run/slackline", Writable: true,
+		Why: "the host-wide dynamic uid leases: shared by every agent of the node and kept across agent pods, so that no live task's uid is handed out twice"},
 	{HostPath: "/etc/slackline/credentials",
 		Why: "this node's agent certificate and key and the cluster CA, provisioned per node (read only)"},
 

@@ -365,7 +365,7 @@ func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 		if strings.Contains(out, "secret-of-batch") {
 			t.Fatalf("a task read another framework's task output through the agent:\n%s", out)
 		}
-		for _, want := range []string{"unauthenticated", "attack-exit=1"} {
+		for _, want := range []string{"unauthenticated", "attack-exit=22"} { // curl --fail-with-body: HTTP 401
 			if !strings.Contains(out, want) {
 				t.Errorf("the attack's output lacks %q:\n%s", want, out)
 			}
@@ -397,13 +397,14 @@ func attackThroughTheAgent(t *testing.T, framework func(name string) []string, l
 		return "batch's task is not running"
 	})
 
-	// What the attacking task can use: slacklinectl and the public CA.
+	// What the attacking task can use: an HTTP client (slacklinectl
+	// reaches agents only through the coordinator) and the public CA.
 	tools := taskVisibleDir(t)
-	copies := []struct{ from, to string }{{filepath.Join(binDir, "slacklinectl"), "slacklinectl"}}
+	var copies []struct{ from, to string }
 	caFlag := ""
 	if ca != "" {
 		copies = append(copies, struct{ from, to string }{ca, "ca.crt"})
-		caFlag = "--ca " + filepath.Join(tools, "ca.crt")
+		caFlag = "--cacert " + filepath.Join(tools, "ca.crt")
 	}
 	for _, f := range copies {
 		data, err := os.ReadFile(f.from)
@@ -415,8 +416,8 @@ func attackThroughTheAgent(t *testing.T, framework func(name string) []string, l
 		}
 	}
 	attack := func(url string) string {
-		return fmt.Sprintf("%s/slacklinectl %s logs %s --framework %s --agent %s 2>&1; echo \"attack-exit=$?\"",
-			tools, caFlag, victimTask, victimFramework, url)
+		return fmt.Sprintf("curl -sS --fail-with-body %s -H 'Content-Type: application/json' --data '{\"frameworkId\":\"%s\",\"taskId\":\"%s\",\"path\":\"stdout\"}' %s/slackline.v1.NodeService/ReadSandboxFile 2>&1; echo \" attack-exit=$?\"",
+			caFlag, victimFramework, victimTask, url)
 	}
 	command := attack("https://"+listen) + "; " + attack("http://"+listen) + "; echo attack-done; sleep 3600"
 	start(t, "batch-framework", append(framework("evil"), "--tasks", "1",

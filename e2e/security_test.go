@@ -398,8 +398,11 @@ func TestCertificatesRefused(t *testing.T) {
 	}
 	// The real agent binary refuses to start with a certificate for another
 	// host.
-	out, err := exec.Command(filepath.Join(binDir, "slackline-agent"), "--coordinator", s.url, "--ca", s.file("ca.crt"),
-		"--cert", s.file("agent-a1.crt"), "--key", s.file("agent-a1.key"), "--hostname", "a2", "--work-dir", t.TempDir()).CombinedOutput()
+	// (Insecure only so that the missing --authz is not what it refuses.)
+	wrongHost := exec.Command(filepath.Join(binDir, "slackline-agent"), "--coordinator", s.url, "--ca", s.file("ca.crt"),
+		"--cert", s.file("agent-a1.crt"), "--key", s.file("agent-a1.key"), "--hostname", "a2", "--work-dir", t.TempDir())
+	wrongHost.Env = append(os.Environ(), auth.EnvInsecure+"=1")
+	out, err := wrongHost.CombinedOutput()
 	if err == nil || !strings.Contains(string(out), "not valid for --hostname a2") {
 		t.Errorf("agent with another host's certificate: %v\n%s", err, out)
 	}

@@ -409,3 +409,35 @@ func TestMembershipFilesWritableByOthers(t *testing.T) {
 		t.Errorf("MembershipFilesWritableByOthers = %v, want %v", got, want)
 	}
 }
+
+// TestTaskRunsUnderAClosedWorkDir: the agent's work dir is root's, 0700, as
+// in production and under `make run`; a task, which cannot search it, still
+// starts in its sandbox and writes there by relative path, with and without
+// its own namespaces.
+func TestTaskRunsUnderAClosedWorkDir(t *testing.T) {
+	for _, isolation := range []struct {
+		name string
+		iso  Isolation
+	}{{"namespaces", DefaultIsolation}, {"none", Isolation{NoNamespaces: true, NoSeccomp: true}}} {
+		t.Run(isolation.name, func(t *testing.T) {
+			cfg := testConfig(t)
+			// Root's, 0700, and outside /tmp: the private /tmp of a task's
+			// mount namespace is made of directories it can search.
+			closed, err := os.MkdirTemp("/run", "slackline-closed-work-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { os.RemoveAll(closed) })
+			cfg.StateDir, cfg.SandboxDir = filepath.Join(closed, "containers"), filepath.Join(closed, "sandboxes")
+			cfg.Isolation = isolation.iso
+			c := newTest(t, cfg)
+			ct := launch(t, c, Spec{TaskID: "closed", Command: shell(`id -u > uid; echo started > out`)})
+			if exit := waitExit(t, c, ct.ID); exit.ExitCode != 0 {
+				t.Fatalf("task under a closed work dir: %+v", exit)
+			}
+			if got := readSandbox(t, ct, "out"); got != "started" {
+				t.Errorf("sandbox file out = %q, want started", got)
+			}
+		})
+	}
+}

@@ -86,10 +86,13 @@ func tmpfsBytes(memoryBytes int64, diskMiB float64) int64 {
 }
 
 // privateDirs are the directories that get the task's tmpfs, and the
-// directory of each inside that tmpfs.
+// directory of each inside that tmpfs: the host's world-writable ones
+// (/var/lock is a link to /run/lock), where a task's files would outlive
+// it and escape its limits.
 var privateDirs = []struct{ target, sub string }{
 	{"/var/tmp", "var-tmp"},
 	{"/dev/shm", "shm"},
+	{"/run/lock", "run-lock"},
 	{"/tmp", "tmp"}, // last: the staging mount is at /tmp
 }
 
@@ -117,7 +120,7 @@ type kept struct {
 // and IPC namespaces, after it joined the task's cgroups (so that what it
 // and the task write to tmpfs is charged there): it stops mounts from
 // propagating to the host, mounts one tmpfs of size bytes and binds its
-// directories at /tmp, /var/tmp and /dev/shm (those that exist), binds
+// directories at /tmp, /var/tmp, /dev/shm and /run/lock (those that exist), binds
 // back the paths of keep that these hid, and mounts a /proc of the new PID
 // namespace over /proc, so that the task sees only its own processes.
 func enterNamespaces(size int64, keep []string) error {
@@ -172,6 +175,14 @@ func enterNamespaces(size int64, keep []string) error {
 	}
 	if err := unix.Mount("proc", "/proc", "proc", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
 		return fmt.Errorf("mount /proc of the task's PID namespace: %w", err)
+	}
+	// Where the host mounts POSIX message queues (systemd does, at
+	// /dev/mqueue), that mount shows the host's IPC namespace: the task
+	// gets one of its own namespace's instead.
+	if st, err := os.Stat("/dev/mqueue"); err == nil && st.IsDir() {
+		if err := unix.Mount("mqueue", "/dev/mqueue", "mqueue", unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+			return fmt.Errorf("mount the task's IPC namespace's message queues on /dev/mqueue: %w", err)
+		}
 	}
 	return nil
 }

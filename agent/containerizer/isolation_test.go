@@ -218,7 +218,7 @@ func TestTaskCannotCreateUserNamespaces(t *testing.T) {
 func leftoversOf(t *testing.T, uid int, skip string) []string {
 	t.Helper()
 	var out []string
-	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+	for _, dir := range []string{"/tmp", "/var/tmp", "/dev/shm", "/run/lock"} {
 		_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
 				return nil // raced with another test's cleanup
@@ -269,7 +269,7 @@ func TestTaskLeavesNothingBehind(t *testing.T) {
 	t.Parallel()
 	c := newTest(t, testConfig(t))
 	ct := launch(t, c, Spec{TaskID: "litter", Command: shell(`set -e
-for d in /tmp /var/tmp /dev/shm; do head -c 1048576 /dev/zero > $d/litter-$SLACKLINE_CONTAINER_ID; done
+for d in /tmp /var/tmp /dev/shm /run/lock; do head -c 1048576 /dev/zero > $d/litter-$SLACKLINE_CONTAINER_ID; done
 ipcmk -M 1048576 && ipcmk -Q && ipcmk -S 1
 (setsid sleep 1000 &)
 ipcs > $HOME/ipcs
@@ -283,7 +283,7 @@ exec sleep 1000`)})
 	if err != nil {
 		t.Fatalf("task user %q: want a dynamic one", ct.Spec.User)
 	}
-	for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm"} {
+	for _, d := range []string{"/tmp", "/var/tmp", "/dev/shm", "/run/lock"} {
 		if _, err := os.Stat(filepath.Join(d, "litter-"+ct.ID)); !errors.Is(err, fs.ErrNotExist) {
 			t.Errorf("the task's file in %s is the host's (%v)", d, err)
 		}

@@ -346,8 +346,13 @@ func runInit(spec launchSpec, errPipe *os.File) int {
 	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwardedSignals...)...)
 	u := spec.User
 	groups := append([]uint32{}, u.Groups...)
+	// No Dir: the task inherits the shim's working directory, the sandbox,
+	// which the supervisor entered as root. ForkExec would change
+	// directory after taking the task's user, and a task's user cannot
+	// search the agent's work dir (root's, usually 0700): every launch
+	// failed with "permission denied" there.
 	child, err := syscall.ForkExec(spec.Path, spec.Argv, &syscall.ProcAttr{
-		Dir: spec.Dir, Env: spec.Env, Files: []uintptr{0, 1, 2},
+		Env: spec.Env, Files: []uintptr{0, 1, 2},
 		Sys: &syscall.SysProcAttr{Setsid: true, Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: groups}},
 	})
 	if err != nil {

@@ -36,7 +36,7 @@ func limitFlags(fs *flag.FlagSet, l *coordinator.Limits) {
 // value disables a limit, zero takes the default.
 func anonymousFlags(fs *flag.FlagSet, l *server.AnonymousLimits) {
 	fs.IntVar(&l.MaxConnsPerPeer, "max-anonymous-conns-per-peer", server.DefaultAnonymousConnsPerPeer,
-		"connections one IP address may hold before any of them authenticated (more are closed as they are accepted)")
+		"connections one IP address (IPv6: one /64) may hold before they authenticate (one more closes its oldest)")
 	fs.IntVar(&l.MaxConns, "max-anonymous-conns", 0,
 		"connections all peers together may hold before authenticating (default: a quarter of the open-file limit, at most 4096)")
 	fs.IntVar(&l.MaxStreamsPerConn, "max-anonymous-streams-per-conn", server.DefaultAnonymousStreamsPerConn,

@@ -10,6 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/coordinator/ui"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
@@ -37,11 +40,14 @@ func (h *headerLog) requests() []string {
 	return append([]string(nil), h.seen...)
 }
 
-// TestCLITrustsAgentsOnlyWithTheirCertificates: slacklinectl talks to
-// agents with the caller's own token, only over https, verifies the
-// agent's certificate for its registered hostname and, with --crl, refuses
-// a revoked agent before sending anything.
-func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
+// TestCLINeverSendsItsTokenToAnAgent: slacklinectl sends the caller's
+// token to the coordinator only; logs, top, get containers and get features
+// reach agents through the coordinator's node proxy (the real one,
+// coordinator/ui, configured as the coordinator configures it), which calls
+// them with the coordinator's client certificate, verifies each agent's
+// certificate for its registered hostname, refuses revoked agents and
+// clear-text endpoints before sending anything.
+func TestCLINeverSendsItsTokenToAnAgent(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
 	if _, err := auth.Generate(dir, auth.Spec{Hosts: []string{"127.0.0.1"}, Agents: []string{"node-1", "node-2"}, Operators: []string{"admin"}}); err != nil {
@@ -49,7 +55,7 @@ func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
 	}
 	file := func(name string) string { return filepath.Join(dir, name) }
 	serveTLS := func(h http.Handler, cert, key string) string {
-		tlsConfig, err := auth.ServerTLS(file(cert), file(key), "")
+		tlsConfig, err := auth.ServerTLS(file(cert), file(key), file(auth.CACertFile))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -63,8 +69,8 @@ func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
 	nodeHandler := func(host string) http.Handler {
 		logs[host] = &headerLog{}
 		mux := http.NewServeMux()
-		mux.Handle(slacklinev1connect.NewNodeServiceHandler(&fakeNode{containers: testContainers,
-			files: map[string][]byte{"f-1/t-" + host + "/stdout": []byte("output of " + host + "\n")}}))
+		mux.Handle(slacklinev1connect.NewNodeServiceHandler(&usageNode{fakeNode{containers: testContainers,
+			files: map[string][]byte{"f-1/t-" + host + "/stdout": []byte("output of " + host + "\n")}}}))
 		return logs[host].wrap(mux)
 	}
 	node1 := serveTLS(nodeHandler("node-1"), auth.AgentCertFile("node-1"), auth.AgentKeyFile("node-1"))
@@ -74,29 +80,42 @@ func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
 	task := func(host, agent string) *slacklinev1.Task {
 		return &slacklinev1.Task{TaskId: "t-" + host, FrameworkId: "f-1", AgentId: agent, State: slacklinev1.TaskState_TASK_STATE_RUNNING}
 	}
-	mux := http.NewServeMux()
-	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(&fakeOperator{
+	fake := &fakeOperator{
 		agents: &slacklinev1.GetAgentsResponse{Agents: []*slacklinev1.Agent{
 			{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: node1},
 			{Id: "a-2", Hostname: "node-2", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: node2},
 			{Id: "a-3", Hostname: "node-3", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: clear.URL},
-			// node-1's certificate served at node-2's claim: the name is verified.
+			// node-1's certificate served for node-4: the name is verified.
 			{Id: "a-4", Hostname: "node-4", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: node1},
 		}},
 		tasks: &slacklinev1.GetTasksResponse{Tasks: []*slacklinev1.Task{task("node-1", "a-1"), task("node-2", "a-2"), task("node-3", "a-3")}},
-	}))
-	coordinator := serveTLS(mux, auth.CoordinatorCertFile, auth.CoordinatorKeyFile)
+	}
 	if _, err := auth.Revoke(dir, []string{"node-1"}, time.Now()); err != nil {
 		t.Fatal(err)
 	}
+	authz, err := auth.Load(file(auth.AuthzFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	agentTLS, err := auth.ClientTLS(file(auth.CACertFile), file(auth.CoordinatorClientCertFile), file(auth.CoordinatorClientKeyFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	crl, err := auth.LoadCRL(file(auth.CRLFile), file(auth.CACertFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	coordinatorLog := &headerLog{}
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(fake))
+	mux.Handle("/ui/", ui.Handler(ui.Config{Agents: fake, Sandboxes: fake, AgentTLS: agentTLS, AgentCRL: crl, Authorize: authz.ProxyMiddleware}))
+	coordinator := serveTLS(coordinatorLog.wrap(mux), auth.CoordinatorCertFile, auth.CoordinatorKeyFile)
 	token, err := auth.ReadToken(file("admin.token"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	base := []string{"--coordinator", coordinator, "--ca", file(auth.CACertFile), "--token-file", file("admin.token")}
-	withCRL := func(args ...string) []string {
-		return append(append(slices.Clone(base), "--crl", file(auth.CRLFile)), args...)
-	}
+	cli := func(args ...string) []string { return append(slices.Clone(base), args...) }
 
 	for _, tt := range []struct {
 		name    string
@@ -104,17 +123,18 @@ func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
 		host    string // whose NodeService the command reaches
 		wantErr string // "" : success
 	}{
-		{"the caller's token to a verified agent", withCRL("get", "containers", "--hostname", "node-2"), "node-2", ""},
-		{"logs from a verified agent", withCRL("logs", "t-node-2"), "node-2", ""},
-		{"revoked agent: get containers", withCRL("get", "containers", "--hostname", "node-1"), "node-1", "server certificate revoked"},
-		{"revoked agent: logs", withCRL("logs", "t-node-1"), "node-1", "server certificate revoked"},
-		{"revoked agent: top", withCRL("top", "--hostname", "node-1"), "node-1", "server certificate revoked"},
-		{"revoked agent: get features", withCRL("get", "features", "--hostname", "node-1"), "node-1", "server certificate revoked"},
-		{"clear-text endpoint: no token sent", withCRL("logs", "t-node-3"), "node-3", "clear text"},
-		{"clear-text --agent URL: no token sent", withCRL("get", "containers", "--agent", clear.URL), "node-3", "clear text"},
-		{"a certificate for another host", withCRL("get", "containers", "--hostname", "node-4"), "node-1", "node-4"},
+		{"get containers", cli("get", "containers", "--hostname", "node-2"), "node-2", ""},
+		{"logs", cli("logs", "t-node-2"), "node-2", ""},
+		{"top", cli("top", "--agent", "a-2"), "node-2", ""},
+		{"get features", cli("get", "features", "--hostname", "node-2"), "node-2", ""},
+		{"revoked agent: get containers", cli("get", "containers", "--hostname", "node-1"), "node-1", "revoked"},
+		{"revoked agent: logs", cli("logs", "t-node-1"), "node-1", "revoked"},
+		{"revoked agent: top", cli("top", "--hostname", "node-1"), "node-1", "revoked"},
+		{"clear-text endpoint: logs", cli("logs", "t-node-3"), "node-3", "only over https"},
+		{"clear-text endpoint: top", cli("top", "--agent", "a-3"), "node-3", "only over https"},
+		{"a certificate for another host", cli("get", "containers", "--hostname", "node-4"), "node-1", "node-4"},
 	} {
-		before := len(logs[tt.host].requests())
+		before, coordinatorBefore := len(logs[tt.host].requests()), len(coordinatorLog.requests())
 		_, err := run(t, tt.args...)
 		if tt.wantErr == "" {
 			if err != nil {
@@ -125,17 +145,28 @@ func TestCLITrustsAgentsOnlyWithTheirCertificates(t *testing.T) {
 		}
 		got := logs[tt.host].requests()[before:]
 		switch {
-		case tt.wantErr == "" && (len(got) == 0 || got[0] != "Bearer "+token):
-			t.Errorf("%s: %s saw Authorization %q, want the caller's own token", tt.name, tt.host, got)
+		case tt.wantErr == "" && len(got) == 0:
+			t.Errorf("%s: %s received nothing", tt.name, tt.host)
 		case tt.wantErr != "" && len(got) != 0:
 			t.Errorf("%s: %s received %d requests (Authorization %q), want none", tt.name, tt.host, len(got), got)
 		}
+		for _, a := range got {
+			if a != "" {
+				t.Errorf("%s: %s saw Authorization %q, want none: the caller's token stays with the coordinator", tt.name, tt.host, a)
+			}
+		}
+		for _, a := range coordinatorLog.requests()[coordinatorBefore:] {
+			if a != "Bearer "+token {
+				t.Errorf("%s: the coordinator saw Authorization %q, want the caller's own token", tt.name, a)
+			}
+		}
 	}
-	// Without --crl the revoked agent is reached: the list is what stops it.
-	if _, err := run(t, append(slices.Clone(base), "get", "containers", "--hostname", "node-1")...); err != nil {
-		t.Errorf("revoked agent without --crl: %v", err)
+	// The proxy authorizes the caller: without a token nothing reaches an agent.
+	before := len(logs["node-2"].requests())
+	if _, err := run(t, "--coordinator", coordinator, "--ca", file(auth.CACertFile), "get", "containers", "--agent", "a-2"); connect.CodeOf(err) != connect.CodeUnauthenticated {
+		t.Errorf("without a token: %v, want unauthenticated", err)
 	}
-	if _, err := run(t, "--crl", file(auth.CRLFile), "get", "containers", "--agent", node2); err == nil || !strings.Contains(err.Error(), "--crl needs --ca") {
-		t.Errorf("--crl without --ca: %v", err)
+	if n := len(logs["node-2"].requests()) - before; n != 0 {
+		t.Errorf("without a token node-2 received %d requests, want none", n)
 	}
 }

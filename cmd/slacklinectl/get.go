@@ -1,7 +1,6 @@
 package main
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 
@@ -86,34 +85,25 @@ func newGetCommand(g *globals) *cobra.Command {
 		},
 	}
 
-	var agentURL, hostname string
+	var agent agentFlags
 	containers := &cobra.Command{
 		Use:     "containers",
 		Aliases: []string{"container"},
-		Short:   "List the containers of one agent (--agent URL or --hostname H)",
+		Short:   "List the containers of one agent (--agent ID or --hostname H)",
 		Args:    exactArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			endpoint := agentURL
-			switch {
-			case agentURL != "" && hostname != "":
-				return errors.New("get containers: --agent and --hostname exclude each other")
-			case agentURL == "" && hostname == "":
-				return fmt.Errorf("get containers: %w", errNoAgent)
-			case hostname != "":
-				var err error
-				if endpoint, err = g.hostEndpoint(cmd.Context(), hostname); err != nil {
-					return fmt.Errorf("get containers: %w", err)
-				}
+			agentID, err := agent.agent(cmd.Context(), g)
+			if err != nil {
+				return fmt.Errorf("get containers: %w", err)
 			}
-			resp, err := g.node(endpoint).GetContainers(cmd.Context(), connect.NewRequest(&slacklinev1.GetContainersRequest{}))
+			resp, err := g.node(agentID).GetContainers(cmd.Context(), connect.NewRequest(&slacklinev1.GetContainersRequest{}))
 			if err != nil {
 				return fmt.Errorf("get containers: %w", err)
 			}
 			return g.print(resp.Msg, containerTable(resp.Msg.GetContainers()))
 		},
 	}
-	containers.Flags().StringVar(&agentURL, "agent", "", "NodeService URL of the agent, e.g. http://10.0.0.5:5051")
-	containers.Flags().StringVar(&hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
+	agent.register(containers)
 
 	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g))
 	return get

@@ -25,22 +25,25 @@ const (
 type logsOptions struct {
 	stderr    bool
 	framework string
-	agent     string
 	tail      int64
 	follow    bool
 	raw       bool
 }
 
 // newLogsCommand is "logs TASK_ID": a task's stdout or stderr, read from its
-// sandbox through the NodeService of the agent that runs it.
+// sandbox through the coordinator's node proxy, which checks that the
+// caller may read the task's sandbox and asks the agent with its own
+// identity.
 func newLogsCommand(g *globals) *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
 		Use:   "logs TASK_ID",
 		Short: "Print a task's stdout (or stderr) from its sandbox; -f follows it",
 		Long: `Print the end of a task's stdout (or stderr with --stderr), read from the
-task's sandbox on its agent. The task's agent is found through the coordinator
-unless --agent names the agent's NodeService URL. With -f the command keeps
+task's sandbox on its agent, through the coordinator: it checks that the
+caller is the task's framework principal or has access_sandboxes on it, then
+asks the agent with its own identity (the caller's token never reaches an
+agent). With -f the command keeps
 printing what the task writes until interrupted. Control characters other than
 newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 --raw prints the file's bytes as they are.`,
@@ -58,7 +61,6 @@ newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 	flags := cmd.Flags()
 	flags.BoolVar(&o.stderr, "stderr", false, "print stderr instead of stdout")
 	flags.StringVar(&o.framework, "framework", "", "framework id of the task (needed when several frameworks use the task id)")
-	flags.StringVar(&o.agent, "agent", "", "NodeService URL of the task's agent, e.g. http://10.0.0.5:5051 (skips the coordinator)")
 	flags.Int64Var(&o.tail, "tail", defaultTail, "print the last N bytes first (0: none, -1: the whole file)")
 	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until interrupted")
 	flags.BoolVar(&o.raw, "raw", false, "print the output's bytes unescaped, terminal escape sequences included")
@@ -66,18 +68,12 @@ newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 }
 
 func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error {
-	frameworkID, endpoint := o.framework, o.agent
-	if endpoint == "" {
-		task, err := g.findTask(ctx, taskID, frameworkID)
-		if err != nil {
-			return err
-		}
-		frameworkID = task.GetFrameworkId()
-		if endpoint, err = g.agentEndpoint(ctx, task.GetAgentId()); err != nil {
-			return fmt.Errorf("task %q: %w", taskID, err)
-		}
+	task, err := g.findTask(ctx, taskID, o.framework)
+	if err != nil {
+		return err
 	}
-	node := g.node(endpoint)
+	frameworkID := task.GetFrameworkId()
+	node := g.node(task.GetAgentId())
 	var out io.Writer = g.out
 	if !o.raw {
 		escaping := &escapingWriter{w: g.out}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -16,6 +17,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/testing/protocmp"
 
+	"github.com/slackline/slackline/coordinator/ui"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/resources"
@@ -151,11 +153,31 @@ func (f *fakeOperator) UpdateQuota(_ context.Context, req *connect.Request[slack
 	return connect.NewResponse(&slacklinev1.UpdateQuotaResponse{}), nil
 }
 
-// serve starts the fake and returns its URL.
+// MayReadSandbox lets a caller read the sandboxes of the tasks the fake
+// lists on their agents (the coordinator checks principals; see
+// coordinator's tests), and refuses every other with permission_denied.
+func (f *fakeOperator) MayReadSandbox(_ context.Context, agentID, frameworkID, taskID string) error {
+	f.mu.Lock()
+	tasks := f.tasks
+	f.mu.Unlock()
+	if tasks == nil {
+		tasks = testTasks
+	}
+	for _, t := range tasks.GetTasks() {
+		if t.GetAgentId() == agentID && t.GetFrameworkId() == frameworkID && t.GetTaskId() == taskID {
+			return nil
+		}
+	}
+	return connect.NewError(connect.CodePermissionDenied, fmt.Errorf("task %q of framework %q on agent %q: not yours", taskID, frameworkID, agentID))
+}
+
+// serve starts the fake, with the coordinator's real node proxy in front
+// of the agents it lists, and returns its URL.
 func serve(t *testing.T, fake *fakeOperator) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(fake))
+	mux.Handle("/ui/", ui.Handler(ui.Config{Agents: fake, Sandboxes: fake}))
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	return server.URL
@@ -309,8 +331,10 @@ func TestInvalidArguments(t *testing.T) {
 		{[]string{"set", "quota", "eng", "ports:[1-2]"}, "set quota: quota limits scalar resources (cpus, mem, disk), not ports"},
 		{[]string{"set", "speed", "x"}, `set: unknown setting "speed": want weight or quota`},
 		{[]string{"get", "pods"}, `get: unknown resource "pods": want one of agents, frameworks, tasks, roles, containers`},
-		{[]string{"get", "containers"}, "get containers: want --agent URL or --hostname HOSTNAME"},
-		{[]string{"get", "containers", "--agent", "http://x:5051", "--hostname", "x"}, "get containers: --agent and --hostname exclude each other"},
+		{[]string{"get", "containers"}, "get containers: want --agent ID or --hostname HOSTNAME"},
+		{[]string{"get", "containers", "--agent", "a-1", "--hostname", "x"}, "get containers: --agent and --hostname exclude each other"},
+		{[]string{"top", "--agent", "http://x:5051"}, `top: --agent "http://x:5051": want an agent id (see get agents) or --hostname: slacklinectl reaches agents only through the coordinator, never at a URL`},
+		{[]string{"logs", "t-1", "--agent", "a-1"}, "unknown flag: --agent"},
 		{[]string{"logs"}, "logs: want TASK_ID, got 0 argument(s)"},
 		{[]string{"logs", "t-1", "t-2"}, "logs: want TASK_ID, got 2 argument(s)"},
 		{[]string{"logs", "t-1", "--tail", "-2"}, "logs: --tail -2: want a number of bytes, 0 for none or -1 for the whole file"},

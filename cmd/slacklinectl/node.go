@@ -13,7 +13,8 @@ import (
 )
 
 // Lookups in the coordinator that lead from a task or a hostname to the
-// NodeService of the agent that has it.
+// agent that has it, whose NodeService the coordinator's node proxy
+// reaches (globals.node).
 
 // findTask returns the task taskID, of framework frameworkID when that is
 // set. A task id that several frameworks use needs frameworkID.
@@ -45,24 +46,10 @@ func (g *globals) findTask(ctx context.Context, taskID, frameworkID string) (*sl
 	return nil, fmt.Errorf("task %q is in several frameworks (%s): choose one with --framework", taskID, strings.Join(frameworks, ", "))
 }
 
-// agentEndpoint returns the NodeService URL of the agent with id agentID.
-func (g *globals) agentEndpoint(ctx context.Context, agentID string) (string, error) {
-	agents, err := g.operator().GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
-	if err != nil {
-		return "", err
-	}
-	for _, a := range agents.Msg.GetAgents() {
-		if a.GetId() == agentID {
-			return g.endpointOf(a)
-		}
-	}
-	return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("agent %q not found", agentID))
-}
-
-// hostEndpoint returns the NodeService URL of the agent registered with
-// hostname. When the host registered more than once (an agent that lost its
-// checkpoint), the active agent is the one meant.
-func (g *globals) hostEndpoint(ctx context.Context, hostname string) (string, error) {
+// hostAgent returns the id of the agent registered with hostname. When
+// the host registered more than once (an agent that lost its checkpoint),
+// the active agent is the one meant.
+func (g *globals) hostAgent(ctx context.Context, hostname string) (string, error) {
 	agents, err := g.operator().GetAgents(ctx, connect.NewRequest(&slacklinev1.GetAgentsRequest{}))
 	if err != nil {
 		return "", err
@@ -79,9 +66,9 @@ func (g *globals) hostEndpoint(ctx context.Context, hostname string) (string, er
 	}
 	switch {
 	case len(found) == 1:
-		return g.endpointOf(found[0])
+		return found[0].GetId(), nil
 	case len(active) == 1:
-		return g.endpointOf(active[0])
+		return active[0].GetId(), nil
 	case len(found) == 0:
 		return "", connect.NewError(connect.CodeNotFound, fmt.Errorf("no agent with hostname %q", hostname))
 	}
@@ -89,16 +76,8 @@ func (g *globals) hostEndpoint(ctx context.Context, hostname string) (string, er
 	for _, a := range found {
 		ids = append(ids, a.GetId())
 	}
-	return "", fmt.Errorf("several agents have hostname %q (%s): use --agent URL", hostname, strings.Join(ids, ", "))
-}
-
-func (g *globals) endpointOf(a *slacklinev1.Agent) (string, error) {
-	if a.GetEndpoint() == "" {
-		return "", fmt.Errorf("agent %q (%s) registered no NodeService endpoint: use --agent URL", a.GetId(), a.GetHostname())
-	}
-	g.rememberNode(a.GetEndpoint(), a.GetHostname())
-	return a.GetEndpoint(), nil
+	return "", fmt.Errorf("several agents have hostname %q (%s): use --agent ID", hostname, strings.Join(ids, ", "))
 }
 
 // errNoAgent is returned when a command needs an agent and none was named.
-var errNoAgent = errors.New("want --agent URL or --hostname HOSTNAME")
+var errNoAgent = errors.New("want --agent ID or --hostname HOSTNAME")

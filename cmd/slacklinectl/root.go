@@ -7,7 +7,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/spf13/cobra"
@@ -40,12 +39,9 @@ type globals struct {
 	out         io.Writer
 	// creds are --ca, --token-file and --crl (env SLACKLINE_CA,
 	// SLACKLINE_TOKEN_FILE, SLACKLINE_CRL): the caller's own credentials,
-	// the only ones it sends, to the coordinator and to agents alike.
+	// sent only to the coordinator. Agents are reached through the
+	// coordinator's node proxy (see node), never with them.
 	creds auth.ClientCredentials
-	// nodeNames maps agents' NodeService URLs to their hostnames, which
-	// their certificates must name (see endpointOf).
-	nodeNamesMu sync.Mutex
-	nodeNames   map[string]string
 }
 
 // newRootCommand builds the command tree; commands write their results to
@@ -76,10 +72,10 @@ func newRootCommand(out io.Writer) *cobra.Command {
 	flags := root.PersistentFlags()
 	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL, or a comma-separated list of a coordinator group's URLs (env "+coordinatorEnv+")")
 	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
-	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call to the coordinator or an agent")
-	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's and agents' certificates (env "+auth.EnvCA+")")
-	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token, sent only over https (env "+auth.EnvTokenFile+")")
-	flags.StringVar(&g.creds.CRLFile, "crl", os.Getenv(auth.EnvCRL), "certificate revocation list signed by --ca (crl.pem): an agent (or coordinator) whose certificate it lists is refused before anything is sent (env "+auth.EnvCRL+")")
+	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call (agents are reached through the coordinator)")
+	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's certificate (env "+auth.EnvCA+")")
+	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token, sent only to the coordinator and only over https (env "+auth.EnvTokenFile+")")
+	flags.StringVar(&g.creds.CRLFile, "crl", os.Getenv(auth.EnvCRL), "certificate revocation list signed by --ca (crl.pem): a coordinator whose certificate it lists is refused before anything is sent; the coordinator checks agents' certificates against its own list (env "+auth.EnvCRL+")")
 
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
@@ -103,22 +99,27 @@ func newVersionCommand(out io.Writer) *cobra.Command {
 
 // operator returns a client of the coordinator's OperatorService.
 func (g *globals) operator() slacklinev1connect.OperatorServiceClient {
-	// A comma-separated list is a coordinator group: calls go to its
-	// leader, waiting up to --timeout for one during an election.
-	client, base, err := leaderclient.New(g.coordinator, g.httpClient(""), leaderclient.Options{Wait: g.timeout})
-	if err != nil {
-		client, base = &http.Client{Transport: failingTransport{fmt.Errorf("--coordinator: %w", err)}}, g.coordinator
-	}
+	client, base := g.coordinatorClient()
 	return slacklinev1connect.NewOperatorServiceClient(client, base)
 }
 
+// coordinatorClient returns the HTTP client and base URL of the
+// coordinator. A comma-separated --coordinator is a coordinator group:
+// calls go to its leader, waiting up to --timeout for one during an
+// election.
+func (g *globals) coordinatorClient() (*http.Client, string) {
+	client, base, err := leaderclient.New(g.coordinator, g.httpClient(), leaderclient.Options{Wait: g.timeout})
+	if err != nil {
+		return &http.Client{Transport: failingTransport{fmt.Errorf("--coordinator: %w", err)}}, g.coordinator
+	}
+	return client, base
+}
+
 // httpClient returns a client with g's credentials that verifies the
-// server's certificate for serverName ("": the URL's host). Unreadable
-// credentials fail every call with their error.
-func (g *globals) httpClient(serverName string) *http.Client {
-	creds := g.creds
-	creds.ServerName = serverName
-	client, err := creds.HTTPClient()
+// server's certificate for the URL's host. Unreadable credentials fail
+// every call with their error.
+func (g *globals) httpClient() *http.Client {
+	client, err := g.creds.HTTPClient()
 	if err != nil {
 		return &http.Client{Transport: failingTransport{err}}
 	}
@@ -130,33 +131,20 @@ type failingTransport struct{ err error }
 
 func (t failingTransport) RoundTrip(*http.Request) (*http.Response, error) { return nil, t.err }
 
-// node returns a client of the NodeService of the agent at url; a bare
-// "host:port" means http.
-func (g *globals) node(url string) slacklinev1connect.NodeServiceClient {
-	if !strings.Contains(url, "://") {
-		url = "http://" + url
-	}
-	url = strings.TrimSuffix(url, "/")
-	g.nodeNamesMu.Lock()
-	hostname := g.nodeNames[url]
-	g.nodeNamesMu.Unlock()
-	return slacklinev1connect.NewNodeServiceClient(g.httpClient(hostname), url)
+// node returns a client of the NodeService of agent agentID through the
+// coordinator's node proxy (POST /ui/node/{agent}/{service}/{method}): the
+// coordinator authorizes the caller (view_agents; for ReadSandboxFile, the
+// task's framework principal or access_sandboxes on it) and calls the
+// agent with its own client certificate. The caller's token goes to the
+// coordinator only, never to an agent, which may be rogue.
+func (g *globals) node(agentID string) slacklinev1connect.NodeServiceClient {
+	client, base := g.coordinatorClient()
+	return slacklinev1connect.NewNodeServiceClient(client, strings.TrimSuffix(base, "/")+nodeProxyPath+url.PathEscape(agentID))
 }
 
-// rememberNode records that the agent serving url is certified for
-// hostname: its endpoint's address comes from where it connected from, its
-// certificate names its hostname.
-func (g *globals) rememberNode(endpoint, hostname string) {
-	if u, err := url.Parse(endpoint); err != nil || u.Scheme != "https" {
-		return
-	}
-	g.nodeNamesMu.Lock()
-	defer g.nodeNamesMu.Unlock()
-	if g.nodeNames == nil {
-		g.nodeNames = map[string]string{}
-	}
-	g.nodeNames[strings.TrimSuffix(endpoint, "/")] = hostname
-}
+// nodeProxyPath is where the coordinator serves its node proxy
+// (coordinator/ui), followed by the agent's id.
+const nodeProxyPath = "/ui/node/"
 
 // print writes a response: msg as JSON with -o json, else the table.
 func (g *globals) print(msg proto.Message, t table) error {

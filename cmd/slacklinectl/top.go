@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"connectrpc.com/connect"
@@ -14,24 +15,26 @@ import (
 )
 
 // agentFlags are the --agent/--hostname pair naming one agent.
-type agentFlags struct{ url, hostname string }
+type agentFlags struct{ id, hostname string }
 
 func (f *agentFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.url, "agent", "", "NodeService URL of the agent, e.g. http://10.0.0.5:5051")
+	cmd.Flags().StringVar(&f.id, "agent", "", "id of the agent (see get agents), reached through the coordinator")
 	cmd.Flags().StringVar(&f.hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
 }
 
-// endpoint resolves the agent's NodeService URL.
-func (f *agentFlags) endpoint(ctx context.Context, g *globals) (string, error) {
+// agent resolves the agent's id.
+func (f *agentFlags) agent(ctx context.Context, g *globals) (string, error) {
 	switch {
-	case f.url != "" && f.hostname != "":
+	case f.id != "" && f.hostname != "":
 		return "", errors.New("--agent and --hostname exclude each other")
-	case f.url == "" && f.hostname == "":
+	case f.id == "" && f.hostname == "":
 		return "", errNoAgent
+	case strings.Contains(f.id, "/"):
+		return "", fmt.Errorf("--agent %q: want an agent id (see get agents) or --hostname: slacklinectl reaches agents only through the coordinator, never at a URL", f.id)
 	case f.hostname != "":
-		return g.hostEndpoint(ctx, f.hostname)
+		return g.hostAgent(ctx, f.hostname)
 	}
-	return f.url, nil
+	return f.id, nil
 }
 
 // newTopCommand shows each container's live usage on one agent.
@@ -39,16 +42,16 @@ func newTopCommand(g *globals) *cobra.Command {
 	var agent agentFlags
 	var watch time.Duration
 	cmd := &cobra.Command{
-		Use:   "top (--agent URL | --hostname H)",
+		Use:   "top (--agent ID | --hostname H)",
 		Short: "Show each container's CPU, memory, network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure on one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			endpoint, err := agent.endpoint(cmd.Context(), g)
+			agentID, err := agent.agent(cmd.Context(), g)
 			if err != nil {
 				return fmt.Errorf("top: %w", err)
 			}
 			for {
-				resp, err := g.node(endpoint).GetUsage(cmd.Context(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+				resp, err := g.node(agentID).GetUsage(cmd.Context(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
 				if err != nil {
 					return fmt.Errorf("top: %w", err)
 				}
@@ -133,15 +136,15 @@ func durationText(seconds float64) string {
 func newFeaturesCommand(g *globals) *cobra.Command {
 	var agent agentFlags
 	cmd := &cobra.Command{
-		Use:   "features (--agent URL | --hostname H)",
+		Use:   "features (--agent ID | --hostname H)",
 		Short: "List the eBPF feature probes of one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
-			endpoint, err := agent.endpoint(cmd.Context(), g)
+			agentID, err := agent.agent(cmd.Context(), g)
 			if err != nil {
 				return fmt.Errorf("get features: %w", err)
 			}
-			resp, err := g.node(endpoint).GetFeatures(cmd.Context(), connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
+			resp, err := g.node(agentID).GetFeatures(cmd.Context(), connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
 			if err != nil {
 				return fmt.Errorf("get features: %w", err)
 			}

@@ -43,8 +43,10 @@ func TestTopAndFeatures(t *testing.T) {
 	mux.Handle(slacklinev1connect.NewNodeServiceHandler(&usageNode{}))
 	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
-	nodeURL := server.URL
-	got, err := run(t, "top", "--agent", nodeURL)
+	url := serve(t, &fakeOperator{agents: &slacklinev1.GetAgentsResponse{Agents: []*slacklinev1.Agent{
+		{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: server.URL},
+	}}})
+	got, err := run(t, "--coordinator", url, "top", "--agent", "a-1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -57,7 +59,7 @@ web-1              0.25   64.0Mi       2.0Ki    1.0Mi    250.2        900µs    
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("top (-want +got):\n%s", diff)
 	}
-	got, err = run(t, "get", "features", "--agent", nodeURL)
+	got, err = run(t, "--coordinator", url, "get", "features", "--hostname", "node-1")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -116,6 +116,7 @@ func checkedAllocate(t interface {
 // framework launches one task per offer when it fits and declines the rest;
 // DRF ends with A running 3 tasks and B 2, whoever is offered first.
 func TestDRFPaperExample(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name           string
 		roleA, roleB   string
@@ -171,6 +172,7 @@ func TestDRFPaperExample(t *testing.T) {
 // TestHierarchicalRoles checks the role tree order with weights: one
 // framework per role, six equal agents in one full pass, every offer kept.
 func TestHierarchicalRoles(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name    string
 		weights map[string]float64
@@ -218,6 +220,7 @@ func TestHierarchicalRoles(t *testing.T) {
 // TestRoleWithFrameworksAndChildren checks the virtual leaf: a role's own
 // frameworks compete with its child roles by the role's own allocation.
 func TestRoleWithFrameworksAndChildren(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	for i := 1; i <= 4; i++ {
 		a.AddAgent(fmt.Sprintf("a%d", i), res("cpus:1;mem:1024"))
@@ -244,6 +247,7 @@ func TestRoleWithFrameworksAndChildren(t *testing.T) {
 // TestFrameworksInsideRole checks the order of frameworks in one role:
 // ascending dominant share, then id.
 func TestFrameworksInsideRole(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:4;mem:4096"))
@@ -264,6 +268,7 @@ func TestFrameworksInsideRole(t *testing.T) {
 }
 
 func TestQuotaLimit(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		limits map[string]string
@@ -321,6 +326,7 @@ func TestQuotaLimit(t *testing.T) {
 }
 
 func TestQuotaHeadroomReturnsOnRelease(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.SetQuotaLimit("q", res("cpus:1;mem:1024"))
@@ -342,6 +348,7 @@ func TestQuotaHeadroomReturnsOnRelease(t *testing.T) {
 }
 
 func TestFilters(t *testing.T) {
+	t.Parallel()
 	full := res("cpus:4;mem:4096;ports:[31000-31009]")
 	t.Run("blocks until expiry", func(t *testing.T) {
 		a := New(Config{})
@@ -436,6 +443,7 @@ func TestFilters(t *testing.T) {
 }
 
 func TestSuppressRevive(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:4;mem:4096"))
@@ -473,6 +481,7 @@ func TestSuppressRevive(t *testing.T) {
 }
 
 func TestInactive(t *testing.T) {
+	t.Parallel()
 	t.Run("framework", func(t *testing.T) {
 		a := New(Config{})
 		a.AddAgent("a1", res("cpus:4;mem:4096"))
@@ -516,6 +525,7 @@ func TestInactive(t *testing.T) {
 }
 
 func TestMinAllocatable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		min   resources.Resources
@@ -542,6 +552,7 @@ func TestMinAllocatable(t *testing.T) {
 }
 
 func TestRemoveAgent(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:2;mem:2048"))
@@ -571,6 +582,7 @@ func TestRemoveAgent(t *testing.T) {
 }
 
 func TestRemoveFramework(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:4;mem:4096"))
@@ -599,6 +611,7 @@ func TestRemoveFramework(t *testing.T) {
 }
 
 func TestClaimBeforeAddFramework(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:8;mem:8192"))
 	a.AddAgent("a2", res("cpus:8;mem:8192"))
@@ -635,6 +648,7 @@ func TestClaimBeforeAddFramework(t *testing.T) {
 }
 
 func TestReleaseMoreThanHeld(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096;ports:[1-10]"))
 	a.AddFramework("f", nil, true)
@@ -657,6 +671,7 @@ func TestReleaseMoreThanHeld(t *testing.T) {
 }
 
 func TestUpdateFrameworkRoles(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:4;mem:4096"))
@@ -680,6 +695,7 @@ func TestUpdateFrameworkRoles(t *testing.T) {
 }
 
 func TestUpdateAgentTotal(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddFramework("f", nil, true)
@@ -702,6 +718,7 @@ func TestUpdateAgentTotal(t *testing.T) {
 // lists give the same offers as a full pass over the same agents in the
 // same order.
 func TestEventDrivenMatchesFullPass(t *testing.T) {
+	t.Parallel()
 	build := func() *Allocator {
 		a := New(Config{})
 		for i := range 20 {
@@ -741,6 +758,7 @@ func TestEventDrivenMatchesFullPass(t *testing.T) {
 }
 
 func TestSeedShufflesDeterministically(t *testing.T) {
+	t.Parallel()
 	run := func(seed uint64) []string {
 		a := New(Config{Seed: seed})
 		for i := range 30 {
@@ -767,6 +785,7 @@ func TestSeedShufflesDeterministically(t *testing.T) {
 }
 
 func TestRoleStates(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:10;mem:1000"))
 	a.AddFramework("f", []string{"eng/web"}, true)
@@ -788,6 +807,7 @@ func TestRoleStates(t *testing.T) {
 }
 
 func TestRoleNamesNormalized(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:1"))
 	a.AddFramework("f", []string{"", "/eng/"}, true)

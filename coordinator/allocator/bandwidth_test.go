@@ -6,6 +6,7 @@ import "testing"
 // regular and revocable (the network slack the agent estimates), and the
 // allocator's sums and views carry it.
 func TestBandwidthLikeAnyScalar(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096;bandwidth:1000"))
 	a.SetAgentRevocable("a1", res("cpus:1;bandwidth:600"))

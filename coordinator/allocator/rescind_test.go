@@ -26,6 +26,7 @@ func offersOf(texts ...string) []RevocableOffer {
 // is free, rescinds nothing; tasks beyond the estimate are never the
 // coordinator's to take back.
 func TestRescindToFit(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		estimate string
@@ -103,6 +104,7 @@ func TestRescindToFit(t *testing.T) {
 // TestRescindToFitGreedy: beyond exactRescindLimit offers the choice is
 // greedy, and still minimal in the sense that no chosen offer could be kept.
 func TestRescindToFitGreedy(t *testing.T) {
+	t.Parallel()
 	texts := make([]string, exactRescindLimit+4)
 	for i := range texts {
 		texts[i] = "cpus:0.25"

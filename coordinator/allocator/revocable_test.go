@@ -34,6 +34,7 @@ func wantOffers(t *testing.T, what string, want, got []offer) {
 // TestRevocableCapability: only frameworks with the capability are offered
 // revocable resources, always in an allocation of their own.
 func TestRevocableCapability(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name     string
 		capable  []string // frameworks given the capability
@@ -98,6 +99,7 @@ func TestRevocableCapability(t *testing.T) {
 // TestRevocableCapabilityKeptOnResubscription: AddFramework on a known
 // framework keeps the capability; a removed framework loses it.
 func TestRevocableCapabilityKeptOnResubscription(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", resources.Resources{})
 	a.SetAgentRevocable("a1", res("cpus:2"))
@@ -115,6 +117,7 @@ func TestRevocableCapabilityKeptOnResubscription(t *testing.T) {
 // one revocable allocation, each from its own pool, and releasing from one
 // pool never touches the other.
 func TestRevocableSeparateOffers(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.AddAgent("a2", res("cpus:2;mem:2048"))
@@ -169,6 +172,7 @@ func TestRevocableSeparateOffers(t *testing.T) {
 // estimate, nothing (of the exceeded scalars) is offered; offers resume
 // when the estimate grows or holds are released.
 func TestRevocableEstimateShrink(t *testing.T) {
+	t.Parallel()
 	type step struct {
 		do         func(a *Allocator)
 		total      string // revocable total afterwards
@@ -243,6 +247,7 @@ func TestRevocableEstimateShrink(t *testing.T) {
 // TestRevocableQuotaUntouched: revocable offers are not clamped by quota
 // and revocable holds (offers or claims) never consume quota headroom.
 func TestRevocableQuotaUntouched(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	a.AddAgent("a1", res("cpus:4;mem:4096"))
 	a.SetAgentRevocable("a1", res("cpus:3;mem:2048"))
@@ -289,6 +294,7 @@ func TestRevocableQuotaUntouched(t *testing.T) {
 // TestRevocableFollowsRegularShares: revocable offers go in the DRF order of
 // regular shares, and move no share.
 func TestRevocableFollowsRegularShares(t *testing.T) {
+	t.Parallel()
 	a := New(Config{})
 	for _, id := range []string{"r1", "r2", "r3"} {
 		a.AddAgent(id, resources.Resources{}) // revocable capacity only
@@ -327,6 +333,7 @@ func TestRevocableFollowsRegularShares(t *testing.T) {
 // offers only; regular filters do not block revocable offers; Revive
 // clears revocable filters.
 func TestRevocableFilters(t *testing.T) {
+	t.Parallel()
 	setup := func(t *testing.T) *Allocator {
 		a := New(Config{})
 		a.AddAgent("a1", res("cpus:4;mem:4096"))
@@ -387,6 +394,7 @@ func TestRevocableFilters(t *testing.T) {
 // TestRevocableLifecycle: RemoveAgent, RemoveFramework, deactivation and
 // role changes apply to revocable pools and holds.
 func TestRevocableLifecycle(t *testing.T) {
+	t.Parallel()
 	setup := func(t *testing.T) *Allocator {
 		a := New(Config{})
 		for _, id := range []string{"a1", "a2"} {
@@ -477,6 +485,7 @@ func TestRevocableLifecycle(t *testing.T) {
 }
 
 func TestRevocableMinAllocatable(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name      string
 		min       resources.Resources
@@ -505,6 +514,7 @@ func TestRevocableMinAllocatable(t *testing.T) {
 // TestRevocableEventDrivenMatchesFullPass: with revocable pools, passes over
 // single agents give the same offers as a full pass.
 func TestRevocableEventDrivenMatchesFullPass(t *testing.T) {
+	t.Parallel()
 	build := func() *Allocator {
 		a := New(Config{})
 		for i := range 12 {

@@ -46,6 +46,7 @@ func (s *scriptedKeepAlive) KeepAliveOnce(ctx context.Context, _ clientv3.LeaseI
 // it ends the lease's context at once; a late answer does not revive it;
 // etcd saying the lease is gone ends it at once.
 func TestLeaseDeadline(t *testing.T) {
+	t.Parallel()
 	const ttl = 3 * time.Second
 	tests := []struct {
 		name    string
@@ -114,6 +115,7 @@ func TestLeaseDeadline(t *testing.T) {
 // goroutine that ends the context, refuses at the deadline: a process
 // that was stopped and resumes must not act before its timers run.
 func TestLeaseValidWithoutWatcher(t *testing.T) {
+	t.Parallel()
 	granted := time.Now()
 	l := newLease(context.Background(), 1, 2*time.Second, 0, granted)
 	if !l.valid(granted.Add(1999 * time.Millisecond)) {

@@ -109,6 +109,7 @@ func waitLeader(t *testing.T, members ...*testMember) *testMember {
 // streaming, Connect and gRPC) Unavailable with the leader's URL in the
 // Slackline-Leader header; the leader sets no such header.
 func TestGroupLeaderAndFollowers(t *testing.T) {
+	t.Parallel()
 	client := etcdtest.Start(t, 1).Client(t)
 	members := []*testMember{startMember(t, client, "/g1/"), startMember(t, client, "/g1/"), startMember(t, client, "/g1/")}
 	leader := waitLeader(t, members...)
@@ -163,6 +164,7 @@ func TestGroupLeaderAndFollowers(t *testing.T) {
 // takes over recovers all of it, as a restarted coordinator would: the
 // agent RECOVERING, weights and quota in force.
 func TestFailoverRecoversRegistry(t *testing.T) {
+	t.Parallel()
 	client := etcdtest.Start(t, 1).Client(t)
 	a, b := startMember(t, client, "/g2/"), startMember(t, client, "/g2/")
 	first := waitLeader(t, a, b)
@@ -216,6 +218,7 @@ func TestFailoverRecoversRegistry(t *testing.T) {
 // registry write is refused by the fence (Unavailable), the term ends at
 // once, and the registry holds none of it.
 func TestDeposedLeaderWritesNothing(t *testing.T) {
+	t.Parallel()
 	client := etcdtest.Start(t, 1).Client(t)
 	tm := startMember(t, client, "/g3/")
 	waitLeader(t, tm)
@@ -248,6 +251,7 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 // response: nothing written after the end reaches the client, and the
 // response is aborted rather than completed.
 func TestGatedWriterStopsAtTermEnd(t *testing.T) {
+	t.Parallel()
 	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
 	m := &Member{}
 	wrote := make(chan struct{})

@@ -38,6 +38,7 @@ func mustUpdate(t *testing.T, s *State, sched *slacklinev1.Schedule) *State {
 }
 
 func TestScheduleValidation(t *testing.T) {
+	t.Parallel()
 	down := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("down-1"))))
 	down, _, err := down.StartMaintenance([]*slacklinev1.MachineID{host("down-1")})
 	if err != nil {
@@ -94,6 +95,7 @@ func TestScheduleValidation(t *testing.T) {
 }
 
 func TestModesAndTransitions(t *testing.T) {
+	t.Parallel()
 	a, b, c := Machine{Hostname: "a"}, Machine{Hostname: "b"}, Machine{Hostname: "c"}
 	s := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("a"), host("b")), window(t0.Add(time.Hour), time.Hour, host("c"))))
 	modes := func(s *State) []Mode { return []Mode{s.Mode(a), s.Mode(b), s.Mode(c), s.Mode(Machine{Hostname: "d"})} }
@@ -152,6 +154,7 @@ func TestModesAndTransitions(t *testing.T) {
 }
 
 func TestTransitionsDoNotModifyReceiver(t *testing.T) {
+	t.Parallel()
 	s := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("a"))))
 	if _, _, err := s.StartMaintenance([]*slacklinev1.MachineID{host("a")}); err != nil {
 		t.Fatal(err)
@@ -165,6 +168,7 @@ func TestTransitionsDoNotModifyReceiver(t *testing.T) {
 }
 
 func TestUpdateScheduleReportsChangesAndResetsAnswers(t *testing.T) {
+	t.Parallel()
 	s := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("a"), host("b")), window(t0, time.Hour, host("c"))))
 	for _, h := range []string{"a", "b", "c"} {
 		s.RecordAnswer(Machine{Hostname: h}, "fw", StatusAccept, t0)
@@ -199,6 +203,7 @@ func TestUpdateScheduleReportsChangesAndResetsAnswers(t *testing.T) {
 }
 
 func TestLookup(t *testing.T) {
+	t.Parallel()
 	s := mustUpdate(t, New(), schedule(
 		window(t0, time.Hour, &slacklinev1.MachineID{Ip: "10.0.0.1"}),
 		window(t0, time.Hour, &slacklinev1.MachineID{Hostname: "web-1", Ip: "10.0.0.2"}, host("db-1")),
@@ -232,6 +237,7 @@ func TestLookup(t *testing.T) {
 }
 
 func TestRecordRoundTrip(t *testing.T) {
+	t.Parallel()
 	s := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("a"), host("b")), window(t0.Add(time.Hour), 0, &slacklinev1.MachineID{Ip: "::1"})))
 	s, _, err := s.StartMaintenance([]*slacklinev1.MachineID{host("b")})
 	if err != nil {
@@ -256,6 +262,7 @@ func TestRecordRoundTrip(t *testing.T) {
 }
 
 func TestReadyForAutoDownAndMinAvailable(t *testing.T) {
+	t.Parallel()
 	a := Machine{Hostname: "a"}
 	s := mustUpdate(t, New(), schedule(window(t0, time.Hour, host("a"))))
 	user := Usage{FrameworkID: "fw", TasksOnMachine: 1, Running: 3, RunningInWindow: 1}

@@ -14,6 +14,7 @@ import (
 // (Machine.overlaps) over every machine of a small universe, for schedules
 // in several orders.
 func TestIndexAgreesWithOverlaps(t *testing.T) {
+	t.Parallel()
 	var universe []Machine
 	for _, h := range []string{"", "a", "b"} {
 		for _, ip := range []string{"", "10.0.0.1", "10.0.0.2"} {
@@ -67,6 +68,7 @@ func bigSchedule(n int) *slacklinev1.Schedule {
 // TestLargeSchedule validates a 40,000-machine schedule, finds its
 // machines and refuses one machine added twice under another name.
 func TestLargeSchedule(t *testing.T) {
+	t.Parallel()
 	const n = 40000
 	s := mustUpdate(t, New(), bigSchedule(n))
 	if got := len(s.Machines()); got != n {

@@ -24,8 +24,13 @@
 // the page talks only to the coordinator (same origin, no CORS), which
 // forwards exactly the read-only NodeService methods in NodeMethods to the
 // endpoint the agent registered, found by agent id in the coordinator's own
-// state (the browser never names a URL). ReadSandboxFile is not forwarded:
-// task output may hold secrets, and the view does not need it. Requests are
+// state (the browser never names a URL). slacklinectl uses the same proxy
+// for logs, top, get containers and get features. ReadSandboxFile (task
+// output, which may hold secrets) is forwarded only after
+// Config.Sandboxes (the coordinator) checked that the caller is the task's
+// framework principal or has access_sandboxes on it; the request is decoded,
+// checked and re-encoded, and every refusal is the same permission_denied.
+// Requests are
 // bounded (MaxRequestBytes in, MaxResponseBytes out, ProxyTimeout) and only
 // Connect unary requests (POST, JSON or binary) pass.
 //
@@ -43,8 +48,7 @@
 // slackline:coordinators) and only the Connect protocol's headers: never
 // the caller's Authorization header or cookies. Agents accept that
 // identity for exactly the methods in NodeMethods (auth.Rule.Coordinator),
-// so a rogue or compromised agent learns nothing it could replay, and the
-// coordinator's identity cannot read sandboxes. This is the Kubernetes API
+// so a rogue or compromised agent learns nothing it could replay. This is the Kubernetes API
 // server's way with kubelets.
 //
 // With Config.AgentTLS the proxy reaches only https endpoints, and verifies

@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -42,8 +44,11 @@ const (
 var forwardedHeaders = []string{"Content-Type", "Connect-Protocol-Version", "Connect-Timeout-Ms"}
 
 // NodeMethods are the NodeService methods the proxy forwards: read-only,
-// and enough for the node view.
-var NodeMethods = []string{"GetContainers", "GetUsage", "GetEstimate", "GetCorrections", "GetFeatures"}
+// the node view's and slacklinectl's. ReadSandboxFile passes only after
+// Config.Sandboxes authorized the caller for the task it names.
+var NodeMethods = []string{"GetContainers", "GetUsage", "GetEstimate", "GetCorrections", "GetFeatures", readSandboxFile}
+
+const readSandboxFile = "ReadSandboxFile"
 
 //go:embed static
 var static embed.FS
@@ -55,10 +60,25 @@ type AgentLister interface {
 	GetAgents(context.Context, *connect.Request[slacklinev1.GetAgentsRequest]) (*connect.Response[slacklinev1.GetAgentsResponse], error)
 }
 
+// SandboxAuthorizer decides who may read a task's sandbox; the coordinator
+// is one, as it knows each task's framework and principal (live and
+// completed tasks). It is called with the caller in ctx (Config.Authorize).
+type SandboxAuthorizer interface {
+	// MayReadSandbox returns nil when the caller may read the sandbox of
+	// task taskID of framework frameworkID on agent agentID: it is the
+	// framework's principal or has access_sandboxes on it. Otherwise it
+	// returns a permission_denied error that says no more about the task
+	// than the caller's GetTasks shows.
+	MayReadSandbox(ctx context.Context, agentID, frameworkID, taskID string) error
+}
+
 // Config configures Handler.
 type Config struct {
 	// Agents resolves an agent id to its registered NodeService endpoint.
 	Agents AgentLister
+	// Sandboxes authorizes each forwarded ReadSandboxFile for the task it
+	// names; without it ReadSandboxFile is refused (permission_denied).
+	Sandboxes SandboxAuthorizer
 	// AgentTLS is how the proxy reaches agents: RootCAs (the cluster's
 	// CA) verify each agent's certificate, which must name the hostname
 	// the agent registered with, whatever address its endpoint has; its
@@ -176,7 +196,7 @@ func (p *proxy) route(forward http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		service, method := r.PathValue("service"), r.PathValue("method")
 		if service != slacklinev1connect.NodeServiceName || !slices.Contains(NodeMethods, method) {
-			writeError(w, connect.CodeNotFound, fmt.Sprintf("the live view forwards only %s/{%s}", slacklinev1connect.NodeServiceName, strings.Join(NodeMethods, ",")))
+			writeError(w, connect.CodeNotFound, fmt.Sprintf("the coordinator forwards only %s/{%s}", slacklinev1connect.NodeServiceName, strings.Join(NodeMethods, ",")))
 			return
 		}
 		r = r.Clone(context.WithValue(r.Context(), agentKey{}, r.PathValue("agent")))
@@ -194,14 +214,15 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("request body: %v", err))
 		return
 	}
+	if r.URL.Path == "/"+slacklinev1connect.NodeServiceName+"/"+readSandboxFile {
+		if body, err = p.checkSandboxRead(r, agentID, body); err != nil {
+			writeError(w, connect.CodeOf(err), connectMessage(err))
+			return
+		}
+	}
 	endpoint, hostname, err := p.endpoint(r.Context(), agentID)
 	if err != nil {
-		var ce *connect.Error
-		if errors.As(err, &ce) {
-			writeError(w, ce.Code(), ce.Message())
-		} else {
-			writeError(w, connect.CodeInternal, err.Error())
-		}
+		writeError(w, connect.CodeOf(err), connectMessage(err))
 		return
 	}
 	if u, err := url.Parse(endpoint); err != nil || (p.cfg.AgentTLS != nil && u.Scheme != "https") {
@@ -252,6 +273,56 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(resp.StatusCode)
 	_, _ = io.Copy(w, io.LimitReader(resp.Body, MaxResponseBytes))
+}
+
+// checkSandboxRead decodes a ReadSandboxFile request (Connect unary, binary
+// or JSON, uncompressed), asks Config.Sandboxes whether the caller may read
+// the task's sandbox, and returns the request re-encoded from what was
+// checked, so that the agent reads exactly the message the proxy
+// authorized.
+func (p *proxy) checkSandboxRead(r *http.Request, agentID string, body []byte) ([]byte, error) {
+	if p.cfg.Sandboxes == nil {
+		return nil, connect.NewError(connect.CodePermissionDenied, errors.New("this proxy forwards no ReadSandboxFile"))
+	}
+	if enc := r.Header.Get("Content-Encoding"); enc != "" && enc != "identity" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ReadSandboxFile: Content-Encoding %q: the proxy takes uncompressed requests", enc))
+	}
+	msg := &slacklinev1.ReadSandboxFileRequest{}
+	var marshal func() ([]byte, error)
+	switch ct := r.Header.Get("Content-Type"); ct {
+	case "application/proto":
+		if err := proto.Unmarshal(body, msg); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ReadSandboxFile request: %w", err))
+		}
+		marshal = func() ([]byte, error) { return proto.Marshal(msg) }
+	case "application/json":
+		if err := protojson.Unmarshal(body, msg); err != nil {
+			return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ReadSandboxFile request: %w", err))
+		}
+		marshal = func() ([]byte, error) { return protojson.Marshal(msg) }
+	default:
+		return nil, connect.NewError(connect.CodeInvalidArgument, fmt.Errorf("ReadSandboxFile: Content-Type %q: want application/proto or application/json (Connect unary)", ct))
+	}
+	if msg.GetFrameworkId() == "" || msg.GetTaskId() == "" {
+		return nil, connect.NewError(connect.CodeInvalidArgument, errors.New("ReadSandboxFile through the coordinator: framework_id and task_id are required"))
+	}
+	if err := p.cfg.Sandboxes.MayReadSandbox(r.Context(), agentID, msg.GetFrameworkId(), msg.GetTaskId()); err != nil {
+		return nil, err
+	}
+	out, err := marshal()
+	if err != nil {
+		return nil, connect.NewError(connect.CodeInternal, err)
+	}
+	return out, nil
+}
+
+// connectMessage is err's message without its code.
+func connectMessage(err error) string {
+	var ce *connect.Error
+	if errors.As(err, &ce) {
+		return ce.Message()
+	}
+	return err.Error()
 }
 
 // endpoint returns the NodeService URL and the hostname agentID registered.

@@ -148,7 +148,7 @@ func TestProxyRefuses(t *testing.T) {
 		status             int
 		code               string
 	}{
-		{"sandbox files are not forwarded", "POST", "/ui/node/a1/slackline.v1.NodeService/ReadSandboxFile", 404, "not_found"},
+		{"sandbox files are not forwarded without Config.Sandboxes", "POST", "/ui/node/a1/slackline.v1.NodeService/ReadSandboxFile", 403, "permission_denied"},
 		{"other services are not forwarded", "POST", "/ui/node/a1/slackline.v1.OperatorService/GetState", 404, "not_found"},
 		{"unknown agent", "POST", "/ui/node/nope/slackline.v1.NodeService/GetUsage", 404, "not_found"},
 		{"agent without endpoint", "POST", "/ui/node/a2/slackline.v1.NodeService/GetUsage", 503, "unavailable"},

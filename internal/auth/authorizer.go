@@ -202,7 +202,7 @@ func callerAllowed(rule Rule, p *Principal, path string) error {
 	switch {
 	case p.IsCoordinator() && !rule.Coordinator:
 		return connect.NewError(connect.CodePermissionDenied,
-			fmt.Errorf("principal %q is the coordinator's identity; it may call only the NodeService's view methods, not %s", p.Name, path))
+			fmt.Errorf("principal %q is the coordinator's identity; it may call only the NodeService's read-only methods, not %s", p.Name, path))
 	case p.IsCoordinator():
 		return nil
 	case rule.Caller == Clients && p.IsAgent():

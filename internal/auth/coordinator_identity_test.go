@@ -19,18 +19,19 @@ import (
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 )
 
-// viewMethods are the NodeService methods the coordinator's live view
-// proxies; coordinator/ui.NodeMethods must name the same (its test checks).
+// viewMethods are the NodeService methods the coordinator's node proxy
+// forwards (the live view's and slacklinectl's); coordinator/ui.NodeMethods must name the same (its test checks).
 var viewMethods = []string{
 	slacklinev1connect.NodeServiceGetContainersProcedure,
 	slacklinev1connect.NodeServiceGetUsageProcedure,
 	slacklinev1connect.NodeServiceGetEstimateProcedure,
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure,
 	slacklinev1connect.NodeServiceGetFeaturesProcedure,
+	slacklinev1connect.NodeServiceReadSandboxFileProcedure,
 }
 
 // TestOnlyViewMethodsAdmitTheCoordinator: the coordinator's identity is a
-// reader of the node view, nothing more.
+// reader of the node view and of sandboxes it authorized, nothing more.
 func TestOnlyViewMethodsAdmitTheCoordinator(t *testing.T) {
 	t.Parallel()
 	var admitted []string
@@ -145,7 +146,9 @@ func TestCoordinatorIdentity(t *testing.T) {
 		want         connect.Code // 0: allowed
 	}{
 		{"agent", "GetContainers", 0},
-		{"agent", "ReadSandboxFile", connect.CodePermissionDenied},
+		// Admitted by the rule: the agent's handler lets the coordinator's
+		// identity read, as the coordinator checked its caller (agent/node.go).
+		{"agent", "ReadSandboxFile", 0},
 		{"agent", "metrics", connect.CodePermissionDenied},
 		// The coordinator's own proxy never takes the coordinator's identity:
 		// the operator's view_agents is always checked for someone.

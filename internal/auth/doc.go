@@ -14,8 +14,9 @@
 //     when its subject's Organization is AgentOrganization, named
 //     "agent:<CN>" and certified for the hostnames (DNS or IP SANs) the
 //     certificate names; the coordinator's own client identity when it is
-//     CoordinatorOrganization, named "coordinator:<CN>" (the live view's
-//     proxy calls agents with it, never with a caller's token); otherwise a
+//     CoordinatorOrganization, named "coordinator:<CN>" (its node proxy,
+//     the live view's and slacklinectl's way to agents, calls them with it,
+//     never with a caller's token); otherwise a
 //     framework or operator named by its CN.
 //     With a certificate revocation list (Authorizer.LoadCRL, --client-crl)
 //     a certificate it lists is refused with ErrRevoked, on every request,
@@ -38,8 +39,10 @@
 // one): who may call it at all (Caller), and the action checked before the
 // handler runs, with the objects named in the request. The coordinator's
 // identity passes only where Rule.Coordinator is set (the NodeService's
-// read-only view methods), without the action: the coordinator authorized
-// its own caller with ProxyMiddleware first. Checks that need
+// read-only methods: the view methods and ReadSandboxFile), without the
+// action: the coordinator authorized its own caller with ProxyMiddleware
+// first, and for ReadSandboxFile checked that the caller may read the task's
+// sandbox. Checks that need
 // state only a handler has — that a framework id belongs to the calling
 // principal, that an agent acts only on its own tasks, which frameworks a
 // caller may see — are the handler's, and Rule.Handler says which. Handlers

@@ -51,8 +51,10 @@ type Rule struct {
 	// agent, without Action: the coordinator's live view proxies it after
 	// authorizing its own caller for the same rule (ProxyMiddleware). The
 	// coordinator's identity may call nothing else; it is set only for the
-	// NodeService's read-only view methods (a test checks), never for
-	// ReadSandboxFile.
+	// NodeService's read-only methods (a test checks): the view methods,
+	// and ReadSandboxFile, which the coordinator forwards only after
+	// checking that its caller may read the task's sandbox (the task's
+	// framework principal, or access_sandboxes on it).
 	Coordinator bool
 }
 
@@ -140,16 +142,17 @@ var Rules = map[string]Rule{
 	slacklinev1connect.OperatorServiceStopMaintenanceProcedure: {Caller: Clients, Action: StopMaintenances,
 		Objects: func(req any) []string { return machines(req.(*slacklinev1.StopMaintenanceRequest).GetMachines()) }},
 
-	// NodeService (served by the agent). The view methods are also the
-	// live view's: the coordinator proxies them with its own identity,
-	// having checked view_agents for its caller.
+	// NodeService (served by the agent). The coordinator's node proxy
+	// (the live view's and slacklinectl's) forwards these with its own
+	// identity, having checked view_agents for its caller, or for
+	// ReadSandboxFile the caller's right to the task's sandbox.
 	slacklinev1connect.NodeServiceGetContainersProcedure:  {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetUsageProcedure:       {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetEstimateProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
-	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients,
-		Handler: "the task's framework principal, or access_sandboxes on it"},
+	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients, Coordinator: true,
+		Handler: "the task's framework principal, or access_sandboxes on it; the coordinator's identity, which checked that for its caller"},
 }
 
 const (

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -26,13 +27,16 @@ import (
 // disables its limit.
 type AnonymousLimits struct {
 	// MaxConnsPerPeer bounds the anonymous connections of one remote IP
-	// address (default 64): one more is closed as it is accepted (limit
-	// "anonymous_conns_per_peer").
+	// address, or IPv6 /64 (default 64): one more closes the peer's oldest
+	// anonymous connection (limit "anonymous_conns_per_peer"). The oldest
+	// goes, not the newest, so that a flood cannot keep a new client out:
+	// one that authenticates with its first request is no longer counted.
 	MaxConnsPerPeer int
 	// MaxConns bounds the anonymous connections of all peers together
 	// (default: a quarter of the process's open-file limit, at most 4096),
 	// so that a flood from many addresses leaves file descriptors for
-	// principals (limit "anonymous_conns").
+	// principals: one more closes the oldest anonymous connection (limit
+	// "anonymous_conns").
 	MaxConns int
 	// MaxStreamsPerConn bounds the anonymous requests (streams) in
 	// progress on one anonymous connection (default 16): one more is
@@ -106,15 +110,15 @@ func (h *LimitHits) Hit(limit, msg string, attrs ...any) {
 	}
 }
 
-// anonymousGuard holds the anonymous connections by peer. Serve makes one
-// per server.
+// anonymousGuard holds the anonymous connections, oldest first, in all
+// and by peer. Serve makes one per server.
 type anonymousGuard struct {
 	limits AnonymousLimits
 	hits   *LimitHits
 
 	mu     sync.Mutex
-	byPeer map[string]int // anonymous connections by remote IP
-	total  int
+	oldest list.List             // of *guardedConn, all anonymous connections
+	byPeer map[string]*list.List // of *guardedConn, by peerKey
 }
 
 // guardedConn is an accepted connection: anonymous until MarkAuthenticated.
@@ -125,24 +129,65 @@ type guardedConn struct {
 	authenticated atomic.Bool
 	released      atomic.Bool // no longer counted as anonymous
 	streams       atomic.Int32
+
+	inAll, inPeer *list.Element // guarded by guard.mu while not released
 }
 
-// admit counts a new connection of peer, reporting false (and counting
-// the limit) when it is one too many.
-func (g *anonymousGuard) admit(peer string) bool {
-	g.mu.Lock()
-	defer g.mu.Unlock()
-	switch {
-	case g.limits.MaxConnsPerPeer >= 0 && g.byPeer[peer] >= g.limits.MaxConnsPerPeer:
-		g.hits.Hit("anonymous_conns_per_peer", "connection closed: its address holds as many connections without credentials as it may", "peer", peer)
-		return false
-	case g.limits.MaxConns >= 0 && g.total >= g.limits.MaxConns:
-		g.hits.Hit("anonymous_conns", "connection closed: the server holds as many connections without credentials as it may", "peer", peer)
-		return false
+// peerKey is what MaxConnsPerPeer counts by: the IPv4 address, or the
+// IPv6 /64 (one host's usual allocation, so that its addresses are one
+// peer).
+func peerKey(addr net.Addr) string {
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
 	}
-	g.byPeer[peer]++
-	g.total++
-	return true
+	ip := net.ParseIP(host)
+	if ip == nil || ip.To4() != nil {
+		return host
+	}
+	return ip.Mask(net.CIDRMask(64, 128)).String() + "/64"
+}
+
+// admit counts c, a new connection, as anonymous. When that is one too
+// many for its peer or for the server, the oldest anonymous connection
+// of the peer (or of all) is closed and the limit counted.
+func (g *anonymousGuard) admit(c *guardedConn) {
+	var victim *guardedConn
+	g.mu.Lock()
+	peerConns := g.byPeer[c.peer]
+	switch {
+	case g.limits.MaxConnsPerPeer >= 0 && peerConns != nil && peerConns.Len() >= g.limits.MaxConnsPerPeer && peerConns.Len() > 0:
+		victim = peerConns.Front().Value.(*guardedConn)
+		g.hits.Hit("anonymous_conns_per_peer", "oldest connection closed: its address holds as many connections without credentials as it may", "peer", c.peer)
+	case g.limits.MaxConns >= 0 && g.oldest.Len() >= g.limits.MaxConns && g.oldest.Len() > 0:
+		victim = g.oldest.Front().Value.(*guardedConn)
+		g.hits.Hit("anonymous_conns", "oldest connection closed: the server holds as many connections without credentials as it may", "peer", c.peer)
+	}
+	if victim != nil && victim.released.CompareAndSwap(false, true) {
+		g.removeLocked(victim)
+	} else {
+		victim = nil
+	}
+	if peerConns == nil {
+		peerConns = list.New()
+		g.byPeer[c.peer] = peerConns
+	}
+	c.inAll, c.inPeer = g.oldest.PushBack(c), peerConns.PushBack(c)
+	g.mu.Unlock()
+	if victim != nil {
+		victim.Conn.Close()
+	}
+}
+
+// removeLocked stops counting c. Caller holds g.mu and released c.
+func (g *anonymousGuard) removeLocked(c *guardedConn) {
+	g.oldest.Remove(c.inAll)
+	if peerConns := g.byPeer[c.peer]; peerConns != nil {
+		peerConns.Remove(c.inPeer)
+		if peerConns.Len() == 0 {
+			delete(g.byPeer, c.peer)
+		}
+	}
 }
 
 // release stops counting c as anonymous (authenticated or closed), once.
@@ -152,10 +197,7 @@ func (g *anonymousGuard) release(c *guardedConn) {
 	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.byPeer[c.peer]--; g.byPeer[c.peer] <= 0 {
-		delete(g.byPeer, c.peer)
-	}
-	g.total--
+	g.removeLocked(c)
 }
 
 func (c *guardedConn) Close() error {
@@ -163,29 +205,21 @@ func (c *guardedConn) Close() error {
 	return c.Conn.Close()
 }
 
-// guardedListener closes, as it accepts them, connections beyond the
-// anonymous limits.
+// guardedListener counts the connections it accepts as anonymous, closing
+// the oldest anonymous ones beyond the limits.
 type guardedListener struct {
 	net.Listener
 	guard *anonymousGuard
 }
 
 func (l guardedListener) Accept() (net.Conn, error) {
-	for {
-		conn, err := l.Listener.Accept()
-		if err != nil {
-			return nil, err
-		}
-		peer, _, err := net.SplitHostPort(conn.RemoteAddr().String())
-		if err != nil {
-			peer = conn.RemoteAddr().String()
-		}
-		if !l.guard.admit(peer) {
-			conn.Close()
-			continue
-		}
-		return &guardedConn{Conn: conn, guard: l.guard, peer: peer}, nil
+	conn, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
 	}
+	c := &guardedConn{Conn: conn, guard: l.guard, peer: peerKey(conn.RemoteAddr())}
+	l.guard.admit(c)
+	return c, nil
 }
 
 type connKey struct{}

@@ -109,11 +109,65 @@ func get(conn net.Conn, path string) (string, error) {
 }
 
 // TestAnonymousConnsPerPeer: a peer holds at most MaxConnsPerPeer
-// connections that have not authenticated; one more is closed as it is
-// accepted; a connection that authenticates no longer counts.
+// connections that have not authenticated; one more is served and closes
+// the peer's oldest anonymous connection (so a flood cannot keep a new
+// client out); a connection that authenticates no longer counts.
 func TestAnonymousConnsPerPeer(t *testing.T) {
 	t.Parallel()
 	s := startAnonymous(t, server.AnonymousLimits{MaxConnsPerPeer: 3})
+	dial := func() net.Conn {
+		t.Helper()
+		conn, err := net.Dial("tcp", s.addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return conn
+	}
+	var conns []net.Conn
+	for i := range 3 {
+		conn := dial()
+		if body, err := get(conn, "/anon"); err != nil || body != "anonymous" {
+			t.Fatalf("connection %d: %q, %v", i, body, err)
+		}
+		conns = append(conns, conn)
+	}
+	if body, err := get(dial(), "/anon"); err != nil || body != "anonymous" {
+		t.Fatalf("a fourth anonymous connection: %q, %v; want it served", body, err)
+	}
+	if body, err := get(conns[0], "/anon"); err == nil {
+		t.Fatalf("the oldest anonymous connection still served after a fourth came: %q", body)
+	}
+	if n := s.hitCount(t, "anonymous_conns_per_peer"); n != 1 {
+		t.Fatalf("limit hits %d, want 1", n)
+	}
+	// An authenticated connection no longer counts, nor is it closed.
+	if body, err := get(conns[1], "/auth"); err != nil || body != "principal" {
+		t.Fatalf("authenticating: %q, %v", body, err)
+	}
+	if body, err := get(dial(), "/anon"); err != nil || body != "anonymous" {
+		t.Fatalf("after one authenticated: %q, %v", body, err)
+	}
+	if n := s.hitCount(t, "anonymous_conns_per_peer"); n != 1 {
+		t.Fatalf("limit hits %d after one authenticated, want still 1", n)
+	}
+	if body, err := get(dial(), "/anon"); err != nil || body != "anonymous" {
+		t.Fatalf("one more: %q, %v", body, err)
+	}
+	if body, err := get(conns[1], "/auth"); err != nil || body != "principal" {
+		t.Fatalf("the authenticated connection after more anonymous ones came: %q, %v", body, err)
+	}
+	if body, err := get(conns[2], "/anon"); err == nil {
+		t.Fatalf("the oldest anonymous connection still served: %q", body)
+	}
+}
+
+// TestAnonymousConns: the server holds at most MaxConns anonymous
+// connections of all peers; one more is served and closes the oldest, so
+// that a flood holding every place cannot lock a new client out.
+func TestAnonymousConns(t *testing.T) {
+	t.Parallel()
+	s := startAnonymous(t, server.AnonymousLimits{MaxConns: 2, MaxConnsPerPeer: -1})
 	var conns []net.Conn
 	for i := range 3 {
 		conn, err := net.Dial("tcp", s.addr)
@@ -122,55 +176,18 @@ func TestAnonymousConnsPerPeer(t *testing.T) {
 		}
 		t.Cleanup(func() { conn.Close() })
 		if body, err := get(conn, "/anon"); err != nil || body != "anonymous" {
-			t.Fatalf("connection %d: %q, %v", i, body, err)
+			t.Fatalf("connection %d: %q, %v; want it served", i, body, err)
 		}
 		conns = append(conns, conn)
 	}
-	extra, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
+	if body, err := get(conns[0], "/anon"); err == nil {
+		t.Fatalf("the oldest of three anonymous connections still served: %q", body)
 	}
-	defer extra.Close()
-	if body, err := get(extra, "/anon"); err == nil {
-		t.Fatalf("a fourth anonymous connection was served: %q", body)
+	if body, err := get(conns[1], "/anon"); err != nil || body != "anonymous" {
+		t.Fatalf("the second connection: %q, %v", body, err)
 	}
-	if n := s.hitCount(t, "anonymous_conns_per_peer"); n != 1 {
+	if n := s.hitCount(t, "anonymous_conns"); n != 1 {
 		t.Fatalf("limit hits %d, want 1", n)
-	}
-	if body, err := get(conns[0], "/auth"); err != nil || body != "principal" {
-		t.Fatalf("authenticating: %q, %v", body, err)
-	}
-	again, err := net.Dial("tcp", s.addr)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer again.Close()
-	if body, err := get(again, "/anon"); err != nil || body != "anonymous" {
-		t.Fatalf("after one authenticated: %q, %v", body, err)
-	}
-	// Closing an anonymous connection makes room too.
-	conns[1].Close()
-	eventuallyServed(t, s.addr)
-}
-
-// eventuallyServed dials until a connection is served: the server counts
-// a closed connection out when it notices the close.
-func eventuallyServed(t *testing.T, addr string) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		conn, err := net.Dial("tcp", addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		body, err := get(conn, "/anon")
-		conn.Close()
-		if err == nil && body == "anonymous" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("no connection served after one closed: %v", err)
-		}
 	}
 }
 

@@ -14,7 +14,7 @@
 //     connection is anonymous until a request on it authenticates
 //     (MarkAuthenticated, called by auth.Middleware); an IP address, and
 //     all peers together, hold a bounded number of anonymous connections
-//     (more are closed as they are accepted), and requests served without
+//     (one more closes the oldest), and requests served without
 //     credentials (AdmitAnonymous) are bounded per connection and in
 //     lifetime. LimitHits counts each limit hit in
 //     slackline_server_limit_hits_total{limit} and logs it once.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"container/list"
 	"context"
 	"crypto/tls"
 	"errors"
@@ -88,7 +89,7 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 	}
 	if cfg.Anonymous != nil {
 		limits := cfg.Anonymous.withDefaults()
-		ln = guardedListener{Listener: ln, guard: &anonymousGuard{limits: limits, hits: cfg.LimitHits, byPeer: map[string]int{}}}
+		ln = guardedListener{Listener: ln, guard: &anonymousGuard{limits: limits, hits: cfg.LimitHits, byPeer: map[string]*list.List{}}}
 		srv.ConnContext = connContext
 		cfg.Logger.Info("limits for peers without credentials", "max_conns_per_peer", limits.MaxConnsPerPeer, "max_conns", limits.MaxConns,
 			"max_streams_per_conn", limits.MaxStreamsPerConn, "max_stream_lifetime", limits.MaxStreamLifetime)

@@ -1,4 +1,4 @@
-package coordinator
+package core
 
 import (
 	"math"
@@ -12,8 +12,8 @@ import (
 // on a small coordinator costs more CPU and garbage than everything else
 // it does and shows up as the tail of offer latency.
 //
-// The interval is Config.AgentHeartbeatInterval while the agents fit the
-// budget (Config.MaxAgentHeartbeatRate heartbeats a second), and
+// The interval is Config.HeartbeatInterval while the agents fit the
+// budget (Config.MaxHeartbeatRate heartbeats a second), and
 // agents/rate seconds beyond it, rounded up to a whole second (to the base
 // interval, if that is shorter). The timeout
 // scales with it: Config.AgentTimeout is the silence allowed at the base
@@ -24,11 +24,11 @@ import (
 // late: the longer timeout holds until every agent has had the time to
 // hear of the change and miss as many beats as before.
 //
-// A pure value: no clock, no lock; the coordinator calls it under c.mu.
+// A pure value: no clock, no lock.
 type heartbeatPace struct {
-	base    time.Duration // Config.AgentHeartbeatInterval: the shortest interval
+	base    time.Duration // Config.HeartbeatInterval: the shortest interval
 	timeout time.Duration // Config.AgentTimeout: the silence allowed at base
-	rate    float64       // Config.MaxAgentHeartbeatRate; <= 0: no budget
+	rate    float64       // Config.MaxHeartbeatRate; <= 0: no budget
 
 	interval  time.Duration // the interval agents are told now
 	held      time.Duration // a longer timeout still in effect...

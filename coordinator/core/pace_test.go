@@ -1,13 +1,12 @@
-package coordinator
+package core
 
 import (
 	"testing"
 	"time"
-
-	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 func TestHeartbeatPaceInterval(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name         string
 		rate         float64
@@ -31,11 +30,11 @@ func TestHeartbeatPaceInterval(t *testing.T) {
 				base = 50 * time.Millisecond
 			}
 			p := newHeartbeatPace(base, base*6, tt.rate)
-			p.update(tt.agents, testNow)
+			p.update(tt.agents, t0)
 			if p.interval != tt.wantInterval {
 				t.Errorf("interval %v, want %v", p.interval, tt.wantInterval)
 			}
-			if got := p.silence(testNow); got != tt.wantTimeout {
+			if got := p.silence(t0); got != tt.wantTimeout {
 				t.Errorf("timeout %v, want %v", got, tt.wantTimeout)
 			}
 			if rate := float64(tt.agents) / p.interval.Seconds(); tt.rate > 0 && rate > tt.rate {
@@ -51,6 +50,7 @@ func TestHeartbeatPaceInterval(t *testing.T) {
 // shrink during the hold keeps the longest timeout a full timeout more
 // (one hold, conservative).
 func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
+	t.Parallel()
 	p := newHeartbeatPace(time.Second, 6*time.Second, 1)
 	steps := []struct {
 		at           time.Duration
@@ -71,7 +71,7 @@ func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
 		{145 * time.Second, 27, true, 29 * time.Second, 180 * time.Second}, // 27 + 10%: 29 s, the longer timeout held
 	}
 	for _, s := range steps {
-		now := testNow.Add(s.at)
+		now := t0.Add(s.at)
 		if changed := p.update(s.agents, now); changed != s.wantChanged {
 			t.Errorf("at %v with %d agents: changed %v, want %v", s.at, s.agents, changed, s.wantChanged)
 		}
@@ -81,49 +81,5 @@ func TestHeartbeatPaceHoldsTheLongerTimeout(t *testing.T) {
 		if got := p.silence(now); got != s.wantTimeout {
 			t.Errorf("at %v: timeout %v, want %v", s.at, got, s.wantTimeout)
 		}
-	}
-}
-
-// TestHeartbeatIntervalGrowsWithTheCluster: the coordinator tells agents a
-// longer interval once they exceed its heartbeat budget, in registration
-// and in heartbeat answers, and gives them the longer timeout.
-func TestHeartbeatIntervalGrowsWithTheCluster(t *testing.T) {
-	st := newMemStore()
-	now := testNow
-	c, err := New(Config{Store: st, Logger: testLogger(), Now: func() time.Time { return now },
-		AgentHeartbeatInterval: time.Second, AgentTimeout: 3 * time.Second, MaxAgentHeartbeatRate: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	d := &domain{t: t, c: c, st: st}
-	var ids []string
-	for _, host := range []string{"host-a", "host-b", "host-c", "host-d"} {
-		ids = append(ids, d.mustRegister(registerRequest("", host, "cpus:1;mem:128")))
-	}
-	c.mu.Lock()
-	got := c.agentHeartbeatInterval(now)
-	c.mu.Unlock()
-	if got != 4*time.Second {
-		t.Fatalf("4 agents at 1 heartbeat a second: interval %v, want 4s", got)
-	}
-	// Silent for 10 s: over the base timeout (3 s), within 4 intervals' worth (12 s).
-	now = testNow.Add(10 * time.Second)
-	c.mu.Lock()
-	c.heartbeat(c.agents[ids[0]], now)
-	now = testNow.Add(13 * time.Second)
-	writes := c.checkSilentAgents(now)
-	c.mu.Unlock()
-	if len(writes) != 3 {
-		t.Fatalf("%d agents unreachable after 13 s at a 12 s timeout, want 3 (all but host-a)", len(writes))
-	}
-	if s := c.agents[ids[0]].state; s != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-		t.Errorf("host-a, heard from at 10 s, is %v", s)
-	}
-	// One agent left heartbeating: the interval shrinks back to the base.
-	c.mu.Lock()
-	got = c.agentHeartbeatInterval(now)
-	c.mu.Unlock()
-	if got != time.Second {
-		t.Errorf("1 agent: interval %v, want the base 1s", got)
 	}
 }

@@ -1,0 +1,470 @@
+package core
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	"github.com/slackline/slackline/coordinator/maintenance"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/resources"
+)
+
+// The core's tests are transcripts (testdata/*.txt), in the manner of
+// etcd raft's data-driven tests: each block is one command (an event, on a
+// logical clock that starts at t0 and moves only with "tick"), a line
+// "----", and the effects the command must produce, one per line, ended
+// by a blank line. Run with -rewrite to write the effects the code
+// produces instead of comparing them (then read the diff).
+//
+// Commands (key=value arguments; resources as "cpus:1;mem:128"):
+//
+//	agent <id> res=<r> [host=<h>] [mode=draining|down machine=<m> start=<d> for=<d>]
+//	lost <agent> | withdraw <agent> | remove <agent> | forget <agent>
+//	maint <agent> mode=up|draining|down [machine=<m> start=<d> for=<d>]
+//	estimate <agent> <r>
+//	framework <id> roles=<r1,r2> [revocable] [failover=<d>]   (subscribe: new or failover)
+//	disconnect <fw> | teardown <fw>
+//	suppress <fw> [roles=..] | revive <fw> [roles=..]
+//	allocate [full] [users=<agent>:<fw>,<fw>/<agent>:<fw>]
+//	decline <fw> <offer>... [refuse=<d>]
+//	accept <fw> <offer>... [use=<r>] [refuse=<d>]
+//	claim <fw> <role> <agent> <r> | release <fw> <role> <agent> <r>
+//	answer <fw> <inverse>... [refuse=<d>]
+//	weight <role> <w> | quota <role> <r>
+//	tick <d>        (the clock moves by d, then Tick)
+//	config [heartbeat=<d>] [timeout=<d>] [rate=<n>] [reregister=<d>] [offer-timeout=<d>]
+//	                (a new core so configured: first in a transcript)
+//	recovered <agent> [res=<r>]   (from the registry, not registered since)
+//	heartbeat <agent> | interval | queue
+//	update <fw> <agent> <task> <uuid> <state>   (an agent's update with a uuid)
+//	ack <fw> <task> <uuid> | pending <fw>
+//	offers          (the outstanding offers, in id order)
+//
+// Effects (and "lost <agent> silent <d>", "not re-registered <agent>",
+// "failover timeout expired <fw>" from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
+// <uuid>"): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
+// [unavailable <start>+<dur>]", "<fw> <- rescind <id>", "<fw> <- inverse
+// <id> <agent>", "<fw> <- rescind-inverse <id>", "stray <fw> <agent>",
+// and "wake" when a pass is asked for. Offer ids are "c-O<n>", inverse
+// offer ids "c-I<n>" (the prefix is the coordinator's instance id).
+
+var rewrite = flag.Bool("rewrite", false, "rewrite the transcripts' expected effects with what the code produces")
+
+var t0 = time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)
+
+func TestTranscripts(t *testing.T) {
+	t.Parallel()
+	files, err := filepath.Glob("testdata/*.txt")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no transcripts: %v", err)
+	}
+	for _, file := range files {
+		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
+			t.Parallel()
+			runTranscript(t, file)
+		})
+	}
+}
+
+type block struct {
+	line     int
+	command  string
+	expected []string
+}
+
+func parseTranscript(t *testing.T, file string) (blocks []block, comments map[int][]string) {
+	f, err := os.Open(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	comments = map[int][]string{}
+	sc := bufio.NewScanner(f)
+	n := 0
+	var pending []string
+	for sc.Scan() {
+		n++
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "#") || strings.TrimSpace(line) == "":
+			pending = append(pending, line)
+			continue
+		}
+		b := block{line: n, command: strings.TrimSpace(line)}
+		comments[len(blocks)] = pending
+		pending = nil
+		if !sc.Scan() || sc.Text() != "----" {
+			t.Fatalf("%s:%d: command without a ---- line", file, n)
+		}
+		n++
+		for sc.Scan() {
+			n++
+			if sc.Text() == "" {
+				break
+			}
+			b.expected = append(b.expected, sc.Text())
+		}
+		blocks = append(blocks, b)
+	}
+	comments[len(blocks)] = pending
+	return blocks, comments
+}
+
+func runTranscript(t *testing.T, file string) {
+	blocks, comments := parseTranscript(t, file)
+	d := &driver{t: t, k: New(testConfig(nil)), now: t0}
+	var out strings.Builder
+	for i, b := range blocks {
+		got := d.run(file, b)
+		if *rewrite {
+			for _, c := range comments[i] {
+				out.WriteString(c + "\n")
+			}
+			out.WriteString(b.command + "\n----\n")
+			for _, l := range got {
+				out.WriteString(l + "\n")
+			}
+			out.WriteString("\n")
+			continue
+		}
+		if !slices.Equal(got, b.expected) {
+			t.Errorf("%s:%d: %s\ngot:\n  %s\nwant:\n  %s", file, b.line, b.command,
+				strings.Join(got, "\n  "), strings.Join(b.expected, "\n  "))
+		}
+	}
+	if *rewrite {
+		for _, c := range comments[len(blocks)] {
+			out.WriteString(c + "\n")
+		}
+		if err := os.WriteFile(file, []byte(strings.TrimRight(out.String(), "\n")+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// testConfig is the transcripts' configuration: offers time out after
+// 10 min; liveness is out of play (agents may be silent a day) unless a
+// transcript's config command sets heartbeat, timeout, rate and reregister.
+func testConfig(kv map[string]string) Config {
+	cfg := Config{
+		MinAllocatable: resources.New(0.01, 32, 0), OfferTimeout: 10 * time.Minute, IDPrefix: "c",
+		HeartbeatInterval: 10 * time.Second, AgentTimeout: 24 * time.Hour, MaxHeartbeatRate: -1,
+		Start: t0, ReregisterTimeout: 24 * time.Hour, MaxPendingUpdates: -1,
+	}
+	for k, v := range kv {
+		if k == "max-pending" {
+			cfg.MaxPendingUpdates, _ = strconv.Atoi(v)
+			continue
+		}
+		d, err := time.ParseDuration(v)
+		if k == "rate" {
+			r, _ := strconv.ParseFloat(v, 64)
+			cfg.MaxHeartbeatRate = r
+			continue
+		}
+		if err != nil {
+			panic(fmt.Sprintf("config %s=%s: %v", k, v, err))
+		}
+		switch k {
+		case "heartbeat":
+			cfg.HeartbeatInterval = d
+		case "timeout":
+			cfg.AgentTimeout = d
+		case "reregister":
+			cfg.ReregisterTimeout = d
+		case "offer-timeout":
+			cfg.OfferTimeout = d
+		default:
+			panic("config: unknown key " + k)
+		}
+	}
+	return cfg
+}
+
+type driver struct {
+	t   *testing.T
+	k   *Core
+	now time.Time
+}
+
+// args splits a command's words into positional ones and key=value ones.
+func args(words []string) (pos []string, kv map[string]string) {
+	kv = map[string]string{}
+	for _, w := range words {
+		if k, v, ok := strings.Cut(w, "="); ok {
+			kv[k] = v
+		} else {
+			pos = append(pos, w)
+		}
+	}
+	return pos, kv
+}
+
+func dur(t *testing.T, s string) time.Duration {
+	if s == "" {
+		return 0
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func res(s string) resources.Resources {
+	if s == "" || s == "none" {
+		return resources.Resources{}
+	}
+	return resources.MustParse(s)
+}
+
+func (d *driver) maint(kv map[string]string) Maintenance {
+	m := Maintenance{Mode: maintenance.ModeUp}
+	switch kv["mode"] {
+	case "", "up":
+		return m
+	case "draining":
+		m.Mode = maintenance.ModeDraining
+	case "down":
+		m.Mode = maintenance.ModeDown
+	default:
+		d.t.Fatalf("mode %q", kv["mode"])
+	}
+	m.Machine = maintenance.Machine{Hostname: kv["machine"]}
+	m.Unavailability = &slacklinev1.Unavailability{
+		Start: timestamppb.New(t0.Add(dur(d.t, kv["start"]))), Duration: durationpb.New(dur(d.t, kv["for"])),
+	}
+	return m
+}
+
+func (d *driver) run(file string, b block) []string {
+	words := strings.Fields(b.command)
+	pos, kv := args(words[1:])
+	arg := func(i int) string {
+		if i >= len(pos) {
+			d.t.Fatalf("%s:%d: %s: argument %d missing", file, b.line, b.command, i+1)
+		}
+		return pos[i]
+	}
+	k := d.k
+	var r Ready
+	var extra []string
+	switch words[0] {
+	case "config":
+		d.k = New(testConfig(kv))
+	case "recovered":
+		k.AddRecoveredAgent(AgentSpec{ID: arg(0), Hostname: arg(0), Total: res(kv["res"])}, true)
+	case "heartbeat":
+		k.Heartbeat(arg(0), d.now)
+	case "update":
+		state := slacklinev1.TaskState(slacklinev1.TaskState_value["TASK_STATE_"+strings.ToUpper(arg(4))])
+		var admission Admission
+		var before int
+		r, admission, before = k.AddUpdate(arg(0), &slacklinev1.TaskStatus{
+			FrameworkId: arg(0), AgentId: arg(1), TaskId: arg(2), Uuid: arg(3), State: state})
+		extra = append(extra, fmt.Sprintf("%s (%d pending before)", []string{"admitted", "coalesced", "refused"}[admission], before))
+	case "ack":
+		var ok bool
+		r, ok = k.Acknowledge(arg(0), arg(1), arg(2))
+		if !ok {
+			extra = append(extra, "not pending")
+		}
+	case "pending":
+		var lines []string
+		for _, st := range k.Pending(arg(0)) {
+			lines = append(lines, fmt.Sprintf("%s %s %s", st.GetTaskId(), st.GetUuid(), strings.TrimPrefix(st.GetState().String(), "TASK_STATE_")))
+		}
+		slices.Sort(lines)
+		all, _ := k.PendingCount(arg(0), "")
+		extra = append(extra, fmt.Sprintf("pending %d: [%s]", all, strings.Join(lines, ", ")))
+	case "interval":
+		p := k.HeartbeatInterval(d.now)
+		extra = append(extra, fmt.Sprintf("interval %v timeout %v agents %d changed %v", p.Interval, p.Timeout, p.Agents, p.Changed))
+	case "queue":
+		extra = append(extra, "queue ["+strings.Join(k.Heartbeating(), " ")+"]")
+	case "agent":
+		host := kv["host"]
+		if host == "" {
+			host = arg(0)
+		}
+		r = k.RegisterAgent(AgentSpec{ID: arg(0), Hostname: host, Total: res(kv["res"]), Maint: d.maint(kv)}, d.now)
+	case "lost":
+		r = k.AgentLost(arg(0), d.now)
+	case "withdraw":
+		r = k.WithdrawAgent(arg(0), d.now)
+	case "remove":
+		r = k.RemoveAgent(arg(0))
+	case "forget":
+		k.ForgetAgent(arg(0))
+	case "maint":
+		r = k.SetMaintenance(arg(0), d.maint(kv), d.now)
+	case "estimate":
+		r = k.Estimate(arg(0), res(arg(1)), d.now)
+	case "framework":
+		_, revocable := kv["revocable"]
+		revocable = revocable || slices.Contains(pos, "revocable")
+		r = k.Subscribe(FrameworkSpec{ID: arg(0), Roles: strings.Split(kv["roles"], ","), Revocable: revocable,
+			FailoverTimeout: dur(d.t, kv["failover"])}, d.now)
+	case "disconnect":
+		r = k.Disconnect(arg(0), d.now)
+	case "teardown":
+		r = k.RemoveFramework(arg(0))
+	case "suppress", "revive":
+		var roles []string
+		if kv["roles"] != "" {
+			roles = strings.Split(kv["roles"], ",")
+		}
+		r = k.SetSuppressed(arg(0), roles, words[0] == "suppress")
+		extra = append(extra, "suppressed ["+strings.Join(k.Suppressed(arg(0)), ",")+"]")
+	case "allocate":
+		users := map[string][]string{}
+		if kv["users"] != "" {
+			for _, u := range strings.Split(kv["users"], "/") {
+				agentID, fws, _ := strings.Cut(u, ":")
+				users[agentID] = strings.Split(fws, ",")
+			}
+		}
+		var pass Pass
+		r, pass = k.Allocate(d.now, slices.Contains(pos, "full"), users)
+		extra = append(extra, []string{"no pass", "event pass", "full pass"}[pass])
+	case "decline":
+		var unknown []string
+		var n int
+		r, unknown, n = k.Decline(arg(0), pos[1:], dur(d.t, kv["refuse"]), d.now)
+		extra = append(extra, fmt.Sprintf("declined %d", n))
+		if len(unknown) > 0 {
+			extra = append(extra, "unknown "+strings.Join(unknown, " "))
+		}
+	case "accept":
+		agentID, problem := k.CheckAccept(arg(0), pos[1:])
+		if problem != "" {
+			extra = append(extra, "refused: "+problem)
+			r = k.DropOffers(arg(0), pos[1:], d.now)
+			break
+		}
+		pool := k.TakeOffers(arg(0), pos[1:])
+		extra = append(extra, fmt.Sprintf("pool %s %s regular [%s]", agentID, pool.Role, pool.Regular))
+		if !pool.Revocable.IsEmpty() {
+			extra[len(extra)-1] += " revocable [" + pool.Revocable.String() + "]"
+		}
+		used := res(kv["use"])
+		usedRevocable := used.Min(pool.Revocable)
+		r = k.Return(arg(0), pool, used.Sub(usedRevocable), usedRevocable, dur(d.t, kv["refuse"]), d.now)
+	case "claim":
+		k.Claim(arg(0), arg(1), arg(2), res(arg(3)), resources.Resources{})
+	case "release":
+		r = k.Release(arg(0), arg(1), arg(2), res(arg(3)), resources.Resources{}, d.now)
+	case "answer":
+		answers, err := k.AnswerInverseOffers(arg(0), pos[1:], dur(d.t, kv["refuse"]), d.now)
+		if err != nil {
+			extra = append(extra, "error: "+err.Error())
+		}
+		for _, a := range answers {
+			extra = append(extra, "answered "+a.AgentID+" "+a.Machine.String())
+		}
+	case "weight":
+		w, err := strconv.ParseFloat(arg(1), 64)
+		if err != nil {
+			d.t.Fatal(err)
+		}
+		r = k.SetWeight(arg(0), w)
+	case "quota":
+		r = k.SetQuota(arg(0), res(arg(1)))
+	case "tick":
+		d.now = d.now.Add(dur(d.t, arg(0)))
+		r = k.Tick(d.now)
+		extra = append(extra, "now "+d.now.Sub(t0).String())
+	case "offers":
+		var all []*Offer
+		k.EachOffer(func(o *Offer) { all = append(all, o) })
+		for _, o := range sortedOffers(mapOf(all)) {
+			line := fmt.Sprintf("%s %s %s %s %s", o.ID, o.FrameworkID, o.AgentID, o.Role, o.Resources)
+			if o.Revocable {
+				line += " revocable"
+			}
+			extra = append(extra, line)
+		}
+		if len(all) == 0 {
+			extra = append(extra, "none")
+		}
+	default:
+		d.t.Fatalf("%s:%d: unknown command %q", file, b.line, words[0])
+	}
+	return append(extra, describe(r)...)
+}
+
+func mapOf(offers []*Offer) map[string]*Offer {
+	m := map[string]*Offer{}
+	for _, o := range offers {
+		m[o.ID] = o
+	}
+	return m
+}
+
+// describe renders a Ready's effects, one per line.
+func describe(r Ready) []string {
+	var out []string
+	for _, s := range r.Events {
+		ev := s.Event
+		switch {
+		case ev.GetOffers() != nil:
+			for _, o := range ev.GetOffers().GetOffers() {
+				regular, revocable, _ := resources.FromProto(o.GetResources())
+				line := fmt.Sprintf("%s <- offer %s %s %s %s", s.FrameworkID, o.GetId(), o.GetAgentId(), o.GetResources()[0].GetRole(), regular.Add(revocable))
+				if !revocable.IsEmpty() {
+					line += " revocable"
+				}
+				if u := o.GetUnavailability(); u != nil {
+					line += fmt.Sprintf(" unavailable %s+%s", u.GetStart().AsTime().Sub(t0), u.GetDuration().AsDuration())
+				}
+				out = append(out, line)
+			}
+			for _, io := range ev.GetOffers().GetInverseOffers() {
+				out = append(out, fmt.Sprintf("%s <- inverse %s %s", s.FrameworkID, io.GetId(), io.GetAgentId()))
+			}
+		case ev.GetRescind() != nil:
+			out = append(out, fmt.Sprintf("%s <- rescind %s", s.FrameworkID, ev.GetRescind().GetOfferId()))
+		case ev.GetRescindInverseOffer() != nil:
+			out = append(out, fmt.Sprintf("%s <- rescind-inverse %s", s.FrameworkID, ev.GetRescindInverseOffer().GetInverseOfferId()))
+		default:
+			out = append(out, fmt.Sprintf("%s <- %v", s.FrameworkID, ev))
+		}
+	}
+	for _, u := range r.Unqueue {
+		out = append(out, fmt.Sprintf("unqueue %s %s %s", u.FrameworkID, u.TaskID, u.UUID))
+	}
+	for _, c := range r.Commands {
+		if ack := c.Command.GetAcknowledge(); ack != nil {
+			out = append(out, fmt.Sprintf("%s <- ack %s %s %s", c.AgentID, ack.GetFrameworkId(), ack.GetTaskId(), ack.GetUuid()))
+			continue
+		}
+		out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
+	}
+	for _, al := range r.Strays {
+		out = append(out, "stray "+al.FrameworkID+" "+al.AgentID)
+	}
+	for _, l := range r.Lost {
+		out = append(out, fmt.Sprintf("lost %s silent %v", l.AgentID, l.Silent))
+	}
+	for _, id := range r.NotReregistered {
+		out = append(out, "not re-registered "+id)
+	}
+	for _, id := range r.Expired {
+		out = append(out, "failover timeout expired "+id)
+	}
+	if r.Wake {
+		out = append(out, "wake")
+	}
+	return out
+}

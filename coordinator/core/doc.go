@@ -1,0 +1,57 @@
+// Package core is the pure part of the coordinator's state machine: the
+// offer book, agent liveness, framework failover timeouts and the status
+// update ledger. It holds the allocator
+// (coordinator/allocator), the outstanding offers and inverse offers, the
+// allocation filters, the agents' heartbeats and heartbeat pace, and what
+// it needs to know of agents (hostname, attributes, total, place in the
+// maintenance schedule, oversubscription estimate, whether it may be
+// offered) and frameworks (roles, revocable capability, whether a
+// subscription is connected).
+//
+// It does no I/O, reads no clock, takes no lock and starts no goroutine:
+// the coordinator (the shell) calls one method per event, with the time
+// in the event, and gets back a Ready value: the events to send to
+// frameworks' subscriptions and the commands to send to agents, in
+// order, whether an allocation pass is wanted, and counts for its
+// metrics. The offer book writes no registry
+// record (offers live in memory only); where an event changes the
+// registry (weights, quota, a subscription), the shell makes the record
+// durable first and calls the core after, so a failed write changes
+// nothing.
+//
+// # Events
+//
+//   - agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
+//     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate;
+//   - frameworks: AddFramework, Subscribe (new or failover), Disconnect,
+//     RemoveFramework, SetSuppressed (suppress and revive);
+//   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
+//     (an Accept refused for its offers), AnswerInverseOffers;
+//   - tasks: Claim (a reported task), Release (an ended task);
+//   - status updates: AddUpdate (an agent's update with a uuid, within
+//     Config.MaxPendingUpdates per framework), Acknowledge (the
+//     framework's, forwarded to the agent as a Command);
+//   - roles: SetWeight, SetQuota;
+//   - time: Allocate (one allocation pass, then the inverse offers) and
+//     Tick (agents silent past their timeout are lost, agents from the
+//     registry that did not register again are reported, frameworks
+//     disconnected past their failover timeout are reported, offers time
+//     out).
+//
+// Queries (Offers, AgentOffers, FrameworkOffered, Draining,
+// HeartbeatInterval, LastHeartbeat, Allocator for read-only views) change
+// nothing but the heartbeat pace's memory of the interval it told.
+//
+// # What the core does not hold yet
+//
+// Agent and framework records (their states, sessions and
+// subscriptions), tasks and their states, registrations and subscriptions with their registry records, the
+// maintenance schedule itself and the retention of history are still the
+// coordinator's (package coordinator). See docs/architecture.md.
+//
+// # Tests
+//
+// The core is tested by transcripts (testdata/*.txt): a list of events on
+// a logical clock and, after each, the effects it must produce, compared
+// exactly (see core_test.go for the commands).
+package core
