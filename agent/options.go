@@ -109,7 +109,8 @@ type Options struct {
 	// configured by QoS (--qos-*) and evaluated at most every
 	// QoSIntervalMin (--qos-correction-interval-min). Build derives the
 	// exit thresholds from the enter ones (RunqP99Exit is half of
-	// RunqP99Enter; SaturationExit 0.1 below SaturationEnter) and the
+	// RunqP99Enter, CPUPressureExit 40% of CPUPressureEnter;
+	// SaturationExit 0.1 below SaturationEnter) and the
 	// memory floor from QoSMemoryMinAvailableMiB
 	// (--qos-memory-min-available; 0: the controller's default).
 	QoSControllers           []string
@@ -200,6 +201,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.QoS = qos.DefaultConfig()
 	in, nw := &o.QoS.Interference, &o.QoS.Network
 	fs.DurationVar(&in.RunqP99Enter, "qos-runqueue-p99", in.RunqP99Enter, "interference: guaranteed run-queue p99 above this throttles revocable work (calm below half of it)")
+	fs.Float64Var(&in.CPUPressureEnter, "qos-cpu-pressure", in.CPUPressureEnter, "interference: guaranteed cgroup cpu.pressure some avg10 (percent) above this throttles revocable work (calm below 40% of it; 0: ignore CPU pressure)")
+	fs.IntVar(&in.EventCount, "qos-event-count", in.EventCount, "interference: with eBPF, this many guaranteed wakeups waiting over 1ms within 250ms throttle revocable work (0: ignore them)")
 	fs.DurationVar(&in.MinAttributedDelay, "qos-min-attributed-delay", in.MinAttributedDelay, "interference: with eBPF, act only on latency that revocable tasks caused at least this much of per interval (0: act on any)")
 	fs.DurationVar(&in.KillAfter, "qos-kill-after", in.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
 	fs.DurationVar(&in.ThrottlePeriod, "qos-throttle-period", in.ThrottlePeriod, "interference: CFS period of the revocable subtree's CPU limit (0: the kernel's 100ms); shorter periods make throttled spells shorter")
@@ -212,10 +215,15 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
 
+// cpuPressureExitRatio derives the interference controller's calm CPU
+// pressure from its enter threshold (qos.DefaultConfig: 10 of 25).
+const cpuPressureExitRatio = 0.4
+
 // qosConfig is QoS with the thresholds Build derives.
 func (o *Options) qosConfig() qos.Config {
 	c := o.QoS
 	c.Interference.RunqP99Exit = c.Interference.RunqP99Enter / 2
+	c.Interference.CPUPressureExit = c.Interference.CPUPressureEnter * cpuPressureExitRatio
 	c.Network.SaturationExit = max(c.Network.SaturationEnter-0.1, c.Network.SaturationEnter/2)
 	if o.QoSMemoryMinAvailableMiB > 0 {
 		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0

@@ -132,6 +132,8 @@ fixed-revocable: cpus:2;bandwidth:500
 estimator: fixed
 qos-controller: [interference, memory]
 qos-runqueue-p99: 2ms
+qos-cpu-pressure: 50
+qos-event-count: 0
 qos-network-saturation: 0.5
 qos-memory-min-available: 512
 protect-cgroup: [system.slice/etcd.service, system.slice/nginx.service]
@@ -170,6 +172,9 @@ insecure: true
 		{"qos-controller", strings.Join(o.QoSControllers, ","), "interference,memory"},
 		{"qos-runqueue-p99", qc.Interference.RunqP99Enter, 2 * time.Millisecond},
 		{"qos-runqueue-p99 exit", qc.Interference.RunqP99Exit, time.Millisecond},
+		{"qos-cpu-pressure", qc.Interference.CPUPressureEnter, 50.0},
+		{"qos-cpu-pressure exit", qc.Interference.CPUPressureExit, 20.0},
+		{"qos-event-count", qc.Interference.EventCount, 0},
 		{"qos-network-saturation exit", qc.Network.SaturationExit, 0.4},
 		{"qos-memory-min-available", qc.Memory.MinAvailableBytes, uint64(512 << 20)},
 		{"qos-memory fraction", qc.Memory.MinAvailableFraction, 0.0},

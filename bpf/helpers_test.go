@@ -109,10 +109,31 @@ func cpuTime() time.Duration {
 	return time.Duration(ts.Nano())
 }
 
-// helperHog burns CPU until killed, at nice -10 so that it dominates its
+// Scheduling priorities of the helpers. Both stand far above the host's
+// other work (nice 0: compilers, other tests, CPU hogs on a shared CI
+// machine), so that a victim alone on its CPU waits for the host's work
+// little, and a hog beside it delays it as much as on a quiet host: the hog
+// dominates the victim by the same ten nice levels whatever else runs.
+const (
+	victimNice = -10
+	hogNice    = -20
+)
+
+// setThreadNice sets the calling thread's nice value (on Linux,
+// setpriority(PRIO_PROCESS, 0) sets one thread's), and locks the calling
+// goroutine to that thread so that the work it does next runs there.
+func setThreadNice(nice int) error {
+	runtime.LockOSThread()
+	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, nice); err != nil {
+		return fmt.Errorf("nice %d: %w", nice, err)
+	}
+	return nil
+}
+
+// helperHog burns CPU until killed, at hogNice so that it dominates its
 // CPU whatever else the host runs.
 func helperHog([]string) error {
-	if err := unix.Setpriority(unix.PRIO_PROCESS, 0, -10); err != nil {
+	if err := setThreadNice(hogNice); err != nil {
 		return err
 	}
 	fmt.Println("ready")
@@ -122,14 +143,17 @@ func helperHog([]string) error {
 	}
 }
 
-// helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0]; with
-// args[1] "hold" it then says "done" and waits for a line on stdin.
+// helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0], at
+// victimNice; with args[1] "hold" it then says "done" and waits for a line
+// on stdin.
 func helperVictim(args []string) error {
 	d, err := time.ParseDuration(args[0])
 	if err != nil {
 		return err
 	}
-	runtime.LockOSThread()
+	if err := setThreadNice(victimNice); err != nil {
+		return err
+	}
 	if err := waitGo(); err != nil {
 		return err
 	}
@@ -256,7 +280,10 @@ func randSuffix() string {
 }
 
 // testRoot creates this test's own cgroup root in the v2 tree (removed at
-// cleanup, after killing anything left in it).
+// cleanup, after killing anything left in it). Where the v2 cpu controller
+// governs it, the root gets the highest CPU weight, so that the host's other
+// work (in sibling cgroups) takes little of the CPU from the helpers: the
+// same role as the helpers' nice values where all share one CPU group.
 func testRoot(t testing.TB) string {
 	t.Helper()
 	root := filepath.Join(v2Root(t), "slackline-bpftest-"+randSuffix())
@@ -264,6 +291,11 @@ func testRoot(t testing.TB) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { removeCgroupTree(t, root) })
+	if weight := filepath.Join(root, "cpu.weight"); fileExists(weight) {
+		if err := os.WriteFile(weight, []byte("10000"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
 	return root
 }
 
@@ -381,3 +413,8 @@ func run(t testing.TB, name string, args ...string) {
 }
 
 func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard, nil)) }
+
+func fileExists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}

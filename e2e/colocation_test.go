@@ -73,22 +73,32 @@ func revocableDelays(t *testing.T, controllers string, n int, enough func(time.D
 		"--task-resources", "cpus:2;mem:64", "--command", `for i in 1 2; do (while :; do sleep 0.001; done) & done; wait`)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "hogs", "--revocable", "--tasks", "3",
 		"--max-attempts", "1", "--task-resources", "cpus:0.1;mem:32", "--command", "while :; do :; done")
+	// Every hog must have started before the windows are measured. The
+	// default controllers act as soon as the first one runs and may
+	// preempt it before the others start (each takes tens of seconds to
+	// start beside busy CPUs: see revocableStartTimeout): a hog they
+	// preempted has started and been dealt with. With noop none is
+	// preempted, so all three must run.
 	var guaranteed string
-	eventually(t, 60*time.Second, func() string {
-		revocable, running := 0, 0
+	eventually(t, revocableStartTimeout, func() string {
+		guaranteed = ""
 		for _, c := range agent.containers(t) {
-			if c.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
-				continue
-			}
-			running++
-			if c.GetRevocable() {
-				revocable++
-			} else {
+			if c.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING && !c.GetRevocable() {
 				guaranteed = c.GetTaskId()
 			}
 		}
-		if revocable != 3 || guaranteed == "" {
-			return fmt.Sprintf("%d of 3 revocable hogs and %d guaranteed task running", revocable, running-revocable)
+		hogs := revocableTasks(t, addr, "hogs")
+		running, preempted := len(hogs[slacklinev1.TaskState_TASK_STATE_RUNNING]), 0
+		for _, task := range hogs[slacklinev1.TaskState_TASK_STATE_KILLED] {
+			if task.GetStatus().GetReason() == slacklinev1.Reason_REASON_CONTAINER_PREEMPTED {
+				preempted++
+			}
+		}
+		if controllers == "noop" && preempted > 0 {
+			t.Fatalf("a revocable hog was preempted with QoS noop: %v", hogs[slacklinev1.TaskState_TASK_STATE_KILLED])
+		}
+		if running+preempted != 3 || guaranteed == "" {
+			return fmt.Sprintf("%d of 3 revocable hogs running, %d preempted; guaranteed task running: %t", running, preempted, guaranteed != "")
 		}
 		return ""
 	})

@@ -215,6 +215,13 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 	return slacklinev1connect.NewOperatorServiceClient(server.NewClient(), "http://"+addr)
 }
 
+// revocableStartTimeout bounds the wait for revocable tasks to run. They
+// start at idle CPU priority (cpu.idle), supervisor included, so beside
+// busy CPUs (two CPU hogs on a 2-CPU CI machine) each gets a fraction of
+// a percent of a CPU and takes 20-40 s to start; a quiet machine starts
+// them in a second.
+const revocableStartTimeout = 3 * time.Minute
+
 // eventually polls cond every 100 ms until it returns "" or timeout passes;
 // it fails with the last reason cond gave.
 func eventually(t testing.TB, timeout time.Duration, cond func() string) {
