@@ -15,12 +15,12 @@
 //
 // With a secured coordinator, --ca (env SLACKLINE_CA) names the CA that
 // signs the coordinator's and agents' certificates and --token-file (env
-// SLACKLINE_TOKEN_FILE) the operator's bearer token, sent only over https;
-// an agent's NodeService must present a certificate for the hostname it
-// registered, and with --crl (env SLACKLINE_CRL) one the revocation list
-// does not name, before anything is sent. The command talks to agents with
-// the caller's own token only (never over clear text: an http endpoint
-// with a token is refused). "credentials init" writes a cluster's CA, certificates,
+// SLACKLINE_TOKEN_FILE) the operator's bearer token, sent only over https
+// and only to the coordinator; with --crl (env SLACKLINE_CRL) a coordinator
+// whose certificate the list revokes is refused before anything is sent.
+// The command never calls an agent itself: logs, top, get containers and
+// get features go through the coordinator's node proxy, which authorizes
+// the caller and calls the agent with the coordinator's own certificate. "credentials init" writes a cluster's CA, certificates,
 // tokens and authorization file (see docs/security.md).
 //
 // The coordinator is given by --coordinator or the environment variable
