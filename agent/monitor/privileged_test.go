@@ -88,6 +88,13 @@ func realCgroups(tb testing.TB, prefix string, n int) (cgroups.Layout, []string)
 			}
 		}
 	}
+	if layout.Mode == cgroups.ModeV2 {
+		// As the containerizer does for its root: without this the
+		// containers have no memory.* or cpu.max files on pure v2.
+		if err := os.WriteFile(filepath.Join(layout.Unified, root, "cgroup.subtree_control"), []byte("+cpu +memory +pids"), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	return layout, rels
 }
 
