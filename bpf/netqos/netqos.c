@@ -144,7 +144,11 @@ int tcp_rtt(struct bpf_sock_ops *ops)
 		bpf_sock_ops_cb_flags_set(ops, ops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
 		return 1;
 	}
+	// args[0] is the measured RTT (µs) since Linux 6.4; older kernels pass
+	// no arguments (6.1: always 0), so the smoothed RTT stands in there.
 	__u64 rtt_us = ops->args[0];
+	if (!rtt_us)
+		rtt_us = ops->srtt_us >> 3;
 	__u32 bucket = rtt_us ? log2_u64(rtt_us) : 0;
 	if (bucket >= RTT_BUCKETS)
 		bucket = RTT_BUCKETS - 1;
