@@ -8,7 +8,7 @@ BIN := bin
 # `make test`: the fuzzing engine can time out on a loaded machine).
 FUZZTIME ?= 10s
 
-.PHONY: all build generate check-generate test fuzz bench run lint clean
+.PHONY: all build generate check-generate test test-vm fuzz bench run lint clean
 
 # eBPF objects (bpf/*_bpfel.o and .go) are built by bpf2go with this pinned
 # clang (Debian bookworm's clang-14) and flags; the outputs are committed.
@@ -47,6 +47,19 @@ test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m -p 1 ./bpf/... ./agent/network/...
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -e '/bpf' -e '/agent/network')
+
+# The privileged tests of the cgroup v2 and eBPF code paths in pure cgroup
+# v2 guests (QEMU, Debian's 6.1 and 6.12 kernels; docs/vm.md): builds the
+# guests' assets once (cached), checks the harness, then runs each package's
+# static test binary in a guest per kernel. Needs root. VM_QUICK=1 (CI)
+# leaves out the long accuracy studies listed in scripts/vm/skip.
+VM_KERNELS ?= 6.1 6.12
+VM_PACKAGES ?= ./agent/containerizer/... ./agent/monitor ./qos ./bpf/... ./agent/network
+VM_QUICK ?=
+test-vm:
+	scripts/vm/setup
+	scripts/vm/selftest
+	scripts/vm/test --kernels "$(VM_KERNELS)" $(if $(VM_QUICK),--quick) $(VM_PACKAGES)
 
 # Timed fuzzing, one target at a time (go test -fuzz takes one package).
 fuzz:

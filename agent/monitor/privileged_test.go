@@ -26,7 +26,8 @@ const helperEnv = "SLACKLINE_MONITOR_TEST_HELPER"
 
 // TestMain turns the test binary into the helper task when helperEnv is
 // set: it waits for a byte on stdin (sent once it is in its cgroups, so
-// what it does next is charged to them), touches 32 MiB and spins.
+// what it does next is charged to them), touches 32 MiB, says so with a byte
+// on stdout, and spins.
 func TestMain(m *testing.M) {
 	if os.Getenv(helperEnv) == "1" {
 		var b [1]byte
@@ -36,6 +37,9 @@ func TestMain(m *testing.M) {
 		mem := make([]byte, 32<<20)
 		for i := range mem {
 			mem[i] = byte(i)
+		}
+		if _, err := os.Stdout.Write(b[:]); err != nil {
+			os.Exit(3)
 		}
 		for x := 0; ; x++ {
 			mem[x%len(mem)]++
@@ -88,6 +92,13 @@ func realCgroups(tb testing.TB, prefix string, n int) (cgroups.Layout, []string)
 			}
 		}
 	}
+	if layout.Mode == cgroups.ModeV2 {
+		// As the containerizer does for its root: without this the
+		// containers have no memory.* or cpu.max files on pure v2.
+		if err := os.WriteFile(filepath.Join(layout.Unified, root, "cgroup.subtree_control"), []byte("+cpu +memory +pids"), 0o644); err != nil {
+			tb.Fatal(err)
+		}
+	}
 	return layout, rels
 }
 
@@ -121,6 +132,10 @@ func TestRealCgroups(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -140,6 +155,11 @@ func TestRealCgroups(t *testing.T) {
 	}
 	if _, err := stdin.Write([]byte{1}); err != nil {
 		t.Fatal(err)
+	}
+	// Sampling starts once the 32 MiB are touched (that took more than
+	// the second sampled in an emulated guest).
+	if _, err := io.ReadFull(stdout, make([]byte, 1)); err != nil {
+		t.Fatalf("the helper did not report its memory touched: %v", err)
 	}
 
 	fi, err := os.Stat(filepath.Join(layout.Unified, rel))

@@ -15,6 +15,7 @@
 // RTT histogram: bucket i counts round trips in [2^i, 2^(i+1)) µs, bucket 0
 // also 0 µs, the last everything from 2^31 µs. Must match RTTBuckets.
 #define RTT_BUCKETS 32
+_Static_assert((RTT_BUCKETS & (RTT_BUCKETS - 1)) == 0, "tcp_rtt masks bucket indexes with RTT_BUCKETS - 1");
 
 // Sizes are defaults: user space sets max_entries before loading.
 #define MAX_CGROUPS 4096
@@ -143,10 +144,19 @@ int tcp_rtt(struct bpf_sock_ops *ops)
 		bpf_sock_ops_cb_flags_set(ops, ops->bpf_sock_ops_cb_flags | BPF_SOCK_OPS_RTT_CB_FLAG);
 		return 1;
 	}
+	// args[0] is the measured RTT (µs) since Linux 6.4; older kernels pass
+	// no arguments (6.1: always 0), so the smoothed RTT stands in there.
 	__u64 rtt_us = ops->args[0];
+	if (!rtt_us)
+		rtt_us = ops->srtt_us >> 3;
 	__u32 bucket = rtt_us ? log2_u64(rtt_us) : 0;
 	if (bucket >= RTT_BUCKETS)
 		bucket = RTT_BUCKETS - 1;
+	// The mask states the bound again in a form every verifier tracks: 6.1's
+	// lost it through the clamp above and refused the program ("R2 unbounded
+	// memory access"); the empty asm keeps clang from dropping the mask.
+	asm volatile("" : "+r"(bucket));
+	bucket &= RTT_BUCKETS - 1;
 	// Atomic although per-CPU: the callback runs in process context (socket
 	// backlog) and in softirq, which can interrupt it on the same CPU.
 	__sync_fetch_and_add(&c->rtt_hist[bucket], 1);

@@ -106,12 +106,17 @@ func TestTCPSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	rr(t, pair, dir, 9100, time.Second)
+	exchanges := len(rr(t, pair, dir, 9100, time.Second))
 	idle1, _ := progs.TCPStats(id)
 	idle := meanRTT(idle0, idle1)
-	t.Logf("idle: %d RTT samples, mean %v", idle1.RTTCount-idle0.RTTCount, idle)
-	if idle1.RTTCount-idle0.RTTCount < 100 {
-		t.Fatalf("%d RTT samples from ~200 exchanges", idle1.RTTCount-idle0.RTTCount)
+	t.Logf("idle: %d RTT samples from %d exchanges, mean %v", idle1.RTTCount-idle0.RTTCount, exchanges, idle)
+	// About one sample per exchange (the reply acknowledges the request),
+	// however many exchanges a slow or emulated machine completes.
+	if exchanges < 10 || idle1.RTTCount-idle0.RTTCount < uint64(exchanges/2) {
+		t.Fatalf("%d RTT samples from %d exchanges", idle1.RTTCount-idle0.RTTCount, exchanges)
+	}
+	if idle <= 0 {
+		t.Fatalf("RTT samples all zero (mean %v): the kernel passed no RTT and no fallback was read", idle)
 	}
 
 	// A bulk transfer of the same cgroup beside the exchanges.
@@ -138,8 +143,11 @@ func TestTCPSignals(t *testing.T) {
 	}
 	busy := meanRTT(busy0, busy1)
 	t.Logf("beside a bulk transfer: %d RTT samples, mean %v; %d retransmissions in all", busy1.RTTCount-busy0.RTTCount, busy, busy1.Retransmits)
-	if busy < 5*idle {
-		t.Errorf("mean RTT %v beside a bulk transfer into an 8 ms queue, %v idle: want at least 5x", busy, idle)
+	// The queue adds delay in absolute terms: at least a quarter of its
+	// 8 ms (a ratio to the idle RTT does not hold where the idle RTT is
+	// itself milliseconds, as in an emulated guest: 4.8 ms idle there).
+	if busy-idle < 2*time.Millisecond {
+		t.Errorf("mean RTT %v beside a bulk transfer into an 8 ms queue, %v idle: want at least 2 ms more", busy, idle)
 	}
 	if busy1.Retransmits == 0 {
 		t.Error("no retransmission counted while the far end's queue overflowed")

@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // ParseCPUList parses a kernel CPU list such as "0-3,8,10-11" into sorted,
@@ -144,7 +145,20 @@ func (l Layout) SetCPUs(rel string, cpus []int) error {
 			value = strings.TrimSpace(string(parent))
 		}
 	}
-	if err := os.WriteFile(file, []byte(value), 0); err != nil {
+	err := os.WriteFile(file, []byte(value), 0)
+	if l.Mode == ModeV2 && len(cpus) == 0 && errors.Is(err, syscall.ENOSPC) {
+		// The kernel refuses to empty the cpuset.cpus of a cgroup that
+		// has processes (ENOSPC: 6.1 and 6.12 alike), so a populated
+		// subtree gets its parent's CPUs, listed.
+		parent := filepath.Join(filepath.Dir(file), "..", "cpuset.cpus.effective")
+		data, rerr := os.ReadFile(parent)
+		if rerr != nil {
+			return wrap("read", parent, rerr)
+		}
+		value = strings.TrimSpace(string(data)) + "\n"
+		err = os.WriteFile(file, []byte(value), 0)
+	}
+	if err != nil {
 		return wrap("write "+strings.TrimSpace(value)+" to", file, err)
 	}
 	return nil
