@@ -8,12 +8,14 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
@@ -116,6 +118,9 @@ type Config struct {
 	// Sandbox bounds the disk tasks use: sandbox garbage collection and
 	// per-task disk limits (see SandboxConfig).
 	Sandbox SandboxConfig
+	// Fetch configures the fetcher of tasks' artifacts (CommandInfo.uris);
+	// its CacheDir defaults to <WorkDir>/fetch. See agent/fetcher.
+	Fetch fetcher.Config
 	// ReloadOnHangup re-reads Authz's files (the authorization file and
 	// the revocation list) on SIGHUP while Run runs.
 	ReloadOnHangup bool
@@ -138,6 +143,8 @@ type Agent struct {
 	// network paces revocable egress; nil without network QoS.
 	network *network.Network
 	disk    *sandboxes
+	// fetch downloads tasks' artifacts into their sandboxes.
+	fetch *fetcher.Fetcher
 	// closers release what Options.Build opened for the agent (eBPF
 	// programs, the monitor), in reverse order, after the agent's own.
 	closers []func() error
@@ -208,7 +215,18 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt}
+	if cfg.Fetch.CacheDir == "" {
+		cfg.Fetch.CacheDir = filepath.Join(cfg.WorkDir, "fetch")
+	}
+	if cfg.Fetch.Logger == nil {
+		cfg.Fetch.Logger = cfg.Logger
+	}
+	fetch, err := fetcher.New(cfg.Fetch)
+	if err != nil {
+		_ = ckpt.Close()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt, fetch: fetch}
 	a.network, a.cfg.Features = newNetwork(cfg, total)
 	a.ids.Store(&agentIDs{})
 	a.session = session.New(session.Config{
@@ -222,7 +240,7 @@ func New(cfg Config) (*Agent, error) {
 		network: a.network, tcp: cfg.TCP}
 	a.tasks = &lifecycle{
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
-		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1),
+		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1), fetch: fetch,
 	}
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/backoff"
@@ -41,6 +42,8 @@ type lifecycle struct {
 	// containersChanged is called after containers started or ended.
 	containersChanged func()
 	now               func() time.Time
+	// fetch downloads a task's artifacts into its sandbox during Launch.
+	fetch *fetcher.Fetcher
 
 	mu      sync.Mutex
 	machine *tasks.Machine
@@ -179,7 +182,7 @@ func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
 func (l *lifecycle) start(s tasks.Start) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
-	c, err := l.cz.Launch(ctx, containerizer.Spec{
+	spec := containerizer.Spec{
 		ContainerID: s.ContainerID, FrameworkID: s.Key.FrameworkID, TaskID: s.Key.TaskID,
 		Revocable: s.Revocable, Resources: s.Resources, Command: s.Task.GetCommand(),
 		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
@@ -188,15 +191,17 @@ func (l *lifecycle) start(s tasks.Start) {
 		// Without the seccomp filter: the coordinator let only frameworks
 		// with run_unconfined_tasks ask for it.
 		SeccompUnconfined: s.Task.GetSeccompUnconfined(),
-	})
+	}
+	if uris := s.Task.GetCommand().GetUris(); len(uris) > 0 {
+		spec.Fetch = func(ctx context.Context, sandbox string, uid, gid int) error {
+			return l.fetch.Fetch(ctx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
+		}
+	}
+	c, err := l.cz.Launch(ctx, spec)
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
-		// A user this agent refuses is the task's fault, not the node's.
-		reason := slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED
-		if errors.Is(err, containerizer.ErrTaskUser) {
-			reason = slacklinev1.Reason_REASON_TASK_INVALID
-		}
-		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: "launch: " + err.Error(), Now: l.now()})
+		reason, message := launchFailure(err)
+		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: message, Now: l.now()})
 		return
 	}
 	// Where the sandbox is, so logs stay readable after the task ends;
@@ -215,6 +220,20 @@ func (l *lifecycle) start(s tasks.Start) {
 			l.log.Warn("prune sandbox records", "err", err)
 		}
 	}
+}
+
+// launchFailure is the reason and message of a failed launch: an artifact
+// that could not be fetched (the message names its URL), a user this agent
+// refuses (the task's fault, not the node's), or a launch failure.
+func launchFailure(err error) (slacklinev1.Reason, string) {
+	var fetchErr *fetcher.Error
+	switch {
+	case errors.As(err, &fetchErr):
+		return slacklinev1.Reason_REASON_FETCH_FAILED, fetchErr.Error()
+	case errors.Is(err, containerizer.ErrTaskUser):
+		return slacklinev1.Reason_REASON_TASK_INVALID, "launch: " + err.Error()
+	}
+	return slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: " + err.Error()
 }
 
 // taskExit maps the containerizer's account of an exit to the machine's.

@@ -52,6 +52,7 @@ func (a *Agent) Handler() http.Handler {
 	if a.network != nil {
 		reg.MustRegister(a.network.Collector())
 	}
+	reg.MustRegister(a.fetch.Collector())
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return a.cfg.Authz.Middleware(mux)
 }

@@ -12,6 +12,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/taskspec"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
 )
@@ -360,6 +361,10 @@ func (m *Machine) launch(ev Launch, eff *Effects) error {
 	m.tasks[key] = t
 	m.byContainer[t.containerID] = key
 	regular, revocable, err := resources.FromProto(info.GetResources())
+	if err == nil {
+		// Checked again here: a task may come from an older coordinator.
+		err = taskspec.Task(info)
+	}
 	if err != nil {
 		m.report(t, slacklinev1.TaskState_TASK_STATE_ERROR, slacklinev1.Reason_REASON_TASK_INVALID, err.Error(), ev.Now, eff)
 		return nil
