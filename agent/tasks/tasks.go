@@ -38,6 +38,12 @@ var (
 	// ErrAlreadyKilling is returned for an agent-decided kill (one with a
 	// reason) of a task whose kill is under way.
 	ErrAlreadyKilling = errors.New("task is already being killed")
+	// ErrNotRunning is returned for a health change of a task that is not
+	// running (or is being killed).
+	ErrNotRunning = errors.New("task is not running")
+	// ErrHealthUnchanged is returned for a health change to the health the
+	// task already has.
+	ErrHealthUnchanged = errors.New("health unchanged")
 )
 
 // Key identifies a task on an agent.
@@ -188,6 +194,10 @@ type task struct {
 	killReason  slacklinev1.Reason
 	killMessage string
 
+	// healthy is the task's last health (nil: not checked yet); every
+	// update after a change carries it.
+	healthy *bool
+
 	launching       bool // a Start effect awaits its Launched/LaunchFailed
 	killAfterLaunch bool // a kill came while launching
 	killing         bool // a kill was requested
@@ -288,6 +298,16 @@ type SessionLost struct{}
 // Tick lets time pass: updates whose re-send time has come are sent.
 type Tick struct{ Now time.Time }
 
+// HealthChanged reports that a running task's health check result
+// changed: a TASK_STATE_RUNNING update with healthy set is sent. A task
+// failing its check too often is killed with a Kill event instead.
+type HealthChanged struct {
+	ContainerID string
+	Healthy     bool
+	Message     string
+	Now         time.Time
+}
+
 func (Launch) isEvent()            {}
 func (Launched) isEvent()          {}
 func (LaunchFailed) isEvent()      {}
@@ -299,6 +319,7 @@ func (Acknowledge) isEvent()       {}
 func (SessionOpened) isEvent()     {}
 func (SessionLost) isEvent()       {}
 func (Tick) isEvent()              {}
+func (HealthChanged) isEvent()     {}
 
 // Step applies an event and returns the effects to perform. An event that
 // changes nothing returns an error saying why (and, for Exited of an
@@ -339,6 +360,8 @@ func (m *Machine) Step(ev Event) (Effects, error) {
 		m.session = false
 	case Tick:
 		m.tick(ev.Now, &eff)
+	case HealthChanged:
+		err = m.healthChanged(ev, &eff)
 	default:
 		err = fmt.Errorf("unknown event %T", ev)
 	}
@@ -403,6 +426,23 @@ func (m *Machine) launched(ev Launched, eff *Effects) error {
 	if t.killAfterLaunch {
 		eff.Kill = append(eff.Kill, t.containerID)
 	}
+	return nil
+}
+
+func (m *Machine) healthChanged(ev HealthChanged, eff *Effects) error {
+	t := m.tasks[m.byContainer[ev.ContainerID]]
+	if t == nil || t.containerID != ev.ContainerID {
+		return fmt.Errorf("health of container %s: %w", ev.ContainerID, ErrUnknownContainer)
+	}
+	if t.state != slacklinev1.TaskState_TASK_STATE_RUNNING || t.killing {
+		return fmt.Errorf("health of task %s in %v: %w", t.key, t.state, ErrNotRunning)
+	}
+	if t.healthy != nil && *t.healthy == ev.Healthy {
+		return fmt.Errorf("health of task %s: %w", t.key, ErrHealthUnchanged)
+	}
+	healthy := ev.Healthy
+	t.healthy = &healthy
+	m.report(t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED, ev.Message, ev.Now, eff)
 	return nil
 }
 
@@ -531,6 +571,7 @@ func (m *Machine) report(t *task, state slacklinev1.TaskState, reason slacklinev
 		Status: &slacklinev1.TaskStatus{
 			TaskId: t.key.TaskID, FrameworkId: t.key.FrameworkID, State: state, Reason: reason, Message: message,
 			Source: slacklinev1.TaskSource_TASK_SOURCE_AGENT, Uuid: m.cfg.NewID(), Timestamp: timestamppb.New(now),
+			Healthy: t.healthy,
 		},
 	}
 	t.updates = append(t.updates, u)
