@@ -16,6 +16,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/health"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
@@ -145,6 +146,8 @@ type Agent struct {
 	disk    *sandboxes
 	// fetch downloads tasks' artifacts into their sandboxes.
 	fetch *fetcher.Fetcher
+	// health checks the tasks that have a health check.
+	health *health.Runner
 	// closers release what Options.Build opened for the agent (eBPF
 	// programs, the monitor), in reverse order, after the agent's own.
 	closers []func() error
@@ -245,6 +248,8 @@ func New(cfg Config) (*Agent, error) {
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.disk = newSandboxes(a)
+	a.health = newHealthRunner(a)
+	a.tasks.healthWatch, a.tasks.healthForget = a.watchHealth, a.health.Forget
 	return a, nil
 }
 
@@ -304,6 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return a.tasks.Run(ctx) })
 	g.Go(func() error { return a.disk.Run(ctx) })
+	g.Go(func() error { return a.health.Run(ctx) })
 	g.Go(func() error { return a.session.Run(ctx) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -347,6 +353,13 @@ func (a *Agent) recover(ctx context.Context) error {
 	// Containers that ended meanwhile deliver their exits after Recover.
 	for _, c := range cz.Containers() {
 		r.Known[c.ID] = true
+	}
+	// Running tasks with a health check are checked again, as if they
+	// had just started (delay and grace period anew).
+	for _, rec := range recs {
+		if r.Running[rec.GetContainerId()] {
+			a.watchHealth(rec.GetContainerId(), rec.GetTask().GetTask(), r.Now)
+		}
 	}
 	machine, eff := tasks.Recover(tasks.Config{}, r)
 	a.tasks.machine, a.tasks.pending = machine, eff

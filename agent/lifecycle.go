@@ -44,6 +44,10 @@ type lifecycle struct {
 	now               func() time.Time
 	// fetch downloads a task's artifacts into its sandbox during Launch.
 	fetch *fetcher.Fetcher
+	// healthWatch starts checking a task that runs; healthForget stops
+	// checking a container being killed or destroyed.
+	healthWatch  func(containerID string, task *slacklinev1.TaskInfo, started time.Time)
+	healthForget func(containerID string)
 
 	mu      sync.Mutex
 	machine *tasks.Machine
@@ -130,6 +134,9 @@ func (l *lifecycle) perform(ctx context.Context) {
 			go l.start(s)
 		}
 		for _, id := range eff.Kill {
+			if l.healthForget != nil {
+				l.healthForget(id)
+			}
 			l.inflight.Add(1)
 			go func() {
 				defer l.inflight.Done()
@@ -139,6 +146,9 @@ func (l *lifecycle) perform(ctx context.Context) {
 			}()
 		}
 		for _, id := range eff.Destroy {
+			if l.healthForget != nil {
+				l.healthForget(id)
+			}
 			if err := l.cz.Destroy(id); err != nil {
 				l.log.Warn("destroy container", "container", id, "err", err)
 			}
@@ -210,6 +220,9 @@ func (l *lifecycle) start(s tasks.Start) {
 		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
 	}
 	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})
+	if l.healthWatch != nil {
+		l.healthWatch(s.ContainerID, s.Task, l.now())
+	}
 	l.containersChanged()
 	l.mu.Lock()
 	l.launches++

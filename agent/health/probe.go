@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strconv"
+	"strings"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
@@ -22,10 +23,10 @@ type Dialer interface {
 }
 
 // Execer runs a command inside a task's container (its namespaces,
-// cgroups and user) and returns its exit code; a non-nil error means it
-// could not run.
+// cgroups and user) and returns its exit code and the start of its output;
+// a non-nil error means it could not run.
 type Execer interface {
-	ExecTask(ctx context.Context, containerID string, cmd *slacklinev1.CommandInfo) (exitCode int, err error)
+	ExecTask(ctx context.Context, containerID string, cmd *slacklinev1.CommandInfo) (exitCode int, output string, err error)
 }
 
 // Probes run the checks: thin shells around a dialer and an execer.
@@ -84,16 +85,31 @@ func (p *Probes) Probe(ctx context.Context, containerID string, policy Policy) (
 	case slacklinev1.HealthCheck_TYPE_HTTP:
 		return p.http(ctx, containerID, policy)
 	case slacklinev1.HealthCheck_TYPE_COMMAND:
-		code, err := p.exec.ExecTask(ctx, containerID, policy.Command)
+		code, output, err := p.exec.ExecTask(ctx, containerID, policy.Command)
 		if err != nil {
 			return false, fmt.Sprintf("command: %v", err)
 		}
 		if code != 0 {
-			return false, fmt.Sprintf("command exited with code %d", code)
+			detail := fmt.Sprintf("command exited with code %d", code)
+			if out := strings.TrimSpace(output); out != "" {
+				detail += ": " + lastLine(out)
+			}
+			return false, detail
 		}
 		return true, ""
 	}
 	return false, fmt.Sprintf("unknown check type %v", policy.Type)
+}
+
+// lastLine is the last line of s, at most 200 bytes of it.
+func lastLine(s string) string {
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		s = s[i+1:]
+	}
+	if len(s) > 200 {
+		s = s[len(s)-200:]
+	}
+	return s
 }
 
 func (p *Probes) http(ctx context.Context, containerID string, policy Policy) (bool, string) {

@@ -28,8 +28,8 @@ func (l loopback) DialTask(ctx context.Context, _ string, port uint16) (net.Conn
 
 type exitCode int
 
-func (e exitCode) ExecTask(context.Context, string, *slacklinev1.CommandInfo) (int, error) {
-	return int(e), nil
+func (e exitCode) ExecTask(context.Context, string, *slacklinev1.CommandInfo) (int, string, error) {
+	return int(e), "checking\nnot ready yet\n", nil
 }
 
 func port(t *testing.T, url string) uint16 {
@@ -99,7 +99,7 @@ func TestProbes(t *testing.T) {
 		{"tcp open", Policy{Type: slacklinev1.HealthCheck_TYPE_TCP, Port: port(t, srv.URL)}, 0, 5 * time.Second, true, ""},
 		{"tcp refused", Policy{Type: slacklinev1.HealthCheck_TYPE_TCP, Port: closedPort}, 0, 5 * time.Second, false, "refused"},
 		{"command 0", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, 0, 5 * time.Second, true, ""},
-		{"command 3", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, 3, 5 * time.Second, false, "code 3"},
+		{"command 3", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, 3, 5 * time.Second, false, "code 3: not ready yet"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
