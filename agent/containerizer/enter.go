@@ -288,7 +288,10 @@ func enterExec(dir string) int {
 	u := spec.User
 	child, err := syscall.ForkExec(path, argv, &syscall.ProcAttr{
 		Env: env, Files: []uintptr{devNull.Fd(), outW.Fd(), outW.Fd()},
-		Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL,
+		// No Pdeathsig: forked into the task's PID namespace, the child
+		// sees no parent (getppid 0), and the runtime would take that for
+		// its parent's death. The helper kills it at the timeout instead.
+		Sys: &syscall.SysProcAttr{Setsid: true,
 			Credential: &syscall.Credential{Uid: u.UID, Gid: u.GID, Groups: append([]uint32{}, u.Groups...)}},
 	})
 	outW.Close()
