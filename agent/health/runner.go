@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // Defaults of RunnerConfig.
@@ -200,12 +202,12 @@ func (r *Runner) check(ctx context.Context, id string, c *Checker, p Policy) {
 }
 
 func typeLabel(p Policy) string {
-	switch p.Type.String() {
-	case "TYPE_COMMAND":
+	switch p.Type {
+	case slacklinev1.HealthCheck_TYPE_COMMAND:
 		return "command"
-	case "TYPE_HTTP":
+	case slacklinev1.HealthCheck_TYPE_HTTP:
 		return "http"
-	case "TYPE_TCP":
+	case slacklinev1.HealthCheck_TYPE_TCP:
 		return "tcp"
 	}
 	return "unknown"
