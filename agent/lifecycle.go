@@ -56,6 +56,9 @@ type lifecycle struct {
 	wake     chan struct{}
 	inflight sync.WaitGroup // container starts and kills
 	launches int            // guarded by mu
+	// fetching cancels the artifact fetches of launches under way, by
+	// container id (guarded by mu): a kill must not wait for a download.
+	fetching map[string]context.CancelFunc
 }
 
 // step applies one event and queues its effects for Run.
@@ -63,6 +66,7 @@ func (l *lifecycle) step(ev tasks.Event) {
 	l.mu.Lock()
 	eff, err := l.machine.Step(ev)
 	l.pending.Append(eff)
+	l.cancelFetchesLocked(ev)
 	l.mu.Unlock()
 	if !eff.IsZero() {
 		select {
@@ -76,6 +80,29 @@ func (l *lifecycle) step(ev tasks.Event) {
 			level = slog.LevelWarn
 		}
 		l.log.Log(context.Background(), level, "task event changed nothing", "event", fmt.Sprintf("%T", ev), "err", err)
+	}
+}
+
+// cancelFetchesLocked cancels the fetches of the launches a kill event
+// concerns; the launch then fails and the machine reports the kill.
+func (l *lifecycle) cancelFetchesLocked(ev tasks.Event) {
+	for containerID, cancel := range l.fetching {
+		key, ok := l.machine.Container(containerID)
+		if !ok {
+			continue
+		}
+		switch ev := ev.(type) {
+		case tasks.Kill:
+			ok = ev.Key == key
+		case tasks.ShutdownFramework:
+			ok = ev.FrameworkID == key.FrameworkID
+		case tasks.ShutdownAgent:
+		default:
+			ok = false
+		}
+		if ok {
+			cancel()
+		}
 	}
 }
 
@@ -203,8 +230,21 @@ func (l *lifecycle) start(s tasks.Start) {
 		SeccompUnconfined: s.Task.GetSeccompUnconfined(),
 	}
 	if uris := s.Task.GetCommand().GetUris(); len(uris) > 0 {
-		spec.Fetch = func(ctx context.Context, sandbox string, uid, gid int) error {
-			return l.fetch.Fetch(ctx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
+		fetchCtx, cancel := context.WithCancel(ctx)
+		l.mu.Lock()
+		if l.fetching == nil {
+			l.fetching = map[string]context.CancelFunc{}
+		}
+		l.fetching[s.ContainerID] = cancel
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			delete(l.fetching, s.ContainerID)
+			l.mu.Unlock()
+			cancel()
+		}()
+		spec.Fetch = func(_ context.Context, sandbox string, uid, gid int) error {
+			return l.fetch.Fetch(fetchCtx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
 		}
 	}
 	c, err := l.cz.Launch(ctx, spec)

@@ -30,10 +30,13 @@ import (
 
 // runTasks launches tasks on the one agent of a fresh cluster and returns
 // every status update of each task, in order, once all of them ended.
-func runTasks(t *testing.T, agentName string, infos func(o *slacklinev1.Offer) []*slacklinev1.TaskInfo, timeout time.Duration) map[string][]*slacklinev1.TaskStatus {
+// afterLaunch, when set, runs on a goroutine of its own once they were
+// launched.
+func runTasks(t *testing.T, agentName string, infos func(o *slacklinev1.Offer) []*slacklinev1.TaskInfo, timeout time.Duration,
+	afterLaunch func(ctx context.Context, c *frameworkapi.Client, agentID string), agentFlags ...string) map[string][]*slacklinev1.TaskStatus {
 	t.Helper()
 	addr, _, _ := startCoordinator(t)
-	startAgent(t, addr, agentName, "cpus:4;mem:2048")
+	startAgent(t, addr, agentName, "cpus:4;mem:2048", agentFlags...)
 	waitAgentsActive(t, addr, 1)
 	var mu sync.Mutex
 	updates := map[string][]*slacklinev1.TaskStatus{}
@@ -63,6 +66,9 @@ func runTasks(t *testing.T, agentName string, infos func(o *slacklinev1.Offer) [
 				mu.Unlock()
 				if err := c.Launch(ctx, []string{o.GetId()}, tasks, nil); err != nil {
 					t.Errorf("launch: %v", err)
+				}
+				if afterLaunch != nil {
+					go afterLaunch(ctx, c, o.GetAgentId())
 				}
 			}
 		},
@@ -147,8 +153,13 @@ func TestFetchedArtifacts(t *testing.T) {
 	archive := tgz(t, map[string]string{"bin/hello": "#!/bin/sh\necho hello-from-artifact\n"})
 	tool := []byte("#!/bin/sh\nexit 0\n")
 	var archiveDownloads atomic.Int64
+	hanging := make(chan struct{}, 1)
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
+		case "/hangs":
+			// Never answers: the task is killed while its fetch waits.
+			hanging <- struct{}{}
+			<-r.Context().Done()
 		case "/app.tar.gz":
 			archiveDownloads.Add(1)
 			_, _ = w.Write(archive)
@@ -172,12 +183,22 @@ func TestFetchedArtifacts(t *testing.T) {
 			task("second", cachedArchive, &slacklinev1.CommandInfo_URI{Value: srv.URL + "/tool", Executable: true, Sha256: sha(tool)}),
 			task("bad-sum", &slacklinev1.CommandInfo_URI{Value: srv.URL + "/tool", Sha256: sha([]byte("not the tool"))}),
 			task("unreachable", &slacklinev1.CommandInfo_URI{Value: closed, Extract: "tar.gz"}),
+			task("killed-while-fetching", &slacklinev1.CommandInfo_URI{Value: srv.URL + "/hangs"}),
 		}
-	}, 2*time.Minute)
+	}, 2*time.Minute, func(ctx context.Context, c *frameworkapi.Client, agentID string) {
+		select {
+		case <-hanging:
+		case <-ctx.Done():
+			return
+		}
+		if err := c.Kill(ctx, "killed-while-fetching", agentID); err != nil {
+			t.Errorf("kill: %v", err)
+		}
+	}, "--fetch-timeout", "5m")
 	summary := summarize(updates)
 	for _, id := range []string{"first", "second"} {
-		if got := summary[id]; got != "RUNNING, FINISHED" {
-			t.Errorf("task %s: %s, want RUNNING, FINISHED", id, got)
+		if got := summary[id]; !strings.HasSuffix(got, "FINISHED") {
+			t.Errorf("task %s: %s, want it FINISHED", id, got)
 		}
 	}
 	for id, url := range map[string]string{"bad-sum": srv.URL + "/tool", "unreachable": closed} {
@@ -190,6 +211,11 @@ func TestFetchedArtifacts(t *testing.T) {
 	}
 	if !strings.Contains(updates["bad-sum"][0].GetMessage(), "sha256 mismatch") {
 		t.Errorf("bad-sum: %q, want it to say sha256 mismatch", updates["bad-sum"][0].GetMessage())
+	}
+	// The kill does not wait for the download (--fetch-timeout 5m would
+	// outlast the test).
+	if got := summary["killed-while-fetching"]; got != "KILLED TASK_KILLED_DURING_LAUNCH" {
+		t.Errorf("killed-while-fetching: %s, want KILLED TASK_KILLED_DURING_LAUNCH", got)
 	}
 	if got := archiveDownloads.Load(); got != 1 {
 		t.Errorf("the cached archive was downloaded %d times for two tasks, want 1", got)
@@ -272,7 +298,7 @@ func TestHealthChecks(t *testing.T) {
 			task("command", "echo ok > "+marker+" && exec sleep 3600", &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_COMMAND,
 				Command: &slacklinev1.CommandInfo{Value: "test -f " + marker + " && rm " + marker, Shell: true}}),
 		}
-	}, 3*time.Minute)
+	}, 3*time.Minute, nil)
 	want := "RUNNING, RUNNING[healthy=true], RUNNING[healthy=false], FAILED[healthy=false] TASK_HEALTH_CHECK_STATUS_FAILED"
 	for id, got := range summarize(updates) {
 		if got != want {

@@ -452,6 +452,14 @@ func (m *Machine) launchFailed(ev LaunchFailed, eff *Effects) error {
 		return err
 	}
 	t.launching = false
+	if t.killAfterLaunch {
+		// Killed while it was being launched (e.g. while its artifacts
+		// were fetched): the kill is what ended it.
+		state := cmp.Or(t.killState, slacklinev1.TaskState_TASK_STATE_KILLED)
+		reason := cmp.Or(t.killReason, slacklinev1.Reason_REASON_TASK_KILLED_DURING_LAUNCH)
+		m.report(t, state, reason, cmp.Or(t.killMessage, "killed while launching: "+ev.Message), ev.Now, eff)
+		return nil
+	}
 	reason := cmp.Or(ev.Reason, slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED)
 	m.report(t, slacklinev1.TaskState_TASK_STATE_FAILED, reason, ev.Message, ev.Now, eff)
 	return nil

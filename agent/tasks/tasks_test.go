@@ -287,6 +287,14 @@ func TestLifecycle(t *testing.T) {
 			{ev: Exited{ContainerID: "id1", Exit: Exit{Killed: true}, Now: t0}, want: "put-task fw/t1 FAILED; put-update fw/t1 FAILED id5 healthy=false; destroy id1"},
 		},
 	}, {
+		name: "a launch that fails after a kill (its fetch cancelled) ends KILLED, during launch",
+		steps: []step{
+			{ev: runTask("fw", "t1", ""), want: "*"},
+			{ev: Kill{Key: key("fw", "t1"), Now: t0}, want: ""},
+			{ev: LaunchFailed{ContainerID: "id1", Reason: slacklinev1.Reason_REASON_FETCH_FAILED, Message: "fetch http://h/x: context canceled", Now: t0},
+				want: "put-task fw/t1 KILLED; put-update fw/t1 KILLED id2"},
+		},
+	}, {
 		name: "health of an unknown container",
 		steps: []step{
 			{ev: HealthChanged{ContainerID: "stray", Healthy: true, Now: t0}, wantErr: ErrUnknownContainer},
