@@ -136,6 +136,12 @@ func (c *Containerizer) DialTask(ctx context.Context, id string, port uint16) (n
 	if same {
 		return d.DialContext(ctx, "tcp", addr)
 	}
+	return dialInNamespace(ctx, task, addr)
+}
+
+// dialInNamespace dials addr from the network namespace of process ref,
+// on a thread that enters it and ends afterwards.
+func dialInNamespace(ctx context.Context, ref *procRef, addr string) (net.Conn, error) {
 	type result struct {
 		conn net.Conn
 		err  error
@@ -145,21 +151,22 @@ func (c *Containerizer) DialTask(ctx context.Context, id string, port uint16) (n
 		// Never unlocked: the thread, moved to the task's network
 		// namespace, ends with this goroutine instead of serving others.
 		runtime.LockOSThread()
-		pidfd, err := unix.PidfdOpen(task.Pid, 0)
+		pidfd, err := unix.PidfdOpen(ref.Pid, 0)
 		if err != nil {
-			done <- result{nil, fmt.Errorf("open task %d: %w", task.Pid, err)}
+			done <- result{nil, fmt.Errorf("open process %d: %w", ref.Pid, err)}
 			return
 		}
 		defer unix.Close(pidfd)
-		if !alive("/proc", task) {
-			done <- result{nil, fmt.Errorf("%w: the task of container %q ended", ErrNotFound, id)}
+		if !alive("/proc", ref) {
+			done <- result{nil, fmt.Errorf("%w: process %d ended", ErrNotFound, ref.Pid)}
 			return
 		}
 		if err := unix.Setns(pidfd, unix.CLONE_NEWNET); err != nil {
-			done <- result{nil, fmt.Errorf("enter the network namespace of task %d: %w", task.Pid, err)}
+			done <- result{nil, fmt.Errorf("enter the network namespace of process %d: %w", ref.Pid, err)}
 			return
 		}
 		// The socket belongs to the namespace it is created in: this one.
+		var d net.Dialer
 		conn, err := d.DialContext(ctx, "tcp", addr)
 		done <- result{conn, err}
 	}()

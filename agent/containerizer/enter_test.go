@@ -3,6 +3,10 @@ package containerizer
 import (
 	"context"
 	"errors"
+	"fmt"
+	"io"
+	"net"
+	osexec "os/exec"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,5 +70,54 @@ func TestExec(t *testing.T) {
 	_, _, err = exec(10*time.Second, &slacklinev1.CommandInfo{Value: "no-such-command-" + strconv.Itoa(int(time.Now().Unix()))})
 	if err == nil || !strings.Contains(err.Error(), "not found") {
 		t.Errorf("Exec of a missing executable = %v, want not found", err)
+	}
+}
+
+// TestDialInNamespace: a task with a network namespace of its own is
+// dialled on the loopback inside it, not the host's.
+func TestDialInNamespace(t *testing.T) {
+	requirePrivileged(t)
+	script := `import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.sendall(b"inside")
+c.close()`
+	cmd := osexec.Command("unshare", "--net", "sh", "-c", `ip link set lo up && exec /usr/bin/python3 -c "$0"`, script)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd.Stderr = t.Output()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
+	var port int
+	if _, err := fmt.Fscan(out, &port); err != nil {
+		t.Fatalf("read the port: %v", err)
+	}
+	start, err := procStartTime("/proc", cmd.Process.Pid)
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
+	ref := &procRef{Pid: cmd.Process.Pid, StartTime: start}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	conn, err := dialInNamespace(ctx, ref, addr)
+	if err != nil {
+		t.Fatalf("dialInNamespace: %v", err)
+	}
+	defer conn.Close()
+	got, _ := io.ReadAll(conn)
+	if string(got) != "inside" {
+		t.Fatalf("read %q, want inside", got)
+	}
+	// A reused pid is never entered.
+	if _, err := dialInNamespace(ctx, &procRef{Pid: ref.Pid, StartTime: ref.StartTime + 1}, addr); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("dial with a stale start time = %v, want ErrNotFound", err)
 	}
 }

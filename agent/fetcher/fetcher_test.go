@@ -17,6 +17,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -397,5 +398,28 @@ func TestFetchPlantedLink(t *testing.T) {
 	}
 	if entries, _ := os.ReadDir(outside); len(entries) != 0 {
 		t.Fatalf("%d files written outside the sandbox", len(entries))
+	}
+}
+
+// TestFetchTimeout: a server that never answers fails the fetch after
+// Config.Timeout, naming the URL.
+func TestFetchTimeout(t *testing.T) {
+	t.Parallel()
+	release := make(chan struct{})
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		select {
+		case <-release:
+		case <-r.Context().Done():
+		}
+	}))
+	t.Cleanup(srv.Close)
+	t.Cleanup(func() { close(release) })
+	f := newFetcher(t, Config{Timeout: 50 * time.Millisecond})
+	err := f.Fetch(context.Background(), t.TempDir(), self(), []*slacklinev1.CommandInfo_URI{{Value: srv.URL + "/slow"}})
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), srv.URL+"/slow") {
+		t.Fatalf("Fetch = %v, want a deadline error naming the URL", err)
+	}
+	if got := testutil.ToFloat64(f.metrics.fetches.WithLabelValues("download_failed")); got != 1 {
+		t.Fatalf("download_failed = %v, want 1", got)
 	}
 }
