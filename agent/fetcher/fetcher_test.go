@@ -22,6 +22,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/privileged"
 )
 
 type entry struct {
@@ -203,9 +204,7 @@ func TestFetchArtifacts(t *testing.T) {
 
 func TestFetchOwnedByTheTaskUser(t *testing.T) {
 	t.Parallel()
-	if os.Geteuid() != 0 {
-		t.Skip("chown to another user needs root; TestFetchArtifacts covers the rest")
-	}
+	privileged.Require(t) // chown to another user needs root
 	tgz := tarball(t, true, entry{name: "d/f", body: "x"}, entry{name: "d/l", typ: tar.TypeSymlink, link: "f"})
 	srv := newServer(t, map[string][]byte{"/a.tgz": tgz, "/b": []byte("b")})
 	f := newFetcher(t, Config{})
