@@ -44,7 +44,11 @@
 // larger than the whole cache is used for its task and not kept
 // (slackline_fetcher_cache_refusals_total). An entry handed to a task is
 // opened before the lock is released, so eviction during a copy is
-// harmless. Concurrent fetches of one sha256 download it once. New rebuilds
+// harmless. Concurrent fetches of one sha256 download it once; that
+// download does not end when the task that started it is killed (each
+// task only stops waiting), and is bounded by Config.Timeout. An artifact
+// too large for the cache is then downloaded again by each task that
+// wants it. New rebuilds
 // the index from the directory (a restart keeps the cache; last use is the
 // file's modification time) and removes leftovers of interrupted downloads.
 //

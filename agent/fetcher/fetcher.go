@@ -252,25 +252,29 @@ func (f *Fetcher) content(ctx context.Context, u *slacklinev1.CommandInfo_URI) (
 		return file, nil
 	}
 	f.metrics.cacheMisses.Inc()
-	// Only the first caller's function runs: it alone sees leader set.
-	var leader *os.File
-	_, err, _ := f.flight.Do(sum, func() (any, error) {
-		file, err := f.downloadTemp(ctx, u.GetValue(), sum)
+	// One download for every task that wants it now. It does not end with
+	// the task that started it (a kill cancels that task's ctx): the others
+	// still wait for it, and each stops waiting when its own ctx ends.
+	shared := context.WithoutCancel(ctx)
+	ch := f.flight.DoChan(sum, func() (any, error) {
+		file, err := f.downloadTemp(shared, u.GetValue(), sum)
 		if err != nil {
 			return nil, err
 		}
+		defer file.Close()
 		if !f.cache.insert(sum, file) {
-			leader, _ = unlinked(file, nil) // too large to keep: this task uses it uncached
-			return nil, nil
+			_ = os.Remove(file.Name())
+			return nil, errNotCached
 		}
-		file.Close()
 		return nil, nil
 	})
-	if err != nil {
-		return nil, err
-	}
-	if leader != nil {
-		return leader, nil
+	select {
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	case r := <-ch:
+		if r.Err != nil && !errors.Is(r.Err, errNotCached) {
+			return nil, r.Err
+		}
 	}
 	if file := f.cache.open(sum); file != nil {
 		return file, nil
@@ -290,8 +294,11 @@ func unlinked(file *os.File, err error) (*os.File, error) {
 }
 
 var (
-	errTooLarge = errors.New("too large")
-	errExtract  = errors.New("extract")
+	// errNotCached: a download too large for the whole cache; each task
+	// that wants it downloads it for itself.
+	errNotCached = errors.New("too large for the cache")
+	errTooLarge  = errors.New("too large")
+	errExtract   = errors.New("extract")
 )
 
 // downloadTemp downloads url into a temporary file of the agent's

@@ -422,3 +422,43 @@ func TestFetchTimeout(t *testing.T) {
 		t.Fatalf("download_failed = %v, want 1", got)
 	}
 }
+
+// TestSharedDownloadOutlivesItsStarter: tasks fetching one cached artifact
+// at once share one download; the task that started it being killed (its
+// ctx cancelled) ends its own wait, not the others'.
+func TestSharedDownloadOutlivesItsStarter(t *testing.T) {
+	t.Parallel()
+	body := []byte("shared artifact")
+	requested, release := make(chan struct{}, 4), make(chan struct{})
+	var downloads atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		downloads.Add(1)
+		requested <- struct{}{}
+		<-release
+		_, _ = w.Write(body)
+	}))
+	t.Cleanup(srv.Close)
+	f := newFetcher(t, Config{})
+	uri := []*slacklinev1.CommandInfo_URI{{Value: srv.URL + "/a", Sha256: sum(body), Cache: true}}
+	starterCtx, killStarter := context.WithCancel(context.Background())
+	starter := make(chan error, 1)
+	go func() { starter <- f.Fetch(starterCtx, t.TempDir(), self(), uri) }()
+	<-requested // the starter's download is under way
+	other := make(chan error, 1)
+	sandbox := t.TempDir()
+	go func() { other <- f.Fetch(context.Background(), sandbox, self(), uri) }()
+	killStarter()
+	if err := <-starter; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the killed starter's Fetch = %v, want context.Canceled", err)
+	}
+	close(release)
+	if err := <-other; err != nil {
+		t.Fatalf("the other task's Fetch = %v, want the shared download", err)
+	}
+	if got := read(t, filepath.Join(sandbox, "a")); got != string(body) {
+		t.Fatalf("got %q", got)
+	}
+	if got := downloads.Load(); got != 1 {
+		t.Fatalf("%d downloads, want 1 shared", got)
+	}
+}
