@@ -52,6 +52,9 @@ func (a *Agent) Handler() http.Handler {
 	if a.network != nil {
 		reg.MustRegister(a.network.Collector())
 	}
+	if a.cfg.Images != nil {
+		reg.MustRegister(a.cfg.Images.Collector())
+	}
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return a.cfg.Authz.Middleware(mux)
 }

@@ -142,6 +142,10 @@ type launchSpec struct {
 	Keep []string `json:"keep,omitempty"`
 	// Seccomp installs the task's seccomp filter before it runs.
 	Seccomp bool `json:"seccomp,omitempty"`
+	// Root, for a task with an image, is its root filesystem: the shim
+	// builds it and pivots into it instead of the private tmpfs of
+	// Namespaces.
+	Root *rootSpec `json:"root,omitempty"`
 }
 
 // writeJSON writes v to path atomically and durably: a temporary file in the

@@ -149,6 +149,9 @@ type Spec struct {
 	// SeccompUnconfined runs the task without the seccomp filter (the
 	// coordinator lets only frameworks with run_unconfined_tasks ask).
 	SeccompUnconfined bool
+	// Image, when set, is the task's root filesystem (see Image and the
+	// package documentation's Images); Command may then be empty.
+	Image *Image
 }
 
 // Container is a container the containerizer runs or ran. Values returned

@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -53,7 +55,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if !validID.MatchString(id) || id == "." || id == ".." {
 		return nil, fmt.Errorf("%w: container id %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidSpec, id)
 	}
-	if spec.Command == nil || spec.Command.GetValue() == "" {
+	if spec.Image != nil {
+		if c.cfg.Isolation.NoNamespaces {
+			return nil, fmt.Errorf("%w: image %s: a task with an image needs the namespaces isolation (--task-isolation)", ErrInvalidSpec, spec.Image.Reference)
+		}
+		if len(spec.Image.LayerDirs) == 0 {
+			return nil, fmt.Errorf("%w: image %s has no layers", ErrInvalidSpec, spec.Image.Reference)
+		}
+	} else if spec.Command == nil || spec.Command.GetValue() == "" {
 		return nil, fmt.Errorf("%w: no command", ErrInvalidSpec)
 	}
 	if spec.User == "" {
@@ -78,10 +87,30 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, err
 	}
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
-	env := taskEnv(spec, id, sandbox)
-	path, argv, err := commandLine(spec, envValue(env, "PATH"), sandbox)
-	if err != nil {
-		return nil, err
+	var env, argv []string
+	var path string
+	var root *rootSpec
+	if spec.Image != nil {
+		if u := spec.Image.User; u != "" && !imageUserHonoured(u, usr) {
+			c.log.Info("containerizer: the image's USER is not the task's user: ignored", "container", id,
+				"image", spec.Image.Reference, "image_user", u, "user", usr.Name)
+		}
+		env = imageEnv(spec, id)
+		var lookup bool
+		path, argv, lookup, err = imageCommand(spec)
+		if err != nil {
+			return nil, err
+		}
+		root = &rootSpec{Sandbox: sandbox, WorkingDir: cmp.Or(spec.Image.WorkingDir, SandboxMount), Lookup: lookup}
+		for _, l := range slices.Backward(spec.Image.LayerDirs) {
+			root.Lower = append(root.Lower, l)
+		}
+	} else {
+		env = taskEnv(spec, id, sandbox)
+		path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox)
+		if err != nil {
+			return nil, err
+		}
 	}
 
 	c.mu.Lock()
@@ -111,6 +140,13 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
 	cp, err := c.prepare(spec, usr, sandbox, ct.dir)
+	if err == nil && root != nil {
+		root.Upper, root.Work, root.Merged, err = makeImageDirs(sandbox)
+		if err != nil {
+			err = fmt.Errorf("create the image's upper directory: %w", err)
+			_ = cp.Cgroup.Remove()
+		}
+	}
 	if err != nil {
 		_ = os.RemoveAll(ct.dir)
 		release()
@@ -127,13 +163,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		Namespaces:       !c.cfg.Isolation.NoNamespaces,
 		Seccomp:          !c.cfg.Isolation.NoSeccomp && !spec.SeccompUnconfined,
 	}
+	lspec.Root = root
 	if lspec.Namespaces {
 		lspec.TmpfsBytes = tmpfsBytes(cp.Limits.MemoryBytes, spec.Resources.Disk())
 		// The executable too, when it lies in a directory the tmpfs
 		// hides and the task's user could reach it there: the bind
 		// must not open a path its permissions close.
 		lspec.Keep = []string{sandbox}
-		if underPrivate(path) && reachable(path, usr) {
+		if root == nil && underPrivate(path) && reachable(path, usr) {
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}

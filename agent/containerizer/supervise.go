@@ -270,6 +270,22 @@ func execShim(dir string) int {
 	if err := enterCgroupNamespace(); err != nil {
 		return fail("%v", err)
 	}
+	if spec.Namespaces && spec.Root != nil {
+		if err := enterImageRoot(spec.Root, spec.TmpfsBytes); err != nil {
+			return fail("%v", err)
+		}
+		if spec.Root.Lookup {
+			p, err := lookPathIn(spec.Path, envValue(spec.Env, "PATH"))
+			if err != nil {
+				return fail("%v", err)
+			}
+			spec.Path = p
+		}
+		if err := restrict(spec.Seccomp); err != nil {
+			return fail("%v", err)
+		}
+		return runInit(spec, errPipe)
+	}
 	if spec.Namespaces {
 		if err := enterNamespaces(spec.TmpfsBytes, spec.Keep); err != nil {
 			return fail("%v", err)
