@@ -232,8 +232,6 @@ func enterImageRoot(r *rootSpec, tmpfsSize int64) error {
 			return unix.Mount("tmpfs", t, "tmpfs", unix.MS_NOSUID|unix.MS_NODEV, fmt.Sprintf("size=%d,mode=1777", tmpfsSize))
 		}},
 		{SandboxMount[1:], true, func(t string) error { return unix.Mount(r.Sandbox, t, "", unix.MS_BIND|unix.MS_REC, "") }},
-		{"etc/hosts", false, bindReadOnly("/etc/hosts")},
-		{"etc/resolv.conf", false, bindReadOnly("/etc/resolv.conf")},
 	}
 	for _, s := range steps {
 		if err := mountIn(root, s.target, s.dir, s.mount); err != nil {
@@ -243,6 +241,11 @@ func enterImageRoot(r *rootSpec, tmpfsSize int64) error {
 			if err := populateDev(root); err != nil {
 				return err
 			}
+		}
+	}
+	for _, name := range []string{"etc/hosts", "etc/resolv.conf"} {
+		if err := bindReadOnly(root, name, "/"+name); err != nil {
+			return err
 		}
 	}
 	// /dev/shm and /var/tmp share the task's one tmpfs with /tmp.
@@ -323,17 +326,26 @@ func mountIn(root *os.Root, name string, dir bool, mount func(target string) err
 	return nil
 }
 
-// bindReadOnly binds a host file read-only.
-func bindReadOnly(src string) func(string) error {
-	return func(target string) error {
-		if _, err := os.Stat(src); err != nil {
-			return nil // the host has none: the image's stays
-		}
-		if err := unix.Mount(src, target, "", unix.MS_BIND, ""); err != nil {
-			return err
-		}
-		return unix.Mount("", target, "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, "")
+// bindReadOnly binds a host file read-only at name in root.
+func bindReadOnly(root *os.Root, name, src string) error {
+	if _, err := os.Stat(src); err != nil {
+		return nil // the host has none: the image's stays
 	}
+	err := mountIn(root, name, false, func(target string) error { return unix.Mount(src, target, "", unix.MS_BIND, "") })
+	if err != nil {
+		return err
+	}
+	// The descriptor mountIn used names the file under the bind; the
+	// path, opened again, names the bind.
+	f, err := root.Open(name)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Mount("", fdPath(f), "", unix.MS_BIND|unix.MS_REMOUNT|unix.MS_RDONLY|unix.MS_NOSUID|unix.MS_NODEV|unix.MS_NOEXEC, ""); err != nil {
+		return fmt.Errorf("make /%s read-only in the image's root: %w", name, err)
+	}
+	return nil
 }
 
 // populateDev fills the new /dev tmpfs.
