@@ -191,6 +191,7 @@ func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
 func (l *lifecycle) start(s tasks.Start) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
+	began := l.now()
 	var image *containerizer.Image
 	if ref := s.Task.GetImage(); ref != "" {
 		img, err := l.acquireImage(ctx, ref, s.ContainerID)
@@ -201,6 +202,7 @@ func (l *lifecycle) start(s tasks.Start) {
 			return
 		}
 		image = img
+		l.log.Debug("image ready", "task", s.Key.TaskID, "image", ref, "seconds", l.now().Sub(began).Seconds())
 	}
 	c, err := l.cz.Launch(ctx, containerizer.Spec{
 		Image:       image,

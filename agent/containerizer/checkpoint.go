@@ -93,6 +93,11 @@ type statusRecord struct {
 	Task       *procRef  `json:"task,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	Error      string    `json:"error,omitempty"`
+	// SupervisorAt is when the supervisor began, ShimAt when its shim
+	// reported the task forked or exec'd: the launch's stages (Launch logs
+	// them).
+	SupervisorAt time.Time `json:"supervisor_at,omitzero"`
+	ShimAt       time.Time `json:"shim_at,omitzero"`
 }
 
 // exitRecord is the task's end as the supervisor saw it, exit.json.

@@ -47,6 +47,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
 // error the cgroups and the checkpoint are removed; the sandbox stays.
 func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, err error) {
+	began := time.Now()
 	id := spec.ContainerID
 	if id == "" {
 		id = newID()
@@ -113,6 +114,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		}
 	}
 
+	resolved := time.Now()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -153,6 +155,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, err
 	}
 	ct.cp = cp
+	prepared := time.Now()
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
@@ -180,6 +183,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		release()
 		return nil, fmt.Errorf("launch container %s: %w", id, err)
 	}
+	reported := time.Now()
 	cp.Supervisor, cp.Task, cp.StartedAt = status.Supervisor, status.Task, status.StartedAt
 	if err := writeJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
 		// The supervisor's status.json still lets Recover find the pids.
@@ -193,8 +197,19 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		_ = cmd.Wait() // reap; the outcome is in exit.json
 		c.finish(ct)
 	}()
+	done := time.Now()
+	ms := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
+	// The stages of the launch, for the launch benchmarks: resolve (user,
+	// environment, command), prepare (sandbox, checkpoint, cgroups, image
+	// directories), spawn (until the supervisor runs: fork and exec of the
+	// agent binary), shim (supervisor setup, shim start, cgroups,
+	// namespaces, mounts, fork of the task), report (back to Launch), and
+	// checkpoint (the pids written). The supervisor's clock is the host's.
 	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid, "user", usr.Name,
-		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes)
+		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes, "image", spec.Image != nil,
+		"resolve_ms", ms(began, resolved), "prepare_ms", ms(resolved, prepared), "spawn_ms", ms(prepared, status.SupervisorAt),
+		"shim_ms", ms(status.SupervisorAt, status.ShimAt), "report_ms", ms(status.ShimAt, reported),
+		"checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
 	return snap, nil
 }
 

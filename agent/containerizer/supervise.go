@@ -57,6 +57,7 @@ func SuperviseMain(args []string) int {
 // cgroup and records its exit status atomically in exit.json. It runs in its
 // own session, outside the task's cgroups, and survives the agent.
 func supervise(dir string) int {
+	supervisorAt := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s supervisor[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
 	}
@@ -142,6 +143,7 @@ func supervise(dir string) int {
 	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
 	execR.Close()
+	shimAt := time.Now()
 	if len(msg) > 0 {
 		_ = shim.Wait()
 		report(statusRecord{Error: string(msg)})
@@ -162,9 +164,10 @@ func supervise(dir string) int {
 	}
 	supStart, _ := procStartTime("/proc", os.Getpid())
 	st := statusRecord{
-		Supervisor: &procRef{Pid: os.Getpid(), StartTime: supStart},
-		Task:       &procRef{Pid: pid, StartTime: taskStart},
-		StartedAt:  time.Now(),
+		Supervisor:   &procRef{Pid: os.Getpid(), StartTime: supStart},
+		Task:         &procRef{Pid: pid, StartTime: taskStart},
+		StartedAt:    time.Now(),
+		SupervisorAt: supervisorAt, ShimAt: shimAt,
 	}
 	if err := writeJSON(filepath.Join(dir, statusFile), st); err != nil {
 		logf("write status: %v", err)
