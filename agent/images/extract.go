@@ -101,7 +101,7 @@ func extractLayer(r io.Reader, dir string) (int64, error) {
 			if st, err := root.Lstat(name); err != nil || !st.IsDir() {
 				return size, fmt.Errorf("layer entry %q: not a directory in the layer", hdr.Name)
 			}
-		case tar.TypeReg, tar.TypeRegA: //nolint:staticcheck // TypeRegA is what old writers emit
+		case tar.TypeReg: // archive/tar reads old writers' TypeRegA as TypeReg
 			if err := replace(root, name); err != nil {
 				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 			}
@@ -194,7 +194,7 @@ func whiteout(root *os.Root, name string) error {
 		return err
 	}
 	defer parent.Close()
-	if err := unix.Mknodat(int(parent.Fd()), path.Base(name), unix.S_IFCHR|0o000, int(unix.Mkdev(0, 0))); err != nil {
+	if err := unix.Mknodat(int(parent.Fd()), path.Base(name), unix.S_IFCHR, int(unix.Mkdev(0, 0))); err != nil {
 		return fmt.Errorf("whiteout %s: %w", name, err)
 	}
 	return nil

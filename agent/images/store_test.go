@@ -168,6 +168,7 @@ func openStore(t *testing.T, cfg Config) *Store {
 }
 
 func TestAcquireSharesOnePullAndCaches(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
 	t.Parallel()
 	reg := newRegistry(t)
 	base := testLayer(t, tarEntry{name: "etc/", typ: tar.TypeDir, mode: 0o755}, tarEntry{name: "etc/os-release", body: "ID=test\n"})
@@ -230,6 +231,7 @@ func TestAcquireSharesOnePullAndCaches(t *testing.T) {
 }
 
 func TestAcquireFailures(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
 	t.Parallel()
 	reg := newRegistry(t)
 	layer := testLayer(t, tarEntry{name: "f", body: strings.Repeat("x", 4096)})
@@ -269,6 +271,7 @@ func TestAcquireFailures(t *testing.T) {
 }
 
 func TestAcquireWithCredentials(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
 	t.Parallel()
 	reg := newRegistry(t)
 	reg.user, reg.password = "puller", "s3cret"
@@ -297,6 +300,7 @@ func TestAcquireWithCredentials(t *testing.T) {
 }
 
 func TestCollectKeepsLiveLayers(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
 	t.Parallel()
 	reg := newRegistry(t)
 	big := strings.Repeat("x", 64<<10)
@@ -339,6 +343,7 @@ func TestCollectKeepsLiveLayers(t *testing.T) {
 }
 
 func TestAcquireLocalLayout(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
 	t.Parallel()
 	dir := t.TempDir()
 	img := testImage(t, testLayer(t, tarEntry{name: "f", body: "from a layout"}))
