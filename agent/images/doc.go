@@ -37,8 +37,9 @@
 // the store collects (planGC, pure): layers no image and no lease uses,
 // then least-recently-used images no live container runs from, until
 // the unpacked layers fit Config.BudgetBytes; a leased layer is never
-// removed. Leases are files, so they survive agent restarts; the agent
-// calls Retain with the containers it recovered.
+// removed. Leases are files, so they survive agent restarts (written
+// without fsync on the launch path: a host crash also ends every container
+// that held one); the agent calls Retain with the containers it recovered.
 //
 // # Locking
 //

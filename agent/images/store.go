@@ -260,6 +260,10 @@ func (s *Store) load() error {
 		return err
 	}
 	for _, e := range leases {
+		if strings.HasPrefix(e.Name(), ".") { // a write the agent did not finish
+			_ = os.Remove(filepath.Join(s.cfg.Dir, "leases", e.Name()))
+			continue
+		}
 		var l lease
 		if err := readJSON(filepath.Join(s.cfg.Dir, "leases", e.Name()), &l); err != nil {
 			s.log.Warn("image store: unreadable lease, dropped", "file", e.Name(), "err", err)
@@ -335,6 +339,11 @@ func (s *Store) lease(key, holder string) (*Image, bool) {
 	return img, true
 }
 
+// persistLease writes holder's lease file: atomically (a temporary file
+// renamed) but without fsync, on the launch path. A lease must survive
+// the agent's restarts, which the page cache does; a host crash loses
+// it, but also every container that held it (the agent reports them lost
+// after the reboot), so nothing live is ever left without its lease.
 func (s *Store) persistLease(holder string) error {
 	s.mu.Lock()
 	l, ok := s.leases[holder]
@@ -342,7 +351,22 @@ func (s *Store) persistLease(holder string) error {
 	if !ok {
 		return nil
 	}
-	return writeJSON(s.leaseFile(holder), l)
+	data, err := json.Marshal(l)
+	if err != nil {
+		return err
+	}
+	f, err := os.CreateTemp(filepath.Join(s.cfg.Dir, "leases"), ".lease-*")
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if err = errors.Join(err, f.Close()); err == nil {
+		err = os.Rename(f.Name(), s.leaseFile(holder))
+	}
+	if err != nil {
+		_ = os.Remove(f.Name())
+	}
+	return err
 }
 
 // Release ends holder's hold on its image's layers (a no-op for a holder

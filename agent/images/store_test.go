@@ -38,7 +38,7 @@ type tarEntry struct {
 	mode             int64
 }
 
-func tarBytes(t *testing.T, entries []tarEntry) []byte {
+func tarBytes(t testing.TB, entries []tarEntry) []byte {
 	t.Helper()
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
@@ -68,7 +68,7 @@ func tarBytes(t *testing.T, entries []tarEntry) []byte {
 	return buf.Bytes()
 }
 
-func testLayer(t *testing.T, entries ...tarEntry) v1.Layer {
+func testLayer(t testing.TB, entries ...tarEntry) v1.Layer {
 	t.Helper()
 	data := tarBytes(t, entries)
 	l, err := tarball.LayerFromOpener(func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(data)), nil })
@@ -78,7 +78,7 @@ func testLayer(t *testing.T, entries ...tarEntry) v1.Layer {
 	return l
 }
 
-func testImage(t *testing.T, layers ...v1.Layer) v1.Image {
+func testImage(t testing.TB, layers ...v1.Layer) v1.Image {
 	t.Helper()
 	img, err := mutate.AppendLayers(empty.Image, layers...)
 	if err != nil {
@@ -100,7 +100,7 @@ type countingRegistry struct {
 	corruptBlob      string // digest whose content is served altered
 }
 
-func newRegistry(t *testing.T) *countingRegistry {
+func newRegistry(t testing.TB) *countingRegistry {
 	t.Helper()
 	r := &countingRegistry{}
 	inner := registry.New(registry.Logger(log.New(io.Discard, "", 0)))
@@ -133,7 +133,7 @@ func newRegistry(t *testing.T) *countingRegistry {
 	return r
 }
 
-func (r *countingRegistry) push(t *testing.T, repo string, img v1.Image) string {
+func (r *countingRegistry) push(t testing.TB, repo string, img v1.Image) string {
 	t.Helper()
 	ref, err := name.ParseReference(strings.TrimPrefix(r.srv.URL, "http://") + "/" + repo)
 	if err != nil {

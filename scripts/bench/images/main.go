@@ -213,6 +213,11 @@ func run() error {
 			fmt.Printf("  %-13s %-14s p50 %7.2f  p99 %7.2f\n", label, strings.TrimSuffix(stage, "_ms"), vs[len(vs)/2], vs[int(0.99*float64(len(vs)-1))])
 		}
 	}
+	if totals := plainStages["false"]["total_ms"]; len(totals) > 0 {
+		slices.Sort(totals)
+		outside := float64(benchutil.Percentile(plain, 0.5, time.Microsecond).Microseconds())/1000 - totals[len(totals)/2]
+		fmt.Printf("  plain: outside the containerizer (Accept, offer bookkeeping, RunTask to the agent, checkpoint, RUNNING back), p50 ~%.2f ms\n", outside)
+	}
 	cancel()
 	agent.Process.Kill()
 	return nil
