@@ -155,6 +155,18 @@ type launchSpec struct {
 
 // writeJSON writes v to path atomically and durably: a temporary file in the
 // same directory, fsync, rename, fsync of the directory.
+// writeVolatileJSON writes v to path atomically but without fsync
+// (atomicfile.ReplaceFile): for launch.json and status.json, which matter
+// only while the host runs (its crash ends the container), and whose
+// fsyncs were on every launch's path.
+func writeVolatileJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.ReplaceFile(path, append(data, '\n'), 0o600)
+}
+
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

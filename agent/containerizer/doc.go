@@ -91,7 +91,10 @@
 // launch.json holds the task's environment, which other tasks must not
 // read. SandboxDir is 0755 so tasks can reach their own sandbox.
 // Every JSON file is written atomically (temporary file, fsync, rename,
-// fsync of the directory).
+// fsync of the directory), except launch.json and status.json, which
+// matter only while the host runs (a host crash ends the container; the
+// page cache outlives the agent's own crash): they are renamed into place
+// without the fsyncs, which were on every launch's path.
 //
 // # Supervisor, and how a task enters its cgroups before it execs
 //

@@ -325,7 +325,7 @@ func (c *Containerizer) abortLaunch(ct *container) {
 // startSupervisor writes launch.json, starts the detached supervisor and
 // waits for its report that the task runs (or failed to start).
 func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *exec.Cmd, error) {
-	if err := writeJSON(filepath.Join(dir, launchFile), lspec); err != nil {
+	if err := writeVolatileJSON(filepath.Join(dir, launchFile), lspec); err != nil {
 		return nil, nil, fmt.Errorf("write launch spec: %w", err)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

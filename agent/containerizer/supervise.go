@@ -169,7 +169,7 @@ func supervise(dir string) int {
 		StartedAt:    time.Now(),
 		SupervisorAt: supervisorAt, ShimAt: shimAt,
 	}
-	if err := writeJSON(filepath.Join(dir, statusFile), st); err != nil {
+	if err := writeVolatileJSON(filepath.Join(dir, statusFile), st); err != nil {
 		logf("write status: %v", err)
 	}
 	report(st)

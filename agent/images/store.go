@@ -355,18 +355,7 @@ func (s *Store) persistLease(holder string) error {
 	if err != nil {
 		return err
 	}
-	f, err := os.CreateTemp(filepath.Join(s.cfg.Dir, "leases"), ".lease-*")
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err = errors.Join(err, f.Close()); err == nil {
-		err = os.Rename(f.Name(), s.leaseFile(holder))
-	}
-	if err != nil {
-		_ = os.Remove(f.Name())
-	}
-	return err
+	return atomicfile.ReplaceFile(s.leaseFile(holder), data, 0o600)
 }
 
 // Release ends holder's hold on its image's layers (a no-op for a holder
