@@ -727,7 +727,17 @@ func (s *Store) collect() {
 		s.metrics.imagesRemoved.Inc()
 	}
 	for _, id := range plan.Layers {
-		if err := os.RemoveAll(filepath.Join(s.cfg.Dir, "layers", strings.TrimPrefix(id, "sha256:"))); err != nil {
+		// Moved aside first: the name is free at once for a pull that
+		// unpacks the layer again meanwhile.
+		dir := filepath.Join(s.cfg.Dir, "layers", strings.TrimPrefix(id, "sha256:"))
+		if aside, err := os.MkdirTemp(filepath.Join(s.cfg.Dir, "tmp"), "removing-"); err == nil {
+			if os.Rename(dir, filepath.Join(aside, "layer")) == nil {
+				dir = aside
+			} else {
+				_ = os.Remove(aside)
+			}
+		}
+		if err := os.RemoveAll(dir); err != nil {
 			s.log.Warn("image store: remove layer", "layer", id, "err", err)
 		}
 		s.metrics.layersRemoved.Inc()
