@@ -37,7 +37,10 @@
 // the store collects (planGC, pure): layers no image and no lease uses,
 // then least-recently-used images no live container runs from, until
 // the unpacked layers fit Config.BudgetBytes; a leased layer is never
-// removed. Leases are files, so they survive agent restarts (written
+// removed, nor an image an Acquire is under way for, nor a layer a pull
+// is unpacking (without these, a budget smaller than the images in use
+// let one task's collection remove another's image between its pull and
+// its lease: TestConcurrentAcquiresUnderATinyBudget). Leases are files, so they survive agent restarts (written
 // without fsync on the launch path: a host crash also ends every container
 // that held one); the agent calls Retain with the containers it recovered.
 //

@@ -162,6 +162,13 @@ type Store struct {
 	layers map[string]int64   // layer id -> unpacked bytes
 	leases map[string]lease   // by holder (container id)
 	errors []PullError        // newest last, at most MaxRecentErrors
+	// acquiring counts the Acquire calls under way per image key, and
+	// unpacking the pulls under way per layer id: collection spares both,
+	// so that an image pulled for a task is not collected before the
+	// task leases it, nor a layer a pull unpacked before its image is
+	// recorded.
+	acquiring map[string]int
+	unpacking map[string]int
 }
 
 // Open opens (creating it if needed) the store in cfg.Dir: it reads the
@@ -195,6 +202,7 @@ func Open(cfg Config) (*Store, error) {
 		slots:   make(chan struct{}, cfg.Pulls),
 		metrics: newMetrics(),
 		images:  map[string]*record{}, layers: map[string]int64{}, leases: map[string]lease{},
+		acquiring: map[string]int{}, unpacking: map[string]int{},
 	}
 	if cfg.CredentialsFile != "" {
 		keys, err := readCredentials(cfg.CredentialsFile)
@@ -290,6 +298,8 @@ func (s *Store) Acquire(ctx context.Context, reference, holder string) (*Image, 
 	}
 	canonical := ref.String()
 	key := recordKey(canonical)
+	s.hold(s.acquiring, key)
+	defer s.unhold(s.acquiring, key)
 	for attempt := 0; ; attempt++ {
 		if img, ok := s.lease(key, holder); ok {
 			if attempt == 0 {
@@ -317,6 +327,21 @@ func (s *Store) Acquire(ctx context.Context, reference, holder string) (*Image, 
 			}
 		}
 	}
+}
+
+// hold and unhold count an Acquire (or a pull's layer) in progress.
+func (s *Store) hold(m map[string]int, key string) {
+	s.mu.Lock()
+	m[key]++
+	s.mu.Unlock()
+}
+
+func (s *Store) unhold(m map[string]int, key string) {
+	s.mu.Lock()
+	if m[key]--; m[key] <= 0 {
+		delete(m, key)
+	}
+	s.mu.Unlock()
 }
 
 // lease holds key's layers for holder if the image is complete.
@@ -449,6 +474,10 @@ func (s *Store) pull(ref imageref.Ref) (err error) {
 	}
 	if len(layers) != len(cfg.RootFS.DiffIDs) {
 		return fmt.Errorf("%d layers in the manifest, %d diff ids in the config", len(layers), len(cfg.RootFS.DiffIDs))
+	}
+	for _, id := range cfg.RootFS.DiffIDs {
+		s.hold(s.unpacking, id.String())
+		defer s.unhold(s.unpacking, id.String())
 	}
 	rec := &record{
 		Reference: canonical, Digest: digest.String(), PulledAt: s.cfg.Now(), LastUsed: s.cfg.Now(),
@@ -705,6 +734,12 @@ func (s *Store) collect() {
 		for _, id := range l.Layers {
 			live[id] = true
 		}
+	}
+	for key := range s.acquiring {
+		liveImages[key] = true
+	}
+	for id := range s.unpacking {
+		live[id] = true
 	}
 	imgs := make([]gcImage, 0, len(s.images))
 	for key, rec := range s.images {

@@ -423,3 +423,48 @@ func TestExtractLayer(t *testing.T) {
 		}
 	}
 }
+
+// TestConcurrentAcquiresUnderATinyBudget: tasks of three images sharing a
+// base start and end concurrently under a budget no image fits in; every
+// task finds all of its layers while it holds them, and once all ended a
+// collection leaves the store within what nothing live needs.
+func TestConcurrentAcquiresUnderATinyBudget(t *testing.T) {
+	privileged.Require(t)
+	t.Parallel()
+	reg := newRegistry(t)
+	base := testLayer(t, tarEntry{name: "base", body: strings.Repeat("b", 8192)})
+	var refs []string
+	for i := range 3 {
+		refs = append(refs, reg.push(t, fmt.Sprintf("img%d:v1", i), testImage(t, base, testLayer(t, tarEntry{name: fmt.Sprintf("own%d", i), body: strings.Repeat("o", 8192)}))))
+	}
+	s := openStore(t, Config{BudgetBytes: 1})
+	var wg sync.WaitGroup
+	errs := make(chan error, 64)
+	for i := range 24 {
+		wg.Go(func() {
+			holder := fmt.Sprintf("task-%d", i)
+			img, err := s.Acquire(context.Background(), refs[i%3], holder)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for _, dir := range img.LayerDirs {
+				if _, err := os.Stat(dir); err != nil {
+					errs <- fmt.Errorf("%s: a held layer is gone: %w", holder, err)
+				}
+			}
+			if err := s.Release(holder); err != nil {
+				errs <- err
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Error(err)
+	}
+	s.Retain(nil)
+	if u := s.Usage(); len(u.Images) != 0 || u.StoreBytes != 0 {
+		t.Errorf("after every task ended: %+v, want an empty store (budget 1 byte)", u)
+	}
+}
