@@ -316,6 +316,21 @@ func TestImages(t *testing.T) {
 			}
 			return ""
 		})
+		// An agent restarted meanwhile keeps the running task's lease.
+		a.restart(t)
+		waitAgentsActive(t, addr, 1)
+		eventually(t, 30*time.Second, func() string {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			resp, err := a.node().GetImages(ctx, connect.NewRequest(&slacklinev1.GetImagesRequest{}))
+			if err != nil {
+				return err.Error()
+			}
+			if n, _ := imageTasks(resp.Msg, app); n != 1 {
+				return fmt.Sprintf("after the agent's restart %s is used by %d tasks, want 1", app, n)
+			}
+			return ""
+		})
 		// other's pull collects: app is over the budget but live.
 		if batch := runBatch(t, "other-1", other, "cat /other.txt"); batch.err != nil {
 			t.Fatalf("batch-framework: %v\n%s", batch.err, batch.out.String())
