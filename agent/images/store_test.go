@@ -468,3 +468,30 @@ func TestConcurrentAcquiresUnderATinyBudget(t *testing.T) {
 		t.Errorf("after every task ended: %+v, want an empty store (budget 1 byte)", u)
 	}
 }
+
+// TestPullTimesOut: a registry that never answers fails the pull with
+// kind timeout once Config.PullTimeout passes, for every task waiting on
+// it; a caller's own context ends only its wait.
+func TestPullTimesOut(t *testing.T) {
+	privileged.Require(t)
+	t.Parallel()
+	stuck := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { <-r.Context().Done() }))
+	t.Cleanup(stuck.Close)
+	ref := strings.TrimPrefix(stuck.URL, "http://") + "/app:v1"
+	s := openStore(t, Config{PullTimeout: 200 * time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := s.Acquire(ctx, ref, "impatient"); !errors.Is(err, context.Canceled) || !errors.Is(err, ErrPull) {
+		t.Errorf("Acquire with an ended context = %v, want ErrPull wrapping context.Canceled", err)
+	}
+	var wg sync.WaitGroup
+	for i := range 3 {
+		wg.Go(func() {
+			_, err := s.Acquire(context.Background(), ref, fmt.Sprintf("c%d", i))
+			if !errors.Is(err, ErrPull) || !strings.Contains(err.Error(), ": timeout: ") {
+				t.Errorf("Acquire = %v, want ErrPull of kind timeout", err)
+			}
+		})
+	}
+	wg.Wait()
+}
