@@ -17,6 +17,7 @@ import (
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/health"
+	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
@@ -122,6 +123,9 @@ type Config struct {
 	// Fetch configures the fetcher of tasks' artifacts (CommandInfo.uris);
 	// its CacheDir defaults to <WorkDir>/fetch. See agent/fetcher.
 	Fetch fetcher.Config
+	// Images pulls and stores the images tasks name (TaskInfo.image); nil:
+	// a task with an image fails with REASON_IMAGE_PULL_FAILED.
+	Images *images.Store
 	// ReloadOnHangup re-reads Authz's files (the authorization file and
 	// the revocation list) on SIGHUP while Run runs.
 	ReloadOnHangup bool
@@ -245,6 +249,9 @@ func New(cfg Config) (*Agent, error) {
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
 		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1), fetch: fetch,
 	}
+	if cfg.Images != nil {
+		a.tasks.images = cfg.Images
+	}
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.disk = newSandboxes(a)
@@ -351,8 +358,15 @@ func (a *Agent) recover(ctx context.Context) error {
 		r.Running[c.ID] = true
 	}
 	// Containers that ended meanwhile deliver their exits after Recover.
+	var known []string
 	for _, c := range cz.Containers() {
 		r.Known[c.ID] = true
+		known = append(known, c.ID)
+	}
+	if a.cfg.Images != nil {
+		// Layers stay leased to the containers that still exist; those
+		// of containers gone meanwhile may be collected.
+		a.cfg.Images.Retain(known)
 	}
 	// Running tasks with a health check are checked again, as if they
 	// had just started (delay and grace period anew).

@@ -10,6 +10,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
@@ -80,6 +81,21 @@ func (o Options) Build() (a *Agent, err error) {
 		}
 	}
 	cfg.Containerizer = cz
+	imageDir := o.ImageDir
+	if imageDir == "" {
+		imageDir = filepath.Join(cfg.WorkDir, "images")
+	}
+	budget := o.ImageDiskBudgetMiB << 20
+	if o.ImageDiskBudgetMiB < 0 {
+		budget = -1
+	}
+	if cfg.Images, err = images.Open(images.Config{
+		Dir: imageDir, BudgetBytes: budget, Pulls: o.ImagePulls, PullTimeout: o.ImagePullTimeout,
+		CredentialsFile: o.ImageCredentials, InsecureRegistries: o.ImageInsecureRegistries,
+		LocalDirs: o.ImageLocalDirs, Logger: logger,
+	}); err != nil {
+		return nil, fmt.Errorf("--image-dir: %w", err)
+	}
 	cfg.UnifiedMount = cz.Layout().Unified
 	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		return nil, fmt.Errorf("--estimator: %w", err)

@@ -30,7 +30,11 @@
 //   - lifecycle: the executor of the pure task machine (agent/tasks).
 //     Commands and container exits become events; the machine's effects
 //     are performed in order: checkpoint, containers (agent/containerizer),
-//     then status updates handed to the session.
+//     then status updates handed to the session. A task with an image
+//     first gets it from the image store (agent/images, Config.Images:
+//     pulled once, shared, leased to the container until its Destroy); a
+//     failed pull fails the task with REASON_IMAGE_PULL_FAILED. After a
+//     restart the store keeps the leases of the containers recovered.
 //   - observer: points the monitor (agent/monitor) and the eBPF programs
 //     (bpf/, bpf/netqos) at the running containers and the protected
 //     cgroups, and tells the network subsystem which revocable tasks to pace.

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/backoff"
@@ -53,12 +54,22 @@ type lifecycle struct {
 	machine *tasks.Machine
 	pending tasks.Effects
 
+	// images provides tasks' image roots (nil: tasks with an image fail).
+	images imageStore
+
 	wake     chan struct{}
 	inflight sync.WaitGroup // container starts and kills
 	launches int            // guarded by mu
 	// fetching cancels the artifact fetches of launches under way, by
 	// container id (guarded by mu): a kill must not wait for a download.
 	fetching map[string]context.CancelFunc
+}
+
+// imageStore is what the lifecycle needs of the agent's image store
+// (*images.Store): a container's image, leased until Release.
+type imageStore interface {
+	Acquire(ctx context.Context, reference, holder string) (*images.Image, error)
+	Release(holder string) error
 }
 
 // step applies one event and queues its effects for Run.
@@ -179,6 +190,7 @@ func (l *lifecycle) perform(ctx context.Context) {
 			if err := l.cz.Destroy(id); err != nil {
 				l.log.Warn("destroy container", "container", id, "err", err)
 			}
+			l.releaseImage(id)
 		}
 		if len(eff.Destroy) > 0 {
 			l.containersChanged()
@@ -219,7 +231,21 @@ func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
 func (l *lifecycle) start(s tasks.Start) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
+	began := l.now()
+	var image *containerizer.Image
+	if ref := s.Task.GetImage(); ref != "" {
+		img, err := l.acquireImage(ctx, ref, s.ContainerID)
+		if err != nil {
+			l.log.Warn("image pull failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "image", ref, "err", err)
+			l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: slacklinev1.Reason_REASON_IMAGE_PULL_FAILED,
+				Message: err.Error(), Now: l.now()})
+			return
+		}
+		image = img
+		l.log.Debug("image ready", "task", s.Key.TaskID, "image", ref, "seconds", l.now().Sub(began).Seconds())
+	}
 	spec := containerizer.Spec{
+		Image:       image,
 		ContainerID: s.ContainerID, FrameworkID: s.Key.FrameworkID, TaskID: s.Key.TaskID,
 		Revocable: s.Revocable, Resources: s.Resources, Command: s.Task.GetCommand(),
 		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
@@ -250,6 +276,7 @@ func (l *lifecycle) start(s tasks.Start) {
 	c, err := l.cz.Launch(ctx, spec)
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
+		l.releaseImage(s.ContainerID)
 		reason, message := launchFailure(err)
 		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: message, Now: l.now()})
 		return
@@ -287,6 +314,33 @@ func launchFailure(err error) (slacklinev1.Reason, string) {
 		return slacklinev1.Reason_REASON_TASK_INVALID, "launch: " + err.Error()
 	}
 	return slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: " + err.Error()
+}
+
+// acquireImage pulls (or finds cached) a task's image and leases its
+// layers to the container.
+func (l *lifecycle) acquireImage(ctx context.Context, ref, containerID string) (*containerizer.Image, error) {
+	if l.images == nil {
+		return nil, fmt.Errorf("image %s: this agent has no image store", ref)
+	}
+	img, err := l.images.Acquire(ctx, ref, containerID)
+	if err != nil {
+		return nil, err // names the image
+	}
+	return &containerizer.Image{
+		Reference: img.Reference, Digest: img.Digest, LayerDirs: img.LayerDirs,
+		Entrypoint: img.Config.Entrypoint, Cmd: img.Config.Cmd, Env: img.Config.Env,
+		WorkingDir: img.Config.WorkingDir, User: img.Config.User,
+	}, nil
+}
+
+// releaseImage ends a container's lease on its image's layers.
+func (l *lifecycle) releaseImage(containerID string) {
+	if l.images == nil {
+		return
+	}
+	if err := l.images.Release(containerID); err != nil {
+		l.log.Warn("release image", "container", containerID, "err", err)
+	}
 }
 
 // taskExit maps the containerizer's account of an exit to the machine's.

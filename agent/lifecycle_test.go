@@ -14,6 +14,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/kv"
@@ -304,5 +305,102 @@ func TestLaunchFailure(t *testing.T) {
 		if reason != tt.reason || !strings.HasPrefix(message, tt.message) {
 			t.Errorf("launchFailure(%v) = %v %q, want %v %q...", tt.err, reason, message, tt.reason, tt.message)
 		}
+	}
+}
+
+// fakeImages hands out images from a map and records leases.
+type fakeImages struct {
+	mu       sync.Mutex
+	images   map[string]*images.Image
+	leases   map[string]string // holder -> reference
+	released chan string
+}
+
+func (f *fakeImages) Acquire(_ context.Context, ref, holder string) (*images.Image, error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	img, ok := f.images[ref]
+	if !ok {
+		return nil, fmt.Errorf("%w: docker://%s: not_found: MANIFEST_UNKNOWN", images.ErrPull, ref)
+	}
+	f.leases[holder] = ref
+	return img, nil
+}
+
+func (f *fakeImages) Release(holder string) error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if _, ok := f.leases[holder]; ok {
+		f.released <- holder
+		delete(f.leases, holder)
+	}
+	return nil
+}
+
+// TestLifecycleImage: a task's image reaches the containerizer with its
+// config, leased to the container until the container is destroyed; a
+// pull that fails fails the task with REASON_IMAGE_PULL_FAILED naming the
+// image, without a launch.
+func TestLifecycleImage(t *testing.T) {
+	store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), kv.BoltOptions{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	sends := make(chan sent, 16)
+	cz := newFakeContainerizer()
+	var launched []*containerizer.Image
+	cz.refuse = func(spec containerizer.Spec) error { launched = append(launched, spec.Image); return nil }
+	l := newTestLifecycle(t, store, cz, sends)
+	imgs := &fakeImages{leases: map[string]string{}, released: make(chan string, 4), images: map[string]*images.Image{
+		"registry:5000/app:v1": {Reference: "docker://registry:5000/app:v1", Digest: "sha256:1", LayerDirs: []string{"/l/1", "/l/2"},
+			Config: images.ImageConfig{Entrypoint: []string{"/app"}, WorkingDir: "/srv"}},
+	}}
+	l.images = imgs
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	l.step(tasks.SessionOpened{Now: time.Now()})
+
+	good := runTaskCommand("good")
+	good.Task.Image = "registry:5000/app:v1"
+	l.step(tasks.Launch{Command: good, Now: time.Now()})
+	if st := (<-sends).status; st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+		t.Fatalf("good: %v %q", st.GetState(), st.GetMessage())
+	}
+	bad := runTaskCommand("bad")
+	bad.Task.Image = "registry:5000/gone:v1"
+	l.step(tasks.Launch{Command: bad, Now: time.Now()})
+	st := (<-sends).status
+	if st.GetState() != slacklinev1.TaskState_TASK_STATE_FAILED || st.GetReason() != slacklinev1.Reason_REASON_IMAGE_PULL_FAILED ||
+		!strings.Contains(st.GetMessage(), "registry:5000/gone:v1") {
+		t.Errorf("bad: %v %v %q; want FAILED, REASON_IMAGE_PULL_FAILED naming the image", st.GetState(), st.GetReason(), st.GetMessage())
+	}
+	cz.mu.Lock()
+	if len(launched) != 1 || launched[0] == nil || launched[0].WorkingDir != "/srv" || len(launched[0].LayerDirs) != 2 {
+		t.Errorf("launched images %+v, want only good's, with its config", launched)
+	}
+	var id string
+	for cid := range cz.containers {
+		id = cid
+	}
+	cz.mu.Unlock()
+	imgs.mu.Lock()
+	if imgs.leases[id] != "registry:5000/app:v1" {
+		t.Errorf("leases %v, want good's container %s to hold its image", imgs.leases, id)
+	}
+	imgs.mu.Unlock()
+	// The container ends and is acknowledged: destroyed, its lease released.
+	cz.exits <- containerizer.Exit{ContainerID: id, ExitCode: 0, Message: "exited with code 0"}
+	fin := (<-sends).status
+	l.step(tasks.Acknowledge{Key: tasks.Key{FrameworkID: "fw", TaskID: "good"}, UUID: fin.GetUuid(), Now: time.Now()})
+	select {
+	case holder := <-imgs.released:
+		if holder != id {
+			t.Errorf("released %s, want %s", holder, id)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("the destroyed container's image lease was not released")
 	}
 }

@@ -54,6 +54,9 @@ func (a *Agent) Handler() http.Handler {
 	}
 	reg.MustRegister(a.fetch.Collector())
 	reg.MustRegister(a.health.Collectors()...)
+	if a.cfg.Images != nil {
+		reg.MustRegister(a.cfg.Images.Collector())
+	}
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return a.cfg.Authz.Middleware(mux)
 }

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -14,6 +15,7 @@ import (
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/qos"
@@ -128,6 +130,23 @@ type Options struct {
 	FetchCacheBytes int64
 	FetchMaxBytes   int64
 	FetchTimeout    time.Duration
+	// Images (#27): the image store of tasks' roots (TaskInfo.image).
+	// ImageDir holds it (--image-dir; default <work-dir>/images);
+	// ImageCredentials is a Docker config.json-style file of registry
+	// credentials (--image-credentials); ImageDiskBudgetMiB bounds the
+	// unpacked layers (--image-disk-budget); ImagePulls and
+	// ImagePullTimeout bound pulls (--image-pulls, --image-pull-timeout);
+	// ImageInsecureRegistries may be reached over plain http
+	// (--image-insecure-registries; loopback always may); ImageLocalDirs
+	// are where oci: layouts and docker-archive: tarballs may be read
+	// (--image-local-dirs; none by default).
+	ImageDir                string
+	ImageCredentials        string
+	ImageDiskBudgetMiB      int64
+	ImagePulls              int
+	ImagePullTimeout        time.Duration
+	ImageInsecureRegistries []string
+	ImageLocalDirs          []string
 
 	// Settings without a flag.
 
@@ -189,6 +208,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&o.FetchCacheBytes, "fetch-cache-bytes", fetcher.DefaultCacheBytes, "bytes of tasks' artifacts (CommandInfo.uris with cache and sha256) kept in <work-dir>/fetch, least recently used evicted first (negative: no cache)")
 	fs.Int64Var(&o.FetchMaxBytes, "fetch-max-bytes", fetcher.DefaultMaxBytes, "largest artifact a task may fetch, in bytes")
 	fs.DurationVar(&o.FetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "longest download of one artifact")
+	// Images (#27).
+	fs.StringVar(&o.ImageDir, "image-dir", "", "where the image store keeps unpacked layers (default <work-dir>/images)")
+	fs.StringVar(&o.ImageCredentials, "image-credentials", "", `registry credentials, a Docker config.json-style file ({"auths": {"registry:5000": {"auth": "<base64 user:password>"}}}), not readable by others`)
+	fs.Int64Var(&o.ImageDiskBudgetMiB, "image-disk-budget", images.DefaultBudgetBytes>>20, "MiB of unpacked image layers kept; least recently used images no live task runs from are removed beyond it (negative: no bound)")
+	fs.IntVar(&o.ImagePulls, "image-pulls", images.DefaultPulls, "image pulls under way at once (others wait)")
+	fs.DurationVar(&o.ImagePullTimeout, "image-pull-timeout", images.DefaultPullTimeout, "longest an image pull may take before the tasks waiting for it fail")
+	fs.Var(parsed(&o.ImageInsecureRegistries, splitList, joinList), "image-insecure-registries", "registries (host:port, comma separated) that may be reached over plain http; loopback ones always may")
+	fs.Var(parsed(&o.ImageLocalDirs, splitList, joinList), "image-local-dirs", "directories (comma separated) under which tasks' oci: layouts and docker-archive: tarballs may be read; none by default (local images refused)")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
@@ -287,6 +314,12 @@ func (o *Options) Validate() error {
 	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
 	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)
+	check(o.ImageDiskBudgetMiB != 0, "image-disk-budget", "must not be 0 (negative: no bound)")
+	check(o.ImagePulls > 0, "image-pulls", "must be positive, got %d", o.ImagePulls)
+	check(o.ImagePullTimeout > 0, "image-pull-timeout", "must be positive, got %v", o.ImagePullTimeout)
+	for _, d := range o.ImageLocalDirs {
+		check(filepath.IsAbs(d), "image-local-dirs", "%q is not an absolute path", d)
+	}
 	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
 	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))

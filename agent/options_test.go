@@ -30,6 +30,9 @@ func TestDefaultOptions(t *testing.T) {
 		{"cgroup-mountpoint", o.CgroupMountpoint, "/sys/fs/cgroup"},
 		{"isolate-agent", o.IsolateAgent, true},
 		{"kill-grace-period", o.KillGracePeriod, 3 * time.Second},
+		{"image-disk-budget", o.ImageDiskBudgetMiB, int64(10240)},
+		{"image-pulls", o.ImagePulls, 3},
+		{"image-pull-timeout", o.ImagePullTimeout, 10 * time.Minute},
 		{"task-user", o.TaskUser, containerizer.DefaultTaskUser},
 		{"dynamic-uids", o.DynamicUIDs, containerizer.DefaultDynamicIDs},
 		{"task-isolation", o.TaskIsolation, containerizer.DefaultIsolation},
@@ -94,6 +97,10 @@ func TestOptionsValidate(t *testing.T) {
 		{"no qos controller", func(o *Options) { o.QoSControllers = nil }, []string{"--qos-controller", "no qos controller named"}},
 		{"negative memory floor", func(o *Options) { o.QoSMemoryMinAvailableMiB = -1 }, []string{"--qos-memory-min-available: must not be negative"}},
 		{"none with interfaces", func(o *Options) { o.NetworkInterfaces = []string{"eth0", "none"} }, []string{`--network-interfaces: "none"`}},
+		{"zero image budget", func(o *Options) { o.ImageDiskBudgetMiB = 0 }, []string{"--image-disk-budget: must not be 0"}},
+		{"no image pulls", func(o *Options) { o.ImagePulls = 0 }, []string{"--image-pulls: must be positive"}},
+		{"no pull timeout", func(o *Options) { o.ImagePullTimeout = 0 }, []string{"--image-pull-timeout: must be positive"}},
+		{"relative local dir", func(o *Options) { o.ImageLocalDirs = []string{"images"} }, []string{`--image-local-dirs: "images" is not an absolute path`}},
 		{"two problems at once", func(o *Options) { o.WorkDir, o.KillGracePeriod = "", 0 }, []string{"--work-dir", "--kill-grace-period"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

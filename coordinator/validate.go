@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/imageref"
 	"github.com/slackline/slackline/internal/taskspec"
 	"github.com/slackline/slackline/resources"
 )
@@ -275,9 +276,16 @@ func validateLaunch(pool offeredPool, tasks []*slacklinev1.TaskInfo, taskExists 
 				continue
 			}
 		}
+		if img := t.GetImage(); img != "" {
+			if _, err := imageref.Parse(img); err != nil {
+				reject(t, "task %q image: %v", id, err)
+				continue
+			}
+		}
 		cmd := t.GetCommand()
-		if cmd.GetValue() == "" {
-			reject(t, "task %q has no command value", id)
+		// With an image, an empty command value runs the image's entrypoint and cmd.
+		if cmd.GetValue() == "" && t.GetImage() == "" {
+			reject(t, "task %q has no command value (and no image)", id)
 			continue
 		}
 		if size := commandSize(cmd); size > maxCommandLength {

@@ -290,3 +290,38 @@ func TestValidateLaunchFetchAndHealth(t *testing.T) {
 		}
 	}
 }
+
+func TestValidateLaunchImage(t *testing.T) {
+	t.Parallel()
+	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:2;mem:1024")}
+	withImage := func(id, image, command string) *slacklinev1.TaskInfo {
+		ti := taskInfo(id, "cpus:0.1")
+		ti.Image = image
+		ti.Command = &slacklinev1.CommandInfo{Value: command}
+		return ti
+	}
+	accepted, rejected := validateLaunch(pool, []*slacklinev1.TaskInfo{
+		withImage("entrypoint", "127.0.0.1:5000/app:v1", ""),
+		withImage("command", "docker://registry.example/app:v1", "cat /etc/os-release"),
+		withImage("layout", "oci:/srv/images/app:v1", ""),
+		withImage("badref", "registry.example/app@sha256:abc", ""),
+		withImage("transport", "containers-storage:app", ""),
+		withImage("nothing", "", ""),
+	}, func(string) bool { return false })
+	var ids []string
+	for _, a := range accepted {
+		ids = append(ids, a.info.GetTaskId())
+	}
+	if got := strings.Join(ids, ","); got != "entrypoint,command,layout" {
+		t.Fatalf("accepted %q, want entrypoint,command,layout", got)
+	}
+	want := map[string]string{"badref": "task \"badref\" image: invalid image reference", "transport": "not supported", "nothing": "no command value (and no image)"}
+	if len(rejected) != len(want) {
+		t.Fatalf("rejected %+v, want %v", rejected, want)
+	}
+	for _, r := range rejected {
+		if !strings.Contains(r.message, want[r.task.GetTaskId()]) {
+			t.Errorf("task %q rejected with %q, want it to mention %q", r.task.GetTaskId(), r.message, want[r.task.GetTaskId()])
+		}
+	}
+}

@@ -93,6 +93,11 @@ type statusRecord struct {
 	Task       *procRef  `json:"task,omitempty"`
 	StartedAt  time.Time `json:"started_at,omitzero"`
 	Error      string    `json:"error,omitempty"`
+	// SupervisorAt is when the supervisor began, ShimAt when its shim
+	// reported the task forked or exec'd: the launch's stages (Launch logs
+	// them).
+	SupervisorAt time.Time `json:"supervisor_at,omitzero"`
+	ShimAt       time.Time `json:"shim_at,omitzero"`
 }
 
 // exitRecord is the task's end as the supervisor saw it, exit.json.
@@ -142,10 +147,26 @@ type launchSpec struct {
 	Keep []string `json:"keep,omitempty"`
 	// Seccomp installs the task's seccomp filter before it runs.
 	Seccomp bool `json:"seccomp,omitempty"`
+	// Root, for a task with an image, is its root filesystem: the shim
+	// builds it and pivots into it instead of the private tmpfs of
+	// Namespaces.
+	Root *rootSpec `json:"root,omitempty"`
 }
 
 // writeJSON writes v to path atomically and durably: a temporary file in the
 // same directory, fsync, rename, fsync of the directory.
+// writeVolatileJSON writes v to path atomically but without fsync
+// (atomicfile.ReplaceFile): for launch.json and status.json, which matter
+// only while the host runs (its crash ends the container), and whose
+// fsyncs were on every launch's path.
+func writeVolatileJSON(path string, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	return atomicfile.ReplaceFile(path, append(data, '\n'), 0o600)
+}
+
 func writeJSON(path string, v any) error {
 	data, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {

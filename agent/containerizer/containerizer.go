@@ -158,6 +158,9 @@ type Spec struct {
 	// errors.As it) and is appended to the sandbox's stderr. Not
 	// checkpointed: it only matters during Launch.
 	Fetch func(ctx context.Context, sandbox string, uid, gid int) error `json:"-"`
+	// Image, when set, is the task's root filesystem (see Image and the
+	// package documentation's Images); Command may then be empty.
+	Image *Image
 }
 
 // Container is a container the containerizer runs or ran. Values returned

@@ -80,6 +80,7 @@
 //	<SandboxDir>/<id>/                the task's working directory and HOME (task's user, 0750)
 //	<SandboxDir>/<id>/stdout, stderr  the task's output, appended (task's user, 0640)
 //	<SandboxDir>/<id>/stdout.1, ...   the older half of the output kept (Config.OutputLimit)
+//	<SandboxDir>/<id>/.image/         an image task's upper, work and mount point directories (root's, 0700)
 //	<StateDir>/<id>/container.json    the checkpoint (see Checkpoint below)
 //	<StateDir>/<id>/launch.json       argv, environment, cgroup directories for the supervisor
 //	<StateDir>/<id>/status.json       the supervisor's and task's pids, once started
@@ -92,7 +93,10 @@
 // launch.json holds the task's environment, which other tasks must not
 // read. SandboxDir is 0755 so tasks can reach their own sandbox.
 // Every JSON file is written atomically (temporary file, fsync, rename,
-// fsync of the directory).
+// fsync of the directory), except launch.json and status.json, which
+// matter only while the host runs (a host crash ends the container; the
+// page cache outlives the agent's own crash): they are renamed into place
+// without the fsyncs, which were on every launch's path.
 //
 // # Artifacts and commands inside a running container
 //
@@ -216,6 +220,37 @@
 // sequence). The supervisor stays root: it opens stdout and stderr (created
 // by Launch, 0640, owned by the task's user; links are not followed) and
 // writes the state files the task cannot reach.
+//
+// # Images
+//
+// A Spec with an Image (agent/images unpacked its layers) runs in a root
+// of its own, and needs namespaces. Instead of the private tmpfs over the
+// host's directories, the shim (enterImageRoot) mounts an overlay of the
+// layers (top first) with the task's upper and work directories in its
+// sandbox's .image (root's, 0700: the task writes its root only through
+// the overlay, nodev), and inside it /proc of the task's PID namespace, a
+// tmpfs /dev with null, zero, full, random, urandom and tty, a devpts
+// instance of its own (ptmx), mqueue, the task's one tmpfs at /tmp,
+// /dev/shm and /var/tmp (when the image has it), the sandbox at
+// SandboxMount (/mnt/sandbox) and the host's /etc/hosts and
+// /etc/resolv.conf read-only. Every path inside the new root is created
+// and opened through an os.Root and mounted over by its /proc/self/fd
+// name, so an image's symbolic links cannot make the shim write or mount
+// outside it. The shim then pivot_root's into the overlay, detaches the
+// host's root, enters the working directory (the image's, created if
+// missing, else SandboxMount), looks the executable up in the task's PATH
+// inside the root, and continues as for any task (seccomp, fork as the
+// task's user, init). The supervisor stays in the host's root: stdout and
+// stderr are in the sandbox as for any task.
+//
+// The image's Env comes first in the environment, then PATH (default if
+// the image has none), HOME and SLACKLINE_SANDBOX (SandboxMount), USER,
+// Command.Environment, Spec.Env and the SLACKLINE_ variables. The command
+// is imageCommand's: a shell command runs the image's /bin/sh; a value is
+// the executable; no value runs Entrypoint followed by the command's
+// arguments, else by Cmd. The image's USER is honoured only where it names
+// the task's user (imageUserHonoured); otherwise it is logged and ignored:
+// an image never picks a host user.
 //
 // # Bounds beyond resources
 //

@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -13,6 +14,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"syscall"
@@ -45,6 +47,7 @@ var validID = regexp.MustCompile(`^[A-Za-z0-9._-]{1,128}$`)
 // ErrExists, ErrPermission, or the supervisor's report of a failed exec. On
 // error the cgroups and the checkpoint are removed; the sandbox stays.
 func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, err error) {
+	began := time.Now()
 	id := spec.ContainerID
 	if id == "" {
 		id = newID()
@@ -53,7 +56,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if !validID.MatchString(id) || id == "." || id == ".." {
 		return nil, fmt.Errorf("%w: container id %q: want 1-128 characters of [A-Za-z0-9._-]", ErrInvalidSpec, id)
 	}
-	if spec.Command == nil || spec.Command.GetValue() == "" {
+	if spec.Image != nil {
+		if c.cfg.Isolation.NoNamespaces {
+			return nil, fmt.Errorf("%w: image %s: a task with an image needs the namespaces isolation (--task-isolation)", ErrInvalidSpec, spec.Image.Reference)
+		}
+		if len(spec.Image.LayerDirs) == 0 {
+			return nil, fmt.Errorf("%w: image %s has no layers", ErrInvalidSpec, spec.Image.Reference)
+		}
+	} else if spec.Command == nil || spec.Command.GetValue() == "" {
 		return nil, fmt.Errorf("%w: no command", ErrInvalidSpec)
 	}
 	if spec.User == "" {
@@ -78,10 +88,28 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, err
 	}
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
-	env := taskEnv(spec, id, sandbox)
+	var env, argv []string
 	var path string
-	var argv []string
-	if spec.Fetch == nil {
+	var root *rootSpec
+	if spec.Image != nil {
+		if u := spec.Image.User; u != "" && !imageUserHonoured(u, usr) {
+			c.log.Info("containerizer: the image's USER is not the task's user: ignored", "container", id,
+				"image", spec.Image.Reference, "image_user", u, "user", usr.Name)
+		}
+		env = imageEnv(spec, id)
+		var lookup bool
+		path, argv, lookup, err = imageCommand(spec)
+		if err != nil {
+			return nil, err
+		}
+		root = &rootSpec{Sandbox: sandbox, WorkingDir: cmp.Or(spec.Image.WorkingDir, SandboxMount), Lookup: lookup}
+		for _, l := range slices.Backward(spec.Image.LayerDirs) {
+			root.Lower = append(root.Lower, l)
+		}
+	} else {
+		env = taskEnv(spec, id, sandbox)
+	}
+	if spec.Image == nil && spec.Fetch == nil {
 		// Checked before anything is created; with artifacts to fetch,
 		// the executable may be one of them: looked up after the fetch.
 		if path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox); err != nil {
@@ -89,6 +117,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		}
 	}
 
+	resolved := time.Now()
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
@@ -116,6 +145,13 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
 	cp, err := c.prepare(spec, usr, sandbox, ct.dir)
+	if err == nil && root != nil {
+		root.Upper, root.Work, root.Merged, err = makeImageDirs(sandbox)
+		if err != nil {
+			err = fmt.Errorf("create the image's upper directory: %w", err)
+			_ = cp.Cgroup.Remove()
+		}
+	}
 	if err != nil {
 		_ = os.RemoveAll(ct.dir)
 		release()
@@ -124,7 +160,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	ct.cp = cp
 	if spec.Fetch != nil {
 		err := spec.Fetch(ctx, sandbox, int(usr.UID), int(usr.GID))
-		if err == nil {
+		if err == nil && spec.Image == nil {
 			path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox)
 		}
 		if err != nil {
@@ -134,6 +170,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 			return nil, fmt.Errorf("launch container %s: %w", id, err)
 		}
 	}
+	prepared := time.Now()
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
@@ -144,13 +181,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		Namespaces:       !c.cfg.Isolation.NoNamespaces,
 		Seccomp:          !c.cfg.Isolation.NoSeccomp && !spec.SeccompUnconfined,
 	}
+	lspec.Root = root
 	if lspec.Namespaces {
 		lspec.TmpfsBytes = tmpfsBytes(cp.Limits.MemoryBytes, spec.Resources.Disk())
 		// The executable too, when it lies in a directory the tmpfs
 		// hides and the task's user could reach it there: the bind
 		// must not open a path its permissions close.
 		lspec.Keep = []string{sandbox}
-		if underPrivate(path) && reachable(path, usr) {
+		if root == nil && underPrivate(path) && reachable(path, usr) {
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}
@@ -160,6 +198,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		release()
 		return nil, fmt.Errorf("launch container %s: %w", id, err)
 	}
+	reported := time.Now()
 	cp.Supervisor, cp.Task, cp.StartedAt = status.Supervisor, status.Task, status.StartedAt
 	if err := writeJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
 		// The supervisor's status.json still lets Recover find the pids.
@@ -173,8 +212,19 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		_ = cmd.Wait() // reap; the outcome is in exit.json
 		c.finish(ct)
 	}()
+	done := time.Now()
+	ms := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
+	// The stages of the launch, for the launch benchmarks: resolve (user,
+	// environment, command), prepare (sandbox, checkpoint, cgroups, image
+	// directories), spawn (until the supervisor runs: fork and exec of the
+	// agent binary), shim (supervisor setup, shim start, cgroups,
+	// namespaces, mounts, fork of the task), report (back to Launch), and
+	// checkpoint (the pids written). The supervisor's clock is the host's.
 	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid, "user", usr.Name,
-		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes)
+		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes, "image", spec.Image != nil,
+		"resolve_ms", ms(began, resolved), "prepare_ms", ms(resolved, prepared), "spawn_ms", ms(prepared, status.SupervisorAt),
+		"shim_ms", ms(status.SupervisorAt, status.ShimAt), "report_ms", ms(status.ShimAt, reported),
+		"checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
 	return snap, nil
 }
 
@@ -302,7 +352,7 @@ func (c *Containerizer) abortLaunch(ct *container) {
 // startSupervisor writes launch.json, starts the detached supervisor and
 // waits for its report that the task runs (or failed to start).
 func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *exec.Cmd, error) {
-	if err := writeJSON(filepath.Join(dir, launchFile), lspec); err != nil {
+	if err := writeVolatileJSON(filepath.Join(dir, launchFile), lspec); err != nil {
 		return nil, nil, fmt.Errorf("write launch spec: %w", err)
 	}
 	logFile, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)

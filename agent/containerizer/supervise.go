@@ -60,6 +60,7 @@ func SuperviseMain(args []string) int {
 // cgroup and records its exit status atomically in exit.json. It runs in its
 // own session, outside the task's cgroups, and survives the agent.
 func supervise(dir string) int {
+	supervisorAt := time.Now()
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s supervisor[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
 	}
@@ -145,6 +146,7 @@ func supervise(dir string) int {
 	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
 	execR.Close()
+	shimAt := time.Now()
 	if len(msg) > 0 {
 		_ = shim.Wait()
 		report(statusRecord{Error: string(msg)})
@@ -165,11 +167,12 @@ func supervise(dir string) int {
 	}
 	supStart, _ := procStartTime("/proc", os.Getpid())
 	st := statusRecord{
-		Supervisor: &procRef{Pid: os.Getpid(), StartTime: supStart},
-		Task:       &procRef{Pid: pid, StartTime: taskStart},
-		StartedAt:  time.Now(),
+		Supervisor:   &procRef{Pid: os.Getpid(), StartTime: supStart},
+		Task:         &procRef{Pid: pid, StartTime: taskStart},
+		StartedAt:    time.Now(),
+		SupervisorAt: supervisorAt, ShimAt: shimAt,
 	}
-	if err := writeJSON(filepath.Join(dir, statusFile), st); err != nil {
+	if err := writeVolatileJSON(filepath.Join(dir, statusFile), st); err != nil {
 		logf("write status: %v", err)
 	}
 	report(st)
@@ -272,6 +275,22 @@ func execShim(dir string) int {
 	}
 	if err := enterCgroupNamespace(); err != nil {
 		return fail("%v", err)
+	}
+	if spec.Namespaces && spec.Root != nil {
+		if err := enterImageRoot(spec.Root, spec.TmpfsBytes); err != nil {
+			return fail("%v", err)
+		}
+		if spec.Root.Lookup {
+			p, err := lookPathIn(spec.Path, envValue(spec.Env, "PATH"))
+			if err != nil {
+				return fail("%v", err)
+			}
+			spec.Path = p
+		}
+		if err := restrict(spec.Seccomp); err != nil {
+			return fail("%v", err)
+		}
+		return runInit(spec, errPipe)
 	}
 	if spec.Namespaces {
 		if err := enterNamespaces(spec.TmpfsBytes, spec.Keep); err != nil {

@@ -67,6 +67,7 @@ type options struct {
 	role            string
 	taskResources   string
 	command         string
+	image           string // TaskInfo.image (#27)
 	tasks           int
 	maxPerOffer     int
 	maxAttempts     int
@@ -88,6 +89,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&opts.role, "role", "*", "role to subscribe with")
 	fs.StringVar(&opts.taskResources, "task-resources", "cpus:1;mem:128", "resources of each task")
 	fs.StringVar(&opts.command, "command", "sleep 1", "shell command each task runs")
+	fs.StringVar(&opts.image, "image", "", "OCI image each task runs in (docker://registry/repo:tag, registry/repo@sha256:..., oci:/layout[:tag], docker-archive:/file.tar); an empty --command then runs the image's entrypoint and cmd")
 	fs.IntVar(&opts.tasks, "tasks", 10, "number of tasks to run")
 	fs.IntVar(&opts.maxPerOffer, "max-tasks-per-offer", 0, "most tasks launched on one offer (0: as many as fit)")
 	fs.IntVar(&opts.maxAttempts, "max-attempts", 3, "launches of a task before it counts as failed")
@@ -177,6 +179,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		tasks:       opts.tasks,
 		need:        need,
 		command:     opts.command,
+		image:       opts.image,
 		labels:      opts.labels,
 		maxPerOffer: opts.maxPerOffer,
 		revocable:   opts.revocable,

@@ -24,6 +24,7 @@ type schedulerConfig struct {
 	need        resources.Resources // resources of each task
 	command     string              // shell command of each task
 	labels      map[string]string   // labels of each task
+	image       string              // image each task runs in (TaskInfo.image), or ""
 	maxPerOffer int                 // 0: as many as fit
 	revocable   bool                // run only on revocable resources
 	maxAttempts int                 // launches that may fail before a task is given up
@@ -317,6 +318,7 @@ func (s *scheduler) launchTask(t *task, offer *slacklinev1.Offer, res resources.
 	if len(s.cfg.labels) > 0 {
 		info.Labels = maps.Clone(s.cfg.labels)
 	}
+	info.Image = s.cfg.image
 	return info
 }
 

@@ -152,6 +152,7 @@ func TestSchedulerTaskInfo(t *testing.T) {
 	o := &slacklinev1.Offer{Id: "v1", AgentId: "agent-7", Resources: resources.MustParse("cpus:2;mem:512").Proto("eng", resources.Revocable)}
 	cfg := testConfig(1)
 	cfg.revocable = true
+	cfg.image = "registry:5000/app:v1"
 	s := newScheduler(cfg)
 	plan := s.offers([]*slacklinev1.Offer{o})
 	if len(plan.launches) != 1 || len(plan.launches[0].tasks) != 1 {
@@ -163,6 +164,9 @@ func TestSchedulerTaskInfo(t *testing.T) {
 	}
 	if diff := cmp.Diff(map[string]string{"sim.duration": "1s"}, info.GetLabels()); diff != "" {
 		t.Errorf("labels (-want +got):\n%s", diff)
+	}
+	if info.GetImage() != "registry:5000/app:v1" {
+		t.Errorf("image = %q, want the --image", info.GetImage())
 	}
 	for _, r := range info.GetResources() {
 		if r.GetRole() != "eng" || !r.GetRevocable() {

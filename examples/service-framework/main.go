@@ -73,6 +73,7 @@ type options struct {
 	role            string
 	taskResources   string
 	command         string
+	image           string // TaskInfo.image (#27)
 	instances       int
 	minAvailable    int
 	moveTimeout     time.Duration
@@ -95,6 +96,7 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	fs.StringVar(&opts.role, "role", "*", "role to subscribe with")
 	fs.StringVar(&opts.taskResources, "task-resources", "cpus:0.5;mem:128", "resources of each instance")
 	fs.StringVar(&opts.command, "command", "sleep 3600", "shell command each instance runs (restarted elsewhere when it ends)")
+	fs.StringVar(&opts.image, "image", "", "OCI image each task runs in (docker://registry/repo:tag, registry/repo@sha256:..., oci:/layout[:tag], docker-archive:/file.tar); an empty --command then runs the image's entrypoint and cmd")
 	fs.IntVar(&opts.instances, "instances", 2, "number of instances to keep running, at most one per agent")
 	fs.IntVar(&opts.minAvailable, "min-available", -1, "RUNNING instances the service declares it needs (FrameworkInfo.min_available_tasks; -1: --instances)")
 	fs.DurationVar(&opts.moveTimeout, "move-timeout", 30*time.Second, "how long to try moving instances off a draining agent before declining its inverse offer")
@@ -215,7 +217,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	sched := newScheduler(schedulerConfig{
 		name: opts.name, incarnation: incarnation(), instances: opts.instances, need: need,
-		command: opts.command, labels: opts.labels, moveTimeout: opts.moveTimeout, healthCheck: opts.healthCheck,
+		command: opts.command, image: opts.image, labels: opts.labels, moveTimeout: opts.moveTimeout, healthCheck: opts.healthCheck,
 	})
 
 	runCtx, stopRun := context.WithCancel(context.Background())

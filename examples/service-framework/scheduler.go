@@ -32,6 +32,7 @@ type schedulerConfig struct {
 	instances   int                 // how many instances to keep running
 	need        resources.Resources // resources of each instance
 	command     string              // shell command of each instance
+	image       string              // image each instance runs in (TaskInfo.image), or ""
 	labels      map[string]string   // labels of each task
 	// moveTimeout is how long an inverse offer is held while instances are
 	// moved off its agent before it is declined.
@@ -153,6 +154,7 @@ func (s *scheduler) offers(offers []*slacklinev1.Offer, now time.Time) plan {
 		s.seq++
 		id := fmt.Sprintf("%s-%d-%s", s.cfg.name, s.seq, s.cfg.incarnation)
 		info := frameworkapi.NewTask(id, s.cfg.name, o, s.cfg.need, &slacklinev1.CommandInfo{Value: s.cfg.command, Shell: true})
+		info.Image = s.cfg.image
 		if len(s.cfg.labels) > 0 {
 			info.Labels = maps.Clone(s.cfg.labels)
 		}

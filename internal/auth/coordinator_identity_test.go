@@ -27,6 +27,7 @@ var viewMethods = []string{
 	slacklinev1connect.NodeServiceGetEstimateProcedure,
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure,
 	slacklinev1connect.NodeServiceGetFeaturesProcedure,
+	slacklinev1connect.NodeServiceGetImagesProcedure,
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure,
 }
 

@@ -151,6 +151,7 @@ var Rules = map[string]Rule{
 	slacklinev1connect.NodeServiceGetEstimateProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetImagesProcedure:      {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients, Coordinator: true,
 		Handler: "the task's framework principal, or access_sandboxes on it; the coordinator's identity, which checked that for its caller"},
 }

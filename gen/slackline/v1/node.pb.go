@@ -1688,6 +1688,282 @@ func (x *GetFeaturesResponse) GetFeatures() []*Feature {
 	return nil
 }
 
+// GetImagesRequest is empty.
+type GetImagesRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetImagesRequest) Reset() {
+	*x = GetImagesRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetImagesRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetImagesRequest) ProtoMessage() {}
+
+func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetImagesRequest.ProtoReflect.Descriptor instead.
+func (*GetImagesRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+}
+
+// Image is one image in an agent's store.
+type Image struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// reference is the image as tasks named it (TaskInfo.image).
+	Reference string `protobuf:"bytes,1,opt,name=reference,proto3" json:"reference,omitempty"`
+	// digest is the manifest's digest ("sha256:...").
+	Digest string `protobuf:"bytes,2,opt,name=digest,proto3" json:"digest,omitempty"`
+	// size_bytes is the unpacked size of its layers on disk (layers shared
+	// with other images counted in each).
+	SizeBytes int64 `protobuf:"varint,3,opt,name=size_bytes,json=sizeBytes,proto3" json:"size_bytes,omitempty"`
+	Layers    int32 `protobuf:"varint,4,opt,name=layers,proto3" json:"layers,omitempty"`
+	// tasks is how many live containers use it.
+	Tasks         int32                  `protobuf:"varint,5,opt,name=tasks,proto3" json:"tasks,omitempty"`
+	PulledTime    *timestamppb.Timestamp `protobuf:"bytes,6,opt,name=pulled_time,json=pulledTime,proto3" json:"pulled_time,omitempty"`
+	LastUsedTime  *timestamppb.Timestamp `protobuf:"bytes,7,opt,name=last_used_time,json=lastUsedTime,proto3" json:"last_used_time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Image) Reset() {
+	*x = Image{}
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Image) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Image) ProtoMessage() {}
+
+func (x *Image) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Image.ProtoReflect.Descriptor instead.
+func (*Image) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *Image) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *Image) GetDigest() string {
+	if x != nil {
+		return x.Digest
+	}
+	return ""
+}
+
+func (x *Image) GetSizeBytes() int64 {
+	if x != nil {
+		return x.SizeBytes
+	}
+	return 0
+}
+
+func (x *Image) GetLayers() int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *Image) GetTasks() int32 {
+	if x != nil {
+		return x.Tasks
+	}
+	return 0
+}
+
+func (x *Image) GetPulledTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.PulledTime
+	}
+	return nil
+}
+
+func (x *Image) GetLastUsedTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.LastUsedTime
+	}
+	return nil
+}
+
+// ImagePullError is one recent pull failure.
+type ImagePullError struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Reference     string                 `protobuf:"bytes,1,opt,name=reference,proto3" json:"reference,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	Time          *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=time,proto3" json:"time,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ImagePullError) Reset() {
+	*x = ImagePullError{}
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ImagePullError) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ImagePullError) ProtoMessage() {}
+
+func (x *ImagePullError) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ImagePullError.ProtoReflect.Descriptor instead.
+func (*ImagePullError) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *ImagePullError) GetReference() string {
+	if x != nil {
+		return x.Reference
+	}
+	return ""
+}
+
+func (x *ImagePullError) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
+}
+
+func (x *ImagePullError) GetTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Time
+	}
+	return nil
+}
+
+// GetImagesResponse lists the store's images and its disk use.
+type GetImagesResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Images []*Image               `protobuf:"bytes,1,rep,name=images,proto3" json:"images,omitempty"`
+	// store_bytes is the unpacked size of every layer kept, each counted once.
+	StoreBytes int64 `protobuf:"varint,2,opt,name=store_bytes,json=storeBytes,proto3" json:"store_bytes,omitempty"`
+	// budget_bytes is the agent's --image-disk-budget.
+	BudgetBytes int64 `protobuf:"varint,3,opt,name=budget_bytes,json=budgetBytes,proto3" json:"budget_bytes,omitempty"`
+	Layers      int32 `protobuf:"varint,4,opt,name=layers,proto3" json:"layers,omitempty"`
+	// recent_errors are the latest pull failures, newest first (bounded).
+	RecentErrors  []*ImagePullError `protobuf:"bytes,5,rep,name=recent_errors,json=recentErrors,proto3" json:"recent_errors,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetImagesResponse) Reset() {
+	*x = GetImagesResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetImagesResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetImagesResponse) ProtoMessage() {}
+
+func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetImagesResponse.ProtoReflect.Descriptor instead.
+func (*GetImagesResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
+}
+
+func (x *GetImagesResponse) GetImages() []*Image {
+	if x != nil {
+		return x.Images
+	}
+	return nil
+}
+
+func (x *GetImagesResponse) GetStoreBytes() int64 {
+	if x != nil {
+		return x.StoreBytes
+	}
+	return 0
+}
+
+func (x *GetImagesResponse) GetBudgetBytes() int64 {
+	if x != nil {
+		return x.BudgetBytes
+	}
+	return 0
+}
+
+func (x *GetImagesResponse) GetLayers() int32 {
+	if x != nil {
+		return x.Layers
+	}
+	return 0
+}
+
+func (x *GetImagesResponse) GetRecentErrors() []*ImagePullError {
+	if x != nil {
+		return x.RecentErrors
+	}
+	return nil
+}
+
 // ReadSandboxFileRequest names a file of a task's sandbox and a byte range.
 type ReadSandboxFileRequest struct {
 	state       protoimpl.MessageState `protogen:"open.v1"`
@@ -1705,7 +1981,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1717,7 +1993,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1730,7 +2006,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -1782,7 +2058,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1794,7 +2070,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1807,7 +2083,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -1983,7 +2259,29 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x06status\x18\x02 \x01(\x0e2\x1b.slackline.v1.FeatureStatusR\x06status\x12\x16\n" +
 	"\x06detail\x18\x03 \x01(\tR\x06detail\"H\n" +
 	"\x13GetFeaturesResponse\x121\n" +
-	"\bfeatures\x18\x01 \x03(\v2\x15.slackline.v1.FeatureR\bfeatures\"\x98\x01\n" +
+	"\bfeatures\x18\x01 \x03(\v2\x15.slackline.v1.FeatureR\bfeatures\"\x12\n" +
+	"\x10GetImagesRequest\"\x89\x02\n" +
+	"\x05Image\x12\x1c\n" +
+	"\treference\x18\x01 \x01(\tR\treference\x12\x16\n" +
+	"\x06digest\x18\x02 \x01(\tR\x06digest\x12\x1d\n" +
+	"\n" +
+	"size_bytes\x18\x03 \x01(\x03R\tsizeBytes\x12\x16\n" +
+	"\x06layers\x18\x04 \x01(\x05R\x06layers\x12\x14\n" +
+	"\x05tasks\x18\x05 \x01(\x05R\x05tasks\x12;\n" +
+	"\vpulled_time\x18\x06 \x01(\v2\x1a.google.protobuf.TimestampR\n" +
+	"pulledTime\x12@\n" +
+	"\x0elast_used_time\x18\a \x01(\v2\x1a.google.protobuf.TimestampR\flastUsedTime\"x\n" +
+	"\x0eImagePullError\x12\x1c\n" +
+	"\treference\x18\x01 \x01(\tR\treference\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\x12.\n" +
+	"\x04time\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\"\xdf\x01\n" +
+	"\x11GetImagesResponse\x12+\n" +
+	"\x06images\x18\x01 \x03(\v2\x13.slackline.v1.ImageR\x06images\x12\x1f\n" +
+	"\vstore_bytes\x18\x02 \x01(\x03R\n" +
+	"storeBytes\x12!\n" +
+	"\fbudget_bytes\x18\x03 \x01(\x03R\vbudgetBytes\x12\x16\n" +
+	"\x06layers\x18\x04 \x01(\x05R\x06layers\x12A\n" +
+	"\rrecent_errors\x18\x05 \x03(\v2\x1c.slackline.v1.ImagePullErrorR\frecentErrors\"\x98\x01\n" +
 	"\x16ReadSandboxFileRequest\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
@@ -2005,14 +2303,15 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
-	"\x16FEATURE_STATUS_UNKNOWN\x10\x042\x97\x04\n" +
+	"\x16FEATURE_STATUS_UNKNOWN\x10\x042\xe5\x04\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
 	"\vGetEstimate\x12 .slackline.v1.GetEstimateRequest\x1a!.slackline.v1.GetEstimateResponse\x12[\n" +
 	"\x0eGetCorrections\x12#.slackline.v1.GetCorrectionsRequest\x1a$.slackline.v1.GetCorrectionsResponse\x12R\n" +
 	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponse\x12^\n" +
-	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponseB\xab\x01\n" +
+	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponse\x12L\n" +
+	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -2028,7 +2327,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -2052,18 +2351,22 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetFeaturesRequest)(nil),      // 19: slackline.v1.GetFeaturesRequest
 	(*Feature)(nil),                 // 20: slackline.v1.Feature
 	(*GetFeaturesResponse)(nil),     // 21: slackline.v1.GetFeaturesResponse
-	(*ReadSandboxFileRequest)(nil),  // 22: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 23: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 24: slackline.v1.Resource
-	(TaskState)(0),                  // 25: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 26: google.protobuf.Timestamp
+	(*GetImagesRequest)(nil),        // 22: slackline.v1.GetImagesRequest
+	(*Image)(nil),                   // 23: slackline.v1.Image
+	(*ImagePullError)(nil),          // 24: slackline.v1.ImagePullError
+	(*GetImagesResponse)(nil),       // 25: slackline.v1.GetImagesResponse
+	(*ReadSandboxFileRequest)(nil),  // 26: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 27: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 28: slackline.v1.Resource
+	(TaskState)(0),                  // 29: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	24, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	25, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	26, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	28, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	29, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	30, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	26, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
 	8,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
 	9,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
 	9,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
@@ -2074,30 +2377,37 @@ var file_slackline_v1_node_proto_depIdxs = []int32{
 	10, // 12: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
 	5,  // 13: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
 	13, // 14: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	24, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	26, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	26, // 17: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	28, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	30, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	30, // 17: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
 	0,  // 18: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
 	17, // 19: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
 	1,  // 20: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
 	20, // 21: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	3,  // 22: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	11, // 23: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	14, // 24: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	16, // 25: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	19, // 26: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	22, // 27: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	4,  // 28: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	12, // 29: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	15, // 30: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	18, // 31: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	21, // 32: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	23, // 33: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	28, // [28:34] is the sub-list for method output_type
-	22, // [22:28] is the sub-list for method input_type
-	22, // [22:22] is the sub-list for extension type_name
-	22, // [22:22] is the sub-list for extension extendee
-	0,  // [0:22] is the sub-list for field type_name
+	30, // 22: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	30, // 23: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	30, // 24: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	23, // 25: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
+	24, // 26: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
+	3,  // 27: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	11, // 28: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	14, // 29: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	16, // 30: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	19, // 31: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	26, // 32: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	22, // 33: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	4,  // 34: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	12, // 35: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	15, // 36: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	18, // 37: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	21, // 38: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	27, // 39: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	25, // 40: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	34, // [34:41] is the sub-list for method output_type
+	27, // [27:34] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2112,7 +2422,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   22,
+			NumMessages:   26,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -293,6 +293,9 @@ const (
 	Reason_REASON_TASK_KILLED                 Reason = 15
 	Reason_REASON_CONTAINER_LIMITATION_DISK   Reason = 16
 	Reason_REASON_AGENT_DRAINED               Reason = 17
+	// REASON_IMAGE_PULL_FAILED: the task's image could not be pulled,
+	// verified or unpacked (the message names the image and why).
+	Reason_REASON_IMAGE_PULL_FAILED Reason = 18
 	// REASON_FETCH_FAILED: an artifact of CommandInfo.uris could not be
 	// downloaded, verified or extracted; the message names the URL.
 	Reason_REASON_FETCH_FAILED Reason = 19
@@ -322,6 +325,7 @@ var (
 		15: "REASON_TASK_KILLED",
 		16: "REASON_CONTAINER_LIMITATION_DISK",
 		17: "REASON_AGENT_DRAINED",
+		18: "REASON_IMAGE_PULL_FAILED",
 		19: "REASON_FETCH_FAILED",
 		20: "REASON_TASK_HEALTH_CHECK_STATUS_FAILED",
 	}
@@ -344,6 +348,7 @@ var (
 		"REASON_TASK_KILLED":                     15,
 		"REASON_CONTAINER_LIMITATION_DISK":       16,
 		"REASON_AGENT_DRAINED":                   17,
+		"REASON_IMAGE_PULL_FAILED":               18,
 		"REASON_FETCH_FAILED":                    19,
 		"REASON_TASK_HEALTH_CHECK_STATUS_FAILED": 20,
 	}
@@ -1269,6 +1274,18 @@ type TaskInfo struct {
 	// the coordinator's ACLs grant run_unconfined_tasks may set it; others
 	// are refused at Accept with PERMISSION_DENIED.
 	SeccompUnconfined bool `protobuf:"varint,9,opt,name=seccomp_unconfined,json=seccompUnconfined,proto3" json:"seccomp_unconfined,omitempty"`
+	// image names an OCI image whose layers become the task's root
+	// filesystem, in one of skopeo's transport forms: a registry reference
+	// ("docker://registry/repo:tag", or bare "registry/repo:tag" and
+	// "registry/repo@sha256:..."), an OCI image layout directory on the
+	// agent's host ("oci:/path/to/layout[:tag]") or a docker save tarball
+	// there ("docker-archive:/path/to/file.tar"). The image's entrypoint,
+	// cmd, env and working directory apply unless command overrides them
+	// (an empty command value runs the entrypoint and cmd; command arguments
+	// then replace the cmd). Empty: the task runs in the agent's root
+	// filesystem. A pull that fails fails the task with
+	// REASON_IMAGE_PULL_FAILED.
+	Image string `protobuf:"bytes,10,opt,name=image,proto3" json:"image,omitempty"`
 	// health_check, when set, is run by the agent while the task runs; see
 	// HealthCheck.
 	HealthCheck   *HealthCheck `protobuf:"bytes,11,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
@@ -1367,6 +1384,13 @@ func (x *TaskInfo) GetSeccompUnconfined() bool {
 		return x.SeccompUnconfined
 	}
 	return false
+}
+
+func (x *TaskInfo) GetImage() string {
+	if x != nil {
+		return x.Image
+	}
+	return ""
 }
 
 func (x *TaskInfo) GetHealthCheck() *HealthCheck {
@@ -1960,7 +1984,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x11_interval_secondsB\x12\n" +
 	"\x10_timeout_secondsB\x17\n" +
 	"\x15_grace_period_secondsB\x17\n" +
-	"\x15_consecutive_failures\"\xd8\x03\n" +
+	"\x15_consecutive_failures\"\xee\x03\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -1970,7 +1994,9 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x12\x12\n" +
 	"\x04user\x18\a \x01(\tR\x04user\x12!\n" +
 	"\flaunch_proof\x18\b \x01(\fR\vlaunchProof\x12-\n" +
-	"\x12seccomp_unconfined\x18\t \x01(\bR\x11seccompUnconfined\x12<\n" +
+	"\x12seccomp_unconfined\x18\t \x01(\bR\x11seccompUnconfined\x12\x14\n" +
+	"\x05image\x18\n" +
+	" \x01(\tR\x05image\x12<\n" +
 	"\fhealth_check\x18\v \x01(\v2\x19.slackline.v1.HealthCheckR\vhealthCheck\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
@@ -2037,7 +2063,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x17TASK_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_SOURCE_COORDINATOR\x10\x01\x12\x15\n" +
 	"\x11TASK_SOURCE_AGENT\x10\x02\x12\x18\n" +
-	"\x14TASK_SOURCE_EXECUTOR\x10\x03*\xf3\x04\n" +
+	"\x14TASK_SOURCE_EXECUTOR\x10\x03*\x91\x05\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eREASON_COMMAND_EXECUTOR_FAILED\x10\x01\x12&\n" +
@@ -2057,7 +2083,8 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	" REASON_TASK_KILLED_DURING_LAUNCH\x10\x0e\x12\x16\n" +
 	"\x12REASON_TASK_KILLED\x10\x0f\x12$\n" +
 	" REASON_CONTAINER_LIMITATION_DISK\x10\x10\x12\x18\n" +
-	"\x14REASON_AGENT_DRAINED\x10\x11\x12\x17\n" +
+	"\x14REASON_AGENT_DRAINED\x10\x11\x12\x1c\n" +
+	"\x18REASON_IMAGE_PULL_FAILED\x10\x12\x12\x17\n" +
 	"\x13REASON_FETCH_FAILED\x10\x13\x12*\n" +
 	"&REASON_TASK_HEALTH_CHECK_STATUS_FAILED\x10\x14B\xac\x01\n" +
 	"\x10com.slackline.v1B\n" +

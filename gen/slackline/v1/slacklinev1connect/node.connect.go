@@ -48,6 +48,8 @@ const (
 	// NodeServiceReadSandboxFileProcedure is the fully-qualified name of the NodeService's
 	// ReadSandboxFile RPC.
 	NodeServiceReadSandboxFileProcedure = "/slackline.v1.NodeService/ReadSandboxFile"
+	// NodeServiceGetImagesProcedure is the fully-qualified name of the NodeService's GetImages RPC.
+	NodeServiceGetImagesProcedure = "/slackline.v1.NodeService/GetImages"
 )
 
 // NodeServiceClient is a client for the slackline.v1.NodeService service.
@@ -64,6 +66,9 @@ type NodeServiceClient interface {
 	GetFeatures(context.Context, *connect.Request[v1.GetFeaturesRequest]) (*connect.Response[v1.GetFeaturesResponse], error)
 	// ReadSandboxFile reads part of a file in a task's sandbox (stdout, stderr).
 	ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error)
+	// GetImages lists the agent's cached images, its layer store's use of
+	// its disk budget, and its recent image pull failures.
+	GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the slackline.v1.NodeService service. By default, it
@@ -113,6 +118,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("ReadSandboxFile")),
 			connect.WithClientOptions(opts...),
 		),
+		getImages: connect.NewClient[v1.GetImagesRequest, v1.GetImagesResponse](
+			httpClient,
+			baseURL+NodeServiceGetImagesProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("GetImages")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -124,6 +135,7 @@ type nodeServiceClient struct {
 	getCorrections  *connect.Client[v1.GetCorrectionsRequest, v1.GetCorrectionsResponse]
 	getFeatures     *connect.Client[v1.GetFeaturesRequest, v1.GetFeaturesResponse]
 	readSandboxFile *connect.Client[v1.ReadSandboxFileRequest, v1.ReadSandboxFileResponse]
+	getImages       *connect.Client[v1.GetImagesRequest, v1.GetImagesResponse]
 }
 
 // GetContainers calls slackline.v1.NodeService.GetContainers.
@@ -156,6 +168,11 @@ func (c *nodeServiceClient) ReadSandboxFile(ctx context.Context, req *connect.Re
 	return c.readSandboxFile.CallUnary(ctx, req)
 }
 
+// GetImages calls slackline.v1.NodeService.GetImages.
+func (c *nodeServiceClient) GetImages(ctx context.Context, req *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error) {
+	return c.getImages.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the slackline.v1.NodeService service.
 type NodeServiceHandler interface {
 	// GetContainers lists the agent's containers.
@@ -170,6 +187,9 @@ type NodeServiceHandler interface {
 	GetFeatures(context.Context, *connect.Request[v1.GetFeaturesRequest]) (*connect.Response[v1.GetFeaturesResponse], error)
 	// ReadSandboxFile reads part of a file in a task's sandbox (stdout, stderr).
 	ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error)
+	// GetImages lists the agent's cached images, its layer store's use of
+	// its disk budget, and its recent image pull failures.
+	GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -215,6 +235,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("ReadSandboxFile")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceGetImagesHandler := connect.NewUnaryHandler(
+		NodeServiceGetImagesProcedure,
+		svc.GetImages,
+		connect.WithSchema(nodeServiceMethods.ByName("GetImages")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slackline.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceGetContainersProcedure:
@@ -229,6 +255,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceGetFeaturesHandler.ServeHTTP(w, r)
 		case NodeServiceReadSandboxFileProcedure:
 			nodeServiceReadSandboxFileHandler.ServeHTTP(w, r)
+		case NodeServiceGetImagesProcedure:
+			nodeServiceGetImagesHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -260,4 +288,8 @@ func (UnimplementedNodeServiceHandler) GetFeatures(context.Context, *connect.Req
 
 func (UnimplementedNodeServiceHandler) ReadSandboxFile(context.Context, *connect.Request[v1.ReadSandboxFileRequest]) (*connect.Response[v1.ReadSandboxFileResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.ReadSandboxFile is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetImages is not implemented"))
 }
