@@ -159,7 +159,7 @@ func (j *Job) Detail() *slacklinev1.JobDetail {
 		ix := &slacklinev1.JobIndex{
 			Index: uint32(i), State: x.State, Failures: uint32(x.Failures), Preemptions: uint32(x.Preemptions),
 			Losses: uint32(x.Losses), TaskId: x.TaskID, AgentId: x.AgentID, TaskState: x.TaskState,
-			Reason: x.Reason, Message: x.Message,
+			Reason: x.Reason, Message: x.Message, Attempts: uint32(x.Attempts),
 		}
 		if !x.NotBefore.IsZero() {
 			ix.NotBefore = timestamppb.New(x.NotBefore)

@@ -749,7 +749,9 @@ type JobIndex struct {
 	Reason    Reason    `protobuf:"varint,9,opt,name=reason,proto3,enum=slackline.v1.Reason" json:"reason,omitempty"`
 	Message   string    `protobuf:"bytes,10,opt,name=message,proto3" json:"message,omitempty"`
 	// not_before is when a retry may launch (exponential backoff).
-	NotBefore     *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	NotBefore *timestamppb.Timestamp `protobuf:"bytes,11,opt,name=not_before,json=notBefore,proto3" json:"not_before,omitempty"`
+	// attempts counts the index's launches.
+	Attempts      uint32 `protobuf:"varint,12,opt,name=attempts,proto3" json:"attempts,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -859,6 +861,13 @@ func (x *JobIndex) GetNotBefore() *timestamppb.Timestamp {
 		return x.NotBefore
 	}
 	return nil
+}
+
+func (x *JobIndex) GetAttempts() uint32 {
+	if x != nil {
+		return x.Attempts
+	}
+	return 0
 }
 
 // JobEvent is one line of a job's history.
@@ -1038,7 +1047,7 @@ const file_slackline_v1_jobs_proto_rawDesc = "" +
 	"\x06parent\x18\x13 \x01(\tR\x06parent\x125\n" +
 	"\bnext_run\x18\x14 \x01(\v2\x1a.google.protobuf.TimestampR\anextRun\x12\x1a\n" +
 	"\bpriority\x18\x15 \x01(\rR\bpriority\x12\x1c\n" +
-	"\trevocable\x18\x16 \x01(\tR\trevocable\"\x98\x03\n" +
+	"\trevocable\x18\x16 \x01(\tR\trevocable\"\xb4\x03\n" +
 	"\bJobIndex\x12\x14\n" +
 	"\x05index\x18\x01 \x01(\rR\x05index\x121\n" +
 	"\x05state\x18\x02 \x01(\x0e2\x1b.slackline.v1.JobIndexStateR\x05state\x12\x1a\n" +
@@ -1053,7 +1062,8 @@ const file_slackline_v1_jobs_proto_rawDesc = "" +
 	"\amessage\x18\n" +
 	" \x01(\tR\amessage\x129\n" +
 	"\n" +
-	"not_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\"T\n" +
+	"not_before\x18\v \x01(\v2\x1a.google.protobuf.TimestampR\tnotBefore\x12\x1a\n" +
+	"\battempts\x18\f \x01(\rR\battempts\"T\n" +
 	"\bJobEvent\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x18\n" +
 	"\amessage\x18\x02 \x01(\tR\amessage\"\xc9\x01\n" +
