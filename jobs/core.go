@@ -555,15 +555,19 @@ func (c *Core) taskInfo(j *Job, i int, g *agentOffers, fromRev, fromReg resource
 }
 
 // LaunchFailed puts the tasks of an Accept that failed back in their
-// queues; it does not count as a failure.
+// queues; it counts as a loss, not a failure.
 func (c *Core) LaunchFailed(tasks []*slacklinev1.TaskInfo, now time.Time, why string) Effects {
 	for _, t := range tasks {
 		j, x, i := c.current(t.GetTaskId())
 		if x == nil || x.State != IndexLaunched {
 			continue
 		}
+		// The coordinator may have launched it before the call failed:
+		// counted as lost; the stale task is killed if it ever reports.
+		x.Losses++
+		j.Lost++
 		c.requeue(j, x, i, now, time.Time{})
-		c.event(j, now, "index %d: launch of %s failed (%s); re-queued", i, t.GetTaskId(), why)
+		c.event(j, now, "index %d: launch of %s failed (%s); re-queued, not a failure", i, t.GetTaskId(), why)
 	}
 	return c.sync(Effects{}, now)
 }
@@ -644,6 +648,12 @@ func (c *Core) Update(st *slacklinev1.TaskStatus, now time.Time) (Outcome, Effec
 	terminal := frameworkapi.IsTerminal(st.GetState())
 	j, x, i := c.current(st.GetTaskId())
 	var eff Effects
+	if (x == nil || x.State != IndexLaunched) && j != nil && i < len(j.Indexes) && st.GetState() == slacklinev1.TaskState_TASK_STATE_FINISHED &&
+		(j.Indexes[i].State == IndexPending || j.Indexes[i].State == IndexLaunched) {
+		// An earlier attempt, thought lost, finished after all: the
+		// index succeeded once; its current attempt is not needed.
+		return OutcomeSucceeded, c.sync(c.lateFinish(j, i, st, now), now)
+	}
 	if x == nil || x.State != IndexLaunched {
 		// Not ours any more (cancelled, re-launched, unknown job): a
 		// task still running is killed.
@@ -695,6 +705,30 @@ func (c *Core) Update(st *slacklinev1.TaskStatus, now time.Time) (Outcome, Effec
 		c.event(j, now, "index %d: task %s failed (%s); retry %d of %d in %s", i, x.TaskID, why, x.Failures, *j.Spec.Retries, wait)
 	}
 	return out, c.sync(eff, now)
+}
+
+// lateFinish succeeds index i with an earlier attempt's FINISHED status.
+func (c *Core) lateFinish(j *Job, i int, st *slacklinev1.TaskStatus, now time.Time) Effects {
+	var eff Effects
+	x := &j.Indexes[i]
+	switch x.State {
+	case IndexLaunched:
+		eff.Kills = append(eff.Kills, Kill{TaskID: x.TaskID, AgentID: x.AgentID})
+		c.event(j, now, "index %d: earlier task %s finished after all; task %s killed", i, st.GetTaskId(), x.TaskID)
+		j.launched--
+	case IndexPending:
+		j.pending = slices.DeleteFunc(j.pending, func(p int) bool { return p == i })
+		c.event(j, now, "index %d: earlier task %s finished after all", i, st.GetTaskId())
+	}
+	x.State, x.TaskID, x.TaskState, x.Reason, x.Message = IndexSucceeded, st.GetTaskId(), st.GetState(), st.GetReason(), st.GetMessage()
+	x.NotBefore = time.Time{}
+	j.succeeded++
+	c.dirtyIndexes(j.Spec.Name)[i] = true
+	c.markJob(j)
+	if j.succeeded == len(j.Indexes) {
+		eff.Kills = append(eff.Kills, c.finish(j, now, Succeeded, fmt.Sprintf("all %d indexes succeeded", len(j.Indexes)))...)
+	}
+	return eff
 }
 
 func isJobTaskID(id string) bool { _, _, _, ok := ParseTaskID(id); return ok }

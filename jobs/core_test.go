@@ -568,3 +568,27 @@ func TestRestoreRebuildsQueues(t *testing.T) {
 		t.Errorf("counts %+v", n)
 	}
 }
+
+func TestLateFinishOfALostTaskSucceedsTheIndexOnce(t *testing.T) {
+	t.Parallel()
+	for _, relaunched := range []bool{false, true} {
+		c := New(Config{})
+		j := mustSubmit(t, c, "name: j\ncommand: x\nresources: cpus:1\n", t0)
+		c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+		c.Update(status("j.0.1", slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_RECONCILIATION), t0)
+		if relaunched {
+			c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+		}
+		out, eff := c.Update(status("j.0.1", finished, noReason), t0)
+		if out != OutcomeSucceeded || j.State != Succeeded || j.succeeded != 1 || j.launched != 0 || len(j.pending) != 0 {
+			t.Fatalf("relaunched %v: outcome %v, job %s, %d succeeded", relaunched, out, j.State, j.succeeded)
+		}
+		if wantKills := map[bool]int{false: 0, true: 1}[relaunched]; len(eff.Kills) != wantKills {
+			t.Errorf("relaunched %v: kills %v", relaunched, eff.Kills)
+		}
+		// The killed attempt's update changes nothing.
+		if out, _ := c.Update(status("j.0.2", killed, slacklinev1.Reason_REASON_TASK_KILLED), t0); out != OutcomeNone || j.succeeded != 1 {
+			t.Errorf("update of the killed attempt: %v", out)
+		}
+	}
+}
