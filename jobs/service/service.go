@@ -12,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/frameworkapi"
@@ -25,6 +26,9 @@ import (
 // maxReconcile bounds the tasks of one explicit Reconcile call (the
 // coordinator's limit per call).
 const maxReconcile = 1000
+
+// ackParallelism bounds the acknowledgements in flight.
+const ackParallelism = 32
 
 // Config configures a Service.
 type Config struct {
@@ -174,14 +178,21 @@ func (s *Service) persistNow(ctx context.Context) error {
 		s.log.Error("persist jobs", "err", err)
 		return err
 	}
-	for _, st := range acks {
-		if client == nil {
-			break
-		}
-		if err := client.Acknowledge(ctx, st); err != nil && ctx.Err() == nil {
-			s.log.Debug("acknowledge", "task_id", st.GetTaskId(), "err", err)
-		}
+	if client == nil {
+		return nil
 	}
+	// One call per update (the API has no batch): in parallel, bounded.
+	var g errgroup.Group
+	g.SetLimit(ackParallelism)
+	for _, st := range acks {
+		g.Go(func() error {
+			if err := client.Acknowledge(ctx, st); err != nil && ctx.Err() == nil {
+				s.log.Debug("acknowledge", "task_id", st.GetTaskId(), "err", err)
+			}
+			return nil
+		})
+	}
+	_ = g.Wait()
 	return nil
 }
 
