@@ -528,9 +528,8 @@ func TestCronKeepsBoundedRuns(t *testing.T) {
 	t.Parallel()
 	c := New(Config{})
 	cj := mustSubmit(t, c, "name: cron\ncommand: x\nresources: cpus:1\nschedule: \"@every 1m\"\nconcurrency: allow\n", t0)
-	now := t0
 	for range MaxRunsKept + 5 {
-		now = cj.NextRun
+		now := cj.NextRun
 		c.Tick(now)
 		if _, err := c.Cancel(cj.Runs[len(cj.Runs)-1], now); err != nil {
 			t.Fatal(err)

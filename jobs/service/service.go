@@ -11,6 +11,7 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
@@ -96,7 +97,7 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.log.Info("job store loaded", "jobs", len(stored), "framework_id", id)
 	s.registry = prometheus.NewRegistry()
-	s.registry.MustRegister(collector{s}, prometheus.NewGoCollector(), prometheus.NewProcessCollector(prometheus.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	return s, nil
 }
 
