@@ -29,6 +29,12 @@ const (
 	// DeclineSeconds is how long offers that fit nothing are refused (a
 	// revive, when work arrives, clears the refusal).
 	DeclineSeconds = 5
+	// ShortDeclineSeconds is how long a regular offer is refused while a
+	// slack job waits for it beside a revocable offer.
+	ShortDeclineSeconds = 1
+	// HoldFor is how long a revocable offer is held waiting for a regular
+	// offer of its agent (revocable and regular offers arrive apart).
+	HoldFor = 10 * time.Second
 )
 
 // Limit names, the keys of Core.LimitHits.
@@ -77,13 +83,20 @@ type Launch struct {
 // records (TakeDirty) before it launches.
 type Plan struct {
 	Launches []Launch
-	Declines []string
+	// Declines are refused for DeclineSeconds; ShortDeclines, regular
+	// offers that a slack job may need beside a revocable offer of the same
+	// agent, for ShortDeclineSeconds only, so that they come back soon.
+	Declines      []string
+	ShortDeclines []string
 }
 
 // Effects are the calls to make after an operation, besides persisting:
 // kills, and suppressions and revivals of offers per role.
 type Effects struct {
-	Kills    []Kill
+	Kills []Kill
+	// Declines are held revocable offers to give back (refuse
+	// DeclineSeconds).
+	Declines []string
 	Suppress []string
 	Revive   []string
 }
@@ -109,6 +122,10 @@ type Core struct {
 	dirtyJobs  map[string]bool
 	dirtyIdx   map[string]map[int]bool
 	deleted    map[string]bool
+	// held are revocable offers kept until a regular offer of the same
+	// agent brings what their tasks need beside slack cpus (memory).
+	// Holding revocable offers starves no guaranteed work.
+	held map[string]heldOffer
 	// LimitHits counts each limit hit, by limit name.
 	LimitHits map[string]int
 }
@@ -124,7 +141,7 @@ func New(cfg Config) *Core {
 	return &Core{
 		cfg: cfg, jobs: map[string]*Job{}, suppressed: map[string]bool{}, revive: map[string]bool{},
 		dirtyJobs: map[string]bool{}, dirtyIdx: map[string]map[int]bool{}, deleted: map[string]bool{},
-		LimitHits: map[string]int{},
+		held: map[string]heldOffer{}, LimitHits: map[string]int{},
 	}
 }
 
@@ -334,6 +351,7 @@ func (c *Core) Sync(now time.Time) Effects { return c.sync(Effects{}, now) }
 // the next Sync suppresses them.
 func (c *Core) Subscribed(now time.Time) Effects {
 	clear(c.suppressed)
+	clear(c.held) // offers of an earlier subscription are void
 	return c.sync(Effects{}, now)
 }
 
@@ -370,12 +388,7 @@ func (c *Core) Offers(offers []*slacklinev1.Offer, now time.Time) (Plan, Effects
 	var plan Plan
 	groups := map[[2]string]*agentOffers{}
 	var order []*agentOffers
-	for _, o := range offers {
-		res, revocable, err := frameworkapi.OfferResources(o)
-		if err != nil {
-			plan.Declines = append(plan.Declines, o.GetId())
-			continue
-		}
+	add := func(o *slacklinev1.Offer, res resources.Resources, revocable bool) {
 		key := [2]string{o.GetAgentId(), frameworkapi.OfferRole(o)}
 		g := groups[key]
 		if g == nil {
@@ -389,6 +402,26 @@ func (c *Core) Offers(offers []*slacklinev1.Offer, now time.Time) (Plan, Effects
 			g.regular, g.reg = append(g.regular, o), g.reg.Add(res)
 		}
 	}
+	for _, o := range offers {
+		res, revocable, err := frameworkapi.OfferResources(o)
+		switch {
+		case err != nil:
+			plan.Declines = append(plan.Declines, o.GetId())
+		case revocable:
+			c.held[o.GetId()] = heldOffer{offer: o, since: now}
+		default:
+			add(o, res, false)
+		}
+	}
+	heldIDs := make([]string, 0, len(c.held))
+	for id := range c.held {
+		heldIDs = append(heldIDs, id)
+	}
+	slices.Sort(heldIDs)
+	for _, id := range heldIDs {
+		res, _, _ := frameworkapi.OfferResources(c.held[id].offer)
+		add(c.held[id].offer, res, true)
+	}
 	queues := map[string][]*Job{}
 	for _, g := range order {
 		queue, ok := queues[g.role]
@@ -400,15 +433,29 @@ func (c *Core) Offers(offers []*slacklinev1.Offer, now time.Time) (Plan, Effects
 		for _, j := range queue {
 			tasks = append(tasks, c.place(j, g, now)...)
 		}
-		ids := make([]string, 0, len(g.regular)+len(g.revocable))
-		for _, o := range append(slices.Clone(g.revocable), g.regular...) {
-			ids = append(ids, o.GetId())
-		}
-		if len(tasks) == 0 {
-			plan.Declines = append(plan.Declines, ids...)
+		if len(tasks) > 0 {
+			ids := make([]string, 0, len(g.regular)+len(g.revocable))
+			for _, o := range append(slices.Clone(g.revocable), g.regular...) {
+				ids = append(ids, o.GetId())
+				delete(c.held, o.GetId())
+			}
+			plan.Launches = append(plan.Launches, Launch{OfferIDs: ids, Tasks: tasks})
 			continue
 		}
-		plan.Launches = append(plan.Launches, Launch{OfferIDs: ids, Tasks: tasks})
+		slack := c.wantsSlack(g.role, now)
+		for _, o := range g.regular {
+			if slack {
+				plan.ShortDeclines = append(plan.ShortDeclines, o.GetId())
+			} else {
+				plan.Declines = append(plan.Declines, o.GetId())
+			}
+		}
+		for _, o := range g.revocable {
+			if !slack || now.Sub(c.held[o.GetId()].since) >= HoldFor {
+				plan.Declines = append(plan.Declines, o.GetId())
+				delete(c.held, o.GetId())
+			}
+		}
 	}
 	// While work is ready the remainders go straight back to the
 	// allocator (refuse 0 s), which may offer them to this framework
@@ -423,6 +470,36 @@ func (c *Core) Offers(offers []*slacklinev1.Offer, now time.Time) (Plan, Effects
 		}
 	}
 	return plan, c.sync(Effects{}, now)
+}
+
+// heldOffer is a revocable offer held since a time.
+type heldOffer struct {
+	offer *slacklinev1.Offer
+	since time.Time
+}
+
+// wantsSlack reports whether a job of role could launch on revocable
+// resources now.
+func (c *Core) wantsSlack(role string, now time.Time) bool {
+	for _, j := range c.jobs {
+		if j.Spec.Role == role && j.Spec.Revocable != RevocableNever && wantsOffers(j, now) {
+			return true
+		}
+	}
+	return false
+}
+
+// Rescind forgets a held offer the coordinator took back.
+func (c *Core) Rescind(offerID string) { delete(c.held, offerID) }
+
+// Held returns the ids of the revocable offers held, sorted.
+func (c *Core) Held() []string {
+	ids := make([]string, 0, len(c.held))
+	for id := range c.held {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
 }
 
 // queueOf returns the jobs of a role that may launch, by priority then
@@ -749,6 +826,13 @@ func statusText(st *slacklinev1.TaskStatus) string {
 // runs that are due.
 func (c *Core) Tick(now time.Time) Effects {
 	var eff Effects
+	for _, id := range c.Held() {
+		h := c.held[id]
+		if now.Sub(h.since) >= HoldFor || !c.wantsSlack(frameworkapi.OfferRole(h.offer), now) {
+			eff.Declines = append(eff.Declines, id)
+			delete(c.held, id)
+		}
+	}
 	for _, j := range c.Jobs() {
 		switch {
 		case IsFinal(j.State):
@@ -779,6 +863,9 @@ func (c *Core) NextWake() time.Time {
 		if !t.IsZero() && (next.IsZero() || t.Before(next)) {
 			next = t
 		}
+	}
+	for _, h := range c.held {
+		earlier(h.since.Add(HoldFor))
 	}
 	for _, j := range c.jobs {
 		switch {

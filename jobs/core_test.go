@@ -355,8 +355,13 @@ func TestRevocablePolicies(t *testing.T) {
 				t.Fatalf("launched %v, want %v (declines %v)", launchedIDs(p), tt.wantLaunch, p.Declines)
 			}
 			if !tt.wantLaunch {
-				if len(p.Declines) != len(tt.offers) {
-					t.Errorf("declined %v, want every offer", p.Declines)
+				// Regular offers come back soon while a slack job
+				// waits; revocable ones are held for a regular partner.
+				if got := len(p.Declines) + len(p.ShortDeclines) + len(c.Held()); got != len(tt.offers) {
+					t.Errorf("declined %v, short %v, held %v: want every offer accounted for", p.Declines, p.ShortDeclines, c.Held())
+				}
+				if tt.policy == "never" && (len(p.Declines) != len(tt.offers) || len(c.Held()) != 0) {
+					t.Errorf("a never job: declined %v, held %v; want every offer declined", p.Declines, c.Held())
 				}
 				return
 			}
@@ -589,5 +594,40 @@ func TestLateFinishOfALostTaskSucceedsTheIndexOnce(t *testing.T) {
 		if out, _ := c.Update(status("j.0.2", killed, slacklinev1.Reason_REASON_TASK_KILLED), t0); out != OutcomeNone || j.succeeded != 1 {
 			t.Errorf("update of the killed attempt: %v", out)
 		}
+	}
+}
+
+func TestRevocableOfferHeldUntilItsRegularPartner(t *testing.T) {
+	t.Parallel()
+	c := New(Config{})
+	mustSubmit(t, c, "name: j\ncommand: x\nresources: \"cpus:1;mem:256\"\ncompletions: 2\nrevocable: only\n", t0)
+	rev := offer("a1", "cpus:2", true)
+	p, _ := c.Offers([]*slacklinev1.Offer{rev}, t0)
+	if len(p.Launches)+len(p.Declines) != 0 || !cmp.Equal(c.Held(), []string{rev.GetId()}) {
+		t.Fatalf("plan %+v, held %v: want the revocable offer held", p, c.Held())
+	}
+	if c.NextWake() != t0.Add(HoldFor) {
+		t.Errorf("NextWake %v, want the hold's end", c.NextWake())
+	}
+	reg := offer("a1", "mem:1024", false)
+	p, _ = c.Offers([]*slacklinev1.Offer{reg}, t0.Add(time.Second))
+	if len(p.Launches) != 1 || len(p.Launches[0].Tasks) != 2 || len(p.Launches[0].OfferIDs) != 2 || len(c.Held()) != 0 {
+		t.Fatalf("plan %+v, held %v: want both indexes on the pair", p, c.Held())
+	}
+	// A held offer nobody pairs goes back after HoldFor.
+	c2 := New(Config{})
+	mustSubmit(t, c2, "name: j\ncommand: x\nresources: \"cpus:1;mem:256\"\nrevocable: only\n", t0)
+	c2.Offers([]*slacklinev1.Offer{rev}, t0)
+	if eff := c2.Tick(t0.Add(HoldFor - time.Second)); len(eff.Declines) != 0 {
+		t.Errorf("declined %v early", eff.Declines)
+	}
+	if eff := c2.Tick(t0.Add(HoldFor)); !cmp.Equal(eff.Declines, []string{rev.GetId()}) || len(c2.Held()) != 0 {
+		t.Errorf("after HoldFor: declines %v, held %v", eff.Declines, c2.Held())
+	}
+	// A rescinded held offer is forgotten.
+	c2.Offers([]*slacklinev1.Offer{rev}, t0)
+	c2.Rescind(rev.GetId())
+	if len(c2.Held()) != 0 {
+		t.Errorf("held %v after rescind", c2.Held())
 	}
 }

@@ -254,6 +254,11 @@ func (s *Service) apply(ctx context.Context, eff jobs.Effects) {
 	if c == nil {
 		return
 	}
+	if len(eff.Declines) > 0 {
+		if err := c.Decline(ctx, eff.Declines, frameworkapi.Filters(jobs.DeclineSeconds)); err != nil {
+			s.log.Warn("decline held offers", "offers", len(eff.Declines), "err", err)
+		}
+	}
 	for _, k := range eff.Kills {
 		if err := c.Kill(ctx, k.TaskID, k.AgentID); err != nil {
 			s.log.Warn("kill", "task_id", k.TaskID, "err", err)
@@ -355,7 +360,18 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 			s.log.Warn("decline", "offers", len(plan.Declines), "err", err)
 		}
 	}
+	if len(plan.ShortDeclines) > 0 {
+		if err := c.Decline(ctx, plan.ShortDeclines, frameworkapi.Filters(jobs.ShortDeclineSeconds)); err != nil {
+			s.log.Warn("decline", "offers", len(plan.ShortDeclines), "err", err)
+		}
+	}
 	s.apply(ctx, eff)
+}
+
+func (h handler) Rescind(_ context.Context, _ *frameworkapi.Client, offerID string) {
+	h.s.mu.Lock()
+	h.s.core.Rescind(offerID)
+	h.s.mu.Unlock()
 }
 
 func (h handler) Update(ctx context.Context, _ *frameworkapi.Client, st *slacklinev1.TaskStatus) {
