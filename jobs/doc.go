@@ -19,7 +19,9 @@
 //     (priority, then submission), within each job's parallelism and
 //     revocable policy (only: slack cpus; prefer: slack, or regular ones
 //     once an index waited prefer_wait; never: regular only), and declines
-//     the rest.
+//     the rest. Revocable offers are held (HoldFor) until a regular offer
+//     of the same agent brings the memory their tasks need; Tick releases
+//     those held too long, Rescind those taken back.
 //   - Update applies a task status. A FINISHED task succeeds its index; a
 //     task preempted (REASON_CONTAINER_PREEMPTED: a QoS correction or a
 //     revocation; REASON_AGENT_DRAINED: maintenance) or lost (its agent or
