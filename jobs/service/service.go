@@ -2,8 +2,10 @@ package service
 
 import (
 	"context"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net/http"
 	"sync"
@@ -102,14 +104,41 @@ func New(cfg Config) (*Service, error) {
 }
 
 // Handler serves JobService, health, reflection and /metrics, authorized
-// with Config.Authz.
+// with Config.Authz, and the jobs page at /ui/ (static files; the page calls
+// JobService with the caller's token).
 func (s *Service) Handler() http.Handler {
 	opts := append(server.HandlerOptions(), connect.WithInterceptors(s.cfg.Authz.Interceptor()))
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewJobServiceHandler(api{s}, opts...))
 	server.MountStandard(mux, slacklinev1connect.JobServiceName)
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(s.registry, promhttp.HandlerOpts{}))
-	return s.cfg.Authz.Middleware(mux)
+	root := http.NewServeMux()
+	// The jobs page's files hold no data and need no credentials; the
+	// page calls JobService as any client, with the caller's token.
+	root.Handle("GET /ui/", uiHandler())
+	root.Handle("/", s.cfg.Authz.Middleware(mux))
+	return root
+}
+
+//go:embed static
+var static embed.FS
+
+// uiHandler serves the jobs page (static/) at /ui/, with a content security
+// policy that lets it load only its own script and style and talk only to
+// its own origin.
+func uiHandler() http.Handler {
+	files, err := fs.Sub(static, "static")
+	if err != nil {
+		panic(err) // the embedded tree is fixed at build time
+	}
+	fileServer := http.StripPrefix("/ui/", http.FileServerFS(files))
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Cache-Control", "no-cache")
+		w.Header().Set("X-Content-Type-Options", "nosniff")
+		w.Header().Set("Content-Security-Policy",
+			"default-src 'none'; script-src 'self'; style-src 'self'; connect-src 'self'; img-src 'self' data:; frame-ancestors 'none'; base-uri 'none'; form-action 'none'")
+		fileServer.ServeHTTP(w, r)
+	})
 }
 
 // Run subscribes (failing over to the stored framework id) and runs the
