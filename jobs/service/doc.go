@@ -9,10 +9,11 @@
 // authorization of Config.Authz (a job belongs to the principal that
 // submitted it: others see and cancel it only with view_jobs and
 // cancel_jobs on its owner) and the jobs page at /ui/ (static files that
-// call JobService with the caller's token); Run subscribes as the stored framework id (a
-// failover: the coordinator kept its tasks for the failover timeout),
-// reconciles the tasks the store says are launched, and runs until its
-// context ends. A framework id the coordinator removed is forgotten and a
+// call JobService with the caller's token); Run subscribes as the stored
+// framework id (a failover: the coordinator kept its tasks for the
+// failover timeout), reconciles the tasks the store says are launched, and
+// runs until its context ends. A framework id the coordinator removed is
+// forgotten and a
 // new framework subscribes; reconciliation re-queues what was lost.
 //
 // # Durability
