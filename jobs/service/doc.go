@@ -13,8 +13,8 @@
 // framework id (a failover: the coordinator kept its tasks for the
 // failover timeout), reconciles the tasks the store says are launched, and
 // runs until its context ends. A framework id the coordinator removed is
-// forgotten and a
-// new framework subscribes; reconciliation re-queues what was lost.
+// forgotten and a new framework subscribes; reconciliation re-queues what
+// was lost.
 //
 // # Durability
 //
