@@ -15,11 +15,11 @@ import (
 // TestJobsSlackOnlyPreemptedByQoSCompletes runs a `revocable: only` job on
 // a real agent whose memory QoS controller preempts revocable tasks when the
 // node runs short of memory (the threshold is set just below what is
-// available now). Each index's first task holds 1.5 GiB and is preempted
+// available now). The index's first task holds 1.5 GiB and is preempted
 // (REASON_CONTAINER_PREEMPTED); the job service re-queues it without
 // counting a failure, and the index's next task, finding its marker, exits
-// 0. The job succeeds with every index, its preemptions counted apart from
-// failures, and its tasks ran on revocable cpus.
+// 0. The job succeeds, its preemption counted apart from failures, and its
+// tasks ran on revocable cpus.
 func TestJobsSlackOnlyPreemptedByQoSCompletes(t *testing.T) {
 	privileged.Require(t)
 	avail, err := memAvailableMiB()
@@ -45,12 +45,13 @@ func TestJobsSlackOnlyPreemptedByQoSCompletes(t *testing.T) {
 	c.submit(fmt.Sprintf(`name: slack
 command: "if [ ! -f %[1]s ]; then touch %[1]s; head -c 1536M /dev/zero | tail; fi; exit 0"
 resources: "cpus:0.2;mem:2048"
-completions: 2
-parallelism: 1
+completions: 1
 retries: 0
 revocable: only
 `, marker))
-	eventually(t, 2*revocableStartTimeout, func() string {
+	// Each task starts at idle CPU priority, and the hog writes 1.5 GiB
+	// through a pipe at that priority: minutes on a busy machine.
+	eventually(t, 3*revocableStartTimeout, func() string {
 		l, err := c.listed()
 		if err != nil {
 			return err.Error()
@@ -68,8 +69,8 @@ revocable: only
 		t.Fatal(err)
 	}
 	s := d.GetSummary()
-	if s.GetPreempted() < 2 || s.GetFailures() != 0 || s.GetFailed() != 0 {
-		t.Errorf("preempted %d, failures %d, failed %d; want each index preempted once and no failure", s.GetPreempted(), s.GetFailures(), s.GetFailed())
+	if s.GetPreempted() < 1 || s.GetFailures() != 0 || s.GetFailed() != 0 {
+		t.Errorf("preempted %d, failures %d, failed %d; want the index preempted and no failure", s.GetPreempted(), s.GetFailures(), s.GetFailed())
 	}
 	preemptions := 0
 	for _, e := range d.GetEvents() {
@@ -77,15 +78,15 @@ revocable: only
 			preemptions++
 		}
 	}
-	if preemptions < 2 {
-		t.Errorf("%d preemption events, want one per index: %v", preemptions, d.GetEvents())
+	if preemptions < 1 {
+		t.Errorf("no preemption event: %v", d.GetEvents())
 	}
 	for id, task := range taskStatuses(t, addr, "jobs") {
 		if _, rev, _ := resources.FromProto(task.GetResources()); rev.CPUs() != 0.2 {
 			t.Errorf("task %s ran on revocable %s, want its 0.2 cpus revocable", id, rev)
 		}
 	}
-	if ix := d.GetIndexes(); len(ix) != 2 || ix[0].GetTaskState() != slacklinev1.TaskState_TASK_STATE_FINISHED {
+	if ix := d.GetIndexes(); len(ix) != 1 || ix[0].GetTaskState() != slacklinev1.TaskState_TASK_STATE_FINISHED {
 		t.Errorf("indexes %v", ix)
 	}
 }
