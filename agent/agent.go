@@ -8,12 +8,15 @@ import (
 	"log/slog"
 	"net/http"
 	"os"
+	"path/filepath"
 	"sync/atomic"
 	"time"
 
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
+	"github.com/slackline/slackline/agent/health"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
@@ -116,6 +119,9 @@ type Config struct {
 	// Sandbox bounds the disk tasks use: sandbox garbage collection and
 	// per-task disk limits (see SandboxConfig).
 	Sandbox SandboxConfig
+	// Fetch configures the fetcher of tasks' artifacts (CommandInfo.uris);
+	// its CacheDir defaults to <WorkDir>/fetch. See agent/fetcher.
+	Fetch fetcher.Config
 	// ReloadOnHangup re-reads Authz's files (the authorization file and
 	// the revocation list) on SIGHUP while Run runs.
 	ReloadOnHangup bool
@@ -138,6 +144,10 @@ type Agent struct {
 	// network paces revocable egress; nil without network QoS.
 	network *network.Network
 	disk    *sandboxes
+	// fetch downloads tasks' artifacts into their sandboxes.
+	fetch *fetcher.Fetcher
+	// health checks the tasks that have a health check.
+	health *health.Runner
 	// closers release what Options.Build opened for the agent (eBPF
 	// programs, the monitor), in reverse order, after the agent's own.
 	closers []func() error
@@ -208,7 +218,18 @@ func New(cfg Config) (*Agent, error) {
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}
-	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt}
+	if cfg.Fetch.CacheDir == "" {
+		cfg.Fetch.CacheDir = filepath.Join(cfg.WorkDir, "fetch")
+	}
+	if cfg.Fetch.Logger == nil {
+		cfg.Fetch.Logger = cfg.Logger
+	}
+	fetch, err := fetcher.New(cfg.Fetch)
+	if err != nil {
+		_ = ckpt.Close()
+		return nil, fmt.Errorf("agent: %w", err)
+	}
+	a := &Agent{cfg: cfg, log: cfg.Logger, total: total, bootID: boot, ckpt: ckpt, fetch: fetch}
 	a.network, a.cfg.Features = newNetwork(cfg, total)
 	a.ids.Store(&agentIDs{})
 	a.session = session.New(session.Config{
@@ -222,11 +243,13 @@ func New(cfg Config) (*Agent, error) {
 		network: a.network, tcp: cfg.TCP}
 	a.tasks = &lifecycle{
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
-		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1),
+		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1), fetch: fetch,
 	}
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.disk = newSandboxes(a)
+	a.health = newHealthRunner(a)
+	a.tasks.healthWatch, a.tasks.healthForget = a.watchHealth, a.health.Forget
 	return a, nil
 }
 
@@ -286,6 +309,7 @@ func (a *Agent) Run(ctx context.Context) error {
 	})
 	g.Go(func() error { return a.tasks.Run(ctx) })
 	g.Go(func() error { return a.disk.Run(ctx) })
+	g.Go(func() error { return a.health.Run(ctx) })
 	g.Go(func() error { return a.session.Run(ctx) })
 	err := g.Wait()
 	if errors.Is(err, context.Canceled) {
@@ -329,6 +353,13 @@ func (a *Agent) recover(ctx context.Context) error {
 	// Containers that ended meanwhile deliver their exits after Recover.
 	for _, c := range cz.Containers() {
 		r.Known[c.ID] = true
+	}
+	// Running tasks with a health check are checked again, as if they
+	// had just started (delay and grace period anew).
+	for _, rec := range recs {
+		if r.Running[rec.GetContainerId()] {
+			a.watchHealth(rec.GetContainerId(), rec.GetTask().GetTask(), r.Now)
+		}
 	}
 	machine, eff := tasks.Recover(tasks.Config{}, r)
 	a.tasks.machine, a.tasks.pending = machine, eff

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
@@ -38,6 +39,7 @@ func (o Options) Build() (a *Agent, err error) {
 		Attributes: o.Attributes, Logger: logger, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
 		Sandbox: o.Sandbox, EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
 		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator,
+		Fetch: fetcher.Config{CacheBytes: o.FetchCacheBytes, MaxBytes: o.FetchMaxBytes, Timeout: o.FetchTimeout},
 	}
 	if err := o.credentials(&cfg); err != nil {
 		return nil, err

@@ -48,6 +48,16 @@
 //     REASON_CONTAINER_LIMITATION_DISK), removes ended tasks' sandboxes
 //     after Config.Sandbox.GCDelay, sooner and oldest first above the disk
 //     watermark, never a live task's.
+//   - fetch (agent/fetcher): downloads a task's CommandInfo.uris into its
+//     sandbox during Launch (containerizer.Spec.Fetch), through a bounded
+//     content cache under WorkDir/fetch; a failure ends the task
+//     TASK_STATE_FAILED with REASON_FETCH_FAILED naming the URL.
+//   - health (agent/health): checks tasks that have a health_check from
+//     RUNNING until they are killed or end (HTTP and TCP on the task's own
+//     loopback, COMMAND inside its container through containerizer.Exec);
+//     changes of health become RUNNING updates with healthy set, a task
+//     out of consecutive failures is killed with
+//     REASON_TASK_HEALTH_CHECK_STATUS_FAILED.
 //   - the NodeService HTTP handler (Handler), served by internal/server;
 //     with Config.TLS over TLS with the agent's own certificate (the one it
 //     dials the coordinator with), and with Config.Authz every caller is

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/backoff"
@@ -41,6 +42,12 @@ type lifecycle struct {
 	// containersChanged is called after containers started or ended.
 	containersChanged func()
 	now               func() time.Time
+	// fetch downloads a task's artifacts into its sandbox during Launch.
+	fetch *fetcher.Fetcher
+	// healthWatch starts checking a task that runs; healthForget stops
+	// checking a container being killed or destroyed.
+	healthWatch  func(containerID string, task *slacklinev1.TaskInfo, started time.Time)
+	healthForget func(containerID string)
 
 	mu      sync.Mutex
 	machine *tasks.Machine
@@ -49,6 +56,9 @@ type lifecycle struct {
 	wake     chan struct{}
 	inflight sync.WaitGroup // container starts and kills
 	launches int            // guarded by mu
+	// fetching cancels the artifact fetches of launches under way, by
+	// container id (guarded by mu): a kill must not wait for a download.
+	fetching map[string]context.CancelFunc
 }
 
 // step applies one event and queues its effects for Run.
@@ -56,6 +66,7 @@ func (l *lifecycle) step(ev tasks.Event) {
 	l.mu.Lock()
 	eff, err := l.machine.Step(ev)
 	l.pending.Append(eff)
+	l.cancelFetchesLocked(ev)
 	l.mu.Unlock()
 	if !eff.IsZero() {
 		select {
@@ -69,6 +80,29 @@ func (l *lifecycle) step(ev tasks.Event) {
 			level = slog.LevelWarn
 		}
 		l.log.Log(context.Background(), level, "task event changed nothing", "event", fmt.Sprintf("%T", ev), "err", err)
+	}
+}
+
+// cancelFetchesLocked cancels the fetches of the launches a kill event
+// concerns; the launch then fails and the machine reports the kill.
+func (l *lifecycle) cancelFetchesLocked(ev tasks.Event) {
+	for containerID, cancel := range l.fetching {
+		key, ok := l.machine.Container(containerID)
+		if !ok {
+			continue
+		}
+		switch ev := ev.(type) {
+		case tasks.Kill:
+			ok = ev.Key == key
+		case tasks.ShutdownFramework:
+			ok = ev.FrameworkID == key.FrameworkID
+		case tasks.ShutdownAgent:
+		default:
+			ok = false
+		}
+		if ok {
+			cancel()
+		}
 	}
 }
 
@@ -127,6 +161,9 @@ func (l *lifecycle) perform(ctx context.Context) {
 			go l.start(s)
 		}
 		for _, id := range eff.Kill {
+			if l.healthForget != nil {
+				l.healthForget(id)
+			}
 			l.inflight.Add(1)
 			go func() {
 				defer l.inflight.Done()
@@ -136,6 +173,9 @@ func (l *lifecycle) perform(ctx context.Context) {
 			}()
 		}
 		for _, id := range eff.Destroy {
+			if l.healthForget != nil {
+				l.healthForget(id)
+			}
 			if err := l.cz.Destroy(id); err != nil {
 				l.log.Warn("destroy container", "container", id, "err", err)
 			}
@@ -179,7 +219,7 @@ func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
 func (l *lifecycle) start(s tasks.Start) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
-	c, err := l.cz.Launch(ctx, containerizer.Spec{
+	spec := containerizer.Spec{
 		ContainerID: s.ContainerID, FrameworkID: s.Key.FrameworkID, TaskID: s.Key.TaskID,
 		Revocable: s.Revocable, Resources: s.Resources, Command: s.Task.GetCommand(),
 		Env: map[string]string{"SLACKLINE_AGENT_ID": l.agentID()},
@@ -188,15 +228,30 @@ func (l *lifecycle) start(s tasks.Start) {
 		// Without the seccomp filter: the coordinator let only frameworks
 		// with run_unconfined_tasks ask for it.
 		SeccompUnconfined: s.Task.GetSeccompUnconfined(),
-	})
+	}
+	if uris := s.Task.GetCommand().GetUris(); len(uris) > 0 {
+		fetchCtx, cancel := context.WithCancel(ctx)
+		l.mu.Lock()
+		if l.fetching == nil {
+			l.fetching = map[string]context.CancelFunc{}
+		}
+		l.fetching[s.ContainerID] = cancel
+		l.mu.Unlock()
+		defer func() {
+			l.mu.Lock()
+			delete(l.fetching, s.ContainerID)
+			l.mu.Unlock()
+			cancel()
+		}()
+		spec.Fetch = func(_ context.Context, sandbox string, uid, gid int) error {
+			return l.fetch.Fetch(fetchCtx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
+		}
+	}
+	c, err := l.cz.Launch(ctx, spec)
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
-		// A user this agent refuses is the task's fault, not the node's.
-		reason := slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED
-		if errors.Is(err, containerizer.ErrTaskUser) {
-			reason = slacklinev1.Reason_REASON_TASK_INVALID
-		}
-		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: "launch: " + err.Error(), Now: l.now()})
+		reason, message := launchFailure(err)
+		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: message, Now: l.now()})
 		return
 	}
 	// Where the sandbox is, so logs stay readable after the task ends;
@@ -205,6 +260,9 @@ func (l *lifecycle) start(s tasks.Start) {
 		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
 	}
 	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})
+	if l.healthWatch != nil {
+		l.healthWatch(s.ContainerID, s.Task, l.now())
+	}
 	l.containersChanged()
 	l.mu.Lock()
 	l.launches++
@@ -215,6 +273,20 @@ func (l *lifecycle) start(s tasks.Start) {
 			l.log.Warn("prune sandbox records", "err", err)
 		}
 	}
+}
+
+// launchFailure is the reason and message of a failed launch: an artifact
+// that could not be fetched (the message names its URL), a user this agent
+// refuses (the task's fault, not the node's), or a launch failure.
+func launchFailure(err error) (slacklinev1.Reason, string) {
+	var fetchErr *fetcher.Error
+	switch {
+	case errors.As(err, &fetchErr):
+		return slacklinev1.Reason_REASON_FETCH_FAILED, fetchErr.Error()
+	case errors.Is(err, containerizer.ErrTaskUser):
+		return slacklinev1.Reason_REASON_TASK_INVALID, "launch: " + err.Error()
+	}
+	return slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: " + err.Error()
 }
 
 // taskExit maps the containerizer's account of an exit to the machine's.

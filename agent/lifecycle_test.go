@@ -2,15 +2,18 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/kv"
@@ -278,5 +281,28 @@ func TestLifecycleTaskUser(t *testing.T) {
 				t.Errorf("update %v %v %q, want %v %v", st.GetState(), st.GetReason(), st.GetMessage(), wantState, wantReason)
 			}
 		})
+	}
+}
+
+// TestLaunchFailure: a failed fetch is REASON_FETCH_FAILED with a message
+// that starts with the URL; a refused user is the task's fault; anything
+// else is a launch failure.
+func TestLaunchFailure(t *testing.T) {
+	t.Parallel()
+	fetchErr := fmt.Errorf("launch container c1: %w", &fetcher.Error{URL: "https://example.com/app.tgz", Err: fetcher.ErrChecksum})
+	tests := []struct {
+		err     error
+		reason  slacklinev1.Reason
+		message string
+	}{
+		{fetchErr, slacklinev1.Reason_REASON_FETCH_FAILED, "fetch https://example.com/app.tgz: sha256 mismatch"},
+		{fmt.Errorf("x: %w", containerizer.ErrTaskUser), slacklinev1.Reason_REASON_TASK_INVALID, "launch: x: "},
+		{errors.New("exec format error"), slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, "launch: exec format error"},
+	}
+	for _, tt := range tests {
+		reason, message := launchFailure(tt.err)
+		if reason != tt.reason || !strings.HasPrefix(message, tt.message) {
+			t.Errorf("launchFailure(%v) = %v %q, want %v %q...", tt.err, reason, message, tt.reason, tt.message)
+		}
 	}
 }

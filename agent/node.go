@@ -52,6 +52,8 @@ func (a *Agent) Handler() http.Handler {
 	if a.network != nil {
 		reg.MustRegister(a.network.Collector())
 	}
+	reg.MustRegister(a.fetch.Collector())
+	reg.MustRegister(a.health.Collectors()...)
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
 	return a.cfg.Authz.Middleware(mux)
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/qos"
@@ -118,6 +119,16 @@ type Options struct {
 	QoSIntervalMin           time.Duration
 	QoSMemoryMinAvailableMiB float64
 
+	// Fetched artifacts and health checks (#27).
+
+	// FetchCacheBytes bounds the artifact cache (--fetch-cache-bytes;
+	// negative: no cache), FetchMaxBytes one download
+	// (--fetch-max-bytes), FetchTimeout one download's time
+	// (--fetch-timeout). See agent/fetcher.
+	FetchCacheBytes int64
+	FetchMaxBytes   int64
+	FetchTimeout    time.Duration
+
 	// Settings without a flag.
 
 	// Logger receives the agent's logs (default: text on stderr at
@@ -173,6 +184,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&o.Sandbox.DiskWatermark, "gc-disk-watermark", DefaultSandboxDiskWatermark, "fraction of the work dir's file system in use beyond which ended tasks' sandboxes are removed before --gc-delay, oldest first (1: never)")
 	fs.DurationVar(&o.Sandbox.CheckInterval, "disk-check-interval", DefaultSandboxCheckInterval, "how often sandboxes are measured against their tasks' disk resource (a task over it is killed) and collected")
 	fs.BoolVar(&o.AllowRootTasks, "allow-root-tasks", false, "let tasks run as root (uid 0); without it the agent fails such launches even when the coordinator's ACLs allowed them (defence in depth)")
+
+	// Fetched artifacts and health checks (#27).
+	fs.Int64Var(&o.FetchCacheBytes, "fetch-cache-bytes", fetcher.DefaultCacheBytes, "bytes of tasks' artifacts (CommandInfo.uris with cache and sha256) kept in <work-dir>/fetch, least recently used evicted first (negative: no cache)")
+	fs.Int64Var(&o.FetchMaxBytes, "fetch-max-bytes", fetcher.DefaultMaxBytes, "largest artifact a task may fetch, in bytes")
+	fs.DurationVar(&o.FetchTimeout, "fetch-timeout", fetcher.DefaultTimeout, "longest download of one artifact")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
@@ -264,6 +280,9 @@ func (o *Options) Validate() error {
 	check(o.Sandbox.GCDelay > 0, "gc-delay", "must be positive, got %v", o.Sandbox.GCDelay)
 	check(o.Sandbox.DiskWatermark > 0 && o.Sandbox.DiskWatermark <= 1, "gc-disk-watermark", "must be in (0, 1], got %v", o.Sandbox.DiskWatermark)
 	check(o.Sandbox.CheckInterval > 0, "disk-check-interval", "must be positive, got %v", o.Sandbox.CheckInterval)
+	check(o.FetchCacheBytes != 0, "fetch-cache-bytes", "0 is ambiguous: negative turns the cache off")
+	check(o.FetchMaxBytes > 0, "fetch-max-bytes", "must be positive, got %d", o.FetchMaxBytes)
+	check(o.FetchTimeout > 0, "fetch-timeout", "must be positive, got %v", o.FetchTimeout)
 	check(o.MonitorInterval >= 10*time.Millisecond, "monitor-interval", "must be at least 10ms, got %v", o.MonitorInterval)
 	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)

@@ -12,6 +12,7 @@ import (
 	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/taskspec"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -281,6 +282,10 @@ func validateLaunch(pool offeredPool, tasks []*slacklinev1.TaskInfo, taskExists 
 		}
 		if size := commandSize(cmd); size > maxCommandLength {
 			reject(t, "task %q command is %d bytes, at most %d allowed", id, size, maxCommandLength)
+			continue
+		}
+		if err := taskspec.Task(t); err != nil {
+			reject(t, "task %q: %s", id, strings.TrimPrefix(err.Error(), taskspec.ErrInvalid.Error()+": "))
 			continue
 		}
 		if len(t.GetLabels()) > maxLabels {

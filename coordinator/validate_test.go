@@ -261,3 +261,32 @@ func TestParseAccept(t *testing.T) {
 		})
 	}
 }
+
+// TestValidateLaunchFetchAndHealth: artifacts and health checks are
+// checked at Accept, each refusal naming the field.
+func TestValidateLaunchFetchAndHealth(t *testing.T) {
+	t.Parallel()
+	pool := offeredPool{agentID: "a1", role: "*", regular: resources.MustParse("cpus:4;mem:1024")}
+	fileURI := taskInfo("file-uri", "cpus:0.1")
+	fileURI.Command.Uris = []*slacklinev1.CommandInfo_URI{{Value: "file:///etc/shadow"}}
+	badSum := taskInfo("bad-sum", "cpus:0.1")
+	badSum.Command.Uris = []*slacklinev1.CommandInfo_URI{{Value: "http://h/x", Sha256: "zz"}}
+	noPort := taskInfo("no-port", "cpus:0.1")
+	noPort.HealthCheck = &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_HTTP}
+	good := taskInfo("good", "cpus:0.1")
+	good.Command.Uris = []*slacklinev1.CommandInfo_URI{{Value: "https://h/app.tgz", Extract: "tgz"}}
+	good.HealthCheck = &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_TCP, Tcp: &slacklinev1.HealthCheck_TCPCheck{Port: 8080}}
+	accepted, rejected := validateLaunch(pool, []*slacklinev1.TaskInfo{fileURI, badSum, noPort, good}, func(string) bool { return false })
+	if len(accepted) != 1 || accepted[0].info.GetTaskId() != "good" {
+		t.Fatalf("accepted %+v, want only good", accepted)
+	}
+	want := map[string]string{"file-uri": "command.uris[0].value", "bad-sum": "command.uris[0].sha256", "no-port": "health_check.http.port"}
+	if len(rejected) != len(want) {
+		t.Fatalf("rejected %+v, want %v", rejected, want)
+	}
+	for _, r := range rejected {
+		if !strings.Contains(r.message, want[r.task.GetTaskId()]) || r.reason != slacklinev1.Reason_REASON_TASK_INVALID {
+			t.Errorf("task %q rejected with %v %q, want REASON_TASK_INVALID naming %q", r.task.GetTaskId(), r.reason, r.message, want[r.task.GetTaskId()])
+		}
+	}
+}

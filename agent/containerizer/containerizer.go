@@ -149,6 +149,15 @@ type Spec struct {
 	// SeccompUnconfined runs the task without the seccomp filter (the
 	// coordinator lets only frameworks with run_unconfined_tasks ask).
 	SeccompUnconfined bool
+	// Fetch, when set, fills the sandbox before the task starts (the
+	// agent's fetcher: the task's artifacts), as root, with the task's
+	// uid and gid to own what it writes. It runs after the sandbox, the
+	// checkpoint and the cgroups exist and before the supervisor starts;
+	// a non-shell command's executable is looked up after it, so it may
+	// be a fetched file. Its error fails Launch (wrapped, so callers can
+	// errors.As it) and is appended to the sandbox's stderr. Not
+	// checkpointed: it only matters during Launch.
+	Fetch func(ctx context.Context, sandbox string, uid, gid int) error `json:"-"`
 }
 
 // Container is a container the containerizer runs or ran. Values returned

@@ -12,6 +12,8 @@
 //	e := <-c.Exits()                     // every container's end, exactly once
 //	err = c.Kill(ctx, ct.ID)             // SIGTERM, grace, cgroup-wide SIGKILL
 //	err = c.Destroy(ct.ID)               // after its Exit: remove cgroups and checkpoint
+//	code, out, err := c.Exec(ctx, ct.ID, cmd) // a command inside the running container (health checks)
+//	conn, err := c.DialTask(ctx, ct.ID, port) // the task's own loopback port
 //	c.Close()                            // stop watching; containers keep running
 //
 // The agent binary must dispatch its "supervise" sub-command to
@@ -91,6 +93,26 @@
 // read. SandboxDir is 0755 so tasks can reach their own sandbox.
 // Every JSON file is written atomically (temporary file, fsync, rename,
 // fsync of the directory).
+//
+// # Artifacts and commands inside a running container
+//
+// Spec.Fetch, when set, fills the sandbox after it, the checkpoint and the
+// cgroups exist and before the supervisor starts (the agent's fetcher);
+// a non-shell command's executable is then looked up after it, and its
+// error fails Launch, appended to the sandbox's stderr.
+//
+// Exec runs a command as the task runs: the supervisor binary's "supervise
+// enter <state-dir>" helper joins the container's cgroups, opens a pidfd
+// of the task's main process (checked against its recorded start time),
+// unshares its file-system context and setns()es, on one locked thread,
+// into the task's mount, PID, IPC, network, UTS and cgroup namespaces
+// (those that differ from its own), enters the task's working directory,
+// sets no_new_privs and the task's seccomp filter, and forks the command
+// as the task's user with the task's environment plus the command's, in a
+// session of its own that it kills at the deadline. The agent's own
+// threads never change namespaces. DialTask connects to the task's
+// loopback: the host's when the task shares the agent's network
+// namespace, else from a thread that entered the task's (and dies after).
 //
 // # Supervisor, and how a task enters its cgroups before it execs
 //

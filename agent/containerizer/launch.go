@@ -79,9 +79,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	}
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
 	env := taskEnv(spec, id, sandbox)
-	path, argv, err := commandLine(spec, envValue(env, "PATH"), sandbox)
-	if err != nil {
-		return nil, err
+	var path string
+	var argv []string
+	if spec.Fetch == nil {
+		// Checked before anything is created; with artifacts to fetch,
+		// the executable may be one of them: looked up after the fetch.
+		if path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox); err != nil {
+			return nil, err
+		}
 	}
 
 	c.mu.Lock()
@@ -117,6 +122,18 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, err
 	}
 	ct.cp = cp
+	if spec.Fetch != nil {
+		err := spec.Fetch(ctx, sandbox, int(usr.UID), int(usr.GID))
+		if err == nil {
+			path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox)
+		}
+		if err != nil {
+			noteInSandbox(sandbox, "slackline: "+err.Error())
+			c.abortLaunch(ct)
+			release()
+			return nil, fmt.Errorf("launch container %s: %w", id, err)
+		}
+	}
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
@@ -237,6 +254,18 @@ func makeSandbox(sandbox string, usr *taskUser) error {
 		}
 	}
 	return nil
+}
+
+// noteInSandbox appends a line to the sandbox's stderr (created by
+// makeSandbox; links are not followed), so that the task's log says why it
+// never started.
+func noteInSandbox(sandbox, line string) {
+	f, err := os.OpenFile(filepath.Join(sandbox, "stderr"), os.O_WRONLY|os.O_APPEND|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		return
+	}
+	_, _ = f.WriteString(line + "\n")
+	_ = f.Close()
 }
 
 // untraversable returns the first directory from dir up to / that others

@@ -35,11 +35,12 @@ const leftoverKillTimeout = 30 * time.Second
 //
 //	supervise run <state-dir>    the supervisor of one container
 //	supervise exec <state-dir>   the shim: joins the cgroups, then execs the task
+//	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
 // The shim never returns when the exec succeeds.
 func SuperviseMain(args []string) int {
 	if len(args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: supervise run|exec <container-state-dir>")
+		fmt.Fprintln(os.Stderr, "usage: supervise run|exec|enter <container-state-dir>")
 		return 2
 	}
 	switch args[0] {
@@ -47,6 +48,8 @@ func SuperviseMain(args []string) int {
 		return supervise(args[1])
 	case "exec":
 		return execShim(args[1])
+	case "enter":
+		return enterExec(args[1])
 	}
 	fmt.Fprintf(os.Stderr, "supervise: unknown mode %q\n", args[0])
 	return 2

@@ -17,8 +17,10 @@
 // report on a Start effect), Kill (a KillTask command or an agent-decided
 // kill such as a QoS preemption), ShutdownFramework, ShutdownAgent, Exited
 // (a container ended), Acknowledge (a framework's acknowledgement forwarded
-// by the coordinator), SessionOpened and SessionLost, and Tick (time
-// passed: re-send what is due). A machine starts empty (New) or from what
+// by the coordinator), SessionOpened and SessionLost, Tick (time
+// passed: re-send what is due), and HealthChanged (a running task's health
+// check result changed: a RUNNING update with healthy set, which every
+// later update of the task carries too). A machine starts empty (New) or from what
 // the agent checkpointed (Recover).
 //
 // # Effects and the order they must be performed in

@@ -12,6 +12,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/ids"
+	"github.com/slackline/slackline/internal/taskspec"
 	"github.com/slackline/slackline/internal/taskstate"
 	"github.com/slackline/slackline/resources"
 )
@@ -37,6 +38,12 @@ var (
 	// ErrAlreadyKilling is returned for an agent-decided kill (one with a
 	// reason) of a task whose kill is under way.
 	ErrAlreadyKilling = errors.New("task is already being killed")
+	// ErrNotRunning is returned for a health change of a task that is not
+	// running (or is being killed).
+	ErrNotRunning = errors.New("task is not running")
+	// ErrHealthUnchanged is returned for a health change to the health the
+	// task already has.
+	ErrHealthUnchanged = errors.New("health unchanged")
 )
 
 // Key identifies a task on an agent.
@@ -187,6 +194,10 @@ type task struct {
 	killReason  slacklinev1.Reason
 	killMessage string
 
+	// healthy is the task's last health (nil: not checked yet); every
+	// update after a change carries it.
+	healthy *bool
+
 	launching       bool // a Start effect awaits its Launched/LaunchFailed
 	killAfterLaunch bool // a kill came while launching
 	killing         bool // a kill was requested
@@ -287,6 +298,16 @@ type SessionLost struct{}
 // Tick lets time pass: updates whose re-send time has come are sent.
 type Tick struct{ Now time.Time }
 
+// HealthChanged reports that a running task's health check result
+// changed: a TASK_STATE_RUNNING update with healthy set is sent. A task
+// failing its check too often is killed with a Kill event instead.
+type HealthChanged struct {
+	ContainerID string
+	Healthy     bool
+	Message     string
+	Now         time.Time
+}
+
 func (Launch) isEvent()            {}
 func (Launched) isEvent()          {}
 func (LaunchFailed) isEvent()      {}
@@ -298,6 +319,7 @@ func (Acknowledge) isEvent()       {}
 func (SessionOpened) isEvent()     {}
 func (SessionLost) isEvent()       {}
 func (Tick) isEvent()              {}
+func (HealthChanged) isEvent()     {}
 
 // Step applies an event and returns the effects to perform. An event that
 // changes nothing returns an error saying why (and, for Exited of an
@@ -338,6 +360,8 @@ func (m *Machine) Step(ev Event) (Effects, error) {
 		m.session = false
 	case Tick:
 		m.tick(ev.Now, &eff)
+	case HealthChanged:
+		err = m.healthChanged(ev, &eff)
 	default:
 		err = fmt.Errorf("unknown event %T", ev)
 	}
@@ -360,6 +384,10 @@ func (m *Machine) launch(ev Launch, eff *Effects) error {
 	m.tasks[key] = t
 	m.byContainer[t.containerID] = key
 	regular, revocable, err := resources.FromProto(info.GetResources())
+	if err == nil {
+		// Checked again here: a task may come from an older coordinator.
+		err = taskspec.Task(info)
+	}
 	if err != nil {
 		m.report(t, slacklinev1.TaskState_TASK_STATE_ERROR, slacklinev1.Reason_REASON_TASK_INVALID, err.Error(), ev.Now, eff)
 		return nil
@@ -401,12 +429,37 @@ func (m *Machine) launched(ev Launched, eff *Effects) error {
 	return nil
 }
 
+func (m *Machine) healthChanged(ev HealthChanged, eff *Effects) error {
+	t := m.tasks[m.byContainer[ev.ContainerID]]
+	if t == nil || t.containerID != ev.ContainerID {
+		return fmt.Errorf("health of container %s: %w", ev.ContainerID, ErrUnknownContainer)
+	}
+	if t.state != slacklinev1.TaskState_TASK_STATE_RUNNING || t.killing {
+		return fmt.Errorf("health of task %s in %v: %w", t.key, t.state, ErrNotRunning)
+	}
+	if t.healthy != nil && *t.healthy == ev.Healthy {
+		return fmt.Errorf("health of task %s: %w", t.key, ErrHealthUnchanged)
+	}
+	healthy := ev.Healthy
+	t.healthy = &healthy
+	m.report(t, slacklinev1.TaskState_TASK_STATE_RUNNING, slacklinev1.Reason_REASON_UNSPECIFIED, ev.Message, ev.Now, eff)
+	return nil
+}
+
 func (m *Machine) launchFailed(ev LaunchFailed, eff *Effects) error {
 	t, err := m.launching(ev.ContainerID)
 	if err != nil {
 		return err
 	}
 	t.launching = false
+	if t.killAfterLaunch {
+		// Killed while it was being launched (e.g. while its artifacts
+		// were fetched): the kill is what ended it.
+		state := cmp.Or(t.killState, slacklinev1.TaskState_TASK_STATE_KILLED)
+		reason := cmp.Or(t.killReason, slacklinev1.Reason_REASON_TASK_KILLED_DURING_LAUNCH)
+		m.report(t, state, reason, cmp.Or(t.killMessage, "killed while launching: "+ev.Message), ev.Now, eff)
+		return nil
+	}
 	reason := cmp.Or(ev.Reason, slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED)
 	m.report(t, slacklinev1.TaskState_TASK_STATE_FAILED, reason, ev.Message, ev.Now, eff)
 	return nil
@@ -526,6 +579,7 @@ func (m *Machine) report(t *task, state slacklinev1.TaskState, reason slacklinev
 		Status: &slacklinev1.TaskStatus{
 			TaskId: t.key.TaskID, FrameworkId: t.key.FrameworkID, State: state, Reason: reason, Message: message,
 			Source: slacklinev1.TaskSource_TASK_SOURCE_AGENT, Uuid: m.cfg.NewID(), Timestamp: timestamppb.New(now),
+			Healthy: t.healthy,
 		},
 	}
 	t.updates = append(t.updates, u)

@@ -60,7 +60,7 @@ func summary(e Effects) string {
 		case w.Forget != nil:
 			parts = append(parts, "forget "+w.Forget.String())
 		case w.Update != nil:
-			parts = append(parts, fmt.Sprintf("put-update %s %s %s", w.Update.Key(), short(w.Update.Status.GetState()), w.Update.Status.GetUuid()))
+			parts = append(parts, fmt.Sprintf("put-update %s %s %s%s", w.Update.Key(), short(w.Update.Status.GetState()), w.Update.Status.GetUuid(), health(w.Update.Status)))
 		case w.Acknowledged != "":
 			parts = append(parts, "ack "+strings.ReplaceAll(w.Acknowledged, "\x00", "/"))
 		}
@@ -75,9 +75,17 @@ func summary(e Effects) string {
 		parts = append(parts, "destroy "+c)
 	}
 	for _, u := range e.Send {
-		parts = append(parts, fmt.Sprintf("send %s %s %s", u.Key(), short(u.Status.GetState()), u.Status.GetUuid()))
+		parts = append(parts, fmt.Sprintf("send %s %s %s%s", u.Key(), short(u.Status.GetState()), u.Status.GetUuid(), health(u.Status)))
 	}
 	return strings.Join(parts, "; ")
+}
+
+// health renders an update's healthy field when it is set.
+func health(s *slacklinev1.TaskStatus) string {
+	if s.Healthy == nil {
+		return ""
+	}
+	return fmt.Sprintf(" healthy=%v", s.GetHealthy())
 }
 
 func short(s slacklinev1.TaskState) string {
@@ -262,6 +270,42 @@ func TestLifecycle(t *testing.T) {
 			{ev: ShutdownAgent{Now: t0}, want: "put-task a/t1 RUNNING; put-task b/t1 STAGING; kill id1"},
 			{ev: Launched{ContainerID: "id2", Now: t0}, want: "put-task b/t1 RUNNING; put-update b/t1 RUNNING id4; kill id2"},
 			{ev: Exited{ContainerID: "id2", Exit: Exit{Killed: true}, Now: t0}, want: "put-task b/t1 GONE_BY_OPERATOR; put-update b/t1 GONE_BY_OPERATOR id5; destroy id2"},
+		},
+	}, {
+		name: "health changes are sent as RUNNING updates; a health-check kill ends FAILED with its reason, still unhealthy",
+		steps: []step{
+			{ev: open},
+			{ev: runTask("fw", "t1", ""), want: "*"},
+			{ev: HealthChanged{ContainerID: "id1", Healthy: true, Now: t0}, wantErr: ErrNotRunning},
+			{ev: Launched{ContainerID: "id1", Now: t0}, want: "put-task fw/t1 RUNNING; put-update fw/t1 RUNNING id2; send fw/t1 RUNNING id2"},
+			{ev: HealthChanged{ContainerID: "id1", Healthy: true, Now: t0}, want: "put-task fw/t1 RUNNING; put-update fw/t1 RUNNING id3 healthy=true"},
+			{ev: HealthChanged{ContainerID: "id1", Healthy: true, Now: t0}, wantErr: ErrHealthUnchanged},
+			{ev: Acknowledge{Key: key("fw", "t1"), UUID: "id2", Now: t0}, want: "ack fw/t1/00000000000000000001; send fw/t1 RUNNING id3 healthy=true"},
+			{ev: HealthChanged{ContainerID: "id1", Healthy: false, Message: "health check failed (1 of 2 in a row)", Now: t0}, want: "put-task fw/t1 RUNNING; put-update fw/t1 RUNNING id4 healthy=false"},
+			{ev: Kill{Key: key("fw", "t1"), StateOverride: failed, Reason: slacklinev1.Reason_REASON_TASK_HEALTH_CHECK_STATUS_FAILED, Message: "health check failed 2 times in a row", Now: t0}, want: "put-task fw/t1 RUNNING; kill id1"},
+			{ev: HealthChanged{ContainerID: "id1", Healthy: true, Now: t0}, wantErr: ErrNotRunning},
+			{ev: Exited{ContainerID: "id1", Exit: Exit{Killed: true}, Now: t0}, want: "put-task fw/t1 FAILED; put-update fw/t1 FAILED id5 healthy=false; destroy id1"},
+		},
+	}, {
+		name: "a launch that fails after a kill (its fetch cancelled) ends KILLED, during launch",
+		steps: []step{
+			{ev: runTask("fw", "t1", ""), want: "*"},
+			{ev: Kill{Key: key("fw", "t1"), Now: t0}, want: ""},
+			{ev: LaunchFailed{ContainerID: "id1", Reason: slacklinev1.Reason_REASON_FETCH_FAILED, Message: "fetch http://h/x: context canceled", Now: t0},
+				want: "put-task fw/t1 KILLED; put-update fw/t1 KILLED id2"},
+		},
+	}, {
+		name: "health of an unknown container",
+		steps: []step{
+			{ev: HealthChanged{ContainerID: "stray", Healthy: true, Now: t0}, wantErr: ErrUnknownContainer},
+		},
+	}, {
+		name: "an invalid health check ends the task ERROR without a container",
+		steps: []step{
+			{ev: open},
+			{ev: Launch{Command: &slacklinev1.RunTaskCommand{Framework: &slacklinev1.FrameworkInfo{Id: "fw"},
+				Task: &slacklinev1.TaskInfo{TaskId: "t1", HealthCheck: &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_TCP}}}, Now: t0},
+				want: "put-task fw/t1 ERROR; put-update fw/t1 ERROR id2; send fw/t1 ERROR id2"},
 		},
 	}}
 	for _, tc := range tests {

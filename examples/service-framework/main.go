@@ -17,6 +17,13 @@
 // declares N as its FrameworkInfo.min_available_tasks (--min-available), so
 // GetMaintenanceStatus shows when draining a window would break it.
 //
+// Health: with --health-check (http:PORT[/PATH], tcp:PORT or
+// command:SHELL-COMMAND) every instance carries a health check run by its
+// agent; an instance that fails it --health-consecutive-failures times in
+// a row is killed by the agent (TASK_STATE_FAILED with
+// REASON_TASK_HEALTH_CHECK_STATUS_FAILED) and replaced like any instance
+// that ended.
+//
 // It logs one line per decision (stderr) and runs until SIGINT or SIGTERM,
 // then tears the framework down (its instances are killed) unless
 // --keep-on-exit is set. Exit status: 0 after a signal, 1 on errors, 2 for
@@ -39,14 +46,18 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/internal/taskspec"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -68,6 +79,9 @@ type options struct {
 	labels          map[string]string
 	failoverTimeout time.Duration
 	keepOnExit      bool
+	// healthCheck is --health-check with its --health-* timings (nil:
+	// none).
+	healthCheck *slacklinev1.HealthCheck
 }
 
 func parseFlags(args []string, stderr io.Writer) (options, error) {
@@ -94,8 +108,26 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 	})
 	fs.DurationVar(&opts.failoverTimeout, "failover-timeout", time.Minute, "how long the coordinator keeps the instances after this process is gone (with --keep-on-exit)")
 	fs.BoolVar(&opts.keepOnExit, "keep-on-exit", false, "leave the framework (and its instances) on SIGINT/SIGTERM instead of tearing it down")
+	healthCheck := fs.String("health-check", "", "health check of each instance, run by its agent: http:PORT[/PATH] (2xx or 3xx), tcp:PORT or command:SHELL-COMMAND (exit 0, inside the instance's container); an instance failing it is killed and replaced")
+	healthInterval := fs.Duration("health-interval", 10*time.Second, "time between two health checks of an instance")
+	healthTimeout := fs.Duration("health-timeout", 5*time.Second, "a health check taking longer fails")
+	healthGrace := fs.Duration("health-grace-period", 30*time.Second, "failures within this long of an instance's start do not count until its first success")
+	healthFailures := fs.Uint("health-consecutive-failures", 3, "failed health checks in a row that get an instance killed and replaced")
 	if done, err := cliconfig.Parse(fs, args); done || err != nil {
 		return options{}, cmp.Or(err, flag.ErrHelp) // done: help or version shown
+	}
+	if *healthCheck != "" {
+		hc, err := parseHealthCheck(*healthCheck)
+		if err != nil {
+			return options{}, fmt.Errorf("--health-check: %w", err)
+		}
+		hc.DelaySeconds, hc.IntervalSeconds = proto.Float64(0), proto.Float64(healthInterval.Seconds())
+		hc.TimeoutSeconds, hc.GracePeriodSeconds = proto.Float64(healthTimeout.Seconds()), proto.Float64(healthGrace.Seconds())
+		hc.ConsecutiveFailures = proto.Uint32(uint32(min(*healthFailures, 1<<31)))
+		if _, err := taskspec.HealthCheck(hc); err != nil {
+			return options{}, fmt.Errorf("--health-check and --health-*: %w", err)
+		}
+		opts.healthCheck = hc
 	}
 	if opts.minAvailable < 0 {
 		opts.minAvailable = opts.instances
@@ -113,6 +145,43 @@ func parseFlags(args []string, stderr io.Writer) (options, error) {
 		return options{}, errors.New("--failover-timeout and --move-timeout must not be negative")
 	}
 	return opts, nil
+}
+
+// parseHealthCheck parses --health-check: http:PORT[/PATH], tcp:PORT or
+// command:SHELL-COMMAND.
+func parseHealthCheck(s string) (*slacklinev1.HealthCheck, error) {
+	kind, rest, _ := strings.Cut(s, ":")
+	port := func(p string) (uint32, error) {
+		n, err := strconv.ParseUint(p, 10, 16)
+		if err != nil || n == 0 {
+			return 0, fmt.Errorf("%q: want a port number 1-65535", p)
+		}
+		return uint32(n), nil
+	}
+	switch kind {
+	case "http":
+		p, path, hasPath := strings.Cut(rest, "/")
+		n, err := port(p)
+		if err != nil {
+			return nil, err
+		}
+		if hasPath {
+			path = "/" + path
+		}
+		return &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_HTTP, Http: &slacklinev1.HealthCheck_HTTPCheck{Port: n, Path: path}}, nil
+	case "tcp":
+		n, err := port(rest)
+		if err != nil {
+			return nil, err
+		}
+		return &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_TCP, Tcp: &slacklinev1.HealthCheck_TCPCheck{Port: n}}, nil
+	case "command":
+		if rest == "" {
+			return nil, errors.New("command: needs a shell command")
+		}
+		return &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_COMMAND, Command: &slacklinev1.CommandInfo{Value: rest, Shell: true}}, nil
+	}
+	return nil, fmt.Errorf("%q: want http:PORT[/PATH], tcp:PORT or command:SHELL-COMMAND", s)
 }
 
 func run(args []string, stderr io.Writer) int {
@@ -146,7 +215,7 @@ func run(args []string, stderr io.Writer) int {
 	}
 	sched := newScheduler(schedulerConfig{
 		name: opts.name, incarnation: incarnation(), instances: opts.instances, need: need,
-		command: opts.command, labels: opts.labels, moveTimeout: opts.moveTimeout,
+		command: opts.command, labels: opts.labels, moveTimeout: opts.moveTimeout, healthCheck: opts.healthCheck,
 	})
 
 	runCtx, stopRun := context.WithCancel(context.Background())
@@ -204,7 +273,14 @@ func (h *handler) RescindInverseOffer(_ context.Context, _ *frameworkapi.Client,
 
 func (h *handler) Update(ctx context.Context, c *frameworkapi.Client, st *slacklinev1.TaskStatus) {
 	if _, known := h.sched.instances[st.GetTaskId()]; known {
-		h.log.Info("instance", "task_id", st.GetTaskId(), "state", st.GetState(), "agent_id", st.GetAgentId(), "message", st.GetMessage())
+		attrs := []any{"task_id", st.GetTaskId(), "state", st.GetState(), "agent_id", st.GetAgentId(), "message", st.GetMessage()}
+		if st.Healthy != nil {
+			attrs = append(attrs, "healthy", st.GetHealthy())
+		}
+		h.log.Info("instance", attrs...)
+		if st.GetReason() == slacklinev1.Reason_REASON_TASK_HEALTH_CHECK_STATUS_FAILED {
+			h.log.Warn("instance failed its health check: replacing it", "task_id", st.GetTaskId(), "agent_id", st.GetAgentId())
+		}
 	}
 	h.execute(ctx, c, h.sched.update(st, h.now()))
 	live, running := h.sched.counts()

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"time"
 
+	"google.golang.org/protobuf/proto"
+
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
@@ -34,6 +36,8 @@ type schedulerConfig struct {
 	// moveTimeout is how long an inverse offer is held while instances are
 	// moved off its agent before it is declined.
 	moveTimeout time.Duration
+	// healthCheck, when set, is every instance's health check.
+	healthCheck *slacklinev1.HealthCheck
 }
 
 // instance is one live (not terminal) task of the service.
@@ -88,6 +92,9 @@ type scheduler struct {
 	// lastMissing is missing() after the previous event, to revive only
 	// when instances went missing.
 	lastMissing int
+	// unhealthyReplaced counts instances killed for failing their health
+	// check (each replaced like any instance that ended).
+	unhealthyReplaced int
 }
 
 func newScheduler(cfg schedulerConfig) *scheduler {
@@ -149,6 +156,9 @@ func (s *scheduler) offers(offers []*slacklinev1.Offer, now time.Time) plan {
 		if len(s.cfg.labels) > 0 {
 			info.Labels = maps.Clone(s.cfg.labels)
 		}
+		if s.cfg.healthCheck != nil {
+			info.HealthCheck = proto.CloneOf(s.cfg.healthCheck)
+		}
 		s.instances[id] = &instance{id: id, agentID: o.GetAgentId(), hostname: o.GetHostname(), state: slacklinev1.TaskState_TASK_STATE_STAGING}
 		used[o.GetAgentId()] = true
 		missing--
@@ -172,7 +182,13 @@ func (s *scheduler) update(st *slacklinev1.TaskStatus, now time.Time) plan {
 		return plan{}
 	}
 	if frameworkapi.IsTerminal(st.GetState()) {
+		// Whatever ended it (its command, its agent, a failed health
+		// check: REASON_TASK_HEALTH_CHECK_STATUS_FAILED), it is missing
+		// now and the next offers replace it.
 		delete(s.instances, in.id)
+		if st.GetReason() == slacklinev1.Reason_REASON_TASK_HEALTH_CHECK_STATUS_FAILED {
+			s.unhealthyReplaced++
+		}
 	} else {
 		in.state = st.GetState()
 	}

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -137,5 +138,59 @@ func TestInverseOfferDeclinedWhenItCannotMove(t *testing.T) {
 	s.rescindInverse("io-3")
 	if len(s.held) != 0 {
 		t.Fatalf("held after rescind: %v", s.held)
+	}
+}
+
+// TestUnhealthyInstanceIsReplaced: instances carry the health check; one
+// the agent killed for failing it (FAILED, REASON_TASK_HEALTH_CHECK_STATUS_FAILED)
+// is missing at once, offers are revived and the next offer replaces it.
+func TestUnhealthyInstanceIsReplaced(t *testing.T) {
+	s := testScheduler(1)
+	s.cfg.healthCheck = &slacklinev1.HealthCheck{Type: slacklinev1.HealthCheck_TYPE_HTTP, Http: &slacklinev1.HealthCheck_HTTPCheck{Port: 8080}}
+	p := s.offers([]*slacklinev1.Offer{offerOn("a", time.Time{})}, t0)
+	if len(p.launches) != 1 || p.launches[0].task.GetHealthCheck().GetHttp().GetPort() != 8080 {
+		t.Fatalf("launches %v, want one instance with the health check", p.launches)
+	}
+	id := p.launches[0].task.GetTaskId()
+	s.update(status(id, slacklinev1.TaskState_TASK_STATE_RUNNING), t0)
+	unhealthy := status(id, slacklinev1.TaskState_TASK_STATE_RUNNING)
+	unhealthy.Healthy = new(bool)
+	if p := s.update(unhealthy, t0); p.revive || len(p.kills) != 0 {
+		t.Fatalf("an unhealthy but running instance changed the plan: %+v (the agent decides the kill)", p)
+	}
+	failed := status(id, slacklinev1.TaskState_TASK_STATE_FAILED)
+	failed.Reason = slacklinev1.Reason_REASON_TASK_HEALTH_CHECK_STATUS_FAILED
+	if p := s.update(failed, t0); !p.revive {
+		t.Fatal("an instance killed for its health did not revive offers")
+	}
+	if s.unhealthyReplaced != 1 {
+		t.Fatalf("unhealthyReplaced = %d, want 1", s.unhealthyReplaced)
+	}
+	p = s.offers([]*slacklinev1.Offer{offerOn("a", time.Time{})}, t0)
+	if len(p.launches) != 1 || p.launches[0].task.GetTaskId() == id {
+		t.Fatalf("launches %v, want a new instance replacing %s", p.launches, id)
+	}
+}
+
+func TestParseHealthCheck(t *testing.T) {
+	for in, want := range map[string]*slacklinev1.HealthCheck{
+		"http:8080/healthz": {Type: slacklinev1.HealthCheck_TYPE_HTTP, Http: &slacklinev1.HealthCheck_HTTPCheck{Port: 8080, Path: "/healthz"}},
+		"http:80":           {Type: slacklinev1.HealthCheck_TYPE_HTTP, Http: &slacklinev1.HealthCheck_HTTPCheck{Port: 80}},
+		"tcp:5432":          {Type: slacklinev1.HealthCheck_TYPE_TCP, Tcp: &slacklinev1.HealthCheck_TCPCheck{Port: 5432}},
+		"command:test -f x": {Type: slacklinev1.HealthCheck_TYPE_COMMAND, Command: &slacklinev1.CommandInfo{Value: "test -f x", Shell: true}},
+	} {
+		hc, err := parseHealthCheck(in)
+		if err != nil {
+			t.Errorf("parseHealthCheck(%q): %v", in, err)
+			continue
+		}
+		if !proto.Equal(hc, want) {
+			t.Errorf("parseHealthCheck(%q) = %v, want %v", in, hc, want)
+		}
+	}
+	for _, bad := range []string{"", "http:", "http:0", "tcp:70000", "command:", "udp:53", "8080"} {
+		if _, err := parseHealthCheck(bad); err == nil {
+			t.Errorf("parseHealthCheck(%q) accepted", bad)
+		}
 	}
 }

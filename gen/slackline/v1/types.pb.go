@@ -293,6 +293,12 @@ const (
 	Reason_REASON_TASK_KILLED                 Reason = 15
 	Reason_REASON_CONTAINER_LIMITATION_DISK   Reason = 16
 	Reason_REASON_AGENT_DRAINED               Reason = 17
+	// REASON_FETCH_FAILED: an artifact of CommandInfo.uris could not be
+	// downloaded, verified or extracted; the message names the URL.
+	Reason_REASON_FETCH_FAILED Reason = 19
+	// REASON_TASK_HEALTH_CHECK_STATUS_FAILED: the task failed its health
+	// check consecutive_failures times in a row and was killed.
+	Reason_REASON_TASK_HEALTH_CHECK_STATUS_FAILED Reason = 20
 )
 
 // Enum value maps for Reason.
@@ -316,26 +322,30 @@ var (
 		15: "REASON_TASK_KILLED",
 		16: "REASON_CONTAINER_LIMITATION_DISK",
 		17: "REASON_AGENT_DRAINED",
+		19: "REASON_FETCH_FAILED",
+		20: "REASON_TASK_HEALTH_CHECK_STATUS_FAILED",
 	}
 	Reason_value = map[string]int32{
-		"REASON_UNSPECIFIED":                 0,
-		"REASON_COMMAND_EXECUTOR_FAILED":     1,
-		"REASON_CONTAINER_LIMITATION_MEMORY": 2,
-		"REASON_CONTAINER_PREEMPTED":         3,
-		"REASON_CONTAINER_LAUNCH_FAILED":     4,
-		"REASON_TASK_INVALID":                5,
-		"REASON_TASK_UNKNOWN":                6,
-		"REASON_INVALID_OFFERS":              7,
-		"REASON_AGENT_REMOVED":               8,
-		"REASON_AGENT_UNREACHABLE":           9,
-		"REASON_AGENT_RESTARTED":             10,
-		"REASON_AGENT_REMOVED_BY_OPERATOR":   11,
-		"REASON_FRAMEWORK_REMOVED":           12,
-		"REASON_RECONCILIATION":              13,
-		"REASON_TASK_KILLED_DURING_LAUNCH":   14,
-		"REASON_TASK_KILLED":                 15,
-		"REASON_CONTAINER_LIMITATION_DISK":   16,
-		"REASON_AGENT_DRAINED":               17,
+		"REASON_UNSPECIFIED":                     0,
+		"REASON_COMMAND_EXECUTOR_FAILED":         1,
+		"REASON_CONTAINER_LIMITATION_MEMORY":     2,
+		"REASON_CONTAINER_PREEMPTED":             3,
+		"REASON_CONTAINER_LAUNCH_FAILED":         4,
+		"REASON_TASK_INVALID":                    5,
+		"REASON_TASK_UNKNOWN":                    6,
+		"REASON_INVALID_OFFERS":                  7,
+		"REASON_AGENT_REMOVED":                   8,
+		"REASON_AGENT_UNREACHABLE":               9,
+		"REASON_AGENT_RESTARTED":                 10,
+		"REASON_AGENT_REMOVED_BY_OPERATOR":       11,
+		"REASON_FRAMEWORK_REMOVED":               12,
+		"REASON_RECONCILIATION":                  13,
+		"REASON_TASK_KILLED_DURING_LAUNCH":       14,
+		"REASON_TASK_KILLED":                     15,
+		"REASON_CONTAINER_LIMITATION_DISK":       16,
+		"REASON_AGENT_DRAINED":                   17,
+		"REASON_FETCH_FAILED":                    19,
+		"REASON_TASK_HEALTH_CHECK_STATUS_FAILED": 20,
 	}
 )
 
@@ -364,6 +374,64 @@ func (x Reason) Number() protoreflect.EnumNumber {
 // Deprecated: Use Reason.Descriptor instead.
 func (Reason) EnumDescriptor() ([]byte, []int) {
 	return file_slackline_v1_types_proto_rawDescGZIP(), []int{4}
+}
+
+// Type is the kind of probe.
+type HealthCheck_Type int32
+
+const (
+	HealthCheck_TYPE_UNSPECIFIED HealthCheck_Type = 0
+	// TYPE_COMMAND runs command inside the task's container (its
+	// namespaces, cgroups and user); exit code 0 is healthy.
+	HealthCheck_TYPE_COMMAND HealthCheck_Type = 1
+	// TYPE_HTTP sends GET to the task's own address; a 2xx or 3xx status
+	// is healthy.
+	HealthCheck_TYPE_HTTP HealthCheck_Type = 2
+	// TYPE_TCP opens a TCP connection to the task's own address.
+	HealthCheck_TYPE_TCP HealthCheck_Type = 3
+)
+
+// Enum value maps for HealthCheck_Type.
+var (
+	HealthCheck_Type_name = map[int32]string{
+		0: "TYPE_UNSPECIFIED",
+		1: "TYPE_COMMAND",
+		2: "TYPE_HTTP",
+		3: "TYPE_TCP",
+	}
+	HealthCheck_Type_value = map[string]int32{
+		"TYPE_UNSPECIFIED": 0,
+		"TYPE_COMMAND":     1,
+		"TYPE_HTTP":        2,
+		"TYPE_TCP":         3,
+	}
+)
+
+func (x HealthCheck_Type) Enum() *HealthCheck_Type {
+	p := new(HealthCheck_Type)
+	*p = x
+	return p
+}
+
+func (x HealthCheck_Type) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (HealthCheck_Type) Descriptor() protoreflect.EnumDescriptor {
+	return file_slackline_v1_types_proto_enumTypes[5].Descriptor()
+}
+
+func (HealthCheck_Type) Type() protoreflect.EnumType {
+	return &file_slackline_v1_types_proto_enumTypes[5]
+}
+
+func (x HealthCheck_Type) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use HealthCheck_Type.Descriptor instead.
+func (HealthCheck_Type) EnumDescriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 0}
 }
 
 // Range is an inclusive range of integers, used for ports: [begin, end].
@@ -966,11 +1034,16 @@ func (x *InverseOffer) GetResources() []*Resource {
 // CommandInfo is what a task runs. With shell, value is run by /bin/sh -c;
 // otherwise value is the executable and arguments its argv (argv[0] included).
 type CommandInfo struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Value         string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
-	Arguments     []string               `protobuf:"bytes,2,rep,name=arguments,proto3" json:"arguments,omitempty"`
-	Shell         bool                   `protobuf:"varint,3,opt,name=shell,proto3" json:"shell,omitempty"`
-	Environment   map[string]string      `protobuf:"bytes,4,rep,name=environment,proto3" json:"environment,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	Value       string                 `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	Arguments   []string               `protobuf:"bytes,2,rep,name=arguments,proto3" json:"arguments,omitempty"`
+	Shell       bool                   `protobuf:"varint,3,opt,name=shell,proto3" json:"shell,omitempty"`
+	Environment map[string]string      `protobuf:"bytes,4,rep,name=environment,proto3" json:"environment,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	// uris are artifacts the agent downloads into the task's sandbox before
+	// the command starts (Mesos's fetcher). A download that fails, or whose
+	// content does not match its sha256, fails the task with
+	// REASON_FETCH_FAILED and a message naming the URL.
+	Uris          []*CommandInfo_URI `protobuf:"bytes,5,rep,name=uris,proto3" json:"uris,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1033,6 +1106,140 @@ func (x *CommandInfo) GetEnvironment() map[string]string {
 	return nil
 }
 
+func (x *CommandInfo) GetUris() []*CommandInfo_URI {
+	if x != nil {
+		return x.Uris
+	}
+	return nil
+}
+
+// HealthCheck is how the agent checks a running task (Mesos semantics):
+// after delay_seconds, every interval_seconds, a probe that must succeed
+// within timeout_seconds. Failures during the grace period after the task
+// started do not count until a first success; consecutive_failures
+// failures in a row kill the task: TASK_STATE_FAILED with
+// REASON_TASK_HEALTH_CHECK_STATUS_FAILED. Each change of health is sent as
+// a TASK_STATE_RUNNING update with healthy set.
+type HealthCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	Type  HealthCheck_Type       `protobuf:"varint,1,opt,name=type,proto3,enum=slackline.v1.HealthCheck_Type" json:"type,omitempty"`
+	// command is for TYPE_COMMAND (shell or executable with arguments,
+	// environment added to the task's).
+	Command *CommandInfo           `protobuf:"bytes,2,opt,name=command,proto3" json:"command,omitempty"`
+	Http    *HealthCheck_HTTPCheck `protobuf:"bytes,3,opt,name=http,proto3" json:"http,omitempty"`
+	Tcp     *HealthCheck_TCPCheck  `protobuf:"bytes,4,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	// delay_seconds: wait this long after the task runs before the first
+	// check (default 15).
+	DelaySeconds *float64 `protobuf:"fixed64,5,opt,name=delay_seconds,json=delaySeconds,proto3,oneof" json:"delay_seconds,omitempty"`
+	// interval_seconds between checks (default 10, at least 1).
+	IntervalSeconds *float64 `protobuf:"fixed64,6,opt,name=interval_seconds,json=intervalSeconds,proto3,oneof" json:"interval_seconds,omitempty"`
+	// timeout_seconds: a check taking longer fails (default 20). Checks of
+	// one task never overlap: the next starts interval_seconds after the
+	// previous started, or when it ended if that is later.
+	TimeoutSeconds *float64 `protobuf:"fixed64,7,opt,name=timeout_seconds,json=timeoutSeconds,proto3,oneof" json:"timeout_seconds,omitempty"`
+	// grace_period_seconds after the task started during which failures do
+	// not count, until the first success (default 10).
+	GracePeriodSeconds *float64 `protobuf:"fixed64,8,opt,name=grace_period_seconds,json=gracePeriodSeconds,proto3,oneof" json:"grace_period_seconds,omitempty"`
+	// consecutive_failures in a row (after the grace period) kill the task
+	// (default 3).
+	ConsecutiveFailures *uint32 `protobuf:"varint,9,opt,name=consecutive_failures,json=consecutiveFailures,proto3,oneof" json:"consecutive_failures,omitempty"`
+	unknownFields       protoimpl.UnknownFields
+	sizeCache           protoimpl.SizeCache
+}
+
+func (x *HealthCheck) Reset() {
+	*x = HealthCheck{}
+	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck) ProtoMessage() {}
+
+func (x *HealthCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9}
+}
+
+func (x *HealthCheck) GetType() HealthCheck_Type {
+	if x != nil {
+		return x.Type
+	}
+	return HealthCheck_TYPE_UNSPECIFIED
+}
+
+func (x *HealthCheck) GetCommand() *CommandInfo {
+	if x != nil {
+		return x.Command
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetHttp() *HealthCheck_HTTPCheck {
+	if x != nil {
+		return x.Http
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetTcp() *HealthCheck_TCPCheck {
+	if x != nil {
+		return x.Tcp
+	}
+	return nil
+}
+
+func (x *HealthCheck) GetDelaySeconds() float64 {
+	if x != nil && x.DelaySeconds != nil {
+		return *x.DelaySeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetIntervalSeconds() float64 {
+	if x != nil && x.IntervalSeconds != nil {
+		return *x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetTimeoutSeconds() float64 {
+	if x != nil && x.TimeoutSeconds != nil {
+		return *x.TimeoutSeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetGracePeriodSeconds() float64 {
+	if x != nil && x.GracePeriodSeconds != nil {
+		return *x.GracePeriodSeconds
+	}
+	return 0
+}
+
+func (x *HealthCheck) GetConsecutiveFailures() uint32 {
+	if x != nil && x.ConsecutiveFailures != nil {
+		return *x.ConsecutiveFailures
+	}
+	return 0
+}
+
 // TaskInfo describes a task to launch.
 type TaskInfo struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -1062,13 +1269,16 @@ type TaskInfo struct {
 	// the coordinator's ACLs grant run_unconfined_tasks may set it; others
 	// are refused at Accept with PERMISSION_DENIED.
 	SeccompUnconfined bool `protobuf:"varint,9,opt,name=seccomp_unconfined,json=seccompUnconfined,proto3" json:"seccomp_unconfined,omitempty"`
-	unknownFields     protoimpl.UnknownFields
-	sizeCache         protoimpl.SizeCache
+	// health_check, when set, is run by the agent while the task runs; see
+	// HealthCheck.
+	HealthCheck   *HealthCheck `protobuf:"bytes,11,opt,name=health_check,json=healthCheck,proto3" json:"health_check,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	mi := &file_slackline_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1080,7 +1290,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	mi := &file_slackline_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1093,7 +1303,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -1159,28 +1369,39 @@ func (x *TaskInfo) GetSeccompUnconfined() bool {
 	return false
 }
 
+func (x *TaskInfo) GetHealthCheck() *HealthCheck {
+	if x != nil {
+		return x.HealthCheck
+	}
+	return nil
+}
+
 // TaskStatus is a status update. Updates with a uuid come from an agent and
 // are re-sent until the framework acknowledges them; updates without one are
 // generated by the coordinator (reconciliation, validation) and need no
 // acknowledgement.
 type TaskStatus struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	TaskId        string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	AgentId       string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	State         TaskState              `protobuf:"varint,3,opt,name=state,proto3,enum=slackline.v1.TaskState" json:"state,omitempty"`
-	Reason        Reason                 `protobuf:"varint,4,opt,name=reason,proto3,enum=slackline.v1.Reason" json:"reason,omitempty"`
-	Source        TaskSource             `protobuf:"varint,5,opt,name=source,proto3,enum=slackline.v1.TaskSource" json:"source,omitempty"`
-	Message       string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
-	Uuid          string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	FrameworkId   string                 `protobuf:"bytes,9,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	TaskId      string                 `protobuf:"bytes,1,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	AgentId     string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	State       TaskState              `protobuf:"varint,3,opt,name=state,proto3,enum=slackline.v1.TaskState" json:"state,omitempty"`
+	Reason      Reason                 `protobuf:"varint,4,opt,name=reason,proto3,enum=slackline.v1.Reason" json:"reason,omitempty"`
+	Source      TaskSource             `protobuf:"varint,5,opt,name=source,proto3,enum=slackline.v1.TaskSource" json:"source,omitempty"`
+	Message     string                 `protobuf:"bytes,6,opt,name=message,proto3" json:"message,omitempty"`
+	Uuid        string                 `protobuf:"bytes,7,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	Timestamp   *timestamppb.Timestamp `protobuf:"bytes,8,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	FrameworkId string                 `protobuf:"bytes,9,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	// healthy is the result of the task's health check, set on the updates
+	// an agent sends when it changes (and on later updates of the task);
+	// unset for a task without a health check or not checked yet.
+	Healthy       *bool `protobuf:"varint,10,opt,name=healthy,proto3,oneof" json:"healthy,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_slackline_v1_types_proto_msgTypes[10]
+	mi := &file_slackline_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1192,7 +1413,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[10]
+	mi := &file_slackline_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1205,7 +1426,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskStatus) GetTaskId() string {
@@ -1271,6 +1492,13 @@ func (x *TaskStatus) GetFrameworkId() string {
 	return ""
 }
 
+func (x *TaskStatus) GetHealthy() bool {
+	if x != nil && x.Healthy != nil {
+		return *x.Healthy
+	}
+	return false
+}
+
 // Task is the coordinator's view of a task.
 type Task struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1289,7 +1517,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_slackline_v1_types_proto_msgTypes[11]
+	mi := &file_slackline_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1301,7 +1529,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[11]
+	mi := &file_slackline_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1314,7 +1542,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *Task) GetTaskId() string {
@@ -1392,7 +1620,7 @@ type Filters struct {
 
 func (x *Filters) Reset() {
 	*x = Filters{}
-	mi := &file_slackline_v1_types_proto_msgTypes[12]
+	mi := &file_slackline_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1404,7 +1632,7 @@ func (x *Filters) String() string {
 func (*Filters) ProtoMessage() {}
 
 func (x *Filters) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[12]
+	mi := &file_slackline_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1417,12 +1645,223 @@ func (x *Filters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filters.ProtoReflect.Descriptor instead.
 func (*Filters) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Filters) GetRefuseSeconds() float64 {
 	if x != nil && x.RefuseSeconds != nil {
 		return *x.RefuseSeconds
+	}
+	return 0
+}
+
+// URI is one artifact to fetch.
+type CommandInfo_URI struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// value is an http:// or https:// URL. Redirects are followed only to
+	// http(s) URLs.
+	Value string `protobuf:"bytes,1,opt,name=value,proto3" json:"value,omitempty"`
+	// sha256 is the expected SHA-256 of the downloaded bytes, in hex (64
+	// digits). Empty: not verified, and never served from the cache.
+	Sha256 string `protobuf:"bytes,2,opt,name=sha256,proto3" json:"sha256,omitempty"`
+	// executable makes the fetched file executable (mode 0755); not with
+	// extract.
+	Executable bool `protobuf:"varint,3,opt,name=executable,proto3" json:"executable,omitempty"`
+	// extract unpacks the archive into the sandbox instead of keeping it:
+	// "tar", "tar.gz" (or "tgz") or "zip". Empty keeps the file as it is.
+	// Entries that would land outside the sandbox (.. or absolute paths,
+	// links pointing out) are refused.
+	Extract string `protobuf:"bytes,4,opt,name=extract,proto3" json:"extract,omitempty"`
+	// cache keeps the download in the agent's content cache, keyed by its
+	// sha256 (which it then requires), so that later tasks of the same
+	// artifact download nothing.
+	Cache bool `protobuf:"varint,5,opt,name=cache,proto3" json:"cache,omitempty"`
+	// output_file is the file's name in the sandbox (a relative path
+	// without ..; default: the last element of the URL's path).
+	OutputFile    string `protobuf:"bytes,6,opt,name=output_file,json=outputFile,proto3" json:"output_file,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *CommandInfo_URI) Reset() {
+	*x = CommandInfo_URI{}
+	mi := &file_slackline_v1_types_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *CommandInfo_URI) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*CommandInfo_URI) ProtoMessage() {}
+
+func (x *CommandInfo_URI) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_types_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use CommandInfo_URI.ProtoReflect.Descriptor instead.
+func (*CommandInfo_URI) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{8, 1}
+}
+
+func (x *CommandInfo_URI) GetValue() string {
+	if x != nil {
+		return x.Value
+	}
+	return ""
+}
+
+func (x *CommandInfo_URI) GetSha256() string {
+	if x != nil {
+		return x.Sha256
+	}
+	return ""
+}
+
+func (x *CommandInfo_URI) GetExecutable() bool {
+	if x != nil {
+		return x.Executable
+	}
+	return false
+}
+
+func (x *CommandInfo_URI) GetExtract() string {
+	if x != nil {
+		return x.Extract
+	}
+	return ""
+}
+
+func (x *CommandInfo_URI) GetCache() bool {
+	if x != nil {
+		return x.Cache
+	}
+	return false
+}
+
+func (x *CommandInfo_URI) GetOutputFile() string {
+	if x != nil {
+		return x.OutputFile
+	}
+	return ""
+}
+
+// HTTPCheck probes over HTTP. The host is always the task's own
+// address (loopback in its network namespace, else 127.0.0.1): a check
+// cannot reach anything else.
+type HealthCheck_HTTPCheck struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// port is required (1-65535).
+	Port uint32 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	// path defaults to "/"; it must start with "/".
+	Path string `protobuf:"bytes,2,opt,name=path,proto3" json:"path,omitempty"`
+	// scheme is "http" (default) or "https" (certificate not verified).
+	Scheme        string `protobuf:"bytes,3,opt,name=scheme,proto3" json:"scheme,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheck_HTTPCheck) Reset() {
+	*x = HealthCheck_HTTPCheck{}
+	mi := &file_slackline_v1_types_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck_HTTPCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck_HTTPCheck) ProtoMessage() {}
+
+func (x *HealthCheck_HTTPCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_types_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck_HTTPCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck_HTTPCheck) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 0}
+}
+
+func (x *HealthCheck_HTTPCheck) GetPort() uint32 {
+	if x != nil {
+		return x.Port
+	}
+	return 0
+}
+
+func (x *HealthCheck_HTTPCheck) GetPath() string {
+	if x != nil {
+		return x.Path
+	}
+	return ""
+}
+
+func (x *HealthCheck_HTTPCheck) GetScheme() string {
+	if x != nil {
+		return x.Scheme
+	}
+	return ""
+}
+
+// TCPCheck probes by connecting to a port of the task's own address.
+type HealthCheck_TCPCheck struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Port          uint32                 `protobuf:"varint,1,opt,name=port,proto3" json:"port,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HealthCheck_TCPCheck) Reset() {
+	*x = HealthCheck_TCPCheck{}
+	mi := &file_slackline_v1_types_proto_msgTypes[17]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HealthCheck_TCPCheck) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HealthCheck_TCPCheck) ProtoMessage() {}
+
+func (x *HealthCheck_TCPCheck) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_types_proto_msgTypes[17]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HealthCheck_TCPCheck.ProtoReflect.Descriptor instead.
+func (*HealthCheck_TCPCheck) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 1}
+}
+
+func (x *HealthCheck_TCPCheck) GetPort() uint32 {
+	if x != nil {
+		return x.Port
 	}
 	return 0
 }
@@ -1476,15 +1915,52 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x04 \x01(\tR\bhostname\x12D\n" +
 	"\x0eunavailability\x18\x05 \x01(\v2\x1c.slackline.v1.UnavailabilityR\x0eunavailability\x124\n" +
-	"\tresources\x18\x06 \x03(\v2\x16.slackline.v1.ResourceR\tresources\"\xe5\x01\n" +
+	"\tresources\x18\x06 \x03(\v2\x16.slackline.v1.ResourceR\tresources\"\xbf\x03\n" +
 	"\vCommandInfo\x12\x14\n" +
 	"\x05value\x18\x01 \x01(\tR\x05value\x12\x1c\n" +
 	"\targuments\x18\x02 \x03(\tR\targuments\x12\x14\n" +
 	"\x05shell\x18\x03 \x01(\bR\x05shell\x12L\n" +
-	"\venvironment\x18\x04 \x03(\v2*.slackline.v1.CommandInfo.EnvironmentEntryR\venvironment\x1a>\n" +
+	"\venvironment\x18\x04 \x03(\v2*.slackline.v1.CommandInfo.EnvironmentEntryR\venvironment\x121\n" +
+	"\x04uris\x18\x05 \x03(\v2\x1d.slackline.v1.CommandInfo.URIR\x04uris\x1a>\n" +
 	"\x10EnvironmentEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x9a\x03\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a\xa4\x01\n" +
+	"\x03URI\x12\x14\n" +
+	"\x05value\x18\x01 \x01(\tR\x05value\x12\x16\n" +
+	"\x06sha256\x18\x02 \x01(\tR\x06sha256\x12\x1e\n" +
+	"\n" +
+	"executable\x18\x03 \x01(\bR\n" +
+	"executable\x12\x18\n" +
+	"\aextract\x18\x04 \x01(\tR\aextract\x12\x14\n" +
+	"\x05cache\x18\x05 \x01(\bR\x05cache\x12\x1f\n" +
+	"\voutput_file\x18\x06 \x01(\tR\n" +
+	"outputFile\"\x83\x06\n" +
+	"\vHealthCheck\x122\n" +
+	"\x04type\x18\x01 \x01(\x0e2\x1e.slackline.v1.HealthCheck.TypeR\x04type\x123\n" +
+	"\acommand\x18\x02 \x01(\v2\x19.slackline.v1.CommandInfoR\acommand\x127\n" +
+	"\x04http\x18\x03 \x01(\v2#.slackline.v1.HealthCheck.HTTPCheckR\x04http\x124\n" +
+	"\x03tcp\x18\x04 \x01(\v2\".slackline.v1.HealthCheck.TCPCheckR\x03tcp\x12(\n" +
+	"\rdelay_seconds\x18\x05 \x01(\x01H\x00R\fdelaySeconds\x88\x01\x01\x12.\n" +
+	"\x10interval_seconds\x18\x06 \x01(\x01H\x01R\x0fintervalSeconds\x88\x01\x01\x12,\n" +
+	"\x0ftimeout_seconds\x18\a \x01(\x01H\x02R\x0etimeoutSeconds\x88\x01\x01\x125\n" +
+	"\x14grace_period_seconds\x18\b \x01(\x01H\x03R\x12gracePeriodSeconds\x88\x01\x01\x126\n" +
+	"\x14consecutive_failures\x18\t \x01(\rH\x04R\x13consecutiveFailures\x88\x01\x01\x1aK\n" +
+	"\tHTTPCheck\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\x12\x12\n" +
+	"\x04path\x18\x02 \x01(\tR\x04path\x12\x16\n" +
+	"\x06scheme\x18\x03 \x01(\tR\x06scheme\x1a\x1e\n" +
+	"\bTCPCheck\x12\x12\n" +
+	"\x04port\x18\x01 \x01(\rR\x04port\"K\n" +
+	"\x04Type\x12\x14\n" +
+	"\x10TYPE_UNSPECIFIED\x10\x00\x12\x10\n" +
+	"\fTYPE_COMMAND\x10\x01\x12\r\n" +
+	"\tTYPE_HTTP\x10\x02\x12\f\n" +
+	"\bTYPE_TCP\x10\x03B\x10\n" +
+	"\x0e_delay_secondsB\x13\n" +
+	"\x11_interval_secondsB\x12\n" +
+	"\x10_timeout_secondsB\x17\n" +
+	"\x15_grace_period_secondsB\x17\n" +
+	"\x15_consecutive_failures\"\xd8\x03\n" +
 	"\bTaskInfo\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x12\n" +
 	"\x04name\x18\x02 \x01(\tR\x04name\x12\x19\n" +
@@ -1494,10 +1970,11 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x06labels\x18\x06 \x03(\v2\".slackline.v1.TaskInfo.LabelsEntryR\x06labels\x12\x12\n" +
 	"\x04user\x18\a \x01(\tR\x04user\x12!\n" +
 	"\flaunch_proof\x18\b \x01(\fR\vlaunchProof\x12-\n" +
-	"\x12seccomp_unconfined\x18\t \x01(\bR\x11seccompUnconfined\x1a9\n" +
+	"\x12seccomp_unconfined\x18\t \x01(\bR\x11seccompUnconfined\x12<\n" +
+	"\fhealth_check\x18\v \x01(\v2\x19.slackline.v1.HealthCheckR\vhealthCheck\x1a9\n" +
 	"\vLabelsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xda\x02\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\x85\x03\n" +
 	"\n" +
 	"TaskStatus\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x19\n" +
@@ -1508,7 +1985,11 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\amessage\x18\x06 \x01(\tR\amessage\x12\x12\n" +
 	"\x04uuid\x18\a \x01(\tR\x04uuid\x128\n" +
 	"\ttimestamp\x18\b \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12!\n" +
-	"\fframework_id\x18\t \x01(\tR\vframeworkId\"\x8f\x03\n" +
+	"\fframework_id\x18\t \x01(\tR\vframeworkId\x12\x1d\n" +
+	"\ahealthy\x18\n" +
+	" \x01(\bH\x00R\ahealthy\x88\x01\x01B\n" +
+	"\n" +
+	"\b_healthy\"\x8f\x03\n" +
 	"\x04Task\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x19\n" +
@@ -1556,7 +2037,7 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	"\x17TASK_SOURCE_UNSPECIFIED\x10\x00\x12\x1b\n" +
 	"\x17TASK_SOURCE_COORDINATOR\x10\x01\x12\x15\n" +
 	"\x11TASK_SOURCE_AGENT\x10\x02\x12\x18\n" +
-	"\x14TASK_SOURCE_EXECUTOR\x10\x03*\xae\x04\n" +
+	"\x14TASK_SOURCE_EXECUTOR\x10\x03*\xf3\x04\n" +
 	"\x06Reason\x12\x16\n" +
 	"\x12REASON_UNSPECIFIED\x10\x00\x12\"\n" +
 	"\x1eREASON_COMMAND_EXECUTOR_FAILED\x10\x01\x12&\n" +
@@ -1576,7 +2057,9 @@ const file_slackline_v1_types_proto_rawDesc = "" +
 	" REASON_TASK_KILLED_DURING_LAUNCH\x10\x0e\x12\x16\n" +
 	"\x12REASON_TASK_KILLED\x10\x0f\x12$\n" +
 	" REASON_CONTAINER_LIMITATION_DISK\x10\x10\x12\x18\n" +
-	"\x14REASON_AGENT_DRAINED\x10\x11B\xac\x01\n" +
+	"\x14REASON_AGENT_DRAINED\x10\x11\x12\x17\n" +
+	"\x13REASON_FETCH_FAILED\x10\x13\x12*\n" +
+	"&REASON_TASK_HEALTH_CHECK_STATUS_FAILED\x10\x14B\xac\x01\n" +
 	"\x10com.slackline.v1B\n" +
 	"TypesProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
@@ -1592,60 +2075,71 @@ func file_slackline_v1_types_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_types_proto_rawDescData
 }
 
-var file_slackline_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 5)
-var file_slackline_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 16)
+var file_slackline_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
+var file_slackline_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
 var file_slackline_v1_types_proto_goTypes = []any{
 	(MachineMode)(0),              // 0: slackline.v1.MachineMode
 	(FrameworkCapability)(0),      // 1: slackline.v1.FrameworkCapability
 	(TaskState)(0),                // 2: slackline.v1.TaskState
 	(TaskSource)(0),               // 3: slackline.v1.TaskSource
 	(Reason)(0),                   // 4: slackline.v1.Reason
-	(*Range)(nil),                 // 5: slackline.v1.Range
-	(*Resource)(nil),              // 6: slackline.v1.Resource
-	(*Attribute)(nil),             // 7: slackline.v1.Attribute
-	(*Unavailability)(nil),        // 8: slackline.v1.Unavailability
-	(*MachineID)(nil),             // 9: slackline.v1.MachineID
-	(*FrameworkInfo)(nil),         // 10: slackline.v1.FrameworkInfo
-	(*Offer)(nil),                 // 11: slackline.v1.Offer
-	(*InverseOffer)(nil),          // 12: slackline.v1.InverseOffer
-	(*CommandInfo)(nil),           // 13: slackline.v1.CommandInfo
-	(*TaskInfo)(nil),              // 14: slackline.v1.TaskInfo
-	(*TaskStatus)(nil),            // 15: slackline.v1.TaskStatus
-	(*Task)(nil),                  // 16: slackline.v1.Task
-	(*Filters)(nil),               // 17: slackline.v1.Filters
-	nil,                           // 18: slackline.v1.CommandInfo.EnvironmentEntry
-	nil,                           // 19: slackline.v1.TaskInfo.LabelsEntry
-	nil,                           // 20: slackline.v1.Task.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 21: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 22: google.protobuf.Duration
+	(HealthCheck_Type)(0),         // 5: slackline.v1.HealthCheck.Type
+	(*Range)(nil),                 // 6: slackline.v1.Range
+	(*Resource)(nil),              // 7: slackline.v1.Resource
+	(*Attribute)(nil),             // 8: slackline.v1.Attribute
+	(*Unavailability)(nil),        // 9: slackline.v1.Unavailability
+	(*MachineID)(nil),             // 10: slackline.v1.MachineID
+	(*FrameworkInfo)(nil),         // 11: slackline.v1.FrameworkInfo
+	(*Offer)(nil),                 // 12: slackline.v1.Offer
+	(*InverseOffer)(nil),          // 13: slackline.v1.InverseOffer
+	(*CommandInfo)(nil),           // 14: slackline.v1.CommandInfo
+	(*HealthCheck)(nil),           // 15: slackline.v1.HealthCheck
+	(*TaskInfo)(nil),              // 16: slackline.v1.TaskInfo
+	(*TaskStatus)(nil),            // 17: slackline.v1.TaskStatus
+	(*Task)(nil),                  // 18: slackline.v1.Task
+	(*Filters)(nil),               // 19: slackline.v1.Filters
+	nil,                           // 20: slackline.v1.CommandInfo.EnvironmentEntry
+	(*CommandInfo_URI)(nil),       // 21: slackline.v1.CommandInfo.URI
+	(*HealthCheck_HTTPCheck)(nil), // 22: slackline.v1.HealthCheck.HTTPCheck
+	(*HealthCheck_TCPCheck)(nil),  // 23: slackline.v1.HealthCheck.TCPCheck
+	nil,                           // 24: slackline.v1.TaskInfo.LabelsEntry
+	nil,                           // 25: slackline.v1.Task.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
 }
 var file_slackline_v1_types_proto_depIdxs = []int32{
-	5,  // 0: slackline.v1.Resource.ranges:type_name -> slackline.v1.Range
-	21, // 1: slackline.v1.Unavailability.start:type_name -> google.protobuf.Timestamp
-	22, // 2: slackline.v1.Unavailability.duration:type_name -> google.protobuf.Duration
+	6,  // 0: slackline.v1.Resource.ranges:type_name -> slackline.v1.Range
+	26, // 1: slackline.v1.Unavailability.start:type_name -> google.protobuf.Timestamp
+	27, // 2: slackline.v1.Unavailability.duration:type_name -> google.protobuf.Duration
 	1,  // 3: slackline.v1.FrameworkInfo.capabilities:type_name -> slackline.v1.FrameworkCapability
-	6,  // 4: slackline.v1.Offer.resources:type_name -> slackline.v1.Resource
-	7,  // 5: slackline.v1.Offer.attributes:type_name -> slackline.v1.Attribute
-	8,  // 6: slackline.v1.Offer.unavailability:type_name -> slackline.v1.Unavailability
-	8,  // 7: slackline.v1.InverseOffer.unavailability:type_name -> slackline.v1.Unavailability
-	6,  // 8: slackline.v1.InverseOffer.resources:type_name -> slackline.v1.Resource
-	18, // 9: slackline.v1.CommandInfo.environment:type_name -> slackline.v1.CommandInfo.EnvironmentEntry
-	6,  // 10: slackline.v1.TaskInfo.resources:type_name -> slackline.v1.Resource
-	13, // 11: slackline.v1.TaskInfo.command:type_name -> slackline.v1.CommandInfo
-	19, // 12: slackline.v1.TaskInfo.labels:type_name -> slackline.v1.TaskInfo.LabelsEntry
-	2,  // 13: slackline.v1.TaskStatus.state:type_name -> slackline.v1.TaskState
-	4,  // 14: slackline.v1.TaskStatus.reason:type_name -> slackline.v1.Reason
-	3,  // 15: slackline.v1.TaskStatus.source:type_name -> slackline.v1.TaskSource
-	21, // 16: slackline.v1.TaskStatus.timestamp:type_name -> google.protobuf.Timestamp
-	2,  // 17: slackline.v1.Task.state:type_name -> slackline.v1.TaskState
-	6,  // 18: slackline.v1.Task.resources:type_name -> slackline.v1.Resource
-	15, // 19: slackline.v1.Task.status:type_name -> slackline.v1.TaskStatus
-	20, // 20: slackline.v1.Task.labels:type_name -> slackline.v1.Task.LabelsEntry
-	21, // [21:21] is the sub-list for method output_type
-	21, // [21:21] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	7,  // 4: slackline.v1.Offer.resources:type_name -> slackline.v1.Resource
+	8,  // 5: slackline.v1.Offer.attributes:type_name -> slackline.v1.Attribute
+	9,  // 6: slackline.v1.Offer.unavailability:type_name -> slackline.v1.Unavailability
+	9,  // 7: slackline.v1.InverseOffer.unavailability:type_name -> slackline.v1.Unavailability
+	7,  // 8: slackline.v1.InverseOffer.resources:type_name -> slackline.v1.Resource
+	20, // 9: slackline.v1.CommandInfo.environment:type_name -> slackline.v1.CommandInfo.EnvironmentEntry
+	21, // 10: slackline.v1.CommandInfo.uris:type_name -> slackline.v1.CommandInfo.URI
+	5,  // 11: slackline.v1.HealthCheck.type:type_name -> slackline.v1.HealthCheck.Type
+	14, // 12: slackline.v1.HealthCheck.command:type_name -> slackline.v1.CommandInfo
+	22, // 13: slackline.v1.HealthCheck.http:type_name -> slackline.v1.HealthCheck.HTTPCheck
+	23, // 14: slackline.v1.HealthCheck.tcp:type_name -> slackline.v1.HealthCheck.TCPCheck
+	7,  // 15: slackline.v1.TaskInfo.resources:type_name -> slackline.v1.Resource
+	14, // 16: slackline.v1.TaskInfo.command:type_name -> slackline.v1.CommandInfo
+	24, // 17: slackline.v1.TaskInfo.labels:type_name -> slackline.v1.TaskInfo.LabelsEntry
+	15, // 18: slackline.v1.TaskInfo.health_check:type_name -> slackline.v1.HealthCheck
+	2,  // 19: slackline.v1.TaskStatus.state:type_name -> slackline.v1.TaskState
+	4,  // 20: slackline.v1.TaskStatus.reason:type_name -> slackline.v1.Reason
+	3,  // 21: slackline.v1.TaskStatus.source:type_name -> slackline.v1.TaskSource
+	26, // 22: slackline.v1.TaskStatus.timestamp:type_name -> google.protobuf.Timestamp
+	2,  // 23: slackline.v1.Task.state:type_name -> slackline.v1.TaskState
+	7,  // 24: slackline.v1.Task.resources:type_name -> slackline.v1.Resource
+	17, // 25: slackline.v1.Task.status:type_name -> slackline.v1.TaskStatus
+	25, // 26: slackline.v1.Task.labels:type_name -> slackline.v1.Task.LabelsEntry
+	27, // [27:27] is the sub-list for method output_type
+	27, // [27:27] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_types_proto_init() }
@@ -1653,14 +2147,16 @@ func file_slackline_v1_types_proto_init() {
 	if File_slackline_v1_types_proto != nil {
 		return
 	}
-	file_slackline_v1_types_proto_msgTypes[12].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[9].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[11].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[13].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_types_proto_rawDesc), len(file_slackline_v1_types_proto_rawDesc)),
-			NumEnums:      5,
-			NumMessages:   16,
+			NumEnums:      6,
+			NumMessages:   20,
 			NumExtensions: 0,
 			NumServices:   0,
 		},
