@@ -29,5 +29,6 @@ RUN apt-get update \
  && rm -rf /var/lib/apt/lists/*
 COPY --from=build /out/ /usr/local/bin/
 USER 65532:65532
-EXPOSE 5050 5051
-# No default command: run slackline-coordinator, slackline-agent, ... by name.
+EXPOSE 5050 5051 5060
+# No default command: run slackline-coordinator, slackline-agent,
+# slackline-jobs (the job service, port 5060), ... by name.

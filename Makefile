@@ -73,6 +73,7 @@ bench:
 	$(GO) run ./scripts/bench/offerlatency
 	$(GO) run ./scripts/bench/auth
 	$(GO) run ./scripts/bench/scale
+	$(GO) run ./scripts/bench/jobs
 	$(GO) run ./cmd/slackline-backtest run
 	@if [ "$$(id -u)" = 0 ]; then \
 		$(GO) run ./scripts/bench/agent && \

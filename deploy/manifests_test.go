@@ -128,8 +128,8 @@ func load(t *testing.T) objects {
 
 func TestManifestsDecodeStrictly(t *testing.T) {
 	o := load(t)
-	if len(o.daemonSets) != 1 || len(o.statefulSets) != 1 || len(o.namespaces) != 1 || len(o.accounts) != 2 || len(o.services) != 2 {
-		t.Fatalf("manifests: %d DaemonSets, %d StatefulSets, %d Namespaces, %d ServiceAccounts, %d Services; want 1, 1, 1, 2, 2",
+	if len(o.daemonSets) != 1 || len(o.statefulSets) != 2 || len(o.namespaces) != 1 || len(o.accounts) != 3 || len(o.services) != 3 {
+		t.Fatalf("manifests: %d DaemonSets, %d StatefulSets (coordinator, jobs), %d Namespaces, %d ServiceAccounts, %d Services; want 1, 2, 1, 3, 3",
 			len(o.daemonSets), len(o.statefulSets), len(o.namespaces), len(o.accounts), len(o.services))
 	}
 	if o.kust.Namespace != o.namespaces[0].Name {
@@ -325,6 +325,7 @@ func TestCredentialFiles(t *testing.T) {
 	want := map[string][]string{
 		"slackline-coordinator-credentials": {"ca.crt", "coordinator.crt", "coordinator.key", "coordinator-client.crt", "coordinator-client.key"},
 		"slackline-authz":                   {"authz.yaml"},
+		"slackline-jobs-credentials":        {"jobs.token"},
 	}
 	if diff := cmp.Diff(want, keys); diff != "" {
 		t.Errorf("Secrets and their keys (-contract +secretGenerator):\n%s", diff)
@@ -356,22 +357,74 @@ func TestCredentialFiles(t *testing.T) {
 	check("coordinator", o.statefulSets[0].Spec.Template.Spec,
 		map[string]string{"--tls-cert": "coordinator.crt", "--tls-key": "coordinator.key", "--client-ca": "ca.crt", "--authz": "authz.yaml",
 			"--agent-client-cert": "coordinator-client.crt", "--agent-client-key": "coordinator-client.key"})
+	check("jobs", o.statefulSets[1].Spec.Template.Spec,
+		map[string]string{"--tls-cert": "coordinator.crt", "--tls-key": "coordinator.key", "--client-ca": "ca.crt", "--authz": "authz.yaml",
+			"--ca": "ca.crt", "--token-file": "jobs.token"})
 	check("agent", o.daemonSets[0].Spec.Template.Spec,
 		map[string]string{"--ca": "ca.crt", "--cert": "agent-$(NODE_NAME).crt", "--key": "agent-$(NODE_NAME).key", "--authz": "authz.yaml"})
 }
 
 func TestServicesSelectTheirPods(t *testing.T) {
 	o := load(t)
-	labels := o.statefulSets[0].Spec.Template.Labels
 	for _, svc := range o.services {
-		for k, v := range svc.Spec.Selector {
-			if labels[k] != v {
-				t.Errorf("Service %s selects %s=%s, which the coordinator's pods do not carry", svc.Name, k, v)
+		selected := 0
+		for _, ss := range o.statefulSets {
+			labels := ss.Spec.Template.Labels
+			matches := len(svc.Spec.Selector) > 0
+			for k, v := range svc.Spec.Selector {
+				matches = matches && labels[k] == v
+			}
+			if matches {
+				selected++
 			}
 		}
+		if selected != 1 {
+			t.Errorf("Service %s selects the pods of %d StatefulSets, want 1", svc.Name, selected)
+		}
 	}
-	if o.statefulSets[0].Spec.ServiceName == "" {
-		t.Error("the StatefulSet needs its governing Service")
+	for _, ss := range o.statefulSets {
+		if ss.Spec.ServiceName == "" {
+			t.Errorf("StatefulSet %s needs its governing Service", ss.Name)
+		}
+	}
+}
+
+// TestJobServiceRunsUnprivileged: slackline-jobs runs as the coordinator
+// does, unprivileged, one replica, its store on its volume.
+func TestJobServiceRunsUnprivileged(t *testing.T) {
+	ss := load(t).statefulSets[1]
+	if ss.Name != "slackline-jobs" {
+		t.Fatalf("second StatefulSet %s, want slackline-jobs", ss.Name)
+	}
+	spec := ss.Spec.Template.Spec
+	c := container(t, spec)
+	if ss.Spec.Replicas == nil || *ss.Spec.Replicas != 1 {
+		t.Error("one job service replica: bbolt is a single-writer file")
+	}
+	psc, sc := spec.SecurityContext, c.SecurityContext
+	switch {
+	case psc == nil || psc.RunAsNonRoot == nil || !*psc.RunAsNonRoot:
+		t.Error("jobs: runAsNonRoot")
+	case sc == nil || sc.AllowPrivilegeEscalation == nil || *sc.AllowPrivilegeEscalation:
+		t.Error("jobs: allowPrivilegeEscalation false")
+	case sc.ReadOnlyRootFilesystem == nil || !*sc.ReadOnlyRootFilesystem:
+		t.Error("jobs: read-only root filesystem")
+	case sc.Capabilities == nil || !slices.Equal(sc.Capabilities.Drop, []corev1.Capability{"ALL"}) || len(sc.Capabilities.Add) > 0:
+		t.Error("jobs: drop every capability, add none")
+	case spec.HostNetwork || spec.HostPID:
+		t.Error("jobs: no host namespaces")
+	}
+	for _, flag := range []string{"--coordinator", "--listen", "--work-dir"} {
+		if flagValue(c.Args, flag) == "" {
+			t.Errorf("jobs: %s missing", flag)
+		}
+	}
+	mounted := false
+	for _, m := range c.VolumeMounts {
+		mounted = mounted || (len(ss.Spec.VolumeClaimTemplates) == 1 && m.Name == ss.Spec.VolumeClaimTemplates[0].Name && m.MountPath == flagValue(c.Args, "--work-dir"))
+	}
+	if !mounted {
+		t.Error("jobs: --work-dir is not the volume claim's mount path")
 	}
 }
 

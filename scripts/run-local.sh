@@ -5,7 +5,9 @@
 # 127.0.0.1:5050 and authorizes every call (registry under .run/coordinator),
 # and a real agent (NodeService on 127.0.0.1:5051, tasks in cgroups under
 # "slackline", work dir .run/agent) registers with its certificate. The agent
-# needs root; without it a simulated agent stands in. Ctrl-C stops both
+# needs root; without it a simulated agent stands in. The job service
+# (slackline-jobs, JobService on 127.0.0.1:5060, store .run/jobs) runs jobs
+# in the role "jobs" as the framework "jobs". Ctrl-C stops them all
 # (running tasks survive an agent stop by design; the next `make run`
 # re-adopts them). `. .run/env` in another terminal points bin/slacklinectl
 # at it as the operator "admin".
@@ -19,12 +21,13 @@ host=$(hostname)
 sim_host=$host-sim-0
 # Kept when they exist: a second run adds nothing and changes nothing.
 bin/slacklinectl credentials init "$CREDS" --hosts localhost,127.0.0.1 \
-	--agents "$host,$sim_host" --frameworks batch,service --operators admin >/dev/null
+	--agents "$host,$sim_host" --frameworks batch,service,jobs --operators admin >/dev/null
 creds_abs=$(cd "$CREDS" && pwd)
 cat >"$RUN_DIR/env" <<ENV
 export SLACKLINE_COORDINATOR=https://127.0.0.1:5050
 export SLACKLINE_CA=$creds_abs/ca.crt
 export SLACKLINE_TOKEN_FILE=$creds_abs/admin.token
+export SLACKLINE_JOBS_SERVER=https://127.0.0.1:5060
 ENV
 # shellcheck source=/dev/null
 . "$RUN_DIR/env"
@@ -59,10 +62,25 @@ else
 fi
 pids+=($!)
 
+# The job service: a framework with its own token, serving users with the
+# coordinator's certificate and authorization file. Credentials written
+# before it existed have no jobs.token: remove $CREDS to get one.
+if [ -f "$CREDS/jobs.token" ]; then
+	bin/slackline-jobs --coordinator "$SLACKLINE_COORDINATOR" --ca "$CREDS/ca.crt" --token-file "$CREDS/jobs.token" \
+		--listen 127.0.0.1:5060 --work-dir "$RUN_DIR/jobs" --roles jobs \
+		--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
+		--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
+	pids+=($!)
+	jobs_msg="the job service on $SLACKLINE_JOBS_SERVER"
+else
+	echo "run-local: $CREDS has no jobs.token (written before the job service existed); remove $CREDS for one" >&2
+	jobs_msg="no job service (see above)"
+fi
+
 cat <<MSG
 
 Slackline is running: coordinator on $SLACKLINE_COORDINATOR (TLS, authorization
-from $CREDS/authz.yaml) and $agent.
+from $CREDS/authz.yaml), $agent and $jobs_msg.
 Try, in another terminal:
   . $RUN_DIR/env                 # the CA, and the operator admin's token
   bin/slacklinectl get agents
@@ -70,6 +88,9 @@ Try, in another terminal:
       --tasks 5 --task-resources "cpus:0.5;mem:64" --command 'echo hello; sleep 2' --label sim.duration=2s
   bin/slacklinectl get tasks
   bin/slacklinectl logs <task id>
+  bin/slacklinectl jobs submit -f examples/jobs/array.yaml
+  bin/slacklinectl jobs get
+  bin/slacklinectl jobs logs job/array-demo --index 3
 Ctrl-C stops the cluster.
 MSG
 wait -n "${pids[@]}"

@@ -79,7 +79,7 @@ func newRootCommand(out io.Writer) *cobra.Command {
 
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
-		newCredentialsCommand(g), newVersionCommand(out))
+		newCredentialsCommand(g), newJobsCommand(g), newVersionCommand(out))
 	return root
 }
 

@@ -403,7 +403,8 @@ func Generate(dir string, spec Spec) (Result, error) {
 // AuthzYAML returns the authorization file Generate writes: agents register
 // as themselves with at most agentMaxResources (a resources text, or
 // Unlimited); each framework is its own principal, registers in the role
-// of its name and runs tasks as nobody; operators may do everything.
+// of its name, runs tasks as nobody and submits jobs in that role;
+// operators may do everything.
 // hashes are the principals' token hashes.
 func AuthzYAML(frameworks, operators []string, hashes map[string]string, agentMaxResources string) string {
 	var b strings.Builder
@@ -446,6 +447,8 @@ acls:
 				rules = append(rules, fmt.Sprintf("    - principals: [%s]\n      roles: [%s]\n", fw, fw))
 			case RunTasks:
 				rules = append(rules, fmt.Sprintf("    - principals: [%s]\n      users: [nobody]\n", fw))
+			case SubmitJobs:
+				rules = append(rules, fmt.Sprintf("    - principals: [%s]\n      roles: [%s]\n", fw, fw))
 			}
 		}
 		if len(operators) > 0 {

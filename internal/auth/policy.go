@@ -68,6 +68,14 @@ const (
 	ViewMetrics Action = "view_metrics"
 	// ViewAPI: use gRPC server reflection.
 	ViewAPI Action = "view_api"
+	// SubmitJobs: submit jobs to the job service in a role (roles).
+	SubmitJobs Action = "submit_jobs"
+	// ViewJobs: see the jobs other principals submitted to the job service
+	// (owners). A principal always sees its own.
+	ViewJobs Action = "view_jobs"
+	// CancelJobs: cancel the jobs other principals submitted (owners). A
+	// principal may always cancel its own.
+	CancelJobs Action = "cancel_jobs"
 )
 
 // objectKeys maps every action to the key of its object in a rule ("": the
@@ -91,6 +99,9 @@ var objectKeys = map[Action]string{
 	RegisterAgents:             "hostnames",
 	ViewMetrics:                "",
 	ViewAPI:                    "",
+	SubmitJobs:                 "roles",
+	ViewJobs:                   "owners",
+	CancelJobs:                 "owners",
 }
 
 // Actions returns every action, sorted.

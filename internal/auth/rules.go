@@ -152,6 +152,17 @@ var Rules = map[string]Rule{
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetImagesProcedure:      {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	// JobService (served by slackline-jobs): a job belongs to the
+	// principal that submitted it.
+	slacklinev1connect.JobServiceSubmitJobProcedure: {Caller: Clients,
+		Handler: "submit_jobs for the spec's role"},
+	slacklinev1connect.JobServiceGetJobsProcedure: {Caller: Clients,
+		Handler: "shows the caller's own jobs and those of owners it has view_jobs on"},
+	slacklinev1connect.JobServiceGetJobProcedure: {Caller: Clients,
+		Handler: "the job's owner, or view_jobs on it; others get NOT_FOUND"},
+	slacklinev1connect.JobServiceCancelJobProcedure: {Caller: Clients,
+		Handler: "the job's owner, or cancel_jobs on it; a caller that cannot see the job gets NOT_FOUND"},
+
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients, Coordinator: true,
 		Handler: "the task's framework principal, or access_sandboxes on it; the coordinator's identity, which checked that for its caller"},
 }

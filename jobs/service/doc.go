@@ -1,0 +1,33 @@
+// Package service is the job service's shell around the jobs core: a
+// framework on the public API (frameworkapi) that feeds offers, status
+// updates and time to the core and performs its effects, a bbolt store that
+// keeps every job and index, the JobService Connect handler, and /metrics.
+//
+// # Lifecycle
+//
+// New loads the store into a core; Handler serves JobService with the
+// authorization of Config.Authz (a job belongs to the principal that
+// submitted it: others see and cancel it only with view_jobs and
+// cancel_jobs on its owner) and the jobs page at /ui/ (static files that
+// call JobService with the caller's token); Run subscribes as the stored
+// framework id (a failover: the coordinator kept its tasks for the
+// failover timeout), reconciles the tasks the store says are launched, and
+// runs until its context ends. A framework id the coordinator removed is
+// forgotten and a new framework subscribes; reconciliation re-queues what
+// was lost.
+//
+// # Durability
+//
+// The core hands out what each operation changed; the shell writes it in
+// one bbolt transaction before the operation's effects leave the process:
+// before launching (task ids are recorded before they run), before
+// answering a submission or a cancellation, and before acknowledging status
+// updates (the SDK's manual acknowledgements: an update applied but not
+// written is re-sent by its agent after a SIGKILL). Updates are written in
+// groups by a flusher goroutine, so that one fsync covers many.
+//
+// # Locks
+//
+// mu guards the core and the acknowledgements waiting for a write; the
+// persist lock orders writes. No RPC and no fsync happens under mu.
+package service
