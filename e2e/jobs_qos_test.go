@@ -40,17 +40,18 @@ func TestJobsSlackOnlyPreemptedByQoSCompletes(t *testing.T) {
 	}
 	c := &jobsCluster{t: t, coordAddr: addr, jobsAddr: freeAddr(t), jobsDir: t.TempDir()}
 	c.startJobs()
-	// tail holds its whole input in memory when it has no newline.
+	// dd reads 1.5 GiB into one buffer with a single read (the kernel
+	// zero-fills it: fast even at idle CPU priority), then blocks
+	// writing it to a pipe nobody reads, holding the memory until killed.
 	marker := filepath.Join(dir, "hogged-$SLACKLINE_JOB_INDEX")
 	c.submit(fmt.Sprintf(`name: slack
-command: "if [ ! -f %[1]s ]; then touch %[1]s; head -c 1536M /dev/zero | tail; fi; exit 0"
+command: "if [ ! -f %[1]s ]; then touch %[1]s; dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000; fi; exit 0"
 resources: "cpus:0.2;mem:2048"
 completions: 1
 retries: 0
 revocable: only
 `, marker))
-	// Each task starts at idle CPU priority, and the hog writes 1.5 GiB
-	// through a pipe at that priority: minutes on a busy machine.
+	// Each task starts at idle CPU priority: slow on a busy machine.
 	eventually(t, 3*revocableStartTimeout, func() string {
 		l, err := c.listed()
 		if err != nil {
