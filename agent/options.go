@@ -186,7 +186,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.EstimatorConfig = estimator.DefaultConfig()
 	est := &o.EstimatorConfig
 	fs.Var(parsed(&est.Fixed, resources.Parse, resources.Resources.String), "fixed-revocable", `resources the "fixed" estimator reports, e.g. "cpus:2;bandwidth:500" (with network QoS, revocable egress is paced to its bandwidth: 1% of the link without)`)
-	fs.BoolVar(&est.Memory, "oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
+	fs.BoolVar(&est.Memory, "oversubscribe-memory", est.Memory, "estimate memory slack too, from guaranteed tasks' working sets (--oversubscribe-memory=false: offer no revocable mem)")
 	fs.DurationVar(&est.Window, "estimator-window", est.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
 	fs.Float64Var(&est.Percentile, "estimator-percentile", est.Percentile, "percentile of CPU samples in the window taken as a container's peak")
 	fs.DurationVar(&est.PeakHalfLife, "estimator-peak-half-life", est.PeakHalfLife, "half-life of the decaying peak hold")

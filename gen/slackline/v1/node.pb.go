@@ -395,6 +395,12 @@ type ResourceStatistics struct {
 	NetRxMbps float64 `protobuf:"fixed64,41,opt,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
 	// tcp is what eBPF saw of the container's TCP connections.
 	Tcp *TcpStatistics `protobuf:"bytes,42,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	// mem_working_set_bytes is the memory the container cannot lose without
+	// slowing down: anonymous memory plus active page cache (v2 memory.stat
+	// anon + active_file, v1 total_rss + total_active_file). Inactive page
+	// cache is reclaimable and not counted. The estimator offers memory slack
+	// from it.
+	MemWorkingSetBytes uint64 `protobuf:"varint,43,opt,name=mem_working_set_bytes,json=memWorkingSetBytes,proto3" json:"mem_working_set_bytes,omitempty"`
 	// delayed_by says what held the CPU while this container's tasks waited
 	// for it (eBPF who-delayed-whom), cumulative, for guaranteed containers
 	// and protected services; see Delay.
@@ -655,6 +661,13 @@ func (x *ResourceStatistics) GetTcp() *TcpStatistics {
 		return x.Tcp
 	}
 	return nil
+}
+
+func (x *ResourceStatistics) GetMemWorkingSetBytes() uint64 {
+	if x != nil {
+		return x.MemWorkingSetBytes
+	}
+	return 0
 }
 
 func (x *ResourceStatistics) GetDelayedBy() []*Delay {
@@ -1855,7 +1868,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\x98\v\n" +
+	"containers\"\xcb\v\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -1897,7 +1910,8 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\x12\x1e\n" +
 	"\vnet_tx_mbps\x18( \x01(\x01R\tnetTxMbps\x12\x1e\n" +
 	"\vnet_rx_mbps\x18) \x01(\x01R\tnetRxMbps\x12-\n" +
-	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x122\n" +
+	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x121\n" +
+	"\x15mem_working_set_bytes\x18+ \x01(\x04R\x12memWorkingSetBytes\x122\n" +
 	"\n" +
 	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\"5\n" +
 	"\x05Delay\x12\x18\n" +
