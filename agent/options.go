@@ -210,7 +210,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&in.MinWaitGain, "qos-min-wait-gain", in.MinWaitGain, "interference, cpuset: with eBPF, a correction is kept only if guaranteed work's whole run-queue wait fell by this fraction (else undone and backed off)")
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
-	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
+	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
@@ -227,6 +227,7 @@ func (o *Options) qosConfig() qos.Config {
 	c.Network.SaturationExit = max(c.Network.SaturationEnter-0.1, c.Network.SaturationEnter/2)
 	if o.QoSMemoryMinAvailableMiB > 0 {
 		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0
+		c.Reclaim.CriticalAvailableBytes, c.Reclaim.CriticalAvailableFraction = c.Memory.MinAvailableBytes, 0
 	}
 	return c
 }

@@ -142,7 +142,7 @@ type Config struct {
 	// shaped by reclaim (the revocable subtree's memory.high, lowered by the
 	// reclaim QoS controller under node memory pressure) and frozen before
 	// a revocable task is killed, and guaranteed tasks keep their
-	// allocation as memory.min/low protection (see qos.Reclaim).
+	// allocation as memory.min/low protection (see qos.MemoryReclaim).
 	Memory bool
 	// Window is how far back usage looks for its percentile and peaks.
 	Window time.Duration
