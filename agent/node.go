@@ -204,6 +204,7 @@ func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.G
 		}
 		resp.Features = append(resp.Features, f)
 	}
+	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer)...)
 	return connect.NewResponse(resp), nil
 }
 

@@ -136,6 +136,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		in.RevocableCPUs, in.Node.CPUList = cpus, l.cz.CPUs()
 	}
 	l.memoryInput(&in)
+	l.diskInput(&in)
 	if n := l.network; n != nil {
 		link := n.Link()
 		in.Node.LinkTx, in.Node.LinkRx, in.Node.LinkSampledAt = link.Tx, link.Rx, link.At
@@ -224,6 +225,13 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	switch c.Kind {
 	case qos.Throttle, qos.Unthrottle:
+		if c.Resource == qos.DiskIO {
+			if err := l.applyDisk(c); err != nil {
+				l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
+				return
+			}
+			break
+		}
 		if c.Resource == qos.Bandwidth {
 			if l.network == nil || c.ContainerID != "" {
 				l.log.Debug("QoS: bandwidth limits apply to the revocable total on managed interfaces only", "correction", c.String())

@@ -13,6 +13,7 @@ type Config struct {
 	CPUSet       CPUSetConfig
 	Memory       MemoryConfig
 	Reclaim      ReclaimConfig
+	DiskIO       DiskIOConfig
 	Load         LoadConfig
 	Network      NetworkConfig
 	// KillRetry is how long a controller waits for a container it asked to
@@ -278,6 +279,7 @@ func DefaultConfig() Config {
 			ProbeBackoffMax: 5 * time.Minute,
 		},
 		Reclaim: DefaultReclaimConfig(),
+		DiskIO:  DefaultDiskIOConfig(),
 		Memory: MemoryConfig{
 			MinAvailableBytes:    256 << 20,
 			MinAvailableFraction: 0.05,
@@ -443,6 +445,9 @@ func (c Config) Validate() error {
 	}
 	positive("kill retry", c.KillRetry)
 	if err := c.Reclaim.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.DiskIO.validate(); err != nil {
 		errs = append(errs, err)
 	}
 	return errors.Join(errs...)

@@ -377,6 +377,7 @@ var Registry = map[string]Factory{
 	"cpuset":       func(cfg Config) (Controller, error) { return NewCPUSet(cfg.CPUSet, cfg.Interference), nil },
 	"memory":       func(cfg Config) (Controller, error) { return NewMemory(cfg.Memory, cfg.KillRetry), nil },
 	"reclaim":      func(cfg Config) (Controller, error) { return NewMemoryReclaim(cfg.Reclaim, cfg.KillRetry), nil },
+	"diskio":       func(cfg Config) (Controller, error) { return NewDiskIO(cfg.DiskIO), nil },
 	"network":      func(cfg Config) (Controller, error) { return NewNetwork(cfg.Network), nil },
 }
 
@@ -384,8 +385,9 @@ var Registry = map[string]Factory{
 // first, then throttling once they have nothing left to try
 // (docs/colocation-study.md says why), and memory reclaim, which freezes
 // and kills revocable work only once reclaiming it did not relieve the
-// node ("memory" kills at once; it is kept for nodes that want that).
-const DefaultControllers = "cpuset,interference,reclaim"
+// node ("memory" kills at once; it is kept for nodes that want that), and
+// disk I/O, which caps revocable I/O while guaranteed I/O stalls.
+const DefaultControllers = "cpuset,interference,reclaim,diskio"
 
 // Names returns the registered controller names, sorted.
 func Names() []string {

@@ -73,7 +73,7 @@ func TestNewSet(t *testing.T) {
 		{names: qos.DefaultControllers},
 		{names: " interference , memory ,noop"},
 		{names: "", wantErr: "no qos controller named"},
-		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among cpuset, interference, load, memory, network, noop`},
+		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among cpuset, diskio, interference, load, memory, network, noop, reclaim`},
 		{names: "memory,memory", wantErr: `"memory" named twice`},
 	}
 	for _, tt := range tests {
