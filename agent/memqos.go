@@ -3,6 +3,8 @@ package agent
 import (
 	"fmt"
 
+	"github.com/prometheus/client_golang/prometheus"
+
 	"github.com/slackline/slackline/qos"
 )
 
@@ -47,4 +49,45 @@ func (l *qosLoop) applyMemory(c qos.Correction) error {
 		return ms.SetRevocableFrozen(false)
 	}
 	return fmt.Errorf("not a memory correction: %s", c.Kind)
+}
+
+var (
+	memoryHighDesc = prometheus.NewDesc("slackline_qos_revocable_memory_high_bytes",
+		"memory.high of the revocable subtree (the reclaim controller's lever); 0: none. Absent where the host has no memory.high.", nil, nil)
+	frozenDesc = prometheus.NewDesc("slackline_qos_revocable_frozen",
+		"1 while the revocable subtree is frozen by the reclaim controller. Absent without a freezer.", nil, nil)
+	ioLimitDesc = prometheus.NewDesc("slackline_qos_revocable_io_limit_bytes_per_second",
+		"Per-device cap on the revocable subtree's disk reads and writes (the diskio controller's lever); 0: none. Absent where the host cannot cap.", nil, nil)
+)
+
+// qosStateCollector reports, at scrape time, the memory and disk I/O
+// levers' state in the revocable subtree's cgroup files.
+type qosStateCollector struct{ cz Containerizer }
+
+// Describe implements prometheus.Collector.
+func (c qosStateCollector) Describe(ch chan<- *prometheus.Desc) {
+	ch <- memoryHighDesc
+	ch <- frozenDesc
+	ch <- ioLimitDesc
+}
+
+// Collect implements prometheus.Collector.
+func (c qosStateCollector) Collect(ch chan<- prometheus.Metric) {
+	if ms, ok := c.cz.(memoryShaper); ok {
+		if high, err := ms.RevocableMemoryHigh(); err == nil {
+			ch <- prometheus.MustNewConstMetric(memoryHighDesc, prometheus.GaugeValue, float64(high))
+		}
+		if frozen, err := ms.RevocableFrozen(); err == nil {
+			v := 0.0
+			if frozen {
+				v = 1
+			}
+			ch <- prometheus.MustNewConstMetric(frozenDesc, prometheus.GaugeValue, v)
+		}
+	}
+	if ds, ok := c.cz.(diskShaper); ok && ds.DiskIO().Cap {
+		if limit, err := ds.RevocableIOLimit(); err == nil {
+			ch <- prometheus.MustNewConstMetric(ioLimitDesc, prometheus.GaugeValue, float64(limit))
+		}
+	}
 }

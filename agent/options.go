@@ -117,6 +117,11 @@ type Options struct {
 	QoS                      qos.Config
 	QoSIntervalMin           time.Duration
 	QoSMemoryMinAvailableMiB float64
+	// Memory and disk I/O QoS (#28): QoSReclaimLowAvailableMiB is the
+	// MemAvailable below which the reclaim controller starts reclaiming
+	// revocable memory (--qos-reclaim-low-available; 0: max(512 MiB, 10%
+	// of memory)).
+	QoSReclaimLowAvailableMiB float64
 
 	// Settings without a flag.
 
@@ -211,6 +216,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
 	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
+	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
@@ -228,6 +234,9 @@ func (o *Options) qosConfig() qos.Config {
 	if o.QoSMemoryMinAvailableMiB > 0 {
 		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0
 		c.Reclaim.CriticalAvailableBytes, c.Reclaim.CriticalAvailableFraction = c.Memory.MinAvailableBytes, 0
+	}
+	if o.QoSReclaimLowAvailableMiB > 0 {
+		c.Reclaim.LowAvailableBytes, c.Reclaim.LowAvailableFraction = uint64(o.QoSReclaimLowAvailableMiB*(1<<20)), 0
 	}
 	return c
 }
@@ -270,6 +279,7 @@ func (o *Options) Validate() error {
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
 	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)
 	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
+	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
 	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))
 	}
