@@ -61,9 +61,10 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "reclaim",
 		"--qos-reclaim-low-available", fmt.Sprint(avail-512), "--qos-memory-min-available", "256")
 	waitAgentsActive(t, addr, 1)
-	// A hot working set: 200 MiB written over and over.
+	// A hot working set: 200 MiB written over and over, a pass a second
+	// (so that it leaves CPU slack for the hog's revocable cpus).
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
-		"--task-resources", "cpus:1;mem:512", "--command", "exec stress-ng --vm 1 --vm-bytes 200M --vm-keep --timeout 1000s -q")
+		"--task-resources", "cpus:1.5;mem:512", "--command", "exec stress-ng --vm 1 --vm-bytes 200M --vm-keep --vm-hang 1 --timeout 1000s -q")
 	eventually(t, 30*time.Second, func() string {
 		for _, task := range taskStatuses(t, addr, "guaranteed") {
 			if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
