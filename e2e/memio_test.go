@@ -43,8 +43,8 @@ func TestRevocableMemOffer(t *testing.T) {
 
 // TestQoSMemoryReclaim: a guaranteed task with a hot working set and a
 // revocable memory hog on one agent. When the hog drives MemAvailable
-// below the reclaim line (set 512 MiB below what is available now, so a
-// 1 GiB hog crosses it on any host) the reclaim controller first takes
+// below the reclaim line (set 1 GiB below what is available now, so a
+// 1.5 GiB hog crosses it on any host; calm is 2% of memory above it) the reclaim controller first takes
 // memory back without killing (memory.high, where the host has it: pure
 // cgroup v2), then freezes the revocable subtree, and kills the hog only
 // because the pressure persists (its anonymous memory cannot be reclaimed
@@ -59,7 +59,7 @@ func TestQoSMemoryReclaim(t *testing.T) {
 	addr, _, _ := startCoordinator(t)
 	agent := startAgent(t, addr, "memreclaim", "cpus:2;mem:4096", "--monitor-interval", "100ms",
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "reclaim",
-		"--qos-reclaim-low-available", fmt.Sprint(avail-512), "--qos-memory-min-available", "256")
+		"--qos-reclaim-low-available", fmt.Sprint(avail-1024), "--qos-memory-min-available", "256")
 	waitAgentsActive(t, addr, 1)
 	// A hot working set: 200 MiB written over and over, a pass a second
 	// (so that it leaves CPU slack for the hog's revocable cpus).
@@ -74,11 +74,11 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		return "guaranteed task not running"
 	})
 	memoryHigh := strings.Contains(feature(t, agent, "memory_qos").GetDetail(), "memory.high on")
-	// dd fills a 1 GiB buffer from /dev/zero in one read (little CPU: the
+	// dd fills a 1.5 GiB buffer from /dev/zero in one read (little CPU: the
 	// revocable subtree is SCHED_IDLE on a loaded machine) and holds it,
 	// blocked writing to a pipe nobody reads.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
-		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:2048", "--command", "dd if=/dev/zero bs=1G count=1 2>/dev/null | sleep 1000")
+		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:2048", "--command", "dd if=/dev/zero bs=1536M count=1 2>/dev/null | sleep 1000")
 	eventually(t, 120*time.Second, func() string {
 		killed := revocableTasks(t, addr, "memhog")[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {

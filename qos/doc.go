@@ -272,7 +272,7 @@
 // when memory.high is at its floor, or on cgroup v1, which has no
 // memory.high), and Kill kills the newest revocable container 5 s after the
 // freeze, then the next every 10 s. After 10 s of calm (PSI below half its
-// threshold, MemAvailable above 1.25 times its line) Thaw, then Release
+// threshold, MemAvailable above its line by max(128 MiB, 2%)) Thaw, then Release
 // raises memory.high a step per second until it would no longer bind.
 // Guaranteed tasks carry memory.min (half their mem) and memory.low (all
 // of it), so the kernel takes revocable memory first (agent/containerizer/

@@ -19,10 +19,15 @@ import (
 //     are higher than the containers'.
 //
 // It is calm when every measure is below half its threshold and
-// MemAvailable is above 1.25 times its line; in between, nothing changes.
+// MemAvailable is above its line by max(CalmMarginBytes,
+// CalmMarginFraction × MemTotal); in between, nothing changes.
 type ReclaimConfig struct {
 	LowAvailableBytes    uint64
 	LowAvailableFraction float64
+	// CalmMarginBytes and CalmMarginFraction are the hysteresis above the
+	// MemAvailable line (defaults 128 MiB and 2%).
+	CalmMarginBytes      uint64
+	CalmMarginFraction   float64
 	SomeEnter, FullEnter float64
 	// NodeSomeEnter and NodeFullEnter are the node's thresholds.
 	NodeSomeEnter, NodeFullEnter float64
@@ -56,6 +61,7 @@ type ReclaimConfig struct {
 func DefaultReclaimConfig() ReclaimConfig {
 	return ReclaimConfig{
 		LowAvailableBytes: 512 << 20, LowAvailableFraction: 0.10,
+		CalmMarginBytes: 128 << 20, CalmMarginFraction: 0.02,
 		SomeEnter: 10, FullEnter: 2,
 		NodeSomeEnter: 40, NodeFullEnter: 10,
 		CriticalAvailableBytes: 256 << 20, CriticalAvailableFraction: 0.05,
@@ -75,7 +81,8 @@ func (c ReclaimConfig) validate() error {
 		}
 	}
 	for name, v := range map[string]float64{"low available fraction": c.LowAvailableFraction,
-		"critical available fraction": c.CriticalAvailableFraction, "step fraction": c.StepFraction} {
+		"critical available fraction": c.CriticalAvailableFraction, "step fraction": c.StepFraction,
+		"calm margin fraction": c.CalmMarginFraction} {
 		if v < 0 || v >= 1 {
 			bad("%s must be in [0, 1), got %v", name, v)
 		}
@@ -306,11 +313,12 @@ func (r *MemoryReclaim) pressure(in Input, scale float64) (signal string, at tim
 }
 
 // calm reports whether every measure is well below its threshold: the PSI
-// ones below half, MemAvailable above 1.25 times its line.
+// ones below half, MemAvailable above its line by the calm margin.
 func (r *MemoryReclaim) calm(in Input) bool {
-	if in.Node.MemTotal > 0 {
-		line := max(r.cfg.LowAvailableBytes, uint64(r.cfg.LowAvailableFraction*float64(in.Node.MemTotal)))
-		if float64(in.Node.MemAvailable) < 1.25*float64(line) {
+	if total := in.Node.MemTotal; total > 0 {
+		line := max(r.cfg.LowAvailableBytes, uint64(r.cfg.LowAvailableFraction*float64(total)))
+		margin := max(r.cfg.CalmMarginBytes, uint64(r.cfg.CalmMarginFraction*float64(total)))
+		if in.Node.MemAvailable < line+margin {
 			return false
 		}
 	}

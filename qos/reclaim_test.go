@@ -12,7 +12,7 @@ import (
 const gib = 1 << 30
 
 // reclaimScene: a 16 GiB node (pressure below max(512 MiB, 10%) = 1638 MiB
-// of MemAvailable, critical below 819 MiB, calm above 2048 MiB) with
+// of MemAvailable, critical below 819 MiB, calm above 1638 + 327 MiB) with
 // memory.high and a freezer, web-1 (guaranteed), db (a protected service)
 // and three revocable containers holding 5 GiB together.
 func reclaimScene() qos.Input {
@@ -227,7 +227,7 @@ func TestReclaimShortcuts(t *testing.T) {
 		name: "between the thresholds nothing is undone",
 		steps: []reclaimStep{
 			{offset: 0, edit: short, want: []string{"reclaim 4608 MiB"}},
-			// 1.8 GiB: above the 1.6 GiB line, below the 2 GiB calm line.
+			// 1843 MiB: above the 1638 MiB line, below the 1965 MiB calm line.
 			{offset: s, edit: func(in *qos.Input) { in.Node.MemAvailable = 1843 << 20 }, want: nil},
 			{offset: time.Minute, want: nil},
 		},
