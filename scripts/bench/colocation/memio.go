@@ -60,11 +60,12 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	r, _, err := resources.FromProto(est.Msg.GetRevocable())
+	reg, rev, err := resources.FromProto(est.Msg.GetRevocable())
 	if err != nil {
 		return 0, "", err
 	}
-	slack := r.Mem() * (1 << 20)
+	slack := reg.Add(rev).Mem() * (1 << 20) // the estimate's resources are marked revocable
+
 	if slack <= 0 {
 		return 0, "memory held / memory slack (no slack offered)", nil
 	}
