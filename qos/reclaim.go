@@ -114,7 +114,8 @@ func (c ReclaimConfig) validate() error {
 //     without a freezer), kill the newest revocable container, then the
 //     next after KillCooldown.
 //
-// Each step is undone when it has been calm for CalmPeriod: Thaw first,
+// Each step is undone when it has been calm for CalmPeriod: Thaw first (of
+// its own freeze only: a subtree frozen by someone else stays frozen),
 // then Release raises memory.high one step per StepInterval, and removes
 // it once it no longer binds (above the subtree's usage plus
 // MemAvailable). Every correction names its signal.
@@ -168,10 +169,14 @@ func (r *MemoryReclaim) Evaluate(in Input) []Correction {
 		return Correction{Kind: kind, Controller: "reclaim", Reason: reason, Signal: signalAt}
 	}
 
-	if in.RevocableFrozen || !in.Node.Freeze {
-		// Frozen, or nothing to freeze with: kill after KillAfter.
+	if !in.RevocableFrozen {
+		r.frozenAt = time.Time{} // thawed by someone else
+	}
+	if (in.RevocableFrozen && !r.frozenAt.IsZero()) || !in.Node.Freeze {
+		// Frozen by this controller, or nothing to freeze with: kill after
+		// KillAfter.
 		since := r.frozenAt
-		if !in.RevocableFrozen || since.IsZero() {
+		if since.IsZero() {
 			since = r.pressureFrom.Add(r.cfg.FreezeAfter)
 			if critical || !in.Node.MemoryHigh {
 				since = r.pressureFrom
@@ -253,7 +258,12 @@ func (r *MemoryReclaim) undo(in Input) []Correction {
 		return nil
 	}
 	reason := fmt.Sprintf("calm for %s", in.Now.Sub(r.calmFrom).Round(time.Second))
-	if in.RevocableFrozen {
+	if !in.RevocableFrozen {
+		r.frozenAt = time.Time{}
+	}
+	// Only a freeze of this controller's is undone: the subtree may be
+	// frozen for other reasons (an operator, a benchmark's slices).
+	if in.RevocableFrozen && !r.frozenAt.IsZero() {
 		r.frozenAt, r.stepAt = time.Time{}, in.Now
 		return []Correction{{Kind: Thaw, Controller: "reclaim", Reason: reason, Signal: in.Now}}
 	}

@@ -218,6 +218,20 @@ func TestReclaimShortcuts(t *testing.T) {
 		},
 		reasons: map[int]string{1: "node memory pressure some avg10 45.0% > 40%"},
 	}, {
+		name: "a freeze by someone else is not thawed",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.RevocableFrozen = true }, want: nil},
+			{offset: time.Minute, want: nil},
+		},
+	}, {
+		name: "under pressure with the subtree frozen by someone else: freeze it as its own, then kill",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.RevocableFrozen = true; in.Node.MemAvailable = 500 << 20 }, want: []string{"freeze"}},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+			{offset: 6 * s, edit: plenty, want: nil},
+			{offset: 16 * s, want: []string{"thaw"}},
+		},
+	}, {
 		name: "no revocable work: nothing, even critical",
 		steps: []reclaimStep{
 			{offset: 0, edit: func(in *qos.Input) { in.Node.MemAvailable = 100 << 20; in.Containers = in.Containers[:2] }, want: nil},
