@@ -141,7 +141,7 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		}
 		points = m.HistorySince(points[:0], id, after)
 		for _, p := range points {
-			samples = append(samples, estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemRSS, NetTx: p.NetTxMbps})
+			samples = append(samples, estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemWorkingSet, NetTx: p.NetTxMbps})
 		}
 		if excess := len(samples) - m.HistoryLimit(); excess > 0 {
 			samples = samples[excess:] // the next growth reallocates and frees the dropped head

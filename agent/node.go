@@ -45,7 +45,7 @@ func (a *Agent) Handler() http.Handler {
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		featuresCollector{a.cfg.Features}, a.slack,
-		a.qos.correctionsTotal, a.qos.reaction)
+		a.qos.correctionsTotal, a.qos.reaction, qosStateCollector{a.cfg.Containerizer})
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}
@@ -209,6 +209,7 @@ func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.G
 		}
 		resp.Features = append(resp.Features, f)
 	}
+	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer)...)
 	return connect.NewResponse(resp), nil
 }
 

@@ -120,6 +120,11 @@ type Options struct {
 	QoS                      qos.Config
 	QoSIntervalMin           time.Duration
 	QoSMemoryMinAvailableMiB float64
+	// Memory and disk I/O QoS (#28): QoSReclaimLowAvailableMiB is the
+	// MemAvailable below which the reclaim controller starts reclaiming
+	// revocable memory (--qos-reclaim-low-available; 0: max(512 MiB, 10%
+	// of memory)).
+	QoSReclaimLowAvailableMiB float64
 
 	// Fetched artifacts and health checks (#27).
 
@@ -229,7 +234,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	o.EstimatorConfig = estimator.DefaultConfig()
 	est := &o.EstimatorConfig
 	fs.Var(parsed(&est.Fixed, resources.Parse, resources.Resources.String), "fixed-revocable", `resources the "fixed" estimator reports, e.g. "cpus:2;bandwidth:500" (with network QoS, revocable egress is paced to its bandwidth: 1% of the link without)`)
-	fs.BoolVar(&est.Memory, "oversubscribe-memory", false, "estimate memory slack too (with a larger margin)")
+	fs.BoolVar(&est.Memory, "oversubscribe-memory", est.Memory, "estimate memory slack too, from guaranteed tasks' working sets (--oversubscribe-memory=false: offer no revocable mem)")
 	fs.DurationVar(&est.Window, "estimator-window", est.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
 	fs.Float64Var(&est.Percentile, "estimator-percentile", est.Percentile, "percentile of CPU samples in the window taken as a container's peak")
 	fs.DurationVar(&est.PeakHalfLife, "estimator-peak-half-life", est.PeakHalfLife, "half-life of the decaying peak hold")
@@ -253,7 +258,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&in.MinWaitGain, "qos-min-wait-gain", in.MinWaitGain, "interference, cpuset: with eBPF, a correction is kept only if guaranteed work's whole run-queue wait fell by this fraction (else undone and backed off)")
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
-	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory))")
+	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
+	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
@@ -270,6 +276,10 @@ func (o *Options) qosConfig() qos.Config {
 	c.Network.SaturationExit = max(c.Network.SaturationEnter-0.1, c.Network.SaturationEnter/2)
 	if o.QoSMemoryMinAvailableMiB > 0 {
 		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0
+		c.Reclaim.CriticalAvailableBytes, c.Reclaim.CriticalAvailableFraction = c.Memory.MinAvailableBytes, 0
+	}
+	if o.QoSReclaimLowAvailableMiB > 0 {
+		c.Reclaim.LowAvailableBytes, c.Reclaim.LowAvailableFraction = uint64(o.QoSReclaimLowAvailableMiB*(1<<20)), 0
 	}
 	return c
 }
@@ -321,6 +331,7 @@ func (o *Options) Validate() error {
 		check(filepath.IsAbs(d), "image-local-dirs", "%q is not an absolute path", d)
 	}
 	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
+	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
 	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))
 	}

@@ -45,7 +45,7 @@ func TestDefaultOptions(t *testing.T) {
 		{"runqueue-latency-threshold", o.RunqueueLatencyThreshold, time.Millisecond},
 		{"estimator", o.Estimator, "fast"},
 		{"oversubscribed-resources-interval", o.EstimateInterval, 100 * time.Millisecond},
-		{"qos-controller", strings.Join(o.QoSControllers, ","), "cpuset,interference,memory"},
+		{"qos-controller", strings.Join(o.QoSControllers, ","), "cpuset,interference,reclaim,diskio"},
 		{"qos-correction-interval-min", o.QoSIntervalMin, 250 * time.Millisecond},
 		{"insecure", o.Insecure, false},
 		{"network-interfaces", len(o.NetworkInterfaces), 0},

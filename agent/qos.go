@@ -135,6 +135,8 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 	if cpus, err := l.cz.RevocableCPUs(); err == nil {
 		in.RevocableCPUs, in.Node.CPUList = cpus, l.cz.CPUs()
 	}
+	l.memoryInput(&in)
+	l.diskInput(&in)
 	if n := l.network; n != nil {
 		link := n.Link()
 		in.Node.LinkTx, in.Node.LinkRx, in.Node.LinkSampledAt = link.Tx, link.Rx, link.At
@@ -149,6 +151,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		in.Node.Load1, in.Node.Load5, in.Node.Load15 = n.GetLoadAvg_1(), n.GetLoadAvg_5(), n.GetLoadAvg_15()
 		in.Node.CPUPressureSome10 = n.GetCpuPressure().GetSomeAvg10()
 		in.Node.MemPressureSome10, in.Node.MemPressureFull10 = n.GetMemoryPressure().GetSomeAvg10(), n.GetMemoryPressure().GetFullAvg10()
+		in.Node.IOPressureSome10, in.Node.IOPressureFull10 = n.GetIoPressure().GetSomeAvg10(), n.GetIoPressure().GetFullAvg10()
 	}
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
@@ -159,6 +162,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.TCPRTTP50, qc.TCPRTTP99, qc.TCPRetransmits = u.TCPRTTP50, u.TCPRTTP99, u.TCPRetransmits
 			qc.CPUPressureSome10 = u.Stats.GetCpuPressure().GetSomeAvg10()
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
+			qc.IOPressureSome10, qc.IOPressureFull10 = u.Stats.GetIoPressure().GetSomeAvg10(), u.Stats.GetIoPressure().GetFullAvg10()
 		}
 		if !qc.Revocable || qc.Protected {
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)
@@ -221,6 +225,13 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	switch c.Kind {
 	case qos.Throttle, qos.Unthrottle:
+		if c.Resource == qos.DiskIO {
+			if err := l.applyDisk(c); err != nil {
+				l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
+				return
+			}
+			break
+		}
 		if c.Resource == qos.Bandwidth {
 			if l.network == nil || c.ContainerID != "" {
 				l.log.Debug("QoS: bandwidth limits apply to the revocable total on managed interfaces only", "correction", c.String())
@@ -245,6 +256,11 @@ func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 			l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
 			return
 		}
+	case qos.Reclaim, qos.Release, qos.Freeze, qos.Thaw:
+		if err := l.applyMemory(c); err != nil {
+			l.log.Error("QoS correction failed", "correction", c.String(), "err", err)
+			return
+		}
 	case qos.Kill:
 		l.preempt(c.ContainerID, c.Reason)
 	default:
@@ -260,15 +276,19 @@ func (l *qosLoop) apply(c qos.Correction, in qos.Input) {
 	l.reaction.Observe(reaction.Seconds())
 	l.log.Info("QoS correction", "kind", kind, "controller", c.Controller, "container", c.ContainerID, "task", c.TaskID,
 		"resource", c.Resource.String(), "cpu_limit", c.CPULimit, "cpu_period", c.Period, "cpus", qos.FormatCPUs(c.CPUs),
-		"bandwidth_limit_mbps", c.BandwidthLimit, "reason", c.Reason,
+		"bandwidth_limit_mbps", c.BandwidthLimit, "memory_high_bytes", c.MemoryHigh, "io_limit_bytes_per_second", c.IOLimit, "reason", c.Reason,
 		"reaction", reaction.Round(time.Microsecond))
 	rec := &slacklinev1.Correction{
 		Timestamp: timestamppb.New(time.Now()), Kind: slacklinev1.CorrectionKind(c.Kind), Controller: c.Controller,
 		ContainerId: c.ContainerID, TaskId: c.TaskID, CpuLimit: c.CPULimit, Reason: c.Reason, ReactionSeconds: reaction.Seconds(),
 		BandwidthLimitMbps: c.BandwidthLimit, Cpus: qos.FormatCPUs(c.CPUs), CpuPeriodSeconds: c.Period.Seconds(),
+		MemoryHighBytes: c.MemoryHigh, IoLimitBytesPerSecond: c.IOLimit,
 	}
-	if c.Kind != qos.Kill {
+	switch c.Kind {
+	case qos.Throttle, qos.Unthrottle, qos.Confine:
 		rec.Resource = c.Resource.String()
+	case qos.Reclaim, qos.Release, qos.Freeze, qos.Thaw:
+		rec.Resource = "mem"
 	}
 	l.mu.Lock()
 	l.corrections = append(l.corrections, rec)

@@ -16,7 +16,9 @@ type Sample struct {
 	Time time.Time
 	// CPU is the cores used over the interval ending at Time.
 	CPU float64
-	// MemBytes is the memory in use at Time (RSS, not page cache).
+	// MemBytes is the memory working set at Time: anonymous memory plus
+	// active page cache (the agent's mem_working_set_bytes); not usage,
+	// whose inactive page cache reclaim takes for free.
 	MemBytes uint64
 	// NetTx is the egress bandwidth used over the interval, in Mbit/s.
 	NetTx float64
@@ -134,9 +136,13 @@ func Names() []string {
 type Config struct {
 	// Fixed is what the fixed estimator returns (--oversubscribed-fixed).
 	Fixed resources.Resources
-	// Memory makes usage and predictive oversubscribe mem as well as cpus.
-	// Memory is not compressible: a revocable task's memory can only be
-	// taken back by killing it, so it is off by default.
+	// Memory makes the usage estimators (usage, predictive, fast)
+	// oversubscribe mem as well as cpus, from guaranteed containers'
+	// working sets (Sample.MemBytes). On by default: revocable memory is
+	// shaped by reclaim (the revocable subtree's memory.high, lowered by the
+	// reclaim QoS controller under node memory pressure) and frozen before
+	// a revocable task is killed, and guaranteed tasks keep their
+	// allocation as memory.min/low protection (see qos.MemoryReclaim).
 	Memory bool
 	// Window is how far back usage looks for its percentile and peaks.
 	Window time.Duration
@@ -149,9 +155,11 @@ type Config struct {
 	// Margin (0 <= m < 1) is the fraction of each guaranteed CPU allocation
 	// never offered, on top of the predicted peak.
 	Margin float64
-	// MemoryMargin (0 <= m < 1) is the same for memory; larger, because
-	// memory cannot be reclaimed gently.
+	// MemoryMargin (0 <= m < 1) is the same for memory.
 	MemoryMargin float64
+	// MemoryWindow (>= 0) is how far back the working-set peak is taken
+	// (0, or more than Window: Window).
+	MemoryWindow time.Duration
 	// MinSamples is how many samples in the window a container needs before
 	// its allocation counts as slack at all; until then its whole allocation
 	// is taken as used.
@@ -166,11 +174,13 @@ type Config struct {
 // DefaultConfig returns the configuration the agent uses by default.
 func DefaultConfig() Config {
 	return Config{
+		Memory:       true,
 		Window:       60 * time.Second,
 		Percentile:   99,
 		PeakHalfLife: 10 * time.Second,
 		Margin:       0.10,
-		MemoryMargin: 0.25,
+		MemoryMargin: 0.03,
+		MemoryWindow: 15 * time.Second,
 		MinSamples:   10,
 		Hysteresis:   DefaultHysteresis(),
 		Fast:         DefaultFastConfig(),
@@ -190,6 +200,7 @@ func (c Config) validate() error {
 	check(c.PeakHalfLife > 0, "peak half-life %v must be positive", c.PeakHalfLife)
 	check(c.Margin >= 0 && c.Margin < 1, "margin %v must be in [0, 1)", c.Margin)
 	check(c.MemoryMargin >= 0 && c.MemoryMargin < 1, "memory margin %v must be in [0, 1)", c.MemoryMargin)
+	check(c.MemoryWindow >= 0, "memory window %v must not be negative", c.MemoryWindow)
 	check(c.MinSamples >= 1, "min samples %d must be at least 1", c.MinSamples)
 	if err := c.Hysteresis.validate(); err != nil {
 		errs = append(errs, err)

@@ -116,6 +116,7 @@ func TestUsageTable(t *testing.T) {
 		wantMem float64
 	}{{
 		name: "idle container: allocation minus use minus 10% margin",
+		cfg:  func(c *estimator.Config) { c.Memory = false },
 		in: estimator.Input{Now: t0, Containers: []estimator.Container{
 			guaranteed("a", "cpus:2;mem:1024", steadyHistory(t0, 600, 0.2, 100)),
 		}},
@@ -224,18 +225,18 @@ func TestUsageTable(t *testing.T) {
 		}},
 		wantCPU: 1 - 0.2 - 0.2,
 	}, {
-		name: "memory is left alone unless enabled",
+		name: "memory is left alone when disabled (--oversubscribe-memory=false)",
+		cfg:  func(c *estimator.Config) { c.Memory = false },
 		in: estimator.Input{Now: t0, Containers: []estimator.Container{
 			guaranteed("a", "cpus:1;mem:1024", steadyHistory(t0, 600, 0.5, 100)),
 		}},
 		wantCPU: 1 - 0.5 - 0.1, wantMem: 0,
 	}, {
-		name: "memory when enabled: peak plus the larger memory margin",
-		cfg:  func(c *estimator.Config) { c.Memory = true },
+		name: "memory by default: working-set peak plus the memory margin",
 		in: estimator.Input{Now: t0, Containers: []estimator.Container{
 			guaranteed("a", "cpus:1;mem:1024", steadyHistory(t0, 600, 0.5, 100)),
 		}},
-		wantCPU: 1 - 0.5 - 0.1, wantMem: 1024 - 100 - 256,
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1024 - 100 - 0.03*1024,
 	}, {
 		name:    "no containers, nothing to offer",
 		in:      estimator.Input{Now: t0, Total: resources.MustParse("cpus:8;mem:1000")},

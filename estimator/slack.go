@@ -85,8 +85,8 @@ func goodSample(s Sample) bool { return !math.IsNaN(s.CPU) && !math.IsInf(s.CPU,
 // when Total has cpus. A member with fewer than MinSamples samples in the
 // window is taken to need its whole allocation. A protected service's alloc
 // is its reservation, or its peak in the window when it has none. Memory is
-// the same with the window peak as prediction and MemoryMargin, when
-// cfg.Memory is set. Bandwidth is bandwidthSlack's.
+// the same with memNeedOf's need (the working-set peak over MemoryWindow
+// plus MemoryMargin), when cfg.Memory is set. Bandwidth is bandwidthSlack's.
 func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) resources.Resources {
 	var cpuAlloc, cpuNeed, memAlloc, memNeed float64
 	for _, m := range members {
@@ -109,7 +109,7 @@ func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) re
 			continue
 		}
 		cpuNeed += predictCPU(m, in.Now) + cfg.Margin*allocCPU
-		memNeed += mib(memPeak(m.window)) + cfg.MemoryMargin*allocMem
+		memNeed += memNeedOf(m, in.Now, cfg, allocMem)
 	}
 	cpus := cpuAlloc - cpuNeed
 	if total := in.Total.CPUs(); total > 0 {

@@ -12,6 +12,8 @@ type Config struct {
 	Interference InterferenceConfig
 	CPUSet       CPUSetConfig
 	Memory       MemoryConfig
+	Reclaim      ReclaimConfig
+	DiskIO       DiskIOConfig
 	Load         LoadConfig
 	Network      NetworkConfig
 	// KillRetry is how long a controller waits for a container it asked to
@@ -276,6 +278,8 @@ func DefaultConfig() Config {
 			ProbeBackoff:    30 * time.Second,
 			ProbeBackoffMax: 5 * time.Minute,
 		},
+		Reclaim: DefaultReclaimConfig(),
+		DiskIO:  DefaultDiskIOConfig(),
 		Memory: MemoryConfig{
 			MinAvailableBytes:    256 << 20,
 			MinAvailableFraction: 0.05,
@@ -440,5 +444,11 @@ func (c Config) Validate() error {
 		bad("load thresholds must not be negative (5min %v, 15min %v)", c.Load.Threshold5Min, c.Load.Threshold15Min)
 	}
 	positive("kill retry", c.KillRetry)
+	if err := c.Reclaim.validate(); err != nil {
+		errs = append(errs, err)
+	}
+	if err := c.DiskIO.validate(); err != nil {
+		errs = append(errs, err)
+	}
 	return errors.Join(errs...)
 }

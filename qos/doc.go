@@ -93,7 +93,7 @@
 // # Controllers
 //
 // Registry maps names to factories; NewSet builds several into one
-// Controller (--qos-controller cpuset,interference,memory is the default,
+// Controller (--qos-controller cpuset,interference,reclaim,diskio is the default,
 // DefaultControllers) and merges their corrections: one kill per
 // container, a kill supersedes throttles of the same container, and the
 // strictest limit per target wins (see NewSet and Merge).
@@ -260,6 +260,33 @@
 // the memory of victims still being killed would not already suffice; after
 // PressureCooldown for PSI, whose 10-second average needs that long.
 //
+// "reclaim" (MemoryReclaim, the default's memory controller): under node
+// memory pressure (MemAvailable below max(512 MiB, 10%); a guaranteed or
+// protected container's memory.pressure some avg10 > 10% or full > 2%; the
+// node's /proc/pressure/memory some > 40% or full > 10%, higher because it
+// counts the stalls of the revocable work being reclaimed) it takes memory
+// back in steps that cost revocable work less than a kill: Reclaim lowers
+// the revocable subtree's memory.high below its usage by max(32 MiB, 10%)
+// per second (never below 64 MiB), Freeze freezes the subtree after 10 s of
+// pressure (at once when MemAvailable is critical, below max(256 MiB, 5%),
+// when memory.high is at its floor, or on cgroup v1, which has no
+// memory.high), and Kill kills the newest revocable container 5 s after the
+// freeze, then the next every 10 s. After 10 s of calm (PSI below half its
+// threshold, MemAvailable above its line by max(128 MiB, 2%)) Thaw, then Release
+// raises memory.high a step per second until it would no longer bind.
+// Guaranteed tasks carry memory.min (half their mem) and memory.low (all
+// of it), so the kernel takes revocable memory first (agent/containerizer/
+// cgroups/memory.go has the v1 equivalents).
+//
+// "diskio" (DiskIOController): where the node can cap the revocable
+// subtree's disk I/O (Node.DiskIO: io.max, blkio.throttle), it halves the
+// per-device cap every DecreaseInterval while a guaranteed or protected
+// container's io.pressure some avg10 exceeds SomeEnter (full: FullEnter),
+// down to FloorBytesPerSecond, and after CalmPeriod below half the
+// thresholds raises it by IncreaseFraction of the start value per
+// IncreaseInterval, removing it at the start (the node's disk capacity, or
+// StartBytesPerSecond). It never kills: capped writers wait.
+//
 // # Parameters and defaults
 //
 // DefaultConfig documents every default; Config.Validate rejects
@@ -283,6 +310,11 @@
 //	              DecreaseFactor 0.7, DecreaseInterval 200 ms, MinRevocable 1 Mbit/s
 //	              IncreaseStep 5% of capacity, CalmPeriod 2 s, IncreaseInterval 500 ms
 //	              Floor 1% of capacity (at least 1 Mbit/s), Plateau 85% for 30 s
+//	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), Some/FullEnter 10 / 2 %,
+//	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
+//	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
+//	diskio        Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
+//	              Floor 1 MiB/s, CalmPeriod 5 s, Increase 10% of start per 1 s
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

@@ -46,6 +46,9 @@ type Container struct {
 	// MemPressureSome10 and MemPressureFull10 are the cgroup's memory.pressure
 	// "some" and "full" avg10, in percent.
 	MemPressureSome10, MemPressureFull10 float64
+	// IOPressureSome10 and IOPressureFull10 are the cgroup's io.pressure
+	// "some" and "full" avg10, in percent.
+	IOPressureSome10, IOPressureFull10 float64
 	// DelayedBy attributes the run-queue delay this container suffered in the
 	// last interval to the revocable containers that held the CPU meanwhile
 	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil
@@ -111,6 +114,20 @@ type Node struct {
 	// LinkSampledAt (zero: not measured).
 	LinkTx, LinkRx float64
 	LinkSampledAt  time.Time
+	// MemoryHigh reports that the revocable subtree has memory.high
+	// (cgroup v2), so Reclaim and Release can be applied; Freeze that it
+	// can be frozen (cgroup.freeze of the v2 tree, which hybrid hosts
+	// have too).
+	MemoryHigh, Freeze bool
+	// IOPressureSome10 and IOPressureFull10 are /proc/pressure/io avg10
+	// values, in percent.
+	IOPressureSome10, IOPressureFull10 float64
+	// DiskIO reports that the revocable subtree's disk I/O can be capped
+	// (io.max or blkio.throttle); DiskBytesPerSecond is the node's
+	// measured disk throughput capacity estimate (0: unknown), the cap's
+	// ceiling.
+	DiskIO             bool
+	DiskBytesPerSecond float64
 }
 
 // Event is a threshold event from the eBPF ring buffer: one wakeup of a
@@ -154,6 +171,14 @@ type Input struct {
 	// RevocableBandwidthLimit is the limit (Mbit/s) a controller applied to
 	// the revocable egress pace, 0 for none; the truth, like RevocableLimit.
 	RevocableBandwidthLimit float64
+	// RevocableMemoryHigh is the revocable subtree's memory.high in bytes,
+	// 0 for none; RevocableFrozen whether it is frozen. The truth, like
+	// RevocableLimit.
+	RevocableMemoryHigh uint64
+	RevocableFrozen     bool
+	// RevocableIOLimit is the cap (bytes per second per device) applied to
+	// the revocable subtree's disk I/O, 0 for none; the truth.
+	RevocableIOLimit float64
 }
 
 // Kind is what a correction does. Its values match slackline.v1.CorrectionKind.
@@ -173,6 +198,18 @@ const (
 	// Confine restricts the revocable subtree to the CPUs in
 	// Correction.CPUs (a cpuset); an empty list gives it every CPU.
 	Confine
+	// Reclaim lowers the revocable subtree's memory.high to
+	// Correction.MemoryHigh bytes: the kernel reclaims its memory down to
+	// it and throttles its allocations, without killing anything.
+	Reclaim
+	// Freeze freezes the revocable subtree (cgroup.freeze): its tasks stop
+	// allocating, and keep what they hold, until Thaw.
+	Freeze
+	// Thaw undoes Freeze.
+	Thaw
+	// Release raises the revocable subtree's memory.high to
+	// Correction.MemoryHigh bytes, or removes it when MemoryHigh is 0.
+	Release
 )
 
 // String returns the kind in lower case: "throttle", "unthrottle", "kill".
@@ -186,6 +223,14 @@ func (k Kind) String() string {
 		return "kill"
 	case Confine:
 		return "confine"
+	case Reclaim:
+		return "reclaim"
+	case Freeze:
+		return "freeze"
+	case Thaw:
+		return "thaw"
+	case Release:
+		return "release"
 	}
 	return fmt.Sprintf("kind(%d)", int(k))
 }
@@ -200,12 +245,19 @@ const (
 	// Bandwidth limits the pace of revocable egress
 	// (Correction.BandwidthLimit, Mbit/s).
 	Bandwidth
+	// DiskIO caps the revocable subtree's disk I/O (Correction.IOLimit,
+	// bytes per second, per device: io.max / blkio.throttle).
+	DiskIO
 )
 
-// String returns the resource's name as in the API: "cpus", "bandwidth".
+// String returns the resource's name as in the API: "cpus", "bandwidth",
+// "disk_io".
 func (r Resource) String() string {
-	if r == Bandwidth {
+	switch r {
+	case Bandwidth:
 		return "bandwidth"
+	case DiskIO:
+		return "disk_io"
 	}
 	return "cpus"
 }
@@ -232,6 +284,13 @@ type Correction struct {
 	// (ContainerID "") for Throttle and Unthrottle of Bandwidth;
 	// Unthrottle with 0 removes the limit (back to the estimate).
 	BandwidthLimit float64
+	// MemoryHigh is the revocable subtree's new memory.high in bytes for
+	// Reclaim and Release (Release with 0 removes it).
+	MemoryHigh uint64
+	// IOLimit is the revocable subtree's new disk I/O cap in bytes per
+	// second, per device, for Throttle and Unthrottle of DiskIO
+	// (Unthrottle with 0 removes it).
+	IOLimit float64
 	// Reason names the signal in words a framework author understands, e.g.
 	// "web-1 run-queue p99 4.2 ms > 1 ms". It becomes the killed task's
 	// status message.
@@ -253,6 +312,11 @@ func (c Correction) String() string {
 	case Throttle, Unthrottle:
 		limit := "unlimited"
 		switch {
+		case c.Resource == DiskIO:
+			target += " disk I/O"
+			if c.IOLimit > 0 {
+				limit = fmt.Sprintf("%.0f MiB/s", c.IOLimit/(1<<20))
+			}
 		case c.Resource == Bandwidth:
 			target += " egress"
 			if c.BandwidthLimit > 0 {
@@ -271,6 +335,12 @@ func (c Correction) String() string {
 			cpus = "CPUs " + FormatCPUs(c.CPUs)
 		}
 		return fmt.Sprintf("%s %s to %s [%s: %s]", c.Kind, target, cpus, c.Controller, c.Reason)
+	case Reclaim, Release:
+		high := "unlimited"
+		if c.MemoryHigh > 0 {
+			high = formatBytes(c.MemoryHigh)
+		}
+		return fmt.Sprintf("%s %s memory.high to %s [%s: %s]", c.Kind, target, high, c.Controller, c.Reason)
 	}
 	return fmt.Sprintf("%s %s [%s: %s]", c.Kind, target, c.Controller, c.Reason)
 }
@@ -306,13 +376,18 @@ var Registry = map[string]Factory{
 	"interference": func(cfg Config) (Controller, error) { return NewInterference(cfg.Interference, cfg.KillRetry), nil },
 	"cpuset":       func(cfg Config) (Controller, error) { return NewCPUSet(cfg.CPUSet, cfg.Interference), nil },
 	"memory":       func(cfg Config) (Controller, error) { return NewMemory(cfg.Memory, cfg.KillRetry), nil },
+	"reclaim":      func(cfg Config) (Controller, error) { return NewMemoryReclaim(cfg.Reclaim, cfg.KillRetry), nil },
+	"diskio":       func(cfg Config) (Controller, error) { return NewDiskIO(cfg.DiskIO), nil },
 	"network":      func(cfg Config) (Controller, error) { return NewNetwork(cfg.Network), nil },
 }
 
 // DefaultControllers is the default --qos-controller value: CPU sets
-// first, then throttling once they have nothing left to try, and memory
-// (docs/colocation-study.md says why).
-const DefaultControllers = "cpuset,interference,memory"
+// first, then throttling once they have nothing left to try
+// (docs/colocation-study.md says why), and memory reclaim, which freezes
+// and kills revocable work only once reclaiming it did not relieve the
+// node ("memory" kills at once; it is kept for nodes that want that), and
+// disk I/O, which caps revocable I/O while guaranteed I/O stalls.
+const DefaultControllers = "cpuset,interference,reclaim,diskio"
 
 // Names returns the registered controller names, sorted.
 func Names() []string {

@@ -73,7 +73,7 @@ func TestNewSet(t *testing.T) {
 		{names: qos.DefaultControllers},
 		{names: " interference , memory ,noop"},
 		{names: "", wantErr: "no qos controller named"},
-		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among cpuset, interference, load, memory, network, noop`},
+		{names: "interference,cpu", wantErr: `unknown qos controller "cpu": choose among cpuset, diskio, interference, load, memory, network, noop, reclaim`},
 		{names: "memory,memory", wantErr: `"memory" named twice`},
 	}
 	for _, tt := range tests {
@@ -86,8 +86,10 @@ func TestNewSet(t *testing.T) {
 	}
 }
 
-// TestDefaultSet runs interference and memory together: a node both
-// interfered with and short of memory gets the throttle and the kill.
+// TestDefaultSet runs interference and reclaim together: a node both
+// interfered with and critically short of memory gets the throttle and the
+// revocable subtree frozen (the kill comes later, if freezing does not
+// relieve it).
 func TestDefaultSet(t *testing.T) {
 	c, err := qos.NewSet(qos.ParseNames(qos.DefaultControllers), qos.DefaultConfig())
 	if err != nil {
@@ -95,13 +97,14 @@ func TestDefaultSet(t *testing.T) {
 	}
 	in := scene(0, 4*ms, 0)
 	in.Node.MemAvailable = 100 * mib
+	in.Node.MemoryHigh, in.Node.Freeze = true, true
 	in.Containers[3].MemBytes = 2 << 30
 	got := c.Evaluate(in)
 	var b strings.Builder
 	for _, corr := range got {
 		b.WriteString(corr.Controller + " " + corr.Kind.String() + " " + corr.ContainerID + "\n")
 	}
-	if want := "interference throttle \nmemory kill batch-2\n"; b.String() != want {
+	if want := "interference throttle \nreclaim freeze \n"; b.String() != want {
 		t.Errorf("got\n%s\nwant\n%s", b.String(), want)
 	}
 }

@@ -23,8 +23,11 @@ var ErrUnknownController = errors.New("unknown qos controller")
 //     Unthrottle, the lower limit between two of a kind, and an Unthrottle
 //     to 0 (no limit) last;
 //   - of several Confine corrections, the one with the fewest CPUs wins;
+//   - memory corrections (Reclaim, Release, Freeze, Thaw) pass through in
+//     the order asked for;
 //   - the result lists the subtree correction first, then the subtree's
-//     CPUs, then per-container limits by container id, then kills in the
+//     CPUs, then per-container limits by container id, then memory
+//     corrections, then kills in the
 //     order asked for, so the agent can apply cheap throttles before kills.
 //
 // With both "cpuset" and "interference" in the set, the cpuset controller is
@@ -111,8 +114,11 @@ func Merge(corrections []Correction) []Correction {
 	var kills []Correction
 	limits := make(map[target]Correction) // -> strictest limit
 	var confine *Correction
+	var memory []Correction // Reclaim, Release, Freeze, Thaw: one controller's, in its order
 	for _, c := range corrections {
 		switch c.Kind {
+		case Reclaim, Release, Freeze, Thaw:
+			memory = append(memory, c)
 		case Confine:
 			if confine == nil || fewerCPUs(c, *confine) {
 				confine = &c
@@ -157,6 +163,7 @@ func Merge(corrections []Correction) []Correction {
 			out = append(out, limits[at])
 		}
 	}
+	out = append(out, memory...)
 	return append(out, kills...)
 }
 
@@ -190,8 +197,11 @@ func stricter(a, b Correction) bool {
 
 // limit is the correction's limit in its resource's unit.
 func (c Correction) limit() float64 {
-	if c.Resource == Bandwidth {
+	switch c.Resource {
+	case Bandwidth:
 		return c.BandwidthLimit
+	case DiskIO:
+		return c.IOLimit
 	}
 	return c.CPULimit
 }

@@ -220,7 +220,9 @@ type Containerizer struct {
 	mu         sync.Mutex
 	containers map[string]*container
 	dynamicIDs *dynamicIDs
-	closed     bool
+	// diskIO is what the host offers of disk I/O QoS (SetupIO).
+	diskIO DiskIOSupport
+	closed bool
 
 	exits *exitQueue
 	done  chan struct{} // closed by Close
@@ -341,6 +343,7 @@ func New(cfg Config) (*Containerizer, error) {
 			layout.CPUSet = ""
 		}
 	}
+	diskIO := setupDiskIO(&layout, cfg)
 	supervisors, err := layout.SetupService(cfg.CgroupRoot, cgroups.SupervisorsCgroup, supervisorLimits)
 	if err != nil {
 		return nil, err
@@ -366,7 +369,7 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	c := &Containerizer{
 		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
-		containers: make(map[string]*container), dynamicIDs: dynamic,
+		containers: make(map[string]*container), dynamicIDs: dynamic, diskIO: diskIO,
 		exits: newExitQueue(),
 		done:  make(chan struct{}),
 	}
@@ -375,6 +378,7 @@ func New(cfg Config) (*Containerizer, error) {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
 	attrs = append(attrs, "cpuset", layout.CPUSet)
+	c.log.Info("containerizer: disk I/O QoS", "cap", diskIO.Cap, "devices", diskIO.Devices, "cap_why", diskIO.CapWhy, "weight", diskIO.Weight, "weight_why", diskIO.WeightWhy)
 	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids, "subtree_pids_max", max(cfg.SubtreePidsMax, 0), "task_pids_max", max(cfg.PidsMax, 0))...)
 	if layout.Pids == "" && cfg.PidsMax > 0 {
 		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")

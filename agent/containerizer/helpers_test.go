@@ -176,6 +176,9 @@ func removeRealRoot(t testing.TB, root string) {
 	if layout.Mode == cgroups.ModeHybrid && layout.CPUSet != "" {
 		tops = append(tops, filepath.Join(layout.CPUSet, root), filepath.Join(layout.CPUSet, cgroups.Subtree(root, cgroups.Revocable)))
 	}
+	if layout.Mode == cgroups.ModeHybrid && layout.Blkio != "" {
+		tops = append(tops, filepath.Join(layout.Blkio, cgroups.Subtree(root, cgroups.Revocable)))
+	}
 	for _, top := range tops {
 		var dirs []string
 		_ = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {

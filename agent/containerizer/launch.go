@@ -250,8 +250,8 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 		Layout: c.layout, Cgroup: c.layout.ContainerPaths(c.cfg.CgroupRoot, class, id),
 		Limits: cgroups.Limits{
 			CPUs: spec.Resources.CPUs(), HardCPU: c.cfg.CPUHardLimit,
-			MemoryBytes: cgroups.MemoryBytes(spec.Resources.Mem()),
-			PidsMax:     max(c.cfg.PidsMax, 0),
+			MemoryBytes: cgroups.MemoryBytes(spec.Resources.Mem()), Revocable: spec.Revocable,
+			PidsMax: max(c.cfg.PidsMax, 0),
 		},
 		Sandbox: sandbox, BootID: c.bootID,
 	}

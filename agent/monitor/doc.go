@@ -50,6 +50,7 @@
 //	mem_rss_bytes             memory.stat anon                 memory/<path>/memory.stat total_rss
 //	mem_cache_bytes           memory.stat file                 memory.stat total_cache
 //	mem_anon_bytes            active_anon + inactive_anon      total_active_anon + total_inactive_anon
+//	mem_working_set_bytes     anon + active_file               total_rss + total_active_file
 //	Usage.MemUsage            memory.current                   memory.usage_in_bytes
 //	mem_limit_bytes           memory.max                       memory.limit_in_bytes
 //	oom_events                memory.events oom_kill           memory.oom_control oom_kill
@@ -58,6 +59,10 @@
 // mem_anon_bytes is the anonymous (swap-backed) LRU, shmem included, the
 // same meaning in both layouts; mem_rss_bytes excludes shmem. mem_limit_bytes
 // is the cgroup's limit, or Target.MemLimit when the cgroup has none.
+// mem_working_set_bytes is what the container cannot lose without slowing
+// down (anonymous memory and the page cache it keeps using); the estimator
+// offers memory slack from it, not from usage, whose inactive cache the
+// kernel reclaims for free.
 // oom_events is the larger of the cgroup's counter and eBPF's. cpus_limit is
 // Target.CPULimit. Network figures exist only with eBPF: bytes and packets
 // (cgroup_skb), and, with the network QoS programs, TCP round trips and
@@ -111,7 +116,7 @@
 // Collector reports the latest samples at scrape time, labelled
 // container_id, task_id and revocable: container_cpu_{usage,user,system}_seconds_total,
 // container_cpu_cfs_{periods,throttled_periods}_total, container_cpu_cfs_throttled_seconds_total,
-// container_memory_{rss,cache,usage_bytes}, container_spec_memory_limit_bytes,
+// container_memory_{rss,cache,usage_bytes,working_set_bytes}, container_spec_memory_limit_bytes,
 // container_oom_events_total, container_pressure_{cpu,memory,io}_{waiting,stalled}_seconds_total
 // (PSI some and full totals) and, for samples with eBPF figures only,
 // container_network_{receive,transmit}_{bytes,packets}_total,

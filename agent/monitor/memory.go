@@ -8,21 +8,22 @@ type memoryFormat struct {
 	dir func(p cgroups.Paths) string
 	// usage, stat, limit and events are the control files.
 	usage, stat, limit, events string
-	// rss, cache, activeAnon and inactiveAnon are memory.stat keys.
-	rss, cache, activeAnon, inactiveAnon string
+	// rss, cache, activeAnon, inactiveAnon and activeFile are memory.stat
+	// keys.
+	rss, cache, activeAnon, inactiveAnon, activeFile string
 }
 
 var (
 	// v2Memory is the v2 memory controller.
 	v2Memory = memoryFormat{dir: func(p cgroups.Paths) string { return p.Unified },
 		usage: "memory.current", stat: "memory.stat", limit: "memory.max", events: "memory.events",
-		rss: "anon", cache: "file", activeAnon: "active_anon", inactiveAnon: "inactive_anon"}
+		rss: "anon", cache: "file", activeAnon: "active_anon", inactiveAnon: "inactive_anon", activeFile: "active_file"}
 	// v1Memory is the v1 memory controller of a hybrid host: the
 	// hierarchical total_* figures, which count the cgroup's descendants
 	// as v2's do.
 	v1Memory = memoryFormat{dir: func(p cgroups.Paths) string { return p.Memory },
 		usage: "memory.usage_in_bytes", stat: "memory.stat", limit: "memory.limit_in_bytes", events: "memory.oom_control",
-		rss: "total_rss", cache: "total_cache", activeAnon: "total_active_anon", inactiveAnon: "total_inactive_anon"}
+		rss: "total_rss", cache: "total_cache", activeAnon: "total_active_anon", inactiveAnon: "total_inactive_anon", activeFile: "total_active_file"}
 )
 
 // memorySampler reads a container's memory controller: charged memory,
@@ -60,8 +61,11 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	if data, err = s.read(&m.stat, m.unified); err != nil {
 		return err
 	}
+	var activeFile uint64
 	forEachKey(data, func(key []byte, v uint64) {
 		switch string(key) {
+		case f.activeFile:
+			activeFile = v
 		case f.rss:
 			st.MemRssBytes = v
 		case f.cache:
@@ -70,6 +74,9 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 			st.MemAnonBytes += v
 		}
 	})
+	// The working set: anonymous memory (rss) and the page cache in active
+	// use; inactive cache is what reclaim takes first and costs nothing.
+	st.MemWorkingSetBytes = st.MemRssBytes + activeFile
 	if data, err = s.read(&m.limit, m.unified); err != nil {
 		return err
 	}

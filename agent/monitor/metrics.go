@@ -25,6 +25,7 @@ type collector struct {
 	cpuUsage, cpuUser, cpuSystem                   *prometheus.Desc
 	cfsPeriods, cfsThrottledPeriods, cfsThrottled  *prometheus.Desc
 	memRSS, memCache, memUsage, memLimit, oom      *prometheus.Desc
+	memWorkingSet                                  *prometheus.Desc
 	netRxBytes, netTxBytes, netRxPkts, netTxPkts   *prometheus.Desc
 	cpuWaiting, cpuStalled, memWaiting, memStalled *prometheus.Desc
 	ioWaiting, ioStalled                           *prometheus.Desc
@@ -51,6 +52,7 @@ func newCollector(m *Monitor) *collector {
 		cfsThrottled:        ctr("container_cpu_cfs_throttled_seconds_total", "Total time duration the container has been throttled, in seconds."),
 		memRSS:              ctr("container_memory_rss", "Anonymous memory (RSS) in bytes (v2 anon, v1 total_rss)."),
 		memCache:            ctr("container_memory_cache", "Page cache in bytes (v2 file, v1 total_cache)."),
+		memWorkingSet:       ctr("container_memory_working_set_bytes", "Working set in bytes: anonymous memory plus active page cache (v2 anon + active_file, v1 total_rss + total_active_file)."),
 		memUsage:            ctr("container_memory_usage_bytes", "Memory charged to the cgroup in bytes (memory.current / memory.usage_in_bytes)."),
 		memLimit:            ctr("container_spec_memory_limit_bytes", "Memory limit in bytes (0: none)."),
 		oom:                 ctr("container_oom_events_total", "Count of OOM kills in the container."),
@@ -88,7 +90,7 @@ func (m *Monitor) Collector() prometheus.Collector { return m.metrics }
 func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{
 		c.cpuUsage, c.cpuUser, c.cpuSystem, c.cfsPeriods, c.cfsThrottledPeriods, c.cfsThrottled,
-		c.memRSS, c.memCache, c.memUsage, c.memLimit, c.oom,
+		c.memRSS, c.memCache, c.memUsage, c.memLimit, c.oom, c.memWorkingSet,
 		c.netRxBytes, c.netTxBytes, c.netRxPkts, c.netTxPkts,
 		c.cpuWaiting, c.cpuStalled, c.memWaiting, c.memStalled, c.ioWaiting, c.ioStalled,
 		c.runq, c.delayedByRevocable, c.reclaimStall, c.tcpRTT, c.tcpRetransmits,
@@ -128,6 +130,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		gauge(c.memRSS, float64(st.MemRssBytes))
 		gauge(c.memCache, float64(st.MemCacheBytes))
 		gauge(c.memUsage, float64(u.MemUsage))
+		gauge(c.memWorkingSet, float64(st.MemWorkingSetBytes))
 		gauge(c.memLimit, float64(st.MemLimitBytes))
 		counter(c.oom, float64(st.OomEvents))
 		if p := st.CpuPressure; p != nil {

@@ -119,9 +119,10 @@ type Point struct {
 	CPURate float64
 	// CPUSecs and ThrottledSecs are cumulative CPU time and CFS throttled time.
 	CPUSecs, ThrottledSecs float64
-	// MemRSS, MemCache and MemUsage are memory in bytes at Time (see
-	// ResourceStatistics mem_rss_bytes and mem_cache_bytes, Usage.MemUsage).
-	MemRSS, MemCache, MemUsage uint64
+	// MemRSS, MemCache, MemWorkingSet and MemUsage are memory in bytes at
+	// Time (see ResourceStatistics mem_rss_bytes, mem_cache_bytes and
+	// mem_working_set_bytes, Usage.MemUsage).
+	MemRSS, MemCache, MemWorkingSet, MemUsage uint64
 	// RunqP50 and RunqP99 are over the interval ending at Time (eBPF).
 	RunqP50, RunqP99 time.Duration
 	// DelayedByRevocableSecs is cumulative (eBPF).
@@ -140,7 +141,7 @@ func pointOf(u Usage) Point {
 	st := u.Stats
 	return Point{
 		Time: u.Time, CPURate: u.CPURate, CPUSecs: st.CpusUsageSecs, ThrottledSecs: st.CpusThrottledTimeSecs,
-		MemRSS: st.MemRssBytes, MemCache: st.MemCacheBytes, MemUsage: u.MemUsage,
+		MemRSS: st.MemRssBytes, MemCache: st.MemCacheBytes, MemWorkingSet: st.MemWorkingSetBytes, MemUsage: u.MemUsage,
 		RunqP50: u.RunqP50, RunqP99: u.RunqP99, DelayedByRevocableSecs: st.DelayedByRevocableSecs,
 		CPUPressureSecs: st.GetCpuPressure().GetSomeTotalSecs(), MemoryPressureSecs: st.GetMemoryPressure().GetSomeTotalSecs(),
 		IOPressureSecs: st.GetIoPressure().GetSomeTotalSecs(), OOMEvents: st.OomEvents, NetTxMbps: u.NetTxMbps,

@@ -36,6 +36,7 @@ func wantContainerStats(now time.Time) *slacklinev1.ResourceStatistics {
 		MemRssBytes:           52428800,
 		MemCacheBytes:         41943040,
 		MemAnonBytes:          53000000,
+		MemWorkingSetBytes:    92428800,
 		MemLimitBytes:         268435456,
 		OomEvents:             2,
 		CpuPressure: &slacklinev1.Pressure{SomeAvg10: 12.5, SomeAvg60: 0.5, SomeAvg300: 0.25, SomeTotalSecs: 3,
@@ -140,7 +141,7 @@ func TestSampleEveryField(t *testing.T) {
 				t.Errorf("buckets kept: %d, want 21 (trailing zeros trimmed)", got)
 			}
 			h := m.History(make([]Point, 0, 2), "c1")
-			wantPoint := Point{Time: t1, CPURate: 1, CPUSecs: 2.5, ThrottledSecs: 0.35, MemRSS: 52428800, MemCache: 41943040,
+			wantPoint := Point{Time: t1, CPURate: 1, CPUSecs: 2.5, ThrottledSecs: 0.35, MemRSS: 52428800, MemCache: 41943040, MemWorkingSet: 92428800,
 				MemUsage: 104857600, RunqP50: u.RunqP50, RunqP99: u.RunqP99, DelayedByRevocableSecs: 0.25,
 				CPUPressureSecs: 3, MemoryPressureSecs: 0.2, IOPressureSecs: 0.7, OOMEvents: 5}
 			if len(h) != 2 {

@@ -176,19 +176,19 @@ func TestV2MemorySampler(t *testing.T) {
 	runCgroupfsCases(t, cgroups.ModeV2, newMemorySampler(v2Memory), []cgroupfsCase{
 		{
 			name: "every file", files: full, target: Target{MemLimit: 1 << 30},
-			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000,
+			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000, MemWorkingSetBytes: 92428800,
 				MemLimitBytes: 268435456, OomEvents: 2},
 			memUsage: 104857600,
 		},
 		{
 			name: "no limit: the target's", files: with(rel+"/memory.max", "max\n"), target: Target{MemLimit: 12345},
-			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000,
+			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000, MemWorkingSetBytes: 92428800,
 				MemLimitBytes: 12345, OomEvents: 2},
 			memUsage: 104857600,
 		},
 		{
 			name: "kernel without oom_kill in memory.events", files: with(rel+"/memory.events", "low 0\nhigh 0\nmax 12\noom 3\n"),
-			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000,
+			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000, MemWorkingSetBytes: 92428800,
 				MemLimitBytes: 268435456},
 			memUsage: 104857600,
 		},
@@ -221,14 +221,14 @@ func TestHybridMemorySampler(t *testing.T) {
 	runCgroupfsCases(t, cgroups.ModeHybrid, newMemorySampler(v1Memory), []cgroupfsCase{
 		{
 			name: "every file", files: full, dirs: []string{"unified/" + rel}, target: Target{MemLimit: 1 << 30},
-			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000,
+			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000, MemWorkingSetBytes: 92428800,
 				MemLimitBytes: 268435456, OomEvents: 2},
 			memUsage: 104857600,
 		},
 		{
 			name: "unlimited (2^63 rounded to pages): the target's", files: unlimited, dirs: []string{"unified/" + rel},
 			target: Target{MemLimit: 12345},
-			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000,
+			want: &slacklinev1.ResourceStatistics{MemRssBytes: 52428800, MemCacheBytes: 41943040, MemAnonBytes: 53000000, MemWorkingSetBytes: 92428800,
 				MemLimitBytes: 12345, OomEvents: 2},
 			memUsage: 104857600,
 		},

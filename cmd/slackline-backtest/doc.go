@@ -14,6 +14,13 @@
 // Besides the estimators it replays the anchors of package
 // estimator/backtest, Koordinator's and Katalyst's formulas.
 //
+// Memory (no root needed): the same replays scored on revocable mem against
+// the guaranteed containers' working sets (estimator/testdata/memory/*.csv
+// by default):
+//
+//	slackline-backtest memory
+//	slackline-backtest memory --memory-window 30s --memory-margin 0.1
+//
 // Plot (no root needed): the same replays over a range of each estimator's
 // and anchor's settings, harvest against violations, one panel per scenario
 // (docs/estimator-frontier.png is the committed traces' plot):
@@ -23,7 +30,8 @@
 // Record (root): runs --command under /bin/sh in a fresh cgroup
 // slackline-trace-<random> (cpuacct and memory hierarchies on cgroup v1 and
 // hybrid hosts, the unified tree on cgroup v2), samples its CPU (cpuacct.usage
-// or cpu.stat usage_usec) and RSS every --interval for --duration, writes the
+// or cpu.stat usage_usec) and memory working set (anonymous plus active file
+// pages: v1 total_rss + total_active_file, v2 anon + active_file) every --interval for --duration, writes the
 // trace and removes the cgroup, killing what is left in it. No other cgroup
 // is touched.
 //

@@ -31,6 +31,6 @@ func newRootCommand() *cobra.Command {
 		Version:       cliconfig.Version("slackline-backtest"),
 	}
 	root.SetVersionTemplate("{{.Version}}\n")
-	root.AddCommand(newRunCommand(), newRecordCommand(), newPlotCommand())
+	root.AddCommand(newRunCommand(), newMemoryCommand(), newRecordCommand(), newPlotCommand())
 	return root
 }

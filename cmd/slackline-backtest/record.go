@@ -95,7 +95,9 @@ type usageCgroup struct {
 	dirs []string
 	// cpuUsage returns the cumulative CPU time used.
 	cpuUsage func() (time.Duration, error)
-	// memBytes returns the memory in use (RSS).
+	// memBytes returns the memory working set: anonymous plus active file
+	// pages (what the workload cannot lose without slowing down; inactive
+	// page cache is reclaimable and not counted).
 	memBytes func() (uint64, error)
 }
 
@@ -128,7 +130,9 @@ func newUsageCgroup(root string) (*usageCgroup, error) {
 			ns, err := readUint(filepath.Join(cpuDir, "cpuacct.usage"))
 			return time.Duration(ns), err
 		}
-		cg.memBytes = func() (uint64, error) { return statField(filepath.Join(memDir, "memory.stat"), "total_rss") }
+		cg.memBytes = func() (uint64, error) {
+			return statSum(filepath.Join(memDir, "memory.stat"), "total_rss", "total_active_file")
+		}
 		return cg, nil
 	}
 	if _, err := os.Stat(filepath.Join(root, "cgroup.controllers")); err == nil {
@@ -141,7 +145,7 @@ func newUsageCgroup(root string) (*usageCgroup, error) {
 			return time.Duration(us) * time.Microsecond, err
 		}
 		cg.memBytes = func() (uint64, error) {
-			v, err := statField(filepath.Join(dir, "memory.stat"), "anon")
+			v, err := statSum(filepath.Join(dir, "memory.stat"), "anon", "active_file")
 			if errors.Is(err, os.ErrNotExist) { // memory controller not enabled here
 				return 0, nil
 			}
@@ -292,4 +296,17 @@ func statField(path, key string) (uint64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s: no %s", path, key)
+}
+
+// statSum returns the sum of the named fields of a flat-keyed stat file.
+func statSum(path string, keys ...string) (uint64, error) {
+	var sum uint64
+	for _, key := range keys {
+		v, err := statField(path, key)
+		if err != nil {
+			return 0, err
+		}
+		sum += v
+	}
+	return sum, nil
 }

@@ -43,7 +43,7 @@ func newTopCommand(g *globals) *cobra.Command {
 	var watch time.Duration
 	cmd := &cobra.Command{
 		Use:   "top (--agent ID | --hostname H)",
-		Short: "Show each container's CPU, memory, network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure on one agent",
+		Short: "Show each container's CPU, memory (RSS and working set), network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure (CPU, memory, I/O) on one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agentID, err := agent.agent(cmd.Context(), g)
@@ -78,24 +78,24 @@ func newTopCommand(g *globals) *cobra.Command {
 // usageTable renders GetUsage: the node first, then one row per container,
 // then the pace of revocable egress when the agent runs network QoS.
 func usageTable(u *slacklinev1.GetUsageResponse) table {
-	t := table{header: []string{"TASK", "CPU", "MEM", "NET RX", "NET TX", "TX MBIT/S", "RTT P99", "RETRANS", "RUNQ P99", "CPU PSI", "MEM PSI", "THROTTLED"}}
+	t := table{header: []string{"TASK", "CPU", "MEM", "WORKING SET", "NET RX", "NET TX", "TX MBIT/S", "RTT P99", "RETRANS", "RUNQ P99", "CPU PSI", "MEM PSI", "IO PSI", "THROTTLED"}}
 	row := func(name string, s *slacklinev1.ResourceStatistics) []string {
 		retransmits := ""
 		if tcp := s.GetTcp(); tcp != nil {
 			retransmits = strconv.FormatUint(tcp.GetRetransmits(), 10)
 		}
 		return []string{
-			name, fmt.Sprintf("%.2f", s.GetCpusRate()), bytesText(s.GetMemRssBytes()),
+			name, fmt.Sprintf("%.2f", s.GetCpusRate()), bytesText(s.GetMemRssBytes()), bytesText(s.GetMemWorkingSetBytes()),
 			bytesText(s.GetNetRxBytes()), bytesText(s.GetNetTxBytes()), fmt.Sprintf("%.1f", s.GetNetTxMbps()),
 			durationText(s.GetTcp().GetRttP99Seconds()), retransmits,
 			durationText(s.GetRunqueue().GetP99Seconds()),
 			fmt.Sprintf("%.1f%%", s.GetCpuPressure().GetSomeAvg10()), fmt.Sprintf("%.1f%%", s.GetMemoryPressure().GetSomeAvg10()),
-			fmt.Sprintf("%.1fs", s.GetCpusThrottledTimeSecs()),
+			fmt.Sprintf("%.1f%%", s.GetIoPressure().GetSomeAvg10()), fmt.Sprintf("%.1fs", s.GetCpusThrottledTimeSecs()),
 		}
 	}
 	if n := u.GetNode(); n != nil {
 		node := row("(node)", n)
-		node[2] = bytesText(n.GetMemAvailableBytes()) + " free"
+		node[2], node[3] = bytesText(n.GetMemAvailableBytes())+" free", "-"
 		t.rows = append(t.rows, node)
 	}
 	for _, c := range u.GetUsage() {
@@ -107,7 +107,7 @@ func usageTable(u *slacklinev1.GetUsageResponse) table {
 			pace = fmt.Sprintf("%.0f of %.0f", p, n.GetRevocableEstimateMbps())
 		}
 		paced := make([]string, len(t.header))
-		paced[0], paced[5] = "(revocable pace)", pace
+		paced[0], paced[6] = "(revocable pace)", pace
 		t.rows = append(t.rows, paced)
 	}
 	return t

@@ -23,7 +23,7 @@ func (u *usageNode) GetUsage(context.Context, *connect.Request[slacklinev1.GetUs
 	return connect.NewResponse(&slacklinev1.GetUsageResponse{
 		Node: &slacklinev1.ResourceStatistics{CpusRate: 1.5, MemAvailableBytes: 3 << 30, CpuPressure: &slacklinev1.Pressure{SomeAvg10: 12.5}, NetTxMbps: 612},
 		Usage: []*slacklinev1.ContainerUsage{{TaskId: "web-1", Statistics: &slacklinev1.ResourceStatistics{
-			CpusRate: 0.25, MemRssBytes: 64 << 20, NetRxBytes: 2048, NetTxBytes: 1 << 20, NetTxMbps: 250.25,
+			CpusRate: 0.25, MemRssBytes: 64 << 20, MemWorkingSetBytes: 80 << 20, IoPressure: &slacklinev1.Pressure{SomeAvg10: 7.5}, NetRxBytes: 2048, NetTxBytes: 1 << 20, NetTxMbps: 250.25,
 			Tcp:      &slacklinev1.TcpStatistics{RttP99Seconds: 0.0009, Retransmits: 3},
 			Runqueue: &slacklinev1.RunQueueLatency{P99Seconds: 0.0042}, CpusThrottledTimeSecs: 1.5,
 		}}},
@@ -51,10 +51,10 @@ func TestTopAndFeatures(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := strings.TrimPrefix(`
-TASK               CPU    MEM          NET RX   NET TX   TX MBIT/S    RTT P99   RETRANS   RUNQ P99   CPU PSI   MEM PSI   THROTTLED
-(node)             1.50   3.0Gi free   0B       0B       612.0        -         -         -          12.5%     0.0%      0.0s
-web-1              0.25   64.0Mi       2.0Ki    1.0Mi    250.2        900µs     3         4.2ms      0.0%      0.0%      1.5s
-(revocable pace)   -      -            -        -        350 of 700   -         -         -          -         -         -
+TASK               CPU    MEM          WORKING SET   NET RX   NET TX   TX MBIT/S    RTT P99   RETRANS   RUNQ P99   CPU PSI   MEM PSI   IO PSI   THROTTLED
+(node)             1.50   3.0Gi free   -             0B       0B       612.0        -         -         -          12.5%     0.0%      0.0%     0.0s
+web-1              0.25   64.0Mi       80.0Mi        2.0Ki    1.0Mi    250.2        900µs     3         4.2ms      0.0%      0.0%      7.5%     1.5s
+(revocable pace)   -      -            -             -        -        350 of 700   -         -         -          -         -         -        -
 `, "\n")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("top (-want +got):\n%s", diff)

@@ -2,8 +2,9 @@
 // estimators and scores what they would have offered against the slack that
 // was really there.
 //
-// A [Trace] is one container's usage (CPU cores and RSS per sampling
-// interval) with the allocation it is replayed with; [ReadTrace] and
+// A [Trace] is one container's usage (CPU cores and memory working set, or
+// RSS in traces recorded before the recorder measured working sets, per
+// sampling interval) with the allocation it is replayed with; [ReadTrace] and
 // [WriteTrace] handle its text form (a "# slackline trace v1" header, then
 // "offset_s,cpu_cores,mem_bytes" rows), which `slackline-backtest record`
 // produces from real workloads. A [Scenario] is one or more traces replayed
@@ -14,7 +15,8 @@
 // future) and scores every later sample, as documented on [Result]: real
 // slack max(0, Σ allocation − Σ usage), harvest, violations (offered − real
 // slack > Options.Tolerance), their size, churn, and the mean time from
-// slack appearing to being offered. Only cpus are scored.
+// slack appearing to being offered. Only cpus are scored: [ReplayMemory]
+// scores mem the same way against working sets ([MemoryResult]).
 //
 // [Anchors] are reference implementations of Koordinator's batch formula
 // and Katalyst's smoothed headroom ([NewKoordinator], [NewKatalyst]), for

@@ -42,7 +42,9 @@ type Point struct {
 	Offset time.Duration
 	// CPU is the cores used over the interval ending at Offset.
 	CPU float64
-	// MemBytes is the memory in use (RSS) at Offset.
+	// MemBytes is the memory working set (anonymous plus active file
+	// pages; RSS in traces recorded before the recorder measured it) at
+	// Offset.
 	MemBytes uint64
 }
 

@@ -17,8 +17,8 @@ const Mountpoint = "/sys/fs/cgroup"
 
 // RemoveRoot kills every process under root and under its revocable
 // sibling <root>-revocable in the v2 tree (cgroup.kill) and removes their
-// cgroups, children first, from the v2 tree and the v1 cpu, memory, cpuset
-// and pids hierarchies. It touches nothing else.
+// cgroups, children first, from the v2 tree and the v1 cpu, memory, cpuset,
+// pids and blkio hierarchies. It touches nothing else.
 func RemoveRoot(root string) {
 	if root == "" || filepath.IsAbs(root) {
 		return // never the whole hierarchy
@@ -40,7 +40,7 @@ func removeTree(root string) {
 		return nil
 	})
 	deadline := time.Now().Add(5 * time.Second)
-	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "unified", ""} {
+	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
 		var dirs []string
 		_ = filepath.WalkDir(filepath.Join(Mountpoint, h, root), func(path string, d os.DirEntry, err error) error {
 			if err == nil && d.IsDir() {

@@ -93,6 +93,10 @@ type Layout struct {
 	// hosts that have the controller; empty when there is none (see
 	// pids.go).
 	Pids string `json:"pids,omitempty"`
+	// Blkio is the v1 blkio hierarchy of a hybrid host with throttling
+	// (blkio.throttle.*), where the revocable subtree's disk I/O is capped;
+	// empty otherwise (see io.go).
+	Blkio string `json:"blkio,omitempty"`
 }
 
 // Detect finds the layout of the cgroup hierarchies under mountpoint. It only
@@ -130,6 +134,7 @@ func Detect(mountpoint string) (Layout, error) {
 			l.CPUSet = cpuset
 		}
 		l.Pids = v1PidsHierarchy(mountpoint)
+		l.Blkio = detectBlkio(mountpoint)
 		return l, nil
 	case hasUnified && !hasCPU:
 		return Layout{}, fmt.Errorf("%w: hybrid cgroups at %s but the v1 cpu controller is not mounted at %s", ErrUnsupported, mountpoint, cpu)
@@ -161,6 +166,10 @@ type Paths struct {
 	// Pids is the cgroup's directory in the v1 pids hierarchy (hybrid hosts
 	// that have it).
 	Pids string `json:"pids,omitempty"`
+	// Blkio is, on hybrid hosts with blkio throttling, the directory in the
+	// v1 blkio hierarchy a revocable cgroup's processes join: the revocable
+	// subtree's, whose cap they share. Dirs does not list it.
+	Blkio string `json:"blkio,omitempty"`
 }
 
 // PathsOf returns the directories of the cgroup at rel (relative to every
@@ -198,6 +207,9 @@ func (p Paths) ProcsFiles() []string {
 	if p.CPUSet != "" {
 		files = append(files, filepath.Join(p.CPUSet, "cgroup.procs"))
 	}
+	if p.Blkio != "" {
+		files = append(files, filepath.Join(p.Blkio, "cgroup.procs"))
+	}
 	return files
 }
 
@@ -209,6 +221,9 @@ func (l Layout) ContainerPaths(root string, class Class, id string) Paths {
 	p := l.PathsOf(ContainerRel(root, class, id))
 	if l.Mode == ModeHybrid && l.CPUSet != "" && class == Revocable {
 		p.CPUSet = filepath.Join(l.CPUSet, Subtree(root, class))
+	}
+	if l.Mode == ModeHybrid && l.Blkio != "" && class == Revocable {
+		p.Blkio = filepath.Join(l.Blkio, Subtree(root, class))
 	}
 	return p
 }

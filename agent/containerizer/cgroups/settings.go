@@ -33,6 +33,10 @@ type Limits struct {
 	// PidsMax bounds the processes and threads in the cgroup (pids.max),
 	// where the layout has the pids controller; 0 means unlimited.
 	PidsMax int64 `json:"pids_max,omitempty"`
+	// Revocable says the container runs on revocable resources: its memory
+	// is shaped by reclaim (memory.high below memory.max, swap allowed,
+	// v1 soft limit 0) instead of protected (see MemoryQoS).
+	Revocable bool `json:"revocable,omitempty"`
 }
 
 // CPUWeight is the cgroup v2 cpu.weight for cpus: cpus*100 clamped to the
@@ -80,7 +84,14 @@ func v2Resources(lim Limits, swap bool) *cgroup2.Resources {
 	if lim.MemoryBytes > 0 {
 		limit := lim.MemoryBytes
 		res.Memory.Max = &limit
-		if swap {
+		q := MemoryQoSOf(lim)
+		if q.High > 0 {
+			res.Memory.High = &q.High
+		}
+		if q.Min > 0 {
+			res.Memory.Min, res.Memory.Low = &q.Min, &q.Low
+		}
+		if swap && !lim.Revocable {
 			zero := int64(0)
 			res.Memory.Swap = &zero
 		}
@@ -99,7 +110,9 @@ func v1Resources(lim Limits, swap bool) *specs.LinuxResources {
 	if lim.MemoryBytes > 0 {
 		limit := lim.MemoryBytes
 		res.Memory.Limit = &limit
-		if swap {
+		soft := MemoryQoSOf(lim).SoftLimit
+		res.Memory.Reservation = &soft
+		if swap && !lim.Revocable {
 			// memory+swap equal to memory: no swap.
 			res.Memory.Swap = &limit
 		}
@@ -146,6 +159,9 @@ func (l Layout) SetupRoot(root string) error {
 				}
 			}
 		}
+	}
+	if err := l.setupMemoryQoS(root); err != nil {
+		return err
 	}
 	revocable := Subtree(root, Revocable)
 	switch l.Mode {

@@ -260,6 +260,15 @@ function chart(metric, points, now, unit, format) {
       el("polyline", { points: pts, class: metric })));
 }
 
+// limitText is what a correction set: cores, memory.high or an I/O cap.
+function limitText(c) {
+  if (c.cpuLimit) return fmt(c.cpuLimit) + " cpus";
+  if (c.memoryHighBytes && Number(c.memoryHighBytes) > 0) return fmtMiB(Number(c.memoryHighBytes) / (1 << 20)) + " high";
+  if (c.ioLimitBytesPerSecond) return fmt(c.ioLimitBytesPerSecond / (1 << 20)) + " MiB/s";
+  if (c.bandwidthLimitMbps) return fmt(c.bandwidthLimitMbps) + " Mbit/s";
+  return "";
+}
+
 // timeline draws QoS corrections in the window ending at now.
 function timeline(corrections, now) {
   const x = (t) => PAD + ((W * 2 - 2 * PAD) * (t - (now - WINDOW_SECONDS))) / WINDOW_SECONDS;
@@ -268,7 +277,7 @@ function timeline(corrections, now) {
     const kind = short(c.kind, "CORRECTION_KIND_").toLowerCase();
     return el("g", { class: "correction " + kind, dataset: { kind: c.kind, t: String(t) } },
       el("line", { x1: x(t), x2: x(t), y1: 8, y2: 52 }),
-      el("circle", { cx: x(t), cy: kind === "kill" ? 44 : kind === "unthrottle" ? 30 : 16, r: 5 }),
+      el("circle", { cx: x(t), cy: kind === "kill" ? 44 : kind === "unthrottle" || kind === "thaw" || kind === "release" ? 30 : 16, r: 5 }),
       el("title", { text: `${new Date(t * 1000).toLocaleTimeString()} ${short(c.kind, "CORRECTION_KIND_")} ${c.taskId || "revocable subtree"}${c.cpuLimit ? " to " + fmt(c.cpuLimit) + " cpus" : ""}: ${c.reason || ""}` }));
   });
   return el("svg", { id: "qos-timeline", viewBox: `0 0 ${W * 2} 60`, preserveAspectRatio: "none", dataset: { corrections: marks.length } },
@@ -307,7 +316,7 @@ async function renderNode(view, agentID) {
       el("h3", {}, el("span", { class: "id", text: c.taskId }), " ",
         el("span", { class: "badge", text: c.revocable ? "revocable" : "guaranteed" }), " ",
         el("span", { class: "state " + short(c.state, "TASK_STATE_").toLowerCase(), text: short(c.state, "TASK_STATE_") || "UNKNOWN" })),
-      el("p", { class: "meta", text: `framework ${c.frameworkId} · cgroup ${c.cgroupPath} · pid ${c.pid || "–"} · RSS ${fmtMiB(Number(st.memRssBytes || 0) / (1 << 20))}` }),
+      el("p", { class: "meta", text: `framework ${c.frameworkId} · cgroup ${c.cgroupPath} · pid ${c.pid || "–"} · RSS ${fmtMiB(Number(st.memRssBytes || 0) / (1 << 20))} · working set ${fmtMiB(Number(st.memWorkingSetBytes || 0) / (1 << 20))} · mem PSI ${fmt(st.memoryPressure?.someAvg10 || 0)}% · io PSI ${fmt(st.ioPressure?.someAvg10 || 0)}%` }),
       el("div", { class: "charts" },
         chart("cpu", h.map((p) => ({ t: p.t, v: p.cpu })), now, { label: "CPU (cores)", min: 0.05 }, (v) => fmt(v)),
         chart("runqueue-p99", h.map((p) => ({ t: p.t, v: p.p99 })), now, { label: "run-queue p99", min: 1e-4 }, fmtSeconds),
@@ -320,7 +329,7 @@ async function renderNode(view, agentID) {
       el("td", { text: c.timestamp ? new Date(c.timestamp).toLocaleTimeString() : "" }),
       el("td", { class: "kind " + short(c.kind, "CORRECTION_KIND_").toLowerCase(), text: short(c.kind, "CORRECTION_KIND_") }),
       el("td", { text: c.controller || "" }), el("td", { text: c.taskId || "revocable subtree" }),
-      el("td", { class: "num", text: c.cpuLimit ? fmt(c.cpuLimit) : "" }),
+      el("td", { class: "num", text: limitText(c) }),
       el("td", { class: "num", text: fmtSeconds(c.reactionSeconds) }), el("td", { text: c.reason || "" })));
 
   const total = scalars(agent.resources), est = scalars(estimate.revocable);
@@ -329,9 +338,9 @@ async function renderNode(view, agentID) {
     el("h1", {}, el("span", { class: "hostname", text: agent.hostname || agentID }), " ",
       el("span", { class: "state", text: short(agent.state, "AGENT_STATE_") }), " ",
       el("span", { class: "mode", text: short(agent.mode, "MACHINE_MODE_") })),
-    el("p", { class: "meta", text: `agent ${agentID} · ${fmt(total.cpus || 0)} cpus, ${fmtMiB(total.mem || 0)} · node CPU used ${fmt(ns.cpusRate)} · load ${fmt(ns.loadAvg1)} · revocable estimate ${fmt(est.cpus || 0)} cpus, ${fmtMiB(est.mem || 0)} (${estimate.estimator || "?"})` }),
+    el("p", { class: "meta", text: `agent ${agentID} · ${fmt(total.cpus || 0)} cpus, ${fmtMiB(total.mem || 0)} · node CPU used ${fmt(ns.cpusRate)} · load ${fmt(ns.loadAvg1)} · revocable estimate ${fmt(est.cpus || 0)} cpus, ${fmtMiB(est.mem || 0)} (${estimate.estimator || "?"}) · node mem PSI ${fmt(ns.memoryPressure?.someAvg10 || 0)}%, io PSI ${fmt(ns.ioPressure?.someAvg10 || 0)}%` }),
     el("section", { id: "qos" }, el("h2", { text: "QoS corrections" }), timeline(corr, now),
-      recent.length ? el("table", {}, el("thead", {}, el("tr", {}, ["Time", "Kind", "Controller", "Target", "CPU limit", "Reaction", "Reason"].map((h) => el("th", { text: h })))), el("tbody", {}, recent))
+      recent.length ? el("table", {}, el("thead", {}, el("tr", {}, ["Time", "Kind", "Controller", "Target", "Limit", "Reaction", "Reason"].map((h) => el("th", { text: h })))), el("tbody", {}, recent))
         : el("p", { class: "note", text: "No corrections yet." })),
     el("section", { id: "containers" }, el("h2", { text: `Containers (${list.length})` }),
       cards.length ? cards : el("p", { class: "note", text: "No containers on this agent." })));

@@ -32,6 +32,16 @@ const (
 	CorrectionKind_CORRECTION_KIND_KILL        CorrectionKind = 3
 	// CORRECTION_KIND_CONFINE sets the CPUs revocable work may run on (cpuset).
 	CorrectionKind_CORRECTION_KIND_CONFINE CorrectionKind = 4
+	// CORRECTION_KIND_RECLAIM lowers the revocable subtree's memory.high
+	// (memory_high_bytes): the kernel reclaims its memory down to it.
+	CorrectionKind_CORRECTION_KIND_RECLAIM CorrectionKind = 5
+	// CORRECTION_KIND_FREEZE freezes the revocable subtree (cgroup.freeze).
+	CorrectionKind_CORRECTION_KIND_FREEZE CorrectionKind = 6
+	// CORRECTION_KIND_THAW undoes a FREEZE.
+	CorrectionKind_CORRECTION_KIND_THAW CorrectionKind = 7
+	// CORRECTION_KIND_RELEASE raises the revocable subtree's memory.high to
+	// memory_high_bytes, or removes it (0).
+	CorrectionKind_CORRECTION_KIND_RELEASE CorrectionKind = 8
 )
 
 // Enum value maps for CorrectionKind.
@@ -42,6 +52,10 @@ var (
 		2: "CORRECTION_KIND_UNTHROTTLE",
 		3: "CORRECTION_KIND_KILL",
 		4: "CORRECTION_KIND_CONFINE",
+		5: "CORRECTION_KIND_RECLAIM",
+		6: "CORRECTION_KIND_FREEZE",
+		7: "CORRECTION_KIND_THAW",
+		8: "CORRECTION_KIND_RELEASE",
 	}
 	CorrectionKind_value = map[string]int32{
 		"CORRECTION_KIND_UNSPECIFIED": 0,
@@ -49,6 +63,10 @@ var (
 		"CORRECTION_KIND_UNTHROTTLE":  2,
 		"CORRECTION_KIND_KILL":        3,
 		"CORRECTION_KIND_CONFINE":     4,
+		"CORRECTION_KIND_RECLAIM":     5,
+		"CORRECTION_KIND_FREEZE":      6,
+		"CORRECTION_KIND_THAW":        7,
+		"CORRECTION_KIND_RELEASE":     8,
 	}
 )
 
@@ -395,6 +413,12 @@ type ResourceStatistics struct {
 	NetRxMbps float64 `protobuf:"fixed64,41,opt,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
 	// tcp is what eBPF saw of the container's TCP connections.
 	Tcp *TcpStatistics `protobuf:"bytes,42,opt,name=tcp,proto3" json:"tcp,omitempty"`
+	// mem_working_set_bytes is the memory the container cannot lose without
+	// slowing down: anonymous memory plus active page cache (v2 memory.stat
+	// anon + active_file, v1 total_rss + total_active_file). Inactive page
+	// cache is reclaimable and not counted. The estimator offers memory slack
+	// from it.
+	MemWorkingSetBytes uint64 `protobuf:"varint,43,opt,name=mem_working_set_bytes,json=memWorkingSetBytes,proto3" json:"mem_working_set_bytes,omitempty"`
 	// delayed_by says what held the CPU while this container's tasks waited
 	// for it (eBPF who-delayed-whom), cumulative, for guaranteed containers
 	// and protected services; see Delay.
@@ -655,6 +679,13 @@ func (x *ResourceStatistics) GetTcp() *TcpStatistics {
 		return x.Tcp
 	}
 	return nil
+}
+
+func (x *ResourceStatistics) GetMemWorkingSetBytes() uint64 {
+	if x != nil {
+		return x.MemWorkingSetBytes
+	}
+	return 0
 }
 
 func (x *ResourceStatistics) GetDelayedBy() []*Delay {
@@ -1373,7 +1404,8 @@ type Correction struct {
 	// reaction_seconds is from the signal being observed to the cgroup being written.
 	ReactionSeconds float64 `protobuf:"fixed64,8,opt,name=reaction_seconds,json=reactionSeconds,proto3" json:"reaction_seconds,omitempty"`
 	// resource is what a THROTTLE or UNTHROTTLE limits: "cpus" (cpu_limit),
-	// or "bandwidth" (bandwidth_limit_mbps: the pace of all revocable egress).
+	// "bandwidth" (bandwidth_limit_mbps: the pace of all revocable egress),
+	// or "disk_io" (io_limit_bytes_per_second).
 	Resource string `protobuf:"bytes,20,opt,name=resource,proto3" json:"resource,omitempty"`
 	// bandwidth_limit_mbps is the pace a bandwidth THROTTLE or UNTHROTTLE
 	// set; an UNTHROTTLE to 0 goes back to the revocable bandwidth estimate.
@@ -1382,8 +1414,14 @@ type Correction struct {
 	Cpus string `protobuf:"bytes,30,opt,name=cpus,proto3" json:"cpus,omitempty"`
 	// cpu_period_seconds is the CFS period of a THROTTLE or UNTHROTTLE's limit.
 	CpuPeriodSeconds float64 `protobuf:"fixed64,31,opt,name=cpu_period_seconds,json=cpuPeriodSeconds,proto3" json:"cpu_period_seconds,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// memory_high_bytes is the memory.high a RECLAIM or RELEASE set (0: none).
+	MemoryHighBytes uint64 `protobuf:"varint,40,opt,name=memory_high_bytes,json=memoryHighBytes,proto3" json:"memory_high_bytes,omitempty"`
+	// io_limit_bytes_per_second is the per-device cap a THROTTLE or
+	// UNTHROTTLE of resource "disk_io" set on the revocable subtree's reads
+	// and writes (0: none).
+	IoLimitBytesPerSecond float64 `protobuf:"fixed64,41,opt,name=io_limit_bytes_per_second,json=ioLimitBytesPerSecond,proto3" json:"io_limit_bytes_per_second,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *Correction) Reset() {
@@ -1496,6 +1534,20 @@ func (x *Correction) GetCpus() string {
 func (x *Correction) GetCpuPeriodSeconds() float64 {
 	if x != nil {
 		return x.CpuPeriodSeconds
+	}
+	return 0
+}
+
+func (x *Correction) GetMemoryHighBytes() uint64 {
+	if x != nil {
+		return x.MemoryHighBytes
+	}
+	return 0
+}
+
+func (x *Correction) GetIoLimitBytesPerSecond() float64 {
+	if x != nil {
+		return x.IoLimitBytesPerSecond
 	}
 	return 0
 }
@@ -2131,7 +2183,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\x98\v\n" +
+	"containers\"\xcb\v\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -2173,7 +2225,8 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\vload_avg_15\x18\x1d \x01(\x01R\tloadAvg15\x12\x1e\n" +
 	"\vnet_tx_mbps\x18( \x01(\x01R\tnetTxMbps\x12\x1e\n" +
 	"\vnet_rx_mbps\x18) \x01(\x01R\tnetRxMbps\x12-\n" +
-	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x122\n" +
+	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x121\n" +
+	"\x15mem_working_set_bytes\x18+ \x01(\x04R\x12memWorkingSetBytes\x122\n" +
 	"\n" +
 	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\"5\n" +
 	"\x05Delay\x12\x18\n" +
@@ -2234,7 +2287,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
 	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x17\n" +
-	"\x15GetCorrectionsRequest\"\xc4\x03\n" +
+	"\x15GetCorrectionsRequest\"\xaa\x04\n" +
 	"\n" +
 	"Correction\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x120\n" +
@@ -2250,7 +2303,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\bresource\x18\x14 \x01(\tR\bresource\x120\n" +
 	"\x14bandwidth_limit_mbps\x18\x15 \x01(\x01R\x12bandwidthLimitMbps\x12\x12\n" +
 	"\x04cpus\x18\x1e \x01(\tR\x04cpus\x12,\n" +
-	"\x12cpu_period_seconds\x18\x1f \x01(\x01R\x10cpuPeriodSeconds\"T\n" +
+	"\x12cpu_period_seconds\x18\x1f \x01(\x01R\x10cpuPeriodSeconds\x12*\n" +
+	"\x11memory_high_bytes\x18( \x01(\x04R\x0fmemoryHighBytes\x128\n" +
+	"\x19io_limit_bytes_per_second\x18) \x01(\x01R\x15ioLimitBytesPerSecond\"T\n" +
 	"\x16GetCorrectionsResponse\x12:\n" +
 	"\vcorrections\x18\x01 \x03(\v2\x18.slackline.v1.CorrectionR\vcorrections\"\x14\n" +
 	"\x12GetFeaturesRequest\"j\n" +
@@ -2291,13 +2346,17 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17ReadSandboxFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size*\xa6\x01\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size*\x96\x02\n" +
 	"\x0eCorrectionKind\x12\x1f\n" +
 	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
 	"\x1aCORRECTION_KIND_UNTHROTTLE\x10\x02\x12\x18\n" +
 	"\x14CORRECTION_KIND_KILL\x10\x03\x12\x1b\n" +
-	"\x17CORRECTION_KIND_CONFINE\x10\x04*\xad\x01\n" +
+	"\x17CORRECTION_KIND_CONFINE\x10\x04\x12\x1b\n" +
+	"\x17CORRECTION_KIND_RECLAIM\x10\x05\x12\x1a\n" +
+	"\x16CORRECTION_KIND_FREEZE\x10\x06\x12\x18\n" +
+	"\x14CORRECTION_KIND_THAW\x10\a\x12\x1b\n" +
+	"\x17CORRECTION_KIND_RELEASE\x10\b*\xad\x01\n" +
 	"\rFeatureStatus\x12\x1e\n" +
 	"\x1aFEATURE_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +

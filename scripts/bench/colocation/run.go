@@ -36,6 +36,13 @@ type scenario struct {
 	tasks   int
 	res     string
 	command func(binDir string) string
+	// serverRes and serverArgs override the server's resources and add to
+	// its command line (memory: a large allocation whose unused part is the
+	// memory slack; io: an fsync per request).
+	serverRes, serverArgs string
+	// share, when set, measures best-effort work's share of the resource
+	// the scenario is about instead of idle CPU (see memoryShare, ioShare).
+	share func(m resourceMeter) (float64, string, error)
 }
 
 var scenarios = []scenario{
@@ -44,6 +51,16 @@ var scenarios = []scenario{
 	// current server parts (and of this development machine's, 260 MiB).
 	{name: "membw", tasks: 2, res: "cpus:0.5;mem:1200", command: func(bin string) string { return filepath.Join(bin, "hog") + " --mib 512" }},
 	{name: "forkexec", tasks: 4, res: "cpus:0.25;mem:64", command: func(string) string { return `while :; do /bin/true; done` }},
+	// Two tasks holding 700 MiB each on revocable memory, the slack of a
+	// server allocated 3 GiB that uses a few MiB.
+	{name: "memory", tasks: 2, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare,
+		command: func(string) string { return `dd if=/dev/zero bs=700M count=1 2>/dev/null | sleep 100000` }},
+	// Two writers streaming 256 MiB files with O_DIRECT (so that v1 blkio
+	// sees their writes) beside a server that fsyncs 4 KiB per request.
+	{name: "io", tasks: 2, res: "cpus:0.25;mem:64", serverArgs: "--fsync .", share: ioShare,
+		command: func(string) string {
+			return `while :; do dd if=/dev/zero of=be.dat bs=1M count=256 oflag=direct 2>/dev/null; done`
+		}},
 }
 
 func scenarioNamesList() []string {
@@ -84,6 +101,11 @@ type runResult struct {
 
 	Alone  phase `json:"alone"`  // best-effort work frozen
 	Shared phase `json:"shared"` // best-effort work running
+
+	// ResourceShare is, for the memory and io scenarios, best-effort work's
+	// share of that resource (ResourceShareWhat says which); it is S.
+	ResourceShare     *float64 `json:"resource_share,omitempty"`
+	ResourceShareWhat string   `json:"resource_share_what,omitempty"`
 
 	Corrections map[string]int `json:"corrections,omitempty"` // "controller kind" -> count
 	// CorrectionLog lists each correction with its time since the load
@@ -154,6 +176,9 @@ const minIdleCores = 0.1
 // share is best-effort cores over the idle cores, and false when the node
 // left less than minIdleCores idle.
 func (r runResult) share() (float64, bool) {
+	if r.ResourceShare != nil {
+		return *r.ResourceShare, true
+	}
 	idle := r.idleCores()
 	if idle < minIdleCores {
 		return 0, false
@@ -252,8 +277,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 				continue
 			}
 			launched = true
-			cmd := fmt.Sprintf("%s --listen %s --work %s", filepath.Join(o.binDir, "latency-server"), serverAddr, o.work)
-			task := frameworkapi.NewTask("server", "server", off, resources.MustParse("cpus:2;mem:256"), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
+			cmd := fmt.Sprintf("%s --listen %s --work %s %s", filepath.Join(o.binDir, "latency-server"), serverAddr, o.work, s.serverArgs)
+			serverRes := "cpus:2;mem:256"
+			if s.serverRes != "" {
+				serverRes = s.serverRes
+			}
+			task := frameworkapi.NewTask("server", "server", off, resources.MustParse(serverRes), &slacklinev1.CommandInfo{Value: cmd, Shell: true})
 			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
 		}
 	}})
@@ -281,6 +310,14 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
+	}
+	ioAlone := -1.0
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable), ioAlone: &ioAlone, ioStart: &ioSample{}}
+	if s.share != nil {
+		// Best-effort work alone (the server idle) sets the reference.
+		if _, _, err := s.share(rm); err != nil {
+			return res, err
+		}
 	}
 
 	// The load generator: a process of its own in its own cgroup.
@@ -424,6 +461,14 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		ph.Delays, ph.LoadgenDelays = byClass(ph.Delays, classes), byClass(ph.LoadgenDelays, classes)
 	}
 	res.Alone, res.Shared = alone, shared
+	if s.share != nil {
+		v, what, err := s.share(rm)
+		if err != nil {
+			return res, err
+		}
+		res.ResourceShare, res.ResourceShareWhat = &v, what
+		fmt.Printf("   best-effort %s: %.2f\n", what, v)
+	}
 	for _, ph := range []struct {
 		name string
 		p    phase

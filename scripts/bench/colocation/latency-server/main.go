@@ -9,16 +9,42 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"path/filepath"
+	"sync"
 	"time"
 )
 
 func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
 	work := flag.Duration("work", 500*time.Microsecond, "CPU time burnt per request")
+	fsyncDir := flag.String("fsync", "", "directory in which every request also writes 4 KiB to a file of its own and fsyncs it (a database's commit)")
 	flag.Parse()
 	rounds := calibrate(*work)
+	var journal *os.File
+	if *fsyncDir != "" {
+		f, err := os.OpenFile(filepath.Join(*fsyncDir, "latency-server.journal"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "latency-server:", err)
+			os.Exit(1)
+		}
+		journal = f
+	}
+	var mu sync.Mutex
+	record := make([]byte, 4096)
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		burn(rounds)
+		if journal != nil {
+			mu.Lock()
+			_, err := journal.WriteAt(record, 0)
+			if err == nil {
+				err = journal.Sync()
+			}
+			mu.Unlock()
+			if err != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+		}
 		w.WriteHeader(http.StatusOK)
 	})
 	if err := http.ListenAndServe(*listen, nil); err != nil {

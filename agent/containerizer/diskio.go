@@ -1,0 +1,172 @@
+package containerizer
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// DiskIOSupport says what the host offers of disk I/O QoS for revocable
+// work, and why not where it offers nothing.
+type DiskIOSupport struct {
+	// Cap: the revocable subtree's reads and writes can be capped per
+	// device (v2 io.max, v1 blkio.throttle.*) on Devices.
+	Cap    bool
+	CapWhy string
+	// Devices are the block devices ("MAJ:MIN", whole disks) of the
+	// sandbox directory, where tasks write.
+	Devices []string
+	// Weight: the revocable subtree has a low I/O weight that the disk's
+	// I/O scheduler honours (BFQ, or io.cost on v2).
+	Weight    bool
+	WeightWhy string
+	// Mode names the mechanisms in words, for GetFeatures.
+	Mechanisms string
+}
+
+// setupDiskIO sets the revocable subtree up for disk I/O QoS (SetupIO)
+// and finds the sandbox directory's disk. Failing that, it clears
+// layout.Blkio (revocable tasks do not join a blkio cgroup) and says why.
+func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
+	var s DiskIOSupport
+	if err := layout.SetupIO(cfg.CgroupRoot); err != nil {
+		layout.Blkio = ""
+		s.CapWhy, s.WeightWhy = err.Error(), err.Error()
+		s.Mechanisms = "none: " + err.Error()
+		return s
+	}
+	dev, err := diskOf(cfg.SandboxDir, cfg.SysRoot)
+	if err != nil {
+		s.CapWhy = err.Error()
+	} else {
+		s.Cap, s.Devices = true, []string{dev}
+		s.CapWhy = fmt.Sprintf("%s on %s", capMechanism(layout.Mode), dev)
+	}
+	sched := "unknown"
+	if dev != "" {
+		sched = activeScheduler(cfg.SysRoot, dev)
+	}
+	files := layout.IOWeightFiles(cfg.CgroupRoot)
+	switch {
+	case len(files) == 0:
+		s.WeightWhy = "no weight file in the revocable subtree (v1 blkio.weight and io.bfq.weight need BFQ; io.weight needs io.cost)"
+	case sched == "bfq" || ioCostEnabled(layout, dev):
+		s.Weight = true
+		s.WeightWhy = fmt.Sprintf("%d in %s (scheduler %s)", cgroups.RevocableIOWeight, strings.Join(files, ", "), sched)
+	default:
+		s.WeightWhy = fmt.Sprintf("%s written, but %s's scheduler is %q: weights need bfq (or io.cost on v2)", strings.Join(files, ", "), dev, sched)
+	}
+	var parts []string
+	if s.Cap {
+		parts = append(parts, "cap: "+s.CapWhy)
+	} else {
+		parts = append(parts, "no cap: "+s.CapWhy)
+	}
+	if s.Weight {
+		parts = append(parts, "weight: "+s.WeightWhy)
+	} else {
+		parts = append(parts, "no weight: "+s.WeightWhy)
+	}
+	s.Mechanisms = strings.Join(parts, "; ")
+	return s
+}
+
+func capMechanism(mode cgroups.Mode) string {
+	if mode == cgroups.ModeV2 {
+		return "io.max"
+	}
+	return "blkio.throttle.{read,write}_bps_device"
+}
+
+// diskOf returns the whole disk ("MAJ:MIN") holding dir.
+func diskOf(dir, sysRoot string) (string, error) {
+	if sysRoot == "" {
+		sysRoot = "/sys"
+	}
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", fmt.Errorf("stat %s: %w", dir, err)
+	}
+	major, minor := unix.Major(st.Dev), unix.Minor(st.Dev)
+	if major == 0 {
+		return "", fmt.Errorf("%s is on a file system without a block device (device %d:%d: overlay, tmpfs, btrfs subvolume?)", dir, major, minor)
+	}
+	dev := fmt.Sprintf("%d:%d", major, minor)
+	block := filepath.Join(sysRoot, "dev", "block", dev)
+	if _, err := os.Stat(filepath.Join(block, "partition")); err == nil {
+		parent, err := os.ReadFile(filepath.Join(block, "..", "dev"))
+		if err != nil {
+			return "", fmt.Errorf("disk of partition %s: %w", dev, err)
+		}
+		dev = strings.TrimSpace(string(parent))
+	} else if !errors.Is(err, os.ErrNotExist) {
+		return "", fmt.Errorf("stat %s: %w", block, err)
+	}
+	if _, err := os.Stat(filepath.Join(sysRoot, "dev", "block", dev, "queue")); err != nil {
+		return "", fmt.Errorf("device %s of %s is not a disk with a request queue (device-mapper or md?): %w", dev, dir, err)
+	}
+	return dev, nil
+}
+
+// activeScheduler returns the bracketed scheduler of a disk, "" unknown.
+func activeScheduler(sysRoot, dev string) string {
+	if sysRoot == "" {
+		sysRoot = "/sys"
+	}
+	data, err := os.ReadFile(filepath.Join(sysRoot, "dev", "block", dev, "queue", "scheduler"))
+	if err != nil {
+		return ""
+	}
+	for f := range strings.FieldsSeq(string(data)) {
+		if strings.HasPrefix(f, "[") {
+			return strings.Trim(f, "[]")
+		}
+	}
+	return ""
+}
+
+// ioCostEnabled reports whether io.cost is enabled for dev (v2 root's
+// io.cost.qos "MAJ:MIN enable=1 ...").
+func ioCostEnabled(layout *cgroups.Layout, dev string) bool {
+	data, err := os.ReadFile(filepath.Join(layout.Unified, "io.cost.qos"))
+	if err != nil {
+		return false
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if strings.HasPrefix(line, dev+" ") && strings.Contains(line, "enable=1") {
+			return true
+		}
+	}
+	return false
+}
+
+// DiskIO returns what the host offers of disk I/O QoS.
+func (c *Containerizer) DiskIO() DiskIOSupport { return c.diskIO }
+
+// SetRevocableIOLimit caps the revocable subtree's reads and writes to bps
+// bytes per second on each of the sandbox's disks (0: no cap). It wraps
+// ErrUnsupported where the host cannot cap.
+func (c *Containerizer) SetRevocableIOLimit(bps uint64) error {
+	if !c.diskIO.Cap {
+		return fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
+	}
+	if err := c.layout.SetIOLimit(c.RevocableCgroup(), c.diskIO.Devices, bps); err != nil {
+		return fmt.Errorf("set revocable I/O cap: %w", err)
+	}
+	return nil
+}
+
+// RevocableIOLimit returns the revocable subtree's write cap on the
+// sandbox's disk, in bytes per second (0: none).
+func (c *Containerizer) RevocableIOLimit() (uint64, error) {
+	if !c.diskIO.Cap {
+		return 0, fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
+	}
+	return c.layout.IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
+}

@@ -1,0 +1,165 @@
+package qos
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// DiskIOConfig configures the disk I/O controller. Guaranteed work's disk
+// I/O is delayed when a guaranteed or protected container's io.pressure
+// some avg10 exceeds SomeEnter or full avg10 exceeds FullEnter, or the
+// node's /proc/pressure/io full avg10 exceeds NodeFullEnter (0, the
+// default, ignores it: the node's figure counts revocable work's own
+// throttled I/O); calm when every one is below half its threshold.
+type DiskIOConfig struct {
+	SomeEnter, FullEnter, NodeFullEnter float64
+	// StartBytesPerSecond is the cap of the first Throttle when there is
+	// none, per device: the node's disk capacity (Node.DiskBytesPerSecond)
+	// when known, else this (default 256 MiB/s). Raising the cap to it
+	// again removes it.
+	StartBytesPerSecond float64
+	// DecreaseFactor multiplies the cap at each Throttle, at most once per
+	// DecreaseInterval (io.pressure avg10 needs seconds to show one), down
+	// to FloorBytesPerSecond: revocable I/O keeps a trickle rather than
+	// stalling forever (default 0.5, 2 s, 1 MiB/s).
+	DecreaseFactor      float64
+	DecreaseInterval    time.Duration
+	FloorBytesPerSecond float64
+	// After CalmPeriod of calm the cap rises by IncreaseFraction of the
+	// start value every IncreaseInterval (default 5 s, 10%, 1 s).
+	CalmPeriod       time.Duration
+	IncreaseFraction float64
+	IncreaseInterval time.Duration
+}
+
+// DefaultDiskIOConfig returns the disk I/O controller's defaults.
+func DefaultDiskIOConfig() DiskIOConfig {
+	return DiskIOConfig{
+		SomeEnter: 10, FullEnter: 5,
+		StartBytesPerSecond: 256 << 20,
+		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorBytesPerSecond: 1 << 20,
+		CalmPeriod: 5 * time.Second, IncreaseFraction: 0.1, IncreaseInterval: time.Second,
+	}
+}
+
+func (c DiskIOConfig) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf("diskio "+format, args...)) }
+	for name, v := range map[string]float64{"some enter": c.SomeEnter, "full enter": c.FullEnter, "node full enter": c.NodeFullEnter} {
+		if v < 0 || v > 100 {
+			bad("%s must be a percentage in [0, 100], got %v", name, v)
+		}
+	}
+	if !(c.StartBytesPerSecond > 0) {
+		bad("start bytes per second must be positive, got %v", c.StartBytesPerSecond)
+	}
+	if !(c.DecreaseFactor > 0 && c.DecreaseFactor < 1) {
+		bad("decrease factor must be in (0, 1), got %v", c.DecreaseFactor)
+	}
+	if !(c.FloorBytesPerSecond > 0) {
+		bad("floor bytes per second must be positive (a zero cap would stall revocable I/O), got %v", c.FloorBytesPerSecond)
+	}
+	if !(c.IncreaseFraction > 0 && c.IncreaseFraction <= 1) {
+		bad("increase fraction must be in (0, 1], got %v", c.IncreaseFraction)
+	}
+	for name, d := range map[string]time.Duration{"decrease interval": c.DecreaseInterval, "calm period": c.CalmPeriod, "increase interval": c.IncreaseInterval} {
+		if d <= 0 {
+			bad("%s must be positive, got %v", name, d)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// DiskIOController is the "diskio" controller: multiplicative decrease, additive
+// increase of the revocable subtree's per-device I/O cap (Throttle and
+// Unthrottle of DiskIO), driven by guaranteed work's io.pressure. It does
+// nothing where the node cannot cap (Node.DiskIO false), and never kills:
+// a capped writer only waits.
+//
+// State: the times of the latest change and the latest Throttle, and when
+// calm began. The applied
+// cap is read from Input.RevocableIOLimit each time.
+type DiskIOController struct {
+	cfg       DiskIOConfig
+	changed   time.Time // the latest change
+	decreased time.Time // the latest Throttle
+	calmFrom  time.Time
+}
+
+// NewDiskIO returns a disk I/O controller.
+func NewDiskIO(cfg DiskIOConfig) *DiskIOController { return &DiskIOController{cfg: cfg} }
+
+// Evaluate implements Controller.
+func (d *DiskIOController) Evaluate(in Input) []Correction {
+	if !in.Node.DiskIO {
+		return nil
+	}
+	signal, at := d.pressure(in, 1)
+	limit := in.RevocableIOLimit
+	start := d.cfg.StartBytesPerSecond
+	if in.Node.DiskBytesPerSecond > 0 {
+		start = in.Node.DiskBytesPerSecond
+	}
+	if signal != "" {
+		d.calmFrom = time.Time{}
+		if !d.decreased.IsZero() && in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval {
+			return nil
+		}
+		from := limit
+		if from <= 0 {
+			from = start
+		}
+		next := max(from*d.cfg.DecreaseFactor, d.cfg.FloorBytesPerSecond)
+		if limit > 0 && next >= limit {
+			return nil // at the floor
+		}
+		d.changed, d.decreased = in.Now, in.Now
+		return []Correction{{Kind: Throttle, Resource: DiskIO, IOLimit: next, Controller: "diskio", Signal: at,
+			Reason: fmt.Sprintf("%s; revocable disk I/O cap %s", signal, formatRateBytes(next))}}
+	}
+	if calm, _ := d.pressure(in, 0.5); calm != "" || limit <= 0 {
+		d.calmFrom = time.Time{}
+		return nil
+	}
+	if d.calmFrom.IsZero() {
+		d.calmFrom = in.Now
+	}
+	if in.Now.Sub(d.calmFrom) < d.cfg.CalmPeriod || (!d.changed.IsZero() && in.Now.Sub(d.changed) < d.cfg.IncreaseInterval) {
+		return nil
+	}
+	next := limit + d.cfg.IncreaseFraction*start
+	if next >= start {
+		next = 0
+	}
+	d.changed = in.Now
+	return []Correction{{Kind: Unthrottle, Resource: DiskIO, IOLimit: next, Controller: "diskio", Signal: in.Now,
+		Reason: fmt.Sprintf("guaranteed I/O calm for %s", in.Now.Sub(d.calmFrom).Round(time.Second))}}
+}
+
+// pressure returns the strongest I/O pressure signal at scale × the
+// thresholds, and when it was observed; "" when there is none.
+func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time) {
+	cfg := d.cfg
+	for i := range in.Containers {
+		c := &in.Containers[i]
+		if !c.guarded() {
+			continue
+		}
+		if cfg.FullEnter > 0 && c.IOPressureFull10 > cfg.FullEnter*scale {
+			return fmt.Sprintf("%s io.pressure full avg10 %.1f%% > %g%%", c.ID, c.IOPressureFull10, cfg.FullEnter*scale), c.sampledAt(in.Now)
+		}
+		if cfg.SomeEnter > 0 && c.IOPressureSome10 > cfg.SomeEnter*scale {
+			return fmt.Sprintf("%s io.pressure some avg10 %.1f%% > %g%%", c.ID, c.IOPressureSome10, cfg.SomeEnter*scale), c.sampledAt(in.Now)
+		}
+	}
+	if cfg.NodeFullEnter > 0 && in.Node.IOPressureFull10 > cfg.NodeFullEnter*scale {
+		return fmt.Sprintf("node io pressure full avg10 %.1f%% > %g%%", in.Node.IOPressureFull10, cfg.NodeFullEnter*scale), in.Now
+	}
+	return "", in.Now
+}
+
+// formatRateBytes formats bytes per second in MiB/s.
+func formatRateBytes(bps float64) string {
+	return fmt.Sprintf("%.1f MiB/s", bps/(1<<20))
+}

@@ -1,0 +1,111 @@
+package qos_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/qos"
+)
+
+// ioScene: a node that can cap revocable I/O, with web-1 (guaranteed, doing
+// fsyncs), db (protected) and a revocable writer.
+func ioScene() qos.Input {
+	return qos.Input{
+		Node: qos.Node{CPUs: 2, DiskIO: true},
+		Containers: []qos.Container{
+			{ID: "web-1"},
+			{ID: "protected:db", Protected: true},
+			{ID: "writer", Revocable: true},
+		},
+	}
+}
+
+func TestDiskIOTranscript(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	stall := func(v float64) func(in *qos.Input) {
+		return func(in *qos.Input) { in.Containers[0].IOPressureSome10 = v }
+	}
+	steps := []struct {
+		offset time.Duration
+		edit   func(in *qos.Input)
+		want   string // "kind MiB/s" or ""
+		reason string
+	}{
+		{0, nil, "", ""},
+		{s, stall(30), "throttle 128.0", "web-1 io.pressure some avg10 30.0% > 10%; revocable disk I/O cap 128.0 MiB/s"},
+		{2 * s, nil, "", ""}, // DecreaseInterval
+		{3 * s, nil, "throttle 64.0", ""},
+		{5 * s, nil, "throttle 32.0", ""},
+		{7 * s, stall(7), "", ""}, // between exit (5) and enter (10): hold
+		{9 * s, stall(2), "", ""}, // calm begins
+		{13 * s, nil, "", ""},
+		{14 * s, nil, "unthrottle 57.6", "guaranteed I/O calm for 5s"}, // + 10% of 256 MiB/s
+		{14*s + s/2, nil, "", ""},
+		{15 * s, nil, "unthrottle 83.2", ""},
+		{16 * s, func(in *qos.Input) { in.Containers[1].IOPressureFull10 = 9 }, "throttle 41.6", "protected:db io.pressure full avg10 9.0% > 5%; revocable disk I/O cap 41.6 MiB/s"},
+		{17 * s, func(in *qos.Input) { in.Containers[1].IOPressureFull10 = 0; in.Containers[2].IOPressureFull10 = 90 }, "", ""}, // revocable's own stalls are no signal
+	}
+	c, err := qos.NewSet([]string{"diskio"}, qos.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := ioScene()
+	for i, st := range steps {
+		in.Now = at(st.offset)
+		if st.edit != nil {
+			st.edit(&in)
+		}
+		var got []string
+		for _, corr := range c.Evaluate(in) {
+			if corr.Resource != qos.DiskIO || corr.Controller != "diskio" {
+				t.Errorf("step %d: %v", i, corr)
+			}
+			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
+			in.RevocableIOLimit = corr.IOLimit
+			if st.reason != "" && corr.Reason != st.reason {
+				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
+			}
+		}
+		if strings.Join(got, "; ") != st.want {
+			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
+		}
+	}
+}
+
+func TestDiskIOEdges(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name string
+		edit func(in *qos.Input)
+		want string
+	}{
+		{"no cap on this node: nothing", func(in *qos.Input) { in.Node.DiskIO = false; in.Containers[0].IOPressureSome10 = 50 }, ""},
+		{"at the floor: nothing more", func(in *qos.Input) { in.RevocableIOLimit = 1 << 20; in.Containers[0].IOPressureSome10 = 50 }, ""},
+		{"just above the floor: to the floor", func(in *qos.Input) { in.RevocableIOLimit = 1.5 * (1 << 20); in.Containers[0].IOPressureSome10 = 50 }, "throttle 1.0"},
+		{"the node's disk capacity is the start", func(in *qos.Input) {
+			in.Node.DiskBytesPerSecond = 100 << 20
+			in.Containers[0].IOPressureFull10 = 50
+		}, "throttle 50.0"},
+		{"node pressure is ignored by default", func(in *qos.Input) { in.Node.IOPressureFull10 = 80 }, ""},
+		{"calm without a cap: nothing to undo", func(in *qos.Input) {}, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+			in := ioScene()
+			in.Now = at(0)
+			tt.edit(&in)
+			var got []string
+			for _, corr := range c.Evaluate(in) {
+				got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
+			}
+			if strings.Join(got, "; ") != tt.want {
+				t.Errorf("got %q, want %q", strings.Join(got, "; "), tt.want)
+			}
+		})
+	}
+}

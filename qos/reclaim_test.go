@@ -1,0 +1,270 @@
+package qos_test
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/qos"
+)
+
+const gib = 1 << 30
+
+// reclaimScene: a 16 GiB node (pressure below max(512 MiB, 10%) = 1638 MiB
+// of MemAvailable, critical below 819 MiB, calm above 1638 + 327 MiB) with
+// memory.high and a freezer, web-1 (guaranteed), db (a protected service)
+// and three revocable containers holding 5 GiB together.
+func reclaimScene() qos.Input {
+	return qos.Input{
+		Node: qos.Node{CPUs: 8, MemTotal: 16 * gib, MemAvailable: 4 * gib, MemoryHigh: true, Freeze: true},
+		Containers: []qos.Container{
+			{ID: "web-1", TaskID: "web-1-task", MemBytes: 6 * gib, StartedAt: at(-time.Hour)},
+			{ID: "protected:db", Protected: true, Revocable: true, MemBytes: gib, StartedAt: at(-time.Minute / 2)},
+			{ID: "batch-1", TaskID: "batch-1-task", Revocable: true, MemBytes: 1 * gib, StartedAt: at(-3 * time.Minute)},
+			{ID: "batch-2", TaskID: "batch-2-task", Revocable: true, MemBytes: 3 * gib, StartedAt: at(-2 * time.Minute)},
+			{ID: "batch-3", TaskID: "batch-3-task", Revocable: true, MemBytes: 1 * gib, StartedAt: at(-1 * time.Minute)},
+		},
+	}
+}
+
+// reclaimStep is one evaluation of a reclaim transcript: at offset, with the
+// scene edited, the corrections wanted (kind, target, memory.high, words
+// of the reason), formatted by show.
+type reclaimStep struct {
+	offset time.Duration
+	edit   func(in *qos.Input)
+	want   []string
+}
+
+// show formats a correction for a transcript: "reclaim 4608 MiB (words)".
+func show(c qos.Correction) string {
+	var b strings.Builder
+	b.WriteString(c.Kind.String())
+	if c.ContainerID != "" {
+		b.WriteString(" " + c.ContainerID)
+	}
+	if c.Kind == qos.Reclaim || c.Kind == qos.Release {
+		fmt.Fprintf(&b, " %d MiB", c.MemoryHigh>>20)
+	}
+	return b.String()
+}
+
+// runTranscript evaluates a fresh reclaim controller (through NewSet, as
+// the agent does) over the steps. The scene carries the applied state
+// (memory.high, frozen) from one step to the next, as the agent's
+// cgroups would, and kills remove the container at the next step.
+func runTranscript(t *testing.T, cfg qos.Config, steps []reclaimStep, reasons map[int]string) {
+	t.Helper()
+	c, err := qos.NewSet([]string{"reclaim"}, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	in := reclaimScene()
+	for i, s := range steps {
+		in.Now = at(s.offset)
+		if s.edit != nil {
+			s.edit(&in)
+		}
+		got := c.Evaluate(in)
+		var shown []string
+		for _, corr := range got {
+			shown = append(shown, show(corr))
+			if corr.Controller != "reclaim" {
+				t.Errorf("step %d: controller %q", i, corr.Controller)
+			}
+			switch corr.Kind {
+			case qos.Reclaim, qos.Release:
+				in.RevocableMemoryHigh = corr.MemoryHigh
+			case qos.Freeze:
+				in.RevocableFrozen = true
+			case qos.Thaw:
+				in.RevocableFrozen = false
+			case qos.Kill:
+				for j := range in.Containers {
+					if in.Containers[j].ID == corr.ContainerID && (!in.Containers[j].Revocable || in.Containers[j].Protected) {
+						t.Fatalf("step %d: killed %s, which is not revocable work", i, corr.ContainerID)
+					}
+				}
+			}
+			if want, ok := reasons[i]; ok && !strings.Contains(corr.Reason, want) {
+				t.Errorf("step %d (%s): reason %q does not say %q", i, s.offset, corr.Reason, want)
+			}
+		}
+		if strings.Join(shown, "; ") != strings.Join(s.want, "; ") {
+			t.Errorf("step %d (%s): got [%s], want [%s]", i, s.offset, strings.Join(shown, "; "), strings.Join(s.want, "; "))
+		}
+	}
+}
+
+func short(in *qos.Input)  { in.Node.MemAvailable = gib }
+func plenty(in *qos.Input) { in.Node.MemAvailable = 4 * gib }
+func drop(id string) func(in *qos.Input) {
+	return func(in *qos.Input) {
+		for i := range in.Containers {
+			if in.Containers[i].ID == id {
+				in.Containers = append(in.Containers[:i], in.Containers[i+1:]...)
+				return
+			}
+		}
+	}
+}
+
+// TestReclaimEpisode: reclaim, then freeze, then kill the newest, then thaw
+// and release step by step once calm.
+func TestReclaimEpisode(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	runTranscript(t, qos.DefaultConfig(), []reclaimStep{
+		{offset: 0, want: nil}, // 0: calm, nothing applied
+		{offset: s, edit: short, want: []string{"reclaim 4608 MiB"}}, // 1: 5 GiB - 10%
+		{offset: s + s/2, want: nil},                                 // 2: within StepInterval
+		{offset: 2 * s, want: []string{"reclaim 4096 MiB"}},
+		{offset: 3 * s, want: []string{"reclaim 3584 MiB"}},
+		{offset: 11 * s, want: []string{"freeze"}}, // 5: FreezeAfter past the first step
+		{offset: 13 * s, want: nil},                // 6: frozen, KillAfter not yet
+		{offset: 16 * s, want: []string{"kill batch-3"}},
+		{offset: 17 * s, edit: drop("batch-3"), want: nil},                                         // 8: cooldown
+		{offset: 26 * s, want: []string{"kill batch-2"}},                                           // 9: cooldown over, the next newest
+		{offset: 27 * s, edit: func(in *qos.Input) { drop("batch-2")(in); plenty(in) }, want: nil}, // 10: calm begins
+		{offset: 36 * s, want: nil},
+		{offset: 37 * s, want: []string{"thaw"}}, // 12: calm for CalmPeriod
+		{offset: 37*s + s/2, want: nil},
+		{offset: 38 * s, want: []string{"release 3942 MiB"}}, // 14: 3584 + max(32 MiB, 10% of 3584 MiB)
+		{offset: 39 * s, want: []string{"release 4336 MiB"}},
+		// 16: batch-1 (1 GiB) + 4 GiB available: a limit above 5 GiB no longer binds.
+		{offset: 40 * s, want: []string{"release 4770 MiB"}},
+		{offset: 41 * s, want: []string{"release 0 MiB"}},
+		{offset: 42 * s, want: nil},
+	}, map[int]string{
+		1:  "node MemAvailable 1024 MiB < 1638 MiB; revocable work holds 5120 MiB",
+		5:  "for 10s",
+		7:  "batch-3 is the newest revocable container (1024 MiB)",
+		9:  "batch-2 is the newest revocable container",
+		12: "calm for 10s",
+	})
+}
+
+// TestReclaimShortcuts: what skips steps, and what never happens.
+func TestReclaimShortcuts(t *testing.T) {
+	t.Parallel()
+	s := time.Second
+	tests := []struct {
+		name    string
+		cfg     func(*qos.Config)
+		steps   []reclaimStep
+		reasons map[int]string
+	}{{
+		name: "critical MemAvailable freezes at once",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Node.MemAvailable = 500 << 20 }, want: []string{"freeze"}},
+			{offset: 4 * s, want: nil},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+		},
+		reasons: map[int]string{0: "node MemAvailable 500 MiB < 819 MiB (critical)"},
+	}, {
+		name: "cgroup v1 (no memory.high): freeze at once, kill after KillAfter",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { short(in); in.Node.MemoryHigh = false }, want: []string{"freeze"}},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+		},
+		reasons: map[int]string{0: "no memory.high: cgroup v1"},
+	}, {
+		name: "no memory.high and no freezer: kill after KillAfter",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { short(in); in.Node.MemoryHigh, in.Node.Freeze = false, false }, want: nil},
+			{offset: 4 * s, want: nil},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+		},
+		reasons: map[int]string{2: "reclaimed (no freezer)"},
+	}, {
+		name: "memory.high at the floor freezes",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { short(in); in.RevocableMemoryHigh = 64 << 20 }, want: []string{"freeze"}},
+		},
+		reasons: map[int]string{0: "memory.high at its floor 64 MiB"},
+	}, {
+		name: "the floor bounds the steps",
+
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) {
+				short(in)
+				in.Containers = append(in.Containers[:2], qos.Container{ID: "tiny", Revocable: true, MemBytes: 80 << 20})
+			}, want: []string{"reclaim 64 MiB"}},
+			{offset: s, want: []string{"freeze"}},
+		},
+	}, {
+		name: "guaranteed memory pressure reclaims; guaranteed work is never killed",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Containers[0].MemPressureFull10 = 5 }, want: []string{"reclaim 4608 MiB"}},
+		},
+		reasons: map[int]string{0: "web-1 memory pressure full avg10 5.0% > 2%"},
+	}, {
+		name: "a protected service's pressure counts too",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Containers[1].MemPressureSome10 = 30 }, want: []string{"reclaim 4608 MiB"}},
+		},
+		reasons: map[int]string{0: "protected:db memory pressure some avg10 30.0% > 10%"},
+	}, {
+		name: "revocable work's own pressure is not a signal",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Containers[3].MemPressureFull10 = 90 }, want: nil},
+		},
+	}, {
+		name: "node PSI above its own threshold",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Node.MemPressureSome10 = 30 }, want: nil},
+			{offset: s, edit: func(in *qos.Input) { in.Node.MemPressureSome10 = 45 }, want: []string{"reclaim 4608 MiB"}},
+		},
+		reasons: map[int]string{1: "node memory pressure some avg10 45.0% > 40%"},
+	}, {
+		name: "a freeze by someone else is not thawed",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.RevocableFrozen = true }, want: nil},
+			{offset: time.Minute, want: nil},
+		},
+	}, {
+		name: "under pressure with the subtree frozen by someone else: freeze it as its own, then kill",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.RevocableFrozen = true; in.Node.MemAvailable = 500 << 20 }, want: []string{"freeze"}},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+			{offset: 6 * s, edit: plenty, want: nil},
+			{offset: 16 * s, want: []string{"thaw"}},
+		},
+	}, {
+		name: "no revocable work: nothing, even critical",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Node.MemAvailable = 100 << 20; in.Containers = in.Containers[:2] }, want: nil},
+			{offset: time.Minute, want: nil},
+		},
+	}, {
+		name: "between the thresholds nothing is undone",
+		steps: []reclaimStep{
+			{offset: 0, edit: short, want: []string{"reclaim 4608 MiB"}},
+			// 1843 MiB: above the 1638 MiB line, below the 1965 MiB calm line.
+			{offset: s, edit: func(in *qos.Input) { in.Node.MemAvailable = 1843 << 20 }, want: nil},
+			{offset: time.Minute, want: nil},
+		},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := qos.DefaultConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			runTranscript(t, cfg, tt.steps, tt.reasons)
+		})
+	}
+}
+
+func TestReclaimConfigErrorsNameTheField(t *testing.T) {
+	t.Parallel()
+	cfg := qos.DefaultConfig()
+	cfg.Reclaim.FreezeAfter = 0
+	cfg.Reclaim.SomeEnter = 120
+	err := cfg.Validate()
+	if err == nil || !strings.Contains(err.Error(), "reclaim freeze after") || !strings.Contains(err.Error(), "reclaim some enter") {
+		t.Fatalf("Validate() = %v, want errors naming reclaim freeze after and reclaim some enter", err)
+	}
+}

@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"connectrpc.com/connect"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/resources"
+)
+
+// resourceMeter reads the revocable subtree's memory and disk writes. Its
+// share functions are called twice per run: before the load (best-effort
+// work alone, the reference) and after it.
+type resourceMeter struct {
+	layout    cgroups.Layout
+	node      slacklinev1connect.NodeServiceClient
+	revocable string
+	// ioAlone is best-effort work's write rate alone (bytes per second),
+	// set by the first ioShare call; ioStart the counters when the load began.
+	ioAlone *float64
+	ioStart *ioSample
+}
+
+type ioSample struct {
+	at    time.Time
+	bytes uint64
+}
+
+// memoryShare is the memory best-effort work holds (the revocable subtree's
+// charged memory) over the memory slack the agent offers (its revocable mem
+// estimate): S of the memory scenario, measured after the load.
+func memoryShare(m resourceMeter) (float64, string, error) {
+	var file string
+	if m.layout.Mode == cgroups.ModeV2 {
+		file = filepath.Join(m.layout.Unified, m.revocable, "memory.current")
+	} else {
+		file = filepath.Join(m.layout.Memory, m.revocable, "memory.usage_in_bytes")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, "", err
+	}
+	held, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
+	if err != nil {
+		return 0, "", fmt.Errorf("parse %s: %w", file, err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	est, err := m.node.GetEstimate(ctx, connect.NewRequest(&slacklinev1.GetEstimateRequest{}))
+	if err != nil {
+		return 0, "", err
+	}
+	reg, rev, err := resources.FromProto(est.Msg.GetRevocable())
+	if err != nil {
+		return 0, "", err
+	}
+	slack := reg.Add(rev).Mem() * (1 << 20) // the estimate's resources are marked revocable
+
+	if slack <= 0 {
+		return 0, "memory held / memory slack (no slack offered)", nil
+	}
+	return held / slack, fmt.Sprintf("memory held %.0f MiB / memory slack %.0f MiB", held/(1<<20), slack/(1<<20)), nil
+}
+
+// ioShare is best-effort work's write rate over the load (shared slices and
+// frozen ones alike: frozen writers write nothing, so the rate is taken
+// over the shared half) over its rate alone, measured for 5 s before the
+// load: S of the io scenario.
+func ioShare(m resourceMeter) (float64, string, error) {
+	now, err := m.writtenBytes()
+	if err != nil {
+		return 0, "", err
+	}
+	if m.ioAlone == nil || m.ioStart == nil {
+		return 0, "", errors.New("ioShare: meter not prepared")
+	}
+	if *m.ioAlone < 0 {
+		// First call: measure best-effort work alone for 5 s.
+		time.Sleep(5 * time.Second)
+		after, err := m.writtenBytes()
+		if err != nil {
+			return 0, "", err
+		}
+		*m.ioAlone = float64(after.bytes-now.bytes) / after.at.Sub(now.at).Seconds()
+		*m.ioStart = after
+		return 0, "", nil
+	}
+	shared := float64(now.bytes-m.ioStart.bytes) / (now.at.Sub(m.ioStart.at).Seconds() / 2)
+	if *m.ioAlone <= 0 {
+		return 0, "write rate beside the server / alone (nothing written alone)", nil
+	}
+	return shared / *m.ioAlone, fmt.Sprintf("write rate %.1f MiB/s beside the server (thawed half) / %.1f MiB/s alone", shared/(1<<20), *m.ioAlone/(1<<20)), nil
+}
+
+// writtenBytes reads the revocable subtree's cumulative disk writes: v2
+// io.stat wbytes, v1 blkio.throttle.io_service_bytes Write (direct I/O
+// only: v1 charges buffered writeback to the root).
+func (m resourceMeter) writtenBytes() (ioSample, error) {
+	s := ioSample{at: time.Now()}
+	if m.layout.Mode == cgroups.ModeV2 {
+		data, err := os.ReadFile(filepath.Join(m.layout.Unified, m.revocable, "io.stat"))
+		if err != nil {
+			return s, err
+		}
+		for f := range strings.FieldsSeq(string(data)) {
+			if v, ok := strings.CutPrefix(f, "wbytes="); ok {
+				n, _ := strconv.ParseUint(v, 10, 64)
+				s.bytes += n
+			}
+		}
+		return s, nil
+	}
+	if m.layout.Blkio == "" {
+		return s, errors.New("no blkio hierarchy: the io scenario cannot measure writes")
+	}
+	data, err := os.ReadFile(filepath.Join(m.layout.Blkio, m.revocable, "blkio.throttle.io_service_bytes"))
+	if err != nil {
+		return s, err
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		if f := strings.Fields(line); len(f) == 3 && f[1] == "Write" {
+			n, _ := strconv.ParseUint(f[2], 10, 64)
+			s.bytes += n
+		}
+	}
+	return s, nil
+}
