@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
 )
@@ -41,6 +43,8 @@ type options struct {
 	restartAfterShutdown time.Duration
 	statusInterval       time.Duration
 	ca, cert, key        string
+	listen, authz        string
+	insecure             bool
 }
 
 func newCommand() *cobra.Command {
@@ -77,6 +81,10 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.ca, "ca", "", "CA certificate that signs the coordinator's (https:// coordinators)")
 	f.StringVar(&o.cert, "cert", "", "agent certificate the whole fleet presents (one identity; the authorization file must let it register as <prefix>*)")
 	f.StringVar(&o.key, "key", "", "key of --cert")
+	f.StringVar(&o.listen, "listen", "", `address of the fleet's NodeService over the pretend containers (e.g. "127.0.0.1:5052"; empty: none), served with --cert and --key and reached by the coordinator's node proxy`)
+	f.StringVar(&o.authz, "authz", "", "authorization file (authz.yaml) for NodeService callers, as the real agent's")
+	insecure, _ := auth.InsecureFromEnv()
+	f.BoolVar(&o.insecure, "insecure", insecure, "allow serving the NodeService (--listen) without TLS and --authz (env "+auth.EnvInsecure+"=1)")
 	return cmd
 }
 
@@ -98,10 +106,33 @@ func run(ctx context.Context, o options) error {
 	if err != nil {
 		return fmt.Errorf("--attributes: %w", err)
 	}
+	if _, err := auth.InsecureFromEnv(); err != nil {
+		return err
+	}
 	var tlsConfig *tls.Config
 	if o.ca != "" || o.cert != "" || o.key != "" {
 		if tlsConfig, err = auth.ClientTLS(o.ca, o.cert, o.key); err != nil {
 			return err
+		}
+	}
+	var nodeTLS *tls.Config
+	var authz *auth.Authorizer
+	endpoint := ""
+	if o.listen != "" {
+		if err := auth.CheckListen("--listen", o.listen, o.cert != "", o.authz != "", o.insecure); err != nil {
+			return err
+		}
+		endpoint = "http://" + o.listen
+		if o.cert != "" {
+			if nodeTLS, err = auth.ServerTLS(o.cert, o.key, o.ca); err != nil {
+				return fmt.Errorf("--cert: %w", err)
+			}
+			endpoint = "https://" + o.listen
+		}
+		if o.authz != "" {
+			if authz, err = auth.Load(o.authz); err != nil {
+				return fmt.Errorf("--authz: %w", err)
+			}
 		}
 	}
 	fleet, err := sim.NewFleet(sim.Config{
@@ -116,6 +147,7 @@ func run(ctx context.Context, o options) error {
 		Logger:               logger,
 		AgentsPerTransport:   o.agentsPerTransport,
 		RestartAfterShutdown: o.restartAfterShutdown,
+		NodeEndpoint:         endpoint,
 	})
 	if err != nil {
 		return err
@@ -129,8 +161,19 @@ func run(ctx context.Context, o options) error {
 		defer close(reported)
 		reportStatus(ctx, logger, fleet, o.agents, o.statusInterval)
 	}()
+	served := make(chan error, 1)
+	if o.listen != "" {
+		go func() {
+			served <- server.Serve(ctx, server.Config{Listen: o.listen, TLS: nodeTLS, Logger: logger}, fleet.NodeHandler(authz))
+			cancel() // a NodeService that cannot listen stops the fleet
+		}()
+		logger.Info("serving the simulated agents' NodeService", "endpoint", endpoint)
+	} else {
+		served <- nil
+	}
 	err = fleet.Run(ctx)
 	cancel()
+	err = errors.Join(err, <-served)
 	<-reported
 	logger.Info("simulated agents stopped")
 	return err

@@ -342,9 +342,9 @@ func TestGetContainers(t *testing.T) {
 		{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: nodeURL},
 	}}})
 	wantTable := strings.TrimPrefix(`
-CONTAINER   TASK   FRAMEWORK   STATE     CGROUP                     RESOURCES            PID    SANDBOX
-c-1         t-1    f-1         RUNNING   slackline/guaranteed/c-1   cpus:1;mem:512       4242   /var/lib/slackline/agent/sandboxes/f-1/t-1
-c-2         t-2    f-1         -         slackline/revocable/c-2    revocable cpus:0.5   -      /var/lib/slackline/agent/sandboxes/f-1/t-2
+TASK   FRAMEWORK   STATE     RESOURCES            PID    CGROUP
+t-1    batch       RUNNING   cpus:1;mem:512       4242   slackline/guaranteed/c-1
+t-2    batch       -         revocable cpus:0.5   -      slackline/revocable/c-2
 `, "\n")
 	for _, by := range [][]string{{"--agent", "a-1"}, {"--hostname", "node-1"}} {
 		got, err := run(t, append([]string{"--coordinator", url, "get", "containers"}, by...)...)
@@ -369,7 +369,7 @@ c-2         t-2    f-1         -         slackline/revocable/c-2    revocable cp
 	}
 
 	_, err := run(t, "--coordinator", url, "get", "containers", "--hostname", "node-9")
-	if want := `get containers: not_found: no agent with hostname "node-9"`; err == nil || err.Error() != want {
+	if want := `get containers: not_found: no agent with hostname or id "node-9" (see slacklinectl get agents)`; err == nil || err.Error() != want {
 		t.Errorf("unknown hostname: error %v, want %q", err, want)
 	}
 	if connect.CodeOf(err) != connect.CodeNotFound {
