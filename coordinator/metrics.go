@@ -6,6 +6,7 @@ import (
 	"github.com/slackline/slackline/coordinator/core"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -22,6 +23,9 @@ type metrics struct {
 	inverseOffersDeclined prometheus.Counter
 
 	revocableRescinded prometheus.Counter
+
+	// rpc counts and times every RPC the coordinator serves.
+	rpc *server.RPCMetrics
 }
 
 func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
@@ -44,6 +48,7 @@ func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
 	reg.MustRegister(m.revocableRescinded)
 	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
 		m.inverseOffersSent, m.inverseOffersAccepted, m.inverseOffersDeclined, stateCollector{c})
+	m.rpc = server.NewRPCMetrics(reg)
 	return m
 }
 

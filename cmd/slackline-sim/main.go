@@ -15,6 +15,7 @@ import (
 
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/internal/logging"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
@@ -39,6 +40,7 @@ type options struct {
 	attributes           string
 	workDir              string
 	logLevel             string
+	logFormat            logging.Format
 	agentsPerTransport   int
 	restartAfterShutdown time.Duration
 	statusInterval       time.Duration
@@ -58,6 +60,9 @@ func newCommand() *cobra.Command {
 		SilenceErrors: true,
 		Version:       cliconfig.Version("slackline-sim"),
 		RunE: func(cmd *cobra.Command, _ []string) error {
+			if err := cliconfig.ApplyPFlagsEnv(cmd.Flags()); err != nil {
+				return err
+			}
 			if err := cliconfig.ApplyPFlagsFile(cmd.Flags(), *config); err != nil {
 				return err
 			}
@@ -75,6 +80,7 @@ func newCommand() *cobra.Command {
 	f.StringVar(&o.attributes, "attributes", "", `attributes of every agent, "k=v,k2=v2"`)
 	f.StringVar(&o.workDir, "work-dir", "", "directory where agent ids are kept so that a restarted sim re-registers with the same ids")
 	f.StringVar(&o.logLevel, "log-level", "info", "log level: debug, info, warn or error")
+	f.Var(&o.logFormat, "log-format", logging.FormatUsage)
 	f.IntVar(&o.agentsPerTransport, "agents-per-connection", sim.DefaultAgentsPerTransport, "agents sharing one HTTP/2 transport")
 	f.DurationVar(&o.restartAfterShutdown, "restart-after-shutdown", 0, "bring an agent shut down by the coordinator back as a new agent after this long (0: it stays stopped)")
 	f.DurationVar(&o.statusInterval, "status-interval", 10*time.Second, "how often to log the fleet's status when it changed (0: never)")
@@ -93,7 +99,10 @@ func run(ctx context.Context, o options) error {
 	if err := level.UnmarshalText([]byte(o.logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := logging.New(os.Stderr, o.logFormat.String(), level)
+	if err != nil {
+		return err
+	}
 	total, err := resources.Parse(o.resources)
 	if err != nil {
 		return fmt.Errorf("--resources: %w", err)
