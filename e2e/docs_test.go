@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -65,19 +66,20 @@ func shellBlocks(t *testing.T, file string) []docBlock {
 	return blocks
 }
 
-// freePorts returns a port p such that p and p+1 were free a moment ago.
+// freePorts returns a port p such that p and p+1 were free a moment ago,
+// below Linux's ephemeral range (where the kernel hands out neighbours).
 func freePorts(t *testing.T) int {
 	t.Helper()
-	for range 50 {
-		ln, err := net.Listen("tcp", "127.0.0.1:0")
+	for range 200 {
+		port := 20000 + rand.IntN(10000)
+		a, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			t.Fatal(err)
+			continue
 		}
-		port := ln.Addr().(*net.TCPAddr).Port
-		next, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1))
-		ln.Close()
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1))
+		a.Close()
 		if err == nil {
-			next.Close()
+			b.Close()
 			return port
 		}
 	}
