@@ -79,7 +79,7 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 	if err != nil {
 		return err
 	}
-	frameworkID = task.GetFrameworkId()
+	frameworkID, taskID = task.GetFrameworkId(), task.GetTaskId() // taskID may have been the task's name
 	node := g.node(task.GetAgentId())
 	var out io.Writer = g.out
 	if !o.raw {

@@ -126,13 +126,14 @@ func logsCluster(t *testing.T) (coordinatorURL, nodeURL string, node *fakeNode) 
 	task := func(id, framework, agent string) *slacklinev1.Task {
 		return &slacklinev1.Task{TaskId: id, FrameworkId: framework, AgentId: agent, State: slacklinev1.TaskState_TASK_STATE_RUNNING}
 	}
+	named := func(t *slacklinev1.Task, name string) *slacklinev1.Task { t.Name = name; return t }
 	coordinatorURL = serve(t, &fakeOperator{
 		agents: &slacklinev1.GetAgentsResponse{Agents: []*slacklinev1.Agent{
 			{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: nodeURL},
 			{Id: "a-2", Hostname: "node-2", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE},
 		}},
 		tasks: &slacklinev1.GetTasksResponse{Tasks: []*slacklinev1.Task{
-			task("t-1", "f-1", "a-1"), task("t-1", "f-2", "a-1"), task("t-2", "f-1", "a-1"), task("t-3", "f-1", "a-1"),
+			task("t-1", "f-1", "a-1"), task("t-1", "f-2", "a-1"), named(task("t-2", "f-1", "a-1"), "worker-2"), task("t-3", "f-1", "a-1"),
 			task("t-4", "f-1", "a-2"), task("t-5", "f-1", "a-9"), task("t-6", "f-1", "a-1"),
 		}},
 	})
@@ -152,6 +153,18 @@ func TestLogs(t *testing.T) {
 			args:      []string{"logs", "t-2"},
 			want:      "line 1\nline 2\nline 3\n",
 			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-2", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
+		},
+		{
+			name:      "by task name",
+			args:      []string{"logs", "worker-2"},
+			want:      "line 1\nline 2\nline 3\n",
+			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-2", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
+		},
+		{
+			name:      "framework by name",
+			args:      []string{"logs", "t-1", "--framework", "batch"},
+			want:      "one\n",
+			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-1", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
 		},
 		{
 			name:      "tail",
