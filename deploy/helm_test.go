@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -152,11 +153,18 @@ func TestHelmLint(t *testing.T) {
 // (whose image kustomize sets from its images: entry).
 func samePod(t *testing.T, what string, kustomized, helmed corev1.PodSpec) {
 	t.Helper()
+	kustomized.Containers = slices.Clone(kustomized.Containers)
 	for i := range kustomized.Containers {
 		kustomized.Containers[i].Image += ":latest"
 		kustomized.Containers[i].ImagePullPolicy = corev1.PullIfNotPresent
 	}
-	if diff := cmp.Diff(kustomized, helmed, cmpopts.EquateEmpty(), cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+	// Order of environment variables, mounts and volumes means nothing
+	// (a strategic-merge patch puts its additions first).
+	opts := []cmp.Option{cmpopts.EquateEmpty(), cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 }),
+		cmpopts.SortSlices(func(a, b corev1.EnvVar) bool { return a.Name < b.Name }),
+		cmpopts.SortSlices(func(a, b corev1.VolumeMount) bool { return a.Name < b.Name }),
+		cmpopts.SortSlices(func(a, b corev1.Volume) bool { return a.Name < b.Name })}
+	if diff := cmp.Diff(kustomized, helmed, opts...); diff != "" {
 		t.Errorf("%s: the chart's pod differs from deploy/kubernetes's (-kustomize +helm):\n%s", what, diff)
 	}
 }
