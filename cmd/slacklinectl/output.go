@@ -85,16 +85,6 @@ func (g *globals) printValue(v any, t table) error {
 	return g.printData(data)
 }
 
-// printJSON writes msg as multi-line protojson, whatever -o says.
-func (g *globals) printJSON(msg proto.Message) error {
-	data, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
-	if err != nil {
-		return fmt.Errorf("encode json: %w", err)
-	}
-	_, err = fmt.Fprintf(g.out, "%s\n", escapeJSON(data))
-	return err
-}
-
 // printData writes a JSON document in the json, yaml or jsonpath format.
 func (g *globals) printData(data []byte) error {
 	switch g.output {
