@@ -49,7 +49,8 @@ fi
 
 # Build what runs, in one go build (packages compile in parallel), showing
 # progress: module downloads as go prints them, then a count of the
-# packages compiled.
+# packages compiled. -trimpath keeps the checkout's path out of the build,
+# so another clone on this machine reuses the compiled packages.
 pkgs=(./cmd/slackline-coordinator ./cmd/slacklinectl "./cmd/$agent_cmd" ./examples/batch-framework)
 echo "make run: building slackline-coordinator, slacklinectl, $agent_cmd and batch-framework into bin/ (a first build downloads modules and compiles for a minute or two)"
 start=$SECONDS
@@ -66,7 +67,7 @@ while IFS= read -r line; do
 		if $tty; then printf '\rmake run: compiled %d packages' "$compiled"; elif ((compiled % 50 == 0)); then echo "make run: compiled $compiled packages"; fi
 		;;
 	esac
-done < <($GO build -v -o bin/ "${pkgs[@]}" 2>&1; echo "exit $?")
+done < <($GO build -trimpath -v -o bin/ "${pkgs[@]}" 2>&1; echo "exit $?")
 $tty && printf '\n'
 if [ "$status" != 0 ]; then
 	echo "make run: build failed" >&2
