@@ -122,6 +122,13 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED} {
 		ch <- prometheus.MustNewConstMetric(frameworksDesc, prometheus.GaugeValue, float64(frameworks[st]), enumLabel(st.String(), "FRAMEWORK_STATE_"))
 	}
+	// The states a task starts in are exported at 0 too, so that the
+	// dashboard's "Tasks by state" has data before the first task.
+	for _, st := range []slacklinev1.TaskState{slacklinev1.TaskState_TASK_STATE_STAGING, slacklinev1.TaskState_TASK_STATE_RUNNING} {
+		if _, ok := tasks[st]; !ok {
+			tasks[st] = 0
+		}
+	}
 	for st, n := range tasks {
 		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(n), enumLabel(st.String(), "TASK_STATE_"))
 	}

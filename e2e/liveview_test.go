@@ -39,6 +39,12 @@ func TestLiveView(t *testing.T) {
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "interference",
 		"--qos-kill-after", "10m", "--qos-min-attributed-delay", "0")
 	waitAgentsActive(t, addr, 1)
+	// Before any task, offer or QoS correction: counters that only an
+	// event would create must be exported already, at 0 (per-container
+	// series aside: no container exists yet).
+	t.Run("dashboard and rules name exported metrics before any event", func(t *testing.T) {
+		checkNamedMetricsExported(t, addr, agent.listen, false)
+	})
 	agentID := ""
 	if state, err := getState(t, operator(addr)); err == nil && len(state.GetAgents()) == 1 {
 		agentID = state.GetAgents()[0].GetId()
@@ -58,12 +64,6 @@ func TestLiveView(t *testing.T) {
 			return fmt.Sprintf("%d revocable hogs running", n)
 		}
 		return ""
-	})
-
-	// Before any QoS correction (the guaranteed task is idle): counters
-	// that only an event would create must be there already, at 0.
-	t.Run("dashboard and rules name exported metrics before any correction", func(t *testing.T) {
-		checkNamedMetricsExported(t, addr, agent.listen)
 	})
 
 	ctx := browser(t, chrome)
@@ -136,7 +136,7 @@ func TestLiveView(t *testing.T) {
 	}
 
 	t.Run("dashboard and rules name exported metrics", func(t *testing.T) {
-		checkNamedMetricsExported(t, addr, agent.listen)
+		checkNamedMetricsExported(t, addr, agent.listen, true)
 	})
 
 	t.Run("manifests use flags the binaries have", func(t *testing.T) {
@@ -403,8 +403,9 @@ func TestLiveViewToken(t *testing.T) {
 
 // checkNamedMetricsExported checks that every metric the Grafana dashboard
 // and the Prometheus rules name is on the coordinator's or the agent's
-// /metrics (the etcd-only ones and recording rules' outputs aside).
-func checkNamedMetricsExported(t *testing.T, addr, agentListen string) {
+// /metrics (the etcd-only ones and recording rules' outputs aside; the
+// per-container ones only when containers is set).
+func checkNamedMetricsExported(t *testing.T, addr, agentListen string, containers bool) {
 	t.Helper()
 	families := map[string]bool{}
 	for _, url := range []string{"http://" + addr + "/metrics", "http://" + agentListen + "/metrics"} {
@@ -437,13 +438,16 @@ func checkNamedMetricsExported(t *testing.T, addr, agentListen string) {
 			continue
 		}
 		for _, n := range names {
+			if !containers && (strings.HasPrefix(n, "slackline_container_") || strings.HasPrefix(n, "container_")) {
+				continue
+			}
 			checked++
 			if !generated[n] && !deploy.Exported(n, families) {
 				t.Errorf("%s names %s, which neither the coordinator nor the agent exports", q.Where, n)
 			}
 		}
 	}
-	if checked < 50 {
+	if checked < 20 {
 		t.Fatalf("checked only %d metric names", checked)
 	}
 }
