@@ -82,8 +82,9 @@ bench:
 		$(GO) run ./scripts/bench/network; \
 	else echo "bench: the agent, slack, colocation and network benchmarks need root; skipped"; fi
 
-run: build
-	./scripts/run-local.sh
+# Builds only what it runs (with progress), then starts the cluster.
+run:
+	GO=$(GO) ./scripts/run-local.sh
 
 # Static checks: gofmt (generated code excluded), vet, buf lint and
 # staticcheck (pinned in go.mod's tool block, default checks).

@@ -107,6 +107,10 @@ type Config struct {
 	// guaranteed task waiting too long.
 	QoS            qos.Controller
 	QoSIntervalMin time.Duration
+	// QoSControllerNames names QoS's controllers (#31): their
+	// slackline_qos_corrections_total series are exported at 0 from the
+	// start, so that dashboards and alerts see them before a correction.
+	QoSControllerNames []string
 	// ProtectCgroups are cgroups of services outside Slackline (paths
 	// relative to each hierarchy) that the estimator counts as guaranteed use
 	// and the QoS controllers protect. The agent only reads them.

@@ -33,7 +33,7 @@ func (o Options) Build() (a *Agent, err error) {
 	}
 	logger := o.Logger
 	if logger == nil {
-		logger = defaultLogger(o.LogLevel)
+		logger = defaultLogger(o.LogLevel, o.LogFormat)
 	}
 	cfg := Config{
 		Coordinator: o.Coordinator, Listen: o.Listen, Hostname: o.Hostname, Resources: o.Resources,
@@ -100,6 +100,7 @@ func (o Options) Build() (a *Agent, err error) {
 	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		return nil, fmt.Errorf("--estimator: %w", err)
 	}
+	cfg.QoSControllerNames = o.QoSControllers
 	if cfg.QoS, err = qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
 		return nil, fmt.Errorf("--qos-controller: %w", err)
 	}

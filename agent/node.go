@@ -14,7 +14,6 @@ import (
 
 	"connectrpc.com/connect"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -39,12 +38,13 @@ const (
 // authenticated and authorized (auth.Rules); health stays open.
 func (a *Agent) Handler() http.Handler {
 	mux := http.NewServeMux()
-	opts := append(server.HandlerOptions(), connect.WithInterceptors(a.cfg.Authz.Interceptor()))
+	reg := prometheus.NewRegistry()
+	rpc := server.NewRPCMetrics(reg)
+	opts := append(server.HandlerOptions(), connect.WithInterceptors(rpc.Interceptor(), a.cfg.Authz.Interceptor()))
 	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, opts...))
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
-		featuresCollector{a.cfg.Features}, a.slack,
+	server.RegisterProcess(reg, "slackline-agent")
+	reg.MustRegister(featuresCollector{a.cfg.Features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction, qosStateCollector{a.cfg.Containerizer})
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())

@@ -18,6 +18,7 @@ import (
 	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/logging"
 	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
@@ -84,6 +85,8 @@ type Options struct {
 	// LogLevel is the level of the agent's logs on stderr (--log-level),
 	// when Logger is nil.
 	LogLevel slog.Level
+	// LogFormat is the format of those logs (--log-format): text or json.
+	LogFormat logging.Format
 	// MonitorInterval is the containers' sampling period
 	// (--monitor-interval).
 	MonitorInterval time.Duration
@@ -223,6 +226,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(parsed(&o.ImageLocalDirs, splitList, joinList), "image-local-dirs", "directories (comma separated) under which tasks' oci: layouts and docker-archive: tarballs may be read; none by default (local images refused)")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
+	// Operators (#31): the log format.
+	fs.Var(&o.LogFormat, "log-format", logging.FormatUsage)
 	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
 	fs.BoolVar(&o.EBPF, "ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
 	fs.BoolVar(&o.EBPFAllCulprits, "ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
@@ -421,7 +426,12 @@ func formatAttributes(attrs map[string]string) string {
 	return strings.Join(parts, ",")
 }
 
-// defaultLogger is the daemon's logger: text on stderr at level.
-func defaultLogger(level slog.Level) *slog.Logger {
-	return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+// defaultLogger is the daemon's logger: text or JSON (format) on stderr
+// at level. The format was checked by its flag.
+func defaultLogger(level slog.Level, format logging.Format) *slog.Logger {
+	logger, err := logging.New(os.Stderr, string(format), level)
+	if err != nil {
+		return slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	}
+	return logger
 }

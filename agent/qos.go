@@ -56,7 +56,7 @@ type qosLoop struct {
 }
 
 func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
-	return &qosLoop{
+	l := &qosLoop{
 		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
 		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
 		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{},
@@ -70,6 +70,14 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 	}
+	// Every (kind, controller) series exists from the start, at 0, so that
+	// rates, increases and the kill alert have data before a correction.
+	for _, name := range cfg.QoSControllerNames {
+		for k := qos.Kind(1); !strings.HasPrefix(k.String(), "kind("); k++ {
+			l.correctionsTotal.WithLabelValues(k.String(), name)
+		}
+	}
+	return l
 }
 
 // Run evaluates until ctx ends.

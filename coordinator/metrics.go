@@ -6,6 +6,7 @@ import (
 	"github.com/slackline/slackline/coordinator/core"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -22,6 +23,9 @@ type metrics struct {
 	inverseOffersDeclined prometheus.Counter
 
 	revocableRescinded prometheus.Counter
+
+	// rpc counts and times every RPC the coordinator serves.
+	rpc *server.RPCMetrics
 }
 
 func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
@@ -44,6 +48,7 @@ func newMetrics(c *Coordinator, reg *prometheus.Registry) *metrics {
 	reg.MustRegister(m.revocableRescinded)
 	reg.MustRegister(m.allocationSeconds, m.offersSent, m.offersDeclined, m.offersAccepted, m.offersRescinded,
 		m.inverseOffersSent, m.inverseOffersAccepted, m.inverseOffersDeclined, stateCollector{c})
+	m.rpc = server.NewRPCMetrics(reg)
 	return m
 }
 
@@ -116,6 +121,13 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, st := range []slacklinev1.FrameworkState{slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
 		slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED} {
 		ch <- prometheus.MustNewConstMetric(frameworksDesc, prometheus.GaugeValue, float64(frameworks[st]), enumLabel(st.String(), "FRAMEWORK_STATE_"))
+	}
+	// The states a task starts in are exported at 0 too, so that the
+	// dashboard's "Tasks by state" has data before the first task.
+	for _, st := range []slacklinev1.TaskState{slacklinev1.TaskState_TASK_STATE_STAGING, slacklinev1.TaskState_TASK_STATE_RUNNING} {
+		if _, ok := tasks[st]; !ok {
+			tasks[st] = 0
+		}
 	}
 	for st, n := range tasks {
 		ch <- prometheus.MustNewConstMetric(tasksDesc, prometheus.GaugeValue, float64(n), enumLabel(st.String(), "TASK_STATE_"))

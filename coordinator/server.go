@@ -19,7 +19,7 @@ import (
 // (auth.Rules); health stays open.
 func (c *Coordinator) Handler() http.Handler {
 	opts := append(server.HandlerOptions(), connect.WithReadMaxBytes(c.cfg.Limits.MaxRequestBytes),
-		connect.WithInterceptors(c.cfg.Authz.Interceptor(), c.callLimiter()))
+		connect.WithInterceptors(c.metrics.rpc.Interceptor(), c.cfg.Authz.Interceptor(), c.callLimiter()))
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewSchedulerServiceHandler(schedulerService{c}, opts...))
 	mux.Handle(slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...))

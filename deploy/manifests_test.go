@@ -30,6 +30,10 @@ type kustomization struct {
 		NewName string `json:"newName"`
 		NewTag  string `json:"newTag"`
 	} `json:"images"`
+	Labels []struct {
+		Pairs            map[string]string `json:"pairs"`
+		IncludeTemplates bool              `json:"includeTemplates"`
+	} `json:"labels"`
 	SecretGenerator []struct {
 		Name    string   `json:"name"`
 		Files   []string `json:"files"`

@@ -97,9 +97,10 @@ type RuleGroups struct {
 	Groups []struct {
 		Name  string `yaml:"name"`
 		Rules []struct {
-			Record string `yaml:"record"`
-			Alert  string `yaml:"alert"`
-			Expr   string `yaml:"expr"`
+			Record      string            `yaml:"record"`
+			Alert       string            `yaml:"alert"`
+			Expr        string            `yaml:"expr"`
+			Annotations map[string]string `yaml:"annotations"`
 		} `yaml:"rules"`
 	} `yaml:"groups"`
 }

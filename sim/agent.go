@@ -31,6 +31,8 @@ type Agent struct {
 	id         string
 	machine    *tasks.Machine
 	timers     map[string]*time.Timer // container id -> the end of a task with LabelDuration
+	containers map[string]*container  // pretend containers, running and the latest ended (NodeHandler)
+	ended      []string               // ended containers' ids, oldest first, at most MaxEndedContainers
 	registered bool                   // a session is open
 	stopped    bool                   // shut down by the coordinator
 	stopReason string                 // the shutdown message
@@ -38,13 +40,14 @@ type Agent struct {
 
 func newAgent(f *Fleet, index int, hostname, id string, client slacklinev1connect.AgentServiceClient) *Agent {
 	a := &Agent{
-		fleet:    f,
-		index:    index,
-		hostname: hostname,
-		log:      f.cfg.Logger.With("agent", hostname),
-		id:       id,
-		machine:  f.newMachine(),
-		timers:   map[string]*time.Timer{},
+		fleet:      f,
+		index:      index,
+		hostname:   hostname,
+		log:        f.cfg.Logger.With("agent", hostname),
+		id:         id,
+		machine:    f.newMachine(),
+		timers:     map[string]*time.Timer{},
+		containers: map[string]*container{},
 	}
 	a.session = session.New(session.Config{
 		Client:         client,
@@ -111,6 +114,7 @@ func (a *Agent) reset() {
 	a.mu.Lock()
 	a.id = ""
 	a.machine = a.fleet.newMachine()
+	a.containers, a.ended = map[string]*container{}, nil
 	a.stopped, a.stopReason = false, ""
 	a.mu.Unlock()
 	if dir := a.fleet.cfg.WorkDir; dir != "" {
@@ -156,6 +160,7 @@ func (h *sessionHandler) Registration() *slacklinev1.RegisterRequest {
 			Hostname:   a.hostname,
 			Resources:  a.fleet.resourcesProto,
 			Attributes: a.fleet.attributesProto,
+			Endpoint:   a.fleet.cfg.NodeEndpoint,
 		},
 		Tasks: a.machine.Registration(),
 	}

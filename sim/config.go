@@ -47,6 +47,9 @@ const (
 	// launch fail at once: TASK_STATE_FAILED with
 	// REASON_CONTAINER_LAUNCH_FAILED.
 	LabelFailLaunch = "sim.fail_launch"
+	// LabelUsage is the fraction (0 to 1) of its cpus and mem a running
+	// task reports using through the NodeService (DefaultUsage).
+	LabelUsage = "sim.usage"
 )
 
 // Config configures a Fleet. Only Resources and Count are required; every
@@ -96,6 +99,11 @@ type Config struct {
 	// authorization file must let it register as each of the fleet's
 	// hostnames (register_agents, e.g. hostnames: ["sim-*"]).
 	TLS *tls.Config
+	// NodeEndpoint, when set, is the base URL of the fleet's NodeService
+	// (Fleet.NodeHandler, served by the caller) that every agent registers,
+	// e.g. "https://127.0.0.1:5052". A coordinator with authorization
+	// keeps only its scheme and port, and reaches it over https only.
+	NodeEndpoint string
 	// AgentsPerTransport is how many agents share one HTTP transport when
 	// HTTPClient is nil (DefaultAgentsPerTransport).
 	AgentsPerTransport int

@@ -58,6 +58,18 @@
 // update is acknowledged. The simulator keeps no checkpoint: only the agent
 // ids survive a restart (WorkDir).
 //
+// # NodeService
+//
+// Fleet.NodeHandler serves the real agent's NodeService over the pretend
+// containers (cgroup_mode CgroupModeSimulated): GetContainers, GetUsage
+// (each task using LabelUsage of its cpus and mem), GetFeatures (none: no
+// eBPF), GetCorrections (none) and ReadSandboxFile (a stdout that says no
+// process ran, what would have, and how the task ended). The agents
+// register Config.NodeEndpoint; a call is for the agent whose hostname the
+// client asked for (TLS server name, as the coordinator's node proxy sends
+// it). Ended containers are kept for their output, MaxEndedContainers per
+// agent (EndedContainersDropped counts the rest).
+//
 // # Cost
 //
 // An agent has one goroutine, blocked on its command stream. Heartbeats run

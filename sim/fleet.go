@@ -39,8 +39,9 @@ type Fleet struct {
 	// heartbeatSlots caps the heartbeats in flight across the fleet.
 	heartbeatSlots *semaphore.Weighted
 
-	registered atomic.Int64
-	ran        atomic.Bool
+	registered   atomic.Int64
+	endedDropped atomic.Uint64 // see EndedContainersDropped
+	ran          atomic.Bool
 }
 
 // NewFleet validates cfg, fills in defaults, loads persisted agent ids from

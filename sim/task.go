@@ -91,11 +91,13 @@ func (a *Agent) performLocked(eff tasks.Effects, now time.Time, killMessage stri
 		}
 		for _, id := range eff.Kill {
 			a.stopTimerLocked(id)
+			a.recordEndLocked(id, killMessage)
 			exited, _ := a.machine.Step(tasks.Exited{ContainerID: id, Exit: tasks.Exit{ExitCode: -1, Killed: true, Message: killMessage}, Now: now})
 			next.Append(exited)
 		}
 		for _, id := range eff.Destroy {
 			a.stopTimerLocked(id)
+			a.recordEndLocked(id, "destroyed")
 		}
 		for _, u := range eff.Send {
 			a.session.Send(u.FrameworkID, u.Status)
@@ -111,13 +113,18 @@ func (a *Agent) performLocked(eff tasks.Effects, now time.Time, killMessage stri
 func (a *Agent) startLocked(start tasks.Start, now time.Time) tasks.Effects {
 	id := start.ContainerID
 	var ev tasks.Event
+	usage, usageErr := parseUsage(start.Task.GetLabels())
 	switch sc, err := parseScript(start.Task.GetLabels()); {
-	case err != nil:
+	case err != nil || usageErr != nil:
+		if err == nil {
+			err = usageErr
+		}
 		ev = tasks.LaunchFailed{ContainerID: id, Reason: slacklinev1.Reason_REASON_TASK_INVALID, Message: err.Error(), Now: now}
 	case sc.failLaunch:
 		ev = tasks.LaunchFailed{ContainerID: id, Reason: slacklinev1.Reason_REASON_CONTAINER_LAUNCH_FAILED, Message: "simulated launch failure", Now: now}
 	default:
 		ev = tasks.Launched{ContainerID: id, Now: now}
+		a.recordStartLocked(start, usage, now)
 		if sc.hasDuration {
 			a.timers[id] = time.AfterFunc(sc.duration, func() { a.exit(id, sc.exitCode) })
 		}
@@ -135,6 +142,7 @@ func (a *Agent) exit(containerID string, exitCode int) {
 		return
 	}
 	delete(a.timers, containerID)
+	a.recordEndLocked(containerID, fmt.Sprintf("exited with code %d", exitCode))
 	eff, _ := a.machine.Step(tasks.Exited{ContainerID: containerID, Exit: tasks.Exit{ExitCode: exitCode, Message: fmt.Sprintf("exited with code %d", exitCode)}, Now: now})
 	events := a.performLocked(eff, now, "")
 	a.mu.Unlock()

@@ -78,6 +78,7 @@ func (g *groupFlags) serve(ctx context.Context, cfg coordinator.Config, authz *a
 	// The server's own limit hits are served with the coordinator's
 	// metrics (alone) or the member's (in a group).
 	metrics := prometheus.NewRegistry()
+	server.RegisterProcess(metrics, "slackline-coordinator")
 	srv.LimitHits = server.NewLimitHits(metrics, cfg.Logger)
 	if g.endpoints == "" {
 		cfg.Metrics = metrics

@@ -39,6 +39,7 @@ import (
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/internal/logging"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -67,6 +68,8 @@ func run(args []string) error {
 	}
 	insecure := fs.Bool("insecure", insecureDefault, "allow listening without TLS and --authz, on loopback too (env "+auth.EnvInsecure+"=1): every local user, tasks included, could then control the cluster")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var logFormat logging.Format
+	fs.Var(&logFormat, "log-format", logging.FormatUsage)
 	var cfg coordinator.Config
 	fs.DurationVar(&cfg.AgentHeartbeatInterval, "agent-heartbeat-interval", 5*time.Second, "interval agents heartbeat at while they fit --max-agent-heartbeat-rate")
 	fs.IntVar(&cfg.MaxAgentHeartbeatRate, "max-agent-heartbeat-rate", 1000, "heartbeat budget: beyond this many agents per second of --agent-heartbeat-interval, agents are told to heartbeat every agents/rate seconds (negative: no budget)")
@@ -91,7 +94,10 @@ func run(args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := logging.New(os.Stderr, logFormat.String(), level)
+	if err != nil {
+		return err
+	}
 	if cfg.MinAllocatable, err = resources.Parse(*minAlloc); err != nil {
 		return fmt.Errorf("--min-allocatable: %w", err)
 	}

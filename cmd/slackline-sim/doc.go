@@ -20,6 +20,14 @@
 //	  - principals: [agent:sim]
 //	    hostnames: ["sim-*"]
 //
+// With --listen the fleet also serves the real agent's NodeService over its
+// pretend containers (cgroup_mode "simulated"; stdout says no process ran),
+// with --cert and --key and, as the real agent, --authz: the coordinator's
+// node proxy reaches it, so slacklinectl top, logs, get containers and get
+// features work against simulated agents. Each call is for the agent whose
+// hostname the client asked for in TLS (the proxy sends it); a fleet of one
+// answers every call.
+//
 // Every flag is also a key of the YAML file --config names (flags on the
 // command line override the file; see internal/cliconfig); --version prints
 // the version it was built from.

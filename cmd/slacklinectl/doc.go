@@ -1,11 +1,15 @@
 // Command slacklinectl is the operator's command-line client of a Slackline
 // coordinator, in the style of kubectl:
 //
-//	slacklinectl get agents|frameworks|tasks|roles [-o table|json]
-//	slacklinectl get containers --agent URL | --hostname HOSTNAME [-o table|json]
+//	slacklinectl get agents|frameworks [NAME...] [-o table|wide|json|yaml|jsonpath=EXPR]
+//	slacklinectl get tasks [--framework NAME] [--agent HOST] | roles
+//	slacklinectl get containers|features [--agent HOST]   # default: the only agent
+//	slacklinectl top [--agent HOST] [-w 1s]                # redraws in place on a terminal
 //	slacklinectl set weight ROLE WEIGHT
 //	slacklinectl set quota ROLE RESOURCES   # "cpus:10;mem:20480"; "" removes the quota
-//	slacklinectl logs TASK_ID [--stderr] [--framework ID] [--tail BYTES] [-f] [--raw] [--agent URL]
+//	slacklinectl logs TASK [--stderr] [--framework NAME] [--tail BYTES] [-f] [--raw]
+//	slacklinectl config set-context NAME --coordinator URL --ca FILE --token-file FILE [--use]
+//	slacklinectl config use-context NAME | get-contexts | current-context
 //	slacklinectl maintenance schedule get [-o table|json]
 //	slacklinectl maintenance schedule set -f FILE   # JSON or YAML; - reads stdin
 //	slacklinectl maintenance status [-o table|json]
@@ -23,12 +27,17 @@
 // the caller and calls the agent with the coordinator's own certificate. "credentials init" writes a cluster's CA, certificates,
 // tokens and authorization file (see docs/security.md).
 //
-// The coordinator is given by --coordinator or the environment variable
-// SLACKLINE_COORDINATOR (default http://127.0.0.1:5050). "get containers"
-// and "logs" talk to an agent's NodeService: the agent registers its URL
-// with the coordinator, or --agent gives it directly. Errors are printed
-// as "slacklinectl: <command>: <connect code>: <message>" and the exit status
-// is 1.
+// The coordinator and credentials come from the flags, else the
+// environment (SLACKLINE_COORDINATOR, SLACKLINE_CA, SLACKLINE_TOKEN_FILE,
+// SLACKLINE_CRL), else the current context of the contexts file
+// (SLACKLINE_CONFIG, default ~/.config/slackline/config.yaml; --context or
+// SLACKLINE_CONTEXT picks another), else http://127.0.0.1:5050. Names are
+// shown and accepted wherever the API has ids (hostnames for agents, names
+// for frameworks and tasks; -o wide adds the ids), and rows are in natural
+// order. Errors are printed as "slacklinectl: <command>: <connect code>:
+// <message>"; the exit status is 2 for a wrong command line, 3 when
+// something named is not found, 4 when the caller is denied, 5 when the
+// coordinator or agent is unavailable, and 1 otherwise (exit.go).
 //
 // Everything printed that came from elsewhere (names, hostnames, messages,
 // errors, a task's output) has its control characters escaped ("\x1b",

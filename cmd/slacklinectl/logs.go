@@ -30,15 +30,15 @@ type logsOptions struct {
 	raw       bool
 }
 
-// newLogsCommand is "logs TASK_ID": a task's stdout or stderr, read from its
+// newLogsCommand is "logs TASK": a task's stdout or stderr, read from its
 // sandbox through the coordinator's node proxy, which checks that the
 // caller may read the task's sandbox and asks the agent with its own
 // identity.
 func newLogsCommand(g *globals) *cobra.Command {
 	var o logsOptions
 	cmd := &cobra.Command{
-		Use:   "logs TASK_ID",
-		Short: "Print a task's stdout (or stderr) from its sandbox; -f follows it",
+		Use:   "logs TASK",
+		Short: "Print a task's stdout (or stderr) from its sandbox (TASK: its id or name); -f follows it",
 		Long: `Print the end of a task's stdout (or stderr with --stderr), read from the
 task's sandbox on its agent, through the coordinator: it checks that the
 caller is the task's framework principal or has access_sandboxes on it, then
@@ -47,10 +47,10 @@ agent). With -f the command keeps
 printing what the task writes until interrupted. Control characters other than
 newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 --raw prints the file's bytes as they are.`,
-		Args: exactArgs("TASK_ID"),
+		Args: exactArgs("TASK"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			if o.tail < -1 {
-				return fmt.Errorf("logs: --tail %d: want a number of bytes, 0 for none or -1 for the whole file", o.tail)
+				return usageErrorf("logs: --tail %d: want a number of bytes, 0 for none or -1 for the whole file", o.tail)
 			}
 			if err := o.run(cmd.Context(), g, args[0]); err != nil {
 				return fmt.Errorf("logs: %w", err)
@@ -60,7 +60,7 @@ newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 	}
 	flags := cmd.Flags()
 	flags.BoolVar(&o.stderr, "stderr", false, "print stderr instead of stdout")
-	flags.StringVar(&o.framework, "framework", "", "framework id of the task (needed when several frameworks use the task id)")
+	flags.StringVar(&o.framework, "framework", "", "framework of the task, by name or id (needed when several frameworks use the task id or name)")
 	flags.Int64Var(&o.tail, "tail", defaultTail, "print the last N bytes first (0: none, -1: the whole file)")
 	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until interrupted")
 	flags.BoolVar(&o.raw, "raw", false, "print the output's bytes unescaped, terminal escape sequences included")
@@ -68,11 +68,18 @@ newline and tab (terminal escape sequences) are printed escaped, as "\x1b";
 }
 
 func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error {
-	task, err := g.findTask(ctx, taskID, o.framework)
+	frameworkID := o.framework
+	if frameworkID != "" {
+		var err error
+		if frameworkID, err = g.resolveFramework(ctx, frameworkID); err != nil {
+			return fmt.Errorf("--framework: %w", err)
+		}
+	}
+	task, err := g.findTask(ctx, taskID, frameworkID)
 	if err != nil {
 		return err
 	}
-	frameworkID := task.GetFrameworkId()
+	frameworkID, taskID = task.GetFrameworkId(), task.GetTaskId() // taskID may have been the task's name
 	node := g.node(task.GetAgentId())
 	var out io.Writer = g.out
 	if !o.raw {

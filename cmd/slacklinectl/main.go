@@ -14,6 +14,6 @@ func main() {
 	if err := newRootCommand(os.Stdout).ExecuteContext(ctx); err != nil {
 		fmt.Fprintf(os.Stderr, "slacklinectl: %s\n", escapeText(err.Error()))
 		stop()
-		os.Exit(1)
+		os.Exit(exitCode(err))
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -200,23 +202,23 @@ func TestGetTable(t *testing.T) {
 		want     string
 	}{
 		{"agents", `
-ID    HOSTNAME   STATE         MODE       RESOURCES                              ALLOCATED         REVOCABLE
-a-1   node-1     ACTIVE        UP         cpus:8;mem:16384;ports:[31000-32000]   cpus:2;mem:1024   cpus:3;mem:2048 (allocated cpus:1)
-a-2   node-2     UNREACHABLE   DRAINING   cpus:4;mem:8192                        -                 -
+HOSTNAME   STATE         MODE       RESOURCES                              ALLOCATED         REVOCABLE
+node-1     ACTIVE        UP         cpus:8;mem:16384;ports:[31000-32000]   cpus:2;mem:1024   cpus:3;mem:2048 (allocated cpus:1)
+node-2     UNREACHABLE   DRAINING   cpus:4;mem:8192                        -                 -
 `},
 		{"frameworks", `
-ID    NAME    STATE          ROLES           ALLOCATED
-f-1   batch   CONNECTED      eng,eng/batch   cpus:2;mem:1024 + revocable cpus:1
-f-2   web     DISCONNECTED   *               -
+NAME    STATE          ROLES           ALLOCATED
+batch   CONNECTED      eng,eng/batch   cpus:2;mem:1024 + revocable cpus:1
+web     DISCONNECTED   *               -
 `},
 		{"tasks", `
-ID    FRAMEWORK   AGENT   STATE     RESOURCES          MESSAGE
-t-1   f-1         a-1     RUNNING   cpus:1;mem:512     -
-t-2   f-1         a-1     FAILED    revocable cpus:1   exited with code 3
+ID    NAME   FRAMEWORK   AGENT    STATE     RESOURCES          MESSAGE
+t-1   -      batch       node-1   RUNNING   cpus:1;mem:512     -
+t-2   -      batch       node-1   FAILED    revocable cpus:1   exited with code 3
 `},
 		{"roles", `
 NAME   WEIGHT   QUOTA               ALLOCATED         SHARE   FRAMEWORKS
-eng    2.5      cpus:10;mem:20480   cpus:2;mem:1024   0.167   f-1,f-2
+eng    2.5      cpus:10;mem:20480   cpus:2;mem:1024   0.167   batch,web
 ops    1        -                   -                 0.000   -
 `},
 	}
@@ -330,16 +332,16 @@ func TestInvalidArguments(t *testing.T) {
 		{[]string{"set", "quota", "eng", "cpus:lots"}, `set quota: invalid resources: cpus value "lots" is not a number`},
 		{[]string{"set", "quota", "eng", "ports:[1-2]"}, "set quota: quota limits scalar resources (cpus, mem, disk), not ports"},
 		{[]string{"set", "speed", "x"}, `set: unknown setting "speed": want weight or quota`},
-		{[]string{"get", "pods"}, `get: unknown resource "pods": want one of agents, frameworks, tasks, roles, containers`},
-		{[]string{"get", "containers"}, "get containers: want --agent ID or --hostname HOSTNAME"},
+		{[]string{"get", "pods"}, `get: unknown resource "pods": want one of agents, frameworks, tasks, roles, containers, features`},
 		{[]string{"get", "containers", "--agent", "a-1", "--hostname", "x"}, "get containers: --agent and --hostname exclude each other"},
-		{[]string{"top", "--agent", "http://x:5051"}, `top: --agent "http://x:5051": want an agent id (see get agents) or --hostname: slacklinectl reaches agents only through the coordinator, never at a URL`},
+		{[]string{"top", "--agent", "http://x:5051"}, `top: --agent "http://x:5051": want an agent's hostname or id (see get agents): slacklinectl reaches agents only through the coordinator, never at a URL`},
 		{[]string{"logs", "t-1", "--agent", "a-1"}, "unknown flag: --agent"},
-		{[]string{"logs"}, "logs: want TASK_ID, got 0 argument(s)"},
-		{[]string{"logs", "t-1", "t-2"}, "logs: want TASK_ID, got 2 argument(s)"},
+		{[]string{"logs"}, "logs: want TASK, got 0 argument(s)"},
+		{[]string{"logs", "t-1", "t-2"}, "logs: want TASK, got 2 argument(s)"},
 		{[]string{"logs", "t-1", "--tail", "-2"}, "logs: --tail -2: want a number of bytes, 0 for none or -1 for the whole file"},
-		{[]string{"get", "agents", "extra"}, `get agents: takes no arguments, got ["extra"]`},
-		{[]string{"get", "agents", "-o", "yaml"}, `unknown output format "yaml": want table or json`},
+		{[]string{"get", "tasks", "extra"}, `get tasks: takes no arguments, got ["extra"]`},
+		{[]string{"get", "agents", "-o", "xml"}, `unknown output format "xml": want table, wide, json, yaml or jsonpath=EXPR`},
+		{[]string{"get", "agents", "-o", "jsonpath=$[?"}, "-o jsonpath=$[?: jsonpath: unexpected eof at position 4"},
 	}
 	for _, test := range tests {
 		_, err := run(t, append([]string{"--coordinator", url}, test.args...)...)
@@ -398,4 +400,15 @@ func TestVersion(t *testing.T) {
 			t.Errorf("%v printed %q, want slacklinectl's version line", args, got)
 		}
 	}
+}
+
+// TestMain points the contexts file at a path that does not exist, so that
+// a developer's own contexts (make run writes one) never reach the tests.
+func TestMain(m *testing.M) {
+	os.Setenv(configEnv, filepath.Join(os.TempDir(), "slacklinectl-test-no-such-config.yaml"))
+	os.Unsetenv(contextEnv)
+	for _, env := range []string{coordinatorEnv, "SLACKLINE_CA", "SLACKLINE_TOKEN_FILE", "SLACKLINE_CRL"} {
+		os.Unsetenv(env)
+	}
+	os.Exit(m.Run())
 }

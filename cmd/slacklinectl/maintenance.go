@@ -83,8 +83,8 @@ protobuf ones ("5400s"); an empty file (or "windows: []") clears the schedule.
 			if err != nil {
 				return fmt.Errorf("maintenance schedule set: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			machines := 0
 			for _, w := range sched.GetWindows() {
@@ -119,8 +119,8 @@ protobuf ones ("5400s"); an empty file (or "windows: []") clears the schedule.
 			if err != nil {
 				return fmt.Errorf("maintenance down: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			_, err = fmt.Fprintf(g.out, "DOWN: %s\n", escape(strings.Join(args, " ")))
 			return err
@@ -135,8 +135,8 @@ protobuf ones ("5400s"); an empty file (or "windows: []") clears the schedule.
 			if err != nil {
 				return fmt.Errorf("maintenance up: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			_, err = fmt.Fprintf(g.out, "UP: %s\n", escape(strings.Join(args, " ")))
 			return err

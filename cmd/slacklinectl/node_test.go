@@ -126,13 +126,14 @@ func logsCluster(t *testing.T) (coordinatorURL, nodeURL string, node *fakeNode) 
 	task := func(id, framework, agent string) *slacklinev1.Task {
 		return &slacklinev1.Task{TaskId: id, FrameworkId: framework, AgentId: agent, State: slacklinev1.TaskState_TASK_STATE_RUNNING}
 	}
+	named := func(t *slacklinev1.Task, name string) *slacklinev1.Task { t.Name = name; return t }
 	coordinatorURL = serve(t, &fakeOperator{
 		agents: &slacklinev1.GetAgentsResponse{Agents: []*slacklinev1.Agent{
 			{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: nodeURL},
 			{Id: "a-2", Hostname: "node-2", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE},
 		}},
 		tasks: &slacklinev1.GetTasksResponse{Tasks: []*slacklinev1.Task{
-			task("t-1", "f-1", "a-1"), task("t-1", "f-2", "a-1"), task("t-2", "f-1", "a-1"), task("t-3", "f-1", "a-1"),
+			task("t-1", "f-1", "a-1"), task("t-1", "f-2", "a-1"), named(task("t-2", "f-1", "a-1"), "worker-2"), task("t-3", "f-1", "a-1"),
 			task("t-4", "f-1", "a-2"), task("t-5", "f-1", "a-9"), task("t-6", "f-1", "a-1"),
 		}},
 	})
@@ -152,6 +153,18 @@ func TestLogs(t *testing.T) {
 			args:      []string{"logs", "t-2"},
 			want:      "line 1\nline 2\nline 3\n",
 			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-2", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
+		},
+		{
+			name:      "by task name",
+			args:      []string{"logs", "worker-2"},
+			want:      "line 1\nline 2\nline 3\n",
+			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-2", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
+		},
+		{
+			name:      "framework by name",
+			args:      []string{"logs", "t-1", "--framework", "batch"},
+			want:      "one\n",
+			wantFirst: &slacklinev1.ReadSandboxFileRequest{FrameworkId: "f-1", TaskId: "t-1", Path: "stdout", Offset: -defaultTail, Length: defaultTail},
 		},
 		{
 			name:      "tail",
@@ -342,9 +355,9 @@ func TestGetContainers(t *testing.T) {
 		{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: nodeURL},
 	}}})
 	wantTable := strings.TrimPrefix(`
-CONTAINER   TASK   FRAMEWORK   STATE     CGROUP                     RESOURCES            PID    SANDBOX
-c-1         t-1    f-1         RUNNING   slackline/guaranteed/c-1   cpus:1;mem:512       4242   /var/lib/slackline/agent/sandboxes/f-1/t-1
-c-2         t-2    f-1         -         slackline/revocable/c-2    revocable cpus:0.5   -      /var/lib/slackline/agent/sandboxes/f-1/t-2
+TASK   FRAMEWORK   STATE     RESOURCES            PID    CGROUP
+t-1    batch       RUNNING   cpus:1;mem:512       4242   slackline/guaranteed/c-1
+t-2    batch       -         revocable cpus:0.5   -      slackline/revocable/c-2
 `, "\n")
 	for _, by := range [][]string{{"--agent", "a-1"}, {"--hostname", "node-1"}} {
 		got, err := run(t, append([]string{"--coordinator", url, "get", "containers"}, by...)...)
@@ -369,7 +382,7 @@ c-2         t-2    f-1         -         slackline/revocable/c-2    revocable cp
 	}
 
 	_, err := run(t, "--coordinator", url, "get", "containers", "--hostname", "node-9")
-	if want := `get containers: not_found: no agent with hostname "node-9"`; err == nil || err.Error() != want {
+	if want := `get containers: not_found: no agent with hostname or id "node-9" (see slacklinectl get agents)`; err == nil || err.Error() != want {
 		t.Errorf("unknown hostname: error %v, want %q", err, want)
 	}
 	if connect.CodeOf(err) != connect.CodeNotFound {

@@ -5,13 +5,10 @@ import (
 	"io"
 	"net/http"
 	"net/url"
-	"os"
 	"strings"
 	"time"
 
 	"github.com/spf13/cobra"
-	"google.golang.org/protobuf/encoding/protojson"
-	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/auth"
@@ -25,15 +22,10 @@ const (
 	coordinatorEnv = "SLACKLINE_COORDINATOR"
 )
 
-// Output formats of -o.
-const (
-	outputTable = "table"
-	outputJSON  = "json"
-)
-
 // globals are the flags every command shares.
 type globals struct {
 	coordinator string
+	context     string
 	output      string
 	timeout     time.Duration
 	out         io.Writer
@@ -55,31 +47,31 @@ func newRootCommand(out io.Writer) *cobra.Command {
 		SilenceUsage:  true,
 		SilenceErrors: true,
 		Version:       cliconfig.Version("slacklinectl"),
-		PersistentPreRunE: func(*cobra.Command, []string) error {
-			switch g.output {
-			case outputTable, outputJSON:
-				return nil
+		PersistentPreRunE: func(cmd *cobra.Command, _ []string) error {
+			if _, err := parseOutput(g.output); err != nil {
+				return err
 			}
-			return fmt.Errorf("unknown output format %q: want %s or %s", g.output, outputTable, outputJSON)
+			return g.applyContext(cmd)
 		},
 	}
 	root.SetOut(out)
 	root.SetErr(out)
-	coordinator := defaultCoordinator
-	if env := os.Getenv(coordinatorEnv); env != "" {
-		coordinator = env
-	}
+	// --coordinator, --ca, --token-file and --crl: a flag, else its
+	// environment variable, else the context (applyContext), else the
+	// default.
 	flags := root.PersistentFlags()
-	flags.StringVar(&g.coordinator, "coordinator", coordinator, "coordinator base URL, or a comma-separated list of a coordinator group's URLs (env "+coordinatorEnv+")")
-	flags.StringVarP(&g.output, "output", "o", outputTable, "output format: table or json")
+	flags.StringVar(&g.coordinator, "coordinator", "", "coordinator base URL, or a comma-separated list of a coordinator group's URLs (env "+coordinatorEnv+", else the context's; default "+defaultCoordinator+")")
+	flags.StringVar(&g.context, "context", "", "context of the contexts file to use (env "+contextEnv+"; default its current context; see slacklinectl config)")
+	flags.StringVarP(&g.output, "output", "o", outputTable, outputHelp)
 	flags.DurationVar(&g.timeout, "timeout", 30*time.Second, "timeout of each call (agents are reached through the coordinator)")
-	flags.StringVar(&g.creds.CAFile, "ca", os.Getenv(auth.EnvCA), "CA certificate that signs the coordinator's certificate (env "+auth.EnvCA+")")
-	flags.StringVar(&g.creds.TokenFile, "token-file", os.Getenv(auth.EnvTokenFile), "file holding this operator's bearer token, sent only to the coordinator and only over https (env "+auth.EnvTokenFile+")")
-	flags.StringVar(&g.creds.CRLFile, "crl", os.Getenv(auth.EnvCRL), "certificate revocation list signed by --ca (crl.pem): a coordinator whose certificate it lists is refused before anything is sent; the coordinator checks agents' certificates against its own list (env "+auth.EnvCRL+")")
+	flags.StringVar(&g.creds.CAFile, "ca", "", "CA certificate that signs the coordinator's certificate (env "+auth.EnvCA+", else the context's)")
+	flags.StringVar(&g.creds.TokenFile, "token-file", "", "file holding this operator's bearer token, sent only to the coordinator and only over https (env "+auth.EnvTokenFile+", else the context's)")
+	flags.StringVar(&g.creds.CRLFile, "crl", "", "certificate revocation list signed by --ca (crl.pem): a coordinator whose certificate it lists is refused before anything is sent; the coordinator checks agents' certificates against its own list (env "+auth.EnvCRL+")")
 
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
-		newCredentialsCommand(g), newJobsCommand(g), newVersionCommand(out))
+		newCredentialsCommand(g), newJobsCommand(g), newVersionCommand(out), newConfigCommand(g))
+	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }
 
@@ -124,6 +116,11 @@ func (g *globals) httpClient() *http.Client {
 		return &http.Client{Transport: failingTransport{err}}
 	}
 	client.Timeout = g.timeout
+	transport := client.Transport
+	if transport == nil {
+		transport = http.DefaultTransport
+	}
+	client.Transport = schemeHint{transport}
 	return client
 }
 
@@ -146,22 +143,10 @@ func (g *globals) node(agentID string) slacklinev1connect.NodeServiceClient {
 // (coordinator/ui), followed by the agent's id.
 const nodeProxyPath = "/ui/node/"
 
-// print writes a response: msg as JSON with -o json, else the table.
-func (g *globals) print(msg proto.Message, t table) error {
-	if g.output == outputJSON {
-		return g.printJSON(msg)
-	}
-	return t.write(g.out)
-}
-
-// printJSON writes msg as multi-line protojson.
-func (g *globals) printJSON(msg proto.Message) error {
-	data, err := protojson.MarshalOptions{Multiline: true, Indent: "  "}.Marshal(msg)
-	if err != nil {
-		return fmt.Errorf("encode json: %w", err)
-	}
-	_, err = fmt.Fprintf(g.out, "%s\n", escapeJSON(data))
-	return err
+// structured reports whether -o asks for the response itself (json, yaml,
+// jsonpath) rather than a table or a message.
+func (g *globals) structured() bool {
+	return g.output != outputTable && g.output != outputWide
 }
 
 // exactArgs requires the arguments named in usage, e.g. "ROLE WEIGHT", or
@@ -174,8 +159,8 @@ func exactArgs(usage string) cobra.PositionalArgs {
 		}
 		path := strings.TrimPrefix(cmd.CommandPath(), cmd.Root().Name()+" ")
 		if want == 0 {
-			return fmt.Errorf("%s: takes no arguments, got %q", path, args)
+			return usageErrorf("%s: takes no arguments, got %q", path, args)
 		}
-		return fmt.Errorf("%s: want %s, got %d argument(s)", path, usage, len(args))
+		return usageErrorf("%s: want %s, got %d argument(s)", path, usage, len(args))
 	}
 }

@@ -45,8 +45,8 @@ func newSetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("set weight: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			_, err = fmt.Fprintf(g.out, "role %s: weight set to %s\n", escape(role), strconv.FormatFloat(w, 'g', -1, 64))
 			return err
@@ -75,8 +75,8 @@ func newSetCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("set quota: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			if limits.IsEmpty() {
 				_, err = fmt.Fprintf(g.out, "role %s: quota removed\n", escape(role))

@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
+	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -18,23 +20,23 @@ import (
 type agentFlags struct{ id, hostname string }
 
 func (f *agentFlags) register(cmd *cobra.Command) {
-	cmd.Flags().StringVar(&f.id, "agent", "", "id of the agent (see get agents), reached through the coordinator")
-	cmd.Flags().StringVar(&f.hostname, "hostname", "", "hostname of the agent, looked up in the coordinator")
+	cmd.Flags().StringVar(&f.id, "agent", "", "the agent, by hostname or id (see get agents), reached through the coordinator (default: the only agent)")
+	cmd.Flags().StringVar(&f.hostname, "hostname", "", "the agent, by hostname (or id): the same as --agent")
 }
 
-// agent resolves the agent's id.
+// agent resolves the agent's id: the one named by --agent or --hostname,
+// or the cluster's only agent.
 func (f *agentFlags) agent(ctx context.Context, g *globals) (string, error) {
+	name := f.id + f.hostname
 	switch {
 	case f.id != "" && f.hostname != "":
-		return "", errors.New("--agent and --hostname exclude each other")
-	case f.id == "" && f.hostname == "":
-		return "", errNoAgent
-	case strings.Contains(f.id, "/"):
-		return "", fmt.Errorf("--agent %q: want an agent id (see get agents) or --hostname: slacklinectl reaches agents only through the coordinator, never at a URL", f.id)
-	case f.hostname != "":
-		return g.hostAgent(ctx, f.hostname)
+		return "", usageErrorf("--agent and --hostname exclude each other")
+	case strings.Contains(name, "/"):
+		return "", usageErrorf("--agent %q: want an agent's hostname or id (see get agents): slacklinectl reaches agents only through the coordinator, never at a URL", name)
+	case name == "":
+		return g.onlyAgent(ctx)
 	}
-	return f.id, nil
+	return g.resolveAgent(ctx, name)
 }
 
 // newTopCommand shows each container's live usage on one agent.
@@ -42,7 +44,7 @@ func newTopCommand(g *globals) *cobra.Command {
 	var agent agentFlags
 	var watch time.Duration
 	cmd := &cobra.Command{
-		Use:   "top (--agent ID | --hostname H)",
+		Use:   "top [--agent HOST]",
 		Short: "Show each container's CPU, memory (RSS and working set), network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure (CPU, memory, I/O) on one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
@@ -50,11 +52,19 @@ func newTopCommand(g *globals) *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("top: %w", err)
 			}
+			redraw := watch > 0 && !g.structured() && isTerminal(g.out)
 			for {
 				resp, err := g.node(agentID).GetUsage(cmd.Context(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
 				if err != nil {
 					return fmt.Errorf("top: %w", err)
 				}
+				if redraw {
+					// Home and clear: each frame replaces the last, as top(1) does.
+					if _, err := io.WriteString(g.out, clearScreen); err != nil {
+						return err
+					}
+				}
+				slices.SortStableFunc(resp.Msg.Usage, func(x, y *slacklinev1.ContainerUsage) int { return naturalCompare(x.GetTaskId(), y.GetTaskId()) })
 				if err := g.print(resp.Msg, usageTable(resp.Msg)); err != nil {
 					return err
 				}
@@ -66,13 +76,28 @@ func newTopCommand(g *globals) *cobra.Command {
 					return nil
 				case <-time.After(watch):
 				}
-				fmt.Fprintln(cmd.OutOrStdout())
+				if !redraw {
+					fmt.Fprintln(g.out) // frames one after the other, for a file or a pipe
+				}
 			}
 		},
 	}
 	agent.register(cmd)
 	cmd.Flags().DurationVarP(&watch, "watch", "w", 0, "refresh at this interval until interrupted (0: once)")
 	return cmd
+}
+
+// clearScreen moves the cursor home and clears the screen (ANSI).
+const clearScreen = "\x1b[H\x1b[2J"
+
+// isTerminal reports whether out is a terminal (a character device).
+func isTerminal(out io.Writer) bool {
+	f, ok := out.(*os.File)
+	if !ok {
+		return false
+	}
+	info, err := f.Stat()
+	return err == nil && info.Mode()&os.ModeCharDevice != 0
 }
 
 // usageTable renders GetUsage: the node first, then one row per container,
@@ -136,7 +161,7 @@ func durationText(seconds float64) string {
 func newFeaturesCommand(g *globals) *cobra.Command {
 	var agent agentFlags
 	cmd := &cobra.Command{
-		Use:   "features (--agent ID | --hostname H)",
+		Use:   "features [--agent HOST]",
 		Short: "List the eBPF feature probes of one agent",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {

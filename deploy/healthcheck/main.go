@@ -5,7 +5,7 @@
 // gRPC probe speaks only cleartext and Slackline listens with TLS.
 //
 // Usage: slackline-healthcheck [URL] (default $SLACKLINE_HEALTH_URL, else
-// http://127.0.0.1:5050). Over https the server's certificate is not
+// http://127.0.0.1:5050); --version prints the version it was built from. Over https the server's certificate is not
 // verified: the probe runs beside the process it checks and learns nothing
 // secret from it; health needs no credentials.
 package main
@@ -21,11 +21,17 @@ import (
 	"os"
 	"strings"
 	"time"
+
+	"github.com/slackline/slackline/internal/cliconfig"
 )
 
 func main() {
 	url := os.Getenv("SLACKLINE_HEALTH_URL")
 	if len(os.Args) > 1 {
+		if os.Args[1] == "--version" || os.Args[1] == "-version" {
+			fmt.Println(cliconfig.Version("slackline-healthcheck"))
+			return
+		}
 		url = os.Args[1]
 	}
 	if url == "" {

@@ -23,7 +23,10 @@
 // duplicate keys, and the keys config and version.
 //
 // Flags given on the command line override the file: the file sets only
-// the flags the command line did not.
+// the flags the command line did not. The flags that name secrets' files
+// (SecretFlags: --tls-key, --authz, ...) also come from the environment
+// (EnvName: SLACKLINE_TLS_KEY, SLACKLINE_AUTHZ, ...), between the command
+// line and the file.
 package cliconfig
 
 import (
@@ -66,6 +69,9 @@ func parse(fs *flag.FlagSet, args []string, stdout io.Writer) (done bool, err er
 	if *version {
 		fmt.Fprintln(stdout, Version(fs.Name()))
 		return true, nil
+	}
+	if err := ApplyEnv(fs); err != nil {
+		return false, err
 	}
 	if *config == "" {
 		return false, nil

@@ -352,3 +352,53 @@ func TestClosest(t *testing.T) {
 		}
 	}
 }
+
+// TestSecretFlagsFromEnvironment: a secret's path comes from
+// SLACKLINE_<FLAG> when the command line does not give it, and wins over
+// the config file; other flags never come from the environment.
+func TestSecretFlagsFromEnvironment(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "c.yaml")
+	if err := os.WriteFile(file, []byte("tls-key: /file/key\nauthz: /file/authz.yaml\nlisten: 1.2.3.4:5\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("SLACKLINE_TLS_KEY", "/env/key")
+	t.Setenv("SLACKLINE_TLS_CERT", "/env/cert")
+	t.Setenv("SLACKLINE_LISTEN", "6.6.6.6:6") // not a secret: ignored
+	newSet := func() (*flag.FlagSet, map[string]*string) {
+		fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+		v := map[string]*string{}
+		for _, name := range []string{"tls-key", "tls-cert", "authz", "listen"} {
+			v[name] = fs.String(name, "default", "")
+		}
+		return fs, v
+	}
+	fs, v := newSet()
+	if done, err := Parse(fs, []string{"--config", file, "--tls-cert", "/cli/cert"}); done || err != nil {
+		t.Fatalf("Parse = %v, %v", done, err)
+	}
+	got := map[string]string{}
+	for name, p := range v {
+		got[name] = *p
+	}
+	want := map[string]string{"tls-key": "/env/key", "tls-cert": "/cli/cert", "authz": "/file/authz.yaml", "listen": "1.2.3.4:5"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("flags (-want +got):\n%s", diff)
+	}
+	if EnvName("agent-client-key") != "SLACKLINE_AGENT_CLIENT_KEY" {
+		t.Errorf("EnvName(agent-client-key) = %s", EnvName("agent-client-key"))
+	}
+}
+
+// TestMisspelledKeysAreRefused: a config file's misspelled key is refused,
+// naming the key, the file and the flag meant.
+func TestMisspelledKeysAreRefused(t *testing.T) {
+	t.Parallel()
+	fs := flag.NewFlagSet("daemon", flag.ContinueOnError)
+	fs.String("tls-key", "", "")
+	fs.String("log-format", "", "")
+	err := Apply(fs, "c.yaml", []byte("tls-kye: /x\n"))
+	if err == nil || !strings.Contains(err.Error(), "tls-kye") || !strings.Contains(err.Error(), "c.yaml") || !strings.Contains(err.Error(), "tls-key") {
+		t.Errorf("misspelled key: %v, want the key, the file and the flag meant", err)
+	}
+}

@@ -49,3 +49,30 @@ func formatVersion(program string, info *debug.BuildInfo) string {
 	}
 	return fmt.Sprintf("%s %s (%s) %s", program, version, strings.Join(details, ", "), info.GoVersion)
 }
+
+// Build returns the main module's version ("(devel)" when unknown) and the
+// VCS revision ("unknown" when not recorded, "-modified" appended for a
+// dirty tree) the binary was built from, for slackline_build_info.
+func Build() (version, revision string) {
+	info, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "(devel)", "unknown"
+	}
+	version, revision = info.Main.Version, "unknown"
+	if version == "" {
+		version = "(devel)"
+	}
+	modified := false
+	for _, s := range info.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			revision = s.Value
+		case "vcs.modified":
+			modified = s.Value == "true"
+		}
+	}
+	if modified && revision != "unknown" {
+		revision += "-modified"
+	}
+	return version, revision
+}

@@ -22,6 +22,12 @@
 //     in progress, so that one caller's flood waits in its own line.
 //   - MountStandard mounts the standard gRPC health and reflection services
 //     beside a process's own services, so grpcurl and load balancers work.
+//   - Serve routes net/http's own errors (TLS handshake errors, handler
+//     panics) through the process's slog logger (ErrorLog), at WARN.
+//   - RPCMetrics is a Connect interceptor counting each RPC by procedure
+//     and code (slackline_rpc_server_handled_total) and timing it
+//     (slackline_rpc_server_handling_seconds); RegisterProcess registers
+//     the go_* and process_* collectors and slackline_build_info.
 //   - NewClient is the matching HTTP client (h2c for http://, HTTP/2 over
 //     TLS for https://); NewTLSClient takes the TLS configuration (the CA
 //     to trust, a client certificate).

@@ -86,6 +86,7 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 			SendPingTimeout: 30 * time.Second,
 		},
 		BaseContext: func(net.Listener) context.Context { return ctx },
+		ErrorLog:    ErrorLog(cfg.Logger),
 	}
 	if cfg.Anonymous != nil {
 		limits := cfg.Anonymous.withDefaults()

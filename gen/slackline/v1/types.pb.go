@@ -754,7 +754,7 @@ type FrameworkInfo struct {
 	// (see --auto-down-after-accept) when it would. 0 declares nothing.
 	MinAvailableTasks uint32 `protobuf:"varint,8,opt,name=min_available_tasks,json=minAvailableTasks,proto3" json:"min_available_tasks,omitempty"`
 	// user is the Unix user the framework's tasks run as when their TaskInfo
-	// names none. Empty means the agent's --task-user (default "nobody").
+	// names none. Empty means the agent's --task-user (default "dynamic": a user of the task's own).
 	// Running as a user needs the coordinator's run_tasks permission for it;
 	// agents refuse root (uid 0) unless started with --allow-root-tasks.
 	User          string `protobuf:"bytes,9,opt,name=user,proto3" json:"user,omitempty"`

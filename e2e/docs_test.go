@@ -1,0 +1,195 @@
+package e2e
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// docsWithCommands are the documents whose sh blocks TestDocsCommands runs.
+var docsWithCommands = []string{"README.md", "docs/operators.md"}
+
+// skipAnnotation, on the line before a block's fence, keeps the block from
+// being run and says why: `<!-- docs-test: skip: REASON -->`.
+var skipAnnotation = regexp.MustCompile(`^\s*<!-- docs-test: skip: (.+) -->\s*$`)
+
+// docBlock is one ```sh block of a document.
+type docBlock struct {
+	file, text, skip string
+	line             int
+}
+
+// shellBlocks returns the sh blocks of a Markdown document in order.
+func shellBlocks(t *testing.T, file string) []docBlock {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join("..", file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var blocks []docBlock
+	lines := strings.Split(string(raw), "\n")
+	for i := 0; i < len(lines); i++ {
+		fence := strings.TrimSpace(lines[i])
+		if !strings.HasPrefix(fence, "```") {
+			continue
+		}
+		lang := strings.TrimPrefix(fence, "```")
+		indent := lines[i][:strings.Index(lines[i], "```")]
+		start := i
+		var body []string
+		for i++; i < len(lines) && strings.TrimSpace(lines[i]) != "```"; i++ {
+			body = append(body, strings.TrimPrefix(lines[i], indent))
+		}
+		if lang != "sh" {
+			continue
+		}
+		b := docBlock{file: file, line: start + 1, text: strings.Join(body, "\n")}
+		if start > 0 {
+			if m := skipAnnotation.FindStringSubmatch(lines[start-1]); m != nil {
+				b.skip = m[1]
+			}
+		}
+		blocks = append(blocks, b)
+	}
+	return blocks
+}
+
+// freePorts returns a port p such that p and p+1 were free a moment ago,
+// below Linux's ephemeral range (where the kernel hands out neighbours).
+func freePorts(t *testing.T) int {
+	t.Helper()
+	for range 200 {
+		port := 20000 + rand.IntN(10000)
+		a, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
+		if err != nil {
+			continue
+		}
+		b, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port+1))
+		a.Close()
+		if err == nil {
+			b.Close()
+			return port
+		}
+	}
+	t.Fatal("no two free consecutive ports")
+	return 0
+}
+
+// TestDocsCommands runs every sh block of README.md and docs/operators.md,
+// as written and in order, against `make run` (its simulated agent, the
+// path a user without root takes: RUN_AGENT=sim), in a directory laid out
+// as the checkout's (bin/, .run/). Blocks that cannot run here carry a
+// skip annotation with the reason; the test lists them.
+func TestDocsCommands(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts make run")
+	}
+	if _, err := exec.LookPath("make"); err != nil {
+		t.Skip("no make")
+	}
+	root, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	for _, link := range []string{"bin", "scripts", "examples"} {
+		if err := os.Symlink(filepath.Join(root, link), filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	env := []string{"SLACKLINE_CONFIG=" + filepath.Join(dir, "config.yaml")}
+	for _, e := range os.Environ() {
+		if !strings.HasPrefix(e, "SLACKLINE_") {
+			env = append(env, e)
+		}
+	}
+
+	// make run, with its state in dir/.run and its own ports.
+	run := exec.Command("make", "-C", root, "run")
+	run.Env = append(env, "RUN_AGENT=sim", "RUN_DIR="+filepath.Join(dir, ".run"), fmt.Sprintf("RUN_PORT=%d", freePorts(t)))
+	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	out, err := run.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	run.Stderr = run.Stdout
+	if err := run.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var log syncBuffer
+	ready := make(chan struct{})
+	go func() {
+		scanner := bufio.NewScanner(out)
+		once := false
+		for scanner.Scan() {
+			log.Write(append(scanner.Bytes(), '\n'))
+			if !once && strings.HasPrefix(scanner.Text(), "Slackline is running") {
+				once = true
+				close(ready)
+			}
+		}
+		_, _ = io.Copy(&log, out)
+	}()
+	exited := make(chan error, 1)
+	go func() { exited <- run.Wait() }()
+	t.Cleanup(func() {
+		// Ctrl-C, as a user stops it: the script stops what it started.
+		_ = syscall.Kill(-run.Process.Pid, syscall.SIGINT)
+		select {
+		case <-exited:
+		case <-time.After(30 * time.Second):
+			_ = syscall.Kill(-run.Process.Pid, syscall.SIGKILL)
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("make run's output:\n%s", log.String())
+		}
+	})
+	select {
+	case <-ready:
+	case err := <-exited:
+		t.Fatalf("make run exited before its banner: %v\n%s", err, log.String())
+	case <-time.After(10 * time.Minute):
+		t.Fatalf("make run printed no banner in 10 minutes:\n%s", log.String())
+	}
+
+	var skipped []string
+	ran := 0
+	for _, file := range docsWithCommands {
+		for _, b := range shellBlocks(t, file) {
+			where := fmt.Sprintf("%s:%d", b.file, b.line)
+			if b.skip != "" {
+				skipped = append(skipped, where+" ("+b.skip+")")
+				continue
+			}
+			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
+			cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b.text)
+			cmd.Dir, cmd.Env = dir, env
+			var output bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &output, &output
+			err := cmd.Run()
+			cancel()
+			if err != nil {
+				t.Errorf("%s: %v\n--- block:\n%s\n--- output:\n%s", where, err, b.text, output.String())
+				continue
+			}
+			ran++
+		}
+	}
+	if ran < 8 {
+		t.Errorf("ran only %d blocks", ran)
+	}
+	t.Logf("ran %d blocks; skipped %d: %s", ran, len(skipped), strings.Join(skipped, "; "))
+}
