@@ -231,6 +231,14 @@ func (s simNode) GetFeatures(ctx context.Context, req *connect.Request[slackline
 	}}}), nil
 }
 
+// GetImages: a simulated agent pulls no images; it lists none.
+func (s simNode) GetImages(ctx context.Context, _ *connect.Request[slacklinev1.GetImagesRequest]) (*connect.Response[slacklinev1.GetImagesResponse], error) {
+	if _, err := s.agent(ctx); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.GetImagesResponse{}), nil
+}
+
 func (s simNode) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("a simulated agent runs no estimator (see slackline-sim --revocable)"))
 }

@@ -67,8 +67,8 @@ func newJobsSubmitCommand(g *globals, client func() slacklinev1connect.JobServic
 			if err != nil {
 				return fmt.Errorf("jobs submit: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			_, err = fmt.Fprintf(g.out, "job/%s submitted (%s)\n", resp.Msg.GetJob().GetName(), jobState(resp.Msg.GetJob().GetState()))
 			return err
@@ -170,8 +170,8 @@ func newJobsDescribeCommand(g *globals, client func() slacklinev1connect.JobServ
 			if err != nil {
 				return fmt.Errorf("jobs describe: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			return describeJob(g.out, resp.Msg.GetJob())
 		},
@@ -247,8 +247,8 @@ func newJobsCancelCommand(g *globals, client func() slacklinev1connect.JobServic
 			if err != nil {
 				return fmt.Errorf("jobs cancel: %w", err)
 			}
-			if g.output == outputJSON {
-				return g.printJSON(resp.Msg)
+			if g.structured() {
+				return g.print(resp.Msg, table{})
 			}
 			_, err = fmt.Fprintf(g.out, "job/%s cancelled\n", resp.Msg.GetJob().GetName())
 			return err
