@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -131,6 +132,14 @@ type conn struct {
 	sender   chan struct{} // closed when the running sender returns; nil when none runs
 	// busy counts the heartbeat and sender goroutines of this session.
 	busy sync.WaitGroup
+
+	// The heartbeat stream, used by the heartbeat timer's goroutine only
+	// (one beat at a time). It ends with the session (its context is the
+	// session's).
+	beats         *connect.BidiStreamForClient[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]
+	endBeats      context.CancelFunc
+	beatsAnswered bool // the stream answered a beat
+	unaryBeats    bool // a stream never answered: heartbeat with calls
 }
 
 type taskKey struct{ frameworkID, taskID string }
@@ -365,7 +374,8 @@ func (s *Session) heartbeat(c *conn) {
 
 // callHeartbeat sends one heartbeat and returns the interval the
 // coordinator asks for from now on (0: unchanged). It runs on the heartbeat
-// timer's goroutine, the only writer of c.interval.
+// timer's goroutine, the only writer of c.interval and of the heartbeat
+// stream's fields.
 func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	if slots := s.cfg.HeartbeatSlots; slots != nil {
 		if err := slots.Acquire(c.ctx, 1); err != nil {
@@ -373,13 +383,65 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 		}
 		defer slots.Release(1)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, min(s.cfg.RPCTimeout, c.interval))
+	timeout := min(s.cfg.RPCTimeout, c.interval)
+	if !c.unaryBeats {
+		next, answered, err := s.streamHeartbeat(c, timeout)
+		switch {
+		case err == nil || answered || isSessionError(err) || c.ctx.Err() != nil:
+			return next, err
+		case connect.CodeOf(err) == connect.CodeUnimplemented:
+			s.log.Debug("the coordinator has no heartbeat stream; heartbeating with calls", "agent_id", c.agentID)
+		default:
+			s.log.Debug("heartbeat stream failed before its first answer; heartbeating with calls", "agent_id", c.agentID, "error", err)
+		}
+		// A stream that never answered (an older coordinator, a proxy or
+		// transport without HTTP/2 streams): calls for the rest of the
+		// session, starting with this beat.
+		c.unaryBeats = true
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
 	if err != nil {
 		return 0, err
 	}
 	return time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second)), nil
+}
+
+// streamHeartbeat sends one heartbeat on the session's HeartbeatStream,
+// opening it first if none is open, and waits for its answer for at most
+// timeout. A failed beat ends the stream (the next beat opens another).
+// answered reports whether the stream had answered a beat before, so
+// that the caller tells a stream that never worked (fall back to calls)
+// from one that broke.
+func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Duration, answered bool, err error) {
+	if c.beats == nil {
+		ctx, cancel := context.WithCancel(c.ctx)
+		c.beats, c.endBeats, c.beatsAnswered = s.cfg.Client.HeartbeatStream(ctx), cancel, false
+	}
+	// A beat not answered in time ends the stream, which unblocks Send and
+	// Receive.
+	stall := time.AfterFunc(timeout, c.endBeats)
+	defer stall.Stop()
+	stream, answered := c.beats, c.beatsAnswered
+	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID})
+	var resp *slacklinev1.HeartbeatStreamResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		// io.EOF: the coordinator ended the stream; Receive has its error.
+		resp, err = stream.Receive()
+	}
+	if err != nil {
+		c.endBeats()
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+		c.beats = nil
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the coordinator ended the heartbeat stream")
+		}
+		return 0, answered, fmt.Errorf("heartbeat stream: %w", err)
+	}
+	c.beatsAnswered = true
+	return time.Duration(resp.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, nil
 }
 
 // Send enqueues a status update for delivery in the current session and
