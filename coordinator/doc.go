@@ -86,6 +86,19 @@
 // principalRates.mu (registration pacing; before mu) and offStack.mu (the
 // subscriber goroutine's queue of calls, which run without it).
 //
+// Below this package, every other lock is a leaf too: the store's group
+// commit (internal/kv's group.mu, taken inside store.Apply, which runs
+// under persistMu or with no lock, never under mu; bbolt's own locks are
+// inside it), the node proxy's client cache (coordinator/ui, proxy.mu),
+// and a leader's lease clock (coordinator/leader, lease.mu). Lock-free
+// state: bounds.logged (a sync.Map, limits logged once), a pulse waiter's
+// due flag and an outbox's once (its end), the leader's current leader
+// and serving term (atomic pointers) and the etcd store's closed flag.
+// That is nine mutexes in all in coordinator/... (seven here, two in
+// subpackages) and one in the store's group commit; the goal of a
+// single shell lock is not reached yet: persistMu remains so that
+// registrations share fsyncs while ordered changes do not interleave.
+//
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
 // returns after fsync), apply under mu re-checking what may have changed
@@ -96,6 +109,18 @@
 // teardown answers after its write). The core writes no record: offers,
 // heartbeats and the update ledger live in memory and are rebuilt as
 // agents re-register and frameworks resubscribe.
+//
+// # Agent liveness
+//
+// Agents heartbeat with AgentService.HeartbeatStream, one long-lived
+// HTTP/2 stream per agent on which each beat is a message answered by a
+// message, or with Heartbeat calls (older agents, HTTP/1.1 clients); both
+// feed the core's Heartbeat event and answer with the interval the core's
+// pace tells. A stream's first beat claims it for its agent (agent.beats):
+// a newer stream supersedes it, and it ends at its next beat. A call costs
+// the coordinator's HTTP/2 server several times a stream message (headers,
+// a stream and a handler goroutine, three flushed frames), which is what
+// the heartbeat budget of scripts/bench/scale measures.
 //
 // # Flow control and limits
 //
