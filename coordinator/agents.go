@@ -202,6 +202,11 @@ func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim
 	}
 	now := c.cfg.Now()
 	c.heartbeat(a, now)
+	if claim != nil {
+		c.heartbeats.stream.Inc()
+	} else {
+		c.heartbeats.call.Inc()
+	}
 	return c.agentHeartbeatInterval(now), nil
 }
 
