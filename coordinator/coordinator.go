@@ -127,7 +127,7 @@ type Coordinator struct {
 	// heartbeats counts the agents' heartbeats accepted, by transport
 	// (liveness_metrics.go).
 	heartbeats heartbeatCounter
-	bounds  *bounds
+	bounds     *bounds
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}

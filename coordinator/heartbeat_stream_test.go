@@ -35,10 +35,11 @@ func streamBeat(s beatStream, agentID, sessionID string) (time.Duration, error) 
 
 // TestHeartbeatStream: beats on a HeartbeatStream keep an agent ACTIVE as
 // Heartbeat calls do and are answered with the interval; once they stop,
-// the agent becomes UNREACHABLE; a newer stream of the agent supersedes an
-// older one (Aborted at its next beat); a claimed stream refuses another
-// agent's beat (InvalidArgument); a stale session ends the stream
-// (FailedPrecondition), as it refuses a Heartbeat call.
+// the agent becomes UNREACHABLE and its idle stream ends
+// (DeadlineExceeded); a newer stream of the agent ends an older one
+// (Aborted); a claimed stream refuses another agent's beat
+// (InvalidArgument); a stale session ends the stream (FailedPrecondition),
+// as it refuses a Heartbeat call.
 func TestHeartbeatStream(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
@@ -105,24 +106,30 @@ func TestHeartbeatStream(t *testing.T) {
 			t.Fatalf("beat on a superseded stream: %v, want Aborted", err)
 		}
 
-		// Silent past the timeout: UNREACHABLE.
+		// Silent past the timeout: UNREACHABLE, and the idle stream ended
+		// (the server's read timeout, a second in startPipeCluster, did
+		// not end it: it beat for longer than that above).
 		time.Sleep(cfg.AgentTimeout + time.Second)
 		if got := state(a); got != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE {
 			t.Fatalf("host-a is %v once its beats stopped, want UNREACHABLE", got)
 		}
+		if _, err := streamBeat(third, a, aSession); connect.CodeOf(err) != connect.CodeDeadlineExceeded {
+			t.Fatalf("beat on a stream idle for the agent timeout: %v, want DeadlineExceeded", err)
+		}
 		// A new session makes the old one stale, on the stream as in calls.
 		_, newSession := register(a, "host-a")
-		if _, err := streamBeat(third, a, aSession); connect.CodeOf(err) != connect.CodeFailedPrecondition {
+		fourth := client.HeartbeatStream(ctx)
+		if _, err := streamBeat(fourth, a, aSession); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 			t.Fatalf("beat of a stale session: %v, want FailedPrecondition", err)
 		}
-		fourth := client.HeartbeatStream(ctx)
-		if _, err := streamBeat(fourth, a, newSession); err != nil {
+		fifth := client.HeartbeatStream(ctx)
+		if _, err := streamBeat(fifth, a, newSession); err != nil {
 			t.Fatal(err)
 		}
 		if got := state(a); got != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 			t.Fatalf("host-a is %v after registering again, want ACTIVE", got)
 		}
-		for _, s := range []beatStream{first, second, third, fourth} {
+		for _, s := range []beatStream{first, second, third, fourth, fifth} {
 			_ = s.CloseRequest()
 			_ = s.CloseResponse()
 		}
