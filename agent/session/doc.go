@@ -25,9 +25,11 @@
 // HeartbeatStream: one long-lived HTTP/2 stream on which each beat is a
 // message answered by one message, which costs the coordinator a fraction
 // of a call per beat. A stream that fails is opened again at the next
-// beat; a stream that never answered (an older coordinator answers
-// Unimplemented; a transport or proxy without HTTP/2 streams) makes the
-// session heartbeat with Heartbeat calls until it ends. A beat (on the
+// beat. A beat on a stream that failed before answering any goes by
+// Heartbeat call instead, and the session heartbeats with calls only,
+// until it ends, once the coordinator answered Unimplemented (an older
+// coordinator) or three streams failed before any answer (a transport or
+// proxy without HTTP/2 streams). A beat (on the
 // stream or a call) not answered within the heartbeat interval (at most
 // Config.RPCTimeout) failed. A session ends when
 // its command stream ends, when any call (Heartbeat, UpdateStatus,

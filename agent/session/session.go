@@ -27,6 +27,9 @@ const (
 	// DefaultHeartbeatInterval is used when the coordinator's
 	// RegisterResponse carries no heartbeat interval.
 	DefaultHeartbeatInterval = 5 * time.Second
+	// maxUnansweredStreams is how many heartbeat streams may fail before
+	// answering any beat before a session heartbeats with calls only.
+	maxUnansweredStreams = 3
 	// silentIntervals is how many heartbeat intervals may pass without a
 	// heartbeat getting through before the session is given up.
 	silentIntervals = 3
@@ -139,7 +142,10 @@ type conn struct {
 	beats         *connect.BidiStreamForClient[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]
 	endBeats      context.CancelFunc
 	beatsAnswered bool // the stream answered a beat
-	unaryBeats    bool // a stream never answered: heartbeat with calls
+	// unansweredStreams counts the streams that failed before answering
+	// any beat in this session.
+	unansweredStreams int
+	unaryBeats        bool // heartbeat with calls (no stream works)
 }
 
 type taskKey struct{ frameworkID, taskID string }
@@ -386,18 +392,19 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	timeout := min(s.cfg.RPCTimeout, c.interval)
 	if !c.unaryBeats {
 		next, answered, err := s.streamHeartbeat(c, timeout)
-		switch {
-		case err == nil || answered || isSessionError(err) || c.ctx.Err() != nil:
+		if err == nil || answered || isSessionError(err) || c.ctx.Err() != nil {
 			return next, err
-		case connect.CodeOf(err) == connect.CodeUnimplemented:
-			s.log.Debug("the coordinator has no heartbeat stream; heartbeating with calls", "agent_id", c.agentID)
-		default:
-			s.log.Debug("heartbeat stream failed before its first answer; heartbeating with calls", "agent_id", c.agentID, "error", err)
 		}
-		// A stream that never answered (an older coordinator, a proxy or
-		// transport without HTTP/2 streams): calls for the rest of the
-		// session, starting with this beat.
-		c.unaryBeats = true
+		// A stream that never answered: this beat goes by call. An older
+		// coordinator (Unimplemented), or streams that failed
+		// maxUnansweredStreams times before any answer (a proxy or
+		// transport without HTTP/2 streams; not one slow start under
+		// load), make it calls for the rest of the session.
+		c.unansweredStreams++
+		if connect.CodeOf(err) == connect.CodeUnimplemented || c.unansweredStreams >= maxUnansweredStreams {
+			s.log.Debug("no heartbeat stream; heartbeating with calls", "agent_id", c.agentID, "error", err)
+			c.unaryBeats = true
+		}
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
