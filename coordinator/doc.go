@@ -117,10 +117,14 @@
 // message, or with Heartbeat calls (older agents, HTTP/1.1 clients); both
 // feed the core's Heartbeat event and answer with the interval the core's
 // pace tells. A stream's first beat claims it for its agent (agent.beats):
-// a newer stream supersedes it, and it ends at its next beat. A call costs
-// the coordinator's HTTP/2 server several times a stream message (headers,
-// a stream and a handler goroutine, three flushed frames), which is what
-// the heartbeat budget of scripts/bench/scale measures.
+// a newer stream supersedes it and ends it at once (Aborted). The server's
+// read timeout does not apply to the stream (heartbeat_streams.go lifts
+// it, once per stream); the stream ends instead when no beat came for the
+// agents' timeout in effect. A call costs the coordinator's HTTP/2 server
+// several times a stream message (headers, a stream and a handler
+// goroutine, three flushed frames); slackline_coordinator_agent_heartbeats_total
+// counts the beats by transport, and scripts/bench/scale divides the
+// coordinator's CPU by them.
 //
 // # Flow control and limits
 //
