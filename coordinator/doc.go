@@ -81,10 +81,12 @@
 //  4. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
 //     joins or leaves the pulse, and alone by the pulse's timer.
 //
-// Three more are leaves, never held while another lock is taken:
+// Four more are leaves, never held while another lock is taken:
 // bounds.mu (live subscriptions per caller; under mu or alone),
-// principalRates.mu (registration pacing; before mu) and offStack.mu (the
-// subscriber goroutine's queue of calls, which run without it).
+// principalRates.mu (registration pacing; before mu), offStack.mu (the
+// subscriber goroutine's queue of calls, which run without it) and a
+// heartbeat stream's closableBody.mu (the cause its end recorded; under
+// mu when a newer stream supersedes it, or alone).
 //
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
@@ -94,7 +96,7 @@
 // state: bounds.logged (a sync.Map, limits logged once), a pulse waiter's
 // due flag and an outbox's once (its end), the leader's current leader
 // and serving term (atomic pointers) and the etcd store's closed flag.
-// That is nine mutexes in all in coordinator/... (seven here, two in
+// That is ten mutexes in all in coordinator/... (eight here, two in
 // subpackages) and one in the store's group commit; the goal of a
 // single shell lock is not reached yet: persistMu remains so that
 // registrations share fsyncs while ordered changes do not interleave.
