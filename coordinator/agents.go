@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"time"
 
 	"connectrpc.com/connect"
@@ -140,16 +141,95 @@ func (c *Coordinator) streamSession(ctx context.Context, agentID, sessionID stri
 }
 
 func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
-	c := s.c
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	a, err := c.session(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId())
+	interval, _, err := s.c.beat(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId(), nil)
 	if err != nil {
 		return nil, err
 	}
+	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: interval.Seconds()}), nil
+}
+
+// HeartbeatStream answers each heartbeat of the stream as Heartbeat does,
+// on one long-lived HTTP/2 stream instead of a call per beat (a unary call
+// costs the coordinator several times the CPU of a message on a stream).
+// The first beat claims the stream for its agent: a newer stream of the
+// agent supersedes it and ends it at once (Aborted); every beat must name
+// the agent that claimed it. The server's read timeout does not apply to
+// the stream (heartbeatStreams lifts it); instead the stream ends when no
+// beat came for the agents' timeout in effect (the silence after which
+// the agent is lost anyway), so an idle stream holds nothing for long.
+func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiStream[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]) error {
+	claim := &beatClaim{body: streamBody(ctx)}
+	idle := time.AfterFunc(s.c.cfg.AgentTimeout, func() { claim.body.end(errBeatsIdle) })
+	defer idle.Stop()
+	for {
+		req, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			if cause := claim.body.endCause(); cause != nil {
+				return cause
+			}
+			return err
+		}
+		if claim.agentID != "" && req.GetAgentId() != claim.agentID {
+			return invalidArgument(fmt.Errorf("agent_id %q: this stream carries the heartbeats of agent %q", req.GetAgentId(), claim.agentID))
+		}
+		interval, timeout, err := s.c.beat(ctx, req.GetAgentId(), req.GetSessionId(), claim)
+		if err != nil {
+			return err
+		}
+		idle.Reset(timeout)
+		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds()}); err != nil {
+			return err
+		}
+	}
+}
+
+var (
+	errBeatsIdle       = connect.NewError(connect.CodeDeadlineExceeded, errors.New("no heartbeat on this stream for the agents' timeout"))
+	errBeatsSuperseded = connect.NewError(connect.CodeAborted, errors.New("a newer heartbeat stream of this agent superseded this one"))
+)
+
+// beatClaim is a HeartbeatStream's claim on its agent (agent.beats) and
+// the way to end the stream: closing its request body, with the cause the
+// handler returns.
+type beatClaim struct {
+	agentID string
+	body    *closableBody
+}
+
+// beat records a heartbeat of an agent's current session and returns the
+// interval to tell the agent and the silence after which it is lost.
+// claim, for a beat on a HeartbeatStream, is the stream's: its first beat
+// makes it the agent's stream and ends any other. It takes c.mu.
+func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim *beatClaim) (interval, timeout time.Duration, err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(ctx, agentID, sessionID)
+	if err != nil {
+		return 0, 0, err
+	}
+	if claim != nil {
+		switch {
+		case claim.agentID == "":
+			if a.beats != nil {
+				a.beats.body.end(errBeatsSuperseded)
+			}
+			claim.agentID, a.beats = a.id, claim
+		case a.beats != claim:
+			return 0, 0, errBeatsSuperseded
+		}
+	}
 	now := c.cfg.Now()
 	c.heartbeat(a, now)
-	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: c.agentHeartbeatInterval(now).Seconds()}), nil
+	if claim != nil {
+		c.heartbeats.stream.Inc()
+	} else {
+		c.heartbeats.call.Inc()
+	}
+	p := c.agentPace(now)
+	return p.Interval, p.Timeout, nil
 }
 
 func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {

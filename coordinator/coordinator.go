@@ -124,7 +124,10 @@ type Coordinator struct {
 	log     *slog.Logger
 	store   store.Store
 	metrics *metrics
-	bounds  *bounds
+	// heartbeats counts the agents' heartbeats accepted, by transport
+	// (liveness_metrics.go).
+	heartbeats heartbeatCounter
+	bounds     *bounds
 
 	// kick wakes the allocation loop; buffered with capacity 1.
 	kick chan struct{}
@@ -220,6 +223,7 @@ func New(cfg Config) (*Coordinator, error) {
 		return nil, fmt.Errorf("recover registry: %w", err)
 	}
 	c.metrics = newMetrics(c, cfg.Metrics)
+	c.heartbeats = newHeartbeatCounter(cfg.Metrics)
 	c.bounds = newBounds(c.log, cfg.Metrics)
 	return c, nil
 }

@@ -81,10 +81,25 @@
 //  4. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
 //     joins or leaves the pulse, and alone by the pulse's timer.
 //
-// Three more are leaves, never held while another lock is taken:
+// Four more are leaves, never held while another lock is taken:
 // bounds.mu (live subscriptions per caller; under mu or alone),
-// principalRates.mu (registration pacing; before mu) and offStack.mu (the
-// subscriber goroutine's queue of calls, which run without it).
+// principalRates.mu (registration pacing; before mu), offStack.mu (the
+// subscriber goroutine's queue of calls, which run without it) and a
+// heartbeat stream's closableBody.mu (the cause its end recorded; under
+// mu when a newer stream supersedes it, or alone).
+//
+// Below this package, every other lock is a leaf too: the store's group
+// commit (internal/kv's group.mu, taken inside store.Apply, which runs
+// under persistMu or with no lock, never under mu; bbolt's own locks are
+// inside it), the node proxy's client cache (coordinator/ui, proxy.mu),
+// and a leader's lease clock (coordinator/leader, lease.mu). Lock-free
+// state: bounds.logged (a sync.Map, limits logged once), a pulse waiter's
+// due flag and an outbox's once (its end), the leader's current leader
+// and serving term (atomic pointers) and the etcd store's closed flag.
+// That is ten mutexes in all in coordinator/... (eight here, two in
+// subpackages) and one in the store's group commit; the goal of a
+// single shell lock is not reached yet: persistMu remains so that
+// registrations share fsyncs while ordered changes do not interleave.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
@@ -96,6 +111,22 @@
 // teardown answers after its write). The core writes no record: offers,
 // heartbeats and the update ledger live in memory and are rebuilt as
 // agents re-register and frameworks resubscribe.
+//
+// # Agent liveness
+//
+// Agents heartbeat with AgentService.HeartbeatStream, one long-lived
+// HTTP/2 stream per agent on which each beat is a message answered by a
+// message, or with Heartbeat calls (older agents, HTTP/1.1 clients); both
+// feed the core's Heartbeat event and answer with the interval the core's
+// pace tells. A stream's first beat claims it for its agent (agent.beats):
+// a newer stream supersedes it and ends it at once (Aborted). The server's
+// read timeout does not apply to the stream (heartbeat_streams.go lifts
+// it, once per stream); the stream ends instead when no beat came for the
+// agents' timeout in effect. A call costs the coordinator's HTTP/2 server
+// several times a stream message (headers, a stream and a handler
+// goroutine, three flushed frames); slackline_coordinator_agent_heartbeats_total
+// counts the beats by transport, and scripts/bench/scale divides the
+// coordinator's CPU by them.
 //
 // # Flow control and limits
 //

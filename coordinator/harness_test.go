@@ -91,7 +91,9 @@ func startPipeCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *t
 		t.Fatal(err)
 	}
 	l := newPipeListener()
-	srv := &http.Server{Handler: c.Handler(), Protocols: new(http.Protocols)}
+	// A read timeout as the binary has one (shorter: a second of the
+	// bubble's clock), which a request's body must arrive within.
+	srv := &http.Server{Handler: c.Handler(), Protocols: new(http.Protocols), ReadTimeout: time.Second}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go srv.Serve(l)

@@ -23,6 +23,42 @@ import (
 // internal/server's BenchmarkServeUnary, the same request to a bare
 // handler, to see what the coordinator's stack adds to the transport.
 func BenchmarkHeartbeat(b *testing.B) {
+	client, beat := benchAgent(b)
+	ctx := b.Context()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if _, err := client.Heartbeat(ctx, connect.NewRequest(beat)); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkHeartbeatStream is BenchmarkHeartbeat on a HeartbeatStream:
+// one beat and its answer per iteration, on one long-lived stream.
+func BenchmarkHeartbeatStream(b *testing.B) {
+	client, beat := benchAgent(b)
+	stream := client.HeartbeatStream(b.Context())
+	defer func() {
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+	}()
+	req := &slacklinev1.HeartbeatStreamRequest{AgentId: beat.GetAgentId(), SessionId: beat.GetSessionId()}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for b.Loop() {
+		if err := stream.Send(req); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := stream.Receive(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// benchAgent serves a coordinator as the binary does and registers one
+// agent with a client that speaks cleartext HTTP/2 only.
+func benchAgent(b *testing.B) (slacklinev1connect.AgentServiceClient, *slacklinev1.HeartbeatRequest) {
 	cfg := Config{WorkDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentHeartbeatInterval: time.Hour, AgentTimeout: 2 * time.Hour}
 	c, err := New(cfg)
 	if err != nil {
@@ -36,11 +72,11 @@ func BenchmarkHeartbeat(b *testing.B) {
 	served, ran := make(chan error, 1), make(chan error, 1)
 	go func() { served <- server.Serve(ctx, server.Config{Listener: ln, Logger: cfg.Logger}, c.Handler()) }()
 	go func() { ran <- c.Run(ctx) }()
-	defer func() { cancel(); <-served; <-ran }()
+	b.Cleanup(func() { cancel(); <-served; <-ran })
 
 	transport := &http.Transport{Protocols: new(http.Protocols)}
 	transport.Protocols.SetUnencryptedHTTP2(true)
-	defer transport.CloseIdleConnections()
+	b.Cleanup(transport.CloseIdleConnections)
 	client := slacklinev1connect.NewAgentServiceClient(&http.Client{Transport: transport}, "http://"+ln.Addr().String())
 	reg, err := client.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
@@ -49,12 +85,5 @@ func BenchmarkHeartbeat(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	beat := &slacklinev1.HeartbeatRequest{AgentId: reg.Msg.GetAgentId(), SessionId: reg.Msg.GetSessionId()}
-	b.ReportAllocs()
-	b.ResetTimer()
-	for b.Loop() {
-		if _, err := client.Heartbeat(ctx, connect.NewRequest(beat)); err != nil {
-			b.Fatal(err)
-		}
-	}
+	return client, &slacklinev1.HeartbeatRequest{AgentId: reg.Msg.GetAgentId(), SessionId: reg.Msg.GetSessionId()}
 }

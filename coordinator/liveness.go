@@ -3,6 +3,7 @@ package coordinator
 import (
 	"time"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
@@ -33,12 +34,18 @@ func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.core.Heartbeat(a.id
 // agentHeartbeatInterval is the interval to tell an agent at now, for the
 // agents heartbeating now (core.HeartbeatInterval). Caller holds c.mu.
 func (c *Coordinator) agentHeartbeatInterval(now time.Time) time.Duration {
+	return c.agentPace(now).Interval
+}
+
+// agentPace is the heartbeat interval to tell an agent at now and the
+// silence after which an agent is lost. Caller holds c.mu.
+func (c *Coordinator) agentPace(now time.Time) core.Pace {
 	p := c.core.HeartbeatInterval(now)
 	if p.Changed {
 		c.log.Info("agent heartbeat interval changed to keep heartbeats within their budget",
 			"interval", p.Interval, "agents", p.Agents, "max_rate", c.cfg.MaxAgentHeartbeatRate, "timeout", p.Timeout)
 	}
-	return p.Interval
+	return p
 }
 
 // tick lets time pass in the core and applies what it decided: its sends

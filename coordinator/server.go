@@ -22,7 +22,8 @@ func (c *Coordinator) Handler() http.Handler {
 		connect.WithInterceptors(c.metrics.rpc.Interceptor(), c.cfg.Authz.Interceptor(), c.callLimiter()))
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewSchedulerServiceHandler(schedulerService{c}, opts...))
-	mux.Handle(slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...))
+	agentPath, agentHandler := slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...)
+	mux.Handle(agentPath, heartbeatStreams(agentHandler))
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(operatorService{c}, opts...))
 	server.MountStandard(mux,
 		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName)

@@ -30,6 +30,9 @@ type agent struct {
 	// launch proof, when it last registered: their updates are routed even
 	// though the coordinator (after a restart) does not know them.
 	reported map[taskKey]bool
+	// beats is the agent's HeartbeatStream, the last to claim it; an
+	// older stream is refused at its next beat.
+	beats *beatClaim
 }
 
 func newAgent(id string, registeredAt time.Time) *agent {

@@ -2,7 +2,9 @@ package e2e
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -486,6 +488,7 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.AgentServiceRegisterProcedure:                      {`{"protocolVersion":"AGENT_PROTOCOL_VERSION_1","agentInfo":{"hostname":"table-agent","resources":[{"name":"cpus","scalar":1}]}}`, "UADD"},
 	slacklinev1connect.AgentServiceConnectProcedure:                       {`{"agentId":"nope"}`, "UADD"},
 	slacklinev1connect.AgentServiceHeartbeatProcedure:                     {`{"agentId":"nope"}`, "UADD"},
+	slacklinev1connect.AgentServiceHeartbeatStreamProcedure:               {`{"agentId":"nope"}`, "UADD"},
 	slacklinev1connect.AgentServiceUpdateStatusProcedure:                  {`{"agentId":"nope"}`, "UADD"},
 	slacklinev1connect.AgentServiceUpdateOversubscribedResourcesProcedure: {`{"agentId":"nope"}`, "UADD"},
 	slacklinev1connect.OperatorServiceGetStateProcedure:                   {`{}`, "UDAA"},
@@ -542,6 +545,16 @@ func callRPC(ctx context.Context, client *http.Client, baseURL, procedure string
 		}))
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
+	if md.IsStreamingClient() {
+		// A bidirectional stream: one request, then its answer.
+		stream := rpc.CallBidiStream(ctx)
+		defer stream.CloseResponse()
+		if err := stream.Send(req); err != nil && !errors.Is(err, io.EOF) {
+			return err
+		}
+		_, err := stream.Receive()
+		return err
+	}
 	if !md.IsStreamingServer() {
 		_, err := rpc.CallUnary(ctx, connect.NewRequest(req))
 		return err

@@ -21,7 +21,17 @@
 // FailedPrecondition (a machine that is DOWN, an agent that was removed) is
 // retried about every Backoff.Max and logged at Warn once per streak.
 //
-// Heartbeats go at the interval the coordinator gave. A session ends when
+// Heartbeats go at the interval the coordinator gave, on the session's
+// HeartbeatStream: one long-lived HTTP/2 stream on which each beat is a
+// message answered by one message, which costs the coordinator a fraction
+// of a call per beat. A stream that fails is opened again at the next
+// beat. A beat on a stream that failed before answering any goes by
+// Heartbeat call instead, and the session heartbeats with calls only,
+// until it ends, once the coordinator answered Unimplemented (an older
+// coordinator) or three streams failed before any answer (a transport or
+// proxy without HTTP/2 streams). A beat (on the
+// stream or a call) not answered within the heartbeat interval (at most
+// Config.RPCTimeout) failed. A session ends when
 // its command stream ends, when any call (Heartbeat, UpdateStatus,
 // UpdateOversubscribedResources) is refused with FailedPrecondition,
 // NotFound or PermissionDenied, when no heartbeat got through for three
@@ -46,7 +56,8 @@
 //
 // slackline-sim runs 10,000 Sessions in one process, so a Session is cheap:
 // Run's goroutine blocks on the command stream; heartbeats run on a timer
-// (time.AfterFunc), so there is no goroutine between them; a sender
+// (time.AfterFunc), so no goroutine of the Session's own waits between
+// them (the HTTP/2 client's stream has its own); a sender
 // goroutine exists only while the outbox is not empty; an idle session holds
 // no buffers. Config.HeartbeatSlots can cap heartbeats in flight across
 // Sessions.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"math/rand/v2"
 	"sync"
@@ -26,6 +27,9 @@ const (
 	// DefaultHeartbeatInterval is used when the coordinator's
 	// RegisterResponse carries no heartbeat interval.
 	DefaultHeartbeatInterval = 5 * time.Second
+	// maxUnansweredStreams is how many heartbeat streams may fail before
+	// answering any beat before a session heartbeats with calls only.
+	maxUnansweredStreams = 3
 	// silentIntervals is how many heartbeat intervals may pass without a
 	// heartbeat getting through before the session is given up.
 	silentIntervals = 3
@@ -131,6 +135,17 @@ type conn struct {
 	sender   chan struct{} // closed when the running sender returns; nil when none runs
 	// busy counts the heartbeat and sender goroutines of this session.
 	busy sync.WaitGroup
+
+	// The heartbeat stream, used by the heartbeat timer's goroutine only
+	// (one beat at a time). It ends with the session (its context is the
+	// session's).
+	beats         *connect.BidiStreamForClient[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]
+	endBeats      context.CancelFunc
+	beatsAnswered bool // the stream answered a beat
+	// unansweredStreams counts the streams that failed before answering
+	// any beat in this session.
+	unansweredStreams int
+	unaryBeats        bool // heartbeat with calls (no stream works)
 }
 
 type taskKey struct{ frameworkID, taskID string }
@@ -365,7 +380,8 @@ func (s *Session) heartbeat(c *conn) {
 
 // callHeartbeat sends one heartbeat and returns the interval the
 // coordinator asks for from now on (0: unchanged). It runs on the heartbeat
-// timer's goroutine, the only writer of c.interval.
+// timer's goroutine, the only writer of c.interval and of the heartbeat
+// stream's fields.
 func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	if slots := s.cfg.HeartbeatSlots; slots != nil {
 		if err := slots.Acquire(c.ctx, 1); err != nil {
@@ -373,13 +389,66 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 		}
 		defer slots.Release(1)
 	}
-	ctx, cancel := context.WithTimeout(c.ctx, min(s.cfg.RPCTimeout, c.interval))
+	timeout := min(s.cfg.RPCTimeout, c.interval)
+	if !c.unaryBeats {
+		next, answered, err := s.streamHeartbeat(c, timeout)
+		if err == nil || answered || isSessionError(err) || c.ctx.Err() != nil {
+			return next, err
+		}
+		// A stream that never answered: this beat goes by call. An older
+		// coordinator (Unimplemented), or streams that failed
+		// maxUnansweredStreams times before any answer (a proxy or
+		// transport without HTTP/2 streams; not one slow start under
+		// load), make it calls for the rest of the session.
+		c.unansweredStreams++
+		if connect.CodeOf(err) == connect.CodeUnimplemented || c.unansweredStreams >= maxUnansweredStreams {
+			s.log.Debug("no heartbeat stream; heartbeating with calls", "agent_id", c.agentID, "error", err)
+			c.unaryBeats = true
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
 	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
 	if err != nil {
 		return 0, err
 	}
 	return time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second)), nil
+}
+
+// streamHeartbeat sends one heartbeat on the session's HeartbeatStream,
+// opening it first if none is open, and waits for its answer for at most
+// timeout. A failed beat ends the stream (the next beat opens another).
+// answered reports whether the stream had answered a beat before, so
+// that the caller tells a stream that never worked (fall back to calls)
+// from one that broke.
+func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Duration, answered bool, err error) {
+	if c.beats == nil {
+		ctx, cancel := context.WithCancel(c.ctx)
+		c.beats, c.endBeats, c.beatsAnswered = s.cfg.Client.HeartbeatStream(ctx), cancel, false
+	}
+	// A beat not answered in time ends the stream, which unblocks Send and
+	// Receive.
+	stall := time.AfterFunc(timeout, c.endBeats)
+	defer stall.Stop()
+	stream, answered := c.beats, c.beatsAnswered
+	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID})
+	var resp *slacklinev1.HeartbeatStreamResponse
+	if err == nil || errors.Is(err, io.EOF) {
+		// io.EOF: the coordinator ended the stream; Receive has its error.
+		resp, err = stream.Receive()
+	}
+	if err != nil {
+		c.endBeats()
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+		c.beats = nil
+		if errors.Is(err, io.EOF) {
+			err = errors.New("the coordinator ended the heartbeat stream")
+		}
+		return 0, answered, fmt.Errorf("heartbeat stream: %w", err)
+	}
+	c.beatsAnswered = true
+	return time.Duration(resp.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, nil
 }
 
 // Send enqueues a status update for delivery in the current session and

@@ -169,58 +169,84 @@ func status(taskID, uuid string) *slacklinev1.TaskStatus {
 	return &slacklinev1.TaskStatus{TaskId: taskID, State: slacklinev1.TaskState_TASK_STATE_RUNNING, Uuid: uuid}
 }
 
+// heartbeatModes are the coordinators a session heartbeats to: one with
+// HeartbeatStream, and an older one without it (the session falls back to
+// Heartbeat calls).
+var heartbeatModes = []struct {
+	name   string
+	stream bool
+}{{"stream", true}, {"calls", false}}
+
+// checkHeartbeatMode checks that the agent's heartbeats went on the stream
+// when the fake has one, by calls otherwise.
+func checkHeartbeatMode(t *testing.T, fake *agenttest.FakeCoordinator, agentID string, stream bool) {
+	t.Helper()
+	all, onStream := fake.Heartbeats(agentID), fake.StreamHeartbeats(agentID)
+	if stream && onStream != all || !stream && onStream != 0 {
+		t.Errorf("%d of %d heartbeats on the heartbeat stream, want all with a stream (%v), none without", onStream, all, stream)
+	}
+}
+
 func TestSessionAgainstFake(t *testing.T) {
 	for _, protocol := range agenttest.Protocols {
-		t.Run(protocol.Name, func(t *testing.T) {
-			synctest.Test(t, func(t *testing.T) {
-				fake := agenttest.NewFakeCoordinator()
-				h := &handler{}
-				hs := run(t, h, protocol.Opts, serveFake(fake))
-				defer hs.stop(t)
-
-				agentID, sessionID, ok := hs.session.Current()
-				if !ok || agentID != "agent-1" || sessionID != "session-1" {
-					t.Fatalf("Current() = %q, %q, %v; want agent-1, session-1, true", agentID, sessionID, ok)
-				}
-				if got := fake.Registrations()[0].GetProtocolVersion(); got != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
-					t.Errorf("protocol version %v, want AGENT_PROTOCOL_VERSION_1", got)
-				}
-
-				// Commands in stream order, pings kept by the session.
-				ping := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}
-				kill := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{FrameworkId: "fw", TaskId: "t1"}}}
-				ack := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{FrameworkId: "fw", TaskId: "t1", Uuid: "u1"}}}
-				for _, cmd := range []*slacklinev1.AgentCommand{ping, kill, ping, ack} {
-					fake.Send(t, agentID, cmd)
-				}
-				synctest.Wait()
-				h.mu.Lock()
-				if len(h.commands) != 2 || h.commands[0].GetKillTask() == nil || h.commands[1].GetAcknowledge() == nil {
-					t.Errorf("handler got %v, want the kill then the acknowledgement", h.commands)
-				}
-				h.mu.Unlock()
-
-				// Heartbeats at the coordinator's 5 s interval.
-				time.Sleep(11 * time.Second)
-				synctest.Wait()
-				if got := fake.Heartbeats(agentID); got != 2 {
-					t.Errorf("%d heartbeats in 11 s, want 2", got)
-				}
-
-				hs.session.Send("fw", status("t1", "u1"))
-				if err := hs.session.SendEstimate(t.Context(), resources.MustParse("cpus:2").Proto("", true)); err != nil {
-					t.Errorf("SendEstimate: %v", err)
-				}
-				synctest.Wait()
-				if diff := cmp.Diff([]string{"fw/t1/u1"}, sent(fake)); diff != "" {
-					t.Errorf("updates (-want +got):\n%s", diff)
-				}
-				if estimates := fake.Estimates(); len(estimates) != 1 || estimates[0].GetSessionId() != sessionID {
-					t.Errorf("estimates %v, want one in %s", estimates, sessionID)
-				}
+		for _, mode := range heartbeatModes {
+			t.Run(protocol.Name+"/"+mode.name, func(t *testing.T) {
+				testSessionAgainstFake(t, protocol.Opts, mode.stream)
 			})
-		})
+		}
 	}
+}
+
+func testSessionAgainstFake(t *testing.T, opts []connect.ClientOption, stream bool) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := agenttest.NewFakeCoordinator()
+		fake.SetHeartbeatStream(stream)
+		h := &handler{}
+		hs := run(t, h, opts, serveFake(fake))
+		defer hs.stop(t)
+
+		agentID, sessionID, ok := hs.session.Current()
+		if !ok || agentID != "agent-1" || sessionID != "session-1" {
+			t.Fatalf("Current() = %q, %q, %v; want agent-1, session-1, true", agentID, sessionID, ok)
+		}
+		if got := fake.Registrations()[0].GetProtocolVersion(); got != slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1 {
+			t.Errorf("protocol version %v, want AGENT_PROTOCOL_VERSION_1", got)
+		}
+
+		// Commands in stream order, pings kept by the session.
+		ping := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Ping{Ping: &slacklinev1.PingCommand{}}}
+		kill := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_KillTask{KillTask: &slacklinev1.KillTaskCommand{FrameworkId: "fw", TaskId: "t1"}}}
+		ack := &slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_Acknowledge{Acknowledge: &slacklinev1.AcknowledgeCommand{FrameworkId: "fw", TaskId: "t1", Uuid: "u1"}}}
+		for _, cmd := range []*slacklinev1.AgentCommand{ping, kill, ping, ack} {
+			fake.Send(t, agentID, cmd)
+		}
+		synctest.Wait()
+		h.mu.Lock()
+		if len(h.commands) != 2 || h.commands[0].GetKillTask() == nil || h.commands[1].GetAcknowledge() == nil {
+			t.Errorf("handler got %v, want the kill then the acknowledgement", h.commands)
+		}
+		h.mu.Unlock()
+
+		// Heartbeats at the coordinator's 5 s interval.
+		time.Sleep(11 * time.Second)
+		synctest.Wait()
+		if got := fake.Heartbeats(agentID); got != 2 {
+			t.Errorf("%d heartbeats in 11 s, want 2", got)
+		}
+		checkHeartbeatMode(t, fake, agentID, stream)
+
+		hs.session.Send("fw", status("t1", "u1"))
+		if err := hs.session.SendEstimate(t.Context(), resources.MustParse("cpus:2").Proto("", true)); err != nil {
+			t.Errorf("SendEstimate: %v", err)
+		}
+		synctest.Wait()
+		if diff := cmp.Diff([]string{"fw/t1/u1"}, sent(fake)); diff != "" {
+			t.Errorf("updates (-want +got):\n%s", diff)
+		}
+		if estimates := fake.Estimates(); len(estimates) != 1 || estimates[0].GetSessionId() != sessionID {
+			t.Errorf("estimates %v, want one in %s", estimates, sessionID)
+		}
+	})
 }
 
 func TestSessionEnds(t *testing.T) {
@@ -555,8 +581,15 @@ func TestRealCoordinator(t *testing.T) {
 // interval the coordinator's last heartbeat answer asked for, and its
 // first beat comes within the second half of the registered interval.
 func TestHeartbeatIntervalFromCoordinator(t *testing.T) {
+	for _, mode := range heartbeatModes {
+		t.Run(mode.name, func(t *testing.T) { testHeartbeatIntervalFromCoordinator(t, mode.stream) })
+	}
+}
+
+func testHeartbeatIntervalFromCoordinator(t *testing.T, stream bool) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := agenttest.NewFakeCoordinator()
+		fake.SetHeartbeatStream(stream)
 		fake.SetHeartbeatInterval(time.Second) // registration says 5 s
 		h := &handler{}
 		hs := run(t, h, nil, serveFake(fake))
@@ -574,5 +607,6 @@ func TestHeartbeatIntervalFromCoordinator(t *testing.T) {
 		if got := fake.Heartbeats("agent-1"); got < 7 || got > 9 {
 			t.Errorf("%d heartbeats in 11 s, want 7-9 at the 1 s interval the coordinator asked for", got)
 		}
+		checkHeartbeatMode(t, fake, "agent-1", stream)
 	})
 }

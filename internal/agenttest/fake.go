@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"slices"
 	"sync"
@@ -23,7 +24,8 @@ import (
 // refused (SetRefuse). Every other call is refused with FailedPrecondition
 // "stale session" unless its session is the agent's latest (Expire makes it
 // stale). Connect streams what Send queues until EndStream, queued commands
-// first. Heartbeat counts (Heartbeats) or fails (SetHeartbeatError).
+// first. Heartbeat counts (Heartbeats) or fails (SetHeartbeatError);
+// HeartbeatStream does the same once SetHeartbeatStream enabled it.
 // UpdateStatus and UpdateOversubscribedResources record (Updates,
 // Estimates); UpdateStatus can be held at a gate (SetUpdateGate). Its
 // methods are safe for concurrent use; Send and EndStream fail the test
@@ -50,8 +52,11 @@ type FakeCoordinator struct {
 	updateGate   chan struct{}          // while set, UpdateStatus waits for a receive
 	registers    []*slacklinev1.RegisterRequest
 	heartbeats   map[string]int // agent id -> heartbeats received
-	updates      []*slacklinev1.UpdateStatusRequest
-	estimates    []*slacklinev1.UpdateOversubscribedResourcesRequest
+	streamBeats  bool           // HeartbeatStream answers (else Unimplemented)
+	// agent id -> heartbeats received on a HeartbeatStream
+	streamHeartbeats map[string]int
+	updates          []*slacklinev1.UpdateStatusRequest
+	estimates        []*slacklinev1.UpdateOversubscribedResourcesRequest
 }
 
 // fakeStream is one open Connect call.
@@ -62,7 +67,7 @@ type fakeStream struct {
 
 // NewFakeCoordinator returns a FakeCoordinator that admits every agent.
 func NewFakeCoordinator() *FakeCoordinator {
-	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}}
+	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}, streamHeartbeats: map[string]int{}}
 }
 
 // Handler serves f's AgentService.
@@ -152,6 +157,61 @@ func (f *FakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slac
 	}
 	f.heartbeats[req.Msg.GetAgentId()]++
 	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: f.interval.Seconds()}), nil
+}
+
+// HeartbeatStream implements AgentService: Unimplemented (an older
+// coordinator) unless SetHeartbeatStream enabled it; then each beat is
+// answered as Heartbeat answers it and counted in Heartbeats and
+// StreamHeartbeats, and a refused beat ends the stream with the error.
+func (f *FakeCoordinator) HeartbeatStream(_ context.Context, stream *connect.BidiStream[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]) error {
+	f.mu.Lock()
+	enabled := f.streamBeats
+	f.mu.Unlock()
+	if !enabled {
+		return connect.NewError(connect.CodeUnimplemented, errors.New("HeartbeatStream is not implemented"))
+	}
+	for {
+		req, err := stream.Receive()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		f.mu.Lock()
+		err = f.heartbeatErr
+		if err == nil {
+			err = f.checkSessionLocked(req.GetAgentId(), req.GetSessionId())
+		}
+		if err == nil {
+			f.heartbeats[req.GetAgentId()]++
+			f.streamHeartbeats[req.GetAgentId()]++
+		}
+		interval := f.interval
+		f.mu.Unlock()
+		if err != nil {
+			return err
+		}
+		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds()}); err != nil {
+			return err
+		}
+	}
+}
+
+// SetHeartbeatStream enables (or disables) HeartbeatStream for the
+// streams opened from then on.
+func (f *FakeCoordinator) SetHeartbeatStream(enabled bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.streamBeats = enabled
+}
+
+// StreamHeartbeats returns how many heartbeats of the agent
+// HeartbeatStream accepted (they are counted in Heartbeats too).
+func (f *FakeCoordinator) StreamHeartbeats(agentID string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.streamHeartbeats[agentID]
 }
 
 // UpdateStatus implements AgentService.

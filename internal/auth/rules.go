@@ -102,8 +102,9 @@ var Rules = map[string]Rule{
 			return []string{req.(*slacklinev1.RegisterRequest).GetAgentInfo().GetHostname()}
 		},
 		Handler: "an agent id keeps its hostname; previous_agent_id only of the same hostname; reported tasks only with the coordinator's launch proof for this host and their resources"},
-	slacklinev1connect.AgentServiceConnectProcedure:   {Caller: Agents, Handler: agentSession},
-	slacklinev1connect.AgentServiceHeartbeatProcedure: {Caller: Agents, Handler: agentSession},
+	slacklinev1connect.AgentServiceConnectProcedure:         {Caller: Agents, Handler: agentSession},
+	slacklinev1connect.AgentServiceHeartbeatProcedure:       {Caller: Agents, Handler: agentSession},
+	slacklinev1connect.AgentServiceHeartbeatStreamProcedure: {Caller: Agents, Handler: agentSession + "; one stream per agent, the newest"},
 	slacklinev1connect.AgentServiceUpdateStatusProcedure: {Caller: Agents,
 		Handler: agentSession + "; updates only for tasks on this agent"},
 	slacklinev1connect.AgentServiceUpdateOversubscribedResourcesProcedure: {Caller: Agents, Handler: agentSession},

@@ -7,6 +7,11 @@
 //     configured, and shuts down gracefully when its context ends.
 //   - HandlerOptions are the Connect handler options every service is
 //     mounted with (today the MaxRequestBytes read limit).
+//   - Serve speaks HTTP/2 through golang.org/x/net/http2 (the code net/http
+//     bundles) to choose its write scheduler: the random one visits only
+//     the streams with something to write, where net/http's round robin
+//     visits every open stream for each frame (costly with thousands of
+//     long-lived streams per connection).
 //   - Serve bounds every connection: ReadTimeout for a request to arrive,
 //     IdleTimeout for a connection with nothing in progress, HTTP/2 pings
 //     for dead peers; streams live as long as their peers do.

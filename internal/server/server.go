@@ -10,6 +10,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"golang.org/x/net/http2"
 )
 
 // Config configures Serve.
@@ -105,6 +107,22 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 		srv.Protocols.SetHTTP2(true)
 	} else {
 		srv.Protocols.SetUnencryptedHTTP2(true)
+	}
+	// HTTP/2 is served by golang.org/x/net/http2 (the code net/http
+	// bundles) for one setting net/http does not expose: the write
+	// scheduler. net/http's schedules round robin over every open stream of
+	// a connection, visiting each one's queue on every frame it writes; with
+	// thousands of long-lived, mostly idle streams on a connection
+	// (slackline-sim: 100 agents per connection, each with a command stream
+	// and a heartbeat stream) that walk was the largest single cost of the
+	// coordinator's heartbeats and pings. The random scheduler visits only
+	// the streams with something to write (control frames first, as all
+	// schedulers do). srv.HTTP2 still applies. x/net deprecates choosing a
+	// scheduler, without an alternative yet: if it goes, the cost returns
+	// (scripts/bench/scale shows it).
+	//lint:ignore SA1019 the only way to choose a write scheduler (see above)
+	if err := http2.ConfigureServer(srv, &http2.Server{NewWriteScheduler: func() http2.WriteScheduler { return http2.NewRandomWriteScheduler() }}); err != nil {
+		return fmt.Errorf("configure HTTP/2: %w", err)
 	}
 	errc := make(chan error, 1)
 	go func() {

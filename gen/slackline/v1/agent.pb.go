@@ -1009,6 +1009,106 @@ func (x *HeartbeatResponse) GetHeartbeatIntervalSeconds() float64 {
 	return 0
 }
 
+// HeartbeatStreamRequest is one heartbeat on a HeartbeatStream, as a
+// HeartbeatRequest. Every request of a stream names the same agent.
+type HeartbeatStreamRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *HeartbeatStreamRequest) Reset() {
+	*x = HeartbeatStreamRequest{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatStreamRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatStreamRequest) ProtoMessage() {}
+
+func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *HeartbeatStreamRequest) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *HeartbeatStreamRequest) GetSessionId() string {
+	if x != nil {
+		return x.SessionId
+	}
+	return ""
+}
+
+// HeartbeatStreamResponse answers one HeartbeatStreamRequest, as a
+// HeartbeatResponse.
+type HeartbeatStreamResponse struct {
+	state                    protoimpl.MessageState `protogen:"open.v1"`
+	HeartbeatIntervalSeconds float64                `protobuf:"fixed64,1,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
+	unknownFields            protoimpl.UnknownFields
+	sizeCache                protoimpl.SizeCache
+}
+
+func (x *HeartbeatStreamResponse) Reset() {
+	*x = HeartbeatStreamResponse{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HeartbeatStreamResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HeartbeatStreamResponse) ProtoMessage() {}
+
+func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
+func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *HeartbeatStreamResponse) GetHeartbeatIntervalSeconds() float64 {
+	if x != nil {
+		return x.HeartbeatIntervalSeconds
+	}
+	return 0
+}
+
 // UpdateStatusRequest reports a status update.
 type UpdateStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1022,7 +1122,7 @@ type UpdateStatusRequest struct {
 
 func (x *UpdateStatusRequest) Reset() {
 	*x = UpdateStatusRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1034,7 +1134,7 @@ func (x *UpdateStatusRequest) String() string {
 func (*UpdateStatusRequest) ProtoMessage() {}
 
 func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1047,7 +1147,7 @@ func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateStatusRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *UpdateStatusRequest) GetAgentId() string {
@@ -1087,7 +1187,7 @@ type UpdateStatusResponse struct {
 
 func (x *UpdateStatusResponse) Reset() {
 	*x = UpdateStatusResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1099,7 +1199,7 @@ func (x *UpdateStatusResponse) String() string {
 func (*UpdateStatusResponse) ProtoMessage() {}
 
 func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1112,7 +1212,7 @@ func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 // UpdateOversubscribedResourcesRequest reports the agent's revocable estimate:
@@ -1129,7 +1229,7 @@ type UpdateOversubscribedResourcesRequest struct {
 
 func (x *UpdateOversubscribedResourcesRequest) Reset() {
 	*x = UpdateOversubscribedResourcesRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1141,7 +1241,7 @@ func (x *UpdateOversubscribedResourcesRequest) String() string {
 func (*UpdateOversubscribedResourcesRequest) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1154,7 +1254,7 @@ func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateOversubscribedResourcesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateOversubscribedResourcesRequest) GetAgentId() string {
@@ -1187,7 +1287,7 @@ type UpdateOversubscribedResourcesResponse struct {
 
 func (x *UpdateOversubscribedResourcesResponse) Reset() {
 	*x = UpdateOversubscribedResourcesResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1299,7 @@ func (x *UpdateOversubscribedResourcesResponse) String() string {
 func (*UpdateOversubscribedResourcesResponse) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1312,7 @@ func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use UpdateOversubscribedResourcesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 var File_slackline_v1_agent_proto protoreflect.FileDescriptor
@@ -1280,6 +1380,12 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"Q\n" +
 	"\x11HeartbeatResponse\x12<\n" +
+	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"R\n" +
+	"\x16HeartbeatStreamRequest\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
+	"\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\"W\n" +
+	"\x17HeartbeatStreamResponse\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\xa4\x01\n" +
 	"\x13UpdateStatusRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
@@ -1296,11 +1402,12 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"%UpdateOversubscribedResourcesResponse*\\\n" +
 	"\x14AgentProtocolVersion\x12&\n" +
 	"\"AGENT_PROTOCOL_VERSION_UNSPECIFIED\x10\x00\x12\x1c\n" +
-	"\x18AGENT_PROTOCOL_VERSION_1\x10\x012\xd3\x03\n" +
+	"\x18AGENT_PROTOCOL_VERSION_1\x10\x012\xb7\x04\n" +
 	"\fAgentService\x12I\n" +
 	"\bRegister\x12\x1d.slackline.v1.RegisterRequest\x1a\x1e.slackline.v1.RegisterResponse\x12H\n" +
 	"\aConnect\x12\x1c.slackline.v1.ConnectRequest\x1a\x1d.slackline.v1.ConnectResponse0\x01\x12L\n" +
-	"\tHeartbeat\x12\x1e.slackline.v1.HeartbeatRequest\x1a\x1f.slackline.v1.HeartbeatResponse\x12U\n" +
+	"\tHeartbeat\x12\x1e.slackline.v1.HeartbeatRequest\x1a\x1f.slackline.v1.HeartbeatResponse\x12b\n" +
+	"\x0fHeartbeatStream\x12$.slackline.v1.HeartbeatStreamRequest\x1a%.slackline.v1.HeartbeatStreamResponse(\x010\x01\x12U\n" +
 	"\fUpdateStatus\x12!.slackline.v1.UpdateStatusRequest\x1a\".slackline.v1.UpdateStatusResponse\x12\x88\x01\n" +
 	"\x1dUpdateOversubscribedResources\x122.slackline.v1.UpdateOversubscribedResourcesRequest\x1a3.slackline.v1.UpdateOversubscribedResourcesResponseB\xac\x01\n" +
 	"\x10com.slackline.v1B\n" +
@@ -1319,7 +1426,7 @@ func file_slackline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
+var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_slackline_v1_agent_proto_goTypes = []any{
 	(AgentProtocolVersion)(0),                     // 0: slackline.v1.AgentProtocolVersion
 	(*AgentInfo)(nil),                             // 1: slackline.v1.AgentInfo
@@ -1337,23 +1444,25 @@ var file_slackline_v1_agent_proto_goTypes = []any{
 	(*PingCommand)(nil),                           // 13: slackline.v1.PingCommand
 	(*HeartbeatRequest)(nil),                      // 14: slackline.v1.HeartbeatRequest
 	(*HeartbeatResponse)(nil),                     // 15: slackline.v1.HeartbeatResponse
-	(*UpdateStatusRequest)(nil),                   // 16: slackline.v1.UpdateStatusRequest
-	(*UpdateStatusResponse)(nil),                  // 17: slackline.v1.UpdateStatusResponse
-	(*UpdateOversubscribedResourcesRequest)(nil),  // 18: slackline.v1.UpdateOversubscribedResourcesRequest
-	(*UpdateOversubscribedResourcesResponse)(nil), // 19: slackline.v1.UpdateOversubscribedResourcesResponse
-	(*Resource)(nil),                              // 20: slackline.v1.Resource
-	(*Attribute)(nil),                             // 21: slackline.v1.Attribute
-	(*TaskInfo)(nil),                              // 22: slackline.v1.TaskInfo
-	(TaskState)(0),                                // 23: slackline.v1.TaskState
-	(*FrameworkInfo)(nil),                         // 24: slackline.v1.FrameworkInfo
-	(*TaskStatus)(nil),                            // 25: slackline.v1.TaskStatus
+	(*HeartbeatStreamRequest)(nil),                // 16: slackline.v1.HeartbeatStreamRequest
+	(*HeartbeatStreamResponse)(nil),               // 17: slackline.v1.HeartbeatStreamResponse
+	(*UpdateStatusRequest)(nil),                   // 18: slackline.v1.UpdateStatusRequest
+	(*UpdateStatusResponse)(nil),                  // 19: slackline.v1.UpdateStatusResponse
+	(*UpdateOversubscribedResourcesRequest)(nil),  // 20: slackline.v1.UpdateOversubscribedResourcesRequest
+	(*UpdateOversubscribedResourcesResponse)(nil), // 21: slackline.v1.UpdateOversubscribedResourcesResponse
+	(*Resource)(nil),                              // 22: slackline.v1.Resource
+	(*Attribute)(nil),                             // 23: slackline.v1.Attribute
+	(*TaskInfo)(nil),                              // 24: slackline.v1.TaskInfo
+	(TaskState)(0),                                // 25: slackline.v1.TaskState
+	(*FrameworkInfo)(nil),                         // 26: slackline.v1.FrameworkInfo
+	(*TaskStatus)(nil),                            // 27: slackline.v1.TaskStatus
 }
 var file_slackline_v1_agent_proto_depIdxs = []int32{
-	20, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
-	21, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
-	22, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
-	23, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
-	24, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
+	22, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
+	23, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
+	24, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
+	25, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
+	26, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
 	0,  // 5: slackline.v1.RegisterRequest.protocol_version:type_name -> slackline.v1.AgentProtocolVersion
 	1,  // 6: slackline.v1.RegisterRequest.agent_info:type_name -> slackline.v1.AgentInfo
 	2,  // 7: slackline.v1.RegisterRequest.tasks:type_name -> slackline.v1.AgentTask
@@ -1364,23 +1473,25 @@ var file_slackline_v1_agent_proto_depIdxs = []int32{
 	11, // 12: slackline.v1.AgentCommand.acknowledge:type_name -> slackline.v1.AcknowledgeCommand
 	12, // 13: slackline.v1.AgentCommand.shutdown_agent:type_name -> slackline.v1.ShutdownAgentCommand
 	13, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
-	24, // 15: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
-	22, // 16: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
-	23, // 17: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
-	25, // 18: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
-	20, // 19: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
+	26, // 15: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
+	24, // 16: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
+	25, // 17: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
+	27, // 18: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
+	22, // 19: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
 	3,  // 20: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
 	5,  // 21: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
 	14, // 22: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
-	16, // 23: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
-	18, // 24: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
-	4,  // 25: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
-	6,  // 26: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
-	15, // 27: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
-	17, // 28: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
-	19, // 29: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
-	25, // [25:30] is the sub-list for method output_type
-	20, // [20:25] is the sub-list for method input_type
+	16, // 23: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
+	18, // 24: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
+	20, // 25: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
+	4,  // 26: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
+	6,  // 27: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
+	15, // 28: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
+	17, // 29: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
+	19, // 30: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
+	21, // 31: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
+	26, // [26:32] is the sub-list for method output_type
+	20, // [20:26] is the sub-list for method input_type
 	20, // [20:20] is the sub-list for extension type_name
 	20, // [20:20] is the sub-list for extension extendee
 	0,  // [0:20] is the sub-list for field type_name
@@ -1406,7 +1517,7 @@ func file_slackline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_agent_proto_rawDesc), len(file_slackline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   19,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

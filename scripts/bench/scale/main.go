@@ -2,20 +2,25 @@
 // builds and starts the real slackline-coordinator and slackline-sim
 // binaries, waits until --agents agents are registered, then samples the
 // coordinator's CPU use and RSS from /proc over --window while the agents
-// heartbeat (every 5 s, the default).
+// heartbeat (every 5 s, the default), and the heartbeats it served
+// (slackline_coordinator_agent_heartbeats_total, when the coordinator has
+// it), to give its CPU per heartbeat.
 //
 //	go run ./scripts/bench/scale --agents 10000 --window 30s
 package main
 
 import (
+	"bufio"
 	"context"
 	"flag"
 	"fmt"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -91,16 +96,70 @@ func run() error {
 		time.Sleep(time.Second)
 	}
 	registered := time.Since(started)
+	beats0, counted := heartbeats("http://" + addr)
 	cpu0, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	t0 := time.Now()
 	time.Sleep(*window)
 	cpu1, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	elapsed := time.Since(t0).Seconds()
+	beats1, _ := heartbeats("http://" + addr)
 	rss, _ := benchutil.RSSBytes(coord.Process.Pid)
 	simCPU, _ := benchutil.CPUSeconds(sim.Process.Pid)
 	simRSS, _ := benchutil.RSSBytes(sim.Process.Pid)
 	fmt.Printf("%d agents registered in %v\n", *agents, registered.Round(time.Millisecond))
 	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
+	if beats := beats1.total() - beats0.total(); counted && beats > 0 {
+		fmt.Printf("heartbeats: %.0f/s (%v), coordinator CPU per heartbeat %.0f us\n", beats/elapsed, beatsByTransport(beats1, beats0), (cpu1-cpu0)/beats*1e6)
+	} else {
+		fmt.Println("heartbeats: not counted by this coordinator (no slackline_coordinator_agent_heartbeats_total)")
+	}
 	fmt.Printf("slackline-sim: CPU %.1f s in total since start, RSS %.1f MiB\n", simCPU, float64(simRSS)/(1<<20))
 	return nil
+}
+
+// beatCounts are the coordinator's heartbeats by transport.
+type beatCounts map[string]float64
+
+// heartbeats reads the coordinator's heartbeat counters from /metrics;
+// counted is false when it has none.
+func heartbeats(base string) (beatCounts, bool) {
+	resp, err := http.Get(base + "/metrics")
+	if err != nil {
+		return nil, false
+	}
+	defer resp.Body.Close()
+	counts := beatCounts{}
+	sc := bufio.NewScanner(resp.Body)
+	for sc.Scan() {
+		line := sc.Text()
+		rest, ok := strings.CutPrefix(line, `slackline_coordinator_agent_heartbeats_total{transport="`)
+		if !ok {
+			continue
+		}
+		transport, value, ok := strings.Cut(rest, `"} `)
+		if !ok {
+			continue
+		}
+		if v, err := strconv.ParseFloat(value, 64); err == nil {
+			counts[transport] = v
+		}
+	}
+	return counts, len(counts) > 0
+}
+
+func (b beatCounts) total() float64 {
+	var n float64
+	for _, v := range b {
+		n += v
+	}
+	return n
+}
+
+// beatsByTransport describes the heartbeats between two readings.
+func beatsByTransport(after, before beatCounts) string {
+	var parts []string
+	for _, t := range []string{"call", "stream"} {
+		parts = append(parts, fmt.Sprintf("%s %.0f", t, after[t]-before[t]))
+	}
+	return strings.Join(parts, ", ")
 }

@@ -39,6 +39,9 @@ const (
 	AgentServiceConnectProcedure = "/slackline.v1.AgentService/Connect"
 	// AgentServiceHeartbeatProcedure is the fully-qualified name of the AgentService's Heartbeat RPC.
 	AgentServiceHeartbeatProcedure = "/slackline.v1.AgentService/Heartbeat"
+	// AgentServiceHeartbeatStreamProcedure is the fully-qualified name of the AgentService's
+	// HeartbeatStream RPC.
+	AgentServiceHeartbeatStreamProcedure = "/slackline.v1.AgentService/HeartbeatStream"
 	// AgentServiceUpdateStatusProcedure is the fully-qualified name of the AgentService's UpdateStatus
 	// RPC.
 	AgentServiceUpdateStatusProcedure = "/slackline.v1.AgentService/UpdateStatus"
@@ -55,6 +58,14 @@ type AgentServiceClient interface {
 	Connect(context.Context, *connect.Request[v1.ConnectRequest]) (*connect.ServerStreamForClient[v1.ConnectResponse], error)
 	// Heartbeat keeps the agent reachable.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// HeartbeatStream carries an agent's heartbeats on one long-lived stream
+	// (HTTP/2 only): each HeartbeatStreamRequest is answered by one
+	// HeartbeatStreamResponse, as Heartbeat answers a HeartbeatRequest, without the cost of a call
+	// per beat. The stream ends with the error Heartbeat would return (a
+	// stale session: FailedPrecondition); a newer stream of the same agent
+	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
+	// Unimplemented (an older coordinator).
+	HeartbeatStream(context.Context) *connect.BidiStreamForClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]
 	// UpdateStatus reports a task status update. The agent re-sends an update
 	// until it receives an AcknowledgeCommand for its uuid.
 	UpdateStatus(context.Context, *connect.Request[v1.UpdateStatusRequest]) (*connect.Response[v1.UpdateStatusResponse], error)
@@ -92,6 +103,12 @@ func NewAgentServiceClient(httpClient connect.HTTPClient, baseURL string, opts .
 			connect.WithSchema(agentServiceMethods.ByName("Heartbeat")),
 			connect.WithClientOptions(opts...),
 		),
+		heartbeatStream: connect.NewClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse](
+			httpClient,
+			baseURL+AgentServiceHeartbeatStreamProcedure,
+			connect.WithSchema(agentServiceMethods.ByName("HeartbeatStream")),
+			connect.WithClientOptions(opts...),
+		),
 		updateStatus: connect.NewClient[v1.UpdateStatusRequest, v1.UpdateStatusResponse](
 			httpClient,
 			baseURL+AgentServiceUpdateStatusProcedure,
@@ -112,6 +129,7 @@ type agentServiceClient struct {
 	register                      *connect.Client[v1.RegisterRequest, v1.RegisterResponse]
 	connect                       *connect.Client[v1.ConnectRequest, v1.ConnectResponse]
 	heartbeat                     *connect.Client[v1.HeartbeatRequest, v1.HeartbeatResponse]
+	heartbeatStream               *connect.Client[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]
 	updateStatus                  *connect.Client[v1.UpdateStatusRequest, v1.UpdateStatusResponse]
 	updateOversubscribedResources *connect.Client[v1.UpdateOversubscribedResourcesRequest, v1.UpdateOversubscribedResourcesResponse]
 }
@@ -129,6 +147,11 @@ func (c *agentServiceClient) Connect(ctx context.Context, req *connect.Request[v
 // Heartbeat calls slackline.v1.AgentService.Heartbeat.
 func (c *agentServiceClient) Heartbeat(ctx context.Context, req *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return c.heartbeat.CallUnary(ctx, req)
+}
+
+// HeartbeatStream calls slackline.v1.AgentService.HeartbeatStream.
+func (c *agentServiceClient) HeartbeatStream(ctx context.Context) *connect.BidiStreamForClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse] {
+	return c.heartbeatStream.CallBidiStream(ctx)
 }
 
 // UpdateStatus calls slackline.v1.AgentService.UpdateStatus.
@@ -149,6 +172,14 @@ type AgentServiceHandler interface {
 	Connect(context.Context, *connect.Request[v1.ConnectRequest], *connect.ServerStream[v1.ConnectResponse]) error
 	// Heartbeat keeps the agent reachable.
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
+	// HeartbeatStream carries an agent's heartbeats on one long-lived stream
+	// (HTTP/2 only): each HeartbeatStreamRequest is answered by one
+	// HeartbeatStreamResponse, as Heartbeat answers a HeartbeatRequest, without the cost of a call
+	// per beat. The stream ends with the error Heartbeat would return (a
+	// stale session: FailedPrecondition); a newer stream of the same agent
+	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
+	// Unimplemented (an older coordinator).
+	HeartbeatStream(context.Context, *connect.BidiStream[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]) error
 	// UpdateStatus reports a task status update. The agent re-sends an update
 	// until it receives an AcknowledgeCommand for its uuid.
 	UpdateStatus(context.Context, *connect.Request[v1.UpdateStatusRequest]) (*connect.Response[v1.UpdateStatusResponse], error)
@@ -182,6 +213,12 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 		connect.WithSchema(agentServiceMethods.ByName("Heartbeat")),
 		connect.WithHandlerOptions(opts...),
 	)
+	agentServiceHeartbeatStreamHandler := connect.NewBidiStreamHandler(
+		AgentServiceHeartbeatStreamProcedure,
+		svc.HeartbeatStream,
+		connect.WithSchema(agentServiceMethods.ByName("HeartbeatStream")),
+		connect.WithHandlerOptions(opts...),
+	)
 	agentServiceUpdateStatusHandler := connect.NewUnaryHandler(
 		AgentServiceUpdateStatusProcedure,
 		svc.UpdateStatus,
@@ -202,6 +239,8 @@ func NewAgentServiceHandler(svc AgentServiceHandler, opts ...connect.HandlerOpti
 			agentServiceConnectHandler.ServeHTTP(w, r)
 		case AgentServiceHeartbeatProcedure:
 			agentServiceHeartbeatHandler.ServeHTTP(w, r)
+		case AgentServiceHeartbeatStreamProcedure:
+			agentServiceHeartbeatStreamHandler.ServeHTTP(w, r)
 		case AgentServiceUpdateStatusProcedure:
 			agentServiceUpdateStatusHandler.ServeHTTP(w, r)
 		case AgentServiceUpdateOversubscribedResourcesProcedure:
@@ -225,6 +264,10 @@ func (UnimplementedAgentServiceHandler) Connect(context.Context, *connect.Reques
 
 func (UnimplementedAgentServiceHandler) Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.AgentService.Heartbeat is not implemented"))
+}
+
+func (UnimplementedAgentServiceHandler) HeartbeatStream(context.Context, *connect.BidiStream[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]) error {
+	return connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.AgentService.HeartbeatStream is not implemented"))
 }
 
 func (UnimplementedAgentServiceHandler) UpdateStatus(context.Context, *connect.Request[v1.UpdateStatusRequest]) (*connect.Response[v1.UpdateStatusResponse], error) {

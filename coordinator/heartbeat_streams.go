@@ -1,0 +1,74 @@
+package coordinator
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"sync"
+	"time"
+
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+)
+
+// heartbeatStreams prepares AgentService's HeartbeatStream requests for
+// their handler: the server's read timeout, which bounds the time a client
+// takes to send a request's body, would end a stream whose body is its
+// heartbeats after it (30 s by default), losing a beat each time; so it is
+// lifted for them (one message to the connection's loop per stream, not
+// per beat), and the handler bounds the stream by its own idle timer. The
+// request body's closer goes into the context (streamBodyCloser), so that
+// the handler ends a stream blocked reading: when it is superseded or
+// idle. Other requests pass untouched.
+func heartbeatStreams(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != slacklinev1connect.AgentServiceHeartbeatStreamProcedure {
+			next.ServeHTTP(w, r)
+			return
+		}
+		// HTTP/1.1 cannot carry the stream (Connect refuses it); the
+		// deadline is lifted where the protocol supports it.
+		_ = http.NewResponseController(w).SetReadDeadline(time.Time{})
+		b := &closableBody{ReadCloser: r.Body}
+		r.Body = b
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), bodyCloserKey{}, b)))
+	})
+}
+
+type bodyCloserKey struct{}
+
+// closableBody is a request body that the handler may close with a cause.
+type closableBody struct {
+	io.ReadCloser
+	mu    sync.Mutex
+	cause error
+}
+
+// streamBody returns the body of ctx's request as heartbeatStreams
+// prepared it (nil for a request it did not: ending it does nothing).
+func streamBody(ctx context.Context) *closableBody {
+	b, _ := ctx.Value(bodyCloserKey{}).(*closableBody)
+	return b
+}
+
+// end records the first cause and closes the body, which unblocks a read.
+func (b *closableBody) end(cause error) {
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	if b.cause == nil {
+		b.cause = cause
+	}
+	b.mu.Unlock()
+	_ = b.Close()
+}
+
+// endCause is the cause end recorded, nil while the body was not ended.
+func (b *closableBody) endCause() error {
+	if b == nil {
+		return nil
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.cause
+}
