@@ -37,10 +37,12 @@ const (
 	FeatureNotSupported
 	// FeatureNoPermission: the process may not use the feature (ErrPermission).
 	FeatureNoPermission
+	// FeatureLoading: the probe has not finished yet (ErrLoading).
+	FeatureLoading
 )
 
 // String returns the status in snake case ("available", "not_supported",
-// "no_permission", "unknown"), as in metric labels and logs.
+// "no_permission", "loading", "unknown"), as in metric labels and logs.
 func (s FeatureStatus) String() string {
 	switch s {
 	case FeatureAvailable:
@@ -49,6 +51,8 @@ func (s FeatureStatus) String() string {
 		return "not_supported"
 	case FeatureNoPermission:
 		return "no_permission"
+	case FeatureLoading:
+		return "loading"
 	}
 	return "unknown"
 }
@@ -58,6 +62,8 @@ func (r FeatureResult) Status() FeatureStatus {
 	switch {
 	case r.Err == nil:
 		return FeatureAvailable
+	case errors.Is(r.Err, ErrLoading):
+		return FeatureLoading
 	case errors.Is(r.Err, ErrPermission):
 		return FeatureNoPermission
 	case errors.Is(r.Err, ebpf.ErrNotSupported):

@@ -89,6 +89,9 @@ const (
 	FeatureStatus_FEATURE_STATUS_NO_PERMISSION FeatureStatus = 3
 	// FEATURE_STATUS_UNKNOWN: the probe could not tell (see detail).
 	FeatureStatus_FEATURE_STATUS_UNKNOWN FeatureStatus = 4
+	// FEATURE_STATUS_LOADING: the agent registers before its optional eBPF
+	// programs are loaded; the probe's result follows (ask again).
+	FeatureStatus_FEATURE_STATUS_LOADING FeatureStatus = 5
 )
 
 // Enum value maps for FeatureStatus.
@@ -99,6 +102,7 @@ var (
 		2: "FEATURE_STATUS_NOT_SUPPORTED",
 		3: "FEATURE_STATUS_NO_PERMISSION",
 		4: "FEATURE_STATUS_UNKNOWN",
+		5: "FEATURE_STATUS_LOADING",
 	}
 	FeatureStatus_value = map[string]int32{
 		"FEATURE_STATUS_UNSPECIFIED":   0,
@@ -106,6 +110,7 @@ var (
 		"FEATURE_STATUS_NOT_SUPPORTED": 2,
 		"FEATURE_STATUS_NO_PERMISSION": 3,
 		"FEATURE_STATUS_UNKNOWN":       4,
+		"FEATURE_STATUS_LOADING":       5,
 	}
 )
 
@@ -1643,7 +1648,8 @@ func (x *Feature) GetDetail() string {
 	return ""
 }
 
-// GetFeaturesResponse lists the probes run at start.
+// GetFeaturesResponse lists the probes run at start (some may still be
+// loading just after the agent started).
 type GetFeaturesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Features      []*Feature             `protobuf:"bytes,1,rep,name=features,proto3" json:"features,omitempty"`
@@ -1999,13 +2005,14 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
 	"\x1aCORRECTION_KIND_UNTHROTTLE\x10\x02\x12\x18\n" +
 	"\x14CORRECTION_KIND_KILL\x10\x03\x12\x1b\n" +
-	"\x17CORRECTION_KIND_CONFINE\x10\x04*\xad\x01\n" +
+	"\x17CORRECTION_KIND_CONFINE\x10\x04*\xc9\x01\n" +
 	"\rFeatureStatus\x12\x1e\n" +
 	"\x1aFEATURE_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
-	"\x16FEATURE_STATUS_UNKNOWN\x10\x042\x97\x04\n" +
+	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\x97\x04\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
