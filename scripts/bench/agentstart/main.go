@@ -8,6 +8,8 @@
 //
 //	sudo go run ./scripts/bench/agentstart --starts 20
 //	sudo go run ./scripts/bench/agentstart --agent /path/to/other/slackline-agent   # compare builds
+//	make build && go build -o bin/ ./scripts/bench/agentstart &&
+//	  sudo scripts/vm/run --kernel 6.1 -- bin/agentstart --bin bin --starts 10  # in a test guest
 package main
 
 import (
@@ -35,7 +37,8 @@ func main() {
 
 func run() error {
 	starts := flag.Int("starts", 20, "agent starts measured")
-	agentBin := flag.String("agent", "", "agent binary to measure (default: built from this tree)")
+	agentBin := flag.String("agent", "", "agent binary to measure (default: built from this tree, or --bin's)")
+	binDir := flag.String("bin", "", "directory with prebuilt slackline-coordinator and slackline-agent (default: build them; a host without Go, such as a test guest, needs it)")
 	timeout := flag.Duration("timeout", 60*time.Second, "longest wait for one start's log lines")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -49,16 +52,22 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	pkgs := []string{"./cmd/slackline-coordinator"}
-	if *agentBin == "" {
-		pkgs = append(pkgs, "./cmd/slackline-agent")
-		*agentBin = filepath.Join(dir, "slackline-agent")
+	bin := *binDir
+	if bin == "" {
+		bin = dir
+		pkgs := []string{"./cmd/slackline-coordinator"}
+		if *agentBin == "" {
+			pkgs = append(pkgs, "./cmd/slackline-agent")
+		}
+		if err := benchutil.Build(dir, pkgs...); err != nil {
+			return err
+		}
 	}
-	if err := benchutil.Build(dir, pkgs...); err != nil {
-		return err
+	if *agentBin == "" {
+		*agentBin = filepath.Join(bin, "slackline-agent")
 	}
 	coordAddr := benchutil.FreeAddr()
-	coord := exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"),
+	coord := exec.Command(filepath.Join(bin, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"),
 		"--log-level", "warn", "--insecure") // a loopback cluster of the benchmark's own, no credentials
 	coord.Stderr = os.Stderr
 	coord.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
