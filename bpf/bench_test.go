@@ -110,27 +110,31 @@ func BenchmarkContextSwitch(b *testing.B) {
 	defer unpinThread()
 	p.roundTrips(b, 10000) // warm up
 
-	load := func() *bpf.Monitor {
+	m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		b.Fatal(err)
+	}
+	// The empty programs go where the monitor's programs go.
+	points := m.Attached()
+	empty := loadEmptyHooks(b, points, root)
+	defer empty.close()
+	detach := func() func() error {
 		b.Helper()
-		m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+		reattach, err := bpf.DetachAll(m)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
-			b.Fatal(err)
-		}
-		return m
+		return reattach
 	}
-	// The empty programs go where the monitor's programs go.
-	m := load()
-	points := m.Attached()
-	if err := m.Close(); err != nil {
-		b.Fatal(err)
-	}
-	empty := loadEmptyHooks(b, points, root)
-	defer empty.close()
+	reattach := detach()
 
-	const rounds = 6
+	// Many short rounds, so that what else the host runs falls on the
+	// three states alike.
+	const rounds = 30 // a multiple of 3: each state comes first as often
 	perRound := max(b.N/rounds, 1000)
 	var detached, emptyHooks, attached time.Duration
 	timed := func(d *time.Duration) {
@@ -138,24 +142,36 @@ func BenchmarkContextSwitch(b *testing.B) {
 		p.roundTrips(b, perRound)
 		*d += time.Since(start)
 	}
+	// Each round measures the three states, in an order that rotates from
+	// round to round, so that none always follows the same one.
+	states := []func(){
+		func() { timed(&detached) },
+		func() {
+			b.StopTimer()
+			empty.attach(b)
+			b.StartTimer()
+			timed(&emptyHooks)
+			b.StopTimer()
+			empty.detach(b)
+			b.StartTimer()
+		},
+		func() {
+			b.StopTimer()
+			if err := reattach(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			timed(&attached)
+			b.StopTimer()
+			reattach = detach()
+			b.StartTimer()
+		},
+	}
 	b.ResetTimer()
 	for r := 0; r < rounds; r++ {
-		timed(&detached)
-
-		b.StopTimer()
-		empty.attach(b)
-		b.StartTimer()
-		timed(&emptyHooks)
-		b.StopTimer()
-		empty.detach(b)
-		m := load()
-		b.StartTimer()
-		timed(&attached)
-		b.StopTimer()
-		if err := m.Close(); err != nil {
-			b.Fatal(err)
+		for i := range states {
+			states[(r+i)%len(states)]()
 		}
-		b.StartTimer()
 	}
 	n := float64(rounds * perRound)
 	b.ReportMetric(n/detached.Seconds(), "detached_roundtrips/s")

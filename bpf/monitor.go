@@ -162,6 +162,7 @@ type Monitor struct {
 	mem   *memObjects
 
 	links    []link.Link
+	attached []attachPoint            // what links attached, in their order
 	programs map[string]*ebpf.Program // attach point -> program, attached ones only
 
 	events     chan ThresholdEvent
@@ -375,6 +376,7 @@ func Load(cfg Config) (*Monitor, error) {
 			continue
 		}
 		m.links = append(m.links, l)
+		m.attached = append(m.attached, p)
 		m.programs[p.name] = p.prog
 	}
 	if len(m.links) == 0 {
