@@ -68,7 +68,7 @@ func run() error {
 	}
 	coordAddr := benchutil.FreeAddr()
 	coord := exec.Command(filepath.Join(bin, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"),
-		"--log-level", "warn", "--insecure") // a loopback cluster of the benchmark's own, no credentials
+		"--log-level", "error", "--insecure") // a loopback cluster of the benchmark's own, no credentials
 	coord.Stderr = os.Stderr
 	coord.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := coord.Start(); err != nil {
