@@ -102,26 +102,6 @@ func (o Options) Build() (a *Agent, err error) {
 		cfg.EBPF, cfg.lateEBPF = late, late
 		ebpfStats = MonitorStats(late)
 		closers = append(closers, late.close)
-		loadStart := time.Now()
-		go func() {
-			probes := bpf.Probe()
-			logProbes(logger, probes, slog.LevelDebug)
-			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
-			if err != nil {
-				logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
-			}
-			var loaded loadedEBPF
-			if m != nil {
-				loaded = m
-			}
-			if err := late.done(loaded, err, probes); err != nil {
-				logger.Warn("eBPF monitor: tracking the containers started while it loaded", "err", err)
-			}
-			startup.phase("ebpf_monitor", loadStart)
-			logger.Info("eBPF monitor ready", "loaded", loaded != nil, "took", time.Since(loadStart).Round(time.Millisecond),
-				"since_start", startup.sinceStart().Round(time.Millisecond))
-			bpf.ReleaseKernelBTF()
-		}()
 	} else {
 		cfg.Features = bpf.Probe()
 		logProbes(logger, cfg.Features, slog.LevelDebug)
@@ -169,6 +149,30 @@ func (o Options) Build() (a *Agent, err error) {
 	}
 	startup.phase("agent", began)
 	a.closers = closers
+	// Started once the rest is built: on a host short of CPU (a test
+	// guest) the verification slowed what registration waits for.
+	if late := cfg.lateEBPF; late != nil {
+		loadStart := time.Now()
+		late.start(func() {
+			probes := bpf.Probe()
+			logProbes(logger, probes, slog.LevelDebug)
+			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
+			if err != nil {
+				logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
+			}
+			var loaded loadedEBPF
+			if m != nil {
+				loaded = m
+			}
+			if err := late.done(loaded, err, probes); err != nil {
+				logger.Warn("eBPF monitor: tracking the containers started while it loaded", "err", err)
+			}
+			startup.phase("ebpf_monitor", loadStart)
+			logger.Info("eBPF monitor ready", "loaded", loaded != nil, "took", time.Since(loadStart).Round(time.Millisecond),
+				"since_start", startup.sinceStart().Round(time.Millisecond))
+			bpf.ReleaseKernelBTF()
+		})
+	}
 	logger.Info("agent configured", "hostname", a.cfg.Hostname, "resources", a.Resources().String(), "cgroup_mode", string(cz.Mode()), "work_dir", cfg.WorkDir)
 	return a, nil
 }

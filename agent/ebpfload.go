@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slackline/slackline/bpf"
@@ -21,8 +22,9 @@ const FeatureEBPFMonitor = "ebpf_monitor"
 // once there, and its counters are unavailable (bpf.ErrLoading); when the
 // load failed they stay unavailable, with its error. It implements EBPF.
 type lateEBPF struct {
-	ready  chan struct{} // closed by done
-	events chan bpf.ThresholdEvent
+	ready   chan struct{} // closed by done
+	started atomic.Bool   // start was called
+	events  chan bpf.ThresholdEvent
 
 	mu      sync.Mutex
 	mon     loadedEBPF           // set by done; nil when loading failed
@@ -160,8 +162,18 @@ func (l *lateEBPF) Run(ctx context.Context) error {
 	return <-errc
 }
 
-// close closes the monitor once loaded (it waits for the load to end).
+// start runs load, which calls done, in the background.
+func (l *lateEBPF) start(load func()) {
+	l.started.Store(true)
+	go load()
+}
+
+// close closes the monitor once loaded (it waits for the load to end, if
+// started).
 func (l *lateEBPF) close() error {
+	if !l.started.Load() {
+		return nil
+	}
 	<-l.ready
 	if m, _ := l.monitor(); m != nil {
 		return m.Close()

@@ -89,7 +89,9 @@ func TestLateEBPFLoaded(t *testing.T) {
 
 	m := newFakeMonitor()
 	probes := []bpf.FeatureResult{{Name: "btf"}, {Name: "sched_info", Err: bpf.ErrPermission}}
-	must(l.done(m, nil, probes))
+	loaded := make(chan error, 1)
+	l.start(func() { loaded <- l.done(m, nil, probes) })
+	must(<-loaded)
 	if want := map[uint64]bpf.Class{1: bpf.ClassGuaranteed, 3: bpf.ClassProtected}; !maps.Equal(m.tracked, want) {
 		t.Errorf("tracked on the loaded monitor: %v, want %v", m.tracked, want)
 	}
@@ -132,6 +134,7 @@ func TestLateEBPFFailed(t *testing.T) {
 		t.Fatal(err)
 	}
 	why := bpf.Classify(errors.Join(errors.New("load eBPF: nothing could be attached"), bpf.ErrPermission))
+	l.start(func() {})
 	if err := l.done(nil, why, []bpf.FeatureResult{{Name: "btf"}}); err != nil {
 		t.Fatal(err)
 	}
@@ -164,6 +167,9 @@ func TestLateEBPFRunCancelledWhileLoading(t *testing.T) {
 	cancel()
 	if err := l.Run(ctx); err != nil {
 		t.Errorf("Run cancelled while loading: %v", err)
+	}
+	if err := l.close(); err != nil { // never started: nothing to wait for
+		t.Error(err)
 	}
 }
 
