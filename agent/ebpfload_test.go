@@ -202,7 +202,9 @@ func TestStartupTimeline(t *testing.T) {
 	began = tl.phase("containerizer", began)
 	background := began
 	now = now.Add(5 * time.Millisecond)
-	began = tl.phase("monitor", began)
+	if began = tl.phase("monitor", began); !began.Equal(now) {
+		t.Errorf("phase returned %v, want now (%v)", began, now)
+	}
 	now = now.Add(1500 * time.Millisecond)
 	tl.phase("ebpf_monitor", background)
 	if got, want := tl.String(), "containerizer=20ms monitor=5ms ebpf_monitor=1.505s"; got != want {
