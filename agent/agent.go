@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -133,6 +134,13 @@ type Config struct {
 	// ReloadOnHangup re-reads Authz's files (the authorization file and
 	// the revocation list) on SIGHUP while Run runs.
 	ReloadOnHangup bool
+
+	// lateEBPF is EBPF when Options.Build loads the eBPF monitor in the
+	// background: its features join Features.
+	lateEBPF *lateEBPF
+	// startup is the timeline of Options.Build's phases, logged at the
+	// first registration.
+	startup *startupTimeline
 }
 
 // Agent is a node agent: it only wires its subsystems, each of which owns
@@ -163,6 +171,8 @@ type Agent struct {
 	// ids are the agent's id and, after a host reboot and until the first
 	// registration, the id it had before.
 	ids atomic.Pointer[agentIDs]
+	// runStart is when Run began (startup timeline).
+	runStart time.Time
 }
 
 type agentIDs struct{ current, previous string }
@@ -264,6 +274,15 @@ func New(cfg Config) (*Agent, error) {
 	return a, nil
 }
 
+// features returns the feature probes' results (GetFeatures): the eBPF
+// monitor's (loading until it is loaded) and the others.
+func (a *Agent) features() []bpf.FeatureResult {
+	if a.cfg.lateEBPF == nil {
+		return a.cfg.Features
+	}
+	return append(slices.Clip(a.cfg.lateEBPF.features()), a.cfg.Features...)
+}
+
 // Resources returns the resources the agent registers.
 func (a *Agent) Resources() resources.Resources { return a.total }
 
@@ -292,6 +311,7 @@ func (a *Agent) Close() error {
 // Run recovers the agent's state and runs its subsystems until ctx is
 // cancelled.
 func (a *Agent) Run(ctx context.Context) error {
+	a.runStart = time.Now()
 	if err := a.recover(ctx); err != nil {
 		return fmt.Errorf("recover: %w", err)
 	}
@@ -438,6 +458,10 @@ func (h sessionHandler) Opened(ctx context.Context, agentID, _ string) error {
 	}
 	a.ids.Store(&agentIDs{current: agentID})
 	a.log.Info("registered", "agent", agentID, "coordinator", a.cfg.Coordinator, "resources", a.total.String())
+	if t := a.cfg.startup; t.first() {
+		t.phase("registration", a.runStart)
+		a.log.Info("agent start to registered", "took", t.sinceStart().Round(time.Millisecond), "phases", t.String())
+	}
 	a.tasks.step(tasks.SessionOpened{Now: time.Now()})
 	return nil
 }

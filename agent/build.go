@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"time"
 
 	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/fetcher"
@@ -28,6 +29,8 @@ import (
 // monitor. Run the agent with Run and release it with Close, which also
 // closes what Build opened. Build must run as root.
 func (o Options) Build() (a *Agent, err error) {
+	startup := newStartupTimeline(time.Now)
+	began := startup.start
 	if err := o.Validate(); err != nil {
 		return nil, err
 	}
@@ -39,12 +42,13 @@ func (o Options) Build() (a *Agent, err error) {
 		Coordinator: o.Coordinator, Listen: o.Listen, Hostname: o.Hostname, Resources: o.Resources,
 		Attributes: o.Attributes, Logger: logger, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
 		Sandbox: o.Sandbox, EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
-		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator,
+		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator, startup: startup,
 		Fetch: fetcher.Config{CacheBytes: o.FetchCacheBytes, MaxBytes: o.FetchMaxBytes, Timeout: o.FetchTimeout},
 	}
 	if err := o.credentials(&cfg); err != nil {
 		return nil, err
 	}
+	began = startup.phase("credentials", began)
 	cfg.ReloadOnHangup = cfg.Authz != nil
 	if o.Insecure && (cfg.TLS == nil || cfg.Authz == nil) {
 		logger.Warn("running insecure: without TLS and --authz any local user, tasks included, can read every task's output through the NodeService", "listen", cfg.Listen)
@@ -97,6 +101,7 @@ func (o Options) Build() (a *Agent, err error) {
 		return nil, fmt.Errorf("--image-dir: %w", err)
 	}
 	cfg.UnifiedMount = cz.Layout().Unified
+	began = startup.phase("containerizer", began)
 	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		return nil, fmt.Errorf("--estimator: %w", err)
 	}
@@ -105,22 +110,26 @@ func (o Options) Build() (a *Agent, err error) {
 		return nil, fmt.Errorf("--qos-controller: %w", err)
 	}
 
-	// eBPF: probe once, log, and load what the kernel and privileges allow.
-	cfg.Features = bpf.Probe()
-	logProbes(logger, cfg.Features, slog.LevelDebug)
+	// eBPF: the monitor's programs (whose verification is most of the
+	// agent's start) are probed and loaded in the background: the agent
+	// registers meanwhile, GetFeatures says they are loading, and their
+	// signals join when loaded (lateEBPF). Without --ebpf only the probes
+	// run, for GetFeatures.
 	var ebpfStats monitor.EBPF
 	if o.EBPF {
-		m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
-		if err != nil {
-			logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
-		} else {
-			closers = append(closers, m.Close)
-			cfg.EBPF = m
-			ebpfStats = MonitorStats(m)
-		}
+		late := newLateEBPF()
+		cfg.EBPF, cfg.lateEBPF = late, late
+		ebpfStats = MonitorStats(late)
+		closers = append(closers, late.close)
+	} else {
+		cfg.Features = bpf.Probe()
+		logProbes(logger, cfg.Features, slog.LevelDebug)
+		began = startup.phase("ebpf_probes", began)
 	}
 	// Network QoS: the classifier and the TCP signals (bpf/netqos); the
 	// agent paces revocable egress on the interfaces, or says why not.
+	// They load before registration (network QoS is set up with the
+	// classifier) and take tens of milliseconds.
 	if !networkOff(o.NetworkInterfaces) {
 		unified := cz.Layout().Unified
 		q := &NetworkQoS{Interfaces: o.NetworkInterfaces, RevocableCgroup: filepath.Join(unified, cz.RevocableCgroup()),
@@ -143,6 +152,7 @@ func (o Options) Build() (a *Agent, err error) {
 		if cfg.EBPF != nil && cfg.TCP != nil {
 			ebpfStats = MonitorStatsWithTCP(cfg.EBPF, cfg.TCP)
 		}
+		began = startup.phase("network_qos_programs", began)
 	}
 	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: o.CgroupMountpoint, Interval: o.MonitorInterval,
 		EBPF: ebpfStats, Logger: logger})
@@ -152,10 +162,36 @@ func (o Options) Build() (a *Agent, err error) {
 	closers = append(closers, mon.Close)
 	cfg.Monitor = mon
 
+	began = startup.phase("monitor", began)
 	if a, err = New(cfg); err != nil {
 		return nil, err
 	}
+	startup.phase("agent", began)
 	a.closers = closers
+	// Started once the rest is built: on a host short of CPU (a test
+	// guest) the verification slowed what registration waits for.
+	if late := cfg.lateEBPF; late != nil {
+		loadStart := time.Now()
+		late.start(func() {
+			probes := bpf.Probe()
+			logProbes(logger, probes, slog.LevelDebug)
+			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
+			if err != nil {
+				logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
+			}
+			var loaded loadedEBPF
+			if m != nil {
+				loaded = m
+			}
+			if err := late.done(loaded, err, probes); err != nil {
+				logger.Warn("eBPF monitor: tracking the containers started while it loaded", "err", err)
+			}
+			startup.phase("ebpf_monitor", loadStart)
+			logger.Info("eBPF monitor ready", "loaded", loaded != nil, "took", time.Since(loadStart).Round(time.Millisecond),
+				"since_start", startup.sinceStart().Round(time.Millisecond))
+			bpf.ReleaseKernelBTF()
+		})
+	}
 	logger.Info("agent configured", "hostname", a.cfg.Hostname, "resources", a.Resources().String(), "cgroup_mode", string(cz.Mode()), "work_dir", cfg.WorkDir)
 	return a, nil
 }

@@ -16,7 +16,11 @@
 // credentials (TLS, authorization, revocation list), the containerizer,
 // the estimator and QoS controllers, the eBPF programs and network QoS as
 // far as the kernel allows, and the monitor; Agent.Close releases what
-// Build opened. slackline-agent is parse, Build, Run; the end-to-end tests
+// Build opened. Build starts loading package bpf's monitor in the
+// background (its verification is most of a start): the agent registers
+// meanwhile, GetFeatures says "loading", and the monitor's signals join
+// once it is loaded (lateEBPF); the first registration logs the start's
+// phases with their durations. slackline-agent is parse, Build, Run; the end-to-end tests
 // build their agents the same way. Config is the level below: subsystems
 // already built, handed to New (unit tests give it fakes).
 //

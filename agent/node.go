@@ -44,7 +44,7 @@ func (a *Agent) Handler() http.Handler {
 	mux.Handle(slacklinev1connect.NewNodeServiceHandler(nodeService{a}, opts...))
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	server.RegisterProcess(reg, "slackline-agent")
-	reg.MustRegister(featuresCollector{a.cfg.Features}, a.slack,
+	reg.MustRegister(featuresCollector{a.features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction, qosStateCollector{a.cfg.Containerizer})
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
@@ -202,7 +202,7 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 
 func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.GetFeaturesRequest]) (*connect.Response[slacklinev1.GetFeaturesResponse], error) {
 	resp := &slacklinev1.GetFeaturesResponse{}
-	for _, r := range s.a.cfg.Features {
+	for _, r := range s.a.features() {
 		f := &slacklinev1.Feature{Name: r.Name, Status: featureStatusProto(r.Status())}
 		if r.Err != nil {
 			f.Detail = r.Err.Error()
@@ -222,6 +222,8 @@ func featureStatusProto(s bpf.FeatureStatus) slacklinev1.FeatureStatus {
 		return slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED
 	case bpf.FeatureNoPermission:
 		return slacklinev1.FeatureStatus_FEATURE_STATUS_NO_PERMISSION
+	case bpf.FeatureLoading:
+		return slacklinev1.FeatureStatus_FEATURE_STATUS_LOADING
 	}
 	return slacklinev1.FeatureStatus_FEATURE_STATUS_UNKNOWN
 }

@@ -262,7 +262,7 @@ func (o *observer) cgroupID(containerID string) uint64 {
 }
 
 // featuresCollector exports the feature probes as a gauge.
-type featuresCollector struct{ results []bpf.FeatureResult }
+type featuresCollector struct{ results func() []bpf.FeatureResult }
 
 var featureDesc = prometheus.NewDesc("slackline_agent_ebpf_feature_available",
 	"Whether an eBPF feature probe succeeded (1) or not (0), with the reason.", []string{"feature", "status"}, nil)
@@ -270,7 +270,7 @@ var featureDesc = prometheus.NewDesc("slackline_agent_ebpf_feature_available",
 func (f featuresCollector) Describe(ch chan<- *prometheus.Desc) { ch <- featureDesc }
 
 func (f featuresCollector) Collect(ch chan<- prometheus.Metric) {
-	for _, r := range f.results {
+	for _, r := range f.results() {
 		v := 0.0
 		if r.Err == nil {
 			v = 1

@@ -92,8 +92,12 @@ func unpinThread() {
 }
 
 // BenchmarkContextSwitch measures pipe ping-pong round trips (2 context
-// switches each) without and with the monitor attached, alternating rounds
-// in one run, and reports the attached/detached throughput ratio.
+// switches each) in three states, alternating in rounds within one run:
+// nothing attached (detached), an empty program on each of the monitor's
+// hooks (empty: what a hook alone costs on this kernel and machine), and
+// the monitor attached. It reports the throughput ratios attached/detached,
+// empty/detached and attached/empty, the last being the monitor's own cost
+// beside what the hooks cost anyway (goal: at least 0.99).
 // The helper's cgroup is tracked (guaranteed) so the programs take their
 // accounting path; the benchmark's own thread is untracked.
 func BenchmarkContextSwitch(b *testing.B) {
@@ -106,37 +110,154 @@ func BenchmarkContextSwitch(b *testing.B) {
 	defer unpinThread()
 	p.roundTrips(b, 10000) // warm up
 
-	const rounds = 6
-	perRound := max(b.N/rounds, 1000)
-	var detached, attached time.Duration
-	b.ResetTimer()
-	for r := 0; r < rounds; r++ {
-		start := time.Now()
-		p.roundTrips(b, perRound)
-		detached += time.Since(start)
-
-		b.StopTimer()
-		m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+	m, err := bpf.Load(bpf.Config{CgroupRoot: root, Logger: quietLogger()})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer m.Close()
+	if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+		b.Fatal(err)
+	}
+	// The empty programs go where the monitor's programs go.
+	points := m.Attached()
+	empty := loadEmptyHooks(b, points, root)
+	defer empty.close()
+	detach := func() func() error {
+		b.Helper()
+		reattach, err := bpf.DetachAll(m)
 		if err != nil {
 			b.Fatal(err)
 		}
-		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
-			b.Fatal(err)
-		}
-		b.StartTimer()
-		start = time.Now()
+		return reattach
+	}
+	reattach := detach()
+
+	// Many short rounds, so that what else the host runs falls on the
+	// three states alike.
+	const rounds = 30 // a multiple of 3: each state comes first as often
+	perRound := max(b.N/rounds, 1000)
+	var detached, emptyHooks, attached time.Duration
+	timed := func(d *time.Duration) {
+		start := time.Now()
 		p.roundTrips(b, perRound)
-		attached += time.Since(start)
-		b.StopTimer()
-		if err := m.Close(); err != nil {
-			b.Fatal(err)
+		*d += time.Since(start)
+	}
+	// Each round measures the three states, in an order that rotates from
+	// round to round, so that none always follows the same one.
+	states := []func(){
+		func() { timed(&detached) },
+		func() {
+			b.StopTimer()
+			empty.attach(b)
+			b.StartTimer()
+			timed(&emptyHooks)
+			b.StopTimer()
+			empty.detach(b)
+			b.StartTimer()
+		},
+		func() {
+			b.StopTimer()
+			if err := reattach(); err != nil {
+				b.Fatal(err)
+			}
+			b.StartTimer()
+			timed(&attached)
+			b.StopTimer()
+			reattach = detach()
+			b.StartTimer()
+		},
+	}
+	b.ResetTimer()
+	for r := 0; r < rounds; r++ {
+		for i := range states {
+			states[(r+i)%len(states)]()
 		}
-		b.StartTimer()
 	}
 	n := float64(rounds * perRound)
 	b.ReportMetric(n/detached.Seconds(), "detached_roundtrips/s")
+	b.ReportMetric(n/emptyHooks.Seconds(), "empty_roundtrips/s")
 	b.ReportMetric(n/attached.Seconds(), "attached_roundtrips/s")
 	b.ReportMetric(detached.Seconds()/attached.Seconds(), "attached/detached")
+	b.ReportMetric(detached.Seconds()/emptyHooks.Seconds(), "empty/detached")
+	b.ReportMetric(emptyHooks.Seconds()/attached.Seconds(), "attached/empty")
+	b.Logf("empty programs on %v", points)
+}
+
+// emptyHooks are programs that do nothing (tracing: return 0; cgroup_skb:
+// let the packet through) for the monitor's attach points, attached and
+// detached at will.
+type emptyHooks struct {
+	progs []*ebpf.Program
+	// attachTo attaches progs[i].
+	attachTo []func(*ebpf.Program) (link.Link, error)
+	links    []link.Link
+}
+
+// loadEmptyHooks loads an empty program for each of the attach points
+// ("tp_btf/NAME", "cgroup_skb/ingress", "cgroup_skb/egress"); the
+// cgroup_skb ones attach to cgroupRoot.
+func loadEmptyHooks(b *testing.B, points []string, cgroupRoot string) *emptyHooks {
+	b.Helper()
+	e := &emptyHooks{}
+	for _, point := range points {
+		kind, name, _ := strings.Cut(point, "/")
+		var spec *ebpf.ProgramSpec
+		var attach func(*ebpf.Program) (link.Link, error)
+		switch kind {
+		case "tp_btf":
+			spec = &ebpf.ProgramSpec{Type: ebpf.Tracing, AttachType: ebpf.AttachTraceRawTp, AttachTo: name, License: "GPL",
+				Instructions: asm.Instructions{asm.LoadImm(asm.R0, 0, asm.DWord), asm.Return()}}
+			attach = func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachTracing(link.TracingOptions{Program: p, AttachType: ebpf.AttachTraceRawTp})
+			}
+		case "cgroup_skb":
+			at := map[string]ebpf.AttachType{"ingress": ebpf.AttachCGroupInetIngress, "egress": ebpf.AttachCGroupInetEgress}[name]
+			spec = &ebpf.ProgramSpec{Type: ebpf.CGroupSKB, License: "GPL",
+				Instructions: asm.Instructions{asm.LoadImm(asm.R0, 1, asm.DWord), asm.Return()}}
+			attach = func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachCgroup(link.CgroupOptions{Path: cgroupRoot, Attach: at, Program: p})
+			}
+		default:
+			b.Fatalf("no empty program for attach point %s", point)
+		}
+		prog, err := ebpf.NewProgram(spec)
+		if err != nil {
+			e.close()
+			b.Fatalf("empty program for %s: %v", point, err)
+		}
+		e.progs, e.attachTo = append(e.progs, prog), append(e.attachTo, attach)
+	}
+	return e
+}
+
+func (e *emptyHooks) attach(b *testing.B) {
+	b.Helper()
+	for i, p := range e.progs {
+		l, err := e.attachTo[i](p)
+		if err != nil {
+			b.Fatal(err)
+		}
+		e.links = append(e.links, l)
+	}
+}
+
+func (e *emptyHooks) detach(b *testing.B) {
+	b.Helper()
+	for _, l := range e.links {
+		if err := l.Close(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	e.links = nil
+}
+
+func (e *emptyHooks) close() {
+	for _, l := range e.links {
+		_ = l.Close()
+	}
+	for _, p := range e.progs {
+		_ = p.Close()
+	}
 }
 
 // BenchmarkProgramCost runs a workload in a tracked cgroup (pipe ping-pong,

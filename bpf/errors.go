@@ -20,6 +20,11 @@ var ErrNotTracked = errors.New("cgroup not tracked")
 // loaded or attached on this host (see Monitor.Attached and Probe for why).
 var ErrUnavailable = errors.New("eBPF signal unavailable on this host")
 
+// ErrLoading marks a feature whose probe or programs are still being
+// loaded (FeatureResult.Status: FeatureLoading): a process may start
+// serving before its optional programs are verified.
+var ErrLoading = errors.New("still loading")
+
 // classify maps a kernel error onto the probe contract: ErrPermission for
 // EPERM/EACCES, ebpf.ErrNotSupported for errors meaning the kernel lacks the
 // feature; anything else is returned as is ("could not tell").

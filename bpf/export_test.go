@@ -48,3 +48,29 @@ func DetachSchedSwitch(m *Monitor) (reattach func() error, err error) {
 	}
 	return nil, ErrUnavailable
 }
+
+// DetachAll detaches every program until reattach attaches them again
+// (calling it again does nothing): the benchmarks alternate with and
+// without the monitor without loading it again.
+func DetachAll(m *Monitor) (reattach func() error, err error) {
+	for _, l := range m.links {
+		if err := l.Close(); err != nil {
+			return nil, err
+		}
+	}
+	attached := false
+	return func() error {
+		if attached {
+			return nil
+		}
+		for i, p := range m.attached {
+			l, err := p.attach(p.prog)
+			if err != nil {
+				return err
+			}
+			m.links[i] = l
+		}
+		attached = true
+		return nil
+	}, nil
+}

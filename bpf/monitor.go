@@ -162,6 +162,7 @@ type Monitor struct {
 	mem   *memObjects
 
 	links    []link.Link
+	attached []attachPoint            // what links attached, in their order
 	programs map[string]*ebpf.Program // attach point -> program, attached ones only
 
 	events     chan ThresholdEvent
@@ -250,7 +251,7 @@ func Load(cfg Config) (*Monitor, error) {
 	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"tracked":      m.tracked,
 		"cgroup_stats": m.stats,
-	}}
+	}, Cache: KernelBTF()}
 
 	var points []attachPoint
 	var failures []error
@@ -260,10 +261,64 @@ func Load(cfg Config) (*Monitor, error) {
 		failures = append(failures, err)
 	}
 
+	// The scheduler, network and memory programs are independent: the
+	// kernel verifies them in parallel (the scheduler's verification is
+	// most of Load's time), sharing the decoded kernel BTF. Their results
+	// are merged below in a fixed order.
+	var (
+		wg         sync.WaitGroup
+		sched      *schedObjs
+		schedErr   error
+		netObjs    *netObjects
+		netErr     error
+		netSpecErr error
+		memSpec    *ebpf.CollectionSpec
+		memSpecErr error
+		memProgs   = make([]*ebpf.Program, len(memTracepoints))
+		memErrs    = make([]error, len(memTracepoints))
+		mem        = &memObjects{}
+	)
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		sizeShared(schedSpec)
+		sched, schedErr = loadScheduler(schedSpec, shared, ncpu, cfg.wakeupHooks, log)
+	}()
+	if cfg.CgroupRoot != "" {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			netSpec, err := loadNet()
+			if err != nil {
+				netSpecErr = err
+				return
+			}
+			sizeShared(netSpec)
+			var objs netObjects
+			if err := netSpec.LoadAndAssign(&objs, shared); err != nil {
+				netErr = err
+				return
+			}
+			netObjs = &objs
+		}()
+	}
+	// Memory: programs are loaded one by one so that a tracepoint this
+	// kernel lacks (or whose arguments differ) only loses that signal.
+	go func() {
+		defer wg.Done()
+		if memSpec, memSpecErr = loadMem(); memSpecErr != nil {
+			return
+		}
+		sizeShared(memSpec)
+		for i, name := range memTracepoints {
+			memProgs[i], memErrs[i] = loadProgram(memSpec, "tp_btf/"+name, shared, &mem.memMaps)
+		}
+	}()
+	wg.Wait()
+
 	// Scheduler.
-	sizeShared(schedSpec)
-	if sched, err := loadScheduler(schedSpec, shared, ncpu, cfg.wakeupHooks, log); err != nil {
-		fail("load scheduler programs", err)
+	if schedErr != nil {
+		fail("load scheduler programs", schedErr)
 	} else {
 		m.sched = sched
 		sched.setThreshold(uint64(max(cfg.LatencyThreshold, 0)))
@@ -272,55 +327,46 @@ func Load(cfg Config) (*Monitor, error) {
 	}
 
 	// Network.
-	if cfg.CgroupRoot != "" {
-		netSpec, err := loadNet()
-		if err != nil {
-			return nil, errors.Join(fmt.Errorf("load eBPF: %w", err), m.Close())
-		}
-		sizeShared(netSpec)
-		var netObjs netObjects
-		if err := netSpec.LoadAndAssign(&netObjs, shared); err != nil {
-			fail("load network programs", err)
-		} else {
-			m.net = &netObjs
-			cgroupSKB := func(at ebpf.AttachType) func(*ebpf.Program) (link.Link, error) {
-				return func(p *ebpf.Program) (link.Link, error) {
-					return link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupRoot, Attach: at, Program: p})
-				}
+	m.net = netObjs
+	var setupErr error
+	switch {
+	case netObjs != nil:
+		cgroupSKB := func(at ebpf.AttachType) func(*ebpf.Program) (link.Link, error) {
+			return func(p *ebpf.Program) (link.Link, error) {
+				return link.AttachCgroup(link.CgroupOptions{Path: cfg.CgroupRoot, Attach: at, Program: p})
 			}
-			points = append(points,
-				attachPoint{"cgroup_skb/ingress", netObjs.CgroupSkbIngress, cgroupSKB(ebpf.AttachCGroupInetIngress)},
-				attachPoint{"cgroup_skb/egress", netObjs.CgroupSkbEgress, cgroupSKB(ebpf.AttachCGroupInetEgress)},
-			)
 		}
+		points = append(points,
+			attachPoint{"cgroup_skb/ingress", netObjs.CgroupSkbIngress, cgroupSKB(ebpf.AttachCGroupInetIngress)},
+			attachPoint{"cgroup_skb/egress", netObjs.CgroupSkbEgress, cgroupSKB(ebpf.AttachCGroupInetEgress)},
+		)
+	case netSpecErr != nil:
+		setupErr = fmt.Errorf("load eBPF: %w", netSpecErr)
+	case netErr != nil:
+		fail("load network programs", netErr)
 	}
 
-	// Memory: programs are loaded one by one so that a tracepoint this
-	// kernel lacks (or whose arguments differ) only loses that signal.
-	memSpec, err := loadMem()
-	if err != nil {
-		return nil, errors.Join(fmt.Errorf("load eBPF: %w", err), m.Close())
-	}
-	sizeShared(memSpec)
-	m.mem = &memObjects{}
-	for _, p := range []struct {
-		name string
-		dst  **ebpf.Program
-	}{
-		{"mm_vmscan_direct_reclaim_begin", &m.mem.DirectReclaimBegin},
-		{"mm_vmscan_direct_reclaim_end", &m.mem.DirectReclaimEnd},
-		{"mm_vmscan_memcg_reclaim_begin", &m.mem.MemcgReclaimBegin},
-		{"mm_vmscan_memcg_reclaim_end", &m.mem.MemcgReclaimEnd},
-		{"mark_victim", &m.mem.MarkVictim},
-	} {
-		name := "tp_btf/" + p.name
-		prog, err := loadProgram(memSpec, name, shared, &m.mem.memMaps)
-		if err != nil {
-			fail("load "+name, err)
+	// Memory.
+	m.mem = mem
+	for i, name := range memTracepoints {
+		if memSpecErr != nil {
+			break
+		}
+		name := "tp_btf/" + name
+		if memErrs[i] != nil {
+			fail("load "+name, memErrs[i])
 			continue
 		}
-		*p.dst = prog
-		points = append(points, attachPoint{name, prog, tracing})
+		dst := []**ebpf.Program{&mem.DirectReclaimBegin, &mem.DirectReclaimEnd, &mem.MemcgReclaimBegin,
+			&mem.MemcgReclaimEnd, &mem.MarkVictim}[i]
+		*dst = memProgs[i]
+		points = append(points, attachPoint{name, memProgs[i], tracing})
+	}
+	if memSpecErr != nil {
+		setupErr = errors.Join(setupErr, fmt.Errorf("load eBPF: %w", memSpecErr))
+	}
+	if setupErr != nil {
+		return nil, errors.Join(setupErr, m.Close())
 	}
 
 	for _, p := range points {
@@ -330,6 +376,7 @@ func Load(cfg Config) (*Monitor, error) {
 			continue
 		}
 		m.links = append(m.links, l)
+		m.attached = append(m.attached, p)
 		m.programs[p.name] = p.prog
 	}
 	if len(m.links) == 0 {
@@ -348,6 +395,10 @@ func Load(cfg Config) (*Monitor, error) {
 	log.Info("eBPF monitor loaded", "attached", m.Attached(), "unavailable", len(failures))
 	return m, nil
 }
+
+// memTracepoints are the memory programs' tracepoints, loaded one by one.
+var memTracepoints = []string{"mm_vmscan_direct_reclaim_begin", "mm_vmscan_direct_reclaim_end",
+	"mm_vmscan_memcg_reclaim_begin", "mm_vmscan_memcg_reclaim_end", "mark_victim"}
 
 // loadProgram loads the one program of spec whose section is section, its
 // maps created once and kept in maps.

@@ -37,10 +37,12 @@ const (
 	FeatureNotSupported
 	// FeatureNoPermission: the process may not use the feature (ErrPermission).
 	FeatureNoPermission
+	// FeatureLoading: the probe has not finished yet (ErrLoading).
+	FeatureLoading
 )
 
 // String returns the status in snake case ("available", "not_supported",
-// "no_permission", "unknown"), as in metric labels and logs.
+// "no_permission", "loading", "unknown"), as in metric labels and logs.
 func (s FeatureStatus) String() string {
 	switch s {
 	case FeatureAvailable:
@@ -49,6 +51,8 @@ func (s FeatureStatus) String() string {
 		return "not_supported"
 	case FeatureNoPermission:
 		return "no_permission"
+	case FeatureLoading:
+		return "loading"
 	}
 	return "unknown"
 }
@@ -58,6 +62,8 @@ func (r FeatureResult) Status() FeatureStatus {
 	switch {
 	case r.Err == nil:
 		return FeatureAvailable
+	case errors.Is(r.Err, ErrLoading):
+		return FeatureLoading
 	case errors.Is(r.Err, ErrPermission):
 		return FeatureNoPermission
 	case errors.Is(r.Err, ebpf.ErrNotSupported):
@@ -115,7 +121,7 @@ func probeBPFSyscall() error {
 }
 
 func probeBTF() error {
-	_, err := btf.LoadKernelSpec()
+	_, err := kernelSpec()
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: no kernel BTF (/sys/kernel/btf/vmlinux): %w", ebpf.ErrNotSupported, err)
 	}
@@ -125,26 +131,31 @@ func probeBTF() error {
 // probeTPBTF loads (without attaching) a no-op tp_btf/sched_switch program:
 // the kernel checks BTF, the program type and the attach target.
 func probeTPBTF() error {
-	prog, err := ebpf.NewProgramWithOptions(&ebpf.ProgramSpec{
-		Type:       ebpf.Tracing,
-		AttachType: ebpf.AttachTraceRawTp,
-		AttachTo:   "sched_switch",
-		License:    "GPL",
-		Instructions: asm.Instructions{
-			asm.LoadImm(asm.R0, 0, asm.DWord),
-			asm.Return(),
+	// A collection of one, so that the attach target is found in the
+	// shared kernel BTF (NewProgram decodes it afresh).
+	coll, err := ebpf.NewCollectionWithOptions(&ebpf.CollectionSpec{Programs: map[string]*ebpf.ProgramSpec{
+		"probe": {
+			Type:       ebpf.Tracing,
+			AttachType: ebpf.AttachTraceRawTp,
+			AttachTo:   "sched_switch",
+			License:    "GPL",
+			Instructions: asm.Instructions{
+				asm.LoadImm(asm.R0, 0, asm.DWord),
+				asm.Return(),
+			},
 		},
-	}, ebpf.ProgramOptions{LogDisabled: true})
+	}}, ebpf.CollectionOptions{Programs: ebpf.ProgramOptions{LogDisabled: true}, Cache: KernelBTF()})
 	if err != nil {
 		return err
 	}
-	return prog.Close()
+	coll.Close()
+	return nil
 }
 
 // haveTracepoints reports whether kernel BTF describes the tracepoints, the
 // condition for attaching tp_btf programs to them.
 func haveTracepoints(names ...string) error {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelSpec()
 	if err != nil {
 		return err
 	}
@@ -168,7 +179,7 @@ func haveTracepoints(names ...string) error {
 // with schedstats or delay accounting on; then /proc shows a zero count of
 // arrivals on a CPU for a thread that has run).
 func probeSchedInfo() error {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelSpec()
 	if errors.Is(err, os.ErrNotExist) {
 		return fmt.Errorf("%w: no kernel BTF: %w", ebpf.ErrNotSupported, err)
 	}
@@ -248,7 +259,7 @@ func haveField(spec *btf.Spec, typ string, path ...string) error {
 // probeMarkVictim also checks the argument form the program expects (the
 // task, Linux 6.8+; older kernels pass a pid).
 func probeMarkVictim() error {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := kernelSpec()
 	if err != nil {
 		return err
 	}

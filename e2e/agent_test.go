@@ -40,6 +40,30 @@ func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string
 	return a
 }
 
+// waitEBPFLoaded waits until the agent's eBPF monitor, which loads after
+// the agent registers, is loaded (or failed): GetFeatures' ebpf_monitor
+// is no longer loading (or absent: --ebpf=false).
+func waitEBPFLoaded(t *testing.T, node slacklinev1connect.NodeServiceClient) {
+	t.Helper()
+	eventually(t, 60*time.Second, func() string {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		resp, err := node.GetFeatures(ctx, connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
+		if err != nil {
+			return err.Error()
+		}
+		for _, f := range resp.Msg.GetFeatures() {
+			if f.GetName() == "ebpf_monitor" {
+				if f.GetStatus() == slacklinev1.FeatureStatus_FEATURE_STATUS_LOADING {
+					return "eBPF monitor loading"
+				}
+				return ""
+			}
+		}
+		return "" // --ebpf=false
+	})
+}
+
 // restart SIGKILLs the agent and starts it again with the same flags.
 func (a *realAgent) restart(t *testing.T) {
 	a.proc.kill()

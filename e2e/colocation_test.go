@@ -64,6 +64,7 @@ func revocableDelays(t *testing.T, controllers string, n int, enough func(time.D
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", controllers,
 		"--qos-runqueue-p99", "50us", "--qos-min-attributed-delay", "0")
 	waitAgentsActive(t, addr, 1)
+	waitEBPFLoaded(t, agent.node())
 	// The guaranteed task holds the node, so that its slack (revocable)
 	// fits the three hogs whatever its loops use; the hogs ask for little
 	// (a tenth of a core each: at idle priority they take what is idle

@@ -148,6 +148,7 @@ func TestNodeService(t *testing.T) {
 		t.Errorf("read of an unknown task: %v, want NotFound", err)
 	}
 	// Usage of the container, with eBPF fields, and the feature probes.
+	waitEBPFLoaded(t, node)
 	deadline = time.Now().Add(10 * time.Second)
 	var usage *slacklinev1.ResourceStatistics
 	for time.Now().Before(deadline) && usage.GetOncpuSecs() == 0 {

@@ -204,9 +204,15 @@ func removeRealRoot(t testing.TB, root string) {
 }
 
 // waitExit returns the next Exit for id, failing after a deadline.
+// slowHostDeadline bounds the waits of the tests: long, because the
+// privileged tests also run in emulated guests on a loaded host (make
+// test-vm), where a task's start or OOM kill took over 30 s; a passing
+// test never waits for it.
+const slowHostDeadline = 3 * time.Minute
+
 func waitExit(t *testing.T, c *Containerizer, id string) Exit {
 	t.Helper()
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(slowHostDeadline)
 	for {
 		select {
 		case e := <-c.Exits():
@@ -223,7 +229,7 @@ func waitExit(t *testing.T, c *Containerizer, id string) Exit {
 // eventually polls cond until it holds, failing after a deadline.
 func eventually(t *testing.T, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
+	deadline := time.Now().Add(slowHostDeadline)
 	for !cond() {
 		if time.Now().After(deadline) {
 			t.Fatalf("timed out waiting for %s", what)

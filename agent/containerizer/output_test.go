@@ -147,7 +147,7 @@ func TestForkBombStopsAtPidsMax(t *testing.T) {
 	other := launch(t, c, Spec{TaskID: "after", Command: shell("exit 0")})
 	_ = c.Kill(t.Context(), ct.ID)
 	exits := map[string]Exit{}
-	deadline := time.After(30 * time.Second)
+	deadline := time.After(slowHostDeadline)
 	for len(exits) < 2 {
 		select {
 		case e := <-c.Exits():

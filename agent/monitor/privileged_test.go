@@ -201,7 +201,9 @@ func TestRealCgroups(t *testing.T) {
 	// Let the helper run about a second; sample every 100 ms meanwhile.
 	var last Usage
 	var integral float64 // sum of rate x interval: must equal the usage growth
-	for now := time.Now(); now.Sub(start) < time.Second; now = time.Now() {
+	// At least once: a slow (emulated, loaded) host may have spent the
+	// second already.
+	for first := true; first || time.Since(start) < time.Second; first = false {
 		time.Sleep(100 * time.Millisecond)
 		prev, _ := m.Latest("c0")
 		if err := m.Sample(time.Now()); err != nil {

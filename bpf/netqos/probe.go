@@ -42,7 +42,7 @@ func Probe() []bpf.FeatureResult {
 }
 
 func probeRetransmitTracepoint() error {
-	spec, err := btf.LoadKernelSpec()
+	spec, err := bpf.KernelBTF().Kernel()
 	if err != nil {
 		if errors.Is(err, btf.ErrNotSupported) {
 			return fmt.Errorf("%w: no kernel BTF: %w", ebpf.ErrNotSupported, err)

@@ -107,6 +107,9 @@ const (
 	FeatureStatus_FEATURE_STATUS_NO_PERMISSION FeatureStatus = 3
 	// FEATURE_STATUS_UNKNOWN: the probe could not tell (see detail).
 	FeatureStatus_FEATURE_STATUS_UNKNOWN FeatureStatus = 4
+	// FEATURE_STATUS_LOADING: the agent registers before its optional eBPF
+	// programs are loaded; the probe's result follows (ask again).
+	FeatureStatus_FEATURE_STATUS_LOADING FeatureStatus = 5
 )
 
 // Enum value maps for FeatureStatus.
@@ -117,6 +120,7 @@ var (
 		2: "FEATURE_STATUS_NOT_SUPPORTED",
 		3: "FEATURE_STATUS_NO_PERMISSION",
 		4: "FEATURE_STATUS_UNKNOWN",
+		5: "FEATURE_STATUS_LOADING",
 	}
 	FeatureStatus_value = map[string]int32{
 		"FEATURE_STATUS_UNSPECIFIED":   0,
@@ -124,6 +128,7 @@ var (
 		"FEATURE_STATUS_NOT_SUPPORTED": 2,
 		"FEATURE_STATUS_NO_PERMISSION": 3,
 		"FEATURE_STATUS_UNKNOWN":       4,
+		"FEATURE_STATUS_LOADING":       5,
 	}
 )
 
@@ -1695,7 +1700,8 @@ func (x *Feature) GetDetail() string {
 	return ""
 }
 
-// GetFeaturesResponse lists the probes run at start.
+// GetFeaturesResponse lists the probes run at start (some may still be
+// loading just after the agent started).
 type GetFeaturesResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
 	Features      []*Feature             `protobuf:"bytes,1,rep,name=features,proto3" json:"features,omitempty"`
@@ -2356,13 +2362,14 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17CORRECTION_KIND_RECLAIM\x10\x05\x12\x1a\n" +
 	"\x16CORRECTION_KIND_FREEZE\x10\x06\x12\x18\n" +
 	"\x14CORRECTION_KIND_THAW\x10\a\x12\x1b\n" +
-	"\x17CORRECTION_KIND_RELEASE\x10\b*\xad\x01\n" +
+	"\x17CORRECTION_KIND_RELEASE\x10\b*\xc9\x01\n" +
 	"\rFeatureStatus\x12\x1e\n" +
 	"\x1aFEATURE_STATUS_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18FEATURE_STATUS_AVAILABLE\x10\x01\x12 \n" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
-	"\x16FEATURE_STATUS_UNKNOWN\x10\x042\xe5\x04\n" +
+	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\xe5\x04\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +

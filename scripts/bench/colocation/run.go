@@ -295,6 +295,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 	}
 	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
+	if err := waitEBPFLoaded(ctx, node, 60*time.Second); err != nil {
+		return res, err
+	}
 	if s.tasks > 0 {
 		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
 			"--tasks", strconv.Itoa(s.tasks), "--task-resources", s.res, "--command", s.command(o.binDir)); err != nil {
@@ -673,6 +676,27 @@ func waitRevocable(ctx context.Context, node slacklinev1connect.NodeServiceClien
 		time.Sleep(200 * time.Millisecond)
 	}
 	return fmt.Errorf("%d of %d best-effort tasks running after %v", running, n, timeout)
+}
+
+// waitEBPFLoaded waits until the agent's eBPF monitor, loaded after the
+// agent registers, is loaded or failed (GetFeatures' ebpf_monitor is no
+// longer loading), so that the scenario measures with it.
+func waitEBPFLoaded(ctx context.Context, node slacklinev1connect.NodeServiceClient, timeout time.Duration) error {
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		resp, err := node.GetFeatures(ctx, connect.NewRequest(&slacklinev1.GetFeaturesRequest{}))
+		if err == nil {
+			loading := false // no ebpf_monitor feature: --ebpf=false
+			for _, f := range resp.Msg.GetFeatures() {
+				loading = loading || f.GetName() == "ebpf_monitor" && f.GetStatus() == slacklinev1.FeatureStatus_FEATURE_STATUS_LOADING
+			}
+			if !loading {
+				return nil
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return fmt.Errorf("the agent's eBPF monitor still loading after %v", timeout)
 }
 
 // serverUsage is a container's cumulative eBPF counters; ok is false when
