@@ -100,7 +100,7 @@ func load(args []string) error {
 	duration := fs.Duration("duration", 31*time.Minute, "how long to send")
 	minRate := fs.Float64("min-rate", 20, "lowest request rate (per second)")
 	maxRate := fs.Float64("max-rate", 220, "highest request rate (per second)")
-	minRounds := fs.Float64("min-rounds", 10, "Pareto scale of the rounds per request")
+	minRounds := fs.Float64("min-rounds", 20, "Pareto scale of the rounds per request")
 	alpha := fs.Float64("alpha", 1.4, "Pareto shape of the rounds per request")
 	maxRounds := fs.Float64("max-rounds", 4000, "cap on the rounds per request")
 	seed := fs.Uint64("seed", 29, "random seed")
