@@ -96,10 +96,11 @@ var Registry = map[string]Factory{
 	"usage":      newUsage,
 	"predictive": newPredictive,
 	"fast":       newFast,
+	"calibrated": newCalibrated,
 }
 
 // DefaultName is the estimator the agent uses unless told otherwise.
-const DefaultName = "fast"
+const DefaultName = "calibrated"
 
 // Errors of New and the factories.
 var (
@@ -159,8 +160,12 @@ type Config struct {
 	// Hysteresis keeps small changes from reaching the coordinator (usage
 	// and predictive; fast has its own band, and honours Off).
 	Hysteresis Hysteresis
-	// Fast configures the fast estimator.
+	// Fast configures the fast estimator (and the calibrated one, which
+	// wraps it).
 	Fast FastConfig
+	// Calibration configures the calibrated estimator's online control of
+	// its violation rate.
+	Calibration CalibrationConfig
 }
 
 // DefaultConfig returns the configuration the agent uses by default.
@@ -174,6 +179,7 @@ func DefaultConfig() Config {
 		MinSamples:   10,
 		Hysteresis:   DefaultHysteresis(),
 		Fast:         DefaultFastConfig(),
+		Calibration:  DefaultCalibrationConfig(),
 	}
 }
 

@@ -93,7 +93,14 @@ func newFast(cfg Config) (Estimator, error) {
 
 // Estimate implements Estimator.
 func (f *fastEstimator) Estimate(in Input) resources.Resources {
-	members := guaranteedMembers(in, f.cfg.Window)
+	f.published = f.cfg.Hysteresis.Apply(f.published, f.raw(in, guaranteedMembers(in, f.cfg.Window), f.predictCPU))
+	return f.published
+}
+
+// raw learns the members' new onsets and returns the estimate before
+// hysteresis, predicting each member's CPU with predict (f.predictCPU, or
+// a wrapper that records it).
+func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) resources.Resources {
 	if f.cfg.Fast.Onset > 0 {
 		seen := make(map[string]bool, len(members))
 		for _, m := range members {
@@ -111,9 +118,7 @@ func (f *fastEstimator) Estimate(in Input) resources.Resources {
 			}
 		}
 	}
-	raw := slackOf(in, f.cfg, members, f.predictCPU)
-	f.published = f.cfg.Hysteresis.Apply(f.published, raw)
-	return f.published
+	return slackOf(in, f.cfg, members, predict)
 }
 
 func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {

@@ -86,6 +86,10 @@ With no arguments it replays estimator/testdata/*.csv.`,
 	f.DurationVar(&o.config.Fast.Confirm, "confirm", o.config.Fast.Confirm, "fast: how long slack must last before it is offered")
 	f.Float64Var(&o.config.Fast.Margin, "safety-margin", o.config.Fast.Margin, "fast: fraction of each cpu allocation never offered")
 	f.DurationVar(&o.config.Fast.ReclaimTime, "reclaim-time", o.config.Fast.ReclaimTime, "fast: recurring bursts due within this are held back")
+	f.Float64Var(&o.config.Calibration.TargetViolation, "target-violation", o.config.Calibration.TargetViolation, "calibrated: long-run share of estimates allowed to exceed the real slack")
+	f.Float64Var(&o.config.Calibration.Gamma, "gamma", o.config.Calibration.Gamma, "calibrated: step of the calibration's level update")
+	f.DurationVar(&o.config.Calibration.Confirm, "calibrated-confirm", o.config.Calibration.Confirm, "calibrated: how long slack must last before it is offered")
+	f.IntVar(&o.config.Calibration.Window, "calibration-window", o.config.Calibration.Window, "calibrated: scores (estimates) the margin is a quantile of")
 	return cmd
 }
 
