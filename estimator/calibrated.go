@@ -359,3 +359,19 @@ func ViolationBound(alpha, gamma float64, t, d int) float64 {
 	}
 	return alpha + (alpha+dg/(1-dg))/(gamma*float64(t))
 }
+
+// WindowViolationBound bounds the violations in ANY run of n consecutive
+// scored estimates (not only from the start): at most
+//
+//	α + (α_max + γ_d)/(γn)
+//
+// of them, with α_max = min(1, 10α) the ceiling of α_t. It is what makes
+// the rate come back to the target after a change of regime. +Inf when n is
+// 0 or dγ ≥ 1.
+func WindowViolationBound(alpha, gamma float64, n, d int) float64 {
+	dg := float64(max(d, 1)) * gamma
+	if n <= 0 || dg >= 1 {
+		return math.Inf(1)
+	}
+	return alpha + (min(1, levelCeilingFactor*alpha)+dg/(1-dg))/(gamma*float64(n))
+}

@@ -103,6 +103,18 @@ func NewCalibration(cfg CalibrationConfig) (*Calibration, error) {
 	return &Calibration{cfg: cfg, alpha: cfg.TargetViolation}, nil
 }
 
+// levelCeilingFactor bounds α_t from above at this many times the target
+// (and at 1): a long quiet spell would otherwise raise α_t without bound,
+// and the first hard minutes after it would violate until it came back
+// down. Clipping from above only lowers α, so the long-run bound holds as
+// is, and it bounds the violations in any run of estimates (doc.go).
+const levelCeilingFactor = 10
+
+// Ceiling returns the largest α_t can reach: min(1, 10 α).
+func (c *Calibration) Ceiling() float64 {
+	return min(1, levelCeilingFactor*c.cfg.TargetViolation)
+}
+
 // Alpha returns α_t, the level the next margin is taken at.
 func (c *Calibration) Alpha() float64 { return c.alpha }
 
@@ -119,7 +131,7 @@ func (c *Calibration) Violations() float64 { return c.violations }
 // as a violation by the caller, with no score).
 func (c *Calibration) Observe(err, score float64) {
 	err = min(1, max(0, err))
-	c.alpha += c.cfg.Gamma * (c.cfg.TargetViolation - err)
+	c.alpha = min(c.alpha+c.cfg.Gamma*(c.cfg.TargetViolation-err), c.Ceiling())
 	c.resolved++
 	c.violations += err
 	if math.IsNaN(score) || math.IsInf(score, 0) {
