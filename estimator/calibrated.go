@@ -49,18 +49,20 @@ type calibratedEstimator struct {
 	predicted map[string]float64
 	windows   map[string][]Sample
 	explained Explanation
+	pacer     *Pacer
 }
 
 func newCalibrated(cfg Config) (Estimator, error) {
 	cfg.Fast.Confirm = cfg.Calibration.Confirm
 	f, err := newFast(cfg)
 	cal, calErr := NewCalibration(cfg.Calibration)
-	if err := errors.Join(err, calErr); err != nil {
+	pacer, paceErr := NewPacer(cfg.RiseInterval)
+	if err := errors.Join(err, calErr, paceErr); err != nil {
 		return nil, err
 	}
 	fast := f.(*fastEstimator)
 	return &calibratedEstimator{
-		fast: fast, cfg: fast.cfg, cal: cal,
+		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
 		predicted: map[string]float64{}, windows: map[string][]Sample{},
 	}, nil
 }
@@ -86,8 +88,11 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	})
 	ex := c.explain(in, members)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
-	c.published = c.cfg.Hysteresis.Apply(c.published, out)
+	if paced, ok := c.pacer.Next(in.Now, c.cfg.Hysteresis.Apply(c.published, out)); ok {
+		c.published = paced
+	}
 	ex.CPUs = c.published.CPUs()
+	ex.Calibration.RisesHeld = c.pacer.Deferred()
 	c.explained = ex
 
 	if len(c.pending) == maxPendingEstimates {
@@ -327,6 +332,9 @@ type CalibrationStats struct {
 	// ViolationBound), Unresolved how many were counted as violations because their
 	// horizon was never measured.
 	MaxDelay, Unresolved int
+	// RisesHeld counts estimates whose rise the pacer held back
+	// (Config.RiseInterval).
+	RisesHeld int
 }
 
 // ViolationRate returns Violations / Resolved (0 before any).

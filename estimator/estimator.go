@@ -166,6 +166,10 @@ type Config struct {
 	// Calibration configures the calibrated estimator's online control of
 	// its violation rate.
 	Calibration CalibrationConfig
+	// RiseInterval is the least time between two rises of the calibrated
+	// estimator's published estimate (a Pacer; 0: every rise is published).
+	// Shrinks are published at once.
+	RiseInterval time.Duration
 }
 
 // DefaultConfig returns the configuration the agent uses by default.
@@ -180,6 +184,7 @@ func DefaultConfig() Config {
 		Hysteresis:   DefaultHysteresis(),
 		Fast:         DefaultFastConfig(),
 		Calibration:  DefaultCalibrationConfig(),
+		RiseInterval: DefaultRiseInterval,
 	}
 }
 

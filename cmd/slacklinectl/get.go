@@ -105,6 +105,6 @@ func newGetCommand(g *globals) *cobra.Command {
 	}
 	agent.register(containers)
 
-	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g))
+	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g), newGetEstimateCommand(g))
 	return get
 }
