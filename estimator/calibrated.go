@@ -357,29 +357,27 @@ func (s CalibrationStats) Bound() float64 {
 // estimates after it was made (d ≥ 1: the next estimate at the earliest),
 // starting at α_1 = α, the share that violated is at most
 //
-//	α + (α + γ_d)/(γt),  γ_d = dγ/(1 − dγ),
+//	α + (α + dγ)/(γt),
 //
-// whatever the usage was. It is +Inf when t is 0 or dγ ≥ 1.
+// whatever the usage was. It is +Inf when t is 0.
 func ViolationBound(alpha, gamma float64, t, d int) float64 {
-	dg := float64(max(d, 1)) * gamma
-	if t <= 0 || dg >= 1 {
+	if t <= 0 {
 		return math.Inf(1)
 	}
-	return alpha + (alpha+dg/(1-dg))/(gamma*float64(t))
+	return alpha + (alpha+float64(max(d, 1))*gamma)/(gamma*float64(t))
 }
 
 // WindowViolationBound bounds the violations in ANY run of n consecutive
 // scored estimates (not only from the start): at most
 //
-//	α + (α_max + γ_d)/(γn)
+//	α + (α_max + dγ)/(γn)
 //
 // of them, with α_max = min(1, 10α) the ceiling of α_t. It is what makes
-// the rate come back to the target after a change of regime. +Inf when n is
-// 0 or dγ ≥ 1.
+// the rate come back to the target after a change of regime. +Inf when n
+// is 0.
 func WindowViolationBound(alpha, gamma float64, n, d int) float64 {
-	dg := float64(max(d, 1)) * gamma
-	if n <= 0 || dg >= 1 {
+	if n <= 0 {
 		return math.Inf(1)
 	}
-	return alpha + (min(1, levelCeilingFactor*alpha)+dg/(1-dg))/(gamma*float64(n))
+	return alpha + (min(1, levelCeilingFactor*alpha)+float64(max(d, 1))*gamma)/(gamma*float64(n))
 }

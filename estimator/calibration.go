@@ -22,7 +22,7 @@ type CalibrationConfig struct {
 	TargetViolation float64
 	// Gamma (> 0) is the step of the update α_{t+1} = α_t + γ(α − err_t):
 	// larger adapts faster after a change of regime, with a noisier margin.
-	// The finite-sample allowance is (α_1 + (D+1)γ)/(γT) + D/T (doc.go).
+	// The finite-sample allowance is (α + dγ)/(γT) after T estimates known d late (doc.go).
 	Gamma float64
 	// Window (>= 1) is how many of the latest conformity scores (one per
 	// estimate) the margin is a quantile of.

@@ -57,7 +57,14 @@
 //   - noop: never oversubscribes (Mesos's noop).
 //   - fixed: always Config.Fixed, whatever the usage (Mesos's fixed, its
 //     amount from a flag); cpus and mem only.
-//   - fast (the default): each guaranteed container and protected service
+//   - calibrated (the default): fast's prediction (below) with a margin
+//     that adaptive conformal inference adjusts online so that, in the long
+//     run, at most Calibration.TargetViolation (1%) of its estimates offer
+//     more than the slack that was really there, on any sequence of usage
+//     (see Calibration). It confirms slack for Calibration.Confirm (300
+//     ms) instead of fast's second, and publishes its rises at most once per
+//     RiseInterval (500 ms; shrinks at once) through a [Pacer].
+//   - fast: each guaranteed container and protected service
 //     is taken to need the peak of its CPU over the last Fast.Confirm (1 s),
 //     plus Fast.Margin (6%) of its allocation, the explicit safety margin.
 //     It is asymmetric: a rise enters the peak at once, so the estimate
@@ -104,6 +111,89 @@
 // band of Fast.Band cpus (and Hysteresis.MemMiB). The published value is
 // never above the safe one. The agent should send an estimate whenever it
 // differs from the last one sent: hysteresis is already applied.
+//
+// # Calibration
+//
+// calibrated scores every estimate it publishes once its horizon has
+// passed: the estimate made at t_k is in force until the next one, t_{k+1},
+// and it violated (err_k = 1) when it exceeded the real slack over that
+// horizon, r_k = max(0, min(Σ alloc, Total) − Σ_members peak use in
+// (t_k, t_{k+1}]), by more than Calibration.Tolerance (0.05 cores): the
+// backtest's definition, sample for sample when one sample falls in each
+// horizon (the agent's 100 ms and 100 ms). Its conformity score is
+// s_k = b_k − r_k, with b_k fast's raw estimate before any calibration.
+// Offering b − m violates exactly when s > m + tolerance, so the margin
+// taken off b is the conformal quantile of the last Calibration.Window
+// (3000) scores at the level α_t,
+//
+//	m_t = s_(⌈(1−α_t)(n+1)⌉) − tolerance   (the largest score when that rank exceeds n)
+//
+// and the level follows the errors made (Gibbs and Candès, 2021):
+//
+//	α_{t+1} = α_t + γ(α − err_t),  α = TargetViolation, γ = Calibration.Gamma (0.01)
+//
+// When α_t ≤ 0 nothing is offered (the calibration is paused); a negative
+// m may give back at most fast's own margins (the predicted peaks are
+// always held back); α_t is clipped at min(1, 10α).
+//
+// Delayed feedback. err_k is known only when every member's samples reach
+// t_{k+1}: at the next estimate at the earliest (d = 1), later when the
+// monitor's samples arrive after the estimate that follows (the agent's
+// monitor and estimate loops tick independently: typically d = 2). The
+// update uses each err_k when it becomes known, in order. At most
+// maxPendingEstimates (50) wait; beyond that the oldest counts as a
+// violation without a score (CalibrationStats.Unresolved), so a monitor
+// that stops reporting pauses offers rather than hiding errors.
+//
+// The bound. Let d be the largest delay, in estimates. (1) α_t never
+// falls to −dγ: an estimate made with α_t ≤ 0 offers 0, which cannot
+// violate (r ≥ 0), so once α_t ≤ 0 only the at most d estimates made
+// before, with α > 0, and not yet scored can lower it further, each by
+// γ(1 − α) < γ. (2) Summing the update over the T estimates scored so far,
+// α_{T+1} = α_1 + γ Σ(α − err_k) − C, with C ≥ 0 what the ceiling
+// clipped, so
+//
+//	(1/T) Σ err_k = α + (α_1 − α_{T+1} − C)/(γT) ≤ α + (α + dγ)/(γT)
+//
+// with α_1 = α: [ViolationBound], Gibbs and Candès's bound with the delay
+// added. It holds for every sequence of usage, not only for exchangeable or
+// stationary ones; nothing about fast's prediction enters it. With α = 1%,
+// γ = 0.01 and d = 1 (a replay) the allowance (α + dγ)/(γT) = 2/T is 0.13
+// points on a 150 s trace (T = 1499) and 0.011 points on a 30-minute one;
+// with d = 2 (the agent) 3/T: 0.20 and 0.017.
+// The same sum over any run of n consecutive scored estimates, with α at
+// most min(1, 10α) at its start, bounds the share in that run by
+// α + (min(1, 10α) + dγ)/(γn) ([WindowViolationBound]): 1.46% over any
+// four minutes at 100 ms. That is what brings the rate back to the target
+// after the load changes kind, where a fixed margin stays wrong
+// (TestCalibratedAdversarialRegimes). The price of the guarantee is
+// harvest on loads whose spikes cannot be predicted (bursty: the
+// calibration pays for each unforeseen spike by offering less) and, after
+// a burst of violations, a pause: α_t recovers by γα = 0.0001 per clean
+// estimate, so a pause lasts up to 100 estimates per violation below zero.
+//
+// # Why is my slack zero on node X
+//
+// `slacklinectl get estimate --hostname X` (GetEstimate) answers it: the
+// published cpus, fast's estimate before the calibration and the
+// calibrated one before hysteresis and pacing; one row per guaranteed
+// container with its allocation, predicted peak (its whole allocation
+// while it has fewer than MinSamples samples: "warming up"), safety margin
+// and share of the calibration, what is held back and the rest, its
+// slack; the container that holds back the most, named with a sentence
+// ("c-1 holds back 1.94 of its 2.00 cpus: predicted peak 1.82 + margin
+// 0.12 + calibration +0.00"); and the calibration's account (the share of
+// past estimates that exceeded the real slack, against the target and the
+// bound it is held to, the level and what it adds). Zero has four causes,
+// each shown there: the guaranteed containers use (or are predicted to
+// use, a recurring burst being due) their allocations; a container is
+// warming up; the node's total is below the allocations; or the
+// calibration paused after violations ("calibration paused: ...", level ≤
+// 0), in which case offers resume on their own after enough clean
+// estimates. /metrics has the same account per agent
+// (slackline_agent_estimator_calibration_level, _violations_total,
+// _estimates_scored_total, _estimates_unmeasured_total,
+// _rises_held_total).
 //
 // # Lifecycle and ownership
 //
