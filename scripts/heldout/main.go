@@ -8,6 +8,8 @@
 //	                                             --max-rate, each request's cost Pareto-distributed
 //	heldout bursts --duration 31m                busy bursts whose lengths and gaps are heavy-tailed
 //	heldout ramps  --duration 31m                a duty-cycled load ramping slowly up and down
+//	heldout queue  --duration 31m                a batch queue: Poisson arrivals of xz compressions of
+//	                                             log-normal sizes, two workers, a bounded backlog
 //
 // Every command is deterministic given --seed, apart from what the machine
 // does to it. They are workloads, not tests: run them under
@@ -24,6 +26,7 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"os"
+	"os/exec"
 	"runtime"
 	"strconv"
 	"sync"
@@ -33,7 +36,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: heldout serve|load|bursts|ramps [flags]")
+		fmt.Fprintln(os.Stderr, "usage: heldout serve|load|bursts|ramps|queue [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -46,6 +49,8 @@ func main() {
 		err = bursts(os.Args[2:])
 	case "ramps":
 		err = ramps(os.Args[2:])
+	case "queue":
+		err = queue(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -131,7 +136,9 @@ func load(args []string) error {
 		go func() {
 			resp, err := client.Get(*target + "/work?rounds=" + strconv.Itoa(rounds))
 			if err != nil {
-				failed.Add(1)
+				if failed.Add(1) <= 3 {
+					fmt.Fprintln(os.Stderr, "request:", err)
+				}
 				return
 			}
 			_, _ = io.Copy(io.Discard, resp.Body)
@@ -180,7 +187,7 @@ func bursts(args []string) error {
 }
 
 // ramps runs two threads at a duty cycle (busy part of every 20 ms) that
-// ramps slowly between 2% and 80% of each thread: up over 4-9 minutes, held
+// ramps slowly between 2% and 25-60% of each thread: up over 4-9 minutes, held
 // 1-3 minutes, down over 4-9 minutes, with a little noise.
 func ramps(args []string) error {
 	fs := flag.NewFlagSet("ramps", flag.ExitOnError)
@@ -195,7 +202,7 @@ func ramps(args []string) error {
 	var plan []segment
 	level, total := 0.02, time.Duration(0)
 	for total < *duration {
-		peak := 0.4 + 0.4*rng.Float64()
+		peak := 0.25 + 0.35*rng.Float64()
 		up := time.Duration(4+rng.IntN(6)) * time.Minute
 		hold := time.Duration(1+rng.IntN(3)) * time.Minute
 		down := time.Duration(4+rng.IntN(6)) * time.Minute
@@ -227,5 +234,56 @@ func ramps(args []string) error {
 		})
 	}
 	wg.Wait()
+	return nil
+}
+
+// queue is a batch queue: jobs arrive as a Poisson process (one every
+// --gap on average), each compressing log-normally many random bytes
+// (median 1 MiB, sigma 1.2, capped at 64 MiB; xz -1 does about 1.7 MiB
+// per CPU second here, so about 0.4 cores on average) with xz -1, run by --workers
+// workers in arrival order. The backlog is bounded (--backlog): a job that
+// finds it full is dropped and counted, as a real queue sheds load, so that
+// a machine too busy to keep up cannot pile up work without end.
+func queue(args []string) error {
+	fs := flag.NewFlagSet("queue", flag.ExitOnError)
+	duration := fs.Duration("duration", 31*time.Minute, "how long to run")
+	gap := fs.Duration("gap", 3*time.Second, "mean time between arrivals")
+	workers := fs.Int("workers", 2, "jobs run at once")
+	backlog := fs.Int("backlog", 32, "jobs waiting at most")
+	seed := fs.Uint64("seed", 41, "random seed")
+	_ = fs.Parse(args)
+	rng := rand.New(rand.NewPCG(*seed, 4))
+	ctx, cancel := context.WithTimeout(context.Background(), *duration)
+	defer cancel()
+	jobs := make(chan int64, *backlog)
+	var dropped, done atomic.Int64
+	var wg sync.WaitGroup
+	for range *workers {
+		wg.Go(func() {
+			for size := range jobs {
+				cmd := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf("head -c %d /dev/urandom | xz -1 -T1 > /dev/null", size))
+				if err := cmd.Run(); err == nil {
+					done.Add(1)
+				}
+			}
+		})
+	}
+	next := time.Now()
+	for ctx.Err() == nil {
+		next = next.Add(time.Duration(rng.ExpFloat64() * float64(*gap)))
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Until(next)):
+		}
+		mib := math.Min(64, math.Exp(1.2*rng.NormFloat64()))
+		select {
+		case jobs <- int64(mib * (1 << 20)):
+		default:
+			dropped.Add(1)
+		}
+	}
+	close(jobs)
+	wg.Wait()
+	fmt.Fprintf(os.Stderr, "queue: %d jobs done, %d dropped (backlog full)\n", done.Load(), dropped.Load())
 	return nil
 }
