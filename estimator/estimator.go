@@ -172,7 +172,10 @@ type Config struct {
 	RiseInterval time.Duration
 }
 
-// DefaultConfig returns the configuration the agent uses by default.
+// DefaultConfig returns the configuration the agent uses by default. Its
+// settings were chosen on the recorded traces (testdata/*.csv); the
+// held-out traces (testdata/heldout) are never used to tune them, only to
+// score them.
 func DefaultConfig() Config {
 	return Config{
 		Window:       60 * time.Second,

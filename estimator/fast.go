@@ -44,7 +44,7 @@ type FastConfig struct {
 }
 
 // DefaultFastConfig returns the fast estimator's defaults, chosen on the
-// recorded traces (doc.go).
+// recorded traces (doc.go), never on the held-out ones (testdata/heldout).
 func DefaultFastConfig() FastConfig {
 	return FastConfig{
 		Confirm: time.Second, Margin: 0.06, ReclaimTime: 250 * time.Millisecond,
