@@ -112,6 +112,7 @@ rises, --rise-interval).`,
 	f.BoolVar(&o.config.Hysteresis.Off, "no-hysteresis", false, "publish every raw estimate")
 	f.DurationVar(&o.config.Fast.Confirm, "confirm", o.config.Fast.Confirm, "fast: how long slack must last before it is offered")
 	f.Float64Var(&o.config.Fast.Margin, "safety-margin", o.config.Fast.Margin, "fast: fraction of each cpu allocation never offered")
+	f.Float64Var(&o.config.Fast.Band, "band", o.config.Fast.Band, "fast, calibrated: hysteresis band in cores")
 	f.DurationVar(&o.config.Fast.ReclaimTime, "reclaim-time", o.config.Fast.ReclaimTime, "fast: recurring bursts due within this are held back")
 	f.Float64Var(&o.config.Calibration.TargetViolation, "target-violation", o.config.Calibration.TargetViolation, "calibrated: long-run share of estimates allowed to exceed the real slack")
 	f.Float64Var(&o.config.Calibration.Gamma, "gamma", o.config.Calibration.Gamma, "calibrated: step of the calibration's level update")
