@@ -295,7 +295,65 @@
 //	mix       koordinator  11.605 4.983    42.9%    42.9%  0.00%       -                  0.8       >12.1s
 //	mix       katalyst     11.605 4.700    40.5%    39.0%  21.55%      0.779 / 2.863      0.8        >7.3s
 //
-// fast is the default because of this table (TestRecordedTraces pins it):
+// That table is fast's (the default from issue 15 to issue 29); the rows of
+// fast, usage, predictive and the anchors still reproduce (with a
+// shrinks/min column added). calibrated, the default since, against fast
+// and the anchors, on the recorded traces and, apart, on the held-out
+// ones (testdata/heldout: never used to choose a setting), with
+// `go run ./cmd/slackline-backtest run --estimators
+// fast,calibrated,koordinator,katalyst` (columns: harvest, violations,
+// changes/min, shrinks/min, to offer):
+//
+//	recorded  fast                          calibrated (target 1%)              koordinator     katalyst
+//	bursty    51.7% 1.53%  255.0 116.5 0.7s  38.7% 0.93% 214.9 113.7 0.4s  40.7%  2.54%  32.7%  8.07%
+//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.4% 0.73% 111.3  54.8 0.3s  47.1%  2.07%  39.7%  9.14%
+//	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.2% 0.80% 119.7  54.4 1.3s  50.1%  5.27%  41.9% 19.15%
+//	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.1% 0.93% 160.5  74.8 0.4s  42.2%  0.07%  37.6%  1.20%
+//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.5% 0.93%  64.0  26.8 0.5s  36.3%  1.73%  42.4% 15.74%
+//	steady    80.8% 0.93%   76.5  38.4 1.0s  80.7% 0.87% 101.3  48.8 0.3s  48.7%  0.20%  42.3% 24.55%
+//	step      86.2% 0.40%   29.2  10.0 0.9s  88.0% 0.73%  39.2  14.8 2.0s  34.9% 18.48%  40.5%  0.47%
+//	mix       78.2% 0.07%  417.9 191.7 0.5s  85.4% 0.87% 273.0 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
+//
+//	held-out                    fast                          calibrated (target 1%)            koordinator     katalyst
+//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  91.6% 0.98%  65.8 31.8  1.3s  57.1%  0.03%  93.7%  7.93%
+//	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  95.8% 0.72%  37.5 18.2 >1.8s  58.3%  0.00%  95.7% 10.98%
+//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  89.6% 1.01%  81.1 38.5  0.9s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  82.9 39.5  1.7s  56.7%  0.01%  96.4% 21.69%
+//	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
+//	heldout-mix                 89.6% 0.01% 145.7 69.6 >1.9s  94.7% 1.00% 177.1 95.3  0.8s  57.7%  0.00%  95.2% 25.98%
+//
+// calibrated holds every trace within its bound (1.13% on the 150 s
+// traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
+// bursty included, where fast violates 1.53%. On the recorded traces it
+// harvests at least what fast does on five of seven and the mix, 0.1 points
+// less on steady, 2.8 less on diurnal (0.6 less without pacing,
+// --estimator-rise-interval 0: 75.4%), and 13 less on bursty, the price of
+// bringing its unpredictable spikes from 1.53% to the 1% promised. The
+// held-out traces were recorded under heavy contention (their workloads got
+// a fraction of the CPU they asked for, so the ideal slack is large and
+// the usage spiky); there fast stays far below 1% and calibrated spends
+// the rest of the budget on harvest (+3 to +7 points), which is what a
+// target, as opposed to a fixed margin, means. The anchors either harvest
+// 57% (koordinator's 60% ceiling) or violate 8-26% (katalyst).
+//
+// The same table the other way, calibrated with its target set to the
+// violation rate fast reached on each trace: harvest at equal violations.
+// There fast is ahead: bursty 43.6% at 1.40% (fast 51.7% at 1.53%), cron
+// 74.8% at 0.73%, diurnal 72.7% at 0.67%, jvm-gc 78.4% at 0.67%, periodic
+// 74.3% at 0.27%, steady 79.6% at 0.80%, step 67.4% at 0.33%; held out,
+// 66-78% where fast has 86-89%. A low target is expensive for adaptive
+// conformal inference: each violation costs γ(1 − α) of a level α, and
+// until α_t(n+1) ≥ 1 the margin is the largest score in the window.
+// fast's 0.07-0.33% on those traces is luck it cannot promise (1.53% on
+// bursty); calibrated's 1% is a bound.
+//
+// Changes reaching the coordinator: calibrated's 300 ms confirmation alone
+// would change the estimate more often than fast (mix: 518 a minute, 232
+// of them shrinks, against fast's 418 and 192); pacing its rises at 500 ms
+// brings that to 273 and 161, below fast's, for a point of harvest on the
+// mix (the calibration sees the paced value and compensates).
+//
+// fast was the default because of the first table (TestRecordedTraces pins it):
 // on every trace but bursty it harvests at least 75% of the ideal slack with
 // at most 1% of the samples violated, and on every trace it harvests more
 // than both anchors at a violation rate no higher than theirs or at most
