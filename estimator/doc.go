@@ -321,6 +321,15 @@
 //	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  82.9 39.5  1.7s  56.7%  0.01%  96.4% 21.69%
 //	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
 //	heldout-mix                 89.6% 0.01% 145.7 69.6 >1.9s  94.7% 1.00% 177.1 95.3  0.8s  57.7%  0.00%  95.2% 25.98%
+//	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.98% 107.1 51.7  0.5s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.3% 0.99%  76.6 36.7 >1.1s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  79.7% 0.99% 154.7 74.5 >1.6s  55.4%  0.01%  99.2% 45.54%
+//	queue                       73.6% 1.10% 123.4 55.8  0.8s  69.8% 1.00% 162.6 80.7  0.7s  52.5%  0.99%  89.4% 19.77%
+//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.56%  54.3 27.2  -     57.2%  0.00%  97.0% 38.49%
+//
+// (the first six rows: the set recorded at nice 10 under heavy
+// contention, heldout-mix being those five together; the last five: the
+// set recorded at nice -10, as the recorded traces were.)
 //
 // calibrated holds every trace within its bound (1.13% on the 150 s
 // traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
@@ -328,12 +337,15 @@
 // harvests at least what fast does on five of seven and the mix, 0.1 points
 // less on steady, 2.8 less on diurnal (0.6 less without pacing,
 // --estimator-rise-interval 0: 75.4%), and 13 less on bursty, the price of
-// bringing its unpredictable spikes from 1.53% to the 1% promised. The
-// held-out traces were recorded under heavy contention (their workloads got
-// a fraction of the CPU they asked for, so the ideal slack is large and
-// the usage spiky); there fast stays far below 1% and calibrated spends
-// the rest of the budget on harvest (+3 to +7 points), which is what a
-// target, as opposed to a fixed margin, means. The anchors either harvest
+// bringing its unpredictable spikes from 1.53% to the 1% promised. On the
+// contended held-out set (the workloads got a fraction of the CPU they
+// asked for, so the ideal slack is large and the usage spiky) fast stays
+// far below 1% and calibrated spends the rest of the budget on harvest (+3
+// to +7 points), which is what a target, as opposed to a fixed margin,
+// means. On the other set fast, tuned elsewhere, breaks its 1% on queue
+// (1.10%) where calibrated holds 1.00% (3.8 points less harvest);
+// elsewhere the two harvest within a point of each other, ramps aside
+// (+7.5). The anchors either harvest
 // 57% (koordinator's 60% ceiling) or violate 8-26% (katalyst).
 //
 // The same table the other way, calibrated with its target set to the
