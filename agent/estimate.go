@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"log/slog"
+	"math"
 	"sync/atomic"
 	"time"
 
@@ -21,10 +22,12 @@ import (
 // protectedPrefix marks monitor targets that are --protect-cgroup services.
 const protectedPrefix = "protected:"
 
-// estimate is an oversubscription estimate and when it was made.
+// estimate is an oversubscription estimate, when it was made and, from an
+// estimator that explains itself, how.
 type estimate struct {
-	revocable resources.Resources
-	at        time.Time
+	revocable   resources.Resources
+	at          time.Time
+	explanation *estimator.Explanation
 }
 
 // estimateLoop computes the oversubscription estimate every interval and
@@ -69,15 +72,50 @@ var estimateDesc = prometheus.NewDesc("slackline_agent_revocable_estimate",
 	"The agent's latest oversubscription estimate: total revocable capacity (cpus in cores, mem in bytes, bandwidth in bytes per second).",
 	[]string{"resource"}, nil)
 
+// The calibrated estimator's account (#29), from its latest explanation.
+var (
+	calibrationLevelDesc = prometheus.NewDesc("slackline_agent_estimator_calibration_level",
+		"The calibrated estimator's level alpha_t (at or below 0 it offers nothing).", nil, nil)
+	calibrationMarginDesc = prometheus.NewDesc("slackline_agent_estimator_calibration_margin_cpus",
+		"What the calibration adds to the guaranteed containers' need, in cores (negative: margin given back).", nil, nil)
+	calibrationResolvedDesc = prometheus.NewDesc("slackline_agent_estimator_estimates_scored_total",
+		"Estimates whose horizon has been measured against the real slack.", nil, nil)
+	calibrationViolationsDesc = prometheus.NewDesc("slackline_agent_estimator_violations_total",
+		"Scored estimates that exceeded the real slack by more than the tolerance.", nil, nil)
+	calibrationUnresolvedDesc = prometheus.NewDesc("slackline_agent_estimator_estimates_unmeasured_total",
+		"Estimates whose horizon was never measured (the bound on pending estimates was hit); counted as violations.", nil, nil)
+	calibrationHeldDesc = prometheus.NewDesc("slackline_agent_estimator_rises_held_total",
+		"Estimates whose rise was held back by --estimator-rise-interval.", nil, nil)
+)
+
 // Describe implements prometheus.Collector: the latest estimate.
-func (l *estimateLoop) Describe(ch chan<- *prometheus.Desc) { ch <- estimateDesc }
+func (l *estimateLoop) Describe(ch chan<- *prometheus.Desc) {
+	ch <- estimateDesc
+	for _, d := range []*prometheus.Desc{calibrationLevelDesc, calibrationMarginDesc, calibrationResolvedDesc,
+		calibrationViolationsDesc, calibrationUnresolvedDesc, calibrationHeldDesc} {
+		ch <- d
+	}
+}
 
 // Collect implements prometheus.Collector.
 func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
-	latest := l.latest.Load().revocable
+	e := l.latest.Load()
+	latest := e.revocable
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.CPUs(), resources.NameCPUs)
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Mem()*(1<<20), "mem_bytes")
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Bandwidth()*1e6/8, "bandwidth_bytes_per_second")
+	if e.explanation == nil {
+		return
+	}
+	c := e.explanation.Calibration
+	ch <- prometheus.MustNewConstMetric(calibrationLevelDesc, prometheus.GaugeValue, c.Alpha)
+	if !math.IsInf(c.Margin, 0) {
+		ch <- prometheus.MustNewConstMetric(calibrationMarginDesc, prometheus.GaugeValue, c.Margin)
+	}
+	ch <- prometheus.MustNewConstMetric(calibrationResolvedDesc, prometheus.CounterValue, float64(c.Resolved))
+	ch <- prometheus.MustNewConstMetric(calibrationViolationsDesc, prometheus.CounterValue, c.Violations)
+	ch <- prometheus.MustNewConstMetric(calibrationUnresolvedDesc, prometheus.CounterValue, float64(c.Unresolved))
+	ch <- prometheus.MustNewConstMetric(calibrationHeldDesc, prometheus.CounterValue, float64(c.RisesHeld))
 }
 
 // Run estimates every interval until ctx ends.
@@ -94,6 +132,10 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		var in estimator.Input
 		in, points = l.input(time.Now(), points)
 		e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now}
+		if ex, ok := l.estimator.(estimator.Explainer); ok {
+			explanation := ex.Explain()
+			e.explanation = &explanation
+		}
 		l.latest.Store(e)
 		if l.network != nil && l.total.Bandwidth() > 0 {
 			// The revocable total is paced to the network slack.
@@ -173,6 +215,35 @@ func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.G
 		if !e.at.IsZero() {
 			resp.Timestamp = timestamppb.New(e.at)
 		}
+		if ex := e.explanation; ex != nil {
+			explainEstimate(resp, ex)
+		}
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// explainEstimate fills GetEstimateResponse fields 4-9 from an explanation.
+func explainEstimate(resp *slacklinev1.GetEstimateResponse, ex *estimator.Explanation) {
+	for _, m := range ex.Members {
+		resp.Containers = append(resp.Containers, &slacklinev1.EstimateContainer{
+			Id: m.ID, Protected: m.Protected, AllocatedCpus: m.Allocated, PredictedPeakCpus: m.PredictedPeak,
+			MarginCpus: m.Margin, CalibrationCpus: m.Calibration, NeedCpus: m.Need, WarmingUp: m.WarmingUp,
+		})
+	}
+	c := ex.Calibration
+	margin := c.Margin
+	if math.IsInf(margin, 0) {
+		margin = 0
+	}
+	bound := c.Bound()
+	if math.IsInf(bound, 0) {
+		bound = 1
+	}
+	resp.LimitingContainer, resp.Reason = ex.Limiting, ex.Reason
+	resp.UncalibratedCpus, resp.CalibratedCpus = ex.Uncalibrated, ex.Calibrated
+	resp.Calibration = &slacklinev1.EstimateCalibration{
+		TargetViolation: c.Target, Level: c.Alpha, Paused: c.Paused, MarginCpus: margin,
+		Resolved: int64(c.Resolved), Violations: c.Violations, ViolationBound: min(1, bound),
+		MaxFeedbackDelay: int64(c.MaxDelay), Unresolved: int64(c.Unresolved),
+	}
 }

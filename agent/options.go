@@ -246,6 +246,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&est.Fast.Confirm, "estimator-confirm", est.Fast.Confirm, "fast: how long slack must last before it is offered (a rise shrinks the estimate at once)")
 	fs.Float64Var(&est.Fast.Margin, "estimator-safety-margin", est.Fast.Margin, "fast: fraction of each guaranteed CPU allocation never offered")
 	fs.DurationVar(&est.Fast.ReclaimTime, "estimator-reclaim-time", est.Fast.ReclaimTime, "fast: how long QoS takes to take CPU back; recurring bursts due within it are held back in advance")
+	// Estimator calibration (#29).
+	fs.Float64Var(&est.Calibration.TargetViolation, "estimator-target-violation", est.Calibration.TargetViolation, "calibrated: long-run share of estimates that may exceed the slack really there (adaptive conformal inference keeps the rate at it)")
+	fs.Float64Var(&est.Calibration.Gamma, "estimator-calibration-step", est.Calibration.Gamma, "calibrated: step of the calibration (larger: adapts faster to a new kind of load, with a noisier margin)")
+	fs.DurationVar(&est.Calibration.Confirm, "estimator-calibrated-confirm", est.Calibration.Confirm, "calibrated: how long slack must last before it is offered (the calibration carries the risk that fast's 1 s carried)")
+	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks go at once; 0: every rise)")
 	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 
 	o.QoSControllers = qos.ParseNames(qos.DefaultControllers)

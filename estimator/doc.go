@@ -57,7 +57,14 @@
 //   - noop: never oversubscribes (Mesos's noop).
 //   - fixed: always Config.Fixed, whatever the usage (Mesos's fixed, its
 //     amount from a flag); cpus and mem only.
-//   - fast (the default): each guaranteed container and protected service
+//   - calibrated (the default): fast's prediction (below) with a margin
+//     that adaptive conformal inference adjusts online so that, in the long
+//     run, at most Calibration.TargetViolation (1%) of its estimates offer
+//     more than the slack that was really there, on any sequence of usage
+//     (see Calibration). It confirms slack for Calibration.Confirm (300
+//     ms) instead of fast's second, and publishes its rises at most once per
+//     RiseInterval (500 ms; shrinks at once) through a [Pacer].
+//   - fast: each guaranteed container and protected service
 //     is taken to need the peak of its CPU over the last Fast.Confirm (1 s),
 //     plus Fast.Margin (6%) of its allocation, the explicit safety margin.
 //     It is asymmetric: a rise enters the peak at once, so the estimate
@@ -110,6 +117,89 @@
 // band of Fast.Band cpus (and Hysteresis.MemMiB). The published value is
 // never above the safe one. The agent should send an estimate whenever it
 // differs from the last one sent: hysteresis is already applied.
+//
+// # Calibration
+//
+// calibrated scores every estimate it publishes once its horizon has
+// passed: the estimate made at t_k is in force until the next one, t_{k+1},
+// and it violated (err_k = 1) when it exceeded the real slack over that
+// horizon, r_k = max(0, min(Σ alloc, Total) − Σ_members peak use in
+// (t_k, t_{k+1}]), by more than Calibration.Tolerance (0.05 cores): the
+// backtest's definition, sample for sample when one sample falls in each
+// horizon (the agent's 100 ms and 100 ms). Its conformity score is
+// s_k = b_k − r_k, with b_k fast's raw estimate before any calibration.
+// Offering b − m violates exactly when s > m + tolerance, so the margin
+// taken off b is the conformal quantile of the last Calibration.Window
+// (3000) scores at the level α_t,
+//
+//	m_t = s_(⌈(1−α_t)(n+1)⌉) − tolerance   (the largest score when that rank exceeds n)
+//
+// and the level follows the errors made (Gibbs and Candès, 2021):
+//
+//	α_{t+1} = α_t + γ(α − err_t),  α = TargetViolation, γ = Calibration.Gamma (0.01)
+//
+// When α_t ≤ 0 nothing is offered (the calibration is paused); a negative
+// m may give back at most fast's own margins (the predicted peaks are
+// always held back); α_t is clipped at min(1, 10α).
+//
+// Delayed feedback. err_k is known only when every member's samples reach
+// t_{k+1}: at the next estimate at the earliest (d = 1), later when the
+// monitor's samples arrive after the estimate that follows (the agent's
+// monitor and estimate loops tick independently: typically d = 2). The
+// update uses each err_k when it becomes known, in order. At most
+// maxPendingEstimates (50) wait; beyond that the oldest counts as a
+// violation without a score (CalibrationStats.Unresolved), so a monitor
+// that stops reporting pauses offers rather than hiding errors.
+//
+// The bound. Let d be the largest delay, in estimates. (1) α_t never
+// falls to −dγ: an estimate made with α_t ≤ 0 offers 0, which cannot
+// violate (r ≥ 0), so once α_t ≤ 0 only the at most d estimates made
+// before, with α > 0, and not yet scored can lower it further, each by
+// γ(1 − α) < γ. (2) Summing the update over the T estimates scored so far,
+// α_{T+1} = α_1 + γ Σ(α − err_k) − C, with C ≥ 0 what the ceiling
+// clipped, so
+//
+//	(1/T) Σ err_k = α + (α_1 − α_{T+1} − C)/(γT) ≤ α + (α + dγ)/(γT)
+//
+// with α_1 = α: [ViolationBound], Gibbs and Candès's bound with the delay
+// added. It holds for every sequence of usage, not only for exchangeable or
+// stationary ones; nothing about fast's prediction enters it. With α = 1%,
+// γ = 0.01 and d = 1 (a replay) the allowance (α + dγ)/(γT) = 2/T is 0.13
+// points on a 150 s trace (T = 1499) and 0.011 points on a 30-minute one;
+// with d = 2 (the agent) 3/T: 0.20 and 0.017.
+// The same sum over any run of n consecutive scored estimates, with α at
+// most min(1, 10α) at its start, bounds the share in that run by
+// α + (min(1, 10α) + dγ)/(γn) ([WindowViolationBound]): 1.46% over any
+// four minutes at 100 ms. That is what brings the rate back to the target
+// after the load changes kind, where a fixed margin stays wrong
+// (TestCalibratedAdversarialRegimes). The price of the guarantee is
+// harvest on loads whose spikes cannot be predicted (bursty: the
+// calibration pays for each unforeseen spike by offering less) and, after
+// a burst of violations, a pause: α_t recovers by γα = 0.0001 per clean
+// estimate, so a pause lasts up to 100 estimates per violation below zero.
+//
+// # Why is my slack zero on node X
+//
+// `slacklinectl get estimate --hostname X` (GetEstimate) answers it: the
+// published cpus, fast's estimate before the calibration and the
+// calibrated one before hysteresis and pacing; one row per guaranteed
+// container with its allocation, predicted peak (its whole allocation
+// while it has fewer than MinSamples samples: "warming up"), safety margin
+// and share of the calibration, what is held back and the rest, its
+// slack; the container that holds back the most, named with a sentence
+// ("c-1 holds back 1.94 of its 2.00 cpus: predicted peak 1.82 + margin
+// 0.12 + calibration +0.00"); and the calibration's account (the share of
+// past estimates that exceeded the real slack, against the target and the
+// bound it is held to, the level and what it adds). Zero has four causes,
+// each shown there: the guaranteed containers use (or are predicted to
+// use, a recurring burst being due) their allocations; a container is
+// warming up; the node's total is below the allocations; or the
+// calibration paused after violations ("calibration paused: ...", level ≤
+// 0), in which case offers resume on their own after enough clean
+// estimates. /metrics has the same account per agent
+// (slackline_agent_estimator_calibration_level, _violations_total,
+// _estimates_scored_total, _estimates_unmeasured_total,
+// _rises_held_total).
 //
 // # Lifecycle and ownership
 //
@@ -211,7 +301,77 @@
 //	mix       koordinator  11.605 4.983    42.9%    42.9%  0.00%       -                  0.8       >12.1s
 //	mix       katalyst     11.605 4.700    40.5%    39.0%  21.55%      0.779 / 2.863      0.8        >7.3s
 //
-// fast is the default because of this table (TestRecordedTraces pins it):
+// That table is fast's (the default from issue 15 to issue 29); the rows of
+// fast, usage, predictive and the anchors still reproduce (with a
+// shrinks/min column added). calibrated, the default since, against fast
+// and the anchors, on the recorded traces and, apart, on the held-out
+// ones (testdata/heldout: never used to choose a setting), with
+// `go run ./cmd/slackline-backtest run --estimators
+// fast,calibrated,koordinator,katalyst` (columns: harvest, violations,
+// changes/min, shrinks/min, to offer):
+//
+//	recorded  fast                          calibrated (target 1%)              koordinator     katalyst
+//	bursty    51.7% 1.53%  255.0 116.5 0.7s  38.7% 0.93% 214.9 113.7 0.4s  40.7%  2.54%  32.7%  8.07%
+//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.4% 0.73% 111.3  54.8 0.3s  47.1%  2.07%  39.7%  9.14%
+//	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.2% 0.80% 119.7  54.4 1.3s  50.1%  5.27%  41.9% 19.15%
+//	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.1% 0.93% 160.5  74.8 0.4s  42.2%  0.07%  37.6%  1.20%
+//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.5% 0.93%  64.0  26.8 0.5s  36.3%  1.73%  42.4% 15.74%
+//	steady    80.8% 0.93%   76.5  38.4 1.0s  80.7% 0.87% 101.3  48.8 0.3s  48.7%  0.20%  42.3% 24.55%
+//	step      86.2% 0.40%   29.2  10.0 0.9s  88.0% 0.73%  39.2  14.8 2.0s  34.9% 18.48%  40.5%  0.47%
+//	mix       78.2% 0.07%  417.9 191.7 0.5s  85.4% 0.87% 273.0 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
+//
+//	held-out                    fast                          calibrated (target 1%)            koordinator     katalyst
+//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  91.6% 0.98%  65.8 31.8  1.3s  57.1%  0.03%  93.7%  7.93%
+//	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  95.8% 0.72%  37.5 18.2 >1.8s  58.3%  0.00%  95.7% 10.98%
+//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  89.6% 1.01%  81.1 38.5  0.9s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  82.9 39.5  1.7s  56.7%  0.01%  96.4% 21.69%
+//	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
+//	heldout-mix                 89.6% 0.01% 145.7 69.6 >1.9s  94.7% 1.00% 177.1 95.3  0.8s  57.7%  0.00%  95.2% 25.98%
+//	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.98% 107.1 51.7  0.5s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.3% 0.99%  76.6 36.7 >1.1s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  79.7% 0.99% 154.7 74.5 >1.6s  55.4%  0.01%  99.2% 45.54%
+//	queue                       73.6% 1.10% 123.4 55.8  0.8s  69.8% 1.00% 162.6 80.7  0.7s  52.5%  0.99%  89.4% 19.77%
+//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.56%  54.3 27.2  -     57.2%  0.00%  97.0% 38.49%
+//
+// (the first six rows: the set recorded at nice 10 under heavy
+// contention, heldout-mix being those five together; the last five: the
+// set recorded at nice -10, as the recorded traces were.)
+//
+// calibrated holds every trace within its bound (1.13% on the 150 s
+// traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
+// bursty included, where fast violates 1.53%. On the recorded traces it
+// harvests at least what fast does on five of seven and the mix, 0.1 points
+// less on steady, 2.8 less on diurnal (0.6 less without pacing,
+// --estimator-rise-interval 0: 75.4%), and 13 less on bursty, the price of
+// bringing its unpredictable spikes from 1.53% to the 1% promised. On the
+// contended held-out set (the workloads got a fraction of the CPU they
+// asked for, so the ideal slack is large and the usage spiky) fast stays
+// far below 1% and calibrated spends the rest of the budget on harvest (+3
+// to +7 points), which is what a target, as opposed to a fixed margin,
+// means. On the other set fast, tuned elsewhere, breaks its 1% on queue
+// (1.10%) where calibrated holds 1.00% (3.8 points less harvest);
+// elsewhere the two harvest within a point of each other, ramps aside
+// (+7.5). The anchors either harvest
+// 57% (koordinator's 60% ceiling) or violate 8-26% (katalyst).
+//
+// The same table the other way, calibrated with its target set to the
+// violation rate fast reached on each trace: harvest at equal violations.
+// There fast is ahead: bursty 43.6% at 1.40% (fast 51.7% at 1.53%), cron
+// 74.8% at 0.73%, diurnal 72.7% at 0.67%, jvm-gc 78.4% at 0.67%, periodic
+// 74.3% at 0.27%, steady 79.6% at 0.80%, step 67.4% at 0.33%; held out,
+// 66-78% where fast has 86-89%. A low target is expensive for adaptive
+// conformal inference: each violation costs γ(1 − α) of a level α, and
+// until α_t(n+1) ≥ 1 the margin is the largest score in the window.
+// fast's 0.07-0.33% on those traces is luck it cannot promise (1.53% on
+// bursty); calibrated's 1% is a bound.
+//
+// Changes reaching the coordinator: calibrated's 300 ms confirmation alone
+// would change the estimate more often than fast (mix: 518 a minute, 232
+// of them shrinks, against fast's 418 and 192); pacing its rises at 500 ms
+// brings that to 273 and 161, below fast's, for a point of harvest on the
+// mix (the calibration sees the paced value and compensates).
+//
+// fast was the default because of the first table (TestRecordedTraces pins it):
 // on every trace but bursty it harvests at least 75% of the ideal slack with
 // at most 1% of the samples violated, and on every trace it harvests more
 // than both anchors at a violation rate no higher than theirs or at most

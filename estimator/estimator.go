@@ -98,10 +98,11 @@ var Registry = map[string]Factory{
 	"usage":      newUsage,
 	"predictive": newPredictive,
 	"fast":       newFast,
+	"calibrated": newCalibrated,
 }
 
 // DefaultName is the estimator the agent uses unless told otherwise.
-const DefaultName = "fast"
+const DefaultName = "calibrated"
 
 // Errors of New and the factories.
 var (
@@ -167,11 +168,22 @@ type Config struct {
 	// Hysteresis keeps small changes from reaching the coordinator (usage
 	// and predictive; fast has its own band, and honours Off).
 	Hysteresis Hysteresis
-	// Fast configures the fast estimator.
+	// Fast configures the fast estimator (and the calibrated one, which
+	// wraps it).
 	Fast FastConfig
+	// Calibration configures the calibrated estimator's online control of
+	// its violation rate.
+	Calibration CalibrationConfig
+	// RiseInterval is the least time between two rises of the calibrated
+	// estimator's published estimate (a Pacer; 0: every rise is published).
+	// Shrinks are published at once.
+	RiseInterval time.Duration
 }
 
-// DefaultConfig returns the configuration the agent uses by default.
+// DefaultConfig returns the configuration the agent uses by default. Its
+// settings were chosen on the recorded traces (testdata/*.csv); the
+// held-out traces (testdata/heldout) are never used to tune them, only to
+// score them.
 func DefaultConfig() Config {
 	return Config{
 		Memory:       true,
@@ -184,6 +196,8 @@ func DefaultConfig() Config {
 		MinSamples:   10,
 		Hysteresis:   DefaultHysteresis(),
 		Fast:         DefaultFastConfig(),
+		Calibration:  DefaultCalibrationConfig(),
+		RiseInterval: DefaultRiseInterval,
 	}
 }
 

@@ -3,6 +3,7 @@ package estimator
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"time"
 
 	"github.com/slackline/slackline/resources"
@@ -44,7 +45,7 @@ type FastConfig struct {
 }
 
 // DefaultFastConfig returns the fast estimator's defaults, chosen on the
-// recorded traces (doc.go).
+// recorded traces (doc.go), never on the held-out ones (testdata/heldout).
 func DefaultFastConfig() FastConfig {
 	return FastConfig{
 		Confirm: time.Second, Margin: 0.06, ReclaimTime: 250 * time.Millisecond,
@@ -93,7 +94,14 @@ func newFast(cfg Config) (Estimator, error) {
 
 // Estimate implements Estimator.
 func (f *fastEstimator) Estimate(in Input) resources.Resources {
-	members := guaranteedMembers(in, f.cfg.Window)
+	f.published = f.cfg.Hysteresis.Apply(f.published, f.raw(in, guaranteedMembers(in, f.cfg.Window), f.predictCPU))
+	return f.published
+}
+
+// raw learns the members' new onsets and returns the estimate before
+// hysteresis, predicting each member's CPU with predict (f.predictCPU, or
+// a wrapper that records it).
+func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) resources.Resources {
 	if f.cfg.Fast.Onset > 0 {
 		seen := make(map[string]bool, len(members))
 		for _, m := range members {
@@ -111,9 +119,7 @@ func (f *fastEstimator) Estimate(in Input) resources.Resources {
 			}
 		}
 	}
-	raw := slackOf(in, f.cfg, members, f.predictCPU)
-	f.published = f.cfg.Hysteresis.Apply(f.published, raw)
-	return f.published
+	return slackOf(in, f.cfg, members, predict)
 }
 
 func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
@@ -188,8 +194,10 @@ type burstHistory struct {
 // onset (one per onsetLookback at most), and the samples of the
 // onsetLookback after an onset set its rise.
 func (h *burstHistory) ingest(history []Sample, now time.Time, threshold float64) {
-	for _, s := range history {
-		if !s.Time.After(h.newest) || s.Time.After(now) || !goodSample(s) {
+	// History is oldest first: skip what was seen without reading it.
+	first := sort.Search(len(history), func(i int) bool { return history[i].Time.After(h.newest) })
+	for _, s := range history[first:] {
+		if s.Time.After(now) || !goodSample(s) {
 			continue
 		}
 		h.newest = s.Time
@@ -244,26 +252,46 @@ func (h *burstHistory) due(now time.Time, cfg FastConfig) float64 {
 		if b.rise <= rise {
 			continue
 		}
-		for _, a := range h.onsets[:bi] {
-			period := b.at.Sub(a.at)
-			if period < minBurstPeriod {
-				continue
-			}
-			due := false
-			for k := time.Duration(1); k <= latticeSteps && !due; k++ {
-				next := b.at.Add(k * period)
-				due = !next.Before(from) && !next.After(to)
-			}
-			if !due {
-				continue
-			}
-			for k := time.Duration(1); k <= latticeSteps; k++ {
-				if near(a.at.Add(-k * period)) {
-					rise = b.rise
+		older := h.onsets[:bi]
+	lattice:
+		for k := time.Duration(1); k <= latticeSteps; k++ {
+			// b + k(b − a) is due when from ≤ b + kp ≤ to, p = b − a ≥
+			// minBurstPeriod: a lies in [b − ⌊(to−b)/k⌋, b − max(⌈(from−b)/k⌉,
+			// minBurstPeriod)], found by binary search (onsets are in time
+			// order) rather than by trying every pair.
+			earliest := b.at.Add(-floorDiv(to.Sub(b.at), k))
+			latest := b.at.Add(-max(ceilDiv(from.Sub(b.at), k), minBurstPeriod))
+			first := sort.Search(len(older), func(i int) bool { return !older[i].at.Before(earliest) })
+			for _, a := range older[first:] {
+				if a.at.After(latest) {
 					break
+				}
+				period := b.at.Sub(a.at)
+				for j := time.Duration(1); j <= latticeSteps; j++ {
+					if near(a.at.Add(-j * period)) {
+						rise = b.rise
+						break lattice
+					}
 				}
 			}
 		}
 	}
 	return rise
+}
+
+// floorDiv and ceilDiv divide d by a positive k, rounding down and up.
+func floorDiv(d, k time.Duration) time.Duration {
+	q := d / k
+	if d%k != 0 && d < 0 {
+		q--
+	}
+	return q
+}
+
+func ceilDiv(d, k time.Duration) time.Duration {
+	q := d / k
+	if d%k != 0 && d > 0 {
+		q++
+	}
+	return q
 }

@@ -7,9 +7,15 @@
 // before it, and every later sample is scored (see package
 // estimator/backtest for the exact definitions):
 //
-//	slackline-backtest run                                  # estimator/testdata/*.csv
+//	slackline-backtest run                                  # recorded, then held-out traces
 //	slackline-backtest run -o markdown --estimators fast,koordinator my/*.csv
 //	slackline-backtest run --confirm 2s --safety-margin 0.1 # try other settings
+//	slackline-backtest run --target-violation 0.005 --rise-interval 0
+//
+// With no trace arguments it replays the recorded traces
+// (estimator/testdata/*.csv, with "mix") and, in a table of their own, the
+// held-out traces (estimator/testdata/heldout/*.csv.gz, with
+// "heldout-mix"), which no setting is ever chosen on.
 //
 // Besides the estimators it replays the anchors of package
 // estimator/backtest, Koordinator's and Katalyst's formulas.

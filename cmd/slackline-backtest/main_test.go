@@ -62,8 +62,8 @@ func TestRunReplaysAnchors(t *testing.T) {
 		t.Fatalf("want a header with TO OFFER and three rows, got:\n%s", out.String())
 	}
 	for i, name := range []string{"fast", "koordinator", "katalyst"} {
-		if fields := strings.Fields(lines[i+1]); len(fields) != 11 || fields[1] != name {
-			t.Errorf("row %d = %q, want 11 columns for %s", i+1, lines[i+1], name)
+		if fields := strings.Fields(lines[i+1]); len(fields) != 12 || fields[1] != name {
+			t.Errorf("row %d = %q, want 12 columns for %s", i+1, lines[i+1], name)
 		}
 	}
 }

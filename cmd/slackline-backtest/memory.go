@@ -54,7 +54,7 @@ With no arguments it replays estimator/testdata/memory/*.csv.`,
 				return err
 			}
 			var results []backtest.MemoryResult
-			for _, sc := range scenariosOf(traces, o.mix) {
+			for _, sc := range scenariosOf(traces, o.mix, "mix") {
 				for _, name := range o.estimators {
 					est, err := newEstimator(name, o.config)
 					if err != nil {

@@ -45,7 +45,7 @@ estimator/testdata/*.csv.`,
 			if err != nil {
 				return err
 			}
-			points, err := frontier(scenariosOf(traces, true))
+			points, err := frontier(scenariosOf(traces, true, "mix"))
 			if err != nil {
 				return err
 			}

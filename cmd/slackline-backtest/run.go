@@ -42,6 +42,7 @@ estimate per --interval, and scores every sample after the first estimate:
   violation  share of samples where offered - ideal > --tolerance cores
   excess     mean and max of offered - ideal over violations, in cores
   changes    estimate changes per minute (what reaches the coordinator)
+  shrinks    of those, shrinks per minute (the ones that may rescind offers)
   to offer   mean time from slack appearing (0.25 cores more free for at
              least 5 s) to half of it being offered; ">" when some was
              never offered before it went (then a lower bound)
@@ -49,25 +50,50 @@ estimate per --interval, and scores every sample after the first estimate:
 Besides Slackline's estimators it replays the anchors, reference
 implementations of Koordinator's batch formula ("koordinator") and
 Katalyst's smoothed headroom ("katalyst"), with their defaults.
-With no arguments it replays estimator/testdata/*.csv.`,
+With no arguments it replays the recorded traces (estimator/testdata/*.csv,
+the ones the settings were chosen on) and, in a table of their own, the
+held-out traces (estimator/testdata/heldout/*.csv.gz, never tuned on).
+changes/min and shrinks/min count what reaches the coordinator (the agent
+sends every change of the estimate; the calibrated estimator paces its
+rises, --rise-interval).`,
 		RunE: func(cmd *cobra.Command, args []string) error {
+			groups := []traceGroup{{patterns: args, mix: "mix"}}
 			if len(args) == 0 {
-				args = []string{filepath.Join("estimator", "testdata", "*.csv")}
+				groups = defaultGroups()
 			}
 			fixed, err := resources.Parse(o.fixed)
 			if err != nil {
 				return fmt.Errorf("--fixed: %w", err)
 			}
 			o.config.Fixed = fixed
-			traces, err := loadTraces(args)
-			if err != nil {
-				return err
+			var all []backtest.Result
+			for i, g := range groups {
+				traces, err := loadTraces(g.patterns)
+				if err != nil {
+					return err
+				}
+				results, err := runAll(traces, g.mix, o)
+				if err != nil {
+					return err
+				}
+				if o.output == "json" {
+					all = append(all, results...)
+					continue
+				}
+				if g.title != "" {
+					if i > 0 {
+						fmt.Fprintln(cmd.OutOrStdout())
+					}
+					fmt.Fprintln(cmd.OutOrStdout(), g.title)
+				}
+				if err := printResults(cmd.OutOrStdout(), results, o.output); err != nil {
+					return err
+				}
 			}
-			results, err := runAll(traces, o)
-			if err != nil {
-				return err
+			if o.output == "json" {
+				return printResults(cmd.OutOrStdout(), all, o.output)
 			}
-			return printResults(cmd.OutOrStdout(), results, o.output)
+			return nil
 		},
 	}
 	f := cmd.Flags()
@@ -77,6 +103,7 @@ With no arguments it replays estimator/testdata/*.csv.`,
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, markdown or json")
 	f.DurationVar(&o.replay.EstimateInterval, "interval", o.replay.EstimateInterval, "estimate interval")
 	f.DurationVar(&o.replay.History, "history", o.replay.History, "history each container carries")
+	f.DurationVar(&o.config.RiseInterval, "rise-interval", o.config.RiseInterval, "calibrated: least time between two rises of the estimate (0: publish every rise)")
 	f.Float64Var(&o.replay.Tolerance, "tolerance", o.replay.Tolerance, "over-offer in cores not counted as a violation")
 	f.DurationVar(&o.config.Window, "window", o.config.Window, "usage window")
 	f.Float64Var(&o.config.Percentile, "percentile", o.config.Percentile, "usage percentile")
@@ -85,7 +112,12 @@ With no arguments it replays estimator/testdata/*.csv.`,
 	f.BoolVar(&o.config.Hysteresis.Off, "no-hysteresis", false, "publish every raw estimate")
 	f.DurationVar(&o.config.Fast.Confirm, "confirm", o.config.Fast.Confirm, "fast: how long slack must last before it is offered")
 	f.Float64Var(&o.config.Fast.Margin, "safety-margin", o.config.Fast.Margin, "fast: fraction of each cpu allocation never offered")
+	f.Float64Var(&o.config.Fast.Band, "band", o.config.Fast.Band, "fast, calibrated: hysteresis band in cores")
 	f.DurationVar(&o.config.Fast.ReclaimTime, "reclaim-time", o.config.Fast.ReclaimTime, "fast: recurring bursts due within this are held back")
+	f.Float64Var(&o.config.Calibration.TargetViolation, "target-violation", o.config.Calibration.TargetViolation, "calibrated: long-run share of estimates allowed to exceed the real slack")
+	f.Float64Var(&o.config.Calibration.Gamma, "gamma", o.config.Calibration.Gamma, "calibrated: step of the calibration's level update")
+	f.DurationVar(&o.config.Calibration.Confirm, "calibrated-confirm", o.config.Calibration.Confirm, "calibrated: how long slack must last before it is offered")
+	f.IntVar(&o.config.Calibration.Window, "calibration-window", o.config.Calibration.Window, "calibrated: scores (estimates) the margin is a quantile of")
 	return cmd
 }
 
@@ -131,22 +163,40 @@ func loadTraces(patterns []string) ([]backtest.Trace, error) {
 	return traces, nil
 }
 
+// traceGroup is a set of traces reported in a table of its own.
+type traceGroup struct {
+	title    string
+	patterns []string
+	// mix names the scenario of all the group's traces together.
+	mix string
+}
+
+// defaultGroups are the recorded traces and the held-out ones, apart.
+func defaultGroups() []traceGroup {
+	return []traceGroup{
+		{title: "recorded traces (settings chosen on these):", patterns: []string{filepath.Join("estimator", "testdata", "*.csv")}, mix: "mix"},
+		{title: "held-out traces (never tuned on):", patterns: []string{filepath.Join("estimator", "testdata", "heldout", "*.csv.gz")}, mix: "heldout-mix"},
+	}
+}
+
 // scenariosOf returns one scenario per trace and, with mix, all of them
-// together.
-func scenariosOf(traces []backtest.Trace, mix bool) []backtest.Scenario {
+// together, named mixName.
+func scenariosOf(traces []backtest.Trace, mix bool, mixName string) []backtest.Scenario {
 	scenarios := make([]backtest.Scenario, 0, len(traces)+1)
 	for _, t := range traces {
 		scenarios = append(scenarios, backtest.Scenario{Name: t.Name, Traces: []backtest.Trace{t}})
 	}
 	if mix && len(traces) > 1 {
-		scenarios = append(scenarios, backtest.Mix(traces))
+		all := backtest.Mix(traces)
+		all.Name = mixName
+		scenarios = append(scenarios, all)
 	}
 	return scenarios
 }
 
-func runAll(traces []backtest.Trace, o runOptions) ([]backtest.Result, error) {
+func runAll(traces []backtest.Trace, mixName string, o runOptions) ([]backtest.Result, error) {
 	var results []backtest.Result
-	for _, sc := range scenariosOf(traces, o.mix) {
+	for _, sc := range scenariosOf(traces, o.mix, mixName) {
 		for _, name := range o.estimators {
 			est, err := newEstimator(name, o.config)
 			if err != nil {
@@ -172,7 +222,7 @@ func printResults(w io.Writer, results []backtest.Result, format string) error {
 	default:
 		return fmt.Errorf("unknown output format %q: want table, markdown or json", format)
 	}
-	header := []string{"SCENARIO", "ESTIMATOR", "IDEAL", "OFFERED", "HARVEST", "SAFE", "VIOLATION", "EXCESS", "MAX", "CHANGES/MIN", "TO OFFER"}
+	header := []string{"SCENARIO", "ESTIMATOR", "IDEAL", "OFFERED", "HARVEST", "SAFE", "VIOLATION", "EXCESS", "MAX", "CHANGES/MIN", "SHRINKS/MIN", "TO OFFER"}
 	rows := [][]string{header}
 	for _, r := range results {
 		rows = append(rows, []string{
@@ -181,7 +231,7 @@ func printResults(w io.Writer, results []backtest.Result, format string) error {
 			fmt.Sprintf("%.1f%%", 100*r.Harvest), fmt.Sprintf("%.1f%%", 100*r.SafeHarvest),
 			fmt.Sprintf("%.2f%%", 100*r.ViolationRate),
 			fmt.Sprintf("%.3f", r.MeanExcess), fmt.Sprintf("%.3f", r.MaxExcess),
-			fmt.Sprintf("%.1f", r.ChangesPerMinute), timeToOffer(r),
+			fmt.Sprintf("%.1f", r.ChangesPerMinute), fmt.Sprintf("%.1f", r.ShrinksPerMinute), timeToOffer(r),
 		})
 	}
 	if format == "markdown" {

@@ -184,6 +184,6 @@ func newGetCommand(g *globals) *cobra.Command {
 	}
 	agent.register(containers)
 
-	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g), newImagesCommand(g))
+	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g), newImagesCommand(g), newGetEstimateCommand(g))
 	return get
 }

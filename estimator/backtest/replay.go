@@ -92,6 +92,9 @@ type Result struct {
 	MeanTimeToOffer float64 `json:"mean_time_to_offer_seconds"`
 	Appearances     int     `json:"appearances"`
 	Missed          int     `json:"missed"`
+	// ShrinksPerMinute is how often the estimate fell: the changes that may
+	// make the coordinator rescind offers.
+	ShrinksPerMinute float64 `json:"shrinks_per_minute"`
 }
 
 // ErrScenario is wrapped by Replay's errors about an unusable scenario or
@@ -135,7 +138,7 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 		res                          = Result{Estimator: name, Scenario: sc.Name}
 		offered, sumIdeal, sumOffer  float64
 		sumSafe, sumExcess, excessCS float64
-		violations, changes          int
+		violations, changes, shrinks int
 		estimated                    bool
 		ideals, offers               []float64
 	)
@@ -178,6 +181,9 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 		next := est.Estimate(estimator.Input{Now: at(j), Containers: containers}).CPUs()
 		if estimated && next != offered {
 			changes++
+			if next < offered {
+				shrinks++
+			}
 		}
 		offered, estimated = next, true
 	}
@@ -197,6 +203,7 @@ func Replay(name string, est estimator.Estimator, sc Scenario, opt Options) (Res
 	}
 	res.ExcessCoreSeconds = excessCS
 	res.ChangesPerMinute = float64(changes) / (s * interval.Minutes())
+	res.ShrinksPerMinute = float64(shrinks) / (s * interval.Minutes())
 	res.MeanTimeToOffer, res.Appearances, res.Missed = timeToOffer(ideals, offers, interval, opt)
 	return res, nil
 }

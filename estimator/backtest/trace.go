@@ -2,6 +2,7 @@ package backtest
 
 import (
 	"bufio"
+	"compress/gzip"
 	"errors"
 	"fmt"
 	"io"
@@ -159,14 +160,24 @@ func parsePoint(text string) (Point, error) {
 	return Point{Offset: time.Duration(offset * float64(time.Second)).Round(time.Millisecond), CPU: cpu, MemBytes: mem}, nil
 }
 
-// ReadTraceFile reads the trace in the named file.
+// ReadTraceFile reads the trace in the named file; a name ending in ".gz"
+// is gunzipped (the long held-out traces are stored compressed).
 func ReadTraceFile(name string) (Trace, error) {
 	f, err := os.Open(name)
 	if err != nil {
 		return Trace{}, fmt.Errorf("open trace: %w", err)
 	}
 	defer f.Close()
-	t, err := ReadTrace(f)
+	var r io.Reader = f
+	if strings.HasSuffix(name, ".gz") {
+		zr, err := gzip.NewReader(f)
+		if err != nil {
+			return Trace{}, fmt.Errorf("%s: %w: %v", name, ErrInvalidTrace, err)
+		}
+		defer zr.Close()
+		r = zr
+	}
+	t, err := ReadTrace(r)
 	if err != nil {
 		return Trace{}, fmt.Errorf("%s: %w", name, err)
 	}

@@ -1296,14 +1296,32 @@ func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
 	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
-// GetEstimateResponse is the latest estimate.
+// GetEstimateResponse is the latest estimate and, with an estimator that
+// explains itself (calibrated, the default), how it was made: per guaranteed
+// container what it is taken to need, what limits the estimate, and the
+// state of the calibration. The breakdown is in cpus.
 type GetEstimateResponse struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Revocable     []*Resource            `protobuf:"bytes,1,rep,name=revocable,proto3" json:"revocable,omitempty"`
-	Estimator     string                 `protobuf:"bytes,2,opt,name=estimator,proto3" json:"estimator,omitempty"`
-	Timestamp     *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	Revocable []*Resource            `protobuf:"bytes,1,rep,name=revocable,proto3" json:"revocable,omitempty"`
+	Estimator string                 `protobuf:"bytes,2,opt,name=estimator,proto3" json:"estimator,omitempty"`
+	Timestamp *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=timestamp,proto3" json:"timestamp,omitempty"`
+	// containers are the guaranteed containers and protected services the
+	// estimate counts, each with what it is taken to need.
+	Containers []*EstimateContainer `protobuf:"bytes,4,rep,name=containers,proto3" json:"containers,omitempty"`
+	// limiting_container holds back the most cpus ("" when nothing does, or
+	// the calibration has paused offers).
+	LimitingContainer string `protobuf:"bytes,5,opt,name=limiting_container,json=limitingContainer,proto3" json:"limiting_container,omitempty"`
+	// reason says, in a sentence, what limits the estimate.
+	Reason string `protobuf:"bytes,6,opt,name=reason,proto3" json:"reason,omitempty"`
+	// calibration is the state of the online control of violations.
+	Calibration *EstimateCalibration `protobuf:"bytes,7,opt,name=calibration,proto3" json:"calibration,omitempty"`
+	// uncalibrated_cpus is the estimate before the calibration (fast's),
+	// calibrated_cpus after it and before hysteresis; revocable is what was
+	// published.
+	UncalibratedCpus float64 `protobuf:"fixed64,8,opt,name=uncalibrated_cpus,json=uncalibratedCpus,proto3" json:"uncalibrated_cpus,omitempty"`
+	CalibratedCpus   float64 `protobuf:"fixed64,9,opt,name=calibrated_cpus,json=calibratedCpus,proto3" json:"calibrated_cpus,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *GetEstimateResponse) Reset() {
@@ -1357,6 +1375,277 @@ func (x *GetEstimateResponse) GetTimestamp() *timestamppb.Timestamp {
 	return nil
 }
 
+func (x *GetEstimateResponse) GetContainers() []*EstimateContainer {
+	if x != nil {
+		return x.Containers
+	}
+	return nil
+}
+
+func (x *GetEstimateResponse) GetLimitingContainer() string {
+	if x != nil {
+		return x.LimitingContainer
+	}
+	return ""
+}
+
+func (x *GetEstimateResponse) GetReason() string {
+	if x != nil {
+		return x.Reason
+	}
+	return ""
+}
+
+func (x *GetEstimateResponse) GetCalibration() *EstimateCalibration {
+	if x != nil {
+		return x.Calibration
+	}
+	return nil
+}
+
+func (x *GetEstimateResponse) GetUncalibratedCpus() float64 {
+	if x != nil {
+		return x.UncalibratedCpus
+	}
+	return 0
+}
+
+func (x *GetEstimateResponse) GetCalibratedCpus() float64 {
+	if x != nil {
+		return x.CalibratedCpus
+	}
+	return 0
+}
+
+// EstimateContainer is one guaranteed container's (or protected service's)
+// part in an estimate, in cpus: it is taken to need predicted_peak + margin
+// + calibration of its allocation; the rest of the allocation is slack.
+type EstimateContainer struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Id            string                 `protobuf:"bytes,1,opt,name=id,proto3" json:"id,omitempty"`
+	Protected     bool                   `protobuf:"varint,2,opt,name=protected,proto3" json:"protected,omitempty"`
+	AllocatedCpus float64                `protobuf:"fixed64,3,opt,name=allocated_cpus,json=allocatedCpus,proto3" json:"allocated_cpus,omitempty"`
+	// predicted_peak_cpus is the predicted use until the next estimate (the
+	// whole allocation while warming_up).
+	PredictedPeakCpus float64 `protobuf:"fixed64,4,opt,name=predicted_peak_cpus,json=predictedPeakCpus,proto3" json:"predicted_peak_cpus,omitempty"`
+	// margin_cpus is the fixed safety margin.
+	MarginCpus float64 `protobuf:"fixed64,5,opt,name=margin_cpus,json=marginCpus,proto3" json:"margin_cpus,omitempty"`
+	// calibration_cpus is the container's share (by allocation) of what the
+	// calibration added; negative when it gave margin back.
+	CalibrationCpus float64 `protobuf:"fixed64,6,opt,name=calibration_cpus,json=calibrationCpus,proto3" json:"calibration_cpus,omitempty"`
+	// need_cpus is predicted_peak + margin + calibration.
+	NeedCpus float64 `protobuf:"fixed64,7,opt,name=need_cpus,json=needCpus,proto3" json:"need_cpus,omitempty"`
+	// warming_up is set until the container has enough samples.
+	WarmingUp     bool `protobuf:"varint,8,opt,name=warming_up,json=warmingUp,proto3" json:"warming_up,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *EstimateContainer) Reset() {
+	*x = EstimateContainer{}
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EstimateContainer) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EstimateContainer) ProtoMessage() {}
+
+func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EstimateContainer.ProtoReflect.Descriptor instead.
+func (*EstimateContainer) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *EstimateContainer) GetId() string {
+	if x != nil {
+		return x.Id
+	}
+	return ""
+}
+
+func (x *EstimateContainer) GetProtected() bool {
+	if x != nil {
+		return x.Protected
+	}
+	return false
+}
+
+func (x *EstimateContainer) GetAllocatedCpus() float64 {
+	if x != nil {
+		return x.AllocatedCpus
+	}
+	return 0
+}
+
+func (x *EstimateContainer) GetPredictedPeakCpus() float64 {
+	if x != nil {
+		return x.PredictedPeakCpus
+	}
+	return 0
+}
+
+func (x *EstimateContainer) GetMarginCpus() float64 {
+	if x != nil {
+		return x.MarginCpus
+	}
+	return 0
+}
+
+func (x *EstimateContainer) GetCalibrationCpus() float64 {
+	if x != nil {
+		return x.CalibrationCpus
+	}
+	return 0
+}
+
+func (x *EstimateContainer) GetNeedCpus() float64 {
+	if x != nil {
+		return x.NeedCpus
+	}
+	return 0
+}
+
+func (x *EstimateContainer) GetWarmingUp() bool {
+	if x != nil {
+		return x.WarmingUp
+	}
+	return false
+}
+
+// EstimateCalibration is the calibration's state: adaptive conformal
+// inference keeps the share of estimates that exceeded the real slack at
+// target_violation in the long run.
+type EstimateCalibration struct {
+	state           protoimpl.MessageState `protogen:"open.v1"`
+	TargetViolation float64                `protobuf:"fixed64,1,opt,name=target_violation,json=targetViolation,proto3" json:"target_violation,omitempty"`
+	// level is alpha_t; at or below 0 nothing is offered (paused).
+	Level  float64 `protobuf:"fixed64,2,opt,name=level,proto3" json:"level,omitempty"`
+	Paused bool    `protobuf:"varint,3,opt,name=paused,proto3" json:"paused,omitempty"`
+	// margin_cpus is what the calibration adds to the need of all
+	// containers together.
+	MarginCpus float64 `protobuf:"fixed64,4,opt,name=margin_cpus,json=marginCpus,proto3" json:"margin_cpus,omitempty"`
+	// resolved estimates have been scored; violations of them exceeded the
+	// real slack.
+	Resolved   int64   `protobuf:"varint,5,opt,name=resolved,proto3" json:"resolved,omitempty"`
+	Violations float64 `protobuf:"fixed64,6,opt,name=violations,proto3" json:"violations,omitempty"`
+	// violation_bound is the guaranteed bound on violations / resolved.
+	ViolationBound float64 `protobuf:"fixed64,7,opt,name=violation_bound,json=violationBound,proto3" json:"violation_bound,omitempty"`
+	// max_feedback_delay is the most estimates an outcome took to be known;
+	// unresolved were never measured and count as violations.
+	MaxFeedbackDelay int64 `protobuf:"varint,8,opt,name=max_feedback_delay,json=maxFeedbackDelay,proto3" json:"max_feedback_delay,omitempty"`
+	Unresolved       int64 `protobuf:"varint,9,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *EstimateCalibration) Reset() {
+	*x = EstimateCalibration{}
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EstimateCalibration) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EstimateCalibration) ProtoMessage() {}
+
+func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EstimateCalibration.ProtoReflect.Descriptor instead.
+func (*EstimateCalibration) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EstimateCalibration) GetTargetViolation() float64 {
+	if x != nil {
+		return x.TargetViolation
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetLevel() float64 {
+	if x != nil {
+		return x.Level
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetPaused() bool {
+	if x != nil {
+		return x.Paused
+	}
+	return false
+}
+
+func (x *EstimateCalibration) GetMarginCpus() float64 {
+	if x != nil {
+		return x.MarginCpus
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetResolved() int64 {
+	if x != nil {
+		return x.Resolved
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetViolations() float64 {
+	if x != nil {
+		return x.Violations
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetViolationBound() float64 {
+	if x != nil {
+		return x.ViolationBound
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetMaxFeedbackDelay() int64 {
+	if x != nil {
+		return x.MaxFeedbackDelay
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetUnresolved() int64 {
+	if x != nil {
+		return x.Unresolved
+	}
+	return 0
+}
+
 // GetCorrectionsRequest is empty.
 type GetCorrectionsRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1366,7 +1655,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1378,7 +1667,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1391,7 +1680,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1431,7 +1720,7 @@ type Correction struct {
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1443,7 +1732,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1456,7 +1745,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1567,7 +1856,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1579,7 +1868,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1592,7 +1881,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1611,7 +1900,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1623,7 +1912,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1636,7 +1925,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 // Feature is one probe's result.
@@ -1651,7 +1940,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1663,7 +1952,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1676,7 +1965,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *Feature) GetName() string {
@@ -1711,7 +2000,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1723,7 +2012,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1736,7 +2025,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -1755,7 +2044,7 @@ type GetImagesRequest struct {
 
 func (x *GetImagesRequest) Reset() {
 	*x = GetImagesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1767,7 +2056,7 @@ func (x *GetImagesRequest) String() string {
 func (*GetImagesRequest) ProtoMessage() {}
 
 func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1780,7 +2069,7 @@ func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesRequest.ProtoReflect.Descriptor instead.
 func (*GetImagesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 // Image is one image in an agent's store.
@@ -1804,7 +2093,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1816,7 +2105,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1829,7 +2118,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *Image) GetReference() string {
@@ -1893,7 +2182,7 @@ type ImagePullError struct {
 
 func (x *ImagePullError) Reset() {
 	*x = ImagePullError{}
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1905,7 +2194,7 @@ func (x *ImagePullError) String() string {
 func (*ImagePullError) ProtoMessage() {}
 
 func (x *ImagePullError) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1918,7 +2207,7 @@ func (x *ImagePullError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePullError.ProtoReflect.Descriptor instead.
 func (*ImagePullError) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *ImagePullError) GetReference() string {
@@ -1959,7 +2248,7 @@ type GetImagesResponse struct {
 
 func (x *GetImagesResponse) Reset() {
 	*x = GetImagesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1971,7 +2260,7 @@ func (x *GetImagesResponse) String() string {
 func (*GetImagesResponse) ProtoMessage() {}
 
 func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1984,7 +2273,7 @@ func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesResponse.ProtoReflect.Descriptor instead.
 func (*GetImagesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *GetImagesResponse) GetImages() []*Image {
@@ -2039,7 +2328,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2051,7 +2340,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2064,7 +2353,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -2116,7 +2405,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2128,7 +2417,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2141,7 +2430,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -2288,11 +2577,45 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17revocable_estimate_mbps\x18\x03 \x01(\x01R\x15revocableEstimateMbps\x12$\n" +
 	"\x0eqos_limit_mbps\x18\x04 \x01(\x01R\fqosLimitMbps\x12.\n" +
 	"\x13revocable_pace_mbps\x18\x05 \x01(\x01R\x11revocablePaceMbps\"\x14\n" +
-	"\x12GetEstimateRequest\"\xa3\x01\n" +
+	"\x12GetEstimateRequest\"\xc6\x03\n" +
 	"\x13GetEstimateResponse\x124\n" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
-	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\"\x17\n" +
+	"\ttimestamp\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12?\n" +
+	"\n" +
+	"containers\x18\x04 \x03(\v2\x1f.slackline.v1.EstimateContainerR\n" +
+	"containers\x12-\n" +
+	"\x12limiting_container\x18\x05 \x01(\tR\x11limitingContainer\x12\x16\n" +
+	"\x06reason\x18\x06 \x01(\tR\x06reason\x12C\n" +
+	"\vcalibration\x18\a \x01(\v2!.slackline.v1.EstimateCalibrationR\vcalibration\x12+\n" +
+	"\x11uncalibrated_cpus\x18\b \x01(\x01R\x10uncalibratedCpus\x12'\n" +
+	"\x0fcalibrated_cpus\x18\t \x01(\x01R\x0ecalibratedCpus\"\xa0\x02\n" +
+	"\x11EstimateContainer\x12\x0e\n" +
+	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
+	"\tprotected\x18\x02 \x01(\bR\tprotected\x12%\n" +
+	"\x0eallocated_cpus\x18\x03 \x01(\x01R\rallocatedCpus\x12.\n" +
+	"\x13predicted_peak_cpus\x18\x04 \x01(\x01R\x11predictedPeakCpus\x12\x1f\n" +
+	"\vmargin_cpus\x18\x05 \x01(\x01R\n" +
+	"marginCpus\x12)\n" +
+	"\x10calibration_cpus\x18\x06 \x01(\x01R\x0fcalibrationCpus\x12\x1b\n" +
+	"\tneed_cpus\x18\a \x01(\x01R\bneedCpus\x12\x1d\n" +
+	"\n" +
+	"warming_up\x18\b \x01(\bR\twarmingUp\"\xc2\x02\n" +
+	"\x13EstimateCalibration\x12)\n" +
+	"\x10target_violation\x18\x01 \x01(\x01R\x0ftargetViolation\x12\x14\n" +
+	"\x05level\x18\x02 \x01(\x01R\x05level\x12\x16\n" +
+	"\x06paused\x18\x03 \x01(\bR\x06paused\x12\x1f\n" +
+	"\vmargin_cpus\x18\x04 \x01(\x01R\n" +
+	"marginCpus\x12\x1a\n" +
+	"\bresolved\x18\x05 \x01(\x03R\bresolved\x12\x1e\n" +
+	"\n" +
+	"violations\x18\x06 \x01(\x01R\n" +
+	"violations\x12'\n" +
+	"\x0fviolation_bound\x18\a \x01(\x01R\x0eviolationBound\x12,\n" +
+	"\x12max_feedback_delay\x18\b \x01(\x03R\x10maxFeedbackDelay\x12\x1e\n" +
+	"\n" +
+	"unresolved\x18\t \x01(\x03R\n" +
+	"unresolved\"\x17\n" +
 	"\x15GetCorrectionsRequest\"\xaa\x04\n" +
 	"\n" +
 	"Correction\x128\n" +
@@ -2393,7 +2716,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 26)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -2411,28 +2734,30 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*NetworkStatus)(nil),           // 13: slackline.v1.NetworkStatus
 	(*GetEstimateRequest)(nil),      // 14: slackline.v1.GetEstimateRequest
 	(*GetEstimateResponse)(nil),     // 15: slackline.v1.GetEstimateResponse
-	(*GetCorrectionsRequest)(nil),   // 16: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 17: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 18: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 19: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 20: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 21: slackline.v1.GetFeaturesResponse
-	(*GetImagesRequest)(nil),        // 22: slackline.v1.GetImagesRequest
-	(*Image)(nil),                   // 23: slackline.v1.Image
-	(*ImagePullError)(nil),          // 24: slackline.v1.ImagePullError
-	(*GetImagesResponse)(nil),       // 25: slackline.v1.GetImagesResponse
-	(*ReadSandboxFileRequest)(nil),  // 26: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 27: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 28: slackline.v1.Resource
-	(TaskState)(0),                  // 29: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 30: google.protobuf.Timestamp
+	(*EstimateContainer)(nil),       // 16: slackline.v1.EstimateContainer
+	(*EstimateCalibration)(nil),     // 17: slackline.v1.EstimateCalibration
+	(*GetCorrectionsRequest)(nil),   // 18: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 19: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 20: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 21: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 22: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 23: slackline.v1.GetFeaturesResponse
+	(*GetImagesRequest)(nil),        // 24: slackline.v1.GetImagesRequest
+	(*Image)(nil),                   // 25: slackline.v1.Image
+	(*ImagePullError)(nil),          // 26: slackline.v1.ImagePullError
+	(*GetImagesResponse)(nil),       // 27: slackline.v1.GetImagesResponse
+	(*ReadSandboxFileRequest)(nil),  // 28: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 29: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 30: slackline.v1.Resource
+	(TaskState)(0),                  // 31: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	28, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	29, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	30, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	30, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	31, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	32, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	30, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	32, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
 	8,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
 	9,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
 	9,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
@@ -2443,37 +2768,39 @@ var file_slackline_v1_node_proto_depIdxs = []int32{
 	10, // 12: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
 	5,  // 13: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
 	13, // 14: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	28, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	30, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	30, // 17: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 18: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	17, // 19: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 20: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	20, // 21: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	30, // 22: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
-	30, // 23: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
-	30, // 24: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
-	23, // 25: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
-	24, // 26: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
-	3,  // 27: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	11, // 28: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	14, // 29: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	16, // 30: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	19, // 31: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	26, // 32: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	22, // 33: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	4,  // 34: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	12, // 35: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	15, // 36: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	18, // 37: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	21, // 38: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	27, // 39: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	25, // 40: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	34, // [34:41] is the sub-list for method output_type
-	27, // [27:34] is the sub-list for method input_type
-	27, // [27:27] is the sub-list for extension type_name
-	27, // [27:27] is the sub-list for extension extendee
-	0,  // [0:27] is the sub-list for field type_name
+	30, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	32, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	16, // 17: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
+	17, // 18: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
+	32, // 19: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 20: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	19, // 21: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 22: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	22, // 23: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	32, // 24: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	32, // 25: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	32, // 26: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	25, // 27: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
+	26, // 28: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
+	3,  // 29: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	11, // 30: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	14, // 31: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	18, // 32: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	21, // 33: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	28, // 34: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	24, // 35: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	4,  // 36: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	12, // 37: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	15, // 38: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	20, // 39: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	23, // 40: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	29, // 41: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	27, // 42: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	36, // [36:43] is the sub-list for method output_type
+	29, // [29:36] is the sub-list for method input_type
+	29, // [29:29] is the sub-list for extension type_name
+	29, // [29:29] is the sub-list for extension extendee
+	0,  // [0:29] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2488,7 +2815,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   26,
+			NumMessages:   28,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

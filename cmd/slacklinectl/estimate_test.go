@@ -1,0 +1,86 @@
+package main
+
+import (
+	"context"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
+	"google.golang.org/protobuf/encoding/protojson"
+	"google.golang.org/protobuf/testing/protocmp"
+	"google.golang.org/protobuf/types/known/timestamppb"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/resources"
+)
+
+// estimateNode is an agent's NodeService answering GetEstimate.
+type estimateNode struct {
+	slacklinev1connect.UnimplementedNodeServiceHandler
+	resp *slacklinev1.GetEstimateResponse
+}
+
+func (n *estimateNode) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
+	return connect.NewResponse(n.resp), nil
+}
+
+var testEstimate = &slacklinev1.GetEstimateResponse{
+	Revocable: resources.MustParse("cpus:0.5").Proto("", resources.Revocable),
+	Estimator: "calibrated", Timestamp: timestamppb.New(time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)),
+	Containers: []*slacklinev1.EstimateContainer{
+		{Id: "c-1", AllocatedCpus: 2, PredictedPeakCpus: 1.2, MarginCpus: 0.12, CalibrationCpus: 0.08, NeedCpus: 1.4},
+		{Id: "c-2", AllocatedCpus: 1, PredictedPeakCpus: 1, NeedCpus: 1, WarmingUp: true},
+	},
+	LimitingContainer: "c-1",
+	Reason:            "c-1 holds back 1.40 of its 2.00 cpus: predicted peak 1.20 + margin 0.12 + calibration +0.08",
+	Calibration: &slacklinev1.EstimateCalibration{
+		TargetViolation: 0.01, Level: 0.012, MarginCpus: 0.08, Resolved: 1000, Violations: 9, ViolationBound: 0.012, MaxFeedbackDelay: 2,
+	},
+	UncalibratedCpus: 0.68, CalibratedCpus: 0.6,
+}
+
+func TestGetEstimate(t *testing.T) {
+	mux := http.NewServeMux()
+	mux.Handle(slacklinev1connect.NewNodeServiceHandler(&estimateNode{resp: testEstimate}))
+	node := httptest.NewServer(mux)
+	t.Cleanup(node.Close)
+	url := serve(t, &fakeOperator{agents: &slacklinev1.GetAgentsResponse{Agents: []*slacklinev1.Agent{
+		{Id: "a-1", Hostname: "node-1", State: slacklinev1.AgentState_AGENT_STATE_ACTIVE, Endpoint: node.URL},
+	}}})
+	want := strings.TrimPrefix(`
+ESTIMATE:      cpus:0.5 (estimator calibrated, at 2026-01-02T03:04:05.000Z)
+CPUS:          0.680 uncalibrated, 0.600 calibrated, published after hysteresis and pacing
+LIMITED BY:    c-1 holds back 1.40 of its 2.00 cpus: predicted peak 1.20 + margin 0.12 + calibration +0.08
+CALIBRATION:   0.90% of 1000 estimates exceeded the real slack (target 1.00%, bound 1.20%); level 0.0120, adds +0.080 cpus
+
+CONTAINER   ALLOCATED   PREDICTED PEAK   MARGIN   CALIBRATION   HELD BACK   SLACK   NOTE
+c-1         2.000       1.200            0.120    0.080         1.400       0.600   limiting
+c-2         1.000       1.000            0.000    0.000         1.000       0.000   warming up
+`, "\n")
+	got, err := run(t, "--coordinator", url, "get", "estimate", "--hostname", "node-1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("get estimate (-want +got):\n%s", diff)
+	}
+	got, err = run(t, "--coordinator", url, "get", "estimate", "--agent", "a-1", "-o", "json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	decoded := &slacklinev1.GetEstimateResponse{}
+	if err := protojson.Unmarshal([]byte(got), decoded); err != nil {
+		t.Fatalf("output is not the response in JSON: %v\n%s", err, got)
+	}
+	if diff := cmp.Diff(testEstimate, decoded, protocmp.Transform()); diff != "" {
+		t.Errorf("decoded output (-want +got):\n%s", diff)
+	}
+	if _, err := run(t, "--coordinator", url, "get", "estimate"); err == nil || err.Error() != "get estimate: "+errNoAgent.Error() {
+		t.Errorf("no agent named: error %v", err)
+	}
+}

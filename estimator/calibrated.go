@@ -1,0 +1,383 @@
+package estimator
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"time"
+
+	"github.com/slackline/slackline/resources"
+)
+
+// maxPendingEstimates bounds the estimates waiting for their horizon to be
+// measured (5 s of estimates at 100 ms). When it is full the oldest is
+// counted as a violation, unscored (CalibrationStats.Unresolved): an
+// estimate that cannot be checked is taken to have failed, which only makes
+// the calibration more careful.
+const maxPendingEstimates = 50
+
+// pendingEstimate is a published estimate whose outcome is not known yet:
+// it is in force from made until the next estimate (until, zero until
+// then), and it is scored once every member it counted has a sample at or
+// after until.
+type pendingEstimate struct {
+	call        int
+	made, until time.Time
+	// offered is the published cpus, base the uncalibrated (fast) raw
+	// estimate before the clamp at 0, capacity min(Σ alloc, Total).
+	offered, base, capacity float64
+	members                 []string
+}
+
+// calibratedEstimator is the default estimator "calibrated": fast's
+// prediction with a margin that adaptive conformal inference keeps at the
+// target violation rate (doc.go). Its state is fast's, the Calibration, the
+// pending estimates and the last explanation, all functions of the inputs
+// seen.
+type calibratedEstimator struct {
+	fast      *fastEstimator
+	cfg       Config
+	cal       *Calibration
+	published resources.Resources
+	pending   []pendingEstimate
+	calls     int
+	// maxDelay is the most estimates an outcome took to be known (D in the
+	// bound), unresolved the estimates counted as violations unscored.
+	maxDelay, unresolved int
+	// predicted holds this call's predictions by member key; windows the
+	// members' windows by key (both reused).
+	predicted map[string]float64
+	windows   map[string][]Sample
+	explained Explanation
+	pacer     *Pacer
+}
+
+func newCalibrated(cfg Config) (Estimator, error) {
+	cfg.Fast.Confirm = cfg.Calibration.Confirm
+	f, err := newFast(cfg)
+	cal, calErr := NewCalibration(cfg.Calibration)
+	pacer, paceErr := NewPacer(cfg.RiseInterval)
+	if err := errors.Join(err, calErr, paceErr); err != nil {
+		return nil, err
+	}
+	fast := f.(*fastEstimator)
+	return &calibratedEstimator{
+		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
+		predicted: map[string]float64{}, windows: map[string][]Sample{},
+	}, nil
+}
+
+// Estimate implements Estimator.
+func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
+	c.calls++
+	members := guaranteedMembers(in, c.cfg.Window)
+	clear(c.windows)
+	for _, m := range members {
+		c.windows[m.key] = m.window
+	}
+	if n := len(c.pending); n > 0 && c.pending[n-1].until.IsZero() {
+		c.pending[n-1].until = in.Now
+	}
+	c.resolve()
+
+	clear(c.predicted)
+	raw := c.fast.raw(in, members, func(m member, now time.Time) float64 {
+		p := c.fast.predictCPU(m, now)
+		c.predicted[m.key] = p
+		return p
+	})
+	ex := c.explain(in, members)
+	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
+	if paced, ok := c.pacer.Next(in.Now, c.cfg.Hysteresis.Apply(c.published, out)); ok {
+		c.published = paced
+	}
+	ex.CPUs = c.published.CPUs()
+	ex.Calibration.RisesHeld = c.pacer.Deferred()
+	c.explained = ex
+
+	if len(c.pending) == maxPendingEstimates {
+		c.maxDelay = max(c.maxDelay, c.calls-c.pending[0].call)
+		c.pending = c.pending[1:]
+		c.unresolved++
+		c.cal.Observe(1, math.NaN())
+	}
+	keys := make([]string, len(members))
+	for i, m := range members {
+		keys[i] = m.key
+	}
+	c.pending = append(c.pending, pendingEstimate{
+		call: c.calls, made: in.Now, offered: ex.CPUs, base: ex.Capacity - ex.need, capacity: ex.Capacity, members: keys,
+	})
+	return c.published
+}
+
+// resolve scores the pending estimates whose horizon every member's samples
+// now cover, oldest first, and feeds them to the calibration.
+func (c *calibratedEstimator) resolve() {
+	done := 0
+	for _, p := range c.pending {
+		usage, ok := c.horizonUsage(p)
+		if !ok {
+			break
+		}
+		real := max(0, p.capacity-usage)
+		violated := 0.0
+		if p.offered-real > c.cfg.Calibration.Tolerance {
+			violated = 1
+		}
+		c.cal.Observe(violated, p.base-real)
+		c.maxDelay = max(c.maxDelay, c.calls-p.call)
+		done++
+	}
+	if done > 0 {
+		c.pending = append(c.pending[:0], c.pending[done:]...)
+	}
+}
+
+// horizonUsage returns the guaranteed use over p's horizon (made, until]:
+// the sum of each member's peak in it (with one sample per horizon, the
+// backtest's usage at that sample). A member whose samples do not reach
+// until yet makes it not known (false). A member gone since, or with no
+// sample left in its window, counts for nothing: its allocation is free.
+// A member with no sample inside the horizon counts with its first sample
+// after it.
+func (c *calibratedEstimator) horizonUsage(p pendingEstimate) (float64, bool) {
+	if p.until.IsZero() {
+		return 0, false
+	}
+	usage := 0.0
+	for _, key := range p.members {
+		w := c.windows[key]
+		if len(w) == 0 {
+			continue
+		}
+		if w[len(w)-1].Time.Before(p.until) {
+			return 0, false
+		}
+		peak, after := -1.0, -1.0
+		for i := len(w) - 1; i >= 0 && w[i].Time.After(p.made); i-- {
+			if w[i].Time.After(p.until) {
+				after = w[i].CPU
+				continue
+			}
+			peak = max(peak, w[i].CPU)
+		}
+		if peak < 0 {
+			peak = after
+		}
+		usage += max(0, peak)
+	}
+	return usage, true
+}
+
+// explain breaks this call's estimate down per member and applies the
+// calibration: Calibrated is the estimate before hysteresis.
+func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
+	margin, paused := c.cal.Margin()
+	ex := Explanation{
+		Now: in.Now, Estimator: "calibrated",
+		Calibration: CalibrationStats{
+			Target: c.cfg.Calibration.TargetViolation, Alpha: c.cal.Alpha(), Paused: paused,
+			Resolved: c.cal.Resolved(), Violations: c.cal.Violations(),
+			MaxDelay: c.maxDelay, Unresolved: c.unresolved, Gamma: c.cfg.Calibration.Gamma,
+		},
+		Members: make([]MemberExplanation, 0, len(members)),
+	}
+	var alloc, giveBack float64
+	for _, m := range members {
+		e := MemberExplanation{ID: m.container.ID, Protected: m.protected, Allocated: m.container.Allocated.CPUs()}
+		if len(m.window) >= c.cfg.MinSamples {
+			if m.protected && e.Allocated == 0 {
+				e.Allocated = cpuPeak(m.window)
+			}
+			e.PredictedPeak = c.predicted[m.key]
+			e.Margin = c.cfg.Margin * e.Allocated
+			giveBack += e.Margin
+		} else {
+			e.WarmingUp = true
+			e.PredictedPeak = e.Allocated
+		}
+		alloc += e.Allocated
+		ex.need += e.PredictedPeak + e.Margin
+		ex.Members = append(ex.Members, e)
+	}
+	ex.Capacity = alloc
+	if total := in.Total.CPUs(); total > 0 && total < alloc {
+		ex.Capacity, ex.TotalBound = total, true
+	}
+	ex.Uncalibrated = max(0, ex.Capacity-ex.need)
+	// What the calibration may give back is bounded by fast's own margins:
+	// the predicted peaks are always held back.
+	added := max(margin, -giveBack)
+	if paused {
+		added = ex.Capacity - ex.need
+	}
+	ex.Calibration.Margin = added
+	ex.Calibrated = max(0, ex.Capacity-ex.need-added)
+	if paused {
+		ex.Calibrated = 0
+	}
+	for i := range ex.Members {
+		e := &ex.Members[i]
+		if alloc > 0 && !math.IsInf(added, 0) {
+			e.Calibration = added * e.Allocated / alloc
+		}
+		e.Need = e.PredictedPeak + e.Margin + e.Calibration
+	}
+	ex.Limiting, ex.Reason = limitingOf(ex)
+	return ex
+}
+
+// limitingOf names what holds the estimate down and says why, for an
+// operator asking why the slack is what it is.
+func limitingOf(ex Explanation) (limiting, reason string) {
+	switch {
+	case len(ex.Members) == 0:
+		return "", "no guaranteed containers or protected services: no allocation to oversubscribe"
+	case ex.Calibration.Paused:
+		return "", fmt.Sprintf("calibration paused: recent offers exceeded the real slack more often than the %.2g%% target (level %.4f ≤ 0); nothing is offered until enough estimates pass without violation",
+			100*ex.Calibration.Target, ex.Calibration.Alpha)
+	}
+	best := -1
+	for i, e := range ex.Members {
+		if best < 0 || e.Need > ex.Members[best].Need {
+			best = i
+		}
+	}
+	e := ex.Members[best]
+	if e.WarmingUp {
+		reason = fmt.Sprintf("%s has too few samples yet: its whole allocation (%.2f cpus) is held back", e.ID, e.Allocated)
+	} else {
+		reason = fmt.Sprintf("%s holds back %.2f of its %.2f cpus: predicted peak %.2f + margin %.2f + calibration %+.2f",
+			e.ID, e.Need, e.Allocated, e.PredictedPeak, e.Margin, e.Calibration)
+	}
+	if ex.TotalBound {
+		reason += fmt.Sprintf("; the node's total (%.2f cpus) is below the guaranteed allocations", ex.Capacity)
+	}
+	return e.ID, reason
+}
+
+// Explain implements Explainer: how the last estimate was made.
+func (c *calibratedEstimator) Explain() Explanation {
+	ex := c.explained
+	ex.Members = append([]MemberExplanation(nil), ex.Members...)
+	return ex
+}
+
+// Explainer is implemented by estimators that can say how their last
+// estimate was made (the calibrated one). Like Estimate, Explain is called
+// from the estimator's goroutine.
+type Explainer interface {
+	Explain() Explanation
+}
+
+// Explanation is the breakdown of one estimate (cpus), for GetEstimate and
+// `slacklinectl get estimate`.
+type Explanation struct {
+	// Now is the estimate's time, Estimator its name.
+	Now       time.Time
+	Estimator string
+	// CPUs is the published estimate; Calibrated the estimate before
+	// hysteresis; Uncalibrated fast's estimate (before the calibration).
+	CPUs, Calibrated, Uncalibrated float64
+	// Capacity is min(Σ allocations, the node's total cpus); TotalBound is
+	// set when the total is the smaller.
+	Capacity   float64
+	TotalBound bool
+	// Members are the guaranteed containers and protected services.
+	Members []MemberExplanation
+	// Limiting is the member holding back the most cpus ("" when nothing
+	// is, or the calibration is paused); Reason says why, in a sentence.
+	Limiting, Reason string
+	// Calibration is the state of the online calibration.
+	Calibration CalibrationStats
+	// need is Σ predicted peak + margin (before the calibration).
+	need float64
+}
+
+// MemberExplanation is one guaranteed container's (or protected service's)
+// part in an estimate, in cpus: it is taken to need PredictedPeak + Margin +
+// Calibration of its Allocated, and the rest is slack.
+type MemberExplanation struct {
+	ID        string
+	Protected bool
+	Allocated float64
+	// PredictedPeak is fast's prediction (its whole allocation while
+	// WarmingUp: fewer than MinSamples samples).
+	PredictedPeak float64
+	// Margin is the fixed safety margin (Fast.Margin × Allocated).
+	Margin float64
+	// Calibration is the member's share (by allocation) of what the
+	// calibration added; negative when it gave margin back.
+	Calibration float64
+	// Need is PredictedPeak + Margin + Calibration.
+	Need      float64
+	WarmingUp bool
+}
+
+// CalibrationStats is the calibration's state as an operator sees it.
+type CalibrationStats struct {
+	// Target is α, Alpha α_t, Gamma γ.
+	Target, Alpha, Gamma float64
+	// Margin is what the calibration added to the need, in cpus (negative:
+	// it gave part of fast's margin back).
+	Margin float64
+	// Paused is set when α_t ≤ 0: nothing is offered.
+	Paused bool
+	// Resolved is how many estimates have been scored, Violations how many
+	// of them violated (a sum of shares).
+	Resolved   int
+	Violations float64
+	// MaxDelay is the most estimates an outcome took to be known (d in
+	// ViolationBound), Unresolved how many were counted as violations because their
+	// horizon was never measured.
+	MaxDelay, Unresolved int
+	// RisesHeld counts estimates whose rise the pacer held back
+	// (Config.RiseInterval).
+	RisesHeld int
+}
+
+// ViolationRate returns Violations / Resolved (0 before any).
+func (s CalibrationStats) ViolationRate() float64 {
+	if s.Resolved == 0 {
+		return 0
+	}
+	return s.Violations / float64(s.Resolved)
+}
+
+// Bound returns the finite-sample bound on ViolationRate after Resolved
+// estimates, ViolationBound(Target, Gamma, Resolved, MaxDelay); +Inf before
+// any estimate is scored.
+func (s CalibrationStats) Bound() float64 {
+	return ViolationBound(s.Target, s.Gamma, s.Resolved, s.MaxDelay)
+}
+
+// ViolationBound is the calibration's guarantee (doc.go derives it): over
+// the first t estimates whose outcome is known, each known at most d
+// estimates after it was made (d ≥ 1: the next estimate at the earliest),
+// starting at α_1 = α, the share that violated is at most
+//
+//	α + (α + dγ)/(γt),
+//
+// whatever the usage was. It is +Inf when t is 0.
+func ViolationBound(alpha, gamma float64, t, d int) float64 {
+	if t <= 0 {
+		return math.Inf(1)
+	}
+	return alpha + (alpha+float64(max(d, 1))*gamma)/(gamma*float64(t))
+}
+
+// WindowViolationBound bounds the violations in ANY run of n consecutive
+// scored estimates (not only from the start): at most
+//
+//	α + (α_max + dγ)/(γn)
+//
+// of them, with α_max = min(1, 10α) the ceiling of α_t. It is what makes
+// the rate come back to the target after a change of regime. +Inf when n
+// is 0.
+func WindowViolationBound(alpha, gamma float64, n, d int) float64 {
+	if n <= 0 {
+		return math.Inf(1)
+	}
+	return alpha + (min(1, levelCeilingFactor*alpha)+float64(max(d, 1))*gamma)/(gamma*float64(n))
+}
