@@ -169,42 +169,101 @@ func samePod(t *testing.T, what string, kustomized, helmed corev1.PodSpec) {
 	}
 }
 
+// named returns the object of objs named name, or nil.
+func named[T interface{ GetName() string }](objs []T, name string) T {
+	for _, o := range objs {
+		if o.GetName() == name {
+			return o
+		}
+	}
+	var zero T
+	return zero
+}
+
+// names are the names of objs, sorted.
+func names[T interface{ GetName() string }](objs []T) []string {
+	var ns []string
+	for _, o := range objs {
+		ns = append(ns, o.GetName())
+	}
+	slices.Sort(ns)
+	return ns
+}
+
 // TestHelmChartMatchesKustomize: the chart's default rendering is the
-// kustomize base (the same pods, Services and accounts), and with three
-// replicas the HA overlay; every object carries the standard labels.
+// kustomize base (the same pods, volume claims, Services and accounts:
+// coordinator, agent and job service), and with three replicas the HA
+// overlay (which keeps the base's job service); every object carries the
+// standard labels with its component.
 func TestHelmChartMatchesKustomize(t *testing.T) {
 	t.Parallel()
 	base := load(t)
 	r := render(t)
-	if len(r.daemonSets) != 1 || len(r.statefulSets) != 1 || len(r.services) != 2 || len(r.accounts) != 2 || len(r.serviceMonitors) != 0 || len(r.budgets) != 0 {
-		t.Fatalf("rendered %d DaemonSets, %d StatefulSets, %d Services, %d ServiceAccounts, %d ServiceMonitors, %d budgets; want 1, 1, 2, 2, 0, 0",
+	if len(r.daemonSets) != 1 || len(r.statefulSets) != 2 || len(r.services) != 3 || len(r.accounts) != 3 || len(r.serviceMonitors) != 0 || len(r.budgets) != 0 {
+		t.Fatalf("rendered %d DaemonSets, %d StatefulSets, %d Services, %d ServiceAccounts, %d ServiceMonitors, %d budgets; want 1, 2, 3, 3, 0, 0",
 			len(r.daemonSets), len(r.statefulSets), len(r.services), len(r.accounts), len(r.serviceMonitors), len(r.budgets))
 	}
-	samePod(t, "agent DaemonSet", base.daemonSets[0].Spec.Template.Spec, r.daemonSets[0].Spec.Template.Spec)
-	samePod(t, "coordinator StatefulSet", base.statefulSets[0].Spec.Template.Spec, r.statefulSets[0].Spec.Template.Spec)
-	if diff := cmp.Diff(base.statefulSets[0].Spec.VolumeClaimTemplates, r.statefulSets[0].Spec.VolumeClaimTemplates,
-		cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
-		t.Errorf("volume claim templates (-kustomize +helm):\n%s", diff)
+	for _, kind := range []struct {
+		what       string
+		kust, helm []string
+	}{
+		{"DaemonSets", names(base.daemonSets), names(r.daemonSets)},
+		{"StatefulSets", names(base.statefulSets), names(r.statefulSets)},
+		{"Services", names(base.services), names(r.services)},
+		{"ServiceAccounts", names(base.accounts), names(r.accounts)},
+	} {
+		if !slices.Equal(kind.kust, kind.helm) {
+			t.Fatalf("%s: kustomize has %v, the chart %v", kind.what, kind.kust, kind.helm)
+		}
 	}
-	for i, svc := range base.services {
-		if diff := cmp.Diff(svc.Spec, r.services[i].Spec); diff != "" || svc.Name != r.services[i].Name {
+	samePod(t, "agent DaemonSet", base.daemonSets[0].Spec.Template.Spec, r.daemonSets[0].Spec.Template.Spec)
+	for _, ss := range base.statefulSets {
+		got := named(r.statefulSets, ss.Name)
+		samePod(t, ss.Name+" StatefulSet", ss.Spec.Template.Spec, got.Spec.Template.Spec)
+		if diff := cmp.Diff(ss.Spec.VolumeClaimTemplates, got.Spec.VolumeClaimTemplates,
+			cmp.Comparer(func(a, b resource.Quantity) bool { return a.Cmp(b) == 0 })); diff != "" {
+			t.Errorf("%s volume claim templates (-kustomize +helm):\n%s", ss.Name, diff)
+		}
+		if *ss.Spec.Replicas != *got.Spec.Replicas || ss.Spec.ServiceName != got.Spec.ServiceName || !cmp.Equal(ss.Spec.Selector, got.Spec.Selector) {
+			t.Errorf("%s: replicas %d, service %q, selector %v; kustomize %d, %q, %v", ss.Name,
+				*got.Spec.Replicas, got.Spec.ServiceName, got.Spec.Selector, *ss.Spec.Replicas, ss.Spec.ServiceName, ss.Spec.Selector)
+		}
+	}
+	for _, svc := range base.services {
+		if diff := cmp.Diff(svc.Spec, named(r.services, svc.Name).Spec); diff != "" {
 			t.Errorf("Service %s (-kustomize +helm):\n%s", svc.Name, diff)
 		}
 	}
+	for _, sa := range base.accounts {
+		if got := named(r.accounts, sa.Name); !cmp.Equal(sa.AutomountServiceAccountToken, got.AutomountServiceAccountToken) {
+			t.Errorf("ServiceAccount %s: automountServiceAccountToken %v, kustomize %v", sa.Name, got.AutomountServiceAccountToken, sa.AutomountServiceAccountToken)
+		}
+	}
 	labels := []string{"app.kubernetes.io/name", "app.kubernetes.io/instance", "app.kubernetes.io/version", "app.kubernetes.io/component", "app.kubernetes.io/part-of"}
-	check := func(kind, name string, got map[string]string) {
+	check := func(kind, name, component string, got map[string]string) {
 		for _, l := range labels {
 			if got[l] == "" {
 				t.Errorf("%s %s lacks the label %s", kind, name, l)
 			}
 		}
+		if got["app.kubernetes.io/component"] != component {
+			t.Errorf("%s %s: component %q, want %q", kind, name, got["app.kubernetes.io/component"], component)
+		}
 	}
-	check("DaemonSet", "slackline-agent", r.daemonSets[0].Labels)
-	check("DaemonSet pod", "slackline-agent", r.daemonSets[0].Spec.Template.Labels)
-	check("StatefulSet", "slackline-coordinator", r.statefulSets[0].Labels)
-	check("StatefulSet pod", "slackline-coordinator", r.statefulSets[0].Spec.Template.Labels)
+	components := map[string]string{"slackline-agent": "agent", "slackline-coordinator": "coordinator", "slackline-jobs": "jobs"}
+	check("DaemonSet", "slackline-agent", "agent", r.daemonSets[0].Labels)
+	check("DaemonSet pod", "slackline-agent", "agent", r.daemonSets[0].Spec.Template.Labels)
+	for _, ss := range r.statefulSets {
+		check("StatefulSet", ss.Name, components[ss.Name], ss.Labels)
+		check("StatefulSet pod", ss.Name, components[ss.Name], ss.Spec.Template.Labels)
+	}
 	for _, svc := range r.services {
-		check("Service", svc.Name, svc.Labels)
+		check("Service", svc.Name, components[svc.Spec.Selector["app.kubernetes.io/name"]], svc.Labels)
+	}
+	for _, sa := range r.accounts {
+		if c := sa.Labels["app.kubernetes.io/component"]; c != components[sa.Name] {
+			t.Errorf("ServiceAccount %s: component %q, want %q", sa.Name, c, components[sa.Name])
+		}
 	}
 
 	spec := r.daemonSets[0].Spec.Template.Spec
@@ -212,13 +271,26 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		t.Errorf("the agent must tolerate every taint and be system-node-critical: %v, %q", spec.Tolerations, spec.PriorityClassName)
 	}
 
-	// Three coordinators: the HA overlay's StatefulSet and budget.
+	// Three coordinators: the HA overlay's StatefulSet and budget; its job
+	// service is the base's (the overlay patches only the coordinator).
 	k := haOverlay(t)
 	ha := render(t, "coordinator.replicas=3", "coordinator.etcd.endpoints="+strings.ReplaceAll(haEndpoints(t, k), ",", "\\,"))
-	want := haCoordinator(t, base.statefulSets[0], k.Patches[0].Path)
-	samePod(t, "HA coordinator StatefulSet", want.Spec.Template.Spec, ha.statefulSets[0].Spec.Template.Spec)
-	if *ha.statefulSets[0].Spec.Replicas != 3 || ha.statefulSets[0].Spec.PodManagementPolicy != want.Spec.PodManagementPolicy || len(ha.statefulSets[0].Spec.VolumeClaimTemplates) != 0 {
-		t.Errorf("HA StatefulSet: replicas %d, policy %q, %d claims", *ha.statefulSets[0].Spec.Replicas, ha.statefulSets[0].Spec.PodManagementPolicy, len(ha.statefulSets[0].Spec.VolumeClaimTemplates))
+	if len(ha.statefulSets) != 2 || len(ha.services) != 3 || len(ha.accounts) != 3 {
+		t.Fatalf("HA: rendered %d StatefulSets, %d Services, %d ServiceAccounts; want 2, 3, 3", len(ha.statefulSets), len(ha.services), len(ha.accounts))
+	}
+	coordinator, jobs := named(base.statefulSets, "slackline-coordinator"), named(base.statefulSets, "slackline-jobs")
+	haCoord, haJobs := named(ha.statefulSets, "slackline-coordinator"), named(ha.statefulSets, "slackline-jobs")
+	if haCoord == nil || haJobs == nil {
+		t.Fatalf("HA: StatefulSets %v, want slackline-coordinator and slackline-jobs", names(ha.statefulSets))
+	}
+	want := haCoordinator(t, coordinator, k.Patches[0].Path)
+	samePod(t, "HA coordinator StatefulSet", want.Spec.Template.Spec, haCoord.Spec.Template.Spec)
+	if *haCoord.Spec.Replicas != 3 || haCoord.Spec.PodManagementPolicy != want.Spec.PodManagementPolicy || len(haCoord.Spec.VolumeClaimTemplates) != 0 {
+		t.Errorf("HA StatefulSet: replicas %d, policy %q, %d claims", *haCoord.Spec.Replicas, haCoord.Spec.PodManagementPolicy, len(haCoord.Spec.VolumeClaimTemplates))
+	}
+	samePod(t, "HA jobs StatefulSet", jobs.Spec.Template.Spec, haJobs.Spec.Template.Spec)
+	if *haJobs.Spec.Replicas != 1 || len(haJobs.Spec.VolumeClaimTemplates) != 1 {
+		t.Errorf("HA jobs StatefulSet: replicas %d, %d claims; want the base's one replica and one claim", *haJobs.Spec.Replicas, len(haJobs.Spec.VolumeClaimTemplates))
 	}
 	if len(ha.budgets) != 1 || ha.budgets[0].Spec.MinAvailable == nil || ha.budgets[0].Spec.MinAvailable.IntValue() != 2 {
 		t.Errorf("HA: want a disruption budget of minAvailable 2: %v", ha.budgets)
@@ -228,32 +300,65 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	}
 }
 
-// TestHelmServiceMonitor: with serviceMonitor.enabled, both processes are
-// scraped as jobs slackline-coordinator and slackline-agent, over verified
-// TLS with a token.
+// TestHelmJobsDisabled: jobs.enabled=false renders no job service (no
+// StatefulSet, Service, account or ServiceMonitor of it) and leaves the
+// rest as it was.
+func TestHelmJobsDisabled(t *testing.T) {
+	t.Parallel()
+	r := render(t, "jobs.enabled=false", "serviceMonitor.enabled=true")
+	if got := names(r.statefulSets); !slices.Equal(got, []string{"slackline-coordinator"}) {
+		t.Errorf("StatefulSets %v, want only slackline-coordinator", got)
+	}
+	if got := names(r.services); slices.Contains(got, "slackline-jobs") || len(got) != 3 {
+		t.Errorf("Services %v, want the coordinator's two and the agents'", got)
+	}
+	if got := names(r.accounts); !slices.Equal(got, []string{"slackline-agent", "slackline-coordinator"}) {
+		t.Errorf("ServiceAccounts %v, want the agent's and the coordinator's", got)
+	}
+	for _, sm := range r.serviceMonitors {
+		if sm.Metadata.Name == "slackline-jobs" {
+			t.Errorf("ServiceMonitor slackline-jobs rendered with jobs.enabled=false")
+		}
+	}
+	if len(r.daemonSets) != 1 || len(r.serviceMonitors) != 2 {
+		t.Errorf("%d DaemonSets, %d ServiceMonitors; want 1, 2", len(r.daemonSets), len(r.serviceMonitors))
+	}
+}
+
+// TestHelmServiceMonitor: with serviceMonitor.enabled, the three processes
+// are scraped as jobs slackline-coordinator, slackline-agent and
+// slackline-jobs, over verified TLS with a token.
 func TestHelmServiceMonitor(t *testing.T) {
 	t.Parallel()
 	r := render(t, "serviceMonitor.enabled=true")
-	if len(r.serviceMonitors) != 2 {
-		t.Fatalf("%d ServiceMonitors, want 2", len(r.serviceMonitors))
+	if len(r.serviceMonitors) != 3 {
+		t.Fatalf("%d ServiceMonitors, want 3", len(r.serviceMonitors))
 	}
 	services := map[string]*corev1.Service{}
 	for _, svc := range r.services {
 		services[svc.Name] = svc
 	}
+	seen := map[string]bool{}
 	for _, sm := range r.serviceMonitors {
 		name := sm.Spec.Selector.MatchLabels["app.kubernetes.io/name"]
-		if name != "slackline-coordinator" && name != "slackline-agent" {
+		if name != "slackline-coordinator" && name != "slackline-agent" && name != "slackline-jobs" {
 			t.Errorf("ServiceMonitor %s selects %q", sm.Metadata.Name, name)
 		}
+		seen[name] = true
 		if services[name] == nil {
 			t.Errorf("ServiceMonitor %s: no Service %s (the job name the rules expect)", sm.Metadata.Name, name)
 		}
 		for _, e := range sm.Spec.Endpoints {
+			if svc := services[name]; svc != nil && !slices.ContainsFunc(svc.Spec.Ports, func(p corev1.ServicePort) bool { return p.Name == e.Port }) {
+				t.Errorf("ServiceMonitor %s: Service %s has no port %q", sm.Metadata.Name, name, e.Port)
+			}
 			if e.Scheme != "https" || e.Path != "/metrics" || e.Authorization.Credentials.Name == "" || e.TLSConfig.CA.Secret.Key != "ca.crt" {
 				t.Errorf("ServiceMonitor %s endpoint %+v: want https /metrics with a token and the CA", sm.Metadata.Name, e)
 			}
 		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("ServiceMonitors select %v, want each of slackline-coordinator, slackline-agent and slackline-jobs once", seen)
 	}
 }
 
