@@ -117,10 +117,12 @@ func TestEndedContainersAreBounded(t *testing.T) {
 		for i := range sim.MaxEndedContainers + 2 {
 			id := "t" + string(rune('a'+i/26)) + string(rune('a'+i%26))
 			h.fake.Send(t, agentID, runCommand(id, "true", map[string]string{sim.LabelDuration: "0s"}))
+			// One at a time, so that they end in the order sent and the
+			// oldest is the one forgotten.
+			synctest.Wait()
+			time.Sleep(time.Millisecond)
+			synctest.Wait()
 		}
-		synctest.Wait()
-		time.Sleep(time.Millisecond)
-		synctest.Wait()
 		if got := h.fleet.EndedContainersDropped(); got != 2 {
 			t.Errorf("EndedContainersDropped = %d, want 2", got)
 		}
