@@ -15,7 +15,8 @@
 # contexts file: SLACKLINE_CONFIG, else ~/.config/slackline/config.yaml) and
 # makes it current, and prints its banner once the agent has registered.
 # RUN_AGENT=sim runs the simulated agent as root too; RUN_PORT moves the
-# coordinator (and the NodeService to RUN_PORT+1), e.g. for a second
+# coordinator (the NodeService to RUN_PORT+1, the job service to
+# RUN_PORT+10), e.g. for a second
 # checkout's cluster; RUN_DIR moves the state.
 #
 # Ctrl-C stops everything (running tasks survive an agent stop by design;
@@ -31,6 +32,7 @@ READY_TIMEOUT=${READY_TIMEOUT:-120}
 RUN_PORT=${RUN_PORT:-5050}
 coordinator_addr=127.0.0.1:$RUN_PORT
 node_addr=127.0.0.1:$((RUN_PORT + 1))
+jobs_addr=127.0.0.1:$((RUN_PORT + 10))
 mkdir -p "$RUN_DIR"
 
 # One cluster at a time: say so before building anything.
@@ -85,12 +87,12 @@ cat >"$RUN_DIR/env" <<ENV
 export SLACKLINE_COORDINATOR=https://$coordinator_addr
 export SLACKLINE_CA=$creds_abs/ca.crt
 export SLACKLINE_TOKEN_FILE=$creds_abs/admin.token
-export SLACKLINE_JOBS_SERVER=https://127.0.0.1:5060
+export SLACKLINE_JOBS_SERVER=https://$jobs_addr
 ENV
 # shellcheck source=/dev/null
 . "$RUN_DIR/env"
 context_msg=$(bin/slacklinectl config set-context local --coordinator "$SLACKLINE_COORDINATOR" \
-	--ca "$SLACKLINE_CA" --token-file "$SLACKLINE_TOKEN_FILE" --use)
+	--ca "$SLACKLINE_CA" --token-file "$SLACKLINE_TOKEN_FILE" --jobs-server "$SLACKLINE_JOBS_SERVER" --use)
 
 pids=()
 cleanup() {
@@ -156,7 +158,7 @@ wait_for bash -c '[ "$(bin/slacklinectl get agents "$1" -o "jsonpath=\$.agents[?
 # before it existed have no jobs.token: remove $CREDS to get one.
 if [ -f "$CREDS/jobs.token" ]; then
 	bin/slackline-jobs --coordinator "$SLACKLINE_COORDINATOR" --ca "$CREDS/ca.crt" --token-file "$CREDS/jobs.token" \
-		--listen 127.0.0.1:5060 --work-dir "$RUN_DIR/jobs" --roles jobs \
+		--listen "$jobs_addr" --work-dir "$RUN_DIR/jobs" --roles jobs \
 		--tls-cert "$CREDS/coordinator.crt" --tls-key "$CREDS/coordinator.key" \
 		--client-ca "$CREDS/ca.crt" --client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
 	pids+=($!)

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
@@ -43,6 +44,8 @@ type cliContext struct {
 	CA          string `json:"ca,omitempty"`
 	TokenFile   string `json:"token-file,omitempty"`
 	CRL         string `json:"crl,omitempty"`
+	// JobsServer is the job service's URL (slacklinectl jobs).
+	JobsServer string `json:"jobs-server,omitempty"`
 }
 
 // configPath returns the contexts file's path.
@@ -216,6 +219,7 @@ func newConfigCommand(g *globals) *cobra.Command {
 				"ca":          func(v string) { ctx.CA = absPath(v) },
 				"token-file":  func(v string) { ctx.TokenFile = absPath(v) },
 				"crl":         func(v string) { ctx.CRL = absPath(v) },
+				"jobs-server": func(v string) { ctx.JobsServer = v },
 			} {
 				if flags.Changed(flag) {
 					v, _ := flags.GetString(flag)
@@ -233,6 +237,7 @@ func newConfigCommand(g *globals) *cobra.Command {
 		},
 	}
 	setContext.Flags().BoolVar(&use, "use", false, "make it the current context")
+	setContext.Flags().String("jobs-server", "", "the job service's URL (slacklinectl jobs)")
 
 	useContext := &cobra.Command{
 		Use:   "use-context NAME",
@@ -312,4 +317,22 @@ func absPath(p string) string {
 		return abs
 	}
 	return p
+}
+
+// contextJobsServer is the job service's URL in the chosen context (as
+// applyContext chooses it), or "" when there is none.
+func (g *globals) contextJobsServer() string {
+	path, err := configPath()
+	if err != nil {
+		return ""
+	}
+	cfg, err := loadConfig(path)
+	if err != nil {
+		return ""
+	}
+	name := cmp.Or(g.context, os.Getenv(contextEnv), cfg.CurrentContext)
+	if ctx := cfg.context(name); ctx != nil {
+		return ctx.JobsServer
+	}
+	return ""
 }

@@ -19,7 +19,7 @@ import (
 )
 
 const (
-	defaultJobsServer = "http://127.0.0.1:5060"
+	defaultJobsServer = "https://127.0.0.1:5060"
 	// jobsServerEnv overrides the default of --jobs-server.
 	jobsServerEnv = "SLACKLINE_JOBS_SERVER"
 )
@@ -34,9 +34,10 @@ func newJobsCommand(g *globals) *cobra.Command {
 with the same --ca and --token-file as the coordinator. A principal sees and
 cancels its own jobs; others' need view_jobs and cancel_jobs in authz.yaml.`,
 	}
-	cmd.PersistentFlags().StringVar(&server, "jobs-server", cmp.Or(os.Getenv(jobsServerEnv), defaultJobsServer), "job service base URL (env "+jobsServerEnv+")")
+	cmd.PersistentFlags().StringVar(&server, "jobs-server", "", "job service base URL (default: env "+jobsServerEnv+", else the context's jobs-server, else "+defaultJobsServer+")")
 	client := func() slacklinev1connect.JobServiceClient {
-		return slacklinev1connect.NewJobServiceClient(g.httpClient(), strings.TrimSuffix(server, "/"))
+		url := cmp.Or(server, os.Getenv(jobsServerEnv), g.contextJobsServer(), defaultJobsServer)
+		return slacklinev1connect.NewJobServiceClient(g.httpClient(), strings.TrimSuffix(url, "/"))
 	}
 	cmd.AddCommand(newJobsSubmitCommand(g, client), newJobsGetCommand(g, client), newJobsDescribeCommand(g, client),
 		newJobsCancelCommand(g, client), newJobsLogsCommand(g, client))
