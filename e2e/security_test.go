@@ -46,7 +46,7 @@ func startSecure(t *testing.T, agents ...string) *secureCluster {
 	s := &secureCluster{dir: t.TempDir(), addr: freeAddr(t)}
 	s.url = "https://" + s.addr
 	out, err := exec.Command(filepath.Join(binDir, "slacklinectl"), "credentials", "init", s.dir, "--hosts", "127.0.0.1,localhost",
-		"--agents", strings.Join(agents, ","), "--frameworks", "batch,evil", "--operators", "admin").CombinedOutput()
+		"--agents", strings.Join(agents, ","), "--frameworks", "batch,evil,jobs", "--operators", "admin").CombinedOutput()
 	if err != nil {
 		t.Fatalf("credentials init: %v\n%s", err, out)
 	}
@@ -509,6 +509,13 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure:                 {`{}`, "UDDA"},
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:                    {`{}`, "UDDA"},
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure:                {`{"taskId":"nope","path":"stdout"}`, "UDAA"},
+	slacklinev1connect.NodeServiceGetImagesProcedure:                      {`{}`, "UDDA"},
+	// JobService (slackline-jobs): any principal submits in a role it may
+	// (batch's own), and sees and cancels its own jobs (none here: not found).
+	slacklinev1connect.JobServiceSubmitJobProcedure: {`{"spec":"name: table\nrole: batch\ncommand: \"true\"\nresources: \"cpus:0.1;mem:16\"\n"}`, "UDAA"},
+	slacklinev1connect.JobServiceGetJobsProcedure:   {`{}`, "UDAA"},
+	slacklinev1connect.JobServiceGetJobProcedure:    {`{"name":"nope"}`, "UDAA"},
+	slacklinev1connect.JobServiceCancelJobProcedure: {`{"name":"nope"}`, "UDAA"},
 }
 
 // protoMethods returns every RPC of every slackline.v1 service by
@@ -647,6 +654,19 @@ func TestAuthorizationTable(t *testing.T) {
 				t.Errorf("/metrics as %s: %d, want %d", tableCallers[i], resp.StatusCode, want)
 			}
 		}
+	})
+	t.Run("job service", func(t *testing.T) {
+		listen := freeAddr(t)
+		startStrict(t, "slackline-jobs", "--coordinator", s.url, "--ca", s.file("ca.crt"), "--token-file", s.file("jobs.token"),
+			"--listen", listen, "--work-dir", t.TempDir(), "--roles", "jobs",
+			"--tls-cert", s.file("coordinator.crt"), "--tls-key", s.file("coordinator.key"), "--client-ca", s.file("ca.crt"),
+			"--authz", s.file("authz.yaml"))
+		eventually(t, 30*time.Second, func() string {
+			_, err := grpchealth.NewClient(httpClient(t, auth.ClientCredentials{CAFile: s.file("ca.crt")}),
+				"https://"+listen).Check(ctx5(t), &grpchealth.CheckRequest{})
+			return errString(err)
+		})
+		check(t, "https://"+listen, slacklinev1connect.JobServiceName)
 	})
 	t.Run("agent NodeService", func(t *testing.T) {
 		privileged.Require(t)
