@@ -149,7 +149,9 @@ func run() error {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		return err
 	}
-	dir, err := os.MkdirTemp("", "slackline-colocation")
+	// Not under /tmp: tasks get a private /tmp (and /var/tmp, /dev/shm)
+	// of their own, where binaries built there are not found.
+	dir, err := os.MkdirTemp("/var/lib", "slackline-colocation-")
 	if err != nil {
 		return err
 	}
