@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -103,14 +102,12 @@ func run(args []string) error {
 	}
 	cfg.WorkDir = *workDir
 	cfg.Logger = logger
-	var tlsConfig *tls.Config
-	if *tlsCert != "" || *tlsKey != "" {
-		if tlsConfig, err = auth.ServerTLS(*tlsCert, *tlsKey, *clientCA); err != nil {
-			return err
-		}
-	} else if *clientCA != "" {
-		return errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
+	tlsConfig, authz, err := auth.LoadServing(auth.ServingFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *clientCA,
+		Authz: *authzFile, ClientCRL: *clientCRL}, logger)
+	if err != nil {
+		return err
 	}
+	cfg.Authz = authz
 	switch {
 	case *clientCA != "":
 		// The live view's proxy verifies agents with the same CA and
@@ -120,19 +117,6 @@ func run(args []string) error {
 		}
 	case *agentClientCert != "" || *agentClientKey != "":
 		return errors.New("--agent-client-cert needs --client-ca, the CA that signs agents' certificates")
-	}
-	if *authzFile != "" {
-		if cfg.Authz, err = auth.Load(*authzFile); err != nil {
-			return err
-		}
-		for _, w := range cfg.Authz.Warnings() {
-			logger.Warn(w)
-		}
-	}
-	if *clientCRL != "" {
-		if err := cfg.Authz.LoadCRL(*clientCRL, *clientCA, tlsConfig); err != nil {
-			return fmt.Errorf("--client-crl: %w", err)
-		}
 	}
 	if err := auth.CheckListen("--listen", *listen, tlsConfig != nil, cfg.Authz != nil, *insecure); err != nil {
 		return err

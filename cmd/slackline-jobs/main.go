@@ -23,7 +23,6 @@ package main
 import (
 	"cmp"
 	"context"
-	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -96,24 +95,10 @@ func run(args []string) error {
 	if len(roleList) == 0 {
 		return errors.New("--roles names no role")
 	}
-	var tlsConfig *tls.Config
-	if *tlsCert != "" || *tlsKey != "" {
-		if tlsConfig, err = auth.ServerTLS(*tlsCert, *tlsKey, *clientCA); err != nil {
-			return err
-		}
-	} else if *clientCA != "" {
-		return errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
-	}
-	var authz *auth.Authorizer
-	if *authzFile != "" {
-		if authz, err = auth.Load(*authzFile); err != nil {
-			return err
-		}
-	}
-	if *clientCRL != "" {
-		if err := authz.LoadCRL(*clientCRL, *clientCA, tlsConfig); err != nil {
-			return fmt.Errorf("--client-crl: %w", err)
-		}
+	tlsConfig, authz, err := auth.LoadServing(auth.ServingFiles{Cert: *tlsCert, Key: *tlsKey, ClientCA: *clientCA,
+		Authz: *authzFile, ClientCRL: *clientCRL}, logger)
+	if err != nil {
+		return err
 	}
 	if err := auth.CheckListen("--listen", *listen, tlsConfig != nil, authz != nil, *insecure); err != nil {
 		return err

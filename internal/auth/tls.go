@@ -5,6 +5,7 @@ import (
 	"crypto/x509"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/http"
 	"os"
@@ -162,4 +163,44 @@ func isLoopback(addr string) bool {
 	}
 	ip := net.ParseIP(host)
 	return ip != nil && ip.IsLoopback()
+}
+
+// ServingFiles names what secures a daemon's listener: its serving
+// certificate and key (--tls-cert, --tls-key), the CA of its callers'
+// client certificates (--client-ca), the authorization file (--authz) and
+// the revocation list (--client-crl). Empty fields are off.
+type ServingFiles struct {
+	Cert, Key, ClientCA, Authz, ClientCRL string
+}
+
+// LoadServing loads files for a daemon that serves Connect: the TLS
+// configuration (nil without --tls-cert and --tls-key) and the authorizer
+// (nil without --authz), with the revocation list watched by both. The
+// authorization file's warnings go to logger. Whether the listener may run
+// with what is off is CheckListen's decision.
+func LoadServing(files ServingFiles, logger *slog.Logger) (*tls.Config, *Authorizer, error) {
+	var tlsConfig *tls.Config
+	var err error
+	if files.Cert != "" || files.Key != "" {
+		if tlsConfig, err = ServerTLS(files.Cert, files.Key, files.ClientCA); err != nil {
+			return nil, nil, err
+		}
+	} else if files.ClientCA != "" {
+		return nil, nil, errors.New("--client-ca needs TLS: set --tls-cert and --tls-key")
+	}
+	var authz *Authorizer
+	if files.Authz != "" {
+		if authz, err = Load(files.Authz); err != nil {
+			return nil, nil, err
+		}
+		for _, w := range authz.Warnings() {
+			logger.Warn(w)
+		}
+	}
+	if files.ClientCRL != "" {
+		if err := authz.LoadCRL(files.ClientCRL, files.ClientCA, tlsConfig); err != nil {
+			return nil, nil, fmt.Errorf("--client-crl: %w", err)
+		}
+	}
+	return tlsConfig, authz, nil
 }
