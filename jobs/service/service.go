@@ -36,7 +36,7 @@ const ackParallelism = 32
 // Config configures a Service.
 type Config struct {
 	// Store keeps the state; the Service does not close it.
-	Store *Store
+	Store Store
 	// Framework is the framework to subscribe as (its Id is replaced by
 	// the stored one); Roles are the queues' roles.
 	Framework *slacklinev1.FrameworkInfo
@@ -51,6 +51,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+
+	// omitProcessMetrics leaves the Go and process metrics to the caller
+	// (a Member serves them once for all its terms).
+	omitProcessMetrics bool
 }
 
 // Service is the job service: the jobs core behind a lock, its store, the
@@ -70,8 +74,11 @@ type Service struct {
 	core    *jobs.Core
 	acks    []*slacklinev1.TaskStatus // applied, waiting for a write
 	persist sync.Mutex
-	kick    chan struct{} // wakes the flusher
-	tick    chan struct{} // wakes the ticker (new work, new schedule)
+	// unwritten is a batch whose write failed, written again with the
+	// next (guarded by persist).
+	unwritten Batch
+	kick      chan struct{} // wakes the flusher
+	tick      chan struct{} // wakes the ticker (new work, new schedule)
 
 	registry *prometheus.Registry
 }
@@ -99,7 +106,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.log.Info("job store loaded", "jobs", len(stored), "framework_id", id)
 	s.registry = prometheus.NewRegistry()
-	s.registry.MustRegister(collector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collector{s})
+	if !cfg.omitProcessMetrics {
+		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return s, nil
 }
 
@@ -199,12 +209,17 @@ func (s *Service) persistNow(ctx context.Context) error {
 	client := s.client
 	s.mu.Unlock()
 	if err == nil {
-		err = s.cfg.Store.write(b)
+		b = s.unwritten.merge(b)
+		s.unwritten = Batch{}
+		if err = s.cfg.Store.Write(b); err != nil {
+			s.unwritten = b
+		}
 	}
 	s.persist.Unlock()
 	if err != nil {
-		// The records stay in memory; the updates are not acknowledged,
-		// so the agents re-send them.
+		// The records stay in memory and are written with the next
+		// batch; the updates are not acknowledged, so the agents re-send
+		// them.
 		s.log.Error("persist jobs", "err", err)
 		return err
 	}

@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/etcdtest"
 	"github.com/slackline/slackline/jobs"
 	"github.com/slackline/slackline/resources"
 )
@@ -21,27 +22,57 @@ func offer(id string) *slacklinev1.Offer {
 }
 
 // flush writes what the core changed, as the service does.
-func flush(t *testing.T, s *Store, c *jobs.Core) {
+func flush(t *testing.T, s Store, c *jobs.Core) {
 	t.Helper()
 	b, err := encode(c, c.TakeDirty())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.write(b); err != nil {
+	if err := s.Write(b); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// storeKind opens a store, and opens it again after a Close (a restart).
+type storeKind struct {
+	name string
+	open func(t *testing.T) (open func() Store)
+}
+
+// storeKinds are the stores the contract tests run against: bbolt, and
+// etcd (a real etcd-server; small transactions so that batches are cut).
+var storeKinds = []storeKind{
+	{"bolt", func(t *testing.T) func() Store {
+		path := filepath.Join(t.TempDir(), "jobs.db")
+		return func() Store {
+			s, err := OpenStore(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	}},
+	{"etcd", func(t *testing.T) func() Store {
+		client := etcdtest.Start(t, 1).Client(t)
+		return func() Store { return NewEtcdStore(client, EtcdStoreOptions{Prefix: "/test/jobs/", MaxTxnOps: 3}) }
+	}},
+}
+
 // TestStoreRestoresEveryJobAndIndex: a core rebuilt from the store (a
 // restart) describes every job exactly as the core that wrote it, and
-// deleted cron runs are gone with their indexes.
+// deleted cron runs are gone with their indexes; for each store.
 func TestStoreRestoresEveryJobAndIndex(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "jobs.db")
-	s, err := OpenStore(path)
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			testStoreRestores(t, kind.open(t))
+		})
 	}
+}
+
+func testStoreRestores(t *testing.T, open func() Store) {
+	s := open()
 	c := jobs.New(jobs.Config{})
 	for _, text := range []string{
 		"name: a\ncommand: x\nresources: cpus:1\ncompletions: 3\n",
@@ -78,10 +109,7 @@ func TestStoreRestoresEveryJobAndIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = OpenStore(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = open()
 	defer s.Close()
 	if id, err := s.FrameworkID(); err != nil || id != "fw-1" {
 		t.Errorf("framework id %q %v", id, err)
