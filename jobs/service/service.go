@@ -308,6 +308,9 @@ func (s *Service) apply(ctx context.Context, eff jobs.Effects) {
 			s.log.Warn("kill", "task_id", k.TaskID, "err", err)
 		}
 	}
+	// A reconciliation that fails is asked again by the core's Tick (and
+	// on the next subscription, with every launched task).
+	s.reconcile(ctx, c, eff.Reconcile)
 	if len(eff.Revive) > 0 {
 		if err := c.Revive(ctx, eff.Revive...); err != nil {
 			s.log.Warn("revive", "roles", eff.Revive, "err", err)
@@ -350,20 +353,24 @@ func (h handler) Subscribed(ctx context.Context, c *frameworkapi.Client, ev *sla
 	// Explicit reconciliation finds tasks the coordinator does not know
 	// (launched before a crash, lost with it): they come back LOST or
 	// GONE and are re-queued.
-	go func() {
-		for len(launched) > 0 {
-			n := min(len(launched), maxReconcile)
-			var tasks []*slacklinev1.ReconcileTask
-			for _, k := range launched[:n] {
-				tasks = append(tasks, &slacklinev1.ReconcileTask{TaskId: k.TaskID, AgentId: k.AgentID})
-			}
-			launched = launched[n:]
-			if err := c.Reconcile(ctx, tasks); err != nil {
-				s.log.Warn("reconcile", "tasks", len(tasks), "err", err)
-				return
-			}
+	go s.reconcile(ctx, c, launched)
+}
+
+// reconcile asks the coordinator about tasks (explicit reconciliation), in
+// calls of at most maxReconcile tasks; the answers come as updates.
+func (s *Service) reconcile(ctx context.Context, c *frameworkapi.Client, launched []jobs.Kill) {
+	for len(launched) > 0 {
+		n := min(len(launched), maxReconcile)
+		var tasks []*slacklinev1.ReconcileTask
+		for _, k := range launched[:n] {
+			tasks = append(tasks, &slacklinev1.ReconcileTask{TaskId: k.TaskID, AgentId: k.AgentID})
 		}
-	}()
+		launched = launched[n:]
+		if err := c.Reconcile(ctx, tasks); err != nil {
+			s.log.Warn("reconcile", "tasks", len(tasks), "err", err)
+			return
+		}
+	}
 }
 
 func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
@@ -375,7 +382,7 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 	if err := s.persistNow(ctx); err != nil {
 		s.mu.Lock()
 		for _, l := range plan.Launches {
-			s.core.LaunchFailed(l.Tasks, s.now(), "the job store failed: "+err.Error())
+			s.core.NotLaunched(l.Tasks, s.now(), "the job store failed: "+err.Error())
 		}
 		s.mu.Unlock()
 		var ids []string
@@ -393,9 +400,12 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 		if err := c.Launch(ctx, l.OfferIDs, l.Tasks, filters); err != nil {
 			s.log.Warn("launch", "offers", l.OfferIDs, "tasks", len(l.Tasks), "err", err)
 			s.mu.Lock()
+			// The coordinator may have launched them: reconcile
+			// before any relaunch.
 			more := s.core.LaunchFailed(l.Tasks, s.now(), err.Error())
 			s.mu.Unlock()
 			eff.Revive = append(eff.Revive, more.Revive...)
+			eff.Reconcile = append(eff.Reconcile, more.Reconcile...)
 			s.wake(s.kick)
 		}
 	}

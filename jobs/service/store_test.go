@@ -137,16 +137,19 @@ func testStoreRestores(t *testing.T, open func() Store) {
 	if n := r.Counts(); n.Tasks[jobs.IndexPending] != 4 || n.Tasks[jobs.IndexSucceeded] != 1 || n.Preempted != 1 || len(r.Launched()) != 0 {
 		t.Errorf("counts after restore %+v, launched %v", n, r.Launched())
 	}
-	// The restored queue launches where the old one left off (pending
-	// indexes in index order: a restart forgets the order of re-queues).
-	p, _ := r.Offers([]*slacklinev1.Offer{offer("o2")}, now)
-	var ids []string
-	for _, l := range p.Launches {
-		for _, task := range l.Tasks {
-			ids = append(ids, task.GetTaskId())
+	// The restored queue launches where the old one left off, in the same
+	// order (a re-queued index after those queued before it).
+	launch := func(c *jobs.Core) string {
+		p, _ := c.Offers([]*slacklinev1.Offer{offer("o2")}, now)
+		var ids []string
+		for _, l := range p.Launches {
+			for _, task := range l.Tasks {
+				ids = append(ids, task.GetTaskId())
+			}
 		}
+		return strings.Join(ids, ",")
 	}
-	if got := strings.Join(ids, ","); got != "a.1.2,a.2.1" {
-		t.Errorf("launched %s after restore, want a.1.2,a.2.1", got)
+	if got, want := launch(r), launch(c); got != want || got != "a.2.1,a.1.2" {
+		t.Errorf("launched %s after restore, want %s (as before the restart) = a.2.1,a.1.2", got, want)
 	}
 }
