@@ -269,6 +269,9 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
 	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
+	// Jobs (#26): the memory controller's pace between kills, so that a
+	// test (or an operator) can let it kill once and then watch.
+	fs.DurationVar(&o.QoS.Memory.KillCooldown, "qos-memory-kill-cooldown", o.QoS.Memory.KillCooldown, "memory: least time between two kills for lack of memory")
 	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
