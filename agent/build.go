@@ -96,9 +96,9 @@ func (o Options) Build() (a *Agent, err error) {
 	if cfg.Images, err = images.Open(images.Config{
 		Dir: imageDir, BudgetBytes: budget, Pulls: o.ImagePulls, PullTimeout: o.ImagePullTimeout,
 		CredentialsFile: o.ImageCredentials, InsecureRegistries: o.ImageInsecureRegistries,
-		LocalDirs: o.ImageLocalDirs, Logger: logger,
+		LocalDirs: o.ImageLocalDirs, CAFile: o.ImageRegistryCA, Logger: logger,
 	}); err != nil {
-		return nil, fmt.Errorf("--image-dir: %w", err)
+		return nil, fmt.Errorf("--image-dir, --image-registry-ca: %w", err)
 	}
 	cfg.UnifiedMount = cz.Layout().Unified
 	began = startup.phase("containerizer", began)

@@ -155,6 +155,9 @@ type Options struct {
 	ImagePullTimeout        time.Duration
 	ImageInsecureRegistries []string
 	ImageLocalDirs          []string
+	// ImageRegistryCA (#27, jobs helper): a PEM file of CAs trusted for
+	// registries beside the system's (--image-registry-ca).
+	ImageRegistryCA string
 
 	// Settings without a flag.
 
@@ -223,6 +226,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ImagePulls, "image-pulls", images.DefaultPulls, "image pulls under way at once (others wait)")
 	fs.DurationVar(&o.ImagePullTimeout, "image-pull-timeout", images.DefaultPullTimeout, "longest an image pull may take before the tasks waiting for it fail")
 	fs.Var(parsed(&o.ImageInsecureRegistries, splitList, joinList), "image-insecure-registries", "registries (host:port, comma separated) that may be reached over plain http; loopback ones always may")
+	// Images (#27, jobs helper): a registry's private CA.
+	fs.StringVar(&o.ImageRegistryCA, "image-registry-ca", "", "PEM file of CA certificates trusted for image registries' TLS, beside the system's (a registry with a private CA)")
 	fs.Var(parsed(&o.ImageLocalDirs, splitList, joinList), "image-local-dirs", "directories (comma separated) under which tasks' oci: layouts and docker-archive: tarballs may be read; none by default (local images refused)")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
