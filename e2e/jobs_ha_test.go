@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -46,6 +47,27 @@ func (r *jobsReplica) getJobs() (*slacklinev1.GetJobsResponse, string, error) {
 		return nil, "", err
 	}
 	return resp.Msg, "", nil
+}
+
+// healthStatus asks grpc.health.v1.Health/Check at base (Connect's JSON
+// protocol, as slackline-healthcheck does) and returns the status.
+func healthStatus(t *testing.T, base string) string {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/grpc.health.v1.Health/Check", strings.NewReader("{}"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var answer struct{ Status string }
+	if err := json.NewDecoder(resp.Body).Decode(&answer); err != nil {
+		t.Fatalf("health of %s: %v", base, err)
+	}
+	return answer.Status
 }
 
 // waitJobsLeader waits until exactly one of replicas answers GetJobs and
@@ -117,11 +139,21 @@ func TestJobsGroupFailsOverWhenTheLeaderIsKilled(t *testing.T) {
 		r.proc = start(t, "slackline-jobs", r.args...)
 		replicas[i] = r
 	}
+	began := time.Now()
 	leader := waitJobsLeader(t, 30*time.Second, replicas...)
+	t.Logf("%s leads after %s", leader.addr, time.Since(began).Round(time.Millisecond))
 	var follower *jobsReplica
 	for _, r := range replicas {
 		if r != leader {
 			follower = r
+		}
+	}
+
+	// Health: SERVING on the leader, NOT_SERVING on the follower (so that a
+	// readiness probe sends a Service's traffic to the leader only).
+	for r, want := range map[*jobsReplica]string{leader: "SERVING_STATUS_SERVING", follower: "SERVING_STATUS_NOT_SERVING"} {
+		if got := healthStatus(t, r.url()); got != want {
+			t.Errorf("%s health %q, want %q", r.addr, got, want)
 		}
 	}
 
@@ -171,6 +203,7 @@ labels: {sim.duration: 300ms}
 		t.Fatalf("frameworks before the failover: %v, want one", before)
 	}
 
+	t.Logf("100 indexes succeeded %s after the start", time.Since(began).Round(time.Millisecond))
 	if resp, _, err := leader.getJobs(); err == nil {
 		t.Logf("killing the leader with %d of %d indexes succeeded, %d running", resp.GetJobs()[0].GetSucceeded(), n, resp.GetJobs()[0].GetRunning())
 	}
@@ -178,9 +211,12 @@ labels: {sim.duration: 300ms}
 	if got := waitJobsLeader(t, 30*time.Second, follower); got != follower {
 		t.Fatalf("leader %s after the kill, want %s", got.addr, follower.addr)
 	}
+	tookOver := time.Now()
+	t.Logf("the follower took over %s after the start", time.Since(began).Round(time.Millisecond))
 	// The killed replica comes back as a follower.
 	leader.proc = start(t, "slackline-jobs", leader.args...)
 	eventually(t, 5*time.Minute, func() string { return succeeded(follower, n) })
+	t.Logf("the job completed %s after the takeover", time.Since(tookOver).Round(time.Millisecond))
 	if got := waitJobsLeader(t, 30*time.Second, replicas...); got != follower {
 		t.Fatalf("leader %s after the restart, want %s", got.addr, follower.addr)
 	}
