@@ -196,7 +196,7 @@ func freeAddr(t testing.TB) string {
 // testAgentOptions are the options of an in-process agent under test:
 // slackline-agent's defaults, with its cgroups under root (removed at the
 // test's end, with its fresh work dir), a free loopback NodeService without
-// credentials, tasks supervised by the built slackline-agent and killed
+// credentials, tasks supervised by the built slackline-supervisor and killed
 // 100 ms after SIGTERM, the test process left in its cgroup, and neither
 // eBPF, network QoS, an oversubscription estimate nor QoS corrections
 // (tests of those run the binary, or turn them on).
@@ -205,7 +205,7 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 	o := agent.DefaultOptions()
 	o.Coordinator, o.Listen, o.WorkDir, o.CgroupRoot = coordinatorURL, freeAddr(t), cgrouptest.WorkDir(t, root), root
 	o.Insecure, o.IsolateAgent = true, false
-	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-agent"), "supervise"}
+	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-supervisor")}
 	o.KillGracePeriod = 100 * time.Millisecond
 	o.EBPF, o.NetworkInterfaces = false, []string{"none"}
 	o.Estimator, o.QoSControllers = "noop", []string{"noop"}
