@@ -227,10 +227,11 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 }
 
 // revocableStartTimeout bounds the wait for revocable tasks to run. They
-// start at idle CPU priority (cpu.idle), supervisor included, so beside
-// busy CPUs (two CPU hogs on a 2-CPU CI machine) each gets a fraction of
-// a percent of a CPU and takes 20-40 s to start; a quiet machine starts
-// them in a second.
+// start at idle CPU priority (cpu.idle), supervisor included: idle beside
+// the test's own processes only (cgrouptest.EnterPriority), they start in
+// a second or two beside two CPU hogs, as on a quiet machine; without that
+// cgroup (not root) a busy machine's other work delays them by tens of
+// seconds, which the bound leaves room for.
 const revocableStartTimeout = 3 * time.Minute
 
 // eventually polls cond every 100 ms until it returns "" or timeout passes;
