@@ -69,10 +69,16 @@ func (o Options) Build() (a *Agent, err error) {
 		}
 	}()
 
+	supervisor := o.SupervisorCommand
+	if len(supervisor) == 0 {
+		if supervisor, err = containerizer.FindSupervisor(o.Supervisor); err != nil {
+			return nil, err
+		}
+	}
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: o.CgroupRoot, CgroupMountpoint: o.CgroupMountpoint,
 		StateDir: filepath.Join(cfg.WorkDir, "containers"), SandboxDir: filepath.Join(cfg.WorkDir, "sandboxes"),
-		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: o.SupervisorCommand,
+		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
 		TaskUser: o.TaskUser, DynamicIDs: o.DynamicUIDs, DynamicIDsDir: o.DynamicUIDsDir, AllowRootTasks: o.AllowRootTasks,
 		OutputLimit: o.TaskOutputLimit, PidsMax: o.TaskPidsMax, SubtreePidsMax: o.SubtreePidsMax, Isolation: o.TaskIsolation,
 	})

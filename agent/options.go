@@ -158,14 +158,19 @@ type Options struct {
 	// ImageRegistryCA (#27, jobs helper): a PEM file of CAs trusted for
 	// registries beside the system's (--image-registry-ca).
 	ImageRegistryCA string
+	// Launch supervisor (#27): Supervisor is the supervisor and shim
+	// binary every launch executes (--supervisor; default
+	// slackline-supervisor next to the agent's executable, see
+	// containerizer.FindSupervisor). SupervisorCommand, when set, wins.
+	Supervisor string
 
 	// Settings without a flag.
 
 	// Logger receives the agent's logs (default: text on stderr at
 	// LogLevel).
 	Logger *slog.Logger
-	// SupervisorCommand starts a task's supervisor (default: this
-	// executable's "supervise"; tests name the built slackline-agent).
+	// SupervisorCommand starts a task's supervisor (default: Supervisor;
+	// tests name the built slackline-agent's "supervise").
 	SupervisorCommand []string
 	// MinBackoff and MaxBackoff bound re-registration backoff (see Config).
 	MinBackoff, MaxBackoff time.Duration
@@ -229,6 +234,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	// Images (#27, jobs helper): a registry's private CA.
 	fs.StringVar(&o.ImageRegistryCA, "image-registry-ca", "", "PEM file of CA certificates trusted for image registries' TLS, beside the system's (a registry with a private CA)")
 	fs.Var(parsed(&o.ImageLocalDirs, splitList, joinList), "image-local-dirs", "directories (comma separated) under which tasks' oci: layouts and docker-archive: tarballs may be read; none by default (local images refused)")
+	// Launch supervisor (#27).
+	fs.StringVar(&o.Supervisor, "supervisor", "", "the slackline-supervisor binary every task launch runs (supervisor and shim; default: slackline-supervisor next to this executable)")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	// Operators (#31): the log format.

@@ -47,6 +47,17 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	binDir = dir
+	// The tests' processes (coordinators, agents, frameworks, tasks) run
+	// under a cgroup of the highest CPU weight, so that they pass beside
+	// other CPU-bound work (cgrouptest.EnterPriority).
+	if os.Geteuid() == 0 {
+		leave, err := cgrouptest.EnterPriority(fmt.Sprintf("slackline-e2e-%d", os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cgroup of the tests:", err)
+			return 1
+		}
+		defer leave()
+	}
 	return m.Run()
 }
 
@@ -185,7 +196,7 @@ func freeAddr(t testing.TB) string {
 // testAgentOptions are the options of an in-process agent under test:
 // slackline-agent's defaults, with its cgroups under root (removed at the
 // test's end, with its fresh work dir), a free loopback NodeService without
-// credentials, tasks supervised by the built slackline-agent and killed
+// credentials, tasks supervised by the built slackline-supervisor and killed
 // 100 ms after SIGTERM, the test process left in its cgroup, and neither
 // eBPF, network QoS, an oversubscription estimate nor QoS corrections
 // (tests of those run the binary, or turn them on).
@@ -194,7 +205,7 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 	o := agent.DefaultOptions()
 	o.Coordinator, o.Listen, o.WorkDir, o.CgroupRoot = coordinatorURL, freeAddr(t), cgrouptest.WorkDir(t, root), root
 	o.Insecure, o.IsolateAgent = true, false
-	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-agent"), "supervise"}
+	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-supervisor")}
 	o.KillGracePeriod = 100 * time.Millisecond
 	o.EBPF, o.NetworkInterfaces = false, []string{"none"}
 	o.Estimator, o.QoSControllers = "noop", []string{"noop"}
@@ -216,10 +227,11 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 }
 
 // revocableStartTimeout bounds the wait for revocable tasks to run. They
-// start at idle CPU priority (cpu.idle), supervisor included, so beside
-// busy CPUs (two CPU hogs on a 2-CPU CI machine) each gets a fraction of
-// a percent of a CPU and takes 20-40 s to start; a quiet machine starts
-// them in a second.
+// start at idle CPU priority (cpu.idle), supervisor included: idle beside
+// the test's own processes only (cgrouptest.EnterPriority), they start in
+// a second or two beside two CPU hogs, as on a quiet machine; without that
+// cgroup (not root) a busy machine's other work delays them by tens of
+// seconds, which the bound leaves room for.
 const revocableStartTimeout = 3 * time.Minute
 
 // eventually polls cond every 100 ms until it returns "" or timeout passes;

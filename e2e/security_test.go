@@ -671,7 +671,7 @@ func TestAuthorizationTable(t *testing.T) {
 	t.Run("agent NodeService", func(t *testing.T) {
 		privileged.Require(t)
 		listen := freeAddr(t)
-		root := fmt.Sprintf("slackline-e2e-table-%d", time.Now().UnixNano()%1e9)
+		root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-table-%d", time.Now().UnixNano()%1e9))
 		start(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
 			"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-table-agent.crt"),
 			"--key", s.file("agent-table-agent.key"), "--authz", s.file("authz.yaml"))
@@ -715,7 +715,7 @@ func TestSandboxAccess(t *testing.T) {
 	privileged.Require(t)
 	s := startSecure(t, "sandbox-agent")
 	listen := freeAddr(t)
-	root := fmt.Sprintf("slackline-e2e-sandbox-%d", time.Now().UnixNano()%1e9)
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-sandbox-%d", time.Now().UnixNano()%1e9))
 	start(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
 		"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-sandbox-agent.crt"),
 		"--key", s.file("agent-sandbox-agent.key"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")

@@ -161,7 +161,7 @@ func run() error {
 		return err
 	}
 	o.binDir = dir
-	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./examples/batch-framework",
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./cmd/slackline-supervisor", "./examples/batch-framework",
 		"./scripts/bench/colocation/latency-server", "./scripts/bench/colocation/hog"); err != nil {
 		return err
 	}
