@@ -224,8 +224,18 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 // timeout is not among them: an agent restarted by a test takes 3-6 s to
 // register again on a loaded machine, and no test here waits for an agent
 // to become unreachable (those that do pass their own).
+// EnvAgentHeartbeat overrides the coordinators' agent heartbeat interval
+// (default 200ms): in an emulated guest (docs/vm.md), ten times slower, an
+// agent missed 200 ms heartbeats for 0.7 s every few seconds, registered
+// again each time, and launches sent meanwhile were LOST.
+const EnvAgentHeartbeat = "SLACKLINE_E2E_AGENT_HEARTBEAT"
+
 func coordinatorArgs(addr, workDir string) []string {
-	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", "200ms",
+	heartbeat := "200ms"
+	if v := os.Getenv(EnvAgentHeartbeat); v != "" {
+		heartbeat = v
+	}
+	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", heartbeat,
 		"--agent-timeout", "60s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
 }
 
