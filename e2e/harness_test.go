@@ -33,7 +33,25 @@ func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
+// EnvBinDir names a directory of prebuilt binaries (cmd/... and
+// examples/...) that the tests use instead of building their own: the
+// several-hosts test needs static ones on the repository's share, which its
+// guests run (make test-vm-cluster).
+const EnvBinDir = "SLACKLINE_E2E_BIN_DIR"
+
 func runMain(m *testing.M) int {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(abs, "slackline-agent"))
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%s: no slackline-agent there: %v\n", EnvBinDir, dir, err)
+			return 1
+		}
+		binDir = abs
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "slackline-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -217,8 +235,18 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 // timeout is not among them: an agent restarted by a test takes 3-6 s to
 // register again on a loaded machine, and no test here waits for an agent
 // to become unreachable (those that do pass their own).
+// EnvAgentHeartbeat overrides the coordinators' agent heartbeat interval
+// (default 200ms): in an emulated guest (docs/vm.md), ten times slower, an
+// agent missed 200 ms heartbeats for 0.7 s every few seconds, registered
+// again each time, and launches sent meanwhile were LOST.
+const EnvAgentHeartbeat = "SLACKLINE_E2E_AGENT_HEARTBEAT"
+
 func coordinatorArgs(addr, workDir string) []string {
-	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", "200ms",
+	heartbeat := "200ms"
+	if v := os.Getenv(EnvAgentHeartbeat); v != "" {
+		heartbeat = v
+	}
+	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", heartbeat,
 		"--agent-timeout", "60s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
 }
 

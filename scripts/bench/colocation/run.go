@@ -286,7 +286,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
 		}
 	}})
-	if err := waitHTTP("http://"+serverAddr, 30*time.Second); err != nil {
+	if err := waitHTTP("http://"+serverAddr, o.serverStart); err != nil {
 		return res, fmt.Errorf("server: %w", err)
 	}
 	for _, rel := range []string{root, loadgenCgroup} {
