@@ -270,6 +270,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
 	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
 	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
+	// Disk I/O QoS (#28): the diskio controller's signal and pace.
+	dio := &o.QoS.DiskIO
+	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
+	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
+	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
