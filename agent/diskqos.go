@@ -59,7 +59,7 @@ func (a *Agent) syncLatencySignal() string {
 	var e any = a.cfg.EBPF
 	if a.cfg.lateEBPF != nil {
 		m, err := a.cfg.lateEBPF.monitor()
-		if err != nil {
+		if m == nil {
 			return "signal: io.pressure only (no fsync latency: " + err.Error() + ")"
 		}
 		e = m

@@ -26,7 +26,8 @@ import (
 // cap; when the guaranteed task stops its fsyncs the controller raises the
 // cap back and removes it. Never a kill, never a correction of a task.
 //
-// The fsync threshold is 1 µs (every fsync is "slow"), so that whether the
+// The fsync threshold is 1 µs (every fsync is "slow"), counted from one
+// fsync per interval, so that whether the
 // controller acts depends on events (fsyncs happening), not on how fast
 // this host's disk is or how loaded it is: the test checks the mechanism
 // (signal, cap on the right cgroup and device, undoing), and the
@@ -35,9 +36,9 @@ import (
 func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 	privileged.Require(t)
 	addr, _, _ := startCoordinator(t)
-	agent := startAgent(t, addr, "diskio", "cpus:2;mem:2048", "--monitor-interval", "1s",
+	agent := startAgent(t, addr, "diskio", "cpus:2;mem:1024", "--monitor-interval", "100ms",
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "diskio",
-		"--qos-diskio-sync-p99", "1us", "--qos-diskio-decrease-interval", "100ms", "--qos-diskio-calm-period", "2s")
+		"--qos-diskio-sync-p99", "1us", "--qos-diskio-min-syncs", "1", "--qos-diskio-decrease-interval", "100ms", "--qos-diskio-calm-period", "2s")
 	workDir := agentArg(t, agent, "--work-dir")
 	var fs unix.Statfs_t
 	if err := unix.Statfs(filepath.Dir(workDir), &fs); err != nil {
@@ -61,10 +62,26 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 	}
 	revocable := cgroups.Subtree(agent.cgroupRoot, cgroups.Revocable)
 
+	// The guaranteed task holds the node (its unused CPU and memory are the
+	// revocable slack the writer runs on) and fsyncs from when a file named go appears in its
+	// sandbox until one named stop does.
+	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "db", "--tasks", "1",
+		"--task-resources", "cpus:2;mem:1024",
+		"--command", "touch db-sandbox; while [ ! -e go ]; do sleep 0.2; done; "+
+			"while [ ! -e stop ]; do dd if=/dev/zero of=journal bs=4k count=1 conv=notrunc,fsync 2>/dev/null; done; exec sleep 1000")
+	waitRunning(t, addr, "db", time.Minute)
+	eventually(t, time.Minute, func() string {
+		if m, _ := filepath.Glob(filepath.Join(workDir, "sandboxes", "*", "db-sandbox")); len(m) == 0 {
+			return "guaranteed task's sandbox not marked"
+		}
+		return ""
+	})
+	sandbox := sandboxWith(t, workDir, "db-sandbox")
+
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "writer", "--revocable", "--tasks", "1",
-		"--task-resources", "cpus:0.5;mem:64",
+		"--task-resources", "cpus:0.1;mem:32",
 		"--command", "while :; do dd if=/dev/zero of=be.dat bs=1M count=256 oflag=direct 2>/dev/null; done")
-	waitRunning(t, addr, "writer")
+	waitRunning(t, addr, "writer", revocableStartTimeout)
 	// The writer's I/O is charged to the revocable subtree, which the cap
 	// applies to (at idle CPU priority it may take a while to issue any).
 	eventually(t, 3*time.Minute, func() string {
@@ -73,13 +90,12 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		}
 		return ""
 	})
-
-	// The guaranteed task fsyncs until a file named stop appears in its
-	// sandbox.
-	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "db", "--tasks", "1",
-		"--task-resources", "cpus:1;mem:128",
-		"--command", "while [ ! -e stop ]; do dd if=/dev/zero of=journal bs=4k count=1 conv=notrunc,fsync 2>/dev/null; done; exec sleep 1000")
-	waitRunning(t, addr, "db")
+	if limit := ioLimit(t, layout, revocable); limit != 0 {
+		t.Fatalf("revocable write cap %d B/s before the guaranteed task's first fsync", limit)
+	}
+	if err := os.WriteFile(filepath.Join(sandbox, "go"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	const floor = 1 << 20
 	eventually(t, 3*time.Minute, func() string {
 		if limit := ioLimit(t, layout, revocable); limit != floor {
@@ -103,7 +119,6 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 	t.Logf("capped writer: %.1f MiB in %v", float64(written)/(1<<20), elapsed.Round(time.Millisecond))
 
 	// Calm: the guaranteed task stops its fsyncs, the cap rises and goes.
-	sandbox := sandboxWith(t, workDir, "journal")
 	if err := os.WriteFile(filepath.Join(sandbox, "stop"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -135,9 +150,9 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 }
 
 // waitRunning waits until one of the framework's tasks runs.
-func waitRunning(t *testing.T, addr, framework string) {
+func waitRunning(t *testing.T, addr, framework string, timeout time.Duration) {
 	t.Helper()
-	eventually(t, time.Minute, func() string {
+	eventually(t, timeout, func() string {
 		for _, task := range taskStatuses(t, addr, framework) {
 			if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
 				return ""
