@@ -66,6 +66,7 @@ type EBPFStats struct {
 	// RunqBuckets' (nil: not measured); SyncCount is their number.
 	SyncBuckets []uint64
 	SyncCount   uint64
+	SyncWait    time.Duration
 }
 
 // ebpfSampler merges a container's eBPF figures (Config.EBPF) into its
@@ -152,11 +153,18 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 // backwards (the cgroup's entry was recreated) restarts the interval.
 func (e *ebpfSampler) sampleSync(s *scratch, u *Usage, stats *EBPFStats) {
 	buckets := trimZeros(stats.SyncBuckets)
+	if buckets == nil && stats.SyncCount == 0 {
+		e.sync, e.syncCount, e.syncValid = e.sync[:0], 0, true
+		return // no synchronous write yet (or not measured)
+	}
+	ds := &slacklinev1.DiskSyncLatency{BucketsLog2Ns: slices.Clone(buckets), Count: stats.SyncCount, TotalSecs: stats.SyncWait.Seconds()}
+	u.Stats.DiskSync = ds
 	if e.syncValid && stats.SyncCount >= e.syncCount {
 		u.Syncs = stats.SyncCount - e.syncCount
 		if u.Syncs > 0 {
 			s.deltas = bucketDeltas(s.deltas[:0], e.sync, buckets)
 			u.SyncP99 = bucketQuantile(s.deltas, 0.99)
+			ds.P99Seconds = u.SyncP99.Seconds()
 		}
 	}
 	e.sync, e.syncCount, e.syncValid = append(e.sync[:0], buckets...), stats.SyncCount, true
