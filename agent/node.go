@@ -209,7 +209,7 @@ func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.G
 		}
 		resp.Features = append(resp.Features, f)
 	}
-	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer)...)
+	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer, s.a.syncLatencySignal())...)
 	return connect.NewResponse(resp), nil
 }
 

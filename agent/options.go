@@ -285,6 +285,12 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	// test (or an operator) can let it kill once and then watch.
 	fs.DurationVar(&o.QoS.Memory.KillCooldown, "qos-memory-kill-cooldown", o.QoS.Memory.KillCooldown, "memory: least time between two kills for lack of memory")
 	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
+	// Disk I/O QoS (#28): the diskio controller's signal and pace.
+	dio := &o.QoS.DiskIO
+	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
+	fs.Uint64Var(&dio.MinSyncs, "qos-diskio-min-syncs", dio.MinSyncs, "diskio: fewest fsyncs of a guaranteed task in a monitor interval whose p99 counts (fewer make it their maximum)")
+	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
+	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }

@@ -171,6 +171,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.CPUPressureSome10 = u.Stats.GetCpuPressure().GetSomeAvg10()
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 			qc.IOPressureSome10, qc.IOPressureFull10 = u.Stats.GetIoPressure().GetSomeAvg10(), u.Stats.GetIoPressure().GetFullAvg10()
+			qc.Syncs, qc.SyncP99 = u.Syncs, u.SyncP99
 		}
 		if !qc.Revocable || qc.Protected {
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)

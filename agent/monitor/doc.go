@@ -64,7 +64,10 @@
 // offers memory slack from it, not from usage, whose inactive cache the
 // kernel reclaims for free.
 // oom_events is the larger of the cgroup's counter and eBPF's. cpus_limit is
-// Target.CPULimit. Network figures exist only with eBPF: bytes and packets
+// Target.CPULimit. disk_sync (eBPF, ext4 only) is the histogram, count and
+// total of the container's synchronous writes (fsync, fdatasync, O_SYNC),
+// with their p99 over the interval (Usage.SyncP99, of Usage.Syncs writes),
+// which the diskio QoS controller watches for guaranteed work. Network figures exist only with eBPF: bytes and packets
 // (cgroup_skb), and, with the network QoS programs, TCP round trips and
 // retransmissions (EBPFStats.TCP*).
 //

@@ -87,6 +87,11 @@ type Usage struct {
 	// interval, from the eBPF histogram (0 without eBPF, on the first
 	// sample, or when no wakeup happened); also in Stats.Runqueue.
 	RunqP50, RunqP99 time.Duration
+	// Syncs counts the container's synchronous writes (fsync, fdatasync,
+	// O_SYNC writes) over the same interval and SyncP99 is their p99
+	// latency (eBPF; 0 without eBPF, on the first sample or without one).
+	Syncs   uint64
+	SyncP99 time.Duration
 	// MemUsage is the cgroup's charged memory (v2 memory.current, v1
 	// memory.usage_in_bytes; node: MemTotal - MemAvailable).
 	MemUsage uint64

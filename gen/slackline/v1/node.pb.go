@@ -427,7 +427,11 @@ type ResourceStatistics struct {
 	// delayed_by says what held the CPU while this container's tasks waited
 	// for it (eBPF who-delayed-whom), cumulative, for guaranteed containers
 	// and protected services; see Delay.
-	DelayedBy     []*Delay `protobuf:"bytes,50,rep,name=delayed_by,json=delayedBy,proto3" json:"delayed_by,omitempty"`
+	DelayedBy []*Delay `protobuf:"bytes,50,rep,name=delayed_by,json=delayedBy,proto3" json:"delayed_by,omitempty"`
+	// disk_sync is the latency of the container's synchronous writes
+	// (fsync, fdatasync, O_SYNC writes on ext4: eBPF), which the diskio QoS
+	// controller protects for guaranteed work; unset when not measured.
+	DiskSync      *DiskSyncLatency `protobuf:"bytes,60,opt,name=disk_sync,json=diskSync,proto3" json:"disk_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +704,87 @@ func (x *ResourceStatistics) GetDelayedBy() []*Delay {
 	return nil
 }
 
+func (x *ResourceStatistics) GetDiskSync() *DiskSyncLatency {
+	if x != nil {
+		return x.DiskSync
+	}
+	return nil
+}
+
+// DiskSyncLatency is the latency of a container's synchronous writes: the
+// data write-out and the journal commit an fsync waits for.
+type DiskSyncLatency struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// buckets_log2_ns[i] counts writes that took [2^i, 2^(i+1)) ns since the
+	// container was first measured (trailing empty buckets left out).
+	BucketsLog2Ns []uint64 `protobuf:"varint,1,rep,packed,name=buckets_log2_ns,json=bucketsLog2Ns,proto3" json:"buckets_log2_ns,omitempty"`
+	// count and total_secs are their number and total wait since then.
+	Count     uint64  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	TotalSecs float64 `protobuf:"fixed64,3,opt,name=total_secs,json=totalSecs,proto3" json:"total_secs,omitempty"`
+	// p99_seconds is the p99 over the last sampling interval (0: none).
+	P99Seconds    float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskSyncLatency) Reset() {
+	*x = DiskSyncLatency{}
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskSyncLatency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskSyncLatency) ProtoMessage() {}
+
+func (x *DiskSyncLatency) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskSyncLatency.ProtoReflect.Descriptor instead.
+func (*DiskSyncLatency) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DiskSyncLatency) GetBucketsLog2Ns() []uint64 {
+	if x != nil {
+		return x.BucketsLog2Ns
+	}
+	return nil
+}
+
+func (x *DiskSyncLatency) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DiskSyncLatency) GetTotalSecs() float64 {
+	if x != nil {
+		return x.TotalSecs
+	}
+	return 0
+}
+
+func (x *DiskSyncLatency) GetP99Seconds() float64 {
+	if x != nil {
+		return x.P99Seconds
+	}
+	return 0
+}
+
 // Delay is how long one culprit held a CPU while a container's tasks waited
 // for it, cumulative.
 type Delay struct {
@@ -716,7 +801,7 @@ type Delay struct {
 
 func (x *Delay) Reset() {
 	*x = Delay{}
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +813,7 @@ func (x *Delay) String() string {
 func (*Delay) ProtoMessage() {}
 
 func (x *Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +826,7 @@ func (x *Delay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delay.ProtoReflect.Descriptor instead.
 func (*Delay) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Delay) GetCulprit() string {
@@ -778,7 +863,7 @@ type TcpStatistics struct {
 
 func (x *TcpStatistics) Reset() {
 	*x = TcpStatistics{}
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +875,7 @@ func (x *TcpStatistics) String() string {
 func (*TcpStatistics) ProtoMessage() {}
 
 func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +888,7 @@ func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpStatistics.ProtoReflect.Descriptor instead.
 func (*TcpStatistics) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TcpStatistics) GetRttBucketsLog2Us() []uint64 {
@@ -858,7 +943,7 @@ type RunQueueLatency struct {
 
 func (x *RunQueueLatency) Reset() {
 	*x = RunQueueLatency{}
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +955,7 @@ func (x *RunQueueLatency) String() string {
 func (*RunQueueLatency) ProtoMessage() {}
 
 func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +968,7 @@ func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueueLatency.ProtoReflect.Descriptor instead.
 func (*RunQueueLatency) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunQueueLatency) GetBucketsLog2Ns() []uint64 {
@@ -938,7 +1023,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1035,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1048,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pressure) GetSomeAvg10() float64 {
@@ -1033,7 +1118,7 @@ type ContainerUsage struct {
 
 func (x *ContainerUsage) Reset() {
 	*x = ContainerUsage{}
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1130,7 @@ func (x *ContainerUsage) String() string {
 func (*ContainerUsage) ProtoMessage() {}
 
 func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1143,7 @@ func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
 func (*ContainerUsage) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ContainerUsage) GetTaskId() string {
@@ -1084,7 +1169,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1181,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1194,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 // GetUsageResponse lists usage.
@@ -1127,7 +1212,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1224,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1237,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetUsageResponse) GetUsage() []*ContainerUsage {
@@ -1196,7 +1281,7 @@ type NetworkStatus struct {
 
 func (x *NetworkStatus) Reset() {
 	*x = NetworkStatus{}
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1293,7 @@ func (x *NetworkStatus) String() string {
 func (*NetworkStatus) ProtoMessage() {}
 
 func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1306,7 @@ func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkStatus.ProtoReflect.Descriptor instead.
 func (*NetworkStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetworkStatus) GetInterfaces() []string {
@@ -1268,7 +1353,7 @@ type GetEstimateRequest struct {
 
 func (x *GetEstimateRequest) Reset() {
 	*x = GetEstimateRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1365,7 @@ func (x *GetEstimateRequest) String() string {
 func (*GetEstimateRequest) ProtoMessage() {}
 
 func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1378,7 @@ func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateRequest.ProtoReflect.Descriptor instead.
 func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 // GetEstimateResponse is the latest estimate and, with an estimator that
@@ -1326,7 +1411,7 @@ type GetEstimateResponse struct {
 
 func (x *GetEstimateResponse) Reset() {
 	*x = GetEstimateResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1423,7 @@ func (x *GetEstimateResponse) String() string {
 func (*GetEstimateResponse) ProtoMessage() {}
 
 func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1436,7 @@ func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateResponse.ProtoReflect.Descriptor instead.
 func (*GetEstimateResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetEstimateResponse) GetRevocable() []*Resource {
@@ -1443,7 +1528,7 @@ type EstimateContainer struct {
 
 func (x *EstimateContainer) Reset() {
 	*x = EstimateContainer{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1540,7 @@ func (x *EstimateContainer) String() string {
 func (*EstimateContainer) ProtoMessage() {}
 
 func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1553,7 @@ func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateContainer.ProtoReflect.Descriptor instead.
 func (*EstimateContainer) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EstimateContainer) GetId() string {
@@ -1555,7 +1640,7 @@ type EstimateCalibration struct {
 
 func (x *EstimateCalibration) Reset() {
 	*x = EstimateCalibration{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1652,7 @@ func (x *EstimateCalibration) String() string {
 func (*EstimateCalibration) ProtoMessage() {}
 
 func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1665,7 @@ func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateCalibration.ProtoReflect.Descriptor instead.
 func (*EstimateCalibration) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EstimateCalibration) GetTargetViolation() float64 {
@@ -1655,7 +1740,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1752,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1765,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1720,7 +1805,7 @@ type Correction struct {
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1817,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1830,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1856,7 +1941,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1953,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1966,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1900,7 +1985,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +1997,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2010,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 // Feature is one probe's result.
@@ -1940,7 +2025,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2037,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2050,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Feature) GetName() string {
@@ -2000,7 +2085,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2097,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2110,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -2044,7 +2129,7 @@ type GetImagesRequest struct {
 
 func (x *GetImagesRequest) Reset() {
 	*x = GetImagesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2141,7 @@ func (x *GetImagesRequest) String() string {
 func (*GetImagesRequest) ProtoMessage() {}
 
 func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2154,7 @@ func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesRequest.ProtoReflect.Descriptor instead.
 func (*GetImagesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 // Image is one image in an agent's store.
@@ -2093,7 +2178,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2190,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2203,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Image) GetReference() string {
@@ -2182,7 +2267,7 @@ type ImagePullError struct {
 
 func (x *ImagePullError) Reset() {
 	*x = ImagePullError{}
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2279,7 @@ func (x *ImagePullError) String() string {
 func (*ImagePullError) ProtoMessage() {}
 
 func (x *ImagePullError) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2292,7 @@ func (x *ImagePullError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePullError.ProtoReflect.Descriptor instead.
 func (*ImagePullError) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ImagePullError) GetReference() string {
@@ -2248,7 +2333,7 @@ type GetImagesResponse struct {
 
 func (x *GetImagesResponse) Reset() {
 	*x = GetImagesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2345,7 @@ func (x *GetImagesResponse) String() string {
 func (*GetImagesResponse) ProtoMessage() {}
 
 func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2358,7 @@ func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesResponse.ProtoReflect.Descriptor instead.
 func (*GetImagesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetImagesResponse) GetImages() []*Image {
@@ -2328,7 +2413,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2425,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2438,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -2405,7 +2490,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2502,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2515,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -2478,7 +2563,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\xcb\v\n" +
+	"containers\"\x87\f\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -2523,7 +2608,15 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x121\n" +
 	"\x15mem_working_set_bytes\x18+ \x01(\x04R\x12memWorkingSetBytes\x122\n" +
 	"\n" +
-	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\"5\n" +
+	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\x12:\n" +
+	"\tdisk_sync\x18< \x01(\v2\x1d.slackline.v1.DiskSyncLatencyR\bdiskSync\"\x8f\x01\n" +
+	"\x0fDiskSyncLatency\x12&\n" +
+	"\x0fbuckets_log2_ns\x18\x01 \x03(\x04R\rbucketsLog2Ns\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x1d\n" +
+	"\n" +
+	"total_secs\x18\x03 \x01(\x01R\ttotalSecs\x12\x1f\n" +
+	"\vp99_seconds\x18\x04 \x01(\x01R\n" +
+	"p99Seconds\"5\n" +
 	"\x05Delay\x12\x18\n" +
 	"\aculprit\x18\x01 \x01(\tR\aculprit\x12\x12\n" +
 	"\x04secs\x18\x02 \x01(\x01R\x04secs\"\xd1\x01\n" +
@@ -2716,7 +2809,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -2724,83 +2817,85 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
 	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
 	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
-	(*Delay)(nil),                   // 6: slackline.v1.Delay
-	(*TcpStatistics)(nil),           // 7: slackline.v1.TcpStatistics
-	(*RunQueueLatency)(nil),         // 8: slackline.v1.RunQueueLatency
-	(*Pressure)(nil),                // 9: slackline.v1.Pressure
-	(*ContainerUsage)(nil),          // 10: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 11: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 12: slackline.v1.GetUsageResponse
-	(*NetworkStatus)(nil),           // 13: slackline.v1.NetworkStatus
-	(*GetEstimateRequest)(nil),      // 14: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 15: slackline.v1.GetEstimateResponse
-	(*EstimateContainer)(nil),       // 16: slackline.v1.EstimateContainer
-	(*EstimateCalibration)(nil),     // 17: slackline.v1.EstimateCalibration
-	(*GetCorrectionsRequest)(nil),   // 18: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 19: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 20: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 21: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 22: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 23: slackline.v1.GetFeaturesResponse
-	(*GetImagesRequest)(nil),        // 24: slackline.v1.GetImagesRequest
-	(*Image)(nil),                   // 25: slackline.v1.Image
-	(*ImagePullError)(nil),          // 26: slackline.v1.ImagePullError
-	(*GetImagesResponse)(nil),       // 27: slackline.v1.GetImagesResponse
-	(*ReadSandboxFileRequest)(nil),  // 28: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 29: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 30: slackline.v1.Resource
-	(TaskState)(0),                  // 31: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*DiskSyncLatency)(nil),         // 6: slackline.v1.DiskSyncLatency
+	(*Delay)(nil),                   // 7: slackline.v1.Delay
+	(*TcpStatistics)(nil),           // 8: slackline.v1.TcpStatistics
+	(*RunQueueLatency)(nil),         // 9: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 10: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 11: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 12: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 13: slackline.v1.GetUsageResponse
+	(*NetworkStatus)(nil),           // 14: slackline.v1.NetworkStatus
+	(*GetEstimateRequest)(nil),      // 15: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 16: slackline.v1.GetEstimateResponse
+	(*EstimateContainer)(nil),       // 17: slackline.v1.EstimateContainer
+	(*EstimateCalibration)(nil),     // 18: slackline.v1.EstimateCalibration
+	(*GetCorrectionsRequest)(nil),   // 19: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 20: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 21: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 22: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 23: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 24: slackline.v1.GetFeaturesResponse
+	(*GetImagesRequest)(nil),        // 25: slackline.v1.GetImagesRequest
+	(*Image)(nil),                   // 26: slackline.v1.Image
+	(*ImagePullError)(nil),          // 27: slackline.v1.ImagePullError
+	(*GetImagesResponse)(nil),       // 28: slackline.v1.GetImagesResponse
+	(*ReadSandboxFileRequest)(nil),  // 29: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 30: slackline.v1.ReadSandboxFileResponse
+	(*Resource)(nil),                // 31: slackline.v1.Resource
+	(TaskState)(0),                  // 32: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 33: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	30, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	31, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	32, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	31, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	32, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	33, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	32, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	8,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
-	9,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
-	9,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
-	9,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
-	7,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
-	6,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
-	5,  // 11: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	10, // 12: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	5,  // 13: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
-	13, // 14: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	30, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	32, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	16, // 17: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
-	17, // 18: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
-	32, // 19: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 20: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	19, // 21: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 22: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	22, // 23: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	32, // 24: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
-	32, // 25: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
-	32, // 26: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
-	25, // 27: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
-	26, // 28: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
-	3,  // 29: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	11, // 30: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	14, // 31: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	18, // 32: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	21, // 33: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	28, // 34: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	24, // 35: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	4,  // 36: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	12, // 37: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	15, // 38: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	20, // 39: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	23, // 40: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	29, // 41: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	27, // 42: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	33, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	9,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	10, // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	10, // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	10, // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	8,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
+	7,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
+	6,  // 11: slackline.v1.ResourceStatistics.disk_sync:type_name -> slackline.v1.DiskSyncLatency
+	5,  // 12: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	11, // 13: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	5,  // 14: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	14, // 15: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
+	31, // 16: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	33, // 17: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	17, // 18: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
+	18, // 19: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
+	33, // 20: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 21: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	20, // 22: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 23: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	23, // 24: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	33, // 25: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	33, // 26: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	33, // 27: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	26, // 28: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
+	27, // 29: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
+	3,  // 30: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	12, // 31: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	15, // 32: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	19, // 33: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	22, // 34: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	29, // 35: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	25, // 36: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	4,  // 37: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	13, // 38: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	16, // 39: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	21, // 40: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	24, // 41: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	30, // 42: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	28, // 43: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	37, // [37:44] is the sub-list for method output_type
+	30, // [30:37] is the sub-list for method input_type
+	30, // [30:30] is the sub-list for extension type_name
+	30, // [30:30] is the sub-list for extension extendee
+	0,  // [0:30] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2815,7 +2910,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   29,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

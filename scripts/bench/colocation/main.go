@@ -21,7 +21,7 @@
 //   - membw: two copy loops over buffers much larger than the last-level
 //     cache (memory bandwidth and cache pollution);
 //   - forkexec: four shell loops starting /bin/true (fork/exec churn);
-//   - memory: two tasks holding 700 MiB each on revocable memory, the slack
+//   - memory: three tasks holding 800 MiB each on revocable memory, the slack
 //     of a server allocated 3 GiB; S is the memory they hold after the load
 //     over the revocable mem estimate (the memory slack offered);
 //   - io: two writers streaming 256 MiB files with O_DIRECT beside a server
