@@ -120,7 +120,7 @@ function setStatus(text, isError) {
 
 function explain(err) {
   if (err instanceof RPCError && (err.code === "unauthenticated" || err.status === 401))
-    return "The coordinator wants an operator token: enter it above (kept in this tab only; under make run it is in .run/admin.token).";
+    return "The coordinator wants an operator token: enter it above (kept in this tab only; under make run it is the line in .run/credentials/admin.token).";
   if (err instanceof RPCError && (err.code === "permission_denied" || err.status === 403))
     return "This token may not read this: " + err.message;
   return String(err.message || err);
