@@ -282,6 +282,9 @@ func historySpan(t *testing.T, agent *realAgent, span time.Duration) float64 {
 // "–").
 func hover(figure string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(figure+" .u-over"))); err != nil {
+			return fmt.Errorf("scroll to the plot: %w", err)
+		}
 		box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(
 			`(() => { const r = document.querySelector(%q).querySelector(".u-over").getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()`, figure)))
 		if err != nil {

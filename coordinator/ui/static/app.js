@@ -382,7 +382,7 @@ class Chart {
       width: CHART_W, height: CHART_H, class: "u-" + this.metric,
       cursor: { drag: { x: false, y: false }, points: { size: 5 } },
       scales: { y: { range: (u, min, max) => [0, Math.max(max * 1.1, this.series[0].min || 0)] } },
-      axes: [{ size: 28, font: "10px system-ui" }, { size: 52, font: "10px system-ui", values: (u, vals) => vals.map(fmt0) }],
+      axes: [{ size: 28, font: "10px system-ui" }, { size: 56, font: "10px system-ui", values: (u, vals) => vals.map((v) => (this.series[0].axis || fmt0)(v)) }],
       series: [{ label: "time", value: (u, v) => (v == null ? "–" : new Date(v * 1000).toLocaleTimeString()) },
         ...this.series.map((s) => ({ label: s.label, stroke: s.stroke, width: 1.5, value: (u, v) => s.fmt(v), points: { show: false } }))],
     }, data, f);
@@ -447,12 +447,12 @@ function merge(nv, resp) {
 
 function card(key, revocable) {
   const charts = {
-    cpu: new Chart("cpu", "CPU (cores)", [{ label: "cores", stroke: "#2f6fbd", fmt: (v) => fmt(v), min: 0.05 }]),
+    cpu: new Chart("cpu", "CPU (cores)", [{ label: "cores", stroke: "#2f6fbd", fmt: (v) => fmt(v, 3), min: 0.05 }]),
     mem: new Chart("memory", "Memory", [{ label: "charged", stroke: "#3a9a5b", fmt: fmtBytes, min: 1 << 20 }]),
-    net: new Chart("network", "Network (Mbit/s)", [{ label: "tx", stroke: "#c77d1a", fmt: (v) => fmt(v), min: 0.01 }, { label: "rx", stroke: "#7a4cc2", fmt: (v) => fmt(v) }]),
+    net: new Chart("network", "Network (Mbit/s)", [{ label: "tx", stroke: "#c77d1a", fmt: (v) => fmt(v, 3), min: 0.01 }, { label: "rx", stroke: "#7a4cc2", fmt: (v) => fmt(v, 3) }]),
     p99: new Chart("runqueue-p99", "Run-queue latency p99", [{ label: "p99", stroke: "#7a4cc2", fmt: fmtSeconds, min: 1e-4 }]),
   };
-  if (!revocable) charts.delayed = new Chart("delayed-by-revocable", "Delayed by revocable (s/s)", [{ label: "share", stroke: "#c77d1a", fmt: (v) => fmt(v, 3), min: 0.001 }]);
+  if (!revocable) charts.delayed = new Chart("delayed-by-revocable", "Delayed by revocable (s/s)", [{ label: "share", stroke: "#c77d1a", fmt: (v) => fmt(v, 4), min: 0.001 }]);
   const head = el("h3");
   const meta = el("p", { class: "meta" });
   const section = el("section", { class: "container" + (revocable ? " revocable" : ""), dataset: { taskId: key } }, head, meta,
