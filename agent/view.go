@@ -21,9 +21,10 @@ type viewHistory struct {
 	store *history.Store
 	watch *observer
 	// lastDelays is when the victims' delays were last read (eBPF map
-	// lookups: every history.DelayStep, not every pass). Touched only
-	// by the monitor's goroutine.
+	// lookups: every history.DelayStep, not every pass) and samples the
+	// buffer each pass reuses. Touched only by the monitor's goroutine.
 	lastDelays time.Time
+	samples    []history.Sample
 }
 
 // newViewHistory returns the history of the monitor's series, recorded
@@ -39,7 +40,7 @@ func newViewHistory(m *monitor.Monitor, watch *observer) *viewHistory {
 
 // record is the monitor's observer.
 func (h *viewHistory) record(now time.Time, published []monitor.Usage) {
-	samples := make([]history.Sample, 0, len(published))
+	samples := h.samples[:0]
 	for _, u := range published {
 		samples = append(samples, history.Sample{
 			ContainerID: u.ContainerID, TaskID: u.TaskID, Revocable: u.Revocable, Time: u.Time,
@@ -48,6 +49,7 @@ func (h *viewHistory) record(now time.Time, published []monitor.Usage) {
 		})
 	}
 	h.store.Record(now, samples)
+	h.samples = samples
 	if h.lastDelays.IsZero() || now.Sub(h.lastDelays) >= history.DelayStep || now.Before(h.lastDelays) {
 		h.lastDelays = now
 		h.store.RecordDelays(now, h.victims(published))

@@ -165,6 +165,7 @@ type Monitor struct {
 	sampleMu      sync.Mutex
 	scratch       *scratch
 	retired       []*container
+	published     []Usage   // reused by each pass for the observer
 	prevNode      baseline  // for the node's CPU rate
 	nodeSampledAt time.Time // when the node was last sampled
 
@@ -378,10 +379,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 
 	observe := m.observer.Load()
-	var published []Usage
-	if observe != nil {
-		published = make([]Usage, 0, len(jobs))
-	}
+	published := m.published[:0]
 	m.mu.Lock()
 	if sampleNode {
 		m.node = node
@@ -408,13 +406,16 @@ func (m *Monitor) Sample(now time.Time) error {
 	if observe != nil {
 		(*observe)(now, published)
 	}
+	clear(published) // drop the Stats until the next pass
+	m.published = published
 	return errors.Join(errs...)
 }
 
 // Observe registers f to be called after each pass with the pass's time
-// and the samples it published (shared: f must not modify their Stats),
-// from the goroutine that called Sample, with no lock held; a later call
-// replaces f. The agent's history is recorded so.
+// and the samples it published (shared: f must not modify their Stats,
+// and the slice is reused once f returns), from the goroutine that called
+// Sample, with no lock held; a later call replaces f. The agent's history
+// is recorded so.
 func (m *Monitor) Observe(f func(now time.Time, published []Usage)) {
 	m.observer.Store(&f)
 }
