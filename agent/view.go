@@ -77,6 +77,12 @@ func (h *viewHistory) victims(usages []monitor.Usage) []history.Victim {
 	return out
 }
 
+// MaxHistoryResponsePoints bounds the points of one GetHistory answer
+// (about 6 MB in protobuf, 14 MB in JSON: under the coordinator's proxy
+// limit); past it the call fails with resource_exhausted naming the
+// step_seconds that fits. The live view asks for 1 s steps.
+const MaxHistoryResponsePoints = 200_000
+
 // errNoHistory answers GetHistory and GetDelays on an agent without a
 // monitor.
 var errNoHistory = connect.NewError(connect.CodeFailedPrecondition, errors.New("this agent runs without a monitor: it keeps no history"))
@@ -101,7 +107,17 @@ func (s nodeService) GetHistory(_ context.Context, req *connect.Request[slacklin
 		q.Since = msg.GetSince().AsTime()
 	}
 	resp := &slacklinev1.GetHistoryResponse{WindowSeconds: h.store.Window().Seconds(), IntervalSeconds: h.store.Interval().Seconds()}
-	for _, se := range h.store.Query(q) {
+	series := h.store.Query(q)
+	points := 0
+	for _, se := range series {
+		points += len(se.Points)
+	}
+	if points > MaxHistoryResponsePoints {
+		need := h.store.Interval().Seconds() * math.Ceil(float64(points)/MaxHistoryResponsePoints)
+		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d points are more than one answer holds (%d): ask with step_seconds %v or more, a since, or a task_id",
+			points, MaxHistoryResponsePoints, max(step, need)))
+	}
+	for _, se := range series {
 		n := len(se.Points)
 		out := &slacklinev1.HistorySeries{ContainerId: se.ContainerID, TaskId: se.TaskID, Revocable: se.Revocable, Ended: se.Ended,
 			Times: make([]float64, n), Cpus: make([]float32, n), MemBytes: make([]float32, n), NetTxMbps: make([]float32, n),

@@ -3,12 +3,14 @@ package agent
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/agent/history"
 	"github.com/slackline/slackline/agent/monitor"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
@@ -92,5 +94,36 @@ func TestGetHistoryFromMonitorPasses(t *testing.T) {
 	}
 	if _, err := (nodeService{&Agent{}}).GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{})); connect.CodeOf(err) != connect.CodeFailedPrecondition {
 		t.Errorf("GetHistory without a monitor: %v, want failed_precondition", err)
+	}
+}
+
+// TestGetHistoryBoundsItsAnswer: more points than one answer holds fail
+// with resource_exhausted naming a step that fits, and that step works.
+func TestGetHistoryBoundsItsAnswer(t *testing.T) {
+	t.Parallel()
+	store := history.New(history.Config{Interval: 100 * time.Millisecond})
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	samples := make([]history.Sample, 30) // 30 x 9000 points > MaxHistoryResponsePoints
+	for i := range samples {
+		samples[i].ContainerID = fmt.Sprint("c", i)
+	}
+	for pass := range history.MaxPoints {
+		now := t0.Add(time.Duration(pass) * 100 * time.Millisecond)
+		for i := range samples {
+			samples[i].Time = now
+		}
+		store.Record(now, samples)
+	}
+	node := nodeService{&Agent{history: &viewHistory{store: store}}}
+	_, err := node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "step_seconds 0.2 or more") {
+		t.Fatalf("GetHistory of 270000 points: %v, want resource_exhausted asking for step_seconds 0.2", err)
+	}
+	resp, err := node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{StepSeconds: 0.2}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(resp.Msg.GetSeries()[0].GetTimes()); n != history.MaxPoints/2 {
+		t.Fatalf("%d points at 0.2 s steps, want %d", n, history.MaxPoints/2)
 	}
 }
