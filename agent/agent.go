@@ -164,6 +164,9 @@ type Agent struct {
 	fetch *fetcher.Fetcher
 	// health checks the tasks that have a health check.
 	health *health.Runner
+	// history keeps the monitor's recent series for the live view
+	// (GetHistory, GetDelays); nil without a monitor.
+	history *viewHistory
 	// closers release what Options.Build opened for the agent (eBPF
 	// programs, the monitor), in reverse order, after the agent's own.
 	closers []func() error
@@ -259,6 +262,7 @@ func New(cfg Config) (*Agent, error) {
 	a.watch = &observer{log: a.log, cz: cfg.Containerizer, ebpf: cfg.EBPF, monitor: cfg.Monitor,
 		unifiedRoot: cfg.UnifiedMount, protect: cfg.ProtectCgroups, tracked: map[string]tracked{},
 		network: a.network, tcp: cfg.TCP}
+	a.history = newViewHistory(cfg.Monitor, a.watch)
 	a.tasks = &lifecycle{
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
 		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1), fetch: fetch,

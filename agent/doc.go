@@ -48,6 +48,10 @@
 //     restores the interfaces when it stops.
 //   - estimateLoop: turns the monitor's history into the oversubscription
 //     estimate (estimator/) and sends it when it changes.
+//   - history (agent/history, view.go): the live view's 15 minutes of
+//     per-container series and who-delayed-whom snapshots, recorded after
+//     every monitor pass (monitor.Observe) and served by GetHistory and
+//     GetDelays; nil without a monitor.
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).

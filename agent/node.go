@@ -52,6 +52,9 @@ func (a *Agent) Handler() http.Handler {
 	if a.network != nil {
 		reg.MustRegister(a.network.Collector())
 	}
+	if a.history != nil {
+		reg.MustRegister(a.history.store.Collectors()...)
+	}
 	reg.MustRegister(a.fetch.Collector())
 	reg.MustRegister(a.health.Collectors()...)
 	if a.cfg.Images != nil {

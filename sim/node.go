@@ -318,3 +318,24 @@ func parseUsage(labels map[string]string) (float64, error) {
 	}
 	return u, nil
 }
+
+// errSimHistory answers GetHistory and GetDelays: pretend containers have
+// no measured series.
+var errSimHistory = connect.NewError(connect.CodeFailedPrecondition,
+	errors.New("a simulated agent (slackline-sim) measures nothing, so it keeps no history and no who-delayed-whom: run the real agent, as root"))
+
+// GetHistory: a simulated agent keeps no history.
+func (s simNode) GetHistory(ctx context.Context, _ *connect.Request[slacklinev1.GetHistoryRequest]) (*connect.Response[slacklinev1.GetHistoryResponse], error) {
+	if _, err := s.agent(ctx); err != nil {
+		return nil, err
+	}
+	return nil, errSimHistory
+}
+
+// GetDelays: a simulated agent runs no eBPF programs.
+func (s simNode) GetDelays(ctx context.Context, _ *connect.Request[slacklinev1.GetDelaysRequest]) (*connect.Response[slacklinev1.GetDelaysResponse], error) {
+	if _, err := s.agent(ctx); err != nil {
+		return nil, err
+	}
+	return nil, errSimHistory
+}

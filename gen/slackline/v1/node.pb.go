@@ -2539,6 +2539,478 @@ func (x *ReadSandboxFileResponse) GetSize() int64 {
 	return 0
 }
 
+// GetHistoryRequest selects what GetHistory returns.
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since, when set, returns only points stamped after it (a page that
+	// already holds the history asks for what is new).
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// step_seconds, when above the monitor's interval, averages the points of
+	// each step (run-queue p99: the step's largest); 0 returns every point.
+	StepSeconds float64 `protobuf:"fixed64,2,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
+	// task_id, when set, returns only that task's container.
+	TaskId        string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetHistoryRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetHistoryRequest) GetStepSeconds() float64 {
+	if x != nil {
+		return x.StepSeconds
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// GetHistoryResponse holds one series per container the agent measured
+// during its window (ended containers stay until their last point is
+// older than the window).
+type GetHistoryResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Series []*HistorySeries       `protobuf:"bytes,1,rep,name=series,proto3" json:"series,omitempty"`
+	// window_seconds is how far back the agent keeps points.
+	WindowSeconds float64 `protobuf:"fixed64,2,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// interval_seconds is the monitor's sampling interval.
+	IntervalSeconds float64 `protobuf:"fixed64,3,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetHistoryResponse) Reset() {
+	*x = GetHistoryResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryResponse) ProtoMessage() {}
+
+func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetHistoryResponse) GetSeries() []*HistorySeries {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+func (x *GetHistoryResponse) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetIntervalSeconds() float64 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+// HistorySeries is one container's points, column by column: entry i of
+// every list belongs to times[i]. Values are kept with 3 significant
+// digits (bfloat16), enough to draw.
+type HistorySeries struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	TaskId      string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Revocable   bool                   `protobuf:"varint,3,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// ended reports that the container is no longer measured.
+	Ended bool `protobuf:"varint,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	// times are Unix times in seconds, oldest first.
+	Times []float64 `protobuf:"fixed64,5,rep,packed,name=times,proto3" json:"times,omitempty"`
+	// cpus is CPU use in cores over the interval ending at each time.
+	Cpus []float32 `protobuf:"fixed32,6,rep,packed,name=cpus,proto3" json:"cpus,omitempty"`
+	// mem_bytes is the cgroup's charged memory.
+	MemBytes []float32 `protobuf:"fixed32,7,rep,packed,name=mem_bytes,json=memBytes,proto3" json:"mem_bytes,omitempty"`
+	// net_tx_mbps and net_rx_mbps are egress and ingress in Mbit/s (eBPF).
+	NetTxMbps []float32 `protobuf:"fixed32,8,rep,packed,name=net_tx_mbps,json=netTxMbps,proto3" json:"net_tx_mbps,omitempty"`
+	NetRxMbps []float32 `protobuf:"fixed32,9,rep,packed,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
+	// runqueue_p99_seconds is the run-queue latency p99 (eBPF).
+	RunqueueP99Seconds []float32 `protobuf:"fixed32,10,rep,packed,name=runqueue_p99_seconds,json=runqueueP99Seconds,proto3" json:"runqueue_p99_seconds,omitempty"`
+	// delayed_by_revocable is the share of the interval the container's tasks
+	// waited while a revocable task held their CPU (seconds per second, eBPF).
+	DelayedByRevocable []float32 `protobuf:"fixed32,11,rep,packed,name=delayed_by_revocable,json=delayedByRevocable,proto3" json:"delayed_by_revocable,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *HistorySeries) Reset() {
+	*x = HistorySeries{}
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistorySeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistorySeries) ProtoMessage() {}
+
+func (x *HistorySeries) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistorySeries.ProtoReflect.Descriptor instead.
+func (*HistorySeries) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *HistorySeries) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *HistorySeries) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *HistorySeries) GetRevocable() bool {
+	if x != nil {
+		return x.Revocable
+	}
+	return false
+}
+
+func (x *HistorySeries) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *HistorySeries) GetTimes() []float64 {
+	if x != nil {
+		return x.Times
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetCpus() []float32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetMemBytes() []float32 {
+	if x != nil {
+		return x.MemBytes
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetNetTxMbps() []float32 {
+	if x != nil {
+		return x.NetTxMbps
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetNetRxMbps() []float32 {
+	if x != nil {
+		return x.NetRxMbps
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetRunqueueP99Seconds() []float32 {
+	if x != nil {
+		return x.RunqueueP99Seconds
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetDelayedByRevocable() []float32 {
+	if x != nil {
+		return x.DelayedByRevocable
+	}
+	return nil
+}
+
+// GetDelaysRequest selects the window of GetDelays.
+type GetDelaysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// window_seconds is how far back to sum (default and at most the agent's
+	// history window).
+	WindowSeconds float64 `protobuf:"fixed64,1,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDelaysRequest) Reset() {
+	*x = GetDelaysRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDelaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDelaysRequest) ProtoMessage() {}
+
+func (x *GetDelaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDelaysRequest.ProtoReflect.Descriptor instead.
+func (*GetDelaysRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetDelaysRequest) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+// GetDelaysResponse lists who delayed whom during the window.
+type GetDelaysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delays has one entry per (victim, culprit) with time above zero,
+	// longest first. Without --ebpf-all-culprits only revocable containers
+	// are culprits.
+	Delays []*DelayEdge `protobuf:"bytes,1,rep,name=delays,proto3" json:"delays,omitempty"`
+	// since is the start of the window the sums cover: the oldest snapshot
+	// kept within the requested window.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// until is when the latest snapshot was taken.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDelaysResponse) Reset() {
+	*x = GetDelaysResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDelaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDelaysResponse) ProtoMessage() {}
+
+func (x *GetDelaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDelaysResponse.ProtoReflect.Descriptor instead.
+func (*GetDelaysResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetDelaysResponse) GetDelays() []*DelayEdge {
+	if x != nil {
+		return x.Delays
+	}
+	return nil
+}
+
+func (x *GetDelaysResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetDelaysResponse) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// DelayEdge is how long a culprit held a CPU while a victim's tasks waited
+// for it.
+type DelayEdge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// victim_container_id and victim_task_id name the delayed container (a
+	// protected service: its id, no task).
+	VictimContainerId string `protobuf:"bytes,1,opt,name=victim_container_id,json=victimContainerId,proto3" json:"victim_container_id,omitempty"`
+	VictimTaskId      string `protobuf:"bytes,2,opt,name=victim_task_id,json=victimTaskId,proto3" json:"victim_task_id,omitempty"`
+	// culprit is a container id or a name, as in Delay.culprit;
+	// culprit_task_id is the culprit container's task, when it is one.
+	Culprit       string `protobuf:"bytes,3,opt,name=culprit,proto3" json:"culprit,omitempty"`
+	CulpritTaskId string `protobuf:"bytes,4,opt,name=culprit_task_id,json=culpritTaskId,proto3" json:"culprit_task_id,omitempty"`
+	// secs is the time waited during the window.
+	Secs float64 `protobuf:"fixed64,5,opt,name=secs,proto3" json:"secs,omitempty"`
+	// culprit_revocable reports that the culprit is a revocable container.
+	CulpritRevocable bool `protobuf:"varint,6,opt,name=culprit_revocable,json=culpritRevocable,proto3" json:"culprit_revocable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DelayEdge) Reset() {
+	*x = DelayEdge{}
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayEdge) ProtoMessage() {}
+
+func (x *DelayEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayEdge.ProtoReflect.Descriptor instead.
+func (*DelayEdge) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DelayEdge) GetVictimContainerId() string {
+	if x != nil {
+		return x.VictimContainerId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetVictimTaskId() string {
+	if x != nil {
+		return x.VictimTaskId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetCulprit() string {
+	if x != nil {
+		return x.Culprit
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetCulpritTaskId() string {
+	if x != nil {
+		return x.CulpritTaskId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetSecs() float64 {
+	if x != nil {
+		return x.Secs
+	}
+	return 0
+}
+
+func (x *DelayEdge) GetCulpritRevocable() bool {
+	if x != nil {
+		return x.CulpritRevocable
+	}
+	return false
+}
+
 var File_slackline_v1_node_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_node_proto_rawDesc = "" +
@@ -2768,7 +3240,41 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17ReadSandboxFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size*\x96\x02\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\x81\x01\n" +
+	"\x11GetHistoryRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12!\n" +
+	"\fstep_seconds\x18\x02 \x01(\x01R\vstepSeconds\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"\x9b\x01\n" +
+	"\x12GetHistoryResponse\x123\n" +
+	"\x06series\x18\x01 \x03(\v2\x1b.slackline.v1.HistorySeriesR\x06series\x12%\n" +
+	"\x0ewindow_seconds\x18\x02 \x01(\x01R\rwindowSeconds\x12)\n" +
+	"\x10interval_seconds\x18\x03 \x01(\x01R\x0fintervalSeconds\"\xea\x02\n" +
+	"\rHistorySeries\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\trevocable\x18\x03 \x01(\bR\trevocable\x12\x14\n" +
+	"\x05ended\x18\x04 \x01(\bR\x05ended\x12\x14\n" +
+	"\x05times\x18\x05 \x03(\x01R\x05times\x12\x12\n" +
+	"\x04cpus\x18\x06 \x03(\x02R\x04cpus\x12\x1b\n" +
+	"\tmem_bytes\x18\a \x03(\x02R\bmemBytes\x12\x1e\n" +
+	"\vnet_tx_mbps\x18\b \x03(\x02R\tnetTxMbps\x12\x1e\n" +
+	"\vnet_rx_mbps\x18\t \x03(\x02R\tnetRxMbps\x120\n" +
+	"\x14runqueue_p99_seconds\x18\n" +
+	" \x03(\x02R\x12runqueueP99Seconds\x120\n" +
+	"\x14delayed_by_revocable\x18\v \x03(\x02R\x12delayedByRevocable\"9\n" +
+	"\x10GetDelaysRequest\x12%\n" +
+	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\"\xa8\x01\n" +
+	"\x11GetDelaysResponse\x12/\n" +
+	"\x06delays\x18\x01 \x03(\v2\x17.slackline.v1.DelayEdgeR\x06delays\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"\xe4\x01\n" +
+	"\tDelayEdge\x12.\n" +
+	"\x13victim_container_id\x18\x01 \x01(\tR\x11victimContainerId\x12$\n" +
+	"\x0evictim_task_id\x18\x02 \x01(\tR\fvictimTaskId\x12\x18\n" +
+	"\aculprit\x18\x03 \x01(\tR\aculprit\x12&\n" +
+	"\x0fculprit_task_id\x18\x04 \x01(\tR\rculpritTaskId\x12\x12\n" +
+	"\x04secs\x18\x05 \x01(\x01R\x04secs\x12+\n" +
+	"\x11culprit_revocable\x18\x06 \x01(\bR\x10culpritRevocable*\x96\x02\n" +
 	"\x0eCorrectionKind\x12\x1f\n" +
 	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
@@ -2785,7 +3291,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
 	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
-	"\x16FEATURE_STATUS_LOADING\x10\x052\xe5\x04\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\x84\x06\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
@@ -2793,7 +3299,10 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x0eGetCorrections\x12#.slackline.v1.GetCorrectionsRequest\x1a$.slackline.v1.GetCorrectionsResponse\x12R\n" +
 	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponse\x12^\n" +
 	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponse\x12L\n" +
-	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponseB\xab\x01\n" +
+	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponse\x12O\n" +
+	"\n" +
+	"GetHistory\x12\x1f.slackline.v1.GetHistoryRequest\x1a .slackline.v1.GetHistoryResponse\x12L\n" +
+	"\tGetDelays\x12\x1e.slackline.v1.GetDelaysRequest\x1a\x1f.slackline.v1.GetDelaysResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -2809,7 +3318,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 29)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -2842,16 +3351,22 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetImagesResponse)(nil),       // 28: slackline.v1.GetImagesResponse
 	(*ReadSandboxFileRequest)(nil),  // 29: slackline.v1.ReadSandboxFileRequest
 	(*ReadSandboxFileResponse)(nil), // 30: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 31: slackline.v1.Resource
-	(TaskState)(0),                  // 32: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 33: google.protobuf.Timestamp
+	(*GetHistoryRequest)(nil),       // 31: slackline.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),      // 32: slackline.v1.GetHistoryResponse
+	(*HistorySeries)(nil),           // 33: slackline.v1.HistorySeries
+	(*GetDelaysRequest)(nil),        // 34: slackline.v1.GetDelaysRequest
+	(*GetDelaysResponse)(nil),       // 35: slackline.v1.GetDelaysResponse
+	(*DelayEdge)(nil),               // 36: slackline.v1.DelayEdge
+	(*Resource)(nil),                // 37: slackline.v1.Resource
+	(TaskState)(0),                  // 38: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	31, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	32, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	33, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	37, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	38, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	39, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	33, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	39, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
 	9,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
 	10, // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
 	10, // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
@@ -2863,39 +3378,48 @@ var file_slackline_v1_node_proto_depIdxs = []int32{
 	11, // 13: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
 	5,  // 14: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
 	14, // 15: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	31, // 16: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	33, // 17: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	37, // 16: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	39, // 17: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
 	17, // 18: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
 	18, // 19: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
-	33, // 20: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	39, // 20: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
 	0,  // 21: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
 	20, // 22: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
 	1,  // 23: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
 	23, // 24: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	33, // 25: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
-	33, // 26: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
-	33, // 27: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	39, // 25: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	39, // 26: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	39, // 27: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
 	26, // 28: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
 	27, // 29: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
-	3,  // 30: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	12, // 31: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	15, // 32: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	19, // 33: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	22, // 34: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	29, // 35: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	25, // 36: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	4,  // 37: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	13, // 38: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	16, // 39: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	21, // 40: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	24, // 41: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	30, // 42: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	28, // 43: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	37, // [37:44] is the sub-list for method output_type
-	30, // [30:37] is the sub-list for method input_type
-	30, // [30:30] is the sub-list for extension type_name
-	30, // [30:30] is the sub-list for extension extendee
-	0,  // [0:30] is the sub-list for field type_name
+	39, // 30: slackline.v1.GetHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	33, // 31: slackline.v1.GetHistoryResponse.series:type_name -> slackline.v1.HistorySeries
+	36, // 32: slackline.v1.GetDelaysResponse.delays:type_name -> slackline.v1.DelayEdge
+	39, // 33: slackline.v1.GetDelaysResponse.since:type_name -> google.protobuf.Timestamp
+	39, // 34: slackline.v1.GetDelaysResponse.until:type_name -> google.protobuf.Timestamp
+	3,  // 35: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	12, // 36: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	15, // 37: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	19, // 38: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	22, // 39: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	29, // 40: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	25, // 41: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	31, // 42: slackline.v1.NodeService.GetHistory:input_type -> slackline.v1.GetHistoryRequest
+	34, // 43: slackline.v1.NodeService.GetDelays:input_type -> slackline.v1.GetDelaysRequest
+	4,  // 44: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	13, // 45: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	16, // 46: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	21, // 47: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	24, // 48: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	30, // 49: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	28, // 50: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	32, // 51: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
+	35, // 52: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
+	44, // [44:53] is the sub-list for method output_type
+	35, // [35:44] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2910,7 +3434,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   29,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
