@@ -41,6 +41,9 @@ type qosLoop struct {
 	protect     []string
 	// preempt kills a revocable container with a reason.
 	preempt func(containerID, reason string)
+	// shadows evaluate the candidate controllers on the same input, after
+	// the active ones' corrections are applied (nil without shadows).
+	shadows *shadowSet
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
@@ -122,9 +125,11 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		last = time.Now()
 		in := l.input(last)
 		in.Events = pending
-		for _, c := range l.controller.Evaluate(in) {
+		corrections := l.controller.Evaluate(in)
+		for _, c := range corrections {
 			l.apply(c, in)
 		}
+		l.shadows.evaluate(in, corrections)
 		pending = pending[:0]
 	}
 }

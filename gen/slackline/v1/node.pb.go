@@ -2458,7 +2458,7 @@ var File_slackline_v1_node_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
+	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slackline/v1/shadow.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
 	"\tContainer\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x1f\n" +
@@ -2692,7 +2692,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
 	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
-	"\x16FEATURE_STATUS_LOADING\x10\x052\xe5\x04\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\xb6\x05\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
@@ -2700,7 +2700,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x0eGetCorrections\x12#.slackline.v1.GetCorrectionsRequest\x1a$.slackline.v1.GetCorrectionsResponse\x12R\n" +
 	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponse\x12^\n" +
 	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponse\x12L\n" +
-	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponseB\xab\x01\n" +
+	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponse\x12O\n" +
+	"\n" +
+	"GetShadows\x12\x1f.slackline.v1.GetShadowsRequest\x1a .slackline.v1.GetShadowsResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -2751,6 +2753,8 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*Resource)(nil),                // 30: slackline.v1.Resource
 	(TaskState)(0),                  // 31: slackline.v1.TaskState
 	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*GetShadowsRequest)(nil),       // 33: slackline.v1.GetShadowsRequest
+	(*GetShadowsResponse)(nil),      // 34: slackline.v1.GetShadowsResponse
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
 	30, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
@@ -2789,15 +2793,17 @@ var file_slackline_v1_node_proto_depIdxs = []int32{
 	21, // 33: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
 	28, // 34: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
 	24, // 35: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	4,  // 36: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	12, // 37: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	15, // 38: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	20, // 39: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	23, // 40: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	29, // 41: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	27, // 42: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
+	33, // 36: slackline.v1.NodeService.GetShadows:input_type -> slackline.v1.GetShadowsRequest
+	4,  // 37: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	12, // 38: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	15, // 39: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	20, // 40: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	23, // 41: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	29, // 42: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	27, // 43: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	34, // 44: slackline.v1.NodeService.GetShadows:output_type -> slackline.v1.GetShadowsResponse
+	37, // [37:45] is the sub-list for method output_type
+	29, // [29:37] is the sub-list for method input_type
 	29, // [29:29] is the sub-list for extension type_name
 	29, // [29:29] is the sub-list for extension extendee
 	0,  // [0:29] is the sub-list for field type_name
@@ -2808,6 +2814,7 @@ func file_slackline_v1_node_proto_init() {
 	if File_slackline_v1_node_proto != nil {
 		return
 	}
+	file_slackline_v1_shadow_proto_init()
 	file_slackline_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
