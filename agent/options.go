@@ -348,14 +348,28 @@ func (o *Options) Validate() error {
 	for _, d := range o.ImageLocalDirs {
 		check(filepath.IsAbs(d), "image-local-dirs", "%q is not an absolute path", d)
 	}
+	errs = append(errs, o.ValidateSettings(), o.validateShadows())
+	if len(o.NetworkInterfaces) > 1 && networkOff(o.NetworkInterfaces) {
+		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSettings checks the estimator and QoS settings alone (the
+// flags IsSettingFlag accepts), as Validate does; each error names its
+// flag. Settings applied in place of the flags' (WithSettings) are checked
+// with it.
+func (o *Options) ValidateSettings() error {
+	var errs []error
+	check := func(ok bool, flag, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+		}
+	}
 	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
 	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
 	if _, err := o.NewControllers(); err != nil {
 		errs = append(errs, err)
-	}
-	errs = append(errs, o.validateShadows())
-	if len(o.NetworkInterfaces) > 1 && networkOff(o.NetworkInterfaces) {
-		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
 	}
 	return errors.Join(errs...)
 }

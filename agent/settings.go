@@ -70,8 +70,11 @@ func (r refused) Set(string) error {
 // WithSettings returns a copy of o with the settings in data applied and
 // the settings that differ from o's: data is a YAML (or JSON) mapping of
 // flag names to values, as a --config file is (internal/cliconfig), that
-// may name only setting flags (IsSettingFlag). The copy is validated with
-// Validate. Errors name source (a file name or a profile) and the bad key.
+// may name only setting flags (IsSettingFlag). Each value goes through its
+// flag's own parser, and the copy's settings are checked by
+// ValidateSettings, the part of Validate that covers them (the rest of o is
+// left as it was). Errors name source (a file name or a profile) and the
+// bad key or flag.
 func (o Options) WithSettings(source string, data []byte) (Options, []Setting, error) {
 	c := o
 	// Bind a flag set to c: AddFlags resets c's fields to the defaults, so
@@ -101,7 +104,7 @@ func (o Options) WithSettings(source string, data []byte) (Options, []Setting, e
 			changed = append(changed, Setting{Flag: f.Name, Value: f.Value.String()})
 		}
 	})
-	if err := c.Validate(); err != nil {
+	if err := c.ValidateSettings(); err != nil {
 		return o, nil, fmt.Errorf("%s: %w", source, err)
 	}
 	return c, changed, nil
