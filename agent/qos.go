@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -50,6 +51,12 @@ type qosLoop struct {
 	delayed map[string]map[uint64]time.Duration
 	// waited holds each victim's cumulative run-queue wait, likewise.
 	waited map[string]time.Duration
+	// allDelays is every victim's cumulative delays, read once per
+	// evaluation when the eBPF programs can (allDelayer); allDelaysErr the
+	// error of that read.
+	allDelays    map[uint64]map[uint64]time.Duration
+	allDelaysErr error
+	batched      bool
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
@@ -166,6 +173,13 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		in.Node.MemPressureSome10, in.Node.MemPressureFull10 = n.GetMemoryPressure().GetSomeAvg10(), n.GetMemoryPressure().GetFullAvg10()
 		in.Node.IOPressureSome10, in.Node.IOPressureFull10 = n.GetIoPressure().GetSomeAvg10(), n.GetIoPressure().GetFullAvg10()
 	}
+	// Every victim's delays in one walk of the eBPF map rather than one
+	// walk per guaranteed container.
+	l.batched = false
+	if b, ok := l.ebpf.(allDelayer); ok {
+		l.allDelays, l.allDelaysErr = b.AllDelays()
+		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
+	}
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -195,6 +209,11 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 	return in
 }
 
+// allDelayer reads every victim's delays at once (bpf.Monitor.AllDelays).
+type allDelayer interface {
+	AllDelays() (map[uint64]map[uint64]time.Duration, error)
+}
+
 // delayedSince returns, for a guaranteed container or protected service,
 // who delayed it since the last evaluation (eBPF who-delayed-whom): the
 // revocable containers by id, and everything else by culprit name (see
@@ -208,7 +227,13 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 	if cgid == 0 {
 		return nil, nil, 0
 	}
-	cumulative, err := l.ebpf.DelayedBy(cgid)
+	var cumulative map[uint64]time.Duration
+	var err error
+	if l.batched {
+		cumulative, err = l.allDelays[cgid], l.allDelaysErr
+	} else {
+		cumulative, err = l.ebpf.DelayedBy(cgid)
+	}
 	if err != nil {
 		return nil, nil, 0
 	}
