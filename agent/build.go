@@ -16,9 +16,7 @@ import (
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/bpf/netqos"
-	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
-	"github.com/slackline/slackline/qos"
 )
 
 // Build validates the options and wires an agent from them, as
@@ -108,12 +106,13 @@ func (o Options) Build() (a *Agent, err error) {
 	}
 	cfg.UnifiedMount = cz.Layout().Unified
 	began = startup.phase("containerizer", began)
-	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
-		return nil, fmt.Errorf("--estimator: %w", err)
+	ctl, err := o.NewControllers()
+	if err != nil {
+		return nil, err
 	}
-	cfg.QoSControllerNames = o.QoSControllers
-	if cfg.QoS, err = qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
-		return nil, fmt.Errorf("--qos-controller: %w", err)
+	cfg.Estimator, cfg.QoS, cfg.QoSControllerNames = ctl.Estimator, ctl.QoS, ctl.QoSNames
+	if cfg.Shadows, err = o.NewShadows(); err != nil {
+		return nil, err
 	}
 
 	// eBPF: the monitor's programs (whose verification is most of the

@@ -24,6 +24,21 @@
 // build their agents the same way. Config is the level below: subsystems
 // already built, handed to New (unit tests give it fakes).
 //
+// The estimator and QoS settings (IsSettingFlag: --estimator*,
+// --fixed-revocable, --oversubscribe-memory, --qos-* but the loops'
+// intervals) can also come as a settings map keyed by flag names, the
+// --config format: Options.WithSettings applies one to a copy, through the
+// flags' own parsers, and checks it with ValidateSettings (the part of
+// Validate that covers them). Options.NewControllers is the one place that
+// builds an estimator and QoS controllers from Options (Build, Validate,
+// shadows and fleet profiles call it). --shadow NAME=FILE (at most two)
+// runs such candidate settings in shadow (agent/shadow): the estimate loop
+// hands every input it built for the active estimator, after the active
+// estimate is published, to each shadow's own estimator, and the QoS loop
+// every input to each shadow's controllers after the active corrections
+// are applied; shadows are scored as backtest replays (GetShadows,
+// slackline_agent_shadow_*) and never offered nor applied.
+//
 // # Structure
 //
 // Agent only wires subsystems; each owns its state and runs with Run(ctx)
@@ -55,6 +70,9 @@
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).
+//   - shadowSet (with --shadow): the shadows and the active settings'
+//     score, run by the two loops above on their own goroutines (each
+//     shadow has one lock per loop, held for memory only).
 //   - sandboxes: bounds the disk tasks use (sandbox.go): kills a task whose
 //     sandbox outgrows its disk resource (TASK_STATE_FAILED,
 //     REASON_CONTAINER_LIMITATION_DISK), removes ended tasks' sandboxes

@@ -46,6 +46,9 @@ func (a *Agent) Handler() http.Handler {
 	server.RegisterProcess(reg, "slackline-agent")
 	reg.MustRegister(featuresCollector{a.features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction, qosStateCollector{a.cfg.Containerizer})
+	if a.shadows != nil {
+		reg.MustRegister(shadowCollector{a.shadows})
+	}
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}

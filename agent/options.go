@@ -129,6 +129,12 @@ type Options struct {
 	// of memory)).
 	QoSReclaimLowAvailableMiB float64
 
+	// Shadow settings (#29 part 4): Shadows are candidate estimator and
+	// QoS settings run in shadow beside the active ones (--shadow
+	// NAME=FILE, repeatable, at most shadow.MaxShadows): each file is a
+	// settings map (WithSettings) applied to a copy of these Options.
+	Shadows []ShadowSpec
+
 	// Fetched artifacts and health checks (#27).
 
 	// FetchCacheBytes bounds the artifact cache (--fetch-cache-bytes;
@@ -263,6 +269,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&est.Calibration.Gamma, "estimator-calibration-step", est.Calibration.Gamma, "calibrated: step of the calibration (larger: adapts faster to a new kind of load, with a noisier margin)")
 	fs.DurationVar(&est.Calibration.Confirm, "estimator-calibrated-confirm", est.Calibration.Confirm, "calibrated: how long slack must last before it is offered (the calibration carries the risk that fast's 1 s carried)")
 	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks go at once; 0: every rise)")
+	// Shadow settings (#29 part 4).
+	fs.Var(shadowsValue{&o.Shadows}, "shadow", "NAME=FILE: run the estimator and QoS settings of FILE (a YAML or JSON map of --estimator* and --qos-* flag names to values, as in a --config file) in shadow beside the active ones, reporting what they would have offered and corrected (slacklinectl get shadows, /metrics); repeatable, at most 2")
 	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 
 	o.QoSControllers = qos.ParseNames(qos.DefaultControllers)
@@ -361,16 +369,28 @@ func (o *Options) Validate() error {
 	for _, d := range o.ImageLocalDirs {
 		check(filepath.IsAbs(d), "image-local-dirs", "%q is not an absolute path", d)
 	}
-	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
-	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
-	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
-		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))
-	}
-	if _, err := qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
-		errs = append(errs, fmt.Errorf("--qos-controller %s (and --qos-*): %w", strings.Join(o.QoSControllers, ","), err))
-	}
+	errs = append(errs, o.ValidateSettings(), o.validateShadows())
 	if len(o.NetworkInterfaces) > 1 && networkOff(o.NetworkInterfaces) {
 		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSettings checks the estimator and QoS settings alone (the
+// flags IsSettingFlag accepts), as Validate does; each error names its
+// flag. Settings applied in place of the flags' (WithSettings) are checked
+// with it.
+func (o *Options) ValidateSettings() error {
+	var errs []error
+	check := func(ok bool, flag, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+		}
+	}
+	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
+	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
+	if _, err := o.NewControllers(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -664,6 +664,34 @@ func (m *Monitor) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 	return delays, nil
 }
 
+// AllDelays returns DelayedBy of every victim that has been delayed,
+// keyed by victim, from one walk of the map: a caller that needs several
+// victims' delays (the QoS loop needs every guaranteed container's) walks
+// it once instead of once per victim.
+func (m *Monitor) AllDelays() (map[uint64]map[uint64]time.Duration, error) {
+	if m.sched == nil {
+		return nil, fmt.Errorf("delays: %w", ErrUnavailable)
+	}
+	all := map[uint64]map[uint64]time.Duration{}
+	var key schedDelayKey
+	var perCPU []uint64
+	it := m.sched.Delays.Iterate()
+	for it.Next(&key, &perCPU) {
+		delays := all[key.Victim]
+		if delays == nil {
+			delays = map[uint64]time.Duration{}
+			all[key.Victim] = delays
+		}
+		for _, ns := range perCPU {
+			delays[key.Culprit] += time.Duration(ns)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("delays: %w", err)
+	}
+	return all, nil
+}
+
 // SetAllCulprits turns the attribution of guaranteed and protected tasks'
 // waits to every culprit on or off. On, DelayedBy also names guaranteed and
 // protected cgroups, untracked cgroups by id (the agent's, the root, other

@@ -567,6 +567,17 @@ func testRunqueueInterference(t *testing.T, variant int) {
 	if d, _ := m.DelayedBy(alone.id); len(d) != 0 {
 		t.Errorf("DelayedBy(alone) = %v, want none", d)
 	}
+	// AllDelays walks the map once for every victim: the victim's delays
+	// are at least what DelayedBy read just before (they only grow), and
+	// the hog's share is there.
+	all, err := m.AllDelays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[victim.id][hog.id] < delays[hog.id] || len(all[alone.id]) != 0 {
+		t.Errorf("AllDelays: victim %v, alone %v; want the victim's delays by the hog of at least %v, nothing for alone",
+			all[victim.id], all[alone.id], delays[hog.id])
+	}
 
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {

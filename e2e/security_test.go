@@ -512,6 +512,7 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.NodeServiceGetImagesProcedure:                      {`{}`, "UDDA"},
 	slacklinev1connect.NodeServiceGetHistoryProcedure:                     {`{}`, "UDDA"},
 	slacklinev1connect.NodeServiceGetDelaysProcedure:                      {`{}`, "UDDA"},
+	slacklinev1connect.NodeServiceGetShadowsProcedure:                     {`{}`, "UDDA"},
 	// JobService (slackline-jobs): any principal submits in a role it may
 	// (batch's own), and sees and cancels its own jobs (none here: not found).
 	slacklinev1connect.JobServiceSubmitJobProcedure: {`{"spec":"name: table\nrole: batch\ncommand: \"true\"\nresources: \"cpus:0.1;mem:16\"\n"}`, "UDAA"},

@@ -239,6 +239,11 @@ func (s simNode) GetImages(ctx context.Context, _ *connect.Request[slacklinev1.G
 	return connect.NewResponse(&slacklinev1.GetImagesResponse{}), nil
 }
 
+// GetShadows: a simulated agent runs no estimator, so no shadows either.
+func (s simNode) GetShadows(context.Context, *connect.Request[slacklinev1.GetShadowsRequest]) (*connect.Response[slacklinev1.GetShadowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("a simulated agent runs no estimator, so no shadow settings"))
+}
+
 func (s simNode) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("a simulated agent runs no estimator (see slackline-sim --revocable)"))
 }

@@ -107,7 +107,14 @@
 // Each container's control files are opened once and re-read with pread at
 // offset 0 into one reused buffer (cgroupfs regenerates a file's content on
 // every read from offset 0), then parsed in place without allocating: 9
-// system calls per container per pass on hybrid hosts, 8 on v2. A file a
+// system calls per container per pass on hybrid hosts, 8 on v2, when every
+// file is read. Only CPU time (cpu.stat) is read at every pass. The memory
+// files (usage, stat, limit, events) are read again when the container has
+// run since they were last read (its CPU time grew) or refreshInterval (1
+// s) has passed, and repeated otherwise: an idle container charges no
+// memory of its own. The PSI files are read every refreshInterval: the
+// kernel moves their averages every 2 s, so reading them each pass bought
+// nothing. An idle container costs one read per pass (eBPF lookups aside). A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when
 // the container leaves the targets or its cgroup goes. A pass allocates one

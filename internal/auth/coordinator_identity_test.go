@@ -30,6 +30,7 @@ var viewMethods = []string{
 	slacklinev1connect.NodeServiceGetImagesProcedure,
 	slacklinev1connect.NodeServiceGetHistoryProcedure,
 	slacklinev1connect.NodeServiceGetDelaysProcedure,
+	slacklinev1connect.NodeServiceGetShadowsProcedure,
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure,
 }
 

@@ -3015,7 +3015,7 @@ var File_slackline_v1_node_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
+	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slackline/v1/shadow.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
 	"\tContainer\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x1f\n" +
@@ -3291,7 +3291,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
 	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
-	"\x16FEATURE_STATUS_LOADING\x10\x052\x84\x06\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\xd5\x06\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
@@ -3302,7 +3302,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponse\x12O\n" +
 	"\n" +
 	"GetHistory\x12\x1f.slackline.v1.GetHistoryRequest\x1a .slackline.v1.GetHistoryResponse\x12L\n" +
-	"\tGetDelays\x12\x1e.slackline.v1.GetDelaysRequest\x1a\x1f.slackline.v1.GetDelaysResponseB\xab\x01\n" +
+	"\tGetDelays\x12\x1e.slackline.v1.GetDelaysRequest\x1a\x1f.slackline.v1.GetDelaysResponse\x12O\n" +
+	"\n" +
+	"GetShadows\x12\x1f.slackline.v1.GetShadowsRequest\x1a .slackline.v1.GetShadowsResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -3360,6 +3362,8 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*Resource)(nil),                // 37: slackline.v1.Resource
 	(TaskState)(0),                  // 38: slackline.v1.TaskState
 	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*GetShadowsRequest)(nil),       // 40: slackline.v1.GetShadowsRequest
+	(*GetShadowsResponse)(nil),      // 41: slackline.v1.GetShadowsResponse
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
 	37, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
@@ -3406,17 +3410,19 @@ var file_slackline_v1_node_proto_depIdxs = []int32{
 	25, // 41: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
 	31, // 42: slackline.v1.NodeService.GetHistory:input_type -> slackline.v1.GetHistoryRequest
 	34, // 43: slackline.v1.NodeService.GetDelays:input_type -> slackline.v1.GetDelaysRequest
-	4,  // 44: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	13, // 45: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	16, // 46: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	21, // 47: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	24, // 48: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	30, // 49: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	28, // 50: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	32, // 51: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
-	35, // 52: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
-	44, // [44:53] is the sub-list for method output_type
-	35, // [35:44] is the sub-list for method input_type
+	40, // 44: slackline.v1.NodeService.GetShadows:input_type -> slackline.v1.GetShadowsRequest
+	4,  // 45: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	13, // 46: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	16, // 47: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	21, // 48: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	24, // 49: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	30, // 50: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	28, // 51: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	32, // 52: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
+	35, // 53: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
+	41, // 54: slackline.v1.NodeService.GetShadows:output_type -> slackline.v1.GetShadowsResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
 	35, // [35:35] is the sub-list for extension type_name
 	35, // [35:35] is the sub-list for extension extendee
 	0,  // [0:35] is the sub-list for field type_name
@@ -3427,6 +3433,7 @@ func file_slackline_v1_node_proto_init() {
 	if File_slackline_v1_node_proto != nil {
 		return
 	}
+	file_slackline_v1_shadow_proto_init()
 	file_slackline_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{

@@ -54,6 +54,8 @@ const (
 	NodeServiceGetHistoryProcedure = "/slackline.v1.NodeService/GetHistory"
 	// NodeServiceGetDelaysProcedure is the fully-qualified name of the NodeService's GetDelays RPC.
 	NodeServiceGetDelaysProcedure = "/slackline.v1.NodeService/GetDelays"
+	// NodeServiceGetShadowsProcedure is the fully-qualified name of the NodeService's GetShadows RPC.
+	NodeServiceGetShadowsProcedure = "/slackline.v1.NodeService/GetShadows"
 )
 
 // NodeServiceClient is a client for the slackline.v1.NodeService service.
@@ -81,6 +83,10 @@ type NodeServiceClient interface {
 	// container or protected service, how long each culprit held a CPU while
 	// its tasks waited for it, over a recent window (eBPF).
 	GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error)
+	// GetShadows returns what the candidate settings run in shadow
+	// (--shadow) would have offered and corrected, beside the active
+	// settings' own score (#29 part 4; shadow.proto).
+	GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the slackline.v1.NodeService service. By default, it
@@ -148,6 +154,12 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("GetDelays")),
 			connect.WithClientOptions(opts...),
 		),
+		getShadows: connect.NewClient[v1.GetShadowsRequest, v1.GetShadowsResponse](
+			httpClient,
+			baseURL+NodeServiceGetShadowsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("GetShadows")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -162,6 +174,7 @@ type nodeServiceClient struct {
 	getImages       *connect.Client[v1.GetImagesRequest, v1.GetImagesResponse]
 	getHistory      *connect.Client[v1.GetHistoryRequest, v1.GetHistoryResponse]
 	getDelays       *connect.Client[v1.GetDelaysRequest, v1.GetDelaysResponse]
+	getShadows      *connect.Client[v1.GetShadowsRequest, v1.GetShadowsResponse]
 }
 
 // GetContainers calls slackline.v1.NodeService.GetContainers.
@@ -209,6 +222,11 @@ func (c *nodeServiceClient) GetDelays(ctx context.Context, req *connect.Request[
 	return c.getDelays.CallUnary(ctx, req)
 }
 
+// GetShadows calls slackline.v1.NodeService.GetShadows.
+func (c *nodeServiceClient) GetShadows(ctx context.Context, req *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error) {
+	return c.getShadows.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the slackline.v1.NodeService service.
 type NodeServiceHandler interface {
 	// GetContainers lists the agent's containers.
@@ -234,6 +252,10 @@ type NodeServiceHandler interface {
 	// container or protected service, how long each culprit held a CPU while
 	// its tasks waited for it, over a recent window (eBPF).
 	GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error)
+	// GetShadows returns what the candidate settings run in shadow
+	// (--shadow) would have offered and corrected, beside the active
+	// settings' own score (#29 part 4; shadow.proto).
+	GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -297,6 +319,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("GetDelays")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceGetShadowsHandler := connect.NewUnaryHandler(
+		NodeServiceGetShadowsProcedure,
+		svc.GetShadows,
+		connect.WithSchema(nodeServiceMethods.ByName("GetShadows")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slackline.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceGetContainersProcedure:
@@ -317,6 +345,8 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceGetHistoryHandler.ServeHTTP(w, r)
 		case NodeServiceGetDelaysProcedure:
 			nodeServiceGetDelaysHandler.ServeHTTP(w, r)
+		case NodeServiceGetShadowsProcedure:
+			nodeServiceGetShadowsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -360,4 +390,8 @@ func (UnimplementedNodeServiceHandler) GetHistory(context.Context, *connect.Requ
 
 func (UnimplementedNodeServiceHandler) GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetDelays is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetShadows is not implemented"))
 }
