@@ -105,6 +105,7 @@ func (o Options) Build() (a *Agent, err error) {
 	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
 		return nil, fmt.Errorf("--estimator: %w", err)
 	}
+	cfg.profiles = o.profileBuilder()
 	cfg.QoSControllerNames = o.QoSControllers
 	if cfg.QoS, err = qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
 		return nil, fmt.Errorf("--qos-controller: %w", err)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -53,6 +54,13 @@ type qosLoop struct {
 
 	mu          sync.Mutex
 	corrections []*slacklinev1.Correction // the latest maxCorrections
+
+	// next is a controller set a node profile applied (#29), taken by
+	// Run's next evaluation; guaranteedRunqP99 is the highest guaranteed
+	// (or protected) run-queue p99 of the latest evaluation, for the
+	// heartbeats' ProfileReport.
+	next              atomic.Pointer[profileSettings]
+	guaranteedRunqP99 atomic.Int64
 }
 
 func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
@@ -120,13 +128,29 @@ func (l *qosLoop) Run(ctx context.Context) error {
 			}
 		}
 		last = time.Now()
+		if s := l.next.Swap(nil); s != nil {
+			l.controller = s.qos
+		}
 		in := l.input(last)
 		in.Events = pending
+		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
 		for _, c := range l.controller.Evaluate(in) {
 			l.apply(c, in)
 		}
 		pending = pending[:0]
 	}
+}
+
+// guaranteedRunqP99 is the highest run-queue p99 of the work QoS
+// protects (guaranteed containers and protected services).
+func guaranteedRunqP99(containers []qos.Container) time.Duration {
+	var p99 time.Duration
+	for _, c := range containers {
+		if !c.Revocable || c.Protected {
+			p99 = max(p99, c.RunqP99)
+		}
+	}
+	return p99
 }
 
 func (l *qosLoop) event(ev bpf.ThresholdEvent) qos.Event {
