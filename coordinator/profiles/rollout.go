@@ -107,7 +107,7 @@ type Signals struct {
 	Profile string
 	Version uint64
 	// Refused is a version of this profile the agent refused to apply (0
-	// none).
+	// none; the shell passes only refusals of this profile).
 	Refused uint64
 	// Scored and Violations are the calibrated estimator's counters since
 	// it was built (a new version rebuilds it, and they restart at 0).
@@ -338,7 +338,7 @@ func (r *Rollout) measure(profile string, fleet []Signals) (updated, others Grou
 	var updatedP99, othersP99 []time.Duration
 	for _, s := range fleet {
 		chosen := slices.Contains(r.Hosts, s.Host)
-		if chosen && s.Profile == profile && s.Refused == r.Candidate.Number {
+		if chosen && s.Refused == r.Candidate.Number {
 			refused = s.Host
 		}
 		runsCandidate := s.Profile == profile && s.Version == r.Candidate.Number
