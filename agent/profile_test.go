@@ -71,6 +71,8 @@ func TestValidateProfile(t *testing.T) {
 	t.Parallel()
 	tests := []struct{ settings, wantErr string }{
 		{"estimator-target-violation: 0.02", ""},
+		// docs/operators.md's example.
+		{"estimator-target-violation: 0.005\nestimator-rise-interval: 5s\nqos-runqueue-p99: 3ms\n", ""},
 		{"estimator: nosuch", "--estimator nosuch"},
 		{"estimator-target-violation: 1.5", "target"},
 		{"listen: 0.0.0.0:1", "--listen cannot be applied"},
