@@ -51,6 +51,11 @@
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).
+//   - node profiles (profile.go, #29): a ProfileApplyCommand's settings
+//     (ProfileFlags only) are parsed over the agent's flags, validated and
+//     built into a new estimator and QoS controller set, which
+//     estimateLoop and qosLoop take at their next pass; heartbeats report
+//     the profile run, a refusal and the signals rollouts are judged on.
 //   - sandboxes: bounds the disk tasks use (sandbox.go): kills a task whose
 //     sandbox outgrows its disk resource (TASK_STATE_FAILED,
 //     REASON_CONTAINER_LIMITATION_DISK), removes ended tasks' sandboxes
