@@ -140,6 +140,10 @@ type Config struct {
 	// the revocation list) on SIGHUP while Run runs.
 	ReloadOnHangup bool
 
+	// profiles builds a node profile's estimator and QoS controllers over
+	// the agent's flags (#29; Options.Build sets it); nil: profiles are
+	// refused.
+	profiles func(name, settings string) (profileSettings, error)
 	// lateEBPF is EBPF when Options.Build loads the eBPF monitor in the
 	// background: its features join Features.
 	lateEBPF *lateEBPF
@@ -184,6 +188,8 @@ type Agent struct {
 	ids atomic.Pointer[agentIDs]
 	// runStart is when Run began (startup timeline).
 	runStart time.Time
+	// profile is the node profile the agent runs (#29).
+	profile profileState
 }
 
 type agentIDs struct{ current, previous string }
@@ -266,6 +272,7 @@ func New(cfg Config) (*Agent, error) {
 		Handler: sessionHandler{a},
 		Backoff: backoff.Backoff{Min: cfg.MinBackoff, Max: cfg.MaxBackoff},
 		Logger:  cfg.Logger,
+		Profile: a.profileReport,
 	})
 	a.watch = &observer{log: a.log, cz: cfg.Containerizer, ebpf: cfg.EBPF, monitor: cfg.Monitor,
 		unifiedRoot: cfg.UnifiedMount, protect: cfg.ProtectCgroups, tracked: map[string]tracked{},
@@ -497,6 +504,8 @@ func (h sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentCommand
 	case *slacklinev1.AgentCommand_ShutdownAgent:
 		a.log.Warn("coordinator asks the agent to shut down its tasks", "message", c.ShutdownAgent.GetMessage())
 		a.tasks.step(tasks.ShutdownAgent{Now: now})
+	case *slacklinev1.AgentCommand_ApplyProfile:
+		a.applyProfile(c.ApplyProfile, now)
 	}
 	return nil
 }

@@ -111,6 +111,7 @@ func (o Options) Build() (a *Agent, err error) {
 		return nil, err
 	}
 	cfg.Estimator, cfg.QoS, cfg.QoSControllerNames = ctl.Estimator, ctl.QoS, ctl.QoSNames
+	cfg.profiles = o.profileBuilder()
 	if cfg.Shadows, err = o.NewShadows(); err != nil {
 		return nil, err
 	}

@@ -73,6 +73,11 @@
 //   - shadowSet (with --shadow): the shadows and the active settings'
 //     score, run by the two loops above on their own goroutines (each
 //     shadow has one lock per loop, held for memory only).
+//   - node profiles (profile.go, #29): a ProfileApplyCommand's settings
+//     (ProfileFlags only) are parsed over the agent's flags, validated and
+//     built into a new estimator and QoS controller set, which
+//     estimateLoop and qosLoop take at their next pass; heartbeats report
+//     the profile run, a refusal and the signals rollouts are judged on.
 //   - sandboxes: bounds the disk tasks use (sandbox.go): kills a task whose
 //     sandbox outgrows its disk resource (TASK_STATE_FAILED,
 //     REASON_CONTAINER_LIMITATION_DISK), removes ended tasks' sandboxes

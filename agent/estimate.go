@@ -28,6 +28,11 @@ type estimate struct {
 	revocable   resources.Resources
 	at          time.Time
 	explanation *estimator.Explanation
+	// estimator names the estimator that made it; profile and version
+	// are the node profile it runs (#29; "" and 0: the agent's flags).
+	estimator string
+	profile   string
+	version   uint64
 }
 
 // estimateLoop computes the oversubscription estimate every interval and
@@ -48,6 +53,12 @@ type estimateLoop struct {
 	shadows   *shadowSet // nil without shadows
 
 	latest atomic.Pointer[estimate]
+	// next is an estimator a node profile applied (#29), taken by Run's
+	// next pass.
+	next atomic.Pointer[profileSettings]
+	// profile and version are the node profile of estimator.
+	profile string
+	version uint64
 
 	sent    resources.Resources
 	sentFor string // the session the last estimate was sent in ("" none)
@@ -64,7 +75,7 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
 	}
-	l.latest.Store(&estimate{})
+	l.latest.Store(&estimate{estimator: l.name})
 	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
 	return l
 }
@@ -130,6 +141,9 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
+		if s := l.next.Swap(nil); s != nil {
+			l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
+		}
 		var e *estimate
 		e, points = l.estimate(time.Now(), points)
 		if l.network != nil && l.total.Bandwidth() > 0 {
@@ -147,7 +161,7 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 func (l *estimateLoop) estimate(now time.Time, points []monitor.Point) (*estimate, []monitor.Point) {
 	var in estimator.Input
 	in, points = l.input(now, points)
-	e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now}
+	e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now, estimator: l.name, profile: l.profile, version: l.version}
 	if ex, ok := l.estimator.(estimator.Explainer); ok {
 		explanation := ex.Explain()
 		e.explanation = &explanation
@@ -223,7 +237,7 @@ func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.G
 	resp := &slacklinev1.GetEstimateResponse{}
 	if l := s.a.slack; l != nil {
 		e := l.latest.Load()
-		resp.Revocable, resp.Estimator = e.revocable.Proto("", resources.Revocable), l.name
+		resp.Revocable, resp.Estimator = e.revocable.Proto("", resources.Revocable), e.estimator
 		if !e.at.IsZero() {
 			resp.Timestamp = timestamppb.New(e.at)
 		}

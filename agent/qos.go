@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
@@ -63,6 +64,13 @@ type qosLoop struct {
 
 	mu          sync.Mutex
 	corrections []*slacklinev1.Correction // the latest maxCorrections
+
+	// next is a controller set a node profile applied (#29), taken by
+	// Run's next evaluation; guaranteedRunqP99 is the highest guaranteed
+	// (or protected) run-queue p99 of the latest evaluation, for the
+	// heartbeats' ProfileReport.
+	next              atomic.Pointer[profileSettings]
+	guaranteedRunqP99 atomic.Int64
 }
 
 func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
@@ -130,8 +138,12 @@ func (l *qosLoop) Run(ctx context.Context) error {
 			}
 		}
 		last = time.Now()
+		if s := l.next.Swap(nil); s != nil {
+			l.controller = s.qos
+		}
 		in := l.input(last)
 		in.Events = pending
+		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
 		corrections := l.controller.Evaluate(in)
 		for _, c := range corrections {
 			l.apply(c, in)
@@ -139,6 +151,18 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		l.shadows.evaluate(in, corrections)
 		pending = pending[:0]
 	}
+}
+
+// guaranteedRunqP99 is the highest run-queue p99 of the work QoS
+// protects (guaranteed containers and protected services).
+func guaranteedRunqP99(containers []qos.Container) time.Duration {
+	var p99 time.Duration
+	for _, c := range containers {
+		if !c.Revocable || c.Protected {
+			p99 = max(p99, c.RunqP99)
+		}
+	}
+	return p99
 }
 
 func (l *qosLoop) event(ev bpf.ThresholdEvent) qos.Event {

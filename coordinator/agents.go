@@ -141,7 +141,7 @@ func (c *Coordinator) streamSession(ctx context.Context, agentID, sessionID stri
 }
 
 func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
-	interval, _, err := s.c.beat(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId(), nil)
+	interval, _, err := s.c.beat(ctx, req.Msg.GetAgentId(), req.Msg.GetSessionId(), nil, req.Msg.GetProfile())
 	if err != nil {
 		return nil, err
 	}
@@ -175,7 +175,7 @@ func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiS
 		if claim.agentID != "" && req.GetAgentId() != claim.agentID {
 			return invalidArgument(fmt.Errorf("agent_id %q: this stream carries the heartbeats of agent %q", req.GetAgentId(), claim.agentID))
 		}
-		interval, timeout, err := s.c.beat(ctx, req.GetAgentId(), req.GetSessionId(), claim)
+		interval, timeout, err := s.c.beat(ctx, req.GetAgentId(), req.GetSessionId(), claim, req.GetProfile())
 		if err != nil {
 			return err
 		}
@@ -203,7 +203,7 @@ type beatClaim struct {
 // interval to tell the agent and the silence after which it is lost.
 // claim, for a beat on a HeartbeatStream, is the stream's: its first beat
 // makes it the agent's stream and ends any other. It takes c.mu.
-func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim *beatClaim) (interval, timeout time.Duration, err error) {
+func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim *beatClaim, profile *slacklinev1.ProfileReport) (interval, timeout time.Duration, err error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	a, err := c.session(ctx, agentID, sessionID)
@@ -223,6 +223,7 @@ func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim
 	}
 	now := c.cfg.Now()
 	c.heartbeat(a, now)
+	c.profileBeat(a, profile)
 	if claim != nil {
 		c.heartbeats.stream.Inc()
 	} else {

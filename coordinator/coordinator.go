@@ -157,6 +157,9 @@ type Coordinator struct {
 	// maint is the maintenance schedule, modes and answers.
 	maint  *maintenance.State
 	quotas map[string]resources.Resources
+	// profiles are the node profiles, the agents' reports of them and
+	// what was sent to each (profiles.go, #29).
+	profiles profileBook
 	// fullPass asks for a full allocation pass at the next wake-up.
 	fullPass bool
 	// nextHistorySweep keeps the timer loop from visiting every agent on
@@ -240,6 +243,7 @@ func (c *Coordinator) Run(ctx context.Context) error {
 	g, ctx := errgroup.WithContext(ctx)
 	g.Go(func() error { return c.runAllocation(ctx) })
 	g.Go(func() error { return c.runTimers(ctx) })
+	g.Go(func() error { return c.runProfiles(ctx) })
 	g.Go(func() error {
 		select {
 		case <-ctx.Done():

@@ -1,5 +1,5 @@
 // Package coordinator is Slackline's cluster coordinator: the equivalent of
-// the Mesos master. It serves three Connect services on one HTTP handler:
+// the Mesos master. It serves four Connect services on one HTTP handler:
 //
 //   - SchedulerService for frameworks: subscriptions with event streams,
 //     offers, Accept/Decline, status updates and acknowledgements,
@@ -7,7 +7,11 @@
 //   - AgentService for agents: registration, liveness, a command stream, and
 //     status updates that are routed to frameworks;
 //   - OperatorService for operators: cluster state, role weights and quota,
-//     the maintenance schedule and StartMaintenance/StopMaintenance.
+//     the maintenance schedule and StartMaintenance/StopMaintenance;
+//   - ProfileService for operators: node profiles of estimator and QoS
+//     settings, sent to agents on their command streams, and their
+//     rollouts in waves (profiles.go, the pure part in
+//     coordinator/profiles).
 //
 // # Ownership and lifecycle
 //
@@ -53,7 +57,8 @@
 // never held while an earlier one is taken):
 //
 //  1. persistMu orders the changes to framework records, the maintenance
-//     state (answers to inverse offers included), weights and quota: a
+//     state (answers to inverse offers included), weights, quota and node
+//     profiles (a rollout's own decisions included): a
 //     change holds it from its decision to its application, across the
 //     write, so that none slips in between (a teardown's record is never
 //     overwritten by a concurrent subscription's; a maintenance transition

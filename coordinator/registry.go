@@ -30,6 +30,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		{store.BucketWeights, c.recoverWeight},
 		{store.BucketQuotas, c.recoverQuota},
 		{store.BucketMaintenance, c.recoverMaintenance},
+		{store.BucketProfiles, c.recoverProfile},
 	} {
 		records, err := c.store.Load(ctx, load.bucket)
 		if err != nil {

@@ -25,8 +25,10 @@ func (c *Coordinator) Handler() http.Handler {
 	agentPath, agentHandler := slacklinev1connect.NewAgentServiceHandler(agentService{c}, opts...)
 	mux.Handle(agentPath, heartbeatStreams(agentHandler))
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(operatorService{c}, opts...))
+	mux.Handle(slacklinev1connect.NewProfileServiceHandler(profileService{c}, opts...))
 	server.MountStandard(mux,
-		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName)
+		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName,
+		slacklinev1connect.ProfileServiceName)
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
 	root := http.NewServeMux()
 	// The live view's files hold no data and need no credentials; its

@@ -519,6 +519,12 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.JobServiceGetJobsProcedure:   {`{}`, "UDAA"},
 	slacklinev1connect.JobServiceGetJobProcedure:    {`{"name":"nope"}`, "UDAA"},
 	slacklinev1connect.JobServiceCancelJobProcedure: {`{"name":"nope"}`, "UDAA"},
+	// ProfileService (#29): operators only. The operator's apply is refused
+	// by validation (INVALID_ARGUMENT) and changes nothing.
+	slacklinev1connect.ProfileServiceGetProfilesProcedure:      {`{}`, "UDDA"},
+	slacklinev1connect.ProfileServiceGetProfileStatusProcedure: {`{"name":"nope"}`, "UDDA"},
+	slacklinev1connect.ProfileServiceApplyProfileProcedure:     {`{"name":"nope","settings":"estimator-target-violation: 2"}`, "UDDA"},
+	slacklinev1connect.ProfileServiceRolloutProfileProcedure:   {`{"name":"nope","settings":""}`, "UDDA"},
 }
 
 // protoMethods returns every RPC of every slackline.v1 service by
@@ -634,7 +640,8 @@ func TestAuthorizationTable(t *testing.T) {
 		}
 	}
 	t.Run("coordinator", func(t *testing.T) {
-		for _, svc := range []string{slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName} {
+		for _, svc := range []string{slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName,
+			slacklinev1connect.ProfileServiceName} {
 			check(t, s.url, svc)
 		}
 		// Health is open; reflection and metrics follow the authorization file.

@@ -36,6 +36,10 @@ type Agent struct {
 	registered bool                   // a session is open
 	stopped    bool                   // shut down by the coordinator
 	stopReason string                 // the shutdown message
+
+	// profile is the simulated node profile (Config.Profile), under its
+	// own lock.
+	profile simProfile
 }
 
 func newAgent(f *Fleet, index int, hostname, id string, client slacklinev1connect.AgentServiceClient) *Agent {
@@ -57,6 +61,7 @@ func newAgent(f *Fleet, index int, hostname, id string, client slacklinev1connec
 		HeartbeatSlots: f.heartbeatSlots,
 		Logger:         a.log,
 		LogLevel:       slog.LevelDebug,
+		Profile:        a.profileReport,
 	})
 	return a
 }
@@ -216,6 +221,11 @@ func (h *sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentComman
 			killMessage = "agent shut down"
 		}
 		ev = tasks.ShutdownAgent{Now: now}
+	case *slacklinev1.AgentCommand_ApplyProfile:
+		if f := a.fleet.cfg.Profile; f != nil {
+			a.profile.apply(f, a.index, c.ApplyProfile)
+		}
+		return nil
 	default:
 		a.log.Debug("ignoring unknown command", "command", cmd)
 		return nil

@@ -80,6 +80,10 @@ type Config struct {
 	HostnamePrefix string
 	// Attributes are registered by every agent.
 	Attributes map[string]string
+	// Profile, when set, simulates node profiles (#29): agents apply the
+	// profiles the coordinator sends them as it decides and report their
+	// signals on heartbeats. Without it agents ignore profiles.
+	Profile ProfileFunc
 	// Count is the number of agents (at least 1).
 	Count int
 	// WorkDir, when set, holds one file per agent with its id, so a

@@ -98,6 +98,10 @@ type Config struct {
 	HeartbeatSlots *semaphore.Weighted
 	// Logger receives the session's logs (discarded when nil).
 	Logger *slog.Logger
+	// Profile, when set, returns the node profile report (#29) each
+	// heartbeat carries; it is called on the heartbeat's goroutine and
+	// must not block.
+	Profile func() *slacklinev1.ProfileReport
 	// LogLevel is the level of routine session changes: registered, session
 	// ended, registration failed (slog.LevelInfo, the zero value; the
 	// simulator uses Debug so that 10,000 agents do not flood the log). A
@@ -408,7 +412,7 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	}
 	ctx, cancel := context.WithTimeout(c.ctx, timeout)
 	defer cancel()
-	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID}))
+	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID, Profile: s.profile()}))
 	if err != nil {
 		return 0, err
 	}
@@ -431,7 +435,7 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 	stall := time.AfterFunc(timeout, c.endBeats)
 	defer stall.Stop()
 	stream, answered := c.beats, c.beatsAnswered
-	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID})
+	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID, Profile: s.profile()})
 	var resp *slacklinev1.HeartbeatStreamResponse
 	if err == nil || errors.Is(err, io.EOF) {
 		// io.EOF: the coordinator ended the stream; Receive has its error.
@@ -608,3 +612,11 @@ type fatalError struct{ err error }
 
 func (e *fatalError) Error() string { return e.err.Error() }
 func (e *fatalError) Unwrap() error { return e.err }
+
+// profile is the report a heartbeat carries (nil without Config.Profile).
+func (s *Session) profile() *slacklinev1.ProfileReport {
+	if s.cfg.Profile == nil {
+		return nil
+	}
+	return s.cfg.Profile()
+}

@@ -70,7 +70,8 @@ func newRootCommand(out io.Writer) *cobra.Command {
 
 	root.SetVersionTemplate("{{.Version}}\n")
 	root.AddCommand(newGetCommand(g), newSetCommand(g), newLogsCommand(g), newMaintenanceCommand(g), newTopCommand(g),
-		newCredentialsCommand(g), newJobsCommand(g), newVersionCommand(out), newConfigCommand(g))
+		newCredentialsCommand(g), newJobsCommand(g), newVersionCommand(out), newConfigCommand(g),
+		newProfilesCommand(g))
 	root.SetFlagErrorFunc(func(_ *cobra.Command, err error) error { return usageError{err} })
 	return root
 }

@@ -1,8 +1,8 @@
 // Package store persists the coordinator's registry: the small set of state
 // that must survive a coordinator restart or a leader change (agents,
 // frameworks with their failover timeouts, role weights and quota, the
-// maintenance schedule with the DOWN machines, and the coordinator's own
-// secrets). Everything else (offers, allocations, tasks) is rebuilt from
+// maintenance schedule with the DOWN machines, the node profiles with their
+// rollouts and history, and the coordinator's own secrets). Everything else (offers, allocations, tasks) is rebuilt from
 // agents and frameworks when they re-register.
 //
 // The contract is internal/kv's Store (Apply mutations atomically, Load a

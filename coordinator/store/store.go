@@ -27,6 +27,8 @@ const (
 	BucketWeights     = "weights"
 	BucketQuotas      = "quotas"
 	BucketMaintenance = "maintenance"
+	// BucketProfiles holds the node profiles (#29), by name.
+	BucketProfiles = "profiles"
 	// BucketSecrets holds the coordinator's own keys (the launch-proof key).
 	BucketSecrets = "secrets"
 )

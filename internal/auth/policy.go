@@ -76,6 +76,11 @@ const (
 	// CancelJobs: cancel the jobs other principals submitted (owners). A
 	// principal may always cancel its own.
 	CancelJobs Action = "cancel_jobs"
+	// ViewProfiles: see the node profiles, their rollouts and agents
+	// (#29).
+	ViewProfiles Action = "view_profiles"
+	// UpdateProfiles: apply node profiles and start rollouts of them.
+	UpdateProfiles Action = "update_profiles"
 )
 
 // objectKeys maps every action to the key of its object in a rule ("": the
@@ -102,6 +107,8 @@ var objectKeys = map[Action]string{
 	SubmitJobs:                 "roles",
 	ViewJobs:                   "owners",
 	CancelJobs:                 "owners",
+	ViewProfiles:               "",
+	UpdateProfiles:             "",
 }
 
 // Actions returns every action, sorted.

@@ -167,6 +167,12 @@ var Rules = map[string]Rule{
 	slacklinev1connect.JobServiceCancelJobProcedure: {Caller: Clients,
 		Handler: "the job's owner, or cancel_jobs on it; a caller that cannot see the job gets NOT_FOUND"},
 
+	// ProfileService (#29): operators only.
+	slacklinev1connect.ProfileServiceGetProfilesProcedure:      {Caller: Clients, Action: ViewProfiles},
+	slacklinev1connect.ProfileServiceGetProfileStatusProcedure: {Caller: Clients, Action: ViewProfiles},
+	slacklinev1connect.ProfileServiceApplyProfileProcedure:     {Caller: Clients, Action: UpdateProfiles},
+	slacklinev1connect.ProfileServiceRolloutProfileProcedure:   {Caller: Clients, Action: UpdateProfiles},
+
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients, Coordinator: true,
 		Handler: "the task's framework principal, or access_sandboxes on it; the coordinator's identity, which checked that for its caller"},
 }

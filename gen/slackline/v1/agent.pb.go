@@ -468,6 +468,7 @@ type AgentCommand struct {
 	//	*AgentCommand_Acknowledge
 	//	*AgentCommand_ShutdownAgent
 	//	*AgentCommand_Ping
+	//	*AgentCommand_ApplyProfile
 	Command       isAgentCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -564,6 +565,15 @@ func (x *AgentCommand) GetPing() *PingCommand {
 	return nil
 }
 
+func (x *AgentCommand) GetApplyProfile() *ProfileApplyCommand {
+	if x != nil {
+		if x, ok := x.Command.(*AgentCommand_ApplyProfile); ok {
+			return x.ApplyProfile
+		}
+	}
+	return nil
+}
+
 type isAgentCommand_Command interface {
 	isAgentCommand_Command()
 }
@@ -592,6 +602,11 @@ type AgentCommand_Ping struct {
 	Ping *PingCommand `protobuf:"bytes,6,opt,name=ping,proto3,oneof"`
 }
 
+type AgentCommand_ApplyProfile struct {
+	// apply_profile gives the agent its node profile (#29).
+	ApplyProfile *ProfileApplyCommand `protobuf:"bytes,7,opt,name=apply_profile,json=applyProfile,proto3,oneof"`
+}
+
 func (*AgentCommand_RunTask) isAgentCommand_Command() {}
 
 func (*AgentCommand_KillTask) isAgentCommand_Command() {}
@@ -604,6 +619,189 @@ func (*AgentCommand_ShutdownAgent) isAgentCommand_Command() {}
 
 func (*AgentCommand_Ping) isAgentCommand_Command() {}
 
+func (*AgentCommand_ApplyProfile) isAgentCommand_Command() {}
+
+// ProfileApplyCommand gives the agent the node profile the coordinator
+// chose for it (ProfileService): estimator and QoS settings the agent
+// applies without restarting, over its own flags. An agent that cannot
+// apply them keeps what it runs and says so on its heartbeats
+// (ProfileReport.refused_version).
+type ProfileApplyCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// profile is the profile's name; "" returns the agent to its own flags.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// version is the profile's version (0 with no profile).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// settings is a YAML or JSON mapping of agent flag names to values (the
+	// agent's --config format), restricted to the flags an agent applies
+	// without restarting.
+	Settings      string `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileApplyCommand) Reset() {
+	*x = ProfileApplyCommand{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileApplyCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileApplyCommand) ProtoMessage() {}
+
+func (x *ProfileApplyCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileApplyCommand.ProtoReflect.Descriptor instead.
+func (*ProfileApplyCommand) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ProfileApplyCommand) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileApplyCommand) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ProfileApplyCommand) GetSettings() string {
+	if x != nil {
+		return x.Settings
+	}
+	return ""
+}
+
+// ProfileReport is what an agent tells of its node profile on each
+// heartbeat: what it runs, what it refused, and the live signals a
+// rollout is judged on.
+type ProfileReport struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// profile and version are what the agent runs ("" and 0: its flags).
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// refused_version is the latest version of refused_profile the agent
+	// refused to apply (0 none), refusal why.
+	RefusedVersion uint64 `protobuf:"varint,3,opt,name=refused_version,json=refusedVersion,proto3" json:"refused_version,omitempty"`
+	Refusal        string `protobuf:"bytes,4,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// estimates_scored and violations are the calibrated estimator's
+	// counters since it was built (applying a version rebuilds it).
+	EstimatesScored uint64  `protobuf:"varint,5,opt,name=estimates_scored,json=estimatesScored,proto3" json:"estimates_scored,omitempty"`
+	Violations      float64 `protobuf:"fixed64,6,opt,name=violations,proto3" json:"violations,omitempty"`
+	// runqueue_p99_seconds is the node's guaranteed run-queue p99 at the
+	// latest QoS evaluation (0: not measured).
+	RunqueueP99Seconds float64 `protobuf:"fixed64,7,opt,name=runqueue_p99_seconds,json=runqueueP99Seconds,proto3" json:"runqueue_p99_seconds,omitempty"`
+	// refused_profile is the profile of refused_version.
+	RefusedProfile string `protobuf:"bytes,8,opt,name=refused_profile,json=refusedProfile,proto3" json:"refused_profile,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ProfileReport) Reset() {
+	*x = ProfileReport{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileReport) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileReport) ProtoMessage() {}
+
+func (x *ProfileReport) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileReport.ProtoReflect.Descriptor instead.
+func (*ProfileReport) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{8}
+}
+
+func (x *ProfileReport) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileReport) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetRefusedVersion() uint64 {
+	if x != nil {
+		return x.RefusedVersion
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetRefusal() string {
+	if x != nil {
+		return x.Refusal
+	}
+	return ""
+}
+
+func (x *ProfileReport) GetEstimatesScored() uint64 {
+	if x != nil {
+		return x.EstimatesScored
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetViolations() float64 {
+	if x != nil {
+		return x.Violations
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetRunqueueP99Seconds() float64 {
+	if x != nil {
+		return x.RunqueueP99Seconds
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetRefusedProfile() string {
+	if x != nil {
+		return x.RefusedProfile
+	}
+	return ""
+}
+
 // RunTaskCommand launches a task.
 type RunTaskCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -615,7 +813,7 @@ type RunTaskCommand struct {
 
 func (x *RunTaskCommand) Reset() {
 	*x = RunTaskCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	mi := &file_slackline_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -627,7 +825,7 @@ func (x *RunTaskCommand) String() string {
 func (*RunTaskCommand) ProtoMessage() {}
 
 func (x *RunTaskCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	mi := &file_slackline_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -640,7 +838,7 @@ func (x *RunTaskCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskCommand.ProtoReflect.Descriptor instead.
 func (*RunTaskCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *RunTaskCommand) GetFramework() *FrameworkInfo {
@@ -672,7 +870,7 @@ type KillTaskCommand struct {
 
 func (x *KillTaskCommand) Reset() {
 	*x = KillTaskCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	mi := &file_slackline_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -684,7 +882,7 @@ func (x *KillTaskCommand) String() string {
 func (*KillTaskCommand) ProtoMessage() {}
 
 func (x *KillTaskCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	mi := &file_slackline_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -697,7 +895,7 @@ func (x *KillTaskCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskCommand.ProtoReflect.Descriptor instead.
 func (*KillTaskCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *KillTaskCommand) GetFrameworkId() string {
@@ -731,7 +929,7 @@ type ShutdownFrameworkCommand struct {
 
 func (x *ShutdownFrameworkCommand) Reset() {
 	*x = ShutdownFrameworkCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[9]
+	mi := &file_slackline_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -743,7 +941,7 @@ func (x *ShutdownFrameworkCommand) String() string {
 func (*ShutdownFrameworkCommand) ProtoMessage() {}
 
 func (x *ShutdownFrameworkCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[9]
+	mi := &file_slackline_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -756,7 +954,7 @@ func (x *ShutdownFrameworkCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownFrameworkCommand.ProtoReflect.Descriptor instead.
 func (*ShutdownFrameworkCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ShutdownFrameworkCommand) GetFrameworkId() string {
@@ -778,7 +976,7 @@ type AcknowledgeCommand struct {
 
 func (x *AcknowledgeCommand) Reset() {
 	*x = AcknowledgeCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[10]
+	mi := &file_slackline_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +988,7 @@ func (x *AcknowledgeCommand) String() string {
 func (*AcknowledgeCommand) ProtoMessage() {}
 
 func (x *AcknowledgeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[10]
+	mi := &file_slackline_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +1001,7 @@ func (x *AcknowledgeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCommand.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *AcknowledgeCommand) GetFrameworkId() string {
@@ -837,7 +1035,7 @@ type ShutdownAgentCommand struct {
 
 func (x *ShutdownAgentCommand) Reset() {
 	*x = ShutdownAgentCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[11]
+	mi := &file_slackline_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -849,7 +1047,7 @@ func (x *ShutdownAgentCommand) String() string {
 func (*ShutdownAgentCommand) ProtoMessage() {}
 
 func (x *ShutdownAgentCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[11]
+	mi := &file_slackline_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -862,7 +1060,7 @@ func (x *ShutdownAgentCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownAgentCommand.ProtoReflect.Descriptor instead.
 func (*ShutdownAgentCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *ShutdownAgentCommand) GetMessage() string {
@@ -881,7 +1079,7 @@ type PingCommand struct {
 
 func (x *PingCommand) Reset() {
 	*x = PingCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[12]
+	mi := &file_slackline_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -893,7 +1091,7 @@ func (x *PingCommand) String() string {
 func (*PingCommand) ProtoMessage() {}
 
 func (x *PingCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[12]
+	mi := &file_slackline_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -906,21 +1104,23 @@ func (x *PingCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingCommand.ProtoReflect.Descriptor instead.
 func (*PingCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 // HeartbeatRequest is sent by the agent periodically.
 type HeartbeatRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// profile is the agent's node profile and its signals (#29).
+	Profile       *ProfileReport `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[13]
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -932,7 +1132,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[13]
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -945,7 +1145,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *HeartbeatRequest) GetAgentId() string {
@@ -962,6 +1162,13 @@ func (x *HeartbeatRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *HeartbeatRequest) GetProfile() *ProfileReport {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
 // HeartbeatResponse tells the agent the interval to heartbeat at from now
 // on: the coordinator lengthens it as the cluster grows, to keep the
 // heartbeats within its budget (0: keep the current interval).
@@ -974,7 +1181,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[14]
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -986,7 +1193,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[14]
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -999,7 +1206,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatResponse) GetHeartbeatIntervalSeconds() float64 {
@@ -1012,16 +1219,18 @@ func (x *HeartbeatResponse) GetHeartbeatIntervalSeconds() float64 {
 // HeartbeatStreamRequest is one heartbeat on a HeartbeatStream, as a
 // HeartbeatRequest. Every request of a stream names the same agent.
 type HeartbeatStreamRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// profile is the agent's node profile and its signals (#29).
+	Profile       *ProfileReport `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *HeartbeatStreamRequest) Reset() {
 	*x = HeartbeatStreamRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1033,7 +1242,7 @@ func (x *HeartbeatStreamRequest) String() string {
 func (*HeartbeatStreamRequest) ProtoMessage() {}
 
 func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1046,7 +1255,7 @@ func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatStreamRequest) GetAgentId() string {
@@ -1063,6 +1272,13 @@ func (x *HeartbeatStreamRequest) GetSessionId() string {
 	return ""
 }
 
+func (x *HeartbeatStreamRequest) GetProfile() *ProfileReport {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
 // HeartbeatStreamResponse answers one HeartbeatStreamRequest, as a
 // HeartbeatResponse.
 type HeartbeatStreamResponse struct {
@@ -1074,7 +1290,7 @@ type HeartbeatStreamResponse struct {
 
 func (x *HeartbeatStreamResponse) Reset() {
 	*x = HeartbeatStreamResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1086,7 +1302,7 @@ func (x *HeartbeatStreamResponse) String() string {
 func (*HeartbeatStreamResponse) ProtoMessage() {}
 
 func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1099,7 +1315,7 @@ func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatStreamResponse) GetHeartbeatIntervalSeconds() float64 {
@@ -1122,7 +1338,7 @@ type UpdateStatusRequest struct {
 
 func (x *UpdateStatusRequest) Reset() {
 	*x = UpdateStatusRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1134,7 +1350,7 @@ func (x *UpdateStatusRequest) String() string {
 func (*UpdateStatusRequest) ProtoMessage() {}
 
 func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1147,7 +1363,7 @@ func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateStatusRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *UpdateStatusRequest) GetAgentId() string {
@@ -1187,7 +1403,7 @@ type UpdateStatusResponse struct {
 
 func (x *UpdateStatusResponse) Reset() {
 	*x = UpdateStatusResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1199,7 +1415,7 @@ func (x *UpdateStatusResponse) String() string {
 func (*UpdateStatusResponse) ProtoMessage() {}
 
 func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1212,7 +1428,7 @@ func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 // UpdateOversubscribedResourcesRequest reports the agent's revocable estimate:
@@ -1229,7 +1445,7 @@ type UpdateOversubscribedResourcesRequest struct {
 
 func (x *UpdateOversubscribedResourcesRequest) Reset() {
 	*x = UpdateOversubscribedResourcesRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[19]
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1241,7 +1457,7 @@ func (x *UpdateOversubscribedResourcesRequest) String() string {
 func (*UpdateOversubscribedResourcesRequest) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[19]
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1254,7 +1470,7 @@ func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateOversubscribedResourcesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *UpdateOversubscribedResourcesRequest) GetAgentId() string {
@@ -1287,7 +1503,7 @@ type UpdateOversubscribedResourcesResponse struct {
 
 func (x *UpdateOversubscribedResourcesResponse) Reset() {
 	*x = UpdateOversubscribedResourcesResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[20]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1299,7 +1515,7 @@ func (x *UpdateOversubscribedResourcesResponse) String() string {
 func (*UpdateOversubscribedResourcesResponse) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[20]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1312,7 +1528,7 @@ func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use UpdateOversubscribedResourcesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 var File_slackline_v1_agent_proto protoreflect.FileDescriptor
@@ -1350,15 +1566,31 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"G\n" +
 	"\x0fConnectResponse\x124\n" +
-	"\acommand\x18\x01 \x01(\v2\x1a.slackline.v1.AgentCommandR\acommand\"\xaf\x03\n" +
+	"\acommand\x18\x01 \x01(\v2\x1a.slackline.v1.AgentCommandR\acommand\"\xf9\x03\n" +
 	"\fAgentCommand\x129\n" +
 	"\brun_task\x18\x01 \x01(\v2\x1c.slackline.v1.RunTaskCommandH\x00R\arunTask\x12<\n" +
 	"\tkill_task\x18\x02 \x01(\v2\x1d.slackline.v1.KillTaskCommandH\x00R\bkillTask\x12W\n" +
 	"\x12shutdown_framework\x18\x03 \x01(\v2&.slackline.v1.ShutdownFrameworkCommandH\x00R\x11shutdownFramework\x12D\n" +
 	"\vacknowledge\x18\x04 \x01(\v2 .slackline.v1.AcknowledgeCommandH\x00R\vacknowledge\x12K\n" +
 	"\x0eshutdown_agent\x18\x05 \x01(\v2\".slackline.v1.ShutdownAgentCommandH\x00R\rshutdownAgent\x12/\n" +
-	"\x04ping\x18\x06 \x01(\v2\x19.slackline.v1.PingCommandH\x00R\x04pingB\t\n" +
-	"\acommand\"w\n" +
+	"\x04ping\x18\x06 \x01(\v2\x19.slackline.v1.PingCommandH\x00R\x04ping\x12H\n" +
+	"\rapply_profile\x18\a \x01(\v2!.slackline.v1.ProfileApplyCommandH\x00R\fapplyProfileB\t\n" +
+	"\acommand\"e\n" +
+	"\x13ProfileApplyCommand\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
+	"\bsettings\x18\x03 \x01(\tR\bsettings\"\xac\x02\n" +
+	"\rProfileReport\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12'\n" +
+	"\x0frefused_version\x18\x03 \x01(\x04R\x0erefusedVersion\x12\x18\n" +
+	"\arefusal\x18\x04 \x01(\tR\arefusal\x12)\n" +
+	"\x10estimates_scored\x18\x05 \x01(\x04R\x0festimatesScored\x12\x1e\n" +
+	"\n" +
+	"violations\x18\x06 \x01(\x01R\n" +
+	"violations\x120\n" +
+	"\x14runqueue_p99_seconds\x18\a \x01(\x01R\x12runqueueP99Seconds\x12'\n" +
+	"\x0frefused_profile\x18\b \x01(\tR\x0erefusedProfile\"w\n" +
 	"\x0eRunTaskCommand\x129\n" +
 	"\tframework\x18\x01 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.slackline.v1.TaskInfoR\x04task\"\x8d\x01\n" +
@@ -1374,17 +1606,19 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"0\n" +
 	"\x14ShutdownAgentCommand\x12\x18\n" +
 	"\amessage\x18\x01 \x01(\tR\amessage\"\r\n" +
-	"\vPingCommand\"L\n" +
+	"\vPingCommand\"\x83\x01\n" +
 	"\x10HeartbeatRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"Q\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x125\n" +
+	"\aprofile\x18\x03 \x01(\v2\x1b.slackline.v1.ProfileReportR\aprofile\"Q\n" +
 	"\x11HeartbeatResponse\x12<\n" +
-	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"R\n" +
+	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\x89\x01\n" +
 	"\x16HeartbeatStreamRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
-	"session_id\x18\x02 \x01(\tR\tsessionId\"W\n" +
+	"session_id\x18\x02 \x01(\tR\tsessionId\x125\n" +
+	"\aprofile\x18\x03 \x01(\v2\x1b.slackline.v1.ProfileReportR\aprofile\"W\n" +
 	"\x17HeartbeatStreamResponse\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\xa4\x01\n" +
 	"\x13UpdateStatusRequest\x12\x19\n" +
@@ -1426,7 +1660,7 @@ func file_slackline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
+var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_slackline_v1_agent_proto_goTypes = []any{
 	(AgentProtocolVersion)(0),                     // 0: slackline.v1.AgentProtocolVersion
 	(*AgentInfo)(nil),                             // 1: slackline.v1.AgentInfo
@@ -1436,65 +1670,70 @@ var file_slackline_v1_agent_proto_goTypes = []any{
 	(*ConnectRequest)(nil),                        // 5: slackline.v1.ConnectRequest
 	(*ConnectResponse)(nil),                       // 6: slackline.v1.ConnectResponse
 	(*AgentCommand)(nil),                          // 7: slackline.v1.AgentCommand
-	(*RunTaskCommand)(nil),                        // 8: slackline.v1.RunTaskCommand
-	(*KillTaskCommand)(nil),                       // 9: slackline.v1.KillTaskCommand
-	(*ShutdownFrameworkCommand)(nil),              // 10: slackline.v1.ShutdownFrameworkCommand
-	(*AcknowledgeCommand)(nil),                    // 11: slackline.v1.AcknowledgeCommand
-	(*ShutdownAgentCommand)(nil),                  // 12: slackline.v1.ShutdownAgentCommand
-	(*PingCommand)(nil),                           // 13: slackline.v1.PingCommand
-	(*HeartbeatRequest)(nil),                      // 14: slackline.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),                     // 15: slackline.v1.HeartbeatResponse
-	(*HeartbeatStreamRequest)(nil),                // 16: slackline.v1.HeartbeatStreamRequest
-	(*HeartbeatStreamResponse)(nil),               // 17: slackline.v1.HeartbeatStreamResponse
-	(*UpdateStatusRequest)(nil),                   // 18: slackline.v1.UpdateStatusRequest
-	(*UpdateStatusResponse)(nil),                  // 19: slackline.v1.UpdateStatusResponse
-	(*UpdateOversubscribedResourcesRequest)(nil),  // 20: slackline.v1.UpdateOversubscribedResourcesRequest
-	(*UpdateOversubscribedResourcesResponse)(nil), // 21: slackline.v1.UpdateOversubscribedResourcesResponse
-	(*Resource)(nil),                              // 22: slackline.v1.Resource
-	(*Attribute)(nil),                             // 23: slackline.v1.Attribute
-	(*TaskInfo)(nil),                              // 24: slackline.v1.TaskInfo
-	(TaskState)(0),                                // 25: slackline.v1.TaskState
-	(*FrameworkInfo)(nil),                         // 26: slackline.v1.FrameworkInfo
-	(*TaskStatus)(nil),                            // 27: slackline.v1.TaskStatus
+	(*ProfileApplyCommand)(nil),                   // 8: slackline.v1.ProfileApplyCommand
+	(*ProfileReport)(nil),                         // 9: slackline.v1.ProfileReport
+	(*RunTaskCommand)(nil),                        // 10: slackline.v1.RunTaskCommand
+	(*KillTaskCommand)(nil),                       // 11: slackline.v1.KillTaskCommand
+	(*ShutdownFrameworkCommand)(nil),              // 12: slackline.v1.ShutdownFrameworkCommand
+	(*AcknowledgeCommand)(nil),                    // 13: slackline.v1.AcknowledgeCommand
+	(*ShutdownAgentCommand)(nil),                  // 14: slackline.v1.ShutdownAgentCommand
+	(*PingCommand)(nil),                           // 15: slackline.v1.PingCommand
+	(*HeartbeatRequest)(nil),                      // 16: slackline.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),                     // 17: slackline.v1.HeartbeatResponse
+	(*HeartbeatStreamRequest)(nil),                // 18: slackline.v1.HeartbeatStreamRequest
+	(*HeartbeatStreamResponse)(nil),               // 19: slackline.v1.HeartbeatStreamResponse
+	(*UpdateStatusRequest)(nil),                   // 20: slackline.v1.UpdateStatusRequest
+	(*UpdateStatusResponse)(nil),                  // 21: slackline.v1.UpdateStatusResponse
+	(*UpdateOversubscribedResourcesRequest)(nil),  // 22: slackline.v1.UpdateOversubscribedResourcesRequest
+	(*UpdateOversubscribedResourcesResponse)(nil), // 23: slackline.v1.UpdateOversubscribedResourcesResponse
+	(*Resource)(nil),                              // 24: slackline.v1.Resource
+	(*Attribute)(nil),                             // 25: slackline.v1.Attribute
+	(*TaskInfo)(nil),                              // 26: slackline.v1.TaskInfo
+	(TaskState)(0),                                // 27: slackline.v1.TaskState
+	(*FrameworkInfo)(nil),                         // 28: slackline.v1.FrameworkInfo
+	(*TaskStatus)(nil),                            // 29: slackline.v1.TaskStatus
 }
 var file_slackline_v1_agent_proto_depIdxs = []int32{
-	22, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
-	23, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
-	24, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
-	25, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
-	26, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
+	24, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
+	25, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
+	26, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
+	27, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
+	28, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
 	0,  // 5: slackline.v1.RegisterRequest.protocol_version:type_name -> slackline.v1.AgentProtocolVersion
 	1,  // 6: slackline.v1.RegisterRequest.agent_info:type_name -> slackline.v1.AgentInfo
 	2,  // 7: slackline.v1.RegisterRequest.tasks:type_name -> slackline.v1.AgentTask
 	7,  // 8: slackline.v1.ConnectResponse.command:type_name -> slackline.v1.AgentCommand
-	8,  // 9: slackline.v1.AgentCommand.run_task:type_name -> slackline.v1.RunTaskCommand
-	9,  // 10: slackline.v1.AgentCommand.kill_task:type_name -> slackline.v1.KillTaskCommand
-	10, // 11: slackline.v1.AgentCommand.shutdown_framework:type_name -> slackline.v1.ShutdownFrameworkCommand
-	11, // 12: slackline.v1.AgentCommand.acknowledge:type_name -> slackline.v1.AcknowledgeCommand
-	12, // 13: slackline.v1.AgentCommand.shutdown_agent:type_name -> slackline.v1.ShutdownAgentCommand
-	13, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
-	26, // 15: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
-	24, // 16: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
-	25, // 17: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
-	27, // 18: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
-	22, // 19: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
-	3,  // 20: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
-	5,  // 21: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
-	14, // 22: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
-	16, // 23: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
-	18, // 24: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
-	20, // 25: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
-	4,  // 26: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
-	6,  // 27: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
-	15, // 28: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
-	17, // 29: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
-	19, // 30: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
-	21, // 31: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
-	26, // [26:32] is the sub-list for method output_type
-	20, // [20:26] is the sub-list for method input_type
-	20, // [20:20] is the sub-list for extension type_name
-	20, // [20:20] is the sub-list for extension extendee
-	0,  // [0:20] is the sub-list for field type_name
+	10, // 9: slackline.v1.AgentCommand.run_task:type_name -> slackline.v1.RunTaskCommand
+	11, // 10: slackline.v1.AgentCommand.kill_task:type_name -> slackline.v1.KillTaskCommand
+	12, // 11: slackline.v1.AgentCommand.shutdown_framework:type_name -> slackline.v1.ShutdownFrameworkCommand
+	13, // 12: slackline.v1.AgentCommand.acknowledge:type_name -> slackline.v1.AcknowledgeCommand
+	14, // 13: slackline.v1.AgentCommand.shutdown_agent:type_name -> slackline.v1.ShutdownAgentCommand
+	15, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
+	8,  // 15: slackline.v1.AgentCommand.apply_profile:type_name -> slackline.v1.ProfileApplyCommand
+	28, // 16: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
+	26, // 17: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
+	27, // 18: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
+	9,  // 19: slackline.v1.HeartbeatRequest.profile:type_name -> slackline.v1.ProfileReport
+	9,  // 20: slackline.v1.HeartbeatStreamRequest.profile:type_name -> slackline.v1.ProfileReport
+	29, // 21: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
+	24, // 22: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
+	3,  // 23: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
+	5,  // 24: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
+	16, // 25: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
+	18, // 26: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
+	20, // 27: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
+	22, // 28: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
+	4,  // 29: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
+	6,  // 30: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
+	17, // 31: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
+	19, // 32: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
+	21, // 33: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
+	23, // 34: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
+	29, // [29:35] is the sub-list for method output_type
+	23, // [23:29] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_agent_proto_init() }
@@ -1510,6 +1749,7 @@ func file_slackline_v1_agent_proto_init() {
 		(*AgentCommand_Acknowledge)(nil),
 		(*AgentCommand_ShutdownAgent)(nil),
 		(*AgentCommand_Ping)(nil),
+		(*AgentCommand_ApplyProfile)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1517,7 +1757,7 @@ func file_slackline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_agent_proto_rawDesc), len(file_slackline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   21,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -1,0 +1,233 @@
+package agent
+
+import (
+	"bytes"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"go.yaml.in/yaml/v3"
+
+	"github.com/slackline/slackline/estimator"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/qos"
+)
+
+// Node profiles (#29): the coordinator's ProfileService gives each agent
+// estimator and QoS settings over its command stream, which the agent
+// applies without restarting.
+
+// ProfileFlags are the flags a node profile (or a shadow candidate) may
+// set: those whose settings the agent swaps in place, by building a new
+// estimator and a new QoS controller set. The others wire subsystems
+// (cgroups, eBPF, the network classifier), set a loop's period, or choose
+// the QoS controllers (a controller that needs a subsystem the agent did
+// not start cannot join later): they need a restart and are refused.
+var ProfileFlags = []string{
+	"estimator", "fixed-revocable", "oversubscribe-memory",
+	"estimator-window", "estimator-percentile", "estimator-peak-half-life",
+	"estimator-confirm", "estimator-safety-margin", "estimator-reclaim-time",
+	"estimator-target-violation", "estimator-calibration-step", "estimator-calibrated-confirm", "estimator-rise-interval",
+	"qos-runqueue-p99", "qos-cpu-pressure", "qos-event-count", "qos-min-attributed-delay", "qos-kill-after",
+	"qos-throttle-period", "qos-effect-window", "qos-min-wait-gain",
+	"qos-network-rtt-increase", "qos-network-saturation",
+	"qos-memory-min-available", "qos-reclaim-low-available",
+	"qos-load-threshold-5min", "qos-load-threshold-15min",
+}
+
+// ParseProfile returns base with a profile's settings applied: a YAML or
+// JSON mapping of flag names to values (the --config format, each value
+// through its flag's own parser), restricted to ProfileFlags. name names
+// the profile in errors. It does not validate the result (Validate does).
+func ParseProfile(base Options, name, settings string) (Options, error) {
+	if err := checkProfileKeys(name, settings); err != nil {
+		return Options{}, err
+	}
+	o := base
+	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
+	o.AddFlags(fs) // binds fs to o's fields, resetting them to defaults
+	o.restore(base)
+	hot := flag.NewFlagSet("profile "+name, flag.ContinueOnError)
+	for _, f := range ProfileFlags {
+		if fl := fs.Lookup(f); fl != nil {
+			hot.Var(fl.Value, fl.Name, fl.Usage)
+		}
+	}
+	if err := cliconfig.Apply(hot, "profile "+name, []byte(settings)); err != nil {
+		return Options{}, err
+	}
+	return o, nil
+}
+
+// restore puts base's values back into o after AddFlags reset them,
+// keeping the fields' addresses (the flags are bound to them).
+func (o *Options) restore(base Options) {
+	*o = base
+	o.QoSControllers = slices.Clone(base.QoSControllers)
+	o.ProtectCgroups = slices.Clone(base.ProtectCgroups)
+}
+
+// checkProfileKeys refuses, naming them, keys that are agent flags but no
+// profile flags (they need a restart).
+func checkProfileKeys(name, settings string) error {
+	var doc yaml.Node
+	dec := yaml.NewDecoder(bytes.NewReader([]byte(settings)))
+	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
+		return nil
+	} else if err != nil {
+		return fmt.Errorf("profile %s: %w", name, err)
+	}
+	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
+		return nil // cliconfig.Apply says what is wrong
+	}
+	all := flag.NewFlagSet("all", flag.ContinueOnError)
+	var scratch Options
+	scratch.AddFlags(all)
+	var errs []error
+	root := doc.Content[0]
+	for i := 0; i+1 < len(root.Content); i += 2 {
+		key := root.Content[i].Value
+		if all.Lookup(key) != nil && !slices.Contains(ProfileFlags, key) {
+			errs = append(errs, fmt.Errorf("profile %s:%d: --%s cannot be applied without restarting the agent (a profile may set: %s)",
+				name, root.Content[i].Line, key, strings.Join(ProfileFlags, ", ")))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateProfile checks a profile's settings as the coordinator does
+// before it accepts them: applied over the defaults of every flag (with
+// --insecure, so that only the profile's settings can fail), by the same
+// Validate as the flags. An agent validates again over its own flags
+// before it applies them.
+func ValidateProfile(name, settings string) error {
+	base := DefaultOptions()
+	base.Insecure = true
+	o, err := ParseProfile(base, name, settings)
+	if err != nil {
+		return err
+	}
+	return o.Validate()
+}
+
+// profileSettings is what applying a profile builds: the estimator and
+// QoS controllers that replace the running ones.
+type profileSettings struct {
+	estimator     estimator.Estimator
+	estimatorName string
+	qos           qos.Controller
+	// profile and version are what the settings are of: the estimates
+	// the new estimator makes carry them, so that a heartbeat never
+	// reports the old estimator's counters as the new version's.
+	profile string
+	version uint64
+}
+
+// profileBuilder returns what builds the estimator and QoS controllers of
+// a profile's settings over o, the agent's own flags ("" settings: the
+// flags alone), validated by Validate.
+func (o Options) profileBuilder() func(name, settings string) (profileSettings, error) {
+	base := o
+	base.Attributes = nil // a profile cannot set them; do not share the map
+	return func(name, settings string) (profileSettings, error) {
+		p, err := ParseProfile(base, name, settings)
+		if err != nil {
+			return profileSettings{}, err
+		}
+		if err := p.Validate(); err != nil {
+			return profileSettings{}, err
+		}
+		est, err := estimator.New(p.Estimator, p.EstimatorConfig)
+		if err != nil {
+			return profileSettings{}, fmt.Errorf("--estimator: %w", err)
+		}
+		ctrl, err := qos.NewSet(p.QoSControllers, p.qosConfig())
+		if err != nil {
+			return profileSettings{}, fmt.Errorf("--qos-controller: %w", err)
+		}
+		return profileSettings{estimator: est, estimatorName: p.Estimator, qos: ctrl}, nil
+	}
+}
+
+// profileState is the agent's node profile: what it runs and what it
+// refused, for its heartbeats. Safe for concurrent use.
+type profileState struct {
+	mu                sync.Mutex
+	profile           string
+	version           uint64
+	refusedVersion    uint64
+	refusal           string
+	appliedAt         time.Time
+	refusedForProfile string
+}
+
+// apply applies a ProfileApplyCommand with build, swapping the estimator
+// and QoS controllers in place (swap). A command for what already runs is
+// a no-op; a failure keeps what runs and is recorded.
+func (s *profileState) apply(cmd *slacklinev1.ProfileApplyCommand, build func(name, settings string) (profileSettings, error), swap func(profileSettings), now time.Time) error {
+	s.mu.Lock()
+	same := s.profile == cmd.GetProfile() && s.version == cmd.GetVersion()
+	s.mu.Unlock()
+	if same {
+		return nil
+	}
+	err := errors.New("this agent cannot apply profiles (no estimator or QoS to swap)")
+	var built profileSettings
+	if build != nil {
+		built, err = build(cmd.GetProfile(), cmd.GetSettings())
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err != nil {
+		s.refusedForProfile, s.refusedVersion, s.refusal = cmd.GetProfile(), cmd.GetVersion(), err.Error()
+		return err
+	}
+	built.profile, built.version = cmd.GetProfile(), cmd.GetVersion()
+	swap(built)
+	s.profile, s.version, s.appliedAt = cmd.GetProfile(), cmd.GetVersion(), now
+	return nil
+}
+
+// report is the ProfileReport part of s (without the signals).
+func (s *profileState) report() *slacklinev1.ProfileReport {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return &slacklinev1.ProfileReport{Profile: s.profile, Version: s.version,
+		RefusedProfile: s.refusedForProfile, RefusedVersion: s.refusedVersion, Refusal: s.refusal}
+}
+
+// applyProfile applies a profile the coordinator sent: the estimator and
+// QoS loops take the new estimator and controllers at their next pass.
+func (a *Agent) applyProfile(cmd *slacklinev1.ProfileApplyCommand, now time.Time) {
+	build := a.cfg.profiles
+	if a.cfg.Estimator == nil || a.cfg.QoS == nil {
+		build = nil // a loop that does not run would never take them
+	}
+	err := a.profile.apply(cmd, build, func(s profileSettings) {
+		a.slack.next.Store(&s)
+		a.qos.next.Store(&s)
+	}, now)
+	if err != nil {
+		a.log.Warn("node profile refused: the agent keeps its settings", "profile", cmd.GetProfile(), "version", cmd.GetVersion(), "err", err)
+		return
+	}
+	a.log.Info("node profile applied", "profile", cmd.GetProfile(), "version", cmd.GetVersion())
+}
+
+// profileReport is the ProfileReport of the agent's heartbeats: its
+// profile, and the signals a rollout is judged on.
+func (a *Agent) profileReport() *slacklinev1.ProfileReport {
+	r := a.profile.report()
+	if e := a.slack.latest.Load(); e != nil && e.explanation != nil && e.profile == r.Profile && e.version == r.Version {
+		c := e.explanation.Calibration
+		r.EstimatesScored, r.Violations = uint64(max(c.Resolved, 0)), c.Violations
+	}
+	r.RunqueueP99Seconds = time.Duration(a.qos.guaranteedRunqP99.Load()).Seconds()
+	return r
+}

@@ -1,0 +1,140 @@
+package agent
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/qos"
+)
+
+func TestParseProfile(t *testing.T) {
+	t.Parallel()
+	base := DefaultOptions()
+	base.Estimator = "calibrated"
+	base.Listen = "0.0.0.0:7000"
+	base.QoSControllers = []string{"interference"}
+	tests := []struct {
+		name, settings string
+		check          func(t *testing.T, o Options)
+		wantErr        string
+	}{
+		{name: "yaml", settings: "estimator-target-violation: 0.05\nqos-runqueue-p99: 3ms\n", check: func(t *testing.T, o Options) {
+			if o.EstimatorConfig.Calibration.TargetViolation != 0.05 || o.QoS.Interference.RunqP99Enter != 3*time.Millisecond {
+				t.Errorf("target %v, runq p99 %v; want 0.05, 3ms", o.EstimatorConfig.Calibration.TargetViolation, o.QoS.Interference.RunqP99Enter)
+			}
+		}},
+		{name: "json", settings: `{"estimator": "fast", "estimator-window": "30s"}`, check: func(t *testing.T, o Options) {
+			if o.Estimator != "fast" || o.EstimatorConfig.Window != 30*time.Second {
+				t.Errorf("estimator %s window %v, want fast 30s", o.Estimator, o.EstimatorConfig.Window)
+			}
+		}},
+		{name: "the flags a profile does not set keep the agent's", settings: "estimator-window: 30s", check: func(t *testing.T, o Options) {
+			if o.Estimator != "calibrated" || o.Listen != "0.0.0.0:7000" || strings.Join(o.QoSControllers, ",") != "interference" {
+				t.Errorf("estimator %s, listen %s, qos %v: the base's were lost", o.Estimator, o.Listen, o.QoSControllers)
+			}
+		}},
+		{name: "empty: the base", settings: "", check: func(t *testing.T, o Options) {
+			if o.Estimator != "calibrated" || o.EstimatorConfig.Window != base.EstimatorConfig.Window || o.EstimatorConfig.Calibration != base.EstimatorConfig.Calibration {
+				t.Errorf("empty profile changed the settings")
+			}
+		}},
+		{name: "a flag that needs a restart", settings: "listen: 0.0.0.0:1\nqos-controller: [cpuset]", wantErr: "--listen cannot be applied without restarting the agent"},
+		{name: "qos-controller needs a restart", settings: "qos-controller: [cpuset]", wantErr: "--qos-controller cannot be applied without restarting"},
+		{name: "unknown key", settings: "estimator-windw: 30s", wantErr: "did you mean estimator-window"},
+		{name: "bad value", settings: "estimator-window: soon", wantErr: "estimator-window"},
+		{name: "not a mapping", settings: "- a\n- b", wantErr: "want a mapping"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			o, err := ParseProfile(base, "web", tt.settings)
+			if tt.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tt.wantErr) {
+					t.Fatalf("err = %v, want it to contain %q", err, tt.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			tt.check(t, o)
+		})
+	}
+	if base.Estimator != "calibrated" || base.EstimatorConfig.Window == 30*time.Second {
+		t.Errorf("ParseProfile changed its base")
+	}
+}
+
+func TestValidateProfile(t *testing.T) {
+	t.Parallel()
+	tests := []struct{ settings, wantErr string }{
+		{"estimator-target-violation: 0.02", ""},
+		// docs/operators.md's example.
+		{"estimator-target-violation: 0.005\nestimator-rise-interval: 5s\nqos-runqueue-p99: 3ms\n", ""},
+		{"estimator: nosuch", "--estimator nosuch"},
+		{"estimator-target-violation: 1.5", "target"},
+		{"listen: 0.0.0.0:1", "--listen cannot be applied"},
+	}
+	for _, tt := range tests {
+		err := ValidateProfile("web", tt.settings)
+		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
+			t.Errorf("ValidateProfile(%q) = %v, want %q", tt.settings, err, tt.wantErr)
+		}
+	}
+}
+
+func TestProfileStateApply(t *testing.T) {
+	t.Parallel()
+	base := DefaultOptions()
+	base.Insecure = true // a valid agent's flags
+	build := base.profileBuilder()
+	var s profileState
+	var swapped []profileSettings
+	swap := func(p profileSettings) { swapped = append(swapped, p) }
+	now := time.Unix(1000, 0)
+
+	cmd := &slacklinev1.ProfileApplyCommand{Profile: "web", Version: 1, Settings: "estimator: fast"}
+	if err := s.apply(cmd, build, swap, now); err != nil {
+		t.Fatal(err)
+	}
+	if len(swapped) != 1 || swapped[0].estimatorName != "fast" || swapped[0].estimator == nil || swapped[0].qos == nil || swapped[0].version != 1 {
+		t.Fatalf("swapped %+v, want one fast estimator with QoS, version 1", swapped)
+	}
+	if err := s.apply(cmd, build, swap, now); err != nil || len(swapped) != 1 {
+		t.Errorf("the same version again: err %v, %d swaps; want a no-op", err, len(swapped))
+	}
+	bad := &slacklinev1.ProfileApplyCommand{Profile: "web", Version: 2, Settings: "estimator-window: -1s"}
+	if err := s.apply(bad, build, swap, now); err == nil || len(swapped) != 1 {
+		t.Fatalf("bad settings: err %v, %d swaps; want an error and no swap", err, len(swapped))
+	}
+	r := s.report()
+	if r.GetProfile() != "web" || r.GetVersion() != 1 || r.GetRefusedProfile() != "web" || r.GetRefusedVersion() != 2 || !strings.Contains(r.GetRefusal(), "window -1s must be positive") {
+		t.Errorf("report = %v, want web v1 running, v2 refused saying why", r)
+	}
+	// Back to the flags.
+	if err := s.apply(&slacklinev1.ProfileApplyCommand{}, build, swap, now); err != nil || len(swapped) != 2 || swapped[1].estimatorName != DefaultOptions().Estimator {
+		t.Errorf("no profile: err %v, swaps %d; want the flags' estimator back", err, len(swapped))
+	}
+	// An agent that cannot swap refuses.
+	var none profileState
+	if err := none.apply(cmd, nil, swap, now); err == nil || none.report().GetRefusedVersion() != 1 {
+		t.Errorf("without a builder: err %v, report %v; want a refusal", err, none.report())
+	}
+}
+
+func TestGuaranteedRunqP99(t *testing.T) {
+	t.Parallel()
+	if got := guaranteedRunqP99(nil); got != 0 {
+		t.Errorf("no containers: %v, want 0", got)
+	}
+	containers := []qos.Container{
+		{ID: "g", RunqP99: 2 * time.Millisecond},
+		{ID: "r", Revocable: true, RunqP99: 9 * time.Millisecond},
+		{ID: "p", Protected: true, RunqP99: 5 * time.Millisecond},
+	}
+	if got := guaranteedRunqP99(containers); got != 5*time.Millisecond {
+		t.Errorf("guaranteedRunqP99 = %v, want 5ms (the protected service; revocable work is not counted)", got)
+	}
+}

@@ -1,0 +1,229 @@
+package coordinator_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
+
+	"github.com/slackline/slackline/agent"
+	"github.com/slackline/slackline/coordinator"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/agenttest"
+	"github.com/slackline/slackline/resources"
+	"github.com/slackline/slackline/sim"
+)
+
+// The node profile tests (#29) run the real coordinator with simulated
+// agents whose estimator keeps its violation rate at its
+// --estimator-target-violation, as the calibrated estimator does: a
+// profile that raises the target raises the agents' violation rate, which
+// makes a rollout's bad version deterministic.
+
+// simulatedEstimator is a sim.ProfileFunc: the agent validates the
+// settings with the real agent's code (over its defaults) and then
+// violates at the target rate, 100 estimates per heartbeat.
+func simulatedEstimator(_ int, cmd *slacklinev1.ProfileApplyCommand) (sim.ProfileSignals, error) {
+	base := agent.DefaultOptions()
+	base.Insecure = true
+	o, err := agent.ParseProfile(base, cmd.GetProfile(), cmd.GetSettings())
+	if err == nil {
+		err = o.Validate()
+	}
+	if err != nil {
+		return sim.ProfileSignals{}, err
+	}
+	return sim.ProfileSignals{ScoredPerBeat: 100, ViolationRate: o.EstimatorConfig.Calibration.TargetViolation, RunqP99: time.Millisecond}, nil
+}
+
+type profileCluster struct {
+	coord  *agenttest.Coordinator
+	client slacklinev1connect.ProfileServiceClient
+	fleets map[string]*sim.Fleet
+}
+
+// startProfileCluster starts a coordinator and one simulated fleet per
+// tier (tier=NAME, hostnames NAME-i).
+func startProfileCluster(t *testing.T, tiers map[string]int) *profileCluster {
+	t.Helper()
+	addr := agenttest.NewTCP(t)
+	coord := agenttest.StartCoordinator(t, coordinator.Config{
+		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
+	}, addr)
+	url := "http://" + addr.Addr
+	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(http.DefaultClient, url), fleets: map[string]*sim.Fleet{}}
+	ctx, cancel := context.WithCancel(context.Background())
+	var wg sync.WaitGroup
+	t.Cleanup(func() { cancel(); wg.Wait() })
+	for tier, n := range tiers {
+		fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
+			HostnamePrefix: tier + "-", Attributes: map[string]string{"tier": tier}, Profile: simulatedEstimator, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		pc.fleets[tier] = fleet
+		wg.Go(func() { fleet.Run(ctx) })
+	}
+	return pc
+}
+
+// waitFor polls cond until it holds (what says what is awaited).
+func waitFor(t *testing.T, what string, cond func() (bool, string)) {
+	t.Helper()
+	deadline := time.Now().Add(time.Minute)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	last := ""
+	for time.Now().Before(deadline) {
+		ok, state := cond()
+		if ok {
+			return
+		}
+		last = state
+		<-tick.C
+	}
+	t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// runs reports whether every agent of tier runs profile's version.
+func (pc *profileCluster) runs(tier, profile string, version uint64) func() (bool, string) {
+	return func() (bool, string) {
+		var got []string
+		ok := true
+		for _, a := range pc.fleets[tier].Agents() {
+			p, v := a.Profile()
+			got = append(got, fmt.Sprintf("%s:%s/%d", a.Hostname(), p, v))
+			ok = ok && p == profile && v == version
+		}
+		return ok, strings.Join(got, " ")
+	}
+}
+
+func TestProfileAppliedToALabelledSubset(t *testing.T) {
+	t.Parallel()
+	pc := startProfileCluster(t, map[string]int{"web": 3, "db": 2})
+	ctx := context.Background()
+	// Every agent runs its flags first.
+	for tier, n := range map[string]int{"web": 3, "db": 2} {
+		waitFor(t, tier+" agents to register", func() (bool, string) {
+			got := pc.fleets[tier].Registered()
+			return got == n, fmt.Sprintf("%d registered", got)
+		})
+	}
+
+	resp, err := pc.client.ApplyProfile(ctx, connect.NewRequest(&slacklinev1.ApplyProfileRequest{
+		Name: "web", Selector: map[string]string{"tier": "web"}, Settings: "estimator-target-violation: 0.02\n"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v := resp.Msg.GetProfile().GetStable(); v.GetNumber() != 1 || v.GetBy() != "anonymous" {
+		t.Errorf("applied version = %v, want 1 by the (unauthenticated) caller", v)
+	}
+	waitFor(t, "the web agents to run web/1", pc.runs("web", "web", 1))
+	if ok, state := pc.runs("db", "", 0)(); !ok {
+		t.Errorf("db agents changed: %s", state)
+	}
+
+	status, err := pc.client.GetProfileStatus(ctx, connect.NewRequest(&slacklinev1.GetProfileStatusRequest{Name: "web"}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := len(status.Msg.GetAgents()); n != 3 {
+		t.Errorf("status lists %d agents, want the 3 web agents", n)
+	}
+
+	// Settings the agent's validation refuses, or that need a restart, are
+	// refused naming the flag; nothing changes.
+	for settings, want := range map[string]string{
+		"estimator-target-violation: 2": "target",
+		"listen: 0.0.0.0:1":             "--listen cannot be applied without restarting",
+		"estimator-windo: 1s":           "did you mean estimator-window",
+	} {
+		_, err := pc.client.ApplyProfile(ctx, connect.NewRequest(&slacklinev1.ApplyProfileRequest{Name: "web", Settings: settings}))
+		if connect.CodeOf(err) != connect.CodeInvalidArgument || !strings.Contains(err.Error(), want) {
+			t.Errorf("apply %q: %v, want InvalidArgument containing %q", settings, err, want)
+		}
+	}
+
+	// The profile survives a restart, with its history.
+	pc.coord.Restart()
+	var p *slacklinev1.Profile
+	waitFor(t, "the restarted coordinator to answer", func() (bool, string) {
+		// The first call may meet the connection the old server closed.
+		got, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
+		if err != nil {
+			return false, err.Error()
+		}
+		p = got.Msg.GetProfiles()[0]
+		return true, ""
+	})
+	if p.GetStable().GetNumber() != 1 || len(p.GetHistory()) != 1 || p.GetHistory()[0].GetBy() != "anonymous" {
+		t.Errorf("after a restart: %v, want version 1 with its history", p)
+	}
+}
+
+func TestRolloutThatRaisesViolationsIsRolledBack(t *testing.T) {
+	t.Parallel()
+	pc := startProfileCluster(t, map[string]int{"web": 6})
+	ctx := context.Background()
+	if _, err := pc.client.ApplyProfile(ctx, connect.NewRequest(&slacklinev1.ApplyProfileRequest{
+		Name: "web", Selector: map[string]string{"tier": "web"}, Settings: "estimator-target-violation: 0.01"})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "every agent to run web/1", pc.runs("web", "web", 1))
+
+	// Version 2 raises the target twentyfold: its agents violate 20% of
+	// their estimates against the others' 1%. The soak is an hour: only
+	// the rollback can end this rollout in the test's time.
+	policy := &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(time.Hour), MinEstimatesScored: 500}
+	started, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
+		Name: "web", Settings: "estimator-target-violation: 0.2", Policy: policy}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := started.Msg.GetProfile().GetRollout(); len(r.GetHostnames()) != 3 || r.GetCandidate().GetNumber() != 2 {
+		t.Fatalf("rollout = %v, want version 2 on 3 of 6 agents", r)
+	}
+	var final *slacklinev1.Profile
+	waitFor(t, "the rollout to be rolled back", func() (bool, string) {
+		resp, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
+		if err != nil {
+			return false, err.Error()
+		}
+		final = resp.Msg.GetProfiles()[0]
+		r := final.GetRollout()
+		return r.GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK, r.GetState().String() + " " + r.GetReason()
+	})
+	if r := final.GetRollout(); !strings.Contains(r.GetReason(), "violation rate 20.00% on the updated agents, 1.00% on the others") {
+		t.Errorf("reason %q, want the violation rates", r.GetReason())
+	}
+	if h := final.GetHistory(); h[len(h)-1].GetBy() != "coordinator" || !strings.Contains(h[len(h)-1].GetWhat(), "rolled back") {
+		t.Errorf("last change %v, want the coordinator's rollback", h[len(h)-1])
+	}
+	// Its agents go back to version 1.
+	waitFor(t, "every agent back on web/1", pc.runs("web", "web", 1))
+
+	// A rollout that changes nothing measurable passes its waves.
+	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(100 * time.Millisecond), MinEstimatesScored: 500}
+	if _, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
+		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy})); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the rollout to complete", func() (bool, string) {
+		resp, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
+		if err != nil {
+			return false, err.Error()
+		}
+		p := resp.Msg.GetProfiles()[0]
+		return p.GetRollout().GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_DONE && p.GetStable().GetNumber() == 3,
+			p.GetRollout().GetState().String() + " " + p.GetRollout().GetReason()
+	})
+	waitFor(t, "every agent on web/3", pc.runs("web", "web", 3))
+}
