@@ -31,8 +31,10 @@
 // whose write failed is written again with the next one.
 //
 // A launch whose Accept call failed is not re-queued: the core keeps it
-// launched and the shell reconciles it (the coordinator may have launched
-// it); tasks never sent (the store failed first) are re-queued at once.
+// launched and the shell declines the call's offers (so that an Accept
+// still on its way fails) and then reconciles it (the coordinator may
+// have launched it); tasks never sent (the store failed first) are
+// re-queued at once.
 //
 // # High availability
 //

@@ -399,9 +399,17 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 		}
 		if err := c.Launch(ctx, l.OfferIDs, l.Tasks, filters); err != nil {
 			s.log.Warn("launch", "offers", l.OfferIDs, "tasks", len(l.Tasks), "err", err)
+			// The coordinator may have launched them, or may still
+			// receive the Accept: declining its offers first makes a
+			// late Accept fail (its offers gone, its tasks DROPPED), so
+			// that the reconciliation that follows (in apply, after
+			// this call returned) answers for good. NotFound: the
+			// Accept used them.
+			if derr := c.Decline(ctx, l.OfferIDs, frameworkapi.Filters(jobs.ShortDeclineSeconds)); derr != nil {
+				s.log.Debug("decline the offers of a failed launch", "offers", l.OfferIDs, "err", derr)
+			}
+			// Reconcile before any relaunch.
 			s.mu.Lock()
-			// The coordinator may have launched them: reconcile
-			// before any relaunch.
 			more := s.core.LaunchFailed(l.Tasks, s.now(), err.Error())
 			s.mu.Unlock()
 			eff.Revive = append(eff.Revive, more.Revive...)
