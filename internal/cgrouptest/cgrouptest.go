@@ -136,6 +136,17 @@ func EnterPriority(name string) (func(), error) {
 		return nil, fmt.Errorf("create %s: %w", harness, err)
 	}
 	dirs = append([]string{harness}, dirs...)
+	// The harness (test, coordinators, frameworks) also outweighs the
+	// agents' roots beside it: a test's guaranteed tasks may keep every
+	// CPU busy, and the control plane must still answer in time.
+	weight, file := strconv.Itoa(PriorityWeightV1), filepath.Join(harness, "cpu.shares")
+	if cpuMount == Mountpoint {
+		weight, file = strconv.Itoa(PriorityWeightV2), filepath.Join(harness, "cpu.weight")
+	}
+	if err := os.WriteFile(file, []byte(weight), 0); err != nil {
+		removeDirs(dirs)
+		return nil, fmt.Errorf("write %s: %w", file, err)
+	}
 	from, err := ownCgroup(cpuMount)
 	if err != nil {
 		removeDirs(dirs)
