@@ -1,21 +1,15 @@
 package agent
 
 import (
-	"bytes"
 	"errors"
-	"flag"
 	"fmt"
-	"io"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
-	"go.yaml.in/yaml/v3"
-
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/qos"
 )
 
@@ -23,8 +17,8 @@ import (
 // estimator and QoS settings over its command stream, which the agent
 // applies without restarting.
 
-// ProfileFlags are the flags a node profile (or a shadow candidate) may
-// set: those whose settings the agent swaps in place, by building a new
+// ProfileFlags are the flags a node profile may set (a subset of what a
+// shadow candidate may, IsSettingFlag): those whose settings the agent swaps in place, by building a new
 // estimator and a new QoS controller set. The others wire subsystems
 // (cgroups, eBPF, the network classifier), set a loop's period, or choose
 // the QoS controllers (a controller that needs a subsystem the agent did
@@ -46,59 +40,15 @@ var ProfileFlags = []string{
 // through its flag's own parser), restricted to ProfileFlags. name names
 // the profile in errors. It does not validate the result (Validate does).
 func ParseProfile(base Options, name, settings string) (Options, error) {
-	if err := checkProfileKeys(name, settings); err != nil {
-		return Options{}, err
-	}
-	o := base
-	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
-	o.AddFlags(fs) // binds fs to o's fields, resetting them to defaults
-	o.restore(base)
-	hot := flag.NewFlagSet("profile "+name, flag.ContinueOnError)
-	for _, f := range ProfileFlags {
-		if fl := fs.Lookup(f); fl != nil {
-			hot.Var(fl.Value, fl.Name, fl.Usage)
-		}
-	}
-	if err := cliconfig.Apply(hot, "profile "+name, []byte(settings)); err != nil {
+	o, _, err := base.applySettings("profile "+name, []byte(settings),
+		func(f string) bool { return slices.Contains(ProfileFlags, f) },
+		func(f string) error {
+			return fmt.Errorf("--%s cannot be applied without restarting the agent (a profile may set: %s)", f, strings.Join(ProfileFlags, ", "))
+		})
+	if err != nil {
 		return Options{}, err
 	}
 	return o, nil
-}
-
-// restore puts base's values back into o after AddFlags reset them,
-// keeping the fields' addresses (the flags are bound to them).
-func (o *Options) restore(base Options) {
-	*o = base
-	o.QoSControllers = slices.Clone(base.QoSControllers)
-	o.ProtectCgroups = slices.Clone(base.ProtectCgroups)
-}
-
-// checkProfileKeys refuses, naming them, keys that are agent flags but no
-// profile flags (they need a restart).
-func checkProfileKeys(name, settings string) error {
-	var doc yaml.Node
-	dec := yaml.NewDecoder(bytes.NewReader([]byte(settings)))
-	if err := dec.Decode(&doc); errors.Is(err, io.EOF) {
-		return nil
-	} else if err != nil {
-		return fmt.Errorf("profile %s: %w", name, err)
-	}
-	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil // cliconfig.Apply says what is wrong
-	}
-	all := flag.NewFlagSet("all", flag.ContinueOnError)
-	var scratch Options
-	scratch.AddFlags(all)
-	var errs []error
-	root := doc.Content[0]
-	for i := 0; i+1 < len(root.Content); i += 2 {
-		key := root.Content[i].Value
-		if all.Lookup(key) != nil && !slices.Contains(ProfileFlags, key) {
-			errs = append(errs, fmt.Errorf("profile %s:%d: --%s cannot be applied without restarting the agent (a profile may set: %s)",
-				name, root.Content[i].Line, key, strings.Join(ProfileFlags, ", ")))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // ValidateProfile checks a profile's settings as the coordinator does
@@ -143,15 +93,11 @@ func (o Options) profileBuilder() func(name, settings string) (profileSettings, 
 		if err := p.Validate(); err != nil {
 			return profileSettings{}, err
 		}
-		est, err := estimator.New(p.Estimator, p.EstimatorConfig)
+		ctl, err := p.NewControllers()
 		if err != nil {
-			return profileSettings{}, fmt.Errorf("--estimator: %w", err)
+			return profileSettings{}, err
 		}
-		ctrl, err := qos.NewSet(p.QoSControllers, p.qosConfig())
-		if err != nil {
-			return profileSettings{}, fmt.Errorf("--qos-controller: %w", err)
-		}
-		return profileSettings{estimator: est, estimatorName: p.Estimator, qos: ctrl}, nil
+		return profileSettings{estimator: ctl.Estimator, estimatorName: ctl.EstimatorName, qos: ctl.QoS}, nil
 	}
 }
 

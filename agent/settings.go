@@ -57,15 +57,13 @@ func SettingFlags() []string {
 // it.
 type Setting struct{ Flag, Value string }
 
-// refused is the flag.Value of a flag that is no setting: setting it is an
-// error naming it.
-type refused struct{ name string }
+// refused is the flag.Value of a flag a settings map may not set:
+// setting it is the error why.
+type refused struct{ why error }
 
 func (r refused) String() string { return "" }
 
-func (r refused) Set(string) error {
-	return fmt.Errorf("--%s is not an estimator or QoS setting (those are --estimator, --fixed-revocable, --oversubscribe-memory, --estimator-* and --qos-* but --oversubscribed-resources-interval and --qos-correction-interval-min)", r.name)
-}
+func (r refused) Set(string) error { return r.why }
 
 // WithSettings returns a copy of o with the settings in data applied and
 // the settings that differ from o's: data is a YAML (or JSON) mapping of
@@ -76,6 +74,23 @@ func (r refused) Set(string) error {
 // left as it was). Errors name source (a file name or a profile) and the
 // bad key or flag.
 func (o Options) WithSettings(source string, data []byte) (Options, []Setting, error) {
+	c, changed, err := o.applySettings(source, data, IsSettingFlag, func(name string) error {
+		return fmt.Errorf("--%s is not an estimator or QoS setting (those are --estimator, --fixed-revocable, --oversubscribe-memory, --estimator-* and --qos-* but --oversubscribed-resources-interval and --qos-correction-interval-min)", name)
+	})
+	if err != nil {
+		return o, nil, err
+	}
+	if err := c.ValidateSettings(); err != nil {
+		return o, nil, fmt.Errorf("%s: %w", source, err)
+	}
+	return c, changed, nil
+}
+
+// applySettings returns a copy of o with data (a --config style mapping of
+// flag names to values) applied through the flags' own parsers, and the
+// settings that changed. Only flags allowed accepts may be set; setting
+// another is the error refusal returns for it. The copy is not validated.
+func (o Options) applySettings(source string, data []byte, allowed func(flag string) bool, refusal func(flag string) error) (Options, []Setting, error) {
 	c := o
 	// Bind a flag set to c: AddFlags resets c's fields to the defaults, so
 	// o's values are put back, under the same addresses, afterwards.
@@ -84,15 +99,16 @@ func (o Options) WithSettings(source string, data []byte) (Options, []Setting, e
 	c = o
 	// Fields the flags could change in place must not be shared with o.
 	c.QoSControllers = slices.Clone(o.QoSControllers)
+	c.ProtectCgroups = slices.Clone(o.ProtectCgroups)
 	c.Shadows = nil // a candidate runs no shadows of its own
 	restricted := flag.NewFlagSet(source, flag.ContinueOnError)
 	before := map[string]string{}
 	fs.VisitAll(func(f *flag.Flag) {
-		if IsSettingFlag(f.Name) {
+		if allowed(f.Name) {
 			restricted.Var(f.Value, f.Name, f.Usage)
 			before[f.Name] = f.Value.String()
 		} else {
-			restricted.Var(refused{f.Name}, f.Name, f.Usage)
+			restricted.Var(refused{refusal(f.Name)}, f.Name, f.Usage)
 		}
 	})
 	if err := cliconfig.Apply(restricted, source, data); err != nil {
@@ -104,9 +120,6 @@ func (o Options) WithSettings(source string, data []byte) (Options, []Setting, e
 			changed = append(changed, Setting{Flag: f.Name, Value: f.Value.String()})
 		}
 	})
-	if err := c.ValidateSettings(); err != nil {
-		return o, nil, fmt.Errorf("%s: %w", source, err)
-	}
 	return c, changed, nil
 }
 
