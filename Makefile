@@ -8,7 +8,7 @@ BIN := bin
 # `make test`: the fuzzing engine can time out on a loaded machine).
 FUZZTIME ?= 10s
 
-.PHONY: all build generate check-generate test test-vm fuzz bench run lint clean
+.PHONY: all build generate check-generate test test-vm test-vm-cluster fuzz bench run lint clean
 
 # eBPF objects (bpf/*_bpfel.o and .go) are built by bpf2go with this pinned
 # clang (Debian bookworm's clang-14) and flags; the outputs are committed.
@@ -60,6 +60,14 @@ test-vm:
 	scripts/vm/setup
 	scripts/vm/selftest
 	scripts/vm/test --kernels "$(VM_KERNELS)" $(if $(VM_QUICK),--quick) $(VM_PACKAGES)
+
+# Several hosts (docs/vm.md): the coordinator on this host, agents in two
+# guests (6.1 and 6.12) on a private link; static binaries built into bin/,
+# which the guests run from the repository's share. Needs root.
+test-vm-cluster:
+	scripts/vm/setup
+	CGO_ENABLED=0 $(GO) build -o $(BIN)/ ./cmd/... ./examples/...
+	SLACKLINE_VM_CLUSTER=1 SLACKLINE_E2E_BIN_DIR=$(CURDIR)/$(BIN) $(GO) test -count=1 -timeout 30m -v -run '^TestVMCluster$$' ./e2e
 
 # Timed fuzzing, one target at a time (go test -fuzz takes one package).
 fuzz:

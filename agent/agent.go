@@ -22,6 +22,7 @@ import (
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/agent/session"
+	"github.com/slackline/slackline/agent/shadow"
 	"github.com/slackline/slackline/agent/tasks"
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/estimator"
@@ -112,6 +113,10 @@ type Config struct {
 	// slackline_qos_corrections_total series are exported at 0 from the
 	// start, so that dashboards and alerts see them before a correction.
 	QoSControllerNames []string
+	// Shadows are candidate estimator and QoS settings run in shadow on
+	// the active ones' inputs (#29 part 4; at most shadow.MaxShadows, each
+	// with its own estimator and controllers): scored, never applied.
+	Shadows []*shadow.Shadow
 	// ProtectCgroups are cgroups of services outside Slackline (paths
 	// relative to each hierarchy) that the estimator counts as guaranteed use
 	// and the QoS controllers protect. The agent only reads them.
@@ -161,6 +166,9 @@ type Agent struct {
 	watch   *observer
 	slack   *estimateLoop // runs only with an estimator
 	qos     *qosLoop      // runs only with QoS controllers
+	// shadows are the settings run in shadow and the active ones' score;
+	// nil without --shadow.
+	shadows *shadowSet
 	// network paces revocable egress; nil without network QoS.
 	network *network.Network
 	disk    *sandboxes
@@ -168,6 +176,9 @@ type Agent struct {
 	fetch *fetcher.Fetcher
 	// health checks the tasks that have a health check.
 	health *health.Runner
+	// history keeps the monitor's recent series for the live view
+	// (GetHistory, GetDelays); nil without a monitor.
+	history *viewHistory
 	// closers release what Options.Build opened for the agent (eBPF
 	// programs, the monitor), in reverse order, after the agent's own.
 	closers []func() error
@@ -266,6 +277,7 @@ func New(cfg Config) (*Agent, error) {
 	a.watch = &observer{log: a.log, cz: cfg.Containerizer, ebpf: cfg.EBPF, monitor: cfg.Monitor,
 		unifiedRoot: cfg.UnifiedMount, protect: cfg.ProtectCgroups, tracked: map[string]tracked{},
 		network: a.network, tcp: cfg.TCP}
+	a.history = newViewHistory(cfg.Monitor, a.watch)
 	a.tasks = &lifecycle{
 		log: a.log, cz: cfg.Containerizer, ckpt: ckpt, send: a.session.Send, agentID: a.ID,
 		containersChanged: a.watch.sync, now: time.Now, wake: make(chan struct{}, 1), fetch: fetch,
@@ -273,8 +285,11 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.Images != nil {
 		a.tasks.images = cfg.Images
 	}
+	a.shadows = newShadowSet(cfg)
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
+	a.slack.shadows = a.shadows
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
+	a.qos.shadows = a.shadows
 	a.disk = newSandboxes(a)
 	a.health = newHealthRunner(a)
 	a.tasks.healthWatch, a.tasks.healthForget = a.watchHealth, a.health.Forget

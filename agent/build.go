@@ -16,9 +16,7 @@ import (
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/bpf/netqos"
-	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/auth"
-	"github.com/slackline/slackline/qos"
 )
 
 // Build validates the options and wires an agent from them, as
@@ -69,10 +67,16 @@ func (o Options) Build() (a *Agent, err error) {
 		}
 	}()
 
+	supervisor := o.SupervisorCommand
+	if len(supervisor) == 0 {
+		if supervisor, err = containerizer.FindSupervisor(o.Supervisor); err != nil {
+			return nil, err
+		}
+	}
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: o.CgroupRoot, CgroupMountpoint: o.CgroupMountpoint,
 		StateDir: filepath.Join(cfg.WorkDir, "containers"), SandboxDir: filepath.Join(cfg.WorkDir, "sandboxes"),
-		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: o.SupervisorCommand,
+		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
 		TaskUser: o.TaskUser, DynamicIDs: o.DynamicUIDs, DynamicIDsDir: o.DynamicUIDsDir, AllowRootTasks: o.AllowRootTasks,
 		OutputLimit: o.TaskOutputLimit, PidsMax: o.TaskPidsMax, SubtreePidsMax: o.SubtreePidsMax, Isolation: o.TaskIsolation,
 	})
@@ -96,19 +100,20 @@ func (o Options) Build() (a *Agent, err error) {
 	if cfg.Images, err = images.Open(images.Config{
 		Dir: imageDir, BudgetBytes: budget, Pulls: o.ImagePulls, PullTimeout: o.ImagePullTimeout,
 		CredentialsFile: o.ImageCredentials, InsecureRegistries: o.ImageInsecureRegistries,
-		LocalDirs: o.ImageLocalDirs, Logger: logger,
+		LocalDirs: o.ImageLocalDirs, CAFile: o.ImageRegistryCA, Logger: logger,
 	}); err != nil {
-		return nil, fmt.Errorf("--image-dir: %w", err)
+		return nil, fmt.Errorf("--image-dir, --image-registry-ca: %w", err)
 	}
 	cfg.UnifiedMount = cz.Layout().Unified
 	began = startup.phase("containerizer", began)
-	if cfg.Estimator, err = estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
-		return nil, fmt.Errorf("--estimator: %w", err)
+	ctl, err := o.NewControllers()
+	if err != nil {
+		return nil, err
 	}
+	cfg.Estimator, cfg.QoS, cfg.QoSControllerNames = ctl.Estimator, ctl.QoS, ctl.QoSNames
 	cfg.profiles = o.profileBuilder()
-	cfg.QoSControllerNames = o.QoSControllers
-	if cfg.QoS, err = qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
-		return nil, fmt.Errorf("--qos-controller: %w", err)
+	if cfg.Shadows, err = o.NewShadows(); err != nil {
+		return nil, err
 	}
 
 	// eBPF: the monitor's programs (whose verification is most of the

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 
 	"github.com/slackline/slackline/agent/containerizer"
@@ -48,13 +49,45 @@ func (l *qosLoop) applyDisk(c qos.Correction) error {
 	return ds.SetRevocableIOLimit(uint64(max(c.IOLimit, 0)))
 }
 
+// syncLatencyAttach is the eBPF attach point whose presence means that
+// guaranteed tasks' fsync latency is measured (bpf/io.c).
+const syncLatencyAttach = "tp_btf/ext4_sync_file_exit"
+
+// syncLatencySignal says which signal of guaranteed work's disk I/O delay
+// the diskio controller has: the fsync p99 (eBPF) or io.pressure alone.
+func (a *Agent) syncLatencySignal() string {
+	var e any = a.cfg.EBPF
+	if a.cfg.lateEBPF != nil {
+		m, err := a.cfg.lateEBPF.monitor()
+		if m == nil {
+			return "signal: io.pressure only (no fsync latency: " + err.Error() + ")"
+		}
+		e = m
+	}
+	at, ok := e.(interface{ Attached() []string })
+	switch {
+	case e == nil:
+		return "signal: io.pressure only (no fsync latency: eBPF off)"
+	case !ok:
+		return "signal: io.pressure and fsync latency (eBPF)"
+	case slices.Contains(at.Attached(), syncLatencyAttach):
+		return "signal: fsync p99 of guaranteed tasks (eBPF " + syncLatencyAttach + ", ext4 file systems) and io.pressure"
+	default:
+		return "signal: io.pressure only (no fsync latency: " + syncLatencyAttach + " not attached)"
+	}
+}
+
 // qosFeatures reports the memory and disk I/O mechanisms the host offered
-// (GetFeatures): available, or not supported with the reason.
-func qosFeatures(cz Containerizer) []*slacklinev1.Feature {
+// (GetFeatures): available, or not supported with the reason; signal is
+// syncLatencySignal's.
+func qosFeatures(cz Containerizer, signal string) []*slacklinev1.Feature {
 	var out []*slacklinev1.Feature
 	if ds, ok := cz.(diskShaper); ok {
 		s := ds.DiskIO()
 		f := &slacklinev1.Feature{Name: FeatureDiskIO, Status: slacklinev1.FeatureStatus_FEATURE_STATUS_NOT_SUPPORTED, Detail: s.Mechanisms}
+		if signal != "" {
+			f.Detail += "; " + signal
+		}
 		if s.Cap {
 			f.Status = slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE
 		}

@@ -24,6 +24,21 @@
 // build their agents the same way. Config is the level below: subsystems
 // already built, handed to New (unit tests give it fakes).
 //
+// The estimator and QoS settings (IsSettingFlag: --estimator*,
+// --fixed-revocable, --oversubscribe-memory, --qos-* but the loops'
+// intervals) can also come as a settings map keyed by flag names, the
+// --config format: Options.WithSettings applies one to a copy, through the
+// flags' own parsers, and checks it with ValidateSettings (the part of
+// Validate that covers them). Options.NewControllers is the one place that
+// builds an estimator and QoS controllers from Options (Build, Validate,
+// shadows and fleet profiles call it). --shadow NAME=FILE (at most two)
+// runs such candidate settings in shadow (agent/shadow): the estimate loop
+// hands every input it built for the active estimator, after the active
+// estimate is published, to each shadow's own estimator, and the QoS loop
+// every input to each shadow's controllers after the active corrections
+// are applied; shadows are scored as backtest replays (GetShadows,
+// slackline_agent_shadow_*) and never offered nor applied.
+//
 // # Structure
 //
 // Agent only wires subsystems; each owns its state and runs with Run(ctx)
@@ -48,9 +63,16 @@
 //     restores the interfaces when it stops.
 //   - estimateLoop: turns the monitor's history into the oversubscription
 //     estimate (estimator/) and sends it when it changes.
+//   - history (agent/history, view.go): the live view's 15 minutes of
+//     per-container series and who-delayed-whom snapshots, recorded after
+//     every monitor pass (monitor.Observe) and served by GetHistory and
+//     GetDelays; nil without a monitor.
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
 //     preempt through the task machine).
+//   - shadowSet (with --shadow): the shadows and the active settings'
+//     score, run by the two loops above on their own goroutines (each
+//     shadow has one lock per loop, held for memory only).
 //   - node profiles (profile.go, #29): a ProfileApplyCommand's settings
 //     (ProfileFlags only) are parsed over the agent's flags, validated and
 //     built into a new estimator and QoS controller set, which

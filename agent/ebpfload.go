@@ -136,6 +136,24 @@ func (l *lateEBPF) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 	return m.DelayedBy(victim)
 }
 
+// AllDelays is bpf.Monitor.AllDelays once the monitor is loaded;
+// errNoAllDelays when the loaded programs cannot (callers then ask
+// DelayedBy victim by victim).
+func (l *lateEBPF) AllDelays() (map[uint64]map[uint64]time.Duration, error) {
+	m, err := l.monitor()
+	if m == nil {
+		return nil, err
+	}
+	if b, ok := m.(allDelayer); ok {
+		return b.AllDelays()
+	}
+	return nil, errNoAllDelays
+}
+
+// errNoAllDelays says that the eBPF programs read delays victim by victim
+// only.
+var errNoAllDelays = errors.New("eBPF programs without AllDelays")
+
 // Events delivers the monitor's threshold events once it is loaded.
 func (l *lateEBPF) Events() <-chan bpf.ThresholdEvent { return l.events }
 

@@ -50,6 +50,7 @@ type estimateLoop struct {
 	cz        Containerizer
 	protect   []string
 	session   *session.Session
+	shadows   *shadowSet // nil without shadows
 
 	latest atomic.Pointer[estimate]
 	// next is an estimator a node profile applied (#29), taken by Run's
@@ -143,14 +144,8 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		if s := l.next.Swap(nil); s != nil {
 			l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
 		}
-		var in estimator.Input
-		in, points = l.input(time.Now(), points)
-		e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now, estimator: l.name, profile: l.profile, version: l.version}
-		if ex, ok := l.estimator.(estimator.Explainer); ok {
-			explanation := ex.Explain()
-			e.explanation = &explanation
-		}
-		l.latest.Store(e)
+		var e *estimate
+		e, points = l.estimate(time.Now(), points)
 		if l.network != nil && l.total.Bandwidth() > 0 {
 			// The revocable total is paced to the network slack.
 			if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
@@ -159,6 +154,23 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		}
 		l.send(ctx, e.revocable)
 	}
+}
+
+// estimate makes and publishes (latest) one estimate at now, then runs
+// the shadows on the same input. points is a reusable buffer.
+func (l *estimateLoop) estimate(now time.Time, points []monitor.Point) (*estimate, []monitor.Point) {
+	var in estimator.Input
+	in, points = l.input(now, points)
+	e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now, estimator: l.name, profile: l.profile, version: l.version}
+	if ex, ok := l.estimator.(estimator.Explainer); ok {
+		explanation := ex.Explain()
+		e.explanation = &explanation
+	}
+	l.latest.Store(e)
+	// After the active estimate is published: a shadow can neither change
+	// nor delay it.
+	l.shadows.estimate(in, e.revocable.CPUs())
+	return e, points
 }
 
 // send sends the estimate if it differs from the last one sent in the

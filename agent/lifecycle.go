@@ -232,6 +232,26 @@ func (l *lifecycle) start(s tasks.Start) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
 	began := l.now()
+	// The fetch is cancellable from the start: a kill that arrives while
+	// the image is pulled, or before this goroutine ran at all, must not
+	// wait for a download (cancelFetchesLocked cancels registered fetches;
+	// one killed before it registered starts cancelled).
+	fetchCtx, cancelFetch := context.WithCancel(ctx)
+	l.mu.Lock()
+	if l.fetching == nil {
+		l.fetching = map[string]context.CancelFunc{}
+	}
+	l.fetching[s.ContainerID] = cancelFetch
+	if l.machine.Killing(s.ContainerID) {
+		cancelFetch()
+	}
+	l.mu.Unlock()
+	defer func() {
+		l.mu.Lock()
+		delete(l.fetching, s.ContainerID)
+		l.mu.Unlock()
+		cancelFetch()
+	}()
 	var image *containerizer.Image
 	if ref := s.Task.GetImage(); ref != "" {
 		img, err := l.acquireImage(ctx, ref, s.ContainerID)
@@ -256,19 +276,6 @@ func (l *lifecycle) start(s tasks.Start) {
 		SeccompUnconfined: s.Task.GetSeccompUnconfined(),
 	}
 	if uris := s.Task.GetCommand().GetUris(); len(uris) > 0 {
-		fetchCtx, cancel := context.WithCancel(ctx)
-		l.mu.Lock()
-		if l.fetching == nil {
-			l.fetching = map[string]context.CancelFunc{}
-		}
-		l.fetching[s.ContainerID] = cancel
-		l.mu.Unlock()
-		defer func() {
-			l.mu.Lock()
-			delete(l.fetching, s.ContainerID)
-			l.mu.Unlock()
-			cancel()
-		}()
 		spec.Fetch = func(_ context.Context, sandbox string, uid, gid int) error {
 			return l.fetch.Fetch(fetchCtx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
 		}

@@ -6,9 +6,13 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -402,5 +406,76 @@ func TestLifecycleImage(t *testing.T) {
 		}
 	case <-time.After(30 * time.Second):
 		t.Fatal("the destroyed container's image lease was not released")
+	}
+}
+
+// gatedImages hands out one image, after the test opens the gate; entered
+// says a pull has begun.
+type gatedImages struct {
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (g *gatedImages) Acquire(ctx context.Context, ref, _ string) (*images.Image, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return &images.Image{Reference: "docker://" + ref, Digest: "sha256:1", LayerDirs: []string{"/l/1"}}, nil
+}
+
+func (g *gatedImages) Release(string) error { return nil }
+
+// TestKillBeforeTheFetchStartsCancelsIt: a kill that arrives while a task
+// is still being prepared (its image being pulled, before its artifact
+// fetch began) cancels the fetch before any download starts: the task ends
+// KILLED with REASON_TASK_KILLED_DURING_LAUNCH at once, and the artifact's
+// server sees no request (before the fix the download ran until its
+// timeout).
+func TestKillBeforeTheFetchStartsCancelsIt(t *testing.T) {
+	t.Parallel()
+	store, err := kv.OpenBolt(filepath.Join(t.TempDir(), "checkpoint.db"), kv.BoltOptions{LockTimeout: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	var requests atomic.Int32
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		requests.Add(1)
+		http.Error(w, "no", http.StatusServiceUnavailable)
+	}))
+	defer srv.Close()
+	sends := make(chan sent, 16)
+	cz := newFakeContainerizer()
+	sandbox := t.TempDir()
+	cz.refuse = func(spec containerizer.Spec) error {
+		if spec.Fetch == nil {
+			return errors.New("no fetch")
+		}
+		return spec.Fetch(context.Background(), sandbox, os.Getuid(), os.Getgid())
+	}
+	l := newTestLifecycle(t, store, cz, sends)
+	if l.fetch, err = fetcher.New(fetcher.Config{CacheDir: t.TempDir(), Timeout: time.Hour}); err != nil {
+		t.Fatal(err)
+	}
+	imgs := &gatedImages{entered: make(chan struct{}), gate: make(chan struct{})}
+	l.images = imgs
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error)
+	go func() { done <- l.Run(ctx) }()
+	defer func() { cancel(); <-done }()
+	l.step(tasks.SessionOpened{Now: time.Now()})
+
+	cmd := runTaskCommand("t")
+	cmd.Task.Image = "registry:5000/app:v1"
+	cmd.Task.Command.Uris = []*slacklinev1.CommandInfo_URI{{Value: srv.URL + "/app.tgz"}}
+	l.step(tasks.Launch{Command: cmd, Now: time.Now()})
+	<-imgs.entered // the launch is pulling its image, its fetch not begun
+	l.step(tasks.Kill{Key: tasks.Key{FrameworkID: "fw", TaskID: "t"}, Now: time.Now()})
+	close(imgs.gate)
+	st := (<-sends).status
+	if st.GetState() != slacklinev1.TaskState_TASK_STATE_KILLED || st.GetReason() != slacklinev1.Reason_REASON_TASK_KILLED_DURING_LAUNCH {
+		t.Errorf("%v %v %q; want KILLED, REASON_TASK_KILLED_DURING_LAUNCH", st.GetState(), st.GetReason(), st.GetMessage())
+	}
+	if n := requests.Load(); n != 0 {
+		t.Errorf("the artifact server got %d requests after the kill, want none", n)
 	}
 }

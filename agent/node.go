@@ -46,11 +46,17 @@ func (a *Agent) Handler() http.Handler {
 	server.RegisterProcess(reg, "slackline-agent")
 	reg.MustRegister(featuresCollector{a.features}, a.slack,
 		a.qos.correctionsTotal, a.qos.reaction, qosStateCollector{a.cfg.Containerizer})
+	if a.shadows != nil {
+		reg.MustRegister(shadowCollector{a.shadows})
+	}
 	if a.cfg.Monitor != nil {
 		reg.MustRegister(a.cfg.Monitor.Collector())
 	}
 	if a.network != nil {
 		reg.MustRegister(a.network.Collector())
+	}
+	if a.history != nil {
+		reg.MustRegister(a.history.store.Collectors()...)
 	}
 	reg.MustRegister(a.fetch.Collector())
 	reg.MustRegister(a.health.Collectors()...)
@@ -209,7 +215,7 @@ func (s nodeService) GetFeatures(context.Context, *connect.Request[slacklinev1.G
 		}
 		resp.Features = append(resp.Features, f)
 	}
-	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer)...)
+	resp.Features = append(resp.Features, qosFeatures(s.a.cfg.Containerizer, s.a.syncLatencySignal())...)
 	return connect.NewResponse(resp), nil
 }
 

@@ -40,6 +40,7 @@ func ebpfStats(e EBPF) monitor.EBPF {
 			OnCPU: s.OnCPU, Wakeups: s.Wakeups, RunqBuckets: s.RunqLatency[:], RunqSum: s.RunqTotal,
 			DelayedByRevocable: s.DelayedByRevocable, NetRxBytes: s.NetRxBytes, NetRxPackets: s.NetRxPackets,
 			NetTxBytes: s.NetTxBytes, NetTxPackets: s.NetTxPackets, ReclaimStall: s.ReclaimStall, OOMKills: s.OOMKills,
+			SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait,
 		}, nil
 	})
 }

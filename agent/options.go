@@ -129,6 +129,12 @@ type Options struct {
 	// of memory)).
 	QoSReclaimLowAvailableMiB float64
 
+	// Shadow settings (#29 part 4): Shadows are candidate estimator and
+	// QoS settings run in shadow beside the active ones (--shadow
+	// NAME=FILE, repeatable, at most shadow.MaxShadows): each file is a
+	// settings map (WithSettings) applied to a copy of these Options.
+	Shadows []ShadowSpec
+
 	// Fetched artifacts and health checks (#27).
 
 	// FetchCacheBytes bounds the artifact cache (--fetch-cache-bytes;
@@ -155,14 +161,22 @@ type Options struct {
 	ImagePullTimeout        time.Duration
 	ImageInsecureRegistries []string
 	ImageLocalDirs          []string
+	// ImageRegistryCA (#27, jobs helper): a PEM file of CAs trusted for
+	// registries beside the system's (--image-registry-ca).
+	ImageRegistryCA string
+	// Launch supervisor (#27): Supervisor is the supervisor and shim
+	// binary every launch executes (--supervisor; default
+	// slackline-supervisor next to the agent's executable, see
+	// containerizer.FindSupervisor). SupervisorCommand, when set, wins.
+	Supervisor string
 
 	// Settings without a flag.
 
 	// Logger receives the agent's logs (default: text on stderr at
 	// LogLevel).
 	Logger *slog.Logger
-	// SupervisorCommand starts a task's supervisor (default: this
-	// executable's "supervise"; tests name the built slackline-agent).
+	// SupervisorCommand starts a task's supervisor (default: Supervisor;
+	// tests name the built slackline-agent's "supervise").
 	SupervisorCommand []string
 	// MinBackoff and MaxBackoff bound re-registration backoff (see Config).
 	MinBackoff, MaxBackoff time.Duration
@@ -223,7 +237,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.IntVar(&o.ImagePulls, "image-pulls", images.DefaultPulls, "image pulls under way at once (others wait)")
 	fs.DurationVar(&o.ImagePullTimeout, "image-pull-timeout", images.DefaultPullTimeout, "longest an image pull may take before the tasks waiting for it fail")
 	fs.Var(parsed(&o.ImageInsecureRegistries, splitList, joinList), "image-insecure-registries", "registries (host:port, comma separated) that may be reached over plain http; loopback ones always may")
+	// Images (#27, jobs helper): a registry's private CA.
+	fs.StringVar(&o.ImageRegistryCA, "image-registry-ca", "", "PEM file of CA certificates trusted for image registries' TLS, beside the system's (a registry with a private CA)")
 	fs.Var(parsed(&o.ImageLocalDirs, splitList, joinList), "image-local-dirs", "directories (comma separated) under which tasks' oci: layouts and docker-archive: tarballs may be read; none by default (local images refused)")
+	// Launch supervisor (#27).
+	fs.StringVar(&o.Supervisor, "supervisor", "", "the slackline-supervisor binary every task launch runs (supervisor and shim; default: slackline-supervisor next to this executable)")
 
 	fs.TextVar(&o.LogLevel, "log-level", slog.LevelInfo, "debug, info, warn or error")
 	// Operators (#31): the log format.
@@ -251,6 +269,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&est.Calibration.Gamma, "estimator-calibration-step", est.Calibration.Gamma, "calibrated: step of the calibration (larger: adapts faster to a new kind of load, with a noisier margin)")
 	fs.DurationVar(&est.Calibration.Confirm, "estimator-calibrated-confirm", est.Calibration.Confirm, "calibrated: how long slack must last before it is offered (the calibration carries the risk that fast's 1 s carried)")
 	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks go at once; 0: every rise)")
+	// Shadow settings (#29 part 4).
+	fs.Var(shadowsValue{&o.Shadows}, "shadow", "NAME=FILE: run the estimator and QoS settings of FILE (a YAML or JSON map of --estimator* and --qos-* flag names to values, as in a --config file) in shadow beside the active ones, reporting what they would have offered and corrected (slacklinectl get shadows, /metrics); repeatable, at most 2")
 	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 
 	o.QoSControllers = qos.ParseNames(qos.DefaultControllers)
@@ -269,7 +289,16 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
 	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
+	// Jobs (#26): the memory controller's pace between kills, so that a
+	// test (or an operator) can let it kill once and then watch.
+	fs.DurationVar(&o.QoS.Memory.KillCooldown, "qos-memory-kill-cooldown", o.QoS.Memory.KillCooldown, "memory: least time between two kills for lack of memory")
 	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
+	// Disk I/O QoS (#28): the diskio controller's signal and pace.
+	dio := &o.QoS.DiskIO
+	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
+	fs.Uint64Var(&dio.MinSyncs, "qos-diskio-min-syncs", dio.MinSyncs, "diskio: fewest fsyncs of a guaranteed task in a monitor interval whose p99 counts (fewer make it their maximum)")
+	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
+	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
@@ -340,16 +369,28 @@ func (o *Options) Validate() error {
 	for _, d := range o.ImageLocalDirs {
 		check(filepath.IsAbs(d), "image-local-dirs", "%q is not an absolute path", d)
 	}
-	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
-	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
-	if _, err := estimator.New(o.Estimator, o.EstimatorConfig); err != nil {
-		errs = append(errs, fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, err))
-	}
-	if _, err := qos.NewSet(o.QoSControllers, o.qosConfig()); err != nil {
-		errs = append(errs, fmt.Errorf("--qos-controller %s (and --qos-*): %w", strings.Join(o.QoSControllers, ","), err))
-	}
+	errs = append(errs, o.ValidateSettings(), o.validateShadows())
 	if len(o.NetworkInterfaces) > 1 && networkOff(o.NetworkInterfaces) {
 		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
+	}
+	return errors.Join(errs...)
+}
+
+// ValidateSettings checks the estimator and QoS settings alone (the
+// flags IsSettingFlag accepts), as Validate does; each error names its
+// flag. Settings applied in place of the flags' (WithSettings) are checked
+// with it.
+func (o *Options) ValidateSettings() error {
+	var errs []error
+	check := func(ok bool, flag, format string, args ...any) {
+		if !ok {
+			errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
+		}
+	}
+	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
+	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
+	if _, err := o.NewControllers(); err != nil {
+		errs = append(errs, err)
 	}
 	return errors.Join(errs...)
 }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -15,7 +14,6 @@ import (
 
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/qos"
 )
 
@@ -23,54 +21,40 @@ import (
 // estimator and QoS settings over its command stream, which the agent
 // applies without restarting.
 
-// ProfileFlags are the flags a node profile (or a shadow candidate) may
-// set: those whose settings the agent swaps in place, by building a new
-// estimator and a new QoS controller set. The others wire subsystems
-// (cgroups, eBPF, the network classifier), set a loop's period, or choose
-// the QoS controllers (a controller that needs a subsystem the agent did
-// not start cannot join later): they need a restart and are refused.
-var ProfileFlags = []string{
-	"estimator", "fixed-revocable", "oversubscribe-memory",
-	"estimator-window", "estimator-percentile", "estimator-peak-half-life",
-	"estimator-confirm", "estimator-safety-margin", "estimator-reclaim-time",
-	"estimator-target-violation", "estimator-calibration-step", "estimator-calibrated-confirm", "estimator-rise-interval",
-	"qos-runqueue-p99", "qos-cpu-pressure", "qos-event-count", "qos-min-attributed-delay", "qos-kill-after",
-	"qos-throttle-period", "qos-effect-window", "qos-min-wait-gain",
-	"qos-network-rtt-increase", "qos-network-saturation",
-	"qos-memory-min-available", "qos-reclaim-low-available",
-	"qos-load-threshold-5min", "qos-load-threshold-15min",
+// ProfileFlags are the flags a node profile may set: the estimator and
+// QoS settings (SettingFlags, the ones shadow candidates take) but
+// --qos-controller. The agent swaps their settings in place, by building
+// a new estimator and QoS controller set; the QoS controllers themselves
+// are wiring (a controller that needs a subsystem the agent did not start
+// cannot join later), and the other flags wire subsystems (cgroups, eBPF,
+// the network classifier) or set a loop's period: they need a restart and
+// are refused.
+var ProfileFlags = profileFlags()
+
+func profileFlags() []string {
+	var out []string
+	for _, f := range SettingFlags() {
+		if f != "qos-controller" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // ParseProfile returns base with a profile's settings applied: a YAML or
 // JSON mapping of flag names to values (the --config format, each value
-// through its flag's own parser), restricted to ProfileFlags. name names
-// the profile in errors. It does not validate the result (Validate does).
+// through its flag's own parser), restricted to ProfileFlags, by
+// WithSettings, which validates the result with ValidateSettings (the part
+// of Validate that covers them). name names the profile in errors.
 func ParseProfile(base Options, name, settings string) (Options, error) {
 	if err := checkProfileKeys(name, settings); err != nil {
 		return Options{}, err
 	}
-	o := base
-	fs := flag.NewFlagSet("profile", flag.ContinueOnError)
-	o.AddFlags(fs) // binds fs to o's fields, resetting them to defaults
-	o.restore(base)
-	hot := flag.NewFlagSet("profile "+name, flag.ContinueOnError)
-	for _, f := range ProfileFlags {
-		if fl := fs.Lookup(f); fl != nil {
-			hot.Var(fl.Value, fl.Name, fl.Usage)
-		}
-	}
-	if err := cliconfig.Apply(hot, "profile "+name, []byte(settings)); err != nil {
+	o, _, err := base.WithSettings("profile "+name, []byte(settings))
+	if err != nil {
 		return Options{}, err
 	}
 	return o, nil
-}
-
-// restore puts base's values back into o after AddFlags reset them,
-// keeping the fields' addresses (the flags are bound to them).
-func (o *Options) restore(base Options) {
-	*o = base
-	o.QoSControllers = slices.Clone(base.QoSControllers)
-	o.ProtectCgroups = slices.Clone(base.ProtectCgroups)
 }
 
 // checkProfileKeys refuses, naming them, keys that are agent flags but no
@@ -84,7 +68,7 @@ func checkProfileKeys(name, settings string) error {
 		return fmt.Errorf("profile %s: %w", name, err)
 	}
 	if len(doc.Content) == 0 || doc.Content[0].Kind != yaml.MappingNode {
-		return nil // cliconfig.Apply says what is wrong
+		return nil // WithSettings says what is wrong
 	}
 	all := flag.NewFlagSet("all", flag.ContinueOnError)
 	var scratch Options
@@ -94,26 +78,20 @@ func checkProfileKeys(name, settings string) error {
 	for i := 0; i+1 < len(root.Content); i += 2 {
 		key := root.Content[i].Value
 		if all.Lookup(key) != nil && !slices.Contains(ProfileFlags, key) {
-			errs = append(errs, fmt.Errorf("profile %s:%d: --%s cannot be applied without restarting the agent (a profile may set: %s)",
-				name, root.Content[i].Line, key, strings.Join(ProfileFlags, ", ")))
+			errs = append(errs, fmt.Errorf("profile %s:%d: --%s cannot be applied without restarting the agent (a profile may set the estimator and QoS settings but --qos-controller)",
+				name, root.Content[i].Line, key))
 		}
 	}
 	return errors.Join(errs...)
 }
 
 // ValidateProfile checks a profile's settings as the coordinator does
-// before it accepts them: applied over the defaults of every flag (with
-// --insecure, so that only the profile's settings can fail), by the same
-// Validate as the flags. An agent validates again over its own flags
-// before it applies them.
+// before it accepts them: applied over the defaults of every flag by
+// ParseProfile, so validated by the same code as the flags. An agent
+// validates again over its own flags before it applies them.
 func ValidateProfile(name, settings string) error {
-	base := DefaultOptions()
-	base.Insecure = true
-	o, err := ParseProfile(base, name, settings)
-	if err != nil {
-		return err
-	}
-	return o.Validate()
+	_, err := ParseProfile(DefaultOptions(), name, settings)
+	return err
 }
 
 // profileSettings is what applying a profile builds: the estimator and
@@ -131,7 +109,7 @@ type profileSettings struct {
 
 // profileBuilder returns what builds the estimator and QoS controllers of
 // a profile's settings over o, the agent's own flags ("" settings: the
-// flags alone), validated by Validate.
+// flags alone), validated by ParseProfile.
 func (o Options) profileBuilder() func(name, settings string) (profileSettings, error) {
 	base := o
 	base.Attributes = nil // a profile cannot set them; do not share the map
@@ -140,18 +118,11 @@ func (o Options) profileBuilder() func(name, settings string) (profileSettings, 
 		if err != nil {
 			return profileSettings{}, err
 		}
-		if err := p.Validate(); err != nil {
+		ctl, err := p.NewControllers()
+		if err != nil {
 			return profileSettings{}, err
 		}
-		est, err := estimator.New(p.Estimator, p.EstimatorConfig)
-		if err != nil {
-			return profileSettings{}, fmt.Errorf("--estimator: %w", err)
-		}
-		ctrl, err := qos.NewSet(p.QoSControllers, p.qosConfig())
-		if err != nil {
-			return profileSettings{}, fmt.Errorf("--qos-controller: %w", err)
-		}
-		return profileSettings{estimator: est, estimatorName: p.Estimator, qos: ctrl}, nil
+		return profileSettings{estimator: ctl.Estimator, estimatorName: ctl.EstimatorName, qos: ctl.QoS}, nil
 	}
 }
 

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"strings"
 	"sync"
@@ -42,12 +43,21 @@ type qosLoop struct {
 	protect     []string
 	// preempt kills a revocable container with a reason.
 	preempt func(containerID, reason string)
+	// shadows evaluate the candidate controllers on the same input, after
+	// the active ones' corrections are applied (nil without shadows).
+	shadows *shadowSet
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
 	delayed map[string]map[uint64]time.Duration
 	// waited holds each victim's cumulative run-queue wait, likewise.
 	waited map[string]time.Duration
+	// allDelays is every victim's cumulative delays, read once per
+	// evaluation when the eBPF programs can (allDelayer); allDelaysErr the
+	// error of that read.
+	allDelays    map[uint64]map[uint64]time.Duration
+	allDelaysErr error
+	batched      bool
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
@@ -134,9 +144,11 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		in := l.input(last)
 		in.Events = pending
 		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
-		for _, c := range l.controller.Evaluate(in) {
+		corrections := l.controller.Evaluate(in)
+		for _, c := range corrections {
 			l.apply(c, in)
 		}
+		l.shadows.evaluate(in, corrections)
 		pending = pending[:0]
 	}
 }
@@ -185,6 +197,13 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		in.Node.MemPressureSome10, in.Node.MemPressureFull10 = n.GetMemoryPressure().GetSomeAvg10(), n.GetMemoryPressure().GetFullAvg10()
 		in.Node.IOPressureSome10, in.Node.IOPressureFull10 = n.GetIoPressure().GetSomeAvg10(), n.GetIoPressure().GetFullAvg10()
 	}
+	// Every victim's delays in one walk of the eBPF map rather than one
+	// walk per guaranteed container.
+	l.batched = false
+	if b, ok := l.ebpf.(allDelayer); ok {
+		l.allDelays, l.allDelaysErr = b.AllDelays()
+		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
+	}
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -195,6 +214,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.CPUPressureSome10 = u.Stats.GetCpuPressure().GetSomeAvg10()
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 			qc.IOPressureSome10, qc.IOPressureFull10 = u.Stats.GetIoPressure().GetSomeAvg10(), u.Stats.GetIoPressure().GetFullAvg10()
+			qc.Syncs, qc.SyncP99 = u.Syncs, u.SyncP99
 		}
 		if !qc.Revocable || qc.Protected {
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)
@@ -214,6 +234,11 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 	return in
 }
 
+// allDelayer reads every victim's delays at once (bpf.Monitor.AllDelays).
+type allDelayer interface {
+	AllDelays() (map[uint64]map[uint64]time.Duration, error)
+}
+
 // delayedSince returns, for a guaranteed container or protected service,
 // who delayed it since the last evaluation (eBPF who-delayed-whom): the
 // revocable containers by id, and everything else by culprit name (see
@@ -227,7 +252,13 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 	if cgid == 0 {
 		return nil, nil, 0
 	}
-	cumulative, err := l.ebpf.DelayedBy(cgid)
+	var cumulative map[uint64]time.Duration
+	var err error
+	if l.batched {
+		cumulative, err = l.allDelays[cgid], l.allDelaysErr
+	} else {
+		cumulative, err = l.ebpf.DelayedBy(cgid)
+	}
 	if err != nil {
 		return nil, nil, 0
 	}

@@ -41,6 +41,9 @@ struct cgroup_counters {
 	__u64 reclaim_ns;     // mem: direct + memcg reclaim stall
 	__u64 reclaim_count;
 	__u64 oom_kills;      // mem: tasks of the cgroup chosen as OOM victims
+	__u64 sync_ns;        // io: time in fsync/fdatasync/O_SYNC writes (vfs_fsync_range)
+	__u64 sync_count;     // io: their number
+	__u64 sync_hist[RUNQ_BUCKETS]; // io: their latencies, buckets as runq_hist
 };
 
 // tracked_cgroup is what user space stores for a tracked cgroup.

@@ -25,6 +25,13 @@
 //     packets per cgroup. They always return 1 (allow).
 //   - mem.c: tp_btf/mm_vmscan_{direct,memcg}_reclaim_{begin,end}: reclaim
 //     stall time; tp_btf/mark_victim (task form, Linux 6.8+): OOM kills.
+//   - io.c: tp_btf/ext4_sync_file_{enter,exit}: the latency of synchronous
+//     writes on ext4 (fsync, fdatasync, O_SYNC writes: data write-out and
+//     journal commit) as a log2 histogram, their count and total
+//     (CgroupStats.Sync*). Tracepoints, as kernels built without ftrace have
+//     no fentry; other file systems are not measured. The waiting task's v2
+//     cgroup is charged, so it works on hybrid hosts, where the block layer
+//     charges bios to v1 blkio cgroups and the journal's writes to jbd2.
 //
 // Every program first finds out whether the cgroup is tracked: the network
 // and memory programs look it up in a map user space fills (Monitor.Track),

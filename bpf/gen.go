@@ -7,3 +7,4 @@ package bpf
 //go:generate go tool bpf2go -target bpfel -type cgroup_counters -type sched_counters -type tracked_cgroup -type event -type delay_key sched sched.c -- -mcpu=v3
 //go:generate go tool bpf2go -target bpfel net net.c
 //go:generate go tool bpf2go -target bpfel mem mem.c
+//go:generate go tool bpf2go -target bpfel io io.c

@@ -37,6 +37,7 @@ var helpers = map[string]func(args []string) error{
 	"hog":      helperHog,
 	"probe":    helperProbe,
 	"pingpong": helperPingPong,
+	"fsync":    helperFsync,
 }
 
 func TestMain(m *testing.M) {
@@ -417,4 +418,39 @@ func quietLogger() *slog.Logger { return slog.New(slog.NewTextHandler(io.Discard
 func fileExists(path string) bool {
 	_, err := os.Stat(path)
 	return err == nil
+}
+
+// helperFsync writes 4 KiB to a file in args[0] and fsyncs it args[1] times
+// after "go", then prints the total time it spent in fsync (ns).
+func helperFsync(args []string) error {
+	if len(args) != 2 {
+		return fmt.Errorf("usage: fsync DIR COUNT")
+	}
+	n, err := strconv.Atoi(args[1])
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(filepath.Join(args[0], fmt.Sprintf("journal-%d", os.Getpid())), os.O_CREATE|os.O_WRONLY, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := waitGo(); err != nil {
+		return err
+	}
+	record := make([]byte, 4096)
+	var total time.Duration
+	for i := range n {
+		record[0] = byte(i)
+		if _, err := f.WriteAt(record, 0); err != nil {
+			return err
+		}
+		start := time.Now()
+		if err := f.Sync(); err != nil {
+			return err
+		}
+		total += time.Since(start)
+	}
+	fmt.Println(int64(total))
+	return nil
 }

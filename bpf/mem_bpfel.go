@@ -31,6 +31,9 @@ type memCgroupCounters struct {
 	ReclaimNs    uint64
 	ReclaimCount uint64
 	OomKills     uint64
+	SyncNs       uint64
+	SyncCount    uint64
+	SyncHist     [32]uint64
 }
 
 type memTrackedCgroup struct {

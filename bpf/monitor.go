@@ -99,13 +99,25 @@ type CgroupStats struct {
 	ReclaimCount uint64
 	// OOMKills counts the cgroup's tasks chosen as OOM victims.
 	OOMKills uint64
+	// SyncWait is the time the cgroup's tasks waited for synchronous
+	// writes on ext4 (ext4_sync_file: fsync, fdatasync, msync, O_SYNC writes),
+	// SyncCount their number and SyncLatency their histogram (buckets as
+	// RunqLatency's).
+	SyncWait    time.Duration
+	SyncCount   uint64
+	SyncLatency [RunqBuckets]uint64
 }
 
 // RunqQuantile returns the upper bound of the histogram bucket holding the
 // q-quantile (0 < q <= 1) of the run-queue latencies, 0 without samples.
-func (s CgroupStats) RunqQuantile(q float64) time.Duration {
+func (s CgroupStats) RunqQuantile(q float64) time.Duration { return Quantile(s.RunqLatency[:], q) }
+
+// Quantile returns the upper bound of the bucket of a log2 histogram
+// (bucket i counts [2^i, 2^(i+1)) ns, as RunqLatency and SyncLatency)
+// holding the q-quantile (0 < q <= 1), 0 without samples.
+func Quantile(hist []uint64, q float64) time.Duration {
 	var total uint64
-	for _, n := range s.RunqLatency {
+	for _, n := range hist {
 		total += n
 	}
 	if total == 0 {
@@ -116,13 +128,13 @@ func (s CgroupStats) RunqQuantile(q float64) time.Duration {
 		rank = 1
 	}
 	var seen uint64
-	for i, n := range s.RunqLatency {
+	for i, n := range hist {
 		seen += n
 		if seen >= rank {
 			return time.Duration(uint64(1) << (i + 1))
 		}
 	}
-	return time.Duration(uint64(1) << RunqBuckets)
+	return time.Duration(uint64(1) << len(hist))
 }
 
 // ThresholdEvent is a guaranteed or protected task's run-queue wait at or
@@ -160,6 +172,7 @@ type Monitor struct {
 	sched *schedObjs // nil when the scheduler programs are not loaded
 	net   *netObjects
 	mem   *memObjects
+	io    *ioObjects // nil when the synchronous-write programs are not loaded
 
 	links    []link.Link
 	attached []attachPoint            // what links attached, in their order
@@ -364,6 +377,22 @@ func Load(cfg Config) (*Monitor, error) {
 	}
 	if memSpecErr != nil {
 		setupErr = errors.Join(setupErr, fmt.Errorf("load eBPF: %w", memSpecErr))
+	}
+
+	// Disk I/O: synchronous-write latency (ext4_sync_file tracepoints).
+	if ioSpec, err := loadIo(); err != nil {
+		setupErr = errors.Join(setupErr, fmt.Errorf("load eBPF: %w", err))
+	} else {
+		sizeShared(ioSpec)
+		var objs ioObjects
+		if err := ioSpec.LoadAndAssign(&objs, shared); err != nil {
+			fail("load synchronous-write programs", err)
+		} else {
+			m.io = &objs
+			points = append(points,
+				attachPoint{"tp_btf/ext4_sync_file_enter", objs.FsyncBegin, tracing},
+				attachPoint{"tp_btf/ext4_sync_file_exit", objs.FsyncEnd, tracing})
+		}
 	}
 	if setupErr != nil {
 		return nil, errors.Join(setupErr, m.Close())
@@ -580,6 +609,11 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 		c.ReclaimNs += v.ReclaimNs
 		c.ReclaimCount += v.ReclaimCount
 		c.OomKills += v.OomKills
+		c.SyncNs += v.SyncNs
+		c.SyncCount += v.SyncCount
+		for b, n := range v.SyncHist {
+			c.SyncHist[b] += n
+		}
 	}
 	if m.sched != nil {
 		m.sched.addResident(&c.Sched, epoch)
@@ -598,6 +632,9 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 		ReclaimStall:       time.Duration(c.ReclaimNs),
 		ReclaimCount:       c.ReclaimCount,
 		OOMKills:           c.OomKills,
+		SyncWait:           time.Duration(c.SyncNs),
+		SyncCount:          c.SyncCount,
+		SyncLatency:        c.SyncHist,
 	}, nil
 }
 
@@ -625,6 +662,34 @@ func (m *Monitor) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 		return nil, fmt.Errorf("delays of cgroup %d: %w", victim, err)
 	}
 	return delays, nil
+}
+
+// AllDelays returns DelayedBy of every victim that has been delayed,
+// keyed by victim, from one walk of the map: a caller that needs several
+// victims' delays (the QoS loop needs every guaranteed container's) walks
+// it once instead of once per victim.
+func (m *Monitor) AllDelays() (map[uint64]map[uint64]time.Duration, error) {
+	if m.sched == nil {
+		return nil, fmt.Errorf("delays: %w", ErrUnavailable)
+	}
+	all := map[uint64]map[uint64]time.Duration{}
+	var key schedDelayKey
+	var perCPU []uint64
+	it := m.sched.Delays.Iterate()
+	for it.Next(&key, &perCPU) {
+		delays := all[key.Victim]
+		if delays == nil {
+			delays = map[uint64]time.Duration{}
+			all[key.Victim] = delays
+		}
+		for _, ns := range perCPU {
+			delays[key.Culprit] += time.Duration(ns)
+		}
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("delays: %w", err)
+	}
+	return all, nil
 }
 
 // SetAllCulprits turns the attribution of guaranteed and protected tasks'
@@ -751,6 +816,9 @@ func (m *Monitor) Close() error {
 		}
 		if m.mem != nil {
 			errs = append(errs, m.mem.Close())
+		}
+		if m.io != nil {
+			errs = append(errs, m.io.Close())
 		}
 		if m.stats != nil {
 			errs = append(errs, m.stats.Close())

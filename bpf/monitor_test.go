@@ -567,6 +567,17 @@ func testRunqueueInterference(t *testing.T, variant int) {
 	if d, _ := m.DelayedBy(alone.id); len(d) != 0 {
 		t.Errorf("DelayedBy(alone) = %v, want none", d)
 	}
+	// AllDelays walks the map once for every victim: the victim's delays
+	// are at least what DelayedBy read just before (they only grow), and
+	// the hog's share is there.
+	all, err := m.AllDelays()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if all[victim.id][hog.id] < delays[hog.id] || len(all[alone.id]) != 0 {
+		t.Errorf("AllDelays: victim %v, alone %v; want the victim's delays by the hog of at least %v, nothing for alone",
+			all[victim.id], all[alone.id], delays[hog.id])
+	}
 
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -734,5 +745,53 @@ func TestProbesPrivileged(t *testing.T) {
 		if errors.Is(r.Err, bpf.ErrPermission) {
 			t.Errorf("%s: no permission as root: %v", r.Name, r.Err)
 		}
+	}
+}
+
+// TestSyncWrites: the fsyncs of a tracked cgroup's task are counted one by
+// one, their total wait is within what the task itself measured around the
+// calls, and an untracked cgroup's fsyncs are not counted.
+func TestSyncWrites(t *testing.T) {
+	privileged.Require(t)
+	dir := t.TempDir()
+	var fs unix.Statfs_t
+	if err := unix.Statfs(dir, &fs); err != nil {
+		t.Fatal(err)
+	}
+	if fs.Type != unix.EXT4_SUPER_MAGIC {
+		t.Skipf("%s is not on ext4 (magic %#x): the synchronous-write programs trace ext4_sync_file", dir, fs.Type)
+	}
+	m := load(t, bpf.Config{})
+	if !slices.Contains(m.Attached(), "tp_btf/ext4_sync_file_exit") {
+		t.Fatalf("tp_btf/ext4_sync_file_exit not attached: %v", m.Attached())
+	}
+	root := testRoot(t)
+	tracked, other := newCgroup(t, root, "tracked"), newCgroup(t, root, "other")
+	if err := m.Track(tracked.id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	const n = 50
+	a := startHelper(t, tracked, -1, "fsync", dir, strconv.Itoa(n))
+	b := startHelper(t, other, -1, "fsync", dir, strconv.Itoa(n))
+	a.start(t)
+	b.start(t)
+	measured := time.Duration(must(strconv.ParseInt(strings.TrimSpace(a.wait(t)), 10, 64)))
+	b.wait(t)
+	s := stats(t, m, tracked.id)
+	var inHist uint64
+	for _, c := range s.SyncLatency {
+		inHist += c
+	}
+	if s.SyncCount != n || inHist != n {
+		t.Errorf("SyncCount %d, histogram %d, want %d (the tracked task's fsyncs)", s.SyncCount, inHist, n)
+	}
+	if s.SyncWait <= 0 || s.SyncWait > measured {
+		t.Errorf("SyncWait %v, want in (0, %v] (the task's own measure around the calls)", s.SyncWait, measured)
+	}
+	if p99 := bpf.Quantile(s.SyncLatency[:], 0.99); p99 <= 0 || p99 > 2*measured {
+		t.Errorf("p99 %v out of (0, 2 x total %v]", p99, measured)
+	}
+	if _, err := m.Stats(other.id); !errors.Is(err, bpf.ErrNotTracked) {
+		t.Errorf("untracked cgroup: %v, want ErrNotTracked", err)
 	}
 }

@@ -23,6 +23,9 @@ type schedCgroupCounters struct {
 	ReclaimNs    uint64
 	ReclaimCount uint64
 	OomKills     uint64
+	SyncNs       uint64
+	SyncCount    uint64
+	SyncHist     [32]uint64
 }
 
 type schedCpuState struct {

@@ -2,6 +2,7 @@ package deploy
 
 import (
 	"encoding/json"
+	"fmt"
 	"io/fs"
 	"path"
 	"slices"
@@ -35,8 +36,9 @@ type haKustomization struct {
 	} `json:"secretGenerator"`
 }
 
-// haCoordinator applies the overlay's strategic-merge patch to the base's
-// coordinator StatefulSet the way kustomize does (merge keys from the API
+// haCoordinator applies one of the overlay's strategic-merge patches to a
+// base StatefulSet (the coordinator's or the job service's) the way
+// kustomize does (merge keys from the API
 // types' patch tags, null deletes a field, $patch: delete removes a list
 // element) and decodes the result strictly.
 func haCoordinator(t *testing.T, base *appsv1.StatefulSet, patchFile string) *appsv1.StatefulSet {
@@ -80,11 +82,12 @@ func TestHAOverlay(t *testing.T) {
 		t.Fatalf("kubernetes-ha/kustomization.yaml: %v", err)
 	}
 	base := load(t)
-	if k.Namespace != base.kust.Namespace || !slices.Contains(k.Resources, "../kubernetes") || len(k.Patches) != 1 {
-		t.Fatalf("the overlay must build on ../kubernetes in namespace %s with one patch: %+v", base.kust.Namespace, k)
+	if k.Namespace != base.kust.Namespace || !slices.Contains(k.Resources, "../kubernetes") || len(k.Patches) != 2 {
+		t.Fatalf("the overlay must build on ../kubernetes in namespace %s with two patches (coordinator, jobs): %+v", base.kust.Namespace, k)
 	}
-	used := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true}
+	used := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true, k.Patches[1].Path: true}
 	var pdb *policyv1.PodDisruptionBudget
+	var peers *corev1.Service
 	for _, res := range k.Resources {
 		if res == "../kubernetes" {
 			continue
@@ -94,9 +97,23 @@ func TestHAOverlay(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pdb = &policyv1.PodDisruptionBudget{}
-		if err := decodeStrict(raw, pdb); err != nil || pdb.Kind != "PodDisruptionBudget" {
-			t.Fatalf("%s: want a PodDisruptionBudget: %v", res, err)
+		var kind struct{ Kind string }
+		if err := yaml.Unmarshal(raw, &kind); err != nil {
+			t.Fatalf("%s: %v", res, err)
+		}
+		switch kind.Kind {
+		case "PodDisruptionBudget":
+			pdb = &policyv1.PodDisruptionBudget{}
+			if err := decodeStrict(raw, pdb); err != nil {
+				t.Fatalf("%s: %v", res, err)
+			}
+		case "Service":
+			peers = &corev1.Service{}
+			if err := decodeStrict(raw, peers); err != nil {
+				t.Fatalf("%s: %v", res, err)
+			}
+		default:
+			t.Fatalf("%s: a %s, want the disruption budget or the job service's peers Service", res, kind.Kind)
 		}
 	}
 	entries, _ := fs.ReadDir(files, "kubernetes-ha")
@@ -191,5 +208,53 @@ func TestHAOverlay(t *testing.T) {
 	if pdb == nil || pdb.Spec.Selector == nil || !matches(pdb.Spec.Selector.MatchLabels) ||
 		pdb.Spec.MinAvailable == nil || pdb.Spec.MinAvailable.IntValue() != 2 {
 		t.Errorf("want a disruption budget keeping 2 of the 3 coordinators: %+v", pdb)
+	}
+
+	// The job service: three replicas on etcd that reach every
+	// coordinator by the names they advertise.
+	jobs := haCoordinator(t, base.statefulSets[1], k.Patches[1].Path)
+	checkHAJobs(t, jobs, ss, peers, k.Namespace)
+}
+
+// checkHAJobs checks the job service StatefulSet of an HA deployment: three
+// replicas with their jobs in etcd (no volume, no --work-dir), each
+// advertising its name under the peers Service (headless, published while
+// not ready), given every coordinator replica's advertised URL, ready only
+// while leading (the health check) and alive while its port answers.
+func checkHAJobs(t *testing.T, jobs, coordinator *appsv1.StatefulSet, peers *corev1.Service, namespace string) {
+	t.Helper()
+	c := container(t, jobs.Spec.Template.Spec)
+	if jobs.Spec.Replicas == nil || *jobs.Spec.Replicas != 3 || len(jobs.Spec.VolumeClaimTemplates) != 0 || flagValue(c.Args, "--work-dir") != "" {
+		t.Error("three job service replicas, their jobs in etcd: no volume claim, no --work-dir")
+	}
+	if peers == nil || peers.Name != jobs.Spec.ServiceName || peers.Spec.ClusterIP != "None" || !peers.Spec.PublishNotReadyAddresses ||
+		peers.Spec.Selector["app.kubernetes.io/name"] != jobs.Spec.Template.Labels["app.kubernetes.io/name"] {
+		t.Errorf("the job service's governing Service must be headless, publish not-ready replicas and select them: %+v", peers)
+	}
+	if want := "https://$(POD_NAME)." + jobs.Spec.ServiceName + "." + namespace + ".svc:5060"; flagValue(c.Args, "--advertise-url") != want {
+		t.Errorf("jobs --advertise-url=%q, want %q", flagValue(c.Args, "--advertise-url"), want)
+	}
+	var want []string
+	for i := range *coordinator.Spec.Replicas {
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:5050", coordinator.Name, i, coordinator.Spec.ServiceName, namespace))
+	}
+	if got := flagValue(c.Args, "--coordinator"); got != strings.Join(want, ",") {
+		t.Errorf("jobs --coordinator=%q, want every coordinator replica %q: a single Service URL reaches followers, which refuse a framework", got, strings.Join(want, ","))
+	}
+	for _, flag := range []string{"--etcd-endpoints", "--etcd-ca", "--etcd-cert", "--etcd-key", "--tls-cert", "--tls-key", "--client-ca", "--authz", "--token-file", "--ca"} {
+		if flagValue(c.Args, flag) == "" {
+			t.Errorf("jobs: %s missing", flag)
+		}
+	}
+	if p := flagValue(c.Args, "--etcd-prefix"); p == "" || p == "/slackline/" {
+		t.Errorf("jobs --etcd-prefix=%q: the job service needs its own prefix", p)
+	}
+	if c.ReadinessProbe == nil || c.ReadinessProbe.Exec == nil || c.LivenessProbe == nil || c.LivenessProbe.TCPSocket == nil || c.LivenessProbe.Exec != nil {
+		t.Errorf("jobs probes: readiness must be the health check (leader only), liveness the port: %+v %+v", c.ReadinessProbe, c.LivenessProbe)
+	}
+	for _, m := range c.VolumeMounts {
+		if !slices.ContainsFunc(jobs.Spec.Template.Spec.Volumes, func(v corev1.Volume) bool { return v.Name == m.Name }) {
+			t.Errorf("jobs volume mount %s (%s) has no volume", m.Name, m.MountPath)
+		}
 	}
 }

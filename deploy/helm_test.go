@@ -271,12 +271,12 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 		t.Errorf("the agent must tolerate every taint and be system-node-critical: %v, %q", spec.Tolerations, spec.PriorityClassName)
 	}
 
-	// Three coordinators: the HA overlay's StatefulSet and budget; its job
-	// service is the base's (the overlay patches only the coordinator).
+	// Three coordinators and three job service replicas: the HA overlay's
+	// StatefulSets, peers Services and budget.
 	k := haOverlay(t)
-	ha := render(t, "coordinator.replicas=3", "coordinator.etcd.endpoints="+strings.ReplaceAll(haEndpoints(t, k), ",", "\\,"))
-	if len(ha.statefulSets) != 2 || len(ha.services) != 3 || len(ha.accounts) != 3 {
-		t.Fatalf("HA: rendered %d StatefulSets, %d Services, %d ServiceAccounts; want 2, 3, 3", len(ha.statefulSets), len(ha.services), len(ha.accounts))
+	ha := render(t, "coordinator.replicas=3", "jobs.replicas=3", "coordinator.etcd.endpoints="+strings.ReplaceAll(haEndpoints(t, k), ",", "\\,"))
+	if len(ha.statefulSets) != 2 || len(ha.services) != 4 || len(ha.accounts) != 3 {
+		t.Fatalf("HA: rendered %d StatefulSets, %d Services, %d ServiceAccounts; want 2, 4, 3", len(ha.statefulSets), len(ha.services), len(ha.accounts))
 	}
 	coordinator, jobs := named(base.statefulSets, "slackline-coordinator"), named(base.statefulSets, "slackline-jobs")
 	haCoord, haJobs := named(ha.statefulSets, "slackline-coordinator"), named(ha.statefulSets, "slackline-jobs")
@@ -288,9 +288,20 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	if *haCoord.Spec.Replicas != 3 || haCoord.Spec.PodManagementPolicy != want.Spec.PodManagementPolicy || len(haCoord.Spec.VolumeClaimTemplates) != 0 {
 		t.Errorf("HA StatefulSet: replicas %d, policy %q, %d claims", *haCoord.Spec.Replicas, haCoord.Spec.PodManagementPolicy, len(haCoord.Spec.VolumeClaimTemplates))
 	}
-	samePod(t, "HA jobs StatefulSet", jobs.Spec.Template.Spec, haJobs.Spec.Template.Spec)
-	if *haJobs.Spec.Replicas != 1 || len(haJobs.Spec.VolumeClaimTemplates) != 1 {
-		t.Errorf("HA jobs StatefulSet: replicas %d, %d claims; want the base's one replica and one claim", *haJobs.Spec.Replicas, len(haJobs.Spec.VolumeClaimTemplates))
+	wantJobs := haCoordinator(t, jobs, k.Patches[1].Path)
+	samePod(t, "HA jobs StatefulSet", wantJobs.Spec.Template.Spec, haJobs.Spec.Template.Spec)
+	peers := named(ha.services, "slackline-jobs-peers")
+	checkHAJobs(t, haJobs, haCoord, peers, "slackline")
+	if haJobs.Spec.ServiceName != wantJobs.Spec.ServiceName || haJobs.Spec.PodManagementPolicy != wantJobs.Spec.PodManagementPolicy {
+		t.Errorf("HA jobs StatefulSet: service %q, policy %q; the overlay %q, %q", haJobs.Spec.ServiceName, haJobs.Spec.PodManagementPolicy, wantJobs.Spec.ServiceName, wantJobs.Spec.PodManagementPolicy)
+	}
+	// Three coordinators with one job service: it keeps its volume and
+	// reaches every coordinator.
+	one := render(t, "coordinator.replicas=3", "coordinator.etcd.endpoints="+strings.ReplaceAll(haEndpoints(t, k), ",", "\\,"))
+	if j := named(one.statefulSets, "slackline-jobs"); *j.Spec.Replicas != 1 || len(j.Spec.VolumeClaimTemplates) != 1 ||
+		flagValue(container(t, j.Spec.Template.Spec).Args, "--coordinator") != flagValue(container(t, haJobs.Spec.Template.Spec).Args, "--coordinator") {
+		t.Errorf("one job service beside three coordinators: replicas %d, %d claims, --coordinator=%s", *j.Spec.Replicas, len(j.Spec.VolumeClaimTemplates),
+			flagValue(container(t, j.Spec.Template.Spec).Args, "--coordinator"))
 	}
 	if len(ha.budgets) != 1 || ha.budgets[0].Spec.MinAvailable == nil || ha.budgets[0].Spec.MinAvailable.IntValue() != 2 {
 		t.Errorf("HA: want a disruption budget of minAvailable 2: %v", ha.budgets)

@@ -31,7 +31,7 @@ type realAgent struct {
 func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string) *realAgent {
 	t.Helper()
 	listen := freeAddr(t)
-	root := fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9)
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9))
 	args := []string{"--coordinator", "http://" + coordinatorAddr, "--listen", listen, "--hostname", name,
 		"--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), name), "--cgroup-root", root, "--resources", res,
 		"--kill-grace-period", "500ms"}

@@ -4,4 +4,9 @@
 // the real components together in-process (TestNodeService: coordinator,
 // agent and framework SDK), which no single package may import together
 // (the agent never imports the coordinator).
+//
+// The binaries are built once by TestMain, or taken from the directory
+// SLACKLINE_E2E_BIN_DIR names. TestVMCluster (make test-vm-cluster,
+// docs/vm.md) runs agents on other hosts: QEMU guests of scripts/vm that
+// run static binaries from the repository's share.
 package e2e

@@ -33,7 +33,25 @@ func TestMain(m *testing.M) {
 	os.Exit(runMain(m))
 }
 
+// EnvBinDir names a directory of prebuilt binaries (cmd/... and
+// examples/...) that the tests use instead of building their own: the
+// several-hosts test needs static ones on the repository's share, which its
+// guests run (make test-vm-cluster).
+const EnvBinDir = "SLACKLINE_E2E_BIN_DIR"
+
 func runMain(m *testing.M) int {
+	if dir := os.Getenv(EnvBinDir); dir != "" {
+		abs, err := filepath.Abs(dir)
+		if err == nil {
+			_, err = os.Stat(filepath.Join(abs, "slackline-agent"))
+		}
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "%s=%s: no slackline-agent there: %v\n", EnvBinDir, dir, err)
+			return 1
+		}
+		binDir = abs
+		return m.Run()
+	}
 	dir, err := os.MkdirTemp("", "slackline-e2e-bin")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -47,6 +65,17 @@ func runMain(m *testing.M) int {
 		return 1
 	}
 	binDir = dir
+	// The tests' processes (coordinators, agents, frameworks, tasks) run
+	// under a cgroup of the highest CPU weight, so that they pass beside
+	// other CPU-bound work (cgrouptest.EnterPriority).
+	if os.Geteuid() == 0 {
+		leave, err := cgrouptest.EnterPriority(fmt.Sprintf("slackline-e2e-%d", os.Getpid()))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "cgroup of the tests:", err)
+			return 1
+		}
+		defer leave()
+	}
 	return m.Run()
 }
 
@@ -185,7 +214,7 @@ func freeAddr(t testing.TB) string {
 // testAgentOptions are the options of an in-process agent under test:
 // slackline-agent's defaults, with its cgroups under root (removed at the
 // test's end, with its fresh work dir), a free loopback NodeService without
-// credentials, tasks supervised by the built slackline-agent and killed
+// credentials, tasks supervised by the built slackline-supervisor and killed
 // 100 ms after SIGTERM, the test process left in its cgroup, and neither
 // eBPF, network QoS, an oversubscription estimate nor QoS corrections
 // (tests of those run the binary, or turn them on).
@@ -194,7 +223,7 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 	o := agent.DefaultOptions()
 	o.Coordinator, o.Listen, o.WorkDir, o.CgroupRoot = coordinatorURL, freeAddr(t), cgrouptest.WorkDir(t, root), root
 	o.Insecure, o.IsolateAgent = true, false
-	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-agent"), "supervise"}
+	o.SupervisorCommand = []string{filepath.Join(binDir, "slackline-supervisor")}
 	o.KillGracePeriod = 100 * time.Millisecond
 	o.EBPF, o.NetworkInterfaces = false, []string{"none"}
 	o.Estimator, o.QoSControllers = "noop", []string{"noop"}
@@ -206,8 +235,18 @@ func testAgentOptions(t testing.TB, root, coordinatorURL string, logger *slog.Lo
 // timeout is not among them: an agent restarted by a test takes 3-6 s to
 // register again on a loaded machine, and no test here waits for an agent
 // to become unreachable (those that do pass their own).
+// EnvAgentHeartbeat overrides the coordinators' agent heartbeat interval
+// (default 200ms): in an emulated guest (docs/vm.md), ten times slower, an
+// agent missed 200 ms heartbeats for 0.7 s every few seconds, registered
+// again each time, and launches sent meanwhile were LOST.
+const EnvAgentHeartbeat = "SLACKLINE_E2E_AGENT_HEARTBEAT"
+
 func coordinatorArgs(addr, workDir string) []string {
-	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", "200ms",
+	heartbeat := "200ms"
+	if v := os.Getenv(EnvAgentHeartbeat); v != "" {
+		heartbeat = v
+	}
+	return []string{"--listen", addr, "--work-dir", workDir, "--agent-heartbeat-interval", heartbeat,
 		"--agent-timeout", "60s", "--framework-heartbeat-interval", "1s", "--allocation-interval", "200ms"}
 }
 
@@ -216,10 +255,11 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 }
 
 // revocableStartTimeout bounds the wait for revocable tasks to run. They
-// start at idle CPU priority (cpu.idle), supervisor included, so beside
-// busy CPUs (two CPU hogs on a 2-CPU CI machine) each gets a fraction of
-// a percent of a CPU and takes 20-40 s to start; a quiet machine starts
-// them in a second.
+// start at idle CPU priority (cpu.idle), supervisor included: idle beside
+// the test's own processes only (cgrouptest.EnterPriority), they start in
+// a second or two beside two CPU hogs, as on a quiet machine; without that
+// cgroup (not root) a busy machine's other work delays them by tens of
+// seconds, which the bound leaves room for.
 const revocableStartTimeout = 3 * time.Minute
 
 // eventually polls cond every 100 ms until it returns "" or timeout passes;

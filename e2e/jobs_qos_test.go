@@ -2,8 +2,6 @@ package e2e
 
 import (
 	"fmt"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 
@@ -13,44 +11,34 @@ import (
 )
 
 // TestJobsSlackOnlyPreemptedByQoSCompletes runs a `revocable: only` job on
-// a real agent whose memory QoS controller preempts revocable tasks when the
-// node runs short of memory (the threshold is set just below what is
-// available now). The index's first task holds 1.5 GiB and is preempted
-// (REASON_CONTAINER_PREEMPTED); the job service re-queues it without
-// counting a failure, and the index's next task, finding its marker, exits
-// 0. The job succeeds, its preemption counted apart from failures, and its
-// tasks ran on revocable cpus.
+// a real agent whose memory QoS controller finds the node short of memory
+// from the start (its floor is above any machine's memory) and may kill
+// once an hour: it preempts the first revocable task it sees, exactly once,
+// whatever else the machine does. The index's first task (attempt 1, its
+// task id ends in .1) waits to be killed; it is preempted
+// (REASON_CONTAINER_PREEMPTED) and the job service re-queues it without
+// counting a failure; the next attempt exits 0. The job succeeds, its
+// preemption counted apart from failures, and its tasks ran on revocable
+// cpus.
 func TestJobsSlackOnlyPreemptedByQoSCompletes(t *testing.T) {
 	privileged.Require(t)
-	avail, err := memAvailableMiB()
-	if err != nil {
-		t.Fatal(err)
-	}
 	addr, _, _ := startCoordinator(t)
 	startAgent(t, addr, "jobsqos", "cpus:2;mem:4096", "--monitor-interval", "100ms",
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "memory",
-		"--qos-memory-min-available", fmt.Sprint(avail-1024))
+		"--qos-memory-min-available", fmt.Sprint(1<<30), "--qos-memory-kill-cooldown", "1h")
 	waitAgentsActive(t, addr, 1)
 	// An idle guaranteed task leaves slack cpus for the estimator to offer.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:1.5;mem:64", "--command", "sleep 1000")
-	dir := taskVisibleDir(t)
-	if err := os.Chmod(dir, 0o1777); err != nil { // tasks run as users of their own
-		t.Fatal(err)
-	}
 	c := &jobsCluster{t: t, coordAddr: addr, jobsAddr: freeAddr(t), jobsDir: t.TempDir()}
 	c.startJobs()
-	// dd reads 1.5 GiB into one buffer with a single read (the kernel
-	// zero-fills it: fast even at idle CPU priority), then blocks
-	// writing it to a pipe nobody reads, holding the memory until killed.
-	marker := filepath.Join(dir, "hogged-$SLACKLINE_JOB_INDEX")
-	c.submit(fmt.Sprintf(`name: slack
-command: "if [ ! -f %[1]s ]; then touch %[1]s; dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000; fi; exit 0"
-resources: "cpus:0.2;mem:2048"
+	c.submit(`name: slack
+command: "case $SLACKLINE_TASK_ID in *.1) exec sleep 100000;; esac; exit 0"
+resources: "cpus:0.2;mem:64"
 completions: 1
 retries: 0
 revocable: only
-`, marker))
+`)
 	// Each task starts at idle CPU priority: slow on a busy machine.
 	eventually(t, 3*revocableStartTimeout, func() string {
 		l, err := c.listed()
@@ -70,8 +58,8 @@ revocable: only
 		t.Fatal(err)
 	}
 	s := d.GetSummary()
-	if s.GetPreempted() < 1 || s.GetFailures() != 0 || s.GetFailed() != 0 {
-		t.Errorf("preempted %d, failures %d, failed %d; want the index preempted and no failure", s.GetPreempted(), s.GetFailures(), s.GetFailed())
+	if s.GetPreempted() != 1 || s.GetFailures() != 0 || s.GetFailed() != 0 {
+		t.Errorf("preempted %d, failures %d, failed %d; want the index preempted once and no failure", s.GetPreempted(), s.GetFailures(), s.GetFailed())
 	}
 	preemptions := 0
 	for _, e := range d.GetEvents() {
@@ -79,15 +67,15 @@ revocable: only
 			preemptions++
 		}
 	}
-	if preemptions < 1 {
-		t.Errorf("no preemption event: %v", d.GetEvents())
+	if preemptions != 1 {
+		t.Errorf("%d preemption events, want 1: %v", preemptions, d.GetEvents())
 	}
 	for id, task := range taskStatuses(t, addr, "jobs") {
 		if _, rev, _ := resources.FromProto(task.GetResources()); rev.CPUs() != 0.2 {
 			t.Errorf("task %s ran on revocable %s, want its 0.2 cpus revocable", id, rev)
 		}
 	}
-	if ix := d.GetIndexes(); len(ix) != 1 || ix[0].GetTaskState() != slacklinev1.TaskState_TASK_STATE_FINISHED {
+	if ix := d.GetIndexes(); len(ix) != 1 || ix[0].GetTaskState() != slacklinev1.TaskState_TASK_STATE_FINISHED || ix[0].GetAttempts() != 2 {
 		t.Errorf("indexes %v", ix)
 	}
 }

@@ -18,6 +18,7 @@ import (
 	"github.com/slackline/slackline/coordinator"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -46,7 +47,7 @@ func TestTaskLimits(t *testing.T) {
 	go coord.Run(ctx)
 	go server.Serve(ctx, server.Config{Listener: ln, Logger: quiet}, coord.Handler())
 
-	root := fmt.Sprintf("slackline-limits-%d", os.Getpid())
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-limits-%d", os.Getpid()))
 	const gcDelay = 2 * time.Second
 	opts := testAgentOptions(t, root, "http://"+ln.Addr().String(), quiet)
 	opts.Hostname, opts.Resources, opts.TaskPidsMax = "limits", "cpus:4;mem:2048;disk:4096", 32

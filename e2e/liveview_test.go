@@ -2,6 +2,7 @@ package e2e
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"flag"
 	"fmt"
@@ -12,10 +13,14 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+	"unicode"
 
+	"connectrpc.com/connect"
+	"github.com/chromedp/cdproto/input"
 	"github.com/chromedp/chromedp"
 	"go.yaml.in/yaml/v3"
 
@@ -93,47 +98,71 @@ func TestLiveView(t *testing.T) {
 		t.Fatalf("node view at %q, want #/agents/%s", hash, agentID)
 	}
 
-	// A hog's CPU chart: at least three points, some above zero, and the
-	// line changes as new samples arrive.
-	hogChart := `#containers section.container[data-revocable="true"] svg[data-metric="cpu"] polyline`
-	points := func() string {
-		readCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-		defer cancel()
-		attr, err := chromedp.Run(readCtx, chromedp.AttributeValue(chromedp.CSS(hogChart), "points"))
-		if err != nil {
-			t.Fatalf("read the CPU chart: %v", err)
-		}
-		return attr.Value
+	// History: the agent kept the hogs' series before the page opened, so
+	// the page shows them at once (the chart's first point is older than
+	// the page), with memory and network beside CPU and run-queue latency,
+	// and again right after a reload.
+	opened := historySpan(t, agent, 15*time.Second)
+	hog := `#containers section.container[data-revocable="true"]`
+	historyShown := func(before float64) chromedp.Action[chromedp.Void] {
+		return chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => {
+			const card = document.querySelector(%q);
+			if (!card) return false;
+			const f = (m) => card.querySelector('figure[data-metric="' + m + '"]');
+			const ok = (m) => f(m) && Number(f(m).dataset.points) >= 10 && Number(f(m).dataset.first) < %f;
+			return ["cpu", "memory", "network", "runqueue-p99"].every(ok) && f("cpu").querySelector("canvas") !== null;
+		})()`, hog, before-10), chromedp.WithPollingTimeout(30*time.Second), chromedp.WithPollingInterval(100*time.Millisecond))
 	}
-	var first string
-	eventually(t, 20*time.Second, func() string {
-		first = points()
-		if n := len(strings.Fields(first)); n < 3 {
-			return fmt.Sprintf("CPU chart has %d points", n)
-		}
-		if !aboveZero(first) {
-			return "CPU chart of a busy hog stays at zero: " + first
-		}
-		return ""
-	})
-	eventually(t, 10*time.Second, func() string {
-		if points() == first {
-			return "CPU chart did not change: " + first
-		}
-		return ""
-	})
+	run("the node view shows the history kept before the page opened", 40*time.Second, historyShown(opened))
+	run("hovering a chart shows its time and value", 20*time.Second, hover(hog+` figure[data-metric="cpu"]`))
+	reloaded := float64(time.Now().UnixMilli()) / 1e3
+	run("after a reload the history is there again", 40*time.Second, chromedp.Reload(), historyShown(reloaded))
 
 	// Provoke interference: the guaranteed task turns CPU-bound; the
-	// interference controller throttles the revocable subtree.
+	// interference controller throttles the revocable subtree, and the
+	// who-delayed-whom table names the revocable hogs as the guaranteed
+	// task's culprits.
 	if err := os.WriteFile(busy, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	run("a THROTTLE correction appears on the QoS timeline", 60*time.Second,
 		chromedp.WaitVisible(chromedp.CSS(`#qos-timeline g.correction[data-kind="CORRECTION_KIND_THROTTLE"]`)),
 		chromedp.WaitVisible(chromedp.CSS(`#qos tr[data-kind="CORRECTION_KIND_THROTTLE"]`)))
+	run("who delayed whom names a revocable hog as the guaranteed task's culprit", 60*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`#delays tr[data-culprit-kind="revocable"][data-victim^="guaranteed"]`)))
+	screenshot(t, ctx, "liveview-node.png")
 	if err := os.WriteFile(calm, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
+
+	// Tables sort (naturally, both ways) and filter; a task's output is one
+	// click away.
+	run("the cluster view again", 30*time.Second, chromedp.Navigate(page),
+		chromedp.WaitVisible(chromedp.CSS(`#tasks tr[data-state="TASK_STATE_RUNNING"]`)))
+	for _, dir := range []string{"asc", "desc"} {
+		run("sort the live tasks by name, "+dir, 20*time.Second,
+			chromedp.Click(chromedp.CSS(`#tasks th:first-child`)),
+			chromedp.WaitVisible(chromedp.CSS(`#tasks th:first-child[data-sort="`+dir+`"]`)))
+		names, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`[...document.querySelectorAll("#tasks tbody tr td:first-child")].map((td) => td.textContent)`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := slices.Clone(names)
+		slices.SortStableFunc(want, naturalCompare)
+		if dir == "desc" {
+			slices.Reverse(want)
+		}
+		if len(names) < 3 || !slices.Equal(names, want) {
+			t.Fatalf("live tasks sorted %s by name: %q, want %q", dir, names, want)
+		}
+	}
+	run("filter the live tasks", 20*time.Second,
+		chromedp.SendKeys(chromedp.CSS(`#tasks input.filter`), "hogs"),
+		chromedp.Poll[chromedp.Void](`document.querySelector("#tasks").dataset.rows === "2"`, chromedp.WithPollingTimeout(15*time.Second)))
+	screenshot(t, ctx, "liveview-cluster.png")
+	run("a hog's stdout and stderr one click away", 30*time.Second,
+		chromedp.Click(chromedp.CSS(`#tasks tbody tr a.logs`)),
+		chromedp.WaitVisible(chromedp.CSS(`#stdout pre`)), chromedp.WaitVisible(chromedp.CSS(`#stderr pre`)))
 
 	t.Run("dashboard and rules name exported metrics", func(t *testing.T) {
 		checkNamedMetricsExported(t, addr, agent.listen, true)
@@ -225,18 +254,100 @@ func artifactDir(t *testing.T) string {
 	return dir
 }
 
-var pointRE = regexp.MustCompile(`[\d.]+,([\d.]+)`)
-
-// aboveZero reports whether a polyline has a point above its baseline
-// (the charts' y grows downwards from the axis at y=78).
-func aboveZero(points string) bool {
-	for _, m := range pointRE.FindAllStringSubmatch(points, -1) {
-		var y float64
-		if _, err := fmt.Sscan(m[1], &y); err == nil && y < 77 {
-			return true
+// historySpan waits until the agent's history holds span of every
+// container's series, and returns the time then (Unix seconds).
+func historySpan(t *testing.T, agent *realAgent, span time.Duration) float64 {
+	t.Helper()
+	eventually(t, span+60*time.Second, func() string {
+		resp, err := agent.node().GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{}))
+		if err != nil {
+			return err.Error()
 		}
+		if len(resp.Msg.GetSeries()) < 3 {
+			return fmt.Sprintf("%d series in the history", len(resp.Msg.GetSeries()))
+		}
+		for _, s := range resp.Msg.GetSeries() {
+			times := s.GetTimes()
+			if len(times) < 2 || times[len(times)-1]-times[0] < span.Seconds() {
+				return fmt.Sprintf("%s: %d points", s.GetTaskId(), len(times))
+			}
+		}
+		return ""
+	})
+	return float64(time.Now().UnixMilli()) / 1e3
+}
+
+// hover moves the mouse over a chart's plot and waits for its legend to
+// show the time and a value under the cursor (without a cursor it shows
+// "–").
+func hover(figure string) chromedp.Action[chromedp.Void] {
+	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
+		if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(figure+" .u-over"))); err != nil {
+			return fmt.Errorf("scroll to the plot: %w", err)
+		}
+		box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(
+			`(() => { const r = document.querySelector(%q).querySelector(".u-over").getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()`, figure)))
+		if err != nil {
+			return fmt.Errorf("find the plot: %w", err)
+		}
+		if err := chromedp.Do(ctx, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, box[0]+box[2]*0.8, box[1]+box[3]/2)); err != nil {
+			return err
+		}
+		return chromedp.Do(ctx, chromedp.Poll[chromedp.Void](fmt.Sprintf(`(() => {
+			const v = [...document.querySelector(%q).querySelectorAll(".u-legend .u-series .u-value")].map((e) => e.textContent);
+			return v.length === 2 && /\d:\d\d/.test(v[0]) && /^[\d.]+$/.test(v[1]);
+		})()`, figure), chromedp.WithPollingTimeout(15*time.Second)))
+	})
+}
+
+// screenshot saves the page as docs/images/NAME when
+// SLACKLINE_UI_SCREENSHOTS is set (scripts/ui-screenshots.sh).
+func screenshot(t *testing.T, ctx context.Context, name string) {
+	t.Helper()
+	dir := os.Getenv("SLACKLINE_UI_SCREENSHOTS")
+	if dir == "" {
+		return
 	}
-	return false
+	shotCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	png, err := chromedp.Run(shotCtx, chromedp.FullScreenshot(100))
+	if err != nil {
+		t.Fatalf("screenshot %s: %v", name, err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, name), png, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Logf("wrote %s", filepath.Join(dir, name))
+}
+
+// naturalCompare orders strings as the page does: runs of digits by
+// value (hogs-2 before hogs-10), the rest case-insensitively.
+func naturalCompare(a, b string) int {
+	for a != "" && b != "" {
+		da, db := digits(a), digits(b)
+		if da > 0 && db > 0 {
+			x, _ := strconv.ParseUint(a[:da], 10, 64)
+			y, _ := strconv.ParseUint(b[:db], 10, 64)
+			if c := cmp.Compare(x, y); c != 0 {
+				return c
+			}
+			a, b = a[da:], b[db:]
+			continue
+		}
+		if c := cmp.Compare(unicode.ToLower(rune(a[0])), unicode.ToLower(rune(b[0]))); c != 0 {
+			return c
+		}
+		a, b = a[1:], b[1:]
+	}
+	return cmp.Compare(len(a), len(b))
+}
+
+func digits(s string) int {
+	n := 0
+	for n < len(s) && s[n] >= '0' && s[n] <= '9' {
+		n++
+	}
+	return n
 }
 
 // metricFamilies returns the metric families a /metrics page declares.

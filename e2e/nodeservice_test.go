@@ -17,6 +17,7 @@ import (
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -45,7 +46,7 @@ func TestNodeService(t *testing.T) {
 	go coord.Run(ctx)
 	go server.Serve(ctx, server.Config{Listener: coordLn, Logger: quiet}, coord.Handler())
 
-	root := fmt.Sprintf("slackline-agenttest-%d", os.Getpid())
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-agenttest-%d", os.Getpid()))
 	nodeAddr := freeAddr(t)
 	opts := testAgentOptions(t, root, coordURL, quiet)
 	opts.Listen, opts.Hostname, opts.Resources = nodeAddr, "node-test", "cpus:2;mem:1024"

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/internal/agenttest"
+	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 )
 
@@ -21,7 +22,7 @@ func TestAgentProtocol(t *testing.T) {
 	var agents atomic.Int64
 	agenttest.Run(t, func(t *testing.T, coordinatorURL string) func() {
 		logger := slog.New(slog.NewTextHandler(t.Output(), &slog.HandlerOptions{Level: slog.LevelWarn}))
-		root := fmt.Sprintf("slackline-protocol-%d-%d", os.Getpid(), agents.Add(1))
+		root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-protocol-%d-%d", os.Getpid(), agents.Add(1)))
 		opts := testAgentOptions(t, root, coordinatorURL, logger)
 		opts.Hostname, opts.Resources = "protocol-test", "cpus:2;mem:1024"
 		opts.MinBackoff, opts.MaxBackoff = 20*time.Millisecond, time.Second

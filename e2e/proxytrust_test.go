@@ -326,7 +326,7 @@ func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 	t.Run("default flags", func(t *testing.T) {
 		addr, listen := freeAddr(t), freeAddr(t)
 		coordinator := startStrict(t, "slackline-coordinator", coordinatorArgs(addr, t.TempDir())...)
-		root := fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9)
+		root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9))
 		agent := startStrict(t, "slackline-agent", "--coordinator", "http://"+addr, "--listen", listen,
 			"--work-dir", cgrouptest.WorkDir(t, root), "--cgroup-root", root, "--resources", "cpus:2;mem:512", "--kill-grace-period", "200ms")
 		select {
@@ -353,7 +353,7 @@ func TestTaskCannotReadAnotherTasksOutput(t *testing.T) {
 		// verifies: only the missing credentials stop it.
 		s := startTrusted(t, "127.0.0.1")
 		listen := freeAddr(t)
-		root := fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9)
+		root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-proxytrust-%d", time.Now().UnixNano()%1e9))
 		startStrict(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
 			"--cgroup-root", root, "--resources", "cpus:2;mem:512", "--ca", s.file("ca.crt"), "--cert", s.file("agent-127.0.0.1.crt"),
 			"--key", s.file("agent-127.0.0.1.key"), "--client-crl", s.file("crl.pem"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")
@@ -460,7 +460,7 @@ func BenchmarkNodeViewLatency(b *testing.B) {
 	privileged.Require(b)
 	s := startTrusted(b, "bench-node")
 	listen := freeAddr(b)
-	root := fmt.Sprintf("slackline-e2e-viewbench-%d", time.Now().UnixNano()%1e9)
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-viewbench-%d", time.Now().UnixNano()%1e9))
 	startStrict(b, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(b, root), "agent"),
 		"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-bench-node.crt"),
 		"--key", s.file("agent-bench-node.key"), "--client-crl", s.file("crl.pem"), "--authz", s.file("authz.yaml"))

@@ -150,9 +150,11 @@ func TestQoSMemory(t *testing.T) {
 	waitAgentsActive(t, addr, 1)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:1.5;mem:64", "--command", "sleep 1000")
-	// tail holds its whole input in memory when it has no newline.
+	// dd reads 1.5 GiB into one buffer with a single read (the kernel
+	// zero-fills it: little CPU, even at idle priority), then blocks
+	// writing it to a pipe nobody reads, holding the memory until killed.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
-		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", "head -c 1536M /dev/zero | tail")
+		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", "dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000")
 	eventually(t, 90*time.Second, func() string {
 		killed := revocableTasks(t, addr, "memhog")[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {

@@ -510,6 +510,9 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:                    {`{}`, "UDDA"},
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure:                {`{"taskId":"nope","path":"stdout"}`, "UDAA"},
 	slacklinev1connect.NodeServiceGetImagesProcedure:                      {`{}`, "UDDA"},
+	slacklinev1connect.NodeServiceGetHistoryProcedure:                     {`{}`, "UDDA"},
+	slacklinev1connect.NodeServiceGetDelaysProcedure:                      {`{}`, "UDDA"},
+	slacklinev1connect.NodeServiceGetShadowsProcedure:                     {`{}`, "UDDA"},
 	// JobService (slackline-jobs): any principal submits in a role it may
 	// (batch's own), and sees and cancels its own jobs (none here: not found).
 	slacklinev1connect.JobServiceSubmitJobProcedure: {`{"spec":"name: table\nrole: batch\ncommand: \"true\"\nresources: \"cpus:0.1;mem:16\"\n"}`, "UDAA"},
@@ -678,7 +681,7 @@ func TestAuthorizationTable(t *testing.T) {
 	t.Run("agent NodeService", func(t *testing.T) {
 		privileged.Require(t)
 		listen := freeAddr(t)
-		root := fmt.Sprintf("slackline-e2e-table-%d", time.Now().UnixNano()%1e9)
+		root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-table-%d", time.Now().UnixNano()%1e9))
 		start(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
 			"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-table-agent.crt"),
 			"--key", s.file("agent-table-agent.key"), "--authz", s.file("authz.yaml"))
@@ -722,7 +725,7 @@ func TestSandboxAccess(t *testing.T) {
 	privileged.Require(t)
 	s := startSecure(t, "sandbox-agent")
 	listen := freeAddr(t)
-	root := fmt.Sprintf("slackline-e2e-sandbox-%d", time.Now().UnixNano()%1e9)
+	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-sandbox-%d", time.Now().UnixNano()%1e9))
 	start(t, "slackline-agent", "--coordinator", s.url, "--listen", listen, "--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), "agent"),
 		"--cgroup-root", root, "--resources", "cpus:1;mem:256", "--ca", s.file("ca.crt"), "--cert", s.file("agent-sandbox-agent.crt"),
 		"--key", s.file("agent-sandbox-agent.key"), "--authz", s.file("authz.yaml"), "--kill-grace-period", "200ms")

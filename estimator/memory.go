@@ -1,6 +1,9 @@
 package estimator
 
-import "time"
+import (
+	"sort"
+	"time"
+)
 
 // memNeedOf is the memory (MiB) a guaranteed member is predicted to need:
 // the peak of its working set (Sample.MemBytes: anonymous plus active file
@@ -14,10 +17,12 @@ import "time"
 func memNeedOf(m member, now time.Time, cfg Config, allocMiB float64) float64 {
 	window := m.window
 	if cfg.MemoryWindow > 0 {
+		// Drop the samples at or before start, keeping at least the last
+		// one (samples are in time order: a binary search, not a walk over
+		// the minute before the memory window).
 		start := now.Add(-cfg.MemoryWindow)
-		for len(window) > 1 && !window[0].Time.After(start) {
-			window = window[1:]
-		}
+		first := sort.Search(len(window), func(i int) bool { return window[i].Time.After(start) })
+		window = window[min(first, max(0, len(window)-1)):]
 	}
 	return mib(memPeak(window)) + cfg.MemoryMargin*allocMiB
 }

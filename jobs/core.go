@@ -35,6 +35,10 @@ const (
 	// HoldFor is how long a revocable offer is held waiting for a regular
 	// offer of its agent (revocable and regular offers arrive apart).
 	HoldFor = 10 * time.Second
+	// ReconcileEvery is how often a task whose launch is unconfirmed is
+	// reconciled again while the coordinator gives no answer (its agent
+	// is recovering).
+	ReconcileEvery = 10 * time.Second
 )
 
 // Limit names, the keys of Core.LimitHits.
@@ -94,6 +98,9 @@ type Plan struct {
 // kills, and suppressions and revivals of offers per role.
 type Effects struct {
 	Kills []Kill
+	// Reconcile are tasks to ask the coordinator about (explicit
+	// reconciliation): their launch is unconfirmed.
+	Reconcile []Kill
 	// Declines are held revocable offers to give back (refuse
 	// DeclineSeconds).
 	Declines []string
@@ -126,6 +133,9 @@ type Core struct {
 	// agent brings what their tasks need beside slack cpus (memory).
 	// Holding revocable offers starves no guaranteed work.
 	held map[string]heldOffer
+	// unconfirmed are the launched tasks whose launch is unconfirmed
+	// (Index.ReconcileAt set), by task id.
+	unconfirmed map[string]bool
 	// LimitHits counts each limit hit, by limit name.
 	LimitHits map[string]int
 }
@@ -141,13 +151,18 @@ func New(cfg Config) *Core {
 	return &Core{
 		cfg: cfg, jobs: map[string]*Job{}, suppressed: map[string]bool{}, revive: map[string]bool{},
 		dirtyJobs: map[string]bool{}, dirtyIdx: map[string]map[int]bool{}, deleted: map[string]bool{},
-		held: map[string]heldOffer{}, LimitHits: map[string]int{},
+		held: map[string]heldOffer{}, unconfirmed: map[string]bool{}, LimitHits: map[string]int{},
 	}
 }
 
 // Restore adds a persisted job (with its indexes) to a new core.
 func (c *Core) Restore(j *Job) {
 	j.reindex()
+	for i := range j.Indexes {
+		if x := &j.Indexes[i]; x.State == IndexLaunched && !x.ReconcileAt.IsZero() {
+			c.unconfirmed[x.TaskID] = true
+		}
+	}
 	c.jobs[j.Spec.Name] = j
 	c.seq = max(c.seq, j.Seq)
 }
@@ -200,7 +215,7 @@ func (c *Core) queue(j *Job, now time.Time) {
 	j.Indexes = make([]Index, j.Spec.Completions)
 	idx := c.dirtyIndexes(j.Spec.Name)
 	for i := range j.Indexes {
-		j.Indexes[i] = Index{State: IndexPending, PendingSince: now}
+		j.Indexes[i] = Index{State: IndexPending, PendingSince: now, Queued: uint64(i) + 1}
 		idx[i] = true
 	}
 	j.reindex()
@@ -631,22 +646,45 @@ func (c *Core) taskInfo(j *Job, i int, g *agentOffers, fromRev, fromReg resource
 	}
 }
 
-// LaunchFailed puts the tasks of an Accept that failed back in their
-// queues; it counts as a loss, not a failure.
-func (c *Core) LaunchFailed(tasks []*slacklinev1.TaskInfo, now time.Time, why string) Effects {
+// NotLaunched puts tasks that were certainly not launched (the shell did
+// not call Accept) back in their queues; it counts as a loss, not a
+// failure.
+func (c *Core) NotLaunched(tasks []*slacklinev1.TaskInfo, now time.Time, why string) Effects {
 	for _, t := range tasks {
 		j, x, i := c.current(t.GetTaskId())
 		if x == nil || x.State != IndexLaunched {
 			continue
 		}
-		// The coordinator may have launched it before the call failed:
-		// counted as lost; the stale task is killed if it ever reports.
 		x.Losses++
 		j.Lost++
 		c.requeue(j, x, i, now, time.Time{})
-		c.event(j, now, "index %d: launch of %s failed (%s); re-queued, not a failure", i, t.GetTaskId(), why)
+		c.event(j, now, "index %d: %s not launched (%s); re-queued, not a failure", i, t.GetTaskId(), why)
 	}
 	return c.sync(Effects{}, now)
+}
+
+// LaunchFailed marks the tasks of an Accept call that failed as
+// unconfirmed: the coordinator may have launched them before the call
+// failed (a timeout, a lost connection), so relaunching at once could run
+// an index twice. They stay launched, and Effects.Reconcile names them:
+// the coordinator's answer to an explicit reconciliation decides (a status
+// of the task confirms it; GONE or UNKNOWN, a task it never launched,
+// re-queues the index as lost). Tick asks again every ReconcileEvery while
+// no answer comes.
+func (c *Core) LaunchFailed(tasks []*slacklinev1.TaskInfo, now time.Time, why string) Effects {
+	var eff Effects
+	for _, t := range tasks {
+		j, x, i := c.current(t.GetTaskId())
+		if x == nil || x.State != IndexLaunched {
+			continue
+		}
+		x.ReconcileAt = now.Add(ReconcileEvery)
+		c.unconfirmed[x.TaskID] = true
+		c.dirtyIndexes(j.Spec.Name)[i] = true
+		c.event(j, now, "index %d: launch of %s failed (%s); reconciling before a relaunch", i, t.GetTaskId(), why)
+		eff.Reconcile = append(eff.Reconcile, Kill{TaskID: x.TaskID, AgentID: x.AgentID})
+	}
+	return c.sync(eff, now)
 }
 
 // current finds the job and index of a task id, when it is the index's
@@ -665,6 +703,9 @@ func (c *Core) current(id string) (*Job, *Index, int) {
 
 func (c *Core) requeue(j *Job, x *Index, i int, now, notBefore time.Time) {
 	x.State = IndexPending
+	j.queued++
+	x.Queued = j.queued
+	x.ReconcileAt = time.Time{}
 	x.NotBefore = notBefore
 	x.PendingSince = now
 	j.launched--
@@ -739,12 +780,23 @@ func (c *Core) Update(st *slacklinev1.TaskStatus, now time.Time) (Outcome, Effec
 		}
 		return OutcomeNone, c.sync(eff, now)
 	}
+	unconfirmed := !x.ReconcileAt.IsZero()
+	if unconfirmed {
+		// The coordinator answered about a launch that was unconfirmed.
+		x.ReconcileAt = time.Time{}
+		delete(c.unconfirmed, x.TaskID)
+	}
 	x.TaskState, x.Reason, x.Message = st.GetState(), st.GetReason(), st.GetMessage()
 	if st.GetAgentId() != "" {
 		x.AgentID = st.GetAgentId()
 	}
 	c.dirtyIndexes(j.Spec.Name)[i] = true
 	out := Classify(st)
+	if unconfirmed && st.GetState() == slacklinev1.TaskState_TASK_STATE_UNKNOWN {
+		// Neither the task nor its agent is known: it was never
+		// launched.
+		out = OutcomeLost
+	}
 	why := statusText(st)
 	switch out {
 	case OutcomeSucceeded:
@@ -833,6 +885,19 @@ func (c *Core) Tick(now time.Time) Effects {
 			delete(c.held, id)
 		}
 	}
+	for id := range c.unconfirmed {
+		j, x, i := c.current(id)
+		if x == nil || x.State != IndexLaunched || x.ReconcileAt.IsZero() {
+			delete(c.unconfirmed, id)
+			continue
+		}
+		if !now.Before(x.ReconcileAt) {
+			x.ReconcileAt = now.Add(ReconcileEvery)
+			c.dirtyIndexes(j.Spec.Name)[i] = true
+			eff.Reconcile = append(eff.Reconcile, Kill{TaskID: x.TaskID, AgentID: x.AgentID})
+		}
+	}
+	slices.SortFunc(eff.Reconcile, func(a, b Kill) int { return strings.Compare(a.TaskID, b.TaskID) })
 	for _, j := range c.Jobs() {
 		switch {
 		case IsFinal(j.State):
@@ -866,6 +931,11 @@ func (c *Core) NextWake() time.Time {
 	}
 	for _, h := range c.held {
 		earlier(h.since.Add(HoldFor))
+	}
+	for id := range c.unconfirmed {
+		if _, x, _ := c.current(id); x != nil && x.State == IndexLaunched {
+			earlier(x.ReconcileAt)
+		}
 	}
 	for _, j := range c.jobs {
 		switch {

@@ -631,3 +631,116 @@ func TestRevocableOfferHeldUntilItsRegularPartner(t *testing.T) {
 		t.Errorf("held %v after rescind", c2.Held())
 	}
 }
+
+// TestFailedLaunchIsReconciledBeforeARelaunch: an Accept call that failed
+// may have launched its tasks, so the index stays launched and its task is
+// reconciled (again every ReconcileEvery while no answer comes, and after
+// a restart) instead of being relaunched at once, which could run it
+// twice. A status of the task confirms the launch; GONE or UNKNOWN, a task
+// the coordinator never launched, re-queues the index as a loss.
+func TestFailedLaunchIsReconciledBeforeARelaunch(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name   string
+		answer *slacklinev1.TaskStatus // nil: no answer
+		// relaunch: the index is launched again (attempt 2) on the next
+		// offer.
+		relaunch bool
+	}{
+		{"launched after all", status("j.0.1", running, slacklinev1.Reason_REASON_RECONCILIATION), false},
+		{"finished after all", status("j.0.1", finished, noReason), false},
+		{"gone", status("j.0.1", slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_RECONCILIATION), true},
+		{"unknown", status("j.0.1", slacklinev1.TaskState_TASK_STATE_UNKNOWN, slacklinev1.Reason_REASON_RECONCILIATION), true},
+		{"no answer", nil, false},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			c := New(Config{})
+			j := mustSubmit(t, c, "name: j\ncommand: x\nresources: cpus:1\n", t0)
+			p, _ := c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+			eff := c.LaunchFailed(p.Launches[0].Tasks, t0, "deadline exceeded")
+			if want := []Kill{{TaskID: "j.0.1", AgentID: "a1"}}; !cmp.Equal(eff.Reconcile, want) {
+				t.Fatalf("reconcile %v, want %v", eff.Reconcile, want)
+			}
+			if p, _ := c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0); len(launchedIDs(p)) != 0 {
+				t.Fatalf("relaunched %v before the coordinator answered", launchedIDs(p))
+			}
+			// A restart keeps the launch unconfirmed.
+			d := c.TakeDirty()
+			if !cmp.Equal(d.Indexes["j"], []int{0}) || j.Indexes[0].ReconcileAt.IsZero() {
+				t.Fatalf("dirty %v, index %+v", d.Indexes, j.Indexes[0])
+			}
+			if tt.answer != nil {
+				c.Update(tt.answer, t0.Add(time.Second))
+			}
+			p, _ = c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0.Add(time.Second))
+			if got := len(launchedIDs(p)) > 0; got != tt.relaunch {
+				t.Fatalf("relaunched %v (%v), want %v", got, launchedIDs(p), tt.relaunch)
+			}
+			if tt.relaunch && (launchedIDs(p)[0] != "j.0.2" || j.Indexes[0].Losses != 1 || j.Failures != 0) {
+				t.Errorf("relaunch %v, index %+v, %d failures", launchedIDs(p), j.Indexes[0], j.Failures)
+			}
+			later := t0.Add(ReconcileEvery)
+			wantWake := map[bool]time.Time{true: later}[tt.answer == nil]
+			if got := c.NextWake(); !got.Equal(wantWake) {
+				t.Errorf("next wake %v, want %v", got, wantWake)
+			}
+			eff = c.Tick(later)
+			if tt.answer == nil {
+				if want := []Kill{{TaskID: "j.0.1", AgentID: "a1"}}; !cmp.Equal(eff.Reconcile, want) {
+					t.Errorf("reconcile at the next tick %v, want %v", eff.Reconcile, want)
+				}
+			} else if len(eff.Reconcile) != 0 {
+				t.Errorf("reconciled %v again after the answer", eff.Reconcile)
+			}
+		})
+	}
+}
+
+// TestNotLaunchedRequeuesAtOnce: tasks whose Accept was never sent (the
+// store failed) are re-queued at once, as a loss.
+func TestNotLaunchedRequeuesAtOnce(t *testing.T) {
+	t.Parallel()
+	c := New(Config{})
+	j := mustSubmit(t, c, "name: j\ncommand: x\nresources: cpus:1\n", t0)
+	p, _ := c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+	c.NotLaunched(p.Launches[0].Tasks, t0, "the job store failed")
+	p, _ = c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+	if got := launchedIDs(p); !cmp.Equal(got, []string{"j.0.2"}) || j.Indexes[0].Losses != 1 || j.Failures != 0 {
+		t.Errorf("launched %v, index %+v", got, j.Indexes[0])
+	}
+}
+
+// TestRestoreKeepsRequeueOrder: indexes re-queued (preempted, lost,
+// retried) launch after those queued before them, and a core restored from
+// the records (a restart) launches them in the same order.
+func TestRestoreKeepsRequeueOrder(t *testing.T) {
+	t.Parallel()
+	c := New(Config{})
+	j := mustSubmit(t, c, "name: j\ncommand: x\nresources: cpus:1\ncompletions: 6\n", t0)
+	c.Offers([]*slacklinev1.Offer{offer("a1", "cpus:4", false)}, t0)
+	// 0-3 launched, 4 and 5 pending; 3 then 0 then 2 are re-queued.
+	c.Update(status("j.3.1", killed, preempted), t0)
+	c.Update(status("j.0.1", slacklinev1.TaskState_TASK_STATE_LOST, slacklinev1.Reason_REASON_AGENT_UNREACHABLE), t0)
+	c.Update(status("j.2.1", killed, preempted), t0)
+	want := []string{"j.4.1", "j.5.1", "j.3.2", "j.0.2", "j.2.2"}
+
+	r := New(Config{})
+	restored := *j
+	restored.Indexes = append([]Index(nil), j.Indexes...)
+	r.Restore(&restored)
+	for name, core := range map[string]*Core{"running": c, "restored": r} {
+		var got []string
+		for range want {
+			p, _ := core.Offers([]*slacklinev1.Offer{offer("a1", "cpus:1", false)}, t0)
+			got = append(got, launchedIDs(p)...)
+			if ids := launchedIDs(p); len(ids) == 1 {
+				core.Update(status(ids[0], finished, noReason), t0)
+			}
+		}
+		if !cmp.Equal(got, want) {
+			t.Errorf("%s core launched %v, want %v", name, got, want)
+		}
+	}
+}

@@ -30,6 +30,13 @@
 //     failure, retried after an exponential backoff until the index has
 //     more failures than the job's retries, which fails the job with the
 //     last task's state, reason and message.
+//   - LaunchFailed handles an Accept call that failed: the coordinator may
+//     have launched its tasks, so they stay launched and are reconciled
+//     (Effects.Reconcile, again every ReconcileEvery until the
+//     coordinator answers); a status of the task confirms it, GONE or
+//     UNKNOWN re-queues the index as a loss. An index is never relaunched
+//     while its earlier task may run. NotLaunched re-queues tasks whose
+//     Accept was never sent.
 //   - Tick applies time: deadlines, expired backoffs (revivals) and cron
 //     runs, each a job of its own, started under the cron job's
 //     concurrency policy (forbid skips a run while one is active, allow
@@ -49,7 +56,9 @@
 // the tasks an Offers plan names (a task id is never launched unrecorded)
 // and before it acknowledges the updates applied, so that a restarted
 // service resumes from its records: Restore rebuilds each job and Launched
-// lists the tasks to reconcile.
+// lists the tasks to reconcile. Each pending index records its place in
+// its job's queue (Index.Queued), so that a restored core launches
+// re-queued indexes in the order the running one would have.
 //
 // # Limits
 //

@@ -1,7 +1,9 @@
 package jobs
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
@@ -62,6 +64,16 @@ type Index struct {
 	// last became pending (for revocable: prefer).
 	NotBefore    time.Time `json:"not_before,omitzero"`
 	PendingSince time.Time `json:"pending_since,omitzero"`
+	// Queued is the index's place in its job's queue while pending: the
+	// order it became pending in (indexes, then re-queues), kept so that a
+	// restarted service launches in the same order.
+	Queued uint64 `json:"queued,omitempty"`
+	// ReconcileAt, set while the launch of the latest attempt is
+	// unconfirmed (its Accept call failed: the coordinator may have
+	// launched it or not), is when to ask the coordinator about it again.
+	// The index stays launched until the coordinator answers: any status
+	// of the task confirms it, a GONE or UNKNOWN answer re-queues it.
+	ReconcileAt time.Time `json:"reconcile_at,omitzero"`
 }
 
 // Job is a job: its spec, owner, state and indexes. A cron job (a spec
@@ -86,8 +98,9 @@ type Job struct {
 	// Indexes are persisted one record each, not with the job.
 	Indexes []Index `json:"-"`
 
-	// Derived from Indexes, rebuilt by index().
-	pending   []int // pending indexes, in launch order
+	// Derived from Indexes, rebuilt by reindex().
+	pending   []int // pending indexes, in launch order (by Queued)
+	queued    uint64
 	launched  int
 	succeeded int
 	failed    int
@@ -98,8 +111,9 @@ func (j *Job) IsCron() bool { return j.Spec.Schedule != "" }
 
 // reindex rebuilds the derived fields from Indexes.
 func (j *Job) reindex() {
-	j.pending, j.launched, j.succeeded, j.failed = nil, 0, 0, 0
+	j.pending, j.launched, j.succeeded, j.failed, j.queued = nil, 0, 0, 0, 0
 	for i := range j.Indexes {
+		j.queued = max(j.queued, j.Indexes[i].Queued)
 		switch j.Indexes[i].State {
 		case IndexPending:
 			j.pending = append(j.pending, i)
@@ -111,6 +125,8 @@ func (j *Job) reindex() {
 			j.failed++
 		}
 	}
+	// Records written before Queued existed have none: index order.
+	slices.SortStableFunc(j.pending, func(a, b int) int { return cmp.Compare(j.Indexes[a].Queued, j.Indexes[b].Queued) })
 }
 
 // Summary returns the job's line of `slacklinectl jobs get`.

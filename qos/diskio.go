@@ -7,13 +7,26 @@ import (
 )
 
 // DiskIOConfig configures the disk I/O controller. Guaranteed work's disk
-// I/O is delayed when a guaranteed or protected container's io.pressure
-// some avg10 exceeds SomeEnter or full avg10 exceeds FullEnter, or the
-// node's /proc/pressure/io full avg10 exceeds NodeFullEnter (0, the
+// I/O is delayed when a guaranteed or protected container's synchronous
+// writes (fsync, fdatasync, O_SYNC: eBPF) had a p99 over SyncP99Enter in
+// the last sampling interval, counting at least MinSyncs of them; or its
+// io.pressure some avg10 exceeds SomeEnter or full avg10 exceeds FullEnter;
+// or the node's /proc/pressure/io full avg10 exceeds NodeFullEnter (0, the
 // default, ignores it: the node's figure counts revocable work's own
-// throttled I/O); calm when every one is below half its threshold.
+// throttled I/O). Calm when every one is below half its threshold.
+//
+// The sync latency is the signal that sees a database's commits: on ext4
+// an fsync mostly waits for the journal commit (jbd2), a wait io.pressure
+// does not count (it is not an I/O sleep of the task), so a guaranteed
+// task's p99 can grow tenfold while its io.pressure stays under 10%.
 type DiskIOConfig struct {
 	SomeEnter, FullEnter, NodeFullEnter float64
+	// SyncP99Enter is the p99 synchronous-write latency of a guaranteed
+	// container above which its I/O is delayed (default 20 ms; 0 ignores
+	// the signal), over at least MinSyncs writes in the interval (default
+	// 10: fewer make the p99 the maximum of a handful).
+	SyncP99Enter time.Duration
+	MinSyncs     uint64
 	// StartBytesPerSecond is the cap of the first Throttle when there is
 	// none, per device: the node's disk capacity (Node.DiskBytesPerSecond)
 	// when known, else this (default 256 MiB/s). Raising the cap to it
@@ -36,7 +49,7 @@ type DiskIOConfig struct {
 // DefaultDiskIOConfig returns the disk I/O controller's defaults.
 func DefaultDiskIOConfig() DiskIOConfig {
 	return DiskIOConfig{
-		SomeEnter: 10, FullEnter: 5,
+		SomeEnter: 10, FullEnter: 5, SyncP99Enter: 20 * time.Millisecond, MinSyncs: 10,
 		StartBytesPerSecond: 256 << 20,
 		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorBytesPerSecond: 1 << 20,
 		CalmPeriod: 5 * time.Second, IncreaseFraction: 0.1, IncreaseInterval: time.Second,
@@ -50,6 +63,9 @@ func (c DiskIOConfig) validate() error {
 		if v < 0 || v > 100 {
 			bad("%s must be a percentage in [0, 100], got %v", name, v)
 		}
+	}
+	if c.SyncP99Enter < 0 {
+		bad("sync p99 enter must not be negative, got %v", c.SyncP99Enter)
 	}
 	if !(c.StartBytesPerSecond > 0) {
 		bad("start bytes per second must be positive, got %v", c.StartBytesPerSecond)
@@ -103,8 +119,8 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 	}
 	if signal != "" {
 		d.calmFrom = time.Time{}
-		if !d.decreased.IsZero() && in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval {
-			return nil
+		if !d.decreased.IsZero() && (in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval || !at.After(d.changed)) {
+			return nil // too soon, or a sample from before the latest change (which it cannot show)
 		}
 		from := limit
 		if from <= 0 {
@@ -145,6 +161,9 @@ func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time)
 		c := &in.Containers[i]
 		if !c.guarded() {
 			continue
+		}
+		if enter := time.Duration(float64(cfg.SyncP99Enter) * scale); enter > 0 && c.Syncs >= max(cfg.MinSyncs, 1) && c.SyncP99 > enter {
+			return fmt.Sprintf("%s fsync p99 %s over %d > %s", c.ID, c.SyncP99, c.Syncs, enter), c.sampledAt(in.Now)
 		}
 		if cfg.FullEnter > 0 && c.IOPressureFull10 > cfg.FullEnter*scale {
 			return fmt.Sprintf("%s io.pressure full avg10 %.1f%% > %g%%", c.ID, c.IOPressureFull10, cfg.FullEnter*scale), c.sampledAt(in.Now)

@@ -281,8 +281,10 @@
 // "diskio" (DiskIOController): where the node can cap the revocable
 // subtree's disk I/O (Node.DiskIO: io.max, blkio.throttle), it halves the
 // per-device cap every DecreaseInterval while a guaranteed or protected
-// container's io.pressure some avg10 exceeds SomeEnter (full: FullEnter),
-// down to FloorBytesPerSecond, and after CalmPeriod below half the
+// container's fsync p99 over the last interval (eBPF, Container.SyncP99,
+// over at least MinSyncs fsyncs) exceeds SyncP99Enter, or its io.pressure
+// some avg10 exceeds SomeEnter (full: FullEnter), down to
+// FloorBytesPerSecond (never twice on one sample), and after CalmPeriod below half the
 // thresholds raises it by IncreaseFraction of the start value per
 // IncreaseInterval, removing it at the start (the node's disk capacity, or
 // StartBytesPerSecond). It never kills: capped writers wait.
@@ -313,7 +315,7 @@
 //	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), Some/FullEnter 10 / 2 %,
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
-//	diskio        Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
+//	diskio        SyncP99Enter 20 ms over MinSyncs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
 //	              Floor 1 MiB/s, CalmPeriod 5 s, Increase 10% of start per 1 s
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s

@@ -49,6 +49,11 @@ type Container struct {
 	// IOPressureSome10 and IOPressureFull10 are the cgroup's io.pressure
 	// "some" and "full" avg10, in percent.
 	IOPressureSome10, IOPressureFull10 float64
+	// Syncs counts the container's synchronous writes (fsync, fdatasync,
+	// O_SYNC writes) over the last sampling interval and SyncP99 is their
+	// p99 latency (eBPF; 0: not measured or none).
+	Syncs   uint64
+	SyncP99 time.Duration
 	// DelayedBy attributes the run-queue delay this container suffered in the
 	// last interval to the revocable containers that held the CPU meanwhile
 	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil

@@ -239,6 +239,11 @@ func (s simNode) GetImages(ctx context.Context, _ *connect.Request[slacklinev1.G
 	return connect.NewResponse(&slacklinev1.GetImagesResponse{}), nil
 }
 
+// GetShadows: a simulated agent runs no estimator, so no shadows either.
+func (s simNode) GetShadows(context.Context, *connect.Request[slacklinev1.GetShadowsRequest]) (*connect.Response[slacklinev1.GetShadowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("a simulated agent runs no estimator, so no shadow settings"))
+}
+
 func (s simNode) GetEstimate(context.Context, *connect.Request[slacklinev1.GetEstimateRequest]) (*connect.Response[slacklinev1.GetEstimateResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("a simulated agent runs no estimator (see slackline-sim --revocable)"))
 }
@@ -317,4 +322,25 @@ func parseUsage(labels map[string]string) (float64, error) {
 		return 0, fmt.Errorf("invalid %s label %q: want a fraction between 0 and 1", LabelUsage, v)
 	}
 	return u, nil
+}
+
+// errSimHistory answers GetHistory and GetDelays: pretend containers have
+// no measured series.
+var errSimHistory = connect.NewError(connect.CodeFailedPrecondition,
+	errors.New("a simulated agent (slackline-sim) measures nothing, so it keeps no history and no who-delayed-whom: run the real agent, as root"))
+
+// GetHistory: a simulated agent keeps no history.
+func (s simNode) GetHistory(ctx context.Context, _ *connect.Request[slacklinev1.GetHistoryRequest]) (*connect.Response[slacklinev1.GetHistoryResponse], error) {
+	if _, err := s.agent(ctx); err != nil {
+		return nil, err
+	}
+	return nil, errSimHistory
+}
+
+// GetDelays: a simulated agent runs no eBPF programs.
+func (s simNode) GetDelays(ctx context.Context, _ *connect.Request[slacklinev1.GetDelaysRequest]) (*connect.Response[slacklinev1.GetDelaysResponse], error) {
+	if _, err := s.agent(ctx); err != nil {
+		return nil, err
+	}
+	return nil, errSimHistory
 }

@@ -69,8 +69,9 @@ type Config struct {
 	// quota / cpu.max); by default cpus only sets a weight.
 	CPUHardLimit bool
 	// SupervisorCommand is the argv prefix that starts a supervisor (default
-	// {os.Executable(), "supervise"}). The program must call SuperviseMain
-	// with the arguments that follow the prefix.
+	// FindSupervisor(""): SupervisorBinary next to os.Executable()). The
+	// program must call SuperviseMain with the arguments that follow the
+	// prefix.
 	SupervisorCommand []string
 	// TaskUser is the user a task runs as when its Spec names none
 	// (default DefaultTaskUser: DynamicTaskUser, a user of each task's
@@ -288,11 +289,11 @@ func New(cfg Config) (*Containerizer, error) {
 		}
 	}
 	if len(cfg.SupervisorCommand) == 0 {
-		exe, err := os.Executable()
+		argv, err := FindSupervisor("")
 		if err != nil {
-			return nil, fmt.Errorf("find the supervisor executable: %w", err)
+			return nil, err
 		}
-		cfg.SupervisorCommand = []string{exe, "supervise"}
+		cfg.SupervisorCommand = argv
 	}
 	if cfg.StateDir == "" || cfg.SandboxDir == "" {
 		return nil, errors.New("containerizer: StateDir and SandboxDir are required")

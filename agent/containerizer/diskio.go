@@ -65,6 +65,11 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	var parts []string
 	if s.Cap {
 		parts = append(parts, "cap: "+s.CapWhy)
+		if layout.Mode != cgroups.ModeV2 {
+			// v1 charges writeback to the flusher threads, in the root
+			// blkio cgroup, and has no per-cgroup dirty limits.
+			parts = append(parts, "buffered writes escape the cap (v1 writeback is charged to the root blkio cgroup): it holds direct and synchronous I/O only")
+		}
 	} else {
 		parts = append(parts, "no cap: "+s.CapWhy)
 	}

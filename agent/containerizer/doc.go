@@ -16,13 +16,17 @@
 //	conn, err := c.DialTask(ctx, ct.ID, port) // the task's own loopback port
 //	c.Close()                            // stop watching; containers keep running
 //
-// The agent binary must dispatch its "supervise" sub-command to
-// SuperviseMain (Config.SupervisorCommand defaults to {os.Executable(),
-// "supervise"}):
+// Supervisors and shims are a small binary of their own, slackline-supervisor
+// (cmd/slackline-supervisor), whose main is
 //
-//	if len(os.Args) > 1 && os.Args[1] == "supervise" {
-//		os.Exit(containerizer.SuperviseMain(os.Args[2:]))
-//	}
+//	os.Exit(containerizer.SuperviseMain(os.Args[1:]))
+//
+// Config.SupervisorCommand defaults to FindSupervisor(""): SupervisorBinary
+// next to the running executable; New fails naming the path when it is not
+// there. Every launch executes it twice (supervisor, then shim), so it links
+// the containerizer only. The agent binary still dispatches its "supervise"
+// sub-command to SuperviseMain (tests, and {agent, "supervise"} as a
+// SupervisorCommand).
 //
 // # Cgroup layout
 //

@@ -54,6 +54,8 @@ func fakeConfig(t *testing.T, files map[string]string) Config {
 		CgroupRoot: "slackline", CgroupMountpoint: fakeTree(t, files),
 		StateDir: filepath.Join(work, "containers"), SandboxDir: filepath.Join(work, "sandboxes"),
 		Logger: quietLogger(),
+		// Nothing is launched on a fake tree: any supervisor will do.
+		SupervisorCommand: []string{"/nonexistent/slackline-supervisor"},
 	}
 }
 

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"github.com/slackline/slackline/internal/taskspec"
+	"github.com/slackline/slackline/internal/unpack"
 )
 
 // extractor writes files into a sandbox through an os.Root, so that no
@@ -54,19 +55,17 @@ func (x *extractor) extract(file *os.File, format, dest string) error {
 }
 
 // entryName is where an archive entry lands, relative to the sandbox, or
-// an error for a name that is absolute or climbs out with "..". "" is the
-// destination itself.
+// an error for a name that is absolute or has a ".." component
+// (unpack.CleanName). "" is the destination itself.
 func entryName(dest, name string) (string, error) {
-	clean := strings.TrimPrefix(path.Clean("/"+strings.TrimPrefix(name, "./")), "/")
-	if path.IsAbs(name) || strings.ContainsRune(name, 0) {
+	if path.IsAbs(name) {
 		return "", fmt.Errorf("entry %q: absolute names are refused", name)
 	}
-	for _, elem := range strings.Split(name, "/") {
-		if elem == ".." {
-			return "", fmt.Errorf("entry %q: names with .. are refused", name)
-		}
+	clean, err := unpack.CleanName(name)
+	if err != nil {
+		return "", err
 	}
-	if clean == "" {
+	if clean == "." {
 		return "", nil
 	}
 	return path.Join(dest, clean), nil
@@ -91,15 +90,7 @@ func (x *extractor) take() error {
 }
 
 func (x *extractor) tar(r io.Reader, dest string) error {
-	tr := tar.NewReader(r)
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
-			return fmt.Errorf("tar: %w", err)
-		}
+	return unpack.Tar(r, func(hdr *tar.Header, body io.Reader) error {
 		if err := x.take(); err != nil {
 			return err
 		}
@@ -111,26 +102,25 @@ func (x *extractor) tar(r io.Reader, dest string) error {
 		switch hdr.Typeflag {
 		case tar.TypeDir:
 			if name != "" {
-				err = x.mkdirAll(name, mode)
+				return x.mkdirAll(name, mode)
 			}
 		case tar.TypeReg:
-			err = x.writeFile(name, tr, mode)
+			return x.writeFile(name, body, mode)
 		case tar.TypeSymlink:
-			err = x.symlink(name, hdr.Linkname)
+			return x.symlink(name, hdr.Linkname)
 		case tar.TypeLink:
-			var old string
-			if old, err = entryName(dest, hdr.Linkname); err == nil {
-				err = x.link(name, old)
+			old, err := entryName(dest, hdr.Linkname)
+			if err != nil {
+				return err
 			}
+			return x.link(name, old)
 		case tar.TypeXGlobalHeader, tar.TypeXHeader, tar.TypeGNULongName, tar.TypeGNULongLink:
 			// Metadata the reader already applied.
 		default:
-			err = fmt.Errorf("entry %q: type %q (device, fifo, ...) refused", hdr.Name, hdr.Typeflag)
+			return fmt.Errorf("entry %q: type %q (device, fifo, ...) refused", hdr.Name, hdr.Typeflag)
 		}
-		if err != nil {
-			return err
-		}
-	}
+		return nil
+	})
 }
 
 func (x *extractor) zip(r io.ReaderAt, size int64, dest string) error {

@@ -1,6 +1,10 @@
 package fetcher
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slackline/slackline/internal/promset"
+)
 
 // metrics are the fetcher's Prometheus metrics.
 type metrics struct {
@@ -44,25 +48,12 @@ func newMetrics() *metrics {
 	}
 }
 
-func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.fetches, m.downloadedBytes, m.cacheHits, m.cacheMisses, m.cacheEvictions,
+// collectors are every metric of the fetcher, as one Collector.
+func (m *metrics) collectors() promset.Set {
+	return promset.Set{m.fetches, m.downloadedBytes, m.cacheHits, m.cacheMisses, m.cacheEvictions,
 		m.cacheRefusals, m.cacheBytes, m.cacheEntries}
-}
-
-// Describe implements prometheus.Collector.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.collectors() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.collectors() {
-		c.Collect(ch)
-	}
 }
 
 // Collector returns the fetcher's metrics (slackline_fetcher_*) for the
 // agent's registry.
-func (f *Fetcher) Collector() prometheus.Collector { return f.metrics }
+func (f *Fetcher) Collector() prometheus.Collector { return f.metrics.collectors() }

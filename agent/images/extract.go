@@ -11,6 +11,8 @@ import (
 	"strings"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/internal/unpack"
 )
 
 // Whiteout names of the OCI image layer format.
@@ -46,125 +48,121 @@ func extractLayer(r io.Reader, dir string) (int64, error) {
 		return 0, err
 	}
 	defer root.Close()
-	tr := tar.NewReader(r)
 	var size int64
-	for {
-		hdr, err := tr.Next()
-		if errors.Is(err, io.EOF) {
-			return size, nil
+	err = unpack.Tar(r, func(hdr *tar.Header, body io.Reader) error {
+		n, err := extractEntry(root, hdr, body)
+		size += n
+		return err
+	})
+	return size, err
+}
+
+// extractEntry unpacks one entry of a layer and returns the bytes it
+// counts.
+func extractEntry(root *os.Root, hdr *tar.Header, body io.Reader) (int64, error) {
+	name, err := entryName(hdr.Name)
+	if err != nil {
+		return 0, err
+	}
+	if name == "." {
+		return 0, nil // the layer's root directory: its attributes are the overlay's business
+	}
+	size := int64(entryOverhead)
+	if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
+		return size, fmt.Errorf("layer entry %q: create parent: %w", hdr.Name, err)
+	}
+	base := path.Base(name)
+	if base == whiteoutOpaque {
+		if err := setOpaque(root, path.Dir(name)); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
+		return size, nil
+	}
+	if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
+		if hidden == "" || hidden == "." || hidden == ".." {
+			return size, fmt.Errorf("layer entry %q: whiteout of nothing", hdr.Name)
+		}
+		if err := whiteout(root, path.Join(path.Dir(name), hidden)); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+		}
+		return size, nil
+	}
+	mode := fs.FileMode(hdr.Mode & 0o777)
+	if hdr.Mode&0o4000 != 0 {
+		mode |= fs.ModeSetuid
+	}
+	if hdr.Mode&0o2000 != 0 {
+		mode |= fs.ModeSetgid
+	}
+	if hdr.Mode&0o1000 != 0 {
+		mode |= fs.ModeSticky
+	}
+	switch hdr.Typeflag {
+	case tar.TypeDir:
+		if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+		}
+		if st, err := root.Lstat(name); err != nil || !st.IsDir() {
+			return size, fmt.Errorf("layer entry %q: not a directory in the layer", hdr.Name)
+		}
+	case tar.TypeReg: // archive/tar reads old writers' TypeRegA as TypeReg
+		if err := replace(root, name); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
+		}
+		f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
 		if err != nil {
-			return size, fmt.Errorf("read layer: %w", err)
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		name, err := entryName(hdr.Name)
+		n, err := io.Copy(f, body)
+		err = errors.Join(err, f.Close())
 		if err != nil {
-			return size, err
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		if name == "." {
-			continue // the layer's root directory: its attributes are the overlay's business
+		size += n
+	case tar.TypeSymlink:
+		if err := replace(root, name); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		size += entryOverhead
-		if err := root.MkdirAll(path.Dir(name), 0o755); err != nil {
-			return size, fmt.Errorf("layer entry %q: create parent: %w", hdr.Name, err)
+		if err := root.Symlink(hdr.Linkname, name); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		base := path.Base(name)
-		if base == whiteoutOpaque {
-			if err := setOpaque(root, path.Dir(name)); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			continue
+	case tar.TypeLink:
+		target, err := entryName(hdr.Linkname)
+		if err != nil {
+			return size, fmt.Errorf("layer entry %q: link target: %w", hdr.Name, err)
 		}
-		if hidden, ok := strings.CutPrefix(base, whiteoutPrefix); ok {
-			if hidden == "" || hidden == "." || hidden == ".." {
-				return size, fmt.Errorf("layer entry %q: whiteout of nothing", hdr.Name)
-			}
-			if err := whiteout(root, path.Join(path.Dir(name), hidden)); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			continue
+		if err := replace(root, name); err != nil {
+			return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
 		}
-		mode := fs.FileMode(hdr.Mode & 0o777)
-		if hdr.Mode&0o4000 != 0 {
-			mode |= fs.ModeSetuid
+		if err := root.Link(target, name); err != nil {
+			return size, fmt.Errorf("layer entry %q: hard link to %q: %w", hdr.Name, hdr.Linkname, err)
 		}
-		if hdr.Mode&0o2000 != 0 {
-			mode |= fs.ModeSetgid
-		}
-		if hdr.Mode&0o1000 != 0 {
-			mode |= fs.ModeSticky
-		}
-		switch hdr.Typeflag {
-		case tar.TypeDir:
-			if err := root.Mkdir(name, 0o700); err != nil && !errors.Is(err, fs.ErrExist) {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			if st, err := root.Lstat(name); err != nil || !st.IsDir() {
-				return size, fmt.Errorf("layer entry %q: not a directory in the layer", hdr.Name)
-			}
-		case tar.TypeReg: // archive/tar reads old writers' TypeRegA as TypeReg
-			if err := replace(root, name); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			f, err := root.OpenFile(name, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o600)
-			if err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			n, err := io.Copy(f, tr)
-			err = errors.Join(err, f.Close())
-			if err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			size += n
-		case tar.TypeSymlink:
-			if err := replace(root, name); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			if err := root.Symlink(hdr.Linkname, name); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-		case tar.TypeLink:
-			target, err := entryName(hdr.Linkname)
-			if err != nil {
-				return size, fmt.Errorf("layer entry %q: link target: %w", hdr.Name, err)
-			}
-			if err := replace(root, name); err != nil {
-				return size, fmt.Errorf("layer entry %q: %w", hdr.Name, err)
-			}
-			if err := root.Link(target, name); err != nil {
-				return size, fmt.Errorf("layer entry %q: hard link to %q: %w", hdr.Name, hdr.Linkname, err)
-			}
-			continue // the target's owner and mode are the link's
-		case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
-			continue
-		default:
-			continue // extended headers are read by archive/tar; others carry nothing a root needs
-		}
-		if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
-			return size, fmt.Errorf("layer entry %q: chown %d:%d: %w", hdr.Name, hdr.Uid, hdr.Gid, err)
-		}
-		if hdr.Typeflag != tar.TypeSymlink {
-			// After chown, which clears setuid bits.
-			if err := root.Chmod(name, mode); err != nil {
-				return size, fmt.Errorf("layer entry %q: chmod: %w", hdr.Name, err)
-			}
+		return size, nil // the target's owner and mode are the link's
+	case tar.TypeChar, tar.TypeBlock, tar.TypeFifo:
+		return size, nil
+	default:
+		return size, nil // extended headers are read by archive/tar; others carry nothing a root needs
+	}
+	if err := root.Lchown(name, hdr.Uid, hdr.Gid); err != nil {
+		return size, fmt.Errorf("layer entry %q: chown %d:%d: %w", hdr.Name, hdr.Uid, hdr.Gid, err)
+	}
+	if hdr.Typeflag != tar.TypeSymlink {
+		// After chown, which clears setuid bits.
+		if err := root.Chmod(name, mode); err != nil {
+			return size, fmt.Errorf("layer entry %q: chmod: %w", hdr.Name, err)
 		}
 	}
+	return size, nil
 }
 
 // entryName cleans a tar entry's name to a path relative to the layer's
-// root, refusing any ".." component (a layer that names one is broken or
-// hostile, whatever it would resolve to).
+// root ("." for the root), refusing any ".." component (unpack.CleanName).
 func entryName(name string) (string, error) {
-	for part := range strings.SplitSeq(name, "/") {
-		if part == ".." {
-			return "", fmt.Errorf("layer entry %q: path traversal (a \"..\" component)", name)
-		}
+	clean, err := unpack.CleanName(name)
+	if err != nil {
+		return "", fmt.Errorf("layer entry: %w", err)
 	}
-	clean := path.Clean("/" + name)
-	if clean == "/" {
-		return ".", nil
-	}
-	return clean[1:], nil
+	return clean, nil
 }
 
 // replace removes what a later entry of the same layer replaces (not a

@@ -1,6 +1,10 @@
 package images
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/slackline/slackline/internal/promset"
+)
 
 // metrics are the store's, served on the agent's /metrics.
 type metrics struct {
@@ -63,24 +67,11 @@ func newMetrics() *metrics {
 	return m
 }
 
-func (m *metrics) all() []prometheus.Collector {
-	return []prometheus.Collector{m.pulls, m.pullErrors, m.pullSeconds, m.cacheHits, m.shared, m.waiting,
+// all are every metric of the store, as one Collector.
+func (m *metrics) all() promset.Set {
+	return promset.Set{m.pulls, m.pullErrors, m.pullSeconds, m.cacheHits, m.shared, m.waiting,
 		m.layersPulled, m.layersRemoved, m.imagesRemoved, m.overBudget, m.errorsDropped, m.storeBytes, m.budget, m.images, m.layers}
 }
 
-// Describe implements prometheus.Collector.
-func (m *metrics) Describe(ch chan<- *prometheus.Desc) {
-	for _, c := range m.all() {
-		c.Describe(ch)
-	}
-}
-
-// Collect implements prometheus.Collector.
-func (m *metrics) Collect(ch chan<- prometheus.Metric) {
-	for _, c := range m.all() {
-		c.Collect(ch)
-	}
-}
-
 // Collector returns the store's metrics for the agent's /metrics.
-func (s *Store) Collector() prometheus.Collector { return s.metrics }
+func (s *Store) Collector() prometheus.Collector { return s.metrics.all() }

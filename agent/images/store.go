@@ -3,6 +3,8 @@ package images
 import (
 	"context"
 	"crypto/sha256"
+	"crypto/tls"
+	"crypto/x509"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -80,7 +82,12 @@ type Config struct {
 	// LocalDirs are the directories under which oci: layouts and
 	// docker-archive: tarballs may be read (none: local images refused).
 	LocalDirs []string
-	// Transport carries registry requests (default http.DefaultTransport).
+	// CAFile is a PEM file of CA certificates trusted for registries'
+	// TLS beside the system's (a registry with a private CA). It applies
+	// to the default transport; "" trusts the system's CAs only.
+	CAFile string
+	// Transport carries registry requests (default: http.DefaultTransport's
+	// settings, with CAFile's CAs).
 	Transport http.RoundTripper
 	Logger    *slog.Logger
 	Now       func() time.Time
@@ -194,7 +201,11 @@ func Open(cfg Config) (*Store, error) {
 		cfg.Logger = slog.Default()
 	}
 	if cfg.Transport == nil {
-		cfg.Transport = http.DefaultTransport
+		t, err := registryTransport(cfg.CAFile)
+		if err != nil {
+			return nil, err
+		}
+		cfg.Transport = t
 	}
 	s := &Store{
 		cfg: cfg, log: cfg.Logger, keys: credentials{},
@@ -522,6 +533,28 @@ func (s *Store) failed(canonical string, err error, ctx context.Context) error {
 	s.mu.Unlock()
 	s.log.Warn("image pull failed", "image", canonical, "kind", kind, "err", err)
 	return err
+}
+
+// registryTransport is http.DefaultTransport, trusting the CAs of caFile
+// too.
+func registryTransport(caFile string) (http.RoundTripper, error) {
+	if caFile == "" {
+		return http.DefaultTransport, nil
+	}
+	pem, err := os.ReadFile(caFile)
+	if err != nil {
+		return nil, fmt.Errorf("registry CA: %w", err)
+	}
+	pool, err := x509.SystemCertPool()
+	if err != nil {
+		pool = x509.NewCertPool()
+	}
+	if !pool.AppendCertsFromPEM(pem) {
+		return nil, fmt.Errorf("registry CA %s: no PEM certificate in it", caFile)
+	}
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.TLSClientConfig = &tls.Config{RootCAs: pool, MinVersion: tls.VersionTLS12}
+	return t, nil
 }
 
 // errorKinds are the values of the kind label of

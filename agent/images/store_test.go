@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/base64"
+	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
@@ -494,4 +495,47 @@ func TestPullTimesOut(t *testing.T) {
 		})
 	}
 	wg.Wait()
+}
+
+// TestAcquireFromATLSRegistryWithItsCA: a registry on loopback serving TLS
+// with a certificate of its own CA is refused (the certificate is not
+// trusted) until the store is given that CA (Config.CAFile, the agent's
+// --image-registry-ca); a file without a certificate is refused at Open.
+func TestAcquireFromATLSRegistryWithItsCA(t *testing.T) {
+	privileged.Require(t) // layers keep their owners (root)
+	t.Parallel()
+	srv := httptest.NewTLSServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	t.Cleanup(srv.Close)
+	ref, err := name.ParseReference(strings.TrimPrefix(srv.URL, "https://") + "/app:v1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := remote.Write(ref, testImage(t, testLayer(t, tarEntry{name: "f", body: "x"})), remote.WithTransport(srv.Client().Transport)); err != nil {
+		t.Fatal(err)
+	}
+
+	untrusting := openStore(t, Config{PullTimeout: time.Minute})
+	if _, err := untrusting.Acquire(context.Background(), ref.Name(), "c"); !errors.Is(err, ErrPull) || !strings.Contains(err.Error(), "certificate") {
+		t.Fatalf("without the registry's CA: %v, want a pull refused for its certificate", err)
+	}
+	ca := filepath.Join(t.TempDir(), "registry-ca.crt")
+	if err := os.WriteFile(ca, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: srv.Certificate().Raw}), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	trusting := openStore(t, Config{CAFile: ca, PullTimeout: time.Minute})
+	img, err := trusting.Acquire(context.Background(), ref.Name(), "c")
+	if err != nil {
+		t.Fatalf("with the registry's CA: %v", err)
+	}
+	if data, err := os.ReadFile(filepath.Join(img.LayerDirs[0], "f")); err != nil || string(data) != "x" {
+		t.Errorf("layer file = %q, %v", data, err)
+	}
+
+	notPEM := filepath.Join(t.TempDir(), "empty.crt")
+	if err := os.WriteFile(notPEM, []byte("not a certificate\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Open(Config{Dir: t.TempDir(), CAFile: notPEM}); err == nil || !strings.Contains(err.Error(), "no PEM certificate") {
+		t.Errorf("a CA file without a certificate: %v", err)
+	}
 }

@@ -64,7 +64,10 @@
 // offers memory slack from it, not from usage, whose inactive cache the
 // kernel reclaims for free.
 // oom_events is the larger of the cgroup's counter and eBPF's. cpus_limit is
-// Target.CPULimit. Network figures exist only with eBPF: bytes and packets
+// Target.CPULimit. disk_sync (eBPF, ext4 only) is the histogram, count and
+// total of the container's synchronous writes (fsync, fdatasync, O_SYNC),
+// with their p99 over the interval (Usage.SyncP99, of Usage.Syncs writes),
+// which the diskio QoS controller watches for guaranteed work. Network figures exist only with eBPF: bytes and packets
 // (cgroup_skb), and, with the network QoS programs, TCP round trips and
 // retransmissions (EBPFStats.TCP*).
 //
@@ -104,7 +107,14 @@
 // Each container's control files are opened once and re-read with pread at
 // offset 0 into one reused buffer (cgroupfs regenerates a file's content on
 // every read from offset 0), then parsed in place without allocating: 9
-// system calls per container per pass on hybrid hosts, 8 on v2. A file a
+// system calls per container per pass on hybrid hosts, 8 on v2, when every
+// file is read. Only CPU time (cpu.stat) is read at every pass. The memory
+// files (usage, stat, limit, events) are read again when the container has
+// run since they were last read (its CPU time grew) or refreshInterval (1
+// s) has passed, and repeated otherwise: an idle container charges no
+// memory of its own. The PSI files are read every refreshInterval: the
+// kernel moves their averages every 2 s, so reading them each pass bought
+// nothing. An idle container costs one read per pass (eBPF lookups aside). A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when
 // the container leaves the targets or its cgroup goes. A pass allocates one

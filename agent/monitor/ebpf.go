@@ -61,6 +61,12 @@ type EBPFStats struct {
 	TCPRTTCount   uint64
 	// TCPRetransmits counts the cgroup's retransmitted TCP segments.
 	TCPRetransmits uint64
+	// SyncBuckets is the histogram of the cgroup's synchronous-write waits
+	// (fsync, fdatasync, O_SYNC writes on ext4: ext4_sync_file), buckets as
+	// RunqBuckets' (nil: not measured); SyncCount is their number.
+	SyncBuckets []uint64
+	SyncCount   uint64
+	SyncWait    time.Duration
 }
 
 // ebpfSampler merges a container's eBPF figures (Config.EBPF) into its
@@ -75,6 +81,9 @@ type ebpfSampler struct {
 	cgroupID  uint64   // found from the inode when Target.CgroupID is 0
 	runq      []uint64 // previous run-queue buckets
 	runqValid bool     // runq is from the previous sample
+	sync      []uint64 // previous synchronous-write buckets
+	syncCount uint64
+	syncValid bool // sync is from the previous sample
 	net       netBaseline
 }
 
@@ -111,7 +120,7 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	}
 	stats, err := e.src.Stats(id)
 	if err != nil {
-		e.runqValid, e.net.valid = false, false
+		e.runqValid, e.net.valid, e.syncValid = false, false, false
 		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
 	}
 	st := u.Stats
@@ -134,8 +143,31 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	}
 	e.runq, e.runqValid = append(e.runq[:0], buckets...), true
 	u.runqSum = stats.RunqSum
+	e.sampleSync(s, u, &stats)
 	e.sampleNet(s, u, &stats)
 	return nil
+}
+
+// sampleSync computes the synchronous-write figures over the interval
+// since the previous eBPF sample: their number and p99. A count that went
+// backwards (the cgroup's entry was recreated) restarts the interval.
+func (e *ebpfSampler) sampleSync(s *scratch, u *Usage, stats *EBPFStats) {
+	buckets := trimZeros(stats.SyncBuckets)
+	if buckets == nil && stats.SyncCount == 0 {
+		e.sync, e.syncCount, e.syncValid = e.sync[:0], 0, true
+		return // no synchronous write yet (or not measured)
+	}
+	ds := &slacklinev1.DiskSyncLatency{BucketsLog2Ns: slices.Clone(buckets), Count: stats.SyncCount, TotalSecs: stats.SyncWait.Seconds()}
+	u.Stats.DiskSync = ds
+	if e.syncValid && stats.SyncCount >= e.syncCount {
+		u.Syncs = stats.SyncCount - e.syncCount
+		if u.Syncs > 0 {
+			s.deltas = bucketDeltas(s.deltas[:0], e.sync, buckets)
+			u.SyncP99 = bucketQuantile(s.deltas, 0.99)
+			ds.P99Seconds = u.SyncP99.Seconds()
+		}
+	}
+	e.sync, e.syncCount, e.syncValid = append(e.sync[:0], buckets...), stats.SyncCount, true
 }
 
 // sampleNet computes the network figures over the interval since the

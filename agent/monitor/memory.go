@@ -1,6 +1,17 @@
 package monitor
 
-import "github.com/slackline/slackline/agent/containerizer/cgroups"
+import (
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// refreshInterval is how long a container's figures that move slowly or
+// only when it runs are repeated before they are read again: its memory
+// files while it has not run since the last read, and its PSI files (the
+// kernel updates their averages every 2 s). At 100 ms sampling an idle
+// container then costs one control file read per pass instead of eight.
+const refreshInterval = time.Second
 
 // memoryFormat names a memory controller's files and memory.stat keys.
 type memoryFormat struct {
@@ -34,6 +45,19 @@ type memorySampler struct {
 	format                     *memoryFormat
 	unified                    string
 	usage, stat, limit, events controlFile
+	// last is the latest read, repeated while the container has not run
+	// since (see refreshInterval).
+	last memoryRead
+}
+
+// memoryRead is what one read of the memory files found.
+type memoryRead struct {
+	valid                        bool
+	at                           time.Time
+	cpuSecs                      float64 // the container's cpus_usage_secs then
+	usage                        uint64
+	rss, cache, anon, workingSet uint64
+	limit, oomEvents             uint64
 }
 
 // newMemorySampler returns the constructor of memory samplers of format f.
@@ -53,6 +77,17 @@ func (m *memorySampler) files() []*controlFile {
 
 func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	st, f := u.Stats, m.format
+	// A container that has not run since the last read (its CPU time, read
+	// just before, has not grown) charged no memory of its own meanwhile:
+	// its figures are repeated, and re-read at least every refreshInterval
+	// (reclaim and other cgroups' page cache activity change them too).
+	if l := m.last; l.valid && st.CpusUsageSecs == l.cpuSecs && u.Time.After(l.at) && u.Time.Sub(l.at) < refreshInterval {
+		u.MemUsage = l.usage
+		st.MemRssBytes, st.MemCacheBytes, st.MemAnonBytes, st.MemWorkingSetBytes = l.rss, l.cache, l.anon, l.workingSet
+		st.MemLimitBytes, st.OomEvents = l.limit, l.oomEvents
+		return nil
+	}
+	m.last.valid = false
 	data, err := s.read(&m.usage, m.unified)
 	if err != nil {
 		return err
@@ -91,5 +126,8 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 			st.OomEvents = v
 		}
 	})
+	m.last = memoryRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs, usage: u.MemUsage,
+		rss: st.MemRssBytes, cache: st.MemCacheBytes, anon: st.MemAnonBytes, workingSet: st.MemWorkingSetBytes,
+		limit: st.MemLimitBytes, oomEvents: st.OomEvents}
 	return nil
 }

@@ -30,6 +30,7 @@ type collector struct {
 	cpuWaiting, cpuStalled, memWaiting, memStalled *prometheus.Desc
 	ioWaiting, ioStalled                           *prometheus.Desc
 	runq, delayedByRevocable, reclaimStall         *prometheus.Desc
+	diskSync                                       *prometheus.Desc
 	tcpRTT, tcpRetransmits                         *prometheus.Desc
 
 	nodeMemAvailable, nodeLoad1, nodeLoad5, nodeLoad15 *prometheus.Desc
@@ -71,6 +72,7 @@ func newCollector(m *Monitor) *collector {
 		runq:                ctr("slackline_container_runqueue_latency_seconds", "Run-queue (wakeup-to-run) latency of the container's tasks (eBPF, log2 buckets; sum estimated from bucket midpoints unless measured)."),
 		delayedByRevocable:  ctr("slackline_container_delayed_by_revocable_seconds_total", "Time the container's tasks were runnable while a revocable task held their CPU (eBPF)."),
 		reclaimStall:        ctr("slackline_container_memory_reclaim_stall_seconds_total", "Time the container's tasks spent in direct memory reclaim (eBPF)."),
+		diskSync:            ctr("slackline_container_fsync_latency_seconds", "Latency of the container's synchronous writes: fsync, fdatasync, O_SYNC writes on ext4 (eBPF, log2 buckets)."),
 		nodeMemAvailable:    prometheus.NewDesc("slackline_node_memory_available_bytes", "MemAvailable from /proc/meminfo.", nil, nil),
 		nodeLoad1:           prometheus.NewDesc("slackline_node_load1", "1-minute load average.", nil, nil),
 		nodeLoad5:           prometheus.NewDesc("slackline_node_load5", "5-minute load average.", nil, nil),
@@ -93,7 +95,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.memRSS, c.memCache, c.memUsage, c.memLimit, c.oom, c.memWorkingSet,
 		c.netRxBytes, c.netTxBytes, c.netRxPkts, c.netTxPkts,
 		c.cpuWaiting, c.cpuStalled, c.memWaiting, c.memStalled, c.ioWaiting, c.ioStalled,
-		c.runq, c.delayedByRevocable, c.reclaimStall, c.tcpRTT, c.tcpRetransmits,
+		c.runq, c.delayedByRevocable, c.reclaimStall, c.diskSync, c.tcpRTT, c.tcpRetransmits,
 		c.nodeMemAvailable, c.nodeLoad1, c.nodeLoad5, c.nodeLoad15,
 		c.passDuration, c.passes, c.containers,
 	} {
@@ -154,6 +156,10 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 		counter(c.netTxPkts, float64(st.NetTxPackets))
 		counter(c.delayedByRevocable, st.DelayedByRevocableSecs)
 		counter(c.reclaimStall, st.MemReclaimStallSecs)
+		if ds := st.DiskSync; ds != nil {
+			count, sum, buckets := runqHistogram(ds.BucketsLog2Ns, ds.TotalSecs)
+			ch <- prometheus.MustNewConstHistogram(c.diskSync, count, sum, buckets, labels...)
+		}
 		if st.Runqueue != nil {
 			count, sum, buckets := runqHistogram(st.Runqueue.BucketsLog2Ns, u.runqSum.Seconds())
 			ch <- prometheus.MustNewConstHistogram(c.runq, count, sum, buckets, labels...)

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/procfs"
@@ -87,6 +88,11 @@ type Usage struct {
 	// interval, from the eBPF histogram (0 without eBPF, on the first
 	// sample, or when no wakeup happened); also in Stats.Runqueue.
 	RunqP50, RunqP99 time.Duration
+	// Syncs counts the container's synchronous writes (fsync, fdatasync,
+	// O_SYNC writes) over the same interval and SyncP99 is their p99
+	// latency (eBPF; 0 without eBPF, on the first sample or without one).
+	Syncs   uint64
+	SyncP99 time.Duration
 	// MemUsage is the cgroup's charged memory (v2 memory.current, v1
 	// memory.usage_in_bytes; node: MemTotal - MemAvailable).
 	MemUsage uint64
@@ -164,6 +170,7 @@ type Monitor struct {
 	sampleMu      sync.Mutex
 	scratch       *scratch
 	retired       []*container
+	published     []Usage   // reused by each pass for the observer
 	prevNode      baseline  // for the node's CPU rate
 	nodeSampledAt time.Time // when the node was last sampled
 
@@ -173,6 +180,9 @@ type Monitor struct {
 	node       Usage
 	lastPass   time.Duration
 	passes     uint64
+
+	// observer is called after each pass (Observe).
+	observer atomic.Pointer[func(time.Time, []Usage)]
 }
 
 // container is the monitor's record of one target.
@@ -373,8 +383,9 @@ func (m *Monitor) Sample(now time.Time) error {
 		}
 	}
 
+	observe := m.observer.Load()
+	published := m.published[:0]
 	m.mu.Lock()
-	defer m.mu.Unlock()
 	if sampleNode {
 		m.node = node
 	}
@@ -389,12 +400,33 @@ func (m *Monitor) Sample(now time.Time) error {
 		}
 		if j.usage.Stats != nil {
 			j.c.publish(j.usage, m.cfg.History)
+			if observe != nil {
+				published = append(published, j.usage)
+			}
 		}
 	}
 	m.lastPass = time.Since(start)
 	m.passes++
+	m.mu.Unlock()
+	if observe != nil {
+		(*observe)(now, published)
+	}
+	clear(published) // drop the Stats until the next pass
+	m.published = published
 	return errors.Join(errs...)
 }
+
+// Observe registers f to be called after each pass with the pass's time
+// and the samples it published (shared: f must not modify their Stats,
+// and the slice is reused once f returns), from the goroutine that called
+// Sample, with no lock held; a later call replaces f. The agent's history
+// is recorded so.
+func (m *Monitor) Observe(f func(now time.Time, published []Usage)) {
+	m.observer.Store(&f)
+}
+
+// Interval returns the sampling period Run uses.
+func (m *Monitor) Interval() time.Duration { return m.cfg.Interval }
 
 // Run samples every Config.Interval until ctx ends, then closes the files
 // it opened and returns nil. Failed reads are logged (once per distinct

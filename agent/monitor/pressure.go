@@ -1,6 +1,10 @@
 package monitor
 
-import slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+import (
+	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
 
 // pressureSampler reads a container's PSI files from the v2 tree (in both
 // layouts): cpu.pressure, memory.pressure and io.pressure. A kernel
@@ -9,6 +13,7 @@ import slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 type pressureSampler struct {
 	unified         string
 	cpu, memory, io controlFile
+	last            pressureRead // repeated for refreshInterval
 }
 
 func newPressureSampler(h *host, rel string) sampler {
@@ -21,6 +26,14 @@ func (p *pressureSampler) files() []*controlFile { return []*controlFile{&p.cpu,
 
 func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
+	// The averages move every 2 s (the kernel's PSI period): the last read
+	// is repeated for refreshInterval. Its messages are never modified, so
+	// successive samples may share them.
+	if l := p.last; l.valid && u.Time.After(l.at) && u.Time.Sub(l.at) < refreshInterval {
+		st.CpuPressure, st.MemoryPressure, st.IoPressure = l.cpu, l.memory, l.io
+		return nil
+	}
+	p.last.valid = false
 	var err error
 	if st.CpuPressure, err = p.read(s, &p.cpu); err != nil {
 		return err
@@ -28,8 +41,18 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	if st.MemoryPressure, err = p.read(s, &p.memory); err != nil {
 		return err
 	}
-	st.IoPressure, err = p.read(s, &p.io)
-	return err
+	if st.IoPressure, err = p.read(s, &p.io); err != nil {
+		return err
+	}
+	p.last = pressureRead{valid: true, at: u.Time, cpu: st.CpuPressure, memory: st.MemoryPressure, io: st.IoPressure}
+	return nil
+}
+
+// pressureRead is what one read of the PSI files found.
+type pressureRead struct {
+	valid           bool
+	at              time.Time
+	cpu, memory, io *slacklinev1.Pressure
 }
 
 // read returns the pressure in f, nil if the cgroup has no such file.

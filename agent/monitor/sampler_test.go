@@ -507,3 +507,41 @@ func TestSources(t *testing.T) {
 		})
 	}
 }
+
+// TestEBPFSyncFigures: the fsync figures over an interval (count and p99
+// of the bucket deltas) and the cumulative histogram in DiskSync; none
+// before the first synchronous write; a count that went backwards
+// restarts the interval.
+func TestEBPFSyncFigures(t *testing.T) {
+	t.Parallel()
+	e := &ebpfSampler{}
+	var s scratch
+	sample := func(st EBPFStats) Usage {
+		u := Usage{Stats: &slacklinev1.ResourceStatistics{}}
+		e.sampleSync(&s, &u, &st)
+		return u
+	}
+	if u := sample(EBPFStats{}); u.Stats.DiskSync != nil || u.Syncs != 0 {
+		t.Fatalf("no fsync yet: %+v %v", u.Stats.DiskSync, u.Syncs)
+	}
+	// 100 fsyncs in [2^20, 2^21) ns (about 1 ms): the first measured
+	// interval counts them all (the previous sample had none).
+	u := sample(EBPFStats{SyncBuckets: buckets(32, map[int]uint64{20: 100}), SyncCount: 100, SyncWait: 150 * time.Millisecond})
+	if u.Syncs != 100 || u.SyncP99 < 1<<20 || u.SyncP99 > 1<<21 {
+		t.Errorf("first interval: %d fsyncs, p99 %v; want 100 in [2^20, 2^21) ns", u.Syncs, u.SyncP99)
+	}
+	// 98 more around 1 ms and 2 in [2^25, 2^26) ns (about 50 ms): the p99
+	// (rank 99 of 100) is the first of the slow two.
+	u = sample(EBPFStats{SyncBuckets: buckets(32, map[int]uint64{20: 198, 25: 2}), SyncCount: 200, SyncWait: 400 * time.Millisecond})
+	if u.Syncs != 100 || u.SyncP99 < 1<<25 || u.SyncP99 > 1<<26 {
+		t.Errorf("second interval: %d fsyncs, p99 %v; want 100 with p99 in [2^25, 2^26) ns", u.Syncs, u.SyncP99)
+	}
+	ds := u.Stats.GetDiskSync()
+	if ds.GetCount() != 200 || ds.GetTotalSecs() != 0.4 || len(ds.GetBucketsLog2Ns()) != 26 || ds.GetP99Seconds() != u.SyncP99.Seconds() {
+		t.Errorf("DiskSync %+v", ds)
+	}
+	// The cgroup's entry was recreated: counts went backwards.
+	if u := sample(EBPFStats{SyncBuckets: buckets(32, map[int]uint64{20: 5}), SyncCount: 5}); u.Syncs != 0 || u.SyncP99 != 0 {
+		t.Errorf("after counters went backwards: %d fsyncs, p99 %v; want no interval figures", u.Syncs, u.SyncP99)
+	}
+}

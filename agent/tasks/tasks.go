@@ -679,6 +679,13 @@ func (m *Machine) Container(containerID string) (Key, bool) {
 	return k, ok
 }
 
+// Killing reports whether the task of a container is being killed (a kill
+// arrived, perhaps while it was being launched).
+func (m *Machine) Killing(containerID string) bool {
+	k, ok := m.byContainer[containerID]
+	return ok && m.tasks[k] != nil && m.tasks[k].killing
+}
+
 // Len returns how many tasks the agent has not forgotten.
 func (m *Machine) Len() int { return len(m.tasks) }
 

@@ -9,6 +9,12 @@
 // that a restart, a SIGKILL included, loses nothing and fails over to the
 // same framework within --failover-timeout.
 //
+// Highly available (docs/jobs.md): with --etcd-endpoints the jobs live in
+// etcd under --etcd-prefix and the process is one replica of a group that
+// elects a leader under a lease (--lease-ttl); the leader runs the
+// service, writing only while its lease holds (fenced transactions), and
+// the others answer Unavailable naming the leader's --advertise-url.
+//
 // Secured like the coordinator (docs/security.md): --tls-cert and --tls-key
 // serve TLS, --client-ca verifies client certificates, --client-crl refuses
 // the revoked ones, --authz names the authorization file (tokens and ACLs:
@@ -27,6 +33,7 @@ import (
 	"flag"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -40,6 +47,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
+	"github.com/slackline/slackline/internal/logging"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/jobs"
 	"github.com/slackline/slackline/jobs/service"
@@ -75,6 +83,9 @@ func run(args []string) error {
 	}
 	insecure := fs.Bool("insecure", insecureDefault, "allow serving without TLS and --authz (env "+auth.EnvInsecure+"=1): anyone reaching --listen could submit and cancel jobs")
 	logLevel := fs.String("log-level", "info", "debug, info, warn or error")
+	var logFormat logging.Format
+	fs.Var(&logFormat, "log-format", logging.FormatUsage)
+	group := registerGroupFlags(fs)
 	if done, err := cliconfig.Parse(fs, args); done || err != nil {
 		return err
 	}
@@ -85,7 +96,10 @@ func run(args []string) error {
 	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
 		return fmt.Errorf("--log-level: %w", err)
 	}
-	logger := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	logger, err := logging.New(os.Stderr, logFormat.String(), level)
+	if err != nil {
+		return err
+	}
 	var roleList []string
 	for _, r := range strings.Split(*roles, ",") {
 		if r = strings.TrimSpace(r); r != "" {
@@ -103,14 +117,6 @@ func run(args []string) error {
 	if err := auth.CheckListen("--listen", *listen, tlsConfig != nil, authz != nil, *insecure); err != nil {
 		return err
 	}
-	if err := os.MkdirAll(*workDir, 0o700); err != nil {
-		return fmt.Errorf("--work-dir: %w", err)
-	}
-	store, err := service.OpenStore(filepath.Join(*workDir, "jobs.db"))
-	if err != nil {
-		return err
-	}
-	defer store.Close()
 	info := &slacklinev1.FrameworkInfo{
 		Name:                   *name,
 		Roles:                  roleList,
@@ -121,16 +127,12 @@ func run(args []string) error {
 	if host, err := os.Hostname(); err == nil {
 		info.Hostname = host
 	}
-	svc, err := service.New(service.Config{
-		Store:     store,
+	cfg := service.Config{
 		Framework: info,
 		Client:    frameworkapi.Config{Coordinator: *coordinator, CAFile: *ca, TokenFile: *tokenFile},
 		Authz:     authz,
 		MaxJobs:   *maxJobs,
 		Logger:    logger,
-	})
-	if err != nil {
-		return err
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
@@ -139,9 +141,34 @@ func run(args []string) error {
 	if authz != nil {
 		srv.Anonymous = &server.AnonymousLimits{}
 	}
+	var handler http.Handler
+	var runService func(context.Context) error
+	if group.endpoints == "" {
+		if err := os.MkdirAll(*workDir, 0o700); err != nil {
+			return fmt.Errorf("--work-dir: %w", err)
+		}
+		store, err := service.OpenStore(filepath.Join(*workDir, "jobs.db"))
+		if err != nil {
+			return err
+		}
+		defer store.Close()
+		cfg.Store = store
+		svc, err := service.New(cfg)
+		if err != nil {
+			return err
+		}
+		handler, runService = svc.Handler(), svc.Run
+	} else {
+		member, closeEtcd, err := group.member(cfg, *listen, tlsConfig != nil)
+		if err != nil {
+			return err
+		}
+		defer closeEtcd()
+		handler, runService = member.Handler(), member.Run
+	}
 	g, ctx := errgroup.WithContext(ctx)
-	g.Go(func() error { return server.Serve(ctx, srv, svc.Handler()) })
-	g.Go(func() error { return svc.Run(ctx) })
-	logger.Info("job service started", "listen", *listen, "coordinator", *coordinator, "roles", roleList)
+	g.Go(func() error { return server.Serve(ctx, srv, handler) })
+	g.Go(func() error { return runService(ctx) })
+	logger.Info("job service started", "listen", *listen, "coordinator", *coordinator, "roles", roleList, "etcd", group.endpoints)
 	return g.Wait()
 }

@@ -184,6 +184,6 @@ func newGetCommand(g *globals) *cobra.Command {
 	}
 	agent.register(containers)
 
-	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g), newImagesCommand(g), newGetEstimateCommand(g))
+	get.AddCommand(agents, frameworks, tasks, roles, containers, newFeaturesCommand(g), newImagesCommand(g), newGetEstimateCommand(g), newGetShadowsCommand(g))
 	return get
 }

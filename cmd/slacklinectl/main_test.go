@@ -79,6 +79,7 @@ var (
 		{
 			TaskId: "t-1", FrameworkId: "f-1", AgentId: "a-1", State: slacklinev1.TaskState_TASK_STATE_RUNNING,
 			Resources: resources.MustParse("cpus:1;mem:512").Proto("eng", resources.Regular),
+			Status:    &slacklinev1.TaskStatus{Healthy: proto.Bool(true)},
 		},
 		{
 			TaskId: "t-2", FrameworkId: "f-1", AgentId: "a-1", State: slacklinev1.TaskState_TASK_STATE_FAILED,
@@ -212,9 +213,9 @@ batch   CONNECTED      eng,eng/batch   cpus:2;mem:1024 + revocable cpus:1
 web     DISCONNECTED   *               -
 `},
 		{"tasks", `
-ID    NAME   FRAMEWORK   AGENT    STATE     RESOURCES          MESSAGE
-t-1   -      batch       node-1   RUNNING   cpus:1;mem:512     -
-t-2   -      batch       node-1   FAILED    revocable cpus:1   exited with code 3
+ID    NAME   FRAMEWORK   AGENT    STATE     HEALTH    RESOURCES          MESSAGE
+t-1   -      batch       node-1   RUNNING   healthy   cpus:1;mem:512     -
+t-2   -      batch       node-1   FAILED    -         revocable cpus:1   exited with code 3
 `},
 		{"roles", `
 NAME   WEIGHT   QUOTA               ALLOCATED         SHARE   FRAMEWORKS

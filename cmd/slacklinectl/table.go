@@ -95,7 +95,7 @@ func frameworkTable(frameworks []*slacklinev1.Framework) table {
 }
 
 func taskTable(tasks []*slacklinev1.Task, n names) table {
-	t := table{header: []string{"ID", "NAME", "FRAMEWORK", "AGENT", "STATE", "RESOURCES", "MESSAGE", "FRAMEWORK ID", "AGENT ID", "ROLE"}, narrow: 7}
+	t := table{header: []string{"ID", "NAME", "FRAMEWORK", "AGENT", "STATE", "HEALTH", "RESOURCES", "MESSAGE", "FRAMEWORK ID", "AGENT ID", "ROLE"}, narrow: 8}
 	for _, task := range tasks {
 		t.rows = append(t.rows, []string{
 			task.GetTaskId(),
@@ -103,6 +103,7 @@ func taskTable(tasks []*slacklinev1.Task, n names) table {
 			n.framework(task.GetFrameworkId()),
 			n.host(task.GetAgentId()),
 			enumName(task.GetState().String(), "TASK_STATE_"),
+			healthText(task.GetStatus()),
 			resourceList(task.GetResources()),
 			task.GetStatus().GetMessage(),
 			task.GetFrameworkId(),
@@ -111,6 +112,18 @@ func taskTable(tasks []*slacklinev1.Task, n names) table {
 		})
 	}
 	return t
+}
+
+// healthText is a task's health as its latest status says: healthy,
+// unhealthy, or "" (no health check, or no result yet).
+func healthText(st *slacklinev1.TaskStatus) string {
+	switch {
+	case st == nil || st.Healthy == nil:
+		return ""
+	case st.GetHealthy():
+		return "healthy"
+	}
+	return "unhealthy"
 }
 
 func roleTable(roles []*slacklinev1.Role, n names) table {

@@ -11,10 +11,19 @@
 //	browser --POST /ui/node/{agent}/slackline.v1.NodeService/{method}--> Handler --POST--> that agent's endpoint
 //
 // The cluster view shows agents (allocated, used and revocable CPU, memory
-// and any other scalar), frameworks, tasks and maintenance; the node view
-// polls one agent every second and draws each container's CPU, run-queue
-// latency p99 and the delay revocable work caused it, with the agent's QoS
-// corrections on a timeline.
+// and any other scalar, offers), roles (weights, quota, allocation),
+// outstanding offers, live and completed frameworks, live tasks, completed
+// tasks with their reasons, and maintenance with the frameworks' answers to
+// inverse offers; every table sorts and filters in the page. The node view
+// polls one agent every second: who delayed whom (GetDelays), the QoS
+// corrections on a timeline, and each container's CPU, memory, network,
+// run-queue latency p99 and delay caused by revocable work, drawn with
+// uPlot (static/vendor/uplot, MIT, refreshed by scripts/vendor/uplot.sh)
+// over the agent's history (GetHistory: the page starts with the agent's
+// last 15 minutes, then asks only for what is new). A task's stdout and
+// stderr are one click away (ReadSandboxFile). The page's script and
+// uPlot's are the only scripts; both come from the embedded files, under a
+// CSP that allows nothing else.
 //
 // # Why a proxy, and what it allows
 //

@@ -46,7 +46,7 @@ var forwardedHeaders = []string{"Content-Type", "Connect-Protocol-Version", "Con
 // NodeMethods are the NodeService methods the proxy forwards: read-only,
 // the node view's and slacklinectl's. ReadSandboxFile passes only after
 // Config.Sandboxes authorized the caller for the task it names.
-var NodeMethods = []string{"GetContainers", "GetUsage", "GetEstimate", "GetCorrections", "GetFeatures", "GetImages", readSandboxFile}
+var NodeMethods = []string{"GetContainers", "GetUsage", "GetEstimate", "GetCorrections", "GetFeatures", "GetImages", "GetHistory", "GetDelays", "GetShadows", readSandboxFile}
 
 const readSandboxFile = "ReadSandboxFile"
 

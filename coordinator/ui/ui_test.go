@@ -78,9 +78,13 @@ func TestStaticPage(t *testing.T) {
 	for _, tc := range []struct {
 		path, contentType, contains string
 	}{
-		{"/ui/", "text/html", `<script src="app.js"`},
+		{"/ui/", "text/html", `<script src="vendor/uplot/uPlot.iife.min.js" defer></script>`},
 		{"/ui/app.js", "javascript", "/slackline.v1.OperatorService/"},
 		{"/ui/style.css", "text/css", "section.container"},
+		// uPlot, vendored with its licence, from the page's own origin.
+		{"/ui/vendor/uplot/uPlot.iife.min.js", "javascript", "var uPlot="},
+		{"/ui/vendor/uplot/uPlot.min.css", "text/css", ".uplot"},
+		{"/ui/vendor/uplot/LICENSE", "text/plain", "The MIT License"},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
 			resp, err := http.Get(srv.URL + tc.path)

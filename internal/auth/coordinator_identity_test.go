@@ -28,6 +28,9 @@ var viewMethods = []string{
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure,
 	slacklinev1connect.NodeServiceGetFeaturesProcedure,
 	slacklinev1connect.NodeServiceGetImagesProcedure,
+	slacklinev1connect.NodeServiceGetHistoryProcedure,
+	slacklinev1connect.NodeServiceGetDelaysProcedure,
+	slacklinev1connect.NodeServiceGetShadowsProcedure,
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure,
 }
 

@@ -153,6 +153,9 @@ var Rules = map[string]Rule{
 	slacklinev1connect.NodeServiceGetCorrectionsProcedure: {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetFeaturesProcedure:    {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	slacklinev1connect.NodeServiceGetImagesProcedure:      {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetHistoryProcedure:     {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetDelaysProcedure:      {Caller: Clients, Action: ViewAgents, Coordinator: true},
+	slacklinev1connect.NodeServiceGetShadowsProcedure:     {Caller: Clients, Action: ViewAgents, Coordinator: true},
 	// JobService (served by slackline-jobs): a job belongs to the
 	// principal that submitted it.
 	slacklinev1connect.JobServiceSubmitJobProcedure: {Caller: Clients,

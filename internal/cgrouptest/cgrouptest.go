@@ -4,8 +4,12 @@
 package cgrouptest
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -82,4 +86,183 @@ func WorkDir(t testing.TB, root string) string {
 		}
 	})
 	return dir
+}
+
+// PriorityWeightV2 and PriorityWeightV1 are the highest CPU weights cgroup
+// v2 (cpu.weight) and v1 (cpu.shares) accept: what EnterPriority gives a
+// test process's parent cgroup.
+const (
+	PriorityWeightV2 = 10000
+	PriorityWeightV1 = 262144
+)
+
+// priorityParent is the parent cgroup EnterPriority made, "" before.
+var priorityParent string
+
+// EnterPriority gives the test process, and every process it starts, the
+// CPU a quiet machine would: it creates the cgroup name at the top of every
+// hierarchy an agent uses, with the highest CPU weight, and moves the
+// process into name/harness (its CPU hierarchy: v1 cpu, or the v2 tree).
+// PriorityRoot then places agents' cgroup roots under name, beside the
+// harness. Call it from TestMain, and the returned function when the tests
+// have run: it moves the process back and removes what EnterPriority made.
+//
+// Against the host's other work (another test package, a CI machine's CPU
+// hogs, a shared machine's compilers) the parent weighs 100 to 256 times a
+// nice-0 process, so the test's coordinator, agents, frameworks and tasks
+// run as on an idle machine, and what a test of the agent's QoS measures is
+// the agent's doing, not the host's load. An agent's revocable subtree
+// (<root>-revocable, at idle priority beside its root) is then idle beside
+// the test's own processes only: it cannot starve the test's control plane,
+// and it runs on what the test leaves idle whatever else the host runs. It
+// never changes a cgroup it did not create.
+func EnterPriority(name string) (func(), error) {
+	if name == "" || filepath.Clean(name) != name || strings.Contains(name, "/") || name == "." || name == ".." {
+		return nil, fmt.Errorf("cgrouptest.EnterPriority: invalid name %q: want one path element", name)
+	}
+	dirs, err := createPriorityParent(name)
+	if err != nil {
+		removeDirs(dirs)
+		return nil, err
+	}
+	pid := []byte(strconv.Itoa(os.Getpid()))
+	cpuMount := filepath.Join(Mountpoint, "cpu")
+	if _, err := os.Stat(filepath.Join(Mountpoint, "cgroup.controllers")); err == nil {
+		cpuMount = Mountpoint
+	}
+	harness := filepath.Join(cpuMount, name, "harness")
+	if err := os.Mkdir(harness, 0o755); err != nil {
+		removeDirs(dirs)
+		return nil, fmt.Errorf("create %s: %w", harness, err)
+	}
+	dirs = append([]string{harness}, dirs...)
+	from, err := ownCgroup(cpuMount)
+	if err != nil {
+		removeDirs(dirs)
+		return nil, err
+	}
+	if err := os.WriteFile(filepath.Join(harness, "cgroup.procs"), pid, 0); err != nil {
+		removeDirs(dirs)
+		return nil, fmt.Errorf("move the test process into %s: %w", harness, err)
+	}
+	priorityParent = name
+	return func() {
+		priorityParent = ""
+		_ = os.WriteFile(filepath.Join(from, "cgroup.procs"), pid, 0)
+		removeDirs(dirs)
+	}, nil
+}
+
+// ownCgroup returns the directory of the process's cgroup in the hierarchy
+// mounted at mount (v1 cpu or the v2 tree), from /proc/self/cgroup.
+func ownCgroup(mount string) (string, error) {
+	data, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		return "", err
+	}
+	v2 := mount == Mountpoint
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		parts := strings.SplitN(line, ":", 3)
+		if len(parts) != 3 {
+			continue
+		}
+		if (v2 && parts[0] == "0" && parts[1] == "") || (!v2 && slices.Contains(strings.Split(parts[1], ","), "cpu")) {
+			return filepath.Join(mount, parts[2]), nil
+		}
+	}
+	return "", fmt.Errorf("no cgroup of this process in /proc/self/cgroup for %s", mount)
+}
+
+// PriorityRoot returns the cgroup root for an agent under test: name under
+// EnterPriority's parent, so the agent's guaranteed subtree and its
+// revocable one rank beside the test's own processes only; name itself
+// when EnterPriority has not run (not root, or a package without it).
+func PriorityRoot(name string) string {
+	if priorityParent == "" {
+		return name
+	}
+	return filepath.Join(priorityParent, name)
+}
+
+// createPriorityParent creates the cgroup name in every mounted hierarchy
+// the agent uses and gives it the highest CPU weight; it returns the
+// directories it created.
+func createPriorityParent(name string) ([]string, error) {
+	var created []string
+	mkdir := func(dir string) error {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return fmt.Errorf("create %s: %w", dir, err)
+		}
+		created = append(created, dir)
+		return nil
+	}
+	if controllers, err := os.ReadFile(filepath.Join(Mountpoint, "cgroup.controllers")); err == nil {
+		// Pure v2: hand down to the agent's root every controller the agent
+		// may use that the parent has.
+		dir := filepath.Join(Mountpoint, name)
+		if err := mkdir(dir); err != nil {
+			return created, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, "cpu.weight"), []byte(strconv.Itoa(PriorityWeightV2)), 0); err != nil {
+			return created, fmt.Errorf("write %s: %w", filepath.Join(dir, "cpu.weight"), err)
+		}
+		var enable []string
+		for _, c := range strings.Fields(string(controllers)) {
+			if slices.Contains([]string{"cpu", "memory", "pids", "cpuset", "io"}, c) {
+				enable = append(enable, "+"+c)
+			}
+		}
+		file := filepath.Join(dir, "cgroup.subtree_control")
+		if err := os.WriteFile(file, []byte(strings.Join(enable, " ")), 0); err != nil {
+			return created, fmt.Errorf("write %q to %s: %w", strings.Join(enable, " "), file, err)
+		}
+		return created, nil
+	}
+	// Hybrid: the same directory in the v2 tree and in each v1 hierarchy
+	// the agent uses (cpuset and blkio for its revocable subtree).
+	for _, h := range []string{"unified", "cpu", "memory", "pids", "cpuset", "blkio"} {
+		mount := filepath.Join(Mountpoint, h)
+		if _, err := os.Stat(filepath.Join(mount, "cgroup.procs")); err != nil {
+			continue
+		}
+		dir := filepath.Join(mount, name)
+		if err := mkdir(dir); err != nil {
+			return created, err
+		}
+		var writes [][2]string
+		switch h {
+		case "cpu":
+			writes = [][2]string{{"cpu.shares", strconv.Itoa(PriorityWeightV1)}}
+		case "cpuset":
+			// A v1 cpuset needs CPUs and memory nodes before a child can
+			// have any: the hierarchy root's.
+			for _, f := range []string{"cpuset.cpus", "cpuset.mems"} {
+				value, err := os.ReadFile(filepath.Join(mount, f))
+				if err != nil {
+					return created, fmt.Errorf("read %s: %w", filepath.Join(mount, f), err)
+				}
+				writes = append(writes, [2]string{f, strings.TrimSpace(string(value))})
+			}
+		}
+		for _, w := range writes {
+			if err := os.WriteFile(filepath.Join(dir, w[0]), []byte(w[1]), 0); err != nil {
+				return created, fmt.Errorf("write %q to %s: %w", w[1], filepath.Join(dir, w[0]), err)
+			}
+		}
+	}
+	if len(created) == 0 {
+		return nil, fmt.Errorf("no cgroup hierarchy under %s", Mountpoint)
+	}
+	return created, nil
+}
+
+// removeDirs removes cgroup directories, retrying a busy one for a few
+// seconds (a child's last process may still be exiting).
+func removeDirs(dirs []string) {
+	deadline := time.Now().Add(5 * time.Second)
+	for _, dir := range dirs {
+		for unix.Rmdir(dir) == unix.EBUSY && time.Now().Before(deadline) {
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
 }

@@ -164,7 +164,8 @@ func (r Result) Share() float64 {
 // Build builds the binaries a run needs into dir.
 func Build(dir string) error {
 	cmd := exec.Command("go", "build", "-o", dir+"/", "github.com/slackline/slackline/cmd/slackline-coordinator",
-		"github.com/slackline/slackline/cmd/slackline-agent", "github.com/slackline/slackline/internal/netbench/netload")
+		"github.com/slackline/slackline/cmd/slackline-agent", "github.com/slackline/slackline/cmd/slackline-supervisor",
+		"github.com/slackline/slackline/internal/netbench/netload")
 	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return fmt.Errorf("build binaries: %w", err)

@@ -36,7 +36,7 @@ const ackParallelism = 32
 // Config configures a Service.
 type Config struct {
 	// Store keeps the state; the Service does not close it.
-	Store *Store
+	Store Store
 	// Framework is the framework to subscribe as (its Id is replaced by
 	// the stored one); Roles are the queues' roles.
 	Framework *slacklinev1.FrameworkInfo
@@ -51,6 +51,10 @@ type Config struct {
 	Logger *slog.Logger
 	// Now is the clock (time.Now when nil).
 	Now func() time.Time
+
+	// omitProcessMetrics leaves the Go and process metrics to the caller
+	// (a Member serves them once for all its terms).
+	omitProcessMetrics bool
 }
 
 // Service is the job service: the jobs core behind a lock, its store, the
@@ -70,8 +74,11 @@ type Service struct {
 	core    *jobs.Core
 	acks    []*slacklinev1.TaskStatus // applied, waiting for a write
 	persist sync.Mutex
-	kick    chan struct{} // wakes the flusher
-	tick    chan struct{} // wakes the ticker (new work, new schedule)
+	// unwritten is a batch whose write failed, written again with the
+	// next (guarded by persist).
+	unwritten Batch
+	kick      chan struct{} // wakes the flusher
+	tick      chan struct{} // wakes the ticker (new work, new schedule)
 
 	registry *prometheus.Registry
 }
@@ -99,7 +106,10 @@ func New(cfg Config) (*Service, error) {
 	}
 	s.log.Info("job store loaded", "jobs", len(stored), "framework_id", id)
 	s.registry = prometheus.NewRegistry()
-	s.registry.MustRegister(collector{s}, collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	s.registry.MustRegister(collector{s})
+	if !cfg.omitProcessMetrics {
+		s.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	}
 	return s, nil
 }
 
@@ -199,12 +209,17 @@ func (s *Service) persistNow(ctx context.Context) error {
 	client := s.client
 	s.mu.Unlock()
 	if err == nil {
-		err = s.cfg.Store.write(b)
+		b = s.unwritten.merge(b)
+		s.unwritten = Batch{}
+		if err = s.cfg.Store.Write(b); err != nil {
+			s.unwritten = b
+		}
 	}
 	s.persist.Unlock()
 	if err != nil {
-		// The records stay in memory; the updates are not acknowledged,
-		// so the agents re-send them.
+		// The records stay in memory and are written with the next
+		// batch; the updates are not acknowledged, so the agents re-send
+		// them.
 		s.log.Error("persist jobs", "err", err)
 		return err
 	}
@@ -293,6 +308,9 @@ func (s *Service) apply(ctx context.Context, eff jobs.Effects) {
 			s.log.Warn("kill", "task_id", k.TaskID, "err", err)
 		}
 	}
+	// A reconciliation that fails is asked again by the core's Tick (and
+	// on the next subscription, with every launched task).
+	s.reconcile(ctx, c, eff.Reconcile)
 	if len(eff.Revive) > 0 {
 		if err := c.Revive(ctx, eff.Revive...); err != nil {
 			s.log.Warn("revive", "roles", eff.Revive, "err", err)
@@ -335,20 +353,24 @@ func (h handler) Subscribed(ctx context.Context, c *frameworkapi.Client, ev *sla
 	// Explicit reconciliation finds tasks the coordinator does not know
 	// (launched before a crash, lost with it): they come back LOST or
 	// GONE and are re-queued.
-	go func() {
-		for len(launched) > 0 {
-			n := min(len(launched), maxReconcile)
-			var tasks []*slacklinev1.ReconcileTask
-			for _, k := range launched[:n] {
-				tasks = append(tasks, &slacklinev1.ReconcileTask{TaskId: k.TaskID, AgentId: k.AgentID})
-			}
-			launched = launched[n:]
-			if err := c.Reconcile(ctx, tasks); err != nil {
-				s.log.Warn("reconcile", "tasks", len(tasks), "err", err)
-				return
-			}
+	go s.reconcile(ctx, c, launched)
+}
+
+// reconcile asks the coordinator about tasks (explicit reconciliation), in
+// calls of at most maxReconcile tasks; the answers come as updates.
+func (s *Service) reconcile(ctx context.Context, c *frameworkapi.Client, launched []jobs.Kill) {
+	for len(launched) > 0 {
+		n := min(len(launched), maxReconcile)
+		var tasks []*slacklinev1.ReconcileTask
+		for _, k := range launched[:n] {
+			tasks = append(tasks, &slacklinev1.ReconcileTask{TaskId: k.TaskID, AgentId: k.AgentID})
 		}
-	}()
+		launched = launched[n:]
+		if err := c.Reconcile(ctx, tasks); err != nil {
+			s.log.Warn("reconcile", "tasks", len(tasks), "err", err)
+			return
+		}
+	}
 }
 
 func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*slacklinev1.Offer) {
@@ -360,7 +382,7 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 	if err := s.persistNow(ctx); err != nil {
 		s.mu.Lock()
 		for _, l := range plan.Launches {
-			s.core.LaunchFailed(l.Tasks, s.now(), "the job store failed: "+err.Error())
+			s.core.NotLaunched(l.Tasks, s.now(), "the job store failed: "+err.Error())
 		}
 		s.mu.Unlock()
 		var ids []string
@@ -378,9 +400,12 @@ func (h handler) Offers(ctx context.Context, c *frameworkapi.Client, offers []*s
 		if err := c.Launch(ctx, l.OfferIDs, l.Tasks, filters); err != nil {
 			s.log.Warn("launch", "offers", l.OfferIDs, "tasks", len(l.Tasks), "err", err)
 			s.mu.Lock()
+			// The coordinator may have launched them: reconcile
+			// before any relaunch.
 			more := s.core.LaunchFailed(l.Tasks, s.now(), err.Error())
 			s.mu.Unlock()
 			eff.Revive = append(eff.Revive, more.Revive...)
+			eff.Reconcile = append(eff.Reconcile, more.Reconcile...)
 			s.wake(s.kick)
 		}
 	}

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	bolt "go.etcd.io/bbolt"
@@ -20,13 +21,32 @@ var (
 	keyFramework  = []byte("framework_id")
 )
 
-// Store keeps the job service's state in a bbolt file: the framework id,
-// one record per job and one per index. Each write is one transaction
-// (fsynced), so that a SIGKILL loses nothing written.
-type Store struct{ db *bolt.DB }
+// Store keeps the job service's state: the framework id, one record per job
+// and one per index. A write returns once it is durable (a SIGKILL loses
+// nothing written). BoltStore keeps it in a file (one service); EtcdStore
+// in etcd, fenced on a leader's term (a group of replicas, see Member).
+type Store interface {
+	// FrameworkID returns the saved framework id ("" when none).
+	FrameworkID() (string, error)
+	// SetFrameworkID saves the framework id ("" forgets it).
+	SetFrameworkID(id string) error
+	// Load returns every stored job with its indexes.
+	Load() ([]*jobs.Job, error)
+	// Write applies a batch: durably, and in order after every earlier
+	// Write that returned.
+	Write(b Batch) error
+	// Close releases the store.
+	Close() error
+}
 
-// OpenStore opens (or creates) the store's file.
-func OpenStore(path string) (*Store, error) {
+// BoltStore is a Store in a bbolt file. Each write is one transaction
+// (fsynced).
+type BoltStore struct{ db *bolt.DB }
+
+var _ Store = (*BoltStore)(nil)
+
+// OpenStore opens (or creates) a BoltStore's file.
+func OpenStore(path string) (*BoltStore, error) {
 	db, err := bolt.Open(path, 0o600, &bolt.Options{Timeout: 5 * time.Second})
 	if err != nil {
 		return nil, fmt.Errorf("open job store %s: %w", path, err)
@@ -43,14 +63,14 @@ func OpenStore(path string) (*Store, error) {
 		_ = db.Close()
 		return nil, fmt.Errorf("open job store %s: %w", path, err)
 	}
-	return &Store{db: db}, nil
+	return &BoltStore{db: db}, nil
 }
 
 // Close closes the file.
-func (s *Store) Close() error { return s.db.Close() }
+func (s *BoltStore) Close() error { return s.db.Close() }
 
 // FrameworkID returns the saved framework id ("" when none).
-func (s *Store) FrameworkID() (string, error) {
+func (s *BoltStore) FrameworkID() (string, error) {
 	var id string
 	err := s.db.View(func(tx *bolt.Tx) error {
 		id = string(tx.Bucket(bucketMeta).Get(keyFramework))
@@ -60,7 +80,7 @@ func (s *Store) FrameworkID() (string, error) {
 }
 
 // SetFrameworkID saves the framework id ("" forgets it).
-func (s *Store) SetFrameworkID(id string) error {
+func (s *BoltStore) SetFrameworkID(id string) error {
 	return s.db.Update(func(tx *bolt.Tx) error {
 		if id == "" {
 			return tx.Bucket(bucketMeta).Delete(keyFramework)
@@ -79,7 +99,7 @@ func indexKey(job string, i int) []byte {
 }
 
 // Load returns every stored job with its indexes.
-func (s *Store) Load() ([]*jobs.Job, error) {
+func (s *BoltStore) Load() ([]*jobs.Job, error) {
 	var out []*jobs.Job
 	err := s.db.View(func(tx *bolt.Tx) error {
 		idx := tx.Bucket(bucketIndexes).Cursor()
@@ -113,29 +133,52 @@ func (s *Store) Load() ([]*jobs.Job, error) {
 	return out, err
 }
 
-// record is one encoded write.
-type record struct {
-	bucket []byte
-	key    []byte
-	value  []byte // nil: delete
+// Record is one encoded job or index.
+type Record struct {
+	// Job names the job; Index is the index, -1 for the job's own record.
+	Job   string
+	Index int
+	Value []byte
 }
 
-// batch is what one persist writes: records encoded under the service's
-// lock, written outside it.
-type batch struct {
-	records []record
-	deleted []string
+// Batch is what one persist writes: records encoded under the service's
+// lock, written outside it. Deleted jobs go with their indexes.
+type Batch struct {
+	Records []Record
+	Deleted []string
+}
+
+// merge returns b followed by later: a batch that failed to be written is
+// written again with the next one (later records of a key win).
+func (b Batch) merge(later Batch) Batch {
+	if b.empty() {
+		return later
+	}
+	out := Batch{Deleted: append(slices.Clip(b.Deleted), later.Deleted...)}
+	gone := map[string]bool{}
+	for _, name := range later.Deleted {
+		gone[name] = true
+	}
+	// A record written earlier of a job deleted later is dropped; the
+	// store applies deletions before records.
+	for _, r := range b.Records {
+		if !gone[r.Job] {
+			out.Records = append(out.Records, r)
+		}
+	}
+	out.Records = append(out.Records, later.Records...)
+	return out
 }
 
 // encode turns dirty records into a batch.
-func encode(core *jobs.Core, d jobs.Dirty) (batch, error) {
-	var b batch
+func encode(core *jobs.Core, d jobs.Dirty) (Batch, error) {
+	var b Batch
 	for _, j := range d.Jobs {
 		v, err := json.Marshal(j)
 		if err != nil {
 			return b, fmt.Errorf("encode job %q: %w", j.Spec.Name, err)
 		}
-		b.records = append(b.records, record{bucketJobs, []byte(j.Spec.Name), v})
+		b.Records = append(b.Records, Record{Job: j.Spec.Name, Index: -1, Value: v})
 	}
 	for name, idx := range d.Indexes {
 		j := core.Job(name)
@@ -144,22 +187,22 @@ func encode(core *jobs.Core, d jobs.Dirty) (batch, error) {
 			if err != nil {
 				return b, fmt.Errorf("encode job %q index %d: %w", name, i, err)
 			}
-			b.records = append(b.records, record{bucketIndexes, indexKey(name, i), v})
+			b.Records = append(b.Records, Record{Job: name, Index: i, Value: v})
 		}
 	}
-	b.deleted = d.Deleted
+	b.Deleted = d.Deleted
 	return b, nil
 }
 
-func (b batch) empty() bool { return len(b.records) == 0 && len(b.deleted) == 0 }
+func (b Batch) empty() bool { return len(b.Records) == 0 && len(b.Deleted) == 0 }
 
-// write applies a batch in one transaction.
-func (s *Store) write(b batch) error {
+// Write applies a batch in one transaction: deletions, then records.
+func (s *BoltStore) Write(b Batch) error {
 	if b.empty() {
 		return nil
 	}
 	return s.db.Update(func(tx *bolt.Tx) error {
-		for _, name := range b.deleted {
+		for _, name := range b.Deleted {
 			if err := tx.Bucket(bucketJobs).Delete([]byte(name)); err != nil {
 				return err
 			}
@@ -171,9 +214,13 @@ func (s *Store) write(b batch) error {
 				}
 			}
 		}
-		for _, r := range b.records {
-			if err := tx.Bucket(r.bucket).Put(r.key, r.value); err != nil {
-				return errors.Join(fmt.Errorf("write %s/%q", r.bucket, r.key), err)
+		for _, r := range b.Records {
+			bucket, key := bucketJobs, []byte(r.Job)
+			if r.Index >= 0 {
+				bucket, key = bucketIndexes, indexKey(r.Job, r.Index)
+			}
+			if err := tx.Bucket(bucket).Put(key, r.Value); err != nil {
+				return errors.Join(fmt.Errorf("write %s/%q", bucket, key), err)
 			}
 		}
 		return nil

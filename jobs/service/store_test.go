@@ -10,6 +10,7 @@ import (
 	"google.golang.org/protobuf/testing/protocmp"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/etcdtest"
 	"github.com/slackline/slackline/jobs"
 	"github.com/slackline/slackline/resources"
 )
@@ -21,27 +22,57 @@ func offer(id string) *slacklinev1.Offer {
 }
 
 // flush writes what the core changed, as the service does.
-func flush(t *testing.T, s *Store, c *jobs.Core) {
+func flush(t *testing.T, s Store, c *jobs.Core) {
 	t.Helper()
 	b, err := encode(c, c.TakeDirty())
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := s.write(b); err != nil {
+	if err := s.Write(b); err != nil {
 		t.Fatal(err)
 	}
 }
 
+// storeKind opens a store, and opens it again after a Close (a restart).
+type storeKind struct {
+	name string
+	open func(t *testing.T) (open func() Store)
+}
+
+// storeKinds are the stores the contract tests run against: bbolt, and
+// etcd (a real etcd-server; small transactions so that batches are cut).
+var storeKinds = []storeKind{
+	{"bolt", func(t *testing.T) func() Store {
+		path := filepath.Join(t.TempDir(), "jobs.db")
+		return func() Store {
+			s, err := OpenStore(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return s
+		}
+	}},
+	{"etcd", func(t *testing.T) func() Store {
+		client := etcdtest.Start(t, 1).Client(t)
+		return func() Store { return NewEtcdStore(client, EtcdStoreOptions{Prefix: "/test/jobs/", MaxTxnOps: 3}) }
+	}},
+}
+
 // TestStoreRestoresEveryJobAndIndex: a core rebuilt from the store (a
 // restart) describes every job exactly as the core that wrote it, and
-// deleted cron runs are gone with their indexes.
+// deleted cron runs are gone with their indexes; for each store.
 func TestStoreRestoresEveryJobAndIndex(t *testing.T) {
 	t.Parallel()
-	path := filepath.Join(t.TempDir(), "jobs.db")
-	s, err := OpenStore(path)
-	if err != nil {
-		t.Fatal(err)
+	for _, kind := range storeKinds {
+		t.Run(kind.name, func(t *testing.T) {
+			t.Parallel()
+			testStoreRestores(t, kind.open(t))
+		})
 	}
+}
+
+func testStoreRestores(t *testing.T, open func() Store) {
+	s := open()
 	c := jobs.New(jobs.Config{})
 	for _, text := range []string{
 		"name: a\ncommand: x\nresources: cpus:1\ncompletions: 3\n",
@@ -78,10 +109,7 @@ func TestStoreRestoresEveryJobAndIndex(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	s, err = OpenStore(path)
-	if err != nil {
-		t.Fatal(err)
-	}
+	s = open()
 	defer s.Close()
 	if id, err := s.FrameworkID(); err != nil || id != "fw-1" {
 		t.Errorf("framework id %q %v", id, err)
@@ -109,16 +137,19 @@ func TestStoreRestoresEveryJobAndIndex(t *testing.T) {
 	if n := r.Counts(); n.Tasks[jobs.IndexPending] != 4 || n.Tasks[jobs.IndexSucceeded] != 1 || n.Preempted != 1 || len(r.Launched()) != 0 {
 		t.Errorf("counts after restore %+v, launched %v", n, r.Launched())
 	}
-	// The restored queue launches where the old one left off (pending
-	// indexes in index order: a restart forgets the order of re-queues).
-	p, _ := r.Offers([]*slacklinev1.Offer{offer("o2")}, now)
-	var ids []string
-	for _, l := range p.Launches {
-		for _, task := range l.Tasks {
-			ids = append(ids, task.GetTaskId())
+	// The restored queue launches where the old one left off, in the same
+	// order (a re-queued index after those queued before it).
+	launch := func(c *jobs.Core) string {
+		p, _ := c.Offers([]*slacklinev1.Offer{offer("o2")}, now)
+		var ids []string
+		for _, l := range p.Launches {
+			for _, task := range l.Tasks {
+				ids = append(ids, task.GetTaskId())
+			}
 		}
+		return strings.Join(ids, ",")
 	}
-	if got := strings.Join(ids, ","); got != "a.1.2,a.2.1" {
-		t.Errorf("launched %s after restore, want a.1.2,a.2.1", got)
+	if got, want := launch(r), launch(c); got != want || got != "a.2.1,a.1.2" {
+		t.Errorf("launched %s after restore, want %s (as before the restart) = a.2.1,a.1.2", got, want)
 	}
 }

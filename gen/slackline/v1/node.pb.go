@@ -427,7 +427,11 @@ type ResourceStatistics struct {
 	// delayed_by says what held the CPU while this container's tasks waited
 	// for it (eBPF who-delayed-whom), cumulative, for guaranteed containers
 	// and protected services; see Delay.
-	DelayedBy     []*Delay `protobuf:"bytes,50,rep,name=delayed_by,json=delayedBy,proto3" json:"delayed_by,omitempty"`
+	DelayedBy []*Delay `protobuf:"bytes,50,rep,name=delayed_by,json=delayedBy,proto3" json:"delayed_by,omitempty"`
+	// disk_sync is the latency of the container's synchronous writes
+	// (fsync, fdatasync, O_SYNC writes on ext4: eBPF), which the diskio QoS
+	// controller protects for guaranteed work; unset when not measured.
+	DiskSync      *DiskSyncLatency `protobuf:"bytes,60,opt,name=disk_sync,json=diskSync,proto3" json:"disk_sync,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -700,6 +704,87 @@ func (x *ResourceStatistics) GetDelayedBy() []*Delay {
 	return nil
 }
 
+func (x *ResourceStatistics) GetDiskSync() *DiskSyncLatency {
+	if x != nil {
+		return x.DiskSync
+	}
+	return nil
+}
+
+// DiskSyncLatency is the latency of a container's synchronous writes: the
+// data write-out and the journal commit an fsync waits for.
+type DiskSyncLatency struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// buckets_log2_ns[i] counts writes that took [2^i, 2^(i+1)) ns since the
+	// container was first measured (trailing empty buckets left out).
+	BucketsLog2Ns []uint64 `protobuf:"varint,1,rep,packed,name=buckets_log2_ns,json=bucketsLog2Ns,proto3" json:"buckets_log2_ns,omitempty"`
+	// count and total_secs are their number and total wait since then.
+	Count     uint64  `protobuf:"varint,2,opt,name=count,proto3" json:"count,omitempty"`
+	TotalSecs float64 `protobuf:"fixed64,3,opt,name=total_secs,json=totalSecs,proto3" json:"total_secs,omitempty"`
+	// p99_seconds is the p99 over the last sampling interval (0: none).
+	P99Seconds    float64 `protobuf:"fixed64,4,opt,name=p99_seconds,json=p99Seconds,proto3" json:"p99_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DiskSyncLatency) Reset() {
+	*x = DiskSyncLatency{}
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DiskSyncLatency) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DiskSyncLatency) ProtoMessage() {}
+
+func (x *DiskSyncLatency) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DiskSyncLatency.ProtoReflect.Descriptor instead.
+func (*DiskSyncLatency) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+}
+
+func (x *DiskSyncLatency) GetBucketsLog2Ns() []uint64 {
+	if x != nil {
+		return x.BucketsLog2Ns
+	}
+	return nil
+}
+
+func (x *DiskSyncLatency) GetCount() uint64 {
+	if x != nil {
+		return x.Count
+	}
+	return 0
+}
+
+func (x *DiskSyncLatency) GetTotalSecs() float64 {
+	if x != nil {
+		return x.TotalSecs
+	}
+	return 0
+}
+
+func (x *DiskSyncLatency) GetP99Seconds() float64 {
+	if x != nil {
+		return x.P99Seconds
+	}
+	return 0
+}
+
 // Delay is how long one culprit held a CPU while a container's tasks waited
 // for it, cumulative.
 type Delay struct {
@@ -716,7 +801,7 @@ type Delay struct {
 
 func (x *Delay) Reset() {
 	*x = Delay{}
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -728,7 +813,7 @@ func (x *Delay) String() string {
 func (*Delay) ProtoMessage() {}
 
 func (x *Delay) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[4]
+	mi := &file_slackline_v1_node_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -741,7 +826,7 @@ func (x *Delay) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Delay.ProtoReflect.Descriptor instead.
 func (*Delay) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *Delay) GetCulprit() string {
@@ -778,7 +863,7 @@ type TcpStatistics struct {
 
 func (x *TcpStatistics) Reset() {
 	*x = TcpStatistics{}
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -790,7 +875,7 @@ func (x *TcpStatistics) String() string {
 func (*TcpStatistics) ProtoMessage() {}
 
 func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[5]
+	mi := &file_slackline_v1_node_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -803,7 +888,7 @@ func (x *TcpStatistics) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TcpStatistics.ProtoReflect.Descriptor instead.
 func (*TcpStatistics) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *TcpStatistics) GetRttBucketsLog2Us() []uint64 {
@@ -858,7 +943,7 @@ type RunQueueLatency struct {
 
 func (x *RunQueueLatency) Reset() {
 	*x = RunQueueLatency{}
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -870,7 +955,7 @@ func (x *RunQueueLatency) String() string {
 func (*RunQueueLatency) ProtoMessage() {}
 
 func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[6]
+	mi := &file_slackline_v1_node_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -883,7 +968,7 @@ func (x *RunQueueLatency) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunQueueLatency.ProtoReflect.Descriptor instead.
 func (*RunQueueLatency) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *RunQueueLatency) GetBucketsLog2Ns() []uint64 {
@@ -938,7 +1023,7 @@ type Pressure struct {
 
 func (x *Pressure) Reset() {
 	*x = Pressure{}
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -950,7 +1035,7 @@ func (x *Pressure) String() string {
 func (*Pressure) ProtoMessage() {}
 
 func (x *Pressure) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[7]
+	mi := &file_slackline_v1_node_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -963,7 +1048,7 @@ func (x *Pressure) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Pressure.ProtoReflect.Descriptor instead.
 func (*Pressure) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *Pressure) GetSomeAvg10() float64 {
@@ -1033,7 +1118,7 @@ type ContainerUsage struct {
 
 func (x *ContainerUsage) Reset() {
 	*x = ContainerUsage{}
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1045,7 +1130,7 @@ func (x *ContainerUsage) String() string {
 func (*ContainerUsage) ProtoMessage() {}
 
 func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[8]
+	mi := &file_slackline_v1_node_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1058,7 +1143,7 @@ func (x *ContainerUsage) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ContainerUsage.ProtoReflect.Descriptor instead.
 func (*ContainerUsage) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ContainerUsage) GetTaskId() string {
@@ -1084,7 +1169,7 @@ type GetUsageRequest struct {
 
 func (x *GetUsageRequest) Reset() {
 	*x = GetUsageRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1096,7 +1181,7 @@ func (x *GetUsageRequest) String() string {
 func (*GetUsageRequest) ProtoMessage() {}
 
 func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[9]
+	mi := &file_slackline_v1_node_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1109,7 +1194,7 @@ func (x *GetUsageRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageRequest.ProtoReflect.Descriptor instead.
 func (*GetUsageRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
 }
 
 // GetUsageResponse lists usage.
@@ -1127,7 +1212,7 @@ type GetUsageResponse struct {
 
 func (x *GetUsageResponse) Reset() {
 	*x = GetUsageResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1139,7 +1224,7 @@ func (x *GetUsageResponse) String() string {
 func (*GetUsageResponse) ProtoMessage() {}
 
 func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[10]
+	mi := &file_slackline_v1_node_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1152,7 +1237,7 @@ func (x *GetUsageResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetUsageResponse.ProtoReflect.Descriptor instead.
 func (*GetUsageResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *GetUsageResponse) GetUsage() []*ContainerUsage {
@@ -1196,7 +1281,7 @@ type NetworkStatus struct {
 
 func (x *NetworkStatus) Reset() {
 	*x = NetworkStatus{}
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1208,7 +1293,7 @@ func (x *NetworkStatus) String() string {
 func (*NetworkStatus) ProtoMessage() {}
 
 func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[11]
+	mi := &file_slackline_v1_node_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1221,7 +1306,7 @@ func (x *NetworkStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use NetworkStatus.ProtoReflect.Descriptor instead.
 func (*NetworkStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *NetworkStatus) GetInterfaces() []string {
@@ -1268,7 +1353,7 @@ type GetEstimateRequest struct {
 
 func (x *GetEstimateRequest) Reset() {
 	*x = GetEstimateRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1280,7 +1365,7 @@ func (x *GetEstimateRequest) String() string {
 func (*GetEstimateRequest) ProtoMessage() {}
 
 func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[12]
+	mi := &file_slackline_v1_node_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1293,7 +1378,7 @@ func (x *GetEstimateRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateRequest.ProtoReflect.Descriptor instead.
 func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
 }
 
 // GetEstimateResponse is the latest estimate and, with an estimator that
@@ -1326,7 +1411,7 @@ type GetEstimateResponse struct {
 
 func (x *GetEstimateResponse) Reset() {
 	*x = GetEstimateResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1338,7 +1423,7 @@ func (x *GetEstimateResponse) String() string {
 func (*GetEstimateResponse) ProtoMessage() {}
 
 func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[13]
+	mi := &file_slackline_v1_node_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1351,7 +1436,7 @@ func (x *GetEstimateResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetEstimateResponse.ProtoReflect.Descriptor instead.
 func (*GetEstimateResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *GetEstimateResponse) GetRevocable() []*Resource {
@@ -1443,7 +1528,7 @@ type EstimateContainer struct {
 
 func (x *EstimateContainer) Reset() {
 	*x = EstimateContainer{}
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1455,7 +1540,7 @@ func (x *EstimateContainer) String() string {
 func (*EstimateContainer) ProtoMessage() {}
 
 func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[14]
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1468,7 +1553,7 @@ func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateContainer.ProtoReflect.Descriptor instead.
 func (*EstimateContainer) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *EstimateContainer) GetId() string {
@@ -1555,7 +1640,7 @@ type EstimateCalibration struct {
 
 func (x *EstimateCalibration) Reset() {
 	*x = EstimateCalibration{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1567,7 +1652,7 @@ func (x *EstimateCalibration) String() string {
 func (*EstimateCalibration) ProtoMessage() {}
 
 func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1580,7 +1665,7 @@ func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateCalibration.ProtoReflect.Descriptor instead.
 func (*EstimateCalibration) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EstimateCalibration) GetTargetViolation() float64 {
@@ -1655,7 +1740,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1667,7 +1752,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1680,7 +1765,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1720,7 +1805,7 @@ type Correction struct {
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1732,7 +1817,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1745,7 +1830,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1856,7 +1941,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1868,7 +1953,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1881,7 +1966,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1900,7 +1985,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1912,7 +1997,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1925,7 +2010,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 // Feature is one probe's result.
@@ -1940,7 +2025,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1952,7 +2037,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1965,7 +2050,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 func (x *Feature) GetName() string {
@@ -2000,7 +2085,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2012,7 +2097,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2025,7 +2110,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -2044,7 +2129,7 @@ type GetImagesRequest struct {
 
 func (x *GetImagesRequest) Reset() {
 	*x = GetImagesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2056,7 +2141,7 @@ func (x *GetImagesRequest) String() string {
 func (*GetImagesRequest) ProtoMessage() {}
 
 func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2069,7 +2154,7 @@ func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesRequest.ProtoReflect.Descriptor instead.
 func (*GetImagesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 // Image is one image in an agent's store.
@@ -2093,7 +2178,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2105,7 +2190,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2118,7 +2203,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 func (x *Image) GetReference() string {
@@ -2182,7 +2267,7 @@ type ImagePullError struct {
 
 func (x *ImagePullError) Reset() {
 	*x = ImagePullError{}
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2194,7 +2279,7 @@ func (x *ImagePullError) String() string {
 func (*ImagePullError) ProtoMessage() {}
 
 func (x *ImagePullError) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2207,7 +2292,7 @@ func (x *ImagePullError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePullError.ProtoReflect.Descriptor instead.
 func (*ImagePullError) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *ImagePullError) GetReference() string {
@@ -2248,7 +2333,7 @@ type GetImagesResponse struct {
 
 func (x *GetImagesResponse) Reset() {
 	*x = GetImagesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2260,7 +2345,7 @@ func (x *GetImagesResponse) String() string {
 func (*GetImagesResponse) ProtoMessage() {}
 
 func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2273,7 +2358,7 @@ func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesResponse.ProtoReflect.Descriptor instead.
 func (*GetImagesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *GetImagesResponse) GetImages() []*Image {
@@ -2328,7 +2413,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2340,7 +2425,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2353,7 +2438,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -2405,7 +2490,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2417,7 +2502,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2430,7 +2515,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -2454,11 +2539,483 @@ func (x *ReadSandboxFileResponse) GetSize() int64 {
 	return 0
 }
 
+// GetHistoryRequest selects what GetHistory returns.
+type GetHistoryRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// since, when set, returns only points stamped after it (a page that
+	// already holds the history asks for what is new).
+	Since *timestamppb.Timestamp `protobuf:"bytes,1,opt,name=since,proto3" json:"since,omitempty"`
+	// step_seconds, when above the monitor's interval, averages the points of
+	// each step (run-queue p99: the step's largest); 0 returns every point.
+	StepSeconds float64 `protobuf:"fixed64,2,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
+	// task_id, when set, returns only that task's container.
+	TaskId        string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetHistoryRequest) Reset() {
+	*x = GetHistoryRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryRequest) ProtoMessage() {}
+
+func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
+func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *GetHistoryRequest) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetHistoryRequest) GetStepSeconds() float64 {
+	if x != nil {
+		return x.StepSeconds
+	}
+	return 0
+}
+
+func (x *GetHistoryRequest) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+// GetHistoryResponse holds one series per container the agent measured
+// during its window (ended containers stay until their last point is
+// older than the window).
+type GetHistoryResponse struct {
+	state  protoimpl.MessageState `protogen:"open.v1"`
+	Series []*HistorySeries       `protobuf:"bytes,1,rep,name=series,proto3" json:"series,omitempty"`
+	// window_seconds is how far back the agent keeps points.
+	WindowSeconds float64 `protobuf:"fixed64,2,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	// interval_seconds is the monitor's sampling interval.
+	IntervalSeconds float64 `protobuf:"fixed64,3,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *GetHistoryResponse) Reset() {
+	*x = GetHistoryResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetHistoryResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetHistoryResponse) ProtoMessage() {}
+
+func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
+func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{30}
+}
+
+func (x *GetHistoryResponse) GetSeries() []*HistorySeries {
+	if x != nil {
+		return x.Series
+	}
+	return nil
+}
+
+func (x *GetHistoryResponse) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetIntervalSeconds() float64 {
+	if x != nil {
+		return x.IntervalSeconds
+	}
+	return 0
+}
+
+// HistorySeries is one container's points, column by column: entry i of
+// every list belongs to times[i]. Values are kept with 3 significant
+// digits (bfloat16), enough to draw.
+type HistorySeries struct {
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	ContainerId string                 `protobuf:"bytes,1,opt,name=container_id,json=containerId,proto3" json:"container_id,omitempty"`
+	TaskId      string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Revocable   bool                   `protobuf:"varint,3,opt,name=revocable,proto3" json:"revocable,omitempty"`
+	// ended reports that the container is no longer measured.
+	Ended bool `protobuf:"varint,4,opt,name=ended,proto3" json:"ended,omitempty"`
+	// times are Unix times in seconds, oldest first.
+	Times []float64 `protobuf:"fixed64,5,rep,packed,name=times,proto3" json:"times,omitempty"`
+	// cpus is CPU use in cores over the interval ending at each time.
+	Cpus []float32 `protobuf:"fixed32,6,rep,packed,name=cpus,proto3" json:"cpus,omitempty"`
+	// mem_bytes is the cgroup's charged memory.
+	MemBytes []float32 `protobuf:"fixed32,7,rep,packed,name=mem_bytes,json=memBytes,proto3" json:"mem_bytes,omitempty"`
+	// net_tx_mbps and net_rx_mbps are egress and ingress in Mbit/s (eBPF).
+	NetTxMbps []float32 `protobuf:"fixed32,8,rep,packed,name=net_tx_mbps,json=netTxMbps,proto3" json:"net_tx_mbps,omitempty"`
+	NetRxMbps []float32 `protobuf:"fixed32,9,rep,packed,name=net_rx_mbps,json=netRxMbps,proto3" json:"net_rx_mbps,omitempty"`
+	// runqueue_p99_seconds is the run-queue latency p99 (eBPF).
+	RunqueueP99Seconds []float32 `protobuf:"fixed32,10,rep,packed,name=runqueue_p99_seconds,json=runqueueP99Seconds,proto3" json:"runqueue_p99_seconds,omitempty"`
+	// delayed_by_revocable is the share of the interval the container's tasks
+	// waited while a revocable task held their CPU (seconds per second, eBPF).
+	DelayedByRevocable []float32 `protobuf:"fixed32,11,rep,packed,name=delayed_by_revocable,json=delayedByRevocable,proto3" json:"delayed_by_revocable,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
+}
+
+func (x *HistorySeries) Reset() {
+	*x = HistorySeries{}
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *HistorySeries) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*HistorySeries) ProtoMessage() {}
+
+func (x *HistorySeries) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use HistorySeries.ProtoReflect.Descriptor instead.
+func (*HistorySeries) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{31}
+}
+
+func (x *HistorySeries) GetContainerId() string {
+	if x != nil {
+		return x.ContainerId
+	}
+	return ""
+}
+
+func (x *HistorySeries) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *HistorySeries) GetRevocable() bool {
+	if x != nil {
+		return x.Revocable
+	}
+	return false
+}
+
+func (x *HistorySeries) GetEnded() bool {
+	if x != nil {
+		return x.Ended
+	}
+	return false
+}
+
+func (x *HistorySeries) GetTimes() []float64 {
+	if x != nil {
+		return x.Times
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetCpus() []float32 {
+	if x != nil {
+		return x.Cpus
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetMemBytes() []float32 {
+	if x != nil {
+		return x.MemBytes
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetNetTxMbps() []float32 {
+	if x != nil {
+		return x.NetTxMbps
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetNetRxMbps() []float32 {
+	if x != nil {
+		return x.NetRxMbps
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetRunqueueP99Seconds() []float32 {
+	if x != nil {
+		return x.RunqueueP99Seconds
+	}
+	return nil
+}
+
+func (x *HistorySeries) GetDelayedByRevocable() []float32 {
+	if x != nil {
+		return x.DelayedByRevocable
+	}
+	return nil
+}
+
+// GetDelaysRequest selects the window of GetDelays.
+type GetDelaysRequest struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// window_seconds is how far back to sum (default and at most the agent's
+	// history window).
+	WindowSeconds float64 `protobuf:"fixed64,1,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDelaysRequest) Reset() {
+	*x = GetDelaysRequest{}
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDelaysRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDelaysRequest) ProtoMessage() {}
+
+func (x *GetDelaysRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDelaysRequest.ProtoReflect.Descriptor instead.
+func (*GetDelaysRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{32}
+}
+
+func (x *GetDelaysRequest) GetWindowSeconds() float64 {
+	if x != nil {
+		return x.WindowSeconds
+	}
+	return 0
+}
+
+// GetDelaysResponse lists who delayed whom during the window.
+type GetDelaysResponse struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// delays has one entry per (victim, culprit) with time above zero,
+	// longest first. Without --ebpf-all-culprits only revocable containers
+	// are culprits.
+	Delays []*DelayEdge `protobuf:"bytes,1,rep,name=delays,proto3" json:"delays,omitempty"`
+	// since is the start of the window the sums cover: the oldest snapshot
+	// kept within the requested window.
+	Since *timestamppb.Timestamp `protobuf:"bytes,2,opt,name=since,proto3" json:"since,omitempty"`
+	// until is when the latest snapshot was taken.
+	Until         *timestamppb.Timestamp `protobuf:"bytes,3,opt,name=until,proto3" json:"until,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *GetDelaysResponse) Reset() {
+	*x = GetDelaysResponse{}
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *GetDelaysResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*GetDelaysResponse) ProtoMessage() {}
+
+func (x *GetDelaysResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use GetDelaysResponse.ProtoReflect.Descriptor instead.
+func (*GetDelaysResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{33}
+}
+
+func (x *GetDelaysResponse) GetDelays() []*DelayEdge {
+	if x != nil {
+		return x.Delays
+	}
+	return nil
+}
+
+func (x *GetDelaysResponse) GetSince() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Since
+	}
+	return nil
+}
+
+func (x *GetDelaysResponse) GetUntil() *timestamppb.Timestamp {
+	if x != nil {
+		return x.Until
+	}
+	return nil
+}
+
+// DelayEdge is how long a culprit held a CPU while a victim's tasks waited
+// for it.
+type DelayEdge struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// victim_container_id and victim_task_id name the delayed container (a
+	// protected service: its id, no task).
+	VictimContainerId string `protobuf:"bytes,1,opt,name=victim_container_id,json=victimContainerId,proto3" json:"victim_container_id,omitempty"`
+	VictimTaskId      string `protobuf:"bytes,2,opt,name=victim_task_id,json=victimTaskId,proto3" json:"victim_task_id,omitempty"`
+	// culprit is a container id or a name, as in Delay.culprit;
+	// culprit_task_id is the culprit container's task, when it is one.
+	Culprit       string `protobuf:"bytes,3,opt,name=culprit,proto3" json:"culprit,omitempty"`
+	CulpritTaskId string `protobuf:"bytes,4,opt,name=culprit_task_id,json=culpritTaskId,proto3" json:"culprit_task_id,omitempty"`
+	// secs is the time waited during the window.
+	Secs float64 `protobuf:"fixed64,5,opt,name=secs,proto3" json:"secs,omitempty"`
+	// culprit_revocable reports that the culprit is a revocable container.
+	CulpritRevocable bool `protobuf:"varint,6,opt,name=culprit_revocable,json=culpritRevocable,proto3" json:"culprit_revocable,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
+}
+
+func (x *DelayEdge) Reset() {
+	*x = DelayEdge{}
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DelayEdge) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DelayEdge) ProtoMessage() {}
+
+func (x *DelayEdge) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DelayEdge.ProtoReflect.Descriptor instead.
+func (*DelayEdge) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{34}
+}
+
+func (x *DelayEdge) GetVictimContainerId() string {
+	if x != nil {
+		return x.VictimContainerId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetVictimTaskId() string {
+	if x != nil {
+		return x.VictimTaskId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetCulprit() string {
+	if x != nil {
+		return x.Culprit
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetCulpritTaskId() string {
+	if x != nil {
+		return x.CulpritTaskId
+	}
+	return ""
+}
+
+func (x *DelayEdge) GetSecs() float64 {
+	if x != nil {
+		return x.Secs
+	}
+	return 0
+}
+
+func (x *DelayEdge) GetCulpritRevocable() bool {
+	if x != nil {
+		return x.CulpritRevocable
+	}
+	return false
+}
+
 var File_slackline_v1_node_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
-	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
+	"\x17slackline/v1/node.proto\x12\fslackline.v1\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x19slackline/v1/shadow.proto\x1a\x18slackline/v1/types.proto\"\x9a\x03\n" +
 	"\tContainer\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12!\n" +
 	"\fframework_id\x18\x02 \x01(\tR\vframeworkId\x12\x1f\n" +
@@ -2478,7 +3035,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x15GetContainersResponse\x127\n" +
 	"\n" +
 	"containers\x18\x01 \x03(\v2\x17.slackline.v1.ContainerR\n" +
-	"containers\"\xcb\v\n" +
+	"containers\"\x87\f\n" +
 	"\x12ResourceStatistics\x128\n" +
 	"\ttimestamp\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\ttimestamp\x12-\n" +
 	"\x13cpus_user_time_secs\x18\x02 \x01(\x01R\x10cpusUserTimeSecs\x121\n" +
@@ -2523,7 +3080,15 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x03tcp\x18* \x01(\v2\x1b.slackline.v1.TcpStatisticsR\x03tcp\x121\n" +
 	"\x15mem_working_set_bytes\x18+ \x01(\x04R\x12memWorkingSetBytes\x122\n" +
 	"\n" +
-	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\"5\n" +
+	"delayed_by\x182 \x03(\v2\x13.slackline.v1.DelayR\tdelayedBy\x12:\n" +
+	"\tdisk_sync\x18< \x01(\v2\x1d.slackline.v1.DiskSyncLatencyR\bdiskSync\"\x8f\x01\n" +
+	"\x0fDiskSyncLatency\x12&\n" +
+	"\x0fbuckets_log2_ns\x18\x01 \x03(\x04R\rbucketsLog2Ns\x12\x14\n" +
+	"\x05count\x18\x02 \x01(\x04R\x05count\x12\x1d\n" +
+	"\n" +
+	"total_secs\x18\x03 \x01(\x01R\ttotalSecs\x12\x1f\n" +
+	"\vp99_seconds\x18\x04 \x01(\x01R\n" +
+	"p99Seconds\"5\n" +
 	"\x05Delay\x12\x18\n" +
 	"\aculprit\x18\x01 \x01(\tR\aculprit\x12\x12\n" +
 	"\x04secs\x18\x02 \x01(\x01R\x04secs\"\xd1\x01\n" +
@@ -2675,7 +3240,41 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17ReadSandboxFileResponse\x12\x12\n" +
 	"\x04data\x18\x01 \x01(\fR\x04data\x12\x16\n" +
 	"\x06offset\x18\x02 \x01(\x03R\x06offset\x12\x12\n" +
-	"\x04size\x18\x03 \x01(\x03R\x04size*\x96\x02\n" +
+	"\x04size\x18\x03 \x01(\x03R\x04size\"\x81\x01\n" +
+	"\x11GetHistoryRequest\x120\n" +
+	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12!\n" +
+	"\fstep_seconds\x18\x02 \x01(\x01R\vstepSeconds\x12\x17\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"\x9b\x01\n" +
+	"\x12GetHistoryResponse\x123\n" +
+	"\x06series\x18\x01 \x03(\v2\x1b.slackline.v1.HistorySeriesR\x06series\x12%\n" +
+	"\x0ewindow_seconds\x18\x02 \x01(\x01R\rwindowSeconds\x12)\n" +
+	"\x10interval_seconds\x18\x03 \x01(\x01R\x0fintervalSeconds\"\xea\x02\n" +
+	"\rHistorySeries\x12!\n" +
+	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1c\n" +
+	"\trevocable\x18\x03 \x01(\bR\trevocable\x12\x14\n" +
+	"\x05ended\x18\x04 \x01(\bR\x05ended\x12\x14\n" +
+	"\x05times\x18\x05 \x03(\x01R\x05times\x12\x12\n" +
+	"\x04cpus\x18\x06 \x03(\x02R\x04cpus\x12\x1b\n" +
+	"\tmem_bytes\x18\a \x03(\x02R\bmemBytes\x12\x1e\n" +
+	"\vnet_tx_mbps\x18\b \x03(\x02R\tnetTxMbps\x12\x1e\n" +
+	"\vnet_rx_mbps\x18\t \x03(\x02R\tnetRxMbps\x120\n" +
+	"\x14runqueue_p99_seconds\x18\n" +
+	" \x03(\x02R\x12runqueueP99Seconds\x120\n" +
+	"\x14delayed_by_revocable\x18\v \x03(\x02R\x12delayedByRevocable\"9\n" +
+	"\x10GetDelaysRequest\x12%\n" +
+	"\x0ewindow_seconds\x18\x01 \x01(\x01R\rwindowSeconds\"\xa8\x01\n" +
+	"\x11GetDelaysResponse\x12/\n" +
+	"\x06delays\x18\x01 \x03(\v2\x17.slackline.v1.DelayEdgeR\x06delays\x120\n" +
+	"\x05since\x18\x02 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x120\n" +
+	"\x05until\x18\x03 \x01(\v2\x1a.google.protobuf.TimestampR\x05until\"\xe4\x01\n" +
+	"\tDelayEdge\x12.\n" +
+	"\x13victim_container_id\x18\x01 \x01(\tR\x11victimContainerId\x12$\n" +
+	"\x0evictim_task_id\x18\x02 \x01(\tR\fvictimTaskId\x12\x18\n" +
+	"\aculprit\x18\x03 \x01(\tR\aculprit\x12&\n" +
+	"\x0fculprit_task_id\x18\x04 \x01(\tR\rculpritTaskId\x12\x12\n" +
+	"\x04secs\x18\x05 \x01(\x01R\x04secs\x12+\n" +
+	"\x11culprit_revocable\x18\x06 \x01(\bR\x10culpritRevocable*\x96\x02\n" +
 	"\x0eCorrectionKind\x12\x1f\n" +
 	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
@@ -2692,7 +3291,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x1cFEATURE_STATUS_NOT_SUPPORTED\x10\x02\x12 \n" +
 	"\x1cFEATURE_STATUS_NO_PERMISSION\x10\x03\x12\x1a\n" +
 	"\x16FEATURE_STATUS_UNKNOWN\x10\x04\x12\x1a\n" +
-	"\x16FEATURE_STATUS_LOADING\x10\x052\xe5\x04\n" +
+	"\x16FEATURE_STATUS_LOADING\x10\x052\xd5\x06\n" +
 	"\vNodeService\x12X\n" +
 	"\rGetContainers\x12\".slackline.v1.GetContainersRequest\x1a#.slackline.v1.GetContainersResponse\x12I\n" +
 	"\bGetUsage\x12\x1d.slackline.v1.GetUsageRequest\x1a\x1e.slackline.v1.GetUsageResponse\x12R\n" +
@@ -2700,7 +3299,12 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x0eGetCorrections\x12#.slackline.v1.GetCorrectionsRequest\x1a$.slackline.v1.GetCorrectionsResponse\x12R\n" +
 	"\vGetFeatures\x12 .slackline.v1.GetFeaturesRequest\x1a!.slackline.v1.GetFeaturesResponse\x12^\n" +
 	"\x0fReadSandboxFile\x12$.slackline.v1.ReadSandboxFileRequest\x1a%.slackline.v1.ReadSandboxFileResponse\x12L\n" +
-	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponseB\xab\x01\n" +
+	"\tGetImages\x12\x1e.slackline.v1.GetImagesRequest\x1a\x1f.slackline.v1.GetImagesResponse\x12O\n" +
+	"\n" +
+	"GetHistory\x12\x1f.slackline.v1.GetHistoryRequest\x1a .slackline.v1.GetHistoryResponse\x12L\n" +
+	"\tGetDelays\x12\x1e.slackline.v1.GetDelaysRequest\x1a\x1f.slackline.v1.GetDelaysResponse\x12O\n" +
+	"\n" +
+	"GetShadows\x12\x1f.slackline.v1.GetShadowsRequest\x1a .slackline.v1.GetShadowsResponseB\xab\x01\n" +
 	"\x10com.slackline.v1B\tNodeProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -2716,7 +3320,7 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 28)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_slackline_v1_node_proto_goTypes = []any{
 	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
 	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
@@ -2724,83 +3328,104 @@ var file_slackline_v1_node_proto_goTypes = []any{
 	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
 	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
 	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
-	(*Delay)(nil),                   // 6: slackline.v1.Delay
-	(*TcpStatistics)(nil),           // 7: slackline.v1.TcpStatistics
-	(*RunQueueLatency)(nil),         // 8: slackline.v1.RunQueueLatency
-	(*Pressure)(nil),                // 9: slackline.v1.Pressure
-	(*ContainerUsage)(nil),          // 10: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 11: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 12: slackline.v1.GetUsageResponse
-	(*NetworkStatus)(nil),           // 13: slackline.v1.NetworkStatus
-	(*GetEstimateRequest)(nil),      // 14: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 15: slackline.v1.GetEstimateResponse
-	(*EstimateContainer)(nil),       // 16: slackline.v1.EstimateContainer
-	(*EstimateCalibration)(nil),     // 17: slackline.v1.EstimateCalibration
-	(*GetCorrectionsRequest)(nil),   // 18: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 19: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 20: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 21: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 22: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 23: slackline.v1.GetFeaturesResponse
-	(*GetImagesRequest)(nil),        // 24: slackline.v1.GetImagesRequest
-	(*Image)(nil),                   // 25: slackline.v1.Image
-	(*ImagePullError)(nil),          // 26: slackline.v1.ImagePullError
-	(*GetImagesResponse)(nil),       // 27: slackline.v1.GetImagesResponse
-	(*ReadSandboxFileRequest)(nil),  // 28: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 29: slackline.v1.ReadSandboxFileResponse
-	(*Resource)(nil),                // 30: slackline.v1.Resource
-	(TaskState)(0),                  // 31: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 32: google.protobuf.Timestamp
+	(*DiskSyncLatency)(nil),         // 6: slackline.v1.DiskSyncLatency
+	(*Delay)(nil),                   // 7: slackline.v1.Delay
+	(*TcpStatistics)(nil),           // 8: slackline.v1.TcpStatistics
+	(*RunQueueLatency)(nil),         // 9: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 10: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 11: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 12: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 13: slackline.v1.GetUsageResponse
+	(*NetworkStatus)(nil),           // 14: slackline.v1.NetworkStatus
+	(*GetEstimateRequest)(nil),      // 15: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 16: slackline.v1.GetEstimateResponse
+	(*EstimateContainer)(nil),       // 17: slackline.v1.EstimateContainer
+	(*EstimateCalibration)(nil),     // 18: slackline.v1.EstimateCalibration
+	(*GetCorrectionsRequest)(nil),   // 19: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 20: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 21: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 22: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 23: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 24: slackline.v1.GetFeaturesResponse
+	(*GetImagesRequest)(nil),        // 25: slackline.v1.GetImagesRequest
+	(*Image)(nil),                   // 26: slackline.v1.Image
+	(*ImagePullError)(nil),          // 27: slackline.v1.ImagePullError
+	(*GetImagesResponse)(nil),       // 28: slackline.v1.GetImagesResponse
+	(*ReadSandboxFileRequest)(nil),  // 29: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 30: slackline.v1.ReadSandboxFileResponse
+	(*GetHistoryRequest)(nil),       // 31: slackline.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),      // 32: slackline.v1.GetHistoryResponse
+	(*HistorySeries)(nil),           // 33: slackline.v1.HistorySeries
+	(*GetDelaysRequest)(nil),        // 34: slackline.v1.GetDelaysRequest
+	(*GetDelaysResponse)(nil),       // 35: slackline.v1.GetDelaysResponse
+	(*DelayEdge)(nil),               // 36: slackline.v1.DelayEdge
+	(*Resource)(nil),                // 37: slackline.v1.Resource
+	(TaskState)(0),                  // 38: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
+	(*GetShadowsRequest)(nil),       // 40: slackline.v1.GetShadowsRequest
+	(*GetShadowsResponse)(nil),      // 41: slackline.v1.GetShadowsResponse
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	30, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	31, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	32, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	37, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	38, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	39, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
 	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	32, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	8,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
-	9,  // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
-	9,  // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
-	9,  // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
-	7,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
-	6,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
-	5,  // 11: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	10, // 12: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	5,  // 13: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
-	13, // 14: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	30, // 15: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	32, // 16: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	16, // 17: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
-	17, // 18: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
-	32, // 19: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 20: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	19, // 21: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 22: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	22, // 23: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	32, // 24: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
-	32, // 25: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
-	32, // 26: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
-	25, // 27: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
-	26, // 28: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
-	3,  // 29: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	11, // 30: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	14, // 31: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	18, // 32: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	21, // 33: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	28, // 34: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	24, // 35: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	4,  // 36: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	12, // 37: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	15, // 38: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	20, // 39: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	23, // 40: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	29, // 41: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	27, // 42: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	36, // [36:43] is the sub-list for method output_type
-	29, // [29:36] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	39, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	9,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	10, // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	10, // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	10, // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	8,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
+	7,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
+	6,  // 11: slackline.v1.ResourceStatistics.disk_sync:type_name -> slackline.v1.DiskSyncLatency
+	5,  // 12: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	11, // 13: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	5,  // 14: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	14, // 15: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
+	37, // 16: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	39, // 17: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	17, // 18: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
+	18, // 19: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
+	39, // 20: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	0,  // 21: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	20, // 22: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	1,  // 23: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	23, // 24: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	39, // 25: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	39, // 26: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	39, // 27: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	26, // 28: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
+	27, // 29: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
+	39, // 30: slackline.v1.GetHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	33, // 31: slackline.v1.GetHistoryResponse.series:type_name -> slackline.v1.HistorySeries
+	36, // 32: slackline.v1.GetDelaysResponse.delays:type_name -> slackline.v1.DelayEdge
+	39, // 33: slackline.v1.GetDelaysResponse.since:type_name -> google.protobuf.Timestamp
+	39, // 34: slackline.v1.GetDelaysResponse.until:type_name -> google.protobuf.Timestamp
+	3,  // 35: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	12, // 36: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	15, // 37: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	19, // 38: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	22, // 39: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	29, // 40: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	25, // 41: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	31, // 42: slackline.v1.NodeService.GetHistory:input_type -> slackline.v1.GetHistoryRequest
+	34, // 43: slackline.v1.NodeService.GetDelays:input_type -> slackline.v1.GetDelaysRequest
+	40, // 44: slackline.v1.NodeService.GetShadows:input_type -> slackline.v1.GetShadowsRequest
+	4,  // 45: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	13, // 46: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	16, // 47: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	21, // 48: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	24, // 49: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	30, // 50: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	28, // 51: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	32, // 52: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
+	35, // 53: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
+	41, // 54: slackline.v1.NodeService.GetShadows:output_type -> slackline.v1.GetShadowsResponse
+	45, // [45:55] is the sub-list for method output_type
+	35, // [35:45] is the sub-list for method input_type
+	35, // [35:35] is the sub-list for extension type_name
+	35, // [35:35] is the sub-list for extension extendee
+	0,  // [0:35] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -2808,6 +3433,7 @@ func file_slackline_v1_node_proto_init() {
 	if File_slackline_v1_node_proto != nil {
 		return
 	}
+	file_slackline_v1_shadow_proto_init()
 	file_slackline_v1_types_proto_init()
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -2815,7 +3441,7 @@ func file_slackline_v1_node_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
 			NumEnums:      2,
-			NumMessages:   28,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -47,7 +47,7 @@ func run() error {
 		return err
 	}
 	defer os.RemoveAll(dir)
-	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent"); err != nil {
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./cmd/slackline-supervisor"); err != nil {
 		return err
 	}
 	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()

@@ -38,7 +38,7 @@ func main() {
 func run() error {
 	starts := flag.Int("starts", 20, "agent starts measured")
 	agentBin := flag.String("agent", "", "agent binary to measure (default: built from this tree, or --bin's)")
-	binDir := flag.String("bin", "", "directory with prebuilt slackline-coordinator and slackline-agent (default: build them; a host without Go, such as a test guest, needs it)")
+	binDir := flag.String("bin", "", "directory with prebuilt slackline-coordinator, slackline-agent and slackline-supervisor (default: build them; a host without Go, such as a test guest, needs it)")
 	timeout := flag.Duration("timeout", 60*time.Second, "longest wait for one start's log lines")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -57,7 +57,7 @@ func run() error {
 		bin = dir
 		pkgs := []string{"./cmd/slackline-coordinator"}
 		if *agentBin == "" {
-			pkgs = append(pkgs, "./cmd/slackline-agent")
+			pkgs = append(pkgs, "./cmd/slackline-agent", "./cmd/slackline-supervisor")
 		}
 		if err := benchutil.Build(dir, pkgs...); err != nil {
 			return err

@@ -21,7 +21,7 @@
 //   - membw: two copy loops over buffers much larger than the last-level
 //     cache (memory bandwidth and cache pollution);
 //   - forkexec: four shell loops starting /bin/true (fork/exec churn);
-//   - memory: two tasks holding 700 MiB each on revocable memory, the slack
+//   - memory: three tasks holding 800 MiB each on revocable memory, the slack
 //     of a server allocated 3 GiB; S is the memory they hold after the load
 //     over the revocable mem estimate (the memory slack offered);
 //   - io: two writers streaming 256 MiB files with O_DIRECT beside a server
@@ -60,6 +60,9 @@
 //
 //	sudo go run ./scripts/bench/colocation --rate 400 --duration 40s --repeat 3
 //	sudo go run ./scripts/bench/colocation --scenarios cpu --qos interference,memory --qos cpuset,memory
+//
+// Where there is no Go (a test guest), build it and its binaries static on
+// the host and pass --bin (docs/vm.md).
 package main
 
 import (
@@ -67,6 +70,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"math"
 	"os"
 	"path/filepath"
@@ -96,18 +100,19 @@ func main() {
 
 // options are the benchmark's flags.
 type options struct {
-	rate       int
-	duration   time.Duration
-	slice      time.Duration
-	work       time.Duration
-	repeat     int
-	scenarios  []scenario
-	qosSets    []string
-	out        string
-	binDir     string
-	rootWeight float64
-	quietHost  time.Duration
-	agentFlags []string
+	rate        int
+	duration    time.Duration
+	slice       time.Duration
+	work        time.Duration
+	repeat      int
+	scenarios   []scenario
+	qosSets     []string
+	out         string
+	binDir      string
+	serverStart time.Duration
+	rootWeight  float64
+	quietHost   time.Duration
+	agentFlags  []string
 }
 
 // stringList is a repeatable flag.
@@ -129,6 +134,8 @@ func run() error {
 	flag.Var(&qosSets, "qos", "QoS controller set compared with noop (repeatable; default: the agent's default, "+qos.DefaultControllers+"); static:cpus=1,quota=0.5,period=10ms applies one mechanism for the whole run instead")
 	flag.StringVar(&o.out, "out", "colocation-results", "directory for results.json and the plots")
 	flag.DurationVar(&o.quietHost, "quiet-host-wait", 2*time.Millisecond, "the summary also gives the ratios over quiet pairs only: repetitions in which, in both runs, the server waited at most this long per second behind other tenants (\"host\") with best-effort work frozen")
+	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch (an emulated guest needs minutes)")
+	prebuilt := flag.String("bin", "", "take the binaries (slackline-coordinator, slackline-agent, batch-framework, latency-server, hog) from this directory instead of building them with the go command (a machine without Go, such as a test guest: build them static on the host)")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
 	flag.Parse()
 	o.agentFlags = flag.Args()
@@ -161,7 +168,14 @@ func run() error {
 		return err
 	}
 	o.binDir = dir
-	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./examples/batch-framework",
+	if *prebuilt != "" {
+		// Copied: tasks must reach them, wherever --bin is.
+		for _, name := range benchBinaries {
+			if err := copyExecutable(filepath.Join(*prebuilt, name), filepath.Join(dir, name)); err != nil {
+				return fmt.Errorf("--bin: %w", err)
+			}
+		}
+	} else if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./cmd/slackline-supervisor", "./examples/batch-framework",
 		"./scripts/bench/colocation/latency-server", "./scripts/bench/colocation/hog"); err != nil {
 		return err
 	}
@@ -196,6 +210,28 @@ func run() error {
 	fmt.Print(summary)
 	fmt.Println("results and plots:", o.out)
 	return nil
+}
+
+// benchBinaries are the binaries the benchmark runs, built or taken from
+// --bin.
+var benchBinaries = []string{"slackline-coordinator", "slackline-agent", "slackline-supervisor", "batch-framework", "latency-server", "hog"}
+
+// copyExecutable copies an executable to dst, mode 0755.
+func copyExecutable(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
 }
 
 // runOrder is the order of one repetition's runs of a scenario: noop

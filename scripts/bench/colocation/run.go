@@ -51,10 +51,12 @@ var scenarios = []scenario{
 	// current server parts (and of this development machine's, 260 MiB).
 	{name: "membw", tasks: 2, res: "cpus:0.5;mem:1200", command: func(bin string) string { return filepath.Join(bin, "hog") + " --mib 512" }},
 	{name: "forkexec", tasks: 4, res: "cpus:0.25;mem:64", command: func(string) string { return `while :; do /bin/true; done` }},
-	// Two tasks holding 700 MiB each on revocable memory, the slack of a
-	// server allocated 3 GiB that uses a few MiB.
-	{name: "memory", tasks: 2, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare,
-		command: func(string) string { return `dd if=/dev/zero bs=700M count=1 2>/dev/null | sleep 100000` }},
+	// Three tasks holding 800 MiB each on revocable memory, the slack of a
+	// server allocated 3 GiB that uses a few MiB: together they ask for
+	// more than the ~2.9 GiB of slack (two of 700 MiB held at most 0.48 of
+	// it, so S could not show whether best-effort work keeps half).
+	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare,
+		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
 	// Two writers streaming 256 MiB files with O_DIRECT (so that v1 blkio
 	// sees their writes) beside a server that fsyncs 4 KiB per request.
 	{name: "io", tasks: 2, res: "cpus:0.25;mem:64", serverArgs: "--fsync .", share: ioShare,
@@ -286,7 +288,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
 		}
 	}})
-	if err := waitHTTP("http://"+serverAddr, 30*time.Second); err != nil {
+	if err := waitHTTP("http://"+serverAddr, o.serverStart); err != nil {
 		return res, fmt.Errorf("server: %w", err)
 	}
 	for _, rel := range []string{root, loadgenCgroup} {

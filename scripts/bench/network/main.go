@@ -63,7 +63,7 @@ func run() error {
 	flag.Float64Var(&o.PaceMbps, "pace", 0, "with QoS: pace revocable egress to this fixed rate (Mbit/s) with no QoS controller")
 	skipNoQoS := flag.Bool("skip-noqos", false, "do not run the way without network QoS (its ratio is then not printed)")
 	verbose := flag.Bool("v", false, "print progress")
-	binDir := flag.String("bin", "", "directory of prebuilt slackline-coordinator, slackline-agent and netload (default: build them)")
+	binDir := flag.String("bin", "", "directory of prebuilt slackline-coordinator, slackline-agent, slackline-supervisor and netload (default: build them)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (namespaces, qdiscs, cgroups)")

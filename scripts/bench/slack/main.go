@@ -63,7 +63,7 @@ func run() error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent"); err != nil {
+	if err := benchutil.Build(dir, "./cmd/slackline-coordinator", "./cmd/slackline-agent", "./cmd/slackline-supervisor"); err != nil {
 		return err
 	}
 	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()

@@ -50,6 +50,12 @@ const (
 	NodeServiceReadSandboxFileProcedure = "/slackline.v1.NodeService/ReadSandboxFile"
 	// NodeServiceGetImagesProcedure is the fully-qualified name of the NodeService's GetImages RPC.
 	NodeServiceGetImagesProcedure = "/slackline.v1.NodeService/GetImages"
+	// NodeServiceGetHistoryProcedure is the fully-qualified name of the NodeService's GetHistory RPC.
+	NodeServiceGetHistoryProcedure = "/slackline.v1.NodeService/GetHistory"
+	// NodeServiceGetDelaysProcedure is the fully-qualified name of the NodeService's GetDelays RPC.
+	NodeServiceGetDelaysProcedure = "/slackline.v1.NodeService/GetDelays"
+	// NodeServiceGetShadowsProcedure is the fully-qualified name of the NodeService's GetShadows RPC.
+	NodeServiceGetShadowsProcedure = "/slackline.v1.NodeService/GetShadows"
 )
 
 // NodeServiceClient is a client for the slackline.v1.NodeService service.
@@ -69,6 +75,18 @@ type NodeServiceClient interface {
 	// GetImages lists the agent's cached images, its layer store's use of
 	// its disk budget, and its recent image pull failures.
 	GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error)
+	// GetHistory returns the containers' recent series (up to the agent's
+	// history window, 15 minutes by default) at the monitor's resolution or
+	// averaged over a coarser step.
+	GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error)
+	// GetDelays returns who delayed whom on the node: for each guaranteed
+	// container or protected service, how long each culprit held a CPU while
+	// its tasks waited for it, over a recent window (eBPF).
+	GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error)
+	// GetShadows returns what the candidate settings run in shadow
+	// (--shadow) would have offered and corrected, beside the active
+	// settings' own score (#29 part 4; shadow.proto).
+	GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error)
 }
 
 // NewNodeServiceClient constructs a client for the slackline.v1.NodeService service. By default, it
@@ -124,6 +142,24 @@ func NewNodeServiceClient(httpClient connect.HTTPClient, baseURL string, opts ..
 			connect.WithSchema(nodeServiceMethods.ByName("GetImages")),
 			connect.WithClientOptions(opts...),
 		),
+		getHistory: connect.NewClient[v1.GetHistoryRequest, v1.GetHistoryResponse](
+			httpClient,
+			baseURL+NodeServiceGetHistoryProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("GetHistory")),
+			connect.WithClientOptions(opts...),
+		),
+		getDelays: connect.NewClient[v1.GetDelaysRequest, v1.GetDelaysResponse](
+			httpClient,
+			baseURL+NodeServiceGetDelaysProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("GetDelays")),
+			connect.WithClientOptions(opts...),
+		),
+		getShadows: connect.NewClient[v1.GetShadowsRequest, v1.GetShadowsResponse](
+			httpClient,
+			baseURL+NodeServiceGetShadowsProcedure,
+			connect.WithSchema(nodeServiceMethods.ByName("GetShadows")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -136,6 +172,9 @@ type nodeServiceClient struct {
 	getFeatures     *connect.Client[v1.GetFeaturesRequest, v1.GetFeaturesResponse]
 	readSandboxFile *connect.Client[v1.ReadSandboxFileRequest, v1.ReadSandboxFileResponse]
 	getImages       *connect.Client[v1.GetImagesRequest, v1.GetImagesResponse]
+	getHistory      *connect.Client[v1.GetHistoryRequest, v1.GetHistoryResponse]
+	getDelays       *connect.Client[v1.GetDelaysRequest, v1.GetDelaysResponse]
+	getShadows      *connect.Client[v1.GetShadowsRequest, v1.GetShadowsResponse]
 }
 
 // GetContainers calls slackline.v1.NodeService.GetContainers.
@@ -173,6 +212,21 @@ func (c *nodeServiceClient) GetImages(ctx context.Context, req *connect.Request[
 	return c.getImages.CallUnary(ctx, req)
 }
 
+// GetHistory calls slackline.v1.NodeService.GetHistory.
+func (c *nodeServiceClient) GetHistory(ctx context.Context, req *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error) {
+	return c.getHistory.CallUnary(ctx, req)
+}
+
+// GetDelays calls slackline.v1.NodeService.GetDelays.
+func (c *nodeServiceClient) GetDelays(ctx context.Context, req *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error) {
+	return c.getDelays.CallUnary(ctx, req)
+}
+
+// GetShadows calls slackline.v1.NodeService.GetShadows.
+func (c *nodeServiceClient) GetShadows(ctx context.Context, req *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error) {
+	return c.getShadows.CallUnary(ctx, req)
+}
+
 // NodeServiceHandler is an implementation of the slackline.v1.NodeService service.
 type NodeServiceHandler interface {
 	// GetContainers lists the agent's containers.
@@ -190,6 +244,18 @@ type NodeServiceHandler interface {
 	// GetImages lists the agent's cached images, its layer store's use of
 	// its disk budget, and its recent image pull failures.
 	GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error)
+	// GetHistory returns the containers' recent series (up to the agent's
+	// history window, 15 minutes by default) at the monitor's resolution or
+	// averaged over a coarser step.
+	GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error)
+	// GetDelays returns who delayed whom on the node: for each guaranteed
+	// container or protected service, how long each culprit held a CPU while
+	// its tasks waited for it, over a recent window (eBPF).
+	GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error)
+	// GetShadows returns what the candidate settings run in shadow
+	// (--shadow) would have offered and corrected, beside the active
+	// settings' own score (#29 part 4; shadow.proto).
+	GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error)
 }
 
 // NewNodeServiceHandler builds an HTTP handler from the service implementation. It returns the path
@@ -241,6 +307,24 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 		connect.WithSchema(nodeServiceMethods.ByName("GetImages")),
 		connect.WithHandlerOptions(opts...),
 	)
+	nodeServiceGetHistoryHandler := connect.NewUnaryHandler(
+		NodeServiceGetHistoryProcedure,
+		svc.GetHistory,
+		connect.WithSchema(nodeServiceMethods.ByName("GetHistory")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceGetDelaysHandler := connect.NewUnaryHandler(
+		NodeServiceGetDelaysProcedure,
+		svc.GetDelays,
+		connect.WithSchema(nodeServiceMethods.ByName("GetDelays")),
+		connect.WithHandlerOptions(opts...),
+	)
+	nodeServiceGetShadowsHandler := connect.NewUnaryHandler(
+		NodeServiceGetShadowsProcedure,
+		svc.GetShadows,
+		connect.WithSchema(nodeServiceMethods.ByName("GetShadows")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slackline.v1.NodeService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case NodeServiceGetContainersProcedure:
@@ -257,6 +341,12 @@ func NewNodeServiceHandler(svc NodeServiceHandler, opts ...connect.HandlerOption
 			nodeServiceReadSandboxFileHandler.ServeHTTP(w, r)
 		case NodeServiceGetImagesProcedure:
 			nodeServiceGetImagesHandler.ServeHTTP(w, r)
+		case NodeServiceGetHistoryProcedure:
+			nodeServiceGetHistoryHandler.ServeHTTP(w, r)
+		case NodeServiceGetDelaysProcedure:
+			nodeServiceGetDelaysHandler.ServeHTTP(w, r)
+		case NodeServiceGetShadowsProcedure:
+			nodeServiceGetShadowsHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -292,4 +382,16 @@ func (UnimplementedNodeServiceHandler) ReadSandboxFile(context.Context, *connect
 
 func (UnimplementedNodeServiceHandler) GetImages(context.Context, *connect.Request[v1.GetImagesRequest]) (*connect.Response[v1.GetImagesResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetImages is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) GetHistory(context.Context, *connect.Request[v1.GetHistoryRequest]) (*connect.Response[v1.GetHistoryResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetHistory is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) GetDelays(context.Context, *connect.Request[v1.GetDelaysRequest]) (*connect.Response[v1.GetDelaysResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetDelays is not implemented"))
+}
+
+func (UnimplementedNodeServiceHandler) GetShadows(context.Context, *connect.Request[v1.GetShadowsRequest]) (*connect.Response[v1.GetShadowsResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.NodeService.GetShadows is not implemented"))
 }
