@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -17,53 +16,53 @@ import (
 // estimator and QoS settings over its command stream, which the agent
 // applies without restarting.
 
-// ProfileFlags are the flags a node profile may set (a subset of what a
-// shadow candidate may, IsSettingFlag): those whose settings the agent swaps in place, by building a new
-// estimator and a new QoS controller set. The others wire subsystems
-// (cgroups, eBPF, the network classifier), set a loop's period, or choose
-// the QoS controllers (a controller that needs a subsystem the agent did
-// not start cannot join later): they need a restart and are refused.
-var ProfileFlags = []string{
-	"estimator", "fixed-revocable", "oversubscribe-memory",
-	"estimator-window", "estimator-percentile", "estimator-peak-half-life",
-	"estimator-confirm", "estimator-safety-margin", "estimator-reclaim-time",
-	"estimator-target-violation", "estimator-calibration-step", "estimator-calibrated-confirm", "estimator-rise-interval",
-	"qos-runqueue-p99", "qos-cpu-pressure", "qos-event-count", "qos-min-attributed-delay", "qos-kill-after",
-	"qos-throttle-period", "qos-effect-window", "qos-min-wait-gain",
-	"qos-network-rtt-increase", "qos-network-saturation",
-	"qos-memory-min-available", "qos-reclaim-low-available",
-	"qos-load-threshold-5min", "qos-load-threshold-15min",
+// ProfileFlags are the flags a node profile may set: the estimator and
+// QoS settings (SettingFlags, the ones shadow candidates take) but
+// --qos-controller. The agent swaps their settings in place, by building
+// a new estimator and QoS controller set; the QoS controllers themselves
+// are wiring (a controller that needs a subsystem the agent did not start
+// cannot join later), and the other flags wire subsystems (cgroups, eBPF,
+// the network classifier) or set a loop's period: they need a restart and
+// are refused.
+var ProfileFlags = profileFlags()
+
+func profileFlags() []string {
+	var out []string
+	for _, f := range SettingFlags() {
+		if f != "qos-controller" {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // ParseProfile returns base with a profile's settings applied: a YAML or
 // JSON mapping of flag names to values (the --config format, each value
-// through its flag's own parser), restricted to ProfileFlags. name names
-// the profile in errors. It does not validate the result (Validate does).
+// through its flag's own parser), restricted to ProfileFlags, and
+// validated with ValidateSettings (the part of Validate that covers them). name names the profile in errors.
 func ParseProfile(base Options, name, settings string) (Options, error) {
-	o, _, err := base.applySettings("profile "+name, []byte(settings),
+	source := "profile " + name
+	o, _, err := base.applySettings(source, []byte(settings),
 		func(f string) bool { return slices.Contains(ProfileFlags, f) },
 		func(f string) error {
-			return fmt.Errorf("--%s cannot be applied without restarting the agent (a profile may set: %s)", f, strings.Join(ProfileFlags, ", "))
+			return fmt.Errorf("--%s cannot be applied without restarting the agent (a profile may set the estimator and QoS settings but --qos-controller)", f)
 		})
 	if err != nil {
 		return Options{}, err
+	}
+	if err := o.ValidateSettings(); err != nil {
+		return Options{}, fmt.Errorf("%s: %w", source, err)
 	}
 	return o, nil
 }
 
 // ValidateProfile checks a profile's settings as the coordinator does
-// before it accepts them: applied over the defaults of every flag (with
-// --insecure, so that only the profile's settings can fail), by the same
-// Validate as the flags. An agent validates again over its own flags
-// before it applies them.
+// before it accepts them: applied over the defaults of every flag by
+// ParseProfile, so validated by the same code as the flags. An agent
+// validates again over its own flags before it applies them.
 func ValidateProfile(name, settings string) error {
-	base := DefaultOptions()
-	base.Insecure = true
-	o, err := ParseProfile(base, name, settings)
-	if err != nil {
-		return err
-	}
-	return o.Validate()
+	_, err := ParseProfile(DefaultOptions(), name, settings)
+	return err
 }
 
 // profileSettings is what applying a profile builds: the estimator and
@@ -81,16 +80,13 @@ type profileSettings struct {
 
 // profileBuilder returns what builds the estimator and QoS controllers of
 // a profile's settings over o, the agent's own flags ("" settings: the
-// flags alone), validated by Validate.
+// flags alone), validated by ParseProfile.
 func (o Options) profileBuilder() func(name, settings string) (profileSettings, error) {
 	base := o
 	base.Attributes = nil // a profile cannot set them; do not share the map
 	return func(name, settings string) (profileSettings, error) {
 		p, err := ParseProfile(base, name, settings)
 		if err != nil {
-			return profileSettings{}, err
-		}
-		if err := p.Validate(); err != nil {
 			return profileSettings{}, err
 		}
 		ctl, err := p.NewControllers()

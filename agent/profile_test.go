@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
 )
@@ -136,5 +137,38 @@ func TestGuaranteedRunqP99(t *testing.T) {
 	}
 	if got := guaranteedRunqP99(containers); got != 5*time.Millisecond {
 		t.Errorf("guaranteedRunqP99 = %v, want 5ms (the protected service; revocable work is not counted)", got)
+	}
+}
+
+// TestProfileReportCountsOnlyTheRunningVersion: between a profile's apply
+// and the estimate loop's next pass, the latest estimate is the old
+// estimator's; its counters must not be reported as the new version's (a
+// rollout would judge the new version on them).
+func TestProfileReportCountsOnlyTheRunningVersion(t *testing.T) {
+	t.Parallel()
+	a := &Agent{slack: &estimateLoop{}, qos: &qosLoop{}}
+	old := &estimator.Explanation{Calibration: estimator.CalibrationStats{Resolved: 5000, Violations: 50}}
+	a.slack.latest.Store(&estimate{explanation: old})
+	a.qos.guaranteedRunqP99.Store(int64(2 * time.Millisecond))
+	if r := a.profileReport(); r.GetEstimatesScored() != 5000 || r.GetViolations() != 50 || r.GetRunqueueP99Seconds() != 0.002 {
+		t.Fatalf("report under the flags = %v, want 5000 scored, 50 violated, p99 2ms", r)
+	}
+	err := a.profile.apply(&slacklinev1.ProfileApplyCommand{Profile: "web", Version: 1}, func(string, string) (profileSettings, error) {
+		return profileSettings{estimatorName: "calibrated"}, nil
+	}, func(s profileSettings) { a.slack.next.Store(&s) }, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := a.profileReport(); r.GetProfile() != "web" || r.GetVersion() != 1 || r.GetEstimatesScored() != 0 {
+		t.Errorf("report before the new estimator's first estimate = %v, want web/1 with nothing scored", r)
+	}
+	next := a.slack.next.Load()
+	if next == nil || next.profile != "web" || next.version != 1 {
+		t.Fatalf("the estimate loop was handed %+v, want web/1's settings", next)
+	}
+	fresh := &estimator.Explanation{Calibration: estimator.CalibrationStats{Resolved: 10, Violations: 1}}
+	a.slack.latest.Store(&estimate{explanation: fresh, profile: "web", version: 1})
+	if r := a.profileReport(); r.GetEstimatesScored() != 10 || r.GetViolations() != 1 {
+		t.Errorf("report after it = %v, want 10 scored, 1 violated", r)
 	}
 }

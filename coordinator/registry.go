@@ -52,7 +52,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			c.core.AddRecoveredAgent(agentSpec(a.id, a.info, a.total, a.maint), a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING)
 		}
 	}
-	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas))
+	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas), "profiles", len(c.profiles.byName))
 	return nil
 }
 
