@@ -200,6 +200,7 @@ func New(cfg Config) (*Coordinator, error) {
 			MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID,
 			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
 			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout, MaxPendingUpdates: cfg.Limits.MaxPendingUpdatesPerFramework,
+			MaxCompletedTasks: cfg.Limits.MaxCompletedTasksPerFramework,
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
@@ -286,7 +287,14 @@ func (c *Coordinator) deliver(r core.Ready) {
 		}
 	}
 	for _, s := range r.Events {
-		if fw := c.frameworks[s.FrameworkID]; fw != nil {
+		fw := c.frameworks[s.FrameworkID]
+		switch {
+		case fw == nil:
+		case s.Event.GetUpdate() != nil:
+			// The core's updates carry the task's state; a framework that
+			// is not partition-aware gets LOST for the partition states.
+			fw.send(updateEvent(fw, s.Event.GetUpdate().GetStatus()))
+		default:
 			fw.send(s.Event)
 		}
 	}
@@ -303,6 +311,9 @@ func (c *Coordinator) deliver(r core.Ready) {
 	}
 	for _, al := range r.Strays {
 		c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
+	}
+	for _, id := range r.TrimmedHistory {
+		c.bounds.hit("completed_tasks", "the oldest completed tasks of a framework were forgotten", "framework", id)
 	}
 	if r.Wake {
 		c.wake()

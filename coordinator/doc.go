@@ -24,7 +24,10 @@
 //
 // The state machine's pure part is package coordinator/core: the offer
 // book (the allocator, outstanding offers and inverse offers, filters,
-// revocable estimates, offer timeouts), agent liveness (the heartbeat
+// revocable estimates, offer timeouts), the task records (live tasks by
+// framework and agent, each framework's completed tasks within
+// Limits.MaxCompletedTasksPerFramework, the terminal tasks agents reported
+// on registering; launch, kill, reconciliation, updates), agent liveness (the heartbeat
 // queue and pace, silent agents, agents not re-registered after a
 // restart) and the status update ledger (a framework's unacknowledged
 // updates, their bound and coalescing). Its methods take one event each,
@@ -36,8 +39,7 @@
 //
 // This package is the shell around it and still holds the rest of the
 // state: agent and framework records (states, sessions, subscriptions),
-// tasks and their history, registrations and subscriptions with their
-// registry records, the maintenance schedule and its transitions,
+// registrations and subscriptions with their registry records, the maintenance schedule and its transitions,
 // retention limits, authorization and the launch proofs. RPC handlers
 // decode, authorize, validate, call one domain operation and encode;
 // registry changes are a pure plan from a value of the current state

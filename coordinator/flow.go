@@ -167,24 +167,6 @@ func (b *bounds) admitSubscription(caller string, limit int) (release func(), er
 	}, nil
 }
 
-// completeTask keeps a terminal task in the framework's history, without
-// its command, and drops the oldest beyond
-// Limits.MaxCompletedTasksPerFramework. Caller holds c.mu.
-func (c *Coordinator) completeTask(fw *framework, t *task) {
-	if len(fw.tasks) == 0 {
-		fw.tasks = nil // the space of a past burst of tasks
-	}
-	info := t.info
-	t.info = &slacklinev1.TaskInfo{TaskId: info.GetTaskId(), Name: info.GetName(), AgentId: info.GetAgentId(), Labels: info.GetLabels()}
-	fw.completed = append(fw.completed, t)
-	if limit := c.cfg.Limits.MaxCompletedTasksPerFramework; limit >= 0 && len(fw.completed) > limit {
-		over := len(fw.completed) - limit
-		clear(fw.completed[:over])
-		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
-		c.bounds.hit("completed_tasks", "the oldest completed tasks of a framework were forgotten", "framework", fw.id())
-	}
-}
-
 // forgetHistory forgets the torn-down frameworks beyond
 // Limits.MaxCompletedFrameworks, oldest registered first, and the agents
 // UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (their
@@ -202,6 +184,7 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		slices.SortFunc(completed, func(a, b *framework) int { return a.registeredAt.Compare(b.registeredAt) })
 		for _, fw := range completed[:len(completed)-limit] {
 			delete(c.frameworks, fw.id())
+			c.core.ForgetFramework(fw.id())
 			writes = append(writes, store.Delete(store.BucketFrameworks, fw.id()))
 		}
 		c.bounds.hit("completed_frameworks", "the oldest torn-down frameworks were forgotten", "forgotten", len(completed)-limit)

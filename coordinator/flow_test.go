@@ -309,7 +309,7 @@ func TestPendingUpdatesLimit(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("third task's update: %v, want ResourceExhausted", err)
 	}
-	if got := fw.tasks["t3"].state; got != staging {
+	if got := d.c.core.Task(fw.id(), "t3").State; got != staging {
 		t.Fatalf("t3 is %v after a refused update", got)
 	}
 	// The same update again is no new update.
@@ -400,10 +400,10 @@ func TestHistoryIsBounded(t *testing.T) {
 		}
 		fw := d.c.frameworks[id]
 		var kept []string
-		for _, task := range fw.completed {
-			kept = append(kept, task.info.GetTaskId())
-			if task.info.GetCommand() != nil {
-				t.Errorf("completed task %s keeps its command", task.info.GetTaskId())
+		for _, task := range d.c.core.Completed(fw.id()) {
+			kept = append(kept, task.Info.GetTaskId())
+			if task.Info.GetCommand() != nil {
+				t.Errorf("completed task %s keeps its command", task.Info.GetTaskId())
 			}
 		}
 		if diff := cmp.Diff([]string{"t1", "t2"}, kept); diff != "" {

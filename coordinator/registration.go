@@ -143,6 +143,7 @@ func (c *Coordinator) addAgent(a *agent) {
 // c.mu.
 func (c *Coordinator) forgetAgent(a *agent) {
 	delete(c.agents, a.id)
+	c.core.ForgetAgentTasks(a.id)
 	key := hostKey(a.info.GetHostname())
 	if c.hosts[key] = slices.DeleteFunc(c.hosts[key], func(o *agent) bool { return o == a }); len(c.hosts[key]) == 0 {
 		delete(c.hosts, key)
@@ -279,7 +280,7 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 			level = slog.LevelWarn
 		}
 		c.log.Log(context.Background(), level, "agent retired: its host registered a new agent", "agent", old.id, "hostname", old.info.GetHostname(),
-			"state", old.state.String(), "new_agent", reg.info.GetId(), "named_as_previous", reg.previousID == old.id, "tasks", len(old.tasks))
+			"state", old.state.String(), "new_agent", reg.info.GetId(), "named_as_previous", reg.previousID == old.id, "tasks", c.core.AgentTaskCount(old.id))
 		old.endSession()
 		c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED,
 			fmt.Sprintf("host %s registered a new agent, %s", old.info.GetHostname(), reg.info.GetId()), now)
@@ -313,24 +314,28 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 // reconcileAgentTasks merges the tasks a (re-)registering agent reports with
 // what the coordinator knew. Caller holds c.mu.
 func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now time.Time) {
-	seen := map[taskKey]bool{}
-	clear(a.reported)
+	seen := map[core.TaskKey]bool{}
+	var terminal []*core.Task
 	for _, r := range reported {
-		key := taskKey{r.frameworkID, r.info.GetTaskId()}
+		key := core.TaskKey{FrameworkID: r.frameworkID, TaskID: r.info.GetTaskId()}
 		if !c.trustReport(a, r) {
 			// Not a task the coordinator gave this agent, or not with these
 			// resources: it is not adopted, and it is killed.
 			c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
-				"framework", r.frameworkID, "task", key.taskID, "resources", r.resources.Add(r.revocable).String())
+				"framework", r.frameworkID, "task", key.TaskID, "resources", r.resources.Add(r.revocable).String())
 			if !taskstate.IsTerminal(r.state) {
-				a.send(killTaskCommand(r.frameworkID, key.taskID))
+				a.send(killTaskCommand(r.frameworkID, key.TaskID))
 			}
 			continue
 		}
 		seen[key] = true
 		if taskstate.IsTerminal(r.state) {
-			a.reported[key] = true
-			continue // the agent reports its terminal update itself
+			// The agent reports its terminal update itself.
+			terminal = append(terminal, &core.Task{
+				Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
+				Resources: r.resources, Revocable: r.revocable, State: r.state,
+			})
+			continue
 		}
 		fw := c.frameworks[r.frameworkID]
 		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
@@ -343,36 +348,31 @@ func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now
 		if r.role == "" {
 			r.role = fw.info.GetRoles()[0]
 		}
-		t := fw.tasks[key.taskID]
+		t := c.core.Task(fw.id(), key.TaskID)
 		switch {
 		case t == nil:
-			t = &task{
-				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
-				resources: r.resources, revocable: r.revocable, state: r.state,
-			}
-			put(&fw.tasks, key.taskID, t)
-			a.tasks[key] = t
-			c.core.Claim(r.frameworkID, r.role, a.id, r.resources, r.revocable)
-		case t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
+			c.core.AdoptTask(&core.Task{
+				Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
+				Resources: r.resources, Revocable: r.revocable, State: r.state,
+			})
+		case t.State == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
 			// The framework was told the task is LOST and may have replaced
 			// it: like Mesos, kill what comes back.
-			a.send(killTaskCommand(fw.id(), key.taskID))
-		case t.state != r.state:
-			t.state = r.state
-			t.status = coordinatorStatus(fw.id(), key.taskID, a.id, r.state, slacklinev1.Reason_REASON_RECONCILIATION,
-				"agent re-registered and reports the task "+r.state.String(), now)
-			fw.send(updateEvent(fw, t.status))
+			a.send(killTaskCommand(fw.id(), key.TaskID))
+		case t.State != r.state:
+			c.deliver(c.core.ReportTaskState(t, r.state, now))
 		}
 	}
-	for key, t := range a.tasks {
-		if seen[key] {
+	c.core.SetReported(a.id, terminal)
+	for _, t := range c.core.AgentTasks(a.id) {
+		if seen[t.Key()] {
 			continue
 		}
 		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
-		if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
+		if t.State == slacklinev1.TaskState_TASK_STATE_STAGING {
 			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
 		}
-		c.finishTask(t, coordinatorStatus(t.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+		c.finishTask(t, coordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), a.id, state, reason, msg, now), now)
 	}
 }
 
