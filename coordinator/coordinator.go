@@ -320,10 +320,6 @@ func (c *Coordinator) deliver(r core.Ready) {
 	}
 }
 
-// markDirty records that an agent's free resources changed and wakes the
-// allocation loop. Caller holds c.mu.
-func (c *Coordinator) markDirty(agentID string) { c.deliver(c.core.MarkDirty(agentID)) }
-
 func (c *Coordinator) wake() {
 	select {
 	case c.kick <- struct{}{}:

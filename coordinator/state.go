@@ -71,14 +71,6 @@ func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkSt
 	return &framework{info: info, state: state, registeredAt: registeredAt}
 }
 
-// put sets (*m)[k] = v, making the map first if it is nil.
-func put[K comparable, V any](m *map[K]V, k K, v V) {
-	if *m == nil {
-		*m = make(map[K]V)
-	}
-	(*m)[k] = v
-}
-
 func (fw *framework) id() string { return fw.info.GetId() }
 
 func (fw *framework) failoverTimeout() time.Duration { return failoverTimeout(fw.info) }

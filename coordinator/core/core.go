@@ -267,13 +267,6 @@ func (k *Core) markAllDirty() {
 	k.out.Wake = true
 }
 
-// MarkDirty records that an agent's free resources changed (a task of it
-// was forgotten): the next pass offers it.
-func (k *Core) MarkDirty(agentID string) Ready {
-	k.markDirty(agentID)
-	return k.take()
-}
-
 // Allocator returns the allocator, for read-only queries (views, metrics).
 func (k *Core) Allocator() *allocator.Allocator { return k.alloc }
 
