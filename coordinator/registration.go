@@ -312,68 +312,42 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 }
 
 // reconcileAgentTasks merges the tasks a (re-)registering agent reports with
-// what the coordinator knew. Caller holds c.mu.
+// what the coordinator knew (core.RegisterTasks): the shell decides which
+// it trusts (trustReport) and adopts the frameworks it did not know that
+// trusted live tasks carry. Caller holds c.mu.
 func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now time.Time) {
-	seen := map[core.TaskKey]bool{}
-	var terminal []*core.Task
+	reports := make([]core.Report, 0, len(reported))
 	for _, r := range reported {
-		key := core.TaskKey{FrameworkID: r.frameworkID, TaskID: r.info.GetTaskId()}
-		if !c.trustReport(a, r) {
-			// Not a task the coordinator gave this agent, or not with these
-			// resources: it is not adopted, and it is killed.
-			c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
-				"framework", r.frameworkID, "task", key.TaskID, "resources", r.resources.Add(r.revocable).String())
-			if !taskstate.IsTerminal(r.state) {
-				a.send(killTaskCommand(r.frameworkID, key.TaskID))
-			}
-			continue
+		trusted := c.trustReport(a, r)
+		if trusted && !taskstate.IsTerminal(r.state) && c.frameworks[r.frameworkID] == nil &&
+			r.framework != nil && r.framework.GetId() == r.frameworkID {
+			c.adoptFramework(a, r.framework, now)
 		}
-		seen[key] = true
-		if taskstate.IsTerminal(r.state) {
-			// The agent reports its terminal update itself.
-			terminal = append(terminal, &core.Task{
-				Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
-				Resources: r.resources, Revocable: r.revocable, State: r.state,
-			})
-			continue
-		}
-		fw := c.frameworks[r.frameworkID]
-		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
-			fw = c.adoptFramework(a, r.framework, now)
-		}
-		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-			a.send(shutdownFrameworkCommand(r.frameworkID))
-			continue
-		}
-		if r.role == "" {
-			r.role = fw.info.GetRoles()[0]
-		}
-		t := c.core.Task(fw.id(), key.TaskID)
-		switch {
-		case t == nil:
-			c.core.AdoptTask(&core.Task{
-				Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
-				Resources: r.resources, Revocable: r.revocable, State: r.state,
-			})
-		case t.State == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
-			// The framework was told the task is LOST and may have replaced
-			// it: like Mesos, kill what comes back.
-			a.send(killTaskCommand(fw.id(), key.TaskID))
-		case t.State != r.state:
-			c.deliver(c.core.ReportTaskState(t, r.state, now))
-		}
+		reports = append(reports, core.Report{Trusted: trusted, Task: &core.Task{
+			Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
+			Resources: r.resources, Revocable: r.revocable, State: r.state,
+		}})
 	}
-	c.core.SetReported(a.id, terminal)
-	for _, t := range c.core.AgentTasks(a.id) {
-		if seen[t.Key()] {
-			continue
-		}
-		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
-		if t.State == slacklinev1.TaskState_TASK_STATE_STAGING {
-			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
-		}
-		c.finishTask(t, coordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), a.id, state, reason, msg, now), now)
+	ready := c.core.RegisterTasks(a.id, reports, frameworkStates{c}, now)
+	for _, t := range ready.Untrusted {
+		// Not a task the coordinator gave this agent, or not with these
+		// resources: it is not adopted, and it is killed.
+		c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
+			"framework", t.FrameworkID, "task", t.Info.GetTaskId(), "resources", t.Resources.Add(t.Revocable).String())
 	}
+	c.deliver(ready)
+}
+
+// frameworkStates tells the core's RegisterTasks the frameworks' states,
+// which are still the shell's records. Caller holds c.mu.
+type frameworkStates struct{ c *Coordinator }
+
+func (s frameworkStates) Framework(id string) (live bool, firstRole string, partitionAware bool) {
+	fw := s.c.frameworks[id]
+	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		return false, "", false
+	}
+	return true, fw.info.GetRoles()[0], fw.partitionAware()
 }
 
 // agentSpec is what the core knows of an agent.

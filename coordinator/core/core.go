@@ -129,12 +129,16 @@ type Ready struct {
 	// task was forgotten (Config.MaxCompletedTasks), for the shell's
 	// limit metric.
 	TrimmedHistory []string
+	// Untrusted are the tasks a registering agent reported that the shell
+	// did not trust (RegisterTasks): not adopted, killed unless terminal;
+	// for the log.
+	Untrusted []*Task
 }
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
 	return len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -152,6 +156,7 @@ func (r *Ready) Append(later Ready) {
 	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
 	r.Expired = append(r.Expired, later.Expired...)
 	r.TrimmedHistory = append(r.TrimmedHistory, later.TrimmedHistory...)
+	r.Untrusted = append(r.Untrusted, later.Untrusted...)
 }
 
 func (k *Core) take() Ready {

@@ -60,8 +60,11 @@ import (
 //	kill <fw> <task> | drop <fw> (teardown's tasks) | forget-framework <fw>
 //	reconcile <fw> [<task>[@<agent>]...] [agents=<id>:<state>,...]   (agents' states as the shell knows them)
 //	tasks <fw>      (its live tasks in id order, then its completed ones, oldest first)
+//	register-tasks <agent> [<fw>/<task>:<state>[:untrusted]...] [live=<fw>,...] [aware=<fw>,...]
+//	                (a registering agent's reports, each claiming cpus:1 in role r1;
+//	                live: the frameworks the shell knows live, aware: partition-aware ones)
 //
-// Task effects: "<fw> <- update <task> <agent> <STATE> <reason>: <message>",
+// Task effects: "untrusted <fw>/<task>", "<fw> <- update <task> <agent> <STATE> <reason>: <message>",
 // "<fw> <- failure <agent>", "<agent> <- run <fw> <task>", "<agent> <- kill
 // <fw> <task>", "<agent> <- shutdown-framework <fw>", "trimmed history
 // <fw>".
@@ -475,6 +478,21 @@ func (d *driver) run(file string, b block) []string {
 			}
 		}
 		r = k.Reconcile(arg(0), queries, states, d.now)
+	case "register-tasks":
+		var reports []Report
+		for _, p := range pos[1:] {
+			parts := strings.Split(p, ":")
+			fw, task, _ := strings.Cut(parts[0], "/")
+			reports = append(reports, Report{Trusted: !slices.Contains(parts, "untrusted"), Task: &Task{
+				Info: &slacklinev1.TaskInfo{TaskId: task}, FrameworkID: fw, AgentID: arg(0),
+				Resources: res("cpus:1"), State: taskState(parts[1]),
+			}})
+		}
+		fws := fakeFrameworks{}
+		for _, id := range strings.Split(kv["live"], ",") {
+			fws[id] = slices.Contains(strings.Split(kv["aware"], ","), id)
+		}
+		r = k.RegisterTasks(arg(0), reports, fws, d.now)
 	case "tasks":
 		for _, t := range sortedTasks(k.FrameworkTasks(arg(0))) {
 			extra = append(extra, fmt.Sprintf("live %s on %s %s", t.Info.GetTaskId(), t.AgentID, shortState(t.State)))
@@ -489,6 +507,15 @@ func (d *driver) run(file string, b block) []string {
 		d.t.Fatalf("%s:%d: unknown command %q", file, b.line, words[0])
 	}
 	return append(extra, describe(r)...)
+}
+
+// fakeFrameworks are the live frameworks a register-tasks command names,
+// partition-aware or not; their first role is r1.
+type fakeFrameworks map[string]bool
+
+func (f fakeFrameworks) Framework(id string) (bool, string, bool) {
+	aware, ok := f[id]
+	return ok, "r1", aware
 }
 
 // fakeAgentStates are the agents' states a reconcile command names.
@@ -575,6 +602,9 @@ func describe(r Ready) []string {
 		default:
 			out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
 		}
+	}
+	for _, t := range r.Untrusted {
+		out = append(out, "untrusted "+t.FrameworkID+"/"+t.Info.GetTaskId())
 	}
 	for _, id := range r.TrimmedHistory {
 		out = append(out, "trimmed history "+id)

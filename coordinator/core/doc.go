@@ -35,8 +35,10 @@
 //     Config.MaxCompletedTasks), ReportTaskState, EndTask (a terminal
 //     state the coordinator decided), TasksUnreachable, DropFrameworkTasks
 //     (a teardown), Kill, Reconcile (agents' states are an input:
-//     AgentStates), ForgetFramework, ForgetAgentTasks; Claim and Release
-//     for resources held outside a task record;
+//     AgentStates), RegisterTasks (a registering agent's reported tasks,
+//     with the shell's verdict on each and the frameworks' states as
+//     inputs), ForgetFramework, ForgetAgentTasks; Claim and Release for
+//     resources held outside a task record;
 //   - status updates: AddUpdate (an agent's update with a uuid, within
 //     Config.MaxPendingUpdates per framework), Acknowledge (the
 //     framework's, forwarded to the agent as a Command);
@@ -57,7 +59,9 @@
 // subscriptions), registrations and subscriptions with their registry
 // records, the maintenance schedule itself and the retention of agents and
 // frameworks are still the coordinator's (package coordinator); Reconcile
-// reads the agents' states through AgentStates for that reason. See
+// reads the agents' states through AgentStates, and RegisterTasks the
+// frameworks' through Frameworks, for that reason. Whether a reported task
+// is trusted (launch proofs) is decided by the shell: it is authorization. See
 // docs/architecture.md.
 //
 // # Tests

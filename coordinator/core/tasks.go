@@ -216,21 +216,29 @@ func (k *Core) TaskUpdate(agentID string, st *slacklinev1.TaskStatus, now time.T
 // ReportTaskState records a live task's state as its re-registering agent
 // reports it, and tells the framework (REASON_RECONCILIATION).
 func (k *Core) ReportTaskState(t *Task, state slacklinev1.TaskState, now time.Time) Ready {
+	k.reportTaskState(t, state, now)
+	return k.take()
+}
+
+func (k *Core) reportTaskState(t *Task, state slacklinev1.TaskState, now time.Time) {
 	t.State = state
 	t.Status = CoordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), t.AgentID, state, slacklinev1.Reason_REASON_RECONCILIATION,
 		"agent re-registered and reports the task "+state.String(), now)
 	k.send(t.FrameworkID, updateEvent(t.Status))
-	return k.take()
 }
 
 // EndTask ends a live task with a terminal status the coordinator decided
 // (its agent is gone, the launch was lost): the task leaves the live
 // tasks, its resources are released, and the framework is told.
 func (k *Core) EndTask(t *Task, st *slacklinev1.TaskStatus, now time.Time) Ready {
+	k.endTask(t, st, now)
+	return k.take()
+}
+
+func (k *Core) endTask(t *Task, st *slacklinev1.TaskStatus, now time.Time) {
 	t.State, t.Status = st.GetState(), st
 	k.forgetTask(t, now)
 	k.send(t.FrameworkID, updateEvent(st))
-	return k.take()
 }
 
 // TasksUnreachable marks the live tasks of an agent found silent (or not
@@ -428,4 +436,85 @@ func unknownTaskState(agentID string, agents AgentStates) (slacklinev1.TaskState
 		return slacklinev1.TaskState_TASK_STATE_UNREACHABLE, "agent is unreachable", true
 	}
 	return slacklinev1.TaskState_TASK_STATE_GONE, "task is unknown to its agent", true
+}
+
+// Report is a task a registering agent reports.
+type Report struct {
+	// Task is the task as reported: AgentID is the registering agent's,
+	// Role may be empty (the framework's first role is taken).
+	Task *Task
+	// Trusted: the shell found the task the coordinator's (its live record
+	// on this agent with these resources, or a launch proof valid for the
+	// agent's host).
+	Trusted bool
+}
+
+// Frameworks is what RegisterTasks needs to know of frameworks, whose
+// records are the shell's: whether one is live (known and not torn down;
+// the shell adopts, before the call, a framework it did not know that a
+// trusted report carries), its first role, and whether it is
+// partition-aware.
+type Frameworks interface {
+	Framework(frameworkID string) (live bool, firstRole string, partitionAware bool)
+}
+
+// RegisterTasks merges the tasks a (re-)registering agent reports with the
+// records: an untrusted task is not adopted and, unless terminal, killed
+// (Ready.Untrusted names it for the log); a terminal one is kept as
+// reported (SetReported: its agent sends its update itself); a live one
+// of a framework that is not live has its framework shut down on the
+// agent; a live task the core does not know is adopted (its resources
+// claimed); one the framework was told is LOST (UNREACHABLE, framework
+// not partition-aware) is killed, as Mesos does, since the framework may
+// have replaced it; a changed state is recorded and told
+// (REASON_RECONCILIATION). The agent's live tasks it did not report end:
+// GONE, or DROPPED when still STAGING (the launch did not reach it).
+func (k *Core) RegisterTasks(agentID string, reports []Report, frameworks Frameworks, now time.Time) Ready {
+	seen := map[TaskKey]bool{}
+	var terminal []*Task
+	for _, r := range reports {
+		t := r.Task
+		key := t.Key()
+		if !r.Trusted {
+			k.out.Untrusted = append(k.out.Untrusted, t)
+			if !taskstate.IsTerminal(t.State) {
+				k.command(agentID, KillTaskCommand(key.FrameworkID, key.TaskID))
+			}
+			continue
+		}
+		seen[key] = true
+		if taskstate.IsTerminal(t.State) {
+			terminal = append(terminal, t)
+			continue
+		}
+		live, firstRole, partitionAware := frameworks.Framework(key.FrameworkID)
+		if !live {
+			k.command(agentID, ShutdownFrameworkCommand(key.FrameworkID))
+			continue
+		}
+		if t.Role == "" {
+			t.Role = firstRole
+		}
+		known := k.Task(key.FrameworkID, key.TaskID)
+		switch {
+		case known == nil:
+			k.AdoptTask(t)
+		case known.State == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !partitionAware:
+			k.command(agentID, KillTaskCommand(key.FrameworkID, key.TaskID))
+		case known.State != t.State:
+			k.reportTaskState(known, t.State, now)
+		}
+	}
+	k.SetReported(agentID, terminal)
+	for _, t := range k.AgentTasks(agentID) {
+		if seen[t.Key()] {
+			continue
+		}
+		state, msg := slacklinev1.TaskState_TASK_STATE_GONE, "task not found on its agent after the agent re-registered"
+		if t.State == slacklinev1.TaskState_TASK_STATE_STAGING {
+			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
+		}
+		k.endTask(t, CoordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), agentID, state, slacklinev1.Reason_REASON_AGENT_RESTARTED, msg, now), now)
+	}
+	return k.take()
 }
