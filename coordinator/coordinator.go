@@ -173,6 +173,9 @@ type Coordinator struct {
 	// registrations rate-limits agent registrations per principal
 	// (limits.go).
 	registrations *principalRates
+	// subscriptions counts the live Subscribe streams per caller key
+	// (Limits.MaxSubscriptionsPerPrincipal).
+	subscriptions map[string]int
 }
 
 // New creates a coordinator and loads its registry.
@@ -210,6 +213,7 @@ func New(cfg Config) (*Coordinator, error) {
 		instanceID:    instanceID,
 		startedAt:     startedAt,
 		hosts:         map[string][]*agent{},
+		subscriptions: map[string]int{},
 		registrations: newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)

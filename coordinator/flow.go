@@ -149,20 +149,20 @@ func callerKey(ctx context.Context, peer connect.Peer) string {
 
 // admitSubscription counts a Subscribe stream of a caller against
 // Limits.MaxSubscriptionsPerPrincipal; release ends the count when the
-// stream ends. It takes b.mu.
-func (b *bounds) admitSubscription(caller string, limit int) (release func(), err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !within(b.subscriptions[caller]+1, limit) {
-		b.hit("subscriptions", "subscription refused: the caller has as many live subscriptions as it may", "caller", caller)
-		return nil, exhausted("%s has %d live subscriptions, its limit: end one before subscribing again", caller, b.subscriptions[caller])
+// stream ends. Both take c.mu.
+func (c *Coordinator) admitSubscription(caller string, limit int) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !within(c.subscriptions[caller]+1, limit) {
+		c.bounds.hit("subscriptions", "subscription refused: the caller has as many live subscriptions as it may", "caller", caller)
+		return nil, exhausted("%s has %d live subscriptions, its limit: end one before subscribing again", caller, c.subscriptions[caller])
 	}
-	b.subscriptions[caller]++
+	c.subscriptions[caller]++
 	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.subscriptions[caller]--; b.subscriptions[caller] <= 0 {
-			delete(b.subscriptions, caller)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.subscriptions[caller]--; c.subscriptions[caller] <= 0 {
+			delete(c.subscriptions, caller)
 		}
 	}, nil
 }

@@ -343,7 +343,6 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
 	agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024"))
 	d.c.mu.Lock()
-	defer d.c.mu.Unlock()
 	a, fw := d.c.agents[agentID], d.c.frameworks[id]
 	for i := range 4 {
 		err := d.c.admitLaunch(agentID)
@@ -359,20 +358,22 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 		}
 		fw.send(statusEvent(fmt.Sprint("t", i), "", slacklinev1.TaskState_TASK_STATE_RUNNING))
 	}
-	release, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1)
+	d.c.mu.Unlock()
+	// admitSubscription and its release take c.mu.
+	release, err := d.c.admitSubscription("address:10.0.0.1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1); connect.CodeOf(err) != connect.CodeResourceExhausted {
+	if _, err := d.c.admitSubscription("address:10.0.0.1", 1); connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("second subscription: %v", err)
 	}
-	if r, err := d.c.bounds.admitSubscription("address:10.0.0.2", 1); err != nil {
+	if r, err := d.c.admitSubscription("address:10.0.0.2", 1); err != nil {
 		t.Fatalf("another caller: %v", err)
 	} else {
 		r()
 	}
 	release()
-	if _, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1); err != nil {
+	if _, err := d.c.admitSubscription("address:10.0.0.1", 1); err != nil {
 		t.Fatalf("after the first ended: %v", err)
 	}
 }

@@ -234,10 +234,13 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 // of a principal registering agents faster than
 // Limits.AgentRegistrationsPerMinute allows (ResourceExhausted), or with
 // more resources than its register_agents rule's max_resources
-// (PermissionDenied, naming the cap).
+// (PermissionDenied, naming the cap). It takes c.mu.
 func (c *Coordinator) admitRegistration(ctx context.Context, reg registration, now time.Time) error {
 	if p := auth.FromContext(ctx); p != nil {
-		if ok, wait := c.registrations.allow(p.Name, now); !ok {
+		c.mu.Lock()
+		ok, wait := c.registrations.allow(p.Name, now)
+		c.mu.Unlock()
+		if !ok {
 			c.bounds.hit("agent_registrations", "agent registration refused: its principal registers agents faster than it may",
 				"principal", p.Name, "hostname", reg.info.GetHostname())
 			return exhausted("principal %q registers agents faster than %d a minute (after a burst of %d): register again in %s",

@@ -23,7 +23,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	if err != nil {
 		return invalidArgument(err)
 	}
-	release, err := s.c.bounds.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
+	release, err := s.c.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
 	if err != nil {
 		return err
 	}
