@@ -10,7 +10,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -201,11 +200,6 @@ func New(cfg Config) (*Agent, error) {
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = server.NewClient()
-		if cleartextOnly(cfg.Coordinator) {
-			// HTTP/2 without TLS, so that the heartbeat stream works
-			// (over HTTP/1.1 the agent would fall back to calls).
-			cfg.HTTPClient = server.NewH2CClient()
-		}
 	}
 	// A comma-separated list is a coordinator group: follow its leader.
 	coordinatorClient, coordinatorURL, err := leaderclient.New(cfg.Coordinator, cfg.HTTPClient, leaderclient.Options{})
@@ -494,15 +488,4 @@ func (h sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentCommand
 
 func (h sessionHandler) Closed(string, string, error) {
 	h.a.tasks.step(tasks.SessionLost{}) // the session logs why it ended
-}
-
-// cleartextOnly reports whether every URL of a coordinator group is
-// http://.
-func cleartextOnly(coordinators string) bool {
-	for u := range strings.SplitSeq(coordinators, ",") {
-		if !strings.HasPrefix(strings.TrimSpace(u), "http://") {
-			return false
-		}
-	}
-	return true
 }

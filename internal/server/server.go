@@ -149,21 +149,9 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 	return nil
 }
 
-// NewClient returns an HTTP client that speaks HTTP/1.1 to http:// URLs
-// (net/http's transport uses cleartext HTTP/2 only when HTTP/1.1 is off:
-// see NewH2CClient) and HTTP/2 over TLS, or HTTP/1.1, to https:// URLs.
+// NewClient returns an HTTP client that speaks HTTP/1.1 and cleartext
+// HTTP/2 (h2c) to http:// URLs and HTTP/2 over TLS to https:// URLs.
 func NewClient() *http.Client { return NewTLSClient(nil) }
-
-// NewH2CClient returns an HTTP client that speaks HTTP/2 only: cleartext
-// HTTP/2 with prior knowledge (h2c) to http:// URLs, which Serve accepts,
-// and HTTP/2 over TLS to https:// URLs. Unlike NewClient's HTTP/1.1 its
-// bidirectional streams work without TLS (an agent's heartbeat stream);
-// it cannot reach a server that speaks HTTP/1.1 only.
-func NewH2CClient() *http.Client {
-	c := NewClient()
-	c.Transport.(*http.Transport).Protocols.SetHTTP1(false)
-	return c
-}
 
 // NewTLSClient is NewClient with a TLS configuration for https:// URLs
 // (the CA to trust, a client certificate); nil means the defaults.

@@ -100,36 +100,3 @@ func TestReadTimeout(t *testing.T) {
 		stream(t, client)
 	})
 }
-
-// TestH2CClient: NewH2CClient speaks cleartext HTTP/2 to an http:// URL,
-// where NewClient speaks HTTP/1.1, so that full-duplex streams work
-// without TLS.
-func TestH2CClient(t *testing.T) {
-	t.Parallel()
-	mux := http.NewServeMux()
-	mux.HandleFunc("/proto", func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, r.Proto) })
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- server.Serve(ctx, server.Config{Listener: ln}, mux) }()
-	defer func() { cancel(); <-done }()
-	for _, tt := range []struct {
-		name   string
-		client *http.Client
-		want   string
-	}{{"NewClient", server.NewClient(), "HTTP/1.1"}, {"NewH2CClient", server.NewH2CClient(), "HTTP/2.0"}} {
-		resp, err := tt.client.Get("http://" + ln.Addr().String() + "/proto")
-		if err != nil {
-			t.Fatalf("%s: %v", tt.name, err)
-		}
-		body, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		tt.client.CloseIdleConnections()
-		if string(body) != tt.want || resp.Proto != tt.want {
-			t.Errorf("%s: server saw %q, client %q; want %s", tt.name, body, resp.Proto, tt.want)
-		}
-	}
-}
