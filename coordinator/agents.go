@@ -44,32 +44,11 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	}), nil
 }
 
-// finishTask records a terminal status of a task the coordinator itself
-// decided, tells the framework and releases the resources. Caller holds c.mu.
-func (c *Coordinator) finishTask(t *task, st *slacklinev1.TaskStatus, now time.Time) {
-	fw := c.frameworks[t.frameworkID]
-	t.state, t.status = st.GetState(), st
-	c.forgetTask(t, now)
-	if fw != nil {
-		fw.send(updateEvent(fw, st))
-	}
-}
-
-// forgetTask removes a terminal task from the live maps and releases its
-// resources. Caller holds c.mu.
-func (c *Coordinator) forgetTask(t *task, now time.Time) {
-	key := taskKey{t.frameworkID, t.info.GetTaskId()}
-	if a := c.agents[t.agentID]; a != nil && a.tasks[key] == t {
-		delete(a.tasks, key)
-		c.markDirty(a.id)
-	}
-	fw := c.frameworks[t.frameworkID]
-	if fw == nil || fw.tasks[key.taskID] != t {
-		return
-	}
-	delete(fw.tasks, key.taskID)
-	c.deliver(c.core.Release(t.frameworkID, t.role, t.agentID, t.resources, t.revocable, now))
-	c.completeTask(fw, t)
+// finishTask ends a live task with a terminal status the coordinator
+// itself decided: the framework is told and the resources released.
+// Caller holds c.mu.
+func (c *Coordinator) finishTask(t *core.Task, st *slacklinev1.TaskStatus, now time.Time) {
+	c.deliver(c.core.EndTask(t, st, now))
 }
 
 // session checks an agent's session, and that the caller may act as the
@@ -314,13 +293,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 			"framework", fw.id(), "task", st.GetTaskId())
 	}
 	c.deliver(r)
-	if t := fw.tasks[st.GetTaskId()]; t != nil && t.agentID == a.id {
-		t.state, t.status = st.GetState(), st
-		if taskstate.IsTerminal(st.GetState()) {
-			c.forgetTask(t, now)
-		}
-	}
-	fw.send(updateEvent(fw, st))
+	c.deliver(c.core.TaskUpdate(a.id, st, now))
 	return nil
 }
 
@@ -365,18 +338,5 @@ func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
 	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
 	a.endSession()
 	c.deliver(c.core.AgentLost(a.id, now))
-	told := map[*framework]bool{}
-	for key, t := range a.tasks {
-		fw := c.frameworks[key.frameworkID]
-		st := coordinatorStatus(key.frameworkID, key.taskID, a.id, slacklinev1.TaskState_TASK_STATE_UNREACHABLE,
-			slacklinev1.Reason_REASON_AGENT_UNREACHABLE, "agent "+a.info.GetHostname()+" is unreachable", now)
-		t.state, t.status = st.GetState(), st
-		if fw != nil {
-			fw.send(updateEvent(fw, st))
-			if !told[fw] {
-				told[fw] = true
-				fw.send(&slacklinev1.Event{Event: &slacklinev1.Event_Failure{Failure: &slacklinev1.FailureEvent{AgentId: a.id}}})
-			}
-		}
-	}
+	c.deliver(c.core.TasksUnreachable(a.id, a.info.GetHostname(), now))
 }

@@ -176,6 +176,9 @@ type Coordinator struct {
 	// registrations rate-limits agent registrations per principal
 	// (limits.go).
 	registrations *principalRates
+	// subscriptions counts the live Subscribe streams per caller key
+	// (Limits.MaxSubscriptionsPerPrincipal).
+	subscriptions map[string]int
 }
 
 // New creates a coordinator and loads its registry.
@@ -203,6 +206,7 @@ func New(cfg Config) (*Coordinator, error) {
 			MinAllocatable: cfg.MinAllocatable, OfferTimeout: cfg.OfferTimeout, IDPrefix: instanceID,
 			HeartbeatInterval: cfg.AgentHeartbeatInterval, AgentTimeout: cfg.AgentTimeout, MaxHeartbeatRate: float64(cfg.MaxAgentHeartbeatRate),
 			Start: startedAt, ReregisterTimeout: cfg.AgentReregisterTimeout, MaxPendingUpdates: cfg.Limits.MaxPendingUpdatesPerFramework,
+			MaxCompletedTasks: cfg.Limits.MaxCompletedTasksPerFramework,
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
@@ -212,6 +216,7 @@ func New(cfg Config) (*Coordinator, error) {
 		instanceID:    instanceID,
 		startedAt:     startedAt,
 		hosts:         map[string][]*agent{},
+		subscriptions: map[string]int{},
 		registrations: newPrincipalRates(cfg.Limits.AgentRegistrationsPerMinute, cfg.Limits.AgentRegistrationBurst),
 	}
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
@@ -290,7 +295,14 @@ func (c *Coordinator) deliver(r core.Ready) {
 		}
 	}
 	for _, s := range r.Events {
-		if fw := c.frameworks[s.FrameworkID]; fw != nil {
+		fw := c.frameworks[s.FrameworkID]
+		switch {
+		case fw == nil:
+		case s.Event.GetUpdate() != nil:
+			// The core's updates carry the task's state; a framework that
+			// is not partition-aware gets LOST for the partition states.
+			fw.send(updateEvent(fw, s.Event.GetUpdate().GetStatus()))
+		default:
 			fw.send(s.Event)
 		}
 	}
@@ -308,14 +320,13 @@ func (c *Coordinator) deliver(r core.Ready) {
 	for _, al := range r.Strays {
 		c.log.Warn("allocation to an unknown or disconnected target", "framework", al.FrameworkID, "agent", al.AgentID)
 	}
+	for _, id := range r.TrimmedHistory {
+		c.bounds.hit("completed_tasks", "the oldest completed tasks of a framework were forgotten", "framework", id)
+	}
 	if r.Wake {
 		c.wake()
 	}
 }
-
-// markDirty records that an agent's free resources changed and wakes the
-// allocation loop. Caller holds c.mu.
-func (c *Coordinator) markDirty(agentID string) { c.deliver(c.core.MarkDirty(agentID)) }
 
 func (c *Coordinator) wake() {
 	select {

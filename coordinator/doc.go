@@ -28,7 +28,10 @@
 //
 // The state machine's pure part is package coordinator/core: the offer
 // book (the allocator, outstanding offers and inverse offers, filters,
-// revocable estimates, offer timeouts), agent liveness (the heartbeat
+// revocable estimates, offer timeouts), the task records (live tasks by
+// framework and agent, each framework's completed tasks within
+// Limits.MaxCompletedTasksPerFramework, the terminal tasks agents reported
+// on registering; launch, kill, reconciliation, updates), agent liveness (the heartbeat
 // queue and pace, silent agents, agents not re-registered after a
 // restart) and the status update ledger (a framework's unacknowledged
 // updates, their bound and coalescing). Its methods take one event each,
@@ -40,8 +43,7 @@
 //
 // This package is the shell around it and still holds the rest of the
 // state: agent and framework records (states, sessions, subscriptions),
-// tasks and their history, registrations and subscriptions with their
-// registry records, the maintenance schedule and its transitions,
+// registrations and subscriptions with their registry records, the maintenance schedule and its transitions,
 // retention limits, authorization and the launch proofs. RPC handlers
 // decode, authorize, validate, call one domain operation and encode;
 // registry changes are a pure plan from a value of the current state
@@ -79,19 +81,19 @@
 //     its peer reads; what can be queued is bounded by state because
 //     entries coalesce (see flow.go). Keepalives (framework heartbeats,
 //     agent pings) follow one shared pulse per kind, not a timer per
-//     stream (outbox.go). Unexported methods expect mu held unless their
-//     comment says they take it.
+//     stream (outbox.go). It also guards the live subscriptions per
+//     caller and the registration pacing (principalRates), which had
+//     mutexes of their own before. Unexported methods expect mu held
+//     unless their comment says they take it.
 //  3. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
 //     stream's goroutine to take.
 //  4. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
 //     joins or leaves the pulse, and alone by the pulse's timer.
 //
-// Four more are leaves, never held while another lock is taken:
-// bounds.mu (live subscriptions per caller; under mu or alone),
-// principalRates.mu (registration pacing; before mu), offStack.mu (the
-// subscriber goroutine's queue of calls, which run without it) and a
-// heartbeat stream's closableBody.mu (the cause its end recorded; under
-// mu when a newer stream supersedes it, or alone).
+// Two more are leaves, never held while another lock is taken:
+// offStack.mu (the subscriber goroutine's queue of calls, which run
+// without it) and a heartbeat stream's closableBody.mu (the cause its end
+// recorded; under mu when a newer stream supersedes it, or alone).
 //
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
@@ -101,10 +103,11 @@
 // state: bounds.logged (a sync.Map, limits logged once), a pulse waiter's
 // due flag and an outbox's once (its end), the leader's current leader
 // and serving term (atomic pointers) and the etcd store's closed flag.
-// That is ten mutexes in all in coordinator/... (eight here, two in
+// That is eight mutexes in all in coordinator/... (six here, two in
 // subpackages) and one in the store's group commit; the goal of a
 // single shell lock is not reached yet: persistMu remains so that
-// registrations share fsyncs while ordered changes do not interleave.
+// registrations share fsyncs while ordered changes do not interleave, and
+// the outbox and pulse locks let streams take their queues without mu.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply

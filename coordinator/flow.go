@@ -149,40 +149,22 @@ func callerKey(ctx context.Context, peer connect.Peer) string {
 
 // admitSubscription counts a Subscribe stream of a caller against
 // Limits.MaxSubscriptionsPerPrincipal; release ends the count when the
-// stream ends. It takes b.mu.
-func (b *bounds) admitSubscription(caller string, limit int) (release func(), err error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	if !within(b.subscriptions[caller]+1, limit) {
-		b.hit("subscriptions", "subscription refused: the caller has as many live subscriptions as it may", "caller", caller)
-		return nil, exhausted("%s has %d live subscriptions, its limit: end one before subscribing again", caller, b.subscriptions[caller])
+// stream ends. Both take c.mu.
+func (c *Coordinator) admitSubscription(caller string, limit int) (release func(), err error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !within(c.subscriptions[caller]+1, limit) {
+		c.bounds.hit("subscriptions", "subscription refused: the caller has as many live subscriptions as it may", "caller", caller)
+		return nil, exhausted("%s has %d live subscriptions, its limit: end one before subscribing again", caller, c.subscriptions[caller])
 	}
-	b.subscriptions[caller]++
+	c.subscriptions[caller]++
 	return func() {
-		b.mu.Lock()
-		defer b.mu.Unlock()
-		if b.subscriptions[caller]--; b.subscriptions[caller] <= 0 {
-			delete(b.subscriptions, caller)
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		if c.subscriptions[caller]--; c.subscriptions[caller] <= 0 {
+			delete(c.subscriptions, caller)
 		}
 	}, nil
-}
-
-// completeTask keeps a terminal task in the framework's history, without
-// its command, and drops the oldest beyond
-// Limits.MaxCompletedTasksPerFramework. Caller holds c.mu.
-func (c *Coordinator) completeTask(fw *framework, t *task) {
-	if len(fw.tasks) == 0 {
-		fw.tasks = nil // the space of a past burst of tasks
-	}
-	info := t.info
-	t.info = &slacklinev1.TaskInfo{TaskId: info.GetTaskId(), Name: info.GetName(), AgentId: info.GetAgentId(), Labels: info.GetLabels()}
-	fw.completed = append(fw.completed, t)
-	if limit := c.cfg.Limits.MaxCompletedTasksPerFramework; limit >= 0 && len(fw.completed) > limit {
-		over := len(fw.completed) - limit
-		clear(fw.completed[:over])
-		fw.completed = append(fw.completed[:0], fw.completed[over:]...)
-		c.bounds.hit("completed_tasks", "the oldest completed tasks of a framework were forgotten", "framework", fw.id())
-	}
 }
 
 // forgetHistory forgets the torn-down frameworks beyond
@@ -202,6 +184,7 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 		slices.SortFunc(completed, func(a, b *framework) int { return a.registeredAt.Compare(b.registeredAt) })
 		for _, fw := range completed[:len(completed)-limit] {
 			delete(c.frameworks, fw.id())
+			c.core.ForgetFramework(fw.id())
 			writes = append(writes, store.Delete(store.BucketFrameworks, fw.id()))
 		}
 		c.bounds.hit("completed_frameworks", "the oldest torn-down frameworks were forgotten", "forgotten", len(completed)-limit)

@@ -309,7 +309,7 @@ func TestPendingUpdatesLimit(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("third task's update: %v, want ResourceExhausted", err)
 	}
-	if got := fw.tasks["t3"].state; got != staging {
+	if got := d.c.core.Task(fw.id(), "t3").State; got != staging {
 		t.Fatalf("t3 is %v after a refused update", got)
 	}
 	// The same update again is no new update.
@@ -343,7 +343,6 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 	id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
 	agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024"))
 	d.c.mu.Lock()
-	defer d.c.mu.Unlock()
 	a, fw := d.c.agents[agentID], d.c.frameworks[id]
 	for i := range 4 {
 		err := d.c.admitLaunch(agentID)
@@ -359,20 +358,22 @@ func TestWindowsRefuseFloodsUpFront(t *testing.T) {
 		}
 		fw.send(statusEvent(fmt.Sprint("t", i), "", slacklinev1.TaskState_TASK_STATE_RUNNING))
 	}
-	release, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1)
+	d.c.mu.Unlock()
+	// admitSubscription and its release take c.mu.
+	release, err := d.c.admitSubscription("address:10.0.0.1", 1)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1); connect.CodeOf(err) != connect.CodeResourceExhausted {
+	if _, err := d.c.admitSubscription("address:10.0.0.1", 1); connect.CodeOf(err) != connect.CodeResourceExhausted {
 		t.Fatalf("second subscription: %v", err)
 	}
-	if r, err := d.c.bounds.admitSubscription("address:10.0.0.2", 1); err != nil {
+	if r, err := d.c.admitSubscription("address:10.0.0.2", 1); err != nil {
 		t.Fatalf("another caller: %v", err)
 	} else {
 		r()
 	}
 	release()
-	if _, err := d.c.bounds.admitSubscription("address:10.0.0.1", 1); err != nil {
+	if _, err := d.c.admitSubscription("address:10.0.0.1", 1); err != nil {
 		t.Fatalf("after the first ended: %v", err)
 	}
 }
@@ -400,10 +401,10 @@ func TestHistoryIsBounded(t *testing.T) {
 		}
 		fw := d.c.frameworks[id]
 		var kept []string
-		for _, task := range fw.completed {
-			kept = append(kept, task.info.GetTaskId())
-			if task.info.GetCommand() != nil {
-				t.Errorf("completed task %s keeps its command", task.info.GetTaskId())
+		for _, task := range d.c.core.Completed(fw.id()) {
+			kept = append(kept, task.Info.GetTaskId())
+			if task.Info.GetCommand() != nil {
+				t.Errorf("completed task %s keeps its command", task.Info.GetTaskId())
 			}
 		}
 		if diff := cmp.Diff([]string{"t1", "t2"}, kept); diff != "" {

@@ -85,8 +85,8 @@ func TestOneAgentPerHost(t *testing.T) {
 	sub.next()
 	// The first agent reports a task it was given (with its launch proof).
 	first := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:4096", agentTask(fw.id(), "t1", "cpus:1", slacklinev1.TaskState_TASK_STATE_RUNNING)))
-	if a := d.agent(first); len(a.tasks) != 1 {
-		t.Fatalf("first agent has %d tasks, want 1", len(a.tasks))
+	if n := d.c.core.AgentTaskCount(first); n != 1 {
+		t.Fatalf("first agent has %d tasks, want 1", n)
 	}
 	firstSession := d.agent(first).session
 
@@ -97,8 +97,8 @@ func TestOneAgentPerHost(t *testing.T) {
 	if second == first {
 		t.Fatal("the second registration got the first's id")
 	}
-	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || len(a.tasks) != 0 {
-		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, d.c.core.InAllocator(first), len(a.tasks))
+	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || d.c.core.AgentTaskCount(first) != 0 {
+		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, d.c.core.InAllocator(first), d.c.core.AgentTaskCount(first))
 	}
 	if !firstSession.hasEnded() {
 		t.Fatal("the first agent's session did not end")

@@ -138,16 +138,12 @@ func setLimitDefault[T int | time.Duration](field *T, value T) {
 // within reports whether n is within limit (a negative limit is none).
 func within[T int | time.Duration](n, limit T) bool { return limit < 0 || n <= limit }
 
-// bounds counts and logs the limits hit, and holds the state the limits
-// need beyond the coordinator's own: the live subscriptions per caller.
-// Its mutex is taken under c.mu or alone, never the other way around.
+// bounds counts and logs the limits hit. It is safe for concurrent use
+// without a lock of its own (a counter vector, a sync.Map).
 type bounds struct {
 	log    *slog.Logger
 	hits   *prometheus.CounterVec
 	logged sync.Map // limit name -> struct{}: logged once
-
-	mu            sync.Mutex
-	subscriptions map[string]int // by caller key
 }
 
 func newBounds(log *slog.Logger, reg *prometheus.Registry) *bounds {
@@ -157,7 +153,6 @@ func newBounds(log *slog.Logger, reg *prometheus.Registry) *bounds {
 			Name: "slackline_coordinator_limit_hits_total",
 			Help: "Times a limit (coordinator.Limits) was reached: a request refused or waiting, a message truncated, updates coalesced, state forgotten.",
 		}, []string{"limit"}),
-		subscriptions: map[string]int{},
 	}
 	reg.MustRegister(b.hits)
 	return b
@@ -218,14 +213,12 @@ const maxPacedPrincipals = 100000
 
 // principalRates paces an action per principal with a token bucket each
 // (golang.org/x/time/rate), at most maxPacedPrincipals of them. Time is
-// passed in, so tests use logical time. Its methods are safe for
-// concurrent use.
+// passed in, so tests use logical time. It is not safe for concurrent
+// use: the coordinator calls it under its mu.
 type principalRates struct {
-	limit rate.Limit
-	burst int
-	max   int
-
-	mu       sync.Mutex
+	limit    rate.Limit
+	burst    int
+	max      int
 	limiters map[string]*rate.Limiter
 }
 
@@ -245,8 +238,6 @@ func (r *principalRates) allow(principal string, now time.Time) (bool, time.Dura
 	if r == nil {
 		return true, 0
 	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
 	l := r.limiters[principal]
 	if l == nil {
 		if len(r.limiters) >= r.max {
@@ -264,7 +255,7 @@ func (r *principalRates) allow(principal string, now time.Time) (bool, time.Dura
 }
 
 // dropRested forgets the limiters with a full bucket (they know nothing a
-// new one would not), or all of them if none is. Caller holds r.mu.
+// new one would not), or all of them if none is.
 func (r *principalRates) dropRested(now time.Time) {
 	for p, l := range r.limiters {
 		if l.TokensAt(now) >= float64(r.burst) {

@@ -183,7 +183,7 @@ func (c *Coordinator) installMaintenance(next *maintenance.State, reason string,
 // Caller holds c.mu.
 func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason string, now time.Time) store.Mutation {
 	msg := fmt.Sprintf("machine %s is DOWN for maintenance (%s)", m, reason)
-	c.log.Info("shutting down agent: its machine is DOWN", "agent", a.id, "hostname", a.info.GetHostname(), "machine", m.String(), "tasks", len(a.tasks), "reason", reason)
+	c.log.Info("shutting down agent: its machine is DOWN", "agent", a.id, "hostname", a.info.GetHostname(), "machine", m.String(), "tasks", c.core.AgentTaskCount(a.id), "reason", reason)
 	if a.session != nil {
 		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{Message: msg}}})
 		if a.session != nil {
@@ -201,8 +201,8 @@ func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason stri
 // c.mu.
 func (c *Coordinator) retireAgent(a *agent, state slacklinev1.TaskState, reason slacklinev1.Reason, msg string, now time.Time) {
 	c.deliver(c.core.WithdrawAgent(a.id, now))
-	for key, t := range a.tasks {
-		c.finishTask(t, coordinatorStatus(key.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+	for _, t := range c.core.AgentTasks(a.id) {
+		c.finishTask(t, coordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), a.id, state, reason, msg, now), now)
 	}
 	c.deliver(c.core.RemoveAgent(a.id))
 	a.state = slacklinev1.AgentState_AGENT_STATE_GONE
@@ -223,10 +223,10 @@ func (c *Coordinator) drainingUsers() map[string][]string {
 			continue
 		}
 		seen := map[string]bool{}
-		for key := range a.tasks {
-			if !seen[key.frameworkID] {
-				seen[key.frameworkID] = true
-				out[id] = append(out[id], key.frameworkID)
+		for _, t := range c.core.AgentTasks(id) {
+			if !seen[t.FrameworkID] {
+				seen[t.FrameworkID] = true
+				out[id] = append(out[id], t.FrameworkID)
 			}
 		}
 	}
@@ -350,17 +350,17 @@ func (c *Coordinator) machineAgents() map[maintenance.Machine][]*agent {
 func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintenance.Machine][]*agent, running map[string]int) []maintenance.Usage {
 	onMachine := map[string]int{}
 	for _, a := range byMachine[m] {
-		for key := range a.tasks {
-			onMachine[key.frameworkID]++
+		for _, t := range c.core.AgentTasks(a.id) {
+			onMachine[t.FrameworkID]++
 		}
 	}
 	inWindow := map[string]int{}
 	if w, ok := c.maint.Window(m); ok {
 		for _, wm := range w.Machines {
 			for _, a := range byMachine[wm] {
-				for key, t := range a.tasks {
-					if t.state == slacklinev1.TaskState_TASK_STATE_RUNNING {
-						inWindow[key.frameworkID]++
+				for _, t := range c.core.AgentTasks(a.id) {
+					if t.State == slacklinev1.TaskState_TASK_STATE_RUNNING {
+						inWindow[t.FrameworkID]++
 					}
 				}
 			}
@@ -396,9 +396,9 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 // runningTasks counts each framework's RUNNING tasks. Caller holds c.mu.
 func (c *Coordinator) runningTasks() map[string]int {
 	out := map[string]int{}
-	for id, fw := range c.frameworks {
-		for _, t := range fw.tasks {
-			if t.state == slacklinev1.TaskState_TASK_STATE_RUNNING {
+	for id := range c.frameworks {
+		for t := range c.core.FrameworkTasks(id) {
+			if t.State == slacklinev1.TaskState_TASK_STATE_RUNNING {
 				out[id]++
 			}
 		}

@@ -99,8 +99,8 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	tasks := map[slacklinev1.TaskState]int{}
 	for _, fw := range c.frameworks {
 		frameworks[fw.state]++
-		for _, t := range fw.tasks {
-			tasks[t.state]++
+		for t := range c.core.FrameworkTasks(fw.id()) {
+			tasks[t.State]++
 		}
 	}
 	c.core.EachOffer(func(o *core.Offer) {

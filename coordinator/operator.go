@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -13,6 +12,7 @@ import (
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
@@ -73,10 +73,10 @@ func (c *Coordinator) tasksProto(frameworkID, agentID string) []*slacklinev1.Tas
 		if frameworkID != "" && fw.id() != frameworkID {
 			continue
 		}
-		for _, list := range [][]*task{slices.Collect(maps.Values(fw.tasks)), fw.completed} {
+		for _, list := range [][]*core.Task{slices.Collect(c.core.FrameworkTasks(fw.id())), c.core.Completed(fw.id())} {
 			for _, t := range list {
-				if agentID == "" || t.agentID == agentID {
-					out = append(out, t.proto())
+				if agentID == "" || t.AgentID == agentID {
+					out = append(out, t.Proto())
 				}
 			}
 		}

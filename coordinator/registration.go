@@ -143,6 +143,7 @@ func (c *Coordinator) addAgent(a *agent) {
 // c.mu.
 func (c *Coordinator) forgetAgent(a *agent) {
 	delete(c.agents, a.id)
+	c.core.ForgetAgentTasks(a.id)
 	key := hostKey(a.info.GetHostname())
 	if c.hosts[key] = slices.DeleteFunc(c.hosts[key], func(o *agent) bool { return o == a }); len(c.hosts[key]) == 0 {
 		delete(c.hosts, key)
@@ -233,10 +234,13 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 // of a principal registering agents faster than
 // Limits.AgentRegistrationsPerMinute allows (ResourceExhausted), or with
 // more resources than its register_agents rule's max_resources
-// (PermissionDenied, naming the cap).
+// (PermissionDenied, naming the cap). It takes c.mu.
 func (c *Coordinator) admitRegistration(ctx context.Context, reg registration, now time.Time) error {
 	if p := auth.FromContext(ctx); p != nil {
-		if ok, wait := c.registrations.allow(p.Name, now); !ok {
+		c.mu.Lock()
+		ok, wait := c.registrations.allow(p.Name, now)
+		c.mu.Unlock()
+		if !ok {
 			c.bounds.hit("agent_registrations", "agent registration refused: its principal registers agents faster than it may",
 				"principal", p.Name, "hostname", reg.info.GetHostname())
 			return exhausted("principal %q registers agents faster than %d a minute (after a burst of %d): register again in %s",
@@ -279,7 +283,7 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 			level = slog.LevelWarn
 		}
 		c.log.Log(context.Background(), level, "agent retired: its host registered a new agent", "agent", old.id, "hostname", old.info.GetHostname(),
-			"state", old.state.String(), "new_agent", reg.info.GetId(), "named_as_previous", reg.previousID == old.id, "tasks", len(old.tasks))
+			"state", old.state.String(), "new_agent", reg.info.GetId(), "named_as_previous", reg.previousID == old.id, "tasks", c.core.AgentTaskCount(old.id))
 		old.endSession()
 		c.retireAgent(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED,
 			fmt.Sprintf("host %s registered a new agent, %s", old.info.GetHostname(), reg.info.GetId()), now)
@@ -311,69 +315,42 @@ func (c *Coordinator) applyRegistration(reg registration, plan registrationPlan,
 }
 
 // reconcileAgentTasks merges the tasks a (re-)registering agent reports with
-// what the coordinator knew. Caller holds c.mu.
+// what the coordinator knew (core.RegisterTasks): the shell decides which
+// it trusts (trustReport) and adopts the frameworks it did not know that
+// trusted live tasks carry. Caller holds c.mu.
 func (c *Coordinator) reconcileAgentTasks(a *agent, reported []reportedTask, now time.Time) {
-	seen := map[taskKey]bool{}
-	clear(a.reported)
+	reports := make([]core.Report, 0, len(reported))
 	for _, r := range reported {
-		key := taskKey{r.frameworkID, r.info.GetTaskId()}
-		if !c.trustReport(a, r) {
-			// Not a task the coordinator gave this agent, or not with these
-			// resources: it is not adopted, and it is killed.
-			c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
-				"framework", r.frameworkID, "task", key.taskID, "resources", r.resources.Add(r.revocable).String())
-			if !taskstate.IsTerminal(r.state) {
-				a.send(killTaskCommand(r.frameworkID, key.taskID))
-			}
-			continue
+		trusted := c.trustReport(a, r)
+		if trusted && !taskstate.IsTerminal(r.state) && c.frameworks[r.frameworkID] == nil &&
+			r.framework != nil && r.framework.GetId() == r.frameworkID {
+			c.adoptFramework(a, r.framework, now)
 		}
-		seen[key] = true
-		if taskstate.IsTerminal(r.state) {
-			a.reported[key] = true
-			continue // the agent reports its terminal update itself
-		}
-		fw := c.frameworks[r.frameworkID]
-		if fw == nil && r.framework != nil && r.framework.GetId() == r.frameworkID {
-			fw = c.adoptFramework(a, r.framework, now)
-		}
-		if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-			a.send(shutdownFrameworkCommand(r.frameworkID))
-			continue
-		}
-		if r.role == "" {
-			r.role = fw.info.GetRoles()[0]
-		}
-		t := fw.tasks[key.taskID]
-		switch {
-		case t == nil:
-			t = &task{
-				info: r.info, frameworkID: r.frameworkID, agentID: a.id, role: r.role,
-				resources: r.resources, revocable: r.revocable, state: r.state,
-			}
-			put(&fw.tasks, key.taskID, t)
-			a.tasks[key] = t
-			c.core.Claim(r.frameworkID, r.role, a.id, r.resources, r.revocable)
-		case t.state == slacklinev1.TaskState_TASK_STATE_UNREACHABLE && !fw.partitionAware():
-			// The framework was told the task is LOST and may have replaced
-			// it: like Mesos, kill what comes back.
-			a.send(killTaskCommand(fw.id(), key.taskID))
-		case t.state != r.state:
-			t.state = r.state
-			t.status = coordinatorStatus(fw.id(), key.taskID, a.id, r.state, slacklinev1.Reason_REASON_RECONCILIATION,
-				"agent re-registered and reports the task "+r.state.String(), now)
-			fw.send(updateEvent(fw, t.status))
-		}
+		reports = append(reports, core.Report{Trusted: trusted, Task: &core.Task{
+			Info: r.info, FrameworkID: r.frameworkID, AgentID: a.id, Role: r.role,
+			Resources: r.resources, Revocable: r.revocable, State: r.state,
+		}})
 	}
-	for key, t := range a.tasks {
-		if seen[key] {
-			continue
-		}
-		state, reason, msg := slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED, "task not found on its agent after the agent re-registered"
-		if t.state == slacklinev1.TaskState_TASK_STATE_STAGING {
-			state, msg = slacklinev1.TaskState_TASK_STATE_DROPPED, "launch did not reach the agent before it re-registered"
-		}
-		c.finishTask(t, coordinatorStatus(t.frameworkID, key.taskID, a.id, state, reason, msg, now), now)
+	ready := c.core.RegisterTasks(a.id, reports, frameworkStates{c}, now)
+	for _, t := range ready.Untrusted {
+		// Not a task the coordinator gave this agent, or not with these
+		// resources: it is not adopted, and it is killed.
+		c.log.Warn("agent reports a task it was not given; killing it", "agent", a.id, "hostname", a.info.GetHostname(),
+			"framework", t.FrameworkID, "task", t.Info.GetTaskId(), "resources", t.Resources.Add(t.Revocable).String())
 	}
+	c.deliver(ready)
+}
+
+// frameworkStates tells the core's RegisterTasks the frameworks' states,
+// which are still the shell's records. Caller holds c.mu.
+type frameworkStates struct{ c *Coordinator }
+
+func (s frameworkStates) Framework(id string) (live bool, firstRole string, partitionAware bool) {
+	fw := s.c.frameworks[id]
+	if fw == nil || fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		return false, "", false
+	}
+	return true, fw.info.GetRoles()[0], fw.partitionAware()
 }
 
 // agentSpec is what the core knows of an agent.

@@ -275,7 +275,7 @@ func TestRegister(t *testing.T) {
 			if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE {
 				t.Fatalf("updates %v, want t1 GONE", got)
 			}
-			if a := d.agent(old); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || d.c.core.InAllocator(old) || len(a.tasks) != 0 {
+			if a := d.agent(old); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || d.c.core.InAllocator(old) || d.c.core.AgentTaskCount(old) != 0 {
 				t.Fatalf("old agent %+v", a)
 			}
 			want := map[string]slacklinev1.AgentState{old: slacklinev1.AgentState_AGENT_STATE_GONE, id: slacklinev1.AgentState_AGENT_STATE_ACTIVE}
@@ -305,7 +305,7 @@ func TestRegister(t *testing.T) {
 			if !allocated.Equal(resources.MustParse("cpus:2.5")) {
 				t.Fatalf("allocated %v, want the reported tasks' cpus:2.5", allocated)
 			}
-			if lost == nil || lost.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED || lost.tasks["t3"] == nil {
+			if lost == nil || lost.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED || d.c.core.Task(lost.id(), "t3") == nil {
 				t.Fatalf("unknown framework not adopted: %+v", lost)
 			}
 			// The agent restarts and reports t1 RUNNING only: t2 was STAGING.

@@ -40,10 +40,10 @@ func testRestartKeepsRegistry(t *testing.T, config func() Config) {
 	tc := startCluster(t, config())
 	agent := tc.registerAgent("host-a", "cpus:4;mem:4096")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"eng/web"}, FailoverTimeoutSeconds: 3600})
-	if err := launch(fw, fw.nextOffer(), refuse(0), taskInfo("t1", "cpus:1;mem:256")); err != nil {
+	if err := launch(fw, fw.nextOffer(), refuse(0), taskInfo("t1", "cpus:1;mem:256"), taskInfo("t2", "cpus:1;mem:256")); err != nil {
 		t.Fatal(err)
 	}
-	run := agent.nextCommand().GetRunTask()
+	run, run2 := agent.nextCommand().GetRunTask(), agent.nextCommand().GetRunTask()
 	if _, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{
 		Weights: []*slacklinev1.WeightInfo{{Role: "eng", Weight: 3}}})); err != nil {
 		t.Fatal(err)
@@ -89,9 +89,21 @@ func testRestartKeepsRegistry(t *testing.T, config func() Config) {
 	}
 	// The agent re-registers with its task as it was launched (with the
 	// launch proof); the framework resubscribes and finds it.
+	// t2 ended while the coordinator was down: the agent reports it
+	// FINISHED and sends its update itself, later.
 	tc2.registerAgentWithID(agent.id, "host-a", "cpus:4;mem:4096", &slacklinev1.AgentTask{
-		FrameworkId: fw.id, Task: run.GetTask(), State: slacklinev1.TaskState_TASK_STATE_RUNNING})
+		FrameworkId: fw.id, Task: run.GetTask(), State: slacklinev1.TaskState_TASK_STATE_RUNNING}, &slacklinev1.AgentTask{
+		FrameworkId: fw.id, Task: run2.GetTask(), State: slacklinev1.TaskState_TASK_STATE_FINISHED})
 	fw2 := tc2.subscribe(&slacklinev1.FrameworkInfo{Id: fw.id, Name: "fw", Roles: []string{"eng/web"}, FailoverTimeoutSeconds: 3600})
+	// Reconciliation answers what the agent reported, not GONE.
+	if _, err := fw2.client.Reconcile(ctx, call(fw2, &slacklinev1.ReconcileRequest{FrameworkId: fw2.id,
+		Tasks: []*slacklinev1.ReconcileTask{{TaskId: "t2", AgentId: agent.id}}})); err != nil {
+		t.Fatal(err)
+	}
+	if st := fw2.nextUpdate(); st.GetTaskId() != "t2" || st.GetState() != slacklinev1.TaskState_TASK_STATE_FINISHED ||
+		st.GetReason() != slacklinev1.Reason_REASON_RECONCILIATION {
+		t.Fatalf("reconciliation of a task its agent reported FINISHED after the restart: %v", st)
+	}
 	tasks, _ := tc2.operator.GetTasks(ctx, connect.NewRequest(&slacklinev1.GetTasksRequest{FrameworkId: fw2.id}))
 	if len(tasks.Msg.GetTasks()) != 1 || tasks.Msg.GetTasks()[0].GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
 		t.Fatalf("tasks after restart = %v", tasks.Msg.GetTasks())

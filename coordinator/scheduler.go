@@ -23,7 +23,7 @@ func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[sl
 	if err != nil {
 		return invalidArgument(err)
 	}
-	release, err := s.c.bounds.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
+	release, err := s.c.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
 	if err != nil {
 		return err
 	}
@@ -159,7 +159,7 @@ func (c *Coordinator) accept(fw *framework, call acceptCall, now time.Time) erro
 		return err
 	}
 	pool := c.core.TakeOffers(fw.id(), call.offerIDs)
-	accepted, rejected := validateLaunch(offeredPool{agentID: pool.AgentID, role: pool.Role, regular: pool.Regular, revocable: pool.Revocable}, call.tasks, func(id string) bool { _, ok := fw.tasks[id]; return ok })
+	accepted, rejected := validateLaunch(offeredPool{agentID: pool.AgentID, role: pool.Role, regular: pool.Regular, revocable: pool.Revocable}, call.tasks, func(id string) bool { return c.core.Task(fw.id(), id) != nil })
 	for _, r := range rejected {
 		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), r.task.GetTaskId(), pool.AgentID, r.state, r.reason, r.message, now)))
 	}
@@ -181,15 +181,10 @@ func (c *Coordinator) launch(fw *framework, pool core.Pool, at acceptedTask) {
 	info.Resources = append(at.regular.Proto(pool.Role, resources.Regular), at.revocable.Proto(pool.Role, resources.Revocable)...)
 	info.User, _ = c.runAs(fw, info) // checked by accept
 	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
-	t := &task{
-		info: info, frameworkID: fw.id(), agentID: pool.AgentID, role: pool.Role,
-		resources: at.regular, revocable: at.revocable, state: slacklinev1.TaskState_TASK_STATE_STAGING,
-	}
-	put(&fw.tasks, info.GetTaskId(), t)
-	a.tasks[taskKey{fw.id(), info.GetTaskId()}] = t
-	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_RunTask{RunTask: &slacklinev1.RunTaskCommand{
-		Framework: fw.info, Task: info,
-	}}})
+	c.deliver(c.core.Launch(&core.Task{
+		Info: info, FrameworkID: fw.id(), AgentID: pool.AgentID, Role: pool.Role,
+		Resources: at.regular, Revocable: at.revocable,
+	}, fw.info))
 }
 
 func seconds(s float64) time.Duration { return time.Duration(s * float64(time.Second)) }
@@ -271,13 +266,11 @@ func (s schedulerService) Kill(ctx context.Context, req *connect.Request[slackli
 	if err := validateID("task_id", req.Msg.GetTaskId()); err != nil {
 		return nil, invalidArgument(err)
 	}
-	t := fw.tasks[req.Msg.GetTaskId()]
-	if t == nil {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("task %q is not a live task of framework %q", req.Msg.GetTaskId(), fw.id()))
+	r, err := c.core.Kill(fw.id(), req.Msg.GetTaskId())
+	if err != nil {
+		return nil, connect.NewError(connect.CodeNotFound, err)
 	}
-	if a := c.agents[t.agentID]; a != nil {
-		a.send(killTaskCommand(fw.id(), t.info.GetTaskId()))
-	}
+	c.deliver(r)
 	return connect.NewResponse(&slacklinev1.KillResponse{}), nil
 }
 
@@ -315,67 +308,33 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 	if err := c.admitReconcile(fw); err != nil {
 		return nil, err
 	}
-	now := c.cfg.Now()
-	reply := func(t *task) {
-		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), t.info.GetTaskId(), t.agentID, t.state,
-			slacklinev1.Reason_REASON_RECONCILIATION, "reconciliation: latest known state", now)))
+	queries := make([]core.ReconcileQuery, len(req.Msg.GetTasks()))
+	for i, rt := range req.Msg.GetTasks() {
+		queries[i] = core.ReconcileQuery{TaskID: rt.GetTaskId(), AgentID: rt.GetAgentId()}
 	}
-	if len(req.Msg.GetTasks()) == 0 {
-		for _, t := range fw.tasks {
-			reply(t)
-		}
-		return connect.NewResponse(&slacklinev1.ReconcileResponse{}), nil
-	}
-	for _, rt := range req.Msg.GetTasks() {
-		if t := fw.tasks[rt.GetTaskId()]; t != nil {
-			reply(t)
-			continue
-		}
-		if t := fw.findCompleted(rt.GetTaskId()); t != nil {
-			reply(t)
-			continue
-		}
-		state, message, ok := c.unknownTaskState(rt.GetAgentId())
-		if !ok {
-			continue // the agent may still re-register and report it
-		}
-		fw.send(updateEvent(fw, coordinatorStatus(fw.id(), rt.GetTaskId(), rt.GetAgentId(), state,
-			slacklinev1.Reason_REASON_RECONCILIATION, message, now)))
-	}
+	c.deliver(c.core.Reconcile(fw.id(), queries, agentStates{c}, c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.ReconcileResponse{}), nil
 }
 
-// unknownTaskState answers reconciliation of a task the coordinator does not
-// know. ok is false while the answer is not yet known (agents recovering).
-// Caller holds c.mu.
-func (c *Coordinator) unknownTaskState(agentID string) (slacklinev1.TaskState, string, bool) {
-	if agentID != "" {
-		a := c.agents[agentID]
-		switch {
-		case a == nil:
-			return slacklinev1.TaskState_TASK_STATE_UNKNOWN, "agent is unknown", true
-		case a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING:
-			return 0, "", false
-		case a.state == slacklinev1.AgentState_AGENT_STATE_UNREACHABLE:
-			return slacklinev1.TaskState_TASK_STATE_UNREACHABLE, "agent is unreachable", true
-		}
-		return slacklinev1.TaskState_TASK_STATE_GONE, "task is unknown to its agent", true
+// agentStates tells the core's Reconcile the agents' states, which are
+// still the shell's records. Caller holds c.mu.
+type agentStates struct{ c *Coordinator }
+
+func (s agentStates) AgentState(agentID string) (slacklinev1.AgentState, bool) {
+	a := s.c.agents[agentID]
+	if a == nil {
+		return 0, false
 	}
-	for _, a := range c.agents {
-		if a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
-			return 0, "", false
-		}
-	}
-	return slacklinev1.TaskState_TASK_STATE_UNKNOWN, "task is unknown", true
+	return a.state, true
 }
 
-func (fw *framework) findCompleted(taskID string) *task {
-	for i := len(fw.completed) - 1; i >= 0; i-- {
-		if fw.completed[i].info.GetTaskId() == taskID {
-			return fw.completed[i]
+func (s agentStates) AnyRecovering() bool {
+	for _, a := range s.c.agents {
+		if a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+			return true
 		}
 	}
-	return nil
+	return false
 }
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {

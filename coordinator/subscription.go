@@ -234,18 +234,7 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 	id := fw.id()
 	c.deliver(c.core.RemoveFramework(id))
 	c.maint.ForgetFramework(id)
-	shutdown := map[string]bool{}
-	for taskID, t := range fw.tasks {
-		if a := c.agents[t.agentID]; a != nil {
-			delete(a.tasks, taskKey{id, taskID})
-			if !shutdown[a.id] {
-				shutdown[a.id] = true
-				a.send(shutdownFrameworkCommand(id))
-			}
-			c.markDirty(a.id)
-		}
-	}
-	clear(fw.tasks)
+	c.deliver(c.core.DropFrameworkTasks(id))
 	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 	if fw.sub != nil {
 		fw.sub.send(errorEvent("framework removed: " + reason))

@@ -14,6 +14,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
@@ -195,11 +196,11 @@ func (c *Coordinator) visibleState(ctx context.Context, s *slacklinev1.GetStateR
 			if !c.mayView(ctx, auth.ViewTasks, fw.info.GetPrincipal()) {
 				continue
 			}
-			for _, t := range fw.tasks {
-				hosting[t.agentID] = true
+			for t := range c.core.FrameworkTasks(fw.id()) {
+				hosting[t.AgentID] = true
 			}
-			for _, t := range fw.completed {
-				hosting[t.agentID] = true
+			for _, t := range c.core.Completed(fw.id()) {
+				hosting[t.AgentID] = true
 			}
 		}
 		s.Agents = slices.DeleteFunc(s.Agents, func(a *slacklinev1.Agent) bool { return !hosting[a.GetId()] })
@@ -248,11 +249,11 @@ func (s operatorService) MayReadSandbox(ctx context.Context, agentID, frameworkI
 	if !(principal != "" && p.Name == principal) && !authz.Allowed(p, auth.AccessSandboxes, principal) {
 		return refused
 	}
-	if t := fw.tasks[taskID]; t != nil && t.agentID == agentID {
+	if t := c.core.Task(frameworkID, taskID); t != nil && t.AgentID == agentID {
 		return nil
 	}
-	for _, t := range fw.completed {
-		if t.info.GetTaskId() == taskID && t.agentID == agentID {
+	for _, t := range c.core.Completed(frameworkID) {
+		if t.Info.GetTaskId() == taskID && t.AgentID == agentID {
 			return nil
 		}
 	}
@@ -323,16 +324,14 @@ func (c *Coordinator) trustedEndpoint(claimed, peer string) (endpoint, dropped s
 // task's, else the last completed one's. known is false when the
 // coordinator knows no such task.
 func (c *Coordinator) taskOwner(a *agent, fw *framework, taskID string) (owner string, known bool) {
-	if a.reported[taskKey{fw.id(), taskID}] {
+	if c.core.Reported(a.id, core.TaskKey{FrameworkID: fw.id(), TaskID: taskID}) {
 		return a.id, true
 	}
-	if t := fw.tasks[taskID]; t != nil {
-		return t.agentID, true
+	if t := c.core.Task(fw.id(), taskID); t != nil {
+		return t.AgentID, true
 	}
-	for i := len(fw.completed) - 1; i >= 0; i-- {
-		if t := fw.completed[i]; t.info.GetTaskId() == taskID {
-			return t.agentID, true
-		}
+	if t := c.core.CompletedTask(fw.id(), taskID); t != nil {
+		return t.AgentID, true
 	}
 	return "", false
 }
@@ -346,8 +345,8 @@ func (c *Coordinator) trustReport(a *agent, r reportedTask) bool {
 	fw := c.frameworks[r.frameworkID]
 	principal := r.framework.GetPrincipal()
 	if fw != nil {
-		if t := fw.tasks[r.info.GetTaskId()]; t != nil {
-			return t.agentID == a.id && t.resources.Equal(r.resources) && t.revocable.Equal(r.revocable)
+		if t := c.core.Task(fw.id(), r.info.GetTaskId()); t != nil {
+			return t.AgentID == a.id && t.Resources.Equal(r.resources) && t.Revocable.Equal(r.revocable)
 		}
 		principal = fw.info.GetPrincipal()
 	}

@@ -8,6 +8,7 @@ import (
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
@@ -193,14 +194,11 @@ func TestFrameworkBinding(t *testing.T) {
 			mine, _, _ := d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "mine", Roles: []string{"batch"}})
 			theirs, _, _ := d.subscribeAs("other", &slacklinev1.FrameworkInfo{Name: "theirs", Roles: []string{"batch"}})
 			d.c.mu.Lock()
-			for _, fw := range []*framework{mine, theirs} {
-				if fw.tasks == nil {
-					fw.tasks = map[string]*task{}
-				}
-			}
-			mine.tasks["live"] = &task{info: &slacklinev1.TaskInfo{TaskId: "live"}, frameworkID: mine.id(), agentID: "a1"}
-			mine.completed = append(mine.completed, &task{info: &slacklinev1.TaskInfo{TaskId: "done"}, frameworkID: mine.id(), agentID: "a1"})
-			theirs.tasks["live"] = &task{info: &slacklinev1.TaskInfo{TaskId: "live"}, frameworkID: theirs.id(), agentID: "a1"}
+			d.c.core.AdoptTask(&core.Task{Info: &slacklinev1.TaskInfo{TaskId: "live"}, FrameworkID: mine.id(), AgentID: "a1", Role: "batch"})
+			done := &core.Task{Info: &slacklinev1.TaskInfo{TaskId: "done"}, FrameworkID: mine.id(), AgentID: "a1", Role: "batch"}
+			d.c.core.AdoptTask(done)
+			d.c.deliver(d.c.core.EndTask(done, &slacklinev1.TaskStatus{State: slacklinev1.TaskState_TASK_STATE_FINISHED}, d.c.cfg.Now()))
+			d.c.core.AdoptTask(&core.Task{Info: &slacklinev1.TaskInfo{TaskId: "live"}, FrameworkID: theirs.id(), AgentID: "a1", Role: "batch"})
 			d.c.mu.Unlock()
 			ops := operatorService{d.c}
 			for _, tt := range []struct {
@@ -278,8 +276,8 @@ func TestAgentTrust(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if a := d.agent(id); len(a.tasks) != 1 || len(commands(a)) != 0 {
-				t.Fatalf("tasks %v", a.tasks)
+			if a := d.agent(id); d.c.core.AgentTaskCount(id) != 1 || len(commands(a)) != 0 {
+				t.Fatalf("tasks %v", d.c.core.AgentTasks(id))
 			}
 		}},
 		{"invented, inflated and foreign tasks are killed, not adopted", func(t *testing.T, d *domain, fwID string, sub *subscription) {
@@ -301,8 +299,8 @@ func TestAgentTrust(t *testing.T) {
 			d.c.mu.Lock()
 			allocated := d.c.core.Allocator().AgentAllocated(id)
 			d.c.mu.Unlock()
-			if len(a.tasks) != 0 || kills != 4 || !allocated.IsEmpty() {
-				t.Fatalf("tasks %v, kills %d, allocated %v", a.tasks, kills, allocated)
+			if d.c.core.AgentTaskCount(id) != 0 || kills != 4 || !allocated.IsEmpty() {
+				t.Fatalf("tasks %v, kills %d, allocated %v", d.c.core.AgentTasks(id), kills, allocated)
 			}
 		}},
 		{"an agent keeps its id and its session", func(t *testing.T, d *domain, fwID string, sub *subscription) {
@@ -347,7 +345,7 @@ func TestAgentTrust(t *testing.T) {
 			if a := d.agent(idA); len(commands(a)) != 1 { // the unknown update, acknowledged and dropped
 				t.Fatal("unknown update not acknowledged")
 			}
-			if b := d.agent(idB); b.tasks[taskKey{fwID, "t1"}].state != running {
+			if t1 := d.c.core.Task(fwID, "t1"); t1 == nil || t1.AgentID != idB || t1.State != running {
 				t.Fatal("victim's task changed")
 			}
 		}},

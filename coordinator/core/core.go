@@ -37,6 +37,9 @@ type Config struct {
 	// MaxPendingUpdates bounds each framework's unacknowledged status
 	// updates (< 0: no limit; see AddUpdate).
 	MaxPendingUpdates int
+	// MaxCompletedTasks bounds each framework's history of completed
+	// tasks (< 0: no limit); the oldest are forgotten first.
+	MaxCompletedTasks int
 }
 
 // Core is the offer book: the allocator, the outstanding offers and
@@ -62,6 +65,8 @@ type Core struct {
 	heartbeats      heartbeatQueue
 	pace            heartbeatPace
 	recoveryChecked bool
+	// tasks: live, completed and reported tasks (tasks.go).
+	tasks taskTable
 	// out collects the effects of the call under way (take hands them out).
 	out Ready
 }
@@ -77,6 +82,7 @@ func New(cfg Config) *Core {
 		inverse:    map[string]*InverseOffer{},
 		draining:   map[string]struct{}{},
 		dirty:      map[string]struct{}{},
+		tasks:      newTaskTable(),
 		pace:       newHeartbeatPace(cfg.HeartbeatInterval, cfg.AgentTimeout, cfg.MaxHeartbeatRate),
 	}
 }
@@ -119,12 +125,20 @@ type Ready struct {
 	// Expired are the frameworks disconnected for longer than their
 	// failover timeout, in id order: the shell tears them down.
 	Expired []string
+	// TrimmedHistory names a framework each time its oldest completed
+	// task was forgotten (Config.MaxCompletedTasks), for the shell's
+	// limit metric.
+	TrimmedHistory []string
+	// Untrusted are the tasks a registering agent reported that the shell
+	// did not trust (RegisterTasks): not adopted, killed unless terminal;
+	// for the log.
+	Untrusted []*Task
 }
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
 	return len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -141,6 +155,8 @@ func (r *Ready) Append(later Ready) {
 	r.Lost = append(r.Lost, later.Lost...)
 	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
 	r.Expired = append(r.Expired, later.Expired...)
+	r.TrimmedHistory = append(r.TrimmedHistory, later.TrimmedHistory...)
+	r.Untrusted = append(r.Untrusted, later.Untrusted...)
 }
 
 func (k *Core) take() Ready {
@@ -254,13 +270,6 @@ func (k *Core) markDirty(agentID string) {
 func (k *Core) markAllDirty() {
 	k.dirtyAll = true
 	k.out.Wake = true
-}
-
-// MarkDirty records that an agent's free resources changed (a task of it
-// was forgotten): the next pass offers it.
-func (k *Core) MarkDirty(agentID string) Ready {
-	k.markDirty(agentID)
-	return k.take()
 }
 
 // Allocator returns the allocator, for read-only queries (views, metrics).
@@ -598,12 +607,16 @@ func (k *Core) Claim(frameworkID, role, agentID string, regular, revocable resou
 // Release gives back what a task held (it ended) and marks its agent
 // dirty.
 func (k *Core) Release(frameworkID, role, agentID string, regular, revocable resources.Resources, now time.Time) Ready {
+	k.releaseTask(frameworkID, role, agentID, regular, revocable, now)
+	return k.take()
+}
+
+func (k *Core) releaseTask(frameworkID, role, agentID string, regular, revocable resources.Resources, now time.Time) {
 	k.alloc.Release(frameworkID, role, agentID, regular, 0, now)
 	if !revocable.IsEmpty() {
 		k.alloc.ReleaseRevocable(frameworkID, role, agentID, revocable, 0, now)
 	}
 	k.markDirty(agentID)
-	return k.take()
 }
 
 // --- offers ---

@@ -50,6 +50,24 @@ import (
 //	update <fw> <agent> <task> <uuid> <state>   (an agent's update with a uuid)
 //	ack <fw> <task> <uuid> | pending <fw>
 //	offers          (the outstanding offers, in id order)
+//	adopt <fw> <agent> <task> <role> <r> [state=<s>]   (a task a registering agent reports; claims <r>)
+//	launch <fw> <agent> <task> <role> <r>   (a task accepted from an offer)
+//	task-update <agent> <fw> <task> <state>   (the agent's update, admitted)
+//	end <fw> <task> <state>   (a terminal state the coordinator decided)
+//	report <fw> <task> <state>   (its re-registering agent reports a live task's state)
+//	unreachable <agent>   (its tasks become UNREACHABLE)
+//	reported <agent> [<fw>/<task>:<state>...]   (terminal tasks it reported on registering)
+//	kill <fw> <task> | drop <fw> (teardown's tasks) | forget-framework <fw>
+//	reconcile <fw> [<task>[@<agent>]...] [agents=<id>:<state>,...]   (agents' states as the shell knows them)
+//	tasks <fw>      (its live tasks in id order, then its completed ones, oldest first)
+//	register-tasks <agent> [<fw>/<task>:<state>[:untrusted]...] [live=<fw>,...] [aware=<fw>,...]
+//	                (a registering agent's reports, each claiming cpus:1 in role r1;
+//	                live: the frameworks the shell knows live, aware: partition-aware ones)
+//
+// Task effects: "untrusted <fw>/<task>", "<fw> <- update <task> <agent> <STATE> <reason>: <message>",
+// "<fw> <- failure <agent>", "<agent> <- run <fw> <task>", "<agent> <- kill
+// <fw> <task>", "<agent> <- shutdown-framework <fw>", "trimmed history
+// <fw>".
 //
 // Effects (and "lost <agent> silent <d>", "not re-registered <agent>",
 // "failover timeout expired <fw>" from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
@@ -160,11 +178,15 @@ func testConfig(kv map[string]string) Config {
 	cfg := Config{
 		MinAllocatable: resources.New(0.01, 32, 0), OfferTimeout: 10 * time.Minute, IDPrefix: "c",
 		HeartbeatInterval: 10 * time.Second, AgentTimeout: 24 * time.Hour, MaxHeartbeatRate: -1,
-		Start: t0, ReregisterTimeout: 24 * time.Hour, MaxPendingUpdates: -1,
+		Start: t0, ReregisterTimeout: 24 * time.Hour, MaxPendingUpdates: -1, MaxCompletedTasks: -1,
 	}
 	for k, v := range kv {
 		if k == "max-pending" {
 			cfg.MaxPendingUpdates, _ = strconv.Atoi(v)
+			continue
+		}
+		if k == "max-completed" {
+			cfg.MaxCompletedTasks, _ = strconv.Atoi(v)
 			continue
 		}
 		d, err := time.ParseDuration(v)
@@ -398,11 +420,126 @@ func (d *driver) run(file string, b block) []string {
 		if len(all) == 0 {
 			extra = append(extra, "none")
 		}
+	case "adopt", "launch":
+		t := &Task{Info: &slacklinev1.TaskInfo{TaskId: arg(2)}, FrameworkID: arg(0), AgentID: arg(1), Role: arg(3),
+			Resources: res(arg(4)), State: slacklinev1.TaskState_TASK_STATE_RUNNING}
+		if kv["state"] != "" {
+			t.State = taskState(kv["state"])
+		}
+		if words[0] == "launch" {
+			r = k.Launch(t, &slacklinev1.FrameworkInfo{Id: arg(0)})
+			break
+		}
+		k.AdoptTask(t)
+	case "task-update":
+		r = k.TaskUpdate(arg(0), &slacklinev1.TaskStatus{FrameworkId: arg(1), AgentId: arg(0), TaskId: arg(2), State: taskState(arg(3)),
+			Reason: slacklinev1.Reason_REASON_COMMAND_EXECUTOR_FAILED, Message: "from the agent"}, d.now)
+	case "end", "report":
+		t := k.Task(arg(0), arg(1))
+		if t == nil {
+			extra = append(extra, "no live task")
+			break
+		}
+		if words[0] == "report" {
+			r = k.ReportTaskState(t, taskState(arg(2)), d.now)
+			break
+		}
+		r = k.EndTask(t, CoordinatorStatus(arg(0), arg(1), t.AgentID, taskState(arg(2)), slacklinev1.Reason_REASON_AGENT_REMOVED, "decided by the coordinator", d.now), d.now)
+	case "unreachable":
+		r = k.TasksUnreachable(arg(0), "host-"+arg(0), d.now)
+	case "reported":
+		var list []*Task
+		for _, p := range pos[1:] {
+			key, state, _ := strings.Cut(p, ":")
+			fw, task, _ := strings.Cut(key, "/")
+			list = append(list, &Task{Info: &slacklinev1.TaskInfo{TaskId: task}, FrameworkID: fw, AgentID: arg(0), State: taskState(state)})
+		}
+		k.SetReported(arg(0), list)
+	case "kill":
+		var err error
+		if r, err = k.Kill(arg(0), arg(1)); err != nil {
+			extra = append(extra, "error: "+err.Error())
+		}
+	case "drop":
+		r = k.DropFrameworkTasks(arg(0))
+	case "forget-framework":
+		k.ForgetFramework(arg(0))
+	case "reconcile":
+		var queries []ReconcileQuery
+		for _, p := range pos[1:] {
+			task, agent, _ := strings.Cut(p, "@")
+			queries = append(queries, ReconcileQuery{TaskID: task, AgentID: agent})
+		}
+		states := fakeAgentStates{}
+		if kv["agents"] != "" {
+			for _, a := range strings.Split(kv["agents"], ",") {
+				id, state, _ := strings.Cut(a, ":")
+				states[id] = slacklinev1.AgentState(slacklinev1.AgentState_value["AGENT_STATE_"+strings.ToUpper(state)])
+			}
+		}
+		r = k.Reconcile(arg(0), queries, states, d.now)
+	case "register-tasks":
+		var reports []Report
+		for _, p := range pos[1:] {
+			parts := strings.Split(p, ":")
+			fw, task, _ := strings.Cut(parts[0], "/")
+			reports = append(reports, Report{Trusted: !slices.Contains(parts, "untrusted"), Task: &Task{
+				Info: &slacklinev1.TaskInfo{TaskId: task}, FrameworkID: fw, AgentID: arg(0),
+				Resources: res("cpus:1"), State: taskState(parts[1]),
+			}})
+		}
+		fws := fakeFrameworks{}
+		for _, id := range strings.Split(kv["live"], ",") {
+			fws[id] = slices.Contains(strings.Split(kv["aware"], ","), id)
+		}
+		r = k.RegisterTasks(arg(0), reports, fws, d.now)
+	case "tasks":
+		for _, t := range sortedTasks(k.FrameworkTasks(arg(0))) {
+			extra = append(extra, fmt.Sprintf("live %s on %s %s", t.Info.GetTaskId(), t.AgentID, shortState(t.State)))
+		}
+		for _, t := range k.Completed(arg(0)) {
+			extra = append(extra, fmt.Sprintf("completed %s on %s %s", t.Info.GetTaskId(), t.AgentID, shortState(t.State)))
+		}
+		if len(extra) == 0 {
+			extra = append(extra, "none")
+		}
 	default:
 		d.t.Fatalf("%s:%d: unknown command %q", file, b.line, words[0])
 	}
 	return append(extra, describe(r)...)
 }
+
+// fakeFrameworks are the live frameworks a register-tasks command names,
+// partition-aware or not; their first role is r1.
+type fakeFrameworks map[string]bool
+
+func (f fakeFrameworks) Framework(id string) (bool, string, bool) {
+	aware, ok := f[id]
+	return ok, "r1", aware
+}
+
+// fakeAgentStates are the agents' states a reconcile command names.
+type fakeAgentStates map[string]slacklinev1.AgentState
+
+func (f fakeAgentStates) AgentState(id string) (slacklinev1.AgentState, bool) {
+	s, ok := f[id]
+	return s, ok
+}
+
+func (f fakeAgentStates) AnyRecovering() bool {
+	for _, s := range f {
+		if s == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+			return true
+		}
+	}
+	return false
+}
+
+func taskState(s string) slacklinev1.TaskState {
+	return slacklinev1.TaskState(slacklinev1.TaskState_value["TASK_STATE_"+strings.ToUpper(s)])
+}
+
+func shortState(s slacklinev1.TaskState) string { return strings.TrimPrefix(s.String(), "TASK_STATE_") }
 
 func mapOf(offers []*Offer) map[string]*Offer {
 	m := map[string]*Offer{}
@@ -435,6 +572,12 @@ func describe(r Ready) []string {
 			}
 		case ev.GetRescind() != nil:
 			out = append(out, fmt.Sprintf("%s <- rescind %s", s.FrameworkID, ev.GetRescind().GetOfferId()))
+		case ev.GetUpdate() != nil:
+			st := ev.GetUpdate().GetStatus()
+			out = append(out, fmt.Sprintf("%s <- update %s %s %s %s: %s", s.FrameworkID, st.GetTaskId(), st.GetAgentId(),
+				shortState(st.GetState()), strings.TrimPrefix(st.GetReason().String(), "REASON_"), st.GetMessage()))
+		case ev.GetFailure() != nil:
+			out = append(out, fmt.Sprintf("%s <- failure %s", s.FrameworkID, ev.GetFailure().GetAgentId()))
 		case ev.GetRescindInverseOffer() != nil:
 			out = append(out, fmt.Sprintf("%s <- rescind-inverse %s", s.FrameworkID, ev.GetRescindInverseOffer().GetInverseOfferId()))
 		default:
@@ -449,7 +592,22 @@ func describe(r Ready) []string {
 			out = append(out, fmt.Sprintf("%s <- ack %s %s %s", c.AgentID, ack.GetFrameworkId(), ack.GetTaskId(), ack.GetUuid()))
 			continue
 		}
-		out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
+		switch cmd := c.Command.GetCommand().(type) {
+		case *slacklinev1.AgentCommand_RunTask:
+			out = append(out, fmt.Sprintf("%s <- run %s %s", c.AgentID, cmd.RunTask.GetFramework().GetId(), cmd.RunTask.GetTask().GetTaskId()))
+		case *slacklinev1.AgentCommand_KillTask:
+			out = append(out, fmt.Sprintf("%s <- kill %s %s", c.AgentID, cmd.KillTask.GetFrameworkId(), cmd.KillTask.GetTaskId()))
+		case *slacklinev1.AgentCommand_ShutdownFramework:
+			out = append(out, fmt.Sprintf("%s <- shutdown-framework %s", c.AgentID, cmd.ShutdownFramework.GetFrameworkId()))
+		default:
+			out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
+		}
+	}
+	for _, t := range r.Untrusted {
+		out = append(out, "untrusted "+t.FrameworkID+"/"+t.Info.GetTaskId())
+	}
+	for _, id := range r.TrimmedHistory {
+		out = append(out, "trimmed history "+id)
 	}
 	for _, al := range r.Strays {
 		out = append(out, "stray "+al.FrameworkID+" "+al.AgentID)

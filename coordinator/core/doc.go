@@ -1,6 +1,6 @@
 // Package core is the pure part of the coordinator's state machine: the
-// offer book, agent liveness, framework failover timeouts and the status
-// update ledger. It holds the allocator
+// offer book, the task records, agent liveness, framework failover
+// timeouts and the status update ledger. It holds the allocator
 // (coordinator/allocator), the outstanding offers and inverse offers, the
 // allocation filters, the agents' heartbeats and heartbeat pace, and what
 // it needs to know of agents (hostname, attributes, total, place in the
@@ -27,7 +27,18 @@
 //     RemoveFramework, SetSuppressed (suppress and revive);
 //   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
 //     (an Accept refused for its offers), AnswerInverseOffers;
-//   - tasks: Claim (a reported task), Release (an ended task);
+//   - tasks (tasks.go): Launch (accepted from an offer: RunTask to its
+//     agent), AdoptTask (reported by a registering agent, its resources
+//     claimed), SetReported (the terminal tasks it reported), TaskUpdate
+//     (an agent's admitted update: a terminal one ends the task, releases
+//     its resources and keeps it in the framework's history within
+//     Config.MaxCompletedTasks), ReportTaskState, EndTask (a terminal
+//     state the coordinator decided), TasksUnreachable, DropFrameworkTasks
+//     (a teardown), Kill, Reconcile (agents' states are an input:
+//     AgentStates), RegisterTasks (a registering agent's reported tasks,
+//     with the shell's verdict on each and the frameworks' states as
+//     inputs), ForgetFramework, ForgetAgentTasks; Claim and Release for
+//     resources held outside a task record;
 //   - status updates: AddUpdate (an agent's update with a uuid, within
 //     Config.MaxPendingUpdates per framework), Acknowledge (the
 //     framework's, forwarded to the agent as a Command);
@@ -45,9 +56,13 @@
 // # What the core does not hold yet
 //
 // Agent and framework records (their states, sessions and
-// subscriptions), tasks and their states, registrations and subscriptions with their registry records, the
-// maintenance schedule itself and the retention of history are still the
-// coordinator's (package coordinator). See docs/architecture.md.
+// subscriptions), registrations and subscriptions with their registry
+// records, the maintenance schedule itself and the retention of agents and
+// frameworks are still the coordinator's (package coordinator); Reconcile
+// reads the agents' states through AgentStates, and RegisterTasks the
+// frameworks' through Frameworks, for that reason. Whether a reported task
+// is trusted (launch proofs) is decided by the shell: it is authorization. See
+// docs/architecture.md.
 //
 // # Tests
 //
