@@ -144,8 +144,8 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		if s := l.next.Swap(nil); s != nil {
 			l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
 		}
-		var e *estimate
-		e, points = l.estimate(time.Now(), points)
+		e, in, pts := l.publish(time.Now(), points)
+		points = pts
 		if l.network != nil && l.total.Bandwidth() > 0 {
 			// The revocable total is paced to the network slack.
 			if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
@@ -153,12 +153,24 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 			}
 		}
 		l.send(ctx, e.revocable)
+		// After the active estimate is published and sent: a shadow can
+		// neither change nor delay it.
+		l.shadows.estimate(in, e.revocable.CPUs())
 	}
 }
 
 // estimate makes and publishes (latest) one estimate at now, then runs
-// the shadows on the same input. points is a reusable buffer.
+// the shadows on the same input, as Run does around sending it. points is
+// a reusable buffer.
 func (l *estimateLoop) estimate(now time.Time, points []monitor.Point) (*estimate, []monitor.Point) {
+	e, in, points := l.publish(now, points)
+	l.shadows.estimate(in, e.revocable.CPUs())
+	return e, points
+}
+
+// publish makes and publishes (latest) one estimate at now and returns it
+// with its input. points is a reusable buffer.
+func (l *estimateLoop) publish(now time.Time, points []monitor.Point) (*estimate, estimator.Input, []monitor.Point) {
 	var in estimator.Input
 	in, points = l.input(now, points)
 	e := &estimate{revocable: l.estimator.Estimate(in), at: in.Now, estimator: l.name, profile: l.profile, version: l.version}
@@ -167,10 +179,7 @@ func (l *estimateLoop) estimate(now time.Time, points []monitor.Point) (*estimat
 		e.explanation = &explanation
 	}
 	l.latest.Store(e)
-	// After the active estimate is published: a shadow can neither change
-	// nor delay it.
-	l.shadows.estimate(in, e.revocable.CPUs())
-	return e, points
+	return e, in, points
 }
 
 // send sends the estimate if it differs from the last one sent in the

@@ -254,7 +254,7 @@ func (l *lifecycle) start(s tasks.Start) {
 	}()
 	var image *containerizer.Image
 	if ref := s.Task.GetImage(); ref != "" {
-		img, err := l.acquireImage(ctx, ref, s.ContainerID)
+		img, err := l.acquireImage(fetchCtx, ref, s.ContainerID)
 		if err != nil {
 			l.log.Warn("image pull failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "image", ref, "err", err)
 			l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: slacklinev1.Reason_REASON_IMAGE_PULL_FAILED,

@@ -138,11 +138,16 @@ func (l *qosLoop) Run(ctx context.Context) error {
 			}
 		}
 		last = time.Now()
-		if s := l.next.Swap(nil); s != nil {
-			l.controller = s.qos
-		}
 		in := l.input(last)
 		in.Events = pending
+		// A profile's controllers are fresh instances: they take over only
+		// while the revocable subtree is not frozen, since a reclaim
+		// controller thaws only a freeze it made itself.
+		if !in.RevocableFrozen {
+			if s := l.next.Swap(nil); s != nil {
+				l.controller = s.qos
+			}
+		}
 		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
 		corrections := l.controller.Evaluate(in)
 		for _, c := range corrections {
