@@ -53,7 +53,9 @@ func run() error {
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (the agent creates cgroups)")
 	}
-	dir, err := os.MkdirTemp("", "slackline-bench-slack")
+	// Not under /tmp: tasks get a private /tmp, and the guaranteed task
+	// must see the busy file it burns on.
+	dir, err := os.MkdirTemp("/var/lib", "slackline-bench-slack")
 	if err != nil {
 		return err
 	}
