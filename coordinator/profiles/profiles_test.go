@@ -275,6 +275,20 @@ func TestStepCountsFromZeroAfterARebuild(t *testing.T) {
 	}
 }
 
+// TestStepWithoutOthersJudgesTheUpdatedAlone: a wave that covers every
+// matching agent, with no earlier wave's reference, moves on once soaked
+// with enough estimates scored, instead of waiting for others forever.
+func TestStepWithoutOthersJudgesTheUpdatedAlone(t *testing.T) {
+	t.Parallel()
+	p := started(t)
+	chosen := p.Rollout.Hosts[0]
+	fleet := []Signals{{Host: chosen, Profile: "web", Version: 2, Scored: 2000, Violations: 20}}
+	next, got := Step(p, p.Rollout.WaveStarted.Add(p.Rollout.Policy.Soak), fleet)
+	if got == Unchanged || got == RolledBack {
+		t.Fatalf("outcome %v (reason %q), want the rollout to move on", got, next.Rollout.Reason)
+	}
+}
+
 func TestStepDoesNotModifyItsInput(t *testing.T) {
 	t.Parallel()
 	p := started(t)

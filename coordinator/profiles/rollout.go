@@ -303,7 +303,10 @@ func Step(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) {
 		return q, RolledBack
 	}
 	soaked := now.Sub(r.WaveStarted) >= r.Policy.Soak
-	judged := updated.Scored >= r.Policy.MinScored && reference.Scored >= r.Policy.MinScored
+	// With no other agent to compare with (the wave covers every matching
+	// agent and no earlier wave left a reference), the updated agents are
+	// judged on their own: refusals, and enough estimates scored.
+	judged := updated.Scored >= r.Policy.MinScored && (reference.Agents == 0 || reference.Scored >= r.Policy.MinScored)
 	switch {
 	case !soaked:
 		nr.Reason = fmt.Sprintf("wave %d soaking until %s", nr.Wave+1, r.WaveStarted.Add(r.Policy.Soak).UTC().Format(time.RFC3339))
