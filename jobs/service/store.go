@@ -161,8 +161,18 @@ func (b Batch) merge(later Batch) Batch {
 	}
 	// A record written earlier of a job deleted later is dropped; the
 	// store applies deletions before records.
+	// Only the last record of a key is kept, so a batch retried through a
+	// long store outage holds at most one record per job and index.
+	type key struct {
+		job   string
+		index int
+	}
+	rewritten := map[key]bool{}
+	for _, r := range later.Records {
+		rewritten[key{r.Job, r.Index}] = true
+	}
 	for _, r := range b.Records {
-		if !gone[r.Job] {
+		if !gone[r.Job] && !rewritten[key{r.Job, r.Index}] {
 			out.Records = append(out.Records, r)
 		}
 	}
