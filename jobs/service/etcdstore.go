@@ -218,15 +218,12 @@ func (e *EtcdStore) Write(b Batch) error {
 	if b.empty() {
 		return nil
 	}
-	var deletes []clientv3.Op
+	// Each deleted job is one transaction: its record and its indexes go
+	// together (the key and the prefix do not overlap), so no index of a
+	// deleted job outlives it to be read as one of a later job of the same
+	// name.
 	for _, name := range b.Deleted {
-		// A job's record goes first: its indexes alone are ignored.
-		deletes = append(deletes, clientv3.OpDelete(e.jobKey(name)), clientv3.OpDelete(e.indexPrefix(name), clientv3.WithPrefix()))
-	}
-	// Each deletion is a transaction of its own: etcd refuses a
-	// transaction whose operations overlap, and deleted jobs are few.
-	for _, op := range deletes {
-		if err := e.commit([]clientv3.Op{op}); err != nil {
+		if err := e.commit([]clientv3.Op{clientv3.OpDelete(e.jobKey(name)), clientv3.OpDelete(e.indexPrefix(name), clientv3.WithPrefix())}); err != nil {
 			return err
 		}
 	}
