@@ -165,13 +165,15 @@ func (c *Coordinator) runProfiles(ctx context.Context) error {
 	}
 }
 
-// stepRollouts judges every rollout under way once: a decision is applied
-// (agents sent their new assignments) and then recorded. It takes
-// persistMu and c.mu.
+// stepRollouts judges every rollout under way once. A decision (next
+// wave, rollback, completion) is made durable first and only then applied
+// (agents sent their new assignments), as changeProfile does: a decision
+// that could not be persisted is not acted on, and the next tick decides
+// again. It takes persistMu and c.mu.
 func (c *Coordinator) stepRollouts(ctx context.Context) {
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
-	var writes []store.Mutation
+	var decided []*profiles.Profile
 	c.mu.Lock()
 	c.profiles.init()
 	for id := range c.profiles.reports {
@@ -187,23 +189,34 @@ func (c *Coordinator) stepRollouts(ctx context.Context) {
 			continue
 		}
 		next, outcome := profiles.Step(p, now, c.profileFleet(p, all))
-		if next == p {
-			continue
-		}
-		c.profiles.byName[p.Name] = next
-		if outcome != profiles.Unchanged {
+		switch {
+		case next == p:
+		case outcome == profiles.Unchanged:
+			c.profiles.byName[p.Name] = next // its status only
+		default:
 			c.log.Info("profile rollout", "profile", p.Name, "version", next.Rollout.Candidate.Number, "outcome", outcome.String(),
 				"wave", next.Rollout.Wave+1, "reason", next.Rollout.Reason)
-			writes = append(writes, profileRecord(next))
+			decided = append(decided, next)
 		}
 	}
-	if len(writes) > 0 {
-		c.sendProfiles()
-	}
 	c.mu.Unlock()
-	if len(writes) > 0 {
-		c.record(ctx, writes...)
+	if len(decided) == 0 {
+		return
 	}
+	writes := make([]store.Mutation, 0, len(decided))
+	for _, p := range decided {
+		writes = append(writes, profileRecord(p))
+	}
+	if err := c.persist(ctx, "profile rollout", writes...); err != nil {
+		c.log.Warn("profile rollout decisions not persisted: not applied, decided again at the next tick", "err", err)
+		return
+	}
+	c.mu.Lock()
+	for _, p := range decided {
+		c.profiles.byName[p.Name] = p
+	}
+	c.sendProfiles()
+	c.mu.Unlock()
 }
 
 func profileRecord(p *profiles.Profile) store.Mutation {
