@@ -2,12 +2,8 @@ package main
 
 import (
 	"context"
-	"errors"
 	"flag"
-	"fmt"
-	"net"
 	"net/http"
-	"strings"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -46,24 +42,7 @@ func registerGroupFlags(fs *flag.FlagSet) *groupFlags {
 
 // advertiseURL returns --advertise-url, or the URL of --listen.
 func (g *groupFlags) advertiseURL(listen string, tls bool) (string, error) {
-	if g.advertise != "" {
-		if !strings.HasPrefix(g.advertise, "http://") && !strings.HasPrefix(g.advertise, "https://") {
-			return "", fmt.Errorf("--advertise-url %q is not an http:// or https:// URL", g.advertise)
-		}
-		return strings.TrimSuffix(g.advertise, "/"), nil
-	}
-	scheme := "http://"
-	if tls {
-		scheme = "https://"
-	}
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", fmt.Errorf("--listen: %w", err)
-	}
-	if g.endpoints != "" && (host == "" || net.ParseIP(host).IsUnspecified()) {
-		return "", errors.New("--advertise-url is required when --listen has no specific host")
-	}
-	return scheme + listen, nil
+	return leader.AdvertiseURL(g.advertise, listen, tls, g.endpoints != "")
 }
 
 // serve runs the coordinator until ctx ends: alone on its registry log in its work
@@ -89,13 +68,7 @@ func (g *groupFlags) serve(ctx context.Context, cfg coordinator.Config, authz *a
 		defer c.Close()
 		handler, run = c.Handler(), c.Run
 	} else {
-		etcd := store.EtcdConfig{Endpoints: strings.Split(g.endpoints, ",")}
-		if g.ca != "" || g.cert != "" || g.key != "" {
-			if etcd.TLS, err = auth.ClientTLS(g.ca, g.cert, g.key); err != nil {
-				return fmt.Errorf("etcd TLS: %w", err)
-			}
-		}
-		client, err := store.DialEtcd(etcd)
+		client, err := leader.DialEtcd(g.endpoints, g.ca, g.cert, g.key)
 		if err != nil {
 			return err
 		}

@@ -1,16 +1,13 @@
 package main
 
 import (
-	"errors"
 	"flag"
 	"fmt"
-	"net"
 	"strings"
 	"time"
 
 	"github.com/slackline/slackline/coordinator/leader"
 	"github.com/slackline/slackline/coordinator/store"
-	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/jobs/service"
 )
 
@@ -42,23 +39,7 @@ func registerGroupFlags(fs *flag.FlagSet) *groupFlags {
 
 // advertiseURL returns --advertise-url, or the URL of --listen.
 func (g *groupFlags) advertiseURL(listen string, tls bool) (string, error) {
-	if g.advertise != "" {
-		if !strings.HasPrefix(g.advertise, "http://") && !strings.HasPrefix(g.advertise, "https://") {
-			return "", fmt.Errorf("--advertise-url %q is not an http:// or https:// URL", g.advertise)
-		}
-		return strings.TrimSuffix(g.advertise, "/"), nil
-	}
-	host, _, err := net.SplitHostPort(listen)
-	if err != nil {
-		return "", fmt.Errorf("--listen: %w", err)
-	}
-	if host == "" || net.ParseIP(host).IsUnspecified() {
-		return "", errors.New("--advertise-url is required when --listen has no specific host")
-	}
-	if tls {
-		return "https://" + listen, nil
-	}
-	return "http://" + listen, nil
+	return leader.AdvertiseURL(g.advertise, listen, tls, true)
 }
 
 // member dials etcd and returns the group's replica; closeEtcd closes the
@@ -74,13 +55,7 @@ func (g *groupFlags) member(cfg service.Config, listen string, tls bool) (m *ser
 	if g.prefix == store.DefaultEtcdPrefix {
 		return nil, nil, fmt.Errorf("--etcd-prefix %q is the coordinators' default prefix: give the job service its own", g.prefix)
 	}
-	etcd := store.EtcdConfig{Endpoints: strings.Split(g.endpoints, ",")}
-	if g.ca != "" || g.cert != "" || g.key != "" {
-		if etcd.TLS, err = auth.ClientTLS(g.ca, g.cert, g.key); err != nil {
-			return nil, nil, fmt.Errorf("etcd TLS: %w", err)
-		}
-	}
-	client, err := store.DialEtcd(etcd)
+	client, err := leader.DialEtcd(g.endpoints, g.ca, g.cert, g.key)
 	if err != nil {
 		return nil, nil, err
 	}

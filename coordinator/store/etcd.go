@@ -77,6 +77,21 @@ type Fence struct {
 	Revision int64
 }
 
+// Commit runs ops in one transaction on client, conditional on f when it
+// is set (an unset fence commits unconditionally). held is false, with no
+// error, when the fence no longer holds and nothing was written.
+func (f Fence) Commit(ctx context.Context, client *clientv3.Client, ops []clientv3.Op) (held bool, err error) {
+	txn := client.Txn(ctx)
+	if f.Key != "" {
+		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision))
+	}
+	resp, err := txn.Then(ops...).Commit()
+	if err != nil {
+		return false, err
+	}
+	return resp.Succeeded, nil
+}
+
 // EtcdOptions configure an Etcd store.
 type EtcdOptions struct {
 	// Prefix is the key prefix of the coordinator group (DefaultEtcdPrefix).
@@ -185,15 +200,11 @@ func (e *Etcd) ops(mutations []Mutation) []clientv3.Op {
 func (e *Etcd) commit(ctx context.Context, ops []clientv3.Op) error {
 	ctx, cancel := e.request(ctx)
 	defer cancel()
-	txn := e.client.Txn(ctx)
-	if f := e.opts.Fence; f.Key != "" {
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision))
-	}
-	resp, err := txn.Then(ops...).Commit()
+	held, err := e.opts.Fence.Commit(ctx, e.client, ops)
 	if err != nil {
 		return fmt.Errorf("etcd transaction: %w", err)
 	}
-	if !resp.Succeeded {
+	if !held {
 		if e.opts.OnFenced != nil {
 			e.opts.OnFenced()
 		}

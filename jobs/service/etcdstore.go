@@ -271,15 +271,11 @@ func (e *EtcdStore) Write(b Batch) error {
 func (e *EtcdStore) commit(ops []clientv3.Op) error {
 	ctx, cancel := e.request()
 	defer cancel()
-	txn := e.client.Txn(ctx)
-	if f := e.opts.Fence; f.Key != "" {
-		txn = txn.If(clientv3.Compare(clientv3.CreateRevision(f.Key), "=", f.Revision))
-	}
-	resp, err := txn.Then(ops...).Commit()
+	held, err := e.opts.Fence.Commit(ctx, e.client, ops)
 	if err != nil {
 		return fmt.Errorf("etcd: write jobs: %w", err)
 	}
-	if !resp.Succeeded {
+	if !held {
 		if e.opts.OnFenced != nil {
 			e.opts.OnFenced()
 		}
