@@ -3,10 +3,33 @@
 // idling; each time it stops burning, the time until a framework with the
 // REVOCABLE_RESOURCES capability receives a revocable offer of at least
 // --min-cpus is one trial. It reports the pipeline part alone (from the agent
-// computing a new estimate to the offer, GetEstimate's timestamp), then, on
-// its last line, slack-to-offer p50, p99 and max.
+// computing a new estimate to the offer, GetEstimate's timestamp), where each
+// trial's wait went (polling GetEstimate every 50 ms: fast's prediction, the
+// calibration paused, the calibration's margin, pacing, or the pipeline; with
+// --trace, every poll as CSV), the calibration's violation rate over the run,
+// then, on its last line, slack-to-offer p50, p99 and max.
+//
+// # Slack that lasts
+//
+// After each offer the node stays idle for a random time, uniform in
+// [--idle, 2×--idle] (default 10-20 s), before the next burst. With
+// --idle 0 the next burst starts as soon as the offer arrives, as the
+// bench did before: then every offer is reclaimed by a burst within a few
+// hundred milliseconds, so each trial's last estimate before the burst
+// exceeds the real slack over its horizon (an unforeseeable onset: one or
+// two violations per trial, two when the estimate runs before the
+// monitor's sample showing the burst). That is exactly what the default
+// estimator, calibrated, counts as a violation and holds to 1% of its
+// estimates: it can only do so by offering nothing for about 100
+// estimates (10 s) per violation, which is what that pattern measures
+// (p50 6.8 s, p99 17.4 s on the quiet machine), not how soon slack is
+// offered. Idle spells of 10-20 s keep the bench's own violations below
+// the target, so the calibration is not binding and the bench measures
+// the pipeline: the confirmation (300 ms), the sample and estimate
+// intervals and the offer.
 //
 //	sudo go run ./scripts/bench/slack --trials 50                       # default agent flags
+//	sudo go run ./scripts/bench/slack --trials 50 --idle 0              # bursts right after each offer
 //	sudo go run ./scripts/bench/slack --trials 10 -- --estimator usage  # agent flags after --
 package main
 
@@ -16,6 +39,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -48,6 +72,9 @@ func run() error {
 	busyFor := flag.Duration("busy", 3*time.Second, "how long the guaranteed task burns before each trial")
 	minCPUs := flag.Float64("min-cpus", 1, "revocable cpus an offer must carry to end a trial")
 	timeout := flag.Duration("timeout", 3*time.Minute, "give up on a trial after this long")
+	idle := flag.Duration("idle", 10*time.Second, "after each offer the node stays idle for a random time, uniform in [idle, 2*idle], before the next burst (0: the next burst starts at once)")
+	seed := flag.Uint64("seed", 1, "seed of the random idle times")
+	trace := flag.String("trace", "", "write the agent's estimate and calibration state, polled every 50 ms, to this CSV file")
 	flag.Parse()
 	agentFlags := flag.Args()
 	if os.Geteuid() != 0 {
@@ -131,13 +158,36 @@ func run() error {
 	}
 	go fw.Run(ctx, handler)
 	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
+	var traceFile io.Writer
+	if *trace != "" {
+		f, err := os.Create(*trace)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		traceFile = f
+	}
+	tr := newTracer(node, traceFile)
+	traceCtx, stopTrace := context.WithCancel(ctx)
+	traceDone := make(chan struct{})
+	go func() { tr.run(traceCtx, time.Now()); close(traceDone) }()
+	defer func() { stopTrace(); <-traceDone }()
+	rng := rand.New(rand.NewPCG(*seed, 0))
+	spent := map[string]time.Duration{}
+	var violations float64
 
 	var total, pipeline []time.Duration
 	for i := range *trials {
 		if ctx.Err() != nil {
 			return ctx.Err()
 		}
+		if *idle > 0 && i > 0 {
+			// Slack that lasts: the node stays idle a while after the offer.
+			tr.mark(i, "linger")
+			time.Sleep(*idle + time.Duration(rng.Int64N(int64(*idle)+1)))
+		}
 		// Burn until the estimate has shrunk well below the threshold.
+		tr.mark(i, "burn")
 		if err := os.WriteFile(busy, nil, 0o644); err != nil {
 			return err
 		}
@@ -156,6 +206,7 @@ func run() error {
 			time.Sleep(100 * time.Millisecond)
 		}
 		// Stop burning: slack appears now.
+		tr.mark(i, "idle")
 		idleAt := time.Now()
 		if err := os.Remove(busy); err != nil {
 			return err
@@ -183,7 +234,12 @@ func run() error {
 		if !estAt.IsZero() && !offerAt.Before(estAt) {
 			pipeline = append(pipeline, offerAt.Sub(estAt))
 		}
-		fmt.Printf("trial %d: usage drop -> revocable offer %v\n", i, offerAt.Sub(idleAt).Round(time.Millisecond))
+		a := tr.account(idleAt, offerAt, *minCPUs, violations)
+		violations = a.violations
+		for c, d := range a.spent {
+			spent[c] += d
+		}
+		fmt.Printf("trial %d: usage drop -> revocable offer %v %v\n", i, offerAt.Sub(idleAt).Round(time.Millisecond), a)
 	}
 	report := func(name string, ds []time.Duration) {
 		if len(ds) == 0 {
@@ -193,6 +249,14 @@ func run() error {
 		p := func(q float64) time.Duration { return ds[int(q*float64(len(ds)-1))].Round(time.Millisecond) }
 		fmt.Printf("%s over %d trials: p50 %v  p99 %v  max %v\n", name, len(ds), p(0.5), p(0.99), ds[len(ds)-1].Round(time.Millisecond))
 	}
+	if v, n := tr.violations(); n > 0 {
+		fmt.Printf("calibration over the run: %.0f of %d scored estimates violated (%.2f%%)\n", v, n, 100*v/float64(n))
+	}
+	fmt.Print("wait by cause over all trials:")
+	for _, c := range causes {
+		fmt.Printf(" %s %.1fs", c, spent[c].Seconds())
+	}
+	fmt.Println()
 	report("pipeline (estimate computed -> revocable offer at the framework)", pipeline)
 	report("slack-to-offer (usage drops -> revocable offer at the framework)", total)
 	return nil
