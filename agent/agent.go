@@ -288,6 +288,10 @@ func New(cfg Config) (*Agent, error) {
 	a.shadows = newShadowSet(cfg)
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.slack.shadows = a.shadows
+	if a.history != nil {
+		// Estimates follow the monitor's samples (#29).
+		a.history.after = a.slack.sampleTaken
+	}
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.qos.shadows = a.shadows
 	a.disk = newSandboxes(a)

@@ -63,6 +63,11 @@ type estimateLoop struct {
 	sent    resources.Resources
 	sentFor string // the session the last estimate was sent in ("" none)
 
+	// sampled is signalled (without blocking) at the end of each monitor
+	// pass: Run estimates right after the first sample following each
+	// tick (estimateSchedule).
+	sampled chan struct{}
+
 	// samples keeps each target's estimator samples between passes, so that
 	// a pass converts only the monitor's points that are new since the
 	// last (at 100 ms a full copy of every history cost ~600 samples per
@@ -76,6 +81,7 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{estimator: l.name})
+	l.sampled = make(chan struct{}, 1)
 	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
 	return l
 }
@@ -130,16 +136,35 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(calibrationHeldDesc, prometheus.CounterValue, float64(c.RisesHeld))
 }
 
-// Run estimates every interval until ctx ends.
+// sampleTaken tells Run that the monitor finished a pass (the monitor's
+// observer calls it); it never blocks.
+func (l *estimateLoop) sampleTaken() {
+	select {
+	case l.sampled <- struct{}{}:
+	default:
+	}
+}
+
+// Run estimates once per interval until ctx ends: right after the
+// monitor's first pass following each tick when the monitor samples at
+// least as often (estimateSchedule), at the tick otherwise.
 func (l *estimateLoop) Run(ctx context.Context) error {
 	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
+	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval}
 	var points []monitor.Point
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-tick.C:
+			if !sched.tick() {
+				continue
+			}
+		case <-l.sampled:
+			if !sched.sampled() {
+				continue
+			}
 		}
 		if s := l.next.Swap(nil); s != nil {
 			l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version

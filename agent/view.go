@@ -25,6 +25,9 @@ type viewHistory struct {
 	// buffer each pass reuses. Touched only by the monitor's goroutine.
 	lastDelays time.Time
 	samples    []history.Sample
+	// after, when set, is called at the end of each pass (the estimate
+	// loop's wake-up, #29).
+	after func()
 }
 
 // newViewHistory returns the history of the monitor's series, recorded
@@ -53,6 +56,9 @@ func (h *viewHistory) record(now time.Time, published []monitor.Usage) {
 	if h.lastDelays.IsZero() || now.Sub(h.lastDelays) >= history.DelayStep || now.Before(h.lastDelays) {
 		h.lastDelays = now
 		h.store.RecordDelays(now, h.victims(published))
+	}
+	if h.after != nil {
+		h.after()
 	}
 }
 
