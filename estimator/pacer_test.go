@@ -10,7 +10,9 @@ import (
 
 // TestPacer: shrinks are sent at once, a rise within RiseInterval of the
 // last sent rise is held and sent at its newest value once the interval
-// has passed, and what is sent is never above the estimate.
+// has passed, unless it directly follows a rise that ended a quiet spell
+// (2 s without any change at 500 ms), and what is sent is never above the
+// estimate.
 func TestPacer(t *testing.T) {
 	t.Parallel()
 	p, err := estimator.NewPacer(500 * time.Millisecond)
@@ -34,6 +36,16 @@ func TestPacer(t *testing.T) {
 		{900, 1.6, false, 1.5},
 		{1000, 1.7, true, 1.7},
 		{1000, 1.7, false, 1.7}, // unchanged: nothing to send
+		{1100, 0, true, 0},      // a burst
+		{3000, 0, false, 0},
+		{3100, 0.6, true, 0.6},  // the quiet spell ends (2 s without a change)...
+		{3200, 1.8, true, 1.8},  // ...and its second step follows at once
+		{3300, 1.9, false, 1.8}, // a third is paced
+		{3700, 1.9, true, 1.9},
+		{3800, 0.2, true, 0.2},
+		{5700, 0.2, false, 0.2}, // 1.9 s without a change: not a quiet spell
+		{5750, 1.0, true, 1.0},
+		{5800, 1.8, false, 1.0},
 	}
 	for _, s := range steps {
 		got, send := p.Next(at(s.ms), resources.New(s.estimate, 0, 0))
@@ -44,11 +56,11 @@ func TestPacer(t *testing.T) {
 			t.Errorf("at %d ms: %v is above the estimate %v", s.ms, got.CPUs(), s.estimate)
 		}
 	}
-	if p.Deferred() != 4 {
-		t.Errorf("%d estimates held, want 4", p.Deferred())
+	if p.Deferred() != 6 {
+		t.Errorf("%d estimates held, want 6", p.Deferred())
 	}
 	p.Reset()
-	if got, send := p.Next(at(1100), resources.New(2, 0, 0)); !send || got.CPUs() != 2 {
+	if got, send := p.Next(at(6000), resources.New(2, 0, 0)); !send || got.CPUs() != 2 {
 		t.Errorf("after Reset: sent %v (%v), want 2 at once", got.CPUs(), send)
 	}
 	if _, err := estimator.NewPacer(-time.Second); err == nil {
