@@ -62,7 +62,10 @@
 //     the revocable bandwidth estimate or the QoS limit; samples the links;
 //     restores the interfaces when it stops.
 //   - estimateLoop: turns the monitor's history into the oversubscription
-//     estimate (estimator/) and sends it when it changes.
+//     estimate (estimator/) and sends it when it changes; it runs once per
+//     --oversubscribed-resources-interval, just after the monitor's first
+//     sample following each tick (estimateSchedule), so that each estimate
+//     has seen every sample up to its time.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and
