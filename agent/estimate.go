@@ -166,9 +166,7 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 				continue
 			}
 		}
-		if s := l.next.Swap(nil); s != nil {
-			l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
-		}
+		l.adoptProfile()
 		e, in, pts := l.publish(time.Now(), points)
 		points = pts
 		if l.network != nil && l.total.Bandwidth() > 0 {
@@ -181,6 +179,15 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		// After the active estimate is published and sent: a shadow can
 		// neither change nor delay it.
 		l.shadows.estimate(in, e.revocable.CPUs())
+	}
+}
+
+// adoptProfile takes the estimator a node profile applied, if any, and
+// tells the shadows' active report.
+func (l *estimateLoop) adoptProfile() {
+	if s := l.next.Swap(nil); s != nil {
+		l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
+		l.shadows.activeEstimatorChanged(s.estimatorName)
 	}
 }
 

@@ -48,6 +48,14 @@ func (s *shadowSet) estimate(in estimator.Input, offered float64) {
 	}
 }
 
+// activeEstimatorChanged records that a node profile replaced the active
+// estimator: the active report names the new one and scores it afresh.
+func (s *shadowSet) activeEstimatorChanged(name string) {
+	if s != nil {
+		s.active.ActiveEstimatorChanged(name)
+	}
+}
+
 // evaluate counts the active corrections asked for on in, then runs every
 // shadow's controllers on in.
 func (s *shadowSet) evaluate(in qos.Input, corrections []qos.Correction) {

@@ -211,3 +211,75 @@ slackline_agent_shadow_samples_scored_total{shadow="loose"} 0
 		t.Errorf("%d corrections series (%v), want 3 settings x 8 kinds", n, err)
 	}
 }
+
+// TestShadowsActiveFollowsProfile: when a node profile replaces the active
+// estimator, the "active" report names the new one (it kept the startup
+// estimator's name) and scores it afresh, through the estimate loop's own
+// adoption of the profile; the shadows are left as they are. (A profile
+// cannot change --qos-controller, so the QoS names stay.)
+func TestShadowsActiveFollowsProfile(t *testing.T) {
+	t.Parallel()
+	o := shadowOptions(t)
+	m, write := fakeMonitorNode(t, 100)
+	cz := newFakeContainerizer()
+	_, _ = cz.Launch(context.Background(), containerizer.Spec{ContainerID: "g", Resources: resources.MustParse("cpus:2;mem:64")})
+	m.SetTargets([]monitor.Target{{ID: "g", CgroupPath: "r/g"}})
+	ctl, err := o.NewControllers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Logger: quietLog(), Monitor: m, Containerizer: cz, Estimator: ctl.Estimator,
+		EstimatorName: ctl.EstimatorName, QoSControllerNames: ctl.QoSNames}
+	if cfg.Shadows, err = o.NewShadows(); err != nil {
+		t.Fatal(err)
+	}
+	l := newEstimateLoop(cfg, resources.Resources{}, nil, nil)
+	l.shadows = newShadowSet(cfg)
+	epoch := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	var points []monitor.Point
+	step := 0
+	run := func(n int) {
+		for range n {
+			step++
+			now := epoch.Add(time.Duration(step) * 100 * time.Millisecond)
+			write("cgroup/r/g/cpu.stat", fmt.Sprintf("usage_usec %d\n", step*50_000))
+			write("cgroup/r/g/memory.current", "1000")
+			if err := m.Sample(now); err != nil {
+				t.Fatal(err)
+			}
+			l.adoptProfile()
+			_, points = l.estimate(now, points)
+		}
+	}
+	run(20)
+	before := l.shadows.reports()
+	if before[0].Estimator != "calibrated" || before[0].Samples == 0 || len(before[0].QoSControllers) == 0 {
+		t.Fatalf("active report before the profile: %+v", before[0])
+	}
+
+	p, err := ParseProfile(o, "batch", "estimator: fast\n")
+	if err != nil {
+		t.Fatal(err)
+	}
+	next, err := p.NewControllers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := profileSettings{estimator: next.Estimator, estimatorName: next.EstimatorName, qos: next.QoS, profile: "batch", version: 1}
+	l.next.Store(&s)
+	run(1)
+	after := l.shadows.reports()
+	if a := after[0]; a.Estimator != "fast" || a.Samples > 1 || strings.Join(a.QoSControllers, ",") != strings.Join(before[0].QoSControllers, ",") {
+		t.Errorf("active report after the profile: estimator %q, %d samples, qos %v; want fast, scored afresh, qos %v",
+			a.Estimator, a.Samples, a.QoSControllers, before[0].QoSControllers)
+	}
+	for i := 1; i < len(after); i++ {
+		if after[i].Name != before[i].Name || after[i].Estimator != before[i].Estimator || after[i].Samples <= before[i].Samples {
+			t.Errorf("shadow %q changed with the profile: %+v, before %+v", after[i].Name, after[i], before[i])
+		}
+	}
+	run(5)
+	if a := l.shadows.reports()[0]; a.Samples < 4 {
+		t.Errorf("active settings scored %d samples after the profile, want the new estimator scored", a.Samples)
+	}
+}

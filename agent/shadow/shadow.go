@@ -336,6 +336,17 @@ func (s *Shadow) Observe(in estimator.Input, offered float64) {
 	s.scorer.Observe(in, offered)
 }
 
+// ActiveEstimatorChanged tells the active settings' shadow that a node
+// profile replaced the active estimator with name: its report names it,
+// and its scores restart, so that the new estimator is not reported with
+// the old one's.
+func (s *Shadow) ActiveEstimatorChanged(name string) {
+	s.estMu.Lock()
+	defer s.estMu.Unlock()
+	s.cfg.EstimatorName = name
+	s.scorer = Scorer{Tolerance: s.cfg.Tolerance}
+}
+
 // Evaluate runs the shadow's QoS controllers on in and counts their
 // corrections, which are dropped. Without controllers it does nothing.
 func (s *Shadow) Evaluate(in qos.Input) {
@@ -361,12 +372,13 @@ func (s *Shadow) Count(now time.Time, corrections []qos.Correction) {
 
 // Report returns the shadow's scores so far.
 func (s *Shadow) Report() Report {
-	r := Report{Name: s.cfg.Name, Estimator: s.cfg.EstimatorName, QoSControllers: slices.Clone(s.cfg.QoSNames),
-		Settings: slices.Clone(s.cfg.Settings), Corrections: map[string]int{}}
+	r := Report{Name: s.cfg.Name, Settings: slices.Clone(s.cfg.Settings), Corrections: map[string]int{}}
 	s.estMu.Lock()
+	r.Estimator = s.cfg.EstimatorName
 	s.scorer.report(&r)
 	s.estMu.Unlock()
 	s.qosMu.Lock()
+	r.QoSControllers = slices.Clone(s.cfg.QoSNames)
 	for k, n := range s.corrections {
 		r.Corrections[k.String()] = n
 	}
