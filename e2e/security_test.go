@@ -525,6 +525,8 @@ var authorizationTable = map[string]rpcCase{
 	slacklinev1connect.ProfileServiceGetProfileStatusProcedure: {`{"name":"nope"}`, "UDDA"},
 	slacklinev1connect.ProfileServiceApplyProfileProcedure:     {`{"name":"nope","settings":"estimator-target-violation: 2"}`, "UDDA"},
 	slacklinev1connect.ProfileServiceRolloutProfileProcedure:   {`{"name":"nope","settings":""}`, "UDDA"},
+	slacklinev1connect.ProfileServiceDeleteProfileProcedure:    {`{"name":"nope"}`, "UDDA"},
+	slacklinev1connect.ProfileServiceAbortRolloutProcedure:     {`{"name":"nope"}`, "UDDA"},
 }
 
 // protoMethods returns every RPC of every slackline.v1 service by

@@ -26,9 +26,9 @@ func newProfilesCommand(g *globals) *cobra.Command {
 		Args:  cobra.ArbitraryArgs,
 		RunE: func(_ *cobra.Command, args []string) error {
 			if len(args) == 0 {
-				return errors.New("profiles: want get, apply, rollout or status")
+				return errors.New("profiles: want get, apply, rollout, status, abort or delete")
 			}
-			return fmt.Errorf("profiles: unknown command %q: want get, apply, rollout or status", args[0])
+			return fmt.Errorf("profiles: unknown command %q: want get, apply, rollout, status, abort or delete", args[0])
 		},
 	}
 	client := func() slacklinev1connect.ProfileServiceClient {
@@ -154,6 +154,7 @@ when an agent refuses the settings. Follow it with "profiles status NAME".`,
 		},
 	}
 	p.AddCommand(get, apply, rollout, status)
+	p.AddCommand(newProfilesDeleteCommands(g, client)...)
 	return p
 }
 

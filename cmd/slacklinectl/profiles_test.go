@@ -48,7 +48,7 @@ func (f *fakeProfiles) GetProfileStatus(context.Context, *connect.Request[slackl
 	return connect.NewResponse(&slacklinev1.GetProfileStatusResponse{Profile: f.profile, Agents: f.agents}), nil
 }
 
-func serveProfiles(t *testing.T, f *fakeProfiles) string {
+func serveProfiles(t *testing.T, f slacklinev1connect.ProfileServiceHandler) string {
 	t.Helper()
 	mux := http.NewServeMux()
 	mux.Handle(slacklinev1connect.NewProfileServiceHandler(f))

@@ -257,3 +257,20 @@ func share(fraction float64, n int) int {
 	k := int(math.Ceil(fraction*float64(n) - 1e-9))
 	return min(max(k, 1), n)
 }
+
+// AbortRollout stops p's rollout under way, by an operator: the agents it
+// moved to the candidate go back to the stable version (Assign gives the
+// candidate only while the rollout is in progress). ErrNotFound when p is
+// nil (name names it), ErrFailedPrecondition when no rollout is under way.
+func AbortRollout(p *Profile, name, by string, now time.Time) (*Profile, error) {
+	if p == nil {
+		return nil, fmt.Errorf("%w: profile %q: no such profile", ErrNotFound, name)
+	}
+	if p.Rollout == nil || p.Rollout.State != RolloutInProgress {
+		return nil, preconditionf("profile %q: no rollout under way", name)
+	}
+	p = p.Clone()
+	p.Rollout.State, p.Rollout.Reason, p.Rollout.EndedAt = RolloutAborted, "aborted by "+by, now
+	p.audit(now, by, "rollout of version %d aborted; its agents went back to version %d", p.Rollout.Candidate.Number, p.Stable.Number)
+	return p, nil
+}

@@ -428,3 +428,54 @@ func TestShareCoversAtLeastOne(t *testing.T) {
 		}
 	}
 }
+
+// TestAbortRollout: aborting a rollout under way sends its agents back to
+// the stable version and records who did it; a profile without a rollout
+// under way, or none at all, is refused with the error naming why.
+func TestAbortRollout(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	p, err := Apply(nil, "web", nil, "estimator: fast\n", "op", now, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := AbortRollout(p, "web", "op", now); !errors.Is(err, ErrFailedPrecondition) {
+		t.Errorf("abort without a rollout: %v, want ErrFailedPrecondition", err)
+	}
+	if _, err := AbortRollout(nil, "nope", "op", now); !errors.Is(err, ErrNotFound) || !strings.Contains(err.Error(), `"nope"`) {
+		t.Errorf("abort of a missing profile: %v, want ErrNotFound naming it", err)
+	}
+	var fleet []Signals
+	for i := range 10 {
+		fleet = append(fleet, Signals{Host: fmt.Sprintf("h%d", i), Profile: "web", Version: 1})
+	}
+	r, err := StartRollout(p, "estimator: usage\n", DefaultPolicy(), "op", now, fleet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(r.Rollout.Hosts) == 0 || Assign(r, r.Rollout.Hosts[0]).Version.Number != 2 {
+		t.Fatalf("rollout's first wave: hosts %v", r.Rollout.Hosts)
+	}
+	later := now.Add(time.Minute)
+	a, err := AbortRollout(r, "web", "alice", later)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a.Rollout.State != RolloutAborted || !a.Rollout.EndedAt.Equal(later) || !strings.Contains(a.Rollout.Reason, "alice") {
+		t.Errorf("aborted rollout: state %v, ended %v, reason %q", a.Rollout.State, a.Rollout.EndedAt, a.Rollout.Reason)
+	}
+	for _, h := range r.Rollout.Hosts {
+		if got := Assign(a, h).Version.Number; got != 1 {
+			t.Errorf("host %s runs version %d after the abort, want the stable 1", h, got)
+		}
+	}
+	if last := a.History[len(a.History)-1]; last.By != "alice" || !strings.Contains(last.What, "aborted") {
+		t.Errorf("history ends with %+v, want alice's abort", last)
+	}
+	if r.Rollout.State != RolloutInProgress {
+		t.Error("AbortRollout changed the profile it was given")
+	}
+	if _, err := AbortRollout(a, "web", "op", later); !errors.Is(err, ErrFailedPrecondition) {
+		t.Errorf("second abort: %v, want ErrFailedPrecondition", err)
+	}
+}

@@ -172,6 +172,8 @@ var Rules = map[string]Rule{
 	slacklinev1connect.ProfileServiceGetProfileStatusProcedure: {Caller: Clients, Action: ViewProfiles},
 	slacklinev1connect.ProfileServiceApplyProfileProcedure:     {Caller: Clients, Action: UpdateProfiles},
 	slacklinev1connect.ProfileServiceRolloutProfileProcedure:   {Caller: Clients, Action: UpdateProfiles},
+	slacklinev1connect.ProfileServiceDeleteProfileProcedure:    {Caller: Clients, Action: UpdateProfiles},
+	slacklinev1connect.ProfileServiceAbortRolloutProcedure:     {Caller: Clients, Action: UpdateProfiles},
 
 	slacklinev1connect.NodeServiceReadSandboxFileProcedure: {Caller: Clients, Coordinator: true,
 		Handler: "the task's framework principal, or access_sandboxes on it; the coordinator's identity, which checked that for its caller"},

@@ -1030,6 +1030,186 @@ func (x *RolloutProfileResponse) GetProfile() *Profile {
 	return nil
 }
 
+// DeleteProfileRequest names the profile to delete.
+type DeleteProfileRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProfileRequest) Reset() {
+	*x = DeleteProfileRequest{}
+	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProfileRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProfileRequest) ProtoMessage() {}
+
+func (x *DeleteProfileRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProfileRequest.ProtoReflect.Descriptor instead.
+func (*DeleteProfileRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{13}
+}
+
+func (x *DeleteProfileRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// DeleteProfileResponse is the profile as it was when deleted.
+type DeleteProfileResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       *Profile               `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *DeleteProfileResponse) Reset() {
+	*x = DeleteProfileResponse{}
+	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *DeleteProfileResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*DeleteProfileResponse) ProtoMessage() {}
+
+func (x *DeleteProfileResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use DeleteProfileResponse.ProtoReflect.Descriptor instead.
+func (*DeleteProfileResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{14}
+}
+
+func (x *DeleteProfileResponse) GetProfile() *Profile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
+// AbortRolloutRequest names the profile whose rollout to abort.
+type AbortRolloutRequest struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Name          string                 `protobuf:"bytes,1,opt,name=name,proto3" json:"name,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRolloutRequest) Reset() {
+	*x = AbortRolloutRequest{}
+	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRolloutRequest) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRolloutRequest) ProtoMessage() {}
+
+func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRolloutRequest.ProtoReflect.Descriptor instead.
+func (*AbortRolloutRequest) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *AbortRolloutRequest) GetName() string {
+	if x != nil {
+		return x.Name
+	}
+	return ""
+}
+
+// AbortRolloutResponse is the profile with its rollout aborted.
+type AbortRolloutResponse struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Profile       *Profile               `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *AbortRolloutResponse) Reset() {
+	*x = AbortRolloutResponse{}
+	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *AbortRolloutResponse) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*AbortRolloutResponse) ProtoMessage() {}
+
+func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use AbortRolloutResponse.ProtoReflect.Descriptor instead.
+func (*AbortRolloutResponse) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{16}
+}
+
+func (x *AbortRolloutResponse) GetProfile() *Profile {
+	if x != nil {
+		return x.Profile
+	}
+	return nil
+}
+
 // GetProfileStatusRequest names a profile.
 type GetProfileStatusRequest struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1040,7 +1220,7 @@ type GetProfileStatusRequest struct {
 
 func (x *GetProfileStatusRequest) Reset() {
 	*x = GetProfileStatusRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1232,7 @@ func (x *GetProfileStatusRequest) String() string {
 func (*GetProfileStatusRequest) ProtoMessage() {}
 
 func (x *GetProfileStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1245,7 @@ func (x *GetProfileStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetProfileStatusRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *GetProfileStatusRequest) GetName() string {
@@ -1092,7 +1272,7 @@ type ProfileAgentStatus struct {
 
 func (x *ProfileAgentStatus) Reset() {
 	*x = ProfileAgentStatus{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1104,7 +1284,7 @@ func (x *ProfileAgentStatus) String() string {
 func (*ProfileAgentStatus) ProtoMessage() {}
 
 func (x *ProfileAgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1117,7 +1297,7 @@ func (x *ProfileAgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileAgentStatus.ProtoReflect.Descriptor instead.
 func (*ProfileAgentStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *ProfileAgentStatus) GetAgentId() string {
@@ -1166,7 +1346,7 @@ type GetProfileStatusResponse struct {
 
 func (x *GetProfileStatusResponse) Reset() {
 	*x = GetProfileStatusResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1178,7 +1358,7 @@ func (x *GetProfileStatusResponse) String() string {
 func (*GetProfileStatusResponse) ProtoMessage() {}
 
 func (x *GetProfileStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1191,7 +1371,7 @@ func (x *GetProfileStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetProfileStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *GetProfileStatusResponse) GetProfile() *Profile {
@@ -1292,6 +1472,14 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"\bsettings\x18\x02 \x01(\tR\bsettings\x12:\n" +
 	"\x06policy\x18\x03 \x01(\v2\".slackline.v1.ProfileRolloutPolicyR\x06policy\"I\n" +
 	"\x16RolloutProfileResponse\x12/\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.slackline.v1.ProfileR\aprofile\"*\n" +
+	"\x14DeleteProfileRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"H\n" +
+	"\x15DeleteProfileResponse\x12/\n" +
+	"\aprofile\x18\x01 \x01(\v2\x15.slackline.v1.ProfileR\aprofile\")\n" +
+	"\x13AbortRolloutRequest\x12\x12\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"G\n" +
+	"\x14AbortRolloutResponse\x12/\n" +
 	"\aprofile\x18\x01 \x01(\v2\x15.slackline.v1.ProfileR\aprofile\"-\n" +
 	"\x17GetProfileStatusRequest\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\"\xcd\x01\n" +
@@ -1309,12 +1497,14 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"!PROFILE_ROLLOUT_STATE_IN_PROGRESS\x10\x01\x12\x1e\n" +
 	"\x1aPROFILE_ROLLOUT_STATE_DONE\x10\x02\x12%\n" +
 	"!PROFILE_ROLLOUT_STATE_ROLLED_BACK\x10\x03\x12!\n" +
-	"\x1dPROFILE_ROLLOUT_STATE_ABORTED\x10\x042\xfb\x02\n" +
+	"\x1dPROFILE_ROLLOUT_STATE_ABORTED\x10\x042\xac\x04\n" +
 	"\x0eProfileService\x12R\n" +
 	"\vGetProfiles\x12 .slackline.v1.GetProfilesRequest\x1a!.slackline.v1.GetProfilesResponse\x12U\n" +
 	"\fApplyProfile\x12!.slackline.v1.ApplyProfileRequest\x1a\".slackline.v1.ApplyProfileResponse\x12[\n" +
 	"\x0eRolloutProfile\x12#.slackline.v1.RolloutProfileRequest\x1a$.slackline.v1.RolloutProfileResponse\x12a\n" +
-	"\x10GetProfileStatus\x12%.slackline.v1.GetProfileStatusRequest\x1a&.slackline.v1.GetProfileStatusResponseB\xaf\x01\n" +
+	"\x10GetProfileStatus\x12%.slackline.v1.GetProfileStatusRequest\x1a&.slackline.v1.GetProfileStatusResponse\x12X\n" +
+	"\rDeleteProfile\x12\".slackline.v1.DeleteProfileRequest\x1a#.slackline.v1.DeleteProfileResponse\x12U\n" +
+	"\fAbortRollout\x12!.slackline.v1.AbortRolloutRequest\x1a\".slackline.v1.AbortRolloutResponseB\xaf\x01\n" +
 	"\x10com.slackline.v1B\rProfilesProtoP\x01Z;github.com/slackline/slackline/gen/slackline/v1;slacklinev1\xa2\x02\x03SXX\xaa\x02\fSlackline.V1\xca\x02\fSlackline\\V1\xe2\x02\x18Slackline\\V1\\GPBMetadata\xea\x02\rSlackline::V1b\x06proto3"
 
 var (
@@ -1330,7 +1520,7 @@ func file_slackline_v1_profiles_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_profiles_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_profiles_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_slackline_v1_profiles_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
 var file_slackline_v1_profiles_proto_goTypes = []any{
 	(ProfileRolloutState)(0),         // 0: slackline.v1.ProfileRolloutState
 	(*ProfileVersion)(nil),           // 1: slackline.v1.ProfileVersion
@@ -1346,57 +1536,67 @@ var file_slackline_v1_profiles_proto_goTypes = []any{
 	(*ApplyProfileResponse)(nil),     // 11: slackline.v1.ApplyProfileResponse
 	(*RolloutProfileRequest)(nil),    // 12: slackline.v1.RolloutProfileRequest
 	(*RolloutProfileResponse)(nil),   // 13: slackline.v1.RolloutProfileResponse
-	(*GetProfileStatusRequest)(nil),  // 14: slackline.v1.GetProfileStatusRequest
-	(*ProfileAgentStatus)(nil),       // 15: slackline.v1.ProfileAgentStatus
-	(*GetProfileStatusResponse)(nil), // 16: slackline.v1.GetProfileStatusResponse
-	nil,                              // 17: slackline.v1.Profile.SelectorEntry
-	nil,                              // 18: slackline.v1.ApplyProfileRequest.SelectorEntry
-	(*timestamppb.Timestamp)(nil),    // 19: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 20: google.protobuf.Duration
+	(*DeleteProfileRequest)(nil),     // 14: slackline.v1.DeleteProfileRequest
+	(*DeleteProfileResponse)(nil),    // 15: slackline.v1.DeleteProfileResponse
+	(*AbortRolloutRequest)(nil),      // 16: slackline.v1.AbortRolloutRequest
+	(*AbortRolloutResponse)(nil),     // 17: slackline.v1.AbortRolloutResponse
+	(*GetProfileStatusRequest)(nil),  // 18: slackline.v1.GetProfileStatusRequest
+	(*ProfileAgentStatus)(nil),       // 19: slackline.v1.ProfileAgentStatus
+	(*GetProfileStatusResponse)(nil), // 20: slackline.v1.GetProfileStatusResponse
+	nil,                              // 21: slackline.v1.Profile.SelectorEntry
+	nil,                              // 22: slackline.v1.ApplyProfileRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
 }
 var file_slackline_v1_profiles_proto_depIdxs = []int32{
-	19, // 0: slackline.v1.ProfileVersion.time:type_name -> google.protobuf.Timestamp
-	19, // 1: slackline.v1.ProfileChange.time:type_name -> google.protobuf.Timestamp
-	20, // 2: slackline.v1.ProfileRolloutPolicy.soak:type_name -> google.protobuf.Duration
-	20, // 3: slackline.v1.ProfileRolloutPolicy.runqueue_p99_floor:type_name -> google.protobuf.Duration
-	20, // 4: slackline.v1.ProfileGroup.runqueue_p99:type_name -> google.protobuf.Duration
-	20, // 5: slackline.v1.ProfileAgentSignals.runqueue_p99:type_name -> google.protobuf.Duration
+	23, // 0: slackline.v1.ProfileVersion.time:type_name -> google.protobuf.Timestamp
+	23, // 1: slackline.v1.ProfileChange.time:type_name -> google.protobuf.Timestamp
+	24, // 2: slackline.v1.ProfileRolloutPolicy.soak:type_name -> google.protobuf.Duration
+	24, // 3: slackline.v1.ProfileRolloutPolicy.runqueue_p99_floor:type_name -> google.protobuf.Duration
+	24, // 4: slackline.v1.ProfileGroup.runqueue_p99:type_name -> google.protobuf.Duration
+	24, // 5: slackline.v1.ProfileAgentSignals.runqueue_p99:type_name -> google.protobuf.Duration
 	1,  // 6: slackline.v1.ProfileRollout.candidate:type_name -> slackline.v1.ProfileVersion
 	1,  // 7: slackline.v1.ProfileRollout.previous:type_name -> slackline.v1.ProfileVersion
 	3,  // 8: slackline.v1.ProfileRollout.policy:type_name -> slackline.v1.ProfileRolloutPolicy
 	0,  // 9: slackline.v1.ProfileRollout.state:type_name -> slackline.v1.ProfileRolloutState
-	19, // 10: slackline.v1.ProfileRollout.wave_start_time:type_name -> google.protobuf.Timestamp
+	23, // 10: slackline.v1.ProfileRollout.wave_start_time:type_name -> google.protobuf.Timestamp
 	5,  // 11: slackline.v1.ProfileRollout.baseline:type_name -> slackline.v1.ProfileAgentSignals
 	4,  // 12: slackline.v1.ProfileRollout.reference:type_name -> slackline.v1.ProfileGroup
 	4,  // 13: slackline.v1.ProfileRollout.updated:type_name -> slackline.v1.ProfileGroup
 	4,  // 14: slackline.v1.ProfileRollout.others:type_name -> slackline.v1.ProfileGroup
-	19, // 15: slackline.v1.ProfileRollout.start_time:type_name -> google.protobuf.Timestamp
-	19, // 16: slackline.v1.ProfileRollout.end_time:type_name -> google.protobuf.Timestamp
-	17, // 17: slackline.v1.Profile.selector:type_name -> slackline.v1.Profile.SelectorEntry
+	23, // 15: slackline.v1.ProfileRollout.start_time:type_name -> google.protobuf.Timestamp
+	23, // 16: slackline.v1.ProfileRollout.end_time:type_name -> google.protobuf.Timestamp
+	21, // 17: slackline.v1.Profile.selector:type_name -> slackline.v1.Profile.SelectorEntry
 	1,  // 18: slackline.v1.Profile.stable:type_name -> slackline.v1.ProfileVersion
 	6,  // 19: slackline.v1.Profile.rollout:type_name -> slackline.v1.ProfileRollout
 	2,  // 20: slackline.v1.Profile.history:type_name -> slackline.v1.ProfileChange
 	7,  // 21: slackline.v1.GetProfilesResponse.profiles:type_name -> slackline.v1.Profile
-	18, // 22: slackline.v1.ApplyProfileRequest.selector:type_name -> slackline.v1.ApplyProfileRequest.SelectorEntry
+	22, // 22: slackline.v1.ApplyProfileRequest.selector:type_name -> slackline.v1.ApplyProfileRequest.SelectorEntry
 	7,  // 23: slackline.v1.ApplyProfileResponse.profile:type_name -> slackline.v1.Profile
 	3,  // 24: slackline.v1.RolloutProfileRequest.policy:type_name -> slackline.v1.ProfileRolloutPolicy
 	7,  // 25: slackline.v1.RolloutProfileResponse.profile:type_name -> slackline.v1.Profile
-	5,  // 26: slackline.v1.ProfileAgentStatus.signals:type_name -> slackline.v1.ProfileAgentSignals
-	7,  // 27: slackline.v1.GetProfileStatusResponse.profile:type_name -> slackline.v1.Profile
-	15, // 28: slackline.v1.GetProfileStatusResponse.agents:type_name -> slackline.v1.ProfileAgentStatus
-	8,  // 29: slackline.v1.ProfileService.GetProfiles:input_type -> slackline.v1.GetProfilesRequest
-	10, // 30: slackline.v1.ProfileService.ApplyProfile:input_type -> slackline.v1.ApplyProfileRequest
-	12, // 31: slackline.v1.ProfileService.RolloutProfile:input_type -> slackline.v1.RolloutProfileRequest
-	14, // 32: slackline.v1.ProfileService.GetProfileStatus:input_type -> slackline.v1.GetProfileStatusRequest
-	9,  // 33: slackline.v1.ProfileService.GetProfiles:output_type -> slackline.v1.GetProfilesResponse
-	11, // 34: slackline.v1.ProfileService.ApplyProfile:output_type -> slackline.v1.ApplyProfileResponse
-	13, // 35: slackline.v1.ProfileService.RolloutProfile:output_type -> slackline.v1.RolloutProfileResponse
-	16, // 36: slackline.v1.ProfileService.GetProfileStatus:output_type -> slackline.v1.GetProfileStatusResponse
-	33, // [33:37] is the sub-list for method output_type
-	29, // [29:33] is the sub-list for method input_type
-	29, // [29:29] is the sub-list for extension type_name
-	29, // [29:29] is the sub-list for extension extendee
-	0,  // [0:29] is the sub-list for field type_name
+	7,  // 26: slackline.v1.DeleteProfileResponse.profile:type_name -> slackline.v1.Profile
+	7,  // 27: slackline.v1.AbortRolloutResponse.profile:type_name -> slackline.v1.Profile
+	5,  // 28: slackline.v1.ProfileAgentStatus.signals:type_name -> slackline.v1.ProfileAgentSignals
+	7,  // 29: slackline.v1.GetProfileStatusResponse.profile:type_name -> slackline.v1.Profile
+	19, // 30: slackline.v1.GetProfileStatusResponse.agents:type_name -> slackline.v1.ProfileAgentStatus
+	8,  // 31: slackline.v1.ProfileService.GetProfiles:input_type -> slackline.v1.GetProfilesRequest
+	10, // 32: slackline.v1.ProfileService.ApplyProfile:input_type -> slackline.v1.ApplyProfileRequest
+	12, // 33: slackline.v1.ProfileService.RolloutProfile:input_type -> slackline.v1.RolloutProfileRequest
+	18, // 34: slackline.v1.ProfileService.GetProfileStatus:input_type -> slackline.v1.GetProfileStatusRequest
+	14, // 35: slackline.v1.ProfileService.DeleteProfile:input_type -> slackline.v1.DeleteProfileRequest
+	16, // 36: slackline.v1.ProfileService.AbortRollout:input_type -> slackline.v1.AbortRolloutRequest
+	9,  // 37: slackline.v1.ProfileService.GetProfiles:output_type -> slackline.v1.GetProfilesResponse
+	11, // 38: slackline.v1.ProfileService.ApplyProfile:output_type -> slackline.v1.ApplyProfileResponse
+	13, // 39: slackline.v1.ProfileService.RolloutProfile:output_type -> slackline.v1.RolloutProfileResponse
+	20, // 40: slackline.v1.ProfileService.GetProfileStatus:output_type -> slackline.v1.GetProfileStatusResponse
+	15, // 41: slackline.v1.ProfileService.DeleteProfile:output_type -> slackline.v1.DeleteProfileResponse
+	17, // 42: slackline.v1.ProfileService.AbortRollout:output_type -> slackline.v1.AbortRolloutResponse
+	37, // [37:43] is the sub-list for method output_type
+	31, // [31:37] is the sub-list for method input_type
+	31, // [31:31] is the sub-list for extension type_name
+	31, // [31:31] is the sub-list for extension extendee
+	0,  // [0:31] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_profiles_proto_init() }
@@ -1410,7 +1610,7 @@ func file_slackline_v1_profiles_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_profiles_proto_rawDesc), len(file_slackline_v1_profiles_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   18,
+			NumMessages:   22,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

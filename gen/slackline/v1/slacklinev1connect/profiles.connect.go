@@ -45,6 +45,12 @@ const (
 	// ProfileServiceGetProfileStatusProcedure is the fully-qualified name of the ProfileService's
 	// GetProfileStatus RPC.
 	ProfileServiceGetProfileStatusProcedure = "/slackline.v1.ProfileService/GetProfileStatus"
+	// ProfileServiceDeleteProfileProcedure is the fully-qualified name of the ProfileService's
+	// DeleteProfile RPC.
+	ProfileServiceDeleteProfileProcedure = "/slackline.v1.ProfileService/DeleteProfile"
+	// ProfileServiceAbortRolloutProcedure is the fully-qualified name of the ProfileService's
+	// AbortRollout RPC.
+	ProfileServiceAbortRolloutProcedure = "/slackline.v1.ProfileService/AbortRollout"
 )
 
 // ProfileServiceClient is a client for the slackline.v1.ProfileService service.
@@ -65,6 +71,15 @@ type ProfileServiceClient interface {
 	// GetProfileStatus shows a profile's rollout and, for each matching
 	// agent, the version it should run, the one it runs and its signals.
 	GetProfileStatus(context.Context, *connect.Request[v1.GetProfileStatusRequest]) (*connect.Response[v1.GetProfileStatusResponse], error)
+	// DeleteProfile removes a profile and its history: its agents go to the
+	// profile they then match, or to their own flags. NOT_FOUND for a
+	// profile that does not exist.
+	DeleteProfile(context.Context, *connect.Request[v1.DeleteProfileRequest]) (*connect.Response[v1.DeleteProfileResponse], error)
+	// AbortRollout stops a profile's rollout under way: the agents it moved
+	// to the candidate go back to the stable version. NOT_FOUND for a
+	// profile that does not exist; FAILED_PRECONDITION when no rollout of it
+	// is under way.
+	AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error)
 }
 
 // NewProfileServiceClient constructs a client for the slackline.v1.ProfileService service. By
@@ -102,6 +117,18 @@ func NewProfileServiceClient(httpClient connect.HTTPClient, baseURL string, opts
 			connect.WithSchema(profileServiceMethods.ByName("GetProfileStatus")),
 			connect.WithClientOptions(opts...),
 		),
+		deleteProfile: connect.NewClient[v1.DeleteProfileRequest, v1.DeleteProfileResponse](
+			httpClient,
+			baseURL+ProfileServiceDeleteProfileProcedure,
+			connect.WithSchema(profileServiceMethods.ByName("DeleteProfile")),
+			connect.WithClientOptions(opts...),
+		),
+		abortRollout: connect.NewClient[v1.AbortRolloutRequest, v1.AbortRolloutResponse](
+			httpClient,
+			baseURL+ProfileServiceAbortRolloutProcedure,
+			connect.WithSchema(profileServiceMethods.ByName("AbortRollout")),
+			connect.WithClientOptions(opts...),
+		),
 	}
 }
 
@@ -111,6 +138,8 @@ type profileServiceClient struct {
 	applyProfile     *connect.Client[v1.ApplyProfileRequest, v1.ApplyProfileResponse]
 	rolloutProfile   *connect.Client[v1.RolloutProfileRequest, v1.RolloutProfileResponse]
 	getProfileStatus *connect.Client[v1.GetProfileStatusRequest, v1.GetProfileStatusResponse]
+	deleteProfile    *connect.Client[v1.DeleteProfileRequest, v1.DeleteProfileResponse]
+	abortRollout     *connect.Client[v1.AbortRolloutRequest, v1.AbortRolloutResponse]
 }
 
 // GetProfiles calls slackline.v1.ProfileService.GetProfiles.
@@ -133,6 +162,16 @@ func (c *profileServiceClient) GetProfileStatus(ctx context.Context, req *connec
 	return c.getProfileStatus.CallUnary(ctx, req)
 }
 
+// DeleteProfile calls slackline.v1.ProfileService.DeleteProfile.
+func (c *profileServiceClient) DeleteProfile(ctx context.Context, req *connect.Request[v1.DeleteProfileRequest]) (*connect.Response[v1.DeleteProfileResponse], error) {
+	return c.deleteProfile.CallUnary(ctx, req)
+}
+
+// AbortRollout calls slackline.v1.ProfileService.AbortRollout.
+func (c *profileServiceClient) AbortRollout(ctx context.Context, req *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error) {
+	return c.abortRollout.CallUnary(ctx, req)
+}
+
 // ProfileServiceHandler is an implementation of the slackline.v1.ProfileService service.
 type ProfileServiceHandler interface {
 	// GetProfiles lists the profiles, or the one named, with their versions,
@@ -151,6 +190,15 @@ type ProfileServiceHandler interface {
 	// GetProfileStatus shows a profile's rollout and, for each matching
 	// agent, the version it should run, the one it runs and its signals.
 	GetProfileStatus(context.Context, *connect.Request[v1.GetProfileStatusRequest]) (*connect.Response[v1.GetProfileStatusResponse], error)
+	// DeleteProfile removes a profile and its history: its agents go to the
+	// profile they then match, or to their own flags. NOT_FOUND for a
+	// profile that does not exist.
+	DeleteProfile(context.Context, *connect.Request[v1.DeleteProfileRequest]) (*connect.Response[v1.DeleteProfileResponse], error)
+	// AbortRollout stops a profile's rollout under way: the agents it moved
+	// to the candidate go back to the stable version. NOT_FOUND for a
+	// profile that does not exist; FAILED_PRECONDITION when no rollout of it
+	// is under way.
+	AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error)
 }
 
 // NewProfileServiceHandler builds an HTTP handler from the service implementation. It returns the
@@ -184,6 +232,18 @@ func NewProfileServiceHandler(svc ProfileServiceHandler, opts ...connect.Handler
 		connect.WithSchema(profileServiceMethods.ByName("GetProfileStatus")),
 		connect.WithHandlerOptions(opts...),
 	)
+	profileServiceDeleteProfileHandler := connect.NewUnaryHandler(
+		ProfileServiceDeleteProfileProcedure,
+		svc.DeleteProfile,
+		connect.WithSchema(profileServiceMethods.ByName("DeleteProfile")),
+		connect.WithHandlerOptions(opts...),
+	)
+	profileServiceAbortRolloutHandler := connect.NewUnaryHandler(
+		ProfileServiceAbortRolloutProcedure,
+		svc.AbortRollout,
+		connect.WithSchema(profileServiceMethods.ByName("AbortRollout")),
+		connect.WithHandlerOptions(opts...),
+	)
 	return "/slackline.v1.ProfileService/", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		switch r.URL.Path {
 		case ProfileServiceGetProfilesProcedure:
@@ -194,6 +254,10 @@ func NewProfileServiceHandler(svc ProfileServiceHandler, opts ...connect.Handler
 			profileServiceRolloutProfileHandler.ServeHTTP(w, r)
 		case ProfileServiceGetProfileStatusProcedure:
 			profileServiceGetProfileStatusHandler.ServeHTTP(w, r)
+		case ProfileServiceDeleteProfileProcedure:
+			profileServiceDeleteProfileHandler.ServeHTTP(w, r)
+		case ProfileServiceAbortRolloutProcedure:
+			profileServiceAbortRolloutHandler.ServeHTTP(w, r)
 		default:
 			http.NotFound(w, r)
 		}
@@ -217,4 +281,12 @@ func (UnimplementedProfileServiceHandler) RolloutProfile(context.Context, *conne
 
 func (UnimplementedProfileServiceHandler) GetProfileStatus(context.Context, *connect.Request[v1.GetProfileStatusRequest]) (*connect.Response[v1.GetProfileStatusResponse], error) {
 	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.ProfileService.GetProfileStatus is not implemented"))
+}
+
+func (UnimplementedProfileServiceHandler) DeleteProfile(context.Context, *connect.Request[v1.DeleteProfileRequest]) (*connect.Response[v1.DeleteProfileResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.ProfileService.DeleteProfile is not implemented"))
+}
+
+func (UnimplementedProfileServiceHandler) AbortRollout(context.Context, *connect.Request[v1.AbortRolloutRequest]) (*connect.Response[v1.AbortRolloutResponse], error) {
+	return nil, connect.NewError(connect.CodeUnimplemented, errors.New("slackline.v1.ProfileService.AbortRollout is not implemented"))
 }
