@@ -305,7 +305,9 @@
 //
 // That table is fast's (the default from issue 15 to issue 29); the rows of
 // fast, usage, predictive and the anchors still reproduce (with a
-// shrinks/min column added). calibrated, the default since, against fast
+// shrinks/min column added). calibrated, the default since (its rows as of
+// #29's pacer change: against the pacer before it, changes/min moved by
+// at most 0.7%, harvest and violations by at most 0.3 points), against fast
 // and the anchors, on the recorded traces and, apart, on the held-out
 // ones (testdata/heldout: never used to choose a setting), with
 // `go run ./cmd/slackline-backtest run --estimators
@@ -314,26 +316,26 @@
 //
 //	recorded  fast                          calibrated (target 1%)              koordinator     katalyst
 //	bursty    51.7% 1.53%  255.0 116.5 0.7s  38.7% 0.93% 214.9 113.7 0.4s  40.7%  2.54%  32.7%  8.07%
-//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.4% 0.73% 111.3  54.8 0.3s  47.1%  2.07%  39.7%  9.14%
+//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.3% 0.73% 111.3  54.8 0.3s  47.1%  2.07%  39.7%  9.14%
 //	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.2% 0.80% 119.7  54.4 1.3s  50.1%  5.27%  41.9% 19.15%
 //	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.1% 0.93% 160.5  74.8 0.4s  42.2%  0.07%  37.6%  1.20%
-//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.5% 0.93%  64.0  26.8 0.5s  36.3%  1.73%  42.4% 15.74%
+//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.5% 0.93%  64.8  27.2 0.5s  36.3%  1.73%  42.4% 15.74%
 //	steady    80.8% 0.93%   76.5  38.4 1.0s  80.7% 0.87% 101.3  48.8 0.3s  48.7%  0.20%  42.3% 24.55%
 //	step      86.2% 0.40%   29.2  10.0 0.9s  88.0% 0.73%  39.2  14.8 2.0s  34.9% 18.48%  40.5%  0.47%
 //	mix       78.2% 0.07%  417.9 191.7 0.5s  85.4% 0.87% 273.0 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
 //
 //	held-out                    fast                          calibrated (target 1%)            koordinator     katalyst
-//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  91.6% 0.98%  65.8 31.8  1.3s  57.1%  0.03%  93.7%  7.93%
+//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  91.6% 0.98%  65.9 31.9  1.3s  57.1%  0.03%  93.7%  7.93%
 //	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  95.8% 0.72%  37.5 18.2 >1.8s  58.3%  0.00%  95.7% 10.98%
-//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  89.6% 1.01%  81.1 38.5  0.9s  57.4%  0.01%  94.4% 11.79%
-//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  82.9 39.5  1.7s  56.7%  0.01%  96.4% 21.69%
+//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  89.6% 1.01%  81.2 38.5  0.8s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  83.1 39.6  1.7s  56.7%  0.01%  96.4% 21.69%
 //	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
-//	heldout-mix                 89.6% 0.01% 145.7 69.6 >1.9s  94.7% 1.00% 177.1 95.3  0.8s  57.7%  0.00%  95.2% 25.98%
+//	heldout-mix                 86.9% 0.00% 343.2 158.4 >1.4s 94.3% 0.96% 251.3 144.4 0.8s  56.4%  0.00%  95.2% 42.37%
 //	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.98% 107.1 51.7  0.5s  54.5%  0.23%  94.2% 28.09%
 //	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.3% 0.99%  76.6 36.7 >1.1s  58.3%  0.59%  97.3% 20.18%
 //	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  79.7% 0.99% 154.7 74.5 >1.6s  55.4%  0.01%  99.2% 45.54%
-//	queue                       73.6% 1.10% 123.4 55.8  0.8s  69.8% 1.00% 162.6 80.7  0.7s  52.5%  0.99%  89.4% 19.77%
-//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.56%  54.3 27.2  -     57.2%  0.00%  97.0% 38.49%
+//	queue                       73.6% 1.10% 123.4 55.8  0.8s  70.1% 1.00% 163.8 81.2 >0.8s  52.5%  0.99%  89.4% 19.77%
+//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.57%  54.5 27.4  -     57.2%  0.00%  97.0% 38.49%
 //
 // (the first six rows: the set recorded at nice 10 under heavy
 // contention, heldout-mix being those five together; the last five: the
@@ -351,7 +353,7 @@
 // far below 1% and calibrated spends the rest of the budget on harvest (+3
 // to +7 points), which is what a target, as opposed to a fixed margin,
 // means. On the other set fast, tuned elsewhere, breaks its 1% on queue
-// (1.10%) where calibrated holds 1.00% (3.8 points less harvest);
+// (1.10%) where calibrated holds 1.00% (3.5 points less harvest);
 // elsewhere the two harvest within a point of each other, ramps aside
 // (+7.5). The anchors either harvest
 // 57% (koordinator's 60% ceiling) or violate 8-26% (katalyst).
