@@ -46,12 +46,11 @@ type tracer struct {
 	node slacklinev1connect.NodeServiceClient
 	out  *csv.Writer // nil: no file
 
-	mu           sync.Mutex
-	rows         []traceRow
-	dropped      int
-	trial        int
-	phase        string
-	pipelineWait time.Duration
+	mu      sync.Mutex
+	rows    []traceRow
+	dropped int
+	trial   int
+	phase   string
 }
 
 func newTracer(node slacklinev1connect.NodeServiceClient, w io.Writer) *tracer {
