@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/agent/containerizer/supervisor"
 )
 
 // defaultPath is the task's PATH when the agent has none.
@@ -112,7 +113,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if spec.Image == nil && spec.Fetch == nil {
 		// Checked before anything is created; with artifacts to fetch,
 		// the executable may be one of them: looked up after the fetch.
-		if path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox); err != nil {
+		if path, argv, err = commandLine(spec, supervisor.EnvValue(env, "PATH"), sandbox); err != nil {
 			return nil, err
 		}
 	}
@@ -161,7 +162,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if spec.Fetch != nil {
 		err := spec.Fetch(ctx, sandbox, int(usr.UID), int(usr.GID))
 		if err == nil && spec.Image == nil {
-			path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox)
+			path, argv, err = commandLine(spec, supervisor.EnvValue(env, "PATH"), sandbox)
 		}
 		if err != nil {
 			noteInSandbox(sandbox, "slackline: "+err.Error())
@@ -174,7 +175,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
-		Cgroup: cp.Cgroup, User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
+		Cgroup: supervisorCgroup(cp.Cgroup), User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
 		OutputLimit:      max(c.cfg.OutputLimit, 0),
 		SupervisorCgroup: c.supervisors.ProcsFiles(),
 		CoreCookie:       spec.Revocable && c.coreCookies,
@@ -188,7 +189,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		// hides and the task's user could reach it there: the bind
 		// must not open a path its permissions close.
 		lspec.Keep = []string{sandbox}
-		if root == nil && underPrivate(path) && reachable(path, usr) {
+		if root == nil && supervisor.UnderPrivate(path) && reachable(path, usr) {
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}
@@ -480,15 +481,6 @@ func taskEnv(spec Spec, id, sandbox string) []string {
 	}
 	sort.Strings(env)
 	return env
-}
-
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func newID() string {

@@ -1,4 +1,4 @@
-package containerizer
+package supervisor
 
 import (
 	"context"
@@ -17,8 +17,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
 // statusFD is the descriptor on which Launch hears from its supervisor, and
@@ -29,7 +27,7 @@ const statusFD = 3
 // left in the cgroup after the main process ended to die.
 const leftoverKillTimeout = 30 * time.Second
 
-// SuperviseMain is the entry point of the supervisor and of its exec shim.
+// Main is the entry point of the supervisor and of its exec shim.
 // The agent binary calls it for "supervise" with the arguments that follow
 // (Config.SupervisorCommand is that prefix), and exits with its result:
 //
@@ -38,7 +36,7 @@ const leftoverKillTimeout = 30 * time.Second
 //	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
 // The shim never returns when the exec succeeds.
-func SuperviseMain(args []string) int {
+func Main(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: supervise run|exec|enter <container-state-dir>")
 		return 2
@@ -66,7 +64,7 @@ func supervise(dir string) int {
 	}
 	unix.CloseOnExec(statusFD)
 	status := os.NewFile(statusFD, "status")
-	report := func(st statusRecord) {
+	report := func(st Status) {
 		data, _ := json.Marshal(st)
 		// EPIPE if the agent died meanwhile: the task runs on regardless.
 		_, _ = status.Write(data)
@@ -83,10 +81,10 @@ func supervise(dir string) int {
 		}
 	}()
 
-	var spec launchSpec
-	if err := readJSON(filepath.Join(dir, launchFile), &spec); err != nil {
+	var spec LaunchSpec
+	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		logf("%v", err)
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	// Out of the agent's cgroup, so that what ends the agent's cgroup does
@@ -102,18 +100,18 @@ func supervise(dir string) int {
 	// spec.OutputLimit of each stream (output.go).
 	stdout, stderr, output, err := taskOutput(spec)
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	execR, execW, err := os.Pipe()
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	// The shim as the task's init reports the task's wait status on fd 4.
 	initR, initW, err := os.Pipe()
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	// The task's own session (and process group, so Kill's SIGTERM
@@ -139,7 +137,7 @@ func supervise(dir string) int {
 	defer initR.Close()
 	if err != nil {
 		execR.Close()
-		report(statusRecord{Error: fmt.Sprintf("start exec shim: %v", err)})
+		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
 	// EOF without data: the shim exec'd the task, or forked it and closed
@@ -149,7 +147,7 @@ func supervise(dir string) int {
 	shimAt := time.Now()
 	if len(msg) > 0 {
 		_ = shim.Wait()
-		report(statusRecord{Error: string(msg)})
+		report(Status{Error: string(msg)})
 		return 1
 	}
 	pid := shim.Process.Pid
@@ -161,24 +159,24 @@ func supervise(dir string) int {
 			pid = child
 		}
 	}
-	taskStart, err := procStartTime("/proc", pid)
+	taskStart, err := ProcStartTime("/proc", pid)
 	if err != nil {
 		logf("start time of task %d: %v", pid, err)
 	}
-	supStart, _ := procStartTime("/proc", os.Getpid())
-	st := statusRecord{
-		Supervisor:   &procRef{Pid: os.Getpid(), StartTime: supStart},
-		Task:         &procRef{Pid: pid, StartTime: taskStart},
+	supStart, _ := ProcStartTime("/proc", os.Getpid())
+	st := Status{
+		Supervisor:   &ProcRef{Pid: os.Getpid(), StartTime: supStart},
+		Task:         &ProcRef{Pid: pid, StartTime: taskStart},
 		StartedAt:    time.Now(),
 		SupervisorAt: supervisorAt, ShimAt: shimAt,
 	}
-	if err := writeVolatileJSON(filepath.Join(dir, statusFile), st); err != nil {
+	if err := WriteVolatileJSON(filepath.Join(dir, StatusFile), st); err != nil {
 		logf("write status: %v", err)
 	}
 	report(st)
 	logf("task started: pid %d in %s", pid, spec.Cgroup.Rel)
 
-	rec := exitRecord{ExitCode: -1}
+	rec := ExitRecord{ExitCode: -1}
 	if err := shim.Wait(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
@@ -218,7 +216,7 @@ func supervise(dir string) int {
 		cancel()
 	}
 	output.wait(leftoverKillTimeout) // its last lines are on disk before its exit is known
-	if err := writeJSON(filepath.Join(dir, exitFile), rec); err != nil {
+	if err := WriteJSON(filepath.Join(dir, ExitFile), rec); err != nil {
 		logf("write exit status: %v", err)
 		return 1
 	}
@@ -254,8 +252,8 @@ func execShim(dir string) int {
 		_, _ = fmt.Fprintf(errPipe, format, args...)
 		return 127
 	}
-	var spec launchSpec
-	if err := readJSON(filepath.Join(dir, launchFile), &spec); err != nil {
+	var spec LaunchSpec
+	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
 	for _, procs := range spec.Cgroup.ProcsFiles() {
@@ -281,7 +279,7 @@ func execShim(dir string) int {
 			return fail("%v", err)
 		}
 		if spec.Root.Lookup {
-			p, err := lookPathIn(spec.Path, envValue(spec.Env, "PATH"))
+			p, err := lookPathIn(spec.Path, EnvValue(spec.Env, "PATH"))
 			if err != nil {
 				return fail("%v", err)
 			}
@@ -326,7 +324,7 @@ func enterCgroupNamespace() error {
 // uid. Without root, the task cannot write any cgroup.procs (they are
 // root's, 0644), so it cannot move itself or its children out of its
 // cgroups.
-func becomeUser(u *taskUser) error {
+func becomeUser(u *User) error {
 	if err := unix.Setgroups(u.groupInts()); err != nil {
 		return fmt.Errorf("set groups of user %s: %w", u.Name, err)
 	}
@@ -363,7 +361,7 @@ var forwardedSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.
 // the task's wait status to fd 4. Its exit ends every other process of
 // the namespace (the kernel kills them): a container ends with its main
 // process.
-func runInit(spec launchSpec, errPipe *os.File) int {
+func runInit(spec LaunchSpec, errPipe *os.File) int {
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwardedSignals...)...)
 	u := spec.User
@@ -410,7 +408,7 @@ func runInit(spec launchSpec, errPipe *os.File) int {
 
 // childIn returns the process of cgroup cg whose parent is pid (the host's
 // view), or 0.
-func childIn(cg cgroups.Paths, pid int) int {
+func childIn(cg Cgroup, pid int) int {
 	pids, _ := cg.Procs()
 	for _, p := range pids {
 		if p != pid && procPPid("/proc", p) == pid {
