@@ -162,14 +162,16 @@ func (l *lifecycle) perform(ctx context.Context) {
 		if eff.IsZero() {
 			return
 		}
+		persistBegan := l.now()
 		if !l.persist(ctx, eff.Checkpoint) {
 			// Stopping before the checkpoint was durable: what it covers
 			// is neither started nor sent.
 			return
 		}
+		persisted := l.now()
 		for _, s := range eff.Start {
 			l.inflight.Add(1)
-			go l.start(s)
+			go l.start(s, persisted.Sub(persistBegan))
 		}
 		for _, id := range eff.Kill {
 			if l.healthForget != nil {
@@ -197,6 +199,14 @@ func (l *lifecycle) perform(ctx context.Context) {
 		}
 		for _, u := range eff.Send {
 			l.send(u.FrameworkID, u.Status)
+			if u.Status.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+				// The last stage of a launch, for the launch benchmarks:
+				// from the event (Launched, or a health change) to the
+				// update handed to the session, its checkpoint (durable
+				// before it is sent) included.
+				l.log.Info("task running sent", "task", u.Status.GetTaskId(), "framework", u.FrameworkID,
+					"checkpoint_ms", ms(persisted.Sub(persistBegan)), "since_event_ms", ms(l.now().Sub(u.Status.GetTimestamp().AsTime())))
+			}
 		}
 	}
 }
@@ -228,7 +238,8 @@ func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
 }
 
 // start launches a container and reports the outcome to the machine.
-func (l *lifecycle) start(s tasks.Start) {
+// checkpointed is how long the checkpoint before it took (logged).
+func (l *lifecycle) start(s tasks.Start, checkpointed time.Duration) {
 	defer l.inflight.Done()
 	ctx := context.Background() // a launch outlives the session that asked for it
 	began := l.now()
@@ -280,6 +291,7 @@ func (l *lifecycle) start(s tasks.Start) {
 			return l.fetch.Fetch(fetchCtx, sandbox, fetcher.Owner{UID: uid, GID: gid}, uris)
 		}
 	}
+	launchBegan := l.now()
 	c, err := l.cz.Launch(ctx, spec)
 	if err != nil {
 		l.log.Warn("launch failed", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "err", err)
@@ -290,9 +302,16 @@ func (l *lifecycle) start(s tasks.Start) {
 	}
 	// Where the sandbox is, so logs stay readable after the task ends;
 	// recorded before RUNNING reveals the task.
+	launched := l.now()
 	if err := l.ckpt.putSandbox(ctx, s.Key, c.Sandbox, s.Framework.GetPrincipal(), l.now()); err != nil {
 		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
 	}
+	// The agent's stages of a launch, for the launch benchmarks: the task
+	// record's checkpoint, the wait for this goroutine and the image,
+	// the containerizer's Launch, the sandbox record's checkpoint.
+	l.log.Info("task launch stages", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "image", s.Task.GetImage() != "",
+		"checkpoint_ms", ms(checkpointed), "image_ms", ms(launchBegan.Sub(began)), "launch_ms", ms(launched.Sub(launchBegan)),
+		"sandbox_record_ms", ms(l.now().Sub(launched)))
 	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})
 	if l.healthWatch != nil {
 		l.healthWatch(s.ContainerID, s.Task, l.now())
@@ -354,3 +373,6 @@ func (l *lifecycle) releaseImage(containerID string) {
 func taskExit(ex containerizer.Exit) tasks.Exit {
 	return tasks.Exit{ExitCode: ex.ExitCode, OOMKilled: ex.OOMKilled, Killed: ex.Killed, Lost: ex.Lost, Message: ex.Message}
 }
+
+// ms is d in milliseconds, to the microsecond, for logs.
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -88,6 +88,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if err != nil {
 		return nil, err
 	}
+	userAt := time.Now()
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
 	var env, argv []string
 	var path string
@@ -145,7 +146,8 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		}
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	cp, err := c.prepare(spec, usr, sandbox, ct.dir)
+	var ps prepareStages
+	cp, err := c.prepare(spec, usr, sandbox, ct.dir, &ps)
 	if err == nil && root != nil {
 		root.Upper, root.Work, root.Merged, err = makeImageDirs(sandbox)
 		if err != nil {
@@ -218,22 +220,41 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	// The stages of the launch, for the launch benchmarks: resolve (user,
 	// environment, command), prepare (sandbox, checkpoint, cgroups, image
 	// directories), spawn (until the supervisor runs: fork and exec of the
-	// agent binary), shim (supervisor setup, shim start, cgroups,
-	// namespaces, mounts, fork of the task), report (back to Launch), and
-	// checkpoint (the pids written). The supervisor's clock is the host's.
+	// supervisor binary), shim (from the supervisor's start to the task's
+	// fork: setup, shim start, cgroups, namespaces, mounts, fork of the
+	// task), itself split into setup (the supervisor's: launch.json, its
+	// service cgroup, output pipes), shim_exec (fork and exec of the shim,
+	// until its main runs), join (the task's cgroups), isolate (core
+	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
+	// root, no_new_privs, seccomp) and fork (of the task, until the
+	// supervisor heard of it); then report (back to Launch) and
+	// checkpoint (the pids written). The supervisor's and shim's clock is
+	// the host's.
 	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid, "user", usr.Name,
 		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes, "image", spec.Image != nil,
-		"resolve_ms", ms(began, resolved), "prepare_ms", ms(resolved, prepared), "spawn_ms", ms(prepared, status.SupervisorAt),
-		"shim_ms", ms(status.SupervisorAt, status.ShimAt), "report_ms", ms(status.ShimAt, reported),
-		"checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
+		"resolve_ms", ms(began, resolved), "user_ms", ms(began, userAt),
+		"prepare_ms", ms(resolved, prepared), "sandbox_ms", ms(resolved, ps.sandbox), "container_checkpoint_ms", ms(ps.sandbox, ps.checkpoint),
+		"cgroups_ms", ms(ps.checkpoint, ps.cgroups), "spawn_ms", ms(prepared, status.SupervisorAt),
+		"shim_ms", ms(status.SupervisorAt, status.ShimAt),
+		"setup_ms", ms(status.SupervisorAt, status.SpawnAt), "shim_exec_ms", ms(status.SpawnAt, status.ShimMainAt),
+		"join_ms", ms(status.ShimMainAt, status.JoinedAt), "isolate_ms", ms(status.JoinedAt, status.IsolatedAt),
+		"fork_ms", ms(status.IsolatedAt, status.ShimAt),
+		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
 	return snap, nil
 }
 
+// prepareStages are when prepare finished each of its stages (Launch logs
+// them).
+type prepareStages struct {
+	sandbox, checkpoint, cgroups time.Time
+}
+
 // prepare creates the sandbox, the first checkpoint and the cgroups.
-func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (*checkpoint, error) {
+func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string, stages *prepareStages) (*checkpoint, error) {
 	if err := makeSandbox(sandbox, usr); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	stages.sandbox = time.Now()
 	id := spec.ContainerID
 	class := cgroups.Guaranteed
 	if spec.Revocable {
@@ -261,9 +282,11 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 	if err := writeJSON(filepath.Join(dir, checkpointFile), cp); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	stages.checkpoint = time.Now()
 	if _, err := c.layout.Create(rel, cp.Limits); err != nil {
 		return nil, err
 	}
+	stages.cgroups = time.Now()
 	oom, err := cp.Cgroup.OOMKills()
 	if err != nil {
 		c.log.Warn("containerizer: read OOM counter", "container", id, "err", err)

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -129,6 +130,7 @@ func supervise(dir string) int {
 		ExtraFiles:  []*os.File{execW, initW}, // fds 3 and 4 in the shim
 		SysProcAttr: attr,
 	}
+	spawnAt := time.Now()
 	err = shim.Start()
 	execW.Close()
 	initW.Close()
@@ -145,6 +147,7 @@ func supervise(dir string) int {
 	msg, _ := io.ReadAll(execR)
 	execR.Close()
 	shimAt := time.Now()
+	stages, msg := parseShimStages(msg)
 	if len(msg) > 0 {
 		_ = shim.Wait()
 		report(Status{Error: string(msg)})
@@ -168,7 +171,8 @@ func supervise(dir string) int {
 		Supervisor:   &ProcRef{Pid: os.Getpid(), StartTime: supStart},
 		Task:         &ProcRef{Pid: pid, StartTime: taskStart},
 		StartedAt:    time.Now(),
-		SupervisorAt: supervisorAt, ShimAt: shimAt,
+		SupervisorAt: supervisorAt, ShimAt: shimAt, SpawnAt: spawnAt,
+		ShimMainAt: stages.main, JoinedAt: stages.joined, IsolatedAt: stages.isolated,
 	}
 	if err := WriteVolatileJSON(filepath.Join(dir, StatusFile), st); err != nil {
 		logf("write status: %v", err)
@@ -244,6 +248,7 @@ const initStatusFD = 4
 // of one thread until exec: everything from the unshare on happens on this
 // goroutine's locked thread, which is the one that execs or forks.
 func execShim(dir string) int {
+	stages := shimStages{main: time.Now()}
 	runtime.LockOSThread()
 	unix.CloseOnExec(statusFD)
 	unix.CloseOnExec(initStatusFD)
@@ -263,6 +268,7 @@ func execShim(dir string) int {
 			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
 		}
 	}
+	stages.joined = time.Now()
 	if spec.CoreCookie {
 		if err := newCoreCookie(); err != nil {
 			return fail("core scheduling cookie: %v", err)
@@ -288,6 +294,8 @@ func execShim(dir string) int {
 		if err := restrict(spec.Seccomp); err != nil {
 			return fail("%v", err)
 		}
+		stages.isolated = time.Now()
+		stages.write(errPipe)
 		return runInit(spec, errPipe)
 	}
 	if spec.Namespaces {
@@ -297,6 +305,8 @@ func execShim(dir string) int {
 		if err := restrict(spec.Seccomp); err != nil {
 			return fail("%v", err)
 		}
+		stages.isolated = time.Now()
+		stages.write(errPipe)
 		return runInit(spec, errPipe)
 	}
 	if err := becomeUser(spec.User); err != nil {
@@ -305,6 +315,8 @@ func execShim(dir string) int {
 	if err := restrict(spec.Seccomp); err != nil {
 		return fail("%v", err)
 	}
+	stages.isolated = time.Now()
+	stages.write(errPipe)
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
 	err := unix.Exec(spec.Path, spec.Argv, spec.Env)
 	return fail("exec %s: %v", spec.Path, err)
@@ -416,4 +428,43 @@ func childIn(cg Cgroup, pid int) int {
 		}
 	}
 	return 0
+}
+
+// shimStagesPrefix starts the line on which the shim, on its exec-status
+// pipe, tells the supervisor when it reached each stage, just before it
+// forks or execs the task: "stages <main> <joined> <isolated>\n", Unix
+// nanoseconds. Anything after that line (or without it) is an error.
+const shimStagesPrefix = "stages "
+
+// shimStages are the times the shim reached its stages (Status).
+type shimStages struct {
+	main, joined, isolated time.Time
+}
+
+func (st shimStages) write(w io.Writer) {
+	_, _ = fmt.Fprintf(w, "%s%d %d %d\n", shimStagesPrefix, st.main.UnixNano(), st.joined.UnixNano(), st.isolated.UnixNano())
+}
+
+// parseShimStages splits what the shim wrote on its exec-status pipe into
+// its stages (zero when it wrote none) and the rest: its error, if any.
+func parseShimStages(msg []byte) (shimStages, []byte) {
+	var st shimStages
+	rest, ok := bytes.CutPrefix(msg, []byte(shimStagesPrefix))
+	if !ok {
+		return st, msg
+	}
+	line, rest, _ := bytes.Cut(rest, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) != 3 {
+		return st, msg
+	}
+	var at [3]time.Time
+	for i, v := range f {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, msg
+		}
+		at[i] = time.Unix(0, n)
+	}
+	return shimStages{main: at[0], joined: at[1], isolated: at[2]}, rest
 }

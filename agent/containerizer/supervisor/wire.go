@@ -31,6 +31,16 @@ type Status struct {
 	// them).
 	SupervisorAt time.Time `json:"supervisor_at,omitzero"`
 	ShimAt       time.Time `json:"shim_at,omitzero"`
+	// The stages in between, for the same logs: SpawnAt is when the
+	// supervisor, set up, started the shim; the shim's own clock (the
+	// host's) says when its main began (ShimMainAt: fork, exec and Go
+	// runtime start), when it had joined the cgroups (JoinedAt) and when
+	// its namespaces, mounts, no_new_privs and seccomp filter were in
+	// place (IsolatedAt), just before it forked or exec'd the task.
+	SpawnAt    time.Time `json:"spawn_at,omitzero"`
+	ShimMainAt time.Time `json:"shim_main_at,omitzero"`
+	JoinedAt   time.Time `json:"joined_at,omitzero"`
+	IsolatedAt time.Time `json:"isolated_at,omitzero"`
 }
 
 // ExitRecord is the task's end as the supervisor saw it, exit.json.
