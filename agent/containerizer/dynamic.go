@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -143,17 +144,33 @@ func (d *dynamicIDs) leasePath(id uint32) string {
 	return filepath.Join(d.dir, dynamicLeases, strconv.FormatUint(uint64(id), 10))
 }
 
-// readLease returns id's lease, nil when it has none.
+// readLease returns id's lease, nil when it has none. Leases are written
+// without fsync (writeLease): one that does not parse was torn by a crash
+// of the host, and belonged to an earlier boot: it counts as none.
 func (d *dynamicIDs) readLease(id uint32) (*uidLease, error) {
-	var l uidLease
-	err := readJSON(d.leasePath(id), &l)
+	data, err := os.ReadFile(d.leasePath(id))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
+	var l uidLease
+	if json.Unmarshal(data, &l) != nil {
+		return nil, nil
+	}
 	return &l, nil
+}
+
+// writeLease records l as id's lease, atomically but without fsync
+// (atomicfile.ReplaceFile): a lease holds only for the boot it names, and
+// the process that wrote it dying leaves it in the page cache; its two
+// fsyncs were on every launch of a dynamic user's task. The cursor
+// (next) stays durable: after a host crash the ids handed out before it
+// are not handed out again (their tasks' sandboxes may be unsealed) until
+// the range wraps.
+func (d *dynamicIDs) writeLease(id uint32, l uidLease) error {
+	return writeVolatileJSON(d.leasePath(id), l)
 }
 
 // live reports whether l still holds its id (see uidLease).
@@ -215,7 +232,7 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 			if old != nil && d.live(old) {
 				continue
 			}
-			if err := writeJSON(d.leasePath(id), lease); err != nil {
+			if err := d.writeLease(id, lease); err != nil {
 				return fmt.Errorf("lease dynamic id %d: %w", id, err)
 			}
 			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, next), 0o600); err != nil {
@@ -257,7 +274,7 @@ func (d *dynamicIDs) adopt(id uint32, lease uidLease) error {
 		if l != nil && (l.Container != lease.Container || l.Cgroup != lease.Cgroup) && d.live(l) {
 			return fmt.Errorf("dynamic id %d is leased to container %s (%s) too", id, l.Container, l.StateDir)
 		}
-		return writeJSON(d.leasePath(id), lease)
+		return d.writeLease(id, lease)
 	})
 }
 

@@ -189,3 +189,32 @@ func TestDynamicIDsConcurrent(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestDynamicIDsTornLease: a lease left empty or half-written by a crash of
+// the host (leases are written without fsync) does not hold its id, and
+// does not stop the allocator: the id is handed out again.
+func TestDynamicIDsTornLease(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := IDRange{First: 7000, Count: 3}
+	d, err := openDynamicIDs(dir, r, procRef{Pid: os.Getpid(), StartTime: 1}, "boot", "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, torn := range []string{"", `{"container": "c`} {
+		if err := os.WriteFile(d.leasePath(r.First+uint32(i)), []byte(torn), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	none := func(uint32) bool { return false }
+	for i := range 2 {
+		id, err := d.take(uidLease{Container: fmt.Sprint("c", i)}, none)
+		if err != nil || id != r.First+uint32(i) {
+			t.Fatalf("take = %d, %v; want %d (its lease is torn)", id, err, r.First+uint32(i))
+		}
+		l, err := d.readLease(id)
+		if err != nil || l == nil || l.Container != fmt.Sprint("c", i) {
+			t.Errorf("lease of %d = %+v, %v; want container c%d's", id, l, err, i)
+		}
+	}
+}

@@ -203,7 +203,16 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	}
 	reported := time.Now()
 	cp.Supervisor, cp.Task, cp.StartedAt = status.Supervisor, status.Task, status.StartedAt
-	if err := writeJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
+	// Replaced without fsync (atomicfile.ReplaceFile): the pids matter
+	// only while the host runs, and an agent that dies leaves what it
+	// wrote in the page cache. After a crash of the host, file systems
+	// that commit a rename over a file after its data (ext4's default
+	// auto_da_alloc, xfs) keep the first, durable checkpoint or this one,
+	// and either says the container belongs to another boot; elsewhere
+	// the file may be lost, and Recover skips the state directory (the
+	// cgroups died with the boot). Its two fsyncs were on every launch's
+	// path.
+	if err := writeVolatileJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
 		// The supervisor's status.json still lets Recover find the pids.
 		c.log.Error("containerizer: checkpoint", "container", id, "err", err)
 	}

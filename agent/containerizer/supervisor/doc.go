@@ -29,9 +29,10 @@
 //
 // # Lifecycle and ownership
 //
-// The supervisor runs in its own session, moves itself into the service
-// cgroup named by LaunchSpec.SupervisorCgroup, starts the shim (this same
-// executable, /proc/self/exe) in new PID, mount and IPC namespaces, reports
+// The supervisor runs in its own session, starts the shim (this same
+// executable, /proc/self/exe) in new PID, mount and IPC namespaces, moves
+// itself into the service cgroup named by LaunchSpec.SupervisorCgroup
+// while the shim starts, reports
 // the task's pid and start time on fd 3 and in status.json, waits for the
 // task, kills what it left in the cgroup and writes exit.json. It outlives
 // the agent. The shim joins the container's cgroups, enters a cgroup

@@ -88,15 +88,6 @@ func supervise(dir string) int {
 		report(Status{Error: err.Error()})
 		return 1
 	}
-	// Out of the agent's cgroup, so that what ends the agent's cgroup does
-	// not end the supervisor. The shim, started after, inherits it until it
-	// joins the task's cgroups.
-	self := []byte(strconv.Itoa(os.Getpid()))
-	for _, procs := range spec.SupervisorCgroup {
-		if err := os.WriteFile(procs, self, 0); err != nil {
-			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
-		}
-	}
 	// The task's output goes through the supervisor, which keeps at most
 	// spec.OutputLimit of each stream (output.go).
 	stdout, stderr, output, err := taskOutput(spec)
@@ -141,6 +132,18 @@ func supervise(dir string) int {
 		execR.Close()
 		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
+	}
+	// Out of the agent's cgroup, so that what ends the agent's cgroup does
+	// not end the supervisor; before the report, so a supervisor Launch
+	// returned for is there. Done while the shim starts, not before: the
+	// moves (one per hierarchy on hybrid hosts) are off the launch's path.
+	// The shim, forked before, starts in the agent's cgroup and leaves it
+	// for the task's.
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, procs := range spec.SupervisorCgroup {
+		if err := os.WriteFile(procs, self, 0); err != nil {
+			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
+		}
 	}
 	// EOF without data: the shim exec'd the task, or forked it and closed
 	// the pipe (it is close-on-exec).
