@@ -15,6 +15,7 @@ import (
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/kv"
 )
 
 // sandboxPruneEvery is how many launches pass between prunes of the
@@ -53,6 +54,11 @@ type lifecycle struct {
 	mu      sync.Mutex
 	machine *tasks.Machine
 	pending tasks.Effects
+	// sandboxRecords are the sandbox records of launched containers, to
+	// be written in the transaction of the next checkpoint batch: the one
+	// with their RUNNING update, queued after them (one fsync less per
+	// launch). At most one per launch under way.
+	sandboxRecords []kv.Mutation
 
 	// images provides tasks' image roots (nil: tasks with an image fail).
 	images imageStore
@@ -156,14 +162,14 @@ func (l *lifecycle) Run(ctx context.Context) error {
 func (l *lifecycle) perform(ctx context.Context) {
 	for {
 		l.mu.Lock()
-		eff := l.pending
-		l.pending = tasks.Effects{}
+		eff, records := l.pending, l.sandboxRecords
+		l.pending, l.sandboxRecords = tasks.Effects{}, nil
 		l.mu.Unlock()
-		if eff.IsZero() {
+		if eff.IsZero() && len(records) == 0 {
 			return
 		}
 		persistBegan := l.now()
-		if !l.persist(ctx, eff.Checkpoint) {
+		if !l.persist(ctx, eff.Checkpoint, records...) {
 			// Stopping before the checkpoint was durable: what it covers
 			// is neither started nor sent.
 			return
@@ -214,13 +220,13 @@ func (l *lifecycle) perform(ctx context.Context) {
 // persist writes a checkpoint batch, retrying with backoff until it is
 // durable: nothing after it may happen before. It returns false only when
 // ctx ends first.
-func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write) bool {
-	if len(writes) == 0 {
+func (l *lifecycle) persist(ctx context.Context, writes []tasks.Write, extra ...kv.Mutation) bool {
+	if len(writes) == 0 && len(extra) == 0 {
 		return true
 	}
 	retry := backoff.Backoff{Min: 100 * time.Millisecond, Max: 5 * time.Second}
 	for {
-		err := l.ckpt.apply(ctx, writes)
+		err := l.ckpt.apply(ctx, writes, extra...)
 		if err == nil {
 			if retry.Failures() > 0 {
 				l.log.Info("checkpoint writable again", "failures", retry.Failures())
@@ -300,19 +306,24 @@ func (l *lifecycle) start(s tasks.Start, checkpointed time.Duration) {
 		l.step(tasks.LaunchFailed{ContainerID: s.ContainerID, Reason: reason, Message: message, Now: l.now()})
 		return
 	}
-	// Where the sandbox is, so logs stay readable after the task ends;
-	// recorded before RUNNING reveals the task.
 	launched := l.now()
-	if err := l.ckpt.putSandbox(ctx, s.Key, c.Sandbox, s.Framework.GetPrincipal(), l.now()); err != nil {
-		l.log.Warn("checkpoint sandbox", "task", s.Key.TaskID, "err", err)
-	}
 	// The agent's stages of a launch, for the launch benchmarks: the task
-	// record's checkpoint, the wait for this goroutine and the image,
-	// the containerizer's Launch, the sandbox record's checkpoint.
+	// record's checkpoint, the wait for this goroutine and the image, the
+	// containerizer's Launch (the RUNNING update's checkpoint and
+	// hand-off follow: "task running sent").
 	l.log.Info("task launch stages", "task", s.Key.TaskID, "framework", s.Key.FrameworkID, "image", s.Task.GetImage() != "",
-		"checkpoint_ms", ms(checkpointed), "image_ms", ms(launchBegan.Sub(began)), "launch_ms", ms(launched.Sub(launchBegan)),
-		"sandbox_record_ms", ms(l.now().Sub(launched)))
+		"checkpoint_ms", ms(checkpointed), "image_ms", ms(launchBegan.Sub(began)), "launch_ms", ms(launched.Sub(launchBegan)))
+	// Where the sandbox is, so logs stay readable after the task ends:
+	// queued before the Launched event, so it is durable in the same
+	// transaction as the RUNNING update that reveals the task, or before.
+	l.mu.Lock()
+	l.sandboxRecords = append(l.sandboxRecords, sandboxRecord(s.Key, c.Sandbox, s.Framework.GetPrincipal(), l.now()))
+	l.mu.Unlock()
 	l.step(tasks.Launched{ContainerID: s.ContainerID, Message: fmt.Sprintf("running in %s (pid %d)", c.CgroupPath, c.Pid), Now: l.now()})
+	select { // the record is written even when the event changes nothing
+	case l.wake <- struct{}{}:
+	default:
+	}
 	if l.healthWatch != nil {
 		l.healthWatch(s.ContainerID, s.Task, l.now())
 	}

@@ -223,8 +223,8 @@ func run() error {
 // and exec, the supervisor's setup, the shim's fork and exec, the shim
 // joining the cgroups, isolating (namespaces, mounts, no_new_privs,
 // seccomp), forking the task, the report back to Launch, the pids'
-// checkpoint; the agent again: the sandbox record's checkpoint, and the
-// RUNNING update's checkpoint and hand-off to the session.
+// checkpoint; the agent again: the checkpoint of the RUNNING update with
+// the sandbox's record, and its hand-off to the session.
 var stageRows = []struct{ msg, field, label string }{
 	{lineAgent, "checkpoint_ms", "agent: task record checkpoint"},
 	{lineAgent, "image_ms", "agent: image (acquire)"},
@@ -242,8 +242,7 @@ var stageRows = []struct{ msg, field, label string }{
 	{lineLaunched, "fork_ms", "shim: fork task, tell supervisor"},
 	{lineLaunched, "report_ms", "supervisor: report to Launch"},
 	{lineLaunched, "checkpoint_ms", "containerizer: pids checkpoint"},
-	{lineAgent, "sandbox_record_ms", "agent: sandbox record checkpoint"},
-	{lineRunning, "since_event_ms", "agent: RUNNING checkpoint, hand-off"},
+	{lineRunning, "since_event_ms", "agent: RUNNING+sandbox checkpoint, send"},
 }
 
 // The agent's log lines the stages come from.
