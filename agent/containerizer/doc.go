@@ -173,7 +173,10 @@
 // lease there (container, cgroup, agent, boot id), live while its agent
 // runs or its cgroup exists, released by Destroy, adopted by Recover,
 // reclaimed once dead. A second agent on the host, or an agent whose work
-// dir was reset, therefore never hands out a live id. Container.Spec.User
+// dir was reset, therefore never hands out a live id. Off the launch's
+// path: an agent moves the cursor (a durable write) once per 32 ids,
+// reserving them, and writes leases without fsync (they hold for one
+// boot; a torn one counts as none). Container.Spec.User
 // names it slackline-<uid>. When such
 // a container is destroyed its sandbox becomes root's, mode 0700. Any
 // other user is looked up by name

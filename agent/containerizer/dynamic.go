@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -107,13 +108,28 @@ type uidLease struct {
 // id while it is live, and an agent whose work dir was reset, which
 // remembers nothing, finds the leases of the ids its previous self left
 // running. Ids come back after the range wraps, live ones skipped.
+//
+// The cursor is written durably (two fsyncs) once per block of
+// dynamicIDsBlock ids, not per id: an allocator that moves the cursor
+// reserves the ids up to its new position and hands them out first,
+// checking their leases (another allocator's wrap may have reached them).
+// Ids reserved by an agent that stops are skipped until the range wraps.
 type dynamicIDs struct {
 	r        IDRange
 	dir      string
 	owner    procRef
 	bootID   string
 	procRoot string
+
+	mu sync.Mutex // with the host-wide lock held; guards the block
+	// blockNext and blockEnd are the offsets of the ids reserved and not
+	// yet handed out: [blockNext, blockEnd).
+	blockNext, blockEnd uint32
 }
+
+// dynamicIDsBlock is how many ids an allocator reserves when it moves the
+// host's cursor (the first of them taken at once).
+const dynamicIDsBlock = 32
 
 // openDynamicIDs prepares dir (root's, mode 0700) for r; owner is the
 // calling agent.
@@ -212,6 +228,28 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 	lease.Owner, lease.BootID = d.owner, d.bootID
 	var got uint32
 	err := d.locked(func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		// The reserved ids first: no write to the cursor.
+		for d.blockNext < d.blockEnd {
+			id := d.r.First + d.blockNext
+			d.blockNext++
+			if inUse(id) {
+				continue
+			}
+			old, err := d.readLease(id)
+			if err != nil {
+				return err
+			}
+			if old != nil && d.live(old) {
+				continue
+			}
+			if err := d.writeLease(id, lease); err != nil {
+				return fmt.Errorf("lease dynamic id %d: %w", id, err)
+			}
+			got = id
+			return nil
+		}
 		next, err := d.next()
 		if err != nil {
 			return err
@@ -235,9 +273,11 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 			if err := d.writeLease(id, lease); err != nil {
 				return fmt.Errorf("lease dynamic id %d: %w", id, err)
 			}
-			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, next), 0o600); err != nil {
+			end := min(uint64(next)+dynamicIDsBlock-1, uint64(d.r.Count))
+			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, end), 0o600); err != nil {
 				return fmt.Errorf("record dynamic ids: %w", err)
 			}
+			d.blockNext, d.blockEnd = next, uint32(end)
 			got = id
 			return nil
 		}
