@@ -233,7 +233,8 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	// fork: setup, shim start, cgroups, namespaces, mounts, fork of the
 	// task), itself split into setup (the supervisor's: launch.json, its
 	// service cgroup, output pipes), shim_exec (fork and exec of the shim,
-	// until its main runs), join (the task's cgroups), isolate (core
+	// until its main runs), join (until the supervisor, which moves it
+	// while it starts, has it in the task's cgroups), isolate (core
 	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
 	// root, no_new_privs, seccomp) and fork (of the task, until the
 	// supervisor heard of it); then report (back to Launch) and

@@ -35,7 +35,9 @@
 // while the shim starts, reports
 // the task's pid and start time on fd 3 and in status.json, waits for the
 // task, kills what it left in the cgroup and writes exit.json. It outlives
-// the agent. The shim joins the container's cgroups, enters a cgroup
+// the agent. The shim, moved into the container's cgroups by the
+// supervisor while it starts (it waits for the supervisor's "ok" on fd 5
+// before anything else), enters a cgroup
 // namespace, builds the task's mounts (a private tmpfs and /proc, or the
 // image's root with pivot_root), sets no_new_privs and the seccomp filter,
 // and forks the task as its user, staying its init (pid 1). A failure

@@ -106,6 +106,13 @@ func supervise(dir string) int {
 		report(Status{Error: err.Error()})
 		return 1
 	}
+	// The supervisor moves the shim into the task's cgroups while the
+	// shim starts, and says on fd 5 when it is done ("ok", or why not).
+	joinR, joinW, err := os.Pipe()
+	if err != nil {
+		report(Status{Error: err.Error()})
+		return 1
+	}
 	// The task's own session (and process group, so Kill's SIGTERM
 	// reaches its children): no controlling terminal, no signals from
 	// the supervisor's group.
@@ -118,21 +125,33 @@ func supervise(dir string) int {
 		Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
 		Dir:    spec.Dir,
 		Stdout: stdout, Stderr: stderr,
-		ExtraFiles:  []*os.File{execW, initW}, // fds 3 and 4 in the shim
+		ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
 		SysProcAttr: attr,
 	}
 	spawnAt := time.Now()
 	err = shim.Start()
 	execW.Close()
 	initW.Close()
+	joinR.Close()
 	stdout.Close()
 	stderr.Close()
 	defer initR.Close()
 	if err != nil {
 		execR.Close()
+		joinW.Close()
 		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
+	// Into the task's cgroups (every hierarchy) before it does anything
+	// else: the moves, a grace period of RCU each on cgroup v1, overlap
+	// the shim's exec and start instead of following them. The shim waits
+	// for the answer before it goes on; an error ends it.
+	joined := "ok"
+	if err := joinCgroup(spec.Cgroup, shim.Process.Pid); err != nil {
+		joined = err.Error()
+	}
+	_, _ = joinW.WriteString(joined) // EPIPE if the shim failed already: execR says why
+	joinW.Close()
 	// Out of the agent's cgroup, so that what ends the agent's cgroup does
 	// not end the supervisor; before the report, so a supervisor Launch
 	// returned for is there. Done while the shim starts, not before: the
@@ -235,10 +254,25 @@ func supervise(dir string) int {
 // reports the task's wait status to the supervisor.
 const initStatusFD = 4
 
-// execShim runs inside the task's future process, as root: it writes its
-// own pid to the cgroup.procs file of each of the container's cgroups, so
-// the task is in all of them before the user's command starts, and enters
-// a new cgroup namespace rooted there. Without namespaces it then becomes
+// joinFD is the descriptor on which the shim hears from the supervisor
+// that it is in every cgroup of the task ("ok"), or why not.
+const joinFD = 5
+
+// joinCgroup moves process pid into every directory of cg (its
+// cgroup.procs files), the whole thread group at once.
+func joinCgroup(cg Cgroup, pid int) error {
+	for _, procs := range cg.ProcsFiles() {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", filepath.Dir(procs), err)
+		}
+	}
+	return nil
+}
+
+// execShim runs inside the task's future process, as root: it waits for
+// the supervisor to have moved it into each of the container's cgroups
+// (fd 5: "ok", else why not), so the task is in all of them before the
+// user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
 // mount and IPC namespaces: it is their pid 1) it mounts the task's
@@ -255,6 +289,7 @@ func execShim(dir string) int {
 	runtime.LockOSThread()
 	unix.CloseOnExec(statusFD)
 	unix.CloseOnExec(initStatusFD)
+	unix.CloseOnExec(joinFD)
 	errPipe := os.NewFile(statusFD, "exec-status")
 	fail := func(format string, args ...any) int {
 		_, _ = fmt.Fprintf(errPipe, format, args...)
@@ -264,12 +299,19 @@ func execShim(dir string) int {
 	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
-	for _, procs := range spec.Cgroup.ProcsFiles() {
-		// Writing 0 to cgroup.procs moves the writing process (its pid
-		// may be 1 of its own namespace), every runtime thread included.
-		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
-			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
-		}
+	// The supervisor moved this process into every cgroup of the task
+	// (joinCgroup) while it started: nothing happens here before it says
+	// so on fd 5.
+	joinPipe := os.NewFile(joinFD, "join-status")
+	answer, err := io.ReadAll(io.LimitReader(joinPipe, 4096))
+	joinPipe.Close()
+	switch {
+	case err != nil:
+		return fail("exec shim: read the supervisor's cgroup moves: %v", err)
+	case len(answer) == 0:
+		return fail("exec shim: the supervisor ended before it moved the shim into the task's cgroups")
+	case string(answer) != "ok":
+		return fail("%s", answer)
 	}
 	stages.joined = time.Now()
 	if spec.CoreCookie {
@@ -321,7 +363,7 @@ func execShim(dir string) int {
 	stages.isolated = time.Now()
 	stages.write(errPipe)
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
-	err := unix.Exec(spec.Path, spec.Argv, spec.Env)
+	err = unix.Exec(spec.Path, spec.Argv, spec.Env)
 	return fail("exec %s: %v", spec.Path, err)
 }
 

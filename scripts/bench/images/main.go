@@ -221,9 +221,9 @@ func run() error {
 // containerizer's Launch: the task's user (a dynamic one is leased), the
 // rest of resolve, sandbox, its checkpoint, cgroups, the supervisor's fork
 // and exec, the supervisor's setup, the shim's fork and exec, the shim
-// joining the cgroups, isolating (namespaces, mounts, no_new_privs,
-// seccomp), forking the task, the report back to Launch, the pids'
-// checkpoint; the agent again: the checkpoint of the RUNNING update with
+// waiting for the supervisor to have moved it into the cgroups, isolating
+// (namespaces, mounts, no_new_privs, seccomp), forking the task, the
+// report back to Launch, the pids' checkpoint; the agent again: the checkpoint of the RUNNING update with
 // the sandbox's record, and its hand-off to the session.
 var stageRows = []struct{ msg, field, label string }{
 	{lineAgent, "checkpoint_ms", "agent: task record checkpoint"},
@@ -237,7 +237,7 @@ var stageRows = []struct{ msg, field, label string }{
 	{lineLaunched, "spawn_ms", "supervisor: fork+exec"},
 	{lineLaunched, "setup_ms", "supervisor: setup"},
 	{lineLaunched, "shim_exec_ms", "shim: fork+exec"},
-	{lineLaunched, "join_ms", "shim: join cgroups"},
+	{lineLaunched, "join_ms", "shim: wait for its cgroup moves"},
 	{lineLaunched, "isolate_ms", "shim: namespaces, mounts, seccomp"},
 	{lineLaunched, "fork_ms", "shim: fork task, tell supervisor"},
 	{lineLaunched, "report_ms", "supervisor: report to Launch"},
