@@ -123,13 +123,9 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 	return out, nil
 }
 
-// putSandbox records where a task's sandbox is, and the principal of the
-// task's framework (who may read it).
-func (c *checkpoint) putSandbox(ctx context.Context, k tasks.Key, path, principal string, now time.Time) error {
-	return c.kv.Apply(ctx, sandboxRecord(k, path, principal, now))
-}
-
-// sandboxRecord is putSandbox's write, for a transaction of the caller's.
+// sandboxRecord is the write that records where a task's sandbox is, and
+// the principal of the task's framework (who may read it), for a
+// transaction of the caller's (the lifecycle's next checkpoint batch).
 func sandboxRecord(k tasks.Key, path, principal string, now time.Time) kv.Mutation {
 	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path + "\x00" + principal
 	return kv.Put(bucketSandboxes, taskRecordKey(k), []byte(value))
