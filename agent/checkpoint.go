@@ -62,8 +62,9 @@ func (c *checkpoint) setMeta(ctx context.Context, agentID, bootID string) error 
 
 // apply writes a batch of the task machine's checkpoint writes in one
 // transaction.
-func (c *checkpoint) apply(ctx context.Context, writes []tasks.Write) error {
-	muts := make([]kv.Mutation, 0, len(writes))
+func (c *checkpoint) apply(ctx context.Context, writes []tasks.Write, extra ...kv.Mutation) error {
+	muts := make([]kv.Mutation, 0, len(writes)+len(extra))
+	muts = append(muts, extra...)
 	for _, w := range writes {
 		switch {
 		case w.Task != nil:
@@ -122,11 +123,12 @@ func (c *checkpoint) updates(ctx context.Context) (map[string]*slacklinev1.Agent
 	return out, nil
 }
 
-// putSandbox records where a task's sandbox is, and the principal of the
-// task's framework (who may read it).
-func (c *checkpoint) putSandbox(ctx context.Context, k tasks.Key, path, principal string, now time.Time) error {
+// sandboxRecord is the write that records where a task's sandbox is, and
+// the principal of the task's framework (who may read it), for a
+// transaction of the caller's (the lifecycle's next checkpoint batch).
+func sandboxRecord(k tasks.Key, path, principal string, now time.Time) kv.Mutation {
 	value := strconv.FormatInt(now.UnixNano(), 10) + "|" + path + "\x00" + principal
-	return c.kv.Apply(ctx, kv.Put(bucketSandboxes, taskRecordKey(k), []byte(value)))
+	return kv.Put(bucketSandboxes, taskRecordKey(k), []byte(value))
 }
 
 // pruneSandboxes forgets the oldest sandbox records beyond maxSandboxes.

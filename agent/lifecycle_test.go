@@ -99,6 +99,8 @@ type sent struct {
 	// durable reports whether the update was in the checkpoint when it
 	// was handed to the session.
 	durable bool
+	// sandbox is the task's sandbox record in the checkpoint then.
+	sandbox string
 }
 
 func newTestLifecycle(t *testing.T, store kv.Store, cz Containerizer, sends chan<- sent) *lifecycle {
@@ -117,7 +119,11 @@ func newTestLifecycle(t *testing.T, store kv.Store, cz Containerizer, sends chan
 		for _, u := range updates {
 			durable = durable || u.GetStatus().GetUuid() == st.GetUuid()
 		}
-		sends <- sent{frameworkID, st, durable}
+		sandbox, _, err := ckpt.sandbox(context.Background(), frameworkID, st.GetTaskId())
+		if err != nil {
+			t.Error(err)
+		}
+		sends <- sent{frameworkID, st, durable, sandbox}
 	}
 	return l
 }
@@ -160,6 +166,10 @@ func TestLifecycleOrdersCheckpointBeforeSend(t *testing.T) {
 	running := next(slacklinev1.TaskState_TASK_STATE_RUNNING)
 	if got := running.status.GetMessage(); got != "running in fake/"+cz.Containers()[0].ID+" (pid 42)" {
 		t.Fatalf("RUNNING message %q", got)
+	}
+	// The sandbox's record is durable with the update that reveals the task.
+	if running.sandbox != "/sandbox/t1" {
+		t.Fatalf("sandbox record %q when RUNNING was sent, want /sandbox/t1", running.sandbox)
 	}
 	l.step(tasks.Kill{Key: key, Now: time.Now()})
 	// KILLED is queued behind RUNNING until RUNNING is acknowledged.

@@ -19,14 +19,18 @@
 // Supervisors and shims are a small binary of their own, slackline-supervisor
 // (cmd/slackline-supervisor), whose main is
 //
-//	os.Exit(containerizer.SuperviseMain(os.Args[1:]))
+//	os.Exit(supervisor.Main(os.Args[1:]))
 //
 // Config.SupervisorCommand defaults to FindSupervisor(""): SupervisorBinary
 // next to the running executable; New fails naming the path when it is not
-// there. Every launch executes it twice (supervisor, then shim), so it links
-// the containerizer only. The agent binary still dispatches its "supervise"
-// sub-command to SuperviseMain (tests, and {agent, "supervise"} as a
-// SupervisorCommand).
+// there. Every launch executes it twice (supervisor, then shim), on the
+// launch's critical path, so its code is the sub-package supervisor, which
+// imports only the standard library, x/sys/unix and the seccomp assembler
+// (no protobuf, no containerd cgroups, no eBPF): the records it shares with
+// this package (launch.json, status.json, exit.json, the task's user and
+// cgroup) are defined there, and this package aliases them. The agent
+// binary still dispatches its "supervise" sub-command to SuperviseMain
+// (tests, and {agent, "supervise"} as a SupervisorCommand).
 //
 // # Cgroup layout
 //
@@ -169,7 +173,10 @@
 // lease there (container, cgroup, agent, boot id), live while its agent
 // runs or its cgroup exists, released by Destroy, adopted by Recover,
 // reclaimed once dead. A second agent on the host, or an agent whose work
-// dir was reset, therefore never hands out a live id. Container.Spec.User
+// dir was reset, therefore never hands out a live id. Off the launch's
+// path: an agent moves the cursor (a durable write) once per 32 ids,
+// reserving them, and writes leases without fsync (they hold for one
+// boot; a torn one counts as none). Container.Spec.User
 // names it slackline-<uid>. When such
 // a container is destroyed its sandbox becomes root's, mode 0700. Any
 // other user is looked up by name
@@ -188,7 +195,7 @@
 //   - with namespaces, sets up the task's mounts (see Namespaces);
 //   - sets no_new_privs (PR_SET_NO_NEW_PRIVS), so setuid binaries and file
 //     capabilities grant the task nothing more, and the seccomp filter
-//     (seccomp.go: the essential part of the container runtimes' default
+//     (supervisor/seccomp.go: the essential part of the container runtimes' default
 //     profile; not for Spec.SeccompUnconfined, nor with
 //     Config.Isolation.NoSeccomp);
 //   - sets the user's supplementary groups, gid and uid (in the forked
@@ -229,7 +236,7 @@
 //
 // A Spec with an Image (agent/images unpacked its layers) runs in a root
 // of its own, and needs namespaces. Instead of the private tmpfs over the
-// host's directories, the shim (enterImageRoot) mounts an overlay of the
+// host's directories, the shim (supervisor's enterImageRoot) mounts an overlay of the
 // layers (top first) with the task's upper and work directories in its
 // sandbox's .image (root's, 0700: the task writes its root only through
 // the overlay, nodev), and inside it /proc of the task's PID namespace, a

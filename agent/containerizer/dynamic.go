@@ -1,12 +1,14 @@
 package containerizer
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -106,13 +108,28 @@ type uidLease struct {
 // id while it is live, and an agent whose work dir was reset, which
 // remembers nothing, finds the leases of the ids its previous self left
 // running. Ids come back after the range wraps, live ones skipped.
+//
+// The cursor is written durably (two fsyncs) once per block of
+// dynamicIDsBlock ids, not per id: an allocator that moves the cursor
+// reserves the ids up to its new position and hands them out first,
+// checking their leases (another allocator's wrap may have reached them).
+// Ids reserved by an agent that stops are skipped until the range wraps.
 type dynamicIDs struct {
 	r        IDRange
 	dir      string
 	owner    procRef
 	bootID   string
 	procRoot string
+
+	mu sync.Mutex // with the host-wide lock held; guards the block
+	// blockNext and blockEnd are the offsets of the ids reserved and not
+	// yet handed out: [blockNext, blockEnd).
+	blockNext, blockEnd uint32
 }
+
+// dynamicIDsBlock is how many ids an allocator reserves when it moves the
+// host's cursor (the first of them taken at once).
+const dynamicIDsBlock = 32
 
 // openDynamicIDs prepares dir (root's, mode 0700) for r; owner is the
 // calling agent.
@@ -143,17 +160,33 @@ func (d *dynamicIDs) leasePath(id uint32) string {
 	return filepath.Join(d.dir, dynamicLeases, strconv.FormatUint(uint64(id), 10))
 }
 
-// readLease returns id's lease, nil when it has none.
+// readLease returns id's lease, nil when it has none. Leases are written
+// without fsync (writeLease): one that does not parse was torn by a crash
+// of the host, and belonged to an earlier boot: it counts as none.
 func (d *dynamicIDs) readLease(id uint32) (*uidLease, error) {
-	var l uidLease
-	err := readJSON(d.leasePath(id), &l)
+	data, err := os.ReadFile(d.leasePath(id))
 	switch {
 	case errors.Is(err, os.ErrNotExist):
 		return nil, nil
 	case err != nil:
 		return nil, err
 	}
+	var l uidLease
+	if json.Unmarshal(data, &l) != nil {
+		return nil, nil
+	}
 	return &l, nil
+}
+
+// writeLease records l as id's lease, atomically but without fsync
+// (atomicfile.ReplaceFile): a lease holds only for the boot it names, and
+// the process that wrote it dying leaves it in the page cache; its two
+// fsyncs were on every launch of a dynamic user's task. The cursor
+// (next) stays durable: after a host crash the ids handed out before it
+// are not handed out again (their tasks' sandboxes may be unsealed) until
+// the range wraps.
+func (d *dynamicIDs) writeLease(id uint32, l uidLease) error {
+	return writeVolatileJSON(d.leasePath(id), l)
 }
 
 // live reports whether l still holds its id (see uidLease).
@@ -195,6 +228,28 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 	lease.Owner, lease.BootID = d.owner, d.bootID
 	var got uint32
 	err := d.locked(func() error {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		// The reserved ids first: no write to the cursor.
+		for d.blockNext < d.blockEnd {
+			id := d.r.First + d.blockNext
+			d.blockNext++
+			if inUse(id) {
+				continue
+			}
+			old, err := d.readLease(id)
+			if err != nil {
+				return err
+			}
+			if old != nil && d.live(old) {
+				continue
+			}
+			if err := d.writeLease(id, lease); err != nil {
+				return fmt.Errorf("lease dynamic id %d: %w", id, err)
+			}
+			got = id
+			return nil
+		}
 		next, err := d.next()
 		if err != nil {
 			return err
@@ -215,12 +270,14 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 			if old != nil && d.live(old) {
 				continue
 			}
-			if err := writeJSON(d.leasePath(id), lease); err != nil {
+			if err := d.writeLease(id, lease); err != nil {
 				return fmt.Errorf("lease dynamic id %d: %w", id, err)
 			}
-			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, next), 0o600); err != nil {
+			end := min(uint64(next)+dynamicIDsBlock-1, uint64(d.r.Count))
+			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, end), 0o600); err != nil {
 				return fmt.Errorf("record dynamic ids: %w", err)
 			}
+			d.blockNext, d.blockEnd = next, uint32(end)
 			got = id
 			return nil
 		}
@@ -257,7 +314,7 @@ func (d *dynamicIDs) adopt(id uint32, lease uidLease) error {
 		if l != nil && (l.Container != lease.Container || l.Cgroup != lease.Cgroup) && d.live(l) {
 			return fmt.Errorf("dynamic id %d is leased to container %s (%s) too", id, l.Container, l.StateDir)
 		}
-		return writeJSON(d.leasePath(id), lease)
+		return d.writeLease(id, lease)
 	})
 }
 

@@ -189,3 +189,73 @@ func TestDynamicIDsConcurrent(t *testing.T) {
 		seen[id] = true
 	}
 }
+
+// TestDynamicIDsTornLease: a lease left empty or half-written by a crash of
+// the host (leases are written without fsync) does not hold its id, and
+// does not stop the allocator: the id is handed out again.
+func TestDynamicIDsTornLease(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := IDRange{First: 7000, Count: 3}
+	d, err := openDynamicIDs(dir, r, procRef{Pid: os.Getpid(), StartTime: 1}, "boot", "/proc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i, torn := range []string{"", `{"container": "c`} {
+		if err := os.WriteFile(d.leasePath(r.First+uint32(i)), []byte(torn), 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	none := func(uint32) bool { return false }
+	for i := range 2 {
+		id, err := d.take(uidLease{Container: fmt.Sprint("c", i)}, none)
+		if err != nil || id != r.First+uint32(i) {
+			t.Fatalf("take = %d, %v; want %d (its lease is torn)", id, err, r.First+uint32(i))
+		}
+		l, err := d.readLease(id)
+		if err != nil || l == nil || l.Container != fmt.Sprint("c", i) {
+			t.Errorf("lease of %d = %+v, %v; want container c%d's", id, l, err, i)
+		}
+	}
+}
+
+// TestDynamicIDsReserveBlocks: an allocator moves the host's cursor (a
+// durable write) once per dynamicIDsBlock ids and hands out the ids it
+// reserved first; another allocator starts after the block.
+func TestDynamicIDsReserveBlocks(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	r := IDRange{First: 9000, Count: 1000}
+	open := func() *dynamicIDs {
+		d, err := openDynamicIDs(dir, r, procRef{Pid: os.Getpid(), StartTime: 1}, "boot", "/proc")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return d
+	}
+	cursor := func() string {
+		data, err := os.ReadFile(filepath.Join(dir, dynamicIDsNext))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return strings.TrimSpace(string(data))
+	}
+	none := func(uint32) bool { return false }
+	a, b := open(), open()
+	want := fmt.Sprintf("%s %d", r, dynamicIDsBlock)
+	for i := range dynamicIDsBlock {
+		id, err := a.take(uidLease{Container: fmt.Sprint("a", i)}, none)
+		if err != nil || id != r.First+uint32(i) {
+			t.Fatalf("take %d = %d, %v; want %d", i, id, err, r.First+uint32(i))
+		}
+		if got := cursor(); got != want {
+			t.Fatalf("after %d ids the cursor is %q, want %q (one write per block)", i+1, got, want)
+		}
+	}
+	if id, err := b.take(uidLease{Container: "b"}, none); err != nil || id != r.First+dynamicIDsBlock {
+		t.Fatalf("another allocator got %d, %v; want %d, after the block", id, err, r.First+dynamicIDsBlock)
+	}
+	if id, err := a.take(uidLease{Container: "a-next"}, none); err != nil || id != r.First+2*dynamicIDsBlock {
+		t.Fatalf("a's next block starts at %d, %v; want %d, after b's block", id, err, r.First+2*dynamicIDsBlock)
+	}
+}

@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/agent/containerizer/supervisor"
 )
 
 // defaultPath is the task's PATH when the agent has none.
@@ -87,6 +88,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if err != nil {
 		return nil, err
 	}
+	userAt := time.Now()
 	sandbox := filepath.Join(c.cfg.SandboxDir, id)
 	var env, argv []string
 	var path string
@@ -112,7 +114,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if spec.Image == nil && spec.Fetch == nil {
 		// Checked before anything is created; with artifacts to fetch,
 		// the executable may be one of them: looked up after the fetch.
-		if path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox); err != nil {
+		if path, argv, err = commandLine(spec, supervisor.EnvValue(env, "PATH"), sandbox); err != nil {
 			return nil, err
 		}
 	}
@@ -144,7 +146,8 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		}
 		return nil, fmt.Errorf("create state directory: %w", err)
 	}
-	cp, err := c.prepare(spec, usr, sandbox, ct.dir)
+	var ps prepareStages
+	cp, err := c.prepare(spec, usr, sandbox, ct.dir, &ps)
 	if err == nil && root != nil {
 		root.Upper, root.Work, root.Merged, err = makeImageDirs(sandbox)
 		if err != nil {
@@ -161,7 +164,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	if spec.Fetch != nil {
 		err := spec.Fetch(ctx, sandbox, int(usr.UID), int(usr.GID))
 		if err == nil && spec.Image == nil {
-			path, argv, err = commandLine(spec, envValue(env, "PATH"), sandbox)
+			path, argv, err = commandLine(spec, supervisor.EnvValue(env, "PATH"), sandbox)
 		}
 		if err != nil {
 			noteInSandbox(sandbox, "slackline: "+err.Error())
@@ -174,7 +177,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	lspec := launchSpec{
 		Path: path, Argv: argv, Env: env, Dir: sandbox,
 		Stdout: filepath.Join(sandbox, "stdout"), Stderr: filepath.Join(sandbox, "stderr"),
-		Cgroup: cp.Cgroup, User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
+		Cgroup: supervisorCgroup(cp.Cgroup), User: usr, SupervisorArgv: c.cfg.SupervisorCommand,
 		OutputLimit:      max(c.cfg.OutputLimit, 0),
 		SupervisorCgroup: c.supervisors.ProcsFiles(),
 		CoreCookie:       spec.Revocable && c.coreCookies,
@@ -188,7 +191,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		// hides and the task's user could reach it there: the bind
 		// must not open a path its permissions close.
 		lspec.Keep = []string{sandbox}
-		if root == nil && underPrivate(path) && reachable(path, usr) {
+		if root == nil && supervisor.UnderPrivate(path) && reachable(path, usr) {
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}
@@ -200,7 +203,16 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	}
 	reported := time.Now()
 	cp.Supervisor, cp.Task, cp.StartedAt = status.Supervisor, status.Task, status.StartedAt
-	if err := writeJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
+	// Replaced without fsync (atomicfile.ReplaceFile): the pids matter
+	// only while the host runs, and an agent that dies leaves what it
+	// wrote in the page cache. After a crash of the host, file systems
+	// that commit a rename over a file after its data (ext4's default
+	// auto_da_alloc, xfs) keep the first, durable checkpoint or this one,
+	// and either says the container belongs to another boot; elsewhere
+	// the file may be lost, and Recover skips the state directory (the
+	// cgroups died with the boot). Its two fsyncs were on every launch's
+	// path.
+	if err := writeVolatileJSON(filepath.Join(ct.dir, checkpointFile), cp); err != nil {
 		// The supervisor's status.json still lets Recover find the pids.
 		c.log.Error("containerizer: checkpoint", "container", id, "err", err)
 	}
@@ -217,22 +229,42 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	// The stages of the launch, for the launch benchmarks: resolve (user,
 	// environment, command), prepare (sandbox, checkpoint, cgroups, image
 	// directories), spawn (until the supervisor runs: fork and exec of the
-	// agent binary), shim (supervisor setup, shim start, cgroups,
-	// namespaces, mounts, fork of the task), report (back to Launch), and
-	// checkpoint (the pids written). The supervisor's clock is the host's.
+	// supervisor binary), shim (from the supervisor's start to the task's
+	// fork: setup, shim start, cgroups, namespaces, mounts, fork of the
+	// task), itself split into setup (the supervisor's: launch.json, its
+	// service cgroup, output pipes), shim_exec (fork and exec of the shim,
+	// until its main runs), join (until the supervisor, which moves it
+	// while it starts, has it in the task's cgroups), isolate (core
+	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
+	// root, no_new_privs, seccomp) and fork (of the task, until the
+	// supervisor heard of it); then report (back to Launch) and
+	// checkpoint (the pids written). The supervisor's and shim's clock is
+	// the host's.
 	c.log.Info("containerizer: launched", "container", id, "task", spec.TaskID, "pid", cp.Task.Pid, "user", usr.Name,
 		"cgroup", cp.Cgroup.Rel, "cpus", cp.Limits.CPUs, "memory_bytes", cp.Limits.MemoryBytes, "image", spec.Image != nil,
-		"resolve_ms", ms(began, resolved), "prepare_ms", ms(resolved, prepared), "spawn_ms", ms(prepared, status.SupervisorAt),
-		"shim_ms", ms(status.SupervisorAt, status.ShimAt), "report_ms", ms(status.ShimAt, reported),
-		"checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
+		"resolve_ms", ms(began, resolved), "user_ms", ms(began, userAt),
+		"prepare_ms", ms(resolved, prepared), "sandbox_ms", ms(resolved, ps.sandbox), "container_checkpoint_ms", ms(ps.sandbox, ps.checkpoint),
+		"cgroups_ms", ms(ps.checkpoint, ps.cgroups), "spawn_ms", ms(prepared, status.SupervisorAt),
+		"shim_ms", ms(status.SupervisorAt, status.ShimAt),
+		"setup_ms", ms(status.SupervisorAt, status.SpawnAt), "shim_exec_ms", ms(status.SpawnAt, status.ShimMainAt),
+		"join_ms", ms(status.ShimMainAt, status.JoinedAt), "isolate_ms", ms(status.JoinedAt, status.IsolatedAt),
+		"fork_ms", ms(status.IsolatedAt, status.ShimAt),
+		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
 	return snap, nil
 }
 
+// prepareStages are when prepare finished each of its stages (Launch logs
+// them).
+type prepareStages struct {
+	sandbox, checkpoint, cgroups time.Time
+}
+
 // prepare creates the sandbox, the first checkpoint and the cgroups.
-func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (*checkpoint, error) {
+func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string, stages *prepareStages) (*checkpoint, error) {
 	if err := makeSandbox(sandbox, usr); err != nil {
 		return nil, fmt.Errorf("create sandbox: %w", err)
 	}
+	stages.sandbox = time.Now()
 	id := spec.ContainerID
 	class := cgroups.Guaranteed
 	if spec.Revocable {
@@ -260,9 +292,11 @@ func (c *Containerizer) prepare(spec Spec, usr *taskUser, sandbox, dir string) (
 	if err := writeJSON(filepath.Join(dir, checkpointFile), cp); err != nil {
 		return nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	stages.checkpoint = time.Now()
 	if _, err := c.layout.Create(rel, cp.Limits); err != nil {
 		return nil, err
 	}
+	stages.cgroups = time.Now()
 	oom, err := cp.Cgroup.OOMKills()
 	if err != nil {
 		c.log.Warn("containerizer: read OOM counter", "container", id, "err", err)
@@ -480,15 +514,6 @@ func taskEnv(spec Spec, id, sandbox string) []string {
 	}
 	sort.Strings(env)
 	return env
-}
-
-func envValue(env []string, key string) string {
-	for _, kv := range env {
-		if v, ok := strings.CutPrefix(kv, key+"="); ok {
-			return v
-		}
-	}
-	return ""
 }
 
 func newID() string {

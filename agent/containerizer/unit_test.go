@@ -196,24 +196,6 @@ func TestDescribeExit(t *testing.T) {
 	}
 }
 
-func TestParseStatStartTime(t *testing.T) {
-	stat := "1234 (we)ird) name) S 1 1234 1234 0 -1 4194560 100 0 0 0 1 2 0 0 20 0 1 0 987654 1000 100"
-	got, err := parseStatStartTime([]byte(stat))
-	if err != nil || got != 987654 {
-		t.Errorf("parseStatStartTime = %d, %v; want 987654", got, err)
-	}
-	if _, err := parseStatStartTime([]byte("1 (x) S 1")); err == nil {
-		t.Error("short stat accepted")
-	}
-	st, err := procStartTime("/proc", os.Getpid())
-	if err != nil || st == 0 || !alive("/proc", &procRef{Pid: os.Getpid(), StartTime: st}) {
-		t.Errorf("own start time = %d, %v", st, err)
-	}
-	if alive("/proc", &procRef{Pid: os.Getpid(), StartTime: st + 1}) {
-		t.Error("a pid with another start time counts as alive")
-	}
-}
-
 func TestCommandLine(t *testing.T) {
 	sandbox := t.TempDir()
 	if err := os.WriteFile(filepath.Join(sandbox, "run.sh"), []byte("#!/bin/sh\n"), 0o755); err != nil {

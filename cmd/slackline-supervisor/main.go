@@ -1,5 +1,5 @@
 // Command slackline-supervisor is the per-task supervisor and exec shim the
-// agent starts for every task launch (containerizer.SuperviseMain): the
+// agent starts for every task launch (agent/containerizer/supervisor): the
 // supervisor of one container ("slackline-supervisor run <state-dir>"), the
 // shim it re-executes inside the task's namespaces to join its cgroups and
 // exec the task ("exec"), and the helper of a command run inside a
@@ -7,18 +7,21 @@
 //
 // It is a binary of its own, rather than the agent binary's "supervise"
 // sub-command, because every launch executes it twice (supervisor, then
-// shim): it links only the containerizer, not the agent's servers, clients
-// and metrics, whose package initialisation made each start of the 26 MB
-// agent binary cost several milliseconds. The agent finds it next to its own
-// executable, or where --supervisor says.
+// shim), on the launch's critical path. It links only package supervisor:
+// the standard library, x/sys/unix and the seccomp assembler, no protobuf,
+// containerd cgroups, eBPF or logging packages, so that each start costs
+// about what a hello world's does (the agent binary's "supervise", or a
+// binary linking the whole containerizer, cost several milliseconds more
+// per start in package initialisation and page faults). The agent finds
+// it next to its own executable, or where --supervisor says.
 package main
 
 import (
 	"os"
 
-	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/agent/containerizer/supervisor"
 )
 
 func main() {
-	os.Exit(containerizer.SuperviseMain(os.Args[1:]))
+	os.Exit(supervisor.Main(os.Args[1:]))
 }

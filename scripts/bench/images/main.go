@@ -4,9 +4,11 @@
 // and a task of an image pulled cold (a busybox-static layer plus
 // --cold-mib of incompressible data, a new image each time) from Debian's
 // docker-registry on loopback. Plain and cached launches alternate, one at
-// a time. It also breaks the agent's part of each plain launch into the
-// stages the containerizer logs (resolve, prepare, spawn, shim, report,
-// checkpoint). It builds and starts the real coordinator and agent.
+// a time. It also breaks each launch into the stages the agent and its
+// containerizer log, in the order they happen (see stageRows), and what is
+// left outside the agent (the coordinator's Accept, RunTask to the agent,
+// the RUNNING update back to the framework). It builds and starts the real
+// coordinator and agent.
 //
 //	sudo go run ./scripts/bench/images --trials 50 --cold 5
 package main
@@ -134,10 +136,12 @@ func run() error {
 
 	need := resources.MustParse("cpus:0.01;mem:16")
 	n := 0
+	var lastTask string
 	launch := func(image string) (time.Duration, error) {
 		n++
 		o := <-offers
-		task := frameworkapi.NewTask(fmt.Sprintf("t%d", n), "bench", o, need, &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
+		lastTask = fmt.Sprintf("t%d", n)
+		task := frameworkapi.NewTask(lastTask, "bench", o, need, &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
 		task.Image = image
 		t0 := time.Now()
 		if err := fw.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(0)); err != nil {
@@ -168,20 +172,19 @@ func run() error {
 	if _, err := launch(cached); err != nil {
 		return err
 	}
-	stages.reset()
 	var plain, withImage, pulled []time.Duration
+	var plainTasks, imageTasks []string
 	for range *trials {
 		d, err := launch("")
 		if err != nil {
 			return err
 		}
-		plain = append(plain, d)
+		plain, plainTasks = append(plain, d), append(plainTasks, lastTask)
 		if d, err = launch(cached); err != nil {
 			return err
 		}
-		withImage = append(withImage, d)
+		withImage, imageTasks = append(withImage, d), append(imageTasks, lastTask)
 	}
-	plainStages := stages.take()
 	for _, ref := range colds {
 		d, err := launch(ref)
 		if err != nil {
@@ -201,34 +204,60 @@ func run() error {
 	fmt.Printf("  cached image - plain: p50 %+v, p99 %+v\n",
 		benchutil.Percentile(withImage, 0.5, 10*time.Microsecond)-benchutil.Percentile(plain, 0.5, 10*time.Microsecond),
 		benchutil.Percentile(withImage, 0.99, 10*time.Microsecond)-benchutil.Percentile(plain, 0.99, 10*time.Microsecond))
-	fmt.Println("containerizer stages of the trials' launches (ms; from the agent's \"containerizer: launched\" log):")
-	for _, kind := range []string{"false", "true"} {
-		label := map[string]string{"false": "plain", "true": "cached image"}[kind]
-		for _, stage := range []string{"resolve_ms", "prepare_ms", "spawn_ms", "shim_ms", "report_ms", "checkpoint_ms", "total_ms"} {
-			vs := plainStages[kind][stage]
-			if len(vs) == 0 {
-				continue
-			}
-			slices.Sort(vs)
-			fmt.Printf("  %-13s %-14s p50 %7.2f  p99 %7.2f\n", label, strings.TrimSuffix(stage, "_ms"), vs[len(vs)/2], vs[int(0.99*float64(len(vs)-1))])
-		}
-	}
-	if totals := plainStages["false"]["total_ms"]; len(totals) > 0 {
-		slices.Sort(totals)
-		outside := float64(benchutil.Percentile(plain, 0.5, time.Microsecond).Microseconds())/1000 - totals[len(totals)/2]
-		fmt.Printf("  plain: outside the containerizer (Accept, offer bookkeeping, RunTask to the agent, checkpoint, RUNNING back), p50 ~%.2f ms\n", outside)
-	}
+	// The agent logs its lines of a launch before the update reaches the
+	// framework; the last one may still be in the pipe: give it a moment.
+	time.Sleep(200 * time.Millisecond)
+	fmt.Println("stages of the trials' launches, in order (ms; from the agent's logs, agent and supervisor clocks are the host's):")
+	stages.report("plain", plainTasks, plain)
+	stages.report("cached image", imageTasks, withImage)
 	cancel()
 	agent.Process.Kill()
 	return nil
 }
 
-// stageLog collects the stage fields of the agent's "containerizer:
-// launched" lines, by image=true/false.
+// stageRows are the stages of a launch the report lists, in the order
+// they happen: the log line (by its msg) and field each comes from. The
+// agent: the task record's checkpoint, then (image tasks) the image; the
+// containerizer's Launch: the task's user (a dynamic one is leased), the
+// rest of resolve, sandbox, its checkpoint, cgroups, the supervisor's fork
+// and exec, the supervisor's setup, the shim's fork and exec, the shim
+// waiting for the supervisor to have moved it into the cgroups, isolating
+// (namespaces, mounts, no_new_privs, seccomp), forking the task, the
+// report back to Launch, the pids' checkpoint; the agent again: the checkpoint of the RUNNING update with
+// the sandbox's record, and its hand-off to the session.
+var stageRows = []struct{ msg, field, label string }{
+	{lineAgent, "checkpoint_ms", "agent: task record checkpoint"},
+	{lineAgent, "image_ms", "agent: image (acquire)"},
+	{lineLaunched, "user_ms", "containerizer: task user"},
+	{lineLaunched, "other_resolve_ms", "containerizer: environment, command"},
+	{lineLaunched, "sandbox_ms", "containerizer: sandbox"},
+	{lineLaunched, "container_checkpoint_ms", "containerizer: checkpoint"},
+	{lineLaunched, "cgroups_ms", "containerizer: cgroups"},
+	{lineLaunched, "other_prepare_ms", "containerizer: image dirs, fetch"},
+	{lineLaunched, "spawn_ms", "supervisor: fork+exec"},
+	{lineLaunched, "setup_ms", "supervisor: setup"},
+	{lineLaunched, "shim_exec_ms", "shim: fork+exec"},
+	{lineLaunched, "join_ms", "shim: wait for its cgroup moves"},
+	{lineLaunched, "isolate_ms", "shim: namespaces, mounts, seccomp"},
+	{lineLaunched, "fork_ms", "shim: fork task, tell supervisor"},
+	{lineLaunched, "report_ms", "supervisor: report to Launch"},
+	{lineLaunched, "checkpoint_ms", "containerizer: pids checkpoint"},
+	{lineRunning, "since_event_ms", "agent: RUNNING+sandbox checkpoint, send"},
+}
+
+// The agent's log lines the stages come from.
+const (
+	lineAgent    = "task launch stages"
+	lineLaunched = "containerizer: launched"
+	lineRunning  = "task running sent"
+)
+
+// stageLog collects the fields of the agent's lines of each launch, by
+// task id and line (the first line of each kind per task).
 type stageLog struct {
 	mu      sync.Mutex
 	partial []byte
-	byKind  map[string]map[string][]float64
+	byTask  map[string]map[string]map[string]float64 // task -> msg -> field -> ms
 }
 
 func (s *stageLog) Write(p []byte) (int, error) {
@@ -242,7 +271,13 @@ func (s *stageLog) Write(p []byte) (int, error) {
 		}
 		line := string(s.partial[:i])
 		s.partial = s.partial[i+1:]
-		if !strings.Contains(line, `msg="containerizer: launched"`) {
+		msg := ""
+		for _, m := range []string{lineAgent, lineLaunched, lineRunning} {
+			if strings.Contains(line, `msg="`+m+`"`) {
+				msg = m
+			}
+		}
+		if msg == "" {
 			if strings.Contains(line, "level=WARN") || strings.Contains(line, "level=ERROR") {
 				fmt.Fprintln(os.Stderr, line)
 			}
@@ -254,35 +289,71 @@ func (s *stageLog) Write(p []byte) (int, error) {
 				fields[k] = v
 			}
 		}
-		if s.byKind == nil {
-			s.byKind = map[string]map[string][]float64{}
+		task := fields["task"]
+		if s.byTask == nil {
+			s.byTask = map[string]map[string]map[string]float64{}
 		}
-		kind := fields["image"]
-		if s.byKind[kind] == nil {
-			s.byKind[kind] = map[string][]float64{}
+		if s.byTask[task] == nil {
+			s.byTask[task] = map[string]map[string]float64{}
 		}
+		if s.byTask[task][msg] != nil {
+			continue // a later RUNNING (health) update
+		}
+		vals := map[string]float64{}
 		for k, v := range fields {
 			if strings.HasSuffix(k, "_ms") {
 				if f, err := strconv.ParseFloat(v, 64); err == nil {
-					s.byKind[kind][k] = append(s.byKind[kind][k], f)
+					vals[k] = f
 				}
 			}
 		}
+		if msg == lineLaunched {
+			vals["other_resolve_ms"] = vals["resolve_ms"] - vals["user_ms"]
+			vals["other_prepare_ms"] = vals["prepare_ms"] - vals["sandbox_ms"] - vals["container_checkpoint_ms"] - vals["cgroups_ms"]
+		}
+		s.byTask[task][msg] = vals
 	}
 }
 
-func (s *stageLog) reset() {
+// report prints the p50 and p99 of each stage of tasks' launches, their
+// sum (the agent's part), and what is left of each task's Accept ->
+// RUNNING (totals, in the same order) outside the agent.
+func (s *stageLog) report(label string, tasks []string, totals []time.Duration) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.byKind = nil
-}
-
-func (s *stageLog) take() map[string]map[string][]float64 {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := s.byKind
-	s.byKind = nil
-	return out
+	pct := func(vs []float64, q float64) float64 {
+		if len(vs) == 0 {
+			return 0
+		}
+		vs = slices.Clone(vs)
+		slices.Sort(vs)
+		return vs[int(q*float64(len(vs)-1)+0.5)]
+	}
+	var agentSums, outside []float64
+	for i, task := range tasks {
+		lines := s.byTask[task]
+		if lines == nil || lines[lineAgent] == nil || lines[lineLaunched] == nil || lines[lineRunning] == nil {
+			continue
+		}
+		sum := 0.0
+		for _, r := range stageRows {
+			sum += lines[r.msg][r.field]
+		}
+		agentSums = append(agentSums, sum)
+		outside = append(outside, float64(totals[i].Microseconds())/1000-sum)
+	}
+	fmt.Printf("  %s (%d of %d launches logged every stage):\n", label, len(agentSums), len(tasks))
+	for _, r := range stageRows {
+		var vs []float64
+		for _, task := range tasks {
+			if v, ok := s.byTask[task][r.msg][r.field]; ok {
+				vs = append(vs, v)
+			}
+		}
+		fmt.Printf("    %-40s p50 %7.2f  p99 %7.2f\n", r.label, pct(vs, 0.5), pct(vs, 0.99))
+	}
+	fmt.Printf("    %-40s p50 %7.2f  p99 %7.2f\n", "= the agent's part (sum)", pct(agentSums, 0.5), pct(agentSums, 0.99))
+	fmt.Printf("    %-40s p50 %7.2f  p99 %7.2f\n", "outside the agent (Accept, RunTask, update)", pct(outside, 0.5), pct(outside, 0.99))
 }
 
 func startRegistry(dir, addr string) (*exec.Cmd, error) {

@@ -1,4 +1,4 @@
-package containerizer
+package supervisor
 
 import (
 	"fmt"

@@ -1,6 +1,7 @@
-package containerizer
+package supervisor
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -17,8 +18,6 @@ import (
 	"time"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
 // statusFD is the descriptor on which Launch hears from its supervisor, and
@@ -29,7 +28,7 @@ const statusFD = 3
 // left in the cgroup after the main process ended to die.
 const leftoverKillTimeout = 30 * time.Second
 
-// SuperviseMain is the entry point of the supervisor and of its exec shim.
+// Main is the entry point of the supervisor and of its exec shim.
 // The agent binary calls it for "supervise" with the arguments that follow
 // (Config.SupervisorCommand is that prefix), and exits with its result:
 //
@@ -38,7 +37,7 @@ const leftoverKillTimeout = 30 * time.Second
 //	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
 // The shim never returns when the exec succeeds.
-func SuperviseMain(args []string) int {
+func Main(args []string) int {
 	if len(args) != 2 {
 		fmt.Fprintln(os.Stderr, "usage: supervise run|exec|enter <container-state-dir>")
 		return 2
@@ -66,7 +65,7 @@ func supervise(dir string) int {
 	}
 	unix.CloseOnExec(statusFD)
 	status := os.NewFile(statusFD, "status")
-	report := func(st statusRecord) {
+	report := func(st Status) {
 		data, _ := json.Marshal(st)
 		// EPIPE if the agent died meanwhile: the task runs on regardless.
 		_, _ = status.Write(data)
@@ -83,37 +82,35 @@ func supervise(dir string) int {
 		}
 	}()
 
-	var spec launchSpec
-	if err := readJSON(filepath.Join(dir, launchFile), &spec); err != nil {
+	var spec LaunchSpec
+	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		logf("%v", err)
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
-	}
-	// Out of the agent's cgroup, so that what ends the agent's cgroup does
-	// not end the supervisor. The shim, started after, inherits it until it
-	// joins the task's cgroups.
-	self := []byte(strconv.Itoa(os.Getpid()))
-	for _, procs := range spec.SupervisorCgroup {
-		if err := os.WriteFile(procs, self, 0); err != nil {
-			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
-		}
 	}
 	// The task's output goes through the supervisor, which keeps at most
 	// spec.OutputLimit of each stream (output.go).
 	stdout, stderr, output, err := taskOutput(spec)
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	execR, execW, err := os.Pipe()
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	// The shim as the task's init reports the task's wait status on fd 4.
 	initR, initW, err := os.Pipe()
 	if err != nil {
-		report(statusRecord{Error: err.Error()})
+		report(Status{Error: err.Error()})
+		return 1
+	}
+	// The supervisor moves the shim into the task's cgroups while the
+	// shim starts, and says on fd 5 when it is done ("ok", or why not).
+	joinR, joinW, err := os.Pipe()
+	if err != nil {
+		report(Status{Error: err.Error()})
 		return 1
 	}
 	// The task's own session (and process group, so Kill's SIGTERM
@@ -128,28 +125,54 @@ func supervise(dir string) int {
 		Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
 		Dir:    spec.Dir,
 		Stdout: stdout, Stderr: stderr,
-		ExtraFiles:  []*os.File{execW, initW}, // fds 3 and 4 in the shim
+		ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
 		SysProcAttr: attr,
 	}
+	spawnAt := time.Now()
 	err = shim.Start()
 	execW.Close()
 	initW.Close()
+	joinR.Close()
 	stdout.Close()
 	stderr.Close()
 	defer initR.Close()
 	if err != nil {
 		execR.Close()
-		report(statusRecord{Error: fmt.Sprintf("start exec shim: %v", err)})
+		joinW.Close()
+		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
+	}
+	// Into the task's cgroups (every hierarchy) before it does anything
+	// else: the moves, a grace period of RCU each on cgroup v1, overlap
+	// the shim's exec and start instead of following them. The shim waits
+	// for the answer before it goes on; an error ends it.
+	joined := "ok"
+	if err := joinCgroup(spec.Cgroup, shim.Process.Pid); err != nil {
+		joined = err.Error()
+	}
+	_, _ = joinW.WriteString(joined) // EPIPE if the shim failed already: execR says why
+	joinW.Close()
+	// Out of the agent's cgroup, so that what ends the agent's cgroup does
+	// not end the supervisor; before the report, so a supervisor Launch
+	// returned for is there. Done while the shim starts, not before: the
+	// moves (one per hierarchy on hybrid hosts) are off the launch's path.
+	// The shim, forked before, starts in the agent's cgroup and leaves it
+	// for the task's.
+	self := []byte(strconv.Itoa(os.Getpid()))
+	for _, procs := range spec.SupervisorCgroup {
+		if err := os.WriteFile(procs, self, 0); err != nil {
+			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
+		}
 	}
 	// EOF without data: the shim exec'd the task, or forked it and closed
 	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
 	execR.Close()
 	shimAt := time.Now()
+	stages, msg := parseShimStages(msg)
 	if len(msg) > 0 {
 		_ = shim.Wait()
-		report(statusRecord{Error: string(msg)})
+		report(Status{Error: string(msg)})
 		return 1
 	}
 	pid := shim.Process.Pid
@@ -161,24 +184,25 @@ func supervise(dir string) int {
 			pid = child
 		}
 	}
-	taskStart, err := procStartTime("/proc", pid)
+	taskStart, err := ProcStartTime("/proc", pid)
 	if err != nil {
 		logf("start time of task %d: %v", pid, err)
 	}
-	supStart, _ := procStartTime("/proc", os.Getpid())
-	st := statusRecord{
-		Supervisor:   &procRef{Pid: os.Getpid(), StartTime: supStart},
-		Task:         &procRef{Pid: pid, StartTime: taskStart},
+	supStart, _ := ProcStartTime("/proc", os.Getpid())
+	st := Status{
+		Supervisor:   &ProcRef{Pid: os.Getpid(), StartTime: supStart},
+		Task:         &ProcRef{Pid: pid, StartTime: taskStart},
 		StartedAt:    time.Now(),
-		SupervisorAt: supervisorAt, ShimAt: shimAt,
+		SupervisorAt: supervisorAt, ShimAt: shimAt, SpawnAt: spawnAt,
+		ShimMainAt: stages.main, JoinedAt: stages.joined, IsolatedAt: stages.isolated,
 	}
-	if err := writeVolatileJSON(filepath.Join(dir, statusFile), st); err != nil {
+	if err := WriteVolatileJSON(filepath.Join(dir, StatusFile), st); err != nil {
 		logf("write status: %v", err)
 	}
 	report(st)
 	logf("task started: pid %d in %s", pid, spec.Cgroup.Rel)
 
-	rec := exitRecord{ExitCode: -1}
+	rec := ExitRecord{ExitCode: -1}
 	if err := shim.Wait(); err != nil {
 		var ee *exec.ExitError
 		if !errors.As(err, &ee) {
@@ -218,7 +242,7 @@ func supervise(dir string) int {
 		cancel()
 	}
 	output.wait(leftoverKillTimeout) // its last lines are on disk before its exit is known
-	if err := writeJSON(filepath.Join(dir, exitFile), rec); err != nil {
+	if err := WriteJSON(filepath.Join(dir, ExitFile), rec); err != nil {
 		logf("write exit status: %v", err)
 		return 1
 	}
@@ -230,10 +254,25 @@ func supervise(dir string) int {
 // reports the task's wait status to the supervisor.
 const initStatusFD = 4
 
-// execShim runs inside the task's future process, as root: it writes its
-// own pid to the cgroup.procs file of each of the container's cgroups, so
-// the task is in all of them before the user's command starts, and enters
-// a new cgroup namespace rooted there. Without namespaces it then becomes
+// joinFD is the descriptor on which the shim hears from the supervisor
+// that it is in every cgroup of the task ("ok"), or why not.
+const joinFD = 5
+
+// joinCgroup moves process pid into every directory of cg (its
+// cgroup.procs files), the whole thread group at once.
+func joinCgroup(cg Cgroup, pid int) error {
+	for _, procs := range cg.ProcsFiles() {
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", filepath.Dir(procs), err)
+		}
+	}
+	return nil
+}
+
+// execShim runs inside the task's future process, as root: it waits for
+// the supervisor to have moved it into each of the container's cgroups
+// (fd 5: "ok", else why not), so the task is in all of them before the
+// user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
 // mount and IPC namespaces: it is their pid 1) it mounts the task's
@@ -246,25 +285,35 @@ const initStatusFD = 4
 // of one thread until exec: everything from the unshare on happens on this
 // goroutine's locked thread, which is the one that execs or forks.
 func execShim(dir string) int {
+	stages := shimStages{main: time.Now()}
 	runtime.LockOSThread()
 	unix.CloseOnExec(statusFD)
 	unix.CloseOnExec(initStatusFD)
+	unix.CloseOnExec(joinFD)
 	errPipe := os.NewFile(statusFD, "exec-status")
 	fail := func(format string, args ...any) int {
 		_, _ = fmt.Fprintf(errPipe, format, args...)
 		return 127
 	}
-	var spec launchSpec
-	if err := readJSON(filepath.Join(dir, launchFile), &spec); err != nil {
+	var spec LaunchSpec
+	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
-	for _, procs := range spec.Cgroup.ProcsFiles() {
-		// Writing 0 to cgroup.procs moves the writing process (its pid
-		// may be 1 of its own namespace), every runtime thread included.
-		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
-			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
-		}
+	// The supervisor moved this process into every cgroup of the task
+	// (joinCgroup) while it started: nothing happens here before it says
+	// so on fd 5.
+	joinPipe := os.NewFile(joinFD, "join-status")
+	answer, err := io.ReadAll(io.LimitReader(joinPipe, 4096))
+	joinPipe.Close()
+	switch {
+	case err != nil:
+		return fail("exec shim: read the supervisor's cgroup moves: %v", err)
+	case len(answer) == 0:
+		return fail("exec shim: the supervisor ended before it moved the shim into the task's cgroups")
+	case string(answer) != "ok":
+		return fail("%s", answer)
 	}
+	stages.joined = time.Now()
 	if spec.CoreCookie {
 		if err := newCoreCookie(); err != nil {
 			return fail("core scheduling cookie: %v", err)
@@ -281,7 +330,7 @@ func execShim(dir string) int {
 			return fail("%v", err)
 		}
 		if spec.Root.Lookup {
-			p, err := lookPathIn(spec.Path, envValue(spec.Env, "PATH"))
+			p, err := lookPathIn(spec.Path, EnvValue(spec.Env, "PATH"))
 			if err != nil {
 				return fail("%v", err)
 			}
@@ -290,6 +339,8 @@ func execShim(dir string) int {
 		if err := restrict(spec.Seccomp); err != nil {
 			return fail("%v", err)
 		}
+		stages.isolated = time.Now()
+		stages.write(errPipe)
 		return runInit(spec, errPipe)
 	}
 	if spec.Namespaces {
@@ -299,6 +350,8 @@ func execShim(dir string) int {
 		if err := restrict(spec.Seccomp); err != nil {
 			return fail("%v", err)
 		}
+		stages.isolated = time.Now()
+		stages.write(errPipe)
 		return runInit(spec, errPipe)
 	}
 	if err := becomeUser(spec.User); err != nil {
@@ -307,8 +360,10 @@ func execShim(dir string) int {
 	if err := restrict(spec.Seccomp); err != nil {
 		return fail("%v", err)
 	}
+	stages.isolated = time.Now()
+	stages.write(errPipe)
 	// Caught signals revert to their defaults at exec; the runtime ignores none.
-	err := unix.Exec(spec.Path, spec.Argv, spec.Env)
+	err = unix.Exec(spec.Path, spec.Argv, spec.Env)
 	return fail("exec %s: %v", spec.Path, err)
 }
 
@@ -326,7 +381,7 @@ func enterCgroupNamespace() error {
 // uid. Without root, the task cannot write any cgroup.procs (they are
 // root's, 0644), so it cannot move itself or its children out of its
 // cgroups.
-func becomeUser(u *taskUser) error {
+func becomeUser(u *User) error {
 	if err := unix.Setgroups(u.groupInts()); err != nil {
 		return fmt.Errorf("set groups of user %s: %w", u.Name, err)
 	}
@@ -363,7 +418,7 @@ var forwardedSignals = []os.Signal{unix.SIGTERM, unix.SIGINT, unix.SIGHUP, unix.
 // the task's wait status to fd 4. Its exit ends every other process of
 // the namespace (the kernel kills them): a container ends with its main
 // process.
-func runInit(spec launchSpec, errPipe *os.File) int {
+func runInit(spec LaunchSpec, errPipe *os.File) int {
 	sigs := make(chan os.Signal, 32)
 	signal.Notify(sigs, append([]os.Signal{unix.SIGCHLD}, forwardedSignals...)...)
 	u := spec.User
@@ -410,7 +465,7 @@ func runInit(spec launchSpec, errPipe *os.File) int {
 
 // childIn returns the process of cgroup cg whose parent is pid (the host's
 // view), or 0.
-func childIn(cg cgroups.Paths, pid int) int {
+func childIn(cg Cgroup, pid int) int {
 	pids, _ := cg.Procs()
 	for _, p := range pids {
 		if p != pid && procPPid("/proc", p) == pid {
@@ -418,4 +473,43 @@ func childIn(cg cgroups.Paths, pid int) int {
 		}
 	}
 	return 0
+}
+
+// shimStagesPrefix starts the line on which the shim, on its exec-status
+// pipe, tells the supervisor when it reached each stage, just before it
+// forks or execs the task: "stages <main> <joined> <isolated>\n", Unix
+// nanoseconds. Anything after that line (or without it) is an error.
+const shimStagesPrefix = "stages "
+
+// shimStages are the times the shim reached its stages (Status).
+type shimStages struct {
+	main, joined, isolated time.Time
+}
+
+func (st shimStages) write(w io.Writer) {
+	_, _ = fmt.Fprintf(w, "%s%d %d %d\n", shimStagesPrefix, st.main.UnixNano(), st.joined.UnixNano(), st.isolated.UnixNano())
+}
+
+// parseShimStages splits what the shim wrote on its exec-status pipe into
+// its stages (zero when it wrote none) and the rest: its error, if any.
+func parseShimStages(msg []byte) (shimStages, []byte) {
+	var st shimStages
+	rest, ok := bytes.CutPrefix(msg, []byte(shimStagesPrefix))
+	if !ok {
+		return st, msg
+	}
+	line, rest, _ := bytes.Cut(rest, []byte("\n"))
+	f := strings.Fields(string(line))
+	if len(f) != 3 {
+		return st, msg
+	}
+	var at [3]time.Time
+	for i, v := range f {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil {
+			return st, msg
+		}
+		at[i] = time.Unix(0, n)
+	}
+	return shimStages{main: at[0], joined: at[1], isolated: at[2]}, rest
 }

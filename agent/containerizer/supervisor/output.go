@@ -1,4 +1,4 @@
-package containerizer
+package supervisor
 
 import (
 	"errors"
@@ -122,7 +122,7 @@ type outputPipes struct {
 
 // startOutput opens the rotating files and starts copying. On error
 // nothing is left open.
-func startOutput(spec launchSpec) (*outputPipes, error) {
+func startOutput(spec LaunchSpec) (*outputPipes, error) {
 	uid, gid := -1, -1
 	if spec.User != nil {
 		uid, gid = int(spec.User.UID), int(spec.User.GID)
@@ -163,7 +163,7 @@ func startOutput(spec launchSpec) (*outputPipes, error) {
 // copied to rotating files when spec.OutputLimit is positive (and the
 // copy, to wait for), else the files themselves. The caller closes both
 // once the task holds them.
-func taskOutput(spec launchSpec) (stdout, stderr *os.File, copying *outputPipes, err error) {
+func taskOutput(spec LaunchSpec) (stdout, stderr *os.File, copying *outputPipes, err error) {
 	if spec.OutputLimit > 0 {
 		o, err := startOutput(spec)
 		if err != nil {

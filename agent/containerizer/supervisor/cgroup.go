@@ -1,0 +1,142 @@
+package supervisor
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Cgroup is a container's cgroup as the supervisor and its shim use it:
+// the directories of cgroups.Paths, with the same JSON names (launch.json
+// holds one), and only the operations the supervisor needs, on plain
+// cgroupfs files. The containerizer's cgroups package builds on
+// containerd's cgroup managers, whose packages (and their dependencies'
+// initialisation) this binary, started twice per launch, leaves out.
+type Cgroup struct {
+	Rel          string `json:"rel"`
+	UnifiedMount string `json:"unified_mount"`
+	Unified      string `json:"unified"`
+	CPU          string `json:"cpu,omitempty"`
+	Memory       string `json:"memory,omitempty"`
+	CPUSet       string `json:"cpuset,omitempty"`
+	Pids         string `json:"pids,omitempty"`
+	Blkio        string `json:"blkio,omitempty"`
+}
+
+// ProcsFiles returns the cgroup.procs file of every directory of c (as
+// cgroups.Paths.ProcsFiles does): a process that writes its pid to each is
+// in the cgroup everywhere.
+func (c Cgroup) ProcsFiles() []string {
+	var files []string
+	for _, d := range []string{c.Unified, c.CPU, c.Memory, c.Pids, c.CPUSet, c.Blkio} {
+		if d != "" {
+			files = append(files, filepath.Join(d, "cgroup.procs"))
+		}
+	}
+	return files
+}
+
+// Procs returns the pids of every process in the cgroup and its
+// descendants, read from the v2 tree (which tracks membership on hybrid
+// hosts too). A cgroup that no longer exists has no processes.
+func (c Cgroup) Procs() ([]int, error) {
+	var pids []int
+	err := filepath.WalkDir(c.Unified, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // removed meanwhile
+			}
+			return err
+		}
+		if !d.IsDir() {
+			return nil
+		}
+		data, err := os.ReadFile(filepath.Join(path, "cgroup.procs"))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		for f := range bytes.FieldsSeq(data) {
+			pid, err := strconv.Atoi(string(f))
+			if err != nil {
+				return fmt.Errorf("%s: pid %q", filepath.Join(path, "cgroup.procs"), f)
+			}
+			pids = append(pids, pid)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("list processes of %s: %w", c.Unified, err)
+	}
+	return pids, nil
+}
+
+// Kill sends SIGKILL to every process in the cgroup at once: by writing
+// cgroup.kill (kernel 5.14+, atomic against forks), or else by freezing the
+// cgroup, killing each process and thawing it, so that no process escapes
+// by forking (as containerd's cgroup2 manager does).
+func (c Cgroup) Kill() error {
+	err := os.WriteFile(filepath.Join(c.Unified, "cgroup.kill"), []byte("1"), 0)
+	if err == nil || errors.Is(err, fs.ErrNotExist) && !exists(c.Unified) {
+		return nil
+	}
+	freeze := filepath.Join(c.Unified, "cgroup.freeze")
+	frozen := os.WriteFile(freeze, []byte("1"), 0) == nil
+	pids, err := c.Procs()
+	for _, pid := range pids {
+		if kerr := unix.Kill(pid, unix.SIGKILL); kerr != nil && !errors.Is(kerr, unix.ESRCH) && err == nil {
+			err = fmt.Errorf("kill %d: %w", pid, kerr)
+		}
+	}
+	if frozen {
+		_ = os.WriteFile(freeze, []byte("0"), 0) // killed processes die once thawed
+	}
+	if err != nil {
+		return fmt.Errorf("kill the processes of %s: %w", c.Unified, err)
+	}
+	return nil
+}
+
+// KillAndWait kills every process in the cgroup and polls until none is
+// left or ctx ends. The kill is repeated every 100 ms, which is harmless
+// and covers the freeze fallback racing with a fork.
+func (c Cgroup) KillAndWait(ctx context.Context) error {
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	var lastKill time.Time
+	for {
+		pids, err := c.Procs()
+		if err != nil {
+			return err
+		}
+		if len(pids) == 0 {
+			return nil
+		}
+		if time.Since(lastKill) >= 100*time.Millisecond {
+			if err := c.Kill(); err != nil {
+				return err
+			}
+			lastKill = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("%d process(es) still in %s: %w", len(pids), c.Unified, ctx.Err())
+		case <-tick.C:
+		}
+	}
+}
+
+func exists(path string) bool {
+	_, err := os.Stat(path)
+	return err == nil
+}
