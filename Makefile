@@ -50,7 +50,8 @@ test:
 
 # The privileged tests of the cgroup v2 and eBPF code paths in pure cgroup
 # v2 guests (QEMU, Debian's 6.1 and 6.12 kernels; docs/vm.md): builds the
-# guests' assets once (cached), checks the harness, then runs each package's
+# guests' assets once (cached), checks the harness (again only when it or
+# the assets changed), then runs each package's
 # static test binary in a guest per kernel. Needs root. VM_QUICK=1 (CI)
 # leaves out the long accuracy studies listed in scripts/vm/skip.
 VM_KERNELS ?= 6.1 6.12
@@ -58,7 +59,7 @@ VM_PACKAGES ?= ./agent/containerizer/... ./agent/monitor ./qos ./bpf/... ./agent
 VM_QUICK ?=
 test-vm:
 	scripts/vm/setup
-	scripts/vm/selftest
+	scripts/vm/selftest --once
 	scripts/vm/test --kernels "$(VM_KERNELS)" $(if $(VM_QUICK),--quick) $(VM_PACKAGES)
 
 # Several hosts (docs/vm.md): the coordinator on this host, agents in two
