@@ -58,7 +58,7 @@ side() {
 	done
 }
 
-bench() { go test -run '^$' -benchmem -count "${COUNT:-5}" "$@" | grep -E '^Benchmark'; }
+bench() { go test -timeout 60m -run '^$' -benchmem -count "${COUNT:-5}" "$@" | grep -E '^Benchmark'; }
 
 for part in "${parts[@]}"; do
 	case $part in
