@@ -138,8 +138,8 @@ func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slackl
 // the agent is lost anyway), so an idle stream holds nothing for long.
 func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiStream[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]) error {
 	claim := &beatClaim{body: streamBody(ctx)}
-	idle := time.AfterFunc(s.c.cfg.AgentTimeout, func() { claim.body.end(errBeatsIdle) })
-	defer idle.Stop()
+	idle := newIdleTimer(s.c.cfg.AgentTimeout, func() { claim.body.end(errBeatsIdle) })
+	defer idle.stop()
 	for {
 		req, err := stream.Receive()
 		if errors.Is(err, io.EOF) {
@@ -158,7 +158,7 @@ func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiS
 		if err != nil {
 			return err
 		}
-		idle.Reset(timeout)
+		idle.beat(timeout)
 		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds()}); err != nil {
 			return err
 		}

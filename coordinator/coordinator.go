@@ -153,10 +153,8 @@ type Coordinator struct {
 	// live agent).
 	hosts      map[string][]*agent
 	frameworks map[string]*framework
-	weights    map[string]float64
 	// maint is the maintenance schedule, modes and answers.
-	maint  *maintenance.State
-	quotas map[string]resources.Resources
+	maint *maintenance.State
 	// profiles are the node profiles, the agents' reports of them and
 	// what was sent to each (profiles.go, #29).
 	profiles profileBook
@@ -210,8 +208,6 @@ func New(cfg Config) (*Coordinator, error) {
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
-		weights:       map[string]float64{},
-		quotas:        map[string]resources.Resources{},
 		maint:         maintenance.New(),
 		instanceID:    instanceID,
 		startedAt:     startedAt,
@@ -289,6 +285,10 @@ func (c *Coordinator) shutdownStreams() {
 // send from their own goroutines, without c.mu), counts them, and wakes
 // the allocation loop when the core asks for a pass. Caller holds c.mu.
 func (c *Coordinator) deliver(r core.Ready) {
+	if len(r.Persist) > 0 || !r.Apply.IsZero() {
+		// A persist step's sends wait for its records (step).
+		panic("coordinator: deliver of a Ready with records to persist; use step")
+	}
 	for _, u := range r.Unqueue {
 		if fw := c.frameworks[u.FrameworkID]; fw != nil && fw.sub != nil {
 			fw.sub.edit(key("pending", u.TaskID, u.UUID), func(*slacklinev1.Event) bool { return false })

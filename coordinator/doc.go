@@ -116,9 +116,14 @@
 // Changes the coordinator decides itself (timeouts, a stream's end, a
 // teardown, agents shut down by maintenance) are applied first, under
 // persistMu, and recorded right after, even if the caller hung up (a
-// teardown answers after its write). The core writes no record: offers,
-// heartbeats and the update ledger live in memory and are rebuilt as
-// agents re-register and frameworks resubscribe.
+// teardown answers after its write). Where the core owns what a record
+// holds (role weights and quota), the core's Ready carries the persist
+// step: the event changes nothing and returns the records (Ready.Persist)
+// and the change (Ready.Apply); step writes the records with mu released,
+// then delivers the sends, then applies the change (core.Apply) and
+// delivers what it leads to. Offers, heartbeats and the update ledger
+// live in memory and are rebuilt as agents re-register and frameworks
+// resubscribe.
 //
 // # Agent liveness
 //

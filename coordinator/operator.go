@@ -6,14 +6,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strconv"
 	"strings"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/core"
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/resources"
@@ -150,11 +148,10 @@ func (s operatorService) GetRoles(ctx context.Context, _ *connect.Request[slackl
 }
 
 func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request[slacklinev1.UpdateWeightsRequest]) (*connect.Response[slacklinev1.UpdateWeightsResponse], error) {
-	c := s.c
 	if len(req.Msg.GetWeights()) == 0 {
 		return nil, invalidArgument(errors.New("weights is empty"))
 	}
-	var writes []store.Mutation
+	configs := make([]core.RoleConfig, 0, len(req.Msg.GetWeights()))
 	for _, w := range req.Msg.GetWeights() {
 		if err := validateRole(w.GetRole()); err != nil {
 			return nil, invalidArgument(err)
@@ -162,30 +159,20 @@ func (s operatorService) UpdateWeights(ctx context.Context, req *connect.Request
 		if v := w.GetWeight(); math.IsNaN(v) || math.IsInf(v, 0) || v <= 0 || v > maxWeight {
 			return nil, invalidArgument(fmt.Errorf("weight %v of role %q must be a finite number in (0, %g]", v, w.GetRole(), float64(maxWeight)))
 		}
-		writes = append(writes, store.Put(store.BucketWeights, w.GetRole(), []byte(strconv.FormatFloat(w.GetWeight(), 'g', -1, 64))))
+		configs = append(configs, core.RoleConfig{Role: w.GetRole(), Weight: w.GetWeight()})
 	}
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
-	if err := c.persist(ctx, "weights", writes...); err != nil {
+	if err := s.c.updateRoles(ctx, "weights", configs); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	for _, w := range req.Msg.GetWeights() {
-		c.weights[w.GetRole()] = w.GetWeight()
-		c.deliver(c.core.SetWeight(w.GetRole(), w.GetWeight()))
-	}
-	c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.UpdateWeightsResponse{}), nil
 }
 
 func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[slacklinev1.UpdateQuotaRequest]) (*connect.Response[slacklinev1.UpdateQuotaResponse], error) {
-	c := s.c
 	if len(req.Msg.GetConfigs()) == 0 {
 		return nil, invalidArgument(errors.New("configs is empty"))
 	}
-	limits := make([]resources.Resources, len(req.Msg.GetConfigs()))
-	var writes []store.Mutation
-	for i, cfg := range req.Msg.GetConfigs() {
+	configs := make([]core.RoleConfig, 0, len(req.Msg.GetConfigs()))
+	for _, cfg := range req.Msg.GetConfigs() {
 		if err := validateRole(cfg.GetRole()); err != nil {
 			return nil, invalidArgument(err)
 		}
@@ -196,27 +183,19 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 		if !revocable.IsEmpty() {
 			return nil, invalidArgument(fmt.Errorf("quota of role %q: revocable resources never count against quota", cfg.GetRole()))
 		}
-		limits[i] = regular
-		if regular.IsEmpty() {
-			writes = append(writes, store.Delete(store.BucketQuotas, cfg.GetRole()))
-		} else {
-			writes = append(writes, store.Put(store.BucketQuotas, cfg.GetRole(), mustMarshal(&slacklinev1.QuotaConfig{Role: cfg.GetRole(), Limits: regular.Proto("", resources.Regular)})))
-		}
+		configs = append(configs, core.RoleConfig{Role: cfg.GetRole(), Quota: regular, SetQuota: true})
 	}
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
-	if err := c.persist(ctx, "quota", writes...); err != nil {
+	if err := s.c.updateRoles(ctx, "quota", configs); err != nil {
 		return nil, err
 	}
-	c.mu.Lock()
-	for i, cfg := range req.Msg.GetConfigs() {
-		if limits[i].IsEmpty() {
-			delete(c.quotas, cfg.GetRole())
-		} else {
-			c.quotas[cfg.GetRole()] = limits[i]
-		}
-		c.deliver(c.core.SetQuota(cfg.GetRole(), limits[i]))
-	}
-	c.mu.Unlock()
 	return connect.NewResponse(&slacklinev1.UpdateQuotaResponse{}), nil
+}
+
+// updateRoles changes role weights and quota limits through the core's
+// persist step. It takes persistMu (role changes are ordered changes) and
+// c.mu.
+func (c *Coordinator) updateRoles(ctx context.Context, what string, configs []core.RoleConfig) error {
+	c.persistMu.Lock()
+	defer c.persistMu.Unlock()
+	return c.step(ctx, what, func() core.Ready { return c.core.UpdateRoles(configs) })
 }

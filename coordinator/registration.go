@@ -28,6 +28,7 @@ type registration struct {
 	total      resources.Resources
 	tasks      []reportedTask
 	previousID string // the agent the host had before it rebooted
+	proposedID string // the id a fresh agent asks for (proposedAgentID)
 }
 
 // reportedTask is a validated AgentTask from a registration.
@@ -75,7 +76,12 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 			return registration{}, err
 		}
 	}
-	reg := registration{info: proto.CloneOf(info), total: total, previousID: req.GetPreviousAgentId()}
+	if p := req.GetProposedAgentId(); p != "" {
+		if err := validateID("proposed_agent_id", p); err != nil {
+			return registration{}, err
+		}
+	}
+	reg := registration{info: proto.CloneOf(info), total: total, previousID: req.GetPreviousAgentId(), proposedID: req.GetProposedAgentId()}
 	for i, at := range req.GetTasks() {
 		t := at.GetTask()
 		if err := validateID(fmt.Sprintf("tasks[%d].framework_id", i), at.GetFrameworkId()); err != nil {
@@ -191,6 +197,22 @@ func planRegistration(agents map[string]*agent, sameHost []*agent, maint *mainte
 	return plan, nil
 }
 
+// proposedAgentID is the id of a fresh agent (agent_info.id empty): the
+// one it proposes when no agent has it, or when the agent that has it is
+// of the same host and not GONE (a retry of a registration whose answer
+// the agent never got: it re-registers as that agent); a new id
+// otherwise, so that a proposal never claims another host's agent.
+func proposedAgentID(agents map[string]*agent, reg registration) string {
+	p := reg.proposedID
+	if p == "" {
+		return ids.New()
+	}
+	if a := agents[p]; a != nil && (hostKey(a.info.GetHostname()) != hostKey(reg.info.GetHostname()) || a.state == slacklinev1.AgentState_AGENT_STATE_GONE) {
+		return ids.New()
+	}
+	return p
+}
+
 // register admits an agent (new, re-registering, or a rebooted host's new
 // one) and returns its id, session id and the interval to heartbeat at. It takes c.mu to plan and to
 // apply, and no persistMu: registrations share fsyncs.
@@ -199,10 +221,10 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	if err := c.admitRegistration(ctx, reg, now); err != nil {
 		return "", "", 0, err
 	}
-	if reg.info.GetId() == "" {
-		reg.info.Id = ids.New()
-	}
 	c.mu.Lock()
+	if reg.info.GetId() == "" {
+		reg.info.Id = proposedAgentID(c.agents, reg)
+	}
 	plan, err := planRegistration(c.agents, c.agentsOnHost(reg.info.GetHostname()), c.maint, reg, now)
 	if err == nil {
 		err = c.checkAgentIdentity(reg)

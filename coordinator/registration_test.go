@@ -327,3 +327,45 @@ func TestRegister(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newDomain(t)) })
 	}
 }
+
+// TestProposedAgentID: a fresh agent gets the id it proposes unless that
+// would claim another host's agent or a GONE one; the same proposal from
+// the same host (a retry after a lost answer) names the agent the first
+// try registered.
+func TestProposedAgentID(t *testing.T) {
+	t.Parallel()
+	agentOn := func(id, hostname string, state slacklinev1.AgentState) *agent {
+		a := newAgent(id, time.Time{})
+		a.info, a.state = &slacklinev1.AgentInfo{Id: id, Hostname: hostname}, state
+		return a
+	}
+	agents := map[string]*agent{
+		"taken":  agentOn("taken", "host-a", slacklinev1.AgentState_AGENT_STATE_ACTIVE),
+		"gone":   agentOn("gone", "host-b", slacklinev1.AgentState_AGENT_STATE_GONE),
+		"mine":   agentOn("mine", "host-b", slacklinev1.AgentState_AGENT_STATE_ACTIVE),
+		"silent": agentOn("silent", "HOST-B", slacklinev1.AgentState_AGENT_STATE_UNREACHABLE),
+	}
+	for _, tc := range []struct {
+		name, proposed, hostname string
+		keep                     bool
+	}{
+		{"none proposed: a new id", "", "host-b", false},
+		{"unknown: taken as is", "fresh", "host-b", true},
+		{"the same host's (a retry): re-registers it", "mine", "host-b", true},
+		{"the same host's, unreachable, hostname case aside", "silent", "host-b", true},
+		{"another host's: a new id", "taken", "host-b", false},
+		{"a gone agent's: a new id", "gone", "host-b", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			reg := registration{info: &slacklinev1.AgentInfo{Hostname: tc.hostname}, proposedID: tc.proposed}
+			got := proposedAgentID(agents, reg)
+			if (got == tc.proposed) != tc.keep || got == "" {
+				t.Fatalf("proposedAgentID(%q from %s) = %q, want the proposal kept: %v", tc.proposed, tc.hostname, got, tc.keep)
+			}
+			if !tc.keep && agents[got] != nil {
+				t.Fatalf("proposedAgentID(%q) = %q, an existing agent's id", tc.proposed, got)
+			}
+		})
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -52,7 +53,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			c.core.AddRecoveredAgent(agentSpec(a.id, a.info, a.total, a.maint), a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING)
 		}
 	}
-	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "weights", len(c.weights), "quotas", len(c.quotas), "profiles", len(c.profiles.byName))
+	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "profiles", len(c.profiles.byName))
 	return nil
 }
 
@@ -108,8 +109,8 @@ func (c *Coordinator) recoverWeight(role string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("weight of role %s: %w", role, err)
 	}
-	c.weights[role] = w
-	c.core.SetWeight(role, w)
+	// Durable already: applied without its persist step.
+	c.core.Apply(c.core.UpdateRoles([]core.RoleConfig{{Role: role, Weight: w}}).Apply)
 	return nil
 }
 
@@ -123,8 +124,7 @@ func (c *Coordinator) recoverQuota(role string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("quota of role %s: %w", role, err)
 	}
-	c.quotas[role] = limit
-	c.core.SetQuota(role, limit)
+	c.core.Apply(c.core.UpdateRoles([]core.RoleConfig{{Role: role, Quota: limit, SetQuota: true}}).Apply)
 	return nil
 }
 
@@ -153,6 +153,50 @@ func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.
 		return connect.NewError(connect.CodeUnavailable, fmt.Errorf("persist %s: %w", what, err))
 	}
 	return nil
+}
+
+// step runs a core event whose Ready may carry a persist step, in the
+// order the core asks for: the event under mu; its records (Persist)
+// written with mu released; then, under mu, its sends delivered and its
+// change applied (core.Apply) and what that leads to delivered. A failed
+// write is Unavailable and nothing is sent or applied. The caller holds
+// persistMu when the change must not interleave with another ordered
+// change, and never mu.
+func (c *Coordinator) step(ctx context.Context, what string, event func() core.Ready) error {
+	c.mu.Lock()
+	r := event()
+	c.mu.Unlock()
+	if len(r.Persist) > 0 {
+		writes := make([]store.Mutation, len(r.Persist))
+		for i, rec := range r.Persist {
+			writes[i] = registryWrite(rec)
+		}
+		if err := c.persist(ctx, what, writes...); err != nil {
+			return err
+		}
+	}
+	change := r.Apply
+	r.Persist, r.Apply = nil, core.Change{}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.deliver(r)
+	c.deliver(c.core.Apply(change))
+	return nil
+}
+
+// registryWrite is the registry write of a record the core asks to
+// persist.
+func registryWrite(r core.Record) store.Mutation {
+	switch r.Kind {
+	case core.RecordWeight:
+		return store.Put(store.BucketWeights, r.Key, []byte(strconv.FormatFloat(r.Weight, 'g', -1, 64)))
+	case core.RecordQuota:
+		if r.Quota.IsEmpty() {
+			return store.Delete(store.BucketQuotas, r.Key)
+		}
+		return store.Put(store.BucketQuotas, r.Key, mustMarshal(&slacklinev1.QuotaConfig{Role: r.Key, Limits: r.Quota.Proto("", resources.Regular)}))
+	}
+	panic(fmt.Sprintf("coordinator: registry record of unknown kind %d", r.Kind))
 }
 
 // checkStore hands a registry error that needs a reopen to Run, which

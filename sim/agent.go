@@ -12,6 +12,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/ids"
 )
 
 // Agent is one simulated agent of a Fleet: the agent protocol
@@ -29,6 +30,7 @@ type Agent struct {
 	// keeps a task's updates in the order the machine made them.
 	mu         sync.Mutex
 	id         string
+	proposedID string // the id a fresh agent proposes until it has one
 	machine    *tasks.Machine
 	timers     map[string]*time.Timer // container id -> the end of a task with LabelDuration
 	containers map[string]*container  // pretend containers, running and the latest ended (NodeHandler)
@@ -117,7 +119,7 @@ func (a *Agent) run(ctx context.Context) {
 func (a *Agent) reset() {
 	a.stopTimers()
 	a.mu.Lock()
-	a.id = ""
+	a.id, a.proposedID = "", ""
 	a.machine = a.fleet.newMachine()
 	a.containers, a.ended = map[string]*container{}, nil
 	a.stopped, a.stopReason = false, ""
@@ -159,7 +161,19 @@ func (h *sessionHandler) Registration() *slacklinev1.RegisterRequest {
 	a := (*Agent)(h)
 	a.mu.Lock()
 	defer a.mu.Unlock()
+	if a.id == "" && a.proposedID == "" {
+		// A fresh agent proposes its id, the same on every try, so that
+		// a retry of a registration whose answer it never got (a
+		// client-side timeout under load) registers as the agent the
+		// first try made instead of a second one that retires it.
+		a.proposedID = ids.New()
+	}
+	proposed := a.proposedID
+	if a.id != "" {
+		proposed = ""
+	}
 	return &slacklinev1.RegisterRequest{
+		ProposedAgentId: proposed,
 		AgentInfo: &slacklinev1.AgentInfo{
 			Id:         a.id,
 			Hostname:   a.hostname,

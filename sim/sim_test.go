@@ -206,8 +206,13 @@ func TestRegistration(t *testing.T) {
 				var hostnames []string
 				for _, req := range h.fake.Registrations() {
 					hostnames = append(hostnames, req.GetAgentInfo().GetHostname())
+					// A fresh agent proposes an id of its own.
+					if req.GetProposedAgentId() == "" {
+						t.Errorf("first registration of %s proposes no agent id", req.GetAgentInfo().GetHostname())
+					}
 					want := &slacklinev1.RegisterRequest{
 						ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
+						ProposedAgentId: req.GetProposedAgentId(),
 						AgentInfo: &slacklinev1.AgentInfo{
 							Hostname:   req.GetAgentInfo().GetHostname(),
 							Resources:  testResources.Proto("", resources.Regular),

@@ -110,8 +110,16 @@ type Counts struct {
 // the sends: Lost, the agents found silent (the core has rescinded their
 // offers already; their tasks become UNREACHABLE), and NotReregistered,
 // the agents from the registry that did not register again in time.
+//
+// An event that changes the registry returns its records in Persist and
+// the change itself in Apply, changing nothing yet (see persist.go): the
+// shell writes Persist first, then sends, then hands Apply to Core.Apply
+// once the records are durable, as raft's Ready is persisted, then sent,
+// then applied.
 type Ready struct {
-	Events []Send
+	// Persist are the registry records to write before anything else.
+	Persist []Record
+	Events  []Send
 	// Commands are for agents' command streams (an agent without a
 	// session is skipped); Unqueue takes superseded updates off
 	// subscriptions' queues.
@@ -133,16 +141,21 @@ type Ready struct {
 	// did not trust (RegisterTasks): not adopted, killed unless terminal;
 	// for the log.
 	Untrusted []*Task
+	// Apply is the change Persist makes durable, for Core.Apply after
+	// the write.
+	Apply Change
 }
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
-	return len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
+	return len(r.Persist) == 0 && r.Apply.IsZero() && len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
 		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
 }
 
 // Append adds the effects of a later call to r.
 func (r *Ready) Append(later Ready) {
+	r.Persist = append(r.Persist, later.Persist...)
+	r.Apply.records = append(r.Apply.records, later.Apply.records...)
 	r.Events = append(r.Events, later.Events...)
 	r.Commands = append(r.Commands, later.Commands...)
 	r.Unqueue = append(r.Unqueue, later.Unqueue...)
@@ -579,19 +592,8 @@ func (k *Core) Suppressed(frameworkID string) []string {
 
 // --- roles ---
 
-// SetWeight sets a role's weight (made durable by the shell first).
-func (k *Core) SetWeight(role string, weight float64) Ready {
-	k.alloc.SetWeight(role, weight)
-	k.markAllDirty()
-	return k.take()
-}
-
-// SetQuota sets a role's quota limit (empty: none).
-func (k *Core) SetQuota(role string, limit resources.Resources) Ready {
-	k.alloc.SetQuotaLimit(role, limit)
-	k.markAllDirty()
-	return k.take()
-}
+// Role weights and quota limits change through the persist step:
+// UpdateRoles and Apply (persist.go).
 
 // --- tasks ---
 

@@ -41,7 +41,11 @@ import (
 //	accept <fw> <offer>... [use=<r>] [refuse=<d>]
 //	claim <fw> <role> <agent> <r> | release <fw> <role> <agent> <r>
 //	answer <fw> <inverse>... [refuse=<d>]
-//	weight <role> <w> | quota <role> <r>
+//	weight <role> <w> [fail] | quota <role> <r> [fail]
+//	                (through the persist step, as the shell runs it: "persist
+//	                <record>" lines first, then the sends, then what Apply
+//	                leads to; with fail the write fails: "persist failed",
+//	                and nothing is applied)
 //	tick <d>        (the clock moves by d, then Tick)
 //	config [heartbeat=<d>] [timeout=<d>] [rate=<n>] [reregister=<d>] [offer-timeout=<d>]
 //	                (a new core so configured: first in a transcript)
@@ -400,9 +404,9 @@ func (d *driver) run(file string, b block) []string {
 		if err != nil {
 			d.t.Fatal(err)
 		}
-		r = k.SetWeight(arg(0), w)
+		r = d.persistStep(k.UpdateRoles([]RoleConfig{{Role: arg(0), Weight: w}}), slices.Contains(pos, "fail"))
 	case "quota":
-		r = k.SetQuota(arg(0), res(arg(1)))
+		r = d.persistStep(k.UpdateRoles([]RoleConfig{{Role: arg(0), Quota: res(arg(1)), SetQuota: true}}), slices.Contains(pos, "fail"))
 	case "tick":
 		d.now = d.now.Add(dur(d.t, arg(0)))
 		r = k.Tick(d.now)
@@ -549,9 +553,34 @@ func mapOf(offers []*Offer) map[string]*Offer {
 	return m
 }
 
-// describe renders a Ready's effects, one per line.
+// persistStep runs a Ready as the shell does: its records are written
+// (or the write fails: nothing is sent or applied), then its sends go
+// out, then its change is applied. The Ready returned describes all of
+// it in that order.
+func (d *driver) persistStep(r Ready, fail bool) Ready {
+	if len(r.Persist) == 0 || r.Apply.IsZero() {
+		d.t.Fatalf("a persist step without records or change: %+v", r)
+	}
+	if fail {
+		return Ready{Persist: append(r.Persist, Record{Key: "failed: nothing applied"})}
+	}
+	change := r.Apply
+	r.Apply = Change{}
+	r.Append(d.k.Apply(change))
+	return r
+}
+
+// describe renders a Ready's effects, one per line: what to persist
+// first, then the sends.
 func describe(r Ready) []string {
 	var out []string
+	for _, rec := range r.Persist {
+		if rec.Kind == 0 {
+			out = append(out, "persist "+rec.Key)
+			continue
+		}
+		out = append(out, "persist "+rec.String())
+	}
 	for _, s := range r.Events {
 		ev := s.Event
 		switch {

@@ -13,11 +13,15 @@
 // in the event, and gets back a Ready value: the events to send to
 // frameworks' subscriptions and the commands to send to agents, in
 // order, whether an allocation pass is wanted, and counts for its
-// metrics. The offer book writes no registry
-// record (offers live in memory only); where an event changes the
-// registry (weights, quota, a subscription), the shell makes the record
-// durable first and calls the core after, so a failed write changes
-// nothing.
+// metrics. The offer book writes no registry record (offers live in
+// memory only). An event that changes what the registry holds and the
+// core owns (role weights and quota: UpdateRoles) is a persist step, as
+// in raft's Ready (persist.go): it changes nothing and returns the
+// records to write (Ready.Persist) and the change (Ready.Apply); the
+// shell writes the records, then sends, then calls Apply with the change
+// once the records are durable, so a failed write changes nothing. Where
+// the shell still owns the record (a subscription, a registration), it
+// makes the record durable first and calls the core after.
 //
 // # Events
 //
@@ -42,7 +46,8 @@
 //   - status updates: AddUpdate (an agent's update with a uuid, within
 //     Config.MaxPendingUpdates per framework), Acknowledge (the
 //     framework's, forwarded to the agent as a Command);
-//   - roles: SetWeight, SetQuota;
+//   - roles: UpdateRoles (weights and quota limits; a persist step),
+//     Apply (its change, once durable);
 //   - time: Allocate (one allocation pass, then the inverse offers) and
 //     Tick (agents silent past their timeout are lost, agents from the
 //     registry that did not register again are reported, frameworks

@@ -236,6 +236,15 @@ type RegisterRequest struct {
 	// the coordinator need not wait for it to time out. Honoured only when the
 	// previous agent had the same hostname.
 	PreviousAgentId string `protobuf:"bytes,4,opt,name=previous_agent_id,json=previousAgentId,proto3" json:"previous_agent_id,omitempty"`
+	// proposed_agent_id is the id a fresh agent (agent_info.id empty) asks
+	// to be registered with: the same on every try of its first
+	// registration, so that a retry after an answer it never got (a
+	// client-side timeout) registers as the agent the first try made
+	// instead of a second one that retires it. The coordinator takes it when
+	// no agent has it, or when the agent that has it is of the same host
+	// and not gone (that agent re-registers); otherwise it assigns a new
+	// id. RegisterResponse.agent_id is the id to use either way.
+	ProposedAgentId string `protobuf:"bytes,5,opt,name=proposed_agent_id,json=proposedAgentId,proto3" json:"proposed_agent_id,omitempty"`
 	unknownFields   protoimpl.UnknownFields
 	sizeCache       protoimpl.SizeCache
 }
@@ -294,6 +303,13 @@ func (x *RegisterRequest) GetTasks() []*AgentTask {
 func (x *RegisterRequest) GetPreviousAgentId() string {
 	if x != nil {
 		return x.PreviousAgentId
+	}
+	return ""
+}
+
+func (x *RegisterRequest) GetProposedAgentId() string {
+	if x != nil {
+		return x.ProposedAgentId
 	}
 	return ""
 }
@@ -1549,13 +1565,14 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.slackline.v1.TaskInfoR\x04task\x12-\n" +
 	"\x05state\x18\x03 \x01(\x0e2\x17.slackline.v1.TaskStateR\x05state\x129\n" +
-	"\tframework\x18\x04 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\"\xf3\x01\n" +
+	"\tframework\x18\x04 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\"\x9f\x02\n" +
 	"\x0fRegisterRequest\x12M\n" +
 	"\x10protocol_version\x18\x01 \x01(\x0e2\".slackline.v1.AgentProtocolVersionR\x0fprotocolVersion\x126\n" +
 	"\n" +
 	"agent_info\x18\x02 \x01(\v2\x17.slackline.v1.AgentInfoR\tagentInfo\x12-\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x17.slackline.v1.AgentTaskR\x05tasks\x12*\n" +
-	"\x11previous_agent_id\x18\x04 \x01(\tR\x0fpreviousAgentId\"\x8a\x01\n" +
+	"\x11previous_agent_id\x18\x04 \x01(\tR\x0fpreviousAgentId\x12*\n" +
+	"\x11proposed_agent_id\x18\x05 \x01(\tR\x0fproposedAgentId\"\x8a\x01\n" +
 	"\x10RegisterResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +

@@ -7,6 +7,9 @@
 // it), to give its CPU per heartbeat.
 //
 //	go run ./scripts/bench/scale --agents 10000 --window 30s
+//
+// With --perf FILE it also records the coordinator's profile over the
+// window (perf record -g; perf report -i FILE reads it).
 package main
 
 import (
@@ -42,6 +45,7 @@ func main() {
 func run() error {
 	agents := flag.Int("agents", 10000, "simulated agents")
 	window := flag.Duration("window", 30*time.Second, "measurement window once all agents are registered")
+	perfOut := flag.String("perf", "", "also record the coordinator's CPU profile over the window with perf (perf record -g) into this file (read it with perf report)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "slackline-scale")
 	if err != nil {
@@ -99,7 +103,18 @@ func run() error {
 	beats0, counted := heartbeats("http://" + addr)
 	cpu0, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	t0 := time.Now()
-	time.Sleep(*window)
+	if *perfOut != "" {
+		// perf's sampling costs the coordinator a little CPU: figures from
+		// a run with --perf are for finding where the CPU goes, not for
+		// comparing.
+		rec := exec.Command("perf", "record", "-F", "499", "-g", "-o", *perfOut, "-p", strconv.Itoa(coord.Process.Pid), "--", "sleep", strconv.FormatFloat(window.Seconds(), 'f', -1, 64))
+		rec.Stderr = os.Stderr
+		if err := rec.Run(); err != nil {
+			return fmt.Errorf("perf record: %w", err)
+		}
+	} else {
+		time.Sleep(*window)
+	}
 	cpu1, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	elapsed := time.Since(t0).Seconds()
 	beats1, _ := heartbeats("http://" + addr)
