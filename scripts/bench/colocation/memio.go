@@ -36,10 +36,9 @@ type ioSample struct {
 	bytes uint64
 }
 
-// memoryShare is the memory best-effort work holds (the revocable subtree's
-// charged memory) over the memory slack the agent offers (its revocable mem
-// estimate): S of the memory scenario, measured after the load.
-func memoryShare(m resourceMeter) (float64, string, error) {
+// heldBytes reads the memory the revocable subtree holds (v2
+// memory.current, v1 memory.usage_in_bytes).
+func (m resourceMeter) heldBytes() (uint64, error) {
 	var file string
 	if m.layout.Mode == cgroups.ModeV2 {
 		file = filepath.Join(m.layout.Unified, m.revocable, "memory.current")
@@ -48,12 +47,44 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	}
 	data, err := os.ReadFile(file)
 	if err != nil {
+		return 0, err
+	}
+	held, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", file, err)
+	}
+	return held, nil
+}
+
+// waitHeld waits until best-effort work holds want bytes (97% of it: the
+// tasks' own pages are not all counted alike in v1 and v2), and fails after
+// timeout saying how much it held.
+func waitHeld(m resourceMeter, want uint64, timeout time.Duration) error {
+	start := time.Now()
+	var held uint64
+	for time.Since(start) < timeout {
+		var err error
+		if held, err = m.heldBytes(); err != nil {
+			return err
+		}
+		if held >= want/100*97 {
+			fmt.Printf("   best-effort work holds %d MiB after %v\n", held>>20, time.Since(start).Round(time.Second))
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+	return fmt.Errorf("best-effort work holds %d MiB of %d MiB after %v: the load would measure it still filling", held>>20, want>>20, timeout)
+}
+
+// memoryShare is the memory best-effort work holds (the revocable subtree's
+// charged memory) over the memory slack the agent offers (its revocable mem
+// estimate): S of the memory scenario, measured after the load.
+func memoryShare(m resourceMeter) (float64, string, error) {
+	heldBytes, err := m.heldBytes()
+	if err != nil {
 		return 0, "", err
 	}
-	held, err := strconv.ParseFloat(strings.TrimSpace(string(data)), 64)
-	if err != nil {
-		return 0, "", fmt.Errorf("parse %s: %w", file, err)
-	}
+	held := float64(heldBytes)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	est, err := m.node.GetEstimate(ctx, connect.NewRequest(&slacklinev1.GetEstimateRequest{}))

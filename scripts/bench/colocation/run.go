@@ -43,6 +43,11 @@ type scenario struct {
 	// share, when set, measures best-effort work's share of the resource
 	// the scenario is about instead of idle CPU (see memoryShare, ioShare).
 	share func(m resourceMeter) (float64, string, error)
+	// holds is the memory the best-effort tasks hold once started (bytes,
+	// all of them): the load waits until the revocable subtree holds it.
+	// Filling 800 MiB at idle CPU priority on a loaded machine takes a
+	// minute or more, and S measured before it ends says nothing of reclaim.
+	holds uint64
 }
 
 var scenarios = []scenario{
@@ -55,7 +60,7 @@ var scenarios = []scenario{
 	// server allocated 3 GiB that uses a few MiB: together they ask for
 	// more than the ~2.9 GiB of slack (two of 700 MiB held at most 0.48 of
 	// it, so S could not show whether best-effort work keeps half).
-	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare,
+	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare, holds: 3 * 800 << 20,
 		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
 	// Two writers streaming 256 MiB files with O_DIRECT (so that v1 blkio
 	// sees their writes) beside a server that fsyncs 4 KiB per request.
@@ -318,6 +323,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	}
 	ioAlone := -1.0
 	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable), ioAlone: &ioAlone, ioStart: &ioSample{}}
+	if s.holds > 0 {
+		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
+			return res, err
+		}
+	}
 	if s.share != nil {
 		// Best-effort work alone (the server idle) sets the reference.
 		if _, _, err := s.share(rm); err != nil {
