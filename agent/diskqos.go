@@ -28,8 +28,15 @@ type diskShaper interface {
 	RevocableIOLimit() (uint64, error)
 }
 
-// diskInput fills in whether revocable disk I/O can be capped, and the
-// applied cap.
+// diskMeter is the revocable subtree's I/O byte counter on the capped
+// device (the real containerizer has it), from which the diskio
+// controller learns the rate revocable I/O reaches uncapped.
+type diskMeter interface {
+	RevocableIOBytes() (uint64, error)
+}
+
+// diskInput fills in whether revocable disk I/O can be capped, the
+// applied cap, and the revocable subtree's I/O byte counter.
 func (l *qosLoop) diskInput(in *qos.Input) {
 	ds, ok := l.cz.(diskShaper)
 	if !ok || !ds.DiskIO().Cap {
@@ -37,6 +44,11 @@ func (l *qosLoop) diskInput(in *qos.Input) {
 	}
 	if limit, err := ds.RevocableIOLimit(); err == nil {
 		in.Node.DiskIO, in.RevocableIOLimit = true, float64(limit)
+	}
+	if dm, ok := l.cz.(diskMeter); ok {
+		if n, err := dm.RevocableIOBytes(); err == nil {
+			in.RevocableIOBytes = n
+		}
 	}
 }
 

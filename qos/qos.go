@@ -184,6 +184,11 @@ type Input struct {
 	// RevocableIOLimit is the cap (bytes per second per device) applied to
 	// the revocable subtree's disk I/O, 0 for none; the truth.
 	RevocableIOLimit float64
+	// RevocableIOBytes counts the bytes the revocable subtree has read and
+	// written on the capped device since it was made (v2 io.stat, v1
+	// blkio.throttle.io_service_bytes); 0 when unknown. The diskio
+	// controller learns from it the rate revocable work reaches uncapped.
+	RevocableIOBytes uint64
 }
 
 // Kind is what a correction does. Its values match slackline.v1.CorrectionKind.

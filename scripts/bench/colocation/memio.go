@@ -26,9 +26,9 @@ type resourceMeter struct {
 	node      slacklinev1connect.NodeServiceClient
 	revocable string
 	// ioAlone is best-effort work's write rate alone (bytes per second),
-	// set by the first ioShare call; ioStart the counters when the load began.
-	ioAlone *float64
-	ioStart *ioSample
+	// set by the first ioShare call; ioShared its rate over the thawed
+	// slices of the load (the shared phase's BEWriteRate), set after it.
+	ioAlone, ioShared *float64
 }
 
 type ioSample struct {
@@ -103,34 +103,34 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	return held / slack, fmt.Sprintf("memory held %.0f MiB / memory slack %.0f MiB", held/(1<<20), slack/(1<<20)), nil
 }
 
-// ioShare is best-effort work's write rate over the load (shared slices and
-// frozen ones alike: frozen writers write nothing, so the rate is taken
-// over the shared half) over its rate alone, measured for 5 s before the
-// load: S of the io scenario.
+// ioShare is best-effort work's write rate over the thawed slices of the
+// load (counted between the slices' boundaries, as the CPU figures are)
+// over its rate alone, measured for 5 s before the load with the server
+// idle and no cap yet: S of the io scenario.
 func ioShare(m resourceMeter) (float64, string, error) {
-	now, err := m.writtenBytes()
-	if err != nil {
-		return 0, "", err
-	}
-	if m.ioAlone == nil || m.ioStart == nil {
+	if m.ioAlone == nil || m.ioShared == nil {
 		return 0, "", errors.New("ioShare: meter not prepared")
 	}
 	if *m.ioAlone < 0 {
 		// First call: measure best-effort work alone for 5 s.
+		before, err := m.writtenBytes()
+		if err != nil {
+			return 0, "", err
+		}
 		time.Sleep(5 * time.Second)
 		after, err := m.writtenBytes()
 		if err != nil {
 			return 0, "", err
 		}
-		*m.ioAlone = float64(after.bytes-now.bytes) / after.at.Sub(now.at).Seconds()
-		*m.ioStart = after
+		*m.ioAlone = float64(after.bytes-before.bytes) / after.at.Sub(before.at).Seconds()
+		fmt.Printf("   best-effort writes alone %.1f MiB/s\n", *m.ioAlone/(1<<20))
 		return 0, "", nil
 	}
-	shared := float64(now.bytes-m.ioStart.bytes) / (now.at.Sub(m.ioStart.at).Seconds() / 2)
 	if *m.ioAlone <= 0 {
 		return 0, "write rate beside the server / alone (nothing written alone)", nil
 	}
-	return shared / *m.ioAlone, fmt.Sprintf("write rate %.1f MiB/s beside the server (thawed half) / %.1f MiB/s alone", shared/(1<<20), *m.ioAlone/(1<<20)), nil
+	shared := *m.ioShared
+	return shared / *m.ioAlone, fmt.Sprintf("write rate %.1f MiB/s beside the server (thawed slices) / %.1f MiB/s alone", shared/(1<<20), *m.ioAlone/(1<<20)), nil
 }
 
 // writtenBytes reads the revocable subtree's cumulative disk writes: v2
