@@ -10,6 +10,8 @@ import (
 // I/O is delayed when a guaranteed or protected container's synchronous
 // writes (fsync, fdatasync, O_SYNC: eBPF) had a p99 over SyncP99Enter in
 // the last sampling interval, counting at least MinSyncs of them; or its
+// own block requests (eBPF) a p99 over BlockP99Enter, counting at least
+// MinBlockIOs; or its
 // io.pressure some avg10 exceeds SomeEnter or full avg10 exceeds FullEnter;
 // or the node's /proc/pressure/io full avg10 exceeds NodeFullEnter (0, the
 // default, ignores it: the node's figure counts revocable work's own
@@ -27,6 +29,13 @@ type DiskIOConfig struct {
 	// 10: fewer make the p99 the maximum of a handful).
 	SyncP99Enter time.Duration
 	MinSyncs     uint64
+	// BlockP99Enter is the p99 latency of a guaranteed container's own
+	// block requests (eBPF: submission to completion, queueing behind
+	// revocable I/O included) above which its I/O is delayed (default
+	// 20 ms; 0 ignores the signal), over at least MinBlockIOs requests in
+	// the interval (default 10).
+	BlockP99Enter time.Duration
+	MinBlockIOs   uint64
 	// StartBytesPerSecond is the cap of the first Throttle when there is
 	// none, per device: the node's disk capacity (Node.DiskBytesPerSecond)
 	// when known, else this (default 256 MiB/s). Raising the cap to it
@@ -55,6 +64,7 @@ type DiskIOConfig struct {
 func DefaultDiskIOConfig() DiskIOConfig {
 	return DiskIOConfig{
 		SomeEnter: 10, FullEnter: 5, SyncP99Enter: 20 * time.Millisecond, MinSyncs: 10,
+		BlockP99Enter: 20 * time.Millisecond, MinBlockIOs: 10,
 		StartBytesPerSecond: 256 << 20,
 		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorFraction: 0.35, FloorBytesPerSecond: 1 << 20,
 		CalmPeriod: 5 * time.Second, IncreaseFraction: 0.1, IncreaseInterval: time.Second,
@@ -71,6 +81,9 @@ func (c DiskIOConfig) validate() error {
 	}
 	if c.SyncP99Enter < 0 {
 		bad("sync p99 enter must not be negative, got %v", c.SyncP99Enter)
+	}
+	if c.BlockP99Enter < 0 {
+		bad("block p99 enter must not be negative, got %v", c.BlockP99Enter)
 	}
 	if !(c.StartBytesPerSecond > 0) {
 		bad("start bytes per second must be positive, got %v", c.StartBytesPerSecond)
@@ -225,6 +238,9 @@ func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time)
 		}
 		if enter := time.Duration(float64(cfg.SyncP99Enter) * scale); enter > 0 && c.Syncs >= max(cfg.MinSyncs, 1) && c.SyncP99 > enter {
 			return fmt.Sprintf("%s fsync p99 %s over %d > %s", c.ID, c.SyncP99, c.Syncs, enter), c.sampledAt(in.Now)
+		}
+		if enter := time.Duration(float64(cfg.BlockP99Enter) * scale); enter > 0 && c.BlockIOs >= max(cfg.MinBlockIOs, 1) && c.BlockP99 > enter {
+			return fmt.Sprintf("%s block I/O p99 %s over %d requests > %s", c.ID, c.BlockP99, c.BlockIOs, enter), c.sampledAt(in.Now)
 		}
 		if cfg.FullEnter > 0 && c.IOPressureFull10 > cfg.FullEnter*scale {
 			return fmt.Sprintf("%s io.pressure full avg10 %.1f%% > %g%%", c.ID, c.IOPressureFull10, cfg.FullEnter*scale), c.sampledAt(in.Now)

@@ -260,3 +260,50 @@ func TestDiskIOFloorFraction(t *testing.T) {
 		t.Errorf("floor fraction 1: %v, want an error naming it", err)
 	}
 }
+
+// TestDiskIOBlockLatency: a guaranteed container's own block requests'
+// p99 (eBPF) throttles where fsyncs and io.pressure show nothing, over
+// enough requests only, calm below half the threshold; revocable work's
+// slow requests are no signal.
+func TestDiskIOBlockLatency(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	blk := func(n uint64, p99 time.Duration, sampled time.Duration) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.Containers[0].BlockIOs, in.Containers[0].BlockP99, in.Containers[0].SampledAt = n, p99, at(sampled)
+		}
+	}
+	steps := []struct {
+		offset time.Duration
+		edit   func(in *qos.Input)
+		want   string
+		reason string
+	}{
+		{0, blk(300, 2*ms, 0), "", ""},
+		{s, blk(9, 500*ms, s), "", ""}, // too few requests
+		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s"},
+		{4 * s, blk(300, 12*ms, 4*s), "", ""}, // under enter, over calm (10 ms): hold
+		{5 * s, blk(300, 3*ms, 5*s), "", ""},  // calm begins
+		{10 * s, func(in *qos.Input) {
+			in.Containers[0].BlockP99, in.Containers[0].SampledAt = 3*ms, at(10*s)
+			in.Containers[2].BlockIOs, in.Containers[2].BlockP99 = 400, 2*s // revocable work's own requests are no signal
+		}, "unthrottle 153.6", "guaranteed I/O calm for 5s"},
+	}
+	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+	in := ioScene()
+	for i, st := range steps {
+		in.Now = at(st.offset)
+		st.edit(&in)
+		var got []string
+		for _, corr := range c.Evaluate(in) {
+			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
+			in.RevocableIOLimit = corr.IOLimit
+			if st.reason != "" && corr.Reason != st.reason {
+				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
+			}
+		}
+		if strings.Join(got, "; ") != st.want {
+			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
+		}
+	}
+}

@@ -54,6 +54,12 @@ type Container struct {
 	// p99 latency (eBPF; 0: not measured or none).
 	Syncs   uint64
 	SyncP99 time.Duration
+	// BlockIOs counts the block requests the container's tasks submitted
+	// that completed over the last sampling interval and BlockP99 is their
+	// p99 latency from start to completion, queueing included (eBPF;
+	// 0: not measured or none).
+	BlockIOs uint64
+	BlockP99 time.Duration
 	// DelayedBy attributes the run-queue delay this container suffered in the
 	// last interval to the revocable containers that held the CPU meanwhile
 	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil
