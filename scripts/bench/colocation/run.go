@@ -62,14 +62,17 @@ var scenarios = []scenario{
 	// it, so S could not show whether best-effort work keeps half).
 	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare, holds: 3 * 800 << 20,
 		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
-	// Two writers streaming 16 MiB blocks with O_DIRECT over 256 MiB files,
-	// four writes in flight each (so that v1 blkio sees their writes, and
+	// Two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB files,
+	// two writes in flight each (so that v1 blkio sees their writes, and
 	// so that on a loaded machine they are bound by the disk, not by the
 	// CPU they get at idle priority: dd copying /dev/zero wrote 1-9 MiB/s
-	// there) beside a server that fsyncs 4 KiB per request.
+	// there) beside a server that fsyncs 4 KiB per request. What is in
+	// flight is kept small: a frozen writer's writes already queued in the
+	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
+	// slice to drain at a 66 MiB/s cap.
 	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare,
 		command: func(bin string) string {
-			return filepath.Join(bin, "hog") + " --write be.dat --mib 16 --file-mib 256 --depth 4"
+			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
 		}},
 }
 
