@@ -108,19 +108,33 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 
 // ioShare is best-effort work's write rate over the thawed slices of the
 // load (counted between the slices' boundaries, as the CPU figures are)
-// over its rate alone, measured for 5 s before the load with the server
-// idle and no cap yet: S of the io scenario.
+// over its rate alone, measured for 10 s before the load (from its first
+// write) with the server idle and no cap yet: S of the io scenario.
 func ioShare(m resourceMeter) (float64, string, error) {
 	if m.ioAlone == nil || m.ioShared == nil {
 		return 0, "", errors.New("ioShare: meter not prepared")
 	}
 	if *m.ioAlone < 0 {
-		// First call: measure best-effort work alone for 5 s.
+		// First call: once best-effort work writes (at idle CPU priority on
+		// a loaded host its first write can take many seconds: measured
+		// from its start, the rate alone came out 0-5 MiB/s against 35
+		// beside the server), measure it alone for 10 s.
 		before, err := m.writtenBytes()
 		if err != nil {
 			return 0, "", err
 		}
-		time.Sleep(5 * time.Second)
+		for deadline := time.Now().Add(2 * time.Minute); ; {
+			time.Sleep(500 * time.Millisecond)
+			now, err := m.writtenBytes()
+			if err != nil {
+				return 0, "", err
+			}
+			if now.bytes > before.bytes || time.Now().After(deadline) {
+				before = now
+				break
+			}
+		}
+		time.Sleep(10 * time.Second)
 		after, err := m.writtenBytes()
 		if err != nil {
 			return 0, "", err
