@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/slackline/slackline/agent/containerizer"
+	"github.com/slackline/slackline/bpf"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
 )
@@ -28,8 +29,15 @@ type diskShaper interface {
 	RevocableIOLimit() (uint64, error)
 }
 
-// diskInput fills in whether revocable disk I/O can be capped, and the
-// applied cap.
+// diskMeter is the revocable subtree's I/O byte counter on the capped
+// device (the real containerizer has it), from which the diskio
+// controller learns the rate revocable I/O reaches uncapped.
+type diskMeter interface {
+	RevocableIOBytes() (uint64, error)
+}
+
+// diskInput fills in whether revocable disk I/O can be capped, the
+// applied cap, and the revocable subtree's I/O byte counter.
 func (l *qosLoop) diskInput(in *qos.Input) {
 	ds, ok := l.cz.(diskShaper)
 	if !ok || !ds.DiskIO().Cap {
@@ -37,6 +45,11 @@ func (l *qosLoop) diskInput(in *qos.Input) {
 	}
 	if limit, err := ds.RevocableIOLimit(); err == nil {
 		in.Node.DiskIO, in.RevocableIOLimit = true, float64(limit)
+	}
+	if dm, ok := l.cz.(diskMeter); ok {
+		if n, err := dm.RevocableIOBytes(); err == nil {
+			in.RevocableIOBytes = n
+		}
 	}
 }
 
@@ -53,28 +66,42 @@ func (l *qosLoop) applyDisk(c qos.Correction) error {
 // guaranteed tasks' fsync latency is measured (bpf/io.c).
 const syncLatencyAttach = "tp_btf/ext4_sync_file_exit"
 
-// syncLatencySignal says which signal of guaranteed work's disk I/O delay
-// the diskio controller has: the fsync p99 (eBPF) or io.pressure alone.
+// syncLatencySignal says which signals of guaranteed work's disk I/O delay
+// the diskio controller has: the fsync p99 and the block-request p99
+// (eBPF), or io.pressure alone, and why not.
 func (a *Agent) syncLatencySignal() string {
 	var e any = a.cfg.EBPF
 	if a.cfg.lateEBPF != nil {
 		m, err := a.cfg.lateEBPF.monitor()
 		if m == nil {
-			return "signal: io.pressure only (no fsync latency: " + err.Error() + ")"
+			return "signal: io.pressure only (no fsync or block latency: " + err.Error() + ")"
 		}
 		e = m
 	}
 	at, ok := e.(interface{ Attached() []string })
 	switch {
 	case e == nil:
-		return "signal: io.pressure only (no fsync latency: eBPF off)"
+		return "signal: io.pressure only (no fsync or block latency: eBPF off)"
 	case !ok:
-		return "signal: io.pressure and fsync latency (eBPF)"
-	case slices.Contains(at.Attached(), syncLatencyAttach):
-		return "signal: fsync p99 of guaranteed tasks (eBPF " + syncLatencyAttach + ", ext4 file systems) and io.pressure"
-	default:
-		return "signal: io.pressure only (no fsync latency: " + syncLatencyAttach + " not attached)"
+		return "signal: io.pressure, fsync and block request latency (eBPF)"
 	}
+	attached := at.Attached()
+	var have, lack []string
+	if slices.Contains(attached, syncLatencyAttach) {
+		have = append(have, "fsync p99 of guaranteed tasks (eBPF "+syncLatencyAttach+", ext4 file systems)")
+	} else {
+		lack = append(lack, "no fsync latency: "+syncLatencyAttach+" not attached")
+	}
+	if slices.Contains(attached, bpf.BlockStartAttach) && slices.Contains(attached, bpf.BlockDoneAttach) {
+		have = append(have, "block request p99 of guaranteed tasks (eBPF "+bpf.BlockStartAttach+" to "+bpf.BlockDoneAttach+", by submitting cgroup)")
+	} else {
+		lack = append(lack, "no block latency: "+bpf.BlockStartAttach+" or "+bpf.BlockDoneAttach+" not attached")
+	}
+	out := "signal: " + strings.Join(append(have, "io.pressure"), ", ")
+	if len(lack) > 0 {
+		out += " (" + strings.Join(lack, "; ") + ")"
+	}
+	return out
 }
 
 // qosFeatures reports the memory and disk I/O mechanisms the host offered

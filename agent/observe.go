@@ -41,6 +41,7 @@ func ebpfStats(e EBPF) monitor.EBPF {
 			DelayedByRevocable: s.DelayedByRevocable, NetRxBytes: s.NetRxBytes, NetRxPackets: s.NetRxPackets,
 			NetTxBytes: s.NetTxBytes, NetTxPackets: s.NetTxPackets, ReclaimStall: s.ReclaimStall, OOMKills: s.OOMKills,
 			SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait,
+			BlockBuckets: s.BlockLatency[:], BlockCount: s.BlockCount,
 		}, nil
 	})
 }

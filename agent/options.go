@@ -297,8 +297,11 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	dio := &o.QoS.DiskIO
 	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
 	fs.Uint64Var(&dio.MinSyncs, "qos-diskio-min-syncs", dio.MinSyncs, "diskio: fewest fsyncs of a guaranteed task in a monitor interval whose p99 counts (fewer make it their maximum)")
+	fs.DurationVar(&dio.BlockP99Enter, "qos-diskio-block-p99", dio.BlockP99Enter, "diskio: a guaranteed task's own block requests' p99 latency (eBPF, submission to completion) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore)")
+	fs.Uint64Var(&dio.MinBlockIOs, "qos-diskio-min-block-ios", dio.MinBlockIOs, "diskio: fewest block requests of a guaranteed task in a monitor interval whose p99 counts")
 	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
 	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
+	fs.Float64Var(&dio.FloorFraction, "qos-diskio-floor-fraction", dio.FloorFraction, "diskio: the revocable disk I/O cap is never lowered below this fraction of the rate revocable I/O reached uncapped (its share of the disk; 0: a 1 MiB/s trickle)")
 	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }

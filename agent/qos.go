@@ -220,6 +220,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.MemPressureSome10, qc.MemPressureFull10 = u.Stats.GetMemoryPressure().GetSomeAvg10(), u.Stats.GetMemoryPressure().GetFullAvg10()
 			qc.IOPressureSome10, qc.IOPressureFull10 = u.Stats.GetIoPressure().GetSomeAvg10(), u.Stats.GetIoPressure().GetFullAvg10()
 			qc.Syncs, qc.SyncP99 = u.Syncs, u.SyncP99
+			qc.BlockIOs, qc.BlockP99 = u.BlockIOs, u.BlockP99
 		}
 		if !qc.Revocable || qc.Protected {
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)

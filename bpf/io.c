@@ -68,4 +68,86 @@ int BPF_PROG(fsync_end, struct inode *inode, int ret)
 	return 0;
 }
 
+// Block I/O: per-cgroup latency of block requests, from the request's
+// start (block_io_start: its allocation, in the submitting task's context,
+// so it is attributed to the submitter's v2 cgroup, on hybrid hosts too,
+// where the blkio cgroup is a v1 one) to its completion. The time includes
+// the wait in the I/O scheduler and the throttle queue as well as the
+// device's; a guaranteed task's requests queued behind revocable writes
+// show it. Requests the task did not submit (buffered writeback by the
+// flusher, the journal's commit by jbd2) are not its own.
+
+// blk_counters is one CPU's share of a cgroup's block-request counters.
+struct blk_counters {
+	__u64 count;  // completed requests
+	__u64 ns;     // their total latency
+	__u64 bytes;  // their bytes
+	__u64 hist[RUNQ_BUCKETS]; // their latencies, buckets as runq_hist
+};
+
+// blk_stats: v2 cgroup id -> per-CPU block counters, created by the
+// completion of a tracked cgroup's first request (an LRU map: an untracked
+// cgroup's entry ages out; its size bounds it as the tracked map is).
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_PERCPU_HASH);
+	__uint(max_entries, MAX_CGROUPS);
+	__type(key, __u64);
+	__type(value, struct blk_counters);
+} blk_stats SEC(".maps");
+
+// blk_req is a tracked cgroup's request in flight.
+struct blk_req {
+	__u64 cgroup;
+	__u64 start;
+};
+
+#define MAX_BLK_REQUESTS 16384
+
+// blk_inflight: request address -> its cgroup and start. LRU: a request
+// whose completion was never seen (a driver error path) ages out instead
+// of filling the map.
+struct {
+	__uint(type, BPF_MAP_TYPE_LRU_HASH);
+	__uint(max_entries, MAX_BLK_REQUESTS);
+	__type(key, __u64);
+	__type(value, struct blk_req);
+} blk_inflight SEC(".maps");
+
+SEC("tp_btf/block_io_start")
+int BPF_PROG(blk_start, struct request *rq)
+{
+	__u64 cgroup = bpf_get_current_cgroup_id();
+	if (!bpf_map_lookup_elem(&tracked, &cgroup))
+		return 0;
+	struct blk_req r = {.cgroup = cgroup, .start = bpf_ktime_get_ns()};
+	__u64 key = (__u64)rq;
+	bpf_map_update_elem(&blk_inflight, &key, &r, BPF_ANY);
+	return 0;
+}
+
+SEC("tp_btf/block_rq_complete")
+int BPF_PROG(blk_done, struct request *rq, blk_status_t error, unsigned int nr_bytes)
+{
+	__u64 key = (__u64)rq;
+	struct blk_req *r = bpf_map_lookup_elem(&blk_inflight, &key);
+	if (!r)
+		return 0;
+	__u64 cgroup = r->cgroup;
+	__u64 wait = bpf_ktime_get_ns() - r->start;
+	bpf_map_delete_elem(&blk_inflight, &key);
+	struct blk_counters *c = bpf_map_lookup_elem(&blk_stats, &cgroup);
+	if (!c) {
+		struct blk_counters zero = {};
+		bpf_map_update_elem(&blk_stats, &cgroup, &zero, BPF_NOEXIST);
+		c = bpf_map_lookup_elem(&blk_stats, &cgroup);
+		if (!c)
+			return 0;
+	}
+	__sync_fetch_and_add(&c->count, 1);
+	__sync_fetch_and_add(&c->ns, wait);
+	__sync_fetch_and_add(&c->bytes, nr_bytes);
+	__sync_fetch_and_add(&c->hist[sync_bucket(wait) & (RUNQ_BUCKETS - 1)], 1);
+	return 0;
+}
+
 char LICENSE[] SEC("license") = "Dual BSD/GPL";

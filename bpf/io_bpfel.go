@@ -13,6 +13,20 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type ioBlkCounters struct {
+	_     structs.HostLayout
+	Count uint64
+	Ns    uint64
+	Bytes uint64
+	Hist  [32]uint64
+}
+
+type ioBlkReq struct {
+	_      structs.HostLayout
+	Cgroup uint64
+	Start  uint64
+}
+
 type ioCgroupCounters struct {
 	_     structs.HostLayout
 	Sched struct {
@@ -46,9 +60,13 @@ type ioTrackedCgroup struct {
 //
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
+	ioMapBlkInflight = "blk_inflight"
+	ioMapBlkStats    = "blk_stats"
 	ioMapCgroupStats = "cgroup_stats"
 	ioMapSyncStart   = "sync_start"
 	ioMapTracked     = "tracked"
+	ioProgBlkDone    = "blk_done"
+	ioProgBlkStart   = "blk_start"
 	ioProgFsyncBegin = "fsync_begin"
 	ioProgFsyncEnd   = "fsync_end"
 )
@@ -95,6 +113,8 @@ type ioSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioProgramSpecs struct {
+	BlkDone    *ebpf.ProgramSpec `ebpf:"blk_done"`
+	BlkStart   *ebpf.ProgramSpec `ebpf:"blk_start"`
 	FsyncBegin *ebpf.ProgramSpec `ebpf:"fsync_begin"`
 	FsyncEnd   *ebpf.ProgramSpec `ebpf:"fsync_end"`
 }
@@ -103,6 +123,8 @@ type ioProgramSpecs struct {
 //
 // It can be passed ebpf.CollectionSpec.Assign.
 type ioMapSpecs struct {
+	BlkInflight *ebpf.MapSpec `ebpf:"blk_inflight"`
+	BlkStats    *ebpf.MapSpec `ebpf:"blk_stats"`
 	CgroupStats *ebpf.MapSpec `ebpf:"cgroup_stats"`
 	SyncStart   *ebpf.MapSpec `ebpf:"sync_start"`
 	Tracked     *ebpf.MapSpec `ebpf:"tracked"`
@@ -134,6 +156,8 @@ func (o *ioObjects) Close() error {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioMaps struct {
+	BlkInflight *ebpf.Map `ebpf:"blk_inflight"`
+	BlkStats    *ebpf.Map `ebpf:"blk_stats"`
 	CgroupStats *ebpf.Map `ebpf:"cgroup_stats"`
 	SyncStart   *ebpf.Map `ebpf:"sync_start"`
 	Tracked     *ebpf.Map `ebpf:"tracked"`
@@ -141,6 +165,8 @@ type ioMaps struct {
 
 func (m *ioMaps) Close() error {
 	return _IoClose(
+		m.BlkInflight,
+		m.BlkStats,
 		m.CgroupStats,
 		m.SyncStart,
 		m.Tracked,
@@ -157,12 +183,16 @@ type ioVariables struct {
 //
 // It can be passed to loadIoObjects or ebpf.CollectionSpec.LoadAndAssign.
 type ioPrograms struct {
+	BlkDone    *ebpf.Program `ebpf:"blk_done"`
+	BlkStart   *ebpf.Program `ebpf:"blk_start"`
 	FsyncBegin *ebpf.Program `ebpf:"fsync_begin"`
 	FsyncEnd   *ebpf.Program `ebpf:"fsync_end"`
 }
 
 func (p *ioPrograms) Close() error {
 	return _IoClose(
+		p.BlkDone,
+		p.BlkStart,
 		p.FsyncBegin,
 		p.FsyncEnd,
 	)

@@ -106,6 +106,16 @@ type CgroupStats struct {
 	SyncWait    time.Duration
 	SyncCount   uint64
 	SyncLatency [RunqBuckets]uint64
+	// BlockWait is the total latency of the block requests the cgroup's
+	// tasks submitted, from the request's start to its completion (queueing
+	// in the I/O scheduler and throttle included: bpf/io.c), BlockCount
+	// their number, BlockBytes their bytes and BlockLatency their histogram
+	// (buckets as RunqLatency's). Zero where block_io_start or
+	// block_rq_complete could not be attached (Attached says).
+	BlockWait    time.Duration
+	BlockCount   uint64
+	BlockBytes   uint64
+	BlockLatency [RunqBuckets]uint64
 }
 
 // RunqQuantile returns the upper bound of the histogram bucket holding the
@@ -391,7 +401,9 @@ func Load(cfg Config) (*Monitor, error) {
 			m.io = &objs
 			points = append(points,
 				attachPoint{"tp_btf/ext4_sync_file_enter", objs.FsyncBegin, tracing},
-				attachPoint{"tp_btf/ext4_sync_file_exit", objs.FsyncEnd, tracing})
+				attachPoint{"tp_btf/ext4_sync_file_exit", objs.FsyncEnd, tracing},
+				attachPoint{BlockStartAttach, objs.BlkStart, tracing},
+				attachPoint{BlockDoneAttach, objs.BlkDone, tracing})
 		}
 	}
 	if setupErr != nil {
@@ -618,7 +630,15 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 	if m.sched != nil {
 		m.sched.addResident(&c.Sched, epoch)
 	}
+	blk, err := m.blockCounters(cgroupID)
+	if err != nil {
+		return CgroupStats{}, err
+	}
 	return CgroupStats{
+		BlockWait:          time.Duration(blk.Ns),
+		BlockCount:         blk.Count,
+		BlockBytes:         blk.Bytes,
+		BlockLatency:       blk.Hist,
 		OnCPU:              time.Duration(c.Sched.OncpuNs),
 		Wakeups:            c.Sched.Sleeps,
 		RunqLatency:        c.Sched.RunqHist,

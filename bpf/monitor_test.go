@@ -795,3 +795,54 @@ func TestSyncWrites(t *testing.T) {
 		t.Errorf("untracked cgroup: %v, want ErrNotTracked", err)
 	}
 }
+
+// TestBlockRequests: the block requests a tracked cgroup's task submits
+// are counted exactly and attributed to it, not to another tracked
+// cgroup writing at the same time: one task overwrites 40 blocks with
+// O_DIRECT, one write at a time, the other 80.
+func TestBlockRequests(t *testing.T) {
+	privileged.Require(t)
+	dir := t.TempDir()
+	m := load(t, bpf.Config{})
+	for _, p := range []string{bpf.BlockStartAttach, bpf.BlockDoneAttach} {
+		if !slices.Contains(m.Attached(), p) {
+			t.Fatalf("%s not attached: %v", p, m.Attached())
+		}
+	}
+	root := testRoot(t)
+	a, b := newCgroup(t, root, "a"), newCgroup(t, root, "b")
+	for _, cg := range []cgroup{a, b} {
+		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	const n = 40
+	ha := startHelper(t, a, -1, "direct", dir, strconv.Itoa(n))
+	hb := startHelper(t, b, -1, "direct", dir, strconv.Itoa(2*n))
+	// Both files are written and synced (their own requests) before the
+	// helpers say ready: the counts from here on are the direct writes.
+	beforeA, beforeB := stats(t, m, a.id), stats(t, m, b.id)
+	ha.start(t)
+	hb.start(t)
+	ha.wait(t)
+	hb.wait(t)
+	for _, c := range []struct {
+		name   string
+		id     uint64
+		before bpf.CgroupStats
+		want   uint64
+	}{{"a", a.id, beforeA, n}, {"b", b.id, beforeB, 2 * n}} {
+		s := stats(t, m, c.id)
+		count, bytes := s.BlockCount-c.before.BlockCount, s.BlockBytes-c.before.BlockBytes
+		var inHist uint64
+		for i, v := range s.BlockLatency {
+			inHist += v - c.before.BlockLatency[i]
+		}
+		if count != c.want || inHist != c.want || bytes != c.want*4096 {
+			t.Errorf("cgroup %s: %d requests (histogram %d) of %d bytes, want %d of %d", c.name, count, inHist, bytes, c.want, c.want*4096)
+		}
+		if wait := s.BlockWait - c.before.BlockWait; wait <= 0 {
+			t.Errorf("cgroup %s: block wait %v, want > 0", c.name, wait)
+		}
+	}
+}

@@ -10,6 +10,8 @@ import (
 // I/O is delayed when a guaranteed or protected container's synchronous
 // writes (fsync, fdatasync, O_SYNC: eBPF) had a p99 over SyncP99Enter in
 // the last sampling interval, counting at least MinSyncs of them; or its
+// own block requests (eBPF) a p99 over BlockP99Enter, counting at least
+// MinBlockIOs; or its
 // io.pressure some avg10 exceeds SomeEnter or full avg10 exceeds FullEnter;
 // or the node's /proc/pressure/io full avg10 exceeds NodeFullEnter (0, the
 // default, ignores it: the node's figure counts revocable work's own
@@ -27,6 +29,13 @@ type DiskIOConfig struct {
 	// 10: fewer make the p99 the maximum of a handful).
 	SyncP99Enter time.Duration
 	MinSyncs     uint64
+	// BlockP99Enter is the p99 latency of a guaranteed container's own
+	// block requests (eBPF: submission to completion, queueing behind
+	// revocable I/O included) above which its I/O is delayed (default
+	// 20 ms; 0 ignores the signal), over at least MinBlockIOs requests in
+	// the interval (default 10).
+	BlockP99Enter time.Duration
+	MinBlockIOs   uint64
 	// StartBytesPerSecond is the cap of the first Throttle when there is
 	// none, per device: the node's disk capacity (Node.DiskBytesPerSecond)
 	// when known, else this (default 256 MiB/s). Raising the cap to it
@@ -34,13 +43,18 @@ type DiskIOConfig struct {
 	StartBytesPerSecond float64
 	// DecreaseFactor multiplies the cap at each Throttle, at most once per
 	// DecreaseInterval (io.pressure avg10 needs seconds to show one), down
-	// to FloorBytesPerSecond: revocable I/O keeps a trickle rather than
-	// stalling forever (default 0.5, 2 s, 1 MiB/s).
+	// to the floor: FloorFraction of the disk rate (Node.DiskBytesPerSecond,
+	// else the highest rate revocable work reached uncapped, learned from
+	// Input.RevocableIOBytes) and at least FloorBytesPerSecond, so that
+	// revocable I/O keeps a share of the disk rather than stalling (default
+	// 0.5, 2 s, 35%, 1 MiB/s).
 	DecreaseFactor      float64
 	DecreaseInterval    time.Duration
+	FloorFraction       float64
 	FloorBytesPerSecond float64
 	// After CalmPeriod of calm the cap rises by IncreaseFraction of the
-	// start value every IncreaseInterval (default 5 s, 10%, 1 s).
+	// disk rate (or of the start value where it is unknown) every
+	// IncreaseInterval (default 5 s, 10%, 1 s).
 	CalmPeriod       time.Duration
 	IncreaseFraction float64
 	IncreaseInterval time.Duration
@@ -50,8 +64,9 @@ type DiskIOConfig struct {
 func DefaultDiskIOConfig() DiskIOConfig {
 	return DiskIOConfig{
 		SomeEnter: 10, FullEnter: 5, SyncP99Enter: 20 * time.Millisecond, MinSyncs: 10,
+		BlockP99Enter: 20 * time.Millisecond, MinBlockIOs: 10,
 		StartBytesPerSecond: 256 << 20,
-		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorBytesPerSecond: 1 << 20,
+		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorFraction: 0.35, FloorBytesPerSecond: 1 << 20,
 		CalmPeriod: 5 * time.Second, IncreaseFraction: 0.1, IncreaseInterval: time.Second,
 	}
 }
@@ -67,11 +82,17 @@ func (c DiskIOConfig) validate() error {
 	if c.SyncP99Enter < 0 {
 		bad("sync p99 enter must not be negative, got %v", c.SyncP99Enter)
 	}
+	if c.BlockP99Enter < 0 {
+		bad("block p99 enter must not be negative, got %v", c.BlockP99Enter)
+	}
 	if !(c.StartBytesPerSecond > 0) {
 		bad("start bytes per second must be positive, got %v", c.StartBytesPerSecond)
 	}
 	if !(c.DecreaseFactor > 0 && c.DecreaseFactor < 1) {
 		bad("decrease factor must be in (0, 1), got %v", c.DecreaseFactor)
+	}
+	if !(c.FloorFraction >= 0 && c.FloorFraction < 1) {
+		bad("floor fraction must be in [0, 1), got %v", c.FloorFraction)
 	}
 	if !(c.FloorBytesPerSecond > 0) {
 		bad("floor bytes per second must be positive (a zero cap would stall revocable I/O), got %v", c.FloorBytesPerSecond)
@@ -87,36 +108,81 @@ func (c DiskIOConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// DiskIOController is the "diskio" controller: multiplicative decrease, additive
-// increase of the revocable subtree's per-device I/O cap (Throttle and
-// Unthrottle of DiskIO), driven by guaranteed work's io.pressure. It does
-// nothing where the node cannot cap (Node.DiskIO false), and never kills:
-// a capped writer only waits.
+// DiskIOController is the "diskio" controller: multiplicative decrease,
+// additive increase (AIMD) of the revocable subtree's per-device I/O cap
+// (Throttle and Unthrottle of DiskIO), driven by guaranteed work's fsync
+// latency and io.pressure, with a floor that leaves revocable work a share
+// of the disk. It does nothing where the node cannot cap (Node.DiskIO
+// false), and never kills: a capped writer only waits.
 //
-// State: the times of the latest change and the latest Throttle, and when
-// calm began. The applied
-// cap is read from Input.RevocableIOLimit each time.
+// State: the times of the latest change and the latest Throttle, when calm
+// began, and the disk rate it learned: the highest rate of revocable I/O
+// over an interval in which it was not capped (the previous counter and
+// time, and whether the cap was off then). The applied cap is read from
+// Input.RevocableIOLimit each time.
 type DiskIOController struct {
 	cfg       DiskIOConfig
 	changed   time.Time // the latest change
 	decreased time.Time // the latest Throttle
 	calmFrom  time.Time
+
+	lastBytes    uint64
+	lastAt       time.Time
+	lastUncapped bool
+	learned      float64 // bytes per second: revocable I/O's highest uncapped rate
 }
+
+// minRateInterval is the shortest interval over which the controller
+// takes a rate of revocable I/O: shorter ones magnify a burst.
+const minRateInterval = 500 * time.Millisecond
 
 // NewDiskIO returns a disk I/O controller.
 func NewDiskIO(cfg DiskIOConfig) *DiskIOController { return &DiskIOController{cfg: cfg} }
+
+// learn updates the learned disk rate from the revocable subtree's I/O
+// counter: a rate counts only over an interval that began and ended
+// uncapped (a capped rate is the cap, not the disk).
+func (d *DiskIOController) learn(in Input) {
+	uncapped := in.RevocableIOLimit <= 0
+	if in.RevocableIOBytes == 0 {
+		return
+	}
+	if !d.lastAt.IsZero() && in.RevocableIOBytes >= d.lastBytes {
+		if dt := in.Now.Sub(d.lastAt); dt >= minRateInterval && d.lastUncapped && uncapped {
+			d.learned = max(d.learned, float64(in.RevocableIOBytes-d.lastBytes)/dt.Seconds())
+		} else if dt < minRateInterval {
+			return // keep the older sample: the interval is still too short
+		}
+	}
+	d.lastBytes, d.lastAt, d.lastUncapped = in.RevocableIOBytes, in.Now, uncapped
+}
+
+// rates returns the start of the cap (the disk rate when known, else
+// StartBytesPerSecond), its floor, and where the floor comes from.
+func (d *DiskIOController) rates(in Input) (start, floor float64, why string) {
+	disk, what := in.Node.DiskBytesPerSecond, "the node's disk rate"
+	if disk <= 0 {
+		disk, what = d.learned, "the rate revocable I/O reached uncapped"
+	}
+	start, floor, why = d.cfg.StartBytesPerSecond, d.cfg.FloorBytesPerSecond, "the floor"
+	if disk > 0 && d.cfg.FloorFraction*disk > floor {
+		floor, why = d.cfg.FloorFraction*disk, fmt.Sprintf("the floor: %.0f%% of %s %s", 100*d.cfg.FloorFraction, what, formatRateBytes(disk))
+	}
+	if disk > 0 {
+		start = disk
+	}
+	return start, min(floor, start), why
+}
 
 // Evaluate implements Controller.
 func (d *DiskIOController) Evaluate(in Input) []Correction {
 	if !in.Node.DiskIO {
 		return nil
 	}
+	d.learn(in)
 	signal, at := d.pressure(in, 1)
 	limit := in.RevocableIOLimit
-	start := d.cfg.StartBytesPerSecond
-	if in.Node.DiskBytesPerSecond > 0 {
-		start = in.Node.DiskBytesPerSecond
-	}
+	start, floor, floorWhy := d.rates(in)
 	if signal != "" {
 		d.calmFrom = time.Time{}
 		if !d.decreased.IsZero() && (in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval || !at.After(d.changed)) {
@@ -126,13 +192,13 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 		if from <= 0 {
 			from = start
 		}
-		next := max(from*d.cfg.DecreaseFactor, d.cfg.FloorBytesPerSecond)
+		next := max(from*d.cfg.DecreaseFactor, floor)
 		if limit > 0 && next >= limit {
 			return nil // at the floor
 		}
 		d.changed, d.decreased = in.Now, in.Now
 		return []Correction{{Kind: Throttle, Resource: DiskIO, IOLimit: next, Controller: "diskio", Signal: at,
-			Reason: fmt.Sprintf("%s; revocable disk I/O cap %s", signal, formatRateBytes(next))}}
+			Reason: fmt.Sprintf("%s; revocable disk I/O cap %s%s", signal, formatRateBytes(next), floorNote(next, floor, floorWhy))}}
 	}
 	if calm, _ := d.pressure(in, 0.5); calm != "" || limit <= 0 {
 		d.calmFrom = time.Time{}
@@ -153,6 +219,14 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 		Reason: fmt.Sprintf("guaranteed I/O calm for %s", in.Now.Sub(d.calmFrom).Round(time.Second))}}
 }
 
+// floorNote says when a cap is the floor, and what the floor is.
+func floorNote(next, floor float64, why string) string {
+	if next != floor {
+		return ""
+	}
+	return " (" + why + ")"
+}
+
 // pressure returns the strongest I/O pressure signal at scale × the
 // thresholds, and when it was observed; "" when there is none.
 func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time) {
@@ -164,6 +238,9 @@ func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time)
 		}
 		if enter := time.Duration(float64(cfg.SyncP99Enter) * scale); enter > 0 && c.Syncs >= max(cfg.MinSyncs, 1) && c.SyncP99 > enter {
 			return fmt.Sprintf("%s fsync p99 %s over %d > %s", c.ID, c.SyncP99, c.Syncs, enter), c.sampledAt(in.Now)
+		}
+		if enter := time.Duration(float64(cfg.BlockP99Enter) * scale); enter > 0 && c.BlockIOs >= max(cfg.MinBlockIOs, 1) && c.BlockP99 > enter {
+			return fmt.Sprintf("%s block I/O p99 %s over %d requests > %s", c.ID, c.BlockP99, c.BlockIOs, enter), c.sampledAt(in.Now)
 		}
 		if cfg.FullEnter > 0 && c.IOPressureFull10 > cfg.FullEnter*scale {
 			return fmt.Sprintf("%s io.pressure full avg10 %.1f%% > %g%%", c.ID, c.IOPressureFull10, cfg.FullEnter*scale), c.sampledAt(in.Now)

@@ -158,3 +158,152 @@ func TestDiskIOSyncLatency(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskIOAIMD: the controller learns the rate revocable I/O reaches
+// uncapped from the subtree's byte counter, halves the cap from it on a
+// violation down to the floor (35% of that rate, so that revocable work
+// keeps a share of the disk), raises it additively by 10% of it when calm,
+// and removes it at the rate. Rates over capped intervals or intervals
+// shorter than 500 ms teach it nothing.
+func TestDiskIOAIMD(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	const mib = 1 << 20
+	type step struct {
+		offset time.Duration
+		bytes  uint64        // the revocable subtree's counter (MiB)
+		p99    time.Duration // web-1's fsync p99 over 400 fsyncs, sampled now
+		want   string
+		reason string
+	}
+	steps := []step{
+		{0, 100, 2 * ms, "", ""},
+		{s, 200, 2 * ms, "", ""},     // 100 MiB/s uncapped: learned
+		{2 * s, 280, 2 * ms, "", ""}, // 80 MiB/s: the highest stays
+		{3 * s, 380, 40 * ms, "throttle 50.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 50.0 MiB/s"},
+		{4 * s, 780, 40 * ms, "", ""}, // capped: 400 MiB/s (a burst) teaches nothing; too soon to halve
+		{5 * s, 830, 40 * ms, "throttle 35.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 35.0 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 100.0 MiB/s)"},
+		{7 * s, 900, 40 * ms, "", ""}, // at the floor: nothing more
+		{8 * s, 935, 3 * ms, "", ""},  // calm begins
+		{13 * s, 1110, 3 * ms, "unthrottle 45.0", "guaranteed I/O calm for 5s"},
+		{14 * s, 1155, 3 * ms, "unthrottle 55.0", ""},
+		{15 * s, 1210, 3 * ms, "unthrottle 65.0", ""},
+		{16 * s, 1275, 3 * ms, "unthrottle 75.0", ""},
+		{17 * s, 1350, 3 * ms, "unthrottle 85.0", ""},
+		{18 * s, 1435, 3 * ms, "unthrottle 95.0", ""},
+		{19 * s, 1530, 3 * ms, "unthrottle 0.0", ""}, // at the learned rate: the cap is removed
+		{19*s + 100*ms, 1600, 3 * ms, "", ""},        // 700 MiB/s over 100 ms: too short to count
+		{20 * s, 1650, 3 * ms, "", ""},               // the interval from 19 s began capped: nothing learned
+		{21 * s, 1770, 3 * ms, "", ""},               // 120 MiB/s uncapped: learned
+		{22 * s, 1800, 40 * ms, "throttle 60.0", ""}, // half of 120
+	}
+	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+	in := ioScene()
+	for i, st := range steps {
+		in.Now = at(st.offset)
+		in.RevocableIOBytes = st.bytes * mib
+		in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, st.p99, in.Now
+		var got []string
+		for _, corr := range c.Evaluate(in) {
+			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/mib))
+			in.RevocableIOLimit = corr.IOLimit
+			if st.reason != "" && corr.Reason != st.reason {
+				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
+			}
+		}
+		if strings.Join(got, "; ") != st.want {
+			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
+		}
+	}
+}
+
+// TestDiskIOFloorFraction: the floor is FloorFraction of the node's disk
+// rate when it is given (it wins over the learned one), never below
+// FloorBytesPerSecond, and FloorBytesPerSecond alone while no rate is known.
+func TestDiskIOFloorFraction(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	tests := []struct {
+		name     string
+		disk     float64 // Node.DiskBytesPerSecond
+		fraction float64
+		limit    float64 // the applied cap
+		want     string
+	}{
+		{"no rate known: the fixed floor", 0, 0.35, 1.5 * mib, "throttle 1.0"},
+		{"the node's rate: 35% of it", 200 * mib, 0.35, 100 * mib, "throttle 70.0"},
+		{"at the node's floor: nothing", 200 * mib, 0.35, 70 * mib, ""},
+		{"a fraction below the fixed floor: the fixed floor", 2 * mib, 0.1, 1.5 * mib, "throttle 1.0"},
+		{"fraction 0: the fixed floor", 200 * mib, 0, 1.5 * mib, "throttle 1.0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := qos.DefaultDiskIOConfig()
+			cfg.FloorFraction = tt.fraction
+			c := qos.NewDiskIO(cfg)
+			in := ioScene()
+			in.Now, in.Node.DiskBytesPerSecond, in.RevocableIOLimit = at(0), tt.disk, tt.limit
+			in.Containers[0].IOPressureSome10 = 50
+			var got []string
+			for _, corr := range c.Evaluate(in) {
+				got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/mib))
+			}
+			if strings.Join(got, "; ") != tt.want {
+				t.Errorf("got %q, want %q", strings.Join(got, "; "), tt.want)
+			}
+		})
+	}
+	cfg := qos.DefaultDiskIOConfig()
+	cfg.FloorFraction = 1
+	if _, err := qos.NewSet([]string{"diskio"}, func() qos.Config { c := qos.DefaultConfig(); c.DiskIO = cfg; return c }()); err == nil || !strings.Contains(err.Error(), "floor fraction") {
+		t.Errorf("floor fraction 1: %v, want an error naming it", err)
+	}
+}
+
+// TestDiskIOBlockLatency: a guaranteed container's own block requests'
+// p99 (eBPF) throttles where fsyncs and io.pressure show nothing, over
+// enough requests only, calm below half the threshold; revocable work's
+// slow requests are no signal.
+func TestDiskIOBlockLatency(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	blk := func(n uint64, p99 time.Duration, sampled time.Duration) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.Containers[0].BlockIOs, in.Containers[0].BlockP99, in.Containers[0].SampledAt = n, p99, at(sampled)
+		}
+	}
+	steps := []struct {
+		offset time.Duration
+		edit   func(in *qos.Input)
+		want   string
+		reason string
+	}{
+		{0, blk(300, 2*ms, 0), "", ""},
+		{s, blk(9, 500*ms, s), "", ""}, // too few requests
+		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s"},
+		{4 * s, blk(300, 12*ms, 4*s), "", ""}, // under enter, over calm (10 ms): hold
+		{5 * s, blk(300, 3*ms, 5*s), "", ""},  // calm begins
+		{10 * s, func(in *qos.Input) {
+			in.Containers[0].BlockP99, in.Containers[0].SampledAt = 3*ms, at(10*s)
+			in.Containers[2].BlockIOs, in.Containers[2].BlockP99 = 400, 2*s // revocable work's own requests are no signal
+		}, "unthrottle 153.6", "guaranteed I/O calm for 5s"},
+	}
+	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+	in := ioScene()
+	for i, st := range steps {
+		in.Now = at(st.offset)
+		st.edit(&in)
+		var got []string
+		for _, corr := range c.Evaluate(in) {
+			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
+			in.RevocableIOLimit = corr.IOLimit
+			if st.reason != "" && corr.Reason != st.reason {
+				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
+			}
+		}
+		if strings.Join(got, "; ") != st.want {
+			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
+		}
+	}
+}

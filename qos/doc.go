@@ -279,15 +279,21 @@
 // cgroups/memory.go has the v1 equivalents).
 //
 // "diskio" (DiskIOController): where the node can cap the revocable
-// subtree's disk I/O (Node.DiskIO: io.max, blkio.throttle), it halves the
-// per-device cap every DecreaseInterval while a guaranteed or protected
-// container's fsync p99 over the last interval (eBPF, Container.SyncP99,
-// over at least MinSyncs fsyncs) exceeds SyncP99Enter, or its io.pressure
-// some avg10 exceeds SomeEnter (full: FullEnter), down to
-// FloorBytesPerSecond (never twice on one sample), and after CalmPeriod below half the
-// thresholds raises it by IncreaseFraction of the start value per
-// IncreaseInterval, removing it at the start (the node's disk capacity, or
-// StartBytesPerSecond). It never kills: capped writers wait.
+// subtree's disk I/O (Node.DiskIO: io.max, blkio.throttle), it is AIMD on
+// the per-device cap. It halves the cap every DecreaseInterval while a
+// guaranteed or protected container's fsync p99 over the last interval
+// (eBPF, Container.SyncP99, over at least MinSyncs fsyncs) exceeds
+// SyncP99Enter, or its own block requests' p99 (eBPF, Container.BlockP99,
+// over at least MinBlockIOs) exceeds BlockP99Enter, or its io.pressure some avg10 exceeds SomeEnter (full:
+// FullEnter), never twice on one sample, down to a floor that leaves
+// revocable work its share: FloorFraction of the disk rate (the node's
+// Node.DiskBytesPerSecond, else the highest rate the revocable subtree's
+// I/O reached over an uncapped interval, learned from
+// Input.RevocableIOBytes), at least FloorBytesPerSecond. After CalmPeriod
+// below half the thresholds it raises the cap by IncreaseFraction of the
+// disk rate per IncreaseInterval, removing it at that rate (the first cap
+// is the disk rate halved; StartBytesPerSecond where no rate is known).
+// It never kills: capped writers wait.
 //
 // # Parameters and defaults
 //
@@ -315,8 +321,8 @@
 //	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), Some/FullEnter 10 / 2 %,
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
-//	diskio        SyncP99Enter 20 ms over MinSyncs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
-//	              Floor 1 MiB/s, CalmPeriod 5 s, Increase 10% of start per 1 s
+//	diskio        SyncP99Enter 20 ms over MinSyncs 10, BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
+//	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

@@ -54,6 +54,12 @@ type Container struct {
 	// p99 latency (eBPF; 0: not measured or none).
 	Syncs   uint64
 	SyncP99 time.Duration
+	// BlockIOs counts the block requests the container's tasks submitted
+	// that completed over the last sampling interval and BlockP99 is their
+	// p99 latency from start to completion, queueing included (eBPF;
+	// 0: not measured or none).
+	BlockIOs uint64
+	BlockP99 time.Duration
 	// DelayedBy attributes the run-queue delay this container suffered in the
 	// last interval to the revocable containers that held the CPU meanwhile
 	// (eBPF who-delayed-whom): culprit container id -> total delay. Nil
@@ -184,6 +190,11 @@ type Input struct {
 	// RevocableIOLimit is the cap (bytes per second per device) applied to
 	// the revocable subtree's disk I/O, 0 for none; the truth.
 	RevocableIOLimit float64
+	// RevocableIOBytes counts the bytes the revocable subtree has read and
+	// written on the capped device since it was made (v2 io.stat, v1
+	// blkio.throttle.io_service_bytes); 0 when unknown. The diskio
+	// controller learns from it the rate revocable work reaches uncapped.
+	RevocableIOBytes uint64
 }
 
 // Kind is what a correction does. Its values match slackline.v1.CorrectionKind.

@@ -175,3 +175,12 @@ func (c *Containerizer) RevocableIOLimit() (uint64, error) {
 	}
 	return c.layout.IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
 }
+
+// RevocableIOBytes returns the bytes the revocable subtree has read and
+// written on the sandbox's disk (the capped device) since it was made.
+func (c *Containerizer) RevocableIOBytes() (uint64, error) {
+	if !c.diskIO.Cap {
+		return 0, fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
+	}
+	return c.layout.IOBytes(c.RevocableCgroup(), c.diskIO.Devices[0])
+}

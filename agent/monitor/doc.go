@@ -67,7 +67,9 @@
 // Target.CPULimit. disk_sync (eBPF, ext4 only) is the histogram, count and
 // total of the container's synchronous writes (fsync, fdatasync, O_SYNC),
 // with their p99 over the interval (Usage.SyncP99, of Usage.Syncs writes),
-// which the diskio QoS controller watches for guaranteed work. Network figures exist only with eBPF: bytes and packets
+// which the diskio QoS controller watches for guaranteed work, as it does
+// the p99 of the block requests the container's tasks submitted
+// (Usage.BlockP99, of Usage.BlockIOs, eBPF). Network figures exist only with eBPF: bytes and packets
 // (cgroup_skb), and, with the network QoS programs, TCP round trips and
 // retransmissions (EBPFStats.TCP*).
 //

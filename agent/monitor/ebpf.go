@@ -67,6 +67,11 @@ type EBPFStats struct {
 	SyncBuckets []uint64
 	SyncCount   uint64
 	SyncWait    time.Duration
+	// BlockBuckets is the histogram of the latencies of the block requests
+	// the cgroup's tasks submitted (start to completion), buckets as
+	// RunqBuckets' (nil: not measured); BlockCount is their number.
+	BlockBuckets []uint64
+	BlockCount   uint64
 }
 
 // ebpfSampler merges a container's eBPF figures (Config.EBPF) into its
@@ -84,6 +89,7 @@ type ebpfSampler struct {
 	sync      []uint64 // previous synchronous-write buckets
 	syncCount uint64
 	syncValid bool // sync is from the previous sample
+	block     blockBaseline
 	net       netBaseline
 }
 
@@ -120,7 +126,7 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	}
 	stats, err := e.src.Stats(id)
 	if err != nil {
-		e.runqValid, e.net.valid, e.syncValid = false, false, false
+		e.runqValid, e.net.valid, e.syncValid, e.block.valid = false, false, false, false
 		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
 	}
 	st := u.Stats
@@ -144,6 +150,7 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	e.runq, e.runqValid = append(e.runq[:0], buckets...), true
 	u.runqSum = stats.RunqSum
 	e.sampleSync(s, u, &stats)
+	e.sampleBlock(s, u, &stats)
 	e.sampleNet(s, u, &stats)
 	return nil
 }

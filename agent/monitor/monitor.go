@@ -93,6 +93,12 @@ type Usage struct {
 	// latency (eBPF; 0 without eBPF, on the first sample or without one).
 	Syncs   uint64
 	SyncP99 time.Duration
+	// BlockIOs counts the block requests the container's tasks submitted
+	// that completed over the same interval and BlockP99 is their p99
+	// latency, start to completion (eBPF; 0 without eBPF, on the first
+	// sample or without one).
+	BlockIOs uint64
+	BlockP99 time.Duration
 	// MemUsage is the cgroup's charged memory (v2 memory.current, v1
 	// memory.usage_in_bytes; node: MemTotal - MemAvailable).
 	MemUsage uint64

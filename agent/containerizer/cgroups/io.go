@@ -198,3 +198,56 @@ func validDevice(dev string) error {
 	}
 	return nil
 }
+
+// IOBytes reads the bytes the cgroup at rel has read and written on device
+// dev since it was made: v2 io.stat rbytes + wbytes, v1
+// blkio.throttle.io_service_bytes Read + Write (on v1, buffered writeback
+// is charged to the root, so direct and synchronous I/O only).
+func (l Layout) IOBytes(rel, dev string) (uint64, error) {
+	var file string
+	switch l.Mode {
+	case ModeV2:
+		file = filepath.Join(l.Unified, rel, "io.stat")
+	default:
+		if l.Blkio == "" {
+			return 0, fmt.Errorf("%w: no blkio hierarchy", ErrUnsupported)
+		}
+		file = filepath.Join(l.Blkio, rel, "blkio.throttle.io_service_bytes")
+	}
+	data, err := os.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
+		}
+		return 0, wrap("read", file, err)
+	}
+	var total uint64
+	for line := range strings.SplitSeq(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != dev {
+			continue
+		}
+		if l.Mode == ModeV2 {
+			for _, f := range fields[1:] {
+				key, v, _ := strings.Cut(f, "=")
+				if key != "rbytes" && key != "wbytes" {
+					continue
+				}
+				n, err := strconv.ParseUint(v, 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("parse %s: %q", file, line)
+				}
+				total += n
+			}
+			continue
+		}
+		if len(fields) == 3 && (fields[1] == "Read" || fields[1] == "Write") {
+			n, err := strconv.ParseUint(fields[2], 10, 64)
+			if err != nil {
+				return 0, fmt.Errorf("parse %s: %q", file, line)
+			}
+			total += n
+		}
+	}
+	return total, nil
+}

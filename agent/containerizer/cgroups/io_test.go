@@ -85,3 +85,37 @@ func TestIOLimitHybrid(t *testing.T) {
 		t.Errorf("IOLimit = %v, %v", v, err)
 	}
 }
+
+// TestIOBytes: the revocable subtree's bytes on one device, read and
+// written, from v2 io.stat and v1 blkio.throttle.io_service_bytes.
+func TestIOBytes(t *testing.T) {
+	t.Parallel()
+	v2 := writeTree(t, map[string]string{
+		"s-revocable/io.stat": "254:16 rbytes=7 wbytes=9 rios=1 wios=1 dbytes=0 dios=0\n254:0 rbytes=4096 wbytes=1048576 rios=1 wios=1 dbytes=5 dios=1\n",
+	})
+	l := Layout{Mode: ModeV2, Mountpoint: v2, Unified: v2}
+	if n, err := l.IOBytes("s-revocable", "254:0"); err != nil || n != 4096+1048576 {
+		t.Errorf("v2 IOBytes = %d, %v; want %d", n, err, 4096+1048576)
+	}
+	if n, err := l.IOBytes("s-revocable", "8:0"); err != nil || n != 0 {
+		t.Errorf("v2 IOBytes of an unused device = %d, %v; want 0", n, err)
+	}
+	if _, err := l.IOBytes("missing", "254:0"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("v2 IOBytes without io.stat = %v, want ErrUnsupported", err)
+	}
+	bad := writeTree(t, map[string]string{"r/io.stat": "254:0 rbytes=x wbytes=1\n"})
+	if _, err := (Layout{Mode: ModeV2, Mountpoint: bad, Unified: bad}).IOBytes("r", "254:0"); err == nil || !strings.Contains(err.Error(), "io.stat") {
+		t.Errorf("v2 IOBytes of a bad line = %v, want an error naming io.stat", err)
+	}
+
+	v1 := writeTree(t, map[string]string{
+		"blkio/s-revocable/blkio.throttle.io_service_bytes": "254:0 Read 100\n254:0 Write 2000\n254:0 Sync 2000\n254:0 Async 100\n254:0 Discard 0\n254:0 Total 2100\n8:0 Write 5\nTotal 2105\n",
+	})
+	h := Layout{Mode: ModeHybrid, Blkio: filepath.Join(v1, "blkio")}
+	if n, err := h.IOBytes("s-revocable", "254:0"); err != nil || n != 2100 {
+		t.Errorf("v1 IOBytes = %d, %v; want 2100", n, err)
+	}
+	if _, err := (Layout{Mode: ModeHybrid}).IOBytes("s-revocable", "254:0"); !errors.Is(err, ErrUnsupported) {
+		t.Errorf("v1 IOBytes without blkio = %v, want ErrUnsupported", err)
+	}
+}

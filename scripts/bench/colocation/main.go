@@ -22,12 +22,14 @@
 //     cache (memory bandwidth and cache pollution);
 //   - forkexec: four shell loops starting /bin/true (fork/exec churn);
 //   - memory: three tasks holding 800 MiB each on revocable memory, the slack
-//     of a server allocated 3 GiB; S is the memory they hold after the load
-//     over the revocable mem estimate (the memory slack offered);
-//   - io: two writers streaming 256 MiB files with O_DIRECT beside a server
+//     of a server allocated 3 GiB (the load starts once they hold it all);
+//     S is the memory they hold after the load over the revocable mem
+//     estimate (the memory slack offered);
+//   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
+//     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request; S is their write rate over
-//     the thawed half of the load over their rate alone (5 s before it,
-//     the server idle).
+//     the thawed slices of the load over their rate alone (10 s before it,
+//     once they write, the server idle).
 //
 // For every run it prints the server's p50/p99/p99.9 (open loop, measured
 // from each request's scheduled time), the cores used by the server, the

@@ -43,6 +43,11 @@ type scenario struct {
 	// share, when set, measures best-effort work's share of the resource
 	// the scenario is about instead of idle CPU (see memoryShare, ioShare).
 	share func(m resourceMeter) (float64, string, error)
+	// holds is the memory the best-effort tasks hold once started (bytes,
+	// all of them): the load waits until the revocable subtree holds it.
+	// Filling 800 MiB at idle CPU priority on a loaded machine takes a
+	// minute or more, and S measured before it ends says nothing of reclaim.
+	holds uint64
 }
 
 var scenarios = []scenario{
@@ -55,13 +60,19 @@ var scenarios = []scenario{
 	// server allocated 3 GiB that uses a few MiB: together they ask for
 	// more than the ~2.9 GiB of slack (two of 700 MiB held at most 0.48 of
 	// it, so S could not show whether best-effort work keeps half).
-	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare,
+	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare, holds: 3 * 800 << 20,
 		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
-	// Two writers streaming 256 MiB files with O_DIRECT (so that v1 blkio
-	// sees their writes) beside a server that fsyncs 4 KiB per request.
-	{name: "io", tasks: 2, res: "cpus:0.25;mem:64", serverArgs: "--fsync .", share: ioShare,
-		command: func(string) string {
-			return `while :; do dd if=/dev/zero of=be.dat bs=1M count=256 oflag=direct 2>/dev/null; done`
+	// Two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB files,
+	// two writes in flight each (so that v1 blkio sees their writes, and
+	// so that on a loaded machine they are bound by the disk, not by the
+	// CPU they get at idle priority: dd copying /dev/zero wrote 1-9 MiB/s
+	// there) beside a server that fsyncs 4 KiB per request. What is in
+	// flight is kept small: a frozen writer's writes already queued in the
+	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
+	// slice to drain at a 66 MiB/s cap.
+	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare,
+		command: func(bin string) string {
+			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
 		}},
 }
 
@@ -132,6 +143,9 @@ type phase struct {
 	LoadgenCores float64 `json:"loadgen_cores"`
 	AgentCores   float64 `json:"agent_cores"` // the agent's own cgroup
 	BECores      float64 `json:"be_cores"`
+	// BEWriteRate is best-effort work's disk write rate (bytes per second;
+	// the io scenario only).
+	BEWriteRate float64 `json:"be_write_bytes_per_second,omitempty"`
 
 	Throttled     uint64        `json:"revocable_nr_throttled"`
 	Periods       uint64        `json:"revocable_nr_periods"`
@@ -316,8 +330,13 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
 	}
-	ioAlone := -1.0
-	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable), ioAlone: &ioAlone, ioStart: &ioSample{}}
+	ioAlone, ioShared := -1.0, 0.0
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable), ioAlone: &ioAlone, ioShared: &ioShared}
+	if s.holds > 0 {
+		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
+			return res, err
+		}
+	}
 	if s.share != nil {
 		// Best-effort work alone (the server idle) sets the reference.
 		if _, _, err := s.share(rm); err != nil {
@@ -362,6 +381,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	}
 	serverID := ""
 	m := meter{layout: layout, node: node, serverID: &serverID, loadgen: loadgenCgroup, rel: rel}
+	if s.share != nil {
+		m.written = rm.writtenBytes
+	}
 	// Freezing works in the v2 tree, present on hybrid hosts too (the
 	// freezer is part of cgroup v2's core, no controller needed).
 	freeze := func(frozen bool) error {
@@ -466,6 +488,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		ph.Delays, ph.LoadgenDelays = byClass(ph.Delays, classes), byClass(ph.LoadgenDelays, classes)
 	}
 	res.Alone, res.Shared = alone, shared
+	*rm.ioShared = shared.BEWriteRate
 	if s.share != nil {
 		v, what, err := s.share(rm)
 		if err != nil {
@@ -557,6 +580,9 @@ type meter struct {
 	serverID *string
 	loadgen  string
 	rel      func(string) string
+	// written, when set, reads best-effort work's cumulative disk writes
+	// (the io scenario).
+	written func() (ioSample, error)
 }
 
 // snapshot is the counters at one moment.
@@ -566,6 +592,7 @@ type snapshot struct {
 	server, be, loadgen, agent float64
 	throttle                   throttleStat
 	serverUsage, loadgenUsage  serverUsage
+	beWritten                  uint64 // best-effort work's disk writes (bytes), when metered
 }
 
 func (m meter) snapshot(ctx context.Context) snapshot {
@@ -573,6 +600,11 @@ func (m meter) snapshot(ctx context.Context) snapshot {
 	s.server, s.be = cgroupCPU(m.layout, m.rel("guaranteed")), cgroupCPU(m.layout, m.rel("revocable"))
 	s.loadgen, s.agent = cgroupCPU(m.layout, m.loadgen), cgroupCPU(m.layout, m.rel("agent"))
 	s.serverUsage, s.loadgenUsage = usageOf(ctx, m.node, m.serverID)
+	if m.written != nil {
+		if w, err := m.written(); err == nil {
+			s.beWritten = w.bytes
+		}
+	}
 	return s
 }
 
@@ -589,6 +621,7 @@ func (s snapshot) addTo(p *phase, now snapshot) {
 	p.BECores += now.be - s.be
 	p.LoadgenCores += now.loadgen - s.loadgen
 	p.AgentCores += now.agent - s.agent
+	p.BEWriteRate += float64(now.beWritten - s.beWritten)
 	p.Periods += now.throttle.periods - s.throttle.periods
 	p.Throttled += now.throttle.throttled - s.throttle.throttled
 	p.ThrottledTime += now.throttle.time - s.throttle.time
@@ -614,6 +647,7 @@ func (p *phase) finish() {
 	p.BECores /= p.Seconds
 	p.LoadgenCores /= p.Seconds
 	p.AgentCores /= p.Seconds
+	p.BEWriteRate /= p.Seconds
 }
 
 func addDelays(into, d map[string]time.Duration) map[string]time.Duration {
