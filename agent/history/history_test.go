@@ -2,6 +2,7 @@ package history
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,7 +199,32 @@ func TestCulpritsAreBounded(t *testing.T) {
 	if other != 11 {
 		t.Fatalf("other delayed %v s, want the 11 folded culprits' 11 s", other)
 	}
-	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got == 0 {
-		t.Fatal("folding culprits was not counted")
+	// The snapshot folded 11 culprits (the 42 sorted past the 31st); the
+	// query folded them again but is no fold to count.
+	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got != 11 {
+		t.Fatalf("culprits cut %v, want the snapshot's 11 folds", got)
+	}
+	for range 3 {
+		s.Delays(at(time.Second), 0, []Victim{{ContainerID: "v", Culprits: grown}})
+	}
+	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got != 11 {
+		t.Fatalf("culprits cut %v after three more queries, want still 11: queries are no folds", got)
+	}
+}
+
+// TestDelaysQueryLeavesTheStore: a query naming a culprit no snapshot had
+// reports it (from zero) without adding it to the victim's culprits, so
+// the next snapshot's indexes are the store's own.
+func TestDelaysQueryLeavesTheStore(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Window: time.Minute, Interval: time.Second})
+	s.RecordDelays(at(0), []Victim{{ContainerID: "v", Culprits: map[string]float64{"a": 1}}})
+	edges, _ := s.Delays(at(time.Second), 0, []Victim{{ContainerID: "v", Culprits: map[string]float64{"a": 2, "b": 3}}})
+	want := []Edge{{VictimContainerID: "v", Culprit: "b", Secs: 3}, {VictimContainerID: "v", Culprit: "a", Secs: 1}}
+	if diff := cmp.Diff(want, edges); diff != "" {
+		t.Fatalf("Delays (-want +got):\n%s", diff)
+	}
+	if got := s.delays["v"].culprits; !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after a query the victim's culprits are %v, want the snapshot's [a]", got)
 	}
 }
