@@ -228,3 +228,44 @@ func TestDelaysQueryLeavesTheStore(t *testing.T) {
 		t.Fatalf("after a query the victim's culprits are %v, want the snapshot's [a]", got)
 	}
 }
+
+// TestQueryFit: a query over more points than allowed takes the finest
+// coarser step (a whole multiple of the interval) that fits; one that fits
+// keeps its step; the largest step, the window, always fits.
+func TestQueryFit(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Window: 15 * time.Minute, Interval: time.Second})
+	samples := make([]Sample, 250) // > 222 containers
+	for i := range samples {
+		samples[i].ContainerID = string(rune('a'+i/26)) + string(rune('a'+i%26))
+	}
+	for pass := range 901 {
+		for i := range samples {
+			samples[i].Time = at(time.Duration(pass) * time.Second)
+		}
+		s.Record(at(time.Duration(pass)*time.Second), samples)
+	}
+	count := func(series []Series) (n int) {
+		for _, se := range series {
+			n += len(se.Points)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		step, want time.Duration
+		max        int
+	}{
+		{time.Second, 2 * time.Second, 200_000},  // 225,250 points at 1 s
+		{0, 2 * time.Second, 200_000},            // every point: the interval is the base
+		{time.Second, time.Second, 250_000},      // fits
+		{time.Second, 3 * time.Second, 100_000},  // 2 s gives 112,750
+		{time.Second, 15 * time.Minute, 2 * 250}, // only the window fits
+		{10 * time.Second, 10 * time.Second, 200_000},
+	} {
+		series, step := s.QueryFit(Query{Step: c.step}, c.max)
+		if step != c.want || count(series) > c.max || len(series) != 250 {
+			t.Errorf("QueryFit(step %v, max %d): step %v, %d points in %d series; want step %v, at most %d points",
+				c.step, c.max, step, count(series), len(series), c.want, c.max)
+		}
+	}
+}
