@@ -26,12 +26,15 @@
 //
 // The estimator and QoS settings (IsSettingFlag: --estimator*,
 // --fixed-revocable, --oversubscribe-memory, --qos-* but the loops'
-// intervals) can also come as a settings map keyed by flag names, the
-// --config format: Options.WithSettings applies one to a copy, through the
-// flags' own parsers, and checks it with ValidateSettings (the part of
-// Validate that covers them). Options.NewControllers is the one place that
-// builds an estimator and QoS controllers from Options (Build, Validate,
-// shadows and fleet profiles call it). --shadow NAME=FILE (at most two)
+// intervals) are declared, validated and built in agent/settings
+// (settings.Settings, embedded in Options), which the coordinator uses to
+// validate node profiles without linking the agent. They can also come as
+// a settings map keyed by flag names, the --config format:
+// Options.WithSettings applies one to a copy, through the flags' own
+// parsers, and checks it with ValidateSettings (the part of Validate that
+// covers them). NewControllers (settings.Settings') is the one place that
+// builds an estimator and QoS controllers (Build, Validate, shadows and
+// fleet profiles call it). --shadow NAME=FILE (at most two)
 // runs such candidate settings in shadow (agent/shadow): the estimate loop
 // hands every input it built for the active estimator, after the active
 // estimate is published, to each shadow's own estimator, and the QoS loop

@@ -16,10 +16,10 @@ import (
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/images"
-	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/agent/settings"
 	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/internal/logging"
-	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -101,33 +101,19 @@ type Options struct {
 	// in the list: no network QoS).
 	NetworkInterfaces []string
 
-	// Estimator names the oversubscription estimator (--estimator),
-	// configured by EstimatorConfig (--estimator-*, --fixed-revocable,
-	// --oversubscribe-memory) and run every EstimateInterval
-	// (--oversubscribed-resources-interval).
-	Estimator        string
-	EstimatorConfig  estimator.Config
+	// Settings are the estimator and QoS settings (--estimator*,
+	// --fixed-revocable, --oversubscribe-memory, --qos-* but the loops'
+	// intervals; agent/settings declares their flags): what shadows and
+	// node profiles may set. EstimateInterval
+	// (--oversubscribed-resources-interval) is how often the estimator
+	// runs, and QoSIntervalMin (--qos-correction-interval-min) the least
+	// time between QoS evaluations.
+	settings.Settings
 	EstimateInterval time.Duration
+	QoSIntervalMin   time.Duration
 	// ProtectCgroups are services outside Slackline that the estimator
 	// counts and QoS protects (--protect-cgroup, repeatable).
 	ProtectCgroups []string
-	// QoSControllers name the QoS controllers in order (--qos-controller),
-	// configured by QoS (--qos-*) and evaluated at most every
-	// QoSIntervalMin (--qos-correction-interval-min). Build derives the
-	// exit thresholds from the enter ones (RunqP99Exit is half of
-	// RunqP99Enter, CPUPressureExit 40% of CPUPressureEnter;
-	// SaturationExit 0.1 below SaturationEnter) and the
-	// memory floor from QoSMemoryMinAvailableMiB
-	// (--qos-memory-min-available; 0: the controller's default).
-	QoSControllers           []string
-	QoS                      qos.Config
-	QoSIntervalMin           time.Duration
-	QoSMemoryMinAvailableMiB float64
-	// Memory and disk I/O QoS (#28): QoSReclaimLowAvailableMiB is the
-	// MemAvailable below which the reclaim controller starts reclaiming
-	// revocable memory (--qos-reclaim-low-available; 0: max(512 MiB, 10%
-	// of memory)).
-	QoSReclaimLowAvailableMiB float64
 
 	// Shadow settings (#29 part 4): Shadows are candidate estimator and
 	// QoS settings run in shadow beside the active ones (--shadow
@@ -252,78 +238,14 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(parsed(&o.NetworkInterfaces, splitList, joinList), "network-interfaces", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
 	fs.DurationVar(&o.RunqueueLatencyThreshold, "runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
 
-	fs.StringVar(&o.Estimator, "estimator", estimator.DefaultName, "oversubscription estimator: "+strings.Join(estimator.Names(), ", "))
+	// The estimator and QoS settings (agent/settings).
+	o.Settings.AddFlags(fs)
 	fs.DurationVar(&o.EstimateInterval, "oversubscribed-resources-interval", 100*time.Millisecond, "how often the estimate is computed (and sent when it changed)")
-	o.EstimatorConfig = estimator.DefaultConfig()
-	est := &o.EstimatorConfig
-	fs.Var(parsed(&est.Fixed, resources.Parse, resources.Resources.String), "fixed-revocable", `resources the "fixed" estimator reports, e.g. "cpus:2;bandwidth:500" (with network QoS, revocable egress is paced to its bandwidth: 1% of the link without)`)
-	fs.BoolVar(&est.Memory, "oversubscribe-memory", est.Memory, "estimate memory slack too, from guaranteed tasks' working sets (--oversubscribe-memory=false: offer no revocable mem)")
-	fs.DurationVar(&est.Window, "estimator-window", est.Window, "how far back the usage estimators look for peaks (shorter: slack is offered sooner after usage drops, with less safety)")
-	fs.Float64Var(&est.Percentile, "estimator-percentile", est.Percentile, "percentile of CPU samples in the window taken as a container's peak")
-	fs.DurationVar(&est.PeakHalfLife, "estimator-peak-half-life", est.PeakHalfLife, "half-life of the decaying peak hold")
-	fs.DurationVar(&est.Fast.Confirm, "estimator-confirm", est.Fast.Confirm, "fast: how long slack must last before it is offered (a rise shrinks the estimate at once)")
-	fs.Float64Var(&est.Fast.Margin, "estimator-safety-margin", est.Fast.Margin, "fast: fraction of each guaranteed CPU allocation never offered")
-	fs.DurationVar(&est.Fast.ReclaimTime, "estimator-reclaim-time", est.Fast.ReclaimTime, "fast: how long QoS takes to take CPU back; recurring bursts due within it are held back in advance")
-	// Estimator calibration (#29).
-	fs.Float64Var(&est.Calibration.TargetViolation, "estimator-target-violation", est.Calibration.TargetViolation, "calibrated: long-run share of estimates that may exceed the slack really there (adaptive conformal inference keeps the rate at it)")
-	fs.Float64Var(&est.Calibration.Gamma, "estimator-calibration-step", est.Calibration.Gamma, "calibrated: step of the calibration (larger: adapts faster to a new kind of load, with a noisier margin)")
-	fs.DurationVar(&est.Calibration.Confirm, "estimator-calibrated-confirm", est.Calibration.Confirm, "calibrated: how long slack must last before it is offered (the calibration carries the risk that fast's 1 s carried)")
-	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks go at once; 0: every rise)")
 	// Shadow settings (#29 part 4).
 	fs.Var(shadowsValue{&o.Shadows}, "shadow", "NAME=FILE: run the estimator and QoS settings of FILE (a YAML or JSON map of --estimator* and --qos-* flag names to values, as in a --config file) in shadow beside the active ones, reporting what they would have offered and corrected (slacklinectl get shadows, /metrics); repeatable, at most 2")
 	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 
-	o.QoSControllers = qos.ParseNames(qos.DefaultControllers)
-	fs.Var(parsed(&o.QoSControllers, func(s string) ([]string, error) { return qos.ParseNames(s), nil }, joinList), "qos-controller", "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
 	fs.DurationVar(&o.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
-	o.QoS = qos.DefaultConfig()
-	in, nw := &o.QoS.Interference, &o.QoS.Network
-	fs.DurationVar(&in.RunqP99Enter, "qos-runqueue-p99", in.RunqP99Enter, "interference: guaranteed run-queue p99 above this throttles revocable work (calm below half of it)")
-	fs.Float64Var(&in.CPUPressureEnter, "qos-cpu-pressure", in.CPUPressureEnter, "interference: guaranteed cgroup cpu.pressure some avg10 (percent) above this throttles revocable work (calm below 40% of it; 0: ignore CPU pressure)")
-	fs.IntVar(&in.EventCount, "qos-event-count", in.EventCount, "interference: with eBPF, this many guaranteed wakeups waiting over 1ms within 250ms throttle revocable work (0: ignore them)")
-	fs.DurationVar(&in.MinAttributedDelay, "qos-min-attributed-delay", in.MinAttributedDelay, "interference: with eBPF, act only on latency that revocable tasks caused at least this much of per interval (0: act on any)")
-	fs.DurationVar(&in.KillAfter, "qos-kill-after", in.KillAfter, "interference: kill revocable work after this long throttled to the floor without relief")
-	fs.DurationVar(&in.ThrottlePeriod, "qos-throttle-period", in.ThrottlePeriod, "interference: CFS period of the revocable subtree's CPU limit (0: the kernel's 100ms); shorter periods make throttled spells shorter")
-	fs.DurationVar(&in.EffectWindow, "qos-effect-window", in.EffectWindow, "interference, cpuset: with eBPF, how long after a correction its effect on the delay revocable work causes is judged (corrections that did not help are undone)")
-	fs.Float64Var(&in.MinWaitGain, "qos-min-wait-gain", in.MinWaitGain, "interference, cpuset: with eBPF, a correction is kept only if guaranteed work's whole run-queue wait fell by this fraction (else undone and backed off)")
-	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
-	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
-	fs.Float64Var(&o.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it")
-	// Jobs (#26): the memory controller's pace between kills, so that a
-	// test (or an operator) can let it kill once and then watch.
-	fs.DurationVar(&o.QoS.Memory.KillCooldown, "qos-memory-kill-cooldown", o.QoS.Memory.KillCooldown, "memory: least time between two kills for lack of memory")
-	fs.Float64Var(&o.QoSReclaimLowAvailableMiB, "qos-reclaim-low-available", 0, "reclaim: reclaim revocable memory (memory.high), then freeze, then kill it while MemAvailable stays below this many MiB (0: max(512 MiB, 10% of memory))")
-	// Disk I/O QoS (#28): the diskio controller's signal and pace.
-	dio := &o.QoS.DiskIO
-	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
-	fs.Uint64Var(&dio.MinSyncs, "qos-diskio-min-syncs", dio.MinSyncs, "diskio: fewest fsyncs of a guaranteed task in a monitor interval whose p99 counts (fewer make it their maximum)")
-	fs.DurationVar(&dio.BlockP99Enter, "qos-diskio-block-p99", dio.BlockP99Enter, "diskio: a guaranteed task's own block requests' p99 latency (eBPF, submission to completion) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore)")
-	fs.Uint64Var(&dio.MinBlockIOs, "qos-diskio-min-block-ios", dio.MinBlockIOs, "diskio: fewest block requests of a guaranteed task in a monitor interval whose p99 counts")
-	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
-	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
-	fs.Float64Var(&dio.FloorFraction, "qos-diskio-floor-fraction", dio.FloorFraction, "diskio: the revocable disk I/O cap is never lowered below this fraction of the rate revocable I/O reached uncapped (its share of the disk; 0: a 1 MiB/s trickle)")
-	fs.Float64Var(&o.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
-	fs.Float64Var(&o.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
-}
-
-// cpuPressureExitRatio derives the interference controller's calm CPU
-// pressure from its enter threshold (qos.DefaultConfig: 10 of 25).
-const cpuPressureExitRatio = 0.4
-
-// qosConfig is QoS with the thresholds Build derives.
-func (o *Options) qosConfig() qos.Config {
-	c := o.QoS
-	c.Interference.RunqP99Exit = c.Interference.RunqP99Enter / 2
-	c.Interference.CPUPressureExit = c.Interference.CPUPressureEnter * cpuPressureExitRatio
-	c.Network.SaturationExit = max(c.Network.SaturationEnter-0.1, c.Network.SaturationEnter/2)
-	if o.QoSMemoryMinAvailableMiB > 0 {
-		c.Memory.MinAvailableBytes, c.Memory.MinAvailableFraction = uint64(o.QoSMemoryMinAvailableMiB*(1<<20)), 0
-		c.Reclaim.CriticalAvailableBytes, c.Reclaim.CriticalAvailableFraction = c.Memory.MinAvailableBytes, 0
-	}
-	if o.QoSReclaimLowAvailableMiB > 0 {
-		c.Reclaim.LowAvailableBytes, c.Reclaim.LowAvailableFraction = uint64(o.QoSReclaimLowAvailableMiB*(1<<20)), 0
-	}
-	return c
 }
 
 // Validate checks the settings without touching the host, and returns
@@ -383,20 +305,7 @@ func (o *Options) Validate() error {
 // flags IsSettingFlag accepts), as Validate does; each error names its
 // flag. Settings applied in place of the flags' (WithSettings) are checked
 // with it.
-func (o *Options) ValidateSettings() error {
-	var errs []error
-	check := func(ok bool, flag, format string, args ...any) {
-		if !ok {
-			errs = append(errs, fmt.Errorf("--%s: "+format, append([]any{flag}, args...)...))
-		}
-	}
-	check(o.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", o.QoSMemoryMinAvailableMiB)
-	check(o.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", o.QoSReclaimLowAvailableMiB)
-	if _, err := o.NewControllers(); err != nil {
-		errs = append(errs, err)
-	}
-	return errors.Join(errs...)
-}
+func (o *Options) ValidateSettings() error { return o.Settings.Validate() }
 
 // networkOff tells whether --network-interfaces turns network QoS off.
 func networkOff(interfaces []string) bool {
@@ -408,35 +317,10 @@ func networkOff(interfaces []string) bool {
 	return false
 }
 
-// parsedValue is a flag.Value (and flag.Getter, so that a config file's
-// list is one comma-separated value) of a type with a parser.
-type parsedValue[T any] struct {
-	p      *T
-	parse  func(string) (T, error)
-	format func(T) string
+// parsed is a flag.Value of a type with a parser (cliconfig.Parsed).
+func parsed[T any](p *T, parse func(string) (T, error), format func(T) string) cliconfig.ParsedValue[T] {
+	return cliconfig.Parsed(p, parse, format)
 }
-
-func parsed[T any](p *T, parse func(string) (T, error), format func(T) string) parsedValue[T] {
-	return parsedValue[T]{p, parse, format}
-}
-
-func (v parsedValue[T]) Set(s string) error {
-	t, err := v.parse(s)
-	if err != nil {
-		return err
-	}
-	*v.p = t
-	return nil
-}
-
-func (v parsedValue[T]) String() string {
-	if v.p == nil { // flag's zero-value probe
-		return ""
-	}
-	return v.format(*v.p)
-}
-
-func (v parsedValue[T]) Get() any { return *v.p }
 
 // repeated is a repeatable string flag.
 type repeated struct{ l *[]string }

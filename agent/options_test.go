@@ -162,7 +162,7 @@ insecure: true
 		t.Fatal(err)
 	}
 	fixed := resources.MustParse("cpus:2;bandwidth:500")
-	qc := o.qosConfig()
+	qc := o.QoSConfig()
 	for _, c := range []struct {
 		name      string
 		got, want any

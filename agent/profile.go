@@ -3,10 +3,10 @@ package agent
 import (
 	"errors"
 	"fmt"
-	"slices"
 	"sync"
 	"time"
 
+	"github.com/slackline/slackline/agent/settings"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
@@ -16,37 +16,23 @@ import (
 // estimator and QoS settings over its command stream, which the agent
 // applies without restarting.
 
-// ProfileFlags are the flags a node profile may set: the estimator and
-// QoS settings (SettingFlags, the ones shadow candidates take) but
-// --qos-controller. The agent swaps their settings in place, by building
-// a new estimator and QoS controller set; the QoS controllers themselves
-// are wiring (a controller that needs a subsystem the agent did not start
-// cannot join later), and the other flags wire subsystems (cgroups, eBPF,
-// the network classifier) or set a loop's period: they need a restart and
-// are refused.
-var ProfileFlags = profileFlags()
-
-func profileFlags() []string {
-	var out []string
-	for _, f := range SettingFlags() {
-		if f != "qos-controller" {
-			out = append(out, f)
-		}
-	}
-	return out
-}
+// ProfileFlags are the flags a node profile may set (settings.ProfileFlags):
+// the estimator and QoS settings (SettingFlags, the ones shadow candidates
+// take) but --qos-controller. The agent swaps their settings in place, by
+// building a new estimator and QoS controller set; the other flags wire
+// subsystems (cgroups, eBPF, the network classifier) or set a loop's
+// period: they need a restart and are refused.
+var ProfileFlags = settings.ProfileFlags
 
 // ParseProfile returns base with a profile's settings applied: a YAML or
 // JSON mapping of flag names to values (the --config format, each value
 // through its flag's own parser), restricted to ProfileFlags, and
-// validated with ValidateSettings (the part of Validate that covers them). name names the profile in errors.
-func ParseProfile(base Options, name, settings string) (Options, error) {
+// validated with ValidateSettings (the part of Validate that covers
+// them). name names the profile in errors. The coordinator checks a
+// profile with settings.ValidateProfile, the same over the defaults.
+func ParseProfile(base Options, name, data string) (Options, error) {
 	source := "profile " + name
-	o, _, err := base.applySettings(source, []byte(settings),
-		func(f string) bool { return slices.Contains(ProfileFlags, f) },
-		func(f string) error {
-			return fmt.Errorf("--%s cannot be applied without restarting the agent (a profile may set the estimator and QoS settings but --qos-controller)", f)
-		})
+	o, _, err := base.applySettings(source, []byte(data), settings.IsProfileFlag, settings.ProfileRefusal)
 	if err != nil {
 		return Options{}, err
 	}
@@ -54,15 +40,6 @@ func ParseProfile(base Options, name, settings string) (Options, error) {
 		return Options{}, fmt.Errorf("%s: %w", source, err)
 	}
 	return o, nil
-}
-
-// ValidateProfile checks a profile's settings as the coordinator does
-// before it accepts them: applied over the defaults of every flag by
-// ParseProfile, so validated by the same code as the flags. An agent
-// validates again over its own flags before it applies them.
-func ValidateProfile(name, settings string) error {
-	_, err := ParseProfile(DefaultOptions(), name, settings)
-	return err
 }
 
 // profileSettings is what applying a profile builds: the estimator and

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/slackline/slackline/agent/settings"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/qos"
@@ -68,20 +69,31 @@ func TestParseProfile(t *testing.T) {
 	}
 }
 
-func TestValidateProfile(t *testing.T) {
+// TestValidateProfileAgreesWithParseProfile: the coordinator's check
+// (settings.ValidateProfile, without the agent) accepts exactly the
+// profiles an agent with default flags accepts (ParseProfile).
+func TestValidateProfileAgreesWithParseProfile(t *testing.T) {
 	t.Parallel()
-	tests := []struct{ settings, wantErr string }{
-		{"estimator-target-violation: 0.02", ""},
+	for _, data := range []string{
+		"",
+		"estimator-target-violation: 0.02",
 		// docs/operators.md's example.
-		{"estimator-target-violation: 0.005\nestimator-rise-interval: 5s\nqos-runqueue-p99: 3ms\n", ""},
-		{"estimator: nosuch", "--estimator nosuch"},
-		{"estimator-target-violation: 1.5", "target"},
-		{"listen: 0.0.0.0:1", "--listen cannot be applied"},
-	}
-	for _, tt := range tests {
-		err := ValidateProfile("web", tt.settings)
-		if tt.wantErr == "" && err != nil || tt.wantErr != "" && (err == nil || !strings.Contains(err.Error(), tt.wantErr)) {
-			t.Errorf("ValidateProfile(%q) = %v, want %q", tt.settings, err, tt.wantErr)
+		"estimator-target-violation: 0.005\nestimator-rise-interval: 5s\nqos-runqueue-p99: 3ms\n",
+		"estimator: fast\nestimator-confirm: 2s\nqos-memory-kill-cooldown: 1m\nqos-diskio-sync-p99: 10ms",
+		"fixed-revocable: cpus:2;mem:128\nestimator: fixed",
+		"estimator: nosuch",
+		"estimator-target-violation: 1.5",
+		"qos-memory-min-available: -1",
+		"qos-controller: [memory]",
+		"listen: 0.0.0.0:1",
+		"oversubscribed-resources-interval: 1s",
+		"qos-kill-afterr: 1s",
+		"- not a mapping",
+	} {
+		_, agentErr := ParseProfile(DefaultOptions(), "web", data)
+		coordErr := settings.ValidateProfile("web", data)
+		if (agentErr == nil) != (coordErr == nil) {
+			t.Errorf("%q: ParseProfile: %v; settings.ValidateProfile: %v", data, agentErr, coordErr)
 		}
 	}
 }

@@ -9,9 +9,7 @@ import (
 	"strings"
 
 	"github.com/slackline/slackline/agent/shadow"
-	"github.com/slackline/slackline/estimator"
 	"github.com/slackline/slackline/internal/cliconfig"
-	"github.com/slackline/slackline/qos"
 )
 
 // Estimator and QoS settings (#29 parts 4 and 5): the flags that shadow
@@ -121,34 +119,6 @@ func (o Options) applySettings(source string, data []byte, allowed func(flag str
 		}
 	})
 	return c, changed, nil
-}
-
-// Controllers are an estimator and QoS controllers built from Options.
-type Controllers struct {
-	// Estimator is named EstimatorName (--estimator).
-	Estimator     estimator.Estimator
-	EstimatorName string
-	// QoS evaluates the controllers QoSNames (--qos-controller) in order.
-	QoS      qos.Controller
-	QoSNames []string
-}
-
-// NewControllers builds a fresh estimator and QoS controller set from o's
-// estimator and QoS settings: the one place that does, for Build, Validate,
-// shadows and profiles. Errors name the flags.
-func (o Options) NewControllers() (Controllers, error) {
-	est, estErr := estimator.New(o.Estimator, o.EstimatorConfig)
-	if estErr != nil {
-		estErr = fmt.Errorf("--estimator %s (and --estimator-*, --fixed-revocable): %w", o.Estimator, estErr)
-	}
-	set, qosErr := qos.NewSet(o.QoSControllers, o.qosConfig())
-	if qosErr != nil {
-		qosErr = fmt.Errorf("--qos-controller %s (and --qos-*): %w", strings.Join(o.QoSControllers, ","), qosErr)
-	}
-	if err := errors.Join(estErr, qosErr); err != nil {
-		return Controllers{}, err
-	}
-	return Controllers{Estimator: est, EstimatorName: o.Estimator, QoS: set, QoSNames: slices.Clone(o.QoSControllers)}, nil
 }
 
 // ShadowSpec is one --shadow NAME=FILE: candidate settings run in shadow

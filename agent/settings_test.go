@@ -11,6 +11,7 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 
+	"github.com/slackline/slackline/agent/settings"
 	"github.com/slackline/slackline/internal/cliconfig"
 )
 
@@ -107,6 +108,12 @@ func TestSettingFlags(t *testing.T) {
 		if slices.Contains(names, not) {
 			t.Errorf("%s is a setting flag", not)
 		}
+	}
+	// The coordinator knows the settings from agent/settings alone: a
+	// setting flag declared by Options.AddFlags instead would be refused
+	// in every profile.
+	if declared := settings.Flags(); !slices.Equal(names, declared) {
+		t.Errorf("setting flags %v, agent/settings declares %v: declare estimator and QoS settings in settings.Settings.AddFlags", names, declared)
 	}
 }
 

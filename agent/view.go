@@ -85,8 +85,10 @@ func (h *viewHistory) victims(usages []monitor.Usage) []history.Victim {
 
 // MaxHistoryResponsePoints bounds the points of one GetHistory answer
 // (about 6 MB in protobuf, 14 MB in JSON: under the coordinator's proxy
-// limit); past it the call fails with resource_exhausted naming the
-// step_seconds that fits. The live view asks for 1 s steps.
+// limit). Past it the answer is averaged over a coarser step that fits
+// (history.Store.QueryFit) and says which (step_seconds): the live view
+// asks for 1 s steps, which a node of more than about 222 containers
+// would exceed.
 const MaxHistoryResponsePoints = 200_000
 
 // errNoHistory answers GetHistory and GetDelays on an agent without a
@@ -112,17 +114,9 @@ func (s nodeService) GetHistory(_ context.Context, req *connect.Request[slacklin
 	if msg.GetSince() != nil {
 		q.Since = msg.GetSince().AsTime()
 	}
-	resp := &slacklinev1.GetHistoryResponse{WindowSeconds: h.store.Window().Seconds(), IntervalSeconds: h.store.Interval().Seconds()}
-	series := h.store.Query(q)
-	points := 0
-	for _, se := range series {
-		points += len(se.Points)
-	}
-	if points > MaxHistoryResponsePoints {
-		need := h.store.Interval().Seconds() * math.Ceil(float64(points)/MaxHistoryResponsePoints)
-		return nil, connect.NewError(connect.CodeResourceExhausted, fmt.Errorf("%d points are more than one answer holds (%d): ask with step_seconds %v or more, a since, or a task_id",
-			points, MaxHistoryResponsePoints, max(step, need)))
-	}
+	series, used := h.store.QueryFit(q, MaxHistoryResponsePoints)
+	resp := &slacklinev1.GetHistoryResponse{WindowSeconds: h.store.Window().Seconds(), IntervalSeconds: h.store.Interval().Seconds(),
+		StepSeconds: used.Seconds()}
 	for _, se := range series {
 		n := len(se.Points)
 		out := &slacklinev1.HistorySeries{ContainerId: se.ContainerID, TaskId: se.TaskID, Revocable: se.Revocable, Ended: se.Ended,

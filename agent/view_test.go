@@ -3,7 +3,6 @@ package agent
 import (
 	"context"
 	"fmt"
-	"strings"
 	"testing"
 	"time"
 
@@ -97,33 +96,49 @@ func TestGetHistoryFromMonitorPasses(t *testing.T) {
 	}
 }
 
-// TestGetHistoryBoundsItsAnswer: more points than one answer holds fail
-// with resource_exhausted naming a step that fits, and that step works.
-func TestGetHistoryBoundsItsAnswer(t *testing.T) {
+// TestGetHistoryFitsItsAnswer: more points than one answer holds are
+// averaged over a coarser step that fits, which the answer names; a step
+// that fits is kept. 300 containers at the live view's 1 s steps (270,300
+// points) exceed MaxHistoryResponsePoints.
+func TestGetHistoryFitsItsAnswer(t *testing.T) {
 	t.Parallel()
-	store := history.New(history.Config{Interval: 100 * time.Millisecond})
+	store := history.New(history.Config{Interval: time.Second})
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	samples := make([]history.Sample, 30) // 30 x 9000 points > MaxHistoryResponsePoints
+	samples := make([]history.Sample, 300)
 	for i := range samples {
 		samples[i].ContainerID = fmt.Sprint("c", i)
+		samples[i].CPUs = 0.5
 	}
-	for pass := range history.MaxPoints {
-		now := t0.Add(time.Duration(pass) * 100 * time.Millisecond)
+	for pass := range 901 { // the whole 15-minute window at 1 s
+		now := t0.Add(time.Duration(pass) * time.Second)
 		for i := range samples {
 			samples[i].Time = now
 		}
 		store.Record(now, samples)
 	}
 	node := nodeService{&Agent{history: &viewHistory{store: store}}}
-	_, err := node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{}))
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "step_seconds 0.2 or more") {
-		t.Fatalf("GetHistory of 270000 points: %v, want resource_exhausted asking for step_seconds 0.2", err)
+	count := func(resp *slacklinev1.GetHistoryResponse) (n int) {
+		for _, s := range resp.GetSeries() {
+			n += len(s.GetTimes())
+		}
+		return n
 	}
-	resp, err := node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{StepSeconds: 0.2}))
+	resp, err := node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{StepSeconds: 1}))
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("GetHistory of 300 containers at 1 s steps: %v", err)
 	}
-	if n := len(resp.Msg.GetSeries()[0].GetTimes()); n != history.MaxPoints/2 {
-		t.Fatalf("%d points at 0.2 s steps, want %d", n, history.MaxPoints/2)
+	if got := resp.Msg.GetStepSeconds(); got != 2 {
+		t.Errorf("step_seconds %v, want 2, the finest that fits", got)
+	}
+	if n := count(resp.Msg); n > MaxHistoryResponsePoints || n < MaxHistoryResponsePoints/2 {
+		t.Errorf("%d points, want at most %d and no coarser than needed", n, MaxHistoryResponsePoints)
+	}
+	if len(resp.Msg.GetSeries()) != 300 || resp.Msg.GetSeries()[0].GetCpus()[0] != 0.5 {
+		t.Errorf("%d series, first cpus %v: want all 300, averaged", len(resp.Msg.GetSeries()), resp.Msg.GetSeries()[0].GetCpus()[:1])
+	}
+	// A step that fits is the answer's.
+	resp, err = node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{StepSeconds: 5}))
+	if err != nil || resp.Msg.GetStepSeconds() != 5 || count(resp.Msg) > 300*182 {
+		t.Fatalf("GetHistory at 5 s: step %v, %d points, %v", resp.Msg.GetStepSeconds(), count(resp.Msg), err)
 	}
 }

@@ -13,7 +13,7 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
-	agentopts "github.com/slackline/slackline/agent"
+	"github.com/slackline/slackline/agent/settings"
 	"github.com/slackline/slackline/coordinator/profiles"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -304,7 +304,7 @@ func (s profileService) RolloutProfile(ctx context.Context, req *connect.Request
 // validateProfileSettings is the agent's own validation of a profile's
 // settings.
 func validateProfileSettings(name string) func(string) error {
-	return func(settings string) error { return agentopts.ValidateProfile(name, settings) }
+	return func(data string) error { return settings.ValidateProfile(name, data) }
 }
 
 // GetProfiles implements ProfileService.

@@ -143,7 +143,7 @@ func TestProfileAppliedToALabelledSubset(t *testing.T) {
 	// refused naming the flag; nothing changes.
 	for settings, want := range map[string]string{
 		"estimator-target-violation: 2": "target",
-		"listen: 0.0.0.0:1":             "--listen cannot be applied without restarting",
+		"listen: 0.0.0.0:1":             "listen: unknown setting (no such flag)\n(a profile may set only",
 		"estimator-windo: 1s":           "did you mean estimator-window",
 	} {
 		_, err := pc.client.ApplyProfile(ctx, connect.NewRequest(&slacklinev1.ApplyProfileRequest{Name: "web", Settings: settings}))

@@ -37,7 +37,7 @@ func (c *Coordinator) Handler() http.Handler {
 	// the task it names: MayReadSandbox), then calls the agent with the
 	// coordinator's own identity, never the caller's token (coordinator/ui).
 	root.Handle("/ui/", ui.Handler(ui.Config{Agents: operatorService{c}, Sandboxes: operatorService{c}, AgentTLS: c.cfg.AgentTLS,
-		AgentCRL: c.cfg.Authz.CRL(), Authorize: c.cfg.Authz.ProxyMiddleware, Logger: c.cfg.Logger}))
+		AgentCRL: c.cfg.Authz.CRL(), Authorize: c.cfg.Authz.ProxyMiddleware, Logger: c.cfg.Logger, Metrics: c.cfg.Metrics}))
 	root.Handle("/", c.cfg.Authz.Middleware(mux))
 	return root
 }

@@ -16,6 +16,9 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/privileged"
 )
 
 // docsWithCommands are the documents whose sh blocks TestDocsCommands runs.
@@ -88,10 +91,13 @@ func freePorts(t *testing.T) int {
 }
 
 // TestDocsCommands runs every sh block of README.md and docs/operators.md,
-// as written and in order, against `make run` (its simulated agent, the
-// path a user without root takes: RUN_AGENT=sim), in a directory laid out
-// as the checkout's (bin/, .run/). Blocks that cannot run here carry a
-// skip annotation with the reason; the test lists them.
+// as written and in order, against `make run` on both of its paths: "sim",
+// the simulated agent a user without root gets (RUN_AGENT=sim), and
+// "root", the real agent running tasks in cgroups (root only; its own
+// cgroup root, RUN_CGROUP_ROOT), each in a directory laid out as the
+// checkout's (bin/, .run/). Blocks that cannot run here carry a skip
+// annotation with the reason; the test lists them. Any command that
+// fails fails the test.
 func TestDocsCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts make run")
@@ -99,11 +105,32 @@ func TestDocsCommands(t *testing.T) {
 	if _, err := exec.LookPath("make"); err != nil {
 		t.Skip("no make")
 	}
+	// One after the other: both build into the checkout's bin/.
+	t.Run("sim", func(t *testing.T) { runDocsCommands(t, "sim") })
+	t.Run("root", func(t *testing.T) {
+		privileged.Require(t)
+		runDocsCommands(t, "real")
+	})
+}
+
+// runDocsCommands runs the documents' blocks against a `make run` whose
+// agent is agent: "sim" or "real".
+func runDocsCommands(t *testing.T, agent string) {
 	root, err := filepath.Abs("..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	dir := t.TempDir()
+	runEnv := []string{"RUN_AGENT=" + agent}
+	var dir string
+	if agent == "real" {
+		// The agent's cgroups under a root of the test's own, removed (and
+		// what runs there killed) with the directory.
+		cgroupRoot := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-docs-%d", time.Now().UnixNano()%1e9))
+		dir = cgrouptest.WorkDir(t, cgroupRoot)
+		runEnv = append(runEnv, "RUN_CGROUP_ROOT="+cgroupRoot)
+	} else {
+		dir = t.TempDir()
+	}
 	for _, link := range []string{"bin", "scripts", "examples"} {
 		if err := os.Symlink(filepath.Join(root, link), filepath.Join(dir, link)); err != nil {
 			t.Fatal(err)
@@ -118,7 +145,7 @@ func TestDocsCommands(t *testing.T) {
 
 	// make run, with its state in dir/.run and its own ports.
 	run := exec.Command("make", "-C", root, "run")
-	run.Env = append(env, "RUN_AGENT=sim", "RUN_DIR="+filepath.Join(dir, ".run"), fmt.Sprintf("RUN_PORT=%d", freePorts(t)))
+	run.Env = append(append(env, runEnv...), "RUN_DIR="+filepath.Join(dir, ".run"), fmt.Sprintf("RUN_PORT=%d", freePorts(t)))
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := run.StdoutPipe()
 	if err != nil {

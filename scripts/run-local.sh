@@ -14,7 +14,8 @@
 # second cluster while one runs, writes slacklinectl's context "local" (the
 # contexts file: SLACKLINE_CONFIG, else ~/.config/slackline/config.yaml) and
 # makes it current, and prints its banner once the agent has registered.
-# RUN_AGENT=sim runs the simulated agent as root too; RUN_LDFLAGS replaces
+# RUN_AGENT=sim runs the simulated agent as root too; RUN_CGROUP_ROOT
+# (default slackline) is the real agent's --cgroup-root; RUN_LDFLAGS replaces
 # the link flags (default -w: no DWARF, faster links); RUN_PORT moves the
 # coordinator (the NodeService to RUN_PORT+1, the job service to
 # RUN_PORT+10), e.g. for a second
@@ -61,7 +62,14 @@ fi
 # faster. RUN_LDFLAGS= (empty) builds with DWARF, for a debugger.
 ldflags=${RUN_LDFLAGS--w}
 pkgs=(./cmd/slackline-coordinator ./cmd/slacklinectl "./cmd/$agent_cmd" ./cmd/slackline-jobs ./examples/batch-framework)
-echo "make run: building slackline-coordinator, slacklinectl, $agent_cmd, slackline-jobs and batch-framework into bin/ (a first build downloads modules and compiles for a minute or two)"
+built_names="slackline-coordinator, slacklinectl, $agent_cmd, slackline-jobs and batch-framework"
+if [ "$agent_cmd" = slackline-agent ]; then
+	# The real agent runs every task through slackline-supervisor, found
+	# next to it.
+	pkgs+=(./cmd/slackline-supervisor)
+	built_names="slackline-coordinator, slacklinectl, slackline-agent, slackline-supervisor, slackline-jobs and batch-framework"
+fi
+echo "make run: building $built_names into bin/ (a first build downloads modules and compiles for a minute or two)"
 start=$SECONDS
 compiled=0
 status=
@@ -141,7 +149,8 @@ wait_for bin/slacklinectl get agents
 
 if [ "$agent_cmd" = slackline-agent ]; then
 	agent_host=$host
-	bin/slackline-agent --listen "$node_addr" --work-dir "$RUN_DIR/agent" --coordinator "$SLACKLINE_COORDINATOR" \
+	bin/slackline-agent --listen "$node_addr" --work-dir "$RUN_DIR/agent" --cgroup-root "${RUN_CGROUP_ROOT:-slackline}" \
+		--coordinator "$SLACKLINE_COORDINATOR" \
 		--ca "$CREDS/ca.crt" --cert "$CREDS/agent-$host.crt" --key "$CREDS/agent-$host.key" \
 		--client-crl "$CREDS/crl.pem" --authz "$CREDS/authz.yaml" &
 	agent="a real agent $host"

@@ -81,43 +81,60 @@ func (s *Store) RecordDelays(now time.Time, victims []Victim) {
 
 func (d *delaySeries) newest() *delaySnap { return &d.snaps[(d.start+d.n-1)%len(d.snaps)] }
 
-// index returns the culprit's index, adding it (or folding it into
-// OtherCulprit past MaxCulprits). Called with s.mu held.
-func (s *Store) index(d *delaySeries, culprit string) int {
-	if i := slices.Index(d.culprits, culprit); i >= 0 {
-		return i
+// indexIn returns culprit's index in names, appending it (or, past
+// MaxCulprits, OtherCulprit) when it is not there; folded reports that it
+// went under OtherCulprit.
+func indexIn(names *[]string, culprit string) (i int, folded bool) {
+	if i := slices.Index(*names, culprit); i >= 0 {
+		return i, false
 	}
-	if len(d.culprits) >= MaxCulprits-1 {
-		s.cut.WithLabelValues("culprits").Inc()
-		if i := slices.Index(d.culprits, OtherCulprit); i >= 0 {
-			return i
+	if len(*names) >= MaxCulprits-1 {
+		if i := slices.Index(*names, OtherCulprit); i >= 0 {
+			return i, true
 		}
-		culprit = OtherCulprit
+		culprit, folded = OtherCulprit, true
 	}
-	d.culprits = append(d.culprits, culprit)
-	return len(d.culprits) - 1
+	*names = append(*names, culprit)
+	return len(*names) - 1, folded
 }
 
-// vector maps cumulative delays by culprit onto d's indexes.
-func (s *Store) vector(d *delaySeries, culprits map[string]float64) []float64 {
-	names := make([]string, 0, len(culprits))
+// vector maps cumulative delays by culprit onto d's culprit indexes and
+// returns the culprits of the result's indexes. record is a snapshot's
+// call: new culprits join d's, and each culprit folded into OtherCulprit
+// is counted (slackline_agent_history_cut_total{limit="culprits"}, once
+// per snapshot that folds it). A query's (record false) leaves d and the
+// count alone: its new culprits are indexes after d's. Called with s.mu
+// held.
+func (s *Store) vector(d *delaySeries, culprits map[string]float64, record bool) ([]float64, []string) {
+	keys := make([]string, 0, len(culprits))
 	for c := range culprits {
-		names = append(names, c)
+		keys = append(keys, c)
 	}
-	slices.Sort(names) // fold the same culprits into other every time
-	out := make([]float64, len(d.culprits), len(d.culprits)+len(names))
-	for _, c := range names {
-		i := s.index(d, c)
+	slices.Sort(keys) // fold the same culprits into other every time
+	names := d.culprits
+	if !record {
+		names = slices.Clip(names) // appends copy: d's stay as they are
+	}
+	out := make([]float64, len(names), len(names)+len(keys))
+	for _, c := range keys {
+		i, folded := indexIn(&names, c)
+		if folded && record {
+			s.cut.WithLabelValues("culprits").Inc()
+		}
 		for len(out) <= i {
 			out = append(out, 0)
 		}
 		out[i] += culprits[c]
 	}
-	return out
+	if record {
+		d.culprits = names
+	}
+	return out, names
 }
 
 func (s *Store) snapshot(d *delaySeries, now time.Time, culprits map[string]float64) {
-	snap := delaySnap{time: now, secs: s.vector(d, culprits)}
+	secs, _ := s.vector(d, culprits, true)
+	snap := delaySnap{time: now, secs: secs}
 	if d.n == len(d.snaps) {
 		d.start = (d.start + 1) % len(d.snaps)
 		d.n--
@@ -155,13 +172,13 @@ func (s *Store) Delays(now time.Time, window time.Duration, current []Victim) (e
 		if since.IsZero() || base.time.Before(since) {
 			since = base.time
 		}
-		end := d.newest().secs
+		end, names := d.newest().secs, d.culprits
 		taskID := d.taskID
 		if v, ok := byID[id]; ok {
-			end = s.vector(d, v.Culprits)
+			end, names = s.vector(d, v.Culprits, false)
 			taskID = v.TaskID
 		}
-		for i, c := range d.culprits {
+		for i, c := range names {
 			var from, to float64
 			if i < len(base.secs) {
 				from = base.secs[i]

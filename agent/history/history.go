@@ -251,6 +251,29 @@ func (s *Store) Query(q Query) []Series {
 	return out
 }
 
+// QueryFit returns what Query(q) returns in at most maxPoints points in
+// all, and the step they are averaged over: q.Step when that fits, else
+// the finest coarser step (whole multiples of q.Step, or of the interval
+// when q.Step is finer) that does. At a step of the whole window every
+// series has at most two points, so with maxPoints of at least 2*MaxSeries
+// the answer always fits.
+func (s *Store) QueryFit(q Query, maxPoints int) ([]Series, time.Duration) {
+	for {
+		series := s.Query(q)
+		n := 0
+		for _, se := range series {
+			n += len(se.Points)
+		}
+		if n <= maxPoints || q.Step >= s.window {
+			return series, q.Step
+		}
+		// Points fall about in proportion to the step; a bucket boundary
+		// per series may add one, which the next pass corrects.
+		base := max(q.Step, s.interval)
+		q.Step = min(base*time.Duration(math.Ceil(float64(n)/float64(maxPoints))), s.window)
+	}
+}
+
 // points decodes the points after since, oldest first. Called with s.mu
 // held.
 func (se *series) points(since time.Time) []Point {

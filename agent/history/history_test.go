@@ -2,6 +2,7 @@ package history
 
 import (
 	"math"
+	"slices"
 	"testing"
 	"time"
 
@@ -198,7 +199,73 @@ func TestCulpritsAreBounded(t *testing.T) {
 	if other != 11 {
 		t.Fatalf("other delayed %v s, want the 11 folded culprits' 11 s", other)
 	}
-	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got == 0 {
-		t.Fatal("folding culprits was not counted")
+	// The snapshot folded 11 culprits (the 42 sorted past the 31st); the
+	// query folded them again but is no fold to count.
+	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got != 11 {
+		t.Fatalf("culprits cut %v, want the snapshot's 11 folds", got)
+	}
+	for range 3 {
+		s.Delays(at(time.Second), 0, []Victim{{ContainerID: "v", Culprits: grown}})
+	}
+	if got := testutil.ToFloat64(s.cut.WithLabelValues("culprits")); got != 11 {
+		t.Fatalf("culprits cut %v after three more queries, want still 11: queries are no folds", got)
+	}
+}
+
+// TestDelaysQueryLeavesTheStore: a query naming a culprit no snapshot had
+// reports it (from zero) without adding it to the victim's culprits, so
+// the next snapshot's indexes are the store's own.
+func TestDelaysQueryLeavesTheStore(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Window: time.Minute, Interval: time.Second})
+	s.RecordDelays(at(0), []Victim{{ContainerID: "v", Culprits: map[string]float64{"a": 1}}})
+	edges, _ := s.Delays(at(time.Second), 0, []Victim{{ContainerID: "v", Culprits: map[string]float64{"a": 2, "b": 3}}})
+	want := []Edge{{VictimContainerID: "v", Culprit: "b", Secs: 3}, {VictimContainerID: "v", Culprit: "a", Secs: 1}}
+	if diff := cmp.Diff(want, edges); diff != "" {
+		t.Fatalf("Delays (-want +got):\n%s", diff)
+	}
+	if got := s.delays["v"].culprits; !slices.Equal(got, []string{"a"}) {
+		t.Fatalf("after a query the victim's culprits are %v, want the snapshot's [a]", got)
+	}
+}
+
+// TestQueryFit: a query over more points than allowed takes the finest
+// coarser step (a whole multiple of the interval) that fits; one that fits
+// keeps its step; the largest step, the window, always fits.
+func TestQueryFit(t *testing.T) {
+	t.Parallel()
+	s := New(Config{Window: 15 * time.Minute, Interval: time.Second})
+	samples := make([]Sample, 250) // > 222 containers
+	for i := range samples {
+		samples[i].ContainerID = string(rune('a'+i/26)) + string(rune('a'+i%26))
+	}
+	for pass := range 901 {
+		for i := range samples {
+			samples[i].Time = at(time.Duration(pass) * time.Second)
+		}
+		s.Record(at(time.Duration(pass)*time.Second), samples)
+	}
+	count := func(series []Series) (n int) {
+		for _, se := range series {
+			n += len(se.Points)
+		}
+		return n
+	}
+	for _, c := range []struct {
+		step, want time.Duration
+		max        int
+	}{
+		{time.Second, 2 * time.Second, 200_000},  // 225,250 points at 1 s
+		{0, 2 * time.Second, 200_000},            // every point: the interval is the base
+		{time.Second, time.Second, 250_000},      // fits
+		{time.Second, 3 * time.Second, 100_000},  // 2 s gives 112,750
+		{time.Second, 15 * time.Minute, 2 * 250}, // only the window fits
+		{10 * time.Second, 10 * time.Second, 200_000},
+	} {
+		series, step := s.QueryFit(Query{Step: c.step}, c.max)
+		if step != c.want || count(series) > c.max || len(series) != 250 {
+			t.Errorf("QueryFit(step %v, max %d): step %v, %d points in %d series; want step %v, at most %d points",
+				c.step, c.max, step, count(series), len(series), c.want, c.max)
+		}
 	}
 }

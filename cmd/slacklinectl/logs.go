@@ -16,6 +16,13 @@ import (
 // output; tests shorten it.
 var followInterval = 500 * time.Millisecond
 
+// sandboxWait bounds how long "logs" waits for the output of a task still
+// launching (STAGING or STARTING: its agent may not have created the
+// sandbox yet) before it answers not_found, asking again every
+// followInterval. A task read right after it was launched (the README's
+// job tour, run as a script) then prints its output instead of failing.
+const sandboxWait = 30 * time.Second
+
 const (
 	defaultTail = 64 << 10
 	// maxRead is the most bytes the agent returns per ReadSandboxFile.
@@ -100,6 +107,11 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 		}
 		return resp.Msg, nil
 	}
+	if st := task.GetState(); st == slacklinev1.TaskState_TASK_STATE_STAGING || st == slacklinev1.TaskState_TASK_STATE_STARTING {
+		if err := waitForOutput(ctx, func() error { _, err := read(-1, 1); return err }); err != nil {
+			return err
+		}
+	}
 	// copyFrom prints the file from offset up to its size, at most maxRead
 	// bytes per call, and returns the offset after what it printed.
 	copyFrom := func(offset int64) (int64, error) {
@@ -167,6 +179,24 @@ func (o *logsOptions) run(ctx context.Context, g *globals, taskID string) error 
 				return nil
 			}
 			return err
+		}
+	}
+}
+
+// waitForOutput calls probe until it finds the output (any answer but
+// not_found), sandboxWait passes or ctx ends; it returns probe's last
+// error.
+func waitForOutput(ctx context.Context, probe func() error) error {
+	deadline := time.Now().Add(sandboxWait)
+	for {
+		err := probe()
+		if connect.CodeOf(err) != connect.CodeNotFound || !time.Now().Before(deadline) {
+			return err
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(followInterval):
 		}
 	}
 }

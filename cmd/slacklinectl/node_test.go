@@ -135,6 +135,7 @@ func logsCluster(t *testing.T) (coordinatorURL, nodeURL string, node *fakeNode) 
 		tasks: &slacklinev1.GetTasksResponse{Tasks: []*slacklinev1.Task{
 			task("t-1", "f-1", "a-1"), task("t-1", "f-2", "a-1"), named(task("t-2", "f-1", "a-1"), "worker-2"), task("t-3", "f-1", "a-1"),
 			task("t-4", "f-1", "a-2"), task("t-5", "f-1", "a-9"), task("t-6", "f-1", "a-1"),
+			{TaskId: "t-7", FrameworkId: "f-1", AgentId: "a-1", State: slacklinev1.TaskState_TASK_STATE_STAGING},
 		}},
 	})
 	return coordinatorURL, nodeURL, node
@@ -267,6 +268,39 @@ func (b *syncBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// TestLogsWaitsForALaunchingTask: a STAGING task's output not found yet
+// (its agent is still creating the sandbox) is asked for again until it
+// appears, then printed; a RUNNING task's is not_found at once
+// (TestLogsErrors' t-6).
+func TestLogsWaitsForALaunchingTask(t *testing.T) {
+	saved := followInterval
+	followInterval = time.Millisecond
+	t.Cleanup(func() { followInterval = saved })
+
+	url, _, node := logsCluster(t)
+	node.served = make(chan struct{}, 1)
+	var out syncBuffer
+	cmd := newRootCommand(&out)
+	cmd.SetArgs([]string{"--coordinator", url, "logs", "t-7"})
+	done := make(chan error, 1)
+	go func() { done <- cmd.ExecuteContext(t.Context()) }()
+	// The first read finds nothing; then the sandbox appears.
+	select {
+	case <-node.served:
+	case err := <-done:
+		t.Fatalf("logs of a STAGING task ended before its output appeared: %v", err)
+	}
+	node.appendFile("f-1/t-7/stdout", "hello\n")
+	select {
+	case err := <-done:
+		if err != nil || out.String() != "hello\n" {
+			t.Fatalf("logs of a STAGING task: %v, printed %q, want hello", err, out.String())
+		}
+	case <-time.After(sandboxWait):
+		t.Fatal("logs of a STAGING task did not print its output once it appeared")
+	}
 }
 
 func TestLogsFollow(t *testing.T) {

@@ -9,7 +9,8 @@
 // matching agent has) and a stable version: settings in the agent's
 // --config format (a YAML or JSON mapping of flag names to values),
 // restricted to the flags an agent applies without restarting
-// (agent.ProfileFlags) and validated by the agent's own Options.Validate
+// (settings.ProfileFlags, package agent/settings) and validated by the
+// agent's own code (settings.ValidateProfile)
 // (the shell passes that check in; the agent validates again before it
 // applies). An agent runs the one profile Select picks among those it
 // matches (the most selector terms, then the name); Assign says which

@@ -41,7 +41,9 @@
 // checked and re-encoded, and every refusal is the same permission_denied.
 // Requests are
 // bounded (MaxRequestBytes in, MaxResponseBytes out, ProxyTimeout) and only
-// Connect unary requests (POST, JSON or binary) pass.
+// Connect unary requests (POST, JSON or binary) pass. An answer is read
+// whole before it is forwarded: one over MaxResponseBytes is replaced by a
+// resource_exhausted error that says so (and is counted), never cut short.
 //
 // # Credentials
 //

@@ -19,6 +19,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
 	"google.golang.org/protobuf/encoding/protojson"
 	"google.golang.org/protobuf/proto"
 
@@ -33,7 +34,10 @@ const (
 	// MaxRequestBytes bounds a proxied request body (the NodeService's
 	// read methods take empty messages).
 	MaxRequestBytes = 64 << 10
-	// MaxResponseBytes bounds a proxied answer.
+	// MaxResponseBytes bounds a proxied answer: a larger one is not
+	// forwarded (never cut short); the caller gets resource_exhausted
+	// saying so, counted by
+	// slackline_coordinator_ui_proxy_answers_too_large_total.
 	MaxResponseBytes = 16 << 20
 	// ProxyTimeout bounds one proxied call.
 	ProxyTimeout = 10 * time.Second
@@ -102,6 +106,10 @@ type Config struct {
 	// only check of the caller: agents see the coordinator's identity.
 	Authorize func(http.Handler) http.Handler
 	Logger    *slog.Logger
+	// Metrics, when set, receives the proxy's metrics
+	// (slackline_coordinator_ui_proxy_answers_too_large_total); a second
+	// Handler on the same registry shares the first one's.
+	Metrics prometheus.Registerer
 }
 
 // Handler returns the handler to mount at "/ui/": the embedded page under
@@ -114,7 +122,19 @@ func Handler(cfg Config) http.Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	p := &proxy{cfg: cfg}
+	p := &proxy{cfg: cfg, tooLarge: prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "slackline_coordinator_ui_proxy_answers_too_large_total",
+		Help: "Agents' answers the live view's proxy did not forward because they exceeded MaxResponseBytes (16 MiB); the caller got resource_exhausted.",
+	})}
+	if cfg.Metrics != nil {
+		if err := cfg.Metrics.Register(p.tooLarge); err != nil {
+			var already prometheus.AlreadyRegisteredError
+			if !errors.As(err, &already) {
+				panic(err) // a fixed, valid metric
+			}
+			p.tooLarge = already.ExistingCollector.(prometheus.Counter)
+		}
+	}
 	var forward http.Handler = http.HandlerFunc(p.forward)
 	if cfg.Authorize != nil {
 		forward = cfg.Authorize(forward)
@@ -140,7 +160,8 @@ func withHeaders(h http.Handler) http.Handler {
 }
 
 type proxy struct {
-	cfg Config
+	cfg      Config
+	tooLarge prometheus.Counter
 
 	mu      sync.Mutex
 	clients map[string]*http.Client // by the hostname agents' certificates must name
@@ -265,6 +286,20 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	defer resp.Body.Close()
+	// The whole answer is read before anything is sent: one larger than
+	// MaxResponseBytes gets an error, never a truncated message.
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s at %s: reading its answer: %v", agentID, endpoint, err))
+		return
+	}
+	if len(answer) > MaxResponseBytes {
+		p.tooLarge.Inc()
+		p.cfg.Logger.Warn("ui proxy: agent's answer too large; not forwarded", "agent", agentID, "method", r.URL.Path, "limit_bytes", MaxResponseBytes)
+		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("agent %s's answer to %s is larger than the coordinator forwards (%d MiB): ask for less (GetHistory: a since, a larger step_seconds or a task_id)",
+			agentID, strings.TrimPrefix(r.URL.Path, "/"), MaxResponseBytes>>20))
+		return
+	}
 	for _, h := range []string{"Content-Type", "Content-Encoding"} {
 		if v := resp.Header.Get(h); v != "" {
 			w.Header().Set(h, v)
@@ -272,7 +307,7 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 	}
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(resp.StatusCode)
-	_, _ = io.Copy(w, io.LimitReader(resp.Body, MaxResponseBytes))
+	_, _ = w.Write(answer)
 }
 
 // checkSandboxRead decodes a ReadSandboxFile request (Connect unary, binary

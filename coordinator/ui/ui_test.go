@@ -17,10 +17,13 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/prometheus/client_golang/prometheus"
+	"google.golang.org/protobuf/encoding/protowire"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -485,4 +488,57 @@ func TestProxyRefusesRevokedAgents(t *testing.T) {
 	if got := len(recorders["node-2"].calls()); got != 2 {
 		t.Fatalf("node-2 received %d calls, want 2", got)
 	}
+}
+
+// TestProxyRefusesOversizedAnswers: an agent's answer over
+// MaxResponseBytes reaches the caller as resource_exhausted saying so,
+// never as a message cut short, and is counted; one at the limit passes
+// whole.
+func TestProxyRefusesOversizedAnswers(t *testing.T) {
+	t.Parallel()
+	var size atomic.Int64
+	size.Store(MaxResponseBytes + 1)
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/proto")
+		// One bytes field filling the answer: a tag byte and a 4-byte
+		// length before the data.
+		msg := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), make([]byte, size.Load()-5))
+		_, _ = w.Write(msg)
+	}))
+	t.Cleanup(agent.Close)
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(Handler(Config{Agents: fakeAgents{{Id: "a1", Hostname: "node-1", Endpoint: agent.URL}}, Metrics: reg}))
+	t.Cleanup(srv.Close)
+	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", connect.WithReadMaxBytes(64<<20))
+	_, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "larger than the coordinator forwards (16 MiB)") {
+		t.Fatalf("GetUsage of a %d-byte answer: %v, want resource_exhausted saying it is too large", size.Load(), err)
+	}
+	counter, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got float64
+	for _, mf := range counter {
+		if mf.GetName() == "slackline_coordinator_ui_proxy_answers_too_large_total" {
+			got = mf.GetMetric()[0].GetCounter().GetValue()
+		}
+	}
+	if got != 1 {
+		t.Fatalf("slackline_coordinator_ui_proxy_answers_too_large_total %v, want 1", got)
+	}
+	// At the limit the answer is forwarded whole (it is no GetUsageResponse
+	// the client can decode, so ask for raw bytes).
+	size.Store(MaxResponseBytes)
+	resp, err := http.Post(srv.URL+"/ui/node/a1/"+slacklinev1connect.NodeServiceName+"/GetUsage", "application/proto", strings.NewReader(""))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	n, err := io.Copy(io.Discard, resp.Body)
+	if err != nil || resp.StatusCode != http.StatusOK || n != MaxResponseBytes {
+		t.Fatalf("answer at the limit: status %d, %d bytes (%v), want 200 and %d bytes", resp.StatusCode, n, err, MaxResponseBytes)
+	}
+	// A second handler on the same registry shares the counter.
+	Handler(Config{Agents: fakeAgents{}, Metrics: reg})
 }

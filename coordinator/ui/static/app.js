@@ -395,7 +395,7 @@ let nodeView = null; // {agentID, series: Map task -> columns, cards, ...}
 
 function newNodeView(view, agentID) {
   const nv = {
-    agentID, series: new Map(), cards: new Map(), last: 0, historyError: "",
+    agentID, series: new Map(), cards: new Map(), last: 0, historyError: "", historyStep: 0,
     title: el("h1"), meta: el("p", { class: "meta" }),
     delays: new Table("delays", "Who delayed whom", ["Delayed task", "Culprit", "Culprit kind", "Waited", "Share of window"]),
     delayWindow: el("select", { id: "delay-window", "aria-label": "window" },
@@ -501,7 +501,7 @@ async function renderNode(view, agentID, fresh) {
   ]);
   if (nodeView !== nv) return "";
   const agent = (agents.agents || []).find((a) => a.id === agentID) || { id: agentID };
-  if (hist.error) nv.historyError = hist.error; else { nv.historyError = ""; merge(nv, hist); }
+  if (hist.error) nv.historyError = hist.error; else { nv.historyError = ""; nv.historyStep = Number(hist.stepSeconds || 0); merge(nv, hist); }
   const stats = Object.fromEntries((usage.usage || []).map((u) => [u.taskId, u.statistics || {}]));
   let now = ts(usage.node?.timestamp) || Date.now() / 1000;
   for (const st of Object.values(stats)) now = Math.max(now, ts(st.timestamp) || 0);
@@ -532,7 +532,9 @@ async function renderNode(view, agentID, fresh) {
     if (cd.charts.delayed) cd.charts.delayed.setData(h.times, [h.delayed]);
   }
   nv.containersTitle.textContent = `Containers (${live.size} live${keys.length > live.size ? `, ${keys.length - live.size} ended` : ""})` +
-    (nv.historyError ? ` · no history: ${nv.historyError}` : "");
+    (nv.historyError ? ` · no history: ${nv.historyError}` : "") +
+    // The agent averages over a coarser step when 1 s steps would not fit in one answer.
+    (nv.historyStep > HISTORY_STEP_SECONDS ? ` · history averaged over ${fmt(nv.historyStep)} s steps (too many containers for ${HISTORY_STEP_SECONDS} s)` : "");
 
   // Who delayed whom.
   if (delays.error) {

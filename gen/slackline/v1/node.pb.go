@@ -2615,8 +2615,13 @@ type GetHistoryResponse struct {
 	WindowSeconds float64 `protobuf:"fixed64,2,opt,name=window_seconds,json=windowSeconds,proto3" json:"window_seconds,omitempty"`
 	// interval_seconds is the monitor's sampling interval.
 	IntervalSeconds float64 `protobuf:"fixed64,3,opt,name=interval_seconds,json=intervalSeconds,proto3" json:"interval_seconds,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// step_seconds is the step the points are averaged over: the request's,
+	// or, when that answer would hold more points than the agent puts in one
+	// (200,000: more than about 222 containers at 1 s steps), the finest
+	// coarser step that fits. 0: every point.
+	StepSeconds   float64 `protobuf:"fixed64,4,opt,name=step_seconds,json=stepSeconds,proto3" json:"step_seconds,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetHistoryResponse) Reset() {
@@ -2666,6 +2671,13 @@ func (x *GetHistoryResponse) GetWindowSeconds() float64 {
 func (x *GetHistoryResponse) GetIntervalSeconds() float64 {
 	if x != nil {
 		return x.IntervalSeconds
+	}
+	return 0
+}
+
+func (x *GetHistoryResponse) GetStepSeconds() float64 {
+	if x != nil {
+		return x.StepSeconds
 	}
 	return 0
 }
@@ -3244,11 +3256,12 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x11GetHistoryRequest\x120\n" +
 	"\x05since\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x05since\x12!\n" +
 	"\fstep_seconds\x18\x02 \x01(\x01R\vstepSeconds\x12\x17\n" +
-	"\atask_id\x18\x03 \x01(\tR\x06taskId\"\x9b\x01\n" +
+	"\atask_id\x18\x03 \x01(\tR\x06taskId\"\xbe\x01\n" +
 	"\x12GetHistoryResponse\x123\n" +
 	"\x06series\x18\x01 \x03(\v2\x1b.slackline.v1.HistorySeriesR\x06series\x12%\n" +
 	"\x0ewindow_seconds\x18\x02 \x01(\x01R\rwindowSeconds\x12)\n" +
-	"\x10interval_seconds\x18\x03 \x01(\x01R\x0fintervalSeconds\"\xea\x02\n" +
+	"\x10interval_seconds\x18\x03 \x01(\x01R\x0fintervalSeconds\x12!\n" +
+	"\fstep_seconds\x18\x04 \x01(\x01R\vstepSeconds\"\xea\x02\n" +
 	"\rHistorySeries\x12!\n" +
 	"\fcontainer_id\x18\x01 \x01(\tR\vcontainerId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x1c\n" +
