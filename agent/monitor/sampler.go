@@ -95,6 +95,13 @@ func layoutOf(mode cgroups.Mode, mount string) cgroups.Layout {
 type scratch struct {
 	buf    []byte
 	deltas []uint64
+	// The container's eBPF figures, read before its samplers run (see
+	// ebpfSampler.fetch), and what they say of its activity (known false
+	// without them).
+	ebpf     EBPFStats
+	ebpfErr  error
+	fetched  bool // ebpf and ebpfErr are this container's, not yet merged
+	activity activity
 }
 
 func newScratch() *scratch { return &scratch{buf: make([]byte, 8<<10)} }
