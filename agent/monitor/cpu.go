@@ -91,9 +91,9 @@ func (c *v2CPU) sample(s *scratch, _ *Target, u *Usage) error {
 		c.last.repeat(u.Stats)
 		return nil
 	}
-	c.last.valid = false
 	data, err := s.read(&c.stat, c.unified)
 	if err != nil {
+		c.last.valid = false
 		return err
 	}
 	parseCPUStat(data, u.Stats)
@@ -136,8 +136,8 @@ func (c *hybridCPU) sample(s *scratch, _ *Target, u *Usage) error {
 		c.last.repeat(st)
 		return nil
 	}
-	c.last.valid = false
 	if err := c.read(s, st); err != nil {
+		c.last.valid = false
 		return err
 	}
 	c.last.record(st, u.Time, s.activity)
