@@ -170,7 +170,8 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	st.OomEvents = max(st.OomEvents, stats.OOMKills)
 
 	buckets := trimZeros(stats.RunqBuckets)
-	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: stats.Wakeups, TotalSecs: stats.RunqSum.Seconds()}
+	rq := s.slabs.newRunq()
+	rq.BucketsLog2Ns, rq.Wakeups, rq.TotalSecs = s.slabs.clone(buckets), stats.Wakeups, stats.RunqSum.Seconds()
 	st.Runqueue = rq
 	if e.runqValid {
 		s.deltas = bucketDeltas(s.deltas[:0], e.runq, buckets)

@@ -380,6 +380,7 @@ func (m *Monitor) Sample(now time.Time) error {
 			errs = append(errs, err)
 		}
 	}
+	m.scratch.timestamp = timestamppb.New(now)
 	for i := range jobs {
 		j := &jobs[i]
 		j.err = m.sampleContainer(j, now)
@@ -585,7 +586,8 @@ func (c *container) closeFiles() {
 // container per pass.)
 func (m *Monitor) sampleContainer(j *job, now time.Time) error {
 	c, t := j.c, &j.target
-	st := &slacklinev1.ResourceStatistics{Timestamp: timestamppb.New(now), CpusLimit: t.CPULimit}
+	st := m.scratch.slabs.newStats()
+	st.Timestamp, st.CpusLimit = m.scratch.timestamp, t.CPULimit
 	j.usage = Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
 	var errs []error
 	m.scratch.activity, m.scratch.fetched = activity{}, false
