@@ -365,7 +365,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 
 	var errs []error
-	if p, ok := m.cfg.EBPF.(EBPFPass); ok {
+	if p, ok := m.cfg.EBPF.(EBPFPass); ok && len(jobs) > 0 {
 		if err := p.BeginPass(); err != nil {
 			errs = append(errs, fmt.Errorf("ebpf: %w", err))
 		}
