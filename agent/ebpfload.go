@@ -128,6 +128,22 @@ func (l *lateEBPF) Stats(cgroupID uint64) (bpf.CgroupStats, error) {
 	return m.Stats(cgroupID)
 }
 
+// ReadAll is bpf.Monitor.ReadAll once the monitor is loaded.
+func (l *lateEBPF) ReadAll(into map[uint64]bpf.CgroupStats) error {
+	m, err := l.monitor()
+	if m == nil {
+		return err
+	}
+	if r, ok := m.(allReader); ok {
+		return r.ReadAll(into)
+	}
+	return errNoReadAll
+}
+
+// errNoReadAll says that the eBPF programs read counters cgroup by cgroup
+// only.
+var errNoReadAll = errors.New("eBPF programs without ReadAll")
+
 func (l *lateEBPF) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
 	m, err := l.monitor()
 	if m == nil {

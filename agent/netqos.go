@@ -95,20 +95,7 @@ func MonitorStatsWithTCP(e EBPF, tcp TCPSignals) monitor.EBPF {
 			return monitor.EBPFStats{}, errors.New("no eBPF monitor")
 		})
 	}
-	base := ebpfStats(e)
-	if tcp == nil {
-		return base
-	}
-	return monitor.EBPFFunc(func(id uint64) (monitor.EBPFStats, error) {
-		s, err := base.Stats(id)
-		if err != nil {
-			return s, err
-		}
-		if t, err := tcp.TCPStats(id); err == nil {
-			s.TCPRTTBuckets, s.TCPRTTCount, s.TCPRetransmits = t.RTT[:], t.RTTCount, t.Retransmits
-		}
-		return s, nil
-	})
+	return &monitorEBPF{e: e, tcp: tcp}
 }
 
 // pacedTasks returns the revocable containers whose egress the network

@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -15,6 +16,7 @@ import (
 	"github.com/slackline/slackline/agent/monitor"
 	"github.com/slackline/slackline/agent/network"
 	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/bpf/netqos"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
@@ -29,25 +31,94 @@ type EBPF interface {
 	Run(ctx context.Context) error
 }
 
-// ebpfStats adapts the eBPF counters to the monitor's input.
-func ebpfStats(e EBPF) monitor.EBPF {
-	return monitor.EBPFFunc(func(id uint64) (monitor.EBPFStats, error) {
-		s, err := e.Stats(id)
-		if err != nil {
+// allReader reads every tracked cgroup's counters at once
+// (bpf.Monitor.ReadAll).
+type allReader interface {
+	ReadAll(into map[uint64]bpf.CgroupStats) error
+}
+
+// allTCPReader reads every watched cgroup's TCP signals at once
+// (netqos.Programs.ReadAllTCP).
+type allTCPReader interface {
+	ReadAllTCP(into map[uint64]netqos.TCPStats) error
+}
+
+// monitorEBPF adapts the eBPF counters (and the TCP signals, when tcp is
+// set) to the monitor's input. It is a monitor.EBPFPass: each pass reads
+// every cgroup's counters with ReadAll (a few system calls) and answers
+// Stats from them; where ReadAll is missing or fails, Stats looks each
+// cgroup up. Only the monitor's sampling goroutine calls it.
+type monitorEBPF struct {
+	e   EBPF
+	tcp TCPSignals // nil: no TCP signals
+
+	all       map[uint64]bpf.CgroupStats // read by BeginPass when batched
+	batched   bool
+	allTCP    map[uint64]netqos.TCPStats
+	tcpBatchd bool
+}
+
+// BeginPass reads every cgroup's counters for the pass's Stats calls.
+// It does not fail: a failed batch read leaves Stats to look each cgroup
+// up, and report per cgroup what it cannot read.
+func (a *monitorEBPF) BeginPass() error {
+	a.batched, a.tcpBatchd = false, false
+	if r, ok := a.e.(allReader); ok {
+		if a.all == nil {
+			a.all = map[uint64]bpf.CgroupStats{}
+		}
+		a.batched = r.ReadAll(a.all) == nil
+	}
+	if r, ok := a.tcp.(allTCPReader); ok {
+		if a.allTCP == nil {
+			a.allTCP = map[uint64]netqos.TCPStats{}
+		}
+		a.tcpBatchd = r.ReadAllTCP(a.allTCP) == nil
+	}
+	return nil
+}
+
+// Stats returns a cgroup's counters in the monitor's terms.
+func (a *monitorEBPF) Stats(id uint64) (monitor.EBPFStats, error) {
+	var s bpf.CgroupStats
+	if a.batched {
+		var ok bool
+		if s, ok = a.all[id]; !ok {
+			return monitor.EBPFStats{}, fmt.Errorf("stats of cgroup %d: %w", id, bpf.ErrNotTracked)
+		}
+	} else {
+		var err error
+		if s, err = a.e.Stats(id); err != nil {
 			return monitor.EBPFStats{}, err
 		}
-		return monitor.EBPFStats{
-			OnCPU: s.OnCPU, Wakeups: s.Wakeups, RunqBuckets: s.RunqLatency[:], RunqSum: s.RunqTotal,
-			DelayedByRevocable: s.DelayedByRevocable, NetRxBytes: s.NetRxBytes, NetRxPackets: s.NetRxPackets,
-			NetTxBytes: s.NetTxBytes, NetTxPackets: s.NetTxPackets, ReclaimStall: s.ReclaimStall, OOMKills: s.OOMKills,
-			SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait,
-			BlockBuckets: s.BlockLatency[:], BlockCount: s.BlockCount,
-		}, nil
-	})
+	}
+	out := monitor.EBPFStats{
+		OnCPU: s.OnCPU, Wakeups: s.Wakeups, RunqBuckets: s.RunqLatency[:], RunqSum: s.RunqTotal,
+		DelayedByRevocable: s.DelayedByRevocable, NetRxBytes: s.NetRxBytes, NetRxPackets: s.NetRxPackets,
+		NetTxBytes: s.NetTxBytes, NetTxPackets: s.NetTxPackets, ReclaimStall: s.ReclaimStall, OOMKills: s.OOMKills,
+		SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait, Running: s.Running,
+		BlockBuckets: s.BlockLatency[:], BlockCount: s.BlockCount,
+	}
+	if a.tcp == nil {
+		return out, nil
+	}
+	var t netqos.TCPStats
+	var ok bool
+	if a.tcpBatchd {
+		t, ok = a.allTCP[id]
+	} else {
+		var err error
+		t, err = a.tcp.TCPStats(id)
+		ok = err == nil
+	}
+	if ok {
+		out.TCPRTTBuckets, out.TCPRTTCount, out.TCPRetransmits = t.RTT[:], t.RTTCount, t.Retransmits
+	}
+	return out, nil
 }
 
 // MonitorStats returns the adapter that lets a monitor read e's counters.
-func MonitorStats(e EBPF) monitor.EBPF { return ebpfStats(e) }
+func MonitorStats(e EBPF) monitor.EBPF { return &monitorEBPF{e: e} }
 
 // tracked is a container the agent measures.
 type tracked struct {

@@ -58,6 +58,11 @@ type qosLoop struct {
 	allDelays    map[uint64]map[uint64]time.Duration
 	allDelaysErr error
 	batched      bool
+	// allStats is every tracked cgroup's counters, read once per
+	// evaluation when the eBPF programs can (allReader, statsBatched)
+	// instead of one lookup per guaranteed container.
+	allStats     map[uint64]bpf.CgroupStats
+	statsBatched bool
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
@@ -209,6 +214,13 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		l.allDelays, l.allDelaysErr = b.AllDelays()
 		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
 	}
+	l.statsBatched = false
+	if r, ok := l.ebpf.(allReader); ok {
+		if l.allStats == nil {
+			l.allStats = map[uint64]bpf.CgroupStats{}
+		}
+		l.statsBatched = r.ReadAll(l.allStats) == nil
+	}
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -282,7 +294,13 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 			others[name] += delta
 		}
 	}
-	if st, err := l.ebpf.Stats(cgid); err == nil {
+	st, ok := l.allStats[cgid]
+	if !l.statsBatched {
+		var err error
+		st, err = l.ebpf.Stats(cgid)
+		ok = err == nil
+	}
+	if ok {
 		wait = max(st.RunqTotal-l.waited[victim], 0)
 		l.waited[victim] = st.RunqTotal
 	}

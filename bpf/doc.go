@@ -86,7 +86,10 @@
 // the sched_info probe (if that variant fails to load, the wakeup one is
 // tried); Track/Untrack maintain the tracked set and tell each CPU that it
 // changed;
-// Stats, AllStats and DelayedBy read cumulative counters; Run(ctx) reads the
+// Stats, AllStats and DelayedBy read cumulative counters (ReadAll reads
+// every tracked cgroup's with batch lookups, a system call per 128 cgroups,
+// and CgroupStats.Running says whether a task of the cgroup holds a CPU,
+// from the CPUs' mapped states); Run(ctx) reads the
 // ring buffer into Events until ctx ends, then closes the reader and the
 // channel; Close detaches everything. The Monitor owns every kernel object;
 // nothing is pinned, so the programs go away with the process.

@@ -116,6 +116,11 @@ type CgroupStats struct {
 	BlockCount   uint64
 	BlockBytes   uint64
 	BlockLatency [RunqBuckets]uint64
+	// Running reports that one of the cgroup's tasks held a CPU when the
+	// counters were read: OnCPU, counted when a task leaves its CPU, does
+	// not have that run yet. A cgroup that is not Running and whose OnCPU
+	// and Wakeups have not moved since an earlier read has not run since.
+	Running bool
 }
 
 // RunqQuantile returns the upper bound of the histogram bucket holding the
@@ -196,7 +201,15 @@ type Monitor struct {
 	runOnce   sync.Once
 	closeOnce sync.Once
 
-	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and AllStats read
+	// batchMu guards the buffers of ReadAll's batch lookups and what it
+	// learnt of the kernel.
+	batchMu     sync.Mutex
+	batchKeys   []uint64
+	batchValues []schedCgroupCounters // len(batchKeys) * ncpu
+	batchSize   int                   // the batch size that fits the map's buckets
+	noBatch     bool                  // the kernel has no batch lookups
+
+	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and ReadAll read
 	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
 	epoch  uint32            // the last epoch given
 	gen    uint32            // generation of the tracked set, for the programs
@@ -588,19 +601,118 @@ func (m *Monitor) Stats(cgroupID uint64) (CgroupStats, error) {
 	return st, nil
 }
 
-// AllStats returns the counters of every tracked cgroup, by cgroup id.
+// AllStats returns the counters of every tracked cgroup, by cgroup id
+// (see ReadAll).
 func (m *Monitor) AllStats() (map[uint64]CgroupStats, error) {
+	all := map[uint64]CgroupStats{}
+	if err := m.ReadAll(all); err != nil {
+		return nil, err
+	}
+	return all, nil
+}
+
+// statsBatch is how many cgroups' counters one batch lookup asks for. A
+// hash map's batch must hold its fullest bucket; the lookup grows it when
+// the kernel says it is too small.
+const statsBatch = 128
+
+// ReadAll replaces into's contents with the counters of every tracked
+// cgroup, by cgroup id, as Stats returns them. The counters map is read
+// with batch lookups (one system call per statsBatch cgroups, where Stats
+// costs one per cgroup), or, on kernels without batch operations, one
+// lookup per cgroup. A caller that reads every cgroup each pass passes the
+// same map every time: its buckets are reused.
+func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
+	clear(into)
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	all := make(map[uint64]CgroupStats, len(m.epochs))
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	if !m.noBatch {
+		err := m.readBatch(into)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			clear(into)
+			return fmt.Errorf("stats of every cgroup: %w", err)
+		}
+		m.noBatch = true
+		clear(into)
+	}
 	for id, epoch := range m.epochs {
 		st, err := m.read(id, epoch)
 		if err != nil {
-			return nil, fmt.Errorf("stats of cgroup %d: %w", id, err)
+			clear(into)
+			return fmt.Errorf("stats of cgroup %d: %w", id, err)
 		}
-		all[id] = st
+		into[id] = st
 	}
-	return all, nil
+	return nil
+}
+
+// readBatch reads the counters map with batch lookups into into. m.mu
+// (read) and m.batchMu must be held: the tracked set, and so the map's
+// keys, cannot change meanwhile (the programs only update values).
+func (m *Monitor) readBatch(into map[uint64]CgroupStats) error {
+	size := max(m.batchSize, statsBatch)
+	for {
+		if len(m.batchKeys) < size {
+			m.batchKeys = make([]uint64, size)
+			m.batchValues = make([]schedCgroupCounters, size*m.ncpu)
+		}
+		err := m.walkBatch(into, size)
+		if errors.Is(err, unix.ENOSPC) && size < int(m.stats.MaxEntries()) {
+			// A bucket holds more entries than the batch: start over with
+			// a larger one.
+			size *= 2
+			m.batchSize = size
+			clear(into)
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		break
+	}
+	if len(into) != len(m.epochs) {
+		// Track creates every tracked cgroup's entry: one missing was
+		// removed by something else. Stats reports it so.
+		for id, epoch := range m.epochs {
+			if _, ok := into[id]; !ok {
+				st, err := m.read(id, epoch)
+				if err != nil {
+					return fmt.Errorf("cgroup %d: %w", id, err)
+				}
+				into[id] = st
+			}
+		}
+	}
+	return nil
+}
+
+// walkBatch walks the counters map size entries at a time.
+func (m *Monitor) walkBatch(into map[uint64]CgroupStats, size int) error {
+	var cursor ebpf.MapBatchCursor
+	for {
+		n, err := m.stats.BatchLookup(&cursor, m.batchKeys[:size], m.batchValues[:size*m.ncpu], nil)
+		for i := range n {
+			id := m.batchKeys[i]
+			if epoch, ok := m.epochs[id]; ok {
+				st, err := m.sum(id, epoch, m.batchValues[i*m.ncpu:(i+1)*m.ncpu])
+				if err != nil {
+					return fmt.Errorf("cgroup %d: %w", id, err)
+				}
+				into[id] = st
+			}
+		}
+		if errors.Is(err, ebpf.ErrKeyNotExist) {
+			return nil // the end of the map
+		}
+		if err != nil {
+			return err
+		}
+	}
 }
 
 // read sums a tracked cgroup's counters over CPUs: its cgroup_stats entry
@@ -610,6 +722,15 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 	if err := m.stats.Lookup(cgroupID, &perCPU); err != nil {
 		return CgroupStats{}, err
 	}
+	return m.sum(cgroupID, epoch, perCPU)
+}
+
+// sum adds up a tracked cgroup's cgroup_stats entry (one value per CPU)
+// and the resident counters CPUs keep for it, and notes whether one of
+// its tasks holds a CPU, with the cgroup's block request counters (looked
+// up one by one: bpf/io.c's map is not read in batches). m.mu must be
+// held.
+func (m *Monitor) sum(cgroupID uint64, epoch uint32, perCPU []schedCgroupCounters) (CgroupStats, error) {
 	var c schedCgroupCounters
 	for i := range perCPU {
 		v := &perCPU[i]
@@ -627,8 +748,10 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 			c.SyncHist[b] += n
 		}
 	}
+	running := false
 	if m.sched != nil {
 		m.sched.addResident(&c.Sched, epoch)
+		running = m.sched.running(cgroupID)
 	}
 	blk, err := m.blockCounters(cgroupID)
 	if err != nil {
@@ -639,6 +762,7 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 		BlockCount:         blk.Count,
 		BlockBytes:         blk.Bytes,
 		BlockLatency:       blk.Hist,
+		Running:            running,
 		OnCPU:              time.Duration(c.Sched.OncpuNs),
 		Wakeups:            c.Sched.Sleeps,
 		RunqLatency:        c.Sched.RunqHist,

@@ -162,6 +162,17 @@ func (o *schedObjs) addResident(c *schedSchedCounters, epoch uint32) {
 	}
 }
 
+// running reports whether a CPU's current task is in the cgroup, as the
+// last switch this CPU's program saw says (cur_cgroup: tracked cgroups only).
+func (o *schedObjs) running(cgroupID uint64) bool {
+	for i := range o.cpus {
+		if atomic.LoadUint64(&o.cpus[i].CurCgroup) == cgroupID {
+			return true
+		}
+	}
+	return false
+}
+
 func addSched(c, v *schedSchedCounters) {
 	c.OncpuNs += v.OncpuNs
 	c.Sleeps += v.Sleeps

@@ -59,10 +59,18 @@ type checkpoint struct {
 	Task          *procRef  `json:"task,omitempty"`
 	StartedAt     time.Time `json:"started_at,omitzero"`
 	KillRequested bool      `json:"kill_requested,omitempty"`
+
+	// parsed is Resources parsed, kept by spec: Containers, which the
+	// agent's loops call several times a second, snapshots every container.
+	parsed *resources.Resources
 }
 
 func (cp *checkpoint) spec() Spec {
-	res, _ := resources.Parse(cp.Resources)
+	if cp.parsed == nil {
+		res, _ := resources.Parse(cp.Resources)
+		cp.parsed = &res
+	}
+	res := *cp.parsed
 	return Spec{
 		ContainerID: cp.ID, FrameworkID: cp.FrameworkID, TaskID: cp.TaskID, Revocable: cp.Revocable,
 		Resources: res, Env: cp.Env, User: cp.User.Login(), SeccompUnconfined: cp.SeccompUnconfined,

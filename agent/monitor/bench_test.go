@@ -13,29 +13,37 @@ import (
 
 // BenchmarkSample measures one sampling pass over 50 containers and the
 // node: on fake trees of both layouts (with a fake eBPF source, whose cost
-// is not the monitor's), and on real cgroups of this host when root.
+// is not the monitor's) where eBPF says the containers are idle (their
+// cpu.stat is read once a second) or running (read every pass), and on
+// real cgroups of this host when root.
 //
 //	go test -run '^$' -bench Sample -benchmem ./agent/monitor/
 //	sudo go test -run '^$' -bench Sample -benchmem ./agent/monitor/   # adds real-cgroups
 func BenchmarkSample(b *testing.B) {
 	const n = 50
 	for _, l := range layouts {
-		b.Run("fake-"+l.mode+"-50", func(b *testing.B) {
-			dir := b.TempDir()
-			ebpf := &fakeEBPF{}
-			m := newTestMonitor(b, l.mode, dir, ebpf, 600)
-			var rels []string
-			for i := range n {
-				rel := fmt.Sprintf("slackline/guaranteed/c%d", i)
-				l.write(b, filepath.Join(dir, "cgroup"), rel, uint64(i)*1000)
-				rels = append(rels, rel)
-				buckets := make([]uint64, 32)
-				buckets[10] = uint64(i)
-				ebpf.set(uint64(i+1), EBPFStats{OnCPU: time.Second, RunqBuckets: buckets})
+		for _, running := range []bool{false, true} {
+			name := "fake-" + l.mode + "-50-idle"
+			if running {
+				name = "fake-" + l.mode + "-50-running"
 			}
-			m.SetTargets(benchmarkTargets(rels))
-			benchSample(b, m)
-		})
+			b.Run(name, func(b *testing.B) {
+				dir := b.TempDir()
+				ebpf := &fakeEBPF{}
+				m := newTestMonitor(b, l.mode, dir, ebpf, 600)
+				var rels []string
+				for i := range n {
+					rel := fmt.Sprintf("slackline/guaranteed/c%d", i)
+					l.write(b, filepath.Join(dir, "cgroup"), rel, uint64(i)*1000)
+					rels = append(rels, rel)
+					buckets := make([]uint64, 32)
+					buckets[10] = uint64(i)
+					ebpf.set(uint64(i+1), EBPFStats{OnCPU: time.Second, RunqBuckets: buckets, Running: running})
+				}
+				m.SetTargets(benchmarkTargets(rels))
+				benchSample(b, m)
+			})
+		}
 	}
 	b.Run("real-node-only", func(b *testing.B) {
 		m, err := New(Config{Mode: "hybrid", Logger: quietLogger()})

@@ -2,6 +2,7 @@ package monitor
 
 import (
 	"path/filepath"
+	"time"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
@@ -9,11 +10,73 @@ import (
 // userHZ is the unit of cpuacct.stat (USER_HZ, 100 on every Linux ABI).
 const userHZ = 100
 
+// activity is what the eBPF figures of one pass say of a container's
+// scheduling: enough to tell that it has not run between two passes.
+type activity struct {
+	known   bool // the pass has eBPF figures for the container
+	running bool // a task of it held a CPU when they were read
+	onCPU   time.Duration
+	wakeups uint64
+	runqSum time.Duration
+}
+
+// ranSince reports whether a container may have run between an earlier
+// activity and a: it is running, or a run (OnCPU), a sleep (Wakeups) or a
+// wait for a CPU (RunqSum) was counted since. Without eBPF figures on
+// either side it may have.
+func (a activity) ranSince(earlier activity) bool {
+	if !a.known || !earlier.known {
+		return true
+	}
+	return a.running || a.onCPU != earlier.onCPU || a.wakeups != earlier.wakeups || a.runqSum != earlier.runqSum
+}
+
+// cpuRead is what a container's CPU files said at their last read.
+type cpuRead struct {
+	valid    bool
+	at       time.Time
+	activity activity // eBPF's then
+	// blind: a read found CPU time that eBPF did not see (tasks in a
+	// child cgroup, which eBPF counts as that cgroup's): the files are
+	// read at every pass from then on.
+	blind                          bool
+	usage, user, system, throttled float64
+	periods, nrThrottled           uint64
+}
+
+// cpuReadDue reports whether a container's CPU files must be read at now,
+// given their last read and the container's activity: always without eBPF
+// figures, when it may have run since (activity.ranSince), when last was
+// refreshInterval ago or more (a safety net: a blind spot of eBPF is found
+// within it) or the clock went back, and when eBPF once missed its CPU time.
+// Otherwise the container has not run: cpu.stat cannot have moved (usage,
+// and throttling, which counts periods in which it was runnable).
+func cpuReadDue(last cpuRead, now time.Time, a activity) bool {
+	return !last.valid || last.blind || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refreshInterval
+}
+
+// repeat sets st's CPU figures to the last read's.
+func (r *cpuRead) repeat(st *slacklinev1.ResourceStatistics) {
+	st.CpusUsageSecs, st.CpusUserTimeSecs, st.CpusSystemTimeSecs = r.usage, r.user, r.system
+	st.CpusThrottledTimeSecs, st.CpusNrPeriods, st.CpusNrThrottled = r.throttled, r.periods, r.nrThrottled
+}
+
+// record notes a read that found st at now with activity a. A read that
+// eBPF said was not needed but was (the refresh) and found CPU time grown
+// makes the container blind.
+func (r *cpuRead) record(st *slacklinev1.ResourceStatistics, now time.Time, a activity) {
+	blind := r.blind || (r.valid && !a.ranSince(r.activity) && st.CpusUsageSecs != r.usage)
+	*r = cpuRead{valid: true, at: now, activity: a, blind: blind,
+		usage: st.CpusUsageSecs, user: st.CpusUserTimeSecs, system: st.CpusSystemTimeSecs,
+		throttled: st.CpusThrottledTimeSecs, periods: st.CpusNrPeriods, nrThrottled: st.CpusNrThrottled}
+}
+
 // v2CPU reads CPU time and CFS throttling from a pure v2 cgroup's
 // cpu.stat (microseconds).
 type v2CPU struct {
 	unified string // the cgroup's directory: the witness of its existence
 	stat    controlFile
+	last    cpuRead
 }
 
 func newV2CPU(h *host, rel string) sampler {
@@ -24,11 +87,17 @@ func newV2CPU(h *host, rel string) sampler {
 func (c *v2CPU) files() []*controlFile { return []*controlFile{&c.stat} }
 
 func (c *v2CPU) sample(s *scratch, _ *Target, u *Usage) error {
+	if !cpuReadDue(c.last, u.Time, s.activity) {
+		c.last.repeat(u.Stats)
+		return nil
+	}
 	data, err := s.read(&c.stat, c.unified)
 	if err != nil {
+		c.last.valid = false
 		return err
 	}
 	parseCPUStat(data, u.Stats)
+	c.last.record(u.Stats, u.Time, s.activity)
 	return nil
 }
 
@@ -42,6 +111,7 @@ type hybridCPU struct {
 	cpuacctUsage controlFile // <mnt>/cpuacct/<rel>/cpuacct.usage
 	cpuacctStat  controlFile // <mnt>/cpuacct/<rel>/cpuacct.stat
 	v1Stat       controlFile // <cpu>/<rel>/cpu.stat
+	last         cpuRead
 }
 
 func newHybridCPU(h *host, rel string) sampler {
@@ -62,6 +132,20 @@ func (c *hybridCPU) files() []*controlFile {
 
 func (c *hybridCPU) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
+	if !cpuReadDue(c.last, u.Time, s.activity) {
+		c.last.repeat(st)
+		return nil
+	}
+	if err := c.read(s, st); err != nil {
+		c.last.valid = false
+		return err
+	}
+	c.last.record(st, u.Time, s.activity)
+	return nil
+}
+
+// read reads the CPU files into st.
+func (c *hybridCPU) read(s *scratch, st *slacklinev1.ResourceStatistics) error {
 	data, err := s.read(&c.coreStat, c.unified)
 	if err != nil {
 		return err

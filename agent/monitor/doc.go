@@ -29,6 +29,9 @@
 //	psi                        {cpu,memory,io}.pressure of the v2 tree (both layouts)
 //	ebpf                       only when Config.EBPF is set
 //
+// The eBPF figures are fetched before the other samplers run (the CPU
+// sampler reads what they say of the container's activity) and merged
+// after them.
 // New chooses the sources once, from the cgroup layout (Config.Mode or the
 // detected one) and Config.EBPF, logs them and reports them in Sources; a
 // sample never branches on the layout or on eBPF. Each container gets its
@@ -110,13 +113,25 @@
 // offset 0 into one reused buffer (cgroupfs regenerates a file's content on
 // every read from offset 0), then parsed in place without allocating: 9
 // system calls per container per pass on hybrid hosts, 8 on v2, when every
-// file is read. Only CPU time (cpu.stat) is read at every pass. The memory
+// file is read. Without eBPF, CPU time (cpu.stat) is read at every pass.
+// With eBPF it is read when the container may have run since its last
+// read: a task of it holds a CPU (EBPFStats.Running) or its on-CPU time,
+// wakeups or run-queue wait moved; and at least every refreshInterval. A
+// refresh that finds CPU time eBPF did not see (tasks in a child cgroup,
+// which eBPF counts as that cgroup's) has the container's cpu.stat read at
+// every pass from then on. A container that has not run repeats its CPU
+// figures (its rate is 0), as it would have read them. A cgroup removed
+// while still tracked is noticed within refreshInterval. When Config.EBPF
+// is an EBPFPass, each pass reads every container's eBPF figures at once
+// (the agent's adapter: batch lookups, a few system calls per pass)
+// instead of one lookup per container. The memory
 // files (usage, stat, limit, events) are read again when the container has
 // run since they were last read (its CPU time grew) or refreshInterval (1
 // s) has passed, and repeated otherwise: an idle container charges no
 // memory of its own. The PSI files are read every refreshInterval: the
 // kernel moves their averages every 2 s, so reading them each pass bought
-// nothing. An idle container costs one read per pass (eBPF lookups aside). A file a
+// nothing. An idle container costs no read at all at most passes with eBPF,
+// one read per pass without. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when
 // the container leaves the targets or its cgroup goes. A pass allocates one

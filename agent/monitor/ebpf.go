@@ -23,6 +23,17 @@ type EBPF interface {
 	Stats(cgroupID uint64) (EBPFStats, error)
 }
 
+// EBPFPass is an EBPF that reads every cgroup's figures at once (the bpf
+// package's batch lookups: a few system calls per pass instead of one or
+// two per container). When Config.EBPF implements it, every pass calls
+// BeginPass once before it samples the containers; Stats then answers from
+// what BeginPass read until the next call. A BeginPass error is joined
+// into Sample's; Stats reports per cgroup what it could not answer.
+type EBPFPass interface {
+	EBPF
+	BeginPass() error
+}
+
 // EBPFFunc adapts a function to EBPF.
 type EBPFFunc func(cgroupID uint64) (EBPFStats, error)
 
@@ -54,6 +65,12 @@ type EBPFStats struct {
 	ReclaimStall time.Duration
 	// OOMKills counts OOM kills in the cgroup.
 	OOMKills uint64
+	// Running reports that a task of the cgroup held a CPU when the
+	// figures were read (OnCPU counts a run when it ends). A cgroup that
+	// is not Running and whose OnCPU, Wakeups and RunqSum have not moved
+	// since an earlier read has not run meanwhile: the monitor then
+	// repeats its CPU files instead of reading them (see activity).
+	Running bool
 	// TCPRTTBuckets is the histogram of the round trips of the cgroup's
 	// TCP connections: TCPRTTBuckets[i] counts round trips in
 	// [2^i, 2^(i+1)) µs (nil: not measured). TCPRTTCount is their number.
@@ -108,15 +125,18 @@ func newEBPFSampler(h *host, rel string) sampler {
 
 func (e *ebpfSampler) files() []*controlFile { return nil }
 
-// sample sets nothing in u when the lookup fails, and forgets the
-// baselines: the next success has no interval figures.
-func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
+// fetch reads the container's eBPF figures into s.ebpf and its activity
+// into s.activity, before the other samplers run: the CPU sampler skips
+// the files of a container that has not run (see cpuReadDue).
+func (e *ebpfSampler) fetch(s *scratch, t *Target) {
+	s.ebpf, s.ebpfErr, s.activity, s.fetched = EBPFStats{}, nil, activity{}, true
 	id := t.CgroupID
 	if id == 0 {
 		if e.cgroupID == 0 {
 			fi, err := os.Stat(e.unified)
 			if err != nil {
-				return fmt.Errorf("cgroup id of %s: %w", e.unified, err)
+				s.ebpfErr = fmt.Errorf("cgroup id of %s: %w", e.unified, err)
+				return
 			}
 			if sys, ok := fi.Sys().(*syscall.Stat_t); ok {
 				e.cgroupID = sys.Ino
@@ -126,9 +146,26 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	}
 	stats, err := e.src.Stats(id)
 	if err != nil {
-		e.runqValid, e.net.valid, e.syncValid, e.block.valid = false, false, false, false
-		return fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
+		s.ebpfErr = fmt.Errorf("ebpf stats of cgroup %d: %w", id, err)
+		return
 	}
+	s.ebpf = stats
+	s.activity = activity{known: true, running: stats.Running, onCPU: stats.OnCPU, wakeups: stats.Wakeups, runqSum: stats.RunqSum}
+}
+
+// sample merges what fetch read (fetching first when the pass did not).
+// It sets nothing in u when the lookup failed, and forgets the baselines:
+// the next success has no interval figures.
+func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
+	if !s.fetched {
+		e.fetch(s, t)
+	}
+	s.fetched = false
+	if s.ebpfErr != nil {
+		e.runqValid, e.net.valid, e.syncValid, e.block.valid = false, false, false, false
+		return s.ebpfErr
+	}
+	stats := &s.ebpf
 	st := u.Stats
 	u.EBPF = true
 	st.OncpuSecs = stats.OnCPU.Seconds()
@@ -139,7 +176,8 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	st.OomEvents = max(st.OomEvents, stats.OOMKills)
 
 	buckets := trimZeros(stats.RunqBuckets)
-	rq := &slacklinev1.RunQueueLatency{BucketsLog2Ns: slices.Clone(buckets), Wakeups: stats.Wakeups, TotalSecs: stats.RunqSum.Seconds()}
+	rq := s.slabs.newRunq()
+	rq.BucketsLog2Ns, rq.Wakeups, rq.TotalSecs = s.slabs.clone(buckets), stats.Wakeups, stats.RunqSum.Seconds()
 	st.Runqueue = rq
 	if e.runqValid {
 		s.deltas = bucketDeltas(s.deltas[:0], e.runq, buckets)
@@ -149,9 +187,9 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	}
 	e.runq, e.runqValid = append(e.runq[:0], buckets...), true
 	u.runqSum = stats.RunqSum
-	e.sampleSync(s, u, &stats)
-	e.sampleBlock(s, u, &stats)
-	e.sampleNet(s, u, &stats)
+	e.sampleSync(s, u, stats)
+	e.sampleBlock(s, u, stats)
+	e.sampleNet(s, u, stats)
 	return nil
 }
 

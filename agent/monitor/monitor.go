@@ -371,6 +371,11 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 
 	var errs []error
+	if p, ok := m.cfg.EBPF.(EBPFPass); ok && len(jobs) > 0 {
+		if err := p.BeginPass(); err != nil {
+			errs = append(errs, fmt.Errorf("ebpf: %w", err))
+		}
+	}
 	var node Usage
 	last := m.nodeSampledAt
 	sampleNode := last.IsZero() || now.Sub(last) >= m.cfg.NodeInterval || now.Before(last)
@@ -381,6 +386,7 @@ func (m *Monitor) Sample(now time.Time) error {
 			errs = append(errs, err)
 		}
 	}
+	m.scratch.timestamp = timestamppb.New(now)
 	for i := range jobs {
 		j := &jobs[i]
 		j.err = m.sampleContainer(j, now)
@@ -586,9 +592,14 @@ func (c *container) closeFiles() {
 // container per pass.)
 func (m *Monitor) sampleContainer(j *job, now time.Time) error {
 	c, t := j.c, &j.target
-	st := &slacklinev1.ResourceStatistics{Timestamp: timestamppb.New(now), CpusLimit: t.CPULimit}
+	st := m.scratch.slabs.newStats()
+	st.Timestamp, st.CpusLimit = m.scratch.timestamp, t.CPULimit
 	j.usage = Usage{ContainerID: t.ID, TaskID: t.TaskID, Revocable: t.Revocable, Time: now, Stats: st}
 	var errs []error
+	m.scratch.activity, m.scratch.fetched = activity{}, false
+	if e, ok := c.samplers[len(c.samplers)-1].(*ebpfSampler); ok {
+		e.fetch(m.scratch, t) // first: the CPU sampler reads the activity
+	}
 	for i, s := range c.samplers {
 		err := s.sample(m.scratch, t, &j.usage)
 		switch {

@@ -169,7 +169,9 @@ func TestRealCgroups(t *testing.T) {
 	}
 	inode := fi.Sys().(*syscall.Stat_t).Ino
 	ebpf := &fakeEBPF{}
-	ebpf.set(inode, EBPFStats{OnCPU: time.Second})
+	// Like the programs, the fake says the spinning helper is running: the
+	// monitor reads the CPU files of running containers only.
+	ebpf.set(inode, EBPFStats{OnCPU: time.Second, Running: true})
 	m, err := New(Config{Mode: string(layout.Mode), EBPF: ebpf, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)

@@ -11,6 +11,7 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/rlimit"
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/bpf"
 )
@@ -82,6 +83,11 @@ type Programs struct {
 
 	mu      sync.Mutex
 	watched map[uint64]bool
+	// ReadAllTCP's batch buffers and what it learnt of the kernel, under mu.
+	batchKeys   []uint64
+	batchValues []netqosTcpCounters // len(batchKeys) * ncpu
+	batchSize   int
+	noBatch     bool
 
 	closeOnce sync.Once
 }
@@ -303,6 +309,86 @@ func (p *Programs) TCPStats(cgroupID uint64) (TCPStats, error) {
 	if err := p.tcp.Lookup(cgroupID, &perCPU); err != nil {
 		return TCPStats{}, fmt.Errorf("tcp stats of cgroup %d: %w", cgroupID, err)
 	}
+	return sumTCP(perCPU), nil
+}
+
+// tcpBatch is how many cgroups' counters one batch lookup asks for.
+const tcpBatch = 128
+
+// ReadAllTCP replaces into's contents with the counters of every watched
+// cgroup, as TCPStats returns them, read with batch lookups (one system
+// call per tcpBatch cgroups), or one lookup per cgroup on kernels without
+// batch operations.
+func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
+	clear(into)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if !p.noBatch {
+		err := p.readBatch(into)
+		if err == nil {
+			return nil
+		}
+		clear(into)
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return fmt.Errorf("tcp stats of every cgroup: %w", err)
+		}
+		p.noBatch = true
+	}
+	for id := range p.watched {
+		var perCPU []netqosTcpCounters
+		if err := p.tcp.Lookup(id, &perCPU); err != nil {
+			clear(into)
+			return fmt.Errorf("tcp stats of cgroup %d: %w", id, err)
+		}
+		into[id] = sumTCP(perCPU)
+	}
+	return nil
+}
+
+// readBatch walks the counters map with batch lookups. p.mu is held: the
+// watched set, and so the map's keys, cannot change meanwhile.
+func (p *Programs) readBatch(into map[uint64]TCPStats) error {
+	size := max(p.batchSize, tcpBatch)
+	for {
+		if len(p.batchKeys) < size {
+			p.batchKeys = make([]uint64, size)
+			p.batchValues = make([]netqosTcpCounters, size*p.ncpu)
+		}
+		var cursor ebpf.MapBatchCursor
+		var err error
+		for {
+			var n int
+			n, err = p.tcp.BatchLookup(&cursor, p.batchKeys[:size], p.batchValues[:size*p.ncpu], nil)
+			for i := range n {
+				if id := p.batchKeys[i]; p.watched[id] {
+					into[id] = sumTCP(p.batchValues[i*p.ncpu : (i+1)*p.ncpu])
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if errors.Is(err, unix.ENOSPC) && size < int(p.tcp.MaxEntries()) {
+			size *= 2 // a bucket holds more entries than the batch
+			p.batchSize = size
+			clear(into)
+			continue
+		}
+		if !errors.Is(err, ebpf.ErrKeyNotExist) {
+			return err
+		}
+		break
+	}
+	for id := range p.watched {
+		if _, ok := into[id]; !ok {
+			return fmt.Errorf("cgroup %d: %w", id, ebpf.ErrKeyNotExist)
+		}
+	}
+	return nil
+}
+
+// sumTCP adds up a cgroup's per-CPU counters.
+func sumTCP(perCPU []netqosTcpCounters) TCPStats {
 	var st TCPStats
 	for i := range perCPU {
 		c := &perCPU[i]
@@ -313,7 +399,7 @@ func (p *Programs) TCPStats(cgroupID uint64) (TCPStats, error) {
 		st.RTTTotal += time.Duration(c.RttSumUs) * time.Microsecond
 		st.Retransmits += c.Retransmits
 	}
-	return st, nil
+	return st
 }
 
 // ProgramStats returns the kernel's run count and run time of each loaded

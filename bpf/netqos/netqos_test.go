@@ -126,6 +126,10 @@ func TestTCPSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	all := map[uint64]netqos.TCPStats{7: {}} // replaced
+	if err := progs.ReadAllTCP(all); err != nil || len(all) != 1 || all[id] != idle0 {
+		t.Fatalf("ReadAllTCP = %v, %v; want only cgroup %d's %+v", all, err, id, idle0)
+	}
 	idleApp := rr(t, pair, dir, 9100, time.Second)
 	exchanges := len(idleApp)
 	idle1, _ := progs.TCPStats(id)

@@ -5,6 +5,9 @@
 // agent binaries on loopback.
 //
 //	sudo go run ./scripts/bench/agent --trials 100 --running 50
+//
+// --perf FILE then records the agent's CPU profile with perf for another
+// window (perf report -i FILE --no-children shows where its CPU goes).
 package main
 
 import (
@@ -38,6 +41,7 @@ func run() error {
 	trials := flag.Int("trials", 100, "tasks launched one at a time for the latency figures")
 	running := flag.Int("running", 50, "tasks kept running for the resource figures")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window")
+	perfOut := flag.String("perf", "", "after the busy measurement, record the agent with perf (call graphs) for another window into this file (read it with perf report -i FILE)")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (the agent creates cgroups)")
@@ -130,6 +134,14 @@ func run() error {
 	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
 	busyCPU, busyRSS := measure(agentPid, *window)
 	fmt.Printf("agent with %d tasks running: CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), busyCPU, busyRSS)
+	if *perfOut != "" {
+		// A window of its own, so that perf's sampling does not weigh on the figure above.
+		rec := exec.Command("perf", "record", "-q", "-g", "-F", "997", "-o", *perfOut, "-p", fmt.Sprint(agentPid), "--", "sleep", fmt.Sprint(window.Seconds()))
+		rec.Stdout, rec.Stderr = os.Stdout, os.Stderr
+		if err := rec.Run(); err != nil {
+			return fmt.Errorf("perf record: %w", err)
+		}
+	}
 	cancel()
 	// Tasks outlive their agent by design: kill them and remove the cgroups.
 	procs[1].Process.Kill()

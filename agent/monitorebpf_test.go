@@ -1,0 +1,116 @@
+package agent
+
+import (
+	"bufio"
+	"crypto/rand"
+	"encoding/hex"
+	"io"
+	"log/slog"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/agent/monitor"
+	"github.com/slackline/slackline/bpf"
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+// TestMonitorSeesIdleContainerStartBurning: with the real eBPF programs,
+// the monitor skips the cpu.stat of a container that has not run, and a
+// container that starts burning CPU after being idle is seen at the very
+// next pass (its CPU time and rate grow), not at the next once-a-second
+// refresh.
+func TestMonitorSeesIdleContainerStartBurning(t *testing.T) {
+	privileged.Require(t)
+	t.Parallel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	root := "slackline-monitortest-" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	rel := filepath.Join(root, "c")
+	dir := filepath.Join(layout.Unified, rel)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	id, err := bpf.CgroupID(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := bpf.Load(bpf.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("load eBPF: %v", err)
+	}
+	defer progs.Close()
+	if err := progs.Track(id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	m, err := monitor.New(monitor.Config{Mode: string(layout.Mode), EBPF: MonitorStats(progs), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.SetTargets([]monitor.Target{{ID: "c", CgroupPath: rel, CgroupID: id}})
+
+	// The shell waits for a line, burns CPU, says so and burns on.
+	cg, err := os.Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer cg.Close()
+	sh := exec.Command("sh", "-c", `read go; i=0; while [ $i -lt 100000 ]; do i=$((i+1)); done; echo burnt; while :; do :; done`)
+	sh.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(cg.Fd())}
+	stdin, err := sh.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := sh.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		_ = sh.Process.Kill()
+		_ = sh.Wait()
+	}()
+
+	// Idle passes, 100 ms apart on the monitor's clock (the shell blocks
+	// in read; when it got there does not matter).
+	t0 := time.Now()
+	var idle monitor.Usage
+	for i := range 3 {
+		if err := m.Sample(t0.Add(time.Duration(i) * 100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		var ok bool
+		if idle, ok = m.Latest("c"); !ok || !idle.EBPF {
+			t.Fatalf("pass %d: no sample with eBPF figures (%+v)", i, idle)
+		}
+	}
+	if _, err := io.WriteString(stdin, "go\n"); err != nil {
+		t.Fatal(err)
+	}
+	if line, err := bufio.NewReader(stdout).ReadString('\n'); err != nil || line != "burnt\n" {
+		t.Fatalf("the shell said %q, %v", line, err)
+	}
+	// One pass later, well within the refresh interval of the last read.
+	if err := m.Sample(t0.Add(300 * time.Millisecond)); err != nil {
+		t.Fatal(err)
+	}
+	busy, _ := m.Latest("c")
+	if busy.Stats.GetCpusUsageSecs() <= idle.Stats.GetCpusUsageSecs() || busy.CPURate <= 0 {
+		t.Fatalf("after burning CPU the next pass shows usage %v s (idle: %v s), rate %v: the cpu.stat read was skipped",
+			busy.Stats.GetCpusUsageSecs(), idle.Stats.GetCpusUsageSecs(), busy.CPURate)
+	}
+}
