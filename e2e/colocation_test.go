@@ -115,10 +115,13 @@ func revocableDelays(t *testing.T, controllers string, n int, enough func(time.D
 		return ""
 	})
 	if controllers != "noop" {
-		// Wait for them to act, however slow a busy machine makes them.
-		eventually(t, 30*time.Second, func() string {
-			if len(corrections(t, agent)) == 0 {
-				return "no correction recorded"
+		// Wait for them to act, however slow a busy machine makes them
+		// (the bound only ends a hung run, with the signal's values).
+		probe := &qosProbe{agent: agent, taskID: guaranteed}
+		eventually(t, qosStepTimeout, func() string {
+			if len(probe.corrections()) == 0 {
+				probe.pressure()
+				return "no correction recorded: " + probe.diagnosis()
 			}
 			return ""
 		})

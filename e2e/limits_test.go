@@ -116,9 +116,33 @@ func TestTaskLimits(t *testing.T) {
 			changed <- struct{}{}
 		},
 	})
+	// sandboxes maps each task's name to its sandbox.
+	sandboxes := func() map[string]string {
+		out := map[string]string{}
+		entries, _ := os.ReadDir(filepath.Join(workDir, "sandboxes"))
+		for _, e := range entries {
+			b, _ := os.ReadFile(filepath.Join(workDir, "sandboxes", e.Name(), "whoami"))
+			out[strings.TrimSpace(string(b))] = filepath.Join(workDir, "sandboxes", e.Name())
+		}
+		return out
+	}
+	// containers says what the agent runs, for a failure's diagnosis.
+	containers := func() string {
+		var b strings.Builder
+		for _, c := range cz.Containers() {
+			fmt.Fprintf(&b, "\n  %s (task %s) started %s", c.ID, c.Spec.TaskID, c.StartedAt.Format("15:04:05.000"))
+			if c.Exit != nil {
+				fmt.Fprintf(&b, ", ended %+v", *c.Exit)
+			}
+		}
+		return b.String()
+	}
+	// wait waits for the framework's updates (or, for sandboxes, the file
+	// system) to satisfy cond. The bound only ends a hung run: each step
+	// takes a second or two, beside CPU hogs too (cgrouptest.EnterPriority).
 	wait := func(what string, cond func() bool) {
 		t.Helper()
-		deadline := time.After(60 * time.Second)
+		deadline := time.After(3 * time.Minute)
 		for {
 			mu.Lock()
 			ok := cond()
@@ -130,7 +154,10 @@ func TestTaskLimits(t *testing.T) {
 			case <-changed:
 			case <-time.After(100 * time.Millisecond):
 			case <-deadline:
-				t.Fatalf("timed out waiting for %s (running %v, ended %v)", what, running, final)
+				mu.Lock()
+				seen := fmt.Sprintf("running %v, ended %v", running, final)
+				mu.Unlock()
+				t.Fatalf("timed out waiting for %s (%s; sandboxes %v); the agent's containers:%s", what, seen, sandboxes(), containers())
 			}
 		}
 	}
@@ -144,15 +171,6 @@ func TestTaskLimits(t *testing.T) {
 
 	// Sandboxes: the finished task's goes after the delay; the long
 	// runner's stays however old it looks.
-	sandboxes := func() map[string]string {
-		out := map[string]string{}
-		entries, _ := os.ReadDir(filepath.Join(workDir, "sandboxes"))
-		for _, e := range entries {
-			b, _ := os.ReadFile(filepath.Join(workDir, "sandboxes", e.Name(), "whoami"))
-			out[strings.TrimSpace(string(b))] = filepath.Join(workDir, "sandboxes", e.Name())
-		}
-		return out
-	}
 	wait("the others to run or end", func() bool {
 		return final["finished"] != nil && running["long-runner"] && running["fork-bomb"]
 	})

@@ -82,8 +82,14 @@ const (
 	dynamicLeases  = "leases" // one file per id in use, named by the id
 )
 
-// dynamicIDsLockTimeout bounds the wait for another agent's allocation.
-const dynamicIDsLockTimeout = 10 * time.Second
+// dynamicIDsLockTimeout bounds the wait for the host-wide lock, which
+// every launch of every agent of the host takes in turn: it only ends a
+// hung holder. Each holder syncs a lease and the cursor to disk: on a
+// shared, loaded machine (eight developers' builds, tests and VMs), two of
+// three revocable tasks launched together failed a 10 s bound
+// (REASON_CONTAINER_LAUNCH_FAILED, "locked by another process"), where a
+// longer wait launches them.
+const dynamicIDsLockTimeout = 2 * time.Minute
 
 // uidLease records which container holds a dynamic id, in
 // <DynamicIDsDir>/leases/<id>. An id is live, and no agent of the host

@@ -80,7 +80,6 @@ func rr(t *testing.T, pair *nettest.Pair, dir string, port int, d time.Duration)
 	return lat
 }
 
-// meanRTT is the mean of the samples between two readings.
 // mean is the mean of latencies (0 for none).
 func mean(lat []time.Duration) time.Duration {
 	if len(lat) == 0 {
@@ -93,6 +92,33 @@ func mean(lat []time.Duration) time.Duration {
 	return sum / time.Duration(len(lat))
 }
 
+// overflowTimeout bounds the wait for a bulk transfer to overflow the
+// test's queue: well under a second on any machine seen (20 Mbit/s fill 96
+// KB in 40 ms), generous for a loaded or emulated one.
+const overflowTimeout = time.Minute
+
+// waitTCPStats polls a watched cgroup's counters until cond holds, and
+// returns them; after timeout it returns an error with the last reading.
+func waitTCPStats(progs *netqos.Programs, id uint64, timeout time.Duration, cond func(netqos.TCPStats) bool) (netqos.TCPStats, error) {
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(20 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		st, err := progs.TCPStats(id)
+		if err != nil {
+			return st, err
+		}
+		if cond(st) {
+			return st, nil
+		}
+		if time.Now().After(deadline) {
+			return st, fmt.Errorf("not within %v: %d RTT samples (mean %v), %d retransmissions", timeout, st.RTTCount, meanRTT(netqos.TCPStats{}, st), st.Retransmits)
+		}
+		<-tick.C
+	}
+}
+
+// meanRTT is the mean of the samples between two readings.
 func meanRTT(before, after netqos.TCPStats) time.Duration {
 	n := after.RTTCount - before.RTTCount
 	if n == 0 {
@@ -109,9 +135,10 @@ func meanRTT(before, after netqos.TCPStats) time.Duration {
 // The queue drains at 20 Mbit/s, slower than any sender here (an emulated
 // guest's too, about 60 Mbit/s), so that it fills; its 96 KB then add 39
 // ms, several times the scheduling delay of an emulated guest (16 ms idle
-// under TCG on Linux 6.1), which at 100 Mbit/s (8 ms) hid it. Whether the
-// queue was in the path at all is probed with the application's own round
-// trips.
+// under TCG on Linux 6.1), which at 100 Mbit/s (8 ms) hid it. The busy
+// samples are taken once a retransmission shows the queue full, so the
+// queue is in their path on any machine, loaded or not (the test used to
+// wait 500 ms and skip when the application's round trips had not risen).
 func TestTCPSignals(t *testing.T) {
 	const mbps, queueBytes = 20, 96 << 10
 	queueDelay := time.Duration(float64(queueBytes*8) / (mbps * 1e6) * float64(time.Second))
@@ -159,7 +186,15 @@ func TestTCPSignals(t *testing.T) {
 	if err := bulk.Go(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(500 * time.Millisecond) // the bulk transfer's start: a ramp, not a synchronization
+	// Measure once the queue is full, not after a guessed ramp: the first
+	// retransmission says the far end's queue overflowed. From then on the
+	// sender keeps it at least half full (cubic halves its window on a
+	// loss, and the path holds nothing but the queue) from its socket
+	// buffer, in softirq, however little CPU the machine leaves its process.
+	full, err := waitTCPStats(progs, id, overflowTimeout, func(st netqos.TCPStats) bool { return st.Retransmits > 0 })
+	if err != nil {
+		t.Fatalf("the bulk transfer into a %v queue at %d Mbit/s never overflowed it: %v", queueDelay, mbps, err)
+	}
 	busy0, _ := progs.TCPStats(id)
 	busyApp := rr(t, pair, dir, 9102, time.Second)
 	busy1, _ := progs.TCPStats(id)
@@ -167,24 +202,22 @@ func TestTCPSignals(t *testing.T) {
 	// the exchanges, they run beside it.
 	bulk.Kill()
 	busy := meanRTT(busy0, busy1)
-	t.Logf("beside a bulk transfer into a %v queue: %d RTT samples, mean %v (the application measured %v over %d exchanges); %d retransmissions in all",
-		queueDelay, busy1.RTTCount-busy0.RTTCount, busy, mean(busyApp), len(busyApp), busy1.Retransmits)
+	t.Logf("beside a bulk transfer into a %v queue (full at %d retransmissions): %d RTT samples, mean %v (the application measured %v over %d exchanges); %d retransmissions in all",
+		queueDelay, full.Retransmits, busy1.RTTCount-busy0.RTTCount, busy, mean(busyApp), len(busyApp), busy1.Retransmits)
 	t.Run("RTT grows with the queue", func(t *testing.T) {
-		// Probe: the queue is in the path only if the application's own
-		// exchanges waited in it. Where they did not, the samples have
-		// nothing to show; say so with the figures.
-		appRise := mean(busyApp) - mean(idleApp)
-		if appRise < queueDelay/4 {
-			t.Skipf("the application's own round trips rose by only %v beside the bulk transfer (%v -> %v), under a quarter of the %v queue: the queue was not in the path here, nothing for the kernel's samples to show",
-				appRise, mean(idleApp), mean(busyApp), queueDelay)
+		// The queue was full when the samples began (a retransmission said
+		// so) and the sender kept it so: every sample of the cgroup, the
+		// bulk transfer's and the exchanges', waited in it. The queue adds
+		// delay in absolute terms: at least a quarter of it (a ratio to the
+		// idle RTT does not hold where the idle RTT is itself
+		// milliseconds, as in an emulated guest). The application's own
+		// figure is no bound: it counts the wait for its schedule too.
+		if busy1.RTTCount == busy0.RTTCount {
+			t.Fatalf("no RTT sample beside a bulk transfer into a full %v queue", queueDelay)
 		}
-		// The queue adds delay in absolute terms: at least a quarter of it
-		// (a ratio to the idle RTT does not hold where the idle RTT is
-		// itself milliseconds, as in an emulated guest). The application's
-		// own figure is no bound: it counts the wait for its schedule too.
 		if busy-idle < queueDelay/4 {
-			t.Errorf("mean RTT %v beside a bulk transfer into a %v queue, %v idle: want at least %v more (the application's own round trips rose by %v)",
-				busy, queueDelay, idle, queueDelay/4, appRise)
+			t.Errorf("mean RTT %v beside a bulk transfer into a full %v queue, %v idle: want at least %v more (the application's own round trips went %v -> %v)",
+				busy, queueDelay, idle, queueDelay/4, mean(idleApp), mean(busyApp))
 		}
 	})
 	if busy1.Retransmits == 0 {
