@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -28,9 +29,19 @@ var docsWithCommands = []string{"README.md", "docs/operators.md"}
 // being run and says why: `<!-- docs-test: skip: REASON -->`.
 var skipAnnotation = regexp.MustCompile(`^\s*<!-- docs-test: skip: (.+) -->\s*$`)
 
+// rootAnnotation, on the line before a block's fence, runs the block on
+// the real agent's path only (the simulated one skips it, saying why):
+// `<!-- docs-test: root: REASON -->`.
+var rootAnnotation = regexp.MustCompile(`^\s*<!-- docs-test: root: (.+) -->\s*$`)
+
+// defaultNodePort is the NodeService port `make run` uses by default
+// (RUN_PORT+1), which blocks name; the test's own make run has its own.
+var defaultNodePort = regexp.MustCompile(`\b5051\b`)
+
 // docBlock is one ```sh block of a document.
 type docBlock struct {
 	file, text, skip string
+	rootOnly         string // why the block runs only on the real agent's path
 	line             int
 }
 
@@ -62,6 +73,9 @@ func shellBlocks(t *testing.T, file string) []docBlock {
 		if start > 0 {
 			if m := skipAnnotation.FindStringSubmatch(lines[start-1]); m != nil {
 				b.skip = m[1]
+			}
+			if m := rootAnnotation.FindStringSubmatch(lines[start-1]); m != nil {
+				b.rootOnly = m[1]
 			}
 		}
 		blocks = append(blocks, b)
@@ -96,8 +110,10 @@ func freePorts(t *testing.T) int {
 // "root", the real agent running tasks in cgroups (root only; its own
 // cgroup root, RUN_CGROUP_ROOT), each in a directory laid out as the
 // checkout's (bin/, .run/). Blocks that cannot run here carry a skip
-// annotation with the reason; the test lists them. Any command that
-// fails fails the test.
+// annotation with the reason, blocks that need the real agent a root one
+// (the sim path skips them); the test lists them. The NodeService's
+// default port (5051) in a block is replaced by the test's own. Any
+// command that fails fails the test.
 func TestDocsCommands(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts make run")
@@ -144,8 +160,9 @@ func runDocsCommands(t *testing.T, agent string) {
 	}
 
 	// make run, with its state in dir/.run and its own ports.
+	port := freePorts(t)
 	run := exec.Command("make", "-C", root, "run")
-	run.Env = append(append(env, runEnv...), "RUN_DIR="+filepath.Join(dir, ".run"), fmt.Sprintf("RUN_PORT=%d", freePorts(t)))
+	run.Env = append(append(env, runEnv...), "RUN_DIR="+filepath.Join(dir, ".run"), fmt.Sprintf("RUN_PORT=%d", port))
 	run.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	out, err := run.StdoutPipe()
 	if err != nil {
@@ -201,8 +218,13 @@ func runDocsCommands(t *testing.T, agent string) {
 				skipped = append(skipped, where+" ("+b.skip+")")
 				continue
 			}
+			if b.rootOnly != "" && agent != "real" {
+				skipped = append(skipped, where+" (real agent only: "+b.rootOnly+")")
+				continue
+			}
+			text := defaultNodePort.ReplaceAllString(b.text, strconv.Itoa(port+1))
 			ctx, cancel := context.WithTimeout(t.Context(), 3*time.Minute)
-			cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", b.text)
+			cmd := exec.CommandContext(ctx, "bash", "-euo", "pipefail", "-c", text)
 			cmd.Dir, cmd.Env = dir, env
 			var output bytes.Buffer
 			cmd.Stdout, cmd.Stderr = &output, &output
