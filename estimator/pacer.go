@@ -102,8 +102,11 @@ func (p *Pacer) Next(now time.Time, estimate resources.Resources) (resources.Res
 }
 
 // Reset forgets what was sent (a new session): the next estimate is sent
-// at once.
-func (p *Pacer) Reset() { p.started = false }
+// at once, and the rises after it are paced as a fresh pacer's are (the
+// quiet spell a rise before the Reset ended does not carry over).
+func (p *Pacer) Reset() {
+	p.started, p.secondStep, p.lastChange, p.lastRise = false, false, time.Time{}, time.Time{}
+}
 
 // Deferred returns how many estimates had a rise held back.
 func (p *Pacer) Deferred() int { return p.deferred }

@@ -67,3 +67,28 @@ func TestPacer(t *testing.T) {
 		t.Error("a negative rise interval is accepted")
 	}
 }
+
+// TestPacerResetForgetsTheQuietSpell: a Reset right after a rise that ended
+// a quiet spell starts a fresh pacer: the first estimate after it is sent
+// at once, and a rise 100 ms later is held as a fresh pacer holds it (the
+// old second-step allowance does not carry over into the new session).
+func TestPacerResetForgetsTheQuietSpell(t *testing.T) {
+	t.Parallel()
+	p, err := estimator.NewPacer(500 * time.Millisecond)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	cpus := func(c float64) resources.Resources { return resources.New(c, 0, 0) }
+	p.Next(at(0), cpus(0))
+	if _, sent := p.Next(at(3000), cpus(1)); !sent { // ends a 3 s quiet spell
+		t.Fatal("the rise after a quiet spell was held")
+	}
+	p.Reset()
+	if got, sent := p.Next(at(3100), cpus(1)); !sent || got.CPUs() != 1 {
+		t.Fatalf("first estimate after Reset: sent=%v %v, want sent 1", sent, got.CPUs())
+	}
+	if got, sent := p.Next(at(3200), cpus(1.5)); sent {
+		t.Fatalf("a rise 100 ms after the new session's first estimate was sent (%v): the quiet spell carried over Reset", got.CPUs())
+	}
+}
