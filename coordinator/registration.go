@@ -199,7 +199,7 @@ func planRegistration(agents map[string]*agent, sameHost []*agent, maint *mainte
 
 // proposedAgentID is the id of a fresh agent (agent_info.id empty): the
 // one it proposes when no agent has it, or when the agent that has it is
-// of the same host and not GONE (a retry of a registration whose answer
+// of the same hostname and not GONE (a retry of a registration whose answer
 // the agent never got: it re-registers as that agent); a new id
 // otherwise, so that a proposal never claims another host's agent.
 func proposedAgentID(agents map[string]*agent, reg registration) string {
@@ -207,7 +207,9 @@ func proposedAgentID(agents map[string]*agent, reg registration) string {
 	if p == "" {
 		return ids.New()
 	}
-	if a := agents[p]; a != nil && (hostKey(a.info.GetHostname()) != hostKey(reg.info.GetHostname()) || a.state == slacklinev1.AgentState_AGENT_STATE_GONE) {
+	// The hostname is compared exactly, as checkAgentIdentity compares it:
+	// a proposal it would refuse gets a new id instead.
+	if a := agents[p]; a != nil && (a.info.GetHostname() != reg.info.GetHostname() || a.state == slacklinev1.AgentState_AGENT_STATE_GONE) {
 		return ids.New()
 	}
 	return p

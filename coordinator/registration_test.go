@@ -352,7 +352,7 @@ func TestProposedAgentID(t *testing.T) {
 		{"none proposed: a new id", "", "host-b", false},
 		{"unknown: taken as is", "fresh", "host-b", true},
 		{"the same host's (a retry): re-registers it", "mine", "host-b", true},
-		{"the same host's, unreachable, hostname case aside", "silent", "host-b", true},
+		{"the same host's in another case: a new id (the identity check compares exactly)", "silent", "host-b", false},
 		{"another host's: a new id", "taken", "host-b", false},
 		{"a gone agent's: a new id", "gone", "host-b", false},
 	} {
