@@ -85,6 +85,7 @@ type idleTimer struct {
 	timer   *time.Timer
 	last    atomic.Int64 // the last beat, in ns since start
 	timeout atomic.Int64 // the silence allowed after it, in ns
+	stopped atomic.Bool  // set by stop: the function neither re-arms nor expires
 	start   time.Time
 }
 
@@ -94,9 +95,15 @@ func newIdleTimer(timeout time.Duration, expired func()) *idleTimer {
 	t.timeout.Store(int64(timeout))
 	// Armed only once t.timer is set: the function reads it.
 	t.timer = time.AfterFunc(math.MaxInt64, func() {
+		if t.stopped.Load() {
+			return
+		}
 		silent := time.Since(t.start) - time.Duration(t.last.Load())
 		if left := time.Duration(t.timeout.Load()) - silent; left > 0 {
 			t.timer.Reset(left)
+			if t.stopped.Load() {
+				t.timer.Stop() // stop ran between the check and the Reset
+			}
 			return
 		}
 		expired()
@@ -112,4 +119,11 @@ func (t *idleTimer) beat(timeout time.Duration) {
 	t.last.Store(int64(time.Since(t.start)))
 }
 
-func (t *idleTimer) stop() { t.timer.Stop() }
+// stop stops the timer for good: a run of its function that races with
+// stop neither re-arms it nor ends the stream. (A timeout shortened by a
+// beat takes effect when the timer next fires, at the latest at the old
+// deadline.)
+func (t *idleTimer) stop() {
+	t.stopped.Store(true)
+	t.timer.Stop()
+}
