@@ -39,6 +39,12 @@ const (
 	// saying so, counted by
 	// slackline_coordinator_ui_proxy_answers_too_large_total.
 	MaxResponseBytes = 16 << 20
+	// MaxAnswersInFlight bounds the proxied calls in flight, each of which
+	// may hold an answer of up to MaxResponseBytes in memory: a call
+	// beyond it waits for a slot, within ProxyTimeout; one that waited in
+	// vain gets resource_exhausted, counted by
+	// slackline_coordinator_ui_proxy_busy_total.
+	MaxAnswersInFlight = 4
 	// ProxyTimeout bounds one proxied call.
 	ProxyTimeout = 10 * time.Second
 )
@@ -107,9 +113,28 @@ type Config struct {
 	Authorize func(http.Handler) http.Handler
 	Logger    *slog.Logger
 	// Metrics, when set, receives the proxy's metrics
-	// (slackline_coordinator_ui_proxy_answers_too_large_total); a second
+	// (slackline_coordinator_ui_proxy_answers_too_large_total,
+	// slackline_coordinator_ui_proxy_busy_total,
+	// slackline_coordinator_ui_proxy_waiting); a second
 	// Handler on the same registry shares the first one's.
 	Metrics prometheus.Registerer
+}
+
+// registerCounter makes a counter and registers it with reg when reg is
+// set; a second Handler on the same registry shares the first one's.
+func registerCounter(reg prometheus.Registerer, opts prometheus.CounterOpts) prometheus.Counter {
+	c := prometheus.NewCounter(opts)
+	if reg == nil {
+		return c
+	}
+	if err := reg.Register(c); err != nil {
+		var already prometheus.AlreadyRegisteredError
+		if !errors.As(err, &already) {
+			panic(err) // a fixed, valid metric
+		}
+		return already.ExistingCollector.(prometheus.Counter)
+	}
+	return c
 }
 
 // Handler returns the handler to mount at "/ui/": the embedded page under
@@ -122,19 +147,28 @@ func Handler(cfg Config) http.Handler {
 	if err != nil {
 		panic(err) // the embedded tree is fixed at build time
 	}
-	p := &proxy{cfg: cfg, tooLarge: prometheus.NewCounter(prometheus.CounterOpts{
+	p := &proxy{cfg: cfg, slots: make(chan struct{}, MaxAnswersInFlight)}
+	p.tooLarge = registerCounter(cfg.Metrics, prometheus.CounterOpts{
 		Name: "slackline_coordinator_ui_proxy_answers_too_large_total",
 		Help: "Agents' answers the live view's proxy did not forward because they exceeded MaxResponseBytes (16 MiB); the caller got resource_exhausted.",
-	})}
+	})
+	p.waiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "slackline_coordinator_ui_proxy_waiting",
+		Help: "Proxied calls waiting for one of MaxAnswersInFlight (4) slots.",
+	})
 	if cfg.Metrics != nil {
-		if err := cfg.Metrics.Register(p.tooLarge); err != nil {
+		if err := cfg.Metrics.Register(p.waiting); err != nil {
 			var already prometheus.AlreadyRegisteredError
 			if !errors.As(err, &already) {
 				panic(err) // a fixed, valid metric
 			}
-			p.tooLarge = already.ExistingCollector.(prometheus.Counter)
+			p.waiting = already.ExistingCollector.(prometheus.Gauge)
 		}
 	}
+	p.busy = registerCounter(cfg.Metrics, prometheus.CounterOpts{
+		Name: "slackline_coordinator_ui_proxy_busy_total",
+		Help: "Proxied calls refused because MaxAnswersInFlight (4) calls held their answers for all of ProxyTimeout; the caller got resource_exhausted.",
+	})
 	var forward http.Handler = http.HandlerFunc(p.forward)
 	if cfg.Authorize != nil {
 		forward = cfg.Authorize(forward)
@@ -162,6 +196,10 @@ func withHeaders(h http.Handler) http.Handler {
 type proxy struct {
 	cfg      Config
 	tooLarge prometheus.Counter
+	busy     prometheus.Counter
+	waiting  prometheus.Gauge
+	slots    chan struct{} // MaxAnswersInFlight
+	busyOnce sync.Once     // the first refusal for lack of a slot is logged
 
 	mu      sync.Mutex
 	clients map[string]*http.Client // by the hostname agents' certificates must name
@@ -268,6 +306,21 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 		if v := r.Header.Get(h); v != "" {
 			out.Header.Set(h, v)
 		}
+	}
+	p.waiting.Inc()
+	select {
+	case p.slots <- struct{}{}:
+		p.waiting.Dec()
+		defer func() { <-p.slots }()
+	case <-ctx.Done():
+		p.waiting.Dec()
+		p.busy.Inc()
+		p.busyOnce.Do(func() {
+			p.cfg.Logger.Warn("ui proxy: every slot held for the whole timeout; refusing calls (logged once, counted in slackline_coordinator_ui_proxy_busy_total)",
+				"limit", MaxAnswersInFlight, "timeout", ProxyTimeout)
+		})
+		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("the coordinator is forwarding %d agent answers already and none finished within %v: try again", MaxAnswersInFlight, ProxyTimeout))
+		return
 	}
 	resp, err := p.client(hostname).Do(out)
 	if err != nil {

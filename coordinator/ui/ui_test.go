@@ -542,3 +542,83 @@ func TestProxyRefusesOversizedAnswers(t *testing.T) {
 	// A second handler on the same registry shares the counter.
 	Handler(Config{Agents: fakeAgents{}, Metrics: reg})
 }
+
+// TestProxyBoundsAnswersInFlight: beyond MaxAnswersInFlight calls held by
+// their agents, a call waits for a slot and never reaches its agent; one
+// whose wait ends (here its caller gives up) is counted, and once the held
+// calls finish the proxy forwards again.
+func TestProxyBoundsAnswersInFlight(t *testing.T) {
+	t.Parallel()
+	arrived := make(chan struct{}, 2*MaxAnswersInFlight)
+	release := make(chan struct{})
+	var calls atomic.Int64
+	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		arrived <- struct{}{}
+		<-release
+		w.Header().Set("Content-Type", "application/proto")
+	}))
+	t.Cleanup(agent.Close)
+	var once sync.Once
+	free := func() { once.Do(func() { close(release) }) }
+	t.Cleanup(free) // before agent.Close, which waits for the held calls
+	reg := prometheus.NewRegistry()
+	srv := httptest.NewServer(Handler(Config{Agents: fakeAgents{{Id: "a1", Hostname: "node-1", Endpoint: agent.URL}}, Metrics: reg}))
+	t.Cleanup(srv.Close)
+	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1")
+	held := make(chan error, MaxAnswersInFlight)
+	for range MaxAnswersInFlight {
+		go func() {
+			_, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+			held <- err
+		}()
+	}
+	for range MaxAnswersInFlight {
+		<-arrived
+	}
+	metric := func(name string) float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mf := range mfs {
+			if mf.GetName() == name {
+				m := mf.GetMetric()[0]
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+		return 0
+	}
+	waitFor := func(name string, want float64) {
+		t.Helper()
+		for deadline := time.Now().Add(time.Minute); metric(name) != want; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s %v, want %v", name, metric(name), want)
+			}
+		}
+	}
+	// One more call: it waits for a slot, then its caller gives up.
+	ctx, cancel := context.WithCancel(context.Background())
+	extra := make(chan error, 1)
+	go func() {
+		_, err := client.GetUsage(ctx, connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+		extra <- err
+	}()
+	waitFor("slackline_coordinator_ui_proxy_waiting", 1)
+	cancel()
+	<-extra
+	waitFor("slackline_coordinator_ui_proxy_busy_total", 1)
+	waitFor("slackline_coordinator_ui_proxy_waiting", 0)
+	if got := calls.Load(); got != MaxAnswersInFlight {
+		t.Fatalf("the agent received %d calls, want %d: the extra call got past the bound", got, MaxAnswersInFlight)
+	}
+	free()
+	for range MaxAnswersInFlight {
+		if err := <-held; err != nil {
+			t.Fatalf("a held call: %v", err)
+		}
+	}
+	if _, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{})); err != nil {
+		t.Fatalf("a call after the held ones finished: %v", err)
+	}
+}
