@@ -87,7 +87,7 @@ func (a *realAgent) containers(t *testing.T) []*slacklinev1.Container {
 func waitAgentsActive(t *testing.T, addr string, n int) {
 	t.Helper()
 	op := operator(addr)
-	eventually(t, 30*time.Second, func() string {
+	eventually(t, startTimeout, func() string {
 		state, err := getState(t, op)
 		if err != nil {
 			return err.Error()
@@ -126,11 +126,19 @@ func taskStatuses(t *testing.T, addr, name string) map[string]*slacklinev1.Task 
 	return out
 }
 
+// startTimeout bounds a coordinator's start and agents' registration in the
+// end-to-end tests: long, because it only ends a hung run (a passing run
+// waits no longer for it) and a shared, loaded machine is slow.
+const startTimeout = 2 * time.Minute
+
 func startCoordinator(t *testing.T) (string, *process, string) {
 	t.Helper()
 	addr, workDir := freeAddr(t), t.TempDir()
 	p := start(t, "slackline-coordinator", coordinatorArgs(addr, workDir)...)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, operator(addr)); return errString(err) })
+	// Generous: the bound only ends a hung start. Beside CPU hogs and other
+	// tests' disk writes, a coordinator's first registry commit (fsyncs)
+	// took 10 s in a CI run.
+	eventually(t, startTimeout, func() string { _, err := getState(t, operator(addr)); return errString(err) })
 	return addr, p, workDir
 }
 

@@ -19,7 +19,7 @@ func TestDRFSeedExample(t *testing.T) {
 	addr := freeAddr(t)
 	start(t, "slackline-coordinator", coordinatorArgs(addr, t.TempDir())...)
 	op := operator(addr)
-	eventually(t, 10*time.Second, func() string {
+	eventually(t, startTimeout, func() string {
 		_, err := getState(t, op)
 		return errString(err)
 	})
@@ -85,7 +85,7 @@ func TestCoordinatorKillRestart(t *testing.T) {
 	workDir := t.TempDir()
 	coord := start(t, "slackline-coordinator", coordinatorArgs(addr, workDir)...)
 	op := operator(addr)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, op); return errString(err) })
+	eventually(t, startTimeout, func() string { _, err := getState(t, op); return errString(err) })
 	start(t, "slackline-sim", "--coordinator", "http://"+addr, "--agents", "2", "--resources", "cpus:4;mem:8192",
 		"--hostname-prefix", "restart-", "--work-dir", filepath.Join(t.TempDir(), "sim"))
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "long", "--tasks", "3",

@@ -44,7 +44,7 @@ func startInsider(t *testing.T, initArgs, coordinatorFlags []string, agents ...s
 	flags := append(coordinatorArgs(s.addr, t.TempDir()), "--tls-cert", s.file("coordinator.crt"), "--tls-key", s.file("coordinator.key"),
 		"--client-ca", s.file("ca.crt"), "--authz", s.file("authz.yaml"))
 	s.coordinator = start(t, "slackline-coordinator", append(flags, coordinatorFlags...)...)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
+	eventually(t, startTimeout, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
 	return s
 }
 

@@ -467,7 +467,7 @@ func TestLiveViewToken(t *testing.T) {
 	}
 	addr := freeAddr(t)
 	start(t, "slackline-coordinator", append(coordinatorArgs(addr, t.TempDir()), "--authz", filepath.Join(creds, "authz.yaml"))...)
-	eventually(t, 10*time.Second, func() string {
+	eventually(t, startTimeout, func() string {
 		resp, err := http.Get("http://" + addr + "/ui/")
 		if err != nil {
 			return err.Error()

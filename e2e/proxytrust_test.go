@@ -49,7 +49,7 @@ func startTrusted(t testing.TB, agents ...string) *secureCluster {
 		"--agent-client-cert", s.file("coordinator-client.crt"), "--agent-client-key", s.file("coordinator-client.key"))
 	// As an operator starts it: SLACKLINE_INSECURE plays no part.
 	s.coordinator = startStrict(t, "slackline-coordinator", args...)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
+	eventually(t, startTimeout, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
 	return s
 }
 
@@ -300,7 +300,7 @@ func TestDefaultsRefuseWithoutCredentials(t *testing.T) {
 			addr := freeAddr(t)
 			p := startWithEnv(t, append(strictEnv(), opt.env...), "slackline-coordinator",
 				append([]string{"--listen", addr, "--work-dir", t.TempDir()}, opt.args...)...)
-			eventually(t, 10*time.Second, func() string { _, err := getState(t, operator(addr)); return errString(err) })
+			eventually(t, startTimeout, func() string { _, err := getState(t, operator(addr)); return errString(err) })
 			if !strings.Contains(p.out.String(), "running insecure") {
 				t.Errorf("%v %v: no warning that it runs insecure:\n%s", opt.env, opt.args, p.out.String())
 			}

@@ -54,7 +54,7 @@ func startSecure(t *testing.T, agents ...string) *secureCluster {
 		"--client-ca", s.file("ca.crt"), "--authz", s.file("authz.yaml"),
 		"--agent-client-cert", s.file("coordinator-client.crt"), "--agent-client-key", s.file("coordinator-client.key"))
 	s.coordinator = start(t, "slackline-coordinator", args...)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
+	eventually(t, startTimeout, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
 	return s
 }
 

@@ -118,7 +118,7 @@ func TestVMCluster(t *testing.T) {
 		"--client-ca", s.file("ca.crt"), "--client-crl", s.file("crl.pem"), "--authz", s.file("authz.yaml"),
 		"--agent-client-cert", s.file("coordinator-client.crt"), "--agent-client-key", s.file("coordinator-client.key"))
 	s.coordinator = startStrict(t, "slackline-coordinator", args...)
-	eventually(t, 10*time.Second, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
+	eventually(t, startTimeout, func() string { _, err := getState(t, s.operator(t, "admin")); return errString(err) })
 	_, port, _ := strings.Cut(s.addr, ":")
 
 	// The guests, on a private link of their own (a random multicast port,
