@@ -95,7 +95,7 @@ func (a *Agent) syncLatencySignal() string {
 	if slices.Contains(attached, bpf.BlockStartAttach) && slices.Contains(attached, bpf.BlockDoneAttach) {
 		have = append(have, "block request p99 of guaranteed tasks (eBPF "+bpf.BlockStartAttach+" to "+bpf.BlockDoneAttach+", by submitting cgroup)")
 	} else {
-		lack = append(lack, "no block latency: "+bpf.BlockStartAttach+" or "+bpf.BlockDoneAttach+" not attached")
+		lack = append(lack, "no block latency: "+bpf.BlockStartAttach+" or "+bpf.BlockDoneAttach+" not attached ("+bpf.BlockKernelNeed+")")
 	}
 	out := "signal: " + strings.Join(append(have, "io.pressure"), ", ")
 	if len(lack) > 0 {

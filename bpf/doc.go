@@ -32,13 +32,16 @@
 //     no fentry; other file systems are not measured. The waiting task's v2
 //     cgroup is charged, so it works on hybrid hosts, where the block layer
 //     charges bios to v1 blkio cgroups and the journal's writes to jbd2.
-//     tp_btf/block_io_start and tp_btf/block_rq_complete: the latency of
-//     each block request from its start (in the submitting task's context:
-//     its v2 cgroup, if tracked) to its completion, scheduler and throttle
-//     queueing included, as a log2 histogram with count and bytes
-//     (CgroupStats.Block*; maps blk_inflight, LRU of 16384 requests, and
-//     blk_stats, per-CPU LRU by cgroup). Requests other tasks submit for
-//     it (buffered writeback, the journal) are theirs.
+//     tp_btf/block_io_start (Linux 6.5+) and tp_btf/block_rq_complete: the
+//     latency of each block request from its start (blk_account_io_start,
+//     in the submitting task's context: its v2 cgroup, if tracked) to its
+//     completion: I/O-scheduler queueing and device time, not the wait in
+//     blk-throttle or for a request tag, which come before the start; as a
+//     log2 histogram with count and bytes (CgroupStats.Block*; maps
+//     blk_inflight, LRU of 16384 requests, and blk_stats, per-CPU LRU by
+//     cgroup). Requests other tasks submit for it (buffered writeback, the
+//     journal) are theirs. The block programs load apart from the
+//     synchronous-write ones: on a kernel before 6.5 only they are missing.
 //
 // Every program first finds out whether the cgroup is tracked: the network
 // and memory programs look it up in a map user space fills (Monitor.Track),

@@ -69,13 +69,18 @@ int BPF_PROG(fsync_end, struct inode *inode, int ret)
 }
 
 // Block I/O: per-cgroup latency of block requests, from the request's
-// start (block_io_start: its allocation, in the submitting task's context,
-// so it is attributed to the submitter's v2 cgroup, on hybrid hosts too,
-// where the blkio cgroup is a v1 one) to its completion. The time includes
-// the wait in the I/O scheduler and the throttle queue as well as the
-// device's; a guaranteed task's requests queued behind revocable writes
-// show it. Requests the task did not submit (buffered writeback by the
-// flusher, the journal's commit by jbd2) are not its own.
+// start to its completion. block_io_start (Linux 6.5+) fires in
+// blk_account_io_start, in the submitting task's context, so the request
+// is attributed to the submitter's v2 cgroup, on hybrid hosts too, where
+// the blkio cgroup is a v1 one. It fires after the bio has passed
+// blk-throttle and after the request got its tag, so the time covers the
+// wait in the I/O scheduler and the device's, NOT the wait in the throttle
+// queue or for a request tag; a guaranteed task's requests queued in the
+// scheduler behind revocable writes show it. Requests the task did not
+// submit (buffered writeback by the flusher, the journal's commit by jbd2)
+// are not its own. The agent loads these programs apart from the
+// synchronous-write ones, so a kernel without block_io_start loses only
+// this signal.
 
 // blk_counters is one CPU's share of a cgroup's block-request counters.
 struct blk_counters {

@@ -107,11 +107,14 @@ type CgroupStats struct {
 	SyncCount   uint64
 	SyncLatency [RunqBuckets]uint64
 	// BlockWait is the total latency of the block requests the cgroup's
-	// tasks submitted, from the request's start to its completion (queueing
-	// in the I/O scheduler and throttle included: bpf/io.c), BlockCount
-	// their number, BlockBytes their bytes and BlockLatency their histogram
-	// (buckets as RunqLatency's). Zero where block_io_start or
-	// block_rq_complete could not be attached (Attached says).
+	// tasks submitted, from the request's start (block_io_start, fired in
+	// blk_account_io_start once the request has passed blk-throttle and
+	// got its tag) to its completion: I/O-scheduler queueing and device
+	// time, not waits in the throttle queue or for a request tag
+	// (bpf/io.c). BlockCount is their number, BlockBytes their bytes and
+	// BlockLatency their histogram (buckets as RunqLatency's). Zero where
+	// block_io_start or block_rq_complete could not be attached (Attached
+	// says); block_io_start needs Linux 6.5 or later.
 	BlockWait    time.Duration
 	BlockCount   uint64
 	BlockBytes   uint64
@@ -187,7 +190,8 @@ type Monitor struct {
 	sched *schedObjs // nil when the scheduler programs are not loaded
 	net   *netObjects
 	mem   *memObjects
-	io    *ioObjects // nil when the synchronous-write programs are not loaded
+	io    *ioSyncObjects  // nil when the synchronous-write programs are not loaded
+	blk   *ioBlockObjects // nil when the block-request programs are not loaded
 
 	links    []link.Link
 	attached []attachPoint            // what links attached, in their order
@@ -402,21 +406,32 @@ func Load(cfg Config) (*Monitor, error) {
 		setupErr = errors.Join(setupErr, fmt.Errorf("load eBPF: %w", memSpecErr))
 	}
 
-	// Disk I/O: synchronous-write latency (ext4_sync_file tracepoints).
+	// Disk I/O: synchronous-write latency (ext4_sync_file tracepoints) and
+	// block-request latency (block_io_start, block_rq_complete), loaded
+	// apart: cilium/ebpf resolves a tp_btf target at load, and a kernel
+	// before 6.5 has no block_io_start, which must lose only the block
+	// signal, not the fsync one.
 	if ioSpec, err := loadIo(); err != nil {
 		setupErr = errors.Join(setupErr, fmt.Errorf("load eBPF: %w", err))
 	} else {
 		sizeShared(ioSpec)
-		var objs ioObjects
-		if err := ioSpec.LoadAndAssign(&objs, shared); err != nil {
+		var syncObjs ioSyncObjects
+		if err := ioSpec.LoadAndAssign(&syncObjs, shared); err != nil {
 			fail("load synchronous-write programs", err)
 		} else {
-			m.io = &objs
+			m.io = &syncObjs
 			points = append(points,
-				attachPoint{"tp_btf/ext4_sync_file_enter", objs.FsyncBegin, tracing},
-				attachPoint{"tp_btf/ext4_sync_file_exit", objs.FsyncEnd, tracing},
-				attachPoint{BlockStartAttach, objs.BlkStart, tracing},
-				attachPoint{BlockDoneAttach, objs.BlkDone, tracing})
+				attachPoint{"tp_btf/ext4_sync_file_enter", syncObjs.FsyncBegin, tracing},
+				attachPoint{"tp_btf/ext4_sync_file_exit", syncObjs.FsyncEnd, tracing})
+		}
+		var blk ioBlockObjects
+		if err := ioSpec.LoadAndAssign(&blk, shared); err != nil {
+			fail("load block-request programs ("+BlockKernelNeed+")", err)
+		} else {
+			m.blk = &blk
+			points = append(points,
+				attachPoint{BlockStartAttach, blk.BlkStart, tracing},
+				attachPoint{BlockDoneAttach, blk.BlkDone, tracing})
 		}
 	}
 	if setupErr != nil {
@@ -963,6 +978,9 @@ func (m *Monitor) Close() error {
 		}
 		if m.io != nil {
 			errs = append(errs, m.io.Close())
+		}
+		if m.blk != nil {
+			errs = append(errs, m.blk.Close())
 		}
 		if m.stats != nil {
 			errs = append(errs, m.stats.Close())
