@@ -81,7 +81,7 @@ func TestMonitorEBPFBatched(t *testing.T) {
 	counters := func() *fakeCounters {
 		return &fakeCounters{
 			stats: map[uint64]bpf.CgroupStats{
-				1: {OnCPU: time.Second, Wakeups: 3, RunqLatency: hist, RunqTotal: time.Millisecond, Running: true, NetTxBytes: 9, OOMKills: 1},
+				1: {OnCPU: time.Second, Wakeups: 3, RunqLatency: hist, RunqTotal: time.Millisecond, Running: true, Sched: true, NetTxBytes: 9, OOMKills: 1},
 				2: {OnCPU: 2 * time.Second, SyncCount: 4, SyncLatency: hist},
 			},
 			tcp: map[uint64]netqos.TCPStats{1: {RTTCount: 5, Retransmits: 2}},
@@ -105,7 +105,8 @@ func TestMonitorEBPFBatched(t *testing.T) {
 	if one.batchReads != 0 || one.lookups != 3 {
 		t.Fatalf("per-cgroup adapter: %d batch reads, %d lookups", one.batchReads, one.lookups)
 	}
-	if !errors.Is(wantErrs[3], bpf.ErrNotTracked) || wantErrs[1] != nil || want[1].TCPRTTCount != 5 || !want[1].Running {
+	if !errors.Is(wantErrs[3], bpf.ErrNotTracked) || wantErrs[1] != nil || want[1].TCPRTTCount != 5 || !want[1].Running ||
+		!want[1].Sched || want[2].Sched {
 		t.Fatalf("per-cgroup adapter: %+v, %v", want, wantErrs)
 	}
 

@@ -96,7 +96,7 @@ func (a *monitorEBPF) Stats(id uint64) (monitor.EBPFStats, error) {
 		OnCPU: s.OnCPU, Wakeups: s.Wakeups, RunqBuckets: s.RunqLatency[:], RunqSum: s.RunqTotal,
 		DelayedByRevocable: s.DelayedByRevocable, NetRxBytes: s.NetRxBytes, NetRxPackets: s.NetRxPackets,
 		NetTxBytes: s.NetTxBytes, NetTxPackets: s.NetTxPackets, ReclaimStall: s.ReclaimStall, OOMKills: s.OOMKills,
-		SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait, Running: s.Running,
+		SyncBuckets: s.SyncLatency[:], SyncCount: s.SyncCount, SyncWait: s.SyncWait, Running: s.Running, Sched: s.Sched,
 		BlockBuckets: s.BlockLatency[:], BlockCount: s.BlockCount,
 	}
 	if a.tcp == nil {

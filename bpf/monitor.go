@@ -124,6 +124,11 @@ type CgroupStats struct {
 	// not have that run yet. A cgroup that is not Running and whose OnCPU
 	// and Wakeups have not moved since an earlier read has not run since.
 	Running bool
+	// Sched reports that OnCPU, Wakeups, the run-queue figures and
+	// Running are measured: the scheduler programs are loaded and
+	// tp_btf/sched_switch is attached. Without it they stay zero, which
+	// says nothing of whether the cgroup ran.
+	Sched bool
 }
 
 // RunqQuantile returns the upper bound of the histogram bucket holding the
@@ -778,6 +783,7 @@ func (m *Monitor) sum(cgroupID uint64, epoch uint32, perCPU []schedCgroupCounter
 		BlockBytes:         blk.Bytes,
 		BlockLatency:       blk.Hist,
 		Running:            running,
+		Sched:              m.sched != nil && m.programs["tp_btf/sched_switch"] != nil,
 		OnCPU:              time.Duration(c.Sched.OncpuNs),
 		Wakeups:            c.Sched.Sleeps,
 		RunqLatency:        c.Sched.RunqHist,

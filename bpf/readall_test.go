@@ -2,6 +2,7 @@ package bpf_test
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/slackline/slackline/bpf"
@@ -11,8 +12,9 @@ import (
 // TestReadAll reads more cgroups than one batch holds: ReadAll answers what
 // Stats answers for each, idle cgroups are not Running, and a cgroup that
 // ran between two reads is seen to have run (Running, or its OnCPU or
-// Wakeups moved): the property the agent's monitor relies on to skip the
-// cgroupfs files of cgroups that did not run.
+// Wakeups moved), with Sched set (sched_switch is attached): the property
+// the agent's monitor relies on to skip the cgroupfs files of cgroups that
+// did not run.
 func TestReadAll(t *testing.T) {
 	privileged.Require(t)
 	m := load(t, bpf.Config{})
@@ -35,8 +37,14 @@ func TestReadAll(t *testing.T) {
 	if len(before) != n {
 		t.Fatalf("ReadAll read %d cgroups, want %d", len(before), n)
 	}
+	if !slices.Contains(m.Attached(), "tp_btf/sched_switch") {
+		t.Fatalf("sched_switch not attached: %v", m.Attached())
+	}
 	for _, cg := range cgs[1:] {
 		got, want := before[cg.id], stats(t, m, cg.id)
+		if !got.Sched {
+			t.Fatalf("cgroup %d: Sched false with sched_switch attached", cg.id)
+		}
 		if got != want {
 			t.Fatalf("cgroup %d: ReadAll %+v, Stats %+v", cg.id, got, want)
 		}

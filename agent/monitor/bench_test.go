@@ -38,7 +38,7 @@ func BenchmarkSample(b *testing.B) {
 					rels = append(rels, rel)
 					buckets := make([]uint64, 32)
 					buckets[10] = uint64(i)
-					ebpf.set(uint64(i+1), EBPFStats{OnCPU: time.Second, RunqBuckets: buckets, Running: running})
+					ebpf.set(uint64(i+1), EBPFStats{OnCPU: time.Second, RunqBuckets: buckets, Running: running, Sched: true})
 				}
 				m.SetTargets(benchmarkTargets(rels))
 				benchSample(b, m)

@@ -13,7 +13,7 @@ const userHZ = 100
 // activity is what the eBPF figures of one pass say of a container's
 // scheduling: enough to tell that it has not run between two passes.
 type activity struct {
-	known   bool // the pass has eBPF figures for the container
+	known   bool // the pass has eBPF scheduler figures for the container (EBPFStats.Sched)
 	running bool // a task of it held a CPU when they were read
 	onCPU   time.Duration
 	wakeups uint64
@@ -31,28 +31,54 @@ func (a activity) ranSince(earlier activity) bool {
 	return a.running || a.onCPU != earlier.onCPU || a.wakeups != earlier.wakeups || a.runqSum != earlier.runqSum
 }
 
+// blindHold is how long a container stays blind after the last read that
+// found CPU time eBPF did not see. The blind mark must expire: eBPF's
+// figures are read at the start of a pass (EBPFPass.BeginPass, or the
+// fetch before the container's samplers) and cpu.stat later in it, so a
+// task that runs in between shows in cpu.stat while eBPF's figures look
+// unchanged. No tolerance on the amount tells that race from a real blind
+// spot (the task may run for the whole window, which a loaded machine
+// stretches without bound; a child cgroup's tasks may run for as little),
+// so the mark is a hold instead: a real blind spot (tasks in a child
+// cgroup that keep running) renews it at every read that finds unseen CPU
+// time again, while a race, rare per read, costs a container a minute of
+// reads at every pass before it goes back to reads only when eBPF says it
+// ran. Once expired, a real blind spot is found again by the next refresh:
+// its CPU time is then reported up to refreshInterval late once, not
+// every time.
+const blindHold = time.Minute
+
 // cpuRead is what a container's CPU files said at their last read.
 type cpuRead struct {
 	valid    bool
 	at       time.Time
 	activity activity // eBPF's then
-	// blind: a read found CPU time that eBPF did not see (tasks in a
-	// child cgroup, which eBPF counts as that cgroup's): the files are
-	// read at every pass from then on.
-	blind                          bool
+	// blindAt is when a read last found CPU time that eBPF did not see
+	// (tasks in a child cgroup, which eBPF counts as that cgroup's; or a
+	// run between eBPF's read and the file's, see blindHold); zero: never.
+	// The files are read at every pass for blindHold from then (blind).
+	blindAt                        time.Time
 	usage, user, system, throttled float64
 	periods, nrThrottled           uint64
 }
 
+// blind reports whether the files must be read at every pass at now: a
+// read found CPU time eBPF missed less than blindHold ago (or after now:
+// the clock went back, and reading is always safe).
+func (r *cpuRead) blind(now time.Time) bool {
+	return !r.blindAt.IsZero() && (now.Before(r.blindAt) || now.Sub(r.blindAt) < blindHold)
+}
+
 // cpuReadDue reports whether a container's CPU files must be read at now,
 // given their last read and the container's activity: always without eBPF
-// figures, when it may have run since (activity.ranSince), when last was
+// scheduler figures (activity.known), when it may have run since (activity.ranSince), when last was
 // refreshInterval ago or more (a safety net: a blind spot of eBPF is found
-// within it) or the clock went back, and when eBPF once missed its CPU time.
-// Otherwise the container has not run: cpu.stat cannot have moved (usage,
-// and throttling, which counts periods in which it was runnable).
+// within it) or the clock went back, and while the container is blind
+// (eBPF missed its CPU time less than blindHold ago). Otherwise the
+// container has not run: cpu.stat cannot have moved (usage, and
+// throttling, which counts periods in which it was runnable).
 func cpuReadDue(last cpuRead, now time.Time, a activity) bool {
-	return !last.valid || last.blind || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refreshInterval
+	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refreshInterval
 }
 
 // repeat sets st's CPU figures to the last read's.
@@ -62,11 +88,15 @@ func (r *cpuRead) repeat(st *slacklinev1.ResourceStatistics) {
 }
 
 // record notes a read that found st at now with activity a. A read that
-// eBPF said was not needed but was (the refresh) and found CPU time grown
-// makes the container blind.
+// eBPF said was not needed (the refresh, or any read while blind) and
+// found CPU time changed makes the container blind from now on for
+// blindHold.
 func (r *cpuRead) record(st *slacklinev1.ResourceStatistics, now time.Time, a activity) {
-	blind := r.blind || (r.valid && !a.ranSince(r.activity) && st.CpusUsageSecs != r.usage)
-	*r = cpuRead{valid: true, at: now, activity: a, blind: blind,
+	blindAt := r.blindAt
+	if r.valid && !a.ranSince(r.activity) && st.CpusUsageSecs != r.usage {
+		blindAt = now
+	}
+	*r = cpuRead{valid: true, at: now, activity: a, blindAt: blindAt,
 		usage: st.CpusUsageSecs, user: st.CpusUserTimeSecs, system: st.CpusSystemTimeSecs,
 		throttled: st.CpusThrottledTimeSecs, periods: st.CpusNrPeriods, nrThrottled: st.CpusNrThrottled}
 }

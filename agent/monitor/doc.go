@@ -114,12 +114,15 @@
 // every read from offset 0), then parsed in place without allocating: 9
 // system calls per container per pass on hybrid hosts, 8 on v2, when every
 // file is read. Without eBPF, CPU time (cpu.stat) is read at every pass.
-// With eBPF it is read when the container may have run since its last
-// read: a task of it holds a CPU (EBPFStats.Running) or its on-CPU time,
-// wakeups or run-queue wait moved; and at least every refreshInterval. A
-// refresh that finds CPU time eBPF did not see (tasks in a child cgroup,
-// which eBPF counts as that cgroup's) has the container's cpu.stat read at
-// every pass from then on. A container that has not run repeats its CPU
+// With eBPF scheduler figures (EBPFStats.Sched: sched_switch attached;
+// without it cpu.stat is read at every pass) it is read when the container
+// may have run since its last read: a task of it holds a CPU
+// (EBPFStats.Running) or its on-CPU time, wakeups or run-queue wait moved;
+// and at least every refreshInterval. A read eBPF did not call for that
+// finds CPU time eBPF did not see (tasks in a child cgroup, which eBPF
+// counts as that cgroup's; or a run between the pass's eBPF read and the
+// file's) has the container's cpu.stat read at every pass for blindHold (1
+// minute) from then, renewed by every such read. A container that has not run repeats its CPU
 // figures (its rate is 0), as it would have read them. A cgroup removed
 // while still tracked is noticed within refreshInterval. When Config.EBPF
 // is an EBPFPass, each pass reads every container's eBPF figures at once

@@ -69,8 +69,15 @@ type EBPFStats struct {
 	// figures were read (OnCPU counts a run when it ends). A cgroup that
 	// is not Running and whose OnCPU, Wakeups and RunqSum have not moved
 	// since an earlier read has not run meanwhile: the monitor then
-	// repeats its CPU files instead of reading them (see activity).
+	// repeats its CPU files instead of reading them (see activity), if
+	// Sched says these figures are measured.
 	Running bool
+	// Sched reports that the scheduler figures (OnCPU, Wakeups, RunqSum,
+	// Running) are measured: the scheduler programs are loaded and
+	// sched_switch attached. Without it they are constant zeros, which
+	// say nothing of whether the cgroup ran: its CPU files are read at
+	// every pass.
+	Sched bool
 	// TCPRTTBuckets is the histogram of the round trips of the cgroup's
 	// TCP connections: TCPRTTBuckets[i] counts round trips in
 	// [2^i, 2^(i+1)) µs (nil: not measured). TCPRTTCount is their number.
@@ -150,7 +157,7 @@ func (e *ebpfSampler) fetch(s *scratch, t *Target) {
 		return
 	}
 	s.ebpf = stats
-	s.activity = activity{known: true, running: stats.Running, onCPU: stats.OnCPU, wakeups: stats.Wakeups, runqSum: stats.RunqSum}
+	s.activity = activity{known: stats.Sched, running: stats.Running, onCPU: stats.OnCPU, wakeups: stats.Wakeups, runqSum: stats.RunqSum}
 }
 
 // sample merges what fetch read (fetching first when the pass did not).

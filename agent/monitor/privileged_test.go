@@ -171,7 +171,7 @@ func TestRealCgroups(t *testing.T) {
 	ebpf := &fakeEBPF{}
 	// Like the programs, the fake says the spinning helper is running: the
 	// monitor reads the CPU files of running containers only.
-	ebpf.set(inode, EBPFStats{OnCPU: time.Second, Running: true})
+	ebpf.set(inode, EBPFStats{OnCPU: time.Second, Running: true, Sched: true})
 	m, err := New(Config{Mode: string(layout.Mode), EBPF: ebpf, Logger: quietLogger()})
 	if err != nil {
 		t.Fatal(err)
