@@ -101,10 +101,13 @@
 // launch.json holds the task's environment, which other tasks must not
 // read. SandboxDir is 0755 so tasks can reach their own sandbox.
 // Every JSON file is written atomically (temporary file, fsync, rename,
-// fsync of the directory), except launch.json and status.json, which
-// matter only while the host runs (a host crash ends the container; the
-// page cache outlives the agent's own crash): they are renamed into place
-// without the fsyncs, which were on every launch's path.
+// fsync of the directory), except launch.json, status.json, the
+// container.json rewritten after launch (with the pids) and the dynamic
+// ids' leases, which matter only while the host runs (a host crash ends
+// the container; the page cache outlives the agent's own crash): they are
+// renamed into place without the fsyncs, which were on every launch's
+// path. (The first container.json, written before any cgroup exists, and
+// the dynamic ids' cursor, once per block of 32 ids, are synced.)
 //
 // # Artifacts and commands inside a running container
 //

@@ -84,7 +84,8 @@ const (
 
 // dynamicIDsLockTimeout bounds the wait for the host-wide lock, which
 // every launch of every agent of the host takes in turn: it only ends a
-// hung holder. Each holder syncs a lease and the cursor to disk: on a
+// hung holder. A holder writes a lease (not synced) and, once per block
+// of 32 ids, syncs the cursor: on a
 // shared, loaded machine (eight developers' builds, tests and VMs), two of
 // three revocable tasks launched together failed a 10 s bound
 // (REASON_CONTAINER_LAUNCH_FAILED, "locked by another process"), where a
