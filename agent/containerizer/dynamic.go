@@ -237,25 +237,36 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 	err := d.locked(func() error {
 		d.mu.Lock()
 		defer d.mu.Unlock()
+		// tryLease leases id unless this agent or a live lease holds it,
+		// and reports whether it did.
+		tryLease := func(id uint32) (bool, error) {
+			if inUse(id) {
+				return false, nil
+			}
+			old, err := d.readLease(id)
+			if err != nil {
+				return false, err
+			}
+			if old != nil && d.live(old) {
+				return false, nil
+			}
+			if err := d.writeLease(id, lease); err != nil {
+				return false, fmt.Errorf("lease dynamic id %d: %w", id, err)
+			}
+			return true, nil
+		}
 		// The reserved ids first: no write to the cursor.
 		for d.blockNext < d.blockEnd {
 			id := d.r.First + d.blockNext
 			d.blockNext++
-			if inUse(id) {
-				continue
-			}
-			old, err := d.readLease(id)
+			ok, err := tryLease(id)
 			if err != nil {
 				return err
 			}
-			if old != nil && d.live(old) {
-				continue
+			if ok {
+				got = id
+				return nil
 			}
-			if err := d.writeLease(id, lease); err != nil {
-				return fmt.Errorf("lease dynamic id %d: %w", id, err)
-			}
-			got = id
-			return nil
 		}
 		next, err := d.next()
 		if err != nil {
@@ -267,18 +278,12 @@ func (d *dynamicIDs) take(lease uidLease, inUse func(uint32) bool) (uint32, erro
 			}
 			id := d.r.First + next
 			next++
-			if inUse(id) {
-				continue
-			}
-			old, err := d.readLease(id)
+			ok, err := tryLease(id)
 			if err != nil {
 				return err
 			}
-			if old != nil && d.live(old) {
+			if !ok {
 				continue
-			}
-			if err := d.writeLease(id, lease); err != nil {
-				return fmt.Errorf("lease dynamic id %d: %w", id, err)
 			}
 			end := min(uint64(next)+dynamicIDsBlock-1, uint64(d.r.Count))
 			if err := atomicfile.WriteFile(filepath.Join(d.dir, dynamicIDsNext), fmt.Appendf(nil, "%s %d\n", d.r, end), 0o600); err != nil {

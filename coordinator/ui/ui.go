@@ -167,7 +167,7 @@ func Handler(cfg Config) http.Handler {
 	}
 	p.busy = registerCounter(cfg.Metrics, prometheus.CounterOpts{
 		Name: "slackline_coordinator_ui_proxy_busy_total",
-		Help: "Proxied calls refused because MaxAnswersInFlight (4) calls held their answers for all of ProxyTimeout; the caller got resource_exhausted.",
+		Help: "Proxied calls that got no slot (MaxAnswersInFlight, 4) within ProxyTimeout or before their caller gave up; the caller got resource_exhausted.",
 	})
 	var forward http.Handler = http.HandlerFunc(p.forward)
 	if cfg.Authorize != nil {
