@@ -113,34 +113,20 @@ func TestDiskIOEdges(t *testing.T) {
 // TestDiskIOSyncLatency: the guaranteed task's fsync p99 (eBPF) drives the
 // cap where io.pressure shows nothing (its fsyncs wait for the journal
 // commit, not in an I/O sleep of its own).
-func TestDiskIOSyncLatency(t *testing.T) {
-	t.Parallel()
-	s, ms := time.Second, time.Millisecond
-	syncs := func(n uint64, p99 time.Duration, sampled time.Duration) func(in *qos.Input) {
-		return func(in *qos.Input) {
-			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = n, p99, at(sampled)
-		}
-	}
-	steps := []struct {
-		offset time.Duration
-		edit   func(in *qos.Input)
-		want   string
-		reason string
-	}{
-		{0, syncs(400, 3*ms, 0), "", ""},
-		{s, syncs(5, 900*ms, s), "", ""}, // too few fsyncs: their p99 is their maximum
-		{2 * s, syncs(400, 45*ms, 2*s), "throttle 128.0", "web-1 fsync p99 45ms over 400 > 20ms; revocable disk I/O cap 128.0 MiB/s"},
-		{4 * s, syncs(400, 45*ms, 2*s), "", ""}, // the same sample again: it cannot show the change
-		{5 * s, syncs(400, 40*ms, 5*s), "throttle 64.0", ""},
-		{6 * s, syncs(400, 15*ms, 6*s), "", ""}, // under enter, over calm (10 ms): hold
-		{7 * s, syncs(400, 4*ms, 7*s), "", ""},  // calm begins
-		{12 * s, syncs(400, 4*ms, 12*s), "unthrottle 89.6", "guaranteed I/O calm for 5s"},
-		{13 * s, func(in *qos.Input) {
-			in.Containers[0].SyncP99, in.Containers[0].SampledAt = 4*ms, at(13*s)
-			in.Containers[2].Syncs, in.Containers[2].SyncP99 = 400, 2*s // revocable work's own fsyncs are no signal
-		}, "unthrottle 115.2", ""},
-	}
-	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+// ioStep is one step of a diskio transcript: at offset, edit changes the
+// input; the corrections evaluated then read want ("KIND MiB/s", joined by
+// "; ", or ""), and each has reason when reason is set.
+type ioStep struct {
+	offset time.Duration
+	edit   func(in *qos.Input)
+	want   string
+	reason string
+}
+
+// runIOSteps runs steps on ioScene with c, applying each correction's cap
+// to the input as the agent does.
+func runIOSteps(t *testing.T, c *qos.DiskIOController, steps []ioStep) {
+	t.Helper()
 	in := ioScene()
 	for i, st := range steps {
 		in.Now = at(st.offset)
@@ -157,6 +143,31 @@ func TestDiskIOSyncLatency(t *testing.T) {
 			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
 		}
 	}
+}
+
+func TestDiskIOSyncLatency(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	syncs := func(n uint64, p99 time.Duration, sampled time.Duration) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = n, p99, at(sampled)
+		}
+	}
+	steps := []ioStep{
+		{0, syncs(400, 3*ms, 0), "", ""},
+		{s, syncs(5, 900*ms, s), "", ""}, // too few fsyncs: their p99 is their maximum
+		{2 * s, syncs(400, 45*ms, 2*s), "throttle 128.0", "web-1 fsync p99 45ms over 400 > 20ms; revocable disk I/O cap 128.0 MiB/s"},
+		{4 * s, syncs(400, 45*ms, 2*s), "", ""}, // the same sample again: it cannot show the change
+		{5 * s, syncs(400, 40*ms, 5*s), "throttle 64.0", ""},
+		{6 * s, syncs(400, 15*ms, 6*s), "", ""}, // under enter, over calm (10 ms): hold
+		{7 * s, syncs(400, 4*ms, 7*s), "", ""},  // calm begins
+		{12 * s, syncs(400, 4*ms, 12*s), "unthrottle 89.6", "guaranteed I/O calm for 5s"},
+		{13 * s, func(in *qos.Input) {
+			in.Containers[0].SyncP99, in.Containers[0].SampledAt = 4*ms, at(13*s)
+			in.Containers[2].Syncs, in.Containers[2].SyncP99 = 400, 2*s // revocable work's own fsyncs are no signal
+		}, "unthrottle 115.2", ""},
+	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
 }
 
 // TestDiskIOAIMD: the controller learns the rate revocable I/O reaches
@@ -197,24 +208,14 @@ func TestDiskIOAIMD(t *testing.T) {
 		{21 * s, 1770, 3 * ms, "", ""},               // 120 MiB/s uncapped: learned
 		{22 * s, 1800, 40 * ms, "throttle 60.0", ""}, // half of 120
 	}
-	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
-	in := ioScene()
-	for i, st := range steps {
-		in.Now = at(st.offset)
-		in.RevocableIOBytes = st.bytes * mib
-		in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, st.p99, in.Now
-		var got []string
-		for _, corr := range c.Evaluate(in) {
-			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/mib))
-			in.RevocableIOLimit = corr.IOLimit
-			if st.reason != "" && corr.Reason != st.reason {
-				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
-			}
-		}
-		if strings.Join(got, "; ") != st.want {
-			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
-		}
+	var io []ioStep
+	for _, st := range steps {
+		io = append(io, ioStep{st.offset, func(in *qos.Input) {
+			in.RevocableIOBytes = st.bytes * mib
+			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, st.p99, in.Now
+		}, st.want, st.reason})
 	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), io)
 }
 
 // TestDiskIOFloorFraction: the floor is FloorFraction of the node's disk
@@ -273,12 +274,7 @@ func TestDiskIOBlockLatency(t *testing.T) {
 			in.Containers[0].BlockIOs, in.Containers[0].BlockP99, in.Containers[0].SampledAt = n, p99, at(sampled)
 		}
 	}
-	steps := []struct {
-		offset time.Duration
-		edit   func(in *qos.Input)
-		want   string
-		reason string
-	}{
+	steps := []ioStep{
 		{0, blk(300, 2*ms, 0), "", ""},
 		{s, blk(9, 500*ms, s), "", ""}, // too few requests
 		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s"},
@@ -289,21 +285,5 @@ func TestDiskIOBlockLatency(t *testing.T) {
 			in.Containers[2].BlockIOs, in.Containers[2].BlockP99 = 400, 2*s // revocable work's own requests are no signal
 		}, "unthrottle 153.6", "guaranteed I/O calm for 5s"},
 	}
-	c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
-	in := ioScene()
-	for i, st := range steps {
-		in.Now = at(st.offset)
-		st.edit(&in)
-		var got []string
-		for _, corr := range c.Evaluate(in) {
-			got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
-			in.RevocableIOLimit = corr.IOLimit
-			if st.reason != "" && corr.Reason != st.reason {
-				t.Errorf("step %d: reason %q, want %q", i, corr.Reason, st.reason)
-			}
-		}
-		if strings.Join(got, "; ") != st.want {
-			t.Errorf("step %d (%s): got %q, want %q", i, st.offset, strings.Join(got, "; "), st.want)
-		}
-	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
 }
