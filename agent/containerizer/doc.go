@@ -107,7 +107,12 @@
 // the container; the page cache outlives the agent's own crash): they are
 // renamed into place without the fsyncs, which were on every launch's
 // path. (The first container.json, written before any cgroup exists, and
-// the dynamic ids' cursor, once per block of 32 ids, are synced.)
+// the dynamic ids' cursor, once per block of 32 ids, are synced.) A
+// container.json that a host crash left empty or cut short on a file
+// system that does not order the rename after the data: Recover reports
+// nothing for it (the agent reports its task lost), removes its cgroups as
+// an orphan's and moves its directory into StateDir/+unreadable, where the
+// newest 8 are kept for diagnosis.
 //
 // # Artifacts and commands inside a running container
 //

@@ -6,6 +6,9 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
@@ -28,7 +31,8 @@ import (
 // Exits found here are queued and delivered on Exits after Recover returns.
 // Cgroups under the root's subtrees without a checkpoint (left by a crash
 // before the first checkpoint cannot happen; by outside interference can)
-// are killed and removed. Containers already known are skipped, so calling
+// are killed and removed, as are those of a checkpoint that cannot be read
+// (torn by a host crash: see setAside). Containers already known are skipped, so calling
 // Recover twice is harmless.
 func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 	entries, err := os.ReadDir(c.cfg.StateDir)
@@ -42,6 +46,9 @@ func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 			continue
 		}
 		id := e.Name()
+		if !validID.MatchString(id) || id == "." || id == ".." {
+			continue // not a container's (the set-aside directory)
+		}
 		known[id] = true
 		c.mu.Lock()
 		if c.closed {
@@ -62,7 +69,15 @@ func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 				_ = os.RemoveAll(dir)
 				continue
 			}
-			c.log.Error("containerizer: unreadable checkpoint skipped", "dir", dir, "err", err)
+			// Torn by a host crash (the checkpoint is rewritten without
+			// fsync once the first is durable) or damaged from outside:
+			// the container cannot be recovered. Its task is reported
+			// lost by the agent (no container of that id is known), its
+			// cgroups, if any, are removed with the orphans, and its
+			// state is kept aside for diagnosis (bounded).
+			delete(known, id)
+			kept := c.setAside(dir, id)
+			c.log.Error("containerizer: unreadable checkpoint: container lost, its state set aside", "container", id, "err", err, "kept", kept)
 			continue
 		}
 		// Its dynamic id stays leased to it, now by this agent, until
@@ -205,4 +220,41 @@ func (c *Containerizer) removeOrphans(ctx context.Context, known map[string]bool
 			}
 		}
 	}
+}
+
+// setAsideDir, under the state directory, keeps the state of containers
+// whose checkpoint could not be read; its name is no valid container id.
+// At most maxSetAside are kept, the oldest removed first.
+const (
+	setAsideDir = "+unreadable"
+	maxSetAside = 8
+)
+
+// setAside moves a container's unrecoverable state directory into
+// setAsideDir and trims it to maxSetAside entries; it returns where the
+// state went ("" when it was removed instead).
+func (c *Containerizer) setAside(dir, id string) string {
+	aside := filepath.Join(c.cfg.StateDir, setAsideDir)
+	dst := filepath.Join(aside, fmt.Sprintf("%s.%d", id, time.Now().UnixNano()))
+	if err := os.MkdirAll(aside, 0o700); err != nil || os.Rename(dir, dst) != nil {
+		_ = os.RemoveAll(dir)
+		return ""
+	}
+	entries, err := os.ReadDir(aside)
+	if err != nil || len(entries) <= maxSetAside {
+		return dst
+	}
+	// Names end in the time they were set aside.
+	stamp := func(name string) int64 {
+		n, _ := strconv.ParseInt(name[strings.LastIndexByte(name, '.')+1:], 10, 64)
+		return n
+	}
+	sort.Slice(entries, func(i, j int) bool {
+		a, b := entries[i].Name(), entries[j].Name()
+		return stamp(a) < stamp(b) || stamp(a) == stamp(b) && a < b
+	})
+	for _, e := range entries[:len(entries)-maxSetAside] {
+		_ = os.RemoveAll(filepath.Join(aside, e.Name()))
+	}
+	return dst
 }

@@ -3,6 +3,7 @@ package containerizer
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"os"
@@ -418,5 +419,79 @@ func TestRecoverDecisionsOnFakeTree(t *testing.T) {
 	}
 	if err := c.Kill(context.Background(), "done"); !errors.Is(err, ErrNotFound) {
 		t.Errorf("Kill of a destroyed container = %v, want ErrNotFound", err)
+	}
+}
+
+// TestRecoverSetsAsideUnreadableCheckpoints: a checkpoint torn by a host
+// crash (empty, or cut short) cannot be recovered. Its container is not
+// known after Recover (the agent reports its task lost), its cgroups are
+// removed like an orphan's, and its state directory is set aside, at most
+// maxSetAside of them, instead of being skipped on every start forever.
+func TestRecoverSetsAsideUnreadableCheckpoints(t *testing.T) {
+	t.Parallel()
+	cfg := fakeConfig(t, fakeHybridFiles)
+	c, err := New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	const torn = maxSetAside + 2
+	var cgroupDirs []string
+	for i := range torn {
+		id := fmt.Sprintf("torn-%d", i)
+		dir := filepath.Join(cfg.StateDir, id)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		content := []byte(`{"version": 1, "id": "torn-`) // cut short
+		if i%2 == 0 {
+			content = nil // empty: a rename whose data never reached the disk
+		}
+		if err := os.WriteFile(filepath.Join(dir, checkpointFile), content, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if i == 0 {
+			p := c.layout.PathsOf(cgroups.ContainerRel(cfg.CgroupRoot, cgroups.Guaranteed, id))
+			for _, d := range p.Dirs() {
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				_ = os.WriteFile(filepath.Join(d, "cgroup.procs"), nil, 0o644)
+				cgroupDirs = append(cgroupDirs, d)
+			}
+		}
+	}
+	for round := range 2 { // the set-aside directory is not a container on the next start
+		running, err := c.Recover(context.Background())
+		if err != nil || len(running) != 0 {
+			t.Fatalf("round %d: Recover = %v, %v; want nothing running", round, running, err)
+		}
+		if n := len(c.Containers()); n != 0 {
+			t.Fatalf("round %d: %d containers known, want none", round, n)
+		}
+	}
+	entries, err := os.ReadDir(cfg.StateDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(entries) != 1 || entries[0].Name() != setAsideDir {
+		t.Fatalf("state directory holds %v, want only %s", entries, setAsideDir)
+	}
+	aside, err := os.ReadDir(filepath.Join(cfg.StateDir, setAsideDir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(aside) != maxSetAside {
+		t.Errorf("%d set aside, want the newest %d", len(aside), maxSetAside)
+	}
+	for _, e := range aside {
+		if strings.HasPrefix(e.Name(), "torn-0.") || strings.HasPrefix(e.Name(), "torn-1.") {
+			t.Errorf("%s kept: the oldest should have been removed", e.Name())
+		}
+	}
+	for _, d := range cgroupDirs {
+		if _, err := os.Stat(d); !errors.Is(err, os.ErrNotExist) {
+			t.Errorf("cgroup %s of an unreadable checkpoint not removed", d)
+		}
 	}
 }
