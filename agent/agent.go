@@ -13,6 +13,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	idgen "github.com/slackline/slackline/internal/ids"
+
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/agent/containerizer"
@@ -192,7 +194,11 @@ type Agent struct {
 	profile profileState
 }
 
-type agentIDs struct{ current, previous string }
+// agentIDs: current is empty until the first registration of a fresh
+// agent (or of one whose host rebooted), which proposes proposed instead:
+// the same id on every try, so that a retry of a registration whose answer
+// never arrived registers as the agent the first try made.
+type agentIDs struct{ current, previous, proposed string }
 
 // New creates an agent: it detects resources and opens the checkpoint.
 func New(cfg Config) (*Agent, error) {
@@ -388,6 +394,9 @@ func (a *Agent) recover(ctx context.Context) error {
 		a.log.Warn("host rebooted since the last run: registering as a new agent; old tasks are reported lost", "old_agent", agentID)
 		ids = &agentIDs{previous: agentID}
 	}
+	if ids.current == "" {
+		ids.proposed = idgen.New()
+	}
 	a.ids.Store(ids)
 	recs, err := a.ckpt.tasks(ctx)
 	if err != nil {
@@ -465,6 +474,7 @@ func (h sessionHandler) Registration() *slacklinev1.RegisterRequest {
 	}
 	req := &slacklinev1.RegisterRequest{
 		PreviousAgentId: ids.previous,
+		ProposedAgentId: ids.proposed,
 		AgentInfo: &slacklinev1.AgentInfo{
 			Id: ids.current, Hostname: a.cfg.Hostname, Resources: a.total.Proto("", resources.Regular),
 			Attributes: attrs, Endpoint: a.endpoint(),
