@@ -82,7 +82,7 @@ func waitLeader(t *testing.T, members ...*testMember) *testMember {
 	for time.Now().Before(deadline) {
 		var leaders []*testMember
 		for _, tm := range members {
-			if tm.m.leading() != nil {
+			if tm.m.terms.leading() != nil {
 				leaders = append(leaders, tm)
 			}
 		}
@@ -222,7 +222,7 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 	client := etcdtest.Start(t, 1).Client(t)
 	tm := startMember(t, client, "/g3/")
 	waitLeader(t, tm)
-	s := tm.m.leading()
+	s := tm.m.terms.leading()
 	lease, err := client.Get(context.Background(), s.term.Fence.Key)
 	if err != nil || len(lease.Kvs) != 1 {
 		t.Fatalf("leader key: %v %v", lease, err)
@@ -253,17 +253,17 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 func TestGatedWriterStopsAtTermEnd(t *testing.T) {
 	t.Parallel()
 	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
-	m := &Member{}
+	terms := &Terms{}
 	wrote := make(chan struct{})
-	m.serving.Store(&serving{term: term, handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	terms.serving.Store(&serving{term: term, service: Service{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("as leader;"))
 		w.(http.Flusher).Flush()
 		close(wrote)
 		<-r.Context().Done() // the term's end ends the request
 		w.Write([]byte("after the term"))
-	})})
-	m.metrics, m.follower = http.NotFoundHandler(), http.NotFoundHandler()
-	srv := httptest.NewServer(m.Handler())
+	})}})
+	terms.metrics = http.NotFoundHandler()
+	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
 	defer srv.Close()
 	resp, err := http.Get(srv.URL + "/x")
 	if err != nil {

@@ -7,21 +7,16 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync/atomic"
 	"time"
 
 	"connectrpc.com/connect"
 	"connectrpc.com/grpchealth"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
-	dto "github.com/prometheus/client_model/go"
 	clientv3 "go.etcd.io/etcd/client/v3"
 
 	"github.com/slackline/slackline/coordinator/leader"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
-	"github.com/slackline/slackline/internal/auth"
-	"github.com/slackline/slackline/internal/backoff"
 	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/internal/server"
 )
@@ -48,9 +43,10 @@ type MemberConfig struct {
 }
 
 // Member is one replica of a highly available job service: replicas on
-// one etcd prefix elect a leader (coordinator/leader's Elector: a lease,
-// concurrency.Election, a local lease clock that ends the term before etcd
-// can give the lease to another); the leader runs a Service on an
+// one etcd prefix elect a leader (coordinator/leader's Terms, as the
+// coordinators do: a lease, concurrency.Election, a local lease clock that
+// ends the term before etcd can give the lease to another, every answer
+// checked against the term before it is written); the leader runs a Service on an
 // EtcdStore fenced on its term, the others answer Unavailable and name the
 // leader (protocol.LeaderHeader) until they lead.
 //
@@ -63,20 +59,9 @@ type MemberConfig struct {
 // framework).
 type Member struct {
 	cfg      MemberConfig
-	log      *slog.Logger
-	elector  *leader.Elector
+	terms    *leader.Terms
 	registry *prometheus.Registry
-	metrics  http.Handler
 	follower http.Handler
-	serving  atomic.Pointer[memberTerm]
-	terms    prometheus.Counter
-}
-
-// memberTerm is the Service of the current term.
-type memberTerm struct {
-	term    *leader.Term
-	handler http.Handler
-	metrics prometheus.Gatherer
 }
 
 // NewMember returns a replica of the group cfg describes.
@@ -94,136 +79,48 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		cfg.Service.Logger = slog.Default()
 	}
 	cfg.Service.omitProcessMetrics = true
-	m := &Member{
-		cfg: cfg,
-		log: cfg.Service.Logger,
-		elector: leader.NewElector(leader.ElectorConfig{
+	m := &Member{cfg: cfg, registry: prometheus.NewRegistry()}
+	m.registry.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m.terms = leader.NewTerms(leader.TermsConfig{
+		Elector: leader.ElectorConfig{
 			Client: cfg.Client, Prefix: cfg.Prefix, URL: cfg.AdvertiseURL, TTL: cfg.LeaseTTL, Logger: cfg.Service.Logger,
-		}),
-		registry: prometheus.NewRegistry(),
-		terms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "slackline_jobs_leader_terms_total", Help: "Terms this job service replica led.",
-		}),
-	}
-	m.registry.MustRegister(m.terms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "slackline_jobs_leader", Help: "1 while this job service replica leads its group, else 0.",
-	}, func() float64 {
-		if m.leading() != nil {
-			return 1
-		}
-		return 0
-	}), collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	gatherers := prometheus.Gatherers{m.registry, prometheus.GathererFunc(func() ([]*dto.MetricFamily, error) {
-		if t := m.serving.Load(); t != nil {
-			return t.metrics.Gather()
-		}
-		return nil, nil
-	})}
-	m.metrics = cfg.Service.Authz.Middleware(promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
+		},
+		Start: m.start, Metrics: m.registry, MetricName: "slackline_jobs_leader", What: "job service replica",
+		Authz: cfg.Service.Authz,
+	})
 	m.follower = m.followerHandler()
 	return m, nil
 }
 
-// leading returns the current term while it certainly holds.
-func (m *Member) leading() *memberTerm {
-	if t := m.serving.Load(); t != nil && t.term.Valid() {
-		return t
-	}
-	return nil
-}
-
 // Leader returns the advertised URL of the group's leader as this replica
 // knows it ("" while none is known).
-func (m *Member) Leader() string {
-	if m.leading() != nil {
-		return m.cfg.AdvertiseURL
-	}
-	if url := m.elector.Leader(); url != m.cfg.AdvertiseURL {
-		return url
-	}
-	return "" // our own key, from a term that just ended
-}
+func (m *Member) Leader() string { return m.terms.Leader() }
 
 // Run campaigns and leads until ctx ends, then resigns so that another
 // replica takes over at once. It returns nil on cancellation.
-func (m *Member) Run(ctx context.Context) error {
-	observed := make(chan struct{})
-	go func() {
-		defer close(observed)
-		m.elector.Observe(ctx)
-	}()
-	defer func() { <-observed }()
-	retry := backoff.Backoff{Min: 200 * time.Millisecond, Max: 5 * time.Second}
-	for {
-		term, err := m.elector.Campaign(ctx)
-		if ctx.Err() != nil {
-			return nil
-		}
-		if err != nil {
-			m.log.Warn("campaign for leadership failed", "err", err)
-			retry.Wait(ctx)
-			continue
-		}
-		retry.Reset()
-		if err := m.lead(ctx, term); err != nil {
-			m.log.Error("leading failed", "err", err)
-			retry.Wait(ctx)
-		}
-	}
-}
+func (m *Member) Run(ctx context.Context) error { return m.terms.Run(ctx) }
 
-// lead runs one term: a Service loaded from the store and writing through
-// it fenced on the term, until the term or ctx ends.
-func (m *Member) lead(ctx context.Context, term *leader.Term) error {
-	started := time.Now()
-	termCtx := term.Context()
+// start builds one term's Service: loaded from the store and writing
+// through it fenced on the term.
+func (m *Member) start(term *leader.Term, log *slog.Logger) (leader.Service, error) {
 	cfg := m.cfg.Service
-	cfg.Logger = m.log.With("term", term.Fence.Revision)
+	cfg.Logger = log
 	cfg.Store = NewEtcdStore(m.cfg.Client, EtcdStoreOptions{
-		Prefix: m.cfg.Prefix, Fence: term.Fence, Context: termCtx, MaxTxnOps: m.cfg.MaxTxnOps,
+		Prefix: m.cfg.Prefix, Fence: term.Fence, Context: term.Context(), MaxTxnOps: m.cfg.MaxTxnOps,
 		OnFenced: func() { term.End(ErrFenced) },
 	})
 	svc, err := New(cfg)
 	if err != nil {
-		term.Resign(context.WithoutCancel(ctx))
-		return fmt.Errorf("load the job store: %w", err)
+		return leader.Service{}, fmt.Errorf("load the job store: %w", err)
 	}
-	m.terms.Inc()
-	m.serving.Store(&memberTerm{term: term, handler: svc.Handler(), metrics: svc.registry})
-	cfg.Logger.Info("leading the job service group", "loaded_in", time.Since(started).Round(time.Millisecond), "fence", term.Fence.Key)
-	runErr := svc.Run(termCtx)
-	m.serving.Store(nil)
-	if ctx.Err() != nil {
-		term.Resign(context.WithoutCancel(ctx))
-		cfg.Logger.Info("resigned leadership")
-		return nil
-	}
-	cfg.Logger.Warn("leadership lost", "cause", context.Cause(termCtx), "run_err", runErr)
-	term.Resign(ctx)
-	return runErr
+	return leader.Service{Handler: svc.Handler(), Metrics: svc.registry, Run: svc.Run}, nil
 }
 
 // Handler serves the current term's Service while this replica leads
-// (each request ended with the term), the follower's answers otherwise,
-// and /metrics in both cases (the replica's own metrics, and the term's).
-func (m *Member) Handler() http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == auth.MetricsPath {
-			m.metrics.ServeHTTP(w, r)
-			return
-		}
-		t := m.leading()
-		if t == nil {
-			m.follower.ServeHTTP(w, r)
-			return
-		}
-		ctx, cancel := context.WithCancelCause(r.Context())
-		stop := context.AfterFunc(t.term.Context(), func() { cancel(leader.ErrNotLeader) })
-		defer stop()
-		defer cancel(nil)
-		t.handler.ServeHTTP(w, r.WithContext(ctx))
-	})
-}
+// (each request ended with the term, each write of its answers checked
+// against it), the follower's answers otherwise, and /metrics in both
+// cases (the replica's own metrics, and the term's).
+func (m *Member) Handler() http.Handler { return m.terms.Handler(m.follower) }
 
 // followerHandler refuses every JobService call with Unavailable naming
 // the leader, in the message and in protocol.LeaderHeader (which
