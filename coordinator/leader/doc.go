@@ -55,6 +55,9 @@
 // re-register within the agent re-register timeout, frameworks
 // DISCONNECTED until they resubscribe within their failover timeout), and
 // is dropped when the term ends. Member.Run then campaigns again.
+// Terms is that loop, the term-gated handler and the leader metrics,
+// whatever a term serves: the job service's replicas (jobs/service.Member)
+// run their terms on it too.
 //
 // # Locks and ownership
 //
