@@ -82,10 +82,10 @@ func TestHAOverlay(t *testing.T) {
 		t.Fatalf("kubernetes-ha/kustomization.yaml: %v", err)
 	}
 	base := load(t)
-	if k.Namespace != base.kust.Namespace || !slices.Contains(k.Resources, "../kubernetes") || len(k.Patches) != 2 {
-		t.Fatalf("the overlay must build on ../kubernetes in namespace %s with two patches (coordinator, jobs): %+v", base.kust.Namespace, k)
+	if k.Namespace != base.kust.Namespace || !slices.Contains(k.Resources, "../kubernetes") || len(k.Patches) != 3 {
+		t.Fatalf("the overlay must build on ../kubernetes in namespace %s with three patches (coordinator, jobs, agent): %+v", base.kust.Namespace, k)
 	}
-	used := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true, k.Patches[1].Path: true}
+	used := map[string]bool{"kustomization.yaml": true, k.Patches[0].Path: true, k.Patches[1].Path: true, k.Patches[2].Path: true}
 	var pdb *policyv1.PodDisruptionBudget
 	var peers *corev1.Service
 	for _, res := range k.Resources {
@@ -214,6 +214,63 @@ func TestHAOverlay(t *testing.T) {
 	// coordinator by the names they advertise.
 	jobs := haCoordinator(t, base.statefulSets[1], k.Patches[1].Path)
 	checkHAJobs(t, jobs, ss, peers, k.Namespace)
+
+	// The agents: every coordinator replica, the rest of the base's pod.
+	agents := haAgent(t, base.daemonSets[0], k.Patches[2].Path)
+	checkHAAgent(t, agents, ss, k.Namespace)
+	baseArgs := container(t, base.daemonSets[0].Spec.Template.Spec).Args
+	gotArgs := container(t, agents.Spec.Template.Spec).Args
+	if len(gotArgs) != len(baseArgs) {
+		t.Errorf("agent args %v; want the base's %v with --coordinator changed", gotArgs, baseArgs)
+	}
+	for _, a := range baseArgs {
+		if flag, _, _ := strings.Cut(a, "="); flag != "--coordinator" && !slices.Contains(gotArgs, a) {
+			t.Errorf("the agent patch lost the base's %s", a)
+		}
+	}
+}
+
+// haAgent applies the overlay's agent patch to the base DaemonSet as
+// kustomize does and decodes the result strictly.
+func haAgent(t *testing.T, base *appsv1.DaemonSet, patchFile string) *appsv1.DaemonSet {
+	t.Helper()
+	original, err := json.Marshal(base)
+	if err != nil {
+		t.Fatal(err)
+	}
+	raw, err := fs.ReadFile(files, path.Join("kubernetes-ha", patchFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch, err := yaml.YAMLToJSONStrict(raw)
+	if err != nil {
+		t.Fatalf("%s: %v", patchFile, err)
+	}
+	patched, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.DaemonSet{})
+	if err != nil {
+		t.Fatalf("%s does not apply to the base DaemonSet: %v", patchFile, err)
+	}
+	ds := &appsv1.DaemonSet{}
+	if err := decodeStrict(patched, ds); err != nil {
+		t.Fatalf("the patched DaemonSet: %v", err)
+	}
+	return ds
+}
+
+// checkHAAgent checks that the agents of an HA deployment are given every
+// coordinator replica's advertised URL: a single Service URL reaches
+// followers, which refuse an agent, and an agent follows the leader only
+// among the URLs it was given.
+func checkHAAgent(t *testing.T, agents *appsv1.DaemonSet, coordinator *appsv1.StatefulSet, namespace string) {
+	t.Helper()
+	var want []string
+	for i := range *coordinator.Spec.Replicas {
+		want = append(want, fmt.Sprintf("https://%s-%d.%s.%s.svc:5050", coordinator.Name, i, coordinator.Spec.ServiceName, namespace))
+	}
+	c := container(t, agents.Spec.Template.Spec)
+	if got := flagValue(c.Args, "--coordinator"); got != strings.Join(want, ",") {
+		t.Errorf("agent --coordinator=%q, want every coordinator replica %q", got, strings.Join(want, ","))
+	}
 }
 
 // checkHAJobs checks the job service StatefulSet of an HA deployment: three

@@ -292,6 +292,9 @@ func TestHelmChartMatchesKustomize(t *testing.T) {
 	samePod(t, "HA jobs StatefulSet", wantJobs.Spec.Template.Spec, haJobs.Spec.Template.Spec)
 	peers := named(ha.services, "slackline-jobs-peers")
 	checkHAJobs(t, haJobs, haCoord, peers, "slackline")
+	wantAgents := haAgent(t, base.daemonSets[0], k.Patches[2].Path)
+	samePod(t, "HA agent DaemonSet", wantAgents.Spec.Template.Spec, ha.daemonSets[0].Spec.Template.Spec)
+	checkHAAgent(t, ha.daemonSets[0], haCoord, "slackline")
 	if haJobs.Spec.ServiceName != wantJobs.Spec.ServiceName || haJobs.Spec.PodManagementPolicy != wantJobs.Spec.PodManagementPolicy {
 		t.Errorf("HA jobs StatefulSet: service %q, policy %q; the overlay %q, %q", haJobs.Spec.ServiceName, haJobs.Spec.PodManagementPolicy, wantJobs.Spec.ServiceName, wantJobs.Spec.PodManagementPolicy)
 	}

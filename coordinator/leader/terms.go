@@ -38,11 +38,13 @@ type TermsConfig struct {
 	// its state from a store fenced on the term). An error ends the term:
 	// the replica resigns and campaigns again after a backoff.
 	Start func(term *Term, log *slog.Logger) (Service, error)
-	// Metrics receives the replica's own metrics: MetricName (1 while it
-	// leads) and MetricName_terms_total.
+	// Metrics receives the replica's own metrics: LeaderMetric and
+	// TermsMetric.
 	Metrics *prometheus.Registry
-	// MetricName names the gauge, e.g. "slackline_coordinator_leader".
-	MetricName string
+	// LeaderMetric names the gauge that is 1 while the replica leads, e.g.
+	// "slackline_coordinator_leader"; TermsMetric the counter of terms it
+	// led, e.g. "slackline_coordinator_leader_terms_total".
+	LeaderMetric, TermsMetric string
 	// What names the replica in metric help texts and errors, e.g.
 	// "coordinator".
 	What string
@@ -84,11 +86,11 @@ func NewTerms(cfg TermsConfig) *Terms {
 		log:     cfg.Elector.Logger,
 		elector: NewElector(cfg.Elector),
 		terms: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: cfg.MetricName + "_terms_total", Help: fmt.Sprintf("Terms this %s led.", cfg.What),
+			Name: cfg.TermsMetric, Help: fmt.Sprintf("Terms this %s led.", cfg.What),
 		}),
 	}
 	cfg.Metrics.MustRegister(t.terms, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: cfg.MetricName, Help: fmt.Sprintf("1 while this %s leads its group, else 0.", cfg.What),
+		Name: cfg.LeaderMetric, Help: fmt.Sprintf("1 while this %s leads its group, else 0.", cfg.What),
 	}, func() float64 {
 		if t.leading() != nil {
 			return 1

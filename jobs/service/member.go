@@ -85,7 +85,7 @@ func NewMember(cfg MemberConfig) (*Member, error) {
 		Elector: leader.ElectorConfig{
 			Client: cfg.Client, Prefix: cfg.Prefix, URL: cfg.AdvertiseURL, TTL: cfg.LeaseTTL, Logger: cfg.Service.Logger,
 		},
-		Start: m.start, Metrics: m.registry, MetricName: "slackline_jobs_leader", What: "job service replica",
+		Start: m.start, Metrics: m.registry, LeaderMetric: "slackline_jobs_leader", TermsMetric: "slackline_jobs_leader_terms_total", What: "job service replica",
 		Authz: cfg.Service.Authz,
 	})
 	m.follower = m.followerHandler()
