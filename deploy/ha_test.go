@@ -37,11 +37,23 @@ type haKustomization struct {
 }
 
 // haCoordinator applies one of the overlay's strategic-merge patches to a
-// base StatefulSet (the coordinator's or the job service's) the way
-// kustomize does (merge keys from the API
-// types' patch tags, null deletes a field, $patch: delete removes a list
-// element) and decodes the result strictly.
+// base StatefulSet (the coordinator's or the job service's); haAgent the
+// agent's patch to the base DaemonSet.
 func haCoordinator(t *testing.T, base *appsv1.StatefulSet, patchFile string) *appsv1.StatefulSet {
+	t.Helper()
+	return haPatch(t, base, patchFile)
+}
+
+func haAgent(t *testing.T, base *appsv1.DaemonSet, patchFile string) *appsv1.DaemonSet {
+	t.Helper()
+	return haPatch(t, base, patchFile)
+}
+
+// haPatch applies one of the overlay's strategic-merge patches to a base
+// object the way kustomize does (merge keys from the API types' patch
+// tags, null deletes a field, $patch: delete removes a list element) and
+// decodes the result strictly.
+func haPatch[T any](t *testing.T, base *T, patchFile string) *T {
 	t.Helper()
 	original, err := json.Marshal(base)
 	if err != nil {
@@ -55,15 +67,16 @@ func haCoordinator(t *testing.T, base *appsv1.StatefulSet, patchFile string) *ap
 	if err != nil {
 		t.Fatalf("%s: %v", patchFile, err)
 	}
-	patched, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.StatefulSet{})
+	var zero T
+	patched, err := strategicpatch.StrategicMergePatch(original, patch, zero)
 	if err != nil {
-		t.Fatalf("%s does not apply to the base StatefulSet: %v", patchFile, err)
+		t.Fatalf("%s does not apply to the base %T: %v", patchFile, zero, err)
 	}
-	ss := &appsv1.StatefulSet{}
-	if err := decodeStrict(patched, ss); err != nil {
-		t.Fatalf("the patched StatefulSet: %v", err)
+	out := new(T)
+	if err := decodeStrict(patched, out); err != nil {
+		t.Fatalf("the patched %T: %v", zero, err)
 	}
-	return ss
+	return out
 }
 
 // TestHAOverlay: deploy/kubernetes-ha is the base with three coordinators
@@ -228,33 +241,6 @@ func TestHAOverlay(t *testing.T) {
 			t.Errorf("the agent patch lost the base's %s", a)
 		}
 	}
-}
-
-// haAgent applies the overlay's agent patch to the base DaemonSet as
-// kustomize does and decodes the result strictly.
-func haAgent(t *testing.T, base *appsv1.DaemonSet, patchFile string) *appsv1.DaemonSet {
-	t.Helper()
-	original, err := json.Marshal(base)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, err := fs.ReadFile(files, path.Join("kubernetes-ha", patchFile))
-	if err != nil {
-		t.Fatal(err)
-	}
-	patch, err := yaml.YAMLToJSONStrict(raw)
-	if err != nil {
-		t.Fatalf("%s: %v", patchFile, err)
-	}
-	patched, err := strategicpatch.StrategicMergePatch(original, patch, appsv1.DaemonSet{})
-	if err != nil {
-		t.Fatalf("%s does not apply to the base DaemonSet: %v", patchFile, err)
-	}
-	ds := &appsv1.DaemonSet{}
-	if err := decodeStrict(patched, ds); err != nil {
-		t.Fatalf("the patched DaemonSet: %v", err)
-	}
-	return ds
 }
 
 // checkHAAgent checks that the agents of an HA deployment are given every
