@@ -24,9 +24,10 @@ type pendingEstimate struct {
 	call        int
 	made, until time.Time
 	// offered is the published cpus, base the uncalibrated (fast) raw
-	// estimate before the clamp at 0, capacity min(Σ alloc, Total).
-	offered, base, capacity float64
-	members                 []string
+	// estimate before the clamp at 0, capacity min(Σ alloc, Total), scale
+	// the unit of its score (scoreScale).
+	offered, base, capacity, scale float64
+	members                        []string
 }
 
 // calibratedEstimator is the default estimator "calibrated": fast's
@@ -106,7 +107,7 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		keys[i] = m.key
 	}
 	c.pending = append(c.pending, pendingEstimate{
-		call: c.calls, made: in.Now, offered: ex.CPUs, base: ex.Capacity - ex.need, capacity: ex.Capacity, members: keys,
+		call: c.calls, made: in.Now, offered: ex.CPUs, base: ex.Capacity - ex.need, capacity: ex.Capacity, scale: ex.scale, members: keys,
 	})
 	return c.published
 }
@@ -121,11 +122,12 @@ func (c *calibratedEstimator) resolve() {
 			break
 		}
 		real := max(0, p.capacity-usage)
+		tol := c.cfg.Calibration.Tolerance
 		violated := 0.0
-		if p.offered-real > c.cfg.Calibration.Tolerance {
+		if p.offered-real > tol {
 			violated = 1
 		}
-		c.cal.Observe(violated, p.base-real)
+		c.cal.Observe(violated, (p.base-real-tol)/p.scale)
 		c.maxDelay = max(c.maxDelay, c.calls-p.call)
 		done++
 	}
@@ -206,9 +208,11 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 		ex.Capacity, ex.TotalBound = total, true
 	}
 	ex.Uncalibrated = max(0, ex.Capacity-ex.need)
-	// What the calibration may give back is bounded by fast's own margins:
-	// the predicted peaks are always held back.
-	added := max(margin, -giveBack)
+	// The margin is relative (a share of fast's estimate, scoreScale); what
+	// the calibration may give back is bounded by fast's own margins: the
+	// predicted peaks are always held back.
+	ex.scale = scoreScale(ex.Capacity - ex.need)
+	added := max(margin*ex.scale, -giveBack)
 	if paused {
 		added = ex.Capacity - ex.need
 	}
@@ -291,8 +295,26 @@ type Explanation struct {
 	Limiting, Reason string
 	// Calibration is the state of the online calibration.
 	Calibration CalibrationStats
-	// need is Σ predicted peak + margin (before the calibration).
-	need float64
+	// need is Σ predicted peak + margin (before the calibration), scale
+	// the unit of this estimate's score (scoreScale).
+	need, scale float64
+}
+
+// minScoreScale is the least unit of a score, in cpus: fast's estimates
+// below it are scored as if they were this large, so that a score stays
+// finite when fast offers (almost) nothing.
+const minScoreScale = 0.1
+
+// scoreScale returns the unit of an estimate's conformity score: fast's
+// uncalibrated estimate b, at least minScoreScale. The score of an estimate
+// is s = (b − r − tolerance)/scoreScale(b), r the real slack over its
+// horizon, and a margin q takes q·scoreScale(b) cpus off b: it violates
+// exactly when s > q. The margin is thus a share of what fast would offer
+// (multiplicative), not a fixed number of cpus: a large estimate is cut by
+// more than a small one, where an additive margin, set by the largest
+// misses, would take the whole of the small slack left in busy periods.
+func scoreScale(base float64) float64 {
+	return max(base, minScoreScale)
 }
 
 // MemberExplanation is one guaranteed container's (or protected service's)

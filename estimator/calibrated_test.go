@@ -73,6 +73,11 @@ func replayCalibrated(tb testing.TB, cfg estimator.Config, sc backtest.Scenario)
 // It also checks that the calibration counts violations exactly as the
 // backtest does. The old default, fast, violates 1.53% on bursty: above
 // this bound.
+//
+// And it holds calibrated's harvest to at least fast's on each trace, but
+// for the shortfalls listed in harvestShortfalls, each held to its floor:
+// on the old, additive score calibrated was below fast on steady too
+// (80.7% against 80.8%) and below the bursty floor (38.7%).
 func TestCalibratedViolationBound(t *testing.T) {
 	t.Parallel()
 	cfg := estimator.DefaultConfig()
@@ -94,8 +99,39 @@ func TestCalibratedViolationBound(t *testing.T) {
 			if res.ViolationRate > bound {
 				t.Errorf("violations %.3f%% over %d estimates, above the bound %.3f%%", 100*res.ViolationRate, res.Samples, 100*bound)
 			}
+			fast := replayScenario(t, "fast", estimator.Registry["fast"], sc)
+			t.Logf("fast: harvest %.1f%% violations %.3f%%", 100*fast.Harvest, 100*fast.ViolationRate)
+			if short, ok := harvestShortfalls[sc.Name]; ok {
+				if res.Harvest < short.floor {
+					t.Errorf("harvest %.2f%%, below its floor %.1f%% (%s)", 100*res.Harvest, 100*short.floor, short.why)
+				}
+				if res.Harvest >= fast.Harvest {
+					t.Errorf("harvest %.2f%%, at least fast's %.2f%%: no longer a shortfall, drop it from harvestShortfalls", 100*res.Harvest, 100*fast.Harvest)
+				}
+			} else if res.Harvest < fast.Harvest {
+				t.Errorf("harvest %.2f%%, below fast's %.2f%%", 100*res.Harvest, 100*fast.Harvest)
+			}
 		})
 	}
+}
+
+// harvestShortfalls are the traces where calibrated harvests less than
+// fast, each with the floor it is held to and why (doc.go, "Calibration").
+var harvestShortfalls = map[string]struct {
+	floor float64
+	why   string
+}{
+	// fast violates 1.53% there, above the bound (1.13%); fast's own
+	// settings reach the bound only at 44% (2 s confirmation: 43.8% at
+	// 1.20%): the spikes' onsets are memoryless (exponential gaps).
+	"bursty": {0.42, "fast breaks the bound; unforeseeable onsets"},
+	// the morning ramp's cluster of misses pauses the calibration (α_t ≤ 0)
+	// where fast's 1 s confirmation did not miss.
+	"diurnal": {0.73, "a cluster of misses on the ramp pauses the calibration"},
+	// held out: fast violates 1.10% there, above the bound (1.011%).
+	"queue": {0.70, "fast breaks the bound"},
+	// held out: fast 83.2% at 0.93%, calibrated one point less at 0.99%.
+	"bursts-heavytail": {0.82, "heavy-tailed bursts"},
 }
 
 // regime is one stretch of the adversarial sequence.

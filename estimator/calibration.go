@@ -28,7 +28,8 @@ type CalibrationConfig struct {
 	// estimate) the margin is a quantile of.
 	Window int
 	// Tolerance is the excess, in cores, under which an over-offer is not a
-	// violation (the backtest's tolerance: measurement noise).
+	// violation (the backtest's tolerance: measurement noise). The
+	// calibrated estimator's scores account for it.
 	Tolerance float64
 	// Confirm replaces Fast.Confirm in the calibrated estimator: how long
 	// slack must last before it is offered. fast needs a second because its
@@ -72,16 +73,20 @@ const maxCalibrationWindow = 36000
 // the reported violation rate. It is pure: no clock, no I/O; time is the
 // sequence of Observe calls.
 //
-// A score is how far the uncalibrated estimate b exceeded the real slack r
-// over its horizon: s = b − r. Offering b − m violates (exceeds r by more
-// than the tolerance) exactly when s > m + tolerance, so the margin that
-// lets a share α_t of the recent scores through is
+// A score is a number that exceeds q exactly when the estimate, offered
+// with the margin q, would have violated; the caller defines it (the
+// calibrated estimator's is relative to fast's estimate: doc.go). The
+// margin that lets a share α_t of the recent scores through is their
+// conformal quantile,
 //
-//	m_t = Quantile_{⌈(1−α_t)(n+1)⌉/n}(scores) − tolerance
+//	q_t = Quantile_{⌈(1−α_t)(n+1)⌉/n}(scores)
 //
 // and α follows the errors actually made: α_{t+1} = α_t + γ(α − err_t).
 // When α_t ≤ 0 nothing is offered at all (Margin returns paused), which is
-// what bounds the long-run violation rate whatever the scores are.
+// what bounds the long-run violation rate whatever the scores are: the
+// bound holds for any margin chosen from α_t, as long as α_t ≤ 0 offers
+// nothing, so the quantile is what spends the budget well, not what keeps
+// the promise.
 type Calibration struct {
 	cfg   CalibrationConfig
 	alpha float64
@@ -150,11 +155,15 @@ func (c *Calibration) Observe(err, score float64) {
 	c.sorted = slices.Insert(c.sorted, i, score)
 }
 
-// Margin returns the cores to take off the uncalibrated estimate, or paused
-// when α_t ≤ 0 (offer nothing). With no scores yet it is 0 (the estimate
-// is fast's own); when α_t·(n+1) < 1 the conformal quantile would be
-// infinite and the largest score in the window stands for it; when α_t ≥ 1
-// it is −Inf (the caller bounds what may be given back).
+// Margin returns the margin q_t in the scores' unit, or paused when α_t ≤ 0
+// (offer nothing). With no scores yet it is 0 (the estimate is fast's own).
+// When α_t·(n+1) < 1 the conformal quantile would be infinite: while α_t is
+// at or above the target (no violation is pulling it down) the window is
+// merely too young for the level and the margin is 0, fast's own (a warm
+// start: the first 1/α estimates would otherwise all be held to the
+// largest score seen); below the target the largest score in the window
+// stands for it. When α_t ≥ 1 it is −Inf (the caller bounds what may be
+// given back).
 func (c *Calibration) Margin() (margin float64, paused bool) {
 	if c.alpha <= 0 {
 		return math.Inf(1), true
@@ -167,6 +176,9 @@ func (c *Calibration) Margin() (margin float64, paused bool) {
 		return math.Inf(-1), false
 	}
 	k := int(math.Ceil((1 - c.alpha) * float64(n+1)))
+	if k > n && c.alpha >= c.cfg.TargetViolation {
+		return 0, false
+	}
 	k = min(max(k, 1), n)
-	return c.sorted[k-1] - c.cfg.Tolerance, false
+	return c.sorted[k-1], false
 }

@@ -10,7 +10,8 @@ import (
 
 // TestCalibrationUpdate pins the update of adaptive conformal inference:
 // α_{t+1} = α_t + γ(α − err_t), clipped at the ceiling; the margin is the
-// ⌈(1−α_t)(n+1)⌉-th smallest score minus the tolerance; α_t ≤ 0 pauses.
+// ⌈(1−α_t)(n+1)⌉-th smallest score (0 while the window is too young for a
+// level at or above the target, the largest score below it); α_t ≤ 0 pauses.
 func TestCalibrationUpdate(t *testing.T) {
 	t.Parallel()
 	type step struct {
@@ -37,8 +38,9 @@ func TestCalibrationUpdate(t *testing.T) {
 			steps:      []step{{0, 0.4}, {0, 0.1}, {0, 0.3}, {0, 0.2}},
 			wantAlpha:  0.3, // 0.1 + 4 × 0.05, below the ceiling 1
 			wantSorted: []float64{0.1, 0.2, 0.3, 0.4},
-			// ⌈(1 − 0.3) × 5⌉ = 4: the 4th smallest, 0.4, minus the tolerance.
-			wantMargin: 0.35,
+			// ⌈(1 − 0.3) × 5⌉ = 4: the 4th smallest (the scores account
+			// for the tolerance: the caller's).
+			wantMargin: 0.4,
 		},
 		{
 			name:       "a violation lowers alpha by gamma*(1-alpha) and pauses at or below 0",
@@ -55,8 +57,19 @@ func TestCalibrationUpdate(t *testing.T) {
 			steps:      []step{{0, 5}, {0, 1}, {0, 3}, {0, 2}},
 			wantAlpha:  0.01 + 4*0.001*0.01,
 			wantSorted: []float64{1, 2, 3},
-			// α(n+1) < 1: the largest score stands for the infinite quantile.
-			wantMargin: 3,
+			// α(n+1) < 1 with α at or above the target: the window is too
+			// young for the level, fast's own estimate (a warm start).
+			wantMargin: 0,
+		},
+		{
+			name:       "below the target, with too few scores for the level: the largest score",
+			cfg:        CalibrationConfig{TargetViolation: 0.1, Gamma: 0.05, Window: 3, Tolerance: 0, Confirm: 1},
+			steps:      []step{{0, 5}, {1, 1}, {0, 3}},
+			wantAlpha:  0.1 + 0.005 - 0.045 + 0.005,
+			wantSorted: []float64{1, 3, 5},
+			// ⌈(1 − 0.065) × 4⌉ = 4 > 3 and α < 0.1: the largest score
+			// stands for the infinite quantile.
+			wantMargin: 5,
 		},
 		{
 			name:       "an unscored estimate counts as a violation and adds no score",

@@ -128,19 +128,31 @@
 // (t_k, t_{k+1}]), by more than Calibration.Tolerance (0.05 cores): the
 // backtest's definition, sample for sample when one sample falls in each
 // horizon (the agent's 100 ms and 100 ms). Its conformity score is
-// s_k = b_k − r_k, with b_k fast's raw estimate before any calibration.
-// Offering b − m violates exactly when s > m + tolerance, so the margin
-// taken off b is the conformal quantile of the last Calibration.Window
-// (3000) scores at the level α_t,
+// relative to fast's raw estimate b_k (before any calibration):
 //
-//	m_t = s_(⌈(1−α_t)(n+1)⌉) − tolerance   (the largest score when that rank exceeds n)
+//	s_k = (b_k − r_k − tolerance) / max(b_k, 0.1 cpus)
 //
-// and the level follows the errors made (Gibbs and Candès, 2021):
+// and a margin q takes q·max(b, 0.1) cpus off b, so offering it violates
+// exactly when s > q: the margin is a share of what fast would offer,
+// not a fixed number of cpus. (It was additive, s = b − r, until #29's
+// harvest work: the additive quantile is set by the largest misses, 0.3
+// to 1 core on bursty and diurnal, and after a violation it took the whole
+// of the small slack left in busy periods; the relative one cuts a large
+// estimate by more than a small one.) The margin is the conformal quantile
+// of the last Calibration.Window (3000) scores at the level α_t,
+//
+//	q_t = s_(⌈(1−α_t)(n+1)⌉)
+//
+// When that rank exceeds n (fewer than about 1/α_t scores) the window is
+// too young for the level: q is 0 (fast's own estimate, a warm start)
+// while α_t is at or above the target, the largest score once violations
+// have pulled α_t below it. The level follows the errors made (Gibbs and
+// Candès, 2021):
 //
 //	α_{t+1} = α_t + γ(α − err_t),  α = TargetViolation, γ = Calibration.Gamma (0.01)
 //
 // When α_t ≤ 0 nothing is offered (the calibration is paused); a negative
-// m may give back at most fast's own margins (the predicted peaks are
+// margin may give back at most fast's own margins (the predicted peaks are
 // always held back); α_t is clipped at min(1, 10α).
 //
 // Delayed feedback. err_k is known only when every member's samples reach
@@ -163,9 +175,13 @@
 //
 //	(1/T) Σ err_k = α + (α_1 − α_{T+1} − C)/(γT) ≤ α + (α + dγ)/(γT)
 //
-// with α_1 = α: [ViolationBound], Gibbs and Candès's bound with the delay
-// added. It holds for every sequence of usage, not only for exchangeable or
-// stationary ones; nothing about fast's prediction enters it. With α = 1%,
+// with α_1 = α: [ViolationBound], Gibbs and Candès's bound (their
+// Proposition 4.1) with the delay added. It holds for every sequence of
+// usage, not only for exchangeable or stationary ones; nothing about fast's
+// prediction enters it, nor the score's definition, nor how the margin is
+// drawn from α_t: only (1), that α_t ≤ 0 offers nothing. The score and the
+// quantile decide what the violations buy in harvest, not how many there
+// are. With α = 1%,
 // γ = 0.01 and d = 1 (a replay) the allowance (α + dγ)/(γT) = 2/T is 0.13
 // points on a 150 s trace (T = 1499) and 0.011 points on a 30-minute one;
 // with d = 2 (the agent) 3/T: 0.20 and 0.017.
@@ -306,36 +322,35 @@
 // That table is fast's (the default from issue 15 to issue 29); the rows of
 // fast, usage, predictive and the anchors still reproduce (with a
 // shrinks/min column added). calibrated, the default since (its rows as of
-// #29's pacer change: against the pacer before it, changes/min moved by
-// at most 0.7%, harvest and violations by at most 0.3 points), against fast
-// and the anchors, on the recorded traces and, apart, on the held-out
-// ones (testdata/heldout: never used to choose a setting), with
+// #29's relative score and warm start, with the pacer), against fast and
+// the anchors, on the recorded traces and, apart, on the held-out ones
+// (testdata/heldout: never used to choose a setting), with
 // `go run ./cmd/slackline-backtest run --estimators
 // fast,calibrated,koordinator,katalyst` (columns: harvest, violations,
 // changes/min, shrinks/min, to offer):
 //
 //	recorded  fast                          calibrated (target 1%)              koordinator     katalyst
-//	bursty    51.7% 1.53%  255.0 116.5 0.7s  38.7% 0.93% 214.9 113.7 0.4s  40.7%  2.54%  32.7%  8.07%
-//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.3% 0.73% 111.3  54.8 0.3s  47.1%  2.07%  39.7%  9.14%
-//	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.2% 0.80% 119.7  54.4 1.3s  50.1%  5.27%  41.9% 19.15%
-//	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.1% 0.93% 160.5  74.8 0.4s  42.2%  0.07%  37.6%  1.20%
-//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.5% 0.93%  64.8  27.2 0.5s  36.3%  1.73%  42.4% 15.74%
-//	steady    80.8% 0.93%   76.5  38.4 1.0s  80.7% 0.87% 101.3  48.8 0.3s  48.7%  0.20%  42.3% 24.55%
-//	step      86.2% 0.40%   29.2  10.0 0.9s  88.0% 0.73%  39.2  14.8 2.0s  34.9% 18.48%  40.5%  0.47%
-//	mix       78.2% 0.07%  417.9 191.7 0.5s  85.4% 0.87% 273.0 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
+//	bursty    51.7% 1.53%  255.0 116.5 0.7s  42.5% 0.93% 223.3 116.5 0.7s  40.7%  2.54%  32.7%  8.07%
+//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.9% 0.73% 111.3  53.2 0.3s  47.1%  2.07%  39.7%  9.14%
+//	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.3% 0.80% 118.5  51.6 2.3s  50.1%  5.27%  41.9% 19.15%
+//	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.3% 0.93% 159.7  74.4 0.4s  42.2%  0.07%  37.6%  1.20%
+//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.8% 0.93%  66.4  28.0 0.5s  36.3%  1.73%  42.4% 15.74%
+//	steady    80.8% 0.93%   76.5  38.4 1.0s  81.2% 0.87%  99.3  48.0 0.3s  48.7%  0.20%  42.3% 24.55%
+//	step      86.2% 0.40%   29.2  10.0 0.9s  92.6% 0.67%  40.0  15.2 1.5s  34.9% 18.48%  40.5%  0.47%
+//	mix       78.2% 0.07%  417.9 191.7 0.5s  84.6% 0.87% 273.4 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
 //
 //	held-out                    fast                          calibrated (target 1%)            koordinator     katalyst
-//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  91.6% 0.98%  65.9 31.9  1.3s  57.1%  0.03%  93.7%  7.93%
-//	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  95.8% 0.72%  37.5 18.2 >1.8s  58.3%  0.00%  95.7% 10.98%
-//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  89.6% 1.01%  81.2 38.5  0.8s  57.4%  0.01%  94.4% 11.79%
-//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.3% 1.01%  83.1 39.6  1.7s  56.7%  0.01%  96.4% 21.69%
+//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  92.0% 0.98%  67.5 32.7  1.3s  57.1%  0.03%  93.7%  7.93%
+//	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  96.2% 0.72%  37.4 18.1  0.6s  58.3%  0.00%  95.7% 10.98%
+//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  90.4% 1.01%  85.9 40.9  0.8s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.2% 1.01%  86.0 40.9  1.7s  56.7%  0.01%  96.4% 21.69%
 //	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
-//	heldout-mix                 86.9% 0.00% 343.2 158.4 >1.4s 94.3% 0.96% 251.3 144.4 0.8s  56.4%  0.00%  95.2% 42.37%
-//	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.98% 107.1 51.7  0.5s  54.5%  0.23%  94.2% 28.09%
-//	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.3% 0.99%  76.6 36.7 >1.1s  58.3%  0.59%  97.3% 20.18%
-//	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  79.7% 0.99% 154.7 74.5 >1.6s  55.4%  0.01%  99.2% 45.54%
-//	queue                       73.6% 1.10% 123.4 55.8  0.8s  70.1% 1.00% 163.8 81.2 >0.8s  52.5%  0.99%  89.4% 19.77%
-//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.57%  54.5 27.4  -     57.2%  0.00%  97.0% 38.49%
+//	heldout-mix                 86.9% 0.00% 343.2 158.4 >1.4s 94.4% 0.96% 253.3 145.9 0.6s  56.4%  0.00%  95.2% 42.37%
+//	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.99% 105.9 50.7  1.1s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.2% 0.99%  77.8 37.4  1.0s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  80.1% 0.99% 153.1 73.3 >1.5s  55.4%  0.01%  99.2% 45.54%
+//	queue                       73.6% 1.10% 123.4 55.8  0.8s  70.8% 1.00% 159.9 78.9 >0.8s  52.5%  0.99%  89.4% 19.77%
+//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.56%  55.3 27.8  -     57.2%  0.00%  97.0% 38.49%
 //
 // (the first six rows: the set recorded at nice 10 under heavy
 // contention, heldout-mix being those five together; the last five: the
@@ -343,31 +358,47 @@
 //
 // calibrated holds every trace within its bound (1.13% on the 150 s
 // traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
-// bursty included, where fast violates 1.53%. On the recorded traces it
-// harvests at least what fast does on five of seven and the mix, 0.1 points
-// less on steady, 2.8 less on diurnal (0.6 less without pacing,
-// --estimator-rise-interval 0: 75.4%), and 13 less on bursty, the price of
-// bringing its unpredictable spikes from 1.53% to the 1% promised. On the
-// contended held-out set (the workloads got a fraction of the CPU they
-// asked for, so the ideal slack is large and the usage spiky) fast stays
-// far below 1% and calibrated spends the rest of the budget on harvest (+3
-// to +7 points), which is what a target, as opposed to a fixed margin,
-// means. On the other set fast, tuned elsewhere, breaks its 1% on queue
-// (1.10%) where calibrated holds 1.00% (3.5 points less harvest);
-// elsewhere the two harvest within a point of each other, ramps aside
-// (+7.5). The anchors either harvest
-// 57% (koordinator's 60% ceiling) or violate 8-26% (katalyst).
+// bursty included, where fast violates 1.53%. It harvests at least what
+// fast does on every trace but four, which TestCalibratedViolationBound
+// names and holds to floors (harvestShortfalls):
+//
+//   - bursty, 9 points less (42.5% against 51.7%): fast violates 1.53%
+//     there, above the bound. Its spikes start after exponential gaps, a
+//     memoryless onset no prediction sees coming, so harvest and
+//     violations fall together: fast's own settings reach the bound only
+//     at 44% (2 s confirmation: 43.8% at 1.20%; 1.6 s: 46.3% at 1.33%).
+//     Matching fast's harvest at the target is not on offer to any
+//     estimator of this family.
+//   - diurnal, 2.7 points less: a cluster of misses on the morning ramp
+//     (300 ms confirmation, where fast's 1 s did not miss) pulls α_t to 0
+//     and pauses offers for about 10 s, then a wide margin while α_t
+//     recovers by γα per estimate (γ = 0.015 would give 75.5% there, but
+//     73.4% on cron: not taken).
+//   - held out, queue (2.8 less): fast violates 1.10% there, above the
+//     bound; bursts-heavytail, 1.0 less (82.2% at 0.99% against 83.2% at
+//     0.93%).
+//
+// The relative score and the warm start took bursty from 38.7% to 42.5%,
+// step from 88.0% to 92.6%, steady from 80.7% to 81.2% (above fast now),
+// diurnal from 73.2% to 73.3%, http-heavytail from 79.7% to 80.1% (above
+// fast now); the mix went from 85.4% to 84.6%, every violation rate stayed
+// within its bound. On the contended held-out set fast stays far below 1%
+// and calibrated spends the rest of the budget on harvest (+4 to +7
+// points), which is what a target, as opposed to a fixed margin, means.
+// The anchors either harvest 57% (koordinator's 60% ceiling) or violate
+// 8-26% (katalyst).
 //
 // The same table the other way, calibrated with its target set to the
-// violation rate fast reached on each trace: harvest at equal violations.
-// There fast is ahead: bursty 43.6% at 1.40% (fast 51.7% at 1.53%), cron
-// 74.8% at 0.73%, diurnal 72.7% at 0.67%, jvm-gc 78.4% at 0.67%, periodic
-// 74.3% at 0.27%, steady 79.6% at 0.80%, step 67.4% at 0.33%; held out,
-// 66-78% where fast has 86-89%. A low target is expensive for adaptive
-// conformal inference: each violation costs γ(1 − α) of a level α, and
-// until α_t(n+1) ≥ 1 the margin is the largest score in the window.
-// fast's 0.07-0.33% on those traces is luck it cannot promise (1.53% on
-// bursty); calibrated's 1% is a bound.
+// violation rate fast reached on each trace (measured with the additive
+// score): harvest at equal violations. There fast is ahead: bursty 43.6%
+// at 1.40% (fast 51.7% at 1.53%), cron 74.8% at 0.73%, diurnal 72.7% at
+// 0.67%, jvm-gc 78.4% at 0.67%, periodic 74.3% at 0.27%, steady 79.6% at
+// 0.80%, step 67.4% at 0.33%; held out, 66-78% where fast has 86-89%. A
+// low target is expensive for adaptive conformal inference: each violation
+// costs γ(1 − α) of a level α, and below the target, until α_t(n+1) ≥ 1,
+// the margin is the largest score in the window. fast's 0.07-0.33% on
+// those traces is luck it cannot promise (1.53% on bursty); calibrated's
+// 1% is a bound.
 //
 // Changes reaching the coordinator: calibrated's 300 ms confirmation alone
 // would change the estimate more often than fast (mix: 518 a minute, 232
@@ -401,9 +432,12 @@
 // at once (the burst's last, partly busy, sample leaves the confirmation
 // window one estimate before the idle ones; holding the second step cost
 // up to 500 ms). In logical time, 60 trials: slack reclaimed at once,
-// calibrated p50 4.4 s, 0.99% violations (fast 1.0 s, 2.52%); slack that
-// lasts, p50 0.2 s, p99 0.3 s, 0.77% (with the old pacer p99 0.7 s; with a
-// sample of lag p50 2.8 s, p99 15.4 s, 1.00%: the calibration binding).
+// calibrated p50 6.4 s, p99 15.8 s, 1.00% violations (fast 1.0 s, 2.52%);
+// slack that lasts, p50 0.3 s, p99 0.3 s, 0.67% (with the old pacer p99
+// 0.7 s; with a sample of lag p50 2.3 s, p99 12.8 s, 1.00%: the calibration
+// binding). Before the relative score: reclaimed at once p50 4.4 s, p99
+// 12.7 s; lasting p50 0.2 s, p99 0.3 s, 0.77%; with lag p50 2.8 s, p99
+// 15.4 s.
 //
 // fast was the default because of the first table (TestRecordedTraces pins it):
 // on every trace but bursty it harvests at least 75% of the ideal slack with
