@@ -27,11 +27,12 @@
 //     estimate (the memory slack offered);
 //   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
 //     files, two writes in flight each (hog --write), beside a server
-//     that writes and fsyncs 4 KiB per request. Its slices go in threes:
-//     writers frozen (the server alone), writers thawed (beside it), and
-//     writer alone: the load paused, the writers frozen, and the same
-//     writers (same command, same CPU priority) thawed in a cgroup of the
-//     benchmark's own that the agent does not cap. S is the writers' rate
+//     that writes and fsyncs 4 KiB per request. Its slices go in fours:
+//     writers frozen (the server alone), writers thawed (beside it),
+//     writers frozen, and writer alone: the load paused, the writers
+//     frozen, and the same writers (same command, same CPU priority,
+//     warmed by a full pass over their files first) thawed in a cgroup
+//     of the benchmark's own that the agent does not cap. S is the writers' rate
 //     over the second kind over the reference writers' rate over the
 //     third, each slice's rate and the per-cycle ratios printed as spread.
 //

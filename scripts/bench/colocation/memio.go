@@ -153,7 +153,7 @@ func minMedMax(vs []float64, format string) string {
 // priority (v2 cpu.weight 1 and cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1
 // where the kernel has it) and equal I/O standing, but out of reach of the
 // agent's cap. stop kills them and removes the cgroup.
-func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (stop func(), err error) {
+func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (_ func(), err error) {
 	p := l.PathsOf(rel)
 	dirs := p.Dirs()
 	if l.Blkio != "" {
@@ -161,7 +161,7 @@ func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (s
 		dirs = append(dirs, p.Blkio)
 	}
 	var cmds []*exec.Cmd
-	stop = func() {
+	stop := func() {
 		_ = freezeCgroup(l, rel, false)
 		for _, c := range cmds {
 			_ = c.Process.Kill()
@@ -179,7 +179,7 @@ func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (s
 	}()
 	for _, d := range dirs {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
+			return nil, fmt.Errorf("create the reference writers' cgroup: %w", err)
 		}
 	}
 	prio := map[string]string{filepath.Join(p.Unified, "cpu.weight"): "1"}
@@ -219,6 +219,43 @@ func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (s
 		cmds = append(cmds, c)
 	}
 	return stop, nil
+}
+
+// warmWriters thaws the writers of every cgroup in rels and waits until each
+// cgroup has written want bytes, at most timeout (then it says how far they
+// got and the run goes on).
+func warmWriters(l cgroups.Layout, rels []string, want uint64, timeout time.Duration) error {
+	start := time.Now()
+	for _, rel := range rels {
+		if err := freezeCgroup(l, rel, false); err != nil {
+			return err
+		}
+	}
+	written := make([]uint64, len(rels))
+	for {
+		warm := true
+		for i, rel := range rels {
+			w, err := resourceMeter{layout: l, revocable: rel}.writtenBytes()
+			if err != nil {
+				return err
+			}
+			written[i] = w.bytes
+			warm = warm && w.bytes >= want
+		}
+		if warm || time.Since(start) > timeout {
+			fmt.Printf("   writers warm (MiB written by %v: %v) after %v\n", rels, mibs(written), time.Since(start).Round(time.Second))
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func mibs(bs []uint64) []uint64 {
+	out := make([]uint64, len(bs))
+	for i, b := range bs {
+		out[i] = b >> 20
+	}
+	return out
 }
 
 // freezeCgroup freezes or thaws the cgroup rel. Freezing works in the v2

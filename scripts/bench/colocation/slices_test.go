@@ -5,12 +5,12 @@ import (
 	"time"
 )
 
-// TestSliceKinds: the slices go in twos, or in threes with writer-alone
-// slices, and the load generator pauses exactly in the writer-alone ones.
+// TestSliceKinds: the slices go in twos, or in fours with writer-alone
+// slices (each measured slice after a frozen one), and the load generator pauses exactly in the writer-alone ones.
 func TestSliceKinds(t *testing.T) {
 	t.Parallel()
 	want2 := []sliceKind{sliceAlone, sliceShared, sliceAlone, sliceShared}
-	want3 := []sliceKind{sliceAlone, sliceShared, sliceWriterAlone, sliceAlone, sliceShared, sliceWriterAlone}
+	want3 := []sliceKind{sliceAlone, sliceShared, sliceAlone, sliceWriterAlone, sliceAlone, sliceShared, sliceAlone, sliceWriterAlone}
 	for i, w := range want2 {
 		if got := kindOf(i, false); got != w {
 			t.Errorf("kindOf(%d, false) = %d, want %d", i, got, w)
@@ -22,7 +22,7 @@ func TestSliceKinds(t *testing.T) {
 			t.Errorf("kindOf(%d, true) = %d, want %d", i, got, w)
 		}
 		for _, at := range []time.Duration{time.Duration(i) * slice, time.Duration(i)*slice + slice - time.Millisecond} {
-			if got, want := paused(at, slice, 3, int(sliceWriterAlone)), w == sliceWriterAlone; got != want {
+			if got, want := paused(at, slice, 4, 3), w == sliceWriterAlone; got != want {
 				t.Errorf("paused(%v) = %v, want %v", at, got, want)
 			}
 		}
