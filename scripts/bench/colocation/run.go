@@ -1005,11 +1005,11 @@ func joinCgroup(l cgroups.Layout, rel string, pid int) error {
 }
 
 // removeRoot removes the agent's cgroup root and revocable subtree, trying
-// again for up to a minute: killed writers with direct I/O in flight under
+// again for up to 3 minutes: killed writers with direct I/O in flight under
 // a cap leave their cgroups busy for seconds, beyond the 5 s one try waits
 // (the noop run's revocable subtree was left behind so).
 func removeRoot(l cgroups.Layout, root string) {
-	for deadline := time.Now().Add(time.Minute); ; time.Sleep(time.Second) {
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
 		cgrouptest.RemoveRoot(root)
 		left := false
 		for _, rel := range []string{root, cgroups.Subtree(root, cgroups.Revocable)} {
