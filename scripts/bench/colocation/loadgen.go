@@ -14,21 +14,37 @@ import (
 
 // loadReport is what the load generator writes on its stdout when it is
 // done: each request's latency in microseconds from its scheduled send time
-// (-1: failed), in schedule order.
+// (-1: failed, notSent: in a pause), in schedule order.
 type loadReport struct {
 	LatencyMicros []int64 `json:"latency_us"`
+}
+
+// notSent marks a request of a pause (--pause-every): it was not sent.
+const notSent = -2
+
+// paused says whether a request scheduled at (from the start) falls in a
+// pause: slice at/slice is one when its number modulo every is pauseAt
+// (every 0: never).
+func paused(at, slice time.Duration, every, pauseAt int) bool {
+	return every > 0 && slice > 0 && int(at/slice)%every == pauseAt
 }
 
 // runLoadgen is the "loadgen" sub-command: the benchmark starts it as a
 // process of its own, moves it into the load generator's cgroup, then
 // writes a line on its stdin; only then does it send --rate requests per
 // second for --duration, open loop (a request is sent at its scheduled time
-// whether or not earlier ones have answered, so queueing is not hidden).
+// whether or not earlier ones have answered, so queueing is not hidden),
+// except in pauses: with --pause-every K, the --pause-slice long slices whose
+// number modulo K is --pause-at send nothing (the io scenario measures
+// best-effort writers alone there).
 func runLoadgen(args []string) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	url := fs.String("url", "", "server URL")
 	rate := fs.Int("rate", 400, "requests per second")
 	duration := fs.Duration("duration", 30*time.Second, "how long to send")
+	pauseSlice := fs.Duration("pause-slice", 0, "slice length of the pause pattern")
+	pauseEvery := fs.Int("pause-every", 0, "pause in one slice out of this many (0: never)")
+	pauseAt := fs.Int("pause-at", 0, "the paused slice's number modulo --pause-every")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -42,6 +58,10 @@ func runLoadgen(args []string) error {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
+		if paused(time.Duration(i)*interval, *pauseSlice, *pauseEvery, *pauseAt) {
+			lat[i] = notSent
+			continue
+		}
 		at := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(at))
 		wg.Go(func() {

@@ -5,9 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -19,16 +22,17 @@ import (
 )
 
 // resourceMeter reads the revocable subtree's memory and disk writes. Its
-// share functions are called twice per run: before the load (best-effort
-// work alone, the reference) and after it.
+// share function is called after the load.
 type resourceMeter struct {
 	layout    cgroups.Layout
 	node      slacklinev1connect.NodeServiceClient
 	revocable string
-	// ioAlone is best-effort work's write rate alone (bytes per second),
-	// set by the first ioShare call; ioShared its rate over the thawed
-	// slices of the load (the shared phase's BEWriteRate), set after it.
-	ioAlone, ioShared *float64
+	// ioShared is best-effort writers' rate over the shared slices of the
+	// load (bytes per second), ioAlone the reference writers' rate over the
+	// writer-alone slices, windows each slice's rate: set after the load
+	// (the io scenario).
+	ioShared, ioAlone float64
+	windows           []writeWindow
 }
 
 type ioSample struct {
@@ -106,48 +110,163 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	return held / slack, fmt.Sprintf("memory held %.0f MiB / memory slack %.0f MiB", held/(1<<20), slack/(1<<20)), nil
 }
 
-// ioShare is best-effort work's write rate over the thawed slices of the
-// load (counted between the slices' boundaries, as the CPU figures are)
-// over its rate alone, measured for 10 s before the load (from its first
-// write) with the server idle and no cap yet: S of the io scenario.
+// ioShare is best-effort writers' rate over the shared slices (beside the
+// loaded server, under the agent's QoS) over the rate of the same writers
+// alone (hog --write, same arguments, same CPU priority, no cap) over the
+// writer-alone slices of the same cycles, the server idle: S of the io
+// scenario. Both rates come from slices a few seconds apart, so a shared
+// disk's background load touches both alike; the text gives each window's
+// spread and the per-cycle ratios' (a shared slice over the writer-alone
+// slice after it).
 func ioShare(m resourceMeter) (float64, string, error) {
-	if m.ioAlone == nil || m.ioShared == nil {
-		return 0, "", errors.New("ioShare: meter not prepared")
-	}
-	if *m.ioAlone < 0 {
-		// First call: once best-effort work writes (at idle CPU priority on
-		// a loaded host its first write can take many seconds: measured
-		// from its start, the rate alone came out 0-5 MiB/s against 35
-		// beside the server), measure it alone for 10 s.
-		before, err := m.writtenBytes()
-		if err != nil {
-			return 0, "", err
-		}
-		for deadline := time.Now().Add(2 * time.Minute); ; {
-			time.Sleep(500 * time.Millisecond)
-			now, err := m.writtenBytes()
-			if err != nil {
-				return 0, "", err
-			}
-			if now.bytes > before.bytes || time.Now().After(deadline) {
-				before = now
-				break
-			}
-		}
-		time.Sleep(10 * time.Second)
-		after, err := m.writtenBytes()
-		if err != nil {
-			return 0, "", err
-		}
-		*m.ioAlone = float64(after.bytes-before.bytes) / after.at.Sub(before.at).Seconds()
-		fmt.Printf("   best-effort writes alone %.1f MiB/s\n", *m.ioAlone/(1<<20))
-		return 0, "", nil
-	}
-	if *m.ioAlone <= 0 {
+	if m.ioAlone <= 0 {
 		return 0, "write rate beside the server / alone (nothing written alone)", nil
 	}
-	shared := *m.ioShared
-	return shared / *m.ioAlone, fmt.Sprintf("write rate %.1f MiB/s beside the server (thawed slices) / %.1f MiB/s alone", shared/(1<<20), *m.ioAlone/(1<<20)), nil
+	var beside, alone, cycles []float64
+	for i, w := range m.windows {
+		if w.Alone {
+			alone = append(alone, w.Rate/(1<<20))
+			if i > 0 && !m.windows[i-1].Alone && w.Rate > 0 {
+				cycles = append(cycles, m.windows[i-1].Rate/w.Rate)
+			}
+		} else {
+			beside = append(beside, w.Rate/(1<<20))
+		}
+	}
+	return m.ioShared / m.ioAlone, fmt.Sprintf("write rate %.1f MiB/s beside the server (%d windows, %s) / %.1f MiB/s alone (%d windows, %s); per cycle %s",
+		m.ioShared/(1<<20), len(beside), minMedMax(beside, "%.1f"), m.ioAlone/(1<<20), len(alone), minMedMax(alone, "%.1f"), minMedMax(cycles, "%.2f")), nil
+}
+
+// minMedMax formats the minimum, median and maximum of vs.
+func minMedMax(vs []float64, format string) string {
+	if len(vs) == 0 {
+		return "none"
+	}
+	s := slices.Sorted(slices.Values(vs))
+	f := func(v float64) string { return fmt.Sprintf(format, v) }
+	return "min " + f(s[0]) + " median " + f(median(s)) + " max " + f(s[len(s)-1])
+}
+
+// startReferenceWriters starts n copies of command (the io scenario's
+// writers) frozen, each in its own directory under dir, in the cgroup rel
+// of the benchmark's own: a sibling of the revocable subtree at its CPU
+// priority (v2 cpu.weight 1 and cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1
+// where the kernel has it) and equal I/O standing, but out of reach of the
+// agent's cap. stop kills them and removes the cgroup.
+func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (_ func(), err error) {
+	p := l.PathsOf(rel)
+	dirs := p.Dirs()
+	if l.Blkio != "" {
+		p.Blkio = filepath.Join(l.Blkio, rel)
+		dirs = append(dirs, p.Blkio)
+	}
+	var cmds []*exec.Cmd
+	stop := func() {
+		_ = freezeCgroup(l, rel, false)
+		for _, c := range cmds {
+			_ = c.Process.Kill()
+			_ = c.Wait()
+		}
+		removeCgroup(l, rel)
+		if p.Blkio != "" {
+			_ = os.Remove(p.Blkio)
+		}
+	}
+	defer func() {
+		if err != nil {
+			stop()
+		}
+	}()
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, fmt.Errorf("create the reference writers' cgroup: %w", err)
+		}
+	}
+	prio := map[string]string{filepath.Join(p.Unified, "cpu.weight"): "1"}
+	if l.Mode == cgroups.ModeHybrid {
+		prio = map[string]string{filepath.Join(p.CPU, "cpu.shares"): "2"}
+	}
+	idle := filepath.Join(p.Unified, "cpu.idle")
+	if l.Mode == cgroups.ModeHybrid {
+		idle = filepath.Join(p.CPU, "cpu.idle")
+	}
+	if _, err := os.Stat(idle); err == nil {
+		prio[idle] = "1"
+	}
+	for file, v := range prio {
+		if err := os.WriteFile(file, []byte(v), 0); err != nil {
+			return nil, fmt.Errorf("CPU priority: %w", err)
+		}
+	}
+	if err := freezeCgroup(l, rel, true); err != nil {
+		return nil, err
+	}
+	// The shell joins every hierarchy, the frozen unified one last (where
+	// it stops), then becomes the writer.
+	procs := p.ProcsFiles()
+	procs = append(procs[1:], procs[0])
+	for i := range n {
+		wd := filepath.Join(dir, strconv.Itoa(i))
+		if err := os.MkdirAll(wd, 0o755); err != nil {
+			return nil, err
+		}
+		c := exec.Command("/bin/sh", append([]string{"-c", `for f; do echo $$ > "$f" || exit 1; done; exec ` + command, "sh"}, procs...)...)
+		c.Dir = wd
+		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		if err := c.Start(); err != nil {
+			return nil, err
+		}
+		cmds = append(cmds, c)
+	}
+	return stop, nil
+}
+
+// warmWriters thaws the writers of every cgroup in rels and waits until each
+// cgroup has written want bytes, at most timeout (then it says how far they
+// got and the run goes on).
+func warmWriters(l cgroups.Layout, rels []string, want uint64, timeout time.Duration) error {
+	start := time.Now()
+	for _, rel := range rels {
+		if err := freezeCgroup(l, rel, false); err != nil {
+			return err
+		}
+	}
+	written := make([]uint64, len(rels))
+	for {
+		warm := true
+		for i, rel := range rels {
+			w, err := resourceMeter{layout: l, revocable: rel}.writtenBytes()
+			if err != nil {
+				return err
+			}
+			written[i] = w.bytes
+			warm = warm && w.bytes >= want
+		}
+		if warm || time.Since(start) > timeout {
+			fmt.Printf("   writers warm (MiB written by %v: %v) after %v\n", rels, mibs(written), time.Since(start).Round(time.Second))
+			return nil
+		}
+		time.Sleep(500 * time.Millisecond)
+	}
+}
+
+func mibs(bs []uint64) []uint64 {
+	out := make([]uint64, len(bs))
+	for i, b := range bs {
+		out[i] = b >> 20
+	}
+	return out
+}
+
+// freezeCgroup freezes or thaws the cgroup rel. Freezing works in the v2
+// tree, present on hybrid hosts too (the freezer is part of cgroup v2's
+// core, no controller needed).
+func freezeCgroup(l cgroups.Layout, rel string, frozen bool) error {
+	v := "0"
+	if frozen {
+		v = "1"
+	}
+	return os.WriteFile(filepath.Join(l.Unified, rel, "cgroup.freeze"), []byte(v), 0)
 }
 
 // writtenBytes reads the revocable subtree's cumulative disk writes: v2

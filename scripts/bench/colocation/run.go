@@ -48,7 +48,47 @@ type scenario struct {
 	// Filling 800 MiB at idle CPU priority on a loaded machine takes a
 	// minute or more, and S measured before it ends says nothing of reclaim.
 	holds uint64
+	// writerAlone adds a third kind of slice (sliceWriterAlone, kindOf): the load
+	// paused, best-effort work frozen, and tasks copies of command thawed
+	// in a cgroup of the benchmark's own at the revocable subtree's CPU
+	// priority but under no cap of the agent's (startReferenceWriters):
+	// the disk rate best-effort writers get alone, measured in the same
+	// cycles as the rate they keep beside the server (the io scenario's S).
+	writerAlone bool
+	// warmWrites is what the writers (best-effort and reference ones, each
+	// kind) must have written before the load: a full pass over their
+	// files. The first pass extends the files, which is slower and, on v1,
+	// partly uncounted: the reference writers, started last and thawed only
+	// in their slices, measured 0-4 MiB/s alone in it against 24-96 for
+	// warm writers beside the server.
+	warmWrites uint64
 }
+
+// sliceKind is what a slice of the load measures.
+type sliceKind int
+
+const (
+	sliceAlone       sliceKind = iota // best-effort work frozen, the load on: the server alone
+	sliceShared                       // best-effort work thawed, the load on
+	sliceWriterAlone                  // the load paused, best-effort work frozen, the reference writers thawed
+)
+
+// kindOf is slice i's kind: alone and shared in turn; with writer-alone
+// slices, alone, shared, alone, writer alone in turn, so that both slices
+// in which writers are measured follow one in which they were frozen (a
+// virtual disk's burst credit, refilled while it is quiet, then favours
+// neither: in threes, the shared slices after a frozen one wrote 56-60
+// MiB/s in the first cycle against 8-28 for the writer-alone ones after
+// them).
+func kindOf(i int, writerAlone bool) sliceKind {
+	if writerAlone {
+		return writerAloneCycle[i%len(writerAloneCycle)]
+	}
+	return sliceKind(i % 2)
+}
+
+// writerAloneCycle is the slices' order with writer-alone slices.
+var writerAloneCycle = [...]sliceKind{sliceAlone, sliceShared, sliceAlone, sliceWriterAlone}
 
 var scenarios = []scenario{
 	{name: "cpu", tasks: 6, res: "cpus:0.25;mem:32", command: func(string) string { return `while :; do :; done` }},
@@ -70,7 +110,7 @@ var scenarios = []scenario{
 	// flight is kept small: a frozen writer's writes already queued in the
 	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
 	// slice to drain at a 66 MiB/s cap.
-	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare,
+	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, warmWrites: 2 * 256 << 20,
 		command: func(bin string) string {
 			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
 		}},
@@ -114,6 +154,13 @@ type runResult struct {
 
 	Alone  phase `json:"alone"`  // best-effort work frozen
 	Shared phase `json:"shared"` // best-effort work running
+	// WriterAlone is the writer-alone slices (the io scenario): its
+	// RefWriteRate is the reference writers' rate alone.
+	WriterAlone *phase `json:"writer_alone,omitempty"`
+	// WriteWindows is the write rate of each shared slice (best-effort
+	// writers beside the server) and each writer-alone slice (the
+	// reference writers alone), in order: S's spread.
+	WriteWindows []writeWindow `json:"write_windows,omitempty"`
 
 	// ResourceShare is, for the memory and io scenarios, best-effort work's
 	// share of that resource (ResourceShareWhat says which); it is S.
@@ -146,6 +193,9 @@ type phase struct {
 	// BEWriteRate is best-effort work's disk write rate (bytes per second;
 	// the io scenario only).
 	BEWriteRate float64 `json:"be_write_bytes_per_second,omitempty"`
+	// RefWriteRate is the reference writers' rate (bytes per second; the
+	// io scenario: nonzero in the writer-alone slices only).
+	RefWriteRate float64 `json:"reference_write_bytes_per_second,omitempty"`
 
 	Throttled     uint64        `json:"revocable_nr_throttled"`
 	Periods       uint64        `json:"revocable_nr_periods"`
@@ -161,6 +211,14 @@ type phase struct {
 	LoadgenDelays   map[string]time.Duration `json:"loadgen_delayed_by,omitempty"`
 	LoadgenRunqWait time.Duration            `json:"loadgen_runq_wait"`
 	LoadgenWakeups  uint64                   `json:"loadgen_wakeups"`
+}
+
+// writeWindow is one slice's write rate: best-effort writers beside the
+// server (Alone false) or the reference writers alone (Alone true).
+type writeWindow struct {
+	At    time.Duration `json:"at"` // the slice's start, from the load's
+	Alone bool          `json:"alone"`
+	Rate  float64       `json:"bytes_per_second"`
 }
 
 // ratio is the server's p99 beside best-effort work over its p99 alone.
@@ -235,7 +293,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-coloc-%d", time.Now().UnixNano()%1e9)
 	loadgenCgroup := root + "-loadgen"
-	defer cgrouptest.RemoveRoot(root)
+	defer removeRoot(layout, root)
 	defer removeCgroup(layout, loadgenCgroup)
 	if err := makeCgroup(layout, loadgenCgroup); err != nil {
 		return res, err
@@ -330,16 +388,23 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
 	}
-	ioAlone, ioShared := -1.0, 0.0
-	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable), ioAlone: &ioAlone, ioShared: &ioShared}
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable)}
 	if s.holds > 0 {
 		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
 			return res, err
 		}
 	}
-	if s.share != nil {
-		// Best-effort work alone (the server idle) sets the reference.
-		if _, _, err := s.share(rm); err != nil {
+	refRel := root + "-writer-alone"
+	if s.writerAlone {
+		stop, err := startReferenceWriters(layout, refRel, filepath.Join(work, "writer-alone"), s.command(o.binDir), s.tasks)
+		if err != nil {
+			return res, fmt.Errorf("reference writers: %w", err)
+		}
+		defer stop()
+		if err := warmWriters(layout, []string{cgroups.Subtree(root, cgroups.Revocable), refRel}, s.warmWrites, 3*time.Minute); err != nil {
+			return res, err
+		}
+		if err := freezeCgroup(layout, refRel, true); err != nil {
 			return res, err
 		}
 	}
@@ -349,7 +414,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err != nil {
 		return res, err
 	}
-	lg := exec.Command(self, "loadgen", "--url", "http://"+serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", o.duration.String())
+	lgArgs := []string{"loadgen", "--url", "http://" + serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", o.duration.String()}
+	if s.writerAlone {
+		lgArgs = append(lgArgs, "--pause-slice", o.slice.String(), "--pause-every", strconv.Itoa(len(writerAloneCycle)), "--pause-at", "3")
+	}
+	lg := exec.Command(self, lgArgs...)
 	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	lg.Stderr = os.Stderr
 	stdin, err := lg.StdinPipe()
@@ -381,27 +450,32 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	}
 	serverID := ""
 	m := meter{layout: layout, node: node, serverID: &serverID, loadgen: loadgenCgroup, rel: rel}
-	if s.share != nil {
+	if s.writerAlone {
 		m.written = rm.writtenBytes
+		m.refWritten = resourceMeter{layout: layout, revocable: refRel}.writtenBytes
 	}
-	// Freezing works in the v2 tree, present on hybrid hosts too (the
-	// freezer is part of cgroup v2's core, no controller needed).
-	freeze := func(frozen bool) error {
-		v := "0"
-		if frozen {
-			v = "1"
+	kind := func(i int) sliceKind { return kindOf(i, s.writerAlone) }
+	// setSlice freezes and thaws best-effort work and the reference
+	// writers for slice i, freezing before thawing.
+	setSlice := func(i int) error {
+		if err := freezeCgroup(layout, rel("revocable"), kind(i) != sliceShared); err != nil {
+			return err
 		}
-		return os.WriteFile(filepath.Join(layout.Unified, rel("revocable"), "cgroup.freeze"), []byte(v), 0)
+		if s.writerAlone {
+			return freezeCgroup(layout, refRel, kind(i) != sliceWriterAlone)
+		}
+		return nil
 	}
 	var freezeErr error // the first failure to freeze or thaw, read after the slices end
-	// Slices alternate, best-effort work frozen first (slice 0); the last
-	// one ends with the load. The load generator schedules its requests from
-	// the moment it reads its start line, within a millisecond of start.
-	var alone, shared phase
+	// Slices go in turn (kindOf), best-effort work frozen first (slice 0);
+	// the last one ends with the load. The load generator schedules its
+	// requests from the moment it reads its start line, within a
+	// millisecond of start.
+	var alone, shared, writerAlone phase
 	nSlices := int((o.duration + o.slice - 1) / o.slice)
 	sliceDone := make(chan struct{})
 	stopSlices := make(chan struct{})
-	if err := freeze(true); err != nil {
+	if err := setSlice(0); err != nil {
 		return res, fmt.Errorf("freeze best-effort work: %w", err)
 	}
 	prev := m.snapshot(ctx)
@@ -420,13 +494,21 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 				return
 			}
 			now := m.snapshot(ctx)
-			if k%2 == 1 {
+			at, dt := prev.at.Sub(start), now.at.Sub(prev.at).Seconds()
+			switch kind(k - 1) {
+			case sliceAlone:
 				prev.addTo(&alone, now)
-			} else {
+			case sliceShared:
 				prev.addTo(&shared, now)
+				if s.writerAlone {
+					res.WriteWindows = append(res.WriteWindows, writeWindow{At: at, Rate: float64(now.beWritten-prev.beWritten) / dt})
+				}
+			case sliceWriterAlone:
+				prev.addTo(&writerAlone, now)
+				res.WriteWindows = append(res.WriteWindows, writeWindow{At: at, Alone: true, Rate: float64(now.refWritten-prev.refWritten) / dt})
 			}
 			if k < nSlices {
-				if err := freeze(k%2 == 0); err != nil && freezeErr == nil {
+				if err := setSlice(k); err != nil && freezeErr == nil {
 					freezeErr = err
 				}
 			}
@@ -439,7 +521,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		close(stopSlices)
 	}
 	<-sliceDone
-	if thawErr := freeze(false); freezeErr == nil {
+	if s.writerAlone {
+		if err := freezeCgroup(layout, refRel, true); err != nil && freezeErr == nil {
+			freezeErr = err
+		}
+	}
+	if thawErr := freezeCgroup(layout, rel("revocable"), false); freezeErr == nil {
 		freezeErr = thawErr
 	}
 	if err != nil {
@@ -465,21 +552,22 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		if sec := int(at / time.Second); sec < len(perSecond) && us >= 0 {
 			perSecond[sec] = append(perSecond[sec], time.Duration(us)*time.Microsecond)
 		}
-		if at-time.Duration(k)*o.slice < settle {
+		kk := kind(k)
+		if at-time.Duration(k)*o.slice < settle || us == notSent || kk == sliceWriterAlone {
 			continue
 		}
 		if us < 0 {
-			errs[k%2]++
+			errs[kk]++
 			continue
 		}
-		lat[k%2] = append(lat[k%2], time.Duration(us)*time.Microsecond)
+		lat[kk] = append(lat[kk], time.Duration(us)*time.Microsecond)
 	}
 	for i := range res.Timeline {
 		// Point i is second i of the load (its limit and CPUs sampled at
 		// the second's end).
 		res.Timeline[i].At = time.Duration(i) * time.Second
 		res.Timeline[i].P99 = pct(perSecond[i], 0.99)
-		res.Timeline[i].Shared = int(res.Timeline[i].At/o.slice)%2 == 1
+		res.Timeline[i].Shared = kind(int(res.Timeline[i].At/o.slice)) == sliceShared
 	}
 	for k, ph := range []*phase{&alone, &shared} {
 		ph.Requests, ph.Errors = len(lat[k])+errs[k], errs[k]
@@ -488,7 +576,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		ph.Delays, ph.LoadgenDelays = byClass(ph.Delays, classes), byClass(ph.LoadgenDelays, classes)
 	}
 	res.Alone, res.Shared = alone, shared
-	*rm.ioShared = shared.BEWriteRate
+	if s.writerAlone {
+		writerAlone.finish()
+		res.WriterAlone = &writerAlone
+		rm.ioShared, rm.ioAlone, rm.windows = shared.BEWriteRate, writerAlone.RefWriteRate, res.WriteWindows
+	}
 	if s.share != nil {
 		v, what, err := s.share(rm)
 		if err != nil {
@@ -580,9 +672,9 @@ type meter struct {
 	serverID *string
 	loadgen  string
 	rel      func(string) string
-	// written, when set, reads best-effort work's cumulative disk writes
-	// (the io scenario).
-	written func() (ioSample, error)
+	// written and refWritten, when set, read best-effort work's and the
+	// reference writers' cumulative disk writes (the io scenario).
+	written, refWritten func() (ioSample, error)
 }
 
 // snapshot is the counters at one moment.
@@ -593,6 +685,7 @@ type snapshot struct {
 	throttle                   throttleStat
 	serverUsage, loadgenUsage  serverUsage
 	beWritten                  uint64 // best-effort work's disk writes (bytes), when metered
+	refWritten                 uint64 // the reference writers' disk writes (bytes), when metered
 }
 
 func (m meter) snapshot(ctx context.Context) snapshot {
@@ -603,6 +696,11 @@ func (m meter) snapshot(ctx context.Context) snapshot {
 	if m.written != nil {
 		if w, err := m.written(); err == nil {
 			s.beWritten = w.bytes
+		}
+	}
+	if m.refWritten != nil {
+		if w, err := m.refWritten(); err == nil {
+			s.refWritten = w.bytes
 		}
 	}
 	return s
@@ -622,6 +720,7 @@ func (s snapshot) addTo(p *phase, now snapshot) {
 	p.LoadgenCores += now.loadgen - s.loadgen
 	p.AgentCores += now.agent - s.agent
 	p.BEWriteRate += float64(now.beWritten - s.beWritten)
+	p.RefWriteRate += float64(now.refWritten - s.refWritten)
 	p.Periods += now.throttle.periods - s.throttle.periods
 	p.Throttled += now.throttle.throttled - s.throttle.throttled
 	p.ThrottledTime += now.throttle.time - s.throttle.time
@@ -648,6 +747,7 @@ func (p *phase) finish() {
 	p.LoadgenCores /= p.Seconds
 	p.AgentCores /= p.Seconds
 	p.BEWriteRate /= p.Seconds
+	p.RefWriteRate /= p.Seconds
 }
 
 func addDelays(into, d map[string]time.Duration) map[string]time.Duration {
@@ -902,6 +1002,31 @@ func joinCgroup(l cgroups.Layout, rel string, pid int) error {
 		}
 	}
 	return nil
+}
+
+// removeRoot removes the agent's cgroup root and revocable subtree, trying
+// again for up to 3 minutes: killed writers with direct I/O in flight under
+// a cap leave their cgroups busy for seconds, beyond the 5 s one try waits
+// (the noop run's revocable subtree was left behind so).
+func removeRoot(l cgroups.Layout, root string) {
+	for deadline := time.Now().Add(3 * time.Minute); ; time.Sleep(time.Second) {
+		cgrouptest.RemoveRoot(root)
+		left := false
+		for _, rel := range []string{root, cgroups.Subtree(root, cgroups.Revocable)} {
+			for _, d := range l.PathsOf(rel).Dirs() {
+				if _, err := os.Stat(d); err == nil {
+					left = true
+				}
+			}
+		}
+		if !left {
+			return
+		}
+		if time.Now().After(deadline) {
+			fmt.Fprintf(os.Stderr, "colocation: cgroups of %s left behind\n", root)
+			return
+		}
+	}
 }
 
 func removeCgroup(l cgroups.Layout, rel string) {
