@@ -423,7 +423,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		for i, id := range ids[:2] {
 			fw := d.c.frameworks[id]
 			fw.registeredAt = testNow.Add(time.Duration(i) * time.Second)
-			d.c.record(context.Background(), d.c.removeFramework(fw, "test", testNow))
+			d.c.record(context.Background(), d.c.removeFramework(fw, "test")...)
 		}
 		d.c.record(context.Background(), d.c.forgetHistory(testNow)...)
 		d.c.mu.Unlock()
