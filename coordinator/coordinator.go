@@ -285,7 +285,7 @@ func (c *Coordinator) shutdownStreams() {
 // send from their own goroutines, without c.mu), counts them, and wakes
 // the allocation loop when the core asks for a pass. Caller holds c.mu.
 func (c *Coordinator) deliver(r core.Ready) {
-	if len(r.Persist) > 0 || !r.Apply.IsZero() || len(r.After) > 0 {
+	if len(r.Persist) > 0 || !r.Apply.IsZero() || len(r.After) > 0 || len(r.Forgotten) > 0 {
 		// A persist step's sends wait for its records (step); records
 		// that follow a change (After) are the caller's to write.
 		panic("coordinator: deliver of a Ready with records to persist; use step")

@@ -43,12 +43,14 @@
 //
 // The core also holds the frameworks' registry records and decides
 // subscriptions (core.SubscribeFramework, a persist step) and teardowns
-// (core.RemoveFramework, whose completed record comes back in Ready.After).
+// (core.RemoveFramework, whose completed record comes back in Ready.After),
+// and forgets the torn-down ones beyond Limits.MaxCompletedFrameworks
+// (core.ForgetCompletedFrameworks).
 //
 // This package is the shell around it and still holds the rest of the
 // state: agent records, the frameworks' states, sessions and subscriptions,
 // registrations with their registry records, the maintenance schedule and its transitions,
-// retention limits, authorization and the launch proofs. RPC handlers
+// the retention of gone agents, authorization and the launch proofs. RPC handlers
 // decode, authorize, validate, call one domain operation and encode;
 // registry changes are a pure plan from a value of the current state
 // (planRegistration, planSubscription (the core's persist step), a

@@ -220,6 +220,8 @@ func registryWrite(r core.Record) store.Mutation {
 		return store.Put(store.BucketQuotas, r.Key, mustMarshal(&slacklinev1.QuotaConfig{Role: r.Key, Limits: r.Quota.Proto("", resources.Regular)}))
 	case core.RecordFramework:
 		return putFramework(r.Framework)
+	case core.RecordFrameworkDeleted:
+		return store.Delete(store.BucketFrameworks, r.Key)
 	}
 	panic(fmt.Sprintf("coordinator: registry record of unknown kind %d", r.Kind))
 }

@@ -138,6 +138,9 @@ type Ready struct {
 	Strays          []allocator.Allocation
 	Lost            []Lost
 	NotReregistered []string
+	// Forgotten are the torn-down frameworks ForgetCompletedFrameworks
+	// forgot (their records' deletions are in After).
+	Forgotten []string
 	// Expired are the frameworks disconnected for longer than their
 	// failover timeout, in id order: the shell tears them down.
 	Expired []string
@@ -157,7 +160,7 @@ type Ready struct {
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
 	return len(r.Persist) == 0 && len(r.After) == 0 && r.Apply.IsZero() && len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.Forgotten) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -183,6 +186,7 @@ func (r *Ready) Append(later Ready) {
 	r.Lost = append(r.Lost, later.Lost...)
 	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
 	r.Expired = append(r.Expired, later.Expired...)
+	r.Forgotten = append(r.Forgotten, later.Forgotten...)
 	r.TrimmedHistory = append(r.TrimmedHistory, later.TrimmedHistory...)
 	r.Untrusted = append(r.Untrusted, later.Untrusted...)
 }

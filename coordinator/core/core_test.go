@@ -39,6 +39,7 @@ import (
 //	                refusal prints "refused: <error>")
 //	load <id> roles=<r1,r2> [principal=<p>] [completed] [deadline=<d>]   (a record from the registry)
 //	registered principal=<p>   (its frameworks not torn down)
+//	forget-completed <n>   (retention: torn-down frameworks beyond n forgotten, oldest registered first)
 //	disconnect <fw> | teardown <fw> (its record follows: "record framework ... completed")
 //	suppress <fw> [roles=..] | revive <fw> [roles=..]
 //	allocate [full] [users=<agent>:<fw>,<fw>/<agent>:<fw>]
@@ -364,6 +365,9 @@ func (d *driver) run(file string, b block) []string {
 		k.LoadFramework(&slacklinev1.FrameworkRecord{
 			Info:           &slacklinev1.FrameworkInfo{Id: arg(0), Roles: strings.Split(kv["roles"], ","), Principal: kv["principal"]},
 			RegisteredTime: timestamppb.New(d.now), Completed: slices.Contains(pos, "completed")}, d.now.Add(dur(d.t, kv["deadline"])))
+	case "forget-completed":
+		n, _ := strconv.Atoi(arg(0))
+		r = k.ForgetCompletedFrameworks(n)
 	case "registered":
 		extra = append(extra, fmt.Sprintf("registered %d", k.RegisteredFrameworks(kv["principal"])))
 	case "disconnect":
@@ -692,6 +696,9 @@ func describe(r Ready) []string {
 	}
 	for _, id := range r.Expired {
 		out = append(out, "failover timeout expired "+id)
+	}
+	for _, id := range r.Forgotten {
+		out = append(out, "forgotten "+id)
 	}
 	if r.Wake {
 		out = append(out, "wake")

@@ -35,7 +35,10 @@
 //     registry, or adopted), CheckSubscription and SubscribeFramework (new
 //     or failover; a persist step), Disconnect, RemoveFramework (a
 //     teardown: its tasks dropped, its record completed), SetSuppressed
-//     (suppress and revive); queries FrameworkRecord, RegisteredFrameworks;
+//     (suppress and revive), ForgetCompletedFrameworks (retention: the
+//     torn-down frameworks beyond a bound, oldest registered first; their
+//     deletions in Ready.After); queries FrameworkRecord,
+//     RegisteredFrameworks;
 //   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
 //     (an Accept refused for its offers), AnswerInverseOffers;
 //   - tasks (tasks.go): Launch (accepted from an offer: RunTask to its
@@ -68,8 +71,7 @@
 //
 // Agent records, the frameworks' states, sessions and subscriptions,
 // registrations with their registry records, the maintenance schedule
-// itself and the retention of agents and frameworks (which frameworks to
-// forget; ForgetFramework forgets them here) are still the coordinator's
+// itself and the retention of gone agents are still the coordinator's
 // (package coordinator); Reconcile
 // reads the agents' states through AgentStates, and RegisterTasks the
 // frameworks' through Frameworks, for that reason. Whether a reported task

@@ -1,8 +1,10 @@
 package core
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"google.golang.org/protobuf/proto"
@@ -176,6 +178,34 @@ func (k *Core) RemoveFramework(frameworkID string) Ready {
 		rec = &frameworkRecord{info: rec.info, registeredAt: rec.registeredAt, completed: true}
 		k.records[frameworkID] = rec
 		k.out.After = append(k.out.After, Record{Kind: RecordFramework, Key: frameworkID, Framework: rec.proto()})
+	}
+	return k.take()
+}
+
+// ForgetCompletedFrameworks forgets the torn-down frameworks beyond limit
+// (< 0: no limit), oldest registered first (then by id): their records
+// and histories. The Ready's After deletes their records and Forgotten
+// names them, for the shell's own records and its limit metric.
+func (k *Core) ForgetCompletedFrameworks(limit int) Ready {
+	if limit < 0 {
+		return k.take()
+	}
+	var completed []string
+	for id, rec := range k.records {
+		if rec.completed {
+			completed = append(completed, id)
+		}
+	}
+	if len(completed) <= limit {
+		return k.take()
+	}
+	slices.SortFunc(completed, func(a, b string) int {
+		return cmp.Or(k.records[a].registeredAt.Compare(k.records[b].registeredAt), cmp.Compare(a, b))
+	})
+	for _, id := range completed[:len(completed)-limit] {
+		k.ForgetFramework(id)
+		k.out.After = append(k.out.After, Record{Kind: RecordFrameworkDeleted, Key: id})
+		k.out.Forgotten = append(k.out.Forgotten, id)
 	}
 	return k.take()
 }

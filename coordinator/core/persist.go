@@ -31,6 +31,9 @@ const (
 	// RecordFramework is a framework's record (Record.Framework), Key its
 	// id.
 	RecordFramework
+	// RecordFrameworkDeleted deletes a forgotten framework's record (Key
+	// its id).
+	RecordFrameworkDeleted
 )
 
 // Record is a registry record to write before the change it belongs to
@@ -53,6 +56,8 @@ func (r Record) String() string {
 			return fmt.Sprintf("quota %s none", r.Key)
 		}
 		return fmt.Sprintf("quota %s %s", r.Key, r.Quota)
+	case RecordFrameworkDeleted:
+		return "delete framework " + r.Key
 	case RecordFramework:
 		s := fmt.Sprintf("framework %s roles=%s principal=%q registered %s", r.Key, strings.Join(r.Framework.GetInfo().GetRoles(), ","),
 			r.Framework.GetInfo().GetPrincipal(), r.Framework.GetRegisteredTime().AsTime().Format(time.RFC3339))
