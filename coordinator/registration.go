@@ -393,7 +393,7 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 		return nil
 	}
 	clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout)
-	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
+	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED)
 	fw.disconnectedAt = now
 	c.frameworks[info.GetId()] = fw
 	// Known in memory only (its record was lost with the registry).

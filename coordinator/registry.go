@@ -89,7 +89,7 @@ func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error
 		// A record from before the operator lowered --max-failover-timeout
 		// is held to it too.
 		clampFailoverTimeout(rec.GetInfo(), c.cfg.Limits.MaxFailoverTimeout)
-		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, rec.GetRegisteredTime().AsTime())
+		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED)
 		// After a coordinator restart a scheduler gets at least as long as
 		// agents do to come back, whatever its failover timeout.
 		fw.disconnectedAt = now

@@ -134,7 +134,7 @@ func (c *Coordinator) applySubscription(r core.Ready) (*framework, *subscription
 	fw := c.frameworks[info.GetId()]
 	switch {
 	case fw == nil:
-		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, r.Persist[0].Framework.GetRegisteredTime().AsTime())
+		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED)
 		c.frameworks[info.GetId()] = fw
 	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
 		return nil, nil, tornDownError(info.GetId())

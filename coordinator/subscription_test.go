@@ -150,8 +150,8 @@ func TestSubscribe(t *testing.T) {
 			if sub.id == old.id || fw.state != connected || !d.c.core.FrameworkOffered(fw.id()).IsEmpty() || func() bool { n, _ := d.c.core.Offers(); return n != 0 }() {
 				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, d.c.core.FrameworkOffered(fw.id()))
 			}
-			if !fw.registeredAt.Equal(testNow) {
-				t.Fatalf("registeredAt %v changed", fw.registeredAt)
+			if at := d.c.core.FrameworkRecord(fw.id()).GetRegisteredTime().AsTime(); !at.Equal(testNow) {
+				t.Fatalf("registeredAt %v changed", at)
 			}
 			// The old stream's end does not disconnect the new subscription.
 			d.c.subscriptionEnded(fw, old)
