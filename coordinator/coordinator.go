@@ -285,8 +285,9 @@ func (c *Coordinator) shutdownStreams() {
 // send from their own goroutines, without c.mu), counts them, and wakes
 // the allocation loop when the core asks for a pass. Caller holds c.mu.
 func (c *Coordinator) deliver(r core.Ready) {
-	if len(r.Persist) > 0 || !r.Apply.IsZero() {
-		// A persist step's sends wait for its records (step).
+	if len(r.Persist) > 0 || !r.Apply.IsZero() || len(r.After) > 0 || len(r.Forgotten) > 0 {
+		// A persist step's sends wait for its records (step); records
+		// that follow a change (After) are the caller's to write.
 		panic("coordinator: deliver of a Ready with records to persist; use step")
 	}
 	for _, u := range r.Unqueue {
@@ -426,16 +427,4 @@ func (c *Coordinator) checkTimeouts(ctx context.Context) {
 	writes = append(writes, c.forgetHistoryWhenDue(now)...)
 	c.mu.Unlock()
 	c.record(ctx, writes...)
-}
-
-// addFramework registers a framework known but not connected with the
-// core. Caller holds c.mu.
-func (c *Coordinator) addFramework(info *slacklinev1.FrameworkInfo, deadline time.Time) {
-	c.core.AddFramework(frameworkSpec(info), deadline)
-}
-
-// frameworkSpec is what the core knows of a framework.
-func frameworkSpec(info *slacklinev1.FrameworkInfo) core.FrameworkSpec {
-	return core.FrameworkSpec{ID: info.GetId(), Roles: info.GetRoles(), FailoverTimeout: failoverTimeout(info),
-		Revocable: hasCapability(info, slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES)}
 }

@@ -41,15 +41,21 @@
 // agents Tick found silent). It has no lock, no clock, no I/O and no
 // goroutine, and is tested by transcripts (core/testdata/*.txt).
 //
+// The core also holds the frameworks' registry records and decides
+// subscriptions (core.SubscribeFramework, a persist step) and teardowns
+// (core.RemoveFramework, whose completed record comes back in Ready.After),
+// and forgets the torn-down ones beyond Limits.MaxCompletedFrameworks
+// (core.ForgetCompletedFrameworks).
+//
 // This package is the shell around it and still holds the rest of the
-// state: agent and framework records (states, sessions, subscriptions),
-// registrations and subscriptions with their registry records, the maintenance schedule and its transitions,
-// retention limits, authorization and the launch proofs. RPC handlers
+// state: agent records, the frameworks' states, sessions and subscriptions,
+// registrations with their registry records, the maintenance schedule and its transitions,
+// the retention of gone agents, authorization and the launch proofs. RPC handlers
 // decode, authorize, validate, call one domain operation and encode;
 // registry changes are a pure plan from a value of the current state
-// (planRegistration, planSubscription, a maintenance transition and
-// planMaintenance), table-tested, that register, subscribe and
-// changeMaintenance persist and apply. Bindings the core relies on (a
+// (planRegistration, planSubscription (the core's persist step), a
+// maintenance transition and planMaintenance), table-tested, that
+// register, subscribe and changeMaintenance persist and apply. Bindings the core relies on (a
 // framework's principal, an agent's identity and hostname) are enforced
 // here before an event reaches it.
 //
@@ -116,12 +122,14 @@
 // Changes the coordinator decides itself (timeouts, a stream's end, a
 // teardown, agents shut down by maintenance) are applied first, under
 // persistMu, and recorded right after, even if the caller hung up (a
-// teardown answers after its write). Where the core owns what a record
-// holds (role weights and quota), the core's Ready carries the persist
+// teardown answers after its write; the core returns the record to write
+// in Ready.After). Where the core owns what a record holds (role weights
+// and quota, framework records), the core's Ready carries the persist
 // step: the event changes nothing and returns the records (Ready.Persist)
-// and the change (Ready.Apply); step writes the records with mu released,
-// then delivers the sends, then applies the change (core.Apply) and
-// delivers what it leads to. Offers, heartbeats and the update ledger
+// and the change (Ready.Apply); step (or write and apply, for a
+// subscription, whose shell part runs between them) writes the records
+// with mu released, then delivers the sends, then applies the change
+// (core.Apply) and delivers what it leads to. Offers, heartbeats and the update ledger
 // live in memory and are rebuilt as agents re-register and frameworks
 // resubscribe.
 //

@@ -168,27 +168,22 @@ func (c *Coordinator) admitSubscription(caller string, limit int) (release func(
 }
 
 // forgetHistory forgets the torn-down frameworks beyond
-// Limits.MaxCompletedFrameworks, oldest registered first, and the agents
+// Limits.MaxCompletedFrameworks, oldest registered first (the core's
+// ForgetCompletedFrameworks, which holds their records), and the agents
 // UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (their
 // remaining tasks end TASK_STATE_GONE). It returns the registry writes.
 // Caller holds persistMu and c.mu.
 func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
-	var writes []store.Mutation
-	var completed []*framework
-	for _, fw := range c.frameworks {
-		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-			completed = append(completed, fw)
-		}
+	r := c.core.ForgetCompletedFrameworks(c.cfg.Limits.MaxCompletedFrameworks)
+	writes := registryWrites(r.After)
+	for _, id := range r.Forgotten {
+		delete(c.frameworks, id)
 	}
-	if limit := c.cfg.Limits.MaxCompletedFrameworks; !within(len(completed), limit) {
-		slices.SortFunc(completed, func(a, b *framework) int { return a.registeredAt.Compare(b.registeredAt) })
-		for _, fw := range completed[:len(completed)-limit] {
-			delete(c.frameworks, fw.id())
-			c.core.ForgetFramework(fw.id())
-			writes = append(writes, store.Delete(store.BucketFrameworks, fw.id()))
-		}
-		c.bounds.hit("completed_frameworks", "the oldest torn-down frameworks were forgotten", "forgotten", len(completed)-limit)
+	if n := len(r.Forgotten); n > 0 {
+		c.bounds.hit("completed_frameworks", "the oldest torn-down frameworks were forgotten", "forgotten", n)
 	}
+	r.After, r.Forgotten = nil, nil
+	c.deliver(r)
 	retention := c.cfg.Limits.GoneAgentRetention
 	if retention < 0 {
 		return writes

@@ -415,15 +415,19 @@ func TestHistoryIsBounded(t *testing.T) {
 		d := newLimitedDomain(t, Limits{MaxCompletedFrameworks: 1})
 		var ids []string
 		for i := range 3 {
+			// Registered a second apart (the frameworks' records are the
+			// core's): the first is the oldest.
+			at := testNow.Add(time.Duration(i) * time.Second)
+			d.c.cfg.Now = func() time.Time { return at }
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: fmt.Sprint("fw", i)})
 			ids = append(ids, id)
 		}
 		d.c.persistMu.Lock()
 		d.c.mu.Lock()
-		for i, id := range ids[:2] {
-			fw := d.c.frameworks[id]
-			fw.registeredAt = testNow.Add(time.Duration(i) * time.Second)
-			d.c.record(context.Background(), d.c.removeFramework(fw, "test", testNow))
+		// Torn down newest first: the registration time decides, not the
+		// order of the teardowns.
+		for _, id := range []string{ids[1], ids[0]} {
+			d.c.record(context.Background(), d.c.removeFramework(d.c.frameworks[id], "test")...)
 		}
 		d.c.record(context.Background(), d.c.forgetHistory(testNow)...)
 		d.c.mu.Unlock()

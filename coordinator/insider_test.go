@@ -308,7 +308,7 @@ func TestFrameworksPerPrincipal(t *testing.T) {
 		t.Fatalf("another principal: %v", err)
 	}
 	d.c.mu.Lock()
-	d.c.removeFramework(d.c.frameworks[first.id()], "test", testNow)
+	d.c.removeFramework(d.c.frameworks[first.id()], "test")
 	d.c.mu.Unlock()
 	if _, _, err := d.subscribeAs("batch", info()); err != nil {
 		t.Fatalf("after a teardown: %v", err)

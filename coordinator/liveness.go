@@ -78,7 +78,7 @@ func (c *Coordinator) tick(now time.Time) []store.Mutation {
 	for _, id := range r.Expired {
 		if fw := c.frameworks[id]; fw != nil && fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
 			c.log.Info("framework failover timeout expired; tearing down", "framework", fw.id(), "name", fw.info.GetName())
-			writes = append(writes, c.removeFramework(fw, "failover timeout expired", now))
+			writes = append(writes, c.removeFramework(fw, "failover timeout expired")...)
 		}
 	}
 	return writes

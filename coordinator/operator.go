@@ -52,7 +52,7 @@ func (c *Coordinator) frameworksProto() []*slacklinev1.Framework {
 	for _, fw := range c.frameworks {
 		pf := &slacklinev1.Framework{
 			Info: fw.info, State: fw.state, Allocated: c.core.Allocator().FrameworkAllocated(fw.id()).Proto("", resources.Regular),
-			Offered: c.core.FrameworkOffered(fw.id()).Proto("", resources.Regular), SuppressedRoles: c.core.Suppressed(fw.id()), RegisteredTime: timestamppb.New(fw.registeredAt),
+			Offered: c.core.FrameworkOffered(fw.id()).Proto("", resources.Regular), SuppressedRoles: c.core.Suppressed(fw.id()), RegisteredTime: c.core.FrameworkRecord(fw.id()).GetRegisteredTime(),
 		}
 		if fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED {
 			pf.DisconnectedTime = timestamppb.New(fw.disconnectedAt)

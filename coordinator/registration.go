@@ -10,6 +10,7 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
@@ -392,9 +393,10 @@ func (c *Coordinator) adoptFramework(a *agent, reported *slacklinev1.FrameworkIn
 		return nil
 	}
 	clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout)
-	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, now)
+	fw := newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED)
 	fw.disconnectedAt = now
 	c.frameworks[info.GetId()] = fw
-	c.addFramework(info, now.Add(failoverTimeout(info)))
+	// Known in memory only (its record was lost with the registry).
+	c.core.LoadFramework(&slacklinev1.FrameworkRecord{Info: info, RegisteredTime: timestamppb.New(now)}, now.Add(failoverTimeout(info)))
 	return fw
 }

@@ -287,7 +287,7 @@ func TestRegister(t *testing.T) {
 			fw1, sub := d.connectFramework(fwInfo)
 			done, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "done"})
 			d.c.mu.Lock()
-			d.c.removeFramework(d.c.frameworks[done], "test", testNow)
+			d.c.removeFramework(d.c.frameworks[done], "test")
 			d.c.mu.Unlock()
 			adopted := agentTask("lost-registry", "t3", "cpus:0.5", running)
 			adopted.Framework = &slacklinev1.FrameworkInfo{Id: "lost-registry", Name: "lost"}

@@ -89,15 +89,14 @@ func (c *Coordinator) recoverFramework(now time.Time) func(string, []byte) error
 		// A record from before the operator lowered --max-failover-timeout
 		// is held to it too.
 		clampFailoverTimeout(rec.GetInfo(), c.cfg.Limits.MaxFailoverTimeout)
-		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED, rec.GetRegisteredTime().AsTime())
+		fw := newFramework(rec.GetInfo(), slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED)
 		// After a coordinator restart a scheduler gets at least as long as
 		// agents do to come back, whatever its failover timeout.
 		fw.disconnectedAt = now
 		if rec.GetCompleted() {
 			fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
-		} else {
-			c.addFramework(fw.info, now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)))
 		}
+		c.core.LoadFramework(&rec, now.Add(max(failoverTimeout(rec.GetInfo()), c.cfg.AgentReregisterTimeout)))
 		c.frameworks[id] = fw
 		return nil
 	}
@@ -166,22 +165,46 @@ func (c *Coordinator) step(ctx context.Context, what string, event func() core.R
 	c.mu.Lock()
 	r := event()
 	c.mu.Unlock()
-	if len(r.Persist) > 0 {
-		writes := make([]store.Mutation, len(r.Persist))
-		for i, rec := range r.Persist {
-			writes[i] = registryWrite(rec)
-		}
-		if err := c.persist(ctx, what, writes...); err != nil {
-			return err
-		}
+	if err := c.write(ctx, what, r); err != nil {
+		return err
 	}
-	change := r.Apply
-	r.Persist, r.Apply = nil, core.Change{}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	c.apply(r)
+	return nil
+}
+
+// write makes a core Ready's records (Persist) durable, the first part of
+// its persist step. A failure is Unavailable: the caller drops the Ready.
+// It takes no lock.
+func (c *Coordinator) write(ctx context.Context, what string, r core.Ready) error {
+	if len(r.Persist) == 0 {
+		return nil
+	}
+	return c.persist(ctx, what, registryWrites(r.Persist)...)
+}
+
+// apply delivers a written Ready's sends, then applies its change
+// (core.Apply) and delivers what that leads to: the rest of the persist
+// step. Caller holds c.mu.
+func (c *Coordinator) apply(r core.Ready) {
+	change := r.Apply
+	r.Persist, r.Apply = nil, core.Change{}
 	c.deliver(r)
 	c.deliver(c.core.Apply(change))
-	return nil
+}
+
+// registryWrites are the registry writes of records the core asks to
+// persist.
+func registryWrites(records []core.Record) []store.Mutation {
+	if len(records) == 0 {
+		return nil
+	}
+	writes := make([]store.Mutation, len(records))
+	for i, rec := range records {
+		writes[i] = registryWrite(rec)
+	}
+	return writes
 }
 
 // registryWrite is the registry write of a record the core asks to
@@ -195,6 +218,10 @@ func registryWrite(r core.Record) store.Mutation {
 			return store.Delete(store.BucketQuotas, r.Key)
 		}
 		return store.Put(store.BucketQuotas, r.Key, mustMarshal(&slacklinev1.QuotaConfig{Role: r.Key, Limits: r.Quota.Proto("", resources.Regular)}))
+	case core.RecordFramework:
+		return putFramework(r.Framework)
+	case core.RecordFrameworkDeleted:
+		return store.Delete(store.BucketFrameworks, r.Key)
 	}
 	panic(fmt.Sprintf("coordinator: registry record of unknown kind %d", r.Kind))
 }

@@ -347,11 +347,11 @@ func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[sla
 		c.mu.Unlock()
 		return nil, err
 	}
-	write := c.removeFramework(fw, "torn down by the framework", c.cfg.Now())
+	writes := c.removeFramework(fw, "torn down by the framework")
 	c.mu.Unlock()
 	// The framework is gone in memory: the record must follow even if the
 	// caller hangs up.
-	if err := c.persist(context.WithoutCancel(ctx), "teardown", write); err != nil {
+	if err := c.persist(context.WithoutCancel(ctx), "teardown", writes...); err != nil {
 		return nil, err
 	}
 	return connect.NewResponse(&slacklinev1.TeardownResponse{}), nil

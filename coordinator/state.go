@@ -60,15 +60,15 @@ func (a *agent) endSession() {
 type framework struct {
 	info           *slacklinev1.FrameworkInfo
 	state          slacklinev1.FrameworkState
-	registeredAt   time.Time
 	disconnectedAt time.Time
 	sub            *subscription
-	// Its tasks (live and completed), offers, inverse offers and
-	// suppressed roles are the core's.
+	// Its registry record (registration time included), tasks (live and
+	// completed), offers, inverse offers and suppressed roles are the
+	// core's.
 }
 
-func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState, registeredAt time.Time) *framework {
-	return &framework{info: info, state: state, registeredAt: registeredAt}
+func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState) *framework {
+	return &framework{info: info, state: state}
 }
 
 func (fw *framework) id() string { return fw.info.GetId() }

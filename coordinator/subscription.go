@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/ids"
@@ -29,45 +29,37 @@ func tornDownError(id string) error {
 	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("framework %q was torn down and cannot subscribe again", id))
 }
 
-// planSubscription decides from the frameworks as they are, changing
-// nothing, whether a framework may subscribe and since when it is
-// registered: now for a new framework (no id), the first subscription's for
-// a failover. An unknown id is NotFound, a torn-down one FailedPrecondition.
-func planSubscription(frameworks map[string]*framework, info *slacklinev1.FrameworkInfo, now time.Time) (registeredAt time.Time, err error) {
-	if info.GetId() == "" {
-		return now, nil
-	}
-	switch fw := frameworks[info.GetId()]; {
-	case fw == nil:
-		return time.Time{}, connect.NewError(connect.CodeNotFound, fmt.Errorf("framework %q is unknown; subscribe without an id to register anew", info.GetId()))
-	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
-		return time.Time{}, tornDownError(info.GetId())
-	default:
-		return fw.registeredAt, nil
-	}
+// planSubscription asks the core for a subscription, new (info without an
+// id: newID becomes its id) or a failover, changing nothing: a persist
+// step whose record is the framework's (its first registration time kept
+// on a failover), or the core's refusal as a code: an unknown id is
+// NotFound, a torn-down one FailedPrecondition.
+func planSubscription(k *core.Core, info *slacklinev1.FrameworkInfo, newID string, now time.Time) (core.Ready, error) {
+	r, err := k.SubscribeFramework(info, newID, now)
+	return r, subscriptionError(err)
 }
 
-// registeredFrameworks counts the frameworks of principal that are
-// registered and not torn down (connected, or disconnected within their
-// failover timeout).
-func registeredFrameworks(frameworks map[string]*framework, principal string) int {
-	n := 0
-	for _, fw := range frameworks {
-		if fw.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED && fw.info.GetPrincipal() == principal {
-			n++
-		}
+// subscriptionError maps the core's subscription refusals to codes.
+func subscriptionError(err error) error {
+	switch {
+	case err == nil:
+		return nil
+	case errors.Is(err, core.ErrUnknownFramework):
+		return connect.NewError(connect.CodeNotFound, err)
+	case errors.Is(err, core.ErrTornDown):
+		return connect.NewError(connect.CodeFailedPrecondition, err)
 	}
-	return n
+	return err
 }
 
 // checkFrameworkCount refuses a new framework of a principal that has as
 // many registered frameworks as Limits.MaxFrameworksPerPrincipal allows
 // (ResourceExhausted, naming the cap). info must be bound (bindPrincipal).
-func checkFrameworkCount(frameworks map[string]*framework, info *slacklinev1.FrameworkInfo, limit int) error {
+func checkFrameworkCount(k *core.Core, info *slacklinev1.FrameworkInfo, limit int) error {
 	if info.GetId() != "" {
 		return nil // a failover: counted already
 	}
-	if n := registeredFrameworks(frameworks, info.GetPrincipal()); !within(n+1, limit) {
+	if n := k.RegisteredFrameworks(info.GetPrincipal()); !within(n+1, limit) {
 		return exhausted("principal %q has %d registered frameworks, the most it may (--max-frameworks-per-principal %d): tear one down, or fail over to one (framework_info.id) instead of registering anew",
 			info.GetPrincipal(), n, limit)
 	}
@@ -86,55 +78,63 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 }
 
 // subscribe admits a subscription, new or a failover, its record durable
-// before the framework learns its id. It takes c.mu to plan and to apply,
-// and holds persistMu throughout so that no teardown slips in between (nor
-// another principal's framework past Limits.MaxFrameworksPerPrincipal).
+// before the framework learns its id: the core's persist step
+// (core.SubscribeFramework), planned under c.mu, written with it released,
+// applied under it. It holds persistMu throughout so that no teardown
+// slips in between (nor another principal's framework past
+// Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
 	c.persistMu.Lock()
 	defer c.persistMu.Unlock()
 	c.mu.Lock()
-	registeredAt, err := planSubscription(c.frameworks, info, now)
+	err := subscriptionError(c.core.CheckSubscription(info.GetId()))
 	if err == nil {
 		// Refused before anything changes: a failover by another principal
 		// leaves the running framework untouched.
 		err = c.bindPrincipal(ctx, info)
 	}
 	if err == nil {
-		if err = checkFrameworkCount(c.frameworks, info, c.cfg.Limits.MaxFrameworksPerPrincipal); err != nil {
+		if err = checkFrameworkCount(c.core, info, c.cfg.Limits.MaxFrameworksPerPrincipal); err != nil {
 			c.bounds.hit("frameworks_per_principal", "framework registration refused: its principal has as many registered frameworks as it may",
 				"principal", info.GetPrincipal())
 		}
+	}
+	var r core.Ready
+	if err == nil {
+		if asked := failoverTimeout(info); clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout) {
+			c.bounds.hit("failover_timeout", "a framework's failover timeout was lowered to the coordinator's maximum",
+				"framework", info.GetId(), "name", info.GetName(), "asked", asked, "max", c.cfg.Limits.MaxFailoverTimeout)
+		}
+		newID := ""
+		if info.GetId() == "" {
+			newID = ids.New()
+		}
+		r, err = planSubscription(c.core, info, newID, now)
 	}
 	c.mu.Unlock()
 	if err != nil {
 		return nil, nil, err
 	}
-	if asked := failoverTimeout(info); clampFailoverTimeout(info, c.cfg.Limits.MaxFailoverTimeout) {
-		c.bounds.hit("failover_timeout", "a framework's failover timeout was lowered to the coordinator's maximum",
-			"framework", info.GetId(), "name", info.GetName(), "asked", asked, "max", c.cfg.Limits.MaxFailoverTimeout)
-	}
-	if info.GetId() == "" {
-		info.Id = ids.New()
-	}
-	rec := &slacklinev1.FrameworkRecord{Info: info, RegisteredTime: timestamppb.New(registeredAt)}
-	if err := c.persist(ctx, "framework", putFramework(rec)); err != nil {
+	if err := c.write(ctx, "framework", r); err != nil {
 		return nil, nil, err
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.applySubscription(info, registeredAt, now)
+	return c.applySubscription(r)
 }
 
-// applySubscription connects a framework whose record is durable. A new one
-// joins the allocator. A known one fails over: its old stream ends with an
-// error event, its offers and inverse offers are dropped (the new scheduler
-// does not know them), its roles and capabilities change.
-func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registeredAt, now time.Time) (*framework, *subscription, error) {
+// applySubscription connects a framework whose record is durable (r is
+// the core's persist step, written). A new one joins the allocator. A
+// known one fails over: its old stream ends with an error event, its
+// offers and inverse offers are dropped (the new scheduler does not know
+// them), its roles and capabilities change.
+func (c *Coordinator) applySubscription(r core.Ready) (*framework, *subscription, error) {
+	info := r.Apply.Subscribed()
 	fw := c.frameworks[info.GetId()]
 	switch {
 	case fw == nil:
-		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED, registeredAt)
+		fw = newFramework(info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED)
 		c.frameworks[info.GetId()] = fw
 	case fw.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED:
 		return nil, nil, tornDownError(info.GetId())
@@ -147,7 +147,7 @@ func (c *Coordinator) applySubscription(info *slacklinev1.FrameworkInfo, registe
 	}
 	// The core drops the offers and inverse offers of an earlier
 	// subscription: the new scheduler does not know them.
-	c.deliver(c.core.Subscribe(frameworkSpec(info), now))
+	c.apply(r)
 	fw.info, fw.state = info, slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED
 	sub := &subscription{outbox: newOutbox[*slacklinev1.Event]()}
 	fw.sub = sub
@@ -220,7 +220,7 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 		c.deliver(c.core.Disconnect(fw.id(), now))
 		c.log.Info("framework disconnected", "framework", fw.id(), "failover_timeout", fw.failoverTimeout())
 		if fw.failoverTimeout() == 0 {
-			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout", now))
+			writes = append(writes, c.removeFramework(fw, "disconnected with a zero failover timeout")...)
 		}
 	}
 	c.mu.Unlock()
@@ -228,13 +228,16 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 }
 
 // removeFramework tears a framework down: offers rescinded, tasks killed and
-// forgotten, allocations released. It returns the registry write that marks
-// it completed. Caller holds persistMu (see subscribe) and c.mu.
-func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Time) store.Mutation {
+// forgotten, allocations released (the core's RemoveFramework, which keeps
+// its record as torn down). It returns the registry writes that mark it
+// completed. Caller holds persistMu (see subscribe) and c.mu.
+func (c *Coordinator) removeFramework(fw *framework, reason string) []store.Mutation {
 	id := fw.id()
-	c.deliver(c.core.RemoveFramework(id))
 	c.maint.ForgetFramework(id)
-	c.deliver(c.core.DropFrameworkTasks(id))
+	r := c.core.RemoveFramework(id)
+	writes := registryWrites(r.After)
+	r.After = nil
+	c.deliver(r)
 	fw.state = slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED
 	if fw.sub != nil {
 		fw.sub.send(errorEvent("framework removed: " + reason))
@@ -242,7 +245,7 @@ func (c *Coordinator) removeFramework(fw *framework, reason string, now time.Tim
 		fw.sub = nil
 	}
 	c.log.Info("framework removed", "framework", id, "reason", reason)
-	return putFramework(&slacklinev1.FrameworkRecord{Info: fw.info, RegisteredTime: timestamppb.New(fw.registeredAt), Completed: true})
+	return writes
 }
 
 // putFramework returns the registry write of a framework's record.

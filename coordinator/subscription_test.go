@@ -10,24 +10,22 @@ import (
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/timestamppb"
 
+	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
-func knownFramework(id string, state slacklinev1.FrameworkState) *framework {
-	return newFramework(&slacklinev1.FrameworkInfo{Id: id, Name: id, Roles: []string{"*"}}, state, testNow.Add(-time.Hour))
-}
-
+// TestPlanSubscription: the plan is the core's persist step
+// (core.SubscribeFramework; its transcript is core/testdata/frameworks.txt);
+// the shell maps its refusals to codes and changes nothing.
 func TestPlanSubscription(t *testing.T) {
 	t.Parallel()
-	frameworks := map[string]*framework{}
-	for id, state := range map[string]slacklinev1.FrameworkState{
-		"connected":    slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED,
-		"disconnected": slacklinev1.FrameworkState_FRAMEWORK_STATE_DISCONNECTED,
-		"completed":    slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED,
-	} {
-		frameworks[id] = knownFramework(id, state)
+	k := core.New(core.Config{})
+	for id, completed := range map[string]bool{"known": false, "completed": true} {
+		k.LoadFramework(&slacklinev1.FrameworkRecord{Info: &slacklinev1.FrameworkInfo{Id: id, Name: id, Roles: []string{"*"}},
+			RegisteredTime: timestamppb.New(testNow.Add(-time.Hour)), Completed: completed}, testNow.Add(time.Hour))
 	}
 	tests := []struct {
 		name             string
@@ -36,24 +34,36 @@ func TestPlanSubscription(t *testing.T) {
 		wantRegisteredAt time.Time
 	}{
 		{"new framework", "", 0, testNow},
-		{"failover of a connected framework keeps its registration time", "connected", 0, testNow.Add(-time.Hour)},
-		{"a disconnected framework comes back", "disconnected", 0, testNow.Add(-time.Hour)},
+		{"failover of a known framework keeps its registration time", "known", 0, testNow.Add(-time.Hour)},
 		{"an unknown id is refused", "never-seen", connect.CodeNotFound, time.Time{}},
 		{"a torn-down framework is refused", "completed", connect.CodeFailedPrecondition, time.Time{}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			registeredAt, err := planSubscription(frameworks, &slacklinev1.FrameworkInfo{Id: tt.id, Name: "fw"}, testNow)
+			r, err := planSubscription(k, &slacklinev1.FrameworkInfo{Id: tt.id, Name: "fw"}, "new-id", testNow)
 			if (err == nil) != (tt.wantCode == 0) || (err != nil && connect.CodeOf(err) != tt.wantCode) {
 				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
 			}
-			if !registeredAt.Equal(tt.wantRegisteredAt) {
-				t.Errorf("registeredAt = %v, want %v", registeredAt, tt.wantRegisteredAt)
+			if err != nil {
+				return
+			}
+			if len(r.Persist) != 1 || r.Persist[0].Kind != core.RecordFramework {
+				t.Fatalf("persist = %v, want the framework's record", r.Persist)
+			}
+			if got := r.Persist[0].Framework.GetRegisteredTime().AsTime(); !got.Equal(tt.wantRegisteredAt) {
+				t.Errorf("registered at %v, want %v", got, tt.wantRegisteredAt)
+			}
+			want := tt.id
+			if want == "" {
+				want = "new-id"
+			}
+			if id := r.Apply.Subscribed().GetId(); id != want {
+				t.Errorf("subscribes %q", id)
 			}
 		})
 	}
-	if len(frameworks) != 3 || frameworks["completed"].state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
-		t.Errorf("planSubscription changed the frameworks: %v", frameworks)
+	if k.FrameworkRecord("new-id") != nil || !k.FrameworkRecord("completed").GetCompleted() || k.RegisteredFrameworks("") != 1 {
+		t.Error("planSubscription changed the records")
 	}
 }
 
@@ -140,8 +150,8 @@ func TestSubscribe(t *testing.T) {
 			if sub.id == old.id || fw.state != connected || !d.c.core.FrameworkOffered(fw.id()).IsEmpty() || func() bool { n, _ := d.c.core.Offers(); return n != 0 }() {
 				t.Fatalf("after failover: stream %q (old %q), state %v, offers %d", sub.id, old.id, fw.state, d.c.core.FrameworkOffered(fw.id()))
 			}
-			if !fw.registeredAt.Equal(testNow) {
-				t.Fatalf("registeredAt %v changed", fw.registeredAt)
+			if at := d.c.core.FrameworkRecord(fw.id()).GetRegisteredTime().AsTime(); !at.Equal(testNow) {
+				t.Fatalf("registeredAt %v changed", at)
 			}
 			// The old stream's end does not disconnect the new subscription.
 			d.c.subscriptionEnded(fw, old)
@@ -181,10 +191,10 @@ func TestSubscribe(t *testing.T) {
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
 			d.c.persistMu.Lock()
 			d.c.mu.Lock()
-			write := d.c.removeFramework(d.c.frameworks[id], "test", testNow)
+			writes := d.c.removeFramework(d.c.frameworks[id], "test")
 			d.c.mu.Unlock()
 			d.c.persistMu.Unlock()
-			if err := d.st.Apply(context.Background(), write); err != nil {
+			if err := d.st.Apply(context.Background(), writes...); err != nil {
 				t.Fatal(err)
 			}
 			_, _, err := d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw"})

@@ -50,8 +50,11 @@ type Core struct {
 	alloc      *allocator.Allocator
 	agents     map[string]*agent
 	frameworks map[string]*framework
-	offers     map[string]*Offer
-	inverse    map[string]*InverseOffer
+	// records are the frameworks' registry records, torn-down ones
+	// included (frameworks.go).
+	records map[string]*frameworkRecord
+	offers  map[string]*Offer
+	inverse map[string]*InverseOffer
 	// draining are the agents on DRAINING machines.
 	draining map[string]struct{}
 	// dirty are agents whose free resources changed since the last pass;
@@ -78,6 +81,7 @@ func New(cfg Config) *Core {
 		alloc:      allocator.New(allocator.Config{MinAllocatable: cfg.MinAllocatable}),
 		agents:     map[string]*agent{},
 		frameworks: map[string]*framework{},
+		records:    map[string]*frameworkRecord{},
 		offers:     map[string]*Offer{},
 		inverse:    map[string]*InverseOffer{},
 		draining:   map[string]struct{}{},
@@ -119,7 +123,11 @@ type Counts struct {
 type Ready struct {
 	// Persist are the registry records to write before anything else.
 	Persist []Record
-	Events  []Send
+	// After are the records of a change the call applied already (one
+	// the coordinator decides itself: a teardown), written after the
+	// sends.
+	After  []Record
+	Events []Send
 	// Commands are for agents' command streams (an agent without a
 	// session is skipped); Unqueue takes superseded updates off
 	// subscriptions' queues.
@@ -130,6 +138,9 @@ type Ready struct {
 	Strays          []allocator.Allocation
 	Lost            []Lost
 	NotReregistered []string
+	// Forgotten are the torn-down frameworks ForgetCompletedFrameworks
+	// forgot (their records' deletions are in After).
+	Forgotten []string
 	// Expired are the frameworks disconnected for longer than their
 	// failover timeout, in id order: the shell tears them down.
 	Expired []string
@@ -148,14 +159,21 @@ type Ready struct {
 
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
-	return len(r.Persist) == 0 && r.Apply.IsZero() && len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
+	return len(r.Persist) == 0 && len(r.After) == 0 && r.Apply.IsZero() && len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.Forgotten) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
 }
 
 // Append adds the effects of a later call to r.
 func (r *Ready) Append(later Ready) {
 	r.Persist = append(r.Persist, later.Persist...)
+	r.After = append(r.After, later.After...)
 	r.Apply.records = append(r.Apply.records, later.Apply.records...)
+	if later.Apply.subscribe != nil {
+		if r.Apply.subscribe != nil {
+			panic("core: two subscriptions in one Ready")
+		}
+		r.Apply.subscribe = later.Apply.subscribe
+	}
 	r.Events = append(r.Events, later.Events...)
 	r.Commands = append(r.Commands, later.Commands...)
 	r.Unqueue = append(r.Unqueue, later.Unqueue...)
@@ -168,6 +186,7 @@ func (r *Ready) Append(later Ready) {
 	r.Lost = append(r.Lost, later.Lost...)
 	r.NotReregistered = append(r.NotReregistered, later.NotReregistered...)
 	r.Expired = append(r.Expired, later.Expired...)
+	r.Forgotten = append(r.Forgotten, later.Forgotten...)
 	r.TrimmedHistory = append(r.TrimmedHistory, later.TrimmedHistory...)
 	r.Untrusted = append(r.Untrusted, later.Untrusted...)
 }
@@ -491,20 +510,21 @@ type FrameworkSpec struct {
 	FailoverTimeout time.Duration
 }
 
-// AddFramework adds a framework known but not connected (recovered from
-// the registry, or adopted from an agent's report); Tick reports it
-// expired after deadline unless it subscribes.
-func (k *Core) AddFramework(spec FrameworkSpec, deadline time.Time) {
+// addFramework adds a framework known but not connected (recovered from
+// the registry, or adopted from an agent's report: LoadFramework); Tick
+// reports it expired after deadline unless it subscribes.
+func (k *Core) addFramework(spec FrameworkSpec, deadline time.Time) {
 	k.alloc.AddFramework(spec.ID, spec.Roles, false)
 	k.alloc.SetFrameworkRevocable(spec.ID, spec.Revocable)
 	k.frameworks[spec.ID] = &framework{id: spec.ID, failoverTimeout: spec.FailoverTimeout, deadline: deadline}
 }
 
-// Subscribe connects a framework, new or failing over: the offers and
-// inverse offers of its earlier subscription are dropped (the new
-// scheduler does not know them; no rescind is sent), its roles and
-// capabilities are updated, and a full pass is asked for.
-func (k *Core) Subscribe(spec FrameworkSpec, now time.Time) Ready {
+// subscribe connects a framework, new or failing over (the Apply of
+// SubscribeFramework): the offers and inverse offers of its earlier
+// subscription are dropped (the new scheduler does not know them; no
+// rescind is sent), its roles and capabilities are updated, and a full
+// pass is asked for.
+func (k *Core) subscribe(spec FrameworkSpec, now time.Time) {
 	fw := k.frameworks[spec.ID]
 	if fw == nil {
 		fw = &framework{id: spec.ID}
@@ -518,7 +538,6 @@ func (k *Core) Subscribe(spec FrameworkSpec, now time.Time) Ready {
 	k.alloc.SetFrameworkRevocable(spec.ID, spec.Revocable)
 	fw.connected, fw.failoverTimeout, fw.deadline = true, spec.FailoverTimeout, time.Time{}
 	k.markAllDirty()
-	return k.take()
 }
 
 // Disconnect handles the end of a framework's subscription: it is no
@@ -535,12 +554,13 @@ func (k *Core) Disconnect(frameworkID string, now time.Time) Ready {
 	return k.take()
 }
 
-// RemoveFramework tears a framework down: its offers are dropped (the
-// allocator forgets its allocations), its inverse offers forgotten.
-func (k *Core) RemoveFramework(frameworkID string) Ready {
+// removeFramework takes a framework out of the offer book: its offers
+// are dropped (the allocator forgets its allocations), its inverse offers
+// forgotten.
+func (k *Core) removeFramework(frameworkID string) {
 	fw := k.frameworks[frameworkID]
 	if fw == nil {
-		return k.take()
+		return
 	}
 	for _, o := range fw.offers {
 		delete(k.offers, o.ID)
@@ -552,7 +572,6 @@ func (k *Core) RemoveFramework(frameworkID string) Ready {
 	k.dropInverseOffers(fw)
 	k.alloc.RemoveFramework(frameworkID)
 	delete(k.frameworks, frameworkID)
-	return k.take()
 }
 
 // SetSuppressed suppresses (or revives) roles of a framework; a revive

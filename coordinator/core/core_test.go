@@ -33,8 +33,14 @@ import (
 //	lost <agent> | withdraw <agent> | remove <agent> | forget <agent>
 //	maint <agent> mode=up|draining|down [machine=<m> start=<d> for=<d>]
 //	estimate <agent> <r>
-//	framework <id> roles=<r1,r2> [revocable] [failover=<d>]   (subscribe: new or failover)
-//	disconnect <fw> | teardown <fw>
+//	framework <id> roles=<r1,r2> [revocable] [failover=<d>] [principal=<p>] [failover] [fail]
+//	                (a subscription through the persist step: new, or a failover
+//	                when the core has the id's record or "failover" is given; a
+//	                refusal prints "refused: <error>")
+//	load <id> roles=<r1,r2> [principal=<p>] [completed] [deadline=<d>]   (a record from the registry)
+//	registered principal=<p>   (its frameworks not torn down)
+//	forget-completed <n>   (retention: torn-down frameworks beyond n forgotten, oldest registered first)
+//	disconnect <fw> | teardown <fw> (its record follows: "record framework ... completed")
 //	suppress <fw> [roles=..] | revive <fw> [roles=..]
 //	allocate [full] [users=<agent>:<fw>,<fw>/<agent>:<fw>]
 //	decline <fw> <offer>... [refuse=<d>]
@@ -61,7 +67,7 @@ import (
 //	report <fw> <task> <state>   (its re-registering agent reports a live task's state)
 //	unreachable <agent>   (its tasks become UNREACHABLE)
 //	reported <agent> [<fw>/<task>:<state>...]   (terminal tasks it reported on registering)
-//	kill <fw> <task> | drop <fw> (teardown's tasks) | forget-framework <fw>
+//	kill <fw> <task> | drop <fw> (a teardown) | forget-framework <fw>
 //	reconcile <fw> [<task>[@<agent>]...] [agents=<id>:<state>,...]   (agents' states as the shell knows them)
 //	tasks <fw>      (its live tasks in id order, then its completed ones, oldest first)
 //	register-tasks <agent> [<fw>/<task>:<state>[:untrusted]...] [live=<fw>,...] [aware=<fw>,...]
@@ -338,13 +344,35 @@ func (d *driver) run(file string, b block) []string {
 	case "estimate":
 		r = k.Estimate(arg(0), res(arg(1)), d.now)
 	case "framework":
-		_, revocable := kv["revocable"]
-		revocable = revocable || slices.Contains(pos, "revocable")
-		r = k.Subscribe(FrameworkSpec{ID: arg(0), Roles: strings.Split(kv["roles"], ","), Revocable: revocable,
-			FailoverTimeout: dur(d.t, kv["failover"])}, d.now)
+		info := &slacklinev1.FrameworkInfo{Roles: strings.Split(kv["roles"], ","), Principal: kv["principal"],
+			FailoverTimeoutSeconds: dur(d.t, kv["failover"]).Seconds()}
+		if _, revocable := kv["revocable"]; revocable || slices.Contains(pos, "revocable") {
+			info.Capabilities = []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_REVOCABLE_RESOURCES}
+		}
+		// A failover names the framework's id: one the core has a record
+		// of, or any with "failover".
+		newID := arg(0)
+		if k.FrameworkRecord(arg(0)) != nil || slices.Contains(pos, "failover") {
+			info.Id, newID = arg(0), ""
+		}
+		var err error
+		if r, err = k.SubscribeFramework(info, newID, d.now); err != nil {
+			extra = append(extra, "refused: "+err.Error())
+			break
+		}
+		r = d.persistStep(r, slices.Contains(pos, "fail"))
+	case "load":
+		k.LoadFramework(&slacklinev1.FrameworkRecord{
+			Info:           &slacklinev1.FrameworkInfo{Id: arg(0), Roles: strings.Split(kv["roles"], ","), Principal: kv["principal"]},
+			RegisteredTime: timestamppb.New(d.now), Completed: slices.Contains(pos, "completed")}, d.now.Add(dur(d.t, kv["deadline"])))
+	case "forget-completed":
+		n, _ := strconv.Atoi(arg(0))
+		r = k.ForgetCompletedFrameworks(n)
+	case "registered":
+		extra = append(extra, fmt.Sprintf("registered %d", k.RegisteredFrameworks(kv["principal"])))
 	case "disconnect":
 		r = k.Disconnect(arg(0), d.now)
-	case "teardown":
+	case "teardown", "drop":
 		r = k.RemoveFramework(arg(0))
 	case "suppress", "revive":
 		var roles []string
@@ -464,8 +492,6 @@ func (d *driver) run(file string, b block) []string {
 		if r, err = k.Kill(arg(0), arg(1)); err != nil {
 			extra = append(extra, "error: "+err.Error())
 		}
-	case "drop":
-		r = k.DropFrameworkTasks(arg(0))
 	case "forget-framework":
 		k.ForgetFramework(arg(0))
 	case "reconcile":
@@ -570,6 +596,24 @@ func (d *driver) persistStep(r Ready, fail bool) Ready {
 	return r
 }
 
+// recordLine is a record as transcripts show it: a framework's with its
+// registration time on the logical clock.
+func recordLine(rec Record) string {
+	if rec.Kind != RecordFramework {
+		return rec.String()
+	}
+	info := rec.Framework.GetInfo()
+	line := fmt.Sprintf("framework %s roles=%s", rec.Key, strings.Join(info.GetRoles(), ","))
+	if p := info.GetPrincipal(); p != "" {
+		line += " principal=" + p
+	}
+	line += " registered=" + rec.Framework.GetRegisteredTime().AsTime().Sub(t0).String()
+	if rec.Framework.GetCompleted() {
+		line += " completed"
+	}
+	return line
+}
+
 // describe renders a Ready's effects, one per line: what to persist
 // first, then the sends.
 func describe(r Ready) []string {
@@ -579,7 +623,7 @@ func describe(r Ready) []string {
 			out = append(out, "persist "+rec.Key)
 			continue
 		}
-		out = append(out, "persist "+rec.String())
+		out = append(out, "persist "+recordLine(rec))
 	}
 	for _, s := range r.Events {
 		ev := s.Event
@@ -632,6 +676,9 @@ func describe(r Ready) []string {
 			out = append(out, fmt.Sprintf("%s <- %v", c.AgentID, c.Command))
 		}
 	}
+	for _, rec := range r.After {
+		out = append(out, "record "+recordLine(rec))
+	}
 	for _, t := range r.Untrusted {
 		out = append(out, "untrusted "+t.FrameworkID+"/"+t.Info.GetTaskId())
 	}
@@ -649,6 +696,9 @@ func describe(r Ready) []string {
 	}
 	for _, id := range r.Expired {
 		out = append(out, "failover timeout expired "+id)
+	}
+	for _, id := range r.Forgotten {
+		out = append(out, "forgotten "+id)
 	}
 	if r.Wake {
 		out = append(out, "wake")

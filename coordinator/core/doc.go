@@ -15,20 +15,30 @@
 // order, whether an allocation pass is wanted, and counts for its
 // metrics. The offer book writes no registry record (offers live in
 // memory only). An event that changes what the registry holds and the
-// core owns (role weights and quota: UpdateRoles) is a persist step, as
+// core owns (role weights and quota: UpdateRoles; a framework's record:
+// SubscribeFramework) is a persist step, as
 // in raft's Ready (persist.go): it changes nothing and returns the
 // records to write (Ready.Persist) and the change (Ready.Apply); the
 // shell writes the records, then sends, then calls Apply with the change
-// once the records are durable, so a failed write changes nothing. Where
-// the shell still owns the record (a subscription, a registration), it
-// makes the record durable first and calls the core after.
+// once the records are durable, so a failed write changes nothing. A
+// change the coordinator decides itself and applies first (a teardown:
+// RemoveFramework) returns its records in Ready.After, for the shell to
+// write after the sends. Where the shell still owns the record (an
+// agent's registration), it makes the record durable first and calls the
+// core after.
 //
 // # Events
 //
 //   - agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
 //     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate;
-//   - frameworks: AddFramework, Subscribe (new or failover), Disconnect,
-//     RemoveFramework, SetSuppressed (suppress and revive);
+//   - frameworks (frameworks.go): LoadFramework (a record from the
+//     registry, or adopted), CheckSubscription and SubscribeFramework (new
+//     or failover; a persist step), Disconnect, RemoveFramework (a
+//     teardown: its tasks dropped, its record completed), SetSuppressed
+//     (suppress and revive), ForgetCompletedFrameworks (retention: the
+//     torn-down frameworks beyond a bound, oldest registered first; their
+//     deletions in Ready.After); queries FrameworkRecord,
+//     RegisteredFrameworks;
 //   - offers: Decline, CheckAccept/TakeOffers/Return (one Accept), DropOffers
 //     (an Accept refused for its offers), AnswerInverseOffers;
 //   - tasks (tasks.go): Launch (accepted from an offer: RunTask to its
@@ -37,11 +47,10 @@
 //     (an agent's admitted update: a terminal one ends the task, releases
 //     its resources and keeps it in the framework's history within
 //     Config.MaxCompletedTasks), ReportTaskState, EndTask (a terminal
-//     state the coordinator decided), TasksUnreachable, DropFrameworkTasks
-//     (a teardown), Kill, Reconcile (agents' states are an input:
+//     state the coordinator decided), TasksUnreachable, Kill, Reconcile (agents' states are an input:
 //     AgentStates), RegisterTasks (a registering agent's reported tasks,
 //     with the shell's verdict on each and the frameworks' states as
-//     inputs), ForgetFramework, ForgetAgentTasks; Claim and Release for
+//     inputs), ForgetFramework (its record and history), ForgetAgentTasks; Claim and Release for
 //     resources held outside a task record;
 //   - status updates: AddUpdate (an agent's update with a uuid, within
 //     Config.MaxPendingUpdates per framework), Acknowledge (the
@@ -60,10 +69,10 @@
 //
 // # What the core does not hold yet
 //
-// Agent and framework records (their states, sessions and
-// subscriptions), registrations and subscriptions with their registry
-// records, the maintenance schedule itself and the retention of agents and
-// frameworks are still the coordinator's (package coordinator); Reconcile
+// Agent records, the frameworks' states, sessions and subscriptions,
+// registrations with their registry records, the maintenance schedule
+// itself and the retention of gone agents are still the coordinator's
+// (package coordinator); Reconcile
 // reads the agents' states through AgentStates, and RegisterTasks the
 // frameworks' through Frameworks, for that reason. Whether a reported task
 // is trusted (launch proofs) is decided by the shell: it is authorization. See

@@ -2,6 +2,10 @@ package core
 
 import (
 	"fmt"
+	"strings"
+	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 
 	"github.com/slackline/slackline/resources"
 )
@@ -24,15 +28,22 @@ const (
 	// RecordQuota is a role's quota limit (Record.Quota; empty: the role
 	// has none, and the record is deleted).
 	RecordQuota
+	// RecordFramework is a framework's record (Record.Framework), Key its
+	// id.
+	RecordFramework
+	// RecordFrameworkDeleted deletes a forgotten framework's record (Key
+	// its id).
+	RecordFrameworkDeleted
 )
 
 // Record is a registry record to write before the change it belongs to
 // is applied. Key is the role.
 type Record struct {
-	Kind   RecordKind
-	Key    string
-	Weight float64
-	Quota  resources.Resources
+	Kind      RecordKind
+	Key       string
+	Weight    float64
+	Quota     resources.Resources
+	Framework *slacklinev1.FrameworkRecord
 }
 
 // String is the record as transcripts show it.
@@ -45,6 +56,15 @@ func (r Record) String() string {
 			return fmt.Sprintf("quota %s none", r.Key)
 		}
 		return fmt.Sprintf("quota %s %s", r.Key, r.Quota)
+	case RecordFrameworkDeleted:
+		return "delete framework " + r.Key
+	case RecordFramework:
+		s := fmt.Sprintf("framework %s roles=%s principal=%q registered %s", r.Key, strings.Join(r.Framework.GetInfo().GetRoles(), ","),
+			r.Framework.GetInfo().GetPrincipal(), r.Framework.GetRegisteredTime().AsTime().Format(time.RFC3339))
+		if r.Framework.GetCompleted() {
+			s += " completed"
+		}
+		return s
 	}
 	return fmt.Sprintf("record %d %s", r.Kind, r.Key)
 }
@@ -52,11 +72,12 @@ func (r Record) String() string {
 // Change is what a Ready's Persist records make true: the shell passes it
 // to Core.Apply once they are durable. The zero Change changes nothing.
 type Change struct {
-	records []Record
+	records   []Record
+	subscribe *subscribeChange
 }
 
 // IsZero reports whether the change changes nothing.
-func (c Change) IsZero() bool { return len(c.records) == 0 }
+func (c Change) IsZero() bool { return len(c.records) == 0 && c.subscribe == nil }
 
 // RoleConfig is a role's weight or quota limit, as an operator sets it:
 // Weight > 0 sets the weight; Quota, with SetQuota true, sets the quota
@@ -95,6 +116,9 @@ func (k *Core) Apply(c Change) Ready {
 			k.alloc.SetQuotaLimit(r.Key, r.Quota)
 		}
 		k.markAllDirty()
+	}
+	if c.subscribe != nil {
+		k.applySubscribe(c.subscribe)
 	}
 	return k.take()
 }

@@ -23,7 +23,7 @@ type TaskKey struct{ FrameworkID, TaskID string }
 // Task is the core's record of a task. The shell reads it (views, trust
 // checks, maintenance usage) and changes it only through the core's
 // events (Launch, AdoptTask, TaskUpdate, EndTask, ReportTaskState,
-// TasksUnreachable, DropFrameworkTasks).
+// TasksUnreachable, RemoveFramework).
 type Task struct {
 	Info        *slacklinev1.TaskInfo
 	FrameworkID string
@@ -298,11 +298,11 @@ func (k *Core) complete(t *Task) {
 	k.tasks.completed[t.FrameworkID] = list
 }
 
-// DropFrameworkTasks forgets a torn-down framework's live tasks (they do
+// dropFrameworkTasks forgets a torn-down framework's live tasks (they do
 // not join its history; RemoveFramework released their allocations) and
 // sends each agent that ran any a ShutdownFramework command, in agent id
 // order.
-func (k *Core) DropFrameworkTasks(frameworkID string) Ready {
+func (k *Core) dropFrameworkTasks(frameworkID string) {
 	agents := map[string]bool{}
 	for _, t := range k.tasks.live[frameworkID] {
 		if on := k.tasks.onAgent[t.AgentID]; on != nil {
@@ -318,12 +318,12 @@ func (k *Core) DropFrameworkTasks(frameworkID string) Ready {
 		k.command(id, ShutdownFrameworkCommand(frameworkID))
 		k.markDirty(id)
 	}
-	return k.take()
 }
 
-// ForgetFramework forgets a framework's history (the coordinator forgot
-// the framework).
+// ForgetFramework forgets a torn-down framework's record and history (the
+// coordinator forgot the framework).
 func (k *Core) ForgetFramework(frameworkID string) {
+	delete(k.records, frameworkID)
 	delete(k.tasks.completed, frameworkID)
 }
 
