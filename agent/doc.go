@@ -67,8 +67,9 @@
 //   - estimateLoop: turns the monitor's history into the oversubscription
 //     estimate (estimator/) and sends it when it changes; it runs once per
 //     --oversubscribed-resources-interval, just after the monitor's first
-//     sample following each tick (estimateSchedule), so that each estimate
-//     has seen every sample up to its time.
+//     sample following each tick, or at a sample a quarter interval or
+//     less before the tick (estimateSchedule), so that each estimate has
+//     seen every sample up to its time.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and

@@ -151,18 +151,18 @@ func (l *estimateLoop) sampleTaken() {
 func (l *estimateLoop) Run(ctx context.Context) error {
 	tick := time.NewTicker(l.interval)
 	defer tick.Stop()
-	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval}
+	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval, interval: l.interval}
 	var points []monitor.Point
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
-			if !sched.tick() {
+		case now := <-tick.C:
+			if !sched.tick(now) {
 				continue
 			}
 		case <-l.sampled:
-			if !sched.sampled() {
+			if !sched.sampled(time.Now()) {
 				continue
 			}
 		}

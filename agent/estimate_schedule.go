@@ -1,5 +1,7 @@
 package agent
 
+import "time"
+
 // estimateSchedule decides when the estimate loop runs (#29): right after
 // the monitor's first pass following each tick of the estimate interval,
 // rather than at the tick itself. The monitor and the estimate loop tick
@@ -11,26 +13,43 @@ package agent
 // after the sample, each estimate has seen every sample up to its own
 // time.
 //
+// A sample that lands shortly before a tick (within a quarter interval:
+// the two loops' jitter when their phases are close) runs that tick's
+// estimate early, and the tick then runs nothing: waiting for the sample
+// after the tick would leave the one just taken a whole interval
+// unseen, and slack appearing in it would be offered an interval late.
+//
 // When no sample comes by the next tick (a stalled or slow monitor), the
 // estimate the last tick called for runs at that tick, and the new tick's
 // waits for a sample in turn: a stalled monitor still gets one estimate
 // per tick, one interval late, so the estimator sees time pass (a monitor
 // that stops reporting is handled by the estimator, whose estimates go
 // unscored, not by the loop stopping). It is pure: the loop feeds it ticks
-// and samples.
+// and samples with their times.
 type estimateSchedule struct {
 	// aligned is set when estimates wait for samples: a monitor sampling
 	// at least as often as the estimate interval.
 	aligned bool
+	// interval is the estimate interval.
+	interval time.Duration
 	// due is set from a tick until the estimate it calls for has run.
 	due bool
+	// next is when the next tick is expected (zero before the first);
+	// early is set when a sample ran its estimate already.
+	next  time.Time
+	early bool
 }
 
-// tick is a tick of the estimate interval: it returns whether to estimate
-// now.
-func (s *estimateSchedule) tick() bool {
+// tick is a tick of the estimate interval at now: it returns whether to
+// estimate now.
+func (s *estimateSchedule) tick(now time.Time) bool {
 	if !s.aligned {
 		return true
+	}
+	s.next = now.Add(s.interval)
+	if s.early {
+		s.early = false // its estimate ran at the sample just before it
+		return false
 	}
 	// No sample since the last tick: its estimate runs now, and this
 	// tick's waits for a sample.
@@ -39,11 +58,19 @@ func (s *estimateSchedule) tick() bool {
 	return late
 }
 
-// sampled is the end of a monitor pass: it returns whether to estimate now.
-func (s *estimateSchedule) sampled() bool {
-	if !s.aligned || !s.due {
+// sampled is the end of a monitor pass at now: it returns whether to
+// estimate now.
+func (s *estimateSchedule) sampled(now time.Time) bool {
+	if !s.aligned {
 		return false
 	}
-	s.due = false
-	return true
+	if s.due {
+		s.due = false
+		return true
+	}
+	if !s.next.IsZero() && !s.early && !now.Before(s.next.Add(-s.interval/4)) {
+		s.early = true
+		return true
+	}
+	return false
 }

@@ -1,41 +1,56 @@
 package agent
 
 import (
+	"strconv"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestEstimateSchedule: aligned to the monitor, an estimate runs right after
 // the first sample following each tick (never at the tick itself, never
-// twice per tick), and at the next tick when no sample came (so a stalled
+// twice per tick), or at a sample shortly before the tick (then not again
+// for that tick), and at the next tick when no sample came (so a stalled
 // monitor still gets an estimate per tick); unaligned, at every tick and
-// never on a sample. Events: t a tick, s a sample; the
-// result marks each event that ran an estimate (E) or not (.).
+// never on a sample. Events: tN a tick, sN a sample, at N ms; the result
+// marks each event that ran an estimate (E) or not (.).
 func TestEstimateSchedule(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name    string
-		aligned bool
-		events  string
-		want    string
+		name     string
+		aligned  bool
+		interval time.Duration
+		events   string
+		want     string
 	}{
-		{"sample after each tick", true, "tststs", ".E.E.E"},
-		{"a sample before the first tick runs nothing", true, "stst", "..E."},
-		{"two samples per tick: only the first runs", true, "tsstss", ".E..E."},
-		{"no sample by the next tick: estimate at it, then at the sample", true, "ttst", ".EE."},
-		{"stalled monitor: one estimate per tick, one tick late", true, "tttt", ".EEE"},
-		{"unaligned: every tick, no sample", false, "tstsst", "E.E..E"},
+		{"sample after each tick", true, 100, "t0 s10 t100 s110 t200 s210", ".E.E.E"},
+		{"a sample before the first tick runs nothing", true, 100, "s0 t5 s100 t105", "..E."},
+		{"two samples per tick: only the first runs", true, 100, "t0 s10 s60 t100 s110 s160", ".E..E."},
+		{"no sample by the next tick: estimate at it, then at the sample", true, 100, "t0 t100 s110 t200", ".EE."},
+		{"stalled monitor: one estimate per tick, one tick late", true, 100, "t0 t100 t200 t300", ".EEE"},
+		// The loops' phases close: a sample lands 1 ms before its tick
+		// instead of 1 ms after. It runs the tick's estimate; before, it
+		// waited for the next tick (an interval unseen).
+		{"a sample just before its tick runs the tick's estimate", true, 100, "t99 s100 t199 s200 s298 t299 t399 s400", ".E.EE..E"},
+		{"a sample a quarter interval before the tick is not early", true, 100, "t0 s10 s70 t100 s110", ".E..E"},
+		{"slower estimates: one per tick, early or after it", true, 1000, "t0 s10 s760 s860 t1000 s1010 s1760 t2000 s2010", ".EE...E.."},
+		{"unaligned: every tick, no sample", false, 100, "t0 s10 t100 s110 s160 t200", "E.E..E"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			s := estimateSchedule{aligned: tc.aligned}
+			s := estimateSchedule{aligned: tc.aligned, interval: tc.interval * time.Millisecond}
 			var got strings.Builder
-			for _, e := range tc.events {
+			for _, e := range strings.Fields(tc.events) {
+				ms, err := strconv.Atoi(e[1:])
+				if err != nil {
+					t.Fatal(err)
+				}
+				now := time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond)
 				run := false
-				if e == 't' {
-					run = s.tick()
+				if e[0] == 't' {
+					run = s.tick(now)
 				} else {
-					run = s.sampled()
+					run = s.sampled(now)
 				}
 				if run {
 					got.WriteByte('E')

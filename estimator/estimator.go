@@ -176,7 +176,8 @@ type Config struct {
 	Calibration CalibrationConfig
 	// RiseInterval is the least time between two rises of the calibrated
 	// estimator's published estimate (a Pacer; 0: every rise is published).
-	// Shrinks are published at once.
+	// Shrinks, and a lasting rise right after a rise, are published at
+	// once.
 	RiseInterval time.Duration
 }
 

@@ -122,18 +122,38 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 	return slackOf(in, f.cfg, members, predict)
 }
 
-func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
-	cfg := f.cfg.Fast
-	// need is the peak over the last Confirm, before the peak over the
-	// Confirm before that.
-	need, before := 0.0, 0.0
-	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < 2*cfg.Confirm; i-- {
-		if now.Sub(m.window[i].Time) < cfg.Confirm {
+// peaks returns m's CPU peak over the last Confirm (need) and over the
+// Confirm before that (before).
+func (f *fastEstimator) peaks(m member, now time.Time) (need, before float64) {
+	confirm := f.cfg.Fast.Confirm
+	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < 2*confirm; i-- {
+		if now.Sub(m.window[i].Time) < confirm {
 			need = max(need, m.window[i].CPU)
 		} else {
 			before = max(before, m.window[i].CPU)
 		}
 	}
+	return need, before
+}
+
+// confirmedFall reports whether m's CPU fell by at least Onset and has
+// stayed down for the whole of the last Confirm (the peak over the last
+// Confirm is at least Onset below the peak over the Confirm before it):
+// the slack it leaves is lasting, not noise aging out of the window
+// (#29's pacer sends the rise it makes at once). Never without Onset.
+func (f *fastEstimator) confirmedFall(m member, now time.Time) bool {
+	if f.cfg.Fast.Onset == 0 {
+		return false
+	}
+	need, before := f.peaks(m, now)
+	return before-need >= f.cfg.Fast.Onset
+}
+
+func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
+	cfg := f.cfg.Fast
+	// need is the peak over the last Confirm, before the peak over the
+	// Confirm before that.
+	need, before := f.peaks(m, now)
 	if cfg.Onset == 0 {
 		return need
 	}

@@ -103,7 +103,7 @@ rises, --rise-interval).`,
 	f.StringVarP(&o.output, "output", "o", "table", "output format: table, markdown or json")
 	f.DurationVar(&o.replay.EstimateInterval, "interval", o.replay.EstimateInterval, "estimate interval")
 	f.DurationVar(&o.replay.History, "history", o.replay.History, "history each container carries")
-	f.DurationVar(&o.config.RiseInterval, "rise-interval", o.config.RiseInterval, "calibrated: least time between two rises of the estimate (0: publish every rise)")
+	f.DurationVar(&o.config.RiseInterval, "rise-interval", o.config.RiseInterval, "calibrated: least time between two rises of the estimate (the second step of a lasting rise goes at once; 0: publish every rise)")
 	f.Float64Var(&o.replay.Tolerance, "tolerance", o.replay.Tolerance, "over-offer in cores not counted as a violation")
 	f.DurationVar(&o.config.Window, "window", o.config.Window, "usage window")
 	f.Float64Var(&o.config.Percentile, "percentile", o.config.Percentile, "usage percentile")
