@@ -90,9 +90,13 @@
 // tried); Track/Untrack maintain the tracked set and tell each CPU that it
 // changed;
 // Stats, AllStats and DelayedBy read cumulative counters (ReadAll reads
-// every tracked cgroup's with batch lookups, a system call per 128 cgroups,
-// and CgroupStats.Running says whether a task of the cgroup holds a CPU,
-// from the CPUs' mapped states); Run(ctx) reads the
+// every tracked cgroup's: it looks up only those whose counters a program
+// marked changed since its last call, through the `changed` flags user
+// space maps, reuses what it read of the others, and reads every cgroup
+// once a second, with batch lookups, a system call per 128 cgroups;
+// ReadCounts says how often each happened; CgroupStats.Running says
+// whether a task of the cgroup holds a CPU, from the CPUs' mapped
+// states); Run(ctx) reads the
 // ring buffer into Events until ctx ends, then closes the reader and the
 // channel; Close detaches everything. The Monitor owns every kernel object;
 // nothing is pinned, so the programs go away with the process.
