@@ -79,7 +79,8 @@
 // cache of the tracked set and the counters of up to four tracked cgroups
 // ("resident" counters, which user space reads through a memory mapping of
 // that state; the counts of other cgroups go to the per-CPU hash map
-// cgroup_stats). Counts never move between the two, so Stats can read at
+// cgroup_stats, and set the cgroup's flag in `changed`, which tells
+// ReadAll to look it up). Counts never move between the two, so Stats can read at
 // any time. The state takes about 3 KiB per possible CPU.
 //
 // # Lifecycle and ownership

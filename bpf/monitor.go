@@ -563,7 +563,7 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 	defer m.mu.Unlock()
 	epoch, known := m.epochs[cgroupID]
 	if !known {
-		err := m.stats.Update(cgroupID, make([]schedCgroupCounters, m.ncpu), ebpf.UpdateNoExist)
+		err := m.createStats(cgroupID)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
 		}
@@ -582,6 +582,25 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 	m.epochs[cgroupID] = epoch
 	m.changedSet()
 	return nil
+}
+
+// trackRetries bounds Track's attempts at creating a counters entry that
+// failed for want of memory, with pauses of 1, 2, 4... ms between them.
+const trackRetries = 5
+
+// createStats creates a cgroup's counters entry. Its per-CPU values come
+// from the kernel's atomic per-CPU pool, which a workqueue refills: on a
+// busy host the update can fail with ENOMEM until it has, so it is
+// retried (trackRetries).
+func (m *Monitor) createStats(cgroupID uint64) error {
+	zero := make([]schedCgroupCounters, m.ncpu)
+	for attempt := 0; ; attempt++ {
+		err := m.stats.Update(cgroupID, zero, ebpf.UpdateNoExist)
+		if !errors.Is(err, unix.ENOMEM) || attempt == trackRetries {
+			return err
+		}
+		time.Sleep(time.Millisecond << attempt)
+	}
 }
 
 // changedSet tells the programs that the tracked set changed, so that

@@ -139,15 +139,22 @@ func TestReadAllReadsOnlyChanged(t *testing.T) {
 	if after.Full != before.Full {
 		t.Fatalf("a full read happened (%+v -> %+v): the test sees nothing of the marks", before, after)
 	}
+	seen := 0
 	for _, cg := range ran {
 		got, want := all[cg.id], direct[cg.id]
 		if got.OnCPU < want.OnCPU || got.Wakeups < want.Wakeups || got.RunqCount < want.RunqCount {
 			t.Errorf("cgroup %d ran: ReadAll %v on CPU, %d wakeups, %d waits; a lookup before it %v, %d, %d",
 				cg.id, got.OnCPU, got.Wakeups, got.RunqCount, want.OnCPU, want.Wakeups, want.RunqCount)
 		}
-		if want.OnCPU == 0 {
-			t.Errorf("cgroup %d: a process ran in it but it has no CPU time", cg.id)
+		if want.OnCPU > 0 {
+			seen++
 		}
+	}
+	// Not vacuous: the lookups saw the processes run. (A process's last
+	// slice is counted at its final switch, which may come after its
+	// parent saw it exit: not every cgroup need show it yet.)
+	if seen < len(ran)/2 {
+		t.Errorf("only %d of %d cgroups where a process ran show CPU time", seen, len(ran))
 	}
 	ranFlags := map[int]bool{}
 	for _, cg := range ran {
