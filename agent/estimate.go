@@ -250,7 +250,12 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		}
 		points = m.HistorySince(points[:0], id, after)
 		for _, p := range points {
-			samples = append(samples, estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemWorkingSet, NetTx: p.NetTxMbps})
+			// Unusable samples are dropped here, once, so that the
+			// estimators need not check the whole window at every
+			// estimate (HistoryChecked).
+			if s := (estimator.Sample{Time: p.Time, CPU: p.CPURate, MemBytes: p.MemWorkingSet, NetTx: p.NetTxMbps}); s.Usable() {
+				samples = append(samples, s)
+			}
 		}
 		if excess := len(samples) - m.HistoryLimit(); excess > 0 {
 			samples = samples[excess:] // the next growth reallocates and frees the dropped head
@@ -264,11 +269,12 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		}
 		in.Containers = append(in.Containers, estimator.Container{
 			ID: c.ID, Revocable: c.Spec.Revocable, Allocated: c.Spec.Resources.ScalarsOnly(), History: history(c.ID),
+			HistoryChecked: true,
 		})
 	}
 	for _, path := range l.protect {
 		id := protectedPrefix + path
-		in.Protected = append(in.Protected, estimator.Container{ID: id, History: history(id)})
+		in.Protected = append(in.Protected, estimator.Container{ID: id, History: history(id), HistoryChecked: true})
 	}
 	l.samples, l.spare = kept, l.samples
 	return in, points

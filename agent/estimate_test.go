@@ -64,6 +64,9 @@ func TestEstimateInputIncremental(t *testing.T) {
 			if diff := cmp.Diff(want, c.History); diff != "" {
 				t.Fatalf("pass %d, container %s: history (-whole +incremental):\n%s", pass, c.ID, diff)
 			}
+			if !c.HistoryChecked {
+				t.Fatalf("pass %d, container %s: history not marked checked", pass, c.ID)
+			}
 			if len(c.History) > limit {
 				t.Fatalf("pass %d, container %s: %d samples, more than the monitor's %d", pass, c.ID, len(c.History), limit)
 			}

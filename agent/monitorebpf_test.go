@@ -114,3 +114,74 @@ func TestMonitorSeesIdleContainerStartBurning(t *testing.T) {
 			busy.Stats.GetCpusUsageSecs(), idle.Stats.GetCpusUsageSecs(), busy.CPURate)
 	}
 }
+
+// TestMonitorSeesIdleContainerMemoryGrow: with the real eBPF programs and
+// a real cgroup, a container idle for a few passes whose memory then grows
+// (a process in it writes a 32 MiB file: page cache charged to it) shows the growth in
+// its usage within refreshInterval (1 s) of the monitor's clock, the
+// bound monitor's doc.go states; here at the next pass, as the writer ran.
+func TestMonitorSeesIdleContainerMemoryGrow(t *testing.T) {
+	privileged.Require(t)
+	t.Parallel()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	root := "slackline-monitortest-" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	rel := filepath.Join(root, "c")
+	for _, d := range layout.PathsOf(rel).Dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := bpf.CgroupID(filepath.Join(layout.Unified, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := bpf.Load(bpf.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("load eBPF: %v", err)
+	}
+	defer progs.Close()
+	if err := progs.Track(id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	m, err := monitor.New(monitor.Config{Mode: string(layout.Mode), EBPF: MonitorStats(progs), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	m.SetTargets([]monitor.Target{{ID: "c", CgroupPath: rel, CgroupID: id}})
+
+	t0 := time.Now()
+	var idle monitor.Usage
+	for i := range 3 {
+		if err := m.Sample(t0.Add(time.Duration(i) * 100 * time.Millisecond)); err != nil {
+			t.Fatal(err)
+		}
+		idle, _ = m.Latest("c")
+	}
+	// The writer joins the cgroup of the memory controller that counts
+	// (v2, or the v1 memory hierarchy on hybrid hosts) and v2's (eBPF).
+	file := filepath.Join(t.TempDir(), "grow") // its page cache is charged to the writer's cgroup
+	const grow = 32 << 20
+	script := `for d in "$@"; do echo $$ > "$d/cgroup.procs"; done; exec dd if=/dev/zero of=` + file + ` bs=1M count=32 status=none`
+	args := append([]string{"-c", script, "sh"}, layout.PathsOf(rel).Dirs()...)
+	if out, err := exec.Command("sh", args...).CombinedOutput(); err != nil {
+		t.Fatalf("write %s in the container: %v\n%s", file, err, out)
+	}
+	var grown monitor.Usage
+	for at := 300 * time.Millisecond; at <= 200*time.Millisecond+time.Second; at += 100 * time.Millisecond {
+		if err := m.Sample(t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		if grown, _ = m.Latest("c"); grown.MemUsage >= idle.MemUsage+grow {
+			return
+		}
+	}
+	t.Fatalf("usage %d bytes a second after the container grew by %d (idle: %d)", grown.MemUsage, grow, idle.MemUsage)
+}

@@ -79,7 +79,8 @@
 // cache of the tracked set and the counters of up to four tracked cgroups
 // ("resident" counters, which user space reads through a memory mapping of
 // that state; the counts of other cgroups go to the per-CPU hash map
-// cgroup_stats). Counts never move between the two, so Stats can read at
+// cgroup_stats, and set the cgroup's flag in `changed`, which tells
+// ReadAll to look it up). Counts never move between the two, so Stats can read at
 // any time. The state takes about 3 KiB per possible CPU.
 //
 // # Lifecycle and ownership
@@ -90,9 +91,13 @@
 // tried); Track/Untrack maintain the tracked set and tell each CPU that it
 // changed;
 // Stats, AllStats and DelayedBy read cumulative counters (ReadAll reads
-// every tracked cgroup's with batch lookups, a system call per 128 cgroups,
-// and CgroupStats.Running says whether a task of the cgroup holds a CPU,
-// from the CPUs' mapped states); Run(ctx) reads the
+// every tracked cgroup's: it looks up only those whose counters a program
+// marked changed since its last call, through the `changed` flags user
+// space maps, reuses what it read of the others, and reads every cgroup
+// once a second, with batch lookups, a system call per 128 cgroups;
+// ReadCounts says how often each happened; CgroupStats.Running says
+// whether a task of the cgroup holds a CPU, from the CPUs' mapped
+// states); Run(ctx) reads the
 // ring buffer into Events until ctx ends, then closes the reader and the
 // channel; Close detaches everything. The Monitor owns every kernel object;
 // nothing is pinned, so the programs go away with the process.

@@ -65,6 +65,7 @@ int BPF_PROG(fsync_end, struct inode *inode, int ret)
 	__sync_fetch_and_add(&s->sync_ns, wait);
 	__sync_fetch_and_add(&s->sync_count, 1);
 	__sync_fetch_and_add(&s->sync_hist[sync_bucket(wait) & (RUNQ_BUCKETS - 1)], 1);
+	mark_changed(cgroup);
 	return 0;
 }
 
@@ -152,6 +153,7 @@ int BPF_PROG(blk_done, struct request *rq, blk_status_t error, unsigned int nr_b
 	__sync_fetch_and_add(&c->ns, wait);
 	__sync_fetch_and_add(&c->bytes, nr_bytes);
 	__sync_fetch_and_add(&c->hist[sync_bucket(wait) & (RUNQ_BUCKETS - 1)], 1);
+	mark_changed(cgroup);
 	return 0;
 }
 

@@ -50,6 +50,11 @@ type ioCgroupCounters struct {
 	SyncHist     [32]uint64
 }
 
+type ioChangedFlags struct {
+	_    structs.HostLayout
+	Flag [4096]uint8
+}
+
 type ioTrackedCgroup struct {
 	_     structs.HostLayout
 	Class uint32
@@ -63,6 +68,7 @@ const (
 	ioMapBlkInflight = "blk_inflight"
 	ioMapBlkStats    = "blk_stats"
 	ioMapCgroupStats = "cgroup_stats"
+	ioMapChanged     = "changed"
 	ioMapSyncStart   = "sync_start"
 	ioMapTracked     = "tracked"
 	ioProgBlkDone    = "blk_done"
@@ -126,6 +132,7 @@ type ioMapSpecs struct {
 	BlkInflight *ebpf.MapSpec `ebpf:"blk_inflight"`
 	BlkStats    *ebpf.MapSpec `ebpf:"blk_stats"`
 	CgroupStats *ebpf.MapSpec `ebpf:"cgroup_stats"`
+	Changed     *ebpf.MapSpec `ebpf:"changed"`
 	SyncStart   *ebpf.MapSpec `ebpf:"sync_start"`
 	Tracked     *ebpf.MapSpec `ebpf:"tracked"`
 }
@@ -159,6 +166,7 @@ type ioMaps struct {
 	BlkInflight *ebpf.Map `ebpf:"blk_inflight"`
 	BlkStats    *ebpf.Map `ebpf:"blk_stats"`
 	CgroupStats *ebpf.Map `ebpf:"cgroup_stats"`
+	Changed     *ebpf.Map `ebpf:"changed"`
 	SyncStart   *ebpf.Map `ebpf:"sync_start"`
 	Tracked     *ebpf.Map `ebpf:"tracked"`
 }
@@ -168,6 +176,7 @@ func (m *ioMaps) Close() error {
 		m.BlkInflight,
 		m.BlkStats,
 		m.CgroupStats,
+		m.Changed,
 		m.SyncStart,
 		m.Tracked,
 	)

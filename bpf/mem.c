@@ -40,6 +40,7 @@ static __always_inline int reclaim_end(void)
 		return 0;
 	__sync_fetch_and_add(&s->reclaim_ns, stall);
 	__sync_fetch_and_add(&s->reclaim_count, 1);
+	mark_changed(cgroup);
 	return 0;
 }
 
@@ -75,8 +76,10 @@ int BPF_PROG(mark_victim, struct task_struct *task)
 {
 	__u64 cgroup = task_cgroup_id(task);
 	struct cgroup_counters *s = bpf_map_lookup_elem(&cgroup_stats, &cgroup);
-	if (s)
+	if (s) {
 		__sync_fetch_and_add(&s->oom_kills, 1);
+		mark_changed(cgroup);
+	}
 	return 0;
 }
 

@@ -36,6 +36,11 @@ type memCgroupCounters struct {
 	SyncHist     [32]uint64
 }
 
+type memChangedFlags struct {
+	_    structs.HostLayout
+	Flag [4096]uint8
+}
+
 type memTrackedCgroup struct {
 	_     structs.HostLayout
 	Class uint32
@@ -47,6 +52,7 @@ type memTrackedCgroup struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	memMapCgroupStats         = "cgroup_stats"
+	memMapChanged             = "changed"
 	memMapReclaimStart        = "reclaim_start"
 	memMapTracked             = "tracked"
 	memProgDirectReclaimBegin = "direct_reclaim_begin"
@@ -110,6 +116,7 @@ type memProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type memMapSpecs struct {
 	CgroupStats  *ebpf.MapSpec `ebpf:"cgroup_stats"`
+	Changed      *ebpf.MapSpec `ebpf:"changed"`
 	ReclaimStart *ebpf.MapSpec `ebpf:"reclaim_start"`
 	Tracked      *ebpf.MapSpec `ebpf:"tracked"`
 }
@@ -141,6 +148,7 @@ func (o *memObjects) Close() error {
 // It can be passed to loadMemObjects or ebpf.CollectionSpec.LoadAndAssign.
 type memMaps struct {
 	CgroupStats  *ebpf.Map `ebpf:"cgroup_stats"`
+	Changed      *ebpf.Map `ebpf:"changed"`
 	ReclaimStart *ebpf.Map `ebpf:"reclaim_start"`
 	Tracked      *ebpf.Map `ebpf:"tracked"`
 }
@@ -148,6 +156,7 @@ type memMaps struct {
 func (m *memMaps) Close() error {
 	return _MemClose(
 		m.CgroupStats,
+		m.Changed,
 		m.ReclaimStart,
 		m.Tracked,
 	)

@@ -217,6 +217,19 @@ type Monitor struct {
 	batchValues []schedCgroupCounters // len(batchKeys) * ncpu
 	batchSize   int                   // the batch size that fits the map's buckets
 	noBatch     bool                  // the kernel has no batch lookups
+	// What ReadAll read of each tracked cgroup, reused until a program
+	// marks it changed (changed.go), and the marks. Bounded by the
+	// tracked set (MaxCgroups); entries go with Untrack and at full reads.
+	changed       *ebpf.Map
+	marks         *changedMarks
+	cache         map[uint64]cachedCounters
+	lastFull      time.Time
+	fullEvery     time.Duration // fullReadInterval; tests set it longer
+	readIDs       []uint64
+	walked        map[uint64]bool
+	readsFull     uint64
+	readsLookedUp uint64
+	readsReused   uint64
 
 	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and ReadAll read
 	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
@@ -267,6 +280,8 @@ func Load(cfg Config) (*Monitor, error) {
 		events:     make(chan ThresholdEvent, 1024),
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
 		epochs:     map[uint64]uint32{},
+		cache:      map[uint64]cachedCounters{},
+		fullEvery:  fullReadInterval,
 	}
 
 	schedSpec, err := loadSched()
@@ -284,6 +299,16 @@ func Load(cfg Config) (*Monitor, error) {
 		m.tracked.Close()
 		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
 	}
+	if m.changed, err = ebpf.NewMap(schedSpec.Maps["changed"].Copy()); err != nil {
+		m.stats.Close()
+		m.tracked.Close()
+		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
+	}
+	if m.marks, err = mapChanged(m.changed); err != nil {
+		// Every ReadAll then reads every cgroup.
+		log.Warn("eBPF changed marks unavailable: every cgroup's counters are read at every pass", "err", err)
+		m.marks = nil
+	}
 	// Every collection declares the shared maps; size them alike so the
 	// replacements are compatible.
 	sizeShared := func(spec *ebpf.CollectionSpec) {
@@ -296,6 +321,7 @@ func Load(cfg Config) (*Monitor, error) {
 	shared := &ebpf.CollectionOptions{MapReplacements: map[string]*ebpf.Map{
 		"tracked":      m.tracked,
 		"cgroup_stats": m.stats,
+		"changed":      m.changed,
 	}, Cache: KernelBTF()}
 
 	var points []attachPoint
@@ -537,7 +563,7 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 	defer m.mu.Unlock()
 	epoch, known := m.epochs[cgroupID]
 	if !known {
-		err := m.stats.Update(cgroupID, make([]schedCgroupCounters, m.ncpu), ebpf.UpdateNoExist)
+		err := m.createStats(cgroupID)
 		if err != nil && !errors.Is(err, ebpf.ErrKeyExist) {
 			return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
 		}
@@ -554,13 +580,32 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 		return fmt.Errorf("track cgroup %d: %w", cgroupID, err)
 	}
 	m.epochs[cgroupID] = epoch
-	m.changed()
+	m.changedSet()
 	return nil
 }
 
-// changed tells the programs that the tracked set changed, so that they
-// check what they cached of it.
-func (m *Monitor) changed() {
+// trackRetries bounds Track's attempts at creating a counters entry that
+// failed for want of memory, with pauses of 1, 2, 4... ms between them.
+const trackRetries = 5
+
+// createStats creates a cgroup's counters entry. Its per-CPU values come
+// from the kernel's atomic per-CPU pool, which a workqueue refills: on a
+// busy host the update can fail with ENOMEM until it has, so it is
+// retried (trackRetries).
+func (m *Monitor) createStats(cgroupID uint64) error {
+	zero := make([]schedCgroupCounters, m.ncpu)
+	for attempt := 0; ; attempt++ {
+		err := m.stats.Update(cgroupID, zero, ebpf.UpdateNoExist)
+		if !errors.Is(err, unix.ENOMEM) || attempt == trackRetries {
+			return err
+		}
+		time.Sleep(time.Millisecond << attempt)
+	}
+}
+
+// changedSet tells the programs that the tracked set changed, so that
+// they check what they cached of it.
+func (m *Monitor) changedSet() {
 	if m.sched != nil {
 		m.gen++
 		m.sched.setGen(m.gen)
@@ -579,7 +624,8 @@ func (m *Monitor) Untrack(cgroupID uint64) error {
 		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
 	}
 	delete(m.epochs, cgroupID)
-	m.changed()
+	delete(m.cache, cgroupID) // ReadAll is not running: m.mu is held
+	m.changedSet()
 	if err := m.stats.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("untrack cgroup %d: %w", cgroupID, err)
 	}
@@ -637,93 +683,64 @@ func (m *Monitor) AllStats() (map[uint64]CgroupStats, error) {
 const statsBatch = 128
 
 // ReadAll replaces into's contents with the counters of every tracked
-// cgroup, by cgroup id, as Stats returns them. The counters map is read
-// with batch lookups (one system call per statsBatch cgroups, where Stats
-// costs one per cgroup), or, on kernels without batch operations, one
-// lookup per cgroup. A caller that reads every cgroup each pass passes the
-// same map every time: its buckets are reused.
+// cgroup, by cgroup id, as Stats returns them. It looks up only the
+// cgroups the programs marked changed since the last ReadAll (see
+// changed.go), reusing the counters it read before for the others, and
+// reads every cgroup once per fullReadInterval; many at once are read with
+// batch lookups (one system call per statsBatch cgroups), or, on kernels
+// without batch operations, one lookup per cgroup. A caller that reads
+// every cgroup each pass passes the same map every time: its buckets are
+// reused.
 func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 	clear(into)
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	m.batchMu.Lock()
 	defer m.batchMu.Unlock()
-	if !m.noBatch {
-		err := m.readBatch(into)
-		if err == nil {
-			return nil
-		}
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			clear(into)
-			return fmt.Errorf("stats of every cgroup: %w", err)
-		}
-		m.noBatch = true
-		clear(into)
+	if err := m.refresh(time.Now()); err != nil {
+		// Read afresh next time.
+		clear(m.cache)
+		m.lastFull = time.Time{}
+		return fmt.Errorf("stats of every cgroup: %w", err)
 	}
 	for id, epoch := range m.epochs {
-		st, err := m.read(id, epoch)
-		if err != nil {
-			clear(into)
-			return fmt.Errorf("stats of cgroup %d: %w", id, err)
-		}
-		into[id] = st
+		into[id] = m.assemble(id, epoch, m.cache[id])
 	}
 	return nil
 }
 
-// readBatch reads the counters map with batch lookups into into. m.mu
+// readBatch reads the counters map with batch lookups, calling f with
+// each entry's key and per-CPU values (f may be called again for an
+// entry when a bucket outgrew the batch and the walk started over). m.mu
 // (read) and m.batchMu must be held: the tracked set, and so the map's
 // keys, cannot change meanwhile (the programs only update values).
-func (m *Monitor) readBatch(into map[uint64]CgroupStats) error {
+func (m *Monitor) readBatch(f func(id uint64, perCPU []schedCgroupCounters) error) error {
 	size := max(m.batchSize, statsBatch)
 	for {
 		if len(m.batchKeys) < size {
 			m.batchKeys = make([]uint64, size)
 			m.batchValues = make([]schedCgroupCounters, size*m.ncpu)
 		}
-		err := m.walkBatch(into, size)
+		err := m.walkBatch(f, size)
 		if errors.Is(err, unix.ENOSPC) && size < int(m.stats.MaxEntries()) {
 			// A bucket holds more entries than the batch: start over with
 			// a larger one.
 			size *= 2
 			m.batchSize = size
-			clear(into)
 			continue
 		}
-		if err != nil {
-			return err
-		}
-		break
+		return err
 	}
-	if len(into) != len(m.epochs) {
-		// Track creates every tracked cgroup's entry: one missing was
-		// removed by something else. Stats reports it so.
-		for id, epoch := range m.epochs {
-			if _, ok := into[id]; !ok {
-				st, err := m.read(id, epoch)
-				if err != nil {
-					return fmt.Errorf("cgroup %d: %w", id, err)
-				}
-				into[id] = st
-			}
-		}
-	}
-	return nil
 }
 
 // walkBatch walks the counters map size entries at a time.
-func (m *Monitor) walkBatch(into map[uint64]CgroupStats, size int) error {
+func (m *Monitor) walkBatch(f func(id uint64, perCPU []schedCgroupCounters) error, size int) error {
 	var cursor ebpf.MapBatchCursor
 	for {
 		n, err := m.stats.BatchLookup(&cursor, m.batchKeys[:size], m.batchValues[:size*m.ncpu], nil)
 		for i := range n {
-			id := m.batchKeys[i]
-			if epoch, ok := m.epochs[id]; ok {
-				st, err := m.sum(id, epoch, m.batchValues[i*m.ncpu:(i+1)*m.ncpu])
-				if err != nil {
-					return fmt.Errorf("cgroup %d: %w", id, err)
-				}
-				into[id] = st
+			if err := f(m.batchKeys[i], m.batchValues[i*m.ncpu:(i+1)*m.ncpu]); err != nil {
+				return err
 			}
 		}
 		if errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -742,15 +759,15 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 	if err := m.stats.Lookup(cgroupID, &perCPU); err != nil {
 		return CgroupStats{}, err
 	}
-	return m.sum(cgroupID, epoch, perCPU)
+	blk, err := m.blockCounters(cgroupID)
+	if err != nil {
+		return CgroupStats{}, err
+	}
+	return m.assemble(cgroupID, epoch, cachedCounters{epoch: epoch, stats: sumCounters(perCPU), blk: blk}), nil
 }
 
-// sum adds up a tracked cgroup's cgroup_stats entry (one value per CPU)
-// and the resident counters CPUs keep for it, and notes whether one of
-// its tasks holds a CPU, with the cgroup's block request counters (looked
-// up one by one: bpf/io.c's map is not read in batches). m.mu must be
-// held.
-func (m *Monitor) sum(cgroupID uint64, epoch uint32, perCPU []schedCgroupCounters) (CgroupStats, error) {
+// sumCounters adds up a cgroup_stats entry's values (one per CPU).
+func sumCounters(perCPU []schedCgroupCounters) schedCgroupCounters {
 	var c schedCgroupCounters
 	for i := range perCPU {
 		v := &perCPU[i]
@@ -768,14 +785,19 @@ func (m *Monitor) sum(cgroupID uint64, epoch uint32, perCPU []schedCgroupCounter
 			c.SyncHist[b] += n
 		}
 	}
+	return c
+}
+
+// assemble returns a tracked cgroup's counters: what was read of its
+// cgroup_stats entry and block counters (read), plus the resident counters
+// CPUs keep for it, and whether one of its tasks holds a CPU, both read
+// from the CPUs' mapped states now. m.mu must be held.
+func (m *Monitor) assemble(cgroupID uint64, epoch uint32, read cachedCounters) CgroupStats {
+	c, blk := read.stats, read.blk
 	running := false
 	if m.sched != nil {
 		m.sched.addResident(&c.Sched, epoch)
 		running = m.sched.running(cgroupID)
-	}
-	blk, err := m.blockCounters(cgroupID)
-	if err != nil {
-		return CgroupStats{}, err
 	}
 	return CgroupStats{
 		BlockWait:          time.Duration(blk.Ns),
@@ -800,7 +822,7 @@ func (m *Monitor) sum(cgroupID uint64, epoch uint32, perCPU []schedCgroupCounter
 		SyncWait:           time.Duration(c.SyncNs),
 		SyncCount:          c.SyncCount,
 		SyncLatency:        c.SyncHist,
-	}, nil
+	}
 }
 
 // DelayedBy returns, for a guaranteed or protected cgroup, how long each
@@ -993,6 +1015,11 @@ func (m *Monitor) Close() error {
 		}
 		if m.tracked != nil {
 			errs = append(errs, m.tracked.Close())
+		}
+		errs = append(errs, m.marks.close())
+		m.marks = nil
+		if m.changed != nil {
+			errs = append(errs, m.changed.Close())
 		}
 	})
 	return errors.Join(errs...)

@@ -23,6 +23,7 @@ static __always_inline void account(struct __sk_buff *skb, int egress)
 		__sync_fetch_and_add(&s->rx_bytes, skb->len);
 		__sync_fetch_and_add(&s->rx_packets, 1);
 	}
+	mark_changed(cgroup);
 }
 
 SEC("cgroup_skb/ingress")

@@ -36,6 +36,11 @@ type netCgroupCounters struct {
 	SyncHist     [32]uint64
 }
 
+type netChangedFlags struct {
+	_    structs.HostLayout
+	Flag [4096]uint8
+}
+
 type netTrackedCgroup struct {
 	_     structs.HostLayout
 	Class uint32
@@ -47,6 +52,7 @@ type netTrackedCgroup struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	netMapCgroupStats       = "cgroup_stats"
+	netMapChanged           = "changed"
 	netMapTracked           = "tracked"
 	netProgCgroupSkbEgress  = "cgroup_skb_egress"
 	netProgCgroupSkbIngress = "cgroup_skb_ingress"
@@ -103,6 +109,7 @@ type netProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type netMapSpecs struct {
 	CgroupStats *ebpf.MapSpec `ebpf:"cgroup_stats"`
+	Changed     *ebpf.MapSpec `ebpf:"changed"`
 	Tracked     *ebpf.MapSpec `ebpf:"tracked"`
 }
 
@@ -133,12 +140,14 @@ func (o *netObjects) Close() error {
 // It can be passed to loadNetObjects or ebpf.CollectionSpec.LoadAndAssign.
 type netMaps struct {
 	CgroupStats *ebpf.Map `ebpf:"cgroup_stats"`
+	Changed     *ebpf.Map `ebpf:"changed"`
 	Tracked     *ebpf.Map `ebpf:"tracked"`
 }
 
 func (m *netMaps) Close() error {
 	return _NetClose(
 		m.CgroupStats,
+		m.Changed,
 		m.Tracked,
 	)
 }

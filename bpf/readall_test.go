@@ -2,8 +2,14 @@ package bpf_test
 
 import (
 	"fmt"
+	"os"
+	"os/exec"
 	"slices"
+	"syscall"
 	"testing"
+	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/internal/privileged"
@@ -70,5 +76,101 @@ func TestReadAll(t *testing.T) {
 	}
 	if a.OnCPU < b.OnCPU {
 		t.Fatalf("OnCPU went back: %v -> %v", b.OnCPU, a.OnCPU)
+	}
+}
+
+// TestReadAllReadsOnlyChanged: with the full reads put off, ReadAll
+// looks up only the cgroups whose counters the programs marked changed.
+// Processes run in more cgroups than the CPUs keep resident, so that
+// counters go to the counters map; ReadAll then shows each such cgroup's
+// counters at least as far as a direct lookup (Stats) made before it
+// (a missed mark would return the counters of the read before), and
+// reuses the counters of every idle cgroup whose flag no cgroup that ran
+// shares.
+func TestReadAllReadsOnlyChanged(t *testing.T) {
+	privileged.Require(t)
+	m := load(t, bpf.Config{})
+	bpf.ReadEverythingEvery(m, time.Hour)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := testRoot(t)
+	ran := make([]cgroup, 4*ncpu+8) // more than RESIDENT (4) per CPU
+	idle := make([]cgroup, 64)
+	for i := range ran {
+		ran[i] = newCgroup(t, root, fmt.Sprintf("ran%d", i))
+	}
+	for i := range idle {
+		idle[i] = newCgroup(t, root, fmt.Sprintf("idle%d", i))
+	}
+	for _, cg := range append(slices.Clone(ran), idle...) {
+		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	all := map[uint64]bpf.CgroupStats{}
+	if err := m.ReadAll(all); err != nil { // the first: a full read
+		t.Fatal(err)
+	}
+	before := m.ReadCounts()
+
+	for _, cg := range ran {
+		dir, err := os.Open(cg.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+		err = cmd.Run()
+		dir.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := map[uint64]bpf.CgroupStats{}
+	for _, cg := range ran {
+		direct[cg.id] = stats(t, m, cg.id)
+	}
+	if err := m.ReadAll(all); err != nil {
+		t.Fatal(err)
+	}
+	after := m.ReadCounts()
+	if after.Full != before.Full {
+		t.Fatalf("a full read happened (%+v -> %+v): the test sees nothing of the marks", before, after)
+	}
+	seen := 0
+	for _, cg := range ran {
+		got, want := all[cg.id], direct[cg.id]
+		if got.OnCPU < want.OnCPU || got.Wakeups < want.Wakeups || got.RunqCount < want.RunqCount {
+			t.Errorf("cgroup %d ran: ReadAll %v on CPU, %d wakeups, %d waits; a lookup before it %v, %d, %d",
+				cg.id, got.OnCPU, got.Wakeups, got.RunqCount, want.OnCPU, want.Wakeups, want.RunqCount)
+		}
+		if want.OnCPU > 0 {
+			seen++
+		}
+	}
+	// Not vacuous: the lookups saw the processes run. (A process's last
+	// slice is counted at its final switch, which may come after its
+	// parent saw it exit: not every cgroup need show it yet.)
+	if seen < len(ran)/2 {
+		t.Errorf("only %d of %d cgroups where a process ran show CPU time", seen, len(ran))
+	}
+	ranFlags := map[int]bool{}
+	for _, cg := range ran {
+		ranFlags[bpf.ChangedFlag(cg.id)] = true
+	}
+	unshared := 0
+	for _, cg := range idle {
+		if !ranFlags[bpf.ChangedFlag(cg.id)] {
+			unshared++
+		}
+	}
+	if reused := after.Reused - before.Reused; reused < uint64(unshared) {
+		t.Errorf("ReadAll reused the counters of %d cgroups, want at least the %d idle ones whose flag no running cgroup shares (%+v -> %+v)",
+			reused, unshared, before, after)
+	}
+	if looked := after.LookedUp - before.LookedUp; looked > uint64(len(ran)+len(idle)-unshared) {
+		t.Errorf("ReadAll looked up %d cgroups, more than the %d that ran or share a flag with one", looked, len(ran)+len(idle)-unshared)
 	}
 }

@@ -360,8 +360,10 @@ static __always_inline void count_ran(struct sched_counters *c, __u64 ran, bool 
 static __noinline void count_ran_stats(__u64 cgroup, __u64 ran, bool sleeps)
 {
 	struct cgroup_counters *s = bpf_map_lookup_elem(&cgroup_stats, &cgroup);
-	if (s)
+	if (s) {
 		count_ran(&s->sched, ran, sleeps);
+		mark_changed(cgroup);
+	}
 }
 
 // record_revocable notes that the current task, revocable, ran from
@@ -568,8 +570,10 @@ static __noinline void count_wait_stats(struct cpu_state *cs, struct task_struct
 {
 	__u64 cgroup = cs->cur_cgroup;
 	struct cgroup_counters *s = bpf_map_lookup_elem(&cgroup_stats, &cgroup);
-	if (s)
+	if (s) {
 		count_wait(cs, &s->sched, next, attr_since, latency);
+		mark_changed(cgroup);
+	}
 }
 
 // end_wait counts the wait of the tracked task getting the CPU (cs's

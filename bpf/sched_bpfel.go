@@ -28,6 +28,11 @@ type schedCgroupCounters struct {
 	SyncHist     [32]uint64
 }
 
+type schedChangedFlags struct {
+	_    structs.HostLayout
+	Flag [4096]uint8
+}
+
 type schedCpuState struct {
 	_             structs.HostLayout
 	SwitchTs      uint64
@@ -133,6 +138,7 @@ type schedTrackedCgroup struct {
 // Used for safe lookups in a Collection or CollectionSpec.
 const (
 	schedMapCgroupStats         = "cgroup_stats"
+	schedMapChanged             = "changed"
 	schedMapCpuStates           = "cpu_states"
 	schedMapCulpritStates       = "culprit_states"
 	schedMapDelays              = "delays"
@@ -200,6 +206,7 @@ type schedProgramSpecs struct {
 // It can be passed ebpf.CollectionSpec.Assign.
 type schedMapSpecs struct {
 	CgroupStats   *ebpf.MapSpec `ebpf:"cgroup_stats"`
+	Changed       *ebpf.MapSpec `ebpf:"changed"`
 	CpuStates     *ebpf.MapSpec `ebpf:"cpu_states"`
 	CulpritStates *ebpf.MapSpec `ebpf:"culprit_states"`
 	Delays        *ebpf.MapSpec `ebpf:"delays"`
@@ -237,6 +244,7 @@ func (o *schedObjects) Close() error {
 // It can be passed to loadSchedObjects or ebpf.CollectionSpec.LoadAndAssign.
 type schedMaps struct {
 	CgroupStats   *ebpf.Map `ebpf:"cgroup_stats"`
+	Changed       *ebpf.Map `ebpf:"changed"`
 	CpuStates     *ebpf.Map `ebpf:"cpu_states"`
 	CulpritStates *ebpf.Map `ebpf:"culprit_states"`
 	Delays        *ebpf.Map `ebpf:"delays"`
@@ -248,6 +256,7 @@ type schedMaps struct {
 func (m *schedMaps) Close() error {
 	return _SchedClose(
 		m.CgroupStats,
+		m.Changed,
 		m.CpuStates,
 		m.CulpritStates,
 		m.Delays,

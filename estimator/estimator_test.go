@@ -198,6 +198,13 @@ func TestUsageTable(t *testing.T) {
 		}},
 		wantCPU: 0, // five good samples are fewer than MinSamples
 	}, {
+		name: "a checked history (HistoryChecked, as the agent passes) estimates as an unchecked one",
+		in: estimator.Input{Now: t0, Containers: []estimator.Container{
+			checked(guaranteed("a", "cpus:2", steadyHistory(t0, 600, 0.5, 0))),
+			guaranteed("b", "cpus:1", steadyHistory(t0, 600, 0.3, 0)),
+		}},
+		wantCPU: 2 - 0.5 - 0.2 + 1 - 0.3 - 0.1,
+	}, {
 		name: "revocable containers neither add slack nor take it away",
 		in: estimator.Input{Now: t0, Containers: []estimator.Container{
 			guaranteed("g", "cpus:2", steadyHistory(t0, 600, 0.5, 0)),
@@ -354,5 +361,25 @@ func BenchmarkEstimate(b *testing.B) {
 				est.Estimate(in)
 			}
 		})
+	}
+}
+
+// checked marks c's history as checked by its caller (every sample Usable).
+func checked(c estimator.Container) estimator.Container {
+	c.HistoryChecked = true
+	return c
+}
+
+// TestSampleUsable: a sample is usable when its CPU is finite and not
+// negative; estimators leave the others out.
+func TestSampleUsable(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		cpu  float64
+		want bool
+	}{{0, true}, {1.5, true}, {-0.001, false}, {math.NaN(), false}, {math.Inf(1), false}, {math.Inf(-1), false}} {
+		if got := (estimator.Sample{CPU: tc.cpu}).Usable(); got != tc.want {
+			t.Errorf("Sample{CPU: %v}.Usable() = %v, want %v", tc.cpu, got, tc.want)
+		}
 	}
 }

@@ -36,7 +36,7 @@ func guaranteedMembers(in Input, window time.Duration) []member {
 		}
 		members = append(members, member{
 			key: prefix + c.ID, container: c, protected: protected,
-			window: windowOf(c.History, in.Now, window),
+			window: windowOf(c.History, in.Now, window, c.HistoryChecked),
 		})
 	}
 	for i := range in.Containers {
@@ -52,13 +52,18 @@ func guaranteedMembers(in Input, window time.Duration) []member {
 
 // windowOf returns the samples of history (oldest first) in
 // (now-window, now] with finite, non-negative CPU: a bad sample from the
-// monitor is dropped rather than read as zero use. The result shares
-// history's array unless a sample had to be dropped; it is only read.
-func windowOf(history []Sample, now time.Time, window time.Duration) []Sample {
+// monitor is dropped rather than read as zero use. A checked history
+// (Container.HistoryChecked) has no such sample and is not walked. The
+// result shares history's array unless a sample had to be dropped; it is
+// only read.
+func windowOf(history []Sample, now time.Time, window time.Duration, checked bool) []Sample {
 	start := now.Add(-window)
 	lo := sort.Search(len(history), func(i int) bool { return history[i].Time.After(start) })
 	hi := sort.Search(len(history), func(i int) bool { return history[i].Time.After(now) })
 	in := history[lo:max(lo, hi)]
+	if checked {
+		return in
+	}
 	for i, s := range in {
 		if goodSample(s) {
 			continue
@@ -74,7 +79,7 @@ func windowOf(history []Sample, now time.Time, window time.Duration) []Sample {
 	return in
 }
 
-func goodSample(s Sample) bool { return !math.IsNaN(s.CPU) && !math.IsInf(s.CPU, 0) && s.CPU >= 0 }
+func goodSample(s Sample) bool { return s.Usable() }
 
 // slackOf computes the raw (pre-hysteresis) estimate:
 //

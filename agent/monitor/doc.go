@@ -127,11 +127,16 @@
 // while still tracked is noticed within refreshInterval. When Config.EBPF
 // is an EBPFPass, each pass reads every container's eBPF figures at once
 // (the agent's adapter: batch lookups, a few system calls per pass)
-// instead of one lookup per container. The memory
+// instead of one lookup per container (the bpf package's ReadAll looks up
+// only the cgroups its programs marked changed). The memory
 // files (usage, stat, limit, events) are read again when the container has
-// run since they were last read (its CPU time grew) or refreshInterval (1
-// s) has passed, and repeated otherwise: an idle container charges no
-// memory of its own. The PSI files are read every refreshInterval: the
+// run since they were last read (its CPU time grew), and repeated
+// otherwise: an idle container charges no memory of its own. An idle
+// container's usage (memory.current) is re-read every refreshInterval (1
+// s), so growth shows within it; its other memory files only when that
+// usage moved, or every statRefreshInterval (5 s): the split of an
+// unchanged usage (LRU ageing of its page cache, a limit changed from
+// outside) shows within that. The PSI files are read every refreshInterval: the
 // kernel moves their averages every 2 s, so reading them each pass bought
 // nothing. An idle container costs no read at all at most passes with eBPF,
 // one read per pass without. A file a

@@ -13,6 +13,15 @@ import (
 // container then costs one control file read per pass instead of eight.
 const refreshInterval = time.Second
 
+// statRefreshInterval is how long an idle container's memory.stat,
+// limit and events are repeated while its memory.current, re-read every
+// refreshInterval, has not moved (#29): memory.stat is the costliest
+// control file (the kernel formats some 40 lines), and what it splits
+// rarely moves without the usage moving (LRU ageing of an idle
+// container's page cache from active to inactive does, and shows within
+// this bound).
+const statRefreshInterval = 5 * time.Second
+
 // memoryFormat names a memory controller's files and memory.stat keys.
 type memoryFormat struct {
 	// dir returns the container's directory in the memory hierarchy.
@@ -53,8 +62,9 @@ type memorySampler struct {
 // memoryRead is what one read of the memory files found.
 type memoryRead struct {
 	valid                        bool
-	at                           time.Time
-	cpuSecs                      float64 // the container's cpus_usage_secs then
+	at                           time.Time // memory.current's last read
+	statAt                       time.Time // the other files' last read
+	cpuSecs                      float64   // the container's cpus_usage_secs then
 	usage                        uint64
 	rss, cache, anon, workingSet uint64
 	limit, oomEvents             uint64
@@ -79,12 +89,14 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	st, f := u.Stats, m.format
 	// A container that has not run since the last read (its CPU time, read
 	// just before, has not grown) charged no memory of its own meanwhile:
-	// its figures are repeated, and re-read at least every refreshInterval
-	// (reclaim and other cgroups' page cache activity change them too).
-	if l := m.last; l.valid && st.CpusUsageSecs == l.cpuSecs && u.Time.After(l.at) && u.Time.Sub(l.at) < refreshInterval {
-		u.MemUsage = l.usage
-		st.MemRssBytes, st.MemCacheBytes, st.MemAnonBytes, st.MemWorkingSetBytes = l.rss, l.cache, l.anon, l.workingSet
-		st.MemLimitBytes, st.OomEvents = l.limit, l.oomEvents
+	// its figures are repeated, and memory.current re-read at least every
+	// refreshInterval (reclaim and other cgroups' page cache activity
+	// change them too); the other files only when it moved, or every
+	// statRefreshInterval.
+	l := m.last
+	idle := l.valid && st.CpusUsageSecs == l.cpuSecs && u.Time.After(l.at) && !u.Time.Before(l.statAt)
+	if idle && u.Time.Sub(l.at) < refreshInterval {
+		m.repeat(u)
 		return nil
 	}
 	m.last.valid = false
@@ -93,6 +105,11 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 		return err
 	}
 	u.MemUsage, _ = parseUint(data)
+	if idle && u.MemUsage == l.usage && u.Time.Sub(l.statAt) < statRefreshInterval {
+		m.last, m.last.at = l, u.Time
+		m.repeat(u)
+		return nil
+	}
 	if data, err = s.read(&m.stat, m.unified); err != nil {
 		return err
 	}
@@ -126,8 +143,16 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 			st.OomEvents = v
 		}
 	})
-	m.last = memoryRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs, usage: u.MemUsage,
+	m.last = memoryRead{valid: true, at: u.Time, statAt: u.Time, cpuSecs: st.CpusUsageSecs, usage: u.MemUsage,
 		rss: st.MemRssBytes, cache: st.MemCacheBytes, anon: st.MemAnonBytes, workingSet: st.MemWorkingSetBytes,
 		limit: st.MemLimitBytes, oomEvents: st.OomEvents}
 	return nil
+}
+
+// repeat sets u's memory figures to the last read's.
+func (m *memorySampler) repeat(u *Usage) {
+	l, st := &m.last, u.Stats
+	u.MemUsage = l.usage
+	st.MemRssBytes, st.MemCacheBytes, st.MemAnonBytes, st.MemWorkingSetBytes = l.rss, l.cache, l.anon, l.workingSet
+	st.MemLimitBytes, st.OomEvents = l.limit, l.oomEvents
 }

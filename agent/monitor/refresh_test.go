@@ -62,3 +62,58 @@ func TestSlowFiguresRefresh(t *testing.T) {
 		}
 	}
 }
+
+// TestIdleMemoryStatRefresh: an idle container's memory.current is re-read
+// every refreshInterval; its memory.stat (and limit and events) only when
+// memory.current moved, when the container ran, or every
+// statRefreshInterval. Growth of its usage shows within refreshInterval.
+func TestIdleMemoryStatRefresh(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newTestMonitor(t, "v2", dir, nil, 100)
+	root := filepath.Join(dir, "cgroup")
+	rel := "slackline/c1"
+	v2Container(t, root, rel, 1_000_000)
+	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	cpuUsec := uint64(1_000_000)
+	// Before pass i memory.stat says anon 1000+i: the working set a pass
+	// shows tells which pass last read memory.stat.
+	for i, step := range []struct {
+		at       time.Duration
+		ran      bool   // the container's CPU time grows before the pass
+		current  uint64 // memory.current before the pass
+		wantUse  uint64 // the usage the pass shows
+		statRead int    // the pass whose memory.stat it shows
+	}{
+		{0, false, 500, 500, 0},                       // first pass: everything read
+		{500 * time.Millisecond, false, 500, 500, 0},  // idle, within refreshInterval: repeated
+		{1000 * time.Millisecond, false, 500, 500, 0}, // refresh: usage unchanged, stat repeated
+		{2000 * time.Millisecond, false, 700, 700, 3}, // usage grew: everything read
+		{2500 * time.Millisecond, false, 900, 700, 3}, // within refreshInterval of the last usage read
+		{3000 * time.Millisecond, false, 900, 900, 5}, // growth seen within refreshInterval
+		{4000 * time.Millisecond, false, 900, 900, 5}, // unchanged: stat repeated
+		{7000 * time.Millisecond, false, 900, 900, 5}, // unchanged, under statRefreshInterval since pass 5
+		{8000 * time.Millisecond, false, 900, 900, 8}, // statRefreshInterval since memory.stat's read
+		{8100 * time.Millisecond, true, 900, 900, 9},  // ran: everything read
+		{8200 * time.Millisecond, false, 900, 900, 9}, // idle
+	} {
+		if step.ran {
+			cpuUsec += 50_000
+		}
+		writeFiles(t, root, map[string]string{
+			rel + "/cpu.stat":       fmt.Sprintf("usage_usec %d\n", cpuUsec),
+			rel + "/memory.current": fmt.Sprintf("%d\n", step.current),
+			rel + "/memory.stat":    fmt.Sprintf("anon %d\nfile 0\nactive_file 0\n", 1000+i),
+		})
+		if err := m.Sample(t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := m.Latest("c1")
+		if u.MemUsage != step.wantUse {
+			t.Errorf("pass %d at %v: usage %d, want %d", i, step.at, u.MemUsage, step.wantUse)
+		}
+		if got, want := u.Stats.GetMemWorkingSetBytes(), uint64(1000+step.statRead); got != want {
+			t.Errorf("pass %d at %v: working set %d, want %d (memory.stat read at pass %d)", i, step.at, got, want, step.statRead)
+		}
+	}
+}

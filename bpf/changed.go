@@ -1,0 +1,262 @@
+package bpf
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"github.com/cilium/ebpf"
+	"golang.org/x/sys/unix"
+)
+
+// Changed marks (#29). Every program that adds to a tracked cgroup's
+// counters (cgroup_stats, blk_stats) then sets the cgroup's flag in the
+// `changed` array (common.h's mark_changed). ReadAll clears the flags it
+// finds set and looks up only the cgroups whose flag was set, reusing what
+// it read before for the others: an idle cgroup costs no system call,
+// where a batch lookup walked the whole counters map (every bucket of its
+// MaxCgroups) at every pass and the block counters cost a lookup per
+// cgroup. Flags are picked by a hash of the cgroup id, so cgroups may share
+// one: a false mark costs a lookup, never a missed change. Every
+// fullReadInterval ReadAll reads every cgroup anyway (a safety net: a mark
+// set before its counter's store is visible, on a weakly ordered CPU, is
+// caught within it).
+
+const (
+	changedFlags = 4096 // common.h CHANGED_FLAGS
+	changedShift = 52   // common.h CHANGED_SHIFT: 64 - log2(changedFlags)
+
+	// fullReadInterval bounds how long ReadAll goes without reading every
+	// tracked cgroup's counters.
+	fullReadInterval = time.Second
+
+	// walkAbove: when more cgroups than this need reading in a pass, one
+	// batch walk of the counters map is cheaper than their lookups.
+	walkAbove = statsBatch / 4
+)
+
+// changedFlag returns the index of a cgroup's flag: common.h's
+// mark_changed, bit for bit.
+func changedFlag(cgroupID uint64) int {
+	return int((cgroupID*0x9E3779B97F4A7C15)>>changedShift) & (changedFlags - 1)
+}
+
+// changedMarks are the flags, mapped into memory. take copies and clears
+// them into a snapshot that the pass then asks about.
+type changedMarks struct {
+	mem   []byte
+	words []uint64 // views mem
+	snap  [changedFlags / 8]uint64
+}
+
+// mapChanged maps the changed array's one value.
+func mapChanged(m *ebpf.Map) (*changedMarks, error) {
+	if vs := int(m.ValueSize()); vs != changedFlags {
+		return nil, fmt.Errorf("changed flags: value size %d, want %d", vs, changedFlags)
+	}
+	page := os.Getpagesize()
+	mem, err := unix.Mmap(m.FD(), 0, (changedFlags+page-1)/page*page, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("map changed flags: %w", err)
+	}
+	return &changedMarks{mem: mem, words: unsafe.Slice((*uint64)(unsafe.Pointer(&mem[0])), changedFlags/8)}, nil
+}
+
+// take moves the flags set since the last take into the snapshot and
+// clears them, eight at a time with an atomic exchange (a flag a program
+// sets meanwhile is either taken now or kept for the next take).
+func (c *changedMarks) take() {
+	for i := range c.words {
+		if atomic.LoadUint64(&c.words[i]) == 0 {
+			c.snap[i] = 0
+			continue
+		}
+		c.snap[i] = atomic.SwapUint64(&c.words[i], 0)
+	}
+}
+
+// marked reports whether the cgroup's flag was set at the last take.
+func (c *changedMarks) marked(cgroupID uint64) bool {
+	flags := unsafe.Slice((*byte)(unsafe.Pointer(&c.snap[0])), changedFlags)
+	return flags[changedFlag(cgroupID)] != 0
+}
+
+func (c *changedMarks) close() error {
+	if c == nil || c.mem == nil {
+		return nil
+	}
+	c.words = nil
+	err := unix.Munmap(c.mem)
+	c.mem = nil
+	return err
+}
+
+// cachedCounters is what ReadAll last read of a tracked cgroup: its
+// cgroup_stats entry summed over CPUs (without the resident counters,
+// which are read from memory at every pass) and its block counters.
+type cachedCounters struct {
+	epoch uint32 // the tracking they belong to
+	stats schedCgroupCounters
+	blk   ioBlkCounters
+}
+
+// readPlan is what one ReadAll pass reads.
+type readPlan struct {
+	// full: every tracked cgroup is read (no marks, the first pass, or
+	// fullReadInterval has passed).
+	full bool
+	// walk: the counters map is read with batch lookups rather than
+	// one lookup per cgroup in read.
+	walk bool
+	// read are the cgroups to look up (all of them when full).
+	read []uint64
+}
+
+// planRead decides which of the tracked cgroups (id -> epoch) a pass at now
+// reads: all of them without marks (marked nil), at the first pass, when
+// fullEvery (fullReadInterval) has passed since the last full read or the clock went
+// back; otherwise those never read under their current tracking (no
+// cached entry of their epoch) and those marked changed. read is a
+// reusable buffer.
+func planRead(now, lastFull time.Time, fullEvery time.Duration, tracked map[uint64]uint32,
+	cache map[uint64]cachedCounters, marked func(uint64) bool, read []uint64) readPlan {
+	plan := readPlan{read: read[:0]}
+	plan.full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || now.Sub(lastFull) >= fullEvery
+	for id, epoch := range tracked {
+		if plan.full {
+			plan.read = append(plan.read, id)
+			continue
+		}
+		if c, ok := cache[id]; !ok || c.epoch != epoch || marked(id) {
+			plan.read = append(plan.read, id)
+		}
+	}
+	plan.walk = plan.full || len(plan.read) > walkAbove
+	return plan
+}
+
+// refresh brings m.cache up to date for a pass at now (planRead) and
+// drops the entries of cgroups no longer tracked. m.mu (read) and
+// m.batchMu must be held.
+func (m *Monitor) refresh(now time.Time) error {
+	var marked func(uint64) bool
+	if m.marks != nil {
+		// Taken before the reads: a change after this is marked again.
+		m.marks.take()
+		marked = m.marks.marked
+	}
+	plan := planRead(now, m.lastFull, m.fullEvery, m.epochs, m.cache, marked, m.readIDs)
+	m.readIDs = plan.read
+	if plan.full {
+		m.lastFull = now
+		for id := range m.cache {
+			if _, ok := m.epochs[id]; !ok {
+				delete(m.cache, id)
+			}
+		}
+	}
+	m.readsFull += boolCount(plan.full)
+	m.readsLookedUp += uint64(len(plan.read))
+	m.readsReused += uint64(len(m.epochs) - len(plan.read))
+	if plan.walk && !m.noBatch {
+		err := m.walkAll(plan)
+		if err == nil {
+			return nil
+		}
+		if !errors.Is(err, ebpf.ErrNotSupported) {
+			return err
+		}
+		m.noBatch = true
+	}
+	var perCPU []schedCgroupCounters
+	for _, id := range plan.read {
+		if err := m.stats.Lookup(id, &perCPU); err != nil {
+			return fmt.Errorf("cgroup %d: %w", id, err)
+		}
+		if err := m.cacheCounters(id, perCPU); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// walkAll reads the whole counters map with batch lookups into the cache:
+// every tracked cgroup's counters (fresh values are never wrong); the
+// block counters of the plan's cgroups only.
+func (m *Monitor) walkAll(plan readPlan) error {
+	if m.walked == nil {
+		m.walked = map[uint64]bool{}
+	}
+	clear(m.walked)
+	for _, id := range plan.read {
+		m.walked[id] = false // not read yet
+	}
+	err := m.readBatch(func(id uint64, perCPU []schedCgroupCounters) error {
+		epoch, tracked := m.epochs[id]
+		if !tracked {
+			return nil
+		}
+		if _, inPlan := m.walked[id]; inPlan {
+			m.walked[id] = true
+			return m.cacheCounters(id, perCPU)
+		}
+		if c, ok := m.cache[id]; ok && c.epoch == epoch {
+			c.stats = sumCounters(perCPU) // its block counters did not change
+			m.cache[id] = c
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	// Track creates every tracked cgroup's entry: one the walk did not
+	// find was removed by something else. Stats reports it so.
+	var perCPU []schedCgroupCounters
+	for id, done := range m.walked {
+		if done {
+			continue
+		}
+		if err := m.stats.Lookup(id, &perCPU); err != nil {
+			return fmt.Errorf("cgroup %d: %w", id, err)
+		}
+		if err := m.cacheCounters(id, perCPU); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// cacheCounters stores a tracked cgroup's counters, read from its
+// cgroup_stats entry (perCPU) and its block counters (looked up).
+func (m *Monitor) cacheCounters(id uint64, perCPU []schedCgroupCounters) error {
+	blk, err := m.blockCounters(id)
+	if err != nil {
+		return fmt.Errorf("cgroup %d: %w", id, err)
+	}
+	m.cache[id] = cachedCounters{epoch: m.epochs[id], stats: sumCounters(perCPU), blk: blk}
+	return nil
+}
+
+// ReadCounts says how ReadAll read the counters since Load: passes that
+// read every cgroup (full), cgroups looked up, and cgroups whose last
+// counters were reused because no program marked them changed.
+type ReadCounts struct {
+	Full, LookedUp, Reused uint64
+}
+
+// ReadCounts returns how ReadAll has read so far.
+func (m *Monitor) ReadCounts() ReadCounts {
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	return ReadCounts{Full: m.readsFull, LookedUp: m.readsLookedUp, Reused: m.readsReused}
+}
+
+func boolCount(b bool) uint64 {
+	if b {
+		return 1
+	}
+	return 0
+}
