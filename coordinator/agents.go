@@ -136,6 +136,9 @@ func (s agentService) Heartbeat(ctx context.Context, req *connect.Request[slackl
 // the stream (heartbeatStreams lifts it); instead the stream ends when no
 // beat came for the agents' timeout in effect (the silence after which
 // the agent is lost anyway), so an idle stream holds nothing for long.
+// A beat that asks for no answer (no_answer) gets none: an answer's frame
+// and flush were most of the coordinator's CPU per beat; every answer says
+// that this coordinator honours the field (answers_optional).
 func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiStream[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]) error {
 	claim := &beatClaim{body: streamBody(ctx)}
 	idle := newIdleTimer(s.c.cfg.AgentTimeout, func() { claim.body.end(errBeatsIdle) })
@@ -159,7 +162,10 @@ func (s agentService) HeartbeatStream(ctx context.Context, stream *connect.BidiS
 			return err
 		}
 		idle.beat(timeout)
-		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds()}); err != nil {
+		if req.GetNoAnswer() {
+			continue
+		}
+		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds(), AnswersOptional: true}); err != nil {
 			return err
 		}
 	}

@@ -136,8 +136,10 @@
 // # Agent liveness
 //
 // Agents heartbeat with AgentService.HeartbeatStream, one long-lived
-// HTTP/2 stream per agent on which each beat is a message answered by a
-// message, or with Heartbeat calls (older agents, HTTP/1.1 clients); both
+// HTTP/2 stream per agent on which each beat is a message, answered by a
+// message unless it asks for none (no_answer: agent/session asks on the
+// first beat of a stream and every third; an answer's frame and flush
+// were most of the coordinator's CPU per beat), or with Heartbeat calls (older agents, HTTP/1.1 clients); both
 // feed the core's Heartbeat event and answer with the interval the core's
 // pace tells. A stream's first beat claims it for its agent (agent.beats):
 // a newer stream supersedes it and ends it at once (Aborted). The server's

@@ -66,7 +66,10 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 		answered, refused atomic.Int64
 		unexpected        = make(chan error, 1)
 	)
-	for i := range 64 {
+	// floodCallers goroutines: four times the flooder's limit, so that
+	// its surplus always waits, without burning the CPU the package's
+	// other parallel tests run on (64 made this test 9 s at load 40).
+	for i := range floodCallers {
 		flood.Go(func() {
 			for ctx.Err() == nil {
 				var err error
@@ -108,7 +111,7 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 	// Starved calls would hang: a generous bound turns that into a failure
 	// (it measures liveness, not speed). One minute was missed once at
 	// load 58, in -count runs beside the package's other parallel tests:
-	// the flooder's 64 goroutines re-encode 500-entry calls as fast as they
+	// the flooder's goroutines (64 then) re-encode 500-entry calls as fast as they
 	// are refused, and the victim's 40 calls share the CPU with them.
 	vctx, cancel := context.WithTimeout(context.Background(), victimCallsTimeout)
 	defer cancel()
@@ -154,6 +157,9 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 // victimCallsTimeout bounds the victim's calls beside the flood: they take
 // well under a second on a quiet machine; the bound only ends a starved run.
 const victimCallsTimeout = 5 * time.Minute
+
+// floodCallers is how many goroutines make the flooder's calls.
+const floodCallers = 8
 
 // h2cClient returns a client that speaks cleartext HTTP/2 only: its calls
 // share one connection, so the coordinator sees one caller.

@@ -56,6 +56,41 @@ func BenchmarkHeartbeatStream(b *testing.B) {
 	}
 }
 
+// BenchmarkHeartbeatStreamAnswerEvery3 is BenchmarkHeartbeatStream as
+// agent/session beats: only every third beat asks for an answer and waits
+// for it, the others set no_answer (compare ns/op: the coordinator and
+// its client per beat). Beats sent back to back may share the server's
+// reads, which beats seconds apart do not: scripts/bench/scale gives the
+// coordinator's CPU per beat at scale.
+func BenchmarkHeartbeatStreamAnswerEvery3(b *testing.B) {
+	client, beat := benchAgent(b)
+	stream := client.HeartbeatStream(b.Context())
+	defer func() {
+		_ = stream.CloseRequest()
+		_ = stream.CloseResponse()
+	}()
+	ask := &slacklinev1.HeartbeatStreamRequest{AgentId: beat.GetAgentId(), SessionId: beat.GetSessionId()}
+	skip := &slacklinev1.HeartbeatStreamRequest{AgentId: beat.GetAgentId(), SessionId: beat.GetSessionId(), NoAnswer: true}
+	b.ReportAllocs()
+	b.ResetTimer()
+	i := 0
+	for b.Loop() {
+		req := skip
+		if i%3 == 2 {
+			req = ask
+		}
+		if err := stream.Send(req); err != nil {
+			b.Fatal(err)
+		}
+		if req == ask {
+			if _, err := stream.Receive(); err != nil {
+				b.Fatal(err)
+			}
+		}
+		i++
+	}
+}
+
 // benchAgent serves a coordinator as the binary does and registers one
 // agent with a client that speaks cleartext HTTP/2 only.
 func benchAgent(b *testing.B) (slacklinev1connect.AgentServiceClient, *slacklinev1.HeartbeatRequest) {

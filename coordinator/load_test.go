@@ -170,7 +170,12 @@ func BenchmarkOneAcceptOf3000Tasks(b *testing.B) {
 // failed, and returns how long that took from subscribing.
 func launchInOneAccept(t testing.TB, n int) time.Duration {
 	t.Helper()
-	url := startSimCluster(t, coordinator.Config{}, 1, "cpus:64;mem:65536")
+	// The simulated agent beats as agents do, but on the wall clock beside
+	// 3,000 launches: at load 56 (a -count=20 run beside a 10,000-agent
+	// scale bench) it was once found silent for the 30 s default timeout
+	// and its tasks LOST. This is about the command queue, not liveness:
+	// the timeout is longer than the test.
+	url := startSimCluster(t, coordinator.Config{AgentTimeout: time.Hour}, 1, "cpus:64;mem:65536")
 	tally := newTaskTally(n)
 	start := time.Now()
 	launcher(t, url, 1, n, "cpus:0.02;mem:16", tally, nil)
@@ -189,12 +194,14 @@ func launchInOneAccept(t testing.TB, n int) time.Duration {
 }
 
 // TestLongStatusMessagesAreBounded has an agent (the protocol by hand)
-// report 3,000 tasks RUNNING, each with a 100 KB message, to a framework
+// report 1,000 tasks RUNNING, each with a 100 KB message, to a framework
 // that does not acknowledge them: the coordinator keeps every update, each
 // message cut to Limits.MaxStatusMessageBytes, so its heap grows by a few
-// MB rather than 300.
+// MB rather than 100. (It is not parallel: it measures the heap. 3,000
+// tasks made it 6 s of the package's serial time at load 40; 1,000 keep
+// the whole messages ten times over the bound.)
 func TestLongStatusMessagesAreBounded(t *testing.T) {
-	const tasks, messageBytes = 3000, 100 << 10
+	const tasks, messageBytes = 1000, 100 << 10
 	addr := agenttest.NewTCP(t)
 	// The agent here speaks the protocol by hand and never heartbeats: a
 	// timeout longer than the test, however slow the machine, keeps its
@@ -286,7 +293,7 @@ func TestLongStatusMessagesAreBounded(t *testing.T) {
 	if longest > 4096 || !marked {
 		t.Errorf("longest message delivered %d bytes (marked %v), want at most 4096 ending with the marker", longest, marked)
 	}
-	// 3,000 updates kept whole would be 300 MB; cut, they are about 15.
+	// 1,000 updates kept whole would be 100 MB; cut, they are about 5.
 	if limit := int64(tasks) * 10 << 10; growth > limit {
 		t.Errorf("heap grew %d MB, want at most %d", growth>>20, limit>>20)
 	}

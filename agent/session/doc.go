@@ -23,8 +23,14 @@
 //
 // Heartbeats go at the interval the coordinator gave, on the session's
 // HeartbeatStream: one long-lived HTTP/2 stream on which each beat is a
-// message answered by one message, which costs the coordinator a fraction
-// of a call per beat. A stream that fails is opened again at the next
+// message, which costs the coordinator a fraction of a call per beat. A
+// coordinator that says so in its answers (answers_optional) answers only
+// the beats that ask (the others set no_answer): the first beat of a
+// stream and every third ask and wait for the answer, which brings the
+// interval, so a changed interval takes effect within three beats; the
+// others are sent without waiting (a refusal of one ends the stream, and
+// the next beat that asks reports it). An answer's frame and flush were
+// most of the coordinator's CPU per beat. A stream that fails is opened again at the next
 // beat. A beat on a stream that failed before answering any goes by
 // Heartbeat call instead, and the session heartbeats with calls only,
 // until it ends, once the coordinator answered Unimplemented (an older

@@ -30,6 +30,12 @@ const (
 	// maxUnansweredStreams is how many heartbeat streams may fail before
 	// answering any beat before a session heartbeats with calls only.
 	maxUnansweredStreams = 3
+	// answerEvery: on a stream whose coordinator answers only the beats
+	// that ask for an answer, every answerEvery-th beat asks (the first of
+	// every stream too). An answer costs the coordinator a frame and a
+	// flush, most of its CPU per beat; the answered beats bring the
+	// interval and show that the coordinator is responsive.
+	answerEvery = 3
 	// silentIntervals is how many heartbeat intervals may pass without a
 	// heartbeat getting through before the session is given up.
 	silentIntervals = 3
@@ -146,6 +152,11 @@ type conn struct {
 	beats         *connect.BidiStreamForClient[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]
 	endBeats      context.CancelFunc
 	beatsAnswered bool // the stream answered a beat
+	// answersOptional: the stream's coordinator answers only the beats
+	// that ask (its answers said so); unanswered counts the beats sent
+	// without asking since the last answer.
+	answersOptional bool
+	unanswered      int
 	// unansweredStreams counts the streams that failed before answering
 	// any beat in this session.
 	unansweredStreams int
@@ -421,7 +432,9 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 
 // streamHeartbeat sends one heartbeat on the session's HeartbeatStream,
 // opening it first if none is open, and waits for its answer for at most
-// timeout. A failed beat ends the stream (the next beat opens another).
+// timeout; on a stream whose coordinator honours no_answer, only every
+// answerEvery-th beat asks for an answer and waits (next is 0 for the
+// others: the interval is unchanged as far as the agent knows). A failed beat ends the stream (the next beat opens another).
 // answered reports whether the stream had answered a beat before, so
 // that the caller tells a stream that never worked (fall back to calls)
 // from one that broke.
@@ -429,13 +442,22 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 	if c.beats == nil {
 		ctx, cancel := context.WithCancel(c.ctx)
 		c.beats, c.endBeats, c.beatsAnswered = s.cfg.Client.HeartbeatStream(ctx), cancel, false
+		c.answersOptional, c.unanswered = false, 0
 	}
-	// A beat not answered in time ends the stream, which unblocks Send and
-	// Receive.
+	// A beat not answered (or sent) in time ends the stream, which
+	// unblocks Send and Receive.
 	stall := time.AfterFunc(timeout, c.endBeats)
 	defer stall.Stop()
 	stream, answered := c.beats, c.beatsAnswered
-	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID, Profile: s.profile()})
+	noAnswer := c.answersOptional && c.unanswered < answerEvery-1
+	err = stream.Send(&slacklinev1.HeartbeatStreamRequest{AgentId: c.agentID, SessionId: c.sessionID, Profile: s.profile(), NoAnswer: noAnswer})
+	if err == nil && noAnswer {
+		// Sent on a stream that answered its last asking beat in time. A
+		// refusal of this beat ends the stream: the next Send or the next
+		// answered beat (at most answerEvery-1 beats on) reports it.
+		c.unanswered++
+		return 0, true, nil
+	}
 	var resp *slacklinev1.HeartbeatStreamResponse
 	if err == nil || errors.Is(err, io.EOF) {
 		// io.EOF: the coordinator ended the stream; Receive has its error.
@@ -451,7 +473,7 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 		}
 		return 0, answered, fmt.Errorf("heartbeat stream: %w", err)
 	}
-	c.beatsAnswered = true
+	c.beatsAnswered, c.answersOptional, c.unanswered = true, resp.GetAnswersOptional(), 0
 	return time.Duration(resp.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, nil
 }
 

@@ -169,21 +169,44 @@ func status(taskID, uuid string) *slacklinev1.TaskStatus {
 	return &slacklinev1.TaskStatus{TaskId: taskID, State: slacklinev1.TaskState_TASK_STATE_RUNNING, Uuid: uuid}
 }
 
-// heartbeatModes are the coordinators a session heartbeats to: one with
-// HeartbeatStream, and an older one without it (the session falls back to
-// Heartbeat calls).
-var heartbeatModes = []struct {
+// heartbeatMode is a coordinator a session heartbeats to.
+type heartbeatMode struct {
 	name   string
-	stream bool
-}{{"stream", true}, {"calls", false}}
+	stream bool // it has HeartbeatStream (else the session falls back to calls)
+	old    bool // its stream answers every beat (no no_answer yet)
+}
+
+// heartbeatModes: the coordinator's HeartbeatStream, which answers only
+// the beats that ask; an older one that answers every beat; and an older
+// one still without HeartbeatStream.
+var heartbeatModes = []heartbeatMode{{"stream", true, false}, {"stream-answering-all", true, true}, {"calls", false, false}}
+
+// set makes fake the mode's coordinator.
+func (m heartbeatMode) set(fake *agenttest.FakeCoordinator) {
+	fake.SetHeartbeatStream(m.stream)
+	fake.SetOldHeartbeatStream(m.old)
+}
 
 // checkHeartbeatMode checks that the agent's heartbeats went on the stream
-// when the fake has one, by calls otherwise.
-func checkHeartbeatMode(t *testing.T, fake *agenttest.FakeCoordinator, agentID string, stream bool) {
+// when the fake has one, by calls otherwise; and that on one stream, only
+// the first beat and every third asked for an answer of a coordinator
+// that honours no_answer, and every beat of one that does not.
+func checkHeartbeatMode(t *testing.T, fake *agenttest.FakeCoordinator, agentID string, mode heartbeatMode) {
 	t.Helper()
 	all, onStream := fake.Heartbeats(agentID), fake.StreamHeartbeats(agentID)
-	if stream && onStream != all || !stream && onStream != 0 {
-		t.Errorf("%d of %d heartbeats on the heartbeat stream, want all with a stream (%v), none without", onStream, all, stream)
+	if mode.stream && onStream != all || !mode.stream && onStream != 0 {
+		t.Errorf("%d of %d heartbeats on the heartbeat stream, want all with a stream (%v), none without", onStream, all, mode.stream)
+	}
+	if !mode.stream {
+		return
+	}
+	answered, unwanted := fake.AnsweredHeartbeats(agentID)
+	want := (onStream + 2) / 3
+	if mode.old {
+		want = onStream
+	}
+	if answered != want || unwanted != 0 {
+		t.Errorf("%d of %d stream heartbeats answered, %d asked for no answer of a coordinator answering all; want %d and 0", answered, onStream, unwanted, want)
 	}
 }
 
@@ -191,16 +214,16 @@ func TestSessionAgainstFake(t *testing.T) {
 	for _, protocol := range agenttest.Protocols {
 		for _, mode := range heartbeatModes {
 			t.Run(protocol.Name+"/"+mode.name, func(t *testing.T) {
-				testSessionAgainstFake(t, protocol.Opts, mode.stream)
+				testSessionAgainstFake(t, protocol.Opts, mode)
 			})
 		}
 	}
 }
 
-func testSessionAgainstFake(t *testing.T, opts []connect.ClientOption, stream bool) {
+func testSessionAgainstFake(t *testing.T, opts []connect.ClientOption, mode heartbeatMode) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := agenttest.NewFakeCoordinator()
-		fake.SetHeartbeatStream(stream)
+		mode.set(fake)
 		h := &handler{}
 		hs := run(t, h, opts, serveFake(fake))
 		defer hs.stop(t)
@@ -233,7 +256,7 @@ func testSessionAgainstFake(t *testing.T, opts []connect.ClientOption, stream bo
 		if got := fake.Heartbeats(agentID); got != 2 {
 			t.Errorf("%d heartbeats in 11 s, want 2", got)
 		}
-		checkHeartbeatMode(t, fake, agentID, stream)
+		checkHeartbeatMode(t, fake, agentID, mode)
 
 		hs.session.Send("fw", status("t1", "u1"))
 		if err := hs.session.SendEstimate(t.Context(), resources.MustParse("cpus:2").Proto("", true)); err != nil {
@@ -582,14 +605,14 @@ func TestRealCoordinator(t *testing.T) {
 // first beat comes within the second half of the registered interval.
 func TestHeartbeatIntervalFromCoordinator(t *testing.T) {
 	for _, mode := range heartbeatModes {
-		t.Run(mode.name, func(t *testing.T) { testHeartbeatIntervalFromCoordinator(t, mode.stream) })
+		t.Run(mode.name, func(t *testing.T) { testHeartbeatIntervalFromCoordinator(t, mode) })
 	}
 }
 
-func testHeartbeatIntervalFromCoordinator(t *testing.T, stream bool) {
+func testHeartbeatIntervalFromCoordinator(t *testing.T, mode heartbeatMode) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := agenttest.NewFakeCoordinator()
-		fake.SetHeartbeatStream(stream)
+		mode.set(fake)
 		fake.SetHeartbeatInterval(time.Second) // registration says 5 s
 		h := &handler{}
 		hs := run(t, h, nil, serveFake(fake))
@@ -607,6 +630,43 @@ func testHeartbeatIntervalFromCoordinator(t *testing.T, stream bool) {
 		if got := fake.Heartbeats("agent-1"); got < 7 || got > 9 {
 			t.Errorf("%d heartbeats in 11 s, want 7-9 at the 1 s interval the coordinator asked for", got)
 		}
-		checkHeartbeatMode(t, fake, "agent-1", stream)
+		checkHeartbeatMode(t, fake, "agent-1", mode)
 	})
+}
+
+// TestHeartbeatIntervalChangeOnUnansweredBeats: a changed interval
+// reaches an agent at its next answered beat: on the stream of a
+// coordinator that answers only the beats that ask, within three beats
+// (the first beat after the change and the next one go at the old
+// interval without an answer); by the next beat otherwise.
+func TestHeartbeatIntervalChangeOnUnansweredBeats(t *testing.T) {
+	// Beats in the 10.5 s after the first (at 1 s, told 3 s from then on).
+	want := map[string]int{
+		"stream":               5, // +1 +2 at 1 s; +3 answered: +6 +9
+		"stream-answering-all": 4, // +1 answered: +4 +7 +10
+		"calls":                4,
+	}
+	for _, mode := range heartbeatModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				fake := agenttest.NewFakeCoordinator()
+				mode.set(fake)
+				fake.SetHeartbeatInterval(time.Second)
+				hs := run(t, &handler{}, nil, serveFake(fake))
+				defer hs.stop(t)
+				for fake.Heartbeats("agent-1") == 0 {
+					time.Sleep(10 * time.Millisecond)
+					synctest.Wait()
+				}
+				fake.SetHeartbeatInterval(3 * time.Second)
+				time.Sleep(10*time.Second + 500*time.Millisecond)
+				synctest.Wait()
+				if got := fake.Heartbeats("agent-1") - 1; got != want[mode.name] {
+					t.Errorf("%d beats in the 10.5 s after the interval went from 1 s to 3 s, want %d", got, want[mode.name])
+				}
+				checkHeartbeatMode(t, fake, "agent-1", mode)
+			})
+		})
+	}
 }

@@ -19,7 +19,9 @@ import (
 // scales with it: Config.AgentTimeout is the silence allowed at the base
 // interval, so an agent may miss as many heartbeats at any interval (30 s
 // at 5 s: six). Agents learn the interval at registration and from every
-// heartbeat's answer, so it takes effect one old interval after a change.
+// heartbeat's answer; agent/session asks for an answer on every third
+// beat only (no_answer on the others), so it takes effect at most three
+// old intervals after a change (one for older agents).
 // When it shrinks, agents still beating at the longer one are not yet
 // late: the longer timeout holds until every agent has had the time to
 // hear of the change and miss as many beats as before.

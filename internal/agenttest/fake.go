@@ -55,8 +55,15 @@ type FakeCoordinator struct {
 	streamBeats  bool           // HeartbeatStream answers (else Unimplemented)
 	// agent id -> heartbeats received on a HeartbeatStream
 	streamHeartbeats map[string]int
-	updates          []*slacklinev1.UpdateStatusRequest
-	estimates        []*slacklinev1.UpdateOversubscribedResourcesRequest
+	// oldStreams: HeartbeatStream answers every beat, as a coordinator
+	// before no_answer did (else it honours no_answer).
+	oldStreams bool
+	// agent id -> stream heartbeats answered; stream heartbeats that asked
+	// for no answer of a coordinator that did not say it honours it
+	answeredBeats  map[string]int
+	unwantedAsking int
+	updates        []*slacklinev1.UpdateStatusRequest
+	estimates      []*slacklinev1.UpdateOversubscribedResourcesRequest
 }
 
 // fakeStream is one open Connect call.
@@ -67,7 +74,7 @@ type fakeStream struct {
 
 // NewFakeCoordinator returns a FakeCoordinator that admits every agent.
 func NewFakeCoordinator() *FakeCoordinator {
-	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}, streamHeartbeats: map[string]int{}}
+	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}, streamHeartbeats: map[string]int{}, answeredBeats: map[string]int{}}
 }
 
 // Handler serves f's AgentService.
@@ -161,8 +168,10 @@ func (f *FakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slac
 
 // HeartbeatStream implements AgentService: Unimplemented (an older
 // coordinator) unless SetHeartbeatStream enabled it; then each beat is
-// answered as Heartbeat answers it and counted in Heartbeats and
-// StreamHeartbeats, and a refused beat ends the stream with the error.
+// answered as Heartbeat answers it, unless it asks for no answer (as the
+// coordinator does; SetOldHeartbeatStream answers every beat, as an
+// older one did), and counted in Heartbeats and StreamHeartbeats (and
+// AnsweredHeartbeats), and a refused beat ends the stream with the error.
 func (f *FakeCoordinator) HeartbeatStream(_ context.Context, stream *connect.BidiStream[slacklinev1.HeartbeatStreamRequest, slacklinev1.HeartbeatStreamResponse]) error {
 	f.mu.Lock()
 	enabled := f.streamBeats
@@ -187,12 +196,22 @@ func (f *FakeCoordinator) HeartbeatStream(_ context.Context, stream *connect.Bid
 			f.heartbeats[req.GetAgentId()]++
 			f.streamHeartbeats[req.GetAgentId()]++
 		}
-		interval := f.interval
+		interval, old := f.interval, f.oldStreams
+		answer := old || !req.GetNoAnswer()
+		if err == nil && answer {
+			f.answeredBeats[req.GetAgentId()]++
+		}
+		if old && req.GetNoAnswer() {
+			f.unwantedAsking++
+		}
 		f.mu.Unlock()
 		if err != nil {
 			return err
 		}
-		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds()}); err != nil {
+		if !answer {
+			continue
+		}
+		if err := stream.Send(&slacklinev1.HeartbeatStreamResponse{HeartbeatIntervalSeconds: interval.Seconds(), AnswersOptional: !old}); err != nil {
 			return err
 		}
 	}
@@ -204,6 +223,25 @@ func (f *FakeCoordinator) SetHeartbeatStream(enabled bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.streamBeats = enabled
+}
+
+// SetOldHeartbeatStream makes HeartbeatStream answer every beat and not
+// say it honours no_answer, as a coordinator before the field did (or
+// the coordinator's way, when old is false).
+func (f *FakeCoordinator) SetOldHeartbeatStream(old bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.oldStreams = old
+}
+
+// AnsweredHeartbeats returns how many heartbeats of the agent
+// HeartbeatStream accepted and answered, and how many beats of any agent
+// asked for no answer of a stream that had not said it honours it
+// (SetOldHeartbeatStream).
+func (f *FakeCoordinator) AnsweredHeartbeats(agentID string) (answered, unwanted int) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.answeredBeats[agentID], f.unwantedAsking
 }
 
 // StreamHeartbeats returns how many heartbeats of the agent

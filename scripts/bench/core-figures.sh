@@ -9,7 +9,7 @@
 # BASE_REV defaults to main. PARTs (default: all but offers-10k):
 #   scale       coordinator CPU per heartbeat and RSS with 10,000 simulated
 #               agents (scripts/bench/scale --agents 10000 --window 30s)
-#   heartbeat   BenchmarkHeartbeat and BenchmarkHeartbeatStream
+#   heartbeat   BenchmarkHeartbeat, BenchmarkHeartbeatStream(AnswerEvery3)
 #   allocator   BenchmarkDeclineOffers*
 #   accept      BenchmarkOneAcceptOf3000Tasks
 #   offers      freed resource -> offer p50/p99 at 1 agent x 1 framework
@@ -17,6 +17,8 @@
 #               --agent-resources 'cpus:0.001;mem:1' (long: it settles first)
 #   idle        idle subscription RSS ratio to a bare net/http stream
 # RUNS (default 2) is the number of alternations of the scale part;
+# COUNT (default 5) the -count of the benchmarks; WARMUP_BENCHTIME
+# (default 3x) the -benchtime of BenchmarkDeclineOffersWarmup;
 # HEAD_REV, when set, measures that revision (in a worktree of its own)
 # instead of this checkout, which may then change while it runs.
 set -euo pipefail
@@ -67,8 +69,14 @@ for part in "${parts[@]}"; do
 			side "scale run $run" sh -c 'go run ./scripts/bench/scale --agents 10000 --window 30s 2>/dev/null'
 		done
 		;;
-	heartbeat) side heartbeat bench -bench 'BenchmarkHeartbeat(Stream)?$' ./coordinator/ ;;
-	allocator) side allocator bench -bench 'BenchmarkDeclineOffers' ./coordinator/allocator/ ;;
+	heartbeat) side heartbeat bench -bench 'BenchmarkHeartbeat(Stream|StreamAnswerEvery3)?$' ./coordinator/ ;;
+	allocator)
+		# The warm-up benchmark builds its cluster outside the timer, so
+		# at the default benchtime its setup ran 20+ minutes loaded: it
+		# is bounded by iterations (WARMUP_BENCHTIME, default 3x).
+		side allocator bench -bench 'BenchmarkDeclineOffers(Revocable)?$' ./coordinator/allocator/
+		side "allocator warm-up" bench -bench 'BenchmarkDeclineOffersWarmup' -benchtime "${WARMUP_BENCHTIME:-3x}" ./coordinator/allocator/
+		;;
 	accept) side accept bench -bench 'BenchmarkOneAcceptOf3000Tasks' ./coordinator/ ;;
 	offers) side "offers 1x1" sh -c 'go run ./scripts/bench/offerlatency --trials 1000 2>/dev/null' ;;
 	offers-10k)

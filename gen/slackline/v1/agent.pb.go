@@ -1239,7 +1239,16 @@ type HeartbeatStreamRequest struct {
 	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	// profile is the agent's node profile and its signals (#29).
-	Profile       *ProfileReport `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	Profile *ProfileReport `protobuf:"bytes,3,opt,name=profile,proto3" json:"profile,omitempty"`
+	// no_answer asks the coordinator not to answer this beat (a refused beat
+	// still ends the stream with its error). An agent sets it only on a
+	// stream whose coordinator said it honours it
+	// (HeartbeatStreamResponse.answers_optional): an older coordinator
+	// answers every beat. The agent still asks for an answer now and then,
+	// to learn a changed interval and that the coordinator is responsive.
+	// An answer costs the coordinator a frame and a flush per beat, most of
+	// its CPU per beat (#30).
+	NoAnswer      bool `protobuf:"varint,4,opt,name=no_answer,json=noAnswer,proto3" json:"no_answer,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1295,13 +1304,23 @@ func (x *HeartbeatStreamRequest) GetProfile() *ProfileReport {
 	return nil
 }
 
+func (x *HeartbeatStreamRequest) GetNoAnswer() bool {
+	if x != nil {
+		return x.NoAnswer
+	}
+	return false
+}
+
 // HeartbeatStreamResponse answers one HeartbeatStreamRequest, as a
 // HeartbeatResponse.
 type HeartbeatStreamResponse struct {
 	state                    protoimpl.MessageState `protogen:"open.v1"`
 	HeartbeatIntervalSeconds float64                `protobuf:"fixed64,1,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// answers_optional says that this coordinator honours
+	// HeartbeatStreamRequest.no_answer.
+	AnswersOptional bool `protobuf:"varint,2,opt,name=answers_optional,json=answersOptional,proto3" json:"answers_optional,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *HeartbeatStreamResponse) Reset() {
@@ -1339,6 +1358,13 @@ func (x *HeartbeatStreamResponse) GetHeartbeatIntervalSeconds() float64 {
 		return x.HeartbeatIntervalSeconds
 	}
 	return 0
+}
+
+func (x *HeartbeatStreamResponse) GetAnswersOptional() bool {
+	if x != nil {
+		return x.AnswersOptional
+	}
+	return false
 }
 
 // UpdateStatusRequest reports a status update.
@@ -1630,14 +1656,16 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x125\n" +
 	"\aprofile\x18\x03 \x01(\v2\x1b.slackline.v1.ProfileReportR\aprofile\"Q\n" +
 	"\x11HeartbeatResponse\x12<\n" +
-	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\x89\x01\n" +
+	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\xa6\x01\n" +
 	"\x16HeartbeatStreamRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x125\n" +
-	"\aprofile\x18\x03 \x01(\v2\x1b.slackline.v1.ProfileReportR\aprofile\"W\n" +
+	"\aprofile\x18\x03 \x01(\v2\x1b.slackline.v1.ProfileReportR\aprofile\x12\x1b\n" +
+	"\tno_answer\x18\x04 \x01(\bR\bnoAnswer\"\x82\x01\n" +
 	"\x17HeartbeatStreamResponse\x12<\n" +
-	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\"\xa4\x01\n" +
+	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\x12)\n" +
+	"\x10answers_optional\x18\x02 \x01(\bR\x0fanswersOptional\"\xa4\x01\n" +
 	"\x13UpdateStatusRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +

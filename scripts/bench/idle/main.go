@@ -479,7 +479,11 @@ func serve(args []string) error {
 			return err
 		}
 		defer os.RemoveAll(dir)
-		c, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet, FrameworkHeartbeatInterval: heartbeat})
+		// Every idle subscription is the same (anonymous) principal's:
+		// the per-principal bound (100 by default) would refuse --streams
+		// of them.
+		c, err := coordinator.New(coordinator.Config{WorkDir: dir, Logger: quiet, FrameworkHeartbeatInterval: heartbeat,
+			Limits: coordinator.Limits{MaxFrameworksPerPrincipal: 1 << 20}})
 		if err != nil {
 			return err
 		}

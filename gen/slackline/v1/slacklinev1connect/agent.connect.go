@@ -60,8 +60,9 @@ type AgentServiceClient interface {
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// HeartbeatStream carries an agent's heartbeats on one long-lived stream
 	// (HTTP/2 only): each HeartbeatStreamRequest is answered by one
-	// HeartbeatStreamResponse, as Heartbeat answers a HeartbeatRequest, without the cost of a call
-	// per beat. The stream ends with the error Heartbeat would return (a
+	// HeartbeatStreamResponse (unless it asks for none: no_answer), as
+	// Heartbeat answers a HeartbeatRequest, without the cost of a call per
+	// beat. The stream ends with the error Heartbeat would return (a
 	// stale session: FailedPrecondition); a newer stream of the same agent
 	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
 	// Unimplemented (an older coordinator).
@@ -174,8 +175,9 @@ type AgentServiceHandler interface {
 	Heartbeat(context.Context, *connect.Request[v1.HeartbeatRequest]) (*connect.Response[v1.HeartbeatResponse], error)
 	// HeartbeatStream carries an agent's heartbeats on one long-lived stream
 	// (HTTP/2 only): each HeartbeatStreamRequest is answered by one
-	// HeartbeatStreamResponse, as Heartbeat answers a HeartbeatRequest, without the cost of a call
-	// per beat. The stream ends with the error Heartbeat would return (a
+	// HeartbeatStreamResponse (unless it asks for none: no_answer), as
+	// Heartbeat answers a HeartbeatRequest, without the cost of a call per
+	// beat. The stream ends with the error Heartbeat would return (a
 	// stale session: FailedPrecondition); a newer stream of the same agent
 	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
 	// Unimplemented (an older coordinator).
