@@ -1,0 +1,125 @@
+// Tests of scripts/vm/test's own logic (the plan, the summary, the failure
+// digest) without guests: scripts/vm/testdata/fake-run stands in for
+// scripts/vm/run and runs the guests' part (scripts/vm/guest-tests) on the
+// host, on the fixture packages under scripts/vm/testdata.
+package vm
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// harness runs scripts/vm/test on the kernels and packages with the fake
+// runner and env, returning its output lines and exit status.
+func harness(t *testing.T, kernels string, env []string, pkgs ...string) ([]string, int) {
+	t.Helper()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the harness builds test binaries with the go command, which is not on PATH")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command("bash", filepath.Join(wd, "test"), "--kernels", kernels, "--quick")
+	cmd.Args = append(cmd.Args, pkgs...)
+	cmd.Dir = wd
+	cmd.Env = append(os.Environ(), "SLACKLINE_VM_RUN="+filepath.Join(wd, "testdata", "fake-run"),
+		"SLACKLINE_VM_TEST_OUT="+t.TempDir(), "SLACKLINE_VM_HARNESS_FIXTURE=1", "SLACKLINE_VM_JOBS=1")
+	cmd.Env = append(cmd.Env, env...)
+	out, err := cmd.CombinedOutput()
+	status := 0
+	var exit *exec.ExitError
+	if errors.As(err, &exit) {
+		status = exit.ExitCode()
+	} else if err != nil {
+		t.Fatalf("scripts/vm/test: %v\n%s", err, out)
+	}
+	return strings.Split(strings.TrimRight(string(out), "\n"), "\n"), status
+}
+
+func index(lines []string, substr string) int {
+	for i, l := range lines {
+		if strings.Contains(l, substr) {
+			return i
+		}
+	}
+	return -1
+}
+
+func lastIndex(lines []string, substr string) int {
+	for i := len(lines) - 1; i >= 0; i-- {
+		if strings.Contains(lines[i], substr) {
+			return i
+		}
+	}
+	return -1
+}
+
+// A failing package: the last 25 lines (what a CI log's tail shows) name
+// the failing test after every guest console line, the digest shows the
+// test's message and the output before its FAIL line (up to 40 lines), and
+// the kernel log is summarized, not printed.
+func TestFailureDigestEndsTheOutput(t *testing.T) {
+	t.Parallel()
+	lines, status := harness(t, "6.1", []string{"SLACKLINE_VM_SINGLE_THREAD_PACKAGES=scripts/vm/testdata/pass"},
+		"./scripts/vm/testdata/pass", "./scripts/vm/testdata/fail")
+	text := strings.Join(lines, "\n")
+	if status != 1 {
+		t.Fatalf("exit status %d, want 1:\n%s", status, text)
+	}
+	tail := lines[max(0, len(lines)-25):]
+	for _, want := range []string{"vm test: FAILED: kernel 6.1: scripts/vm/testdata/fail: TestFails", "vm: 1 passed, 1 failed",
+		"vm test: kernel 6.1: 1 packages passed, 1 failed",
+		"6.1-multi-kernel1.log: 1 errors (1 OOM kills, 0 oopses/panics/stalls)"} {
+		if index(tail, want) < 0 {
+			t.Errorf("the output's last 25 lines lack %q:\n%s", want, strings.Join(tail, "\n"))
+		}
+	}
+	digest := index(lines, "vm test: failure digest")
+	if digest < 0 {
+		t.Fatalf("no failure digest:\n%s", text)
+	}
+	if last := lastIndex(lines, "6.1/"); last > digest {
+		t.Errorf("a guest's console line %q comes after the digest (line %d)", lines[last], digest)
+	}
+	d := lines[digest:]
+	for _, want := range []string{"=== vm test: kernel 6.1: FAIL github.com/slackline/slackline/scripts/vm/testdata/fail",
+		"fail_test.go:25: the fixture's failure message", "fixture output line 60", "fixture output line 22", "--- FAIL: TestFails"} {
+		if index(d, want) < 0 {
+			t.Errorf("the digest lacks %q:\n%s", want, strings.Join(d, "\n"))
+		}
+	}
+	// 40 lines of context: the first output lines and the other tests'
+	// are left out, and nothing of the passing package or the kernel log.
+	for _, unwanted := range []string{"fixture output line 21\n", "later output line", "testdata/pass", "Memory cgroup out of memory"} {
+		if strings.Contains(strings.Join(d, "\n")+"\n", unwanted) {
+			t.Errorf("the digest has %q:\n%s", unwanted, strings.Join(d, "\n"))
+		}
+	}
+}
+
+// Every package in the single-threaded group leaves the multi-threaded one
+// empty: the summary is printed all the same, and the status is 0 (the
+// summary's sums failed on the empty group's log before).
+func TestEmptyGroupKeepsTheSummary(t *testing.T) {
+	t.Parallel()
+	lines, status := harness(t, "6.1 6.12", []string{"SLACKLINE_VM_SINGLE_THREAD_PACKAGES=scripts/vm/testdata/pass"},
+		"./scripts/vm/testdata/pass")
+	text := strings.Join(lines, "\n")
+	if status != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", status, text)
+	}
+	for _, want := range []string{"vm test: kernel 6.1: 1 packages passed, 0 failed; single guest:",
+		"vm test: kernel 6.12: 1 packages passed, 0 failed; single guest:", "vm: 2 passed, 0 failed"} {
+		if index(lines, want) < 0 {
+			t.Errorf("the output lacks %q:\n%s", want, text)
+		}
+	}
+	if index(lines, "failure digest") >= 0 || index(lines, "FAILED") >= 0 {
+		t.Errorf("a digest without a failure:\n%s", text)
+	}
+}
