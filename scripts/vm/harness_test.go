@@ -123,3 +123,20 @@ func TestEmptyGroupKeepsTheSummary(t *testing.T) {
 		t.Errorf("a digest without a failure:\n%s", text)
 	}
 }
+
+// SLACKLINE_VM_SINGLE_THREAD_KERNELS runs both of a kernel's guests
+// single-threaded; the other kernels' multi-threaded group stays so.
+func TestSingleThreadKernels(t *testing.T) {
+	t.Parallel()
+	lines, status := harness(t, "6.1 6.12", []string{"SLACKLINE_VM_SINGLE_THREAD_PACKAGES=", "SLACKLINE_VM_SINGLE_THREAD_KERNELS=6.12"},
+		"./scripts/vm/testdata/pass")
+	text := strings.Join(lines, "\n")
+	if status != 0 {
+		t.Fatalf("exit status %d, want 0:\n%s", status, text)
+	}
+	for _, want := range []string{"6.1/multi: fake-run: TCG thread multi", "6.12/multi: fake-run: TCG thread single", "vm: 2 passed, 0 failed"} {
+		if index(lines, want) < 0 {
+			t.Errorf("the output lacks %q:\n%s", want, text)
+		}
+	}
+}
