@@ -5,12 +5,16 @@
 package vm
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 // harness runs scripts/vm/test on the kernels and packages with the fake
@@ -138,5 +142,65 @@ func TestSingleThreadKernels(t *testing.T) {
 		if index(lines, want) < 0 {
 			t.Errorf("the output lacks %q:\n%s", want, text)
 		}
+	}
+}
+
+// SIGTERM stops every guest (here the stand-in, which never ends on its
+// own) and exits 143. The guests used to be found by their comm, "run",
+// which a #!/usr/bin/env bash script never has: scripts/vm/test waited
+// for them forever.
+func TestTerminateStopsTheGuests(t *testing.T) {
+	t.Parallel()
+	if _, err := exec.LookPath("go"); err != nil {
+		t.Skip("the harness builds test binaries with the go command, which is not on PATH")
+	}
+	wd, err := os.Getwd()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	pidFile := filepath.Join(dir, "guest.pid")
+	// The bound only ends a hung run (the old behaviour), it times nothing.
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", filepath.Join(wd, "test"), "--kernels", "6.1", "./scripts/vm/testdata/pass")
+	cmd.Dir = wd
+	cmd.Env = append(os.Environ(), "SLACKLINE_VM_RUN="+filepath.Join(wd, "testdata", "fake-run"),
+		"SLACKLINE_VM_TEST_OUT="+filepath.Join(dir, "out"), "SLACKLINE_VM_FAKE_HANG="+pidFile)
+	var out strings.Builder
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 10 * time.Second // the guests' pipes outlive a killed script
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var guest int
+	for guest == 0 {
+		if data, err := os.ReadFile(pidFile); err == nil {
+			guest, _ = strconv.Atoi(strings.TrimSpace(string(data)))
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the stand-in guest never started:\n%s", out.String())
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	t.Cleanup(func() { _ = syscall.Kill(guest, syscall.SIGKILL) }) // if it outlived the test
+	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err = cmd.Wait()
+	if ctx.Err() != nil {
+		t.Fatalf("scripts/vm/test did not stop on SIGTERM:\n%s", out.String())
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() != 143 {
+		t.Errorf("exit = %v, want status 143:\n%s", err, out.String())
+	}
+	if err := syscall.Kill(guest, 0); !errors.Is(err, syscall.ESRCH) {
+		t.Errorf("the guest's runner (pid %d) is still there after SIGTERM: %v", guest, err)
+	}
+	if !strings.Contains(out.String(), "fake-run: terminated") {
+		t.Errorf("the guest was not terminated:\n%s", out.String())
 	}
 }
