@@ -78,7 +78,7 @@ func TestFailureDigestEndsTheOutput(t *testing.T) {
 	tail := lines[max(0, len(lines)-25):]
 	for _, want := range []string{"vm test: FAILED: kernel 6.1: scripts/vm/testdata/fail: TestFails", "vm: 1 passed, 1 failed",
 		"vm test: kernel 6.1: 1 packages passed, 1 failed",
-		"6.1-multi-kernel1.log: 1 errors (1 OOM kills, 0 oopses/panics/stalls)"} {
+		"6.1-multi-kernel1.log: 1 errors (1 OOM kills, 0 lines of oopses, panics or stalls)"} {
 		if index(tail, want) < 0 {
 			t.Errorf("the output's last 25 lines lack %q:\n%s", want, strings.Join(tail, "\n"))
 		}
