@@ -400,12 +400,18 @@ func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec l
 	}
 	defer statusR.Close()
 	argv := c.cfg.SupervisorCommand
-	cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.ExtraFiles = []*os.File{statusW} // fd 3
-	// Own session: the supervisor outlives the agent and its terminal.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	newCmd := func() *exec.Cmd {
+		cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.ExtraFiles = []*os.File{statusW} // fd 3
+		// Own session: the supervisor outlives the agent and its terminal.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		return cmd
+	}
+	// Born in the supervisors' v2 cgroup where the kernel can, so that
+	// neither the supervisor's move there nor its grace period of RCU is
+	// on the launch's path (the supervisor moves into what is left).
+	cmd, _, err := supervisor.StartInCgroup(newCmd, c.supervisors.Unified)
 	statusW.Close()
 	if err != nil {
 		return nil, nil, fmt.Errorf("start supervisor %s: %w", argv[0], err)

@@ -106,8 +106,9 @@ func supervise(dir string) int {
 		report(Status{Error: err.Error()})
 		return 1
 	}
-	// The supervisor moves the shim into the task's cgroups while the
-	// shim starts, and says on fd 5 when it is done ("ok", or why not).
+	// The supervisor tells the shim on fd 5 when it may go on ("ok", or
+	// why not): at once when the shim was born in the task's v2 cgroup,
+	// after moving it there otherwise.
 	joinR, joinW, err := os.Pipe()
 	if err != nil {
 		report(Status{Error: err.Error()})
@@ -116,20 +117,22 @@ func supervise(dir string) int {
 	// The task's own session (and process group, so Kill's SIGTERM
 	// reaches its children): no controlling terminal, no signals from
 	// the supervisor's group.
-	attr := &syscall.SysProcAttr{Setsid: true}
-	if spec.Namespaces {
-		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
-	}
-	shim := &exec.Cmd{
-		Path:   "/proc/self/exe", // this very binary, even if replaced on disk since
-		Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
-		Dir:    spec.Dir,
-		Stdout: stdout, Stderr: stderr,
-		ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
-		SysProcAttr: attr,
+	newShim := func() *exec.Cmd {
+		attr := &syscall.SysProcAttr{Setsid: true}
+		if spec.Namespaces {
+			attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+		}
+		return &exec.Cmd{
+			Path:   "/proc/self/exe", // this very binary, even if replaced on disk since
+			Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
+			Dir:    spec.Dir,
+			Stdout: stdout, Stderr: stderr,
+			ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
+			SysProcAttr: attr,
+		}
 	}
 	spawnAt := time.Now()
-	err = shim.Start()
+	shim, born, err := StartInCgroup(newShim, spec.Cgroup.Unified)
 	execW.Close()
 	initW.Close()
 	joinR.Close()
@@ -142,28 +145,35 @@ func supervise(dir string) int {
 		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
-	// Into the task's cgroups (every hierarchy) before it does anything
-	// else: the moves, a grace period of RCU each on cgroup v1, overlap
-	// the shim's exec and start instead of following them. The shim waits
-	// for the answer before it goes on; an error ends it.
+	// Not born in its v2 cgroup (a kernel before 5.7): moved there now,
+	// while it starts, before it does anything else. The v1 hierarchies
+	// (hybrid hosts) it joins itself, thread by thread (execShim).
 	joined := "ok"
-	if err := joinCgroup(spec.Cgroup, shim.Process.Pid); err != nil {
-		joined = err.Error()
+	if !born {
+		if err := joinCgroup([]string{filepath.Join(spec.Cgroup.Unified, "cgroup.procs")}, shim.Process.Pid); err != nil {
+			joined = err.Error()
+		}
 	}
 	_, _ = joinW.WriteString(joined) // EPIPE if the shim failed already: execR says why
 	joinW.Close()
 	// Out of the agent's cgroup, so that what ends the agent's cgroup does
-	// not end the supervisor; before the report, so a supervisor Launch
-	// returned for is there. Done while the shim starts, not before: the
-	// moves (one per hierarchy on hybrid hosts) are off the launch's path.
-	// The shim, forked before, starts in the agent's cgroup and leaves it
-	// for the task's.
-	self := []byte(strconv.Itoa(os.Getpid()))
-	for _, procs := range spec.SupervisorCgroup {
-		if err := os.WriteFile(procs, self, 0); err != nil {
-			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
+	// not end the supervisor. The agent started it in its v2 cgroup where
+	// the kernel could (clone3 with CLONE_INTO_CGROUP): that one, which
+	// the agent's cgroup is killed through, holds before the report, and
+	// the v1 moves, each a grace period of RCU the shim's own joins would
+	// queue behind (both hold cgroup_mutex), wait until the task runs.
+	// Started elsewhere, it moves into every hierarchy before the report,
+	// so that a supervisor Launch returned for is there.
+	movesNow, movesLater := splitSupervisorMoves(spec.SupervisorCgroup, spec.Cgroup.UnifiedMount, ownV2Cgroup())
+	self := os.Getpid()
+	moveSelf := func(files []string) {
+		for _, procs := range files {
+			if err := joinCgroup([]string{procs}, self); err != nil {
+				logf("%v (staying where it is)", err)
+			}
 		}
 	}
+	moveSelf(movesNow)
 	// EOF without data: the shim exec'd the task, or forked it and closed
 	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
@@ -201,6 +211,16 @@ func supervise(dir string) int {
 	}
 	report(st)
 	logf("task started: pid %d in %s", pid, spec.Cgroup.Rel)
+	// The shim as the task's init (it forked the task instead of exec'ing
+	// it) has its thread that forked the task in the task's v1 cgroups, its
+	// runtime's other threads not yet: the whole init joins them now, off
+	// the launch's path.
+	if spec.Namespaces {
+		if err := joinCgroup(v1ProcsFiles(spec.Cgroup), shim.Process.Pid); err != nil {
+			logf("move the task's init %d: %v", shim.Process.Pid, err)
+		}
+	}
+	moveSelf(movesLater)
 
 	rec := ExitRecord{ExitCode: -1}
 	if err := shim.Wait(); err != nil {
@@ -258,10 +278,10 @@ const initStatusFD = 4
 // that it is in every cgroup of the task ("ok"), or why not.
 const joinFD = 5
 
-// joinCgroup moves process pid into every directory of cg (its
-// cgroup.procs files), the whole thread group at once.
-func joinCgroup(cg Cgroup, pid int) error {
-	for _, procs := range cg.ProcsFiles() {
+// joinCgroup moves process pid, the whole thread group at once, into the
+// cgroup of each cgroup.procs file.
+func joinCgroup(files []string, pid int) error {
+	for _, procs := range files {
 		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", filepath.Dir(procs), err)
 		}
@@ -269,9 +289,10 @@ func joinCgroup(cg Cgroup, pid int) error {
 	return nil
 }
 
-// execShim runs inside the task's future process, as root: it waits for
-// the supervisor to have moved it into each of the container's cgroups
-// (fd 5: "ok", else why not), so the task is in all of them before the
+// execShim runs inside the task's future process, as root: born in the
+// task's v2 cgroup (or moved there by the supervisor, which says when on
+// fd 5: "ok", else why not), it moves its locked thread into the task's v1
+// cgroups (Cgroup.joinThread), so the task is in all of them before the
 // user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
@@ -299,9 +320,8 @@ func execShim(dir string) int {
 	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
-	// The supervisor moved this process into every cgroup of the task
-	// (joinCgroup) while it started: nothing happens here before it says
-	// so on fd 5.
+	// Born in the task's v2 cgroup, or moved there by the supervisor
+	// while it started: nothing happens here before it says so on fd 5.
 	joinPipe := os.NewFile(joinFD, "join-status")
 	answer, err := io.ReadAll(io.LimitReader(joinPipe, 4096))
 	joinPipe.Close()
@@ -312,6 +332,11 @@ func execShim(dir string) int {
 		return fail("exec shim: the supervisor ended before it moved the shim into the task's cgroups")
 	case string(answer) != "ok":
 		return fail("%s", answer)
+	}
+	// The v1 hierarchies (hybrid hosts): this thread, the one that execs
+	// or forks the task, moves itself.
+	if err := spec.Cgroup.joinThread(); err != nil {
+		return fail("exec shim: %v", err)
 	}
 	stages.joined = time.Now()
 	if spec.CoreCookie {
