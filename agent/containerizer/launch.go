@@ -195,7 +195,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}
-	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
+	status, proc, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
 		c.abortLaunch(ct)
 		release()
@@ -221,7 +221,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	snap := ct.snapshot()
 	c.mu.Unlock()
 	go func() {
-		_ = cmd.Wait() // reap; the outcome is in exit.json
+		proc.wait() // reaped; the outcome is in exit.json
 		c.finish(ct)
 	}()
 	done := time.Now()
@@ -383,12 +383,52 @@ func (c *Containerizer) abortLaunch(ct *container) {
 	}
 }
 
-// startSupervisor writes launch.json, starts the detached supervisor and
-// waits for its report that the task runs (or failed to start).
-func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *exec.Cmd, error) {
+// startSupervisor writes launch.json, hands the container to a warm
+// supervisor or else starts a detached one, and waits for its report that
+// the task runs (or failed to start).
+func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *supervisorProc, error) {
 	if err := writeVolatileJSON(filepath.Join(dir, launchFile), lspec); err != nil {
 		return nil, nil, fmt.Errorf("write launch spec: %w", err)
 	}
+	proc, statusR := c.takeWarm(dir)
+	if proc == nil {
+		var err error
+		if proc, statusR, err = c.startColdSupervisor(dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	defer statusR.Close()
+	kill := func() {
+		_ = proc.cmd.Process.Kill()
+		proc.wait()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = statusR.SetReadDeadline(time.Now()) })
+	defer stop()
+	data, readErr := io.ReadAll(statusR)
+	var status statusRecord
+	switch {
+	case readErr != nil && ctx.Err() != nil:
+		kill()
+		return nil, nil, ctx.Err()
+	case len(data) == 0 || json.Unmarshal(data, &status) != nil:
+		state := proc.wait()
+		tail, _ := os.ReadFile(filepath.Join(dir, supervisorLog))
+		return nil, nil, fmt.Errorf("supervisor ended without reporting the task (%s): %s",
+			state, strings.TrimSpace(lastLines(string(tail), 5)))
+	case status.Error != "":
+		proc.wait()
+		return nil, nil, errors.New(status.Error)
+	case status.Task == nil || status.Supervisor == nil:
+		kill()
+		return nil, nil, errors.New("supervisor reported no task pid")
+	}
+	return &status, proc, nil
+}
+
+// startColdSupervisor starts a supervisor for the container of state
+// directory dir ("supervise run"), its output in the directory's log, and
+// returns it with the read end of its status pipe.
+func (c *Containerizer) startColdSupervisor(dir string) (*supervisorProc, *os.File, error) {
 	logFile, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
@@ -398,47 +438,21 @@ func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec l
 	if err != nil {
 		return nil, nil, err
 	}
-	defer statusR.Close()
 	argv := c.cfg.SupervisorCommand
-	newCmd := func() *exec.Cmd {
+	proc, err := c.startSupervisorProc(func() *exec.Cmd {
 		cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
 		cmd.Stdout, cmd.Stderr = logFile, logFile
 		cmd.ExtraFiles = []*os.File{statusW} // fd 3
 		// Own session: the supervisor outlives the agent and its terminal.
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 		return cmd
-	}
-	// Born in the supervisors' v2 cgroup where the kernel can, so that
-	// neither the supervisor's move there nor its grace period of RCU is
-	// on the launch's path (the supervisor moves into what is left).
-	cmd, _, err := supervisor.StartInCgroup(newCmd, c.supervisors.Unified)
+	})
 	statusW.Close()
 	if err != nil {
+		statusR.Close()
 		return nil, nil, fmt.Errorf("start supervisor %s: %w", argv[0], err)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = statusR.SetReadDeadline(time.Now()) })
-	defer stop()
-	data, readErr := io.ReadAll(statusR)
-	var status statusRecord
-	switch {
-	case readErr != nil && ctx.Err() != nil:
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, ctx.Err()
-	case len(data) == 0 || json.Unmarshal(data, &status) != nil:
-		_ = cmd.Wait()
-		tail, _ := os.ReadFile(filepath.Join(dir, supervisorLog))
-		return nil, nil, fmt.Errorf("supervisor ended without reporting the task (%s): %s",
-			cmd.ProcessState, strings.TrimSpace(lastLines(string(tail), 5)))
-	case status.Error != "":
-		_ = cmd.Wait()
-		return nil, nil, errors.New(status.Error)
-	case status.Task == nil || status.Supervisor == nil:
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, errors.New("supervisor reported no task pid")
-	}
-	return &status, cmd, nil
+	return proc, statusR, nil
 }
 
 // commandLine returns the executable and argv for spec. A non-shell

@@ -49,3 +49,26 @@ func TestV2CgroupOf(t *testing.T) {
 		}
 	}
 }
+
+func TestIsChildDir(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct {
+		root, dir string
+		want      bool
+	}{
+		{"/var/lib/sl/containers", "/var/lib/sl/containers/abc", true},
+		{"/var/lib/sl/containers/", "/var/lib/sl/containers/abc", true},
+		{"/var/lib/sl/containers", "/var/lib/sl/containers", false},
+		{"/var/lib/sl/containers", "/var/lib/sl/containers/abc/def", false},
+		{"/var/lib/sl/containers", "/var/lib/sl/containers/../x", false},
+		{"/var/lib/sl/containers", "/var/lib/sl/containers/abc/", false},
+		{"/var/lib/sl/containers", "/etc", false},
+		{"/var/lib/sl/containers", "abc", false},
+		{"/", "/", false},
+		{"/var/lib/sl/containers", "", false},
+	} {
+		if got := isChildDir(tt.root, tt.dir); got != tt.want {
+			t.Errorf("isChildDir(%q, %q) = %v, want %v", tt.root, tt.dir, got, tt.want)
+		}
+	}
+}

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -33,6 +34,9 @@ const leftoverKillTimeout = 30 * time.Second
 // (Config.SupervisorCommand is that prefix), and exits with its result:
 //
 //	supervise run <state-dir>    the supervisor of one container
+//	supervise wait <state-root>  a warm supervisor: reads its container's state
+//	                             directory, a child of state-root, on stdin, then
+//	                             is that container's (as run)
 //	supervise exec <state-dir>   the shim: joins the cgroups, then execs the task
 //	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
@@ -44,7 +48,9 @@ func Main(args []string) int {
 	}
 	switch args[0] {
 	case "run":
-		return supervise(args[1])
+		return supervise(args[1], time.Now())
+	case "wait":
+		return superviseWarm(args[1])
 	case "exec":
 		return execShim(args[1])
 	case "enter":
@@ -54,12 +60,65 @@ func Main(args []string) int {
 	return 2
 }
 
+// maxStateDirLine bounds the line a warm supervisor reads on stdin.
+const maxStateDirLine = 4096
+
+// superviseWarm is a supervisor started before its container (a "warm"
+// one, Launch's way around a fork and exec on its path): it holds nothing
+// of a task until the agent writes the container's state directory, a
+// direct child of root, and a newline on its stdin; then it sends its
+// output to the directory's LogFile, puts /dev/null on stdin and runs the
+// container as supervise does. End of file first (the agent closed the
+// pipe, or ended) ends it with status 0, having done nothing.
+func superviseWarm(root string) int {
+	line, err := bufio.NewReaderSize(io.LimitReader(os.Stdin, maxStateDirLine), maxStateDirLine).ReadString('\n')
+	if len(line) == 0 && (err == nil || errors.Is(err, io.EOF)) {
+		return 0
+	}
+	at := time.Now()
+	dir := strings.TrimSuffix(line, "\n")
+	if err != nil || !isChildDir(root, dir) {
+		fmt.Fprintf(os.Stderr, "supervise wait: %q (%v): not a directory directly under %s\n", line, err, root)
+		return 2
+	}
+	logFile, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "supervise wait: %v\n", err)
+		return 1
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "supervise wait: %v\n", err)
+		return 1
+	}
+	for _, d := range []struct {
+		f  *os.File
+		fd int
+	}{{null, 0}, {logFile, 1}, {logFile, 2}} {
+		if err := unix.Dup3(int(d.f.Fd()), d.fd, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "supervise wait: dup onto fd %d: %v\n", d.fd, err)
+			return 1
+		}
+	}
+	logFile.Close()
+	null.Close()
+	return supervise(dir, at)
+}
+
+// isChildDir reports whether dir is an absolute, clean path directly under
+// root.
+func isChildDir(root, dir string) bool {
+	base := filepath.Base(dir)
+	return filepath.IsAbs(dir) && filepath.Clean(dir) == dir && filepath.Dir(dir) == filepath.Clean(root) &&
+		base != "." && base != ".." && base != "/"
+}
+
 // supervise runs one container: it starts the task through the shim, tells
 // Launch the task's pid, waits for the task, kills what it left in the
 // cgroup and records its exit status atomically in exit.json. It runs in its
 // own session, outside the task's cgroups, and survives the agent.
-func supervise(dir string) int {
-	supervisorAt := time.Now()
+// supervisorAt is when it started to run the container (Status.SupervisorAt).
+func supervise(dir string, supervisorAt time.Time) int {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s supervisor[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
 	}
