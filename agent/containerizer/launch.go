@@ -228,13 +228,14 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	ms := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
 	// The stages of the launch, for the launch benchmarks: resolve (user,
 	// environment, command), prepare (sandbox, checkpoint, cgroups, image
-	// directories), spawn (until the supervisor runs: fork and exec of the
-	// supervisor binary), shim (from the supervisor's start to the task's
-	// fork: setup, shim start, cgroups, namespaces, mounts, fork of the
-	// task), itself split into setup (the supervisor's: launch.json, its
-	// service cgroup, output pipes), shim_exec (fork and exec of the shim,
-	// until its main runs), join (until the supervisor, which moves it
-	// while it starts, has it in the task's cgroups), isolate (core
+	// directories), spawn (until the supervisor runs the container: the
+	// hand-off to a warm supervisor, warm_supervisor, or else the fork and
+	// exec of the supervisor binary), shim (from the supervisor's start to
+	// the task's fork: setup, shim start, cgroups, namespaces, mounts, fork
+	// of the task), itself split into setup (the supervisor's: launch.json,
+	// output pipes), shim_exec (fork and exec of the shim, born in the
+	// task's v2 cgroup, until its main runs), join (the shim joining the
+	// v1 cgroups of hybrid hosts), isolate (core
 	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
 	// root, no_new_privs, seccomp) and fork (of the task, until the
 	// supervisor heard of it); then report (back to Launch) and
@@ -249,7 +250,8 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		"setup_ms", ms(status.SupervisorAt, status.SpawnAt), "shim_exec_ms", ms(status.SpawnAt, status.ShimMainAt),
 		"join_ms", ms(status.ShimMainAt, status.JoinedAt), "isolate_ms", ms(status.JoinedAt, status.IsolatedAt),
 		"fork_ms", ms(status.IsolatedAt, status.ShimAt),
-		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
+		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done),
+		"warm_supervisor", proc.warm)
 	return snap, nil
 }
 
@@ -391,6 +393,9 @@ func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec l
 		return nil, nil, fmt.Errorf("write launch spec: %w", err)
 	}
 	proc, statusR := c.takeWarm(dir)
+	// The replacement starts once the task runs (or failed to), not
+	// beside this launch's supervisor and shim.
+	defer c.refillWarm()
 	if proc == nil {
 		var err error
 		if proc, statusR, err = c.startColdSupervisor(dir); err != nil {

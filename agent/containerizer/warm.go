@@ -37,6 +37,7 @@ type WarmSupervisorStats struct {
 type supervisorProc struct {
 	cmd    *exec.Cmd
 	exited chan struct{} // closed once reaped; cmd.ProcessState set
+	warm   bool          // started warm ("supervise wait") and taken by a launch
 }
 
 // startSupervisorProc starts cmd, born in the supervisors' v2 cgroup
@@ -188,9 +189,9 @@ func (c *Containerizer) spawnWarm() (*warmSupervisor, error) {
 // takeWarm hands dir (the container's state directory, launch.json
 // written) to a warm supervisor and returns it with the read end of its
 // status pipe, or nil if none was ready or it could not take dir (it
-// died). Either way a replacement starts in the background.
+// died). The caller starts a replacement (refillWarm) once its launch is
+// off the CPU's critical path.
 func (c *Containerizer) takeWarm(dir string) (*supervisorProc, *os.File) {
-	defer c.refillWarm()
 	abs, err := filepath.Abs(dir)
 	if err != nil {
 		return nil, nil
@@ -213,6 +214,7 @@ func (c *Containerizer) takeWarm(dir string) (*supervisorProc, *os.File) {
 			c.warm.mu.Lock()
 			c.warm.stats.Hits++
 			c.warm.mu.Unlock()
+			w.proc.warm = true
 			return w.proc, w.status
 		}
 		// It died meanwhile (EPIPE): its reaper counts it no more, as it
