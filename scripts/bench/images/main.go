@@ -309,6 +309,9 @@ func (s *stageLog) Write(p []byte) (int, error) {
 			}
 		}
 		if msg == lineLaunched {
+			if fields["warm_supervisor"] == "true" {
+				vals["warm"] = 1
+			}
 			vals["other_resolve_ms"] = vals["resolve_ms"] - vals["user_ms"]
 			vals["other_prepare_ms"] = vals["prepare_ms"] - vals["sandbox_ms"] - vals["container_checkpoint_ms"] - vals["cgroups_ms"]
 		}
@@ -343,7 +346,13 @@ func (s *stageLog) report(label string, tasks []string, totals []time.Duration) 
 		agentSums = append(agentSums, sum)
 		outside = append(outside, float64(totals[i].Microseconds())/1000-sum)
 	}
-	fmt.Printf("  %s (%d of %d launches logged every stage):\n", label, len(agentSums), len(tasks))
+	warm := 0
+	for _, task := range tasks {
+		if s.byTask[task][lineLaunched]["warm"] == 1 {
+			warm++
+		}
+	}
+	fmt.Printf("  %s (%d of %d launches logged every stage; %d took a warm supervisor):\n", label, len(agentSums), len(tasks), warm)
 	for _, r := range stageRows {
 		var vs []float64
 		for _, task := range tasks {
