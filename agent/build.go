@@ -83,6 +83,8 @@ func (o Options) Build() (a *Agent, err error) {
 	if err != nil {
 		return nil, err
 	}
+	// Its Close ends the warm supervisors it keeps (the containers run on).
+	closers = append(closers, cz.Close)
 	if o.IsolateAgent {
 		if err := cz.IsolateAgent(os.Getpid()); err != nil {
 			return nil, fmt.Errorf("move the agent into its own cgroup (or run with --isolate-agent=false): %w", err)

@@ -19,7 +19,7 @@ const (
 	launchFile     = supervisor.LaunchFile
 	statusFile     = supervisor.StatusFile
 	exitFile       = supervisor.ExitFile
-	supervisorLog  = "supervisor.log" // the supervisor's stdout and stderr
+	supervisorLog  = supervisor.LogFile // the supervisor's stdout and stderr
 	checkpointVer  = 1
 )
 

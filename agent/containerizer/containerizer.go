@@ -227,6 +227,9 @@ type Containerizer struct {
 
 	exits *exitQueue
 	done  chan struct{} // closed by Close
+
+	// warm holds the supervisors started ahead of launches (warm.go).
+	warm warmPool
 }
 
 // container is the containerizer's record of one container.
@@ -392,6 +395,7 @@ func New(cfg Config) (*Containerizer, error) {
 		c.log.Warn("containerizer: tasks not running as root cannot reach their sandboxes by absolute path (HOME, SLACKLINE_SANDBOX); their working directory still works",
 			"dir", dir, "fix", "chmod o+x "+dir)
 	}
+	c.refillWarm()
 	return c, nil
 }
 
@@ -456,11 +460,13 @@ func (c *Containerizer) Pids(id string) ([]int, error) {
 	return ct.cp.Cgroup.Procs()
 }
 
-// Close stops watching containers and delivering exits. It does not touch
-// the containers: their supervisors keep running, and a new Containerizer
+// Close ends the idle warm supervisors (waiting until they are reaped) and
+// stops watching containers and delivering exits. It does not touch the
+// containers: their supervisors keep running, and a new Containerizer
 // on the same StateDir re-adopts them with Recover. Exits not yet received
 // are not lost: they are delivered again by the next Recover.
 func (c *Containerizer) Close() error {
+	c.closeWarm()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {

@@ -71,8 +71,11 @@
 // ErrUnsupported and New logs why.
 //
 // Beside the two subtrees the root holds two service cgroups (cgroups
-// package, SetupService): <root>/supervisors, which every supervisor
-// joins as its first act (weight of a tenth of a CPU), and <root>/agent,
+// package, SetupService): <root>/supervisors, where every supervisor is
+// born in the v2 tree (clone3 with CLONE_INTO_CGROUP; kernels before 5.7:
+// it moves there before it reports its task) and which it joins in the v1
+// hierarchies of hybrid hosts once its task runs (weight of a tenth of a
+// CPU), and <root>/agent,
 // into which IsolateAgent moves the agent (AgentLimits: the weight of a
 // quarter of a CPU, capped at one core), so that its reactions never
 // compete with guaranteed tasks on an equal footing.
@@ -139,18 +142,32 @@
 // Launch checks the spec (a shell command runs as /bin/sh -c value;
 // otherwise value is the executable, found in the task's PATH or relative to
 // the sandbox, and arguments its argv with argv[0]), creates the sandbox,
-// writes the checkpoint, creates the cgroups with their limits, and starts
-// the supervisor ("supervise run <state-dir>") in its own session, so it
-// survives the agent and its terminal. The supervisor stays outside the
-// task's cgroups. It starts the shim ("supervise exec <state-dir>", the
-// same binary through /proc/self/exe) in a new session, cloned into new
-// PID, mount and IPC namespaces (see Namespaces); the shim writes 0
-// (itself) to the cgroup.procs file of every cgroup of the container (v2
-// tree, and on hybrid the v1 cpu, memory and pids hierarchies), confines
-// itself (see Users and confinement), then forks the command as the task's
-// user with the task's environment and stays its init (without namespaces
-// it execve's the command). The task's process is therefore in all its
-// cgroups before the user's command runs, and everything it forks inherits
+// writes the checkpoint, creates the cgroups with their limits, and hands
+// the container to a warm supervisor (below), or starts one ("supervise
+// run <state-dir>"), in its own session, so it survives the agent and its
+// terminal. The supervisor stays outside the task's cgroups. It starts the
+// shim ("supervise exec <state-dir>", the same binary through
+// /proc/self/exe) in a new session, cloned into new PID, mount and IPC
+// namespaces (see Namespaces) and into the container's v2 cgroup
+// (CLONE_INTO_CGROUP, Linux 5.7+; on older kernels the supervisor moves it
+// there before it lets it go on, on fd 5). The shim then moves its own
+// locked thread into the container's v1 cgroups (hybrid hosts: cpu,
+// memory, pids, and cpuset, blkio where used) by writing 0 to their tasks
+// files, confines itself (see Users and confinement), and from that same
+// thread forks the command as the task's user with the task's environment
+// and stays its init (without namespaces it execve's the command, which
+// ends its other threads). The task's process is therefore in all its
+// cgroups before the user's command runs, its memory is charged to its
+// memory cgroup (the new memory map's owner is that thread), and
+// everything it forks inherits them. The init's other runtime threads
+// join the v1 cgroups once the task runs (the supervisor moves the whole
+// init). Why this way: on a hierarchy not mounted with favordynmods, every
+// write of a pid to cgroup.procs (or tasks) takes cgroup_threadgroup_rwsem
+// for writing, which waits for an RCU grace period while holding
+// cgroup_mutex (milliseconds; tens on a busy host); a fork into a cgroup
+// and a thread moving itself do not, so no grace period is left on the
+// launch's path (the supervisor's own v1 moves and the init's follow the
+// report).
 // them. The shim's exec error, if any, travels back on a close-on-exec
 // pipe: end-of-file means the task runs. The supervisor then finds the
 // task's host pid (the init's child in the cgroup), reports it and its
@@ -161,6 +178,19 @@
 // writes exit.json and exits. Launch returns once that report arrived; the agent then updates the
 // checkpoint with the pids and watches the supervisor (its child: wait;
 // after a restart: a pidfd in the runtime poller).
+//
+// Warm supervisors (warm.go) take the supervisor's fork and exec off the
+// launch's path: the containerizer keeps WarmSupervisorLimit of them
+// started ("supervise wait <StateDir>", born in <root>/supervisors),
+// holding nothing of a task, each waiting on its stdin for a container's
+// state directory. Launch writes launch.json, writes the directory to a
+// ready one, which then logs to that directory and runs the container as
+// "supervise run" would, and starts a replacement once the task reported
+// running; with none ready it starts its own. One that dies idle leaves
+// the pool (WarmSupervisorStats counts it) and is replaced at the next
+// launch; Close ends the idle ones, as the end of their stdin does when
+// the agent dies. Recover adopts containers by their state directories, so
+// never a warm supervisor.
 //
 // The task's environment is PATH (the agent's, or a default), HOME (the
 // sandbox), USER and LOGNAME, Command.Environment, Spec.Env, then SLACKLINE_SANDBOX,

@@ -195,7 +195,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 			lspec.Keep = append(lspec.Keep, path)
 		}
 	}
-	status, cmd, err := c.startSupervisor(ctx, ct.dir, lspec)
+	status, proc, err := c.startSupervisor(ctx, ct.dir, lspec)
 	if err != nil {
 		c.abortLaunch(ct)
 		release()
@@ -221,20 +221,21 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	snap := ct.snapshot()
 	c.mu.Unlock()
 	go func() {
-		_ = cmd.Wait() // reap; the outcome is in exit.json
+		proc.wait() // reaped; the outcome is in exit.json
 		c.finish(ct)
 	}()
 	done := time.Now()
 	ms := func(from, to time.Time) float64 { return float64(to.Sub(from).Microseconds()) / 1000 }
 	// The stages of the launch, for the launch benchmarks: resolve (user,
 	// environment, command), prepare (sandbox, checkpoint, cgroups, image
-	// directories), spawn (until the supervisor runs: fork and exec of the
-	// supervisor binary), shim (from the supervisor's start to the task's
-	// fork: setup, shim start, cgroups, namespaces, mounts, fork of the
-	// task), itself split into setup (the supervisor's: launch.json, its
-	// service cgroup, output pipes), shim_exec (fork and exec of the shim,
-	// until its main runs), join (until the supervisor, which moves it
-	// while it starts, has it in the task's cgroups), isolate (core
+	// directories), spawn (until the supervisor runs the container: the
+	// hand-off to a warm supervisor, warm_supervisor, or else the fork and
+	// exec of the supervisor binary), shim (from the supervisor's start to
+	// the task's fork: setup, shim start, cgroups, namespaces, mounts, fork
+	// of the task), itself split into setup (the supervisor's: launch.json,
+	// output pipes), shim_exec (fork and exec of the shim, born in the
+	// task's v2 cgroup, until its main runs), join (the shim joining the
+	// v1 cgroups of hybrid hosts), isolate (core
 	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
 	// root, no_new_privs, seccomp) and fork (of the task, until the
 	// supervisor heard of it); then report (back to Launch) and
@@ -249,7 +250,8 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		"setup_ms", ms(status.SupervisorAt, status.SpawnAt), "shim_exec_ms", ms(status.SpawnAt, status.ShimMainAt),
 		"join_ms", ms(status.ShimMainAt, status.JoinedAt), "isolate_ms", ms(status.JoinedAt, status.IsolatedAt),
 		"fork_ms", ms(status.IsolatedAt, status.ShimAt),
-		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done))
+		"report_ms", ms(status.ShimAt, reported), "checkpoint_ms", ms(reported, done), "total_ms", ms(began, done),
+		"warm_supervisor", proc.warm)
 	return snap, nil
 }
 
@@ -383,12 +385,55 @@ func (c *Containerizer) abortLaunch(ct *container) {
 	}
 }
 
-// startSupervisor writes launch.json, starts the detached supervisor and
-// waits for its report that the task runs (or failed to start).
-func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *exec.Cmd, error) {
+// startSupervisor writes launch.json, hands the container to a warm
+// supervisor or else starts a detached one, and waits for its report that
+// the task runs (or failed to start).
+func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec launchSpec) (*statusRecord, *supervisorProc, error) {
 	if err := writeVolatileJSON(filepath.Join(dir, launchFile), lspec); err != nil {
 		return nil, nil, fmt.Errorf("write launch spec: %w", err)
 	}
+	proc, statusR := c.takeWarm(dir)
+	// The replacement starts once the task runs (or failed to), not
+	// beside this launch's supervisor and shim.
+	defer c.refillWarm()
+	if proc == nil {
+		var err error
+		if proc, statusR, err = c.startColdSupervisor(dir); err != nil {
+			return nil, nil, err
+		}
+	}
+	defer statusR.Close()
+	kill := func() {
+		_ = proc.cmd.Process.Kill()
+		proc.wait()
+	}
+	stop := context.AfterFunc(ctx, func() { _ = statusR.SetReadDeadline(time.Now()) })
+	defer stop()
+	data, readErr := io.ReadAll(statusR)
+	var status statusRecord
+	switch {
+	case readErr != nil && ctx.Err() != nil:
+		kill()
+		return nil, nil, ctx.Err()
+	case len(data) == 0 || json.Unmarshal(data, &status) != nil:
+		state := proc.wait()
+		tail, _ := os.ReadFile(filepath.Join(dir, supervisorLog))
+		return nil, nil, fmt.Errorf("supervisor ended without reporting the task (%s): %s",
+			state, strings.TrimSpace(lastLines(string(tail), 5)))
+	case status.Error != "":
+		proc.wait()
+		return nil, nil, errors.New(status.Error)
+	case status.Task == nil || status.Supervisor == nil:
+		kill()
+		return nil, nil, errors.New("supervisor reported no task pid")
+	}
+	return &status, proc, nil
+}
+
+// startColdSupervisor starts a supervisor for the container of state
+// directory dir ("supervise run"), its output in the directory's log, and
+// returns it with the read end of its status pipe.
+func (c *Containerizer) startColdSupervisor(dir string) (*supervisorProc, *os.File, error) {
 	logFile, err := os.OpenFile(filepath.Join(dir, supervisorLog), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644)
 	if err != nil {
 		return nil, nil, err
@@ -398,41 +443,21 @@ func (c *Containerizer) startSupervisor(ctx context.Context, dir string, lspec l
 	if err != nil {
 		return nil, nil, err
 	}
-	defer statusR.Close()
 	argv := c.cfg.SupervisorCommand
-	cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
-	cmd.Stdout, cmd.Stderr = logFile, logFile
-	cmd.ExtraFiles = []*os.File{statusW} // fd 3
-	// Own session: the supervisor outlives the agent and its terminal.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
-	err = cmd.Start()
+	proc, err := c.startSupervisorProc(func() *exec.Cmd {
+		cmd := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "run", dir)...)
+		cmd.Stdout, cmd.Stderr = logFile, logFile
+		cmd.ExtraFiles = []*os.File{statusW} // fd 3
+		// Own session: the supervisor outlives the agent and its terminal.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		return cmd
+	})
 	statusW.Close()
 	if err != nil {
+		statusR.Close()
 		return nil, nil, fmt.Errorf("start supervisor %s: %w", argv[0], err)
 	}
-	stop := context.AfterFunc(ctx, func() { _ = statusR.SetReadDeadline(time.Now()) })
-	defer stop()
-	data, readErr := io.ReadAll(statusR)
-	var status statusRecord
-	switch {
-	case readErr != nil && ctx.Err() != nil:
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, ctx.Err()
-	case len(data) == 0 || json.Unmarshal(data, &status) != nil:
-		_ = cmd.Wait()
-		tail, _ := os.ReadFile(filepath.Join(dir, supervisorLog))
-		return nil, nil, fmt.Errorf("supervisor ended without reporting the task (%s): %s",
-			cmd.ProcessState, strings.TrimSpace(lastLines(string(tail), 5)))
-	case status.Error != "":
-		_ = cmd.Wait()
-		return nil, nil, errors.New(status.Error)
-	case status.Task == nil || status.Supervisor == nil:
-		_ = cmd.Process.Kill()
-		_ = cmd.Wait()
-		return nil, nil, errors.New("supervisor reported no task pid")
-	}
-	return &status, cmd, nil
+	return proc, statusR, nil
 }
 
 // commandLine returns the executable and argv for spec. A non-shell

@@ -2,10 +2,13 @@ package agenttest
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"net"
 	"net/http"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/slackline/slackline/coordinator"
 )
@@ -34,12 +37,23 @@ func NewTCP(t testing.TB) *TCP {
 	return &TCP{Addr: ln.Addr().String()}
 }
 
+// relistenTimeout bounds how long Serve waits for its address to be free
+// again after a restart.
+const relistenTimeout = 10 * time.Second
+
 // Serve serves handler with HTTP/1.1 and cleartext HTTP/2 on s.Addr.
 func (s *TCP) Serve(handler http.Handler) (stop func()) {
 	srv := &http.Server{Handler: handler, Protocols: new(http.Protocols)}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	ln, err := net.Listen("tcp", s.Addr)
+	// A child the process is forking at the moment (the agent under test
+	// starts supervisors, warm ones in the background too) holds a copy of
+	// the closed listener until it execs: the address is free again then.
+	for deadline := time.Now().Add(relistenTimeout); errors.Is(err, syscall.EADDRINUSE) && time.Now().Before(deadline); {
+		time.Sleep(5 * time.Millisecond)
+		ln, err = net.Listen("tcp", s.Addr)
+	}
 	if err != nil {
 		panic("agenttest: listen again on " + s.Addr + ": " + err.Error())
 	}

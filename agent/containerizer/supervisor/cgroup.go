@@ -44,6 +44,38 @@ func (c Cgroup) ProcsFiles() []string {
 	return files
 }
 
+// V1Dirs returns the directories of c in cgroup v1 hierarchies (hybrid
+// hosts; none on a pure v2 host).
+func (c Cgroup) V1Dirs() []string {
+	var dirs []string
+	for _, d := range []string{c.CPU, c.Memory, c.Pids, c.CPUSet, c.Blkio} {
+		if d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	return dirs
+}
+
+// joinThread moves the calling thread, which must be locked to its
+// goroutine (runtime.LockOSThread), into every v1 directory of c by writing
+// "0" to its tasks file. A thread that moves itself this way is the one
+// migration the kernel does without taking cgroup_threadgroup_rwsem for
+// writing (cgroup_procs_write_start: only a write of another pid, or of a
+// whole thread group, takes it), so it does not wait for an RCU grace
+// period as every cgroup.procs write does on a hierarchy not mounted with
+// favordynmods. The thread's other threads stay where they were; what it
+// forks, and what it execs (exec ends the other threads, and the new
+// memory map's owner is this thread, so memory is charged to its memory
+// cgroup), is in c.
+func (c Cgroup) joinThread() error {
+	for _, d := range c.V1Dirs() {
+		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {
+			return fmt.Errorf("join cgroup %s: %w", d, err)
+		}
+	}
+	return nil
+}
+
 // Procs returns the pids of every process in the cgroup and its
 // descendants, read from the v2 tree (which tracks membership on hybrid
 // hosts too). A cgroup that no longer exists has no processes.

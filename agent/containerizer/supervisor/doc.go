@@ -4,6 +4,8 @@
 // sub-command), with
 //
 //	supervise run <state-dir>    the supervisor of one container
+//	supervise wait <state-root>  a warm supervisor: as run, once it reads its
+//	                             container's state directory on stdin
 //	supervise exec <state-dir>   the shim: joins the cgroups, namespaces, execs the task
 //	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
@@ -16,8 +18,9 @@
 //
 // # Why a package of its own
 //
-// Every launch executes this code twice (supervisor, then shim) before the
-// task runs, so the start of its binary is on every launch's critical path.
+// Every launch executes this code before the task runs (the shim, and the
+// supervisor when no warm one was ready), so the start of its binary is on
+// every launch's critical path.
 // The package therefore imports only the standard library, x/sys/unix, the
 // seccomp assembler (elastic/go-seccomp-bpf) and internal/atomicfile: no
 // protobuf, no containerd cgroups (Cgroup does the few cgroupfs operations
@@ -29,19 +32,24 @@
 //
 // # Lifecycle and ownership
 //
-// The supervisor runs in its own session, starts the shim (this same
-// executable, /proc/self/exe) in new PID, mount and IPC namespaces, moves
-// itself into the service cgroup named by LaunchSpec.SupervisorCgroup
-// while the shim starts, reports
-// the task's pid and start time on fd 3 and in status.json, waits for the
-// task, kills what it left in the cgroup and writes exit.json. It outlives
-// the agent. The shim, moved into the container's cgroups by the
-// supervisor while it starts (it waits for the supervisor's "ok" on fd 5
-// before anything else), enters a cgroup
-// namespace, builds the task's mounts (a private tmpfs and /proc, or the
-// image's root with pivot_root), sets no_new_privs and the seccomp filter,
-// and forks the task as its user, staying its init (pid 1). A failure
-// before the task runs is written to fd 3 and ends the shim with 127.
+// The supervisor runs in its own session (started for its container with
+// "run", or ahead of it with "wait", reading its state directory on stdin:
+// a warm supervisor), starts the shim (this same executable,
+// /proc/self/exe) in new PID, mount and IPC namespaces and in the
+// container's v2 cgroup (StartInCgroup: CLONE_INTO_CGROUP, else it moves
+// the shim there), reports the task's pid and start time on fd 3 and in
+// status.json, then completes its moves into the service cgroup named by
+// LaunchSpec.SupervisorCgroup and the init's into the task's v1 cgroups,
+// waits for the task, kills what it left in the cgroup and writes
+// exit.json. It outlives the agent. The shim waits for the supervisor's
+// "ok" on fd 5, moves its locked thread into the container's v1 cgroups
+// (writing 0 to their tasks files: no RCU grace period, unlike a move of a
+// pid), enters a cgroup namespace, builds the task's mounts (a private
+// tmpfs and /proc, or the image's root with pivot_root), sets no_new_privs
+// and the seccomp filter, and from that thread forks the task as its
+// user, staying its init (pid 1), or without namespaces execs it. A
+// failure before the task runs is written to fd 3 and ends the shim with
+// 127.
 //
 // # Errors
 //

@@ -1,6 +1,7 @@
 package supervisor
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -33,6 +34,9 @@ const leftoverKillTimeout = 30 * time.Second
 // (Config.SupervisorCommand is that prefix), and exits with its result:
 //
 //	supervise run <state-dir>    the supervisor of one container
+//	supervise wait <state-root>  a warm supervisor: reads its container's state
+//	                             directory, a child of state-root, on stdin, then
+//	                             is that container's (as run)
 //	supervise exec <state-dir>   the shim: joins the cgroups, then execs the task
 //	supervise enter <state-dir>  Exec's helper: runs a command inside the container
 //
@@ -44,7 +48,9 @@ func Main(args []string) int {
 	}
 	switch args[0] {
 	case "run":
-		return supervise(args[1])
+		return supervise(args[1], time.Now())
+	case "wait":
+		return superviseWarm(args[1])
 	case "exec":
 		return execShim(args[1])
 	case "enter":
@@ -54,12 +60,65 @@ func Main(args []string) int {
 	return 2
 }
 
+// maxStateDirLine bounds the line a warm supervisor reads on stdin.
+const maxStateDirLine = 4096
+
+// superviseWarm is a supervisor started before its container (a "warm"
+// one, Launch's way around a fork and exec on its path): it holds nothing
+// of a task until the agent writes the container's state directory, a
+// direct child of root, and a newline on its stdin; then it sends its
+// output to the directory's LogFile, puts /dev/null on stdin and runs the
+// container as supervise does. End of file first (the agent closed the
+// pipe, or ended) ends it with status 0, having done nothing.
+func superviseWarm(root string) int {
+	line, err := bufio.NewReaderSize(io.LimitReader(os.Stdin, maxStateDirLine), maxStateDirLine).ReadString('\n')
+	if len(line) == 0 && (err == nil || errors.Is(err, io.EOF)) {
+		return 0
+	}
+	at := time.Now()
+	dir := strings.TrimSuffix(line, "\n")
+	if err != nil || !isChildDir(root, dir) {
+		fmt.Fprintf(os.Stderr, "supervise wait: %q (%v): not a directory directly under %s\n", line, err, root)
+		return 2
+	}
+	logFile, err := os.OpenFile(filepath.Join(dir, LogFile), os.O_CREATE|os.O_WRONLY|os.O_APPEND|unix.O_CLOEXEC, 0o644)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "supervise wait: %v\n", err)
+		return 1
+	}
+	null, err := os.Open(os.DevNull)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "supervise wait: %v\n", err)
+		return 1
+	}
+	for _, d := range []struct {
+		f  *os.File
+		fd int
+	}{{null, 0}, {logFile, 1}, {logFile, 2}} {
+		if err := unix.Dup3(int(d.f.Fd()), d.fd, 0); err != nil {
+			fmt.Fprintf(os.Stderr, "supervise wait: dup onto fd %d: %v\n", d.fd, err)
+			return 1
+		}
+	}
+	logFile.Close()
+	null.Close()
+	return supervise(dir, at)
+}
+
+// isChildDir reports whether dir is an absolute, clean path directly under
+// root.
+func isChildDir(root, dir string) bool {
+	base := filepath.Base(dir)
+	return filepath.IsAbs(dir) && filepath.Clean(dir) == dir && filepath.Dir(dir) == filepath.Clean(root) &&
+		base != "." && base != ".." && base != "/"
+}
+
 // supervise runs one container: it starts the task through the shim, tells
 // Launch the task's pid, waits for the task, kills what it left in the
 // cgroup and records its exit status atomically in exit.json. It runs in its
 // own session, outside the task's cgroups, and survives the agent.
-func supervise(dir string) int {
-	supervisorAt := time.Now()
+// supervisorAt is when it started to run the container (Status.SupervisorAt).
+func supervise(dir string, supervisorAt time.Time) int {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s supervisor[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
 	}
@@ -106,8 +165,9 @@ func supervise(dir string) int {
 		report(Status{Error: err.Error()})
 		return 1
 	}
-	// The supervisor moves the shim into the task's cgroups while the
-	// shim starts, and says on fd 5 when it is done ("ok", or why not).
+	// The supervisor tells the shim on fd 5 when it may go on ("ok", or
+	// why not): at once when the shim was born in the task's v2 cgroup,
+	// after moving it there otherwise.
 	joinR, joinW, err := os.Pipe()
 	if err != nil {
 		report(Status{Error: err.Error()})
@@ -116,20 +176,22 @@ func supervise(dir string) int {
 	// The task's own session (and process group, so Kill's SIGTERM
 	// reaches its children): no controlling terminal, no signals from
 	// the supervisor's group.
-	attr := &syscall.SysProcAttr{Setsid: true}
-	if spec.Namespaces {
-		attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
-	}
-	shim := &exec.Cmd{
-		Path:   "/proc/self/exe", // this very binary, even if replaced on disk since
-		Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
-		Dir:    spec.Dir,
-		Stdout: stdout, Stderr: stderr,
-		ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
-		SysProcAttr: attr,
+	newShim := func() *exec.Cmd {
+		attr := &syscall.SysProcAttr{Setsid: true}
+		if spec.Namespaces {
+			attr.Cloneflags = unix.CLONE_NEWPID | unix.CLONE_NEWNS | unix.CLONE_NEWIPC
+		}
+		return &exec.Cmd{
+			Path:   "/proc/self/exe", // this very binary, even if replaced on disk since
+			Args:   append(append([]string{}, spec.SupervisorArgv...), "exec", dir),
+			Dir:    spec.Dir,
+			Stdout: stdout, Stderr: stderr,
+			ExtraFiles:  []*os.File{execW, initW, joinR}, // fds 3, 4 and 5 in the shim
+			SysProcAttr: attr,
+		}
 	}
 	spawnAt := time.Now()
-	err = shim.Start()
+	shim, born, err := StartInCgroup(newShim, spec.Cgroup.Unified)
 	execW.Close()
 	initW.Close()
 	joinR.Close()
@@ -142,28 +204,35 @@ func supervise(dir string) int {
 		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
-	// Into the task's cgroups (every hierarchy) before it does anything
-	// else: the moves, a grace period of RCU each on cgroup v1, overlap
-	// the shim's exec and start instead of following them. The shim waits
-	// for the answer before it goes on; an error ends it.
+	// Not born in its v2 cgroup (a kernel before 5.7): moved there now,
+	// while it starts, before it does anything else. The v1 hierarchies
+	// (hybrid hosts) it joins itself, thread by thread (execShim).
 	joined := "ok"
-	if err := joinCgroup(spec.Cgroup, shim.Process.Pid); err != nil {
-		joined = err.Error()
+	if !born {
+		if err := joinCgroup([]string{filepath.Join(spec.Cgroup.Unified, "cgroup.procs")}, shim.Process.Pid); err != nil {
+			joined = err.Error()
+		}
 	}
 	_, _ = joinW.WriteString(joined) // EPIPE if the shim failed already: execR says why
 	joinW.Close()
 	// Out of the agent's cgroup, so that what ends the agent's cgroup does
-	// not end the supervisor; before the report, so a supervisor Launch
-	// returned for is there. Done while the shim starts, not before: the
-	// moves (one per hierarchy on hybrid hosts) are off the launch's path.
-	// The shim, forked before, starts in the agent's cgroup and leaves it
-	// for the task's.
-	self := []byte(strconv.Itoa(os.Getpid()))
-	for _, procs := range spec.SupervisorCgroup {
-		if err := os.WriteFile(procs, self, 0); err != nil {
-			logf("join %s (staying in the agent's cgroup): %v", filepath.Dir(procs), err)
+	// not end the supervisor. The agent started it in its v2 cgroup where
+	// the kernel could (clone3 with CLONE_INTO_CGROUP): that one, which
+	// the agent's cgroup is killed through, holds before the report, and
+	// the v1 moves, each a grace period of RCU the shim's own joins would
+	// queue behind (both hold cgroup_mutex), wait until the task runs.
+	// Started elsewhere, it moves into every hierarchy before the report,
+	// so that a supervisor Launch returned for is there.
+	movesNow, movesLater := splitSupervisorMoves(spec.SupervisorCgroup, spec.Cgroup.UnifiedMount, ownV2Cgroup())
+	self := os.Getpid()
+	moveSelf := func(files []string) {
+		for _, procs := range files {
+			if err := joinCgroup([]string{procs}, self); err != nil {
+				logf("%v (staying where it is)", err)
+			}
 		}
 	}
+	moveSelf(movesNow)
 	// EOF without data: the shim exec'd the task, or forked it and closed
 	// the pipe (it is close-on-exec).
 	msg, _ := io.ReadAll(execR)
@@ -201,6 +270,16 @@ func supervise(dir string) int {
 	}
 	report(st)
 	logf("task started: pid %d in %s", pid, spec.Cgroup.Rel)
+	// The shim as the task's init (it forked the task instead of exec'ing
+	// it) has its thread that forked the task in the task's v1 cgroups, its
+	// runtime's other threads not yet: the whole init joins them now, off
+	// the launch's path.
+	if spec.Namespaces {
+		if err := joinCgroup(v1ProcsFiles(spec.Cgroup), shim.Process.Pid); err != nil {
+			logf("move the task's init %d: %v", shim.Process.Pid, err)
+		}
+	}
+	moveSelf(movesLater)
 
 	rec := ExitRecord{ExitCode: -1}
 	if err := shim.Wait(); err != nil {
@@ -258,10 +337,10 @@ const initStatusFD = 4
 // that it is in every cgroup of the task ("ok"), or why not.
 const joinFD = 5
 
-// joinCgroup moves process pid into every directory of cg (its
-// cgroup.procs files), the whole thread group at once.
-func joinCgroup(cg Cgroup, pid int) error {
-	for _, procs := range cg.ProcsFiles() {
+// joinCgroup moves process pid, the whole thread group at once, into the
+// cgroup of each cgroup.procs file.
+func joinCgroup(files []string, pid int) error {
+	for _, procs := range files {
 		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0); err != nil {
 			return fmt.Errorf("join cgroup %s: %w", filepath.Dir(procs), err)
 		}
@@ -269,9 +348,10 @@ func joinCgroup(cg Cgroup, pid int) error {
 	return nil
 }
 
-// execShim runs inside the task's future process, as root: it waits for
-// the supervisor to have moved it into each of the container's cgroups
-// (fd 5: "ok", else why not), so the task is in all of them before the
+// execShim runs inside the task's future process, as root: born in the
+// task's v2 cgroup (or moved there by the supervisor, which says when on
+// fd 5: "ok", else why not), it moves its locked thread into the task's v1
+// cgroups (Cgroup.joinThread), so the task is in all of them before the
 // user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
@@ -299,9 +379,8 @@ func execShim(dir string) int {
 	if err := ReadJSON(filepath.Join(dir, LaunchFile), &spec); err != nil {
 		return fail("exec shim: %v", err)
 	}
-	// The supervisor moved this process into every cgroup of the task
-	// (joinCgroup) while it started: nothing happens here before it says
-	// so on fd 5.
+	// Born in the task's v2 cgroup, or moved there by the supervisor
+	// while it started: nothing happens here before it says so on fd 5.
 	joinPipe := os.NewFile(joinFD, "join-status")
 	answer, err := io.ReadAll(io.LimitReader(joinPipe, 4096))
 	joinPipe.Close()
@@ -312,6 +391,11 @@ func execShim(dir string) int {
 		return fail("exec shim: the supervisor ended before it moved the shim into the task's cgroups")
 	case string(answer) != "ok":
 		return fail("%s", answer)
+	}
+	// The v1 hierarchies (hybrid hosts): this thread, the one that execs
+	// or forks the task, moves itself.
+	if err := spec.Cgroup.joinThread(); err != nil {
+		return fail("exec shim: %v", err)
 	}
 	stages.joined = time.Now()
 	if spec.CoreCookie {

@@ -5,9 +5,10 @@ import "time"
 // Files in a container's state directory that the supervisor reads or
 // writes (the containerizer's checkpoint is beside them).
 const (
-	LaunchFile = "launch.json" // what the supervisor runs (LaunchSpec)
-	StatusFile = "status.json" // written by the supervisor once the task started (Status)
-	ExitFile   = "exit.json"   // written by the supervisor once the task ended (ExitRecord)
+	LaunchFile = "launch.json"    // what the supervisor runs (LaunchSpec)
+	StatusFile = "status.json"    // written by the supervisor once the task started (Status)
+	ExitFile   = "exit.json"      // written by the supervisor once the task ended (ExitRecord)
+	LogFile    = "supervisor.log" // the supervisor's stdout and stderr
 )
 
 // ProcRef names a process robustly: pid plus its start time (clock ticks

@@ -219,9 +219,10 @@ func run() error {
 // they happen: the log line (by its msg) and field each comes from. The
 // agent: the task record's checkpoint, then (image tasks) the image; the
 // containerizer's Launch: the task's user (a dynamic one is leased), the
-// rest of resolve, sandbox, its checkpoint, cgroups, the supervisor's fork
-// and exec, the supervisor's setup, the shim's fork and exec, the shim
-// waiting for the supervisor to have moved it into the cgroups, isolating
+// rest of resolve, sandbox, its checkpoint, cgroups, the supervisor's start
+// (the hand-off to a warm supervisor, or its fork and exec), the
+// supervisor's setup, the shim's fork and exec (born in the task's v2
+// cgroup), the shim joining the v1 cgroups (hybrid hosts), isolating
 // (namespaces, mounts, no_new_privs, seccomp), forking the task, the
 // report back to Launch, the pids' checkpoint; the agent again: the checkpoint of the RUNNING update with
 // the sandbox's record, and its hand-off to the session.
@@ -234,10 +235,10 @@ var stageRows = []struct{ msg, field, label string }{
 	{lineLaunched, "container_checkpoint_ms", "containerizer: checkpoint"},
 	{lineLaunched, "cgroups_ms", "containerizer: cgroups"},
 	{lineLaunched, "other_prepare_ms", "containerizer: image dirs, fetch"},
-	{lineLaunched, "spawn_ms", "supervisor: fork+exec"},
+	{lineLaunched, "spawn_ms", "supervisor: start (warm: hand-off)"},
 	{lineLaunched, "setup_ms", "supervisor: setup"},
 	{lineLaunched, "shim_exec_ms", "shim: fork+exec"},
-	{lineLaunched, "join_ms", "shim: wait for its cgroup moves"},
+	{lineLaunched, "join_ms", "shim: join its cgroups"},
 	{lineLaunched, "isolate_ms", "shim: namespaces, mounts, seccomp"},
 	{lineLaunched, "fork_ms", "shim: fork task, tell supervisor"},
 	{lineLaunched, "report_ms", "supervisor: report to Launch"},
@@ -308,6 +309,9 @@ func (s *stageLog) Write(p []byte) (int, error) {
 			}
 		}
 		if msg == lineLaunched {
+			if fields["warm_supervisor"] == "true" {
+				vals["warm"] = 1
+			}
 			vals["other_resolve_ms"] = vals["resolve_ms"] - vals["user_ms"]
 			vals["other_prepare_ms"] = vals["prepare_ms"] - vals["sandbox_ms"] - vals["container_checkpoint_ms"] - vals["cgroups_ms"]
 		}
@@ -342,7 +346,13 @@ func (s *stageLog) report(label string, tasks []string, totals []time.Duration) 
 		agentSums = append(agentSums, sum)
 		outside = append(outside, float64(totals[i].Microseconds())/1000-sum)
 	}
-	fmt.Printf("  %s (%d of %d launches logged every stage):\n", label, len(agentSums), len(tasks))
+	warm := 0
+	for _, task := range tasks {
+		if s.byTask[task][lineLaunched]["warm"] == 1 {
+			warm++
+		}
+	}
+	fmt.Printf("  %s (%d of %d launches logged every stage; %d took a warm supervisor):\n", label, len(agentSums), len(tasks), warm)
 	for _, r := range stageRows {
 		var vs []float64
 		for _, task := range tasks {
