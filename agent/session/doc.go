@@ -41,7 +41,10 @@
 // its command stream ends, when any call (Heartbeat, UpdateStatus,
 // UpdateOversubscribedResources) is refused with FailedPrecondition,
 // NotFound or PermissionDenied, when no heartbeat got through for three
-// intervals, or when the handler returns an error. Run returns nil when its
+// intervals (counted from the last beat the coordinator answered, plus the
+// two after it that did not ask for an answer on a no_answer stream: a
+// beat sent without asking proves nothing), or when the handler returns an
+// error. Run returns nil when its
 // context is cancelled, ErrStop when the handler returned ErrStop (after a
 // best-effort delivery of the outbox: the simulator's shutdown_agent), and
 // an error wrapped with Fatal as is; failures talking to the coordinator are

@@ -37,7 +37,12 @@ const (
 	// interval and show that the coordinator is responsive.
 	answerEvery = 3
 	// silentIntervals is how many heartbeat intervals may pass without a
-	// heartbeat getting through before the session is given up.
+	// heartbeat getting through before the session is given up, counted
+	// from the last beat the coordinator confirmed (answered), plus the
+	// beats it was then not asked to answer (answerEvery-1 on a stream whose
+	// coordinator honours no_answer): a beat sent without asking for an
+	// answer proves nothing (HTTP/2 and TCP buffer it for a coordinator
+	// that is wedged or unreachable).
 	silentIntervals = 3
 )
 
@@ -138,7 +143,11 @@ type conn struct {
 	// Guarded by Session.mu.
 	ended    bool // set once; no goroutine starts after it
 	healthy  bool // a heartbeat got through or a command arrived
-	lastBeat time.Time
+	// lastBeat is when the coordinator last confirmed a beat (or the
+	// session opened); unconfirmed is how many beats after it are not
+	// asked to be answered (0, or answerEvery-1 on a no_answer stream).
+	lastBeat    time.Time
+	unconfirmed int
 	beat     *time.Timer
 	outbox   map[taskKey]*slacklinev1.TaskStatus
 	queue    []taskKey     // the outbox's keys in first-enqueued order
@@ -366,11 +375,15 @@ func (s *Session) heartbeat(c *conn) {
 	defer c.busy.Done()
 
 	start := time.Now()
-	next, err := s.callHeartbeat(c)
+	next, confirmed, err := s.callHeartbeat(c)
 	now := time.Now()
 	s.mu.Lock()
-	if err == nil {
+	if err == nil && confirmed {
 		c.lastBeat, c.healthy = now, true
+		c.unconfirmed = 0
+		if c.answersOptional {
+			c.unconfirmed = answerEvery - 1
+		}
 		if next > 0 && next != c.interval {
 			s.log.Debug("heartbeat interval changed by the coordinator", "agent_id", c.agentID, "interval", next)
 			c.interval = next
@@ -386,7 +399,7 @@ func (s *Session) heartbeat(c *conn) {
 	case err == nil:
 	case isSessionError(err):
 		c.cancel(fmt.Errorf("heartbeat: %w", err))
-	case silent >= silentIntervals*interval:
+	case silent >= time.Duration(silentIntervals+c.unconfirmed)*interval:
 		c.cancel(fmt.Errorf("no heartbeat got through for %v: %w", silent.Round(time.Millisecond), err))
 	case c.ctx.Err() == nil:
 		s.log.Debug("heartbeat failed", "agent_id", c.agentID, "error", err)
@@ -394,21 +407,23 @@ func (s *Session) heartbeat(c *conn) {
 }
 
 // callHeartbeat sends one heartbeat and returns the interval the
-// coordinator asks for from now on (0: unchanged). It runs on the heartbeat
+// coordinator asks for from now on (0: unchanged) and whether the
+// coordinator confirmed the beat (false for a beat sent without asking
+// for an answer). It runs on the heartbeat
 // timer's goroutine, the only writer of c.interval and of the heartbeat
 // stream's fields.
-func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
+func (s *Session) callHeartbeat(c *conn) (time.Duration, bool, error) {
 	if slots := s.cfg.HeartbeatSlots; slots != nil {
 		if err := slots.Acquire(c.ctx, 1); err != nil {
-			return 0, err
+			return 0, false, err
 		}
 		defer slots.Release(1)
 	}
 	timeout := min(s.cfg.RPCTimeout, c.interval)
 	if !c.unaryBeats {
-		next, answered, err := s.streamHeartbeat(c, timeout)
+		next, answered, confirmed, err := s.streamHeartbeat(c, timeout)
 		if err == nil || answered || isSessionError(err) || c.ctx.Err() != nil {
-			return next, err
+			return next, confirmed, err
 		}
 		// A stream that never answered: this beat goes by call. An older
 		// coordinator (Unimplemented), or streams that failed
@@ -425,9 +440,9 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 	defer cancel()
 	resp, err := s.cfg.Client.Heartbeat(ctx, connect.NewRequest(&slacklinev1.HeartbeatRequest{AgentId: c.agentID, SessionId: c.sessionID, Profile: s.profile()}))
 	if err != nil {
-		return 0, err
+		return 0, false, err
 	}
-	return time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second)), nil
+	return time.Duration(resp.Msg.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, nil
 }
 
 // streamHeartbeat sends one heartbeat on the session's HeartbeatStream,
@@ -437,8 +452,8 @@ func (s *Session) callHeartbeat(c *conn) (time.Duration, error) {
 // others: the interval is unchanged as far as the agent knows). A failed beat ends the stream (the next beat opens another).
 // answered reports whether the stream had answered a beat before, so
 // that the caller tells a stream that never worked (fall back to calls)
-// from one that broke.
-func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Duration, answered bool, err error) {
+// from one that broke; confirmed whether this beat was answered.
+func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Duration, answered, confirmed bool, err error) {
 	if c.beats == nil {
 		ctx, cancel := context.WithCancel(c.ctx)
 		c.beats, c.endBeats, c.beatsAnswered = s.cfg.Client.HeartbeatStream(ctx), cancel, false
@@ -446,7 +461,11 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 	}
 	// A beat not answered (or sent) in time ends the stream, which
 	// unblocks Send and Receive.
-	stall := time.AfterFunc(timeout, c.endBeats)
+	// Ending the context alone does not end an HTTP/2 request whose body
+	// is open (the transport is blocked reading the next message from
+	// it): closing the request side does.
+	stallStream := c.beats
+	stall := time.AfterFunc(timeout, func() { c.endBeats(); _ = stallStream.CloseRequest() })
 	defer stall.Stop()
 	stream, answered := c.beats, c.beatsAnswered
 	noAnswer := c.answersOptional && c.unanswered < answerEvery-1
@@ -456,7 +475,7 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 		// refusal of this beat ends the stream: the next Send or the next
 		// answered beat (at most answerEvery-1 beats on) reports it.
 		c.unanswered++
-		return 0, true, nil
+		return 0, true, false, nil
 	}
 	var resp *slacklinev1.HeartbeatStreamResponse
 	if err == nil || errors.Is(err, io.EOF) {
@@ -471,10 +490,10 @@ func (s *Session) streamHeartbeat(c *conn, timeout time.Duration) (next time.Dur
 		if errors.Is(err, io.EOF) {
 			err = errors.New("the coordinator ended the heartbeat stream")
 		}
-		return 0, answered, fmt.Errorf("heartbeat stream: %w", err)
+		return 0, answered, false, fmt.Errorf("heartbeat stream: %w", err)
 	}
 	c.beatsAnswered, c.answersOptional, c.unanswered = true, resp.GetAnswersOptional(), 0
-	return time.Duration(resp.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, nil
+	return time.Duration(resp.GetHeartbeatIntervalSeconds() * float64(time.Second)), true, true, nil
 }
 
 // Send enqueues a status update for delivery in the current session and

@@ -670,3 +670,39 @@ func TestHeartbeatIntervalChangeOnUnansweredBeats(t *testing.T) {
 		})
 	}
 }
+
+// TestWedgedCoordinatorIsNoticed: a coordinator that reads beats and
+// stops answering (its handlers hang) is given up within silentIntervals
+// intervals plus the beats it was not asked to answer, counted from the
+// last beat it confirmed: a beat sent without asking for an answer is
+// buffered by HTTP/2 and proves nothing, so it must not count as one that
+// got through (it did, and the silence read 15 s where it was 25 s).
+func TestWedgedCoordinatorIsNoticed(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := agenttest.NewFakeCoordinator()
+		heartbeatModes[0].set(fake) // a stream that honours no_answer
+		h := &handler{}
+		hs := run(t, h, nil, serveFake(fake))
+		defer hs.stop(t)
+
+		// The first beat (asking, answered) comes within an interval.
+		for answered := 0; answered == 0; answered, _ = fake.AnsweredHeartbeats("agent-1") {
+			time.Sleep(100 * time.Millisecond)
+			synctest.Wait()
+		}
+		fake.SetHeartbeatsWedged(true)
+		// Unconfirmed beats at +5 and +10 s, an asking one at +15 s that
+		// times out at +20 s (20 s of silence: under the 25 s allowed),
+		// another on a new stream that times out at +25 s and falls back
+		// to a call that times out at +30 s. (Before, the asking beat's
+		// Receive never returned: ending the stream's context does not
+		// end an HTTP/2 request whose body is still open.)
+		time.Sleep(35 * time.Second)
+		fake.SetHeartbeatsWedged(false)
+		synctest.Wait()
+		_, closed := h.snapshot()
+		if len(closed) != 1 || !regexp.MustCompile(`^no heartbeat got through for (2[5-9]|3[0-2])(\.\d+)?s: `).MatchString(closed[0].Error()) {
+			t.Fatalf("Closed causes %v, want one: no heartbeat got through for 25-32 s (since the last confirmed beat)", closed)
+		}
+	})
+}

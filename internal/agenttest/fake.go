@@ -58,6 +58,9 @@ type FakeCoordinator struct {
 	// oldStreams: HeartbeatStream answers every beat, as a coordinator
 	// before no_answer did (else it honours no_answer).
 	oldStreams bool
+	// wedged: heartbeats are read and never answered (a coordinator whose
+	// handlers hang), while set.
+	wedged bool
 	// agent id -> stream heartbeats answered; stream heartbeats that asked
 	// for no answer of a coordinator that did not say it honours it
 	answeredBeats  map[string]int
@@ -153,9 +156,15 @@ func sendCommands(ctx context.Context, stream *connect.ServerStream[slacklinev1.
 }
 
 // Heartbeat implements AgentService.
-func (f *FakeCoordinator) Heartbeat(_ context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
+func (f *FakeCoordinator) Heartbeat(ctx context.Context, req *connect.Request[slacklinev1.HeartbeatRequest]) (*connect.Response[slacklinev1.HeartbeatResponse], error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
+	if f.wedged {
+		f.mu.Unlock()
+		<-ctx.Done()
+		f.mu.Lock()
+		return nil, ctx.Err()
+	}
 	if f.heartbeatErr != nil {
 		return nil, f.heartbeatErr
 	}
@@ -197,7 +206,7 @@ func (f *FakeCoordinator) HeartbeatStream(_ context.Context, stream *connect.Bid
 			f.streamHeartbeats[req.GetAgentId()]++
 		}
 		interval, old := f.interval, f.oldStreams
-		answer := old || !req.GetNoAnswer()
+		answer := (old || !req.GetNoAnswer()) && !f.wedged
 		if err == nil && answer {
 			f.answeredBeats[req.GetAgentId()]++
 		}
@@ -338,6 +347,15 @@ func (f *FakeCoordinator) SetHeartbeatError(err error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.heartbeatErr = err
+}
+
+// SetHeartbeatsWedged makes Heartbeat and HeartbeatStream read beats and
+// never answer them (a coordinator whose handlers hang behind a lock),
+// while wedged.
+func (f *FakeCoordinator) SetHeartbeatsWedged(wedged bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.wedged = wedged
 }
 
 // SetHeartbeatInterval makes Heartbeat's answers ask for interval from
