@@ -141,17 +141,17 @@ type conn struct {
 	cancel             context.CancelCauseFunc
 
 	// Guarded by Session.mu.
-	ended    bool // set once; no goroutine starts after it
-	healthy  bool // a heartbeat got through or a command arrived
+	ended   bool // set once; no goroutine starts after it
+	healthy bool // a heartbeat got through or a command arrived
 	// lastBeat is when the coordinator last confirmed a beat (or the
 	// session opened); unconfirmed is how many beats after it are not
 	// asked to be answered (0, or answerEvery-1 on a no_answer stream).
 	lastBeat    time.Time
 	unconfirmed int
-	beat     *time.Timer
-	outbox   map[taskKey]*slacklinev1.TaskStatus
-	queue    []taskKey     // the outbox's keys in first-enqueued order
-	sender   chan struct{} // closed when the running sender returns; nil when none runs
+	beat        *time.Timer
+	outbox      map[taskKey]*slacklinev1.TaskStatus
+	queue       []taskKey     // the outbox's keys in first-enqueued order
+	sender      chan struct{} // closed when the running sender returns; nil when none runs
 	// busy counts the heartbeat and sender goroutines of this session.
 	busy sync.WaitGroup
 
