@@ -277,3 +277,31 @@ func TestGatedWriterStopsAtTermEnd(t *testing.T) {
 		t.Fatalf("body %q, err %v; want only what was sent as leader, then an aborted response", body, err)
 	}
 }
+
+// TestGatedWriterPassesDeadlines: a leader's handler can lift its read
+// deadline through the gated writer (the heartbeat stream does, or HTTP/2
+// ends it at the server's ReadTimeout), and its flushes stay gated.
+func TestGatedWriterPassesDeadlines(t *testing.T) {
+	t.Parallel()
+	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
+	terms := &Terms{}
+	terms.serving.Store(&serving{term: term, service: Service{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil {
+			http.Error(w, err.Error(), http.StatusInternalServerError)
+			return
+		}
+		w.Write([]byte("lifted"))
+	})}})
+	terms.metrics = http.NotFoundHandler()
+	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
+	defer srv.Close()
+	resp, err := http.Get(srv.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK || string(body) != "lifted" {
+		t.Fatalf("%d %q; want the read deadline lifted through the gated writer", resp.StatusCode, body)
+	}
+}

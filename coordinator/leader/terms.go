@@ -250,6 +250,12 @@ func (g *gatedWriter) Write(p []byte) (int, error) {
 	return g.ResponseWriter.Write(p)
 }
 
+// Unwrap lets http.ResponseController reach the connection's other
+// controls (the heartbeat stream lifts its read deadline through it);
+// writes and flushes stay gated, since ResponseController finds Flush here
+// first.
+func (g *gatedWriter) Unwrap() http.ResponseWriter { return g.ResponseWriter }
+
 // Flush implements http.Flusher, which streaming responses need.
 func (g *gatedWriter) Flush() {
 	if g.allowed() {
