@@ -14,6 +14,7 @@ import (
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
+	"golang.org/x/sys/unix"
 )
 
 func shell(cmd string) *slacklinev1.CommandInfo {
@@ -325,6 +326,10 @@ func TestRecoverOtherBootIsLost(t *testing.T) {
 	if err := writeJSON(file, &cp); err != nil {
 		t.Fatal(err)
 	}
+	// A reboot ends the supervisor too (the task is left in its cgroup,
+	// which a reboot would have removed): a live one would write its exit
+	// file into the state directory while Destroy removes it.
+	killAndReap(t, cp.Supervisor.Pid)
 	b := newTest(t, cfg)
 	if running, err := b.Recover(context.Background()); err != nil || len(running) != 0 {
 		t.Fatalf("Recover = %v, %v", running, err)
@@ -396,5 +401,30 @@ func TestRealCPUWeights(t *testing.T) {
 		if err := c.Destroy(ct.ID); err != nil {
 			t.Fatal(err)
 		}
+	}
+}
+
+// killAndReap SIGKILLs pid and waits until it has exited (its pidfd
+// becomes readable).
+func killAndReap(t *testing.T, pid int) {
+	t.Helper()
+	fd, err := unix.PidfdOpen(pid, 0)
+	if err != nil {
+		t.Fatalf("pidfd of %d: %v", pid, err)
+	}
+	defer unix.Close(fd)
+	if err := unix.PidfdSendSignal(fd, unix.SIGKILL, nil, 0); err != nil {
+		t.Fatalf("kill %d: %v", pid, err)
+	}
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, -1)
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n != 1 {
+			t.Fatalf("wait for %d to exit: %d, %v", pid, n, err)
+		}
+		return
 	}
 }
