@@ -150,25 +150,26 @@
 // /proc/self/exe) in a new session, cloned into new PID, mount and IPC
 // namespaces (see Namespaces) and into the container's v2 cgroup
 // (CLONE_INTO_CGROUP, Linux 5.7+; on older kernels the supervisor moves it
-// there before it lets it go on, on fd 5). The shim then moves its own
-// locked thread into the container's v1 cgroups (hybrid hosts: cpu,
-// memory, pids, and cpuset, blkio where used) by writing 0 to their tasks
-// files, confines itself (see Users and confinement), and from that same
-// thread forks the command as the task's user with the task's environment
-// and stays its init (without namespaces it execve's the command, which
-// ends its other threads). The task's process is therefore in all its
-// cgroups before the user's command runs, its memory is charged to its
-// memory cgroup (the new memory map's owner is that thread), and
-// everything it forks inherits them. The init's other runtime threads
-// join the v1 cgroups once the task runs (the supervisor moves the whole
-// init). Why this way: on a hierarchy not mounted with favordynmods, every
-// write of a pid to cgroup.procs (or tasks) takes cgroup_threadgroup_rwsem
-// for writing, which waits for an RCU grace period while holding
-// cgroup_mutex (milliseconds; tens on a busy host); a fork into a cgroup
-// and a thread moving itself do not, so no grace period is left on the
-// launch's path (the supervisor's own v1 moves and the init's follow the
-// report).
-// them. The shim's exec error, if any, travels back on a close-on-exec
+// there before it lets it go on, on fd 5). On hybrid hosts the shim then
+// joins the container's v1 cgroups (cpu, memory, pids, and cpuset, blkio
+// where used): without namespaces, its own locked thread moves itself by
+// writing 0 to their tasks files and later execve's the command (which
+// ends its other threads); with namespaces, where it stays the task's
+// init, the whole process moves, so that every thread it has or makes
+// counts against the task's pids.max from the start. It confines itself
+// (see Users and confinement) and from that thread forks the command as
+// the task's user with the task's environment, or execs it. The task's
+// process is therefore in all its cgroups before the user's command runs,
+// its memory is charged to its memory cgroup (the new memory map's owner
+// is that thread), and everything it forks inherits them. Why this way:
+// on a hierarchy not mounted with favordynmods, every write of a pid to
+// cgroup.procs (or tasks) takes cgroup_threadgroup_rwsem for writing,
+// which waits for an RCU grace period while holding cgroup_mutex
+// (milliseconds; tens on a busy host); a fork into a cgroup and a thread
+// moving itself do not. So no grace period is left on the path of a
+// launch without namespaces; one with namespaces keeps the init's (the
+// supervisor's own v1 moves follow the report).
+// The shim's exec error, if any, travels back on a close-on-exec
 // pipe: end-of-file means the task runs. The supervisor then finds the
 // task's host pid (the init's child in the cgroup), reports it and its
 // start time to Launch on a pipe (and in status.json), waits for the init

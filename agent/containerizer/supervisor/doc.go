@@ -39,12 +39,13 @@
 // container's v2 cgroup (StartInCgroup: CLONE_INTO_CGROUP, else it moves
 // the shim there), reports the task's pid and start time on fd 3 and in
 // status.json, then completes its moves into the service cgroup named by
-// LaunchSpec.SupervisorCgroup and the init's into the task's v1 cgroups,
+// LaunchSpec.SupervisorCgroup,
 // waits for the task, kills what it left in the cgroup and writes
 // exit.json. It outlives the agent. The shim waits for the supervisor's
-// "ok" on fd 5, moves its locked thread into the container's v1 cgroups
-// (writing 0 to their tasks files: no RCU grace period, unlike a move of a
-// pid), enters a cgroup namespace, builds the task's mounts (a private
+// "ok" on fd 5, joins the container's v1 cgroups (its locked thread
+// writing 0 to their tasks files when it will exec the task: no RCU grace
+// period, unlike a move of a pid; the whole process when it will stay the
+// task's init, so that all its threads count against pids.max), enters a cgroup namespace, builds the task's mounts (a private
 // tmpfs and /proc, or the image's root with pivot_root), sets no_new_privs
 // and the seccomp filter, and from that thread forks the task as its
 // user, staying its init (pid 1), or without namespaces execs it. A

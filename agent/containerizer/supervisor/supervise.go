@@ -270,15 +270,6 @@ func supervise(dir string, supervisorAt time.Time) int {
 	}
 	report(st)
 	logf("task started: pid %d in %s", pid, spec.Cgroup.Rel)
-	// The shim as the task's init (it forked the task instead of exec'ing
-	// it) has its thread that forked the task in the task's v1 cgroups, its
-	// runtime's other threads not yet: the whole init joins them now, off
-	// the launch's path.
-	if spec.Namespaces {
-		if err := joinCgroup(v1ProcsFiles(spec.Cgroup), shim.Process.Pid); err != nil {
-			logf("move the task's init %d: %v", shim.Process.Pid, err)
-		}
-	}
 	moveSelf(movesLater)
 
 	rec := ExitRecord{ExitCode: -1}
@@ -392,9 +383,18 @@ func execShim(dir string) int {
 	case string(answer) != "ok":
 		return fail("%s", answer)
 	}
-	// The v1 hierarchies (hybrid hosts): this thread, the one that execs
-	// or forks the task, moves itself.
-	if err := spec.Cgroup.joinThread(); err != nil {
+	// The v1 hierarchies (hybrid hosts). A shim that execs the task: this
+	// thread, the one that execs, moves itself (exec ends the others). A
+	// shim that stays the task's init: the whole process moves before it
+	// forks, so that every thread it has or makes is counted by the
+	// task's pids.max and the rest of its limits from the start (its other
+	// runtime threads moved after the report pushed pids.current past
+	// pids.max), at the cost of the migration's grace period.
+	joinV1 := spec.Cgroup.joinThread
+	if spec.Namespaces {
+		joinV1 = func() error { return joinCgroup(v1ProcsFiles(spec.Cgroup), os.Getpid()) }
+	}
+	if err := joinV1(); err != nil {
 		return fail("exec shim: %v", err)
 	}
 	stages.joined = time.Now()
