@@ -310,11 +310,21 @@ func TestImages(t *testing.T) {
 		other := reg.push(t, "e2e/other:v1", base, tarLayer(t, tarEntry{name: "other.txt", body: []byte("other\n")}))
 		sleeper := start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "sleeper", "--tasks", "1",
 			"--task-resources", "cpus:0.1;mem:32", "--image", app, "--command", "sleep 1000", "--teardown-on-exit")
+		// Running, not only holding the image's lease (which it takes
+		// before its container exists): an agent restarted mid-launch
+		// reports the task lost and the framework runs another.
+		var running string
 		eventually(t, 60*time.Second, func() string {
 			if n, _ := imageTasks(a.images(t), app); n != 1 {
 				return fmt.Sprintf("%s used by %d tasks, want 1", app, n)
 			}
-			return ""
+			for id, task := range taskStatuses(t, addr, "sleeper") {
+				if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
+					running = id
+					return ""
+				}
+			}
+			return "no sleeper task running yet"
 		})
 		// An agent restarted meanwhile keeps the running task's lease.
 		a.restart(t)
@@ -338,8 +348,8 @@ func TestImages(t *testing.T) {
 		if n, ok := imageTasks(a.images(t), app); !ok || n != 1 {
 			t.Fatalf("after another image's pull under the budget: %s present %v with %d tasks; want kept for its running task", app, ok, n)
 		}
-		if st := taskOf(t, "sleeper"); st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
-			t.Fatalf("sleeper: %v", st.GetState())
+		if st := taskStatuses(t, addr, "sleeper")[running]; st.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
+			t.Fatalf("sleeper %s: %v, want still running across the agent's restart", running, st.GetState())
 		}
 		sleeper.stop() // tears the framework down: its task is killed, its lease released
 		eventually(t, 60*time.Second, func() string {
