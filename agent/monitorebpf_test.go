@@ -28,41 +28,10 @@ import (
 func TestMonitorSeesIdleContainerStartBurning(t *testing.T) {
 	privileged.Require(t)
 	t.Parallel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	root := "slackline-monitortest-" + hex.EncodeToString(suffix)
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
-	rel := filepath.Join(root, "c")
-	dir := filepath.Join(layout.Unified, rel)
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	id, err := bpf.CgroupID(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs, err := bpf.Load(bpf.Config{Logger: quiet})
-	if err != nil {
-		t.Fatalf("load eBPF: %v", err)
-	}
-	defer progs.Close()
-	if err := progs.Track(id, bpf.ClassGuaranteed); err != nil {
-		t.Fatal(err)
-	}
-	m, err := monitor.New(monitor.Config{Mode: string(layout.Mode), EBPF: MonitorStats(progs), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	m.SetTargets([]monitor.Target{{ID: "c", CgroupPath: rel, CgroupID: id}})
+	layout, rel, m := monitoredCgroup(t)
 
 	// The shell waits for a line, burns CPU, says so and burns on.
-	cg, err := os.Open(dir)
+	cg, err := os.Open(filepath.Join(layout.Unified, rel))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,39 +92,7 @@ func TestMonitorSeesIdleContainerStartBurning(t *testing.T) {
 func TestMonitorSeesIdleContainerMemoryGrow(t *testing.T) {
 	privileged.Require(t)
 	t.Parallel()
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	suffix := make([]byte, 4)
-	_, _ = rand.Read(suffix)
-	root := "slackline-monitortest-" + hex.EncodeToString(suffix)
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
-	rel := filepath.Join(root, "c")
-	for _, d := range layout.PathsOf(rel).Dirs() {
-		if err := os.MkdirAll(d, 0o755); err != nil {
-			t.Fatal(err)
-		}
-	}
-	id, err := bpf.CgroupID(filepath.Join(layout.Unified, rel))
-	if err != nil {
-		t.Fatal(err)
-	}
-	progs, err := bpf.Load(bpf.Config{Logger: quiet})
-	if err != nil {
-		t.Fatalf("load eBPF: %v", err)
-	}
-	defer progs.Close()
-	if err := progs.Track(id, bpf.ClassGuaranteed); err != nil {
-		t.Fatal(err)
-	}
-	m, err := monitor.New(monitor.Config{Mode: string(layout.Mode), EBPF: MonitorStats(progs), Logger: quiet})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Close()
-	m.SetTargets([]monitor.Target{{ID: "c", CgroupPath: rel, CgroupID: id}})
+	layout, rel, m := monitoredCgroup(t)
 
 	t0 := time.Now()
 	var idle monitor.Usage
@@ -184,4 +121,45 @@ func TestMonitorSeesIdleContainerMemoryGrow(t *testing.T) {
 		}
 	}
 	t.Fatalf("usage %d bytes a second after the container grew by %d (idle: %d)", grown.MemUsage, grow, idle.MemUsage)
+}
+
+// monitoredCgroup makes a cgroup "c" under a test root of its own (in
+// every hierarchy), loads the real eBPF programs tracking it and returns a
+// monitor of it; everything is released when the test ends.
+func monitoredCgroup(t *testing.T) (cgroups.Layout, string, *monitor.Monitor) {
+	t.Helper()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	suffix := make([]byte, 4)
+	_, _ = rand.Read(suffix)
+	root := "slackline-monitortest-" + hex.EncodeToString(suffix)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	rel := filepath.Join(root, "c")
+	for _, d := range layout.PathsOf(rel).Dirs() {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	id, err := bpf.CgroupID(filepath.Join(layout.Unified, rel))
+	if err != nil {
+		t.Fatal(err)
+	}
+	progs, err := bpf.Load(bpf.Config{Logger: quiet})
+	if err != nil {
+		t.Fatalf("load eBPF: %v", err)
+	}
+	t.Cleanup(func() { progs.Close() })
+	if err := progs.Track(id, bpf.ClassGuaranteed); err != nil {
+		t.Fatal(err)
+	}
+	m, err := monitor.New(monitor.Config{Mode: string(layout.Mode), EBPF: MonitorStats(progs), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	m.SetTargets([]monitor.Target{{ID: "c", CgroupPath: rel, CgroupID: id}})
+	return layout, rel, m
 }

@@ -252,24 +252,14 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 // response is aborted rather than completed.
 func TestGatedWriterStopsAtTermEnd(t *testing.T) {
 	t.Parallel()
-	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
-	terms := &Terms{}
 	wrote := make(chan struct{})
-	terms.serving.Store(&serving{term: term, service: Service{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	term, resp := getAsLeader(t, func(w http.ResponseWriter, r *http.Request) {
 		w.Write([]byte("as leader;"))
 		w.(http.Flusher).Flush()
 		close(wrote)
 		<-r.Context().Done() // the term's end ends the request
 		w.Write([]byte("after the term"))
-	})}})
-	terms.metrics = http.NotFoundHandler()
-	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	})
 	<-wrote
 	term.End(errors.New("deposed"))
 	body, err := io.ReadAll(resp.Body)
@@ -280,28 +270,36 @@ func TestGatedWriterStopsAtTermEnd(t *testing.T) {
 
 // TestGatedWriterPassesDeadlines: a leader's handler can lift its read
 // deadline through the gated writer (the heartbeat stream does, or HTTP/2
-// ends it at the server's ReadTimeout), and its flushes stay gated.
+// ends it at the server's ReadTimeout).
 func TestGatedWriterPassesDeadlines(t *testing.T) {
 	t.Parallel()
-	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
-	terms := &Terms{}
-	terms.serving.Store(&serving{term: term, service: Service{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	_, resp := getAsLeader(t, func(w http.ResponseWriter, r *http.Request) {
 		if err := http.NewResponseController(w).SetReadDeadline(time.Time{}); err != nil {
 			http.Error(w, err.Error(), http.StatusInternalServerError)
 			return
 		}
 		w.Write([]byte("lifted"))
-	})}})
-	terms.metrics = http.NotFoundHandler()
-	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
-	defer srv.Close()
-	resp, err := http.Get(srv.URL + "/x")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
+	})
 	body, _ := io.ReadAll(resp.Body)
 	if resp.StatusCode != http.StatusOK || string(body) != "lifted" {
 		t.Fatalf("%d %q; want the read deadline lifted through the gated writer", resp.StatusCode, body)
 	}
+}
+
+// getAsLeader serves handler as a leader's, through Terms.Handler, for a
+// term that holds for an hour unless the test ends it, and returns the
+// term and the response to a GET (closed when the test ends).
+func getAsLeader(t *testing.T, handler http.HandlerFunc) (*Term, *http.Response) {
+	t.Helper()
+	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
+	terms := &Terms{metrics: http.NotFoundHandler()}
+	terms.serving.Store(&serving{term: term, service: Service{Handler: handler}})
+	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
+	t.Cleanup(srv.Close)
+	resp, err := http.Get(srv.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { resp.Body.Close() })
+	return term, resp
 }
