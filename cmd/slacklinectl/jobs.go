@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -266,18 +267,16 @@ func newJobsLogsCommand(g *globals, client func() slacklinev1connect.JobServiceC
 		Long: `Find the latest task of index N of the job at the job service, then read its
 sandbox through the coordinator as "slacklinectl logs TASK_ID" does (same
 flags; the caller needs the right to read the job service's task sandboxes:
-access_sandboxes on its framework principal).`,
+access_sandboxes on its framework principal). An index waiting to be launched
+(queued, or re-queued after its task was lost or preempted) is waited for, up
+to 30 s, so that the attempt that runs is read.`,
 		Args: exactArgs("job/NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
-			resp, err := client().GetJob(cmd.Context(), connect.NewRequest(&slacklinev1.GetJobRequest{Name: jobName(args[0])}))
+			ix, err := launchedIndex(cmd.Context(), client(), jobName(args[0]), index)
 			if err != nil {
 				return fmt.Errorf("jobs logs: %w", err)
 			}
-			ixs := resp.Msg.GetJob().GetIndexes()
-			if int(index) >= len(ixs) {
-				return fmt.Errorf("jobs logs: --index %d: job %s has indexes 0 to %d", index, jobName(args[0]), len(ixs)-1)
-			}
-			taskID := ixs[index].GetTaskId()
+			taskID := ix.GetTaskId()
 			if taskID == "" {
 				return fmt.Errorf("jobs logs: index %d of job %s has not run yet", index, jobName(args[0]))
 			}
@@ -294,4 +293,34 @@ access_sandboxes on its framework principal).`,
 	flags.BoolVarP(&o.follow, "follow", "f", false, "keep printing new output until interrupted")
 	flags.BoolVar(&o.raw, "raw", false, "print the output's bytes unescaped")
 	return cmd
+}
+
+// launchedIndex returns index of the named job once it is not pending,
+// asking again every followInterval for up to sandboxWait. A pending index
+// waits in the queue or to be re-launched after its task was lost or
+// preempted; its task_id then names the attempt that ended, whose sandbox
+// may never have existed (an offer rescinded before the task reached its
+// agent). Waiting reads the attempt that runs next, as "logs" waits for a
+// task still launching. When the wait ends the index is returned as it is.
+func launchedIndex(ctx context.Context, jobs slacklinev1connect.JobServiceClient, name string, index uint32) (*slacklinev1.JobIndex, error) {
+	deadline := time.Now().Add(sandboxWait)
+	for {
+		resp, err := jobs.GetJob(ctx, connect.NewRequest(&slacklinev1.GetJobRequest{Name: name}))
+		if err != nil {
+			return nil, err
+		}
+		ixs := resp.Msg.GetJob().GetIndexes()
+		if int(index) >= len(ixs) {
+			return nil, fmt.Errorf("--index %d: job %s has indexes 0 to %d", index, name, len(ixs)-1)
+		}
+		ix := ixs[index]
+		if ix.GetState() != slacklinev1.JobIndexState_JOB_INDEX_STATE_PENDING || !time.Now().Before(deadline) {
+			return ix, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(followInterval):
+		}
+	}
 }
