@@ -1,6 +1,7 @@
 package estimator_test
 
 import (
+	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -121,17 +122,20 @@ var harvestShortfalls = map[string]struct {
 	floor float64
 	why   string
 }{
-	// fast violates 1.53% there, above the bound (1.13%); fast's own
-	// settings reach the bound only at 44% (2 s confirmation: 43.8% at
-	// 1.20%): the spikes' onsets are memoryless (exponential gaps).
-	"bursty": {0.42, "fast breaks the bound; unforeseeable onsets"},
-	// the morning ramp's cluster of misses pauses the calibration (α_t ≤ 0)
-	// where fast's 1 s confirmation did not miss.
-	"diurnal": {0.73, "a cluster of misses on the ramp pauses the calibration"},
-	// held out: fast violates 1.10% there, above the bound (1.011%).
+	// fast violates 1.53% there, above the bound (1.13%); fast held to the
+	// target on this trace in hindsight (its margin raised to 10.5%,
+	// TestFastHeldToTarget) harvests 46.8% at 0.93%: the spikes' onsets are
+	// memoryless (exponential gaps).
+	"bursty": {0.43, "fast breaks the bound; unforeseeable onsets"},
+	// held out: fast violates 1.10% there, above the bound (1.011%); fast
+	// held to the target in hindsight (its margin raised to 7%) harvests
+	// 72.4% at 0.93%.
 	"queue": {0.70, "fast breaks the bound"},
 	// held out: fast 83.2% at 0.93%, calibrated one point less at 0.99%.
 	"bursts-heavytail": {0.82, "heavy-tailed bursts"},
+	// held out: fast 79.7% at 0.71%, calibrated 78.9% at 1.00% (80.1% with
+	// the short expert alone, before the experts).
+	"http-heavytail": {0.78, "heavy-tailed requests"},
 }
 
 // regime is one stretch of the adversarial sequence.
@@ -311,4 +315,65 @@ func TestCalibratedDelayedAndMissingFeedback(t *testing.T) {
 			t.Errorf("limiting %q, reason %q: want the pause explained", ex.Limiting, ex.Reason)
 		}
 	})
+}
+
+// fastTargetHeldout adds the held-out traces where fast breaks the bound to
+// TestFastHeldToTarget (long: each replay of a 30-minute trace takes
+// seconds).
+var fastTargetHeldout = flag.Bool("fast-target-heldout", false, "TestFastHeldToTarget: also the held-out traces")
+
+// TestFastHeldToTarget is the honest comparison on the traces where fast
+// itself breaks calibrated's bound (where "at least fast's harvest" cannot
+// be asked at the target): fast held to the target in hindsight, its margin
+// raised in steps of 0.5% of the allocation until its violation rate on
+// that very trace is at most the target. That is an oracle no online
+// estimator matches in general (its margin is chosen knowing the trace);
+// calibrated's shortfall against it is stated in doc.go and pinned here.
+//
+//	go test ./estimator -run TestFastHeldToTarget -v [-args -fast-target-heldout]
+func TestFastHeldToTarget(t *testing.T) {
+	t.Parallel()
+	want := map[string]struct{ margin, harvest float64 }{
+		"bursty": {0.105, 0.468},
+		"queue":  {0.07, 0.724},
+	}
+	scenarios := recordedScenarios(t)
+	if *fastTargetHeldout {
+		scenarios = append(scenarios, heldoutScenarios(t)...)
+	}
+	cfg := estimator.DefaultConfig()
+	for _, sc := range scenarios {
+		w, ok := want[sc.Name]
+		if !ok {
+			continue
+		}
+		t.Run(sc.Name, func(t *testing.T) {
+			t.Parallel()
+			var held backtest.Result
+			margin := cfg.Fast.Margin
+			for ; margin < 0.5; margin += 0.005 {
+				c := cfg
+				c.Fast.Margin = margin
+				est, err := estimator.New("fast", c)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if held, err = backtest.Replay("fast", est, sc, backtest.DefaultOptions()); err != nil {
+					t.Fatal(err)
+				}
+				if held.ViolationRate <= cfg.Calibration.TargetViolation {
+					break
+				}
+			}
+			res, _ := replayCalibrated(t, cfg, sc)
+			t.Logf("fast held to the target: margin %.1f%%, harvest %.1f%% at %.2f%%; calibrated %.1f%% at %.2f%%",
+				100*margin, 100*held.Harvest, 100*held.ViolationRate, 100*res.Harvest, 100*res.ViolationRate)
+			if math.Abs(margin-w.margin) > 1e-9 || math.Abs(held.Harvest-w.harvest) > 0.0005 {
+				t.Errorf("fast held to the target: margin %.3f harvest %.4f, doc.go says %.3f and %.3f", margin, held.Harvest, w.margin, w.harvest)
+			}
+			if res.Harvest >= held.Harvest {
+				t.Errorf("calibrated %.2f%% reaches fast held to the target (%.2f%%): no longer a shortfall, update doc.go", 100*res.Harvest, 100*held.Harvest)
+			}
+		})
+	}
 }

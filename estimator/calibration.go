@@ -139,6 +139,14 @@ func (c *Calibration) Observe(err, score float64) {
 	c.alpha = min(c.alpha+c.cfg.Gamma*(c.cfg.TargetViolation-err), c.Ceiling())
 	c.resolved++
 	c.violations += err
+	c.AddScore(score)
+}
+
+// AddScore adds one conformity score to the window without touching the
+// level (a NaN or infinite score is not added). Observe calls it; the
+// calibrated estimator also keeps one window per base prediction (expert)
+// and adds each expert's score to its own.
+func (c *Calibration) AddScore(score float64) {
 	if math.IsNaN(score) || math.IsInf(score, 0) {
 		return
 	}
@@ -165,18 +173,25 @@ func (c *Calibration) Observe(err, score float64) {
 // stands for it. When α_t ≥ 1 it is −Inf (the caller bounds what may be
 // given back).
 func (c *Calibration) Margin() (margin float64, paused bool) {
-	if c.alpha <= 0 {
+	return c.MarginAt(c.alpha)
+}
+
+// MarginAt is Margin at the level alpha instead of α_t: the margin the
+// window's scores give at that level (the calibrated estimator takes each
+// expert's margin at the one shared level).
+func (c *Calibration) MarginAt(alpha float64) (margin float64, paused bool) {
+	if alpha <= 0 {
 		return math.Inf(1), true
 	}
 	n := len(c.sorted)
 	if n == 0 {
 		return 0, false
 	}
-	if c.alpha >= 1 {
+	if alpha >= 1 {
 		return math.Inf(-1), false
 	}
-	k := int(math.Ceil((1 - c.alpha) * float64(n+1)))
-	if k > n && c.alpha >= c.cfg.TargetViolation {
+	k := int(math.Ceil((1 - alpha) * float64(n+1)))
+	if k > n && alpha >= c.cfg.TargetViolation {
 		return 0, false
 	}
 	k = min(max(k, 1), n)

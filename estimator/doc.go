@@ -61,8 +61,11 @@
 //     that adaptive conformal inference adjusts online so that, in the long
 //     run, at most Calibration.TargetViolation (1%) of its estimates offer
 //     more than the slack that was really there, on any sequence of usage
-//     (see Calibration). It confirms slack for Calibration.Confirm (300
-//     ms) instead of fast's second, and publishes its rises at most once per
+//     (see Calibration). It calibrates two base predictions side by side
+//     (experts: fast's with a Calibration.Confirm of 300 ms instead of a
+//     second, and the same held to the peak of the last second) at one
+//     shared level and publishes the one with the smaller recent quantile
+//     loss (see Experts), and publishes its rises at most once per
 //     RiseInterval (500 ms; shrinks at once; a lasting rise, 0.5 cores or
 //     more left by a confirmed fall, right after the rise before it: the
 //     two steps slack usually appears in both at once) through a [Pacer].
@@ -129,7 +132,8 @@
 // (t_k, t_{k+1}]), by more than Calibration.Tolerance (0.05 cores): the
 // backtest's definition, sample for sample when one sample falls in each
 // horizon (the agent's 100 ms and 100 ms). Its conformity score is
-// relative to fast's raw estimate b_k (before any calibration):
+// relative to the raw estimate b_k of a base prediction (before any
+// calibration; each expert has its own, see Experts):
 //
 //	s_k = (b_k − r_k − tolerance) / max(b_k, 0.1 cpus)
 //
@@ -166,6 +170,39 @@
 // violation without a score (CalibrationStats.Unresolved), so a monitor
 // that stops reporting pauses offers rather than hiding errors.
 //
+// Experts. Which base prediction suits a load differs: a 300 ms
+// confirmation offers a dip that lasts at once (cron, steady), but on a
+// ramp or a load whose dips are brief it offers slack that the next
+// samples take back, and the calibration then pays for those misses with a
+// wide margin and pauses (diurnal's morning ramp). So the estimator keeps
+// numExperts (2) base predictions: expert 0 is fast's prediction with
+// Calibration.Confirm (300 ms); expert 1 takes each member to need at
+// least the peak of its CPU over Fast.Confirm (1 s), except after a
+// confirmed fall of at least largeFallOnsets Onsets (1 core: the slack a
+// finished burst leaves, which the slack -> offer pacing sends after 300
+// ms). Each expert keeps its own window of scores, s_k^i = (b_k^i − r_k −
+// tolerance)/max(b_k^i, 0.1), and its margin is the quantile of its own
+// window at the one shared level α_t; each scored estimate also adds to
+// each expert's discounted loss (time constant expertMemory, 1000
+// estimates: 100 s) the pinball loss at level α of what it would have
+// offered, o_k^i,
+//
+//	ρ_α(u) = α·u (u ≥ 0),  (1 − α)·(−u) (u < 0),  u = r_k + tolerance − o_k^i
+//
+// (its expectation is least at the α-quantile of the real slack: the
+// largest offer that violates a share α of the time), and the expert with
+// the smaller loss is published (expert 0 on a tie). The level α_t
+// follows only what was published. The idea is DtACI's (Gibbs and Candès,
+// 2022: several experts, trusted by their recent pinball loss), but its
+// experts differ in their base prediction, not in γ, share one level, and
+// one is chosen rather than weighted; its guarantee is therefore not
+// DtACI's regret bound but adaptive conformal inference's, unchanged: the
+// argument below never looks at how the offer is formed from α_t, only at
+// the errors of what was published and at (1). Its settings (two experts,
+// the second with fast's confirmation; expertMemory among 3-300 s;
+// largeFallOnsets among 0.25-1.5 cores; three experts, with 650 ms or 2 s,
+// did worse) were chosen on the recorded traces only.
+//
 // The bound. Let d be the largest delay, in estimates. (1) α_t never
 // falls to −dγ: an estimate made with α_t ≤ 0 offers 0, which cannot
 // violate (r ≥ 0), so once α_t ≤ 0 only the at most d estimates made
@@ -179,7 +216,8 @@
 // with α_1 = α: [ViolationBound], Gibbs and Candès's bound (their
 // Proposition 4.1) with the delay added. It holds for every sequence of
 // usage, not only for exchangeable or stationary ones; nothing about fast's
-// prediction enters it, nor the score's definition, nor how the margin is
+// prediction enters it, nor which expert is published, nor the score's
+// definition, nor how the margin is
 // drawn from α_t: only (1), that α_t ≤ 0 offers nothing. The score and the
 // quantile decide what the violations buy in harvest, not how many there
 // are. With α = 1%,

@@ -1,0 +1,93 @@
+package estimator
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/resources"
+)
+
+// TestPinball pins the experts' loss: alpha per cpu left unoffered, 1 −
+// alpha per cpu offered beyond the real slack (plus tolerance).
+func TestPinball(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ u, alpha, want float64 }{
+		{0, 0.01, 0},
+		{1, 0.01, 0.01},
+		{0.5, 0.01, 0.005},
+		{-1, 0.01, 0.99},
+		{-0.2, 0.1, 0.18},
+	} {
+		if got := pinball(tc.u, tc.alpha); math.Abs(got-tc.want) > 1e-12 {
+			t.Errorf("pinball(%v, %v) = %v, want %v", tc.u, tc.alpha, got, tc.want)
+		}
+	}
+}
+
+// TestCalibratedExperts: on a load whose dips last (3-7 s) the short
+// expert, which offers a dip after 300 ms, loses less than the long one,
+// which waits a second, and is published. On loads with short dips (0.4-0.6
+// s) and with lasting ones, the explanation adds up: the member's predicted
+// peak is the published expert's, its need is that peak + margin +
+// calibration, and the calibrated estimate is what the need leaves.
+func TestCalibratedExperts(t *testing.T) {
+	t.Parallel()
+	const step = 100 * time.Millisecond
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name      string
+		hold      func(rng *rand.Rand) int // samples per phase
+		want      int                      // the expert published, -1: either
+		wantPeaks string
+	}{
+		{"short dips", func(rng *rand.Rand) int { return 4 + rng.IntN(3) }, -1, ""},
+		{"lasting dips", func(rng *rand.Rand) int { return 30 + rng.IntN(40) }, 0, "fast's"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := newCalibrated(DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := e.(*calibratedEstimator)
+			rng := rand.New(rand.NewPCG(29, 1))
+			var history []Sample
+			high, left := true, 0
+			for i := range 6000 {
+				if left == 0 {
+					high, left = !high, tc.hold(rng)
+				}
+				left--
+				cpu := 0.2 + 0.05*rng.Float64()
+				if high {
+					cpu = 1.6 + 0.05*rng.Float64()
+				}
+				now := start.Add(time.Duration(i+1) * step)
+				history = append(history, Sample{Time: now, CPU: cpu})
+				if len(history) > 1200 {
+					history = history[1:]
+				}
+				c.Estimate(Input{Now: now, Containers: []Container{{ID: "g", Allocated: resources.MustParse("cpus:2"), History: history}}})
+			}
+			ex := c.Explain()
+			if tc.want >= 0 && c.chosen != tc.want {
+				t.Errorf("published expert %d (losses %v, %v), want %d (%s peak)", c.chosen, c.experts[0].loss, c.experts[1].loss, tc.want, tc.wantPeaks)
+			}
+			m := ex.Members[0]
+			pred := c.predicted["c/g"]
+			if m.PredictedPeak != pred[c.chosen] {
+				t.Errorf("explained peak %v, want the published expert's %v (experts: %v)", m.PredictedPeak, pred[c.chosen], pred)
+			}
+			if got, want := m.Need, m.PredictedPeak+m.Margin+m.Calibration; math.Abs(got-want) > 1e-9 {
+				t.Errorf("need %v, want peak + margin + calibration = %v", got, want)
+			}
+			if !ex.Calibration.Paused {
+				if want := max(0, ex.Capacity-m.Need); math.Abs(ex.Calibrated-want) > 1e-9 {
+					t.Errorf("calibrated %v, want capacity − need = %v", ex.Calibrated, want)
+				}
+			}
+		})
+	}
+}
