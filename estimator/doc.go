@@ -238,9 +238,10 @@
 // # Why is my slack zero on node X
 //
 // `slacklinectl get estimate --hostname X` (GetEstimate) answers it: the
-// published cpus, fast's estimate before the calibration and the
-// calibrated one before hysteresis and pacing; one row per guaranteed
-// container with its allocation, predicted peak (its whole allocation
+// published cpus, the published expert's estimate before the calibration
+// and the calibrated one before hysteresis and pacing; one row per
+// guaranteed container with its allocation, predicted peak (the published
+// expert's; its whole allocation
 // while it has fewer than MinSamples samples: "warming up"), safety margin
 // and share of the calibration, what is held back and the rest, its
 // slack; the container that holds back the most, named with a sentence
@@ -360,36 +361,36 @@
 //
 // That table is fast's (the default from issue 15 to issue 29); the rows of
 // fast, usage, predictive and the anchors still reproduce (with a
-// shrinks/min column added). calibrated, the default since (its rows as of
-// #29's relative score and warm start, with the pacer), against fast and
-// the anchors, on the recorded traces and, apart, on the held-out ones
+// shrinks/min column added). calibrated, the default since (its rows as
+// of #29's experts, with the relative score, the warm start and the
+// pacer), against fast and the anchors, on the recorded traces and, apart, on the held-out ones
 // (testdata/heldout: never used to choose a setting), with
 // `go run ./cmd/slackline-backtest run --estimators
 // fast,calibrated,koordinator,katalyst` (columns: harvest, violations,
 // changes/min, shrinks/min, to offer):
 //
-//	recorded  fast                          calibrated (target 1%)              koordinator     katalyst
-//	bursty    51.7% 1.53%  255.0 116.5 0.7s  42.5% 0.93% 223.3 116.5 0.7s  40.7%  2.54%  32.7%  8.07%
-//	cron      76.2% 0.93%   79.7  34.0 0.6s  77.9% 0.73% 111.3  53.2 0.3s  47.1%  2.07%  39.7%  9.14%
-//	diurnal   76.0% 0.87%   78.1  34.0 1.0s  73.3% 0.80% 118.5  51.6 2.3s  50.1%  5.27%  41.9% 19.15%
-//	jvm-gc    80.1% 0.67%   61.6  25.6 0.8s  83.3% 0.93% 159.7  74.4 0.4s  42.2%  0.07%  37.6%  1.20%
-//	periodic  81.1% 0.27%   49.2  18.0 1.0s  87.8% 0.93%  66.4  28.0 0.5s  36.3%  1.73%  42.4% 15.74%
-//	steady    80.8% 0.93%   76.5  38.4 1.0s  81.2% 0.87%  99.3  48.0 0.3s  48.7%  0.20%  42.3% 24.55%
-//	step      86.2% 0.40%   29.2  10.0 0.9s  92.6% 0.67%  40.0  15.2 1.5s  34.9% 18.48%  40.5%  0.47%
-//	mix       78.2% 0.07%  417.9 191.7 0.5s  84.6% 0.87% 273.4 160.9 0.4s  42.9%  0.00%  40.5% 21.55%
+//	recorded  fast                           calibrated (target 1%)         koordinator   katalyst
+//	bursty    51.7% 1.53% 255.0 116.5  0.7s  43.5% 0.93% 215.3 109.7  0.4s  40.7%  2.54%  32.7%  8.07%
+//	cron      76.2% 0.93%  79.7  34.0  0.6s  76.2% 0.80%  96.5  44.8  0.3s  47.1%  2.07%  39.7%  9.14%
+//	diurnal   76.0% 0.87%  78.1  34.0  1.0s  76.2% 0.80%  78.9  34.8  2.1s  50.1%  5.27%  41.9% 19.15%
+//	jvm-gc    80.1% 0.67%  61.6  25.6  0.8s  82.4% 0.93%  86.1  36.8  0.6s  42.2%  0.07%  37.6%  1.20%
+//	periodic  81.1% 0.27%  49.2  18.0  1.0s  87.9% 0.67%  56.4  23.6  0.5s  36.3%  1.73%  42.4% 15.74%
+//	steady    80.8% 0.93%  76.5  38.4  1.0s  81.2% 0.87%  99.3  48.0  0.3s  48.7%  0.20%  42.3% 24.55%
+//	step      86.2% 0.40%  29.2  10.0  0.9s  92.0% 0.47%  27.6  10.0  0.6s  34.9% 18.48%  40.5%  0.47%
+//	mix       78.2% 0.07% 417.9 191.7  0.5s  83.7% 0.93% 280.2 162.9  0.4s  42.9%  0.00%  40.5% 21.55%
 //
-//	held-out                    fast                          calibrated (target 1%)            koordinator     katalyst
-//	build-contended             85.6% 0.17% 33.2 15.7  0.8s  92.0% 0.98%  67.5 32.7  1.3s  57.1%  0.03%  93.7%  7.93%
-//	bursts-heavytail-contended  89.5% 0.12% 33.7 16.2  0.9s  96.2% 0.72%  37.4 18.1  0.6s  58.3%  0.00%  95.7% 10.98%
-//	http-heavytail-contended    86.2% 0.32% 45.4 21.0 >1.2s  90.4% 1.01%  85.9 40.9  0.8s  57.4%  0.01%  94.4% 11.79%
-//	queue-contended             86.3% 0.33% 44.8 20.6  1.0s  90.2% 1.01%  86.0 40.9  1.7s  56.7%  0.01%  96.4% 21.69%
-//	ramps-contended             89.3% 0.00% 11.2  5.6  -     96.4% 0.16%  27.6 13.6  -     58.1%  0.00%  95.5%  9.42%
-//	heldout-mix                 86.9% 0.00% 343.2 158.4 >1.4s 94.4% 0.96% 253.3 145.9 0.6s  56.4%  0.00%  95.2% 42.37%
-//	build                       80.2% 0.72%  66.5 29.5  0.9s  80.3% 0.99% 105.9 50.7  1.1s  54.5%  0.23%  94.2% 28.09%
-//	bursts-heavytail            83.2% 0.93%  75.6 35.0  0.8s  82.2% 0.99%  77.8 37.4  1.0s  58.3%  0.59%  97.3% 20.18%
-//	http-heavytail              79.7% 0.71%  92.5 41.1  1.0s  80.1% 0.99% 153.1 73.3 >1.5s  55.4%  0.01%  99.2% 45.54%
-//	queue                       73.6% 1.10% 123.4 55.8  0.8s  70.8% 1.00% 159.9 78.9 >0.8s  52.5%  0.99%  89.4% 19.77%
-//	ramps                       88.3% 0.00%  18.7  9.3  -     95.8% 0.56%  55.3 27.8  -     57.2%  0.00%  97.0% 38.49%
+//	held-out                   fast                           calibrated (target 1%)         koordinator   katalyst
+//	build-contended            85.6% 0.17%  33.2  15.7  0.8s  91.4% 0.73%  35.6  17.3  0.8s  57.1%  0.03%  93.7%  7.93%
+//	bursts-heavytail-contended 89.5% 0.12%  33.7  16.2  0.9s  96.2% 0.72%  37.2  17.9  0.6s  58.3%  0.00%  95.7% 10.98%
+//	http-heavytail-contended   86.2% 0.32%  45.4  21.0 >1.2s  90.8% 0.95%  49.3  22.7  0.8s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended            86.3% 0.33%  44.8  20.6  1.0s  90.5% 1.01%  55.7  25.9 >1.4s  56.7%  0.01%  96.4% 21.69%
+//	ramps-contended            89.3% 0.00%  11.2   5.6     -  95.8% 0.07%  16.1   8.0     -  58.1%  0.00%  95.5%  9.42%
+//	heldout-mix                86.9% 0.00% 343.2 158.4 >1.4s  93.2% 0.26% 234.3 130.3 >1.1s  56.4%  0.00%  95.2% 42.37%
+//	build                      80.2% 0.72%  66.5  29.5  0.9s  81.3% 0.98%  90.2  41.8  0.8s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail           83.2% 0.93%  75.6  35.0  0.8s  82.3% 0.99%  77.9  37.4  1.0s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail             79.7% 0.71%  92.5  41.1  1.0s  78.9% 1.00% 128.7  59.7 >2.2s  55.4%  0.01%  99.2% 45.54%
+//	queue                      73.6% 1.10% 123.4  55.8  0.8s  71.1% 1.00% 149.1  72.3 >1.1s  52.5%  0.99%  89.4% 19.77%
+//	ramps                      88.3% 0.00%  18.7   9.3     -  94.7% 0.22%  20.0   9.9     -  57.2%  0.00%  97.0% 38.49%
 //
 // (the first six rows: the set recorded at nice 10 under heavy
 // contention, heldout-mix being those five together; the last five: the
@@ -397,33 +398,43 @@
 //
 // calibrated holds every trace within its bound (1.13% on the 150 s
 // traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
-// bursty included, where fast violates 1.53%. It harvests at least what
-// fast does on every trace but four, which TestCalibratedViolationBound
-// names and holds to floors (harvestShortfalls):
+// bursty included, where fast violates 1.53%. On every recorded trace
+// where fast keeps the bound it harvests at least what fast does (diurnal
+// only since the experts: 73.3% before, 76.2% against fast's 76.0%). Four
+// traces fall short, which TestCalibratedViolationBound names and holds to
+// floors (harvestShortfalls):
 //
-//   - bursty, 9 points less (42.5% against 51.7%): fast violates 1.53%
-//     there, above the bound. Its spikes start after exponential gaps, a
+//   - bursty, 8 points less (43.5% against 51.7%): fast violates 1.53%
+//     there, above the bound, so "at least fast's harvest" cannot be asked
+//     at the target. The honest comparison is fast held to the target in
+//     hindsight, its margin raised until its violations on this very trace
+//     are at most 1% (TestFastHeldToTarget: 10.5%, 46.8% at 0.93%), an
+//     oracle no online estimator is promised to match: calibrated is 3.3
+//     points below it. The spikes start after exponential gaps, a
 //     memoryless onset no prediction sees coming, so harvest and
-//     violations fall together: fast's own settings reach the bound only
-//     at 44% (2 s confirmation: 43.8% at 1.20%; 1.6 s: 46.3% at 1.33%).
-//     Matching fast's harvest at the target is not on offer to any
-//     estimator of this family.
-//   - diurnal, 2.7 points less: a cluster of misses on the morning ramp
-//     (300 ms confirmation, where fast's 1 s did not miss) pulls α_t to 0
-//     and pauses offers for about 10 s, then a wide margin while α_t
-//     recovers by γα per estimate (γ = 0.015 would give 75.5% there, but
-//     73.4% on cron: not taken).
-//   - held out, queue (2.8 less): fast violates 1.10% there, above the
-//     bound; bursts-heavytail, 1.0 less (82.2% at 0.99% against 83.2% at
-//     0.93%).
+//     violations fall together.
+//   - held out, queue (71.1% at 1.00%): fast violates 1.10% there, above
+//     the bound (1.011%); fast held to the target in hindsight (margin 7%)
+//     harvests 72.4% at 0.93%, 1.3 points more (`go test ./estimator -run
+//     TestFastHeldToTarget -v -args -fast-target-heldout`).
+//   - held out, bursts-heavytail, 0.9 less (82.3% at 0.99% against 83.2%
+//     at 0.93%), and http-heavytail, 0.8 less (78.9% at 1.00% against
+//     79.7% at 0.71%; 80.1% before the experts, which cost it 1.2 points:
+//     settings chosen on the recorded traces do not carry over everywhere,
+//     and the held-out traces are reported, not tuned on).
 //
-// The relative score and the warm start took bursty from 38.7% to 42.5%,
-// step from 88.0% to 92.6%, steady from 80.7% to 81.2% (above fast now),
-// diurnal from 73.2% to 73.3%, http-heavytail from 79.7% to 80.1% (above
-// fast now); the mix went from 85.4% to 84.6%, every violation rate stayed
-// within its bound. On the contended held-out set fast stays far below 1%
-// and calibrated spends the rest of the budget on harvest (+4 to +7
-// points), which is what a target, as opposed to a fixed margin, means.
+// The experts took diurnal from 73.3% to 76.2%, bursty from 42.8% to
+// 43.5%, build from 80.3% to 81.3%; they cost cron 2.0 points (78.2% to
+// 76.2%, fast's), jvm-gc 0.9, step 0.8, the mix 1.2, and held out
+// http-heavytail 1.2, ramps 1.0, heldout-mix 1.2. They also cut the
+// changes a minute that reach the coordinator (rescinds) on every trace
+// but steady (unchanged): recorded 2-46% fewer (jvm-gc 159.7 to 86.1, diurnal 118.5 to 78.9, the
+// mix 287.4 to 280.2), held out 0.4-64% fewer (ramps 55.3 to 20.0,
+// http-heavytail 153.2 to 128.7), since the long expert's offers move
+// less. Every violation rate stays within its bound. On the contended
+// held-out set fast stays far below 1% and calibrated spends more of the
+// budget on harvest (+4 to +7 points), which is what a target, as opposed
+// to a fixed margin, means.
 // The anchors either harvest 57% (koordinator's 60% ceiling) or violate
 // 8-26% (katalyst).
 //
