@@ -313,6 +313,9 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 		}
 	}
 	ex.need += extra[c.chosen]
+	if c.chosen > 0 {
+		ex.heldFor = c.confirms[c.chosen]
+	}
 	ex.Uncalibrated = max(0, ex.Capacity-ex.need)
 	if paused {
 		added = ex.Capacity - ex.need
@@ -355,6 +358,9 @@ func limitingOf(ex Explanation) (limiting, reason string) {
 	} else {
 		reason = fmt.Sprintf("%s holds back %.2f of its %.2f cpus: predicted peak %.2f + margin %.2f + calibration %+.2f",
 			e.ID, e.Need, e.Allocated, e.PredictedPeak, e.Margin, e.Calibration)
+		if ex.heldFor > 0 {
+			reason += fmt.Sprintf(" (peaks held for %v: slack that lasted less was recently taken back)", ex.heldFor)
+		}
 	}
 	if ex.TotalBound {
 		reason += fmt.Sprintf("; the node's total (%.2f cpus) is below the guaranteed allocations", ex.Capacity)
@@ -403,6 +409,9 @@ type Explanation struct {
 	// estimate, score unit (scoreScale) and calibrated estimate.
 	need                  float64
 	bases, scales, offers [numExperts]float64
+	// heldFor is the published expert's longer confirmation (0 for
+	// expert 0, fast's own prediction), for the reason.
+	heldFor time.Duration
 }
 
 // pick returns the expert with the least discounted loss, the short one on

@@ -3,6 +3,7 @@ package estimator
 import (
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 	"time"
 
@@ -28,22 +29,27 @@ func TestPinball(t *testing.T) {
 
 // TestCalibratedExperts: on a load whose dips last (3-7 s) the short
 // expert, which offers a dip after 300 ms, loses less than the long one,
-// which waits a second, and is published. On loads with short dips (0.4-0.6
-// s) and with lasting ones, the explanation adds up: the member's predicted
-// peak is the published expert's, its need is that peak + margin +
-// calibration, and the calibrated estimate is what the need leaves.
+// which waits a second, and is published; on a noisy wave (a 30 s sine,
+// ±0.12 cpus of noise per sample: diurnal's ramps in small), where the
+// short expert's offers are taken back by the next noisy samples, the long
+// one is. On these and on short dips (0.4-0.6 s) the explanation adds up:
+// the member's predicted peak is the published expert's, its need is that
+// peak + margin + calibration, the calibrated estimate is what the need
+// leaves, and the reason names the longer confirmation exactly when the
+// long expert is published.
 func TestCalibratedExperts(t *testing.T) {
 	t.Parallel()
 	const step = 100 * time.Millisecond
 	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	for _, tc := range []struct {
 		name      string
-		hold      func(rng *rand.Rand) int // samples per phase
+		hold      func(rng *rand.Rand) int // samples per phase; nil: the wave
 		want      int                      // the expert published, -1: either
 		wantPeaks string
 	}{
 		{"short dips", func(rng *rand.Rand) int { return 4 + rng.IntN(3) }, -1, ""},
 		{"lasting dips", func(rng *rand.Rand) int { return 30 + rng.IntN(40) }, 0, "fast's"},
+		{"noisy wave", nil, 1, "the last second's"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
@@ -56,13 +62,19 @@ func TestCalibratedExperts(t *testing.T) {
 			var history []Sample
 			high, left := true, 0
 			for i := range 6000 {
-				if left == 0 {
-					high, left = !high, tc.hold(rng)
-				}
-				left--
-				cpu := 0.2 + 0.05*rng.Float64()
-				if high {
-					cpu = 1.6 + 0.05*rng.Float64()
+				var cpu float64
+				switch {
+				case tc.hold == nil:
+					cpu = 1 + 0.7*math.Sin(2*math.Pi*float64(i%300)/300) + 0.24*(rng.Float64()-0.5)
+				default:
+					if left == 0 {
+						high, left = !high, tc.hold(rng)
+					}
+					left--
+					cpu = 0.2 + 0.05*rng.Float64()
+					if high {
+						cpu = 1.6 + 0.05*rng.Float64()
+					}
 				}
 				now := start.Add(time.Duration(i+1) * step)
 				history = append(history, Sample{Time: now, CPU: cpu})
@@ -79,6 +91,9 @@ func TestCalibratedExperts(t *testing.T) {
 			pred := c.predicted["c/g"]
 			if m.PredictedPeak != pred[c.chosen] {
 				t.Errorf("explained peak %v, want the published expert's %v (experts: %v)", m.PredictedPeak, pred[c.chosen], pred)
+			}
+			if held := strings.Contains(ex.Reason, "peaks held for 1s"); held != (c.chosen > 0) {
+				t.Errorf("reason %q with expert %d published: it names the longer confirmation exactly when expert 1 is", ex.Reason, c.chosen)
 			}
 			if got, want := m.Need, m.PredictedPeak+m.Margin+m.Calibration; math.Abs(got-want) > 1e-9 {
 				t.Errorf("need %v, want peak + margin + calibration = %v", got, want)
