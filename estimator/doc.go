@@ -246,7 +246,9 @@
 // and share of the calibration, what is held back and the rest, its
 // slack; the container that holds back the most, named with a sentence
 // ("c-1 holds back 1.94 of its 2.00 cpus: predicted peak 1.82 + margin
-// 0.12 + calibration +0.00"); and the calibration's account (the share of
+// 0.12 + calibration +0.00", followed by "(peaks held for 1s: slack that
+// lasted less was recently taken back)" while the long expert is
+// published); and the calibration's account (the share of
 // past estimates that exceeded the real slack, against the target and the
 // bound it is held to, the level and what it adds). Zero has four causes,
 // each shown there: the guaranteed containers use (or are predicted to
