@@ -130,7 +130,7 @@ var harvestShortfalls = map[string]struct {
 	// held out: fast violates 1.10% there, above the bound (1.011%); fast
 	// held to the target in hindsight (its margin raised to 7%) harvests
 	// 72.4% at 0.93%.
-	"queue": {0.70, "fast breaks the bound"},
+	"queue": {0.71, "fast breaks the bound"},
 	// held out: fast 83.2% at 0.93%, calibrated one point less at 0.99%.
 	"bursts-heavytail": {0.82, "heavy-tailed bursts"},
 	// held out: fast 79.7% at 0.71%, calibrated 78.9% at 1.00% (80.1% with
