@@ -53,6 +53,13 @@ type profileCluster struct {
 // tier (tier=NAME, hostnames NAME-i).
 func startProfileCluster(t *testing.T, tiers map[string]int) *profileCluster {
 	t.Helper()
+	return startProfileClusterShadows(t, tiers, false)
+}
+
+// startProfileClusterShadows is startProfileCluster with agents that run
+// a rollout's shadows when shadows is set.
+func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool) *profileCluster {
+	t.Helper()
 	addr := agenttest.NewTCP(t)
 	coord := agenttest.StartCoordinator(t, coordinator.Config{
 		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
@@ -64,7 +71,7 @@ func startProfileCluster(t *testing.T, tiers map[string]int) *profileCluster {
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for tier, n := range tiers {
 		fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
-			HostnamePrefix: tier + "-", Attributes: map[string]string{"tier": tier}, Profile: simulatedEstimator, Logger: quiet})
+			HostnamePrefix: tier + "-", Attributes: map[string]string{"tier": tier}, Profile: simulatedEstimator, ProfileShadows: shadows, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -190,6 +197,12 @@ func TestRolloutThatRaisesViolationsIsRolledBack(t *testing.T) {
 	}
 	if r := started.Msg.GetProfile().GetRollout(); len(r.GetHostnames()) != 3 || r.GetCandidate().GetNumber() != 2 {
 		t.Fatalf("rollout = %v, want version 2 on 3 of 6 agents", r)
+	}
+	// These agents cannot run shadows: the default shadow stage is
+	// skipped, saying so, and the rollout is judged on live signals.
+	if r := started.Msg.GetProfile().GetRollout(); r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE ||
+		!strings.Contains(r.GetReason(), "no agent of the shadow stage can run shadows") || len(r.GetPaired().GetWithoutShadows()) != 3 {
+		t.Errorf("rollout stage %v, reason %q, without shadows %v; want live waves at once, naming the 3 agents", r.GetStage(), r.GetReason(), r.GetPaired().GetWithoutShadows())
 	}
 	var final *slacklinev1.Profile
 	waitFor(t, "the rollout to be rolled back", func() (bool, string) {
