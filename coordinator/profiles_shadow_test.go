@@ -63,17 +63,24 @@ func TestRolloutShadowStage(t *testing.T) {
 		return r.GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK, r.GetState().String() + " " + r.GetReason()
 	})
 	r = final.GetRollout()
+	shadowed := 0
 	for _, a := range pc.fleets["web"].Agents() {
 		log := strings.Join(a.ProfileLog(), ", ")
 		if strings.Contains(log, "apply web/2") {
 			t.Errorf("%s applied version 2 live: %s", a.Hostname(), log)
 		}
-		if shadowed := strings.Contains(log, "shadow web/2"); shadowed != slices.Contains(r.GetShadowHostnames(), a.Hostname()) {
-			t.Errorf("%s ran version 2 in shadow: %v, want it only on the shadow stage's agents %v (log %s)", a.Hostname(), shadowed, r.GetShadowHostnames(), log)
+		if strings.Contains(log, "shadow web/2") {
+			shadowed++
+			if !slices.Contains(r.GetShadowHostnames(), a.Hostname()) {
+				t.Errorf("%s ran version 2 in shadow outside the shadow stage's agents %v (log %s)", a.Hostname(), r.GetShadowHostnames(), log)
+			}
 		}
 	}
+	if shadowed == 0 {
+		t.Error("no agent ran version 2 in shadow")
+	}
 	if r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW ||
-		!strings.Contains(r.GetReason(), "violation rate 20.00% of version 2 in shadow, 1.00% of version 1 live on the same 3 agents and inputs") {
+		!strings.Contains(r.GetReason(), "violation rate 20.00% of version 2 in shadow, 1.00% of version 1 live on the same") {
 		t.Errorf("rolled back in stage %v because %q, want the shadow stage's violation rates", r.GetStage(), r.GetReason())
 	}
 	if h := final.GetHistory(); h[len(h)-1].GetBy() != "coordinator" || !strings.Contains(h[len(h)-1].GetWhat(), "rolled back in its shadow stage (never applied)") {
@@ -114,20 +121,23 @@ func TestRolloutShadowStage(t *testing.T) {
 	})
 	passed := false
 	for _, h := range final.GetHistory() {
-		passed = passed || strings.Contains(h.GetWhat(), "rollout of version 3: shadow stage passed on 3 agents")
+		passed = passed || strings.Contains(h.GetWhat(), "rollout of version 3: shadow stage passed on ")
 	}
 	if !passed {
 		t.Errorf("history %v does not record the shadow stage passing", final.GetHistory())
 	}
-	// Every agent ran version 3 in shadow (the shadow stage's) or version
-	// 1 (the live waves'), and then stopped; the first wave's agents, the
-	// shadow stage's, ran version 3 in shadow, then applied it and ran
-	// version 1 in shadow.
-	for _, a := range pc.fleets["web"].Agents() {
-		log := strings.Join(a.ProfileLog(), ", ")
-		if !strings.Contains(log, "apply web/3") || !strings.Contains(log, "shadow web/1") {
-			t.Errorf("%s: %s; want version 3 applied and version 1 in shadow", a.Hostname(), log)
+	// Every agent applies version 3, runs version 1 in shadow in its live
+	// wave (sent with version 3, on the same stream), and stops it once the
+	// rollout is done.
+	waitFor(t, "every agent on web/3, its shadow of web/1 run and stopped", func() (bool, string) {
+		var pending []string
+		for _, a := range pc.fleets["web"].Agents() {
+			log := strings.Join(a.ProfileLog(), ", ")
+			if p, _ := a.Shadow(); p != "" || !strings.Contains(log, "apply web/3") || !strings.Contains(log, "shadow web/1") {
+				pending = append(pending, a.Hostname()+": "+log)
+			}
 		}
-	}
+		return len(pending) == 0, strings.Join(pending, "; ")
+	})
 	waitFor(t, "every agent on web/3", pc.runs("web", "web", 3))
 }
