@@ -171,6 +171,8 @@ type Agent struct {
 	// shadows are the settings run in shadow and the active ones' score;
 	// nil without --shadow.
 	shadows *shadowSet
+	// rollout is the shadow a profile rollout asks for (#29 item 5).
+	rollout *rolloutShadow
 	// network paces revocable egress; nil without network QoS.
 	network *network.Network
 	disk    *sandboxes
@@ -294,12 +296,15 @@ func New(cfg Config) (*Agent, error) {
 	a.shadows = newShadowSet(cfg)
 	a.slack = newEstimateLoop(cfg, total, a.session, a.network)
 	a.slack.shadows = a.shadows
+	a.rollout = newRolloutShadow(cfg)
+	a.slack.rollout = a.rollout
 	if a.history != nil {
 		// Estimates follow the monitor's samples (#29).
 		a.history.after = a.slack.sampleTaken
 	}
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	a.qos.shadows = a.shadows
+	a.qos.rollout = a.rollout
 	a.disk = newSandboxes(a)
 	a.health = newHealthRunner(a)
 	a.tasks.healthWatch, a.tasks.healthForget = a.watchHealth, a.health.Forget
@@ -520,6 +525,8 @@ func (h sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentCommand
 		a.tasks.step(tasks.ShutdownAgent{Now: now})
 	case *slacklinev1.AgentCommand_ApplyProfile:
 		a.applyProfile(c.ApplyProfile, now)
+	case *slacklinev1.AgentCommand_ProfileShadow:
+		a.applyProfileShadow(c.ProfileShadow)
 	}
 	return nil
 }

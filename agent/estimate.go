@@ -51,6 +51,7 @@ type estimateLoop struct {
 	protect   []string
 	session   *session.Session
 	shadows   *shadowSet // nil without shadows
+	rollout   *rolloutShadow
 
 	latest atomic.Pointer[estimate]
 	// next is an estimator a node profile applied (#29), taken by Run's
@@ -179,6 +180,7 @@ func (l *estimateLoop) Run(ctx context.Context) error {
 		// After the active estimate is published and sent: a shadow can
 		// neither change nor delay it.
 		l.shadows.estimate(in, e.revocable.CPUs())
+		l.rollout.estimate(in, e.revocable.CPUs())
 	}
 }
 
@@ -188,6 +190,7 @@ func (l *estimateLoop) adoptProfile() {
 	if s := l.next.Swap(nil); s != nil {
 		l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
 		l.shadows.activeEstimatorChanged(s.estimatorName)
+		l.rollout.activeChanged(s.profile, s.version)
 	}
 }
 
@@ -197,6 +200,7 @@ func (l *estimateLoop) adoptProfile() {
 func (l *estimateLoop) estimate(now time.Time, points []monitor.Point) (*estimate, []monitor.Point) {
 	e, in, points := l.publish(now, points)
 	l.shadows.estimate(in, e.revocable.CPUs())
+	l.rollout.estimate(in, e.revocable.CPUs())
 	return e, points
 }
 

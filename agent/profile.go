@@ -148,5 +148,6 @@ func (a *Agent) profileReport() *slacklinev1.ProfileReport {
 		r.EstimatesScored, r.Violations = uint64(max(c.Resolved, 0)), c.Violations
 	}
 	r.RunqueueP99Seconds = time.Duration(a.qos.guaranteedRunqP99.Load()).Seconds()
+	a.rollout.fill(r)
 	return r
 }

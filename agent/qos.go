@@ -46,6 +46,8 @@ type qosLoop struct {
 	// shadows evaluate the candidate controllers on the same input, after
 	// the active ones' corrections are applied (nil without shadows).
 	shadows *shadowSet
+	// rollout runs a profile rollout's shadow controllers likewise.
+	rollout *rolloutShadow
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
@@ -159,6 +161,7 @@ func (l *qosLoop) Run(ctx context.Context) error {
 			l.apply(c, in)
 		}
 		l.shadows.evaluate(in, corrections)
+		l.rollout.evaluate(in)
 		pending = pending[:0]
 	}
 }

@@ -141,6 +141,10 @@ func (s nodeService) GetShadows(context.Context, *connect.Request[slacklinev1.Ge
 			resp.Shadows = append(resp.Shadows, shadowReportProto(r))
 		}
 	}
+	// A profile rollout's shadow (#29 item 5), named RolloutShadowName.
+	if r, ok := s.a.rollout.report(); ok {
+		resp.Shadows = append(resp.Shadows, shadowReportProto(r))
+	}
 	return connect.NewResponse(resp), nil
 }
 

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/estimator"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -18,23 +19,33 @@ import (
 // candidates of the shadow tests (calibrated at a looser target, and fast)
 // run and scored on the same input. cpu-ns/op is the process's CPU time per
 // pass, which a shared machine does not inflate; the difference between
-// shadows=0 and shadows=2 is the shadows' cost.
+// shadows=0 and shadows=2 is the shadows' cost. shadows=rollout runs a
+// profile rollout's shadow (the first candidate's settings) and the active
+// settings' score beside it instead (#29 item 5).
 func BenchmarkEstimateWithShadows(b *testing.B) {
 	o := shadowOptions(b)
-	for _, shadows := range []int{0, 2} {
+	for _, shadows := range []string{"0", "2", "rollout"} {
 		for _, n := range []int{10, 100} {
-			b.Run(fmt.Sprintf("shadows=%d/containers=%d", shadows, n), func(b *testing.B) {
+			b.Run(fmt.Sprintf("shadows=%s/containers=%d", shadows, n), func(b *testing.B) {
 				ctl, err := o.NewControllers()
 				if err != nil {
 					b.Fatal(err)
 				}
 				cfg := Config{Estimator: ctl.Estimator, EstimatorName: ctl.EstimatorName, QoSControllerNames: ctl.QoSNames}
-				if shadows > 0 {
+				if shadows == "2" {
 					if cfg.Shadows, err = o.NewShadows(); err != nil {
 						b.Fatal(err)
 					}
 				}
 				set := newShadowSet(cfg)
+				var rollout *rolloutShadow
+				if shadows == "rollout" {
+					cfg.QoS, cfg.profiles = ctl.QoS, o.profileBuilder()
+					rollout = newRolloutShadow(cfg)
+					if err := rollout.apply(&slacklinev1.ProfileShadowCommand{Profile: "web", Version: 2, Settings: shadowCandidates[0].settings}); err != nil {
+						b.Fatal(err)
+					}
+				}
 				t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 				const history = 1200
 				const total = history + 4000
@@ -64,6 +75,7 @@ func BenchmarkEstimateWithShadows(b *testing.B) {
 						_ = ex.Explain()
 					}
 					set.estimate(in, offered.CPUs())
+					rollout.estimate(in, offered.CPUs())
 				}
 				for i := range 3000 { // fill the calibrations' windows
 					step(i)

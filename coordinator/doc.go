@@ -10,8 +10,9 @@
 //     the maintenance schedule and StartMaintenance/StopMaintenance;
 //   - ProfileService for operators: node profiles of estimator and QoS
 //     settings, sent to agents on their command streams, and their
-//     rollouts in waves (profiles.go, the pure part in
-//     coordinator/profiles).
+//     rollouts in waves, first judged in shadow on the agents that can run
+//     one (profiles.go, profiles_shadow.go: ProfileShadowCommand; the pure
+//     part in coordinator/profiles).
 //
 // # Ownership and lifecycle
 //

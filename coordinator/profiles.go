@@ -35,8 +35,10 @@ type profileBook struct {
 	byName map[string]*profiles.Profile
 	// reports are the agents' latest heartbeat reports, by agent id.
 	reports map[string]*slacklinev1.ProfileReport
-	// sent is, by agent id, the assignment last sent to its session.
-	sent map[string]profileSent
+	// sent is, by agent id, the assignment last sent to its session;
+	// sentShadow the rollout shadow last sent (profile "": stop).
+	sent       map[string]profileSent
+	sentShadow map[string]profileSent
 }
 
 type profileSent struct {
@@ -50,6 +52,7 @@ func (b *profileBook) init() {
 		b.byName = map[string]*profiles.Profile{}
 		b.reports = map[string]*slacklinev1.ProfileReport{}
 		b.sent = map[string]profileSent{}
+		b.sentShadow = map[string]profileSent{}
 	}
 }
 
@@ -92,12 +95,13 @@ func (c *Coordinator) profileBeat(a *agent, report *slacklinev1.ProfileReport) {
 // sendProfile sends agent a the profile version it should run, unless it
 // runs it or its session was sent it.
 func (c *Coordinator) sendProfile(a *agent) {
-	if a.session == nil || len(c.profiles.byName) == 0 && c.profiles.reports[a.id].GetProfile() == "" {
+	if a.session == nil || len(c.profiles.byName) == 0 && c.profiles.reports[a.id].GetProfile() == "" && c.profiles.reports[a.id].GetShadowProfile() == "" {
 		return
 	}
 	p := profiles.Select(c.profiles.list(), attributeMap(a.info))
 	want := profiles.Assign(p, a.info.GetHostname())
 	r := c.profiles.reports[a.id]
+	defer c.sendProfileShadow(a, p, r)
 	if r != nil && r.GetProfile() == want.Profile && r.GetVersion() == want.Version.Number {
 		return
 	}
@@ -143,9 +147,18 @@ func (c *Coordinator) profileFleet(p *profiles.Profile, all []*profiles.Profile)
 func signalsOf(host, profile string, r *slacklinev1.ProfileReport) profiles.Signals {
 	s := profiles.Signals{Host: host, Profile: r.GetProfile(), Version: r.GetVersion(),
 		Scored: r.GetEstimatesScored(), Violations: r.GetViolations(),
-		RunqP99: time.Duration(r.GetRunqueueP99Seconds() * float64(time.Second))}
+		RunqP99:  time.Duration(r.GetRunqueueP99Seconds() * float64(time.Second)),
+		Reported: r != nil, ShadowCapable: r.GetShadowCapable()}
 	if r.GetRefusedProfile() == profile {
 		s.Refused = r.GetRefusedVersion()
+	}
+	if r.GetShadowProfile() != "" {
+		s.Shadow = profiles.ShadowSignals{Profile: r.GetShadowProfile(), Version: r.GetShadowVersion(),
+			Scored: r.GetShadowEstimatesScored(), Violations: r.GetShadowViolations(),
+			ActiveScored: r.GetShadowActiveEstimatesScored(), ActiveViolations: r.GetShadowActiveViolations()}
+	}
+	if r.GetShadowRefusedProfile() == profile {
+		s.Shadow.Refused = r.GetShadowRefusedVersion()
 	}
 	return s
 }
@@ -180,6 +193,7 @@ func (c *Coordinator) stepRollouts(ctx context.Context) {
 		if c.agents[id] == nil {
 			delete(c.profiles.reports, id)
 			delete(c.profiles.sent, id)
+			delete(c.profiles.sentShadow, id)
 		}
 	}
 	all := c.profiles.list()
@@ -346,6 +360,12 @@ func (s profileService) GetProfileStatus(ctx context.Context, req *connect.Reque
 		if r.GetRefusedProfile() == p.Name {
 			st.Refusal = r.GetRefusal()
 		}
+		if shadow, ok := profiles.AssignShadow(p, a.info.GetHostname()); ok {
+			st.ShadowAssigned, st.AssignedShadowVersion = true, shadow.Version.Number
+		}
+		if r.GetShadowRefusedProfile() == p.Name {
+			st.ShadowRefusal = r.GetShadowRefusal()
+		}
 		resp.Agents = append(resp.Agents, st)
 	}
 	slices.SortFunc(resp.Agents, func(x, y *slacklinev1.ProfileAgentStatus) int {
@@ -402,17 +422,25 @@ func groupFromProto(g *slacklinev1.ProfileGroup) profiles.Group {
 
 func signalsProto(s profiles.Signals) *slacklinev1.ProfileAgentSignals {
 	return &slacklinev1.ProfileAgentSignals{Hostname: s.Host, Profile: s.Profile, Version: s.Version, RefusedVersion: s.Refused,
-		EstimatesScored: s.Scored, Violations: s.Violations, RunqueueP99: durationpb.New(s.RunqP99)}
+		EstimatesScored: s.Scored, Violations: s.Violations, RunqueueP99: durationpb.New(s.RunqP99),
+		Reported: s.Reported, ShadowCapable: s.ShadowCapable, ShadowProfile: s.Shadow.Profile, ShadowVersion: s.Shadow.Version,
+		ShadowEstimatesScored: s.Shadow.Scored, ShadowViolations: s.Shadow.Violations,
+		ActiveEstimatesScored: s.Shadow.ActiveScored, ActiveViolations: s.Shadow.ActiveViolations, ShadowRefusedVersion: s.Shadow.Refused}
 }
 
 func signalsFromProto(s *slacklinev1.ProfileAgentSignals) profiles.Signals {
 	return profiles.Signals{Host: s.GetHostname(), Profile: s.GetProfile(), Version: s.GetVersion(), Refused: s.GetRefusedVersion(),
-		Scored: s.GetEstimatesScored(), Violations: s.GetViolations(), RunqP99: s.GetRunqueueP99().AsDuration()}
+		Scored: s.GetEstimatesScored(), Violations: s.GetViolations(), RunqP99: s.GetRunqueueP99().AsDuration(),
+		Reported: s.GetReported(), ShadowCapable: s.GetShadowCapable(),
+		Shadow: profiles.ShadowSignals{Profile: s.GetShadowProfile(), Version: s.GetShadowVersion(),
+			Scored: s.GetShadowEstimatesScored(), Violations: s.GetShadowViolations(),
+			ActiveScored: s.GetActiveEstimatesScored(), ActiveViolations: s.GetActiveViolations(), Refused: s.GetShadowRefusedVersion()}}
 }
 
 func policyProto(p profiles.Policy) *slacklinev1.ProfileRolloutPolicy {
 	return &slacklinev1.ProfileRolloutPolicy{Waves: p.Waves, Soak: durationpb.New(p.Soak), MinEstimatesScored: p.MinScored,
-		ViolationTolerance: p.ViolationTolerance, RunqueueP99Tolerance: p.RunqP99Tolerance, RunqueueP99Floor: durationpb.New(p.RunqP99Floor)}
+		ViolationTolerance: p.ViolationTolerance, RunqueueP99Tolerance: p.RunqP99Tolerance, RunqueueP99Floor: durationpb.New(p.RunqP99Floor),
+		ShadowSoak: durationpb.New(p.ShadowSoak)}
 }
 
 // policyFromProto is a request's policy: unset fields take
@@ -440,6 +468,9 @@ func policyFromProto(pp *slacklinev1.ProfileRolloutPolicy) profiles.Policy {
 	if pp.RunqueueP99Floor != nil {
 		p.RunqP99Floor = pp.GetRunqueueP99Floor().AsDuration()
 	}
+	if pp.ShadowSoak != nil {
+		p.ShadowSoak = pp.GetShadowSoak().AsDuration() // 0: no shadow stage
+	}
 	return p
 }
 
@@ -461,6 +492,9 @@ func profileProto(p *profiles.Profile) *slacklinev1.Profile {
 			State: rolloutStates[r.State], Wave: uint32(r.Wave), WaveStartTime: timeProto(r.WaveStarted),
 			Hostnames: slices.Clone(r.Hosts), Updated: groupProto(r.Updated), Others: groupProto(r.Others),
 			StartTime: timeProto(r.StartedAt), EndTime: timeProto(r.EndedAt), By: r.By, Reason: r.Reason,
+			Stage: stageProto(r.Stage), ShadowHostnames: slices.Clone(r.ShadowHosts), ShadowStartTime: timeProto(r.ShadowStarted),
+			Paired: &slacklinev1.ProfilePaired{Agents: uint32(r.Paired.Agents), Shadow: groupProto(r.Paired.Shadow), Live: groupProto(r.Paired.Live),
+				WithoutShadows: slices.Clone(r.Paired.WithoutShadows)},
 		}
 		for _, h := range slices.Sorted(maps.Keys(r.Baseline)) {
 			pr.Baseline = append(pr.Baseline, signalsProto(r.Baseline[h]))
@@ -484,7 +518,13 @@ func profileFromProto(pp *slacklinev1.Profile) *profiles.Profile {
 			Policy: policyFromProto(pr.GetPolicy()), Wave: int(pr.GetWave()), WaveStarted: timeFromProto(pr.GetWaveStartTime()),
 			Hosts: slices.Clone(pr.GetHostnames()), Updated: groupFromProto(pr.GetUpdated()), Others: groupFromProto(pr.GetOthers()),
 			StartedAt: timeFromProto(pr.GetStartTime()), EndedAt: timeFromProto(pr.GetEndTime()), By: pr.GetBy(), Reason: pr.GetReason(),
-			Baseline: map[string]profiles.Signals{},
+			Baseline:    map[string]profiles.Signals{},
+			ShadowHosts: slices.Clone(pr.GetShadowHostnames()), ShadowStarted: timeFromProto(pr.GetShadowStartTime()),
+			Paired: profiles.Paired{Agents: int(pr.GetPaired().GetAgents()), Shadow: groupFromProto(pr.GetPaired().GetShadow()),
+				Live: groupFromProto(pr.GetPaired().GetLive()), WithoutShadows: slices.Clone(pr.GetPaired().GetWithoutShadows())},
+		}
+		if pr.GetStage() == slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW {
+			r.Stage = profiles.StageShadow
 		}
 		for st, ps := range rolloutStates {
 			if ps == pr.GetState() {
@@ -501,6 +541,13 @@ func profileFromProto(pp *slacklinev1.Profile) *profiles.Profile {
 		p.Rollout = r
 	}
 	return p
+}
+
+func stageProto(s profiles.Stage) slacklinev1.ProfileRolloutStage {
+	if s == profiles.StageShadow {
+		return slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW
+	}
+	return slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE
 }
 
 // attributeMap is an agent's attributes as a selector sees them.

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/slackline/slackline/coordinator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -25,7 +26,9 @@ import (
 // TestProfileChangesARealAgentsEstimator (#29): a real coordinator, a real
 // agent labelled tier=web and simulated agents labelled tier=db; a profile
 // for tier=web changes the real agent's estimator in place (its NodeService
-// reports the new estimator, the agent keeps running) and no db agent's.
+// reports the new estimator, the agent keeps running) and no db agent's;
+// a rollout's shadow stage runs the candidate in shadow on the real agent
+// without applying it.
 func TestProfileChangesARealAgentsEstimator(t *testing.T) {
 	privileged.Require(t)
 	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -128,6 +131,64 @@ func TestProfileChangesARealAgentsEstimator(t *testing.T) {
 	if connect.CodeOf(err) != connect.CodeInvalidArgument {
 		t.Errorf("a profile setting --monitor-interval: %v, want InvalidArgument", err)
 	}
+
+	// A rollout's shadow stage runs the candidate in shadow on the real
+	// agent (the stage's one agent), beside its active settings, without
+	// applying it; aborting the rollout stops the shadow (#29 item 5).
+	if _, err := profiles.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
+		Name: "web", Settings: "estimator: fixed\nfixed-revocable: cpus:1\n",
+		Policy: &slacklinev1.ProfileRolloutPolicy{Soak: durationpb.New(time.Hour), ShadowSoak: durationpb.New(time.Hour)}})); err != nil {
+		t.Fatal(err)
+	}
+	shadowOf := func() (*slacklinev1.ProfileAgentSignals, string) {
+		resp, err := profiles.GetProfileStatus(ctx, connect.NewRequest(&slacklinev1.GetProfileStatusRequest{Name: "web"}))
+		if err != nil {
+			return nil, err.Error()
+		}
+		if r := resp.Msg.GetProfile().GetRollout(); r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW {
+			return nil, fmt.Sprintf("rollout stage %v (%s), want the shadow stage", r.GetStage(), r.GetReason())
+		}
+		return resp.Msg.GetAgents()[0].GetSignals(), ""
+	}
+	eventually(t, time.Minute, func() string {
+		s, failed := shadowOf()
+		if failed != "" {
+			return failed
+		}
+		if !s.GetShadowCapable() || s.GetShadowProfile() != "web" || s.GetShadowVersion() != 2 {
+			return fmt.Sprintf("status signals %v, want web-real able to shadow and running web/2 in shadow", s)
+		}
+		shadows, err := node.GetShadows(ctx, connect.NewRequest(&slacklinev1.GetShadowsRequest{}))
+		if err != nil {
+			return err.Error()
+		}
+		for _, sh := range shadows.Msg.GetShadows() {
+			if sh.GetName() == "rollout" && sh.GetEstimator() == "fixed" {
+				return ""
+			}
+		}
+		return fmt.Sprintf("the agent's shadows %v, want the rollout's running the fixed estimator", shadows.Msg.GetShadows())
+	})
+	if got := estimatorName(); got != "fast" {
+		t.Errorf("the real agent's estimator is %s during the shadow stage, want fast: the candidate applied", got)
+	}
+	if _, err := profiles.AbortRollout(ctx, connect.NewRequest(&slacklinev1.AbortRolloutRequest{Name: "web"})); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, time.Minute, func() string {
+		resp, err := profiles.GetProfileStatus(ctx, connect.NewRequest(&slacklinev1.GetProfileStatusRequest{Name: "web"}))
+		if err != nil {
+			return err.Error()
+		}
+		if s := resp.Msg.GetAgents()[0].GetSignals(); s.GetShadowProfile() != "" {
+			return fmt.Sprintf("status signals %v, want the shadow stopped after the abort", s)
+		}
+		return ""
+	})
+	if got := estimatorName(); got != "fast" {
+		t.Errorf("the real agent's estimator is %s after the abort, want fast", got)
+	}
+
 	select {
 	case err := <-agentDone:
 		t.Fatalf("the agent stopped: %v", err)

@@ -240,6 +240,11 @@ func (h *sessionHandler) Command(_ context.Context, cmd *slacklinev1.AgentComman
 			a.profile.apply(f, a.index, c.ApplyProfile)
 		}
 		return nil
+	case *slacklinev1.AgentCommand_ProfileShadow:
+		if f := a.fleet.cfg.Profile; f != nil && a.fleet.cfg.ProfileShadows {
+			a.profile.shadow(f, a.index, c.ProfileShadow)
+		}
+		return nil
 	default:
 		a.log.Debug("ignoring unknown command", "command", cmd)
 		return nil

@@ -84,6 +84,12 @@ type Config struct {
 	// profiles the coordinator sends them as it decides and report their
 	// signals on heartbeats. Without it agents ignore profiles.
 	Profile ProfileFunc
+	// ProfileShadows, with Profile, makes agents run a rollout's shadows
+	// (ProfileShadowCommand) and report them as the real agent does: a
+	// shadow of a version scores what Profile says that version's
+	// estimator would, beside the active version's, both restarting when
+	// either changes. Without it agents report they cannot shadow.
+	ProfileShadows bool
 	// Count is the number of agents (at least 1).
 	Count int
 	// WorkDir, when set, holds one file per agent with its id, so a

@@ -347,6 +347,18 @@ func (s *Shadow) ActiveEstimatorChanged(name string) {
 	s.scorer = Scorer{Tolerance: s.cfg.Tolerance}
 }
 
+// ResetScores restarts the shadow's scores (not its estimator's or
+// controllers' state): a rollout's shadow is compared with the active
+// settings over the same inputs, and restarts with them when they change.
+func (s *Shadow) ResetScores() {
+	s.estMu.Lock()
+	s.scorer = Scorer{Tolerance: s.cfg.Tolerance}
+	s.estMu.Unlock()
+	s.qosMu.Lock()
+	s.corrections, s.evaluations, s.firstEval, s.lastE = map[qos.Kind]int{}, 0, time.Time{}, time.Time{}
+	s.qosMu.Unlock()
+}
+
 // Evaluate runs the shadow's QoS controllers on in and counts their
 // corrections, which are dropped. Without controllers it does nothing.
 func (s *Shadow) Evaluate(in qos.Input) {

@@ -90,7 +90,7 @@ under way is aborted. Use "profiles rollout" to move a version in waves.`,
 	apply.Flags().StringVar(&selector, "selector", "", `agent attributes the profile is for, e.g. "tier=web,zone=eu" (empty: every agent)`)
 
 	var rolloutFile, waves string
-	var soak, p99Floor time.Duration
+	var soak, p99Floor, shadowSoak time.Duration
 	var minScored uint64
 	var violationTolerance, p99Tolerance float64
 	rollout := &cobra.Command{
@@ -103,7 +103,18 @@ each wave and rolls back at once when their calibrated estimator's violation
 rate is higher by more than --violation-tolerance (each group with at least
 --min-estimates-scored estimates scored), when their guaranteed run-queue p99
 is higher by more than --runqueue-p99-tolerance plus --runqueue-p99-floor, or
-when an agent refuses the settings. Follow it with "profiles status NAME".`,
+when an agent refuses the settings.
+
+First, for --shadow-soak (0: none), the first wave's agents run the new
+settings in shadow only, beside the stable version on the same inputs: the
+rollout is rolled back before any agent applies them when their shadow's
+violation rate is higher than the stable version's on those agents by more
+than --violation-tolerance. In the waves that follow, the updated agents run
+the previous version in shadow, and the rollout is rolled back when their
+live violation rate is higher than their own shadow's. Agents that cannot
+run shadows (older agents, or two --shadow candidates already) are judged
+on live signals only, and "profiles status" names them. Follow it with
+"profiles status NAME".`,
 		Args: exactArgs("NAME"),
 		RunE: func(cmd *cobra.Command, args []string) error {
 			settings, err := readSettings(rolloutFile, cmd.InOrStdin())
@@ -111,7 +122,8 @@ when an agent refuses the settings. Follow it with "profiles status NAME".`,
 				return fmt.Errorf("profiles rollout: %w", err)
 			}
 			policy := &slacklinev1.ProfileRolloutPolicy{Soak: durationpb.New(soak), MinEstimatesScored: minScored,
-				ViolationTolerance: violationTolerance, RunqueueP99Tolerance: p99Tolerance, RunqueueP99Floor: durationpb.New(p99Floor)}
+				ViolationTolerance: violationTolerance, RunqueueP99Tolerance: p99Tolerance, RunqueueP99Floor: durationpb.New(p99Floor),
+				ShadowSoak: durationpb.New(shadowSoak)}
 			for w := range strings.SplitSeq(waves, ",") {
 				share, err := strconv.ParseFloat(strings.TrimSpace(w), 64)
 				if err != nil {
@@ -135,6 +147,7 @@ when an agent refuses the settings. Follow it with "profiles status NAME".`,
 	rf.Float64Var(&violationTolerance, "violation-tolerance", 0.005, "how much higher (absolute) the updated agents' violation rate may be")
 	rf.Float64Var(&p99Tolerance, "runqueue-p99-tolerance", 0.2, "how much higher (relative) the updated agents' guaranteed run-queue p99 may be")
 	rf.DurationVar(&p99Floor, "runqueue-p99-floor", time.Millisecond, "absolute slack added to the run-queue p99 limit")
+	rf.DurationVar(&shadowSoak, "shadow-soak", 10*time.Minute, "how long the first wave's agents run the new settings in shadow only before any applies them (0: no shadow stage)")
 
 	status := &cobra.Command{
 		Use:   "status NAME",
@@ -202,18 +215,38 @@ func rolloutSummary(p *slacklinev1.Profile) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "Profile %s: stable version %d (by %s)\n", p.GetName(), p.GetStable().GetNumber(), p.GetStable().GetBy())
 	if r := p.GetRollout(); r != nil {
-		fmt.Fprintf(&b, "Rollout of version %d by %s: %s, wave %d of %d on %d agents\n", r.GetCandidate().GetNumber(), r.GetBy(),
-			rolloutState(r.GetState()), r.GetWave()+1, len(r.GetPolicy().GetWaves()), len(r.GetHostnames()))
-		group := func(name string, g *slacklinev1.ProfileGroup) {
-			rate := 0.0
-			if g.GetEstimatesScored() > 0 {
-				rate = g.GetViolations() / float64(g.GetEstimatesScored())
+		rate := func(g *slacklinev1.ProfileGroup) float64 {
+			if g.GetEstimatesScored() == 0 {
+				return 0
 			}
-			fmt.Fprintf(&b, "  %-8s %d agents, %d estimates scored, violation rate %.2f%%, run-queue p99 %v\n", name, g.GetAgents(),
-				g.GetEstimatesScored(), 100*rate, g.GetRunqueueP99().AsDuration())
+			return g.GetViolations() / float64(g.GetEstimatesScored())
 		}
-		group("updated", r.GetUpdated())
-		group("others", r.GetOthers())
+		group := func(name string, g *slacklinev1.ProfileGroup) {
+			fmt.Fprintf(&b, "  %-8s %d agents, %d estimates scored, violation rate %.2f%%, run-queue p99 %v\n", name, g.GetAgents(),
+				g.GetEstimatesScored(), 100*rate(g), g.GetRunqueueP99().AsDuration())
+		}
+		pr := r.GetPaired()
+		paired := func(shadowVersion, liveVersion uint64) {
+			fmt.Fprintf(&b, "  %-8s %d agents, same inputs: version %d in shadow %.2f%% of %d estimates, version %d live %.2f%% of %d\n", "paired",
+				pr.GetAgents(), shadowVersion, 100*rate(pr.GetShadow()), pr.GetShadow().GetEstimatesScored(),
+				liveVersion, 100*rate(pr.GetLive()), pr.GetLive().GetEstimatesScored())
+		}
+		if r.GetStage() == slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW {
+			fmt.Fprintf(&b, "Rollout of version %d by %s: %s, shadow stage (not applied) on %d agents, soak %v\n", r.GetCandidate().GetNumber(), r.GetBy(),
+				rolloutState(r.GetState()), len(r.GetShadowHostnames()), r.GetPolicy().GetShadowSoak().AsDuration())
+			paired(r.GetCandidate().GetNumber(), r.GetPrevious().GetNumber())
+		} else {
+			fmt.Fprintf(&b, "Rollout of version %d by %s: %s, wave %d of %d on %d agents\n", r.GetCandidate().GetNumber(), r.GetBy(),
+				rolloutState(r.GetState()), r.GetWave()+1, len(r.GetPolicy().GetWaves()), len(r.GetHostnames()))
+			group("updated", r.GetUpdated())
+			group("others", r.GetOthers())
+			if pr.GetAgents() > 0 {
+				paired(r.GetPrevious().GetNumber(), r.GetCandidate().GetNumber())
+			}
+		}
+		if w := pr.GetWithoutShadows(); len(w) > 0 {
+			fmt.Fprintf(&b, "  cannot shadow (judged live only): %s\n", strings.Join(w, ", "))
+		}
 		if r.GetReason() != "" {
 			fmt.Fprintf(&b, "  %s\n", r.GetReason())
 		}
@@ -223,7 +256,7 @@ func rolloutSummary(p *slacklinev1.Profile) string {
 }
 
 func profileAgentsTable(agents []*slacklinev1.ProfileAgentStatus) table {
-	t := table{header: []string{"HOSTNAME", "ASSIGNED", "RUNS", "SCORED", "VIOLATION", "RUNQ-P99", "REFUSAL", "ID"}, narrow: 7}
+	t := table{header: []string{"HOSTNAME", "ASSIGNED", "RUNS", "SCORED", "VIOLATION", "RUNQ-P99", "SHADOW", "REFUSAL", "ID"}, narrow: 8}
 	for _, a := range agents {
 		s := a.GetSignals()
 		runs := ""
@@ -234,10 +267,37 @@ func profileAgentsTable(agents []*slacklinev1.ProfileAgentStatus) table {
 		if s.GetEstimatesScored() > 0 {
 			rate = fmt.Sprintf("%.2f%%", 100*s.GetViolations()/float64(s.GetEstimatesScored()))
 		}
+		refusal := a.GetRefusal()
+		if r := a.GetShadowRefusal(); r != "" && refusal == "" {
+			refusal = "shadow: " + r
+		}
 		t.rows = append(t.rows, []string{a.GetHostname(), strconv.FormatUint(a.GetAssignedVersion(), 10), runs,
-			strconv.FormatUint(s.GetEstimatesScored(), 10), rate, s.GetRunqueueP99().AsDuration().String(), a.GetRefusal(), a.GetAgentId()})
+			strconv.FormatUint(s.GetEstimatesScored(), 10), rate, s.GetRunqueueP99().AsDuration().String(), shadowCell(a), refusal, a.GetAgentId()})
 	}
 	return t
+}
+
+// shadowCell is an agent's rollout shadow in "profiles status": the
+// version it runs in shadow and the violation rates of the shadow and of
+// its active settings over the same inputs, "-" for none, "cannot" for an
+// agent that cannot shadow.
+func shadowCell(a *slacklinev1.ProfileAgentStatus) string {
+	s := a.GetSignals()
+	switch {
+	case s.GetReported() && !s.GetShadowCapable():
+		return "cannot"
+	case s.GetShadowProfile() == "":
+		if a.GetShadowAssigned() {
+			return fmt.Sprintf("(v%d pending)", a.GetAssignedShadowVersion())
+		}
+		return "-"
+	}
+	cell := fmt.Sprintf("v%d", s.GetShadowVersion())
+	if s.GetShadowEstimatesScored() > 0 && s.GetActiveEstimatesScored() > 0 {
+		cell += fmt.Sprintf(" %.2f%%/live %.2f%%", 100*s.GetShadowViolations()/float64(s.GetShadowEstimatesScored()),
+			100*s.GetActiveViolations()/float64(s.GetActiveEstimatesScored()))
+	}
+	return cell
 }
 
 // parseSelector parses "k=v,k2=v2".

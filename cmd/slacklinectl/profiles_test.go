@@ -95,6 +95,15 @@ func TestProfilesApplyAndRollout(t *testing.T) {
 	if got := p.GetWaves(); len(got) != 2 || got[0] != 0.2 || got[1] != 1 || p.GetSoak().AsDuration() != 5*time.Minute || p.GetMinEstimatesScored() != 1000 {
 		t.Errorf("rollout policy = %v, want waves 0.2,1, soak 5m and the default minimum", p)
 	}
+	if p.GetShadowSoak().AsDuration() != 10*time.Minute {
+		t.Errorf("rollout policy's shadow soak = %v, want the default 10m", p.GetShadowSoak().AsDuration())
+	}
+	if _, err := run(t, "--coordinator", url, "profiles", "rollout", "web", "-f", settings, "--shadow-soak", "0"); err != nil {
+		t.Fatal(err)
+	}
+	if p := f.rollout.GetPolicy(); p.GetShadowSoak() == nil || p.GetShadowSoak().AsDuration() != 0 {
+		t.Errorf("--shadow-soak 0: policy %v, want a shadow soak of 0 (no shadow stage), set", p)
+	}
 
 	for _, args := range [][]string{
 		{"profiles", "rollout", "web", "-f", settings, "--waves", "half,1"},
@@ -103,6 +112,45 @@ func TestProfilesApplyAndRollout(t *testing.T) {
 	} {
 		if _, err := run(t, append([]string{"--coordinator", url}, args...)...); err == nil {
 			t.Errorf("%v: no error", args)
+		}
+	}
+}
+
+// TestProfilesStatusShadowStage: "profiles status" shows a rollout in its
+// shadow stage: the paired comparison, each agent's shadow, and the
+// agents that cannot shadow.
+func TestProfilesStatusShadowStage(t *testing.T) {
+	t.Parallel()
+	p := rolledBack()
+	r := p.GetRollout()
+	r.State, r.Stage, r.Hostnames = slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_IN_PROGRESS, slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW, nil
+	r.Previous = &slacklinev1.ProfileVersion{Number: 1}
+	r.Policy.ShadowSoak = durationpb.New(10 * time.Minute)
+	r.ShadowHostnames = []string{"web-1", "web-2"}
+	r.Paired = &slacklinev1.ProfilePaired{Agents: 1, Shadow: &slacklinev1.ProfileGroup{Agents: 1, EstimatesScored: 500, Violations: 25},
+		Live: &slacklinev1.ProfileGroup{Agents: 1, EstimatesScored: 500, Violations: 5}, WithoutShadows: []string{"web-2"}}
+	r.Reason = "shadow stage on 2 agents soaking until 2026-11-27T12:10:00Z"
+	f := &fakeProfiles{profile: p, agents: []*slacklinev1.ProfileAgentStatus{
+		{AgentId: "a-1", Hostname: "web-1", AssignedVersion: 1, ShadowAssigned: true, AssignedShadowVersion: 2,
+			Signals: &slacklinev1.ProfileAgentSignals{Profile: "web", Version: 1, Reported: true, ShadowCapable: true, ShadowProfile: "web", ShadowVersion: 2,
+				ShadowEstimatesScored: 500, ShadowViolations: 25, ActiveEstimatesScored: 500, ActiveViolations: 5}},
+		{AgentId: "a-2", Hostname: "web-2", AssignedVersion: 1, ShadowAssigned: true, AssignedShadowVersion: 2,
+			Signals: &slacklinev1.ProfileAgentSignals{Profile: "web", Version: 1, Reported: true}},
+	}}
+	url := serveProfiles(t, f)
+	out, err := run(t, "--coordinator", url, "profiles", "status", "web")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"Rollout of version 2 by bob: in-progress, shadow stage (not applied) on 2 agents, soak 10m0s",
+		"paired   1 agents, same inputs: version 2 in shadow 5.00% of 500 estimates, version 1 live 1.00% of 500",
+		"cannot shadow (judged live only): web-2",
+		"soaking until",
+		"v2 5.00%/live 1.00%", "cannot",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("status output:\n%s\nwant %q", out, want)
 		}
 	}
 }

@@ -44,6 +44,25 @@
 // An agent's counters restart when a new version rebuilds its estimator:
 // a baseline taken under another version counts from zero.
 //
+// # Shadow stage and shadow judgement
+//
+// With Policy.ShadowSoak (DefaultPolicy: on), a rollout starts in its
+// shadow stage (StageShadow): the first wave's agents (ShadowHosts) are
+// asked to run the candidate in shadow (AssignShadow) beside the stable
+// version, and report both versions' estimates scored and violated over
+// the same inputs (Signals.Shadow). Step rolls back, the candidate never
+// applied, when an agent refuses it in shadow or when the shadow's
+// violation rate exceeds the stable version's on the same agents by more
+// than ViolationTolerance (both with MinScored); it starts the first live
+// wave (ShadowPassed) once the stage soaked for ShadowSoak with enough
+// scored and nothing worse, or at once when every stage agent that
+// reported says it cannot shadow (Signals.ShadowCapable; StartRollout
+// skips the stage already when all of them did). During the live waves
+// the updated agents shadow the previous version, and Step also rolls back
+// when their live violation rate exceeds their own shadow's (Paired) by
+// more than the tolerance. Agents that cannot shadow are listed in
+// Paired.WithoutShadows and judged on live signals only.
+//
 // # Ownership and errors
 //
 // Values in, values out: Apply, StartRollout and Step never modify the

@@ -406,6 +406,8 @@ func TestPolicyValidate(t *testing.T) {
 		{func(p *Policy) { p.Waves = []float64{0.1, 0.5} }, "last share must be 1"},
 		{func(p *Policy) { p.Soak = 0 }, "soak: must be positive"},
 		{func(p *Policy) { p.ViolationTolerance = -1 }, "violation_tolerance"},
+		{func(p *Policy) { p.ShadowSoak = -time.Second }, "shadow_soak: must not be negative"},
+		{func(p *Policy) { p.ShadowSoak = 0 }, ""},
 	}
 	for _, tt := range tests {
 		p := DefaultPolicy()
@@ -449,7 +451,9 @@ func TestAbortRollout(t *testing.T) {
 	for i := range 10 {
 		fleet = append(fleet, Signals{Host: fmt.Sprintf("h%d", i), Profile: "web", Version: 1})
 	}
-	r, err := StartRollout(p, "estimator: usage\n", DefaultPolicy(), "op", now, fleet, nil)
+	live := DefaultPolicy()
+	live.ShadowSoak = 0 // straight to the live waves
+	r, err := StartRollout(p, "estimator: usage\n", live, "op", now, fleet, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

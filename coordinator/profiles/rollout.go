@@ -60,6 +60,10 @@ type Policy struct {
 	// do not count).
 	RunqP99Tolerance float64
 	RunqP99Floor     time.Duration
+	// ShadowSoak is how long the shadow stage runs the candidate in shadow
+	// on the first wave's agents before any agent applies it (0: no shadow
+	// stage, and no shadows in the live waves). See shadow.go.
+	ShadowSoak time.Duration
 }
 
 // DefaultPolicy is a rollout's policy where the operator says nothing.
@@ -67,6 +71,7 @@ func DefaultPolicy() Policy {
 	return Policy{
 		Waves: []float64{0.1, 0.5, 1}, Soak: 10 * time.Minute, MinScored: 1000,
 		ViolationTolerance: 0.005, RunqP99Tolerance: 0.2, RunqP99Floor: time.Millisecond,
+		ShadowSoak: 10 * time.Minute,
 	}
 }
 
@@ -97,6 +102,9 @@ func (p Policy) Validate() error {
 	if p.RunqP99Floor < 0 {
 		return invalidf("runqueue_p99_floor: must not be negative, got %v", p.RunqP99Floor)
 	}
+	if p.ShadowSoak < 0 {
+		return invalidf("shadow_soak: must not be negative (0 disables the shadow stage), got %v", p.ShadowSoak)
+	}
 	return nil
 }
 
@@ -115,6 +123,12 @@ type Signals struct {
 	Violations float64
 	// RunqP99 is the node's guaranteed run-queue p99 (0: not measured).
 	RunqP99 time.Duration
+	// Reported says the agent sent a profile report (the fields above and
+	// below are its); ShadowCapable that it can run a rollout's shadow.
+	Reported      bool
+	ShadowCapable bool
+	// Shadow is the agent's rollout shadow.
+	Shadow ShadowSignals
 }
 
 // Group sums the signals of a group of agents over a wave.
@@ -158,7 +172,15 @@ type Rollout struct {
 	// had others: what the final wave, which has none, is judged against.
 	Reference *Group
 	// Updated and Others are the latest comparison, for status.
-	Updated, Others    Group
+	Updated, Others Group
+	// Stage is the part of the rollout under way (or where it ended);
+	// ShadowHosts are the shadow stage's agents, ShadowStarted its start.
+	Stage         Stage
+	ShadowHosts   []string
+	ShadowStarted time.Time
+	// Paired is the latest shadow/live comparison on the same agents, for
+	// status.
+	Paired             Paired
 	StartedAt, EndedAt time.Time
 	By                 string
 	// Reason says why the rollout is where it is (waiting for signals,
@@ -170,6 +192,8 @@ func (r Rollout) clone() Rollout {
 	r.Policy.Waves = slices.Clone(r.Policy.Waves)
 	r.Hosts = slices.Clone(r.Hosts)
 	r.Baseline = maps.Clone(r.Baseline)
+	r.ShadowHosts = slices.Clone(r.ShadowHosts)
+	r.Paired.WithoutShadows = slices.Clone(r.Paired.WithoutShadows)
 	if r.Reference != nil {
 		ref := *r.Reference
 		r.Reference = &ref
@@ -200,8 +224,23 @@ func StartRollout(p *Profile, settings string, policy Policy, by string, now tim
 		Previous:  p.Stable, Policy: policy, State: RolloutInProgress,
 		StartedAt: now, By: by,
 	}
-	r.startWave(p.Name, 0, now, fleet)
 	p.Rollout = r
+	if policy.ShadowSoak > 0 {
+		r.Stage, r.ShadowStarted, r.WaveStarted = StageShadow, now, now
+		r.ShadowHosts = choose(p.Name, policy.Waves[0], fleet, nil)
+		if without := r.noShadows(fleet); without != "" {
+			r.Stage = StageLive
+			r.startWave(p.Name, 0, now, fleet)
+			r.Reason = without
+			p.audit(now, by, "rollout of version %d started: waves %v, soak %v; %s; wave 1 on %d of %d agents", r.Candidate.Number, policy.Waves, policy.Soak, without, len(r.Hosts), len(fleet))
+			return p, nil
+		}
+		p.audit(now, by, "rollout of version %d started: shadow stage on %d of %d agents for %v, then waves %v, soak %v",
+			r.Candidate.Number, len(r.ShadowHosts), len(fleet), policy.ShadowSoak, policy.Waves, policy.Soak)
+		return p, nil
+	}
+	r.Stage = StageLive
+	r.startWave(p.Name, 0, now, fleet)
 	p.audit(now, by, "rollout of version %d started: waves %v, soak %v; wave 1 on %d of %d agents", r.Candidate.Number, policy.Waves, policy.Soak, len(r.Hosts), len(fleet))
 	return p, nil
 }
@@ -211,7 +250,18 @@ func StartRollout(p *Profile, settings string, policy Policy, by string, now tim
 // baseline.
 func (r *Rollout) startWave(profile string, wave int, now time.Time, fleet []Signals) {
 	r.Wave, r.WaveStarted = wave, now
-	want := share(r.Policy.Waves[wave], len(fleet))
+	r.Hosts = choose(profile, r.Policy.Waves[wave], fleet, r.Hosts)
+	r.Baseline = make(map[string]Signals, len(fleet))
+	for _, s := range fleet {
+		r.Baseline[s.Host] = s
+	}
+}
+
+// choose returns hosts with agents of fleet added, in rank order, until
+// fraction of the fleet is chosen (at least one), sorted.
+func choose(profile string, fraction float64, fleet []Signals, hosts []string) []string {
+	hosts = slices.Clone(hosts)
+	want := share(fraction, len(fleet))
 	ranked := slices.Clone(fleet)
 	slices.SortFunc(ranked, func(a, b Signals) int {
 		ra, rb := rank(profile, a.Host), rank(profile, b.Host)
@@ -224,18 +274,15 @@ func (r *Rollout) startWave(profile string, wave int, now time.Time, fleet []Sig
 		return 0
 	})
 	for _, s := range ranked {
-		if len(r.Hosts) >= want {
+		if len(hosts) >= want {
 			break
 		}
-		if !slices.Contains(r.Hosts, s.Host) {
-			r.Hosts = append(r.Hosts, s.Host)
+		if !slices.Contains(hosts, s.Host) {
+			hosts = append(hosts, s.Host)
 		}
 	}
-	slices.Sort(r.Hosts)
-	r.Baseline = make(map[string]Signals, len(fleet))
-	for _, s := range fleet {
-		r.Baseline[s.Host] = s
-	}
+	slices.Sort(hosts)
+	return hosts
 }
 
 // Outcome is what Step decided.
@@ -251,6 +298,9 @@ const (
 	Completed
 	// RolledBack: the candidate made things worse; its agents go back.
 	RolledBack
+	// ShadowPassed: the shadow stage ended (the candidate's shadow was not
+	// worse, or no agent could run it); the first live wave started.
+	ShadowPassed
 )
 
 func (o Outcome) String() string {
@@ -263,6 +313,8 @@ func (o Outcome) String() string {
 		return "completed"
 	case RolledBack:
 		return "rolled-back"
+	case ShadowPassed:
+		return "shadow-passed"
 	}
 	return fmt.Sprintf("outcome(%d)", int(o))
 }
@@ -282,7 +334,14 @@ func Step(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) {
 		return p, Unchanged
 	}
 	r := p.Rollout
+	if r.Stage == StageShadow {
+		return stepShadow(p, now, fleet)
+	}
 	updated, others, refused := r.measure(p.Name, fleet)
+	var paired Paired
+	if r.Policy.ShadowSoak > 0 {
+		paired, _ = r.pair(p.Name, r.Hosts, r.Previous.Number, r.Candidate.Number, fleet)
+	}
 	reference := others
 	if others.Agents == 0 && r.Reference != nil {
 		reference = *r.Reference
@@ -293,10 +352,13 @@ func Step(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) {
 		reason = fmt.Sprintf("agent %s refused version %d", refused, r.Candidate.Number)
 	default:
 		reason = r.Policy.worse(updated, reference)
+		if reason == "" {
+			reason = r.Policy.liveWorseThanShadow(paired, r.Candidate.Number, r.Previous.Number)
+		}
 	}
 	q := p.Clone()
 	nr := q.Rollout
-	nr.Updated, nr.Others = updated, others
+	nr.Updated, nr.Others, nr.Paired = updated, others, paired
 	if reason != "" {
 		nr.State, nr.EndedAt, nr.Reason = RolloutRolledBack, now, reason
 		q.audit(now, Coordinator, "rollout of version %d rolled back in wave %d: %s", nr.Candidate.Number, nr.Wave+1, reason)
@@ -328,7 +390,7 @@ func Step(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) {
 		q.audit(now, Coordinator, "rollout of version %d: wave %d on %d of %d agents", nr.Candidate.Number, nr.Wave+1, len(nr.Hosts), len(fleet))
 		return q, NextWave
 	}
-	if nr.Reason == r.Reason && nr.Updated == r.Updated && nr.Others == r.Others {
+	if nr.Reason == r.Reason && nr.Updated == r.Updated && nr.Others == r.Others && nr.Paired.equal(r.Paired) {
 		return p, Unchanged
 	}
 	return q, Unchanged

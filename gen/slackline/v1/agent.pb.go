@@ -485,6 +485,7 @@ type AgentCommand struct {
 	//	*AgentCommand_ShutdownAgent
 	//	*AgentCommand_Ping
 	//	*AgentCommand_ApplyProfile
+	//	*AgentCommand_ProfileShadow
 	Command       isAgentCommand_Command `protobuf_oneof:"command"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
@@ -590,6 +591,15 @@ func (x *AgentCommand) GetApplyProfile() *ProfileApplyCommand {
 	return nil
 }
 
+func (x *AgentCommand) GetProfileShadow() *ProfileShadowCommand {
+	if x != nil {
+		if x, ok := x.Command.(*AgentCommand_ProfileShadow); ok {
+			return x.ProfileShadow
+		}
+	}
+	return nil
+}
+
 type isAgentCommand_Command interface {
 	isAgentCommand_Command()
 }
@@ -623,6 +633,12 @@ type AgentCommand_ApplyProfile struct {
 	ApplyProfile *ProfileApplyCommand `protobuf:"bytes,7,opt,name=apply_profile,json=applyProfile,proto3,oneof"`
 }
 
+type AgentCommand_ProfileShadow struct {
+	// profile_shadow sets or stops the shadow a profile rollout judges
+	// (#29): sent only to agents that report shadow_capable.
+	ProfileShadow *ProfileShadowCommand `protobuf:"bytes,8,opt,name=profile_shadow,json=profileShadow,proto3,oneof"`
+}
+
 func (*AgentCommand_RunTask) isAgentCommand_Command() {}
 
 func (*AgentCommand_KillTask) isAgentCommand_Command() {}
@@ -636,6 +652,80 @@ func (*AgentCommand_ShutdownAgent) isAgentCommand_Command() {}
 func (*AgentCommand_Ping) isAgentCommand_Command() {}
 
 func (*AgentCommand_ApplyProfile) isAgentCommand_Command() {}
+
+func (*AgentCommand_ProfileShadow) isAgentCommand_Command() {}
+
+// ProfileShadowCommand runs a version of a node profile in shadow beside
+// the agent's active settings, for a rollout to judge (its shadow stage
+// runs the candidate; its live waves run the previous version on the
+// updated agents): the agent builds its estimator and QoS controllers
+// over its own flags as for ProfileApplyCommand, runs them on the active
+// ones' inputs, never offers or applies what they say, and reports their
+// score and the active settings' score over the same inputs on its
+// heartbeats (ProfileReport.shadow_*). A new command replaces the shadow;
+// profile "" stops it.
+type ProfileShadowCommand struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// profile is the profile's name; "" stops the rollout's shadow.
+	Profile string `protobuf:"bytes,1,opt,name=profile,proto3" json:"profile,omitempty"`
+	// version is the version to shadow (0: the agent's own flags).
+	Version uint64 `protobuf:"varint,2,opt,name=version,proto3" json:"version,omitempty"`
+	// settings is the version's settings, as in ProfileApplyCommand.
+	Settings      string `protobuf:"bytes,3,opt,name=settings,proto3" json:"settings,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *ProfileShadowCommand) Reset() {
+	*x = ProfileShadowCommand{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfileShadowCommand) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfileShadowCommand) ProtoMessage() {}
+
+func (x *ProfileShadowCommand) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfileShadowCommand.ProtoReflect.Descriptor instead.
+func (*ProfileShadowCommand) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{7}
+}
+
+func (x *ProfileShadowCommand) GetProfile() string {
+	if x != nil {
+		return x.Profile
+	}
+	return ""
+}
+
+func (x *ProfileShadowCommand) GetVersion() uint64 {
+	if x != nil {
+		return x.Version
+	}
+	return 0
+}
+
+func (x *ProfileShadowCommand) GetSettings() string {
+	if x != nil {
+		return x.Settings
+	}
+	return ""
+}
 
 // ProfileApplyCommand gives the agent the node profile the coordinator
 // chose for it (ProfileService): estimator and QoS settings the agent
@@ -658,7 +748,7 @@ type ProfileApplyCommand struct {
 
 func (x *ProfileApplyCommand) Reset() {
 	*x = ProfileApplyCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	mi := &file_slackline_v1_agent_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -670,7 +760,7 @@ func (x *ProfileApplyCommand) String() string {
 func (*ProfileApplyCommand) ProtoMessage() {}
 
 func (x *ProfileApplyCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[7]
+	mi := &file_slackline_v1_agent_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -683,7 +773,7 @@ func (x *ProfileApplyCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileApplyCommand.ProtoReflect.Descriptor instead.
 func (*ProfileApplyCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *ProfileApplyCommand) GetProfile() string {
@@ -728,13 +818,36 @@ type ProfileReport struct {
 	RunqueueP99Seconds float64 `protobuf:"fixed64,7,opt,name=runqueue_p99_seconds,json=runqueueP99Seconds,proto3" json:"runqueue_p99_seconds,omitempty"`
 	// refused_profile is the profile of refused_version.
 	RefusedProfile string `protobuf:"bytes,8,opt,name=refused_profile,json=refusedProfile,proto3" json:"refused_profile,omitempty"`
-	unknownFields  protoimpl.UnknownFields
-	sizeCache      protoimpl.SizeCache
+	// shadow_capable says the agent runs a rollout's shadow when told
+	// (ProfileShadowCommand): it runs an estimator and has a shadow slot
+	// free. An agent that does not set it is judged on live signals only.
+	ShadowCapable bool `protobuf:"varint,9,opt,name=shadow_capable,json=shadowCapable,proto3" json:"shadow_capable,omitempty"`
+	// shadow_profile and shadow_version are the profile version the agent
+	// runs in shadow for a rollout ("": none).
+	ShadowProfile string `protobuf:"bytes,10,opt,name=shadow_profile,json=shadowProfile,proto3" json:"shadow_profile,omitempty"`
+	ShadowVersion uint64 `protobuf:"varint,11,opt,name=shadow_version,json=shadowVersion,proto3" json:"shadow_version,omitempty"`
+	// shadow_estimates_scored and shadow_violations score the shadow's
+	// estimates, and shadow_active_estimates_scored and
+	// shadow_active_violations the active settings' estimates, over the same
+	// inputs since the shadow started or the active settings last changed
+	// (the backtest's definition of a violation for both, agent/shadow).
+	// The active counters are of the version the report names.
+	ShadowEstimatesScored       uint64  `protobuf:"varint,12,opt,name=shadow_estimates_scored,json=shadowEstimatesScored,proto3" json:"shadow_estimates_scored,omitempty"`
+	ShadowViolations            float64 `protobuf:"fixed64,13,opt,name=shadow_violations,json=shadowViolations,proto3" json:"shadow_violations,omitempty"`
+	ShadowActiveEstimatesScored uint64  `protobuf:"varint,14,opt,name=shadow_active_estimates_scored,json=shadowActiveEstimatesScored,proto3" json:"shadow_active_estimates_scored,omitempty"`
+	ShadowActiveViolations      float64 `protobuf:"fixed64,15,opt,name=shadow_active_violations,json=shadowActiveViolations,proto3" json:"shadow_active_violations,omitempty"`
+	// shadow_refused_version is the latest version of shadow_refused_profile
+	// the agent could not run in shadow (0 none), shadow_refusal why.
+	ShadowRefusedProfile string `protobuf:"bytes,16,opt,name=shadow_refused_profile,json=shadowRefusedProfile,proto3" json:"shadow_refused_profile,omitempty"`
+	ShadowRefusedVersion uint64 `protobuf:"varint,17,opt,name=shadow_refused_version,json=shadowRefusedVersion,proto3" json:"shadow_refused_version,omitempty"`
+	ShadowRefusal        string `protobuf:"bytes,18,opt,name=shadow_refusal,json=shadowRefusal,proto3" json:"shadow_refusal,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *ProfileReport) Reset() {
 	*x = ProfileReport{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	mi := &file_slackline_v1_agent_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -746,7 +859,7 @@ func (x *ProfileReport) String() string {
 func (*ProfileReport) ProtoMessage() {}
 
 func (x *ProfileReport) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[8]
+	mi := &file_slackline_v1_agent_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -759,7 +872,7 @@ func (x *ProfileReport) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileReport.ProtoReflect.Descriptor instead.
 func (*ProfileReport) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *ProfileReport) GetProfile() string {
@@ -818,6 +931,76 @@ func (x *ProfileReport) GetRefusedProfile() string {
 	return ""
 }
 
+func (x *ProfileReport) GetShadowCapable() bool {
+	if x != nil {
+		return x.ShadowCapable
+	}
+	return false
+}
+
+func (x *ProfileReport) GetShadowProfile() string {
+	if x != nil {
+		return x.ShadowProfile
+	}
+	return ""
+}
+
+func (x *ProfileReport) GetShadowVersion() uint64 {
+	if x != nil {
+		return x.ShadowVersion
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowEstimatesScored() uint64 {
+	if x != nil {
+		return x.ShadowEstimatesScored
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowViolations() float64 {
+	if x != nil {
+		return x.ShadowViolations
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowActiveEstimatesScored() uint64 {
+	if x != nil {
+		return x.ShadowActiveEstimatesScored
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowActiveViolations() float64 {
+	if x != nil {
+		return x.ShadowActiveViolations
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowRefusedProfile() string {
+	if x != nil {
+		return x.ShadowRefusedProfile
+	}
+	return ""
+}
+
+func (x *ProfileReport) GetShadowRefusedVersion() uint64 {
+	if x != nil {
+		return x.ShadowRefusedVersion
+	}
+	return 0
+}
+
+func (x *ProfileReport) GetShadowRefusal() string {
+	if x != nil {
+		return x.ShadowRefusal
+	}
+	return ""
+}
+
 // RunTaskCommand launches a task.
 type RunTaskCommand struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -829,7 +1012,7 @@ type RunTaskCommand struct {
 
 func (x *RunTaskCommand) Reset() {
 	*x = RunTaskCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[9]
+	mi := &file_slackline_v1_agent_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1024,7 @@ func (x *RunTaskCommand) String() string {
 func (*RunTaskCommand) ProtoMessage() {}
 
 func (x *RunTaskCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[9]
+	mi := &file_slackline_v1_agent_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1037,7 @@ func (x *RunTaskCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RunTaskCommand.ProtoReflect.Descriptor instead.
 func (*RunTaskCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *RunTaskCommand) GetFramework() *FrameworkInfo {
@@ -886,7 +1069,7 @@ type KillTaskCommand struct {
 
 func (x *KillTaskCommand) Reset() {
 	*x = KillTaskCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[10]
+	mi := &file_slackline_v1_agent_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -898,7 +1081,7 @@ func (x *KillTaskCommand) String() string {
 func (*KillTaskCommand) ProtoMessage() {}
 
 func (x *KillTaskCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[10]
+	mi := &file_slackline_v1_agent_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -911,7 +1094,7 @@ func (x *KillTaskCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use KillTaskCommand.ProtoReflect.Descriptor instead.
 func (*KillTaskCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *KillTaskCommand) GetFrameworkId() string {
@@ -945,7 +1128,7 @@ type ShutdownFrameworkCommand struct {
 
 func (x *ShutdownFrameworkCommand) Reset() {
 	*x = ShutdownFrameworkCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[11]
+	mi := &file_slackline_v1_agent_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -957,7 +1140,7 @@ func (x *ShutdownFrameworkCommand) String() string {
 func (*ShutdownFrameworkCommand) ProtoMessage() {}
 
 func (x *ShutdownFrameworkCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[11]
+	mi := &file_slackline_v1_agent_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -970,7 +1153,7 @@ func (x *ShutdownFrameworkCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownFrameworkCommand.ProtoReflect.Descriptor instead.
 func (*ShutdownFrameworkCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *ShutdownFrameworkCommand) GetFrameworkId() string {
@@ -992,7 +1175,7 @@ type AcknowledgeCommand struct {
 
 func (x *AcknowledgeCommand) Reset() {
 	*x = AcknowledgeCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[12]
+	mi := &file_slackline_v1_agent_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1004,7 +1187,7 @@ func (x *AcknowledgeCommand) String() string {
 func (*AcknowledgeCommand) ProtoMessage() {}
 
 func (x *AcknowledgeCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[12]
+	mi := &file_slackline_v1_agent_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1017,7 +1200,7 @@ func (x *AcknowledgeCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeCommand.ProtoReflect.Descriptor instead.
 func (*AcknowledgeCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *AcknowledgeCommand) GetFrameworkId() string {
@@ -1051,7 +1234,7 @@ type ShutdownAgentCommand struct {
 
 func (x *ShutdownAgentCommand) Reset() {
 	*x = ShutdownAgentCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[13]
+	mi := &file_slackline_v1_agent_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1063,7 +1246,7 @@ func (x *ShutdownAgentCommand) String() string {
 func (*ShutdownAgentCommand) ProtoMessage() {}
 
 func (x *ShutdownAgentCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[13]
+	mi := &file_slackline_v1_agent_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1076,7 +1259,7 @@ func (x *ShutdownAgentCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ShutdownAgentCommand.ProtoReflect.Descriptor instead.
 func (*ShutdownAgentCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *ShutdownAgentCommand) GetMessage() string {
@@ -1095,7 +1278,7 @@ type PingCommand struct {
 
 func (x *PingCommand) Reset() {
 	*x = PingCommand{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[14]
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1107,7 +1290,7 @@ func (x *PingCommand) String() string {
 func (*PingCommand) ProtoMessage() {}
 
 func (x *PingCommand) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[14]
+	mi := &file_slackline_v1_agent_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1120,7 +1303,7 @@ func (x *PingCommand) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use PingCommand.ProtoReflect.Descriptor instead.
 func (*PingCommand) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
 }
 
 // HeartbeatRequest is sent by the agent periodically.
@@ -1136,7 +1319,7 @@ type HeartbeatRequest struct {
 
 func (x *HeartbeatRequest) Reset() {
 	*x = HeartbeatRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1148,7 +1331,7 @@ func (x *HeartbeatRequest) String() string {
 func (*HeartbeatRequest) ProtoMessage() {}
 
 func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[15]
+	mi := &file_slackline_v1_agent_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1161,7 +1344,7 @@ func (x *HeartbeatRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *HeartbeatRequest) GetAgentId() string {
@@ -1197,7 +1380,7 @@ type HeartbeatResponse struct {
 
 func (x *HeartbeatResponse) Reset() {
 	*x = HeartbeatResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1209,7 +1392,7 @@ func (x *HeartbeatResponse) String() string {
 func (*HeartbeatResponse) ProtoMessage() {}
 
 func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[16]
+	mi := &file_slackline_v1_agent_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1222,7 +1405,7 @@ func (x *HeartbeatResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *HeartbeatResponse) GetHeartbeatIntervalSeconds() float64 {
@@ -1255,7 +1438,7 @@ type HeartbeatStreamRequest struct {
 
 func (x *HeartbeatStreamRequest) Reset() {
 	*x = HeartbeatStreamRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1267,7 +1450,7 @@ func (x *HeartbeatStreamRequest) String() string {
 func (*HeartbeatStreamRequest) ProtoMessage() {}
 
 func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[17]
+	mi := &file_slackline_v1_agent_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1280,7 +1463,7 @@ func (x *HeartbeatStreamRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamRequest.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *HeartbeatStreamRequest) GetAgentId() string {
@@ -1325,7 +1508,7 @@ type HeartbeatStreamResponse struct {
 
 func (x *HeartbeatStreamResponse) Reset() {
 	*x = HeartbeatStreamResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1337,7 +1520,7 @@ func (x *HeartbeatStreamResponse) String() string {
 func (*HeartbeatStreamResponse) ProtoMessage() {}
 
 func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[18]
+	mi := &file_slackline_v1_agent_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1350,7 +1533,7 @@ func (x *HeartbeatStreamResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HeartbeatStreamResponse.ProtoReflect.Descriptor instead.
 func (*HeartbeatStreamResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *HeartbeatStreamResponse) GetHeartbeatIntervalSeconds() float64 {
@@ -1380,7 +1563,7 @@ type UpdateStatusRequest struct {
 
 func (x *UpdateStatusRequest) Reset() {
 	*x = UpdateStatusRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[19]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1392,7 +1575,7 @@ func (x *UpdateStatusRequest) String() string {
 func (*UpdateStatusRequest) ProtoMessage() {}
 
 func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[19]
+	mi := &file_slackline_v1_agent_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1405,7 +1588,7 @@ func (x *UpdateStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusRequest.ProtoReflect.Descriptor instead.
 func (*UpdateStatusRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *UpdateStatusRequest) GetAgentId() string {
@@ -1445,7 +1628,7 @@ type UpdateStatusResponse struct {
 
 func (x *UpdateStatusResponse) Reset() {
 	*x = UpdateStatusResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[20]
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1457,7 +1640,7 @@ func (x *UpdateStatusResponse) String() string {
 func (*UpdateStatusResponse) ProtoMessage() {}
 
 func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[20]
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1470,7 +1653,7 @@ func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{21}
 }
 
 // UpdateOversubscribedResourcesRequest reports the agent's revocable estimate:
@@ -1487,7 +1670,7 @@ type UpdateOversubscribedResourcesRequest struct {
 
 func (x *UpdateOversubscribedResourcesRequest) Reset() {
 	*x = UpdateOversubscribedResourcesRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1499,7 +1682,7 @@ func (x *UpdateOversubscribedResourcesRequest) String() string {
 func (*UpdateOversubscribedResourcesRequest) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1512,7 +1695,7 @@ func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateOversubscribedResourcesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *UpdateOversubscribedResourcesRequest) GetAgentId() string {
@@ -1545,7 +1728,7 @@ type UpdateOversubscribedResourcesResponse struct {
 
 func (x *UpdateOversubscribedResourcesResponse) Reset() {
 	*x = UpdateOversubscribedResourcesResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[22]
+	mi := &file_slackline_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1557,7 +1740,7 @@ func (x *UpdateOversubscribedResourcesResponse) String() string {
 func (*UpdateOversubscribedResourcesResponse) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[22]
+	mi := &file_slackline_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1570,7 +1753,7 @@ func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use UpdateOversubscribedResourcesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 var File_slackline_v1_agent_proto protoreflect.FileDescriptor
@@ -1609,7 +1792,7 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\"G\n" +
 	"\x0fConnectResponse\x124\n" +
-	"\acommand\x18\x01 \x01(\v2\x1a.slackline.v1.AgentCommandR\acommand\"\xf9\x03\n" +
+	"\acommand\x18\x01 \x01(\v2\x1a.slackline.v1.AgentCommandR\acommand\"\xc6\x04\n" +
 	"\fAgentCommand\x129\n" +
 	"\brun_task\x18\x01 \x01(\v2\x1c.slackline.v1.RunTaskCommandH\x00R\arunTask\x12<\n" +
 	"\tkill_task\x18\x02 \x01(\v2\x1d.slackline.v1.KillTaskCommandH\x00R\bkillTask\x12W\n" +
@@ -1617,12 +1800,17 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\vacknowledge\x18\x04 \x01(\v2 .slackline.v1.AcknowledgeCommandH\x00R\vacknowledge\x12K\n" +
 	"\x0eshutdown_agent\x18\x05 \x01(\v2\".slackline.v1.ShutdownAgentCommandH\x00R\rshutdownAgent\x12/\n" +
 	"\x04ping\x18\x06 \x01(\v2\x19.slackline.v1.PingCommandH\x00R\x04ping\x12H\n" +
-	"\rapply_profile\x18\a \x01(\v2!.slackline.v1.ProfileApplyCommandH\x00R\fapplyProfileB\t\n" +
-	"\acommand\"e\n" +
+	"\rapply_profile\x18\a \x01(\v2!.slackline.v1.ProfileApplyCommandH\x00R\fapplyProfile\x12K\n" +
+	"\x0eprofile_shadow\x18\b \x01(\v2\".slackline.v1.ProfileShadowCommandH\x00R\rprofileShadowB\t\n" +
+	"\acommand\"f\n" +
+	"\x14ProfileShadowCommand\x12\x18\n" +
+	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
+	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
+	"\bsettings\x18\x03 \x01(\tR\bsettings\"e\n" +
 	"\x13ProfileApplyCommand\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12\x1a\n" +
-	"\bsettings\x18\x03 \x01(\tR\bsettings\"\xac\x02\n" +
+	"\bsettings\x18\x03 \x01(\tR\bsettings\"\x98\x06\n" +
 	"\rProfileReport\x12\x18\n" +
 	"\aprofile\x18\x01 \x01(\tR\aprofile\x12\x18\n" +
 	"\aversion\x18\x02 \x01(\x04R\aversion\x12'\n" +
@@ -1633,7 +1821,18 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"violations\x18\x06 \x01(\x01R\n" +
 	"violations\x120\n" +
 	"\x14runqueue_p99_seconds\x18\a \x01(\x01R\x12runqueueP99Seconds\x12'\n" +
-	"\x0frefused_profile\x18\b \x01(\tR\x0erefusedProfile\"w\n" +
+	"\x0frefused_profile\x18\b \x01(\tR\x0erefusedProfile\x12%\n" +
+	"\x0eshadow_capable\x18\t \x01(\bR\rshadowCapable\x12%\n" +
+	"\x0eshadow_profile\x18\n" +
+	" \x01(\tR\rshadowProfile\x12%\n" +
+	"\x0eshadow_version\x18\v \x01(\x04R\rshadowVersion\x126\n" +
+	"\x17shadow_estimates_scored\x18\f \x01(\x04R\x15shadowEstimatesScored\x12+\n" +
+	"\x11shadow_violations\x18\r \x01(\x01R\x10shadowViolations\x12C\n" +
+	"\x1eshadow_active_estimates_scored\x18\x0e \x01(\x04R\x1bshadowActiveEstimatesScored\x128\n" +
+	"\x18shadow_active_violations\x18\x0f \x01(\x01R\x16shadowActiveViolations\x124\n" +
+	"\x16shadow_refused_profile\x18\x10 \x01(\tR\x14shadowRefusedProfile\x124\n" +
+	"\x16shadow_refused_version\x18\x11 \x01(\x04R\x14shadowRefusedVersion\x12%\n" +
+	"\x0eshadow_refusal\x18\x12 \x01(\tR\rshadowRefusal\"w\n" +
 	"\x0eRunTaskCommand\x129\n" +
 	"\tframework\x18\x01 \x01(\v2\x1b.slackline.v1.FrameworkInfoR\tframework\x12*\n" +
 	"\x04task\x18\x02 \x01(\v2\x16.slackline.v1.TaskInfoR\x04task\"\x8d\x01\n" +
@@ -1705,7 +1904,7 @@ func file_slackline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
+var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
 var file_slackline_v1_agent_proto_goTypes = []any{
 	(AgentProtocolVersion)(0),                     // 0: slackline.v1.AgentProtocolVersion
 	(*AgentInfo)(nil),                             // 1: slackline.v1.AgentInfo
@@ -1715,70 +1914,72 @@ var file_slackline_v1_agent_proto_goTypes = []any{
 	(*ConnectRequest)(nil),                        // 5: slackline.v1.ConnectRequest
 	(*ConnectResponse)(nil),                       // 6: slackline.v1.ConnectResponse
 	(*AgentCommand)(nil),                          // 7: slackline.v1.AgentCommand
-	(*ProfileApplyCommand)(nil),                   // 8: slackline.v1.ProfileApplyCommand
-	(*ProfileReport)(nil),                         // 9: slackline.v1.ProfileReport
-	(*RunTaskCommand)(nil),                        // 10: slackline.v1.RunTaskCommand
-	(*KillTaskCommand)(nil),                       // 11: slackline.v1.KillTaskCommand
-	(*ShutdownFrameworkCommand)(nil),              // 12: slackline.v1.ShutdownFrameworkCommand
-	(*AcknowledgeCommand)(nil),                    // 13: slackline.v1.AcknowledgeCommand
-	(*ShutdownAgentCommand)(nil),                  // 14: slackline.v1.ShutdownAgentCommand
-	(*PingCommand)(nil),                           // 15: slackline.v1.PingCommand
-	(*HeartbeatRequest)(nil),                      // 16: slackline.v1.HeartbeatRequest
-	(*HeartbeatResponse)(nil),                     // 17: slackline.v1.HeartbeatResponse
-	(*HeartbeatStreamRequest)(nil),                // 18: slackline.v1.HeartbeatStreamRequest
-	(*HeartbeatStreamResponse)(nil),               // 19: slackline.v1.HeartbeatStreamResponse
-	(*UpdateStatusRequest)(nil),                   // 20: slackline.v1.UpdateStatusRequest
-	(*UpdateStatusResponse)(nil),                  // 21: slackline.v1.UpdateStatusResponse
-	(*UpdateOversubscribedResourcesRequest)(nil),  // 22: slackline.v1.UpdateOversubscribedResourcesRequest
-	(*UpdateOversubscribedResourcesResponse)(nil), // 23: slackline.v1.UpdateOversubscribedResourcesResponse
-	(*Resource)(nil),                              // 24: slackline.v1.Resource
-	(*Attribute)(nil),                             // 25: slackline.v1.Attribute
-	(*TaskInfo)(nil),                              // 26: slackline.v1.TaskInfo
-	(TaskState)(0),                                // 27: slackline.v1.TaskState
-	(*FrameworkInfo)(nil),                         // 28: slackline.v1.FrameworkInfo
-	(*TaskStatus)(nil),                            // 29: slackline.v1.TaskStatus
+	(*ProfileShadowCommand)(nil),                  // 8: slackline.v1.ProfileShadowCommand
+	(*ProfileApplyCommand)(nil),                   // 9: slackline.v1.ProfileApplyCommand
+	(*ProfileReport)(nil),                         // 10: slackline.v1.ProfileReport
+	(*RunTaskCommand)(nil),                        // 11: slackline.v1.RunTaskCommand
+	(*KillTaskCommand)(nil),                       // 12: slackline.v1.KillTaskCommand
+	(*ShutdownFrameworkCommand)(nil),              // 13: slackline.v1.ShutdownFrameworkCommand
+	(*AcknowledgeCommand)(nil),                    // 14: slackline.v1.AcknowledgeCommand
+	(*ShutdownAgentCommand)(nil),                  // 15: slackline.v1.ShutdownAgentCommand
+	(*PingCommand)(nil),                           // 16: slackline.v1.PingCommand
+	(*HeartbeatRequest)(nil),                      // 17: slackline.v1.HeartbeatRequest
+	(*HeartbeatResponse)(nil),                     // 18: slackline.v1.HeartbeatResponse
+	(*HeartbeatStreamRequest)(nil),                // 19: slackline.v1.HeartbeatStreamRequest
+	(*HeartbeatStreamResponse)(nil),               // 20: slackline.v1.HeartbeatStreamResponse
+	(*UpdateStatusRequest)(nil),                   // 21: slackline.v1.UpdateStatusRequest
+	(*UpdateStatusResponse)(nil),                  // 22: slackline.v1.UpdateStatusResponse
+	(*UpdateOversubscribedResourcesRequest)(nil),  // 23: slackline.v1.UpdateOversubscribedResourcesRequest
+	(*UpdateOversubscribedResourcesResponse)(nil), // 24: slackline.v1.UpdateOversubscribedResourcesResponse
+	(*Resource)(nil),                              // 25: slackline.v1.Resource
+	(*Attribute)(nil),                             // 26: slackline.v1.Attribute
+	(*TaskInfo)(nil),                              // 27: slackline.v1.TaskInfo
+	(TaskState)(0),                                // 28: slackline.v1.TaskState
+	(*FrameworkInfo)(nil),                         // 29: slackline.v1.FrameworkInfo
+	(*TaskStatus)(nil),                            // 30: slackline.v1.TaskStatus
 }
 var file_slackline_v1_agent_proto_depIdxs = []int32{
-	24, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
-	25, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
-	26, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
-	27, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
-	28, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
+	25, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
+	26, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
+	27, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
+	28, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
+	29, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
 	0,  // 5: slackline.v1.RegisterRequest.protocol_version:type_name -> slackline.v1.AgentProtocolVersion
 	1,  // 6: slackline.v1.RegisterRequest.agent_info:type_name -> slackline.v1.AgentInfo
 	2,  // 7: slackline.v1.RegisterRequest.tasks:type_name -> slackline.v1.AgentTask
 	7,  // 8: slackline.v1.ConnectResponse.command:type_name -> slackline.v1.AgentCommand
-	10, // 9: slackline.v1.AgentCommand.run_task:type_name -> slackline.v1.RunTaskCommand
-	11, // 10: slackline.v1.AgentCommand.kill_task:type_name -> slackline.v1.KillTaskCommand
-	12, // 11: slackline.v1.AgentCommand.shutdown_framework:type_name -> slackline.v1.ShutdownFrameworkCommand
-	13, // 12: slackline.v1.AgentCommand.acknowledge:type_name -> slackline.v1.AcknowledgeCommand
-	14, // 13: slackline.v1.AgentCommand.shutdown_agent:type_name -> slackline.v1.ShutdownAgentCommand
-	15, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
-	8,  // 15: slackline.v1.AgentCommand.apply_profile:type_name -> slackline.v1.ProfileApplyCommand
-	28, // 16: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
-	26, // 17: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
-	27, // 18: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
-	9,  // 19: slackline.v1.HeartbeatRequest.profile:type_name -> slackline.v1.ProfileReport
-	9,  // 20: slackline.v1.HeartbeatStreamRequest.profile:type_name -> slackline.v1.ProfileReport
-	29, // 21: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
-	24, // 22: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
-	3,  // 23: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
-	5,  // 24: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
-	16, // 25: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
-	18, // 26: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
-	20, // 27: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
-	22, // 28: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
-	4,  // 29: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
-	6,  // 30: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
-	17, // 31: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
-	19, // 32: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
-	21, // 33: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
-	23, // 34: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
-	29, // [29:35] is the sub-list for method output_type
-	23, // [23:29] is the sub-list for method input_type
-	23, // [23:23] is the sub-list for extension type_name
-	23, // [23:23] is the sub-list for extension extendee
-	0,  // [0:23] is the sub-list for field type_name
+	11, // 9: slackline.v1.AgentCommand.run_task:type_name -> slackline.v1.RunTaskCommand
+	12, // 10: slackline.v1.AgentCommand.kill_task:type_name -> slackline.v1.KillTaskCommand
+	13, // 11: slackline.v1.AgentCommand.shutdown_framework:type_name -> slackline.v1.ShutdownFrameworkCommand
+	14, // 12: slackline.v1.AgentCommand.acknowledge:type_name -> slackline.v1.AcknowledgeCommand
+	15, // 13: slackline.v1.AgentCommand.shutdown_agent:type_name -> slackline.v1.ShutdownAgentCommand
+	16, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
+	9,  // 15: slackline.v1.AgentCommand.apply_profile:type_name -> slackline.v1.ProfileApplyCommand
+	8,  // 16: slackline.v1.AgentCommand.profile_shadow:type_name -> slackline.v1.ProfileShadowCommand
+	29, // 17: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
+	27, // 18: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
+	28, // 19: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
+	10, // 20: slackline.v1.HeartbeatRequest.profile:type_name -> slackline.v1.ProfileReport
+	10, // 21: slackline.v1.HeartbeatStreamRequest.profile:type_name -> slackline.v1.ProfileReport
+	30, // 22: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
+	25, // 23: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
+	3,  // 24: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
+	5,  // 25: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
+	17, // 26: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
+	19, // 27: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
+	21, // 28: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
+	23, // 29: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
+	4,  // 30: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
+	6,  // 31: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
+	18, // 32: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
+	20, // 33: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
+	22, // 34: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
+	24, // 35: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
+	30, // [30:36] is the sub-list for method output_type
+	24, // [24:30] is the sub-list for method input_type
+	24, // [24:24] is the sub-list for extension type_name
+	24, // [24:24] is the sub-list for extension extendee
+	0,  // [0:24] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_agent_proto_init() }
@@ -1795,6 +1996,7 @@ func file_slackline_v1_agent_proto_init() {
 		(*AgentCommand_ShutdownAgent)(nil),
 		(*AgentCommand_Ping)(nil),
 		(*AgentCommand_ApplyProfile)(nil),
+		(*AgentCommand_ProfileShadow)(nil),
 	}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
@@ -1802,7 +2004,7 @@ func file_slackline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_agent_proto_rawDesc), len(file_slackline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   23,
+			NumMessages:   24,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -23,6 +23,60 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// ProfileRolloutStage is the part of a rollout under way.
+type ProfileRolloutStage int32
+
+const (
+	// PROFILE_ROLLOUT_STAGE_UNSPECIFIED: live waves (records from before
+	// shadow stages existed).
+	ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_UNSPECIFIED ProfileRolloutStage = 0
+	// PROFILE_ROLLOUT_STAGE_SHADOW: the candidate runs in shadow only.
+	ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW ProfileRolloutStage = 1
+	// PROFILE_ROLLOUT_STAGE_LIVE: waves apply the candidate.
+	ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE ProfileRolloutStage = 2
+)
+
+// Enum value maps for ProfileRolloutStage.
+var (
+	ProfileRolloutStage_name = map[int32]string{
+		0: "PROFILE_ROLLOUT_STAGE_UNSPECIFIED",
+		1: "PROFILE_ROLLOUT_STAGE_SHADOW",
+		2: "PROFILE_ROLLOUT_STAGE_LIVE",
+	}
+	ProfileRolloutStage_value = map[string]int32{
+		"PROFILE_ROLLOUT_STAGE_UNSPECIFIED": 0,
+		"PROFILE_ROLLOUT_STAGE_SHADOW":      1,
+		"PROFILE_ROLLOUT_STAGE_LIVE":        2,
+	}
+)
+
+func (x ProfileRolloutStage) Enum() *ProfileRolloutStage {
+	p := new(ProfileRolloutStage)
+	*p = x
+	return p
+}
+
+func (x ProfileRolloutStage) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (ProfileRolloutStage) Descriptor() protoreflect.EnumDescriptor {
+	return file_slackline_v1_profiles_proto_enumTypes[0].Descriptor()
+}
+
+func (ProfileRolloutStage) Type() protoreflect.EnumType {
+	return &file_slackline_v1_profiles_proto_enumTypes[0]
+}
+
+func (x ProfileRolloutStage) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use ProfileRolloutStage.Descriptor instead.
+func (ProfileRolloutStage) EnumDescriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{0}
+}
+
 // ProfileRolloutState is where a rollout is.
 type ProfileRolloutState int32
 
@@ -67,11 +121,11 @@ func (x ProfileRolloutState) String() string {
 }
 
 func (ProfileRolloutState) Descriptor() protoreflect.EnumDescriptor {
-	return file_slackline_v1_profiles_proto_enumTypes[0].Descriptor()
+	return file_slackline_v1_profiles_proto_enumTypes[1].Descriptor()
 }
 
 func (ProfileRolloutState) Type() protoreflect.EnumType {
-	return &file_slackline_v1_profiles_proto_enumTypes[0]
+	return &file_slackline_v1_profiles_proto_enumTypes[1]
 }
 
 func (x ProfileRolloutState) Number() protoreflect.EnumNumber {
@@ -80,7 +134,7 @@ func (x ProfileRolloutState) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use ProfileRolloutState.Descriptor instead.
 func (ProfileRolloutState) EnumDescriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{0}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{1}
 }
 
 // ProfileVersion is one version of a profile's settings.
@@ -236,8 +290,12 @@ type ProfileRolloutPolicy struct {
 	// run-queue p99 may be.
 	RunqueueP99Tolerance float64              `protobuf:"fixed64,5,opt,name=runqueue_p99_tolerance,json=runqueueP99Tolerance,proto3" json:"runqueue_p99_tolerance,omitempty"`
 	RunqueueP99Floor     *durationpb.Duration `protobuf:"bytes,6,opt,name=runqueue_p99_floor,json=runqueueP99Floor,proto3" json:"runqueue_p99_floor,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// shadow_soak is how long the shadow stage runs the candidate in shadow
+	// on the first wave's agents before any agent applies it (default 10m;
+	// 0 disables the shadow stage and the shadows of the live waves).
+	ShadowSoak    *durationpb.Duration `protobuf:"bytes,7,opt,name=shadow_soak,json=shadowSoak,proto3" json:"shadow_soak,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *ProfileRolloutPolicy) Reset() {
@@ -312,6 +370,88 @@ func (x *ProfileRolloutPolicy) GetRunqueueP99Floor() *durationpb.Duration {
 	return nil
 }
 
+func (x *ProfileRolloutPolicy) GetShadowSoak() *durationpb.Duration {
+	if x != nil {
+		return x.ShadowSoak
+	}
+	return nil
+}
+
+// ProfilePaired compares, on the same agents and inputs, a version run in
+// shadow with the version the agents run live: in the shadow stage the
+// candidate (shadow) against the stable version (live); in live waves the
+// previous version (shadow) against the candidate (live).
+type ProfilePaired struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// agents counts the agents whose shadow runs the version compared.
+	Agents uint32        `protobuf:"varint,1,opt,name=agents,proto3" json:"agents,omitempty"`
+	Shadow *ProfileGroup `protobuf:"bytes,2,opt,name=shadow,proto3" json:"shadow,omitempty"`
+	Live   *ProfileGroup `protobuf:"bytes,3,opt,name=live,proto3" json:"live,omitempty"`
+	// without_shadows are the agents asked to shadow that cannot (judged on
+	// live signals only).
+	WithoutShadows []string `protobuf:"bytes,4,rep,name=without_shadows,json=withoutShadows,proto3" json:"without_shadows,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
+}
+
+func (x *ProfilePaired) Reset() {
+	*x = ProfilePaired{}
+	mi := &file_slackline_v1_profiles_proto_msgTypes[3]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *ProfilePaired) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*ProfilePaired) ProtoMessage() {}
+
+func (x *ProfilePaired) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_profiles_proto_msgTypes[3]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use ProfilePaired.ProtoReflect.Descriptor instead.
+func (*ProfilePaired) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{3}
+}
+
+func (x *ProfilePaired) GetAgents() uint32 {
+	if x != nil {
+		return x.Agents
+	}
+	return 0
+}
+
+func (x *ProfilePaired) GetShadow() *ProfileGroup {
+	if x != nil {
+		return x.Shadow
+	}
+	return nil
+}
+
+func (x *ProfilePaired) GetLive() *ProfileGroup {
+	if x != nil {
+		return x.Live
+	}
+	return nil
+}
+
+func (x *ProfilePaired) GetWithoutShadows() []string {
+	if x != nil {
+		return x.WithoutShadows
+	}
+	return nil
+}
+
 // ProfileGroup sums a group of agents' signals over a wave.
 type ProfileGroup struct {
 	state           protoimpl.MessageState `protogen:"open.v1"`
@@ -327,7 +467,7 @@ type ProfileGroup struct {
 
 func (x *ProfileGroup) Reset() {
 	*x = ProfileGroup{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[3]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -339,7 +479,7 @@ func (x *ProfileGroup) String() string {
 func (*ProfileGroup) ProtoMessage() {}
 
 func (x *ProfileGroup) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[3]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -352,7 +492,7 @@ func (x *ProfileGroup) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileGroup.ProtoReflect.Descriptor instead.
 func (*ProfileGroup) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{3}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *ProfileGroup) GetAgents() uint32 {
@@ -393,13 +533,27 @@ type ProfileAgentSignals struct {
 	EstimatesScored uint64                 `protobuf:"varint,5,opt,name=estimates_scored,json=estimatesScored,proto3" json:"estimates_scored,omitempty"`
 	Violations      float64                `protobuf:"fixed64,6,opt,name=violations,proto3" json:"violations,omitempty"`
 	RunqueueP99     *durationpb.Duration   `protobuf:"bytes,7,opt,name=runqueue_p99,json=runqueueP99,proto3" json:"runqueue_p99,omitempty"`
-	unknownFields   protoimpl.UnknownFields
-	sizeCache       protoimpl.SizeCache
+	// reported says the agent has sent a profile report; shadow_capable that
+	// it can run a rollout's shadow.
+	Reported      bool `protobuf:"varint,8,opt,name=reported,proto3" json:"reported,omitempty"`
+	ShadowCapable bool `protobuf:"varint,9,opt,name=shadow_capable,json=shadowCapable,proto3" json:"shadow_capable,omitempty"`
+	// shadow_profile, shadow_version and their counters are the agent's
+	// rollout shadow (ProfileReport.shadow_*): active_* are the active
+	// settings' counters over the same inputs.
+	ShadowProfile         string  `protobuf:"bytes,10,opt,name=shadow_profile,json=shadowProfile,proto3" json:"shadow_profile,omitempty"`
+	ShadowVersion         uint64  `protobuf:"varint,11,opt,name=shadow_version,json=shadowVersion,proto3" json:"shadow_version,omitempty"`
+	ShadowEstimatesScored uint64  `protobuf:"varint,12,opt,name=shadow_estimates_scored,json=shadowEstimatesScored,proto3" json:"shadow_estimates_scored,omitempty"`
+	ShadowViolations      float64 `protobuf:"fixed64,13,opt,name=shadow_violations,json=shadowViolations,proto3" json:"shadow_violations,omitempty"`
+	ActiveEstimatesScored uint64  `protobuf:"varint,14,opt,name=active_estimates_scored,json=activeEstimatesScored,proto3" json:"active_estimates_scored,omitempty"`
+	ActiveViolations      float64 `protobuf:"fixed64,15,opt,name=active_violations,json=activeViolations,proto3" json:"active_violations,omitempty"`
+	ShadowRefusedVersion  uint64  `protobuf:"varint,16,opt,name=shadow_refused_version,json=shadowRefusedVersion,proto3" json:"shadow_refused_version,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ProfileAgentSignals) Reset() {
 	*x = ProfileAgentSignals{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[4]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -411,7 +565,7 @@ func (x *ProfileAgentSignals) String() string {
 func (*ProfileAgentSignals) ProtoMessage() {}
 
 func (x *ProfileAgentSignals) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[4]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -424,7 +578,7 @@ func (x *ProfileAgentSignals) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileAgentSignals.ProtoReflect.Descriptor instead.
 func (*ProfileAgentSignals) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *ProfileAgentSignals) GetHostname() string {
@@ -476,6 +630,69 @@ func (x *ProfileAgentSignals) GetRunqueueP99() *durationpb.Duration {
 	return nil
 }
 
+func (x *ProfileAgentSignals) GetReported() bool {
+	if x != nil {
+		return x.Reported
+	}
+	return false
+}
+
+func (x *ProfileAgentSignals) GetShadowCapable() bool {
+	if x != nil {
+		return x.ShadowCapable
+	}
+	return false
+}
+
+func (x *ProfileAgentSignals) GetShadowProfile() string {
+	if x != nil {
+		return x.ShadowProfile
+	}
+	return ""
+}
+
+func (x *ProfileAgentSignals) GetShadowVersion() uint64 {
+	if x != nil {
+		return x.ShadowVersion
+	}
+	return 0
+}
+
+func (x *ProfileAgentSignals) GetShadowEstimatesScored() uint64 {
+	if x != nil {
+		return x.ShadowEstimatesScored
+	}
+	return 0
+}
+
+func (x *ProfileAgentSignals) GetShadowViolations() float64 {
+	if x != nil {
+		return x.ShadowViolations
+	}
+	return 0
+}
+
+func (x *ProfileAgentSignals) GetActiveEstimatesScored() uint64 {
+	if x != nil {
+		return x.ActiveEstimatesScored
+	}
+	return 0
+}
+
+func (x *ProfileAgentSignals) GetActiveViolations() float64 {
+	if x != nil {
+		return x.ActiveViolations
+	}
+	return 0
+}
+
+func (x *ProfileAgentSignals) GetShadowRefusedVersion() uint64 {
+	if x != nil {
+		return x.ShadowRefusedVersion
+	}
+	return 0
+}
+
 // ProfileRollout is a profile's latest rollout.
 type ProfileRollout struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
@@ -495,19 +712,27 @@ type ProfileRollout struct {
 	// others (what the final wave is judged against).
 	Reference *ProfileGroup `protobuf:"bytes,9,opt,name=reference,proto3" json:"reference,omitempty"`
 	// updated and others are the latest comparison over the wave.
-	Updated       *ProfileGroup          `protobuf:"bytes,10,opt,name=updated,proto3" json:"updated,omitempty"`
-	Others        *ProfileGroup          `protobuf:"bytes,11,opt,name=others,proto3" json:"others,omitempty"`
-	StartTime     *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
-	EndTime       *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
-	By            string                 `protobuf:"bytes,14,opt,name=by,proto3" json:"by,omitempty"`
-	Reason        string                 `protobuf:"bytes,15,opt,name=reason,proto3" json:"reason,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Updated   *ProfileGroup          `protobuf:"bytes,10,opt,name=updated,proto3" json:"updated,omitempty"`
+	Others    *ProfileGroup          `protobuf:"bytes,11,opt,name=others,proto3" json:"others,omitempty"`
+	StartTime *timestamppb.Timestamp `protobuf:"bytes,12,opt,name=start_time,json=startTime,proto3" json:"start_time,omitempty"`
+	EndTime   *timestamppb.Timestamp `protobuf:"bytes,13,opt,name=end_time,json=endTime,proto3" json:"end_time,omitempty"`
+	By        string                 `protobuf:"bytes,14,opt,name=by,proto3" json:"by,omitempty"`
+	Reason    string                 `protobuf:"bytes,15,opt,name=reason,proto3" json:"reason,omitempty"`
+	// stage is the part of the rollout under way (or where it ended).
+	Stage ProfileRolloutStage `protobuf:"varint,16,opt,name=stage,proto3,enum=slackline.v1.ProfileRolloutStage" json:"stage,omitempty"`
+	// shadow_hostnames are the agents of the shadow stage.
+	ShadowHostnames []string `protobuf:"bytes,17,rep,name=shadow_hostnames,json=shadowHostnames,proto3" json:"shadow_hostnames,omitempty"`
+	// paired is the latest shadow/live comparison on the same agents.
+	Paired *ProfilePaired `protobuf:"bytes,18,opt,name=paired,proto3" json:"paired,omitempty"`
+	// shadow_start_time is when the shadow stage started.
+	ShadowStartTime *timestamppb.Timestamp `protobuf:"bytes,19,opt,name=shadow_start_time,json=shadowStartTime,proto3" json:"shadow_start_time,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *ProfileRollout) Reset() {
 	*x = ProfileRollout{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[5]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -519,7 +744,7 @@ func (x *ProfileRollout) String() string {
 func (*ProfileRollout) ProtoMessage() {}
 
 func (x *ProfileRollout) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[5]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -532,7 +757,7 @@ func (x *ProfileRollout) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileRollout.ProtoReflect.Descriptor instead.
 func (*ProfileRollout) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *ProfileRollout) GetCandidate() *ProfileVersion {
@@ -640,6 +865,34 @@ func (x *ProfileRollout) GetReason() string {
 	return ""
 }
 
+func (x *ProfileRollout) GetStage() ProfileRolloutStage {
+	if x != nil {
+		return x.Stage
+	}
+	return ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_UNSPECIFIED
+}
+
+func (x *ProfileRollout) GetShadowHostnames() []string {
+	if x != nil {
+		return x.ShadowHostnames
+	}
+	return nil
+}
+
+func (x *ProfileRollout) GetPaired() *ProfilePaired {
+	if x != nil {
+		return x.Paired
+	}
+	return nil
+}
+
+func (x *ProfileRollout) GetShadowStartTime() *timestamppb.Timestamp {
+	if x != nil {
+		return x.ShadowStartTime
+	}
+	return nil
+}
+
 // Profile is a node profile; also the registry record of one.
 type Profile struct {
 	state protoimpl.MessageState `protogen:"open.v1"`
@@ -656,7 +909,7 @@ type Profile struct {
 
 func (x *Profile) Reset() {
 	*x = Profile{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[6]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -668,7 +921,7 @@ func (x *Profile) String() string {
 func (*Profile) ProtoMessage() {}
 
 func (x *Profile) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[6]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -681,7 +934,7 @@ func (x *Profile) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Profile.ProtoReflect.Descriptor instead.
 func (*Profile) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Profile) GetName() string {
@@ -736,7 +989,7 @@ type GetProfilesRequest struct {
 
 func (x *GetProfilesRequest) Reset() {
 	*x = GetProfilesRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[7]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -748,7 +1001,7 @@ func (x *GetProfilesRequest) String() string {
 func (*GetProfilesRequest) ProtoMessage() {}
 
 func (x *GetProfilesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[7]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -761,7 +1014,7 @@ func (x *GetProfilesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfilesRequest.ProtoReflect.Descriptor instead.
 func (*GetProfilesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *GetProfilesRequest) GetName() string {
@@ -781,7 +1034,7 @@ type GetProfilesResponse struct {
 
 func (x *GetProfilesResponse) Reset() {
 	*x = GetProfilesResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[8]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -793,7 +1046,7 @@ func (x *GetProfilesResponse) String() string {
 func (*GetProfilesResponse) ProtoMessage() {}
 
 func (x *GetProfilesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[8]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -806,7 +1059,7 @@ func (x *GetProfilesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfilesResponse.ProtoReflect.Descriptor instead.
 func (*GetProfilesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *GetProfilesResponse) GetProfiles() []*Profile {
@@ -829,7 +1082,7 @@ type ApplyProfileRequest struct {
 
 func (x *ApplyProfileRequest) Reset() {
 	*x = ApplyProfileRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[9]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -841,7 +1094,7 @@ func (x *ApplyProfileRequest) String() string {
 func (*ApplyProfileRequest) ProtoMessage() {}
 
 func (x *ApplyProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[9]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -854,7 +1107,7 @@ func (x *ApplyProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyProfileRequest.ProtoReflect.Descriptor instead.
 func (*ApplyProfileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *ApplyProfileRequest) GetName() string {
@@ -888,7 +1141,7 @@ type ApplyProfileResponse struct {
 
 func (x *ApplyProfileResponse) Reset() {
 	*x = ApplyProfileResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[10]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -900,7 +1153,7 @@ func (x *ApplyProfileResponse) String() string {
 func (*ApplyProfileResponse) ProtoMessage() {}
 
 func (x *ApplyProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[10]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -913,7 +1166,7 @@ func (x *ApplyProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ApplyProfileResponse.ProtoReflect.Descriptor instead.
 func (*ApplyProfileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *ApplyProfileResponse) GetProfile() *Profile {
@@ -936,7 +1189,7 @@ type RolloutProfileRequest struct {
 
 func (x *RolloutProfileRequest) Reset() {
 	*x = RolloutProfileRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[11]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -948,7 +1201,7 @@ func (x *RolloutProfileRequest) String() string {
 func (*RolloutProfileRequest) ProtoMessage() {}
 
 func (x *RolloutProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[11]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -961,7 +1214,7 @@ func (x *RolloutProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutProfileRequest.ProtoReflect.Descriptor instead.
 func (*RolloutProfileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *RolloutProfileRequest) GetName() string {
@@ -995,7 +1248,7 @@ type RolloutProfileResponse struct {
 
 func (x *RolloutProfileResponse) Reset() {
 	*x = RolloutProfileResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[12]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1007,7 +1260,7 @@ func (x *RolloutProfileResponse) String() string {
 func (*RolloutProfileResponse) ProtoMessage() {}
 
 func (x *RolloutProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[12]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1020,7 +1273,7 @@ func (x *RolloutProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use RolloutProfileResponse.ProtoReflect.Descriptor instead.
 func (*RolloutProfileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *RolloutProfileResponse) GetProfile() *Profile {
@@ -1040,7 +1293,7 @@ type DeleteProfileRequest struct {
 
 func (x *DeleteProfileRequest) Reset() {
 	*x = DeleteProfileRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1052,7 +1305,7 @@ func (x *DeleteProfileRequest) String() string {
 func (*DeleteProfileRequest) ProtoMessage() {}
 
 func (x *DeleteProfileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[13]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1065,7 +1318,7 @@ func (x *DeleteProfileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProfileRequest.ProtoReflect.Descriptor instead.
 func (*DeleteProfileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *DeleteProfileRequest) GetName() string {
@@ -1085,7 +1338,7 @@ type DeleteProfileResponse struct {
 
 func (x *DeleteProfileResponse) Reset() {
 	*x = DeleteProfileResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1097,7 +1350,7 @@ func (x *DeleteProfileResponse) String() string {
 func (*DeleteProfileResponse) ProtoMessage() {}
 
 func (x *DeleteProfileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[14]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1110,7 +1363,7 @@ func (x *DeleteProfileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DeleteProfileResponse.ProtoReflect.Descriptor instead.
 func (*DeleteProfileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{14}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{15}
 }
 
 func (x *DeleteProfileResponse) GetProfile() *Profile {
@@ -1130,7 +1383,7 @@ type AbortRolloutRequest struct {
 
 func (x *AbortRolloutRequest) Reset() {
 	*x = AbortRolloutRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1142,7 +1395,7 @@ func (x *AbortRolloutRequest) String() string {
 func (*AbortRolloutRequest) ProtoMessage() {}
 
 func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[15]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1155,7 +1408,7 @@ func (x *AbortRolloutRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutRequest.ProtoReflect.Descriptor instead.
 func (*AbortRolloutRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *AbortRolloutRequest) GetName() string {
@@ -1175,7 +1428,7 @@ type AbortRolloutResponse struct {
 
 func (x *AbortRolloutResponse) Reset() {
 	*x = AbortRolloutResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1187,7 +1440,7 @@ func (x *AbortRolloutResponse) String() string {
 func (*AbortRolloutResponse) ProtoMessage() {}
 
 func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[16]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1200,7 +1453,7 @@ func (x *AbortRolloutResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AbortRolloutResponse.ProtoReflect.Descriptor instead.
 func (*AbortRolloutResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *AbortRolloutResponse) GetProfile() *Profile {
@@ -1220,7 +1473,7 @@ type GetProfileStatusRequest struct {
 
 func (x *GetProfileStatusRequest) Reset() {
 	*x = GetProfileStatusRequest{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1232,7 +1485,7 @@ func (x *GetProfileStatusRequest) String() string {
 func (*GetProfileStatusRequest) ProtoMessage() {}
 
 func (x *GetProfileStatusRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[17]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1245,7 +1498,7 @@ func (x *GetProfileStatusRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileStatusRequest.ProtoReflect.Descriptor instead.
 func (*GetProfileStatusRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{18}
 }
 
 func (x *GetProfileStatusRequest) GetName() string {
@@ -1265,14 +1518,20 @@ type ProfileAgentStatus struct {
 	AssignedVersion uint64               `protobuf:"varint,3,opt,name=assigned_version,json=assignedVersion,proto3" json:"assigned_version,omitempty"`
 	Signals         *ProfileAgentSignals `protobuf:"bytes,4,opt,name=signals,proto3" json:"signals,omitempty"`
 	// refusal is the agent's reason for refusing refused_version.
-	Refusal       string `protobuf:"bytes,5,opt,name=refusal,proto3" json:"refusal,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	Refusal string `protobuf:"bytes,5,opt,name=refusal,proto3" json:"refusal,omitempty"`
+	// assigned_shadow_version is the version the agent should run in shadow
+	// for the rollout (valid with shadow_assigned); shadow_refusal why it
+	// could not.
+	AssignedShadowVersion uint64 `protobuf:"varint,6,opt,name=assigned_shadow_version,json=assignedShadowVersion,proto3" json:"assigned_shadow_version,omitempty"`
+	ShadowAssigned        bool   `protobuf:"varint,7,opt,name=shadow_assigned,json=shadowAssigned,proto3" json:"shadow_assigned,omitempty"`
+	ShadowRefusal         string `protobuf:"bytes,8,opt,name=shadow_refusal,json=shadowRefusal,proto3" json:"shadow_refusal,omitempty"`
+	unknownFields         protoimpl.UnknownFields
+	sizeCache             protoimpl.SizeCache
 }
 
 func (x *ProfileAgentStatus) Reset() {
 	*x = ProfileAgentStatus{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1284,7 +1543,7 @@ func (x *ProfileAgentStatus) String() string {
 func (*ProfileAgentStatus) ProtoMessage() {}
 
 func (x *ProfileAgentStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[18]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1297,7 +1556,7 @@ func (x *ProfileAgentStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ProfileAgentStatus.ProtoReflect.Descriptor instead.
 func (*ProfileAgentStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *ProfileAgentStatus) GetAgentId() string {
@@ -1335,6 +1594,27 @@ func (x *ProfileAgentStatus) GetRefusal() string {
 	return ""
 }
 
+func (x *ProfileAgentStatus) GetAssignedShadowVersion() uint64 {
+	if x != nil {
+		return x.AssignedShadowVersion
+	}
+	return 0
+}
+
+func (x *ProfileAgentStatus) GetShadowAssigned() bool {
+	if x != nil {
+		return x.ShadowAssigned
+	}
+	return false
+}
+
+func (x *ProfileAgentStatus) GetShadowRefusal() string {
+	if x != nil {
+		return x.ShadowRefusal
+	}
+	return ""
+}
+
 // GetProfileStatusResponse is a profile and its agents.
 type GetProfileStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
@@ -1346,7 +1626,7 @@ type GetProfileStatusResponse struct {
 
 func (x *GetProfileStatusResponse) Reset() {
 	*x = GetProfileStatusResponse{}
-	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1358,7 +1638,7 @@ func (x *GetProfileStatusResponse) String() string {
 func (*GetProfileStatusResponse) ProtoMessage() {}
 
 func (x *GetProfileStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_profiles_proto_msgTypes[19]
+	mi := &file_slackline_v1_profiles_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1371,7 +1651,7 @@ func (x *GetProfileStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetProfileStatusResponse.ProtoReflect.Descriptor instead.
 func (*GetProfileStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_profiles_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetProfileStatusResponse) GetProfile() *Profile {
@@ -1401,21 +1681,28 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"\rProfileChange\x12.\n" +
 	"\x04time\x18\x01 \x01(\v2\x1a.google.protobuf.TimestampR\x04time\x12\x0e\n" +
 	"\x02by\x18\x02 \x01(\tR\x02by\x12\x12\n" +
-	"\x04what\x18\x03 \x01(\tR\x04what\"\xbd\x02\n" +
+	"\x04what\x18\x03 \x01(\tR\x04what\"\xf9\x02\n" +
 	"\x14ProfileRolloutPolicy\x12\x14\n" +
 	"\x05waves\x18\x01 \x03(\x01R\x05waves\x12-\n" +
 	"\x04soak\x18\x02 \x01(\v2\x19.google.protobuf.DurationR\x04soak\x120\n" +
 	"\x14min_estimates_scored\x18\x03 \x01(\x04R\x12minEstimatesScored\x12/\n" +
 	"\x13violation_tolerance\x18\x04 \x01(\x01R\x12violationTolerance\x124\n" +
 	"\x16runqueue_p99_tolerance\x18\x05 \x01(\x01R\x14runqueueP99Tolerance\x12G\n" +
-	"\x12runqueue_p99_floor\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10runqueueP99Floor\"\xaf\x01\n" +
+	"\x12runqueue_p99_floor\x18\x06 \x01(\v2\x19.google.protobuf.DurationR\x10runqueueP99Floor\x12:\n" +
+	"\vshadow_soak\x18\a \x01(\v2\x19.google.protobuf.DurationR\n" +
+	"shadowSoak\"\xb4\x01\n" +
+	"\rProfilePaired\x12\x16\n" +
+	"\x06agents\x18\x01 \x01(\rR\x06agents\x122\n" +
+	"\x06shadow\x18\x02 \x01(\v2\x1a.slackline.v1.ProfileGroupR\x06shadow\x12.\n" +
+	"\x04live\x18\x03 \x01(\v2\x1a.slackline.v1.ProfileGroupR\x04live\x12'\n" +
+	"\x0fwithout_shadows\x18\x04 \x03(\tR\x0ewithoutShadows\"\xaf\x01\n" +
 	"\fProfileGroup\x12\x16\n" +
 	"\x06agents\x18\x01 \x01(\rR\x06agents\x12)\n" +
 	"\x10estimates_scored\x18\x02 \x01(\x04R\x0festimatesScored\x12\x1e\n" +
 	"\n" +
 	"violations\x18\x03 \x01(\x01R\n" +
 	"violations\x12<\n" +
-	"\frunqueue_p99\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vrunqueueP99\"\x97\x02\n" +
+	"\frunqueue_p99\x18\x04 \x01(\v2\x19.google.protobuf.DurationR\vrunqueueP99\"\xa8\x05\n" +
 	"\x13ProfileAgentSignals\x12\x1a\n" +
 	"\bhostname\x18\x01 \x01(\tR\bhostname\x12\x18\n" +
 	"\aprofile\x18\x02 \x01(\tR\aprofile\x12\x18\n" +
@@ -1425,7 +1712,17 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"\n" +
 	"violations\x18\x06 \x01(\x01R\n" +
 	"violations\x12<\n" +
-	"\frunqueue_p99\x18\a \x01(\v2\x19.google.protobuf.DurationR\vrunqueueP99\"\xee\x05\n" +
+	"\frunqueue_p99\x18\a \x01(\v2\x19.google.protobuf.DurationR\vrunqueueP99\x12\x1a\n" +
+	"\breported\x18\b \x01(\bR\breported\x12%\n" +
+	"\x0eshadow_capable\x18\t \x01(\bR\rshadowCapable\x12%\n" +
+	"\x0eshadow_profile\x18\n" +
+	" \x01(\tR\rshadowProfile\x12%\n" +
+	"\x0eshadow_version\x18\v \x01(\x04R\rshadowVersion\x126\n" +
+	"\x17shadow_estimates_scored\x18\f \x01(\x04R\x15shadowEstimatesScored\x12+\n" +
+	"\x11shadow_violations\x18\r \x01(\x01R\x10shadowViolations\x126\n" +
+	"\x17active_estimates_scored\x18\x0e \x01(\x04R\x15activeEstimatesScored\x12+\n" +
+	"\x11active_violations\x18\x0f \x01(\x01R\x10activeViolations\x124\n" +
+	"\x16shadow_refused_version\x18\x10 \x01(\x04R\x14shadowRefusedVersion\"\xcf\a\n" +
 	"\x0eProfileRollout\x12:\n" +
 	"\tcandidate\x18\x01 \x01(\v2\x1c.slackline.v1.ProfileVersionR\tcandidate\x128\n" +
 	"\bprevious\x18\x02 \x01(\v2\x1c.slackline.v1.ProfileVersionR\bprevious\x12:\n" +
@@ -1443,7 +1740,11 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"start_time\x18\f \x01(\v2\x1a.google.protobuf.TimestampR\tstartTime\x125\n" +
 	"\bend_time\x18\r \x01(\v2\x1a.google.protobuf.TimestampR\aendTime\x12\x0e\n" +
 	"\x02by\x18\x0e \x01(\tR\x02by\x12\x16\n" +
-	"\x06reason\x18\x0f \x01(\tR\x06reason\"\xe3\x02\n" +
+	"\x06reason\x18\x0f \x01(\tR\x06reason\x127\n" +
+	"\x05stage\x18\x10 \x01(\x0e2!.slackline.v1.ProfileRolloutStageR\x05stage\x12)\n" +
+	"\x10shadow_hostnames\x18\x11 \x03(\tR\x0fshadowHostnames\x123\n" +
+	"\x06paired\x18\x12 \x01(\v2\x1b.slackline.v1.ProfilePairedR\x06paired\x12F\n" +
+	"\x11shadow_start_time\x18\x13 \x01(\v2\x1a.google.protobuf.TimestampR\x0fshadowStartTime\"\xe3\x02\n" +
 	"\aProfile\x12\x12\n" +
 	"\x04name\x18\x01 \x01(\tR\x04name\x12?\n" +
 	"\bselector\x18\x02 \x03(\v2#.slackline.v1.Profile.SelectorEntryR\bselector\x124\n" +
@@ -1482,16 +1783,23 @@ const file_slackline_v1_profiles_proto_rawDesc = "" +
 	"\x14AbortRolloutResponse\x12/\n" +
 	"\aprofile\x18\x01 \x01(\v2\x15.slackline.v1.ProfileR\aprofile\"-\n" +
 	"\x17GetProfileStatusRequest\x12\x12\n" +
-	"\x04name\x18\x01 \x01(\tR\x04name\"\xcd\x01\n" +
+	"\x04name\x18\x01 \x01(\tR\x04name\"\xd5\x02\n" +
 	"\x12ProfileAgentStatus\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1a\n" +
 	"\bhostname\x18\x02 \x01(\tR\bhostname\x12)\n" +
 	"\x10assigned_version\x18\x03 \x01(\x04R\x0fassignedVersion\x12;\n" +
 	"\asignals\x18\x04 \x01(\v2!.slackline.v1.ProfileAgentSignalsR\asignals\x12\x18\n" +
-	"\arefusal\x18\x05 \x01(\tR\arefusal\"\x85\x01\n" +
+	"\arefusal\x18\x05 \x01(\tR\arefusal\x126\n" +
+	"\x17assigned_shadow_version\x18\x06 \x01(\x04R\x15assignedShadowVersion\x12'\n" +
+	"\x0fshadow_assigned\x18\a \x01(\bR\x0eshadowAssigned\x12%\n" +
+	"\x0eshadow_refusal\x18\b \x01(\tR\rshadowRefusal\"\x85\x01\n" +
 	"\x18GetProfileStatusResponse\x12/\n" +
 	"\aprofile\x18\x01 \x01(\v2\x15.slackline.v1.ProfileR\aprofile\x128\n" +
-	"\x06agents\x18\x02 \x03(\v2 .slackline.v1.ProfileAgentStatusR\x06agents*\xcd\x01\n" +
+	"\x06agents\x18\x02 \x03(\v2 .slackline.v1.ProfileAgentStatusR\x06agents*~\n" +
+	"\x13ProfileRolloutStage\x12%\n" +
+	"!PROFILE_ROLLOUT_STAGE_UNSPECIFIED\x10\x00\x12 \n" +
+	"\x1cPROFILE_ROLLOUT_STAGE_SHADOW\x10\x01\x12\x1e\n" +
+	"\x1aPROFILE_ROLLOUT_STAGE_LIVE\x10\x02*\xcd\x01\n" +
 	"\x13ProfileRolloutState\x12%\n" +
 	"!PROFILE_ROLLOUT_STATE_UNSPECIFIED\x10\x00\x12%\n" +
 	"!PROFILE_ROLLOUT_STATE_IN_PROGRESS\x10\x01\x12\x1e\n" +
@@ -1519,84 +1827,92 @@ func file_slackline_v1_profiles_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_profiles_proto_rawDescData
 }
 
-var file_slackline_v1_profiles_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_profiles_proto_msgTypes = make([]protoimpl.MessageInfo, 22)
+var file_slackline_v1_profiles_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
+var file_slackline_v1_profiles_proto_msgTypes = make([]protoimpl.MessageInfo, 23)
 var file_slackline_v1_profiles_proto_goTypes = []any{
-	(ProfileRolloutState)(0),         // 0: slackline.v1.ProfileRolloutState
-	(*ProfileVersion)(nil),           // 1: slackline.v1.ProfileVersion
-	(*ProfileChange)(nil),            // 2: slackline.v1.ProfileChange
-	(*ProfileRolloutPolicy)(nil),     // 3: slackline.v1.ProfileRolloutPolicy
-	(*ProfileGroup)(nil),             // 4: slackline.v1.ProfileGroup
-	(*ProfileAgentSignals)(nil),      // 5: slackline.v1.ProfileAgentSignals
-	(*ProfileRollout)(nil),           // 6: slackline.v1.ProfileRollout
-	(*Profile)(nil),                  // 7: slackline.v1.Profile
-	(*GetProfilesRequest)(nil),       // 8: slackline.v1.GetProfilesRequest
-	(*GetProfilesResponse)(nil),      // 9: slackline.v1.GetProfilesResponse
-	(*ApplyProfileRequest)(nil),      // 10: slackline.v1.ApplyProfileRequest
-	(*ApplyProfileResponse)(nil),     // 11: slackline.v1.ApplyProfileResponse
-	(*RolloutProfileRequest)(nil),    // 12: slackline.v1.RolloutProfileRequest
-	(*RolloutProfileResponse)(nil),   // 13: slackline.v1.RolloutProfileResponse
-	(*DeleteProfileRequest)(nil),     // 14: slackline.v1.DeleteProfileRequest
-	(*DeleteProfileResponse)(nil),    // 15: slackline.v1.DeleteProfileResponse
-	(*AbortRolloutRequest)(nil),      // 16: slackline.v1.AbortRolloutRequest
-	(*AbortRolloutResponse)(nil),     // 17: slackline.v1.AbortRolloutResponse
-	(*GetProfileStatusRequest)(nil),  // 18: slackline.v1.GetProfileStatusRequest
-	(*ProfileAgentStatus)(nil),       // 19: slackline.v1.ProfileAgentStatus
-	(*GetProfileStatusResponse)(nil), // 20: slackline.v1.GetProfileStatusResponse
-	nil,                              // 21: slackline.v1.Profile.SelectorEntry
-	nil,                              // 22: slackline.v1.ApplyProfileRequest.SelectorEntry
-	(*timestamppb.Timestamp)(nil),    // 23: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),      // 24: google.protobuf.Duration
+	(ProfileRolloutStage)(0),         // 0: slackline.v1.ProfileRolloutStage
+	(ProfileRolloutState)(0),         // 1: slackline.v1.ProfileRolloutState
+	(*ProfileVersion)(nil),           // 2: slackline.v1.ProfileVersion
+	(*ProfileChange)(nil),            // 3: slackline.v1.ProfileChange
+	(*ProfileRolloutPolicy)(nil),     // 4: slackline.v1.ProfileRolloutPolicy
+	(*ProfilePaired)(nil),            // 5: slackline.v1.ProfilePaired
+	(*ProfileGroup)(nil),             // 6: slackline.v1.ProfileGroup
+	(*ProfileAgentSignals)(nil),      // 7: slackline.v1.ProfileAgentSignals
+	(*ProfileRollout)(nil),           // 8: slackline.v1.ProfileRollout
+	(*Profile)(nil),                  // 9: slackline.v1.Profile
+	(*GetProfilesRequest)(nil),       // 10: slackline.v1.GetProfilesRequest
+	(*GetProfilesResponse)(nil),      // 11: slackline.v1.GetProfilesResponse
+	(*ApplyProfileRequest)(nil),      // 12: slackline.v1.ApplyProfileRequest
+	(*ApplyProfileResponse)(nil),     // 13: slackline.v1.ApplyProfileResponse
+	(*RolloutProfileRequest)(nil),    // 14: slackline.v1.RolloutProfileRequest
+	(*RolloutProfileResponse)(nil),   // 15: slackline.v1.RolloutProfileResponse
+	(*DeleteProfileRequest)(nil),     // 16: slackline.v1.DeleteProfileRequest
+	(*DeleteProfileResponse)(nil),    // 17: slackline.v1.DeleteProfileResponse
+	(*AbortRolloutRequest)(nil),      // 18: slackline.v1.AbortRolloutRequest
+	(*AbortRolloutResponse)(nil),     // 19: slackline.v1.AbortRolloutResponse
+	(*GetProfileStatusRequest)(nil),  // 20: slackline.v1.GetProfileStatusRequest
+	(*ProfileAgentStatus)(nil),       // 21: slackline.v1.ProfileAgentStatus
+	(*GetProfileStatusResponse)(nil), // 22: slackline.v1.GetProfileStatusResponse
+	nil,                              // 23: slackline.v1.Profile.SelectorEntry
+	nil,                              // 24: slackline.v1.ApplyProfileRequest.SelectorEntry
+	(*timestamppb.Timestamp)(nil),    // 25: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),      // 26: google.protobuf.Duration
 }
 var file_slackline_v1_profiles_proto_depIdxs = []int32{
-	23, // 0: slackline.v1.ProfileVersion.time:type_name -> google.protobuf.Timestamp
-	23, // 1: slackline.v1.ProfileChange.time:type_name -> google.protobuf.Timestamp
-	24, // 2: slackline.v1.ProfileRolloutPolicy.soak:type_name -> google.protobuf.Duration
-	24, // 3: slackline.v1.ProfileRolloutPolicy.runqueue_p99_floor:type_name -> google.protobuf.Duration
-	24, // 4: slackline.v1.ProfileGroup.runqueue_p99:type_name -> google.protobuf.Duration
-	24, // 5: slackline.v1.ProfileAgentSignals.runqueue_p99:type_name -> google.protobuf.Duration
-	1,  // 6: slackline.v1.ProfileRollout.candidate:type_name -> slackline.v1.ProfileVersion
-	1,  // 7: slackline.v1.ProfileRollout.previous:type_name -> slackline.v1.ProfileVersion
-	3,  // 8: slackline.v1.ProfileRollout.policy:type_name -> slackline.v1.ProfileRolloutPolicy
-	0,  // 9: slackline.v1.ProfileRollout.state:type_name -> slackline.v1.ProfileRolloutState
-	23, // 10: slackline.v1.ProfileRollout.wave_start_time:type_name -> google.protobuf.Timestamp
-	5,  // 11: slackline.v1.ProfileRollout.baseline:type_name -> slackline.v1.ProfileAgentSignals
-	4,  // 12: slackline.v1.ProfileRollout.reference:type_name -> slackline.v1.ProfileGroup
-	4,  // 13: slackline.v1.ProfileRollout.updated:type_name -> slackline.v1.ProfileGroup
-	4,  // 14: slackline.v1.ProfileRollout.others:type_name -> slackline.v1.ProfileGroup
-	23, // 15: slackline.v1.ProfileRollout.start_time:type_name -> google.protobuf.Timestamp
-	23, // 16: slackline.v1.ProfileRollout.end_time:type_name -> google.protobuf.Timestamp
-	21, // 17: slackline.v1.Profile.selector:type_name -> slackline.v1.Profile.SelectorEntry
-	1,  // 18: slackline.v1.Profile.stable:type_name -> slackline.v1.ProfileVersion
-	6,  // 19: slackline.v1.Profile.rollout:type_name -> slackline.v1.ProfileRollout
-	2,  // 20: slackline.v1.Profile.history:type_name -> slackline.v1.ProfileChange
-	7,  // 21: slackline.v1.GetProfilesResponse.profiles:type_name -> slackline.v1.Profile
-	22, // 22: slackline.v1.ApplyProfileRequest.selector:type_name -> slackline.v1.ApplyProfileRequest.SelectorEntry
-	7,  // 23: slackline.v1.ApplyProfileResponse.profile:type_name -> slackline.v1.Profile
-	3,  // 24: slackline.v1.RolloutProfileRequest.policy:type_name -> slackline.v1.ProfileRolloutPolicy
-	7,  // 25: slackline.v1.RolloutProfileResponse.profile:type_name -> slackline.v1.Profile
-	7,  // 26: slackline.v1.DeleteProfileResponse.profile:type_name -> slackline.v1.Profile
-	7,  // 27: slackline.v1.AbortRolloutResponse.profile:type_name -> slackline.v1.Profile
-	5,  // 28: slackline.v1.ProfileAgentStatus.signals:type_name -> slackline.v1.ProfileAgentSignals
-	7,  // 29: slackline.v1.GetProfileStatusResponse.profile:type_name -> slackline.v1.Profile
-	19, // 30: slackline.v1.GetProfileStatusResponse.agents:type_name -> slackline.v1.ProfileAgentStatus
-	8,  // 31: slackline.v1.ProfileService.GetProfiles:input_type -> slackline.v1.GetProfilesRequest
-	10, // 32: slackline.v1.ProfileService.ApplyProfile:input_type -> slackline.v1.ApplyProfileRequest
-	12, // 33: slackline.v1.ProfileService.RolloutProfile:input_type -> slackline.v1.RolloutProfileRequest
-	18, // 34: slackline.v1.ProfileService.GetProfileStatus:input_type -> slackline.v1.GetProfileStatusRequest
-	14, // 35: slackline.v1.ProfileService.DeleteProfile:input_type -> slackline.v1.DeleteProfileRequest
-	16, // 36: slackline.v1.ProfileService.AbortRollout:input_type -> slackline.v1.AbortRolloutRequest
-	9,  // 37: slackline.v1.ProfileService.GetProfiles:output_type -> slackline.v1.GetProfilesResponse
-	11, // 38: slackline.v1.ProfileService.ApplyProfile:output_type -> slackline.v1.ApplyProfileResponse
-	13, // 39: slackline.v1.ProfileService.RolloutProfile:output_type -> slackline.v1.RolloutProfileResponse
-	20, // 40: slackline.v1.ProfileService.GetProfileStatus:output_type -> slackline.v1.GetProfileStatusResponse
-	15, // 41: slackline.v1.ProfileService.DeleteProfile:output_type -> slackline.v1.DeleteProfileResponse
-	17, // 42: slackline.v1.ProfileService.AbortRollout:output_type -> slackline.v1.AbortRolloutResponse
-	37, // [37:43] is the sub-list for method output_type
-	31, // [31:37] is the sub-list for method input_type
-	31, // [31:31] is the sub-list for extension type_name
-	31, // [31:31] is the sub-list for extension extendee
-	0,  // [0:31] is the sub-list for field type_name
+	25, // 0: slackline.v1.ProfileVersion.time:type_name -> google.protobuf.Timestamp
+	25, // 1: slackline.v1.ProfileChange.time:type_name -> google.protobuf.Timestamp
+	26, // 2: slackline.v1.ProfileRolloutPolicy.soak:type_name -> google.protobuf.Duration
+	26, // 3: slackline.v1.ProfileRolloutPolicy.runqueue_p99_floor:type_name -> google.protobuf.Duration
+	26, // 4: slackline.v1.ProfileRolloutPolicy.shadow_soak:type_name -> google.protobuf.Duration
+	6,  // 5: slackline.v1.ProfilePaired.shadow:type_name -> slackline.v1.ProfileGroup
+	6,  // 6: slackline.v1.ProfilePaired.live:type_name -> slackline.v1.ProfileGroup
+	26, // 7: slackline.v1.ProfileGroup.runqueue_p99:type_name -> google.protobuf.Duration
+	26, // 8: slackline.v1.ProfileAgentSignals.runqueue_p99:type_name -> google.protobuf.Duration
+	2,  // 9: slackline.v1.ProfileRollout.candidate:type_name -> slackline.v1.ProfileVersion
+	2,  // 10: slackline.v1.ProfileRollout.previous:type_name -> slackline.v1.ProfileVersion
+	4,  // 11: slackline.v1.ProfileRollout.policy:type_name -> slackline.v1.ProfileRolloutPolicy
+	1,  // 12: slackline.v1.ProfileRollout.state:type_name -> slackline.v1.ProfileRolloutState
+	25, // 13: slackline.v1.ProfileRollout.wave_start_time:type_name -> google.protobuf.Timestamp
+	7,  // 14: slackline.v1.ProfileRollout.baseline:type_name -> slackline.v1.ProfileAgentSignals
+	6,  // 15: slackline.v1.ProfileRollout.reference:type_name -> slackline.v1.ProfileGroup
+	6,  // 16: slackline.v1.ProfileRollout.updated:type_name -> slackline.v1.ProfileGroup
+	6,  // 17: slackline.v1.ProfileRollout.others:type_name -> slackline.v1.ProfileGroup
+	25, // 18: slackline.v1.ProfileRollout.start_time:type_name -> google.protobuf.Timestamp
+	25, // 19: slackline.v1.ProfileRollout.end_time:type_name -> google.protobuf.Timestamp
+	0,  // 20: slackline.v1.ProfileRollout.stage:type_name -> slackline.v1.ProfileRolloutStage
+	5,  // 21: slackline.v1.ProfileRollout.paired:type_name -> slackline.v1.ProfilePaired
+	25, // 22: slackline.v1.ProfileRollout.shadow_start_time:type_name -> google.protobuf.Timestamp
+	23, // 23: slackline.v1.Profile.selector:type_name -> slackline.v1.Profile.SelectorEntry
+	2,  // 24: slackline.v1.Profile.stable:type_name -> slackline.v1.ProfileVersion
+	8,  // 25: slackline.v1.Profile.rollout:type_name -> slackline.v1.ProfileRollout
+	3,  // 26: slackline.v1.Profile.history:type_name -> slackline.v1.ProfileChange
+	9,  // 27: slackline.v1.GetProfilesResponse.profiles:type_name -> slackline.v1.Profile
+	24, // 28: slackline.v1.ApplyProfileRequest.selector:type_name -> slackline.v1.ApplyProfileRequest.SelectorEntry
+	9,  // 29: slackline.v1.ApplyProfileResponse.profile:type_name -> slackline.v1.Profile
+	4,  // 30: slackline.v1.RolloutProfileRequest.policy:type_name -> slackline.v1.ProfileRolloutPolicy
+	9,  // 31: slackline.v1.RolloutProfileResponse.profile:type_name -> slackline.v1.Profile
+	9,  // 32: slackline.v1.DeleteProfileResponse.profile:type_name -> slackline.v1.Profile
+	9,  // 33: slackline.v1.AbortRolloutResponse.profile:type_name -> slackline.v1.Profile
+	7,  // 34: slackline.v1.ProfileAgentStatus.signals:type_name -> slackline.v1.ProfileAgentSignals
+	9,  // 35: slackline.v1.GetProfileStatusResponse.profile:type_name -> slackline.v1.Profile
+	21, // 36: slackline.v1.GetProfileStatusResponse.agents:type_name -> slackline.v1.ProfileAgentStatus
+	10, // 37: slackline.v1.ProfileService.GetProfiles:input_type -> slackline.v1.GetProfilesRequest
+	12, // 38: slackline.v1.ProfileService.ApplyProfile:input_type -> slackline.v1.ApplyProfileRequest
+	14, // 39: slackline.v1.ProfileService.RolloutProfile:input_type -> slackline.v1.RolloutProfileRequest
+	20, // 40: slackline.v1.ProfileService.GetProfileStatus:input_type -> slackline.v1.GetProfileStatusRequest
+	16, // 41: slackline.v1.ProfileService.DeleteProfile:input_type -> slackline.v1.DeleteProfileRequest
+	18, // 42: slackline.v1.ProfileService.AbortRollout:input_type -> slackline.v1.AbortRolloutRequest
+	11, // 43: slackline.v1.ProfileService.GetProfiles:output_type -> slackline.v1.GetProfilesResponse
+	13, // 44: slackline.v1.ProfileService.ApplyProfile:output_type -> slackline.v1.ApplyProfileResponse
+	15, // 45: slackline.v1.ProfileService.RolloutProfile:output_type -> slackline.v1.RolloutProfileResponse
+	22, // 46: slackline.v1.ProfileService.GetProfileStatus:output_type -> slackline.v1.GetProfileStatusResponse
+	17, // 47: slackline.v1.ProfileService.DeleteProfile:output_type -> slackline.v1.DeleteProfileResponse
+	19, // 48: slackline.v1.ProfileService.AbortRollout:output_type -> slackline.v1.AbortRolloutResponse
+	43, // [43:49] is the sub-list for method output_type
+	37, // [37:43] is the sub-list for method input_type
+	37, // [37:37] is the sub-list for extension type_name
+	37, // [37:37] is the sub-list for extension extendee
+	0,  // [0:37] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_profiles_proto_init() }
@@ -1609,8 +1925,8 @@ func file_slackline_v1_profiles_proto_init() {
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_profiles_proto_rawDesc), len(file_slackline_v1_profiles_proto_rawDesc)),
-			NumEnums:      1,
-			NumMessages:   22,
+			NumEnums:      2,
+			NumMessages:   23,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
