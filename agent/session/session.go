@@ -391,6 +391,7 @@ func (s *Session) heartbeat(c *conn) {
 	}
 	interval := c.interval
 	silent := now.Sub(c.lastBeat)
+	allowed := time.Duration(silentIntervals+c.unconfirmed) * interval
 	if !c.ended {
 		c.beat.Reset(max(0, start.Add(interval).Sub(now)))
 	}
@@ -399,7 +400,7 @@ func (s *Session) heartbeat(c *conn) {
 	case err == nil:
 	case isSessionError(err):
 		c.cancel(fmt.Errorf("heartbeat: %w", err))
-	case silent >= time.Duration(silentIntervals+c.unconfirmed)*interval:
+	case silent >= allowed:
 		c.cancel(fmt.Errorf("no heartbeat got through for %v: %w", silent.Round(time.Millisecond), err))
 	case c.ctx.Err() == nil:
 		s.log.Debug("heartbeat failed", "agent_id", c.agentID, "error", err)
