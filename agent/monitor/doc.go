@@ -139,10 +139,12 @@
 // outside) shows within that. The PSI files are read at most every
 // refreshInterval (the kernel moves their averages every 2 s, so reading
 // them each pass bought nothing), and then only when the container ran
-// since their last read or that read found pressure (an average not 0);
+// since their last read or that read found recent pressure (a 10 s
+// average not 0);
 // otherwise every statRefreshInterval: a stall that grows while none of
 // the container's tasks runs (blocked on I/O, starved of CPU) shows
-// within 5 s. An idle container costs no read at all at most passes with eBPF,
+// within 5 s, and the 60 s and 300 s averages repeated so long are off by
+// at most 8% of their value. An idle container costs no read at all at most passes with eBPF,
 // one read per pass without. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when

@@ -56,13 +56,16 @@ type pressureRead struct {
 	cpu, memory, io *slacklinev1.Pressure
 }
 
-// quiet reports whether the read found no pressure in the last 5
-// minutes: every average of every file is 0 (a file the cgroup lacks
-// counts as quiet).
+// quiet reports whether the read found no recent pressure: every 10 s
+// average (some and full, of every file) is 0; a file the cgroup lacks
+// counts as quiet. The 60 s and 300 s averages are not asked: they take
+// minutes to decay to 0 after a container's start, and repeated for 5 s
+// they are off by at most 1 - exp(-5/60) = 8% of their value, less than
+// the 10 s average repeated for the 1 s between reads (1 - exp(-1/10) =
+// 10%).
 func (r *pressureRead) quiet() bool {
 	for _, p := range []*slacklinev1.Pressure{r.cpu, r.memory, r.io} {
-		if p.GetSomeAvg10() != 0 || p.GetSomeAvg60() != 0 || p.GetSomeAvg300() != 0 ||
-			p.GetFullAvg10() != 0 || p.GetFullAvg60() != 0 || p.GetFullAvg300() != 0 {
+		if p.GetSomeAvg10() != 0 || p.GetFullAvg10() != 0 {
 			return false
 		}
 	}
@@ -76,8 +79,9 @@ func (r *pressureRead) quiet() bool {
 // at least; never sooner than refreshInterval (1 s) after the last read
 // (the kernel moves the averages every 2 s); and in between only when the
 // container ran since (its CPU time moved: its stall totals may have
-// grown) or the last read's averages were not all 0 (they decay every
-// 2 s even when nothing else moves). An idle container without pressure
+// grown) or the last read's 10 s averages were not all 0 (they decay
+// every 2 s even when nothing else moves; see quiet). An idle container
+// without recent pressure
 // is read every 5 s instead of every second (#29): a stall that grows
 // while none of its tasks runs (a task blocked on I/O, or one starved of
 // CPU for seconds) shows within that.

@@ -94,8 +94,10 @@ func TestPSIReadDue(t *testing.T) {
 		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, true},
 		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10}, t0.Add(2 * time.Second), 10, false},
 		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
-		{"idle, memory full avg300", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg300: 0.01} }), t0.Add(refreshInterval), 10, true},
-		{"idle, io some avg60", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{SomeAvg60: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"idle, only the slow averages (quiet)", with(func(r *pressureRead) {
+			r.io = &slacklinev1.Pressure{SomeAvg60: 0.5, SomeAvg300: 0.2, FullAvg60: 0.1, FullAvg300: 0.05}
+		}), t0.Add(refreshInterval), 10, false},
 		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
 		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, false},
 	} {
@@ -143,7 +145,8 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 		if step.pressure {
 			avg = 1
 		}
-		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", avg, i*1_000_000)
+		// The slow averages do not count as recent pressure.
+		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=0.40 avg300=0.20 total=%d\nfull avg10=0.00 avg60=0.10 avg300=0.05 total=0\n", avg, i*1_000_000)
 		const none = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 		writeFiles(t, root, map[string]string{
 			rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
