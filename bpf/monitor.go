@@ -221,7 +221,7 @@ type Monitor struct {
 	// marks it changed (changed.go), and the marks. Bounded by the
 	// tracked set (MaxCgroups); entries go with Untrack and at full reads.
 	changed       *ebpf.Map
-	marks         *changedMarks
+	marks         *ChangedMarks
 	cache         map[uint64]cachedCounters
 	lastFull      time.Time
 	fullEvery     time.Duration // fullReadInterval; tests set it longer
@@ -304,7 +304,7 @@ func Load(cfg Config) (*Monitor, error) {
 		m.tracked.Close()
 		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
 	}
-	if m.marks, err = mapChanged(m.changed); err != nil {
+	if m.marks, err = MapChanged(m.changed); err != nil {
 		// Every ReadAll then reads every cgroup.
 		log.Warn("eBPF changed marks unavailable: every cgroup's counters are read at every pass", "err", err)
 		m.marks = nil
@@ -1016,7 +1016,7 @@ func (m *Monitor) Close() error {
 		if m.tracked != nil {
 			errs = append(errs, m.tracked.Close())
 		}
-		errs = append(errs, m.marks.close())
+		errs = append(errs, m.marks.Close())
 		m.marks = nil
 		if m.changed != nil {
 			errs = append(errs, m.changed.Close())
