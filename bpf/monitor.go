@@ -222,7 +222,7 @@ type Monitor struct {
 	// tracked set (MaxCgroups); entries go with Untrack and at full reads.
 	changed       *ebpf.Map
 	marks         *ChangedMarks
-	cache         map[uint64]cachedCounters
+	cache         map[uint64]*cachedCounters
 	lastFull      time.Time
 	fullEvery     time.Duration // fullReadInterval; tests set it longer
 	readIDs       []uint64
@@ -280,7 +280,7 @@ func Load(cfg Config) (*Monitor, error) {
 		events:     make(chan ThresholdEvent, 1024),
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
 		epochs:     map[uint64]uint32{},
-		cache:      map[uint64]cachedCounters{},
+		cache:      map[uint64]*cachedCounters{},
 		fullEvery:  fullReadInterval,
 	}
 
@@ -704,7 +704,11 @@ func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 		return fmt.Errorf("stats of every cgroup: %w", err)
 	}
 	for id, epoch := range m.epochs {
-		into[id] = m.assemble(id, epoch, m.cache[id])
+		c := m.cache[id]
+		if c == nil { // not read (cannot be after a refresh without error)
+			c = &cachedCounters{}
+		}
+		into[id] = m.assemble(id, epoch, c)
 	}
 	return nil
 }
@@ -763,7 +767,7 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	return m.assemble(cgroupID, epoch, cachedCounters{epoch: epoch, stats: sumCounters(perCPU), blk: blk}), nil
+	return m.assemble(cgroupID, epoch, &cachedCounters{epoch: epoch, stats: sumCounters(perCPU), blk: blk}), nil
 }
 
 // sumCounters adds up a cgroup_stats entry's values (one per CPU).
@@ -792,7 +796,7 @@ func sumCounters(perCPU []schedCgroupCounters) schedCgroupCounters {
 // cgroup_stats entry and block counters (read), plus the resident counters
 // CPUs keep for it, and whether one of its tasks holds a CPU, both read
 // from the CPUs' mapped states now. m.mu must be held.
-func (m *Monitor) assemble(cgroupID uint64, epoch uint32, read cachedCounters) CgroupStats {
+func (m *Monitor) assemble(cgroupID uint64, epoch uint32, read *cachedCounters) CgroupStats {
 	c, blk := read.stats, read.blk
 	running := false
 	if m.sched != nil {
