@@ -48,6 +48,7 @@ type estimateLoop struct {
 	monitor   *monitor.Monitor // nil without a monitor
 	network   *network.Network // nil without network QoS
 	cz        Containerizer
+	running   containerList // cz's containers, kept while unchanged
 	protect   []string
 	session   *session.Session
 	shadows   *shadowSet // nil without shadows
@@ -79,7 +80,7 @@ type estimateLoop struct {
 func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, net *network.Network) *estimateLoop {
 	l := &estimateLoop{
 		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
-		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, protect: cfg.ProtectCgroups, session: s,
+		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{estimator: l.name})
 	l.sampled = make(chan struct{}, 1)
@@ -267,7 +268,7 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		kept[id] = samples
 		return samples[:len(samples):len(samples)] // estimators may not append into the cache
 	}
-	for _, c := range l.cz.Containers() {
+	for _, c := range l.running.get() {
 		if c.Exit != nil {
 			continue
 		}

@@ -56,6 +56,11 @@ type monitorEBPF struct {
 	batched   bool
 	allTCP    map[uint64]netqos.TCPStats
 	tcpBatchd bool
+	// The last Stats answer's counters: the histograms it returns are
+	// slices of these, reused by the next call (the monitor copies what
+	// it keeps), so that a pass allocates none (#29).
+	last    bpf.CgroupStats
+	lastTCP netqos.TCPStats
 }
 
 // BeginPass reads every cgroup's counters for the pass's Stats calls.
@@ -80,15 +85,15 @@ func (a *monitorEBPF) BeginPass() error {
 
 // Stats returns a cgroup's counters in the monitor's terms.
 func (a *monitorEBPF) Stats(id uint64) (monitor.EBPFStats, error) {
-	var s bpf.CgroupStats
+	s := &a.last
 	if a.batched {
 		var ok bool
-		if s, ok = a.all[id]; !ok {
+		if *s, ok = a.all[id]; !ok {
 			return monitor.EBPFStats{}, fmt.Errorf("stats of cgroup %d: %w", id, bpf.ErrNotTracked)
 		}
 	} else {
 		var err error
-		if s, err = a.e.Stats(id); err != nil {
+		if *s, err = a.e.Stats(id); err != nil {
 			return monitor.EBPFStats{}, err
 		}
 	}
@@ -102,13 +107,13 @@ func (a *monitorEBPF) Stats(id uint64) (monitor.EBPFStats, error) {
 	if a.tcp == nil {
 		return out, nil
 	}
-	var t netqos.TCPStats
+	t := &a.lastTCP
 	var ok bool
 	if a.tcpBatchd {
-		t, ok = a.allTCP[id]
+		*t, ok = a.allTCP[id]
 	} else {
 		var err error
-		t, err = a.tcp.TCPStats(id)
+		*t, err = a.tcp.TCPStats(id)
 		ok = err == nil
 	}
 	if ok {

@@ -36,6 +36,7 @@ type qosLoop struct {
 	cpus        float64
 	bandwidth   float64 // the node's, Mbit/s; 0 unknown
 	cz          Containerizer
+	running     containerList    // cz's containers, kept while unchanged
 	monitor     *monitor.Monitor // nil without a monitor
 	ebpf        EBPF             // nil without eBPF
 	network     *network.Network // nil without network QoS
@@ -83,7 +84,7 @@ type qosLoop struct {
 func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
 	l := &qosLoop{
 		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
-		cz: cfg.Containerizer, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
+		cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
 		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{},
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slackline_qos_corrections_total",
@@ -242,7 +243,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		}
 		in.Containers = append(in.Containers, qc)
 	}
-	for _, c := range l.cz.Containers() {
+	for _, c := range l.running.get() {
 		if c.Exit != nil {
 			continue
 		}

@@ -221,8 +221,8 @@ type Monitor struct {
 	// marks it changed (changed.go), and the marks. Bounded by the
 	// tracked set (MaxCgroups); entries go with Untrack and at full reads.
 	changed       *ebpf.Map
-	marks         *changedMarks
-	cache         map[uint64]cachedCounters
+	marks         *ChangedMarks
+	cache         map[uint64]*cachedCounters
 	lastFull      time.Time
 	fullEvery     time.Duration // fullReadInterval; tests set it longer
 	readIDs       []uint64
@@ -280,7 +280,7 @@ func Load(cfg Config) (*Monitor, error) {
 		events:     make(chan ThresholdEvent, 1024),
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
 		epochs:     map[uint64]uint32{},
-		cache:      map[uint64]cachedCounters{},
+		cache:      map[uint64]*cachedCounters{},
 		fullEvery:  fullReadInterval,
 	}
 
@@ -304,7 +304,7 @@ func Load(cfg Config) (*Monitor, error) {
 		m.tracked.Close()
 		return nil, fmt.Errorf("load eBPF: create map: %w", classify(err))
 	}
-	if m.marks, err = mapChanged(m.changed); err != nil {
+	if m.marks, err = MapChanged(m.changed); err != nil {
 		// Every ReadAll then reads every cgroup.
 		log.Warn("eBPF changed marks unavailable: every cgroup's counters are read at every pass", "err", err)
 		m.marks = nil
@@ -704,7 +704,11 @@ func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 		return fmt.Errorf("stats of every cgroup: %w", err)
 	}
 	for id, epoch := range m.epochs {
-		into[id] = m.assemble(id, epoch, m.cache[id])
+		c := m.cache[id]
+		if c == nil { // not read (cannot be after a refresh without error)
+			c = &cachedCounters{}
+		}
+		into[id] = m.assemble(id, epoch, c)
 	}
 	return nil
 }
@@ -763,7 +767,7 @@ func (m *Monitor) read(cgroupID uint64, epoch uint32) (CgroupStats, error) {
 	if err != nil {
 		return CgroupStats{}, err
 	}
-	return m.assemble(cgroupID, epoch, cachedCounters{epoch: epoch, stats: sumCounters(perCPU), blk: blk}), nil
+	return m.assemble(cgroupID, epoch, &cachedCounters{epoch: epoch, stats: sumCounters(perCPU), blk: blk}), nil
 }
 
 // sumCounters adds up a cgroup_stats entry's values (one per CPU).
@@ -792,7 +796,7 @@ func sumCounters(perCPU []schedCgroupCounters) schedCgroupCounters {
 // cgroup_stats entry and block counters (read), plus the resident counters
 // CPUs keep for it, and whether one of its tasks holds a CPU, both read
 // from the CPUs' mapped states now. m.mu must be held.
-func (m *Monitor) assemble(cgroupID uint64, epoch uint32, read cachedCounters) CgroupStats {
+func (m *Monitor) assemble(cgroupID uint64, epoch uint32, read *cachedCounters) CgroupStats {
 	c, blk := read.stats, read.blk
 	running := false
 	if m.sched != nil {
@@ -1016,7 +1020,7 @@ func (m *Monitor) Close() error {
 		if m.tracked != nil {
 			errs = append(errs, m.tracked.Close())
 		}
-		errs = append(errs, m.marks.close())
+		errs = append(errs, m.marks.Close())
 		m.marks = nil
 		if m.changed != nil {
 			errs = append(errs, m.changed.Close())

@@ -220,6 +220,9 @@ type Containerizer struct {
 
 	mu         sync.Mutex
 	containers map[string]*container
+	// version counts the changes of what Containers returns (a container
+	// ready, ended or destroyed): ContainersVersion (#29).
+	version    uint64
 	dynamicIDs *dynamicIDs
 	// diskIO is what the host offers of disk I/O QoS (SetupIO).
 	diskIO DiskIOSupport
@@ -433,6 +436,17 @@ func (c *Containerizer) Mode() Mode { return Mode(c.layout.Mode) }
 // restart Recover delivers the Exit of an ended but not yet destroyed
 // container again: call Destroy once the Exit has been acted upon.
 func (c *Containerizer) Exits() <-chan Exit { return c.exits.out }
+
+// ContainersVersion returns a number that changes whenever Containers
+// may return something else (a container became ready, ended or was
+// destroyed): a caller that polls Containers can keep its last snapshot
+// while the version has not moved. Read the version before Containers, so
+// that a change in between is seen at the next call.
+func (c *Containerizer) ContainersVersion() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.version
+}
 
 // Containers returns a snapshot of every container not yet destroyed,
 // sorted by id; ended ones have Exit set.

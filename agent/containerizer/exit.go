@@ -51,6 +51,7 @@ func (c *Containerizer) deliver(ct *container, e Exit) {
 		return
 	}
 	ct.exit = &e
+	c.version++
 	close(ct.ended)
 	closed := c.closed
 	c.mu.Unlock()

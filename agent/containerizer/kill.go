@@ -104,6 +104,7 @@ func (c *Containerizer) Destroy(id string) error {
 	}
 	c.mu.Lock()
 	delete(c.containers, id)
+	c.version++
 	c.mu.Unlock()
 	c.log.Debug("containerizer: destroyed", "container", id)
 	return nil

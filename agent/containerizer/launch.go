@@ -218,6 +218,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	}
 	c.mu.Lock()
 	ct.ready = true
+	c.version++
 	snap := ct.snapshot()
 	c.mu.Unlock()
 	go func() {

@@ -100,6 +100,7 @@ func (c *Containerizer) Recover(ctx context.Context) ([]*Container, error) {
 		}
 		c.mu.Lock()
 		ct.ready = true
+		c.version++
 		c.mu.Unlock()
 	}
 	c.removeOrphans(ctx, known)

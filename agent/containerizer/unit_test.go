@@ -406,9 +406,19 @@ func TestRecoverDecisionsOnFakeTree(t *testing.T) {
 	if len(c.Containers()) != len(fixtures) {
 		t.Errorf("Containers() = %d, want the %d ended containers until Destroy", len(c.Containers()), len(fixtures))
 	}
+	// Every change of what Containers returns moves ContainersVersion.
+	version := c.ContainersVersion()
+	if version == 0 {
+		t.Error("ContainersVersion did not move while Recover readied containers")
+	}
 	for _, f := range fixtures {
 		if err := c.Destroy(f.id); err != nil {
 			t.Errorf("Destroy(%s): %v", f.id, err)
+		}
+		if v := c.ContainersVersion(); v == version {
+			t.Errorf("Destroy(%s): ContainersVersion did not move", f.id)
+		} else {
+			version = v
 		}
 		if _, err := os.Stat(filepath.Join(mnt, "cpu", cfg.CgroupRoot, "guaranteed", f.id)); !errors.Is(err, os.ErrNotExist) {
 			t.Errorf("%s: cgroup left after Destroy", f.id)

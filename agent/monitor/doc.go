@@ -136,9 +136,15 @@
 // s), so growth shows within it; its other memory files only when that
 // usage moved, or every statRefreshInterval (5 s): the split of an
 // unchanged usage (LRU ageing of its page cache, a limit changed from
-// outside) shows within that. The PSI files are read every refreshInterval: the
-// kernel moves their averages every 2 s, so reading them each pass bought
-// nothing. An idle container costs no read at all at most passes with eBPF,
+// outside) shows within that. The PSI files are read at most every
+// refreshInterval (the kernel moves their averages every 2 s, so reading
+// them each pass bought nothing), and then only when the container ran
+// since their last read or that read found recent pressure (a 10 s
+// average not 0);
+// otherwise every statRefreshInterval: a stall that grows while none of
+// the container's tasks runs (blocked on I/O, starved of CPU) shows
+// within 5 s, and the 60 s and 300 s averages repeated so long are off by
+// at most 8% of their value. An idle container costs no read at all at most passes with eBPF,
 // one read per pass without. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when

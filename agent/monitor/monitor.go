@@ -177,6 +177,7 @@ type Monitor struct {
 	scratch       *scratch
 	retired       []*container
 	published     []Usage   // reused by each pass for the observer
+	jobs          []job     // reused by each pass (under sampleMu)
 	prevNode      baseline  // for the node's CPU rate
 	nodeSampledAt time.Time // when the node was last sampled
 
@@ -361,7 +362,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	m.mu.Lock()
 	retired := m.retired
 	m.retired = nil
-	jobs := make([]job, 0, len(m.containers))
+	jobs := m.jobs[:0]
 	for _, c := range m.containers {
 		jobs = append(jobs, job{c: c, target: c.target})
 	}
@@ -425,6 +426,8 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	clear(published) // drop the Stats until the next pass
 	m.published = published
+	clear(jobs) // and the containers, targets and samples
+	m.jobs = jobs
 	return errors.Join(errs...)
 }
 

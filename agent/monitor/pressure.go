@@ -13,7 +13,7 @@ import (
 type pressureSampler struct {
 	unified         string
 	cpu, memory, io controlFile
-	last            pressureRead // repeated for refreshInterval
+	last            pressureRead // repeated while psiReadDue says so
 }
 
 func newPressureSampler(h *host, rel string) sampler {
@@ -26,10 +26,9 @@ func (p *pressureSampler) files() []*controlFile { return []*controlFile{&p.cpu,
 
 func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
-	// The averages move every 2 s (the kernel's PSI period): the last read
-	// is repeated for refreshInterval. Its messages are never modified, so
-	// successive samples may share them.
-	if l := p.last; l.valid && u.Time.After(l.at) && u.Time.Sub(l.at) < refreshInterval {
+	// The last read is repeated while psiReadDue says so. Its messages are
+	// never modified, so successive samples may share them.
+	if l := p.last; !psiReadDue(l, u.Time, st.CpusUsageSecs) {
 		st.CpuPressure, st.MemoryPressure, st.IoPressure = l.cpu, l.memory, l.io
 		return nil
 	}
@@ -44,7 +43,8 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	if st.IoPressure, err = p.read(s, &p.io); err != nil {
 		return err
 	}
-	p.last = pressureRead{valid: true, at: u.Time, cpu: st.CpuPressure, memory: st.MemoryPressure, io: st.IoPressure}
+	p.last = pressureRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs,
+		cpu: st.CpuPressure, memory: st.MemoryPressure, io: st.IoPressure}
 	return nil
 }
 
@@ -52,7 +52,51 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 type pressureRead struct {
 	valid           bool
 	at              time.Time
+	cpuSecs         float64 // the container's cpus_usage_secs then
 	cpu, memory, io *slacklinev1.Pressure
+}
+
+// quiet reports whether the read found no recent pressure: every 10 s
+// average (some and full, of every file) is 0; a file the cgroup lacks
+// counts as quiet. The 60 s and 300 s averages are not asked: they take
+// minutes to decay to 0 after a container's start, and repeated for 5 s
+// they are off by at most 1 - exp(-5/60) = 8% of their value, less than
+// the 10 s average repeated for the 1 s between reads (1 - exp(-1/10) =
+// 10%).
+func (r *pressureRead) quiet() bool {
+	for _, p := range []*slacklinev1.Pressure{r.cpu, r.memory, r.io} {
+		if p.GetSomeAvg10() != 0 || p.GetFullAvg10() != 0 {
+			return false
+		}
+	}
+	return true
+}
+
+// psiReadDue reports whether a container's PSI files must be read at now,
+// given their last read and the container's CPU time now (cpus_usage_secs,
+// read just before by the CPU sampler). They are read at the first
+// sample, when the clock went back, and every statRefreshInterval (5 s)
+// at least; never sooner than refreshInterval (1 s) after the last read
+// (the kernel moves the averages every 2 s); and in between only when the
+// container ran since (its CPU time moved: its stall totals may have
+// grown) or the last read's 10 s averages were not all 0 (they decay
+// every 2 s even when nothing else moves; see quiet). An idle container
+// without recent pressure
+// is read every 5 s instead of every second (#29): a stall that grows
+// while none of its tasks runs (a task blocked on I/O, or one starved of
+// CPU for seconds) shows within that.
+func psiReadDue(last pressureRead, now time.Time, cpuSecs float64) bool {
+	if !last.valid || !now.After(last.at) {
+		return true
+	}
+	age := now.Sub(last.at)
+	switch {
+	case age < refreshInterval:
+		return false
+	case age >= statRefreshInterval:
+		return true
+	}
+	return cpuSecs != last.cpuSecs || !last.quiet()
 }
 
 // read returns the pressure in f, nil if the cgroup has no such file.

@@ -5,6 +5,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // TestSlowFiguresRefresh: a container that has not run since its memory
@@ -59,6 +61,105 @@ func TestSlowFiguresRefresh(t *testing.T) {
 		}
 		if got := u.Stats.GetCpusUsageSecs(); got != float64(usage)/1e6 {
 			t.Errorf("pass %d: cpu %v s, want %v (read every pass)", i, got, float64(usage)/1e6)
+		}
+	}
+}
+
+// TestPSIReadDue: the PSI files are read at most every refreshInterval,
+// at least every statRefreshInterval, and in between only when the
+// container ran since the last read or that read found pressure.
+func TestPSIReadDue(t *testing.T) {
+	t.Parallel()
+	quiet := &slacklinev1.Pressure{SomeTotalSecs: 3, FullTotalSecs: 1} // totals, but no recent pressure
+	read := pressureRead{valid: true, at: t0, cpuSecs: 10, cpu: quiet, memory: quiet, io: quiet}
+	with := func(f func(*pressureRead)) pressureRead {
+		r := read
+		f(&r)
+		return r
+	}
+	for _, tc := range []struct {
+		name    string
+		last    pressureRead
+		now     time.Time
+		cpuSecs float64
+		want    bool
+	}{
+		{"never read", pressureRead{}, t0, 10, true},
+		{"clock went back", read, t0.Add(-time.Millisecond), 10, true},
+		{"same time", read, t0, 10, true},
+		{"ran, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 11, false},
+		{"idle and quiet at refreshInterval", read, t0.Add(refreshInterval), 10, false},
+		{"idle and quiet, just under statRefreshInterval", read, t0.Add(statRefreshInterval - time.Nanosecond), 10, false},
+		{"idle and quiet at statRefreshInterval", read, t0.Add(statRefreshInterval), 10, true},
+		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, true},
+		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10}, t0.Add(2 * time.Second), 10, false},
+		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"idle, only the slow averages (quiet)", with(func(r *pressureRead) {
+			r.io = &slacklinev1.Pressure{SomeAvg60: 0.5, SomeAvg300: 0.2, FullAvg60: 0.1, FullAvg300: 0.05}
+		}), t0.Add(refreshInterval), 10, false},
+		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, false},
+	} {
+		if got := psiReadDue(tc.last, tc.now, tc.cpuSecs); got != tc.want {
+			t.Errorf("%s: psiReadDue = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
+// TestIdleQuietPSIRefresh: an idle container without pressure has its PSI
+// files read every statRefreshInterval, not every refreshInterval; a run
+// or pressure found brings back the read every refreshInterval.
+func TestIdleQuietPSIRefresh(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newTestMonitor(t, "v2", dir, nil, 100)
+	root := filepath.Join(dir, "cgroup")
+	rel := "slackline/c1"
+	v2Container(t, root, rel, 1_000_000)
+	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	usage := uint64(1_000_000)
+	// Before pass i the PSI files say total i seconds, with avg10 1 when
+	// pressure is set: what a pass shows tells which pass last read them.
+	for i, step := range []struct {
+		at       time.Duration
+		ran      bool // the container's CPU time grows before the pass
+		pressure bool // avg10 is 1 before the pass
+		psiRead  int  // the pass whose PSI files it shows
+	}{
+		{0, false, false, 0},                       // first pass: read
+		{1000 * time.Millisecond, false, false, 0}, // idle, quiet: repeated
+		{4900 * time.Millisecond, false, false, 0}, // still under statRefreshInterval
+		{5000 * time.Millisecond, false, true, 3},  // statRefreshInterval: read, finds pressure
+		{6000 * time.Millisecond, false, false, 4}, // pressure at the last read: read every second
+		{6500 * time.Millisecond, false, false, 4}, // under refreshInterval: repeated
+		{6900 * time.Millisecond, true, false, 4},  // ran, under refreshInterval of the last read
+		{7000 * time.Millisecond, false, false, 7}, // ran since the last read: read
+		{8000 * time.Millisecond, false, false, 7}, // idle and quiet: repeated
+		{9000 * time.Millisecond, true, false, 9},  // ran: read
+	} {
+		if step.ran {
+			usage += 50_000
+		}
+		avg := 0.0
+		if step.pressure {
+			avg = 1
+		}
+		// The slow averages do not count as recent pressure.
+		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=0.40 avg300=0.20 total=%d\nfull avg10=0.00 avg60=0.10 avg300=0.05 total=0\n", avg, i*1_000_000)
+		const none = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+		writeFiles(t, root, map[string]string{
+			rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
+			rel + "/cpu.pressure":    cpuPSI,
+			rel + "/memory.pressure": none,
+			rel + "/io.pressure":     none,
+		})
+		if err := m.Sample(t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := m.Latest("c1")
+		if got, want := u.Stats.GetCpuPressure().GetSomeTotalSecs(), float64(step.psiRead); got != want {
+			t.Errorf("pass %d at %v: cpu PSI total %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
 		}
 	}
 }

@@ -28,7 +28,13 @@
 //     retransmitted skbs per socket cgroup, for every socket.
 //
 // Counters exist only for watched cgroups (Watch creates their entry,
-// Unwatch deletes it); the programs only look up.
+// Unwatch deletes it); the programs only look up. After adding to a
+// cgroup's counters both programs set its flag in tcp_changed (changed
+// marks, as package bpf's), and ReadAllTCP looks up only the marked
+// cgroups, reusing what it read of the others, with every watched cgroup
+// read at least once a second: an idle cgroup costs no system call, where
+// each call walked the whole counters map (every bucket of MaxCgroups).
+// ReadCounts says how it read.
 //
 // # Lifecycle and ownership
 //

@@ -62,6 +62,37 @@ struct {
 	__type(value, struct tcp_counters);
 } tcp_stats SEC(".maps");
 
+// Changed marks (#29), as package bpf's (common.h): a program that adds to
+// a cgroup's tcp_stats then sets the cgroup's flag in tcp_changed, so that
+// user space looks up only the cgroups whose counters moved. The flag is
+// picked by the same multiplicative hash (bpf.ChangedMarks).
+#define CHANGED_FLAGS 4096 // a power of two
+#define CHANGED_SHIFT 52   // 64 - log2(CHANGED_FLAGS)
+
+struct changed_flags {
+	__u8 flag[CHANGED_FLAGS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(map_flags, BPF_F_MMAPABLE);
+	__uint(max_entries, 1);
+	__type(key, __u32);
+	__type(value, struct changed_flags);
+} tcp_changed SEC(".maps");
+
+// mark_changed sets the cgroup's flag, after its counters were written.
+static __always_inline void mark_changed(__u64 cgroup)
+{
+	__u32 zero = 0;
+	struct changed_flags *f = bpf_map_lookup_elem(&tcp_changed, &zero);
+	if (!f)
+		return;
+	__u32 i = (__u32)((cgroup * 0x9E3779B97F4A7C15ULL) >> CHANGED_SHIFT) & (CHANGED_FLAGS - 1);
+	if (!f->flag[i])
+		f->flag[i] = 1;
+}
+
 // classify is a direct-action cls_bpf program on the agent's HTB qdisc,
 // whose filter carries the qdisc's major as classid: a packet of a cgroup
 // with a class goes to that class, a packet of another
@@ -162,6 +193,7 @@ int tcp_rtt(struct bpf_sock_ops *ops)
 	__sync_fetch_and_add(&c->rtt_hist[bucket], 1);
 	__sync_fetch_and_add(&c->rtt_count, 1);
 	__sync_fetch_and_add(&c->rtt_sum_us, rtt_us);
+	mark_changed(cgroup);
 	return 1;
 }
 
@@ -170,8 +202,10 @@ int BPF_PROG(tcp_retransmit, const struct sock *sk, const struct sk_buff *skb)
 {
 	__u64 cgroup = sock_cgroup(sk);
 	struct tcp_counters *c = bpf_map_lookup_elem(&tcp_stats, &cgroup);
-	if (c)
+	if (c) {
 		__sync_fetch_and_add(&c->retransmits, 1);
+		mark_changed(cgroup);
+	}
 	return 0;
 }
 

@@ -76,6 +76,7 @@ type Programs struct {
 	classes *ebpf.Map // v2 cgroup id -> class id
 	config  *ebpf.Map // classify_config
 	tcp     *ebpf.Map // v2 cgroup id -> per-CPU tcp_counters
+	changed *ebpf.Map // tcp_changed: the changed marks (changed.go)
 
 	classify *ebpf.Program            // nil when it could not be loaded
 	programs map[string]*ebpf.Program // attach point -> loaded program
@@ -88,6 +89,15 @@ type Programs struct {
 	batchValues []netqosTcpCounters // len(batchKeys) * ncpu
 	batchSize   int
 	noBatch     bool
+	// The changed marks (nil: unmapped, every pass reads everything), the
+	// last counters read of each watched cgroup, when every one was last
+	// read, the plan's buffer and the read counts, under mu.
+	marks     *bpf.ChangedMarks
+	cache     map[uint64]TCPStats
+	lastFull  time.Time
+	fullEvery time.Duration // fullTCPReadInterval; tests lengthen it
+	readIDs   []uint64
+	reads     bpf.ReadCounts
 
 	closeOnce sync.Once
 }
@@ -117,16 +127,21 @@ func Load(cfg Config) (*Programs, error) {
 	}
 	spec.Maps["classes"].MaxEntries = uint32(maxCgroups)
 	spec.Maps["tcp_stats"].MaxEntries = uint32(maxCgroups)
-	p := &Programs{log: log, ncpu: ncpu, programs: map[string]*ebpf.Program{}, watched: map[uint64]bool{}}
+	p := &Programs{log: log, ncpu: ncpu, programs: map[string]*ebpf.Program{}, watched: map[uint64]bool{},
+		cache: map[uint64]TCPStats{}, fullEvery: fullTCPReadInterval}
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
-	}{{"classes", &p.classes}, {"classify_cfg", &p.config}, {"tcp_stats", &p.tcp}} {
+	}{{"classes", &p.classes}, {"classify_cfg", &p.config}, {"tcp_stats", &p.tcp}, {"tcp_changed", &p.changed}} {
 		if *m.dst, err = ebpf.NewMap(spec.Maps[m.name]); err != nil {
 			return nil, errors.Join(fmt.Errorf("load network QoS programs: create map %s: %w", m.name, bpf.Classify(err)), p.Close())
 		}
 	}
-	maps := map[string]*ebpf.Map{"classes": p.classes, "classify_cfg": p.config, "tcp_stats": p.tcp}
+	if p.marks, err = bpf.MapChanged(p.changed); err != nil {
+		log.Warn("network QoS: TCP changed marks unavailable: every read looks up every watched cgroup", "err", err)
+		p.marks = nil
+	}
+	maps := map[string]*ebpf.Map{"classes": p.classes, "classify_cfg": p.config, "tcp_stats": p.tcp, "tcp_changed": p.changed}
 
 	var failures []error
 	fail := func(what string, err error) {
@@ -290,6 +305,7 @@ func (p *Programs) Unwatch(cgroupID uint64) error {
 		return fmt.Errorf("unwatch cgroup %d: %w", cgroupID, bpf.ErrNotTracked)
 	}
 	delete(p.watched, cgroupID)
+	delete(p.cache, cgroupID)
 	if err := p.tcp.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unwatch cgroup %d: %w", cgroupID, err)
 	}
@@ -316,31 +332,24 @@ func (p *Programs) TCPStats(cgroupID uint64) (TCPStats, error) {
 const tcpBatch = 128
 
 // ReadAllTCP replaces into's contents with the counters of every watched
-// cgroup, as TCPStats returns them, read with batch lookups (one system
-// call per tcpBatch cgroups), or one lookup per cgroup on kernels without
-// batch operations.
+// cgroup, as TCPStats returns them. It looks up only the cgroups the
+// programs marked changed since the last call (and those watched since),
+// reusing what it read of the others, and reads every one at least every
+// fullTCPReadInterval (changed.go): with batch lookups (one system call
+// per tcpBatch cgroups) when many need reading, else one lookup per
+// cgroup, as on kernels without batch operations.
 func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
 	clear(into)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if !p.noBatch {
-		err := p.readBatch(into)
-		if err == nil {
-			return nil
-		}
-		clear(into)
-		if !errors.Is(err, ebpf.ErrNotSupported) {
-			return fmt.Errorf("tcp stats of every cgroup: %w", err)
-		}
-		p.noBatch = true
+	if err := p.refreshTCP(time.Now()); err != nil {
+		// Read afresh next time.
+		clear(p.cache)
+		p.lastFull = time.Time{}
+		return fmt.Errorf("tcp stats of every cgroup: %w", err)
 	}
 	for id := range p.watched {
-		var perCPU []netqosTcpCounters
-		if err := p.tcp.Lookup(id, &perCPU); err != nil {
-			clear(into)
-			return fmt.Errorf("tcp stats of cgroup %d: %w", id, err)
-		}
-		into[id] = sumTCP(perCPU)
+		into[id] = p.cache[id]
 	}
 	return nil
 }
@@ -428,7 +437,11 @@ func (p *Programs) Close() error {
 		for _, prog := range p.programs {
 			errs = append(errs, prog.Close())
 		}
-		for _, m := range []*ebpf.Map{p.classes, p.config, p.tcp} {
+		p.mu.Lock() // not while ReadAllTCP reads the marks
+		errs = append(errs, p.marks.Close())
+		p.marks = nil
+		p.mu.Unlock()
+		for _, m := range []*ebpf.Map{p.classes, p.config, p.tcp, p.changed} {
 			if m != nil {
 				errs = append(errs, m.Close())
 			}

@@ -13,6 +13,11 @@ import (
 	"github.com/cilium/ebpf"
 )
 
+type netqosChangedFlags struct {
+	_    structs.HostLayout
+	Flag [4096]uint8
+}
+
 type netqosClassifyConfig struct {
 	_              structs.HostLayout
 	RevocableRoot  uint64
@@ -34,6 +39,7 @@ type netqosTcpCounters struct {
 const (
 	netqosMapClasses        = "classes"
 	netqosMapClassifyCfg    = "classify_cfg"
+	netqosMapTcpChanged     = "tcp_changed"
 	netqosMapTcpStats       = "tcp_stats"
 	netqosProgClassify      = "classify"
 	netqosProgTcpRetransmit = "tcp_retransmit"
@@ -93,6 +99,7 @@ type netqosProgramSpecs struct {
 type netqosMapSpecs struct {
 	Classes     *ebpf.MapSpec `ebpf:"classes"`
 	ClassifyCfg *ebpf.MapSpec `ebpf:"classify_cfg"`
+	TcpChanged  *ebpf.MapSpec `ebpf:"tcp_changed"`
 	TcpStats    *ebpf.MapSpec `ebpf:"tcp_stats"`
 }
 
@@ -124,6 +131,7 @@ func (o *netqosObjects) Close() error {
 type netqosMaps struct {
 	Classes     *ebpf.Map `ebpf:"classes"`
 	ClassifyCfg *ebpf.Map `ebpf:"classify_cfg"`
+	TcpChanged  *ebpf.Map `ebpf:"tcp_changed"`
 	TcpStats    *ebpf.Map `ebpf:"tcp_stats"`
 }
 
@@ -131,6 +139,7 @@ func (m *netqosMaps) Close() error {
 	return _NetqosClose(
 		m.Classes,
 		m.ClassifyCfg,
+		m.TcpChanged,
 		m.TcpStats,
 	)
 }

@@ -153,6 +153,9 @@ func TestTCPSignals(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// No full read after the first: whatever ReadAllTCP finds later the
+	// programs' changed marks asked for.
+	netqos.SetFullReadInterval(progs, time.Hour)
 	all := map[uint64]netqos.TCPStats{7: {}} // replaced
 	if err := progs.ReadAllTCP(all); err != nil || len(all) != 1 || all[id] != idle0 {
 		t.Fatalf("ReadAllTCP = %v, %v; want only cgroup %d's %+v", all, err, id, idle0)
@@ -222,6 +225,16 @@ func TestTCPSignals(t *testing.T) {
 	})
 	if busy1.Retransmits == 0 {
 		t.Error("no retransmission counted while the far end's queue overflowed")
+	}
+	// The marks: a read after the traffic finds it (not the idle counters
+	// it read first), without a full read.
+	counts := progs.ReadCounts()
+	if err := progs.ReadAllTCP(all); err != nil || all[id].RTTCount < busy1.RTTCount || all[id].Retransmits < busy1.Retransmits {
+		t.Errorf("ReadAllTCP after the traffic = %+v, %v; want at least %d RTT samples and %d retransmissions (the changed marks missed them)",
+			all[id], err, busy1.RTTCount, busy1.Retransmits)
+	}
+	if after := progs.ReadCounts(); after.Full != counts.Full || after.LookedUp != counts.LookedUp+1 {
+		t.Errorf("read counts %+v -> %+v: want one lookup, no full read", counts, after)
 	}
 	var inHistogram uint64
 	for _, n := range busy1.RTT {

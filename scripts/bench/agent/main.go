@@ -7,7 +7,8 @@
 //	sudo go run ./scripts/bench/agent --trials 100 --running 50
 //
 // --perf FILE then records the agent's CPU profile with perf for another
-// window (perf report -i FILE --no-children shows where its CPU goes).
+// window (perf report -i FILE --no-children shows where its CPU goes);
+// --perf-idle FILE does the same for the idle agent.
 package main
 
 import (
@@ -42,6 +43,7 @@ func run() error {
 	running := flag.Int("running", 50, "tasks kept running for the resource figures")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window")
 	perfOut := flag.String("perf", "", "after the busy measurement, record the agent with perf (call graphs) for another window into this file (read it with perf report -i FILE)")
+	perfIdle := flag.String("perf-idle", "", "after the idle measurement, record the idle agent with perf for another window into this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (the agent creates cgroups)")
@@ -101,6 +103,9 @@ func run() error {
 	time.Sleep(2 * time.Second)
 	idleCPU, idleRSS := measure(agentPid, *window)
 	fmt.Printf("agent idle: CPU %.4f cores, RSS %.1f MiB\n", idleCPU, idleRSS)
+	if err := record(*perfIdle, agentPid, *window); err != nil {
+		return err
+	}
 
 	need := resources.MustParse("cpus:0.1;mem:16")
 	var latencies []time.Duration
@@ -134,18 +139,28 @@ func run() error {
 	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
 	busyCPU, busyRSS := measure(agentPid, *window)
 	fmt.Printf("agent with %d tasks running: CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), busyCPU, busyRSS)
-	if *perfOut != "" {
-		// A window of its own, so that perf's sampling does not weigh on the figure above.
-		rec := exec.Command("perf", "record", "-q", "-g", "-F", "997", "-o", *perfOut, "-p", fmt.Sprint(agentPid), "--", "sleep", fmt.Sprint(window.Seconds()))
-		rec.Stdout, rec.Stderr = os.Stdout, os.Stderr
-		if err := rec.Run(); err != nil {
-			return fmt.Errorf("perf record: %w", err)
-		}
+	if err := record(*perfOut, agentPid, *window); err != nil {
+		return err
 	}
 	cancel()
 	// Tasks outlive their agent by design: kill them and remove the cgroups.
 	procs[1].Process.Kill()
 	cgrouptest.RemoveRoot(root)
+	return nil
+}
+
+// record records pid's CPU profile with perf (call graphs) for window into
+// out; nothing when out is empty. It takes a window of its own, so that
+// perf's sampling does not weigh on the figures measured before it.
+func record(out string, pid int, window time.Duration) error {
+	if out == "" {
+		return nil
+	}
+	rec := exec.Command("perf", "record", "-q", "-g", "-F", "997", "-o", out, "-p", fmt.Sprint(pid), "--", "sleep", fmt.Sprint(window.Seconds()))
+	rec.Stdout, rec.Stderr = os.Stdout, os.Stderr
+	if err := rec.Run(); err != nil {
+		return fmt.Errorf("perf record: %w", err)
+	}
 	return nil
 }
 
