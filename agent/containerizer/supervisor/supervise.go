@@ -346,10 +346,10 @@ func joinCgroup(files []string, pid int) error {
 }
 
 // execShim runs inside the task's future process, as root: born in the
-// task's v2 cgroup (or moved there by the supervisor, which says when on
-// fd 5: "ok", else why not), it moves its locked thread into the task's v1
-// cgroups (Cgroup.joinThread), so the task is in all of them before the
-// user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
+// task's v1 cgroups and its v2 cgroup (StartInCgroups; or moved into the
+// v2 one by the supervisor, which says when on fd 5: "ok", else why not),
+// so the task is in all of them before the user's command starts, it
+// enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
 // mount and IPC namespaces: it is their pid 1) it mounts the task's
