@@ -160,3 +160,14 @@ func onDisposableThread(fn func()) {
 	}()
 	<-done
 }
+
+// inV2Cgroup reports whether the v2 cgroup directory dir (under the v2
+// tree mounted at unifiedMount) is own, a process's cgroup as
+// /proc/self/cgroup names it.
+func inV2Cgroup(dir, unifiedMount, own string) bool {
+	mount := strings.TrimSuffix(unifiedMount, "/")
+	if unifiedMount == "" || !strings.HasPrefix(dir+"/", mount+"/") {
+		return false
+	}
+	return "/"+strings.TrimPrefix(strings.TrimPrefix(dir, mount), "/") == own
+}
