@@ -125,7 +125,9 @@
 // error fails Launch, appended to the sandbox's stderr.
 //
 // Exec runs a command as the task runs: the supervisor binary's "supervise
-// enter <state-dir>" helper joins the container's cgroups, opens a pidfd
+// enter <state-dir>" helper, born in the container's cgroups as the shim
+// is (supervisor.StartInCgroups; it joins any it could not be born in),
+// opens a pidfd
 // of the task's main process (checked against its recorded start time),
 // unshares its file-system context and setns()es, on one locked thread,
 // into the task's mount, PID, IPC, network, UTS and cgroup namespaces
