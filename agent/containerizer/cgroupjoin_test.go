@@ -3,13 +3,16 @@ package containerizer
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/agent/containerizer/supervisor"
 )
 
 // cgroupDirs returns every directory of p: the v2 one and each v1
@@ -116,12 +119,13 @@ func peakMemory(t *testing.T, dir string) int64 {
 }
 
 // TestTaskTreeInEveryCgroup: the shim is born in the task's v2 cgroup
-// (CLONE_INTO_CGROUP) and moves the thread that execs or forks the task
-// into the v1 ones itself; every thread of the task and of what it forks
-// is in every cgroup of the container (v1 hierarchies and the v2 tree)
-// from its start, memory its children use is charged to the container's
-// memory cgroup, and the task's init and the supervisor end up wholly in
-// theirs (they join the rest of their v1 cgroups after the report).
+// (CLONE_INTO_CGROUP) and in its v1 ones (forked from a thread of the
+// supervisor that joined them: StartInCgroups); every thread of the task
+// and of what it forks is in every cgroup of the container (v1
+// hierarchies and the v2 tree) from its start, memory its children use
+// is charged to the container's memory cgroup, and the task's init is
+// wholly in them, and the supervisor wholly in its own, once Launch
+// returned: neither moves after the report.
 func TestTaskTreeInEveryCgroup(t *testing.T) {
 	for _, tt := range []struct {
 		name string
@@ -171,7 +175,9 @@ func TestTaskTreeInEveryCgroup(t *testing.T) {
 				}
 			}
 			if init != 0 {
-				eventually(t, "every thread of the init in every cgroup", func() bool { return len(outside(t, init, dirs)) == 0 })
+				for _, m := range outside(t, init, dirs) {
+					t.Error("the init: " + m)
+				}
 			}
 			if paths.Memory != "" || c.Mode() != ModeHybrid {
 				memDir := paths.Memory
@@ -182,9 +188,51 @@ func TestTaskTreeInEveryCgroup(t *testing.T) {
 					t.Errorf("peak memory of %s = %d, want at least the %d bytes the task's child wrote", memDir, peak, size)
 				}
 			}
-			eventually(t, "the supervisor in every cgroup of its own", func() bool {
-				return len(outside(t, supervisorPid, cgroupDirs(c.supervisors))) == 0
-			})
+			for _, m := range outside(t, supervisorPid, cgroupDirs(c.supervisors)) {
+				t.Error("the supervisor: " + m)
+			}
 		})
 	}
+}
+
+// TestStartInCgroupsBornInV1: supervisor.StartInCgroups starts a process
+// that is in every cgroup it is given (the v1 hierarchies of hybrid hosts
+// included) when Start returns, before anyone could move it, and leaves
+// none of the caller's threads in them (the thread that forked it
+// ended). supervisor.StartInCgroup, v2 alone, fails the first check on a
+// hybrid host.
+func TestStartInCgroupsBornInV1(t *testing.T) {
+	cfg := testConfig(t)
+	c := newTest(t, cfg)
+	if c.Mode() != ModeHybrid {
+		t.Log("not a hybrid host: only the v2 cgroup is checked")
+	}
+	c.closeWarm() // only the process started here in the supervisors' cgroups
+	dirs := cgroupDirs(c.supervisors)
+	for range 5 {
+		cmd, born, err := supervisor.StartInCgroups(func() *exec.Cmd {
+			cmd := exec.Command("sleep", "1000")
+			cmd.SysProcAttr = &syscall.SysProcAttr{}
+			return cmd
+		}, supervisorCgroup(c.supervisors))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range outside(t, cmd.Process.Pid, dirs) {
+			t.Errorf("born %v: %s", born, m)
+		}
+		_ = cmd.Process.Kill()
+		_ = cmd.Wait()
+	}
+	self := threadsOf(t, os.Getpid())
+	eventually(t, "none of the test's threads in the supervisors' cgroups", func() bool {
+		for _, d := range dirs {
+			for _, tid := range membersOf(t, d) {
+				if slices.Contains(self, tid) || tid == os.Getpid() {
+					return false
+				}
+			}
+		}
+		return true
+	})
 }

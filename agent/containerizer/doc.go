@@ -125,7 +125,9 @@
 // error fails Launch, appended to the sandbox's stderr.
 //
 // Exec runs a command as the task runs: the supervisor binary's "supervise
-// enter <state-dir>" helper joins the container's cgroups, opens a pidfd
+// enter <state-dir>" helper, born in the container's cgroups as the shim
+// is (supervisor.StartInCgroups; it joins any it could not be born in),
+// opens a pidfd
 // of the task's main process (checked against its recorded start time),
 // unshares its file-system context and setns()es, on one locked thread,
 // into the task's mount, PID, IPC, network, UTS and cgroup namespaces
@@ -150,25 +152,29 @@
 // /proc/self/exe) in a new session, cloned into new PID, mount and IPC
 // namespaces (see Namespaces) and into the container's v2 cgroup
 // (CLONE_INTO_CGROUP, Linux 5.7+; on older kernels the supervisor moves it
-// there before it lets it go on, on fd 5). On hybrid hosts the shim then
-// joins the container's v1 cgroups (cpu, memory, pids, and cpuset, blkio
-// where used): without namespaces, its own locked thread moves itself by
-// writing 0 to their tasks files and later execve's the command (which
-// ends its other threads); with namespaces, where it stays the task's
-// init, the whole process moves, so that every thread it has or makes
-// counts against the task's pids.max from the start. It confines itself
-// (see Users and confinement) and from that thread forks the command as
-// the task's user with the task's environment, or execs it. The task's
-// process is therefore in all its cgroups before the user's command runs,
-// its memory is charged to its memory cgroup (the new memory map's owner
-// is that thread), and everything it forks inherits them. Why this way:
-// on a hierarchy not mounted with favordynmods, every write of a pid to
+// there before it lets it go on, on fd 5), and on hybrid hosts into the
+// container's v1 cgroups (cpu, memory, pids, and cpuset, blkio where
+// used) by inheritance: the supervisor forks it from an OS thread of its
+// own that first moved itself into them by writing 0 to their tasks
+// files, and that ends with the fork (supervisor.StartInCgroups). Every
+// thread the shim has or makes, as the task's init too, is thus in all
+// the task's cgroups from birth and counts against its pids.max. The shim
+// confines itself (see Users and confinement) and from its locked thread
+// forks the command as the task's user with the task's environment,
+// staying its init, or execs it. The task's process is therefore in all
+// its cgroups before the user's command runs, its memory is charged to
+// its memory cgroup, and everything it forks inherits them. The agent
+// starts supervisors the same way, born in <root>/supervisors in every
+// hierarchy, so a supervisor moves itself nowhere (it moves into what it
+// could not be born in, after the report where it can). Why this way: on
+// a hierarchy not mounted with favordynmods, every write of a pid to
 // cgroup.procs (or tasks) takes cgroup_threadgroup_rwsem for writing,
 // which waits for an RCU grace period while holding cgroup_mutex
-// (milliseconds; tens on a busy host); a fork into a cgroup and a thread
-// moving itself do not. So no grace period is left on the path of a
-// launch without namespaces; one with namespaces keeps the init's (the
-// supervisor's own v1 moves follow the report).
+// (milliseconds; tens on a busy host), and every cgroup write of the
+// next launch (its cgroups' creation, its limits) queues behind it; a
+// fork into a cgroup and a thread moving itself do not. So no grace
+// period is on or before the path of a launch, with or without
+// namespaces.
 // The shim's exec error, if any, travels back on a close-on-exec
 // pipe: end-of-file means the task runs. The supervisor then finds the
 // task's host pid (the init's child in the cgroup), reports it and its
@@ -182,7 +188,8 @@
 //
 // Warm supervisors (warm.go) take the supervisor's fork and exec off the
 // launch's path: the containerizer keeps WarmSupervisorLimit of them
-// started ("supervise wait <StateDir>", born in <root>/supervisors),
+// started ("supervise wait <StateDir>", born in <root>/supervisors in
+// every hierarchy),
 // holding nothing of a task, each waiting on its stdin for a container's
 // state directory. Launch writes launch.json, writes the directory to a
 // ready one, which then logs to that directory and runs the container as

@@ -7,11 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -64,12 +66,34 @@ func (c *Containerizer) Exec(ctx context.Context, id string, cmd *slacklinev1.Co
 		return 0, "", err
 	}
 	argv := c.cfg.SupervisorCommand
-	helper := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "enter", dir)...)
-	helper.Stdin = bytes.NewReader(req)
 	var stdout, stderr limitedBuffer
 	stdout.limit, stderr.limit = execOutputLimit, execOutputLimit
-	helper.Stdout, helper.Stderr = &stdout, &stderr
-	if err := helper.Start(); err != nil {
+	// Born in the task's cgroups (v2 where the kernel can, v1 of hybrid
+	// hosts from a thread that joined them), so that the helper joins
+	// none itself: a process's move (a write to cgroup.procs, "0"
+	// included) waits for an RCU grace period holding cgroup_mutex, which
+	// every COMMAND health check would make each launch's cgroup writes
+	// queue behind. supervisor.BornInEnv tells it its v1 cgroups.
+	cg := supervisorCgroup(ct.cp.Cgroup)
+	v1 := v1ProcsFiles(cg)
+	newHelper := func(bornIn bool) func() *exec.Cmd {
+		return func() *exec.Cmd {
+			helper := exec.Command(argv[0], append(append([]string{}, argv[1:]...), "enter", dir)...)
+			helper.Stdin = bytes.NewReader(req)
+			helper.Stdout, helper.Stderr = &stdout, &stderr
+			helper.SysProcAttr = &syscall.SysProcAttr{}
+			if bornIn && len(v1) > 0 {
+				helper.Env = append(os.Environ(), supervisor.BornInEnv+"="+strings.Join(v1, "\n"))
+			}
+			return helper
+		}
+	}
+	helper, _, err := supervisor.StartInCgroups(newHelper(true), cg)
+	var jerr *supervisor.JoinError
+	if errors.As(err, &jerr) { // it joins them itself
+		helper, _, err = supervisor.StartInCgroup(newHelper(false), cg.Unified)
+	}
+	if err != nil {
 		return 0, "", fmt.Errorf("start exec helper: %w", err)
 	}
 	// The helper kills the command at the deadline and exits; this is the

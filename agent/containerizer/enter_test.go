@@ -47,6 +47,19 @@ func TestExec(t *testing.T) {
 			t.Errorf("output %q lacks %q (the task's /tmp, user, cgroup, environment)", out, want)
 		}
 	}
+	// On hybrid hosts, in the task's v1 cgroups too (the helper is born
+	// in them, or joins them): "/" in every hierarchy the task has.
+	for line := range strings.SplitSeq(out, "\n") {
+		f := strings.SplitN(line, ":", 3)
+		if len(f) != 3 || f[0] == "0" {
+			continue
+		}
+		for ctrl := range strings.SplitSeq(f[1], ",") {
+			if (ctrl == "cpu" || ctrl == "memory" || ctrl == "pids") && f[2] != "/" {
+				t.Errorf("the command's cgroup in %s is %s, want the task's (/)", ctrl, f[2])
+			}
+		}
+	}
 	code, _, err = exec(10*time.Second, &slacklinev1.CommandInfo{Value: "sh", Arguments: []string{"sh", "-c", "exit 3"}})
 	if err != nil || code != 3 {
 		t.Errorf("exit 3: Exec = %d %v", code, err)

@@ -235,8 +235,10 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 	// the task's fork: setup, shim start, cgroups, namespaces, mounts, fork
 	// of the task), itself split into setup (the supervisor's: launch.json,
 	// output pipes), shim_exec (fork and exec of the shim, born in the
-	// task's v2 cgroup, until its main runs), join (the shim joining the
-	// v1 cgroups of hybrid hosts), isolate (core
+	// task's v2 cgroup, and in its v1 cgroups on hybrid hosts, until its
+	// main runs), join (the shim waiting for the supervisor's word that it
+	// is in its v2 cgroup, which only a kernel without CLONE_INTO_CGROUP
+	// makes it wait for), isolate (core
 	// cookie, cgroup, PID, mount and IPC namespaces, mounts or the image
 	// root, no_new_privs, seccomp) and fork (of the task, until the
 	// supervisor heard of it); then report (back to Launch) and

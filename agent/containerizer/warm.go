@@ -1,10 +1,12 @@
 package containerizer
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 
@@ -43,10 +45,28 @@ type supervisorProc struct {
 // startSupervisorProc starts cmd, born in the supervisors' v2 cgroup
 // where the kernel can, and reaps it when it ends.
 func (c *Containerizer) startSupervisorProc(newCmd func() *exec.Cmd) (*supervisorProc, error) {
-	// Born in the supervisors' v2 cgroup where the kernel can, so that
-	// neither the supervisor's move there nor its grace period of RCU is
-	// on a launch's path (the supervisor moves into what is left).
-	cmd, _, err := supervisor.StartInCgroup(newCmd, c.supervisors.Unified)
+	// Born in the supervisors' cgroups, v2 where the kernel can and v1
+	// (hybrid hosts) by inheritance from the thread that forks it, so
+	// that the supervisor moves itself into none of them: a move of its
+	// pid takes cgroup_threadgroup_rwsem for writing and waits for an RCU
+	// grace period, holding cgroup_mutex, so that the next launch's
+	// cgroup creation (and its shim's start) queued behind it. It moves
+	// into what is left, if anything (a v1 hierarchy it could not be
+	// born in); supervisor.BornInEnv tells it where it was born.
+	cg := supervisorCgroup(c.supervisors)
+	v1 := v1ProcsFiles(cg)
+	cmd, _, err := supervisor.StartInCgroups(func() *exec.Cmd {
+		cmd := newCmd()
+		if len(v1) > 0 {
+			cmd.Env = append(os.Environ(), supervisor.BornInEnv+"="+strings.Join(v1, "\n"))
+		}
+		return cmd
+	}, cg)
+	var jerr *supervisor.JoinError
+	if errors.As(err, &jerr) {
+		c.log.Warn("containerizer: start a supervisor in the supervisors' v1 cgroups (it moves there itself)", "err", err)
+		cmd, _, err = supervisor.StartInCgroup(newCmd, cg.Unified)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -237,4 +257,14 @@ func (c *Containerizer) closeWarm() {
 		w.close()
 	}
 	c.warm.idle.Wait()
+}
+
+// v1ProcsFiles returns the cgroup.procs files of cg's v1 directories (in
+// the order of Cgroup.V1Dirs).
+func v1ProcsFiles(cg supervisor.Cgroup) []string {
+	var files []string
+	for _, d := range cg.V1Dirs() {
+		files = append(files, filepath.Join(d, "cgroup.procs"))
+	}
+	return files
 }

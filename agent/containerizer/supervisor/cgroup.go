@@ -64,9 +64,8 @@ func (c Cgroup) V1Dirs() []string {
 // whole thread group, takes it), so it does not wait for an RCU grace
 // period as every cgroup.procs write does on a hierarchy not mounted with
 // favordynmods. The thread's other threads stay where they were; what it
-// forks, and what it execs (exec ends the other threads, and the new
-// memory map's owner is this thread, so memory is charged to its memory
-// cgroup), is in c.
+// forks is born in c (StartInCgroups forks from such a thread, which then
+// ends).
 func (c Cgroup) joinThread() error {
 	for _, d := range c.V1Dirs() {
 		if err := os.WriteFile(filepath.Join(d, "tasks"), []byte("0"), 0); err != nil {

@@ -37,18 +37,18 @@
 // a warm supervisor), starts the shim (this same executable,
 // /proc/self/exe) in new PID, mount and IPC namespaces and in the
 // container's v2 cgroup (StartInCgroup: CLONE_INTO_CGROUP, else it moves
-// the shim there), reports the task's pid and start time on fd 3 and in
+// the shim there) and v1 cgroups (StartInCgroups: forked from a thread
+// that joined them by writing 0 to their tasks files, no RCU grace
+// period, and ends), reports the task's pid and start time on fd 3 and in
 // status.json, then completes its moves into the service cgroup named by
-// LaunchSpec.SupervisorCgroup,
-// waits for the task, kills what it left in the cgroup and writes
-// exit.json. It outlives the agent. The shim waits for the supervisor's
-// "ok" on fd 5, joins the container's v1 cgroups (its locked thread
-// writing 0 to their tasks files when it will exec the task: no RCU grace
-// period, unlike a move of a pid; the whole process when it will stay the
-// task's init, so that all its threads count against pids.max), enters a cgroup namespace, builds the task's mounts (a private
-// tmpfs and /proc, or the image's root with pivot_root), sets no_new_privs
-// and the seccomp filter, and from that thread forks the task as its
-// user, staying its init (pid 1), or without namespaces execs it. A
+// LaunchSpec.SupervisorCgroup (none where the agent had it born there:
+// BornInEnv), waits for the task, kills what it left in the cgroup and
+// writes exit.json. It outlives the agent. The shim waits for the
+// supervisor's "ok" on fd 5, enters a cgroup namespace, builds the task's
+// mounts (a private tmpfs and /proc, or the image's root with
+// pivot_root), sets no_new_privs and the seccomp filter, and from its
+// locked thread forks the task as its user, staying its init (pid 1), or
+// without namespaces execs it. A
 // failure before the task runs is written to fd 3 and ends the shim with
 // 127.
 //

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -68,6 +69,7 @@ var namespaceKinds = []struct {
 // runs the command there, and exits with its exit code (ExecSetupFailed
 // when it could not, ExecTimedOut when it killed it at the timeout).
 func enterExec(dir string) int {
+	bornInto := bornIn()   // before anything is started
 	runtime.LockOSThread() // everything below happens on this thread
 	fail := func(format string, args ...any) int {
 		fmt.Fprintf(os.Stderr, format+"\n", args...)
@@ -102,7 +104,15 @@ func enterExec(dir string) int {
 			flags |= ns.flag
 		}
 	}
+	// The agent started it in the task's cgroups where it could
+	// (StartInCgroups): it joins only the others, each a move of the
+	// whole process (and an RCU grace period).
+	own := ownV2Cgroup()
 	for _, procs := range spec.Cgroup.ProcsFiles() {
+		if slices.Contains(bornInto, procs) || own != "" && procs == filepath.Join(spec.Cgroup.Unified, "cgroup.procs") &&
+			inV2Cgroup(spec.Cgroup.Unified, spec.Cgroup.UnifiedMount, own) {
+			continue
+		}
 		if err := os.WriteFile(procs, []byte("0"), 0); err != nil {
 			return fail("join cgroup %s: %v", filepath.Dir(procs), err)
 		}

@@ -72,3 +72,25 @@ func TestIsChildDir(t *testing.T) {
 		}
 	}
 }
+
+func TestInV2Cgroup(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		dir, mount, own string
+		want            bool
+	}{
+		{"/sys/fs/cgroup/sl/guaranteed/x", "/sys/fs/cgroup", "/sl/guaranteed/x", true},
+		{"/sys/fs/cgroup/sl/guaranteed/x", "/sys/fs/cgroup/", "/sl/guaranteed/x", true},
+		{"/sys/fs/cgroup/unified/sl/guaranteed/x", "/sys/fs/cgroup/unified", "/sl/guaranteed/x", true},
+		{"/sys/fs/cgroup/sl/guaranteed/x", "/sys/fs/cgroup", "/sl/agent", false},
+		{"/sys/fs/cgroup/sl/guaranteed/x", "/sys/fs/cgroup", "", false},
+		{"/sys/fs/cgroup/sl/guaranteed/x", "", "/sl/guaranteed/x", false},
+		{"/sys/fs/cgroupx/sl/guaranteed/x", "/sys/fs/cgroup", "/sl/guaranteed/x", false},
+		{"/sys/fs/cgroup", "/sys/fs/cgroup", "/", true},
+	}
+	for _, tt := range tests {
+		if got := inV2Cgroup(tt.dir, tt.mount, tt.own); got != tt.want {
+			t.Errorf("inV2Cgroup(%q, %q, %q) = %v, want %v", tt.dir, tt.mount, tt.own, got, tt.want)
+		}
+	}
+}

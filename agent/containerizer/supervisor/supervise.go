@@ -13,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -122,6 +123,7 @@ func supervise(dir string, supervisorAt time.Time) int {
 	logf := func(format string, args ...any) {
 		fmt.Fprintf(os.Stderr, "%s supervisor[%d]: %s\n", time.Now().Format(time.RFC3339Nano), os.Getpid(), fmt.Sprintf(format, args...))
 	}
+	bornInto := bornIn() // before anything is started: the shim does not inherit it
 	unix.CloseOnExec(statusFD)
 	status := os.NewFile(statusFD, "status")
 	report := func(st Status) {
@@ -191,7 +193,7 @@ func supervise(dir string, supervisorAt time.Time) int {
 		}
 	}
 	spawnAt := time.Now()
-	shim, born, err := StartInCgroup(newShim, spec.Cgroup.Unified)
+	shim, born, err := StartInCgroups(newShim, spec.Cgroup)
 	execW.Close()
 	initW.Close()
 	joinR.Close()
@@ -204,9 +206,9 @@ func supervise(dir string, supervisorAt time.Time) int {
 		report(Status{Error: fmt.Sprintf("start exec shim: %v", err)})
 		return 1
 	}
-	// Not born in its v2 cgroup (a kernel before 5.7): moved there now,
-	// while it starts, before it does anything else. The v1 hierarchies
-	// (hybrid hosts) it joins itself, thread by thread (execShim).
+	// Born in the task's v1 cgroups (hybrid hosts; StartInCgroups). Not
+	// born in its v2 cgroup (a kernel before 5.7): moved there now,
+	// while it starts, before it does anything else.
 	joined := "ok"
 	if !born {
 		if err := joinCgroup([]string{filepath.Join(spec.Cgroup.Unified, "cgroup.procs")}, shim.Process.Pid); err != nil {
@@ -222,8 +224,12 @@ func supervise(dir string, supervisorAt time.Time) int {
 	// the v1 moves, each a grace period of RCU the shim's own joins would
 	// queue behind (both hold cgroup_mutex), wait until the task runs.
 	// Started elsewhere, it moves into every hierarchy before the report,
-	// so that a supervisor Launch returned for is there.
-	movesNow, movesLater := splitSupervisorMoves(spec.SupervisorCgroup, spec.Cgroup.UnifiedMount, ownV2Cgroup())
+	// so that a supervisor Launch returned for is there. The v1 cgroups
+	// it was born in (BornInEnv: the agent forked it from a thread in
+	// them) it does not move into at all.
+	movesNow, movesLater := splitSupervisorMoves(slices.DeleteFunc(slices.Clone(spec.SupervisorCgroup), func(f string) bool {
+		return slices.Contains(bornInto, f)
+	}), spec.Cgroup.UnifiedMount, ownV2Cgroup())
 	self := os.Getpid()
 	moveSelf := func(files []string) {
 		for _, procs := range files {
@@ -340,10 +346,10 @@ func joinCgroup(files []string, pid int) error {
 }
 
 // execShim runs inside the task's future process, as root: born in the
-// task's v2 cgroup (or moved there by the supervisor, which says when on
-// fd 5: "ok", else why not), it moves its locked thread into the task's v1
-// cgroups (Cgroup.joinThread), so the task is in all of them before the
-// user's command starts, and enters a new cgroup namespace rooted there. Without namespaces it then becomes
+// task's v1 cgroups and its v2 cgroup (StartInCgroups; or moved into the
+// v2 one by the supervisor, which says when on fd 5: "ok", else why not),
+// so the task is in all of them before the user's command starts, it
+// enters a new cgroup namespace rooted there. Without namespaces it then becomes
 // the task's user, sets no_new_privs (and the seccomp filter), and execs
 // the command. With namespaces (the supervisor cloned it into new PID,
 // mount and IPC namespaces: it is their pid 1) it mounts the task's
@@ -383,20 +389,12 @@ func execShim(dir string) int {
 	case string(answer) != "ok":
 		return fail("%s", answer)
 	}
-	// The v1 hierarchies (hybrid hosts). A shim that execs the task: this
-	// thread, the one that execs, moves itself (exec ends the others). A
-	// shim that stays the task's init: the whole process moves before it
-	// forks, so that every thread it has or makes is counted by the
-	// task's pids.max and the rest of its limits from the start (its other
-	// runtime threads moved after the report pushed pids.current past
-	// pids.max), at the cost of the migration's grace period.
-	joinV1 := spec.Cgroup.joinThread
-	if spec.Namespaces {
-		joinV1 = func() error { return joinCgroup(v1ProcsFiles(spec.Cgroup), os.Getpid()) }
-	}
-	if err := joinV1(); err != nil {
-		return fail("exec shim: %v", err)
-	}
+	// The v1 hierarchies (hybrid hosts): the shim was born in them, every
+	// thread of it (StartInCgroups), so that all it has or makes, as the
+	// task's init too, is counted by the task's pids.max and the rest of
+	// its limits from the start, without a move (a move of the whole
+	// process waits for an RCU grace period; a move of its other threads
+	// after the report pushed pids.current past pids.max).
 	stages.joined = time.Now()
 	if spec.CoreCookie {
 		if err := newCoreCookie(); err != nil {

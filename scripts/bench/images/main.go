@@ -8,7 +8,8 @@
 // containerizer log, in the order they happen (see stageRows), and what is
 // left outside the agent (the coordinator's Accept, RunTask to the agent,
 // the RUNNING update back to the framework). It builds and starts the real
-// coordinator and agent.
+// coordinator and agent. With --hogs N, N guaranteed tasks of one cpu
+// each spin beside every launch.
 //
 //	sudo go run ./scripts/bench/images --trials 50 --cold 5
 package main
@@ -58,6 +59,7 @@ func run() error {
 	trials := flag.Int("trials", 50, "plain and cached-image tasks launched (each), alternating, one at a time")
 	cold := flag.Int("cold", 5, "tasks of images pulled cold, each a new image")
 	coldMiB := flag.Int("cold-mib", 48, "MiB of incompressible data in each cold image, besides busybox (about 1 MiB)")
+	hogs := flag.Int("hogs", 0, "guaranteed tasks of one cpu each spinning in a busy loop, launched first and running throughout, so that every launch competes for the CPU inside the agent's cgroup root with tasks at a task's weight")
 	flag.Parse()
 	if os.Geteuid() != 0 {
 		return fmt.Errorf("needs root (the agent creates cgroups)")
@@ -137,11 +139,12 @@ func run() error {
 	need := resources.MustParse("cpus:0.01;mem:16")
 	n := 0
 	var lastTask string
+	command := "sleep 3600"
 	launch := func(image string) (time.Duration, error) {
 		n++
 		o := <-offers
 		lastTask = fmt.Sprintf("t%d", n)
-		task := frameworkapi.NewTask(lastTask, "bench", o, need, &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
+		task := frameworkapi.NewTask(lastTask, "bench", o, need, &slacklinev1.CommandInfo{Value: command, Shell: true})
 		task.Image = image
 		t0 := time.Now()
 		if err := fw.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(0)); err != nil {
@@ -164,6 +167,15 @@ func run() error {
 				return 0, fmt.Errorf("task %s (image %q) not running after 5 minutes", task.GetTaskId(), image)
 			}
 		}
+	}
+	if *hogs > 0 {
+		need, command = resources.MustParse("cpus:1;mem:16"), "while :; do :; done"
+		for range *hogs {
+			if _, err := launch(""); err != nil {
+				return err
+			}
+		}
+		need, command = resources.MustParse("cpus:0.01;mem:16"), "sleep 3600"
 	}
 	// The first of each kind warms up (the cached image's one pull, page cache).
 	if _, err := launch(""); err != nil {
@@ -193,7 +205,7 @@ func run() error {
 		pulled = append(pulled, d)
 	}
 	load, _ := os.ReadFile("/proc/loadavg")
-	fmt.Printf("launch latency, Accept -> RUNNING received (load average %s):\n", strings.Join(strings.Fields(string(load))[:3], " "))
+	fmt.Printf("launch latency, Accept -> RUNNING received (load average %s; %d busy guaranteed tasks beside):\n", strings.Join(strings.Fields(string(load))[:3], " "), *hogs)
 	report := func(what string, ds []time.Duration) {
 		fmt.Printf("  %-44s n=%-3d p50 %-10v p99 %-10v max %v\n", what, len(ds), benchutil.Percentile(ds, 0.5, 10*time.Microsecond),
 			benchutil.Percentile(ds, 0.99, 10*time.Microsecond), benchutil.Percentile(ds, 1, 10*time.Microsecond))
@@ -221,8 +233,9 @@ func run() error {
 // containerizer's Launch: the task's user (a dynamic one is leased), the
 // rest of resolve, sandbox, its checkpoint, cgroups, the supervisor's start
 // (the hand-off to a warm supervisor, or its fork and exec), the
-// supervisor's setup, the shim's fork and exec (born in the task's v2
-// cgroup), the shim joining the v1 cgroups (hybrid hosts), isolating
+// supervisor's setup, the shim's fork and exec (born in the task's
+// cgroups), the shim's wait for the supervisor's word that it is in them
+// (a move only on kernels before 5.7), isolating
 // (namespaces, mounts, no_new_privs, seccomp), forking the task, the
 // report back to Launch, the pids' checkpoint; the agent again: the checkpoint of the RUNNING update with
 // the sandbox's record, and its hand-off to the session.
@@ -238,7 +251,7 @@ var stageRows = []struct{ msg, field, label string }{
 	{lineLaunched, "spawn_ms", "supervisor: start (warm: hand-off)"},
 	{lineLaunched, "setup_ms", "supervisor: setup"},
 	{lineLaunched, "shim_exec_ms", "shim: fork+exec"},
-	{lineLaunched, "join_ms", "shim: join its cgroups"},
+	{lineLaunched, "join_ms", "shim: wait for its cgroups"},
 	{lineLaunched, "isolate_ms", "shim: namespaces, mounts, seccomp"},
 	{lineLaunched, "fork_ms", "shim: fork task, tell supervisor"},
 	{lineLaunched, "report_ms", "supervisor: report to Launch"},
