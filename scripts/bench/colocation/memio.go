@@ -5,15 +5,14 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -28,7 +27,7 @@ type resourceMeter struct {
 	node      slacklinev1connect.NodeServiceClient
 	revocable string
 	// ioShared is best-effort writers' rate over the shared slices of the
-	// load (bytes per second), ioAlone the reference writers' rate over the
+	// load (bytes per second), ioAlone the same writers' rate over the
 	// writer-alone slices, windows each slice's rate: set after the load
 	// (the io scenario).
 	ioShared, ioAlone float64
@@ -111,10 +110,9 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 }
 
 // ioShare is best-effort writers' rate over the shared slices (beside the
-// loaded server, under the agent's QoS) over the rate of the same writers
-// alone (hog --write, same arguments, same CPU priority, no cap) over the
-// writer-alone slices of the same cycles, the server idle: S of the io
-// scenario. Both rates come from slices a few seconds apart, so a shared
+// loaded server, under the agent's QoS) over the rate of the same writer
+// processes over the writer-alone slices of the same cycles (the load
+// paused, the agent's cap lifted for the slice): S of the io scenario. Both rates come from slices a few seconds apart, so a shared
 // disk's background load touches both alike; the text gives each window's
 // spread and the per-cycle ratios' (a shared slice over the writer-alone
 // slice after it).
@@ -145,80 +143,6 @@ func minMedMax(vs []float64, format string) string {
 	s := slices.Sorted(slices.Values(vs))
 	f := func(v float64) string { return fmt.Sprintf(format, v) }
 	return "min " + f(s[0]) + " median " + f(median(s)) + " max " + f(s[len(s)-1])
-}
-
-// startReferenceWriters starts n copies of command (the io scenario's
-// writers) frozen, each in its own directory under dir, in the cgroup rel
-// of the benchmark's own: a sibling of the revocable subtree at its CPU
-// priority (v2 cpu.weight 1 and cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1
-// where the kernel has it) and equal I/O standing, but out of reach of the
-// agent's cap. stop kills them and removes the cgroup.
-func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (_ func(), err error) {
-	p := l.PathsOf(rel)
-	dirs := p.Dirs()
-	if l.Blkio != "" {
-		p.Blkio = filepath.Join(l.Blkio, rel)
-		dirs = append(dirs, p.Blkio)
-	}
-	var cmds []*exec.Cmd
-	stop := func() {
-		_ = freezeCgroup(l, rel, false)
-		for _, c := range cmds {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-		removeCgroup(l, rel)
-		if p.Blkio != "" {
-			_ = os.Remove(p.Blkio)
-		}
-	}
-	defer func() {
-		if err != nil {
-			stop()
-		}
-	}()
-	for _, d := range dirs {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create the reference writers' cgroup: %w", err)
-		}
-	}
-	prio := map[string]string{filepath.Join(p.Unified, "cpu.weight"): "1"}
-	if l.Mode == cgroups.ModeHybrid {
-		prio = map[string]string{filepath.Join(p.CPU, "cpu.shares"): "2"}
-	}
-	idle := filepath.Join(p.Unified, "cpu.idle")
-	if l.Mode == cgroups.ModeHybrid {
-		idle = filepath.Join(p.CPU, "cpu.idle")
-	}
-	if _, err := os.Stat(idle); err == nil {
-		prio[idle] = "1"
-	}
-	for file, v := range prio {
-		if err := os.WriteFile(file, []byte(v), 0); err != nil {
-			return nil, fmt.Errorf("CPU priority: %w", err)
-		}
-	}
-	if err := freezeCgroup(l, rel, true); err != nil {
-		return nil, err
-	}
-	// The shell joins every hierarchy, the frozen unified one last (where
-	// it stops), then becomes the writer.
-	procs := p.ProcsFiles()
-	procs = append(procs[1:], procs[0])
-	for i := range n {
-		wd := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.MkdirAll(wd, 0o755); err != nil {
-			return nil, err
-		}
-		c := exec.Command("/bin/sh", append([]string{"-c", `for f; do echo $$ > "$f" || exit 1; done; exec ` + command, "sh"}, procs...)...)
-		c.Dir = wd
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
-		cmds = append(cmds, c)
-	}
-	return stop, nil
 }
 
 // warmWriters thaws the writers of every cgroup in rels and waits until each
@@ -301,4 +225,76 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 		}
 	}
 	return s, nil
+}
+
+// capLift lifts the agent's cap on the revocable subtree's disk I/O for
+// the writer-alone slices and puts it back after each, so that the
+// writers' rate alone is their rate with neither the server nor the cap
+// (the rate the controller reaches when the server stays idle: it lifts
+// its cap after a calm period). A cap the agent changes within the slice
+// stands (restore leaves it); the agent, reading no cap meanwhile, may
+// learn the writers' rate alone as the disk's rate, as it does whenever
+// revocable I/O runs uncapped.
+type capLift struct {
+	layout cgroups.Layout
+	rel    string // the revocable subtree
+	dev    string // the capped disk, "MAJ:MIN" ("": none found, nothing lifted)
+	saved  uint64 // the cap lifted (bytes per second), 0: none
+	// Lifted counts the slices whose cap was lifted, Kept those in which
+	// the agent set a cap of its own meanwhile.
+	Lifted, Kept int
+}
+
+// lift removes the cap, remembering it.
+func (c *capLift) lift() error {
+	if c.dev == "" {
+		return nil
+	}
+	cur, err := c.layout.IOLimit(c.rel, c.dev)
+	if err != nil || cur == 0 {
+		return err
+	}
+	c.saved = cur
+	c.Lifted++
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, 0)
+}
+
+// restore puts the lifted cap back, unless the agent set one meanwhile.
+func (c *capLift) restore() error {
+	if c.saved == 0 {
+		return nil
+	}
+	saved := c.saved
+	c.saved = 0
+	cur, err := c.layout.IOLimit(c.rel, c.dev)
+	if err != nil {
+		return err
+	}
+	if cur != 0 {
+		c.Kept++
+		return nil
+	}
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, saved)
+}
+
+// diskOf returns the whole disk ("MAJ:MIN") holding dir, as the agent finds
+// its sandboxes' (the device the agent caps).
+func diskOf(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", err
+	}
+	if unix.Major(st.Dev) == 0 {
+		return "", fmt.Errorf("%s is on a file system without a block device", dir)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	block := filepath.Join("/sys/dev/block", dev)
+	if _, err := os.Stat(filepath.Join(block, "partition")); err == nil {
+		parent, err := os.ReadFile(filepath.Join(block, "..", "dev"))
+		if err != nil {
+			return "", fmt.Errorf("disk of partition %s: %w", dev, err)
+		}
+		dev = strings.TrimSpace(string(parent))
+	}
+	return dev, nil
 }
