@@ -33,7 +33,8 @@
 //     writer processes thawed, the agent's disk cap on them lifted for
 //     the slice (warmed by a full pass over their files first). S is the
 //     writers' rate over the second kind over their rate over the fourth,
-//     each slice's rate and the per-cycle ratios printed as spread.
+//     each slice's rate and the per-cycle ratios printed as spread. It
+//     runs at least ten cycles (40 slices), whatever --duration says.
 //
 // For every run it prints the server's p50/p99/p99.9 (open loop, measured
 // from each request's scheduled time), the cores used by the server, the

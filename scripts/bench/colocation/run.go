@@ -65,6 +65,11 @@ type scenario struct {
 	// full pass over their files (the first pass extends the files, which
 	// is slower and, on v1, partly uncounted).
 	warmWrites uint64
+	// minSlices lengthens the load to at least this many slices: a
+	// writer's rate at idle CPU priority on a shared host is set by the CPU
+	// it gets, and varied tenfold from one 2 s window to the next (16-152
+	// MiB/s), so the io scenario measures ten cycles, not five.
+	minSlices int
 }
 
 // sliceKind is what a slice of the load measures.
@@ -113,7 +118,7 @@ var scenarios = []scenario{
 	// flight is kept small: a frozen writer's writes already queued in the
 	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
 	// slice to drain at a 66 MiB/s cap.
-	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, warmWrites: 2 * 256 << 20,
+	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, warmWrites: 2 * 256 << 20, minSlices: 40,
 		command: func(bin string) string {
 			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
 		}},
@@ -374,7 +379,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 	}
 	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
-	if err := waitEBPFLoaded(ctx, node, 60*time.Second); err != nil {
+	// As long as the server may take to start, at least a minute: both
+	// are slow in an emulated guest.
+	if err := waitEBPFLoaded(ctx, node, max(time.Minute, o.serverStart)); err != nil {
 		return res, err
 	}
 	if s.tasks > 0 {
@@ -417,7 +424,8 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err != nil {
 		return res, err
 	}
-	lgArgs := []string{"loadgen", "--url", "http://" + serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", o.duration.String()}
+	duration := max(o.duration, time.Duration(s.minSlices)*o.slice)
+	lgArgs := []string{"loadgen", "--url", "http://" + serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", duration.String()}
 	if s.writerAlone {
 		lgArgs = append(lgArgs, "--pause-slice", o.slice.String(), "--pause-every", strconv.Itoa(len(writerAloneCycle)), "--pause-at", "3")
 	}
@@ -483,7 +491,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	// requests from the moment it reads its start line, within a
 	// millisecond of start.
 	var alone, shared, writerAlone phase
-	nSlices := int((o.duration + o.slice - 1) / o.slice)
+	nSlices := int((duration + o.slice - 1) / o.slice)
 	sliceDone := make(chan struct{})
 	stopSlices := make(chan struct{})
 	if err := setSlice(0); err != nil {
@@ -498,7 +506,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	go func() {
 		defer close(sliceDone)
 		for k := 1; k <= nSlices; k++ {
-			end := min(time.Duration(k)*o.slice, o.duration)
+			end := min(time.Duration(k)*o.slice, duration)
 			select {
 			case <-time.After(time.Until(start.Add(end))):
 			case <-stopSlices:
