@@ -64,6 +64,8 @@ func ebpfLoadTimeout(t testing.TB) time.Duration {
 // is no longer loading (or absent: --ebpf=false).
 func waitEBPFLoaded(t *testing.T, node slacklinev1connect.NodeServiceClient) {
 	t.Helper()
+	start := time.Now()
+	defer func() { t.Logf("eBPF monitor loaded (or not loading) after %v", time.Since(start).Round(100*time.Millisecond)) }()
 	eventually(t, ebpfLoadTimeout(t), func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()
