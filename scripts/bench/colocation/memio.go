@@ -5,10 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"connectrpc.com/connect"
@@ -297,4 +299,65 @@ func diskOf(dir string) (string, error) {
 		dev = strings.TrimSpace(string(parent))
 	}
 	return dev, nil
+}
+
+// diskProbe measures the disk's write rate for the io writers' command run
+// at normal CPU priority: started by the benchmark in a cgroup of its own
+// (rel, for its disk counter; no CPU setting), warmed by warm bytes, then
+// metered for d. Best-effort writers at idle CPU priority reach it only
+// when they get the CPU they need; on a host whose CPUs other tenants keep
+// busy they get a fraction, and their rate (and S) is then the CPU's, not
+// the disk's: the run says so.
+func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.Duration) (float64, error) {
+	dirs := []string{filepath.Join(l.Unified, rel)}
+	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
+		dirs = append(dirs, filepath.Join(l.Blkio, rel))
+	}
+	var procs []string
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return 0, fmt.Errorf("disk probe cgroup: %w", err)
+		}
+		procs = append(procs, filepath.Join(d, "cgroup.procs"))
+	}
+	c := exec.Command("/bin/sh", append([]string{"-c", `for f; do echo $$ > "$f" || exit 1; done; exec ` + command, "sh"}, procs...)...)
+	c.Dir = dir
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	defer func() {
+		for _, d := range slices.Backward(dirs) {
+			for deadline := time.Now().Add(10 * time.Second); syscall.Rmdir(d) == syscall.EBUSY && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	if err := c.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}()
+	m := resourceMeter{layout: l, revocable: rel}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		w, err := m.writtenBytes()
+		if err != nil {
+			return 0, err
+		}
+		if w.bytes >= warm {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("disk probe: %d of %d bytes written in a minute", w.bytes, warm)
+		}
+	}
+	s0, err := m.writtenBytes()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	s1, err := m.writtenBytes()
+	if err != nil {
+		return 0, err
+	}
+	return float64(s1.bytes-s0.bytes) / s1.at.Sub(s0.at).Seconds(), nil
 }
