@@ -49,12 +49,15 @@ type scenario struct {
 	// minute or more, and S measured before it ends says nothing of reclaim.
 	holds uint64
 	// writerAlone adds a third kind of slice (sliceWriterAlone, kindOf): the
-	// load paused, and the same best-effort writers thawed with the agent's
-	// disk cap lifted for the slice (capLift): the disk rate they get
-	// alone, measured in the same cycles, by the same processes in the
-	// same cgroups, as the rate they keep beside the server (the io
-	// scenario's S), rather than by copies in a cgroup of the benchmark's
-	// own. Neither removes what made S > 1 without QoS on a shared host:
+	// load goes on but the server skips its disk I/O (requests "?nofsync":
+	// the same CPU work and wakeups), and the same best-effort writers are
+	// thawed with the agent's disk cap lifted for the slice (capLift): the
+	// disk rate they get alone, measured in the same cycles, by the same
+	// processes in the same cgroups and beside the same CPU load, as the
+	// rate they keep beside the server's fsyncs (the io scenario's S).
+	// Copies of the writers in a cgroup of the benchmark's own, thawed with
+	// the load paused, measured the CPU instead, and so did the same
+	// writers with the load paused (S 2.00 without QoS):
 	// at idle CPU priority a writer's rate is set by the CPU it gets, not
 	// by the disk (2.1 GiB/s at normal priority, 8-220 MiB/s at idle
 	// priority beside other tenants' builds, from one 2 s window to the
@@ -63,8 +66,8 @@ type scenario struct {
 	// CPU-only load, no disk I/O, gave 164 against 75 MiB/s over eight
 	// cycles; the same writers in the bench without QoS 97 against 49).
 	// diskProbe measures the disk's rate at normal priority, and the run
-	// says whether the writers alone were disk-bound (S measures the disk)
-	// or CPU-bound (S measures the CPU they got).
+	// says whether the writers alone were disk-bound or got a share of the
+	// CPU too small for the disk to matter.
 	writerAlone bool
 	// warmWrites is what the writers must have written before the load: a
 	// full pass over their files (the first pass extends the files, which
@@ -83,7 +86,7 @@ type sliceKind int
 const (
 	sliceAlone       sliceKind = iota // best-effort work frozen, the load on: the server alone
 	sliceShared                       // best-effort work thawed, the load on
-	sliceWriterAlone                  // the load paused, best-effort work thawed, its disk cap lifted
+	sliceWriterAlone                  // the load on without the server's disk I/O, best-effort work thawed, its disk cap lifted
 )
 
 // kindOf is slice i's kind: alone and shared in turn; with writer-alone
@@ -447,7 +450,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	duration := max(o.duration, time.Duration(s.minSlices)*o.slice)
 	lgArgs := []string{"loadgen", "--url", "http://" + serverAddr, "--rate", strconv.Itoa(o.rate), "--duration", duration.String()}
 	if s.writerAlone {
-		lgArgs = append(lgArgs, "--pause-slice", o.slice.String(), "--pause-every", strconv.Itoa(len(writerAloneCycle)), "--pause-at", "3")
+		lgArgs = append(lgArgs, "--pause-slice", o.slice.String(), "--pause-every", strconv.Itoa(len(writerAloneCycle)), "--pause-at", "3", "--pause-query", "nofsync")
 	}
 	lg := exec.Command(self, lgArgs...)
 	lg.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
@@ -620,7 +623,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		rm.ioShared, rm.ioAlone, rm.windows = shared.BEWriteRate, writerAlone.BEWriteRate, res.WriteWindows
 		fmt.Printf("   writer-alone slices: the agent's disk cap lifted in %d, set anew by the agent within %d\n", res.CapsLifted, res.CapsKept)
 		if res.DiskRate > 0 {
-			bound := "CPU-bound: S is the share of the CPU they get at idle priority beside other tenants, not of the disk"
+			bound := "CPU-bound: their rate is set by the CPU they get at idle priority beside other tenants more than by the disk"
 			if writerAlone.BEWriteRate >= res.DiskRate/2 {
 				bound = "disk-bound"
 			}
