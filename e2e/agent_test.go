@@ -42,8 +42,8 @@ func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string
 
 // EnvEBPFLoadTimeout overrides how long waitEBPFLoaded waits for the
 // agent's eBPF monitor to load (a Go duration, default 60s): in an emulated
-// 6.12 guest beside a loaded host the verifier took longer than a minute
-// (scripts/diskio-guest sets 10m).
+// 6.12 guest beside a loaded host it took 6.5 minutes (scripts/diskio-guest
+// sets 15m).
 const EnvEBPFLoadTimeout = "SLACKLINE_E2E_EBPF_LOAD_TIMEOUT"
 
 // ebpfLoadTimeout is waitEBPFLoaded's bound: EnvEBPFLoadTimeout, else 60 s.
@@ -65,7 +65,9 @@ func ebpfLoadTimeout(t testing.TB) time.Duration {
 func waitEBPFLoaded(t *testing.T, node slacklinev1connect.NodeServiceClient) {
 	t.Helper()
 	start := time.Now()
-	defer func() { t.Logf("eBPF monitor loaded (or not loading) after %v", time.Since(start).Round(100*time.Millisecond)) }()
+	defer func() {
+		t.Logf("eBPF monitor loaded (or not loading) after %v", time.Since(start).Round(100*time.Millisecond))
+	}()
 	eventually(t, ebpfLoadTimeout(t), func() string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer cancel()

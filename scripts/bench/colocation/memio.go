@@ -233,18 +233,19 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 // the writer-alone slices and puts it back after each, so that the
 // writers' rate alone is their rate with neither the server nor the cap
 // (the rate the controller reaches when the server stays idle: it lifts
-// its cap after a calm period). A cap the agent changes within the slice
-// stands (restore leaves it); the agent, reading no cap meanwhile, may
-// learn the writers' rate alone as the disk's rate, as it does whenever
-// revocable I/O runs uncapped.
+// its cap after a calm period). The agent, reading no cap meanwhile, may
+// cap anew from the start value (its Throttle from no cap) where it would
+// have kept or halved the lifted cap: restore then puts back the lower of
+// the two. It may also learn the writers' rate alone as the disk's rate,
+// as it does whenever revocable I/O runs uncapped.
 type capLift struct {
 	layout cgroups.Layout
 	rel    string // the revocable subtree
 	dev    string // the capped disk, "MAJ:MIN" ("": none found, nothing lifted)
 	saved  uint64 // the cap lifted (bytes per second), 0: none
-	// Lifted counts the slices whose cap was lifted, Kept those in which
-	// the agent set a cap of its own meanwhile.
-	Lifted, Kept int
+	// Lifted counts the slices whose cap was lifted, Recapped those in
+	// which the agent set a cap of its own meanwhile.
+	Lifted, Recapped int
 }
 
 // lift removes the cap, remembering it.
@@ -261,7 +262,8 @@ func (c *capLift) lift() error {
 	return c.layout.SetIOLimit(c.rel, []string{c.dev}, 0)
 }
 
-// restore puts the lifted cap back, unless the agent set one meanwhile.
+// restore puts the lifted cap back, or the agent's if it set a lower one
+// meanwhile.
 func (c *capLift) restore() error {
 	if c.saved == 0 {
 		return nil
@@ -273,8 +275,10 @@ func (c *capLift) restore() error {
 		return err
 	}
 	if cur != 0 {
-		c.Kept++
-		return nil
+		c.Recapped++
+		if cur <= saved {
+			return nil
+		}
 	}
 	return c.layout.SetIOLimit(c.rel, []string{c.dev}, saved)
 }

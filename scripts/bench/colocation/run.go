@@ -178,10 +178,10 @@ type runResult struct {
 	// writers alone, uncapped), in order: S's spread.
 	WriteWindows []writeWindow `json:"write_windows,omitempty"`
 	// CapsLifted counts the writer-alone slices in which the agent's disk
-	// cap was lifted, CapsKept those in which the agent set a cap of its
-	// own meanwhile (which then stood).
-	CapsLifted int `json:"caps_lifted,omitempty"`
-	CapsKept   int `json:"caps_kept,omitempty"`
+	// cap was lifted, CapsRecapped those in which the agent set a cap of
+	// its own meanwhile (the lower of the two was put back).
+	CapsLifted   int `json:"caps_lifted,omitempty"`
+	CapsRecapped int `json:"caps_recapped,omitempty"`
 	// DiskRate is the writers' command's rate at normal CPU priority,
 	// measured before the load (diskProbe): the disk's rate, which
 	// writers alone at idle priority reach only when they get the CPU.
@@ -566,7 +566,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := lift.restore(); err != nil && freezeErr == nil {
 		freezeErr = err
 	}
-	res.CapsLifted, res.CapsKept = lift.Lifted, lift.Kept
+	res.CapsLifted, res.CapsRecapped = lift.Lifted, lift.Recapped
 	if thawErr := freezeCgroup(layout, rel("revocable"), false); freezeErr == nil {
 		freezeErr = thawErr
 	}
@@ -621,7 +621,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		writerAlone.finish()
 		res.WriterAlone = &writerAlone
 		rm.ioShared, rm.ioAlone, rm.windows = shared.BEWriteRate, writerAlone.BEWriteRate, res.WriteWindows
-		fmt.Printf("   writer-alone slices: the agent's disk cap lifted in %d, set anew by the agent within %d\n", res.CapsLifted, res.CapsKept)
+		fmt.Printf("   writer-alone slices: the agent's disk cap lifted in %d, set anew by the agent within %d (the lower cap put back)\n", res.CapsLifted, res.CapsRecapped)
 		if res.DiskRate > 0 {
 			bound := "CPU-bound: their rate is set by the CPU they get at idle priority beside other tenants more than by the disk"
 			if writerAlone.BEWriteRate >= res.DiskRate/2 {

@@ -58,8 +58,8 @@ func TestIOShare(t *testing.T) {
 }
 
 // TestCapLift: a writer-alone slice lifts the agent's cap and puts it back
-// after; a cap the agent sets within the slice stands; with no cap or no
-// disk, nothing is written.
+// after; of a cap the agent sets within the slice and the lifted one, the
+// lower is put back; with no cap or no disk, nothing is written.
 func TestCapLift(t *testing.T) {
 	t.Parallel()
 	dir := t.TempDir()
@@ -95,7 +95,7 @@ func TestCapLift(t *testing.T) {
 	if got := read(); got != "254:0 rbps=1000 wbps=1000" {
 		t.Fatalf("restored: io.max %q", got)
 	}
-	// The agent sets a cap of its own within the slice: it stands.
+	// The agent sets a lower cap of its own within the slice: it stands.
 	if err := c.lift(); err != nil {
 		t.Fatal(err)
 	}
@@ -104,10 +104,22 @@ func TestCapLift(t *testing.T) {
 		t.Fatal(err)
 	}
 	if got := read(); got != "254:0 rbps=500 wbps=500" {
-		t.Fatalf("the agent's cap overwritten: io.max %q", got)
+		t.Fatalf("the agent's lower cap overwritten: io.max %q", got)
 	}
-	if c.Lifted != 2 || c.Kept != 1 {
-		t.Errorf("lifted %d kept %d, want 2 and 1", c.Lifted, c.Kept)
+	// A higher one (its Throttle from no cap, which it only took because
+	// the cap was lifted): the lifted cap is put back.
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	write("254:0 rbps=2000 wbps=2000")
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=500 wbps=500" {
+		t.Fatalf("the agent's higher cap kept: io.max %q", got)
+	}
+	if c.Lifted != 3 || c.Recapped != 2 {
+		t.Errorf("lifted %d recapped %d, want 3 and 2", c.Lifted, c.Recapped)
 	}
 	// No cap: nothing lifted, nothing restored.
 	write("254:0 rbps=max wbps=max")
@@ -118,8 +130,8 @@ func TestCapLift(t *testing.T) {
 	if err := c.restore(); err != nil || read() != "sentinel" {
 		t.Errorf("restore without a lifted cap wrote io.max (%q, %v)", read(), err)
 	}
-	if c.Lifted != 2 {
-		t.Errorf("lifted %d, want 2: there was no cap to lift", c.Lifted)
+	if c.Lifted != 3 {
+		t.Errorf("lifted %d, want 3: there was no cap to lift", c.Lifted)
 	}
 	// No disk found: nothing read or written.
 	none := &capLift{layout: cgroups.Layout{Mode: cgroups.ModeV2, Unified: dir}, rel: "missing"}
