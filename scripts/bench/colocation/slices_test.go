@@ -139,3 +139,17 @@ func TestCapLift(t *testing.T) {
 		t.Errorf("lift without a disk: %v", err)
 	}
 }
+
+// TestSaturated: a run whose server fails over 1% of its requests alone is
+// not valid.
+func TestSaturated(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		requests, errors int
+		want             bool
+	}{{0, 0, false}, {1000, 0, false}, {1000, 10, false}, {1000, 11, true}, {16000, 14185, true}} {
+		if got := saturated(phase{Requests: c.requests, Errors: c.errors}); got != c.want {
+			t.Errorf("saturated(%d errors of %d) = %v, want %v", c.errors, c.requests, got, c.want)
+		}
+	}
+}
