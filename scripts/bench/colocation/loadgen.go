@@ -35,8 +35,10 @@ func paused(at, slice time.Duration, every, pauseAt int) bool {
 // second for --duration, open loop (a request is sent at its scheduled time
 // whether or not earlier ones have answered, so queueing is not hidden),
 // except in pauses: with --pause-every K, the --pause-slice long slices whose
-// number modulo K is --pause-at send nothing (the io scenario measures
-// best-effort writers alone there).
+// number modulo K is --pause-at send nothing, or with --pause-query Q send
+// their requests with the query Q (the io scenario: "nofsync", the server
+// doing its CPU work without its disk I/O while the writers are measured
+// alone on the disk).
 func runLoadgen(args []string) error {
 	fs := flag.NewFlagSet("loadgen", flag.ContinueOnError)
 	url := fs.String("url", "", "server URL")
@@ -45,6 +47,7 @@ func runLoadgen(args []string) error {
 	pauseSlice := fs.Duration("pause-slice", 0, "slice length of the pause pattern")
 	pauseEvery := fs.Int("pause-every", 0, "pause in one slice out of this many (0: never)")
 	pauseAt := fs.Int("pause-at", 0, "the paused slice's number modulo --pause-every")
+	pauseQuery := fs.String("pause-query", "", "in a pause, send the requests with this query instead of not sending them")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -58,15 +61,19 @@ func runLoadgen(args []string) error {
 	var wg sync.WaitGroup
 	start := time.Now()
 	for i := range n {
+		target := *url
 		if paused(time.Duration(i)*interval, *pauseSlice, *pauseEvery, *pauseAt) {
-			lat[i] = notSent
-			continue
+			if *pauseQuery == "" {
+				lat[i] = notSent
+				continue
+			}
+			target += "?" + *pauseQuery
 		}
 		at := start.Add(time.Duration(i) * interval)
 		time.Sleep(time.Until(at))
 		wg.Go(func() {
 			lat[i] = -1
-			resp, err := client.Get(*url)
+			resp, err := client.Get(target)
 			if err != nil {
 				return
 			}

@@ -29,12 +29,17 @@
 //     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request. Its slices go in fours:
 //     writers frozen (the server alone), writers thawed (beside it),
-//     writers frozen, and writer alone: the load paused, the writers
-//     frozen, and the same writers (same command, same CPU priority,
-//     warmed by a full pass over their files first) thawed in a cgroup
-//     of the benchmark's own that the agent does not cap. S is the writers' rate
-//     over the second kind over the reference writers' rate over the
-//     third, each slice's rate and the per-cycle ratios printed as spread.
+//     writers frozen, and writer alone: the load goes on but the server
+//     skips its fsyncs (the same CPU work and wakeups: an idle-priority
+//     writer's rate on a shared host follows the CPU it gets, which a
+//     busy high-weight neighbour changes), and the same writer processes
+//     run with the agent's disk cap on them lifted for the slice (warmed
+//     by a full pass over their files first). Before the load, the
+//     writer's command at normal CPU priority measures the disk's rate,
+//     and each run says whether the writers alone were disk-bound. S is
+//     the writers' rate over the second kind over their rate over the fourth,
+//     each slice's rate and the per-cycle ratios printed as spread. It
+//     runs at least ten cycles (40 slices), whatever --duration says.
 //
 // For every run it prints the server's p50/p99/p99.9 (open loop, measured
 // from each request's scheduled time), the cores used by the server, the

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"golang.org/x/sys/unix"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -28,7 +29,7 @@ type resourceMeter struct {
 	node      slacklinev1connect.NodeServiceClient
 	revocable string
 	// ioShared is best-effort writers' rate over the shared slices of the
-	// load (bytes per second), ioAlone the reference writers' rate over the
+	// load (bytes per second), ioAlone the same writers' rate over the
 	// writer-alone slices, windows each slice's rate: set after the load
 	// (the io scenario).
 	ioShared, ioAlone float64
@@ -111,10 +112,9 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 }
 
 // ioShare is best-effort writers' rate over the shared slices (beside the
-// loaded server, under the agent's QoS) over the rate of the same writers
-// alone (hog --write, same arguments, same CPU priority, no cap) over the
-// writer-alone slices of the same cycles, the server idle: S of the io
-// scenario. Both rates come from slices a few seconds apart, so a shared
+// loaded server, under the agent's QoS) over the rate of the same writer
+// processes over the writer-alone slices of the same cycles (the load
+// paused, the agent's cap lifted for the slice): S of the io scenario. Both rates come from slices a few seconds apart, so a shared
 // disk's background load touches both alike; the text gives each window's
 // spread and the per-cycle ratios' (a shared slice over the writer-alone
 // slice after it).
@@ -145,80 +145,6 @@ func minMedMax(vs []float64, format string) string {
 	s := slices.Sorted(slices.Values(vs))
 	f := func(v float64) string { return fmt.Sprintf(format, v) }
 	return "min " + f(s[0]) + " median " + f(median(s)) + " max " + f(s[len(s)-1])
-}
-
-// startReferenceWriters starts n copies of command (the io scenario's
-// writers) frozen, each in its own directory under dir, in the cgroup rel
-// of the benchmark's own: a sibling of the revocable subtree at its CPU
-// priority (v2 cpu.weight 1 and cpu.idle 1, v1 cpu.shares 2 and cpu.idle 1
-// where the kernel has it) and equal I/O standing, but out of reach of the
-// agent's cap. stop kills them and removes the cgroup.
-func startReferenceWriters(l cgroups.Layout, rel, dir, command string, n int) (_ func(), err error) {
-	p := l.PathsOf(rel)
-	dirs := p.Dirs()
-	if l.Blkio != "" {
-		p.Blkio = filepath.Join(l.Blkio, rel)
-		dirs = append(dirs, p.Blkio)
-	}
-	var cmds []*exec.Cmd
-	stop := func() {
-		_ = freezeCgroup(l, rel, false)
-		for _, c := range cmds {
-			_ = c.Process.Kill()
-			_ = c.Wait()
-		}
-		removeCgroup(l, rel)
-		if p.Blkio != "" {
-			_ = os.Remove(p.Blkio)
-		}
-	}
-	defer func() {
-		if err != nil {
-			stop()
-		}
-	}()
-	for _, d := range dirs {
-		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, fmt.Errorf("create the reference writers' cgroup: %w", err)
-		}
-	}
-	prio := map[string]string{filepath.Join(p.Unified, "cpu.weight"): "1"}
-	if l.Mode == cgroups.ModeHybrid {
-		prio = map[string]string{filepath.Join(p.CPU, "cpu.shares"): "2"}
-	}
-	idle := filepath.Join(p.Unified, "cpu.idle")
-	if l.Mode == cgroups.ModeHybrid {
-		idle = filepath.Join(p.CPU, "cpu.idle")
-	}
-	if _, err := os.Stat(idle); err == nil {
-		prio[idle] = "1"
-	}
-	for file, v := range prio {
-		if err := os.WriteFile(file, []byte(v), 0); err != nil {
-			return nil, fmt.Errorf("CPU priority: %w", err)
-		}
-	}
-	if err := freezeCgroup(l, rel, true); err != nil {
-		return nil, err
-	}
-	// The shell joins every hierarchy, the frozen unified one last (where
-	// it stops), then becomes the writer.
-	procs := p.ProcsFiles()
-	procs = append(procs[1:], procs[0])
-	for i := range n {
-		wd := filepath.Join(dir, strconv.Itoa(i))
-		if err := os.MkdirAll(wd, 0o755); err != nil {
-			return nil, err
-		}
-		c := exec.Command("/bin/sh", append([]string{"-c", `for f; do echo $$ > "$f" || exit 1; done; exec ` + command, "sh"}, procs...)...)
-		c.Dir = wd
-		c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := c.Start(); err != nil {
-			return nil, err
-		}
-		cmds = append(cmds, c)
-	}
-	return stop, nil
 }
 
 // warmWriters thaws the writers of every cgroup in rels and waits until each
@@ -301,4 +227,141 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 		}
 	}
 	return s, nil
+}
+
+// capLift lifts the agent's cap on the revocable subtree's disk I/O for
+// the writer-alone slices and puts it back after each, so that the
+// writers' rate alone is their rate with neither the server nor the cap
+// (the rate the controller reaches when the server stays idle: it lifts
+// its cap after a calm period). The agent, reading no cap meanwhile, may
+// cap anew from the start value (its Throttle from no cap) where it would
+// have kept or halved the lifted cap: restore then puts back the lower of
+// the two. It may also learn the writers' rate alone as the disk's rate,
+// as it does whenever revocable I/O runs uncapped.
+type capLift struct {
+	layout cgroups.Layout
+	rel    string // the revocable subtree
+	dev    string // the capped disk, "MAJ:MIN" ("": none found, nothing lifted)
+	saved  uint64 // the cap lifted (bytes per second), 0: none
+	// Lifted counts the slices whose cap was lifted, Recapped those in
+	// which the agent set a cap of its own meanwhile.
+	Lifted, Recapped int
+}
+
+// lift removes the cap, remembering it.
+func (c *capLift) lift() error {
+	if c.dev == "" {
+		return nil
+	}
+	cur, err := c.layout.IOLimit(c.rel, c.dev)
+	if err != nil || cur == 0 {
+		return err
+	}
+	c.saved = cur
+	c.Lifted++
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, 0)
+}
+
+// restore puts the lifted cap back, or the agent's if it set a lower one
+// meanwhile.
+func (c *capLift) restore() error {
+	if c.saved == 0 {
+		return nil
+	}
+	saved := c.saved
+	c.saved = 0
+	cur, err := c.layout.IOLimit(c.rel, c.dev)
+	if err != nil {
+		return err
+	}
+	if cur != 0 {
+		c.Recapped++
+		if cur <= saved {
+			return nil
+		}
+	}
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, saved)
+}
+
+// diskOf returns the whole disk ("MAJ:MIN") holding dir, as the agent finds
+// its sandboxes' (the device the agent caps).
+func diskOf(dir string) (string, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(dir, &st); err != nil {
+		return "", err
+	}
+	if unix.Major(st.Dev) == 0 {
+		return "", fmt.Errorf("%s is on a file system without a block device", dir)
+	}
+	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+	block := filepath.Join("/sys/dev/block", dev)
+	if _, err := os.Stat(filepath.Join(block, "partition")); err == nil {
+		parent, err := os.ReadFile(filepath.Join(block, "..", "dev"))
+		if err != nil {
+			return "", fmt.Errorf("disk of partition %s: %w", dev, err)
+		}
+		dev = strings.TrimSpace(string(parent))
+	}
+	return dev, nil
+}
+
+// diskProbe measures the disk's write rate for the io writers' command run
+// at normal CPU priority: started by the benchmark in a cgroup of its own
+// (rel, for its disk counter; no CPU setting), warmed by warm bytes, then
+// metered for d. Best-effort writers at idle CPU priority reach it only
+// when they get the CPU they need; on a host whose CPUs other tenants keep
+// busy they get a fraction, and their rate (and S) is then the CPU's, not
+// the disk's: the run says so.
+func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.Duration) (float64, error) {
+	dirs := []string{filepath.Join(l.Unified, rel)}
+	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
+		dirs = append(dirs, filepath.Join(l.Blkio, rel))
+	}
+	var procs []string
+	for _, d := range dirs {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return 0, fmt.Errorf("disk probe cgroup: %w", err)
+		}
+		procs = append(procs, filepath.Join(d, "cgroup.procs"))
+	}
+	c := exec.Command("/bin/sh", append([]string{"-c", `for f; do echo $$ > "$f" || exit 1; done; exec ` + command, "sh"}, procs...)...)
+	c.Dir = dir
+	c.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	defer func() {
+		for _, d := range slices.Backward(dirs) {
+			for deadline := time.Now().Add(10 * time.Second); syscall.Rmdir(d) == syscall.EBUSY && time.Now().Before(deadline); {
+				time.Sleep(20 * time.Millisecond)
+			}
+		}
+	}()
+	if err := c.Start(); err != nil {
+		return 0, err
+	}
+	defer func() {
+		_ = c.Process.Kill()
+		_ = c.Wait()
+	}()
+	m := resourceMeter{layout: l, revocable: rel}
+	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
+		w, err := m.writtenBytes()
+		if err != nil {
+			return 0, err
+		}
+		if w.bytes >= warm {
+			break
+		}
+		if time.Now().After(deadline) {
+			return 0, fmt.Errorf("disk probe: %d of %d bytes written in a minute", w.bytes, warm)
+		}
+	}
+	s0, err := m.writtenBytes()
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(d)
+	s1, err := m.writtenBytes()
+	if err != nil {
+		return 0, err
+	}
+	return float64(s1.bytes-s0.bytes) / s1.at.Sub(s0.at).Seconds(), nil
 }

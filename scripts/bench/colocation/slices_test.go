@@ -1,8 +1,12 @@
 package main
 
 import (
+	"os"
+	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 )
 
 // TestSliceKinds: the slices go in twos, or in fours with writer-alone
@@ -50,5 +54,102 @@ func TestIOShare(t *testing.T) {
 	}
 	if s, _, _ := ioShare(resourceMeter{ioShared: mib}); s != 0 {
 		t.Errorf("nothing written alone: S = %v, want 0", s)
+	}
+}
+
+// TestCapLift: a writer-alone slice lifts the agent's cap and puts it back
+// after; of a cap the agent sets within the slice and the lifted one, the
+// lower is put back; with no cap or no disk, nothing is written.
+func TestCapLift(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.Mkdir(filepath.Join(dir, "rev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ioMax := filepath.Join(dir, "rev", "io.max")
+	write := func(v string) {
+		t.Helper()
+		if err := os.WriteFile(ioMax, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	read := func() string {
+		t.Helper()
+		data, err := os.ReadFile(ioMax)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(data)
+	}
+	c := &capLift{layout: cgroups.Layout{Mode: cgroups.ModeV2, Unified: dir}, rel: "rev", dev: "254:0"}
+	write("254:0 rbps=1000 wbps=1000")
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=max wbps=max" {
+		t.Fatalf("lifted: io.max %q", got)
+	}
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=1000 wbps=1000" {
+		t.Fatalf("restored: io.max %q", got)
+	}
+	// The agent sets a lower cap of its own within the slice: it stands.
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	write("254:0 rbps=500 wbps=500")
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=500 wbps=500" {
+		t.Fatalf("the agent's lower cap overwritten: io.max %q", got)
+	}
+	// A higher one (its Throttle from no cap, which it only took because
+	// the cap was lifted): the lifted cap is put back.
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	write("254:0 rbps=2000 wbps=2000")
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=500 wbps=500" {
+		t.Fatalf("the agent's higher cap kept: io.max %q", got)
+	}
+	if c.Lifted != 3 || c.Recapped != 2 {
+		t.Errorf("lifted %d recapped %d, want 3 and 2", c.Lifted, c.Recapped)
+	}
+	// No cap: nothing lifted, nothing restored.
+	write("254:0 rbps=max wbps=max")
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	write("sentinel")
+	if err := c.restore(); err != nil || read() != "sentinel" {
+		t.Errorf("restore without a lifted cap wrote io.max (%q, %v)", read(), err)
+	}
+	if c.Lifted != 3 {
+		t.Errorf("lifted %d, want 3: there was no cap to lift", c.Lifted)
+	}
+	// No disk found: nothing read or written.
+	none := &capLift{layout: cgroups.Layout{Mode: cgroups.ModeV2, Unified: dir}, rel: "missing"}
+	if err := none.lift(); err != nil {
+		t.Errorf("lift without a disk: %v", err)
+	}
+}
+
+// TestSaturated: a run whose server fails over 1% of its requests alone is
+// not valid.
+func TestSaturated(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		requests, errors int
+		want             bool
+	}{{0, 0, false}, {1000, 0, false}, {1000, 10, false}, {1000, 11, true}, {16000, 14185, true}} {
+		if got := saturated(phase{Requests: c.requests, Errors: c.errors}); got != c.want {
+			t.Errorf("saturated(%d errors of %d) = %v, want %v", c.errors, c.requests, got, c.want)
+		}
 	}
 }

@@ -1,6 +1,9 @@
 // Command latency-server is the latency-critical service of the colocation
 // benchmark: every request burns --work of CPU (hashing) and answers 200.
-// Its latency is what best-effort neighbours must not hurt.
+// Its latency is what best-effort neighbours must not hurt. With --fsync,
+// a request also writes and fsyncs 4 KiB, unless its query is "nofsync"
+// (the io scenario's writer-alone slices: the same CPU work and wakeups,
+// no disk I/O).
 package main
 
 import (
@@ -33,7 +36,7 @@ func main() {
 	record := make([]byte, 4096)
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		burn(rounds)
-		if journal != nil {
+		if journal != nil && r.URL.RawQuery != "nofsync" {
 			mu.Lock()
 			_, err := journal.WriteAt(record, 0)
 			if err == nil {
