@@ -180,7 +180,7 @@ func (c *Coordinator) launch(fw *framework, pool core.Pool, at acceptedTask) {
 	info.AgentId = pool.AgentID
 	info.Resources = append(at.regular.Proto(pool.Role, resources.Regular), at.revocable.Proto(pool.Role, resources.Revocable)...)
 	info.User, _ = c.runAs(fw, info) // checked by accept
-	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
+	info.LaunchProof = launchProof(c.launchKey, a.Info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
 	c.deliver(c.core.Launch(&core.Task{
 		Info: info, FrameworkID: fw.id(), AgentID: pool.AgentID, Role: pool.Role,
 		Resources: at.regular, Revocable: at.revocable,
@@ -325,12 +325,12 @@ func (s agentStates) AgentState(agentID string) (slacklinev1.AgentState, bool) {
 	if a == nil {
 		return 0, false
 	}
-	return a.state, true
+	return a.State, true
 }
 
 func (s agentStates) AnyRecovering() bool {
 	for _, a := range s.c.agents {
-		if a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+		if a.State == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
 			return true
 		}
 	}
