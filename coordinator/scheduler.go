@@ -312,29 +312,8 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 	for i, rt := range req.Msg.GetTasks() {
 		queries[i] = core.ReconcileQuery{TaskID: rt.GetTaskId(), AgentID: rt.GetAgentId()}
 	}
-	c.deliver(c.core.Reconcile(fw.id(), queries, agentStates{c}, c.cfg.Now()))
+	c.deliver(c.core.Reconcile(fw.id(), queries, c.core.RecordedAgentStates(), c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.ReconcileResponse{}), nil
-}
-
-// agentStates tells the core's Reconcile the agents' states, which are
-// still the shell's records. Caller holds c.mu.
-type agentStates struct{ c *Coordinator }
-
-func (s agentStates) AgentState(agentID string) (slacklinev1.AgentState, bool) {
-	a := s.c.agents[agentID]
-	if a == nil {
-		return 0, false
-	}
-	return a.State, true
-}
-
-func (s agentStates) AnyRecovering() bool {
-	for _, a := range s.c.agents {
-		if a.State == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
-			return true
-		}
-	}
-	return false
 }
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {

@@ -269,7 +269,7 @@ func (c *Coordinator) mayRegisterAs(ctx context.Context, hostname string) error 
 // checkAgentIdentity refuses a registration under an agent id registered
 // with another hostname: an agent's id stays bound to the host (and so the
 // certificate) that registered it. (previous_agent_id of another host is
-// ignored by planRegistration.) Caller holds c.mu.
+// ignored by core.PlanRegistration.) Caller holds c.mu.
 func (c *Coordinator) checkAgentIdentity(reg registration) error {
 	if !c.cfg.Authz.Enabled() {
 		return nil

@@ -460,3 +460,26 @@ func (k *Core) DrainingUsers() map[string][]string {
 // take handed out everything collected so far), so that the outer event's
 // take hands out all of it.
 func (k *Core) also(r Ready) { k.out = r }
+
+// RecordedAgentStates returns the agents' states as the core's records
+// hold them, for Reconcile.
+func (k *Core) RecordedAgentStates() AgentStates { return recordedStates{k} }
+
+type recordedStates struct{ k *Core }
+
+func (s recordedStates) AgentState(agentID string) (slacklinev1.AgentState, bool) {
+	r := s.k.agentRecs[agentID]
+	if r == nil {
+		return 0, false
+	}
+	return r.State, true
+}
+
+func (s recordedStates) AnyRecovering() bool {
+	for _, r := range s.k.agentRecs {
+		if r.State == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+			return true
+		}
+	}
+	return false
+}
