@@ -107,6 +107,7 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 	}
 	for _, id := range forgotten {
 		if a := c.agents[id]; a != nil {
+			c.log.Info("agent forgotten: gone past the retention, or its machine is UP again and it may register anew", "agent", id, "hostname", a.Info.GetHostname())
 			a.endSession()
 			delete(c.agents, id)
 		}
