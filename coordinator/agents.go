@@ -44,13 +44,6 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	}), nil
 }
 
-// finishTask ends a live task with a terminal status the coordinator
-// itself decided: the framework is told and the resources released.
-// Caller holds c.mu.
-func (c *Coordinator) finishTask(t *core.Task, st *slacklinev1.TaskStatus, now time.Time) {
-	c.deliver(c.core.EndTask(t, st, now))
-}
-
 // session checks an agent's session, and that the caller may act as the
 // agent's host. Caller holds c.mu.
 func (c *Coordinator) session(ctx context.Context, agentID, sessionID string) (*agent, error) {
@@ -61,8 +54,8 @@ func (c *Coordinator) session(ctx context.Context, agentID, sessionID string) (*
 	if err := c.checkSessionCaller(ctx, a); err != nil {
 		return nil, err
 	}
-	if a.state == slacklinev1.AgentState_AGENT_STATE_GONE && (a.session == nil || a.session.id != sessionID) {
-		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was shut down: its machine %s is DOWN for maintenance", agentID, a.maint.machine))
+	if a.State == slacklinev1.AgentState_AGENT_STATE_GONE && (a.session == nil || a.session.id != sessionID) {
+		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("agent %q was shut down: its machine %s is DOWN for maintenance", agentID, a.Maint.Machine))
 	}
 	if a.session == nil || a.session.id != sessionID {
 		return nil, connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf("session %q of agent %q is not current; register again", sessionID, agentID))
@@ -201,7 +194,7 @@ func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim
 			if a.beats != nil {
 				a.beats.body.end(errBeatsSuperseded)
 			}
-			claim.agentID, a.beats = a.id, claim
+			claim.agentID, a.beats = a.ID, claim
 		case a.beats != claim:
 			return 0, 0, errBeatsSuperseded
 		}
@@ -241,9 +234,9 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 		return nil, err
 	}
 	st = proto.CloneOf(st)
-	st.AgentId, st.FrameworkId = a.id, msg.GetFrameworkId()
+	st.AgentId, st.FrameworkId = a.ID, msg.GetFrameworkId()
 	if truncateStatusMessage(st, c.cfg.Limits.MaxStatusMessageBytes) {
-		c.bounds.hit("status_message", "status message truncated", "agent", a.id, "task", st.GetTaskId(), "bytes", len(msg.GetStatus().GetMessage()))
+		c.bounds.hit("status_message", "status message truncated", "agent", a.ID, "task", st.GetTaskId(), "bytes", len(msg.GetStatus().GetMessage()))
 	}
 	if st.Source == slacklinev1.TaskSource_TASK_SOURCE_UNSPECIFIED {
 		st.Source = slacklinev1.TaskSource_TASK_SOURCE_AGENT
@@ -275,13 +268,13 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 		}
 		return nil
 	}
-	if owner, known := c.taskOwner(a, fw, st.GetTaskId()); owner != a.id {
+	if owner, known := c.taskOwner(a, fw, st.GetTaskId()); owner != a.ID {
 		if known {
 			return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
-				"task %q of framework %q is on agent %q, not on agent %q", st.GetTaskId(), fw.id(), owner, a.id))
+				"task %q of framework %q is on agent %q, not on agent %q", st.GetTaskId(), fw.id(), owner, a.ID))
 		}
 		c.log.Warn("status update for a task the agent was not given; acknowledged and dropped",
-			"agent", a.id, "framework", fw.id(), "task", st.GetTaskId(), "state", st.GetState().String())
+			"agent", a.ID, "framework", fw.id(), "task", st.GetTaskId(), "state", st.GetState().String())
 		acknowledge()
 		return nil
 	}
@@ -299,7 +292,7 @@ func (c *Coordinator) handleStatus(a *agent, st *slacklinev1.TaskStatus) error {
 			"framework", fw.id(), "task", st.GetTaskId())
 	}
 	c.deliver(r)
-	c.deliver(c.core.TaskUpdate(a.id, st, now))
+	c.deliver(c.core.TaskUpdate(a.ID, st, now))
 	return nil
 }
 
@@ -328,21 +321,11 @@ func (s agentService) UpdateOversubscribedResources(ctx context.Context, req *co
 	// agent's registered total (itself within its identity's
 	// max_resources): an agent that reports more, to attract revocable
 	// tasks, is held to its total.
-	if bounded := estimate.Min(a.total); !bounded.Equal(estimate) {
+	if bounded := estimate.Min(a.Total); !bounded.Equal(estimate) {
 		c.bounds.hit("revocable_estimate", "an agent reported more revocable resources than it registered: held to its total",
-			"agent", a.id, "hostname", a.info.GetHostname(), "estimate", estimate.String(), "total", a.total.String())
+			"agent", a.ID, "hostname", a.Info.GetHostname(), "estimate", estimate.String(), "total", a.Total.String())
 		estimate = bounded
 	}
-	c.deliver(c.core.Estimate(a.id, estimate, c.cfg.Now()))
+	c.deliver(c.core.Estimate(a.ID, estimate, c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.UpdateOversubscribedResourcesResponse{}), nil
-}
-
-// markAgentUnreachable handles an agent silent past the timeout: its
-// session ends, its offers are rescinded, its tasks become UNREACHABLE (LOST
-// for frameworks that are not partition-aware). Caller holds c.mu.
-func (c *Coordinator) markAgentUnreachable(a *agent, now time.Time) {
-	a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-	a.endSession()
-	c.deliver(c.core.AgentLost(a.id, now))
-	c.deliver(c.core.TasksUnreachable(a.id, a.info.GetHostname(), now))
 }

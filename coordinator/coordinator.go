@@ -378,7 +378,7 @@ func (c *Coordinator) allocateOnce() {
 	full := c.fullPass
 	c.fullPass = false
 	start := time.Now()
-	r, pass := c.core.Allocate(c.cfg.Now(), full, c.drainingUsers())
+	r, pass := c.core.Allocate(c.cfg.Now(), full, c.core.DrainingUsers())
 	if pass == core.NoPass {
 		return
 	}

@@ -46,17 +46,29 @@
 // subscriptions (core.SubscribeFramework, a persist step) and teardowns
 // (core.RemoveFramework, whose completed record comes back in Ready.After),
 // and forgets the torn-down ones beyond Limits.MaxCompletedFrameworks
-// (core.ForgetCompletedFrameworks).
+// (core.ForgetCompletedFrameworks). It holds the agents' registry records
+// too (core.AgentRecord: info, total, state, registration time, place in
+// the maintenance schedule) and makes every change of an agent's state: a
+// registration is a persist step (core.PlanRegistration, then
+// core.ApplyRegistration once its records are durable, re-checking the
+// schedule); silent agents and agents not re-registered after a restart
+// become UNREACHABLE in Tick; a maintenance transition is applied to the
+// agents by core.InstallMaintenance (shutdowns, forgetting the GONE agents
+// of machines back UP, inverse offers); core.ForgetGoneAgents is the
+// retention of gone agents. The records of the changes it decides itself
+// come back in Ready.After. The maintenance schedule is an input: the
+// shell's maintenance.State, which the core's calls are given.
 //
 // This package is the shell around it and still holds the rest of the
-// state: agent records, the frameworks' states, sessions and subscriptions,
-// registrations with their registry records, the maintenance schedule and its transitions,
-// the retention of gone agents, authorization and the launch proofs. RPC handlers
-// decode, authorize, validate, call one domain operation and encode;
-// registry changes are a pure plan from a value of the current state
-// (planRegistration, planSubscription (the core's persist step), a
-// maintenance transition and planMaintenance), table-tested, that
-// register, subscribe and changeMaintenance persist and apply. Bindings the core relies on (a
+// state: the agents' sessions and heartbeat streams (agent embeds the
+// core's record, which it reads under mu and never changes), the
+// frameworks' states, sessions and subscriptions, the maintenance state
+// itself and its transitions (computed by package maintenance, persisted
+// here), authorization and the launch proofs. RPC handlers decode,
+// authorize, validate, call one domain operation and encode; registry
+// changes are pure plans (the core's persist steps, and a maintenance
+// transition), table-tested, that register, subscribe and
+// changeMaintenance persist and apply. Bindings the core relies on (a
 // framework's principal, an agent's identity and hostname) are enforced
 // here before an event reaches it.
 //
@@ -182,9 +194,9 @@
 // # Maintenance and inverse offers
 //
 // The maintenance state machine is pure (package coordinator/maintenance);
-// this package applies it, and the core makes, rescinds and answers the
-// inverse offers (core.SetMaintenance, core.SendInverseOffers,
-// core.AnswerInverseOffers). The schedule and the DOWN machines are one
+// this package persists its transitions, and the core applies them to the
+// agents (core.InstallMaintenance) and makes, rescinds and answers the
+// inverse offers (core.SendInverseOffers, core.AnswerInverseOffers). The schedule and the DOWN machines are one
 // record in store.BucketMaintenance, written before a change is applied
 // and loaded by New, so a restart keeps both (agents of DOWN machines stay
 // GONE).

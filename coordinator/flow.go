@@ -170,8 +170,8 @@ func (c *Coordinator) admitSubscription(caller string, limit int) (release func(
 // forgetHistory forgets the torn-down frameworks beyond
 // Limits.MaxCompletedFrameworks, oldest registered first (the core's
 // ForgetCompletedFrameworks, which holds their records), and the agents
-// UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (their
-// remaining tasks end TASK_STATE_GONE). It returns the registry writes.
+// UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (the
+// core's ForgetGoneAgents: their remaining tasks end TASK_STATE_GONE). It returns the registry writes.
 // Caller holds persistMu and c.mu.
 func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 	r := c.core.ForgetCompletedFrameworks(c.cfg.Limits.MaxCompletedFrameworks)
@@ -184,29 +184,14 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 	}
 	r.After, r.Forgotten = nil, nil
 	c.deliver(r)
-	retention := c.cfg.Limits.GoneAgentRetention
-	if retention < 0 {
-		return writes
+	r = c.core.ForgetGoneAgents(c.cfg.Limits.GoneAgentRetention, now)
+	for _, id := range r.ForgottenAgents {
+		if a := c.agents[id]; a != nil {
+			c.bounds.hit("gone_agents", "an agent unreachable or gone for longer than the retention was forgotten", "agent", id, "hostname", a.Info.GetHostname())
+		}
 	}
-	for _, a := range c.agents {
-		if a.state != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-			continue
-		}
-		since := c.core.LastHeartbeat(a.id)
-		if since.IsZero() {
-			since = c.startedAt // not heard from since a restart
-		}
-		if now.Sub(since) <= retention {
-			continue
-		}
-		c.bounds.hit("gone_agents", "an agent unreachable or gone for longer than the retention was forgotten", "agent", a.id, "hostname", a.info.GetHostname())
-		a.endSession()
-		c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_REMOVED,
-			"agent "+a.info.GetHostname()+" was unreachable for longer than the coordinator keeps agents", now)
-		c.forgetAgent(a)
-		c.core.ForgetAgent(a.id)
-		writes = append(writes, store.Delete(store.BucketAgents, a.id))
-	}
+	writes = append(writes, registryWrites(r.After)...)
+	c.applyAgentChanges(&r)
 	return writes
 }
 

@@ -446,10 +446,15 @@ func TestHistoryIsBounded(t *testing.T) {
 		d.c.persistMu.Lock()
 		d.c.mu.Lock()
 		a := d.c.agents[agentID]
-		d.c.markAgentUnreachable(a, testNow)
-		d.c.core.Heartbeat(a.id, testNow.Add(-30*time.Minute))
+		// Silent for a month: the core finds it lost.
+		d.c.core.Heartbeat(a.ID, testNow.Add(-30*24*time.Hour))
+		d.c.tick(testNow)
+		if a.State != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE {
+			t.Fatalf("agent %v after a month's silence, want UNREACHABLE", a.State)
+		}
+		d.c.core.Heartbeat(a.ID, testNow.Add(-30*time.Minute))
 		kept := len(d.c.forgetHistory(testNow))
-		d.c.core.Heartbeat(a.id, testNow.Add(-2*time.Hour))
+		d.c.core.Heartbeat(a.ID, testNow.Add(-2*time.Hour))
 		writes := d.c.forgetHistory(testNow)
 		d.c.mu.Unlock()
 		d.c.persistMu.Unlock()

@@ -46,7 +46,7 @@ func TestHeartbeatStreamNoAnswer(t *testing.T) {
 		state := func(id string) slacklinev1.AgentState {
 			tc.c.mu.Lock()
 			defer tc.c.mu.Unlock()
-			return tc.c.agents[id].state
+			return tc.c.agents[id].State
 		}
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()

@@ -11,6 +11,7 @@ import (
 	"github.com/google/go-cmp/cmp"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 )
@@ -97,8 +98,8 @@ func TestOneAgentPerHost(t *testing.T) {
 	if second == first {
 		t.Fatal("the second registration got the first's id")
 	}
-	if a := d.agent(first); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || d.c.core.AgentTaskCount(first) != 0 {
-		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.state, d.c.core.InAllocator(first), d.c.core.AgentTaskCount(first))
+	if a := d.agent(first); a.State != slacklinev1.AgentState_AGENT_STATE_GONE || d.c.core.InAllocator(first) || d.c.core.AgentTaskCount(first) != 0 {
+		t.Fatalf("first agent: state %v, in allocator %v, tasks %d; want GONE, out, none", a.State, d.c.core.InAllocator(first), d.c.core.AgentTaskCount(first))
 	}
 	if !firstSession.hasEnded() {
 		t.Fatal("the first agent's session did not end")
@@ -116,8 +117,8 @@ func TestOneAgentPerHost(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if a := d.agent(second); a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-		t.Fatalf("HOST-A's agent %s left host-a's %s %v", third, second, a.state)
+	if a := d.agent(second); a.State != slacklinev1.AgentState_AGENT_STATE_GONE {
+		t.Fatalf("HOST-A's agent %s left host-a's %s %v", third, second, a.State)
 	}
 }
 
@@ -140,7 +141,7 @@ func TestConcurrentAgentsOfOneHost(t *testing.T) {
 	}
 	late := parse("late")
 	d.c.mu.Lock()
-	plan, err := planRegistration(d.c.agents, d.c.agentsOnHost("host-a"), d.c.maint, late, clk.Now())
+	plan, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: late.info, Total: late.total}, d.c.maint, clk.Now())
 	d.c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -148,11 +149,11 @@ func TestConcurrentAgentsOfOneHost(t *testing.T) {
 	if _, _, _, err := d.c.register(ctx, parse("between")); err != nil {
 		t.Fatal(err)
 	}
-	if err := d.c.persist(ctx, "agent", plan.writes...); err != nil {
+	if err := d.c.write(ctx, "agent", plan); err != nil {
 		t.Fatal(err)
 	}
 	d.c.mu.Lock()
-	_, writes, err := d.c.applyRegistration(late, plan, clk.Now())
+	_, writes, err := d.c.applyRegistration(late, plan.Apply, clk.Now())
 	d.c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -160,8 +161,8 @@ func TestConcurrentAgentsOfOneHost(t *testing.T) {
 	d.c.record(ctx, writes...)
 	live := map[string]slacklinev1.AgentState{}
 	d.c.mu.Lock()
-	for _, a := range d.c.agentsOnHost("host-a") {
-		live[a.id] = a.state
+	for _, a := range d.c.core.AgentsOnHost("host-a") {
+		live[a.ID] = a.State
 	}
 	d.c.mu.Unlock()
 	want := map[string]slacklinev1.AgentState{"first": slacklinev1.AgentState_AGENT_STATE_GONE,

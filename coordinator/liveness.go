@@ -29,7 +29,7 @@ import (
 const historyInterval = time.Minute
 
 // heartbeat records that agent a was heard from at now. Caller holds c.mu.
-func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.core.Heartbeat(a.id, now) }
+func (c *Coordinator) heartbeat(a *agent, now time.Time) { c.core.Heartbeat(a.ID, now) }
 
 // agentHeartbeatInterval is the interval to tell an agent at now, for the
 // agents heartbeating now (core.HeartbeatInterval). Caller holds c.mu.
@@ -49,30 +49,29 @@ func (c *Coordinator) agentPace(now time.Time) core.Pace {
 }
 
 // tick lets time pass in the core and applies what it decided: its sends
-// (the rescinds of timed-out offers and of lost agents' offers) first,
-// then the ACTIVE agents it found silent become UNREACHABLE
-// (markAgentUnreachable), the agents that did not re-register after a
-// restart UNREACHABLE too, and the DISCONNECTED frameworks past their
-// failover timeout are torn down. It returns the registry writes. Caller
-// holds persistMu (a teardown) and c.mu.
+// (the rescinds of timed-out offers and of lost agents' offers, the
+// updates of their tasks, UNREACHABLE) first; the ACTIVE agents it found
+// silent are UNREACHABLE in the core already, and their sessions end
+// here; the agents that did not re-register after a restart are
+// UNREACHABLE too; and the DISCONNECTED frameworks past their failover
+// timeout are torn down. It returns the registry writes (the agents'
+// records among them). Caller holds persistMu (a teardown) and c.mu.
 func (c *Coordinator) tick(now time.Time) []store.Mutation {
 	r := c.core.Tick(now)
+	writes := registryWrites(r.After)
+	r.After = nil
 	c.deliver(r)
-	var writes []store.Mutation
 	for _, lost := range r.Lost {
 		a := c.agents[lost.AgentID]
-		if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+		if a == nil || a.State != slacklinev1.AgentState_AGENT_STATE_UNREACHABLE {
 			continue
 		}
-		c.log.Warn("agent unreachable: no heartbeat", "agent", a.id, "hostname", a.info.GetHostname(), "silent", lost.Silent.Round(time.Millisecond))
-		c.markAgentUnreachable(a, now)
-		writes = append(writes, a.record())
+		c.log.Warn("agent unreachable: no heartbeat", "agent", a.ID, "hostname", a.Info.GetHostname(), "silent", lost.Silent.Round(time.Millisecond))
+		a.endSession()
 	}
 	for _, id := range r.NotReregistered {
-		if a := c.agents[id]; a != nil && a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
-			c.log.Warn("agent did not re-register after coordinator restart", "agent", a.id, "hostname", a.info.GetHostname())
-			a.state = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-			writes = append(writes, a.record())
+		if a := c.agents[id]; a != nil {
+			c.log.Warn("agent did not re-register after coordinator restart", "agent", a.ID, "hostname", a.Info.GetHostname())
 		}
 	}
 	for _, id := range r.Expired {

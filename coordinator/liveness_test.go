@@ -20,7 +20,7 @@ func TestSilentAgents(t *testing.T) {
 	for _, host := range []string{"host-a", "host-b", "host-c"} {
 		ids[host] = d.mustRegister(registerRequest("", host, "cpus:1;mem:128"))
 	}
-	state := func(host string) slacklinev1.AgentState { return d.c.agents[ids[host]].state }
+	state := func(host string) slacklinev1.AgentState { return d.c.agents[ids[host]].State }
 	check := func(at time.Duration) int {
 		now = testNow.Add(at)
 		d.c.mu.Lock()
@@ -95,7 +95,7 @@ func TestHeartbeatIntervalGrowsWithTheCluster(t *testing.T) {
 	if len(writes) != 3 {
 		t.Fatalf("%d agents unreachable after 13 s at a 12 s timeout, want 3 (all but host-a)", len(writes))
 	}
-	if s := c.agents[ids[0]].state; s != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+	if s := c.agents[ids[0]].State; s != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
 		t.Errorf("host-a, heard from at 10 s, is %v", s)
 	}
 	// One agent left heartbeating: the interval shrinks back to the base.

@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/core"
@@ -25,45 +24,6 @@ const maintenanceKey = "state"
 
 // maxMachinesPerCall bounds StartMaintenance and StopMaintenance requests.
 const maxMachinesPerCall = 10000
-
-// agentMaintenance is an agent's place in the maintenance schedule.
-type agentMaintenance struct {
-	// scheduled is set when the agent's machine is in the schedule.
-	scheduled bool
-	machine   maintenance.Machine
-	mode      slacklinev1.MachineMode
-	// unavailability is the machine's window (nil when UP).
-	unavailability *slacklinev1.Unavailability
-}
-
-func (m agentMaintenance) same(o agentMaintenance) bool {
-	return m.scheduled == o.scheduled && m.machine == o.machine && m.mode == o.mode && proto.Equal(m.unavailability, o.unavailability)
-}
-
-// lookupMachine places an agent in a maintenance state. Caller holds c.mu.
-func lookupMachine(st *maintenance.State, info *slacklinev1.AgentInfo) agentMaintenance {
-	m, ok := st.Lookup(info.GetHostname(), info.GetIp())
-	if !ok {
-		return agentMaintenance{mode: maintenance.ModeUp}
-	}
-	am := agentMaintenance{scheduled: true, machine: m, mode: st.Mode(m)}
-	if w, ok := st.Window(m); ok {
-		am.unavailability = w.Unavailability()
-	}
-	return am
-}
-
-// coreMaintenance is what the core knows of an agent's place in the
-// schedule.
-func (m agentMaintenance) core() core.Maintenance {
-	return core.Maintenance{Mode: m.mode, Machine: m.machine, Unavailability: m.unavailability}
-}
-
-// downMachineError refuses the registration of an agent on a DOWN machine.
-func downMachineError(m maintenance.Machine) error {
-	return connect.NewError(connect.CodeFailedPrecondition, fmt.Errorf(
-		"machine %s is DOWN for maintenance: its agents may not register until StopMaintenance brings it UP", m))
-}
 
 // maintenanceError maps the maintenance package's errors to RPC codes.
 func maintenanceError(err error) error {
@@ -112,125 +72,46 @@ func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr t
 	return nil
 }
 
-// maintenanceAction is what a maintenance change does to an agent whose
-// machine changed mode or window, besides withdrawing its offers and
-// inverse offers (they carry the old unavailability): nothing more; a shut
-// down (its machine went DOWN: it becomes GONE); or forgetting the GONE
-// agent of a machine back UP, so that it may register again.
-type maintenanceAction int
-
-const (
-	actionReoffer maintenanceAction = iota
-	actionShutdown
-	actionForget
-)
-
-// agentChange is a maintenance change's effect on one agent.
-type agentChange struct {
-	agent  *agent
-	after  agentMaintenance
-	action maintenanceAction
-}
-
-// planMaintenance returns, changing nothing, what installing next does to
-// each agent whose machine changes mode or window, in no particular order.
-func planMaintenance(agents map[string]*agent, next *maintenance.State) []agentChange {
-	var out []agentChange
-	for _, a := range agents {
-		ch := agentChange{agent: a, after: lookupMachine(next, a.info)}
-		switch {
-		case a.maint.same(ch.after):
-			continue
-		case ch.after.mode == maintenance.ModeDown:
-			ch.action = actionShutdown
-		case a.maint.mode == maintenance.ModeDown && a.state == slacklinev1.AgentState_AGENT_STATE_GONE:
-			ch.action = actionForget
-		}
-		out = append(out, ch)
-	}
-	return out
-}
-
-// installMaintenance makes next the maintenance state and applies it to
-// every agent (see planMaintenance); it returns the agents' registry
-// writes. Caller holds c.mu.
+// installMaintenance makes next the maintenance state and has the core
+// apply it to every agent whose machine changes mode or window
+// (core.InstallMaintenance: offers rescinded, agents of machines gone DOWN
+// shut down, GONE agents of machines back UP forgotten, inverse offers
+// sent); it returns the agents' registry writes. Caller holds c.mu.
 func (c *Coordinator) installMaintenance(next *maintenance.State, reason string, now time.Time) []store.Mutation {
 	c.maint = next
-	var writes []store.Mutation
-	for _, ch := range planMaintenance(c.agents, next) {
-		a, before := ch.agent, ch.agent.maint
-		a.maint = ch.after
-		c.deliver(c.core.SetMaintenance(a.id, ch.after.core(), now))
-		switch ch.action {
-		case actionShutdown:
-			writes = append(writes, c.shutdownAgent(a, ch.after.machine, reason, now))
-		case actionForget:
-			c.log.Info("machine is UP: its agent may register again", "agent", a.id, "machine", before.machine.String())
-			c.forgetAgent(a)
-			c.core.ForgetAgent(a.id)
-			writes = append(writes, store.Delete(store.BucketAgents, a.id))
-		}
-	}
-	c.deliver(c.core.SendInverseOffers(now, c.drainingUsers()))
+	r := c.core.InstallMaintenance(next, reason, now)
+	writes := registryWrites(r.After)
+	c.applyAgentChanges(&r)
 	return writes
 }
 
-// shutdownAgent takes an agent out of the cluster because its machine went
-// DOWN: offers and inverse offers are rescinded, its tasks end as
-// TASK_STATE_GONE_BY_OPERATOR at once (whether or not the agent answers),
-// the agent is told to shut down and its session ends once the command is
-// delivered, and it becomes GONE. It returns the agent's registry write.
-// Caller holds c.mu.
-func (c *Coordinator) shutdownAgent(a *agent, m maintenance.Machine, reason string, now time.Time) store.Mutation {
-	msg := fmt.Sprintf("machine %s is DOWN for maintenance (%s)", m, reason)
-	c.log.Info("shutting down agent: its machine is DOWN", "agent", a.id, "hostname", a.info.GetHostname(), "machine", m.String(), "tasks", c.core.AgentTaskCount(a.id), "reason", reason)
-	if a.session != nil {
-		a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ShutdownAgent{ShutdownAgent: &slacklinev1.ShutdownAgentCommand{Message: msg}}})
-		if a.session != nil {
+// applyAgentChanges delivers a core Ready whose records (After) the
+// caller writes, and applies its agent changes to the shell's own
+// records: the sessions of agents shut down end once their
+// ShutdownAgentCommand is delivered, forgotten agents are dropped. Caller
+// holds c.mu.
+func (c *Coordinator) applyAgentChanges(r *core.Ready) {
+	shutDown, forgotten := r.ShutDown, r.ForgottenAgents
+	r.After, r.ShutDown, r.ForgottenAgents = nil, nil, nil
+	for _, id := range shutDown {
+		if a := c.agents[id]; a != nil {
+			c.log.Info("shutting down agent: its machine is DOWN", "agent", a.ID, "hostname", a.Info.GetHostname(), "machine", a.Maint.Machine.String())
+		}
+	}
+	c.deliver(*r)
+	for _, id := range shutDown {
+		if a := c.agents[id]; a != nil && a.session != nil {
 			a.session.endAfterDelivery()
 			a.closing, a.session = a.session, nil
 		}
 	}
-	c.retireAgent(a, slacklinev1.TaskState_TASK_STATE_GONE_BY_OPERATOR, slacklinev1.Reason_REASON_AGENT_REMOVED_BY_OPERATOR, msg, now)
-	return a.record()
-}
-
-// retireAgent makes an agent GONE: its offers and inverse offers are
-// rescinded, its tasks end with state and reason at once, and it leaves the
-// allocator. Its session, if any, is the caller's business. Caller holds
-// c.mu.
-func (c *Coordinator) retireAgent(a *agent, state slacklinev1.TaskState, reason slacklinev1.Reason, msg string, now time.Time) {
-	c.deliver(c.core.WithdrawAgent(a.id, now))
-	for _, t := range c.core.AgentTasks(a.id) {
-		c.finishTask(t, coordinatorStatus(t.FrameworkID, t.Info.GetTaskId(), a.id, state, reason, msg, now), now)
-	}
-	c.deliver(c.core.RemoveAgent(a.id))
-	a.state = slacklinev1.AgentState_AGENT_STATE_GONE
-}
-
-// drainingUsers returns, for each active agent on a draining machine, the
-// frameworks with tasks there: with those with offers there, the users an
-// inverse offer goes to (core.SendInverseOffers). Caller holds c.mu.
-func (c *Coordinator) drainingUsers() map[string][]string {
-	draining := c.core.Draining()
-	if len(draining) == 0 {
-		return nil
-	}
-	out := make(map[string][]string, len(draining))
-	for _, id := range draining {
-		a := c.agents[id]
-		if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-			continue
-		}
-		seen := map[string]bool{}
-		for _, t := range c.core.AgentTasks(id) {
-			if !seen[t.FrameworkID] {
-				seen[t.FrameworkID] = true
-				out[id] = append(out[id], t.FrameworkID)
-			}
+	for _, id := range forgotten {
+		if a := c.agents[id]; a != nil {
+			c.log.Info("agent forgotten: gone past the retention, or its machine is UP again and it may register anew", "agent", id, "hostname", a.Info.GetHostname())
+			a.endSession()
+			delete(c.agents, id)
 		}
 	}
-	return out
 }
 
 // answerInverseOffers handles AcceptInverseOffers and DeclineInverseOffers:
@@ -334,12 +215,12 @@ func (s operatorService) GetMaintenanceStatus(ctx context.Context, _ *connect.Re
 func (c *Coordinator) machineAgents() map[maintenance.Machine][]*agent {
 	out := map[maintenance.Machine][]*agent{}
 	for _, a := range c.agents {
-		if a.maint.scheduled {
-			out[a.maint.machine] = append(out[a.maint.machine], a)
+		if a.Maint.Scheduled() {
+			out[a.Maint.Machine] = append(out[a.Maint.Machine], a)
 		}
 	}
 	for _, list := range out {
-		slices.SortFunc(list, func(x, y *agent) int { return strings.Compare(x.id, y.id) })
+		slices.SortFunc(list, func(x, y *agent) int { return strings.Compare(x.ID, y.ID) })
 	}
 	return out
 }
@@ -350,7 +231,7 @@ func (c *Coordinator) machineAgents() map[maintenance.Machine][]*agent {
 func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintenance.Machine][]*agent, running map[string]int) []maintenance.Usage {
 	onMachine := map[string]int{}
 	for _, a := range byMachine[m] {
-		for _, t := range c.core.AgentTasks(a.id) {
+		for _, t := range c.core.AgentTasks(a.ID) {
 			onMachine[t.FrameworkID]++
 		}
 	}
@@ -358,7 +239,7 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 	if w, ok := c.maint.Window(m); ok {
 		for _, wm := range w.Machines {
 			for _, a := range byMachine[wm] {
-				for _, t := range c.core.AgentTasks(a.id) {
+				for _, t := range c.core.AgentTasks(a.ID) {
 					if t.State == slacklinev1.TaskState_TASK_STATE_RUNNING {
 						inWindow[t.FrameworkID]++
 					}
@@ -371,10 +252,10 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 		ids[id] = true
 	}
 	for _, a := range byMachine[m] {
-		for _, id := range c.core.AgentInverseFrameworks(a.id) {
+		for _, id := range c.core.AgentInverseFrameworks(a.ID) {
 			ids[id] = true
 		}
-		for _, o := range c.core.AgentOffers(a.id) {
+		for _, o := range c.core.AgentOffers(a.ID) {
 			ids[o.FrameworkID] = true
 		}
 	}
@@ -419,7 +300,7 @@ func (c *Coordinator) clusterStatus() *slacklinev1.ClusterStatus {
 		w, _ := c.maint.Window(m)
 		dm := &slacklinev1.DrainingMachine{Id: m.Proto(), Unavailability: w.Unavailability()}
 		for _, a := range byMachine[m] {
-			dm.AgentIds = append(dm.AgentIds, a.id)
+			dm.AgentIds = append(dm.AgentIds, a.ID)
 		}
 		answers := c.maint.Answers(m)
 		for _, u := range c.machineUsage(m, byMachine, running) {

@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/coordinator/maintenance"
@@ -16,68 +15,6 @@ import (
 
 func scheduleOf(windows ...*slacklinev1.Window) *slacklinev1.Schedule {
 	return &slacklinev1.Schedule{Windows: windows}
-}
-
-func TestPlanMaintenance(t *testing.T) {
-	t.Parallel()
-	const (
-		active = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-		gone   = slacklinev1.AgentState_AGENT_STATE_GONE
-	)
-	must := func(s *maintenance.State, _ []maintenance.Machine, err error) *maintenance.State {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-		return s
-	}
-	up := maintenance.New()
-	drainingA := must(up.UpdateSchedule(scheduleOf(machineWindow(testNow, time.Hour, "host-a"))))
-	drainingLater := must(up.UpdateSchedule(scheduleOf(machineWindow(testNow.Add(time.Hour), time.Hour, "host-a"))))
-	drainingAB := must(up.UpdateSchedule(scheduleOf(machineWindow(testNow, time.Hour, "host-a"), machineWindow(testNow, time.Hour, "host-b"))))
-	downA := must(drainingA.StartMaintenance(machines("host-a")))
-	type change struct {
-		Mode   slacklinev1.MachineMode
-		Action maintenanceAction
-	}
-	tests := []struct {
-		name     string
-		from, to *maintenance.State
-		state    slacklinev1.AgentState // of host-a's agent
-		want     map[string]change      // by agent id; agents not listed are untouched
-	}{
-		{"nothing changes", up, up, active, map[string]change{}},
-		{"a schedule makes a machine DRAINING", up, drainingA, active,
-			map[string]change{"a": {maintenance.ModeDraining, actionReoffer}}},
-		{"a re-timed window changes the unavailability", drainingA, drainingLater, active,
-			map[string]change{"a": {maintenance.ModeDraining, actionReoffer}}},
-		{"a window added for another machine leaves the first alone", drainingA, drainingAB, active,
-			map[string]change{"b": {maintenance.ModeDraining, actionReoffer}}},
-		{"a machine taken out of the schedule is UP", drainingA, up, active,
-			map[string]change{"a": {maintenance.ModeUp, actionReoffer}}},
-		{"StartMaintenance shuts the agent down", drainingA, downA, active,
-			map[string]change{"a": {maintenance.ModeDown, actionShutdown}}},
-		{"StopMaintenance forgets the GONE agent", downA, up, gone,
-			map[string]change{"a": {maintenance.ModeUp, actionForget}}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			agents := agentsOf(knownAgent("a", "host-a", "cpus:1", tt.state), knownAgent("b", "host-b", "cpus:1", active))
-			for _, a := range agents {
-				a.maint = lookupMachine(tt.from, a.info)
-			}
-			got := map[string]change{}
-			for _, ch := range planMaintenance(agents, tt.to) {
-				got[ch.agent.id] = change{ch.after.mode, ch.action}
-			}
-			if diff := cmp.Diff(tt.want, got); diff != "" {
-				t.Errorf("changes (-want +got):\n%s", diff)
-			}
-			if a := agents["a"]; !a.maint.same(lookupMachine(tt.from, a.info)) || a.state != tt.state {
-				t.Error("planMaintenance changed an agent")
-			}
-		})
-	}
 }
 
 // maintenanceRecord returns the persisted maintenance state.
@@ -171,8 +108,8 @@ func TestChangeMaintenance(t *testing.T) {
 			if cmd := session.next(); cmd.GetShutdownAgent() == nil {
 				t.Fatalf("command %v, want a shutdown", cmd)
 			}
-			if a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || a.closing != session {
-				t.Fatalf("agent state %v", a.state)
+			if a.State != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || a.closing != session {
+				t.Fatalf("agent state %v", a.State)
 			}
 			if got := d.st.agentStates(t)[id]; got != slacklinev1.AgentState_AGENT_STATE_GONE {
 				t.Fatalf("persisted agent state %v", got)
@@ -251,7 +188,7 @@ func TestChangeMaintenance(t *testing.T) {
 			if d.mode("host-a") != maintenance.ModeDown || d.maintenanceRecord().Mode(maintenance.Machine{Hostname: "host-a"}) != maintenance.ModeDown {
 				t.Error("a refused transition changed the state")
 			}
-			if d.agent(id).state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			if d.agent(id).State != slacklinev1.AgentState_AGENT_STATE_GONE {
 				t.Error("agent not GONE")
 			}
 		}},

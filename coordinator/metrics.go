@@ -85,12 +85,12 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 	modes := map[slacklinev1.MachineMode]int{}
 	var estimate, allocated, offered resources.Resources
 	for _, a := range c.agents {
-		agents[a.state]++
-		if !a.maint.scheduled && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
+		agents[a.State]++
+		if !a.Maint.Scheduled() && a.State != slacklinev1.AgentState_AGENT_STATE_GONE {
 			modes[slacklinev1.MachineMode_MACHINE_MODE_UP]++
 		}
-		_, held := c.core.Allocator().AgentRevocable(a.id)
-		estimate, allocated = estimate.Add(c.core.AgentRevocable(a.id)), allocated.Add(held)
+		_, held := c.core.Allocator().AgentRevocable(a.ID)
+		estimate, allocated = estimate.Add(c.core.AgentRevocable(a.ID)), allocated.Add(held)
 	}
 	for _, m := range c.maint.Machines() {
 		modes[c.maint.Mode(m)]++

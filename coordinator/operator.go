@@ -27,17 +27,17 @@ func (c *Coordinator) agentsProto() []*slacklinev1.Agent {
 	out := make([]*slacklinev1.Agent, 0, len(c.agents))
 	for _, a := range c.agents {
 		var offered resources.Resources
-		for _, o := range c.core.AgentOffers(a.id) {
+		for _, o := range c.core.AgentOffers(a.ID) {
 			offered = offered.Add(o.Resources)
 		}
 		alloc := c.core.Allocator()
-		_, allocatedRevocable := alloc.AgentRevocable(a.id)
+		_, allocatedRevocable := alloc.AgentRevocable(a.ID)
 		pa := &slacklinev1.Agent{
-			Id: a.id, Hostname: a.info.GetHostname(), Resources: a.total.Proto("", resources.Regular),
-			Allocated: alloc.AgentAllocated(a.id).Proto("", resources.Regular), Offered: offered.Proto("", resources.Regular),
-			Revocable: c.core.AgentRevocable(a.id).Proto("", resources.Revocable), AllocatedRevocable: allocatedRevocable.Proto("", resources.Revocable),
-			Attributes: a.info.GetAttributes(), Mode: a.maint.mode, State: a.state,
-			RegisteredTime: timestamppb.New(a.registeredAt), Endpoint: a.info.GetEndpoint(), Ip: a.info.GetIp(),
+			Id: a.ID, Hostname: a.Info.GetHostname(), Resources: a.Total.Proto("", resources.Regular),
+			Allocated: alloc.AgentAllocated(a.ID).Proto("", resources.Regular), Offered: offered.Proto("", resources.Regular),
+			Revocable: c.core.AgentRevocable(a.ID).Proto("", resources.Revocable), AllocatedRevocable: allocatedRevocable.Proto("", resources.Revocable),
+			Attributes: a.Info.GetAttributes(), Mode: a.Maint.Mode, State: a.State,
+			RegisteredTime: timestamppb.New(a.RegisteredAt), Endpoint: a.Info.GetEndpoint(), Ip: a.Info.GetIp(),
 		}
 		out = append(out, pa)
 	}

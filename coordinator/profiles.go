@@ -87,7 +87,7 @@ func (c *Coordinator) recoverProfile(name string, raw []byte) error {
 func (c *Coordinator) profileBeat(a *agent, report *slacklinev1.ProfileReport) {
 	c.profiles.init()
 	if report != nil {
-		c.profiles.reports[a.id] = report
+		c.profiles.reports[a.ID] = report
 	}
 	c.sendProfile(a)
 }
@@ -95,21 +95,21 @@ func (c *Coordinator) profileBeat(a *agent, report *slacklinev1.ProfileReport) {
 // sendProfile sends agent a the profile version it should run, unless it
 // runs it or its session was sent it.
 func (c *Coordinator) sendProfile(a *agent) {
-	if a.session == nil || len(c.profiles.byName) == 0 && c.profiles.reports[a.id].GetProfile() == "" && c.profiles.reports[a.id].GetShadowProfile() == "" {
+	if a.session == nil || len(c.profiles.byName) == 0 && c.profiles.reports[a.ID].GetProfile() == "" && c.profiles.reports[a.ID].GetShadowProfile() == "" {
 		return
 	}
-	p := profiles.Select(c.profiles.list(), attributeMap(a.info))
-	want := profiles.Assign(p, a.info.GetHostname())
-	r := c.profiles.reports[a.id]
+	p := profiles.Select(c.profiles.list(), attributeMap(a.Info))
+	want := profiles.Assign(p, a.Info.GetHostname())
+	r := c.profiles.reports[a.ID]
 	defer c.sendProfileShadow(a, p, r)
 	if r != nil && r.GetProfile() == want.Profile && r.GetVersion() == want.Version.Number {
 		return
 	}
 	sent := profileSent{session: a.session.id, profile: want.Profile, version: want.Version.Number}
-	if c.profiles.sent[a.id] == sent {
+	if c.profiles.sent[a.ID] == sent {
 		return
 	}
-	c.profiles.sent[a.id] = sent
+	c.profiles.sent[a.ID] = sent
 	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ApplyProfile{ApplyProfile: &slacklinev1.ProfileApplyCommand{
 		Profile: want.Profile, Version: want.Version.Number, Settings: want.Version.Settings,
 	}}})
@@ -127,10 +127,10 @@ func (c *Coordinator) sendProfiles() {
 func (c *Coordinator) profileFleet(p *profiles.Profile, all []*profiles.Profile) []profiles.Signals {
 	var fleet []profiles.Signals
 	for _, a := range c.agents {
-		if a.session == nil || profiles.Select(all, attributeMap(a.info)) != p {
+		if a.session == nil || profiles.Select(all, attributeMap(a.Info)) != p {
 			continue
 		}
-		fleet = append(fleet, signalsOf(a.info.GetHostname(), p.Name, c.profiles.reports[a.id]))
+		fleet = append(fleet, signalsOf(a.Info.GetHostname(), p.Name, c.profiles.reports[a.ID]))
 	}
 	slices.SortFunc(fleet, func(x, y profiles.Signals) int {
 		switch {
@@ -350,17 +350,17 @@ func (s profileService) GetProfileStatus(ctx context.Context, req *connect.Reque
 	all := c.profiles.list()
 	resp := &slacklinev1.GetProfileStatusResponse{Profile: profileProto(p)}
 	for _, a := range c.agents {
-		if profiles.Select(all, attributeMap(a.info)) != p {
+		if profiles.Select(all, attributeMap(a.Info)) != p {
 			continue
 		}
-		r := c.profiles.reports[a.id]
-		st := &slacklinev1.ProfileAgentStatus{AgentId: a.id, Hostname: a.info.GetHostname(),
-			AssignedVersion: profiles.Assign(p, a.info.GetHostname()).Version.Number,
-			Signals:         signalsProto(signalsOf(a.info.GetHostname(), p.Name, r))}
+		r := c.profiles.reports[a.ID]
+		st := &slacklinev1.ProfileAgentStatus{AgentId: a.ID, Hostname: a.Info.GetHostname(),
+			AssignedVersion: profiles.Assign(p, a.Info.GetHostname()).Version.Number,
+			Signals:         signalsProto(signalsOf(a.Info.GetHostname(), p.Name, r))}
 		if r.GetRefusedProfile() == p.Name {
 			st.Refusal = r.GetRefusal()
 		}
-		if shadow, ok := profiles.AssignShadow(p, a.info.GetHostname()); ok {
+		if shadow, ok := profiles.AssignShadow(p, a.Info.GetHostname()); ok {
 			st.ShadowAssigned, st.AssignedShadowVersion = true, shadow.Version.Number
 		}
 		if r.GetShadowRefusedProfile() == p.Name {

@@ -22,7 +22,7 @@ func (c *Coordinator) sendProfileShadow(a *agent, p *profiles.Profile, r *slackl
 	if a.session == nil || !r.GetShadowCapable() {
 		return
 	}
-	want, ok := profiles.AssignShadow(p, a.info.GetHostname())
+	want, ok := profiles.AssignShadow(p, a.Info.GetHostname())
 	switch {
 	case ok && r.GetShadowProfile() == want.Profile && r.GetShadowVersion() == want.Version.Number:
 		return // runs it
@@ -32,10 +32,10 @@ func (c *Coordinator) sendProfileShadow(a *agent, p *profiles.Profile, r *slackl
 		want = profiles.Assignment{} // stop
 	}
 	sent := profileSent{session: a.session.id, profile: want.Profile, version: want.Version.Number}
-	if c.profiles.sentShadow[a.id] == sent {
+	if c.profiles.sentShadow[a.ID] == sent {
 		return
 	}
-	c.profiles.sentShadow[a.id] = sent
+	c.profiles.sentShadow[a.ID] = sent
 	a.send(&slacklinev1.AgentCommand{Command: &slacklinev1.AgentCommand_ProfileShadow{ProfileShadow: &slacklinev1.ProfileShadowCommand{
 		Profile: want.Profile, Version: want.Version.Number, Settings: want.Version.Settings,
 	}}})

@@ -1,192 +1,14 @@
 package coordinator
 
 import (
-	"context"
-	"strings"
 	"testing"
-	"time"
 
 	"connectrpc.com/connect"
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/go-cmp/cmp/cmpopts"
 
-	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/resources"
 )
-
-func knownAgent(id, hostname, res string, state slacklinev1.AgentState) *agent {
-	a := newAgent(id, testNow.Add(-time.Hour))
-	a.info = &slacklinev1.AgentInfo{Id: id, Hostname: hostname, Resources: resources.MustParse(res).Proto("", resources.Regular)}
-	a.total, a.state = resources.MustParse(res), state
-	return a
-}
-
-func agentsOf(list ...*agent) map[string]*agent {
-	out := map[string]*agent{}
-	for _, a := range list {
-		out[a.id] = a
-	}
-	return out
-}
-
-func TestPlanRegistration(t *testing.T) {
-	t.Parallel()
-	const (
-		active      = slacklinev1.AgentState_AGENT_STATE_ACTIVE
-		unreachable = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
-		gone        = slacklinev1.AgentState_AGENT_STATE_GONE
-	)
-	down := maintenance.New()
-	down, _, _ = down.UpdateSchedule(&slacklinev1.Schedule{Windows: []*slacklinev1.Window{machineWindow(testNow, time.Hour, "host-down")}})
-	down, _, err := down.StartMaintenance(machines("host-down"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	draining, _, _ := maintenance.New().UpdateSchedule(&slacklinev1.Schedule{Windows: []*slacklinev1.Window{machineWindow(testNow, time.Hour, "host-a")}})
-	earlier := testNow.Add(-time.Hour)
-	tests := []struct {
-		name       string
-		agents     map[string]*agent
-		maint      *maintenance.State
-		req        *slacklinev1.RegisterRequest
-		previousID string
-		wantCode   connect.Code // 0: planned
-		want       registrationPlan
-		// wantWrites are the agent records the plan writes, by id.
-		wantWrites map[string]slacklinev1.AgentState
-	}{
-		{name: "first registration", req: registerRequest("a1", "host-a", "cpus:2;mem:1024"),
-			want: registrationPlan{registeredAt: testNow}, wantWrites: map[string]slacklinev1.AgentState{"a1": active}},
-		{name: "first registration on a draining machine", maint: draining, req: registerRequest("a1", "host-a", "cpus:2;mem:1024"),
-			want: registrationPlan{registeredAt: testNow}, wantWrites: map[string]slacklinev1.AgentState{"a1": active}},
-		{name: "re-registration of an unchanged active agent writes nothing",
-			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", active)),
-			req:    registerRequest("a1", "host-a", "cpus:2;mem:1024"),
-			want:   registrationPlan{registeredAt: earlier}, wantWrites: map[string]slacklinev1.AgentState{}},
-		{name: "re-registration with another total keeps the registration time",
-			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", active)),
-			req:    registerRequest("a1", "host-a", "cpus:4;mem:1024"),
-			want:   registrationPlan{registeredAt: earlier}, wantWrites: map[string]slacklinev1.AgentState{"a1": active}},
-		{name: "re-registration of an unreachable agent",
-			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", unreachable)),
-			req:    registerRequest("a1", "host-a", "cpus:2;mem:1024"),
-			want:   registrationPlan{registeredAt: earlier}, wantWrites: map[string]slacklinev1.AgentState{"a1": active}},
-		{name: "a GONE agent is refused",
-			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", gone)),
-			req:    registerRequest("a1", "host-a", "cpus:2;mem:1024"), wantCode: connect.CodeFailedPrecondition},
-		{name: "an agent of a DOWN machine is refused", maint: down,
-			req: registerRequest("a1", "host-down", "cpus:2;mem:1024"), wantCode: connect.CodeFailedPrecondition},
-		{name: "a known agent of a DOWN machine is refused", maint: down,
-			agents: agentsOf(knownAgent("a1", "host-down", "cpus:2;mem:1024", active)),
-			req:    registerRequest("a1", "host-down", "cpus:2;mem:1024"), wantCode: connect.CodeFailedPrecondition},
-		{name: "a rebooted host retires its previous agent",
-			agents: agentsOf(knownAgent("old", "host-a", "cpus:2;mem:1024", active)),
-			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "old",
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"old"}},
-			wantWrites: map[string]slacklinev1.AgentState{"new": active, "old": gone}},
-		{name: "a rebooted host retires its unreachable previous agent",
-			agents: agentsOf(knownAgent("old", "host-a", "cpus:2;mem:1024", unreachable)),
-			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "old",
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"old"}},
-			wantWrites: map[string]slacklinev1.AgentState{"new": active, "old": gone}},
-		{name: "another host's agent is not retired",
-			agents: agentsOf(knownAgent("other", "host-b", "cpus:2;mem:1024", active)),
-			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "other",
-			want:       registrationPlan{registeredAt: testNow, ignoredPrevious: "host-b"},
-			wantWrites: map[string]slacklinev1.AgentState{"new": active}},
-		{name: "a GONE previous agent is left alone",
-			agents: agentsOf(knownAgent("old", "host-a", "cpus:2;mem:1024", gone)),
-			req:    registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "old",
-			want: registrationPlan{registeredAt: testNow}, wantWrites: map[string]slacklinev1.AgentState{"new": active}},
-		{name: "an unknown previous agent is ignored",
-			req: registerRequest("new", "host-a", "cpus:2;mem:1024"), previousID: "never-seen",
-			want: registrationPlan{registeredAt: testNow}, wantWrites: map[string]slacklinev1.AgentState{"new": active}},
-		{name: "naming itself as previous retires nothing",
-			agents: agentsOf(knownAgent("a1", "host-a", "cpus:2;mem:1024", active)),
-			req:    registerRequest("a1", "host-a", "cpus:2;mem:1024"), previousID: "a1",
-			want: registrationPlan{registeredAt: earlier}, wantWrites: map[string]slacklinev1.AgentState{}},
-		// One host, one agent: a new agent of a host retires the host's
-		// others, named as previous or not (a wiped work dir, a second
-		// process with the host's certificate).
-		{name: "a second agent of a host retires the live one",
-			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", active), knownAgent("other", "host-b", "cpus:2;mem:1024", active)),
-			req:        registerRequest("second", "host-a", "cpus:64;mem:262144"),
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
-			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
-		{name: "a second agent of a host retires the unreachable one",
-			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", unreachable)),
-			req:        registerRequest("second", "host-a", "cpus:2;mem:1024"),
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
-			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
-		{name: "hostnames are one host whatever their case",
-			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", active)),
-			req:        registerRequest("second", "HOST-A", "cpus:2;mem:1024"),
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
-			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
-		{name: "every other agent of a host is retired (several from an older registry)",
-			agents: agentsOf(knownAgent("x", "host-a", "cpus:1", active), knownAgent("y", "host-a", "cpus:1", active),
-				knownAgent("z", "host-a", "cpus:1", gone)),
-			req:        registerRequest("y", "host-a", "cpus:1"),
-			want:       registrationPlan{registeredAt: earlier, retire: []string{"x"}},
-			wantWrites: map[string]slacklinev1.AgentState{"x": gone}},
-		{name: "a recovering agent of the host is retired by a new one",
-			agents:     agentsOf(knownAgent("first", "host-a", "cpus:2;mem:1024", slacklinev1.AgentState_AGENT_STATE_RECOVERING)),
-			req:        registerRequest("second", "host-a", "cpus:2;mem:1024"),
-			want:       registrationPlan{registeredAt: testNow, retire: []string{"first"}},
-			wantWrites: map[string]slacklinev1.AgentState{"second": active, "first": gone}},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			if tt.agents == nil {
-				tt.agents = map[string]*agent{}
-			}
-			if tt.maint == nil {
-				tt.maint = maintenance.New()
-			}
-			tt.req.PreviousAgentId = tt.previousID
-			reg, err := parseRegistration(tt.req)
-			if err != nil {
-				t.Fatal(err)
-			}
-			before := map[string]slacklinev1.AgentState{}
-			for id, a := range tt.agents {
-				before[id] = a.state
-			}
-			var sameHost []*agent
-			for _, a := range tt.agents {
-				if strings.EqualFold(a.info.GetHostname(), reg.info.GetHostname()) {
-					sameHost = append(sameHost, a)
-				}
-			}
-			plan, err := planRegistration(tt.agents, sameHost, tt.maint, reg, testNow)
-			if (err == nil) != (tt.wantCode == 0) || (err != nil && connect.CodeOf(err) != tt.wantCode) {
-				t.Fatalf("err = %v, want code %v", err, tt.wantCode)
-			}
-			after := map[string]slacklinev1.AgentState{}
-			for id, a := range tt.agents {
-				after[id] = a.state
-			}
-			if diff := cmp.Diff(before, after); diff != "" {
-				t.Errorf("planRegistration changed the agents (-before +after):\n%s", diff)
-			}
-			if err != nil {
-				return
-			}
-			st := newMemStore()
-			if err := st.Apply(context.Background(), plan.writes...); err != nil {
-				t.Fatal(err)
-			}
-			if diff := cmp.Diff(tt.wantWrites, st.agentStates(t)); diff != "" {
-				t.Errorf("writes (-want +got):\n%s", diff)
-			}
-			plan.writes = nil
-			if diff := cmp.Diff(tt.want, plan, cmp.AllowUnexported(registrationPlan{}), cmpopts.EquateEmpty()); diff != "" {
-				t.Errorf("plan (-want +got):\n%s", diff)
-			}
-		})
-	}
-}
 
 func TestRegister(t *testing.T) {
 	t.Parallel()
@@ -206,7 +28,7 @@ func TestRegister(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := d.agent(id)
-			if a == nil || a.state != slacklinev1.AgentState_AGENT_STATE_ACTIVE || a.session == nil || !d.c.core.InAllocator(id) || a.registeredAt != testNow {
+			if a == nil || a.State != slacklinev1.AgentState_AGENT_STATE_ACTIVE || a.session == nil || !d.c.core.InAllocator(id) || a.RegisteredAt != testNow {
 				t.Fatalf("agent %+v", a)
 			}
 			if got := d.st.agentStates(t)[id]; got != slacklinev1.AgentState_AGENT_STATE_ACTIVE {
@@ -239,20 +61,20 @@ func TestRegister(t *testing.T) {
 			if n := countEvents(events(sub), isRescind); n != 1 {
 				t.Fatalf("changed total: %d rescinds, want 1", n)
 			}
-			if a := d.agent(id); len(d.c.core.AgentOffers(id)) != 0 || !a.total.Equal(resources.MustParse("cpus:4;mem:1024")) {
-				t.Fatalf("offers %v, total %v", d.c.core.AgentOffers(id), a.total)
+			if a := d.agent(id); len(d.c.core.AgentOffers(id)) != 0 || !a.Total.Equal(resources.MustParse("cpus:4;mem:1024")) {
+				t.Fatalf("offers %v, total %v", d.c.core.AgentOffers(id), a.Total)
 			}
 		}},
 		{"a refused registration changes nothing", func(t *testing.T, d *domain) {
 			id := d.mustRegister(registerRequest("", "host-a", "cpus:2;mem:1024"))
 			d.c.mu.Lock()
-			d.c.agents[id].state = slacklinev1.AgentState_AGENT_STATE_GONE
+			d.c.agents[id].State = slacklinev1.AgentState_AGENT_STATE_GONE
 			d.c.mu.Unlock()
 			_, err := d.register(registerRequest(id, "host-a", "cpus:2;mem:1024"))
 			if connect.CodeOf(err) != connect.CodeFailedPrecondition {
 				t.Fatalf("err = %v", err)
 			}
-			if d.agent(id).state != slacklinev1.AgentState_AGENT_STATE_GONE {
+			if d.agent(id).State != slacklinev1.AgentState_AGENT_STATE_GONE {
 				t.Fatal("agent changed")
 			}
 		}},
@@ -275,7 +97,7 @@ func TestRegister(t *testing.T) {
 			if got := updates(events(sub)); got["t1"] != slacklinev1.TaskState_TASK_STATE_GONE {
 				t.Fatalf("updates %v, want t1 GONE", got)
 			}
-			if a := d.agent(old); a.state != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || d.c.core.InAllocator(old) || d.c.core.AgentTaskCount(old) != 0 {
+			if a := d.agent(old); a.State != slacklinev1.AgentState_AGENT_STATE_GONE || a.session != nil || d.c.core.InAllocator(old) || d.c.core.AgentTaskCount(old) != 0 {
 				t.Fatalf("old agent %+v", a)
 			}
 			want := map[string]slacklinev1.AgentState{old: slacklinev1.AgentState_AGENT_STATE_GONE, id: slacklinev1.AgentState_AGENT_STATE_ACTIVE}
@@ -325,47 +147,5 @@ func TestRegister(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) { tt.run(t, newDomain(t)) })
-	}
-}
-
-// TestProposedAgentID: a fresh agent gets the id it proposes unless that
-// would claim another host's agent or a GONE one; the same proposal from
-// the same host (a retry after a lost answer) names the agent the first
-// try registered.
-func TestProposedAgentID(t *testing.T) {
-	t.Parallel()
-	agentOn := func(id, hostname string, state slacklinev1.AgentState) *agent {
-		a := newAgent(id, time.Time{})
-		a.info, a.state = &slacklinev1.AgentInfo{Id: id, Hostname: hostname}, state
-		return a
-	}
-	agents := map[string]*agent{
-		"taken":  agentOn("taken", "host-a", slacklinev1.AgentState_AGENT_STATE_ACTIVE),
-		"gone":   agentOn("gone", "host-b", slacklinev1.AgentState_AGENT_STATE_GONE),
-		"mine":   agentOn("mine", "host-b", slacklinev1.AgentState_AGENT_STATE_ACTIVE),
-		"silent": agentOn("silent", "HOST-B", slacklinev1.AgentState_AGENT_STATE_UNREACHABLE),
-	}
-	for _, tc := range []struct {
-		name, proposed, hostname string
-		keep                     bool
-	}{
-		{"none proposed: a new id", "", "host-b", false},
-		{"unknown: taken as is", "fresh", "host-b", true},
-		{"the same host's (a retry): re-registers it", "mine", "host-b", true},
-		{"the same host's in another case: a new id (the identity check compares exactly)", "silent", "host-b", false},
-		{"another host's: a new id", "taken", "host-b", false},
-		{"a gone agent's: a new id", "gone", "host-b", false},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			t.Parallel()
-			reg := registration{info: &slacklinev1.AgentInfo{Hostname: tc.hostname}, proposedID: tc.proposed}
-			got := proposedAgentID(agents, reg)
-			if (got == tc.proposed) != tc.keep || got == "" {
-				t.Fatalf("proposedAgentID(%q from %s) = %q, want the proposal kept: %v", tc.proposed, tc.hostname, got, tc.keep)
-			}
-			if !tc.keep && agents[got] != nil {
-				t.Fatalf("proposedAgentID(%q) = %q, an existing agent's id", tc.proposed, got)
-			}
-		})
 	}
 }

@@ -9,7 +9,6 @@ import (
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/proto"
-	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
@@ -26,11 +25,11 @@ func (c *Coordinator) recover(ctx context.Context) error {
 		bucket string
 		into   func(key string, raw []byte) error
 	}{
+		{store.BucketMaintenance, c.recoverMaintenance}, // agents are placed in it
 		{store.BucketAgents, c.recoverAgent},
 		{store.BucketFrameworks, c.recoverFramework(c.cfg.Now())},
 		{store.BucketWeights, c.recoverWeight},
 		{store.BucketQuotas, c.recoverQuota},
-		{store.BucketMaintenance, c.recoverMaintenance},
 		{store.BucketProfiles, c.recoverProfile},
 	} {
 		records, err := c.store.Load(ctx, load.bucket)
@@ -43,22 +42,13 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			}
 		}
 	}
-	for _, a := range c.agents {
-		a.maint = lookupMachine(c.maint, a.info)
-		if a.maint.mode == maintenance.ModeDown && a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-			// Its machine went DOWN before the agent's record said so.
-			a.state = slacklinev1.AgentState_AGENT_STATE_GONE
-		}
-		if a.state != slacklinev1.AgentState_AGENT_STATE_GONE {
-			c.core.AddRecoveredAgent(agentSpec(a.id, a.info, a.total, a.maint), a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING)
-		}
-	}
 	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "profiles", len(c.profiles.byName))
 	return nil
 }
 
-// recoverAgent restores an agent record; an ACTIVE agent becomes
-// RECOVERING until it re-registers.
+// recoverAgent restores an agent record into the core (core.LoadAgent):
+// an ACTIVE agent becomes RECOVERING until it re-registers, one whose
+// machine is DOWN is GONE. The maintenance record loads first.
 func (c *Coordinator) recoverAgent(id string, raw []byte) error {
 	var rec slacklinev1.AgentRecord
 	if err := proto.Unmarshal(raw, &rec); err != nil {
@@ -68,13 +58,7 @@ func (c *Coordinator) recoverAgent(id string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("agent %s resources: %w", id, err)
 	}
-	state := rec.GetState()
-	if state == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
-		state = slacklinev1.AgentState_AGENT_STATE_RECOVERING
-	}
-	a := newAgent(id, rec.GetRegisteredTime().AsTime())
-	a.info, a.total, a.state = rec.GetInfo(), total, state
-	c.addAgent(a)
+	c.agents[id] = &agent{AgentRecord: c.core.LoadAgent(id, &rec, total, c.maint)}
 	return nil
 }
 
@@ -222,6 +206,10 @@ func registryWrite(r core.Record) store.Mutation {
 		return putFramework(r.Framework)
 	case core.RecordFrameworkDeleted:
 		return store.Delete(store.BucketFrameworks, r.Key)
+	case core.RecordAgent:
+		return store.Put(store.BucketAgents, r.Key, mustMarshal(r.Agent))
+	case core.RecordAgentDeleted:
+		return store.Delete(store.BucketAgents, r.Key)
 	}
 	panic(fmt.Sprintf("coordinator: registry record of unknown kind %d", r.Kind))
 }
@@ -256,13 +244,3 @@ func mustMarshal(m proto.Message) []byte {
 	}
 	return b
 }
-
-// agentRecord returns the registry write of an agent's record.
-func agentRecord(id string, info *slacklinev1.AgentInfo, state slacklinev1.AgentState, registeredAt time.Time) store.Mutation {
-	rec := &slacklinev1.AgentRecord{Info: info, State: state, RegisteredTime: timestamppb.New(registeredAt)}
-	return store.Put(store.BucketAgents, id, mustMarshal(rec))
-}
-
-// record returns the registry write for the agent's current state. Caller
-// holds c.mu.
-func (a *agent) record() store.Mutation { return agentRecord(a.id, a.info, a.state, a.registeredAt) }

@@ -180,7 +180,7 @@ func (c *Coordinator) launch(fw *framework, pool core.Pool, at acceptedTask) {
 	info.AgentId = pool.AgentID
 	info.Resources = append(at.regular.Proto(pool.Role, resources.Regular), at.revocable.Proto(pool.Role, resources.Revocable)...)
 	info.User, _ = c.runAs(fw, info) // checked by accept
-	info.LaunchProof = launchProof(c.launchKey, a.info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
+	info.LaunchProof = launchProof(c.launchKey, a.Info.GetHostname(), fw.id(), fw.info.GetPrincipal(), info.GetTaskId(), pool.Role, at.regular, at.revocable)
 	c.deliver(c.core.Launch(&core.Task{
 		Info: info, FrameworkID: fw.id(), AgentID: pool.AgentID, Role: pool.Role,
 		Resources: at.regular, Revocable: at.revocable,
@@ -312,29 +312,8 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 	for i, rt := range req.Msg.GetTasks() {
 		queries[i] = core.ReconcileQuery{TaskID: rt.GetTaskId(), AgentID: rt.GetAgentId()}
 	}
-	c.deliver(c.core.Reconcile(fw.id(), queries, agentStates{c}, c.cfg.Now()))
+	c.deliver(c.core.Reconcile(fw.id(), queries, c.core.RecordedAgentStates(), c.cfg.Now()))
 	return connect.NewResponse(&slacklinev1.ReconcileResponse{}), nil
-}
-
-// agentStates tells the core's Reconcile the agents' states, which are
-// still the shell's records. Caller holds c.mu.
-type agentStates struct{ c *Coordinator }
-
-func (s agentStates) AgentState(agentID string) (slacklinev1.AgentState, bool) {
-	a := s.c.agents[agentID]
-	if a == nil {
-		return 0, false
-	}
-	return a.state, true
-}
-
-func (s agentStates) AnyRecovering() bool {
-	for _, a := range s.c.agents {
-		if a.state == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
-			return true
-		}
-	}
-	return false
 }
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {

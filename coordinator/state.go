@@ -7,33 +7,22 @@ import (
 
 	"github.com/slackline/slackline/coordinator/core"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
-	"github.com/slackline/slackline/resources"
 )
 
-// agent is the coordinator's record of an agent.
+// agent is the coordinator's view of an agent: the core's record (its
+// info, total, state, registration time and place in the maintenance
+// schedule, which only the core changes: the shell reads it under mu) and
+// the agent's sessions, which are the shell's.
 type agent struct {
-	id           string
-	info         *slacklinev1.AgentInfo
-	total        resources.Resources
-	state        slacklinev1.AgentState
-	registeredAt time.Time
-	session      *agentSession
+	*core.AgentRecord
+	session *agentSession
 	// Its tasks, offers, inverse offers and estimate are the core's.
-	// maint is the agent's place in the maintenance schedule.
-	maint agentMaintenance
 	// closing is the session ended by a shutdown, kept so that a command
 	// stream opened late still delivers the ShutdownAgentCommand.
 	closing *agentSession
 	// beats is the agent's HeartbeatStream, the last to claim it; an
 	// older stream is refused at its next beat.
 	beats *beatClaim
-}
-
-func newAgent(id string, registeredAt time.Time) *agent {
-	return &agent{
-		id: id, registeredAt: registeredAt,
-		maint: agentMaintenance{mode: slacklinev1.MachineMode_MACHINE_MODE_UP},
-	}
 }
 
 // agentSession is one registration of an agent: commands queue here until

@@ -269,15 +269,15 @@ func (c *Coordinator) mayRegisterAs(ctx context.Context, hostname string) error 
 // checkAgentIdentity refuses a registration under an agent id registered
 // with another hostname: an agent's id stays bound to the host (and so the
 // certificate) that registered it. (previous_agent_id of another host is
-// ignored by planRegistration.) Caller holds c.mu.
+// ignored by core.PlanRegistration.) Caller holds c.mu.
 func (c *Coordinator) checkAgentIdentity(reg registration) error {
 	if !c.cfg.Authz.Enabled() {
 		return nil
 	}
-	if a := c.agents[reg.info.GetId()]; a != nil && a.info.GetHostname() != reg.info.GetHostname() {
+	if a := c.agents[reg.info.GetId()]; a != nil && a.Info.GetHostname() != reg.info.GetHostname() {
 		return connect.NewError(connect.CodePermissionDenied, fmt.Errorf(
 			"agent %q is registered with hostname %q, not %q: start the agent with an empty work dir to register anew",
-			a.id, a.info.GetHostname(), reg.info.GetHostname()))
+			a.ID, a.Info.GetHostname(), reg.info.GetHostname()))
 	}
 	return nil
 }
@@ -285,7 +285,7 @@ func (c *Coordinator) checkAgentIdentity(reg registration) error {
 // checkSessionCaller refuses an agent call (heartbeat, stream, update,
 // estimate) from a caller that may not act as the session's host.
 func (c *Coordinator) checkSessionCaller(ctx context.Context, a *agent) error {
-	return c.mayRegisterAs(ctx, a.info.GetHostname())
+	return c.mayRegisterAs(ctx, a.Info.GetHostname())
 }
 
 // trustedEndpoint returns the NodeService endpoint to publish for an agent.
@@ -324,8 +324,8 @@ func (c *Coordinator) trustedEndpoint(claimed, peer string) (endpoint, dropped s
 // task's, else the last completed one's. known is false when the
 // coordinator knows no such task.
 func (c *Coordinator) taskOwner(a *agent, fw *framework, taskID string) (owner string, known bool) {
-	if c.core.Reported(a.id, core.TaskKey{FrameworkID: fw.id(), TaskID: taskID}) {
-		return a.id, true
+	if c.core.Reported(a.ID, core.TaskKey{FrameworkID: fw.id(), TaskID: taskID}) {
+		return a.ID, true
 	}
 	if t := c.core.Task(fw.id(), taskID); t != nil {
 		return t.AgentID, true
@@ -346,9 +346,9 @@ func (c *Coordinator) trustReport(a *agent, r reportedTask) bool {
 	principal := r.framework.GetPrincipal()
 	if fw != nil {
 		if t := c.core.Task(fw.id(), r.info.GetTaskId()); t != nil {
-			return t.AgentID == a.id && t.Resources.Equal(r.resources) && t.Revocable.Equal(r.revocable)
+			return t.AgentID == a.ID && t.Resources.Equal(r.resources) && t.Revocable.Equal(r.revocable)
 		}
 		principal = fw.info.GetPrincipal()
 	}
-	return c.provenLaunch(a.info.GetHostname(), principal, r)
+	return c.provenLaunch(a.Info.GetHostname(), principal, r)
 }

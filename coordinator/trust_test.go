@@ -314,7 +314,7 @@ func TestAgentTrust(t *testing.T) {
 			if _, err := d.registerAs("agent:a", register(idB, "host-a")); connect.CodeOf(err) != connect.CodePermissionDenied {
 				t.Fatalf("taking b's id: %v", err)
 			}
-			if d.agent(idB).info.GetHostname() != "host-b" || d.agent(idB).session == nil {
+			if d.agent(idB).Info.GetHostname() != "host-b" || d.agent(idB).session == nil {
 				t.Fatal("b changed")
 			}
 			// b's session refuses a's calls.

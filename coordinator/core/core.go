@@ -53,8 +53,12 @@ type Core struct {
 	// records are the frameworks' registry records, torn-down ones
 	// included (frameworks.go).
 	records map[string]*frameworkRecord
-	offers  map[string]*Offer
-	inverse map[string]*InverseOffer
+	// agentRecs are the agents' registry records and hosts indexes them
+	// by HostKey (agents.go).
+	agentRecs map[string]*AgentRecord
+	hosts     map[string][]*AgentRecord
+	offers    map[string]*Offer
+	inverse   map[string]*InverseOffer
 	// draining are the agents on DRAINING machines.
 	draining map[string]struct{}
 	// dirty are agents whose free resources changed since the last pass;
@@ -82,6 +86,8 @@ func New(cfg Config) *Core {
 		agents:     map[string]*agent{},
 		frameworks: map[string]*framework{},
 		records:    map[string]*frameworkRecord{},
+		agentRecs:  map[string]*AgentRecord{},
+		hosts:      map[string][]*AgentRecord{},
 		offers:     map[string]*Offer{},
 		inverse:    map[string]*InverseOffer{},
 		draining:   map[string]struct{}{},
@@ -152,6 +158,15 @@ type Ready struct {
 	// did not trust (RegisterTasks): not adopted, killed unless terminal;
 	// for the log.
 	Untrusted []*Task
+	// Retired are the agents a registration retired (ApplyRegistration),
+	// for the shell to end their sessions and log; ShutDown the agents a
+	// machine going DOWN shut down (their ShutdownAgentCommand is in
+	// Commands: the shell ends each session once it is delivered);
+	// ForgottenAgents the agents forgotten (retention, or their machine
+	// back UP), for the shell's own records.
+	Retired         []Retired
+	ShutDown        []string
+	ForgottenAgents []string
 	// Apply is the change Persist makes durable, for Core.Apply after
 	// the write.
 	Apply Change
@@ -160,7 +175,8 @@ type Ready struct {
 // IsZero reports whether there is nothing to do.
 func (r Ready) IsZero() bool {
 	return len(r.Persist) == 0 && len(r.After) == 0 && r.Apply.IsZero() && len(r.Events) == 0 && len(r.Commands) == 0 && len(r.Unqueue) == 0 && r.Counts == (Counts{}) && !r.Wake && len(r.Strays) == 0 &&
-		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.Forgotten) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0
+		len(r.Lost) == 0 && len(r.NotReregistered) == 0 && len(r.Expired) == 0 && len(r.Forgotten) == 0 && len(r.TrimmedHistory) == 0 && len(r.Untrusted) == 0 &&
+		len(r.Retired) == 0 && len(r.ShutDown) == 0 && len(r.ForgottenAgents) == 0
 }
 
 // Append adds the effects of a later call to r.
@@ -173,6 +189,12 @@ func (r *Ready) Append(later Ready) {
 			panic("core: two subscriptions in one Ready")
 		}
 		r.Apply.subscribe = later.Apply.subscribe
+	}
+	if later.Apply.register != nil {
+		if r.Apply.register != nil {
+			panic("core: two registrations in one Ready")
+		}
+		r.Apply.register = later.Apply.register
 	}
 	r.Events = append(r.Events, later.Events...)
 	r.Commands = append(r.Commands, later.Commands...)
@@ -189,6 +211,9 @@ func (r *Ready) Append(later Ready) {
 	r.Forgotten = append(r.Forgotten, later.Forgotten...)
 	r.TrimmedHistory = append(r.TrimmedHistory, later.TrimmedHistory...)
 	r.Untrusted = append(r.Untrusted, later.Untrusted...)
+	r.Retired = append(r.Retired, later.Retired...)
+	r.ShutDown = append(r.ShutDown, later.ShutDown...)
+	r.ForgottenAgents = append(r.ForgottenAgents, later.ForgottenAgents...)
 }
 
 func (k *Core) take() Ready {
@@ -314,6 +339,11 @@ func (k *Core) Allocator() *allocator.Allocator { return k.alloc }
 // another window are rescinded (inverse offers for another window too), and
 // the agent is (re)activated in the allocator.
 func (k *Core) RegisterAgent(spec AgentSpec, now time.Time) Ready {
+	k.registerAgent(spec, now)
+	return k.take()
+}
+
+func (k *Core) registerAgent(spec AgentSpec, now time.Time) {
 	a := k.agents[spec.ID]
 	if a == nil {
 		a = &agent{offers: map[string]*Offer{}, inverse: map[string]*InverseOffer{}, inverseRefuse: map[string]time.Time{}}
@@ -337,7 +367,6 @@ func (k *Core) RegisterAgent(spec AgentSpec, now time.Time) Ready {
 	}
 	k.setDraining(a)
 	k.markDirty(spec.ID)
-	return k.take()
 }
 
 // AddRecoveredAgent adds an agent from the registry that has not

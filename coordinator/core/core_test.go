@@ -70,6 +70,17 @@ import (
 //	kill <fw> <task> | drop <fw> (a teardown) | forget-framework <fw>
 //	reconcile <fw> [<task>[@<agent>]...] [agents=<id>:<state>,...]   (agents' states as the shell knows them)
 //	tasks <fw>      (its live tasks in id order, then its completed ones, oldest first)
+//	register <agent> [host=<h>] res=<r> [previous=<id>] [proposed=<id>] [fail] [down-meanwhile=<host>]
+//	                (an agent's registration through its persist step, placed in
+//	                the transcript's maintenance state; proposed: a fresh agent's
+//	                proposal, <agent> the new id it gets otherwise ("id <id>" when
+//	                not the first); down-meanwhile: that machine goes DOWN while
+//	                the records are written)
+//	load-agent <agent> [host=<h>] res=<r> state=<s>   (a record from the registry)
+//	schedule <host>@<start>+<dur>...   (a new maintenance schedule, installed)
+//	start-maintenance <host>... | stop-maintenance <host>...   (installed)
+//	forget-gone <retention>   (UNREACHABLE and GONE agents silent longer are forgotten)
+//	agents          (the agent records in id order, with their machine's mode)
 //	register-tasks <agent> [<fw>/<task>:<state>[:untrusted]...] [live=<fw>,...] [aware=<fw>,...]
 //	                (a registering agent's reports, each claiming cpus:1 in role r1;
 //	                live: the frameworks the shell knows live, aware: partition-aware ones)
@@ -80,7 +91,9 @@ import (
 // <fw>".
 //
 // Effects (and "lost <agent> silent <d>", "not re-registered <agent>",
-// "failover timeout expired <fw>" from Tick; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
+// "failover timeout expired <fw>" from Tick; "record agent <id> host=<h> <STATE>
+// registered=<d>", "retired <id> host=<h> was <STATE> tasks=<n> named=<bool>",
+// "shut down <agent>", "forgotten agent <agent>", "<agent> <- shutdown-agent: <msg>"; "unqueue <fw> <task> <uuid>", "<agent> <- ack <fw> <task>
 // <uuid>"): "<fw> <- offer <id> <agent> <role> <resources> [revocable]
 // [unavailable <start>+<dur>]", "<fw> <- rescind <id>", "<fw> <- inverse
 // <id> <agent>", "<fw> <- rescind-inverse <id>", "stray <fw> <agent>",
@@ -228,6 +241,97 @@ type driver struct {
 	t   *testing.T
 	k   *Core
 	now time.Time
+	// ms is the maintenance state the agent-record commands place agents
+	// in (schedule, start-maintenance, stop-maintenance change it).
+	ms *maintenance.State
+}
+
+// agentRecordCommand runs the commands of the agent records (agents.go);
+// ok is false for another command.
+func (d *driver) agentRecordCommand(cmd string, pos []string, kv map[string]string, arg func(int) string) (r Ready, extra []string, ok bool) {
+	k := d.k
+	if d.ms == nil {
+		d.ms = maintenance.New()
+	}
+	transition := func(next *maintenance.State, _ []maintenance.Machine, err error) {
+		if err != nil {
+			extra = append(extra, "refused: "+err.Error())
+			return
+		}
+		d.ms = next
+		r = k.InstallMaintenance(next, cmd, d.now)
+	}
+	switch cmd {
+	case "register":
+		host := kv["host"]
+		if host == "" {
+			host = arg(0)
+		}
+		info := &slacklinev1.AgentInfo{Hostname: host, Resources: res(kv["res"]).Proto("", resources.Regular)}
+		info.Id = k.ProposedAgentID(host, kv["proposed"], arg(0))
+		if info.Id != arg(0) {
+			extra = append(extra, "id "+info.Id)
+		}
+		planned, err := k.PlanRegistration(AgentRegistration{Info: info, Total: res(kv["res"]), PreviousID: kv["previous"]}, d.ms, d.now)
+		if err != nil {
+			return Ready{}, append(extra, "refused: "+err.Error()), true
+		}
+		if h := planned.Apply.IgnoredPrevious(); h != "" {
+			extra = append(extra, "ignored previous of "+h)
+		}
+		if slices.Contains(pos, "fail") {
+			return Ready{Persist: append(planned.Persist, Record{Key: "failed: nothing applied"})}, extra, true
+		}
+		if m := kv["down-meanwhile"]; m != "" {
+			// The machine goes DOWN while the records are written.
+			next, _, _ := d.ms.UpdateSchedule(&slacklinev1.Schedule{Windows: []*slacklinev1.Window{window(d.now, time.Hour, m)}})
+			d.ms, _, _ = next.StartMaintenance(machineIDs(m))
+		}
+		change := planned.Apply
+		planned.Apply = Change{}
+		applied, _, err := k.ApplyRegistration(change, d.ms, d.now)
+		if err != nil {
+			return planned, append(extra, "apply refused: "+err.Error()), true
+		}
+		planned.Append(applied)
+		return planned, extra, true
+	case "load-agent":
+		host := kv["host"]
+		if host == "" {
+			host = arg(0)
+		}
+		state := slacklinev1.AgentState(slacklinev1.AgentState_value["AGENT_STATE_"+strings.ToUpper(kv["state"])])
+		rec := &slacklinev1.AgentRecord{Info: &slacklinev1.AgentInfo{Id: arg(0), Hostname: host}, State: state, RegisteredTime: timestamppb.New(d.now)}
+		k.LoadAgent(arg(0), rec, res(kv["res"]), d.ms)
+	case "schedule":
+		var windows []*slacklinev1.Window
+		for _, p := range pos {
+			host, span, _ := strings.Cut(p, "@")
+			start, length, _ := strings.Cut(span, "+")
+			windows = append(windows, window(t0.Add(dur(d.t, start)), dur(d.t, length), host))
+		}
+		transition(d.ms.UpdateSchedule(&slacklinev1.Schedule{Windows: windows}))
+	case "start-maintenance":
+		transition(d.ms.StartMaintenance(machineIDs(pos...)))
+	case "stop-maintenance":
+		transition(d.ms.StopMaintenance(machineIDs(pos...)))
+	case "forget-gone":
+		r = k.ForgetGoneAgents(dur(d.t, arg(0)), d.now)
+	case "agents":
+		for _, rec := range k.AgentRecords() {
+			line := fmt.Sprintf("agent %s host=%s %s", rec.ID, rec.Info.GetHostname(), strings.TrimPrefix(rec.State.String(), "AGENT_STATE_"))
+			if rec.Maint.Scheduled() {
+				line += " " + strings.ToLower(strings.TrimPrefix(rec.Maint.Mode.String(), "MACHINE_MODE_"))
+			}
+			extra = append(extra, line)
+		}
+		if len(extra) == 0 {
+			extra = append(extra, "none")
+		}
+	default:
+		return Ready{}, nil, false
+	}
+	return r, extra, true
 }
 
 // args splits a command's words into positional ones and key=value ones.
@@ -534,7 +638,10 @@ func (d *driver) run(file string, b block) []string {
 			extra = append(extra, "none")
 		}
 	default:
-		d.t.Fatalf("%s:%d: unknown command %q", file, b.line, words[0])
+		var ok bool
+		if r, extra, ok = d.agentRecordCommand(words[0], pos, kv, arg); !ok {
+			d.t.Fatalf("%s:%d: unknown command %q", file, b.line, words[0])
+		}
 	}
 	return append(extra, describe(r)...)
 }
@@ -599,6 +706,10 @@ func (d *driver) persistStep(r Ready, fail bool) Ready {
 // recordLine is a record as transcripts show it: a framework's with its
 // registration time on the logical clock.
 func recordLine(rec Record) string {
+	if rec.Kind == RecordAgent {
+		return fmt.Sprintf("agent %s host=%s %s registered=%s", rec.Key, rec.Agent.GetInfo().GetHostname(),
+			strings.TrimPrefix(rec.Agent.GetState().String(), "AGENT_STATE_"), rec.Agent.GetRegisteredTime().AsTime().Sub(t0))
+	}
 	if rec.Kind != RecordFramework {
 		return rec.String()
 	}
@@ -670,6 +781,8 @@ func describe(r Ready) []string {
 			out = append(out, fmt.Sprintf("%s <- run %s %s", c.AgentID, cmd.RunTask.GetFramework().GetId(), cmd.RunTask.GetTask().GetTaskId()))
 		case *slacklinev1.AgentCommand_KillTask:
 			out = append(out, fmt.Sprintf("%s <- kill %s %s", c.AgentID, cmd.KillTask.GetFrameworkId(), cmd.KillTask.GetTaskId()))
+		case *slacklinev1.AgentCommand_ShutdownAgent:
+			out = append(out, fmt.Sprintf("%s <- shutdown-agent: %s", c.AgentID, cmd.ShutdownAgent.GetMessage()))
 		case *slacklinev1.AgentCommand_ShutdownFramework:
 			out = append(out, fmt.Sprintf("%s <- shutdown-framework %s", c.AgentID, cmd.ShutdownFramework.GetFrameworkId()))
 		default:
@@ -699,6 +812,16 @@ func describe(r Ready) []string {
 	}
 	for _, id := range r.Forgotten {
 		out = append(out, "forgotten "+id)
+	}
+	for _, ra := range r.Retired {
+		out = append(out, fmt.Sprintf("retired %s host=%s was %s tasks=%d named=%v", ra.ID, ra.Hostname,
+			strings.TrimPrefix(ra.State.String(), "AGENT_STATE_"), ra.Tasks, ra.Named))
+	}
+	for _, id := range r.ShutDown {
+		out = append(out, "shut down "+id)
+	}
+	for _, id := range r.ForgottenAgents {
+		out = append(out, "forgotten agent "+id)
 	}
 	if r.Wake {
 		out = append(out, "wake")

@@ -1,6 +1,7 @@
 // Package core is the pure part of the coordinator's state machine: the
-// offer book, the task records, agent liveness, framework failover
-// timeouts and the status update ledger. It holds the allocator
+// offer book, the task records, the agent records (agents.go), agent
+// liveness, framework failover timeouts, the frameworks' records and the
+// status update ledger. It holds the allocator
 // (coordinator/allocator), the outstanding offers and inverse offers, the
 // allocation filters, the agents' heartbeats and heartbeat pace, and what
 // it needs to know of agents (hostname, attributes, total, place in the
@@ -22,15 +23,27 @@
 // shell writes the records, then sends, then calls Apply with the change
 // once the records are durable, so a failed write changes nothing. A
 // change the coordinator decides itself and applies first (a teardown:
-// RemoveFramework) returns its records in Ready.After, for the shell to
-// write after the sends. Where the shell still owns the record (an
-// agent's registration), it makes the record durable first and calls the
-// core after.
+// RemoveFramework; an agent lost, shut down or forgotten) returns its
+// records in Ready.After, for the shell to write after the sends. An
+// agent's registration is a persist step with a dedicated apply
+// (PlanRegistration, then ApplyRegistration, which re-checks the
+// maintenance schedule it is given).
 //
 // # Events
 //
-//   - agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
-//     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate;
+//   - agent records (agents.go): LoadAgent (a record from the registry),
+//     ProposedAgentID, PlanRegistration and ApplyRegistration (a
+//     registration: a persist step; the host's other agents retired,
+//     Ready.Retired), ShutdownAgent (its machine went DOWN),
+//     InstallMaintenance (a new maintenance state applied to every agent
+//     it moves: re-placed, shut down, or forgotten when its machine is back
+//     UP; then the inverse offers), ForgetGoneAgents (retention); queries
+//     Agent, AgentsOnHost, AgentRecords, DrainingUsers; the maintenance
+//     state is an argument (Place puts an agent in it);
+//   - the offer book's agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
+//     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate
+//     (the agent-record events call these; transcripts drive them alone
+//     too);
 //   - frameworks (frameworks.go): LoadFramework (a record from the
 //     registry, or adopted), CheckSubscription and SubscribeFramework (new
 //     or failover; a persist step), Disconnect, RemoveFramework (a
@@ -58,10 +71,11 @@
 //   - roles: UpdateRoles (weights and quota limits; a persist step),
 //     Apply (its change, once durable);
 //   - time: Allocate (one allocation pass, then the inverse offers) and
-//     Tick (agents silent past their timeout are lost, agents from the
-//     registry that did not register again are reported, frameworks
-//     disconnected past their failover timeout are reported, offers time
-//     out).
+//     Tick (agents silent past their timeout are lost: an ACTIVE record
+//     becomes UNREACHABLE, its tasks too; agents from the registry that
+//     did not register again become UNREACHABLE and are reported;
+//     frameworks disconnected past their failover timeout are reported;
+//     offers time out).
 //
 // Queries (Offers, AgentOffers, FrameworkOffered, Draining,
 // HeartbeatInterval, LastHeartbeat, Allocator for read-only views) change
@@ -69,14 +83,13 @@
 //
 // # What the core does not hold yet
 //
-// Agent records, the frameworks' states, sessions and subscriptions,
-// registrations with their registry records, the maintenance schedule
-// itself and the retention of gone agents are still the coordinator's
-// (package coordinator); Reconcile
-// reads the agents' states through AgentStates, and RegisterTasks the
-// frameworks' through Frameworks, for that reason. Whether a reported task
-// is trusted (launch proofs) is decided by the shell: it is authorization. See
-// docs/architecture.md.
+// The frameworks' states, sessions and subscriptions, the agents'
+// sessions and the maintenance state itself (the core is given it) are
+// still the coordinator's (package coordinator); RegisterTasks reads the
+// frameworks' states through Frameworks (Reconcile reads the agents'
+// through AgentStates, the core's own records in the coordinator:
+// RecordedAgentStates, so that transcripts can name them). Whether a reported task is trusted (launch proofs)
+// is decided by the shell: it is authorization. See docs/architecture.md.
 //
 // # Tests
 //

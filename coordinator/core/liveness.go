@@ -3,6 +3,8 @@ package core
 import (
 	"slices"
 	"time"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // Liveness: agents in the order of their last heartbeat (heartbeatQueue),
@@ -107,9 +109,11 @@ type Lost struct {
 }
 
 // checkLiveness finds the active agents silent for longer than the
-// timeout in effect, visiting only those, and loses them (AgentLost); and,
-// once Config.ReregisterTimeout has passed since Config.Start, lists the
-// agents from the registry that did not register again.
+// timeout in effect, visiting only those, and loses them (AgentLost; an
+// ACTIVE agent's record becomes UNREACHABLE, its tasks too, and the
+// record follows in Ready.After); and, once Config.ReregisterTimeout has
+// passed since Config.Start, lists the agents from the registry that did
+// not register again (their RECOVERING records become UNREACHABLE).
 func (k *Core) checkLiveness(now time.Time) {
 	timeout := k.pace.silence(now)
 	for a := k.heartbeats.front; a != nil && now.Sub(a.lastHeartbeat) > timeout; a = k.heartbeats.front {
@@ -119,6 +123,9 @@ func (k *Core) checkLiveness(now time.Time) {
 		}
 		k.out.Lost = append(k.out.Lost, Lost{AgentID: a.spec.ID, Silent: now.Sub(a.lastHeartbeat)})
 		k.agentLost(a, now)
+		if r := k.agentRecs[a.spec.ID]; r != nil && r.State == slacklinev1.AgentState_AGENT_STATE_ACTIVE {
+			k.markUnreachable(r, now)
+		}
 	}
 	if !k.recoveryChecked && now.Sub(k.cfg.Start) > k.cfg.ReregisterTimeout {
 		k.recoveryChecked = true
@@ -129,5 +136,11 @@ func (k *Core) checkLiveness(now time.Time) {
 			}
 		}
 		slices.Sort(k.out.NotReregistered)
+		for _, id := range k.out.NotReregistered {
+			if r := k.agentRecs[id]; r != nil && r.State == slacklinev1.AgentState_AGENT_STATE_RECOVERING {
+				r.State = slacklinev1.AgentState_AGENT_STATE_UNREACHABLE
+				k.out.After = append(k.out.After, r.record())
+			}
+		}
 	}
 }

@@ -34,6 +34,10 @@ const (
 	// RecordFrameworkDeleted deletes a forgotten framework's record (Key
 	// its id).
 	RecordFrameworkDeleted
+	// RecordAgent is an agent's record (Record.Agent), Key its id.
+	RecordAgent
+	// RecordAgentDeleted deletes a forgotten agent's record (Key its id).
+	RecordAgentDeleted
 )
 
 // Record is a registry record to write before the change it belongs to
@@ -44,6 +48,7 @@ type Record struct {
 	Weight    float64
 	Quota     resources.Resources
 	Framework *slacklinev1.FrameworkRecord
+	Agent     *slacklinev1.AgentRecord
 }
 
 // String is the record as transcripts show it.
@@ -58,6 +63,11 @@ func (r Record) String() string {
 		return fmt.Sprintf("quota %s %s", r.Key, r.Quota)
 	case RecordFrameworkDeleted:
 		return "delete framework " + r.Key
+	case RecordAgentDeleted:
+		return "delete agent " + r.Key
+	case RecordAgent:
+		return fmt.Sprintf("agent %s host=%s %s registered %s", r.Key, r.Agent.GetInfo().GetHostname(),
+			strings.TrimPrefix(r.Agent.GetState().String(), "AGENT_STATE_"), r.Agent.GetRegisteredTime().AsTime().Format(time.RFC3339))
 	case RecordFramework:
 		s := fmt.Sprintf("framework %s roles=%s principal=%q registered %s", r.Key, strings.Join(r.Framework.GetInfo().GetRoles(), ","),
 			r.Framework.GetInfo().GetPrincipal(), r.Framework.GetRegisteredTime().AsTime().Format(time.RFC3339))
@@ -74,10 +84,11 @@ func (r Record) String() string {
 type Change struct {
 	records   []Record
 	subscribe *subscribeChange
+	register  *registerChange
 }
 
 // IsZero reports whether the change changes nothing.
-func (c Change) IsZero() bool { return len(c.records) == 0 && c.subscribe == nil }
+func (c Change) IsZero() bool { return len(c.records) == 0 && c.subscribe == nil && c.register == nil }
 
 // RoleConfig is a role's weight or quota limit, as an operator sets it:
 // Weight > 0 sets the weight; Quota, with SetQuota true, sets the quota
@@ -119,6 +130,9 @@ func (k *Core) Apply(c Change) Ready {
 	}
 	if c.subscribe != nil {
 		k.applySubscribe(c.subscribe)
+	}
+	if c.register != nil {
+		panic("core: a registration's change goes to ApplyRegistration")
 	}
 	return k.take()
 }

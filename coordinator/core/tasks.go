@@ -358,8 +358,8 @@ func (k *Core) Kill(frameworkID, taskID string) (Ready, error) {
 	return k.take(), nil
 }
 
-// AgentStates is what Reconcile needs to know of agents, whose records
-// are the shell's: the state of one (known false for an agent the
+// AgentStates is what Reconcile needs to know of agents (the core's
+// records: RecordedAgentStates; transcripts give their own): the state of one (known false for an agent the
 // coordinator does not know), and whether any agent is still recovering
 // (known from the registry, not registered again since the restart).
 type AgentStates interface {
