@@ -279,9 +279,16 @@ func TestRealCgroups(t *testing.T) {
 	// Time the hypervisor took from this (virtual) machine's CPUs is
 	// neither: the thread was "running" on a CPU that did not run. The
 	// host-wide steal over the window bounds what it took from the thread.
-	if total := used + waited; total < 0.7*elapsed-stolen || total > 1.5*elapsed {
-		t.Errorf("CPU time %.3f s + CPU pressure %.3f s over %.3f s (%.3f s stolen by the hypervisor): want about one second per second",
-			used, waited, elapsed, stolen)
+	// Nor is a page fault: a test guest reads the helper's binary over 9p
+	// from a starved emulator, and the thread then waits on I/O (io and
+	// memory pressure), neither running nor waiting for a CPU; a 6.12
+	// guest beside a host CPU hog showed 0.47 s + 0.12 s in 1.45 s. That
+	// time counts towards the lower bound only.
+	stalled := last.Stats.IoPressure.GetSomeTotalSecs() - first.Stats.IoPressure.GetSomeTotalSecs() +
+		last.Stats.MemoryPressure.GetSomeTotalSecs() - first.Stats.MemoryPressure.GetSomeTotalSecs()
+	if total := used + waited; total+stalled < 0.7*elapsed-stolen || total > 1.5*elapsed {
+		t.Errorf("CPU time %.3f s + CPU pressure %.3f s over %.3f s (%.3f s stolen by the hypervisor, %.3f s stalled on I/O or memory): want about one second per second",
+			used, waited, elapsed, stolen, stalled)
 	}
 	if diff := integral - used; diff < -1e-6 || diff > 1e-6 {
 		t.Errorf("sum of CPURate x interval = %.6f s, want the usage growth %.6f s", integral, used)

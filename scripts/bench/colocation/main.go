@@ -146,7 +146,7 @@ func run() error {
 	flag.Var(&qosSets, "qos", "QoS controller set compared with noop (repeatable; default: the agent's default, "+qos.DefaultControllers+"); static:cpus=1,quota=0.5,period=10ms applies one mechanism for the whole run instead")
 	flag.StringVar(&o.out, "out", "colocation-results", "directory for results.json and the plots")
 	flag.DurationVar(&o.quietHost, "quiet-host-wait", 2*time.Millisecond, "the summary also gives the ratios over quiet pairs only: repetitions in which, in both runs, the server waited at most this long per second behind other tenants (\"host\") with best-effort work frozen")
-	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch (an emulated guest needs minutes)")
+	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch, the agent's eBPF monitor to load and the best-effort tasks to run (each at least a minute) (an emulated guest needs minutes)")
 	prebuilt := flag.String("bin", "", "take the binaries (slackline-coordinator, slackline-agent, batch-framework, latency-server, hog) from this directory instead of building them with the go command (a machine without Go, such as a test guest: build them static on the host)")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
 	flag.Parse()

@@ -401,7 +401,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			"--tasks", strconv.Itoa(s.tasks), "--task-resources", s.res, "--command", s.command(o.binDir)); err != nil {
 			return res, err
 		}
-		if err := waitRevocable(ctx, node, s.tasks, 60*time.Second); err != nil {
+		// An emulated guest takes minutes to launch them as well
+		// (--server-start-timeout, when longer than a minute).
+		if err := waitRevocable(ctx, node, s.tasks, max(60*time.Second, o.serverStart)); err != nil {
 			return res, err
 		}
 		if isStatic {
