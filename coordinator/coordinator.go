@@ -52,6 +52,9 @@ type Config struct {
 	FrameworkHeartbeatInterval time.Duration
 	// AllocationInterval is the period of full allocation passes (default 1 s).
 	AllocationInterval time.Duration
+	// RolloutInterval is how often profile rollouts under way are judged
+	// (default 1 s).
+	RolloutInterval time.Duration
 	// AllocationBatch is the least time between two event-triggered
 	// allocation passes: events within it of the last pass wait for the
 	// next one, batched (default 1 ms).
@@ -102,6 +105,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
 	setDefault(&c.AllocationInterval, time.Second)
 	setDefault(&c.AllocationBatch, time.Millisecond)
+	setDefault(&c.RolloutInterval, profileRolloutTick)
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}

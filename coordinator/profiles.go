@@ -27,7 +27,8 @@ import (
 // a rollout's own decisions (runProfiles) are applied under persistMu and
 // c.mu and recorded right after.
 
-// profileRolloutTick is how often rollouts are judged.
+// profileRolloutTick is how often rollouts are judged by default
+// (Config.RolloutInterval).
 const profileRolloutTick = time.Second
 
 // profileBook is the coordinator's profile state (under c.mu).
@@ -163,10 +164,10 @@ func signalsOf(host, profile string, r *slacklinev1.ProfileReport) profiles.Sign
 	return s
 }
 
-// runProfiles judges the rollouts under way every profileRolloutTick
+// runProfiles judges the rollouts under way every Config.RolloutInterval
 // until ctx ends.
 func (c *Coordinator) runProfiles(ctx context.Context) error {
-	tick := time.NewTicker(profileRolloutTick)
+	tick := time.NewTicker(c.cfg.RolloutInterval)
 	defer tick.Stop()
 	for {
 		select {

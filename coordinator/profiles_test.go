@@ -63,6 +63,9 @@ func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool
 	addr := agenttest.NewTCP(t)
 	coord := agenttest.StartCoordinator(t, coordinator.Config{
 		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
+		// Rollouts are judged every 50 ms, not every second: the
+		// rollout test's soaks and waves take a judgement each.
+		RolloutInterval: 50 * time.Millisecond,
 	}, addr)
 	url := "http://" + addr.Addr
 	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(http.DefaultClient, url), fleets: map[string]*sim.Fleet{}}

@@ -19,21 +19,41 @@ import (
 type schedulerService struct{ c *Coordinator }
 
 func (s schedulerService) Subscribe(ctx context.Context, req *connect.Request[slacklinev1.SubscribeRequest], stream *connect.ServerStream[slacklinev1.SubscribeResponse]) error {
+	fw, sub, release, err := s.c.startSubscription(ctx, req)
+	if err != nil {
+		return err
+	}
+	defer s.c.endSubscription(fw, sub, release)
+	return s.c.streamEvents(ctx, stream, sub)
+}
+
+// startSubscription validates and admits a Subscribe and subscribes (see
+// subscribeOffStack). With endSubscription it keeps Subscribe's frame,
+// which stays on the stream's goroutine while it waits, small (see
+// rpcInterceptor.streamEnded in internal/server).
+//
+//go:noinline
+func (c *Coordinator) startSubscription(ctx context.Context, req *connect.Request[slacklinev1.SubscribeRequest]) (*framework, *subscription, func(), error) {
 	info, err := normalizeFrameworkInfo(req.Msg.GetFrameworkInfo())
 	if err != nil {
-		return invalidArgument(err)
+		return nil, nil, nil, invalidArgument(err)
 	}
-	release, err := s.c.admitSubscription(callerKey(ctx, req.Peer()), s.c.cfg.Limits.MaxSubscriptionsPerPrincipal)
+	release, err := c.admitSubscription(callerKey(ctx, req.Peer()), c.cfg.Limits.MaxSubscriptionsPerPrincipal)
 	if err != nil {
-		return err
+		return nil, nil, nil, err
 	}
+	fw, sub, err := c.subscribeOffStack(ctx, info)
+	if err != nil {
+		release()
+		return nil, nil, nil, err
+	}
+	return fw, sub, release, nil
+}
+
+// endSubscription ends what startSubscription started.
+func (c *Coordinator) endSubscription(fw *framework, sub *subscription, release func()) {
 	defer release()
-	fw, sub, err := s.c.subscribeOffStack(ctx, info)
-	if err != nil {
-		return err
-	}
-	defer s.c.subscriptionEnded(fw, sub)
-	return s.c.streamEvents(ctx, stream, sub)
+	c.subscriptionEnded(fw, sub)
 }
 
 func errorEvent(msg string) *slacklinev1.Event {

@@ -163,8 +163,27 @@ func (c *Coordinator) applySubscription(r core.Ready) (*framework, *subscription
 }
 
 // streamEvents sends a subscription's events until it ends: Subscribed, the
-// replayed updates, then the queue and heartbeats.
+// replayed updates, then the queue and heartbeats. Its frame and its
+// callers' stay on the stream's goroutine while it waits, so the work of
+// its first sends is out of line (see rpcInterceptor.streamEnded in
+// internal/server).
 func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerStream[slacklinev1.SubscribeResponse], sub *subscription) error {
+	send, err := sendFirstEvents(stream, sub)
+	if err != nil {
+		return err
+	}
+	if err := sub.serve(ctx, heartbeatEvent, c.frameworkHeartbeats, send); err != nil {
+		return err
+	}
+	// Deliver what was queued before the end (the error event included).
+	return sub.sendQueued(ctx, send)
+}
+
+// sendFirstEvents sends the Subscribed event, the first in the queue, and
+// the replayed updates, and returns the stream's send.
+//
+//go:noinline
+func sendFirstEvents(stream *connect.ServerStream[slacklinev1.SubscribeResponse], sub *subscription) (func(*slacklinev1.Event) error, error) {
 	stream.ResponseHeader().Set(protocol.StreamIDHeader, sub.id)
 	send := func(ev *slacklinev1.Event) error {
 		if ev == heartbeatEvent {
@@ -172,22 +191,17 @@ func (c *Coordinator) streamEvents(ctx context.Context, stream *connect.ServerSt
 		}
 		return stream.Send(&slacklinev1.SubscribeResponse{Event: ev})
 	}
-	// The Subscribed event is the first in the queue.
 	subscribed, _ := sub.take()
 	if err := send(subscribed); err != nil {
-		return err
+		return nil, err
 	}
 	for _, ev := range sub.replay {
 		if err := send(ev); err != nil {
-			return err
+			return nil, err
 		}
 	}
 	sub.replay = nil // sent: a long-lived stream does not keep them
-	if err := sub.serve(ctx, heartbeatEvent, c.frameworkHeartbeats, send); err != nil {
-		return err
-	}
-	// Deliver what was queued before the end (the error event included).
-	return sub.sendQueued(ctx, send)
+	return send, nil
 }
 
 // heartbeatEvent is the one heartbeat every subscription sends: events are

@@ -236,12 +236,27 @@ func (c *Cluster) WaitHealthy() {
 
 func (c *Cluster) waitMember(m *Member, timeout time.Duration) {
 	c.t.Helper()
+	deadline := time.Now().Add(timeout)
+	// The client is made once the member listens: a client that dials
+	// first backs off (gRPC, about a second) before it dials again, which
+	// was most of a member's start.
+	host := m.ClientURL[strings.Index(m.ClientURL, "://")+3:]
+	for {
+		conn, err := net.DialTimeout("tcp", host, time.Second)
+		if err == nil {
+			conn.Close()
+			break
+		}
+		if !time.Now().Before(deadline) || !m.running() {
+			break // the health checks below report it
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	client, err := clientv3.New(clientv3.Config{Endpoints: []string{m.ClientURL}, TLS: c.tls, DialTimeout: time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		c.t.Fatal(err)
 	}
 	defer client.Close()
-	deadline := time.Now().Add(timeout)
 	var last error
 	for time.Now().Before(deadline) {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Second)
