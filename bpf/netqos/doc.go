@@ -34,7 +34,9 @@
 // cgroups, reusing what it read of the others, with every watched cgroup
 // read at least once a second: an idle cgroup costs no system call, where
 // each call walked the whole counters map (every bucket of MaxCgroups).
-// ReadCounts says how it read.
+// A watched cgroup whose entry is gone from the map is an error of the
+// pass that reads it (every full pass does), never its last counters
+// repeated. ReadCounts says how it read.
 //
 // # Lifecycle and ownership
 //

@@ -10,3 +10,11 @@ func SetFullReadInterval(p *Programs, d time.Duration) {
 	defer p.mu.Unlock()
 	p.fullEvery = d
 }
+
+// DeleteTCPCounters removes a cgroup's entry from the tcp_stats map behind
+// Watch's back, as a map emptied from outside (or a bug) would.
+func DeleteTCPCounters(p *Programs, cgroupID uint64) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.tcp.Delete(cgroupID)
+}

@@ -89,6 +89,7 @@ type Programs struct {
 	batchValues []netqosTcpCounters // len(batchKeys) * ncpu
 	batchSize   int
 	noBatch     bool
+	batchSeen   map[uint64]bool // the watched cgroups the last walk found (at most the watched set)
 	// The changed marks (nil: unmapped, every pass reads everything), the
 	// last counters read of each watched cgroup, when every one was last
 	// read, the plan's buffer and the read counts, under mu.
@@ -354,10 +355,19 @@ func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
 	return nil
 }
 
-// readBatch walks the counters map with batch lookups. p.mu is held: the
-// watched set, and so the map's keys, cannot change meanwhile.
+// readBatch walks the counters map with batch lookups, storing each
+// watched cgroup's counters in into. p.mu is held: the watched set, and so
+// the map's keys, cannot change meanwhile. A watched cgroup the walk did
+// not find is an error (ebpf.ErrKeyNotExist), whatever into held before:
+// into is the cache, whose earlier read of that cgroup would otherwise be
+// reported, frozen, as current.
 func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 	size := max(p.batchSize, tcpBatch)
+	if p.batchSeen == nil {
+		p.batchSeen = make(map[uint64]bool, len(p.watched))
+	}
+	seen := p.batchSeen
+	clear(seen)
 	for {
 		if len(p.batchKeys) < size {
 			p.batchKeys = make([]uint64, size)
@@ -371,6 +381,7 @@ func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 			for i := range n {
 				if id := p.batchKeys[i]; p.watched[id] {
 					into[id] = sumTCP(p.batchValues[i*p.ncpu : (i+1)*p.ncpu])
+					seen[id] = true
 				}
 			}
 			if err != nil {
@@ -381,6 +392,7 @@ func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 			size *= 2 // a bucket holds more entries than the batch
 			p.batchSize = size
 			clear(into)
+			clear(seen)
 			continue
 		}
 		if !errors.Is(err, ebpf.ErrKeyNotExist) {
@@ -389,7 +401,7 @@ func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 		break
 	}
 	for id := range p.watched {
-		if _, ok := into[id]; !ok {
+		if !seen[id] {
 			return fmt.Errorf("cgroup %d: %w", id, ebpf.ErrKeyNotExist)
 		}
 	}

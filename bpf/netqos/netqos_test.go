@@ -7,8 +7,11 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/cilium/ebpf"
 
 	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/bpf/netqos"
@@ -259,5 +262,59 @@ func TestProbes(t *testing.T) {
 		if r.Status() == bpf.FeatureUnknown {
 			t.Errorf("probe %s could not tell: %v", r.Name, r.Err)
 		}
+	}
+}
+
+// TestReadAllTCPMissingEntry: a watched cgroup whose tcp_stats entry is
+// gone is reported by ReadAllTCP's full pass (an error naming it), not
+// served from the counters read before; the other watched cgroup's
+// counters are read again once it is unwatched.
+func TestReadAllTCPMissingEntry(t *testing.T) {
+	privileged.Require(t)
+	root, err := nettest.NewCgroupRoot("slackline-netqosmiss", "a", "b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = nettest.RemoveCgroups(root) })
+	progs, err := netqos.Load(netqos.Config{CgroupRoot: root, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { progs.Close() })
+	ids := make([]uint64, 2)
+	for i, dir := range []string{"a", "b"} {
+		if ids[i], err = bpf.CgroupID(filepath.Join(root, dir)); err != nil {
+			t.Fatal(err)
+		}
+		if err := progs.Watch(ids[i]); err != nil {
+			t.Fatal(err)
+		}
+	}
+	netqos.SetFullReadInterval(progs, 0) // every pass reads every watched cgroup
+	all := map[uint64]netqos.TCPStats{}
+	if err := progs.ReadAllTCP(all); err != nil {
+		t.Fatalf("first read: %v", err)
+	}
+	if len(all) != 2 {
+		t.Fatalf("first read: %d cgroups, want 2", len(all))
+	}
+	if err := netqos.DeleteTCPCounters(progs, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	err = progs.ReadAllTCP(all)
+	if !errors.Is(err, ebpf.ErrKeyNotExist) || !strings.Contains(err.Error(), fmt.Sprint(ids[0])) {
+		t.Fatalf("read with cgroup %d's entry gone: err %v, want ErrKeyNotExist naming it (%d cgroups returned)", ids[0], err, len(all))
+	}
+	if len(all) != 0 {
+		t.Errorf("read with an error returned %d cgroups, want none", len(all))
+	}
+	if err := progs.Unwatch(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	if err := progs.ReadAllTCP(all); err != nil {
+		t.Fatalf("read after unwatching cgroup %d: %v", ids[0], err)
+	}
+	if _, ok := all[ids[1]]; len(all) != 1 || !ok {
+		t.Errorf("read after unwatching: %v, want cgroup %d only", all, ids[1])
 	}
 }
