@@ -139,12 +139,19 @@
 // outside) shows within that. The PSI files are read at most every
 // refreshInterval (the kernel moves their averages every 2 s, so reading
 // them each pass bought nothing), and then only when the container ran
-// since their last read or that read found recent pressure (a 10 s
-// average not 0);
-// otherwise every statRefreshInterval: a stall that grows while none of
-// the container's tasks runs (blocked on I/O, starved of CPU) shows
-// within 5 s, and the 60 s and 300 s averages repeated so long are off by
-// at most 8% of their value. An idle container costs no read at all at most passes with eBPF,
+// since their last read, that read found recent pressure (a 10 s average
+// not 0), or the node's I/O or memory stall total (the "some" totals of
+// /proc/pressure/io and /proc/pressure/memory, read at each node sample)
+// moved since that read; otherwise every statRefreshInterval. A task
+// blocked on I/O or memory reclaim uses no CPU: its stall moves the
+// node's totals, so it shows in its container's PSI within
+// refreshInterval (plus a pass) of the next node sample: within
+// NodeInterval + refreshInterval plus two passes of its start; a stall
+// that grows while the node's totals stay still (a task starved of CPU)
+// within statRefreshInterval plus a pass. On a node
+// without I/O or memory stalls an idle container's PSI is read every 5 s;
+// the 60 s and 300 s averages repeated so long are off by at most 8% of
+// their value. An idle container costs no read at all at most passes with eBPF,
 // one read per pass without. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when

@@ -28,7 +28,7 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
 	// The last read is repeated while psiReadDue says so. Its messages are
 	// never modified, so successive samples may share them.
-	if l := p.last; !psiReadDue(l, u.Time, st.CpusUsageSecs) {
+	if l := p.last; !psiReadDue(l, u.Time, st.CpusUsageSecs, s.nodeStall) {
 		st.CpuPressure, st.MemoryPressure, st.IoPressure = l.cpu, l.memory, l.io
 		return nil
 	}
@@ -43,7 +43,7 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	if st.IoPressure, err = p.read(s, &p.io); err != nil {
 		return err
 	}
-	p.last = pressureRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs,
+	p.last = pressureRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs, nodeStall: s.nodeStall,
 		cpu: st.CpuPressure, memory: st.MemoryPressure, io: st.IoPressure}
 	return nil
 }
@@ -52,8 +52,28 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 type pressureRead struct {
 	valid           bool
 	at              time.Time
-	cpuSecs         float64 // the container's cpus_usage_secs then
+	cpuSecs         float64     // the container's cpus_usage_secs then
+	nodeStall       stallTotals // the node's stall totals then
 	cpu, memory, io *slacklinev1.Pressure
+}
+
+// stallTotals are the node's cumulative I/O and memory stall times (PSI
+// "some" totals of /proc/pressure/io and /proc/pressure/memory, in
+// seconds; a "full" stall counts in "some" too). They move whenever any
+// task on the node is stalled on I/O or memory, running or not.
+type stallTotals struct{ io, memory float64 }
+
+// update returns t with the totals of a node sample; a pressure the
+// sample lacks (a kernel without PSI, a failed read) keeps its last value,
+// so that it does not read as a move.
+func (t stallTotals) update(node *slacklinev1.ResourceStatistics) stallTotals {
+	if p := node.GetIoPressure(); p != nil {
+		t.io = p.GetSomeTotalSecs()
+	}
+	if p := node.GetMemoryPressure(); p != nil {
+		t.memory = p.GetSomeTotalSecs()
+	}
+	return t
 }
 
 // quiet reports whether the read found no recent pressure: every 10 s
@@ -73,19 +93,23 @@ func (r *pressureRead) quiet() bool {
 }
 
 // psiReadDue reports whether a container's PSI files must be read at now,
-// given their last read and the container's CPU time now (cpus_usage_secs,
-// read just before by the CPU sampler). They are read at the first
-// sample, when the clock went back, and every statRefreshInterval (5 s)
-// at least; never sooner than refreshInterval (1 s) after the last read
-// (the kernel moves the averages every 2 s); and in between only when the
-// container ran since (its CPU time moved: its stall totals may have
-// grown) or the last read's 10 s averages were not all 0 (they decay
-// every 2 s even when nothing else moves; see quiet). An idle container
-// without recent pressure
-// is read every 5 s instead of every second (#29): a stall that grows
-// while none of its tasks runs (a task blocked on I/O, or one starved of
-// CPU for seconds) shows within that.
-func psiReadDue(last pressureRead, now time.Time, cpuSecs float64) bool {
+// given their last read, the container's CPU time now (cpus_usage_secs,
+// read just before by the CPU sampler) and the node's stall totals as of
+// its last sample. They are read at the first sample, when the clock went
+// back, and every statRefreshInterval (5 s) at least; never sooner than
+// refreshInterval (1 s) after the last read (the kernel moves the averages
+// every 2 s); and in between only when the container ran since (its CPU
+// time moved: its stall totals may have grown), the last read's 10 s
+// averages were not all 0 (they decay every 2 s even when nothing else
+// moves; see quiet), or the node's I/O or memory stall total moved since
+// the last read. An idle container without recent pressure on a node
+// without I/O or memory stalls is read every 5 s instead of every second
+// (#29). A task blocked on I/O or reclaim uses no CPU: the node's totals,
+// read at every node sample, are what show that such a stall may be the
+// container's, so it shows within refreshInterval (plus a pass) of the
+// node sample that saw it rather than within statRefreshInterval. A task
+// starved of CPU for seconds shows within statRefreshInterval.
+func psiReadDue(last pressureRead, now time.Time, cpuSecs float64, nodeStall stallTotals) bool {
 	if !last.valid || !now.After(last.at) {
 		return true
 	}
@@ -96,7 +120,7 @@ func psiReadDue(last pressureRead, now time.Time, cpuSecs float64) bool {
 	case age >= statRefreshInterval:
 		return true
 	}
-	return cpuSecs != last.cpuSecs || !last.quiet()
+	return cpuSecs != last.cpuSecs || !last.quiet() || nodeStall != last.nodeStall
 }
 
 // read returns the pressure in f, nil if the cgroup has no such file.

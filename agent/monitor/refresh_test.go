@@ -67,11 +67,13 @@ func TestSlowFiguresRefresh(t *testing.T) {
 
 // TestPSIReadDue: the PSI files are read at most every refreshInterval,
 // at least every statRefreshInterval, and in between only when the
-// container ran since the last read or that read found pressure.
+// container ran since the last read, that read found pressure or the
+// node's I/O or memory stall total moved since.
 func TestPSIReadDue(t *testing.T) {
 	t.Parallel()
 	quiet := &slacklinev1.Pressure{SomeTotalSecs: 3, FullTotalSecs: 1} // totals, but no recent pressure
-	read := pressureRead{valid: true, at: t0, cpuSecs: 10, cpu: quiet, memory: quiet, io: quiet}
+	stall := stallTotals{io: 30, memory: 20}                           // the node's totals at the last read, and now unless a case moves them
+	read := pressureRead{valid: true, at: t0, cpuSecs: 10, nodeStall: stall, cpu: quiet, memory: quiet, io: quiet}
 	with := func(f func(*pressureRead)) pressureRead {
 		r := read
 		f(&r)
@@ -83,25 +85,33 @@ func TestPSIReadDue(t *testing.T) {
 		now     time.Time
 		cpuSecs float64
 		want    bool
+		node    stallTotals // the node's stall totals now
 	}{
-		{"never read", pressureRead{}, t0, 10, true},
-		{"clock went back", read, t0.Add(-time.Millisecond), 10, true},
-		{"same time", read, t0, 10, true},
-		{"ran, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 11, false},
-		{"idle and quiet at refreshInterval", read, t0.Add(refreshInterval), 10, false},
-		{"idle and quiet, just under statRefreshInterval", read, t0.Add(statRefreshInterval - time.Nanosecond), 10, false},
-		{"idle and quiet at statRefreshInterval", read, t0.Add(statRefreshInterval), 10, true},
-		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, true},
-		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10}, t0.Add(2 * time.Second), 10, false},
-		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
-		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
+		{"never read", pressureRead{}, t0, 10, true, stall},
+		{"clock went back", read, t0.Add(-time.Millisecond), 10, true, stall},
+		{"same time", read, t0, 10, true, stall},
+		{"ran, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 11, false, stall},
+		{"idle and quiet at refreshInterval", read, t0.Add(refreshInterval), 10, false, stall},
+		{"idle and quiet, just under statRefreshInterval", read, t0.Add(statRefreshInterval - time.Nanosecond), 10, false, stall},
+		{"idle and quiet at statRefreshInterval", read, t0.Add(statRefreshInterval), 10, true, stall},
+		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, true, stall},
+		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10, nodeStall: stall}, t0.Add(2 * time.Second), 10, false, stall},
+		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
+		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
 		{"idle, only the slow averages (quiet)", with(func(r *pressureRead) {
 			r.io = &slacklinev1.Pressure{SomeAvg60: 0.5, SomeAvg300: 0.2, FullAvg60: 0.1, FullAvg300: 0.05}
-		}), t0.Add(refreshInterval), 10, false},
-		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true},
-		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, false},
+		}), t0.Add(refreshInterval), 10, false, stall},
+		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
+		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, false, stall},
+		// A task blocked on I/O or reclaim uses no CPU: the node's stall
+		// totals moving brings the read back to every refreshInterval.
+		{"idle and quiet, node io stall moved", read, t0.Add(refreshInterval), 10, true, stallTotals{io: 30.001, memory: 20}},
+		{"idle and quiet, node memory stall moved", read, t0.Add(2 * time.Second), 10, true, stallTotals{io: 30, memory: 20.5}},
+		{"node stall moved, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 10, false, stallTotals{io: 31, memory: 21}},
+		{"idle and quiet, node stalls nonzero but unmoved", read, t0.Add(4 * time.Second), 10, false, stall},
+		{"idle and quiet, node without PSI", with(func(r *pressureRead) { r.nodeStall = stallTotals{} }), t0.Add(refreshInterval), 10, false, stallTotals{}},
 	} {
-		if got := psiReadDue(tc.last, tc.now, tc.cpuSecs); got != tc.want {
+		if got := psiReadDue(tc.last, tc.now, tc.cpuSecs, tc.node); got != tc.want {
 			t.Errorf("%s: psiReadDue = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -160,6 +170,96 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 		u, _ := m.Latest("c1")
 		if got, want := u.Stats.GetCpuPressure().GetSomeTotalSecs(), float64(step.psiRead); got != want {
 			t.Errorf("pass %d at %v: cpu PSI total %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
+		}
+	}
+}
+
+// TestNodeStallPSIRefresh: an idle container without pressure of its own
+// has its PSI files read every refreshInterval while the node's I/O or
+// memory stall total moves (a task blocked on I/O uses no CPU), once the
+// node sample that saw the move has been taken (every NodeInterval, 1 s
+// here), and only then.
+func TestNodeStallPSIRefresh(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	m := newTestMonitor(t, "v2", dir, nil, 100)
+	root := filepath.Join(dir, "cgroup")
+	rel := "slackline/c1"
+	v2Container(t, root, rel, 1_000_000)
+	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	usage := uint64(1_000_000)
+	nodeIO, nodeMemory := uint64(9_000_000), uint64(500_000)
+	const none = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+	// Before pass i the container's io.pressure says total i seconds, its
+	// 10 s average still 0 (a stall that began under 2 s ago): what a pass
+	// shows tells which pass last read the files.
+	for i, step := range []struct {
+		at      time.Duration
+		ran     bool   // the container's CPU time grows before the pass
+		node    string // "io" or "memory": the node's stall total grows before the pass
+		psiRead int    // the pass whose PSI files it shows
+	}{
+		{0, false, "", 0},                              // first pass: read
+		{1000 * time.Millisecond, false, "", 0},        // node unmoved: repeated
+		{2000 * time.Millisecond, false, "io", 2},      // node I/O stall moved, node sampled: read
+		{3000 * time.Millisecond, false, "", 2},        // node unmoved since that read: repeated
+		{3500 * time.Millisecond, false, "io", 2},      // moved, but the node is next sampled at 4 s
+		{4000 * time.Millisecond, false, "", 5},        // the node sample sees it: read
+		{5000 * time.Millisecond, false, "", 5},        // unmoved: repeated
+		{6000 * time.Millisecond, false, "", 5},        // unmoved: repeated
+		{6500 * time.Millisecond, true, "", 8},         // ran: read (the node not sampled)
+		{7000 * time.Millisecond, false, "io", 8},      // node sampled, moved, under refreshInterval of the read
+		{7500 * time.Millisecond, false, "", 10},       // moved since the read (node sampled at 7 s): read
+		{8500 * time.Millisecond, false, "", 10},       // node sampled, unmoved since 7 s: repeated
+		{9500 * time.Millisecond, false, "memory", 12}, // node memory stall moved: read
+	} {
+		if step.ran {
+			usage += 50_000
+		}
+		switch step.node {
+		case "io":
+			nodeIO += 1000
+		case "memory":
+			nodeMemory += 1000
+		}
+		writeFiles(t, dir, map[string]string{
+			"proc/pressure/io":                   psi(0.5, nodeIO, 0.1, nodeIO/2),
+			"proc/pressure/memory":               psi(0, nodeMemory, 0, 0),
+			"cgroup/" + rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
+			"cgroup/" + rel + "/cpu.pressure":    none,
+			"cgroup/" + rel + "/memory.pressure": none,
+			"cgroup/" + rel + "/io.pressure":     fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", i*1_000_000),
+		})
+		if err := m.Sample(t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		u, _ := m.Latest("c1")
+		if got, want := u.Stats.GetIoPressure().GetSomeTotalSecs(), float64(step.psiRead); got != want {
+			t.Errorf("pass %d at %v: io PSI total %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
+		}
+	}
+}
+
+// TestStallTotalsUpdate: a node sample's I/O and memory "some" totals
+// replace the last ones; a pressure the sample lacks keeps its last value
+// (no move).
+func TestStallTotalsUpdate(t *testing.T) {
+	t.Parallel()
+	last := stallTotals{io: 3, memory: 2}
+	for _, tc := range []struct {
+		name string
+		node *slacklinev1.ResourceStatistics
+		want stallTotals
+	}{
+		{"no sample", nil, last},
+		{"no PSI", &slacklinev1.ResourceStatistics{}, last},
+		{"both", &slacklinev1.ResourceStatistics{IoPressure: &slacklinev1.Pressure{SomeTotalSecs: 4, FullTotalSecs: 1},
+			MemoryPressure: &slacklinev1.Pressure{SomeTotalSecs: 2.5}}, stallTotals{io: 4, memory: 2.5}},
+		{"io only", &slacklinev1.ResourceStatistics{IoPressure: &slacklinev1.Pressure{SomeTotalSecs: 5}}, stallTotals{io: 5, memory: 2}},
+		{"cpu does not count", &slacklinev1.ResourceStatistics{CpuPressure: &slacklinev1.Pressure{SomeTotalSecs: 9}}, last},
+	} {
+		if got := last.update(tc.node); got != tc.want {
+			t.Errorf("%s: update = %+v, want %+v", tc.name, got, tc.want)
 		}
 	}
 }
