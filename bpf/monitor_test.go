@@ -665,8 +665,21 @@ func testRunqueueMatchesSchedstat(t *testing.T, variant int) {
 	if !within(float64(s.RunqCount), float64(arrivals), tolerance) {
 		t.Errorf("eBPF counted %d waits, the kernel %d: not within %.1f%%", s.RunqCount, arrivals, 100*tolerance)
 	}
-	if !within(s.RunqTotal.Seconds(), time.Duration(delay).Seconds(), tolerance) {
-		t.Errorf("eBPF waits total %v, the kernel's run_delay %v: not within %.1f%%", s.RunqTotal, time.Duration(delay), 100*tolerance)
+	// A wait the wakeup variant misses takes its whole length from the
+	// total: beside CPU hogs one wait can last a few scheduler slices (2
+	// missed waits of 1,638 took 2.6% of a 1.86 s total in a CI run beside
+	// stress-ng). The total may therefore fall short by the tolerance plus
+	// up to maxMissedWait per wait counted short, and no more.
+	const maxMissedWait = 30 * time.Millisecond
+	missed := time.Duration(0)
+	if arrivals > s.RunqCount {
+		missed = time.Duration(arrivals-s.RunqCount) * maxMissedWait
+	}
+	kernel := time.Duration(delay)
+	if s.RunqTotal > kernel+time.Duration(tolerance*float64(kernel)) ||
+		s.RunqTotal < kernel-time.Duration(tolerance*float64(kernel))-missed {
+		t.Errorf("eBPF waits total %v, the kernel's run_delay %v: not within %.1f%% (plus %v for the %d waits counted short)",
+			s.RunqTotal, kernel, 100*tolerance, missed, max(arrivals, s.RunqCount)-s.RunqCount)
 	}
 }
 
