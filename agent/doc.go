@@ -88,8 +88,9 @@
 //   - rolloutShadow (rolloutshadow.go, #29 item 5): a ProfileShadowCommand's
 //     version of a profile, built as a ProfileApplyCommand's, run in shadow
 //     by the two loops (one slot of shadow.MaxShadows, beside --shadow),
-//     with the active estimates scored over the same inputs; heartbeats
-//     report both (ProfileReport.shadow_*) and whether the agent can
+//     with the active estimates scored over the same inputs (both counters
+//     restarting past the cold estimator's warm-up, its --estimator-window);
+//     heartbeats report both (ProfileReport.shadow_*) and whether the agent can
 //     shadow at all; GetShadows lists it as "rollout".
 //   - sandboxes: bounds the disk tasks use (sandbox.go): kills a task whose
 //     sandbox outgrows its disk resource (TASK_STATE_FAILED,

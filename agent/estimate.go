@@ -191,7 +191,7 @@ func (l *estimateLoop) adoptProfile() {
 	if s := l.next.Swap(nil); s != nil {
 		l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
 		l.shadows.activeEstimatorChanged(s.estimatorName)
-		l.rollout.activeChanged(s.profile, s.version)
+		l.rollout.activeChanged(s.profile, s.version, s.warmup)
 	}
 }
 

@@ -48,6 +48,9 @@ type profileSettings struct {
 	estimator     estimator.Estimator
 	estimatorName string
 	qos           qos.Controller
+	// warmup is how long the estimator takes to warm up from cold: its
+	// window (--estimator-window), over which it looks back for peaks.
+	warmup time.Duration
 	// profile and version are what the settings are of: the estimates
 	// the new estimator makes carry them, so that a heartbeat never
 	// reports the old estimator's counters as the new version's.
@@ -70,7 +73,7 @@ func (o Options) profileBuilder() func(name, settings string) (profileSettings, 
 		if err != nil {
 			return profileSettings{}, err
 		}
-		return profileSettings{estimator: ctl.Estimator, estimatorName: ctl.EstimatorName, qos: ctl.QoS}, nil
+		return profileSettings{estimator: ctl.Estimator, estimatorName: ctl.EstimatorName, qos: ctl.QoS, warmup: p.EstimatorConfig.Window}, nil
 	}
 }
 

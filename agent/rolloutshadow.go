@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"time"
 
 	"github.com/slackline/slackline/agent/shadow"
 	"github.com/slackline/slackline/estimator"
@@ -21,6 +22,16 @@ import (
 // beside it over the same inputs (a second shadow.Shadow, ActiveName),
 // both restarting when the shadow or the active settings change, so that
 // the coordinator compares the two on exactly the same samples.
+//
+// Warm-up: a (re)started comparison sets a cold estimator beside a warm
+// one (the candidate's beside the active one when the shadow starts, a
+// profile's new active estimator beside the candidate's when the active
+// settings change), and a cold estimator's first estimates are a starting
+// agent's, not the settings'. Both counters therefore discard what they
+// scored over the cold estimators' warm-up (their --estimator-window: how
+// far back they look for peaks; the longer of the two after an active
+// change), on input time: they restart together at the first input past
+// it, and the heartbeats carry no counters until then.
 
 // RolloutShadowName names a rollout's shadow in GetShadows.
 const RolloutShadowName = "rollout"
@@ -45,6 +56,13 @@ type rolloutShadow struct {
 	// estimate loop runs (what active scores).
 	activeProfile string
 	activeVersion uint64
+	// candidateWarmup is the candidate's estimator's warm-up; warmup the
+	// comparison's since its (re)start, which warmFrom (the first input's
+	// time since; zero: none yet) and warm (the counters restarted past
+	// it) follow.
+	candidateWarmup, warmup time.Duration
+	warmFrom                time.Time
+	warm                    bool
 	// The latest version refused, and why.
 	refusedProfile string
 	refusedVersion uint64
@@ -79,9 +97,10 @@ func (s *rolloutShadow) apply(cmd *slacklinev1.ProfileShadowCommand) error {
 		return nil
 	}
 	var candidate *shadow.Shadow
+	var warmup time.Duration
 	var err error
 	if cmd.GetProfile() != "" {
-		candidate, err = s.newCandidate(cmd)
+		candidate, warmup, err = s.newCandidate(cmd)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -93,20 +112,28 @@ func (s *rolloutShadow) apply(cmd *slacklinev1.ProfileShadowCommand) error {
 	if candidate != nil {
 		s.profile, s.version, s.candidate = cmd.GetProfile(), cmd.GetVersion(), candidate
 		s.active = shadow.New(shadow.Config{Name: shadow.ActiveName})
+		// The active estimator runs warm: the candidate's warm-up only.
+		s.candidateWarmup = warmup
+		s.restartWarmup(warmup)
 	}
 	return nil
 }
 
-func (s *rolloutShadow) newCandidate(cmd *slacklinev1.ProfileShadowCommand) (*shadow.Shadow, error) {
+// restartWarmup starts a warm-up of d at the next input. s.mu is held.
+func (s *rolloutShadow) restartWarmup(d time.Duration) {
+	s.warmup, s.warmFrom, s.warm = d, time.Time{}, false
+}
+
+func (s *rolloutShadow) newCandidate(cmd *slacklinev1.ProfileShadowCommand) (*shadow.Shadow, time.Duration, error) {
 	if s.build == nil {
-		return nil, errors.New(s.why)
+		return nil, 0, errors.New(s.why)
 	}
 	built, err := s.build(cmd.GetProfile(), cmd.GetSettings())
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	return shadow.New(shadow.Config{Name: RolloutShadowName, Estimator: built.estimator, EstimatorName: built.estimatorName,
-		QoS: built.qos, Settings: []shadow.Setting{{Flag: "profile", Value: fmt.Sprintf("%s/%d", cmd.GetProfile(), cmd.GetVersion())}}}), nil
+		QoS: built.qos, Settings: []shadow.Setting{{Flag: "profile", Value: fmt.Sprintf("%s/%d", cmd.GetProfile(), cmd.GetVersion())}}}), built.warmup, nil
 }
 
 // running returns the shadow and the active scorer (nil, nil: none).
@@ -121,9 +148,26 @@ func (s *rolloutShadow) running() (candidate, active *shadow.Shadow) {
 
 // estimate scores the active estimate made from in, then runs the
 // shadow's estimator on in. The estimate loop calls it after the active
-// estimate is sent.
+// estimate is sent. At the first input past the warm-up both counters
+// restart, discarding what they scored while an estimator was cold.
 func (s *rolloutShadow) estimate(in estimator.Input, offered float64) {
-	candidate, active := s.running()
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	candidate := s.candidate
+	if candidate != nil && !s.warm {
+		if s.warmFrom.IsZero() {
+			s.warmFrom = in.Now
+		}
+		if in.Now.Sub(s.warmFrom) >= s.warmup {
+			candidate.ResetScores()
+			s.active = shadow.New(shadow.Config{Name: shadow.ActiveName})
+			s.warm = true
+		}
+	}
+	active := s.active
+	s.mu.Unlock()
 	if candidate == nil {
 		return
 	}
@@ -140,9 +184,10 @@ func (s *rolloutShadow) evaluate(in qos.Input) {
 }
 
 // activeChanged records that the estimate loop now runs profile's version
-// (a node profile was applied): the comparison restarts, on the new
-// active settings.
-func (s *rolloutShadow) activeChanged(profile string, version uint64) {
+// (a node profile was applied), whose estimator warms up over warmup: the
+// comparison restarts, on the new active settings, after the longer of
+// its and the candidate's warm-up.
+func (s *rolloutShadow) activeChanged(profile string, version uint64, warmup time.Duration) {
 	if s == nil {
 		return
 	}
@@ -152,12 +197,13 @@ func (s *rolloutShadow) activeChanged(profile string, version uint64) {
 	if s.candidate != nil {
 		s.candidate.ResetScores()
 		s.active = shadow.New(shadow.Config{Name: shadow.ActiveName})
+		s.restartWarmup(max(warmup, s.candidateWarmup))
 	}
 }
 
 // fill adds the shadow's part to a heartbeat's report r (whose profile
-// and version are what the agent applied): the active counters only when
-// they score that version.
+// and version are what the agent applied): the counters only when the
+// active ones score that version and the warm-up is over.
 func (s *rolloutShadow) fill(r *slacklinev1.ProfileReport) {
 	if s == nil {
 		return
@@ -168,8 +214,9 @@ func (s *rolloutShadow) fill(r *slacklinev1.ProfileReport) {
 	r.ShadowProfile, r.ShadowVersion = s.profile, s.version
 	r.ShadowRefusedProfile, r.ShadowRefusedVersion, r.ShadowRefusal = s.refusedProfile, s.refusedVersion, s.refusal
 	scoresActive := s.activeProfile == r.GetProfile() && s.activeVersion == r.GetVersion()
+	warm := s.warm
 	s.mu.Unlock()
-	if candidate == nil || !scoresActive {
+	if candidate == nil || !scoresActive || !warm {
 		return
 	}
 	// The active report first: the candidate has scored at most the

@@ -112,42 +112,54 @@ func TestRolloutShadowScoresCandidateBesideActive(t *testing.T) {
 	if rep := r.report("", 0); !rep.GetShadowCapable() || rep.GetShadowProfile() != "" {
 		t.Fatalf("before any shadow: %v, want capable and none running", rep)
 	}
-	greedy := &slacklinev1.ProfileShadowCommand{Profile: "web", Version: 2, Settings: "estimator: fixed\nfixed-revocable: cpus:64"}
+	// A 5 s window: a 5 s warm-up, 50 inputs of the rig's 100 ms.
+	greedy := &slacklinev1.ProfileShadowCommand{Profile: "web", Version: 2, Settings: "estimator: fixed\nfixed-revocable: cpus:64\nestimator-window: 5s"}
 	if err := r.rollout.apply(greedy); err != nil {
 		t.Fatal(err)
 	}
-	r.run(300)
+	r.run(50)
+	if rep := r.report("", 0); rep.GetShadowVersion() != 2 || rep.GetShadowEstimatesScored() != 0 || rep.GetShadowActiveEstimatesScored() != 0 {
+		t.Errorf("warming up: shadow version %d, scored %d in shadow and %d active; want version 2 and no counters yet",
+			rep.GetShadowVersion(), rep.GetShadowEstimatesScored(), rep.GetShadowActiveEstimatesScored())
+	}
+	r.run(250)
 	rep := r.report("", 0)
 	if rep.GetShadowProfile() != "web" || rep.GetShadowVersion() != 2 {
 		t.Fatalf("shadow %s/%d, want web/2", rep.GetShadowProfile(), rep.GetShadowVersion())
 	}
-	// The estimate made at the shadow's start is in force at the next
-	// sample: 299 samples scored, the same ones for both.
-	if rep.GetShadowEstimatesScored() != 299 || rep.GetShadowActiveEstimatesScored() != 299 {
-		t.Errorf("scored %d in shadow, %d active; want 299 each, the same samples", rep.GetShadowEstimatesScored(), rep.GetShadowActiveEstimatesScored())
+	// Both restart at input 51, 5 s after the first; the estimate made
+	// then is in force at the next sample: 249 samples scored, the same
+	// ones for both.
+	if rep.GetShadowEstimatesScored() != 249 || rep.GetShadowActiveEstimatesScored() != 249 {
+		t.Errorf("scored %d in shadow, %d active; want 249 each, the same samples past the warm-up", rep.GetShadowEstimatesScored(), rep.GetShadowActiveEstimatesScored())
 	}
-	if rep.GetShadowViolations() != 299 || rep.GetShadowActiveViolations() > 0.05*299 {
+	if rep.GetShadowViolations() != 249 || rep.GetShadowActiveViolations() > 0.05*249 {
 		t.Errorf("violations %v in shadow, %v active; want every sample in shadow (64 cores offered), few active",
 			rep.GetShadowViolations(), rep.GetShadowActiveViolations())
 	}
 
 	// The same command again changes nothing.
-	if err := r.rollout.apply(greedy); err != nil || r.report("", 0).GetShadowEstimatesScored() != 299 {
+	if err := r.rollout.apply(greedy); err != nil || r.report("", 0).GetShadowEstimatesScored() != 249 {
 		t.Errorf("the same shadow again: %v, scores restarted", err)
 	}
 
 	// A profile is applied: until the loop adopts it the heartbeat (which
 	// names the new version) carries no active counters; then both
-	// restart on the new active settings.
-	if err := r.applyProfile("web", 1, "estimator-target-violation: 0.02"); err != nil {
+	// restart on the new active settings, after the longer warm-up of the
+	// two estimators (the new active one's 8 s: 80 inputs).
+	if err := r.applyProfile("web", 1, "estimator-target-violation: 0.02\nestimator-window: 8s"); err != nil {
 		t.Fatal(err)
 	}
 	if rep := r.report("web", 1); rep.GetShadowActiveEstimatesScored() != 0 || rep.GetShadowEstimatesScored() != 0 || rep.GetShadowVersion() != 2 {
 		t.Errorf("before adoption: %d active, %d in shadow of version %d; want no counters for web/1 yet", rep.GetShadowActiveEstimatesScored(), rep.GetShadowEstimatesScored(), rep.GetShadowVersion())
 	}
+	r.run(80)
+	if rep := r.report("web", 1); rep.GetShadowActiveEstimatesScored() != 0 || rep.GetShadowEstimatesScored() != 0 {
+		t.Errorf("warming up after adoption: %d active, %d in shadow; want no counters yet", rep.GetShadowActiveEstimatesScored(), rep.GetShadowEstimatesScored())
+	}
 	r.run(50)
 	if rep := r.report("web", 1); rep.GetShadowActiveEstimatesScored() != 49 || rep.GetShadowEstimatesScored() != 49 {
-		t.Errorf("after adoption: %d active, %d in shadow; want both restarted: 49", rep.GetShadowActiveEstimatesScored(), rep.GetShadowEstimatesScored())
+		t.Errorf("after adoption: %d active, %d in shadow; want both restarted past the warm-up: 49", rep.GetShadowActiveEstimatesScored(), rep.GetShadowEstimatesScored())
 	}
 
 	// Stop.

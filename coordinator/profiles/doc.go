@@ -55,9 +55,14 @@
 // violation rate exceeds the stable version's on the same agents by more
 // than ViolationTolerance (both with MinScored); it starts the first live
 // wave (ShadowPassed) once the stage soaked for ShadowSoak with enough
-// scored and nothing worse, or at once when every stage agent that
+// scored and nothing worse, on the stage's agents still in the fleet (then
+// others up to the wave's share), or at once when every stage agent that
 // reported says it cannot shadow (Signals.ShadowCapable; StartRollout
-// skips the stage already when all of them did). During the live waves
+// skips the stage already when all of them did). When every agent of the
+// stage has left the fleet, Step chooses the first wave's share afresh and
+// the stage soaks again on them; MaxShadowStageSoaks times ShadowSoak
+// after the rollout started, a stage not yet judged ends and the live
+// waves start, judged on live signals, the reason saying so. During the live waves
 // the updated agents shadow the previous version, and Step also rolls back
 // when their live violation rate exceeds their own shadow's (Paired) by
 // more than the tolerance. Agents that cannot shadow are listed in

@@ -299,7 +299,8 @@ const (
 	// RolledBack: the candidate made things worse; its agents go back.
 	RolledBack
 	// ShadowPassed: the shadow stage ended (the candidate's shadow was not
-	// worse, or no agent could run it); the first live wave started.
+	// worse, no agent could run it, or it reached MaxShadowStageSoaks
+	// unjudged); the first live wave started.
 	ShadowPassed
 )
 

@@ -156,10 +156,18 @@ func stepShadow(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) 
 	r := p.Rollout
 	q := p.Clone()
 	nr := q.Rollout
-	if len(nr.ShadowHosts) == 0 {
-		// No agent matched at the start: the stage takes the first wave's
-		// share of those that came since.
-		nr.ShadowHosts = choose(q.Name, nr.Policy.Waves[0], fleet, nil)
+	if len(presentHosts(nr.ShadowHosts, fleet)) == 0 {
+		// No agent matched at the start, or every agent of the stage left
+		// the fleet: the stage takes the first wave's share of the fleet as
+		// it is now, and soaks again on them (its bound, from the start of
+		// the rollout, stays).
+		if chosen := choose(q.Name, nr.Policy.Waves[0], fleet, nil); len(chosen) > 0 {
+			if len(nr.ShadowHosts) > 0 {
+				q.audit(now, Coordinator, "rollout of version %d: every agent of the shadow stage left (%s); shadow stage again on %s",
+					nr.Candidate.Number, strings.Join(nr.ShadowHosts, ", "), strings.Join(chosen, ", "))
+			}
+			nr.ShadowHosts, nr.ShadowStarted = chosen, now
+		}
 	}
 	paired, refused := nr.pair(q.Name, nr.ShadowHosts, nr.Candidate.Number, nr.Previous.Number, fleet)
 	nr.Paired = paired
@@ -176,8 +184,7 @@ func stepShadow(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) 
 	}
 	if paired.Agents == 0 {
 		if without := nr.noShadows(fleet); without != "" {
-			nr.Stage = StageLive
-			nr.startWave(q.Name, 0, now, fleet)
+			nr.startLive(q.Name, now, fleet)
 			nr.Reason = without
 			q.audit(now, Coordinator, "rollout of version %d: %s; wave 1 on %d of %d agents", nr.Candidate.Number, without, len(nr.Hosts), len(fleet))
 			return q, ShadowPassed
@@ -186,25 +193,60 @@ func stepShadow(p *Profile, now time.Time, fleet []Signals) (*Profile, Outcome) 
 	pol := nr.Policy
 	soaked := now.Sub(nr.ShadowStarted) >= pol.ShadowSoak
 	judged := paired.Shadow.Scored >= pol.MinScored && paired.Live.Scored >= pol.MinScored
+	limit := nr.StartedAt.Add(MaxShadowStageSoaks * pol.ShadowSoak)
 	switch {
+	case soaked && judged:
+		passed := fmt.Sprintf("shadow stage passed on %d agents: violation rate %.2f%% in shadow, %.2f%% of version %d live on the same inputs",
+			paired.Agents, 100*paired.Shadow.ViolationRate(), 100*paired.Live.ViolationRate(), nr.Previous.Number)
+		nr.startLive(q.Name, now, fleet)
+		nr.Reason = passed
+		q.audit(now, Coordinator, "rollout of version %d: %s; wave 1 on %d of %d agents", nr.Candidate.Number, passed, len(nr.Hosts), len(fleet))
+		return q, ShadowPassed
+	case !now.Before(limit):
+		ended := fmt.Sprintf("shadow stage ended unjudged after %v (%d times shadow_soak) with %d and %d of %d scored estimates of version %d in shadow and of version %d live on %d agents: judged on live signals only",
+			now.Sub(nr.StartedAt), MaxShadowStageSoaks, paired.Shadow.Scored, paired.Live.Scored, pol.MinScored, nr.Candidate.Number, nr.Previous.Number, paired.Agents)
+		nr.startLive(q.Name, now, fleet)
+		nr.Reason = ended
+		q.audit(now, Coordinator, "rollout of version %d: %s; wave 1 on %d of %d agents", nr.Candidate.Number, ended, len(nr.Hosts), len(fleet))
+		return q, ShadowPassed
 	case !soaked:
 		nr.Reason = fmt.Sprintf("shadow stage on %d agents soaking until %s", len(nr.ShadowHosts), nr.ShadowStarted.Add(pol.ShadowSoak).UTC().Format(time.RFC3339))
 	case !judged:
 		nr.Reason = fmt.Sprintf("shadow stage waits for %d scored estimates of version %d in shadow and of version %d live on the same agents (has %d and %d)",
 			pol.MinScored, nr.Candidate.Number, nr.Previous.Number, paired.Shadow.Scored, paired.Live.Scored)
-	default:
-		passed := fmt.Sprintf("shadow stage passed on %d agents: violation rate %.2f%% in shadow, %.2f%% of version %d live on the same inputs",
-			paired.Agents, 100*paired.Shadow.ViolationRate(), 100*paired.Live.ViolationRate(), nr.Previous.Number)
-		nr.Stage = StageLive
-		nr.startWave(q.Name, 0, now, fleet)
-		nr.Reason = passed
-		q.audit(now, Coordinator, "rollout of version %d: %s; wave 1 on %d of %d agents", nr.Candidate.Number, passed, len(nr.Hosts), len(fleet))
-		return q, ShadowPassed
 	}
-	if nr.Reason == r.Reason && nr.Paired.equal(r.Paired) && slices.Equal(nr.ShadowHosts, r.ShadowHosts) {
+	if nr.Reason == r.Reason && nr.Paired.equal(r.Paired) && slices.Equal(nr.ShadowHosts, r.ShadowHosts) && nr.ShadowStarted.Equal(r.ShadowStarted) {
 		return p, Unchanged
 	}
 	return q, Unchanged
+}
+
+// MaxShadowStageSoaks bounds the shadow stage: once it has run this many
+// times Policy.ShadowSoak since the rollout started without being judged
+// (too few estimates scored, or its agents left and new ones soak again),
+// Step ends it and starts the first live wave, judged on live signals only,
+// saying so, rather than waiting for ever.
+const MaxShadowStageSoaks = 3
+
+// startLive ends the shadow stage and starts the first live wave: on the
+// stage's agents still in fleet (those the candidate was tested on), then
+// on others in rank order up to the wave's share.
+func (r *Rollout) startLive(profile string, now time.Time, fleet []Signals) {
+	r.Stage = StageLive
+	r.Hosts = presentHosts(r.ShadowHosts, fleet)
+	r.startWave(profile, 0, now, fleet)
+}
+
+// presentHosts returns those of hosts that have an agent in fleet, sorted.
+func presentHosts(hosts []string, fleet []Signals) []string {
+	var out []string
+	for _, s := range fleet {
+		if slices.Contains(hosts, s.Host) && !slices.Contains(out, s.Host) {
+			out = append(out, s.Host)
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // shadowWorse says how the candidate's shadow is worse than the stable

@@ -131,7 +131,7 @@ func TestShadowStage(t *testing.T) {
 		},
 		{
 			name: "too few scored after the soak waits",
-			at:   soaked.Add(time.Hour),
+			at:   soaked.Add(5 * time.Minute), // within MaxShadowStageSoaks
 			states: func(p *Profile) map[string]agentState {
 				// 998 scored in shadow: a 10% rate says nothing yet.
 				return shadowing(p, agentState{shadowScored: 499, shadowViolations: 50, activeScored: 2000, activeViolations: 20})
