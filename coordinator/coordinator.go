@@ -147,6 +147,11 @@ type Coordinator struct {
 	// persistMu, then mu: see "Locks and persistence" in doc.go.
 	persistMu sync.Mutex
 	mu        sync.Mutex
+	// registrationAfter is closed when the last applied registration's
+	// after-apply records (core Ready.After) are written: the next one
+	// waits on it, so that they land in the order registrations apply
+	// (registration.go). Nil: none pending. Guarded by mu.
+	registrationAfter chan struct{}
 
 	// core is the offer book: the allocator, offers, inverse offers and
 	// filters (package coordinator/core). Its calls return effects that

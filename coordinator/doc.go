@@ -86,7 +86,11 @@
 //     is computed once). Agent registrations do not take it, so that they
 //     share fsyncs (the store batches concurrent writes); they re-check the
 //     machine's mode after their write, and recovery and the next
-//     registration heal a stale agent record. The maintenance state is
+//     registration heal a stale agent record. When another registration
+//     of the host applied while one's records were written, its
+//     after-apply records (its own and those it retires) are written
+//     after, in the order registrations apply, waiting their turn without
+//     any mutex (registration.go), so the registry ends as memory is. The maintenance state is
 //     replaced and changed only under persistMu (and mu), so a holder of
 //     persistMu reads it without mu: a schedule is validated outside mu.
 //  2. mu guards all in-memory state, the core (and so the allocator)

@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -12,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
 	"github.com/slackline/slackline/coordinator/core"
+	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
 )
@@ -362,5 +364,152 @@ func TestMaxFailoverTimeout(t *testing.T) {
 		if got := clampFailoverTimeout(info, tt.limit); got != tt.clamped || info.GetFailoverTimeoutSeconds() != tt.want {
 			t.Errorf("clampFailoverTimeout(%v s, %v) = %v, %v s; want %v, %v s", tt.asked, tt.limit, got, info.GetFailoverTimeoutSeconds(), tt.clamped, tt.want)
 		}
+	}
+}
+
+// TestInterleavedRegistrationsSurviveRestart (#30): agent a of host-a
+// re-registers while b, a new agent of the host, registers; the plans'
+// records land in either order, and either registration applies last.
+// The registry, with the after-apply records written in apply order, ends
+// as memory is, and a coordinator restarted on it agrees: the agent
+// applied last registers again (before the fix, a applied last was
+// refused as GONE after a restart, or a retired stayed ACTIVE).
+func TestInterleavedRegistrationsSurviveRestart(t *testing.T) {
+	t.Parallel()
+	const (
+		gone   = slacklinev1.AgentState_AGENT_STATE_GONE
+		active = slacklinev1.AgentState_AGENT_STATE_ACTIVE
+	)
+	tests := []struct {
+		name                   string
+		writeFirst, applyFirst string // "a" or "b"
+		want                   map[string]slacklinev1.AgentState
+		last                   string // the host's agent
+	}{
+		{"a's record first, a applies last", "a", "b", map[string]slacklinev1.AgentState{"a": active, "b": gone}, "a"},
+		{"b's record first, a applies last", "b", "b", map[string]slacklinev1.AgentState{"a": active, "b": gone}, "a"},
+		{"a's record last, b applies last", "b", "a", map[string]slacklinev1.AgentState{"a": gone, "b": active}, "b"},
+		{"a's record first, b applies last", "a", "a", map[string]slacklinev1.AgentState{"a": gone, "b": active}, "b"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			d, clk := newInsiderDomain(t, Limits{})
+			ctx := auth.NewContext(context.Background(), &auth.Principal{Name: "agent:a", Method: auth.MethodToken})
+			parse := func(id, res string) registration {
+				reg, err := parseRegistration(registerRequest(id, "host-a", res))
+				if err != nil {
+					t.Fatal(err)
+				}
+				return reg
+			}
+			if _, _, _, err := d.c.register(ctx, parse("a", "cpus:1;mem:1024")); err != nil {
+				t.Fatal(err)
+			}
+			// a re-registers with other resources (its ACTIVE record is
+			// written again); b's plan retires a.
+			regs := map[string]registration{"a": parse("a", "cpus:2;mem:1024"), "b": parse("b", "cpus:1;mem:1024")}
+			plans := map[string]core.Ready{}
+			d.c.mu.Lock()
+			for _, id := range []string{"a", "b"} {
+				r := regs[id]
+				p, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: r.info, Total: r.total}, d.c.maint, clk.Now())
+				if err != nil {
+					d.c.mu.Unlock()
+					t.Fatal(err)
+				}
+				plans[id] = p
+			}
+			d.c.mu.Unlock()
+			other := map[string]string{"a": "b", "b": "a"}
+			for _, id := range []string{tt.writeFirst, other[tt.writeFirst]} {
+				if err := d.c.write(ctx, "agent", plans[id]); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, id := range []string{tt.applyFirst, other[tt.applyFirst]} {
+				d.c.mu.Lock()
+				_, late, err := d.c.applyRegistration(regs[id], plans[id].Apply, clk.Now())
+				d.c.mu.Unlock()
+				if err != nil {
+					t.Fatal(err)
+				}
+				d.c.record(ctx, late...)
+			}
+			live := map[string]slacklinev1.AgentState{}
+			d.c.mu.Lock()
+			for _, a := range d.c.core.AgentsOnHost("host-a") {
+				live[a.ID] = a.State
+			}
+			d.c.mu.Unlock()
+			if diff := cmp.Diff(tt.want, live); diff != "" {
+				t.Fatalf("agents of host-a (-want +got):\n%s", diff)
+			}
+			if diff := cmp.Diff(tt.want, d.st.agentStates(t)); diff != "" {
+				t.Fatalf("records (-want +got):\n%s", diff)
+			}
+			// A restart reloads the registry: the host's agent registers
+			// again, the retired one is refused.
+			restarted := &domain{t: t, st: d.st}
+			var err error
+			restarted.c, err = New(Config{Store: d.st, Logger: testLogger(), Now: clk.Now, Authz: d.c.cfg.Authz})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, _, _, err := restarted.c.register(ctx, parse(tt.last, "cpus:2;mem:1024")); err != nil {
+				t.Fatalf("after a restart, %s (the host's agent) was refused: %v", tt.last, err)
+			}
+			if _, _, _, err := restarted.c.register(ctx, parse(other[tt.last], "cpus:1;mem:1024")); !errors.Is(err, core.ErrAgentGone) {
+				t.Fatalf("after a restart, %s (retired) registered: err %v, want ErrAgentGone", other[tt.last], err)
+			}
+		})
+	}
+}
+
+// TestRegistrationAfterRecordsInApplyOrder: registrations' after-apply
+// records are written in the order the registrations applied, even when
+// the earlier one's writer runs late: the later ACTIVE→GONE record is the
+// registry's (written as they arrive, the earlier one's ACTIVE would
+// overwrite it).
+func TestRegistrationAfterRecordsInApplyOrder(t *testing.T) {
+	t.Parallel()
+	d, _ := newInsiderDomain(t, Limits{})
+	ctx := context.Background()
+	agentWrite := func(state slacklinev1.AgentState) []store.Mutation {
+		rec := &slacklinev1.AgentRecord{Info: &slacklinev1.AgentInfo{Id: "x", Hostname: "host-a"}, State: state}
+		return registryWrites([]core.Record{{Kind: core.RecordAgent, Key: "x", Agent: rec}})
+	}
+	// Applied first, its writer held back until unblock is closed.
+	unblock := make(chan struct{})
+	first := make(chan struct{})
+	d.c.mu.Lock()
+	d.c.registrationAfter = first
+	d.c.mu.Unlock()
+	earlier := make(chan struct{})
+	go func() {
+		defer close(earlier)
+		<-unblock
+		d.c.recordInApplyOrder(ctx, nil, first, agentWrite(slacklinev1.AgentState_AGENT_STATE_ACTIVE))
+	}()
+	// Applied second: it takes its turn after first.
+	d.c.mu.Lock()
+	previous, done := d.c.registrationAfter, make(chan struct{})
+	d.c.registrationAfter = done
+	d.c.mu.Unlock()
+	later := make(chan struct{})
+	go func() {
+		defer close(later)
+		d.c.recordInApplyOrder(ctx, previous, done, agentWrite(slacklinev1.AgentState_AGENT_STATE_GONE))
+	}()
+	close(unblock)
+	<-earlier
+	<-later
+	if got := d.st.agentStates(t)["x"]; got != slacklinev1.AgentState_AGENT_STATE_GONE {
+		t.Fatalf("x's record is %v, want GONE (the later registration's)", got)
+	}
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	if d.c.registrationAfter != nil {
+		t.Fatal("registrationAfter not cleared after the last write")
 	}
 }

@@ -125,7 +125,10 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 // one) and returns its id, session id and the interval to heartbeat at:
 // the core plans it (a persist step), the records are written with mu
 // released, then the core applies it. It takes c.mu to plan and to apply,
-// and no persistMu: registrations share fsyncs.
+// and no persistMu: registrations share fsyncs. Another registration of
+// the host may plan, write and apply in between; the core's after-apply
+// records then restate the host's records as applied, written in apply
+// order (recordInApplyOrder), so the registry ends as memory is (#30).
 func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, sessionID string, heartbeatInterval time.Duration, err error) {
 	now := c.cfg.Now()
 	if err := c.admitRegistration(ctx, reg, now); err != nil {
@@ -155,11 +158,39 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	if err == nil {
 		agentID, sessionID, heartbeatInterval = a.ID, a.session.id, c.agentHeartbeatInterval(now)
 	}
+	var previous, done chan struct{}
+	if len(late) > 0 {
+		previous, done = c.registrationAfter, make(chan struct{})
+		c.registrationAfter = done
+	}
 	c.mu.Unlock()
 	if len(late) > 0 {
-		c.record(ctx, late...)
+		c.recordInApplyOrder(ctx, previous, done, late)
 	}
 	return agentID, sessionID, heartbeatInterval, registrationError(err)
+}
+
+// recordInApplyOrder writes a registration's after-apply records once the
+// previously applied registration's are written (previous closed; nil:
+// none), then closes done. Registrations of one host write their records
+// with mu released and may apply in either order (#30); the core's
+// after-apply records then restate, as applied, the records another
+// plan's write may have overwritten, and writing them in apply order
+// makes the last applied registration's the registry's, as in memory. It
+// holds no mutex while it waits or writes.
+func (c *Coordinator) recordInApplyOrder(ctx context.Context, previous, done chan struct{}, late []store.Mutation) {
+	defer func() {
+		close(done)
+		c.mu.Lock()
+		if c.registrationAfter == done {
+			c.registrationAfter = nil
+		}
+		c.mu.Unlock()
+	}()
+	if previous != nil {
+		<-previous
+	}
+	c.record(ctx, late...)
 }
 
 // registrationError maps the core's registration refusals to RPC codes.

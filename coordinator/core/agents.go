@@ -118,6 +118,33 @@ type registerChange struct {
 	// ignoredPrevious is the hostname of another host's agent named as
 	// the previous one: an agent cannot retire it.
 	ignoredPrevious string
+	// seen are the agents' records the plan decided from: the host's
+	// and the agent's own. ApplyRegistration compares them with the
+	// records then to tell whether the host changed while the plan's
+	// records were written.
+	seen []seenAgent
+}
+
+// seenAgent is an agent's record as a registration's plan saw it. Info
+// is compared by identity: every registration installs a new one.
+type seenAgent struct {
+	id    string
+	state slacklinev1.AgentState
+	info  *slacklinev1.AgentInfo
+}
+
+// seenAgents are the records a registration of agent id on hostname
+// decides from: the host's agents' and the agent's own, in id order.
+func (k *Core) seenAgents(id, hostname string) []seenAgent {
+	var seen []seenAgent
+	for _, r := range k.AgentsOnHost(hostname) {
+		seen = append(seen, seenAgent{r.ID, r.State, r.Info})
+	}
+	if r := k.agentRecs[id]; r != nil && HostKey(r.Info.GetHostname()) != HostKey(hostname) {
+		seen = append(seen, seenAgent{r.ID, r.State, r.Info})
+	}
+	slices.SortFunc(seen, func(a, b seenAgent) int { return strings.Compare(a.id, b.id) })
+	return seen
 }
 
 // IgnoredPrevious returns, for a registration change, the hostname of
@@ -217,7 +244,7 @@ func (k *Core) PlanRegistration(reg AgentRegistration, st *maintenance.State, no
 	if id == "" {
 		return Ready{}, errors.New("core: a registration needs an agent id")
 	}
-	ch := &registerChange{reg: reg, registeredAt: now}
+	ch := &registerChange{reg: reg, registeredAt: now, seen: k.seenAgents(id, reg.Info.GetHostname())}
 	var persist []Record
 	write := true
 	if r := k.agentRecs[id]; r != nil {
@@ -266,8 +293,13 @@ type Retired struct {
 // was planned: the machine may have gone DOWN (MachineDownError; nothing
 // changes, and recovery and the next registration heal the record), and
 // another agent of the host may have registered meanwhile: whichever
-// applies last is the host's agent, and the GONE records of agents the
-// plan did not retire are in Ready.After. The host's other agents are
+// applies last is the host's agent. When the host's records (or the
+// agent's own) changed since the plan, another plan's records may have
+// landed after this one's, so Ready.After holds, as applied, the agent's
+// ACTIVE record and the GONE record of every agent it retires: written
+// after the registration applies, in the order registrations apply, they
+// leave the registry as memory is whatever the interleaving (#30).
+// Otherwise After is empty. The host's other agents are
 // retired (Ready.Retired: their offers rescinded, their tasks GONE, LOST
 // for frameworks that are not partition-aware, at once), then the agent
 // becomes ACTIVE and is offered (offers made from another total or under
@@ -285,6 +317,7 @@ func (k *Core) ApplyRegistration(c Change, st *maintenance.State, now time.Time)
 		return Ready{}, nil, MachineDownError{m.Machine}
 	}
 	id := reg.Info.GetId()
+	changed := !slices.Equal(ch.seen, k.seenAgents(id, reg.Info.GetHostname()))
 	for _, old := range slices.Clone(k.AgentsOnHost(reg.Info.GetHostname())) {
 		if old.ID == id || old.State == slacklinev1.AgentState_AGENT_STATE_GONE {
 			continue
@@ -293,7 +326,7 @@ func (k *Core) ApplyRegistration(c Change, st *maintenance.State, now time.Time)
 			Tasks: k.AgentTaskCount(old.ID), Named: reg.PreviousID == old.ID})
 		k.retire(old, slacklinev1.TaskState_TASK_STATE_GONE, slacklinev1.Reason_REASON_AGENT_RESTARTED,
 			fmt.Sprintf("host %s registered a new agent, %s", old.Info.GetHostname(), id), now)
-		if !slices.Contains(ch.retire, old.ID) {
+		if changed || !slices.Contains(ch.retire, old.ID) {
 			k.out.After = append(k.out.After, old.record())
 		}
 	}
@@ -310,6 +343,9 @@ func (k *Core) ApplyRegistration(c Change, st *maintenance.State, now time.Time)
 	}
 	r.Info, r.Total, r.Maint = reg.Info, reg.Total, m
 	r.State = slacklinev1.AgentState_AGENT_STATE_ACTIVE
+	if changed {
+		k.out.After = append(k.out.After, r.record())
+	}
 	k.registerAgent(r.spec(), now)
 	return k.take(), r, nil
 }

@@ -244,6 +244,9 @@ type driver struct {
 	// ms is the maintenance state the agent-record commands place agents
 	// in (schedule, start-maintenance, stop-maintenance change it).
 	ms *maintenance.State
+	// planned are registrations planned (plan-register) and not yet
+	// applied (apply-register), by agent id.
+	planned map[string]Change
 }
 
 // agentRecordCommand runs the commands of the agent records (agents.go);
@@ -295,6 +298,36 @@ func (d *driver) agentRecordCommand(cmd string, pos []string, kv map[string]stri
 		}
 		planned.Append(applied)
 		return planned, extra, true
+	case "plan-register":
+		// A registration's persist step alone, its records written
+		// (persist) and its change kept for apply-register: registrations
+		// of one host interleaved as the shell's may be.
+		host := kv["host"]
+		if host == "" {
+			host = arg(0)
+		}
+		info := &slacklinev1.AgentInfo{Id: arg(0), Hostname: host, Resources: res(kv["res"]).Proto("", resources.Regular)}
+		planned, err := k.PlanRegistration(AgentRegistration{Info: info, Total: res(kv["res"]), PreviousID: kv["previous"]}, d.ms, d.now)
+		if err != nil {
+			return Ready{}, append(extra, "refused: "+err.Error()), true
+		}
+		if d.planned == nil {
+			d.planned = map[string]Change{}
+		}
+		d.planned[arg(0)] = planned.Apply
+		planned.Apply = Change{}
+		return planned, extra, true
+	case "apply-register":
+		change, found := d.planned[arg(0)]
+		if !found {
+			d.t.Fatalf("apply-register %s: not planned", arg(0))
+		}
+		delete(d.planned, arg(0))
+		applied, _, err := k.ApplyRegistration(change, d.ms, d.now)
+		if err != nil {
+			return Ready{}, append(extra, "apply refused: "+err.Error()), true
+		}
+		return applied, extra, true
 	case "load-agent":
 		host := kv["host"]
 		if host == "" {

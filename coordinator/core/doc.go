@@ -27,7 +27,10 @@
 // records in Ready.After, for the shell to write after the sends. An
 // agent's registration is a persist step with a dedicated apply
 // (PlanRegistration, then ApplyRegistration, which re-checks the
-// maintenance schedule it is given).
+// maintenance schedule it is given and the host's records: when another
+// registration of the host applied meanwhile, its Ready.After restates
+// the agent's record and those it retires, for the shell to write in
+// apply order).
 //
 // # Events
 //
