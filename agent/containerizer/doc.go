@@ -143,7 +143,8 @@
 // container's cgroup or an ancestor asks to freeze (cgroup.freeze, as the
 // QoS freezer does to the revocable subtree), and a start racing with a
 // freeze returns at the deadline (the process it eventually starts is
-// killed and reaped).
+// killed and reaped); while such a start is stuck, Exec of that container
+// fails with ErrFrozen without starting another.
 //
 // # Supervisor, and how a task enters its cgroups before it execs
 //

@@ -95,10 +95,13 @@ func (c *Containerizer) Exec(ctx context.Context, id string, cmd *slacklinev1.Co
 	// A child born in a frozen cgroup freezes before it execs, and its
 	// start (clone3 with CLONE_VFORK) returns only once it is thawed: a
 	// task paused by the QoS freezer gets no check until it is thawed.
+	if ct.stuckStarts.Load() > 0 {
+		return 0, "", fmt.Errorf("%w: exec in container %s: an earlier exec helper's start is still blocked", ErrFrozen, id)
+	}
 	if frozen := frozenCgroup(cg.Unified, cg.UnifiedMount); frozen != "" {
 		return 0, "", fmt.Errorf("%w: exec in container %s: cgroup %s is frozen", ErrFrozen, id, frozen)
 	}
-	helper, err := startWithin(ctx, func() (*exec.Cmd, error) {
+	helper, err := startWithin(ctx, &ct.stuckStarts, func() (*exec.Cmd, error) {
 		helper, _, err := supervisor.StartInCgroups(newHelper(true), cg)
 		var jerr *supervisor.JoinError
 		if errors.As(err, &jerr) { // it joins them itself
@@ -226,9 +229,9 @@ func frozenCgroup(dir, mount string) string {
 // startWithin runs start (which starts a process) and returns what it
 // returns, or ctx's error as soon as ctx ends first: a process started in
 // a cgroup frozen meanwhile does not return from its start until thawed.
-// Such a start goes on by itself; the process it eventually starts is
-// killed and reaped.
-func startWithin(ctx context.Context, start func() (*exec.Cmd, error)) (*exec.Cmd, error) {
+// Such a start goes on by itself, counted in stuck until it returns; the
+// process it eventually starts is killed and reaped.
+func startWithin(ctx context.Context, stuck *atomic.Int32, start func() (*exec.Cmd, error)) (*exec.Cmd, error) {
 	type started struct {
 		cmd *exec.Cmd
 		err error
@@ -243,8 +246,11 @@ func startWithin(ctx context.Context, start func() (*exec.Cmd, error)) (*exec.Cm
 		return s.cmd, s.err
 	case <-ctx.Done():
 	}
+	stuck.Add(1)
 	go func() {
-		if s := <-done; s.err == nil {
+		s := <-done
+		stuck.Add(-1)
+		if s.err == nil {
 			_ = s.cmd.Process.Kill()
 			_ = s.cmd.Wait()
 		}

@@ -6,6 +6,7 @@ import (
 	"os"
 	osexec "os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -106,7 +107,7 @@ func TestExecFrozen(t *testing.T) {
 	started := make(chan *osexec.Cmd, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
-	_, err = startWithin(ctx, func() (*osexec.Cmd, error) {
+	_, err = startWithin(ctx, &internal.stuckStarts, func() (*osexec.Cmd, error) {
 		cmd, _, err := supervisor.StartInCgroup(func() *osexec.Cmd {
 			cmd := osexec.Command("sleep", "600")
 			cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -117,6 +118,11 @@ func TestExecFrozen(t *testing.T) {
 	})
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("start in a frozen cgroup = %v, want DeadlineExceeded", err)
+	}
+	// While that start is stuck, Exec starts no other (checked before
+	// cgroup.freeze, which might not show the freeze).
+	if _, _, err := exec(slowHostDeadline); !errors.Is(err, ErrFrozen) || !strings.Contains(err.Error(), "still blocked") {
+		t.Fatalf("Exec while a start is stuck = %v, want ErrFrozen (still blocked)", err)
 	}
 	if err := c.SetRevocableFrozen(false); err != nil {
 		t.Fatal(err)
@@ -132,6 +138,7 @@ func TestExecFrozen(t *testing.T) {
 			return errors.Is(unix.Kill(cmd.Process.Pid, 0), unix.ESRCH)
 		})
 	}
+	eventually(t, "the stuck start no longer counted", func() bool { return internal.stuckStarts.Load() == 0 })
 	if code, out, err := exec(slowHostDeadline); err != nil || code != 0 {
 		t.Errorf("Exec after the thaw = %d %q %v", code, out, err)
 	}
