@@ -3,10 +3,12 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 	"strconv"
 	"time"
 
+	"github.com/slackline/slackline/agent/containerizer"
 	"github.com/slackline/slackline/agent/health"
 	"github.com/slackline/slackline/agent/tasks"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -25,8 +27,15 @@ type taskAccess interface {
 
 type containerizerAccess struct{ taskAccess }
 
+// ExecTask runs cmd through Exec; a container frozen by the QoS freezer
+// (containerizer.ErrFrozen) is a paused task to the health checks
+// (health.ErrPaused): the check is skipped, not failed.
 func (c containerizerAccess) ExecTask(ctx context.Context, id string, cmd *slacklinev1.CommandInfo) (int, string, error) {
-	return c.Exec(ctx, id, cmd)
+	code, out, err := c.Exec(ctx, id, cmd)
+	if errors.Is(err, containerizer.ErrFrozen) {
+		err = fmt.Errorf("%w: %w", health.ErrPaused, err)
+	}
+	return code, out, err
 }
 
 // hostLoopback reaches tasks that share the host's network namespace.

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
@@ -244,6 +245,11 @@ type container struct {
 	finish sync.Once
 	ready  bool     // false while Launch runs: invisible to the other methods
 	watch  *os.File // pidfd of an adopted supervisor; nil for our own children
+	// stuckStarts counts exec helpers whose start outlasted Exec's
+	// deadline and has not returned yet (a cgroup frozen meanwhile):
+	// while one is, Exec starts no other (ErrFrozen), so each container
+	// ties up at most the starts in flight when it froze.
+	stuckStarts atomic.Int32
 }
 
 // New detects the host's cgroup layout, logs it, and creates the agent's

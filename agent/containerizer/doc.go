@@ -138,6 +138,13 @@
 // threads never change namespaces. DialTask connects to the task's
 // loopback: the host's when the task shares the agent's network
 // namespace, else from a thread that entered the task's (and dies after).
+// A child born in a frozen cgroup freezes before it execs and its start
+// returns only at thaw, so Exec fails at once with ErrFrozen when the
+// container's cgroup or an ancestor asks to freeze (cgroup.freeze, as the
+// QoS freezer does to the revocable subtree), and a start racing with a
+// freeze returns at the deadline (the process it eventually starts is
+// killed and reaped); while such a start is stuck, Exec of that container
+// fails with ErrFrozen without starting another.
 //
 // # Supervisor, and how a task enters its cgroups before it execs
 //

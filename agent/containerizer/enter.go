@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -37,7 +38,10 @@ const (
 // plus cmd.Environment, under no_new_privs and the task's seccomp filter.
 // It returns the command's exit code (128+n for signal n) and up to 4 KiB
 // of its output; an error when the command could not run (container
-// unknown or ended, executable not found) or ctx ended first.
+// unknown or ended, executable not found) or ctx ended first; ErrFrozen
+// at once when the container's cgroup or an ancestor is frozen (the QoS
+// freezer pauses the revocable subtree), since a helper born there would
+// freeze before it ran. Exec never waits past ctx for the helper's start.
 //
 // Exec starts the supervisor binary ("supervise enter <state-dir>"): a
 // fresh single-purpose process joins the cgroups, enters the namespaces
@@ -88,13 +92,25 @@ func (c *Containerizer) Exec(ctx context.Context, id string, cmd *slacklinev1.Co
 			return helper
 		}
 	}
-	helper, _, err := supervisor.StartInCgroups(newHelper(true), cg)
-	var jerr *supervisor.JoinError
-	if errors.As(err, &jerr) { // it joins them itself
-		helper, _, err = supervisor.StartInCgroup(newHelper(false), cg.Unified)
+	// A child born in a frozen cgroup freezes before it execs, and its
+	// start (clone3 with CLONE_VFORK) returns only once it is thawed: a
+	// task paused by the QoS freezer gets no check until it is thawed.
+	if ct.stuckStarts.Load() > 0 {
+		return 0, "", fmt.Errorf("%w: exec in container %s: an earlier exec helper's start is still blocked", ErrFrozen, id)
 	}
+	if frozen := frozenCgroup(cg.Unified, cg.UnifiedMount); frozen != "" {
+		return 0, "", fmt.Errorf("%w: exec in container %s: cgroup %s is frozen", ErrFrozen, id, frozen)
+	}
+	helper, err := startWithin(ctx, &ct.stuckStarts, func() (*exec.Cmd, error) {
+		helper, _, err := supervisor.StartInCgroups(newHelper(true), cg)
+		var jerr *supervisor.JoinError
+		if errors.As(err, &jerr) { // it joins them itself
+			helper, _, err = supervisor.StartInCgroup(newHelper(false), cg.Unified)
+		}
+		return helper, err
+	})
 	if err != nil {
-		return 0, "", fmt.Errorf("start exec helper: %w", err)
+		return 0, "", fmt.Errorf("exec in container %s: start exec helper: %w", id, err)
 	}
 	// The helper kills the command at the deadline and exits; this is the
 	// backstop should it not.
@@ -185,6 +201,61 @@ func dialInNamespace(ctx context.Context, ref *procRef, addr string) (net.Conn, 
 	}()
 	r := <-done
 	return r.conn, r.err
+}
+
+// ErrFrozen is Exec's error for a container whose cgroup (or one of its
+// ancestors) is frozen, as the QoS freezer pauses the revocable subtree:
+// nothing ran, and nothing can run in it until it is thawed.
+var ErrFrozen = errors.New("container frozen")
+
+// frozenCgroup returns the first of the v2 cgroup dir and its ancestors up
+// to (not including) mount asked to freeze (cgroup.freeze 1), or "". A
+// cgroup that cannot be read counts as not frozen: the start then finds
+// out, within its deadline (startWithin).
+func frozenCgroup(dir, mount string) string {
+	if dir == "" || mount == "" {
+		return ""
+	}
+	mount = filepath.Clean(mount)
+	for d := filepath.Clean(dir); d != mount && strings.HasPrefix(d, mount+"/"); d = filepath.Dir(d) {
+		data, err := os.ReadFile(filepath.Join(d, "cgroup.freeze"))
+		if err == nil && strings.TrimSpace(string(data)) == "1" {
+			return d
+		}
+	}
+	return ""
+}
+
+// startWithin runs start (which starts a process) and returns what it
+// returns, or ctx's error as soon as ctx ends first: a process started in
+// a cgroup frozen meanwhile does not return from its start until thawed.
+// Such a start goes on by itself, counted in stuck until it returns; the
+// process it eventually starts is killed and reaped.
+func startWithin(ctx context.Context, stuck *atomic.Int32, start func() (*exec.Cmd, error)) (*exec.Cmd, error) {
+	type started struct {
+		cmd *exec.Cmd
+		err error
+	}
+	done := make(chan started, 1)
+	go func() {
+		cmd, err := start()
+		done <- started{cmd, err}
+	}()
+	select {
+	case s := <-done:
+		return s.cmd, s.err
+	case <-ctx.Done():
+	}
+	stuck.Add(1)
+	go func() {
+		s := <-done
+		stuck.Add(-1)
+		if s.err == nil {
+			_ = s.cmd.Process.Kill()
+			_ = s.cmd.Wait()
+		}
+	}()
+	return nil, fmt.Errorf("%w (the start did not return: a cgroup frozen?)", ctx.Err())
 }
 
 // limitedBuffer keeps the first limit bytes written to it.

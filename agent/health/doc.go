@@ -13,7 +13,12 @@
 // and within Grace of the start is ignored. A success makes the task
 // healthy and resets the count; ConsecutiveFailures failures in a row
 // make it unhealthy, then condemned: Decision.Kill. A Decision reports
-// healthy only when it changes, so status updates are sent on change.
+// healthy only when it changes, so status updates are sent on change. A
+// check that finds the task paused (its container frozen by the QoS
+// freezer: the Execer's error wraps ErrPaused) is skipped (Checker.Skip):
+// a paused task is not unhealthy, and killing it for the pause would turn
+// a reversible QoS action into a lost task; its health and count stay as
+// they were and the next check is due an interval later.
 //
 // # Shells
 //
@@ -36,7 +41,7 @@
 //	r.Forget(containerID)             // when it is killed or ends
 //
 // The runner's mutex guards its checkers and is never held during a probe
-// or a call to Decide. Metrics: slackline_health_checks_total{type,result},
-// slackline_health_checks_deferred_total, slackline_health_check_kills_total,
-// slackline_health_checked_tasks.
+// or a call to Decide. Metrics: slackline_health_checks_total{type,result}
+// (result ok, failed or paused), slackline_health_checks_deferred_total,
+// slackline_health_check_kills_total, slackline_health_checked_tasks.
 package health

@@ -62,6 +62,18 @@ func (c *Checker) Defer(now time.Time, delay time.Duration) {
 	c.next = now.Add(delay)
 }
 
+// Skip ends the check in flight, at now, without a result: the task was
+// paused (frozen by the QoS freezer) and the check did not run. A paused
+// task is not unhealthy: it neither fails nor passes, its health and count
+// of failures stay as they were, and the next check is due as after any
+// other.
+func (c *Checker) Skip(now time.Time) {
+	c.inflight = false
+	if now.After(c.next) {
+		c.next = now
+	}
+}
+
 // Decision is what a result means for the task.
 type Decision struct {
 	// Report is set when the task's health changed: send an update with

@@ -96,3 +96,35 @@ func TestCheckerDefer(t *testing.T) {
 		t.Fatal("a deferred check is due again only after the delay")
 	}
 }
+
+// TestCheckerSkip: a check of a paused task neither fails nor passes: the
+// count of failures, the health and the grace period are as before it,
+// and the next check is due an interval after it started.
+func TestCheckerSkip(t *testing.T) {
+	t.Parallel()
+	start := time.Unix(0, 0)
+	at := func(s int) time.Time { return start.Add(time.Duration(s) * time.Second) }
+	c := NewChecker(Policy{Interval: 5 * time.Second, ConsecutiveFailures: 2}, start)
+	c.Start(at(0))
+	if d := c.Result(at(0), true, ""); !d.Report || !d.Healthy {
+		t.Fatalf("first success = %+v, want healthy", d)
+	}
+	c.Start(at(5))
+	if d := c.Result(at(5), false, "refused"); !d.Report || d.Healthy || d.Kill {
+		t.Fatalf("first failure = %+v, want unhealthy", d)
+	}
+	for i := 10; i <= 30; i += 5 { // paused: many checks, none counted
+		if !c.Due(at(i)) {
+			t.Fatalf("no check due at %ds", i)
+		}
+		c.Start(at(i))
+		c.Skip(at(i))
+		if c.Due(at(i)) || !c.Due(at(i+5)) {
+			t.Fatalf("after a skip at %ds, next due at %v, want %ds", i, c.Next().Sub(start), i+5)
+		}
+	}
+	c.Start(at(35))
+	if d := c.Result(at(35), false, "refused"); !d.Kill || d.Report {
+		t.Fatalf("second failure = %+v, want the kill (the skips counted for nothing, the health unchanged)", d)
+	}
+}

@@ -22,9 +22,15 @@ type Dialer interface {
 	DialTask(ctx context.Context, containerID string, port uint16) (net.Conn, error)
 }
 
+// ErrPaused is what an Execer's error wraps when the task is paused (its
+// container frozen by the QoS freezer): the command did not run, and the
+// check says nothing about the task's health.
+var ErrPaused = errors.New("task paused")
+
 // Execer runs a command inside a task's container (its namespaces,
 // cgroups and user) and returns its exit code and the start of its output;
-// a non-nil error means it could not run.
+// a non-nil error means it could not run (wrapping ErrPaused when the task
+// is paused).
 type Execer interface {
 	ExecTask(ctx context.Context, containerID string, cmd *slacklinev1.CommandInfo) (exitCode int, output string, err error)
 }
@@ -72,33 +78,38 @@ func NewProbes(dial Dialer, exec Execer) *Probes {
 }
 
 // Probe runs one check of a task within ctx (which carries the check's
-// timeout) and returns whether it passed and, if not, why.
-func (p *Probes) Probe(ctx context.Context, containerID string, policy Policy) (ok bool, detail string) {
+// timeout) and returns whether it passed and, if not, why; paused (ok
+// false) when the task is paused and the check did not run.
+func (p *Probes) Probe(ctx context.Context, containerID string, policy Policy) (ok bool, detail string, paused bool) {
 	switch policy.Type {
 	case slacklinev1.HealthCheck_TYPE_TCP:
 		conn, err := p.dial.DialTask(ctx, containerID, policy.Port)
 		if err != nil {
-			return false, fmt.Sprintf("TCP port %d: %v", policy.Port, err)
+			return false, fmt.Sprintf("TCP port %d: %v", policy.Port, err), false
 		}
 		conn.Close()
-		return true, ""
+		return true, "", false
 	case slacklinev1.HealthCheck_TYPE_HTTP:
-		return p.http(ctx, containerID, policy)
+		ok, detail := p.http(ctx, containerID, policy)
+		return ok, detail, false
 	case slacklinev1.HealthCheck_TYPE_COMMAND:
 		code, output, err := p.exec.ExecTask(ctx, containerID, policy.Command)
+		if errors.Is(err, ErrPaused) {
+			return false, fmt.Sprintf("command: %v", err), true
+		}
 		if err != nil {
-			return false, fmt.Sprintf("command: %v", err)
+			return false, fmt.Sprintf("command: %v", err), false
 		}
 		if code != 0 {
 			detail := fmt.Sprintf("command exited with code %d", code)
 			if out := strings.TrimSpace(output); out != "" {
 				detail += ": " + lastLine(out)
 			}
-			return false, detail
+			return false, detail, false
 		}
-		return true, ""
+		return true, "", false
 	}
-	return false, fmt.Sprintf("unknown check type %v", policy.Type)
+	return false, fmt.Sprintf("unknown check type %v", policy.Type), false
 }
 
 // lastLine is the last line of s, at most 200 bytes of it.

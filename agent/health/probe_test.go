@@ -2,6 +2,7 @@ package health
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -28,7 +29,13 @@ func (l loopback) DialTask(ctx context.Context, _ string, port uint16) (net.Conn
 
 type exitCode int
 
-func (e exitCode) ExecTask(context.Context, string, *slacklinev1.CommandInfo) (int, string, error) {
+// pausedExec is the exitCode of an execer that finds the task paused.
+const pausedExec exitCode = -1
+
+func (e exitCode) ExecTask(_ context.Context, id string, _ *slacklinev1.CommandInfo) (int, string, error) {
+	if e == pausedExec {
+		return 0, "", fmt.Errorf("%w: container %s frozen", ErrPaused, id)
+	}
 	return int(e), "checking\nnot ready yet\n", nil
 }
 
@@ -100,6 +107,7 @@ func TestProbes(t *testing.T) {
 		{"tcp refused", Policy{Type: slacklinev1.HealthCheck_TYPE_TCP, Port: closedPort}, 0, 5 * time.Second, false, "refused"},
 		{"command 0", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, 0, 5 * time.Second, true, ""},
 		{"command 3", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, 3, 5 * time.Second, false, "code 3: not ready yet"},
+		{"command paused", Policy{Type: slacklinev1.HealthCheck_TYPE_COMMAND}, pausedExec, 5 * time.Second, false, "c1 frozen"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -108,9 +116,9 @@ func TestProbes(t *testing.T) {
 			p := NewProbes(dial, tt.exec)
 			ctx, cancel := context.WithTimeout(context.Background(), tt.timeout)
 			defer cancel()
-			ok, detail := p.Probe(ctx, "c1", tt.policy)
-			if ok != tt.ok || !strings.Contains(detail, tt.detail) {
-				t.Fatalf("Probe = %v %q, want %v with %q", ok, detail, tt.ok, tt.detail)
+			ok, detail, paused := p.Probe(ctx, "c1", tt.policy)
+			if ok != tt.ok || !strings.Contains(detail, tt.detail) || paused != (tt.exec == pausedExec) {
+				t.Fatalf("Probe = %v %q paused %v, want %v with %q", ok, detail, paused, tt.ok, tt.detail)
 			}
 			if tt.policy.Type != slacklinev1.HealthCheck_TYPE_COMMAND {
 				if got := <-dial.ports; got != tt.policy.Port {

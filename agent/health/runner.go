@@ -21,7 +21,9 @@ const (
 
 // Prober runs one check; *Probes implements it.
 type Prober interface {
-	Probe(ctx context.Context, containerID string, policy Policy) (ok bool, detail string)
+	// Probe runs one check; paused reports that the task was paused and
+	// the check did not run (neither a success nor a failure).
+	Probe(ctx context.Context, containerID string, policy Policy) (ok bool, detail string, paused bool)
 }
 
 // RunnerConfig configures a Runner.
@@ -72,7 +74,7 @@ func NewRunner(cfg RunnerConfig) *Runner {
 	r := &Runner{cfg: cfg, slots: make(chan struct{}, cfg.MaxConcurrentChecks), wake: make(chan struct{}, 1),
 		checkers: map[string]*Checker{}, policies: map[string]Policy{}}
 	r.checks = prometheus.NewCounterVec(prometheus.CounterOpts{
-		Name: "slackline_health_checks_total", Help: "Health checks run, by type (command, http, tcp) and result (ok, failed).",
+		Name: "slackline_health_checks_total", Help: "Health checks run, by type (command, http, tcp) and result (ok, failed, paused: the task was frozen by QoS and the check did not run).",
 	}, []string{"type", "result"})
 	r.deferred = prometheus.NewCounter(prometheus.CounterOpts{
 		Name: "slackline_health_checks_deferred_total", Help: "Due health checks put off because the agent's bound of checks in flight was reached.",
@@ -170,7 +172,7 @@ func (r *Runner) startDue(ctx context.Context) time.Time {
 func (r *Runner) check(ctx context.Context, id string, c *Checker, p Policy) {
 	defer r.inflight.Done()
 	checkCtx, cancel := context.WithTimeout(ctx, p.Timeout)
-	ok, detail := r.cfg.Prober.Probe(checkCtx, id, p)
+	ok, detail, paused := r.cfg.Prober.Probe(checkCtx, id, p)
 	if !ok && checkCtx.Err() != nil && ctx.Err() == nil {
 		detail = "timed out after " + p.Timeout.String() + ": " + detail
 	}
@@ -180,7 +182,10 @@ func (r *Runner) check(ctx context.Context, id string, c *Checker, p Policy) {
 		return
 	}
 	result := "ok"
-	if !ok {
+	switch {
+	case paused:
+		result = "paused"
+	case !ok:
 		result = "failed"
 	}
 	r.checks.WithLabelValues(typeLabel(p), result).Inc()
@@ -188,6 +193,12 @@ func (r *Runner) check(ctx context.Context, id string, c *Checker, p Policy) {
 	if r.checkers[id] != c {
 		r.mu.Unlock()
 		return // forgotten or replaced meanwhile
+	}
+	if paused {
+		c.Skip(r.cfg.Now())
+		r.mu.Unlock()
+		r.poke()
+		return
 	}
 	d := c.Result(r.cfg.Now(), ok, detail)
 	r.mu.Unlock()

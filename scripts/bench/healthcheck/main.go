@@ -89,13 +89,13 @@ type countingProber struct {
 	checks, failed atomic.Int64
 }
 
-func (c *countingProber) Probe(ctx context.Context, id string, p health.Policy) (bool, string) {
-	ok, detail := c.probes.Probe(ctx, id, p)
+func (c *countingProber) Probe(ctx context.Context, id string, p health.Policy) (bool, string, bool) {
+	ok, detail, paused := c.probes.Probe(ctx, id, p)
 	c.checks.Add(1)
 	if !ok {
 		c.failed.Add(1)
 	}
-	return ok, detail
+	return ok, detail, paused
 }
 
 func cpuTime() time.Duration {
