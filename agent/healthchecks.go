@@ -58,8 +58,12 @@ func newHealthRunner(a *Agent) *health.Runner {
 	if access, ok := a.cfg.Containerizer.(taskAccess); ok {
 		dial, exec = access, containerizerAccess{access}
 	}
+	probes := health.NewProbes(dial, exec)
+	if f, ok := a.cfg.Containerizer.(interface{ Frozen(id string) bool }); ok {
+		probes.SetPaused(f.Frozen)
+	}
 	return health.NewRunner(health.RunnerConfig{
-		Prober: health.NewProbes(dial, exec), Decide: a.healthDecided, Logger: a.log,
+		Prober: probes, Decide: a.healthDecided, Logger: a.log,
 	})
 }
 

@@ -203,6 +203,23 @@ func dialInNamespace(ctx context.Context, ref *procRef, addr string) (net.Conn, 
 	return r.conn, r.err
 }
 
+// Frozen reports whether container id's cgroup or one of its ancestors
+// is frozen (the QoS freezer pauses the revocable subtree): its task
+// cannot answer a health check until it is thawed, so the health checks
+// skip it instead of failing it. An unknown or ended container, or a
+// cgroup that cannot be read, is not frozen.
+func (c *Containerizer) Frozen(id string) bool {
+	ct, err := c.lookup(id)
+	if err != nil {
+		return false
+	}
+	if ct.stuckStarts.Load() > 0 {
+		return true
+	}
+	cg := supervisorCgroup(ct.cp.Cgroup)
+	return frozenCgroup(cg.Unified, cg.UnifiedMount) != ""
+}
+
 // ErrFrozen is Exec's error for a container whose cgroup (or one of its
 // ancestors) is frozen, as the QoS freezer pauses the revocable subtree:
 // nothing ran, and nothing can run in it until it is thawed.

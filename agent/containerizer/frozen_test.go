@@ -87,8 +87,14 @@ func TestExecFrozen(t *testing.T) {
 	if code, out, err := exec(slowHostDeadline); err != nil || code != 0 {
 		t.Fatalf("Exec before the freeze = %d %q %v", code, out, err)
 	}
+	if c.Frozen(ct.ID) {
+		t.Fatal("Frozen before the freeze")
+	}
 	if err := c.SetRevocableFrozen(true); err != nil {
 		t.Fatal(err)
+	}
+	if !c.Frozen(ct.ID) {
+		t.Fatal("not Frozen once the revocable subtree froze")
 	}
 	// The deadline is far: only ErrFrozen (not DeadlineExceeded) shows
 	// that Exec did not wait for it.
@@ -139,6 +145,9 @@ func TestExecFrozen(t *testing.T) {
 		})
 	}
 	eventually(t, "the stuck start no longer counted", func() bool { return internal.stuckStarts.Load() == 0 })
+	if c.Frozen(ct.ID) {
+		t.Error("Frozen after the thaw")
+	}
 	if code, out, err := exec(slowHostDeadline); err != nil || code != 0 {
 		t.Errorf("Exec after the thaw = %d %q %v", code, out, err)
 	}

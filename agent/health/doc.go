@@ -14,8 +14,9 @@
 // healthy and resets the count; ConsecutiveFailures failures in a row
 // make it unhealthy, then condemned: Decision.Kill. A Decision reports
 // healthy only when it changes, so status updates are sent on change. A
-// check that finds the task paused (its container frozen by the QoS
-// freezer: the Execer's error wraps ErrPaused) is skipped (Checker.Skip):
+// check of any type that finds the task paused (its container frozen by
+// the QoS freezer: Probes.SetPaused's function says so before the check,
+// or the Execer's error wraps ErrPaused) is skipped (Checker.Skip):
 // a paused task is not unhealthy, and killing it for the pause would turn
 // a reversible QoS action into a lost task; its health and count stay as
 // they were and the next check is due an interval later.

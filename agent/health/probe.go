@@ -39,8 +39,14 @@ type Execer interface {
 type Probes struct {
 	dial   Dialer
 	exec   Execer
+	paused func(containerID string) bool
 	client *http.Client
 }
+
+// SetPaused makes every check first ask paused whether the task is paused
+// (its container frozen by the QoS freezer); a paused task's check is
+// skipped, whatever its type. Call it before the probes are used.
+func (p *Probes) SetPaused(paused func(containerID string) bool) { p.paused = paused }
 
 type targetKey struct{}
 
@@ -81,6 +87,11 @@ func NewProbes(dial Dialer, exec Execer) *Probes {
 // timeout) and returns whether it passed and, if not, why; paused (ok
 // false) when the task is paused and the check did not run.
 func (p *Probes) Probe(ctx context.Context, containerID string, policy Policy) (ok bool, detail string, paused bool) {
+	if p.paused != nil && p.paused(containerID) {
+		// A frozen task answers no check (an HTTP check would time out,
+		// a TCP one may be accepted by the kernel alone): none runs.
+		return false, "task paused (frozen by the QoS freezer)", true
+	}
 	switch policy.Type {
 	case slacklinev1.HealthCheck_TYPE_TCP:
 		conn, err := p.dial.DialTask(ctx, containerID, policy.Port)

@@ -128,3 +128,31 @@ func TestProbes(t *testing.T) {
 		})
 	}
 }
+
+// TestProbesSkipPausedTasks: a task whose container is frozen gets no check
+// of any type (an HTTP check would time out and count as a failure, killing
+// a task for a pause that QoS undoes); a task that is not is checked.
+func TestProbesSkipPausedTasks(t *testing.T) {
+	t.Parallel()
+	for _, typ := range []slacklinev1.HealthCheck_Type{slacklinev1.HealthCheck_TYPE_HTTP, slacklinev1.HealthCheck_TYPE_TCP, slacklinev1.HealthCheck_TYPE_COMMAND} {
+		t.Run(typ.String(), func(t *testing.T) {
+			t.Parallel()
+			dial := loopback{ports: make(chan uint16, 4)}
+			p := NewProbes(dial, exitCode(0))
+			p.SetPaused(func(id string) bool { return id == "frozen" })
+			policy := Policy{Type: typ, Port: 1, Path: "/", Scheme: "http"}
+			ok, detail, paused := p.Probe(t.Context(), "frozen", policy)
+			if ok || !paused || !strings.Contains(detail, "paused") {
+				t.Fatalf("frozen task: Probe = %v %q paused %v, want skipped as paused", ok, detail, paused)
+			}
+			if len(dial.ports) != 0 {
+				t.Fatalf("frozen task: a %v check dialled port %d", typ, <-dial.ports)
+			}
+			if typ == slacklinev1.HealthCheck_TYPE_COMMAND {
+				if ok, detail, paused := p.Probe(t.Context(), "running", policy); !ok || paused {
+					t.Fatalf("running task: Probe = %v %q paused %v, want ok", ok, detail, paused)
+				}
+			}
+		})
+	}
+}
