@@ -15,12 +15,7 @@ import (
 // refreshInterval whatever the container did. CPU is read every pass.
 func TestSlowFiguresRefresh(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	m := newTestMonitor(t, "v2", dir, nil, 100)
-	root := filepath.Join(dir, "cgroup")
-	rel := "slackline/c1"
-	v2Container(t, root, rel, 1_000_000)
-	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	m, _, root, rel := monitoredV2Container(t)
 	usage := uint64(1_000_000)
 	// Before pass i the memory files say 1000+i bytes and the PSI files
 	// avg10 i: what a pass shows tells which pass last read them.
@@ -122,12 +117,7 @@ func TestPSIReadDue(t *testing.T) {
 // or pressure found brings back the read every refreshInterval.
 func TestIdleQuietPSIRefresh(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	m := newTestMonitor(t, "v2", dir, nil, 100)
-	root := filepath.Join(dir, "cgroup")
-	rel := "slackline/c1"
-	v2Container(t, root, rel, 1_000_000)
-	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	m, _, root, rel := monitoredV2Container(t)
 	usage := uint64(1_000_000)
 	// Before pass i the PSI files say total i seconds, with avg10 1 when
 	// pressure is set: what a pass shows tells which pass last read them.
@@ -157,12 +147,11 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 		}
 		// The slow averages do not count as recent pressure.
 		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=0.40 avg300=0.20 total=%d\nfull avg10=0.00 avg60=0.10 avg300=0.05 total=0\n", avg, i*1_000_000)
-		const none = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 		writeFiles(t, root, map[string]string{
 			rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
 			rel + "/cpu.pressure":    cpuPSI,
-			rel + "/memory.pressure": none,
-			rel + "/io.pressure":     none,
+			rel + "/memory.pressure": quietPSI,
+			rel + "/io.pressure":     quietPSI,
 		})
 		if err := m.Sample(t0.Add(step.at)); err != nil {
 			t.Fatal(err)
@@ -181,15 +170,9 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 // here), and only then.
 func TestNodeStallPSIRefresh(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	m := newTestMonitor(t, "v2", dir, nil, 100)
-	root := filepath.Join(dir, "cgroup")
-	rel := "slackline/c1"
-	v2Container(t, root, rel, 1_000_000)
-	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	m, dir, _, rel := monitoredV2Container(t)
 	usage := uint64(1_000_000)
 	nodeIO, nodeMemory := uint64(9_000_000), uint64(500_000)
-	const none = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
 	// Before pass i the container's io.pressure says total i seconds, its
 	// 10 s average still 0 (a stall that began under 2 s ago): what a pass
 	// shows tells which pass last read the files.
@@ -226,8 +209,8 @@ func TestNodeStallPSIRefresh(t *testing.T) {
 			"proc/pressure/io":                   psi(0.5, nodeIO, 0.1, nodeIO/2),
 			"proc/pressure/memory":               psi(0, nodeMemory, 0, 0),
 			"cgroup/" + rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
-			"cgroup/" + rel + "/cpu.pressure":    none,
-			"cgroup/" + rel + "/memory.pressure": none,
+			"cgroup/" + rel + "/cpu.pressure":    quietPSI,
+			"cgroup/" + rel + "/memory.pressure": quietPSI,
 			"cgroup/" + rel + "/io.pressure":     fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", i*1_000_000),
 		})
 		if err := m.Sample(t0.Add(step.at)); err != nil {
@@ -270,12 +253,7 @@ func TestStallTotalsUpdate(t *testing.T) {
 // statRefreshInterval. Growth of its usage shows within refreshInterval.
 func TestIdleMemoryStatRefresh(t *testing.T) {
 	t.Parallel()
-	dir := t.TempDir()
-	m := newTestMonitor(t, "v2", dir, nil, 100)
-	root := filepath.Join(dir, "cgroup")
-	rel := "slackline/c1"
-	v2Container(t, root, rel, 1_000_000)
-	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	m, _, root, rel := monitoredV2Container(t)
 	cpuUsec := uint64(1_000_000)
 	// Before pass i memory.stat says anon 1000+i: the working set a pass
 	// shows tells which pass last read memory.stat.
@@ -317,4 +295,20 @@ func TestIdleMemoryStatRefresh(t *testing.T) {
 			t.Errorf("pass %d at %v: working set %d, want %d (memory.stat read at pass %d)", i, step.at, got, want, step.statRead)
 		}
 	}
+}
+
+// quietPSI is a PSI file without recent pressure.
+const quietPSI = "some avg10=0.00 avg60=0.00 avg300=0.00 total=7\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n"
+
+// monitoredV2Container returns a monitor over a fake v2 tree under dir
+// (the cgroup mount at root) with one target, "c1", whose cgroup is rel.
+func monitoredV2Container(t *testing.T) (m *Monitor, dir, root, rel string) {
+	t.Helper()
+	dir = t.TempDir()
+	m = newTestMonitor(t, "v2", dir, nil, 100)
+	root = filepath.Join(dir, "cgroup")
+	rel = "slackline/c1"
+	v2Container(t, root, rel, 1_000_000)
+	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	return m, dir, root, rel
 }
