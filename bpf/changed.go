@@ -109,39 +109,47 @@ type cachedCounters struct {
 	blk   ioBlkCounters
 }
 
-// readPlan is what one ReadAll pass reads.
-type readPlan struct {
-	// full: every tracked cgroup is read (no marks, the first pass, or
-	// fullReadInterval has passed).
-	full bool
-	// walk: the counters map is read with batch lookups rather than
-	// one lookup per cgroup in read.
-	walk bool
-	// read are the cgroups to look up (all of them when full).
-	read []uint64
+// ReadPlan is what one pass over changed-marked counters reads (ReadAll's
+// here, package netqos's ReadAllTCP).
+type ReadPlan struct {
+	// Full: every cgroup is read (no marks, the first pass, or the full
+	// read interval has passed).
+	Full bool
+	// Walk: the counters map is read with batch lookups rather than one
+	// lookup per cgroup in Read.
+	Walk bool
+	// Read are the cgroups to look up (all of them when Full).
+	Read []uint64
 }
 
-// planRead decides which of the tracked cgroups (id -> epoch) a pass at now
-// reads: all of them without marks (marked nil), at the first pass, when
-// fullEvery (fullReadInterval) has passed since the last full read or the clock went
-// back; otherwise those never read under their current tracking (no
-// cached entry of their epoch) and those marked changed. read is a
-// reusable buffer.
-func planRead(now, lastFull time.Time, fullEvery time.Duration, tracked map[uint64]uint32,
-	cache map[uint64]*cachedCounters, marked func(uint64) bool, read []uint64) readPlan {
-	plan := readPlan{read: read[:0]}
-	plan.full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || now.Sub(lastFull) >= fullEvery
-	for id, epoch := range tracked {
-		if plan.full {
-			plan.read = append(plan.read, id)
-			continue
-		}
-		if c := cache[id]; c == nil || c.epoch != epoch || marked(id) {
-			plan.read = append(plan.read, id)
+// PlanRead decides which of the cgroups in ids a pass at now reads: all of
+// them without marks (marked nil), at the first pass (lastFull zero), when
+// fullEvery has passed since the last full read or the clock went back;
+// otherwise those stale (no usable cached read: stale(id, ids[id])) and
+// those marked changed. Walk when the pass is full or more than walkAbove
+// cgroups need reading. read is a reusable buffer.
+func PlanRead[V any](now, lastFull time.Time, fullEvery time.Duration, ids map[uint64]V,
+	stale func(id uint64, v V) bool, marked func(uint64) bool, walkAbove int, read []uint64) ReadPlan {
+	plan := ReadPlan{Read: read[:0]}
+	plan.Full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || now.Sub(lastFull) >= fullEvery
+	for id, v := range ids {
+		if plan.Full || stale(id, v) || marked(id) {
+			plan.Read = append(plan.Read, id)
 		}
 	}
-	plan.walk = plan.full || len(plan.read) > walkAbove
+	plan.Walk = plan.Full || len(plan.Read) > walkAbove
 	return plan
+}
+
+// planRead is PlanRead over the tracked cgroups (id -> epoch): a cgroup
+// is stale when it has no cached entry of its current tracking (epoch).
+func planRead(now, lastFull time.Time, fullEvery time.Duration, tracked map[uint64]uint32,
+	cache map[uint64]*cachedCounters, marked func(uint64) bool, read []uint64) ReadPlan {
+	stale := func(id uint64, epoch uint32) bool {
+		c := cache[id]
+		return c == nil || c.epoch != epoch
+	}
+	return PlanRead(now, lastFull, fullEvery, tracked, stale, marked, walkAbove, read)
 }
 
 // refresh brings m.cache up to date for a pass at now (planRead) and
@@ -155,8 +163,8 @@ func (m *Monitor) refresh(now time.Time) error {
 		marked = m.marks.Marked
 	}
 	plan := planRead(now, m.lastFull, m.fullEvery, m.epochs, m.cache, marked, m.readIDs)
-	m.readIDs = plan.read
-	if plan.full {
+	m.readIDs = plan.Read
+	if plan.Full {
 		m.lastFull = now
 		for id := range m.cache {
 			if _, ok := m.epochs[id]; !ok {
@@ -164,10 +172,10 @@ func (m *Monitor) refresh(now time.Time) error {
 			}
 		}
 	}
-	m.readsFull += boolCount(plan.full)
-	m.readsLookedUp += uint64(len(plan.read))
-	m.readsReused += uint64(len(m.epochs) - len(plan.read))
-	if plan.walk && !m.noBatch {
+	m.readsFull += boolCount(plan.Full)
+	m.readsLookedUp += uint64(len(plan.Read))
+	m.readsReused += uint64(len(m.epochs) - len(plan.Read))
+	if plan.Walk && !m.noBatch {
 		err := m.walkAll(plan)
 		if err == nil {
 			return nil
@@ -178,7 +186,7 @@ func (m *Monitor) refresh(now time.Time) error {
 		m.noBatch = true
 	}
 	var perCPU []schedCgroupCounters
-	for _, id := range plan.read {
+	for _, id := range plan.Read {
 		if err := m.stats.Lookup(id, &perCPU); err != nil {
 			return fmt.Errorf("cgroup %d: %w", id, err)
 		}
@@ -192,12 +200,12 @@ func (m *Monitor) refresh(now time.Time) error {
 // walkAll reads the whole counters map with batch lookups into the cache:
 // every tracked cgroup's counters (fresh values are never wrong); the
 // block counters of the plan's cgroups only.
-func (m *Monitor) walkAll(plan readPlan) error {
+func (m *Monitor) walkAll(plan ReadPlan) error {
 	if m.walked == nil {
 		m.walked = map[uint64]bool{}
 	}
 	clear(m.walked)
-	for _, id := range plan.read {
+	for _, id := range plan.Read {
 		m.walked[id] = false // not read yet
 	}
 	err := m.readBatch(func(id uint64, perCPU []schedCgroupCounters) error {

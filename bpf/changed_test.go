@@ -66,11 +66,11 @@ func TestPlanRead(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			plan := planRead(tc.now, tc.lastFull, fullReadInterval, tc.tracked, tc.cache, tc.marked, nil)
-			got := slices.Sorted(slices.Values(plan.read))
+			got := slices.Sorted(slices.Values(plan.Read))
 			want := slices.Sorted(slices.Values(tc.want))
-			if !slices.Equal(got, want) || plan.full != tc.full || plan.walk != tc.walk {
+			if !slices.Equal(got, want) || plan.Full != tc.full || plan.Walk != tc.walk {
 				t.Errorf("planRead: read %v full %v walk %v, want read %v full %v walk %v",
-					got, plan.full, plan.walk, want, tc.full, tc.walk)
+					got, plan.Full, plan.Walk, want, tc.full, tc.walk)
 			}
 		})
 	}
@@ -122,6 +122,6 @@ func BenchmarkPlanRead(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		p := planRead(now, now.Add(-time.Millisecond), time.Second, tracked, cache, func(uint64) bool { return false }, read)
-		read = p.read
+		read = p.Read
 	}
 }

@@ -28,33 +28,15 @@ const (
 	tcpWalkAbove = tcpBatch / 4
 )
 
-// tcpReadPlan is what one ReadAllTCP pass reads.
-type tcpReadPlan struct {
-	full bool     // every watched cgroup is read
-	walk bool     // tcp_stats is walked with batch lookups instead of the lookups of read
-	read []uint64 // the cgroups to look up (every watched one when full)
-}
-
-// planTCPRead decides which watched cgroups a pass at now reads: all of
-// them without marks (marked nil), at the first pass (lastFull zero), when
-// fullEvery has passed since the last full read or the clock went back;
-// otherwise those without a cached read (watched since) and those marked
-// changed. read is a reusable buffer.
+// planTCPRead is bpf.PlanRead over the watched cgroups: a cgroup is
+// stale when it has no cached read (watched since the last pass).
 func planTCPRead(now, lastFull time.Time, fullEvery time.Duration, watched map[uint64]bool,
-	cache map[uint64]TCPStats, marked func(uint64) bool, read []uint64) tcpReadPlan {
-	plan := tcpReadPlan{read: read[:0]}
-	plan.full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || now.Sub(lastFull) >= fullEvery
-	for id := range watched {
-		if plan.full {
-			plan.read = append(plan.read, id)
-			continue
-		}
-		if _, ok := cache[id]; !ok || marked(id) {
-			plan.read = append(plan.read, id)
-		}
+	cache map[uint64]TCPStats, marked func(uint64) bool, read []uint64) bpf.ReadPlan {
+	stale := func(id uint64, _ bool) bool {
+		_, ok := cache[id]
+		return !ok
 	}
-	plan.walk = plan.full || len(plan.read) > tcpWalkAbove
-	return plan
+	return bpf.PlanRead(now, lastFull, fullEvery, watched, stale, marked, tcpWalkAbove, read)
 }
 
 // refreshTCP brings p.cache up to date for a pass at now (planTCPRead) and
@@ -67,8 +49,8 @@ func (p *Programs) refreshTCP(now time.Time) error {
 		marked = p.marks.Marked
 	}
 	plan := planTCPRead(now, p.lastFull, p.fullEvery, p.watched, p.cache, marked, p.readIDs)
-	p.readIDs = plan.read
-	if plan.full {
+	p.readIDs = plan.Read
+	if plan.Full {
 		p.lastFull = now
 		for id := range p.cache {
 			if !p.watched[id] {
@@ -76,10 +58,10 @@ func (p *Programs) refreshTCP(now time.Time) error {
 			}
 		}
 	}
-	p.reads.Full += boolCount(plan.full)
-	p.reads.LookedUp += uint64(len(plan.read))
-	p.reads.Reused += uint64(len(p.watched) - len(plan.read))
-	if plan.walk && !p.noBatch {
+	p.reads.Full += boolCount(plan.Full)
+	p.reads.LookedUp += uint64(len(plan.Read))
+	p.reads.Reused += uint64(len(p.watched) - len(plan.Read))
+	if plan.Walk && !p.noBatch {
 		// Every watched cgroup's counters: fresh values are never wrong.
 		err := p.readBatch(p.cache)
 		if err == nil {
@@ -91,7 +73,7 @@ func (p *Programs) refreshTCP(now time.Time) error {
 		p.noBatch = true
 	}
 	var perCPU []netqosTcpCounters
-	for _, id := range plan.read {
+	for _, id := range plan.Read {
 		if err := p.tcp.Lookup(id, &perCPU); err != nil {
 			return fmt.Errorf("tcp stats of cgroup %d: %w", id, err)
 		}

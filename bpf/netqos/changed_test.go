@@ -45,7 +45,7 @@ func TestPlanTCPRead(t *testing.T) {
 		{"many marked: walk", t0.Add(100 * time.Millisecond), t0, many, nil, func(uint64) bool { return true }, false, true, nil},
 	} {
 		plan := planTCPRead(tc.now, tc.lastFull, time.Second, tc.watched, tc.cache, tc.marked, nil)
-		slices.Sort(plan.read)
+		slices.Sort(plan.Read)
 		want := tc.read
 		if tc.name == "many marked: walk" {
 			want = nil
@@ -54,8 +54,8 @@ func TestPlanTCPRead(t *testing.T) {
 			}
 			slices.Sort(want)
 		}
-		if plan.full != tc.full || plan.walk != tc.walk || !slices.Equal(plan.read, want) {
-			t.Errorf("%s: plan full %v walk %v read %v, want %v %v %v", tc.name, plan.full, plan.walk, plan.read, tc.full, tc.walk, want)
+		if plan.Full != tc.full || plan.Walk != tc.walk || !slices.Equal(plan.Read, want) {
+			t.Errorf("%s: plan full %v walk %v read %v, want %v %v %v", tc.name, plan.Full, plan.Walk, plan.Read, tc.full, tc.walk, want)
 		}
 	}
 }
