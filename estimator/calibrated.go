@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/bits"
 	"time"
 
 	"github.com/slackline/slackline/resources"
@@ -50,12 +51,25 @@ type pendingEstimate struct {
 }
 
 // numExperts is how many base predictions (experts) the calibrated
-// estimator calibrates side by side. They differ only in how long a fall
-// must last before its slack counts: expert i takes each member to need
-// the larger of fast's prediction with Calibration.Confirm (300 ms, expert
-// 0) and the peak of its CPU over the last confirms[i], spread evenly up
-// to Fast.Confirm (fast's second).
-const numExperts = 2
+// estimator calibrates side by side (expertSpecs).
+const numExperts = 3
+
+// expertSpec is one base prediction: how long a fall must last before its
+// slack counts (long: Fast.Confirm, fast's second, instead of
+// Calibration.Confirm) and whether recurring bursts due within
+// ReclaimTime are held back (rhythms). Expert 0 is fast's prediction with
+// Calibration.Confirm.
+type expertSpec struct {
+	long, rhythms, trusted bool
+}
+
+// expertSpecs are the experts, in order of preference on a tie: fast's
+// prediction with the short confirmation, then with the long one, then
+// both without rhythms. Fast's rhythm prediction holds back a burst due on
+// a lattice of three past onsets; on a load whose onsets are memoryless
+// (bursty: exponential gaps) such lattices appear by chance and hold back
+// slack for nothing, and the experts without it lose less there (#29).
+var expertSpecs = [numExperts]expertSpec{{rhythms: true}, {long: true, rhythms: true}, {rhythms: true, trusted: true}}
 
 // expertMemory is the time constant, in estimates, of the discounted loss
 // by which the experts are compared (100 s at 100 ms). Chosen on the
@@ -89,13 +103,16 @@ type calibratedEstimator struct {
 	// members' windows by key (both reused).
 	predicted map[string][numExperts]float64
 	windows   map[string][]Sample
-	// experts are the base predictions, confirms their confirmations,
-	// chosen the expert published.
+	// experts are the base predictions (expertSpecs), confirms their
+	// confirmations, chosen the expert published.
 	experts   [numExperts]expert
 	confirms  [numExperts]time.Duration
 	chosen    int
 	explained Explanation
 	pacer     *Pacer
+	// rhythms is each member's record of its rhythm predictions (by key,
+	// dropped when the member leaves).
+	rhythms map[string]*rhythmRecord
 }
 
 func newCalibrated(cfg Config) (Estimator, error) {
@@ -111,10 +128,14 @@ func newCalibrated(cfg Config) (Estimator, error) {
 	c := &calibratedEstimator{
 		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
 		predicted: map[string][numExperts]float64{}, windows: map[string][]Sample{},
+		rhythms: map[string]*rhythmRecord{},
 	}
-	for i := range c.experts {
+	for i, spec := range expertSpecs {
 		c.experts[i].scores, _ = NewCalibration(cfg.Calibration)
-		c.confirms[i] = short + (long-short)*time.Duration(i)/(numExperts-1)
+		c.confirms[i] = short
+		if spec.long {
+			c.confirms[i] = long
+		}
 	}
 	return c, nil
 }
@@ -135,13 +156,18 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	clear(c.predicted)
 	lasting := false
 	raw := c.fast.raw(in, members, func(m member, now time.Time) float64 {
-		p := c.fast.predictCPU(m, now)
+		need, due := c.fast.predictParts(m, now)
+		p := need + due
+		trusted := c.rhythmTrusted(m, now, due)
 		fell := c.fast.confirmedFall(m, now)
 		need, before := c.fast.peaks(m, now)
 		large := c.cfg.Fast.Onset > 0 && before-need >= largeFallOnsets*c.cfg.Fast.Onset
 		var pred [numExperts]float64
-		for e := range pred {
-			pred[e] = p
+		for e, spec := range expertSpecs {
+			pred[e] = need
+			if spec.rhythms && (!spec.trusted || trusted) {
+				pred[e] = p
+			}
 			// A large confirmed fall (largeFallOnsets, held for the short
 			// confirmation) is lasting for every expert: its slack is not
 			// held for a longer confirmation (#29's slack -> offer pacing).
@@ -153,6 +179,11 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		lasting = lasting || fell
 		return p
 	})
+	for key := range c.rhythms {
+		if _, ok := c.windows[key]; !ok {
+			delete(c.rhythms, key)
+		}
+	}
 	ex := c.explain(in, members)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
 	lasting = lasting && out.CPUs()-c.published.CPUs() >= lastingRiseOnsets*c.cfg.Fast.Onset
@@ -313,7 +344,7 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 		}
 	}
 	ex.need += extra[c.chosen]
-	if c.chosen > 0 {
+	if expertSpecs[c.chosen].long {
 		ex.heldFor = c.confirms[c.chosen]
 	}
 	ex.Uncalibrated = max(0, ex.Capacity-ex.need)
@@ -540,4 +571,57 @@ func WindowViolationBound(alpha, gamma float64, n, d int) float64 {
 		return math.Inf(1)
 	}
 	return alpha + (min(1, levelCeilingFactor*alpha)+float64(max(d, 1))*gamma)/(gamma*float64(n))
+}
+
+// rhythmOutcomes is how many of a member's latest rhythm predictions
+// decide whether its rhythms are trusted, rhythmMinOutcomes how many it
+// takes before they can be distrusted, and rhythmMinHits how many of the
+// latest must have come true.
+const (
+	rhythmOutcomes    = 8
+	rhythmMinOutcomes = 4
+	rhythmMinHits     = 4
+)
+
+// rhythmRecord is one member's record of its rhythm predictions: since is
+// when the current one began (zero when no burst is due), outcomes the
+// latest rhythmOutcomes outcomes, newest in bit 0 (1: a burst did start),
+// n how many are recorded (at most rhythmOutcomes).
+type rhythmRecord struct {
+	since    time.Time
+	outcomes uint8
+	n        int
+}
+
+// rhythmTrusted records whether a burst is due for m (due > 0) and
+// returns whether m's rhythm predictions are trusted: a prediction lasts
+// while a burst is due, and it came true if one of m's onsets falls in it
+// (from OnsetJitter before it began). Until rhythmMinOutcomes predictions
+// are known they are trusted, then while at least rhythmMinHits of the
+// latest rhythmOutcomes came true.
+func (c *calibratedEstimator) rhythmTrusted(m member, now time.Time, due float64) bool {
+	r := c.rhythms[m.key]
+	if r == nil {
+		r = &rhythmRecord{}
+		c.rhythms[m.key] = r
+	}
+	switch {
+	case due > 0 && r.since.IsZero():
+		r.since = now
+	case due == 0 && !r.since.IsZero():
+		hit := uint8(0)
+		if h := c.fast.bursts[m.key]; h != nil {
+			from := r.since.Add(-c.cfg.Fast.OnsetJitter)
+			for i := len(h.onsets) - 1; i >= 0 && !h.onsets[i].at.Before(from); i-- {
+				hit = 1
+			}
+		}
+		r.outcomes = r.outcomes<<1 | hit
+		r.n = min(r.n+1, rhythmOutcomes)
+		r.since = time.Time{}
+	}
+	if r.n < rhythmMinOutcomes {
+		return true
+	}
+	return bits.OnesCount8(r.outcomes) >= rhythmMinHits
 }

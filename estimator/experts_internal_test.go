@@ -92,8 +92,8 @@ func TestCalibratedExperts(t *testing.T) {
 			if m.PredictedPeak != pred[c.chosen] {
 				t.Errorf("explained peak %v, want the published expert's %v (experts: %v)", m.PredictedPeak, pred[c.chosen], pred)
 			}
-			if held := strings.Contains(ex.Reason, "peaks held for 1s"); held != (c.chosen > 0) {
-				t.Errorf("reason %q with expert %d published: it names the longer confirmation exactly when expert 1 is", ex.Reason, c.chosen)
+			if held := strings.Contains(ex.Reason, "peaks held for 1s"); held != expertSpecs[c.chosen].long {
+				t.Errorf("reason %q with expert %d published: it names the longer confirmation exactly when a long expert is", ex.Reason, c.chosen)
 			}
 			if got, want := m.Need, m.PredictedPeak+m.Margin+m.Calibration; math.Abs(got-want) > 1e-9 {
 				t.Errorf("need %v, want peak + margin + calibration = %v", got, want)
@@ -102,6 +102,66 @@ func TestCalibratedExperts(t *testing.T) {
 				if want := max(0, ex.Capacity-m.Need); math.Abs(ex.Calibrated-want) > 1e-9 {
 					t.Errorf("calibrated %v, want capacity − need = %v", ex.Calibrated, want)
 				}
+			}
+		})
+	}
+}
+
+// TestRhythmTrusted: a member's rhythm predictions (a stretch while a
+// burst is due) are trusted until rhythmMinOutcomes of them are known, then
+// while at least rhythmMinHits of the latest rhythmOutcomes came true (one
+// of its onsets at or after OnsetJitter before the prediction began).
+func TestRhythmTrusted(t *testing.T) {
+	t.Parallel()
+	const step = 100 * time.Millisecond
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name string
+		// hits are the outcomes of successive predictions; onsetAt is
+		// where a hit's onset falls relative to the prediction's start.
+		hits    []bool
+		onsetAt time.Duration
+		want    bool
+	}{
+		{"none known", nil, 0, true},
+		{"three misses: too few to judge", []bool{false, false, false}, 0, true},
+		{"four misses", []bool{false, false, false, false}, 0, false},
+		{"one hit in four", []bool{true, false, false, false}, 0, false},
+		{"half of eight", []bool{true, true, true, true, false, false, false, false}, 0, true},
+		{"three of the latest eight", []bool{true, true, true, false, false, true, false, false, true, false}, 0, false},
+		{"recovered", []bool{false, false, false, false, true, true, true, true}, 0, true},
+		{"onset a jitter before", []bool{true, true, true, true}, -250 * time.Millisecond, true},
+		{"onset earlier than that", []bool{true, true, true, true}, -300 * time.Millisecond, false},
+		{"onset as it ends", []bool{true, true, true, true}, 3 * step, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := newCalibrated(DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := e.(*calibratedEstimator)
+			m := member{key: "c/g"}
+			h := &burstHistory{}
+			c.fast.bursts[m.key] = h
+			now := start
+			got := c.rhythmTrusted(m, now, 0)
+			for _, hit := range tc.hits {
+				// A prediction lasts three estimates, then a second of
+				// nothing due.
+				now = now.Add(time.Second)
+				begin := now
+				for range 3 {
+					got = c.rhythmTrusted(m, now, 1)
+					now = now.Add(step)
+				}
+				if hit {
+					h.onsets = append(h.onsets, onset{at: begin.Add(tc.onsetAt), rise: 1})
+				}
+				got = c.rhythmTrusted(m, now, 0)
+			}
+			if got != tc.want {
+				t.Errorf("trusted %v after %v, want %v", got, tc.hits, tc.want)
 			}
 		})
 	}

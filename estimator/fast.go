@@ -150,12 +150,22 @@ func (f *fastEstimator) confirmedFall(m member, now time.Time) bool {
 }
 
 func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
+	need, due := f.predictParts(m, now)
+	return need + due
+}
+
+// predictParts returns predictCPU's prediction in two parts: the need from
+// m's own recent samples (the peak over Confirm, more while a burst is
+// starting) and what a recurring burst due within ReclaimTime adds (0 when
+// none is, or just after a fall). The calibrated estimator's experts that
+// do not follow rhythms take the first alone.
+func (f *fastEstimator) predictParts(m member, now time.Time) (need, due float64) {
 	cfg := f.cfg.Fast
 	// need is the peak over the last Confirm, before the peak over the
 	// Confirm before that.
 	need, before := f.peaks(m, now)
 	if cfg.Onset == 0 {
-		return need
+		return need, 0
 	}
 	if n := len(m.window); n >= 2 {
 		// A burst starting: its first sample saw only part of it.
@@ -169,12 +179,9 @@ func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
 	// soon as its slack is offered would otherwise teach the lattice its own
 	// rhythm and keep its slack back.
 	if before-need >= cfg.Onset {
-		return need
+		return need, 0
 	}
-	if rise := f.bursts[m.key].due(now, cfg); rise > 0 {
-		need += rise
-	}
-	return need
+	return need, f.bursts[m.key].due(now, cfg)
 }
 
 // onsetLookback is how far back the level a burst rises above is taken,
