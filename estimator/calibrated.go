@@ -421,8 +421,9 @@ type Explanation struct {
 	Estimator string
 	// CPUs is the published estimate; Calibrated the estimate before
 	// hysteresis; Uncalibrated the published expert's estimate before the
-	// calibration (fast's prediction with the short confirmation, or with
-	// the peak of the last second: doc.go, "Experts").
+	// calibration (fast's prediction with the short confirmation, with the
+	// peak of the last second, or with rhythms followed only where they
+	// came true: doc.go, "Experts").
 	CPUs, Calibrated, Uncalibrated float64
 	// Capacity is min(Σ allocations, the node's total cpus); TotalBound is
 	// set when the total is the smaller.
@@ -440,8 +441,8 @@ type Explanation struct {
 	// estimate, score unit (scoreScale) and calibrated estimate.
 	need                  float64
 	bases, scales, offers [numExperts]float64
-	// heldFor is the published expert's longer confirmation (0 for
-	// expert 0, fast's own prediction), for the reason.
+	// heldFor is the published expert's longer confirmation (0 for the
+	// experts with the short one), for the reason.
 	heldFor time.Duration
 }
 

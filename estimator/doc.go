@@ -61,10 +61,11 @@
 //     that adaptive conformal inference adjusts online so that, in the long
 //     run, at most Calibration.TargetViolation (1%) of its estimates offer
 //     more than the slack that was really there, on any sequence of usage
-//     (see Calibration). It calibrates two base predictions side by side
+//     (see Calibration). It calibrates three base predictions side by side
 //     (experts: fast's with a Calibration.Confirm of 300 ms instead of a
-//     second, and the same held to the peak of the last second) at one
-//     shared level and publishes the one with the smaller recent quantile
+//     second, the same held to the peak of the last second, and the first
+//     following each container's rhythms only while they come true) at one
+//     shared level and publishes the one with the least recent quantile
 //     loss (see Experts), and publishes its rises at most once per
 //     RiseInterval (500 ms; shrinks at once; a lasting rise, 0.5 cores or
 //     more left by a confirmed fall, right after the rise before it: the
@@ -174,13 +175,24 @@
 // confirmation offers a dip that lasts at once (cron, steady), but on a
 // ramp or a load whose dips are brief it offers slack that the next
 // samples take back, and the calibration then pays for those misses with a
-// wide margin and pauses (diurnal's morning ramp). So the estimator keeps
-// numExperts (2) base predictions: expert 0 is fast's prediction with
-// Calibration.Confirm (300 ms); expert 1 takes each member to need at
-// least the peak of its CPU over Fast.Confirm (1 s), except after a
-// confirmed fall of at least largeFallOnsets Onsets (1 core: the slack a
-// finished burst leaves, which the slack -> offer pacing sends after 300
-// ms). Each expert keeps its own window of scores, s_k^i = (b_k^i − r_k −
+// wide margin and pauses (diurnal's morning ramp). And fast's rhythm
+// prediction (a burst due on a lattice of three past onsets is held back
+// before it starts) suits cron and GC cycles, but on a load whose onsets
+// are memoryless (bursty: exponential gaps, some 45 onsets in 150 s) such
+// lattices appear by chance, and it holds back slack for bursts that do
+// not come. So the estimator keeps numExperts (3) base predictions
+// (expertSpecs): expert 0 is fast's prediction with Calibration.Confirm
+// (300 ms); expert 1 takes each member to need at least the peak of its
+// CPU over Fast.Confirm (1 s), except after a confirmed fall of at least
+// largeFallOnsets Onsets (1 core: the slack a finished burst leaves, which
+// the slack -> offer pacing sends after 300 ms); expert 2 is expert 0 with
+// each member's rhythms followed only while they come true: a member's
+// prediction lasts while a burst is due, it came true when one of the
+// member's onsets falls in it (from OnsetJitter before), and the member's
+// rhythms are followed until rhythmMinOutcomes (4) predictions are known,
+// then while at least rhythmMinHits (4) of its latest rhythmOutcomes (8)
+// came true (per member: on a node with a cron job and a bursty service
+// the cron job's rhythms are still followed). Each expert keeps its own window of scores, s_k^i = (b_k^i − r_k −
 // tolerance)/max(b_k^i, 0.1), and its margin is the quantile of its own
 // window at the one shared level α_t; each scored estimate also adds to
 // each expert's discounted loss (time constant expertMemory, 1000
@@ -191,17 +203,23 @@
 //
 // (its expectation is least at the α-quantile of the real slack: the
 // largest offer that violates a share α of the time), and the expert with
-// the smaller loss is published (expert 0 on a tie). The level α_t
+// the least loss is published (the first of them on a tie). The level α_t
 // follows only what was published. The idea is DtACI's (Gibbs and Candès,
 // 2022: several experts, trusted by their recent pinball loss), but its
 // experts differ in their base prediction, not in γ, share one level, and
 // one is chosen rather than weighted; its guarantee is therefore not
 // DtACI's regret bound but adaptive conformal inference's, unchanged: the
 // argument below never looks at how the offer is formed from α_t, only at
-// the errors of what was published and at (1). Its settings (two experts,
-// the second with fast's confirmation; expertMemory among 3-300 s;
-// largeFallOnsets among 0.25-1.5 cores; three experts, with 650 ms or 2 s,
-// did worse) were chosen on the recorded traces only.
+// the errors of what was published and at (1). Its settings (the second
+// expert with fast's confirmation; expertMemory among 3-300 s;
+// largeFallOnsets among 0.25-1.5 cores; a third confirmation of 650 ms or
+// 2 s did worse; a third expert without rhythms at all took bursty to
+// 52.7% but cron to 74.4%, below fast, the long one with trusted rhythms
+// bursty to 47.8% only, and a fourth beside the third cost bursty 1.7
+// points and the mix 0.6; the trust among
+// 4-8 outcomes and 2-6 hits: 8 and 4 in the middle, 6 and 3 take bursty to
+// 51.1% and the mix to 85.1%, 8 and 5 to 54.3% and 81.5%) were chosen on
+// the recorded traces only.
 //
 // The bound. Let d be the largest delay, in estimates. (1) α_t never
 // falls to −dγ: an estimate made with α_t ≤ 0 offers 0, which cannot
@@ -364,7 +382,7 @@
 // That table is fast's (the default from issue 15 to issue 29); the rows of
 // fast, usage, predictive and the anchors still reproduce (with a
 // shrinks/min column added). calibrated, the default since (its rows as
-// of #29's experts, with the relative score, the warm start and the
+// of #29's third expert, with the relative score, the warm start and the
 // pacer), against fast and the anchors, on the recorded traces and, apart, on the held-out ones
 // (testdata/heldout: never used to choose a setting), with
 // `go run ./cmd/slackline-backtest run --estimators
@@ -372,26 +390,26 @@
 // changes/min, shrinks/min, to offer):
 //
 //	recorded  fast                           calibrated (target 1%)         koordinator   katalyst
-//	bursty    51.7% 1.53% 255.0 116.5  0.7s  43.5% 0.93% 215.3 109.7  0.4s  40.7%  2.54%  32.7%  8.07%
+//	bursty    51.7% 1.53% 255.0 116.5  0.7s  52.6% 1.07% 155.3  77.3 >1.0s  40.7%  2.54%  32.7%  8.07%
 //	cron      76.2% 0.93%  79.7  34.0  0.6s  76.2% 0.80%  96.5  44.8  0.3s  47.1%  2.07%  39.7%  9.14%
 //	diurnal   76.0% 0.87%  78.1  34.0  1.0s  76.2% 0.80%  78.9  34.8  2.1s  50.1%  5.27%  41.9% 19.15%
 //	jvm-gc    80.1% 0.67%  61.6  25.6  0.8s  82.4% 0.93%  86.1  36.8  0.6s  42.2%  0.07%  37.6%  1.20%
 //	periodic  81.1% 0.27%  49.2  18.0  1.0s  87.9% 0.67%  56.4  23.6  0.5s  36.3%  1.73%  42.4% 15.74%
 //	steady    80.8% 0.93%  76.5  38.4  1.0s  81.2% 0.87%  99.3  48.0  0.3s  48.7%  0.20%  42.3% 24.55%
 //	step      86.2% 0.40%  29.2  10.0  0.9s  92.0% 0.47%  27.6  10.0  0.6s  34.9% 18.48%  40.5%  0.47%
-//	mix       78.2% 0.07% 417.9 191.7  0.5s  83.7% 0.93% 280.2 162.9  0.4s  42.9%  0.00%  40.5% 21.55%
+//	mix       78.2% 0.07% 417.9 191.7  0.5s  83.5% 1.00% 259.0 148.1  0.3s  42.9%  0.00%  40.5% 21.55%
 //
 //	held-out                   fast                           calibrated (target 1%)         koordinator   katalyst
 //	build-contended            85.6% 0.17%  33.2  15.7  0.8s  91.4% 0.73%  35.6  17.3  0.8s  57.1%  0.03%  93.7%  7.93%
 //	bursts-heavytail-contended 89.5% 0.12%  33.7  16.2  0.9s  96.2% 0.72%  37.2  17.9  0.6s  58.3%  0.00%  95.7% 10.98%
-//	http-heavytail-contended   86.2% 0.32%  45.4  21.0 >1.2s  90.8% 0.95%  49.3  22.7  0.8s  57.4%  0.01%  94.4% 11.79%
-//	queue-contended            86.3% 0.33%  44.8  20.6  1.0s  90.5% 1.01%  55.7  25.9 >1.4s  56.7%  0.01%  96.4% 21.69%
+//	http-heavytail-contended   86.2% 0.32%  45.4  21.0 >1.2s  90.9% 0.95%  48.9  22.6  0.9s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended            86.3% 0.33%  44.8  20.6  1.0s  90.5% 1.01%  55.6  25.9 >1.4s  56.7%  0.01%  96.4% 21.69%
 //	ramps-contended            89.3% 0.00%  11.2   5.6     -  95.8% 0.07%  16.1   8.0     -  58.1%  0.00%  95.5%  9.42%
-//	heldout-mix                86.9% 0.00% 343.2 158.4 >1.4s  93.2% 0.26% 234.3 130.3 >1.1s  56.4%  0.00%  95.2% 42.37%
-//	build                      80.2% 0.72%  66.5  29.5  0.9s  81.3% 0.98%  90.2  41.8  0.8s  54.5%  0.23%  94.2% 28.09%
-//	bursts-heavytail           83.2% 0.93%  75.6  35.0  0.8s  82.3% 0.99%  77.9  37.4  1.0s  58.3%  0.59%  97.3% 20.18%
-//	http-heavytail             79.7% 0.71%  92.5  41.1  1.0s  78.9% 1.00% 128.7  59.7 >2.2s  55.4%  0.01%  99.2% 45.54%
-//	queue                      73.6% 1.10% 123.4  55.8  0.8s  71.1% 1.00% 149.1  72.3 >1.1s  52.5%  0.99%  89.4% 19.77%
+//	heldout-mix                86.9% 0.00% 343.2 158.4 >1.4s  95.3% 1.00% 258.7 152.7  0.7s  56.4%  0.00%  95.2% 42.37%
+//	build                      80.2% 0.72%  66.5  29.5  0.9s  81.2% 0.98%  90.1  42.6  0.8s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail           83.2% 0.93%  75.6  35.0  0.8s  84.9% 1.00%  68.7  33.2  1.2s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail             79.7% 0.71%  92.5  41.1  1.0s  79.9% 0.99% 133.7  65.6  1.8s  55.4%  0.01%  99.2% 45.54%
+//	queue                      73.6% 1.10% 123.4  55.8  0.8s  74.2% 1.00% 140.1  72.0 >1.0s  52.5%  0.99%  89.4% 19.77%
 //	ramps                      88.3% 0.00%  18.7   9.3     -  94.7% 0.22%  20.0   9.9     -  57.2%  0.00%  97.0% 38.49%
 //
 // (the first six rows: the set recorded at nice 10 under heavy
@@ -400,43 +418,67 @@
 //
 // calibrated holds every trace within its bound (1.13% on the 150 s
 // traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
-// bursty included, where fast violates 1.53%. On every recorded trace
-// where fast keeps the bound it harvests at least what fast does (diurnal
-// only since the experts: 73.3% before, 76.2% against fast's 76.0%). Four
-// traces fall short, which TestCalibratedViolationBound names and holds to
-// floors (harvestShortfalls):
+// bursty included (1.07%), where fast violates 1.53%, and it harvests at
+// least what fast does on every trace, recorded and held out
+// (TestCalibratedViolationBound). Where fast breaks the bound (bursty;
+// held out, queue at 1.10%) it also harvests at least what fast held to
+// the target in hindsight does, its margin raised until its violations on
+// that very trace are at most 1% (TestFastHeldToTarget): bursty 52.6%
+// against 46.8% at 0.93% (margin 10.5%), queue 74.2% against 72.4% at
+// 0.93% (margin 7%; `go test ./estimator -run TestFastHeldToTarget -v
+// -args -fast-target-heldout`).
 //
-//   - bursty, 8 points less (43.5% against 51.7%): fast violates 1.53%
-//     there, above the bound, so "at least fast's harvest" cannot be asked
-//     at the target. The honest comparison is fast held to the target in
-//     hindsight, its margin raised until its violations on this very trace
-//     are at most 1% (TestFastHeldToTarget: 10.5%, 46.8% at 0.93%), an
-//     oracle no online estimator is promised to match: calibrated is 3.3
-//     points below it. The spikes start after exponential gaps, a
-//     memoryless onset no prediction sees coming, so harvest and
-//     violations fall together.
-//   - held out, queue (71.1% at 1.00%): fast violates 1.10% there, above
-//     the bound (1.011%); fast held to the target in hindsight (margin 7%)
-//     harvests 72.4% at 0.93%, 1.3 points more (`go test ./estimator -run
-//     TestFastHeldToTarget -v -args -fast-target-heldout`).
-//   - held out, bursts-heavytail, 0.9 less (82.3% at 0.99% against 83.2%
-//     at 0.93%), and http-heavytail, 0.8 less (78.9% at 1.00% against
-//     79.7% at 0.71%; 80.1% before the experts, which cost it 1.2 points:
-//     settings chosen on the recorded traces do not carry over everywhere,
-//     and the held-out traces are reported, not tuned on).
+// Before and after #29's third expert (rhythms followed only where they
+// came true; harvest, violations, changes a minute and their change):
 //
-// The experts took diurnal from 73.3% to 76.2%, bursty from 42.8% to
-// 43.5%, build from 80.3% to 81.3%; they cost cron 2.0 points (78.2% to
-// 76.2%, fast's), jvm-gc 0.9, step 0.8, the mix 1.2, and held out
-// http-heavytail 1.2, ramps 1.0, heldout-mix 1.2. They also cut the
-// changes a minute that reach the coordinator (rescinds) on every trace
-// but steady (unchanged): recorded 2-46% fewer (jvm-gc 159.7 to 86.1, diurnal 118.5 to 78.9, the
-// mix 287.4 to 280.2), held out 0.4-64% fewer (ramps 55.3 to 20.0,
-// http-heavytail 153.2 to 128.7), since the long expert's offers move
-// less. Every violation rate stays within its bound. On the contended
-// held-out set fast stays far below 1% and calibrated spends more of the
-// budget on harvest (+4 to +7 points), which is what a target, as opposed
-// to a fixed margin, means.
+//	trace                      before (two experts)     after (three experts)           fast
+//	bursty                     43.5% 0.93% 215.3/min  52.6% 1.07% 155.3/min  -28%  51.7% 1.53% 255.0/min
+//	cron                       76.2% 0.80%  96.5/min  76.2% 0.80%  96.5/min   +0%  76.2% 0.93%  79.7/min
+//	diurnal                    76.2% 0.80%  78.9/min  76.2% 0.80%  78.9/min   +0%  76.0% 0.87%  78.1/min
+//	jvm-gc                     82.4% 0.93%  86.1/min  82.4% 0.93%  86.1/min   +0%  80.1% 0.67%  61.6/min
+//	periodic                   87.9% 0.67%  56.4/min  87.9% 0.67%  56.4/min   +0%  81.1% 0.27%  49.2/min
+//	steady                     81.2% 0.87%  99.3/min  81.2% 0.87%  99.3/min   +0%  80.8% 0.93%  76.5/min
+//	step                       92.0% 0.47%  27.6/min  92.0% 0.47%  27.6/min   +0%  86.2% 0.40%  29.2/min
+//	mix                        83.7% 0.93% 280.2/min  83.5% 1.00% 259.0/min   -8%  78.2% 0.07% 417.9/min
+//	build-contended            91.4% 0.73%  35.6/min  91.4% 0.73%  35.6/min   +0%  85.6% 0.17%  33.2/min
+//	bursts-heavytail-contended 96.2% 0.72%  37.2/min  96.2% 0.72%  37.2/min   +0%  89.5% 0.12%  33.7/min
+//	http-heavytail-contended   90.8% 0.95%  49.3/min  90.9% 0.95%  48.9/min   -1%  86.2% 0.32%  45.4/min
+//	queue-contended            90.5% 1.01%  55.7/min  90.5% 1.01%  55.6/min   -0%  86.3% 0.33%  44.8/min
+//	ramps-contended            95.8% 0.07%  16.1/min  95.8% 0.07%  16.1/min   +0%  89.3% 0.00%  11.2/min
+//	heldout-mix                93.2% 0.26% 234.3/min  95.3% 1.00% 258.7/min  +10%  86.9% 0.00% 343.2/min
+//	build                      81.3% 0.98%  90.2/min  81.2% 0.98%  90.1/min   -0%  80.2% 0.72%  66.5/min
+//	bursts-heavytail           82.3% 0.99%  77.9/min  84.9% 1.00%  68.7/min  -12%  83.2% 0.93%  75.6/min
+//	http-heavytail             78.9% 1.00% 128.7/min  79.9% 0.99% 133.7/min   +4%  79.7% 0.71%  92.5/min
+//	queue                      71.1% 1.00% 149.1/min  74.2% 1.00% 140.1/min   -6%  73.6% 1.10% 123.4/min
+//	ramps                      94.7% 0.22%  20.0/min  94.7% 0.22%  20.0/min   +0%  88.3% 0.00%  18.7/min
+//
+// Before it, four traces fell short of fast: bursty (43.5%, 3.3 points
+// below fast held to the target: its spikes' onsets are memoryless, and
+// fast's rhythm prediction, finding lattices among them by chance, held
+// back slack for bursts that did not come; the third expert is published
+// 76% of the time there), and held out queue, bursts-heavytail and
+// http-heavytail (0.8-2.5 points below fast). The held-out traces were
+// not used to choose it; they improve as they fall (queue +3.1,
+// bursts-heavytail +2.6, http-heavytail +1.0, heldout-mix +2.1 points;
+// build -0.1). The recorded mix loses 0.2 points (83.7% to 83.5%, at 1.00%
+// rather than 0.93%). Changes a minute fall on bursty (-28%), the mix
+// (-8%), queue and bursts-heavytail (-6%, -12%) and are unchanged
+// elsewhere but for two held-out traces: http-heavytail +4% and
+// heldout-mix +10.4% (234.3 to 258.7 a minute, 0.4 point over the 10% that
+// #29's harvest work allowed itself): there the third expert, with its
+// 300 ms confirmation, is published 93% of the time in place of the long
+// one, and the calibration spends the budget it left unused (0.26% to
+// 1.00%) on harvest; the setting was not changed to pass it (that would be
+// tuning on the held-out set).
+//
+// The experts (two, before the third) took diurnal from 73.3% to 76.2%,
+// bursty from 42.8% to 43.5%, build from 80.3% to 81.3%; they cost cron
+// 2.0 points (78.2% to 76.2%, fast's), jvm-gc 0.9, step 0.8, the mix 1.2,
+// and held out http-heavytail 1.2, ramps 1.0, heldout-mix 1.2, and cut the
+// changes a minute on every trace but steady, since the long expert's
+// offers move less. On the contended held-out set fast stays far below 1%
+// and calibrated spends more of the budget on harvest (+4 to +7 points),
+// which is what a target, as opposed to a fixed margin, means.
 // The anchors either harvest 57% (koordinator's 60% ceiling) or violate
 // 8-26% (katalyst).
 //
