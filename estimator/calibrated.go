@@ -611,11 +611,9 @@ func (c *calibratedEstimator) rhythmTrusted(m member, now time.Time, due float64
 		r.since = now
 	case due == 0 && !r.since.IsZero():
 		hit := uint8(0)
-		if h := c.fast.bursts[m.key]; h != nil {
-			from := r.since.Add(-c.cfg.Fast.OnsetJitter)
-			for i := len(h.onsets) - 1; i >= 0 && !h.onsets[i].at.Before(from); i-- {
-				hit = 1
-			}
+		if h := c.fast.bursts[m.key]; h != nil && len(h.onsets) > 0 &&
+			!h.onsets[len(h.onsets)-1].at.Before(r.since.Add(-c.cfg.Fast.OnsetJitter)) {
+			hit = 1
 		}
 		r.outcomes = r.outcomes<<1 | hit
 		r.n = min(r.n+1, rhythmOutcomes)
