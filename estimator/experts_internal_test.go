@@ -152,7 +152,7 @@ func TestRhythmTrusted(t *testing.T) {
 				now = now.Add(time.Second)
 				begin := now
 				for range 3 {
-					got = c.rhythmTrusted(m, now, 1)
+					c.rhythmTrusted(m, now, 1)
 					now = now.Add(step)
 				}
 				if hit {
