@@ -99,6 +99,8 @@ func main() {
 	switch {
 	case len(os.Args) > 1 && os.Args[1] == "loadgen":
 		err = runLoadgen(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "disk":
+		err = runDiskServer(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "study":
 		err = runStudy(os.Args[2:])
 	default:
@@ -125,6 +127,7 @@ type options struct {
 	rootWeight  float64
 	quietHost   time.Duration
 	agentFlags  []string
+	disk        diskOptions
 }
 
 // stringList is a repeatable flag.
@@ -149,7 +152,16 @@ func run() error {
 	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch, the agent's eBPF monitor to load and the best-effort tasks to run (each at least a minute) (an emulated guest needs minutes)")
 	prebuilt := flag.String("bin", "", "take the binaries (slackline-coordinator, slackline-agent, batch-framework, latency-server, hog) from this directory instead of building them with the go command (a machine without Go, such as a test guest: build them static on the host)")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
+	flag.StringVar(&o.disk.kind, "disk", "loop", "the io scenario's disk: loop (a loop device over a disk the benchmark models: --disk-rate, --disk-op, --disk-flush) or host (the host's disk under /tmp)")
+	diskRate := flag.Float64("disk-rate", 128, "--disk loop: the modelled disk's bandwidth, MiB/s")
+	flag.DurationVar(&o.disk.op, "disk-op", 20*time.Microsecond, "--disk loop: the time each command holds the modelled disk, whatever its size")
+	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
+	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
+	o.disk.rate, o.disk.size = *diskRate*(1<<20), *diskMiB<<20
+	if err := o.disk.validate(); err != nil {
+		return err
+	}
 	o.agentFlags = flag.Args()
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (the agent creates cgroups)")
@@ -174,7 +186,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	cleanUpOnSignal()
+	defer cleanup.unwind(cleanup.mark())
+	cleanup.push(func() { _ = os.RemoveAll(dir) })
 	// Tasks run as an unprivileged user: they must reach the binaries.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
