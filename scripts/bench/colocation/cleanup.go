@@ -19,6 +19,18 @@ type cleanupStack struct {
 	closed bool // unwound by a signal: what is pushed later is undone at once
 }
 
+// waitForSignalCleanup blocks forever if a signal's unwinding has begun
+// (the handler exits the process when it ends): a run that fails because
+// the handler removed its cgroups must not exit first.
+func (c *cleanupStack) waitForSignalCleanup() {
+	c.mu.Lock()
+	closed := c.closed
+	c.mu.Unlock()
+	if closed {
+		select {}
+	}
+}
+
 var cleanup cleanupStack
 
 // push adds f, to run once, before everything pushed earlier.

@@ -390,7 +390,31 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 			fmt.Fprintln(os.Stderr, "colocation: modelled disk:", err)
 		}
 	})
+	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
+		// Since Linux 6.10 blk-throttle starts on a device only once a
+		// limit is configured on it, and until then v1's
+		// blkio.throttle.io_service_bytes counts nothing on it: neither
+		// the benchmark nor the agent would see the writers' bytes on a
+		// fresh loop device. Configuring "no limit" in a cgroup of the
+		// benchmark's own starts it (v2's io.stat counts regardless).
+		dir := filepath.Join(l.Blkio, cg)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		cleanup.push(func() { removeCgroupDir(dir) })
+		if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(d.Device+" 0"), 0); err != nil {
+			return nil, fmt.Errorf("start blk-throttle on %s: %w", d.Device, err)
+		}
+	}
 	return d, nil
+}
+
+// removeCgroupDir removes an empty cgroup directory, trying again for up
+// to 5 s while it is busy.
+func removeCgroupDir(dir string) {
+	for deadline := time.Now().Add(5 * time.Second); syscall.Rmdir(dir) == syscall.EBUSY && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
 }
 
 // close undoes every step of setupDisk that completed, in reverse.

@@ -107,6 +107,7 @@ func main() {
 		err = run()
 	}
 	if err != nil {
+		cleanup.waitForSignalCleanup()
 		fmt.Fprintln(os.Stderr, "colocation:", err)
 		os.Exit(1)
 	}

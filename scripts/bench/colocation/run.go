@@ -363,7 +363,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 		p.Stdout, p.Stderr = logf, logf
 		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.Start(); err != nil {
+		err = p.Start()
+		// The child has its own copy: the run's directory may be on the
+		// modelled disk, which an open file would keep from unmounting.
+		logf.Close()
+		if err != nil {
 			return err
 		}
 		procsMu.Lock()
