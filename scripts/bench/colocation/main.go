@@ -40,6 +40,19 @@
 //     the writers' rate over the second kind over their rate over the fourth,
 //     each slice's rate and the per-cycle ratios printed as spread. It
 //     runs at least ten cycles (40 slices), whatever --duration says.
+//     The run's directory (the agent's sandboxes, so the writers' files
+//     and the server's journal) is on the disk --disk chooses: by default
+//     ("loop") an ext4 file system on a loop device over a disk the
+//     benchmark models and serves itself through FUSE (disk.go): a FIFO
+//     of --disk-rate MiB/s, --disk-op per command, flushes of
+//     --disk-flush, its bytes in a tmpfs of the run's own. The kernel's
+//     block layer, blk-throttle (the agent's cap), the agent's eBPF block
+//     and fsync probes and ext4's journal act on it as on any disk; only
+//     its service times are the model's, the same from run to run, where
+//     a shared host's virtual disk ("host") flushed in 25 ms on average.
+//     Each run says which disk it ran on and whether it is valid (the
+//     server alone failed at most 1% of its requests); a NOT VALID run is
+//     left out of the summary's medians, which says how many were.
 //
 // For every run it prints the server's p50/p99/p99.9 (open loop, measured
 // from each request's scheduled time), the cores used by the server, the
@@ -317,6 +330,10 @@ func summarize(o options, results []runResult) string {
 			}
 			lines = append(lines, fmt.Sprintf("colocation[%s]: lc_p99_ratio=%.2f be_share=%.2f noop_ratio=%.2f",
 				name, median(c.ratio), share, median(noop.ratio)))
+			if c.invalid+noop.invalid > 0 {
+				lines = append(lines, fmt.Sprintf("colocation[%s]: NOT VALID runs left out: %d of %d with %s, %d of %d noop",
+					name, c.invalid, c.invalid+len(c.ratio), set, noop.invalid, noop.invalid+len(noop.ratio)))
+			}
 		}
 	}
 	var p99s, idle []float64
@@ -377,12 +394,21 @@ func pairedDifferences(results []runResult, scenarioName, set string) []float64 
 }
 
 // collected are one configuration's per-repetition values.
-type collected struct{ ratio, share, ofSlack, beCores []float64 }
+type collected struct {
+	ratio, share, ofSlack, beCores []float64
+	// invalid counts the runs left out: the server alone failed more than
+	// maxAloneErrors of its requests (NOT VALID).
+	invalid int
+}
 
 func collect(results []runResult, scenarioName, set string) collected {
 	var c collected
 	for _, r := range results {
 		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
+			continue
+		}
+		if saturated(r.Alone) {
+			c.invalid++
 			continue
 		}
 		c.ratio = append(c.ratio, r.ratio())

@@ -701,8 +701,10 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			res.ratio(), res.idleCores(), res.Shared.BECores/res.slackCores())
 	}
 	if saturated(res.Alone) {
-		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue\n",
+		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue; left out of the summary's medians\n",
 			res.Alone.Errors, res.Alone.Requests)
+	} else {
+		fmt.Printf("   valid: the server alone failed %d of %d requests (at most %.0f%%)\n", res.Alone.Errors, res.Alone.Requests, 100*maxAloneErrors)
 	}
 	if len(res.Corrections) > 0 {
 		fmt.Printf("   corrections: %v\n", res.Corrections)
