@@ -166,7 +166,7 @@ func run() error {
 	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch, the agent's eBPF monitor to load and the best-effort tasks to run (each at least a minute) (an emulated guest needs minutes)")
 	prebuilt := flag.String("bin", "", "take the binaries (slackline-coordinator, slackline-agent, batch-framework, latency-server, hog) from this directory instead of building them with the go command (a machine without Go, such as a test guest: build them static on the host)")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
-	flag.StringVar(&o.disk.kind, "disk", "loop", "the io scenario's disk: loop (a loop device over a disk the benchmark models: --disk-rate, --disk-op, --disk-flush) or host (the host's disk under /tmp)")
+	flag.StringVar(&o.disk.kind, "disk", "loop", "the io scenario's disk: loop (a loop device over a disk the benchmark models: --disk-rate, --disk-op, --disk-flush; needs /dev/fuse, losetup and mkfs.ext4) or host (the host's disk under /tmp)")
 	diskRate := flag.Float64("disk-rate", 128, "--disk loop: the modelled disk's bandwidth, MiB/s")
 	flag.DurationVar(&o.disk.op, "disk-op", 20*time.Microsecond, "--disk loop: the time each command holds the modelled disk, whatever its size")
 	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
