@@ -40,6 +40,19 @@
 //     the writers' rate over the second kind over their rate over the fourth,
 //     each slice's rate and the per-cycle ratios printed as spread. It
 //     runs at least ten cycles (40 slices), whatever --duration says.
+//     The run's directory (the agent's sandboxes, so the writers' files
+//     and the server's journal) is on the disk --disk chooses: by default
+//     ("loop") an ext4 file system on a loop device over a disk the
+//     benchmark models and serves itself through FUSE (disk.go): a FIFO
+//     of --disk-rate MiB/s, --disk-op per command, flushes of
+//     --disk-flush, its bytes in a tmpfs of the run's own. The kernel's
+//     block layer, blk-throttle (the agent's cap), the agent's eBPF block
+//     and fsync probes and ext4's journal act on it as on any disk; only
+//     its service times are the model's, the same from run to run, where
+//     a shared host's virtual disk ("host") flushed in 25 ms on average.
+//     Each run says which disk it ran on and whether it is valid (the
+//     server alone failed at most 1% of its requests); a NOT VALID run is
+//     left out of the summary's medians, which says how many were.
 //
 // For every run it prints the server's p50/p99/p99.9 (open loop, measured
 // from each request's scheduled time), the cores used by the server, the
@@ -99,12 +112,15 @@ func main() {
 	switch {
 	case len(os.Args) > 1 && os.Args[1] == "loadgen":
 		err = runLoadgen(os.Args[2:])
+	case len(os.Args) > 1 && os.Args[1] == "disk":
+		err = runDiskServer(os.Args[2:])
 	case len(os.Args) > 1 && os.Args[1] == "study":
 		err = runStudy(os.Args[2:])
 	default:
 		err = run()
 	}
 	if err != nil {
+		cleanup.waitForSignalCleanup()
 		fmt.Fprintln(os.Stderr, "colocation:", err)
 		os.Exit(1)
 	}
@@ -125,6 +141,7 @@ type options struct {
 	rootWeight  float64
 	quietHost   time.Duration
 	agentFlags  []string
+	disk        diskOptions
 }
 
 // stringList is a repeatable flag.
@@ -149,7 +166,16 @@ func run() error {
 	flag.DurationVar(&o.serverStart, "server-start-timeout", 30*time.Second, "how long the latency server may take to answer after its launch, the agent's eBPF monitor to load and the best-effort tasks to run (each at least a minute) (an emulated guest needs minutes)")
 	prebuilt := flag.String("bin", "", "take the binaries (slackline-coordinator, slackline-agent, batch-framework, latency-server, hog) from this directory instead of building them with the go command (a machine without Go, such as a test guest: build them static on the host)")
 	flag.Float64Var(&o.rootWeight, "root-weight", 100, "CPU weight of the agent's cgroup root and of the load generator's cgroup, in multiples of the default, against the host's other processes (1: the default; see the package documentation)")
+	flag.StringVar(&o.disk.kind, "disk", "loop", "the io scenario's disk: loop (a loop device over a disk the benchmark models: --disk-rate, --disk-op, --disk-flush; needs /dev/fuse, losetup and mkfs.ext4) or host (the host's disk under /tmp)")
+	diskRate := flag.Float64("disk-rate", 128, "--disk loop: the modelled disk's bandwidth, MiB/s")
+	flag.DurationVar(&o.disk.op, "disk-op", 20*time.Microsecond, "--disk loop: the time each command holds the modelled disk, whatever its size")
+	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
+	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
+	o.disk.rate, o.disk.size = *diskRate*(1<<20), *diskMiB<<20
+	if err := o.disk.validate(); err != nil {
+		return err
+	}
 	o.agentFlags = flag.Args()
 	if os.Geteuid() != 0 {
 		return errors.New("needs root (the agent creates cgroups)")
@@ -174,7 +200,9 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(dir)
+	cleanUpOnSignal()
+	defer cleanup.unwind(cleanup.mark())
+	cleanup.push(func() { _ = os.RemoveAll(dir) })
 	// Tasks run as an unprivileged user: they must reach the binaries.
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
@@ -302,6 +330,10 @@ func summarize(o options, results []runResult) string {
 			}
 			lines = append(lines, fmt.Sprintf("colocation[%s]: lc_p99_ratio=%.2f be_share=%.2f noop_ratio=%.2f",
 				name, median(c.ratio), share, median(noop.ratio)))
+			if c.invalid+noop.invalid > 0 {
+				lines = append(lines, fmt.Sprintf("colocation[%s]: NOT VALID runs left out: %d of %d with %s, %d of %d noop",
+					name, c.invalid, c.invalid+len(c.ratio), set, noop.invalid, noop.invalid+len(noop.ratio)))
+			}
 		}
 	}
 	var p99s, idle []float64
@@ -362,12 +394,21 @@ func pairedDifferences(results []runResult, scenarioName, set string) []float64 
 }
 
 // collected are one configuration's per-repetition values.
-type collected struct{ ratio, share, ofSlack, beCores []float64 }
+type collected struct {
+	ratio, share, ofSlack, beCores []float64
+	// invalid counts the runs left out: the server alone failed more than
+	// maxAloneErrors of its requests (NOT VALID).
+	invalid int
+}
 
 func collect(results []runResult, scenarioName, set string) collected {
 	var c collected
 	for _, r := range results {
 		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
+			continue
+		}
+		if saturated(r.Alone) {
+			c.invalid++
 			continue
 		}
 		c.ratio = append(c.ratio, r.ratio())

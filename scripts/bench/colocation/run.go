@@ -78,6 +78,10 @@ type scenario struct {
 	// it gets, and varied tenfold from one 2 s window to the next (16-152
 	// MiB/s), so the io scenario measures ten cycles, not five.
 	minSlices int
+	// disk runs the scenario on the disk --disk chooses (the modelled
+	// one by default): the run's directory, where the agent's sandboxes
+	// are, is on it.
+	disk bool
 }
 
 // sliceKind is what a slice of the load measures.
@@ -126,7 +130,7 @@ var scenarios = []scenario{
 	// flight is kept small: a frozen writer's writes already queued in the
 	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
 	// slice to drain at a 66 MiB/s cap.
-	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, warmWrites: 2 * 256 << 20, minSlices: 40,
+	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, disk: true, warmWrites: 2 * 256 << 20, minSlices: 40,
 		command: func(bin string) string {
 			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
 		}},
@@ -186,6 +190,8 @@ type runResult struct {
 	// measured before the load (diskProbe): the disk's rate, which
 	// writers alone at idle priority reach only when they get the CPU.
 	DiskRate float64 `json:"disk_write_bytes_per_second,omitempty"`
+	// Disk names the disk the scenario ran on (--disk).
+	Disk string `json:"disk,omitempty"`
 
 	// ResourceShare is, for the memory and io scenarios, best-effort work's
 	// share of that resource (ResourceShareWhat says which); it is S.
@@ -302,31 +308,53 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	res := runResult{Rep: rep, Scenario: s.name, Config: config, CPUs: runtime.NumCPU()}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	work, err := os.MkdirTemp("", "colocation-run")
-	if err != nil {
-		return res, err
-	}
-	defer os.RemoveAll(work)
+	// Everything made below is undone when the run returns, or by the
+	// signal handler if the benchmark is interrupted.
+	defer cleanup.unwind(cleanup.mark())
 	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
 	if err != nil {
 		return res, err
 	}
 	res.Mode = string(layout.Mode)
-	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-coloc-%d", time.Now().UnixNano()%1e9)
+	workParent := "" // the default temporary directory: the host's disk
+	if s.disk && o.disk.kind == "loop" {
+		d, err := startDisk(o, layout, root+"-disk")
+		if err != nil {
+			return res, err
+		}
+		workParent = d.Dir
+		res.Disk = fmt.Sprintf("%s (%s, scheduler %s)", o.disk, d.loop, d.Scheduler)
+	} else if s.disk {
+		res.Disk = "host disk (" + os.TempDir() + ")"
+	}
+	if res.Disk != "" {
+		fmt.Printf("   disk: %s\n", res.Disk)
+	}
+	work, err := os.MkdirTemp(workParent, "colocation-run")
+	if err != nil {
+		return res, err
+	}
+	cleanup.push(func() { _ = os.RemoveAll(work) })
+	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	loadgenCgroup := root + "-loadgen"
-	defer removeRoot(layout, root)
-	defer removeCgroup(layout, loadgenCgroup)
+	cleanup.push(func() { removeRoot(layout, root) })
+	cleanup.push(func() { removeCgroup(layout, loadgenCgroup) })
 	if err := makeCgroup(layout, loadgenCgroup); err != nil {
 		return res, err
 	}
-	var procs []*exec.Cmd
-	defer func() {
+	var (
+		procsMu sync.Mutex
+		procs   []*exec.Cmd
+	)
+	cleanup.push(func() {
+		procsMu.Lock()
+		defer procsMu.Unlock()
 		for _, p := range slices.Backward(procs) {
 			_ = p.Process.Signal(syscall.SIGTERM)
 			_ = p.Wait()
 		}
-	}()
+	})
 	startProc := func(name string, args ...string) error {
 		p := exec.Command(filepath.Join(o.binDir, name), args...)
 		logf, err := os.Create(filepath.Join(work, name+".log"))
@@ -335,10 +363,16 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 		p.Stdout, p.Stderr = logf, logf
 		p.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-		if err := p.Start(); err != nil {
+		err = p.Start()
+		// The child has its own copy: the run's directory may be on the
+		// modelled disk, which an open file would keep from unmounting.
+		logf.Close()
+		if err != nil {
 			return err
 		}
+		procsMu.Lock()
 		procs = append(procs, p)
+		procsMu.Unlock()
 		return nil
 	}
 	// --insecure: a loopback cluster of the benchmark's own, no credentials.
@@ -468,11 +502,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := lg.Start(); err != nil {
 		return res, err
 	}
-	defer func() {
+	cleanup.push(func() {
 		// On an early return it may still wait for its start line.
 		_ = lg.Process.Kill()
 		_ = lg.Wait()
-	}()
+	})
 	if err := joinCgroup(layout, loadgenCgroup, lg.Process.Pid); err != nil {
 		_ = lg.Process.Kill()
 		return res, err
@@ -667,8 +701,10 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			res.ratio(), res.idleCores(), res.Shared.BECores/res.slackCores())
 	}
 	if saturated(res.Alone) {
-		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue\n",
+		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue; left out of the summary's medians\n",
 			res.Alone.Errors, res.Alone.Requests)
+	} else {
+		fmt.Printf("   valid: the server alone failed %d of %d requests (at most %.0f%%)\n", res.Alone.Errors, res.Alone.Requests, 100*maxAloneErrors)
 	}
 	if len(res.Corrections) > 0 {
 		fmt.Printf("   corrections: %v\n", res.Corrections)

@@ -1,0 +1,492 @@
+package main
+
+// The io scenario's disk (--disk loop, the default): a loop device, with
+// an ext4 file system on it that holds the run's sandboxes, over a file
+// on a FUSE file system that the benchmark serves itself ("colocation
+// disk"), which stores the bytes on a tmpfs of the benchmark's own and
+// answers each request when a modelled device would: one command at a
+// time in arrival order (FIFO), each holding the device for --disk-op
+// plus its bytes at --disk-rate, a flush for --disk-flush after those
+// ahead of it. The kernel's block layer is the real one: the loop
+// device's request queue and I/O scheduler, blk-throttle (the agent's
+// cap on the revocable subtree), the block tracepoints the agent's eBPF
+// reads and ext4's journal all act on it as on any disk; only the
+// device's service time is the model's. It models a disk of a known,
+// steady bandwidth with a single queue whose cache flush costs
+// --disk-flush (0: a drive with power-loss protection, or a cloud
+// volume): not a host's virtual disk, whose flush took 25 ms on average
+// (p99 75 ms) here and whose rate changes with other tenants. Loop
+// submits to the file one request per submitting cgroup at a time
+// (per-cgroup workers), so writers and the server's fsyncs meet in the
+// model's queue as they would in a disk's. --disk host measures on the
+// host's disk instead (the run's directory under /tmp).
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/hanwen/go-fuse/v2/fs"
+	"github.com/hanwen/go-fuse/v2/fuse"
+	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
+)
+
+// diskModel is the modelled device's queue: commands are served one at a
+// time in arrival order, each holding the device for op plus its bytes
+// at rate; a flush holds it for flush. It is pure: the FUSE server asks
+// it when a request completes and answers then.
+type diskModel struct {
+	rate  float64       // bytes per second
+	op    time.Duration // per command, whatever its size
+	flush time.Duration
+	// freeAt is when the device finishes the last command admitted.
+	freeAt time.Time
+}
+
+// transfer admits a read or write of n bytes arriving at now and returns
+// when it completes.
+func (d *diskModel) transfer(now time.Time, n int) time.Time {
+	return d.admit(now, d.op+time.Duration(float64(n)/d.rate*float64(time.Second)))
+}
+
+// sync admits a cache flush arriving at now and returns when it completes:
+// after every command ahead of it, then flush.
+func (d *diskModel) sync(now time.Time) time.Time { return d.admit(now, d.flush) }
+
+func (d *diskModel) admit(now time.Time, hold time.Duration) time.Time {
+	start := now
+	if d.freeAt.After(now) {
+		start = d.freeAt
+	}
+	d.freeAt = start.Add(hold)
+	return d.freeAt
+}
+
+// diskOptions are the modelled disk's flags.
+type diskOptions struct {
+	kind  string // "loop" or "host"
+	rate  float64
+	op    time.Duration
+	flush time.Duration
+	size  int64 // bytes
+}
+
+func (o diskOptions) String() string {
+	if o.kind == "host" {
+		return "host disk"
+	}
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO", o.rate/(1<<20), o.op, o.flush)
+}
+
+func (o diskOptions) validate() error {
+	switch o.kind {
+	case "host":
+		return nil
+	case "loop":
+	default:
+		return fmt.Errorf("--disk %q: want loop or host", o.kind)
+	}
+	var errs []error
+	if !(o.rate > 0) {
+		errs = append(errs, fmt.Errorf("--disk-rate must be positive, got %v", o.rate/(1<<20)))
+	}
+	if o.op < 0 {
+		errs = append(errs, fmt.Errorf("--disk-op must not be negative, got %v", o.op))
+	}
+	if o.flush < 0 {
+		errs = append(errs, fmt.Errorf("--disk-flush must not be negative, got %v", o.flush))
+	}
+	if o.size < 1<<30 {
+		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
+	}
+	return errors.Join(errs...)
+}
+
+// modelFile is the FUSE file that is the disk's contents: reads and
+// writes go to the store (a file on tmpfs) and are answered when the
+// model says.
+type modelFile struct {
+	fs.Inode
+	store *os.File
+	size  int64
+	mu    sync.Mutex
+	model *diskModel
+}
+
+var (
+	_ fs.NodeOpener    = (*modelFile)(nil)
+	_ fs.NodeReader    = (*modelFile)(nil)
+	_ fs.NodeWriter    = (*modelFile)(nil)
+	_ fs.NodeFsyncer   = (*modelFile)(nil)
+	_ fs.NodeGetattrer = (*modelFile)(nil)
+	_ fs.NodeSetattrer = (*modelFile)(nil)
+	_ fs.NodeFlusher   = (*modelFile)(nil)
+)
+
+// wait answers at the model's completion time for a command arriving now.
+func (f *modelFile) wait(admit func(*diskModel, time.Time) time.Time) {
+	f.mu.Lock()
+	done := admit(f.model, time.Now())
+	f.mu.Unlock()
+	sleepPrecise(time.Until(done))
+}
+
+// sleepPrecise sleeps d in the kernel (nanosleep, an hrtimer): the Go
+// runtime's timers wake sub-millisecond sleeps a millisecond late on a
+// busy host, which would add a millisecond to every command.
+func sleepPrecise(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	ts := unix.NsecToTimespec(d.Nanoseconds())
+	for unix.Nanosleep(&ts, &ts) == unix.EINTR {
+	}
+}
+
+func (f *modelFile) Open(context.Context, uint32) (fs.FileHandle, uint32, syscall.Errno) {
+	// Direct I/O: no FUSE page cache between the loop device and the
+	// model; parallel: a write does not wait for the file lock behind
+	// another (a writer's 8 MiB), as commands do not on a disk.
+	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
+}
+
+func (f *modelFile) Read(_ context.Context, _ fs.FileHandle, dest []byte, off int64) (fuse.ReadResult, syscall.Errno) {
+	n, err := f.store.ReadAt(dest, off)
+	if err != nil && n == 0 && off < f.size {
+		return nil, fs.ToErrno(err)
+	}
+	f.wait(func(d *diskModel, now time.Time) time.Time { return d.transfer(now, n) })
+	return fuse.ReadResultData(dest[:n]), 0
+}
+
+func (f *modelFile) Write(_ context.Context, _ fs.FileHandle, data []byte, off int64) (uint32, syscall.Errno) {
+	if off+int64(len(data)) > f.size {
+		return 0, syscall.ENOSPC
+	}
+	if _, err := f.store.WriteAt(data, off); err != nil {
+		return 0, fs.ToErrno(err)
+	}
+	f.wait(func(d *diskModel, now time.Time) time.Time { return d.transfer(now, len(data)) })
+	return uint32(len(data)), 0
+}
+
+func (f *modelFile) Fsync(context.Context, fs.FileHandle, uint32) syscall.Errno {
+	f.wait((*diskModel).sync)
+	return 0
+}
+
+func (f *modelFile) Flush(context.Context, fs.FileHandle) syscall.Errno { return 0 }
+
+func (f *modelFile) Getattr(_ context.Context, _ fs.FileHandle, out *fuse.AttrOut) syscall.Errno {
+	out.Mode = syscall.S_IFREG | 0o600
+	out.Size = uint64(f.size)
+	out.Blocks = uint64(f.size) / 512
+	return 0
+}
+
+func (f *modelFile) Setattr(ctx context.Context, fh fs.FileHandle, in *fuse.SetAttrIn, out *fuse.AttrOut) syscall.Errno {
+	if sz, ok := in.GetSize(); ok && int64(sz) != f.size {
+		return syscall.EPERM // the disk's size is fixed
+	}
+	return f.Getattr(ctx, fh, out)
+}
+
+// runDiskServer is the "disk" sub-command: it serves the modelled disk as
+// the file "disk" of a FUSE file system mounted at --mount, its bytes in
+// --store, until SIGTERM or SIGINT (then it unmounts). It prints "ready"
+// once mounted.
+func runDiskServer(args []string) error {
+	fset := flag.NewFlagSet("disk", flag.ContinueOnError)
+	store := fset.String("store", "", "file holding the disk's bytes (on a tmpfs)")
+	mount := fset.String("mount", "", "directory to mount the FUSE file system on")
+	rate := fset.Float64("rate", 128, "MiB/s")
+	op := fset.Duration("op", 20*time.Microsecond, "time each command holds the device, whatever its size")
+	flushCost := fset.Duration("flush", 0, "time a cache flush holds the device")
+	mib := fset.Int64("mib", 2048, "size, MiB")
+	if err := fset.Parse(args); err != nil {
+		return err
+	}
+	if *store == "" || *mount == "" {
+		return errors.New("disk: --store and --mount are needed")
+	}
+	f, err := os.OpenFile(*store, os.O_RDWR|os.O_CREATE|os.O_EXCL, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	size := *mib << 20
+	if err := f.Truncate(size); err != nil {
+		return err
+	}
+	file := &modelFile{store: f, size: size, model: &diskModel{rate: *rate * (1 << 20), op: *op, flush: *flushCost}}
+	root := &fs.Inode{}
+	server, err := fs.Mount(*mount, root, &fs.Options{
+		MountOptions: fuse.MountOptions{DirectMount: true, DirectMountStrict: true, FsName: "slackline-modelled-disk", Name: "slackline"},
+		OnAdd: func(ctx context.Context) {
+			root.AddChild("disk", root.NewPersistentInode(ctx, file, fs.StableAttr{Mode: syscall.S_IFREG, Ino: 2}), true)
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("mount the modelled disk on %s: %w", *mount, err)
+	}
+	fmt.Println("ready")
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGTERM, syscall.SIGINT)
+	go func() {
+		<-sig
+		// The loop device is detached first (the benchmark's teardown);
+		// a lazy unmount if something still holds it.
+		if err := server.Unmount(); err != nil {
+			_ = syscall.Unmount(*mount, syscall.MNT_DETACH)
+		}
+	}()
+	server.Wait()
+	return nil
+}
+
+// modelledDisk is one run's disk: the tmpfs store, the disk server, the
+// loop device and the ext4 file system mounted at Dir.
+type modelledDisk struct {
+	base   string // the directory holding store, fuse and fs
+	server *exec.Cmd
+	loop   string // /dev/loopN
+	// Dir is where the run's files go (the ext4 file system).
+	Dir string
+	// Device is the loop device's "MAJ:MIN", Scheduler its I/O scheduler.
+	Device, Scheduler string
+	undo              []func() error
+}
+
+// setupDisk builds a modelled disk under base (an empty directory):
+// every step it completes is undone by close, in reverse, whatever fails
+// later. serverCgroup, when set, is the cgroup the disk server is moved
+// into (joined to give it the CPU weight the load generator has: its
+// answers are the disk's latency).
+func setupDisk(o diskOptions, self, base string, join func(pid int) error) (d *modelledDisk, err error) {
+	d = &modelledDisk{base: base}
+	defer func() {
+		if err != nil {
+			d.close()
+			d = nil
+		}
+	}()
+	store, fuseDir, fsDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs")
+	d.undo = append(d.undo, func() error { return removeAll(base) })
+	for _, dir := range []string{store, fuseDir, fsDir} {
+		if err := os.Mkdir(dir, 0o700); err != nil {
+			return d, err
+		}
+	}
+	if err := syscall.Mount("tmpfs", store, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("size=%dk,mode=0700", (o.size>>10)+1024)); err != nil {
+		return d, fmt.Errorf("mount the disk's tmpfs store: %w", err)
+	}
+	d.undo = append(d.undo, func() error { return unmount(store) })
+	srv := exec.Command(self, "disk", "--store", filepath.Join(store, "disk.img"), "--mount", fuseDir,
+		"--rate", fmt.Sprint(o.rate/(1<<20)), "--op", o.op.String(), "--flush", o.flush.String(), "--mib", fmt.Sprint(o.size>>20))
+	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
+	srv.Stderr = os.Stderr
+	out, err := srv.StdoutPipe()
+	if err != nil {
+		return d, err
+	}
+	if err := srv.Start(); err != nil {
+		return d, err
+	}
+	d.server = srv
+	d.undo = append(d.undo, func() error {
+		_ = srv.Process.Signal(syscall.SIGTERM)
+		done := make(chan error, 1)
+		go func() { done <- srv.Wait() }()
+		select {
+		case <-done:
+		case <-time.After(10 * time.Second):
+			_ = srv.Process.Kill()
+			<-done
+		}
+		if mounted(fuseDir) {
+			return unmount(fuseDir)
+		}
+		return nil
+	})
+	line := make([]byte, 6)
+	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
+		return d, fmt.Errorf("the disk server did not start (%q, %v)", line, err)
+	}
+	if join != nil {
+		if err := join(srv.Process.Pid); err != nil {
+			return d, err
+		}
+	}
+	loop, err := exec.Command("losetup", "--find", "--show", filepath.Join(fuseDir, "disk")).Output()
+	if err != nil {
+		return d, fmt.Errorf("losetup: %w", exitText(err))
+	}
+	d.loop = strings.TrimSpace(string(loop))
+	d.undo = append(d.undo, func() error {
+		if out, err := exec.Command("losetup", "--detach", d.loop).CombinedOutput(); err != nil {
+			return fmt.Errorf("losetup --detach %s: %v: %s", d.loop, err, out)
+		}
+		return nil
+	})
+	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", d.loop).CombinedOutput(); err != nil {
+		return d, fmt.Errorf("mkfs.ext4 %s: %v: %s", d.loop, err, out)
+	}
+	if err := syscall.Mount(d.loop, fsDir, "ext4", 0, ""); err != nil {
+		return d, fmt.Errorf("mount %s: %w", d.loop, err)
+	}
+	d.undo = append(d.undo, func() error { return unmount(fsDir) })
+	if err := os.Chmod(fsDir, 0o755); err != nil {
+		return d, err
+	}
+	d.Dir = fsDir
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.loop, &st); err != nil {
+		return d, err
+	}
+	d.Device = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	d.Scheduler = readScheduler(d.Device)
+	return d, nil
+}
+
+// startDisk sets up a run's modelled disk (--disk loop) under the
+// benchmark's directory, its server in the cgroup cg (made here, with the
+// load generator's CPU weight: the server's answers are the disk's
+// latency, and other tenants must not delay them), and pushes its undoing
+// on the cleanup stack.
+func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, err
+	}
+	base, err := os.MkdirTemp(o.binDir, "disk-")
+	if err != nil {
+		return nil, err
+	}
+	cleanup.push(func() { _ = removeAll(base) })
+	if err := makeCgroup(l, cg); err != nil {
+		return nil, err
+	}
+	cleanup.push(func() { removeCgroup(l, cg) })
+	if err := setWeight(l, cg, o.rootWeight); err != nil {
+		return nil, err
+	}
+	d, err := setupDisk(o.disk, self, base, func(pid int) error { return joinCgroup(l, cg, pid) })
+	if err != nil {
+		return nil, fmt.Errorf("modelled disk: %w", err)
+	}
+	cleanup.push(func() {
+		if err := d.close(); err != nil {
+			fmt.Fprintln(os.Stderr, "colocation: modelled disk:", err)
+		}
+	})
+	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
+		// Since Linux 6.10 blk-throttle starts on a device only once a
+		// limit is configured on it, and until then v1's
+		// blkio.throttle.io_service_bytes counts nothing on it: neither
+		// the benchmark nor the agent would see the writers' bytes on a
+		// fresh loop device. Configuring "no limit" in a cgroup of the
+		// benchmark's own starts it (v2's io.stat counts regardless).
+		dir := filepath.Join(l.Blkio, cg)
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			return nil, err
+		}
+		cleanup.push(func() { removeCgroupDir(dir) })
+		if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(d.Device+" 0"), 0); err != nil {
+			return nil, fmt.Errorf("start blk-throttle on %s: %w", d.Device, err)
+		}
+	}
+	return d, nil
+}
+
+// removeCgroupDir removes an empty cgroup directory, trying again for up
+// to 5 s while it is busy.
+func removeCgroupDir(dir string) {
+	for deadline := time.Now().Add(5 * time.Second); syscall.Rmdir(dir) == syscall.EBUSY && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+// close undoes every step of setupDisk that completed, in reverse.
+func (d *modelledDisk) close() error {
+	var errs []error
+	for i := len(d.undo) - 1; i >= 0; i-- {
+		if err := d.undo[i](); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	d.undo = nil
+	return errors.Join(errs...)
+}
+
+// unmount unmounts dir, trying again for up to 30 s while it is busy (a
+// killed task's last writes), then lazily.
+func unmount(dir string) error {
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(200 * time.Millisecond) {
+		err := syscall.Unmount(dir, 0)
+		if err == nil || errors.Is(err, syscall.EINVAL) {
+			return nil
+		}
+		if !errors.Is(err, syscall.EBUSY) || time.Now().After(deadline) {
+			if out, ferr := exec.Command("fuser", "-vm", dir).CombinedOutput(); ferr == nil {
+				err = fmt.Errorf("%w (fuser -vm: %s)", err, strings.TrimSpace(string(out)))
+			}
+			if lerr := syscall.Unmount(dir, syscall.MNT_DETACH); lerr == nil {
+				return fmt.Errorf("unmount %s: %w (detached lazily)", dir, err)
+			}
+			return fmt.Errorf("unmount %s: %w", dir, err)
+		}
+	}
+}
+
+// mounted says whether dir is a mount point (its device differs from its
+// parent's).
+func mounted(dir string) bool {
+	var a, b syscall.Stat_t
+	if syscall.Stat(dir, &a) != nil || syscall.Stat(filepath.Dir(dir), &b) != nil {
+		return true // a dead FUSE mount fails stat: unmount it
+	}
+	return a.Dev != b.Dev
+}
+
+// removeAll removes dir, refusing to cross into a mount left behind.
+func removeAll(dir string) error {
+	entries, _ := os.ReadDir(dir)
+	for _, e := range entries {
+		if p := filepath.Join(dir, e.Name()); e.IsDir() && mounted(p) {
+			return fmt.Errorf("%s still mounted: not removed", p)
+		}
+	}
+	return os.RemoveAll(dir)
+}
+
+func readScheduler(dev string) string {
+	data, err := os.ReadFile(filepath.Join("/sys/dev/block", dev, "queue", "scheduler"))
+	if err != nil {
+		return "unknown"
+	}
+	for f := range strings.FieldsSeq(string(data)) {
+		if strings.HasPrefix(f, "[") {
+			return strings.Trim(f, "[]")
+		}
+	}
+	return "none"
+}
+
+func exitText(err error) error {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && len(ee.Stderr) > 0 {
+		return fmt.Errorf("%w: %s", err, strings.TrimSpace(string(ee.Stderr)))
+	}
+	return err
+}

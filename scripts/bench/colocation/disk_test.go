@@ -1,0 +1,93 @@
+package main
+
+import (
+	"slices"
+	"testing"
+	"time"
+)
+
+func TestDiskModel(t *testing.T) {
+	t.Parallel()
+	t0 := time.Unix(1000, 0)
+	ms := func(n float64) time.Time { return t0.Add(time.Duration(n * float64(time.Millisecond))) }
+	type cmd struct {
+		at    float64 // ms after t0
+		bytes int     // -1: a flush
+		done  float64 // ms after t0
+	}
+	// 1 MiB/s: a KiB holds the device for 1000/1024 ms; 0.1 ms per command.
+	for _, tc := range []struct {
+		name  string
+		flush time.Duration
+		cmds  []cmd
+	}{
+		{"idle device: op plus bytes", 0, []cmd{{0, 1024, 0.1 + 1000.0/1024}}},
+		{"FIFO: a small write waits for the large one ahead", 0, []cmd{
+			{0, 128 << 10, 0.1 + 125}, {1, 4096, 0.1 + 125 + 0.1 + 1000.0/256}}},
+		{"a command after the queue drained starts at once", 0, []cmd{
+			{0, 1024, 0.1 + 1000.0/1024}, {500, 1024, 500 + 0.1 + 1000.0/1024}}},
+		{"a flush waits for the commands ahead, then its cost", 5 * time.Millisecond, []cmd{
+			{0, 128 << 10, 125.1}, {10, -1, 130.1}, {11, 0, 130.2}}},
+		{"a free flush on an idle device completes at once", 0, []cmd{{3, -1, 3}}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := &diskModel{rate: 1 << 20, op: 100 * time.Microsecond, flush: tc.flush}
+			for i, c := range tc.cmds {
+				var got time.Time
+				if c.bytes < 0 {
+					got = d.sync(ms(c.at))
+				} else {
+					got = d.transfer(ms(c.at), c.bytes)
+				}
+				if diff := got.Sub(ms(c.done)); diff < -time.Microsecond || diff > time.Microsecond {
+					t.Errorf("command %d: done at %v, want %v", i, got.Sub(t0), ms(c.done).Sub(t0))
+				}
+			}
+		})
+	}
+}
+
+func TestDiskOptionsValidate(t *testing.T) {
+	t.Parallel()
+	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30}
+	if err := good.validate(); err != nil {
+		t.Fatalf("defaults: %v", err)
+	}
+	for name, o := range map[string]diskOptions{
+		"kind": {kind: "nbd", rate: 1, size: 2 << 30},
+		"rate": {kind: "loop", rate: 0, size: 2 << 30},
+		"op":   {kind: "loop", rate: 1, op: -1, size: 2 << 30},
+		"size": {kind: "loop", rate: 1, size: 1 << 20},
+	} {
+		if err := o.validate(); err == nil {
+			t.Errorf("%s: invalid options accepted", name)
+		}
+	}
+	if err := (diskOptions{kind: "host"}).validate(); err != nil {
+		t.Errorf("host: %v", err)
+	}
+}
+
+func TestCleanupStack(t *testing.T) {
+	t.Parallel()
+	var c cleanupStack
+	var ran []string
+	c.push(func() { ran = append(ran, "outer") })
+	mark := c.mark()
+	c.push(func() { ran = append(ran, "a") })
+	c.push(func() { ran = append(ran, "b") })
+	c.unwind(mark)
+	if want := []string{"b", "a"}; !slices.Equal(ran, want) {
+		t.Fatalf("unwind to the mark ran %v, want %v", ran, want)
+	}
+	c.unwind(mark) // nothing left above the mark: nothing runs twice
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.unwind(0)
+	c.push(func() { ran = append(ran, "late") }) // after a signal's unwind: at once
+	if want := []string{"b", "a", "outer", "late"}; !slices.Equal(ran, want) {
+		t.Fatalf("ran %v, want %v", ran, want)
+	}
+}
