@@ -103,9 +103,12 @@ func TestRolloutShadowStage(t *testing.T) {
 	})
 
 	// A candidate that changes nothing measurable passes its shadow stage
-	// and its waves; in the waves its agents shadow version 1.
+	// and its waves; in the waves its agents shadow version 1. The shadow
+	// stage soaks a second: it must score 500 estimates by 3 times its
+	// soak or end unjudged, and 300 ms on the wall clock were too short at
+	// load 36 (0 scored).
 	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(100 * time.Millisecond), MinEstimatesScored: 500,
-		ShadowSoak: durationpb.New(100 * time.Millisecond)}
+		ShadowSoak: durationpb.New(time.Second)}
 	if _, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
 		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy})); err != nil {
 		t.Fatal(err)

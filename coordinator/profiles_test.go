@@ -3,6 +3,7 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
+	"net/http"
 	"strings"
 	"sync"
 	"testing"
@@ -59,21 +60,20 @@ func startProfileCluster(t *testing.T, tiers map[string]int) *profileCluster {
 // a rollout's shadows when shadows is set.
 func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool) *profileCluster {
 	t.Helper()
-	// In memory (agenttest.Network), as the load tests: the same HTTP/2
-	// server and clients, without loopback's system calls.
-	sn := memNet()
+	addr := agenttest.NewTCP(t)
 	coord := agenttest.StartCoordinator(t, coordinator.Config{
 		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
 		// Rollouts are judged every 50 ms, not every second: the
 		// rollout test's soaks and waves take a judgement each.
 		RolloutInterval: 50 * time.Millisecond,
-	}, sn.server)
-	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(sn.newClient(t), sn.url), fleets: map[string]*sim.Fleet{}}
+	}, addr)
+	url := "http://" + addr.Addr
+	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(http.DefaultClient, url), fleets: map[string]*sim.Fleet{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for tier, n := range tiers {
-		fleet, err := sim.NewFleet(sim.Config{Coordinator: sn.url, HTTPClient: sn.newClient(t), Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
+		fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
 			HostnamePrefix: tier + "-", Attributes: map[string]string{"tier": tier}, Profile: simulatedEstimator, ProfileShadows: shadows, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
