@@ -30,7 +30,7 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 	t.Parallel()
 	cfg := fastConfig(t.TempDir())
 	cfg.Limits.MaxConcurrentCallsPerCaller = 2
-	// On loopback and the wall clock, beside a flood: the agent must not
+	// On the wall clock, beside a flood: the agent must not
 	// be found silent however slow the machine (this test is about
 	// fairness, not liveness).
 	cfg.AgentTimeout = time.Hour
@@ -44,8 +44,8 @@ func TestFloodingFrameworkDoesNotStarveOthers(t *testing.T) {
 	victim := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "victim"})
 	// A caller is a connection (calls are not authenticated here): each
 	// framework makes its calls over an HTTP/2 connection of its own.
-	flooder.client = slacklinev1connect.NewSchedulerServiceClient(h2cClient(t), tc.srv.URL)
-	victim.client = slacklinev1connect.NewSchedulerServiceClient(h2cClient(t), tc.srv.URL)
+	flooder.client = slacklinev1connect.NewSchedulerServiceClient(tc.h2cClient(), tc.url)
+	victim.client = slacklinev1connect.NewSchedulerServiceClient(tc.h2cClient(), tc.url)
 	go func() { // the flooder reads its events, so only the call limit holds it back
 		for range flooder.events {
 		}
@@ -161,12 +161,13 @@ const victimCallsTimeout = 5 * time.Minute
 // floodCallers is how many goroutines make the flooder's calls.
 const floodCallers = 8
 
-// h2cClient returns a client that speaks cleartext HTTP/2 only: its calls
-// share one connection, so the coordinator sees one caller.
-func h2cClient(t *testing.T) *http.Client {
-	tr := &http.Transport{Protocols: new(http.Protocols)}
+// h2cClient returns a client of the cluster that speaks cleartext HTTP/2
+// only: its calls share one connection, so the coordinator sees one
+// caller.
+func (tc *testCluster) h2cClient() *http.Client {
+	tr := &http.Transport{Protocols: new(http.Protocols), DialContext: tc.listener.dial}
 	tr.Protocols.SetUnencryptedHTTP2(true)
-	t.Cleanup(tr.CloseIdleConnections)
+	tc.t.Cleanup(tr.CloseIdleConnections)
 	return &http.Client{Transport: tr}
 }
 

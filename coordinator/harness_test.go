@@ -7,9 +7,9 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
-	"net/http/httptest"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -23,13 +23,15 @@ import (
 )
 
 // testCluster is a real coordinator served over HTTP, driven through the
-// public services: on loopback (startCluster) or in memory (startCluster
-// inside a synctest bubble: connections are net.Pipe pairs, so that the
-// bubble's fake clock drives every timer and the test is exact).
+// public services, on in-memory connections (net.Pipe pairs with loopback
+// addresses, so that per-connection limits tell callers apart as on TCP):
+// the same HTTP/1.1 and cleartext HTTP/2 server and Connect clients as on
+// loopback, without the kernel's sockets. startCluster runs on the wall
+// clock; startPipeCluster inside a synctest bubble, where the bubble's
+// fake clock drives every timer and the test is exact.
 type testCluster struct {
 	t        *testing.T
 	c        *Coordinator
-	srv      *httptest.Server
 	url      string
 	workDir  string
 	cancel   context.CancelFunc
@@ -37,7 +39,10 @@ type testCluster struct {
 	client   *http.Client
 	opts     []connect.ClientOption
 	operator slacklinev1connect.OperatorServiceClient
-	// closeServer ends an in-memory server and its connections.
+	listener *pipeListener
+	// inBubble says the cluster runs in a synctest bubble.
+	inBubble bool
+	// closeServer ends the server and its connections.
 	closeServer func()
 }
 
@@ -54,22 +59,22 @@ func fastConfig(dir string) Config {
 	}
 }
 
-// startCluster serves a coordinator over real HTTP/2 on loopback.
+// wallConfig is fastConfig for tests on the wall clock (startCluster) that
+// are not about liveness (a restart, the registry, metrics): their agents
+// are never found silent, nor lost for not re-registering, however slow
+// the machine (at load 36, 1.5 s between a by-hand agent's registration
+// and its framework's reconciliation passed, and its task was LOST).
+func wallConfig(dir string) Config {
+	cfg := fastConfig(dir)
+	cfg.AgentTimeout, cfg.AgentReregisterTimeout = time.Hour, time.Hour
+	return cfg
+}
+
+// startCluster serves a coordinator on in-memory connections, on the
+// wall clock.
 func startCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *testCluster {
 	t.Helper()
-	c, err := New(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewUnstartedServer(c.Handler())
-	srv.EnableHTTP2 = true
-	srv.Config.Protocols = new(http.Protocols)
-	srv.Config.Protocols.SetHTTP1(true)
-	srv.Config.Protocols.SetUnencryptedHTTP2(true)
-	srv.Start()
-	tc := &testCluster{t: t, c: c, srv: srv, url: srv.URL, workDir: cfg.WorkDir, client: server.NewClient(), opts: opts}
-	tc.run()
-	return tc
+	return serveCluster(t, cfg, false, opts)
 }
 
 func (tc *testCluster) run() {
@@ -80,32 +85,51 @@ func (tc *testCluster) run() {
 	tc.t.Cleanup(tc.stop)
 }
 
-// startPipeCluster serves a coordinator over HTTP on in-memory
-// connections (net.Pipe), for tests that run in a synctest bubble: its
-// timers, the agents' heartbeats and the tests' deadlines all follow the
-// bubble's fake clock, which moves only when every goroutine waits.
+// startPipeCluster serves a coordinator on in-memory connections for tests
+// that run in a synctest bubble: its timers, the agents' heartbeats and the
+// tests' deadlines all follow the bubble's fake clock, which moves only
+// when every goroutine waits.
 func startPipeCluster(t *testing.T, cfg Config, opts ...connect.ClientOption) *testCluster {
+	t.Helper()
+	return serveCluster(t, cfg, true, opts)
+}
+
+func serveCluster(t *testing.T, cfg Config, inBubble bool, opts []connect.ClientOption) *testCluster {
 	t.Helper()
 	c, err := New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
 	l := newPipeListener()
-	// A read timeout as the binary has one (shorter: a second of the
-	// bubble's clock), which a request's body must arrive within.
-	srv := &http.Server{Handler: c.Handler(), Protocols: new(http.Protocols), ReadTimeout: time.Second}
+	srv := &http.Server{Handler: c.Handler(), Protocols: new(http.Protocols)}
+	if inBubble {
+		// A read timeout as the binary has one (shorter: a second of the
+		// bubble's clock), which a request's body must arrive within. On
+		// the wall clock there is none, as httptest's server had none: a
+		// loaded machine must not cut a request.
+		srv.ReadTimeout = time.Second
+	}
 	srv.Protocols.SetHTTP1(true)
 	srv.Protocols.SetUnencryptedHTTP2(true)
 	go srv.Serve(l)
-	client := server.NewClient()
-	client.Transport.(*http.Transport).DialContext = l.dial
-	tc := &testCluster{t: t, c: c, url: "http://coordinator.test", workDir: cfg.WorkDir, client: client, opts: opts,
-		closeServer: func() {
-			srv.Close()
-			client.CloseIdleConnections()
-		}}
+	tc := &testCluster{t: t, c: c, url: "http://coordinator.test", workDir: cfg.WorkDir, opts: opts, listener: l, inBubble: inBubble}
+	tc.client = tc.newClient()
+	tc.closeServer = func() {
+		srv.Close()
+		tc.client.CloseIdleConnections()
+	}
 	tc.run()
 	return tc
+}
+
+// newClient returns an HTTP client (HTTP/1.1 and cleartext HTTP/2, as
+// server.NewClient) whose connections reach the cluster's server. Each
+// client has connections of its own: the coordinator sees it as another
+// caller.
+func (tc *testCluster) newClient() *http.Client {
+	client := server.NewClient()
+	client.Transport.(*http.Transport).DialContext = tc.listener.dial
+	return client
 }
 
 // pipeListener is an in-memory net.Listener whose connections are the
@@ -138,7 +162,7 @@ func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 // dial connects to the listener.
 func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, srv := net.Pipe()
+	client, srv := addressedPipe()
 	select {
 	case l.conns <- srv:
 		return client, nil
@@ -154,6 +178,29 @@ type pipeAddr struct{}
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
 
+// lastPipePort numbers the client ends of addressedPipe.
+var lastPipePort atomic.Uint32
+
+// addressedPipe is net.Pipe with a loopback connection's addresses, the
+// client's a port of its own, so that the per-connection call limit
+// (connection:ADDRESS) sees one caller per connection as on TCP, not every
+// connection as "pipe".
+func addressedPipe() (client, srv net.Conn) {
+	c, s := net.Pipe()
+	serverAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
+	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 10000 + int(lastPipePort.Add(1)%50000)}
+	return addrConn{Conn: c, local: clientAddr, remote: serverAddr}, addrConn{Conn: s, local: serverAddr, remote: clientAddr}
+}
+
+// addrConn is a net.Conn with the addresses it reports.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
+
 // stop shuts the coordinator down (idempotent).
 func (tc *testCluster) stop() {
 	if tc.cancel == nil {
@@ -164,14 +211,9 @@ func (tc *testCluster) stop() {
 	if err := <-tc.done; err != nil {
 		tc.t.Errorf("Run: %v", err)
 	}
-	if tc.srv != nil {
-		tc.srv.CloseClientConnections()
-		tc.srv.Close()
-	} else {
-		tc.closeServer()
-	}
+	tc.closeServer()
 	tc.c.Close()
-	if tc.srv == nil {
+	if tc.inBubble {
 		// In a bubble (fake time, no wait): the subscriber goroutine
 		// (offStack) ends after offStackIdle without calls; every goroutine
 		// must end before the bubble does.

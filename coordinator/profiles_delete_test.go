@@ -20,7 +20,7 @@ func TestDeleteProfileAndAbortRollout(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	dir := t.TempDir()
-	tc := startCluster(t, fastConfig(dir))
+	tc := startCluster(t, wallConfig(dir))
 	for _, h := range []string{"web-1", "web-2"} {
 		tc.registerAgent(h, "cpus:4;mem:4096")
 	}
@@ -65,7 +65,7 @@ func TestDeleteProfileAndAbortRollout(t *testing.T) {
 	}
 	tc.stop()
 
-	tc2 := startCluster(t, fastConfig(dir))
+	tc2 := startCluster(t, wallConfig(dir))
 	after, err := profileService{tc2.c}.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{}))
 	if err != nil {
 		t.Fatal(err)

@@ -22,13 +22,13 @@ func TestRestartKeepsProfiles(t *testing.T) {
 	t.Parallel()
 	t.Run("bbolt", func(t *testing.T) {
 		dir := t.TempDir()
-		testRestartKeepsProfiles(t, func() Config { return fastConfig(dir) })
+		testRestartKeepsProfiles(t, func() Config { return wallConfig(dir) })
 	})
 	t.Run("etcd", func(t *testing.T) {
 		etcdtest.Require(t)
 		client := etcdtest.Start(t, 1).Client(t)
 		testRestartKeepsProfiles(t, func() Config {
-			cfg := fastConfig(t.TempDir()) // the work dir is unused with a store
+			cfg := wallConfig(t.TempDir()) // the work dir is unused with a store
 			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: "/profiles-test/"})
 			return cfg
 		})

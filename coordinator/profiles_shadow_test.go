@@ -103,9 +103,16 @@ func TestRolloutShadowStage(t *testing.T) {
 	})
 
 	// A candidate that changes nothing measurable passes its shadow stage
-	// and its waves; in the waves its agents shadow version 1.
-	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(100 * time.Millisecond), MinEstimatesScored: 500,
-		ShadowSoak: durationpb.New(100 * time.Millisecond)}
+	// and its waves; in the waves its agents shadow version 1. The shadow
+	// stage soaks a second: it must score 500 estimates by 3 times its
+	// soak or end unjudged, and 300 ms on the wall clock were too short at
+	// load 36 (0 scored). Each wave soaks 2 s: the last wave can be judged
+	// on the agents of the first alone, and an agent whose heartbeat
+	// brings it version 3 only after the rollout completed gets it as the
+	// stable version, with no shadow of version 1 (with 100 ms, 3 runs of
+	// 20 at load 30-40 timed out waiting for such an agent's shadow).
+	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(2 * time.Second), MinEstimatesScored: 500,
+		ShadowSoak: durationpb.New(time.Second)}
 	if _, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
 		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy})); err != nil {
 		t.Fatal(err)

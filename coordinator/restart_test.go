@@ -20,13 +20,13 @@ func TestRestartKeepsRegistry(t *testing.T) {
 	t.Parallel()
 	t.Run("bbolt", func(t *testing.T) {
 		dir := t.TempDir()
-		testRestartKeepsRegistry(t, func() Config { return fastConfig(dir) })
+		testRestartKeepsRegistry(t, func() Config { return wallConfig(dir) })
 	})
 	t.Run("etcd", func(t *testing.T) {
 		etcdtest.Require(t)
 		client := etcdtest.Start(t, 1).Client(t)
 		testRestartKeepsRegistry(t, func() Config {
-			cfg := fastConfig(t.TempDir()) // the work dir is unused with a store
+			cfg := wallConfig(t.TempDir()) // the work dir is unused with a store
 			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: "/restart-test/"})
 			return cfg
 		})

@@ -3,7 +3,6 @@ package coordinator
 import (
 	"context"
 	"io"
-	"net/http"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -18,12 +17,12 @@ import (
 
 func TestHealthAndMetrics(t *testing.T) {
 	t.Parallel()
-	tc := startCluster(t, fastConfig(t.TempDir()))
+	tc := startCluster(t, wallConfig(t.TempDir()))
 	tc.registerAgent("host-a", "cpus:1;mem:512")
 	fw := tc.subscribe(&slacklinev1.FrameworkInfo{Name: "fw"})
 	fw.nextOffer()
 
-	health := grpchealth.NewClient(tc.client, tc.srv.URL, connect.WithGRPC())
+	health := grpchealth.NewClient(tc.client, tc.url, connect.WithGRPC())
 	for _, svc := range []string{"", slacklinev1connect.SchedulerServiceName, slacklinev1connect.OperatorServiceName} {
 		resp, err := health.Check(context.Background(), &grpchealth.CheckRequest{Service: svc})
 		if err != nil || resp.Status != grpchealth.StatusServing {
@@ -34,7 +33,7 @@ func TestHealthAndMetrics(t *testing.T) {
 		t.Fatalf("health of an unknown service: %v, want NotFound", err)
 	}
 
-	resp, err := http.Get(tc.srv.URL + "/metrics")
+	resp, err := tc.client.Get(tc.url + "/metrics")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,12 +5,14 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 )
 
-// Network is an in-memory network for tests that run in a testing/synctest
-// bubble: connections are net.Pipe pairs, so a goroutine blocked on one is
-// durably blocked and synctest.Wait returns. It has one address, which
+// Network is an in-memory network for tests: connections are net.Pipe
+// pairs, so in a testing/synctest bubble a goroutine blocked on one is
+// durably blocked and synctest.Wait returns, and outside one they cost no
+// system calls. It has one address, which
 // refuses connections while no server serves it (Serve); a test can also
 // refuse new connections (SetDown) and cut the open ones (Cut), as a
 // coordinator that crashed would.
@@ -39,7 +41,7 @@ func (n *Network) DialContext(ctx context.Context, _, _ string) (net.Conn, error
 	if down {
 		return nil, errRefused
 	}
-	server, client := net.Pipe()
+	server, client := pipe()
 	select {
 	case n.accept <- server:
 	case <-ctx.Done():
@@ -104,7 +106,34 @@ func (l *listener) Close() error {
 	return nil
 }
 
-func (l *listener) Addr() net.Addr { return &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050} }
+func (l *listener) Addr() net.Addr { return serverAddr }
+
+// serverAddr is the address a Network's server listens on.
+var serverAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
+
+// lastPort numbers the client ends of pipes.
+var lastPort atomic.Uint32
+
+// pipe returns the two ends of a net.Pipe whose addresses are a loopback
+// connection's: the server's end is serverAddr, the client's a port of
+// its own, as on TCP, so that a server which tells callers apart by their
+// address (a per-connection call limit) sees one caller per connection,
+// not every connection as "pipe".
+func pipe() (server, client net.Conn) {
+	s, c := net.Pipe()
+	port := 10000 + int(lastPort.Add(1)%50000)
+	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+	return addrConn{Conn: s, local: serverAddr, remote: clientAddr}, addrConn{Conn: c, local: clientAddr, remote: serverAddr}
+}
+
+// addrConn is a net.Conn with the addresses it reports.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // Serve serves handler on a new listener of n with HTTP/1.1 and cleartext
 // HTTP/2 until the returned stop is called; stop closes the server and its
