@@ -144,9 +144,11 @@ type Coordinator struct {
 	storeFailed chan error
 	// subscriber runs subscriptions off their handlers' stacks (flow.go).
 	subscriber offStack
-	// persistMu, then mu: see "Locks and persistence" in doc.go.
-	persistMu sync.Mutex
-	mu        sync.Mutex
+	// mu, the one lock over the shell's state: see "Locks and
+	// persistence" in doc.go.
+	mu sync.Mutex
+	// turns orders the ordered changes (order.go). Guarded by mu.
+	turns turns
 	// registrationAfter is closed when the last applied registration's
 	// after-apply records (core Ready.After) are written: the next one
 	// waits on it, so that they land in the order registrations apply
@@ -426,10 +428,14 @@ func (c *Coordinator) timerPeriod() time.Duration {
 // checkTimeouts lets time pass in the core and applies what it decided
 // (tick): silent agents become unreachable, frameworks past their failover
 // timeout are torn down, timed-out offers are rescinded; and forgets
-// history when due. It takes persistMu, c.mu.
+// history when due. It takes a turn of every scope (it may tear down any
+// framework; order.go), and c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	done, err := c.takeTurn(ctx)
+	if err != nil {
+		return // stopping
+	}
+	defer done()
 	c.mu.Lock()
 	now := c.cfg.Now()
 	writes := c.tick(now)

@@ -47,15 +47,18 @@ func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.Stat
 }
 
 // changeMaintenance computes a transition once, persists its record and
-// installs it, holding persistMu throughout: every change to the
-// maintenance state holds it, so the transition is still valid when
-// installed. The transition (validating a schedule of 40,000 machines
-// takes a tenth of a second) runs without c.mu: c.maint is replaced and
-// changed only under persistMu, and a transition does not modify it. It
-// takes persistMu and c.mu and returns the RPC error.
+// installs it in one turn of the maintenance state's scope (order.go):
+// every change to the maintenance state takes one, so the transition is
+// still valid when installed. The transition (validating a schedule of
+// 40,000 machines takes a tenth of a second) runs without c.mu: c.maint
+// is replaced and changed only in such a turn, and a transition does not
+// modify it. It takes a turn and c.mu and returns the RPC error.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	done, err := c.takeTurn(ctx, scopeMaintenance)
+	if err != nil {
+		return err
+	}
+	defer done()
 	next, _, err := tr(c.maint)
 	if err != nil {
 		return maintenanceError(err)
@@ -119,10 +122,14 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 // call is refused and changes nothing. The answer is kept for
 // GetMaintenanceStatus; the framework gets the next inverse offer for the
 // agent after the filter's refuse_seconds (default 5 s) if it still uses it.
-// It takes persistMu (answers are part of the maintenance state) and c.mu.
+// It takes a turn of the maintenance state's scope (answers are part of
+// it) and c.mu.
 func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	done, err := c.takeTurn(ctx, scopeMaintenance)
+	if err != nil {
+		return err
+	}
+	defer done()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fw, err := c.authorize(ctx, header, frameworkID)

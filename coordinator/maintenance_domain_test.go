@@ -145,11 +145,11 @@ func TestChangeMaintenance(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := maintenance.Machine{Hostname: "host-a"}
-			d.c.persistMu.Lock()
+			done, _ := d.c.takeTurn(context.Background()) // every scope, as the tick takes
 			d.c.mu.Lock()
 			d.c.maint.RecordAnswer(a, "fw", maintenance.StatusAccept, testNow)
 			d.c.mu.Unlock()
-			d.c.persistMu.Unlock()
+			done()
 			if err := d.updateSchedule(window, machineWindow(testNow, time.Hour, "host-b")); err != nil {
 				t.Fatal(err)
 			}

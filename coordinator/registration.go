@@ -125,7 +125,7 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 // one) and returns its id, session id and the interval to heartbeat at:
 // the core plans it (a persist step), the records are written with mu
 // released, then the core applies it. It takes c.mu to plan and to apply,
-// and no persistMu: registrations share fsyncs. Another registration of
+// and no turn (order.go): registrations share fsyncs. Another registration of
 // the host may plan, write and apply in between; the core's after-apply
 // records then restate the host's records as applied, written in apply
 // order (recordInApplyOrder), so the registry ends as memory is (#30).

@@ -143,8 +143,8 @@ func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.
 // written with mu released; then, under mu, its sends delivered and its
 // change applied (core.Apply) and what that leads to delivered. A failed
 // write is Unavailable and nothing is sent or applied. The caller holds
-// persistMu when the change must not interleave with another ordered
-// change, and never mu.
+// a turn (order.go) when the change must not interleave with another
+// ordered change, and never mu.
 func (c *Coordinator) step(ctx context.Context, what string, event func() core.Ready) error {
 	c.mu.Lock()
 	r := event()

@@ -80,15 +80,23 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 // subscribe admits a subscription, new or a failover, its record durable
 // before the framework learns its id: the core's persist step
 // (core.SubscribeFramework), planned under c.mu, written with it released,
-// applied under it. It holds persistMu throughout so that no teardown
-// slips in between (nor another principal's framework past
+// applied under it. It does so in a turn of the framework's scope (of its
+// principal's for a new one; order.go) so that no teardown slips in
+// between (nor another framework of the principal past
 // Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	sc := scopePrincipal(info.GetPrincipal()) // a new framework: its principal's count
+	if info.GetId() != "" {
+		sc = scopeFramework(info.GetId()) // a failover: the framework's record
+	}
+	done, err := c.takeTurn(ctx, sc)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer done()
 	c.mu.Lock()
-	err := subscriptionError(c.core.CheckSubscription(info.GetId()))
+	err = subscriptionError(c.core.CheckSubscription(info.GetId()))
 	if err == nil {
 		// Refused before anything changes: a failover by another principal
 		// leaves the running framework untouched.
@@ -214,10 +222,12 @@ var (
 // subscriptionEnded handles the end of a Subscribe stream: if it is still
 // the framework's current subscription the framework becomes DISCONNECTED
 // and its failover timeout starts (an immediate teardown when it is zero).
-// It takes persistMu and c.mu.
+// It takes a turn of the framework's scope and of the maintenance state's
+// (a teardown forgets the framework's answers to inverse offers), and
+// c.mu.
 func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	done, _ := c.takeTurn(context.Background(), scopeFramework(fw.id()), scopeMaintenance)
+	defer done()
 	c.mu.Lock()
 	if fw.sub != sub || c.stopping {
 		// Replaced by a newer subscription, or the coordinator is stopping:
@@ -244,7 +254,8 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 // removeFramework tears a framework down: offers rescinded, tasks killed and
 // forgotten, allocations released (the core's RemoveFramework, which keeps
 // its record as torn down). It returns the registry writes that mark it
-// completed. Caller holds persistMu (see subscribe) and c.mu.
+// completed. Caller holds a turn of the framework's scope and of the
+// maintenance state's (see subscribe), and c.mu.
 func (c *Coordinator) removeFramework(fw *framework, reason string) []store.Mutation {
 	id := fw.id()
 	c.maint.ForgetFramework(id)
