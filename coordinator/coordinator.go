@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/coordinator/core"
-	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
@@ -164,8 +163,6 @@ type Coordinator struct {
 	// live agent).
 	hosts      map[string][]*agent
 	frameworks map[string]*framework
-	// maint is the maintenance schedule, modes and answers.
-	maint *maintenance.State
 	// profiles are the node profiles, the agents' reports of them and
 	// what was sent to each (profiles.go, #29).
 	profiles profileBook
@@ -219,7 +216,6 @@ func New(cfg Config) (*Coordinator, error) {
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
-		maint:         maintenance.New(),
 		instanceID:    instanceID,
 		startedAt:     startedAt,
 		hosts:         map[string][]*agent{},

@@ -56,18 +56,21 @@
 // agents by core.InstallMaintenance (shutdowns, forgetting the GONE agents
 // of machines back UP, inverse offers); core.ForgetGoneAgents is the
 // retention of gone agents. The records of the changes it decides itself
-// come back in Ready.After. The maintenance schedule is an input: the
-// shell's maintenance.State, which the core's calls are given.
+// come back in Ready.After. The core owns the maintenance state too
+// (core.Maintenance; package maintenance stays beneath it as the pure
+// calculator): a transition (a schedule update, machines taken DOWN or
+// brought UP) is a persist step (core.PlanMaintenance, computed outside
+// mu, then core.Apply once its record is durable, which installs it);
+// answers to inverse offers are recorded in it by
+// core.AnswerInverseOffers and forgotten by core.RemoveFramework.
 //
 // This package is the shell around it and still holds the rest of the
 // state: the agents' sessions and heartbeat streams (agent embeds the
 // core's record, which it reads under mu and never changes), the
-// frameworks' states, sessions and subscriptions, the maintenance state
-// itself and its transitions (computed by package maintenance, persisted
-// here), authorization and the launch proofs. RPC handlers decode,
-// authorize, validate, call one domain operation and encode; registry
-// changes are pure plans (the core's persist steps, and a maintenance
-// transition), table-tested, that register, subscribe and
+// frameworks' states, sessions and subscriptions, authorization and the
+// launch proofs. RPC handlers decode, authorize, validate, call one
+// domain operation and encode; registry changes are the core's persist
+// steps, table-tested, that register, subscribe, updateRoles and
 // changeMaintenance persist and apply. Bindings the core relies on (a
 // framework's principal, an agent's identity and hostname) are enforced
 // here before an event reaches it.
@@ -114,7 +117,7 @@
 // registry as in memory), and changes of different scopes write
 // concurrently, sharing fsyncs (the store batches concurrent writes). A
 // teardown takes the maintenance state's scope too (it forgets the
-// framework's answers to inverse offers). The maintenance state is
+// framework's answers to inverse offers). The core's maintenance state is
 // replaced and changed only in a turn of its scope (and under mu), so
 // the turn's holder reads it without mu: a schedule is validated outside
 // mu. Agent registrations take no turn, so that they share fsyncs; they

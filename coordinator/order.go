@@ -26,7 +26,7 @@ import (
 type scope string
 
 const (
-	// scopeMaintenance: the maintenance state (c.maint), replaced or
+	// scopeMaintenance: the maintenance state (the core's), replaced or
 	// changed only in a turn of this scope, so that its holder reads it
 	// without mu (a schedule is validated outside mu).
 	scopeMaintenance scope = "maintenance"

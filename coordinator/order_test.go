@@ -251,13 +251,13 @@ func TestAnswerDuringScheduleChange(t *testing.T) {
 			done, _ := d.c.takeTurn(context.Background(), scopeMaintenance)
 			defer done()
 			d.c.mu.Lock()
-			d.c.maint.RecordAnswer(maintenance.Machine{Hostname: "host-a"}, "fw", maintenance.StatusAccept, clk.Now())
+			d.c.core.Maintenance().RecordAnswer(maintenance.Machine{Hostname: "host-a"}, "fw", maintenance.StatusAccept, clk.Now())
 			d.c.mu.Unlock()
 		})
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
-	if _, ok := d.c.maint.Answers(maintenance.Machine{Hostname: "host-a"})["fw"]; !ok || len(d.c.maint.Machines()) != 2 {
-		t.Fatalf("answers %v, machines %v: want the answer kept and both machines scheduled", d.c.maint.Answers(maintenance.Machine{Hostname: "host-a"}), d.c.maint.Machines())
+	if _, ok := d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"})["fw"]; !ok || len(d.c.core.Maintenance().Machines()) != 2 {
+		t.Fatalf("answers %v, machines %v: want the answer kept and both machines scheduled", d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"}), d.c.core.Maintenance().Machines())
 	}
 }
 

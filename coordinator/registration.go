@@ -138,7 +138,7 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	if reg.info.GetId() == "" {
 		reg.info.Id = c.core.ProposedAgentID(reg.info.GetHostname(), reg.proposedID, ids.New())
 	}
-	planned, err := c.core.PlanRegistration(core.AgentRegistration{Info: reg.info, Total: reg.total, PreviousID: reg.previousID}, c.maint, now)
+	planned, err := c.core.PlanRegistration(core.AgentRegistration{Info: reg.info, Total: reg.total, PreviousID: reg.previousID}, c.core.Maintenance(), now)
 	if err == nil {
 		err = c.checkAgentIdentity(reg)
 	}
@@ -232,7 +232,7 @@ func (c *Coordinator) applyRegistration(reg registration, change core.Change, no
 	if r := c.core.Agent(reg.info.GetId()); r != nil {
 		previous = r.State
 	}
-	r, rec, err := c.core.ApplyRegistration(change, c.maint, now)
+	r, rec, err := c.core.ApplyRegistration(change, c.core.Maintenance(), now)
 	if err != nil {
 		// Went DOWN while the record was written; recovery and the next
 		// registration sort the record out.

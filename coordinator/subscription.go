@@ -258,7 +258,6 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 // maintenance state's (see subscribe), and c.mu.
 func (c *Coordinator) removeFramework(fw *framework, reason string) []store.Mutation {
 	id := fw.id()
-	c.maint.ForgetFramework(id)
 	r := c.core.RemoveFramework(id)
 	writes := registryWrites(r.After)
 	r.After = nil
