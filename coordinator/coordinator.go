@@ -427,11 +427,7 @@ func (c *Coordinator) timerPeriod() time.Duration {
 // history when due. It takes a turn of every scope (it may tear down any
 // framework; order.go), and c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
-	done, err := c.takeTurn(ctx)
-	if err != nil {
-		return // stopping
-	}
-	defer done()
+	defer c.takeTurn()()
 	c.mu.Lock()
 	now := c.cfg.Now()
 	writes := c.tick(now)

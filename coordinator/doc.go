@@ -109,7 +109,7 @@
 // state, the roles, the profiles; the timeout tick takes every scope,
 // as it may tear down any framework). Turns are state under mu: a change
 // asks for its turn under mu and waits for the turns it follows on their
-// channels with no lock held (giving up when its caller hangs up), then
+// channels with no lock held, then
 // decides under mu, writes with no lock and applies under mu. Changes of
 // one scope never interleave (a teardown's record is never overwritten by
 // a concurrent subscription's; a maintenance transition is computed once

@@ -422,7 +422,7 @@ func TestHistoryIsBounded(t *testing.T) {
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: fmt.Sprint("fw", i)})
 			ids = append(ids, id)
 		}
-		done, _ := d.c.takeTurn(context.Background()) // every scope, as the tick takes
+		done := d.c.takeTurn() // every scope, as the tick takes
 		d.c.mu.Lock()
 		// Torn down newest first: the registration time decides, not the
 		// order of the teardowns.
@@ -443,7 +443,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		d := newLimitedDomain(t, Limits{GoneAgentRetention: time.Hour})
 		id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw", Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}})
 		agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024", agentTask(id, "t1", "cpus:1", staging)))
-		done, _ := d.c.takeTurn(context.Background()) // every scope, as the tick takes
+		done := d.c.takeTurn() // every scope, as the tick takes
 		d.c.mu.Lock()
 		a := d.c.agents[agentID]
 		// Silent for a month: the core finds it lost.

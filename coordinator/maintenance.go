@@ -56,11 +56,7 @@ func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.Stat
 // even if the caller hangs up (recovery derives them from the modes
 // anyway). It takes a turn and c.mu and returns the RPC error.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
-	done, err := c.takeTurn(ctx, scopeMaintenance)
-	if err != nil {
-		return err
-	}
-	defer done()
+	defer c.takeTurn(scopeMaintenance)()
 	c.mu.Lock()
 	cur := c.core.Maintenance()
 	c.mu.Unlock()
@@ -117,11 +113,7 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 // It takes a turn of the maintenance state's scope (answers are part of
 // it) and c.mu.
 func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
-	done, err := c.takeTurn(ctx, scopeMaintenance)
-	if err != nil {
-		return err
-	}
-	defer done()
+	defer c.takeTurn(scopeMaintenance)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fw, err := c.authorize(ctx, header, frameworkID)
@@ -329,8 +321,9 @@ func (c *Coordinator) autoDown(ctx context.Context) {
 	byMachine := c.machineAgents()
 	running := c.runningTasks()
 	var ready []*slacklinev1.MachineID
-	for _, m := range c.core.Maintenance().Machines() {
-		if c.core.Maintenance().Mode(m) == maintenance.ModeDraining && c.core.Maintenance().ReadyForAutoDown(m, now, c.machineUsage(m, byMachine, running)) {
+	st := c.core.Maintenance()
+	for _, m := range st.Machines() {
+		if st.Mode(m) == maintenance.ModeDraining && st.ReadyForAutoDown(m, now, c.machineUsage(m, byMachine, running)) {
 			ready = append(ready, m.Proto())
 		}
 	}

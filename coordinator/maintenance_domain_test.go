@@ -145,7 +145,7 @@ func TestChangeMaintenance(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := maintenance.Machine{Hostname: "host-a"}
-			done, _ := d.c.takeTurn(context.Background()) // every scope, as the tick takes
+			done := d.c.takeTurn() // every scope, as the tick takes
 			d.c.mu.Lock()
 			d.c.core.Maintenance().RecordAnswer(a, "fw", maintenance.StatusAccept, testNow)
 			d.c.mu.Unlock()

@@ -195,10 +195,6 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 // persist step. It takes a turn of the roles' scope (role changes are
 // ordered changes; order.go) and c.mu.
 func (c *Coordinator) updateRoles(ctx context.Context, what string, configs []core.RoleConfig) error {
-	done, err := c.takeTurn(ctx, scopeRoles)
-	if err != nil {
-		return err
-	}
-	defer done()
+	defer c.takeTurn(scopeRoles)()
 	return c.step(ctx, what, func() core.Ready { return c.core.UpdateRoles(configs) })
 }

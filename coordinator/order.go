@@ -1,25 +1,7 @@
 package coordinator
 
-import (
-	"context"
-	"errors"
-
-	"connectrpc.com/connect"
-)
-
-// Ordered changes (#30). A change to framework records, the maintenance
-// state (answers to inverse offers included), weights, quota or node
-// profiles runs from its decision to its application in a turn: the
-// change decides under mu, writes its records with no lock held, and
-// applies under mu, and no other change of the same scope decides in
-// between (a teardown's record is never overwritten by a concurrent
-// subscription's; a maintenance transition is computed once and is still
-// valid when installed; concurrent weight updates end in the registry as
-// in memory). Turns are state under mu, not a mutex: a change waits for
-// the turns it follows on their channels with no lock held, and gives up
-// waiting when its caller hangs up. Changes of different scopes do not
-// wait for each other, so their writes share fsyncs (the store batches
-// concurrent writes), as registrations, which take no turn, always did.
+// Ordered changes (#30) run from decision to application in a turn of
+// their scope: see "Locks and persistence" in doc.go.
 
 // scope names what an ordered change decides on: changes of one scope
 // run one after the other, in the order they asked for their turns.
@@ -50,23 +32,18 @@ func scopePrincipal(name string) scope { return scope("principal/" + name) }
 type turns struct {
 	last map[scope]chan struct{}
 	all  chan struct{}
-	// waits counts the turns that had to wait for an earlier one (a test
-	// hook reads it; not a metric: waiting is bounded by the calls the
-	// server admits).
-	waits int
-	// onWait, when set (tests), is called with mu held each time a turn
-	// must wait.
+	// waits counts the turns that had to wait; onWait, when set (tests),
+	// is called with mu held each time one must.
+	waits  int
 	onWait func()
 }
 
 // takeTurn waits until the ordered changes of the given scopes (every
-// scope when none is given) that asked before are done, then returns the
+// scope when none is given) that asked before are done, and returns the
 // function that ends this turn: the caller decides, writes and applies,
-// then calls it, with no lock held. It fails only when ctx ends first
-// (Canceled or DeadlineExceeded);
-// the turn is then passed on as soon as the ones it follows are done. It
-// takes c.mu; the caller must not hold it.
-func (c *Coordinator) takeTurn(ctx context.Context, scopes ...scope) (done func(), err error) {
+// then calls it (defer c.takeTurn(scope)()). It takes c.mu to ask and
+// waits without it; the caller must not hold it.
+func (c *Coordinator) takeTurn(scopes ...scope) (done func()) {
 	mine := make(chan struct{})
 	c.mu.Lock()
 	t := &c.turns
@@ -101,7 +78,10 @@ func (c *Coordinator) takeTurn(ctx context.Context, scopes ...scope) (done func(
 		}
 	}
 	c.mu.Unlock()
-	end := func() {
+	for _, ch := range before {
+		<-ch
+	}
+	return func() {
 		close(mine)
 		c.mu.Lock()
 		if t.all == mine {
@@ -114,30 +94,4 @@ func (c *Coordinator) takeTurn(ctx context.Context, scopes ...scope) (done func(
 		}
 		c.mu.Unlock()
 	}
-	for i, ch := range before {
-		select {
-		case <-ch:
-		case <-ctx.Done():
-			// Pass the turn on once the ones it follows are done: the
-			// changes queued behind it must not overtake them.
-			rest := before[i:]
-			go func() {
-				for _, ch := range rest {
-					<-ch
-				}
-				end()
-			}()
-			return nil, turnError(ctx.Err())
-		}
-	}
-	return end, nil
-}
-
-// turnError is the RPC error of a caller that hung up or ran out of time
-// while waiting for its turn: nothing was decided.
-func turnError(err error) error {
-	if errors.Is(err, context.DeadlineExceeded) {
-		return connect.NewError(connect.CodeDeadlineExceeded, err)
-	}
-	return connect.NewError(connect.CodeCanceled, err)
 }

@@ -167,7 +167,7 @@ func TestTeardownDuringSubscriptionWrite(t *testing.T) {
 			_, _, err = d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw", FailoverTimeoutSeconds: 10})
 		},
 		func() {
-			done, _ := d.c.takeTurn(context.Background(), scopeFramework(id), scopeMaintenance)
+			done := d.c.takeTurn(scopeFramework(id), scopeMaintenance)
 			defer done()
 			d.c.mu.Lock()
 			writes := d.c.removeFramework(d.c.frameworks[id], "torn down by the framework")
@@ -248,7 +248,7 @@ func TestAnswerDuringScheduleChange(t *testing.T) {
 			}
 		},
 		func() {
-			done, _ := d.c.takeTurn(context.Background(), scopeMaintenance)
+			done := d.c.takeTurn(scopeMaintenance)
 			defer done()
 			d.c.mu.Lock()
 			d.c.core.Maintenance().RecordAnswer(maintenance.Machine{Hostname: "host-a"}, "fw", maintenance.StatusAccept, clk.Now())
@@ -262,51 +262,39 @@ func TestAnswerDuringScheduleChange(t *testing.T) {
 }
 
 // TestTurnsOrder: turns of one scope run in the order asked, turns of
-// other scopes do not wait for them, a turn of every scope waits for all
-// and is waited for by all, and a caller that hangs up while waiting
-// passes its turn on only after the ones it followed.
+// other scopes do not wait for them, and a turn of every scope waits for
+// all and is waited for by all.
 func TestTurnsOrder(t *testing.T) {
 	t.Parallel()
-	d := newDomain(t)
-	c := d.c
-	ctx := context.Background()
-	a1, _ := c.takeTurn(ctx, scopeRoles)
-	// Another scope: no wait.
-	p1, err := c.takeTurn(ctx, scopeProfiles)
-	if err != nil || c.turns.waits != 0 {
-		t.Fatalf("a turn of another scope waited (err %v, waits %d)", err, c.turns.waits)
-	}
-	// The same scope, asked by a caller that hangs up: it fails, and a
-	// later turn of the scope still follows a1.
-	cctx, cancel := context.WithCancel(ctx)
-	cancel()
-	if _, err := c.takeTurn(cctx, scopeRoles); err == nil {
-		t.Fatal("a canceled caller got a turn behind a held one")
+	c := newDomain(t).c
+	waited := make(chan struct{}, 3)
+	c.mu.Lock()
+	c.turns.onWait = func() { waited <- struct{}{} }
+	c.mu.Unlock()
+	a1 := c.takeTurn(scopeRoles)
+	p1 := c.takeTurn(scopeProfiles) // another scope: no wait
+	if len(waited) != 0 {
+		t.Fatal("a turn of another scope waited")
 	}
 	got := make(chan string, 3)
-	a2ok := make(chan struct{})
+	a2Done, allDone := make(chan struct{}), make(chan struct{})
 	go func() {
-		done, err := c.takeTurn(ctx, scopeRoles)
-		if err != nil {
-			t.Error(err)
-			return
-		}
+		defer close(a2Done)
+		done := c.takeTurn(scopeRoles)
 		got <- "a2"
-		close(a2ok)
 		done()
 	}()
-	// Every scope: after p1 and a2.
-	allDone := make(chan struct{})
+	<-waited // a2 asked, behind a1
 	go func() {
-		<-a2ok // asks after a2 asked and got its turn
-		done, _ := c.takeTurn(ctx)
+		defer close(allDone)
+		done := c.takeTurn() // every scope: behind a2 and p1
 		got <- "all"
 		done()
-		close(allDone)
 	}()
+	<-waited
 	got <- "a1"
 	a1()
-	<-a2ok
+	<-a2Done
 	select {
 	case <-allDone:
 		t.Fatal("the turn of every scope ran while a turn of profiles was held")
@@ -317,9 +305,11 @@ func TestTurnsOrder(t *testing.T) {
 	if first, second, third := <-got, <-got, <-got; first != "a1" || second != "a2" || third != "all" {
 		t.Fatalf("order %s %s %s, want a1 a2 all", first, second, third)
 	}
+	// A turn asked after the turn of every scope follows it.
+	c.takeTurn(scopeRoles)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(c.turns.last) != 0 || c.turns.all != nil {
-		t.Fatalf("turns left after all ended: %v %v", c.turns.last, c.turns.all)
+	if len(c.turns.last) != 0 || c.turns.all != nil || c.turns.waits != 2 {
+		t.Fatalf("turns left after all ended: %v %v, waits %d (want 2)", c.turns.last, c.turns.all, c.turns.waits)
 	}
 }

@@ -185,11 +185,7 @@ func (c *Coordinator) runProfiles(ctx context.Context) error {
 // that could not be persisted is not acted on, and the next tick decides
 // again. It takes a turn of the profiles' scope and c.mu.
 func (c *Coordinator) stepRollouts(ctx context.Context) {
-	done, err := c.takeTurn(ctx, scopeProfiles)
-	if err != nil {
-		return // stopping
-	}
-	defer done()
+	defer c.takeTurn(scopeProfiles)()
 	var decided []*profiles.Profile
 	c.mu.Lock()
 	c.profiles.init()
@@ -260,11 +256,7 @@ func profileError(err error) error {
 // it durable and applies it (sending agents their new assignments). It
 // takes a turn of the profiles' scope and c.mu.
 func (c *Coordinator) changeProfile(ctx context.Context, name string, decide func(cur *profiles.Profile, fleet []profiles.Signals) (*profiles.Profile, error)) (*profiles.Profile, error) {
-	done, err := c.takeTurn(ctx, scopeProfiles)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
+	defer c.takeTurn(scopeProfiles)()
 	c.mu.Lock()
 	c.profiles.init()
 	cur := c.profiles.byName[name]

@@ -38,11 +38,7 @@ func (s profileService) DeleteProfile(ctx context.Context, req *connect.Request[
 	if err := profiles.ValidateName(name); err != nil {
 		return nil, profileError(err)
 	}
-	done, err := c.takeTurn(ctx, scopeProfiles)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
+	defer c.takeTurn(scopeProfiles)()
 	c.mu.Lock()
 	c.profiles.init()
 	cur := c.profiles.byName[name]

@@ -338,11 +338,7 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {
 	c := s.c
-	done, err := c.takeTurn(ctx, scopeFramework(req.Msg.GetFrameworkId()), scopeMaintenance)
-	if err != nil {
-		return nil, err
-	}
-	defer done()
+	defer c.takeTurn(scopeFramework(req.Msg.GetFrameworkId()), scopeMaintenance)()
 	c.mu.Lock()
 	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {

@@ -90,13 +90,9 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 	if info.GetId() != "" {
 		sc = scopeFramework(info.GetId()) // a failover: the framework's record
 	}
-	done, err := c.takeTurn(ctx, sc)
-	if err != nil {
-		return nil, nil, err
-	}
-	defer done()
+	defer c.takeTurn(sc)()
 	c.mu.Lock()
-	err = subscriptionError(c.core.CheckSubscription(info.GetId()))
+	err := subscriptionError(c.core.CheckSubscription(info.GetId()))
 	if err == nil {
 		// Refused before anything changes: a failover by another principal
 		// leaves the running framework untouched.
@@ -226,8 +222,7 @@ var (
 // (a teardown forgets the framework's answers to inverse offers), and
 // c.mu.
 func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
-	done, _ := c.takeTurn(context.Background(), scopeFramework(fw.id()), scopeMaintenance)
-	defer done()
+	defer c.takeTurn(scopeFramework(fw.id()), scopeMaintenance)()
 	c.mu.Lock()
 	if fw.sub != sub || c.stopping {
 		// Replaced by a newer subscription, or the coordinator is stopping:

@@ -189,7 +189,7 @@ func TestSubscribe(t *testing.T) {
 		}},
 		{"a torn-down framework cannot subscribe again", func(t *testing.T, d *domain) {
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
-			done, _ := d.c.takeTurn(context.Background()) // every scope, as the tick takes
+			done := d.c.takeTurn() // every scope, as the tick takes
 			d.c.mu.Lock()
 			writes := d.c.removeFramework(d.c.frameworks[id], "test")
 			d.c.mu.Unlock()
