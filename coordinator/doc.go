@@ -109,9 +109,9 @@
 // state, the roles, the profiles; the timeout tick takes every scope,
 // as it may tear down any framework). Turns are state under mu: a change
 // asks for its turn under mu and waits for the turns it follows on their
-// channels with no lock held, then
-// decides under mu, writes with no lock and applies under mu. Changes of
-// one scope never interleave (a teardown's record is never overwritten by
+// channels with no lock held, then decides under mu, writes with no lock
+// and applies under mu (defer c.takeTurn(scope)()). Changes of one scope
+// never interleave (a teardown's record is never overwritten by
 // a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
 // registry as in memory), and changes of different scopes write
