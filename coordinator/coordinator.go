@@ -13,7 +13,6 @@ import (
 	"golang.org/x/sync/errgroup"
 
 	"github.com/slackline/slackline/coordinator/core"
-	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/auth"
@@ -144,9 +143,11 @@ type Coordinator struct {
 	storeFailed chan error
 	// subscriber runs subscriptions off their handlers' stacks (flow.go).
 	subscriber offStack
-	// persistMu, then mu: see "Locks and persistence" in doc.go.
-	persistMu sync.Mutex
-	mu        sync.Mutex
+	// mu, the one lock over the shell's state: see "Locks and
+	// persistence" in doc.go.
+	mu sync.Mutex
+	// turns orders the ordered changes (order.go). Guarded by mu.
+	turns turns
 	// registrationAfter is closed when the last applied registration's
 	// after-apply records (core Ready.After) are written: the next one
 	// waits on it, so that they land in the order registrations apply
@@ -162,8 +163,6 @@ type Coordinator struct {
 	// live agent).
 	hosts      map[string][]*agent
 	frameworks map[string]*framework
-	// maint is the maintenance schedule, modes and answers.
-	maint *maintenance.State
 	// profiles are the node profiles, the agents' reports of them and
 	// what was sent to each (profiles.go, #29).
 	profiles profileBook
@@ -217,7 +216,6 @@ func New(cfg Config) (*Coordinator, error) {
 		}),
 		agents:        map[string]*agent{},
 		frameworks:    map[string]*framework{},
-		maint:         maintenance.New(),
 		instanceID:    instanceID,
 		startedAt:     startedAt,
 		hosts:         map[string][]*agent{},
@@ -426,10 +424,10 @@ func (c *Coordinator) timerPeriod() time.Duration {
 // checkTimeouts lets time pass in the core and applies what it decided
 // (tick): silent agents become unreachable, frameworks past their failover
 // timeout are torn down, timed-out offers are rescinded; and forgets
-// history when due. It takes persistMu, c.mu.
+// history when due. It takes a turn of every scope (it may tear down any
+// framework; order.go), and c.mu.
 func (c *Coordinator) checkTimeouts(ctx context.Context) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn()()
 	c.mu.Lock()
 	now := c.cfg.Now()
 	writes := c.tick(now)

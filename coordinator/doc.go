@@ -56,44 +56,32 @@
 // agents by core.InstallMaintenance (shutdowns, forgetting the GONE agents
 // of machines back UP, inverse offers); core.ForgetGoneAgents is the
 // retention of gone agents. The records of the changes it decides itself
-// come back in Ready.After. The maintenance schedule is an input: the
-// shell's maintenance.State, which the core's calls are given.
+// come back in Ready.After. The core owns the maintenance state too
+// (core.Maintenance; package maintenance stays beneath it as the pure
+// calculator): a transition (a schedule update, machines taken DOWN or
+// brought UP) is a persist step (core.PlanMaintenance, computed outside
+// mu, then core.Apply once its record is durable, which installs it);
+// answers to inverse offers are recorded in it by
+// core.AnswerInverseOffers and forgotten by core.RemoveFramework.
 //
 // This package is the shell around it and still holds the rest of the
 // state: the agents' sessions and heartbeat streams (agent embeds the
 // core's record, which it reads under mu and never changes), the
-// frameworks' states, sessions and subscriptions, the maintenance state
-// itself and its transitions (computed by package maintenance, persisted
-// here), authorization and the launch proofs. RPC handlers decode,
-// authorize, validate, call one domain operation and encode; registry
-// changes are pure plans (the core's persist steps, and a maintenance
-// transition), table-tested, that register, subscribe and
+// frameworks' states, sessions and subscriptions, authorization and the
+// launch proofs. RPC handlers decode, authorize, validate, call one
+// domain operation and encode; registry changes are the core's persist
+// steps, table-tested, that register, subscribe, updateRoles and
 // changeMaintenance persist and apply. Bindings the core relies on (a
 // framework's principal, an agent's identity and hostname) are enforced
 // here before an event reaches it.
 //
 // # Locks and persistence
 //
-// The coordinator's mutexes, always taken in this order (a later one is
-// never held while an earlier one is taken):
+// The shell holds one lock over its state, mu, and two queue locks below
+// it, always taken in this order (a later one is never held while an
+// earlier one is taken):
 //
-//  1. persistMu orders the changes to framework records, the maintenance
-//     state (answers to inverse offers included), weights, quota and node
-//     profiles (a rollout's own decisions included): a
-//     change holds it from its decision to its application, across the
-//     write, so that none slips in between (a teardown's record is never
-//     overwritten by a concurrent subscription's; a maintenance transition
-//     is computed once). Agent registrations do not take it, so that they
-//     share fsyncs (the store batches concurrent writes); they re-check the
-//     machine's mode after their write, and recovery and the next
-//     registration heal a stale agent record. When another registration
-//     of the host applied while one's records were written, its
-//     after-apply records (its own and those it retires) are written
-//     after, in the order registrations apply, waiting their turn without
-//     any mutex (registration.go), so the registry ends as memory is. The maintenance state is
-//     replaced and changed only under persistMu (and mu), so a holder of
-//     persistMu reads it without mu: a schedule is validated outside mu.
-//  2. mu guards all in-memory state, the core (and so the allocator)
+//  1. mu guards all in-memory state, the core (and so the allocator)
 //     included, for in-memory work only: never across a registry write, a
 //     stream Send or another blocking call. Each core call's Ready is
 //     delivered (deliver) under mu, right after the call, by queueing its
@@ -105,13 +93,40 @@
 //     entries coalesce (see flow.go). Keepalives (framework heartbeats,
 //     agent pings) follow one shared pulse per kind, not a timer per
 //     stream (outbox.go). It also guards the live subscriptions per
-//     caller and the registration pacing (principalRates), which had
-//     mutexes of their own before. Unexported methods expect mu held
-//     unless their comment says they take it.
-//  3. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
+//     caller, the registration pacing (principalRates) and the turns of
+//     ordered changes (below). Unexported methods expect mu held unless
+//     their comment says they take it.
+//  2. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
 //     stream's goroutine to take.
-//  4. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
+//  3. a pulse's mu (pulse.mu), taken under an outbox's mu when a stream
 //     joins or leaves the pulse, and alone by the pulse's timer.
+//
+// Ordered changes (order.go) take no lock across their write: a change to
+// framework records, the maintenance state (answers to inverse offers
+// included), weights, quota or node profiles (a rollout's own decisions
+// included) runs from its decision to its application in a turn of its
+// scope (a framework, a principal's new frameworks, the maintenance
+// state, the roles, the profiles; the timeout tick takes every scope,
+// as it may tear down any framework). Turns are state under mu: a change
+// asks for its turn under mu and waits for the turns it follows on their
+// channels with no lock held, then decides under mu, writes with no lock
+// and applies under mu (defer c.takeTurn(scope)()). Changes of one scope
+// never interleave (a teardown's record is never overwritten by
+// a concurrent subscription's; a maintenance transition is computed once
+// and still valid when installed; concurrent weight updates end in the
+// registry as in memory), and changes of different scopes write
+// concurrently, sharing fsyncs (the store batches concurrent writes). A
+// teardown takes the maintenance state's scope too (it forgets the
+// framework's answers to inverse offers). The core's maintenance state is
+// replaced and changed only in a turn of its scope (and under mu), so
+// the turn's holder reads it without mu: a schedule is validated outside
+// mu. Agent registrations take no turn, so that they share fsyncs; they
+// re-check the machine's mode after their write, and recovery and the
+// next registration heal a stale agent record. When another registration
+// of the host applied while one's records were written, its after-apply
+// records (its own and those it retires) are written after, in the order
+// registrations apply, waiting their turn without any mutex
+// (registration.go), so the registry ends as memory is.
 //
 // Two more are leaves, never held while another lock is taken:
 // offStack.mu (the subscriber goroutine's queue of calls, which run
@@ -120,25 +135,24 @@
 //
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
-// under persistMu or with no lock, never under mu; bbolt's own locks are
-// inside it), the node proxy's client cache (coordinator/ui, proxy.mu),
-// and a leader's lease clock (coordinator/leader, lease.mu). Lock-free
-// state: bounds.logged (a sync.Map, limits logged once), a pulse waiter's
-// due flag and an outbox's once (its end), the leader's current leader
-// and serving term (atomic pointers) and the etcd store's closed flag.
-// That is eight mutexes in all in coordinator/... (six here, two in
-// subpackages) and one in the store's group commit; the goal of a
-// single shell lock is not reached yet: persistMu remains so that
-// registrations share fsyncs while ordered changes do not interleave, and
-// the outbox and pulse locks let streams take their queues without mu.
+// with no lock held, never under mu; bbolt's own locks are inside it),
+// the node proxy's client cache (coordinator/ui, proxy.mu), and a
+// leader's lease clock (coordinator/leader, lease.mu). Lock-free state:
+// bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
+// flag and an outbox's once (its end), the leader's current leader and
+// serving term (atomic pointers) and the etcd store's closed flag. That
+// is seven mutexes in all in coordinator/... (five here, two in
+// subpackages) and one in the store's group commit. The shell's state has
+// one lock, mu; the outbox and pulse locks let streams take their queues
+// without it, and the two leaves guard a queue and a cause of their own.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
 // returns after fsync), apply under mu re-checking what may have changed
 // meanwhile, reply; a failed write answers Unavailable and applies nothing.
 // Changes the coordinator decides itself (timeouts, a stream's end, a
-// teardown, agents shut down by maintenance) are applied first, under
-// persistMu, and recorded right after, even if the caller hung up (a
+// teardown, agents shut down by maintenance) are applied first, in their
+// turn, and recorded right after (before the turn ends), even if the caller hung up (a
 // teardown answers after its write; the core returns the record to write
 // in Ready.After). Where the core owns what a record holds (role weights
 // and quota, framework records), the core's Ready carries the persist

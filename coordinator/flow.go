@@ -172,7 +172,7 @@ func (c *Coordinator) admitSubscription(caller string, limit int) (release func(
 // ForgetCompletedFrameworks, which holds their records), and the agents
 // UNREACHABLE or GONE for longer than Limits.GoneAgentRetention (the
 // core's ForgetGoneAgents: their remaining tasks end TASK_STATE_GONE). It returns the registry writes.
-// Caller holds persistMu and c.mu.
+// Caller holds a turn of every scope (order.go) and c.mu.
 func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 	r := c.core.ForgetCompletedFrameworks(c.cfg.Limits.MaxCompletedFrameworks)
 	writes := registryWrites(r.After)
@@ -202,8 +202,9 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 // blocked stream uses a little more than a quarter of 16 KB. Kept off it,
 // the deep calls of subscribing leave it at 8 KB, which halves what an idle
 // subscription costs in stacks (scripts/bench/idle: 18 KB of stacks per
-// subscription without it). Subscriptions are serialized by persistMu
-// anyway, so one goroutine does not slow them down.
+// subscription without it). A subscription's turn (order.go) may keep the
+// goroutine waiting for a teardown of the same framework, as a mutex did
+// before.
 func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (fw *framework, sub *subscription, err error) {
 	c.subscriber.run(func() { fw, sub, err = c.subscribe(ctx, info) })
 	return fw, sub, err

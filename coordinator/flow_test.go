@@ -422,7 +422,7 @@ func TestHistoryIsBounded(t *testing.T) {
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: fmt.Sprint("fw", i)})
 			ids = append(ids, id)
 		}
-		d.c.persistMu.Lock()
+		done := d.c.takeTurn() // every scope, as the tick takes
 		d.c.mu.Lock()
 		// Torn down newest first: the registration time decides, not the
 		// order of the teardowns.
@@ -431,7 +431,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		}
 		d.c.record(context.Background(), d.c.forgetHistory(testNow)...)
 		d.c.mu.Unlock()
-		d.c.persistMu.Unlock()
+		done()
 		if d.c.frameworks[ids[0]] != nil || d.c.frameworks[ids[1]] == nil || d.c.frameworks[ids[2]] == nil {
 			t.Fatal("want the oldest completed framework forgotten, the other and the live one kept")
 		}
@@ -443,7 +443,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		d := newLimitedDomain(t, Limits{GoneAgentRetention: time.Hour})
 		id, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw", Capabilities: []slacklinev1.FrameworkCapability{slacklinev1.FrameworkCapability_FRAMEWORK_CAPABILITY_PARTITION_AWARE}})
 		agentID := d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:1024", agentTask(id, "t1", "cpus:1", staging)))
-		d.c.persistMu.Lock()
+		done := d.c.takeTurn() // every scope, as the tick takes
 		d.c.mu.Lock()
 		a := d.c.agents[agentID]
 		// Silent for a month: the core finds it lost.
@@ -457,7 +457,7 @@ func TestHistoryIsBounded(t *testing.T) {
 		d.c.core.Heartbeat(a.ID, testNow.Add(-2*time.Hour))
 		writes := d.c.forgetHistory(testNow)
 		d.c.mu.Unlock()
-		d.c.persistMu.Unlock()
+		done()
 		if kept != 0 || len(writes) != 1 || d.c.agents[agentID] != nil {
 			t.Fatalf("writes %d then %d; agent still known: %v", kept, len(writes), d.c.agents[agentID] != nil)
 		}

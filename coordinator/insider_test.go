@@ -143,7 +143,7 @@ func TestConcurrentAgentsOfOneHost(t *testing.T) {
 	}
 	late := parse("late")
 	d.c.mu.Lock()
-	plan, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: late.info, Total: late.total}, d.c.maint, clk.Now())
+	plan, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: late.info, Total: late.total}, d.c.core.Maintenance(), clk.Now())
 	d.c.mu.Unlock()
 	if err != nil {
 		t.Fatal(err)
@@ -413,7 +413,7 @@ func TestInterleavedRegistrationsSurviveRestart(t *testing.T) {
 			d.c.mu.Lock()
 			for _, id := range []string{"a", "b"} {
 				r := regs[id]
-				p, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: r.info, Total: r.total}, d.c.maint, clk.Now())
+				p, err := d.c.core.PlanRegistration(core.AgentRegistration{Info: r.info, Total: r.total}, d.c.core.Maintenance(), clk.Now())
 				if err != nil {
 					d.c.mu.Unlock()
 					t.Fatal(err)

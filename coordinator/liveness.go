@@ -55,7 +55,8 @@ func (c *Coordinator) agentPace(now time.Time) core.Pace {
 // here; the agents that did not re-register after a restart are
 // UNREACHABLE too; and the DISCONNECTED frameworks past their failover
 // timeout are torn down. It returns the registry writes (the agents'
-// records among them). Caller holds persistMu (a teardown) and c.mu.
+// records among them). Caller holds a turn of every scope (order.go) and
+// c.mu.
 func (c *Coordinator) tick(now time.Time) []store.Mutation {
 	r := c.core.Tick(now)
 	writes := registryWrites(r.After)
@@ -84,8 +85,8 @@ func (c *Coordinator) tick(now time.Time) []store.Mutation {
 }
 
 // forgetHistoryWhenDue runs forgetHistory every historyInterval (an eighth
-// of Limits.GoneAgentRetention when shorter). Caller holds persistMu and
-// c.mu.
+// of Limits.GoneAgentRetention when shorter). Caller holds a turn of every
+// scope and c.mu.
 func (c *Coordinator) forgetHistoryWhenDue(now time.Time) []store.Mutation {
 	if now.Before(c.nextHistorySweep) {
 		return nil

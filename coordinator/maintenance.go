@@ -7,14 +7,12 @@ import (
 	"net/http"
 	"slices"
 	"strings"
-	"time"
 
 	"connectrpc.com/connect"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
-	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
@@ -36,9 +34,8 @@ func maintenanceError(err error) error {
 	return connect.NewError(connect.CodeInternal, err)
 }
 
-// transition is a maintenance state change: the new state and the machines
-// it changes, computed from the current state without modifying it.
-type transition func(*maintenance.State) (*maintenance.State, []maintenance.Machine, error)
+// transition is a maintenance state change (core.Transition).
+type transition = core.Transition
 
 // transitionWith binds a transition method of maintenance.State to its
 // argument.
@@ -46,43 +43,37 @@ func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.Stat
 	return func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) { return method(st, arg) }
 }
 
-// changeMaintenance computes a transition once, persists its record and
-// installs it, holding persistMu throughout: every change to the
-// maintenance state holds it, so the transition is still valid when
-// installed. The transition (validating a schedule of 40,000 machines
-// takes a tenth of a second) runs without c.mu: c.maint is replaced and
-// changed only under persistMu, and a transition does not modify it. It
-// takes persistMu and c.mu and returns the RPC error.
+// changeMaintenance runs a maintenance transition as the core's persist
+// step (core.PlanMaintenance) in one turn of the maintenance state's
+// scope (order.go): every change to the maintenance state takes one, so
+// the transition is computed once and is still valid when installed. The
+// transition (validating a schedule of 40,000 machines takes a tenth of
+// a second) is computed without c.mu: the core's state changes only in
+// such a turn, and a transition does not modify it. Its record is
+// written, then the core installs it (core.Apply: offers rescinded,
+// agents of machines gone DOWN shut down, GONE agents of machines back
+// UP forgotten, inverse offers sent) and the agents' records follow,
+// even if the caller hangs up (recovery derives them from the modes
+// anyway). It takes a turn and c.mu and returns the RPC error.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
-	next, _, err := tr(c.maint)
+	defer c.takeTurn(scopeMaintenance)()
+	c.mu.Lock()
+	cur := c.core.Maintenance()
+	c.mu.Unlock()
+	r, err := core.PlanMaintenance(cur, tr, reason, c.cfg.Now())
 	if err != nil {
 		return maintenanceError(err)
 	}
-	if err := c.persist(ctx, "maintenance", store.Put(store.BucketMaintenance, maintenanceKey, mustMarshal(next.Record()))); err != nil {
+	if err := c.write(ctx, "maintenance", r); err != nil {
 		return err
 	}
 	c.mu.Lock()
-	writes := c.installMaintenance(next, reason, c.cfg.Now())
+	applied := c.core.Apply(r.Apply)
+	writes := registryWrites(applied.After)
+	c.applyAgentChanges(&applied)
 	c.mu.Unlock()
-	// The maintenance record is durable; agent records follow even if the
-	// caller hangs up (recovery derives them from the modes anyway).
 	c.record(ctx, writes...)
 	return nil
-}
-
-// installMaintenance makes next the maintenance state and has the core
-// apply it to every agent whose machine changes mode or window
-// (core.InstallMaintenance: offers rescinded, agents of machines gone DOWN
-// shut down, GONE agents of machines back UP forgotten, inverse offers
-// sent); it returns the agents' registry writes. Caller holds c.mu.
-func (c *Coordinator) installMaintenance(next *maintenance.State, reason string, now time.Time) []store.Mutation {
-	c.maint = next
-	r := c.core.InstallMaintenance(next, reason, now)
-	writes := registryWrites(r.After)
-	c.applyAgentChanges(&r)
-	return writes
 }
 
 // applyAgentChanges delivers a core Ready whose records (After) the
@@ -119,10 +110,10 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 // call is refused and changes nothing. The answer is kept for
 // GetMaintenanceStatus; the framework gets the next inverse offer for the
 // agent after the filter's refuse_seconds (default 5 s) if it still uses it.
-// It takes persistMu (answers are part of the maintenance state) and c.mu.
+// It takes a turn of the maintenance state's scope (answers are part of
+// it) and c.mu.
 func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeMaintenance)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fw, err := c.authorize(ctx, header, frameworkID)
@@ -150,12 +141,11 @@ func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Heade
 		seen[id] = true
 	}
 	now := c.cfg.Now()
-	answers, err := c.core.AnswerInverseOffers(fw.id(), ids, seconds(refuse), now)
+	answers, err := c.core.AnswerInverseOffers(fw.id(), ids, seconds(refuse), status, now)
 	if err != nil {
 		return connect.NewError(connect.CodeNotFound, fmt.Errorf("%w; nothing was answered", err))
 	}
-	for _, ans := range answers {
-		c.maint.RecordAnswer(ans.Machine, fw.id(), status, now)
+	for range answers {
 		if status == maintenance.StatusAccept {
 			c.metrics.inverseOffersAccepted.Inc()
 		} else {
@@ -179,7 +169,7 @@ func (s schedulerService) DeclineInverseOffers(ctx context.Context, req *connect
 func (s operatorService) GetMaintenanceSchedule(ctx context.Context, _ *connect.Request[slacklinev1.GetMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.GetMaintenanceScheduleResponse], error) {
 	s.c.mu.Lock()
 	defer s.c.mu.Unlock()
-	return connect.NewResponse(&slacklinev1.GetMaintenanceScheduleResponse{Schedule: s.c.maint.Schedule()}), nil
+	return connect.NewResponse(&slacklinev1.GetMaintenanceScheduleResponse{Schedule: s.c.core.Maintenance().Schedule()}), nil
 }
 
 func (s operatorService) UpdateMaintenanceSchedule(ctx context.Context, req *connect.Request[slacklinev1.UpdateMaintenanceScheduleRequest]) (*connect.Response[slacklinev1.UpdateMaintenanceScheduleResponse], error) {
@@ -236,7 +226,7 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 		}
 	}
 	inWindow := map[string]int{}
-	if w, ok := c.maint.Window(m); ok {
+	if w, ok := c.core.Maintenance().Window(m); ok {
 		for _, wm := range w.Machines {
 			for _, a := range byMachine[wm] {
 				for _, t := range c.core.AgentTasks(a.ID) {
@@ -259,7 +249,7 @@ func (c *Coordinator) machineUsage(m maintenance.Machine, byMachine map[maintena
 			ids[o.FrameworkID] = true
 		}
 	}
-	for id := range c.maint.Answers(m) {
+	for id := range c.core.Maintenance().Answers(m) {
 		ids[id] = true
 	}
 	var out []maintenance.Usage
@@ -292,17 +282,17 @@ func (c *Coordinator) clusterStatus() *slacklinev1.ClusterStatus {
 	out := &slacklinev1.ClusterStatus{}
 	byMachine := c.machineAgents()
 	running := c.runningTasks()
-	for _, m := range c.maint.Machines() {
-		if c.maint.Mode(m) == maintenance.ModeDown {
+	for _, m := range c.core.Maintenance().Machines() {
+		if c.core.Maintenance().Mode(m) == maintenance.ModeDown {
 			out.DownMachines = append(out.DownMachines, m.Proto())
 			continue
 		}
-		w, _ := c.maint.Window(m)
+		w, _ := c.core.Maintenance().Window(m)
 		dm := &slacklinev1.DrainingMachine{Id: m.Proto(), Unavailability: w.Unavailability()}
 		for _, a := range byMachine[m] {
 			dm.AgentIds = append(dm.AgentIds, a.ID)
 		}
-		answers := c.maint.Answers(m)
+		answers := c.core.Maintenance().Answers(m)
 		for _, u := range c.machineUsage(m, byMachine, running) {
 			st := &slacklinev1.InverseOfferFrameworkStatus{
 				FrameworkId: u.FrameworkID, Status: maintenance.StatusUnknown,
@@ -331,8 +321,9 @@ func (c *Coordinator) autoDown(ctx context.Context) {
 	byMachine := c.machineAgents()
 	running := c.runningTasks()
 	var ready []*slacklinev1.MachineID
-	for _, m := range c.maint.Machines() {
-		if c.maint.Mode(m) == maintenance.ModeDraining && c.maint.ReadyForAutoDown(m, now, c.machineUsage(m, byMachine, running)) {
+	st := c.core.Maintenance()
+	for _, m := range st.Machines() {
+		if st.Mode(m) == maintenance.ModeDraining && st.ReadyForAutoDown(m, now, c.machineUsage(m, byMachine, running)) {
 			ready = append(ready, m.Proto())
 		}
 	}

@@ -50,11 +50,11 @@ func (d *domain) stopMaintenance(hosts ...string) error {
 func (d *domain) mode(host string) slacklinev1.MachineMode {
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
-	m, ok := d.c.maint.Lookup(host, "")
+	m, ok := d.c.core.Maintenance().Lookup(host, "")
 	if !ok {
 		return maintenance.ModeUp
 	}
-	return d.c.maint.Mode(m)
+	return d.c.core.Maintenance().Mode(m)
 }
 
 func TestChangeMaintenance(t *testing.T) {
@@ -145,15 +145,15 @@ func TestChangeMaintenance(t *testing.T) {
 				t.Fatal(err)
 			}
 			a := maintenance.Machine{Hostname: "host-a"}
-			d.c.persistMu.Lock()
+			done := d.c.takeTurn() // every scope, as the tick takes
 			d.c.mu.Lock()
-			d.c.maint.RecordAnswer(a, "fw", maintenance.StatusAccept, testNow)
+			d.c.core.Maintenance().RecordAnswer(a, "fw", maintenance.StatusAccept, testNow)
 			d.c.mu.Unlock()
-			d.c.persistMu.Unlock()
+			done()
 			if err := d.updateSchedule(window, machineWindow(testNow, time.Hour, "host-b")); err != nil {
 				t.Fatal(err)
 			}
-			if got := d.c.maint.Answers(a)["fw"].Status; got != maintenance.StatusAccept {
+			if got := d.c.core.Maintenance().Answers(a)["fw"].Status; got != maintenance.StatusAccept {
 				t.Fatalf("answer %v after an unrelated schedule change", got)
 			}
 		}},

@@ -92,8 +92,8 @@ func (s stateCollector) Collect(ch chan<- prometheus.Metric) {
 		_, held := c.core.Allocator().AgentRevocable(a.ID)
 		estimate, allocated = estimate.Add(c.core.AgentRevocable(a.ID)), allocated.Add(held)
 	}
-	for _, m := range c.maint.Machines() {
-		modes[c.maint.Mode(m)]++
+	for _, m := range c.core.Maintenance().Machines() {
+		modes[c.core.Maintenance().Mode(m)]++
 	}
 	frameworks := map[slacklinev1.FrameworkState]int{}
 	tasks := map[slacklinev1.TaskState]int{}

@@ -192,10 +192,9 @@ func (s operatorService) UpdateQuota(ctx context.Context, req *connect.Request[s
 }
 
 // updateRoles changes role weights and quota limits through the core's
-// persist step. It takes persistMu (role changes are ordered changes) and
-// c.mu.
+// persist step. It takes a turn of the roles' scope (role changes are
+// ordered changes; order.go) and c.mu.
 func (c *Coordinator) updateRoles(ctx context.Context, what string, configs []core.RoleConfig) error {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeRoles)()
 	return c.step(ctx, what, func() core.Ready { return c.core.UpdateRoles(configs) })
 }

@@ -23,9 +23,9 @@ import (
 // Node profiles (#29): the shell around coordinator/profiles. The
 // profiles, the agents' latest reports and what was sent to each agent
 // are in-memory state under c.mu; a change an operator asks for is
-// decided and written under persistMu (plan, persist, apply, answer), and
-// a rollout's own decisions (runProfiles) are applied under persistMu and
-// c.mu and recorded right after.
+// decided and written in a turn of the profiles' scope (plan, persist,
+// apply, answer; order.go), and a rollout's own decisions (runProfiles)
+// are decided, written and applied in one too.
 
 // profileRolloutTick is how often rollouts are judged by default
 // (Config.RolloutInterval).
@@ -183,10 +183,9 @@ func (c *Coordinator) runProfiles(ctx context.Context) error {
 // wave, rollback, completion) is made durable first and only then applied
 // (agents sent their new assignments), as changeProfile does: a decision
 // that could not be persisted is not acted on, and the next tick decides
-// again. It takes persistMu and c.mu.
+// again. It takes a turn of the profiles' scope and c.mu.
 func (c *Coordinator) stepRollouts(ctx context.Context) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeProfiles)()
 	var decided []*profiles.Profile
 	c.mu.Lock()
 	c.profiles.init()
@@ -255,10 +254,9 @@ func profileError(err error) error {
 
 // changeProfile decides a change of the named profile with decide, makes
 // it durable and applies it (sending agents their new assignments). It
-// takes persistMu and c.mu.
+// takes a turn of the profiles' scope and c.mu.
 func (c *Coordinator) changeProfile(ctx context.Context, name string, decide func(cur *profiles.Profile, fleet []profiles.Signals) (*profiles.Profile, error)) (*profiles.Profile, error) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeProfiles)()
 	c.mu.Lock()
 	c.profiles.init()
 	cur := c.profiles.byName[name]

@@ -31,15 +31,14 @@ func (s profileService) AbortRollout(ctx context.Context, req *connect.Request[s
 
 // DeleteProfile implements ProfileService: the profile's record is
 // deleted, then it is dropped and every agent is sent what it then runs
-// (the profile it matches next, or its own flags). It takes persistMu and
-// c.mu, as changeProfile does.
+// (the profile it matches next, or its own flags). It takes a turn of
+// the profiles' scope and c.mu, as changeProfile does.
 func (s profileService) DeleteProfile(ctx context.Context, req *connect.Request[slacklinev1.DeleteProfileRequest]) (*connect.Response[slacklinev1.DeleteProfileResponse], error) {
 	c, name := s.c, req.Msg.GetName()
 	if err := profiles.ValidateName(name); err != nil {
 		return nil, profileError(err)
 	}
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeProfiles)()
 	c.mu.Lock()
 	c.profiles.init()
 	cur := c.profiles.byName[name]

@@ -125,7 +125,7 @@ func parseRegistration(req *slacklinev1.RegisterRequest) (registration, error) {
 // one) and returns its id, session id and the interval to heartbeat at:
 // the core plans it (a persist step), the records are written with mu
 // released, then the core applies it. It takes c.mu to plan and to apply,
-// and no persistMu: registrations share fsyncs. Another registration of
+// and no turn (order.go): registrations share fsyncs. Another registration of
 // the host may plan, write and apply in between; the core's after-apply
 // records then restate the host's records as applied, written in apply
 // order (recordInApplyOrder), so the registry ends as memory is (#30).
@@ -138,7 +138,7 @@ func (c *Coordinator) register(ctx context.Context, reg registration) (agentID, 
 	if reg.info.GetId() == "" {
 		reg.info.Id = c.core.ProposedAgentID(reg.info.GetHostname(), reg.proposedID, ids.New())
 	}
-	planned, err := c.core.PlanRegistration(core.AgentRegistration{Info: reg.info, Total: reg.total, PreviousID: reg.previousID}, c.maint, now)
+	planned, err := c.core.PlanRegistration(core.AgentRegistration{Info: reg.info, Total: reg.total, PreviousID: reg.previousID}, c.core.Maintenance(), now)
 	if err == nil {
 		err = c.checkAgentIdentity(reg)
 	}
@@ -232,7 +232,7 @@ func (c *Coordinator) applyRegistration(reg registration, change core.Change, no
 	if r := c.core.Agent(reg.info.GetId()); r != nil {
 		previous = r.State
 	}
-	r, rec, err := c.core.ApplyRegistration(change, c.maint, now)
+	r, rec, err := c.core.ApplyRegistration(change, c.core.Maintenance(), now)
 	if err != nil {
 		// Went DOWN while the record was written; recovery and the next
 		// registration sort the record out.

@@ -42,7 +42,7 @@ func (c *Coordinator) recover(ctx context.Context) error {
 			}
 		}
 	}
-	c.log.Info("registry recovered", "scheduled_machines", len(c.maint.Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "profiles", len(c.profiles.byName))
+	c.log.Info("registry recovered", "scheduled_machines", len(c.core.Maintenance().Machines()), "agents", len(c.agents), "frameworks", len(c.frameworks), "profiles", len(c.profiles.byName))
 	return nil
 }
 
@@ -58,7 +58,7 @@ func (c *Coordinator) recoverAgent(id string, raw []byte) error {
 	if err != nil {
 		return fmt.Errorf("agent %s resources: %w", id, err)
 	}
-	c.agents[id] = &agent{AgentRecord: c.core.LoadAgent(id, &rec, total, c.maint)}
+	c.agents[id] = &agent{AgentRecord: c.core.LoadAgent(id, &rec, total, c.core.Maintenance())}
 	return nil
 }
 
@@ -121,10 +121,11 @@ func (c *Coordinator) recoverMaintenance(key string, raw []byte) error {
 	if err := proto.Unmarshal(raw, &mr); err != nil {
 		return fmt.Errorf("maintenance: %w", err)
 	}
-	var err error
-	if c.maint, err = maintenance.FromRecord(&mr); err != nil {
+	st, err := maintenance.FromRecord(&mr)
+	if err != nil {
 		return fmt.Errorf("maintenance: %w", err)
 	}
+	c.core.LoadMaintenance(st)
 	return nil
 }
 
@@ -143,8 +144,8 @@ func (c *Coordinator) persist(ctx context.Context, what string, writes ...store.
 // written with mu released; then, under mu, its sends delivered and its
 // change applied (core.Apply) and what that leads to delivered. A failed
 // write is Unavailable and nothing is sent or applied. The caller holds
-// persistMu when the change must not interleave with another ordered
-// change, and never mu.
+// a turn (order.go) when the change must not interleave with another
+// ordered change, and never mu.
 func (c *Coordinator) step(ctx context.Context, what string, event func() core.Ready) error {
 	c.mu.Lock()
 	r := event()
@@ -210,6 +211,8 @@ func registryWrite(r core.Record) store.Mutation {
 		return store.Put(store.BucketAgents, r.Key, mustMarshal(r.Agent))
 	case core.RecordAgentDeleted:
 		return store.Delete(store.BucketAgents, r.Key)
+	case core.RecordMaintenance:
+		return store.Put(store.BucketMaintenance, maintenanceKey, mustMarshal(r.Maintenance.Record()))
 	}
 	panic(fmt.Sprintf("coordinator: registry record of unknown kind %d", r.Kind))
 }

@@ -338,8 +338,7 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {
 	c := s.c
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeFramework(req.Msg.GetFrameworkId()), scopeMaintenance)()
 	c.mu.Lock()
 	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())
 	if err != nil {

@@ -80,13 +80,17 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 // subscribe admits a subscription, new or a failover, its record durable
 // before the framework learns its id: the core's persist step
 // (core.SubscribeFramework), planned under c.mu, written with it released,
-// applied under it. It holds persistMu throughout so that no teardown
-// slips in between (nor another principal's framework past
+// applied under it. It does so in a turn of the framework's scope (of its
+// principal's for a new one; order.go) so that no teardown slips in
+// between (nor another framework of the principal past
 // Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	sc := scopePrincipal(info.GetPrincipal()) // a new framework: its principal's count
+	if info.GetId() != "" {
+		sc = scopeFramework(info.GetId()) // a failover: the framework's record
+	}
+	defer c.takeTurn(sc)()
 	c.mu.Lock()
 	err := subscriptionError(c.core.CheckSubscription(info.GetId()))
 	if err == nil {
@@ -214,10 +218,11 @@ var (
 // subscriptionEnded handles the end of a Subscribe stream: if it is still
 // the framework's current subscription the framework becomes DISCONNECTED
 // and its failover timeout starts (an immediate teardown when it is zero).
-// It takes persistMu and c.mu.
+// It takes a turn of the framework's scope and of the maintenance state's
+// (a teardown forgets the framework's answers to inverse offers), and
+// c.mu.
 func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
-	c.persistMu.Lock()
-	defer c.persistMu.Unlock()
+	defer c.takeTurn(scopeFramework(fw.id()), scopeMaintenance)()
 	c.mu.Lock()
 	if fw.sub != sub || c.stopping {
 		// Replaced by a newer subscription, or the coordinator is stopping:
@@ -244,10 +249,10 @@ func (c *Coordinator) subscriptionEnded(fw *framework, sub *subscription) {
 // removeFramework tears a framework down: offers rescinded, tasks killed and
 // forgotten, allocations released (the core's RemoveFramework, which keeps
 // its record as torn down). It returns the registry writes that mark it
-// completed. Caller holds persistMu (see subscribe) and c.mu.
+// completed. Caller holds a turn of the framework's scope and of the
+// maintenance state's (see subscribe), and c.mu.
 func (c *Coordinator) removeFramework(fw *framework, reason string) []store.Mutation {
 	id := fw.id()
-	c.maint.ForgetFramework(id)
 	r := c.core.RemoveFramework(id)
 	writes := registryWrites(r.After)
 	r.After = nil

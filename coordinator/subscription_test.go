@@ -189,11 +189,11 @@ func TestSubscribe(t *testing.T) {
 		}},
 		{"a torn-down framework cannot subscribe again", func(t *testing.T, d *domain) {
 			id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
-			d.c.persistMu.Lock()
+			done := d.c.takeTurn() // every scope, as the tick takes
 			d.c.mu.Lock()
 			writes := d.c.removeFramework(d.c.frameworks[id], "test")
 			d.c.mu.Unlock()
-			d.c.persistMu.Unlock()
+			done()
 			if err := d.st.Apply(context.Background(), writes...); err != nil {
 				t.Fatal(err)
 			}

@@ -30,9 +30,10 @@ import (
 //     agents not re-registered after a restart too), ShutdownAgent (a
 //     machine went DOWN: GONE), ForgetGoneAgents (retention: deleted).
 //
-// The maintenance schedule is an input (the shell's maintenance.State,
-// replaced only by a transition the shell persists): the plan is a pure
-// function of the records, the schedule and the registration.
+// The maintenance schedule is an input (the core's maintenance.State,
+// which the shell passes, replaced only by a persisted transition): the
+// plan is a pure function of the records, the schedule and the
+// registration.
 
 // AgentRecord is the core's record of an agent. Only the core changes it;
 // the shell reads it (under its lock) and must not modify it.
@@ -434,7 +435,7 @@ func (k *Core) forgetAgentRecord(r *AgentRecord) {
 	k.out.After = append(k.out.After, Record{Kind: RecordAgentDeleted, Key: r.ID})
 }
 
-// InstallMaintenance applies a new maintenance state, durable already
+// InstallMaintenance makes st the maintenance state, durable already
 // (the shell persisted its record), to every agent whose machine changes
 // mode or window, in id order: its offers and inverse offers are
 // rescinded (they carry the old unavailability) and its filters cleared
@@ -445,6 +446,14 @@ func (k *Core) forgetAgentRecord(r *AgentRecord) {
 // Records to write follow in Ready.After; Ready.MaintenanceChanges names
 // the agents whose place changed, for the shell's log.
 func (k *Core) InstallMaintenance(st *maintenance.State, reason string, now time.Time) Ready {
+	k.installMaintenance(st, reason, now)
+	return k.take()
+}
+
+// installMaintenance makes st the maintenance state and applies it
+// (InstallMaintenance), its effects left in k.out.
+func (k *Core) installMaintenance(st *maintenance.State, reason string, now time.Time) {
+	k.maint = st
 	for _, r := range k.AgentRecords() {
 		before, after := r.Maint, Place(st, r.Info)
 		if before.Same(after) {
@@ -465,7 +474,6 @@ func (k *Core) InstallMaintenance(st *maintenance.State, reason string, now time
 		}
 	}
 	k.sendInverseOffers(now, k.DrainingUsers())
-	return k.take()
 }
 
 // DrainingUsers returns, for each ACTIVE agent on a draining machine, the

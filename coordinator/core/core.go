@@ -74,6 +74,8 @@ type Core struct {
 	recoveryChecked bool
 	// tasks: live, completed and reported tasks (tasks.go).
 	tasks taskTable
+	// maint is the maintenance state (maint.go).
+	maint *maintenance.State
 	// out collects the effects of the call under way (take hands them out).
 	out Ready
 }
@@ -93,6 +95,7 @@ func New(cfg Config) *Core {
 		draining:   map[string]struct{}{},
 		dirty:      map[string]struct{}{},
 		tasks:      newTaskTable(),
+		maint:      maintenance.New(),
 		pace:       newHeartbeatPace(cfg.HeartbeatInterval, cfg.AgentTimeout, cfg.MaxHeartbeatRate),
 	}
 }

@@ -46,7 +46,7 @@ import (
 //	decline <fw> <offer>... [refuse=<d>]
 //	accept <fw> <offer>... [use=<r>] [refuse=<d>]
 //	claim <fw> <role> <agent> <r> | release <fw> <role> <agent> <r>
-//	answer <fw> <inverse>... [refuse=<d>]
+//	answer <fw> <inverse>... [refuse=<d>] [status=decline]   (recorded in the maintenance state)
 //	weight <role> <w> [fail] | quota <role> <r> [fail]
 //	                (through the persist step, as the shell runs it: "persist
 //	                <record>" lines first, then the sends, then what Apply
@@ -77,8 +77,10 @@ import (
 //	                not the first); down-meanwhile: that machine goes DOWN while
 //	                the records are written)
 //	load-agent <agent> [host=<h>] res=<r> state=<s>   (a record from the registry)
-//	schedule <host>@<start>+<dur>...   (a new maintenance schedule, installed)
-//	start-maintenance <host>... | stop-maintenance <host>...   (installed)
+//	schedule <host>@<start>+<dur>...   (a new maintenance schedule: the core's
+//	                persist step, PlanMaintenance, its record then its installation)
+//	start-maintenance <host>... | stop-maintenance <host>...   (likewise)
+//	maintenance     (the core's maintenance state: machines, modes, answers)
 //	forget-gone <retention>   (UNREACHABLE and GONE agents silent longer are forgotten)
 //	agents          (the agent records in id order, with their machine's mode)
 //	register-tasks <agent> [<fw>/<task>:<state>[:untrusted]...] [live=<fw>,...] [aware=<fw>,...]
@@ -256,13 +258,16 @@ func (d *driver) agentRecordCommand(cmd string, pos []string, kv map[string]stri
 	if d.ms == nil {
 		d.ms = maintenance.New()
 	}
-	transition := func(next *maintenance.State, _ []maintenance.Machine, err error) {
+	// A maintenance transition is the core's persist step: its record,
+	// then what installing it leads to.
+	transition := func(tr Transition) {
+		planned, err := PlanMaintenance(k.Maintenance(), tr, cmd, d.now)
 		if err != nil {
 			extra = append(extra, "refused: "+err.Error())
 			return
 		}
-		d.ms = next
-		r = k.InstallMaintenance(next, cmd, d.now)
+		r = d.persistStep(planned, false)
+		d.ms = k.Maintenance()
 	}
 	switch cmd {
 	case "register":
@@ -343,11 +348,20 @@ func (d *driver) agentRecordCommand(cmd string, pos []string, kv map[string]stri
 			start, length, _ := strings.Cut(span, "+")
 			windows = append(windows, window(t0.Add(dur(d.t, start)), dur(d.t, length), host))
 		}
-		transition(d.ms.UpdateSchedule(&slacklinev1.Schedule{Windows: windows}))
+		sched := &slacklinev1.Schedule{Windows: windows}
+		transition(func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+			return st.UpdateSchedule(sched)
+		})
 	case "start-maintenance":
-		transition(d.ms.StartMaintenance(machineIDs(pos...)))
+		transition(func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+			return st.StartMaintenance(machineIDs(pos...))
+		})
 	case "stop-maintenance":
-		transition(d.ms.StopMaintenance(machineIDs(pos...)))
+		transition(func(st *maintenance.State) (*maintenance.State, []maintenance.Machine, error) {
+			return st.StopMaintenance(machineIDs(pos...))
+		})
+	case "maintenance":
+		extra = append(extra, maintenanceLines(k.Maintenance())...)
 	case "forget-gone":
 		r = k.ForgetGoneAgents(dur(d.t, arg(0)), d.now)
 	case "agents":
@@ -557,7 +571,11 @@ func (d *driver) run(file string, b block) []string {
 	case "release":
 		r = k.Release(arg(0), arg(1), arg(2), res(arg(3)), resources.Resources{}, d.now)
 	case "answer":
-		answers, err := k.AnswerInverseOffers(arg(0), pos[1:], dur(d.t, kv["refuse"]), d.now)
+		status := maintenance.StatusAccept
+		if kv["status"] == "decline" {
+			status = maintenance.StatusDecline
+		}
+		answers, err := k.AnswerInverseOffers(arg(0), pos[1:], dur(d.t, kv["refuse"]), status, d.now)
 		if err != nil {
 			extra = append(extra, "error: "+err.Error())
 		}

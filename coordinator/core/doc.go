@@ -42,7 +42,13 @@
 //     it moves: re-placed, shut down, or forgotten when its machine is back
 //     UP; then the inverse offers), ForgetGoneAgents (retention); queries
 //     Agent, AgentsOnHost, AgentRecords, DrainingUsers; the maintenance
-//     state is an argument (Place puts an agent in it);
+//     state is the core's (Maintenance, LoadMaintenance), and the
+//     registration calls are given it (Place puts an agent in it);
+//   - the maintenance state (maint.go): PlanMaintenance (a transition
+//     computed by package maintenance: a persist step whose record is
+//     the state, installed by Apply through InstallMaintenance); answers
+//     to inverse offers are recorded in it (AnswerInverseOffers) and a
+//     torn-down framework's forgotten (RemoveFramework);
 //   - the offer book's agents: RegisterAgent, AddRecoveredAgent, Heartbeat, AgentLost,
 //     WithdrawAgent, RemoveAgent, ForgetAgent, SetMaintenance, Estimate
 //     (the agent-record events call these; transcripts drive them alone
@@ -86,9 +92,8 @@
 //
 // # What the core does not hold yet
 //
-// The frameworks' states, sessions and subscriptions, the agents'
-// sessions and the maintenance state itself (the core is given it) are
-// still the coordinator's (package coordinator); RegisterTasks reads the
+// The frameworks' states, sessions and subscriptions and the agents'
+// sessions are still the coordinator's (package coordinator); RegisterTasks reads the
 // frameworks' states through Frameworks (Reconcile reads the agents'
 // through AgentStates, the core's own records in the coordinator:
 // RecordedAgentStates, so that transcripts can name them). Whether a reported task is trusted (launch proofs)

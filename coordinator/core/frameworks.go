@@ -169,9 +169,11 @@ func (k *Core) applySubscribe(s *subscribeChange) {
 // RemoveFramework tears a framework down: its offers are dropped (the
 // allocator forgets its allocations), its inverse offers forgotten, its
 // tasks killed and forgotten (dropFrameworkTasks). Its record, kept as
-// torn down, is in the Ready's After: the shell writes it after the sends
+// torn down, is in the Ready's After (its answers to inverse offers are
+// forgotten from the maintenance state): the shell writes it after the sends
 // (the change is the coordinator's decision and is applied first).
 func (k *Core) RemoveFramework(frameworkID string) Ready {
+	k.maint.ForgetFramework(frameworkID)
 	k.removeFramework(frameworkID)
 	k.dropFrameworkTasks(frameworkID)
 	if rec := k.records[frameworkID]; rec != nil && !rec.completed {

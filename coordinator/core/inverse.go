@@ -107,8 +107,7 @@ func (k *Core) dropInverseOffers(fw *framework) {
 // is not an outstanding inverse offer of the framework.
 var ErrUnknownInverseOffer = fmt.Errorf("not an outstanding inverse offer of this framework (rescinded, answered or never made)")
 
-// Answer is an inverse offer answered: the shell records it in the
-// maintenance state.
+// Answer is an inverse offer answered, recorded in the maintenance state.
 type Answer struct {
 	Machine maintenance.Machine
 	AgentID string
@@ -118,8 +117,9 @@ type Answer struct {
 // be an outstanding inverse offer of the framework, or nothing changes and
 // the error names the first that is not. Each answered offer is forgotten
 // and the framework gets the next one for the agent after refuse, if it
-// still uses it. The answers are returned for the maintenance state.
-func (k *Core) AnswerInverseOffers(frameworkID string, ids []string, refuse time.Duration, now time.Time) ([]Answer, error) {
+// still uses it. The answers are recorded in the maintenance state (for
+// GetMaintenanceStatus and the automatic DOWN) with status, and returned.
+func (k *Core) AnswerInverseOffers(frameworkID string, ids []string, refuse time.Duration, status maintenance.Status, now time.Time) ([]Answer, error) {
 	offers := make([]*InverseOffer, 0, len(ids))
 	for _, id := range ids {
 		io := k.inverse[id]
@@ -134,6 +134,7 @@ func (k *Core) AnswerInverseOffers(frameworkID string, ids []string, refuse time
 		if a := k.agents[io.AgentID]; a != nil {
 			a.inverseRefuse[frameworkID] = now.Add(refuse)
 		}
+		k.maint.RecordAnswer(io.Machine, frameworkID, status, now)
 		answers = append(answers, Answer{Machine: io.Machine, AgentID: io.AgentID})
 	}
 	return answers, nil

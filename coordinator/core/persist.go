@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/slackline/slackline/coordinator/maintenance"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 
 	"github.com/slackline/slackline/resources"
@@ -38,6 +39,9 @@ const (
 	RecordAgent
 	// RecordAgentDeleted deletes a forgotten agent's record (Key its id).
 	RecordAgentDeleted
+	// RecordMaintenance is the maintenance state's record
+	// (Record.Maintenance; maintenance.State.Record).
+	RecordMaintenance
 )
 
 // Record is a registry record to write before the change it belongs to
@@ -49,6 +53,9 @@ type Record struct {
 	Quota     resources.Resources
 	Framework *slacklinev1.FrameworkRecord
 	Agent     *slacklinev1.AgentRecord
+	// Maintenance is the maintenance state (RecordMaintenance), whose
+	// record the shell writes.
+	Maintenance *maintenance.State
 }
 
 // String is the record as transcripts show it.
@@ -65,6 +72,8 @@ func (r Record) String() string {
 		return "delete framework " + r.Key
 	case RecordAgentDeleted:
 		return "delete agent " + r.Key
+	case RecordMaintenance:
+		return maintenanceRecordString(r.Maintenance)
 	case RecordAgent:
 		return fmt.Sprintf("agent %s host=%s %s registered %s", r.Key, r.Agent.GetInfo().GetHostname(),
 			strings.TrimPrefix(r.Agent.GetState().String(), "AGENT_STATE_"), r.Agent.GetRegisteredTime().AsTime().Format(time.RFC3339))
@@ -85,10 +94,14 @@ type Change struct {
 	records   []Record
 	subscribe *subscribeChange
 	register  *registerChange
+	// maintenance: a maintenance transition (PlanMaintenance).
+	maintenance *maintenanceChange
 }
 
 // IsZero reports whether the change changes nothing.
-func (c Change) IsZero() bool { return len(c.records) == 0 && c.subscribe == nil && c.register == nil }
+func (c Change) IsZero() bool {
+	return len(c.records) == 0 && c.subscribe == nil && c.register == nil && c.maintenance == nil
+}
 
 // RoleConfig is a role's weight or quota limit, as an operator sets it:
 // Weight > 0 sets the weight; Quota, with SetQuota true, sets the quota
@@ -133,6 +146,9 @@ func (k *Core) Apply(c Change) Ready {
 	}
 	if c.register != nil {
 		panic("core: a registration's change goes to ApplyRegistration")
+	}
+	if c.maintenance != nil {
+		k.applyMaintenance(c.maintenance)
 	}
 	return k.take()
 }

@@ -1,0 +1,315 @@
+package coordinator
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/coordinator/core"
+	"github.com/slackline/slackline/coordinator/maintenance"
+	"github.com/slackline/slackline/coordinator/store"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// gateStore is a memStore that holds one write, the first that matches
+// hold, until release is closed: held is closed when it arrives. The
+// other writes go through.
+type gateStore struct {
+	*memStore
+	mu      sync.Mutex
+	hold    func([]store.Mutation) bool
+	held    chan struct{}
+	release chan struct{}
+}
+
+func newGateStore(hold func([]store.Mutation) bool) *gateStore {
+	return &gateStore{memStore: newMemStore(), hold: hold, held: make(chan struct{}), release: make(chan struct{})}
+}
+
+func (g *gateStore) Apply(ctx context.Context, mutations ...store.Mutation) error {
+	g.mu.Lock()
+	hold := g.hold != nil && g.hold(mutations)
+	if hold {
+		g.hold = nil
+	}
+	g.mu.Unlock()
+	if hold {
+		close(g.held)
+		<-g.release
+	}
+	return g.memStore.Apply(ctx, mutations...)
+}
+
+// arm makes the next write that matches hold wait for release.
+func (g *gateStore) arm(hold func([]store.Mutation) bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.hold = hold
+}
+
+// writesTo reports whether a write touches bucket.
+func writesTo(bucket string) func([]store.Mutation) bool {
+	return func(ms []store.Mutation) bool {
+		for _, m := range ms {
+			if m.Bucket == bucket {
+				return true
+			}
+		}
+		return false
+	}
+}
+
+// newGatedDomain is a domain on a gateStore with a logical clock.
+func newGatedDomain(t *testing.T) (*domain, *gateStore, *clock) {
+	t.Helper()
+	st := newGateStore(nil)
+	clk := &clock{now: testNow}
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &domain{t: t, c: c, st: st.memStore}, st, clk
+}
+
+// race runs first until its write is held by st, then second until it
+// either finished (no ordering: it overtook first) or waits for first's
+// turn; then it releases first's write and waits for both.
+func race(t *testing.T, c *Coordinator, st *gateStore, first, second func()) {
+	t.Helper()
+	waiting := make(chan struct{}, 1)
+	c.mu.Lock()
+	c.turns.onWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	c.mu.Unlock()
+	firstDone, secondDone := make(chan struct{}), make(chan struct{})
+	go func() { defer close(firstDone); first() }()
+	<-st.held
+	go func() { defer close(secondDone); second() }()
+	select {
+	case <-waiting:
+	case <-secondDone:
+	}
+	close(st.release)
+	<-firstDone
+	<-secondDone
+}
+
+// restart returns a coordinator recovered from d's registry.
+func restart(t *testing.T, d *domain, clk *clock) *Coordinator {
+	t.Helper()
+	c, err := New(Config{Store: d.st, Logger: testLogger(), Now: clk.Now})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// TestTeardownDuringFailoverWrite: a framework past its failover timeout
+// fails over while the tick would tear it down. The failover's record is
+// being written when the tick runs: the tick waits for the failover's
+// turn, finds the framework connected again and keeps it, and a restart
+// finds it as memory has it. Without turns (persistMu removed and
+// nothing in its place) the tick tears it down in memory and writes its
+// completed record, then the failover's record overwrites it: a restart
+// would revive a framework that memory tore down.
+func TestTeardownDuringFailoverWrite(t *testing.T) {
+	t.Parallel()
+	d, st, clk := newGatedDomain(t)
+	fw, sub, err := d.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fw.id()
+	d.c.subscriptionEnded(fw, sub)
+	clk.advance(11 * time.Second)
+	st.arm(writesTo(store.BucketFrameworks))
+	var failoverErr error
+	race(t, d.c, st,
+		func() {
+			_, _, failoverErr = d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw", FailoverTimeoutSeconds: 10})
+		},
+		func() { d.c.checkTimeouts(context.Background()) })
+	live := d.framework(id).state
+	if recorded := d.frameworkRecord(id).GetCompleted(); recorded != (live == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED) {
+		t.Fatalf("memory has the framework %v, the registry's record has completed=%v", live, recorded)
+	}
+	if failoverErr != nil || live != slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
+		t.Fatalf("failover: err %v, framework %v; want it connected (it asked before the tick decided)", failoverErr, live)
+	}
+	r := restart(t, d, clk)
+	if got := r.frameworks[id]; got == nil || got.state == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		t.Fatalf("after a restart: %v, want the framework known and not torn down", got)
+	}
+}
+
+// TestTeardownDuringSubscriptionWrite: the framework's own Teardown
+// arrives while a failover's record is being written; it waits for the
+// failover's turn, then tears the framework down, and its completed
+// record is the registry's.
+func TestTeardownDuringSubscriptionWrite(t *testing.T) {
+	t.Parallel()
+	d, st, clk := newGatedDomain(t)
+	fw, sub, err := d.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", FailoverTimeoutSeconds: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := fw.id()
+	d.c.subscriptionEnded(fw, sub)
+	st.arm(writesTo(store.BucketFrameworks))
+	race(t, d.c, st,
+		func() {
+			_, _, err = d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw", FailoverTimeoutSeconds: 10})
+		},
+		func() {
+			done := d.c.takeTurn(scopeFramework(id), scopeMaintenance)
+			defer done()
+			d.c.mu.Lock()
+			writes := d.c.removeFramework(d.c.frameworks[id], "torn down by the framework")
+			d.c.mu.Unlock()
+			d.c.record(context.Background(), writes...)
+		})
+	if recorded, live := d.frameworkRecord(id).GetCompleted(), d.framework(id).state; recorded != (live == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED) {
+		t.Fatalf("memory has the framework %v, the registry's record has completed=%v", live, recorded)
+	}
+	if err != nil {
+		t.Fatalf("failover: %v", err)
+	}
+	if d.framework(id).state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED || !d.frameworkRecord(id).GetCompleted() {
+		t.Fatalf("framework %v, record completed %v: want both torn down", d.framework(id).state, d.frameworkRecord(id).GetCompleted())
+	}
+	if got := restart(t, d, clk).frameworks[id]; got == nil || got.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+		t.Fatalf("after a restart: %v, want the framework torn down", got)
+	}
+}
+
+// TestConcurrentWeightUpdates: two weight updates of one role, the
+// first's record held in its write while the second asks: both end, in
+// memory and in the registry (and so after a restart), with the weight
+// asked last.
+func TestConcurrentWeightUpdates(t *testing.T) {
+	t.Parallel()
+	d, st, clk := newGatedDomain(t)
+	if _, _, err := d.subscribe(&slacklinev1.FrameworkInfo{Name: "fw", Roles: []string{"r"}}); err != nil {
+		t.Fatal(err)
+	}
+	weight := func(c *Coordinator) float64 {
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, rs := range c.core.Allocator().RoleStates() {
+			if rs.Name == "r" {
+				return rs.Weight
+			}
+		}
+		return 0
+	}
+	st.arm(writesTo(store.BucketWeights))
+	var errs [2]error
+	race(t, d.c, st,
+		func() {
+			errs[0] = d.c.updateRoles(context.Background(), "weights", []core.RoleConfig{{Role: "r", Weight: 2}})
+		},
+		func() {
+			errs[1] = d.c.updateRoles(context.Background(), "weights", []core.RoleConfig{{Role: "r", Weight: 3}})
+		})
+	if errs[0] != nil || errs[1] != nil {
+		t.Fatal(errs)
+	}
+	raw, _ := d.st.Load(context.Background(), store.BucketWeights)
+	if got := weight(d.c); got != 3 || string(raw["r"]) != strconv.Itoa(3) {
+		t.Fatalf("weight %v in memory, %q in the registry; want 3 in both", got, raw["r"])
+	}
+	if got := weight(restart(t, d, clk)); got != 3 {
+		t.Fatalf("weight %v after a restart, want 3", got)
+	}
+}
+
+// TestAnswerDuringScheduleChange: an inverse-offer answer recorded while
+// a schedule change's record is written is kept: it waits for the
+// change's turn (the maintenance state's scope), so the transition, made
+// from the state before the answer, is not installed over it.
+func TestAnswerDuringScheduleChange(t *testing.T) {
+	t.Parallel()
+	d, st, clk := newGatedDomain(t)
+	window := machineWindow(clk.Now(), time.Hour, "host-a")
+	if err := d.updateSchedule(window); err != nil {
+		t.Fatal(err)
+	}
+	st.arm(writesTo(store.BucketMaintenance))
+	race(t, d.c, st,
+		func() {
+			if err := d.updateSchedule(window, machineWindow(clk.Now(), time.Hour, "host-b")); err != nil {
+				t.Error(err)
+			}
+		},
+		func() {
+			done := d.c.takeTurn(scopeMaintenance)
+			defer done()
+			d.c.mu.Lock()
+			d.c.core.Maintenance().RecordAnswer(maintenance.Machine{Hostname: "host-a"}, "fw", maintenance.StatusAccept, clk.Now())
+			d.c.mu.Unlock()
+		})
+	d.c.mu.Lock()
+	defer d.c.mu.Unlock()
+	if _, ok := d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"})["fw"]; !ok || len(d.c.core.Maintenance().Machines()) != 2 {
+		t.Fatalf("answers %v, machines %v: want the answer kept and both machines scheduled", d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"}), d.c.core.Maintenance().Machines())
+	}
+}
+
+// TestTurnsOrder: turns of one scope run in the order asked, turns of
+// other scopes do not wait for them, and a turn of every scope waits for
+// all and is waited for by all.
+func TestTurnsOrder(t *testing.T) {
+	t.Parallel()
+	c := newDomain(t).c
+	waited := make(chan struct{}, 3)
+	c.mu.Lock()
+	c.turns.onWait = func() { waited <- struct{}{} }
+	c.mu.Unlock()
+	a1 := c.takeTurn(scopeRoles)
+	p1 := c.takeTurn(scopeProfiles) // another scope: no wait
+	if len(waited) != 0 {
+		t.Fatal("a turn of another scope waited")
+	}
+	got := make(chan string, 3)
+	a2Done, allDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(a2Done)
+		done := c.takeTurn(scopeRoles)
+		got <- "a2"
+		done()
+	}()
+	<-waited // a2 asked, behind a1
+	go func() {
+		defer close(allDone)
+		done := c.takeTurn() // every scope: behind a2 and p1
+		got <- "all"
+		done()
+	}()
+	<-waited
+	got <- "a1"
+	a1()
+	<-a2Done
+	select {
+	case <-allDone:
+		t.Fatal("the turn of every scope ran while a turn of profiles was held")
+	default:
+	}
+	p1()
+	<-allDone
+	if first, second, third := <-got, <-got, <-got; first != "a1" || second != "a2" || third != "all" {
+		t.Fatalf("order %s %s %s, want a1 a2 all", first, second, third)
+	}
+	// A turn asked after the turn of every scope follows it.
+	c.takeTurn(scopeRoles)()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.turns.last) != 0 || c.turns.all != nil || c.turns.waits != 2 {
+		t.Fatalf("turns left after all ended: %v %v, waits %d (want 2)", c.turns.last, c.turns.all, c.turns.waits)
+	}
+}
