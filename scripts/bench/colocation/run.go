@@ -383,11 +383,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 	}})
 	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
-	serverLaunched := time.Now()
+	agentStarted := time.Now() // the agent was started just before
 	if err := waitHTTP("http://"+serverAddr, o.serverStart); err != nil {
 		return res, fmt.Errorf("server: %w%s", err, startDiagnosis(ctx, node, work))
 	}
-	fmt.Printf("   latency server answering %v after the agent's start\n", time.Since(serverLaunched).Round(100*time.Millisecond))
+	fmt.Printf("   latency server answering %v after the agent's start\n", time.Since(agentStarted).Round(100*time.Millisecond))
 	for _, rel := range []string{root, loadgenCgroup} {
 		if err := setWeight(layout, rel, o.rootWeight); err != nil {
 			return res, err
@@ -398,6 +398,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := waitEBPFLoaded(ctx, node, max(time.Minute, o.serverStart)); err != nil {
 		return res, err
 	}
+	fmt.Printf("   eBPF monitor loaded (or not loading) %v after the agent's start\n", time.Since(agentStarted).Round(100*time.Millisecond))
 	if s.tasks > 0 {
 		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
 			"--tasks", strconv.Itoa(s.tasks), "--task-resources", s.res, "--command", s.command(o.binDir)); err != nil {
