@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -261,6 +262,30 @@ func operator(addr string) slacklinev1connect.OperatorServiceClient {
 // cgroup (not root) a busy machine's other work delays them by tens of
 // seconds, which the bound leaves room for.
 const revocableStartTimeout = 3 * time.Minute
+
+// EnvTimeoutScale multiplies the bounds of the tests whose scene an
+// emulated guest slows by more than the bounds allow (a number >= 1,
+// default 1; scaled says which). It is for the emulator only: under TCG a
+// revocable dd's zero-fill of 1.5 GiB took 48-97 s of system time in an
+// idle 6.1 guest (well under a second on the host), and a guaranteed
+// stress-ng "hot working set" of 200 MiB, a pass a second, kept 1.2
+// emulated CPUs busy, starving the revocable launches beside it
+// (docs/vm.md, "e2e in a guest").
+const EnvTimeoutScale = "SLACKLINE_E2E_TIMEOUT_SCALE"
+
+// scaled is d times EnvTimeoutScale (d when unset).
+func scaled(t testing.TB, d time.Duration) time.Duration {
+	t.Helper()
+	v := os.Getenv(EnvTimeoutScale)
+	if v == "" {
+		return d
+	}
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil || f < 1 || f > 1000 {
+		t.Fatalf("%s=%q: want a number from 1 to 1000", EnvTimeoutScale, v)
+	}
+	return time.Duration(float64(d) * f)
+}
 
 // eventually polls cond every 100 ms until it returns "" or timeout passes;
 // it fails with the last reason cond gave.

@@ -66,7 +66,7 @@ func TestQoSMemoryReclaim(t *testing.T) {
 	// (so that it leaves CPU slack for the hog's revocable cpus).
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:1.5;mem:512", "--command", "exec stress-ng --vm 1 --vm-bytes 200M --vm-keep --vm-hang 1 --timeout 1000s -q")
-	eventually(t, 30*time.Second, func() string {
+	eventually(t, scaled(t, 30*time.Second), func() string {
 		for _, task := range taskStatuses(t, addr, "guaranteed") {
 			if task.GetState() == slacklinev1.TaskState_TASK_STATE_RUNNING {
 				return ""
@@ -81,11 +81,12 @@ func TestQoSMemoryReclaim(t *testing.T) {
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
 		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:2048", "--command", "dd if=/dev/zero bs=1536M count=1 2>/dev/null | sleep 1000")
 	// At idle priority on a loaded machine the hog may take a minute or two
-	// to fill its buffer.
-	eventually(t, 5*time.Minute, func() string {
-		killed := revocableTasks(t, addr, "memhog")[slacklinev1.TaskState_TASK_STATE_KILLED]
+	// to fill its buffer (under emulation, more: EnvTimeoutScale).
+	eventually(t, scaled(t, 5*time.Minute), func() string {
+		tasks := revocableTasks(t, addr, "memhog")
+		killed := tasks[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {
-			return "memory hog not killed"
+			return memoryHogState(tasks, avail-1024)
 		}
 		st := killed[0].GetStatus()
 		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || !strings.Contains(st.GetMessage(), "frozen") {
@@ -103,7 +104,7 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		}
 		return false
 	}
-	for deadline := time.Now().Add(2 * time.Minute); !thawed() && time.Now().Before(deadline); {
+	for deadline := time.Now().Add(scaled(t, 2*time.Minute)); !thawed() && time.Now().Before(deadline); {
 		<-time.After(500 * time.Millisecond)
 	}
 	checkThaw := thawed()

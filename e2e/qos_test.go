@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -277,10 +278,14 @@ func TestQoSMemory(t *testing.T) {
 	// writing it to a pipe nobody reads, holding the memory until killed.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
 		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", "dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000")
-	eventually(t, 90*time.Second, func() string {
-		killed := revocableTasks(t, addr, "memhog")[slacklinev1.TaskState_TASK_STATE_KILLED]
+	// The bound is the hog's launch, its buffer's fill and the kill: under
+	// emulation the fill alone takes minutes (EnvTimeoutScale).
+	line := avail - 1024
+	eventually(t, scaled(t, 90*time.Second), func() string {
+		tasks := revocableTasks(t, addr, "memhog")
+		killed := tasks[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {
-			return "memory hog not killed"
+			return memoryHogState(tasks, line)
 		}
 		st := killed[0].GetStatus()
 		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || !strings.Contains(strings.ToLower(st.GetMessage()), "mem") {
@@ -293,6 +298,21 @@ func TestQoSMemory(t *testing.T) {
 			t.Fatalf("guaranteed task %v: want it untouched", task.GetState())
 		}
 	}
+}
+
+// memoryHogState says where a memory hog is short of being killed: its
+// tasks' states and MemAvailable against the line it must cross.
+func memoryHogState(tasks map[slacklinev1.TaskState][]*slacklinev1.Task, lineMiB float64) string {
+	var states []string
+	for state, ts := range tasks {
+		states = append(states, fmt.Sprintf("%d %s", len(ts), strings.TrimPrefix(state.String(), "TASK_STATE_")))
+	}
+	slices.Sort(states)
+	avail, err := memAvailableMiB()
+	if err != nil {
+		return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable: %v)", states, err)
+	}
+	return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable %.0f MiB, line %.0f MiB)", states, avail, lineMiB)
 }
 
 func memAvailableMiB() (float64, error) {

@@ -7,7 +7,9 @@
 // pending so that the rest of each offer goes straight back to the allocator,
 // declines offers that fit nothing for 5 s, and suppresses offers when
 // nothing is pending. A task that ends in any terminal state other than
-// TASK_STATE_FINISHED is launched again, up to --max-attempts launches in all.
+// TASK_STATE_FINISHED is launched again, up to --max-attempts launches in all
+// (a launch refused because its offer was no longer outstanding does not
+// count: it never reached an agent).
 // It logs one line per task state change (stderr) and prints
 // "batch: N finished, M failed" (stdout) at the end.
 //

@@ -385,7 +385,11 @@ func (s *scheduler) update(status *slacklinev1.TaskStatus) outcome {
 		case status.GetState() == slacklinev1.TaskState_TASK_STATE_FINISHED:
 			t.phase = phaseFinished
 		case terminal:
-			t.failures++
+			// A launch on an offer that was no longer outstanding (rescinded
+			// meanwhile) never reached an agent: not an attempt.
+			if status.GetReason() != slacklinev1.Reason_REASON_INVALID_OFFERS {
+				t.failures++
+			}
 			if t.failures >= s.cfg.maxAttempts {
 				t.phase = phaseFailed
 				out.gaveUp = true

@@ -179,6 +179,14 @@ func status(id string, state slacklinev1.TaskState) *slacklinev1.TaskStatus {
 	return &slacklinev1.TaskStatus{TaskId: id, AgentId: "agent-o1", State: state}
 }
 
+// invalidOffer is the coordinator's LOST for a launch on an offer that was
+// not outstanding.
+func invalidOffer(id string) *slacklinev1.TaskStatus {
+	st := status(id, lost)
+	st.AgentId, st.Reason = "", slacklinev1.Reason_REASON_INVALID_OFFERS
+	return st
+}
+
 const (
 	running  = slacklinev1.TaskState_TASK_STATE_RUNNING
 	finished = slacklinev1.TaskState_TASK_STATE_FINISHED
@@ -234,6 +242,19 @@ func TestSchedulerUpdates(t *testing.T) {
 				{offers: true, status: status("batch-0-3-abc", killed), want: outcomeSummary{Changed: true, GaveUp: true, Done: true}},
 			},
 			wantFailed: 1,
+		},
+		{
+			// The memory e2e tests' hog (--max-attempts 1) was given up in a
+			// slow guest when its offer was rescinded before the launch.
+			name:  "a launch on an offer no longer outstanding is not an attempt",
+			tasks: 1,
+			steps: []step{
+				{offers: true, status: invalidOffer("batch-0-1-abc"), want: outcomeSummary{Changed: true, Requeued: true}},
+				{offers: true, status: invalidOffer("batch-0-2-abc"), want: outcomeSummary{Changed: true, Requeued: true}},
+				{offers: true, status: invalidOffer("batch-0-3-abc"), want: outcomeSummary{Changed: true, Requeued: true}},
+				{offers: true, status: status("batch-0-4-abc", finished), want: outcomeSummary{Changed: true, Done: true}},
+			},
+			wantFinished: 1,
 		},
 		{
 			name:  "retry then success",

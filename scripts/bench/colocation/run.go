@@ -416,20 +416,23 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			_ = c.Launch(ctx, []string{off.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(3600))
 		}
 	}})
+	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
+	agentStarted := time.Now() // the agent was started just before
 	if err := waitHTTP("http://"+serverAddr, o.serverStart); err != nil {
-		return res, fmt.Errorf("server: %w", err)
+		return res, fmt.Errorf("server: %w%s", err, startDiagnosis(ctx, node, work))
 	}
+	fmt.Printf("   latency server answering %v after the agent's start\n", time.Since(agentStarted).Round(100*time.Millisecond))
 	for _, rel := range []string{root, loadgenCgroup} {
 		if err := setWeight(layout, rel, o.rootWeight); err != nil {
 			return res, err
 		}
 	}
-	node := slacklinev1connect.NewNodeServiceClient(server.NewClient(), "http://"+agentAddr)
 	// As long as the server may take to start, at least a minute: both
 	// are slow in an emulated guest.
 	if err := waitEBPFLoaded(ctx, node, max(time.Minute, o.serverStart)); err != nil {
 		return res, err
 	}
+	fmt.Printf("   eBPF monitor loaded (or not loading) %v after the agent's start\n", time.Since(agentStarted).Round(100*time.Millisecond))
 	if s.tasks > 0 {
 		if err := startProc("batch-framework", "--coordinator", "http://"+coordAddr, "--name", "best-effort", "--revocable",
 			"--tasks", strconv.Itoa(s.tasks), "--task-resources", s.res, "--command", s.command(o.binDir)); err != nil {
@@ -887,6 +890,47 @@ func waitHTTP(url string, timeout time.Duration) error {
 		time.Sleep(100 * time.Millisecond)
 	}
 	return fmt.Errorf("not answering at %s after %v", url, timeout)
+}
+
+// startDiagnosis says why a latency server may not have answered: the
+// agent's containers and their states, its eBPF monitor's status, and the
+// last lines of the agent's and the coordinator's logs (the run's work
+// directory is removed when it ends, so they are printed here).
+func startDiagnosis(ctx context.Context, node slacklinev1connect.NodeServiceClient, work string) string {
+	var b strings.Builder
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if resp, err := node.GetContainers(ctx, connect.NewRequest(&slacklinev1.GetContainersRequest{})); err != nil {
+		fmt.Fprintf(&b, "\n   agent GetContainers: %v", err)
+	} else {
+		fmt.Fprintf(&b, "\n   agent containers: %d", len(resp.Msg.GetContainers()))
+		for _, c := range resp.Msg.GetContainers() {
+			fmt.Fprintf(&b, "\n     %s task %s %v revocable=%v pid %d", c.GetContainerId(), c.GetTaskId(), c.GetState(), c.GetRevocable(), c.GetPid())
+		}
+	}
+	if resp, err := node.GetFeatures(ctx, connect.NewRequest(&slacklinev1.GetFeaturesRequest{})); err != nil {
+		fmt.Fprintf(&b, "\n   agent GetFeatures: %v", err)
+	} else {
+		for _, f := range resp.Msg.GetFeatures() {
+			if f.GetName() == "ebpf_monitor" {
+				fmt.Fprintf(&b, "\n   agent ebpf_monitor: %v %s", f.GetStatus(), f.GetDetail())
+			}
+		}
+	}
+	for _, name := range []string{"slackline-agent", "slackline-coordinator"} {
+		raw, err := os.ReadFile(filepath.Join(work, name+".log"))
+		if err != nil {
+			fmt.Fprintf(&b, "\n   %s log: %v", name, err)
+			continue
+		}
+		lines := strings.Split(strings.TrimRight(string(raw), "\n"), "\n")
+		const tail = 25
+		fmt.Fprintf(&b, "\n   %s log, last %d of %d lines:", name, min(tail, len(lines)), len(lines))
+		for _, l := range lines[max(0, len(lines)-tail):] {
+			b.WriteString("\n     " + l)
+		}
+	}
+	return b.String()
 }
 
 // waitRevocable waits until n revocable containers run.
