@@ -258,8 +258,9 @@ func (p *qosProbe) diagnosis() string {
 
 // TestQoSMemory: a memory hog in the revocable subtree is killed when the
 // node runs short of memory, before guaranteed work suffers. The node's
-// threshold is set just below what is available now, so a 1.5 GiB hog
-// crosses it on any host.
+// threshold is set 1 GiB below what is available now, so a hog of 1.5 GiB
+// (2,000 MiB where at least 8 GiB is available, so that other tenants
+// freeing memory meanwhile do not hide it) crosses it on any host.
 func TestQoSMemory(t *testing.T) {
 	privileged.Require(t)
 	avail, err := memAvailableMiB()
@@ -273,11 +274,15 @@ func TestQoSMemory(t *testing.T) {
 	waitAgentsActive(t, addr, 1)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:1.5;mem:64", "--command", "sleep 1000")
-	// dd reads 1.5 GiB into one buffer with a single read (the kernel
+	hogMiB := 1536
+	if avail >= 8192 {
+		hogMiB = 2000 // one read(2) returns at most 2 GiB - 4 KiB
+	}
+	// dd reads the hog's size into one buffer with a single read (the kernel
 	// zero-fills it: little CPU, even at idle priority), then blocks
 	// writing it to a pipe nobody reads, holding the memory until killed.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
-		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", "dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000")
+		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", fmt.Sprintf("dd if=/dev/zero bs=%dM count=1 status=none | sleep 100000", hogMiB))
 	// The bound is the hog's launch, its buffer's fill and the kill: under
 	// emulation the fill alone takes minutes (EnvTimeoutScale).
 	line := avail - 1024
