@@ -78,6 +78,14 @@ type scenario struct {
 	// it gets, and varied tenfold from one 2 s window to the next (16-152
 	// MiB/s), so the io scenario measures ten cycles, not five.
 	minSlices int
+	// nodeMiB, when set, bounds the node's memory: the agent's cgroup
+	// root is a child of a cgroup of the benchmark's own (nodeCgroup) whose
+	// memory limit is nodeMiB, so that best-effort work competes with the
+	// server for it (the host's free memory, tens of GiB, otherwise leaves
+	// them nothing to compete for).
+	nodeMiB int
+	// agentRes overrides the agent's --resources (default cpus:2;mem:4096).
+	agentRes string
 	// disk runs the scenario on the disk --disk chooses (the modelled
 	// one by default): the run's directory, where the agent's sandboxes
 	// are, is on it.
@@ -116,12 +124,26 @@ var scenarios = []scenario{
 	// current server parts (and of this development machine's, 260 MiB).
 	{name: "membw", tasks: 2, res: "cpus:0.5;mem:1200", command: func(bin string) string { return filepath.Join(bin, "hog") + " --mib 512" }},
 	{name: "forkexec", tasks: 4, res: "cpus:0.25;mem:64", command: func(string) string { return `while :; do /bin/true; done` }},
-	// Three tasks holding 800 MiB each on revocable memory, the slack of a
-	// server allocated 3 GiB that uses a few MiB: together they ask for
-	// more than the ~2.9 GiB of slack (two of 700 MiB held at most 0.48 of
-	// it, so S could not show whether best-effort work keeps half).
-	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare, holds: 3 * 800 << 20,
-		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
+	// A node whose memory is bounded at 1536 MiB (nodeMiB) while the agent
+	// is told it has 2048 (agentRes: an estimate of slack that the node
+	// cannot always back, as when page cache, kernel memory or a working
+	// set's growth is not in it), holding a server allocated all of it
+	// whose requests read a 384 MiB page-cache working set (--cache-mib:
+	// the node's only reclaimable memory, there being no swap, so reclaim
+	// of its pages costs the server disk reads), and three best-effort
+	// tasks whose memory grows and shrinks with little CPU: each allocates
+	// 448 MiB (dd's buffer, filled once, held 4 s while dd blocks on a pipe
+	// nobody reads), frees it and sleeps 2 s, so that when their peaks
+	// meet they hold more than the node has beside the server. (Filling
+	// the buffer over and over instead took half a core at idle priority:
+	// the ratio then measured CPU interference, 4.6-5.5x.)
+	// S is the memory best-effort work holds on average over the shared
+	// slices over the memory slack the agent offers.
+	{name: "memory", tasks: 3, res: "cpus:0.25;mem:500", agentRes: "cpus:2;mem:2048", serverRes: "cpus:2;mem:2048", serverArgs: "--cache-mib 384",
+		share: memoryShare, nodeMiB: 1536,
+		command: func(string) string {
+			return `while :; do dd if=/dev/zero bs=448M count=1 2>/dev/null | sleep 4; sleep 2; done`
+		}},
 	// Two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB files,
 	// two writes in flight each (so that v1 blkio sees their writes, and
 	// so that on a loaded machine they are bound by the disk, not by the
@@ -339,6 +361,18 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	loadgenCgroup := root + "-loadgen"
 	cleanup.push(func() { removeRoot(layout, root) })
+	// agentRoot is the agent's --cgroup-root: root itself, or its child
+	// "node" when the scenario bounds the node's memory (root then holds
+	// the limit; the agent's revocable subtree, beside its root, is also
+	// under it).
+	agentRoot := root
+	if s.nodeMiB > 0 {
+		if err := makeNodeCgroup(layout, root, uint64(s.nodeMiB)<<20); err != nil {
+			return res, fmt.Errorf("bound the node's memory: %w", err)
+		}
+		agentRoot = root + "/node"
+		fmt.Printf("   node memory bounded at %d MiB (the agent's cgroup root is under a cgroup of that limit)\n", s.nodeMiB)
+	}
 	cleanup.push(func() { removeCgroup(layout, loadgenCgroup) })
 	if err := makeCgroup(layout, loadgenCgroup); err != nil {
 		return res, err
@@ -380,8 +414,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		return res, err
 	}
 	time.Sleep(300 * time.Millisecond)
+	agentRes := "cpus:2;mem:4096"
+	if s.agentRes != "" {
+		agentRes = s.agentRes
+	}
 	agentArgs := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr,
-		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
+		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", agentRoot, "--resources", agentRes,
 		"--qos-controller", qosSet, "--monitor-interval", "100ms", "--estimator-window", "10s",
 		"--protect-cgroup", loadgenCgroup, "--ebpf-all-culprits", "--insecure"}, o.agentFlags...)
 	if err := startProc("slackline-agent", agentArgs...); err != nil {
@@ -441,20 +479,20 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			return res, err
 		}
 		if isStatic {
-			if err := applyStatic(layout, cgroups.Subtree(root, cgroups.Revocable), static); err != nil {
+			if err := applyStatic(layout, cgroups.Subtree(agentRoot, cgroups.Revocable), static); err != nil {
 				return res, err
 			}
 		}
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
 	}
-	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable)}
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(agentRoot, cgroups.Revocable)}
 	if s.holds > 0 {
 		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
 			return res, err
 		}
 	}
-	lift := &capLift{layout: layout, rel: cgroups.Subtree(root, cgroups.Revocable)}
+	lift := &capLift{layout: layout, rel: cgroups.Subtree(agentRoot, cgroups.Revocable)}
 	if s.writerAlone {
 		if err := warmWriters(layout, []string{lift.rel}, s.warmWrites, 3*time.Minute); err != nil {
 			return res, err
@@ -514,9 +552,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 
 	rel := func(sub string) string {
 		if sub == "revocable" {
-			return cgroups.Subtree(root, cgroups.Revocable)
+			return cgroups.Subtree(agentRoot, cgroups.Revocable)
 		}
-		return filepath.Join(root, sub)
+		return filepath.Join(agentRoot, sub)
 	}
 	serverID := ""
 	m := meter{layout: layout, node: node, serverID: &serverID, loadgen: loadgenCgroup, rel: rel}
@@ -593,12 +631,46 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			prev = now
 		}
 	}()
+	// The memory best-effort work holds, sampled through the shared
+	// slices (S of a scenario whose best-effort memory grows and shrinks).
+	heldDone := make(chan struct{})
+	var heldSum, heldN float64
+	if s.nodeMiB > 0 {
+		go func() {
+			defer close(heldDone)
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopSlices:
+					return
+				case <-sliceDone:
+					return
+				case now := <-tick.C:
+					at := now.Sub(start)
+					if kind(int(at/o.slice)) != sliceShared || at%o.slice < 200*time.Millisecond {
+						continue
+					}
+					if held, err := rm.heldBytes(); err == nil {
+						heldSum += float64(held)
+						heldN++
+					}
+				}
+			}
+		}()
+	} else {
+		close(heldDone)
+	}
 	var report loadReport
 	err = json.NewDecoder(stdout).Decode(&report)
 	if err != nil {
 		close(stopSlices)
 	}
 	<-sliceDone
+	<-heldDone
+	if heldN > 0 {
+		rm.heldShared = heldSum / heldN
+	}
 	if err := lift.restore(); err != nil && freezeErr == nil {
 		freezeErr = err
 	}
