@@ -401,8 +401,9 @@ func pairedDifferences(results []runResult, scenarioName, set string) []float64 
 // collected are one configuration's per-repetition values.
 type collected struct {
 	ratio, share, ofSlack, beCores []float64
-	// invalid counts the runs left out: the server alone failed more than
-	// maxAloneErrors of its requests (NOT VALID).
+	// invalid counts the runs left out (NOT VALID): the server alone failed
+	// more than maxAloneErrors of its requests, or a run without QoS never
+	// hit the node's memory limit (notCompeting).
 	invalid int
 }
 
@@ -412,7 +413,7 @@ func collect(results []runResult, scenarioName, set string) collected {
 		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
 			continue
 		}
-		if saturated(r.Alone) {
+		if saturated(r.Alone) || notCompeting(r) {
 			c.invalid++
 			continue
 		}

@@ -415,3 +415,25 @@ func makeNodeCgroup(l cgroups.Layout, rel string, limit uint64) error {
 	}
 	return os.WriteFile(filepath.Join(p.Memory, "memory.limit_in_bytes"), value, 0)
 }
+
+// nodeLimitHits reads how often the node cgroup rel (makeNodeCgroup) hit
+// its memory limit: v2 memory.events "max", v1 memory.failcnt.
+func nodeLimitHits(l cgroups.Layout, rel string) (uint64, error) {
+	if l.Mode == cgroups.ModeV2 {
+		file := filepath.Join(l.Unified, rel, "memory.events")
+		if v, ok := statField(file, "max"); ok {
+			return v, nil
+		}
+		return 0, fmt.Errorf("no max in %s", file)
+	}
+	file := filepath.Join(l.Memory, rel, "memory.failcnt")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", file, err)
+	}
+	return v, nil
+}

@@ -214,6 +214,11 @@ type runResult struct {
 	DiskRate float64 `json:"disk_write_bytes_per_second,omitempty"`
 	// Disk names the disk the scenario ran on (--disk).
 	Disk string `json:"disk,omitempty"`
+	// NodeLimitHits is, where the scenario bounds the node's memory
+	// (nodeMiB), how often the node's memory limit was hit during the load
+	// (v1 memory.failcnt, v2 memory.events max): 0 means best-effort work
+	// never competed with the server for memory.
+	NodeLimitHits *uint64 `json:"node_memory_limit_hits,omitempty"`
 
 	// ResourceShare is, for the memory and io scenarios, best-effort work's
 	// share of that resource (ResourceShareWhat says which); it is S.
@@ -594,6 +599,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := setSlice(0); err != nil {
 		return res, fmt.Errorf("freeze best-effort work: %w", err)
 	}
+	var hitsBefore uint64
+	if s.nodeMiB > 0 {
+		if hitsBefore, err = nodeLimitHits(layout, root); err != nil {
+			return res, err
+		}
+	}
 	prev := m.snapshot(ctx)
 	timeline := sampleTimeline(layout, rel("revocable"))
 	start := time.Now()
@@ -670,6 +681,14 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	<-heldDone
 	if heldN > 0 {
 		rm.heldShared = heldSum / heldN
+	}
+	if s.nodeMiB > 0 {
+		hits, hitsErr := nodeLimitHits(layout, root)
+		if hitsErr != nil {
+			return res, hitsErr
+		}
+		hits -= min(hits, hitsBefore)
+		res.NodeLimitHits = &hits
 	}
 	if err := lift.restore(); err != nil && freezeErr == nil {
 		freezeErr = err
@@ -772,7 +791,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		fmt.Printf("   p99 ratio %.2fx, best-effort share undefined: %.2f idle cores (other tenants), %.2f of slack\n",
 			res.ratio(), res.idleCores(), res.Shared.BECores/res.slackCores())
 	}
-	if saturated(res.Alone) {
+	if res.NodeLimitHits != nil {
+		fmt.Printf("   the node's memory limit was hit %d times during the load\n", *res.NodeLimitHits)
+	}
+	if notCompeting(res) {
+		fmt.Printf("   NOT VALID: without QoS the node's memory limit was never hit during the load: best-effort work did not compete with the server for memory; left out of the summary's medians\n")
+	} else if saturated(res.Alone) {
 		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue; left out of the summary's medians\n",
 			res.Alone.Errors, res.Alone.Requests)
 	} else {
@@ -902,6 +926,14 @@ const maxAloneErrors = 0.01
 // requests alone.
 func saturated(alone phase) bool {
 	return alone.Requests > 0 && float64(alone.Errors) > maxAloneErrors*float64(alone.Requests)
+}
+
+// notCompeting says whether a run of a scenario that bounds the node's
+// memory measured no competition: without QoS (which may keep best-effort
+// work from reaching it: that is what it is for), the node's memory limit
+// was never hit.
+func notCompeting(r runResult) bool {
+	return r.Config == "noop" && r.NodeLimitHits != nil && *r.NodeLimitHits == 0
 }
 
 // finish turns the phase's sums into rates.
