@@ -21,10 +21,15 @@
 //   - membw: two copy loops over buffers much larger than the last-level
 //     cache (memory bandwidth and cache pollution);
 //   - forkexec: four shell loops starting /bin/true (fork/exec churn);
-//   - memory: three tasks holding 800 MiB each on revocable memory, the slack
-//     of a server allocated 3 GiB (the load starts once they hold it all);
-//     S is the memory they hold after the load over the revocable mem
-//     estimate (the memory slack offered);
+//   - memory: a node whose memory is bounded (the agent's cgroup root goes
+//     under a cgroup of the benchmark's own with a memory limit of 1.5 GiB,
+//     while the agent is told of 2 GiB), a server allocated all of it whose
+//     requests read random pages of a 384 MiB file (a page-cache working
+//     set: the node's only reclaimable memory, so that best-effort memory
+//     costs the server disk reads), and three tasks that allocate 448 MiB,
+//     hold it 4 s and free it, in turns; S is the memory they hold on
+//     average over the shared slices over the revocable mem estimate (the
+//     memory slack offered);
 //   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
 //     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request. Its slices go in fours:
@@ -396,8 +401,9 @@ func pairedDifferences(results []runResult, scenarioName, set string) []float64 
 // collected are one configuration's per-repetition values.
 type collected struct {
 	ratio, share, ofSlack, beCores []float64
-	// invalid counts the runs left out: the server alone failed more than
-	// maxAloneErrors of its requests (NOT VALID).
+	// invalid counts the runs left out (NOT VALID): the server alone failed
+	// more than maxAloneErrors of its requests, or a run without QoS never
+	// hit the node's memory limit (notCompeting).
 	invalid int
 }
 
@@ -407,7 +413,7 @@ func collect(results []runResult, scenarioName, set string) collected {
 		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
 			continue
 		}
-		if saturated(r.Alone) {
+		if saturated(r.Alone) || notCompeting(r) {
 			c.invalid++
 			continue
 		}

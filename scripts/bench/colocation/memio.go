@@ -33,7 +33,11 @@ type resourceMeter struct {
 	// writer-alone slices, windows each slice's rate: set after the load
 	// (the io scenario).
 	ioShared, ioAlone float64
-	windows           []writeWindow
+	// heldShared, when set, is the memory best-effort work held on average
+	// over the shared slices (bytes): memoryShare's numerator instead of
+	// what it holds after the load.
+	heldShared float64
+	windows    []writeWindow
 }
 
 type ioSample struct {
@@ -92,7 +96,10 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
-	held := float64(heldBytes)
+	held, what := float64(heldBytes), "memory held"
+	if m.heldShared > 0 {
+		held, what = m.heldShared, "memory held on average beside the server"
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	est, err := m.node.GetEstimate(ctx, connect.NewRequest(&slacklinev1.GetEstimateRequest{}))
@@ -108,7 +115,7 @@ func memoryShare(m resourceMeter) (float64, string, error) {
 	if slack <= 0 {
 		return 0, "memory held / memory slack (no slack offered)", nil
 	}
-	return held / slack, fmt.Sprintf("memory held %.0f MiB / memory slack %.0f MiB", held/(1<<20), slack/(1<<20)), nil
+	return held / slack, fmt.Sprintf("%s %.0f MiB / memory slack %.0f MiB", what, held/(1<<20), slack/(1<<20)), nil
 }
 
 // ioShare is best-effort writers' rate over the shared slices (beside the
@@ -364,4 +371,69 @@ func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.D
 		return 0, err
 	}
 	return float64(s1.bytes-s0.bytes) / s1.at.Sub(s0.at).Seconds(), nil
+}
+
+// makeNodeCgroup makes rel, a cgroup of the benchmark's own that the
+// agent's cgroup root goes under, with a memory limit of limit bytes (v2
+// memory.max, v1 memory.limit_in_bytes): the node's memory, as the agent's
+// work sees it. On v2 it enables for its children the controllers it has;
+// on a hybrid host with a v1 cpuset hierarchy it fills rel's cpuset.cpus
+// and cpuset.mems from the hierarchy's root, which a v1 cpuset needs
+// before the agent's cpusets under it can have any.
+func makeNodeCgroup(l cgroups.Layout, rel string, limit uint64) error {
+	if err := makeCgroup(l, rel); err != nil {
+		return err
+	}
+	p := l.PathsOf(rel)
+	value := []byte(strconv.FormatUint(limit, 10))
+	if l.Mode == cgroups.ModeV2 {
+		ctrls, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.controllers"))
+		if err != nil {
+			return err
+		}
+		for _, c := range strings.Fields(string(ctrls)) {
+			if err := os.WriteFile(filepath.Join(p.Unified, "cgroup.subtree_control"), []byte("+"+c), 0); err != nil {
+				return fmt.Errorf("enable %s under %s: %w", c, rel, err)
+			}
+		}
+		return os.WriteFile(filepath.Join(p.Unified, "memory.max"), value, 0)
+	}
+	if l.CPUSet != "" {
+		dir := filepath.Join(l.CPUSet, rel)
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			return err
+		}
+		for _, name := range []string{"cpuset.cpus", "cpuset.mems"} {
+			v, err := os.ReadFile(filepath.Join(l.CPUSet, name))
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(dir, name), v, 0); err != nil {
+				return fmt.Errorf("%s of %s: %w", name, rel, err)
+			}
+		}
+	}
+	return os.WriteFile(filepath.Join(p.Memory, "memory.limit_in_bytes"), value, 0)
+}
+
+// nodeLimitHits reads how often the node cgroup rel (makeNodeCgroup) hit
+// its memory limit: v2 memory.events "max", v1 memory.failcnt.
+func nodeLimitHits(l cgroups.Layout, rel string) (uint64, error) {
+	if l.Mode == cgroups.ModeV2 {
+		file := filepath.Join(l.Unified, rel, "memory.events")
+		if v, ok := statField(file, "max"); ok {
+			return v, nil
+		}
+		return 0, fmt.Errorf("no max in %s", file)
+	}
+	file := filepath.Join(l.Memory, rel, "memory.failcnt")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return 0, err
+	}
+	v, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", file, err)
+	}
+	return v, nil
 }

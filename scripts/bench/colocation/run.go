@@ -78,6 +78,14 @@ type scenario struct {
 	// it gets, and varied tenfold from one 2 s window to the next (16-152
 	// MiB/s), so the io scenario measures ten cycles, not five.
 	minSlices int
+	// nodeMiB, when set, bounds the node's memory: the agent's cgroup
+	// root is a child of a cgroup of the benchmark's own (nodeCgroup) whose
+	// memory limit is nodeMiB, so that best-effort work competes with the
+	// server for it (the host's free memory, tens of GiB, otherwise leaves
+	// them nothing to compete for).
+	nodeMiB int
+	// agentRes overrides the agent's --resources (default cpus:2;mem:4096).
+	agentRes string
 	// disk runs the scenario on the disk --disk chooses (the modelled
 	// one by default): the run's directory, where the agent's sandboxes
 	// are, is on it.
@@ -116,12 +124,26 @@ var scenarios = []scenario{
 	// current server parts (and of this development machine's, 260 MiB).
 	{name: "membw", tasks: 2, res: "cpus:0.5;mem:1200", command: func(bin string) string { return filepath.Join(bin, "hog") + " --mib 512" }},
 	{name: "forkexec", tasks: 4, res: "cpus:0.25;mem:64", command: func(string) string { return `while :; do /bin/true; done` }},
-	// Three tasks holding 800 MiB each on revocable memory, the slack of a
-	// server allocated 3 GiB that uses a few MiB: together they ask for
-	// more than the ~2.9 GiB of slack (two of 700 MiB held at most 0.48 of
-	// it, so S could not show whether best-effort work keeps half).
-	{name: "memory", tasks: 3, res: "cpus:0.25;mem:900", serverRes: "cpus:2;mem:3072", share: memoryShare, holds: 3 * 800 << 20,
-		command: func(string) string { return `dd if=/dev/zero bs=800M count=1 2>/dev/null | sleep 100000` }},
+	// A node whose memory is bounded at 1536 MiB (nodeMiB) while the agent
+	// is told it has 2048 (agentRes: an estimate of slack that the node
+	// cannot always back, as when page cache, kernel memory or a working
+	// set's growth is not in it), holding a server allocated all of it
+	// whose requests read a 384 MiB page-cache working set (--cache-mib:
+	// the node's only reclaimable memory, there being no swap, so reclaim
+	// of its pages costs the server disk reads), and three best-effort
+	// tasks whose memory grows and shrinks with little CPU: each allocates
+	// 448 MiB (dd's buffer, filled once, held 4 s while dd blocks on a pipe
+	// nobody reads), frees it and sleeps 2 s, so that when their peaks
+	// meet they hold more than the node has beside the server. (Filling
+	// the buffer over and over instead took half a core at idle priority:
+	// the ratio then measured CPU interference, 4.6-5.5x.)
+	// S is the memory best-effort work holds on average over the shared
+	// slices over the memory slack the agent offers.
+	{name: "memory", tasks: 3, res: "cpus:0.25;mem:500", agentRes: "cpus:2;mem:2048", serverRes: "cpus:2;mem:2048", serverArgs: "--cache-mib 384",
+		share: memoryShare, nodeMiB: 1536,
+		command: func(string) string {
+			return `while :; do dd if=/dev/zero bs=448M count=1 2>/dev/null | sleep 4; sleep 2; done`
+		}},
 	// Two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB files,
 	// two writes in flight each (so that v1 blkio sees their writes, and
 	// so that on a loaded machine they are bound by the disk, not by the
@@ -192,6 +214,11 @@ type runResult struct {
 	DiskRate float64 `json:"disk_write_bytes_per_second,omitempty"`
 	// Disk names the disk the scenario ran on (--disk).
 	Disk string `json:"disk,omitempty"`
+	// NodeLimitHits is, where the scenario bounds the node's memory
+	// (nodeMiB), how often the node's memory limit was hit during the load
+	// (v1 memory.failcnt, v2 memory.events max): 0 means best-effort work
+	// never competed with the server for memory.
+	NodeLimitHits *uint64 `json:"node_memory_limit_hits,omitempty"`
 
 	// ResourceShare is, for the memory and io scenarios, best-effort work's
 	// share of that resource (ResourceShareWhat says which); it is S.
@@ -339,6 +366,18 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	coordAddr, agentAddr, serverAddr := benchutil.FreeAddr(), benchutil.FreeAddr(), benchutil.FreeAddr()
 	loadgenCgroup := root + "-loadgen"
 	cleanup.push(func() { removeRoot(layout, root) })
+	// agentRoot is the agent's --cgroup-root: root itself, or its child
+	// "node" when the scenario bounds the node's memory (root then holds
+	// the limit; the agent's revocable subtree, beside its root, is also
+	// under it).
+	agentRoot := root
+	if s.nodeMiB > 0 {
+		if err := makeNodeCgroup(layout, root, uint64(s.nodeMiB)<<20); err != nil {
+			return res, fmt.Errorf("bound the node's memory: %w", err)
+		}
+		agentRoot = root + "/node"
+		fmt.Printf("   node memory bounded at %d MiB (the agent's cgroup root is under a cgroup of that limit)\n", s.nodeMiB)
+	}
 	cleanup.push(func() { removeCgroup(layout, loadgenCgroup) })
 	if err := makeCgroup(layout, loadgenCgroup); err != nil {
 		return res, err
@@ -380,8 +419,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		return res, err
 	}
 	time.Sleep(300 * time.Millisecond)
+	agentRes := "cpus:2;mem:4096"
+	if s.agentRes != "" {
+		agentRes = s.agentRes
+	}
 	agentArgs := append([]string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr,
-		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", root, "--resources", "cpus:2;mem:4096",
+		"--work-dir", filepath.Join(work, "agent"), "--cgroup-root", agentRoot, "--resources", agentRes,
 		"--qos-controller", qosSet, "--monitor-interval", "100ms", "--estimator-window", "10s",
 		"--protect-cgroup", loadgenCgroup, "--ebpf-all-culprits", "--insecure"}, o.agentFlags...)
 	if err := startProc("slackline-agent", agentArgs...); err != nil {
@@ -444,20 +487,20 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			return res, err
 		}
 		if isStatic {
-			if err := applyStatic(layout, cgroups.Subtree(root, cgroups.Revocable), static); err != nil {
+			if err := applyStatic(layout, cgroups.Subtree(agentRoot, cgroups.Revocable), static); err != nil {
 				return res, err
 			}
 		}
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
 	}
-	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(root, cgroups.Revocable)}
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(agentRoot, cgroups.Revocable)}
 	if s.holds > 0 {
 		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
 			return res, err
 		}
 	}
-	lift := &capLift{layout: layout, rel: cgroups.Subtree(root, cgroups.Revocable)}
+	lift := &capLift{layout: layout, rel: cgroups.Subtree(agentRoot, cgroups.Revocable)}
 	if s.writerAlone {
 		if err := warmWriters(layout, []string{lift.rel}, s.warmWrites, 3*time.Minute); err != nil {
 			return res, err
@@ -517,9 +560,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 
 	rel := func(sub string) string {
 		if sub == "revocable" {
-			return cgroups.Subtree(root, cgroups.Revocable)
+			return cgroups.Subtree(agentRoot, cgroups.Revocable)
 		}
-		return filepath.Join(root, sub)
+		return filepath.Join(agentRoot, sub)
 	}
 	serverID := ""
 	m := meter{layout: layout, node: node, serverID: &serverID, loadgen: loadgenCgroup, rel: rel}
@@ -559,6 +602,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := setSlice(0); err != nil {
 		return res, fmt.Errorf("freeze best-effort work: %w", err)
 	}
+	var hitsBefore uint64
+	if s.nodeMiB > 0 {
+		if hitsBefore, err = nodeLimitHits(layout, root); err != nil {
+			return res, err
+		}
+	}
 	prev := m.snapshot(ctx)
 	timeline := sampleTimeline(layout, rel("revocable"))
 	start := time.Now()
@@ -596,12 +645,54 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			prev = now
 		}
 	}()
+	// The memory best-effort work holds, sampled through the shared
+	// slices (S of a scenario whose best-effort memory grows and shrinks).
+	heldDone := make(chan struct{})
+	var heldSum, heldN float64
+	if s.nodeMiB > 0 {
+		go func() {
+			defer close(heldDone)
+			tick := time.NewTicker(250 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stopSlices:
+					return
+				case <-sliceDone:
+					return
+				case now := <-tick.C:
+					at := now.Sub(start)
+					if kind(int(at/o.slice)) != sliceShared || at%o.slice < 200*time.Millisecond {
+						continue
+					}
+					if held, err := rm.heldBytes(); err == nil {
+						heldSum += float64(held)
+						heldN++
+					}
+				}
+			}
+		}()
+	} else {
+		close(heldDone)
+	}
 	var report loadReport
 	err = json.NewDecoder(stdout).Decode(&report)
 	if err != nil {
 		close(stopSlices)
 	}
 	<-sliceDone
+	<-heldDone
+	if heldN > 0 {
+		rm.heldShared = heldSum / heldN
+	}
+	if s.nodeMiB > 0 {
+		hits, hitsErr := nodeLimitHits(layout, root)
+		if hitsErr != nil {
+			return res, hitsErr
+		}
+		hits -= min(hits, hitsBefore)
+		res.NodeLimitHits = &hits
+	}
 	if err := lift.restore(); err != nil && freezeErr == nil {
 		freezeErr = err
 	}
@@ -703,7 +794,12 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		fmt.Printf("   p99 ratio %.2fx, best-effort share undefined: %.2f idle cores (other tenants), %.2f of slack\n",
 			res.ratio(), res.idleCores(), res.Shared.BECores/res.slackCores())
 	}
-	if saturated(res.Alone) {
+	if res.NodeLimitHits != nil {
+		fmt.Printf("   the node's memory limit was hit %d times during the load\n", *res.NodeLimitHits)
+	}
+	if notCompeting(res) {
+		fmt.Printf("   NOT VALID: without QoS the node's memory limit was never hit during the load: best-effort work did not compete with the server for memory; left out of the summary's medians\n")
+	} else if saturated(res.Alone) {
 		fmt.Printf("   NOT VALID: the server alone failed %d of %d requests (it cannot keep up with --rate on this host: with --fsync, one fsync at a time, each must take under 1/rate): its p99 and the ratio measure its queue; left out of the summary's medians\n",
 			res.Alone.Errors, res.Alone.Requests)
 	} else {
@@ -833,6 +929,14 @@ const maxAloneErrors = 0.01
 // requests alone.
 func saturated(alone phase) bool {
 	return alone.Requests > 0 && float64(alone.Errors) > maxAloneErrors*float64(alone.Requests)
+}
+
+// notCompeting says whether a run of a scenario that bounds the node's
+// memory measured no competition: without QoS (which may keep best-effort
+// work from reaching it: that is what it is for), the node's memory limit
+// was never hit.
+func notCompeting(r runResult) bool {
+	return r.Config == "noop" && r.NodeLimitHits != nil && *r.NodeLimitHits == 0
 }
 
 // finish turns the phase's sums into rates.

@@ -153,3 +153,35 @@ func TestSaturated(t *testing.T) {
 		}
 	}
 }
+
+// TestNotCompeting: a run without QoS of a scenario bounding the node's
+// memory is left out when the node's limit was never hit; a QoS run is
+// not (keeping best-effort work under the limit is its aim), nor is a
+// scenario that does not bound the node's memory.
+func TestNotCompeting(t *testing.T) {
+	t.Parallel()
+	hits := func(n uint64) *uint64 { return &n }
+	for _, c := range []struct {
+		config string
+		hits   *uint64
+		want   bool
+	}{
+		{"noop", hits(0), true},
+		{"noop", hits(3), false},
+		{"noop", nil, false},
+		{"cpuset,interference,reclaim,diskio", hits(0), false},
+		{"cpuset,interference,reclaim,diskio", hits(5), false},
+	} {
+		r := runResult{Config: c.config, NodeLimitHits: c.hits}
+		if got := notCompeting(r); got != c.want {
+			t.Errorf("notCompeting(%s, hits %v) = %v, want %v", c.config, c.hits, got, c.want)
+		}
+	}
+	results := []runResult{
+		{Scenario: "memory", Config: "noop", NodeLimitHits: hits(0), Alone: phase{P99: 1}, Shared: phase{P99: 2}},
+		{Scenario: "memory", Config: "noop", NodeLimitHits: hits(9), Alone: phase{P99: 1}, Shared: phase{P99: 3}},
+	}
+	if c := collect(results, "memory", "noop"); c.invalid != 1 || len(c.ratio) != 1 || c.ratio[0] != 3 {
+		t.Errorf("collect = %d invalid, ratios %v; want 1 invalid, ratios [3]", c.invalid, c.ratio)
+	}
+}

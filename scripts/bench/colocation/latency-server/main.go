@@ -10,9 +10,11 @@ import (
 	"crypto/sha256"
 	"flag"
 	"fmt"
+	"math/rand/v2"
 	"net/http"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -21,8 +23,18 @@ func main() {
 	listen := flag.String("listen", "127.0.0.1:8080", "address to serve on")
 	work := flag.Duration("work", 500*time.Microsecond, "CPU time burnt per request")
 	fsyncDir := flag.String("fsync", "", "directory in which every request also writes 4 KiB to a file of its own and fsyncs it (a database's commit)")
+	cacheMiB := flag.Int("cache-mib", 0, "write a file of this many MiB in the working directory at start; every request then reads "+strconv.Itoa(pagesPerRequest)+" random 4 KiB pages of it (a page-cache working set: reclaim of its pages costs the requests disk reads)")
 	flag.Parse()
 	rounds := calibrate(*work)
+	var cache *os.File
+	if *cacheMiB > 0 {
+		f, err := writeCache("latency-server.cache", *cacheMiB)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "latency-server:", err)
+			os.Exit(1)
+		}
+		cache = f
+	}
 	var journal *os.File
 	if *fsyncDir != "" {
 		f, err := os.OpenFile(filepath.Join(*fsyncDir, "latency-server.journal"), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
@@ -36,6 +48,12 @@ func main() {
 	record := make([]byte, 4096)
 	http.HandleFunc("/", func(w http.ResponseWriter, r *http.Request) {
 		burn(rounds)
+		if cache != nil {
+			if err := readPages(cache, *cacheMiB); err != nil {
+				w.WriteHeader(http.StatusInternalServerError)
+				return
+			}
+		}
 		if journal != nil && r.URL.RawQuery != "nofsync" {
 			mu.Lock()
 			_, err := journal.WriteAt(record, 0)
@@ -77,4 +95,44 @@ func calibrate(d time.Duration) int {
 		best = min(best, time.Since(start))
 	}
 	return max(1, int(float64(probe)*float64(d)/float64(best)))
+}
+
+// pagesPerRequest is how many pages of the cache file a request reads.
+const pagesPerRequest = 8
+
+// writeCache writes a file of mib MiB of non-zero data and syncs it, so
+// that its pages are clean page cache (reclaimable at once) and a reclaimed
+// page is read back from the disk.
+func writeCache(path string, mib int) (*os.File, error) {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|os.O_TRUNC, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	buf := make([]byte, 1<<20)
+	for i := range buf {
+		buf[i] = byte(i*7 + 1)
+	}
+	for range mib {
+		if _, err := f.Write(buf); err != nil {
+			f.Close()
+			return nil, err
+		}
+	}
+	if err := f.Sync(); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// readPages reads pagesPerRequest random 4 KiB pages of the cache file.
+func readPages(f *os.File, mib int) error {
+	var page [4096]byte
+	pages := mib << 8
+	for range pagesPerRequest {
+		if _, err := f.ReadAt(page[:], int64(rand.IntN(pages))*4096); err != nil {
+			return err
+		}
+	}
+	return nil
 }
