@@ -17,6 +17,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // Target is a container to measure, as the agent knows it.
@@ -118,6 +119,12 @@ type Usage struct {
 
 	runqSum time.Duration // EBPFStats.RunqSum, for the exported histogram
 }
+
+// RunqSum returns the container's cumulative run-queue wait as eBPF
+// counted it at Time (EBPFStats.RunqSum): meaningful only when EBPF is
+// set. The QoS loop takes its waits from it rather than reading the eBPF
+// counters again (#29).
+func (u Usage) RunqSum() time.Duration { return u.runqSum }
 
 // Point is the compact form of a sample kept in a container's history: the
 // figures the estimator and the QoS controllers look back at, in plain
@@ -451,7 +458,9 @@ func (m *Monitor) Interval() time.Duration { return m.cfg.Interval }
 // error message in a row), never fatal.
 func (m *Monitor) Run(ctx context.Context) error {
 	defer m.Close()
-	ticker := time.NewTicker(m.cfg.Interval)
+	// On the agent's shared grid (internal/tick): the estimate loop's
+	// timer fires with this one, so the runtime wakes once per period.
+	ticker := tick.NewAligned(m.cfg.Interval)
 	defer ticker.Stop()
 	var lastErr string
 	for {
@@ -468,6 +477,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+			ticker.Next()
 		}
 	}
 }
