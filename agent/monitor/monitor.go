@@ -64,6 +64,14 @@ type Config struct {
 	History int
 	// EBPF supplies the eBPF figures; nil runs without them.
 	EBPF EBPF
+	// IdleRefresh is the safety net's cadence (#29): how long a container
+	// that eBPF says has not run has its cpu.stat and memory.current
+	// repeated before they are read again anyway, which finds eBPF's blind
+	// spots (tasks in a child cgroup), a removed cgroup, and memory
+	// reclaimed or charged while it slept within it. Default (0) 1 s; a
+	// container eBPF cannot see (no scheduler figures), or that was found
+	// blind, is read at every pass whatever it is.
+	IdleRefresh time.Duration
 	// Now is the clock Run stamps samples with (default time.Now).
 	Now func() time.Time
 	// Logger receives the monitor's logs (default slog.Default()).
@@ -271,7 +279,10 @@ func New(cfg Config) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open procfs at %s: %w", cfg.ProcRoot, err)
 	}
-	h := host{layout: layout, ebpf: cfg.EBPF}
+	if cfg.IdleRefresh < 0 {
+		return nil, fmt.Errorf("IdleRefresh: must not be negative, got %v", cfg.IdleRefresh)
+	}
+	h := host{layout: layout, ebpf: cfg.EBPF, idleRefresh: cfg.IdleRefresh}
 	m := &Monitor{
 		cfg:        cfg,
 		log:        cfg.Logger,
