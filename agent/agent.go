@@ -298,11 +298,12 @@ func New(cfg Config) (*Agent, error) {
 	a.slack.shadows = a.shadows
 	a.rollout = newRolloutShadow(cfg)
 	a.slack.rollout = a.rollout
-	if a.history != nil {
-		// Estimates follow the monitor's samples (#29).
-		a.history.after = a.slack.sampleTaken
-	}
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
+	if a.history != nil {
+		// Estimates and QoS evaluations follow the monitor's samples (#29).
+		a.qos.sampled = make(chan struct{}, 1)
+		a.history.after = func() { a.slack.sampleTaken(); a.qos.sampleTaken() }
+	}
 	a.qos.shadows = a.shadows
 	a.qos.rollout = a.rollout
 	a.disk = newSandboxes(a)

@@ -69,14 +69,19 @@
 //     --oversubscribed-resources-interval, just after the monitor's first
 //     sample following each tick, or at a sample a quarter interval or
 //     less before the tick (estimateSchedule), so that each estimate has
-//     seen every sample up to its time.
+//     seen every sample up to its time. The monitor's and this loop's
+//     timers fire on one grid (internal/tick), so the runtime wakes once
+//     per period for both.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and
 //     GetDelays; nil without a monitor.
 //   - qosLoop: evaluates the QoS controllers (qos/) on eBPF events and a
 //     period and applies their corrections (throttle the revocable subtree,
-//     preempt through the task machine).
+//     preempt through the task machine). With a monitor sampling at least
+//     as often as --qos-correction-interval-min, the period's evaluations
+//     run right after a monitor pass, on a sample just taken
+//     (qosSchedule), rather than on a timer of their own.
 //   - shadowSet (with --shadow): the shadows and the active settings'
 //     score, run by the two loops above on their own goroutines (each
 //     shadow has one lock per loop, held for memory only).

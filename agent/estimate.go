@@ -16,6 +16,7 @@ import (
 	"github.com/slackline/slackline/agent/session"
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -151,15 +152,18 @@ func (l *estimateLoop) sampleTaken() {
 // monitor's first pass following each tick when the monitor samples at
 // least as often (estimateSchedule), at the tick otherwise.
 func (l *estimateLoop) Run(ctx context.Context) error {
-	tick := time.NewTicker(l.interval)
-	defer tick.Stop()
+	// On the monitor's grid (internal/tick): both timers fire in one
+	// wake-up of the runtime, the tick just before the sample it waits for.
+	timer := tick.NewAligned(l.interval)
+	defer timer.Stop()
 	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval, interval: l.interval}
 	var points []monitor.Point
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case now := <-tick.C:
+		case now := <-timer.C:
+			timer.Next()
 			if !sched.tick(now) {
 				continue
 			}

@@ -90,6 +90,9 @@ type Options struct {
 	// MonitorInterval is the containers' sampling period
 	// (--monitor-interval).
 	MonitorInterval time.Duration
+	// MonitorIdleRefresh is the monitor's safety net for idle containers
+	// (--monitor-idle-refresh, #29): monitor.Config.IdleRefresh.
+	MonitorIdleRefresh time.Duration
 	// EBPF loads the eBPF programs (--ebpf); EBPFAllCulprits splits waits
 	// among every culprit (--ebpf-all-culprits); RunqueueLatencyThreshold
 	// raises QoS events (--runqueue-latency-threshold).
@@ -233,6 +236,8 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	// Operators (#31): the log format.
 	fs.Var(&o.LogFormat, "log-format", logging.FormatUsage)
 	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
+	// Agent CPU (#29): the monitor's safety net for idle containers.
+	fs.DurationVar(&o.MonitorIdleRefresh, "monitor-idle-refresh", 5*time.Second, "how long a container that eBPF says has not run has its cpu.stat and memory.current repeated before they are read again anyway (the safety net that finds what eBPF cannot see: tasks in a child cgroup, memory reclaimed while it slept); containers eBPF cannot see, and running ones, are read at every sample")
 	fs.BoolVar(&o.EBPF, "ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
 	fs.BoolVar(&o.EBPFAllCulprits, "ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
 	fs.Var(parsed(&o.NetworkInterfaces, splitList, joinList), "network-interfaces", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
@@ -285,6 +290,7 @@ func (o *Options) Validate() error {
 	check(o.FetchMaxBytes > 0, "fetch-max-bytes", "must be positive, got %d", o.FetchMaxBytes)
 	check(o.FetchTimeout > 0, "fetch-timeout", "must be positive, got %v", o.FetchTimeout)
 	check(o.MonitorInterval >= 10*time.Millisecond, "monitor-interval", "must be at least 10ms, got %v", o.MonitorInterval)
+	check(o.MonitorIdleRefresh > 0 && o.MonitorIdleRefresh <= time.Minute, "monitor-idle-refresh", "must be in (0, 1m], got %v", o.MonitorIdleRefresh)
 	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
 	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)

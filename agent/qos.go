@@ -49,6 +49,9 @@ type qosLoop struct {
 	shadows *shadowSet
 	// rollout runs a profile rollout's shadow controllers likewise.
 	rollout *rolloutShadow
+	// sampled wakes Run after each monitor pass (sampleTaken; nil when
+	// the monitor's observer does not call it): see qosSchedule.
+	sampled chan struct{}
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
@@ -61,11 +64,15 @@ type qosLoop struct {
 	allDelays    map[uint64]map[uint64]time.Duration
 	allDelaysErr error
 	batched      bool
-	// allStats is every tracked cgroup's counters, read once per
+	// allStats is every tracked cgroup's counters, read at most once per
 	// evaluation when the eBPF programs can (allReader, statsBatched)
-	// instead of one lookup per guaranteed container.
+	// instead of one lookup per guaranteed container, and only when a
+	// victim's latest monitor sample lacks its run-queue total.
 	allStats     map[uint64]bpf.CgroupStats
 	statsBatched bool
+	// statsRead is set once allStats was read in this evaluation: only
+	// for victims whose latest sample has no eBPF figures.
+	statsRead bool
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
@@ -106,22 +113,38 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 	return l
 }
 
-// Run evaluates until ctx ends.
+// sampleTaken tells Run that the monitor finished a pass (the monitor's
+// observer calls it); it never blocks.
+func (l *qosLoop) sampleTaken() {
+	select {
+	case l.sampled <- struct{}{}:
+	default:
+	}
+}
+
+// Run evaluates until ctx ends, when qosSchedule says.
 func (l *qosLoop) Run(ctx context.Context) error {
 	period := max(l.intervalMin, 10*time.Millisecond)
-	tick := time.NewTicker(period)
-	defer tick.Stop()
+	sched := qosSchedule{min: period}
+	if l.monitor != nil && l.sampled != nil && l.monitor.Interval() <= period {
+		sched.follow, sched.sample = true, l.monitor.Interval()
+	}
+	timer := time.NewTimer(sched.wait(time.Now(), false))
+	defer timer.Stop()
 	var events <-chan bpf.ThresholdEvent
 	if l.ebpf != nil {
 		events = l.ebpf.Events()
 	}
 	var pending []qos.Event
-	var last time.Time
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case <-tick.C:
+		case <-timer.C:
+		case <-l.sampled:
+			if !sched.sampled(time.Now()) {
+				continue
+			}
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
@@ -141,11 +164,13 @@ func (l *qosLoop) Run(ctx context.Context) error {
 					break drain
 				}
 			}
-			if time.Since(last) < l.intervalMin {
-				continue // the next tick evaluates them
+			if now := time.Now(); !sched.events(now) {
+				timer.Reset(sched.wait(now, true)) // evaluated then, or at an earlier pass
+				continue
 			}
 		}
-		last = time.Now()
+		last := time.Now()
+		sched.evaluated(last)
 		in := l.input(last)
 		in.Events = pending
 		// A profile's controllers are fresh instances: they take over only
@@ -164,6 +189,7 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		l.shadows.evaluate(in, corrections)
 		l.rollout.evaluate(in)
 		pending = pending[:0]
+		timer.Reset(sched.wait(time.Now(), false))
 	}
 }
 
@@ -218,13 +244,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		l.allDelays, l.allDelaysErr = b.AllDelays()
 		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
 	}
-	l.statsBatched = false
-	if r, ok := l.ebpf.(allReader); ok {
-		if l.allStats == nil {
-			l.allStats = map[uint64]bpf.CgroupStats{}
-		}
-		l.statsBatched = r.ReadAll(l.allStats) == nil
-	}
+	l.statsRead, l.statsBatched = false, false
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -239,7 +259,13 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			qc.BlockIOs, qc.BlockP99 = u.BlockIOs, u.BlockP99
 		}
 		if !qc.Revocable || qc.Protected {
-			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID)
+			var runqSum *time.Duration
+			if ok && u.EBPF {
+				// The monitor's pass, just taken, read the counter.
+				sum := u.RunqSum()
+				runqSum = &sum
+			}
+			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID, runqSum)
 		}
 		in.Containers = append(in.Containers, qc)
 	}
@@ -265,8 +291,11 @@ type allDelayer interface {
 // who delayed it since the last evaluation (eBPF who-delayed-whom): the
 // revocable containers by id, and everything else by culprit name (see
 // observer.culprit; only with bpf's all-culprit attribution), and its total
-// run-queue wait meanwhile.
-func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time.Duration, wait time.Duration) {
+// run-queue wait meanwhile. runqSum is its cumulative run-queue wait from
+// the monitor's latest sample, when that sample has eBPF figures; without
+// it the counters are read (every cgroup's at once, at most once per
+// evaluation, when the programs can).
+func (l *qosLoop) delayedSince(victim string, runqSum *time.Duration) (revocable, others map[string]time.Duration, wait time.Duration) {
 	if l.ebpf == nil {
 		return nil, nil, 0
 	}
@@ -298,17 +327,36 @@ func (l *qosLoop) delayedSince(victim string) (revocable, others map[string]time
 			others[name] += delta
 		}
 	}
-	st, ok := l.allStats[cgid]
-	if !l.statsBatched {
-		var err error
-		st, err = l.ebpf.Stats(cgid)
-		ok = err == nil
-	}
+	total, ok := l.runqTotal(cgid, runqSum)
 	if ok {
-		wait = max(st.RunqTotal-l.waited[victim], 0)
-		l.waited[victim] = st.RunqTotal
+		wait = max(total-l.waited[victim], 0)
+		l.waited[victim] = total
 	}
 	return revocable, others, wait
+}
+
+// runqTotal returns a cgroup's cumulative run-queue wait: runqSum when the
+// monitor's sample had it, else from the eBPF counters (read at most once
+// per evaluation for all cgroups when the programs can, else looked up).
+func (l *qosLoop) runqTotal(cgid uint64, runqSum *time.Duration) (time.Duration, bool) {
+	if runqSum != nil {
+		return *runqSum, true
+	}
+	if !l.statsRead {
+		l.statsRead = true
+		if r, ok := l.ebpf.(allReader); ok {
+			if l.allStats == nil {
+				l.allStats = map[uint64]bpf.CgroupStats{}
+			}
+			l.statsBatched = r.ReadAll(l.allStats) == nil
+		}
+	}
+	if l.statsBatched {
+		st, ok := l.allStats[cgid]
+		return st.RunqTotal, ok
+	}
+	st, err := l.ebpf.Stats(cgid)
+	return st.RunqTotal, err == nil
 }
 
 // apply writes a correction to the cgroups (or kills) and records it with

@@ -81,6 +81,9 @@ type fastEstimator struct {
 	cfg       Config
 	published resources.Resources
 	bursts    map[string]*burstHistory
+	// memPeaks keeps each member's working-set peak incrementally (with
+	// cfg.Memory), dropped when the member leaves.
+	memPeaks map[string]*memPeakTracker
 }
 
 func newFast(cfg Config) (Estimator, error) {
@@ -89,7 +92,7 @@ func newFast(cfg Config) (Estimator, error) {
 	}
 	cfg.Margin = cfg.Fast.Margin
 	cfg.Hysteresis = Hysteresis{Off: cfg.Hysteresis.Off, CPUs: cfg.Fast.Band, MemMiB: cfg.Hysteresis.MemMiB}
-	return &fastEstimator{cfg: cfg, bursts: map[string]*burstHistory{}}, nil
+	return &fastEstimator{cfg: cfg, bursts: map[string]*burstHistory{}, memPeaks: map[string]*memPeakTracker{}}, nil
 }
 
 // Estimate implements Estimator.
@@ -116,6 +119,27 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 		for key := range f.bursts {
 			if !seen[key] {
 				delete(f.bursts, key)
+			}
+		}
+	}
+	if f.cfg.Memory {
+		for i := range members {
+			p := f.memPeaks[members[i].key]
+			if p == nil {
+				p = &memPeakTracker{}
+				f.memPeaks[members[i].key] = p
+			}
+			members[i].memPeak = p
+		}
+		if len(f.memPeaks) > len(members) {
+			seen := make(map[string]bool, len(members))
+			for _, m := range members {
+				seen[m.key] = true
+			}
+			for key := range f.memPeaks {
+				if !seen[key] {
+					delete(f.memPeaks, key)
+				}
 			}
 		}
 	}

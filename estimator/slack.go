@@ -18,6 +18,9 @@ type member struct {
 	protected bool
 	// window holds the finite samples in (Now-Window, Now], oldest first.
 	window []Sample
+	// memPeak, when set, keeps the member's working-set peak across
+	// calls (fast and calibrated); memNeedOf rescans the window without it.
+	memPeak *memPeakTracker
 }
 
 // cpuPredictor returns the CPU a guaranteed member is predicted to need until
@@ -114,7 +117,9 @@ func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) re
 			continue
 		}
 		cpuNeed += predictCPU(m, in.Now) + cfg.Margin*allocCPU
-		memNeed += memNeedOf(m, in.Now, cfg, allocMem)
+		if cfg.Memory {
+			memNeed += memNeedOf(m, in.Now, cfg, allocMem)
+		}
 	}
 	cpus := cpuAlloc - cpuNeed
 	if total := in.Total.CPUs(); total > 0 {

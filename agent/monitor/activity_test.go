@@ -46,8 +46,28 @@ func TestCPUReadDue(t *testing.T) {
 		{"blind mark after now (clock went back)", cpuRead{valid: true, at: t0.Add(-time.Second), activity: idle, blindAt: t0},
 			t0.Add(-500 * time.Millisecond), idle, true},
 	} {
-		if got := cpuReadDue(tc.last, tc.now, tc.a); got != tc.want {
+		if got := cpuReadDue(tc.last, tc.now, tc.a, refreshInterval); got != tc.want {
 			t.Errorf("%s: cpuReadDue = %v, want %v", tc.name, got, tc.want)
+		}
+	}
+	// A longer safety net (Config.IdleRefresh) only spaces the idle
+	// container's reads: blind, running or unseen containers are read.
+	const slow = 5 * time.Second
+	for _, tc := range []struct {
+		name string
+		last cpuRead
+		now  time.Time
+		a    activity
+		want bool
+	}{
+		{"idle, past refreshInterval, under the idle refresh", read, t0.Add(slow - time.Nanosecond), idle, false},
+		{"idle, idle refresh due", read, t0.Add(slow), idle, true},
+		{"no eBPF figures", read, t0.Add(100 * time.Millisecond), activity{}, true},
+		{"running", read, t0.Add(100 * time.Millisecond), with(func(a *activity) { a.running = true }), true},
+		{"blind", cpuRead{valid: true, at: t0, activity: idle, blindAt: t0}, t0.Add(100 * time.Millisecond), idle, true},
+	} {
+		if got := cpuReadDue(tc.last, tc.now, tc.a, slow); got != tc.want {
+			t.Errorf("refresh %v, %s: cpuReadDue = %v, want %v", slow, tc.name, got, tc.want)
 		}
 	}
 }
@@ -151,7 +171,7 @@ func TestCPUReadBlindExpires(t *testing.T) {
 		if step.grew {
 			usage += 0.001
 		}
-		if got := cpuReadDue(r, now, step.a); got != step.due {
+		if got := cpuReadDue(r, now, step.a, refreshInterval); got != step.due {
 			t.Fatalf("step %d at %v: cpuReadDue = %v, want %v", i, step.at, got, step.due)
 		}
 		if step.due {

@@ -72,13 +72,13 @@ func (r *cpuRead) blind(now time.Time) bool {
 // cpuReadDue reports whether a container's CPU files must be read at now,
 // given their last read and the container's activity: always without eBPF
 // scheduler figures (activity.known), when it may have run since (activity.ranSince), when last was
-// refreshInterval ago or more (a safety net: a blind spot of eBPF is found
-// within it) or the clock went back, and while the container is blind
+// refresh (Config.IdleRefresh, default refreshInterval) ago or more (a
+// safety net: a blind spot of eBPF is found within it) or the clock went back, and while the container is blind
 // (eBPF missed its CPU time less than blindHold ago). Otherwise the
 // container has not run: cpu.stat cannot have moved (usage, and
 // throttling, which counts periods in which it was runnable).
-func cpuReadDue(last cpuRead, now time.Time, a activity) bool {
-	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refreshInterval
+func cpuReadDue(last cpuRead, now time.Time, a activity, refresh time.Duration) bool {
+	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refresh
 }
 
 // repeat sets st's CPU figures to the last read's.
@@ -107,17 +107,18 @@ type v2CPU struct {
 	unified string // the cgroup's directory: the witness of its existence
 	stat    controlFile
 	last    cpuRead
+	refresh time.Duration // the safety net's cadence (host.idleRefreshInterval)
 }
 
 func newV2CPU(h *host, rel string) sampler {
 	dir := h.layout.PathsOf(rel).Unified
-	return &v2CPU{unified: dir, stat: controlFileIn(dir, "cpu.stat")}
+	return &v2CPU{unified: dir, stat: controlFileIn(dir, "cpu.stat"), refresh: h.idleRefreshInterval()}
 }
 
 func (c *v2CPU) files() []*controlFile { return []*controlFile{&c.stat} }
 
 func (c *v2CPU) sample(s *scratch, _ *Target, u *Usage) error {
-	if !cpuReadDue(c.last, u.Time, s.activity) {
+	if !cpuReadDue(c.last, u.Time, s.activity, c.refresh) {
 		c.last.repeat(u.Stats)
 		return nil
 	}
@@ -142,6 +143,7 @@ type hybridCPU struct {
 	cpuacctStat  controlFile // <mnt>/cpuacct/<rel>/cpuacct.stat
 	v1Stat       controlFile // <cpu>/<rel>/cpu.stat
 	last         cpuRead
+	refresh      time.Duration // the safety net's cadence (host.idleRefreshInterval)
 }
 
 func newHybridCPU(h *host, rel string) sampler {
@@ -153,6 +155,7 @@ func newHybridCPU(h *host, rel string) sampler {
 		cpuacctUsage: controlFileIn(cpuacct, "cpuacct.usage"),
 		cpuacctStat:  controlFileIn(cpuacct, "cpuacct.stat"),
 		v1Stat:       controlFileIn(p.CPU, "cpu.stat"),
+		refresh:      h.idleRefreshInterval(),
 	}
 }
 
@@ -162,7 +165,7 @@ func (c *hybridCPU) files() []*controlFile {
 
 func (c *hybridCPU) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
-	if !cpuReadDue(c.last, u.Time, s.activity) {
+	if !cpuReadDue(c.last, u.Time, s.activity, c.refresh) {
 		c.last.repeat(st)
 		return nil
 	}

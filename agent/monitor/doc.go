@@ -118,13 +118,14 @@
 // without it cpu.stat is read at every pass) it is read when the container
 // may have run since its last read: a task of it holds a CPU
 // (EBPFStats.Running) or its on-CPU time, wakeups or run-queue wait moved;
-// and at least every refreshInterval. A read eBPF did not call for that
+// and at least every Config.IdleRefresh (the safety net; default
+// refreshInterval, 1 s; the agent's --monitor-idle-refresh, 5 s). A read eBPF did not call for that
 // finds CPU time eBPF did not see (tasks in a child cgroup, which eBPF
 // counts as that cgroup's; or a run between the pass's eBPF read and the
 // file's) has the container's cpu.stat read at every pass for blindHold (1
 // minute) from then, renewed by every such read. A container that has not run repeats its CPU
 // figures (its rate is 0), as it would have read them. A cgroup removed
-// while still tracked is noticed within refreshInterval. When Config.EBPF
+// while still tracked is noticed within Config.IdleRefresh. When Config.EBPF
 // is an EBPFPass, each pass reads every container's eBPF figures at once
 // (the agent's adapter: batch lookups, a few system calls per pass)
 // instead of one lookup per container (the bpf package's ReadAll looks up
@@ -132,8 +133,8 @@
 // files (usage, stat, limit, events) are read again when the container has
 // run since they were last read (its CPU time grew), and repeated
 // otherwise: an idle container charges no memory of its own. An idle
-// container's usage (memory.current) is re-read every refreshInterval (1
-// s), so growth shows within it; its other memory files only when that
+// container's usage (memory.current) is re-read every Config.IdleRefresh
+// (default 1 s), so growth shows within it; its other memory files only when that
 // usage moved, or every statRefreshInterval (5 s): the split of an
 // unchanged usage (LRU ageing of its page cache, a limit changed from
 // outside) shows within that. The PSI files are read at most every

@@ -57,6 +57,9 @@ type memorySampler struct {
 	// last is the latest read, repeated while the container has not run
 	// since (see refreshInterval).
 	last memoryRead
+	// refresh is how long an idle container's memory.current is repeated
+	// (the safety net's cadence, host.idleRefreshInterval).
+	refresh time.Duration
 }
 
 // memoryRead is what one read of the memory files found.
@@ -77,7 +80,7 @@ func newMemorySampler(f memoryFormat) func(h *host, rel string) sampler {
 		dir := f.dir(p)
 		return &memorySampler{format: &f, unified: p.Unified,
 			usage: controlFileIn(dir, f.usage), stat: controlFileIn(dir, f.stat),
-			limit: controlFileIn(dir, f.limit), events: controlFileIn(dir, f.events)}
+			limit: controlFileIn(dir, f.limit), events: controlFileIn(dir, f.events), refresh: h.idleRefreshInterval()}
 	}
 }
 
@@ -90,12 +93,12 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	// A container that has not run since the last read (its CPU time, read
 	// just before, has not grown) charged no memory of its own meanwhile:
 	// its figures are repeated, and memory.current re-read at least every
-	// refreshInterval (reclaim and other cgroups' page cache activity
+	// m.refresh (Config.IdleRefresh, default refreshInterval; reclaim and other cgroups' page cache activity
 	// change them too); the other files only when it moved, or every
 	// statRefreshInterval.
 	l := m.last
 	idle := l.valid && st.CpusUsageSecs == l.cpuSecs && u.Time.After(l.at) && !u.Time.Before(l.statAt)
-	if idle && u.Time.Sub(l.at) < refreshInterval {
+	if idle && u.Time.Sub(l.at) < m.refresh {
 		m.repeat(u)
 		return nil
 	}

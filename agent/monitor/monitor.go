@@ -17,6 +17,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // Target is a container to measure, as the agent knows it.
@@ -63,6 +64,14 @@ type Config struct {
 	History int
 	// EBPF supplies the eBPF figures; nil runs without them.
 	EBPF EBPF
+	// IdleRefresh is the safety net's cadence (#29): how long a container
+	// that eBPF says has not run has its cpu.stat and memory.current
+	// repeated before they are read again anyway, which finds eBPF's blind
+	// spots (tasks in a child cgroup), a removed cgroup, and memory
+	// reclaimed or charged while it slept within it. Default (0) 1 s; a
+	// container eBPF cannot see (no scheduler figures), or that was found
+	// blind, is read at every pass whatever it is.
+	IdleRefresh time.Duration
 	// Now is the clock Run stamps samples with (default time.Now).
 	Now func() time.Time
 	// Logger receives the monitor's logs (default slog.Default()).
@@ -118,6 +127,12 @@ type Usage struct {
 
 	runqSum time.Duration // EBPFStats.RunqSum, for the exported histogram
 }
+
+// RunqSum returns the container's cumulative run-queue wait as eBPF
+// counted it at Time (EBPFStats.RunqSum): meaningful only when EBPF is
+// set. The QoS loop takes its waits from it rather than reading the eBPF
+// counters again (#29).
+func (u Usage) RunqSum() time.Duration { return u.runqSum }
 
 // Point is the compact form of a sample kept in a container's history: the
 // figures the estimator and the QoS controllers look back at, in plain
@@ -264,7 +279,10 @@ func New(cfg Config) (*Monitor, error) {
 	if err != nil {
 		return nil, fmt.Errorf("open procfs at %s: %w", cfg.ProcRoot, err)
 	}
-	h := host{layout: layout, ebpf: cfg.EBPF}
+	if cfg.IdleRefresh < 0 {
+		return nil, fmt.Errorf("IdleRefresh: must not be negative, got %v", cfg.IdleRefresh)
+	}
+	h := host{layout: layout, ebpf: cfg.EBPF, idleRefresh: cfg.IdleRefresh}
 	m := &Monitor{
 		cfg:        cfg,
 		log:        cfg.Logger,
@@ -451,7 +469,9 @@ func (m *Monitor) Interval() time.Duration { return m.cfg.Interval }
 // error message in a row), never fatal.
 func (m *Monitor) Run(ctx context.Context) error {
 	defer m.Close()
-	ticker := time.NewTicker(m.cfg.Interval)
+	// On the agent's shared grid (internal/tick): the estimate loop's
+	// timer fires with this one, so the runtime wakes once per period.
+	ticker := tick.NewAligned(m.cfg.Interval)
 	defer ticker.Stop()
 	var lastErr string
 	for {
@@ -468,6 +488,7 @@ func (m *Monitor) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-ticker.C:
+			ticker.Next()
 		}
 	}
 }

@@ -3,6 +3,7 @@ package monitor
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -294,6 +295,57 @@ func TestIdleMemoryStatRefresh(t *testing.T) {
 		if got, want := u.Stats.GetMemWorkingSetBytes(), uint64(1000+step.statRead); got != want {
 			t.Errorf("pass %d at %v: working set %d, want %d (memory.stat read at pass %d)", i, step.at, got, want, step.statRead)
 		}
+	}
+}
+
+// TestIdleRefreshSetting: with Config.IdleRefresh at 5 s an idle
+// container's memory.current is repeated for 5 s, not refreshInterval
+// (#29: the safety net's reads cost most of an idle node's cgroupfs
+// reads); a container that ran is read at once.
+func TestIdleRefreshSetting(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	fakeProc(t, filepath.Join(dir, "proc"), 1000)
+	root := filepath.Join(dir, "cgroup")
+	rel := "slackline/c1"
+	v2Container(t, root, rel, 1_000_000)
+	m, err := New(Config{Mode: "v2", CgroupMountpoint: root, ProcRoot: filepath.Join(dir, "proc"),
+		History: 100, Logger: quietLogger(), IdleRefresh: 5 * time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { m.Close() })
+	m.SetTargets([]Target{{ID: "c1", CgroupPath: rel}})
+	cpuUsec := uint64(1_000_000)
+	for i, step := range []struct {
+		at      time.Duration
+		ran     bool
+		current uint64
+		wantUse uint64
+	}{
+		{0, false, 500, 500},
+		{1000 * time.Millisecond, false, 600, 500}, // refreshInterval: still repeated
+		{4900 * time.Millisecond, false, 600, 500},
+		{5000 * time.Millisecond, false, 600, 600}, // the idle refresh
+		{5100 * time.Millisecond, false, 700, 600},
+		{5200 * time.Millisecond, true, 700, 700}, // ran: read
+	} {
+		if step.ran {
+			cpuUsec += 50_000
+		}
+		writeFiles(t, root, map[string]string{
+			rel + "/cpu.stat":       fmt.Sprintf("usage_usec %d\n", cpuUsec),
+			rel + "/memory.current": fmt.Sprintf("%d\n", step.current),
+		})
+		if err := m.Sample(t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		if u, _ := m.Latest("c1"); u.MemUsage != step.wantUse {
+			t.Errorf("pass %d at %v: usage %d, want %d", i, step.at, u.MemUsage, step.wantUse)
+		}
+	}
+	if _, err := New(Config{Mode: "v2", CgroupMountpoint: root, ProcRoot: filepath.Join(dir, "proc"), IdleRefresh: -time.Second}); err == nil || !strings.Contains(err.Error(), "IdleRefresh") {
+		t.Errorf("negative IdleRefresh: err %v, want one naming IdleRefresh", err)
 	}
 }
 

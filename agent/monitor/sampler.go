@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"time"
 
 	"google.golang.org/protobuf/types/known/timestamppb"
 
@@ -32,6 +33,17 @@ type sampler interface {
 type host struct {
 	layout cgroups.Layout
 	ebpf   EBPF // nil: no eBPF programs
+	// idleRefresh is Config.IdleRefresh; 0: refreshInterval.
+	idleRefresh time.Duration
+}
+
+// idleRefreshInterval returns the safety net's cadence (Config.IdleRefresh,
+// default refreshInterval).
+func (h *host) idleRefreshInterval() time.Duration {
+	if h.idleRefresh > 0 {
+		return h.idleRefresh
+	}
+	return refreshInterval
 }
 
 // source is one kind of sampler: whether it applies to the host (decided

@@ -1,0 +1,78 @@
+package agent
+
+import (
+	"testing"
+	"time"
+)
+
+func TestQoSSchedule(t *testing.T) {
+	t.Parallel()
+	ms := time.Millisecond
+	t0 := time.Unix(1000, 0)
+	at := func(d time.Duration) time.Time { return t0.Add(d) }
+
+	// Following a 100 ms monitor at 250 ms: the first pass evaluates, then
+	// every third (passes end with a few ms of jitter), never two closer
+	// than 250 ms less a quarter pass.
+	s := qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms}
+	var evaluated []time.Duration
+	for k := range 10 {
+		end := time.Duration(k)*100*ms + time.Duration(k%3)*ms // jitter
+		if s.sampled(at(end)) {
+			s.evaluated(at(end))
+			evaluated = append(evaluated, end)
+		}
+	}
+	want := []time.Duration{0, 300 * ms, 600 * ms, 900 * ms}
+	if len(evaluated) != len(want) {
+		t.Fatalf("evaluated at %v, want %v", evaluated, want)
+	}
+	for i := range want {
+		if evaluated[i].Truncate(10*ms) != want[i] {
+			t.Fatalf("evaluated at %v, want %v", evaluated, want)
+		}
+	}
+	// A pass that ends a little early (jitter) still evaluates.
+	s = qosSchedule{follow: true, min: 200 * ms, sample: 100 * ms, last: at(0)}
+	if !s.sampled(at(199 * ms)) {
+		t.Error("a pass 1 ms short of the interval did not evaluate")
+	}
+	if s.sampled(at(150 * ms)) {
+		t.Error("a pass 50 ms short of the interval evaluated")
+	}
+
+	for _, c := range []struct {
+		name    string
+		s       qosSchedule
+		now     time.Duration
+		pending bool
+		want    time.Duration
+	}{
+		{"own timer: the interval after the last", qosSchedule{min: 250 * ms, last: at(0)}, 10 * ms, false, 240 * ms},
+		{"own timer before any evaluation", qosSchedule{min: 250 * ms}, 10 * ms, false, 250 * ms},
+		{"following: a stalled monitor's grace", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, last: at(0)}, 10 * ms, false, 440 * ms},
+		{"following, events pending: at last + interval", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, last: at(0)}, 10 * ms, true, 240 * ms},
+		{"overdue: at once", qosSchedule{min: 250 * ms, last: at(0)}, time.Second, true, 0},
+	} {
+		if got := c.s.wait(at(c.now), c.pending); got != c.want {
+			t.Errorf("%s: wait %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// Events evaluate at once only QoSIntervalMin after the last evaluation.
+	s = qosSchedule{min: 250 * ms}
+	if !s.events(at(0)) {
+		t.Error("events before any evaluation waited")
+	}
+	s.evaluated(at(0))
+	if s.events(at(249 * ms)) {
+		t.Error("events 249 ms after an evaluation evaluated at once")
+	}
+	if !s.events(at(250 * ms)) {
+		t.Error("events 250 ms after an evaluation waited")
+	}
+	// Not following, passes never evaluate.
+	if (&qosSchedule{min: 250 * ms}).sampled(at(time.Hour)) {
+		t.Error("a pass evaluated while not following the monitor")
+	}
+}
