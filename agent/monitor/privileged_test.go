@@ -17,6 +17,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/internal/privileged"
+	"golang.org/x/sys/unix"
 )
 
 const realMountpoint = "/sys/fs/cgroup"
@@ -121,6 +122,53 @@ func removeCgroup(tb testing.TB, dir string) {
 	tb.Errorf("could not remove cgroup %s", dir)
 }
 
+// pinToOneCPU pins every thread of pid to the first CPU it may run on
+// (after its cgroup moves: joining a cpuset resets a task's affinity).
+// A cgroup's CPU pressure averages each CPU's stall time weighted by the
+// time the group had work on that CPU, so a thread waiting on two CPUs in
+// turn is reported up to half as waiting; on one CPU the figure is exact.
+// Threads the helper starts later inherit the pin from their creator; the
+// list is read again until it stops growing.
+func pinToOneCPU(t *testing.T, pid int) {
+	t.Helper()
+	var allowed unix.CPUSet
+	if err := unix.SchedGetaffinity(pid, &allowed); err != nil {
+		t.Fatalf("the helper's CPU affinity: %v", err)
+	}
+	cpu := -1
+	for i := 0; i < 1024 && cpu < 0; i++ {
+		if allowed.IsSet(i) {
+			cpu = i
+		}
+	}
+	if cpu < 0 {
+		t.Fatal("the helper may run on no CPU")
+	}
+	var one unix.CPUSet
+	one.Set(cpu)
+	pinned := map[int]bool{}
+	for {
+		entries, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			t.Fatalf("the helper's threads: %v", err)
+		}
+		grew := false
+		for _, e := range entries {
+			tid, err := strconv.Atoi(e.Name())
+			if err != nil || pinned[tid] {
+				continue
+			}
+			if err := unix.SchedSetaffinity(tid, &one); err != nil && !errors.Is(err, unix.ESRCH) {
+				t.Fatalf("pin the helper's thread %d to CPU %d: %v", tid, cpu, err)
+			}
+			pinned[tid], grew = true, true
+		}
+		if !grew {
+			return
+		}
+	}
+}
+
 func TestRealCgroups(t *testing.T) {
 	privileged.Require(t)
 	layout, rels := realCgroups(t, "montest", 1)
@@ -153,6 +201,7 @@ func TestRealCgroups(t *testing.T) {
 			t.Fatalf("move the helper into %s: %v", procs, err)
 		}
 	}
+	pinToOneCPU(t, cmd.Process.Pid)
 	if _, err := stdin.Write([]byte{1}); err != nil {
 		t.Fatal(err)
 	}
