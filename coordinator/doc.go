@@ -93,8 +93,7 @@
 //     entries coalesce (see flow.go). Keepalives (framework heartbeats,
 //     agent pings) follow one shared pulse per kind, not a timer per
 //     stream (outbox.go). It also guards the live subscriptions per
-//     caller, the registration pacing (principalRates) and the turns of
-//     ordered changes (below). Unexported methods expect mu held unless
+//     caller and the registration pacing (principalRates). Unexported methods expect mu held unless
 //     their comment says they take it.
 //  2. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
 //     stream's goroutine to take.
@@ -107,10 +106,16 @@
 // included) runs from its decision to its application in a turn of its
 // scope (a framework, a principal's new frameworks, the maintenance
 // state, the roles, the profiles; the timeout tick takes every scope,
-// as it may tear down any framework). Turns are state under mu: a change
-// asks for its turn under mu and waits for the turns it follows on their
+// as it may tear down any framework). Turns are state under their own
+// lock (turns.mu, a leaf: never taken with mu held, and ending a turn does
+// not take mu, so a panic under mu in a turn still crashes the process): a
+// change asks for its turn and waits for the turns it follows on their
 // channels with no lock held, then decides under mu, writes with no lock
-// and applies under mu (defer c.takeTurn(scope)()). Changes of one scope
+// and applies under mu (defer c.takeTurn(scope)()). Turns do not nest: a
+// turn's holder never asks for another (it would wait for the turns asked
+// in between, the tick's turn of every scope among them, which wait for
+// the one it holds), so a change needing several scopes asks for them in
+// one call, each once (a scope asked twice panics). Changes of one scope
 // never interleave (a teardown's record is never overwritten by
 // a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
@@ -128,8 +133,8 @@
 // registrations apply, waiting their turn without any mutex
 // (registration.go), so the registry ends as memory is.
 //
-// Two more are leaves, never held while another lock is taken:
-// offStack.mu (the subscriber goroutine's queue of calls, which run
+// Three more are leaves, never held while another lock is taken:
+// turns.mu (above), offStack.mu (the subscriber goroutine's queue of calls, which run
 // without it) and a heartbeat stream's closableBody.mu (the cause its end
 // recorded; under mu when a newer stream supersedes it, or alone).
 //

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"context"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -79,14 +80,14 @@ func newGatedDomain(t *testing.T) (*domain, *gateStore, *clock) {
 func race(t *testing.T, c *Coordinator, st *gateStore, first, second func()) {
 	t.Helper()
 	waiting := make(chan struct{}, 1)
-	c.mu.Lock()
+	c.turns.mu.Lock()
 	c.turns.onWait = func() {
 		select {
 		case waiting <- struct{}{}:
 		default:
 		}
 	}
-	c.mu.Unlock()
+	c.turns.mu.Unlock()
 	firstDone, secondDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(firstDone); first() }()
 	<-st.held
@@ -268,9 +269,9 @@ func TestTurnsOrder(t *testing.T) {
 	t.Parallel()
 	c := newDomain(t).c
 	waited := make(chan struct{}, 3)
-	c.mu.Lock()
+	c.turns.mu.Lock()
 	c.turns.onWait = func() { waited <- struct{}{} }
-	c.mu.Unlock()
+	c.turns.mu.Unlock()
 	a1 := c.takeTurn(scopeRoles)
 	p1 := c.takeTurn(scopeProfiles) // another scope: no wait
 	if len(waited) != 0 {
@@ -307,9 +308,48 @@ func TestTurnsOrder(t *testing.T) {
 	}
 	// A turn asked after the turn of every scope follows it.
 	c.takeTurn(scopeRoles)()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.turns.mu.Lock()
+	defer c.turns.mu.Unlock()
 	if len(c.turns.last) != 0 || c.turns.all != nil || c.turns.waits != 2 {
 		t.Fatalf("turns left after all ended: %v %v, waits %d (want 2)", c.turns.last, c.turns.all, c.turns.waits)
 	}
+}
+
+// TestPanicInTurnCrashes: a turn holder that panics while it holds c.mu
+// (several lock mu without a deferred unlock) unwinds through its
+// deferred done, so the panic reaches the goroutine's top and crashes the
+// process. Ending a turn took c.mu before: the deferred done blocked on
+// the mu its own goroutine held and the panic never propagated (this test
+// hung on that code).
+func TestPanicInTurnCrashes(t *testing.T) {
+	t.Parallel()
+	c := newDomain(t).c
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		defer c.takeTurn(scopeRoles)()
+		c.mu.Lock()
+		panic("boom")
+	}()
+	if got := <-recovered; got != "boom" {
+		t.Fatalf("recovered %v, want the turn holder's panic", got)
+	}
+	// The turn ended: another of its scope runs.
+	c.takeTurn(scopeRoles)()
+}
+
+// TestTurnSameScopeTwice: asking one scope twice in one takeTurn call is
+// a bug that panics; it waited for its own channel, forever, before.
+func TestTurnSameScopeTwice(t *testing.T) {
+	t.Parallel()
+	c := newDomain(t).c
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		c.takeTurn(scopeMaintenance, scopeFramework("f"), scopeMaintenance)()
+	}()
+	if got, _ := (<-recovered).(string); !strings.Contains(got, `scope "maintenance"`) {
+		t.Fatalf("recovered %q, want a panic naming the scope asked twice", got)
+	}
+	c.takeTurn(scopeMaintenance)() // nothing left held
 }
