@@ -12,6 +12,7 @@ import (
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
 )
 
 // gateStore is a memStore that holds one write, the first that matches
@@ -352,4 +353,45 @@ func TestTurnSameScopeTwice(t *testing.T) {
 		t.Fatalf("recovered %q, want a panic naming the scope asked twice", got)
 	}
 	c.takeTurn(scopeMaintenance)() // nothing left held
+}
+
+// TestPrincipalLimitRace: two new frameworks of one principal, one naming
+// it and one leaving the principal empty, the first's record held in its
+// write while the second asks: with MaxFrameworksPerPrincipal 1 one is
+// refused. Both take the turn of the principal they will be bound to (the
+// caller's); the one leaving it empty took the turn "principal/" before,
+// checked the same count concurrently, and both were admitted.
+func TestPrincipalLimitRace(t *testing.T) {
+	t.Parallel()
+	pol, err := auth.ParsePolicy([]byte(insiderPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newGateStore(nil)
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: (&clock{now: testNow}).Now, Authz: auth.New(pol),
+		Limits: Limits{MaxFrameworksPerPrincipal: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &domain{t: t, c: c, st: st.memStore}
+	st.arm(writesTo(store.BucketFrameworks))
+	var errs [2]error
+	race(t, c, st,
+		func() {
+			_, _, errs[0] = d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "a", Principal: "batch", Roles: []string{"batch"}})
+		},
+		func() {
+			_, _, errs[1] = d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "b", Roles: []string{"batch"}})
+		})
+	admitted := 0
+	c.mu.Lock()
+	for _, fw := range c.frameworks {
+		if fw.info.GetPrincipal() == "batch" && fw.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+			admitted++
+		}
+	}
+	c.mu.Unlock()
+	if admitted != 1 || (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("%d frameworks of principal batch admitted (limit 1), errors %v", admitted, errs)
+	}
 }

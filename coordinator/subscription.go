@@ -86,7 +86,7 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 // Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
-	sc := scopePrincipal(info.GetPrincipal()) // a new framework: its principal's count
+	sc := scopePrincipal(c.principalOf(ctx, info)) // a new framework: its principal's count
 	if info.GetId() != "" {
 		sc = scopeFramework(info.GetId()) // a failover: the framework's record
 	}
