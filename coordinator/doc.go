@@ -250,7 +250,9 @@
 // forgets their GONE agents, which may then register again (with their old
 // id or a new one). With Config.AutoDownAfterAccept the timer loop takes a
 // draining machine DOWN by itself once its window started, every framework
-// with tasks there accepted, and no framework would fall below its minimum.
+// with tasks there accepted, and no framework would fall below its minimum,
+// deciding so in the maintenance state's turn (a decline or a later window
+// installed meanwhile keeps it DRAINING).
 //
 // # Trust
 //

@@ -395,3 +395,40 @@ func TestPrincipalLimitRace(t *testing.T) {
 		t.Fatalf("%d frameworks of principal batch admitted (limit 1), errors %v", admitted, errs)
 	}
 }
+
+// TestAutoDownDecidesInItsTurn: a machine ready for automatic DOWN (its
+// window started, nobody uses it) whose window an operator pushes out
+// while autoDown waits for the maintenance state's turn stays DRAINING:
+// autoDown decides again in its turn. It decided before its turn and
+// took the machine DOWN from the newer state before.
+func TestAutoDownDecidesInItsTurn(t *testing.T) {
+	t.Parallel()
+	d, _, clk := newGatedDomain(t)
+	if err := d.updateSchedule(machineWindow(clk.Now().Add(-time.Minute), time.Hour, "host-a")); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 1)
+	d.c.turns.mu.Lock()
+	d.c.turns.onWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	d.c.turns.mu.Unlock()
+	hold := d.c.takeTurn(scopeMaintenance)
+	autoDone := make(chan struct{})
+	go func() { defer close(autoDone); d.c.autoDown(context.Background()) }()
+	<-waiting // autoDown found host-a ready and waits for its turn
+	later := machineWindow(clk.Now().Add(time.Hour), time.Hour, "host-a")
+	if err := d.c.changeMaintenanceInTurn(context.Background(), "test", func() transition {
+		return transitionWith((*maintenance.State).UpdateSchedule, scheduleOf(later))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hold()
+	<-autoDone
+	if got := d.mode("host-a"); got != slacklinev1.MachineMode_MACHINE_MODE_DRAINING {
+		t.Fatalf("host-a %v after its window was pushed out, want DRAINING", got)
+	}
+}
