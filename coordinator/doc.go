@@ -115,7 +115,10 @@
 // turn's holder never asks for another (it would wait for the turns asked
 // in between, the tick's turn of every scope among them, which wait for
 // the one it holds), so a change needing several scopes asks for them in
-// one call, each once (a scope asked twice panics). Changes of one scope
+// one call, each once (a scope asked twice panics). Teardown and the
+// answers to inverse offers authorize their caller before they take
+// their turns (and again in them), so that a caller without the right
+// queues nothing. Changes of one scope
 // never interleave (a teardown's record is never overwritten by
 // a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the

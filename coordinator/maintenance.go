@@ -125,6 +125,11 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 // It takes a turn of the maintenance state's scope (answers are part of
 // it) and c.mu.
 func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
+	// Authorized before the maintenance state's turn (a caller without
+	// the right queues nothing there) and again in it.
+	if err := c.authorizeLocked(ctx, header, frameworkID); err != nil {
+		return err
+	}
 	defer c.takeTurn(scopeMaintenance)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
