@@ -107,7 +107,7 @@
 // scope (a framework, a principal's new frameworks, the maintenance
 // state, the roles, the profiles; the timeout tick takes every scope,
 // as it may tear down any framework). Turns are state under their own
-// lock (turns.mu, a leaf: never taken with mu held, and ending a turn does
+// lock (turns.mu, a leaf: no lock is taken under it; ending a turn does
 // not take mu, so a panic under mu in a turn still crashes the process): a
 // change asks for its turn and waits for the turns it follows on their
 // channels with no lock held, then decides under mu, writes with no lock
@@ -118,9 +118,8 @@
 // one call, each once (a scope asked twice panics). Teardown and the
 // answers to inverse offers authorize their caller before they take
 // their turns (and again in them), so that a caller without the right
-// queues nothing. Changes of one scope
-// never interleave (a teardown's record is never overwritten by
-// a concurrent subscription's; a maintenance transition is computed once
+// queues nothing. Changes of one scope never interleave (a teardown's
+// record is never overwritten by a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
 // registry as in memory), and changes of different scopes write
 // concurrently, sharing fsyncs (the store batches concurrent writes). A
@@ -137,9 +136,10 @@
 // (registration.go), so the registry ends as memory is.
 //
 // Three more are leaves, never held while another lock is taken:
-// turns.mu (above), offStack.mu (the subscriber goroutine's queue of calls, which run
-// without it) and a heartbeat stream's closableBody.mu (the cause its end
-// recorded; under mu when a newer stream supersedes it, or alone).
+// turns.mu (above), offStack.mu (the subscriber goroutine's queue of
+// calls, which run without it) and a heartbeat stream's closableBody.mu
+// (the cause its end recorded; under mu when a newer stream supersedes
+// it, or alone).
 //
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
@@ -149,10 +149,11 @@
 // bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
 // flag and an outbox's once (its end), the leader's current leader and
 // serving term (atomic pointers) and the etcd store's closed flag. That
-// is seven mutexes in all in coordinator/... (five here, two in
+// is eight mutexes in all in coordinator/... (six here, two in
 // subpackages) and one in the store's group commit. The shell's state has
 // one lock, mu; the outbox and pulse locks let streams take their queues
-// without it, and the two leaves guard a queue and a cause of their own.
+// without it, and the three leaves guard the turns, a queue and a cause
+// of their own.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply

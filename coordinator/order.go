@@ -34,10 +34,10 @@ func scopePrincipal(name string) scope { return scope("principal/" + name) }
 // turns are the ordered changes that have asked for their turn and not
 // finished: the last one per scope, and the last turn of every scope (a
 // tick's, which may tear down any framework and changes agents). Guarded
-// by their own mu, a leaf taken alone (never with c.mu held, never taking
-// another lock): ending a turn does not take c.mu, so a panic in a turn
-// holder that holds c.mu still unwinds through its deferred done and
-// crashes the process instead of hanging it.
+// by their own mu, a leaf (no other lock is taken under it): ending a
+// turn does not take c.mu, so a panic in a turn holder that holds c.mu
+// still unwinds through its deferred done and crashes the process instead
+// of hanging it.
 type turns struct {
 	mu   sync.Mutex
 	last map[scope]chan struct{}
