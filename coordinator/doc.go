@@ -93,8 +93,7 @@
 //     entries coalesce (see flow.go). Keepalives (framework heartbeats,
 //     agent pings) follow one shared pulse per kind, not a timer per
 //     stream (outbox.go). It also guards the live subscriptions per
-//     caller, the registration pacing (principalRates) and the turns of
-//     ordered changes (below). Unexported methods expect mu held unless
+//     caller and the registration pacing (principalRates). Unexported methods expect mu held unless
 //     their comment says they take it.
 //  2. an outbox's mu (outbox.mu), taken under mu to queue and alone by its
 //     stream's goroutine to take.
@@ -107,12 +106,20 @@
 // included) runs from its decision to its application in a turn of its
 // scope (a framework, a principal's new frameworks, the maintenance
 // state, the roles, the profiles; the timeout tick takes every scope,
-// as it may tear down any framework). Turns are state under mu: a change
-// asks for its turn under mu and waits for the turns it follows on their
+// as it may tear down any framework). Turns are state under their own
+// lock (turns.mu, a leaf: no lock is taken under it; ending a turn does
+// not take mu, so a panic under mu in a turn still crashes the process): a
+// change asks for its turn and waits for the turns it follows on their
 // channels with no lock held, then decides under mu, writes with no lock
-// and applies under mu (defer c.takeTurn(scope)()). Changes of one scope
-// never interleave (a teardown's record is never overwritten by
-// a concurrent subscription's; a maintenance transition is computed once
+// and applies under mu (defer c.takeTurn(scope)()). Turns do not nest: a
+// turn's holder never asks for another (it would wait for the turns asked
+// in between, the tick's turn of every scope among them, which wait for
+// the one it holds), so a change needing several scopes asks for them in
+// one call, each once (a scope asked twice panics). Teardown and the
+// answers to inverse offers authorize their caller before they take
+// their turns (and again in them), so that a caller without the right
+// queues nothing. Changes of one scope never interleave (a teardown's
+// record is never overwritten by a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
 // registry as in memory), and changes of different scopes write
 // concurrently, sharing fsyncs (the store batches concurrent writes). A
@@ -128,10 +135,11 @@
 // registrations apply, waiting their turn without any mutex
 // (registration.go), so the registry ends as memory is.
 //
-// Two more are leaves, never held while another lock is taken:
-// offStack.mu (the subscriber goroutine's queue of calls, which run
-// without it) and a heartbeat stream's closableBody.mu (the cause its end
-// recorded; under mu when a newer stream supersedes it, or alone).
+// Three more are leaves, never held while another lock is taken:
+// turns.mu (above), offStack.mu (the subscriber goroutine's queue of
+// calls, which run without it) and a heartbeat stream's closableBody.mu
+// (the cause its end recorded; under mu when a newer stream supersedes
+// it, or alone).
 //
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
@@ -141,10 +149,11 @@
 // bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
 // flag and an outbox's once (its end), the leader's current leader and
 // serving term (atomic pointers) and the etcd store's closed flag. That
-// is seven mutexes in all in coordinator/... (five here, two in
+// is eight mutexes in all in coordinator/... (six here, two in
 // subpackages) and one in the store's group commit. The shell's state has
 // one lock, mu; the outbox and pulse locks let streams take their queues
-// without it, and the two leaves guard a queue and a cause of their own.
+// without it, and the three leaves guard the turns, a queue and a cause
+// of their own.
 //
 // A change a client asks for is durable before it is applied and answered:
 // plan under mu, write the plan's records with mu released (store.Apply
@@ -245,7 +254,9 @@
 // forgets their GONE agents, which may then register again (with their old
 // id or a new one). With Config.AutoDownAfterAccept the timer loop takes a
 // draining machine DOWN by itself once its window started, every framework
-// with tasks there accepted, and no framework would fall below its minimum.
+// with tasks there accepted, and no framework would fall below its minimum,
+// deciding so in the maintenance state's turn (a decline or a later window
+// installed meanwhile keeps it DRAINING).
 //
 // # Trust
 //

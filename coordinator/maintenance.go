@@ -57,9 +57,21 @@ func transitionWith[A any](method func(*maintenance.State, A) (*maintenance.Stat
 // anyway). It takes a turn and c.mu and returns the RPC error.
 func (c *Coordinator) changeMaintenance(ctx context.Context, reason string, tr transition) error {
 	defer c.takeTurn(scopeMaintenance)()
+	return c.changeMaintenanceInTurn(ctx, reason, func() transition { return tr })
+}
+
+// changeMaintenanceInTurn is changeMaintenance for a caller that holds
+// the turn of the maintenance state's scope (turns do not nest): decide,
+// run under c.mu in the turn, returns the transition to make from the
+// state current then, or nil to change nothing. It takes c.mu.
+func (c *Coordinator) changeMaintenanceInTurn(ctx context.Context, reason string, decide func() transition) error {
 	c.mu.Lock()
 	cur := c.core.Maintenance()
+	tr := decide()
 	c.mu.Unlock()
+	if tr == nil {
+		return nil
+	}
 	r, err := core.PlanMaintenance(cur, tr, reason, c.cfg.Now())
 	if err != nil {
 		return maintenanceError(err)
@@ -113,6 +125,11 @@ func (c *Coordinator) applyAgentChanges(r *core.Ready) {
 // It takes a turn of the maintenance state's scope (answers are part of
 // it) and c.mu.
 func (c *Coordinator) answerInverseOffers(ctx context.Context, header http.Header, frameworkID string, ids []string, filters *slacklinev1.Filters, status maintenance.Status) error {
+	// Authorized before the maintenance state's turn (a caller without
+	// the right queues nothing there) and again in it.
+	if err := c.authorizeLocked(ctx, header, frameworkID); err != nil {
+		return err
+	}
 	defer c.takeTurn(scopeMaintenance)()
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -314,9 +331,35 @@ func (c *Coordinator) clusterStatus() *slacklinev1.ClusterStatus {
 
 // autoDown takes DOWN, without an operator, the draining machines whose
 // window has started and whose users all accepted (Config.AutoDownAfterAccept).
-// It takes c.mu, then changeMaintenance its locks.
+// When some look ready it takes the maintenance state's turn and decides
+// again in it, so that a decline or a later window installed while it
+// waited keeps the machine DRAINING. It takes c.mu, then a turn.
 func (c *Coordinator) autoDown(ctx context.Context) {
 	c.mu.Lock()
+	ready := c.readyForAutoDown()
+	c.mu.Unlock()
+	if len(ready) == 0 {
+		return
+	}
+	defer c.takeTurn(scopeMaintenance)()
+	err := c.changeMaintenanceInTurn(ctx, "every framework accepted and the window started", func() transition {
+		if ready = c.readyForAutoDown(); len(ready) == 0 {
+			return nil
+		}
+		return transitionWith((*maintenance.State).StartMaintenance, ready)
+	})
+	if err != nil {
+		c.log.Warn("automatic maintenance start: the next tick decides again", "err", err)
+		return
+	}
+	if len(ready) > 0 {
+		c.log.Info("machines taken DOWN automatically", "machines", len(ready))
+	}
+}
+
+// readyForAutoDown lists the draining machines whose window has started
+// and whose users all accepted. Caller holds c.mu.
+func (c *Coordinator) readyForAutoDown() []*slacklinev1.MachineID {
 	now := c.cfg.Now()
 	byMachine := c.machineAgents()
 	running := c.runningTasks()
@@ -327,16 +370,5 @@ func (c *Coordinator) autoDown(ctx context.Context) {
 			ready = append(ready, m.Proto())
 		}
 	}
-	c.mu.Unlock()
-	if len(ready) == 0 {
-		return
-	}
-	err := c.changeMaintenance(ctx, "every framework accepted and the window started", transitionWith((*maintenance.State).StartMaintenance, ready))
-	if err != nil {
-		// A concurrent operator call may have changed the schedule: the next
-		// tick decides again.
-		c.log.Warn("automatic maintenance start", "err", err)
-		return
-	}
-	c.log.Info("machines taken DOWN automatically", "machines", len(ready))
+	return ready
 }

@@ -1,5 +1,11 @@
 package coordinator
 
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
 // Ordered changes (#30) run from decision to application in a turn of
 // their scope: see "Locks and persistence" in doc.go.
 
@@ -28,12 +34,16 @@ func scopePrincipal(name string) scope { return scope("principal/" + name) }
 // turns are the ordered changes that have asked for their turn and not
 // finished: the last one per scope, and the last turn of every scope (a
 // tick's, which may tear down any framework and changes agents). Guarded
-// by mu.
+// by their own mu, a leaf (no other lock is taken under it): ending a
+// turn does not take c.mu, so a panic in a turn holder that holds c.mu
+// still unwinds through its deferred done and crashes the process instead
+// of hanging it.
 type turns struct {
+	mu   sync.Mutex
 	last map[scope]chan struct{}
 	all  chan struct{}
 	// waits counts the turns that had to wait; onWait, when set (tests),
-	// is called with mu held each time one must.
+	// is called with mu (turns.mu) held each time one must.
 	waits  int
 	onWait func()
 }
@@ -41,12 +51,21 @@ type turns struct {
 // takeTurn waits until the ordered changes of the given scopes (every
 // scope when none is given) that asked before are done, and returns the
 // function that ends this turn: the caller decides, writes and applies,
-// then calls it (defer c.takeTurn(scope)()). It takes c.mu to ask and
-// waits without it; the caller must not hold it.
+// then calls it (defer c.takeTurn(scope)()). It waits with no lock held;
+// the caller must not hold c.mu (a turn it waits for needs it), nor a
+// turn already (no nesting: a turn asked while holding one waits for the
+// turns asked in between, the tick's turn of every scope among them,
+// which wait for the one held). A scope given twice is a bug: it panics
+// (it would wait for itself).
 func (c *Coordinator) takeTurn(scopes ...scope) (done func()) {
+	for i, s := range scopes {
+		if slices.Contains(scopes[:i], s) {
+			panic(fmt.Sprintf("coordinator: turn asked twice for scope %q", s))
+		}
+	}
 	mine := make(chan struct{})
-	c.mu.Lock()
 	t := &c.turns
+	t.mu.Lock()
 	var before []chan struct{}
 	if len(scopes) == 0 {
 		// Every scope: after the last turn of each, and before any later.
@@ -77,13 +96,14 @@ func (c *Coordinator) takeTurn(scopes ...scope) (done func()) {
 			t.onWait()
 		}
 	}
-	c.mu.Unlock()
+	t.mu.Unlock()
 	for _, ch := range before {
 		<-ch
 	}
 	return func() {
 		close(mine)
-		c.mu.Lock()
+		t.mu.Lock()
+		defer t.mu.Unlock()
 		if t.all == mine {
 			t.all = nil
 		}
@@ -92,6 +112,5 @@ func (c *Coordinator) takeTurn(scopes ...scope) (done func()) {
 				delete(t.last, s)
 			}
 		}
-		c.mu.Unlock()
 	}
 }

@@ -2,15 +2,21 @@ package coordinator
 
 import (
 	"context"
+	"net/http"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"connectrpc.com/connect"
 
 	"github.com/slackline/slackline/coordinator/core"
 	"github.com/slackline/slackline/coordinator/maintenance"
 	"github.com/slackline/slackline/coordinator/store"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/auth"
+	"github.com/slackline/slackline/internal/protocol"
 )
 
 // gateStore is a memStore that holds one write, the first that matches
@@ -79,14 +85,14 @@ func newGatedDomain(t *testing.T) (*domain, *gateStore, *clock) {
 func race(t *testing.T, c *Coordinator, st *gateStore, first, second func()) {
 	t.Helper()
 	waiting := make(chan struct{}, 1)
-	c.mu.Lock()
+	c.turns.mu.Lock()
 	c.turns.onWait = func() {
 		select {
 		case waiting <- struct{}{}:
 		default:
 		}
 	}
-	c.mu.Unlock()
+	c.turns.mu.Unlock()
 	firstDone, secondDone := make(chan struct{}), make(chan struct{})
 	go func() { defer close(firstDone); first() }()
 	<-st.held
@@ -148,10 +154,24 @@ func TestTeardownDuringFailoverWrite(t *testing.T) {
 	}
 }
 
-// TestTeardownDuringSubscriptionWrite: the framework's own Teardown
-// arrives while a failover's record is being written; it waits for the
-// failover's turn, then tears the framework down, and its completed
-// record is the registry's.
+// teardown calls the Teardown handler for the framework with the stream
+// id of sub.
+func teardown(c *Coordinator, id string, sub *subscription) error {
+	req := connect.NewRequest(&slacklinev1.TeardownRequest{FrameworkId: id})
+	req.Header().Set(protocol.StreamIDHeader, sub.id)
+	_, err := (schedulerService{c}).Teardown(context.Background(), req)
+	return err
+}
+
+// TestTeardownDuringSubscriptionWrite: the framework's Teardown, sent on
+// its current stream, arrives while a failover's record (a new stream) is
+// being written. Authorized (its stream is still the current one), it
+// waits for the failover's turn, then finds its stream superseded and is
+// refused: memory and the registry both have the framework connected.
+// Without the framework's turn it would tear the framework down in memory
+// and write its completed record, then the failover's record would
+// overwrite it. A Teardown on the new stream then tears it down, in memory
+// and in the registry (and so after a restart).
 func TestTeardownDuringSubscriptionWrite(t *testing.T) {
 	t.Parallel()
 	d, st, clk := newGatedDomain(t)
@@ -160,25 +180,25 @@ func TestTeardownDuringSubscriptionWrite(t *testing.T) {
 		t.Fatal(err)
 	}
 	id := fw.id()
-	d.c.subscriptionEnded(fw, sub)
 	st.arm(writesTo(store.BucketFrameworks))
+	var newSub *subscription
+	var teardownErr error
 	race(t, d.c, st,
 		func() {
-			_, _, err = d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw", FailoverTimeoutSeconds: 10})
+			_, newSub, err = d.subscribe(&slacklinev1.FrameworkInfo{Id: id, Name: "fw", FailoverTimeoutSeconds: 10})
 		},
-		func() {
-			done := d.c.takeTurn(scopeFramework(id), scopeMaintenance)
-			defer done()
-			d.c.mu.Lock()
-			writes := d.c.removeFramework(d.c.frameworks[id], "torn down by the framework")
-			d.c.mu.Unlock()
-			d.c.record(context.Background(), writes...)
-		})
+		func() { teardownErr = teardown(d.c, id, sub) })
 	if recorded, live := d.frameworkRecord(id).GetCompleted(), d.framework(id).state; recorded != (live == slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED) {
 		t.Fatalf("memory has the framework %v, the registry's record has completed=%v", live, recorded)
 	}
 	if err != nil {
 		t.Fatalf("failover: %v", err)
+	}
+	if connect.CodeOf(teardownErr) != connect.CodePermissionDenied || d.framework(id).state != slacklinev1.FrameworkState_FRAMEWORK_STATE_CONNECTED {
+		t.Fatalf("teardown on the superseded stream: %v, framework %v; want it refused and the framework connected", teardownErr, d.framework(id).state)
+	}
+	if err := teardown(d.c, id, newSub); err != nil {
+		t.Fatal(err)
 	}
 	if d.framework(id).state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED || !d.frameworkRecord(id).GetCompleted() {
 		t.Fatalf("framework %v, record completed %v: want both torn down", d.framework(id).state, d.frameworkRecord(id).GetCompleted())
@@ -229,18 +249,35 @@ func TestConcurrentWeightUpdates(t *testing.T) {
 	}
 }
 
-// TestAnswerDuringScheduleChange: an inverse-offer answer recorded while
-// a schedule change's record is written is kept: it waits for the
-// change's turn (the maintenance state's scope), so the transition, made
-// from the state before the answer, is not installed over it.
+// TestAnswerDuringScheduleChange: an inverse-offer answer
+// (answerInverseOffers, as AcceptInverseOffers calls it) made while a
+// schedule change's record is written is kept: it waits for the change's
+// turn (the maintenance state's scope), so the transition, made from the
+// state before the answer, is not installed over it.
 func TestAnswerDuringScheduleChange(t *testing.T) {
 	t.Parallel()
 	d, st, clk := newGatedDomain(t)
-	window := machineWindow(clk.Now(), time.Hour, "host-a")
+	d.mustRegister(registerRequest("", "host-a", "cpus:4;mem:4096"))
+	fwID, sub := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
+	d.allocate() // an offer on host-a: fw uses it
+	window := machineWindow(clk.Now().Add(time.Hour), time.Hour, "host-a")
 	if err := d.updateSchedule(window); err != nil {
 		t.Fatal(err)
 	}
+	d.allocate()
+	var inverse string
+	for _, ev := range events(sub) {
+		for _, io := range ev.GetOffers().GetInverseOffers() {
+			inverse = io.GetId()
+		}
+	}
+	if inverse == "" {
+		t.Fatal("no inverse offer for host-a")
+	}
+	header := http.Header{}
+	header.Set(protocol.StreamIDHeader, sub.id)
 	st.arm(writesTo(store.BucketMaintenance))
+	var answerErr error
 	race(t, d.c, st,
 		func() {
 			if err := d.updateSchedule(window, machineWindow(clk.Now(), time.Hour, "host-b")); err != nil {
@@ -248,15 +285,14 @@ func TestAnswerDuringScheduleChange(t *testing.T) {
 			}
 		},
 		func() {
-			done := d.c.takeTurn(scopeMaintenance)
-			defer done()
-			d.c.mu.Lock()
-			d.c.core.Maintenance().RecordAnswer(maintenance.Machine{Hostname: "host-a"}, "fw", maintenance.StatusAccept, clk.Now())
-			d.c.mu.Unlock()
+			answerErr = d.c.answerInverseOffers(context.Background(), header, fwID, []string{inverse}, nil, maintenance.StatusAccept)
 		})
+	if answerErr != nil {
+		t.Fatalf("accept: %v", answerErr)
+	}
 	d.c.mu.Lock()
 	defer d.c.mu.Unlock()
-	if _, ok := d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"})["fw"]; !ok || len(d.c.core.Maintenance().Machines()) != 2 {
+	if _, ok := d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"})[fwID]; !ok || len(d.c.core.Maintenance().Machines()) != 2 {
 		t.Fatalf("answers %v, machines %v: want the answer kept and both machines scheduled", d.c.core.Maintenance().Answers(maintenance.Machine{Hostname: "host-a"}), d.c.core.Maintenance().Machines())
 	}
 }
@@ -268,9 +304,9 @@ func TestTurnsOrder(t *testing.T) {
 	t.Parallel()
 	c := newDomain(t).c
 	waited := make(chan struct{}, 3)
-	c.mu.Lock()
+	c.turns.mu.Lock()
 	c.turns.onWait = func() { waited <- struct{}{} }
-	c.mu.Unlock()
+	c.turns.mu.Unlock()
 	a1 := c.takeTurn(scopeRoles)
 	p1 := c.takeTurn(scopeProfiles) // another scope: no wait
 	if len(waited) != 0 {
@@ -307,9 +343,153 @@ func TestTurnsOrder(t *testing.T) {
 	}
 	// A turn asked after the turn of every scope follows it.
 	c.takeTurn(scopeRoles)()
-	c.mu.Lock()
-	defer c.mu.Unlock()
+	c.turns.mu.Lock()
+	defer c.turns.mu.Unlock()
 	if len(c.turns.last) != 0 || c.turns.all != nil || c.turns.waits != 2 {
 		t.Fatalf("turns left after all ended: %v %v, waits %d (want 2)", c.turns.last, c.turns.all, c.turns.waits)
+	}
+}
+
+// TestPanicInTurnCrashes: a turn holder that panics while it holds c.mu
+// (several lock mu without a deferred unlock) unwinds through its
+// deferred done, so the panic reaches the goroutine's top and crashes the
+// process. Ending a turn took c.mu before: the deferred done blocked on
+// the mu its own goroutine held and the panic never propagated (this test
+// hung on that code).
+func TestPanicInTurnCrashes(t *testing.T) {
+	t.Parallel()
+	c := newDomain(t).c
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		defer c.takeTurn(scopeRoles)()
+		c.mu.Lock()
+		panic("boom")
+	}()
+	if got := <-recovered; got != "boom" {
+		t.Fatalf("recovered %v, want the turn holder's panic", got)
+	}
+	// The turn ended: another of its scope runs.
+	c.takeTurn(scopeRoles)()
+}
+
+// TestTurnSameScopeTwice: asking one scope twice in one takeTurn call is
+// a bug that panics; it waited for its own channel, forever, before.
+func TestTurnSameScopeTwice(t *testing.T) {
+	t.Parallel()
+	c := newDomain(t).c
+	recovered := make(chan any, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		c.takeTurn(scopeMaintenance, scopeFramework("f"), scopeMaintenance)()
+	}()
+	if got, _ := (<-recovered).(string); !strings.Contains(got, `scope "maintenance"`) {
+		t.Fatalf("recovered %q, want a panic naming the scope asked twice", got)
+	}
+	c.takeTurn(scopeMaintenance)() // nothing left held
+}
+
+// TestPrincipalLimitRace: two new frameworks of one principal, one naming
+// it and one leaving the principal empty, the first's record held in its
+// write while the second asks: with MaxFrameworksPerPrincipal 1 one is
+// refused. Both take the turn of the principal they will be bound to (the
+// caller's); the one leaving it empty took the turn "principal/" before,
+// checked the same count concurrently, and both were admitted.
+func TestPrincipalLimitRace(t *testing.T) {
+	t.Parallel()
+	pol, err := auth.ParsePolicy([]byte(insiderPolicy))
+	if err != nil {
+		t.Fatal(err)
+	}
+	st := newGateStore(nil)
+	c, err := New(Config{Store: st, Logger: testLogger(), Now: (&clock{now: testNow}).Now, Authz: auth.New(pol),
+		Limits: Limits{MaxFrameworksPerPrincipal: 1}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := &domain{t: t, c: c, st: st.memStore}
+	st.arm(writesTo(store.BucketFrameworks))
+	var errs [2]error
+	race(t, c, st,
+		func() {
+			_, _, errs[0] = d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "a", Principal: "batch", Roles: []string{"batch"}})
+		},
+		func() {
+			_, _, errs[1] = d.subscribeAs("batch", &slacklinev1.FrameworkInfo{Name: "b", Roles: []string{"batch"}})
+		})
+	admitted := 0
+	c.mu.Lock()
+	for _, fw := range c.frameworks {
+		if fw.info.GetPrincipal() == "batch" && fw.state != slacklinev1.FrameworkState_FRAMEWORK_STATE_COMPLETED {
+			admitted++
+		}
+	}
+	c.mu.Unlock()
+	if admitted != 1 || (errs[0] == nil) == (errs[1] == nil) {
+		t.Fatalf("%d frameworks of principal batch admitted (limit 1), errors %v", admitted, errs)
+	}
+}
+
+// TestAutoDownDecidesInItsTurn: a machine ready for automatic DOWN (its
+// window started, nobody uses it) whose window an operator pushes out
+// while autoDown waits for the maintenance state's turn stays DRAINING:
+// autoDown decides again in its turn. It decided before its turn and
+// took the machine DOWN from the newer state before.
+func TestAutoDownDecidesInItsTurn(t *testing.T) {
+	t.Parallel()
+	d, _, clk := newGatedDomain(t)
+	if err := d.updateSchedule(machineWindow(clk.Now().Add(-time.Minute), time.Hour, "host-a")); err != nil {
+		t.Fatal(err)
+	}
+	waiting := make(chan struct{}, 1)
+	d.c.turns.mu.Lock()
+	d.c.turns.onWait = func() {
+		select {
+		case waiting <- struct{}{}:
+		default:
+		}
+	}
+	d.c.turns.mu.Unlock()
+	hold := d.c.takeTurn(scopeMaintenance)
+	autoDone := make(chan struct{})
+	go func() { defer close(autoDone); d.c.autoDown(context.Background()) }()
+	<-waiting // autoDown found host-a ready and waits for its turn
+	later := machineWindow(clk.Now().Add(time.Hour), time.Hour, "host-a")
+	if err := d.c.changeMaintenanceInTurn(context.Background(), "test", func() transition {
+		return transitionWith((*maintenance.State).UpdateSchedule, scheduleOf(later))
+	}); err != nil {
+		t.Fatal(err)
+	}
+	hold()
+	<-autoDone
+	if got := d.mode("host-a"); got != slacklinev1.MachineMode_MACHINE_MODE_DRAINING {
+		t.Fatalf("host-a %v after its window was pushed out, want DRAINING", got)
+	}
+}
+
+// TestUnauthorizedQueuesNoTurn: a Teardown or an inverse-offer answer from
+// a caller not authorized for the framework (a stream id that is not its
+// current one) is refused without taking a turn, while the maintenance
+// state's turn is held. Both asked their turns first before and so
+// waited (this test hung on that code).
+func TestUnauthorizedQueuesNoTurn(t *testing.T) {
+	t.Parallel()
+	d, _, _ := newGatedDomain(t)
+	id, _ := d.connectFramework(&slacklinev1.FrameworkInfo{Name: "fw"})
+	hold := d.c.takeTurn(scopeMaintenance)
+	defer hold()
+	stranger := &subscription{outbox: newOutbox[*slacklinev1.Event]()}
+	if err := teardown(d.c, id, stranger); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("teardown on another stream: %v, want PermissionDenied", err)
+	}
+	header := http.Header{}
+	header.Set(protocol.StreamIDHeader, stranger.id)
+	if err := d.c.answerInverseOffers(context.Background(), header, id, []string{"I1"}, nil, maintenance.StatusAccept); connect.CodeOf(err) != connect.CodePermissionDenied {
+		t.Fatalf("answer on another stream: %v, want PermissionDenied", err)
+	}
+	d.c.turns.mu.Lock()
+	defer d.c.turns.mu.Unlock()
+	if d.c.turns.waits != 0 {
+		t.Fatalf("%d turns waited, want none", d.c.turns.waits)
 	}
 }

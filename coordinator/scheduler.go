@@ -88,6 +88,15 @@ func (c *Coordinator) authorize(ctx context.Context, header http.Header, framewo
 	return fw, nil
 }
 
+// authorizeLocked is authorize for a caller that does not hold c.mu: it
+// takes it.
+func (c *Coordinator) authorizeLocked(ctx context.Context, header http.Header, frameworkID string) error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	_, err := c.authorize(ctx, header, frameworkID)
+	return err
+}
+
 func invalidArgument(err error) error { return connect.NewError(connect.CodeInvalidArgument, err) }
 
 // respond encodes the outcome of a domain operation whose response is
@@ -338,6 +347,13 @@ func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[sl
 
 func (s schedulerService) Teardown(ctx context.Context, req *connect.Request[slacklinev1.TeardownRequest]) (*connect.Response[slacklinev1.TeardownResponse], error) {
 	c := s.c
+	// Authorized before its turns, so that a caller without the right
+	// queues nothing on the framework's or the maintenance state's scope,
+	// and again in them: the framework may have failed over or gone while
+	// it waited.
+	if err := c.authorizeLocked(ctx, req.Header(), req.Msg.GetFrameworkId()); err != nil {
+		return nil, err
+	}
 	defer c.takeTurn(scopeFramework(req.Msg.GetFrameworkId()), scopeMaintenance)()
 	c.mu.Lock()
 	fw, err := c.authorize(ctx, req.Header(), req.Msg.GetFrameworkId())

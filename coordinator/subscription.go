@@ -81,12 +81,13 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 // before the framework learns its id: the core's persist step
 // (core.SubscribeFramework), planned under c.mu, written with it released,
 // applied under it. It does so in a turn of the framework's scope (of its
-// principal's for a new one; order.go) so that no teardown slips in
+// principal's for a new one, the principal it will be bound to:
+// principalOf; order.go) so that no teardown slips in
 // between (nor another framework of the principal past
 // Limits.MaxFrameworksPerPrincipal).
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
-	sc := scopePrincipal(info.GetPrincipal()) // a new framework: its principal's count
+	sc := scopePrincipal(c.principalOf(ctx, info)) // a new framework: its principal's count
 	if info.GetId() != "" {
 		sc = scopeFramework(info.GetId()) // a failover: the framework's record
 	}

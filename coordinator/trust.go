@@ -95,6 +95,18 @@ func (c *Coordinator) actAsError(ctx context.Context, fw *framework) error {
 		fw.id(), fw.info.GetPrincipal(), auth.FromContext(ctx).String(), auth.TeardownFrameworks))
 }
 
+// principalOf is the principal a new framework of info will be bound to
+// (bindPrincipal): the caller's with authorization on, whatever info
+// names (a mismatch is refused), else info's. It takes no lock and
+// changes nothing, so that subscribe chooses the turn of the principal
+// whose count it checks before it binds.
+func (c *Coordinator) principalOf(ctx context.Context, info *slacklinev1.FrameworkInfo) string {
+	if !c.cfg.Authz.Enabled() {
+		return info.GetPrincipal()
+	}
+	return auth.FromContext(ctx).String()
+}
+
 // bindPrincipal binds a subscribing framework to its caller: a new
 // framework to the caller, which must be allowed register_frameworks in
 // each of its roles; a failover keeps the framework's principal and needs
