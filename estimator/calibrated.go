@@ -156,12 +156,15 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	clear(c.predicted)
 	lasting := false
 	raw := c.fast.raw(in, members, func(m member, now time.Time) float64 {
+		// need is fast's (the peak, or a burst's start extrapolated), due
+		// the burst held back on a rhythm; an expert that does not follow
+		// the member's rhythms takes need alone.
 		need, due := c.fast.predictParts(m, now)
 		p := need + due
 		trusted := c.rhythmTrusted(m, now, due)
 		fell := c.fast.confirmedFall(m, now)
-		need, before := c.fast.peaks(m, now)
-		large := c.cfg.Fast.Onset > 0 && before-need >= largeFallOnsets*c.cfg.Fast.Onset
+		peak, before := c.fast.peaks(m, now)
+		large := c.cfg.Fast.Onset > 0 && before-peak >= largeFallOnsets*c.cfg.Fast.Onset
 		var pred [numExperts]float64
 		for e, spec := range expertSpecs {
 			pred[e] = need
