@@ -65,7 +65,8 @@ type expertSpec struct {
 
 // expertSpecs are the experts, in order of preference on a tie: fast's
 // prediction with the short confirmation, then with the long one, then
-// both without rhythms. Fast's rhythm prediction holds back a burst due on
+// the short one with each member's rhythms followed only while they come
+// true (rhythmTrusted; the need, burst starts included, is fast's). Fast's rhythm prediction holds back a burst due on
 // a lattice of three past onsets; on a load whose onsets are memoryless
 // (bursty: exponential gaps) such lattices appear by chance and hold back
 // slack for nothing, and the experts without it lose less there (#29).
