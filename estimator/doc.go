@@ -218,8 +218,17 @@
 // bursty to 47.8% only, and a fourth beside the third cost bursty 1.7
 // points and the mix 0.6; the trust among
 // 4-8 outcomes and 2-6 hits: 8 and 4 in the middle, 6 and 3 take bursty to
-// 51.1% and the mix to 85.1%, 8 and 5 to 54.3% and 81.5%) were chosen on
-// the recorded traces only.
+// 51.1% and the mix to 85.1%, 8 and 5 to 54.3% and 81.5%; those figures
+// were measured before the third expert kept fast's burst-start
+// extrapolation, below) were chosen on the recorded traces only. Re-run
+// on the recorded traces after that fix, with 8 outcomes: 2 and 3 hits
+// take bursty to 48.0% and 50.6% (below fast) and the mix to 84.5% and
+// 85.4%; 5 and 6 hits take bursty to 53.0% and the mix to 85.8% and
+// 85.9%, every other recorded trace unchanged, against 51.7% and 85.4%
+// with 4. The setting is kept at 4 for now: above rhythmMinOutcomes (4) a
+// hit count distrusts a member whose first four predictions all came
+// true, so re-choosing it means re-choosing both, and TestRhythmTrusted's
+// cases with it.
 //
 // The bound. Let d be the largest delay, in estimates. (1) α_t never
 // falls to −dγ: an estimate made with α_t ≤ 0 offers 0, which cannot
@@ -390,26 +399,26 @@
 // changes/min, shrinks/min, to offer):
 //
 //	recorded  fast                           calibrated (target 1%)         koordinator   katalyst
-//	bursty    51.7% 1.53% 255.0 116.5  0.7s  52.6% 1.07% 155.3  77.3 >1.0s  40.7%  2.54%  32.7%  8.07%
+//	bursty    51.7% 1.53% 255.0 116.5  0.7s  51.7% 1.00% 211.7 103.3  0.4s  40.7%  2.54%  32.7%  8.07%
 //	cron      76.2% 0.93%  79.7  34.0  0.6s  76.2% 0.80%  96.5  44.8  0.3s  47.1%  2.07%  39.7%  9.14%
 //	diurnal   76.0% 0.87%  78.1  34.0  1.0s  76.2% 0.80%  78.9  34.8  2.1s  50.1%  5.27%  41.9% 19.15%
 //	jvm-gc    80.1% 0.67%  61.6  25.6  0.8s  82.4% 0.93%  86.1  36.8  0.6s  42.2%  0.07%  37.6%  1.20%
 //	periodic  81.1% 0.27%  49.2  18.0  1.0s  87.9% 0.67%  56.4  23.6  0.5s  36.3%  1.73%  42.4% 15.74%
 //	steady    80.8% 0.93%  76.5  38.4  1.0s  81.2% 0.87%  99.3  48.0  0.3s  48.7%  0.20%  42.3% 24.55%
 //	step      86.2% 0.40%  29.2  10.0  0.9s  92.0% 0.47%  27.6  10.0  0.6s  34.9% 18.48%  40.5%  0.47%
-//	mix       78.2% 0.07% 417.9 191.7  0.5s  83.5% 1.00% 259.0 148.1  0.3s  42.9%  0.00%  40.5% 21.55%
+//	mix       78.2% 0.07% 417.9 191.7  0.5s  85.4% 0.93% 272.2 156.9  0.3s  42.9%  0.00%  40.5% 21.55%
 //
 //	held-out                   fast                           calibrated (target 1%)         koordinator   katalyst
 //	build-contended            85.6% 0.17%  33.2  15.7  0.8s  91.4% 0.73%  35.6  17.3  0.8s  57.1%  0.03%  93.7%  7.93%
 //	bursts-heavytail-contended 89.5% 0.12%  33.7  16.2  0.9s  96.2% 0.72%  37.2  17.9  0.6s  58.3%  0.00%  95.7% 10.98%
-//	http-heavytail-contended   86.2% 0.32%  45.4  21.0 >1.2s  90.9% 0.95%  48.9  22.6  0.9s  57.4%  0.01%  94.4% 11.79%
-//	queue-contended            86.3% 0.33%  44.8  20.6  1.0s  90.5% 1.01%  55.6  25.9 >1.4s  56.7%  0.01%  96.4% 21.69%
+//	http-heavytail-contended   86.2% 0.32%  45.4  21.0 >1.2s  90.9% 0.95%  49.3  22.7  0.8s  57.4%  0.01%  94.4% 11.79%
+//	queue-contended            86.3% 0.33%  44.8  20.6  1.0s  90.5% 1.01%  55.7  25.9 >1.4s  56.7%  0.01%  96.4% 21.69%
 //	ramps-contended            89.3% 0.00%  11.2   5.6     -  95.8% 0.07%  16.1   8.0     -  58.1%  0.00%  95.5%  9.42%
-//	heldout-mix                86.9% 0.00% 343.2 158.4 >1.4s  95.3% 1.00% 258.7 152.7  0.7s  56.4%  0.00%  95.2% 42.37%
-//	build                      80.2% 0.72%  66.5  29.5  0.9s  81.2% 0.98%  90.1  42.6  0.8s  54.5%  0.23%  94.2% 28.09%
-//	bursts-heavytail           83.2% 0.93%  75.6  35.0  0.8s  84.9% 1.00%  68.7  33.2  1.2s  58.3%  0.59%  97.3% 20.18%
-//	http-heavytail             79.7% 0.71%  92.5  41.1  1.0s  79.9% 0.99% 133.7  65.6  1.8s  55.4%  0.01%  99.2% 45.54%
-//	queue                      73.6% 1.10% 123.4  55.8  0.8s  74.2% 1.00% 140.1  72.0 >1.0s  52.5%  0.99%  89.4% 19.77%
+//	heldout-mix                86.9% 0.00% 343.2 158.4 >1.4s  93.5% 0.57% 243.9 137.6  0.9s  56.4%  0.00%  95.2% 42.37%
+//	build                      80.2% 0.72%  66.5  29.5  0.9s  81.4% 0.98%  92.0  42.7  0.8s  54.5%  0.23%  94.2% 28.09%
+//	bursts-heavytail           83.2% 0.93%  75.6  35.0  0.8s  84.4% 1.00%  69.1  31.6  1.1s  58.3%  0.59%  97.3% 20.18%
+//	http-heavytail             79.7% 0.71%  92.5  41.1  1.0s  80.7% 0.99% 139.0  65.5 >1.6s  55.4%  0.01%  99.2% 45.54%
+//	queue                      73.6% 1.10% 123.4  55.8  0.8s  73.6% 1.00% 145.6  69.6 >0.8s  52.5%  0.99%  89.4% 19.77%
 //	ramps                      88.3% 0.00%  18.7   9.3     -  94.7% 0.22%  20.0   9.9     -  57.2%  0.00%  97.0% 38.49%
 //
 // (the first six rows: the set recorded at nice 10 under heavy
@@ -418,58 +427,69 @@
 //
 // calibrated holds every trace within its bound (1.13% on the 150 s
 // traces, 1.011% on the 30-minute ones; TestCalibratedViolationBound),
-// bursty included (1.07%), where fast violates 1.53%, and it harvests at
+// bursty included (1.00%), where fast violates 1.53%, and it harvests at
 // least what fast does on every trace, recorded and held out
-// (TestCalibratedViolationBound). Where fast breaks the bound (bursty;
-// held out, queue at 1.10%) it also harvests at least what fast held to
-// the target in hindsight does, its margin raised until its violations on
-// that very trace are at most 1% (TestFastHeldToTarget): bursty 52.6%
-// against 46.8% at 0.93% (margin 10.5%), queue 74.2% against 72.4% at
-// 0.93% (margin 7%; `go test ./estimator -run TestFastHeldToTarget -v
-// -args -fast-target-heldout`).
+// (TestCalibratedViolationBound), on bursty and held out queue by a hair
+// (0.835 cores offered against fast's 0.834; 1.236 against 1.235), at
+// fewer violations. Where fast breaks the bound (bursty; held out, queue
+// at 1.10%) it also harvests at least what fast held to the target in
+// hindsight does, its margin raised until its violations on that very
+// trace are at most 1% (TestFastHeldToTarget): bursty 51.7% against 46.8%
+// at 0.93% (margin 10.5%), queue 73.6% against 72.4% at 0.93% (margin 7%;
+// `go test ./estimator -run TestFastHeldToTarget -v -args
+// -fast-target-heldout`).
 //
 // Before and after #29's third expert (rhythms followed only where they
-// came true; harvest, violations, changes a minute and their change):
+// came true; harvest, violations, changes a minute and their change). The
+// after column is the third expert as fixed: when first measured it took
+// the plain peak where it distrusted a member's rhythms, losing fast's
+// burst-start extrapolation (a burst's first sample + its rise;
+// TestExpertsBurstStart); that version had bursty at 52.6% 1.07% 155.3/min,
+// the mix at 83.5% 1.00% 259.0/min, held out queue 74.2%, bursts-heavytail
+// 84.9%, http-heavytail 79.9% and heldout-mix 95.3% at 1.00% 258.7/min:
 //
 //	trace                      before (two experts)     after (three experts)           fast
-//	bursty                     43.5% 0.93% 215.3/min  52.6% 1.07% 155.3/min  -28%  51.7% 1.53% 255.0/min
+//	bursty                     43.5% 0.93% 215.3/min  51.7% 1.00% 211.7/min   -2%  51.7% 1.53% 255.0/min
 //	cron                       76.2% 0.80%  96.5/min  76.2% 0.80%  96.5/min   +0%  76.2% 0.93%  79.7/min
 //	diurnal                    76.2% 0.80%  78.9/min  76.2% 0.80%  78.9/min   +0%  76.0% 0.87%  78.1/min
 //	jvm-gc                     82.4% 0.93%  86.1/min  82.4% 0.93%  86.1/min   +0%  80.1% 0.67%  61.6/min
 //	periodic                   87.9% 0.67%  56.4/min  87.9% 0.67%  56.4/min   +0%  81.1% 0.27%  49.2/min
 //	steady                     81.2% 0.87%  99.3/min  81.2% 0.87%  99.3/min   +0%  80.8% 0.93%  76.5/min
 //	step                       92.0% 0.47%  27.6/min  92.0% 0.47%  27.6/min   +0%  86.2% 0.40%  29.2/min
-//	mix                        83.7% 0.93% 280.2/min  83.5% 1.00% 259.0/min   -8%  78.2% 0.07% 417.9/min
+//	mix                        83.7% 0.93% 280.2/min  85.4% 0.93% 272.2/min   -3%  78.2% 0.07% 417.9/min
 //	build-contended            91.4% 0.73%  35.6/min  91.4% 0.73%  35.6/min   +0%  85.6% 0.17%  33.2/min
 //	bursts-heavytail-contended 96.2% 0.72%  37.2/min  96.2% 0.72%  37.2/min   +0%  89.5% 0.12%  33.7/min
-//	http-heavytail-contended   90.8% 0.95%  49.3/min  90.9% 0.95%  48.9/min   -1%  86.2% 0.32%  45.4/min
-//	queue-contended            90.5% 1.01%  55.7/min  90.5% 1.01%  55.6/min   -0%  86.3% 0.33%  44.8/min
+//	http-heavytail-contended   90.8% 0.95%  49.3/min  90.9% 0.95%  49.3/min   +0%  86.2% 0.32%  45.4/min
+//	queue-contended            90.5% 1.01%  55.7/min  90.5% 1.01%  55.7/min   +0%  86.3% 0.33%  44.8/min
 //	ramps-contended            95.8% 0.07%  16.1/min  95.8% 0.07%  16.1/min   +0%  89.3% 0.00%  11.2/min
-//	heldout-mix                93.2% 0.26% 234.3/min  95.3% 1.00% 258.7/min  +10%  86.9% 0.00% 343.2/min
-//	build                      81.3% 0.98%  90.2/min  81.2% 0.98%  90.1/min   -0%  80.2% 0.72%  66.5/min
-//	bursts-heavytail           82.3% 0.99%  77.9/min  84.9% 1.00%  68.7/min  -12%  83.2% 0.93%  75.6/min
-//	http-heavytail             78.9% 1.00% 128.7/min  79.9% 0.99% 133.7/min   +4%  79.7% 0.71%  92.5/min
-//	queue                      71.1% 1.00% 149.1/min  74.2% 1.00% 140.1/min   -6%  73.6% 1.10% 123.4/min
+//	heldout-mix                93.2% 0.26% 234.3/min  93.5% 0.57% 243.9/min   +4%  86.9% 0.00% 343.2/min
+//	build                      81.3% 0.98%  90.2/min  81.4% 0.98%  92.0/min   +2%  80.2% 0.72%  66.5/min
+//	bursts-heavytail           82.3% 0.99%  77.9/min  84.4% 1.00%  69.1/min  -11%  83.2% 0.93%  75.6/min
+//	http-heavytail             78.9% 1.00% 128.7/min  80.7% 0.99% 139.0/min   +8%  79.7% 0.71%  92.5/min
+//	queue                      71.1% 1.00% 149.1/min  73.6% 1.00% 145.6/min   -2%  73.6% 1.10% 123.4/min
 //	ramps                      94.7% 0.22%  20.0/min  94.7% 0.22%  20.0/min   +0%  88.3% 0.00%  18.7/min
 //
 // Before it, four traces fell short of fast: bursty (43.5%, 3.3 points
 // below fast held to the target: its spikes' onsets are memoryless, and
 // fast's rhythm prediction, finding lattices among them by chance, held
-// back slack for bursts that did not come; the third expert is published
-// 76% of the time there), and held out queue, bursts-heavytail and
-// http-heavytail (0.8-2.5 points below fast). The held-out traces were
-// not used to choose it; they improve as they fall (queue +3.1,
-// bursts-heavytail +2.6, http-heavytail +1.0, heldout-mix +2.1 points;
-// build -0.1). The recorded mix loses 0.2 points (83.7% to 83.5%, at 1.00%
-// rather than 0.93%). Changes a minute fall on bursty (-28%), the mix
-// (-8%), queue and bursts-heavytail (-6%, -12%) and are unchanged
-// elsewhere but for two held-out traces: http-heavytail +4% and
-// heldout-mix +10.4% (234.3 to 258.7 a minute, 0.4 point over the 10% that
-// #29's harvest work allowed itself): there the third expert, with its
-// 300 ms confirmation, is published 93% of the time in place of the long
-// one, and the calibration spends the budget it left unused (0.26% to
-// 1.00%) on harvest; the setting was not changed to pass it (that would be
-// tuning on the held-out set).
+// back slack for bursts that did not come; the third expert was published
+// 76% of the time there when first measured), and held out queue,
+// bursts-heavytail and http-heavytail (0.8-2.5 points below fast). With it
+// bursty harvests 51.7% (+8.2 points, fast's harvest at 1.00% rather than
+// 1.53%, 4.9 points above fast held to the target) and the recorded mix
+// 85.4% (+1.7, at 0.93%); the other recorded traces are unchanged. The
+// held-out traces were not used to choose it; they improve as they fall
+// (queue +2.5, bursts-heavytail +2.1, http-heavytail +1.8, heldout-mix
+// +0.3, build +0.1 points). Changes a minute fall on bursty (-2%), the mix
+// (-3%), queue and bursts-heavytail (-2%, -11%) and are unchanged
+// elsewhere but for three held-out traces: http-heavytail +8%, heldout-mix
+// +4% and build +2%, all within the 10% that #29's harvest work allowed
+// itself. Against the first-measured version the fix costs bursty 0.9
+// points and raises its changes a minute from 155.3 to 211.7 (+36%, still
+// below fast's 255.0), at 1.00% violations rather than 1.07%; on
+// heldout-mix it harvests 1.8 points less than the first version (93.5% at
+// 0.57% rather than 95.3% at 1.00%, whose changes a minute were +10.4%,
+// over the 10%). No setting was changed with the fix.
 //
 // The experts (two, before the third) took diurnal from 73.3% to 76.2%,
 // bursty from 42.8% to 43.5%, build from 80.3% to 81.3%; they cost cron

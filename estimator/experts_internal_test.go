@@ -166,3 +166,59 @@ func TestRhythmTrusted(t *testing.T) {
 		})
 	}
 }
+
+// TestExpertsBurstStart: every expert takes fast's need, burst-start
+// extrapolation included (a first sample that rose by at least Onset saw
+// only part of the burst: last sample + rise), whether or not the member's
+// rhythms are trusted; distrusting them drops only the burst due on a
+// lattice. After 50 samples at 0.2 cpus and one at 1.2, no burst is due,
+// so each expert predicts 1.2 + 1.0 = 2.2. (The third expert took the
+// plain peak, 1.2, when the member's rhythms were distrusted.)
+func TestExpertsBurstStart(t *testing.T) {
+	t.Parallel()
+	const step = 100 * time.Millisecond
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	for _, tc := range []struct {
+		name   string
+		record *rhythmRecord
+	}{
+		{"rhythms trusted (none known)", nil},
+		{"rhythms distrusted (0 of 8 came true)", &rhythmRecord{n: rhythmOutcomes}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			e, err := newCalibrated(DefaultConfig())
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := e.(*calibratedEstimator)
+			var history []Sample
+			for i := range 51 {
+				cpu := 0.2
+				if i == 50 {
+					cpu = 1.2
+				}
+				history = append(history, Sample{Time: start.Add(time.Duration(i+1) * step), CPU: cpu})
+			}
+			if tc.record != nil {
+				c.rhythms["c/g"] = tc.record
+			}
+			now := history[len(history)-1].Time
+			c.Estimate(Input{Now: now, Containers: []Container{{ID: "g", Allocated: resources.MustParse("cpus:4"), History: history}}})
+			m := member{key: "c/g", window: history}
+			if _, due := c.fast.predictParts(m, now); due != 0 {
+				t.Fatalf("a burst is due (%v): the case needs none", due)
+			}
+			// Nothing due and no prediction running: this records nothing.
+			if trusted := c.rhythmTrusted(m, now, 0); trusted != (tc.record == nil) {
+				t.Fatalf("rhythms trusted %v, the case wants %v", trusted, tc.record == nil)
+			}
+			const want = 2.2
+			for e, got := range c.predicted["c/g"] {
+				if math.Abs(got-want) > 1e-9 {
+					t.Errorf("expert %d predicts %v, want %v: fast's need with the burst's start (experts %v)", e, got, want, c.predicted["c/g"])
+				}
+			}
+		})
+	}
+}
