@@ -22,6 +22,8 @@ type cleanupStack struct {
 	mu     sync.Mutex
 	fns    []func()
 	closed bool // unwound by a signal: what is pushed later is undone at once
+	// signalled is closed as the signal handler receives its signal.
+	signalled chan struct{}
 	// stepMu is held by a step in flight, and by the signal handler
 	// from when it begins until the process exits.
 	stepMu sync.Mutex
@@ -54,15 +56,26 @@ func (c *cleanupStack) step(name string, f func() error) error {
 	return f()
 }
 
-// waitForSignalCleanup blocks forever if a signal's unwinding has begun
-// (the handler exits the process when it ends): a run that fails because
-// the handler removed its cgroups must not exit first.
-func (c *cleanupStack) waitForSignalCleanup() {
+// signal returns a channel closed as the signal handler receives its
+// signal (before it waits for a step in flight).
+func (c *cleanupStack) signal() chan struct{} {
 	c.mu.Lock()
-	closed := c.closed
-	c.mu.Unlock()
-	if closed {
+	defer c.mu.Unlock()
+	if c.signalled == nil {
+		c.signalled = make(chan struct{})
+	}
+	return c.signalled
+}
+
+// waitForSignalCleanup blocks forever if the signal handler has received
+// its signal (it exits the process when its unwinding ends): a run that
+// fails because of the signal (a child it killed, cgroups the handler
+// removed) must not exit first.
+func (c *cleanupStack) waitForSignalCleanup() {
+	select {
+	case <-c.signal():
 		select {}
+	default:
 	}
 }
 
@@ -114,6 +127,7 @@ func cleanUpOnSignal() {
 	go func() {
 		s := <-sig
 		fmt.Fprintf(os.Stderr, "colocation: %v: cleaning up\n", s)
+		close(cleanup.signal())
 		go func() {
 			s := <-sig
 			fmt.Fprintf(os.Stderr, "colocation: %v again: exiting before the cleanup ends (mounts, loop devices or cgroups may be left)\n", s)

@@ -64,6 +64,9 @@ func interruptedSetup(stage string) int {
 		if name == stage {
 			fired = true
 			ctrlC()
+			// The step goes on once the handler has the signal, as a
+			// step in flight when it comes would.
+			<-cleanup.signal()
 		}
 	}
 	d, err := startDisk(o, layout, os.Getenv(cgroupEnv))
