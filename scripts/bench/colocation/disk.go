@@ -26,6 +26,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -265,89 +266,107 @@ type modelledDisk struct {
 	Dir string
 	// Device is the loop device's "MAJ:MIN", Scheduler its I/O scheduler.
 	Device, Scheduler string
-	undo              []func() error
 }
 
-// setupDisk builds a modelled disk under base (an empty directory):
-// every step it completes is undone by close, in reverse, whatever fails
-// later. serverCgroup, when set, is the cgroup the disk server is moved
-// into (joined to give it the CPU weight the load generator has: its
-// answers are the disk's latency).
-func setupDisk(o diskOptions, self, base string, join func(pid int) error) (d *modelledDisk, err error) {
-	d = &modelledDisk{base: base}
+// setupDisk builds a modelled disk under base (an empty directory), each
+// step a step of cs that pushes its undoing on cs as it completes (so
+// that a signal's unwinding undoes it too); if a step fails, setupDisk
+// unwinds cs to where it began. join, when set, is called with the disk
+// server's pid (to move it into a cgroup).
+func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid int) error) (d *modelledDisk, err error) {
+	mark := cs.mark()
 	defer func() {
 		if err != nil {
-			d.close()
+			cs.unwind(mark)
 			d = nil
 		}
 	}()
+	undo := func(f func() error) {
+		cs.push(func() {
+			if err := f(); err != nil {
+				fmt.Fprintln(os.Stderr, "colocation: modelled disk:", err)
+			}
+		})
+	}
+	d = &modelledDisk{base: base}
 	store, fuseDir, fsDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs")
-	d.undo = append(d.undo, func() error { return removeAll(base) })
-	for _, dir := range []string{store, fuseDir, fsDir} {
-		if err := os.Mkdir(dir, 0o700); err != nil {
+	diskFile := filepath.Join(fuseDir, "disk")
+	steps := []struct {
+		name string
+		do   func() error
+	}{
+		{"directories", func() error {
+			undo(func() error { return removeAll(base) })
+			for _, dir := range []string{store, fuseDir, fsDir} {
+				if err := os.Mkdir(dir, 0o700); err != nil {
+					return err
+				}
+			}
+			return nil
+		}},
+		{"store", func() error {
+			if err := syscall.Mount("tmpfs", store, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("size=%dk,mode=0700", (o.size>>10)+1024)); err != nil {
+				return fmt.Errorf("mount the disk's tmpfs store: %w", err)
+			}
+			undo(func() error { return unmount(store) })
+			return nil
+		}},
+		{"server", func() error {
+			srv := exec.Command(self, "disk", "--store", filepath.Join(store, "disk.img"), "--mount", fuseDir,
+				"--rate", fmt.Sprint(o.rate/(1<<20)), "--op", o.op.String(), "--flush", o.flush.String(), "--mib", fmt.Sprint(o.size>>20))
+			// A process group of its own: a terminal's Ctrl-C goes to
+			// the benchmark's group, and the server must stop only on
+			// the benchmark's SIGTERM, once the loop device over its
+			// disk is gone (Pdeathsig if the benchmark dies).
+			srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM, Setpgid: true}
+			srv.Stderr = os.Stderr
+			out, err := srv.StdoutPipe()
+			if err != nil {
+				return err
+			}
+			if err := srv.Start(); err != nil {
+				return err
+			}
+			d.server = srv
+			undo(func() error { return stopServer(srv, fuseDir) })
+			line := make([]byte, 6)
+			if _, err := io.ReadFull(out, line); err != nil || string(line) != "ready\n" {
+				return fmt.Errorf("the disk server did not start (%q, %v)", line, err)
+			}
+			if join != nil {
+				return join(srv.Process.Pid)
+			}
+			return nil
+		}},
+		{"losetup", func() error {
+			// Pushed first: losetup may attach the device and be
+			// killed (the terminal's SIGINT) before it names it.
+			undo(func() error { return detachLoops(diskFile) })
+			loop, err := exec.Command("losetup", "--find", "--show", diskFile).Output()
+			if err != nil {
+				return fmt.Errorf("losetup: %w", exitText(err))
+			}
+			d.loop = strings.TrimSpace(string(loop))
+			return nil
+		}},
+		{"mkfs", func() error {
+			if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", d.loop).CombinedOutput(); err != nil {
+				return fmt.Errorf("mkfs.ext4 %s: %v: %s", d.loop, err, out)
+			}
+			return nil
+		}},
+		{"mount", func() error {
+			if err := syscall.Mount(d.loop, fsDir, "ext4", 0, ""); err != nil {
+				return fmt.Errorf("mount %s: %w", d.loop, err)
+			}
+			undo(func() error { return unmount(fsDir) })
+			return os.Chmod(fsDir, 0o755)
+		}},
+	}
+	for _, s := range steps {
+		if err := cs.step(s.name, s.do); err != nil {
 			return d, err
 		}
-	}
-	if err := syscall.Mount("tmpfs", store, "tmpfs", syscall.MS_NOSUID|syscall.MS_NODEV, fmt.Sprintf("size=%dk,mode=0700", (o.size>>10)+1024)); err != nil {
-		return d, fmt.Errorf("mount the disk's tmpfs store: %w", err)
-	}
-	d.undo = append(d.undo, func() error { return unmount(store) })
-	srv := exec.Command(self, "disk", "--store", filepath.Join(store, "disk.img"), "--mount", fuseDir,
-		"--rate", fmt.Sprint(o.rate/(1<<20)), "--op", o.op.String(), "--flush", o.flush.String(), "--mib", fmt.Sprint(o.size>>20))
-	srv.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGTERM}
-	srv.Stderr = os.Stderr
-	out, err := srv.StdoutPipe()
-	if err != nil {
-		return d, err
-	}
-	if err := srv.Start(); err != nil {
-		return d, err
-	}
-	d.server = srv
-	d.undo = append(d.undo, func() error {
-		_ = srv.Process.Signal(syscall.SIGTERM)
-		done := make(chan error, 1)
-		go func() { done <- srv.Wait() }()
-		select {
-		case <-done:
-		case <-time.After(10 * time.Second):
-			_ = srv.Process.Kill()
-			<-done
-		}
-		if mounted(fuseDir) {
-			return unmount(fuseDir)
-		}
-		return nil
-	})
-	line := make([]byte, 6)
-	if _, err := out.Read(line); err != nil || string(line) != "ready\n" {
-		return d, fmt.Errorf("the disk server did not start (%q, %v)", line, err)
-	}
-	if join != nil {
-		if err := join(srv.Process.Pid); err != nil {
-			return d, err
-		}
-	}
-	loop, err := exec.Command("losetup", "--find", "--show", filepath.Join(fuseDir, "disk")).Output()
-	if err != nil {
-		return d, fmt.Errorf("losetup: %w", exitText(err))
-	}
-	d.loop = strings.TrimSpace(string(loop))
-	d.undo = append(d.undo, func() error {
-		if out, err := exec.Command("losetup", "--detach", d.loop).CombinedOutput(); err != nil {
-			return fmt.Errorf("losetup --detach %s: %v: %s", d.loop, err, out)
-		}
-		return nil
-	})
-	if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", d.loop).CombinedOutput(); err != nil {
-		return d, fmt.Errorf("mkfs.ext4 %s: %v: %s", d.loop, err, out)
-	}
-	if err := syscall.Mount(d.loop, fsDir, "ext4", 0, ""); err != nil {
-		return d, fmt.Errorf("mount %s: %w", d.loop, err)
-	}
-	d.undo = append(d.undo, func() error { return unmount(fsDir) })
-	if err := os.Chmod(fsDir, 0o755); err != nil {
-		return d, err
 	}
 	d.Dir = fsDir
 	var st syscall.Stat_t
@@ -359,37 +378,79 @@ func setupDisk(o diskOptions, self, base string, join func(pid int) error) (d *m
 	return d, nil
 }
 
+// stopServer stops the disk server (SIGTERM, then SIGKILL after 10 s) and
+// unmounts its FUSE file system at fuseDir if it is still mounted.
+func stopServer(srv *exec.Cmd, fuseDir string) error {
+	_ = srv.Process.Signal(syscall.SIGTERM)
+	done := make(chan error, 1)
+	go func() { done <- srv.Wait() }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		_ = srv.Process.Kill()
+		<-done
+	}
+	if mounted(fuseDir) {
+		return unmount(fuseDir)
+	}
+	return nil
+}
+
+// detachLoops detaches every loop device whose backing file is file.
+func detachLoops(file string) error {
+	backing, err := filepath.Glob("/sys/block/loop*/loop/backing_file")
+	if err != nil {
+		return err
+	}
+	var errs []error
+	for _, b := range backing {
+		name, err := os.ReadFile(b)
+		if err != nil || strings.TrimSpace(string(name)) != file {
+			continue
+		}
+		loop := "/dev/" + filepath.Base(filepath.Dir(filepath.Dir(b)))
+		if out, err := exec.Command("losetup", "--detach", loop).CombinedOutput(); err != nil {
+			errs = append(errs, fmt.Errorf("losetup --detach %s: %v: %s", loop, err, out))
+		}
+	}
+	return errors.Join(errs...)
+}
+
 // startDisk sets up a run's modelled disk (--disk loop) under the
 // benchmark's directory, its server in the cgroup cg (made here, with the
 // load generator's CPU weight: the server's answers are the disk's
-// latency, and other tenants must not delay them), and pushes its undoing
-// on the cleanup stack.
+// latency, and other tenants must not delay them), each step's undoing
+// pushed on the cleanup stack as the step completes.
 func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return nil, err
 	}
-	base, err := os.MkdirTemp(o.binDir, "disk-")
-	if err != nil {
+	var base string
+	if err := cleanup.step("base", func() error {
+		if base, err = os.MkdirTemp(o.binDir, "disk-"); err != nil {
+			return err
+		}
+		cleanup.push(func() { _ = removeAll(base) })
+		return nil
+	}); err != nil {
 		return nil, err
 	}
-	cleanup.push(func() { _ = removeAll(base) })
-	if err := makeCgroup(l, cg); err != nil {
+	if err := cleanup.step("cgroup", func() error {
+		// Pushed first: a v1 hierarchy's directory may be made and the
+		// next not.
+		cleanup.push(func() { removeCgroup(l, cg) })
+		return makeCgroup(l, cg)
+	}); err != nil {
 		return nil, err
 	}
-	cleanup.push(func() { removeCgroup(l, cg) })
 	if err := setWeight(l, cg, o.rootWeight); err != nil {
 		return nil, err
 	}
-	d, err := setupDisk(o.disk, self, base, func(pid int) error { return joinCgroup(l, cg, pid) })
+	d, err := setupDisk(o.disk, self, base, &cleanup, func(pid int) error { return joinCgroup(l, cg, pid) })
 	if err != nil {
 		return nil, fmt.Errorf("modelled disk: %w", err)
 	}
-	cleanup.push(func() {
-		if err := d.close(); err != nil {
-			fmt.Fprintln(os.Stderr, "colocation: modelled disk:", err)
-		}
-	})
 	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
 		// Since Linux 6.10 blk-throttle starts on a device only once a
 		// limit is configured on it, and until then v1's
@@ -398,10 +459,15 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 		// fresh loop device. Configuring "no limit" in a cgroup of the
 		// benchmark's own starts it (v2's io.stat counts regardless).
 		dir := filepath.Join(l.Blkio, cg)
-		if err := os.Mkdir(dir, 0o755); err != nil {
+		if err := cleanup.step("blkio", func() error {
+			if err := os.Mkdir(dir, 0o755); err != nil {
+				return err
+			}
+			cleanup.push(func() { removeCgroupDir(dir) })
+			return nil
+		}); err != nil {
 			return nil, err
 		}
-		cleanup.push(func() { removeCgroupDir(dir) })
 		if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(d.Device+" 0"), 0); err != nil {
 			return nil, fmt.Errorf("start blk-throttle on %s: %w", d.Device, err)
 		}
@@ -415,18 +481,6 @@ func removeCgroupDir(dir string) {
 	for deadline := time.Now().Add(5 * time.Second); syscall.Rmdir(dir) == syscall.EBUSY && time.Now().Before(deadline); {
 		time.Sleep(20 * time.Millisecond)
 	}
-}
-
-// close undoes every step of setupDisk that completed, in reverse.
-func (d *modelledDisk) close() error {
-	var errs []error
-	for i := len(d.undo) - 1; i >= 0; i-- {
-		if err := d.undo[i](); err != nil {
-			errs = append(errs, err)
-		}
-	}
-	d.undo = nil
-	return errors.Join(errs...)
 }
 
 // unmount unmounts dir, trying again for up to 30 s while it is busy (a

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"slices"
 	"testing"
 	"time"
@@ -88,6 +89,33 @@ func TestCleanupStack(t *testing.T) {
 	c.unwind(0)
 	c.push(func() { ran = append(ran, "late") }) // after a signal's unwind: at once
 	if want := []string{"b", "a", "outer", "late"}; !slices.Equal(ran, want) {
+		t.Fatalf("ran %v, want %v", ran, want)
+	}
+}
+
+// TestCleanupStep: a step runs and its undo is on the stack when it
+// returns; once a signal's unwinding has begun, no step runs.
+func TestCleanupStep(t *testing.T) {
+	t.Parallel()
+	var c cleanupStack
+	var ran []string
+	c.beforeStep = func(name string) { ran = append(ran, "begin "+name) }
+	if err := c.step("made", func() error {
+		c.push(func() { ran = append(ran, "undo made") })
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	c.stepMu.Lock() // as the signal handler does
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	c.unwind(0)
+	c.stepMu.Unlock()
+	if err := c.step("late", func() error { ran = append(ran, "late ran"); return nil }); !errors.Is(err, errInterrupted) {
+		t.Errorf("step after the signal's unwinding: %v, want %v", err, errInterrupted)
+	}
+	if want := []string{"begin made", "undo made"}; !slices.Equal(ran, want) {
 		t.Fatalf("ran %v, want %v", ran, want)
 	}
 }
