@@ -26,10 +26,11 @@ func TestRestartKeepsProfiles(t *testing.T) {
 	})
 	t.Run("etcd", func(t *testing.T) {
 		etcdtest.Require(t)
-		client := etcdtest.Start(t, 1).Client(t)
+		client := etcdtest.Shared(t).Client(t)
+		prefix := etcdtest.Prefix(t)
 		testRestartKeepsProfiles(t, func() Config {
 			cfg := wallConfig(t.TempDir()) // the work dir is unused with a store
-			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: "/profiles-test/"})
+			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: prefix})
 			return cfg
 		})
 	})

@@ -24,10 +24,11 @@ func TestRestartKeepsRegistry(t *testing.T) {
 	})
 	t.Run("etcd", func(t *testing.T) {
 		etcdtest.Require(t)
-		client := etcdtest.Start(t, 1).Client(t)
+		client := etcdtest.Shared(t).Client(t)
+		prefix := etcdtest.Prefix(t)
 		testRestartKeepsRegistry(t, func() Config {
 			cfg := wallConfig(t.TempDir()) // the work dir is unused with a store
-			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: "/restart-test/"})
+			cfg.Store = store.NewEtcd(client, store.EtcdOptions{Prefix: prefix})
 			return cfg
 		})
 	})

@@ -110,8 +110,9 @@ func waitLeader(t *testing.T, members ...*testMember) *testMember {
 // Slackline-Leader header; the leader sets no such header.
 func TestGroupLeaderAndFollowers(t *testing.T) {
 	t.Parallel()
-	client := etcdtest.Start(t, 1).Client(t)
-	members := []*testMember{startMember(t, client, "/g1/"), startMember(t, client, "/g1/"), startMember(t, client, "/g1/")}
+	client := etcdtest.Shared(t).Client(t)
+	prefix := etcdtest.Prefix(t)
+	members := []*testMember{startMember(t, client, prefix), startMember(t, client, prefix), startMember(t, client, prefix)}
 	leader := waitLeader(t, members...)
 	for _, tm := range members {
 		for _, protocolName := range []string{"connect", "grpc"} {
@@ -165,8 +166,9 @@ func TestGroupLeaderAndFollowers(t *testing.T) {
 // agent RECOVERING, weights and quota in force.
 func TestFailoverRecoversRegistry(t *testing.T) {
 	t.Parallel()
-	client := etcdtest.Start(t, 1).Client(t)
-	a, b := startMember(t, client, "/g2/"), startMember(t, client, "/g2/")
+	client := etcdtest.Shared(t).Client(t)
+	prefix := etcdtest.Prefix(t)
+	a, b := startMember(t, client, prefix), startMember(t, client, prefix)
 	first := waitLeader(t, a, b)
 	other := b
 	if first == b {
@@ -219,8 +221,9 @@ func TestFailoverRecoversRegistry(t *testing.T) {
 // once, and the registry holds none of it.
 func TestDeposedLeaderWritesNothing(t *testing.T) {
 	t.Parallel()
-	client := etcdtest.Start(t, 1).Client(t)
-	tm := startMember(t, client, "/g3/")
+	client := etcdtest.Shared(t).Client(t)
+	prefix := etcdtest.Prefix(t)
+	tm := startMember(t, client, prefix)
 	waitLeader(t, tm)
 	s := tm.m.terms.leading()
 	lease, err := client.Get(context.Background(), s.term.Fence.Key)
@@ -241,7 +244,7 @@ func TestDeposedLeaderWritesNothing(t *testing.T) {
 	if !errors.Is(context.Cause(s.term.Context()), store.ErrFenced) && !errors.Is(context.Cause(s.term.Context()), ErrLeaseExpired) {
 		t.Errorf("term ended by %v", context.Cause(s.term.Context()))
 	}
-	weights, err := store.NewEtcd(client, store.EtcdOptions{Prefix: "/g3/"}).Load(context.Background(), store.BucketWeights)
+	weights, err := store.NewEtcd(client, store.EtcdOptions{Prefix: prefix}).Load(context.Background(), store.BucketWeights)
 	if err != nil || len(weights) != 0 {
 		t.Fatalf("weights in etcd = %q, %v; want none", weights, err)
 	}

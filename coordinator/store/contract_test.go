@@ -33,8 +33,8 @@ func backends() []backend {
 			}
 		}},
 		{"etcd", func(t *testing.T) func() Store {
-			client := etcdtest.Start(t, 1).Client(t)
-			prefix := fmt.Sprintf("/test-%d/", time.Now().UnixNano())
+			client := etcdtest.Shared(t).Client(t)
+			prefix := etcdtest.Prefix(t)
 			return func() Store { return NewEtcd(client, EtcdOptions{Prefix: prefix}) }
 		}},
 	}
@@ -125,18 +125,19 @@ func TestStoreContract(t *testing.T) {
 // is revoked its writes fail with ErrFenced and call OnFenced, and a key
 // created again (another leader's) does not revive them.
 func TestEtcdFence(t *testing.T) {
-	client := etcdtest.Start(t, 1).Client(t)
+	client := etcdtest.Shared(t).Client(t)
+	p := etcdtest.Prefix(t)
 	ctx := context.Background()
 	lease, err := client.Grant(ctx, 5)
 	if err != nil {
 		t.Fatal(err)
 	}
-	put, err := client.Put(ctx, "/f/leader/me", "http://me", clientv3.WithLease(lease.ID))
+	put, err := client.Put(ctx, p+"leader/me", "http://me", clientv3.WithLease(lease.ID))
 	if err != nil {
 		t.Fatal(err)
 	}
 	fenced := 0
-	s := NewEtcd(client, EtcdOptions{Prefix: "/f/", Fence: Fence{Key: "/f/leader/me", Revision: put.Header.Revision}, OnFenced: func() { fenced++ }})
+	s := NewEtcd(client, EtcdOptions{Prefix: p, Fence: Fence{Key: p + "leader/me", Revision: put.Header.Revision}, OnFenced: func() { fenced++ }})
 	if err := s.Apply(ctx, Put(BucketAgents, "a", []byte("leader"))); err != nil {
 		t.Fatalf("write under a valid fence: %v", err)
 	}
@@ -146,7 +147,7 @@ func TestEtcdFence(t *testing.T) {
 	if err := s.Apply(ctx, Put(BucketAgents, "a", []byte("deposed"))); !errors.Is(err, ErrFenced) {
 		t.Fatalf("write after the lease ended = %v, want ErrFenced", err)
 	}
-	if _, err := client.Put(ctx, "/f/leader/me", "http://other"); err != nil {
+	if _, err := client.Put(ctx, p+"leader/me", "http://other"); err != nil {
 		t.Fatal(err)
 	}
 	if err := s.Apply(ctx, Put(BucketAgents, "a", []byte("deposed"))); !errors.Is(err, ErrFenced) {
@@ -163,7 +164,7 @@ func TestEtcdFence(t *testing.T) {
 	// A store whose context ended fails at once instead of waiting.
 	ended, cancel := context.WithCancel(ctx)
 	cancel()
-	s = NewEtcd(client, EtcdOptions{Prefix: "/f/", Context: ended})
+	s = NewEtcd(client, EtcdOptions{Prefix: p, Context: ended})
 	if err := s.Apply(ctx, Put(BucketAgents, "b", []byte("x"))); err == nil {
 		t.Fatal("Apply on a store whose context ended succeeded")
 	}

@@ -118,6 +118,11 @@ type Config struct {
 	// slackline_coordinator_ui_proxy_waiting); a second
 	// Handler on the same registry shares the first one's.
 	Metrics prometheus.Registerer
+
+	// maxResponseBytes is the largest answer forwarded; 0 is
+	// MaxResponseBytes. Tests set a smaller whole number of MiB so as not
+	// to move 16 MiB answers.
+	maxResponseBytes int
 }
 
 // registerCounter makes a counter and registers it with reg when reg is
@@ -142,6 +147,9 @@ func registerCounter(reg prometheus.Registerer, opts prometheus.CounterOpts) pro
 func Handler(cfg Config) http.Handler {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.maxResponseBytes == 0 {
+		cfg.maxResponseBytes = MaxResponseBytes
 	}
 	files, err := fs.Sub(static, "static")
 	if err != nil {
@@ -341,16 +349,17 @@ func (p *proxy) forward(w http.ResponseWriter, r *http.Request) {
 	defer resp.Body.Close()
 	// The whole answer is read before anything is sent: one larger than
 	// MaxResponseBytes gets an error, never a truncated message.
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	limit := p.cfg.maxResponseBytes
+	answer, err := io.ReadAll(io.LimitReader(resp.Body, int64(limit)+1))
 	if err != nil {
 		writeError(w, connect.CodeUnavailable, fmt.Sprintf("agent %s at %s: reading its answer: %v", agentID, endpoint, err))
 		return
 	}
-	if len(answer) > MaxResponseBytes {
+	if len(answer) > limit {
 		p.tooLarge.Inc()
-		p.cfg.Logger.Warn("ui proxy: agent's answer too large; not forwarded", "agent", agentID, "method", r.URL.Path, "limit_bytes", MaxResponseBytes)
+		p.cfg.Logger.Warn("ui proxy: agent's answer too large; not forwarded", "agent", agentID, "method", r.URL.Path, "limit_bytes", limit)
 		writeError(w, connect.CodeResourceExhausted, fmt.Sprintf("agent %s's answer to %s is larger than the coordinator forwards (%d MiB): ask for less (GetHistory: a since, a larger step_seconds or a task_id)",
-			agentID, strings.TrimPrefix(r.URL.Path, "/"), MaxResponseBytes>>20))
+			agentID, strings.TrimPrefix(r.URL.Path, "/"), limit>>20))
 		return
 	}
 	for _, h := range []string{"Content-Type", "Content-Encoding"} {

@@ -496,22 +496,25 @@ func TestProxyRefusesRevokedAgents(t *testing.T) {
 // whole.
 func TestProxyRefusesOversizedAnswers(t *testing.T) {
 	t.Parallel()
+	// A 1 MiB limit instead of MaxResponseBytes (16 MiB), so that the
+	// test does not move two 16 MiB answers; the proxy's code is the same.
+	const limit = 1 << 20
 	var size atomic.Int64
-	size.Store(MaxResponseBytes + 1)
+	size.Store(limit + 1)
 	agent := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		w.Header().Set("Content-Type", "application/proto")
-		// One bytes field filling the answer: a tag byte and a 4-byte
-		// length before the data.
-		msg := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), make([]byte, size.Load()-5))
+		// One bytes field filling the answer: a tag byte and a 3-byte
+		// length (1 MiB needs 3 varint bytes) before the data.
+		msg := protowire.AppendBytes(protowire.AppendTag(nil, 1, protowire.BytesType), make([]byte, size.Load()-4))
 		_, _ = w.Write(msg)
 	}))
 	t.Cleanup(agent.Close)
 	reg := prometheus.NewRegistry()
-	srv := httptest.NewServer(Handler(Config{Agents: fakeAgents{{Id: "a1", Hostname: "node-1", Endpoint: agent.URL}}, Metrics: reg}))
+	srv := httptest.NewServer(Handler(Config{Agents: fakeAgents{{Id: "a1", Hostname: "node-1", Endpoint: agent.URL}}, Metrics: reg, maxResponseBytes: limit}))
 	t.Cleanup(srv.Close)
-	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", connect.WithReadMaxBytes(64<<20))
+	client := slacklinev1connect.NewNodeServiceClient(http.DefaultClient, srv.URL+"/ui/node/a1", connect.WithReadMaxBytes(4*limit))
 	_, err := client.GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
-	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "larger than the coordinator forwards (16 MiB)") {
+	if connect.CodeOf(err) != connect.CodeResourceExhausted || !strings.Contains(err.Error(), "larger than the coordinator forwards (1 MiB)") {
 		t.Fatalf("GetUsage of a %d-byte answer: %v, want resource_exhausted saying it is too large", size.Load(), err)
 	}
 	counter, err := reg.Gather()
@@ -529,15 +532,15 @@ func TestProxyRefusesOversizedAnswers(t *testing.T) {
 	}
 	// At the limit the answer is forwarded whole (it is no GetUsageResponse
 	// the client can decode, so ask for raw bytes).
-	size.Store(MaxResponseBytes)
+	size.Store(limit)
 	resp, err := http.Post(srv.URL+"/ui/node/a1/"+slacklinev1connect.NodeServiceName+"/GetUsage", "application/proto", strings.NewReader(""))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
 	n, err := io.Copy(io.Discard, resp.Body)
-	if err != nil || resp.StatusCode != http.StatusOK || n != MaxResponseBytes {
-		t.Fatalf("answer at the limit: status %d, %d bytes (%v), want 200 and %d bytes", resp.StatusCode, n, err, MaxResponseBytes)
+	if err != nil || resp.StatusCode != http.StatusOK || n != limit {
+		t.Fatalf("answer at the limit: status %d, %d bytes (%v), want 200 and %d bytes", resp.StatusCode, n, err, limit)
 	}
 	// A second handler on the same registry shares the counter.
 	Handler(Config{Agents: fakeAgents{}, Metrics: reg})

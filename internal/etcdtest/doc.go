@@ -5,7 +5,9 @@
 // or roll the cluster.
 //
 // Lifecycle: Start registers cleanups with the test, so members end with
-// it. A machine without etcd skips the test, unless CI is set (then a
+// it. Shared is one member for every test of a test binary that needs
+// one member and never stops it, each test under its own Prefix; the
+// package's TestMain stops it (RunShared). A machine without etcd skips the test, unless CI is set (then a
 // missing etcd fails it: CI installs etcd-server). Members use short
 // heartbeat and election timeouts (50 ms, 500 ms) so that elections and
 // the lease TTL floor (1 s) fit tests.

@@ -11,6 +11,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -68,7 +69,58 @@ type Member struct {
 }
 
 // Start starts an n-member cluster and waits until it has a leader.
-func Start(t testing.TB, n int) *Cluster { return start(t, n, nil) }
+func Start(t testing.TB, n int) *Cluster { return start(t, n, nil, false) }
+
+// shared is the one-member cluster of Shared, one per test binary.
+var shared struct {
+	once sync.Once
+	c    *Cluster
+	dirs []string // its members' data directories
+	seq  atomic.Int64
+}
+
+// Shared returns a one-member cluster shared by every test of this test
+// binary that calls it: the first call starts it, with the calling test's
+// t for its start only; RunShared stops it once the tests ran. Each test
+// keeps to keys under a Prefix of its own, so that tests sharing the
+// member (parallel ones, and the runs of -count) see none of each other's
+// keys, and none stops or restarts the member. A member's start (a process of its own, its data directory and
+// its first election) was most of the CPU of a test on one member.
+func Shared(t testing.TB) *Cluster {
+	t.Helper()
+	Require(t)
+	shared.once.Do(func() { shared.c = start(t, 1, nil, true) })
+	if shared.c == nil {
+		t.Fatal("the shared etcd member did not start (see the first test that asked for it)")
+	}
+	return shared.c
+}
+
+// Prefix returns a key prefix ("/NAME-N/") of t's alone on a Shared
+// cluster: the test's name and a number new to each call.
+func Prefix(t testing.TB) string {
+	return fmt.Sprintf("/%s-%d/", strings.ReplaceAll(t.Name(), "/", "_"), shared.seq.Add(1))
+}
+
+// RunShared runs m's tests and then stops the Shared cluster, if one
+// started, and removes its data; a package whose tests call Shared calls
+// it from TestMain: os.Exit(etcdtest.RunShared(m)). When a test failed it
+// prints the member's log.
+func RunShared(m *testing.M) int {
+	code := m.Run()
+	if c := shared.c; c != nil {
+		for _, m := range c.members {
+			m.stop(syscall.SIGKILL)
+			if code != 0 {
+				fmt.Fprintf(os.Stderr, "--- shared etcd %s:\n%s", m.Name, m.log.String())
+			}
+		}
+	}
+	for _, dir := range shared.dirs {
+		os.RemoveAll(dir)
+	}
+	return code
+}
 
 // TLSFiles are the files of a cluster started by StartTLS: the CA that
 // signed the members' serving certificates and one client certificate
@@ -115,7 +167,7 @@ func StartTLS(t testing.TB, n int) (*Cluster, TLSFiles) {
 		client: clientTLS,
 		args: []string{"--cert-file", serverCert, "--key-file", serverKey,
 			"--trusted-ca-file", files.CA, "--client-cert-auth"},
-	}), files
+	}, false), files
 }
 
 // tlsSetup is a TLS cluster's extra member flags and its clients' config.
@@ -124,7 +176,9 @@ type tlsSetup struct {
 	client *tls.Config
 }
 
-func start(t testing.TB, n int, tlsSetup *tlsSetup) *Cluster {
+// start starts n members. A shared cluster's members outlive t: their
+// data directories are not t's, and RunShared, not t, ends them.
+func start(t testing.TB, n int, tlsSetup *tlsSetup, isShared bool) *Cluster {
 	t.Helper()
 	c := &Cluster{t: t, binary: Require(t)}
 	scheme := "http://"
@@ -134,11 +188,22 @@ func start(t testing.TB, n int, tlsSetup *tlsSetup) *Cluster {
 	token := fmt.Sprintf("slackline-test-%d", time.Now().UnixNano())
 	var initial []string
 	for i := range n {
+		var dataDir string
+		if isShared {
+			dir, err := os.MkdirTemp("", "etcdtest-shared-")
+			if err != nil {
+				t.Fatal(err)
+			}
+			shared.dirs = append(shared.dirs, dir)
+			dataDir = dir
+		} else {
+			dataDir = t.TempDir()
+		}
 		m := &Member{
 			Name:      fmt.Sprintf("m%d", i),
 			ClientURL: scheme + freeAddr(t),
 			PeerURL:   "http://" + freeAddr(t),
-			dataDir:   t.TempDir(),
+			dataDir:   dataDir,
 			log:       &lockedBuffer{},
 		}
 		c.members = append(c.members, m)
@@ -159,14 +224,28 @@ func start(t testing.TB, n int, tlsSetup *tlsSetup) *Cluster {
 		}
 		c.startMember(m)
 	}
-	t.Cleanup(func() {
+	stop := func() {
 		for _, m := range c.members {
 			m.stop(syscall.SIGKILL)
 			if t.Failed() {
 				t.Logf("--- etcd %s:\n%s", m.Name, m.log.String())
 			}
 		}
-	})
+	}
+	if isShared {
+		// Until it is healthy the cluster is t's: a member that fails
+		// to start is stopped with t, and Shared's later callers fail.
+		healthy := false
+		t.Cleanup(func() {
+			if !healthy {
+				stop()
+			}
+		})
+		c.WaitHealthy()
+		healthy = true
+		return c
+	}
+	t.Cleanup(stop)
 	c.WaitHealthy()
 	return c
 }
