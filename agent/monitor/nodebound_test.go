@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
+
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/internal/privileged"
 )
@@ -238,12 +240,21 @@ func TestRealNodeMemoryBound(t *testing.T) {
 	privileged.Require(t)
 	layout, rels := realCgroups(t, "nodebound", 1)
 	parent := filepath.Dir(rels[0])
-	const limit = 256 * mib
+	proc, err := procfs.NewDefaultFS()
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, err := proc.Meminfo()
+	if err != nil || host.MemTotalBytes == nil {
+		t.Fatalf("read /proc/meminfo: %v", err)
+	}
+	// 256 MiB, or a quarter of a small guest's memory (page-aligned).
+	limit := min(uint64(256*mib), *host.MemTotalBytes/4) &^ 4095
 	file := filepath.Join(layout.Unified, parent, "memory.max")
 	if layout.Mode == cgroups.ModeHybrid {
 		file = filepath.Join(layout.Memory, parent, "memory.limit_in_bytes")
 	}
-	if err := os.WriteFile(file, []byte(strconv.Itoa(limit)), 0o644); err != nil {
+	if err := os.WriteFile(file, []byte(strconv.FormatUint(limit, 10)), 0o644); err != nil {
 		t.Fatalf("set the limit: %v", err)
 	}
 	m, err := New(Config{Mode: string(layout.Mode), CgroupRoot: rels[0], Logger: quietLogger()})
@@ -260,8 +271,12 @@ func TestRealNodeMemoryBound(t *testing.T) {
 	}
 	// Nothing runs in the cgroup: (nearly) all of it is available, unless
 	// the host has less.
-	if a := n.Stats.MemAvailableBytes; a > limit || a < limit-16*mib {
-		t.Errorf("node available %d, want within 16 MiB below %d", a, limit)
+	after, err := proc.Meminfo()
+	if err != nil || after.MemAvailableBytes == nil {
+		t.Fatalf("read /proc/meminfo: %v", err)
+	}
+	if a := n.Stats.MemAvailableBytes; a > limit || a < min(limit-min(limit, 16*mib), *after.MemAvailableBytes/2) {
+		t.Errorf("node available %d, want at most %d and within 16 MiB of it (or of the host's %d)", a, limit, *after.MemAvailableBytes)
 	}
 	if m.nodeBound.chosen != 0 {
 		t.Errorf("bounding cgroup %d (%v), want the parent", m.nodeBound.chosen, m.nodeBound.dirs)
