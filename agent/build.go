@@ -162,7 +162,7 @@ func (o Options) Build() (a *Agent, err error) {
 		}
 		began = startup.phase("network_qos_programs", began)
 	}
-	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: o.CgroupMountpoint, Interval: o.MonitorInterval,
+	mon, err := monitor.New(monitor.Config{Mode: string(cz.Mode()), CgroupMountpoint: o.CgroupMountpoint, CgroupRoot: o.CgroupRoot, Interval: o.MonitorInterval,
 		IdleRefresh: o.MonitorIdleRefresh, EBPF: ebpfStats, Logger: logger})
 	if err != nil {
 		return nil, fmt.Errorf("monitor: %w", err)

@@ -88,6 +88,19 @@
 // move every few seconds and the node files cost as much as a dozen
 // containers.
 //
+// With Config.CgroupRoot set (the agent's --cgroup-root), the node's memory
+// is bounded by the lowest memory limit among the root and its ancestors
+// (v2 memory.max, v1 memory.limit_in_bytes in the memory hierarchy of a
+// hybrid host), read at the first node sample and every
+// nodeBoundRescanInterval (10 s): when that limit is below MemTotal,
+// mem_limit_bytes is the limit and mem_available_bytes the smaller of
+// MemAvailable and limit - (usage - inactive file) of that cgroup (v2
+// memory.current and memory.stat inactive_file, v1 memory.usage_in_bytes
+// and total_inactive_file), read at each node sample while it bounds the
+// node. Without such a limit nothing more is read per sample. A failed read
+// of the bounding cgroup leaves the host's figures, is reported in the
+// sample's error and makes the next node sample re-read the limits.
+//
 // # Interval figures
 //
 // cpus_rate (Usage.CPURate) is the growth of cpus_usage_secs between the

@@ -52,6 +52,11 @@ type Config struct {
 	CgroupMountpoint string
 	// ProcRoot is where procfs is mounted (default /proc).
 	ProcRoot string
+	// CgroupRoot is the agent's cgroup subtree relative to every hierarchy
+	// (the agent's --cgroup-root); empty: none. When it or an ancestor has
+	// a memory limit below the host's memory, the node's memory figures
+	// are bounded by the lowest such limit (see the package doc).
+	CgroupRoot string
 	// Interval is Run's sampling period (default 1s, at least 10ms).
 	Interval time.Duration
 	// NodeInterval is the least time between two samples of the node's
@@ -196,6 +201,7 @@ type Monitor struct {
 	prevNode      baseline    // for the node's CPU rate
 	nodeSampledAt time.Time   // when the node was last sampled
 	nodeStall     stallTotals // the node's I/O and memory stall totals at its last sample
+	nodeBound     *nodeBound  // the limits bounding the node's memory (nil: none looked for)
 
 	// mu guards the container set and what is published.
 	mu         sync.RWMutex
@@ -282,6 +288,10 @@ func New(cfg Config) (*Monitor, error) {
 	if cfg.IdleRefresh < 0 {
 		return nil, fmt.Errorf("IdleRefresh: must not be negative, got %v", cfg.IdleRefresh)
 	}
+	bound, err := newNodeBound(layout, cfg.CgroupRoot)
+	if err != nil {
+		return nil, err
+	}
 	h := host{layout: layout, ebpf: cfg.EBPF, idleRefresh: cfg.IdleRefresh}
 	m := &Monitor{
 		cfg:        cfg,
@@ -291,6 +301,7 @@ func New(cfg Config) (*Monitor, error) {
 		proc:       proc,
 		scratch:    newScratch(),
 		containers: make(map[string]*container),
+		nodeBound:  bound,
 	}
 	m.metrics = newCollector(m)
 	m.log.Info("monitor: sources chosen", "mode", cfg.Mode, "sources", m.Sources())
@@ -507,6 +518,9 @@ func (m *Monitor) Close() error {
 		c.closeFiles()
 	}
 	m.retired = nil
+	if m.nodeBound != nil {
+		m.nodeBound.close()
+	}
 	return nil
 }
 

@@ -49,6 +49,10 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 		}
 	}
 
+	if err := m.boundNodeMemory(now, &u); err != nil { // the agent's cgroup root's memory limit (nodebound.go)
+		errs = append(errs, err)
+	}
+
 	if load, err := m.proc.LoadAvg(); err != nil {
 		errs = append(errs, fmt.Errorf("node load: %w", err))
 	} else {
