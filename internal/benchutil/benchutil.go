@@ -66,12 +66,19 @@ func RSSBytes(pid int) (int64, error) {
 }
 
 // Percentile returns the p-quantile (0..1) of ds, rounded to round; ds is
-// not modified.
+// not modified. It interpolates linearly between the two closest ranks
+// (the definition of R's and numpy's default): taking the lower rank alone
+// made the p99 of 10 trials their second largest value.
 func Percentile(ds []time.Duration, p float64, round time.Duration) time.Duration {
 	if len(ds) == 0 {
 		return 0
 	}
 	s := slices.Clone(ds)
 	slices.Sort(s)
-	return s[int(p*float64(len(s)-1))].Round(round)
+	pos := p * float64(len(s)-1)
+	i := int(pos)
+	if i >= len(s)-1 {
+		return s[len(s)-1].Round(round)
+	}
+	return (s[i] + time.Duration((pos-float64(i))*float64(s[i+1]-s[i]))).Round(round)
 }

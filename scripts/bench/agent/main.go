@@ -133,9 +133,7 @@ func run() error {
 		}
 	}
 	slices.Sort(latencies)
-	pct := func(p float64) time.Duration {
-		return latencies[int(p*float64(len(latencies)-1))].Round(10 * time.Microsecond)
-	}
+	pct := func(p float64) time.Duration { return benchutil.Percentile(latencies, p, 10*time.Microsecond) }
 	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
 	busyCPU, busyRSS := measure(agentPid, *window)
 	fmt.Printf("agent with %d tasks running: CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), busyCPU, busyRSS)

@@ -61,6 +61,7 @@ import (
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 	"github.com/slackline/slackline/sim"
@@ -295,7 +296,7 @@ func run() error {
 	declined := cl.latest().declined
 	all = all[warmup:]
 	slices.Sort(all)
-	pct := func(p float64) time.Duration { return all[int(p*float64(len(all)-1))] }
+	pct := func(p float64) time.Duration { return benchutil.Percentile(all, p, 0) }
 	fmt.Printf("offer latency (task finished -> offer received), %d agents x %d frameworks, %d trials: p50 %v  p90 %v  p99 %v  max %v\n",
 		*agentCount, *frameworkCount, len(all), pct(0.50).Round(time.Microsecond), pct(0.90).Round(time.Microsecond), pct(0.99).Round(time.Microsecond), all[len(all)-1].Round(time.Microsecond))
 	fmt.Printf("cluster grown in %v; settled in %v (%d declines by the other frameworks, %d by the measured one); trials over %v, agents heartbeating every %v (%.0f a second)\n",

@@ -45,7 +45,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"math"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -253,11 +252,7 @@ func run() error {
 			return
 		}
 		slices.Sort(ds)
-		// Nearest rank: the smallest value with at least q of the trials at
-		// or below it (with fewer than 100 trials, p99 is the maximum).
-		p := func(q float64) time.Duration {
-			return ds[max(0, int(math.Ceil(q*float64(len(ds))))-1)].Round(time.Millisecond)
-		}
+		p := func(q float64) time.Duration { return benchutil.Percentile(ds, q, time.Millisecond) }
 		fmt.Printf("%s over %d trials: p50 %v  p99 %v  max %v\n", name, len(ds), p(0.5), p(0.99), ds[len(ds)-1].Round(time.Millisecond))
 	}
 	if v, n := tr.violations(); n > 0 {
