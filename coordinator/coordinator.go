@@ -51,8 +51,10 @@ type Config struct {
 	FrameworkHeartbeatInterval time.Duration
 	// AllocationInterval is the period of full allocation passes (default 1 s).
 	AllocationInterval time.Duration
-	// RolloutInterval is how often profile rollouts under way are judged
-	// (default 1 s).
+	// RolloutInterval is how often Run judges the profile rollouts under
+	// way, at Now's time (default 1 s; negative: never, and the embedding
+	// program judges them with JudgeRollouts at the times it chooses, as
+	// tests on logical time do).
 	RolloutInterval time.Duration
 	// AllocationBatch is the least time between two event-triggered
 	// allocation passes: events within it of the last pass wait for the
@@ -104,7 +106,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
 	setDefault(&c.AllocationInterval, time.Second)
 	setDefault(&c.AllocationBatch, time.Millisecond)
-	setDefault(&c.RolloutInterval, profileRolloutTick)
+	setLimitDefault(&c.RolloutInterval, profileRolloutTick)
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}
