@@ -115,10 +115,12 @@
 // turn's holder never asks for another (it would wait for the turns asked
 // in between, the tick's turn of every scope among them, which wait for
 // the one it holds), so a change needing several scopes asks for them in
-// one call, each once (a scope asked twice panics). Teardown and the
-// answers to inverse offers authorize their caller before they take
-// their turns (and again in them), so that a caller without the right
-// queues nothing. Changes of one scope never interleave (a teardown's
+// one call, each once (a scope asked twice panics). Subscribe (a
+// failover's binding to its framework's principal, a new framework's
+// roles), Teardown and the answers to inverse offers authorize their
+// caller before they take their turns (and again in them), so that a
+// caller without the right queues nothing; the operator services'
+// handlers are authorized by the middleware before they run. Changes of one scope never interleave (a teardown's
 // record is never overwritten by a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
 // registry as in memory), and changes of different scopes write
