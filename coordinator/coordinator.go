@@ -143,7 +143,8 @@ type Coordinator struct {
 	// (store.ErrFailed): Run returns it, so the process exits and its
 	// supervisor restarts it.
 	storeFailed chan error
-	// subscriber runs subscriptions off their handlers' stacks (flow.go).
+	// subscriber runs subscriptions off their handlers' stacks, several
+	// at once (flow.go).
 	subscriber offStack
 	// mu, the one lock over the shell's state: see "Locks and
 	// persistence" in doc.go.
@@ -238,6 +239,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.metrics = newMetrics(c, cfg.Metrics)
 	c.heartbeats = newHeartbeatCounter(cfg.Metrics)
 	c.bounds = newBounds(c.log, cfg.Metrics)
+	c.subscriber.full = func() {
+		c.bounds.hit("subscriber_goroutines", "a subscription waits for a subscriber goroutine: as many subscriptions as run at once are under way")
+	}
 	return c, nil
 }
 

@@ -138,7 +138,7 @@
 // (registration.go), so the registry ends as memory is.
 //
 // Three more are leaves, never held while another lock is taken:
-// turns.mu (above), offStack.mu (the subscriber goroutine's queue of
+// turns.mu (above), offStack.mu (the subscriber goroutines' queue of
 // calls, which run without it) and a heartbeat stream's closableBody.mu
 // (the cause its end recorded; under mu when a newer stream supersedes
 // it, or alone).
