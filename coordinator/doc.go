@@ -149,8 +149,11 @@
 // the node proxy's client cache (coordinator/ui, proxy.mu), and a
 // leader's lease clock (coordinator/leader, lease.mu). Lock-free state:
 // bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
-// flag and an outbox's once (its end), the leader's current leader and
-// serving term (atomic pointers) and the etcd store's closed flag. That
+// flag and an outbox's once (its end), a heartbeat stream's idle timer
+// (its last beat, timeout and stop: atomics, so that a beat takes no
+// lock), the node proxy's busyOnce (its first refusal logged), the
+// leader's current leader and serving term (atomic pointers) and the etcd
+// store's closed flag. That
 // is eight mutexes in all in coordinator/... (six here, two in
 // subpackages) and one in the store's group commit. The shell's state has
 // one lock, mu; the outbox and pulse locks let streams take their queues
