@@ -21,9 +21,12 @@
 // RECOVERING until they re-register (or become UNREACHABLE after
 // Config.AgentReregisterTimeout), frameworks become DISCONNECTED and keep
 // their tasks if they resubscribe within their failover timeout. Handler
-// returns the http.Handler to serve; Run drives the allocation loop and the
-// timers (agent liveness, framework failover, offer timeouts) until its
-// context is cancelled; Close releases the store.
+// returns the http.Handler to serve; Run drives the allocation loop, the
+// timers (agent liveness, framework failover, offer timeouts) and the
+// judging of profile rollouts (JudgeRollouts at Config.Now's time every
+// Config.RolloutInterval; a negative interval leaves it to the caller, at
+// times of its choosing) until its context is cancelled; Close releases
+// the store.
 //
 // # The core and the shell
 //
