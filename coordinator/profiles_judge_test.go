@@ -23,7 +23,8 @@ import (
 // failed write applies and sends nothing; the next judgement decides
 // again), and a rollout whose agents got worse is rolled back at the time
 // given, before the next wave's soak ends, every agent sent back to the
-// stable version (#30).
+// stable version; so are a candidate an agent refuses and one that raises
+// the guaranteed run-queue p99, at their first judgement (#30).
 func TestJudgeRolloutsAtTheTimeGiven(t *testing.T) {
 	t.Parallel()
 	d := newDomain(t)
@@ -35,10 +36,13 @@ func TestJudgeRolloutsAtTheTimeGiven(t *testing.T) {
 	}
 	// beat records host's heartbeat report: it runs web/version, with
 	// scored estimates and violations since that version started.
-	beat := func(host string, version, scored uint64, violations float64) {
+	report := func(host string, r *slacklinev1.ProfileReport) {
 		d.c.mu.Lock()
 		defer d.c.mu.Unlock()
-		d.c.profileBeat(d.c.agents[ids[host]], &slacklinev1.ProfileReport{Profile: "web", Version: version,
+		d.c.profileBeat(d.c.agents[ids[host]], r)
+	}
+	beat := func(host string, version, scored uint64, violations float64) {
+		report(host, &slacklinev1.ProfileReport{Profile: "web", Version: version,
 			EstimatesScored: scored, Violations: violations, RunqueueP99Seconds: 0.001})
 	}
 	// applied returns the versions of web each host was sent since the
@@ -158,5 +162,41 @@ func TestJudgeRolloutsAtTheTimeGiven(t *testing.T) {
 	}
 	if got := applied(); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("sent %v, want version 1 to every agent", got)
+	}
+
+	// A candidate an agent of the wave refuses, and one under which the
+	// updated agents' guaranteed run-queue p99 is ten times the others',
+	// are rolled back at the first judgement, a second into their soak.
+	for _, c := range []struct {
+		version uint64
+		report  func(host string, version uint64) *slacklinev1.ProfileReport
+		reason  string
+	}{
+		{3, func(host string, version uint64) *slacklinev1.ProfileReport {
+			return &slacklinev1.ProfileReport{Profile: "web", Version: 1, RefusedProfile: "web", RefusedVersion: version, Refusal: "no"}
+		}, "refused version 3"},
+		{4, func(host string, version uint64) *slacklinev1.ProfileReport {
+			return &slacklinev1.ProfileReport{Profile: "web", Version: version, RunqueueP99Seconds: 0.010}
+		}, "guaranteed run-queue p99 10ms on the updated agents, 1ms on the others"},
+	} {
+		for _, h := range hosts {
+			beat(h, 1, 0, 0)
+		}
+		start := back.Add(time.Duration(c.version) * time.Hour)
+		d.c.cfg.Now = func() time.Time { return start }
+		if _, err := svc.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
+			Name: "web", Settings: fmt.Sprintf("estimator-target-violation: 0.0%d", c.version),
+			Policy: &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(time.Hour), MinEstimatesScored: 100,
+				ShadowSoak: durationpb.New(0)}})); err != nil {
+			t.Fatal(err)
+		}
+		for _, h := range rollout().GetHostnames() {
+			report(h, c.report(h, c.version))
+		}
+		d.c.JudgeRollouts(ctx, start.Add(time.Second))
+		if r := rollout(); r.GetCandidate().GetNumber() != c.version || r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK ||
+			!strings.Contains(r.GetReason(), c.reason) {
+			t.Errorf("version %d: %v because %q, want rolled back because %q", r.GetCandidate().GetNumber(), r.GetState(), r.GetReason(), c.reason)
+		}
 	}
 }
