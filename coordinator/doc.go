@@ -210,7 +210,9 @@
 // principal, queue windows, concurrent calls per caller, frameworks
 // registered per principal, the longest failover timeout, the pace of a
 // principal's agent registrations); a limit reached is logged once and
-// counted in slackline_coordinator_limit_hits_total. A hostname has at most
+// counted in slackline_coordinator_limit_hits_total, as is a subscription
+// that waits because maxOffStackGoroutines subscriptions are under way
+// (flow.go; a constant, not a setting). A hostname has at most
 // one agent that is not GONE: a new one retires the others
 // (registration.go).
 //
