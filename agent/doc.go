@@ -121,14 +121,26 @@
 //
 // # Locks
 //
-// Each mutex guards one subsystem's state and is held only for memory
-// operations: lifecycle.mu (the task machine and its pending effects),
-// observer.mu (tracked cgroups), qosLoop.mu (recent corrections). No lock is
-// held during I/O: checkpoint writes (fsync), cgroup writes and RPCs happen
-// on the subsystems' own goroutines with no lock held, so a slow disk delays
-// only what must wait for it (the effects after the write), never an RPC
-// handler or another loop. The agent's id and the latest estimate are
-// atomics.
+// Each mutex guards one subsystem's state. Held for memory operations
+// only, and leaves (no other lock is taken under them): lifecycle.mu (the
+// task machine and its pending effects), qosLoop.mu (recent
+// corrections), profileState.mu (the profile run and the one refused),
+// rolloutShadow.mu (the rollout shadow and its counters; a candidate is
+// built and run with it released) and startupTimeline.mu (the start's
+// phases). observer.mu (tracked cgroups) is the exception: sync holds it
+// while it reads the containerizer's containers (its lock under it),
+// resolves new cgroups' ids (a syscall on cgroupfs), tracks and untracks
+// them on the eBPF monitor (lateEBPF.mu under it, a map update each) and
+// the TCP watcher, sets the monitor's targets and the network pacer's
+// classes (tc changes through netlink), so the QoS loop's and
+// NodeService's lookups of a tracked cgroup wait for a sync's writes.
+// lateEBPF.mu is also held across a Track or Untrack's map update. No
+// lock is held during a checkpoint write (fsync) or an RPC: they happen
+// on the subsystems' own goroutines with no lock held, so a slow disk
+// delays only what must wait for it (the effects after the write), never
+// an RPC handler or another loop. The agent's ids, the latest estimate,
+// the profile settings the loops take next and the guaranteed run-queue
+// p99 are atomics.
 //
 // # Reliability
 //

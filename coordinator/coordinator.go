@@ -51,8 +51,10 @@ type Config struct {
 	FrameworkHeartbeatInterval time.Duration
 	// AllocationInterval is the period of full allocation passes (default 1 s).
 	AllocationInterval time.Duration
-	// RolloutInterval is how often profile rollouts under way are judged
-	// (default 1 s).
+	// RolloutInterval is how often Run judges the profile rollouts under
+	// way, at Now's time (default 1 s; negative: never, and the embedding
+	// program judges them with JudgeRollouts at the times it chooses, as
+	// tests on logical time do).
 	RolloutInterval time.Duration
 	// AllocationBatch is the least time between two event-triggered
 	// allocation passes: events within it of the last pass wait for the
@@ -104,7 +106,7 @@ func (c *Config) setDefaults() {
 	setDefault(&c.FrameworkHeartbeatInterval, 15*time.Second)
 	setDefault(&c.AllocationInterval, time.Second)
 	setDefault(&c.AllocationBatch, time.Millisecond)
-	setDefault(&c.RolloutInterval, profileRolloutTick)
+	setLimitDefault(&c.RolloutInterval, profileRolloutTick)
 	if c.MinAllocatable.IsEmpty() {
 		c.MinAllocatable = resources.New(0.01, 32, 0)
 	}
@@ -141,7 +143,8 @@ type Coordinator struct {
 	// (store.ErrFailed): Run returns it, so the process exits and its
 	// supervisor restarts it.
 	storeFailed chan error
-	// subscriber runs subscriptions off their handlers' stacks (flow.go).
+	// subscriber runs subscriptions off their handlers' stacks, several
+	// at once (flow.go).
 	subscriber offStack
 	// mu, the one lock over the shell's state: see "Locks and
 	// persistence" in doc.go.
@@ -236,6 +239,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.metrics = newMetrics(c, cfg.Metrics)
 	c.heartbeats = newHeartbeatCounter(cfg.Metrics)
 	c.bounds = newBounds(c.log, cfg.Metrics)
+	c.subscriber.full = func() {
+		c.bounds.hit("subscriber_goroutines", "a subscription waits for a subscriber goroutine: as many subscriptions as run at once are under way")
+	}
 	return c, nil
 }
 

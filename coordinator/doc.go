@@ -21,9 +21,12 @@
 // RECOVERING until they re-register (or become UNREACHABLE after
 // Config.AgentReregisterTimeout), frameworks become DISCONNECTED and keep
 // their tasks if they resubscribe within their failover timeout. Handler
-// returns the http.Handler to serve; Run drives the allocation loop and the
-// timers (agent liveness, framework failover, offer timeouts) until its
-// context is cancelled; Close releases the store.
+// returns the http.Handler to serve; Run drives the allocation loop, the
+// timers (agent liveness, framework failover, offer timeouts) and the
+// judging of profile rollouts (JudgeRollouts at Config.Now's time every
+// Config.RolloutInterval; a negative interval leaves it to the caller, at
+// times of its choosing) until its context is cancelled; Close releases
+// the store.
 //
 // # The core and the shell
 //
@@ -115,10 +118,12 @@
 // turn's holder never asks for another (it would wait for the turns asked
 // in between, the tick's turn of every scope among them, which wait for
 // the one it holds), so a change needing several scopes asks for them in
-// one call, each once (a scope asked twice panics). Teardown and the
-// answers to inverse offers authorize their caller before they take
-// their turns (and again in them), so that a caller without the right
-// queues nothing. Changes of one scope never interleave (a teardown's
+// one call, each once (a scope asked twice panics). Subscribe (a
+// failover's binding to its framework's principal, a new framework's
+// roles), Teardown and the answers to inverse offers authorize their
+// caller before they take their turns (and again in them), so that a
+// caller without the right queues nothing; the operator services'
+// handlers are authorized by the middleware before they run. Changes of one scope never interleave (a teardown's
 // record is never overwritten by a concurrent subscription's; a maintenance transition is computed once
 // and still valid when installed; concurrent weight updates end in the
 // registry as in memory), and changes of different scopes write
@@ -136,7 +141,7 @@
 // (registration.go), so the registry ends as memory is.
 //
 // Three more are leaves, never held while another lock is taken:
-// turns.mu (above), offStack.mu (the subscriber goroutine's queue of
+// turns.mu (above), offStack.mu (the subscriber goroutines' queue of
 // calls, which run without it) and a heartbeat stream's closableBody.mu
 // (the cause its end recorded; under mu when a newer stream supersedes
 // it, or alone).
@@ -147,8 +152,11 @@
 // the node proxy's client cache (coordinator/ui, proxy.mu), and a
 // leader's lease clock (coordinator/leader, lease.mu). Lock-free state:
 // bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
-// flag and an outbox's once (its end), the leader's current leader and
-// serving term (atomic pointers) and the etcd store's closed flag. That
+// flag and an outbox's once (its end), a heartbeat stream's idle timer
+// (its last beat, timeout and stop: atomics, so that a beat takes no
+// lock), the node proxy's busyOnce (its first refusal logged), the
+// leader's current leader and serving term (atomic pointers) and the etcd
+// store's closed flag. That
 // is eight mutexes in all in coordinator/... (six here, two in
 // subpackages) and one in the store's group commit. The shell's state has
 // one lock, mu; the outbox and pulse locks let streams take their queues
@@ -202,7 +210,9 @@
 // principal, queue windows, concurrent calls per caller, frameworks
 // registered per principal, the longest failover timeout, the pace of a
 // principal's agent registrations); a limit reached is logged once and
-// counted in slackline_coordinator_limit_hits_total. A hostname has at most
+// counted in slackline_coordinator_limit_hits_total, as is a subscription
+// that waits because maxOffStackGoroutines subscriptions are under way
+// (flow.go; a constant, not a setting). A hostname has at most
 // one agent that is not GONE: a new one retires the others
 // (registration.go).
 //

@@ -195,59 +195,83 @@ func (c *Coordinator) forgetHistory(now time.Time) []store.Mutation {
 	return writes
 }
 
-// subscribeOffStack runs subscribe on the coordinator's subscriber
-// goroutine (offStack) and waits for it. A Subscribe handler's goroutine
+// subscribeOffStack runs subscribe on one of the coordinator's subscriber
+// goroutines (offStack) and waits for it. A Subscribe handler's goroutine
 // lives as long as its stream, with the stack it grew to: Go shrinks an idle
 // goroutine's stack only while it uses less than a quarter of it, and a
 // blocked stream uses a little more than a quarter of 16 KB. Kept off it,
 // the deep calls of subscribing leave it at 8 KB, which halves what an idle
 // subscription costs in stacks (scripts/bench/idle: 18 KB of stacks per
-// subscription without it). A subscription's turn (order.go) may keep the
-// goroutine waiting for a teardown of the same framework, as a mutex did
-// before.
+// subscription without it). A subscription may wait on its goroutine for
+// its turn (order.go: a teardown of the same framework, the timeout tick)
+// and for its record's fsync: other subscriptions run meanwhile on other
+// goroutines (up to maxOffStackGoroutines), so that one framework's wait
+// holds up no other framework's subscription and concurrent subscriptions
+// share fsyncs.
 func (c *Coordinator) subscribeOffStack(ctx context.Context, info *slacklinev1.FrameworkInfo) (fw *framework, sub *subscription, err error) {
 	c.subscriber.run(func() { fw, sub, err = c.subscribe(ctx, info) })
 	return fw, sub, err
 }
 
-// offStack runs calls, one at a time, on a goroutine that outlives them:
-// their stacks do not stay with the callers, and no goroutine is started
-// per call, whose stack would leave a hole among the long-lived ones when
-// it ends (scripts/bench/idle: 0.4 KB of stacks per subscription). The
-// goroutine starts with the first call and ends offStackIdle after the
-// last. The zero value is ready to use.
+// offStack runs calls on goroutines that outlive them: their stacks do
+// not stay with the callers, and no goroutine is started per call, whose
+// stack would leave a hole among the long-lived ones when it ends
+// (scripts/bench/idle: 0.4 KB of stacks per subscription). A call runs on
+// an idle goroutine, or on a new one while fewer than
+// maxOffStackGoroutines run; beyond that it waits in order for one to be
+// free (full is called then, when set: the limit's metric). A goroutine
+// ends offStackIdle after its last call. The zero value is ready to use.
 type offStack struct {
-	mu      sync.Mutex
-	queue   []func()
-	running bool
-	wake    chan struct{} // a token when queue was added to
+	// full, when set, is called (without mu) when a call must wait because
+	// maxOffStackGoroutines are busy.
+	full func()
+
+	mu         sync.Mutex
+	queue      []func()
+	goroutines int           // running
+	idle       int           // of which waiting for a call
+	wake       chan struct{} // tokens for idle goroutines, when queue was added to
 }
+
+// maxOffStackGoroutines bounds an offStack's goroutines: the calls that
+// run at once (subscriptions being decided, written and applied,
+// concurrently). More wait in its queue, which is bounded by the callers
+// (each waits for its call; Limits.MaxConcurrentCallsPerCaller).
+const maxOffStackGoroutines = 16
 
 // offStackIdle is how long an offStack's goroutine waits for another call.
 const offStackIdle = 10 * time.Second
 
-// run runs f on the goroutine and returns once it returned. f must not
-// call run.
+// run runs f on one of the goroutines and returns once it returned. f
+// must not call run.
 func (o *offStack) run(f func()) {
 	done := make(chan struct{})
 	o.mu.Lock()
 	o.queue = append(o.queue, func() { f(); close(done) })
 	if o.wake == nil {
-		o.wake = make(chan struct{}, 1)
+		o.wake = make(chan struct{}, maxOffStackGoroutines)
 	}
-	if !o.running {
-		o.running = true
+	waits := false
+	switch {
+	case o.idle > 0:
+		select {
+		case o.wake <- struct{}{}:
+		default: // every idle goroutine has a token already
+		}
+	case o.goroutines < maxOffStackGoroutines:
+		o.goroutines++
 		go o.serve()
+	default:
+		waits = true
 	}
 	o.mu.Unlock()
-	select {
-	case o.wake <- struct{}{}:
-	default:
+	if waits && o.full != nil {
+		o.full()
 	}
 	<-done
 }
 
-// serve is the goroutine: it runs the queued calls until none came for
+// serve is a goroutine: it runs the queued calls until none came for
 // offStackIdle.
 func (o *offStack) serve() {
 	idle := time.NewTimer(offStackIdle)
@@ -255,17 +279,24 @@ func (o *offStack) serve() {
 	for {
 		o.mu.Lock()
 		if len(o.queue) == 0 {
+			o.idle++
 			o.mu.Unlock()
+			timedOut := false
 			select {
 			case <-o.wake:
-				continue
 			case <-idle.C:
+				timedOut = true
 			}
 			o.mu.Lock()
+			o.idle--
 			if len(o.queue) == 0 {
-				o.running = false
+				if timedOut {
+					o.goroutines--
+					o.mu.Unlock()
+					return
+				}
 				o.mu.Unlock()
-				return
+				continue // another goroutine took the call
 			}
 		}
 		f := o.queue[0]

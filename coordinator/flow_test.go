@@ -497,45 +497,63 @@ func TestScheduleValidatedOutsideMu(t *testing.T) {
 	}
 }
 
-// TestOffStack checks that an offStack runs concurrent calls one at a time,
-// each before run returns, that its goroutine ends once idle for
-// offStackIdle, and that a later call starts it again.
+// TestOffStack checks that an offStack runs concurrent calls at once, up
+// to maxOffStackGoroutines, the others waiting for a goroutine (counted by
+// full), each before run returns; that an idle goroutine takes the next
+// call; that its goroutines end once idle for offStackIdle, and that a
+// later call starts one again.
 func TestOffStack(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
 		var o offStack
 		var mu sync.Mutex
-		running, most, ran := 0, 0, 0
+		running, most, ran, full := 0, 0, 0, 0
+		o.full = func() { mu.Lock(); full++; mu.Unlock() }
+		release := make(chan struct{})
 		call := func() {
 			mu.Lock()
 			running++
 			most = max(most, running)
 			mu.Unlock()
-			time.Sleep(time.Millisecond) // overlapping calls would overlap here
+			<-release
 			mu.Lock()
 			running--
 			ran++
 			mu.Unlock()
 		}
+		goroutines := func() int {
+			o.mu.Lock()
+			defer o.mu.Unlock()
+			return o.goroutines
+		}
+		n := maxOffStackGoroutines + 3
 		var wg sync.WaitGroup
-		for range 5 {
+		for range n {
 			wg.Go(func() { o.run(call) })
 		}
+		synctest.Wait()
+		mu.Lock()
+		if running != maxOffStackGoroutines || full != 3 || goroutines() != maxOffStackGoroutines {
+			t.Errorf("%d calls running on %d goroutines, %d waited; want %d, %d and 3", running, goroutines(), full, maxOffStackGoroutines, maxOffStackGoroutines)
+		}
+		mu.Unlock()
+		close(release)
 		wg.Wait()
-		if ran != 5 || most != 1 {
-			t.Fatalf("%d calls ran, at most %d at once; want 5, one at a time", ran, most)
+		if ran != n || most != maxOffStackGoroutines {
+			t.Fatalf("%d calls ran, at most %d at once; want %d, %d at once", ran, most, n, maxOffStackGoroutines)
+		}
+		o.run(call) // on an idle goroutine
+		if ran != n+1 || goroutines() != maxOffStackGoroutines {
+			t.Fatalf("a call on idle goroutines: %d ran on %d goroutines, want %d on %d", ran, goroutines(), n+1, maxOffStackGoroutines)
 		}
 		time.Sleep(offStackIdle)
 		synctest.Wait()
-		o.mu.Lock()
-		idle := !o.running
-		o.mu.Unlock()
-		if !idle {
-			t.Fatal("goroutine still running after offStackIdle without calls")
+		if g := goroutines(); g != 0 {
+			t.Fatalf("%d goroutines still running after offStackIdle without calls", g)
 		}
 		o.run(call)
-		if ran != 6 {
-			t.Fatal("a call after the goroutine ended did not run")
+		if ran != n+2 || goroutines() != 1 {
+			t.Fatalf("a call after the goroutines ended: %d ran on %d goroutines, want %d on 1", ran, goroutines(), n+2)
 		}
 		time.Sleep(offStackIdle) // the goroutine ends before the bubble does
 	})

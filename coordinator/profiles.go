@@ -24,8 +24,8 @@ import (
 // profiles, the agents' latest reports and what was sent to each agent
 // are in-memory state under c.mu; a change an operator asks for is
 // decided and written in a turn of the profiles' scope (plan, persist,
-// apply, answer; order.go), and a rollout's own decisions (runProfiles)
-// are decided, written and applied in one too.
+// apply, answer; order.go), and a rollout's own decisions (JudgeRollouts,
+// at the time it is given) are decided, written and applied in one too.
 
 // profileRolloutTick is how often rollouts are judged by default
 // (Config.RolloutInterval).
@@ -164,9 +164,14 @@ func signalsOf(host, profile string, r *slacklinev1.ProfileReport) profiles.Sign
 	return s
 }
 
-// runProfiles judges the rollouts under way every Config.RolloutInterval
-// until ctx ends.
+// runProfiles judges the rollouts under way every Config.RolloutInterval,
+// at Config.Now's time, until ctx ends (it returns at once with a negative
+// interval: JudgeRollouts is then the only judge).
 func (c *Coordinator) runProfiles(ctx context.Context) error {
+	if c.cfg.RolloutInterval < 0 {
+		<-ctx.Done()
+		return ctx.Err()
+	}
 	tick := time.NewTicker(c.cfg.RolloutInterval)
 	defer tick.Stop()
 	for {
@@ -175,16 +180,23 @@ func (c *Coordinator) runProfiles(ctx context.Context) error {
 			return ctx.Err()
 		case <-tick.C:
 		}
-		c.stepRollouts(ctx)
+		c.JudgeRollouts(ctx, c.cfg.Now())
 	}
 }
 
-// stepRollouts judges every rollout under way once. A decision (next
-// wave, rollback, completion) is made durable first and only then applied
-// (agents sent their new assignments), as changeProfile does: a decision
-// that could not be persisted is not acted on, and the next tick decides
-// again. It takes a turn of the profiles' scope and c.mu.
-func (c *Coordinator) stepRollouts(ctx context.Context) {
+// JudgeRollouts judges every profile rollout under way once, at now: the
+// rollouts' decisions (profiles.Step) depend on the time they are given
+// and the agents' latest reports only, never on a clock. Run calls it
+// every Config.RolloutInterval with Config.Now's time; with a negative
+// interval the caller does, on a clock of its own (a test moves a
+// rollout past its soak by judging it at a later time, without waiting).
+//
+// A decision (next wave, rollback, completion) is made durable first and
+// only then applied (agents sent their new assignments), as changeProfile
+// does: a decision that could not be persisted is not acted on, and the
+// next judgement decides again. It returns once applied. It takes a turn
+// of the profiles' scope and c.mu.
+func (c *Coordinator) JudgeRollouts(ctx context.Context, now time.Time) {
 	defer c.takeTurn(scopeProfiles)()
 	var decided []*profiles.Profile
 	c.mu.Lock()
@@ -197,7 +209,6 @@ func (c *Coordinator) stepRollouts(ctx context.Context) {
 		}
 	}
 	all := c.profiles.list()
-	now := c.cfg.Now()
 	for _, p := range all {
 		if p.Rollout == nil || p.Rollout.State != profiles.RolloutInProgress {
 			continue
@@ -222,7 +233,7 @@ func (c *Coordinator) stepRollouts(ctx context.Context) {
 		writes = append(writes, profileRecord(p))
 	}
 	if err := c.persist(ctx, "profile rollout", writes...); err != nil {
-		c.log.Warn("profile rollout decisions not persisted: not applied, decided again at the next tick", "err", err)
+		c.log.Warn("profile rollout decisions not persisted: not applied, decided again at the next judgement", "err", err)
 		return
 	}
 	c.mu.Lock()

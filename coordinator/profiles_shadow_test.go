@@ -52,16 +52,11 @@ func TestRolloutShadowStage(t *testing.T) {
 	if r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW || len(r.GetShadowHostnames()) != 3 || len(r.GetHostnames()) != 0 {
 		t.Fatalf("rollout stage %v on %v (live on %v), want the shadow stage on 3 of 6 agents and none live", r.GetStage(), r.GetShadowHostnames(), r.GetHostnames())
 	}
-	var final *slacklinev1.Profile
-	waitFor(t, "the rollout to be rolled back in its shadow stage", func() (bool, string) {
-		p, err := pc.getProfile(ctx, "web")
-		if err != nil {
-			return false, err.Error()
-		}
-		final = p
-		r := p.GetRollout()
-		return r.GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK, r.GetState().String() + " " + r.GetReason()
-	})
+	// Judged a minute into the stage's hour, as the agents report, it is
+	// rolled back as soon as the shadows scored enough estimates.
+	early := func(r *slacklinev1.ProfileRollout) time.Time { return r.GetShadowStartTime().AsTime().Add(time.Minute) }
+	final := pc.judgeUntil(t, "the rollout to be rolled back in its shadow stage", "web", early,
+		rolloutState(slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK))
 	r = final.GetRollout()
 	shadowed := 0
 	for _, a := range pc.fleets["web"].Agents() {
@@ -103,29 +98,42 @@ func TestRolloutShadowStage(t *testing.T) {
 	})
 
 	// A candidate that changes nothing measurable passes its shadow stage
-	// and its waves; in the waves its agents shadow version 1. The shadow
-	// stage soaks a second: it must score 500 estimates by 3 times its
-	// soak or end unjudged, and 300 ms on the wall clock were too short at
-	// load 36 (0 scored). Each wave soaks 2 s: the last wave can be judged
-	// on the agents of the first alone, and an agent whose heartbeat
-	// brings it version 3 only after the rollout completed gets it as the
-	// stable version, with no shadow of version 1 (with 100 ms, 3 runs of
-	// 20 at load 30-40 timed out waiting for such an agent's shadow).
-	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(2 * time.Second), MinEstimatesScored: 500,
-		ShadowSoak: durationpb.New(time.Second)}
-	if _, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
-		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy})); err != nil {
+	// and its waves, each after its soak (an hour of logical time) and not
+	// before; in the waves its agents shadow version 1.
+	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(time.Hour), MinEstimatesScored: 500,
+		ShadowSoak: durationpb.New(time.Hour)}
+	started, err = pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
+		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy}))
+	if err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rollout to complete", func() (bool, string) {
-		p, err := pc.getProfile(ctx, "web")
-		if err != nil {
-			return false, err.Error()
+	shadowHosts := started.Msg.GetProfile().GetRollout().GetShadowHostnames()
+	waitFor(t, "the shadow stage's agents to shadow web/3", func() (bool, string) {
+		var pending []string
+		for _, a := range pc.fleets["web"].Agents() {
+			if p, v := a.Shadow(); slices.Contains(shadowHosts, a.Hostname()) && (p != "web" || v != 3) {
+				pending = append(pending, fmt.Sprintf("%s: %s/%d", a.Hostname(), p, v))
+			}
 		}
-		final = p
-		return p.GetRollout().GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_DONE && p.GetStable().GetNumber() == 3,
-			p.GetRollout().GetState().String() + " " + p.GetRollout().GetReason()
+		return len(pending) == 0, strings.Join(pending, " ")
 	})
+	beforeEnd := func(r *slacklinev1.ProfileRollout) time.Time {
+		return r.GetShadowStartTime().AsTime().Add(time.Hour - time.Second)
+	}
+	final = pc.judgeUntil(t, "the shadow stage's estimates", "web", beforeEnd, func(p *slacklinev1.Profile) (bool, string) {
+		paired := p.GetRollout().GetPaired()
+		return paired.GetShadow().GetEstimatesScored() >= 500 && paired.GetLive().GetEstimatesScored() >= 500, p.GetRollout().GetReason()
+	})
+	if r := final.GetRollout(); r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_SHADOW || !strings.Contains(r.GetReason(), "soaking until") {
+		t.Fatalf("a second before the shadow stage's soak ends: stage %v because %q, want it soaking", r.GetStage(), r.GetReason())
+	}
+	pc.coord.Coordinator().JudgeRollouts(ctx, final.GetRollout().GetShadowStartTime().AsTime().Add(time.Hour))
+	if final, err = pc.getProfile(ctx, "web"); err != nil {
+		t.Fatal(err)
+	}
+	if r := final.GetRollout(); r.GetStage() != slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE || r.GetWave() != 0 {
+		t.Fatalf("at the end of the shadow stage's soak: stage %v, wave %d because %q, want the first live wave", r.GetStage(), r.GetWave()+1, r.GetReason())
+	}
 	passed := false
 	for _, h := range final.GetHistory() {
 		passed = passed || strings.Contains(h.GetWhat(), "rollout of version 3: shadow stage passed on ")
@@ -133,9 +141,11 @@ func TestRolloutShadowStage(t *testing.T) {
 	if !passed {
 		t.Errorf("history %v does not record the shadow stage passing", final.GetHistory())
 	}
-	// Every agent applies version 3, runs version 1 in shadow in its live
-	// wave (sent with version 3, on the same stream), and stops it once the
-	// rollout is done.
+	// Each wave's agents apply version 3 and run version 1 in shadow (sent
+	// with version 3, on the same stream) before the wave is judged.
+	passWaves(t, pc, 3, true)
+	// Every agent ran version 1 in shadow in its live wave, and stops it
+	// once the rollout is done.
 	waitFor(t, "every agent on web/3, its shadow of web/1 run and stopped", func() (bool, string) {
 		var pending []string
 		for _, a := range pc.fleets["web"].Agents() {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -63,9 +64,11 @@ func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool
 	addr := agenttest.NewTCP(t)
 	coord := agenttest.StartCoordinator(t, coordinator.Config{
 		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
-		// Rollouts are judged every 50 ms, not every second: the
-		// rollout test's soaks and waves take a judgement each.
-		RolloutInterval: 50 * time.Millisecond,
+		// No timer judges rollouts: the tests do (pc.judgeUntil), at
+		// logical times, so that a wave soaks an hour in no time and a
+		// decision is the one its signals and time call for, however
+		// loaded the machine.
+		RolloutInterval: -1,
 	}, addr)
 	url := "http://" + addr.Addr
 	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(http.DefaultClient, url), fleets: map[string]*sim.Fleet{}}
@@ -100,6 +103,53 @@ func waitFor(t *testing.T, what string, cond func() (bool, string)) {
 		<-tick.C
 	}
 	t.Fatalf("timed out waiting for %s; last: %s", what, last)
+}
+
+// judgeUntil judges the rollouts (Coordinator.JudgeRollouts) until cond
+// holds for the named profile, and returns the profile. Each judgement is
+// at the logical time at gives for the rollout as it is then (e.g. its
+// wave's start plus its soak): time moves only when the test says so, and
+// the wall clock moves only the agents' heartbeats, whose signals the
+// rollout waits for.
+func (pc *profileCluster) judgeUntil(t *testing.T, what, name string, at func(r *slacklinev1.ProfileRollout) time.Time,
+	cond func(p *slacklinev1.Profile) (bool, string)) *slacklinev1.Profile {
+	t.Helper()
+	ctx := context.Background()
+	var p *slacklinev1.Profile
+	waitFor(t, what, func() (bool, string) {
+		cur, err := pc.getProfile(ctx, name)
+		if err != nil {
+			return false, err.Error()
+		}
+		pc.coord.Coordinator().JudgeRollouts(ctx, at(cur.GetRollout()))
+		if p, err = pc.getProfile(ctx, name); err != nil {
+			return false, err.Error()
+		}
+		return cond(p)
+	})
+	return p
+}
+
+// waveStart is the start of a rollout's wave under way.
+func waveStart(r *slacklinev1.ProfileRollout) time.Time { return r.GetWaveStartTime().AsTime() }
+
+// scored says whether the latest judgement of a rollout counted at least
+// n estimates scored on its updated agents and on the others (in the last
+// wave, which has no others, on the updated agents alone).
+func scored(n uint64) func(p *slacklinev1.Profile) (bool, string) {
+	return func(p *slacklinev1.Profile) (bool, string) {
+		r := p.GetRollout()
+		u, o := r.GetUpdated().GetEstimatesScored(), r.GetOthers().GetEstimatesScored()
+		return u >= n && (o >= n || r.GetOthers().GetAgents() == 0), fmt.Sprintf("%d scored on the updated agents, %d on the others; %s", u, o, r.GetReason())
+	}
+}
+
+// rolloutState says whether a rollout reached state.
+func rolloutState(state slacklinev1.ProfileRolloutState) func(p *slacklinev1.Profile) (bool, string) {
+	return func(p *slacklinev1.Profile) (bool, string) {
+		r := p.GetRollout()
+		return r.GetState() == state, r.GetState().String() + " " + r.GetReason()
+	}
 }
 
 // runs reports whether every agent of tier runs profile's version.
@@ -202,40 +252,31 @@ func TestRolloutThatRaisesViolationsIsRolledBack(t *testing.T) {
 		t.Fatalf("rollout = %v, want version 2", r)
 	}
 	// These agents cannot run shadows: the default shadow stage is
-	// skipped (at once, or at the first tick after each of its agents
-	// reported), saying so, and the rollout is judged on live signals.
+	// skipped (at once, or at the first judgement after each of its
+	// agents reported), saying so, and the rollout is judged on live
+	// signals.
 	sawLive := false
 	for _, h := range started.Msg.GetProfile().GetHistory() {
 		sawLive = sawLive || strings.Contains(h.GetWhat(), "no agent of the shadow stage can run shadows")
 	}
-	waitFor(t, "the first live wave", func() (bool, string) {
-		resp, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
-		if err != nil {
-			return false, err.Error()
-		}
-		p := resp.Msg.GetProfiles()[0]
-		for _, h := range p.GetHistory() {
-			sawLive = sawLive || strings.Contains(h.GetWhat(), "no agent of the shadow stage can run shadows")
-		}
+	// A minute into the rollout: far from the end of any soak.
+	early := func(r *slacklinev1.ProfileRollout) time.Time { return r.GetStartTime().AsTime().Add(time.Minute) }
+	first := pc.judgeUntil(t, "the first live wave", "web", early, func(p *slacklinev1.Profile) (bool, string) {
 		r := p.GetRollout()
-		return r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_IN_PROGRESS ||
-			r.GetStage() == slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE && len(r.GetHostnames()) == 3, r.String()
+		return r.GetStage() == slacklinev1.ProfileRolloutStage_PROFILE_ROLLOUT_STAGE_LIVE && len(r.GetHostnames()) == 3, r.String()
 	})
+	for _, h := range first.GetHistory() {
+		sawLive = sawLive || strings.Contains(h.GetWhat(), "no agent of the shadow stage can run shadows")
+	}
 	if !sawLive {
 		t.Error("the history does not say the shadow stage was skipped for agents that cannot shadow")
 	}
-	var final *slacklinev1.Profile
-	waitFor(t, "the rollout to be rolled back", func() (bool, string) {
-		resp, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
-		if err != nil {
-			return false, err.Error()
-		}
-		final = resp.Msg.GetProfiles()[0]
-		r := final.GetRollout()
-		return r.GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK, r.GetState().String() + " " + r.GetReason()
-	})
-	if r := final.GetRollout(); !strings.Contains(r.GetReason(), "violation rate 20.00% on the updated agents, 1.00% on the others") {
-		t.Errorf("reason %q, want the violation rates", r.GetReason())
+	// Judged a minute into its hour-long soak, as the agents report, the
+	// wave is rolled back as soon as both groups scored enough estimates.
+	final := pc.judgeUntil(t, "the rollout to be rolled back", "web", early,
+		rolloutState(slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_ROLLED_BACK))
+	if r := final.GetRollout(); !strings.Contains(r.GetReason(), "violation rate 20.00% on the updated agents, 1.00% on the others") || r.GetWave() != 0 {
+		t.Errorf("rolled back in wave %d because %q, want wave 1 and the violation rates", r.GetWave()+1, r.GetReason())
 	}
 	if h := final.GetHistory(); h[len(h)-1].GetBy() != "coordinator" || !strings.Contains(h[len(h)-1].GetWhat(), "rolled back") {
 		t.Errorf("last change %v, want the coordinator's rollback", h[len(h)-1])
@@ -243,20 +284,64 @@ func TestRolloutThatRaisesViolationsIsRolledBack(t *testing.T) {
 	// Its agents go back to version 1.
 	waitFor(t, "every agent back on web/1", pc.runs("web", "web", 1))
 
-	// A rollout that changes nothing measurable passes its waves.
-	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(100 * time.Millisecond), MinEstimatesScored: 500}
+	// A rollout that changes nothing measurable passes its waves, each
+	// after its soak (an hour of logical time) and not before.
+	policy = &slacklinev1.ProfileRolloutPolicy{Waves: []float64{0.5, 1}, Soak: durationpb.New(time.Hour), MinEstimatesScored: 500}
 	if _, err := pc.client.RolloutProfile(ctx, connect.NewRequest(&slacklinev1.RolloutProfileRequest{
 		Name: "web", Settings: "estimator-target-violation: 0.011", Policy: policy})); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the rollout to complete", func() (bool, string) {
-		resp, err := pc.client.GetProfiles(ctx, connect.NewRequest(&slacklinev1.GetProfilesRequest{Name: "web"}))
-		if err != nil {
-			return false, err.Error()
-		}
-		p := resp.Msg.GetProfiles()[0]
-		return p.GetRollout().GetState() == slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_DONE && p.GetStable().GetNumber() == 3,
-			p.GetRollout().GetState().String() + " " + p.GetRollout().GetReason()
-	})
+	passWaves(t, pc, 3, false)
 	waitFor(t, "every agent on web/3", pc.runs("web", "web", 3))
+}
+
+// passWaves takes web's rollout of version through its two live waves
+// (half of its 6 agents, then all), each soaking an hour: judged a second
+// before its soak ends once every agent of the wave runs version (and
+// shadows version 1, with shadows) and both groups scored 500 estimates,
+// the wave still soaks; judged at its end, it passes.
+func passWaves(t *testing.T, pc *profileCluster, version uint64, shadows bool) {
+	t.Helper()
+	ctx := context.Background()
+	for wave, agents := range []int{3, 6} {
+		p, err := pc.getProfile(ctx, "web")
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := p.GetRollout()
+		if r.GetWave() != uint32(wave) || len(r.GetHostnames()) != agents || r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_IN_PROGRESS {
+			t.Fatalf("rollout %v in wave %d on %v, want wave %d on %d agents", r.GetState(), r.GetWave()+1, r.GetHostnames(), wave+1, agents)
+		}
+		waitFor(t, fmt.Sprintf("wave %d's agents to run web/%d", wave+1, version), func() (bool, string) {
+			var pending []string
+			for _, a := range pc.fleets["web"].Agents() {
+				if !slices.Contains(r.GetHostnames(), a.Hostname()) {
+					continue
+				}
+				prof, v := a.Profile()
+				shadow, sv := a.Shadow()
+				if prof != "web" || v != version || shadows && (shadow != "web" || sv != 1) {
+					pending = append(pending, fmt.Sprintf("%s: web/%d shadow %s/%d", a.Hostname(), v, shadow, sv))
+				}
+			}
+			return len(pending) == 0, strings.Join(pending, "; ")
+		})
+		soak := r.GetPolicy().GetSoak().AsDuration()
+		beforeEnd := func(r *slacklinev1.ProfileRollout) time.Time { return waveStart(r).Add(soak - time.Second) }
+		p = pc.judgeUntil(t, fmt.Sprintf("wave %d's estimates", wave+1), "web", beforeEnd, scored(500))
+		if r := p.GetRollout(); r.GetWave() != uint32(wave) || r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_IN_PROGRESS ||
+			!strings.Contains(r.GetReason(), "soaking until") {
+			t.Fatalf("a second before its soak ends, wave %d: %v in wave %d because %q, want it soaking", wave+1, r.GetState(), r.GetWave()+1, r.GetReason())
+		}
+		pc.coord.Coordinator().JudgeRollouts(ctx, waveStart(r).Add(soak))
+		if p, err = pc.getProfile(ctx, "web"); err != nil {
+			t.Fatal(err)
+		}
+		switch r := p.GetRollout(); {
+		case wave == 0 && (r.GetWave() != 1 || r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_IN_PROGRESS):
+			t.Fatalf("at the end of wave 1's soak: %v in wave %d because %q, want wave 2", r.GetState(), r.GetWave()+1, r.GetReason())
+		case wave == 1 && (r.GetState() != slacklinev1.ProfileRolloutState_PROFILE_ROLLOUT_STATE_DONE || p.GetStable().GetNumber() != version):
+			t.Fatalf("at the end of the last wave's soak: %v, stable %d because %q, want done with %d stable", r.GetState(), p.GetStable().GetNumber(), r.GetReason(), version)
+		}
+	}
 }

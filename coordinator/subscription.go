@@ -84,21 +84,26 @@ func clampFailoverTimeout(info *slacklinev1.FrameworkInfo, limit time.Duration) 
 // principal's for a new one, the principal it will be bound to:
 // principalOf; order.go) so that no teardown slips in
 // between (nor another framework of the principal past
-// Limits.MaxFrameworksPerPrincipal).
+// Limits.MaxFrameworksPerPrincipal). The caller is authorized before it
+// asks for its turn, so that a caller without the right (a failover to
+// another principal's framework, a role it may not register in) queues
+// nothing on the scope, and again in it: the framework may have been torn
+// down while it waited.
 func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.FrameworkInfo) (*framework, *subscription, error) {
 	now := c.cfg.Now()
 	sc := scopePrincipal(c.principalOf(ctx, info)) // a new framework: its principal's count
 	if info.GetId() != "" {
 		sc = scopeFramework(info.GetId()) // a failover: the framework's record
 	}
+	c.mu.Lock()
+	err := c.admitSubscriber(ctx, info)
+	c.mu.Unlock()
+	if err != nil {
+		return nil, nil, err
+	}
 	defer c.takeTurn(sc)()
 	c.mu.Lock()
-	err := subscriptionError(c.core.CheckSubscription(info.GetId()))
-	if err == nil {
-		// Refused before anything changes: a failover by another principal
-		// leaves the running framework untouched.
-		err = c.bindPrincipal(ctx, info)
-	}
+	err = c.admitSubscriber(ctx, info)
 	if err == nil {
 		if err = checkFrameworkCount(c.core, info, c.cfg.Limits.MaxFrameworksPerPrincipal); err != nil {
 			c.bounds.hit("frameworks_per_principal", "framework registration refused: its principal has as many registered frameworks as it may",
@@ -127,6 +132,18 @@ func (c *Coordinator) subscribe(ctx context.Context, info *slacklinev1.Framework
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	return c.applySubscription(r)
+}
+
+// admitSubscriber refuses a subscription to a framework that is unknown
+// or torn down, and binds info to its caller (bindPrincipal), refusing a
+// caller that may not subscribe it: before anything changes, so that a
+// failover by another principal leaves the running framework untouched.
+// Caller holds c.mu.
+func (c *Coordinator) admitSubscriber(ctx context.Context, info *slacklinev1.FrameworkInfo) error {
+	if err := subscriptionError(c.core.CheckSubscription(info.GetId())); err != nil {
+		return err
+	}
+	return c.bindPrincipal(ctx, info)
 }
 
 // applySubscription connects a framework whose record is durable (r is

@@ -47,11 +47,17 @@
 //
 // # Corrections
 //
-// A Correction is Throttle (lower a limit), Unthrottle (raise it, or
-// remove it with a limit of 0), Confine (set the CPUs the revocable subtree
-// may run on; none listed: every CPU) or Kill; a limit is of CPU (CPULimit,
-// cores, enforced over Period) or, with Resource Bandwidth, of the pace of
-// all revocable egress (BandwidthLimit, Mbit/s; the subtree only). A
+// A Correction is one of eight kinds (Kind, slackline.v1.CorrectionKind):
+// Throttle (lower a limit), Unthrottle (raise it, or remove it with a
+// limit of 0), Confine (set the CPUs the revocable subtree may run on;
+// none listed: every CPU), Reclaim (lower the revocable subtree's
+// memory.high to MemoryHigh), Release (raise it, or remove it with 0),
+// Freeze and Thaw (the revocable subtree's cgroup.freeze) or Kill. A
+// Throttle or Unthrottle limits a Resource: CPU (CPULimit, cores,
+// enforced over Period), Bandwidth (the pace of all revocable egress,
+// BandwidthLimit, Mbit/s) or DiskIO (the revocable subtree's reads and
+// writes per device, IOLimit, bytes per second); Bandwidth, DiskIO,
+// Confine and the memory kinds aim at the subtree only. A
 // correction is aimed at one
 // revocable container or, with an empty ContainerID, at the whole
 // revocable subtree. Its Reason
@@ -74,12 +80,17 @@
 //   - Confine: cpuset.cpus of <cgroup-root>/revocable (the v1 cpuset
 //     hierarchy on hybrid hosts, whose revocable tasks join it); reported
 //     back as Input.RevocableCPUs;
-//   - Throttle/Unthrottle of one container: the same on its own cgroup (no
-//     built-in controller issues these yet; Merge handles them);
+//   - Throttle/Unthrottle of CPU for one container: not applied (logged;
+//     no built-in controller issues these; Merge handles them);
 //   - Throttle/Unthrottle of Bandwidth: the revocable egress pace on the
 //     managed interfaces (agent/network), min(estimate, BandwidthLimit);
 //     Unthrottle with 0 goes back to the estimate. The applied limit is
 //     reported back as Input.RevocableBandwidthLimit;
+//   - Throttle/Unthrottle of DiskIO: io.max (v2) or blkio.throttle (v1)
+//     of the revocable subtree, per device; Unthrottle with 0 removes it;
+//   - Reclaim/Release: memory.high of the revocable subtree (Release with
+//     0 removes it; none on hybrid hosts, whose v1 memory controller has
+//     no memory.high); Freeze/Thaw: cgroup.freeze of its v2 tree;
 //   - Kill: cgroup.kill of the container, then TASK_STATE_KILLED with
 //     REASON_CONTAINER_PREEMPTED and the Reason as message. A controller
 //     does not ask again for a container while it stays listed, until

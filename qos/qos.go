@@ -228,7 +228,8 @@ const (
 	Release
 )
 
-// String returns the kind in lower case: "throttle", "unthrottle", "kill".
+// String returns the kind in lower case: "throttle", "unthrottle", "kill",
+// "confine", "reclaim", "freeze", "thaw", "release".
 func (k Kind) String() string {
 	switch k {
 	case Throttle:

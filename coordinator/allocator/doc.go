@@ -9,8 +9,8 @@
 // The allocator owns no goroutine, reads no clock and does no I/O, in the
 // manner of etcd's raft: time comes in as the now argument of Allocate and
 // Release, and the same sequence of calls always produces the same offers.
-// It is not safe for concurrent use; the coordinator serializes calls
-// (under its own lock). No method returns an error: unknown agents,
+// It is not safe for concurrent use: coordinator/core holds it, and the
+// coordinator makes every core call under its lock. No method returns an error: unknown agents,
 // frameworks and roles make a call a no-op, as documented on each method,
 // and the caller validates what it takes from the outside (role names,
 // weights, resources).

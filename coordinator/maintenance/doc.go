@@ -26,7 +26,10 @@
 //
 // Nothing here reads a clock, starts a goroutine or does I/O: time comes in
 // as arguments, as in the allocator. A State is not safe for concurrent
-// use; the coordinator owns one and calls it under its lock. The
+// use; the coordinator's core holds the current one (core.Maintenance),
+// which changes only in a turn of the maintenance state's scope, so the
+// coordinator computes a transition in that turn without its lock and
+// installs the result under it. The
 // transitions (UpdateSchedule, StartMaintenance, StopMaintenance) do not
 // modify the receiver: they return a new State, so that the coordinator can
 // persist the new state (Record) before installing it. Answers (Answer,

@@ -73,8 +73,9 @@
 // Values in, values out: Apply, StartRollout and Step never modify the
 // profile they are given; they return a changed copy (Step returns the
 // same pointer when nothing changed). No clock, no I/O, no lock: the
-// coordinator's shell persists each new profile before it uses it, and
-// sends agents their assignments. Every change appends to the profile's
+// coordinator's shell judges rollouts with Step at the time it is given
+// (Coordinator.JudgeRollouts), persists each new profile before it uses
+// it, and sends agents their assignments. Every change appends to the profile's
 // History (who, when, what), at most MaxHistory entries.
 //
 // Errors wrap ErrInvalid (a malformed name, selector, settings or policy,
