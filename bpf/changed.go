@@ -26,8 +26,8 @@ import (
 // caught within it).
 
 const (
-	changedFlags = 4096 // common.h CHANGED_FLAGS
-	changedShift = 52   // common.h CHANGED_SHIFT: 64 - log2(changedFlags)
+	changedFlags = 4096 // changed.h CHANGED_FLAGS
+	changedShift = 52   // changed.h CHANGED_SHIFT: 64 - log2(changedFlags)
 
 	// fullReadInterval bounds how long ReadAll goes without reading every
 	// tracked cgroup's counters.
@@ -38,15 +38,15 @@ const (
 	walkAbove = statsBatch / 4
 )
 
-// changedFlag returns the index of a cgroup's flag: common.h's
-// mark_changed, bit for bit.
+// changedFlag returns the index of a cgroup's flag: changed.h's
+// changed_mark, bit for bit.
 func changedFlag(cgroupID uint64) int {
 	return int((cgroupID*0x9E3779B97F4A7C15)>>changedShift) & (changedFlags - 1)
 }
 
 // ChangedMarks are a program's changed flags (an array map of one
-// CHANGED_FLAGS-byte value, BPF_F_MMAPABLE, set as common.h's
-// mark_changed does), mapped into memory. Take copies and clears them into
+// CHANGED_FLAGS-byte value, BPF_F_MMAPABLE, set as changed.h's
+// changed_mark does), mapped into memory. Take copies and clears them into
 // a snapshot that the pass then asks about with Marked. Package netqos
 // marks its TCP counters so too. Not safe for concurrent use.
 type ChangedMarks struct {

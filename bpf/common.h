@@ -6,6 +6,7 @@
 #include "headers/vmlinux.h"
 #include "headers/bpf_helpers.h"
 #include "headers/bpf_tracing.h"
+#include "changed.h"
 
 // Classes user space stores in `tracked`; must match bpf.Class.
 #define CLASS_GUARANTEED 1
@@ -71,44 +72,15 @@ struct {
 	__type(value, struct cgroup_counters);
 } cgroup_stats SEC(".maps");
 
-// Changed marks (#29): every program that adds to a cgroup's counters in
-// cgroup_stats or blk_stats then sets the cgroup's flag in `changed`, so
-// that user space reads only the cgroups whose counters moved (an idle
-// one costs no lookup) and clears each flag it reads. A flag is a byte
-// (plain stores: no atomic OR, which the programs built for the base ISA
-// do not have, and no lost update between CPUs); the flag is picked by a
-// multiplicative hash of the cgroup id, so two cgroups may share one: a
-// false "changed" costs one lookup, never a missed change. User space
-// maps the array (BPF_F_MMAPABLE) and must hash alike (bpf.changedFlag).
-#define CHANGED_FLAGS 4096 // a power of two
-#define CHANGED_SHIFT 52   // 64 - log2(CHANGED_FLAGS)
+// changed: package bpf's changed marks (changed.h), set by every program
+// that adds to a cgroup's counters in cgroup_stats or blk_stats.
+CHANGED_MAP(changed);
 
-struct changed_flags {
-	__u8 flag[CHANGED_FLAGS];
-};
-
-// changed: one entry, the flags; user space reads and clears them
-// through a memory mapping.
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct changed_flags);
-} changed SEC(".maps");
-
-// mark_changed sets the cgroup's changed flag, after its counters were
-// written. The load first keeps the hot paths from writing a cache line
-// that is already marked.
+// mark_changed sets the cgroup's flag in `changed`, after its counters
+// were written.
 static __always_inline void mark_changed(__u64 cgroup)
 {
-	__u32 zero = 0;
-	struct changed_flags *f = bpf_map_lookup_elem(&changed, &zero);
-	if (!f)
-		return;
-	__u32 i = (__u32)((cgroup * 0x9E3779B97F4A7C15ULL) >> CHANGED_SHIFT) & (CHANGED_FLAGS - 1);
-	if (!f->flag[i])
-		f->flag[i] = 1;
+	changed_mark(&changed, cgroup);
 }
 
 // task_cgroup_id returns the id of p's cgroup in the default (v2) hierarchy,

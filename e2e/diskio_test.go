@@ -74,8 +74,8 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		"--task-resources", "cpus:2;mem:1024",
 		"--command", "touch db-sandbox; while [ ! -e go ]; do sleep 0.2; done; "+
 			"while [ ! -e stop ]; do dd if=/dev/zero of=journal bs=4k count=1 conv=notrunc,fsync 2>/dev/null; done; exec sleep 1000")
-	waitRunning(t, addr, "db", time.Minute)
-	eventually(t, time.Minute, func() string {
+	waitRunning(t, addr, "db", scaled(t, time.Minute))
+	eventually(t, scaled(t, time.Minute), func() string {
 		if m, _ := filepath.Glob(filepath.Join(workDir, "sandboxes", "*", "db-sandbox")); len(m) == 0 {
 			return "guaranteed task's sandbox not marked"
 		}
@@ -86,10 +86,10 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "writer", "--revocable", "--tasks", "1",
 		"--task-resources", "cpus:0.1;mem:32",
 		"--command", "while :; do dd if=/dev/zero of=be.dat bs=1M count=256 oflag=direct 2>/dev/null; done")
-	waitRunning(t, addr, "writer", revocableStartTimeout)
+	waitRunning(t, addr, "writer", scaled(t, revocableStartTimeout))
 	// The writer's I/O is charged to the revocable subtree, which the cap
 	// applies to (at idle CPU priority it may take a while to issue any).
-	eventually(t, 3*time.Minute, func() string {
+	eventually(t, scaled(t, 3*time.Minute), func() string {
 		if n := writtenBytes(t, layout, revocable); n == 0 {
 			return "no write charged to the revocable subtree"
 		}
@@ -102,7 +102,7 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	const floor = 1 << 20
-	eventually(t, 3*time.Minute, func() string {
+	eventually(t, scaled(t, 3*time.Minute), func() string {
 		if limit := ioLimit(t, layout, revocable); limit != floor {
 			return fmt.Sprintf("revocable write cap %d B/s, want the floor %d", limit, floor)
 		}
@@ -127,7 +127,7 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(sandbox, "stop"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 3*time.Minute, func() string {
+	eventually(t, scaled(t, 3*time.Minute), func() string {
 		if limit := ioLimit(t, layout, revocable); limit != 0 {
 			return fmt.Sprintf("revocable write cap still %d B/s", limit)
 		}

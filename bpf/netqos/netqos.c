@@ -8,6 +8,7 @@
 #include "../headers/vmlinux.h"
 #include "../headers/bpf_helpers.h"
 #include "../headers/bpf_tracing.h"
+#include "../changed.h"
 
 #define TC_ACT_OK 0
 #define TC_ACT_UNSPEC -1
@@ -62,35 +63,17 @@ struct {
 	__type(value, struct tcp_counters);
 } tcp_stats SEC(".maps");
 
-// Changed marks (#29), as package bpf's (common.h): a program that adds to
-// a cgroup's tcp_stats then sets the cgroup's flag in tcp_changed, so that
-// user space looks up only the cgroups whose counters moved. The flag is
-// picked by the same multiplicative hash (bpf.ChangedMarks).
-#define CHANGED_FLAGS 4096 // a power of two
-#define CHANGED_SHIFT 52   // 64 - log2(CHANGED_FLAGS)
+// tcp_changed: the changed marks (../changed.h, shared with package bpf)
+// of tcp_stats: tcp_rtt and tcp_retransmit set a cgroup's flag after
+// adding to its counters, so that user space looks up only the cgroups
+// whose counters moved (bpf.ChangedMarks).
+CHANGED_MAP(tcp_changed);
 
-struct changed_flags {
-	__u8 flag[CHANGED_FLAGS];
-};
-
-struct {
-	__uint(type, BPF_MAP_TYPE_ARRAY);
-	__uint(map_flags, BPF_F_MMAPABLE);
-	__uint(max_entries, 1);
-	__type(key, __u32);
-	__type(value, struct changed_flags);
-} tcp_changed SEC(".maps");
-
-// mark_changed sets the cgroup's flag, after its counters were written.
+// mark_changed sets the cgroup's flag in tcp_changed, after its counters
+// were written.
 static __always_inline void mark_changed(__u64 cgroup)
 {
-	__u32 zero = 0;
-	struct changed_flags *f = bpf_map_lookup_elem(&tcp_changed, &zero);
-	if (!f)
-		return;
-	__u32 i = (__u32)((cgroup * 0x9E3779B97F4A7C15ULL) >> CHANGED_SHIFT) & (CHANGED_FLAGS - 1);
-	if (!f->flag[i])
-		f->flag[i] = 1;
+	changed_mark(&tcp_changed, cgroup);
 }
 
 // classify is a direct-action cls_bpf program on the agent's HTB qdisc,
