@@ -249,7 +249,11 @@ func New(cfg Config) (*Agent, error) {
 	if err := os.MkdirAll(cfg.WorkDir, 0o755); err != nil {
 		return nil, fmt.Errorf("agent: create work dir: %w", err)
 	}
-	total, err := DetectResources(cfg.WorkDir, cfg.Resources, cfg.Logger)
+	var memBound MemoryBound
+	if cfg.Monitor != nil {
+		memBound = cfg.Monitor.MemoryLimit
+	}
+	total, err := DetectResources(cfg.WorkDir, cfg.Resources, cfg.Logger, memBound)
 	if err != nil {
 		return nil, fmt.Errorf("agent: %w", err)
 	}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"runtime"
 	"strconv"
 	"strings"
@@ -18,6 +19,12 @@ import (
 // defaultPorts is the port range offered when --resources names none.
 var defaultPorts = resources.Ranges{{Begin: 31000, End: 32000}}
 
+// MemoryBound returns the limit (bytes) that bounds the node's memory below
+// the host's hostTotal bytes and the cgroup that sets it, 0 and "" when none
+// does: (*monitor.Monitor).MemoryLimit, the bound the monitor's node samples
+// use.
+type MemoryBound func(hostTotal uint64) (limit uint64, cgroup string, err error)
+
 // DetectResources returns the host's resources as Mesos computes them:
 // every CPU; memory less a reserve for the system (1 GiB, or half when the
 // host has less than 2 GiB); the disk of workDir less a reserve (5 GiB, or
@@ -25,12 +32,28 @@ var defaultPorts = resources.Ranges{{Begin: 31000, End: 32000}}
 // default-route interface in Mbit/s (none, logged, when it reports no speed,
 // as virtual NICs do). Scalars and ports named in override replace the
 // detected ones.
-func DetectResources(workDir, override string, log *slog.Logger) (resources.Resources, error) {
-	return detectResources(workDir, override, log, network.DetectBandwidth)
+//
+// The node's memory is the host's MemTotal or, when memBound (may be nil)
+// gives a lower limit (the agent's cgroup root or an ancestor has one,
+// #28), that limit: the reserve is taken from it, and a mem named in
+// override above it is lowered to it (logged), so that the agent never
+// registers, and its estimator never offers as slack, memory the node
+// cannot back. A bound that cannot be read is logged and the host's
+// figure used.
+func DetectResources(workDir, override string, log *slog.Logger, memBound MemoryBound) (resources.Resources, error) {
+	return detectResources(workDir, override, log, hostProbes{procRoot: "/proc", bandwidth: network.DetectBandwidth, memBound: memBound})
 }
 
-// detectResources is DetectResources with the bandwidth detection passed in.
-func detectResources(workDir, override string, log *slog.Logger, detectBandwidth func(sysRoot string) (network.Bandwidth, error)) (resources.Resources, error) {
+// hostProbes are the host figures detectResources reads, passed in so that
+// tests can point them at fake trees.
+type hostProbes struct {
+	procRoot  string // where /proc/meminfo is read
+	bandwidth func(sysRoot string) (network.Bandwidth, error)
+	memBound  MemoryBound // nil: none
+}
+
+// detectResources is DetectResources with the host's probes passed in.
+func detectResources(workDir, override string, log *slog.Logger, host hostProbes) (resources.Resources, error) {
 	named, err := namedResources(override)
 	if err != nil {
 		return resources.Resources{}, err
@@ -43,12 +66,22 @@ func detectResources(workDir, override string, log *slog.Logger, detectBandwidth
 	if !named[resources.NameCPUs] {
 		detected = detected.With(resources.CPUs, float64(runtime.NumCPU()))
 	}
+	boundMiB, err := memoryBoundMiB(host, log)
+	if err != nil {
+		return resources.Resources{}, err
+	}
 	if !named[resources.NameMem] {
-		total, err := memTotalMiB()
-		if err != nil {
-			return resources.Resources{}, fmt.Errorf("detect memory (or set mem in --resources): %w", err)
+		total := boundMiB
+		if total == 0 {
+			if total, err = memTotalMiB(host.procRoot); err != nil {
+				return resources.Resources{}, fmt.Errorf("detect memory (or set mem in --resources): %w", err)
+			}
 		}
 		detected = detected.With(resources.Mem, total-reserve(total, 1024))
+	} else if told := over.Mem(); boundMiB > 0 && told > boundMiB {
+		log.Warn("--resources mem is more than the node's memory limit: registering the limit, since memory above it cannot be backed",
+			"mem_mib", told, "limit_mib", boundMiB)
+		over = over.With(resources.Mem, boundMiB)
 	}
 	if !named[resources.NameDisk] {
 		var st syscall.Statfs_t
@@ -62,7 +95,7 @@ func detectResources(workDir, override string, log *slog.Logger, detectBandwidth
 		detected = detected.WithPorts(defaultPorts)
 	}
 	if !named[resources.NameBandwidth] {
-		bw, err := detectBandwidth("")
+		bw, err := host.bandwidth("")
 		switch {
 		case err == nil:
 			detected = detected.With(resources.Bandwidth, bw.Mbps)
@@ -94,8 +127,31 @@ func namedResources(text string) (map[string]bool, error) {
 	return named, nil
 }
 
-func memTotalMiB() (float64, error) {
-	f, err := os.Open("/proc/meminfo")
+// memoryBoundMiB returns the limit bounding the node's memory in MiB (0:
+// none, or it could not be read, which is logged). It fails only when the
+// host's MemTotal, which the bound is compared with, cannot be read.
+func memoryBoundMiB(host hostProbes, log *slog.Logger) (float64, error) {
+	if host.memBound == nil {
+		return 0, nil
+	}
+	hostMiB, err := memTotalMiB(host.procRoot)
+	if err != nil {
+		return 0, fmt.Errorf("detect memory: %w", err)
+	}
+	limit, cgroup, err := host.memBound(uint64(hostMiB * (1 << 20)))
+	if err != nil {
+		log.Warn("could not read every memory limit above the cgroup root; using what was read", "err", err)
+	}
+	if limit == 0 {
+		return 0, nil
+	}
+	limitMiB := float64(limit) / (1 << 20)
+	log.Info("node memory bounded by a cgroup limit", "cgroup", cgroup, "limit_mib", limitMiB, "host_mib", hostMiB)
+	return limitMiB, nil
+}
+
+func memTotalMiB(procRoot string) (float64, error) {
+	f, err := os.Open(filepath.Join(procRoot, "meminfo"))
 	if err != nil {
 		return 0, err
 	}

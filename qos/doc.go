@@ -282,7 +282,10 @@
 // pressure (at once when MemAvailable is critical, below max(256 MiB, 5%),
 // when memory.high is at its floor, or on cgroup v1, which has no
 // memory.high), and Kill kills the newest revocable container 5 s after the
-// freeze, then the next every 10 s. After 10 s of calm (PSI below half its
+// episode's first freeze, then the next every 10 s: freezing frees nothing,
+// so a thaw by someone else (an operator, a benchmark's slices) while the
+// pressure lasts is answered by freezing again, without restarting that
+// clock. After 10 s of calm (PSI below half its
 // threshold, MemAvailable above its line by max(128 MiB, 2%)) Thaw, then Release
 // raises memory.high a step per second until it would no longer bind.
 // Guaranteed tasks carry memory.min (half their mem) and memory.low (all

@@ -402,8 +402,13 @@ var Registry = map[string]Factory{
 // first, then throttling once they have nothing left to try
 // (docs/colocation-study.md says why), and memory reclaim, which freezes
 // and kills revocable work only once reclaiming it did not relieve the
-// node ("memory" kills at once; it is kept for nodes that want that), and
-// disk I/O, which caps revocable I/O while guaranteed I/O stalls.
+// node, and disk I/O, which caps revocable I/O while guaranteed I/O stalls.
+// Reclaim alone can end memory pressure: freezing frees nothing, so its
+// kill of the newest revocable container follows KillAfter past the
+// episode's first freeze whoever thaws the subtree meanwhile. "memory"
+// (kill the largest at once) stays out: beside reclaim it would kill
+// before reclaim and freezing had their chance, and a second killer of
+// the same pressure would double the kills.
 const DefaultControllers = "cpuset,interference,reclaim,diskio"
 
 // Names returns the registered controller names, sorted.

@@ -110,9 +110,13 @@ func (c ReclaimConfig) validate() error {
 //     memory.high reached FloorBytes, when MemAvailable is critical, or
 //     when the node has no memory.high (cgroup v1), freeze the subtree
 //     (cgroup.freeze): it stops allocating;
-//  3. Kill: when pressure lasts KillAfter with the subtree frozen (or
-//     without a freezer), kill the newest revocable container, then the
-//     next after KillCooldown.
+//  3. Kill: when pressure lasts KillAfter past the episode's first freeze
+//     (or without a freezer), kill the newest revocable container, then the
+//     next after KillCooldown. Freezing stops revocable work from
+//     allocating but frees nothing, so a freeze that does not end the
+//     pressure must lead to a kill: a subtree thawed by someone else
+//     (an operator, a benchmark's slices) while pressure lasts is frozen
+//     again without restarting the kill clock.
 //
 // Each step is undone when it has been calm for CalmPeriod: Thaw first (of
 // its own freeze only: a subtree frozen by someone else stays frozen),
@@ -128,9 +132,14 @@ type MemoryReclaim struct {
 	kills        killTracker
 	pressureFrom time.Time // start of the episode's pressure; zero: none
 	stepAt       time.Time // latest Reclaim or Release
-	frozenAt     time.Time // when this controller froze the subtree
-	lastKill     time.Time
-	calmFrom     time.Time // zero: not calm
+	frozenAt     time.Time // when this controller froze the subtree (zero once thawed by anyone)
+	// escalatedAt is when this controller first froze the subtree in the
+	// current pressure episode: the kill clock (KillAfter) runs from it and
+	// is not restarted when someone else thaws the subtree and it is frozen
+	// again, since freezing holds memory and frees none.
+	escalatedAt time.Time
+	lastKill    time.Time
+	calmFrom    time.Time // zero: not calm
 }
 
 // NewMemoryReclaim returns a reclaim controller.
@@ -143,7 +152,7 @@ func (r *MemoryReclaim) Evaluate(in Input) []Correction {
 	r.kills.forgetGone(in.Containers)
 	signal, signalAt, critical := r.pressure(in, 1)
 	if signal == "" {
-		r.pressureFrom = time.Time{}
+		r.pressureFrom, r.escalatedAt = time.Time{}, time.Time{}
 		if r.calm(in) {
 			return r.undo(in)
 		}
@@ -175,7 +184,7 @@ func (r *MemoryReclaim) Evaluate(in Input) []Correction {
 	if (in.RevocableFrozen && !r.frozenAt.IsZero()) || !in.Node.Freeze {
 		// Frozen by this controller, or nothing to freeze with: kill after
 		// KillAfter.
-		since := r.frozenAt
+		since := r.escalatedAt
 		if since.IsZero() {
 			since = r.pressureFrom.Add(r.cfg.FreezeAfter)
 			if critical || !in.Node.MemoryHigh {
@@ -221,6 +230,11 @@ func (r *MemoryReclaim) Evaluate(in Input) []Correction {
 			why += fmt.Sprintf(" with memory.high at its floor %s", formatBytes(high))
 		}
 		r.frozenAt = in.Now
+		if r.escalatedAt.IsZero() {
+			r.escalatedAt = in.Now
+		} else {
+			why += fmt.Sprintf(", again (thawed by someone else; frozen first %s ago)", in.Now.Sub(r.escalatedAt).Round(time.Second))
+		}
 		return []Correction{mk(Freeze, fmt.Sprintf("%s %s; revocable work holds %s", signal, why, formatBytes(usage)))}
 	}
 	if !r.stepAt.IsZero() && in.Now.Sub(r.stepAt) < r.cfg.StepInterval {

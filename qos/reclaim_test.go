@@ -232,6 +232,21 @@ func TestReclaimShortcuts(t *testing.T) {
 			{offset: 16 * s, want: []string{"thaw"}},
 		},
 	}, {
+		// Freezing frees nothing: a thaw by someone else every 2 s (a
+		// benchmark's slices) must not keep the kill from ever coming.
+		name: "thawed by someone else under pressure: frozen again, the kill clock kept",
+		steps: []reclaimStep{
+			{offset: 0, edit: func(in *qos.Input) { in.Node.MemAvailable = 500 << 20 }, want: []string{"freeze"}},
+			{offset: 2 * s, edit: func(in *qos.Input) { in.RevocableFrozen = false }, want: []string{"freeze"}},
+			{offset: 4 * s, edit: func(in *qos.Input) { in.RevocableFrozen = false }, want: []string{"freeze"}},
+			{offset: 5 * s, want: []string{"kill batch-3"}},
+			{offset: 6 * s, edit: func(in *qos.Input) { drop("batch-3")(in); in.RevocableFrozen = false }, want: []string{"freeze"}},
+			{offset: 15 * s, want: []string{"kill batch-2"}}, // KillCooldown after the first kill
+			{offset: 16 * s, edit: func(in *qos.Input) { drop("batch-2")(in); plenty(in) }, want: nil},
+			{offset: 26 * s, want: []string{"thaw"}},
+		},
+		reasons: map[int]string{1: "again (thawed by someone else; frozen first 2s ago)", 3: "batch-3 is the newest"},
+	}, {
 		name: "no revocable work: nothing, even critical",
 		steps: []reclaimStep{
 			{offset: 0, edit: func(in *qos.Input) { in.Node.MemAvailable = 100 << 20; in.Containers = in.Containers[:2] }, want: nil},

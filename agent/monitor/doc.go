@@ -100,6 +100,9 @@
 // node. Without such a limit nothing more is read per sample. A failed read
 // of the bounding cgroup leaves the host's figures, is reported in the
 // sample's error and makes the next node sample re-read the limits.
+// Monitor.MemoryLimit reads the same bound on demand: the agent registers
+// at most that much mem, so its estimator never offers as slack memory the
+// limit cannot back.
 //
 // # Interval figures
 //

@@ -206,3 +206,24 @@ func (m *Monitor) boundNodeMemory(now time.Time, u *Usage) error {
 	u.MemUsage = st.MemLimitBytes - min(st.MemLimitBytes, st.MemAvailableBytes)
 	return err
 }
+
+// MemoryLimit returns the limit that bounds the node's memory, the same one
+// the node samples use (see Config.CgroupRoot): the lowest finite memory
+// limit below hostTotal (bytes) among the agent's cgroup root and its
+// ancestors, and that cgroup's directory; 0 and "" when none does (no
+// cgroup root, no memory hierarchy, or no such limit). It reads the limits
+// now, apart from the sampling loop's cached scan, so it may be called
+// before the first sample (the agent sizes its mem resource with it). An
+// unreadable limit file is an error beside whatever the others gave.
+func (m *Monitor) MemoryLimit(hostTotal uint64) (limit uint64, cgroup string, err error) {
+	b, err := newNodeBound(m.host.layout, m.cfg.CgroupRoot)
+	if err != nil || b == nil {
+		return 0, "", err
+	}
+	defer b.close()
+	_, err = b.rescan(m.cfg.Now(), hostTotal)
+	if b.chosen < 0 {
+		return 0, "", err
+	}
+	return b.limit, b.dirs[b.chosen], err
+}

@@ -22,14 +22,16 @@
 //     cache (memory bandwidth and cache pollution);
 //   - forkexec: four shell loops starting /bin/true (fork/exec churn);
 //   - memory: a node whose memory is bounded (the agent's cgroup root goes
-//     under a cgroup of the benchmark's own with a memory limit of 1.5 GiB,
-//     while the agent is told of 2 GiB), a server allocated all of it whose
-//     requests read random pages of a 384 MiB file (a page-cache working
-//     set: the node's only reclaimable memory, so that best-effort memory
-//     costs the server disk reads), and three tasks that allocate 448 MiB,
-//     hold it 4 s and free it, in turns; S is the memory they hold on
-//     average over the shared slices over the revocable mem estimate (the
-//     memory slack offered);
+//     under a cgroup of the benchmark's own with a memory limit of 1.5 GiB;
+//     the agent, told of 2 GiB, registers the 1.5 its limit backs), a
+//     server allocated all of it whose requests read random pages of a
+//     384 MiB file (a page-cache working set: the node's only reclaimable
+//     memory, so that best-effort memory costs the server disk reads), and
+//     three tasks sized to fit the slack that allocate 320 MiB, hold it 4 s
+//     and free it, in turns; S is the memory they hold on average over the
+//     shared slices over the revocable mem estimate (the memory slack
+//     offered); a noop run that neither hit the node's limit nor left it
+//     with 256 MiB or less available measured no competition (NOT VALID);
 //   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
 //     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request. Its slices go in fours:

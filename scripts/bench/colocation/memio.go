@@ -437,3 +437,26 @@ func nodeLimitHits(l cgroups.Layout, rel string) (uint64, error) {
 	}
 	return v, nil
 }
+
+// nodeAvailable is what the node cgroup rel (makeNodeCgroup, whose limit
+// is limit bytes) has available as the agent's monitor reckons it: the
+// limit less its charged memory net of inactive page cache (v2
+// memory.current and memory.stat inactive_file, v1 memory.usage_in_bytes
+// and total_inactive_file).
+func nodeAvailable(l cgroups.Layout, rel string, limit uint64) (uint64, error) {
+	dir, usageFile, inactiveKey := filepath.Join(l.Unified, rel), "memory.current", "inactive_file"
+	if l.Mode != cgroups.ModeV2 {
+		dir, usageFile, inactiveKey = filepath.Join(l.Memory, rel), "memory.usage_in_bytes", "total_inactive_file"
+	}
+	data, err := os.ReadFile(filepath.Join(dir, usageFile))
+	if err != nil {
+		return 0, err
+	}
+	usage, err := strconv.ParseUint(strings.TrimSpace(string(data)), 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %w", usageFile, err)
+	}
+	inactive, _ := statField(filepath.Join(dir, "memory.stat"), inactiveKey)
+	used := usage - min(usage, inactive)
+	return limit - min(limit, used), nil
+}

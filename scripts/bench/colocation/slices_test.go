@@ -161,20 +161,26 @@ func TestSaturated(t *testing.T) {
 func TestNotCompeting(t *testing.T) {
 	t.Parallel()
 	hits := func(n uint64) *uint64 { return &n }
+	mib := func(v float64) *float64 { return &v }
 	for _, c := range []struct {
 		config string
 		hits   *uint64
+		avail  *float64
 		want   bool
 	}{
-		{"noop", hits(0), true},
-		{"noop", hits(3), false},
-		{"noop", nil, false},
-		{"cpuset,interference,reclaim,diskio", hits(0), false},
-		{"cpuset,interference,reclaim,diskio", hits(5), false},
+		{"noop", hits(0), nil, true},
+		{"noop", hits(0), mib(900), true},
+		{"noop", hits(0), mib(pressedMiB + 1), true},
+		{"noop", hits(0), mib(pressedMiB), false}, // pressed to the critical line
+		{"noop", hits(0), mib(90), false},
+		{"noop", hits(3), mib(900), false},
+		{"noop", nil, nil, false},
+		{"cpuset,interference,reclaim,diskio", hits(0), mib(900), false},
+		{"cpuset,interference,reclaim,diskio", hits(5), nil, false},
 	} {
-		r := runResult{Config: c.config, NodeLimitHits: c.hits}
+		r := runResult{Config: c.config, NodeLimitHits: c.hits, NodeMinAvailableMiB: c.avail}
 		if got := notCompeting(r); got != c.want {
-			t.Errorf("notCompeting(%s, hits %v) = %v, want %v", c.config, c.hits, got, c.want)
+			t.Errorf("notCompeting(%s, hits %v, available %v) = %v, want %v", c.config, c.hits, c.avail, got, c.want)
 		}
 	}
 	results := []runResult{
