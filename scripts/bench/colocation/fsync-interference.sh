@@ -32,10 +32,24 @@ else
 fi
 cg=$cgroot/fsync-interference.$$
 srv= loop= mnt=$work/fs
+# Each writer runs in a process group of its own (setsid), killed whole:
+# a shell loop must not start another dd between its children's death and
+# its own.
+stop_writer() {
+	if [ -n "${wpid:-}" ]; then
+		kill -- -"$wpid" 2>/dev/null || true
+		wait "$wpid" 2>/dev/null || true
+	fi
+	wpid=
+}
+umount_retry() { # a killed writer's last direct writes may hold the mount a moment
+	for _ in $(seq 50); do umount "$1" 2>/dev/null && return; sleep 0.2; done
+	umount "$1"
+}
 cleanup() {
 	set +e
-	[ -n "${wpid:-}" ] && { pkill -P "$wpid"; kill "$wpid"; wait "$wpid"; } 2>/dev/null
-	mountpoint -q "$mnt" && umount "$mnt"
+	stop_writer
+	mountpoint -q "$mnt" && umount_retry "$mnt"
 	[ -n "$loop" ] && losetup -d "$loop"
 	[ -n "$srv" ] && { kill "$srv"; wait "$srv"; } 2>/dev/null
 	mountpoint -q "$work/fuse" && umount "$work/fuse"
@@ -67,7 +81,7 @@ setup() { # $1: losetup options
 }
 
 teardown() {
-	umount "$mnt"; losetup -d "$loop"; loop=
+	umount_retry "$mnt"; losetup -d "$loop"; loop=
 	kill "$srv"; wait "$srv" 2>/dev/null || true; srv=
 	mountpoint -q "$work/fuse" && umount "$work/fuse"
 	umount "$work/store"
@@ -89,7 +103,7 @@ case_() { # name cgroup-for-writers cmd...
 	cd "$mnt"
 	wpid=
 	if [ $# -gt 0 ]; then
-		bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$wcg" "$@" >/dev/null 2>&1 &
+		setsid bash -c 'echo $$ >"$0/cgroup.procs"; exec "$@"' "$wcg" "$@" >/dev/null 2>&1 &
 		wpid=$!
 		sleep 3
 	fi
@@ -99,8 +113,7 @@ case_() { # name cgroup-for-writers cmd...
 	b0=$(written "${files[@]}") t0=$(date +%s%N)
 	out=$(bash -c 'echo $$ >"$0/cgroup.procs"; exec "$1" --file probe.dat' "$cg/s" "$bin/fsyncprobe")
 	b1=$(written "${files[@]}") t1=$(date +%s%N)
-	if [ -n "$wpid" ]; then pkill -P "$wpid" || true; kill "$wpid" 2>/dev/null || true; wait "$wpid" 2>/dev/null || true; fi
-	wpid=
+	stop_writer
 	printf '%-34s %s writer %s MiB/s\n' "$name" "$out" "$(awk -v b=$((b1 - b0)) -v t=$((t1 - t0)) 'BEGIN {printf "%.0f", b / (t / 1e9) / 1048576}')"
 }
 
