@@ -30,7 +30,7 @@
 //     hold it 4 s and free it, in turns; S is the memory they hold on
 //     average over the shared slices over the revocable mem estimate (the
 //     memory slack offered);
-//   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
+//   - io: two writers streaming 1 MiB blocks with O_DIRECT over 256 MiB
 //     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request. Its slices go in fours:
 //     writers frozen (the server alone), writers thawed (beside it),
