@@ -33,7 +33,8 @@ func main() {
 	lat := make([]time.Duration, 0, *n)
 	for range *n {
 		start := time.Now()
-		if _, err := f.WriteAt(record, 0); err == nil {
+		_, err := f.WriteAt(record, 0)
+		if err == nil {
 			err = f.Sync()
 		}
 		if err != nil {
