@@ -48,6 +48,7 @@ umount_retry() { # a killed writer's last direct writes may hold the mount a mom
 }
 cleanup() {
 	set +e
+	cd / # a signal may come while the shell's directory is the file system
 	stop_writer
 	mountpoint -q "$mnt" && umount_retry "$mnt"
 	[ -n "$loop" ] && losetup -d "$loop"
