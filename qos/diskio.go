@@ -29,6 +29,20 @@ type DiskIOConfig struct {
 	// 10: fewer make the p99 the maximum of a handful).
 	SyncP99Enter time.Duration
 	MinSyncs     uint64
+	// SyncRatioEnter makes the fsync signal relative as well: a guaranteed
+	// container's fsync p99 over SyncRatioEnter times its quiet p99 (its
+	// fsync p99 over intervals in which revocable work wrote nothing,
+	// averaged with weight SyncQuietWeight; unknown until such an
+	// interval) delays revocable I/O, when that is at least SyncP99Min;
+	// calm below 1 + (SyncRatioEnter-1)/2 times the quiet p99 (default 2,
+	// 2 ms, 0.25; 0 ignores the relative signal). A fast disk's fsync
+	// can triple beside a writer (1 to 3-5 ms on the benchmark's modelled
+	// disk) without reaching an absolute threshold that suits a cloud
+	// volume (25 ms), and a service that commits in turn saturates at
+	// the tripled figure.
+	SyncRatioEnter  float64
+	SyncP99Min      time.Duration
+	SyncQuietWeight float64
 	// BlockP99Enter is the p99 latency of a guaranteed container's own
 	// block requests (eBPF: submission to completion, queueing behind
 	// revocable I/O included) above which its I/O is delayed (default
@@ -64,6 +78,7 @@ type DiskIOConfig struct {
 func DefaultDiskIOConfig() DiskIOConfig {
 	return DiskIOConfig{
 		SomeEnter: 10, FullEnter: 5, SyncP99Enter: 20 * time.Millisecond, MinSyncs: 10,
+		SyncRatioEnter: 2, SyncP99Min: 2 * time.Millisecond, SyncQuietWeight: 0.25,
 		BlockP99Enter: 20 * time.Millisecond, MinBlockIOs: 10,
 		StartBytesPerSecond: 256 << 20,
 		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorFraction: 0.35, FloorBytesPerSecond: 1 << 20,
@@ -81,6 +96,15 @@ func (c DiskIOConfig) validate() error {
 	}
 	if c.SyncP99Enter < 0 {
 		bad("sync p99 enter must not be negative, got %v", c.SyncP99Enter)
+	}
+	if c.SyncRatioEnter != 0 && !(c.SyncRatioEnter > 1) {
+		bad("sync ratio enter must be over 1 (or 0: off), got %v", c.SyncRatioEnter)
+	}
+	if c.SyncP99Min < 0 {
+		bad("sync p99 min must not be negative, got %v", c.SyncP99Min)
+	}
+	if c.SyncRatioEnter != 0 && !(c.SyncQuietWeight > 0 && c.SyncQuietWeight <= 1) {
+		bad("sync quiet weight must be in (0, 1], got %v", c.SyncQuietWeight)
 	}
 	if c.BlockP99Enter < 0 {
 		bad("block p99 enter must not be negative, got %v", c.BlockP99Enter)
@@ -130,7 +154,18 @@ type DiskIOController struct {
 	lastAt       time.Time
 	lastUncapped bool
 	learned      float64 // bytes per second: revocable I/O's highest uncapped rate
+
+	// quiet is each guaranteed container's fsync p99 over intervals in
+	// which revocable work wrote nothing (a moving average), pruned to
+	// the containers of the latest input, at most maxQuietSyncs.
+	quiet     map[string]time.Duration
+	prevBytes uint64 // the revocable counter at the previous evaluation
+	prevSeen  bool
 }
+
+// maxQuietSyncs bounds the quiet fsync p99s kept: containers beyond it
+// (a node runs far fewer) are judged by the absolute threshold only.
+const maxQuietSyncs = 4096
 
 // minRateInterval is the shortest interval over which the controller
 // takes a rate of revocable I/O: shorter ones magnify a burst.
@@ -157,6 +192,43 @@ func (d *DiskIOController) learn(in Input) {
 	d.lastBytes, d.lastAt, d.lastUncapped = in.RevocableIOBytes, in.Now, uncapped
 }
 
+// learnQuiet updates each guaranteed container's quiet fsync p99 from an
+// interval in which the revocable subtree's write counter did not move
+// (revocable work wrote nothing: frozen, idle or not there), and forgets
+// the containers no longer in the input.
+func (d *DiskIOController) learnQuiet(in Input) {
+	if d.cfg.SyncRatioEnter == 0 {
+		return
+	}
+	// A counter still at 0 says nothing: no revocable I/O yet, or no
+	// counter at all.
+	idle := d.prevSeen && in.RevocableIOBytes > 0 && in.RevocableIOBytes == d.prevBytes
+	d.prevBytes, d.prevSeen = in.RevocableIOBytes, true
+	if d.quiet == nil {
+		d.quiet = make(map[string]time.Duration)
+	}
+	present := make(map[string]bool, len(in.Containers))
+	for i := range in.Containers {
+		c := &in.Containers[i]
+		present[c.ID] = true
+		if !idle || !c.guarded() || c.Syncs < max(d.cfg.MinSyncs, 1) || c.SyncP99 <= 0 {
+			continue
+		}
+		q, ok := d.quiet[c.ID]
+		switch {
+		case ok:
+			d.quiet[c.ID] = q + time.Duration(d.cfg.SyncQuietWeight*float64(c.SyncP99-q))
+		case len(d.quiet) < maxQuietSyncs:
+			d.quiet[c.ID] = c.SyncP99
+		}
+	}
+	for id := range d.quiet {
+		if !present[id] {
+			delete(d.quiet, id)
+		}
+	}
+}
+
 // rates returns the start of the cap (the disk rate when known, else
 // StartBytesPerSecond), its floor, and where the floor comes from.
 func (d *DiskIOController) rates(in Input) (start, floor float64, why string) {
@@ -180,6 +252,7 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 		return nil
 	}
 	d.learn(in)
+	d.learnQuiet(in)
 	signal, at := d.pressure(in, 1)
 	limit := in.RevocableIOLimit
 	start, floor, floorWhy := d.rates(in)
@@ -238,6 +311,12 @@ func (d *DiskIOController) pressure(in Input, scale float64) (string, time.Time)
 		}
 		if enter := time.Duration(float64(cfg.SyncP99Enter) * scale); enter > 0 && c.Syncs >= max(cfg.MinSyncs, 1) && c.SyncP99 > enter {
 			return fmt.Sprintf("%s fsync p99 %s over %d > %s", c.ID, c.SyncP99, c.Syncs, enter), c.sampledAt(in.Now)
+		}
+		if q, ok := d.quiet[c.ID]; ok && cfg.SyncRatioEnter > 0 && c.Syncs >= max(cfg.MinSyncs, 1) {
+			ratio := 1 + (cfg.SyncRatioEnter-1)*scale
+			if enter := max(time.Duration(ratio*float64(q)), cfg.SyncP99Min); c.SyncP99 > enter {
+				return fmt.Sprintf("%s fsync p99 %s over %d > %.2g x %s (its p99 while revocable work wrote nothing)", c.ID, c.SyncP99, c.Syncs, ratio, q.Round(10*time.Microsecond)), c.sampledAt(in.Now)
+			}
 		}
 		if enter := time.Duration(float64(cfg.BlockP99Enter) * scale); enter > 0 && c.BlockIOs >= max(cfg.MinBlockIOs, 1) && c.BlockP99 > enter {
 			return fmt.Sprintf("%s block I/O p99 %s over %d requests > %s", c.ID, c.BlockP99, c.BlockIOs, enter), c.sampledAt(in.Now)

@@ -287,3 +287,72 @@ func TestDiskIOBlockLatency(t *testing.T) {
 	}
 	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
 }
+
+// TestDiskIOQuietSyncRatio: the controller learns each guaranteed
+// container's fsync p99 over intervals in which revocable work wrote
+// nothing (its counter did not move) and delays revocable I/O when the p99
+// exceeds twice that (never under 2 ms), well under the absolute 20 ms;
+// calm is below 1.5 times it. A counter at 0 teaches nothing, and a
+// container that leaves is forgotten.
+func TestDiskIOQuietSyncRatio(t *testing.T) {
+	t.Parallel()
+	s, ms, us := time.Second, time.Millisecond, time.Microsecond
+	const mib = 1 << 20
+	step := func(bytes uint64, p99 time.Duration) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.RevocableIOBytes = bytes * mib
+			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, p99, in.Now
+		}
+	}
+	steps := []ioStep{
+		{0, step(0, 900*us), "", ""},
+		{s, step(0, 900*us), "", ""},     // a counter at 0: nothing learned
+		{2 * s, step(100, 3*ms), "", ""}, // writing, nothing known yet: 3 ms < 20 ms
+		{3 * s, step(100, 1*ms), "", ""}, // wrote nothing since 2 s: quiet p99 1 ms
+		{4 * s, step(100, 2*ms), "", ""}, // quiet: 1 + 0.25 x (2 - 1) = 1.25 ms; 2 ms is no signal
+		{5 * s, step(200, 3*ms), "throttle 50.0", "web-1 fsync p99 3ms over 400 > 2 x 1.25ms (its p99 while revocable work wrote nothing); revocable disk I/O cap 50.0 MiB/s"},
+		{7 * s, step(290, 2200*us), "", ""}, // under 2.5 ms, over calm (1.5 x 1.25 = 1.875, raised to 2 ms): hold
+		{8 * s, step(340, 1500*us), "", ""}, // calm begins
+		{13 * s, step(590, 1500*us), "unthrottle 60.0", "guaranteed I/O calm for 5s"},
+		{14 * s, func(in *qos.Input) { // web-1 leaves: its quiet p99 is forgotten
+			step(640, 0)(in)
+			in.Containers[0].ID, in.Containers[0].Syncs = "web-2", 0
+		}, "unthrottle 70.0", ""},
+		{15 * s, func(in *qos.Input) { in.Containers[0].ID = "web-1"; step(690, 3*ms)(in) }, "unthrottle 80.0", ""}, // back: 3 ms judged by 20 ms only
+	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
+
+	// The relative threshold is never under SyncP99Min: a quiet p99 of
+	// 0.4 ms and 1.5 ms beside a writer (3.75x) is no signal.
+	small := []ioStep{
+		{0, step(100, 400*us), "", ""},
+		{s, step(100, 400*us), "", ""},
+		{2 * s, step(200, 1500*us), "", ""},
+		{3 * s, step(300, 2100*us), "throttle 50.0", ""},
+	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), small)
+
+	// SyncRatioEnter 0 turns the relative signal off.
+	off := qos.DefaultDiskIOConfig()
+	off.SyncRatioEnter = 0
+	runIOSteps(t, qos.NewDiskIO(off), []ioStep{
+		{0, step(100, 1*ms), "", ""},
+		{s, step(100, 1*ms), "", ""},
+		{2 * s, step(200, 5*ms), "", ""},
+	})
+
+	for _, tc := range []struct {
+		edit func(*qos.DiskIOConfig)
+		want string
+	}{
+		{func(c *qos.DiskIOConfig) { c.SyncRatioEnter = 0.8 }, "sync ratio enter must be over 1"},
+		{func(c *qos.DiskIOConfig) { c.SyncP99Min = -ms }, "sync p99 min must not be negative"},
+		{func(c *qos.DiskIOConfig) { c.SyncQuietWeight = 0 }, "sync quiet weight must be in (0, 1]"},
+	} {
+		cfg := qos.DefaultConfig()
+		tc.edit(&cfg.DiskIO)
+		if _, err := qos.NewSet([]string{"diskio"}, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("NewSet: %v, want an error containing %q", err, tc.want)
+		}
+	}
+}

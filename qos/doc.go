@@ -297,7 +297,10 @@
 // the per-device cap. It halves the cap every DecreaseInterval while a
 // guaranteed or protected container's fsync p99 over the last interval
 // (eBPF, Container.SyncP99, over at least MinSyncs fsyncs) exceeds
-// SyncP99Enter, or its own block requests' p99 (eBPF, Container.BlockP99,
+// SyncP99Enter or SyncRatioEnter times its quiet fsync p99 (its p99 over
+// intervals in which revocable work wrote nothing, a moving average; the
+// relative threshold at least SyncP99Min; calm below 1.5 times it), or
+// its own block requests' p99 (eBPF, Container.BlockP99,
 // over at least MinBlockIOs) exceeds BlockP99Enter, or its io.pressure some avg10 exceeds SomeEnter (full:
 // FullEnter), never twice on one sample, down to a floor that leaves
 // revocable work its share: FloorFraction of the disk rate (the node's
@@ -335,7 +338,7 @@
 //	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), Some/FullEnter 10 / 2 %,
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
-//	diskio        SyncP99Enter 20 ms over MinSyncs 10, BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
+//	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
 //	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s

@@ -104,6 +104,8 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	// Disk I/O QoS (#28): the diskio controller's signal and pace.
 	dio := &s.QoS.DiskIO
 	fs.DurationVar(&dio.SyncP99Enter, "qos-diskio-sync-p99", dio.SyncP99Enter, "diskio: a guaranteed task's fsync p99 (eBPF, ext4) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore fsync latency)")
+	fs.Float64Var(&dio.SyncRatioEnter, "qos-diskio-sync-ratio", dio.SyncRatioEnter, "diskio: a guaranteed task's fsync p99 above this many times its p99 while revocable work wrote nothing (and at least --qos-diskio-sync-p99-min) halves the revocable disk I/O cap (0: absolute threshold only)")
+	fs.DurationVar(&dio.SyncP99Min, "qos-diskio-sync-p99-min", dio.SyncP99Min, "diskio: the relative fsync threshold (--qos-diskio-sync-ratio) is never below this")
 	fs.Uint64Var(&dio.MinSyncs, "qos-diskio-min-syncs", dio.MinSyncs, "diskio: fewest fsyncs of a guaranteed task in a monitor interval whose p99 counts (fewer make it their maximum)")
 	fs.DurationVar(&dio.BlockP99Enter, "qos-diskio-block-p99", dio.BlockP99Enter, "diskio: a guaranteed task's own block requests' p99 latency (eBPF, submission to completion) above this over an interval halves the revocable disk I/O cap (calm below half; 0: ignore)")
 	fs.Uint64Var(&dio.MinBlockIOs, "qos-diskio-min-block-ios", dio.MinBlockIOs, "diskio: fewest block requests of a guaranteed task in a monitor interval whose p99 counts")

@@ -158,7 +158,7 @@ func sleepPrecise(d time.Duration) {
 func (f *modelFile) Open(context.Context, uint32) (fs.FileHandle, uint32, syscall.Errno) {
 	// Direct I/O: no FUSE page cache between the loop device and the
 	// model; parallel: a write does not wait for the file lock behind
-	// another (a writer's 8 MiB), as commands do not on a disk.
+	// another (a writer's 1 MiB), as commands do not on a disk.
 	return nil, fuse.FOPEN_DIRECT_IO | fuse.FOPEN_PARALLEL_DIRECT_WRITES, 0
 }
 

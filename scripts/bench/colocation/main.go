@@ -32,7 +32,7 @@
 //     shared slices over the revocable mem estimate (the memory slack
 //     offered); a noop run that neither hit the node's limit nor left it
 //     with 256 MiB or less available measured no competition (NOT VALID);
-//   - io: two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB
+//   - io: two writers streaming 1 MiB blocks with O_DIRECT over 256 MiB
 //     files, two writes in flight each (hog --write), beside a server
 //     that writes and fsyncs 4 KiB per request. Its slices go in fours:
 //     writers frozen (the server alone), writers thawed (beside it),

@@ -149,17 +149,23 @@ var scenarios = []scenario{
 		command: func(string) string {
 			return `while :; do dd if=/dev/zero bs=320M count=1 2>/dev/null | sleep 4; sleep 2; done`
 		}},
-	// Two writers streaming 8 MiB blocks with O_DIRECT over 256 MiB files,
+	// Two writers streaming 1 MiB blocks with O_DIRECT over 256 MiB files,
 	// two writes in flight each (so that v1 blkio sees their writes, and
 	// so that on a loaded machine they are bound by the disk, not by the
 	// CPU they get at idle priority: dd copying /dev/zero wrote 1-9 MiB/s
 	// there) beside a server that fsyncs 4 KiB per request. What is in
 	// flight is kept small: a frozen writer's writes already queued in the
 	// throttle still go out, and 4 x 16 MiB each took the whole 2 s frozen
-	// slice to drain at a 66 MiB/s cap.
+	// slice to drain at a 66 MiB/s cap. 1 MiB, as dd bs=1M or a spill
+	// file's writes, not 8: blk-throttle releases a capped write whole,
+	// and the disk then serves it back to back, so the write's size is
+	// how long every fsync beside it pays (8 MiB: 62 ms on the modelled
+	// disk, during which a server that commits in turn falls behind);
+	// fsync-interference.sh shows the size does not change what one
+	// fsync pays (about 2 ms).
 	{name: "io", tasks: 2, res: "cpus:0.25;mem:128", serverArgs: "--fsync .", share: ioShare, writerAlone: true, disk: true, warmWrites: 2 * 256 << 20, minSlices: 40,
 		command: func(bin string) string {
-			return filepath.Join(bin, "hog") + " --write be.dat --mib 8 --file-mib 256 --depth 2"
+			return filepath.Join(bin, "hog") + " --write be.dat --mib 1 --file-mib 256 --depth 2"
 		}},
 }
 
