@@ -69,9 +69,11 @@
 //     --oversubscribed-resources-interval, just after the monitor's first
 //     sample following each tick, or at a sample a quarter interval or
 //     less before the tick (estimateSchedule), so that each estimate has
-//     seen every sample up to its time. The monitor's and this loop's
-//     timers fire on one grid (internal/tick), so the runtime wakes once
-//     per period for both.
+//     seen every sample up to its time. The ticks are those of the
+//     monitor's grid (internal/tick), fed to the schedule at the samples
+//     (lazyTicks): the loop wakes for the monitor's passes only, and on a
+//     timer of its own only when the monitor stalls. The monitor's
+//     goroutine wakes the QoS loop only for the passes that evaluate.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and

@@ -150,43 +150,72 @@ func (l *estimateLoop) sampleTaken() {
 
 // Run estimates once per interval until ctx ends: right after the
 // monitor's first pass following each tick when the monitor samples at
-// least as often (estimateSchedule), at the tick otherwise.
+// least as often (estimateSchedule; the ticks are fed at the passes,
+// lazyTicks, so that the loop wakes once per pass, not at the tick too),
+// at the tick otherwise.
 func (l *estimateLoop) Run(ctx context.Context) error {
-	// On the monitor's grid (internal/tick): both timers fire in one
-	// wake-up of the runtime, the tick just before the sample it waits for.
-	timer := tick.NewAligned(l.interval)
-	defer timer.Stop()
 	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval, interval: l.interval}
+	if !sched.aligned {
+		// On the monitor's grid (internal/tick): both timers fire in one
+		// wake-up of the runtime.
+		timer := tick.NewAligned(l.interval)
+		defer timer.Stop()
+		var points []monitor.Point
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case now := <-timer.C:
+				timer.Next()
+				if sched.tick(now) {
+					points = l.runOnce(ctx, points)
+				}
+			}
+		}
+	}
+	// Aligned: the ticks are fed at the samples (lazyTicks), and the
+	// timer wakes the loop only when a tick would run an estimate itself.
+	now := time.Now()
+	ticks := lazyTicks{next: now.Add(tick.Until(now, l.interval)), interval: l.interval}
+	timer := time.NewTimer(time.Until(ticks.wake(&sched)))
+	defer timer.Stop()
 	var points []monitor.Point
 	for {
+		run := false
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case now := <-timer.C:
-			timer.Next()
-			if !sched.tick(now) {
-				continue
-			}
+		case <-timer.C:
+			run = ticks.feed(&sched, time.Now())
 		case <-l.sampled:
-			if !sched.sampled(time.Now()) {
-				continue
-			}
+			now := time.Now()
+			run = ticks.feed(&sched, now)
+			run = sched.sampled(now) || run
 		}
-		l.adoptProfile()
-		e, in, pts := l.publish(time.Now(), points)
-		points = pts
-		if l.network != nil && l.total.Bandwidth() > 0 {
-			// The revocable total is paced to the network slack.
-			if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
-				l.log.Warn("network QoS: pace revocable egress to the estimate", "err", err)
-			}
+		timer.Reset(time.Until(ticks.wake(&sched)))
+		if run {
+			points = l.runOnce(ctx, points)
 		}
-		l.send(ctx, e.revocable)
-		// After the active estimate is published and sent: a shadow can
-		// neither change nor delay it.
-		l.shadows.estimate(in, e.revocable.CPUs())
-		l.rollout.estimate(in, e.revocable.CPUs())
 	}
+}
+
+// runOnce makes, publishes and sends one estimate, then runs the shadows
+// on its input. points is a reusable buffer.
+func (l *estimateLoop) runOnce(ctx context.Context, points []monitor.Point) []monitor.Point {
+	l.adoptProfile()
+	e, in, points := l.publish(time.Now(), points)
+	if l.network != nil && l.total.Bandwidth() > 0 {
+		// The revocable total is paced to the network slack.
+		if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
+			l.log.Warn("network QoS: pace revocable egress to the estimate", "err", err)
+		}
+	}
+	l.send(ctx, e.revocable)
+	// After the active estimate is published and sent: a shadow can
+	// neither change nor delay it.
+	l.shadows.estimate(in, e.revocable.CPUs())
+	l.rollout.estimate(in, e.revocable.CPUs())
+	return points
 }
 
 // adoptProfile takes the estimator a node profile applied, if any, and
