@@ -97,6 +97,10 @@ type Layout struct {
 	// (blkio.throttle.*), where the revocable subtree's disk I/O is capped;
 	// empty otherwise (see io.go).
 	Blkio string `json:"blkio,omitempty"`
+	// Files, when set, keeps the control files that CPULimit, CPUs,
+	// MemoryHigh, Frozen, IOLimit and IOBytes read open between reads
+	// (OpenFiles); nil reads them with os.ReadFile.
+	Files *OpenFiles `json:"-"`
 }
 
 // Detect finds the layout of the cgroup hierarchies under mountpoint. It only
@@ -170,6 +174,10 @@ type Paths struct {
 	// v1 blkio hierarchy a revocable cgroup's processes join: the revocable
 	// subtree's, whose cap they share. Dirs does not list it.
 	Blkio string `json:"blkio,omitempty"`
+	// Files, when set, keeps the control files that CPULimit, CPUs,
+	// MemoryHigh, Frozen, IOLimit and IOBytes read open between reads
+	// (OpenFiles); nil reads them with os.ReadFile.
+	Files *OpenFiles `json:"-"`
 }
 
 // PathsOf returns the directories of the cgroup at rel (relative to every
