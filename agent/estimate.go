@@ -105,7 +105,8 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{estimator: l.name})
-	l.aligned = l.monitor != nil && l.monitor.Interval() <= l.interval
+	// Without an estimator Run is not started and passes make no estimate.
+	l.aligned = l.estimator != nil && l.monitor != nil && l.monitor.Interval() <= l.interval
 	l.sched = estimateSchedule{aligned: l.aligned, interval: l.interval}
 	l.toSend = make(chan struct{}, 1)
 	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
@@ -222,6 +223,9 @@ func (l *estimateLoop) estimateLocked(send func()) bool {
 		send()
 	}
 	wake := false
+	if l.session == nil {
+		return false
+	}
 	if _, sessionID, ok := l.session.Current(); ok && (sessionID != l.signalledFor || !l.signalled.Equal(e.revocable)) {
 		l.signalled, l.signalledFor, wake = e.revocable, sessionID, true
 	}

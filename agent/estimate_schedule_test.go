@@ -6,6 +6,9 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/resources"
 )
 
 // TestEstimateSchedule: aligned to the monitor, an estimate runs right after
@@ -127,5 +130,41 @@ func TestLazyTicksMatchTimerTicks(t *testing.T) {
 		if fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Errorf("samples at %v ms: lazy estimates at %v, timer ticks at %v", samples, got, want)
 		}
+	}
+}
+
+// TestSampleTakenEstimates: aligned to the monitor, the end of a pass
+// makes the estimate on the caller's goroutine (latest moves to the pass's
+// time) without Run; without an estimator (Run is not started) a pass
+// makes none and does not fail.
+func TestSampleTakenEstimates(t *testing.T) {
+	t.Parallel()
+	m, _ := fakeMonitorNode(t, 100)
+	est, err := estimator.New("fast", estimator.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Logger: quietLog(), Monitor: m, Containerizer: newFakeContainerizer(), EstimateInterval: m.Interval(), Estimator: est, EstimatorName: "fast"}
+	l := newEstimateLoop(cfg, resources.MustParse("cpus:4;mem:1024"), nil, nil)
+	if !l.aligned {
+		t.Fatal("a monitor sampling at the estimate interval: not aligned")
+	}
+	// A tick has passed since the schedule started: the pass runs its
+	// estimate.
+	before := time.Now()
+	l.ticks = lazyTicks{next: before.Add(-time.Millisecond), interval: l.interval}
+	l.sampleTaken()
+	if at := l.latest.Load().at; at.Before(before) {
+		t.Errorf("after a pass the latest estimate is from %v, want at or after %v", at, before)
+	}
+	cfg.Estimator = nil
+	l = newEstimateLoop(cfg, resources.MustParse("cpus:4;mem:1024"), nil, nil)
+	if l.aligned {
+		t.Error("no estimator: aligned")
+	}
+	l.ticks = lazyTicks{next: time.Now().Add(-time.Millisecond), interval: l.interval}
+	l.sampleTaken()
+	if at := l.latest.Load().at; !at.IsZero() {
+		t.Errorf("no estimator: an estimate at %v", at)
 	}
 }
