@@ -174,10 +174,6 @@ type Paths struct {
 	// v1 blkio hierarchy a revocable cgroup's processes join: the revocable
 	// subtree's, whose cap they share. Dirs does not list it.
 	Blkio string `json:"blkio,omitempty"`
-	// Files, when set, keeps the control files that CPULimit, CPUs,
-	// MemoryHigh, Frozen, IOLimit and IOBytes read open between reads
-	// (OpenFiles); nil reads them with os.ReadFile.
-	Files *OpenFiles `json:"-"`
 }
 
 // PathsOf returns the directories of the cgroup at rel (relative to every
