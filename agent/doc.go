@@ -69,9 +69,13 @@
 //     --oversubscribed-resources-interval, just after the monitor's first
 //     sample following each tick, or at a sample a quarter interval or
 //     less before the tick (estimateSchedule), so that each estimate has
-//     seen every sample up to its time. The monitor's and this loop's
-//     timers fire on one grid (internal/tick), so the runtime wakes once
-//     per period for both.
+//     seen every sample up to its time. The ticks are those of the
+//     monitor's grid (internal/tick), fed to the schedule at the samples
+//     (lazyTicks), and the estimates are made on the monitor's goroutine
+//     at the end of its passes: the loop's own goroutine wakes only to
+//     send an estimate that changed (or in a new session) and, on a timer,
+//     when the monitor stalls. The monitor's goroutine wakes the QoS loop
+//     only for the passes that evaluate.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and
@@ -83,7 +87,8 @@
 //     run right after a monitor pass, on a sample just taken
 //     (qosSchedule), rather than on a timer of their own.
 //   - shadowSet (with --shadow): the shadows and the active settings'
-//     score, run by the two loops above on their own goroutines (each
+//     score, run by the two loops above (the estimates' under
+//     estimateLoop.mu, on the monitor's or the loop's goroutine; each
 //     shadow has one lock per loop, held for memory only).
 //   - node profiles (profile.go, #29): a ProfileApplyCommand's settings
 //     (ProfileFlags only) are parsed over the agent's flags, validated and

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"math"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -38,8 +39,10 @@ type estimate struct {
 
 // estimateLoop computes the oversubscription estimate every interval and
 // sends it to the coordinator when it changed (the estimator applies its
-// own hysteresis) or when the session is new. Only Run's goroutine touches
-// its fields, except latest, which the NodeService and /metrics read.
+// own hysteresis) or when the session is new. Aligned to the monitor, the
+// estimates are made on the monitor's goroutine at the end of its passes
+// (sampleTaken) and on Run's when the monitor stalls; mu serialises them.
+// Run alone sends. latest is read by the NodeService and /metrics.
 type estimateLoop struct {
 	log       *slog.Logger
 	estimator estimator.Estimator
@@ -63,13 +66,31 @@ type estimateLoop struct {
 	profile string
 	version uint64
 
+	// sent and sentFor are the last estimate sent and the session it was
+	// sent in ("" none); only Run touches them.
 	sent    resources.Resources
-	sentFor string // the session the last estimate was sent in ("" none)
+	sentFor string
 
-	// sampled is signalled (without blocking) at the end of each monitor
-	// pass: Run estimates right after the first sample following each
-	// tick (estimateSchedule).
-	sampled chan struct{}
+	// mu guards what an estimate touches (the estimator, the shadows'
+	// and rollout's calls, samples and spare, points, profile and
+	// version) and the aligned schedule's state below.
+	mu sync.Mutex
+	// aligned is set when the estimates follow the monitor's passes
+	// (estimateSchedule.aligned); sched and ticks are then their schedule
+	// (ticks.interval is 0 until the first pass or Run), and timer Run's
+	// timer for a stalled monitor (nil before Run).
+	aligned bool
+	sched   estimateSchedule
+	ticks   lazyTicks
+	timer   *time.Timer
+	points  []monitor.Point
+	// signalled and signalledFor are the estimate and session Run was
+	// last woken to send: a pass wakes Run only when its estimate or the
+	// session differs (a failed send clears signalledFor).
+	signalled    resources.Resources
+	signalledFor string
+	// toSend wakes Run to send the latest estimate.
+	toSend chan struct{}
 
 	// samples keeps each target's estimator samples between passes, so that
 	// a pass converts only the monitor's points that are new since the
@@ -84,7 +105,10 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, protect: cfg.ProtectCgroups, session: s,
 	}
 	l.latest.Store(&estimate{estimator: l.name})
-	l.sampled = make(chan struct{}, 1)
+	// Without an estimator Run is not started and passes make no estimate.
+	l.aligned = l.estimator != nil && l.monitor != nil && l.monitor.Interval() <= l.interval
+	l.sched = estimateSchedule{aligned: l.aligned, interval: l.interval}
+	l.toSend = make(chan struct{}, 1)
 	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
 	return l
 }
@@ -139,53 +163,138 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(calibrationHeldDesc, prometheus.CounterValue, float64(c.RisesHeld))
 }
 
-// sampleTaken tells Run that the monitor finished a pass (the monitor's
-// observer calls it); it never blocks.
+// sampleTaken is the end of a monitor pass (the monitor's observer calls
+// it on the monitor's goroutine). Aligned, it feeds the schedule the
+// pass's ticks and sample and makes the estimate they call for right
+// there, so that the estimate costs no wake-up of another goroutine
+// (#29); it wakes Run only when that estimate is to be sent. It never
+// blocks on the network.
 func (l *estimateLoop) sampleTaken() {
-	select {
-	case l.sampled <- struct{}{}:
-	default:
+	if !l.aligned {
+		return
 	}
+	l.mu.Lock()
+	now := time.Now()
+	l.startTicks(now)
+	run := l.ticks.feed(&l.sched, now)
+	run = l.sched.sampled(now) || run
+	if l.timer != nil {
+		l.timer.Reset(time.Until(l.ticks.wake(&l.sched)))
+	}
+	var wake bool
+	if run {
+		wake = l.estimateLocked(nil)
+	}
+	l.mu.Unlock()
+	if wake {
+		select {
+		case l.toSend <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// startTicks starts the aligned schedule's ticks at the first boundary
+// after now, once. l.mu is held.
+func (l *estimateLoop) startTicks(now time.Time) {
+	if l.ticks.interval == 0 {
+		l.ticks = lazyTicks{next: now.Add(tick.Until(now, l.interval)), interval: l.interval}
+	}
+}
+
+// estimateLocked makes and publishes one estimate, paces the revocable
+// egress to it and runs the shadows on its input; it reports whether Run
+// is to send it (it or the session differs from what Run was last woken
+// for). l.mu is held.
+// send, when set, is called after the pacing and before the shadows (the
+// unaligned loop sends there, on its own goroutine).
+func (l *estimateLoop) estimateLocked(send func()) bool {
+	l.adoptProfile()
+	var e *estimate
+	var in estimator.Input
+	e, in, l.points = l.publish(time.Now(), l.points)
+	if l.network != nil && l.total.Bandwidth() > 0 {
+		// The revocable total is paced to the network slack.
+		if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
+			l.log.Warn("network QoS: pace revocable egress to the estimate", "err", err)
+		}
+	}
+	if send != nil {
+		send()
+	}
+	wake := false
+	if l.session == nil {
+		return false
+	}
+	if _, sessionID, ok := l.session.Current(); ok && (sessionID != l.signalledFor || !l.signalled.Equal(e.revocable)) {
+		l.signalled, l.signalledFor, wake = e.revocable, sessionID, true
+	}
+	// After the active estimate is published: a shadow can neither
+	// change it nor delay its send (Run sends it meanwhile).
+	l.shadows.estimate(in, e.revocable.CPUs())
+	l.rollout.estimate(in, e.revocable.CPUs())
+	return wake
 }
 
 // Run estimates once per interval until ctx ends: right after the
 // monitor's first pass following each tick when the monitor samples at
-// least as often (estimateSchedule), at the tick otherwise.
+// least as often (estimateSchedule; made on the monitor's goroutine by
+// sampleTaken, the ticks fed at the passes by lazyTicks, so that neither
+// the tick nor the estimate wakes this goroutine), at the tick otherwise.
+// It sends the estimates, and makes those a stalled monitor leaves to the
+// ticks.
 func (l *estimateLoop) Run(ctx context.Context) error {
-	// On the monitor's grid (internal/tick): both timers fire in one
-	// wake-up of the runtime, the tick just before the sample it waits for.
-	timer := tick.NewAligned(l.interval)
+	if !l.aligned {
+		// On the monitor's grid (internal/tick).
+		timer := tick.NewAligned(l.interval)
+		defer timer.Stop()
+		for {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case now := <-timer.C:
+				timer.Next()
+				if !l.sched.tick(now) {
+					continue
+				}
+			}
+			l.mu.Lock()
+			l.estimateLocked(func() { l.send(ctx, l.latest.Load().revocable) })
+			l.mu.Unlock()
+		}
+	}
+	l.mu.Lock()
+	l.startTicks(time.Now())
+	timer := time.NewTimer(time.Until(l.ticks.wake(&l.sched)))
+	l.timer = timer
+	l.mu.Unlock()
 	defer timer.Stop()
-	sched := estimateSchedule{aligned: l.monitor != nil && l.monitor.Interval() <= l.interval, interval: l.interval}
-	var points []monitor.Point
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
-		case now := <-timer.C:
-			timer.Next()
-			if !sched.tick(now) {
-				continue
+		case <-timer.C:
+			// No pass by a tick that calls for an estimate: a stalled
+			// monitor's estimate is made here.
+			l.mu.Lock()
+			if l.ticks.feed(&l.sched, time.Now()) {
+				l.estimateLocked(nil)
 			}
-		case <-l.sampled:
-			if !sched.sampled(time.Now()) {
-				continue
-			}
+			timer.Reset(time.Until(l.ticks.wake(&l.sched)))
+			l.mu.Unlock()
+		case <-l.toSend:
 		}
-		l.adoptProfile()
-		e, in, pts := l.publish(time.Now(), points)
-		points = pts
-		if l.network != nil && l.total.Bandwidth() > 0 {
-			// The revocable total is paced to the network slack.
-			if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {
-				l.log.Warn("network QoS: pace revocable egress to the estimate", "err", err)
-			}
-		}
-		l.send(ctx, e.revocable)
-		// After the active estimate is published and sent: a shadow can
-		// neither change nor delay it.
-		l.shadows.estimate(in, e.revocable.CPUs())
-		l.rollout.estimate(in, e.revocable.CPUs())
+		l.sendLatest(ctx)
+	}
+}
+
+// sendLatest sends the latest estimate (send skips one already sent in
+// the session); a failed send has the next estimate wake Run again.
+func (l *estimateLoop) sendLatest(ctx context.Context) {
+	if !l.send(ctx, l.latest.Load().revocable) {
+		l.mu.Lock()
+		l.signalledFor = ""
+		l.mu.Unlock()
 	}
 }
 
@@ -224,20 +333,21 @@ func (l *estimateLoop) publish(now time.Time, points []monitor.Point) (*estimate
 }
 
 // send sends the estimate if it differs from the last one sent in the
-// current session.
-func (l *estimateLoop) send(ctx context.Context, revocable resources.Resources) {
+// current session. It reports false when a send failed.
+func (l *estimateLoop) send(ctx context.Context, revocable resources.Resources) bool {
 	_, sessionID, ok := l.session.Current()
 	if !ok || sessionID == l.sentFor && l.sent.Equal(revocable) {
-		return
+		return true
 	}
 	callCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	if err := l.session.SendEstimate(callCtx, revocable.Proto("", resources.Revocable)); err != nil {
 		l.log.Debug("send estimate (will retry)", "err", err)
-		return
+		return false
 	}
 	l.sent, l.sentFor = revocable, sessionID
 	l.log.Debug("revocable estimate sent", "estimate", revocable.String())
+	return true
 }
 
 // input builds the estimator's input from the monitor's history. points

@@ -74,3 +74,40 @@ func (s *estimateSchedule) sampled(now time.Time) bool {
 	}
 	return false
 }
+
+// lazyTicks feeds an aligned estimateSchedule the ticks of the interval's
+// boundaries (k·interval on the Unix time line, internal/tick's grid)
+// when something happens, rather than waking the loop at each of them
+// (#29): at a monitor pass's end, the boundaries passed since the last
+// event are fed in order before the sample, which is the order in which
+// the timer and the monitor, firing on the same grid, delivered them. A
+// tick only runs an estimate when no sample came since the tick before
+// (a stalled monitor), so the loop's timer is armed for the first
+// boundary at which that can happen (wake), which passes arriving every
+// interval keep pushing back: with a working monitor the loop wakes only
+// for its samples. It is pure.
+type lazyTicks struct {
+	next     time.Time // the first boundary not fed yet
+	interval time.Duration
+}
+
+// feed feeds s the ticks up to now and reports whether one of them runs
+// an estimate.
+func (t *lazyTicks) feed(s *estimateSchedule, now time.Time) bool {
+	run := false
+	for !t.next.After(now) {
+		run = s.tick(t.next) || run
+		t.next = t.next.Add(t.interval)
+	}
+	return run
+}
+
+// wake returns when the next tick that can run an estimate falls: the
+// next boundary when the last one's estimate is still due (no sample
+// since), the one after otherwise.
+func (t *lazyTicks) wake(s *estimateSchedule) time.Time {
+	if s.due {
+		return t.next
+	}
+	return t.next.Add(t.interval)
+}

@@ -1,10 +1,14 @@
 package agent
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/estimator"
+	"github.com/slackline/slackline/resources"
 )
 
 // TestEstimateSchedule: aligned to the monitor, an estimate runs right after
@@ -62,5 +66,105 @@ func TestEstimateSchedule(t *testing.T) {
 				t.Errorf("events %s: estimates %s, want %s", tc.events, got.String(), tc.want)
 			}
 		})
+	}
+}
+
+// TestLazyTicksMatchTimerTicks: fed the boundaries' ticks at the samples
+// and woken only at lazyTicks.wake, an aligned schedule runs its
+// estimates at the same instants as one woken at every boundary, for
+// samples right after each boundary, samples just before it, two per
+// interval, missing ones and a stalled monitor. Samples are at the given
+// ms; boundaries every 100 ms from 0.
+func TestLazyTicksMatchTimerTicks(t *testing.T) {
+	t.Parallel()
+	const interval = 100 * time.Millisecond
+	at := func(ms int) time.Time { return time.Unix(0, 0).Add(time.Duration(ms) * time.Millisecond) }
+	for _, samples := range [][]int{
+		{10, 110, 210, 310, 410},
+		{99, 199, 299, 398, 501},
+		{10, 60, 110, 160, 260},
+		{10, 110, 420, 430, 520},
+		{10},
+		{5, 1010, 1020, 1110},
+		{74, 176, 299, 301, 399, 401},
+	} {
+		const end = 1500
+		// Every boundary woken: ticks and samples in time order, a tick
+		// first at the same instant (the timers fire before the pass ends).
+		var want []time.Duration
+		s := estimateSchedule{aligned: true, interval: interval}
+		i := 0
+		for b := 0; b <= end; b += 100 {
+			for ; i < len(samples) && samples[i] < b; i++ {
+				if s.sampled(at(samples[i])) {
+					want = append(want, time.Duration(samples[i])*time.Millisecond)
+				}
+			}
+			if s.tick(at(b)) {
+				want = append(want, time.Duration(b)*time.Millisecond)
+			}
+		}
+		// Lazy: the loop wakes at the samples and at wake only.
+		var got []time.Duration
+		s = estimateSchedule{aligned: true, interval: interval}
+		ticks := lazyTicks{next: at(0), interval: interval}
+		i = 0
+		for {
+			wake := ticks.wake(&s)
+			if i < len(samples) && at(samples[i]).Before(wake) {
+				now := at(samples[i])
+				run := ticks.feed(&s, now)
+				if s.sampled(now) || run {
+					got = append(got, now.Sub(at(0)))
+				}
+				i++
+				continue
+			}
+			if wake.After(at(end)) {
+				break
+			}
+			if ticks.feed(&s, wake) {
+				got = append(got, wake.Sub(at(0)))
+			}
+		}
+		if fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Errorf("samples at %v ms: lazy estimates at %v, timer ticks at %v", samples, got, want)
+		}
+	}
+}
+
+// TestSampleTakenEstimates: aligned to the monitor, the end of a pass
+// makes the estimate on the caller's goroutine (latest moves to the pass's
+// time) without Run; without an estimator (Run is not started) a pass
+// makes none and does not fail.
+func TestSampleTakenEstimates(t *testing.T) {
+	t.Parallel()
+	m, _ := fakeMonitorNode(t, 100)
+	est, err := estimator.New("fast", estimator.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := Config{Logger: quietLog(), Monitor: m, Containerizer: newFakeContainerizer(), EstimateInterval: m.Interval(), Estimator: est, EstimatorName: "fast"}
+	l := newEstimateLoop(cfg, resources.MustParse("cpus:4;mem:1024"), nil, nil)
+	if !l.aligned {
+		t.Fatal("a monitor sampling at the estimate interval: not aligned")
+	}
+	// A tick has passed since the schedule started: the pass runs its
+	// estimate.
+	before := time.Now()
+	l.ticks = lazyTicks{next: before.Add(-time.Millisecond), interval: l.interval}
+	l.sampleTaken()
+	if at := l.latest.Load().at; at.Before(before) {
+		t.Errorf("after a pass the latest estimate is from %v, want at or after %v", at, before)
+	}
+	cfg.Estimator = nil
+	l = newEstimateLoop(cfg, resources.MustParse("cpus:4;mem:1024"), nil, nil)
+	if l.aligned {
+		t.Error("no estimator: aligned")
+	}
+	l.ticks = lazyTicks{next: time.Now().Add(-time.Millisecond), interval: l.interval}
+	l.sampleTaken()
+	if at := l.latest.Load().at; !at.IsZero() {
+		t.Errorf("no estimator: an estimate at %v", at)
 	}
 }

@@ -52,6 +52,11 @@ type qosLoop struct {
 	// sampled wakes Run after each monitor pass (sampleTaken; nil when
 	// the monitor's observer does not call it): see qosSchedule.
 	sampled chan struct{}
+	// nextEval is qosSchedule.next of Run's schedule, as time since
+	// epoch (0: no evaluation yet): sampleTaken wakes Run only for the
+	// passes that evaluate.
+	nextEval atomic.Int64
+	epoch    time.Time
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
@@ -92,7 +97,7 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 	l := &qosLoop{
 		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
 		cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
-		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{},
+		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{}, epoch: time.Now(),
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "slackline_qos_corrections_total",
 			Help: "QoS corrections applied, by kind (throttle, unthrottle, kill) and reason (the controller that asked).",
@@ -116,6 +121,9 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 // sampleTaken tells Run that the monitor finished a pass (the monitor's
 // observer calls it); it never blocks.
 func (l *qosLoop) sampleTaken() {
+	if next := l.nextEval.Load(); next != 0 && int64(time.Since(l.epoch)) < next {
+		return // not due: Run would not evaluate this pass (qosSchedule.sampled)
+	}
 	select {
 	case l.sampled <- struct{}{}:
 	default:
@@ -171,6 +179,9 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		}
 		last := time.Now()
 		sched.evaluated(last)
+		if sched.follow {
+			l.nextEval.Store(int64(max(sched.next().Sub(l.epoch), 1)))
+		}
 		in := l.input(last)
 		in.Events = pending
 		// A profile's controllers are fresh instances: they take over only

@@ -31,7 +31,18 @@ type qosSchedule struct {
 
 // sampled reports whether a monitor pass ending at now evaluates.
 func (s *qosSchedule) sampled(now time.Time) bool {
-	return s.follow && (s.last.IsZero() || now.Sub(s.last) >= s.min-s.sample/4)
+	return s.follow && !now.Before(s.next())
+}
+
+// next returns when a monitor pass first evaluates again (the zero time
+// before the first evaluation: any pass does). The monitor's goroutine
+// wakes the loop only for passes ending then or later (qosLoop.sampleTaken),
+// so that the passes in between cost no wake-up (#29).
+func (s *qosSchedule) next() time.Time {
+	if s.last.IsZero() {
+		return time.Time{}
+	}
+	return s.last.Add(s.min - s.sample/4)
 }
 
 // events reports whether threshold events arriving at now evaluate at once.

@@ -76,3 +76,44 @@ func TestQoSSchedule(t *testing.T) {
 		t.Error("a pass evaluated while not following the monitor")
 	}
 }
+
+// TestQoSSampleTakenWakesOnlyWhenDue: the monitor's end-of-pass call wakes
+// the QoS loop before its first evaluation and for passes at or after
+// qosSchedule.next, and not for the passes in between (which would not
+// evaluate).
+func TestQoSSampleTakenWakesOnlyWhenDue(t *testing.T) {
+	t.Parallel()
+	l := &qosLoop{sampled: make(chan struct{}, 1), epoch: time.Now()}
+	woken := func() bool {
+		select {
+		case <-l.sampled:
+			return true
+		default:
+			return false
+		}
+	}
+	l.sampleTaken()
+	if !woken() {
+		t.Error("no evaluation yet: the pass did not wake the loop")
+	}
+	// The next evaluation is due an hour from now (as time since epoch).
+	l.nextEval.Store(int64(time.Since(l.epoch) + time.Hour))
+	l.sampleTaken()
+	if woken() {
+		t.Error("a pass before the next evaluation woke the loop")
+	}
+	// Due since a nanosecond after epoch.
+	l.nextEval.Store(1)
+	l.sampleTaken()
+	if !woken() {
+		t.Error("a pass after the next evaluation was due did not wake the loop")
+	}
+
+	// next is when sampled turns true.
+	t0 := time.Unix(1000, 0)
+	s := qosSchedule{follow: true, min: 250 * time.Millisecond, sample: 100 * time.Millisecond, last: t0}
+	next := s.next()
+	if !next.Equal(t0.Add(225*time.Millisecond)) || s.sampled(next.Add(-time.Nanosecond)) || !s.sampled(next) {
+		t.Errorf("next %v: sampled just before %v, at it %v", next.Sub(t0), s.sampled(next.Add(-time.Nanosecond)), s.sampled(next))
+	}
+}

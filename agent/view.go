@@ -25,8 +25,9 @@ type viewHistory struct {
 	// buffer each pass reuses. Touched only by the monitor's goroutine.
 	lastDelays time.Time
 	samples    []history.Sample
-	// after, when set, is called at the end of each pass (the estimate
-	// loop's wake-up, #29).
+	// after, when set, is called at the end of each pass, on the
+	// monitor's goroutine: the estimate made there and the QoS loop's
+	// wake-up (#29).
 	after func()
 }
 

@@ -288,13 +288,15 @@ func (h *burstHistory) due(now time.Time, cfg FastConfig) float64 {
 	if h == nil {
 		return 0
 	}
+	// near reports whether an onset lies within OnsetJitter of t (open
+	// interval): the first onset after t − OnsetJitter, found by binary
+	// search (onsets are in time order), is before t + OnsetJitter. It was
+	// a walk over every onset, run for every candidate pair and step: most
+	// of an estimate's time on a bursty member (#29).
 	near := func(t time.Time) bool {
-		for _, o := range h.onsets {
-			if d := o.at.Sub(t); d > -cfg.OnsetJitter && d < cfg.OnsetJitter {
-				return true
-			}
-		}
-		return false
+		lo, hi := t.Add(-cfg.OnsetJitter), t.Add(cfg.OnsetJitter)
+		i := sort.Search(len(h.onsets), func(i int) bool { return h.onsets[i].at.After(lo) })
+		return i < len(h.onsets) && h.onsets[i].at.Before(hi)
 	}
 	from, to := now.Add(-cfg.OnsetJitter), now.Add(cfg.ReclaimTime+cfg.OnsetJitter)
 	rise := 0.0

@@ -61,9 +61,14 @@ func guaranteedMembers(in Input, window time.Duration) []member {
 // only read.
 func windowOf(history []Sample, now time.Time, window time.Duration, checked bool) []Sample {
 	start := now.Add(-window)
-	lo := sort.Search(len(history), func(i int) bool { return history[i].Time.After(start) })
-	hi := sort.Search(len(history), func(i int) bool { return history[i].Time.After(now) })
-	in := history[lo:max(lo, hi)]
+	// The agent's histories end at or before now: one comparison finds
+	// hi, and lo is searched below it (#29).
+	hi := len(history)
+	if hi > 0 && history[hi-1].Time.After(now) {
+		hi = sort.Search(len(history), func(i int) bool { return history[i].Time.After(now) })
+	}
+	lo := sort.Search(hi, func(i int) bool { return history[i].Time.After(start) })
+	in := history[lo:hi]
 	if checked {
 		return in
 	}

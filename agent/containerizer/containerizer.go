@@ -213,6 +213,11 @@ type Containerizer struct {
 	cfg    Config
 	log    *slog.Logger
 	layout cgroups.Layout
+	// polled keeps the files of the revocable subtree's and the root's
+	// limits open (polledLayout): the QoS loop reads them at every
+	// evaluation (#29). A handful of fixed paths: well under
+	// cgroups.MaxOpenFiles.
+	polled *cgroups.OpenFiles
 	bootID string
 	// supervisors is the cgroup supervisors move into (SupervisorsCgroup).
 	supervisors cgroups.Paths
@@ -381,7 +386,7 @@ func New(cfg Config) (*Containerizer, error) {
 		cfg.Logger.Info("containerizer: reclaimed dynamic ids of ended tasks", "dir", cfg.DynamicIDsDir, "leases", n)
 	}
 	c := &Containerizer{
-		cfg: cfg, log: cfg.Logger, layout: layout, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
+		cfg: cfg, log: cfg.Logger, layout: layout, polled: &cgroups.OpenFiles{}, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
 		containers: make(map[string]*container), dynamicIDs: dynamic, diskIO: diskIO,
 		exits: newExitQueue(),
 		done:  make(chan struct{}),
@@ -443,6 +448,14 @@ func (c *Containerizer) Mode() Mode { return Mode(c.layout.Mode) }
 // container again: call Destroy once the Exit has been acted upon.
 func (c *Containerizer) Exits() <-chan Exit { return c.exits.out }
 
+// polledLayout is the layout with polled files kept open, for the
+// getters the QoS loop calls at every evaluation (Revocable*, CPUs).
+func (c *Containerizer) polledLayout() cgroups.Layout {
+	l := c.layout
+	l.Files = c.polled
+	return l
+}
+
 // ContainersVersion returns a number that changes whenever Containers
 // may return something else (a container became ready, ended or was
 // destroyed): a caller that polls Containers can keep its last snapshot
@@ -495,6 +508,7 @@ func (c *Containerizer) Close() error {
 	c.closed = true
 	close(c.done)
 	c.exits.close()
+	_ = c.polled.Close()
 	for _, ct := range c.containers {
 		if ct.watch != nil {
 			_ = ct.watch.Close()

@@ -173,7 +173,7 @@ func (c *Containerizer) RevocableIOLimit() (uint64, error) {
 	if !c.diskIO.Cap {
 		return 0, fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
 	}
-	return c.layout.IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
+	return c.polledLayout().IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
 }
 
 // RevocableIOBytes returns the bytes the revocable subtree has read and
@@ -182,5 +182,5 @@ func (c *Containerizer) RevocableIOBytes() (uint64, error) {
 	if !c.diskIO.Cap {
 		return 0, fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
 	}
-	return c.layout.IOBytes(c.RevocableCgroup(), c.diskIO.Devices[0])
+	return c.polledLayout().IOBytes(c.RevocableCgroup(), c.diskIO.Devices[0])
 }

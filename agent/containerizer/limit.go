@@ -23,7 +23,7 @@ func (c *Containerizer) SetRevocableCPULimit(cores float64, period time.Duration
 // RevocableCPULimit returns the revocable subtree's CPU cap in cores (0:
 // none).
 func (c *Containerizer) RevocableCPULimit() (float64, error) {
-	return c.layout.CPULimit(c.RevocableCgroup())
+	return c.polledLayout().CPULimit(c.RevocableCgroup())
 }
 
 // SetRevocableCPUs confines the revocable subtree to cpus (a CPU set); nil
@@ -39,14 +39,14 @@ func (c *Containerizer) SetRevocableCPUs(cpus []int) error {
 // RevocableCPUs returns the CPUs the revocable subtree may run on; it wraps
 // ErrUnsupported on hosts without a usable cpuset controller.
 func (c *Containerizer) RevocableCPUs() ([]int, error) {
-	return c.layout.CPUs(c.RevocableCgroup())
+	return c.polledLayout().CPUs(c.RevocableCgroup())
 }
 
 // CPUs returns the CPUs the agent's cgroup root may use: every online CPU
 // unless the root itself is confined. Without a cpuset controller it
 // assumes CPUs 0 to NumCPU-1.
 func (c *Containerizer) CPUs() []int {
-	if cpus, err := c.layout.CPUs(c.cfg.CgroupRoot); err == nil && len(cpus) > 0 {
+	if cpus, err := c.polledLayout().CPUs(c.cfg.CgroupRoot); err == nil && len(cpus) > 0 {
 		return cpus
 	}
 	cpus := make([]int, runtime.NumCPU())

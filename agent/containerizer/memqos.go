@@ -16,7 +16,7 @@ func (c *Containerizer) SetRevocableMemoryHigh(bytes uint64) error {
 // RevocableMemoryHigh returns the revocable subtree's memory.high in bytes
 // (0: none); it wraps ErrUnsupported where there is none.
 func (c *Containerizer) RevocableMemoryHigh() (uint64, error) {
-	return c.layout.MemoryHigh(c.RevocableCgroup())
+	return c.polledLayout().MemoryHigh(c.RevocableCgroup())
 }
 
 // SetRevocableFrozen freezes or thaws the whole revocable subtree
@@ -31,5 +31,5 @@ func (c *Containerizer) SetRevocableFrozen(frozen bool) error {
 
 // RevocableFrozen reports whether the revocable subtree is frozen.
 func (c *Containerizer) RevocableFrozen() (bool, error) {
-	return c.layout.Frozen(c.RevocableCgroup())
+	return c.polledLayout().Frozen(c.RevocableCgroup())
 }

@@ -155,19 +155,21 @@
 // unchanged usage (LRU ageing of its page cache, a limit changed from
 // outside) shows within that. The PSI files are read at most every
 // refreshInterval (the kernel moves their averages every 2 s, so reading
-// them each pass bought nothing), and then only when the container ran
-// since their last read, that read found recent pressure (a 10 s average
-// not 0), or the node's I/O or memory stall total (the "some" totals of
-// /proc/pressure/io and /proc/pressure/memory, read at each node sample)
-// moved since that read; otherwise every statRefreshInterval. A task
-// blocked on I/O or memory reclaim uses no CPU: its stall moves the
-// node's totals, so it shows in its container's PSI within
-// refreshInterval (plus a pass) of the next node sample: within
-// NodeInterval + refreshInterval plus two passes of its start; a stall
-// that grows while the node's totals stay still (a task starved of CPU)
-// within statRefreshInterval plus a pass. On a node
-// without I/O or memory stalls an idle container's PSI is read every 5 s;
-// the 60 s and 300 s averages repeated so long are off by at most 8% of
+// them each pass bought nothing), and then only when the container may
+// have run since their last read (its CPU time moved, or eBPF counted a
+// run, a wakeup or a wait for a CPU), that read found recent pressure (a
+// 10 s average not 0), or that read found a stall total grown since the
+// read before; otherwise every statRefreshInterval. A stall begins with a
+// task of the container running (it blocks on I/O or enters reclaim) or
+// being woken (it waits for a CPU), and a stall that goes on keeps the
+// totals growing from read to read: a task blocked on I/O, which uses no
+// CPU, shows in its container's PSI within refreshInterval plus a pass of
+// its start and is followed every refreshInterval while it lasts;
+// without eBPF, a task starved of CPU from its wakeup on shows within
+// statRefreshInterval plus a pass. Other containers' stalls (the node's
+// totals) read nothing: an idle container without pressure of its own is
+// read every 5 s on a busy node too; the 60 s and 300 s averages repeated
+// so long are off by at most 8% of
 // their value. An idle container costs no read at all at most passes with eBPF,
 // one read per pass without. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not

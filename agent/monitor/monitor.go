@@ -196,12 +196,11 @@ type Monitor struct {
 	sampleMu      sync.Mutex
 	scratch       *scratch
 	retired       []*container
-	published     []Usage     // reused by each pass for the observer
-	jobs          []job       // reused by each pass (under sampleMu)
-	prevNode      baseline    // for the node's CPU rate
-	nodeSampledAt time.Time   // when the node was last sampled
-	nodeStall     stallTotals // the node's I/O and memory stall totals at its last sample
-	nodeBound     *nodeBound  // the limits bounding the node's memory (nil: none looked for)
+	published     []Usage    // reused by each pass for the observer
+	jobs          []job      // reused by each pass (under sampleMu)
+	prevNode      baseline   // for the node's CPU rate
+	nodeSampledAt time.Time  // when the node was last sampled
+	nodeBound     *nodeBound // the limits bounding the node's memory (nil: none looked for)
 
 	// mu guards the container set and what is published.
 	mu         sync.RWMutex
@@ -416,10 +415,8 @@ func (m *Monitor) Sample(now time.Time) error {
 		if node, err = m.sampleNode(now); err != nil {
 			errs = append(errs, err)
 		}
-		m.nodeStall = m.nodeStall.update(node.Stats)
 	}
 	m.scratch.timestamp = timestamppb.New(now)
-	m.scratch.nodeStall = m.nodeStall
 	for i := range jobs {
 		j := &jobs[i]
 		j.err = m.sampleContainer(j, now)

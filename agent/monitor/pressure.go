@@ -28,10 +28,11 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	st := u.Stats
 	// The last read is repeated while psiReadDue says so. Its messages are
 	// never modified, so successive samples may share them.
-	if l := p.last; !psiReadDue(l, u.Time, st.CpusUsageSecs, s.nodeStall) {
+	if l := p.last; !psiReadDue(l, u.Time, st.CpusUsageSecs, s.activity) {
 		st.CpuPressure, st.MemoryPressure, st.IoPressure = l.cpu, l.memory, l.io
 		return nil
 	}
+	prev := p.last
 	p.last.valid = false
 	var err error
 	if st.CpuPressure, err = p.read(s, &p.cpu); err != nil {
@@ -43,8 +44,9 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	if st.IoPressure, err = p.read(s, &p.io); err != nil {
 		return err
 	}
-	p.last = pressureRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs, nodeStall: s.nodeStall,
+	p.last = pressureRead{valid: true, at: u.Time, cpuSecs: st.CpusUsageSecs, activity: s.activity,
 		cpu: st.CpuPressure, memory: st.MemoryPressure, io: st.IoPressure}
+	p.last.grew = !prev.valid || p.last.totals() != prev.totals()
 	return nil
 }
 
@@ -52,26 +54,24 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 type pressureRead struct {
 	valid           bool
 	at              time.Time
-	cpuSecs         float64     // the container's cpus_usage_secs then
-	nodeStall       stallTotals // the node's stall totals then
+	cpuSecs         float64  // the container's cpus_usage_secs then
+	activity        activity // eBPF's figures of the container then
 	cpu, memory, io *slacklinev1.Pressure
+	// grew is set when a stall total (some or full, of any file) differs
+	// from the read before, or there was none: a task of the container
+	// may still be stalled.
+	grew bool
 }
 
-// stallTotals are the node's cumulative I/O and memory stall times (PSI
-// "some" totals of /proc/pressure/io and /proc/pressure/memory, in
-// seconds; a "full" stall counts in "some" too). They move whenever any
-// task on the node is stalled on I/O or memory, running or not.
-type stallTotals struct{ io, memory float64 }
+// stallTotals are a read's cumulative stall times (some and full totals
+// of cpu, memory and io; 0 for a file the cgroup lacks).
+type stallTotals [6]float64
 
-// update returns t with the totals of a node sample; a pressure the
-// sample lacks (a kernel without PSI, a failed read) keeps its last value,
-// so that it does not read as a move.
-func (t stallTotals) update(node *slacklinev1.ResourceStatistics) stallTotals {
-	if p := node.GetIoPressure(); p != nil {
-		t.io = p.GetSomeTotalSecs()
-	}
-	if p := node.GetMemoryPressure(); p != nil {
-		t.memory = p.GetSomeTotalSecs()
+// totals returns the read's stall totals.
+func (r *pressureRead) totals() stallTotals {
+	var t stallTotals
+	for i, p := range []*slacklinev1.Pressure{r.cpu, r.memory, r.io} {
+		t[2*i], t[2*i+1] = p.GetSomeTotalSecs(), p.GetFullTotalSecs()
 	}
 	return t
 }
@@ -94,22 +94,27 @@ func (r *pressureRead) quiet() bool {
 
 // psiReadDue reports whether a container's PSI files must be read at now,
 // given their last read, the container's CPU time now (cpus_usage_secs,
-// read just before by the CPU sampler) and the node's stall totals as of
-// its last sample. They are read at the first sample, when the clock went
-// back, and every statRefreshInterval (5 s) at least; never sooner than
-// refreshInterval (1 s) after the last read (the kernel moves the averages
-// every 2 s); and in between only when the container ran since (its CPU
-// time moved: its stall totals may have grown), the last read's 10 s
-// averages were not all 0 (they decay every 2 s even when nothing else
-// moves; see quiet), or the node's I/O or memory stall total moved since
-// the last read. An idle container without recent pressure on a node
-// without I/O or memory stalls is read every 5 s instead of every second
-// (#29). A task blocked on I/O or reclaim uses no CPU: the node's totals,
-// read at every node sample, are what show that such a stall may be the
-// container's, so it shows within refreshInterval (plus a pass) of the
-// node sample that saw it rather than within statRefreshInterval. A task
-// starved of CPU for seconds shows within statRefreshInterval.
-func psiReadDue(last pressureRead, now time.Time, cpuSecs float64, nodeStall stallTotals) bool {
+// read just before by the CPU sampler) and what eBPF says of it in this
+// pass (activity; unknown without eBPF scheduler figures). They are read
+// at the first sample, when the clock went back, and every
+// statRefreshInterval (5 s) at least; never sooner than refreshInterval
+// (1 s) after the last read (the kernel moves the averages every 2 s);
+// and in between only when the container may have run since (its CPU time
+// moved, or eBPF counted a run, a wakeup or a wait for a CPU: its stall
+// totals may have grown), the last read's 10 s averages were not all 0
+// (they decay every 2 s even when nothing else moves; see quiet), or the
+// last read found a stall total grown since the read before (grew: a task
+// may still be stalled). A stall begins with a task of the container
+// running (it blocks on I/O or enters reclaim) or being woken (it waits
+// for a CPU), which eBPF counts, and a stall that goes on keeps its totals
+// growing from read to read: so a container's stall shows within
+// refreshInterval plus a pass of its start (without eBPF, a task starved
+// of CPU from its wakeup on within statRefreshInterval), and reads stay
+// every second while it lasts. An idle container without recent pressure
+// is read every 5 s instead of every second (#29), whatever other
+// containers' stalls do to the node's totals (which an earlier rule
+// followed: on a busy node every idle container was read every second).
+func psiReadDue(last pressureRead, now time.Time, cpuSecs float64, a activity) bool {
 	if !last.valid || !now.After(last.at) {
 		return true
 	}
@@ -120,7 +125,8 @@ func psiReadDue(last pressureRead, now time.Time, cpuSecs float64, nodeStall sta
 	case age >= statRefreshInterval:
 		return true
 	}
-	return cpuSecs != last.cpuSecs || !last.quiet() || nodeStall != last.nodeStall
+	ran := cpuSecs != last.cpuSecs || a.known && last.activity.known && a.ranSince(last.activity)
+	return ran || !last.quiet() || last.grew
 }
 
 // read returns the pressure in f, nil if the cgroup has no such file.

@@ -63,51 +63,67 @@ func TestSlowFiguresRefresh(t *testing.T) {
 
 // TestPSIReadDue: the PSI files are read at most every refreshInterval,
 // at least every statRefreshInterval, and in between only when the
-// container ran since the last read, that read found pressure or the
-// node's I/O or memory stall total moved since.
+// container may have run since the last read (its CPU time moved, or eBPF
+// counted a run, a wakeup or a wait), that read found pressure, or it
+// found a stall total grown since the read before. The node's stalls do
+// not count.
 func TestPSIReadDue(t *testing.T) {
 	t.Parallel()
 	quiet := &slacklinev1.Pressure{SomeTotalSecs: 3, FullTotalSecs: 1} // totals, but no recent pressure
-	stall := stallTotals{io: 30, memory: 20}                           // the node's totals at the last read, and now unless a case moves them
-	read := pressureRead{valid: true, at: t0, cpuSecs: 10, nodeStall: stall, cpu: quiet, memory: quiet, io: quiet}
+	idle := activity{known: true, onCPU: time.Second, wakeups: 7, runqSum: time.Millisecond}
+	read := pressureRead{valid: true, at: t0, cpuSecs: 10, activity: idle, cpu: quiet, memory: quiet, io: quiet}
 	with := func(f func(*pressureRead)) pressureRead {
 		r := read
 		f(&r)
 		return r
+	}
+	moved := func(f func(*activity)) activity {
+		a := idle
+		f(&a)
+		return a
 	}
 	for _, tc := range []struct {
 		name    string
 		last    pressureRead
 		now     time.Time
 		cpuSecs float64
+		a       activity // eBPF's figures now
 		want    bool
-		node    stallTotals // the node's stall totals now
 	}{
-		{"never read", pressureRead{}, t0, 10, true, stall},
-		{"clock went back", read, t0.Add(-time.Millisecond), 10, true, stall},
-		{"same time", read, t0, 10, true, stall},
-		{"ran, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 11, false, stall},
-		{"idle and quiet at refreshInterval", read, t0.Add(refreshInterval), 10, false, stall},
-		{"idle and quiet, just under statRefreshInterval", read, t0.Add(statRefreshInterval - time.Nanosecond), 10, false, stall},
-		{"idle and quiet at statRefreshInterval", read, t0.Add(statRefreshInterval), 10, true, stall},
-		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, true, stall},
-		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10, nodeStall: stall}, t0.Add(2 * time.Second), 10, false, stall},
-		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
-		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
+		{"never read", pressureRead{}, t0, 10, idle, true},
+		{"clock went back", read, t0.Add(-time.Millisecond), 10, idle, true},
+		{"same time", read, t0, 10, idle, true},
+		{"ran, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 11, idle, false},
+		{"idle and quiet at refreshInterval", read, t0.Add(refreshInterval), 10, idle, false},
+		{"idle and quiet, just under statRefreshInterval", read, t0.Add(statRefreshInterval - time.Nanosecond), 10, idle, false},
+		{"idle and quiet at statRefreshInterval", read, t0.Add(statRefreshInterval), 10, idle, true},
+		{"ran, at refreshInterval", read, t0.Add(refreshInterval), 10.001, idle, true},
+		{"idle, files missing (nil pressures)", pressureRead{valid: true, at: t0, cpuSecs: 10, activity: idle}, t0.Add(2 * time.Second), 10, idle, false},
+		{"idle, cpu some avg10", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 0.01} }), t0.Add(refreshInterval), 10, idle, true},
+		{"idle, memory full avg10", with(func(r *pressureRead) { r.memory = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, idle, true},
 		{"idle, only the slow averages (quiet)", with(func(r *pressureRead) {
 			r.io = &slacklinev1.Pressure{SomeAvg60: 0.5, SomeAvg300: 0.2, FullAvg60: 0.1, FullAvg300: 0.05}
-		}), t0.Add(refreshInterval), 10, false, stall},
-		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, true, stall},
-		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, false, stall},
-		// A task blocked on I/O or reclaim uses no CPU: the node's stall
-		// totals moving brings the read back to every refreshInterval.
-		{"idle and quiet, node io stall moved", read, t0.Add(refreshInterval), 10, true, stallTotals{io: 30.001, memory: 20}},
-		{"idle and quiet, node memory stall moved", read, t0.Add(2 * time.Second), 10, true, stallTotals{io: 30, memory: 20.5}},
-		{"node stall moved, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 10, false, stallTotals{io: 31, memory: 21}},
-		{"idle and quiet, node stalls nonzero but unmoved", read, t0.Add(4 * time.Second), 10, false, stall},
-		{"idle and quiet, node without PSI", with(func(r *pressureRead) { r.nodeStall = stallTotals{} }), t0.Add(refreshInterval), 10, false, stallTotals{}},
+		}), t0.Add(refreshInterval), 10, idle, false},
+		{"idle, io full avg10", with(func(r *pressureRead) { r.io = &slacklinev1.Pressure{FullAvg10: 0.01} }), t0.Add(refreshInterval), 10, idle, true},
+		{"pressure, under refreshInterval", with(func(r *pressureRead) { r.cpu = &slacklinev1.Pressure{SomeAvg10: 5} }), t0.Add(500 * time.Millisecond), 11, idle, false},
+		// A stall that began under 2 s ago has no 10 s average yet: its
+		// totals growing between the last two reads bring the read back
+		// to every refreshInterval.
+		{"idle and quiet, totals grew at the last read", with(func(r *pressureRead) { r.grew = true }), t0.Add(refreshInterval), 10, idle, true},
+		{"totals grew, under refreshInterval", with(func(r *pressureRead) { r.grew = true }), t0.Add(refreshInterval - time.Nanosecond), 10, idle, false},
+		// eBPF saw the container wake or run though its CPU time (not
+		// read, or under a microsecond) did not move.
+		{"eBPF: a wakeup", read, t0.Add(refreshInterval), 10, moved(func(a *activity) { a.wakeups++ }), true},
+		{"eBPF: a wait for a CPU", read, t0.Add(refreshInterval), 10, moved(func(a *activity) { a.runqSum += time.Microsecond }), true},
+		{"eBPF: running", read, t0.Add(refreshInterval), 10, moved(func(a *activity) { a.running = true }), true},
+		{"eBPF: a wakeup, under refreshInterval", read, t0.Add(refreshInterval - time.Nanosecond), 10, moved(func(a *activity) { a.wakeups++ }), false},
+		// Without eBPF figures (now or at the last read) only the CPU
+		// time tells a run.
+		{"no eBPF, idle", with(func(r *pressureRead) { r.activity = activity{} }), t0.Add(refreshInterval), 10, activity{}, false},
+		{"no eBPF now, idle", read, t0.Add(refreshInterval), 10, activity{}, false},
+		{"no eBPF, ran", with(func(r *pressureRead) { r.activity = activity{} }), t0.Add(refreshInterval), 10.5, activity{}, true},
 	} {
-		if got := psiReadDue(tc.last, tc.now, tc.cpuSecs, tc.node); got != tc.want {
+		if got := psiReadDue(tc.last, tc.now, tc.cpuSecs, tc.a); got != tc.want {
 			t.Errorf("%s: psiReadDue = %v, want %v", tc.name, got, tc.want)
 		}
 	}
@@ -120,24 +136,26 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 	t.Parallel()
 	m, _, root, rel := monitoredV2Container(t)
 	usage := uint64(1_000_000)
-	// Before pass i the PSI files say total i seconds, with avg10 1 when
-	// pressure is set: what a pass shows tells which pass last read them.
+	// Before pass i the PSI files say a 60 s average of i, with avg10 1
+	// when pressure is set: what a pass shows tells which pass last read
+	// them. Their totals do not move (no stall goes on).
 	for i, step := range []struct {
 		at       time.Duration
 		ran      bool // the container's CPU time grows before the pass
 		pressure bool // avg10 is 1 before the pass
 		psiRead  int  // the pass whose PSI files it shows
 	}{
-		{0, false, false, 0},                       // first pass: read
-		{1000 * time.Millisecond, false, false, 0}, // idle, quiet: repeated
-		{4900 * time.Millisecond, false, false, 0}, // still under statRefreshInterval
-		{5000 * time.Millisecond, false, true, 3},  // statRefreshInterval: read, finds pressure
-		{6000 * time.Millisecond, false, false, 4}, // pressure at the last read: read every second
-		{6500 * time.Millisecond, false, false, 4}, // under refreshInterval: repeated
-		{6900 * time.Millisecond, true, false, 4},  // ran, under refreshInterval of the last read
-		{7000 * time.Millisecond, false, false, 7}, // ran since the last read: read
-		{8000 * time.Millisecond, false, false, 7}, // idle and quiet: repeated
-		{9000 * time.Millisecond, true, false, 9},  // ran: read
+		{0, false, false, 0},                        // first pass: read
+		{1000 * time.Millisecond, false, false, 1},  // the first read had none before it to compare: read
+		{2000 * time.Millisecond, false, false, 1},  // idle, quiet, totals unmoved: repeated
+		{5900 * time.Millisecond, false, false, 1},  // still under statRefreshInterval
+		{6000 * time.Millisecond, false, true, 4},   // statRefreshInterval: read, finds pressure
+		{7000 * time.Millisecond, false, false, 5},  // pressure at the last read: read every second
+		{7500 * time.Millisecond, false, false, 5},  // under refreshInterval: repeated
+		{7900 * time.Millisecond, true, false, 5},   // ran, under refreshInterval of the last read
+		{8000 * time.Millisecond, false, false, 8},  // ran since the last read: read
+		{9000 * time.Millisecond, false, false, 8},  // idle and quiet: repeated
+		{10000 * time.Millisecond, true, false, 10}, // ran: read
 	} {
 		if step.ran {
 			usage += 50_000
@@ -147,7 +165,7 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 			avg = 1
 		}
 		// The slow averages do not count as recent pressure.
-		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=0.40 avg300=0.20 total=%d\nfull avg10=0.00 avg60=0.10 avg300=0.05 total=0\n", avg, i*1_000_000)
+		cpuPSI := fmt.Sprintf("some avg10=%.2f avg60=%d.00 avg300=0.20 total=7000000\nfull avg10=0.00 avg60=0.10 avg300=0.05 total=0\n", avg, i)
 		writeFiles(t, root, map[string]string{
 			rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
 			rel + "/cpu.pressure":    cpuPSI,
@@ -158,92 +176,66 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 			t.Fatal(err)
 		}
 		u, _ := m.Latest("c1")
-		if got, want := u.Stats.GetCpuPressure().GetSomeTotalSecs(), float64(step.psiRead); got != want {
-			t.Errorf("pass %d at %v: cpu PSI total %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
+		if got, want := u.Stats.GetCpuPressure().GetSomeAvg60(), float64(step.psiRead); got != want {
+			t.Errorf("pass %d at %v: cpu PSI avg60 %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
 		}
 	}
 }
 
-// TestNodeStallPSIRefresh: an idle container without pressure of its own
-// has its PSI files read every refreshInterval while the node's I/O or
-// memory stall total moves (a task blocked on I/O uses no CPU), once the
-// node sample that saw the move has been taken (every NodeInterval, 1 s
-// here), and only then.
-func TestNodeStallPSIRefresh(t *testing.T) {
+// TestStalledPSIRefresh: an idle container whose stall totals grow (a
+// task blocked on I/O uses no CPU) has its PSI files read every
+// refreshInterval, before any 10 s average shows it, until a read finds
+// them unmoved; the node's stall totals moving alone reads nothing.
+func TestStalledPSIRefresh(t *testing.T) {
 	t.Parallel()
 	m, dir, _, rel := monitoredV2Container(t)
 	usage := uint64(1_000_000)
-	nodeIO, nodeMemory := uint64(9_000_000), uint64(500_000)
-	// Before pass i the container's io.pressure says total i seconds, its
-	// 10 s average still 0 (a stall that began under 2 s ago): what a pass
+	nodeIO, stall := uint64(9_000_000), uint64(0)
+	// Before pass i the container's io.pressure says a 60 s average of i,
+	// its 10 s average 0 (a stall that began under 2 s ago): what a pass
 	// shows tells which pass last read the files.
 	for i, step := range []struct {
 		at      time.Duration
-		ran     bool   // the container's CPU time grows before the pass
-		node    string // "io" or "memory": the node's stall total grows before the pass
-		psiRead int    // the pass whose PSI files it shows
+		ran     bool // the container's CPU time grows before the pass
+		stalled bool // its io stall total grows before the pass
+		node    bool // the node's io stall total grows before the pass
+		psiRead int  // the pass whose PSI files it shows
 	}{
-		{0, false, "", 0},                              // first pass: read
-		{1000 * time.Millisecond, false, "", 0},        // node unmoved: repeated
-		{2000 * time.Millisecond, false, "io", 2},      // node I/O stall moved, node sampled: read
-		{3000 * time.Millisecond, false, "", 2},        // node unmoved since that read: repeated
-		{3500 * time.Millisecond, false, "io", 2},      // moved, but the node is next sampled at 4 s
-		{4000 * time.Millisecond, false, "", 5},        // the node sample sees it: read
-		{5000 * time.Millisecond, false, "", 5},        // unmoved: repeated
-		{6000 * time.Millisecond, false, "", 5},        // unmoved: repeated
-		{6500 * time.Millisecond, true, "", 8},         // ran: read (the node not sampled)
-		{7000 * time.Millisecond, false, "io", 8},      // node sampled, moved, under refreshInterval of the read
-		{7500 * time.Millisecond, false, "", 10},       // moved since the read (node sampled at 7 s): read
-		{8500 * time.Millisecond, false, "", 10},       // node sampled, unmoved since 7 s: repeated
-		{9500 * time.Millisecond, false, "memory", 12}, // node memory stall moved: read
+		{0, false, false, false, 0},                         // first pass: read
+		{1000 * time.Millisecond, false, false, false, 1},   // nothing before the first read to compare: read
+		{2000 * time.Millisecond, false, false, true, 1},    // unmoved at the last read; the node's stall moved: repeated
+		{3000 * time.Millisecond, false, false, true, 1},    // the same
+		{4000 * time.Millisecond, true, true, true, 4},      // a task ran and blocked on I/O: read, finds the stall
+		{5000 * time.Millisecond, false, true, false, 5},    // grown at the last read: read, grown again
+		{5500 * time.Millisecond, false, true, false, 5},    // under refreshInterval: repeated
+		{6000 * time.Millisecond, false, true, false, 7},    // grown at the last read: read
+		{7000 * time.Millisecond, false, false, false, 8},   // grown at the last read: read, unmoved now
+		{8000 * time.Millisecond, false, false, true, 8},    // unmoved at the last read: repeated
+		{11900 * time.Millisecond, false, false, true, 8},   // still under statRefreshInterval
+		{12000 * time.Millisecond, false, false, false, 11}, // statRefreshInterval: read
 	} {
 		if step.ran {
 			usage += 50_000
 		}
-		switch step.node {
-		case "io":
+		if step.stalled {
+			stall += 300_000
+		}
+		if step.node {
 			nodeIO += 1000
-		case "memory":
-			nodeMemory += 1000
 		}
 		writeFiles(t, dir, map[string]string{
 			"proc/pressure/io":                   psi(0.5, nodeIO, 0.1, nodeIO/2),
-			"proc/pressure/memory":               psi(0, nodeMemory, 0, 0),
 			"cgroup/" + rel + "/cpu.stat":        fmt.Sprintf("usage_usec %d\n", usage),
 			"cgroup/" + rel + "/cpu.pressure":    quietPSI,
 			"cgroup/" + rel + "/memory.pressure": quietPSI,
-			"cgroup/" + rel + "/io.pressure":     fmt.Sprintf("some avg10=0.00 avg60=0.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", i*1_000_000),
+			"cgroup/" + rel + "/io.pressure":     fmt.Sprintf("some avg10=0.00 avg60=%d.00 avg300=0.00 total=%d\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n", i, stall),
 		})
 		if err := m.Sample(t0.Add(step.at)); err != nil {
 			t.Fatal(err)
 		}
 		u, _ := m.Latest("c1")
-		if got, want := u.Stats.GetIoPressure().GetSomeTotalSecs(), float64(step.psiRead); got != want {
-			t.Errorf("pass %d at %v: io PSI total %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
-		}
-	}
-}
-
-// TestStallTotalsUpdate: a node sample's I/O and memory "some" totals
-// replace the last ones; a pressure the sample lacks keeps its last value
-// (no move).
-func TestStallTotalsUpdate(t *testing.T) {
-	t.Parallel()
-	last := stallTotals{io: 3, memory: 2}
-	for _, tc := range []struct {
-		name string
-		node *slacklinev1.ResourceStatistics
-		want stallTotals
-	}{
-		{"no sample", nil, last},
-		{"no PSI", &slacklinev1.ResourceStatistics{}, last},
-		{"both", &slacklinev1.ResourceStatistics{IoPressure: &slacklinev1.Pressure{SomeTotalSecs: 4, FullTotalSecs: 1},
-			MemoryPressure: &slacklinev1.Pressure{SomeTotalSecs: 2.5}}, stallTotals{io: 4, memory: 2.5}},
-		{"io only", &slacklinev1.ResourceStatistics{IoPressure: &slacklinev1.Pressure{SomeTotalSecs: 5}}, stallTotals{io: 5, memory: 2}},
-		{"cpu does not count", &slacklinev1.ResourceStatistics{CpuPressure: &slacklinev1.Pressure{SomeTotalSecs: 9}}, last},
-	} {
-		if got := last.update(tc.node); got != tc.want {
-			t.Errorf("%s: update = %+v, want %+v", tc.name, got, tc.want)
+		if got, want := u.Stats.GetIoPressure().GetSomeAvg60(), float64(step.psiRead); got != want {
+			t.Errorf("pass %d at %v: io PSI avg60 %v, want %v (read at pass %d)", i, step.at, got, want, step.psiRead)
 		}
 	}
 }

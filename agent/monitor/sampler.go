@@ -117,9 +117,6 @@ type scratch struct {
 	ebpfErr  error
 	fetched  bool // ebpf and ebpfErr are this container's, not yet merged
 	activity activity
-	// The node's stall totals as of its last sample (the pass's or an
-	// earlier one), for psiReadDue.
-	nodeStall stallTotals
 	// slabs for the samples' messages; timestamp is the pass's, shared by
 	// its samples.
 	slabs     slabs

@@ -2,8 +2,8 @@
 // an Aligned timer fires at the multiples of its period on the wall clock,
 // so loops of the same period (or of periods that divide each other) fire
 // together and the Go runtime wakes once for all of them, rather than once
-// per loop at unrelated phases. The agent's monitor and estimate loops use
-// it.
+// per loop at unrelated phases. The agent's monitor uses it, and the
+// agent's estimate loop computes its ticks on the same grid (Until).
 package tick
 
 import "time"

@@ -174,7 +174,7 @@ func (l Layout) CPUs(rel string) ([]int, error) {
 	if l.Mode == ModeV2 {
 		file = filepath.Join(l.Unified, rel, "cpuset.cpus.effective")
 	}
-	data, err := os.ReadFile(file)
+	data, err := l.Files.ReadFile(file)
 	if err != nil {
 		return nil, wrap("read", file, err)
 	}

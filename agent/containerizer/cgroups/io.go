@@ -160,7 +160,7 @@ func (l Layout) IOLimit(rel, dev string) (uint64, error) {
 		}
 		file = filepath.Join(l.Blkio, rel, "blkio.throttle.write_bps_device")
 	}
-	data, err := os.ReadFile(file)
+	data, err := l.Files.ReadFile(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
@@ -214,7 +214,7 @@ func (l Layout) IOBytes(rel, dev string) (uint64, error) {
 		}
 		file = filepath.Join(l.Blkio, rel, "blkio.throttle.io_service_bytes")
 	}
-	data, err := os.ReadFile(file)
+	data, err := l.Files.ReadFile(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
 			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)

@@ -97,6 +97,10 @@ type Layout struct {
 	// (blkio.throttle.*), where the revocable subtree's disk I/O is capped;
 	// empty otherwise (see io.go).
 	Blkio string `json:"blkio,omitempty"`
+	// Files, when set, keeps the control files that CPULimit, CPUs,
+	// MemoryHigh, Frozen, IOLimit and IOBytes read open between reads
+	// (OpenFiles); nil reads them with os.ReadFile.
+	Files *OpenFiles `json:"-"`
 }
 
 // Detect finds the layout of the cgroup hierarchies under mountpoint. It only

@@ -67,7 +67,7 @@ func (l Layout) CPULimit(rel string) (float64, error) {
 	switch l.Mode {
 	case ModeV2:
 		path := filepath.Join(l.Unified, rel, "cpu.max")
-		data, err := os.ReadFile(path)
+		data, err := l.Files.ReadFile(path)
 		if err != nil {
 			return 0, wrap("read", path, err)
 		}
@@ -83,11 +83,11 @@ func (l Layout) CPULimit(rel string) (float64, error) {
 		return quota / period, nil
 	case ModeHybrid:
 		dir := filepath.Join(l.CPU, rel)
-		q, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
+		q, err := l.Files.ReadFile(filepath.Join(dir, "cpu.cfs_quota_us"))
 		if err != nil {
 			return 0, wrap("read", filepath.Join(dir, "cpu.cfs_quota_us"), err)
 		}
-		p, err := os.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
+		p, err := l.Files.ReadFile(filepath.Join(dir, "cpu.cfs_period_us"))
 		if err != nil {
 			return 0, wrap("read", filepath.Join(dir, "cpu.cfs_period_us"), err)
 		}

@@ -116,7 +116,7 @@ func (l Layout) MemoryHigh(rel string) (uint64, error) {
 	if err != nil {
 		return 0, err
 	}
-	data, err := os.ReadFile(file)
+	data, err := l.Files.ReadFile(file)
 	if err != nil {
 		return 0, wrap("read", file, err)
 	}
@@ -164,7 +164,7 @@ func (l Layout) SetFrozen(rel string, frozen bool) error {
 // (cgroup.freeze 1).
 func (l Layout) Frozen(rel string) (bool, error) {
 	file := filepath.Join(l.Unified, rel, "cgroup.freeze")
-	data, err := os.ReadFile(file)
+	data, err := l.Files.ReadFile(file)
 	if errors.Is(err, os.ErrNotExist) {
 		return false, fmt.Errorf("%w: %s does not exist (kernel before 5.2?)", ErrUnsupported, file)
 	}

@@ -1,0 +1,114 @@
+package cgroups
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/privileged"
+)
+
+// TestOpenFiles: a kept file is re-read whole at every read (what was
+// written since shows, a file larger than the first buffer too); a missing
+// path is the same error as os.ReadFile's; past MaxOpenFiles paths are
+// read with os.ReadFile and counted; nil reads with os.ReadFile.
+func TestOpenFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	file := filepath.Join(dir, "cpu.max")
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var o OpenFiles
+	defer o.Close()
+	for _, content := range []string{"max 100000\n", "50000 100000\n", strings.Repeat("8:0 rbytes=1 wbytes=2\n", 500)} {
+		write(file, content)
+		got, err := o.ReadFile(file)
+		if err != nil || string(got) != content {
+			t.Fatalf("ReadFile = %.40q, %v; want %.40q", got, err, content)
+		}
+	}
+	if _, err := o.ReadFile(filepath.Join(dir, "missing")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("a missing file: %v, want fs.ErrNotExist", err)
+	}
+	for i := range MaxOpenFiles + 3 {
+		path := filepath.Join(dir, fmt.Sprintf("f%d", i))
+		write(path, fmt.Sprint(i))
+		if got, err := o.ReadFile(path); err != nil || string(got) != fmt.Sprint(i) {
+			t.Fatalf("file %d: %q, %v", i, got, err)
+		}
+	}
+	// cpu.max and 15 of the others are kept; 4 were read past the bound.
+	if len(o.files) != MaxOpenFiles || o.Overflows() != 4 {
+		t.Errorf("%d files kept, %d overflows; want %d and 4", len(o.files), o.Overflows(), MaxOpenFiles)
+	}
+	if err := o.Close(); err != nil || len(o.files) != 0 {
+		t.Errorf("Close: %v, %d files left", err, len(o.files))
+	}
+	var none *OpenFiles
+	if got, err := none.ReadFile(file); err != nil || !strings.HasPrefix(string(got), "8:0") {
+		t.Errorf("nil OpenFiles: %.20q, %v", got, err)
+	}
+}
+
+// TestOpenFilesRecreatedCgroup: on a real cgroup, a kept file follows
+// writes made through other descriptors, and once its cgroup is removed
+// and made again at the same path, reads show the new cgroup's file, not
+// an error or the old one's.
+func TestOpenFilesRecreatedCgroup(t *testing.T) {
+	privileged.Require(t)
+	l, err := Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("slackline-test-openfiles-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	if err := l.SetupRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	l.Files = &OpenFiles{}
+	defer l.Files.Close()
+	rel := Subtree(root, Revocable)
+	dir := filepath.Join(l.Unified, rel)
+	if _, err := os.Stat(filepath.Join(dir, "cgroup.freeze")); err != nil {
+		t.Skipf("no cgroup.freeze: %v", err)
+	}
+	frozen := func(want bool) {
+		t.Helper()
+		if got, err := l.Frozen(rel); err != nil || got != want {
+			t.Fatalf("Frozen = %v, %v; want %v", got, err, want)
+		}
+	}
+	frozen(false)
+	if err := l.SetFrozen(rel, true); err != nil {
+		t.Fatal(err)
+	}
+	frozen(true)
+	if err := l.SetFrozen(rel, false); err != nil {
+		t.Fatal(err)
+	}
+	frozen(false)
+	if err := os.Remove(dir); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.SetFrozen(rel, true); err != nil {
+		t.Fatal(err)
+	}
+	frozen(true) // the new cgroup's file
+	if err := l.SetFrozen(rel, false); err != nil {
+		t.Fatal(err)
+	}
+	frozen(false)
+}
