@@ -23,7 +23,9 @@ const maxPendingEstimates = 50
 // reaching the coordinator on the mix of seven containers rise by 11%
 // (273 to 303 a minute), at two by 4.7% (to 286), at three by 3.4% (to
 // 282), and the slack bench's second step (the burst's partly busy
-// sample leaving the confirmation window) is 0.4-1.8 cores.
+// sample leaving the confirmation window) is 0.4-1.8 cores. A lasting rise
+// of at least largeFallOnsets is large (RiseLarge): the pacer sends it
+// at once even when the step before it was held.
 const lastingRiseOnsets = 2
 
 // largeFallOnsets is how large (in Fast.Onsets: 1 core) a confirmed fall
@@ -193,8 +195,13 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	}
 	ex := c.explain(in, members)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
-	lasting = lasting && out.CPUs()-c.published.CPUs() >= lastingRiseOnsets*c.cfg.Fast.Onset
-	if paced, ok := c.pacer.Next(in.Now, c.cfg.Hysteresis.Apply(c.published, out), lasting); ok {
+	rise := RiseNoisy
+	if up := out.CPUs() - c.published.CPUs(); lasting && up >= largeFallOnsets*c.cfg.Fast.Onset {
+		rise = RiseLarge
+	} else if lasting && up >= lastingRiseOnsets*c.cfg.Fast.Onset {
+		rise = RiseLasting
+	}
+	if paced, ok := c.pacer.Next(in.Now, c.cfg.Hysteresis.Apply(c.published, out), rise); ok {
 		c.published = paced
 	}
 	ex.CPUs = c.published.CPUs()

@@ -69,7 +69,8 @@
 //     loss (see Experts), and publishes its rises at most once per
 //     RiseInterval (500 ms; shrinks at once; a lasting rise, 0.5 cores or
 //     more left by a confirmed fall, right after the rise before it: the
-//     two steps slack usually appears in both at once) through a [Pacer].
+//     two steps slack usually appears in both at once; a large one, a core
+//     or more, at once whatever came before it) through a [Pacer].
 //   - fast: each guaranteed container and protected service
 //     is taken to need the peak of its CPU over the last Fast.Confirm (1 s),
 //     plus Fast.Margin (6%) of its allocation, the explicit safety margin.
@@ -570,6 +571,35 @@
 // slack that lasts, p50 0.3 s, p99 0.3 s, 0.67%, and 0.3 s with a change
 // before it (0.71%); with a sample of lag p50 3.8 s, p99 15.2 s, 1.00%:
 // the calibration binding.
+//
+// Then the bench (20 trials, quiet machine) still had a slow tail: p50
+// 346 ms, max 1.355 s; four trials (450 ms, 531 ms, 1.35 s, 1.35 s) spent
+// 0.08-0.48 s in pacing. Its estimate log (--trace) says why. In those
+// trials the guaranteed task did not hold its 2 cpus (1.3-1.5 in the last
+// second of the burn: the machine was quiet, not idle), and
+// in the last few hundred milliseconds of a burn it lost a little more:
+// the estimate rose by 0.1-0.3 cores and that rise was sent. The slack's
+// first step then came within RiseInterval of it and was held, and a
+// held step is not a sent one: the lasting second step was held with it.
+// TestCalibratedBenchPatternSagBefore replays it (the burn sagging to
+// 1.6-1.75 cpus for its last 2 or 3 samples): on that pacer the sagged
+// trials waited 300-800 ms, the others 200-300 ms. The pacer now sends a
+// large lasting rise (a core or more, RiseLarge) at once whatever came
+// before it: the replay's sagged trials take 200-300 ms. On the traces
+// changes a minute move by at most 1 on every trace but the mixes (mix 272
+// to 291, +6.8%; held-out mix 244 to 248), harvest by -0 to +0.8 points
+// (bursty 51.7% to 51.8% at 1.00%), violations by at most 0.02. Sending every
+// lasting rise at once fixes the replay too but not the traces: bursty's
+// harvest fell from 51.7% to 50.5% (at 1.07%), below fast's, and the
+// changes a minute on the mix rose by 13% (272 to 308); so did sending a
+// lasting rise after a held one. The bench's two slowest trials (1.35 s)
+// are another rule, not fixed: there the calibration published the
+// expert held to the peak of the last second, whose large-fall exemption
+// lasts only while the confirmation before the last still holds the
+// load: it offered the slack for one estimate (held by the pacer), took
+// it back and offered it again a second after the fall. Keeping the
+// exemption for the whole second fixes that and costs bursty a point of
+// harvest (50.6%, below fast's).
 //
 // fast was the default because of the first table (TestRecordedTraces pins it):
 // on every trace but bursty it harvests at least 75% of the ideal slack with

@@ -12,7 +12,9 @@ import (
 // last sent rise is held and sent at its newest value once the interval
 // has passed, unless it is lasting and the estimate just before it sent a
 // rise (the second step of slack that a load left when it stopped), even
-// right after another change; what is sent is never above the estimate.
+// right after another change, or large (sent at once even when the first
+// step was held behind a small rise just before); what is sent is never
+// above the estimate.
 func TestPacer(t *testing.T) {
 	t.Parallel()
 	p, err := estimator.NewPacer(500 * time.Millisecond)
@@ -20,47 +22,54 @@ func TestPacer(t *testing.T) {
 		t.Fatal(err)
 	}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	const N, L, G = estimator.RiseNoisy, estimator.RiseLasting, estimator.RiseLarge
 	steps := []struct {
 		ms       int
 		estimate float64
-		lasting  bool
+		rise     estimator.Rise
 		wantSend bool
 		want     float64
 	}{
-		{0, 1, false, true, 1},       // the first estimate is sent at once
-		{100, 0.5, false, true, 0.5}, // a shrink at once
-		{200, 0.8, false, false, 0.5},
-		{300, 1.2, true, false, 0.5}, // held: lasting, but the estimate before sent no rise
-		{400, 0.4, false, true, 0.4}, // a shrink while a rise is held: at once
-		{500, 1.5, false, true, 1.5}, // 500 ms after the last rise: the newest value
-		{600, 1.6, false, false, 1.5},
-		{700, 1.8, true, false, 1.5}, // the estimate before held its rise: still held
-		{1000, 1.8, false, true, 1.8},
-		{1000, 1.8, false, false, 1.8}, // unchanged: nothing to send
-		{1100, 0, false, true, 0},      // a burst
-		{3000, 0, false, false, 0},
-		{3100, 0.3, false, true, 0.3},  // a change...
-		{3200, 0.1, false, true, 0.1},  // ...and another, shortly before the burst ends
-		{3600, 0.9, false, true, 0.9},  // the first step, 500 ms after the last rise
-		{3700, 1.8, true, true, 1.8},   // its lasting second step follows at once
-		{3800, 1.9, false, false, 1.8}, // a noisy rise is paced
-		{3900, 2.5, true, false, 1.8},  // so is a lasting one after it
-		{4200, 2.5, false, true, 2.5},
+		{0, 1, N, true, 1},       // the first estimate is sent at once
+		{100, 0.5, N, true, 0.5}, // a shrink at once
+		{200, 0.8, N, false, 0.5},
+		{300, 1.2, L, false, 0.5}, // held: lasting, but the estimate before sent no rise
+		{400, 0.4, N, true, 0.4},  // a shrink while a rise is held: at once
+		{500, 1.5, N, true, 1.5},  // 500 ms after the last rise: the newest value
+		{600, 1.6, N, false, 1.5},
+		{700, 1.8, L, false, 1.5}, // the estimate before held its rise: still held
+		{1000, 1.8, N, true, 1.8},
+		{1000, 1.8, N, false, 1.8}, // unchanged: nothing to send
+		{1100, 0, N, true, 0},      // a burst
+		{3000, 0, N, false, 0},
+		{3100, 0.3, N, true, 0.3},  // a change...
+		{3200, 0.1, N, true, 0.1},  // ...and another, shortly before the burst ends
+		{3600, 0.9, N, true, 0.9},  // the first step, 500 ms after the last rise
+		{3700, 1.8, L, true, 1.8},  // its lasting second step follows at once
+		{3800, 1.9, N, false, 1.8}, // a noisy rise is paced
+		{3900, 2.5, L, false, 1.8}, // so is a lasting one after it
+		{4200, 2.5, N, true, 2.5},
+		{4300, 0, N, true, 0},      // a burst
+		{6000, 0.2, N, true, 0.2},  // a small rise just before it ends...
+		{6200, 0.6, N, false, 0.2}, // ...holds the first step
+		{6300, 1.9, G, true, 1.9},  // the second is large: at once all the same
+		{6400, 0, N, true, 0},
+		{6500, 1.5, G, true, 1.5}, // large: at once, 200 ms after a rise and after no rise
 	}
 	for _, s := range steps {
-		got, send := p.Next(at(s.ms), resources.New(s.estimate, 0, 0), s.lasting)
+		got, send := p.Next(at(s.ms), resources.New(s.estimate, 0, 0), s.rise)
 		if send != s.wantSend || got.CPUs() != s.want {
-			t.Errorf("at %d ms, estimate %v (lasting %v): sent %v (%v), want %v (%v)", s.ms, s.estimate, s.lasting, got.CPUs(), send, s.want, s.wantSend)
+			t.Errorf("at %d ms, estimate %v (rise %v): sent %v (%v), want %v (%v)", s.ms, s.estimate, s.rise, got.CPUs(), send, s.want, s.wantSend)
 		}
 		if got.CPUs() > s.estimate {
 			t.Errorf("at %d ms: %v is above the estimate %v", s.ms, got.CPUs(), s.estimate)
 		}
 	}
-	if p.Deferred() != 6 {
-		t.Errorf("%d estimates held, want 6", p.Deferred())
+	if p.Deferred() != 7 {
+		t.Errorf("%d estimates held, want 7", p.Deferred())
 	}
 	p.Reset()
-	if got, send := p.Next(at(6000), resources.New(2, 0, 0), false); !send || got.CPUs() != 2 {
+	if got, send := p.Next(at(6000), resources.New(2, 0, 0), estimator.RiseNoisy); !send || got.CPUs() != 2 {
 		t.Errorf("after Reset: sent %v (%v), want 2 at once", got.CPUs(), send)
 	}
 	if _, err := estimator.NewPacer(-time.Second); err == nil {
@@ -77,7 +86,7 @@ func TestPacerNoInterval(t *testing.T) {
 		t.Fatal(err)
 	}
 	for i, c := range []float64{0, 1, 0.5, 0.6, 0.7, 2} {
-		got, send := p.Next(t0.Add(time.Duration(i)*time.Millisecond), resources.New(c, 0, 0), false)
+		got, send := p.Next(t0.Add(time.Duration(i)*time.Millisecond), resources.New(c, 0, 0), estimator.RiseNoisy)
 		if !send || got.CPUs() != c {
 			t.Errorf("estimate %v: sent %v (%v), want it sent", c, got.CPUs(), send)
 		}
@@ -96,15 +105,15 @@ func TestPacerResetForgetsTheRise(t *testing.T) {
 	}
 	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
 	cpus := func(c float64) resources.Resources { return resources.New(c, 0, 0) }
-	p.Next(at(0), cpus(0), false)
-	if _, sent := p.Next(at(3000), cpus(1), false); !sent {
+	p.Next(at(0), cpus(0), estimator.RiseNoisy)
+	if _, sent := p.Next(at(3000), cpus(1), estimator.RiseNoisy); !sent {
 		t.Fatal("a rise 3 s after the last was held")
 	}
 	p.Reset()
-	if got, sent := p.Next(at(3100), cpus(1), false); !sent || got.CPUs() != 1 {
+	if got, sent := p.Next(at(3100), cpus(1), estimator.RiseNoisy); !sent || got.CPUs() != 1 {
 		t.Fatalf("first estimate after Reset: sent=%v %v, want sent 1", sent, got.CPUs())
 	}
-	if got, sent := p.Next(at(3200), cpus(2), true); sent {
+	if got, sent := p.Next(at(3200), cpus(2), estimator.RiseLasting); sent {
 		t.Fatalf("a lasting rise 100 ms after the new session's first estimate was sent (%v): the rise before Reset carried over", got.CPUs())
 	}
 }

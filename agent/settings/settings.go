@@ -80,7 +80,7 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&est.Calibration.TargetViolation, "estimator-target-violation", est.Calibration.TargetViolation, "calibrated: long-run share of estimates that may exceed the slack really there (adaptive conformal inference keeps the rate at it)")
 	fs.Float64Var(&est.Calibration.Gamma, "estimator-calibration-step", est.Calibration.Gamma, "calibrated: step of the calibration (larger: adapts faster to a new kind of load, with a noisier margin)")
 	fs.DurationVar(&est.Calibration.Confirm, "estimator-calibrated-confirm", est.Calibration.Confirm, "calibrated: how long slack must last before it is offered (the calibration carries the risk that fast's 1 s carried)")
-	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks, and the second step of a lasting rise, go at once; 0: every rise)")
+	fs.DurationVar(&est.RiseInterval, "estimator-rise-interval", est.RiseInterval, "calibrated: least time between two rises of the estimate sent to the coordinator (shrinks, and rises the estimator takes as lasting, go at once; 0: every rise)")
 
 	s.QoSControllers = qos.ParseNames(qos.DefaultControllers)
 	fs.Var(cliconfig.Parsed(&s.QoSControllers, func(v string) ([]string, error) { return qos.ParseNames(v), nil }, joinList), "qos-controller", "QoS controllers, comma separated: "+strings.Join(qos.Names(), ", "))
