@@ -161,11 +161,37 @@ type DiskIOController struct {
 	quiet     map[string]time.Duration
 	prevBytes uint64 // the revocable counter at the previous evaluation
 	prevSeen  bool
+	// quietOverLimit counts the containers not learned because quiet
+	// held maxQuietSyncs already, once per evaluation each.
+	quietOverLimit uint64
 }
 
 // maxQuietSyncs bounds the quiet fsync p99s kept: containers beyond it
-// (a node runs far fewer) are judged by the absolute threshold only.
+// (a node runs far fewer) are judged by the absolute threshold only, and
+// counted (QuietSyncsOverLimit).
 const maxQuietSyncs = 4096
+
+// QuietSyncsOverLimit returns how many times a guaranteed container's quiet
+// fsync p99 was not learned because the controller kept maxQuietSyncs of
+// them already (once per container and evaluation). It only grows.
+func (d *DiskIOController) QuietSyncsOverLimit() uint64 { return d.quietOverLimit }
+
+// QuietSyncsOverLimit returns the sum of DiskIOController.QuietSyncsOverLimit
+// over the disk I/O controllers in c (a controller from NewSet or
+// Registry): 0 when there is none.
+func QuietSyncsOverLimit(c Controller) uint64 {
+	switch c := c.(type) {
+	case *DiskIOController:
+		return c.QuietSyncsOverLimit()
+	case *set:
+		var n uint64
+		for _, m := range c.controllers {
+			n += QuietSyncsOverLimit(m)
+		}
+		return n
+	}
+	return 0
+}
 
 // minRateInterval is the shortest interval over which the controller
 // takes a rate of revocable I/O: shorter ones magnify a burst.
@@ -220,6 +246,8 @@ func (d *DiskIOController) learnQuiet(in Input) {
 			d.quiet[c.ID] = q + time.Duration(d.cfg.SyncQuietWeight*float64(c.SyncP99-q))
 		case len(d.quiet) < maxQuietSyncs:
 			d.quiet[c.ID] = c.SyncP99
+		default:
+			d.quietOverLimit++
 		}
 	}
 	for id := range d.quiet {

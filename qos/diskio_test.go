@@ -356,3 +356,60 @@ func TestDiskIOQuietSyncRatio(t *testing.T) {
 		}
 	}
 }
+
+// TestDiskIOQuietSyncsOverLimit: the quiet fsync p99 table keeps at most
+// 4096 containers; each container not learned because it is full is
+// counted, once per quiet evaluation, through the controller and through
+// a set holding it. Containers that leave free room for others.
+func TestDiskIOQuietSyncsOverLimit(t *testing.T) {
+	t.Parallel()
+	const limit = 4096
+	containers := func(n int) []qos.Container {
+		cs := make([]qos.Container, n)
+		for i := range cs {
+			cs[i] = qos.Container{ID: fmt.Sprintf("web-%d", i), Syncs: 400, SyncP99: time.Millisecond}
+		}
+		return cs
+	}
+	for _, tc := range []struct {
+		name    string
+		n       []int // containers at each evaluation, the first one not quiet
+		want    uint64
+		through string // "controller" or "set"
+	}{
+		{"under the bound", []int{limit - 1, limit - 1, limit - 1}, 0, "controller"},
+		{"at the bound", []int{limit, limit, limit}, 0, "controller"},
+		{"one over, twice quiet", []int{limit + 1, limit + 1, limit + 1}, 2, "controller"},
+		{"ten over, once quiet", []int{limit + 10, limit + 10}, 10, "set"},
+		{"not quiet: nothing learned, nothing counted", []int{limit + 10}, 0, "set"},
+		{"room freed by leavers", []int{limit + 3, limit + 3, limit - 5, limit}, 3, "set"},
+		{"room freed, then over again", []int{limit + 3, limit + 3, limit - 5, limit + 3}, 6, "set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			d := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+			var c qos.Controller = d
+			if tc.through == "set" {
+				var err error
+				if c, err = qos.NewSet([]string{"cpuset", "diskio"}, qos.DefaultConfig()); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for i, n := range tc.n {
+				// The revocable counter never moves: every evaluation
+				// after the first is quiet.
+				c.Evaluate(qos.Input{Now: at(time.Duration(i) * time.Second), Node: qos.Node{CPUs: 2, DiskIO: true},
+					RevocableIOBytes: 1 << 20, Containers: containers(n)})
+			}
+			if got := qos.QuietSyncsOverLimit(c); got != tc.want {
+				t.Errorf("QuietSyncsOverLimit = %d, want %d", got, tc.want)
+			}
+			if tc.through == "controller" && d.QuietSyncsOverLimit() != tc.want {
+				t.Errorf("controller's QuietSyncsOverLimit = %d, want %d", d.QuietSyncsOverLimit(), tc.want)
+			}
+		})
+	}
+	if got := qos.QuietSyncsOverLimit(qos.Noop{}); got != 0 {
+		t.Errorf("QuietSyncsOverLimit(Noop) = %d, want 0", got)
+	}
+}
