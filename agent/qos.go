@@ -81,6 +81,9 @@ type qosLoop struct {
 
 	correctionsTotal *prometheus.CounterVec
 	reaction         prometheus.Histogram
+	// limits counts the bounds of the controllers and of the polled
+	// cgroup files reached (countLimits, after each evaluation).
+	limits *limitHits
 
 	mu          sync.Mutex
 	corrections []*slacklinev1.Correction // the latest maxCorrections
@@ -107,6 +110,7 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 			Help:    "Time from the signal that triggered a QoS correction being observed to the cgroup being written.",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
+		limits: newLimitHits(cfg.Logger),
 	}
 	// Every (kind, controller) series exists from the start, at 0, so that
 	// rates, increases and the kill alert have data before a correction.
@@ -116,6 +120,22 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 		}
 	}
 	return l
+}
+
+// polledFileOverflows is implemented by a containerizer that keeps polled
+// cgroup files open under a bound (*containerizer.Containerizer).
+type polledFileOverflows interface{ PolledFileOverflows() uint64 }
+
+// countLimits counts the bounds reached by the controllers' latest
+// evaluation and by the containerizer's polled files (the evaluation's
+// input read them).
+func (l *qosLoop) countLimits() {
+	l.limits.observe(limitQuietSyncs, qos.QuietSyncsOverLimit(l.controller),
+		"disk I/O QoS: more guaranteed containers than its quiet fsync p99 table keeps; those past it are judged by the absolute threshold only")
+	if p, ok := l.cz.(polledFileOverflows); ok {
+		l.limits.observe(limitOpenFiles, p.PolledFileOverflows(),
+			"more polled cgroup files than the containerizer keeps open; the rest are opened at every read")
+	}
 }
 
 // sampleTaken tells Run that the monitor finished a pass (the monitor's
@@ -190,10 +210,12 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		if !in.RevocableFrozen {
 			if s := l.next.Swap(nil); s != nil {
 				l.controller = s.qos
+				l.limits.reset(limitQuietSyncs) // fresh controllers count from 0
 			}
 		}
 		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
 		corrections := l.controller.Evaluate(in)
+		l.countLimits()
 		for _, c := range corrections {
 			l.apply(c, in)
 		}

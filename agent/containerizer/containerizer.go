@@ -456,6 +456,11 @@ func (c *Containerizer) polledLayout() cgroups.Layout {
 	return l
 }
 
+// PolledFileOverflows returns how many reads of a polled control file
+// found cgroups.MaxOpenFiles files kept open already and opened it afresh
+// (cgroups.OpenFiles.Overflows). It only grows.
+func (c *Containerizer) PolledFileOverflows() uint64 { return c.polled.Overflows() }
+
 // ContainersVersion returns a number that changes whenever Containers
 // may return something else (a container became ready, ended or was
 // destroyed): a caller that polls Containers can keep its last snapshot
