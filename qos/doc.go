@@ -298,8 +298,10 @@
 // guaranteed or protected container's fsync p99 over the last interval
 // (eBPF, Container.SyncP99, over at least MinSyncs fsyncs) exceeds
 // SyncP99Enter or SyncRatioEnter times its quiet fsync p99 (its p99 over
-// intervals in which revocable work wrote nothing, a moving average; the
-// relative threshold at least SyncP99Min; calm below 1.5 times it), or
+// intervals in which revocable work wrote nothing, a moving average, kept
+// for at most 4,096 containers, those past it counted in
+// QuietSyncsOverLimit; the relative threshold at least SyncP99Min; calm
+// below 1.5 times it), or
 // its own block requests' p99 (eBPF, Container.BlockP99,
 // over at least MinBlockIOs) exceeds BlockP99Enter, or its io.pressure some avg10 exceeds SomeEnter (full:
 // FullEnter), never twice on one sample, down to a floor that leaves
