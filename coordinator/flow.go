@@ -228,9 +228,13 @@ type offStack struct {
 
 	mu         sync.Mutex
 	queue      []func()
-	goroutines int           // running
-	idle       int           // of which waiting for a call
-	wake       chan struct{} // tokens for idle goroutines, when queue was added to
+	goroutines int // running
+	// idle holds the wake channel (capacity 1) of each running goroutine
+	// waiting for a call. run takes one out under mu as it queues a call and
+	// sends it the call's token, so that a second call made before that
+	// goroutine runs sees it busy and starts another rather than queueing
+	// behind the first (which may wait long for its turn).
+	idle []chan struct{}
 }
 
 // maxOffStackGoroutines bounds an offStack's goroutines: the calls that
@@ -244,20 +248,21 @@ const offStackIdle = 10 * time.Second
 
 // run runs f on one of the goroutines and returns once it returned. f
 // must not call run.
-func (o *offStack) run(f func()) {
+func (o *offStack) run(f func()) { <-o.start(f) }
+
+// start queues f for one of the goroutines, as run does, and returns a
+// channel closed once f returned.
+func (o *offStack) start(f func()) <-chan struct{} {
 	done := make(chan struct{})
 	o.mu.Lock()
 	o.queue = append(o.queue, func() { f(); close(done) })
-	if o.wake == nil {
-		o.wake = make(chan struct{}, maxOffStackGoroutines)
-	}
 	waits := false
 	switch {
-	case o.idle > 0:
-		select {
-		case o.wake <- struct{}{}:
-		default: // every idle goroutine has a token already
-		}
+	case len(o.idle) > 0:
+		wake := o.idle[len(o.idle)-1]
+		o.idle[len(o.idle)-1] = nil
+		o.idle = o.idle[:len(o.idle)-1]
+		wake <- struct{}{} // never blocks: taken out of idle once, capacity 1
 	case o.goroutines < maxOffStackGoroutines:
 		o.goroutines++
 		go o.serve()
@@ -268,7 +273,7 @@ func (o *offStack) run(f func()) {
 	if waits && o.full != nil {
 		o.full()
 	}
-	<-done
+	return done
 }
 
 // serve is a goroutine: it runs the queued calls until none came for
@@ -276,27 +281,32 @@ func (o *offStack) run(f func()) {
 func (o *offStack) serve() {
 	idle := time.NewTimer(offStackIdle)
 	defer idle.Stop()
+	wake := make(chan struct{}, 1)
 	for {
 		o.mu.Lock()
 		if len(o.queue) == 0 {
-			o.idle++
+			o.idle = append(o.idle, wake)
 			o.mu.Unlock()
-			timedOut := false
 			select {
-			case <-o.wake:
+			case <-wake:
 			case <-idle.C:
-				timedOut = true
-			}
-			o.mu.Lock()
-			o.idle--
-			if len(o.queue) == 0 {
-				if timedOut {
+				o.mu.Lock()
+				if i := slices.Index(o.idle, wake); i >= 0 {
+					// No call was handed to it: it ends.
+					o.idle = slices.Delete(o.idle, i, i+1)
 					o.goroutines--
 					o.mu.Unlock()
 					return
 				}
+				// run took it out of idle and sent its token (under mu)
+				// as the timer fired: it serves that call.
 				o.mu.Unlock()
-				continue // another goroutine took the call
+				<-wake
+			}
+			o.mu.Lock()
+			if len(o.queue) == 0 {
+				o.mu.Unlock()
+				continue // a goroutine that finished its call took it first
 			}
 		}
 		f := o.queue[0]

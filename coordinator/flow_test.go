@@ -605,3 +605,33 @@ func TestReconcileOf16800TasksDeliversEveryUpdate(t *testing.T) {
 		t.Fatalf("%d of %d tasks answered", len(answered), agents*perAgent)
 	}
 }
+
+// TestOffStackSecondCallDoesNotQueueBehindAWokenGoroutine checks that two
+// calls made together while one goroutine is idle both run: the first is
+// handed to the idle goroutine, and the second, made before that goroutine
+// ran, must start another instead of queueing behind the first (which, in
+// a subscription, may wait long for its framework's turn). The two calls
+// are queued back to back on the test's goroutine, so the woken goroutine
+// cannot have run in between: the old counting took it as idle until it
+// ran, and left the second call queued.
+func TestOffStackSecondCallDoesNotQueueBehindAWokenGoroutine(t *testing.T) {
+	t.Parallel()
+	synctest.Test(t, func(t *testing.T) {
+		var o offStack
+		o.run(func() {}) // one goroutine, idle after it
+		synctest.Wait()
+		release := make(chan struct{})
+		first := o.start(func() { <-release })
+		second := o.start(func() {})
+		synctest.Wait()
+		select {
+		case <-second:
+		default:
+			t.Errorf("the second call waits behind a call that blocks, with goroutines to spare")
+		}
+		close(release)
+		<-first
+		time.Sleep(offStackIdle) // the bubble's clock: its goroutines end
+		synctest.Wait()
+	})
+}
