@@ -966,7 +966,11 @@ func saturated(alone phase) bool {
 
 // pressedMiB is how little available memory counts as best-effort work
 // competing with the server for the node's memory: the reclaim
-// controller's critical line on such a node (max(256 MiB, 5%)).
+// controller's critical byte line (256 MiB; on the memory scenario's
+// 1.5 GiB node its lines are now 230 MiB to reclaim and 115 MiB to
+// freeze, ByteLineCap scaling them with the node, so that best-effort
+// work holding the slack it is offered, which leaves ~140 MiB, is
+// still a competition here without freezing at once).
 const pressedMiB = 256
 
 // notCompeting says whether a run of a scenario that bounds the node's
