@@ -272,14 +272,14 @@
 // PressureCooldown for PSI, whose 10-second average needs that long.
 //
 // "reclaim" (MemoryReclaim, the default's memory controller): under node
-// memory pressure (MemAvailable below max(512 MiB, 10%); a guaranteed or
+// memory pressure (MemAvailable below max(512 MiB, 10%), the 512 MiB at most 15% of a small node; a guaranteed or
 // protected container's memory.pressure some avg10 > 10% or full > 2%; the
 // node's /proc/pressure/memory some > 40% or full > 10%, higher because it
 // counts the stalls of the revocable work being reclaimed) it takes memory
 // back in steps that cost revocable work less than a kill: Reclaim lowers
 // the revocable subtree's memory.high below its usage by max(32 MiB, 10%)
 // per second (never below 64 MiB), Freeze freezes the subtree after 10 s of
-// pressure (at once when MemAvailable is critical, below max(256 MiB, 5%),
+// pressure (at once when MemAvailable is critical, below max(256 MiB, 5%), the 256 MiB at most 7.5% of a small node,
 // when memory.high is at its floor, or on cgroup v1, which has no
 // memory.high), and Kill kills the newest revocable container 5 s after the
 // episode's first freeze, then the next every 10 s: freezing frees nothing,
@@ -337,7 +337,8 @@
 //	              DecreaseFactor 0.7, DecreaseInterval 200 ms, MinRevocable 1 Mbit/s
 //	              IncreaseStep 5% of capacity, CalmPeriod 2 s, IncreaseInterval 500 ms
 //	              Floor 1% of capacity (at least 1 Mbit/s), Plateau 85% for 30 s
-//	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), Some/FullEnter 10 / 2 %,
+//	reclaim       LowAvailable max(512 MiB, 10%), Critical max(256 MiB, 5%), each byte line at most ByteLineCap 1.5 x its fraction
+//	              (1.5 GiB node: 230 / 115 MiB; unchanged from 3.4 GiB up), Some/FullEnter 10 / 2 %,
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
 //	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,

@@ -9,8 +9,14 @@ import (
 // ReclaimConfig configures the reclaim controller. The node is under
 // memory pressure when any of these holds (a zero threshold is ignored):
 //
-//   - MemAvailable < max(LowAvailableBytes, LowAvailableFraction ×
-//     MemTotal);
+//   - MemAvailable < line(LowAvailableBytes, LowAvailableFraction), where
+//     line(b, f) = max(f × MemTotal, min(b, ByteLineCap × f × MemTotal)):
+//     a byte line counts only up to ByteLineCap times its fraction's, so
+//     that on a small node (a bounded one: 1.5 GiB) the lines scale with
+//     its memory instead of taking a third of it, while on nodes of at
+//     least b / (ByteLineCap × f) (3.4 GiB with the defaults) nothing
+//     changes; a zero fraction (an operator's line in bytes) leaves the
+//     bytes as they are;
 //   - a guaranteed or protected container's memory.pressure some avg10 >
 //     SomeEnter, or full avg10 > FullEnter;
 //   - the node's /proc/pressure/memory some avg10 > NodeSomeEnter, or full
@@ -20,7 +26,7 @@ import (
 //
 // It is calm when every measure is below half its threshold and
 // MemAvailable is above its line by max(CalmMarginBytes,
-// CalmMarginFraction × MemTotal); in between, nothing changes.
+// CalmMarginFraction) (the same line(b, f)); in between, nothing changes.
 type ReclaimConfig struct {
 	LowAvailableBytes    uint64
 	LowAvailableFraction float64
@@ -37,6 +43,11 @@ type ReclaimConfig struct {
 	// subtree is frozen at once.
 	CriticalAvailableBytes    uint64
 	CriticalAvailableFraction float64
+	// ByteLineCap bounds each byte line (LowAvailableBytes,
+	// CriticalAvailableBytes, CalmMarginBytes) to ByteLineCap times its
+	// fraction of MemTotal where that fraction is positive (default 1.5;
+	// 0: the byte lines are not bounded).
+	ByteLineCap float64
 	// StepFraction and MinStepBytes: each Reclaim lowers the subtree's
 	// memory.high by max(MinStepBytes, StepFraction × its usage), at most
 	// once per StepInterval, never below FloorBytes. Release raises it by
@@ -64,7 +75,7 @@ func DefaultReclaimConfig() ReclaimConfig {
 		CalmMarginBytes: 128 << 20, CalmMarginFraction: 0.02,
 		SomeEnter: 10, FullEnter: 2,
 		NodeSomeEnter: 40, NodeFullEnter: 10,
-		CriticalAvailableBytes: 256 << 20, CriticalAvailableFraction: 0.05,
+		CriticalAvailableBytes: 256 << 20, CriticalAvailableFraction: 0.05, ByteLineCap: 1.5,
 		StepFraction: 0.10, MinStepBytes: 32 << 20, FloorBytes: 64 << 20, StepInterval: time.Second,
 		FreezeAfter: 10 * time.Second, KillAfter: 5 * time.Second, KillCooldown: 10 * time.Second,
 		CalmPeriod: 10 * time.Second,
@@ -87,6 +98,9 @@ func (c ReclaimConfig) validate() error {
 			bad("%s must be in [0, 1), got %v", name, v)
 		}
 	}
+	if c.ByteLineCap < 0 || (c.ByteLineCap > 0 && c.ByteLineCap < 1) {
+		bad("byte line cap must be 0 or at least 1, got %v", c.ByteLineCap)
+	}
 	if c.StepFraction == 0 && c.MinStepBytes == 0 {
 		bad("step must be positive (fraction %v, min bytes %d)", c.StepFraction, c.MinStepBytes)
 	}
@@ -97,6 +111,16 @@ func (c ReclaimConfig) validate() error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// line is max(fraction × total, min(bytes, ByteLineCap × fraction ×
+// total)): bytes alone when fraction or ByteLineCap is 0.
+func (c ReclaimConfig) line(bytes uint64, fraction float64, total uint64) uint64 {
+	frac := uint64(fraction * float64(total))
+	if fraction > 0 && c.ByteLineCap > 0 {
+		bytes = min(bytes, uint64(c.ByteLineCap*fraction*float64(total)))
+	}
+	return max(bytes, frac)
 }
 
 // MemoryReclaim is the "reclaim" controller: under node memory pressure it takes
@@ -306,8 +330,8 @@ func (r *MemoryReclaim) pressure(in Input, scale float64) (signal string, at tim
 	cfg, node := r.cfg, in.Node
 	at = in.Now
 	if node.MemTotal > 0 {
-		line := max(cfg.LowAvailableBytes, uint64(cfg.LowAvailableFraction*float64(node.MemTotal)))
-		crit := max(cfg.CriticalAvailableBytes, uint64(cfg.CriticalAvailableFraction*float64(node.MemTotal)))
+		line := cfg.line(cfg.LowAvailableBytes, cfg.LowAvailableFraction, node.MemTotal)
+		crit := cfg.line(cfg.CriticalAvailableBytes, cfg.CriticalAvailableFraction, node.MemTotal)
 		if node.MemAvailable < crit {
 			return fmt.Sprintf("node MemAvailable %s < %s", formatBytes(node.MemAvailable), formatBytes(crit)), at, true
 		}
@@ -340,8 +364,8 @@ func (r *MemoryReclaim) pressure(in Input, scale float64) (signal string, at tim
 // ones below half, MemAvailable above its line by the calm margin.
 func (r *MemoryReclaim) calm(in Input) bool {
 	if total := in.Node.MemTotal; total > 0 {
-		line := max(r.cfg.LowAvailableBytes, uint64(r.cfg.LowAvailableFraction*float64(total)))
-		margin := max(r.cfg.CalmMarginBytes, uint64(r.cfg.CalmMarginFraction*float64(total)))
+		line := r.cfg.line(r.cfg.LowAvailableBytes, r.cfg.LowAvailableFraction, total)
+		margin := r.cfg.line(r.cfg.CalmMarginBytes, r.cfg.CalmMarginFraction, total)
 		if in.Node.MemAvailable < line+margin {
 			return false
 		}

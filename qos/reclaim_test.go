@@ -283,3 +283,57 @@ func TestReclaimConfigErrorsNameTheField(t *testing.T) {
 		t.Fatalf("Validate() = %v, want errors naming reclaim freeze after and reclaim some enter", err)
 	}
 }
+
+// TestReclaimLinesScaleWithTheNode: the MemAvailable lines where reclaim
+// starts (Reclaim) and where it freezes at once (Freeze) are today's
+// max(512 MiB, 10%) and max(256 MiB, 5%) on nodes of 3.4 GiB and more, and
+// on a smaller (bounded) node at most 1.5 times their fraction: on a
+// 1.5 GiB node 230 and 115 MiB, not a third and a sixth of it. A line an
+// operator sets in bytes (fraction 0) is kept as set.
+func TestReclaimLinesScaleWithTheNode(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	operator := qos.DefaultConfig()
+	operator.Reclaim.LowAvailableBytes, operator.Reclaim.LowAvailableFraction = 600*mib, 0
+	for _, tc := range []struct {
+		name       string
+		cfg        qos.Config
+		total      uint64
+		avail      uint64
+		want       string // "" (nothing), "reclaim" or "freeze"
+		wantReason string
+	}{
+		{"16 GiB: 10% line, just below", qos.DefaultConfig(), 16 * gib, 1638*mib - mib, "reclaim", "< 1638 MiB"},
+		{"16 GiB: 10% line, above", qos.DefaultConfig(), 16 * gib, 1640 * mib, "", ""},
+		{"16 GiB: 5% critical", qos.DefaultConfig(), 16 * gib, 800 * mib, "freeze", ""},
+		{"4 GiB keeps 512 MiB", qos.DefaultConfig(), 4 * gib, 500 * mib, "reclaim", "< 512 MiB"},
+		{"4 GiB keeps 256 MiB critical", qos.DefaultConfig(), 4 * gib, 250 * mib, "freeze", "< 256 MiB"},
+		{"3.5 GiB keeps 512 MiB", qos.DefaultConfig(), 3584 * mib, 500 * mib, "reclaim", "< 512 MiB"},
+		{"2.5 GiB: 384 MiB", qos.DefaultConfig(), 2560 * mib, 383 * mib, "reclaim", "< 384 MiB"},
+		{"2.5 GiB: 400 MiB is no pressure", qos.DefaultConfig(), 2560 * mib, 400 * mib, "", ""},
+		{"1.5 GiB: 400 MiB is no pressure", qos.DefaultConfig(), 1536 * mib, 400 * mib, "", ""},
+		{"1.5 GiB: below 230 MiB", qos.DefaultConfig(), 1536 * mib, 229 * mib, "reclaim", "< 230 MiB"},
+		{"1.5 GiB: 200 MiB is not critical", qos.DefaultConfig(), 1536 * mib, 200 * mib, "reclaim", ""},
+		{"1.5 GiB: critical below 115 MiB", qos.DefaultConfig(), 1536 * mib, 114 * mib, "freeze", "< 115 MiB"},
+		{"operator's 600 MiB on 1.5 GiB", operator, 1536 * mib, 590 * mib, "reclaim", "< 600 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := qos.NewSet([]string{"reclaim"}, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := reclaimScene()
+			in.Node.MemTotal, in.Node.MemAvailable = tc.total, tc.avail
+			in.Now = at(0)
+			got := c.Evaluate(in)
+			kind, reason := "", ""
+			if len(got) > 0 {
+				kind, reason = strings.ToLower(got[0].Kind.String()), got[0].Reason
+			}
+			if kind != tc.want || !strings.Contains(reason, tc.wantReason) {
+				t.Fatalf("MemAvailable %d MiB of %d MiB: corrections %v, want %q naming %q", tc.avail/mib, tc.total/mib, got, tc.want, tc.wantReason)
+			}
+		})
+	}
+}

@@ -27,8 +27,8 @@
 //     server allocated all of it whose requests read random pages of a
 //     384 MiB file (a page-cache working set: the node's only reclaimable
 //     memory, so that best-effort memory costs the server disk reads), and
-//     three tasks sized to fit the slack that allocate 320 MiB, hold it 4 s
-//     and free it, in turns; S is the memory they hold on average over the
+//     three tasks sized to fit the slack that allocate 320 MiB, hold it 20 s
+//     and free it for 1 s (they want the whole slack nearly all the time); S is the memory they hold on average over the
 //     shared slices over the revocable mem estimate (the memory slack
 //     offered); a noop run that neither hit the node's limit nor left it
 //     with 256 MiB or less available measured no competition (NOT VALID);

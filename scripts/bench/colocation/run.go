@@ -135,19 +135,24 @@ var scenarios = []scenario{
 	// whose memory grows and shrinks with little CPU, sized so that all
 	// three fit the slack (1536 less the server's working set and the
 	// estimator's 3% margin, ~1060 MiB): each allocates 320 MiB (dd's
-	// buffer, filled once, held 4 s while dd blocks on a pipe nobody
-	// reads), frees it and sleeps 2 s, so that when their peaks meet
-	// they hold 960 MiB, which with the agent's own memory and the
+	// buffer, filled once, held 20 s while dd blocks on a pipe nobody
+	// reads), frees it and sleeps 1 s, so that they hold 960 MiB nearly
+	// all the time, which with the agent's own memory and the
 	// server's is about what the node has: the slack estimate leaves out
 	// the agent and kernel memory. (Filling the buffer over and over
 	// instead took half a core at idle priority: the ratio then measured
-	// CPU interference, 4.6-5.5x.) S is the memory best-effort work
+	// CPU interference, 4.6-5.5x.) They used to hold it 4 s of every
+	// 6.5: even without QoS they then held 0.38 of the slack, so S
+	// measured their duty cycle, not what QoS leaves them; a best-effort
+	// analytics job wants all the slack it is offered all the time, and
+	// refilling every 21 s instead of every 6.5 also faults its pages in
+	// a third as often (#28). S is the memory best-effort work
 	// holds on average over the shared slices over the memory slack the
 	// agent offers.
 	{name: "memory", tasks: 3, res: "cpus:0.25;mem:340", agentRes: "cpus:2;mem:2048", serverRes: "cpus:2;mem:1536", serverArgs: "--cache-mib 384",
 		share: memoryShare, nodeMiB: 1536,
 		command: func(string) string {
-			return `while :; do dd if=/dev/zero bs=320M count=1 2>/dev/null | sleep 4; sleep 2; done`
+			return `while :; do dd if=/dev/zero bs=320M count=1 2>/dev/null | sleep 20; sleep 1; done`
 		}},
 	// Two writers streaming 1 MiB blocks with O_DIRECT over 256 MiB files,
 	// two writes in flight each (so that v1 blkio sees their writes, and
@@ -961,7 +966,11 @@ func saturated(alone phase) bool {
 
 // pressedMiB is how little available memory counts as best-effort work
 // competing with the server for the node's memory: the reclaim
-// controller's critical line on such a node (max(256 MiB, 5%)).
+// controller's critical byte line (256 MiB; on the memory scenario's
+// 1.5 GiB node its lines are now 230 MiB to reclaim and 115 MiB to
+// freeze, ByteLineCap scaling them with the node, so that best-effort
+// work holding the slack it is offered, which leaves ~140 MiB, is
+// still a competition here without freezing at once).
 const pressedMiB = 256
 
 // notCompeting says whether a run of a scenario that bounds the node's
