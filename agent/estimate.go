@@ -181,17 +181,10 @@ func (l *estimateLoop) sampleTaken() {
 	if l.timer != nil {
 		l.timer.Reset(time.Until(l.ticks.wake(&l.sched)))
 	}
-	var wake bool
 	if run {
-		wake = l.estimateLocked(nil)
+		l.estimateLocked(nil) // wakes Run when its estimate is to be sent
 	}
 	l.mu.Unlock()
-	if wake {
-		select {
-		case l.toSend <- struct{}{}:
-		default:
-		}
-	}
 }
 
 // startTicks starts the aligned schedule's ticks at the first boundary
@@ -203,9 +196,9 @@ func (l *estimateLoop) startTicks(now time.Time) {
 }
 
 // estimateLocked makes and publishes one estimate, paces the revocable
-// egress to it and runs the shadows on its input; it reports whether Run
-// is to send it (it or the session differs from what Run was last woken
-// for). l.mu is held.
+// egress to it and runs the shadows on its input. When Run is to send it
+// (it or the session differs from what Run was last woken for), it wakes
+// Run before the shadows run, and reports so. l.mu is held.
 // send, when set, is called after the pacing and before the shadows (the
 // unaligned loop sends there, on its own goroutine).
 func (l *estimateLoop) estimateLocked(send func()) bool {
@@ -228,9 +221,16 @@ func (l *estimateLoop) estimateLocked(send func()) bool {
 	}
 	if _, sessionID, ok := l.session.Current(); ok && (sessionID != l.signalledFor || !l.signalled.Equal(e.revocable)) {
 		l.signalled, l.signalledFor, wake = e.revocable, sessionID, true
+		// Run is woken before the shadows run, so that they do not
+		// delay the send.
+		select {
+		case l.toSend <- struct{}{}:
+		default:
+		}
 	}
-	// After the active estimate is published: a shadow can neither
-	// change it nor delay its send (Run sends it meanwhile).
+	// After the active estimate is published and Run woken to send it: a
+	// shadow can neither change it nor delay its send (Run sends it
+	// meanwhile).
 	l.shadows.estimate(in, e.revocable.CPUs())
 	l.rollout.estimate(in, e.revocable.CPUs())
 	return wake
