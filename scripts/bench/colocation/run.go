@@ -818,7 +818,9 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			}
 		}
 	}
-	if share, ok := res.share(); ok {
+	if res.ResourceShare != nil {
+		fmt.Printf("   p99 ratio %.2fx, best-effort share %.2f (%s)\n", res.ratio(), *res.ResourceShare, res.ResourceShareWhat)
+	} else if share, ok := res.share(); ok {
 		fmt.Printf("   p99 ratio %.2fx, best-effort share %.2f of %.2f idle cores\n", res.ratio(), share, res.idleCores())
 	} else {
 		fmt.Printf("   p99 ratio %.2fx, best-effort share undefined: %.2f idle cores (other tenants), %.2f of slack\n",
