@@ -153,6 +153,12 @@ type MemoryConfig struct {
 	// MemTotal). Defaults 256 MiB and 0.05.
 	MinAvailableBytes    uint64
 	MinAvailableFraction float64
+	// ByteLineCap bounds MinAvailableBytes to ByteLineCap times
+	// MinAvailableFraction of MemTotal where that fraction is positive, as
+	// ReclaimConfig.ByteLineCap does the reclaim controller's lines
+	// (default 1.5: 256 MiB becomes 115 MiB on a 1.5 GiB node, nodes of
+	// 3.4 GiB or more are unchanged; 0: not bounded).
+	ByteLineCap float64
 	// PressureFullEnter is the memory.pressure full avg10 (percent) of a
 	// guaranteed or protected container above which revocable memory is
 	// reclaimed; 0 ignores it. Default 10.
@@ -283,6 +289,7 @@ func DefaultConfig() Config {
 		Memory: MemoryConfig{
 			MinAvailableBytes:    256 << 20,
 			MinAvailableFraction: 0.05,
+			ByteLineCap:          1.5,
 			PressureFullEnter:    10,
 			KillCooldown:         time.Second,
 			PressureCooldown:     10 * time.Second,
@@ -400,6 +407,9 @@ func (c Config) Validate() error {
 
 	m := c.Memory
 	fraction("memory min available fraction", m.MinAvailableFraction)
+	if m.ByteLineCap < 0 || (m.ByteLineCap > 0 && m.ByteLineCap < 1) {
+		bad("memory byte line cap must be 0 or at least 1, got %v", m.ByteLineCap)
+	}
 	percent("memory pressure full enter", m.PressureFullEnter)
 	percent("memory pressure some enter", m.PressureSomeEnter)
 	positive("memory kill cooldown", m.KillCooldown)

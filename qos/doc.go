@@ -263,7 +263,9 @@
 //
 // "memory" (Memory): memory cannot be throttled without pushing its holder
 // into reclaim, so when MemAvailable falls below max(MinAvailableBytes,
-// MinAvailableFraction × MemTotal), or a guaranteed or protected
+// MinAvailableFraction × MemTotal) (the bytes at most ByteLineCap times
+// the fraction's on a small node, as reclaim's lines: 115 MiB on 1.5 GiB),
+// or a guaranteed or protected
 // container's memory PSI full avg10 exceeds PressureFullEnter (some:
 // PressureSomeEnter, off by default), it kills the largest revocable
 // container (newest first among equals), one at a time: after KillCooldown
@@ -291,6 +293,13 @@
 // Guaranteed tasks carry memory.min (half their mem) and memory.low (all
 // of it), so the kernel takes revocable memory first (agent/containerizer/
 // cgroups/memory.go has the v1 equivalents).
+//
+// The reclaim and memory controllers are MemoryKeepers: KeepFree is the
+// MemAvailable they need to stay calm (reclaim's low line plus its calm
+// margin; memory's kill line), and the agent's memory slack estimate
+// leaves that much free (estimator.NodeMemory), so that revocable work
+// using all the memory it was offered does not drive the node under the
+// line of a controller that would then take it back (#28).
 //
 // "diskio" (DiskIOController): where the node can cap the revocable
 // subtree's disk I/O (Node.DiskIO: io.max, blkio.throttle), it is AIMD on
@@ -330,7 +339,7 @@
 //	              ThrottlePeriod 10 ms, EffectWindow 2 s, MinEffect 0.3, MinWaitGain 0.1
 //	cpuset        MinCPUs 1, Headroom 0 (off), ShrinkInterval 1 s, GrowAfter 5 s,
 //	              GrowInterval 5 s, ProbeBackoff 30 s (max 5 min)
-//	memory        MinAvailable max(256 MiB, 5% of MemTotal), PressureFullEnter 10 %,
+//	memory        MinAvailable max(256 MiB, 5% of MemTotal), the byte line at most ByteLineCap 1.5 x the fraction, PressureFullEnter 10 %,
 //	              PressureSomeEnter off, KillCooldown 1 s, PressureCooldown 10 s
 //	network       RTTFactor 2, RTTIncrease 1 ms, BaselineWindow 30 s, RTTLinkFloor 80 %, Persistence 2
 //	              RetransmitFraction 1% (at least 3), SaturationEnter/Exit 95 / 85 %

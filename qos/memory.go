@@ -16,7 +16,10 @@ import (
 //
 // Signals:
 //   - the node is short: MemAvailable < max(MinAvailableBytes,
-//     MinAvailableFraction × MemTotal). The next kill may follow after
+//     MinAvailableFraction × MemTotal), the bytes counting only up to
+//     ByteLineCap times the fraction's, as the reclaim controller's lines
+//     (on a 1.5 GiB node 256 MiB becomes 115 MiB, the reclaim
+//     controller's critical line). The next kill may follow after
 //     KillCooldown, and only if the memory of victims still being killed
 //     would not already lift MemAvailable over the line;
 //   - a guaranteed or protected container's memory.pressure full avg10
@@ -46,7 +49,7 @@ func (m *Memory) Evaluate(in Input) []Correction {
 		signalAt = in.Now
 		cooldown time.Duration
 	)
-	threshold := max(m.cfg.MinAvailableBytes, uint64(m.cfg.MinAvailableFraction*float64(in.Node.MemTotal)))
+	threshold := m.line(in.Node.MemTotal)
 	if in.Node.MemTotal > 0 && in.Node.MemAvailable < threshold {
 		// Memory of victims already being killed is about to come back.
 		available := in.Node.MemAvailable
@@ -98,6 +101,18 @@ func (m *Memory) Evaluate(in Input) []Correction {
 		Signal:      signalAt,
 	}}
 }
+
+// line is the MemAvailable below which the node is short on a node of
+// memTotal bytes: max(MinAvailableBytes, MinAvailableFraction × memTotal),
+// the bytes capped at ByteLineCap × the fraction's (byteLine), as the
+// reclaim controller's lines are.
+func (m *Memory) line(memTotal uint64) uint64 {
+	return byteLine(m.cfg.MinAvailableBytes, m.cfg.MinAvailableFraction, m.cfg.ByteLineCap, memTotal)
+}
+
+// KeepFree implements MemoryKeeper: the controller kills below its line
+// and has no calm margin above it, so the line is what must stay free.
+func (m *Memory) KeepFree(memTotal uint64) uint64 { return m.line(memTotal) }
 
 // mostPressured returns the guarded container whose memory pressure exceeds
 // its threshold by the largest margin, with the measure that does.

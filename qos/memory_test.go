@@ -1,6 +1,7 @@
 package qos_test
 
 import (
+	"strings"
 	"testing"
 	"time"
 
@@ -49,10 +50,22 @@ func TestMemoryTable(t *testing.T) {
 				Reason: "node MemAvailable 500 MiB < 819 MiB; batch-2 is the largest revocable container (3072 MiB)"}},
 		},
 		{
-			name: "the 256 MiB minimum on a small node",
-			edit: func(in *qos.Input) { in.Node.MemTotal, in.Node.MemAvailable = 2<<30, 200*mib },
+			name: "the 256 MiB minimum on a 4 GiB node",
+			edit: func(in *qos.Input) { in.Node.MemTotal, in.Node.MemAvailable = 4<<30, 200*mib },
 			want: []qos.Correction{{Kind: qos.Kill, ContainerID: "batch-2", TaskID: "batch-2-task", Controller: "memory", Signal: at(0),
 				Reason: "node MemAvailable 200 MiB < 256 MiB; batch-2 is the largest revocable container (3072 MiB)"}},
+		},
+		{
+			// 1.5 × 5% of 2 GiB: the line scales with a small node's
+			// memory, as the reclaim controller's do.
+			name: "a 2 GiB node: 200 MiB is above its 153 MiB line",
+			edit: func(in *qos.Input) { in.Node.MemTotal, in.Node.MemAvailable = 2<<30, 200*mib },
+		},
+		{
+			name: "a 2 GiB node: below its 153 MiB line",
+			edit: func(in *qos.Input) { in.Node.MemTotal, in.Node.MemAvailable = 2<<30, 150*mib },
+			want: []qos.Correction{{Kind: qos.Kill, ContainerID: "batch-2", TaskID: "batch-2-task", Controller: "memory", Signal: at(0),
+				Reason: "node MemAvailable 150 MiB < 153 MiB; batch-2 is the largest revocable container (3072 MiB)"}},
 		},
 		{
 			name: "equal sizes: newest first",
@@ -160,5 +173,53 @@ func TestMemoryPressureWaitsForAvg10(t *testing.T) {
 	want := "0s kill batch-2\n10s kill batch-3\n20s kill batch-1\n"
 	if diff := cmp.Diff(want, kinds(got)); diff != "" {
 		t.Errorf("(-want +got):\n%s", diff)
+	}
+}
+
+// TestMemoryLineScalesWithTheNode: the memory controller's kill line is
+// max(256 MiB, 5%) on nodes of 3.4 GiB and more and at most 1.5 times its
+// fraction below (115 MiB on a 1.5 GiB node: the reclaim controller's
+// critical line there, not a sixth of the node), and a line set in bytes
+// (fraction 0, --qos-memory-min-available) is kept as set (#28).
+func TestMemoryLineScalesWithTheNode(t *testing.T) {
+	t.Parallel()
+	operator := qos.DefaultConfig()
+	operator.Memory.MinAvailableBytes, operator.Memory.MinAvailableFraction = 300*mib, 0
+	unbounded := qos.DefaultConfig()
+	unbounded.Memory.ByteLineCap = 0
+	for _, tc := range []struct {
+		name       string
+		cfg        qos.Config
+		total      uint64
+		avail      uint64
+		wantReason string // "": no kill
+	}{
+		{"16 GiB: 5% line, below", qos.DefaultConfig(), 16 << 30, 818 * mib, "< 819 MiB"},
+		{"16 GiB: 5% line, above", qos.DefaultConfig(), 16 << 30, 820 * mib, ""},
+		{"3.5 GiB keeps 256 MiB", qos.DefaultConfig(), 3584 * mib, 255 * mib, "< 256 MiB"},
+		{"1.5 GiB: 200 MiB is no shortage", qos.DefaultConfig(), 1536 * mib, 200 * mib, ""},
+		{"1.5 GiB: below 115 MiB", qos.DefaultConfig(), 1536 * mib, 114 * mib, "< 115 MiB"},
+		{"operator's 300 MiB on 1.5 GiB", operator, 1536 * mib, 290 * mib, "< 300 MiB"},
+		{"cap 0 keeps 256 MiB on 1.5 GiB", unbounded, 1536 * mib, 200 * mib, "< 256 MiB"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := qos.NewSet([]string{"memory"}, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			in := memScene(0, tc.avail)
+			in.Node.MemTotal = tc.total
+			got := c.Evaluate(in)
+			if tc.wantReason == "" {
+				if len(got) != 0 {
+					t.Fatalf("MemAvailable %d MiB of %d MiB: corrections %v, want none", tc.avail/mib, tc.total/mib, got)
+				}
+				return
+			}
+			if len(got) != 1 || got[0].Kind != qos.Kill || !strings.Contains(got[0].Reason, tc.wantReason) {
+				t.Fatalf("MemAvailable %d MiB of %d MiB: corrections %v, want a kill naming %q", tc.avail/mib, tc.total/mib, got, tc.wantReason)
+			}
+		})
 	}
 }

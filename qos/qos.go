@@ -373,6 +373,18 @@ type Controller interface {
 	Evaluate(in Input) []Correction
 }
 
+// MemoryKeeper is a Controller that acts when the node's MemAvailable falls
+// under a line of its own: KeepFree is the MemAvailable (bytes) it needs
+// to stay calm on a node of memTotal bytes. The agent's estimate leaves
+// that much free of revocable memory (estimator.NodeMemory), so that
+// revocable work using all it was offered never drives the node under a
+// line of the controllers that would then take it back (#28). The reclaim
+// and memory controllers, and a set holding either (the largest), are
+// MemoryKeepers.
+type MemoryKeeper interface {
+	KeepFree(memTotal uint64) uint64
+}
+
 // ControllerFunc adapts a function to the Controller interface.
 type ControllerFunc func(in Input) []Correction
 

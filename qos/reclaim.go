@@ -113,14 +113,33 @@ func (c ReclaimConfig) validate() error {
 	return errors.Join(errs...)
 }
 
-// line is max(fraction × total, min(bytes, ByteLineCap × fraction ×
-// total)): bytes alone when fraction or ByteLineCap is 0.
+// line is byteLine with the config's ByteLineCap.
 func (c ReclaimConfig) line(bytes uint64, fraction float64, total uint64) uint64 {
+	return byteLine(bytes, fraction, c.ByteLineCap, total)
+}
+
+// byteLine is a MemAvailable line of a node of total bytes: max(fraction ×
+// total, min(bytes, byteCap × fraction × total)), bytes alone when
+// fraction or byteCap is 0. A byte line thus counts only up to byteCap
+// times its fraction's, so that on a small node the line scales with its
+// memory (the reclaim and memory controllers' lines, #28).
+func byteLine(bytes uint64, fraction, byteCap float64, total uint64) uint64 {
 	frac := uint64(fraction * float64(total))
-	if fraction > 0 && c.ByteLineCap > 0 {
-		bytes = min(bytes, uint64(c.ByteLineCap*fraction*float64(total)))
+	if fraction > 0 && byteCap > 0 {
+		bytes = min(bytes, uint64(byteCap*fraction*float64(total)))
 	}
 	return max(bytes, frac)
+}
+
+// KeepFree implements MemoryKeeper: the MemAvailable this controller needs
+// to be calm on a node of memTotal bytes, its low line (or its critical
+// line, were it set higher) plus its calm margin. Revocable work that
+// leaves less drives it to reclaim, freeze and kill.
+func (r *MemoryReclaim) KeepFree(memTotal uint64) uint64 {
+	c := r.cfg
+	low := max(c.line(c.LowAvailableBytes, c.LowAvailableFraction, memTotal),
+		c.line(c.CriticalAvailableBytes, c.CriticalAvailableFraction, memTotal))
+	return low + c.line(c.CalmMarginBytes, c.CalmMarginFraction, memTotal)
 }
 
 // MemoryReclaim is the "reclaim" controller: under node memory pressure it takes

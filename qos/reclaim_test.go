@@ -337,3 +337,76 @@ func TestReclaimLinesScaleWithTheNode(t *testing.T) {
 		})
 	}
 }
+
+// TestKeepFree: what a set of controllers needs kept available is the
+// largest of its members' needs: the reclaim controller's low line plus
+// its calm margin (on 16 GiB 1638 + 327 MiB; on 1.5 GiB the scaled 230 +
+// 46 MiB), the memory controller's kill line; 0 for a set that does not
+// act on MemAvailable (#28).
+func TestKeepFree(t *testing.T) {
+	t.Parallel()
+	part := func(f float64, total uint64) uint64 { return uint64(f * float64(total)) }
+	operator := qos.DefaultConfig()
+	operator.Reclaim.LowAvailableBytes, operator.Reclaim.LowAvailableFraction = 600<<20, 0
+	operator.Memory.MinAvailableBytes, operator.Memory.MinAvailableFraction = 700<<20, 0
+	for _, tc := range []struct {
+		name  string
+		names []string
+		cfg   qos.Config
+		total uint64
+		want  uint64
+	}{
+		{"reclaim, 16 GiB", []string{"reclaim"}, qos.DefaultConfig(), 16 * gib, part(0.10, 16*gib) + part(0.02, 16*gib)},
+		{"reclaim, 4 GiB: 512 MiB + the scaled margin", []string{"reclaim"}, qos.DefaultConfig(), 4 * gib, 512<<20 + part(1.5*0.02, 4*gib)},
+		{"reclaim, 1.5 GiB: 230 + 46 MiB", []string{"reclaim"}, qos.DefaultConfig(), 1536 << 20, part(1.5*0.10, 1536<<20) + part(1.5*0.02, 1536<<20)},
+		{"memory, 1.5 GiB: 115 MiB", []string{"memory"}, qos.DefaultConfig(), 1536 << 20, part(1.5*0.05, 1536<<20)},
+		{"default set, 1.5 GiB", strings.Split(qos.DefaultControllers, ","), qos.DefaultConfig(), 1536 << 20, part(1.5*0.10, 1536<<20) + part(1.5*0.02, 1536<<20)},
+		{"no memory controller", []string{"cpuset", "interference"}, qos.DefaultConfig(), 16 * gib, 0},
+		{"noop", []string{"noop"}, qos.DefaultConfig(), 16 * gib, 0},
+		{"operator's lines: the memory line is higher", []string{"reclaim", "memory"}, operator, 1536 << 20, 700 << 20},
+		{"operator's reclaim line plus the scaled margin", []string{"reclaim"}, operator, 1536 << 20, 600<<20 + part(1.5*0.02, 1536<<20)},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, err := qos.NewSet(tc.names, tc.cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			k, ok := c.(qos.MemoryKeeper)
+			if !ok {
+				t.Fatalf("the set %v is no MemoryKeeper", tc.names)
+			}
+			if got := k.KeepFree(tc.total); got != tc.want {
+				t.Fatalf("KeepFree(%d MiB) = %d bytes (%d MiB), want %d (%d MiB)", tc.total>>20, got, got>>20, tc.want, tc.want>>20)
+			}
+		})
+	}
+}
+
+// TestKeepFreeIsTheCalmLine: with MemAvailable at KeepFree the reclaim
+// controller is calm (it releases memory.high after CalmPeriod) and a MiB
+// below it is not: KeepFree is the controller's own line, not a second
+// figure that could drift from it.
+func TestKeepFreeIsTheCalmLine(t *testing.T) {
+	t.Parallel()
+	cfg := qos.DefaultConfig()
+	for _, total := range []uint64{1536 << 20, 3 * gib, 4 * gib, 16 * gib, 256 * gib} {
+		for _, below := range []uint64{0, 1 << 20} {
+			c := qos.NewMemoryReclaim(cfg.Reclaim, cfg.KillRetry)
+			in := reclaimScene()
+			in.Node.MemTotal = total
+			in.Node.MemAvailable = c.KeepFree(total) - below
+			in.RevocableMemoryHigh = 1 * gib
+			var got []qos.Correction
+			for _, offset := range []time.Duration{0, cfg.Reclaim.CalmPeriod} {
+				in.Now = at(offset)
+				got = c.Evaluate(in)
+			}
+			released := len(got) == 1 && got[0].Kind == qos.Release
+			if released != (below == 0) {
+				t.Errorf("%d MiB node, MemAvailable %d MiB (KeepFree less %d MiB): corrections %v; want a release only at KeepFree",
+					total>>20, in.Node.MemAvailable>>20, below>>20, got)
+			}
+		}
+	}
+}

@@ -92,6 +92,18 @@ type set struct {
 	controllers []Controller
 }
 
+// KeepFree implements MemoryKeeper: the most any of the set's
+// controllers needs kept free (0 when none acts on MemAvailable).
+func (s *set) KeepFree(memTotal uint64) uint64 {
+	var most uint64
+	for _, c := range s.controllers {
+		if k, ok := c.(MemoryKeeper); ok {
+			most = max(most, k.KeepFree(memTotal))
+		}
+	}
+	return most
+}
+
 func (s *set) Evaluate(in Input) []Correction {
 	var all []Correction
 	for _, c := range s.controllers {

@@ -97,7 +97,7 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.Float64Var(&in.MinWaitGain, "qos-min-wait-gain", in.MinWaitGain, "interference, cpuset: with eBPF, a correction is kept only if guaranteed work's whole run-queue wait fell by this fraction (else undone and backed off)")
 	fs.DurationVar(&nw.RTTIncrease, "qos-network-rtt-increase", nw.RTTIncrease, "network: guaranteed TCP round-trip p99 this far above its baseline (and 3x it) slows revocable egress down")
 	fs.Float64Var(&nw.SaturationEnter, "qos-network-saturation", nw.SaturationEnter, "network: fraction of the bandwidth resource at which the link counts as saturated (calm 0.1 below)")
-	fs.Float64Var(&s.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory)); reclaim: freeze it at once below it (0: the same, the 256 MiB at most 7.5% of memory)")
+	fs.Float64Var(&s.QoSMemoryMinAvailableMiB, "qos-memory-min-available", 0, "memory: kill revocable work when MemAvailable falls below this many MiB (0: max(256 MiB, 5% of memory), the 256 MiB at most 7.5% of memory); reclaim: freeze it at once below it (0: the same, the 256 MiB at most 7.5% of memory)")
 	// Jobs (#26): the memory controller's pace between kills, so that a
 	// test (or an operator) can let it kill once and then watch.
 	fs.DurationVar(&s.QoS.Memory.KillCooldown, "qos-memory-kill-cooldown", s.QoS.Memory.KillCooldown, "memory: least time between two kills for lack of memory")
