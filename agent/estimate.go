@@ -18,6 +18,7 @@ import (
 	"github.com/slackline/slackline/estimator"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/internal/tick"
+	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -57,6 +58,11 @@ type estimateLoop struct {
 	session   *session.Session
 	shadows   *shadowSet // nil without shadows
 	rollout   *rolloutShadow
+
+	// keeper is the running QoS controllers' need of available memory
+	// (nil: none acts on MemAvailable): the memory estimate leaves it
+	// free (estimator.NodeMemory, #28). Guarded by mu, as the estimator.
+	keeper qos.MemoryKeeper
 
 	latest atomic.Pointer[estimate]
 	// next is an estimator a node profile applied (#29), taken by Run's
@@ -104,6 +110,7 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, protect: cfg.ProtectCgroups, session: s,
 	}
+	l.keeper, _ = cfg.QoS.(qos.MemoryKeeper)
 	l.latest.Store(&estimate{estimator: l.name})
 	// Without an estimator Run is not started and passes make no estimate.
 	l.aligned = l.estimator != nil && l.monitor != nil && l.monitor.Interval() <= l.interval
@@ -303,6 +310,7 @@ func (l *estimateLoop) sendLatest(ctx context.Context) {
 func (l *estimateLoop) adoptProfile() {
 	if s := l.next.Swap(nil); s != nil {
 		l.estimator, l.name, l.profile, l.version = s.estimator, s.estimatorName, s.profile, s.version
+		l.keeper, _ = s.qos.(qos.MemoryKeeper)
 		l.shadows.activeEstimatorChanged(s.estimatorName)
 		l.rollout.activeChanged(s.profile, s.version, s.warmup)
 	}
@@ -357,6 +365,13 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 	m := l.monitor
 	if m == nil {
 		return in, points
+	}
+	if n := m.Node().Stats; n != nil {
+		// The node's memory as the QoS loop reads it (qosLoop.input).
+		in.Node.TotalBytes, in.Node.AvailableBytes = n.GetMemLimitBytes(), n.GetMemAvailableBytes()
+		if l.keeper != nil {
+			in.Node.KeepFreeBytes = l.keeper.KeepFree(in.Node.TotalBytes)
+		}
 	}
 	// Targets gone since the last pass are dropped with the old map.
 	kept := l.spare

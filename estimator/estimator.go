@@ -71,6 +71,38 @@ type Input struct {
 	// the window, so that without a reservation they add no slack of their
 	// own but still hold back what they use.
 	Protected []Container
+	// Node is the node's memory as the QoS controllers see it (zero: not
+	// known, and the memory estimate is not bounded by it).
+	Node NodeMemory
+}
+
+// NodeMemory is the node's memory at Input.Now (bytes): its total and
+// available memory as the agent's monitor samples them (MemTotal and
+// MemAvailable, or a bounding cgroup's limit and what it leaves), and what
+// revocable work must leave available for the QoS controllers that take
+// memory back to stay calm (qos.MemoryKeeper's KeepFree: the reclaim
+// controller's low line plus its calm margin).
+//
+// With Total and AvailableBytes set, the memory estimate is at most
+//
+//	Total − KeepFree − other − Σ need
+//
+// over guaranteed containers and protected services (their memory need,
+// as in slackOf), where other = max(0, (Total − Available) − Σ working
+// set) is what the node holds beyond the containers' latest working sets
+// (the kernel, the agent, other processes). Revocable work holding that
+// estimate leaves Available at least KeepFree while guaranteed work stays
+// within its need. This bounds the slack from the node's side; the sum of
+// the allocations less the needs (slackOf) bounds it from the guaranteed
+// containers' side, and neither implies the other: the node bound sees
+// memory no container is charged for, the allocation bound keeps the page
+// cache a guaranteed container works on, which MemAvailable counts as
+// available, out of the offer.
+type NodeMemory struct {
+	TotalBytes, AvailableBytes uint64
+	// KeepFreeBytes is what must stay available (0: nothing beyond the
+	// working sets and other use).
+	KeepFreeBytes uint64
 }
 
 // Estimator turns the usage of an agent's containers into the resources the

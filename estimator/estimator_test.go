@@ -245,6 +245,53 @@ func TestUsageTable(t *testing.T) {
 		}},
 		wantCPU: 1 - 0.5 - 0.1, wantMem: 1024 - 100 - 0.03*1024,
 	}, {
+		// The memory scenario of the colocation bench (#28): a 1536 MiB
+		// node allocated whole to a server working on 384 MiB, 60 MiB
+		// held outside the containers, the reclaim controller's 230 MiB
+		// line plus 46 MiB calm margin to keep free.
+		name: "the node keeps its KeepFree and other use free of revocable memory",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+		}, Node: node(1536, 1536-384-60, 276)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1536 - 276 - 60 - (384 + 0.03*1536),
+	}, {
+		name: "revocable work holding memory does not lower the node bound (the estimate is its total)",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+			{ID: "r", Revocable: true, Allocated: resources.MustParse("mem:700"), History: steadyHistory(t0, 600, 0, 640)},
+		}, Node: node(1536, 1536-384-60-640, 276)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1536 - 276 - 60 - (384 + 0.03*1536),
+	}, {
+		name: "the node bound without KeepFree (no controller acts on MemAvailable) still leaves other use",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+		}, Node: node(1536, 1536-384-60, 0)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1536 - 60 - (384 + 0.03*1536),
+	}, {
+		name: "available memory counting the working sets' page cache: no other use, not a negative one",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+		}, Node: node(1536, 1400, 276)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1536 - 276 - (384 + 0.03*1536),
+	}, {
+		name: "a large node: the allocations bound the slack, not the node",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:15360"), Containers: []estimator.Container{
+			guaranteed("a", "cpus:1;mem:1024", steadyHistory(t0, 600, 0.5, 100)),
+		}, Node: node(16384, 16384-100-900, 1966)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1024 - 100 - 0.03*1024,
+	}, {
+		name: "a node holding more than KeepFree leaves: nothing, not less than nothing",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+		}, Node: node(1536, 200, 276)},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 0,
+	}, {
+		name: "node memory unknown: no node bound",
+		in: estimator.Input{Now: t0, Total: resources.MustParse("mem:1536"), Containers: []estimator.Container{
+			guaranteed("server", "cpus:1;mem:1536", steadyHistory(t0, 600, 0.5, 384)),
+		}, Node: estimator.NodeMemory{KeepFreeBytes: 276 << 20}},
+		wantCPU: 1 - 0.5 - 0.1, wantMem: 1536 - (384 + 0.03*1536),
+	}, {
 		name:    "no containers, nothing to offer",
 		in:      estimator.Input{Now: t0, Total: resources.MustParse("cpus:8;mem:1000")},
 		wantCPU: 0,
@@ -263,6 +310,12 @@ func TestUsageTable(t *testing.T) {
 			})
 		}
 	}
+}
+
+// node is a NodeMemory of total and available MiB keeping keepFree MiB.
+func node(total, available, keepFree float64) estimator.NodeMemory {
+	return estimator.NodeMemory{TotalBytes: uint64(total * (1 << 20)), AvailableBytes: uint64(available * (1 << 20)),
+		KeepFreeBytes: uint64(keepFree * (1 << 20))}
 }
 
 func TestHysteresisApply(t *testing.T) {

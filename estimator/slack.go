@@ -136,8 +136,42 @@ func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) re
 		if total := in.Total.Mem(); total > 0 {
 			mem = min(mem, total-memNeed)
 		}
+		if bound, ok := nodeMemBound(in, memNeed); ok {
+			mem = min(mem, bound)
+		}
 	}
 	return resources.New(max(0, cpus), max(0, mem), 0).With(resources.Bandwidth, bandwidthSlack(in, cfg, members))
+}
+
+// nodeMemBound is the memory slack (MiB) the node can back without going
+// under in.Node.KeepFreeBytes of available memory when guaranteed work
+// needs memNeed MiB (NodeMemory's formula); ok is false when the node's
+// memory is not known.
+func nodeMemBound(in Input, memNeed float64) (bound float64, ok bool) {
+	node := in.Node
+	if node.TotalBytes == 0 || node.AvailableBytes == 0 {
+		return 0, false
+	}
+	var working uint64
+	for _, list := range [][]Container{in.Containers, in.Protected} {
+		for i := range list {
+			working += latestMemBytes(list[i].History, in.Now)
+		}
+	}
+	used := node.TotalBytes - min(node.TotalBytes, node.AvailableBytes)
+	other := used - min(used, working)
+	return mib(node.TotalBytes) - mib(node.KeepFreeBytes) - mib(other) - memNeed, true
+}
+
+// latestMemBytes is the working set of the latest sample at or before now
+// (0: none).
+func latestMemBytes(history []Sample, now time.Time) uint64 {
+	for i := len(history) - 1; i >= 0; i-- {
+		if !history[i].Time.After(now) {
+			return history[i].MemBytes
+		}
+	}
+	return 0
 }
 
 // bandwidthSlack is the revocable bandwidth (Mbit/s): the node's egress
