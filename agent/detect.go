@@ -39,7 +39,12 @@ type MemoryBound func(hostTotal uint64) (limit uint64, cgroup string, err error)
 // override above it is lowered to it (logged), so that the agent never
 // registers, and its estimator never offers as slack, memory the node
 // cannot back. A bound that cannot be read is logged and the host's
-// figure used.
+// figure used. A mem named in override keeps no reserve, bounded or not:
+// the operator chose it (the colocation benchmark registers its bounded
+// node whole for one server), and the revocable slack no longer relies on
+// a reserve to leave the kernel and the agent their memory: the estimate
+// measures what the node holds beyond its containers and keeps the QoS
+// controllers' lines free (estimator.NodeMemory, #28).
 func DetectResources(workDir, override string, log *slog.Logger, memBound MemoryBound) (resources.Resources, error) {
 	return detectResources(workDir, override, log, hostProbes{procRoot: "/proc", bandwidth: network.DetectBandwidth, memBound: memBound})
 }

@@ -103,7 +103,15 @@
 //     (memory.high), frozen, and only then killed, while guaranteed tasks
 //     keep memory.min/low protection. `slackline-backtest memory` scores
 //     it on testdata/memory: 73-77% harvest with at most 0.2% of samples
-//     over (the goal is >= 70% at <= 1%, TestMemoryBacktest). A container with fewer than
+//     over (the goal is >= 70% at <= 1%, TestMemoryBacktest). Where the
+//     node's memory is known (Input.Node: the agent passes its monitor's
+//     MemTotal and MemAvailable, or a bounding cgroup's, and the QoS
+//     controllers' KeepFree), mem is also at most the node's total less
+//     KeepFree, less what the node holds beyond the containers' working
+//     sets (kernel, agent, other processes), less the guaranteed need:
+//     revocable work using all of it then leaves the reclaim controller
+//     calm instead of driving the node under its line (#28; NodeMemory).
+//     The backtest's traces have no node figures and are not bounded. A container with fewer than
 //     MinSamples samples in the window is taken to need its whole
 //     allocation (all estimators).
 //   - predictive: usage with a prediction that looks ahead. It keeps the
