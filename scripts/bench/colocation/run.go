@@ -49,6 +49,10 @@ type scenario struct {
 	// Filling 800 MiB at idle CPU priority on a loaded machine takes a
 	// minute or more, and S measured before it ends says nothing of reclaim.
 	holds uint64
+	// minTasks, when set, is how many of the tasks must run before the
+	// load (0: all of them): a scenario whose tasks fill whatever is
+	// offered asks for more than any offer backs.
+	minTasks int
 	// writerAlone adds a third kind of slice (sliceWriterAlone, kindOf): the
 	// load goes on but the server skips its disk I/O (requests "?nofsync":
 	// the same CPU work and wakeups), and the same best-effort writers are
@@ -129,30 +133,33 @@ var scenarios = []scenario{
 	// told it has 2048 (agentRes) and registers the 1536 its cgroup's
 	// limit backs (#28: it used to register the 2048 and offer slack the
 	// node could not back), all of it allocated to a server whose
-	// requests read a 384 MiB page-cache working set (--cache-mib: the
+	// requests read a 384 MiB page-cache working set (--cache-mib, read
+	// twice at start so that it is a working set from the start: the
 	// node's only reclaimable memory, there being no swap, so reclaim of
-	// its pages costs the server disk reads). Three best-effort tasks
-	// whose memory grows and shrinks with little CPU, sized so that all
-	// three fit the slack (1536 less the server's working set and the
-	// estimator's 3% margin, ~1060 MiB): each allocates 320 MiB (dd's
-	// buffer, filled once, held 20 s while dd blocks on a pipe nobody
-	// reads), frees it and sleeps 1 s, so that they hold 960 MiB nearly
-	// all the time, which with the agent's own memory and the
-	// server's is about what the node has: the slack estimate leaves out
-	// the agent and kernel memory. (Filling the buffer over and over
-	// instead took half a core at idle priority: the ratio then measured
-	// CPU interference, 4.6-5.5x.) They used to hold it 4 s of every
-	// 6.5: even without QoS they then held 0.38 of the slack, so S
-	// measured their duty cycle, not what QoS leaves them; a best-effort
-	// analytics job wants all the slack it is offered all the time, and
-	// refilling every 21 s instead of every 6.5 also faults its pages in
-	// a third as often (#28). S is the memory best-effort work
-	// holds on average over the shared slices over the memory slack the
-	// agent offers.
-	{name: "memory", tasks: 3, res: "cpus:0.25;mem:340", agentRes: "cpus:2;mem:2048", serverRes: "cpus:2;mem:1536", serverArgs: "--cache-mib 384",
+	// its pages costs the server disk reads). Best-effort tasks whose
+	// memory grows and shrinks with little CPU, small enough that they
+	// fill whatever memory slack is offered, as an analytics job's
+	// executors do: each reserves 64 MiB, allocates 60 (dd's buffer,
+	// filled once, held 20 s while dd blocks on a pipe nobody reads),
+	// frees it and sleeps 1 s. The slack offered is the server's unused
+	// allocation bounded by what the node holds beside the containers
+	// and by what the QoS controllers keep free (the reclaim line and its
+	// calm margin, 230 + 46 MiB here; none for noop, whose tasks then
+	// hold enough to press the node: ~15 of them), so the framework asks
+	// for 16 and the load waits for 8, fewer than any configuration's
+	// offer backs. (Filling the buffer over and over instead took half a
+	// core at idle priority: the ratio then measured CPU interference,
+	// 4.6-5.5x; tasks that held their memory 4 s of every 6.5 held 0.38
+	// of the slack even without QoS, so S measured their duty cycle; and
+	// three tasks of 320 MiB either did not fit the offer that keeps the
+	// reclaim line free or, launched before the server's cache counted as
+	// its working set, held more than it and were frozen and killed.) S
+	// is the memory best-effort work holds on average over the shared
+	// slices over the memory slack the agent offers.
+	{name: "memory", tasks: 16, minTasks: 8, res: "cpus:0.05;mem:64", agentRes: "cpus:2;mem:2048", serverRes: "cpus:2;mem:1536", serverArgs: "--cache-mib 384",
 		share: memoryShare, nodeMiB: 1536,
 		command: func(string) string {
-			return `while :; do dd if=/dev/zero bs=320M count=1 2>/dev/null | sleep 20; sleep 1; done`
+			return `while :; do dd if=/dev/zero bs=60M count=1 2>/dev/null | sleep 20; sleep 1; done`
 		}},
 	// Two writers streaming 1 MiB blocks with O_DIRECT over 256 MiB files,
 	// two writes in flight each (so that v1 blkio sees their writes, and
@@ -505,7 +512,11 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 		// An emulated guest takes minutes to launch them as well
 		// (--server-start-timeout, when longer than a minute).
-		if err := waitRevocable(ctx, node, s.tasks, max(60*time.Second, o.serverStart)); err != nil {
+		running := s.tasks
+		if s.minTasks > 0 {
+			running = s.minTasks
+		}
+		if err := waitRevocable(ctx, node, running, max(60*time.Second, o.serverStart)); err != nil {
 			return res, err
 		}
 		if isStatic {
@@ -970,19 +981,19 @@ func saturated(alone phase) bool {
 // competing with the server for the node's memory: the reclaim
 // controller's critical byte line (256 MiB; on the memory scenario's
 // 1.5 GiB node its lines are now 230 MiB to reclaim and 115 MiB to
-// freeze, ByteLineCap scaling them with the node, so that best-effort
-// work holding the slack it is offered, which leaves ~140 MiB, is
-// still a competition here without freezing at once).
+// freeze, ByteLineCap scaling them with the node). Without QoS the
+// slack offered keeps no line free (#28), and best-effort work holding
+// it leaves the node ~90 MiB: a competition.
 const pressedMiB = 256
 
 // notCompeting says whether a run of a scenario that bounds the node's
 // memory measured no competition: without QoS (which may keep best-effort
 // work from reaching it: that is what it is for), the node's memory limit
 // was never hit and the node always had more than pressedMiB available.
-// Since the agent registers only the memory the node's limit backs (#28),
-// best-effort work holding its whole slack brings the node close to its
-// limit (the slack estimate leaves out the agent's and the kernel's own
-// memory) without always crossing it.
+// Since the agent registers only the memory the node's limit backs and
+// its slack estimate leaves the node's other use free (#28), best-effort
+// work holding its whole slack brings the node close to its limit
+// without always crossing it.
 func notCompeting(r runResult) bool {
 	if r.Config != "noop" || r.NodeLimitHits == nil || *r.NodeLimitHits > 0 {
 		return false
