@@ -454,11 +454,12 @@ func (c Config) Validate() error {
 		bad("load thresholds must not be negative (5min %v, 15min %v)", c.Load.Threshold5Min, c.Load.Threshold15Min)
 	}
 	positive("kill retry", c.KillRetry)
+	// Their errors wrap ErrInvalidConfig too, as Validate says.
 	if err := c.Reclaim.validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	if err := c.DiskIO.validate(); err != nil {
-		errs = append(errs, err)
+		errs = append(errs, fmt.Errorf("%w: %w", ErrInvalidConfig, err))
 	}
 	return errors.Join(errs...)
 }

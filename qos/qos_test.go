@@ -192,6 +192,8 @@ func TestConfigValidate(t *testing.T) {
 		{"backoff max below backoff", func(c *qos.Config) { c.Interference.ProbeBackoffMax = time.Second }, "probe backoff max"},
 		{"zero kill after", func(c *qos.Config) { c.Interference.KillAfter = 0 }, "kill after"},
 		{"memory fraction 1", func(c *qos.Config) { c.Memory.MinAvailableFraction = 1 }, "min available fraction"},
+		{"memory byte line cap below 1", func(c *qos.Config) { c.Memory.ByteLineCap = 0.5 }, "memory byte line cap must be 0 or at least 1, got 0.5"},
+		{"reclaim byte line cap below 1", func(c *qos.Config) { c.Reclaim.ByteLineCap = 0.5 }, "byte line cap must be 0 or at least 1, got 0.5"},
 		{"negative load", func(c *qos.Config) { c.Load.Threshold5Min = -1 }, "load thresholds"},
 		{"zero kill retry", func(c *qos.Config) { c.KillRetry = 0 }, "kill retry"},
 	}
