@@ -181,7 +181,7 @@ type Coordinator struct {
 	instanceID string
 	startedAt  time.Time
 	// launchKey makes and verifies launch proofs (see trust.go).
-	launchKey []byte
+	launchKey *launchMAC
 	// registrations rate-limits agent registrations per principal
 	// (limits.go).
 	registrations *principalRates
@@ -228,7 +228,9 @@ func New(cfg Config) (*Coordinator, error) {
 	c.frameworkHeartbeats, c.agentPings = newPulse(cfg.FrameworkHeartbeatInterval), newPulse(agentPingInterval)
 	err := c.recover(context.Background())
 	if err == nil {
-		c.launchKey, err = loadLaunchKey(context.Background(), st)
+		var key []byte
+		key, err = loadLaunchKey(context.Background(), st)
+		c.launchKey = newLaunchMAC(key)
 	}
 	if err != nil {
 		if cfg.Store == nil {

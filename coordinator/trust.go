@@ -8,9 +8,11 @@ import (
 	"crypto/sha256"
 	"encoding/binary"
 	"fmt"
+	"hash"
 	"net"
 	"net/url"
 	"slices"
+	"sync"
 
 	"connectrpc.com/connect"
 
@@ -52,20 +54,57 @@ func loadLaunchKey(ctx context.Context, st store.Store) ([]byte, error) {
 	return key, nil
 }
 
+// launchMAC makes launch proofs under one key. Its HMAC states are pooled:
+// a reset HMAC restores its keyed state instead of hashing the key's pads
+// again, and a proof's fields go to it in one write from a reused buffer,
+// so that a proof costs its message's SHA-256 blocks and no allocation but
+// its result (a registration of thousands of tasks verifies one proof per
+// task).
+type launchMAC struct {
+	key  []byte
+	pool sync.Pool // of *launchHasher
+}
+
+// launchHasher is one pooled HMAC with its message buffer.
+type launchHasher struct {
+	mac hash.Hash
+	buf []byte
+}
+
+// maxPooledLaunchMessage bounds the buffer a pooled hasher keeps: a larger
+// one (a task with a very long id or many port ranges) is dropped after
+// use rather than held by the pool.
+const maxPooledLaunchMessage = 4 << 10
+
+func newLaunchMAC(key []byte) *launchMAC {
+	return &launchMAC{key: key}
+}
+
 // launchProof is the MAC of a task as launched: on which host, for which
 // framework (id and principal), its id and its resources. The agent keeps it
 // in the task's TaskInfo and reports it when it re-registers; it cannot
 // make one for a task the coordinator did not launch on its host, or with
-// other resources.
-func launchProof(key []byte, hostname, frameworkID, principal, taskID, role string, regular, revocable resources.Resources) []byte {
-	mac := hmac.New(sha256.New, key)
-	for _, field := range []string{"slackline launch v1", hostname, frameworkID, principal, taskID, role, regular.String(), revocable.String()} {
-		var n [8]byte
-		binary.BigEndian.PutUint64(n[:], uint64(len(field)))
-		mac.Write(n[:])
-		mac.Write([]byte(field))
+// other resources. Each field is MACed after its length (8 bytes, big
+// endian), so that no two tasks' fields make the same message.
+func launchProof(m *launchMAC, hostname, frameworkID, principal, taskID, role string, regular, revocable resources.Resources) []byte {
+	h, _ := m.pool.Get().(*launchHasher)
+	if h == nil {
+		h = &launchHasher{mac: hmac.New(sha256.New, m.key)}
+	} else {
+		h.mac.Reset()
 	}
-	return mac.Sum(nil)
+	b := h.buf[:0]
+	for _, field := range [...]string{"slackline launch v1", hostname, frameworkID, principal, taskID, role, regular.String(), revocable.String()} {
+		b = binary.BigEndian.AppendUint64(b, uint64(len(field)))
+		b = append(b, field...)
+	}
+	h.mac.Write(b)
+	sum := h.mac.Sum(make([]byte, 0, sha256.Size))
+	if cap(b) <= maxPooledLaunchMessage {
+		h.buf = b
+		m.pool.Put(h)
+	}
+	return sum
 }
 
 // provenLaunch reports whether a task an agent on hostname reports carries
