@@ -162,6 +162,20 @@ func (o *schedObjs) addResident(c *schedSchedCounters, epoch uint32) {
 	}
 }
 
+// hasResident reports whether a CPU keeps resident counters for the
+// cgroup tracked with epoch: counters that move without a changed mark.
+func (o *schedObjs) hasResident(epoch uint32) bool {
+	for i := range o.cpus {
+		cpu := &o.cpus[i]
+		for j := range cpu.ResEpoch {
+			if atomic.LoadUint32(&cpu.ResEpoch[j]) == epoch {
+				return true
+			}
+		}
+	}
+	return false
+}
+
 // running reports whether a CPU's current task is in the cgroup, as the
 // last switch this CPU's program saw says (cur_cgroup: tracked cgroups only).
 func (o *schedObjs) running(cgroupID uint64) bool {
