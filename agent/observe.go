@@ -44,6 +44,13 @@ type changedReader interface {
 	ReadChanged(into map[uint64]bpf.CgroupStats) ([]uint64, error)
 }
 
+// changedTCPReader reads every watched cgroup's TCP signals at once,
+// keeping the entries that did not move and saying which did
+// (netqos.Programs.ReadChangedTCP).
+type changedTCPReader interface {
+	ReadChangedTCP(into map[uint64]netqos.TCPStats) ([]uint64, error)
+}
+
 // allTCPReader reads every watched cgroup's TCP signals at once
 // (netqos.Programs.ReadAllTCP).
 type allTCPReader interface {
@@ -64,11 +71,11 @@ type monitorEBPF struct {
 	allTCP    map[uint64]netqos.TCPStats
 	tcpBatchd bool
 	// What BeginPass knows moved since the previous pass (#29), when it
-	// read with ReadChanged (changes): the cgroups whose counters it
-	// reassembled, and the TCP signals of the previous pass to compare.
-	changes, readChanged bool
-	moved                map[uint64]bool
-	prevTCP              map[uint64]netqos.TCPStats
+	// read with ReadChanged and ReadChangedTCP in this pass and the one
+	// before (changes): the cgroups whose counters or TCP signals they
+	// stored anew.
+	changes, readChanged, tcpChanged bool
+	moved                            map[uint64]bool
 	// The last Stats answer's counters: the histograms it returns are
 	// slices of these, reused by the next call (the monitor copies what
 	// it keeps), so that a pass allocates none (#29).
@@ -98,41 +105,36 @@ func (a *monitorEBPF) BeginPass() error {
 	} else if r, ok := a.e.(allReader); ok {
 		a.batched = r.ReadAll(a.all) == nil
 	}
-	if r, ok := a.tcp.(allTCPReader); ok {
-		if a.allTCP == nil {
-			a.allTCP, a.prevTCP = map[uint64]netqos.TCPStats{}, map[uint64]netqos.TCPStats{}
+	if a.allTCP == nil {
+		a.allTCP = map[uint64]netqos.TCPStats{}
+	}
+	if r, ok := a.tcp.(changedTCPReader); ok {
+		moved, err := r.ReadChangedTCP(a.allTCP)
+		a.tcpBatchd = err == nil
+		a.changes = a.changes && a.tcpBatchd && a.tcpChanged
+		a.tcpChanged = a.tcpBatchd
+		for _, id := range moved {
+			a.moved[id] = true
 		}
-		a.allTCP, a.prevTCP = a.prevTCP, a.allTCP
+	} else if r, ok := a.tcp.(allTCPReader); ok {
 		a.tcpBatchd = r.ReadAllTCP(a.allTCP) == nil
-		if !a.tcpBatchd {
-			clear(a.prevTCP) // the next pass has nothing to compare with
-		}
+		a.changes = false // no knowledge of what moved
 	} else if a.tcp != nil {
-		a.changes = false // TCP signals read cgroup by cgroup: no comparison
+		a.changes = false // TCP signals read cgroup by cgroup
 	}
 	return nil
 }
 
 // Unchanged implements monitor.EBPFChanges: the cgroup's counters and TCP
 // signals are those the previous pass read (BeginPass read them with
-// ReadChanged in both passes, which left its entry as it was, and its TCP
-// signals compare equal).
+// ReadChanged and ReadChangedTCP in both passes, which left its entries
+// as they were).
 func (a *monitorEBPF) Unchanged(id uint64) bool {
 	if !a.changes || a.moved[id] {
 		return false
 	}
-	if _, ok := a.all[id]; !ok {
-		return false
-	}
-	if a.tcp == nil {
-		return true
-	}
-	if !a.tcpBatchd {
-		return false
-	}
-	now, ok := a.allTCP[id]
-	before, okBefore := a.prevTCP[id]
-	return ok == okBefore && now == before
+	_, ok := a.all[id]
+	return ok
 }
 
 // Stats returns a cgroup's counters in the monitor's terms.
