@@ -231,6 +231,8 @@ type Monitor struct {
 	readsLookedUp uint64
 	readsReused   uint64
 	moved         []uint64 // ReadChanged's answer, reused
+	busyIDs       []uint64 // ReadChanged's running cgroups, reused
+	busyEpochs    []uint32 // and resident epochs
 
 	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and ReadAll read
 	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
@@ -741,12 +743,18 @@ func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
 			delete(into, id)
 		}
 	}
+	// The few cgroups running or resident on a CPU, found once (a scan of
+	// every CPU's entries per cgroup cost more than the rest of the loop).
+	m.busyIDs, m.busyEpochs = m.busyIDs[:0], m.busyEpochs[:0]
+	if m.sched != nil {
+		m.busyIDs, m.busyEpochs = m.sched.busy(m.busyIDs, m.busyEpochs)
+	}
 	for id, epoch := range m.epochs {
 		c := m.cache[id]
 		if c == nil { // not read (cannot be after a refresh without error)
 			c = &cachedCounters{moved: true}
 		}
-		busy := m.sched != nil && (m.sched.running(id) || m.sched.hasResident(epoch))
+		busy := slices.Contains(m.busyIDs, id) || slices.Contains(m.busyEpochs, epoch)
 		if _, ok := into[id]; ok && !c.moved && !busy && !c.busy {
 			continue
 		}

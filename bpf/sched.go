@@ -162,18 +162,23 @@ func (o *schedObjs) addResident(c *schedSchedCounters, epoch uint32) {
 	}
 }
 
-// hasResident reports whether a CPU keeps resident counters for the
-// cgroup tracked with epoch: counters that move without a changed mark.
-func (o *schedObjs) hasResident(epoch uint32) bool {
+// busy appends to ids the cgroups a CPU is running (cur_cgroup) and to
+// epochs the epochs of the cgroups whose counters a CPU keeps resident:
+// counters that may move without a changed mark, or have a run not yet
+// counted.
+func (o *schedObjs) busy(ids []uint64, epochs []uint32) ([]uint64, []uint32) {
 	for i := range o.cpus {
 		cpu := &o.cpus[i]
+		if id := atomic.LoadUint64(&cpu.CurCgroup); id != 0 {
+			ids = append(ids, id)
+		}
 		for j := range cpu.ResEpoch {
-			if atomic.LoadUint32(&cpu.ResEpoch[j]) == epoch {
-				return true
+			if e := atomic.LoadUint32(&cpu.ResEpoch[j]); e != 0 {
+				epochs = append(epochs, e)
 			}
 		}
 	}
-	return false
+	return ids, epochs
 }
 
 // running reports whether a CPU's current task is in the cgroup, as the
