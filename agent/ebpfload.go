@@ -140,6 +140,18 @@ func (l *lateEBPF) ReadAll(into map[uint64]bpf.CgroupStats) error {
 	return errNoReadAll
 }
 
+// ReadChanged is bpf.Monitor.ReadChanged once the monitor is loaded.
+func (l *lateEBPF) ReadChanged(into map[uint64]bpf.CgroupStats) ([]uint64, error) {
+	m, err := l.monitor()
+	if m == nil {
+		return nil, err
+	}
+	if r, ok := m.(changedReader); ok {
+		return r.ReadChanged(into)
+	}
+	return nil, errNoReadAll
+}
+
 // errNoReadAll says that the eBPF programs read counters cgroup by cgroup
 // only.
 var errNoReadAll = errors.New("eBPF programs without ReadAll")

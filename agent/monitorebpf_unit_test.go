@@ -145,3 +145,82 @@ func (perCgroupEBPF) Run(context.Context) error                          { retur
 type batchEBPF struct{ perCgroupEBPF }
 
 func (b batchEBPF) ReadAll(into map[uint64]bpf.CgroupStats) error { return b.f.ReadAll(into) }
+
+// changedCounters is a fakeCounters whose batch reads say what moved, as
+// bpf.Monitor.ReadChanged and netqos.Programs.ReadChangedTCP do: an entry
+// that differs from into's is stored and named.
+type changedCounters struct{ *fakeCounters }
+
+func (c changedCounters) ReadChanged(into map[uint64]bpf.CgroupStats) ([]uint64, error) {
+	c.batchReads++
+	if c.readAllErr != nil {
+		clear(into)
+		return nil, c.readAllErr
+	}
+	var moved []uint64
+	for id, s := range c.stats {
+		if old, ok := into[id]; !ok || old != s {
+			into[id] = s
+			moved = append(moved, id)
+		}
+	}
+	return moved, nil
+}
+
+func (c changedCounters) ReadChangedTCP(into map[uint64]netqos.TCPStats) ([]uint64, error) {
+	c.tcpBatch++
+	var moved []uint64
+	for id, s := range c.tcp {
+		if old, ok := into[id]; !ok || old != s {
+			into[id] = s
+			moved = append(moved, id)
+		}
+	}
+	return moved, nil
+}
+
+// changedEBPF is an EBPF over a changedCounters.
+type changedEBPF struct {
+	perCgroupEBPF
+	c changedCounters
+}
+
+func (e changedEBPF) ReadChanged(into map[uint64]bpf.CgroupStats) ([]uint64, error) {
+	return e.c.ReadChanged(into)
+}
+
+// TestMonitorEBPFUnchanged (#29): the adapter says a cgroup is unchanged
+// only from its second changed read on, when neither its counters nor its
+// TCP signals moved, and never after a failed read or for a cgroup it
+// does not have.
+func TestMonitorEBPFUnchanged(t *testing.T) {
+	t.Parallel()
+	f := &fakeCounters{
+		stats: map[uint64]bpf.CgroupStats{1: {OnCPU: time.Second}, 2: {OnCPU: time.Second}, 3: {OnCPU: time.Second}},
+		tcp:   map[uint64]netqos.TCPStats{2: {RTTCount: 1}},
+	}
+	c := changedCounters{f}
+	a := &monitorEBPF{e: changedEBPF{perCgroupEBPF{f}, c}, tcp: c}
+	pass := func(want map[uint64]bool) {
+		t.Helper()
+		if err := a.BeginPass(); err != nil {
+			t.Fatal(err)
+		}
+		for id, w := range want {
+			if got := a.Unchanged(id); got != w {
+				t.Errorf("pass %d, cgroup %d: Unchanged %v, want %v", f.batchReads, id, got, w)
+			}
+		}
+	}
+	pass(map[uint64]bool{1: false, 2: false, 3: false, 4: false}) // the first read: nothing known
+	pass(map[uint64]bool{1: true, 2: true, 3: true, 4: false})
+	f.stats[1] = bpf.CgroupStats{OnCPU: 2 * time.Second}
+	f.tcp[2] = netqos.TCPStats{RTTCount: 2}
+	pass(map[uint64]bool{1: false, 2: false, 3: true})
+	pass(map[uint64]bool{1: true, 2: true, 3: true})
+	f.readAllErr = errors.New("batch lookup failed")
+	pass(map[uint64]bool{1: false, 2: false, 3: false})
+	f.readAllErr = nil
+	pass(map[uint64]bool{1: false, 2: false, 3: false}) // read afresh: nothing known
+	pass(map[uint64]bool{1: true, 2: true, 3: true})
+}

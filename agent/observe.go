@@ -37,6 +37,20 @@ type allReader interface {
 	ReadAll(into map[uint64]bpf.CgroupStats) error
 }
 
+// changedReader reads every tracked cgroup's counters at once, keeping
+// the entries that did not move and saying which did
+// (bpf.Monitor.ReadChanged).
+type changedReader interface {
+	ReadChanged(into map[uint64]bpf.CgroupStats) ([]uint64, error)
+}
+
+// changedTCPReader reads every watched cgroup's TCP signals at once,
+// keeping the entries that did not move and saying which did
+// (netqos.Programs.ReadChangedTCP).
+type changedTCPReader interface {
+	ReadChangedTCP(into map[uint64]netqos.TCPStats) ([]uint64, error)
+}
+
 // allTCPReader reads every watched cgroup's TCP signals at once
 // (netqos.Programs.ReadAllTCP).
 type allTCPReader interface {
@@ -56,6 +70,12 @@ type monitorEBPF struct {
 	batched   bool
 	allTCP    map[uint64]netqos.TCPStats
 	tcpBatchd bool
+	// What BeginPass knows moved since the previous pass (#29), when it
+	// read with ReadChanged and ReadChangedTCP in this pass and the one
+	// before (changes): the cgroups whose counters or TCP signals they
+	// stored anew.
+	changes, readChanged, tcpChanged bool
+	moved                            map[uint64]bool
 	// The last Stats answer's counters: the histograms it returns are
 	// slices of these, reused by the next call (the monitor copies what
 	// it keeps), so that a pass allocates none (#29).
@@ -67,20 +87,54 @@ type monitorEBPF struct {
 // It does not fail: a failed batch read leaves Stats to look each cgroup
 // up, and report per cgroup what it cannot read.
 func (a *monitorEBPF) BeginPass() error {
-	a.batched, a.tcpBatchd = false, false
-	if r, ok := a.e.(allReader); ok {
-		if a.all == nil {
-			a.all = map[uint64]bpf.CgroupStats{}
+	a.batched, a.tcpBatchd, a.changes = false, false, false
+	if a.all == nil {
+		a.all, a.moved = map[uint64]bpf.CgroupStats{}, map[uint64]bool{}
+	}
+	if r, ok := a.e.(changedReader); ok {
+		moved, err := r.ReadChanged(a.all)
+		a.batched = err == nil
+		// A pass after one that did not read so knows nothing of what
+		// moved (ReadChanged assembled every entry anew then).
+		a.changes = a.batched && a.readChanged
+		a.readChanged = a.batched
+		clear(a.moved)
+		for _, id := range moved {
+			a.moved[id] = true
 		}
+	} else if r, ok := a.e.(allReader); ok {
 		a.batched = r.ReadAll(a.all) == nil
 	}
-	if r, ok := a.tcp.(allTCPReader); ok {
-		if a.allTCP == nil {
-			a.allTCP = map[uint64]netqos.TCPStats{}
+	if a.allTCP == nil {
+		a.allTCP = map[uint64]netqos.TCPStats{}
+	}
+	if r, ok := a.tcp.(changedTCPReader); ok {
+		moved, err := r.ReadChangedTCP(a.allTCP)
+		a.tcpBatchd = err == nil
+		a.changes = a.changes && a.tcpBatchd && a.tcpChanged
+		a.tcpChanged = a.tcpBatchd
+		for _, id := range moved {
+			a.moved[id] = true
 		}
+	} else if r, ok := a.tcp.(allTCPReader); ok {
 		a.tcpBatchd = r.ReadAllTCP(a.allTCP) == nil
+		a.changes = false // no knowledge of what moved
+	} else if a.tcp != nil {
+		a.changes = false // TCP signals read cgroup by cgroup
 	}
 	return nil
+}
+
+// Unchanged implements monitor.EBPFChanges: the cgroup's counters and TCP
+// signals are those the previous pass read (BeginPass read them with
+// ReadChanged and ReadChangedTCP in both passes, which left its entries
+// as they were).
+func (a *monitorEBPF) Unchanged(id uint64) bool {
+	if !a.changes || a.moved[id] {
+		return false
+	}
+	_, ok := a.all[id]
+	return ok
 }
 
 // Stats returns a cgroup's counters in the monitor's terms.

@@ -107,6 +107,18 @@ type cachedCounters struct {
 	epoch uint32 // the tracking they belong to
 	stats schedCgroupCounters
 	blk   ioBlkCounters
+	// moved is set when a read found counters other than the cached ones
+	// (or the entry is new), and cleared by ReadChanged once it handed
+	// them out; busy is set when ReadChanged last found the cgroup running
+	// or resident on a CPU (counters it cannot tell moved from the map).
+	moved, busy bool
+}
+
+// setStats stores a read of the cgroup_stats entry, noting whether it moved.
+func (c *cachedCounters) setStats(stats schedCgroupCounters) {
+	if stats != c.stats {
+		c.stats, c.moved = stats, true
+	}
 }
 
 // ReadPlan is what one pass over changed-marked counters reads (ReadAll's
@@ -218,7 +230,7 @@ func (m *Monitor) walkAll(plan ReadPlan) error {
 			return m.cacheCounters(id, perCPU)
 		}
 		if c := m.cache[id]; c != nil && c.epoch == epoch {
-			c.stats = sumCounters(perCPU) // its block counters did not change
+			c.setStats(sumCounters(perCPU)) // its block counters did not change
 		}
 		return nil
 	})
@@ -251,10 +263,15 @@ func (m *Monitor) cacheCounters(id uint64, perCPU []schedCgroupCounters) error {
 	}
 	c := m.cache[id]
 	if c == nil {
-		c = new(cachedCounters)
+		c = &cachedCounters{moved: true}
 		m.cache[id] = c
 	}
-	*c = cachedCounters{epoch: m.epochs[id], stats: sumCounters(perCPU), blk: blk}
+	epoch := m.epochs[id]
+	if c.epoch != epoch || c.blk != blk {
+		c.moved = true
+	}
+	c.epoch, c.blk = epoch, blk
+	c.setStats(sumCounters(perCPU))
 	return nil
 }
 

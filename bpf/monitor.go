@@ -230,6 +230,9 @@ type Monitor struct {
 	readsFull     uint64
 	readsLookedUp uint64
 	readsReused   uint64
+	moved         []uint64 // ReadChanged's answer, reused
+	busyIDs       []uint64 // ReadChanged's running cgroups, reused
+	busyEpochs    []uint32 // and resident epochs
 
 	mu     sync.RWMutex      // Track, Untrack and Close write; Stats and ReadAll read
 	epochs map[uint64]uint32 // tracked cgroup -> its epoch (see sched.c)
@@ -711,6 +714,55 @@ func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 		into[id] = m.assemble(id, epoch, c)
 	}
 	return nil
+}
+
+// ReadChanged is ReadAll for a caller that passes the same map at every
+// call and wants to know what moved (#29): it leaves as they are the
+// entries of cgroups whose counters did not move since its previous call
+// (no read found them changed, and no task of the cgroup is running or
+// keeps resident counters on a CPU, now or then), (re)assembles the
+// others, deletes the entries of cgroups no longer tracked, and returns
+// the ids of the entries it (re)assembled, in a slice valid until the
+// next call. An entry it left is equal to what ReadAll would have put
+// there. On error into is emptied and the next call assembles every
+// entry.
+func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	m.batchMu.Lock()
+	defer m.batchMu.Unlock()
+	m.moved = m.moved[:0]
+	if err := m.refresh(time.Now()); err != nil {
+		clear(into)
+		clear(m.cache)
+		m.lastFull = time.Time{}
+		return nil, fmt.Errorf("stats of every cgroup: %w", err)
+	}
+	for id := range into {
+		if _, ok := m.epochs[id]; !ok {
+			delete(into, id)
+		}
+	}
+	// The few cgroups running or resident on a CPU, found once (a scan of
+	// every CPU's entries per cgroup cost more than the rest of the loop).
+	m.busyIDs, m.busyEpochs = m.busyIDs[:0], m.busyEpochs[:0]
+	if m.sched != nil {
+		m.busyIDs, m.busyEpochs = m.sched.busy(m.busyIDs, m.busyEpochs)
+	}
+	for id, epoch := range m.epochs {
+		c := m.cache[id]
+		if c == nil { // not read (cannot be after a refresh without error)
+			c = &cachedCounters{moved: true}
+		}
+		busy := slices.Contains(m.busyIDs, id) || slices.Contains(m.busyEpochs, epoch)
+		if _, ok := into[id]; ok && !c.moved && !busy && !c.busy {
+			continue
+		}
+		into[id] = m.assemble(id, epoch, c)
+		c.moved, c.busy = false, busy
+		m.moved = append(m.moved, id)
+	}
+	return m.moved, nil
 }
 
 // readBatch reads the counters map with batch lookups, calling f with

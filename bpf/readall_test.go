@@ -2,6 +2,7 @@ package bpf_test
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -172,5 +173,99 @@ func TestReadAllReadsOnlyChanged(t *testing.T) {
 	}
 	if looked := after.LookedUp - before.LookedUp; looked > uint64(len(ran)+len(idle)-unshared) {
 		t.Errorf("ReadAll looked up %d cgroups, more than the %d that ran or share a flag with one", looked, len(ran)+len(idle)-unshared)
+	}
+}
+
+// TestReadChanged (#29): ReadChanged reassembles, and names, every cgroup
+// at its first call and those whose counters moved since (a process ran
+// in them) afterwards, never an idle one whose flag no cgroup that ran
+// shares; the entries it leaves are what ReadAll reads.
+func TestReadChanged(t *testing.T) {
+	privileged.Require(t)
+	m := load(t, bpf.Config{})
+	bpf.ReadEverythingEvery(m, time.Hour)
+	ncpu, err := ebpf.PossibleCPU()
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := testRoot(t)
+	ran := make([]cgroup, 4*ncpu+8) // more than RESIDENT (4) per CPU: some moved by marks alone
+	idle := make([]cgroup, 32)
+	for i := range ran {
+		ran[i] = newCgroup(t, root, fmt.Sprintf("ran%d", i))
+	}
+	for i := range idle {
+		idle[i] = newCgroup(t, root, fmt.Sprintf("idle%d", i))
+	}
+	for _, cg := range append(slices.Clone(ran), idle...) {
+		if err := m.Track(cg.id, bpf.ClassGuaranteed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	into := map[uint64]bpf.CgroupStats{}
+	moved, err := m.ReadChanged(into)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != len(ran)+len(idle) || len(into) != len(ran)+len(idle) {
+		t.Fatalf("first call: %d moved, %d entries; want every one of the %d tracked", len(moved), len(into), len(ran)+len(idle))
+	}
+	for _, cg := range ran {
+		dir, err := os.Open(cg.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command("true")
+		cmd.SysProcAttr = &syscall.SysProcAttr{UseCgroupFD: true, CgroupFD: int(dir.Fd())}
+		err = cmd.Run()
+		dir.Close()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	direct := map[uint64]bpf.CgroupStats{}
+	for _, cg := range ran {
+		direct[cg.id] = stats(t, m, cg.id)
+	}
+	before := maps.Clone(into)
+	if moved, err = m.ReadChanged(into); err != nil {
+		t.Fatal(err)
+	}
+	movedSet := map[uint64]bool{}
+	for _, id := range moved {
+		movedSet[id] = true
+	}
+	ranFlags := map[int]bool{}
+	for _, cg := range ran {
+		ranFlags[bpf.ChangedFlag(cg.id)] = true
+		if got, was := direct[cg.id], before[cg.id]; got.OnCPU != was.OnCPU && !movedSet[cg.id] {
+			t.Errorf("cgroup %d ran (%v -> %v on CPU) but is not among the moved", cg.id, was.OnCPU, got.OnCPU)
+		}
+		if into[cg.id].OnCPU < direct[cg.id].OnCPU {
+			t.Errorf("cgroup %d: ReadChanged %v on CPU, a lookup before it %v", cg.id, into[cg.id].OnCPU, direct[cg.id].OnCPU)
+		}
+	}
+	for _, cg := range idle {
+		if movedSet[cg.id] && !ranFlags[bpf.ChangedFlag(cg.id)] {
+			t.Errorf("idle cgroup %d reassembled though nothing moved", cg.id)
+		}
+	}
+	all := map[uint64]bpf.CgroupStats{}
+	if err := m.ReadAll(all); err != nil {
+		t.Fatal(err)
+	}
+	for _, cg := range idle {
+		if into[cg.id] != all[cg.id] {
+			t.Errorf("idle cgroup %d: ReadChanged's entry %+v, ReadAll's %+v", cg.id, into[cg.id], all[cg.id])
+		}
+	}
+	if err := m.Untrack(idle[0].id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := m.ReadChanged(into); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := into[idle[0].id]; ok || len(into) != len(ran)+len(idle)-1 {
+		t.Errorf("after an untrack: %d entries (the untracked one kept: %v)", len(into), ok)
 	}
 }

@@ -162,6 +162,25 @@ func (o *schedObjs) addResident(c *schedSchedCounters, epoch uint32) {
 	}
 }
 
+// busy appends to ids the cgroups a CPU is running (cur_cgroup) and to
+// epochs the epochs of the cgroups whose counters a CPU keeps resident:
+// counters that may move without a changed mark, or have a run not yet
+// counted.
+func (o *schedObjs) busy(ids []uint64, epochs []uint32) ([]uint64, []uint32) {
+	for i := range o.cpus {
+		cpu := &o.cpus[i]
+		if id := atomic.LoadUint64(&cpu.CurCgroup); id != 0 {
+			ids = append(ids, id)
+		}
+		for j := range cpu.ResEpoch {
+			if e := atomic.LoadUint32(&cpu.ResEpoch[j]); e != 0 {
+				epochs = append(epochs, e)
+			}
+		}
+	}
+	return ids, epochs
+}
+
 // running reports whether a CPU's current task is in the cgroup, as the
 // last switch this CPU's program saw says (cur_cgroup: tracked cgroups only).
 func (o *schedObjs) running(cgroupID uint64) bool {

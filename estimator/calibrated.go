@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
+	"slices"
 	"time"
 
 	"github.com/slackline/slackline/resources"
@@ -105,9 +106,9 @@ type calibratedEstimator struct {
 	// maxDelay is the most estimates an outcome took to be known (D in the
 	// bound), unresolved the estimates counted as violations unscored.
 	maxDelay, unresolved int
-	// predicted holds this call's predictions by member key; windows the
-	// members' windows by key (both reused).
-	predicted map[string][numExperts]float64
+	// predicted holds this call's predictions by member index; windows
+	// the members' windows by key (both reused).
+	predicted [][numExperts]float64
 	windows   map[string][]Sample
 	// experts are the base predictions (expertSpecs), confirms their
 	// confirmations, chosen the expert published.
@@ -119,7 +120,14 @@ type calibratedEstimator struct {
 	// rhythms is each member's record of its rhythm predictions (by key,
 	// dropped when the member leaves).
 	rhythms map[string]*rhythmRecord
+	// freeKeys are resolved pending estimates' member keys, for reuse (at
+	// most maxFreeKeys).
+	freeKeys [][]string
 }
+
+// maxFreeKeys bounds calibratedEstimator.freeKeys: estimates resolve a
+// few at a time.
+const maxFreeKeys = 8
 
 func newCalibrated(cfg Config) (Estimator, error) {
 	short, long := cfg.Calibration.Confirm, max(cfg.Fast.Confirm, cfg.Calibration.Confirm)
@@ -133,7 +141,7 @@ func newCalibrated(cfg Config) (Estimator, error) {
 	fast := f.(*fastEstimator)
 	c := &calibratedEstimator{
 		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
-		predicted: map[string][numExperts]float64{}, windows: map[string][]Sample{},
+		windows: map[string][]Sample{},
 		rhythms: map[string]*rhythmRecord{},
 	}
 	for i, spec := range expertSpecs {
@@ -159,18 +167,38 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	}
 	c.resolve()
 
+	// predicted[i] is members[i]'s (zero for a member not predicted).
+	c.predicted = slices.Grow(c.predicted[:0], len(members))[:len(members)]
 	clear(c.predicted)
+	// A sample is within a confirmation d of now when it is after now − d.
+	var since [numExperts]time.Time
+	for e, d := range c.confirms {
+		since[e] = in.Now.Add(-d)
+	}
+	sinceLongest := in.Now.Add(-slices.Max(c.confirms[:]))
 	lasting := false
 	raw := c.fast.raw(in, members, func(m member, now time.Time) float64 {
 		// need is fast's (the peak, or a burst's start extrapolated), due
 		// the burst held back on a rhythm; an expert that does not follow
-		// the member's rhythms takes need alone.
-		need, due := c.fast.predictParts(m, now)
+		// the member's rhythms takes need alone. The peaks are walked once
+		// for the three (#29).
+		peak, before := c.fast.peaks(m, now)
+		need, due := c.fast.predictFrom(m, now, peak, before)
 		p := need + due
 		trusted := c.rhythmTrusted(m, now, due)
-		fell := c.fast.confirmedFall(m, now)
-		peak, before := c.fast.peaks(m, now)
+		fell := c.fast.fellFrom(peak, before)
 		large := c.cfg.Fast.Onset > 0 && before-peak >= largeFallOnsets*c.cfg.Fast.Onset
+		// within[e] is the peak over expert e's confirmation, from one
+		// walk back over the longest (0 without samples in it; every
+		// prediction is at least 0, so it raises none that way).
+		var within [numExperts]float64
+		for i := len(m.window) - 1; !large && i >= 0 && m.window[i].Time.After(sinceLongest); i-- {
+			for e := range within {
+				if m.window[i].Time.After(since[e]) {
+					within[e] = max(within[e], m.window[i].CPU)
+				}
+			}
+		}
 		var pred [numExperts]float64
 		for e, spec := range expertSpecs {
 			pred[e] = need
@@ -180,11 +208,11 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 			// A large confirmed fall (largeFallOnsets, held for the short
 			// confirmation) is lasting for every expert: its slack is not
 			// held for a longer confirmation (#29's slack -> offer pacing).
-			for i := len(m.window) - 1; !large && i >= 0 && now.Sub(m.window[i].Time) < c.confirms[e]; i-- {
-				pred[e] = max(pred[e], m.window[i].CPU)
+			if !large {
+				pred[e] = max(pred[e], within[e])
 			}
 		}
-		c.predicted[m.key] = pred
+		c.predicted[m.index] = pred
 		lasting = lasting || fell
 		return p
 	})
@@ -214,9 +242,13 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		c.unresolved++
 		c.cal.Observe(1, math.NaN())
 	}
-	keys := make([]string, len(members))
-	for i, m := range members {
-		keys[i] = m.key
+	// The keys of a resolved estimate's members are reused (#29).
+	var keys []string
+	if n := len(c.freeKeys); n > 0 {
+		keys, c.freeKeys = c.freeKeys[n-1][:0], c.freeKeys[:n-1]
+	}
+	for _, m := range members {
+		keys = append(keys, m.key)
 	}
 	c.pending = append(c.pending, pendingEstimate{
 		call: c.calls, made: in.Now, offered: ex.CPUs, capacity: ex.Capacity,
@@ -253,6 +285,11 @@ func (c *calibratedEstimator) resolve() {
 		done++
 	}
 	if done > 0 {
+		for _, p := range c.pending[:done] {
+			if len(c.freeKeys) < maxFreeKeys {
+				c.freeKeys = append(c.freeKeys, p.members)
+			}
+		}
 		c.pending = append(c.pending[:0], c.pending[done:]...)
 	}
 }
@@ -314,8 +351,8 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 			if m.protected && e.Allocated == 0 {
 				e.Allocated = cpuPeak(m.window)
 			}
-			e.PredictedPeak = c.predicted[m.key][0]
-			for i, p := range c.predicted[m.key] {
+			e.PredictedPeak = c.predicted[m.index][0]
+			for i, p := range c.predicted[m.index] {
 				extra[i] += p - e.PredictedPeak
 			}
 			e.Margin = c.cfg.Margin * e.Allocated
@@ -354,7 +391,7 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 	}
 	for i := range ex.Members {
 		if m := &ex.Members[i]; !m.WarmingUp {
-			m.PredictedPeak = c.predicted[members[i].key][c.chosen]
+			m.PredictedPeak = c.predicted[i][c.chosen]
 		}
 	}
 	ex.need += extra[c.chosen]
@@ -413,16 +450,17 @@ func limitingOf(ex Explanation) (limiting, reason string) {
 	return e.ID, reason
 }
 
-// Explain implements Explainer: how the last estimate was made.
-func (c *calibratedEstimator) Explain() Explanation {
-	ex := c.explained
-	ex.Members = append([]MemberExplanation(nil), ex.Members...)
-	return ex
-}
+// Explain implements Explainer: how the last estimate was made. Its
+// Members are shared with the estimator, which never writes them again
+// (each estimate makes new ones): the agent asks at every estimate, and a
+// copy of 100 members cost as much as a tenth of the estimate (#29).
+func (c *calibratedEstimator) Explain() Explanation { return c.explained }
 
 // Explainer is implemented by estimators that can say how their last
 // estimate was made (the calibrated one). Like Estimate, Explain is called
-// from the estimator's goroutine.
+// from the estimator's goroutine. The Explanation's Members must not be
+// modified (they may be shared with the estimator and with earlier
+// callers); they are safe to read from any goroutine.
 type Explainer interface {
 	Explain() Explanation
 }

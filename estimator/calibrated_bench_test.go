@@ -68,6 +68,48 @@ func BenchmarkEstimateSliding(b *testing.B) {
 	}
 }
 
+// BenchmarkEstimateIdle is BenchmarkEstimateSliding as the agent calls
+// the default estimator with 100 idle tasks (#29: scripts/bench/agent
+// --running 100): every container's CPU is a constant trickle, its
+// history checked (HistoryChecked, as the agent's), and the explanation
+// asked for at every estimate.
+func BenchmarkEstimateIdle(b *testing.B) {
+	const n, history, total = 100, 1200, 1200 + 4000
+	est, err := estimator.New("calibrated", estimator.DefaultConfig())
+	if err != nil {
+		b.Fatal(err)
+	}
+	series := make([]estimator.Sample, total)
+	for i := range series {
+		series[i] = estimator.Sample{Time: t0.Add(time.Duration(i+1) * 100 * time.Millisecond), CPU: 0.001, MemBytes: 1 << 20}
+	}
+	containers := make([]estimator.Container, n)
+	for c := range containers {
+		containers[c] = guaranteed(fmt.Sprintf("c-%d", c), "cpus:0.1;mem:32", nil)
+		containers[c].HistoryChecked = true
+	}
+	step := func(i int) {
+		j := history + i%(total-history)
+		for c := range containers {
+			containers[c].History = series[j-history : j]
+		}
+		est.Estimate(estimator.Input{Now: series[j-1].Time, Containers: containers})
+		_ = est.(estimator.Explainer).Explain()
+	}
+	for i := range 3000 {
+		step(i)
+	}
+	i := 3000
+	b.ReportAllocs()
+	b.ResetTimer()
+	before := processCPU()
+	for b.Loop() {
+		step(i)
+		i++
+	}
+	b.ReportMetric(float64(processCPU()-before)/float64(b.N), "cpu-ns/op")
+}
+
 // processCPU returns the user and system CPU time the process has used.
 func processCPU() time.Duration {
 	var ru syscall.Rusage

@@ -88,7 +88,7 @@ func TestCalibratedExperts(t *testing.T) {
 				t.Errorf("published expert %d (losses %v, %v), want %d (%s peak)", c.chosen, c.experts[0].loss, c.experts[1].loss, tc.want, tc.wantPeaks)
 			}
 			m := ex.Members[0]
-			pred := c.predicted["c/g"]
+			pred := c.predicted[0]
 			if m.PredictedPeak != pred[c.chosen] {
 				t.Errorf("explained peak %v, want the published expert's %v (experts: %v)", m.PredictedPeak, pred[c.chosen], pred)
 			}
@@ -214,9 +214,9 @@ func TestExpertsBurstStart(t *testing.T) {
 				t.Fatalf("rhythms trusted %v, the case wants %v", trusted, tc.record == nil)
 			}
 			const want = 2.2
-			for e, got := range c.predicted["c/g"] {
+			for e, got := range c.predicted[0] {
 				if math.Abs(got-want) > 1e-9 {
-					t.Errorf("expert %d predicts %v, want %v: fast's need with the burst's start (experts %v)", e, got, want, c.predicted["c/g"])
+					t.Errorf("expert %d predicts %v, want %v: fast's need with the burst's start (experts %v)", e, got, want, c.predicted[0])
 				}
 			}
 		})

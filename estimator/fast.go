@@ -84,6 +84,7 @@ type fastEstimator struct {
 	// memPeaks keeps each member's working-set peak incrementally (with
 	// cfg.Memory), dropped when the member leaves.
 	memPeaks map[string]*memPeakTracker
+	calls    uint64 // raw's calls, which mark the members' state
 }
 
 func newFast(cfg Config) (Estimator, error) {
@@ -105,19 +106,21 @@ func (f *fastEstimator) Estimate(in Input) resources.Resources {
 // hysteresis, predicting each member's CPU with predict (f.predictCPU, or
 // a wrapper that records it).
 func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) resources.Resources {
+	// Each call marks the state of the members it has (call): the state
+	// of a member gone is dropped without a set of keys built per call.
+	f.calls++
 	if f.cfg.Fast.Onset > 0 {
-		seen := make(map[string]bool, len(members))
 		for _, m := range members {
-			seen[m.key] = true
 			h := f.bursts[m.key]
 			if h == nil {
 				h = &burstHistory{}
 				f.bursts[m.key] = h
 			}
+			h.call = f.calls
 			h.ingest(m.container.History, in.Now, f.cfg.Fast.Onset)
 		}
-		for key := range f.bursts {
-			if !seen[key] {
+		for key, h := range f.bursts {
+			if h.call != f.calls {
 				delete(f.bursts, key)
 			}
 		}
@@ -129,15 +132,12 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 				p = &memPeakTracker{}
 				f.memPeaks[members[i].key] = p
 			}
+			p.call = f.calls
 			members[i].memPeak = p
 		}
 		if len(f.memPeaks) > len(members) {
-			seen := make(map[string]bool, len(members))
-			for _, m := range members {
-				seen[m.key] = true
-			}
-			for key := range f.memPeaks {
-				if !seen[key] {
+			for key, p := range f.memPeaks {
+				if p.call != f.calls {
 					delete(f.memPeaks, key)
 				}
 			}
@@ -149,9 +149,12 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 // peaks returns m's CPU peak over the last Confirm (need) and over the
 // Confirm before that (before).
 func (f *fastEstimator) peaks(m member, now time.Time) (need, before float64) {
+	// now − t < d is t after now − d: one comparison per sample, no
+	// subtraction (#29).
 	confirm := f.cfg.Fast.Confirm
-	for i := len(m.window) - 1; i >= 0 && now.Sub(m.window[i].Time) < 2*confirm; i-- {
-		if now.Sub(m.window[i].Time) < confirm {
+	last, prev := now.Add(-confirm), now.Add(-2*confirm)
+	for i := len(m.window) - 1; i >= 0 && m.window[i].Time.After(prev); i-- {
+		if m.window[i].Time.After(last) {
 			need = max(need, m.window[i].CPU)
 		} else {
 			before = max(before, m.window[i].CPU)
@@ -166,11 +169,13 @@ func (f *fastEstimator) peaks(m member, now time.Time) (need, before float64) {
 // the slack it leaves is lasting, not noise aging out of the window
 // (#29's pacer sends the rise it makes at once). Never without Onset.
 func (f *fastEstimator) confirmedFall(m member, now time.Time) bool {
-	if f.cfg.Fast.Onset == 0 {
-		return false
-	}
 	need, before := f.peaks(m, now)
-	return before-need >= f.cfg.Fast.Onset
+	return f.fellFrom(need, before)
+}
+
+// fellFrom is confirmedFall from m's peaks.
+func (f *fastEstimator) fellFrom(need, before float64) bool {
+	return f.cfg.Fast.Onset != 0 && before-need >= f.cfg.Fast.Onset
 }
 
 func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
@@ -184,10 +189,16 @@ func (f *fastEstimator) predictCPU(m member, now time.Time) float64 {
 // none is, or just after a fall). The calibrated estimator's experts that
 // do not follow rhythms take the first alone.
 func (f *fastEstimator) predictParts(m member, now time.Time) (need, due float64) {
-	cfg := f.cfg.Fast
 	// need is the peak over the last Confirm, before the peak over the
 	// Confirm before that.
 	need, before := f.peaks(m, now)
+	return f.predictFrom(m, now, need, before)
+}
+
+// predictFrom is predictParts from m's peaks (peaks: the calibrated
+// estimator walks them once per member and estimate).
+func (f *fastEstimator) predictFrom(m member, now time.Time, need, before float64) (float64, float64) {
+	cfg := f.cfg.Fast
 	if cfg.Onset == 0 {
 		return need, 0
 	}
@@ -238,6 +249,7 @@ type burstHistory struct {
 	onsets []onset
 	recent []Sample
 	newest time.Time
+	call   uint64 // the last estimate that had the member (fastEstimator.calls)
 }
 
 // ingest takes in the samples newer than any seen, up to now: a sample at
@@ -246,7 +258,7 @@ type burstHistory struct {
 // onsetLookback after an onset set its rise.
 func (h *burstHistory) ingest(history []Sample, now time.Time, threshold float64) {
 	// History is oldest first: skip what was seen without reading it.
-	first := sort.Search(len(history), func(i int) bool { return history[i].Time.After(h.newest) })
+	first := searchAfter(history, h.newest)
 	for _, s := range history[first:] {
 		if s.Time.After(now) || !goodSample(s) {
 			continue

@@ -43,6 +43,7 @@ type memPeakTracker struct {
 	// in time order; its last is the newest sample taken in.
 	deque []Sample
 	head  int
+	call  uint64 // the last estimate that had the member (fastEstimator.calls)
 }
 
 // peak returns the working-set peak of window (a member's window: samples

@@ -21,6 +21,8 @@ type member struct {
 	// memPeak, when set, keeps the member's working-set peak across
 	// calls (fast and calibrated); memNeedOf rescans the window without it.
 	memPeak *memPeakTracker
+	// index is the member's place in this call's members.
+	index int
 }
 
 // cpuPredictor returns the CPU a guaranteed member is predicted to need until
@@ -38,7 +40,7 @@ func guaranteedMembers(in Input, window time.Duration) []member {
 			prefix = "p/"
 		}
 		members = append(members, member{
-			key: prefix + c.ID, container: c, protected: protected,
+			key: prefix + c.ID, container: c, protected: protected, index: len(members),
 			window: windowOf(c.History, in.Now, window, c.HistoryChecked),
 		})
 	}
@@ -67,7 +69,7 @@ func windowOf(history []Sample, now time.Time, window time.Duration, checked boo
 	if hi > 0 && history[hi-1].Time.After(now) {
 		hi = sort.Search(len(history), func(i int) bool { return history[i].Time.After(now) })
 	}
-	lo := sort.Search(hi, func(i int) bool { return history[i].Time.After(start) })
+	lo := searchAfterFromHead(history[:hi], start)
 	in := history[lo:hi]
 	if checked {
 		return in
@@ -88,6 +90,37 @@ func windowOf(history []Sample, now time.Time, window time.Duration, checked boo
 }
 
 func goodSample(s Sample) bool { return s.Usable() }
+
+// searchAfter returns the index of the first sample of history (oldest
+// first) stamped after t, len(history) if none is: sort.Search's answer,
+// found without the search when nothing or only the newest sample is
+// after t (the estimators' case at every call: one new sample). A binary
+// search over a long history reads a dozen cache lines far apart, most of
+// an idle member's cost with 100 containers (#29).
+func searchAfter(history []Sample, t time.Time) int {
+	n := len(history)
+	switch {
+	case n == 0 || !history[n-1].Time.After(t):
+		return n
+	case n == 1 || !history[n-2].Time.After(t):
+		return n - 1
+	}
+	return sort.Search(n, func(i int) bool { return history[i].Time.After(t) })
+}
+
+// searchAfterFromHead is searchAfter for a t near history's start (a
+// window's start, when the history kept is about a window long): it
+// looks at the first two samples before searching.
+func searchAfterFromHead(history []Sample, t time.Time) int {
+	n := len(history)
+	switch {
+	case n == 0 || history[0].Time.After(t):
+		return 0
+	case n == 1 || history[1].Time.After(t):
+		return 1
+	}
+	return sort.Search(n, func(i int) bool { return history[i].Time.After(t) })
+}
 
 // slackOf computes the raw (pre-hysteresis) estimate:
 //

@@ -132,6 +132,11 @@ func (c *v2CPU) sample(s *scratch, _ *Target, u *Usage) error {
 	return nil
 }
 
+// repeats implements repeater.
+func (c *v2CPU) repeats(now time.Time, _ *Usage, a activity) bool {
+	return !cpuReadDue(c.last, now, a, c.refresh)
+}
+
 // hybridCPU reads CPU time on a hybrid host from the v2 tree's cpu.stat
 // (core statistics need no controller), or, on kernels without it, from
 // the v1 cpuacct.usage (ns) and cpuacct.stat (USER_HZ); and CFS throttling
@@ -175,6 +180,11 @@ func (c *hybridCPU) sample(s *scratch, _ *Target, u *Usage) error {
 	}
 	c.last.record(st, u.Time, s.activity)
 	return nil
+}
+
+// repeats implements repeater.
+func (c *hybridCPU) repeats(now time.Time, _ *Usage, a activity) bool {
+	return !cpuReadDue(c.last, now, a, c.refresh)
 }
 
 // read reads the CPU files into st.

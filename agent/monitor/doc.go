@@ -171,11 +171,26 @@
 // read every 5 s on a busy node too; the 60 s and 300 s averages repeated
 // so long are off by at most 8% of
 // their value. An idle container costs no read at all at most passes with eBPF,
-// one read per pass without. A file a
+// one read per pass without. When Config.EBPF also knows what moved
+// (EBPFChanges: the agent's adapter of the bpf package's ReadChanged and
+// netqos's ReadChangedTCP, which keep the entries of cgroups no program
+// marked changed and say which they stored anew), an idle container is
+// not sampled at all at such passes (#29): when its previous sample was
+// quiet (every interval figure 0: CPU rate, run-queue percentiles, syncs,
+// block requests, network rates, TCP figures), it is the same target,
+// eBPF says its figures did not move, and none of its samplers is due to
+// read a file (each sampler's repeats, the same rules as above), the
+// previous sample is published again at the pass's time, with no eBPF
+// lookup, no copy of its counters and no new ResourceStatistics (the
+// repeated sample shares the earlier one's, whose Timestamp Usages
+// restamps); the interval baselines move to the pass as sampling would
+// have moved them, so the sample is exactly the one sampling would have
+// taken (TestIdleContainerRepeated compares with a monitor that samples
+// everything). slackline_monitor_samples_repeated_total counts them. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when
 // the container leaves the targets or its cgroup goes. A pass allocates one
-// ResourceStatistics per container; the history keeps a ~150-byte Point per
+// ResourceStatistics per container it samples; the history keeps a ~150-byte Point per
 // sample (50 containers x 600 points = 4.4 MB). See BenchmarkSample.
 //
 // # Metrics

@@ -34,6 +34,20 @@ type EBPFPass interface {
 	BeginPass() error
 }
 
+// EBPFChanges is an EBPFPass that knows which cgroups' figures did not
+// move between two passes (the bpf package's changed marks, #29). When
+// Config.EBPF implements it, a container whose previous sample was quiet
+// (see Usage.quiet), whose figures eBPF says are unchanged and none of
+// whose samplers is due to read a file is not sampled: its previous
+// sample is repeated, which is what sampling it would have produced.
+type EBPFChanges interface {
+	EBPFPass
+	// Unchanged reports, after this pass's BeginPass, that Stats would
+	// return for the cgroup exactly what it returned in the previous pass
+	// (false when unknown).
+	Unchanged(cgroupID uint64) bool
+}
+
 // EBPFFunc adapts a function to EBPF.
 type EBPFFunc func(cgroupID uint64) (EBPFStats, error)
 
@@ -115,6 +129,9 @@ type ebpfSampler struct {
 	syncValid bool // sync is from the previous sample
 	block     blockBaseline
 	net       netBaseline
+	// activity is what the last successful sample's figures said of the
+	// container's scheduling (the activity a repeat of them says).
+	activity activity
 }
 
 // netBaseline is what the previous eBPF sample of a container left for the
@@ -175,6 +192,7 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	stats := &s.ebpf
 	st := u.Stats
 	u.EBPF = true
+	e.activity = s.activity
 	st.OncpuSecs = stats.OnCPU.Seconds()
 	st.DelayedByRevocableSecs = stats.DelayedByRevocable.Seconds()
 	st.NetRxBytes, st.NetRxPackets = stats.NetRxBytes, stats.NetRxPackets
@@ -199,6 +217,16 @@ func (e *ebpfSampler) sample(s *scratch, t *Target, u *Usage) error {
 	e.sampleNet(s, u, stats)
 	return nil
 }
+
+// repeats implements repeater: every interval figure has a baseline (the
+// previous sample succeeded), so unchanged figures give zero intervals.
+func (e *ebpfSampler) repeats(time.Time, *Usage, activity) bool {
+	return e.runqValid && e.syncValid && e.block.valid && e.net.valid
+}
+
+// repeated moves the interval baselines to now, as a sample of unchanged
+// figures would.
+func (e *ebpfSampler) repeated(now time.Time) { e.net.time = now }
 
 // sampleSync computes the synchronous-write figures over the interval
 // since the previous eBPF sample: their number and p99. A count that went

@@ -152,6 +152,15 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	return nil
 }
 
+// repeats implements repeater: the container is idle (its CPU time, as
+// the previous sample had it, is the last read's) and its memory.current
+// is not due (the first return of sample).
+func (m *memorySampler) repeats(now time.Time, prev *Usage, _ activity) bool {
+	l := m.last
+	idle := l.valid && prev.Stats.CpusUsageSecs == l.cpuSecs && now.After(l.at) && !now.Before(l.statAt)
+	return idle && now.Sub(l.at) < m.refresh
+}
+
 // repeat sets u's memory figures to the last read's.
 func (m *memorySampler) repeat(u *Usage) {
 	l, st := &m.last, u.Stats

@@ -35,6 +35,7 @@ type collector struct {
 
 	nodeMemAvailable, nodeLoad1, nodeLoad5, nodeLoad15 *prometheus.Desc
 	passDuration, passes, containers                   *prometheus.Desc
+	repeated                                           *prometheus.Desc
 }
 
 var containerLabels = []string{"container_id", "task_id", "revocable"}
@@ -80,6 +81,8 @@ func newCollector(m *Monitor) *collector {
 		passDuration:        prometheus.NewDesc("slackline_monitor_sample_duration_seconds", "Duration of the monitor's latest sampling pass.", nil, nil),
 		passes:              prometheus.NewDesc("slackline_monitor_samples_total", "Sampling passes the monitor completed.", nil, nil),
 		containers:          prometheus.NewDesc("slackline_monitor_containers", "Containers with a current sample.", nil, nil),
+		repeated: prometheus.NewDesc("slackline_monitor_samples_repeated_total",
+			"Container samples repeated from the previous pass without reading anything: idle containers whose eBPF figures did not move and none of whose files was due (#29).", nil, nil),
 	}
 }
 
@@ -97,7 +100,7 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 		c.cpuWaiting, c.cpuStalled, c.memWaiting, c.memStalled, c.ioWaiting, c.ioStalled,
 		c.runq, c.delayedByRevocable, c.reclaimStall, c.diskSync, c.tcpRTT, c.tcpRetransmits,
 		c.nodeMemAvailable, c.nodeLoad1, c.nodeLoad5, c.nodeLoad15,
-		c.passDuration, c.passes, c.containers,
+		c.passDuration, c.passes, c.containers, c.repeated,
 	} {
 		ch <- d
 	}
@@ -108,10 +111,10 @@ func (c *collector) Describe(ch chan<- *prometheus.Desc) {
 // stall) are sent only for samples that have eBPF figures; pressure series
 // only where the kernel reports PSI.
 func (c *collector) Collect(ch chan<- prometheus.Metric) {
-	usages := c.m.Usages()
+	usages := c.m.usages(false)
 	node := c.m.Node()
 	c.m.mu.RLock()
-	pass, passes := c.m.lastPass, c.m.passes
+	pass, passes, repeated := c.m.lastPass, c.m.passes, c.m.repeated
 	c.m.mu.RUnlock()
 
 	for _, u := range usages {
@@ -180,6 +183,7 @@ func (c *collector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(c.passDuration, prometheus.GaugeValue, pass.Seconds())
 	ch <- prometheus.MustNewConstMetric(c.passes, prometheus.CounterValue, float64(passes))
 	ch <- prometheus.MustNewConstMetric(c.containers, prometheus.GaugeValue, float64(len(usages)))
+	ch <- prometheus.MustNewConstMetric(c.repeated, prometheus.CounterValue, float64(repeated))
 }
 
 // TCP round-trip histogram bounds: 2^minRTTBound µs (8 µs) to

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/prometheus/procfs"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
@@ -93,7 +94,10 @@ type Usage struct {
 	Time time.Time
 	// Stats holds every figure; cumulative fields are since the cgroup was
 	// created (cgroupfs, PSI) or first accounted (eBPF). It is shared and
-	// must not be modified.
+	// must not be modified. A sample repeated from the previous pass (an
+	// idle container whose figures did not move, EBPFChanges) shares that
+	// sample's Stats, whose Timestamp is then the earlier pass's; Usages
+	// returns them stamped with Time.
 	Stats *slacklinev1.ResourceStatistics
 	// CPURate is CPU usage in cores between the previous sample and this
 	// one (0 on a container's first sample); also Stats.CpusRate.
@@ -208,6 +212,7 @@ type Monitor struct {
 	node       Usage
 	lastPass   time.Duration
 	passes     uint64
+	repeated   uint64 // container samples repeated (Monitor.repeats)
 
 	// observer is called after each pass (Observe).
 	observer atomic.Pointer[func(time.Time, []Usage)]
@@ -229,6 +234,13 @@ type container struct {
 	// Guarded by Monitor.sampleMu.
 	samplers []sampler // one per Monitor.sources, in the same order
 	baseline baseline  // for the CPU rate
+	// prev is the container's previous sample, and prevTarget the target
+	// it was taken for, when that sample was quiet (Usage.quiet) and had
+	// every source's figures (quiet false otherwise): what Monitor.repeats
+	// may repeat.
+	prev       Usage
+	prevTarget Target
+	quiet      bool
 }
 
 // baseline is what the previous sample of a container left for the
@@ -401,6 +413,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 
 	var errs []error
+	repeated := 0
 	if p, ok := m.cfg.EBPF.(EBPFPass); ok && len(jobs) > 0 {
 		if err := p.BeginPass(); err != nil {
 			errs = append(errs, fmt.Errorf("ebpf: %w", err))
@@ -417,8 +430,14 @@ func (m *Monitor) Sample(now time.Time) error {
 		}
 	}
 	m.scratch.timestamp = timestamppb.New(now)
+	changes, _ := m.cfg.EBPF.(EBPFChanges)
 	for i := range jobs {
 		j := &jobs[i]
+		if m.repeats(changes, j.c, &j.target, now) {
+			m.repeat(j, now)
+			repeated++
+			continue
+		}
 		j.err = m.sampleContainer(j, now)
 		if j.err != nil && !errors.Is(j.err, errVanished) {
 			errs = append(errs, fmt.Errorf("container %s: %w", j.c.id, j.err))
@@ -449,6 +468,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	m.lastPass = time.Since(start)
 	m.passes++
+	m.repeated += uint64(repeated)
 	m.mu.Unlock()
 	if observe != nil {
 		(*observe)(now, published)
@@ -533,8 +553,14 @@ func (m *Monitor) Latest(id string) (Usage, bool) {
 }
 
 // Usages returns the latest sample of every container that has one, sorted
-// by container id.
-func (m *Monitor) Usages() []Usage {
+// by container id. Each Stats' Timestamp is its sample's Time (a repeated
+// sample's shared Stats are copied to be so).
+func (m *Monitor) Usages() []Usage { return m.usages(true) }
+
+// usages is Usages; stamp false leaves repeated samples' Stats with the
+// Timestamp of the pass that took them (for readers that do not look at
+// it).
+func (m *Monitor) usages(stamp bool) []Usage {
 	m.mu.RLock()
 	out := make([]Usage, 0, len(m.containers))
 	for _, c := range m.containers {
@@ -543,6 +569,13 @@ func (m *Monitor) Usages() []Usage {
 		}
 	}
 	m.mu.RUnlock()
+	for i := range out {
+		if u := &out[i]; stamp && u.Stats != nil && u.Stats.Timestamp != nil && !u.Stats.Timestamp.AsTime().Equal(u.Time) {
+			st := proto.Clone(u.Stats).(*slacklinev1.ResourceStatistics)
+			st.Timestamp = timestamppb.New(u.Time)
+			u.Stats = st
+		}
+	}
 	slices.SortFunc(out, func(a, b Usage) int { return strings.Compare(a.ContainerID, b.ContainerID) })
 	return out
 }
@@ -619,6 +652,55 @@ func (c *container) closeFiles() {
 	}
 }
 
+// quiet reports whether every interval figure of u is 0 (and u has eBPF's
+// figures): a sample of the same cumulative figures later is then the
+// same sample but for its Time.
+func (u *Usage) quiet() bool {
+	return u.EBPF && u.CPURate == 0 && u.RunqP50 == 0 && u.RunqP99 == 0 && u.Syncs == 0 && u.SyncP99 == 0 &&
+		u.BlockIOs == 0 && u.BlockP99 == 0 && u.NetTxMbps == 0 && u.NetRxMbps == 0 && u.NetTxPackets == 0 &&
+		u.TCPRTTP50 == 0 && u.TCPRTTP99 == 0 && u.TCPRetransmits == 0
+}
+
+// repeats reports whether c's sample at now would repeat its previous one
+// (#29), so that nothing need be read: the previous sample was quiet and
+// taken for the same target, eBPF (changes, nil without) says the
+// cgroup's figures did not move since, and no sampler is due to read a
+// file or would find a nonzero interval figure (repeater). Called with
+// sampleMu held.
+func (m *Monitor) repeats(changes EBPFChanges, c *container, t *Target, now time.Time) bool {
+	if changes == nil || !c.quiet || c.prevTarget != *t || !now.After(c.prev.Time) {
+		return false
+	}
+	e, ok := c.samplers[len(c.samplers)-1].(*ebpfSampler)
+	if !ok {
+		return false
+	}
+	id := t.CgroupID
+	if id == 0 {
+		id = e.cgroupID
+	}
+	if id == 0 || !changes.Unchanged(id) {
+		return false
+	}
+	for _, s := range c.samplers {
+		r, ok := s.(repeater)
+		if !ok || !r.repeats(now, &c.prev, e.activity) {
+			return false
+		}
+	}
+	return true
+}
+
+// repeat publishes c's previous sample again at now, moving the interval
+// baselines to now as sampling it would have.
+func (m *Monitor) repeat(j *job, now time.Time) {
+	c := j.c
+	j.usage, j.usage.Time = c.prev, now
+	c.prev.Time = now
+	c.baseline.time = now
+	c.samplers[len(c.samplers)-1].(*ebpfSampler).repeated(now)
+}
+
 // sampleContainer reads j's container into j.usage, running its samplers
 // in order. Called with sampleMu held. A required source's failure fails
 // the whole sample (zero Usage: nothing is published, so no interval is
@@ -629,6 +711,19 @@ func (c *container) closeFiles() {
 // stack would escape through the interface calls, two allocations per
 // container per pass.)
 func (m *Monitor) sampleContainer(j *job, now time.Time) error {
+	err := m.readContainer(j, now)
+	c := j.c
+	c.quiet = err == nil && j.usage.Stats != nil && j.usage.quiet()
+	if c.quiet {
+		c.prev, c.prevTarget = j.usage, j.target
+	} else {
+		c.prev = Usage{} // drop the Stats
+	}
+	return err
+}
+
+// readContainer is sampleContainer's reading.
+func (m *Monitor) readContainer(j *job, now time.Time) error {
 	c, t := j.c, &j.target
 	st := m.scratch.slabs.newStats()
 	st.Timestamp, st.CpusLimit = m.scratch.timestamp, t.CPULimit

@@ -50,6 +50,11 @@ func (p *pressureSampler) sample(s *scratch, _ *Target, u *Usage) error {
 	return nil
 }
 
+// repeats implements repeater.
+func (p *pressureSampler) repeats(now time.Time, prev *Usage, a activity) bool {
+	return !psiReadDue(p.last, now, prev.Stats.CpusUsageSecs, a)
+}
+
 // pressureRead is what one read of the PSI files found.
 type pressureRead struct {
 	valid           bool

@@ -29,6 +29,16 @@ type sampler interface {
 	files() []*controlFile
 }
 
+// repeater is a sampler that can tell, without reading anything, that its
+// figures at now would be those of the container's previous sample prev,
+// given eBPF's unchanged figures (whose activity a is prev's): no file is
+// due, and no interval figure can be other than 0. Every sampler of the
+// chosen sources implements it (#29: an idle container is repeated, not
+// sampled; Monitor.repeats).
+type repeater interface {
+	repeats(now time.Time, prev *Usage, a activity) bool
+}
+
 // host is what New knows of the machine when it chooses the sources.
 type host struct {
 	layout cgroups.Layout

@@ -95,6 +95,7 @@ type Programs struct {
 	// read, the plan's buffer and the read counts, under mu.
 	marks     *bpf.ChangedMarks
 	cache     map[uint64]TCPStats
+	moved     []uint64 // ReadChangedTCP's answer, reused
 	lastFull  time.Time
 	fullEvery time.Duration // fullTCPReadInterval; tests lengthen it
 	readIDs   []uint64
@@ -353,6 +354,37 @@ func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
 		into[id] = p.cache[id]
 	}
 	return nil
+}
+
+// ReadChangedTCP is ReadAllTCP for a caller that passes the same map at
+// every call and wants to know what moved (#29): it leaves the entries
+// equal to what ReadAllTCP would store, deletes those of cgroups no
+// longer watched, stores the others and returns their ids, in a slice
+// valid until the next call. On error into is emptied.
+func (p *Programs) ReadChangedTCP(into map[uint64]TCPStats) ([]uint64, error) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.moved = p.moved[:0]
+	if err := p.refreshTCP(time.Now()); err != nil {
+		clear(into)
+		clear(p.cache)
+		p.lastFull = time.Time{}
+		return nil, fmt.Errorf("tcp stats of every cgroup: %w", err)
+	}
+	for id := range into {
+		if !p.watched[id] {
+			delete(into, id)
+		}
+	}
+	for id := range p.watched {
+		v := p.cache[id]
+		if old, ok := into[id]; ok && old == v {
+			continue
+		}
+		into[id] = v
+		p.moved = append(p.moved, id)
+	}
+	return p.moved, nil
 }
 
 // readBatch walks the counters map with batch lookups, storing each

@@ -163,6 +163,15 @@ func TestTCPSignals(t *testing.T) {
 	if err := progs.ReadAllTCP(all); err != nil || len(all) != 1 || all[id] != idle0 {
 		t.Fatalf("ReadAllTCP = %v, %v; want only cgroup %d's %+v", all, err, id, idle0)
 	}
+	// ReadChangedTCP (#29) stores and names the cgroup at its first read,
+	// drops what is not watched, and names nothing while nothing moved.
+	changed := map[uint64]netqos.TCPStats{7: {}}
+	if moved, err := progs.ReadChangedTCP(changed); err != nil || len(moved) != 1 || moved[0] != id || len(changed) != 1 || changed[id] != idle0 {
+		t.Fatalf("first ReadChangedTCP = %v, %v (entries %v); want cgroup %d moved, its %+v only", moved, err, changed, id, idle0)
+	}
+	if moved, err := progs.ReadChangedTCP(changed); err != nil || len(moved) != 0 {
+		t.Fatalf("ReadChangedTCP with no traffic = %v, %v; want nothing moved", moved, err)
+	}
 	// At least 10 exchanges, a second at a time: a 6.12 guest beside
 	// host CPU hogs completed none in its first second.
 	var idleApp []time.Duration
@@ -243,6 +252,10 @@ func TestTCPSignals(t *testing.T) {
 	}
 	if after := progs.ReadCounts(); after.Full != counts.Full || after.LookedUp != counts.LookedUp+1 {
 		t.Errorf("read counts %+v -> %+v: want one lookup, no full read", counts, after)
+	}
+	// (At least ReadAllTCP's figures: a closing connection may still add.)
+	if moved, err := progs.ReadChangedTCP(changed); err != nil || len(moved) != 1 || changed[id].RTTCount < all[id].RTTCount || changed[id].Retransmits < all[id].Retransmits {
+		t.Errorf("ReadChangedTCP after the traffic = %v, %v, entry %+v; want cgroup %d moved, at least ReadAllTCP's %+v", moved, err, changed[id], id, all[id])
 	}
 	var inHistogram uint64
 	for _, n := range busy1.RTT {

@@ -1,0 +1,175 @@
+package monitor
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/protobuf/proto"
+
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+)
+
+// changesEBPF is a fakeEBPF that knows what moved (EBPFChanges): a
+// cgroup is unchanged when its figures at BeginPass equal those of the
+// previous BeginPass.
+type changesEBPF struct {
+	*fakeEBPF
+	mu        sync.Mutex
+	prev      map[uint64]EBPFStats
+	unchanged map[uint64]bool
+}
+
+func (c *changesEBPF) BeginPass() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.fakeEBPF.mu.Lock()
+	defer c.fakeEBPF.mu.Unlock()
+	now := map[uint64]EBPFStats{}
+	c.unchanged = map[uint64]bool{}
+	for id, s := range c.fakeEBPF.stats {
+		now[id] = s
+		p, ok := c.prev[id]
+		c.unchanged[id] = ok && sameEBPF(p, s)
+	}
+	c.prev = now
+	return nil
+}
+
+func (c *changesEBPF) Unchanged(id uint64) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.unchanged[id]
+}
+
+func sameEBPF(a, b EBPFStats) bool {
+	return a.OnCPU == b.OnCPU && a.Wakeups == b.Wakeups && a.RunqSum == b.RunqSum && a.Running == b.Running &&
+		a.Sched == b.Sched && a.NetTxBytes == b.NetTxBytes && a.NetRxBytes == b.NetRxBytes && fmt.Sprint(a.RunqBuckets) == fmt.Sprint(b.RunqBuckets)
+}
+
+// countingFile counts the reads of an open control file.
+type countingFile struct {
+	openFile
+	reads *int
+}
+
+func (f countingFile) ReadAt(p []byte, off int64) (int, error) {
+	*f.reads++
+	return f.openFile.ReadAt(p, off)
+}
+
+// TestIdleContainerRepeated (#29): with eBPF that knows what moved, an
+// idle container whose figures did not move and none of whose files is
+// due is not read at all (no eBPF lookup, no control file read), and its
+// sample is the one a monitor that reads everything publishes (a twin
+// monitor over the same files and figures, without EBPFChanges); a
+// change eBPF sees is read in the very next pass, and so are the files
+// when their refresh is due or the target changed.
+func TestIdleContainerRepeated(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			root := filepath.Join(dir, "cgroup")
+			rel := "slackline/guaranteed/c1"
+			l.write(t, root, rel, 5000)
+			withChanges := &changesEBPF{fakeEBPF: &fakeEBPF{}}
+			plain := &fakeEBPF{}
+			m := newTestMonitor(t, l.mode, dir, withChanges, 100)
+			twin := newTestMonitor(t, l.mode, dir, plain, 100)
+			target := Target{ID: "c1", TaskID: "t1", CgroupPath: rel, CgroupID: 7, CPULimit: 1}
+			m.SetTargets([]Target{target})
+			twin.SetTargets([]Target{target})
+			st := EBPFStats{OnCPU: time.Second, Wakeups: 10, Sched: true, RunqBuckets: []uint64{0, 3, 5}}
+			reads := 0
+			for i, step := range []struct {
+				at       time.Duration
+				change   func(*EBPFStats) // what eBPF saw before the pass
+				usage    uint64           // cpu.stat's usage_usec before the pass (0: as it was)
+				target   func(*Target)
+				repeated bool
+			}{
+				{at: 0},
+				{at: 100 * time.Millisecond, repeated: true},
+				{at: 200 * time.Millisecond, repeated: true},
+				{at: 300 * time.Millisecond, change: func(s *EBPFStats) { s.OnCPU += time.Millisecond; s.Wakeups++; s.RunqBuckets[2]++ }, usage: 6000},
+				{at: 400 * time.Millisecond}, // the last sample had a CPU rate: not quiet
+				{at: 500 * time.Millisecond, repeated: true},
+				{at: 600 * time.Millisecond, target: func(t *Target) { t.CPULimit = 2 }},
+				{at: 700 * time.Millisecond, repeated: true},
+				{at: 1300 * time.Millisecond}, // the files' refresh is due (a second since pass 3's reads)
+				{at: 1400 * time.Millisecond, repeated: true},
+				{at: 1500 * time.Millisecond, change: func(s *EBPFStats) { s.Running = true; s.NetTxBytes += 1 << 20 }},
+				{at: 1600 * time.Millisecond, change: func(s *EBPFStats) { s.Running = false; s.OnCPU += time.Millisecond }, usage: 7000},
+			} {
+				if step.change != nil {
+					step.change(&st)
+				}
+				if step.usage != 0 {
+					l.write(t, root, rel, step.usage)
+				}
+				if step.target != nil {
+					step.target(&target)
+					m.SetTargets([]Target{target})
+					twin.SetTargets([]Target{target})
+				}
+				withChanges.set(7, st)
+				plain.set(7, st)
+				withChanges.fakeEBPF.mu.Lock()
+				asked := len(withChanges.asked)
+				withChanges.fakeEBPF.mu.Unlock()
+				readsBefore := reads
+				now := t0.Add(step.at)
+				if err := m.Sample(now); err != nil {
+					t.Fatalf("pass %d: %v", i, err)
+				}
+				if err := twin.Sample(now); err != nil {
+					t.Fatalf("twin pass %d: %v", i, err)
+				}
+				if i == 0 { // count every read of the files the first pass opened
+					for _, f := range controlFiles(m.containers["c1"]) {
+						if f.f != nil {
+							f.f = countingFile{openFile: f.f, reads: &reads}
+						}
+					}
+				}
+				withChanges.fakeEBPF.mu.Lock()
+				lookups := len(withChanges.asked) - asked
+				withChanges.fakeEBPF.mu.Unlock()
+				if step.repeated && (lookups != 0 || reads != readsBefore) {
+					t.Errorf("pass %d at %v: %d eBPF lookups and %d file reads, want none (repeated)", i, step.at, lookups, reads-readsBefore)
+				}
+				if !step.repeated && lookups != 1 {
+					t.Errorf("pass %d at %v: %d eBPF lookups, want 1 (sampled)", i, step.at, lookups)
+				}
+				got, _ := m.Latest("c1")
+				want, _ := twin.Latest("c1")
+				if !sameUsage(got, want) {
+					t.Errorf("pass %d at %v: sample\n%+v\nwant the twin's\n%+v", i, step.at, got, want)
+				}
+				if u := m.Usages(); len(u) != 1 || !u[0].Stats.GetTimestamp().AsTime().Equal(now) {
+					t.Errorf("pass %d: Usages' Timestamp is not the pass's", i)
+				}
+			}
+			if got, want := m.repeated, uint64(5); got != want {
+				t.Errorf("%d samples repeated, want %d", got, want)
+			}
+		})
+	}
+}
+
+// sameUsage compares two samples but for their Stats' Timestamp (a
+// repeated sample keeps the pass's that read it).
+func sameUsage(a, b Usage) bool {
+	sa, sb := a.Stats, b.Stats
+	a.Stats, b.Stats = nil, nil
+	if a != b {
+		return false
+	}
+	ca, cb := proto.Clone(sa).(*slacklinev1.ResourceStatistics), proto.Clone(sb).(*slacklinev1.ResourceStatistics)
+	ca.Timestamp, cb.Timestamp = nil, nil
+	return proto.Equal(ca, cb)
+}
