@@ -60,6 +60,17 @@ type diskRequester interface {
 	SetDiskRequestKiB(kib uint64) error
 }
 
+// restoreDiskRequests puts the sandbox disk's own request size back where
+// the diskio controller lowered it (nothing where it did not).
+func restoreDiskRequests(cz Containerizer) error {
+	ds, ok := cz.(diskShaper)
+	dr, ok2 := cz.(diskRequester)
+	if !ok || !ok2 || !ds.DiskIO().RequestSize {
+		return nil
+	}
+	return dr.SetDiskRequestKiB(0)
+}
+
 // applyDisk carries out a Throttle or Unthrottle of DiskIO: the cap, then
 // the disk's request size that goes with it (Correction.IORequestKiB),
 // where the host offers it. A request size that cannot be set is logged:

@@ -166,7 +166,8 @@ func (c *Containerizer) DiskRequestKiB() (kib uint64, lowered bool, err error) {
 
 // reconcileDiskRequests puts the sandbox disk's own largest request back
 // at start when a previous agent lowered it and the revocable cap is off
-// (the cap and the lowered request go together).
+// (the cap and the lowered request go together). An agent that stops
+// puts it back itself (Agent.Close); this covers one that was killed.
 func (c *Containerizer) reconcileDiskRequests() {
 	if !c.diskIO.RequestSize || !c.diskIO.Cap {
 		return
