@@ -336,13 +336,16 @@ func (a *Agent) Containerizer() Containerizer { return a.cfg.Containerizer }
 func (a *Agent) ID() string { return a.ids.Load().current }
 
 // Close releases the checkpoint and restores the managed interfaces (Run
-// does on its way out), then what Options.Build opened. Call it after Run
-// returned.
+// does on its way out) and the sandbox disk's own request size (the
+// diskio controller lowers it while revocable I/O is capped: a setting of
+// the whole device, which must not outlive the agent), then what
+// Options.Build opened. Call it after Run returned.
 func (a *Agent) Close() error {
 	if a.network != nil {
 		_ = a.network.Close()
 	}
-	err := a.ckpt.Close()
+	err := restoreDiskRequests(a.cfg.Containerizer)
+	err = errors.Join(err, a.ckpt.Close())
 	for i := len(a.closers) - 1; i >= 0; i-- {
 		err = errors.Join(err, a.closers[i]())
 	}

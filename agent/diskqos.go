@@ -53,13 +53,42 @@ func (l *qosLoop) diskInput(in *qos.Input) {
 	}
 }
 
-// applyDisk carries out a Throttle or Unthrottle of DiskIO.
+// diskRequester lowers the sandbox disk's largest request while revocable
+// I/O is capped, and puts the device's own size back (the real
+// containerizer has it where queue/max_sectors_kb is writable).
+type diskRequester interface {
+	SetDiskRequestKiB(kib uint64) error
+}
+
+// restoreDiskRequests puts the sandbox disk's own request size back where
+// the diskio controller lowered it (nothing where it did not).
+func restoreDiskRequests(cz Containerizer) error {
+	ds, ok := cz.(diskShaper)
+	dr, ok2 := cz.(diskRequester)
+	if !ok || !ok2 || !ds.DiskIO().RequestSize {
+		return nil
+	}
+	return dr.SetDiskRequestKiB(0)
+}
+
+// applyDisk carries out a Throttle or Unthrottle of DiskIO: the cap, then
+// the disk's request size that goes with it (Correction.IORequestKiB),
+// where the host offers it. A request size that cannot be set is logged:
+// the cap alone still holds.
 func (l *qosLoop) applyDisk(c qos.Correction) error {
 	ds, ok := l.cz.(diskShaper)
 	if !ok {
 		return fmt.Errorf("the containerizer cannot cap disk I/O")
 	}
-	return ds.SetRevocableIOLimit(uint64(max(c.IOLimit, 0)))
+	if err := ds.SetRevocableIOLimit(uint64(max(c.IOLimit, 0))); err != nil {
+		return err
+	}
+	if dr, ok := l.cz.(diskRequester); ok && ds.DiskIO().RequestSize {
+		if err := dr.SetDiskRequestKiB(c.IORequestKiB); err != nil {
+			l.log.Warn("QoS: the disk's request size was not changed with the cap", "correction", c.String(), "err", err)
+		}
+	}
+	return nil
 }
 
 // syncLatencyAttach is the eBPF attach point whose presence means that

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +67,15 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		t.Fatal(err)
 	}
 	revocable := cgroups.Subtree(agent.cgroupRoot, cgroups.Revocable)
+	// Where the host lets the agent lower the disk's request size while
+	// the cap is on, the device's own size must come back with calm.
+	requestFile, ownRequest := "", ""
+	if m := regexp.MustCompile(`request size: queue/max_sectors_kb of ([0-9]+:[0-9]+) `).FindStringSubmatch(disk.GetDetail()); m != nil {
+		requestFile = filepath.Join("/sys/dev/block", m[1], "queue", "max_sectors_kb")
+		ownRequest = readTrimmed(t, requestFile)
+	} else {
+		t.Logf("no request size mechanism: %s", disk.GetDetail())
+	}
 
 	// The guaranteed task holds the node (its unused CPU and memory are the
 	// revocable slack the writer runs on) and fsyncs from when a file named go appears in its
@@ -117,6 +127,12 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		}
 		return ""
 	})
+	if requestFile != "" {
+		own, _ := strconv.ParseUint(ownRequest, 10, 64)
+		if got, _ := strconv.ParseUint(readTrimmed(t, requestFile), 10, 64); got != min(own, 32) {
+			t.Errorf("capped: %s is %d, want min(its own %d, the default 32 KiB)", requestFile, got, own)
+		}
+	}
 	written, elapsed := writtenBytes(t, layout, revocable)-before, time.Since(from)
 	if bound := uint64(elapsed.Seconds()*floor) + 3<<20; written > bound {
 		t.Errorf("the capped writer wrote %d bytes in %v, over the cap's %d", written, elapsed, bound)
@@ -133,6 +149,15 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 		}
 		return ""
 	})
+	if requestFile != "" {
+		// Put back right after the cap's removal, by the same correction.
+		eventually(t, scaled(t, time.Minute), func() string {
+			if got := readTrimmed(t, requestFile); got != ownRequest {
+				return fmt.Sprintf("after the cap's removal %s is %s, want the device's own %s back", requestFile, got, ownRequest)
+			}
+			return ""
+		})
+	}
 
 	var kinds []string
 	for _, c := range corrections(t, agent) {
@@ -152,6 +177,16 @@ func TestQoSDiskIOWriterVersusFsync(t *testing.T) {
 			}
 		}
 	}
+}
+
+// readTrimmed reads a small file (sysfs) without its surrounding space.
+func readTrimmed(t *testing.T, path string) string {
+	t.Helper()
+	data, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
 }
 
 // waitRunning waits until one of the framework's tasks runs.

@@ -35,7 +35,7 @@ func TestDiskIOTranscript(t *testing.T) {
 		reason string
 	}{
 		{0, nil, "", ""},
-		{s, stall(30), "throttle 128.0", "web-1 io.pressure some avg10 30.0% > 10%; revocable disk I/O cap 128.0 MiB/s"},
+		{s, stall(30), "throttle 128.0", "web-1 io.pressure some avg10 30.0% > 10%; revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 		{2 * s, nil, "", ""}, // DecreaseInterval
 		{3 * s, nil, "throttle 64.0", ""},
 		{5 * s, nil, "throttle 32.0", ""},
@@ -45,7 +45,7 @@ func TestDiskIOTranscript(t *testing.T) {
 		{14 * s, nil, "unthrottle 57.6", "guaranteed I/O calm for 5s"}, // + 10% of 256 MiB/s
 		{14*s + s/2, nil, "", ""},
 		{15 * s, nil, "unthrottle 83.2", ""},
-		{16 * s, func(in *qos.Input) { in.Containers[1].IOPressureFull10 = 9 }, "throttle 41.6", "protected:db io.pressure full avg10 9.0% > 5%; revocable disk I/O cap 41.6 MiB/s"},
+		{16 * s, func(in *qos.Input) { in.Containers[1].IOPressureFull10 = 9 }, "throttle 41.6", "protected:db io.pressure full avg10 9.0% > 5%; revocable disk I/O cap 41.6 MiB/s, requests <= 32 KiB"},
 		{17 * s, func(in *qos.Input) { in.Containers[1].IOPressureFull10 = 0; in.Containers[2].IOPressureFull10 = 90 }, "", ""}, // revocable's own stalls are no signal
 	}
 	c, err := qos.NewSet([]string{"diskio"}, qos.DefaultConfig())
@@ -156,7 +156,7 @@ func TestDiskIOSyncLatency(t *testing.T) {
 	steps := []ioStep{
 		{0, syncs(400, 3*ms, 0), "", ""},
 		{s, syncs(5, 900*ms, s), "", ""}, // too few fsyncs: their p99 is their maximum
-		{2 * s, syncs(400, 45*ms, 2*s), "throttle 128.0", "web-1 fsync p99 45ms over 400 > 20ms; revocable disk I/O cap 128.0 MiB/s"},
+		{2 * s, syncs(400, 45*ms, 2*s), "throttle 128.0", "web-1 fsync p99 45ms over 400 > 20ms; revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 		{4 * s, syncs(400, 45*ms, 2*s), "", ""}, // the same sample again: it cannot show the change
 		{5 * s, syncs(400, 40*ms, 5*s), "throttle 64.0", ""},
 		{6 * s, syncs(400, 15*ms, 6*s), "", ""}, // under enter, over calm (10 ms): hold
@@ -191,9 +191,9 @@ func TestDiskIOAIMD(t *testing.T) {
 		{0, 100, 2 * ms, "", ""},
 		{s, 200, 2 * ms, "", ""},     // 100 MiB/s uncapped: learned
 		{2 * s, 280, 2 * ms, "", ""}, // 80 MiB/s: the highest stays
-		{3 * s, 380, 40 * ms, "throttle 50.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 50.0 MiB/s"},
+		{3 * s, 380, 40 * ms, "throttle 50.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 50.0 MiB/s, requests <= 32 KiB"},
 		{4 * s, 780, 40 * ms, "", ""}, // capped: 400 MiB/s (a burst) teaches nothing; too soon to halve
-		{5 * s, 830, 40 * ms, "throttle 35.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 35.0 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 100.0 MiB/s)"},
+		{5 * s, 830, 40 * ms, "throttle 35.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 35.0 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 100.0 MiB/s), requests <= 32 KiB"},
 		{7 * s, 900, 40 * ms, "", ""}, // at the floor: nothing more
 		{8 * s, 935, 3 * ms, "", ""},  // calm begins
 		{13 * s, 1110, 3 * ms, "unthrottle 45.0", "guaranteed I/O calm for 5s"},
@@ -277,7 +277,7 @@ func TestDiskIOBlockLatency(t *testing.T) {
 	steps := []ioStep{
 		{0, blk(300, 2*ms, 0), "", ""},
 		{s, blk(9, 500*ms, s), "", ""}, // too few requests
-		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s"},
+		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 		{4 * s, blk(300, 12*ms, 4*s), "", ""}, // under enter, over calm (10 ms): hold
 		{5 * s, blk(300, 3*ms, 5*s), "", ""},  // calm begins
 		{10 * s, func(in *qos.Input) {
@@ -310,7 +310,7 @@ func TestDiskIOQuietSyncRatio(t *testing.T) {
 		{2 * s, step(100, 3*ms), "", ""}, // writing, nothing known yet: 3 ms < 20 ms
 		{3 * s, step(100, 1*ms), "", ""}, // wrote nothing since 2 s: quiet p99 1 ms
 		{4 * s, step(100, 2*ms), "", ""}, // quiet: 1 + 0.25 x (2 - 1) = 1.25 ms; 2 ms is no signal
-		{5 * s, step(200, 3*ms), "throttle 50.0", "web-1 fsync p99 3ms over 400 > 2 x 1.25ms (its p99 while revocable work wrote nothing); revocable disk I/O cap 50.0 MiB/s"},
+		{5 * s, step(200, 3*ms), "throttle 50.0", "web-1 fsync p99 3ms over 400 > 2 x 1.25ms (its p99 while revocable work wrote nothing); revocable disk I/O cap 50.0 MiB/s, requests <= 32 KiB"},
 		{7 * s, step(290, 2200*us), "", ""}, // under 2.5 ms, over calm (1.5 x 1.25 = 1.875, raised to 2 ms): hold
 		{8 * s, step(340, 1500*us), "", ""}, // calm begins
 		{13 * s, step(590, 1500*us), "unthrottle 60.0", "guaranteed I/O calm for 5s"},
@@ -411,5 +411,75 @@ func TestDiskIOQuietSyncsOverLimit(t *testing.T) {
 	}
 	if got := qos.QuietSyncsOverLimit(qos.Noop{}); got != 0 {
 		t.Errorf("QuietSyncsOverLimit(Noop) = %d, want 0", got)
+	}
+}
+
+// TestDiskIORequestSize: every Throttle and every Unthrottle that keeps a
+// cap carries RequestKiB (the disk's requests cut short while revocable
+// I/O is capped); the Unthrottle that removes the cap carries 0 (the
+// device's own size back) and says so; RequestKiB 0 leaves the size alone
+// throughout; a RequestKiB below a page is refused.
+func TestDiskIORequestSize(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	const mib = 1 << 20
+	type step struct {
+		offset time.Duration
+		bytes  uint64 // the revocable subtree's counter, MiB
+		p99    time.Duration
+	}
+	steps := []step{
+		{0, 100, 2 * ms},
+		{s, 200, 2 * ms},       // 100 MiB/s uncapped: learned
+		{2 * s, 300, 40 * ms},  // throttle 50
+		{4 * s, 400, 40 * ms},  // throttle 35 (the floor)
+		{5 * s, 435, 3 * ms},   // calm begins
+		{10 * s, 610, 3 * ms},  // unthrottle 45
+		{11 * s, 655, 3 * ms},  // 55
+		{12 * s, 710, 3 * ms},  // 65
+		{13 * s, 775, 3 * ms},  // 75
+		{14 * s, 850, 3 * ms},  // 85
+		{15 * s, 935, 3 * ms},  // 95
+		{16 * s, 1030, 3 * ms}, // the cap removed
+	}
+	for _, tt := range []struct {
+		request uint64
+		want    string
+		last    string // the reason of the correction that removes the cap
+	}{
+		{32, "throttle 50.0/32; throttle 35.0/32; unthrottle 45.0/32; unthrottle 55.0/32; unthrottle 65.0/32; unthrottle 75.0/32; unthrottle 85.0/32; unthrottle 95.0/32; unthrottle 0.0/0",
+			"guaranteed I/O calm for 11s; the disk's own request size back"},
+		{0, "throttle 50.0/0; throttle 35.0/0; unthrottle 45.0/0; unthrottle 55.0/0; unthrottle 65.0/0; unthrottle 75.0/0; unthrottle 85.0/0; unthrottle 95.0/0; unthrottle 0.0/0",
+			"guaranteed I/O calm for 11s"},
+	} {
+		t.Run(fmt.Sprint(tt.request), func(t *testing.T) {
+			t.Parallel()
+			cfg := qos.DefaultDiskIOConfig()
+			cfg.RequestKiB = tt.request
+			c := qos.NewDiskIO(cfg)
+			in := ioScene()
+			var got []string
+			var last qos.Correction
+			for _, st := range steps {
+				in.Now = at(st.offset)
+				in.RevocableIOBytes = st.bytes * mib
+				in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, st.p99, in.Now
+				for _, corr := range c.Evaluate(in) {
+					got = append(got, fmt.Sprintf("%s %.1f/%d", corr.Kind, corr.IOLimit/mib, corr.IORequestKiB))
+					in.RevocableIOLimit, last = corr.IOLimit, corr
+				}
+			}
+			if g := strings.Join(got, "; "); g != tt.want {
+				t.Errorf("got  %s\nwant %s", g, tt.want)
+			}
+			if last.Reason != tt.last {
+				t.Errorf("last reason %q, want %q", last.Reason, tt.last)
+			}
+		})
+	}
+	cfg := qos.DefaultConfig()
+	cfg.DiskIO.RequestKiB = 2
+	if _, err := qos.NewSet([]string{"diskio"}, cfg); err == nil || !strings.Contains(err.Error(), "request KiB") {
+		t.Errorf("RequestKiB 2: err %v, want one naming request KiB", err)
 	}
 }

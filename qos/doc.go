@@ -321,6 +321,11 @@
 // below half the thresholds it raises the cap by IncreaseFraction of the
 // disk rate per IncreaseInterval, removing it at that rate (the first cap
 // is the disk rate halved; StartBytesPerSecond where no rate is known).
+// Every correction that leaves a cap on carries RequestKiB
+// (Correction.IORequestKiB): the agent lowers the disk's largest request
+// (queue/max_sectors_kb) to it, so that a guaranteed fsync waits behind one
+// short revocable command rather than a long one; the Unthrottle that
+// removes the cap carries 0 and the device's own size comes back.
 // It never kills: capped writers wait.
 //
 // # Parameters and defaults
@@ -351,7 +356,7 @@
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
 //	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
-//	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s
+//	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s, RequestKiB 32 while capped
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

@@ -308,6 +308,11 @@ type Correction struct {
 	// second, per device, for Throttle and Unthrottle of DiskIO
 	// (Unthrottle with 0 removes it).
 	IOLimit float64
+	// IORequestKiB is the disk's largest request, in KiB, that goes with
+	// IOLimit: while revocable I/O is capped its requests are cut to this
+	// size, so that guaranteed I/O waits behind at most one short command
+	// (0: the device's own size, put back when the cap comes off).
+	IORequestKiB uint64
 	// Reason names the signal in words a framework author understands, e.g.
 	// "web-1 run-queue p99 4.2 ms > 1 ms". It becomes the killed task's
 	// status message.
@@ -333,6 +338,9 @@ func (c Correction) String() string {
 			target += " disk I/O"
 			if c.IOLimit > 0 {
 				limit = fmt.Sprintf("%.0f MiB/s", c.IOLimit/(1<<20))
+			}
+			if c.IORequestKiB > 0 {
+				limit += fmt.Sprintf(", requests <= %d KiB", c.IORequestKiB)
 			}
 		case c.Resource == Bandwidth:
 			target += " egress"

@@ -409,6 +409,7 @@ func New(cfg Config) (*Containerizer, error) {
 		c.log.Warn("containerizer: tasks not running as root cannot reach their sandboxes by absolute path (HOME, SLACKLINE_SANDBOX); their working directory still works",
 			"dir", dir, "fix", "chmod o+x "+dir)
 	}
+	c.reconcileDiskRequests()
 	c.refillWarm()
 	return c, nil
 }

@@ -26,6 +26,10 @@ type DiskIOSupport struct {
 	// I/O scheduler honours (BFQ, or io.cost on v2).
 	Weight    bool
 	WeightWhy string
+	// RequestSize: the disk's largest request (queue/max_sectors_kb) can
+	// be lowered while revocable I/O is capped (SetDiskRequestKiB).
+	RequestSize    bool
+	RequestSizeWhy string
 	// Mode names the mechanisms in words, for GetFeatures.
 	Mechanisms string
 }
@@ -47,6 +51,7 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	} else {
 		s.Cap, s.Devices = true, []string{dev}
 		s.CapWhy = fmt.Sprintf("%s on %s", capMechanism(layout.Mode), dev)
+		s.RequestSize, s.RequestSizeWhy = requestSizeSupport(cfg.SysRoot, s.Devices)
 	}
 	sched := "unknown"
 	if dev != "" {
@@ -72,6 +77,11 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 		}
 	} else {
 		parts = append(parts, "no cap: "+s.CapWhy)
+	}
+	if s.RequestSize {
+		parts = append(parts, "request size: "+s.RequestSizeWhy)
+	} else if s.Cap {
+		parts = append(parts, "no request size: "+s.RequestSizeWhy)
 	}
 	if s.Weight {
 		parts = append(parts, "weight: "+s.WeightWhy)

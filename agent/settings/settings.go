@@ -112,6 +112,7 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.Uint64Var(&dio.MinBlockIOs, "qos-diskio-min-block-ios", dio.MinBlockIOs, "diskio: fewest block requests of a guaranteed task in a monitor interval whose p99 counts")
 	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
 	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
+	fs.Uint64Var(&dio.RequestKiB, "qos-diskio-request-kib", dio.RequestKiB, "diskio: while revocable disk I/O is capped, the sandbox disk's largest request (queue/max_sectors_kb) is lowered to this many KiB, so that a guaranteed fsync waits behind one short revocable command; the device's own size comes back with the cap's removal (0: leave it alone)")
 	fs.Float64Var(&dio.FloorFraction, "qos-diskio-floor-fraction", dio.FloorFraction, "diskio: the revocable disk I/O cap is never lowered below this fraction of the rate revocable I/O reached uncapped (its share of the disk; 0: a 1 MiB/s trickle)")
 	fs.Float64Var(&s.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&s.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")

@@ -81,13 +81,17 @@ type diskOptions struct {
 	op    time.Duration
 	flush time.Duration
 	size  int64 // bytes
+	// requestKiB is the loop device's largest request at the start of a
+	// run (queue/max_sectors_kb): a loop device keeps one set before,
+	// so each run sets it.
+	requestKiB uint64
 }
 
 func (o diskOptions) String() string {
 	if o.kind == "host" {
 		return "host disk"
 	}
-	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO", o.rate/(1<<20), o.op, o.flush)
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start", o.rate/(1<<20), o.op, o.flush, o.requestKiB)
 }
 
 func (o diskOptions) validate() error {
@@ -107,6 +111,9 @@ func (o diskOptions) validate() error {
 	}
 	if o.flush < 0 {
 		errs = append(errs, fmt.Errorf("--disk-flush must not be negative, got %v", o.flush))
+	}
+	if o.requestKiB < 4 {
+		errs = append(errs, fmt.Errorf("--disk-request-kib must be at least 4 (a page), got %d", o.requestKiB))
 	}
 	if o.size < 1<<30 {
 		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
@@ -347,6 +354,13 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 				return fmt.Errorf("losetup: %w", exitText(err))
 			}
 			d.loop = strings.TrimSpace(string(loop))
+			// A loop device keeps the request size set before (by an
+			// agent's diskio controller, or by hand): each run starts
+			// from the one asked for.
+			msk := filepath.Join("/sys/block", filepath.Base(d.loop), "queue", "max_sectors_kb")
+			if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
+				return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+			}
 			return nil
 		}},
 		{"mkfs", func() error {

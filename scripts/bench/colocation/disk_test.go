@@ -51,15 +51,16 @@ func TestDiskModel(t *testing.T) {
 
 func TestDiskOptionsValidate(t *testing.T) {
 	t.Parallel()
-	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30}
+	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280}
 	if err := good.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, o := range map[string]diskOptions{
-		"kind": {kind: "nbd", rate: 1, size: 2 << 30},
-		"rate": {kind: "loop", rate: 0, size: 2 << 30},
-		"op":   {kind: "loop", rate: 1, op: -1, size: 2 << 30},
-		"size": {kind: "loop", rate: 1, size: 1 << 20},
+		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280},
+		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280},
+		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280},
+		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280},
+		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2},
 	} {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: invalid options accepted", name)

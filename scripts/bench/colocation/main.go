@@ -176,6 +176,7 @@ func run() error {
 	flag.StringVar(&o.disk.kind, "disk", "loop", "the io scenario's disk: loop (a loop device over a disk the benchmark models: --disk-rate, --disk-op, --disk-flush; needs /dev/fuse, losetup and mkfs.ext4) or host (the host's disk under /tmp)")
 	diskRate := flag.Float64("disk-rate", 128, "--disk loop: the modelled disk's bandwidth, MiB/s")
 	flag.DurationVar(&o.disk.op, "disk-op", 20*time.Microsecond, "--disk loop: the time each command holds the modelled disk, whatever its size")
+	flag.Uint64Var(&o.disk.requestKiB, "disk-request-kib", 1280, "--disk loop: the loop device's largest request (queue/max_sectors_kb) at the start of each run, KiB (1280: a fresh loop device's; a loop device keeps a size set before, by the agent or by hand)")
 	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
 	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
