@@ -86,6 +86,11 @@ type Config struct {
 	// in use (default DefaultDynamicIDsDir). Agents sharing a host must
 	// share it (and DynamicIDs); tests point it elsewhere.
 	DynamicIDsDir string
+	// DiskRequestDir holds the host-wide record of the sandbox disk's
+	// lowered request size (its own value and the agents holding it
+	// lowered; default DefaultDiskRequestDir). Agents sharing a host must
+	// share it; tests point it elsewhere.
+	DiskRequestDir string
 	// AllowRootTasks lets tasks run as root (uid 0). Without it a launch as
 	// root fails with ErrTaskUser, whatever the coordinator allowed: a
 	// second line of defence behind its authorization.
@@ -299,6 +304,9 @@ func New(cfg Config) (*Containerizer, error) {
 	}
 	if cfg.DynamicIDsDir == "" {
 		cfg.DynamicIDsDir = DefaultDynamicIDsDir
+	}
+	if cfg.DiskRequestDir == "" {
+		cfg.DiskRequestDir = DefaultDiskRequestDir
 	}
 	if cfg.TaskUser != DynamicTaskUser {
 		if _, err := resolveUser(cfg.TaskUser, cfg.AllowRootTasks); err != nil {

@@ -42,11 +42,11 @@ func readTrim(t *testing.T, path string) string {
 // (an agent restarted) still puts the own size back.
 func TestDiskRequestKiB(t *testing.T) {
 	t.Parallel()
-	sys, state := t.TempDir(), t.TempDir()
+	sys, state, host := t.TempDir(), t.TempDir(), t.TempDir()
 	file := fakeQueue(t, sys, "7:0", "1280", "1280")
 	small := fakeQueue(t, sys, "8:0", "16", "64")
 	newC := func() *Containerizer {
-		return &Containerizer{cfg: Config{SysRoot: sys, StateDir: state}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+		return &Containerizer{cfg: Config{SysRoot: sys, StateDir: state, DiskRequestDir: host}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
 			diskIO: DiskIOSupport{RequestSize: true, Devices: []string{"7:0", "8:0"}}}
 	}
 	c := newC()
@@ -84,11 +84,11 @@ func TestDiskRequestKiB(t *testing.T) {
 	if got := readTrim(t, file); got != "1280" {
 		t.Errorf("after a restart: max_sectors_kb %s, want 1280", got)
 	}
-	if _, err := os.Stat(filepath.Join(state, diskRequestState)); !errors.Is(err, os.ErrNotExist) {
-		t.Errorf("the saved size is kept after it was put back: %v", err)
+	if entries, err := os.ReadDir(host); err != nil || len(entries) != 1 || entries[0].Name() != "lock" {
+		t.Errorf("the host-wide record is kept after the size was put back: %v, %v", entries, err)
 	}
 	// A host without the knob says why.
-	none := &Containerizer{cfg: Config{SysRoot: sys, StateDir: state}, diskIO: DiskIOSupport{RequestSizeWhy: "cannot write it"}}
+	none := &Containerizer{cfg: Config{SysRoot: sys, StateDir: state, DiskRequestDir: host}, diskIO: DiskIOSupport{RequestSizeWhy: "cannot write it"}}
 	if err := none.SetDiskRequestKiB(32); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "cannot write it") {
 		t.Errorf("unsupported: %v", err)
 	}
@@ -97,5 +97,42 @@ func TestDiskRequestKiB(t *testing.T) {
 	}
 	if ok, _ := requestSizeSupport(sys, []string{"7:0"}); !ok {
 		t.Error("requestSizeSupport of a writable queue file = false")
+	}
+}
+
+// TestDiskRequestKiBTwoAgents: two agents of one host lower the same
+// disk. The second does not take the first's lowered size for the
+// device's own; the first putting it back only drops its hold while the
+// second still holds it, and the last one puts the own size back.
+func TestDiskRequestKiBTwoAgents(t *testing.T) {
+	t.Parallel()
+	sys, host := t.TempDir(), t.TempDir()
+	file := fakeQueue(t, sys, "7:0", "1280", "1280")
+	agent := func() *Containerizer {
+		return &Containerizer{cfg: Config{SysRoot: sys, StateDir: t.TempDir(), DiskRequestDir: host}, log: slog.New(slog.NewTextHandler(io.Discard, nil)),
+			diskIO: DiskIOSupport{RequestSize: true, Devices: []string{"7:0"}}}
+	}
+	a, b := agent(), agent()
+	steps := []struct {
+		c    *Containerizer
+		kib  uint64
+		want string
+	}{
+		{a, 32, "32"},
+		{b, 64, "32"}, // the smaller of the two holds
+		{a, 0, "32"},  // b still holds it lowered
+		{b, 64, "64"},
+		{b, 0, "1280"}, // the last holder puts the device's own back
+	}
+	for i, st := range steps {
+		if err := st.c.SetDiskRequestKiB(st.kib); err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if got := readTrim(t, file); got != st.want {
+			t.Errorf("step %d: max_sectors_kb %s, want %s", i, got, st.want)
+		}
+	}
+	if _, lowered, err := a.DiskRequestKiB(); err != nil || lowered {
+		t.Errorf("a after putting it back: lowered %v, %v", lowered, err)
 	}
 }
