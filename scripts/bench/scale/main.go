@@ -1,7 +1,9 @@
 // Command scale measures the coordinator with many simulated agents: it
 // builds and starts the real slackline-coordinator and slackline-sim
 // binaries, waits until --agents agents are registered (or their count
-// stalls for --stalled), then samples the
+// stalls for --stalled), lets them settle for --settle (their heartbeat
+// streams open and their interval adapts to the heartbeat budget), then
+// samples the
 // coordinator's CPU use and RSS from /proc over --window while the agents
 // heartbeat (every 5 s, the default), and the heartbeats it served
 // (slackline_coordinator_agent_heartbeats_total, when the coordinator has
@@ -47,6 +49,7 @@ func run() error {
 	agents := flag.Int("agents", 10000, "simulated agents")
 	window := flag.Duration("window", 30*time.Second, "measurement window once all agents are registered")
 	stalled := flag.Duration("stalled", 2*time.Minute, "start the window with the agents registered so far when their count did not grow for this long")
+	settle := flag.Duration("settle", 30*time.Second, "wait this long after the agents are registered before the window: each agent opens its heartbeat stream at its first beat and learns the interval of the heartbeat budget from an answered beat (every third), so the first few intervals are a second storm of stream openings and interval changes, not steady heartbeats")
 	perfOut := flag.String("perf", "", "also record the coordinator's CPU profile over the window with perf (perf record -g) into this file (read it with perf report)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "slackline-scale")
@@ -119,6 +122,7 @@ func run() error {
 		time.Sleep(time.Second)
 	}
 	registered := time.Since(started)
+	time.Sleep(*settle)
 	beats0, counted := heartbeats("http://" + addr)
 	cpu0, _ := benchutil.CPUSeconds(coord.Process.Pid)
 	t0 := time.Now()
@@ -140,7 +144,7 @@ func run() error {
 	rss, _ := benchutil.RSSBytes(coord.Process.Pid)
 	simCPU, _ := benchutil.CPUSeconds(sim.Process.Pid)
 	simRSS, _ := benchutil.RSSBytes(sim.Process.Pid)
-	fmt.Printf("%d agents ACTIVE (of %d) after %v; %d at the window's end\n", active, *agents, registered.Round(time.Millisecond), activeAgents())
+	fmt.Printf("%d agents ACTIVE (of %d) after %v; %d at the window's end (settled for %v before it)\n", active, *agents, registered.Round(time.Millisecond), activeAgents(), *settle)
 	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
 	if beats := beats1.total() - beats0.total(); counted && beats > 0 {
 		fmt.Printf("heartbeats: %.0f/s (%v), coordinator CPU per heartbeat %.0f us\n", beats/elapsed, beatsByTransport(beats1, beats0), (cpu1-cpu0)/beats*1e6)
