@@ -20,6 +20,7 @@
 #               --agent-resources 'cpus:0.001;mem:1' (long: it settles first)
 #   idle        idle subscription RSS ratio to a bare net/http stream
 # RUNS (default 2) is the number of alternations of the scale part;
+# SCALE_FLAGS are more flags for it (--stat: system calls per beat);
 # COUNT (default 5) the -count of the benchmarks; WARMUP_BENCHTIME
 # (default 3x) the -benchtime of BenchmarkDeclineOffersWarmup;
 # HEAD_REV, when set, measures that revision (in a worktree of its own)
@@ -70,7 +71,7 @@ for part in "${parts[@]}"; do
 	scale)
 		(cd "$head_dir" && go build -o "$tmp/scale" ./scripts/bench/scale)
 		for run in $(seq "$runs"); do
-			side "scale run $run" sh -c "'$tmp/scale' --agents 10000 --window 30s 2>/dev/null"
+			side "scale run $run" sh -c "'$tmp/scale' --agents 10000 --window 30s ${SCALE_FLAGS:-} 2>/dev/null"
 		done
 		;;
 	heartbeat) side heartbeat bench -bench 'BenchmarkHeartbeat(Stream|StreamAnswerEvery3)?$' ./coordinator/ ;;
