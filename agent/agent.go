@@ -226,6 +226,9 @@ func New(cfg Config) (*Agent, error) {
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = server.NewClient()
 	}
+	// A streamed message (a heartbeat) goes out as one HTTP/2 frame, not
+	// two: half the coordinator's work per beat (#30).
+	cfg.HTTPClient = server.WholeMessagesClient(cfg.HTTPClient)
 	// A comma-separated list is a coordinator group: follow its leader.
 	coordinatorClient, coordinatorURL, err := leaderclient.New(cfg.Coordinator, cfg.HTTPClient, leaderclient.Options{})
 	if err != nil {

@@ -197,7 +197,15 @@
 // several times a stream message (headers, a stream and a handler
 // goroutine, three flushed frames); slackline_coordinator_agent_heartbeats_total
 // counts the beats by transport, and scripts/bench/scale divides the
-// coordinator's CPU by them.
+// coordinator's CPU by them (after the agents' streams opened: --settle).
+// A beat costs the coordinator its transport mostly (x/net's HTTP/2 server
+// hands each frame from the connection's reader goroutine to its serve
+// loop and on to the handler's goroutine, and Go's scheduler wakes idle
+// threads for each handoff); what keeps it to one frame and one read of
+// each: agents send a message in one DATA frame (server.WholeMessages), a
+// cleartext HTTP/2 connection is read through a small buffer
+// (server.h2cReadConn) and the handler reads the stream's body through
+// another (closableBody).
 //
 // # Flow control and limits
 //

@@ -92,7 +92,8 @@ func BenchmarkHeartbeatStreamAnswerEvery3(b *testing.B) {
 }
 
 // benchAgent serves a coordinator as the binary does and registers one
-// agent with a client that speaks cleartext HTTP/2 only.
+// agent with a client that speaks cleartext HTTP/2 only and sends a
+// streamed message in one frame, as agents do (server.WholeMessages).
 func benchAgent(b *testing.B) (slacklinev1connect.AgentServiceClient, *slacklinev1.HeartbeatRequest) {
 	cfg := Config{WorkDir: b.TempDir(), Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), AgentHeartbeatInterval: time.Hour, AgentTimeout: 2 * time.Hour}
 	c, err := New(cfg)
@@ -112,7 +113,8 @@ func benchAgent(b *testing.B) (slacklinev1connect.AgentServiceClient, *slackline
 	transport := &http.Transport{Protocols: new(http.Protocols)}
 	transport.Protocols.SetUnencryptedHTTP2(true)
 	b.Cleanup(transport.CloseIdleConnections)
-	client := slacklinev1connect.NewAgentServiceClient(&http.Client{Transport: transport}, "http://"+ln.Addr().String())
+	// As an agent sends: a streamed beat in one HTTP/2 frame.
+	client := slacklinev1connect.NewAgentServiceClient(&http.Client{Transport: server.WholeMessages(transport)}, "http://"+ln.Addr().String())
 	reg, err := client.Register(ctx, connect.NewRequest(&slacklinev1.RegisterRequest{
 		ProtocolVersion: slacklinev1.AgentProtocolVersion_AGENT_PROTOCOL_VERSION_1,
 		AgentInfo:       &slacklinev1.AgentInfo{Hostname: "bench", Resources: resources.MustParse("cpus:4;mem:4096").Proto("", resources.Regular)},

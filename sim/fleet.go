@@ -18,6 +18,7 @@ import (
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/leaderclient"
+	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
 
@@ -82,13 +83,15 @@ func NewFleet(cfg Config) (*Fleet, error) {
 		return slacklinev1connect.NewAgentServiceClient(httpClient, base, opts...)
 	}
 	var clients []slacklinev1connect.AgentServiceClient
+	// As the agent's: a streamed message (a heartbeat) goes out as one
+	// HTTP/2 frame, not two (server.WholeMessages).
 	if cfg.HTTPClient != nil {
-		clients = append(clients, newClient(cfg.HTTPClient))
+		clients = append(clients, newClient(server.WholeMessagesClient(cfg.HTTPClient)))
 	} else {
 		for range (cfg.Count + cfg.AgentsPerTransport - 1) / cfg.AgentsPerTransport {
 			transport := newTransport(cfg.TLS)
 			f.transports = append(f.transports, transport)
-			clients = append(clients, newClient(&http.Client{Transport: transport}))
+			clients = append(clients, newClient(&http.Client{Transport: server.WholeMessages(transport)}))
 		}
 	}
 

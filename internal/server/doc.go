@@ -12,6 +12,11 @@
 //     the streams with something to write, where net/http's round robin
 //     visits every open stream for each frame (costly with thousands of
 //     long-lived streams per connection).
+//   - A cleartext connection that begins with the HTTP/2 preface is read
+//     through a 512-byte buffer (h2cReadConn), so that a small frame takes
+//     one read system call, as over TLS, not two (HTTP/2's frame reader
+//     reads its header, then its payload, from the raw connection);
+//     HTTP/1.1 connections are read as before.
 //   - Serve bounds every connection: ReadTimeout for a request to arrive,
 //     IdleTimeout for a connection with nothing in progress, HTTP/2 pings
 //     for dead peers; streams live as long as their peers do.

@@ -90,6 +90,13 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 		BaseContext: func(net.Listener) context.Context { return ctx },
 		ErrorLog:    ErrorLog(cfg.Logger),
 	}
+	tlsOn := cfg.TLS != nil || (cfg.TLSCertFile != "" && cfg.TLSKeyFile != "")
+	if !tlsOn {
+		// Cleartext HTTP/2 reads a frame in one system call, as TLS does
+		// (h2cReadConn); beneath the guard, whose connections
+		// connContext finds by type.
+		ln = h2cReadListener{Listener: ln}
+	}
 	if cfg.Anonymous != nil {
 		limits := cfg.Anonymous.withDefaults()
 		ln = guardedListener{Listener: ln, guard: &anonymousGuard{limits: limits, hits: cfg.LimitHits, byPeer: map[string]*list.List{}}}
@@ -98,7 +105,6 @@ func Serve(ctx context.Context, cfg Config, handler http.Handler) error {
 			"max_streams_per_conn", limits.MaxStreamsPerConn, "max_stream_lifetime", limits.MaxStreamLifetime)
 	}
 	srv.Protocols.SetHTTP1(true)
-	tlsOn := cfg.TLS != nil || (cfg.TLSCertFile != "" && cfg.TLSKeyFile != "")
 	if cfg.TLS != nil {
 		srv.TLSConfig = cfg.TLS.Clone()
 		cfg.TLSCertFile, cfg.TLSKeyFile = "", ""

@@ -8,7 +8,10 @@
 #
 # BASE_REV defaults to main. PARTs (default: all but offers-10k):
 #   scale       coordinator CPU per heartbeat and RSS with 10,000 simulated
-#               agents (scripts/bench/scale --agents 10000 --window 30s)
+#               agents (scripts/bench/scale --agents 10000 --window 30s);
+#               the scale command is this checkout's, built once and run in
+#               both trees (it builds the coordinator and slackline-sim of
+#               the tree it runs in), so both are measured the same way
 #   heartbeat   BenchmarkHeartbeat, BenchmarkHeartbeatStream(AnswerEvery3)
 #   allocator   BenchmarkDeclineOffers*
 #   accept      BenchmarkOneAcceptOf3000Tasks
@@ -17,6 +20,7 @@
 #               --agent-resources 'cpus:0.001;mem:1' (long: it settles first)
 #   idle        idle subscription RSS ratio to a bare net/http stream
 # RUNS (default 2) is the number of alternations of the scale part;
+# SCALE_FLAGS are more flags for it (--stat: system calls per beat);
 # COUNT (default 5) the -count of the benchmarks; WARMUP_BENCHTIME
 # (default 3x) the -benchtime of BenchmarkDeclineOffersWarmup;
 # HEAD_REV, when set, measures that revision (in a worktree of its own)
@@ -65,8 +69,9 @@ bench() { go test -timeout 60m -run '^$' -benchmem -count "${COUNT:-5}" "$@" | g
 for part in "${parts[@]}"; do
 	case $part in
 	scale)
+		(cd "$head_dir" && go build -o "$tmp/scale" ./scripts/bench/scale)
 		for run in $(seq "$runs"); do
-			side "scale run $run" sh -c 'go run ./scripts/bench/scale --agents 10000 --window 30s 2>/dev/null'
+			side "scale run $run" sh -c "'$tmp/scale' --agents 10000 --window 30s ${SCALE_FLAGS:-} 2>/dev/null"
 		done
 		;;
 	heartbeat) side heartbeat bench -bench 'BenchmarkHeartbeat(Stream|StreamAnswerEvery3)?$' ./coordinator/ ;;

@@ -1,7 +1,9 @@
 // Command scale measures the coordinator with many simulated agents: it
 // builds and starts the real slackline-coordinator and slackline-sim
 // binaries, waits until --agents agents are registered (or their count
-// stalls for --stalled), then samples the
+// stalls for --stalled), lets them settle for --settle (their heartbeat
+// streams open and their interval adapts to the heartbeat budget), then
+// samples the
 // coordinator's CPU use and RSS from /proc over --window while the agents
 // heartbeat (every 5 s, the default), and the heartbeats it served
 // (slackline_coordinator_agent_heartbeats_total, when the coordinator has
@@ -10,7 +12,8 @@
 //	go run ./scripts/bench/scale --agents 10000 --window 30s
 //
 // With --perf FILE it also records the coordinator's profile over the
-// window (perf record -g; perf report -i FILE reads it).
+// window (perf record -g; perf report -i FILE reads it); with --stat it
+// counts its context switches and system calls per heartbeat (perf stat).
 package main
 
 import (
@@ -47,7 +50,9 @@ func run() error {
 	agents := flag.Int("agents", 10000, "simulated agents")
 	window := flag.Duration("window", 30*time.Second, "measurement window once all agents are registered")
 	stalled := flag.Duration("stalled", 2*time.Minute, "start the window with the agents registered so far when their count did not grow for this long")
+	settle := flag.Duration("settle", 30*time.Second, "wait this long after the agents are registered before the window: each agent opens its heartbeat stream at its first beat and learns the interval of the heartbeat budget from an answered beat (every third), so the first few intervals are a second storm of stream openings and interval changes, not steady heartbeats")
 	perfOut := flag.String("perf", "", "also record the coordinator's CPU profile over the window with perf (perf record -g) into this file (read it with perf report)")
+	statOut := flag.Bool("stat", false, "also count the coordinator's context switches and its read, write, futex, nanosleep and epoll_pwait system calls over the window with perf stat, per heartbeat (counts that vary less with the machine's load than CPU time does)")
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "slackline-scale")
 	if err != nil {
@@ -119,8 +124,10 @@ func run() error {
 		time.Sleep(time.Second)
 	}
 	registered := time.Since(started)
+	time.Sleep(*settle)
 	beats0, counted := heartbeats("http://" + addr)
 	cpu0, _ := benchutil.CPUSeconds(coord.Process.Pid)
+	var statCounts map[string]float64
 	t0 := time.Now()
 	if *perfOut != "" {
 		// perf's sampling costs the coordinator a little CPU: figures from
@@ -131,6 +138,13 @@ func run() error {
 		if err := rec.Run(); err != nil {
 			return fmt.Errorf("perf record: %w", err)
 		}
+	} else if *statOut {
+		stat := exec.Command("perf", "stat", "-x", ",", "-e", strings.Join(statEvents, ","), "-p", strconv.Itoa(coord.Process.Pid), "--", "sleep", strconv.FormatFloat(window.Seconds(), 'f', -1, 64))
+		out, err := stat.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("perf stat: %w: %s", err, out)
+		}
+		statCounts = parseStat(string(out))
 	} else {
 		time.Sleep(*window)
 	}
@@ -140,15 +154,40 @@ func run() error {
 	rss, _ := benchutil.RSSBytes(coord.Process.Pid)
 	simCPU, _ := benchutil.CPUSeconds(sim.Process.Pid)
 	simRSS, _ := benchutil.RSSBytes(sim.Process.Pid)
-	fmt.Printf("%d agents ACTIVE (of %d) after %v; %d at the window's end\n", active, *agents, registered.Round(time.Millisecond), activeAgents())
+	fmt.Printf("%d agents ACTIVE (of %d) after %v; %d at the window's end (settled for %v before it)\n", active, *agents, registered.Round(time.Millisecond), activeAgents(), *settle)
 	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
 	if beats := beats1.total() - beats0.total(); counted && beats > 0 {
 		fmt.Printf("heartbeats: %.0f/s (%v), coordinator CPU per heartbeat %.0f us\n", beats/elapsed, beatsByTransport(beats1, beats0), (cpu1-cpu0)/beats*1e6)
+		if statCounts != nil {
+			var parts []string
+			for _, e := range statEvents {
+				parts = append(parts, fmt.Sprintf("%s %.2f", strings.TrimPrefix(e, "syscalls:sys_enter_"), statCounts[e]/beats))
+			}
+			fmt.Printf("per heartbeat: %s\n", strings.Join(parts, ", "))
+		}
 	} else {
 		fmt.Println("heartbeats: not counted by this coordinator (no slackline_coordinator_agent_heartbeats_total)")
 	}
 	fmt.Printf("slackline-sim: CPU %.1f s in total since start, RSS %.1f MiB\n", simCPU, float64(simRSS)/(1<<20))
 	return nil
+}
+
+// statEvents are the events --stat counts.
+var statEvents = []string{"context-switches", "syscalls:sys_enter_read", "syscalls:sys_enter_write", "syscalls:sys_enter_futex", "syscalls:sys_enter_nanosleep", "syscalls:sys_enter_epoll_pwait"}
+
+// parseStat reads perf stat -x, output: count,unit,event,...
+func parseStat(out string) map[string]float64 {
+	counts := map[string]float64{}
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Split(line, ",")
+		if len(f) < 3 {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[0], 64); err == nil {
+			counts[f[2]] = v
+		}
+	}
+	return counts
 }
 
 // beatCounts are the coordinator's heartbeats by transport.
