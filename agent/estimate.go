@@ -452,5 +452,6 @@ func explainEstimate(resp *slacklinev1.GetEstimateResponse, ex *estimator.Explan
 		TargetViolation: c.Target, Level: c.Alpha, Paused: c.Paused, MarginCpus: margin,
 		Resolved: int64(c.Resolved), Violations: c.Violations, ViolationBound: min(1, bound),
 		MaxFeedbackDelay: int64(c.MaxDelay), Unresolved: int64(c.Unresolved),
+		PublishedExpert: int32(ex.Expert),
 	}
 }

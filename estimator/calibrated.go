@@ -375,6 +375,7 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 	// the predicted peaks are always held back. The expert with the least
 	// discounted loss is published.
 	c.chosen = c.pick()
+	ex.Expert = c.chosen
 	var added float64
 	for i, e := range c.experts {
 		base := ex.Capacity - ex.need - extra[i]
@@ -488,6 +489,10 @@ type Explanation struct {
 	Limiting, Reason string
 	// Calibration is the state of the online calibration.
 	Calibration CalibrationStats
+	// Expert is the published expert's index in expertSpecs (doc.go,
+	// "Experts"): 0 fast's prediction, 1 with the last second's peak
+	// held, 2 with rhythms followed only where they came true.
+	Expert int
 	// need is Σ predicted peak + margin (before the calibration) of the
 	// published expert; bases, scales and offers are each expert's raw
 	// estimate, score unit (scoreScale) and calibrated estimate.

@@ -87,6 +87,9 @@ func TestCalibratedExperts(t *testing.T) {
 			if tc.want >= 0 && c.chosen != tc.want {
 				t.Errorf("published expert %d (losses %v, %v), want %d (%s peak)", c.chosen, c.experts[0].loss, c.experts[1].loss, tc.want, tc.wantPeaks)
 			}
+			if ex.Expert != c.chosen {
+				t.Errorf("explained expert %d, want the published %d", ex.Expert, c.chosen)
+			}
 			m := ex.Members[0]
 			pred := c.predicted[0]
 			if m.PredictedPeak != pred[c.chosen] {

@@ -1634,8 +1634,12 @@ type EstimateCalibration struct {
 	// unresolved were never measured and count as violations.
 	MaxFeedbackDelay int64 `protobuf:"varint,8,opt,name=max_feedback_delay,json=maxFeedbackDelay,proto3" json:"max_feedback_delay,omitempty"`
 	Unresolved       int64 `protobuf:"varint,9,opt,name=unresolved,proto3" json:"unresolved,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// published_expert is the base prediction (expert) whose calibrated
+	// estimate is published: 0 fast's prediction, 1 with the peak of the
+	// last second held, 2 with rhythms followed only where they came true.
+	PublishedExpert int32 `protobuf:"varint,10,opt,name=published_expert,json=publishedExpert,proto3" json:"published_expert,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
 }
 
 func (x *EstimateCalibration) Reset() {
@@ -1727,6 +1731,13 @@ func (x *EstimateCalibration) GetMaxFeedbackDelay() int64 {
 func (x *EstimateCalibration) GetUnresolved() int64 {
 	if x != nil {
 		return x.Unresolved
+	}
+	return 0
+}
+
+func (x *EstimateCalibration) GetPublishedExpert() int32 {
+	if x != nil {
+		return x.PublishedExpert
 	}
 	return 0
 }
@@ -3177,7 +3188,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x10calibration_cpus\x18\x06 \x01(\x01R\x0fcalibrationCpus\x12\x1b\n" +
 	"\tneed_cpus\x18\a \x01(\x01R\bneedCpus\x12\x1d\n" +
 	"\n" +
-	"warming_up\x18\b \x01(\bR\twarmingUp\"\xc2\x02\n" +
+	"warming_up\x18\b \x01(\bR\twarmingUp\"\xed\x02\n" +
 	"\x13EstimateCalibration\x12)\n" +
 	"\x10target_violation\x18\x01 \x01(\x01R\x0ftargetViolation\x12\x14\n" +
 	"\x05level\x18\x02 \x01(\x01R\x05level\x12\x16\n" +
@@ -3192,7 +3203,9 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x12max_feedback_delay\x18\b \x01(\x03R\x10maxFeedbackDelay\x12\x1e\n" +
 	"\n" +
 	"unresolved\x18\t \x01(\x03R\n" +
-	"unresolved\"\x17\n" +
+	"unresolved\x12)\n" +
+	"\x10published_expert\x18\n" +
+	" \x01(\x05R\x0fpublishedExpert\"\x17\n" +
 	"\x15GetCorrectionsRequest\"\xaa\x04\n" +
 	"\n" +
 	"Correction\x128\n" +

@@ -38,6 +38,10 @@ type traceRow struct {
 	// predicted peak and what is held back in all (peak + margin +
 	// calibration).
 	peak, need float64
+	// expert is the calibration's published expert (doc.go, "Experts"
+	// in the estimator package), so that a slow trial shows which base
+	// prediction held its slack back.
+	expert int32
 }
 
 // tracer polls the agent's estimate while the bench runs, so that each
@@ -58,7 +62,7 @@ func newTracer(node slacklinev1connect.NodeServiceClient, w io.Writer) *tracer {
 	if w != nil {
 		t.out = csv.NewWriter(w)
 		_ = t.out.Write([]string{"time_s", "trial", "phase", "estimate_time_s", "published_cpus", "uncalibrated_cpus", "calibrated_cpus",
-			"level", "paused", "calibration_margin_cpus", "resolved", "violations", "predicted_peak_cpus", "need_cpus"})
+			"level", "paused", "calibration_margin_cpus", "resolved", "violations", "predicted_peak_cpus", "need_cpus", "published_expert"})
 	}
 	return t
 }
@@ -92,7 +96,8 @@ func (t *tracer) run(ctx context.Context, start time.Time) {
 		t.mu.Lock()
 		r := traceRow{at: time.Now(), trial: t.trial, phase: t.phase, estimatedAt: e.GetTimestamp().AsTime(),
 			published: rev.CPUs(), uncalibrated: e.GetUncalibratedCpus(), calibrate: e.GetCalibratedCpus(),
-			level: c.GetLevel(), margin: c.GetMarginCpus(), paused: c.GetPaused(), resolved: c.GetResolved(), violations: c.GetViolations()}
+			level: c.GetLevel(), margin: c.GetMarginCpus(), paused: c.GetPaused(), resolved: c.GetResolved(), violations: c.GetViolations(),
+			expert: c.GetPublishedExpert()}
 		for _, m := range e.GetContainers() {
 			r.peak += m.GetPredictedPeakCpus()
 			r.need += m.GetNeedCpus()
@@ -107,7 +112,7 @@ func (t *tracer) run(ctx context.Context, start time.Time) {
 			f := func(v float64) string { return strconv.FormatFloat(v, 'f', 4, 64) }
 			_ = t.out.Write([]string{f(r.at.Sub(start).Seconds()), strconv.Itoa(r.trial), r.phase, f(r.estimatedAt.Sub(start).Seconds()),
 				f(r.published), f(r.uncalibrated), f(r.calibrate), f(r.level), strconv.FormatBool(r.paused), f(r.margin),
-				strconv.FormatInt(r.resolved, 10), f(r.violations), f(r.peak), f(r.need)})
+				strconv.FormatInt(r.resolved, 10), f(r.violations), f(r.peak), f(r.need), strconv.Itoa(int(r.expert))})
 		}
 	}
 }
