@@ -163,17 +163,11 @@ func (f *fastEstimator) peaks(m member, now time.Time) (need, before float64) {
 	return need, before
 }
 
-// confirmedFall reports whether m's CPU fell by at least Onset and has
-// stayed down for the whole of the last Confirm (the peak over the last
-// Confirm is at least Onset below the peak over the Confirm before it):
-// the slack it leaves is lasting, not noise aging out of the window
-// (#29's pacer sends the rise it makes at once). Never without Onset.
-func (f *fastEstimator) confirmedFall(m member, now time.Time) bool {
-	need, before := f.peaks(m, now)
-	return f.fellFrom(need, before)
-}
-
-// fellFrom is confirmedFall from m's peaks.
+// fellFrom reports whether a member whose peak over the last Confirm is
+// need, and over the Confirm before it before, fell by at least Onset and
+// has stayed down for the whole of the last Confirm: the slack it leaves
+// is lasting, not noise aging out of the window (#29's pacer sends the
+// rise it makes at once). Never without Onset.
 func (f *fastEstimator) fellFrom(need, before float64) bool {
 	return f.cfg.Fast.Onset != 0 && before-need >= f.cfg.Fast.Onset
 }
