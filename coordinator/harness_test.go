@@ -9,11 +9,12 @@ import (
 	"net/http"
 	"os"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
-	"github.com/slackline/slackline/internal/memconn"
+	"google.golang.org/grpc/test/bufconn"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -133,7 +134,7 @@ func (tc *testCluster) newClient() *http.Client {
 }
 
 // pipeListener is an in-memory net.Listener whose connections are the
-// server ends of memconn pipes made by dial.
+// server ends of addressedPipe pairs made by dial.
 type pipeListener struct {
 	conns chan net.Conn
 	done  chan struct{}
@@ -162,7 +163,7 @@ func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 // dial connects to the listener.
 func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	srv, client, err := memconn.Pipe(ctx)
+	client, srv, err := addressedPipe(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -184,6 +185,52 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
+
+// lastPipePort numbers the client ends of addressedPipe.
+var lastPipePort atomic.Uint32
+
+// pipeBuffer is what each direction of an addressedPipe holds unread, as a
+// loopback socket's buffers do: a writer goes on without waiting for its
+// reader until that much is in flight (net.Pipe made every write wait for
+// the read, a goroutine switch per HTTP/2 frame).
+const pipeBuffer = 64 << 10
+
+// addressedPipe is a buffered in-memory connection (grpc's bufconn: read
+// and write deadlines, Close ending both ends' reads and writes) with a
+// loopback connection's addresses, the client's a port of its own, so that
+// the per-connection call limit (connection:ADDRESS) sees one caller per
+// connection as on TCP, not every connection as "bufconn".
+func addressedPipe(ctx context.Context) (client, srv net.Conn, err error) {
+	l := bufconn.Listen(pipeBuffer)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, err := l.Accept()
+		if err != nil {
+			s = nil
+		}
+		accepted <- s
+	}()
+	c, err := l.DialContext(ctx)
+	if err != nil {
+		l.Close()
+		<-accepted
+		return nil, nil, err
+	}
+	s := <-accepted
+	serverAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
+	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 10000 + int(lastPipePort.Add(1)%50000)}
+	return addrConn{Conn: c, local: clientAddr, remote: serverAddr}, addrConn{Conn: s, local: serverAddr, remote: clientAddr}, nil
+}
+
+// addrConn is a net.Conn with the addresses it reports.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // stop shuts the coordinator down (idempotent).
 func (tc *testCluster) stop() {

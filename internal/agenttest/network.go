@@ -5,13 +5,14 @@ import (
 	"net"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
-	"github.com/slackline/slackline/internal/memconn"
+	"google.golang.org/grpc/test/bufconn"
 )
 
 // Network is an in-memory network for tests: connections are buffered
-// in-memory pipes (memconn: grpc's bufconn, 64 KiB each way), so in a
+// in-memory pipes (grpc's bufconn, pipeBuffer bytes each way), so in a
 // testing/synctest bubble a goroutine blocked on one is durably blocked
 // (sync.Cond) and synctest.Wait returns, outside one they cost no system
 // calls, and a writer goes on without waiting for its reader, as on a
@@ -44,7 +45,7 @@ func (n *Network) DialContext(ctx context.Context, _, _ string) (net.Conn, error
 	if down {
 		return nil, errRefused
 	}
-	server, client, err := memconn.Pipe(ctx)
+	server, client, err := pipe(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +115,55 @@ func (l *listener) Close() error {
 	return nil
 }
 
-func (l *listener) Addr() net.Addr { return memconn.ServerAddr }
+func (l *listener) Addr() net.Addr { return serverAddr }
+
+// serverAddr is the address a Network's server listens on.
+var serverAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
+
+// lastPort numbers the client ends of pipes.
+var lastPort atomic.Uint32
+
+// pipeBuffer is what each direction of a connection holds unread, as a
+// loopback socket's buffers do. (net.Pipe, which this replaced, made every
+// write wait for its read: a goroutine switch per HTTP/2 frame, most of the
+// load tests' CPU.)
+const pipeBuffer = 64 << 10
+
+// pipe returns the two ends of a buffered in-memory connection (bufconn:
+// read and write deadlines, and Close ends the closing end's reads and
+// writes and the peer's writes, the peer reading what was sent before as
+// on TCP) whose addresses are a loopback connection's: the server's end is
+// serverAddr, the client's a port of its own, as on TCP, so that a server
+// which tells callers apart by their address (a per-connection call limit)
+// sees one caller per connection, not every connection as "bufconn".
+func pipe(ctx context.Context) (server, client net.Conn, err error) {
+	l := bufconn.Listen(pipeBuffer)
+	defer l.Close()
+	accepted := make(chan net.Conn, 1)
+	go func() {
+		s, _ := l.Accept() // nil once l is closed
+		accepted <- s
+	}()
+	c, err := l.DialContext(ctx)
+	if err != nil {
+		l.Close()
+		<-accepted
+		return nil, nil, err
+	}
+	s := <-accepted
+	port := 10000 + int(lastPort.Add(1)%50000)
+	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
+	return addrConn{Conn: s, local: serverAddr, remote: clientAddr}, addrConn{Conn: c, local: clientAddr, remote: serverAddr}, nil
+}
+
+// addrConn is a net.Conn with the addresses it reports.
+type addrConn struct {
+	net.Conn
+	local, remote net.Addr
+}
+
+func (c addrConn) LocalAddr() net.Addr  { return c.local }
+func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // Serve serves handler on a new listener of n with HTTP/1.1 and cleartext
 // HTTP/2 until the returned stop is called; stop closes the server and its
