@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
-	"google.golang.org/grpc/test/bufconn"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -24,8 +23,8 @@ import (
 )
 
 // testCluster is a real coordinator served over HTTP, driven through the
-// public services, on in-memory connections (buffered bufconn pairs with
-// loopback addresses, so that per-connection limits tell callers apart as on TCP):
+// public services, on in-memory connections (net.Pipe pairs with loopback
+// addresses, so that per-connection limits tell callers apart as on TCP):
 // the same HTTP/1.1 and cleartext HTTP/2 server and Connect clients as on
 // loopback, without the kernel's sockets. startCluster runs on the wall
 // clock; startPipeCluster inside a synctest bubble, where the bubble's
@@ -134,7 +133,7 @@ func (tc *testCluster) newClient() *http.Client {
 }
 
 // pipeListener is an in-memory net.Listener whose connections are the
-// server ends of addressedPipe pairs made by dial.
+// server ends of net.Pipe pairs made by dial.
 type pipeListener struct {
 	conns chan net.Conn
 	done  chan struct{}
@@ -163,22 +162,15 @@ func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 // dial connects to the listener.
 func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, srv, err := addressedPipe(ctx)
-	if err != nil {
-		return nil, err
-	}
+	client, srv := addressedPipe()
 	select {
 	case l.conns <- srv:
 		return client, nil
 	case <-l.done:
+		return nil, net.ErrClosed
 	case <-ctx.Done():
-	}
-	client.Close()
-	srv.Close()
-	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	return nil, net.ErrClosed
 }
 
 type pipeAddr struct{}
@@ -189,38 +181,15 @@ func (pipeAddr) String() string  { return "pipe" }
 // lastPipePort numbers the client ends of addressedPipe.
 var lastPipePort atomic.Uint32
 
-// pipeBuffer is what each direction of an addressedPipe holds unread, as a
-// loopback socket's buffers do: a writer goes on without waiting for its
-// reader until that much is in flight (net.Pipe made every write wait for
-// the read, a goroutine switch per HTTP/2 frame).
-const pipeBuffer = 64 << 10
-
-// addressedPipe is a buffered in-memory connection (grpc's bufconn: read
-// and write deadlines, Close ending both ends' reads and writes) with a
-// loopback connection's addresses, the client's a port of its own, so that
-// the per-connection call limit (connection:ADDRESS) sees one caller per
-// connection as on TCP, not every connection as "bufconn".
-func addressedPipe(ctx context.Context) (client, srv net.Conn, err error) {
-	l := bufconn.Listen(pipeBuffer)
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		s, err := l.Accept()
-		if err != nil {
-			s = nil
-		}
-		accepted <- s
-	}()
-	c, err := l.DialContext(ctx)
-	if err != nil {
-		l.Close()
-		<-accepted
-		return nil, nil, err
-	}
-	s := <-accepted
+// addressedPipe is net.Pipe with a loopback connection's addresses, the
+// client's a port of its own, so that the per-connection call limit
+// (connection:ADDRESS) sees one caller per connection as on TCP, not every
+// connection as "pipe".
+func addressedPipe() (client, srv net.Conn) {
+	c, s := net.Pipe()
 	serverAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
 	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 10000 + int(lastPipePort.Add(1)%50000)}
-	return addrConn{Conn: c, local: clientAddr, remote: serverAddr}, addrConn{Conn: s, local: serverAddr, remote: clientAddr}, nil
+	return addrConn{Conn: c, local: clientAddr, remote: serverAddr}, addrConn{Conn: s, local: serverAddr, remote: clientAddr}
 }
 
 // addrConn is a net.Conn with the addresses it reports.

@@ -7,16 +7,12 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
-
-	"google.golang.org/grpc/test/bufconn"
 )
 
-// Network is an in-memory network for tests: connections are buffered
-// in-memory pipes (grpc's bufconn, pipeBuffer bytes each way), so in a
-// testing/synctest bubble a goroutine blocked on one is durably blocked
-// (sync.Cond) and synctest.Wait returns, outside one they cost no system
-// calls, and a writer goes on without waiting for its reader, as on a
-// socket, until that much is unread. It has one address, which
+// Network is an in-memory network for tests: connections are net.Pipe
+// pairs, so in a testing/synctest bubble a goroutine blocked on one is
+// durably blocked and synctest.Wait returns, and outside one they cost no
+// system calls. It has one address, which
 // refuses connections while no server serves it (Serve); a test can also
 // refuse new connections (SetDown) and cut the open ones (Cut), as a
 // coordinator that crashed would.
@@ -45,15 +41,10 @@ func (n *Network) DialContext(ctx context.Context, _, _ string) (net.Conn, error
 	if down {
 		return nil, errRefused
 	}
-	server, client, err := pipe(ctx)
-	if err != nil {
-		return nil, err
-	}
+	server, client := pipe()
 	select {
 	case n.accept <- server:
 	case <-ctx.Done():
-		server.Close()
-		client.Close()
 		return nil, ctx.Err()
 	}
 	n.mu.Lock()
@@ -123,37 +114,16 @@ var serverAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
 // lastPort numbers the client ends of pipes.
 var lastPort atomic.Uint32
 
-// pipeBuffer is what each direction of a connection holds unread, as a
-// loopback socket's buffers do. (net.Pipe, which this replaced, made every
-// write wait for its read: a goroutine switch per HTTP/2 frame, most of the
-// load tests' CPU.)
-const pipeBuffer = 64 << 10
-
-// pipe returns the two ends of a buffered in-memory connection (bufconn:
-// read and write deadlines, and Close ends the closing end's reads and
-// writes and the peer's writes, the peer reading what was sent before as
-// on TCP) whose addresses are a loopback connection's: the server's end is
-// serverAddr, the client's a port of its own, as on TCP, so that a server
-// which tells callers apart by their address (a per-connection call limit)
-// sees one caller per connection, not every connection as "bufconn".
-func pipe(ctx context.Context) (server, client net.Conn, err error) {
-	l := bufconn.Listen(pipeBuffer)
-	defer l.Close()
-	accepted := make(chan net.Conn, 1)
-	go func() {
-		s, _ := l.Accept() // nil once l is closed
-		accepted <- s
-	}()
-	c, err := l.DialContext(ctx)
-	if err != nil {
-		l.Close()
-		<-accepted
-		return nil, nil, err
-	}
-	s := <-accepted
+// pipe returns the two ends of a net.Pipe whose addresses are a loopback
+// connection's: the server's end is serverAddr, the client's a port of
+// its own, as on TCP, so that a server which tells callers apart by their
+// address (a per-connection call limit) sees one caller per connection,
+// not every connection as "pipe".
+func pipe() (server, client net.Conn) {
+	s, c := net.Pipe()
 	port := 10000 + int(lastPort.Add(1)%50000)
 	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
-	return addrConn{Conn: s, local: serverAddr, remote: clientAddr}, addrConn{Conn: c, local: clientAddr, remote: serverAddr}, nil
+	return addrConn{Conn: s, local: serverAddr, remote: clientAddr}, addrConn{Conn: c, local: clientAddr, remote: serverAddr}
 }
 
 // addrConn is a net.Conn with the addresses it reports.
