@@ -11,8 +11,6 @@ import (
 	"strings"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/slackline/slackline/internal/filelock"
 )
 
@@ -98,15 +96,7 @@ func (c *Containerizer) diskRequestLocked(fn func() error) error {
 	if err := os.MkdirAll(c.cfg.DiskRequestDir, 0o700); err != nil {
 		return fmt.Errorf("disk request size: %w", err)
 	}
-	f, err := os.OpenFile(filepath.Join(c.cfg.DiskRequestDir, "lock"), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("disk request size: %w", err)
-	}
-	defer f.Close()
-	if err := filelock.Lock(f, diskRequestLockTimeout); err != nil {
-		return fmt.Errorf("disk request size: lock %s: %w", f.Name(), err)
-	}
-	return fn()
+	return filelock.Locked(filepath.Join(c.cfg.DiskRequestDir, "lock"), diskRequestLockTimeout, fn)
 }
 
 // holds says whether this agent holds dev's size lowered.

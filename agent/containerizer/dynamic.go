@@ -11,8 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/internal/atomicfile"
 	"github.com/slackline/slackline/internal/filelock"
@@ -152,15 +150,8 @@ func openDynamicIDs(dir string, r IDRange, owner procRef, bootID, procRoot strin
 
 // locked runs fn holding the host-wide lock.
 func (d *dynamicIDs) locked(fn func() error) error {
-	f, err := os.OpenFile(filepath.Join(d.dir, dynamicIDsLock), os.O_CREATE|os.O_RDWR|unix.O_NOFOLLOW, 0o600)
-	if err != nil {
-		return fmt.Errorf("dynamic ids: %w", err)
-	}
-	defer f.Close()
-	if err := filelock.Lock(f, dynamicIDsLockTimeout); err != nil {
-		return fmt.Errorf("dynamic ids: lock %s: %w", f.Name(), err)
-	}
-	return fn()
+	// fn's errors come back as fn returned them; the lock's name its file.
+	return filelock.Locked(filepath.Join(d.dir, dynamicIDsLock), dynamicIDsLockTimeout, fn)
 }
 
 func (d *dynamicIDs) leasePath(id uint32) string {

@@ -33,3 +33,18 @@ func Lock(f *os.File, timeout time.Duration) error {
 		time.Sleep(min(50*time.Millisecond, time.Until(deadline)))
 	}
 }
+
+// Locked runs fn holding an exclusive flock on the lock file at path
+// (created mode 0600 if missing, never through a symbolic link), taken
+// as Lock takes it, and lets it go when fn returns.
+func Locked(path string, timeout time.Duration, fn func() error) error {
+	f, err := os.OpenFile(path, os.O_CREATE|os.O_RDWR|syscall.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := Lock(f, timeout); err != nil {
+		return fmt.Errorf("lock %s: %w", path, err)
+	}
+	return fn()
+}
