@@ -587,22 +587,31 @@ func (m *Monitor) Track(cgroupID uint64, class Class) error {
 	return nil
 }
 
-// trackRetries bounds Track's attempts at creating a counters entry that
-// failed for want of memory, with pauses of 1, 2, 4... ms between them.
-const trackRetries = 5
+// trackRetryBudget bounds how long Track keeps retrying a counters entry
+// that failed for want of memory, with pauses of 1, 2, 4... ms (at most
+// trackRetryPause) between attempts. The pool's refill is a workqueue item:
+// beside CPU hogs it ran more than the 31 ms that five doubling pauses gave
+// (a CI run tracking 48 cgroups at once failed with ENOMEM), so the budget
+// is a time, long enough for a loaded host and short enough for a task's
+// start.
+const (
+	trackRetryBudget = 2 * time.Second
+	trackRetryPause  = 100 * time.Millisecond
+)
 
 // createStats creates a cgroup's counters entry. Its per-CPU values come
 // from the kernel's atomic per-CPU pool, which a workqueue refills: on a
 // busy host the update can fail with ENOMEM until it has, so it is
-// retried (trackRetries).
+// retried (trackRetryBudget).
 func (m *Monitor) createStats(cgroupID uint64) error {
 	zero := make([]schedCgroupCounters, m.ncpu)
-	for attempt := 0; ; attempt++ {
+	deadline := time.Now().Add(trackRetryBudget)
+	for pause := time.Millisecond; ; pause = min(2*pause, trackRetryPause) {
 		err := m.stats.Update(cgroupID, zero, ebpf.UpdateNoExist)
-		if !errors.Is(err, unix.ENOMEM) || attempt == trackRetries {
+		if !errors.Is(err, unix.ENOMEM) || time.Now().Add(pause).After(deadline) {
 			return err
 		}
-		time.Sleep(time.Millisecond << attempt)
+		time.Sleep(pause)
 	}
 }
 
