@@ -53,7 +53,7 @@ type pendingEstimate struct {
 	// the calibration and the clamp at 0, its score's unit (scoreScale)
 	// and what it would have offered (before hysteresis and pacing).
 	base, scale, offer [numExperts]float64
-	members            []string
+	members            []memberKey
 }
 
 // numExperts is how many base predictions (experts) the calibrated
@@ -106,10 +106,8 @@ type calibratedEstimator struct {
 	// maxDelay is the most estimates an outcome took to be known (D in the
 	// bound), unresolved the estimates counted as violations unscored.
 	maxDelay, unresolved int
-	// predicted holds this call's predictions by member index; windows
-	// the members' windows by key (both reused).
+	// predicted holds this call's predictions by member index (reused).
 	predicted [][numExperts]float64
-	windows   map[string][]Sample
 	// experts are the base predictions (expertSpecs), confirms their
 	// confirmations, chosen the expert published.
 	experts   [numExperts]expert
@@ -117,12 +115,9 @@ type calibratedEstimator struct {
 	chosen    int
 	explained Explanation
 	pacer     *Pacer
-	// rhythms is each member's record of its rhythm predictions (by key,
-	// dropped when the member leaves).
-	rhythms map[string]*rhythmRecord
 	// freeKeys are resolved pending estimates' member keys, for reuse (at
 	// most maxFreeKeys).
-	freeKeys [][]string
+	freeKeys [][]memberKey
 }
 
 // maxFreeKeys bounds calibratedEstimator.freeKeys: estimates resolve a
@@ -141,8 +136,6 @@ func newCalibrated(cfg Config) (Estimator, error) {
 	fast := f.(*fastEstimator)
 	c := &calibratedEstimator{
 		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
-		windows: map[string][]Sample{},
-		rhythms: map[string]*rhythmRecord{},
 	}
 	for i, spec := range expertSpecs {
 		c.experts[i].scores, _ = NewCalibration(cfg.Calibration)
@@ -158,10 +151,9 @@ func newCalibrated(cfg Config) (Estimator, error) {
 func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	c.calls++
 	members := guaranteedMembers(in, c.cfg.Window)
-	clear(c.windows)
-	for _, m := range members {
-		c.windows[m.key] = m.window
-	}
+	// Each member's state (its window, its rhythm record), the state of
+	// members gone dropped.
+	c.fast.track(members)
 	if n := len(c.pending); n > 0 && c.pending[n-1].until.IsZero() {
 		c.pending[n-1].until = in.Now
 	}
@@ -216,11 +208,6 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		lasting = lasting || fell
 		return p
 	})
-	for key := range c.rhythms {
-		if _, ok := c.windows[key]; !ok {
-			delete(c.rhythms, key)
-		}
-	}
 	ex := c.explain(in, members)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
 	rise := RiseNoisy
@@ -243,7 +230,7 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		c.cal.Observe(1, math.NaN())
 	}
 	// The keys of a resolved estimate's members are reused (#29).
-	var keys []string
+	var keys []memberKey
 	if n := len(c.freeKeys); n > 0 {
 		keys, c.freeKeys = c.freeKeys[n-1][:0], c.freeKeys[:n-1]
 	}
@@ -307,10 +294,11 @@ func (c *calibratedEstimator) horizonUsage(p pendingEstimate) (float64, bool) {
 	}
 	usage := 0.0
 	for _, key := range p.members {
-		w := c.windows[key]
-		if len(w) == 0 {
+		st := c.fast.present(key)
+		if st == nil || len(st.window) == 0 {
 			continue
 		}
+		w := st.window
 		if w[len(w)-1].Time.Before(p.until) {
 			return 0, false
 		}
@@ -658,17 +646,13 @@ type rhythmRecord struct {
 // are known they are trusted, then while at least rhythmMinHits of the
 // latest rhythmOutcomes came true.
 func (c *calibratedEstimator) rhythmTrusted(m member, now time.Time, due float64) bool {
-	r := c.rhythms[m.key]
-	if r == nil {
-		r = &rhythmRecord{}
-		c.rhythms[m.key] = r
-	}
+	r := &m.state.rhythm
 	switch {
 	case due > 0 && r.since.IsZero():
 		r.since = now
 	case due == 0 && !r.since.IsZero():
 		hit := uint8(0)
-		if h := c.fast.bursts[m.key]; h != nil && len(h.onsets) > 0 &&
+		if h := &m.state.bursts; len(h.onsets) > 0 &&
 			!h.onsets[len(h.onsets)-1].at.Before(r.since.Add(-c.cfg.Fast.OnsetJitter)) {
 			hit = 1
 		}
