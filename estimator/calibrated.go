@@ -114,7 +114,10 @@ type calibratedEstimator struct {
 	confirms  [numExperts]time.Duration
 	chosen    int
 	explained Explanation
-	pacer     *Pacer
+	// memberScratch is where explain builds the members' explanations
+	// before it copies them (or shares the last estimate's, equal).
+	memberScratch []MemberExplanation
+	pacer         *Pacer
 	// freeKeys are resolved pending estimates' member keys, for reuse (at
 	// most maxFreeKeys).
 	freeKeys [][]memberKey
@@ -150,7 +153,7 @@ func newCalibrated(cfg Config) (Estimator, error) {
 // Estimate implements Estimator.
 func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	c.calls++
-	members := guaranteedMembers(in, c.cfg.Window)
+	members := membersInto(c.fast.members[:0], in, c.cfg.Window)
 	// Each member's state (its window, its rhythm record), the state of
 	// members gone dropped.
 	c.fast.track(members)
@@ -241,6 +244,8 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		call: c.calls, made: in.Now, offered: ex.CPUs, capacity: ex.Capacity,
 		base: ex.bases, scale: ex.scales, offer: ex.offers, members: keys,
 	})
+	clear(members)
+	c.fast.members = members[:0]
 	return c.published
 }
 
@@ -329,7 +334,7 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 			Resolved: c.cal.Resolved(), Violations: c.cal.Violations(),
 			MaxDelay: c.maxDelay, Unresolved: c.unresolved, Gamma: c.cfg.Calibration.Gamma,
 		},
-		Members: make([]MemberExplanation, 0, len(members)),
+		Members: c.memberScratch[:0],
 	}
 	var alloc, giveBack float64
 	var extra [numExperts]float64
@@ -403,8 +408,34 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 		}
 		e.Need = e.PredictedPeak + e.Margin + e.Calibration
 	}
+	// Members are handed out and never written again: the scratch's are
+	// copied, unless they equal the last estimate's, which are shared
+	// instead (an idle node's are the same estimate after estimate).
+	c.memberScratch = ex.Members
+	if len(ex.Members) > 0 && sameMembers(ex.Members, c.explained.Members) {
+		ex.Members = c.explained.Members
+	} else {
+		ex.Members = append(make([]MemberExplanation, 0, len(ex.Members)), ex.Members...)
+	}
 	ex.Limiting, ex.Reason = limitingOf(ex)
 	return ex
+}
+
+// sameMembers reports whether a and b are the same explanations, their
+// figures equal to the bit.
+func sameMembers(a, b []MemberExplanation) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	same := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.ID != y.ID || x.Protected != y.Protected || x.WarmingUp != y.WarmingUp || !same(x.Allocated, y.Allocated) ||
+			!same(x.PredictedPeak, y.PredictedPeak) || !same(x.Margin, y.Margin) || !same(x.Calibration, y.Calibration) || !same(x.Need, y.Need) {
+			return false
+		}
+	}
+	return true
 }
 
 // limitingOf names what holds the estimate down and says why, for an

@@ -3,6 +3,7 @@ package estimator
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -263,5 +264,43 @@ func TestMemberStateDropped(t *testing.T) {
 				t.Errorf("container b back: state %+v, want a fresh one", st)
 			}
 		})
+	}
+}
+
+// TestSameMembersComparesEveryField: explanations that differ in any one
+// field of MemberExplanation (a field added later included), or in the
+// sign of a zero, are not the same, so an estimate never shares the last
+// one's members unless they are equal to the bit.
+func TestSameMembersComparesEveryField(t *testing.T) {
+	t.Parallel()
+	base := MemberExplanation{ID: "a", Allocated: 1, PredictedPeak: 0.5, Margin: 0.06, Calibration: 0.1, Need: 0.66}
+	if !sameMembers([]MemberExplanation{base}, []MemberExplanation{base}) {
+		t.Fatal("equal members are not the same")
+	}
+	typ := reflect.TypeFor[MemberExplanation]()
+	for i := range typ.NumField() {
+		other := base
+		f := reflect.ValueOf(&other).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("b")
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Float64:
+			f.SetFloat(f.Float() + 1)
+		default:
+			t.Fatalf("field %s of kind %v: extend sameMembers and this test", typ.Field(i).Name, f.Kind())
+		}
+		if sameMembers([]MemberExplanation{base}, []MemberExplanation{other}) {
+			t.Errorf("members differing in %s are the same", typ.Field(i).Name)
+		}
+	}
+	zero, negZero := base, base
+	zero.Calibration, negZero.Calibration = 0, math.Copysign(0, -1)
+	if sameMembers([]MemberExplanation{zero}, []MemberExplanation{negZero}) {
+		t.Error("a calibration of 0 and one of -0 are the same")
+	}
+	if sameMembers([]MemberExplanation{base}, []MemberExplanation{base, base}) {
+		t.Error("lists of different lengths are the same")
 	}
 }

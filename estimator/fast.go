@@ -86,6 +86,9 @@ type fastEstimator struct {
 	// member and call (track).
 	states map[memberKey]*memberState
 	calls  uint64 // track's calls, which mark the members' state
+	// members is the buffer of each call's members (membersInto),
+	// cleared once the call is done.
+	members []member
 }
 
 // memberState is what fast (and calibrated) keep of one member between
@@ -112,9 +115,11 @@ func newFast(cfg Config) (Estimator, error) {
 
 // Estimate implements Estimator.
 func (f *fastEstimator) Estimate(in Input) resources.Resources {
-	members := guaranteedMembers(in, f.cfg.Window)
+	members := membersInto(f.members[:0], in, f.cfg.Window)
 	f.track(members)
 	f.published = f.cfg.Hysteresis.Apply(f.published, f.raw(in, members, f.predictCPU))
+	clear(members)
+	f.members = members[:0]
 	return f.published
 }
 

@@ -45,7 +45,13 @@ type cpuPredictor func(m member, now time.Time) float64
 // guaranteedMembers returns the containers and services whose usage is
 // guaranteed use, each with its window of samples.
 func guaranteedMembers(in Input, window time.Duration) []member {
-	members := make([]member, 0, len(in.Containers)+len(in.Protected))
+	return membersInto(make([]member, 0, len(in.Containers)+len(in.Protected)), in, window)
+}
+
+// membersInto is guaranteedMembers appended to members (an empty buffer
+// the caller reuses from call to call, cleared after each: it points into
+// the Input).
+func membersInto(members []member, in Input, window time.Duration) []member {
 	add := func(c *Container, protected bool) {
 		members = append(members, member{
 			key: memberKey{id: c.ID, protected: protected}, container: c, protected: protected, index: len(members),
