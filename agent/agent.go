@@ -308,7 +308,7 @@ func New(cfg Config) (*Agent, error) {
 	a.qos = newQoSLoop(cfg, total, a.watch, a.preempt, a.network)
 	if a.history != nil {
 		// Estimates and QoS evaluations follow the monitor's samples (#29).
-		a.qos.sampled = make(chan struct{}, 1)
+		a.qos.follows = true
 		a.history.after = func() { a.slack.sampleTaken(); a.qos.sampleTaken() }
 	}
 	a.qos.shadows = a.shadows

@@ -74,8 +74,8 @@
 //     (lazyTicks), and the estimates are made on the monitor's goroutine
 //     at the end of its passes: the loop's own goroutine wakes only to
 //     send an estimate that changed (or in a new session) and, on a timer,
-//     when the monitor stalls. The monitor's goroutine wakes the QoS loop
-//     only for the passes that evaluate.
+//     when the monitor stalls. The QoS loop's periodic evaluations are
+//     made there too.
 //   - history (agent/history, view.go): the live view's 15 minutes of
 //     per-container series and who-delayed-whom snapshots, recorded after
 //     every monitor pass (monitor.Observe) and served by GetHistory and
@@ -85,7 +85,10 @@
 //     preempt through the task machine). With a monitor sampling at least
 //     as often as --qos-correction-interval-min, the period's evaluations
 //     run right after a monitor pass, on a sample just taken
-//     (qosSchedule), rather than on a timer of their own.
+//     (qosSchedule), on the monitor's goroutine (the loop's own wakes for
+//     threshold events and, on a timer, when the monitor stalls): a
+//     correction the evaluation asks for is applied there, so a slow one
+//     (a memory.high write that reclaims) delays the monitor's next pass.
 //   - shadowSet (with --shadow): the shadows and the active settings'
 //     score, run by the two loops above (the estimates' under
 //     estimateLoop.mu, on the monitor's or the loop's goroutine; each
@@ -139,7 +142,13 @@
 // the TCP watcher, sets the monitor's targets and the network pacer's
 // classes (tc changes through netlink), so the QoS loop's and
 // NodeService's lookups of a tracked cgroup wait for a sync's writes.
-// lateEBPF.mu is also held across a Track or Untrack's map update. No
+// lateEBPF.mu is also held across a Track or Untrack's map update.
+// estimateLoop.mu and qosLoop.evalMu serialise the estimates and the QoS
+// evaluations, made on the monitor's goroutine or on the loop's own: each
+// is held across a whole estimate or evaluation (its input's reads, the
+// corrections' cgroup writes), taken under no other lock but the
+// monitor's pass lock (Monitor.Sample calls its observer holding it; only
+// Sample and Close take it, never an estimate or an evaluation). No
 // lock is held during a checkpoint write (fsync) or an RPC: they happen
 // on the subsystems' own goroutines with no lock held, so a slow disk
 // delays only what must wait for it (the effects after the write), never

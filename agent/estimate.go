@@ -101,8 +101,24 @@ type estimateLoop struct {
 	// samples keeps each target's estimator samples between passes, so that
 	// a pass converts only the monitor's points that are new since the
 	// last (at 100 ms a full copy of every history cost ~600 samples per
-	// container per pass). spare is the previous pass's map, reused.
-	samples, spare map[string][]estimator.Sample
+	// container per pass): one lookup per target and pass, the entries of
+	// targets gone dropped. inputs counts input's calls, which mark the
+	// entries they used.
+	samples map[string]*targetSamples
+	inputs  uint64
+	// containers and protected are the inputs' lists, reused from pass to
+	// pass (nothing keeps an Input past the estimate and its shadows: the
+	// estimators must not), and protectedIDs the protected services'
+	// target ids.
+	containers, protected []estimator.Container
+	protectedIDs          []string
+}
+
+// targetSamples is a target's estimator samples and the last input that
+// used them (estimateLoop.inputs).
+type targetSamples struct {
+	samples []estimator.Sample
+	input   uint64
 }
 
 func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, net *network.Network) *estimateLoop {
@@ -116,7 +132,10 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 	l.aligned = l.estimator != nil && l.monitor != nil && l.monitor.Interval() <= l.interval
 	l.sched = estimateSchedule{aligned: l.aligned, interval: l.interval}
 	l.toSend = make(chan struct{}, 1)
-	l.samples, l.spare = map[string][]estimator.Sample{}, map[string][]estimator.Sample{}
+	l.samples = map[string]*targetSamples{}
+	for _, path := range l.protect {
+		l.protectedIDs = append(l.protectedIDs, protectedPrefix+path)
+	}
 	return l
 }
 
@@ -373,11 +392,19 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 			in.Node.KeepFreeBytes = l.keeper.KeepFree(in.Node.TotalBytes)
 		}
 	}
-	// Targets gone since the last pass are dropped with the old map.
-	kept := l.spare
-	clear(kept)
+	l.inputs++
+	used := 0
 	history := func(id string) []estimator.Sample {
-		samples := l.samples[id]
+		t := l.samples[id]
+		if t == nil {
+			t = &targetSamples{}
+			l.samples[id] = t
+		}
+		if t.input != l.inputs {
+			t.input = l.inputs
+			used++
+		}
+		samples := t.samples
 		var after time.Time
 		if len(samples) > 0 {
 			after = samples[len(samples)-1].Time
@@ -394,23 +421,41 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		if excess := len(samples) - m.HistoryLimit(); excess > 0 {
 			samples = samples[excess:] // the next growth reallocates and frees the dropped head
 		}
-		kept[id] = samples
+		t.samples = samples
 		return samples[:len(samples):len(samples)] // estimators may not append into the cache
 	}
+	containers := l.containers[:0]
 	for _, c := range l.running.get() {
 		if c.Exit != nil {
 			continue
 		}
-		in.Containers = append(in.Containers, estimator.Container{
+		containers = append(containers, estimator.Container{
 			ID: c.ID, Revocable: c.Spec.Revocable, Allocated: c.Spec.Resources.ScalarsOnly(), History: history(c.ID),
 			HistoryChecked: true,
 		})
 	}
-	for _, path := range l.protect {
-		id := protectedPrefix + path
-		in.Protected = append(in.Protected, estimator.Container{ID: id, History: history(id), HistoryChecked: true})
+	protected := l.protected[:0]
+	for _, id := range l.protectedIDs {
+		protected = append(protected, estimator.Container{ID: id, History: history(id), HistoryChecked: true})
 	}
-	l.samples, l.spare = kept, l.samples
+	// What an earlier, longer list held is not kept alive by the buffers.
+	clear(containers[len(containers):cap(containers)])
+	clear(protected[len(protected):cap(protected)])
+	l.containers, l.protected = containers, protected
+	if len(containers) > 0 {
+		in.Containers = containers
+	}
+	if len(protected) > 0 {
+		in.Protected = protected
+	}
+	// Targets gone since the last pass are dropped.
+	if len(l.samples) > used {
+		for id, t := range l.samples {
+			if t.input != l.inputs {
+				delete(l.samples, id)
+			}
+		}
+	}
 	return in, points
 }
 

@@ -26,9 +26,11 @@ const maxCorrections = 1000
 
 // qosLoop evaluates the QoS controllers periodically and as soon as the
 // eBPF ring buffer reports a guaranteed task waiting too long, at most once
-// per interval, and applies their corrections at once. Only Run's
-// goroutine touches its fields, except corrections (read by the
-// NodeService, guarded by mu).
+// per interval, and applies their corrections at once. Following the
+// monitor, the periodic evaluations are made on the monitor's goroutine
+// at the end of its passes (sampleTaken), the others on Run's; evalMu
+// serialises them and guards what an evaluation touches. corrections
+// (read by the NodeService) are guarded by mu.
 type qosLoop struct {
 	log         *slog.Logger
 	controller  qos.Controller
@@ -49,14 +51,27 @@ type qosLoop struct {
 	shadows *shadowSet
 	// rollout runs a profile rollout's shadow controllers likewise.
 	rollout *rolloutShadow
-	// sampled wakes Run after each monitor pass (sampleTaken; nil when
-	// the monitor's observer does not call it): see qosSchedule.
-	sampled chan struct{}
-	// nextEval is qosSchedule.next of Run's schedule, as time since
-	// epoch (0: no evaluation yet): sampleTaken wakes Run only for the
+	// follows is set when the monitor's observer calls sampleTaken after
+	// each pass: see qosSchedule.
+	follows bool
+	// nextEval is qosSchedule.next of the schedule, as time since epoch
+	// (0: no evaluation yet): sampleTaken takes evalMu only for the
 	// passes that evaluate.
 	nextEval atomic.Int64
 	epoch    time.Time
+
+	// evalMu serialises the evaluations (the monitor's goroutine makes
+	// the periodic ones, #29: a wake-up of Run's goroutine for each cost
+	// the runtime a thread's wake-up and sleep) and guards the schedule,
+	// the pending events, the timer, the controllers and what the
+	// evaluations keep below (delayed to statsRead). timer is Run's (nil
+	// while Run is not running: then no evaluation is made), due when it
+	// is armed to fire.
+	evalMu  sync.Mutex
+	sched   qosSchedule
+	timer   *time.Timer
+	due     time.Time
+	pending []qos.Event
 
 	// delayed holds each victim container's cumulative who-delayed-whom
 	// counters (culprit cgroup -> time), to turn them into deltas.
@@ -138,47 +153,67 @@ func (l *qosLoop) countLimits() {
 	}
 }
 
-// sampleTaken tells Run that the monitor finished a pass (the monitor's
-// observer calls it); it never blocks.
+// sampleTaken is the end of a monitor pass (the monitor's observer calls
+// it on the monitor's goroutine): a pass that the schedule says
+// evaluates makes the evaluation right there, so that it costs no
+// wake-up of Run's goroutine (#29). Nothing is evaluated while Run is not
+// running.
 func (l *qosLoop) sampleTaken() {
 	if next := l.nextEval.Load(); next != 0 && int64(time.Since(l.epoch)) < next {
-		return // not due: Run would not evaluate this pass (qosSchedule.sampled)
+		return // not due: this pass does not evaluate (qosSchedule.sampled)
 	}
-	select {
-	case l.sampled <- struct{}{}:
-	default:
+	l.evalMu.Lock()
+	defer l.evalMu.Unlock()
+	if now := time.Now(); l.timer != nil && l.sched.sampled(now) {
+		l.evaluateLocked(now)
 	}
 }
 
-// Run evaluates until ctx ends, when qosSchedule says.
+// Run evaluates until ctx ends, when qosSchedule says: on threshold
+// events, and on its timer (without a monitor to follow, or when the
+// monitor stalls); the monitor's passes make the others (sampleTaken).
 func (l *qosLoop) Run(ctx context.Context) error {
 	period := max(l.intervalMin, 10*time.Millisecond)
-	sched := qosSchedule{min: period}
-	if l.monitor != nil && l.sampled != nil && l.monitor.Interval() <= period {
-		sched.follow, sched.sample = true, l.monitor.Interval()
+	l.evalMu.Lock()
+	l.sched = qosSchedule{min: period}
+	if l.monitor != nil && l.follows && l.monitor.Interval() <= period {
+		l.sched.follow, l.sched.sample = true, l.monitor.Interval()
 	}
-	timer := time.NewTimer(sched.wait(time.Now(), false))
-	defer timer.Stop()
+	timer := time.NewTimer(time.Hour)
+	l.timer = timer
+	l.arm(time.Now(), false)
+	l.evalMu.Unlock()
+	defer func() {
+		l.evalMu.Lock()
+		l.timer = nil
+		l.evalMu.Unlock()
+		timer.Stop()
+	}()
 	var events <-chan bpf.ThresholdEvent
 	if l.ebpf != nil {
 		events = l.ebpf.Events()
 	}
-	var pending []qos.Event
+	var arrived []qos.Event
 	for {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
 		case <-timer.C:
-		case <-l.sampled:
-			if !sched.sampled(time.Now()) {
-				continue
+			l.evalMu.Lock()
+			// A pass may have evaluated and armed the timer anew while
+			// this fire waited for the lock.
+			if now := time.Now(); now.Before(l.due) {
+				timer.Reset(l.due.Sub(now))
+			} else {
+				l.evaluateLocked(now)
 			}
+			l.evalMu.Unlock()
 		case ev, ok := <-events:
 			if !ok {
 				events = nil
 				continue
 			}
-			pending = append(pending, l.event(ev))
+			arrived = append(arrived[:0], l.event(ev))
 		drain:
 			for {
 				select {
@@ -187,43 +222,60 @@ func (l *qosLoop) Run(ctx context.Context) error {
 						events = nil
 						break drain
 					}
-					pending = append(pending, l.event(ev))
+					arrived = append(arrived, l.event(ev))
 				default:
 					break drain
 				}
 			}
-			if now := time.Now(); !sched.events(now) {
-				timer.Reset(sched.wait(now, true)) // evaluated then, or at an earlier pass
-				continue
+			l.evalMu.Lock()
+			l.pending = append(l.pending, arrived...)
+			if now := time.Now(); l.sched.events(now) {
+				l.evaluateLocked(now)
+			} else {
+				l.arm(now, true) // evaluated then, or at an earlier pass
 			}
+			l.evalMu.Unlock()
 		}
-		last := time.Now()
-		sched.evaluated(last)
-		if sched.follow {
-			l.nextEval.Store(int64(max(sched.next().Sub(l.epoch), 1)))
-		}
-		in := l.input(last)
-		in.Events = pending
-		// A profile's controllers are fresh instances: they take over only
-		// while the revocable subtree is not frozen, since a reclaim
-		// controller thaws only a freeze it made itself.
-		if !in.RevocableFrozen {
-			if s := l.next.Swap(nil); s != nil {
-				l.controller = s.qos
-				l.limits.reset(limitQuietSyncs) // fresh controllers count from 0
-			}
-		}
-		l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
-		corrections := l.controller.Evaluate(in)
-		l.countLimits()
-		for _, c := range corrections {
-			l.apply(c, in)
-		}
-		l.shadows.evaluate(in, corrections)
-		l.rollout.evaluate(in)
-		pending = pending[:0]
-		timer.Reset(sched.wait(time.Now(), false))
 	}
+}
+
+// arm sets Run's timer for the schedule's wait after now (pending: events
+// wait for it). l.evalMu is held.
+func (l *qosLoop) arm(now time.Time, pending bool) {
+	d := l.sched.wait(now, pending)
+	l.due = now.Add(d)
+	l.timer.Reset(d)
+}
+
+// evaluateLocked makes one evaluation at now, with the events pending:
+// the controllers' corrections are applied, then the shadows run on the
+// same input, and Run's timer is armed for the next. l.evalMu is held.
+func (l *qosLoop) evaluateLocked(now time.Time) {
+	l.sched.evaluated(now)
+	if l.sched.follow {
+		l.nextEval.Store(int64(max(l.sched.next().Sub(l.epoch), 1)))
+	}
+	in := l.input(now)
+	in.Events = l.pending
+	// A profile's controllers are fresh instances: they take over only
+	// while the revocable subtree is not frozen, since a reclaim
+	// controller thaws only a freeze it made itself.
+	if !in.RevocableFrozen {
+		if s := l.next.Swap(nil); s != nil {
+			l.controller = s.qos
+			l.limits.reset(limitQuietSyncs) // fresh controllers count from 0
+		}
+	}
+	l.guaranteedRunqP99.Store(int64(guaranteedRunqP99(in.Containers)))
+	corrections := l.controller.Evaluate(in)
+	l.countLimits()
+	for _, c := range corrections {
+		l.apply(c, in)
+	}
+	l.shadows.evaluate(in, corrections)
+	l.rollout.evaluate(in)
+	l.pending = l.pending[:0]
+	l.arm(time.Now(), false)
 }
 
 // guaranteedRunqP99 is the highest run-queue p99 of the work QoS

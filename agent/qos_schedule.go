@@ -36,8 +36,8 @@ func (s *qosSchedule) sampled(now time.Time) bool {
 
 // next returns when a monitor pass first evaluates again (the zero time
 // before the first evaluation: any pass does). The monitor's goroutine
-// wakes the loop only for passes ending then or later (qosLoop.sampleTaken),
-// so that the passes in between cost no wake-up (#29).
+// evaluates at the passes ending then or later (qosLoop.sampleTaken), and
+// the passes in between cost one atomic load (#29).
 func (s *qosSchedule) next() time.Time {
 	if s.last.IsZero() {
 		return time.Time{}

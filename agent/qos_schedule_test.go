@@ -1,8 +1,12 @@
 package agent
 
 import (
+	"log/slog"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/qos"
+	"github.com/slackline/slackline/resources"
 )
 
 func TestQoSSchedule(t *testing.T) {
@@ -77,43 +81,43 @@ func TestQoSSchedule(t *testing.T) {
 	}
 }
 
-// TestQoSSampleTakenWakesOnlyWhenDue: the monitor's end-of-pass call wakes
-// the QoS loop before its first evaluation and for passes at or after
-// qosSchedule.next, and not for the passes in between (which would not
-// evaluate).
-func TestQoSSampleTakenWakesOnlyWhenDue(t *testing.T) {
+// TestQoSSampleTakenEvaluatesOnlyWhenDue: the monitor's end-of-pass call
+// evaluates, on its own goroutine, before the loop's first evaluation and
+// at passes at or after qosSchedule.next, not at the passes in between,
+// and never while Run is not running; each evaluation arms Run's timer
+// for the stalled monitor's grace after it.
+func TestQoSSampleTakenEvaluatesOnlyWhenDue(t *testing.T) {
 	t.Parallel()
-	l := &qosLoop{sampled: make(chan struct{}, 1), epoch: time.Now()}
-	woken := func() bool {
-		select {
-		case <-l.sampled:
-			return true
-		default:
-			return false
-		}
-	}
+	evaluations := 0
+	l := newQoSLoop(Config{Logger: slog.New(slog.DiscardHandler), Containerizer: newFakeContainerizer(),
+		QoS: qos.ControllerFunc(func(qos.Input) []qos.Correction { evaluations++; return nil })},
+		resources.Resources{}, nil, nil, nil)
 	l.sampleTaken()
-	if !woken() {
-		t.Error("no evaluation yet: the pass did not wake the loop")
+	if evaluations != 0 {
+		t.Fatal("a pass evaluated while Run was not running")
 	}
-	// The next evaluation is due an hour from now (as time since epoch).
-	l.nextEval.Store(int64(time.Since(l.epoch) + time.Hour))
+	// As Run sets them up, following a 100 ms monitor at 250 ms.
+	l.sched = qosSchedule{follow: true, min: 250 * time.Millisecond, sample: 100 * time.Millisecond}
+	l.timer = time.NewTimer(time.Hour)
+	defer l.timer.Stop()
 	l.sampleTaken()
-	if woken() {
-		t.Error("a pass before the next evaluation woke the loop")
+	if evaluations != 1 {
+		t.Fatalf("no evaluation yet: the pass made %d, want 1", evaluations)
 	}
-	// Due since a nanosecond after epoch.
+	if armed := l.due.Sub(l.sched.last); armed != 450*time.Millisecond {
+		t.Errorf("timer armed %v after the evaluation, want 450 ms (250 ms + two passes)", armed)
+	}
+	// The next evaluation is due 225 ms after the first: a pass right
+	// away does not evaluate.
+	l.sampleTaken()
+	if evaluations != 1 {
+		t.Errorf("a pass before the next evaluation was due evaluated (%d evaluations)", evaluations)
+	}
+	// The last evaluation an hour ago: due.
+	l.sched.last = time.Now().Add(-time.Hour)
 	l.nextEval.Store(1)
 	l.sampleTaken()
-	if !woken() {
-		t.Error("a pass after the next evaluation was due did not wake the loop")
-	}
-
-	// next is when sampled turns true.
-	t0 := time.Unix(1000, 0)
-	s := qosSchedule{follow: true, min: 250 * time.Millisecond, sample: 100 * time.Millisecond, last: t0}
-	next := s.next()
-	if !next.Equal(t0.Add(225*time.Millisecond)) || s.sampled(next.Add(-time.Nanosecond)) || !s.sampled(next) {
-		t.Errorf("next %v: sampled just before %v, at it %v", next.Sub(t0), s.sampled(next.Add(-time.Nanosecond)), s.sampled(next))
+	if evaluations != 2 {
+		t.Errorf("a pass after the next evaluation was due made %d evaluations in all, want 2", evaluations)
 	}
 }

@@ -53,7 +53,7 @@ type pendingEstimate struct {
 	// the calibration and the clamp at 0, its score's unit (scoreScale)
 	// and what it would have offered (before hysteresis and pacing).
 	base, scale, offer [numExperts]float64
-	members            []string
+	members            []memberKey
 }
 
 // numExperts is how many base predictions (experts) the calibrated
@@ -106,23 +106,21 @@ type calibratedEstimator struct {
 	// maxDelay is the most estimates an outcome took to be known (D in the
 	// bound), unresolved the estimates counted as violations unscored.
 	maxDelay, unresolved int
-	// predicted holds this call's predictions by member index; windows
-	// the members' windows by key (both reused).
+	// predicted holds this call's predictions by member index (reused).
 	predicted [][numExperts]float64
-	windows   map[string][]Sample
 	// experts are the base predictions (expertSpecs), confirms their
 	// confirmations, chosen the expert published.
 	experts   [numExperts]expert
 	confirms  [numExperts]time.Duration
 	chosen    int
 	explained Explanation
-	pacer     *Pacer
-	// rhythms is each member's record of its rhythm predictions (by key,
-	// dropped when the member leaves).
-	rhythms map[string]*rhythmRecord
+	// memberScratch is where explain builds the members' explanations
+	// before it copies them (or shares the last estimate's, equal).
+	memberScratch []MemberExplanation
+	pacer         *Pacer
 	// freeKeys are resolved pending estimates' member keys, for reuse (at
 	// most maxFreeKeys).
-	freeKeys [][]string
+	freeKeys [][]memberKey
 }
 
 // maxFreeKeys bounds calibratedEstimator.freeKeys: estimates resolve a
@@ -141,8 +139,6 @@ func newCalibrated(cfg Config) (Estimator, error) {
 	fast := f.(*fastEstimator)
 	c := &calibratedEstimator{
 		fast: fast, cfg: fast.cfg, cal: cal, pacer: pacer,
-		windows: map[string][]Sample{},
-		rhythms: map[string]*rhythmRecord{},
 	}
 	for i, spec := range expertSpecs {
 		c.experts[i].scores, _ = NewCalibration(cfg.Calibration)
@@ -157,11 +153,10 @@ func newCalibrated(cfg Config) (Estimator, error) {
 // Estimate implements Estimator.
 func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	c.calls++
-	members := guaranteedMembers(in, c.cfg.Window)
-	clear(c.windows)
-	for _, m := range members {
-		c.windows[m.key] = m.window
-	}
+	members := membersInto(c.fast.members[:0], in, c.cfg.Window)
+	// Each member's state (its window, its rhythm record), the state of
+	// members gone dropped.
+	c.fast.track(members)
 	if n := len(c.pending); n > 0 && c.pending[n-1].until.IsZero() {
 		c.pending[n-1].until = in.Now
 	}
@@ -216,11 +211,6 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		lasting = lasting || fell
 		return p
 	})
-	for key := range c.rhythms {
-		if _, ok := c.windows[key]; !ok {
-			delete(c.rhythms, key)
-		}
-	}
 	ex := c.explain(in, members)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
 	rise := RiseNoisy
@@ -243,7 +233,7 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		c.cal.Observe(1, math.NaN())
 	}
 	// The keys of a resolved estimate's members are reused (#29).
-	var keys []string
+	var keys []memberKey
 	if n := len(c.freeKeys); n > 0 {
 		keys, c.freeKeys = c.freeKeys[n-1][:0], c.freeKeys[:n-1]
 	}
@@ -254,6 +244,8 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 		call: c.calls, made: in.Now, offered: ex.CPUs, capacity: ex.Capacity,
 		base: ex.bases, scale: ex.scales, offer: ex.offers, members: keys,
 	})
+	clear(members)
+	c.fast.members = members[:0]
 	return c.published
 }
 
@@ -307,10 +299,11 @@ func (c *calibratedEstimator) horizonUsage(p pendingEstimate) (float64, bool) {
 	}
 	usage := 0.0
 	for _, key := range p.members {
-		w := c.windows[key]
-		if len(w) == 0 {
+		st := c.fast.present(key)
+		if st == nil || len(st.window) == 0 {
 			continue
 		}
+		w := st.window
 		if w[len(w)-1].Time.Before(p.until) {
 			return 0, false
 		}
@@ -341,7 +334,7 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 			Resolved: c.cal.Resolved(), Violations: c.cal.Violations(),
 			MaxDelay: c.maxDelay, Unresolved: c.unresolved, Gamma: c.cfg.Calibration.Gamma,
 		},
-		Members: make([]MemberExplanation, 0, len(members)),
+		Members: c.memberScratch[:0],
 	}
 	var alloc, giveBack float64
 	var extra [numExperts]float64
@@ -415,8 +408,34 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 		}
 		e.Need = e.PredictedPeak + e.Margin + e.Calibration
 	}
+	// Members are handed out and never written again: the scratch's are
+	// copied, unless they equal the last estimate's, which are shared
+	// instead (an idle node's are the same estimate after estimate).
+	c.memberScratch = ex.Members
+	if len(ex.Members) > 0 && sameMembers(ex.Members, c.explained.Members) {
+		ex.Members = c.explained.Members
+	} else {
+		ex.Members = append(make([]MemberExplanation, 0, len(ex.Members)), ex.Members...)
+	}
 	ex.Limiting, ex.Reason = limitingOf(ex)
 	return ex
+}
+
+// sameMembers reports whether a and b are the same explanations, their
+// figures equal to the bit.
+func sameMembers(a, b []MemberExplanation) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	same := func(x, y float64) bool { return math.Float64bits(x) == math.Float64bits(y) }
+	for i := range a {
+		x, y := &a[i], &b[i]
+		if x.ID != y.ID || x.Protected != y.Protected || x.WarmingUp != y.WarmingUp || !same(x.Allocated, y.Allocated) ||
+			!same(x.PredictedPeak, y.PredictedPeak) || !same(x.Margin, y.Margin) || !same(x.Calibration, y.Calibration) || !same(x.Need, y.Need) {
+			return false
+		}
+	}
+	return true
 }
 
 // limitingOf names what holds the estimate down and says why, for an
@@ -658,17 +677,13 @@ type rhythmRecord struct {
 // are known they are trusted, then while at least rhythmMinHits of the
 // latest rhythmOutcomes came true.
 func (c *calibratedEstimator) rhythmTrusted(m member, now time.Time, due float64) bool {
-	r := c.rhythms[m.key]
-	if r == nil {
-		r = &rhythmRecord{}
-		c.rhythms[m.key] = r
-	}
+	r := &m.state.rhythm
 	switch {
 	case due > 0 && r.since.IsZero():
 		r.since = now
 	case due == 0 && !r.since.IsZero():
 		hit := uint8(0)
-		if h := c.fast.bursts[m.key]; h != nil && len(h.onsets) > 0 &&
+		if h := &m.state.bursts; len(h.onsets) > 0 &&
 			!h.onsets[len(h.onsets)-1].at.Before(r.since.Add(-c.cfg.Fast.OnsetJitter)) {
 			hit = 1
 		}

@@ -3,6 +3,7 @@ package estimator
 import (
 	"math"
 	"math/rand/v2"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -144,9 +145,8 @@ func TestRhythmTrusted(t *testing.T) {
 				t.Fatal(err)
 			}
 			c := e.(*calibratedEstimator)
-			m := member{key: "c/g"}
-			h := &burstHistory{}
-			c.fast.bursts[m.key] = h
+			m := member{key: memberKey{id: "g"}, state: &memberState{}}
+			h := &m.state.bursts
 			now := start
 			got := c.rhythmTrusted(m, now, 0)
 			for _, hit := range tc.hits {
@@ -204,11 +204,11 @@ func TestExpertsBurstStart(t *testing.T) {
 				history = append(history, Sample{Time: start.Add(time.Duration(i+1) * step), CPU: cpu})
 			}
 			if tc.record != nil {
-				c.rhythms["c/g"] = tc.record
+				c.fast.states[memberKey{id: "g"}] = &memberState{rhythm: *tc.record}
 			}
 			now := history[len(history)-1].Time
 			c.Estimate(Input{Now: now, Containers: []Container{{ID: "g", Allocated: resources.MustParse("cpus:4"), History: history}}})
-			m := member{key: "c/g", window: history}
+			m := member{key: memberKey{id: "g"}, window: history, state: c.fast.states[memberKey{id: "g"}]}
 			if _, due := c.fast.predictParts(m, now); due != 0 {
 				t.Fatalf("a burst is due (%v): the case needs none", due)
 			}
@@ -223,5 +223,84 @@ func TestExpertsBurstStart(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestMemberStateDropped: fast and calibrated keep one state per member
+// (its bursts, working-set peak and rhythm record), a container's and a
+// protected service's of the same id apart, and drop a member's state at
+// the first estimate without it, so that a member that comes back starts
+// afresh.
+func TestMemberStateDropped(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	cfg := DefaultConfig()
+	cfg.Memory = true
+	for _, name := range []string{"fast", "calibrated"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			e, err := New(name, cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f, ok := e.(*fastEstimator)
+			if !ok {
+				f = e.(*calibratedEstimator).fast
+			}
+			history := []Sample{{Time: start, CPU: 0.5, MemBytes: 1 << 20}}
+			a := Container{ID: "a", Allocated: resources.MustParse("cpus:1;mem:64"), History: history}
+			b := Container{ID: "b", Allocated: resources.MustParse("cpus:1;mem:64"), History: history}
+			e.Estimate(Input{Now: start, Containers: []Container{a, b}, Protected: []Container{{ID: "a", History: history}}})
+			if len(f.states) != 3 {
+				t.Fatalf("%d member states, want 3 (containers a and b, service a)", len(f.states))
+			}
+			f.states[memberKey{id: "b"}].rhythm.n = 1 // marks b's state
+			e.Estimate(Input{Now: start, Containers: []Container{a}})
+			if len(f.states) != 1 || f.states[memberKey{id: "a"}] == nil {
+				t.Fatalf("member states %v, want container a's only", f.states)
+			}
+			e.Estimate(Input{Now: start, Containers: []Container{a, b}})
+			if st := f.states[memberKey{id: "b"}]; st == nil || st.rhythm.n != 0 {
+				t.Errorf("container b back: state %+v, want a fresh one", st)
+			}
+		})
+	}
+}
+
+// TestSameMembersComparesEveryField: explanations that differ in any one
+// field of MemberExplanation (a field added later included), or in the
+// sign of a zero, are not the same, so an estimate never shares the last
+// one's members unless they are equal to the bit.
+func TestSameMembersComparesEveryField(t *testing.T) {
+	t.Parallel()
+	base := MemberExplanation{ID: "a", Allocated: 1, PredictedPeak: 0.5, Margin: 0.06, Calibration: 0.1, Need: 0.66}
+	if !sameMembers([]MemberExplanation{base}, []MemberExplanation{base}) {
+		t.Fatal("equal members are not the same")
+	}
+	typ := reflect.TypeFor[MemberExplanation]()
+	for i := range typ.NumField() {
+		other := base
+		f := reflect.ValueOf(&other).Elem().Field(i)
+		switch f.Kind() {
+		case reflect.String:
+			f.SetString("b")
+		case reflect.Bool:
+			f.SetBool(!f.Bool())
+		case reflect.Float64:
+			f.SetFloat(f.Float() + 1)
+		default:
+			t.Fatalf("field %s of kind %v: extend sameMembers and this test", typ.Field(i).Name, f.Kind())
+		}
+		if sameMembers([]MemberExplanation{base}, []MemberExplanation{other}) {
+			t.Errorf("members differing in %s are the same", typ.Field(i).Name)
+		}
+	}
+	zero, negZero := base, base
+	zero.Calibration, negZero.Calibration = 0, math.Copysign(0, -1)
+	if sameMembers([]MemberExplanation{zero}, []MemberExplanation{negZero}) {
+		t.Error("a calibration of 0 and one of -0 are the same")
+	}
+	if sameMembers([]MemberExplanation{base}, []MemberExplanation{base, base}) {
+		t.Error("lists of different lengths are the same")
 	}
 }

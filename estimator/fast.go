@@ -80,11 +80,28 @@ func (c FastConfig) validate() error {
 type fastEstimator struct {
 	cfg       Config
 	published resources.Resources
-	bursts    map[string]*burstHistory
-	// memPeaks keeps each member's working-set peak incrementally (with
-	// cfg.Memory), dropped when the member leaves.
-	memPeaks map[string]*memPeakTracker
-	calls    uint64 // raw's calls, which mark the members' state
+	// states is what is kept of each member between calls (its bursts,
+	// its working-set peak with cfg.Memory, the calibrated estimator's
+	// rhythm record), dropped when the member leaves: one lookup per
+	// member and call (track).
+	states map[memberKey]*memberState
+	calls  uint64 // track's calls, which mark the members' state
+	// members is the buffer of each call's members (membersInto),
+	// cleared once the call is done.
+	members []member
+}
+
+// memberState is what fast (and calibrated) keep of one member between
+// calls. It was four maps keyed by a string built per member and call
+// (bursts, working-set peaks, rhythm records, this call's windows): four
+// lookups and an allocation per member per estimate, a tenth of an idle
+// agent's estimate (#29).
+type memberState struct {
+	call    uint64 // the last call (fastEstimator.calls) that had the member
+	bursts  burstHistory
+	memPeak memPeakTracker // with cfg.Memory
+	rhythm  rhythmRecord   // calibrated's
+	window  []Sample       // the member's window in that call
 }
 
 func newFast(cfg Config) (Estimator, error) {
@@ -93,54 +110,68 @@ func newFast(cfg Config) (Estimator, error) {
 	}
 	cfg.Margin = cfg.Fast.Margin
 	cfg.Hysteresis = Hysteresis{Off: cfg.Hysteresis.Off, CPUs: cfg.Fast.Band, MemMiB: cfg.Hysteresis.MemMiB}
-	return &fastEstimator{cfg: cfg, bursts: map[string]*burstHistory{}, memPeaks: map[string]*memPeakTracker{}}, nil
+	return &fastEstimator{cfg: cfg, states: map[memberKey]*memberState{}}, nil
 }
 
 // Estimate implements Estimator.
 func (f *fastEstimator) Estimate(in Input) resources.Resources {
-	f.published = f.cfg.Hysteresis.Apply(f.published, f.raw(in, guaranteedMembers(in, f.cfg.Window), f.predictCPU))
+	members := membersInto(f.members[:0], in, f.cfg.Window)
+	f.track(members)
+	f.published = f.cfg.Hysteresis.Apply(f.published, f.raw(in, members, f.predictCPU))
+	clear(members)
+	f.members = members[:0]
 	return f.published
+}
+
+// track gives each of this call's members its state (member.state, and
+// member.memPeak with cfg.Memory), marked with the call and holding the
+// member's window, and drops the state of members gone since the last
+// call.
+func (f *fastEstimator) track(members []member) {
+	f.calls++
+	marked := 0
+	for i := range members {
+		m := &members[i]
+		st := f.states[m.key]
+		if st == nil {
+			st = &memberState{}
+			f.states[m.key] = st
+		}
+		if st.call != f.calls {
+			st.call = f.calls
+			marked++
+		}
+		st.window = m.window
+		m.state = st
+		if f.cfg.Memory {
+			m.memPeak = &st.memPeak
+		}
+	}
+	if len(f.states) > marked {
+		for key, st := range f.states {
+			if st.call != f.calls {
+				delete(f.states, key)
+			}
+		}
+	}
+}
+
+// present returns the state of the member key names when the latest
+// call had it (nil otherwise).
+func (f *fastEstimator) present(key memberKey) *memberState {
+	if st := f.states[key]; st != nil && st.call == f.calls {
+		return st
+	}
+	return nil
 }
 
 // raw learns the members' new onsets and returns the estimate before
 // hysteresis, predicting each member's CPU with predict (f.predictCPU, or
-// a wrapper that records it).
+// a wrapper that records it). The members are tracked (track).
 func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) resources.Resources {
-	// Each call marks the state of the members it has (call): the state
-	// of a member gone is dropped without a set of keys built per call.
-	f.calls++
 	if f.cfg.Fast.Onset > 0 {
 		for _, m := range members {
-			h := f.bursts[m.key]
-			if h == nil {
-				h = &burstHistory{}
-				f.bursts[m.key] = h
-			}
-			h.call = f.calls
-			h.ingest(m.container.History, in.Now, f.cfg.Fast.Onset)
-		}
-		for key, h := range f.bursts {
-			if h.call != f.calls {
-				delete(f.bursts, key)
-			}
-		}
-	}
-	if f.cfg.Memory {
-		for i := range members {
-			p := f.memPeaks[members[i].key]
-			if p == nil {
-				p = &memPeakTracker{}
-				f.memPeaks[members[i].key] = p
-			}
-			p.call = f.calls
-			members[i].memPeak = p
-		}
-		if len(f.memPeaks) > len(members) {
-			for key, p := range f.memPeaks {
-				if p.call != f.calls {
-					delete(f.memPeaks, key)
-				}
-			}
+			m.state.bursts.ingest(m.container.History, in.Now, f.cfg.Fast.Onset)
 		}
 	}
 	return slackOf(in, f.cfg, members, predict)
@@ -210,7 +241,7 @@ func (f *fastEstimator) predictFrom(m member, now time.Time, need, before float6
 	if before-need >= cfg.Onset {
 		return need, 0
 	}
-	return need, f.bursts[m.key].due(now, cfg)
+	return need, m.state.bursts.due(now, cfg)
 }
 
 // onsetLookback is how far back the level a burst rises above is taken,
@@ -243,7 +274,6 @@ type burstHistory struct {
 	onsets []onset
 	recent []Sample
 	newest time.Time
-	call   uint64 // the last estimate that had the member (fastEstimator.calls)
 }
 
 // ingest takes in the samples newer than any seen, up to now: a sample at

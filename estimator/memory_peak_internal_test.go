@@ -2,6 +2,7 @@ package estimator
 
 import (
 	"math/rand/v2"
+	"sort"
 	"testing"
 	"time"
 )
@@ -45,6 +46,30 @@ func TestMemPeakTrackerMatchesRescan(t *testing.T) {
 			got := memNeedOf(member{window: w, memPeak: &p}, now, cfg, 0)
 			if got != want {
 				t.Fatalf("memory window %v, step %d: incremental peak %v MiB, rescan %v MiB (window of %d samples)", memWindow, step, got, want, len(w))
+			}
+		}
+	}
+}
+
+// TestSearchFromMatchesSearch: searchFrom's shortcuts give sort.Search's
+// index for every t around every sample of windows with equal and
+// distinct times, empty and single-sample windows included.
+func TestSearchFromMatchesSearch(t *testing.T) {
+	t.Parallel()
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	at := func(ms ...int) []Sample {
+		w := make([]Sample, len(ms))
+		for i, m := range ms {
+			w[i].Time = start.Add(time.Duration(m) * time.Millisecond)
+		}
+		return w
+	}
+	for _, w := range [][]Sample{nil, at(100), at(100, 200), at(100, 200, 300, 400), at(100, 100, 200, 200), at(100, 200, 200, 200), at(0, 100, 100)} {
+		for ms := -100; ms <= 500; ms += 50 {
+			ts := start.Add(time.Duration(ms) * time.Millisecond)
+			want := sort.Search(len(w), func(i int) bool { return !w[i].Time.Before(ts) })
+			if got := searchFrom(w, ts); got != want {
+				t.Errorf("searchFrom(%d samples, +%d ms) = %d, want %d", len(w), ms, got, want)
 			}
 		}
 	}

@@ -57,20 +57,20 @@ const (
 // seen for that container.
 type periodicEstimator struct {
 	usage  usageEstimator
-	series map[string]*peakSeries
+	series map[memberKey]*peakSeries
 }
 
 func newPredictive(cfg Config) (Estimator, error) {
 	if err := cfg.validate(); err != nil {
 		return nil, err
 	}
-	return &periodicEstimator{usage: usageEstimator{cfg: cfg}, series: map[string]*peakSeries{}}, nil
+	return &periodicEstimator{usage: usageEstimator{cfg: cfg}, series: map[memberKey]*peakSeries{}}, nil
 }
 
 // Estimate implements Estimator.
 func (p *periodicEstimator) Estimate(in Input) resources.Resources {
 	members := guaranteedMembers(in, p.usage.cfg.Window)
-	seen := make(map[string]bool, len(members))
+	seen := make(map[memberKey]bool, len(members))
 	for _, m := range members {
 		seen[m.key] = true
 		s := p.series[m.key]

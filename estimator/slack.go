@@ -12,8 +12,8 @@ import (
 // member is one guaranteed container or protected service as the slack
 // computation sees it.
 type member struct {
-	// key identifies the member across calls: "c/<id>" or "p/<id>".
-	key       string
+	// key identifies the member across calls.
+	key       memberKey
 	container *Container
 	protected bool
 	// window holds the finite samples in (Now-Window, Now], oldest first.
@@ -23,6 +23,18 @@ type member struct {
 	memPeak *memPeakTracker
 	// index is the member's place in this call's members.
 	index int
+	// state is what fast and calibrated keep of the member between calls
+	// (fastEstimator.track; nil for the other estimators).
+	state *memberState
+}
+
+// memberKey identifies a member across calls: its container's or
+// service's ID and which of the two it is. A struct rather than a string
+// built per member and call ("c/<id>"), which cost an allocation per
+// member per estimate (#29).
+type memberKey struct {
+	id        string
+	protected bool
 }
 
 // cpuPredictor returns the CPU a guaranteed member is predicted to need until
@@ -33,14 +45,16 @@ type cpuPredictor func(m member, now time.Time) float64
 // guaranteedMembers returns the containers and services whose usage is
 // guaranteed use, each with its window of samples.
 func guaranteedMembers(in Input, window time.Duration) []member {
-	members := make([]member, 0, len(in.Containers)+len(in.Protected))
+	return membersInto(make([]member, 0, len(in.Containers)+len(in.Protected)), in, window)
+}
+
+// membersInto is guaranteedMembers appended to members (an empty buffer
+// the caller reuses from call to call, cleared after each: it points into
+// the Input).
+func membersInto(members []member, in Input, window time.Duration) []member {
 	add := func(c *Container, protected bool) {
-		prefix := "c/"
-		if protected {
-			prefix = "p/"
-		}
 		members = append(members, member{
-			key: prefix + c.ID, container: c, protected: protected, index: len(members),
+			key: memberKey{id: c.ID, protected: protected}, container: c, protected: protected, index: len(members),
 			window: windowOf(c.History, in.Now, window, c.HistoryChecked),
 		})
 	}
