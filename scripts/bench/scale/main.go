@@ -53,6 +53,14 @@ func run() error {
 	settle := flag.Duration("settle", 30*time.Second, "wait this long after the agents are registered before the window: each agent opens its heartbeat stream at its first beat and learns the interval of the heartbeat budget from an answered beat (every third), so the first few intervals are a second storm of stream openings and interval changes, not steady heartbeats")
 	perfOut := flag.String("perf", "", "also record the coordinator's CPU profile over the window with perf (perf record -g) into this file (read it with perf report)")
 	statOut := flag.Bool("stat", false, "also count the coordinator's context switches and its read, write, futex, nanosleep and epoll_pwait system calls over the window with perf stat, per heartbeat (counts that vary less with the machine's load than CPU time does)")
+	var coordEnv []string
+	flag.Func("coordinator-env", "an environment variable KEY=VALUE for the coordinator alone (repeatable), e.g. GOMAXPROCS=1: the runtime's settings measured without changing the simulator's", func(kv string) error {
+		if !strings.Contains(kv, "=") {
+			return fmt.Errorf("%q is not KEY=VALUE", kv)
+		}
+		coordEnv = append(coordEnv, kv)
+		return nil
+	})
 	flag.Parse()
 	dir, err := os.MkdirTemp("", "slackline-scale")
 	if err != nil {
@@ -72,6 +80,7 @@ func run() error {
 	// --insecure: a loopback coordinator of the benchmark's own, no credentials.
 	coord := exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", addr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn", "--insecure")
 	coord.Stderr = os.Stderr
+	coord.Env = append(os.Environ(), coordEnv...)
 	coord.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := coord.Start(); err != nil {
 		return err
@@ -155,6 +164,9 @@ func run() error {
 	simCPU, _ := benchutil.CPUSeconds(sim.Process.Pid)
 	simRSS, _ := benchutil.RSSBytes(sim.Process.Pid)
 	fmt.Printf("%d agents ACTIVE (of %d) after %v; %d at the window's end (settled for %v before it)\n", active, *agents, registered.Round(time.Millisecond), activeAgents(), *settle)
+	if len(coordEnv) > 0 {
+		fmt.Printf("coordinator environment: %s\n", strings.Join(coordEnv, " "))
+	}
 	fmt.Printf("coordinator over %v of heartbeats: CPU %.3f cores, RSS %.1f MiB\n", window.Round(time.Second), (cpu1-cpu0)/elapsed, float64(rss)/(1<<20))
 	if beats := beats1.total() - beats0.total(); counted && beats > 0 {
 		fmt.Printf("heartbeats: %.0f/s (%v), coordinator CPU per heartbeat %.0f us\n", beats/elapsed, beatsByTransport(beats1, beats0), (cpu1-cpu0)/beats*1e6)
