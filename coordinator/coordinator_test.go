@@ -366,10 +366,33 @@ func TestTeardownAndReconcile(t *testing.T) {
 	})
 }
 
+// badInputMaxRequestBytes is TestBadInput's request limit: its oversized
+// request was one of server.MaxRequestBytes (4 MiB, the default), and
+// marshalling, moving and reading those 4 MiB was most of the test's CPU.
+// The limit in force is Limits.MaxRequestBytes whatever its value
+// (TestDefaultMaxRequestBytes checks the default).
+const badInputMaxRequestBytes = 64 << 10
+
+// TestDefaultMaxRequestBytes checks that a coordinator whose Limits leave
+// MaxRequestBytes zero reads requests up to server.MaxRequestBytes, and
+// that a value set is kept.
+func TestDefaultMaxRequestBytes(t *testing.T) {
+	t.Parallel()
+	for _, tt := range []struct{ set, want int }{{0, server.MaxRequestBytes}, {badInputMaxRequestBytes, badInputMaxRequestBytes}} {
+		l := Limits{MaxRequestBytes: tt.set}
+		l.setDefaults()
+		if l.MaxRequestBytes != tt.want {
+			t.Errorf("MaxRequestBytes %d: %d after defaults, want %d", tt.set, l.MaxRequestBytes, tt.want)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	t.Parallel()
 	synctest.Test(t, func(t *testing.T) {
-		tc := startPipeCluster(t, fastConfig(t.TempDir()))
+		cfg := fastConfig(t.TempDir())
+		cfg.Limits.MaxRequestBytes = badInputMaxRequestBytes
+		tc := startPipeCluster(t, cfg)
 		ctx := context.Background()
 		tests := []struct {
 			name    string
@@ -425,7 +448,7 @@ func TestBadInput(t *testing.T) {
 				return err
 			}, connect.CodeNotFound, "nope"},
 			{"oversized request", func() error {
-				_, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{Weights: []*slacklinev1.WeightInfo{{Role: strings.Repeat("a", server.MaxRequestBytes), Weight: 1}}}))
+				_, err := tc.operator.UpdateWeights(ctx, connect.NewRequest(&slacklinev1.UpdateWeightsRequest{Weights: []*slacklinev1.WeightInfo{{Role: strings.Repeat("a", badInputMaxRequestBytes), Weight: 1}}}))
 				return err
 			}, connect.CodeResourceExhausted, ""},
 		}

@@ -149,8 +149,12 @@
 // Below this package, every other lock is a leaf too: the store's group
 // commit (internal/kv's group.mu, taken inside store.Apply, which runs
 // with no lock held, never under mu; bbolt's own locks are inside it),
-// the node proxy's client cache (coordinator/ui, proxy.mu), and a
-// leader's lease clock (coordinator/leader, lease.mu). Lock-free state:
+// the node proxy's client cache (coordinator/ui, proxy.mu), a leader's
+// lease clock (coordinator/leader, lease.mu), and on the way to a handler
+// the per-caller call limiter (internal/server's CallLimiter.mu, taken and
+// released in its interceptor before the handler runs), server.Serve's
+// anonymous-connection guard (at accept) and internal/auth's certificate
+// connection registry (revocation checks). Lock-free state:
 // bounds.logged (a sync.Map, limits logged once), a pulse waiter's due
 // flag and an outbox's once (its end), a heartbeat stream's idle timer
 // (its last beat, timeout and stop: atomics, so that a beat takes no
@@ -158,7 +162,8 @@
 // leader's current leader and serving term (atomic pointers) and the etcd
 // store's closed flag. That
 // is eight mutexes in all in coordinator/... (six here, two in
-// subpackages) and one in the store's group commit. The shell's state has
+// subpackages), one in the store's group commit and three on the way to a
+// handler (internal/server, internal/auth). The shell's state has
 // one lock, mu; the outbox and pulse locks let streams take their queues
 // without it, and the three leaves guard the turns, a queue and a cause
 // of their own.
@@ -297,6 +302,18 @@
 // others are killed. Updates are accepted only for the agent's own tasks.
 // Without Config.Authz (loopback, tests) nothing is authorized, but launch
 // proofs and update ownership still hold.
+//
+// # Tests
+//
+// The core's tests are transcripts on a logical clock (core/testdata).
+// Domain tests drive the shell's operations directly, with no server.
+// Cluster tests serve Handler over HTTP/2 on in-memory connections
+// (net.Pipe with loopback addresses): most inside testing/synctest bubbles
+// (startPipeCluster), where timers run on the bubble's clock; those that
+// cannot (restarts on both registry backends, etcd among them, fairness
+// per connection, /metrics) on the wall clock (startCluster); the load and
+// profile tests with simulated agents on agenttest.Network, the same
+// connections. Only the benchmarks serve on loopback TCP.
 //
 // # Errors
 //

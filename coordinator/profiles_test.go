@@ -3,7 +3,6 @@ package coordinator_test
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"slices"
 	"strings"
 	"sync"
@@ -61,7 +60,9 @@ func startProfileCluster(t *testing.T, tiers map[string]int) *profileCluster {
 // a rollout's shadows when shadows is set.
 func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool) *profileCluster {
 	t.Helper()
-	addr := agenttest.NewTCP(t)
+	// An in-memory network, as the load tests have: the same HTTP/2
+	// server and clients as on loopback without the kernel's sockets.
+	network := agenttest.NewNetwork()
 	coord := agenttest.StartCoordinator(t, coordinator.Config{
 		Logger: quiet, AgentHeartbeatInterval: 50 * time.Millisecond, AgentTimeout: 3 * time.Second,
 		// No timer judges rollouts: the tests do (pc.judgeUntil), at
@@ -69,14 +70,17 @@ func startProfileClusterShadows(t *testing.T, tiers map[string]int, shadows bool
 		// decision is the one its signals and time call for, however
 		// loaded the machine.
 		RolloutInterval: -1,
-	}, addr)
-	url := "http://" + addr.Addr
-	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(http.DefaultClient, url), fleets: map[string]*sim.Fleet{}}
+	}, network)
+	client := network.Client()
+	t.Cleanup(client.CloseIdleConnections)
+	pc := &profileCluster{coord: coord, client: slacklinev1connect.NewProfileServiceClient(client, memURL), fleets: map[string]*sim.Fleet{}}
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
 	t.Cleanup(func() { cancel(); wg.Wait() })
 	for tier, n := range tiers {
-		fleet, err := sim.NewFleet(sim.Config{Coordinator: url, Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
+		fleetClient := network.Client()
+		t.Cleanup(fleetClient.CloseIdleConnections)
+		fleet, err := sim.NewFleet(sim.Config{Coordinator: memURL, HTTPClient: fleetClient, Count: n, Resources: resources.MustParse("cpus:4;mem:4096"),
 			HostnamePrefix: tier + "-", Attributes: map[string]string{"tier": tier}, Profile: simulatedEstimator, ProfileShadows: shadows, Logger: quiet})
 		if err != nil {
 			t.Fatal(err)
