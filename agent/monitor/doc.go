@@ -83,14 +83,10 @@
 // The node sample reads /proc/stat (usage = user + nice + system + irq +
 // softirq + steal; cpus_limit = number of CPUs), /proc/meminfo
 // (mem_available_bytes, mem_limit_bytes = MemTotal), /proc/loadavg and
-// /proc/pressure/* (absent without PSI: not looked for again), at most
-// once per Config.NodeInterval (default max(Interval, 1 s)): load and PSI
-// averages move every few seconds. The files are kept open and re-read
-// with pread like the containers' (procfs regenerates them at offset 0),
-// and only the fields kept are parsed, as github.com/prometheus/procfs
-// parses them (the same values to the bit; it opened, read and closed each
-// file and parsed every field, /proc/stat's interrupt counts included: ten
-// times the cost).
+// /proc/pressure/* through github.com/prometheus/procfs, at most once per
+// Config.NodeInterval (default max(Interval, 1 s)): load and PSI averages
+// move every few seconds and the node files cost as much as a dozen
+// containers.
 //
 // With Config.CgroupRoot set (the agent's --cgroup-root), the node's memory
 // is bounded by the lowest memory limit among the root and its ancestors
