@@ -84,7 +84,8 @@ type fastEstimator struct {
 	// memPeaks keeps each member's working-set peak incrementally (with
 	// cfg.Memory), dropped when the member leaves.
 	memPeaks map[string]*memPeakTracker
-	calls    uint64 // raw's calls, which mark the members' state
+	calls    uint64        // raw's calls, which mark the members' state
+	memory   MemoryAccount // the last estimate's
 }
 
 func newFast(cfg Config) (Estimator, error) {
@@ -143,8 +144,13 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 			}
 		}
 	}
-	return slackOf(in, f.cfg, members, predict)
+	var raw resources.Resources
+	raw, f.memory = slackOf(in, f.cfg, members, predict)
+	return raw
 }
+
+// ExplainMemory implements MemoryExplainer.
+func (f *fastEstimator) ExplainMemory() MemoryAccount { return f.memory }
 
 // peaks returns m's CPU peak over the last Confirm (need) and over the
 // Confirm before that (before).
