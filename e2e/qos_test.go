@@ -308,16 +308,22 @@ func TestQoSMemory(t *testing.T) {
 // memoryHogState says where a memory hog is short of being killed: its
 // tasks' states and MemAvailable against the line it must cross.
 func memoryHogState(tasks map[slacklinev1.TaskState][]*slacklinev1.Task, lineMiB float64) string {
-	var states []string
-	for state, ts := range tasks {
-		states = append(states, fmt.Sprintf("%d %s", len(ts), strings.TrimPrefix(state.String(), "TASK_STATE_")))
-	}
-	slices.Sort(states)
+	states := taskStatesText(tasks)
 	avail, err := memAvailableMiB()
 	if err != nil {
 		return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable: %v)", states, err)
 	}
 	return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable %.0f MiB, line %.0f MiB)", states, avail, lineMiB)
+}
+
+// taskStatesText counts tasks by state: "1 KILLED, 2 RUNNING".
+func taskStatesText(tasks map[slacklinev1.TaskState][]*slacklinev1.Task) string {
+	var states []string
+	for state, ts := range tasks {
+		states = append(states, fmt.Sprintf("%d %s", len(ts), strings.TrimPrefix(state.String(), "TASK_STATE_")))
+	}
+	slices.Sort(states)
+	return strings.Join(states, ", ")
 }
 
 func memAvailableMiB() (float64, error) {
