@@ -48,8 +48,9 @@ func TestRevocableMemOffer(t *testing.T) {
 // TestQoSMemoryReclaim: a guaranteed task with a hot working set and a
 // revocable memory hog on one agent whose node is bounded by a cgroup
 // memory limit of its own (boundedNode, 3 GiB): the node's MemAvailable is
-// that limit less what the agent's tasks hold, whatever the host's other
-// tenants do (the host's own only counts once it falls below the bound's).
+// that limit less what the agent's tasks hold, and its memory pressure
+// that cgroup's, whatever the host's other tenants do (the host's
+// MemAvailable only counts once it falls below the bound's).
 // The reclaim line is 2 GiB and the calm line 92 MiB above it: the
 // guaranteed task alone leaves the node calm (~2.8 GiB available), the
 // 1.5 GiB hog takes it below the line (~1.3 GiB), and nothing else moves
@@ -89,7 +90,7 @@ func TestQoSMemoryReclaim(t *testing.T) {
 	eventually(t, scaled(t, 30*time.Second), func() string {
 		total, avail := nodeMemoryMiB(t, agent)
 		if total != nodeMiB {
-			return fmt.Sprintf("the agent's node has %.0f MiB, want the bound's %d", total, nodeMiB)
+			return fmt.Sprintf("the agent's node has %.0f MiB, want the bound's %d (a limit at or above the host's memory bounds nothing: this test needs a host of more than %d MiB)", total, nodeMiB, nodeMiB)
 		}
 		if avail < lineMiB+256 {
 			return fmt.Sprintf("the node has %.0f MiB available with the guaranteed task alone, want well above the %d MiB line", avail, lineMiB)
