@@ -31,6 +31,9 @@ type estimate struct {
 	revocable   resources.Resources
 	at          time.Time
 	explanation *estimator.Explanation
+	// memory is how its mem was made, from an estimator that estimates
+	// memory (Bound MemoryBoundNone otherwise).
+	memory estimator.MemoryAccount
 	// estimator names the estimator that made it; profile and version
 	// are the node profile it runs (#29; "" and 0: the agent's flags).
 	estimator string
@@ -159,11 +162,26 @@ var (
 		"Estimates whose rise was held back by --estimator-rise-interval.", nil, nil)
 )
 
+// The memory estimate's account (#28), from the estimator's latest
+// (estimator.MemoryAccount); absent without a memory estimate.
+var (
+	memoryBoundDesc = prometheus.NewDesc("slackline_agent_estimator_memory_bound_bytes",
+		"Each bound the revocable mem estimate is the least of (negative: over by that much): allocations (guaranteed allocations less their need), total (the agent's mem less the need), node (the node's memory less keep-free, other use and the need).",
+		[]string{"bound"}, nil)
+	memoryLimitingDesc = prometheus.NewDesc("slackline_agent_estimator_memory_limiting",
+		"1 for the bound that set the revocable mem estimate, 0 for the others.", []string{"bound"}, nil)
+	memoryKeepFreeDesc = prometheus.NewDesc("slackline_agent_estimator_memory_keep_free_bytes",
+		"What the running QoS controllers need available to stay calm, left out of the node's memory bound.", nil, nil)
+	memoryOtherDesc = prometheus.NewDesc("slackline_agent_estimator_memory_other_bytes",
+		"What the node holds beyond the containers' working sets (kernel, agent, other processes), left out of the node's memory bound.", nil, nil)
+)
+
 // Describe implements prometheus.Collector: the latest estimate.
 func (l *estimateLoop) Describe(ch chan<- *prometheus.Desc) {
 	ch <- estimateDesc
 	for _, d := range []*prometheus.Desc{calibrationLevelDesc, calibrationMarginDesc, calibrationResolvedDesc,
-		calibrationViolationsDesc, calibrationUnresolvedDesc, calibrationHeldDesc} {
+		calibrationViolationsDesc, calibrationUnresolvedDesc, calibrationHeldDesc,
+		memoryBoundDesc, memoryLimitingDesc, memoryKeepFreeDesc, memoryOtherDesc} {
 		ch <- d
 	}
 }
@@ -175,6 +193,7 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.CPUs(), resources.NameCPUs)
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Mem()*(1<<20), "mem_bytes")
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Bandwidth()*1e6/8, "bandwidth_bytes_per_second")
+	collectMemory(ch, e.memory)
 	if e.explanation == nil {
 		return
 	}
@@ -187,6 +206,32 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(calibrationViolationsDesc, prometheus.CounterValue, c.Violations)
 	ch <- prometheus.MustNewConstMetric(calibrationUnresolvedDesc, prometheus.CounterValue, float64(c.Unresolved))
 	ch <- prometheus.MustNewConstMetric(calibrationHeldDesc, prometheus.CounterValue, float64(c.RisesHeld))
+}
+
+// collectMemory collects the memory estimate's account: each bound it
+// has, which one set the estimate, keep-free and other use (with the node
+// bound); nothing without a memory estimate.
+func collectMemory(ch chan<- prometheus.Metric, a estimator.MemoryAccount) {
+	if a.Bound == estimator.MemoryBoundNone {
+		return
+	}
+	bound := func(b estimator.MemoryBound, mib float64) {
+		limiting := 0.0
+		if a.Bound == b {
+			limiting = 1
+		}
+		ch <- prometheus.MustNewConstMetric(memoryBoundDesc, prometheus.GaugeValue, mib*(1<<20), b.String())
+		ch <- prometheus.MustNewConstMetric(memoryLimitingDesc, prometheus.GaugeValue, limiting, b.String())
+	}
+	bound(estimator.MemoryBoundAllocations, a.AllocationsMiB)
+	if a.HasTotal {
+		bound(estimator.MemoryBoundTotal, a.TotalMiB)
+	}
+	if a.HasNode {
+		bound(estimator.MemoryBoundNode, a.NodeMiB)
+		ch <- prometheus.MustNewConstMetric(memoryKeepFreeDesc, prometheus.GaugeValue, float64(a.Node.KeepFreeBytes))
+		ch <- prometheus.MustNewConstMetric(memoryOtherDesc, prometheus.GaugeValue, float64(a.OtherBytes))
+	}
 }
 
 // sampleTaken is the end of a monitor pass (the monitor's observer calls
@@ -355,6 +400,9 @@ func (l *estimateLoop) publish(now time.Time, points []monitor.Point) (*estimate
 		explanation := ex.Explain()
 		e.explanation = &explanation
 	}
+	if ex, ok := l.estimator.(estimator.MemoryExplainer); ok {
+		e.memory = ex.ExplainMemory()
+	}
 	l.latest.Store(e)
 	return e, in, points
 }
@@ -470,8 +518,45 @@ func (s nodeService) GetEstimate(context.Context, *connect.Request[slacklinev1.G
 		if ex := e.explanation; ex != nil {
 			explainEstimate(resp, ex)
 		}
+		resp.Memory = memoryProto(e.memory)
 	}
 	return connect.NewResponse(resp), nil
+}
+
+// memoryProto is GetEstimate's (and GetUsage's) account of the mem
+// estimate; nil when there is none.
+func memoryProto(a estimator.MemoryAccount) *slacklinev1.EstimateMemory {
+	bound, ok := memoryBounds[a.Bound]
+	if !ok {
+		return nil
+	}
+	m := &slacklinev1.EstimateMemory{
+		LimitedBy:           bound,
+		EstimateMib:         a.EstimateMiB,
+		AllocatedMib:        a.AllocatedMiB,
+		NeedMib:             a.NeedMiB,
+		AllocationsBoundMib: a.AllocationsMiB,
+		NodeTotalBytes:      a.Node.TotalBytes,
+		NodeAvailableBytes:  a.Node.AvailableBytes,
+		KeepFreeBytes:       a.Node.KeepFreeBytes,
+		OtherBytes:          a.OtherBytes,
+		WorkingSetBytes:     a.WorkingSetBytes,
+	}
+	if a.HasTotal {
+		m.TotalBoundMib = &a.TotalMiB
+	}
+	if a.HasNode {
+		m.NodeBoundMib = &a.NodeMiB
+	}
+	return m
+}
+
+// memoryBounds maps the estimator's memory bounds onto the API's; a
+// bound not in it (none) has no account.
+var memoryBounds = map[estimator.MemoryBound]slacklinev1.EstimateMemoryBound{
+	estimator.MemoryBoundAllocations: slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_ALLOCATIONS,
+	estimator.MemoryBoundTotal:       slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_TOTAL,
+	estimator.MemoryBoundNode:        slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_NODE,
 }
 
 // explainEstimate fills GetEstimateResponse fields 4-9 from an explanation.

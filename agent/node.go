@@ -204,6 +204,9 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 	}
 	slices.SortFunc(resp.Usage, func(x, y *slacklinev1.ContainerUsage) int { return strings.Compare(x.GetTaskId(), y.GetTaskId()) })
 	s.a.addNetwork(resp)
+	if l := s.a.slack; l != nil {
+		resp.Memory = memoryProto(l.latest.Load().memory)
+	}
 	return connect.NewResponse(resp), nil
 }
 

@@ -30,8 +30,14 @@ type realAgent struct {
 
 func startAgent(t *testing.T, coordinatorAddr, name, res string, extra ...string) *realAgent {
 	t.Helper()
+	return startAgentAt(t, coordinatorAddr, name, cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9)), res, extra...)
+}
+
+// startAgentAt is startAgent with the agent's --cgroup-root root (under
+// a cgroup bounding the node's memory, say: boundedNode).
+func startAgentAt(t *testing.T, coordinatorAddr, name, root, res string, extra ...string) *realAgent {
+	t.Helper()
 	listen := freeAddr(t)
-	root := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-%s-%d", name, time.Now().UnixNano()%1e9))
 	args := []string{"--coordinator", "http://" + coordinatorAddr, "--listen", listen, "--hostname", name,
 		"--work-dir", filepath.Join(cgrouptest.WorkDir(t, root), name), "--cgroup-root", root, "--resources", res,
 		"--kill-grace-period", "500ms"}

@@ -31,9 +31,10 @@ import (
 
 // TestLiveView drives the coordinator's /ui/ page in headless Chromium
 // against a real coordinator, agent and frameworks: the page lists the
-// agent by hostname, shows its running tasks, draws CPU points that change
-// over time, and puts the QoS correction the test provokes (as
-// TestQoSInterference does) on the node's timeline. On the same cluster it
+// agent by hostname, shows its running tasks and what bounds its memory
+// slack, draws CPU points that change over time, and puts the QoS
+// correction the test provokes (as TestQoSInterference does) on the node's
+// timeline. On the same cluster it
 // then checks that every metric the Grafana dashboard and the Prometheus
 // rules name is on the coordinator's or the agent's /metrics.
 func TestLiveView(t *testing.T) {
@@ -96,6 +97,17 @@ func TestLiveView(t *testing.T) {
 	}
 	if agentID != "" && hash != "#/agents/"+agentID {
 		t.Fatalf("node view at %q, want #/agents/%s", hash, agentID)
+	}
+	// What bounds the memory slack (#28): the bound that set the revocable
+	// mem estimate, with the node's terms (kept free, other use).
+	run("the node view names the bound of the memory slack", 30*time.Second,
+		chromedp.WaitVisible(chromedp.CSS(`#memory-bound[data-limited-by]`)))
+	memoryBound, err := chromedp.Run(ctx, chromedp.Evaluate[[]string](`(() => { const p = document.querySelector("#memory-bound"); return [p.dataset.limitedBy, p.textContent]; })()`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Contains([]string{"allocations", "total", "node"}, memoryBound[0]) || !strings.Contains(memoryBound[1], "kept free for QoS") {
+		t.Errorf("memory bound shown as %q: %q; want the bound that set it and the node's terms", memoryBound[0], memoryBound[1])
 	}
 
 	// History: the agent kept the hogs' series before the page opened, so

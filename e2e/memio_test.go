@@ -3,15 +3,18 @@ package e2e
 import (
 	"context"
 	"fmt"
-	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	"connectrpc.com/connect"
 
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"github.com/slackline/slackline/frameworkapi"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/cgrouptest/nodecgroup"
 	"github.com/slackline/slackline/internal/privileged"
 )
 
@@ -43,24 +46,32 @@ func TestRevocableMemOffer(t *testing.T) {
 }
 
 // TestQoSMemoryReclaim: a guaranteed task with a hot working set and a
-// revocable memory hog on one agent. When the hog drives MemAvailable
-// below the reclaim line (set 1 GiB below what is available now, so a
-// 1.5 GiB hog crosses it on any host; calm is 2% of memory above it) the reclaim controller first takes
-// memory back without killing (memory.high, where the host has it: pure
-// cgroup v2), then freezes the revocable subtree, and kills the hog only
-// because the pressure persists (its anonymous memory cannot be reclaimed
-// without swap); once calm it thaws the subtree. The guaranteed task keeps
-// running, is never corrected, and is never OOM-killed.
+// revocable memory hog on one agent whose node is bounded by a cgroup
+// memory limit of its own (boundedNode, 3 GiB): the node's MemAvailable is
+// that limit less what the agent's tasks hold, and its memory pressure
+// that cgroup's, whatever the host's other tenants do (the host's
+// MemAvailable only counts once it falls below the bound's).
+// The reclaim line is 2 GiB and the calm line 92 MiB above it: the
+// guaranteed task alone leaves the node calm (~2.8 GiB available), the
+// 1.5 GiB hog takes it below the line (~1.3 GiB), and nothing else moves
+// it. The reclaim controller first takes memory back without killing
+// (memory.high, where the host has it: pure cgroup v2), then freezes the
+// revocable subtree, kills the hog only because the pressure persists (its
+// anonymous memory cannot be reclaimed without swap), and once calm thaws
+// the subtree (and releases memory.high). The corrections are exactly that
+// sequence; the guaranteed task keeps running, is never corrected, and is
+// never OOM-killed.
 func TestQoSMemoryReclaim(t *testing.T) {
 	privileged.Require(t)
-	avail, err := memAvailableMiB()
-	if err != nil {
-		t.Fatal(err)
-	}
+	const (
+		nodeMiB = 3072
+		lineMiB = 2048
+	)
 	addr, _, _ := startCoordinator(t)
-	agent := startAgent(t, addr, "memreclaim", "cpus:2;mem:4096", "--monitor-interval", "100ms",
+	root := boundedNode(t, "memreclaim", nodeMiB)
+	agent := startAgentAt(t, addr, "memreclaim", root, "cpus:2;mem:2560", "--monitor-interval", "100ms",
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "reclaim",
-		"--qos-reclaim-low-available", fmt.Sprint(avail-1024), "--qos-memory-min-available", "256")
+		"--qos-reclaim-low-available", fmt.Sprint(lineMiB), "--qos-memory-min-available", "256")
 	waitAgentsActive(t, addr, 1)
 	// A hot working set: 200 MiB written over and over, a pass a second
 	// (so that it leaves CPU slack for the hog's revocable cpus).
@@ -74,6 +85,18 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		}
 		return "guaranteed task not running"
 	})
+	// The node is the bound, and calm with the guaranteed task alone: the
+	// sequence below starts from calm.
+	eventually(t, scaled(t, 30*time.Second), func() string {
+		total, avail := nodeMemoryMiB(t, agent)
+		if total != nodeMiB {
+			return fmt.Sprintf("the agent's node has %.0f MiB, want the bound's %d (a limit at or above the host's memory bounds nothing: this test needs a host of more than %d MiB)", total, nodeMiB, nodeMiB)
+		}
+		if avail < lineMiB+256 {
+			return fmt.Sprintf("the node has %.0f MiB available with the guaranteed task alone, want well above the %d MiB line", avail, lineMiB)
+		}
+		return ""
+	})
 	memoryHigh := strings.Contains(feature(t, agent, "memory_qos").GetDetail(), "memory.high on the revocable subtree")
 	// dd fills a 1.5 GiB buffer from /dev/zero in one read (little CPU: the
 	// revocable subtree is SCHED_IDLE on a loaded machine) and holds it,
@@ -86,7 +109,8 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		tasks := revocableTasks(t, addr, "memhog")
 		killed := tasks[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {
-			return memoryHogState(tasks, avail-1024)
+			_, avail := nodeMemoryMiB(t, agent)
+			return fmt.Sprintf("memory hog not killed (tasks: %s); the node has %.0f MiB available, line %d MiB", taskStatesText(tasks), avail, lineMiB)
 		}
 		st := killed[0].GetStatus()
 		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || !strings.Contains(st.GetMessage(), "frozen") {
@@ -94,38 +118,21 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		}
 		return ""
 	})
-	// Calm again (MemAvailable 2% of memory above the line, as long as
-	// other tenants of the host let it): the subtree is thawed.
-	thawed := func() bool {
+	// Calm again (the hog's memory freed: ~2.8 GiB available, above the
+	// calm line for the calm period): the subtree is thawed.
+	eventually(t, scaled(t, 2*time.Minute), func() string {
 		for _, c := range corrections(t, agent) {
 			if c.GetKind() == slacklinev1.CorrectionKind_CORRECTION_KIND_THAW {
-				return true
+				return ""
 			}
 		}
-		return false
-	}
-	for deadline := time.Now().Add(scaled(t, 2*time.Minute)); !thawed() && time.Now().Before(deadline); {
-		<-time.After(500 * time.Millisecond)
-	}
-	checkThaw := thawed()
-	if !checkThaw {
-		total, err := memInfoMiB("MemTotal:")
-		if err != nil {
-			t.Fatal(err)
-		}
-		now, err := memAvailableMiB()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if calm := avail - 1024 + max(128, 0.02*total); now >= calm {
-			t.Errorf("revocable subtree not thawed with MemAvailable %.0f MiB above the calm line %.0f MiB", now, calm)
-		} else {
-			t.Logf("the host's other tenants kept MemAvailable (%.0f MiB) below the calm line (%.0f MiB): thaw not checked", now, calm)
-		}
-	}
+		_, avail := nodeMemoryMiB(t, agent)
+		return fmt.Sprintf("revocable subtree not thawed; the node has %.0f MiB available", avail)
+	})
 	var kinds []string
 	for _, c := range corrections(t, agent) {
 		kinds = append(kinds, strings.TrimPrefix(c.GetKind().String(), "CORRECTION_KIND_"))
+		t.Logf("correction %s %s: %s", c.GetKind(), c.GetTaskId(), c.GetReason())
 		if c.GetController() != "reclaim" {
 			t.Errorf("correction by %q: %v", c.GetController(), c)
 		}
@@ -134,16 +141,16 @@ func TestQoSMemoryReclaim(t *testing.T) {
 		}
 	}
 	sequence := strings.Join(kinds, " ")
-	t.Logf("corrections: %s (memory.high available: %v)", sequence, memoryHigh)
-	want := "FREEZE KILL"
+	// Exactly: without memory.high (cgroup v1) the subtree is frozen at
+	// once; with it, reclaimed one step a second first and released step
+	// by step after the thaw.
+	want := regexp.MustCompile(`^FREEZE KILL THAW$`)
 	if memoryHigh {
-		want = "RECLAIM FREEZE KILL"
+		want = regexp.MustCompile(`^(RECLAIM )+FREEZE KILL THAW( RELEASE)*$`)
 	}
-	if checkThaw {
-		want += " THAW"
-	}
-	if !inOrder(kinds, strings.Fields(want)) {
-		t.Errorf("corrections %s, want %s in that order", sequence, want)
+	t.Logf("corrections: %s (memory.high available: %v)", sequence, memoryHigh)
+	if !want.MatchString(sequence) {
+		t.Errorf("corrections %s, want %s", sequence, want)
 	}
 	for _, task := range taskStatuses(t, addr, "guaranteed") {
 		if task.GetState() != slacklinev1.TaskState_TASK_STATE_RUNNING {
@@ -161,20 +168,37 @@ func TestQoSMemoryReclaim(t *testing.T) {
 	}
 }
 
-// memInfoMiB reads a /proc/meminfo field in MiB.
-func memInfoMiB(field string) (float64, error) {
-	raw, err := os.ReadFile("/proc/meminfo")
+// boundedNode makes a cgroup of the test's own with a memory limit of
+// limitMiB (nodecgroup.Make) and returns the agent's --cgroup-root under
+// it: the node's memory, as the agent sees it, is then that limit and what
+// the agent's tasks (its revocable subtree, beside its root, included)
+// leave of it. The cgroup is removed after the agent's own cleanup.
+func boundedNode(t *testing.T, name string, limitMiB uint64) string {
+	t.Helper()
+	layout, err := cgroups.Detect(cgrouptest.Mountpoint)
 	if err != nil {
-		return 0, err
+		t.Fatal(err)
 	}
-	for line := range strings.SplitSeq(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, field); ok {
-			var kb float64
-			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
-			return kb / 1024, err
-		}
+	bound := cgrouptest.PriorityRoot(fmt.Sprintf("slackline-e2e-%s-node-%d", name, time.Now().UnixNano()%1e9))
+	// Registered before the agent's: cleanups run last first, so the
+	// bound goes once the agent's root and tasks are gone.
+	t.Cleanup(func() { cgrouptest.RemoveRoot(bound) })
+	if err := nodecgroup.Make(layout, bound, limitMiB<<20); err != nil {
+		t.Fatalf("bound the node's memory: %v", err)
 	}
-	return 0, fmt.Errorf("no %s in /proc/meminfo", field)
+	return bound + "/node"
+}
+
+// nodeMemoryMiB returns the node's memory and what is available of it as
+// the agent's monitor sees them (GetUsage's node statistics), in MiB.
+func nodeMemoryMiB(t *testing.T, a *realAgent) (total, avail float64) {
+	t.Helper()
+	usage, err := a.node().GetUsage(context.Background(), connect.NewRequest(&slacklinev1.GetUsageRequest{}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := usage.Msg.GetNode()
+	return float64(n.GetMemLimitBytes()) / (1 << 20), float64(n.GetMemAvailableBytes()) / (1 << 20)
 }
 
 // inOrder reports whether want occurs in got as a subsequence.

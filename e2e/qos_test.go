@@ -257,40 +257,44 @@ func (p *qosProbe) diagnosis() string {
 }
 
 // TestQoSMemory: a memory hog in the revocable subtree is killed when the
-// node runs short of memory, before guaranteed work suffers. The node's
-// threshold is set 1 GiB below what is available now, so a hog of 1.5 GiB
-// (2,000 MiB where at least 8 GiB is available, so that other tenants
-// freeing memory meanwhile do not hide it) crosses it on any host.
+// node runs short of memory, before guaranteed work suffers. The node is
+// bounded by a cgroup memory limit of its own (boundedNode, 3 GiB), so
+// that its MemAvailable is that limit less what the agent's tasks hold,
+// whatever other tenants of the host do: the guaranteed task alone leaves
+// ~3 GiB, above the 2 GiB line, and the 1.5 GiB hog takes it below.
 func TestQoSMemory(t *testing.T) {
 	privileged.Require(t)
-	avail, err := memAvailableMiB()
-	if err != nil {
-		t.Fatal(err)
-	}
+	const (
+		nodeMiB = 3072
+		lineMiB = 2048
+	)
 	addr, _, _ := startCoordinator(t)
-	startAgent(t, addr, "qosmem", "cpus:2;mem:4096", "--monitor-interval", "100ms",
+	agent := startAgentAt(t, addr, "qosmem", boundedNode(t, "qosmem", nodeMiB), "cpus:2;mem:2560", "--monitor-interval", "100ms",
 		"--oversubscribed-resources-interval", "200ms", "--estimator-window", "5s", "--qos-controller", "memory",
-		"--qos-memory-min-available", fmt.Sprint(avail-1024))
+		"--qos-memory-min-available", fmt.Sprint(lineMiB))
 	waitAgentsActive(t, addr, 1)
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "guaranteed", "--tasks", "1",
 		"--task-resources", "cpus:1.5;mem:64", "--command", "sleep 1000")
-	hogMiB := 1536
-	if avail >= 8192 {
-		hogMiB = 2000 // one read(2) returns at most 2 GiB - 4 KiB
-	}
-	// dd reads the hog's size into one buffer with a single read (the kernel
+	eventually(t, scaled(t, 30*time.Second), func() string {
+		if total, avail := nodeMemoryMiB(t, agent); total != nodeMiB || avail < lineMiB+256 {
+			return fmt.Sprintf("the agent's node has %.0f of %.0f MiB available, want the bound's %d MiB, well above the %d MiB line (a limit at or above the host's memory bounds nothing)",
+				avail, total, nodeMiB, lineMiB)
+		}
+		return ""
+	})
+	// dd reads 1.5 GiB into one buffer with a single read (the kernel
 	// zero-fills it: little CPU, even at idle priority), then blocks
 	// writing it to a pipe nobody reads, holding the memory until killed.
 	start(t, "batch-framework", "--coordinator", "http://"+addr, "--name", "memhog", "--revocable", "--tasks", "1",
-		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:3072", "--command", fmt.Sprintf("dd if=/dev/zero bs=%dM count=1 status=none | sleep 100000", hogMiB))
+		"--max-attempts", "1", "--task-resources", "cpus:0.2;mem:2048", "--command", "dd if=/dev/zero bs=1536M count=1 status=none | sleep 100000")
 	// The bound is the hog's launch, its buffer's fill and the kill: under
 	// emulation the fill alone takes minutes (EnvTimeoutScale).
-	line := avail - 1024
 	eventually(t, scaled(t, 90*time.Second), func() string {
 		tasks := revocableTasks(t, addr, "memhog")
 		killed := tasks[slacklinev1.TaskState_TASK_STATE_KILLED]
 		if len(killed) == 0 {
-			return memoryHogState(tasks, line)
+			_, avail := nodeMemoryMiB(t, agent)
+			return fmt.Sprintf("memory hog not killed (tasks: %s); the node has %.0f MiB available, line %d MiB", taskStatesText(tasks), avail, lineMiB)
 		}
 		st := killed[0].GetStatus()
 		if st.GetReason() != slacklinev1.Reason_REASON_CONTAINER_PREEMPTED || !strings.Contains(strings.ToLower(st.GetMessage()), "mem") {
@@ -305,32 +309,12 @@ func TestQoSMemory(t *testing.T) {
 	}
 }
 
-// memoryHogState says where a memory hog is short of being killed: its
-// tasks' states and MemAvailable against the line it must cross.
-func memoryHogState(tasks map[slacklinev1.TaskState][]*slacklinev1.Task, lineMiB float64) string {
+// taskStatesText counts tasks by state: "1 KILLED, 2 RUNNING".
+func taskStatesText(tasks map[slacklinev1.TaskState][]*slacklinev1.Task) string {
 	var states []string
 	for state, ts := range tasks {
 		states = append(states, fmt.Sprintf("%d %s", len(ts), strings.TrimPrefix(state.String(), "TASK_STATE_")))
 	}
 	slices.Sort(states)
-	avail, err := memAvailableMiB()
-	if err != nil {
-		return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable: %v)", states, err)
-	}
-	return fmt.Sprintf("memory hog not killed (tasks: %v; MemAvailable %.0f MiB, line %.0f MiB)", states, avail, lineMiB)
-}
-
-func memAvailableMiB() (float64, error) {
-	raw, err := os.ReadFile("/proc/meminfo")
-	if err != nil {
-		return 0, err
-	}
-	for _, line := range strings.Split(string(raw), "\n") {
-		if rest, ok := strings.CutPrefix(line, "MemAvailable:"); ok {
-			var kb float64
-			_, err := fmt.Sscanf(strings.TrimSpace(rest), "%f", &kb)
-			return kb / 1024, err
-		}
-	}
-	return 0, fmt.Errorf("no MemAvailable in /proc/meminfo")
+	return strings.Join(states, ", ")
 }

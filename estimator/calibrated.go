@@ -476,6 +476,10 @@ func limitingOf(ex Explanation) (limiting, reason string) {
 // copy of 100 members cost as much as a tenth of the estimate (#29).
 func (c *calibratedEstimator) Explain() Explanation { return c.explained }
 
+// ExplainMemory implements MemoryExplainer: fast's account, whose memory
+// estimate the calibrated one publishes (the calibration is of cpus).
+func (c *calibratedEstimator) ExplainMemory() MemoryAccount { return c.fast.memory }
+
 // Explainer is implemented by estimators that can say how their last
 // estimate was made (the calibrated one). Like Estimate, Explain is called
 // from the estimator's goroutine. The Explanation's Members must not be

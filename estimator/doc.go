@@ -111,6 +111,11 @@
 //     sets (kernel, agent, other processes), less the guaranteed need:
 //     revocable work using all of it then leaves the reclaim controller
 //     calm instead of driving the node under its line (#28; NodeMemory).
+//     Every estimator that estimates mem is a MemoryExplainer: its
+//     MemoryAccount names the bound that set the last estimate
+//     (allocations, total or node) with each bound's terms, KeepFree and
+//     the node's other use among them, for GetEstimate, GetUsage and
+//     /metrics (slackline_agent_estimator_memory_*).
 //     The backtest's traces have no node figures and are not bounded. A container with fewer than
 //     MinSamples samples in the window is taken to need its whole
 //     allocation (all estimators).

@@ -86,7 +86,7 @@ func candidate(cfg Config, predict cpuPredictor) (Estimator, error) {
 }
 
 func (c *candidateEstimator) Estimate(in Input) resources.Resources {
-	raw := slackOf(in, c.cfg, guaranteedMembers(in, c.cfg.Window), c.predict)
+	raw, _ := slackOf(in, c.cfg, guaranteedMembers(in, c.cfg.Window), c.predict)
 	c.published = c.cfg.Hysteresis.Apply(c.published, raw)
 	return c.published
 }

@@ -89,6 +89,7 @@ type fastEstimator struct {
 	// members is the buffer of each call's members (membersInto),
 	// cleared once the call is done.
 	members []member
+	memory  MemoryAccount // the last estimate's
 }
 
 // memberState is what fast (and calibrated) keep of one member between
@@ -174,8 +175,13 @@ func (f *fastEstimator) raw(in Input, members []member, predict cpuPredictor) re
 			m.state.bursts.ingest(m.container.History, in.Now, f.cfg.Fast.Onset)
 		}
 	}
-	return slackOf(in, f.cfg, members, predict)
+	var raw resources.Resources
+	raw, f.memory = slackOf(in, f.cfg, members, predict)
+	return raw
 }
+
+// ExplainMemory implements MemoryExplainer.
+func (f *fastEstimator) ExplainMemory() MemoryAccount { return f.memory }
 
 // peaks returns m's CPU peak over the last Confirm (need) and over the
 // Confirm before that (before).

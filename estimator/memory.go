@@ -112,3 +112,77 @@ func searchFrom(window []Sample, t time.Time) int {
 	}
 	return sort.Search(n, func(i int) bool { return !window[i].Time.Before(t) })
 }
+
+// MemoryBound names the bound that set a memory estimate (MemoryAccount).
+type MemoryBound int
+
+// The bounds of a memory estimate, in the order they are taken on a tie.
+const (
+	// MemoryBoundNone: no memory was estimated (Config.Memory off, or no
+	// estimate made yet).
+	MemoryBoundNone MemoryBound = iota
+	// MemoryBoundAllocations: the guaranteed allocations less their need
+	// (their working sets' peaks plus the margin).
+	MemoryBoundAllocations
+	// MemoryBoundTotal: the agent's total mem less the need.
+	MemoryBoundTotal
+	// MemoryBoundNode: the node's memory less what the QoS controllers
+	// keep free, the node's other use and the need (NodeMemory).
+	MemoryBoundNode
+)
+
+// String returns the bound's name as GetEstimate and /metrics show it:
+// "allocations", "total", "node" or "none".
+func (b MemoryBound) String() string {
+	switch b {
+	case MemoryBoundAllocations:
+		return "allocations"
+	case MemoryBoundTotal:
+		return "total"
+	case MemoryBoundNode:
+		return "node"
+	}
+	return "none"
+}
+
+// MemoryAccount is how a memory estimate was made (#28): each bound it
+// was the least of, which one set it, and the node's figures behind the
+// node bound. Amounts are in MiB (the mem resource's unit) unless named
+// bytes; bounds may be negative (the estimate is then 0).
+type MemoryAccount struct {
+	// Bound is the bound that set the estimate.
+	Bound MemoryBound
+	// EstimateMiB is the estimate before hysteresis: max(0, the least
+	// bound).
+	EstimateMiB float64
+	// AllocatedMiB is Σ allocations and NeedMiB Σ need over the guaranteed
+	// containers and protected services (a member warming up needs its
+	// whole allocation).
+	AllocatedMiB, NeedMiB float64
+	// AllocationsMiB is AllocatedMiB − NeedMiB.
+	AllocationsMiB float64
+	// TotalMiB is the agent's total mem less NeedMiB, when HasTotal (the
+	// Input's Total has mem).
+	TotalMiB float64
+	HasTotal bool
+	// NodeMiB is the node bound, Total − KeepFree − other − NeedMiB, when
+	// HasNode (the node's memory is known).
+	NodeMiB float64
+	HasNode bool
+	// Node is the node's memory the estimate saw (Input.Node).
+	Node NodeMemory
+	// OtherBytes is what the node holds beyond the containers' latest
+	// working sets (the kernel, the agent, other processes), and
+	// WorkingSetBytes the sum of those working sets, revocable containers'
+	// included; both 0 without HasNode.
+	OtherBytes, WorkingSetBytes uint64
+}
+
+// MemoryExplainer is implemented by the estimators that estimate memory
+// (usage, predictive, fast and calibrated): ExplainMemory says how the
+// last estimate's mem was made (Bound MemoryBoundNone before any, or
+// without Config.Memory). Like Estimate, it is called from the
+// estimator's goroutine; the account is a value the caller may keep.
+type MemoryExplainer interface {
+	ExplainMemory() MemoryAccount
+}

@@ -85,10 +85,14 @@ func (p *periodicEstimator) Estimate(in Input) resources.Resources {
 			delete(p.series, key)
 		}
 	}
-	raw := slackOf(in, p.usage.cfg, members, p.predictCPU)
+	var raw resources.Resources
+	raw, p.usage.memory = slackOf(in, p.usage.cfg, members, p.predictCPU)
 	p.usage.published = p.usage.cfg.Hysteresis.Apply(p.usage.published, raw)
 	return p.usage.published
 }
+
+// ExplainMemory implements MemoryExplainer.
+func (p *periodicEstimator) ExplainMemory() MemoryAccount { return p.usage.memory }
 
 func (p *periodicEstimator) predictCPU(m member, now time.Time) float64 {
 	if peak, ok := p.series[m.key].predict(now); ok {

@@ -146,8 +146,10 @@ func searchAfterFromHead(history []Sample, t time.Time) int {
 // window is taken to need its whole allocation. A protected service's alloc
 // is its reservation, or its peak in the window when it has none. Memory is
 // the same with memNeedOf's need (the working-set peak over MemoryWindow
-// plus MemoryMargin), when cfg.Memory is set. Bandwidth is bandwidthSlack's.
-func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) resources.Resources {
+// plus MemoryMargin), when cfg.Memory is set, and also at most the node's
+// bound (nodeMemBound); the account says which bound set it. Bandwidth is
+// bandwidthSlack's.
+func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) (resources.Resources, MemoryAccount) {
 	var cpuAlloc, cpuNeed, memAlloc, memNeed float64
 	for _, m := range members {
 		c := m.container
@@ -177,37 +179,58 @@ func slackOf(in Input, cfg Config, members []member, predictCPU cpuPredictor) re
 	if total := in.Total.CPUs(); total > 0 {
 		cpus = min(cpus, total-cpuNeed)
 	}
-	var mem float64
+	var account MemoryAccount
 	if cfg.Memory {
-		mem = memAlloc - memNeed
-		if total := in.Total.Mem(); total > 0 {
-			mem = min(mem, total-memNeed)
-		}
-		if bound, ok := nodeMemBound(in, memNeed); ok {
-			mem = min(mem, bound)
+		account = memoryAccountOf(in, memAlloc, memNeed)
+	}
+	return resources.New(max(0, cpus), account.EstimateMiB, 0).With(resources.Bandwidth, bandwidthSlack(in, cfg, members)), account
+}
+
+// memoryAccountOf is the memory estimate (MiB) of guaranteed work
+// allocated alloc MiB and needing need MiB, with the bounds it was taken
+// from: the allocations, the agent's total (when in.Total has mem) and the
+// node (when in.Node is known), the least of them setting it (on a tie,
+// the first in that order).
+func memoryAccountOf(in Input, alloc, need float64) MemoryAccount {
+	a := MemoryAccount{
+		Bound: MemoryBoundAllocations, AllocatedMiB: alloc, NeedMiB: need,
+		AllocationsMiB: alloc - need, Node: in.Node,
+	}
+	least := a.AllocationsMiB
+	if total := in.Total.Mem(); total > 0 {
+		a.TotalMiB, a.HasTotal = total-need, true
+		if a.TotalMiB < least {
+			least, a.Bound = a.TotalMiB, MemoryBoundTotal
 		}
 	}
-	return resources.New(max(0, cpus), max(0, mem), 0).With(resources.Bandwidth, bandwidthSlack(in, cfg, members))
+	if bound, other, working, ok := nodeMemBound(in, need); ok {
+		a.NodeMiB, a.HasNode, a.OtherBytes, a.WorkingSetBytes = bound, true, other, working
+		if bound < least {
+			least, a.Bound = bound, MemoryBoundNode
+		}
+	}
+	a.EstimateMiB = max(0, least)
+	return a
 }
 
 // nodeMemBound is the memory slack (MiB) the node can back without going
 // under in.Node.KeepFreeBytes of available memory when guaranteed work
-// needs memNeed MiB (NodeMemory's formula); ok is false when the node's
-// memory is not known.
-func nodeMemBound(in Input, memNeed float64) (bound float64, ok bool) {
+// needs memNeed MiB (NodeMemory's formula), with the other use and the
+// sum of the latest working sets it was taken from (bytes); ok is false
+// when the node's memory is not known.
+func nodeMemBound(in Input, memNeed float64) (bound float64, other, working uint64, ok bool) {
 	node := in.Node
 	if node.TotalBytes == 0 || node.AvailableBytes == 0 {
-		return 0, false
+		return 0, 0, 0, false
 	}
-	var working uint64
 	for _, list := range [][]Container{in.Containers, in.Protected} {
 		for i := range list {
 			working += latestMemBytes(list[i].History, in.Now)
 		}
 	}
 	used := node.TotalBytes - min(node.TotalBytes, node.AvailableBytes)
-	other := used - min(used, working)
-	return mib(node.TotalBytes) - mib(node.KeepFreeBytes) - mib(other) - memNeed, true
+	other = used - min(used, working)
+	return mib(node.TotalBytes) - mib(node.KeepFreeBytes) - mib(other) - memNeed, other, working, true
 }
 
 // latestMemBytes is the working set of the latest sample at or before now

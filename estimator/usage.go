@@ -14,6 +14,7 @@ import (
 type usageEstimator struct {
 	cfg       Config
 	published resources.Resources
+	memory    MemoryAccount // the last estimate's
 }
 
 func newUsage(cfg Config) (Estimator, error) {
@@ -25,10 +26,14 @@ func newUsage(cfg Config) (Estimator, error) {
 
 // Estimate implements Estimator.
 func (u *usageEstimator) Estimate(in Input) resources.Resources {
-	raw := slackOf(in, u.cfg, guaranteedMembers(in, u.cfg.Window), u.predictCPU)
+	var raw resources.Resources
+	raw, u.memory = slackOf(in, u.cfg, guaranteedMembers(in, u.cfg.Window), u.predictCPU)
 	u.published = u.cfg.Hysteresis.Apply(u.published, raw)
 	return u.published
 }
+
+// ExplainMemory implements MemoryExplainer.
+func (u *usageEstimator) ExplainMemory() MemoryAccount { return u.memory }
 
 func (u *usageEstimator) predictCPU(m member, now time.Time) float64 {
 	return max(percentileCPU(m.window, u.cfg.Percentile), decayingPeak(m.window, now, u.cfg.PeakHalfLife))

@@ -20,9 +20,10 @@ import (
 //   - a guaranteed or protected container's memory.pressure some avg10 >
 //     SomeEnter, or full avg10 > FullEnter;
 //   - the node's /proc/pressure/memory some avg10 > NodeSomeEnter, or full
-//     avg10 > NodeFullEnter. Node PSI also counts the stalls of revocable
-//     work being reclaimed, which this controller causes, so its defaults
-//     are higher than the containers'.
+//     avg10 > NodeFullEnter (on a node bounded by a cgroup's memory limit,
+//     that cgroup's memory.pressure: the agent's monitor). Node PSI also
+//     counts the stalls of revocable work being reclaimed, which this
+//     controller causes, so its defaults are higher than the containers'.
 //
 // It is calm when every measure is below half its threshold and
 // MemAvailable is above its line by max(CalmMarginBytes,

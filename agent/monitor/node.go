@@ -14,8 +14,10 @@ import (
 
 // sampleNode reads the node's figures from procfs: CPU time from
 // /proc/stat, memory from /proc/meminfo, load from /proc/loadavg and PSI
-// from /proc/pressure (absent on kernels without PSI: left unset). Called
-// with sampleMu held. What could be read is returned even with an error.
+// from /proc/pressure (absent on kernels without PSI: left unset); a
+// cgroup bounding the node's memory replaces the memory figures and the
+// memory pressure (boundNodeMemory). Called with sampleMu held. What could
+// be read is returned even with an error.
 func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 	st := &slacklinev1.ResourceStatistics{Timestamp: timestamppb.New(now)}
 	u := Usage{Time: now, Stats: st}
@@ -49,10 +51,6 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 		}
 	}
 
-	if err := m.boundNodeMemory(now, &u); err != nil { // the agent's cgroup root's memory limit (nodebound.go)
-		errs = append(errs, err)
-	}
-
 	if load, err := m.proc.LoadAvg(); err != nil {
 		errs = append(errs, fmt.Errorf("node load: %w", err))
 	} else {
@@ -72,6 +70,12 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 			continue
 		}
 		*p.dst = pressure(psiLineOf(psi.Some), psiLineOf(psi.Full))
+	}
+
+	// The agent's cgroup root's memory limit (nodebound.go): after the
+	// host's memory pressure, which the bounding cgroup's replaces.
+	if err := m.boundNodeMemory(now, &u); err != nil {
+		errs = append(errs, err)
 	}
 	return u, errors.Join(errs...)
 }

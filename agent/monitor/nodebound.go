@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 )
 
 // nodeBoundRescanInterval is how often the memory limits of the agent's
@@ -20,7 +21,7 @@ const nodeBoundRescanInterval = 10 * time.Second
 
 // memoryBound is what the node's memory is bounded by: the lowest finite
 // memory limit among the agent's cgroup root and its ancestors, with that
-// cgroup's charged memory and inactive page cache.
+// cgroup's charged memory, inactive page cache and memory pressure.
 type memoryBound struct {
 	// limit is the cgroup's memory limit in bytes (0: none).
 	limit uint64
@@ -29,6 +30,11 @@ type memoryBound struct {
 	// (v2 memory.stat inactive_file, v1 total_inactive_file), which the
 	// kernel reclaims first.
 	usage, inactiveFile uint64
+	// pressure is the cgroup's memory.pressure in the v2 tree (nil: none,
+	// a kernel without PSI or a layout without the v2 tree): the stalls of
+	// the node's own tasks, where /proc/pressure/memory counts every
+	// tenant's of the host.
+	pressure *slacklinev1.Pressure
 }
 
 // pickBound returns the index of the lowest of limits below hostTotal (0
@@ -67,8 +73,9 @@ func boundedMemory(hostTotal, hostAvail uint64, b memoryBound) (total, avail uin
 // Monitor.sampleMu.
 type nodeBound struct {
 	// dirs are the cgroup root's directories in the memory hierarchy, the
-	// outermost ancestor first and the root itself last.
-	dirs []string
+	// outermost ancestor first and the root itself last; pressureDirs the
+	// same in the v2 tree, where PSI is (nil without one).
+	dirs, pressureDirs []string
 	// limitName, usageName, statName and inactiveKey name the memory
 	// controller's files and memory.stat key.
 	limitName, usageName, statName, inactiveKey string
@@ -78,6 +85,7 @@ type nodeBound struct {
 	limit     uint64    // its limit
 	usage     controlFile
 	stat      controlFile
+	pressure  controlFile
 }
 
 // newNodeBound returns the reader of the limits bounding the node for the
@@ -106,6 +114,9 @@ func newNodeBound(layout cgroups.Layout, root string) (*nodeBound, error) {
 	parts := strings.Split(root, "/")
 	for i := range parts {
 		b.dirs = append(b.dirs, filepath.Join(top, filepath.Join(parts[:i+1]...)))
+		if layout.Unified != "" {
+			b.pressureDirs = append(b.pressureDirs, filepath.Join(layout.Unified, filepath.Join(parts[:i+1]...)))
+		}
 	}
 	return b, nil
 }
@@ -135,10 +146,13 @@ func (b *nodeBound) rescan(now time.Time, hostTotal uint64) (bool, error) {
 	changed := chosen != b.chosen || limit != b.limit
 	if chosen != b.chosen {
 		b.close()
-		b.usage, b.stat = controlFile{}, controlFile{}
+		b.usage, b.stat, b.pressure = controlFile{}, controlFile{}, controlFile{}
 		if chosen >= 0 {
 			b.usage = controlFileIn(b.dirs[chosen], b.usageName)
 			b.stat = controlFileIn(b.dirs[chosen], b.statName)
+			if b.pressureDirs != nil {
+				b.pressure = controlFileIn(b.pressureDirs[chosen], "memory.pressure")
+			}
 		}
 	}
 	b.chosen, b.limit = chosen, limit
@@ -172,6 +186,17 @@ func (b *nodeBound) read(now time.Time, hostTotal uint64, buf *[]byte) (bound me
 		}
 	})
 	bound.limit = b.limit
+	// Without the file (no PSI, or the cgroup missing from the v2 tree)
+	// the node keeps the host's pressure; it is not looked for again
+	// until the bound changes.
+	switch data, perr := b.pressure.read(buf); {
+	case errors.Is(perr, errNotExist):
+		b.pressure.absent = true
+	case perr != nil:
+		err = errors.Join(err, fmt.Errorf("node memory bound: %w", perr))
+	case data != nil:
+		bound.pressure = pressure(parsePressure(data))
+	}
 	return bound, changed, err
 }
 
@@ -179,12 +204,15 @@ func (b *nodeBound) read(now time.Time, hostTotal uint64, buf *[]byte) (bound me
 func (b *nodeBound) close() {
 	b.usage.close()
 	b.stat.close()
+	b.pressure.close()
 }
 
 // boundNodeMemory bounds the node's memory figures in u (read from
 // /proc/meminfo) by the lowest memory limit of the agent's cgroup root and
-// its ancestors (see Config.CgroupRoot). Called by sampleNode with
-// sampleMu held; a node whose MemTotal could not be read is left alone.
+// its ancestors (see Config.CgroupRoot), and takes that cgroup's memory
+// pressure for the node's (read from /proc/pressure/memory) where the v2
+// tree has it. Called by sampleNode with sampleMu held; a node whose
+// MemTotal could not be read is left alone.
 func (m *Monitor) boundNodeMemory(now time.Time, u *Usage) error {
 	b, st := m.nodeBound, u.Stats
 	if b == nil || st.MemLimitBytes == 0 {
@@ -204,6 +232,9 @@ func (m *Monitor) boundNodeMemory(now time.Time, u *Usage) error {
 	}
 	st.MemLimitBytes, st.MemAvailableBytes = boundedMemory(st.MemLimitBytes, st.MemAvailableBytes, bound)
 	u.MemUsage = st.MemLimitBytes - min(st.MemLimitBytes, st.MemAvailableBytes)
+	if bound.pressure != nil {
+		st.MemoryPressure = bound.pressure
+	}
 	return err
 }
 

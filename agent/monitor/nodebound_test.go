@@ -80,11 +80,18 @@ func TestNewNodeBound(t *testing.T) {
 	if !slicesEqual(b.dirs, want) || b.limitName != "memory.max" || b.inactiveKey != "inactive_file" {
 		t.Errorf("v2: dirs %v limit %s key %s, want %v memory.max inactive_file", b.dirs, b.limitName, b.inactiveKey, want)
 	}
+	if !slicesEqual(b.pressureDirs, want) {
+		t.Errorf("v2: pressure dirs %v, want %v", b.pressureDirs, want)
+	}
 	if b, err = newNodeBound(hybrid, "slackline"); err != nil {
 		t.Fatal(err)
 	}
 	if !slicesEqual(b.dirs, []string{"/cg/memory/slackline"}) || b.limitName != "memory.limit_in_bytes" || b.inactiveKey != "total_inactive_file" {
 		t.Errorf("hybrid: dirs %v limit %s key %s", b.dirs, b.limitName, b.inactiveKey)
+	}
+	// PSI is in the v2 tree in both layouts.
+	if !slicesEqual(b.pressureDirs, []string{"/cg/unified/slackline"}) {
+		t.Errorf("hybrid: pressure dirs %v, want the v2 tree's /cg/unified/slackline", b.pressureDirs)
 	}
 	if b, err = newNodeBound(v2, ""); b != nil || err != nil {
 		t.Errorf("empty root: %v, %v; want nil, nil", b, err)
@@ -128,20 +135,23 @@ func boundTestMonitor(tb testing.TB, mode, dir, root string) *Monitor {
 }
 
 // TestNodeMemoryBoundedByCgroupRoot runs the shell on fake trees of both
-// layouts: the lowest limit among the root's ancestors bounds the node,
-// limits are re-read every nodeBoundRescanInterval, and without a finite
-// limit no usage file is opened.
+// layouts: the lowest limit among the root's ancestors bounds the node
+// (its memory and, from the v2 tree, its memory pressure), limits are
+// re-read every nodeBoundRescanInterval, and without a finite limit no
+// usage file is opened.
 func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 	t.Parallel()
 	const hostTotal, hostAvail = 8000000 * kib, 6000000 * kib
+	const hostPSI, boundPSI = 0.10, 12.5 // fakeProc's memory some avg10, the bound's
 	for _, tc := range []struct {
 		mode                            string
 		prefix                          string // the memory hierarchy under the mountpoint
+		v2                              string // the v2 tree under the mountpoint
 		limit, usage, stat, inactiveKey string
 		unlimited                       string
 	}{
-		{"v2", "", "memory.max", "memory.current", "memory.stat", "inactive_file", "max\n"},
-		{"hybrid", "memory/", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat", "total_inactive_file", "9223372036854771712\n"},
+		{"v2", "", "", "memory.max", "memory.current", "memory.stat", "inactive_file", "max\n"},
+		{"hybrid", "memory/", "unified/", "memory.limit_in_bytes", "memory.usage_in_bytes", "memory.stat", "total_inactive_file", "9223372036854771712\n"},
 	} {
 		t.Run(tc.mode, func(t *testing.T) {
 			t.Parallel()
@@ -155,8 +165,13 @@ func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 				root + "/" + tc.limit:   strconv.Itoa(2048*mib) + "\n",
 				root + "/" + tc.usage:   strconv.Itoa(1100*mib) + "\n",
 				root + "/" + tc.stat:    tc.inactiveKey + " 0\n",
+				// Only the parent has a memory.pressure: the root's
+				// (below) is never read while the parent bounds.
+				tc.v2 + "bench/memory.pressure":      "some avg10=12.50 avg60=1.00 avg300=0.50 total=7000000\nfull avg10=3.00 avg60=0.10 avg300=0.00 total=900000\n",
+				tc.v2 + "bench/node/memory.pressure": "some avg10=99.00 avg60=0.00 avg300=0.00 total=1\nfull avg10=0.00 avg60=0.00 avg300=0.00 total=0\n",
 			})
 			m := boundTestMonitor(t, tc.mode, dir, "bench/node")
+			wantPSI := boundPSI
 			check := func(at time.Duration, wantTotal, wantAvail uint64) {
 				t.Helper()
 				if err := m.Sample(t0.Add(at)); err != nil {
@@ -166,6 +181,9 @@ func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 				if n.Stats.MemLimitBytes != wantTotal || n.Stats.MemAvailableBytes != wantAvail || n.MemUsage != wantTotal-wantAvail {
 					t.Errorf("at %v: node total %d avail %d usage %d, want %d %d %d", at, n.Stats.MemLimitBytes,
 						n.Stats.MemAvailableBytes, n.MemUsage, wantTotal, wantAvail, wantTotal-wantAvail)
+				}
+				if got := n.Stats.GetMemoryPressure().GetSomeAvg10(); got != wantPSI {
+					t.Errorf("at %v: node memory pressure some avg10 %v, want %v", at, got, wantPSI)
 				}
 			}
 			// The parent's 1536 MiB is the lowest: 1536 - (1200 - 100) = 436 MiB available.
@@ -178,7 +196,9 @@ func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 			// A new limit on the root is seen at the next scan, not before.
 			writeFiles(t, cg, map[string]string{root + "/" + tc.limit: strconv.Itoa(1024*mib) + "\n"})
 			check(2*time.Second, 1536*mib, 136*mib)
-			// The root's 1024 MiB: 1024 - 1100 -> 0 available.
+			// The root's 1024 MiB: 1024 - 1100 -> 0 available, and its
+			// memory pressure.
+			wantPSI = 99
 			check(nodeBoundRescanInterval, 1024*mib, 0)
 			writeFiles(t, cg, map[string]string{root + "/" + tc.usage: strconv.Itoa(600*mib) + "\n"})
 			check(nodeBoundRescanInterval+time.Second, 1024*mib, 424*mib)
@@ -186,6 +206,7 @@ func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 			// Limits lifted: the host's figures, and the usage files closed
 			// and no longer read.
 			writeFiles(t, cg, map[string]string{root + "/" + tc.limit: tc.unlimited, parent + "/" + tc.limit: tc.unlimited})
+			wantPSI = hostPSI
 			check(2*nodeBoundRescanInterval+time.Second, hostTotal, hostAvail)
 			b := m.nodeBound
 			if b.chosen != -1 || b.usage.f != nil || b.usage.path != "" || b.stat.f != nil {
@@ -194,6 +215,11 @@ func TestNodeMemoryBoundedByCgroupRoot(t *testing.T) {
 			// A limit above the host's memory bounds nothing.
 			writeFiles(t, cg, map[string]string{parent + "/" + tc.limit: strconv.Itoa(16*gib) + "\n"})
 			check(4*nodeBoundRescanInterval, hostTotal, hostAvail)
+			// A bounding cgroup without memory.pressure (no PSI, or not in
+			// the v2 tree): the host's pressure.
+			if err := os.Remove(filepath.Join(cg, tc.v2+"bench/memory.pressure")); err != nil {
+				t.Fatal(err)
+			}
 			// A removed bounding cgroup is an error and the host's figures,
 			// and the limits are looked at again at the next sample.
 			writeFiles(t, cg, map[string]string{parent + "/" + tc.limit: strconv.Itoa(1536*mib) + "\n"})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 
 	"connectrpc.com/connect"
 	"github.com/spf13/cobra"
@@ -27,7 +28,11 @@ it is: each guaranteed container's allocation, predicted peak, safety margin
 and the share of what the calibration added, their sum (the cpus held back
 for it) and the rest (its slack); the container that holds back the most;
 and the calibration's account: the share of past estimates that exceeded
-the slack really there, against the target and its guaranteed bound.`,
+the slack really there, against the target and its guaranteed bound. For
+memory it shows which bound set the revocable mem: the guaranteed
+allocations less their working sets' need, the agent's mem less that need,
+or the node's memory less what the QoS controllers keep free and what the
+node holds beyond the containers' working sets (other use).`,
 		Args: exactArgs(""),
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agentID, err := agent.agent(cmd.Context(), g)
@@ -63,6 +68,9 @@ func writeEstimate(out io.Writer, e *slacklinev1.GetEstimateResponse) error {
 		when = ts.AsTime().UTC().Format("2006-01-02T15:04:05.000Z")
 	}
 	lines := [][]string{{"ESTIMATE:", estimate + " (estimator " + orNone(e.GetEstimator()) + ", at " + when + ")"}}
+	if m := e.GetMemory(); m != nil {
+		lines = append(lines, []string{"MEMORY:", memoryText(m)})
+	}
 	if c := e.GetCalibration(); c != nil {
 		lines = append(lines,
 			[]string{"CPUS:", fmt.Sprintf("%.3f uncalibrated, %.3f calibrated, published after hysteresis and pacing", e.GetUncalibratedCpus(), e.GetCalibratedCpus())},
@@ -97,6 +105,52 @@ func writeEstimate(out io.Writer, e *slacklinev1.GetEstimateResponse) error {
 	}
 	return t.write(out)
 }
+
+// memoryText says how the revocable mem estimate was made: the bound that
+// set it with its terms, then the other bounds (the node's with its terms,
+// so that what is kept free and the node's other use are always shown
+// when the node's memory is known). MiB throughout.
+func memoryText(m *slacklinev1.EstimateMemory) string {
+	need := m.GetNeedMib()
+	nodeTerms := fmt.Sprintf("%s MiB - %s kept free - %s other use - %s need",
+		mibs(float64(m.GetNodeTotalBytes())/(1<<20)), mibs(float64(m.GetKeepFreeBytes())/(1<<20)), mibs(float64(m.GetOtherBytes())/(1<<20)), mibs(need))
+	bounds := []struct {
+		bound   slacklinev1.EstimateMemoryBound
+		name    string
+		present bool
+		mib     float64
+		terms   string
+	}{
+		{slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_ALLOCATIONS, "the guaranteed allocations", true, m.GetAllocationsBoundMib(),
+			fmt.Sprintf("%s MiB allocated - %s need", mibs(m.GetAllocatedMib()), mibs(need))},
+		{slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_TOTAL, "the agent's mem", m.TotalBoundMib != nil, m.GetTotalBoundMib(),
+			fmt.Sprintf("%s MiB - %s need", mibs(m.GetTotalBoundMib()+need), mibs(need))},
+		{slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_NODE, "the node", m.NodeBoundMib != nil, m.GetNodeBoundMib(), nodeTerms},
+	}
+	s := mibs(m.GetEstimateMib()) + " MiB"
+	for _, b := range bounds {
+		if b.bound == m.GetLimitedBy() {
+			s += fmt.Sprintf(", limited by %s: %s", b.name, b.terms)
+		}
+	}
+	var others []string
+	for _, b := range bounds {
+		switch {
+		case b.bound == m.GetLimitedBy() || !b.present:
+		case b.bound == slacklinev1.EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_NODE:
+			others = append(others, fmt.Sprintf("node %s MiB (%s)", mibs(b.mib), b.terms))
+		default:
+			others = append(others, fmt.Sprintf("%s %s MiB", strings.TrimPrefix(strings.TrimPrefix(b.name, "the guaranteed "), "the "), mibs(b.mib)))
+		}
+	}
+	if len(others) > 0 {
+		s += "; other bounds: " + strings.Join(others, ", ")
+	}
+	return s
+}
+
+// mibs formats an amount of MiB to the MiB.
+func mibs(v float64) string { return strconv.FormatFloat(v, 'f', 0, 64) }
 
 func calibrationLine(c *slacklinev1.EstimateCalibration) string {
 	rate := 0.0

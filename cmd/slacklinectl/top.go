@@ -45,7 +45,7 @@ func newTopCommand(g *globals) *cobra.Command {
 	var watch time.Duration
 	cmd := &cobra.Command{
 		Use:   "top [--agent HOST]",
-		Short: "Show each container's CPU, memory (RSS and working set), network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure (CPU, memory, I/O) on one agent",
+		Short: "Show each container's CPU, memory (RSS and working set), network (egress rate, TCP round-trip p99, retransmissions), run-queue p99 and pressure (CPU, memory, I/O) on one agent, and what bounds its memory slack",
 		Args:  cobra.NoArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			agentID, err := agent.agent(cmd.Context(), g)
@@ -67,6 +67,12 @@ func newTopCommand(g *globals) *cobra.Command {
 				slices.SortStableFunc(resp.Msg.Usage, func(x, y *slacklinev1.ContainerUsage) int { return naturalCompare(x.GetTaskId(), y.GetTaskId()) })
 				if err := g.print(resp.Msg, usageTable(resp.Msg)); err != nil {
 					return err
+				}
+				if m := resp.Msg.GetMemory(); m != nil && !g.structured() {
+					// Below the table: what bounds the memory slack (#28).
+					if _, err := fmt.Fprintf(g.out, "\nrevocable mem: %s\n", escape(memoryText(m))); err != nil {
+						return err
+					}
 				}
 				if watch <= 0 {
 					return nil

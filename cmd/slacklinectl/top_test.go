@@ -28,6 +28,7 @@ func (u *usageNode) GetUsage(context.Context, *connect.Request[slacklinev1.GetUs
 			Runqueue: &slacklinev1.RunQueueLatency{P99Seconds: 0.0042}, CpusThrottledTimeSecs: 1.5,
 		}}},
 		Network: &slacklinev1.NetworkStatus{Interfaces: []string{"eth0"}, CapacityMbps: 1000, RevocableEstimateMbps: 700, RevocablePaceMbps: 350, QosLimitMbps: 350},
+		Memory:  nodeBoundMemory,
 	}), nil
 }
 
@@ -55,6 +56,8 @@ TASK               CPU    MEM          WORKING SET   NET RX   NET TX   TX MBIT/S
 (node)             1.50   3.0Gi free   -             0B       0B       612.0        -         -         -          12.5%     0.0%      0.0%     0.0s
 web-1              0.25   64.0Mi       80.0Mi        2.0Ki    1.0Mi    250.2        900µs     3         4.2ms      0.0%      0.0%      7.5%     1.5s
 (revocable pace)   -      -            -             -        -        350 of 700   -         -         -          -         -         -        -
+
+revocable mem: 770 MiB, limited by the node: 1536 MiB - 276 kept free - 60 other use - 430 need; other bounds: allocations 1106 MiB, agent's mem 1106 MiB
 `, "\n")
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("top (-want +got):\n%s", diff)

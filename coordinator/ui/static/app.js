@@ -396,7 +396,7 @@ let nodeView = null; // {agentID, series: Map task -> columns, cards, ...}
 function newNodeView(view, agentID) {
   const nv = {
     agentID, series: new Map(), cards: new Map(), last: 0, historyError: "", historyStep: 0,
-    title: el("h1"), meta: el("p", { class: "meta" }),
+    title: el("h1"), meta: el("p", { class: "meta" }), memory: el("p", { id: "memory-bound", class: "meta" }),
     delays: new Table("delays", "Who delayed whom", ["Delayed task", "Culprit", "Culprit kind", "Waited", "Share of window"]),
     delayWindow: el("select", { id: "delay-window", "aria-label": "window" },
       [[60, "last minute"], [300, "last 5 minutes"], [900, "last 15 minutes"]].map(([v, t]) => el("option", { value: String(v), text: t }))),
@@ -405,7 +405,7 @@ function newNodeView(view, agentID) {
   nv.delayWindow.value = "900";
   nv.delayWindow.addEventListener("change", refresh);
   nv.delays.section.querySelector(".table-head").append(nv.delayWindow);
-  view.replaceChildren(nv.title, nv.meta, nv.delays.section, nv.qos,
+  view.replaceChildren(nv.title, nv.meta, nv.memory, nv.delays.section, nv.qos,
     el("section", { id: "containers" }, nv.containersTitle, nv.containers));
   return nv;
 }
@@ -487,6 +487,31 @@ function timeline(corrections, now) {
     el("text", { x: 4, y: 59, class: "tick", text: `−${TIMELINE_SECONDS}s` }),
     el("text", { x: TW - 28, y: 59, class: "tick", text: "now" }),
     marks);
+}
+
+// showMemoryBound says which bound set the revocable mem estimate (GetUsage's
+// memory, #28), with what the node keeps free for the QoS controllers and
+// holds beyond the containers' working sets; data-limited-by names the bound.
+function showMemoryBound(p, m) {
+  if (!m) {
+    delete p.dataset.limitedBy;
+    p.textContent = "No revocable memory estimated.";
+    return;
+  }
+  const mib = (b) => Number(b || 0) / (1 << 20);
+  const need = Number(m.needMib || 0);
+  const bounds = [
+    ["ESTIMATE_MEMORY_BOUND_ALLOCATIONS", "the guaranteed allocations", m.allocationsBoundMib, `${fmtMiB(Number(m.allocatedMib || 0))} allocated − ${fmtMiB(need)} need`],
+    ["ESTIMATE_MEMORY_BOUND_TOTAL", "the agent's mem", m.totalBoundMib, `${fmtMiB(Number(m.totalBoundMib || 0) + need)} − ${fmtMiB(need)} need`],
+    ["ESTIMATE_MEMORY_BOUND_NODE", "the node", m.nodeBoundMib,
+      `${fmtMiB(mib(m.nodeTotalBytes))} − ${fmtMiB(mib(m.keepFreeBytes))} kept free for QoS − ${fmtMiB(mib(m.otherBytes))} other use − ${fmtMiB(need)} need`],
+  ];
+  const limiting = bounds.find(([name]) => name === m.limitedBy);
+  const others = bounds.filter(([name, , bound]) => name !== m.limitedBy && bound !== undefined)
+    .map(([, what, bound, terms]) => `${what} ${fmtMiB(Number(bound || 0))}` + (what === "the node" ? ` (${terms})` : ""));
+  p.dataset.limitedBy = short(m.limitedBy, "ESTIMATE_MEMORY_BOUND_").toLowerCase();
+  p.textContent = `revocable mem ${fmtMiB(Number(m.estimateMib || 0))}` + (limiting ? `, limited by ${limiting[1]}: ${limiting[3]}` : "") +
+    (others.length ? ` · other bounds: ${others.join(", ")}` : "");
 }
 
 async function renderNode(view, agentID, fresh) {
@@ -571,6 +596,7 @@ async function renderNode(view, agentID, fresh) {
   nv.title.replaceChildren(el("span", { class: "hostname", text: agent.hostname || agentID }), " ",
     el("span", { class: "state", text: short(agent.state, "AGENT_STATE_") }), " ",
     el("span", { class: "mode", text: short(agent.mode, "MACHINE_MODE_") }));
+  showMemoryBound(nv.memory, usage.memory);
   nv.meta.textContent = `agent ${agentID} · ${fmt(total.cpus || 0)} cpus, ${fmtMiB(total.mem || 0)} · node CPU used ${fmt(ns.cpusRate)} · load ${fmt(ns.loadAvg1)} · revocable estimate ${fmt(est.cpus || 0)} cpus, ${fmtMiB(est.mem || 0)} (${estimate.estimator || "?"}) · node mem PSI ${fmt(ns.memoryPressure?.someAvg10 || 0)}%, io PSI ${fmt(ns.ioPressure?.someAvg10 || 0)}%`;
   return `${agent.hostname || agentID}: ${live.size} containers`;
 }

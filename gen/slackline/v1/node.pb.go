@@ -22,6 +22,64 @@ const (
 	_ = protoimpl.EnforceVersion(protoimpl.MaxVersion - 20)
 )
 
+// EstimateMemoryBound names a bound of the revocable mem estimate.
+type EstimateMemoryBound int32
+
+const (
+	EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_UNSPECIFIED EstimateMemoryBound = 0
+	// ESTIMATE_MEMORY_BOUND_ALLOCATIONS: the guaranteed allocations less
+	// their need.
+	EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_ALLOCATIONS EstimateMemoryBound = 1
+	// ESTIMATE_MEMORY_BOUND_TOTAL: the agent's total mem less the need.
+	EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_TOTAL EstimateMemoryBound = 2
+	// ESTIMATE_MEMORY_BOUND_NODE: the node's memory less keep_free, other
+	// and the need.
+	EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_NODE EstimateMemoryBound = 3
+)
+
+// Enum value maps for EstimateMemoryBound.
+var (
+	EstimateMemoryBound_name = map[int32]string{
+		0: "ESTIMATE_MEMORY_BOUND_UNSPECIFIED",
+		1: "ESTIMATE_MEMORY_BOUND_ALLOCATIONS",
+		2: "ESTIMATE_MEMORY_BOUND_TOTAL",
+		3: "ESTIMATE_MEMORY_BOUND_NODE",
+	}
+	EstimateMemoryBound_value = map[string]int32{
+		"ESTIMATE_MEMORY_BOUND_UNSPECIFIED": 0,
+		"ESTIMATE_MEMORY_BOUND_ALLOCATIONS": 1,
+		"ESTIMATE_MEMORY_BOUND_TOTAL":       2,
+		"ESTIMATE_MEMORY_BOUND_NODE":        3,
+	}
+)
+
+func (x EstimateMemoryBound) Enum() *EstimateMemoryBound {
+	p := new(EstimateMemoryBound)
+	*p = x
+	return p
+}
+
+func (x EstimateMemoryBound) String() string {
+	return protoimpl.X.EnumStringOf(x.Descriptor(), protoreflect.EnumNumber(x))
+}
+
+func (EstimateMemoryBound) Descriptor() protoreflect.EnumDescriptor {
+	return file_slackline_v1_node_proto_enumTypes[0].Descriptor()
+}
+
+func (EstimateMemoryBound) Type() protoreflect.EnumType {
+	return &file_slackline_v1_node_proto_enumTypes[0]
+}
+
+func (x EstimateMemoryBound) Number() protoreflect.EnumNumber {
+	return protoreflect.EnumNumber(x)
+}
+
+// Deprecated: Use EstimateMemoryBound.Descriptor instead.
+func (EstimateMemoryBound) EnumDescriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{0}
+}
+
 // CorrectionKind is what a QoS correction does.
 type CorrectionKind int32
 
@@ -81,11 +139,11 @@ func (x CorrectionKind) String() string {
 }
 
 func (CorrectionKind) Descriptor() protoreflect.EnumDescriptor {
-	return file_slackline_v1_node_proto_enumTypes[0].Descriptor()
+	return file_slackline_v1_node_proto_enumTypes[1].Descriptor()
 }
 
 func (CorrectionKind) Type() protoreflect.EnumType {
-	return &file_slackline_v1_node_proto_enumTypes[0]
+	return &file_slackline_v1_node_proto_enumTypes[1]
 }
 
 func (x CorrectionKind) Number() protoreflect.EnumNumber {
@@ -94,7 +152,7 @@ func (x CorrectionKind) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use CorrectionKind.Descriptor instead.
 func (CorrectionKind) EnumDescriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{0}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{1}
 }
 
 // FeatureStatus is the outcome of a feature probe.
@@ -143,11 +201,11 @@ func (x FeatureStatus) String() string {
 }
 
 func (FeatureStatus) Descriptor() protoreflect.EnumDescriptor {
-	return file_slackline_v1_node_proto_enumTypes[1].Descriptor()
+	return file_slackline_v1_node_proto_enumTypes[2].Descriptor()
 }
 
 func (FeatureStatus) Type() protoreflect.EnumType {
-	return &file_slackline_v1_node_proto_enumTypes[1]
+	return &file_slackline_v1_node_proto_enumTypes[2]
 }
 
 func (x FeatureStatus) Number() protoreflect.EnumNumber {
@@ -156,7 +214,7 @@ func (x FeatureStatus) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use FeatureStatus.Descriptor instead.
 func (FeatureStatus) EnumDescriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{1}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{2}
 }
 
 // Container is one task's container on an agent.
@@ -1205,7 +1263,11 @@ type GetUsageResponse struct {
 	Node *ResourceStatistics `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
 	// network is the state of network QoS; absent when the agent runs
 	// without it.
-	Network       *NetworkStatus `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	Network *NetworkStatus `protobuf:"bytes,10,opt,name=network,proto3" json:"network,omitempty"`
+	// memory is the revocable mem estimate and the bounds it is the least
+	// of, as in GetEstimate (#28); absent when the agent estimates no
+	// memory.
+	Memory        *EstimateMemory `protobuf:"bytes,11,opt,name=memory,proto3" json:"memory,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1257,6 +1319,13 @@ func (x *GetUsageResponse) GetNode() *ResourceStatistics {
 func (x *GetUsageResponse) GetNetwork() *NetworkStatus {
 	if x != nil {
 		return x.Network
+	}
+	return nil
+}
+
+func (x *GetUsageResponse) GetMemory() *EstimateMemory {
+	if x != nil {
+		return x.Memory
 	}
 	return nil
 }
@@ -1384,7 +1453,8 @@ func (*GetEstimateRequest) Descriptor() ([]byte, []int) {
 // GetEstimateResponse is the latest estimate and, with an estimator that
 // explains itself (calibrated, the default), how it was made: per guaranteed
 // container what it is taken to need, what limits the estimate, and the
-// state of the calibration. The breakdown is in cpus.
+// state of the calibration. That breakdown is in cpus; memory says how the
+// mem estimate was made.
 type GetEstimateResponse struct {
 	state     protoimpl.MessageState `protogen:"open.v1"`
 	Revocable []*Resource            `protobuf:"bytes,1,rep,name=revocable,proto3" json:"revocable,omitempty"`
@@ -1405,8 +1475,12 @@ type GetEstimateResponse struct {
 	// published.
 	UncalibratedCpus float64 `protobuf:"fixed64,8,opt,name=uncalibrated_cpus,json=uncalibratedCpus,proto3" json:"uncalibrated_cpus,omitempty"`
 	CalibratedCpus   float64 `protobuf:"fixed64,9,opt,name=calibrated_cpus,json=calibratedCpus,proto3" json:"calibrated_cpus,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// memory is how the revocable mem estimate was made (#28); absent when
+	// the agent estimates no memory (--oversubscribe-memory=false, or an
+	// estimator that does not estimate it).
+	Memory        *EstimateMemory `protobuf:"bytes,10,opt,name=memory,proto3" json:"memory,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *GetEstimateResponse) Reset() {
@@ -1502,6 +1576,172 @@ func (x *GetEstimateResponse) GetCalibratedCpus() float64 {
 	return 0
 }
 
+func (x *GetEstimateResponse) GetMemory() *EstimateMemory {
+	if x != nil {
+		return x.Memory
+	}
+	return nil
+}
+
+// EstimateMemory is how the revocable mem estimate was made (#28): it is
+// the least of the bounds below, and at least 0. The guaranteed
+// containers' and protected services' need is their working sets' peak
+// plus the memory margin (their whole allocation while warming up).
+// Bounds are in MiB (the mem resource's unit) and may be negative; the
+// node's figures are in bytes.
+type EstimateMemory struct {
+	state protoimpl.MessageState `protogen:"open.v1"`
+	// limited_by names the bound that set the estimate.
+	LimitedBy EstimateMemoryBound `protobuf:"varint,1,opt,name=limited_by,json=limitedBy,proto3,enum=slackline.v1.EstimateMemoryBound" json:"limited_by,omitempty"`
+	// estimate_mib is the estimate before hysteresis (the published one is
+	// GetEstimateResponse.revocable).
+	EstimateMib float64 `protobuf:"fixed64,2,opt,name=estimate_mib,json=estimateMib,proto3" json:"estimate_mib,omitempty"`
+	// allocated_mib is the sum of the guaranteed allocations, need_mib the
+	// sum of their need.
+	AllocatedMib float64 `protobuf:"fixed64,3,opt,name=allocated_mib,json=allocatedMib,proto3" json:"allocated_mib,omitempty"`
+	NeedMib      float64 `protobuf:"fixed64,4,opt,name=need_mib,json=needMib,proto3" json:"need_mib,omitempty"`
+	// allocations_bound_mib is allocated_mib - need_mib.
+	AllocationsBoundMib float64 `protobuf:"fixed64,5,opt,name=allocations_bound_mib,json=allocationsBoundMib,proto3" json:"allocations_bound_mib,omitempty"`
+	// total_bound_mib is the agent's total mem less need_mib; absent when
+	// the agent's total has no mem.
+	TotalBoundMib *float64 `protobuf:"fixed64,6,opt,name=total_bound_mib,json=totalBoundMib,proto3,oneof" json:"total_bound_mib,omitempty"`
+	// node_bound_mib is node_total - keep_free - other - need_mib: what the
+	// node can back while revocable work leaves the QoS controllers their
+	// line; absent when the node's memory is not known.
+	NodeBoundMib *float64 `protobuf:"fixed64,7,opt,name=node_bound_mib,json=nodeBoundMib,proto3,oneof" json:"node_bound_mib,omitempty"`
+	// node_total_bytes and node_available_bytes are the node's memory as
+	// the monitor samples it (MemTotal and MemAvailable, or the limit of a
+	// cgroup bounding the agent's root and what it leaves).
+	NodeTotalBytes     uint64 `protobuf:"varint,8,opt,name=node_total_bytes,json=nodeTotalBytes,proto3" json:"node_total_bytes,omitempty"`
+	NodeAvailableBytes uint64 `protobuf:"varint,9,opt,name=node_available_bytes,json=nodeAvailableBytes,proto3" json:"node_available_bytes,omitempty"`
+	// keep_free_bytes is what the running QoS controllers need available to
+	// stay calm (reclaim's low line plus its calm margin, the memory
+	// controller's kill line; 0 for none).
+	KeepFreeBytes uint64 `protobuf:"varint,10,opt,name=keep_free_bytes,json=keepFreeBytes,proto3" json:"keep_free_bytes,omitempty"`
+	// other_bytes is what the node holds beyond the containers' latest
+	// working sets (the kernel, the agent, other processes);
+	// working_set_bytes the sum of those working sets, revocable ones
+	// included.
+	OtherBytes      uint64 `protobuf:"varint,11,opt,name=other_bytes,json=otherBytes,proto3" json:"other_bytes,omitempty"`
+	WorkingSetBytes uint64 `protobuf:"varint,12,opt,name=working_set_bytes,json=workingSetBytes,proto3" json:"working_set_bytes,omitempty"`
+	unknownFields   protoimpl.UnknownFields
+	sizeCache       protoimpl.SizeCache
+}
+
+func (x *EstimateMemory) Reset() {
+	*x = EstimateMemory{}
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *EstimateMemory) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*EstimateMemory) ProtoMessage() {}
+
+func (x *EstimateMemory) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use EstimateMemory.ProtoReflect.Descriptor instead.
+func (*EstimateMemory) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+}
+
+func (x *EstimateMemory) GetLimitedBy() EstimateMemoryBound {
+	if x != nil {
+		return x.LimitedBy
+	}
+	return EstimateMemoryBound_ESTIMATE_MEMORY_BOUND_UNSPECIFIED
+}
+
+func (x *EstimateMemory) GetEstimateMib() float64 {
+	if x != nil {
+		return x.EstimateMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetAllocatedMib() float64 {
+	if x != nil {
+		return x.AllocatedMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetNeedMib() float64 {
+	if x != nil {
+		return x.NeedMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetAllocationsBoundMib() float64 {
+	if x != nil {
+		return x.AllocationsBoundMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetTotalBoundMib() float64 {
+	if x != nil && x.TotalBoundMib != nil {
+		return *x.TotalBoundMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetNodeBoundMib() float64 {
+	if x != nil && x.NodeBoundMib != nil {
+		return *x.NodeBoundMib
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetNodeTotalBytes() uint64 {
+	if x != nil {
+		return x.NodeTotalBytes
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetNodeAvailableBytes() uint64 {
+	if x != nil {
+		return x.NodeAvailableBytes
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetKeepFreeBytes() uint64 {
+	if x != nil {
+		return x.KeepFreeBytes
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetOtherBytes() uint64 {
+	if x != nil {
+		return x.OtherBytes
+	}
+	return 0
+}
+
+func (x *EstimateMemory) GetWorkingSetBytes() uint64 {
+	if x != nil {
+		return x.WorkingSetBytes
+	}
+	return 0
+}
+
 // EstimateContainer is one guaranteed container's (or protected service's)
 // part in an estimate, in cpus: it is taken to need predicted_peak + margin
 // + calibration of its allocation; the rest of the allocation is slack.
@@ -1528,7 +1768,7 @@ type EstimateContainer struct {
 
 func (x *EstimateContainer) Reset() {
 	*x = EstimateContainer{}
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1540,7 +1780,7 @@ func (x *EstimateContainer) String() string {
 func (*EstimateContainer) ProtoMessage() {}
 
 func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[15]
+	mi := &file_slackline_v1_node_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1553,7 +1793,7 @@ func (x *EstimateContainer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateContainer.ProtoReflect.Descriptor instead.
 func (*EstimateContainer) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{15}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
 }
 
 func (x *EstimateContainer) GetId() string {
@@ -1644,7 +1884,7 @@ type EstimateCalibration struct {
 
 func (x *EstimateCalibration) Reset() {
 	*x = EstimateCalibration{}
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1896,7 @@ func (x *EstimateCalibration) String() string {
 func (*EstimateCalibration) ProtoMessage() {}
 
 func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[16]
+	mi := &file_slackline_v1_node_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1909,7 @@ func (x *EstimateCalibration) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use EstimateCalibration.ProtoReflect.Descriptor instead.
 func (*EstimateCalibration) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{16}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
 }
 
 func (x *EstimateCalibration) GetTargetViolation() float64 {
@@ -1751,7 +1991,7 @@ type GetCorrectionsRequest struct {
 
 func (x *GetCorrectionsRequest) Reset() {
 	*x = GetCorrectionsRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1763,7 +2003,7 @@ func (x *GetCorrectionsRequest) String() string {
 func (*GetCorrectionsRequest) ProtoMessage() {}
 
 func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[17]
+	mi := &file_slackline_v1_node_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1776,7 +2016,7 @@ func (x *GetCorrectionsRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsRequest.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{17}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
 }
 
 // Correction is one QoS correction applied by the agent.
@@ -1816,7 +2056,7 @@ type Correction struct {
 
 func (x *Correction) Reset() {
 	*x = Correction{}
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1828,7 +2068,7 @@ func (x *Correction) String() string {
 func (*Correction) ProtoMessage() {}
 
 func (x *Correction) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[18]
+	mi := &file_slackline_v1_node_proto_msgTypes[19]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1841,7 +2081,7 @@ func (x *Correction) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Correction.ProtoReflect.Descriptor instead.
 func (*Correction) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{18}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
 }
 
 func (x *Correction) GetTimestamp() *timestamppb.Timestamp {
@@ -1952,7 +2192,7 @@ type GetCorrectionsResponse struct {
 
 func (x *GetCorrectionsResponse) Reset() {
 	*x = GetCorrectionsResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1964,7 +2204,7 @@ func (x *GetCorrectionsResponse) String() string {
 func (*GetCorrectionsResponse) ProtoMessage() {}
 
 func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[19]
+	mi := &file_slackline_v1_node_proto_msgTypes[20]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1977,7 +2217,7 @@ func (x *GetCorrectionsResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetCorrectionsResponse.ProtoReflect.Descriptor instead.
 func (*GetCorrectionsResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{19}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
 }
 
 func (x *GetCorrectionsResponse) GetCorrections() []*Correction {
@@ -1996,7 +2236,7 @@ type GetFeaturesRequest struct {
 
 func (x *GetFeaturesRequest) Reset() {
 	*x = GetFeaturesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2008,7 +2248,7 @@ func (x *GetFeaturesRequest) String() string {
 func (*GetFeaturesRequest) ProtoMessage() {}
 
 func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[20]
+	mi := &file_slackline_v1_node_proto_msgTypes[21]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2021,7 +2261,7 @@ func (x *GetFeaturesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesRequest.ProtoReflect.Descriptor instead.
 func (*GetFeaturesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{20}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
 }
 
 // Feature is one probe's result.
@@ -2036,7 +2276,7 @@ type Feature struct {
 
 func (x *Feature) Reset() {
 	*x = Feature{}
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2048,7 +2288,7 @@ func (x *Feature) String() string {
 func (*Feature) ProtoMessage() {}
 
 func (x *Feature) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[21]
+	mi := &file_slackline_v1_node_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2061,7 +2301,7 @@ func (x *Feature) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Feature.ProtoReflect.Descriptor instead.
 func (*Feature) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
 }
 
 func (x *Feature) GetName() string {
@@ -2096,7 +2336,7 @@ type GetFeaturesResponse struct {
 
 func (x *GetFeaturesResponse) Reset() {
 	*x = GetFeaturesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2108,7 +2348,7 @@ func (x *GetFeaturesResponse) String() string {
 func (*GetFeaturesResponse) ProtoMessage() {}
 
 func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[22]
+	mi := &file_slackline_v1_node_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2121,7 +2361,7 @@ func (x *GetFeaturesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetFeaturesResponse.ProtoReflect.Descriptor instead.
 func (*GetFeaturesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *GetFeaturesResponse) GetFeatures() []*Feature {
@@ -2140,7 +2380,7 @@ type GetImagesRequest struct {
 
 func (x *GetImagesRequest) Reset() {
 	*x = GetImagesRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2152,7 +2392,7 @@ func (x *GetImagesRequest) String() string {
 func (*GetImagesRequest) ProtoMessage() {}
 
 func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[23]
+	mi := &file_slackline_v1_node_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2165,7 +2405,7 @@ func (x *GetImagesRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesRequest.ProtoReflect.Descriptor instead.
 func (*GetImagesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{23}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
 }
 
 // Image is one image in an agent's store.
@@ -2189,7 +2429,7 @@ type Image struct {
 
 func (x *Image) Reset() {
 	*x = Image{}
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2201,7 +2441,7 @@ func (x *Image) String() string {
 func (*Image) ProtoMessage() {}
 
 func (x *Image) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[24]
+	mi := &file_slackline_v1_node_proto_msgTypes[25]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2214,7 +2454,7 @@ func (x *Image) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Image.ProtoReflect.Descriptor instead.
 func (*Image) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{24}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
 }
 
 func (x *Image) GetReference() string {
@@ -2278,7 +2518,7 @@ type ImagePullError struct {
 
 func (x *ImagePullError) Reset() {
 	*x = ImagePullError{}
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2290,7 +2530,7 @@ func (x *ImagePullError) String() string {
 func (*ImagePullError) ProtoMessage() {}
 
 func (x *ImagePullError) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[25]
+	mi := &file_slackline_v1_node_proto_msgTypes[26]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2303,7 +2543,7 @@ func (x *ImagePullError) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ImagePullError.ProtoReflect.Descriptor instead.
 func (*ImagePullError) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{25}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
 }
 
 func (x *ImagePullError) GetReference() string {
@@ -2344,7 +2584,7 @@ type GetImagesResponse struct {
 
 func (x *GetImagesResponse) Reset() {
 	*x = GetImagesResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2356,7 +2596,7 @@ func (x *GetImagesResponse) String() string {
 func (*GetImagesResponse) ProtoMessage() {}
 
 func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[26]
+	mi := &file_slackline_v1_node_proto_msgTypes[27]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2369,7 +2609,7 @@ func (x *GetImagesResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetImagesResponse.ProtoReflect.Descriptor instead.
 func (*GetImagesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{26}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
 }
 
 func (x *GetImagesResponse) GetImages() []*Image {
@@ -2424,7 +2664,7 @@ type ReadSandboxFileRequest struct {
 
 func (x *ReadSandboxFileRequest) Reset() {
 	*x = ReadSandboxFileRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2436,7 +2676,7 @@ func (x *ReadSandboxFileRequest) String() string {
 func (*ReadSandboxFileRequest) ProtoMessage() {}
 
 func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[27]
+	mi := &file_slackline_v1_node_proto_msgTypes[28]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2449,7 +2689,7 @@ func (x *ReadSandboxFileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileRequest.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{27}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{28}
 }
 
 func (x *ReadSandboxFileRequest) GetFrameworkId() string {
@@ -2501,7 +2741,7 @@ type ReadSandboxFileResponse struct {
 
 func (x *ReadSandboxFileResponse) Reset() {
 	*x = ReadSandboxFileResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[28]
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2513,7 +2753,7 @@ func (x *ReadSandboxFileResponse) String() string {
 func (*ReadSandboxFileResponse) ProtoMessage() {}
 
 func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[28]
+	mi := &file_slackline_v1_node_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2526,7 +2766,7 @@ func (x *ReadSandboxFileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReadSandboxFileResponse.ProtoReflect.Descriptor instead.
 func (*ReadSandboxFileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{28}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{29}
 }
 
 func (x *ReadSandboxFileResponse) GetData() []byte {
@@ -2567,7 +2807,7 @@ type GetHistoryRequest struct {
 
 func (x *GetHistoryRequest) Reset() {
 	*x = GetHistoryRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2579,7 +2819,7 @@ func (x *GetHistoryRequest) String() string {
 func (*GetHistoryRequest) ProtoMessage() {}
 
 func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[29]
+	mi := &file_slackline_v1_node_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2592,7 +2832,7 @@ func (x *GetHistoryRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryRequest.ProtoReflect.Descriptor instead.
 func (*GetHistoryRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{29}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *GetHistoryRequest) GetSince() *timestamppb.Timestamp {
@@ -2637,7 +2877,7 @@ type GetHistoryResponse struct {
 
 func (x *GetHistoryResponse) Reset() {
 	*x = GetHistoryResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2649,7 +2889,7 @@ func (x *GetHistoryResponse) String() string {
 func (*GetHistoryResponse) ProtoMessage() {}
 
 func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[30]
+	mi := &file_slackline_v1_node_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2662,7 +2902,7 @@ func (x *GetHistoryResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetHistoryResponse.ProtoReflect.Descriptor instead.
 func (*GetHistoryResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{30}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *GetHistoryResponse) GetSeries() []*HistorySeries {
@@ -2723,7 +2963,7 @@ type HistorySeries struct {
 
 func (x *HistorySeries) Reset() {
 	*x = HistorySeries{}
-	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2735,7 +2975,7 @@ func (x *HistorySeries) String() string {
 func (*HistorySeries) ProtoMessage() {}
 
 func (x *HistorySeries) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[31]
+	mi := &file_slackline_v1_node_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2748,7 +2988,7 @@ func (x *HistorySeries) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HistorySeries.ProtoReflect.Descriptor instead.
 func (*HistorySeries) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{31}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{32}
 }
 
 func (x *HistorySeries) GetContainerId() string {
@@ -2840,7 +3080,7 @@ type GetDelaysRequest struct {
 
 func (x *GetDelaysRequest) Reset() {
 	*x = GetDelaysRequest{}
-	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2852,7 +3092,7 @@ func (x *GetDelaysRequest) String() string {
 func (*GetDelaysRequest) ProtoMessage() {}
 
 func (x *GetDelaysRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[32]
+	mi := &file_slackline_v1_node_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2865,7 +3105,7 @@ func (x *GetDelaysRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDelaysRequest.ProtoReflect.Descriptor instead.
 func (*GetDelaysRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{32}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *GetDelaysRequest) GetWindowSeconds() float64 {
@@ -2893,7 +3133,7 @@ type GetDelaysResponse struct {
 
 func (x *GetDelaysResponse) Reset() {
 	*x = GetDelaysResponse{}
-	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2905,7 +3145,7 @@ func (x *GetDelaysResponse) String() string {
 func (*GetDelaysResponse) ProtoMessage() {}
 
 func (x *GetDelaysResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[33]
+	mi := &file_slackline_v1_node_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2918,7 +3158,7 @@ func (x *GetDelaysResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use GetDelaysResponse.ProtoReflect.Descriptor instead.
 func (*GetDelaysResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{33}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{34}
 }
 
 func (x *GetDelaysResponse) GetDelays() []*DelayEdge {
@@ -2964,7 +3204,7 @@ type DelayEdge struct {
 
 func (x *DelayEdge) Reset() {
 	*x = DelayEdge{}
-	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	mi := &file_slackline_v1_node_proto_msgTypes[35]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -2976,7 +3216,7 @@ func (x *DelayEdge) String() string {
 func (*DelayEdge) ProtoMessage() {}
 
 func (x *DelayEdge) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_node_proto_msgTypes[34]
+	mi := &file_slackline_v1_node_proto_msgTypes[35]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -2989,7 +3229,7 @@ func (x *DelayEdge) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use DelayEdge.ProtoReflect.Descriptor instead.
 func (*DelayEdge) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_node_proto_rawDescGZIP(), []int{34}
+	return file_slackline_v1_node_proto_rawDescGZIP(), []int{35}
 }
 
 func (x *DelayEdge) GetVictimContainerId() string {
@@ -3151,12 +3391,13 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\n" +
 	"statistics\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\n" +
 	"statistics\"\x11\n" +
-	"\x0fGetUsageRequest\"\xb3\x01\n" +
+	"\x0fGetUsageRequest\"\xe9\x01\n" +
 	"\x10GetUsageResponse\x122\n" +
 	"\x05usage\x18\x01 \x03(\v2\x1c.slackline.v1.ContainerUsageR\x05usage\x124\n" +
 	"\x04node\x18\x02 \x01(\v2 .slackline.v1.ResourceStatisticsR\x04node\x125\n" +
 	"\anetwork\x18\n" +
-	" \x01(\v2\x1b.slackline.v1.NetworkStatusR\anetwork\"\xe2\x01\n" +
+	" \x01(\v2\x1b.slackline.v1.NetworkStatusR\anetwork\x124\n" +
+	"\x06memory\x18\v \x01(\v2\x1c.slackline.v1.EstimateMemoryR\x06memory\"\xe2\x01\n" +
 	"\rNetworkStatus\x12\x1e\n" +
 	"\n" +
 	"interfaces\x18\x01 \x03(\tR\n" +
@@ -3165,7 +3406,7 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x17revocable_estimate_mbps\x18\x03 \x01(\x01R\x15revocableEstimateMbps\x12$\n" +
 	"\x0eqos_limit_mbps\x18\x04 \x01(\x01R\fqosLimitMbps\x12.\n" +
 	"\x13revocable_pace_mbps\x18\x05 \x01(\x01R\x11revocablePaceMbps\"\x14\n" +
-	"\x12GetEstimateRequest\"\xc6\x03\n" +
+	"\x12GetEstimateRequest\"\xfc\x03\n" +
 	"\x13GetEstimateResponse\x124\n" +
 	"\trevocable\x18\x01 \x03(\v2\x16.slackline.v1.ResourceR\trevocable\x12\x1c\n" +
 	"\testimator\x18\x02 \x01(\tR\testimator\x128\n" +
@@ -3177,7 +3418,27 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\x06reason\x18\x06 \x01(\tR\x06reason\x12C\n" +
 	"\vcalibration\x18\a \x01(\v2!.slackline.v1.EstimateCalibrationR\vcalibration\x12+\n" +
 	"\x11uncalibrated_cpus\x18\b \x01(\x01R\x10uncalibratedCpus\x12'\n" +
-	"\x0fcalibrated_cpus\x18\t \x01(\x01R\x0ecalibratedCpus\"\xa0\x02\n" +
+	"\x0fcalibrated_cpus\x18\t \x01(\x01R\x0ecalibratedCpus\x124\n" +
+	"\x06memory\x18\n" +
+	" \x01(\v2\x1c.slackline.v1.EstimateMemoryR\x06memory\"\xb9\x04\n" +
+	"\x0eEstimateMemory\x12@\n" +
+	"\n" +
+	"limited_by\x18\x01 \x01(\x0e2!.slackline.v1.EstimateMemoryBoundR\tlimitedBy\x12!\n" +
+	"\festimate_mib\x18\x02 \x01(\x01R\vestimateMib\x12#\n" +
+	"\rallocated_mib\x18\x03 \x01(\x01R\fallocatedMib\x12\x19\n" +
+	"\bneed_mib\x18\x04 \x01(\x01R\aneedMib\x122\n" +
+	"\x15allocations_bound_mib\x18\x05 \x01(\x01R\x13allocationsBoundMib\x12+\n" +
+	"\x0ftotal_bound_mib\x18\x06 \x01(\x01H\x00R\rtotalBoundMib\x88\x01\x01\x12)\n" +
+	"\x0enode_bound_mib\x18\a \x01(\x01H\x01R\fnodeBoundMib\x88\x01\x01\x12(\n" +
+	"\x10node_total_bytes\x18\b \x01(\x04R\x0enodeTotalBytes\x120\n" +
+	"\x14node_available_bytes\x18\t \x01(\x04R\x12nodeAvailableBytes\x12&\n" +
+	"\x0fkeep_free_bytes\x18\n" +
+	" \x01(\x04R\rkeepFreeBytes\x12\x1f\n" +
+	"\vother_bytes\x18\v \x01(\x04R\n" +
+	"otherBytes\x12*\n" +
+	"\x11working_set_bytes\x18\f \x01(\x04R\x0fworkingSetBytesB\x12\n" +
+	"\x10_total_bound_mibB\x11\n" +
+	"\x0f_node_bound_mib\"\xa0\x02\n" +
 	"\x11EstimateContainer\x12\x0e\n" +
 	"\x02id\x18\x01 \x01(\tR\x02id\x12\x1c\n" +
 	"\tprotected\x18\x02 \x01(\bR\tprotected\x12%\n" +
@@ -3300,7 +3561,12 @@ const file_slackline_v1_node_proto_rawDesc = "" +
 	"\aculprit\x18\x03 \x01(\tR\aculprit\x12&\n" +
 	"\x0fculprit_task_id\x18\x04 \x01(\tR\rculpritTaskId\x12\x12\n" +
 	"\x04secs\x18\x05 \x01(\x01R\x04secs\x12+\n" +
-	"\x11culprit_revocable\x18\x06 \x01(\bR\x10culpritRevocable*\x96\x02\n" +
+	"\x11culprit_revocable\x18\x06 \x01(\bR\x10culpritRevocable*\xa4\x01\n" +
+	"\x13EstimateMemoryBound\x12%\n" +
+	"!ESTIMATE_MEMORY_BOUND_UNSPECIFIED\x10\x00\x12%\n" +
+	"!ESTIMATE_MEMORY_BOUND_ALLOCATIONS\x10\x01\x12\x1f\n" +
+	"\x1bESTIMATE_MEMORY_BOUND_TOTAL\x10\x02\x12\x1e\n" +
+	"\x1aESTIMATE_MEMORY_BOUND_NODE\x10\x03*\x96\x02\n" +
 	"\x0eCorrectionKind\x12\x1f\n" +
 	"\x1bCORRECTION_KIND_UNSPECIFIED\x10\x00\x12\x1c\n" +
 	"\x18CORRECTION_KIND_THROTTLE\x10\x01\x12\x1e\n" +
@@ -3345,113 +3611,118 @@ func file_slackline_v1_node_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_node_proto_rawDescData
 }
 
-var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 2)
-var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
+var file_slackline_v1_node_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
+var file_slackline_v1_node_proto_msgTypes = make([]protoimpl.MessageInfo, 36)
 var file_slackline_v1_node_proto_goTypes = []any{
-	(CorrectionKind)(0),             // 0: slackline.v1.CorrectionKind
-	(FeatureStatus)(0),              // 1: slackline.v1.FeatureStatus
-	(*Container)(nil),               // 2: slackline.v1.Container
-	(*GetContainersRequest)(nil),    // 3: slackline.v1.GetContainersRequest
-	(*GetContainersResponse)(nil),   // 4: slackline.v1.GetContainersResponse
-	(*ResourceStatistics)(nil),      // 5: slackline.v1.ResourceStatistics
-	(*DiskSyncLatency)(nil),         // 6: slackline.v1.DiskSyncLatency
-	(*Delay)(nil),                   // 7: slackline.v1.Delay
-	(*TcpStatistics)(nil),           // 8: slackline.v1.TcpStatistics
-	(*RunQueueLatency)(nil),         // 9: slackline.v1.RunQueueLatency
-	(*Pressure)(nil),                // 10: slackline.v1.Pressure
-	(*ContainerUsage)(nil),          // 11: slackline.v1.ContainerUsage
-	(*GetUsageRequest)(nil),         // 12: slackline.v1.GetUsageRequest
-	(*GetUsageResponse)(nil),        // 13: slackline.v1.GetUsageResponse
-	(*NetworkStatus)(nil),           // 14: slackline.v1.NetworkStatus
-	(*GetEstimateRequest)(nil),      // 15: slackline.v1.GetEstimateRequest
-	(*GetEstimateResponse)(nil),     // 16: slackline.v1.GetEstimateResponse
-	(*EstimateContainer)(nil),       // 17: slackline.v1.EstimateContainer
-	(*EstimateCalibration)(nil),     // 18: slackline.v1.EstimateCalibration
-	(*GetCorrectionsRequest)(nil),   // 19: slackline.v1.GetCorrectionsRequest
-	(*Correction)(nil),              // 20: slackline.v1.Correction
-	(*GetCorrectionsResponse)(nil),  // 21: slackline.v1.GetCorrectionsResponse
-	(*GetFeaturesRequest)(nil),      // 22: slackline.v1.GetFeaturesRequest
-	(*Feature)(nil),                 // 23: slackline.v1.Feature
-	(*GetFeaturesResponse)(nil),     // 24: slackline.v1.GetFeaturesResponse
-	(*GetImagesRequest)(nil),        // 25: slackline.v1.GetImagesRequest
-	(*Image)(nil),                   // 26: slackline.v1.Image
-	(*ImagePullError)(nil),          // 27: slackline.v1.ImagePullError
-	(*GetImagesResponse)(nil),       // 28: slackline.v1.GetImagesResponse
-	(*ReadSandboxFileRequest)(nil),  // 29: slackline.v1.ReadSandboxFileRequest
-	(*ReadSandboxFileResponse)(nil), // 30: slackline.v1.ReadSandboxFileResponse
-	(*GetHistoryRequest)(nil),       // 31: slackline.v1.GetHistoryRequest
-	(*GetHistoryResponse)(nil),      // 32: slackline.v1.GetHistoryResponse
-	(*HistorySeries)(nil),           // 33: slackline.v1.HistorySeries
-	(*GetDelaysRequest)(nil),        // 34: slackline.v1.GetDelaysRequest
-	(*GetDelaysResponse)(nil),       // 35: slackline.v1.GetDelaysResponse
-	(*DelayEdge)(nil),               // 36: slackline.v1.DelayEdge
-	(*Resource)(nil),                // 37: slackline.v1.Resource
-	(TaskState)(0),                  // 38: slackline.v1.TaskState
-	(*timestamppb.Timestamp)(nil),   // 39: google.protobuf.Timestamp
-	(*GetShadowsRequest)(nil),       // 40: slackline.v1.GetShadowsRequest
-	(*GetShadowsResponse)(nil),      // 41: slackline.v1.GetShadowsResponse
+	(EstimateMemoryBound)(0),        // 0: slackline.v1.EstimateMemoryBound
+	(CorrectionKind)(0),             // 1: slackline.v1.CorrectionKind
+	(FeatureStatus)(0),              // 2: slackline.v1.FeatureStatus
+	(*Container)(nil),               // 3: slackline.v1.Container
+	(*GetContainersRequest)(nil),    // 4: slackline.v1.GetContainersRequest
+	(*GetContainersResponse)(nil),   // 5: slackline.v1.GetContainersResponse
+	(*ResourceStatistics)(nil),      // 6: slackline.v1.ResourceStatistics
+	(*DiskSyncLatency)(nil),         // 7: slackline.v1.DiskSyncLatency
+	(*Delay)(nil),                   // 8: slackline.v1.Delay
+	(*TcpStatistics)(nil),           // 9: slackline.v1.TcpStatistics
+	(*RunQueueLatency)(nil),         // 10: slackline.v1.RunQueueLatency
+	(*Pressure)(nil),                // 11: slackline.v1.Pressure
+	(*ContainerUsage)(nil),          // 12: slackline.v1.ContainerUsage
+	(*GetUsageRequest)(nil),         // 13: slackline.v1.GetUsageRequest
+	(*GetUsageResponse)(nil),        // 14: slackline.v1.GetUsageResponse
+	(*NetworkStatus)(nil),           // 15: slackline.v1.NetworkStatus
+	(*GetEstimateRequest)(nil),      // 16: slackline.v1.GetEstimateRequest
+	(*GetEstimateResponse)(nil),     // 17: slackline.v1.GetEstimateResponse
+	(*EstimateMemory)(nil),          // 18: slackline.v1.EstimateMemory
+	(*EstimateContainer)(nil),       // 19: slackline.v1.EstimateContainer
+	(*EstimateCalibration)(nil),     // 20: slackline.v1.EstimateCalibration
+	(*GetCorrectionsRequest)(nil),   // 21: slackline.v1.GetCorrectionsRequest
+	(*Correction)(nil),              // 22: slackline.v1.Correction
+	(*GetCorrectionsResponse)(nil),  // 23: slackline.v1.GetCorrectionsResponse
+	(*GetFeaturesRequest)(nil),      // 24: slackline.v1.GetFeaturesRequest
+	(*Feature)(nil),                 // 25: slackline.v1.Feature
+	(*GetFeaturesResponse)(nil),     // 26: slackline.v1.GetFeaturesResponse
+	(*GetImagesRequest)(nil),        // 27: slackline.v1.GetImagesRequest
+	(*Image)(nil),                   // 28: slackline.v1.Image
+	(*ImagePullError)(nil),          // 29: slackline.v1.ImagePullError
+	(*GetImagesResponse)(nil),       // 30: slackline.v1.GetImagesResponse
+	(*ReadSandboxFileRequest)(nil),  // 31: slackline.v1.ReadSandboxFileRequest
+	(*ReadSandboxFileResponse)(nil), // 32: slackline.v1.ReadSandboxFileResponse
+	(*GetHistoryRequest)(nil),       // 33: slackline.v1.GetHistoryRequest
+	(*GetHistoryResponse)(nil),      // 34: slackline.v1.GetHistoryResponse
+	(*HistorySeries)(nil),           // 35: slackline.v1.HistorySeries
+	(*GetDelaysRequest)(nil),        // 36: slackline.v1.GetDelaysRequest
+	(*GetDelaysResponse)(nil),       // 37: slackline.v1.GetDelaysResponse
+	(*DelayEdge)(nil),               // 38: slackline.v1.DelayEdge
+	(*Resource)(nil),                // 39: slackline.v1.Resource
+	(TaskState)(0),                  // 40: slackline.v1.TaskState
+	(*timestamppb.Timestamp)(nil),   // 41: google.protobuf.Timestamp
+	(*GetShadowsRequest)(nil),       // 42: slackline.v1.GetShadowsRequest
+	(*GetShadowsResponse)(nil),      // 43: slackline.v1.GetShadowsResponse
 }
 var file_slackline_v1_node_proto_depIdxs = []int32{
-	37, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
-	38, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
-	39, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
-	2,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
-	39, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
-	9,  // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
-	10, // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
-	10, // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
-	10, // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
-	8,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
-	7,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
-	6,  // 11: slackline.v1.ResourceStatistics.disk_sync:type_name -> slackline.v1.DiskSyncLatency
-	5,  // 12: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
-	11, // 13: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
-	5,  // 14: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
-	14, // 15: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
-	37, // 16: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
-	39, // 17: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
-	17, // 18: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
-	18, // 19: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
-	39, // 20: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
-	0,  // 21: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
-	20, // 22: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
-	1,  // 23: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
-	23, // 24: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
-	39, // 25: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
-	39, // 26: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
-	39, // 27: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
-	26, // 28: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
-	27, // 29: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
-	39, // 30: slackline.v1.GetHistoryRequest.since:type_name -> google.protobuf.Timestamp
-	33, // 31: slackline.v1.GetHistoryResponse.series:type_name -> slackline.v1.HistorySeries
-	36, // 32: slackline.v1.GetDelaysResponse.delays:type_name -> slackline.v1.DelayEdge
-	39, // 33: slackline.v1.GetDelaysResponse.since:type_name -> google.protobuf.Timestamp
-	39, // 34: slackline.v1.GetDelaysResponse.until:type_name -> google.protobuf.Timestamp
-	3,  // 35: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
-	12, // 36: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
-	15, // 37: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
-	19, // 38: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
-	22, // 39: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
-	29, // 40: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
-	25, // 41: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
-	31, // 42: slackline.v1.NodeService.GetHistory:input_type -> slackline.v1.GetHistoryRequest
-	34, // 43: slackline.v1.NodeService.GetDelays:input_type -> slackline.v1.GetDelaysRequest
-	40, // 44: slackline.v1.NodeService.GetShadows:input_type -> slackline.v1.GetShadowsRequest
-	4,  // 45: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
-	13, // 46: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
-	16, // 47: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
-	21, // 48: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
-	24, // 49: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
-	30, // 50: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
-	28, // 51: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
-	32, // 52: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
-	35, // 53: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
-	41, // 54: slackline.v1.NodeService.GetShadows:output_type -> slackline.v1.GetShadowsResponse
-	45, // [45:55] is the sub-list for method output_type
-	35, // [35:45] is the sub-list for method input_type
-	35, // [35:35] is the sub-list for extension type_name
-	35, // [35:35] is the sub-list for extension extendee
-	0,  // [0:35] is the sub-list for field type_name
+	39, // 0: slackline.v1.Container.resources:type_name -> slackline.v1.Resource
+	40, // 1: slackline.v1.Container.state:type_name -> slackline.v1.TaskState
+	41, // 2: slackline.v1.Container.started_time:type_name -> google.protobuf.Timestamp
+	3,  // 3: slackline.v1.GetContainersResponse.containers:type_name -> slackline.v1.Container
+	41, // 4: slackline.v1.ResourceStatistics.timestamp:type_name -> google.protobuf.Timestamp
+	10, // 5: slackline.v1.ResourceStatistics.runqueue:type_name -> slackline.v1.RunQueueLatency
+	11, // 6: slackline.v1.ResourceStatistics.cpu_pressure:type_name -> slackline.v1.Pressure
+	11, // 7: slackline.v1.ResourceStatistics.memory_pressure:type_name -> slackline.v1.Pressure
+	11, // 8: slackline.v1.ResourceStatistics.io_pressure:type_name -> slackline.v1.Pressure
+	9,  // 9: slackline.v1.ResourceStatistics.tcp:type_name -> slackline.v1.TcpStatistics
+	8,  // 10: slackline.v1.ResourceStatistics.delayed_by:type_name -> slackline.v1.Delay
+	7,  // 11: slackline.v1.ResourceStatistics.disk_sync:type_name -> slackline.v1.DiskSyncLatency
+	6,  // 12: slackline.v1.ContainerUsage.statistics:type_name -> slackline.v1.ResourceStatistics
+	12, // 13: slackline.v1.GetUsageResponse.usage:type_name -> slackline.v1.ContainerUsage
+	6,  // 14: slackline.v1.GetUsageResponse.node:type_name -> slackline.v1.ResourceStatistics
+	15, // 15: slackline.v1.GetUsageResponse.network:type_name -> slackline.v1.NetworkStatus
+	18, // 16: slackline.v1.GetUsageResponse.memory:type_name -> slackline.v1.EstimateMemory
+	39, // 17: slackline.v1.GetEstimateResponse.revocable:type_name -> slackline.v1.Resource
+	41, // 18: slackline.v1.GetEstimateResponse.timestamp:type_name -> google.protobuf.Timestamp
+	19, // 19: slackline.v1.GetEstimateResponse.containers:type_name -> slackline.v1.EstimateContainer
+	20, // 20: slackline.v1.GetEstimateResponse.calibration:type_name -> slackline.v1.EstimateCalibration
+	18, // 21: slackline.v1.GetEstimateResponse.memory:type_name -> slackline.v1.EstimateMemory
+	0,  // 22: slackline.v1.EstimateMemory.limited_by:type_name -> slackline.v1.EstimateMemoryBound
+	41, // 23: slackline.v1.Correction.timestamp:type_name -> google.protobuf.Timestamp
+	1,  // 24: slackline.v1.Correction.kind:type_name -> slackline.v1.CorrectionKind
+	22, // 25: slackline.v1.GetCorrectionsResponse.corrections:type_name -> slackline.v1.Correction
+	2,  // 26: slackline.v1.Feature.status:type_name -> slackline.v1.FeatureStatus
+	25, // 27: slackline.v1.GetFeaturesResponse.features:type_name -> slackline.v1.Feature
+	41, // 28: slackline.v1.Image.pulled_time:type_name -> google.protobuf.Timestamp
+	41, // 29: slackline.v1.Image.last_used_time:type_name -> google.protobuf.Timestamp
+	41, // 30: slackline.v1.ImagePullError.time:type_name -> google.protobuf.Timestamp
+	28, // 31: slackline.v1.GetImagesResponse.images:type_name -> slackline.v1.Image
+	29, // 32: slackline.v1.GetImagesResponse.recent_errors:type_name -> slackline.v1.ImagePullError
+	41, // 33: slackline.v1.GetHistoryRequest.since:type_name -> google.protobuf.Timestamp
+	35, // 34: slackline.v1.GetHistoryResponse.series:type_name -> slackline.v1.HistorySeries
+	38, // 35: slackline.v1.GetDelaysResponse.delays:type_name -> slackline.v1.DelayEdge
+	41, // 36: slackline.v1.GetDelaysResponse.since:type_name -> google.protobuf.Timestamp
+	41, // 37: slackline.v1.GetDelaysResponse.until:type_name -> google.protobuf.Timestamp
+	4,  // 38: slackline.v1.NodeService.GetContainers:input_type -> slackline.v1.GetContainersRequest
+	13, // 39: slackline.v1.NodeService.GetUsage:input_type -> slackline.v1.GetUsageRequest
+	16, // 40: slackline.v1.NodeService.GetEstimate:input_type -> slackline.v1.GetEstimateRequest
+	21, // 41: slackline.v1.NodeService.GetCorrections:input_type -> slackline.v1.GetCorrectionsRequest
+	24, // 42: slackline.v1.NodeService.GetFeatures:input_type -> slackline.v1.GetFeaturesRequest
+	31, // 43: slackline.v1.NodeService.ReadSandboxFile:input_type -> slackline.v1.ReadSandboxFileRequest
+	27, // 44: slackline.v1.NodeService.GetImages:input_type -> slackline.v1.GetImagesRequest
+	33, // 45: slackline.v1.NodeService.GetHistory:input_type -> slackline.v1.GetHistoryRequest
+	36, // 46: slackline.v1.NodeService.GetDelays:input_type -> slackline.v1.GetDelaysRequest
+	42, // 47: slackline.v1.NodeService.GetShadows:input_type -> slackline.v1.GetShadowsRequest
+	5,  // 48: slackline.v1.NodeService.GetContainers:output_type -> slackline.v1.GetContainersResponse
+	14, // 49: slackline.v1.NodeService.GetUsage:output_type -> slackline.v1.GetUsageResponse
+	17, // 50: slackline.v1.NodeService.GetEstimate:output_type -> slackline.v1.GetEstimateResponse
+	23, // 51: slackline.v1.NodeService.GetCorrections:output_type -> slackline.v1.GetCorrectionsResponse
+	26, // 52: slackline.v1.NodeService.GetFeatures:output_type -> slackline.v1.GetFeaturesResponse
+	32, // 53: slackline.v1.NodeService.ReadSandboxFile:output_type -> slackline.v1.ReadSandboxFileResponse
+	30, // 54: slackline.v1.NodeService.GetImages:output_type -> slackline.v1.GetImagesResponse
+	34, // 55: slackline.v1.NodeService.GetHistory:output_type -> slackline.v1.GetHistoryResponse
+	37, // 56: slackline.v1.NodeService.GetDelays:output_type -> slackline.v1.GetDelaysResponse
+	43, // 57: slackline.v1.NodeService.GetShadows:output_type -> slackline.v1.GetShadowsResponse
+	48, // [48:58] is the sub-list for method output_type
+	38, // [38:48] is the sub-list for method input_type
+	38, // [38:38] is the sub-list for extension type_name
+	38, // [38:38] is the sub-list for extension extendee
+	0,  // [0:38] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_node_proto_init() }
@@ -3461,13 +3732,14 @@ func file_slackline_v1_node_proto_init() {
 	}
 	file_slackline_v1_shadow_proto_init()
 	file_slackline_v1_types_proto_init()
+	file_slackline_v1_node_proto_msgTypes[15].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_node_proto_rawDesc), len(file_slackline_v1_node_proto_rawDesc)),
-			NumEnums:      2,
-			NumMessages:   35,
+			NumEnums:      3,
+			NumMessages:   36,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

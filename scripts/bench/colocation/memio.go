@@ -373,50 +373,7 @@ func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.D
 	return float64(s1.bytes-s0.bytes) / s1.at.Sub(s0.at).Seconds(), nil
 }
 
-// makeNodeCgroup makes rel, a cgroup of the benchmark's own that the
-// agent's cgroup root goes under, with a memory limit of limit bytes (v2
-// memory.max, v1 memory.limit_in_bytes): the node's memory, as the agent's
-// work sees it. On v2 it enables for its children the controllers it has;
-// on a hybrid host with a v1 cpuset hierarchy it fills rel's cpuset.cpus
-// and cpuset.mems from the hierarchy's root, which a v1 cpuset needs
-// before the agent's cpusets under it can have any.
-func makeNodeCgroup(l cgroups.Layout, rel string, limit uint64) error {
-	if err := makeCgroup(l, rel); err != nil {
-		return err
-	}
-	p := l.PathsOf(rel)
-	value := []byte(strconv.FormatUint(limit, 10))
-	if l.Mode == cgroups.ModeV2 {
-		ctrls, err := os.ReadFile(filepath.Join(p.Unified, "cgroup.controllers"))
-		if err != nil {
-			return err
-		}
-		for _, c := range strings.Fields(string(ctrls)) {
-			if err := os.WriteFile(filepath.Join(p.Unified, "cgroup.subtree_control"), []byte("+"+c), 0); err != nil {
-				return fmt.Errorf("enable %s under %s: %w", c, rel, err)
-			}
-		}
-		return os.WriteFile(filepath.Join(p.Unified, "memory.max"), value, 0)
-	}
-	if l.CPUSet != "" {
-		dir := filepath.Join(l.CPUSet, rel)
-		if err := os.MkdirAll(dir, 0o755); err != nil {
-			return err
-		}
-		for _, name := range []string{"cpuset.cpus", "cpuset.mems"} {
-			v, err := os.ReadFile(filepath.Join(l.CPUSet, name))
-			if err != nil {
-				return err
-			}
-			if err := os.WriteFile(filepath.Join(dir, name), v, 0); err != nil {
-				return fmt.Errorf("%s of %s: %w", name, rel, err)
-			}
-		}
-	}
-	return os.WriteFile(filepath.Join(p.Memory, "memory.limit_in_bytes"), value, 0)
-}
-
-// nodeLimitHits reads how often the node cgroup rel (makeNodeCgroup) hit
+// nodeLimitHits reads how often the node cgroup rel (nodecgroup.Make) hit
 // its memory limit: v2 memory.events "max", v1 memory.failcnt.
 func nodeLimitHits(l cgroups.Layout, rel string) (uint64, error) {
 	if l.Mode == cgroups.ModeV2 {
@@ -438,7 +395,7 @@ func nodeLimitHits(l cgroups.Layout, rel string) (uint64, error) {
 	return v, nil
 }
 
-// nodeAvailable is what the node cgroup rel (makeNodeCgroup, whose limit
+// nodeAvailable is what the node cgroup rel (nodecgroup.Make, whose limit
 // is limit bytes) has available as the agent's monitor reckons it: the
 // limit less its charged memory net of inactive page cache (v2
 // memory.current and memory.stat inactive_file, v1 memory.usage_in_bytes

@@ -27,6 +27,7 @@ import (
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
 	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/cgrouptest"
+	"github.com/slackline/slackline/internal/cgrouptest/nodecgroup"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
 )
@@ -401,7 +402,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	// under it).
 	agentRoot := root
 	if s.nodeMiB > 0 {
-		if err := makeNodeCgroup(layout, root, uint64(s.nodeMiB)<<20); err != nil {
+		if err := nodecgroup.Make(layout, root, uint64(s.nodeMiB)<<20); err != nil {
 			return res, fmt.Errorf("bound the node's memory: %w", err)
 		}
 		agentRoot = root + "/node"
