@@ -178,6 +178,7 @@ func run() error {
 	flag.DurationVar(&o.disk.op, "disk-op", 20*time.Microsecond, "--disk loop: the time each command holds the modelled disk, whatever its size")
 	flag.Uint64Var(&o.disk.requestKiB, "disk-request-kib", 1280, "--disk loop: the loop device's largest request (queue/max_sectors_kb) at the start of each run, KiB (1280: a fresh loop device's; a loop device keeps a size set before, by the agent or by hand)")
 	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
+	flag.IntVar(&o.disk.rtPriority, "disk-rt-priority", 10, "--disk loop: the modelled disk's server runs its threads at this SCHED_FIFO priority (0: normal priority, its cgroup's CPU weight only), so that the model answers on time whoever else wants the CPUs, as a disk does")
 	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
 	o.disk.rate, o.disk.size = *diskRate*(1<<20), *diskMiB<<20
