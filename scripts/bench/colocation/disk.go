@@ -18,8 +18,11 @@ package main
 // (p99 75 ms) here and whose rate changes with other tenants. Loop
 // submits to the file one request per submitting cgroup at a time
 // (per-cgroup workers), so writers and the server's fsyncs meet in the
-// model's queue as they would in a disk's. --disk host measures on the
-// host's disk instead (the run's directory under /tmp).
+// model's queue as they would in a disk's. The server's threads run at
+// real-time priority (--disk-rt-priority), as a disk's firmware does not
+// wait for the host's CPUs, and it counts the commands it answered late
+// (lateReplies). --disk host measures on the host's disk instead (the
+// run's directory under /tmp).
 
 import (
 	"context"

@@ -52,7 +52,11 @@
 //     ("loop") an ext4 file system on a loop device over a disk the
 //     benchmark models and serves itself through FUSE (disk.go): a FIFO
 //     of --disk-rate MiB/s, --disk-op per command, flushes of
-//     --disk-flush, its bytes in a tmpfs of the run's own. The kernel's
+//     --disk-flush, its bytes in a tmpfs of the run's own, its server's
+//     threads at real-time priority (--disk-rt-priority) so that the
+//     model answers on time whoever else wants the CPUs, each command
+//     answered 2 ms or more late counted (the summary at the run's end
+//     says how many, the first 50 logged with their time). The kernel's
 //     block layer, blk-throttle (the agent's cap), the agent's eBPF block
 //     and fsync probes and ext4's journal act on it as on any disk; only
 //     its service times are the model's, the same from run to run, where
