@@ -165,6 +165,13 @@ func (c *Containerizer) lowerDiskRequest(dev string, kib uint64) error {
 			v = min(v, now)
 		}
 	}
+	// Only a change is written: a write of queue/max_sectors_kb freezes
+	// the device's queue (new I/O, a guaranteed fsync's too, waits while
+	// the requests in flight drain), and every Unthrottle that keeps a
+	// cap carries the size again.
+	if now, err := readKiB(c.maxSectorsFile(dev, "max_sectors_kb")); err == nil && now == v {
+		return nil
+	}
 	if err := os.WriteFile(c.maxSectorsFile(dev, "max_sectors_kb"), []byte(strconv.FormatUint(v, 10)), 0); err != nil {
 		return fmt.Errorf("lower %s max_sectors_kb to %d: %w", dev, v, err)
 	}

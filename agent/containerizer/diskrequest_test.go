@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // fakeQueue makes a fake sysfs request queue for dev under sys with the
@@ -72,6 +73,24 @@ func TestDiskRequestKiB(t *testing.T) {
 		if kib, lowered, err := c.DiskRequestKiB(); err != nil || lowered != st.lowered || kib == 0 {
 			t.Errorf("step %d: DiskRequestKiB = %d, %v, %v; want lowered %v", i, kib, lowered, err, st.lowered)
 		}
+	}
+	// The same size again is not written: a write of max_sectors_kb
+	// freezes the device's queue.
+	if err := c.SetDiskRequestKiB(32); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Unix(1e9, 0)
+	if err := os.Chtimes(file, old, old); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetDiskRequestKiB(32); err != nil {
+		t.Fatal(err)
+	}
+	if st, err := os.Stat(file); err != nil || !st.ModTime().Equal(old) {
+		t.Errorf("max_sectors_kb written again with the size it had (modified %v, %v)", st.ModTime(), err)
+	}
+	if err := c.SetDiskRequestKiB(0); err != nil {
+		t.Fatal(err)
 	}
 	// An agent restarted while the size is lowered: a new containerizer
 	// on the same state directory puts the saved size back.

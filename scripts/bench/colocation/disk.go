@@ -18,8 +18,11 @@ package main
 // (p99 75 ms) here and whose rate changes with other tenants. Loop
 // submits to the file one request per submitting cgroup at a time
 // (per-cgroup workers), so writers and the server's fsyncs meet in the
-// model's queue as they would in a disk's. --disk host measures on the
-// host's disk instead (the run's directory under /tmp).
+// model's queue as they would in a disk's. The server's threads run at
+// real-time priority (--disk-rt-priority), as a disk's firmware does not
+// wait for the host's CPUs, and it counts the commands it answered late
+// (lateReplies). --disk host measures on the host's disk instead (the
+// run's directory under /tmp).
 
 import (
 	"context"
@@ -31,6 +34,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -85,13 +89,22 @@ type diskOptions struct {
 	// run (queue/max_sectors_kb): a loop device keeps one set before,
 	// so each run sets it.
 	requestKiB uint64
+	// rtPriority is the disk server's real-time priority (SCHED_FIFO; 0:
+	// none, the CPU weight of its cgroup only). A disk is hardware: its
+	// latency does not depend on who else wants the host's CPUs, but the
+	// model's answers come from a user-space process that does.
+	rtPriority int
 }
 
 func (o diskOptions) String() string {
 	if o.kind == "host" {
 		return "host disk"
 	}
-	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start", o.rate/(1<<20), o.op, o.flush, o.requestKiB)
+	prio := "served at normal CPU priority"
+	if o.rtPriority > 0 {
+		prio = fmt.Sprintf("served at real-time priority %d", o.rtPriority)
+	}
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio)
 }
 
 func (o diskOptions) validate() error {
@@ -112,6 +125,9 @@ func (o diskOptions) validate() error {
 	if o.flush < 0 {
 		errs = append(errs, fmt.Errorf("--disk-flush must not be negative, got %v", o.flush))
 	}
+	if o.rtPriority < 0 || o.rtPriority > 99 {
+		errs = append(errs, fmt.Errorf("--disk-rt-priority must be in [0, 99], got %d", o.rtPriority))
+	}
 	if o.requestKiB < 4 {
 		errs = append(errs, fmt.Errorf("--disk-request-kib must be at least 4 (a page), got %d", o.requestKiB))
 	}
@@ -119,6 +135,53 @@ func (o diskOptions) validate() error {
 		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
 	}
 	return errors.Join(errs...)
+}
+
+// lateReplies records the model's own lateness: how long after the
+// model's completion time each command was answered (the server's thread
+// woken from its sleep, or its reply sent, late). A real disk answers on
+// time whatever the host's CPUs do; a command answered more than
+// lateThreshold late is the benchmark measuring its own server, not the
+// disk. The first lateLogLimit of them are logged with their time, the
+// rest only counted. It is pure: the server passes the times.
+type lateReplies struct {
+	Commands, Late uint64        // commands answered, of them late
+	Worst          time.Duration // the largest lateness seen
+	logged         int
+}
+
+// lateThreshold is the lateness from which a reply counts as late: the
+// host's timer slack and a wake-up on an idle CPU stay well under it.
+const lateThreshold = 2 * time.Millisecond
+
+// lateLogLimit bounds the late replies logged one by one.
+const lateLogLimit = 50
+
+// note records a command due at due and answered at answered; it returns
+// the line to log, or "" (on time, or past lateLogLimit: the first one
+// past it says that the rest are only counted).
+func (r *lateReplies) note(due, answered time.Time) string {
+	r.Commands++
+	late := answered.Sub(due)
+	r.Worst = max(r.Worst, late)
+	if late < lateThreshold {
+		return ""
+	}
+	r.Late++
+	switch {
+	case r.logged < lateLogLimit:
+		r.logged++
+		return fmt.Sprintf("colocation disk: command due at %s answered %v late", due.Format("15:04:05.000000"), late.Round(10*time.Microsecond))
+	case r.logged == lateLogLimit:
+		r.logged++
+		return fmt.Sprintf("colocation disk: more than %d late replies: the rest are only counted", lateLogLimit)
+	}
+	return ""
+}
+
+// String summarises the record.
+func (r *lateReplies) String() string {
+	return fmt.Sprintf("colocation disk: %d commands, %d answered %v or more after the model's time, worst %v", r.Commands, r.Late, lateThreshold, r.Worst.Round(10*time.Microsecond))
 }
 
 // modelFile is the FUSE file that is the disk's contents: reads and
@@ -130,6 +193,7 @@ type modelFile struct {
 	size  int64
 	mu    sync.Mutex
 	model *diskModel
+	late  lateReplies // under mu
 }
 
 var (
@@ -148,6 +212,13 @@ func (f *modelFile) wait(admit func(*diskModel, time.Time) time.Time) {
 	done := admit(f.model, time.Now())
 	f.mu.Unlock()
 	sleepPrecise(time.Until(done))
+	answered := time.Now()
+	f.mu.Lock()
+	line := f.late.note(done, answered)
+	f.mu.Unlock()
+	if line != "" {
+		fmt.Fprintln(os.Stderr, line)
+	}
 }
 
 // sleepPrecise sleeps d in the kernel (nanosleep, an hrtimer): the Go
@@ -260,6 +331,9 @@ func runDiskServer(args []string) error {
 		}
 	}()
 	server.Wait()
+	file.mu.Lock()
+	fmt.Fprintln(os.Stderr, file.late.String())
+	file.mu.Unlock()
 	return nil
 }
 
@@ -461,7 +535,15 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 	if err := setWeight(l, cg, o.rootWeight); err != nil {
 		return nil, err
 	}
-	d, err := setupDisk(o.disk, self, base, &cleanup, func(pid int) error { return joinCgroup(l, cg, pid) })
+	d, err := setupDisk(o.disk, self, base, &cleanup, func(pid int) error {
+		if err := joinCgroup(l, cg, pid); err != nil {
+			return err
+		}
+		if o.disk.rtPriority == 0 {
+			return nil
+		}
+		return makeRealtime(l, cg, pid, o.disk.rtPriority)
+	})
 	if err != nil {
 		return nil, fmt.Errorf("modelled disk: %w", err)
 	}
@@ -487,6 +569,46 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 		}
 	}
 	return d, nil
+}
+
+// rtRuntime is the real-time CPU time per second the disk server's cgroup
+// may use where the kernel groups real-time tasks (v1
+// cpu.rt_runtime_us): the model needs a fraction of a core (copies to
+// tmpfs, FUSE round trips), and the rest of the host's real-time budget
+// (0.95 s per second by default) stays with its root.
+const rtRuntime = 400 * time.Millisecond
+
+// makeRealtime runs every thread of the disk server pid at SCHED_FIFO
+// priority prio, its cgroup cg (on a v1 cpu hierarchy) given rtRuntime
+// of real-time time per second first. Threads the Go runtime starts later
+// inherit the policy from the thread that starts them; the threads are
+// listed twice to catch one started meanwhile.
+func makeRealtime(l cgroups.Layout, cg string, pid, prio int) error {
+	if l.Mode != cgroups.ModeV2 && l.CPU != "" {
+		file := filepath.Join(l.CPU, cg, "cpu.rt_runtime_us")
+		if _, err := os.Stat(file); err == nil {
+			if err := os.WriteFile(file, []byte(fmt.Sprint(rtRuntime.Microseconds())), 0); err != nil {
+				return fmt.Errorf("real-time budget of the disk server's cgroup: %w", err)
+			}
+		}
+	}
+	for range 2 {
+		tasks, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+		if err != nil {
+			return err
+		}
+		for _, t := range tasks {
+			tid, err := strconv.Atoi(t.Name())
+			if err != nil {
+				continue
+			}
+			attr := unix.SchedAttr{Policy: unix.SCHED_FIFO, Priority: uint32(prio)}
+			if err := unix.SchedSetAttr(tid, &attr, 0); err != nil && !errors.Is(err, unix.ESRCH) {
+				return fmt.Errorf("disk server thread %d at SCHED_FIFO %d: %w", tid, prio, err)
+			}
+		}
+	}
+	return nil
 }
 
 // removeCgroupDir removes an empty cgroup directory, trying again for up

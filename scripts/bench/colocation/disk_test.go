@@ -3,6 +3,7 @@ package main
 import (
 	"errors"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 )
@@ -61,6 +62,7 @@ func TestDiskOptionsValidate(t *testing.T) {
 		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280},
 		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280},
 		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2},
+		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100},
 	} {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: invalid options accepted", name)
@@ -118,5 +120,47 @@ func TestCleanupStep(t *testing.T) {
 	}
 	if want := []string{"begin made", "undo made"}; !slices.Equal(ran, want) {
 		t.Fatalf("ran %v, want %v", ran, want)
+	}
+}
+
+func TestLateReplies(t *testing.T) {
+	t.Parallel()
+	due := time.Unix(1000, 0)
+	var r lateReplies
+	for i, tc := range []struct {
+		late    time.Duration
+		logged  bool
+		counted bool
+	}{
+		{0, false, false},
+		{lateThreshold - time.Microsecond, false, false},
+		{lateThreshold, true, true},
+		{150 * time.Millisecond, true, true},
+		{-time.Millisecond, false, false}, // answered early (a clock step): on time
+	} {
+		before := r.Late
+		line := r.note(due, due.Add(tc.late))
+		if (line != "") != tc.logged || (r.Late > before) != tc.counted {
+			t.Errorf("reply %d, %v late: line %q, late count %d -> %d; want logged %v, counted %v", i, tc.late, line, before, r.Late, tc.logged, tc.counted)
+		}
+	}
+	if r.Commands != 5 || r.Late != 2 || r.Worst != 150*time.Millisecond {
+		t.Errorf("record %+v: want 5 commands, 2 late, worst 150ms", r)
+	}
+	// Past the limit: one line saying so, then counted only.
+	var lines []string
+	for range lateLogLimit + 10 {
+		if line := r.note(due, due.Add(time.Second)); line != "" {
+			lines = append(lines, line)
+		}
+	}
+	if want := lateLogLimit - 2 + 1; len(lines) != want {
+		t.Errorf("%d lines logged past the first two, want %d (up to the limit, then one saying so)", len(lines), want)
+	}
+	if last := lines[len(lines)-1]; !strings.Contains(last, "only counted") {
+		t.Errorf("last line %q does not say the rest are only counted", last)
+	}
+	if r.Late != 2+lateLogLimit+10 {
+		t.Errorf("late %d, want %d: every late reply counted", r.Late, 2+lateLogLimit+10)
 	}
 }

@@ -217,6 +217,9 @@ type runResult struct {
 	Mode     string        `json:"cgroup_mode"`
 	CPUs     int           `json:"cpus"`
 	Slice    time.Duration `json:"slice"`
+	// LoadStart is when the load began (the timeline's and the
+	// correction log's zero), to line a run up with the host's logs.
+	LoadStart time.Time `json:"load_start"`
 
 	Alone  phase `json:"alone"`  // best-effort work frozen
 	Shared phase `json:"shared"` // best-effort work running
@@ -645,6 +648,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	prev := m.snapshot(ctx)
 	timeline := sampleTimeline(layout, rel("revocable"))
 	start := time.Now()
+	res.LoadStart = start
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
 		return res, err
 	}
