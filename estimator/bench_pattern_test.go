@@ -294,7 +294,7 @@ func TestCalibratedBenchPatternSagBefore(t *testing.T) {
 // showed it: the guaranteed task held 1.1-1.6 cpus, its use fell in steps,
 // the long expert's large-fall exemption (a core between the confirmation
 // before the last and the last) never held, and it kept the slack back for
-// its whole second (0.9-1.0 s per trial). After a large fall that has held
+// its whole second (0.77-1.04 s in 10 of 20 trials). After a large fall that has held
 // for the short confirmation, no long expert is published. Before that,
 // this replay's trials waited 0.9-1.2 s (p50 1.1 s). With the burn at 2
 // cpus instead, the old exemption holds, and the change costs one trial
