@@ -37,6 +37,16 @@ type benchPattern struct {
 	sagEvery int
 	sagFor   int
 	sagLevel float64
+	// With briefDips, the burn holds about burnLevel cpus (default 1.9-2)
+	// with a dip of half a second to about 1 cpu in every second, and ends
+	// in steps (its last two samples at about 1.1 cpus, the one it stops
+	// in at about 0.55, then idle at about 0.25: its task forks a sleep
+	// every 20 ms): the slack bench's burn on a machine quiet but not
+	// idle, as its estimate log showed it (#29). A short confirmation
+	// offers each dip and loses it, so the expert held to the last
+	// second's peak is published.
+	briefDips bool
+	burnLevel float64
 }
 
 // benchResult is what a replay of a benchPattern measured: each trial's
@@ -48,6 +58,9 @@ type benchResult struct {
 	dipped     []bool // per trial: whether its burn dipped or sagged
 	violations int
 	estimates  int
+	// longPublished counts the trials whose last burning estimate was
+	// published from an expert held to the last second's peak.
+	longPublished int
 }
 
 func (p benchPattern) replay(t *testing.T, name string) benchResult {
@@ -74,6 +87,11 @@ func (p benchPattern) replay(t *testing.T, name string) benchResult {
 		return offered
 	}
 	idleCPU := func() float64 { return 0.01 + 0.02*rng.Float64() }
+	if p.briefDips {
+		// The bench's idle task forks a sleep every 20 ms: a quarter of
+		// a core on a busy machine.
+		idleCPU = func() float64 { return 0.2 + 0.1*rng.Float64() }
+	}
 	for trial := range p.trials {
 		if trial > 0 {
 			for range p.idle(rng) {
@@ -84,6 +102,17 @@ func (p benchPattern) replay(t *testing.T, name string) benchResult {
 		dip := p.dipEvery > 0 && trial%p.dipEvery == p.dipEvery-1
 		sag := p.sagEvery > 0 && trial%p.sagEvery == p.sagEvery-1
 		for i := range 34 {
+			if p.briefDips {
+				level := max(p.burnLevel, 1.2) - 0.1 + 0.1*rng.Float64()
+				switch {
+				case i >= 32:
+					level = 1.05 + 0.1*rng.Float64()
+				case i%10 >= 3 && i%10 < 8:
+					level = 0.9 + 0.2*rng.Float64()
+				}
+				sample(level)
+				continue
+			}
 			if sag && i >= 34-p.sagFor {
 				sample(p.sagLevel + 0.15*rng.Float64())
 				continue
@@ -94,7 +123,14 @@ func (p benchPattern) replay(t *testing.T, name string) benchResult {
 			}
 			sample(1.9 + 0.1*rng.Float64())
 		}
-		sample(2 * rng.Float64()) // and stops within this one
+		if ex, ok := est.(estimator.Explainer); ok && ex.Explain().Expert == 1 {
+			res.longPublished++
+		}
+		if p.briefDips {
+			sample(0.5 + 0.1*rng.Float64()) // stops within this one
+		} else {
+			sample(2 * rng.Float64()) // and stops within this one
+		}
 		waited := 0
 		for sample(idleCPU()) < 1 {
 			if waited++; waited > 3000 {
@@ -247,6 +283,41 @@ func TestCalibratedBenchPatternSagBefore(t *testing.T) {
 			if w > limit {
 				t.Errorf("sag for %d samples, trial %d (sagged %v): offered after %v, want at most %v", sagFor, i+5, res.dipped[i+5], w, limit)
 			}
+		}
+	}
+}
+
+// TestCalibratedBenchPatternLongExpert: slack that lasts, left by a load
+// whose dips are brief (so the expert held to the last second's peak is
+// published) and which ends in steps, is offered within the confirmation
+// and a sample like the rest (#29). The slack bench's estimate log on main
+// showed it: the guaranteed task held 1.1-1.6 cpus, its use fell in steps,
+// the long expert's large-fall exemption (a core between the confirmation
+// before the last and the last) never held, and it kept the slack back for
+// its whole second (0.77-1.04 s in 10 of 20 trials). After a large fall that has held
+// for the short confirmation, no long expert is published. Before that,
+// this replay's trials waited 0.9-1.2 s (p50 1.1 s). With the burn at 2
+// cpus instead, the old exemption holds, and the change costs one trial
+// (the sixth, 1.2 s where it took 200 ms): not asserted here, reported in
+// doc.go.
+func TestCalibratedBenchPatternLongExpert(t *testing.T) {
+	t.Parallel()
+	const trials = 40
+	cal := estimator.DefaultConfig().Calibration
+	lasting := func(rng *rand.Rand) int { return 100 + rng.IntN(101) }
+	limit := cal.Confirm + 100*time.Millisecond
+	res := benchPattern{trials: trials, idle: lasting, briefDips: true, burnLevel: 1.5}.replay(t, "calibrated")
+	t.Logf("wait p50 %v p99 %v; long expert published at %d of %d burns' ends; %d violations in %d estimates (%.2f%%)",
+		res.quantile(0.5), res.quantile(0.99), res.longPublished, trials, res.violations, res.estimates, 100*res.rate())
+	if res.longPublished < trials/2 {
+		t.Errorf("the long expert was published at the end of %d of %d burns: the pattern must make it the published one", res.longPublished, trials)
+	}
+	if bound := estimator.ViolationBound(cal.TargetViolation, cal.Gamma, res.estimates, 2); res.rate() > bound {
+		t.Errorf("violations %.2f%%, above the bound %.2f%%", 100*res.rate(), 100*bound)
+	}
+	for i, w := range res.waits[5:] {
+		if w > limit {
+			t.Errorf("trial %d: offered after %v, want at most %v", i+5, w, limit)
 		}
 	}
 }

@@ -172,6 +172,10 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 	}
 	sinceLongest := in.Now.Add(-slices.Max(c.confirms[:]))
 	lasting := false
+	// retireLong is set when a member's large fall (largeFallOnsets) has
+	// held for the short confirmation within the long one: the experts
+	// with the long confirmation are not published (pick).
+	retireLong := false
 	raw := c.fast.raw(in, members, func(m member, now time.Time) float64 {
 		// need is fast's (the peak, or a burst's start extrapolated), due
 		// the burst held back on a rhythm; an expert that does not follow
@@ -206,12 +210,15 @@ func (c *calibratedEstimator) Estimate(in Input) resources.Resources {
 			if !large {
 				pred[e] = max(pred[e], within[e])
 			}
+			if spec.long && (large || c.cfg.Fast.Onset > 0 && within[e]-peak >= largeFallOnsets*c.cfg.Fast.Onset) {
+				retireLong = true
+			}
 		}
 		c.predicted[m.index] = pred
 		lasting = lasting || fell
 		return p
 	})
-	ex := c.explain(in, members)
+	ex := c.explain(in, members, retireLong)
 	out := resources.New(ex.Calibrated, raw.Mem(), 0).With(resources.Bandwidth, raw.Bandwidth())
 	rise := RiseNoisy
 	if up := out.CPUs() - c.published.CPUs(); lasting && up >= largeFallOnsets*c.cfg.Fast.Onset {
@@ -324,8 +331,9 @@ func (c *calibratedEstimator) horizonUsage(p pendingEstimate) (float64, bool) {
 }
 
 // explain breaks this call's estimate down per member and applies the
-// calibration: Calibrated is the estimate before hysteresis.
-func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
+// calibration: Calibrated is the estimate before hysteresis. retireLong
+// keeps the experts with the long confirmation from being published.
+func (c *calibratedEstimator) explain(in Input, members []member, retireLong bool) Explanation {
 	_, paused := c.cal.Margin()
 	ex := Explanation{
 		Now: in.Now, Estimator: "calibrated",
@@ -366,8 +374,9 @@ func (c *calibratedEstimator) explain(in Input, members []member) Explanation {
 	// scoreScale) and taken at the shared level α_t from its own scores;
 	// what the calibration may give back is bounded by fast's own margins:
 	// the predicted peaks are always held back. The expert with the least
-	// discounted loss is published.
-	c.chosen = c.pick()
+	// discounted loss is published, but for the long ones after a large
+	// fall.
+	c.chosen = c.pick(retireLong)
 	ex.Expert = c.chosen
 	var added float64
 	for i, e := range c.experts {
@@ -527,11 +536,23 @@ type Explanation struct {
 }
 
 // pick returns the expert with the least discounted loss, the short one on
-// a tie.
-func (c *calibratedEstimator) pick() int {
-	best := 0
+// a tie; with retireLong, among the experts with the short confirmation
+// only. After a large fall that has held for the short confirmation
+// (largeFallOnsets), an expert held to the peak of the last second would
+// keep the slack back for the rest of that second (its own prediction
+// exempts such a fall only while the confirmation before the last holds
+// the load: a fall in steps, or from a load that sagged before it ended,
+// is never exempt), or offer it and take it back: the slack bench's slow
+// trials (#29). Which expert is published does not touch the guarantee
+// (doc.go, "Experts"): the level follows whatever was published, and
+// every expert's scores and loss are kept as before.
+func (c *calibratedEstimator) pick(retireLong bool) int {
+	best := -1
 	for i, e := range c.experts {
-		if e.loss < c.experts[best].loss {
+		if retireLong && expertSpecs[i].long {
+			continue
+		}
+		if best < 0 || e.loss < c.experts[best].loss {
 			best = i
 		}
 	}
