@@ -34,44 +34,9 @@ import (
 // in every run.
 func TestMemorySlackLeavesTheReclaimLineFree(t *testing.T) {
 	t.Parallel()
-	const (
-		mib       = 1 << 20
-		nodeMiB   = 1536
-		serverMiB = 384
-		otherMiB  = 60
-	)
-	m, write := fakeMonitorNode(t, 600)
-	availMiB := nodeMiB - serverMiB - otherMiB
-	write("proc/meminfo", fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n", nodeMiB*1024, availMiB*1024, availMiB*1024))
-	ctl, err := settings.Default().NewControllers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	cz := newFakeContainerizer()
-	if _, err := cz.Launch(context.Background(), containerizer.Spec{ContainerID: "server", Resources: resources.MustParse("cpus:1;mem:1536")}); err != nil {
-		t.Fatal(err)
-	}
-	m.SetTargets([]monitor.Target{{ID: "server", CgroupPath: "r/server"}})
-	l := newEstimateLoop(Config{Logger: quietLog(), Monitor: m, Containerizer: cz, Estimator: ctl.Estimator, QoS: ctl.QoS},
-		resources.MustParse("cpus:2;mem:1536"), nil, nil)
-
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var (
-		e      *estimate
-		points []monitor.Point
-		now    time.Time
-	)
-	for pass := range 300 { // 30 s at 100 ms: past every window's warm-up
-		now = t0.Add(time.Duration(pass) * 100 * time.Millisecond)
-		write("cgroup/r/server/cpu.stat", fmt.Sprintf("usage_usec %d\n", pass*50_000))
-		write("cgroup/r/server/memory.current", fmt.Sprint(serverMiB*mib))
-		// Its working set: anonymous memory and active page cache.
-		write("cgroup/r/server/memory.stat", fmt.Sprintf("anon %d\nfile %d\nactive_file %d\ninactive_file 0\n", 100*mib, 284*mib, 284*mib))
-		if err := m.Sample(now); err != nil {
-			t.Fatal(err)
-		}
-		e, points = l.estimate(now, points)
-	}
+	const mib = 1 << 20
+	b := runBenchMemoryNode(t)
+	e, now, availMiB := b.last, b.now, b.availMiB
 	offered := e.revocable.Mem()
 	t.Logf("revocable mem offered: %.1f MiB", offered)
 	if offered < 500 {
@@ -83,9 +48,9 @@ func TestMemorySlackLeavesTheReclaimLineFree(t *testing.T) {
 	cfg := settings.Default().QoSConfig()
 	reclaim := qos.NewMemoryReclaim(cfg.Reclaim, cfg.KillRetry)
 	in := qos.Input{
-		Node: qos.Node{MemTotal: nodeMiB * mib, MemAvailable: uint64(left * mib), MemoryHigh: true, Freeze: true},
+		Node: qos.Node{MemTotal: benchNodeMiB * mib, MemAvailable: uint64(left * mib), MemoryHigh: true, Freeze: true},
 		Containers: []qos.Container{
-			{ID: "server", TaskID: "server", MemBytes: serverMiB * mib, StartedAt: t0},
+			{ID: "server", TaskID: "server", MemBytes: benchServerMiB * mib, StartedAt: benchMemoryStart},
 			{ID: "batch", TaskID: "batch", Revocable: true, MemBytes: uint64(offered * mib), StartedAt: now},
 		},
 		RevocableMemoryHigh: uint64(offered*mib) + 64*mib,
@@ -96,7 +61,7 @@ func TestMemorySlackLeavesTheReclaimLineFree(t *testing.T) {
 		calmEnough := offset == cfg.Reclaim.CalmPeriod
 		if calmEnough && (len(got) != 1 || got[0].Kind != qos.Release) || !calmEnough && len(got) != 0 {
 			t.Fatalf("revocable work holding the %.0f MiB offered leaves MemAvailable %d of %d MiB: at +%v reclaim corrects %v, want it calm",
-				offered, in.Node.MemAvailable/mib, nodeMiB, offset, got)
+				offered, in.Node.MemAvailable/mib, benchNodeMiB, offset, got)
 		}
 	}
 }
@@ -109,42 +74,17 @@ func TestMemorySlackLeavesTheReclaimLineFree(t *testing.T) {
 // the default controllers' keep-free and the 60 MiB of other use.
 func TestMemoryBoundVisible(t *testing.T) {
 	t.Parallel()
-	const (
-		mib       = 1 << 20
-		nodeMiB   = 1536
-		serverMiB = 384
-		otherMiB  = 60
-	)
-	m, write := fakeMonitorNode(t, 600)
-	availMiB := nodeMiB - serverMiB - otherMiB
-	write("proc/meminfo", fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n", nodeMiB*1024, availMiB*1024, availMiB*1024))
-	ctl, err := settings.Default().NewControllers()
-	if err != nil {
-		t.Fatal(err)
-	}
-	keepFree := ctl.QoS.(qos.MemoryKeeper).KeepFree(nodeMiB * mib)
-	cz := newFakeContainerizer()
-	if _, err := cz.Launch(context.Background(), containerizer.Spec{ContainerID: "server", Resources: resources.MustParse("cpus:1;mem:1536")}); err != nil {
-		t.Fatal(err)
-	}
-	m.SetTargets([]monitor.Target{{ID: "server", CgroupPath: "r/server"}})
-	l := newEstimateLoop(Config{Logger: quietLog(), Monitor: m, Containerizer: cz, Estimator: ctl.Estimator, QoS: ctl.QoS},
-		resources.MustParse("cpus:2;mem:1536"), nil, nil)
-	a := &Agent{cfg: Config{Monitor: m}, slack: l, watch: &observer{}}
+	const mib = 1 << 20
+	b := runBenchMemoryNode(t)
+	keepFree := b.ctl.QoS.(qos.MemoryKeeper).KeepFree(benchNodeMiB * mib)
+	a := &Agent{cfg: Config{Monitor: b.monitor}, slack: b.loop, watch: &observer{}}
 	node := nodeService{a}
-
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
-	var points []monitor.Point
-	for pass := range 300 {
-		now := t0.Add(time.Duration(pass) * 100 * time.Millisecond)
-		write("cgroup/r/server/cpu.stat", fmt.Sprintf("usage_usec %d\n", pass*50_000))
-		write("cgroup/r/server/memory.current", fmt.Sprint(serverMiB*mib))
-		write("cgroup/r/server/memory.stat", fmt.Sprintf("anon %d\nfile %d\nactive_file %d\ninactive_file 0\n", 100*mib, 284*mib, 284*mib))
-		if err := m.Sample(now); err != nil {
-			t.Fatal(err)
-		}
-		_, points = l.estimate(now, points)
-	}
+	l, availMiB := b.loop, b.availMiB
+	const (
+		nodeMiB   = benchNodeMiB
+		serverMiB = benchServerMiB
+		otherMiB  = benchOtherMiB
+	)
 
 	need := serverMiB + 0.03*nodeMiB
 	nodeBound := nodeMiB - float64(keepFree)/mib - otherMiB - need
@@ -243,3 +183,60 @@ func TestMemoryBoundAbsentWithoutMemoryEstimate(t *testing.T) {
 		t.Errorf("%d memory bound series without a memory estimate, want 0", n)
 	}
 }
+
+// The colocation bench's memory node (#28): 1536 MiB allocated whole to a
+// server working on 384 MiB (100 MiB anonymous, 284 MiB active page
+// cache), 60 MiB held outside the containers.
+const (
+	benchNodeMiB   = 1536
+	benchServerMiB = 384
+	benchOtherMiB  = 60
+)
+
+// benchMemoryNode is the estimate loop on the bench's memory node after
+// 30 s of passes at 100 ms (past every window's warm-up), with the
+// default controllers.
+type benchMemoryNode struct {
+	monitor  *monitor.Monitor
+	ctl      settings.Controllers
+	loop     *estimateLoop
+	last     *estimate // the last pass's estimate
+	now      time.Time // the last pass's time
+	availMiB int       // the node's MemAvailable
+}
+
+// runBenchMemoryNode runs benchMemoryNode's passes.
+func runBenchMemoryNode(t *testing.T) benchMemoryNode {
+	t.Helper()
+	const mib = 1 << 20
+	m, write := fakeMonitorNode(t, 600)
+	b := benchMemoryNode{monitor: m, availMiB: benchNodeMiB - benchServerMiB - benchOtherMiB}
+	write("proc/meminfo", fmt.Sprintf("MemTotal:       %d kB\nMemFree:        %d kB\nMemAvailable:   %d kB\n", benchNodeMiB*1024, b.availMiB*1024, b.availMiB*1024))
+	var err error
+	if b.ctl, err = settings.Default().NewControllers(); err != nil {
+		t.Fatal(err)
+	}
+	cz := newFakeContainerizer()
+	if _, err := cz.Launch(context.Background(), containerizer.Spec{ContainerID: "server", Resources: resources.MustParse("cpus:1;mem:1536")}); err != nil {
+		t.Fatal(err)
+	}
+	m.SetTargets([]monitor.Target{{ID: "server", CgroupPath: "r/server"}})
+	b.loop = newEstimateLoop(Config{Logger: quietLog(), Monitor: m, Containerizer: cz, Estimator: b.ctl.Estimator, QoS: b.ctl.QoS},
+		resources.MustParse("cpus:2;mem:1536"), nil, nil)
+	var points []monitor.Point
+	for pass := range 300 {
+		b.now = benchMemoryStart.Add(time.Duration(pass) * 100 * time.Millisecond)
+		write("cgroup/r/server/cpu.stat", fmt.Sprintf("usage_usec %d\n", pass*50_000))
+		write("cgroup/r/server/memory.current", fmt.Sprint(benchServerMiB*mib))
+		// Its working set: anonymous memory and active page cache.
+		write("cgroup/r/server/memory.stat", fmt.Sprintf("anon %d\nfile %d\nactive_file %d\ninactive_file 0\n", 100*mib, 284*mib, 284*mib))
+		if err := m.Sample(b.now); err != nil {
+			t.Fatal(err)
+		}
+		b.last, points = b.loop.estimate(b.now, points)
+	}
+	return b
+}
+
+// benchMemoryStart is the time of benchMemoryNode's first pass.
+var benchMemoryStart = time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
