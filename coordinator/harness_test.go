@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -17,6 +16,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/netpipe"
 	"github.com/slackline/slackline/internal/protocol"
 	"github.com/slackline/slackline/internal/server"
 	"github.com/slackline/slackline/resources"
@@ -162,7 +162,7 @@ func (l *pipeListener) Addr() net.Addr { return pipeAddr{} }
 
 // dial connects to the listener.
 func (l *pipeListener) dial(ctx context.Context, _, _ string) (net.Conn, error) {
-	client, srv := addressedPipe()
+	srv, client := netpipe.Pipe()
 	select {
 	case l.conns <- srv:
 		return client, nil
@@ -177,29 +177,6 @@ type pipeAddr struct{}
 
 func (pipeAddr) Network() string { return "pipe" }
 func (pipeAddr) String() string  { return "pipe" }
-
-// lastPipePort numbers the client ends of addressedPipe.
-var lastPipePort atomic.Uint32
-
-// addressedPipe is net.Pipe with a loopback connection's addresses, the
-// client's a port of its own, so that the per-connection call limit
-// (connection:ADDRESS) sees one caller per connection as on TCP, not every
-// connection as "pipe".
-func addressedPipe() (client, srv net.Conn) {
-	c, s := net.Pipe()
-	serverAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
-	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 10000 + int(lastPipePort.Add(1)%50000)}
-	return addrConn{Conn: c, local: clientAddr, remote: serverAddr}, addrConn{Conn: s, local: serverAddr, remote: clientAddr}
-}
-
-// addrConn is a net.Conn with the addresses it reports.
-type addrConn struct {
-	net.Conn
-	local, remote net.Addr
-}
-
-func (c addrConn) LocalAddr() net.Addr  { return c.local }
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
 
 // stop shuts the coordinator down (idempotent).
 func (tc *testCluster) stop() {

@@ -5,8 +5,9 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"syscall"
+
+	"github.com/slackline/slackline/internal/netpipe"
 )
 
 // Network is an in-memory network for tests: connections are net.Pipe
@@ -41,7 +42,7 @@ func (n *Network) DialContext(ctx context.Context, _, _ string) (net.Conn, error
 	if down {
 		return nil, errRefused
 	}
-	server, client := pipe()
+	server, client := netpipe.Pipe()
 	select {
 	case n.accept <- server:
 	case <-ctx.Done():
@@ -106,34 +107,7 @@ func (l *listener) Close() error {
 	return nil
 }
 
-func (l *listener) Addr() net.Addr { return serverAddr }
-
-// serverAddr is the address a Network's server listens on.
-var serverAddr = &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: 5050}
-
-// lastPort numbers the client ends of pipes.
-var lastPort atomic.Uint32
-
-// pipe returns the two ends of a net.Pipe whose addresses are a loopback
-// connection's: the server's end is serverAddr, the client's a port of
-// its own, as on TCP, so that a server which tells callers apart by their
-// address (a per-connection call limit) sees one caller per connection,
-// not every connection as "pipe".
-func pipe() (server, client net.Conn) {
-	s, c := net.Pipe()
-	port := 10000 + int(lastPort.Add(1)%50000)
-	clientAddr := &net.TCPAddr{IP: net.IPv4(127, 0, 0, 1), Port: port}
-	return addrConn{Conn: s, local: serverAddr, remote: clientAddr}, addrConn{Conn: c, local: clientAddr, remote: serverAddr}
-}
-
-// addrConn is a net.Conn with the addresses it reports.
-type addrConn struct {
-	net.Conn
-	local, remote net.Addr
-}
-
-func (c addrConn) LocalAddr() net.Addr  { return c.local }
-func (c addrConn) RemoteAddr() net.Addr { return c.remote }
+func (l *listener) Addr() net.Addr { return netpipe.ServerAddr }
 
 // Serve serves handler on a new listener of n with HTTP/1.1 and cleartext
 // HTTP/2 until the returned stop is called; stop closes the server and its
