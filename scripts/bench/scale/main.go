@@ -18,8 +18,9 @@
 // each, one run each in one quiet window; 0.68 and 0.71 writes per beat:
 // the agents' HTTP/2 pings, sent after 30 s without a frame received, do
 // not fire while answers and command-stream keepalives come every 30 s),
-// with twice the RSS at 1 (983 against 479 MiB) and registration 3 times
-// slower.
+// with more RSS at 1 (983 against 479 MiB in that run, 764 against 516
+// in a later one). With the agents' 50 ms beat grid (agent/session) both
+// layouts measured 100-103 us per beat, main 157-190 us.
 //
 // With --perf FILE it also records the coordinator's profile over the
 // window (perf record -g; perf report -i FILE reads it); with --stat it
