@@ -26,6 +26,7 @@ package main
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -94,7 +95,19 @@ type diskOptions struct {
 	// latency does not depend on who else wants the host's CPUs, but the
 	// model's answers come from a user-space process that does.
 	rtPriority int
+	// layout is "split" (two partitions of the one modelled disk, each
+	// with an ext4 file system: the run's directory and guaranteed
+	// sandboxes on the first, revocable sandboxes on the second, given to
+	// the agent as --revocable-sandbox-dir) or "shared" (one file system,
+	// one journal, for both).
+	layout string
 }
+
+// Layouts of the modelled disk (diskOptions.layout).
+const (
+	layoutSplit  = "split"
+	layoutShared = "shared"
+)
 
 func (o diskOptions) String() string {
 	if o.kind == "host" {
@@ -104,7 +117,11 @@ func (o diskOptions) String() string {
 	if o.rtPriority > 0 {
 		prio = fmt.Sprintf("served at real-time priority %d", o.rtPriority)
 	}
-	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio)
+	fsys := "one ext4 file system for guaranteed and revocable sandboxes (one journal)"
+	if o.layout == layoutSplit {
+		fsys = "two partitions, an ext4 file system each: guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
+	}
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s; %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio, fsys)
 }
 
 func (o diskOptions) validate() error {
@@ -130,6 +147,9 @@ func (o diskOptions) validate() error {
 	}
 	if o.requestKiB < 4 {
 		errs = append(errs, fmt.Errorf("--disk-request-kib must be at least 4 (a page), got %d", o.requestKiB))
+	}
+	if o.layout != layoutSplit && o.layout != layoutShared {
+		errs = append(errs, fmt.Errorf("--io-layout %q: want %s or %s", o.layout, layoutSplit, layoutShared))
 	}
 	if o.size < 1<<30 {
 		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
@@ -338,13 +358,17 @@ func runDiskServer(args []string) error {
 }
 
 // modelledDisk is one run's disk: the tmpfs store, the disk server, the
-// loop device and the ext4 file system mounted at Dir.
+// loop device and the ext4 file system mounted at Dir (and, split, the
+// second one at RevocableDir).
 type modelledDisk struct {
 	base   string // the directory holding store, fuse and fs
 	server *exec.Cmd
 	loop   string // /dev/loopN
 	// Dir is where the run's files go (the ext4 file system).
 	Dir string
+	// RevocableDir, with the split layout, is the directory for revocable
+	// sandboxes, on the second partition's file system ("": shared).
+	RevocableDir string
 	// Device is the loop device's "MAJ:MIN", Scheduler its I/O scheduler.
 	Device, Scheduler string
 }
@@ -370,15 +394,18 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		})
 	}
 	d = &modelledDisk{base: base}
-	store, fuseDir, fsDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs")
+	store, fuseDir, fsDir, revDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs"), filepath.Join(base, "fs-revocable")
 	diskFile := filepath.Join(fuseDir, "disk")
+	split := o.layout == layoutSplit
+	// The file systems' devices: the loop device, or its two partitions.
+	var devices []string
 	steps := []struct {
 		name string
 		do   func() error
 	}{
 		{"directories", func() error {
 			undo(func() error { return removeAll(base) })
-			for _, dir := range []string{store, fuseDir, fsDir} {
+			for _, dir := range []string{store, fuseDir, fsDir, revDir} {
 				if err := os.Mkdir(dir, 0o700); err != nil {
 					return err
 				}
@@ -419,15 +446,32 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			}
 			return nil
 		}},
+		{"partitions", func() error {
+			if !split {
+				return nil
+			}
+			return writePartitionTable(diskFile, o.size)
+		}},
 		{"losetup", func() error {
 			// Pushed first: losetup may attach the device and be
 			// killed (the terminal's SIGINT) before it names it.
 			undo(func() error { return detachLoops(diskFile) })
-			loop, err := exec.Command("losetup", "--find", "--show", diskFile).Output()
+			args := []string{"--find", "--show", diskFile}
+			if split {
+				args = append([]string{"--partscan"}, args...)
+			}
+			loop, err := exec.Command("losetup", args...).Output()
 			if err != nil {
 				return fmt.Errorf("losetup: %w", exitText(err))
 			}
 			d.loop = strings.TrimSpace(string(loop))
+			devices = []string{d.loop}
+			if split {
+				devices = []string{d.loop + "p1", d.loop + "p2"}
+				if err := waitDevices(devices, 10*time.Second); err != nil {
+					return err
+				}
+			}
 			// A loop device keeps the request size set before (by an
 			// agent's diskio controller, or by hand): each run starts
 			// from the one asked for.
@@ -438,17 +482,31 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			return nil
 		}},
 		{"mkfs", func() error {
-			if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", d.loop).CombinedOutput(); err != nil {
-				return fmt.Errorf("mkfs.ext4 %s: %v: %s", d.loop, err, out)
+			for _, dev := range devices {
+				if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev).CombinedOutput(); err != nil {
+					return fmt.Errorf("mkfs.ext4 %s: %v: %s", dev, err, out)
+				}
 			}
 			return nil
 		}},
 		{"mount", func() error {
-			if err := syscall.Mount(d.loop, fsDir, "ext4", 0, ""); err != nil {
-				return fmt.Errorf("mount %s: %w", d.loop, err)
+			for i, dev := range devices {
+				dir := []string{fsDir, revDir}[i]
+				if err := syscall.Mount(dev, dir, "ext4", 0, ""); err != nil {
+					return fmt.Errorf("mount %s: %w", dev, err)
+				}
+				undo(func() error { return unmount(dir) })
+				if err := os.Chmod(dir, 0o755); err != nil {
+					return err
+				}
 			}
-			undo(func() error { return unmount(fsDir) })
-			return os.Chmod(fsDir, 0o755)
+			if split {
+				// The agent's revocable sandboxes: a directory of the
+				// second file system, which the agent expects to exist.
+				d.RevocableDir = filepath.Join(revDir, "sandboxes")
+				return os.Mkdir(d.RevocableDir, 0o755)
+			}
+			return nil
 		}},
 	}
 	for _, s := range steps {
@@ -464,6 +522,59 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 	d.Device = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
 	d.Scheduler = readScheduler(d.Device)
 	return d, nil
+}
+
+// writePartitionTable writes, at the start of the disk file (through the
+// model, as any write), an MBR with two Linux partitions splitting the
+// disk of size bytes in halves, the first from 1 MiB.
+func writePartitionTable(diskFile string, size int64) error {
+	f, err := os.OpenFile(diskFile, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if _, err := f.WriteAt(mbr(uint32(size/512)), 0); err != nil {
+		return fmt.Errorf("write the partition table: %w", err)
+	}
+	return f.Sync()
+}
+
+// mbr is a master boot record of a disk of sectors 512-byte sectors with
+// two Linux (0x83) partitions: sectors [2048, half) and [half, end).
+func mbr(sectors uint32) []byte {
+	b := make([]byte, 512)
+	half := sectors / 2
+	for i, p := range [][2]uint32{{2048, half - 2048}, {half, sectors - half}} {
+		e := b[446+16*i:]
+		e[4] = 0x83
+		// CHS fields unused (LBA addressing): the conventional maximum.
+		copy(e[1:4], []byte{0xfe, 0xff, 0xff})
+		copy(e[5:8], []byte{0xfe, 0xff, 0xff})
+		binary.LittleEndian.PutUint32(e[8:], p[0])
+		binary.LittleEndian.PutUint32(e[12:], p[1])
+	}
+	b[510], b[511] = 0x55, 0xaa
+	return b
+}
+
+// waitDevices waits until every device node exists (the kernel adds a
+// partition's after the scan), at most timeout.
+func waitDevices(devices []string, timeout time.Duration) error {
+	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
+		missing := ""
+		for _, d := range devices {
+			if _, err := os.Stat(d); err != nil {
+				missing = d
+				break
+			}
+		}
+		if missing == "" {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s did not appear within %v", missing, timeout)
+		}
+	}
 }
 
 // stopServer stops the disk server (SIGTERM, then SIGKILL after 10 s) and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/binary"
 	"errors"
 	"slices"
 	"strings"
@@ -52,17 +53,18 @@ func TestDiskModel(t *testing.T) {
 
 func TestDiskOptionsValidate(t *testing.T) {
 	t.Parallel()
-	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280}
+	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280, layout: layoutSplit}
 	if err := good.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, o := range map[string]diskOptions{
-		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280},
-		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280},
-		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280},
-		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280},
-		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2},
-		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100},
+		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280, layout: layoutShared},
+		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2, layout: layoutShared},
+		"layout":  {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: "lvm"},
+		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100, layout: layoutShared},
 	} {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: invalid options accepted", name)
@@ -70,6 +72,30 @@ func TestDiskOptionsValidate(t *testing.T) {
 	}
 	if err := (diskOptions{kind: "host"}).validate(); err != nil {
 		t.Errorf("host: %v", err)
+	}
+}
+
+// TestMBR: the partition table the split layout writes gives two Linux
+// partitions, the first from 1 MiB to the middle, the second from there to
+// the end, and the boot signature.
+func TestMBR(t *testing.T) {
+	t.Parallel()
+	b := mbr(4 << 20) // 2 GiB
+	type entry struct {
+		typ          byte
+		first, count uint32
+	}
+	var got []entry
+	for i := range 4 {
+		e := b[446+16*i:]
+		got = append(got, entry{e[4], binary.LittleEndian.Uint32(e[8:]), binary.LittleEndian.Uint32(e[12:])})
+	}
+	want := []entry{{0x83, 2048, 2<<20 - 2048}, {0x83, 2 << 20, 2 << 20}, {}, {}}
+	if !slices.Equal(got, want) {
+		t.Errorf("partitions %v, want %v", got, want)
+	}
+	if len(b) != 512 || b[510] != 0x55 || b[511] != 0xaa {
+		t.Errorf("%d bytes ending %#x %#x, want 512 ending 0x55 0xaa", len(b), b[510], b[511])
 	}
 }
 

@@ -56,7 +56,7 @@ func interruptedSetup(stage string) int {
 		return 1
 	}
 	o := options{binDir: os.Getenv(dirEnv), rootWeight: 1,
-		disk: diskOptions{kind: "loop", rate: 1 << 30, size: 1 << 30, requestKiB: 1280}}
+		disk: diskOptions{kind: "loop", rate: 1 << 30, size: 1 << 30, requestKiB: 1280, layout: layoutSplit}}
 	ctrlC := func() { _ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGINT) }
 	cleanUpOnSignal()
 	fired := false
@@ -111,7 +111,7 @@ func TestDiskSetupInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Parallel()
-	stages := []string{"base", "cgroup", "directories", "store", "server", "losetup", "mkfs", "mount", "done"}
+	stages := []string{"base", "cgroup", "directories", "store", "server", "partitions", "losetup", "mkfs", "mount", "done"}
 	if layout.Mode != cgroups.ModeV2 && layout.Blkio != "" {
 		stages = append(stages, "blkio")
 	}

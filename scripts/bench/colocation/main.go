@@ -140,6 +140,7 @@ func main() {
 // options are the benchmark's flags.
 type options struct {
 	rate        int
+	rateSet     bool // --rate given: it overrides the scenarios' own
 	duration    time.Duration
 	slice       time.Duration
 	work        time.Duration
@@ -165,7 +166,7 @@ func run() error {
 	var o options
 	var scenarioNames string
 	var qosSets stringList
-	flag.IntVar(&o.rate, "rate", 400, "requests per second sent to the server")
+	flag.IntVar(&o.rate, "rate", 400, "requests per second sent to the server (the io scenario: 200 unless given)")
 	flag.DurationVar(&o.duration, "duration", 40*time.Second, "load duration per run (half of it with best-effort work frozen)")
 	flag.DurationVar(&o.slice, "slice", 2*time.Second, "best-effort work is frozen and thawed in turn for this long")
 	flag.DurationVar(&o.work, "work", 500*time.Microsecond, "CPU work per request")
@@ -183,9 +184,11 @@ func run() error {
 	flag.Uint64Var(&o.disk.requestKiB, "disk-request-kib", 1280, "--disk loop: the loop device's largest request (queue/max_sectors_kb) at the start of each run, KiB (1280: a fresh loop device's; a loop device keeps a size set before, by the agent or by hand)")
 	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
 	flag.IntVar(&o.disk.rtPriority, "disk-rt-priority", 10, "--disk loop: the modelled disk's server runs its threads at this SCHED_FIFO priority (0: normal priority, its cgroup's CPU weight only), so that the model answers on time whoever else wants the CPUs, as a disk does")
+	flag.StringVar(&o.disk.layout, "io-layout", layoutSplit, "--disk loop: split (two partitions of the modelled disk, an ext4 file system each: guaranteed sandboxes on one, revocable sandboxes on the other, given to the agent as --revocable-sandbox-dir, so that each has a journal of its own) or shared (one file system and journal for both, where a revocable writer holding a journal handle stalls the server's fsyncs)")
 	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
 	o.disk.rate, o.disk.size = *diskRate*(1<<20), *diskMiB<<20
+	flag.Visit(func(f *flag.Flag) { o.rateSet = o.rateSet || f.Name == "rate" })
 	if err := o.disk.validate(); err != nil {
 		return err
 	}
@@ -421,7 +424,7 @@ func collect(results []runResult, scenarioName, set string) collected {
 		if r.Scenario != scenarioName || r.Config != set || r.Alone.P99 <= 0 {
 			continue
 		}
-		if saturated(r.Alone) || notCompeting(r) {
+		if saturated(r.Alone) || notCompeting(r) || queued(r.Alone, r.Rate) {
 			c.invalid++
 			continue
 		}
