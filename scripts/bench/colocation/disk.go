@@ -26,7 +26,6 @@ package main
 
 import (
 	"context"
-	"encoding/binary"
 	"errors"
 	"flag"
 	"fmt"
@@ -95,11 +94,11 @@ type diskOptions struct {
 	// latency does not depend on who else wants the host's CPUs, but the
 	// model's answers come from a user-space process that does.
 	rtPriority int
-	// layout is "split" (two partitions of the one modelled disk, each
-	// with an ext4 file system: the run's directory and guaranteed
-	// sandboxes on the first, revocable sandboxes on the second, given to
-	// the agent as --revocable-sandbox-dir) or "shared" (one file system,
-	// one journal, for both).
+	// layout is "split" (the one modelled disk in two halves, each a
+	// loop device with an ext4 file system: the run's directory and
+	// guaranteed sandboxes on the first, revocable sandboxes on the
+	// second, given to the agent as --revocable-sandbox-dir) or "shared"
+	// (one file system, one journal, for both).
 	layout string
 }
 
@@ -119,7 +118,7 @@ func (o diskOptions) String() string {
 	}
 	fsys := "one ext4 file system for guaranteed and revocable sandboxes (one journal)"
 	if o.layout == layoutSplit {
-		fsys = "two partitions, an ext4 file system each: guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
+		fsys = "split in two halves (a loop device and ext4 file system each, both served by the one model and its queue): guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
 	}
 	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s; %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio, fsys)
 }
@@ -363,14 +362,18 @@ func runDiskServer(args []string) error {
 type modelledDisk struct {
 	base   string // the directory holding store, fuse and fs
 	server *exec.Cmd
-	loop   string // /dev/loopN
+	// loops are the loop devices (/dev/loopN): the whole disk, or (split)
+	// its first half, then its second.
+	loops []string
 	// Dir is where the run's files go (the ext4 file system).
 	Dir string
 	// RevocableDir, with the split layout, is the directory for revocable
-	// sandboxes, on the second partition's file system ("": shared).
+	// sandboxes, on the second half's file system ("": shared).
 	RevocableDir string
-	// Device is the loop device's "MAJ:MIN", Scheduler its I/O scheduler.
-	Device, Scheduler string
+	// Devices are the loop devices' "MAJ:MIN", Scheduler their I/O
+	// scheduler.
+	Devices   []string
+	Scheduler string
 }
 
 // setupDisk builds a modelled disk under base (an empty directory), each
@@ -397,8 +400,6 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 	store, fuseDir, fsDir, revDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs"), filepath.Join(base, "fs-revocable")
 	diskFile := filepath.Join(fuseDir, "disk")
 	split := o.layout == layoutSplit
-	// The file systems' devices: the loop device, or its two partitions.
-	var devices []string
 	steps := []struct {
 		name string
 		do   func() error
@@ -446,43 +447,41 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			}
 			return nil
 		}},
-		{"partitions", func() error {
-			if !split {
-				return nil
-			}
-			return writePartitionTable(diskFile, o.size)
-		}},
 		{"losetup", func() error {
-			// Pushed first: losetup may attach the device and be
-			// killed (the terminal's SIGINT) before it names it.
+			// Pushed first: losetup may attach a device and be killed
+			// (the terminal's SIGINT) before it names it.
 			undo(func() error { return detachLoops(diskFile) })
-			args := []string{"--find", "--show", diskFile}
+			// Split: two loop devices over the two halves of the one
+			// disk file, so both are served by the one model and its
+			// FIFO (this kernel, like many guests', has no partition
+			// table parsers: a loop device's partitions never appear).
+			ranges := [][2]int64{{0, 0}}
 			if split {
-				args = append([]string{"--partscan"}, args...)
+				ranges = [][2]int64{{0, o.size / 2}, {o.size / 2, o.size - o.size/2}}
 			}
-			loop, err := exec.Command("losetup", args...).Output()
-			if err != nil {
-				return fmt.Errorf("losetup: %w", exitText(err))
-			}
-			d.loop = strings.TrimSpace(string(loop))
-			devices = []string{d.loop}
-			if split {
-				devices = []string{d.loop + "p1", d.loop + "p2"}
-				if err := waitDevices(devices, 10*time.Second); err != nil {
-					return err
+			for _, r := range ranges {
+				args := []string{"--find", "--show"}
+				if r[1] > 0 {
+					args = append(args, "--offset", fmt.Sprint(r[0]), "--sizelimit", fmt.Sprint(r[1]))
 				}
-			}
-			// A loop device keeps the request size set before (by an
-			// agent's diskio controller, or by hand): each run starts
-			// from the one asked for.
-			msk := filepath.Join("/sys/block", filepath.Base(d.loop), "queue", "max_sectors_kb")
-			if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
-				return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+				loop, err := exec.Command("losetup", append(args, diskFile)...).Output()
+				if err != nil {
+					return fmt.Errorf("losetup: %w", exitText(err))
+				}
+				dev := strings.TrimSpace(string(loop))
+				d.loops = append(d.loops, dev)
+				// A loop device keeps the request size set before (by
+				// an agent's diskio controller, or by hand): each run
+				// starts from the one asked for.
+				msk := filepath.Join("/sys/block", filepath.Base(dev), "queue", "max_sectors_kb")
+				if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
+					return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+				}
 			}
 			return nil
 		}},
 		{"mkfs", func() error {
-			for _, dev := range devices {
+			for _, dev := range d.loops {
 				if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev).CombinedOutput(); err != nil {
 					return fmt.Errorf("mkfs.ext4 %s: %v: %s", dev, err, out)
 				}
@@ -490,7 +489,7 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			return nil
 		}},
 		{"mount", func() error {
-			for i, dev := range devices {
+			for i, dev := range d.loops {
 				dir := []string{fsDir, revDir}[i]
 				if err := syscall.Mount(dev, dir, "ext4", 0, ""); err != nil {
 					return fmt.Errorf("mount %s: %w", dev, err)
@@ -515,66 +514,15 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		}
 	}
 	d.Dir = fsDir
-	var st syscall.Stat_t
-	if err := syscall.Stat(d.loop, &st); err != nil {
-		return d, err
+	for _, loop := range d.loops {
+		var st syscall.Stat_t
+		if err := syscall.Stat(loop, &st); err != nil {
+			return d, err
+		}
+		d.Devices = append(d.Devices, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
 	}
-	d.Device = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	d.Scheduler = readScheduler(d.Device)
+	d.Scheduler = readScheduler(d.Devices[0])
 	return d, nil
-}
-
-// writePartitionTable writes, at the start of the disk file (through the
-// model, as any write), an MBR with two Linux partitions splitting the
-// disk of size bytes in halves, the first from 1 MiB.
-func writePartitionTable(diskFile string, size int64) error {
-	f, err := os.OpenFile(diskFile, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	if _, err := f.WriteAt(mbr(uint32(size/512)), 0); err != nil {
-		return fmt.Errorf("write the partition table: %w", err)
-	}
-	return f.Sync()
-}
-
-// mbr is a master boot record of a disk of sectors 512-byte sectors with
-// two Linux (0x83) partitions: sectors [2048, half) and [half, end).
-func mbr(sectors uint32) []byte {
-	b := make([]byte, 512)
-	half := sectors / 2
-	for i, p := range [][2]uint32{{2048, half - 2048}, {half, sectors - half}} {
-		e := b[446+16*i:]
-		e[4] = 0x83
-		// CHS fields unused (LBA addressing): the conventional maximum.
-		copy(e[1:4], []byte{0xfe, 0xff, 0xff})
-		copy(e[5:8], []byte{0xfe, 0xff, 0xff})
-		binary.LittleEndian.PutUint32(e[8:], p[0])
-		binary.LittleEndian.PutUint32(e[12:], p[1])
-	}
-	b[510], b[511] = 0x55, 0xaa
-	return b
-}
-
-// waitDevices waits until every device node exists (the kernel adds a
-// partition's after the scan), at most timeout.
-func waitDevices(devices []string, timeout time.Duration) error {
-	for deadline := time.Now().Add(timeout); ; time.Sleep(50 * time.Millisecond) {
-		missing := ""
-		for _, d := range devices {
-			if _, err := os.Stat(d); err != nil {
-				missing = d
-				break
-			}
-		}
-		if missing == "" {
-			return nil
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s did not appear within %v", missing, timeout)
-		}
-	}
 }
 
 // stopServer stops the disk server (SIGTERM, then SIGKILL after 10 s) and
@@ -675,8 +623,10 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 		}); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(d.Device+" 0"), 0); err != nil {
-			return nil, fmt.Errorf("start blk-throttle on %s: %w", d.Device, err)
+		for _, dev := range d.Devices {
+			if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(dev+" 0"), 0); err != nil {
+				return nil, fmt.Errorf("start blk-throttle on %s: %w", dev, err)
+			}
 		}
 	}
 	return d, nil

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/binary"
 	"errors"
 	"slices"
 	"strings"
@@ -72,30 +71,6 @@ func TestDiskOptionsValidate(t *testing.T) {
 	}
 	if err := (diskOptions{kind: "host"}).validate(); err != nil {
 		t.Errorf("host: %v", err)
-	}
-}
-
-// TestMBR: the partition table the split layout writes gives two Linux
-// partitions, the first from 1 MiB to the middle, the second from there to
-// the end, and the boot signature.
-func TestMBR(t *testing.T) {
-	t.Parallel()
-	b := mbr(4 << 20) // 2 GiB
-	type entry struct {
-		typ          byte
-		first, count uint32
-	}
-	var got []entry
-	for i := range 4 {
-		e := b[446+16*i:]
-		got = append(got, entry{e[4], binary.LittleEndian.Uint32(e[8:]), binary.LittleEndian.Uint32(e[12:])})
-	}
-	want := []entry{{0x83, 2048, 2<<20 - 2048}, {0x83, 2 << 20, 2 << 20}, {}, {}}
-	if !slices.Equal(got, want) {
-		t.Errorf("partitions %v, want %v", got, want)
-	}
-	if len(b) != 512 || b[510] != 0x55 || b[511] != 0xaa {
-		t.Errorf("%d bytes ending %#x %#x, want 512 ending 0x55 0xaa", len(b), b[510], b[511])
 	}
 }
 

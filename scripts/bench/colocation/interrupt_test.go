@@ -111,7 +111,7 @@ func TestDiskSetupInterrupted(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Parallel()
-	stages := []string{"base", "cgroup", "directories", "store", "server", "partitions", "losetup", "mkfs", "mount", "done"}
+	stages := []string{"base", "cgroup", "directories", "store", "server", "losetup", "mkfs", "mount", "done"}
 	if layout.Mode != cgroups.ModeV2 && layout.Blkio != "" {
 		stages = append(stages, "blkio")
 	}

@@ -403,7 +403,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 			return res, err
 		}
 		workParent, revocableDir = d.Dir, d.RevocableDir
-		res.Disk = fmt.Sprintf("%s (%s, scheduler %s)", o.disk, d.loop, d.Scheduler)
+		res.Disk = fmt.Sprintf("%s (%s, scheduler %s)", o.disk, strings.Join(d.loops, " and "), d.Scheduler)
 	} else if s.disk {
 		res.Disk = "host disk (" + os.TempDir() + ")"
 	}
@@ -564,7 +564,8 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		if err := warmWriters(layout, []string{lift.rel}, s.warmWrites, 3*time.Minute); err != nil {
 			return res, err
 		}
-		dev, err := diskOf(work)
+		// The writers' disk: the one the agent caps.
+		dev, err := diskOf(cmp.Or(revocableDir, work))
 		if err != nil {
 			fmt.Printf("   no disk found for the agent's sandboxes (%v): the writers' cap, if any, is not lifted alone\n", err)
 		}
