@@ -48,13 +48,14 @@ type DiskIOSupport struct {
 // layout.Blkio (revocable tasks do not join a blkio cgroup) and says why.
 func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	var s DiskIOSupport
+	// Whatever the controllers can do: a shared journal is beyond them.
+	s.SharedJournal, s.JournalWhy = sandboxJournal(cfg)
 	if err := layout.SetupIO(cfg.CgroupRoot); err != nil {
 		layout.Blkio = ""
 		s.CapWhy, s.WeightWhy = err.Error(), err.Error()
 		s.Mechanisms = "none: " + err.Error()
 		return s
 	}
-	s.SharedJournal, s.JournalWhy = sandboxJournal(cfg)
 	dev, err := diskOf(cmp.Or(cfg.RevocableSandboxDir, cfg.SandboxDir), cfg.SysRoot)
 	if err != nil {
 		s.CapWhy = err.Error()
