@@ -155,7 +155,7 @@ func TestDiskIOSyncLatency(t *testing.T) {
 	}
 	steps := []ioStep{
 		{0, syncs(400, 3*ms, 0), "", ""},
-		{s, syncs(5, 900*ms, s), "", ""}, // too few fsyncs: their p99 is their maximum
+		{s, syncs(5, 90*ms, s), "", ""}, // too few fsyncs: their p99 is their maximum (and no stall: <= 100 ms)
 		{2 * s, syncs(400, 45*ms, 2*s), "throttle 128.0", "web-1 fsync p99 45ms over 400 > 20ms; revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 		{4 * s, syncs(400, 45*ms, 2*s), "", ""}, // the same sample again: it cannot show the change
 		{5 * s, syncs(400, 40*ms, 5*s), "throttle 64.0", ""},
@@ -276,7 +276,7 @@ func TestDiskIOBlockLatency(t *testing.T) {
 	}
 	steps := []ioStep{
 		{0, blk(300, 2*ms, 0), "", ""},
-		{s, blk(9, 500*ms, s), "", ""}, // too few requests
+		{s, blk(9, 90*ms, s), "", ""}, // too few requests (and no stall: <= 100 ms)
 		{2 * s, blk(300, 35*ms, 2*s), "throttle 128.0", "web-1 block I/O p99 35ms over 300 requests > 20ms; revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 		{4 * s, blk(300, 12*ms, 4*s), "", ""}, // under enter, over calm (10 ms): hold
 		{5 * s, blk(300, 3*ms, 5*s), "", ""},  // calm begins
@@ -286,6 +286,42 @@ func TestDiskIOBlockLatency(t *testing.T) {
 		}, "unthrottle 153.6", "guaranteed I/O calm for 5s"},
 	}
 	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
+}
+
+// TestDiskIOStall: an fsync or block request p99 over StallEnter (100 ms)
+// is a signal however few completed (a stall lets too few complete for the
+// counted signals, MinSyncs and MinBlockIOs), and it sends the cap to the
+// floor at once where the floor is a share of a known rate; where no rate
+// is known it halves from the start as any signal does. The colocation
+// bench's first seconds: uncapped writers, 1.1-1.5 s fsyncs, 3 a second.
+func TestDiskIOStall(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	const mib = 1 << 20
+	step := func(bytes uint64, syncs uint64, p99 time.Duration, sampled time.Duration) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.RevocableIOBytes = bytes * mib
+			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = syncs, p99, at(sampled)
+		}
+	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+		{0, step(100, 200, 3*ms, 0), "", ""},
+		{s, step(196, 200, 3*ms, s), "", ""}, // 96 MiB/s uncapped: learned
+		{2 * s, step(290, 3, 1200*ms, 2*s), "throttle 33.6",
+			"web-1 fsync p99 1.2s over 3 > 100ms (a stall); revocable disk I/O cap 33.6 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 96.0 MiB/s), requests <= 32 KiB"},
+		{3 * s, step(324, 2, 900*ms, 3*s), "", ""}, // at the floor: nothing more
+	})
+	// Block requests likewise; no rate known yet: halving from the start.
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+		{0, func(in *qos.Input) {
+			in.Containers[0].BlockIOs, in.Containers[0].BlockP99, in.Containers[0].SampledAt = 2, 400*ms, at(0)
+		}, "throttle 128.0",
+			"web-1 block I/O p99 400ms over 2 requests > 100ms (a stall); revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
+	})
+	// Off (0): a handful of slow fsyncs is no signal.
+	cfg := qos.DefaultDiskIOConfig()
+	cfg.StallEnter = 0
+	runIOSteps(t, qos.NewDiskIO(cfg), []ioStep{{0, step(100, 3, 1200*ms, 0), "", ""}})
 }
 
 // TestDiskIOQuietSyncRatio: the controller learns each guaranteed

@@ -312,7 +312,9 @@
 // QuietSyncsOverLimit; the relative threshold at least SyncP99Min; calm
 // below 1.5 times it), or
 // its own block requests' p99 (eBPF, Container.BlockP99,
-// over at least MinBlockIOs) exceeds BlockP99Enter, or its io.pressure some avg10 exceeds SomeEnter (full:
+// over at least MinBlockIOs) exceeds BlockP99Enter, or either p99 exceeds
+// StallEnter however few completed (a stall lets too few complete to be
+// counted; it sends the cap to the floor at once), or its io.pressure some avg10 exceeds SomeEnter (full:
 // FullEnter), never twice on one sample, down to a floor that leaves
 // revocable work its share: FloorFraction of the disk rate (the node's
 // Node.DiskBytesPerSecond, else the highest rate the revocable subtree's
@@ -355,7 +357,7 @@
 //	              (1.5 GiB node: 230 / 115 MiB; unchanged from 3.4 GiB up), Some/FullEnter 10 / 2 %,
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
-//	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
+//	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, StallEnter 100 ms, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
 //	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s, RequestKiB 32 while capped
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s

@@ -185,6 +185,8 @@ func TestConfigValidate(t *testing.T) {
 		{"psi enter below exit", func(c *qos.Config) { c.Interference.CPUPressureExit = 30 }, "cpu pressure enter (25) must not be below exit (30)"},
 		{"decrease factor 1", func(c *qos.Config) { c.Interference.DecreaseFactor = 1 }, "decrease factor"},
 		{"decrease factor 0", func(c *qos.Config) { c.Interference.DecreaseFactor = 0 }, "decrease factor"},
+		{"diskio stall negative", func(c *qos.Config) { c.DiskIO.StallEnter = -time.Millisecond }, "stall enter must not be negative"},
+		{"diskio block p99 negative", func(c *qos.Config) { c.DiskIO.BlockP99Enter = -time.Millisecond }, "block p99 enter must not be negative"},
 		{"no increase step", func(c *qos.Config) { c.Interference.IncreaseStepCores, c.Interference.IncreaseStepFraction = 0, 0 }, "increase step"},
 		{"zero floor", func(c *qos.Config) { c.Interference.FloorCores, c.Interference.FloorFraction = 0, 0 }, "floor must be positive"},
 		{"negative events", func(c *qos.Config) { c.Interference.EventCount = -1 }, "event count"},
