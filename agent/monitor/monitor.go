@@ -421,7 +421,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	var node Usage
 	last := m.nodeSampledAt
-	sampleNode := last.IsZero() || now.Sub(last) >= m.cfg.NodeInterval || now.Before(last)
+	sampleNode := last.IsZero() || tick.Crossed(last, now, m.cfg.NodeInterval) || now.Before(last)
 	if sampleNode {
 		m.nodeSampledAt = now
 		var err error
