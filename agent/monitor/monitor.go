@@ -70,11 +70,13 @@ type Config struct {
 	History int
 	// EBPF supplies the eBPF figures; nil runs without them.
 	EBPF EBPF
-	// IdleRefresh is the safety net's cadence (#29): how long a container
-	// that eBPF says has not run has its cpu.stat and memory.current
-	// repeated before they are read again anyway, which finds eBPF's blind
-	// spots (tasks in a child cgroup), a removed cgroup, and memory
-	// reclaimed or charged while it slept within it. Default (0) 1 s; a
+	// IdleRefresh is the safety net's cadence (#29): how long at most a
+	// container that eBPF says has not run has its cpu.stat and
+	// memory.current repeated before they are read again anyway, which
+	// finds eBPF's blind spots (tasks in a child cgroup), a removed cgroup,
+	// and memory reclaimed or charged while it slept within it. The reads
+	// fall in the pass after each multiple of IdleRefresh on the Unix time
+	// line (tick.Crossed), every container's in the same pass. Default (0) 1 s; a
 	// container eBPF cannot see (no scheduler figures), or that was found
 	// blind, is read at every pass whatever it is.
 	IdleRefresh time.Duration
