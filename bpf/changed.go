@@ -22,7 +22,8 @@ import (
 // MaxCgroups) at every pass and the block counters cost a lookup per
 // cgroup. Flags are picked by a hash of the cgroup id, so cgroups may share
 // one: a false mark costs a lookup, never a missed change. Every
-// fullReadInterval ReadAll reads every cgroup anyway (a safety net: a mark
+// fullReadInterval ReadAll reads every cgroup anyway, at the first pass
+// after each multiple of it on the clock (tick.Crossed; a safety net: a mark
 // set before its counter's store is visible, on a weakly ordered CPU, is
 // caught within it).
 

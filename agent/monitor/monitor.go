@@ -632,6 +632,15 @@ func (m *Monitor) Node() Usage {
 func (c *container) publish(u Usage, limit int) {
 	c.latest, c.present = u, true
 	if len(c.history) < limit {
+		if c.history == nil {
+			// The whole ring at once (#29): grown by append it was
+			// copied and reallocated some ten times in its first
+			// minute at 100 ms (a tenth of the agent's CPU with 100
+			// new containers, and the garbage collections of the
+			// slices left behind); the pages not yet written stay
+			// untouched.
+			c.history = make([]Point, 0, limit)
+		}
 		c.history = append(c.history, pointOf(u))
 		return // next stays 0: the ring is in order until full
 	}
