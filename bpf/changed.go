@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/cilium/ebpf"
+	"github.com/slackline/slackline/internal/tick"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,8 @@ import (
 // MaxCgroups) at every pass and the block counters cost a lookup per
 // cgroup. Flags are picked by a hash of the cgroup id, so cgroups may share
 // one: a false mark costs a lookup, never a missed change. Every
-// fullReadInterval ReadAll reads every cgroup anyway (a safety net: a mark
+// fullReadInterval ReadAll reads every cgroup anyway, at the first pass
+// after each multiple of it on the clock (tick.Crossed; a safety net: a mark
 // set before its counter's store is visible, on a weakly ordered CPU, is
 // caught within it).
 
@@ -136,14 +138,17 @@ type ReadPlan struct {
 
 // PlanRead decides which of the cgroups in ids a pass at now reads: all of
 // them without marks (marked nil), at the first pass (lastFull zero), when
-// fullEvery has passed since the last full read or the clock went back;
+// a boundary of fullEvery's grid passed since the last full read
+// (tick.Crossed: the full reads of every map, and the monitor's file
+// refreshes, fall in the pass after the boundary, #29) or the clock went
+// back;
 // otherwise those stale (no usable cached read: stale(id, ids[id])) and
 // those marked changed. Walk when the pass is full or more than walkAbove
 // cgroups need reading. read is a reusable buffer.
 func PlanRead[V any](now, lastFull time.Time, fullEvery time.Duration, ids map[uint64]V,
 	stale func(id uint64, v V) bool, marked func(uint64) bool, walkAbove int, read []uint64) ReadPlan {
 	plan := ReadPlan{Read: read[:0]}
-	plan.Full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || now.Sub(lastFull) >= fullEvery
+	plan.Full = marked == nil || lastFull.IsZero() || now.Before(lastFull) || tick.Crossed(lastFull, now, fullEvery)
 	for id, v := range ids {
 		if plan.Full || stale(id, v) || marked(id) {
 			plan.Read = append(plan.Read, id)

@@ -7,13 +7,14 @@ import (
 )
 
 // TestPlanRead: which tracked cgroups a ReadAll pass looks up. Without
-// marks, at the first pass, after fullReadInterval or when the clock went
+// marks, at the first pass, once a boundary of fullReadInterval's grid
+// passed since the last full read (tick.Crossed) or when the clock went
 // back: every one (with a batch walk). Otherwise only those marked
 // changed and those never read under their current tracking; a batch
 // walk once more than walkAbove of them need reading.
 func TestPlanRead(t *testing.T) {
 	t.Parallel()
-	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 500*int(time.Millisecond), time.UTC) // between the grid's boundaries
 	tracked := map[uint64]uint32{1: 1, 2: 2, 3: 3}
 	cached := map[uint64]*cachedCounters{1: {epoch: 1}, 2: {epoch: 2}, 3: {epoch: 3}}
 	marks := func(ids ...uint64) func(uint64) bool {
@@ -49,7 +50,9 @@ func TestPlanRead(t *testing.T) {
 			tracked: map[uint64]uint32{1: 1, 2: 2, 3: 3, 4: 4}, cache: cached, marked: marks(), want: []uint64{4}},
 		{name: "a cgroup tracked again (new epoch) is read", now: t0, lastFull: t0.Add(-100 * time.Millisecond),
 			tracked: map[uint64]uint32{1: 1, 2: 2, 3: 7}, cache: cached, marked: marks(), want: []uint64{3}},
-		{name: "fullReadInterval after the last full read: every cgroup", now: t0, lastFull: t0.Add(-fullReadInterval),
+		{name: "the last full read on the last boundary: nothing read", now: t0, lastFull: t0.Add(-fullReadInterval / 2),
+			tracked: tracked, cache: cached, marked: marks(), want: []uint64{}},
+		{name: "a boundary since the last full read: every cgroup", now: t0, lastFull: t0.Add(-fullReadInterval/2 - time.Nanosecond),
 			tracked: tracked, cache: cached, marked: marks(), want: []uint64{1, 2, 3}, full: true, walk: true},
 		{name: "the clock went back: every cgroup", now: t0, lastFull: t0.Add(time.Second),
 			tracked: tracked, cache: cached, marked: marks(), want: []uint64{1, 2, 3}, full: true, walk: true},

@@ -41,8 +41,12 @@ func TestCPUReadDue(t *testing.T) {
 		{"blind", cpuRead{valid: true, at: t0, activity: idle, blindAt: t0}, t0.Add(100 * time.Millisecond), idle, true},
 		{"blind, just under the hold", cpuRead{valid: true, at: t0.Add(blindHold - 2*time.Millisecond), activity: idle, blindAt: t0},
 			t0.Add(blindHold - time.Nanosecond), idle, true},
-		{"blind mark expired", cpuRead{valid: true, at: t0.Add(blindHold - 2*time.Millisecond), activity: idle, blindAt: t0},
-			t0.Add(blindHold), idle, false},
+		{"blind mark expired", cpuRead{valid: true, at: t0.Add(blindHold), activity: idle, blindAt: t0},
+			t0.Add(blindHold + 100*time.Millisecond), idle, false},
+		{"idle since a read between boundaries, before the next", cpuRead{valid: true, at: t0.Add(300 * time.Millisecond), activity: idle},
+			t0.Add(refreshInterval - time.Nanosecond), idle, false},
+		{"idle since a read between boundaries, at the next", cpuRead{valid: true, at: t0.Add(300 * time.Millisecond), activity: idle},
+			t0.Add(refreshInterval), idle, true},
 		{"blind mark after now (clock went back)", cpuRead{valid: true, at: t0.Add(-time.Second), activity: idle, blindAt: t0},
 			t0.Add(-500 * time.Millisecond), idle, true},
 	} {
@@ -104,11 +108,11 @@ func TestCPUReadOnlyWhenRan(t *testing.T) {
 		{700 * time.Millisecond, nil, true, 7},  // no eBPF figures: read
 		{800 * time.Millisecond, nil, false, 8}, // figures again, but none at the last read: read
 		{900 * time.Millisecond, nil, false, 8},
-		{1799 * time.Millisecond, nil, false, 8},
-		{1800 * time.Millisecond, nil, false, 11}, // a second since pass 8's read: it finds CPU time eBPF missed
-		{1900 * time.Millisecond, nil, false, 12}, // blind from then on
-		{2000 * time.Millisecond, nil, false, 13},
-		{1800*time.Millisecond + blindHold, nil, false, 14}, // still blind: every read since found unseen CPU time (renewed)
+		{999 * time.Millisecond, nil, false, 8},
+		{1000 * time.Millisecond, nil, false, 11}, // the grid's second since pass 8's read: it finds CPU time eBPF missed
+		{1100 * time.Millisecond, nil, false, 12}, // blind from then on
+		{1200 * time.Millisecond, nil, false, 13},
+		{1000*time.Millisecond + blindHold, nil, false, 14}, // still blind: every read since found unseen CPU time (renewed)
 	} {
 		if step.change != nil {
 			step.change(&st)
@@ -157,15 +161,16 @@ func TestCPUReadBlindExpires(t *testing.T) {
 		{time.Second, idle, true, true, true},                                          // refresh: usage grew, eBPF saw nothing (the window race)
 		{1100 * time.Millisecond, idle, false, true, true},                             // blind: read, agrees
 		{1200 * time.Millisecond, ran, true, true, true},                               // ran, eBPF saw it: agrees
-		{time.Second + blindHold - time.Millisecond, ran, false, true, true},           // last read within the hold
-		{time.Second + blindHold, ran, false, false, false},                            // hold over: repeated
+		{time.Second + blindHold - 100*time.Millisecond, ran, false, true, true},       // last read within the hold
+		{time.Second + blindHold, ran, false, true, false},                             // hold over, and the grid's refresh: read, agrees
 		{time.Second + blindHold + 100*time.Millisecond, ran, false, false, false},     // repeated
-		{2*time.Second + blindHold - time.Millisecond, ran, true, true, true},          // refresh finds unseen CPU time: blind again
+		{2*time.Second + blindHold - 100*time.Millisecond, ran, false, false, false},   // idle, refresh not due yet
+		{2*time.Second + blindHold, ran, true, true, true},                             // refresh finds unseen CPU time: blind again
 		{2*time.Second + blindHold + 100*time.Millisecond, ran, true, true, true},      // disagrees again (child cgroup): renewed
 		{2*time.Second + 2*blindHold + 99*time.Millisecond, ran, false, true, true},    // past the first mark's hold, within the renewed one
-		{2*time.Second + 2*blindHold + 100*time.Millisecond, ran, false, false, false}, // renewed hold over
-		{3*time.Second + 2*blindHold + 98*time.Millisecond, ran, false, false, false},  // idle, refresh not due yet
-		{3*time.Second + 2*blindHold + 99*time.Millisecond, ran, false, true, false},   // refresh agrees: not blind
+		{2*time.Second + 2*blindHold + 100*time.Millisecond, ran, false, false, false}, // renewed hold over, the grid's second read at the step before
+		{3*time.Second + 2*blindHold - time.Millisecond, ran, false, false, false},     // idle, refresh not due yet
+		{3*time.Second + 2*blindHold, ran, false, true, false},                         // refresh agrees: not blind
 	} {
 		now := t0.Add(step.at)
 		if step.grew {

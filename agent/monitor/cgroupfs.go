@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 
+	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	"golang.org/x/sys/unix"
 )
 
@@ -34,7 +34,7 @@ func (c *controlFile) read(buf *[]byte) ([]byte, error) {
 		return nil, nil
 	}
 	if c.f == nil {
-		f, err := os.Open(c.path)
+		f, err := cgroups.OpenFile(c.path)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) || errors.Is(err, unix.ENODEV) {
 				return nil, errNotExist
@@ -61,7 +61,9 @@ func (c *controlFile) read(buf *[]byte) ([]byte, error) {
 }
 
 // openFile is what controlFile needs of an open *os.File (tests substitute
-// a file that fails like a removed cgroup's).
+// a file that fails like a removed cgroup's): a *cgroups.File, which
+// reads with one pread(2). A read shorter than its buffer must have the
+// whole content.
 type openFile interface {
 	io.ReaderAt
 	io.Closer

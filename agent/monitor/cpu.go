@@ -5,6 +5,7 @@ import (
 	"time"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // userHZ is the unit of cpuacct.stat (USER_HZ, 100 on every Linux ABI).
@@ -71,14 +72,16 @@ func (r *cpuRead) blind(now time.Time) bool {
 
 // cpuReadDue reports whether a container's CPU files must be read at now,
 // given their last read and the container's activity: always without eBPF
-// scheduler figures (activity.known), when it may have run since (activity.ranSince), when last was
-// refresh (Config.IdleRefresh, default refreshInterval) ago or more (a
-// safety net: a blind spot of eBPF is found within it) or the clock went back, and while the container is blind
+// scheduler figures (activity.known), when it may have run since (activity.ranSince), when a
+// boundary of refresh's grid (Config.IdleRefresh, default refreshInterval;
+// tick.Crossed) passed since last (a safety net: a blind spot of eBPF is
+// found within refresh; every container's net falls in the same pass) or
+// the clock went back, and while the container is blind
 // (eBPF missed its CPU time less than blindHold ago). Otherwise the
 // container has not run: cpu.stat cannot have moved (usage, and
 // throttling, which counts periods in which it was runnable).
 func cpuReadDue(last cpuRead, now time.Time, a activity, refresh time.Duration) bool {
-	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || now.Sub(last.at) >= refresh
+	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || tick.Crossed(last.at, now, refresh)
 }
 
 // repeat sets st's CPU figures to the last read's.

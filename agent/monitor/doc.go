@@ -129,13 +129,34 @@
 // offset 0 into one reused buffer (cgroupfs regenerates a file's content on
 // every read from offset 0), then parsed in place without allocating: 9
 // system calls per container per pass on hybrid hosts, 8 on v2, when every
-// file is read. Without eBPF, CPU time (cpu.stat) is read at every pass.
+// file is read (one pread each, cgroups.File: a read shorter than the
+// buffer has the whole content; (*os.File).ReadAt made a second, empty,
+// read). Without eBPF, CPU time (cpu.stat) is read at every pass.
 // With eBPF scheduler figures (EBPFStats.Sched: sched_switch attached;
 // without it cpu.stat is read at every pass) it is read when the container
 // may have run since its last read: a task of it holds a CPU
 // (EBPFStats.Running) or its on-CPU time, wakeups or run-queue wait moved;
 // and at least every Config.IdleRefresh (the safety net; default
-// refreshInterval, 1 s; the agent's --monitor-idle-refresh, 5 s). A read eBPF did not call for that
+// refreshInterval, 1 s; the agent's --monitor-idle-refresh, 5 s). Every
+// "at least every" and "at most every" below is on a grid, not an age
+// (#29, tick.Crossed): a refresh is due at the first pass after a
+// multiple of its interval on the Unix time line (where Run's passes
+// fall, internal/tick) since the last read, so every idle container's
+// refreshes fall in the same pass and the passes in between read no file
+// of theirs, where an age since each container's own last read spread
+// them over every pass. A refresh never comes later than the age rule
+// made it (a read between boundaries, because something moved, is
+// followed by the refresh at the next boundary, sooner). The node's
+// files (Config.NodeInterval) and its bound (nodeBoundRescanInterval)
+// follow the same grid, and so do the bpf package's full reads of its
+// maps. A pass that reads no file and looks up no eBPF entry (no program
+// marked a cgroup changed: the marks are memory-mapped) makes no system
+// call of the monitor's, and the Go runtime's system monitor, which any
+// system call made while the process was idle wakes and which then polls
+// every 20 µs until the process is idle again, stays asleep (the agent's
+// QoS evaluations, every third pass by default, still read the revocable
+// subtree's limits).
+// A read eBPF did not call for that
 // finds CPU time eBPF did not see (tasks in a child cgroup, which eBPF
 // counts as that cgroup's; or a run between the pass's eBPF read and the
 // file's) has the container's cpu.stat read at every pass for blindHold (1
@@ -153,7 +174,10 @@
 // (default 1 s), so growth shows within it; its other memory files only when that
 // usage moved, or every statRefreshInterval (5 s): the split of an
 // unchanged usage (LRU ageing of its page cache, a limit changed from
-// outside) shows within that. The PSI files are read at most every
+// outside) shows within that. A fall of an idle container's usage
+// (reclaim, its page cache dropped) likewise shows at the next refresh:
+// the grid changes when the reads come, never how stale a repeated
+// figure may be (at most the interval, as before). The PSI files are read at most every
 // refreshInterval (the kernel moves their averages every 2 s, so reading
 // them each pass bought nothing), and then only when the container may
 // have run since their last read (its CPU time moved, or eBPF counted a

@@ -4,6 +4,7 @@ import (
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // refreshInterval is how long a container's figures that move slowly or
@@ -98,7 +99,7 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 	// statRefreshInterval.
 	l := m.last
 	idle := l.valid && st.CpusUsageSecs == l.cpuSecs && u.Time.After(l.at) && !u.Time.Before(l.statAt)
-	if idle && u.Time.Sub(l.at) < m.refresh {
+	if idle && !tick.Crossed(l.at, u.Time, m.refresh) {
 		m.repeat(u)
 		return nil
 	}
@@ -108,7 +109,7 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 		return err
 	}
 	u.MemUsage, _ = parseUint(data)
-	if idle && u.MemUsage == l.usage && u.Time.Sub(l.statAt) < statRefreshInterval {
+	if idle && u.MemUsage == l.usage && !tick.Crossed(l.statAt, u.Time, statRefreshInterval) {
 		m.last, m.last.at = l, u.Time
 		m.repeat(u)
 		return nil
@@ -158,7 +159,7 @@ func (m *memorySampler) sample(s *scratch, t *Target, u *Usage) error {
 func (m *memorySampler) repeats(now time.Time, prev *Usage, _ activity) bool {
 	l := m.last
 	idle := l.valid && prev.Stats.CpusUsageSecs == l.cpuSecs && now.After(l.at) && !now.Before(l.statAt)
-	return idle && now.Sub(l.at) < m.refresh
+	return idle && !tick.Crossed(l.at, now, m.refresh)
 }
 
 // repeat sets u's memory figures to the last read's.

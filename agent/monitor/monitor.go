@@ -70,11 +70,13 @@ type Config struct {
 	History int
 	// EBPF supplies the eBPF figures; nil runs without them.
 	EBPF EBPF
-	// IdleRefresh is the safety net's cadence (#29): how long a container
-	// that eBPF says has not run has its cpu.stat and memory.current
-	// repeated before they are read again anyway, which finds eBPF's blind
-	// spots (tasks in a child cgroup), a removed cgroup, and memory
-	// reclaimed or charged while it slept within it. Default (0) 1 s; a
+	// IdleRefresh is the safety net's cadence (#29): how long at most a
+	// container that eBPF says has not run has its cpu.stat and
+	// memory.current repeated before they are read again anyway, which
+	// finds eBPF's blind spots (tasks in a child cgroup), a removed cgroup,
+	// and memory reclaimed or charged while it slept within it. The reads
+	// fall in the pass after each multiple of IdleRefresh on the Unix time
+	// line (tick.Crossed), every container's in the same pass. Default (0) 1 s; a
 	// container eBPF cannot see (no scheduler figures), or that was found
 	// blind, is read at every pass whatever it is.
 	IdleRefresh time.Duration
@@ -421,7 +423,7 @@ func (m *Monitor) Sample(now time.Time) error {
 	}
 	var node Usage
 	last := m.nodeSampledAt
-	sampleNode := last.IsZero() || now.Sub(last) >= m.cfg.NodeInterval || now.Before(last)
+	sampleNode := last.IsZero() || tick.Crossed(last, now, m.cfg.NodeInterval) || now.Before(last)
 	if sampleNode {
 		m.nodeSampledAt = now
 		var err error
@@ -630,6 +632,15 @@ func (m *Monitor) Node() Usage {
 func (c *container) publish(u Usage, limit int) {
 	c.latest, c.present = u, true
 	if len(c.history) < limit {
+		if c.history == nil {
+			// The whole ring at once (#29): grown by append it was
+			// copied and reallocated some ten times in its first
+			// minute at 100 ms (a tenth of the agent's CPU with 100
+			// new containers, and the garbage collections of the
+			// slices left behind); the pages not yet written stay
+			// untouched.
+			c.history = make([]Point, 0, limit)
+		}
 		c.history = append(c.history, pointOf(u))
 		return // next stays 0: the ring is in order until full
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // nodeBoundRescanInterval is how often the memory limits of the agent's
@@ -164,7 +165,7 @@ func (b *nodeBound) rescan(now time.Time, hostTotal uint64) (bool, error) {
 // back); the bounding cgroup's usage and memory.stat are read only while
 // there is one. buf is the scratch buffer control files are read into.
 func (b *nodeBound) read(now time.Time, hostTotal uint64, buf *[]byte) (bound memoryBound, changed bool, err error) {
-	if b.scannedAt.IsZero() || now.Sub(b.scannedAt) >= nodeBoundRescanInterval || now.Before(b.scannedAt) {
+	if b.scannedAt.IsZero() || tick.Crossed(b.scannedAt, now, nodeBoundRescanInterval) || now.Before(b.scannedAt) {
 		changed, err = b.rescan(now, hostTotal)
 	}
 	if b.chosen < 0 {

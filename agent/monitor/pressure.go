@@ -4,6 +4,7 @@ import (
 	"time"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // pressureSampler reads a container's PSI files from the v2 tree (in both
@@ -123,11 +124,10 @@ func psiReadDue(last pressureRead, now time.Time, cpuSecs float64, a activity) b
 	if !last.valid || !now.After(last.at) {
 		return true
 	}
-	age := now.Sub(last.at)
 	switch {
-	case age < refreshInterval:
+	case !tick.Crossed(last.at, now, refreshInterval):
 		return false
-	case age >= statRefreshInterval:
+	case tick.Crossed(last.at, now, statRefreshInterval):
 		return true
 	}
 	ran := cpuSecs != last.cpuSecs || a.known && last.activity.known && a.ranSince(last.activity)

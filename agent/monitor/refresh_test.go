@@ -11,9 +11,10 @@ import (
 )
 
 // TestSlowFiguresRefresh: a container that has not run since its memory
-// files were read has them repeated, not re-read, for refreshInterval; one
-// that ran has them re-read at once. PSI files are re-read every
-// refreshInterval whatever the container did. CPU is read every pass.
+// files were read has them repeated, not re-read, until the next boundary
+// of refreshInterval's grid (tick.Crossed; t0 is on it); one that ran has
+// them re-read at once. PSI files (under pressure here) are re-read at
+// every boundary whatever the container did. CPU is read every pass.
 func TestSlowFiguresRefresh(t *testing.T) {
 	t.Parallel()
 	m, _, root, rel := monitoredV2Container(t)
@@ -25,17 +26,18 @@ func TestSlowFiguresRefresh(t *testing.T) {
 		ran              bool // the container's CPU time grows before the pass
 		memRead, psiRead int  // the pass whose files it shows
 	}{
-		{0, false, 0, 0},                       // first pass: everything read
-		{100 * time.Millisecond, false, 0, 0},  // idle, within the interval: repeated
-		{200 * time.Millisecond, true, 2, 0},   // ran: memory re-read, PSI repeated
-		{900 * time.Millisecond, false, 2, 0},  // idle again: repeated
-		{1000 * time.Millisecond, false, 2, 4}, // a second since PSI was read
-		{1100 * time.Millisecond, false, 2, 4}, // idle
-		{1200 * time.Millisecond, false, 6, 4}, // a second since memory was read (at 200 ms)
-		{2000 * time.Millisecond, false, 6, 7}, // PSI's second
-		{2100 * time.Millisecond, true, 8, 7},  // ran
-		{2050 * time.Millisecond, false, 9, 7}, // before memory's last read (2100): re-read; after PSI's (2000): repeated
-		{5 * time.Second, false, 10, 10},       // long gap
+		{0, false, 0, 0},                        // first pass: everything read
+		{100 * time.Millisecond, false, 0, 0},   // idle, within the interval: repeated
+		{200 * time.Millisecond, true, 2, 0},    // ran: memory re-read, PSI repeated
+		{900 * time.Millisecond, false, 2, 0},   // idle again: repeated
+		{1000 * time.Millisecond, false, 4, 4},  // the grid's second: memory (read at 200 ms) and PSI re-read
+		{1100 * time.Millisecond, false, 4, 4},  // idle
+		{1200 * time.Millisecond, false, 4, 4},  // a second after memory's read at 200 ms, not at the grid's: repeated
+		{1999 * time.Millisecond, false, 4, 4},  // idle
+		{2000 * time.Millisecond, false, 8, 8},  // the grid's second
+		{2100 * time.Millisecond, true, 9, 8},   // ran
+		{2050 * time.Millisecond, false, 10, 8}, // before memory's last read (2100): re-read; after PSI's (2000): repeated
+		{5 * time.Second, false, 11, 11},        // long gap
 	} {
 		if step.ran {
 			usage += 50_000
@@ -145,17 +147,17 @@ func TestIdleQuietPSIRefresh(t *testing.T) {
 		pressure bool // avg10 is 1 before the pass
 		psiRead  int  // the pass whose PSI files it shows
 	}{
-		{0, false, false, 0},                        // first pass: read
-		{1000 * time.Millisecond, false, false, 1},  // the first read had none before it to compare: read
-		{2000 * time.Millisecond, false, false, 1},  // idle, quiet, totals unmoved: repeated
-		{5900 * time.Millisecond, false, false, 1},  // still under statRefreshInterval
-		{6000 * time.Millisecond, false, true, 4},   // statRefreshInterval: read, finds pressure
-		{7000 * time.Millisecond, false, false, 5},  // pressure at the last read: read every second
-		{7500 * time.Millisecond, false, false, 5},  // under refreshInterval: repeated
-		{7900 * time.Millisecond, true, false, 5},   // ran, under refreshInterval of the last read
-		{8000 * time.Millisecond, false, false, 8},  // ran since the last read: read
-		{9000 * time.Millisecond, false, false, 8},  // idle and quiet: repeated
-		{10000 * time.Millisecond, true, false, 10}, // ran: read
+		{0, false, false, 0},                       // first pass: read
+		{1000 * time.Millisecond, false, false, 1}, // the first read had none before it to compare: read
+		{2000 * time.Millisecond, false, false, 1}, // idle, quiet, totals unmoved: repeated
+		{4900 * time.Millisecond, false, false, 1}, // still before statRefreshInterval's boundary (5 s)
+		{5000 * time.Millisecond, false, true, 4},  // the boundary: read, finds pressure
+		{6000 * time.Millisecond, false, false, 5}, // pressure at the last read: read every second
+		{6500 * time.Millisecond, false, false, 5}, // before the next second: repeated
+		{6900 * time.Millisecond, true, false, 5},  // ran, before the next second
+		{7000 * time.Millisecond, false, false, 8}, // ran since the last read: read
+		{8000 * time.Millisecond, false, false, 8}, // idle and quiet: repeated
+		{9000 * time.Millisecond, true, false, 10}, // ran: read
 	} {
 		if step.ran {
 			usage += 50_000
@@ -211,8 +213,8 @@ func TestStalledPSIRefresh(t *testing.T) {
 		{6000 * time.Millisecond, false, true, false, 7},    // grown at the last read: read
 		{7000 * time.Millisecond, false, false, false, 8},   // grown at the last read: read, unmoved now
 		{8000 * time.Millisecond, false, false, true, 8},    // unmoved at the last read: repeated
-		{11900 * time.Millisecond, false, false, true, 8},   // still under statRefreshInterval
-		{12000 * time.Millisecond, false, false, false, 11}, // statRefreshInterval: read
+		{9900 * time.Millisecond, false, false, true, 8},    // still before statRefreshInterval's boundary (10 s)
+		{10000 * time.Millisecond, false, false, false, 11}, // the boundary: read
 	} {
 		if step.ran {
 			usage += 50_000
@@ -264,10 +266,10 @@ func TestIdleMemoryStatRefresh(t *testing.T) {
 		{2500 * time.Millisecond, false, 900, 700, 3}, // within refreshInterval of the last usage read
 		{3000 * time.Millisecond, false, 900, 900, 5}, // growth seen within refreshInterval
 		{4000 * time.Millisecond, false, 900, 900, 5}, // unchanged: stat repeated
-		{7000 * time.Millisecond, false, 900, 900, 5}, // unchanged, under statRefreshInterval since pass 5
-		{8000 * time.Millisecond, false, 900, 900, 8}, // statRefreshInterval since memory.stat's read
-		{8100 * time.Millisecond, true, 900, 900, 9},  // ran: everything read
-		{8200 * time.Millisecond, false, 900, 900, 9}, // idle
+		{4900 * time.Millisecond, false, 900, 900, 5}, // unchanged, before statRefreshInterval's boundary (5 s)
+		{5000 * time.Millisecond, false, 900, 900, 8}, // the boundary: memory.stat read
+		{5100 * time.Millisecond, true, 900, 900, 9},  // ran: everything read
+		{5200 * time.Millisecond, false, 900, 900, 9}, // idle
 	} {
 		if step.ran {
 			cpuUsec += 50_000

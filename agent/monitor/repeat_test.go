@@ -100,7 +100,7 @@ func TestIdleContainerRepeated(t *testing.T) {
 				{at: 500 * time.Millisecond, repeated: true},
 				{at: 600 * time.Millisecond, target: func(t *Target) { t.CPULimit = 2 }},
 				{at: 700 * time.Millisecond, repeated: true},
-				{at: 1300 * time.Millisecond}, // the files' refresh is due (a second since pass 3's reads)
+				{at: 1300 * time.Millisecond}, // the files' refresh is due (the grid's second passed since pass 3's reads)
 				{at: 1400 * time.Millisecond, repeated: true},
 				{at: 1500 * time.Millisecond, change: func(s *EBPFStats) { s.Running = true; s.NetTxBytes += 1 << 20 }},
 				{at: 1600 * time.Millisecond, change: func(s *EBPFStats) { s.Running = false; s.OnCPU += time.Millisecond }, usage: 7000},
@@ -156,6 +156,73 @@ func TestIdleContainerRepeated(t *testing.T) {
 			}
 			if got, want := m.repeated, uint64(5); got != want {
 				t.Errorf("%d samples repeated, want %d", got, want)
+			}
+		})
+	}
+}
+
+// TestIdleRefreshesShareAPass (#29): the refreshes of idle containers
+// fall on the grid of their intervals (tick.Crossed), so the files of
+// containers last read at different passes (two of three ran, at
+// different times) are refreshed in the same pass, the one at the grid's
+// second, and the passes in between read no file at all: the runtime
+// wakes its system monitor for one pass in ten, not for a few reads at
+// every pass. (On age since each container's last read, c2 would be
+// refreshed at 1.3 s and c3 at 1.6 s.)
+func TestIdleRefreshesShareAPass(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
+			dir := t.TempDir()
+			root := filepath.Join(dir, "cgroup")
+			e := &changesEBPF{fakeEBPF: &fakeEBPF{}}
+			m := newTestMonitor(t, l.mode, dir, e, 100)
+			var targets []Target
+			stats := map[uint64]EBPFStats{}
+			for i := range 3 {
+				rel := fmt.Sprintf("slackline/guaranteed/c%d", i+1)
+				l.write(t, root, rel, 5000)
+				id := uint64(i + 1)
+				targets = append(targets, Target{ID: fmt.Sprintf("c%d", i+1), CgroupPath: rel, CgroupID: id, CPULimit: 1})
+				stats[id] = EBPFStats{OnCPU: time.Second, Wakeups: 10, Sched: true}
+			}
+			m.SetTargets(targets)
+			ran := map[time.Duration]int{300 * time.Millisecond: 2, 600 * time.Millisecond: 3} // pass -> the container that ran before it
+			reads := 0
+			var readAt []time.Duration
+			for at := time.Duration(0); at <= 2500*time.Millisecond; at += 100 * time.Millisecond {
+				if c, ok := ran[at]; ok {
+					s := stats[uint64(c)]
+					s.OnCPU += time.Millisecond
+					s.Wakeups++
+					stats[uint64(c)] = s
+					l.write(t, root, targets[c-1].CgroupPath, 5000+uint64(at/time.Millisecond))
+				}
+				for id, s := range stats {
+					e.set(id, s)
+				}
+				before := reads
+				if err := m.Sample(t0.Add(at)); err != nil {
+					t.Fatalf("pass at %v: %v", at, err)
+				}
+				if at == 0 { // count every read of the files the first pass opened
+					for _, c := range m.containers {
+						for _, f := range controlFiles(c) {
+							if f.f != nil {
+								f.f = countingFile{openFile: f.f, reads: &reads}
+							}
+						}
+					}
+					continue
+				}
+				if reads != before {
+					readAt = append(readAt, at)
+				}
+			}
+			want := []time.Duration{300 * time.Millisecond, 600 * time.Millisecond, time.Second, 2 * time.Second}
+			if fmt.Sprint(readAt) != fmt.Sprint(want) {
+				t.Errorf("files read at the passes at %v, want %v (the runs and the grid's seconds)", readAt, want)
 			}
 		})
 	}

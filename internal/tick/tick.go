@@ -38,3 +38,22 @@ func (a *Aligned) Stop() { a.timer.Stop() }
 func Until(now time.Time, period time.Duration) time.Duration {
 	return period - time.Duration(now.UnixNano()%int64(period))
 }
+
+// Crossed reports whether a boundary of period's grid (a multiple of
+// period on the Unix time line) lies in (last, now], for times after
+// 1970; always for period <= 0 (as now - last >= period would be, but for
+// a clock gone back). A refresh "at least every period" that is due when
+// the grid is Crossed since its last read comes at the first pass at or
+// after the next boundary, so it is never later than now - last >= period
+// would make it, and every such refresh of the process (of every
+// container, file and map, each last read at its own time) falls in the
+// same pass, the one just after the boundary (#29): the runtime wakes its
+// system monitor for that pass alone instead of for a few reads at every
+// pass. A refresh that read between boundaries (because something moved)
+// is next due at the following boundary, less than period later.
+func Crossed(last, now time.Time, period time.Duration) bool {
+	if period <= 0 {
+		return true
+	}
+	return now.UnixNano()/int64(period) > last.UnixNano()/int64(period)
+}

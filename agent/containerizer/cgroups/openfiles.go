@@ -3,10 +3,13 @@ package cgroups
 import (
 	"errors"
 	"fmt"
-	"io"
+	"io/fs"
 	"os"
+	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"golang.org/x/sys/unix"
 )
 
 // MaxOpenFiles bounds the control files an OpenFiles keeps open.
@@ -28,7 +31,7 @@ const maxOpenFileSize = 1 << 20
 // files.
 type OpenFiles struct {
 	mu        sync.Mutex
-	files     map[string]*os.File
+	files     map[string]*File
 	buf       []byte
 	overflows atomic.Uint64
 }
@@ -55,7 +58,7 @@ func (o *OpenFiles) ReadFile(path string) ([]byte, error) {
 		o.overflows.Add(1)
 		return os.ReadFile(path)
 	}
-	f, err := os.Open(path)
+	f, err := OpenFile(path)
 	if err != nil {
 		return nil, err
 	}
@@ -65,20 +68,20 @@ func (o *OpenFiles) ReadFile(path string) ([]byte, error) {
 		return nil, err
 	}
 	if o.files == nil {
-		o.files = map[string]*os.File{}
+		o.files = map[string]*File{}
 	}
 	o.files[path] = f
 	return data, nil
 }
 
 // readAt reads f whole from offset 0 into a copy. o.mu is held.
-func (o *OpenFiles) readAt(f *os.File) ([]byte, error) {
+func (o *OpenFiles) readAt(f *File) ([]byte, error) {
 	if o.buf == nil {
 		o.buf = make([]byte, 4096)
 	}
 	for {
 		n, err := f.ReadAt(o.buf, 0)
-		if err != nil && !errors.Is(err, io.EOF) {
+		if err != nil {
 			return nil, err
 		}
 		if n < len(o.buf) {
@@ -104,4 +107,55 @@ func (o *OpenFiles) Close() error {
 		delete(o.files, path)
 	}
 	return err
+}
+
+// File is a control file kept open and read with one pread(2) per read
+// (ReadAt), where (*os.File).ReadAt reads again until its buffer is full
+// or the file ends: for a control file, whose content is shorter than the
+// buffer, that is a second system call at every read, which returns
+// nothing (#29). A cgroupfs file is a seq_file whose whole content a read
+// at offset 0 formats and copies as far as the buffer holds, so a read
+// that returns less than the buffer has the whole content (a regular
+// file's, likewise, up to its end); a full buffer means the content may
+// be longer. Not safe for concurrent use with Close.
+type File struct {
+	f  *os.File
+	fd int // f's descriptor, taken once: (*os.File).Fd makes a system call (fcntl) at every call on a pollable file such as cgroupfs's
+}
+
+// OpenFile opens the file at path for reading with File.ReadAt.
+func OpenFile(path string) (*File, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	// Fd puts the descriptor in blocking mode (a cgroupfs read never
+	// waits) and keeps it so.
+	return &File{f: f, fd: int(f.Fd())}, nil
+}
+
+// ReadAt reads the file at off with one pread(2) (retried on EINTR): a
+// short count when the content ends first, 0 at or past its end, never
+// io.EOF. It fails with a *fs.PathError naming the file.
+func (f *File) ReadAt(buf []byte, off int64) (int, error) {
+	for {
+		n, err := unix.Pread(f.fd, buf, off)
+		if err == unix.EINTR {
+			continue
+		}
+		runtime.KeepAlive(f.f)
+		if err != nil {
+			return 0, &fs.PathError{Op: "pread", Path: f.f.Name(), Err: err}
+		}
+		return n, nil
+	}
+}
+
+// Name returns the path the file was opened with.
+func (f *File) Name() string { return f.f.Name() }
+
+// Close closes the file; later reads fail.
+func (f *File) Close() error {
+	f.fd = -1
+	return f.f.Close()
 }

@@ -112,3 +112,48 @@ func TestOpenFilesRecreatedCgroup(t *testing.T) {
 	}
 	frozen(false)
 }
+
+// TestFile: one read returns what fits in the buffer from the offset, a
+// short count when the content ends first (0 at or past the end, never
+// io.EOF), and a *fs.PathError naming the file when the read fails.
+func TestFile(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "memory.stat")
+	if err := os.WriteFile(path, []byte("anon 4096\nfile 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f, err := OpenFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		size int
+		off  int64
+		want string
+	}{
+		{64, 0, "anon 4096\nfile 0\n"}, // shorter than the buffer: the whole content
+		{4, 0, "anon"},                 // the buffer full: maybe more
+		{64, 5, "4096\nfile 0\n"},
+		{64, 17, ""}, // at the end
+		{64, 40, ""}, // past it
+	} {
+		buf := make([]byte, tc.size)
+		n, err := f.ReadAt(buf, tc.off)
+		if err != nil || string(buf[:n]) != tc.want {
+			t.Errorf("ReadAt(%d bytes at %d) = %q, %v; want %q, nil", tc.size, tc.off, buf[:n], err, tc.want)
+		}
+	}
+	if f.Name() != path {
+		t.Errorf("Name() = %q, want %q", f.Name(), path)
+	}
+	if err := f.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var pe *fs.PathError
+	if _, err := f.ReadAt(make([]byte, 8), 0); !errors.As(err, &pe) || pe.Path != path {
+		t.Errorf("ReadAt of a closed file: %v, want a *fs.PathError for %s", err, path)
+	}
+	if _, err := OpenFile(filepath.Join(t.TempDir(), "none")); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("OpenFile of a missing path: %v, want fs.ErrNotExist", err)
+	}
+}

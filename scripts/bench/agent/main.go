@@ -6,6 +6,12 @@
 //
 //	sudo go run ./scripts/bench/agent --trials 100 --running 50
 //
+// The running tasks sleep, so that the figure is the agent's cost of
+// watching idle containers; --busy N makes the first N of them run about
+// every 100 ms instead (each wakes, spends a millisecond or two of CPU on
+// a child process that reads random bytes, and sleeps 100 ms), so that
+// every pass of the agent's monitor finds N containers that ran.
+//
 // --perf FILE then records the agent's CPU profile with perf for another
 // window (perf report -i FILE --no-children shows where its CPU goes);
 // --perf-idle FILE does the same for the idle agent.
@@ -41,6 +47,7 @@ func main() {
 func run() error {
 	trials := flag.Int("trials", 100, "tasks launched one at a time for the latency figures")
 	running := flag.Int("running", 50, "tasks kept running for the resource figures")
+	busy := flag.Int("busy", 0, "of the running tasks, how many run briefly every 100 ms instead of sleeping")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window")
 	perfOut := flag.String("perf", "", "after the busy measurement, record the agent with perf (call graphs) for another window into this file (read it with perf report -i FILE)")
 	perfIdle := flag.String("perf-idle", "", "after the idle measurement, record the idle agent with perf for another window into this file")
@@ -111,7 +118,11 @@ func run() error {
 	var latencies []time.Duration
 	launch := func(i int) (time.Duration, error) {
 		o := <-offers
-		task := frameworkapi.NewTask(fmt.Sprintf("t%d", i), "bench", o, need, &slacklinev1.CommandInfo{Value: "sleep 3600", Shell: true})
+		command := "sleep 3600"
+		if i < *busy {
+			command = "while :; do head -c 100000 /dev/urandom >/dev/null; sleep 0.1; done"
+		}
+		task := frameworkapi.NewTask(fmt.Sprintf("t%d", i), "bench", o, need, &slacklinev1.CommandInfo{Value: command, Shell: true})
 		t0 := time.Now()
 		if err := fw.Launch(ctx, []string{o.GetId()}, []*slacklinev1.TaskInfo{task}, frameworkapi.Filters(0)); err != nil {
 			return 0, err
@@ -136,7 +147,7 @@ func run() error {
 	pct := func(p float64) time.Duration { return benchutil.Percentile(latencies, p, 10*time.Microsecond) }
 	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
 	busyCPU, busyRSS := measure(agentPid, *window)
-	fmt.Printf("agent with %d tasks running: CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), busyCPU, busyRSS)
+	fmt.Printf("agent with %d tasks running (%d busy): CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), min(*busy, max(*trials, *running)), busyCPU, busyRSS)
 	if err := record(*perfOut, agentPid, *window); err != nil {
 		return err
 	}
