@@ -39,7 +39,7 @@ func (o Options) Build() (a *Agent, err error) {
 	cfg := Config{
 		Coordinator: o.Coordinator, Listen: o.Listen, Hostname: o.Hostname, Resources: o.Resources,
 		Attributes: o.Attributes, Logger: logger, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
-		Sandbox: o.Sandbox, EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
+		Sandbox: o.sandboxConfig(), EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
 		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator, startup: startup,
 		Fetch: fetcher.Config{CacheBytes: o.FetchCacheBytes, MaxBytes: o.FetchMaxBytes, Timeout: o.FetchTimeout},
 	}
@@ -76,10 +76,14 @@ func (o Options) Build() (a *Agent, err error) {
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: o.CgroupRoot, CgroupMountpoint: o.CgroupMountpoint,
 		StateDir: filepath.Join(cfg.WorkDir, "containers"), SandboxDir: filepath.Join(cfg.WorkDir, "sandboxes"),
-		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
+		RevocableSandboxDir: o.RevocableSandboxDir,
+		KillGracePeriod:     o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
 		TaskUser: o.TaskUser, DynamicIDs: o.DynamicUIDs, DynamicIDsDir: o.DynamicUIDsDir, AllowRootTasks: o.AllowRootTasks,
 		OutputLimit: o.TaskOutputLimit, PidsMax: o.TaskPidsMax, SubtreePidsMax: o.SubtreePidsMax, Isolation: o.TaskIsolation,
 	})
+	if errors.Is(err, containerizer.ErrRevocableSandboxDir) {
+		return nil, fmt.Errorf("--revocable-sandbox-dir: %w", err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -144,6 +144,14 @@ func qosFeatures(cz Containerizer, signal string) []*slacklinev1.Feature {
 		if signal != "" {
 			f.Detail += "; " + signal
 		}
+		// A shared journal is a stall no mechanism above reaches (#28):
+		// said whatever they are.
+		switch {
+		case s.SharedJournal:
+			f.Detail += "; WARNING: " + s.JournalWhy
+		case s.JournalWhy != "":
+			f.Detail += "; " + s.JournalWhy
+		}
 		if s.Cap {
 			f.Status = slacklinev1.FeatureStatus_FEATURE_STATUS_AVAILABLE
 		}

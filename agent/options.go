@@ -42,6 +42,11 @@ type Options struct {
 	// WorkDir holds the checkpoint, container state and sandboxes
 	// (--work-dir).
 	WorkDir string
+	// RevocableSandboxDir, when set, holds revocable tasks' sandboxes
+	// instead of <WorkDir>/sandboxes (--revocable-sandbox-dir): an
+	// existing directory on a file system of its own, with its own
+	// journal, typically on the same disk (containerizer.Config).
+	RevocableSandboxDir string
 	// Hostname is the name registered (--hostname; default the CN of Cert,
 	// else the host's).
 	Hostname string
@@ -185,6 +190,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Coordinator, "coordinator", "http://127.0.0.1:5050", "coordinator URL, or a comma-separated list of a coordinator group's URLs (the agent follows the leader)")
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:5051", "NodeService address")
 	fs.StringVar(&o.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
+	fs.StringVar(&o.RevocableSandboxDir, "revocable-sandbox-dir", "", "revocable tasks' sandboxes (their scratch) go here instead of <work-dir>/sandboxes: an existing directory on a file system of its own (own journal), e.g. a partition of the same disk, so that a revocable writer holding a journal handle cannot stall guaranteed tasks' fsyncs")
 	fs.StringVar(&o.Hostname, "hostname", "", "hostname to register (default: the CN of --cert, else the host's)")
 	fs.StringVar(&o.CA, "ca", "", "CA certificate of the cluster: verifies the coordinator, and NodeService callers' client certificates")
 	fs.StringVar(&o.Cert, "cert", "", "the agent's certificate (agent-NAME.crt): its identity towards the coordinator, and the NodeService's serving certificate")
@@ -271,6 +277,7 @@ func (o *Options) Validate() error {
 	_, _, err := net.SplitHostPort(o.Listen)
 	checkErr(err, "listen")
 	check(o.WorkDir != "", "work-dir", "required")
+	check(o.RevocableSandboxDir == "" || filepath.IsAbs(o.RevocableSandboxDir), "revocable-sandbox-dir", "%q is not an absolute path", o.RevocableSandboxDir)
 	check((o.Cert == "") == (o.Key == ""), "cert", "--cert and --key go together")
 	check(o.ClientCRL == "" || o.Authz != "", "client-crl", "needs --authz: without it a client certificate grants nothing to take back")
 	check(o.ClientCRL == "" || (o.CA != "" && o.Cert != ""), "client-crl", "needs --ca and --cert (TLS that verifies client certificates)")
@@ -305,6 +312,14 @@ func (o *Options) Validate() error {
 		errs = append(errs, errors.New(`--network-interfaces: "none" names no other interface`))
 	}
 	return errors.Join(errs...)
+}
+
+// sandboxConfig is the sandbox subsystem's configuration: Sandbox, with
+// the revocable sandboxes' directory.
+func (o *Options) sandboxConfig() SandboxConfig {
+	c := o.Sandbox
+	c.RevocableDir = o.RevocableSandboxDir
+	return c
 }
 
 // ValidateSettings checks the estimator and QoS settings alone (the

@@ -83,6 +83,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"no coordinator", func(o *Options) { o.Coordinator = " " }, []string{"--coordinator: required"}},
 		{"listen without port", func(o *Options) { o.Listen = "127.0.0.1" }, []string{"--listen: address 127.0.0.1: missing port"}},
 		{"no work dir", func(o *Options) { o.WorkDir = "" }, []string{"--work-dir: required"}},
+		{"relative revocable sandbox dir", func(o *Options) { o.RevocableSandboxDir = "scratch" }, []string{`--revocable-sandbox-dir: "scratch" is not an absolute path`}},
 		{"cert without key", func(o *Options) { o.Cert = "a.crt" }, []string{"--cert: --cert and --key go together"}},
 		{"crl without authz", func(o *Options) { o.ClientCRL = "crl.pem" }, []string{"--client-crl: needs --authz", "--client-crl: needs --ca and --cert"}},
 		{"bad resources", func(o *Options) { o.Resources = "cpus:many" }, []string{"--resources: "}},

@@ -35,6 +35,10 @@ type SandboxConfig struct {
 	// Dir is the parent of the sandboxes (default <WorkDir>/sandboxes, where
 	// the containerizer puts them).
 	Dir string
+	// RevocableDir, when set, is the parent of revocable tasks' sandboxes
+	// (--revocable-sandbox-dir, a file system of its own): collected as
+	// Dir is, against its own file system's watermark.
+	RevocableDir string
 	// GCDelay is how long the sandbox of an ended task is kept, counted
 	// from its last change (default DefaultSandboxGCDelay).
 	GCDelay time.Duration
@@ -129,10 +133,20 @@ func (s *sandboxes) check() {
 	s.collect(live)
 }
 
-// collect removes the sandboxes of tasks that are not live: those older
-// than GCDelay, then the oldest while the disk is above the watermark.
+// collect removes the sandboxes of tasks that are not live from each
+// sandbox directory.
 func (s *sandboxes) collect(live map[string]bool) {
-	entries, err := os.ReadDir(s.cfg.Dir)
+	s.collectDir(s.cfg.Dir, live)
+	if s.cfg.RevocableDir != "" {
+		s.collectDir(s.cfg.RevocableDir, live)
+	}
+}
+
+// collectDir removes the sandboxes under dir of tasks that are not live:
+// those older than GCDelay, then the oldest while dir's file system is
+// above the watermark.
+func (s *sandboxes) collectDir(dir string, live map[string]bool) {
+	entries, err := os.ReadDir(dir)
 	if err != nil {
 		if !errors.Is(err, fs.ErrNotExist) {
 			s.log.Warn("list sandboxes", "err", err)
@@ -149,7 +163,7 @@ func (s *sandboxes) collect(live map[string]bool) {
 		if !e.IsDir() || live[e.Name()] {
 			continue
 		}
-		path := filepath.Join(s.cfg.Dir, e.Name())
+		path := filepath.Join(dir, e.Name())
 		changed, err := lastChange(path)
 		if err != nil {
 			continue
@@ -165,7 +179,7 @@ func (s *sandboxes) collect(live map[string]bool) {
 	}
 	slices.SortFunc(old, func(a, b candidate) int { return a.changed.Compare(b.changed) })
 	for _, c := range old {
-		used, err := s.usage(s.cfg.Dir)
+		used, err := s.usage(dir)
 		if err != nil || used <= s.cfg.DiskWatermark {
 			return
 		}

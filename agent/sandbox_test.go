@@ -47,7 +47,13 @@ func newSandboxFixture(t *testing.T, cfg SandboxConfig) *sandboxFixture {
 // output.
 func (f *sandboxFixture) sandbox(t *testing.T, id string, age time.Duration, size int) string {
 	t.Helper()
-	dir := filepath.Join(f.s.cfg.Dir, id)
+	return f.sandboxIn(t, f.s.cfg.Dir, id, age, size)
+}
+
+// sandboxIn is sandbox under the sandbox directory parent.
+func (f *sandboxFixture) sandboxIn(t *testing.T, parent, id string, age time.Duration, size int) string {
+	t.Helper()
+	dir := filepath.Join(parent, id)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +78,13 @@ func (f *sandboxFixture) running(id, res, dir string) {
 
 func (f *sandboxFixture) left(t *testing.T) []string {
 	t.Helper()
-	entries, err := os.ReadDir(f.s.cfg.Dir)
+	return f.leftIn(t, f.s.cfg.Dir)
+}
+
+// leftIn lists the sandboxes under the sandbox directory parent.
+func (f *sandboxFixture) leftIn(t *testing.T, parent string) []string {
+	t.Helper()
+	entries, err := os.ReadDir(parent)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -117,6 +129,34 @@ func TestSandboxGC(t *testing.T) {
 		// d (4h) and b (3h) went: 95% and 85% are above 80%; then 75% is not.
 		if diff := cmp.Diff([]string{"a", "c", "running"}, f.left(t)); diff != "" {
 			t.Errorf("sandboxes left (-want +got):\n%s", diff)
+		}
+	})
+	t.Run("revocable sandboxes on a file system of their own are collected there, against its use", func(t *testing.T) {
+		f := newSandboxFixture(t, SandboxConfig{GCDelay: week, DiskWatermark: 0.8, RevocableDir: t.TempDir()})
+		rev := f.s.cfg.RevocableDir
+		revocableUse := 0.85
+		f.s.usage = func(dir string) (float64, error) {
+			if dir != rev {
+				return 0.5, nil // the work dir's file system: below the watermark
+			}
+			u := revocableUse
+			revocableUse -= 0.1
+			return u, nil
+		}
+		f.sandbox(t, "guaranteed-ended", 2*time.Hour, 10)
+		f.sandboxIn(t, rev, "revocable-old", week+time.Hour, 10)
+		f.sandboxIn(t, rev, "revocable-1h", time.Hour, 10)
+		f.sandboxIn(t, rev, "revocable-2h", 2*time.Hour, 10)
+		f.sandboxIn(t, rev, "revocable-live", 3*time.Hour, 10)
+		f.live["revocable-live"] = true
+		f.s.check()
+		if diff := cmp.Diff([]string{"guaranteed-ended"}, f.left(t)); diff != "" {
+			t.Errorf("guaranteed sandboxes left (-want +got):\n%s", diff)
+		}
+		// revocable-old went after the delay; revocable-2h at 85%; then
+		// 75% is below the watermark.
+		if diff := cmp.Diff([]string{"revocable-1h", "revocable-live"}, f.leftIn(t, rev)); diff != "" {
+			t.Errorf("revocable sandboxes left (-want +got):\n%s", diff)
 		}
 	})
 }

@@ -210,7 +210,13 @@
 // each: agents send a message in one DATA frame (server.WholeMessages), a
 // cleartext HTTP/2 connection is read through a small buffer
 // (server.h2cReadConn) and the handler reads the stream's body through
-// another (closableBody).
+// another (closableBody). What keeps the wake-ups few: agents beat on a
+// 50 ms grid of wall-clock time (agent/session), so the beats due within
+// 50 ms arrive together and share one wake-up of the idle threads, the
+// runtime's monitor (sysmon) and the network poller, which a beat
+// arriving alone paid for itself (about half the CPU per beat in a perf
+// profile at 10,000 agents; context switches per beat 3.1 -> 0.7 with
+// the grid, scripts/bench/scale --stat).
 //
 // # Flow control and limits
 //

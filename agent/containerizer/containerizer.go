@@ -42,6 +42,11 @@ var ErrInvalidSpec = errors.New("invalid container spec")
 // ErrClosed is wrapped by calls on a closed Containerizer.
 var ErrClosed = errors.New("containerizer closed")
 
+// ErrRevocableSandboxDir is wrapped by New when Config.RevocableSandboxDir
+// cannot hold revocable sandboxes: missing, not a directory, or on the
+// guaranteed sandboxes' file system.
+var ErrRevocableSandboxDir = errors.New("revocable sandbox dir")
+
 // Config configures a Containerizer. Zero values take the documented
 // defaults.
 type Config struct {
@@ -63,6 +68,15 @@ type Config struct {
 	// SandboxDir is the parent of the per-container sandboxes (e.g.
 	// <work-dir>/sandboxes). Required.
 	SandboxDir string
+	// RevocableSandboxDir, when set, is the parent of revocable
+	// containers' sandboxes instead of SandboxDir: an existing directory
+	// on another file system than SandboxDir's (New fails otherwise,
+	// wrapping ErrRevocableSandboxDir), typically a partition of the same
+	// disk. A file system of their own gives revocable writers a journal
+	// of their own: on a shared one, a revocable writer descheduled while
+	// holding a journal handle delays every guaranteed fsync behind the
+	// commit (DiskIOSupport.SharedJournal).
+	RevocableSandboxDir string
 	// KillGracePeriod is the time between SIGTERM and the cgroup-wide kill
 	// (default 3s).
 	KillGracePeriod time.Duration
@@ -341,6 +355,9 @@ func New(cfg Config) (*Containerizer, error) {
 			return nil, fmt.Errorf("create %s: %w", abs, err)
 		}
 	}
+	if err := setupRevocableSandboxDir(&cfg); err != nil {
+		return nil, err
+	}
 	layout, err := cgroups.Detect(cfg.CgroupMountpoint)
 	if err != nil {
 		return nil, err
@@ -404,7 +421,8 @@ func New(cfg Config) (*Containerizer, error) {
 		attrs = append(attrs, "cpu", layout.CPU, "memory", layout.Memory)
 	}
 	attrs = append(attrs, "cpuset", layout.CPUSet)
-	c.log.Info("containerizer: disk I/O QoS", "cap", diskIO.Cap, "devices", diskIO.Devices, "cap_why", diskIO.CapWhy, "weight", diskIO.Weight, "weight_why", diskIO.WeightWhy)
+	c.log.Info("containerizer: disk I/O QoS", "cap", diskIO.Cap, "devices", diskIO.Devices, "cap_why", diskIO.CapWhy, "weight", diskIO.Weight, "weight_why", diskIO.WeightWhy,
+		"shared_journal", diskIO.SharedJournal, "journal_why", diskIO.JournalWhy)
 	c.log.Info("containerizer: cgroups detected", append(attrs, "pids", layout.Pids, "subtree_pids_max", max(cfg.SubtreePidsMax, 0), "task_pids_max", max(cfg.PidsMax, 0))...)
 	if layout.Pids == "" && cfg.PidsMax > 0 {
 		c.log.Warn("containerizer: no pids controller (v2: the parent of the cgroup root must delegate pids; hybrid: mount the v1 pids hierarchy): tasks' processes are not bounded")
@@ -413,9 +431,14 @@ func New(cfg Config) (*Containerizer, error) {
 		c.log.Warn("containerizer: users other than root can write these cgroup membership files, so tasks could move themselves out of their cgroups; make them root's, mode 0644",
 			"files", files)
 	}
-	if dir := untraversable(cfg.SandboxDir); dir != "" {
-		c.log.Warn("containerizer: tasks not running as root cannot reach their sandboxes by absolute path (HOME, SLACKLINE_SANDBOX); their working directory still works",
-			"dir", dir, "fix", "chmod o+x "+dir)
+	for _, parent := range []string{cfg.SandboxDir, cfg.RevocableSandboxDir} {
+		if parent == "" {
+			continue
+		}
+		if dir := untraversable(parent); dir != "" {
+			c.log.Warn("containerizer: tasks not running as root cannot reach their sandboxes by absolute path (HOME, SLACKLINE_SANDBOX); their working directory still works",
+				"dir", dir, "fix", "chmod o+x "+dir)
+		}
 	}
 	c.reconcileDiskRequests()
 	c.refillWarm()

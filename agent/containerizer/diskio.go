@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"os"
@@ -20,7 +21,8 @@ type DiskIOSupport struct {
 	Cap    bool
 	CapWhy string
 	// Devices are the block devices ("MAJ:MIN", whole disks) of the
-	// sandbox directory, where tasks write.
+	// sandbox directories, where tasks write: the revocable sandboxes'
+	// disk first, then the guaranteed sandboxes' if it is another.
 	Devices []string
 	// Weight: the revocable subtree has a low I/O weight that the disk's
 	// I/O scheduler honours (BFQ, or io.cost on v2).
@@ -30,7 +32,14 @@ type DiskIOSupport struct {
 	// be lowered while revocable I/O is capped (SetDiskRequestKiB).
 	RequestSize    bool
 	RequestSizeWhy string
-	// Mode names the mechanisms in words, for GetFeatures.
+	// SharedJournal: guaranteed and revocable sandboxes are on one file
+	// system with a journal (ext4, xfs), so a revocable writer holding a
+	// journal handle can stall guaranteed fsyncs whatever the cap and
+	// weight (revocableJournal); JournalWhy says which, or why not.
+	SharedJournal bool
+	JournalWhy    string
+	// Mechanisms names the mechanisms in words (not the journal), for
+	// GetFeatures.
 	Mechanisms string
 }
 
@@ -39,18 +48,25 @@ type DiskIOSupport struct {
 // layout.Blkio (revocable tasks do not join a blkio cgroup) and says why.
 func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	var s DiskIOSupport
+	// Whatever the controllers can do: a shared journal is beyond them.
+	s.SharedJournal, s.JournalWhy = sandboxJournal(cfg)
 	if err := layout.SetupIO(cfg.CgroupRoot); err != nil {
 		layout.Blkio = ""
 		s.CapWhy, s.WeightWhy = err.Error(), err.Error()
 		s.Mechanisms = "none: " + err.Error()
 		return s
 	}
-	dev, err := diskOf(cfg.SandboxDir, cfg.SysRoot)
+	dev, err := diskOf(cmp.Or(cfg.RevocableSandboxDir, cfg.SandboxDir), cfg.SysRoot)
 	if err != nil {
 		s.CapWhy = err.Error()
 	} else {
 		s.Cap, s.Devices = true, []string{dev}
-		s.CapWhy = fmt.Sprintf("%s on %s", capMechanism(layout.Mode), dev)
+		if cfg.RevocableSandboxDir != "" {
+			if other, err := diskOf(cfg.SandboxDir, cfg.SysRoot); err == nil && other != dev {
+				s.Devices = append(s.Devices, other)
+			}
+		}
+		s.CapWhy = fmt.Sprintf("%s on %s", capMechanism(layout.Mode), strings.Join(s.Devices, ", "))
 		s.RequestSize, s.RequestSizeWhy = requestSizeSupport(cfg.SysRoot, s.Devices)
 	}
 	sched := "unknown"
@@ -90,6 +106,23 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	}
 	s.Mechanisms = strings.Join(parts, "; ")
 	return s
+}
+
+// sandboxJournal reads the sandbox directories' file systems and says
+// whether guaranteed and revocable sandboxes share a journal
+// (revocableJournal), or why it cannot tell.
+func sandboxJournal(cfg Config) (bool, string) {
+	sandbox, err := statFS(cfg.SandboxDir)
+	if err != nil {
+		return false, "journal sharing unknown: " + err.Error()
+	}
+	rev := sandbox
+	if cfg.RevocableSandboxDir != "" {
+		if rev, err = statFS(cfg.RevocableSandboxDir); err != nil {
+			return false, "journal sharing unknown: " + err.Error()
+		}
+	}
+	return revocableJournal(sandbox, rev, cfg.RevocableSandboxDir != "")
 }
 
 func capMechanism(mode cgroups.Mode) string {

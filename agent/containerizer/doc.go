@@ -92,6 +92,7 @@
 //	<SandboxDir>/<id>/stdout, stderr  the task's output, appended (task's user, 0640)
 //	<SandboxDir>/<id>/stdout.1, ...   the older half of the output kept (Config.OutputLimit)
 //	<SandboxDir>/<id>/.image/         an image task's upper, work and mount point directories (root's, 0700)
+//	<RevocableSandboxDir>/<id>/...    the same for a revocable task, when Config.RevocableSandboxDir is set
 //	<StateDir>/<id>/container.json    the checkpoint (see Checkpoint below)
 //	<StateDir>/<id>/launch.json       argv, environment, cgroup directories for the supervisor
 //	<StateDir>/<id>/status.json       the supervisor's and task's pids, once started
@@ -103,6 +104,14 @@
 // StateDir and each container's directory in it are root's, mode 0700:
 // launch.json holds the task's environment, which other tasks must not
 // read. SandboxDir is 0755 so tasks can reach their own sandbox.
+//
+// RevocableSandboxDir, when set, must be an existing directory on another
+// file system than SandboxDir (New checks it): revocable tasks' scratch
+// then has a journal of its own, and a revocable writer descheduled at
+// idle priority while it holds a journal handle cannot hold the commit
+// guaranteed tasks' fsyncs wait for. DiskIO says whether the two share a
+// journal (SharedJournal), and the revocable I/O cap covers the disks of
+// both directories.
 // Every JSON file is written atomically (temporary file, fsync, rename,
 // fsync of the directory), except launch.json, status.json, the
 // container.json rewritten after launch (with the pids) and the dynamic

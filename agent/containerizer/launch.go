@@ -89,7 +89,7 @@ func (c *Containerizer) Launch(ctx context.Context, spec Spec) (_ *Container, er
 		return nil, err
 	}
 	userAt := time.Now()
-	sandbox := filepath.Join(c.cfg.SandboxDir, id)
+	sandbox := filepath.Join(c.sandboxParent(spec.Revocable), id)
 	var env, argv []string
 	var path string
 	var root *rootSpec

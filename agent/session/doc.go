@@ -21,8 +21,11 @@
 // FailedPrecondition (a machine that is DOWN, an agent that was removed) is
 // retried about every Backoff.Max and logged at Warn once per streak.
 //
-// Heartbeats go at the interval the coordinator gave, on the session's
-// HeartbeatStream: one long-lived HTTP/2 stream on which each beat is a
+// Heartbeats go at the interval the coordinator gave, each at the multiple
+// of 50 ms of wall-clock time nearest to when it is due (the beat grid:
+// beats of many agents due close together reach the coordinator together
+// and are served in one wake-up of its threads, not one each), on the
+// session's HeartbeatStream: one long-lived HTTP/2 stream on which each beat is a
 // message, which costs the coordinator a fraction of a call per beat. A
 // coordinator that says so in its answers (answers_optional) answers only
 // the beats that ask (the others set no_answer): the first beat of a

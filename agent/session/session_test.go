@@ -758,3 +758,45 @@ func TestWedgedCoordinatorIsNoticed(t *testing.T) {
 		}
 	})
 }
+
+// TestHeartbeatsGoOnTheGrid: every beat goes at a multiple of 50 ms of
+// wall-clock time (the session's beat grid), so that agents' beats due
+// close together reach the coordinator together, and the interval holds
+// on average: at 1.03 s, which no beat can keep exactly on the grid, the
+// beats do not drift to 1.05 s (or 1 s).
+func TestHeartbeatsGoOnTheGrid(t *testing.T) {
+	const grid = 50 * time.Millisecond
+	const interval = 1030 * time.Millisecond
+	for _, mode := range heartbeatModes {
+		t.Run(mode.name, func(t *testing.T) {
+			t.Parallel()
+			synctest.Test(t, func(t *testing.T) {
+				fake := agenttest.NewFakeCoordinator()
+				mode.set(fake)
+				fake.SetHeartbeatInterval(interval)
+				hs := run(t, &handler{}, nil, serveFake(fake))
+				defer hs.stop(t)
+				time.Sleep(30 * time.Second)
+				synctest.Wait()
+				beats := fake.HeartbeatTimes("agent-1")
+				if len(beats) < 20 {
+					t.Fatalf("%d heartbeats in 30 s at 1.03 s, want at least 20", len(beats))
+				}
+				for i, b := range beats {
+					if !b.Equal(b.Round(grid)) {
+						t.Errorf("beat %d at %v, not on the 50 ms grid", i, b.Format("15:04:05.000000000"))
+					}
+				}
+				// From the second beat on (the first comes at the
+				// registered 5 s interval's pace), n intervals take n *
+				// 1.03 s, to within the grid (each end moved by at most
+				// half of it); beats rounded from the previous one would
+				// take 1.05 s each.
+				span, n := beats[len(beats)-1].Sub(beats[1]), time.Duration(len(beats)-2)
+				if off := span - n*interval; off < -grid || off > grid {
+					t.Errorf("%d intervals took %v, want %v to within %v", n, span, n*interval, grid)
+				}
+			})
+		})
+	}
+}

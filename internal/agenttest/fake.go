@@ -55,6 +55,9 @@ type FakeCoordinator struct {
 	streamBeats  bool           // HeartbeatStream answers (else Unimplemented)
 	// agent id -> heartbeats received on a HeartbeatStream
 	streamHeartbeats map[string]int
+	// agent id -> when its heartbeats were received (the first
+	// maxBeatTimes of them)
+	beatTimes map[string][]time.Time
 	// oldStreams: HeartbeatStream answers every beat, as a coordinator
 	// before no_answer did (else it honours no_answer).
 	oldStreams bool
@@ -80,7 +83,7 @@ type fakeStream struct {
 
 // NewFakeCoordinator returns a FakeCoordinator that admits every agent.
 func NewFakeCoordinator() *FakeCoordinator {
-	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}, streamHeartbeats: map[string]int{}, answeredBeats: map[string]int{}}
+	return &FakeCoordinator{sessions: map[string]string{}, streams: map[string]*fakeStream{}, heartbeats: map[string]int{}, beatTimes: map[string][]time.Time{}, streamHeartbeats: map[string]int{}, answeredBeats: map[string]int{}}
 }
 
 // Handler serves f's AgentService.
@@ -175,8 +178,28 @@ func (f *FakeCoordinator) Heartbeat(ctx context.Context, req *connect.Request[sl
 	if err := f.checkSessionLocked(req.Msg.GetAgentId(), req.Msg.GetSessionId()); err != nil {
 		return nil, err
 	}
-	f.heartbeats[req.Msg.GetAgentId()]++
+	f.countBeatLocked(req.Msg.GetAgentId())
 	return connect.NewResponse(&slacklinev1.HeartbeatResponse{HeartbeatIntervalSeconds: f.interval.Seconds()}), nil
+}
+
+// maxBeatTimes bounds the times HeartbeatTimes keeps per agent.
+const maxBeatTimes = 1000
+
+// countBeatLocked counts a heartbeat of the agent received now. Caller
+// holds f.mu.
+func (f *FakeCoordinator) countBeatLocked(agentID string) {
+	f.heartbeats[agentID]++
+	if times := f.beatTimes[agentID]; len(times) < maxBeatTimes {
+		f.beatTimes[agentID] = append(times, time.Now())
+	}
+}
+
+// HeartbeatTimes returns when the heartbeats of the agent counted in
+// Heartbeats were received (the first 1,000), oldest first.
+func (f *FakeCoordinator) HeartbeatTimes(agentID string) []time.Time {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return slices.Clone(f.beatTimes[agentID])
 }
 
 // HeartbeatStream implements AgentService: Unimplemented (an older
@@ -206,7 +229,7 @@ func (f *FakeCoordinator) HeartbeatStream(_ context.Context, stream *connect.Bid
 			err = f.checkSessionLocked(req.GetAgentId(), req.GetSessionId())
 		}
 		if err == nil {
-			f.heartbeats[req.GetAgentId()]++
+			f.countBeatLocked(req.GetAgentId())
 			f.streamHeartbeats[req.GetAgentId()]++
 		}
 		interval, old := f.interval, f.oldStreams

@@ -94,7 +94,19 @@ type diskOptions struct {
 	// latency does not depend on who else wants the host's CPUs, but the
 	// model's answers come from a user-space process that does.
 	rtPriority int
+	// layout is "split" (the one modelled disk in two halves, each a
+	// loop device with an ext4 file system: the run's directory and
+	// guaranteed sandboxes on the first, revocable sandboxes on the
+	// second, given to the agent as --revocable-sandbox-dir) or "shared"
+	// (one file system, one journal, for both).
+	layout string
 }
+
+// Layouts of the modelled disk (diskOptions.layout).
+const (
+	layoutSplit  = "split"
+	layoutShared = "shared"
+)
 
 func (o diskOptions) String() string {
 	if o.kind == "host" {
@@ -104,7 +116,11 @@ func (o diskOptions) String() string {
 	if o.rtPriority > 0 {
 		prio = fmt.Sprintf("served at real-time priority %d", o.rtPriority)
 	}
-	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio)
+	fsys := "one ext4 file system for guaranteed and revocable sandboxes (one journal)"
+	if o.layout == layoutSplit {
+		fsys = "split in two halves (a loop device and ext4 file system each, both served by the one model and its queue): guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
+	}
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s; %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio, fsys)
 }
 
 func (o diskOptions) validate() error {
@@ -130,6 +146,9 @@ func (o diskOptions) validate() error {
 	}
 	if o.requestKiB < 4 {
 		errs = append(errs, fmt.Errorf("--disk-request-kib must be at least 4 (a page), got %d", o.requestKiB))
+	}
+	if o.layout != layoutSplit && o.layout != layoutShared {
+		errs = append(errs, fmt.Errorf("--io-layout %q: want %s or %s", o.layout, layoutSplit, layoutShared))
 	}
 	if o.size < 1<<30 {
 		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
@@ -338,15 +357,23 @@ func runDiskServer(args []string) error {
 }
 
 // modelledDisk is one run's disk: the tmpfs store, the disk server, the
-// loop device and the ext4 file system mounted at Dir.
+// loop device and the ext4 file system mounted at Dir (and, split, the
+// second one at RevocableDir).
 type modelledDisk struct {
 	base   string // the directory holding store, fuse and fs
 	server *exec.Cmd
-	loop   string // /dev/loopN
+	// loops are the loop devices (/dev/loopN): the whole disk, or (split)
+	// its first half, then its second.
+	loops []string
 	// Dir is where the run's files go (the ext4 file system).
 	Dir string
-	// Device is the loop device's "MAJ:MIN", Scheduler its I/O scheduler.
-	Device, Scheduler string
+	// RevocableDir, with the split layout, is the directory for revocable
+	// sandboxes, on the second half's file system ("": shared).
+	RevocableDir string
+	// Devices are the loop devices' "MAJ:MIN", Scheduler their I/O
+	// scheduler.
+	Devices   []string
+	Scheduler string
 }
 
 // setupDisk builds a modelled disk under base (an empty directory), each
@@ -370,15 +397,16 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		})
 	}
 	d = &modelledDisk{base: base}
-	store, fuseDir, fsDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs")
+	store, fuseDir, fsDir, revDir := filepath.Join(base, "store"), filepath.Join(base, "fuse"), filepath.Join(base, "fs"), filepath.Join(base, "fs-revocable")
 	diskFile := filepath.Join(fuseDir, "disk")
+	split := o.layout == layoutSplit
 	steps := []struct {
 		name string
 		do   func() error
 	}{
 		{"directories", func() error {
 			undo(func() error { return removeAll(base) })
-			for _, dir := range []string{store, fuseDir, fsDir} {
+			for _, dir := range []string{store, fuseDir, fsDir, revDir} {
 				if err := os.Mkdir(dir, 0o700); err != nil {
 					return err
 				}
@@ -420,35 +448,64 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			return nil
 		}},
 		{"losetup", func() error {
-			// Pushed first: losetup may attach the device and be
-			// killed (the terminal's SIGINT) before it names it.
+			// Pushed first: losetup may attach a device and be killed
+			// (the terminal's SIGINT) before it names it.
 			undo(func() error { return detachLoops(diskFile) })
-			loop, err := exec.Command("losetup", "--find", "--show", diskFile).Output()
-			if err != nil {
-				return fmt.Errorf("losetup: %w", exitText(err))
+			// Split: two loop devices over the two halves of the one
+			// disk file, so both are served by the one model and its
+			// FIFO (this kernel, like many guests', has no partition
+			// table parsers: a loop device's partitions never appear).
+			ranges := [][2]int64{{0, 0}}
+			if split {
+				ranges = [][2]int64{{0, o.size / 2}, {o.size / 2, o.size - o.size/2}}
 			}
-			d.loop = strings.TrimSpace(string(loop))
-			// A loop device keeps the request size set before (by an
-			// agent's diskio controller, or by hand): each run starts
-			// from the one asked for.
-			msk := filepath.Join("/sys/block", filepath.Base(d.loop), "queue", "max_sectors_kb")
-			if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
-				return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+			for _, r := range ranges {
+				args := []string{"--find", "--show"}
+				if r[1] > 0 {
+					args = append(args, "--offset", fmt.Sprint(r[0]), "--sizelimit", fmt.Sprint(r[1]))
+				}
+				loop, err := exec.Command("losetup", append(args, diskFile)...).Output()
+				if err != nil {
+					return fmt.Errorf("losetup: %w", exitText(err))
+				}
+				dev := strings.TrimSpace(string(loop))
+				d.loops = append(d.loops, dev)
+				// A loop device keeps the request size set before (by
+				// an agent's diskio controller, or by hand): each run
+				// starts from the one asked for.
+				msk := filepath.Join("/sys/block", filepath.Base(dev), "queue", "max_sectors_kb")
+				if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
+					return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+				}
 			}
 			return nil
 		}},
 		{"mkfs", func() error {
-			if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", d.loop).CombinedOutput(); err != nil {
-				return fmt.Errorf("mkfs.ext4 %s: %v: %s", d.loop, err, out)
+			for _, dev := range d.loops {
+				if out, err := exec.Command("mkfs.ext4", "-q", "-F", "-E", "lazy_itable_init=0,lazy_journal_init=0", dev).CombinedOutput(); err != nil {
+					return fmt.Errorf("mkfs.ext4 %s: %v: %s", dev, err, out)
+				}
 			}
 			return nil
 		}},
 		{"mount", func() error {
-			if err := syscall.Mount(d.loop, fsDir, "ext4", 0, ""); err != nil {
-				return fmt.Errorf("mount %s: %w", d.loop, err)
+			for i, dev := range d.loops {
+				dir := []string{fsDir, revDir}[i]
+				if err := syscall.Mount(dev, dir, "ext4", 0, ""); err != nil {
+					return fmt.Errorf("mount %s: %w", dev, err)
+				}
+				undo(func() error { return unmount(dir) })
+				if err := os.Chmod(dir, 0o755); err != nil {
+					return err
+				}
 			}
-			undo(func() error { return unmount(fsDir) })
-			return os.Chmod(fsDir, 0o755)
+			if split {
+				// The agent's revocable sandboxes: a directory of the
+				// second file system, which the agent expects to exist.
+				d.RevocableDir = filepath.Join(revDir, "sandboxes")
+				return os.Mkdir(d.RevocableDir, 0o755)
+			}
+			return nil
 		}},
 	}
 	for _, s := range steps {
@@ -457,12 +514,14 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		}
 	}
 	d.Dir = fsDir
-	var st syscall.Stat_t
-	if err := syscall.Stat(d.loop, &st); err != nil {
-		return d, err
+	for _, loop := range d.loops {
+		var st syscall.Stat_t
+		if err := syscall.Stat(loop, &st); err != nil {
+			return d, err
+		}
+		d.Devices = append(d.Devices, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
 	}
-	d.Device = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	d.Scheduler = readScheduler(d.Device)
+	d.Scheduler = readScheduler(d.Devices[0])
 	return d, nil
 }
 
@@ -564,8 +623,10 @@ func startDisk(o options, l cgroups.Layout, cg string) (*modelledDisk, error) {
 		}); err != nil {
 			return nil, err
 		}
-		if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(d.Device+" 0"), 0); err != nil {
-			return nil, fmt.Errorf("start blk-throttle on %s: %w", d.Device, err)
+		for _, dev := range d.Devices {
+			if err := os.WriteFile(filepath.Join(dir, "blkio.throttle.write_bps_device"), []byte(dev+" 0"), 0); err != nil {
+				return nil, fmt.Errorf("start blk-throttle on %s: %w", dev, err)
+			}
 		}
 	}
 	return d, nil

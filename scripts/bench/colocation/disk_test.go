@@ -52,17 +52,18 @@ func TestDiskModel(t *testing.T) {
 
 func TestDiskOptionsValidate(t *testing.T) {
 	t.Parallel()
-	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280}
+	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280, layout: layoutSplit}
 	if err := good.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
 	for name, o := range map[string]diskOptions{
-		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280},
-		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280},
-		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280},
-		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280},
-		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2},
-		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100},
+		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280, layout: layoutShared},
+		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2, layout: layoutShared},
+		"layout":  {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: "lvm"},
+		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100, layout: layoutShared},
 	} {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: invalid options accepted", name)

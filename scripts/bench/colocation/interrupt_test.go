@@ -56,7 +56,7 @@ func interruptedSetup(stage string) int {
 		return 1
 	}
 	o := options{binDir: os.Getenv(dirEnv), rootWeight: 1,
-		disk: diskOptions{kind: "loop", rate: 1 << 30, size: 1 << 30, requestKiB: 1280}}
+		disk: diskOptions{kind: "loop", rate: 1 << 30, size: 1 << 30, requestKiB: 1280, layout: layoutSplit}}
 	ctrlC := func() { _ = syscall.Kill(-syscall.Getpgrp(), syscall.SIGINT) }
 	cleanUpOnSignal()
 	fired := false

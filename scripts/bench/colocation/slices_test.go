@@ -191,3 +191,23 @@ func TestNotCompeting(t *testing.T) {
 		t.Errorf("collect = %d invalid, ratios %v; want 1 invalid, ratios [3]", c.invalid, c.ratio)
 	}
 }
+
+func TestQueued(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		p50  time.Duration
+		rate int
+		want bool
+	}{
+		{5 * time.Millisecond, 200, false},
+		{20 * time.Millisecond, 200, false}, // four requests' spacing: the limit
+		{21 * time.Millisecond, 200, true},
+		{21 * time.Millisecond, 100, false},
+		{35 * time.Millisecond, 400, true},
+		{time.Second, 0, false}, // results written before the rate was recorded
+	} {
+		if got := queued(phase{P50: c.p50}, c.rate); got != c.want {
+			t.Errorf("queued(p50 %v at %d/s) = %v, want %v", c.p50, c.rate, got, c.want)
+		}
+	}
+}

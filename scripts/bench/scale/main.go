@@ -11,6 +11,17 @@
 //
 //	go run ./scripts/bench/scale --agents 10000 --window 30s
 //
+// --agents-per-connection N passes slackline-sim's flag of that name:
+// its default of 100 agents per HTTP/2 connection keeps the simulator
+// small; a real agent has a connection of its own (1). On 4550fed the two
+// cost the coordinator the same CPU per beat at 10,000 agents (145 us
+// each, one run each in one quiet window; 0.68 and 0.71 writes per beat:
+// the agents' HTTP/2 pings, sent after 30 s without a frame received, do
+// not fire while answers and command-stream keepalives come every 30 s),
+// with more RSS at 1 (983 against 479 MiB in that run, 764 against 516
+// in a later one). With the agents' 50 ms beat grid (agent/session) both
+// layouts measured 100-103 us per beat, main 157-190 us.
+//
 // With --perf FILE it also records the coordinator's profile over the
 // window (perf record -g; perf report -i FILE reads it); with --stat it
 // counts its context switches and system calls per heartbeat (perf stat).
@@ -51,6 +62,7 @@ func run() error {
 	window := flag.Duration("window", 30*time.Second, "measurement window once all agents are registered")
 	stalled := flag.Duration("stalled", 2*time.Minute, "start the window with the agents registered so far when their count did not grow for this long")
 	settle := flag.Duration("settle", 30*time.Second, "wait this long after the agents are registered before the window: each agent opens its heartbeat stream at its first beat and learns the interval of the heartbeat budget from an answered beat (every third), so the first few intervals are a second storm of stream openings and interval changes, not steady heartbeats")
+	perConn := flag.Int("agents-per-connection", 100, "simulated agents sharing one HTTP/2 connection (slackline-sim's --agents-per-connection); a real agent has a connection of its own")
 	perfOut := flag.String("perf", "", "also record the coordinator's CPU profile over the window with perf (perf record -g) into this file (read it with perf report)")
 	statOut := flag.Bool("stat", false, "also count the coordinator's context switches and its read, write, futex, nanosleep and epoll_pwait system calls over the window with perf stat, per heartbeat (counts that vary less with the machine's load than CPU time does)")
 	var coordEnv []string
@@ -87,7 +99,7 @@ func run() error {
 	}
 	defer coord.Process.Kill()
 	time.Sleep(500 * time.Millisecond)
-	sim := exec.Command(filepath.Join(dir, "slackline-sim"), "--coordinator", "http://"+addr, "--agents", strconv.Itoa(*agents), "--log-level", "warn")
+	sim := exec.Command(filepath.Join(dir, "slackline-sim"), "--coordinator", "http://"+addr, "--agents", strconv.Itoa(*agents), "--agents-per-connection", strconv.Itoa(*perConn), "--log-level", "warn")
 	sim.Stderr = os.Stderr
 	sim.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	started := time.Now()
