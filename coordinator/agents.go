@@ -41,6 +41,7 @@ func (s agentService) Register(ctx context.Context, req *connect.Request[slackli
 	}
 	return connect.NewResponse(&slacklinev1.RegisterResponse{
 		AgentId: agentID, SessionId: sessionID, HeartbeatIntervalSeconds: interval.Seconds(),
+		StatusBatches: true,
 	}), nil
 }
 
@@ -214,18 +215,15 @@ func (c *Coordinator) beat(ctx context.Context, agentID, sessionID string, claim
 func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[slacklinev1.UpdateStatusRequest]) (*connect.Response[slacklinev1.UpdateStatusResponse], error) {
 	c := s.c
 	msg := req.Msg
-	st := msg.GetStatus()
-	if err := validateID("framework_id", msg.GetFrameworkId()); err != nil {
+	if len(msg.GetUpdates()) > 0 {
+		results, err := c.updateStatuses(ctx, msg)
+		if err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&slacklinev1.UpdateStatusResponse{Results: results}), nil
+	}
+	if err := validateStatusUpdate(msg.GetFrameworkId(), msg.GetStatus()); err != nil {
 		return nil, invalidArgument(err)
-	}
-	if err := validateID("status.task_id", st.GetTaskId()); err != nil {
-		return nil, invalidArgument(err)
-	}
-	if _, ok := slacklinev1.TaskState_name[int32(st.GetState())]; !ok || st.GetState() == slacklinev1.TaskState_TASK_STATE_UNSPECIFIED {
-		return nil, invalidArgument(fmt.Errorf("status.state %d is not a task state", int32(st.GetState())))
-	}
-	if st.GetUuid() == "" {
-		return nil, invalidArgument(errors.New("status.uuid is empty: agent updates carry a uuid so they can be acknowledged"))
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -233,10 +231,89 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 	if err != nil {
 		return nil, err
 	}
-	st = proto.CloneOf(st)
-	st.AgentId, st.FrameworkId = a.ID, msg.GetFrameworkId()
+	if err := c.applyStatus(a, msg.GetFrameworkId(), msg.GetStatus()); err != nil {
+		return nil, err
+	}
+	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+}
+
+// updateStatuses applies a batch of status updates (#30) in order, each as
+// UpdateStatus applies a single one, and answers each entry. An entry is
+// refused on its own, not the batch: an update refused for a reason that
+// lasts (a task of another agent, a framework at its limit of
+// unacknowledged updates) would otherwise hold back every other update of
+// the agent each time it sends the batch again. A task's later entries are
+// refused with its first refused one (Aborted), so that its framework
+// never sees its updates out of order. Nothing is persisted: status
+// updates live in memory until acknowledged, as single ones do. The call
+// fails only for the whole request: its session, or too many entries.
+func (c *Coordinator) updateStatuses(ctx context.Context, msg *slacklinev1.UpdateStatusRequest) ([]*slacklinev1.BatchResult, error) {
+	updates := msg.GetUpdates()
+	if msg.GetStatus() != nil || msg.GetFrameworkId() != "" {
+		return nil, invalidArgument(errors.New("a request carries framework_id and status (one update) or updates (a batch), not both"))
+	}
+	if len(updates) > maxUpdatesPerCall {
+		return nil, invalidArgument(fmt.Errorf("%d updates, at most %d allowed", len(updates), maxUpdatesPerCall))
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	a, err := c.session(ctx, msg.GetAgentId(), msg.GetSessionId())
+	if err != nil {
+		return nil, err
+	}
+	type taskKey struct{ frameworkID, taskID string }
+	var refused map[taskKey]int // a task's first refused entry
+	results := make([]*slacklinev1.BatchResult, len(updates))
+	for i, u := range updates {
+		key := taskKey{u.GetFrameworkId(), u.GetStatus().GetTaskId()}
+		var err error
+		if first, ok := refused[key]; ok {
+			err = connect.NewError(connect.CodeAborted, fmt.Errorf(
+				"updates[%d] of task %q was refused: the task's later updates wait for it, to keep their order", first, key.taskID))
+		} else if err = validateStatusUpdate(u.GetFrameworkId(), u.GetStatus()); err != nil {
+			err = invalidArgument(err)
+		} else {
+			err = c.applyStatus(a, u.GetFrameworkId(), u.GetStatus())
+		}
+		results[i] = batchResult("updates", i, err)
+		if err != nil {
+			if refused == nil {
+				refused = map[taskKey]int{}
+			}
+			if _, ok := refused[key]; !ok {
+				refused[key] = i
+			}
+		}
+	}
+	return results, nil
+}
+
+// validateStatusUpdate checks an agent's update of a task of framework
+// frameworkID.
+func validateStatusUpdate(frameworkID string, st *slacklinev1.TaskStatus) error {
+	if err := validateID("framework_id", frameworkID); err != nil {
+		return err
+	}
+	if err := validateID("status.task_id", st.GetTaskId()); err != nil {
+		return err
+	}
+	if _, ok := slacklinev1.TaskState_name[int32(st.GetState())]; !ok || st.GetState() == slacklinev1.TaskState_TASK_STATE_UNSPECIFIED {
+		return fmt.Errorf("status.state %d is not a task state", int32(st.GetState()))
+	}
+	if st.GetUuid() == "" {
+		return errors.New("status.uuid is empty: agent updates carry a uuid so they can be acknowledged")
+	}
+	return nil
+}
+
+// applyStatus applies agent a's validated update of a task of framework
+// frameworkID: a copy of status, completed (agent, framework, source,
+// time) and its message bounded, goes to handleStatus. Caller holds c.mu.
+func (c *Coordinator) applyStatus(a *agent, frameworkID string, status *slacklinev1.TaskStatus) error {
+	st := proto.CloneOf(status)
+	st.AgentId, st.FrameworkId = a.ID, frameworkID
 	if truncateStatusMessage(st, c.cfg.Limits.MaxStatusMessageBytes) {
-		c.bounds.hit("status_message", "status message truncated", "agent", a.ID, "task", st.GetTaskId(), "bytes", len(msg.GetStatus().GetMessage()))
+		c.bounds.hit("status_message", "status message truncated", "agent", a.ID, "task", st.GetTaskId(), "bytes", len(status.GetMessage()))
 	}
 	if st.Source == slacklinev1.TaskSource_TASK_SOURCE_UNSPECIFIED {
 		st.Source = slacklinev1.TaskSource_TASK_SOURCE_AGENT
@@ -244,10 +321,20 @@ func (s agentService) UpdateStatus(ctx context.Context, req *connect.Request[sla
 	if st.Timestamp == nil {
 		st.Timestamp = timestamppb.New(c.cfg.Now())
 	}
-	if err := c.handleStatus(a, st); err != nil {
-		return nil, err
+	return c.handleStatus(a, st)
+}
+
+// batchResult is the answer to entry i of a batch (the request's field):
+// OK, or err's code and its message, which names the entry.
+func batchResult(field string, i int, err error) *slacklinev1.BatchResult {
+	if err == nil {
+		return &slacklinev1.BatchResult{}
 	}
-	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+	message := err.Error()
+	if ce := new(connect.Error); errors.As(err, &ce) {
+		message = ce.Message()
+	}
+	return &slacklinev1.BatchResult{Code: uint32(connect.CodeOf(err)), Message: fmt.Sprintf("%s[%d]: %s", field, i, message)}
 }
 
 // handleStatus applies an agent's status update and routes it to the

@@ -235,6 +235,25 @@
 // one agent that is not GONE: a new one retires the others
 // (registration.go).
 //
+// # Batches
+//
+// UpdateStatus and Acknowledge take one update or acknowledgement, as
+// clients before #30 send, or a batch (RegisterResponse.status_batches and
+// SubscribedEvent.acknowledge_batches say this coordinator takes them;
+// maxUpdatesPerCall and maxAcknowledgementsPerCall bound one). A batch is
+// authorized once for all its entries (the agent's session and identity;
+// the framework's stream and principal: a framework's entries name only its
+// own updates), then its entries are applied in order under one hold of
+// c.mu, each as the single call would apply it, and answered one by one
+// (BatchResult). An entry is refused on its own, not the batch: an update
+// refused for a reason that lasts (a task of another agent, a framework at
+// its limit of unacknowledged updates) would otherwise hold back every
+// other update of the agent each time it is sent again. A refused status
+// update refuses the later entries of its task (Aborted) so that a
+// framework never sees a task's updates out of order; the agent keeps what
+// was refused and sends it again. Status updates are not persisted (they
+// live in memory until acknowledged), so a batch writes no record.
+//
 // # Allocation
 //
 // The allocator (package coordinator/allocator) is pure and held by the

@@ -306,21 +306,49 @@ func (s schedulerService) Kill(ctx context.Context, req *connect.Request[slackli
 func (s schedulerService) Acknowledge(ctx context.Context, req *connect.Request[slacklinev1.AcknowledgeRequest]) (*connect.Response[slacklinev1.AcknowledgeResponse], error) {
 	c := s.c
 	msg := req.Msg
+	acks := msg.GetAcknowledgements()
+	if len(acks) > 0 {
+		if msg.GetAgentId() != "" || msg.GetTaskId() != "" || msg.GetUuid() != "" {
+			return nil, invalidArgument(errors.New("a request carries agent_id, task_id and uuid (one acknowledgement) or acknowledgements (a batch), not both"))
+		}
+		if len(acks) > maxAcknowledgementsPerCall {
+			return nil, invalidArgument(fmt.Errorf("%d acknowledgements, at most %d allowed", len(acks), maxAcknowledgementsPerCall))
+		}
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	fw, err := c.authorize(ctx, req.Header(), msg.GetFrameworkId())
 	if err != nil {
 		return nil, err
 	}
-	if msg.GetUuid() == "" {
-		return nil, invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
+	if len(acks) == 0 {
+		if err := c.acknowledge(fw, msg.GetTaskId(), msg.GetUuid()); err != nil {
+			return nil, err
+		}
+		return connect.NewResponse(&slacklinev1.AcknowledgeResponse{}), nil
 	}
-	r, ok := c.core.Acknowledge(fw.id(), msg.GetTaskId(), msg.GetUuid())
+	// A batch (#30): each entry is applied or refused on its own, in
+	// order; every entry is the authorized framework's, as the request
+	// names one framework.
+	results := make([]*slacklinev1.BatchResult, len(acks))
+	for i, ack := range acks {
+		results[i] = batchResult("acknowledgements", i, c.acknowledge(fw, ack.GetTaskId(), ack.GetUuid()))
+	}
+	return connect.NewResponse(&slacklinev1.AcknowledgeResponse{Results: results}), nil
+}
+
+// acknowledge forgets framework fw's update uuid of a task and forwards
+// the acknowledgement to the update's agent. Caller holds c.mu.
+func (c *Coordinator) acknowledge(fw *framework, taskID, uuid string) error {
+	if uuid == "" {
+		return invalidArgument(errors.New("uuid is empty: only updates with a uuid are acknowledged"))
+	}
+	r, ok := c.core.Acknowledge(fw.id(), taskID, uuid)
 	if !ok {
-		return nil, connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", msg.GetUuid(), msg.GetTaskId()))
+		return connect.NewError(connect.CodeNotFound, fmt.Errorf("no unacknowledged update %q for task %q", uuid, taskID))
 	}
 	c.deliver(r)
-	return connect.NewResponse(&slacklinev1.AcknowledgeResponse{}), nil
+	return nil
 }
 
 func (s schedulerService) Reconcile(ctx context.Context, req *connect.Request[slacklinev1.ReconcileRequest]) (*connect.Response[slacklinev1.ReconcileResponse], error) {

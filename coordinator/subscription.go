@@ -176,6 +176,7 @@ func (c *Coordinator) applySubscription(r core.Ready) (*framework, *subscription
 	sub.send(&slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
 		FrameworkId: info.GetId(), StreamId: sub.id,
 		HeartbeatIntervalSeconds: c.cfg.FrameworkHeartbeatInterval.Seconds(),
+		AcknowledgeBatches:       true,
 	}}})
 	for _, st := range c.core.Pending(info.GetId()) {
 		sub.replay = append(sub.replay, updateEvent(fw, st))

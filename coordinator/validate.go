@@ -17,6 +17,15 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
+// maxUpdatesPerCall and maxAcknowledgementsPerCall bound a batch of
+// UpdateStatus and Acknowledge (#30), as maxTasksPerAccept bounds an
+// Accept; the request size limit bounds it too. Agents and the SDK send
+// at most 256 per call.
+const (
+	maxUpdatesPerCall          = 10000
+	maxAcknowledgementsPerCall = 10000
+)
+
 // Limits on request contents, on top of the transport's message size limit.
 const (
 	maxIDLength        = 255

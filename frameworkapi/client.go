@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,13 @@ const MissedHeartbeats = 3
 
 // ackTimeout bounds an automatic acknowledgement.
 const ackTimeout = 10 * time.Second
+
+// MaxAcknowledgementsPerCall bounds the acknowledgements one Acknowledge
+// call carries (#30): AcknowledgeBatch and the automatic acknowledgements
+// send more in further calls. It is also how many automatic
+// acknowledgements may wait for a call before the subscription stops
+// reading events until they are sent (backpressure, not a drop).
+const MaxAcknowledgementsPerCall = 256
 
 // subscribeTimeout bounds the wait for the first (Subscribed) event, before
 // the heartbeat interval is known.
@@ -122,6 +130,9 @@ type Client struct {
 	mu       sync.Mutex
 	info     *slacklinev1.FrameworkInfo // Id is updated on every subscription
 	streamID string                     // empty when not subscribed
+	// ackBatches: the subscription's coordinator takes batches of
+	// acknowledgements (SubscribedEvent.acknowledge_batches).
+	ackBatches bool
 }
 
 // New returns a Client for cfg. It does not connect: Run does.
@@ -329,6 +340,11 @@ func (c *Client) session(ctx context.Context, h Handler) (subscribed bool, err e
 		<-readerDone
 		_ = stream.Close()
 	}()
+	// The handler has dealt with an update even if it cancelled Run's
+	// context (say, because this was the last task): its acknowledgement
+	// still goes out, before the subscription's stream id is forgotten.
+	acks := c.startAcker(context.WithoutCancel(ctx))
+	defer acks.stop()
 
 	timeout := subscribeTimeout
 	timer := time.NewTimer(timeout)
@@ -372,6 +388,7 @@ func (c *Client) session(ctx context.Context, h Handler) (subscribed bool, err e
 				c.mu.Lock()
 				c.info.Id = sub.GetFrameworkId()
 				c.streamID = streamID
+				c.ackBatches = sub.GetAcknowledgeBatches()
 				c.mu.Unlock()
 				subscribed = true
 				timeout = 0
@@ -386,7 +403,7 @@ func (c *Client) session(ctx context.Context, h Handler) (subscribed bool, err e
 						c.log.Warn("implicit reconciliation failed", "err", err)
 					}
 				}
-			} else if msg, ok := c.dispatch(ctx, h, r.event); ok {
+			} else if msg, ok := c.dispatch(ctx, h, r.event, acks); ok {
 				errorMessage = &msg
 			}
 			// Restart the watchdog only now, so time spent in the handler
@@ -401,9 +418,10 @@ func (c *Client) session(ctx context.Context, h Handler) (subscribed bool, err e
 	}
 }
 
-// dispatch delivers one event after Subscribed to h. It returns the message
-// of an Error event and true.
-func (c *Client) dispatch(ctx context.Context, h Handler, ev *slacklinev1.Event) (errorMessage string, isError bool) {
+// dispatch delivers one event after Subscribed to h, and hands an update
+// to acks once h dealt with it. It returns the message of an Error event
+// and true.
+func (c *Client) dispatch(ctx context.Context, h Handler, ev *slacklinev1.Event, acks *acker) (errorMessage string, isError bool) {
 	switch e := ev.GetEvent().(type) {
 	case *slacklinev1.Event_Offers:
 		if offers := e.Offers.GetOffers(); len(offers) > 0 {
@@ -423,18 +441,8 @@ func (c *Client) dispatch(ctx context.Context, h Handler, ev *slacklinev1.Event)
 			return "", false
 		}
 		h.Update(ctx, c, status)
-		// After the handler tore the framework down there is nobody to
-		// acknowledge to: the coordinator acknowledges on its behalf.
-		if !c.manualAck && status.GetUuid() != "" && !c.tornDown.Load() {
-			// The handler has dealt with the update even if it cancelled
-			// Run's context (say, because this was the last task): still
-			// acknowledge it.
-			ackCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), ackTimeout)
-			if err := c.Acknowledge(ackCtx, status); err != nil {
-				// The agent re-sends the update, so the next delivery retries.
-				c.log.Warn("acknowledge failed", "task_id", status.GetTaskId(), "err", err)
-			}
-			cancel()
+		if !c.manualAck && status.GetUuid() != "" {
+			acks.add(status)
 		}
 	case *slacklinev1.Event_Failure:
 		h.Failure(ctx, c, e.Failure.GetAgentId())
@@ -488,16 +496,26 @@ func invoke[Req, Res any](ctx context.Context, c *Client, name string,
 	rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
 	build func(frameworkID string) *Req,
 ) error {
+	_, err := call(ctx, c, name, rpc, build)
+	return err
+}
+
+// call is invoke that returns the response.
+func call[Req, Res any](ctx context.Context, c *Client, name string,
+	rpc func(context.Context, *connect.Request[Req]) (*connect.Response[Res], error),
+	build func(frameworkID string) *Req,
+) (*Res, error) {
 	frameworkID, streamID, err := c.subscription()
 	if err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	req := connect.NewRequest(build(frameworkID))
 	req.Header().Set(StreamIDHeader, streamID)
-	if _, err := rpc(ctx, req); err != nil {
-		return fmt.Errorf("%s: %w", name, err)
+	resp, err := rpc(ctx, req)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", name, err)
 	}
-	return nil
+	return resp.Msg, nil
 }
 
 // Accept accepts offers (all on one agent) with operations. The unused
@@ -584,6 +602,65 @@ func (c *Client) Acknowledge(ctx context.Context, status *slacklinev1.TaskStatus
 			Uuid:        status.GetUuid(),
 		}
 	})
+}
+
+// AcknowledgeBatch acknowledges status updates as Acknowledge does, in as
+// few calls as it may (#30): up to MaxAcknowledgementsPerCall per call when
+// the coordinator takes batches, one per update otherwise. Updates without
+// a uuid are skipped. Each update is acknowledged or refused on its own:
+// the error joins the refused ones' errors (each a *connect.Error naming
+// its entry) and the failed calls'; nil when all were acknowledged.
+func (c *Client) AcknowledgeBatch(ctx context.Context, statuses []*slacklinev1.TaskStatus) error {
+	acks := make([]*slacklinev1.Acknowledgement, 0, len(statuses))
+	for _, st := range statuses {
+		if st.GetUuid() != "" {
+			acks = append(acks, acknowledgement(st))
+		}
+	}
+	return c.acknowledgeAll(ctx, acks)
+}
+
+// acknowledgement is the acknowledgement of status.
+func acknowledgement(status *slacklinev1.TaskStatus) *slacklinev1.Acknowledgement {
+	return &slacklinev1.Acknowledgement{AgentId: status.GetAgentId(), TaskId: status.GetTaskId(), Uuid: status.GetUuid()}
+}
+
+// acknowledgeAll sends acks in as few calls as the coordinator allows.
+func (c *Client) acknowledgeAll(ctx context.Context, acks []*slacklinev1.Acknowledgement) error {
+	c.mu.Lock()
+	batches := c.ackBatches
+	c.mu.Unlock()
+	per := 1
+	if batches {
+		per = MaxAcknowledgementsPerCall
+	}
+	var errs []error
+	for chunk := range slices.Chunk(acks, per) {
+		errs = append(errs, c.acknowledge(ctx, chunk)...)
+	}
+	return errors.Join(errs...)
+}
+
+// acknowledge sends acks in one call: a single one in the request's single
+// fields, which every coordinator reads. It returns the call's error or
+// the refused entries'.
+func (c *Client) acknowledge(ctx context.Context, acks []*slacklinev1.Acknowledgement) []error {
+	resp, err := call(ctx, c, "acknowledge", c.rpc.Acknowledge, func(fid string) *slacklinev1.AcknowledgeRequest {
+		if len(acks) == 1 {
+			return &slacklinev1.AcknowledgeRequest{FrameworkId: fid, AgentId: acks[0].GetAgentId(), TaskId: acks[0].GetTaskId(), Uuid: acks[0].GetUuid()}
+		}
+		return &slacklinev1.AcknowledgeRequest{FrameworkId: fid, Acknowledgements: acks}
+	})
+	if err != nil {
+		return []error{err}
+	}
+	var errs []error
+	for _, r := range resp.GetResults() {
+		if r.GetCode() != 0 {
+			errs = append(errs, fmt.Errorf("acknowledge: %w", connect.NewError(connect.Code(r.GetCode()), errors.New(r.GetMessage()))))
+		}
+	}
+	return errs
 }
 
 // Reconcile asks for the latest state of tasks, which arrives as status

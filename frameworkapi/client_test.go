@@ -257,6 +257,101 @@ func TestAcknowledgements(t *testing.T) {
 	}
 }
 
+// TestAcknowledgementsAreBatched: the automatic acknowledgements of the
+// updates handled while an Acknowledge is in flight go in the next call
+// together (#30), in order; to a coordinator that takes no batches, one
+// per call.
+func TestAcknowledgementsAreBatched(t *testing.T) {
+	for _, batches := range []bool{true, false} {
+		t.Run(fmt.Sprintf("batches=%v", batches), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := newFakeScheduler()
+				fake.ackGate = make(chan struct{})
+				c := startFake(t, protocols[0], fake, frameworkapi.Config{})
+				runClient(t, c, &recorder{})
+				s := fake.nextSession(t)
+				s.send(t, &slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
+					FrameworkId: "fw-1", StreamId: "stream-1", HeartbeatIntervalSeconds: 15, AcknowledgeBatches: batches}}})
+				s.send(t, update("t0", slacklinev1.TaskState_TASK_STATE_FINISHED, "u0"))
+				synctest.Wait() // its acknowledgement waits at the gate
+				single := func(task, uuid string) *slacklinev1.AcknowledgeRequest {
+					return &slacklinev1.AcknowledgeRequest{FrameworkId: "fw-1", AgentId: "agent-1", TaskId: task, Uuid: uuid}
+				}
+				want := []*slacklinev1.AcknowledgeRequest{single("t0", "u0")}
+				batch := &slacklinev1.AcknowledgeRequest{FrameworkId: "fw-1"}
+				for i := 1; i <= 5; i++ {
+					task, uuid := fmt.Sprint("t", i), fmt.Sprint("u", i)
+					s.send(t, update(task, slacklinev1.TaskState_TASK_STATE_RUNNING, uuid))
+					batch.Acknowledgements = append(batch.Acknowledgements, &slacklinev1.Acknowledgement{AgentId: "agent-1", TaskId: task, Uuid: uuid})
+					if !batches {
+						want = append(want, single(task, uuid))
+					}
+				}
+				if batches {
+					want = append(want, batch)
+				}
+				synctest.Wait()
+				var got []*slacklinev1.AcknowledgeRequest
+				for range want {
+					fake.ackGate <- struct{}{}
+					got = append(got, fake.nextCall(t).msg.(*slacklinev1.AcknowledgeRequest))
+				}
+				synctest.Wait()
+				fake.noCall(t)
+				if diff := cmp.Diff(want, got, protocmp.Transform()); diff != "" {
+					t.Errorf("acknowledgements (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
+// TestAcknowledgeBatch: AcknowledgeBatch sends at most
+// MaxAcknowledgementsPerCall per call and skips updates without a uuid.
+func TestAcknowledgeBatch(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		fake := newFakeScheduler()
+		c := startFake(t, protocols[0], fake, frameworkapi.Config{ManualAcknowledge: true})
+		runClient(t, c, &recorder{})
+		s := fake.nextSession(t)
+		s.send(t, &slacklinev1.Event{Event: &slacklinev1.Event_Subscribed{Subscribed: &slacklinev1.SubscribedEvent{
+			FrameworkId: "fw-1", StreamId: "stream-1", HeartbeatIntervalSeconds: 15, AcknowledgeBatches: true}}})
+		synctest.Wait()
+		const n = frameworkapi.MaxAcknowledgementsPerCall + 44
+		statuses := []*slacklinev1.TaskStatus{{TaskId: "reconciled"}} // no uuid
+		for i := range n {
+			statuses = append(statuses, &slacklinev1.TaskStatus{TaskId: fmt.Sprint("t", i), AgentId: "agent-1", Uuid: fmt.Sprint("u", i)})
+		}
+		done := make(chan error, 1)
+		go func() { done <- c.AcknowledgeBatch(context.Background(), statuses) }()
+		var sizes []int
+		var uuids []string
+		for range 2 {
+			req := fake.nextCall(t).msg.(*slacklinev1.AcknowledgeRequest)
+			sizes = append(sizes, len(req.GetAcknowledgements()))
+			for _, ack := range req.GetAcknowledgements() {
+				uuids = append(uuids, ack.GetUuid())
+			}
+		}
+		if err := <-done; err != nil {
+			t.Fatalf("AcknowledgeBatch: %v", err)
+		}
+		synctest.Wait()
+		fake.noCall(t)
+		if diff := cmp.Diff([]int{frameworkapi.MaxAcknowledgementsPerCall, 44}, sizes); diff != "" {
+			t.Errorf("acknowledgements per call (-want +got):\n%s", diff)
+		}
+		if len(uuids) != n {
+			t.Fatalf("%d acknowledged, want %d", len(uuids), n)
+		}
+		for i, uuid := range uuids {
+			if uuid != fmt.Sprint("u", i) {
+				t.Fatalf("acknowledgement %d is %s, want u%d", i, uuid, i)
+			}
+		}
+	})
+}
+
 func TestAutoAcknowledgementSurvivesCancelInHandler(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := newFakeScheduler()

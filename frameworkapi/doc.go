@@ -77,10 +77,16 @@
 // Handler.Update receives status updates. Updates with a uuid come from an
 // agent and are re-sent until acknowledged; by default the SDK acknowledges
 // each one after Update returns, so a framework crashing inside Update gets
-// it again. Set Config.ManualAcknowledge to acknowledge yourself with
-// Client.Acknowledge, for example after persisting the state change. Updates
-// without uuid (reconciliation answers, coordinator-generated failures) need
-// no acknowledgement. IsTerminal tells whether a task's state is final.
+// it again. The automatic acknowledgements go from a goroutine of the
+// subscription, in batches (#30): those of the updates handled while a call
+// is in flight go together in the next call, up to
+// MaxAcknowledgementsPerCall, so a burst of updates costs a few calls;
+// when that many wait, Run reads no further event until they are sent.
+// Set Config.ManualAcknowledge to acknowledge yourself with
+// Client.Acknowledge, or Client.AcknowledgeBatch for many at once, for
+// example after persisting the state change. Updates without uuid
+// (reconciliation answers, coordinator-generated failures) need no
+// acknowledgement. IsTerminal tells whether a task's state is final.
 //
 // # Failover and reconnection
 //

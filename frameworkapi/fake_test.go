@@ -28,6 +28,9 @@ type fakeScheduler struct {
 	calls    chan recordedCall
 	// refuse, when set, decides whether a Subscribe is refused (non-nil error).
 	refuse func(*slacklinev1.SubscribeRequest) error
+	// ackGate, when set (before the client starts), makes every
+	// Acknowledge wait for a receive before it is recorded.
+	ackGate chan struct{}
 
 	mu       sync.Mutex
 	streamID string
@@ -155,7 +158,14 @@ func (f *fakeScheduler) Kill(_ context.Context, r *connect.Request[slacklinev1.K
 	return record[slacklinev1.KillResponse](f, "Kill", r.Header(), r.Msg)
 }
 
-func (f *fakeScheduler) Acknowledge(_ context.Context, r *connect.Request[slacklinev1.AcknowledgeRequest]) (*connect.Response[slacklinev1.AcknowledgeResponse], error) {
+func (f *fakeScheduler) Acknowledge(ctx context.Context, r *connect.Request[slacklinev1.AcknowledgeRequest]) (*connect.Response[slacklinev1.AcknowledgeResponse], error) {
+	if f.ackGate != nil {
+		select {
+		case <-f.ackGate:
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
 	return record[slacklinev1.AcknowledgeResponse](f, "Acknowledge", r.Header(), r.Msg)
 }
 

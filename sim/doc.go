@@ -54,8 +54,9 @@
 // Status updates are delivered like Mesos's status update manager does:
 // each task's updates are kept in order until acknowledged; only the oldest
 // is sent, again every StatusRetryMin doubling up to StatusRetryMax, and at
-// once in every new session. A task that ended is forgotten once its last
-// update is acknowledged. The simulator keeps no checkpoint: only the agent
+// once in every new session; agent/session carries the updates that are
+// due together in one UpdateStatus (#30). A task that ended is forgotten
+// once its last update is acknowledged. The simulator keeps no checkpoint: only the agent
 // ids survive a restart (WorkDir).
 //
 // # NodeService

@@ -57,8 +57,15 @@
 //
 // Send is fire-and-forget into the current session's outbox, coalesced per
 // task (a newer status of a task replaces an unsent older one), so the
-// outbox is bounded by the number of tasks. A session that ends drops its
-// outbox; a failed UpdateStatus is not retried here. The task machine owns
+// outbox is bounded by the number of tasks. The sender delivers the
+// outbox in batches (#30): one UpdateStatus carries the oldest queued
+// updates, up to MaxUpdatesPerCall and MaxUpdateBytesPerCall, when the
+// coordinator said it takes batches (RegisterResponse.status_batches), so
+// a launch of 1,500 tasks costs a few calls, not 1,500; a single update
+// goes in the request's single fields, which every coordinator reads. An
+// entry the coordinator refuses is handled as a failed call of that
+// update. A session that ends drops its outbox; a failed UpdateStatus is
+// not retried here. The task machine owns
 // reliability: it keeps every update until an AcknowledgeCommand (delivered
 // through Handler.Command like any command) names its uuid, re-sends the
 // unacknowledged ones on its own timers, and sends them all again when

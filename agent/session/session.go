@@ -13,6 +13,7 @@ import (
 
 	"connectrpc.com/connect"
 	"golang.org/x/sync/semaphore"
+	"google.golang.org/protobuf/proto"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
@@ -47,6 +48,13 @@ const (
 	// beatGrid is the grid of wall-clock time heartbeats go on: a beat
 	// goes at the multiple of beatGrid nearest to when it is due (onBeatGrid).
 	beatGrid = 50 * time.Millisecond
+	// MaxUpdatesPerCall and MaxUpdateBytesPerCall bound the status updates
+	// one UpdateStatus carries (#30): the sender takes the oldest queued
+	// updates up to either limit (always at least one), and the rest go
+	// in the next call. The bytes stay well under the coordinator's
+	// request limit (4 MiB by default).
+	MaxUpdatesPerCall     = 256
+	MaxUpdateBytesPerCall = 1 << 20
 )
 
 var (
@@ -140,8 +148,11 @@ type Session struct {
 type conn struct {
 	agentID, sessionID string
 	interval           time.Duration
-	ctx                context.Context // ends with the session
-	cancel             context.CancelCauseFunc
+	// statusBatches: the coordinator accepts batches of status updates
+	// (RegisterResponse.status_batches); an older one takes one per call.
+	statusBatches bool
+	ctx           context.Context // ends with the session
+	cancel        context.CancelCauseFunc
 
 	// Guarded by Session.mu.
 	ended   bool // set once; no goroutine starts after it
@@ -277,7 +288,8 @@ func (s *Session) register(ctx context.Context) (*conn, error) {
 		interval = DefaultHeartbeatInterval
 	}
 	sctx, scancel := context.WithCancelCause(ctx)
-	c := &conn{agentID: agentID, sessionID: sessionID, interval: interval, ctx: sctx, cancel: scancel, lastBeat: time.Now()}
+	c := &conn{agentID: agentID, sessionID: sessionID, interval: interval, statusBatches: resp.Msg.GetStatusBatches(),
+		ctx: sctx, cancel: scancel, lastBeat: time.Now()}
 	s.mu.Lock()
 	s.cur = c
 	// The first beat comes at a random point of the second half of the
@@ -564,9 +576,10 @@ func (s *Session) drain(c *conn, done chan struct{}) {
 	}
 }
 
-// sendNext sends the oldest queued update; it reports false when there
-// was none (or the session ended), after clearing c.sender if it is the
-// caller's.
+// sendNext sends the oldest queued updates in one call (up to
+// MaxUpdatesPerCall and MaxUpdateBytesPerCall, one when the coordinator
+// takes no batches); it reports false when there was none (or the session
+// ended), after clearing c.sender if it is the caller's.
 func (s *Session) sendNext(c *conn, sender chan struct{}) bool {
 	s.mu.Lock()
 	if len(c.queue) == 0 || c.ended || c.ctx.Err() != nil {
@@ -577,18 +590,48 @@ func (s *Session) sendNext(c *conn, sender chan struct{}) bool {
 		s.mu.Unlock()
 		return false
 	}
-	key := c.queue[0]
-	c.queue = c.queue[1:]
-	status := c.outbox[key]
-	delete(c.outbox, key)
+	limit := 1
+	if c.statusBatches {
+		limit = MaxUpdatesPerCall
+	}
+	var updates []*slacklinev1.StatusUpdate
+	bytes := 0
+	for len(c.queue) > 0 && len(updates) < limit {
+		key := c.queue[0]
+		status := c.outbox[key]
+		size := proto.Size(status)
+		if len(updates) > 0 && bytes+size > MaxUpdateBytesPerCall {
+			break
+		}
+		bytes += size
+		updates = append(updates, &slacklinev1.StatusUpdate{FrameworkId: key.frameworkID, Status: status})
+		c.queue = c.queue[1:]
+		delete(c.outbox, key)
+	}
 	s.mu.Unlock()
 
+	req := &slacklinev1.UpdateStatusRequest{AgentId: c.agentID, SessionId: c.sessionID}
+	if len(updates) == 1 {
+		// One update goes in the single fields, which every coordinator
+		// reads.
+		req.FrameworkId, req.Status = updates[0].GetFrameworkId(), updates[0].GetStatus()
+	} else {
+		req.Updates = updates
+	}
 	ctx, cancel := context.WithTimeout(c.ctx, s.cfg.RPCTimeout)
 	defer cancel()
-	_, err := s.cfg.Client.UpdateStatus(ctx, connect.NewRequest(&slacklinev1.UpdateStatusRequest{
-		AgentId: c.agentID, SessionId: c.sessionID, FrameworkId: key.frameworkID, Status: status,
-	}))
-	s.failed(c, "update status", err)
+	resp, err := s.cfg.Client.UpdateStatus(ctx, connect.NewRequest(req))
+	if err != nil {
+		s.failed(c, "update status", err)
+		return true
+	}
+	// A refused entry is handled as the failed call of a single update
+	// would be: the task machine sends it again.
+	for _, r := range resp.Msg.GetResults() {
+		if r.GetCode() != 0 {
+			s.failed(c, "update status", connect.NewError(connect.Code(r.GetCode()), errors.New(r.GetMessage())))
+		}
+	}
 	return true
 }
 

@@ -424,6 +424,58 @@ func TestSendCoalescesPerTask(t *testing.T) {
 	})
 }
 
+// TestSendBatches: the updates queued while a call is in flight go in one
+// call (#30), up to session.MaxUpdatesPerCall and MaxUpdateBytesPerCall,
+// in the order they were queued; to a coordinator that takes no batches,
+// one per call.
+func TestSendBatches(t *testing.T) {
+	long := strings.Repeat("x", 300<<10) // four do not fit in MaxUpdateBytesPerCall
+	for _, tc := range []struct {
+		name    string
+		batches bool
+		// queued are sent while the first update waits at the gate:
+		// that many, with a message of message bytes.
+		queued  int
+		message string
+		calls   []int
+	}{
+		{"many", true, 300, "", []int{1, session.MaxUpdatesPerCall, 300 - session.MaxUpdatesPerCall}},
+		{"large", true, 5, long, []int{1, 3, 2}},
+		{"an older coordinator", false, 3, "", []int{1, 1, 1, 1}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) {
+				fake := agenttest.NewFakeCoordinator()
+				fake.SetStatusBatches(tc.batches)
+				gate := make(chan struct{})
+				fake.SetUpdateGate(gate)
+				hs := run(t, &handler{}, nil, serveFake(fake))
+				defer hs.stop(t)
+
+				want := []string{"fw/t0/u0"}
+				hs.session.Send("fw", status("t0", "u0")) // in flight, waiting at the gate
+				synctest.Wait()
+				for i := 1; i <= tc.queued; i++ {
+					st := status(fmt.Sprint("t", i), fmt.Sprint("u", i))
+					st.Message = tc.message
+					hs.session.Send("fw", st)
+					want = append(want, fmt.Sprintf("fw/t%d/u%d", i, i))
+				}
+				for range tc.calls {
+					gate <- struct{}{}
+					synctest.Wait()
+				}
+				if diff := cmp.Diff(tc.calls, fake.UpdateCalls()); diff != "" {
+					t.Errorf("updates per call (-want +got):\n%s", diff)
+				}
+				if diff := cmp.Diff(want, sent(fake)); diff != "" {
+					t.Errorf("delivered (-want +got):\n%s", diff)
+				}
+			})
+		})
+	}
+}
+
 func TestOutboxIsDroppedWhenTheSessionEnds(t *testing.T) {
 	synctest.Test(t, func(t *testing.T) {
 		fake := agenttest.NewFakeCoordinator()

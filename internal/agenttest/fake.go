@@ -70,6 +70,9 @@ type FakeCoordinator struct {
 	unwantedAsking int
 	updates        []*slacklinev1.UpdateStatusRequest
 	estimates      []*slacklinev1.UpdateOversubscribedResourcesRequest
+	// statusBatches: Register says UpdateStatus takes batches (#30), as
+	// the coordinator does (else it answers as an older one would).
+	statusBatches bool
 }
 
 // fakeStream is one open Connect call.
@@ -105,7 +108,8 @@ func (f *FakeCoordinator) Register(_ context.Context, req *connect.Request[slack
 	}
 	f.nextSession++
 	f.sessions[id] = fmt.Sprintf("session-%d", f.nextSession)
-	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5}), nil
+	return connect.NewResponse(&slacklinev1.RegisterResponse{AgentId: id, SessionId: f.sessions[id], HeartbeatIntervalSeconds: 5,
+		StatusBatches: f.statusBatches}), nil
 }
 
 func (f *FakeCoordinator) checkSessionLocked(agentID, sessionID string) error {
@@ -299,7 +303,11 @@ func (f *FakeCoordinator) UpdateStatus(ctx context.Context, req *connect.Request
 	if err := record(f, req.Msg, &f.updates); err != nil {
 		return nil, err
 	}
-	return connect.NewResponse(&slacklinev1.UpdateStatusResponse{}), nil
+	resp := &slacklinev1.UpdateStatusResponse{}
+	for range req.Msg.GetUpdates() {
+		resp.Results = append(resp.Results, &slacklinev1.BatchResult{})
+	}
+	return connect.NewResponse(resp), nil
 }
 
 // UpdateOversubscribedResources implements AgentService.
@@ -389,6 +397,14 @@ func (f *FakeCoordinator) SetHeartbeatInterval(interval time.Duration) {
 	f.interval = interval
 }
 
+// SetStatusBatches makes Register say, from the next registration on,
+// that UpdateStatus takes batches (#30).
+func (f *FakeCoordinator) SetStatusBatches(enabled bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.statusBatches = enabled
+}
+
 // SetUpdateGate makes every UpdateStatus call wait for a receive from gate
 // before it is handled, while gate is not nil.
 func (f *FakeCoordinator) SetUpdateGate(gate chan struct{}) {
@@ -412,12 +428,35 @@ func (f *FakeCoordinator) Heartbeats(agentID string) int {
 	return f.heartbeats[agentID]
 }
 
-// Updates returns every UpdateStatus request accepted, in order, re-sends
-// included.
+// Updates returns every status update accepted, in order, re-sends
+// included, each as a request of one update (a batch's entries one by
+// one).
 func (f *FakeCoordinator) Updates() []*slacklinev1.UpdateStatusRequest {
 	f.mu.Lock()
 	defer f.mu.Unlock()
-	return slices.Clone(f.updates)
+	var out []*slacklinev1.UpdateStatusRequest
+	for _, req := range f.updates {
+		if len(req.GetUpdates()) == 0 {
+			out = append(out, req)
+		}
+		for _, u := range req.GetUpdates() {
+			out = append(out, &slacklinev1.UpdateStatusRequest{AgentId: req.GetAgentId(), SessionId: req.GetSessionId(),
+				FrameworkId: u.GetFrameworkId(), Status: u.GetStatus()})
+		}
+	}
+	return out
+}
+
+// UpdateCalls returns how many updates each UpdateStatus call accepted
+// carried, in order.
+func (f *FakeCoordinator) UpdateCalls() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	out := make([]int, len(f.updates))
+	for i, req := range f.updates {
+		out[i] = max(1, len(req.GetUpdates()))
+	}
+	return out
 }
 
 // Estimates returns every UpdateOversubscribedResources request accepted.

@@ -15,7 +15,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sync/errgroup"
 	"google.golang.org/protobuf/proto"
 
 	"github.com/slackline/slackline/frameworkapi"
@@ -29,9 +28,6 @@ import (
 // maxReconcile bounds the tasks of one explicit Reconcile call (the
 // coordinator's limit per call).
 const maxReconcile = 1000
-
-// ackParallelism bounds the acknowledgements in flight.
-const ackParallelism = 32
 
 // Config configures a Service.
 type Config struct {
@@ -226,18 +222,10 @@ func (s *Service) persistNow(ctx context.Context) error {
 	if client == nil {
 		return nil
 	}
-	// One call per update (the API has no batch): in parallel, bounded.
-	var g errgroup.Group
-	g.SetLimit(ackParallelism)
-	for _, st := range acks {
-		g.Go(func() error {
-			if err := client.Acknowledge(ctx, st); err != nil && ctx.Err() == nil {
-				s.log.Debug("acknowledge", "task_id", st.GetTaskId(), "err", err)
-			}
-			return nil
-		})
+	// In batches (#30): a few calls for a burst of updates.
+	if err := client.AcknowledgeBatch(ctx, acks); err != nil && ctx.Err() == nil {
+		s.log.Debug("acknowledge", "updates", len(acks), "err", err)
 	}
-	_ = g.Wait()
 	return nil
 }
 

@@ -320,8 +320,12 @@ type RegisterResponse struct {
 	AgentId                  string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
 	SessionId                string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
 	HeartbeatIntervalSeconds float64                `protobuf:"fixed64,3,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// status_batches says that this coordinator accepts
+	// UpdateStatusRequest.updates (#30): an agent sends batches only then,
+	// and single updates in framework_id and status otherwise.
+	StatusBatches bool `protobuf:"varint,4,opt,name=status_batches,json=statusBatches,proto3" json:"status_batches,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *RegisterResponse) Reset() {
@@ -373,6 +377,13 @@ func (x *RegisterResponse) GetHeartbeatIntervalSeconds() float64 {
 		return x.HeartbeatIntervalSeconds
 	}
 	return 0
+}
+
+func (x *RegisterResponse) GetStatusBatches() bool {
+	if x != nil {
+		return x.StatusBatches
+	}
+	return false
 }
 
 // ConnectRequest opens the command stream.
@@ -1550,13 +1561,25 @@ func (x *HeartbeatStreamResponse) GetAnswersOptional() bool {
 	return false
 }
 
-// UpdateStatusRequest reports a status update.
+// UpdateStatusRequest reports one status update (framework_id and
+// status) or a batch of them (updates), never both.
 type UpdateStatusRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	SessionId     string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
-	FrameworkId   string                 `protobuf:"bytes,3,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
-	Status        *TaskStatus            `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	state     protoimpl.MessageState `protogen:"open.v1"`
+	AgentId   string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	SessionId string                 `protobuf:"bytes,2,opt,name=session_id,json=sessionId,proto3" json:"session_id,omitempty"`
+	// framework_id and status are one update. A refused update fails the
+	// call with its error.
+	FrameworkId string      `protobuf:"bytes,3,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	Status      *TaskStatus `protobuf:"bytes,4,opt,name=status,proto3" json:"status,omitempty"`
+	// updates are applied in order, each as a single update would be, and
+	// answered one by one in UpdateStatusResponse.results: a refused entry
+	// does not fail the call nor stop the others, except that the later
+	// entries of the same task are refused with it (ABORTED), so that a
+	// framework never sees a task's updates out of order. The call fails
+	// only when the whole request is refused (its session, or too many
+	// entries). The agent keeps a refused update and sends it again, as it
+	// does an update whose call failed.
+	Updates       []*StatusUpdate `protobuf:"bytes,5,rep,name=updates,proto3" json:"updates,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1619,16 +1642,78 @@ func (x *UpdateStatusRequest) GetStatus() *TaskStatus {
 	return nil
 }
 
-// UpdateStatusResponse is empty.
+func (x *UpdateStatusRequest) GetUpdates() []*StatusUpdate {
+	if x != nil {
+		return x.Updates
+	}
+	return nil
+}
+
+// StatusUpdate is one entry of UpdateStatusRequest.updates.
+type StatusUpdate struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId   string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	Status        *TaskStatus            `protobuf:"bytes,2,opt,name=status,proto3" json:"status,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *StatusUpdate) Reset() {
+	*x = StatusUpdate{}
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *StatusUpdate) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*StatusUpdate) ProtoMessage() {}
+
+func (x *StatusUpdate) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use StatusUpdate.ProtoReflect.Descriptor instead.
+func (*StatusUpdate) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{21}
+}
+
+func (x *StatusUpdate) GetFrameworkId() string {
+	if x != nil {
+		return x.FrameworkId
+	}
+	return ""
+}
+
+func (x *StatusUpdate) GetStatus() *TaskStatus {
+	if x != nil {
+		return x.Status
+	}
+	return nil
+}
+
+// UpdateStatusResponse answers an UpdateStatusRequest: for a batch, one
+// result per entry of updates, in order (empty for a single update).
 type UpdateStatusResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *UpdateStatusResponse) Reset() {
 	*x = UpdateStatusResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1725,7 @@ func (x *UpdateStatusResponse) String() string {
 func (*UpdateStatusResponse) ProtoMessage() {}
 
 func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[21]
+	mi := &file_slackline_v1_agent_proto_msgTypes[22]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1738,14 @@ func (x *UpdateStatusResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use UpdateStatusResponse.ProtoReflect.Descriptor instead.
 func (*UpdateStatusResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{21}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{22}
+}
+
+func (x *UpdateStatusResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
 }
 
 // UpdateOversubscribedResourcesRequest reports the agent's revocable estimate:
@@ -1670,7 +1762,7 @@ type UpdateOversubscribedResourcesRequest struct {
 
 func (x *UpdateOversubscribedResourcesRequest) Reset() {
 	*x = UpdateOversubscribedResourcesRequest{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[22]
+	mi := &file_slackline_v1_agent_proto_msgTypes[23]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1682,7 +1774,7 @@ func (x *UpdateOversubscribedResourcesRequest) String() string {
 func (*UpdateOversubscribedResourcesRequest) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[22]
+	mi := &file_slackline_v1_agent_proto_msgTypes[23]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1695,7 +1787,7 @@ func (x *UpdateOversubscribedResourcesRequest) ProtoReflect() protoreflect.Messa
 
 // Deprecated: Use UpdateOversubscribedResourcesRequest.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{22}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{23}
 }
 
 func (x *UpdateOversubscribedResourcesRequest) GetAgentId() string {
@@ -1728,7 +1820,7 @@ type UpdateOversubscribedResourcesResponse struct {
 
 func (x *UpdateOversubscribedResourcesResponse) Reset() {
 	*x = UpdateOversubscribedResourcesResponse{}
-	mi := &file_slackline_v1_agent_proto_msgTypes[23]
+	mi := &file_slackline_v1_agent_proto_msgTypes[24]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1740,7 +1832,7 @@ func (x *UpdateOversubscribedResourcesResponse) String() string {
 func (*UpdateOversubscribedResourcesResponse) ProtoMessage() {}
 
 func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_agent_proto_msgTypes[23]
+	mi := &file_slackline_v1_agent_proto_msgTypes[24]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1753,7 +1845,7 @@ func (x *UpdateOversubscribedResourcesResponse) ProtoReflect() protoreflect.Mess
 
 // Deprecated: Use UpdateOversubscribedResourcesResponse.ProtoReflect.Descriptor instead.
 func (*UpdateOversubscribedResourcesResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{23}
+	return file_slackline_v1_agent_proto_rawDescGZIP(), []int{24}
 }
 
 var File_slackline_v1_agent_proto protoreflect.FileDescriptor
@@ -1781,12 +1873,13 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"agent_info\x18\x02 \x01(\v2\x17.slackline.v1.AgentInfoR\tagentInfo\x12-\n" +
 	"\x05tasks\x18\x03 \x03(\v2\x17.slackline.v1.AgentTaskR\x05tasks\x12*\n" +
 	"\x11previous_agent_id\x18\x04 \x01(\tR\x0fpreviousAgentId\x12*\n" +
-	"\x11proposed_agent_id\x18\x05 \x01(\tR\x0fproposedAgentId\"\x8a\x01\n" +
+	"\x11proposed_agent_id\x18\x05 \x01(\tR\x0fproposedAgentId\"\xb1\x01\n" +
 	"\x10RegisterResponse\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12<\n" +
-	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01R\x18heartbeatIntervalSeconds\"J\n" +
+	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01R\x18heartbeatIntervalSeconds\x12%\n" +
+	"\x0estatus_batches\x18\x04 \x01(\bR\rstatusBatches\"J\n" +
 	"\x0eConnectRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
@@ -1864,14 +1957,19 @@ const file_slackline_v1_agent_proto_rawDesc = "" +
 	"\tno_answer\x18\x04 \x01(\bR\bnoAnswer\"\x82\x01\n" +
 	"\x17HeartbeatStreamResponse\x12<\n" +
 	"\x1aheartbeat_interval_seconds\x18\x01 \x01(\x01R\x18heartbeatIntervalSeconds\x12)\n" +
-	"\x10answers_optional\x18\x02 \x01(\bR\x0fanswersOptional\"\xa4\x01\n" +
+	"\x10answers_optional\x18\x02 \x01(\bR\x0fanswersOptional\"\xda\x01\n" +
 	"\x13UpdateStatusRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
 	"session_id\x18\x02 \x01(\tR\tsessionId\x12!\n" +
 	"\fframework_id\x18\x03 \x01(\tR\vframeworkId\x120\n" +
-	"\x06status\x18\x04 \x01(\v2\x18.slackline.v1.TaskStatusR\x06status\"\x16\n" +
-	"\x14UpdateStatusResponse\"\x96\x01\n" +
+	"\x06status\x18\x04 \x01(\v2\x18.slackline.v1.TaskStatusR\x06status\x124\n" +
+	"\aupdates\x18\x05 \x03(\v2\x1a.slackline.v1.StatusUpdateR\aupdates\"c\n" +
+	"\fStatusUpdate\x12!\n" +
+	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x120\n" +
+	"\x06status\x18\x02 \x01(\v2\x18.slackline.v1.TaskStatusR\x06status\"K\n" +
+	"\x14UpdateStatusResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.slackline.v1.BatchResultR\aresults\"\x96\x01\n" +
 	"$UpdateOversubscribedResourcesRequest\x12\x19\n" +
 	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x1d\n" +
 	"\n" +
@@ -1904,7 +2002,7 @@ func file_slackline_v1_agent_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_agent_proto_enumTypes = make([]protoimpl.EnumInfo, 1)
-var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 24)
+var file_slackline_v1_agent_proto_msgTypes = make([]protoimpl.MessageInfo, 25)
 var file_slackline_v1_agent_proto_goTypes = []any{
 	(AgentProtocolVersion)(0),                     // 0: slackline.v1.AgentProtocolVersion
 	(*AgentInfo)(nil),                             // 1: slackline.v1.AgentInfo
@@ -1928,22 +2026,24 @@ var file_slackline_v1_agent_proto_goTypes = []any{
 	(*HeartbeatStreamRequest)(nil),                // 19: slackline.v1.HeartbeatStreamRequest
 	(*HeartbeatStreamResponse)(nil),               // 20: slackline.v1.HeartbeatStreamResponse
 	(*UpdateStatusRequest)(nil),                   // 21: slackline.v1.UpdateStatusRequest
-	(*UpdateStatusResponse)(nil),                  // 22: slackline.v1.UpdateStatusResponse
-	(*UpdateOversubscribedResourcesRequest)(nil),  // 23: slackline.v1.UpdateOversubscribedResourcesRequest
-	(*UpdateOversubscribedResourcesResponse)(nil), // 24: slackline.v1.UpdateOversubscribedResourcesResponse
-	(*Resource)(nil),                              // 25: slackline.v1.Resource
-	(*Attribute)(nil),                             // 26: slackline.v1.Attribute
-	(*TaskInfo)(nil),                              // 27: slackline.v1.TaskInfo
-	(TaskState)(0),                                // 28: slackline.v1.TaskState
-	(*FrameworkInfo)(nil),                         // 29: slackline.v1.FrameworkInfo
-	(*TaskStatus)(nil),                            // 30: slackline.v1.TaskStatus
+	(*StatusUpdate)(nil),                          // 22: slackline.v1.StatusUpdate
+	(*UpdateStatusResponse)(nil),                  // 23: slackline.v1.UpdateStatusResponse
+	(*UpdateOversubscribedResourcesRequest)(nil),  // 24: slackline.v1.UpdateOversubscribedResourcesRequest
+	(*UpdateOversubscribedResourcesResponse)(nil), // 25: slackline.v1.UpdateOversubscribedResourcesResponse
+	(*Resource)(nil),                              // 26: slackline.v1.Resource
+	(*Attribute)(nil),                             // 27: slackline.v1.Attribute
+	(*TaskInfo)(nil),                              // 28: slackline.v1.TaskInfo
+	(TaskState)(0),                                // 29: slackline.v1.TaskState
+	(*FrameworkInfo)(nil),                         // 30: slackline.v1.FrameworkInfo
+	(*TaskStatus)(nil),                            // 31: slackline.v1.TaskStatus
+	(*BatchResult)(nil),                           // 32: slackline.v1.BatchResult
 }
 var file_slackline_v1_agent_proto_depIdxs = []int32{
-	25, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
-	26, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
-	27, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
-	28, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
-	29, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
+	26, // 0: slackline.v1.AgentInfo.resources:type_name -> slackline.v1.Resource
+	27, // 1: slackline.v1.AgentInfo.attributes:type_name -> slackline.v1.Attribute
+	28, // 2: slackline.v1.AgentTask.task:type_name -> slackline.v1.TaskInfo
+	29, // 3: slackline.v1.AgentTask.state:type_name -> slackline.v1.TaskState
+	30, // 4: slackline.v1.AgentTask.framework:type_name -> slackline.v1.FrameworkInfo
 	0,  // 5: slackline.v1.RegisterRequest.protocol_version:type_name -> slackline.v1.AgentProtocolVersion
 	1,  // 6: slackline.v1.RegisterRequest.agent_info:type_name -> slackline.v1.AgentInfo
 	2,  // 7: slackline.v1.RegisterRequest.tasks:type_name -> slackline.v1.AgentTask
@@ -1956,30 +2056,33 @@ var file_slackline_v1_agent_proto_depIdxs = []int32{
 	16, // 14: slackline.v1.AgentCommand.ping:type_name -> slackline.v1.PingCommand
 	9,  // 15: slackline.v1.AgentCommand.apply_profile:type_name -> slackline.v1.ProfileApplyCommand
 	8,  // 16: slackline.v1.AgentCommand.profile_shadow:type_name -> slackline.v1.ProfileShadowCommand
-	29, // 17: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
-	27, // 18: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
-	28, // 19: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
+	30, // 17: slackline.v1.RunTaskCommand.framework:type_name -> slackline.v1.FrameworkInfo
+	28, // 18: slackline.v1.RunTaskCommand.task:type_name -> slackline.v1.TaskInfo
+	29, // 19: slackline.v1.KillTaskCommand.state_override:type_name -> slackline.v1.TaskState
 	10, // 20: slackline.v1.HeartbeatRequest.profile:type_name -> slackline.v1.ProfileReport
 	10, // 21: slackline.v1.HeartbeatStreamRequest.profile:type_name -> slackline.v1.ProfileReport
-	30, // 22: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
-	25, // 23: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
-	3,  // 24: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
-	5,  // 25: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
-	17, // 26: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
-	19, // 27: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
-	21, // 28: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
-	23, // 29: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
-	4,  // 30: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
-	6,  // 31: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
-	18, // 32: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
-	20, // 33: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
-	22, // 34: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
-	24, // 35: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
-	30, // [30:36] is the sub-list for method output_type
-	24, // [24:30] is the sub-list for method input_type
-	24, // [24:24] is the sub-list for extension type_name
-	24, // [24:24] is the sub-list for extension extendee
-	0,  // [0:24] is the sub-list for field type_name
+	31, // 22: slackline.v1.UpdateStatusRequest.status:type_name -> slackline.v1.TaskStatus
+	22, // 23: slackline.v1.UpdateStatusRequest.updates:type_name -> slackline.v1.StatusUpdate
+	31, // 24: slackline.v1.StatusUpdate.status:type_name -> slackline.v1.TaskStatus
+	32, // 25: slackline.v1.UpdateStatusResponse.results:type_name -> slackline.v1.BatchResult
+	26, // 26: slackline.v1.UpdateOversubscribedResourcesRequest.resources:type_name -> slackline.v1.Resource
+	3,  // 27: slackline.v1.AgentService.Register:input_type -> slackline.v1.RegisterRequest
+	5,  // 28: slackline.v1.AgentService.Connect:input_type -> slackline.v1.ConnectRequest
+	17, // 29: slackline.v1.AgentService.Heartbeat:input_type -> slackline.v1.HeartbeatRequest
+	19, // 30: slackline.v1.AgentService.HeartbeatStream:input_type -> slackline.v1.HeartbeatStreamRequest
+	21, // 31: slackline.v1.AgentService.UpdateStatus:input_type -> slackline.v1.UpdateStatusRequest
+	24, // 32: slackline.v1.AgentService.UpdateOversubscribedResources:input_type -> slackline.v1.UpdateOversubscribedResourcesRequest
+	4,  // 33: slackline.v1.AgentService.Register:output_type -> slackline.v1.RegisterResponse
+	6,  // 34: slackline.v1.AgentService.Connect:output_type -> slackline.v1.ConnectResponse
+	18, // 35: slackline.v1.AgentService.Heartbeat:output_type -> slackline.v1.HeartbeatResponse
+	20, // 36: slackline.v1.AgentService.HeartbeatStream:output_type -> slackline.v1.HeartbeatStreamResponse
+	23, // 37: slackline.v1.AgentService.UpdateStatus:output_type -> slackline.v1.UpdateStatusResponse
+	25, // 38: slackline.v1.AgentService.UpdateOversubscribedResources:output_type -> slackline.v1.UpdateOversubscribedResourcesResponse
+	33, // [33:39] is the sub-list for method output_type
+	27, // [27:33] is the sub-list for method input_type
+	27, // [27:27] is the sub-list for extension type_name
+	27, // [27:27] is the sub-list for extension extendee
+	0,  // [0:27] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_agent_proto_init() }
@@ -2004,7 +2107,7 @@ func file_slackline_v1_agent_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_agent_proto_rawDesc), len(file_slackline_v1_agent_proto_rawDesc)),
 			NumEnums:      1,
-			NumMessages:   24,
+			NumMessages:   25,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

@@ -297,8 +297,12 @@ type SubscribedEvent struct {
 	// stream_id must be sent in the Slackline-Stream-Id header of every call.
 	StreamId                 string  `protobuf:"bytes,2,opt,name=stream_id,json=streamId,proto3" json:"stream_id,omitempty"`
 	HeartbeatIntervalSeconds float64 `protobuf:"fixed64,3,opt,name=heartbeat_interval_seconds,json=heartbeatIntervalSeconds,proto3" json:"heartbeat_interval_seconds,omitempty"`
-	unknownFields            protoimpl.UnknownFields
-	sizeCache                protoimpl.SizeCache
+	// acknowledge_batches says that this coordinator accepts
+	// AcknowledgeRequest.acknowledgements (#30): a framework sends batches
+	// only then.
+	AcknowledgeBatches bool `protobuf:"varint,4,opt,name=acknowledge_batches,json=acknowledgeBatches,proto3" json:"acknowledge_batches,omitempty"`
+	unknownFields      protoimpl.UnknownFields
+	sizeCache          protoimpl.SizeCache
 }
 
 func (x *SubscribedEvent) Reset() {
@@ -350,6 +354,13 @@ func (x *SubscribedEvent) GetHeartbeatIntervalSeconds() float64 {
 		return x.HeartbeatIntervalSeconds
 	}
 	return 0
+}
+
+func (x *SubscribedEvent) GetAcknowledgeBatches() bool {
+	if x != nil {
+		return x.AcknowledgeBatches
+	}
+	return false
 }
 
 // OffersEvent carries new offers and inverse offers.
@@ -1458,15 +1469,25 @@ func (*KillResponse) Descriptor() ([]byte, []int) {
 	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{26}
 }
 
-// AcknowledgeRequest acknowledges a status update.
+// AcknowledgeRequest acknowledges one status update (agent_id, task_id
+// and uuid) or a batch of them (acknowledgements), never both.
 type AcknowledgeRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	FrameworkId   string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
-	AgentId       string                 `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
-	TaskId        string                 `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
-	Uuid          string                 `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state       protoimpl.MessageState `protogen:"open.v1"`
+	FrameworkId string                 `protobuf:"bytes,1,opt,name=framework_id,json=frameworkId,proto3" json:"framework_id,omitempty"`
+	// agent_id, task_id and uuid are one acknowledgement. One that is
+	// refused fails the call with its error.
+	AgentId string `protobuf:"bytes,2,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	TaskId  string `protobuf:"bytes,3,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Uuid    string `protobuf:"bytes,4,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	// acknowledgements, all of the framework's, are applied in order, each
+	// as a single one would be, and answered one by one in
+	// AcknowledgeResponse.results: a refused entry (NOT_FOUND: no such
+	// pending update) does not fail the call nor stop the others. The call
+	// fails only when the whole request is refused (its framework's
+	// authorization, or too many entries).
+	Acknowledgements []*Acknowledgement `protobuf:"bytes,5,rep,name=acknowledgements,proto3" json:"acknowledgements,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *AcknowledgeRequest) Reset() {
@@ -1527,16 +1548,86 @@ func (x *AcknowledgeRequest) GetUuid() string {
 	return ""
 }
 
-// AcknowledgeResponse is empty.
+func (x *AcknowledgeRequest) GetAcknowledgements() []*Acknowledgement {
+	if x != nil {
+		return x.Acknowledgements
+	}
+	return nil
+}
+
+// Acknowledgement is one entry of AcknowledgeRequest.acknowledgements.
+type Acknowledgement struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	AgentId       string                 `protobuf:"bytes,1,opt,name=agent_id,json=agentId,proto3" json:"agent_id,omitempty"`
+	TaskId        string                 `protobuf:"bytes,2,opt,name=task_id,json=taskId,proto3" json:"task_id,omitempty"`
+	Uuid          string                 `protobuf:"bytes,3,opt,name=uuid,proto3" json:"uuid,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *Acknowledgement) Reset() {
+	*x = Acknowledgement{}
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[28]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *Acknowledgement) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*Acknowledgement) ProtoMessage() {}
+
+func (x *Acknowledgement) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[28]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use Acknowledgement.ProtoReflect.Descriptor instead.
+func (*Acknowledgement) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{28}
+}
+
+func (x *Acknowledgement) GetAgentId() string {
+	if x != nil {
+		return x.AgentId
+	}
+	return ""
+}
+
+func (x *Acknowledgement) GetTaskId() string {
+	if x != nil {
+		return x.TaskId
+	}
+	return ""
+}
+
+func (x *Acknowledgement) GetUuid() string {
+	if x != nil {
+		return x.Uuid
+	}
+	return ""
+}
+
+// AcknowledgeResponse answers an AcknowledgeRequest: for a batch, one
+// result per acknowledgement, in order (empty for a single one).
 type AcknowledgeResponse struct {
 	state         protoimpl.MessageState `protogen:"open.v1"`
+	Results       []*BatchResult         `protobuf:"bytes,1,rep,name=results,proto3" json:"results,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
 
 func (x *AcknowledgeResponse) Reset() {
 	*x = AcknowledgeResponse{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[28]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[29]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1548,7 +1639,7 @@ func (x *AcknowledgeResponse) String() string {
 func (*AcknowledgeResponse) ProtoMessage() {}
 
 func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[28]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[29]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1561,7 +1652,14 @@ func (x *AcknowledgeResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use AcknowledgeResponse.ProtoReflect.Descriptor instead.
 func (*AcknowledgeResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{28}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{29}
+}
+
+func (x *AcknowledgeResponse) GetResults() []*BatchResult {
+	if x != nil {
+		return x.Results
+	}
+	return nil
 }
 
 // ReconcileTask names a task to reconcile; agent_id is optional.
@@ -1575,7 +1673,7 @@ type ReconcileTask struct {
 
 func (x *ReconcileTask) Reset() {
 	*x = ReconcileTask{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[29]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[30]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1587,7 +1685,7 @@ func (x *ReconcileTask) String() string {
 func (*ReconcileTask) ProtoMessage() {}
 
 func (x *ReconcileTask) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[29]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[30]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1600,7 +1698,7 @@ func (x *ReconcileTask) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileTask.ProtoReflect.Descriptor instead.
 func (*ReconcileTask) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{29}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{30}
 }
 
 func (x *ReconcileTask) GetTaskId() string {
@@ -1628,7 +1726,7 @@ type ReconcileRequest struct {
 
 func (x *ReconcileRequest) Reset() {
 	*x = ReconcileRequest{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[30]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[31]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1640,7 +1738,7 @@ func (x *ReconcileRequest) String() string {
 func (*ReconcileRequest) ProtoMessage() {}
 
 func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[30]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[31]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1653,7 +1751,7 @@ func (x *ReconcileRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileRequest.ProtoReflect.Descriptor instead.
 func (*ReconcileRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{30}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{31}
 }
 
 func (x *ReconcileRequest) GetFrameworkId() string {
@@ -1679,7 +1777,7 @@ type ReconcileResponse struct {
 
 func (x *ReconcileResponse) Reset() {
 	*x = ReconcileResponse{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[31]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[32]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1691,7 +1789,7 @@ func (x *ReconcileResponse) String() string {
 func (*ReconcileResponse) ProtoMessage() {}
 
 func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[31]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[32]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1704,7 +1802,7 @@ func (x *ReconcileResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use ReconcileResponse.ProtoReflect.Descriptor instead.
 func (*ReconcileResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{31}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{32}
 }
 
 // TeardownRequest tears the framework down.
@@ -1717,7 +1815,7 @@ type TeardownRequest struct {
 
 func (x *TeardownRequest) Reset() {
 	*x = TeardownRequest{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[32]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[33]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1729,7 +1827,7 @@ func (x *TeardownRequest) String() string {
 func (*TeardownRequest) ProtoMessage() {}
 
 func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[32]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[33]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1742,7 +1840,7 @@ func (x *TeardownRequest) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownRequest.ProtoReflect.Descriptor instead.
 func (*TeardownRequest) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{32}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{33}
 }
 
 func (x *TeardownRequest) GetFrameworkId() string {
@@ -1761,7 +1859,7 @@ type TeardownResponse struct {
 
 func (x *TeardownResponse) Reset() {
 	*x = TeardownResponse{}
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[33]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[34]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1773,7 +1871,7 @@ func (x *TeardownResponse) String() string {
 func (*TeardownResponse) ProtoMessage() {}
 
 func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_scheduler_proto_msgTypes[33]
+	mi := &file_slackline_v1_scheduler_proto_msgTypes[34]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1786,7 +1884,7 @@ func (x *TeardownResponse) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TeardownResponse.ProtoReflect.Descriptor instead.
 func (*TeardownResponse) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{33}
+	return file_slackline_v1_scheduler_proto_rawDescGZIP(), []int{34}
 }
 
 var File_slackline_v1_scheduler_proto protoreflect.FileDescriptor
@@ -1809,11 +1907,12 @@ const file_slackline_v1_scheduler_proto_rawDesc = "" +
 	"\afailure\x18\x06 \x01(\v2\x1a.slackline.v1.FailureEventH\x00R\afailure\x120\n" +
 	"\x05error\x18\a \x01(\v2\x18.slackline.v1.ErrorEventH\x00R\x05error\x12<\n" +
 	"\theartbeat\x18\b \x01(\v2\x1c.slackline.v1.HeartbeatEventH\x00R\theartbeatB\a\n" +
-	"\x05event\"\x8f\x01\n" +
+	"\x05event\"\xc0\x01\n" +
 	"\x0fSubscribedEvent\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x1b\n" +
 	"\tstream_id\x18\x02 \x01(\tR\bstreamId\x12<\n" +
-	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01R\x18heartbeatIntervalSeconds\"}\n" +
+	"\x1aheartbeat_interval_seconds\x18\x03 \x01(\x01R\x18heartbeatIntervalSeconds\x12/\n" +
+	"\x13acknowledge_batches\x18\x04 \x01(\bR\x12acknowledgeBatches\"}\n" +
 	"\vOffersEvent\x12+\n" +
 	"\x06offers\x18\x01 \x03(\v2\x13.slackline.v1.OfferR\x06offers\x12A\n" +
 	"\x0einverse_offers\x18\x02 \x03(\v2\x1a.slackline.v1.InverseOfferR\rinverseOffers\")\n" +
@@ -1870,13 +1969,19 @@ const file_slackline_v1_scheduler_proto_rawDesc = "" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x17\n" +
 	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x19\n" +
 	"\bagent_id\x18\x03 \x01(\tR\aagentId\"\x0e\n" +
-	"\fKillResponse\"\x7f\n" +
+	"\fKillResponse\"\xca\x01\n" +
 	"\x12AcknowledgeRequest\x12!\n" +
 	"\fframework_id\x18\x01 \x01(\tR\vframeworkId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\x12\x17\n" +
 	"\atask_id\x18\x03 \x01(\tR\x06taskId\x12\x12\n" +
-	"\x04uuid\x18\x04 \x01(\tR\x04uuid\"\x15\n" +
-	"\x13AcknowledgeResponse\"C\n" +
+	"\x04uuid\x18\x04 \x01(\tR\x04uuid\x12I\n" +
+	"\x10acknowledgements\x18\x05 \x03(\v2\x1d.slackline.v1.AcknowledgementR\x10acknowledgements\"Y\n" +
+	"\x0fAcknowledgement\x12\x19\n" +
+	"\bagent_id\x18\x01 \x01(\tR\aagentId\x12\x17\n" +
+	"\atask_id\x18\x02 \x01(\tR\x06taskId\x12\x12\n" +
+	"\x04uuid\x18\x03 \x01(\tR\x04uuid\"J\n" +
+	"\x13AcknowledgeResponse\x123\n" +
+	"\aresults\x18\x01 \x03(\v2\x19.slackline.v1.BatchResultR\aresults\"C\n" +
 	"\rReconcileTask\x12\x17\n" +
 	"\atask_id\x18\x01 \x01(\tR\x06taskId\x12\x19\n" +
 	"\bagent_id\x18\x02 \x01(\tR\aagentId\"h\n" +
@@ -1913,7 +2018,7 @@ func file_slackline_v1_scheduler_proto_rawDescGZIP() []byte {
 	return file_slackline_v1_scheduler_proto_rawDescData
 }
 
-var file_slackline_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 34)
+var file_slackline_v1_scheduler_proto_msgTypes = make([]protoimpl.MessageInfo, 35)
 var file_slackline_v1_scheduler_proto_goTypes = []any{
 	(*SubscribeRequest)(nil),             // 0: slackline.v1.SubscribeRequest
 	(*SubscribeResponse)(nil),            // 1: slackline.v1.SubscribeResponse
@@ -1943,21 +2048,23 @@ var file_slackline_v1_scheduler_proto_goTypes = []any{
 	(*KillRequest)(nil),                  // 25: slackline.v1.KillRequest
 	(*KillResponse)(nil),                 // 26: slackline.v1.KillResponse
 	(*AcknowledgeRequest)(nil),           // 27: slackline.v1.AcknowledgeRequest
-	(*AcknowledgeResponse)(nil),          // 28: slackline.v1.AcknowledgeResponse
-	(*ReconcileTask)(nil),                // 29: slackline.v1.ReconcileTask
-	(*ReconcileRequest)(nil),             // 30: slackline.v1.ReconcileRequest
-	(*ReconcileResponse)(nil),            // 31: slackline.v1.ReconcileResponse
-	(*TeardownRequest)(nil),              // 32: slackline.v1.TeardownRequest
-	(*TeardownResponse)(nil),             // 33: slackline.v1.TeardownResponse
-	(*FrameworkInfo)(nil),                // 34: slackline.v1.FrameworkInfo
-	(*Offer)(nil),                        // 35: slackline.v1.Offer
-	(*InverseOffer)(nil),                 // 36: slackline.v1.InverseOffer
-	(*TaskStatus)(nil),                   // 37: slackline.v1.TaskStatus
-	(*TaskInfo)(nil),                     // 38: slackline.v1.TaskInfo
-	(*Filters)(nil),                      // 39: slackline.v1.Filters
+	(*Acknowledgement)(nil),              // 28: slackline.v1.Acknowledgement
+	(*AcknowledgeResponse)(nil),          // 29: slackline.v1.AcknowledgeResponse
+	(*ReconcileTask)(nil),                // 30: slackline.v1.ReconcileTask
+	(*ReconcileRequest)(nil),             // 31: slackline.v1.ReconcileRequest
+	(*ReconcileResponse)(nil),            // 32: slackline.v1.ReconcileResponse
+	(*TeardownRequest)(nil),              // 33: slackline.v1.TeardownRequest
+	(*TeardownResponse)(nil),             // 34: slackline.v1.TeardownResponse
+	(*FrameworkInfo)(nil),                // 35: slackline.v1.FrameworkInfo
+	(*Offer)(nil),                        // 36: slackline.v1.Offer
+	(*InverseOffer)(nil),                 // 37: slackline.v1.InverseOffer
+	(*TaskStatus)(nil),                   // 38: slackline.v1.TaskStatus
+	(*TaskInfo)(nil),                     // 39: slackline.v1.TaskInfo
+	(*Filters)(nil),                      // 40: slackline.v1.Filters
+	(*BatchResult)(nil),                  // 41: slackline.v1.BatchResult
 }
 var file_slackline_v1_scheduler_proto_depIdxs = []int32{
-	34, // 0: slackline.v1.SubscribeRequest.framework_info:type_name -> slackline.v1.FrameworkInfo
+	35, // 0: slackline.v1.SubscribeRequest.framework_info:type_name -> slackline.v1.FrameworkInfo
 	2,  // 1: slackline.v1.SubscribeResponse.event:type_name -> slackline.v1.Event
 	3,  // 2: slackline.v1.Event.subscribed:type_name -> slackline.v1.SubscribedEvent
 	4,  // 3: slackline.v1.Event.offers:type_name -> slackline.v1.OffersEvent
@@ -1967,44 +2074,46 @@ var file_slackline_v1_scheduler_proto_depIdxs = []int32{
 	8,  // 7: slackline.v1.Event.failure:type_name -> slackline.v1.FailureEvent
 	9,  // 8: slackline.v1.Event.error:type_name -> slackline.v1.ErrorEvent
 	10, // 9: slackline.v1.Event.heartbeat:type_name -> slackline.v1.HeartbeatEvent
-	35, // 10: slackline.v1.OffersEvent.offers:type_name -> slackline.v1.Offer
-	36, // 11: slackline.v1.OffersEvent.inverse_offers:type_name -> slackline.v1.InverseOffer
-	37, // 12: slackline.v1.UpdateEvent.status:type_name -> slackline.v1.TaskStatus
-	38, // 13: slackline.v1.LaunchOperation.task_infos:type_name -> slackline.v1.TaskInfo
+	36, // 10: slackline.v1.OffersEvent.offers:type_name -> slackline.v1.Offer
+	37, // 11: slackline.v1.OffersEvent.inverse_offers:type_name -> slackline.v1.InverseOffer
+	38, // 12: slackline.v1.UpdateEvent.status:type_name -> slackline.v1.TaskStatus
+	39, // 13: slackline.v1.LaunchOperation.task_infos:type_name -> slackline.v1.TaskInfo
 	11, // 14: slackline.v1.Operation.launch:type_name -> slackline.v1.LaunchOperation
 	12, // 15: slackline.v1.AcceptRequest.operations:type_name -> slackline.v1.Operation
-	39, // 16: slackline.v1.AcceptRequest.filters:type_name -> slackline.v1.Filters
-	39, // 17: slackline.v1.DeclineRequest.filters:type_name -> slackline.v1.Filters
-	39, // 18: slackline.v1.AcceptInverseOffersRequest.filters:type_name -> slackline.v1.Filters
-	39, // 19: slackline.v1.DeclineInverseOffersRequest.filters:type_name -> slackline.v1.Filters
-	29, // 20: slackline.v1.ReconcileRequest.tasks:type_name -> slackline.v1.ReconcileTask
-	0,  // 21: slackline.v1.SchedulerService.Subscribe:input_type -> slackline.v1.SubscribeRequest
-	13, // 22: slackline.v1.SchedulerService.Accept:input_type -> slackline.v1.AcceptRequest
-	15, // 23: slackline.v1.SchedulerService.Decline:input_type -> slackline.v1.DeclineRequest
-	17, // 24: slackline.v1.SchedulerService.AcceptInverseOffers:input_type -> slackline.v1.AcceptInverseOffersRequest
-	19, // 25: slackline.v1.SchedulerService.DeclineInverseOffers:input_type -> slackline.v1.DeclineInverseOffersRequest
-	21, // 26: slackline.v1.SchedulerService.Revive:input_type -> slackline.v1.ReviveRequest
-	23, // 27: slackline.v1.SchedulerService.Suppress:input_type -> slackline.v1.SuppressRequest
-	25, // 28: slackline.v1.SchedulerService.Kill:input_type -> slackline.v1.KillRequest
-	27, // 29: slackline.v1.SchedulerService.Acknowledge:input_type -> slackline.v1.AcknowledgeRequest
-	30, // 30: slackline.v1.SchedulerService.Reconcile:input_type -> slackline.v1.ReconcileRequest
-	32, // 31: slackline.v1.SchedulerService.Teardown:input_type -> slackline.v1.TeardownRequest
-	1,  // 32: slackline.v1.SchedulerService.Subscribe:output_type -> slackline.v1.SubscribeResponse
-	14, // 33: slackline.v1.SchedulerService.Accept:output_type -> slackline.v1.AcceptResponse
-	16, // 34: slackline.v1.SchedulerService.Decline:output_type -> slackline.v1.DeclineResponse
-	18, // 35: slackline.v1.SchedulerService.AcceptInverseOffers:output_type -> slackline.v1.AcceptInverseOffersResponse
-	20, // 36: slackline.v1.SchedulerService.DeclineInverseOffers:output_type -> slackline.v1.DeclineInverseOffersResponse
-	22, // 37: slackline.v1.SchedulerService.Revive:output_type -> slackline.v1.ReviveResponse
-	24, // 38: slackline.v1.SchedulerService.Suppress:output_type -> slackline.v1.SuppressResponse
-	26, // 39: slackline.v1.SchedulerService.Kill:output_type -> slackline.v1.KillResponse
-	28, // 40: slackline.v1.SchedulerService.Acknowledge:output_type -> slackline.v1.AcknowledgeResponse
-	31, // 41: slackline.v1.SchedulerService.Reconcile:output_type -> slackline.v1.ReconcileResponse
-	33, // 42: slackline.v1.SchedulerService.Teardown:output_type -> slackline.v1.TeardownResponse
-	32, // [32:43] is the sub-list for method output_type
-	21, // [21:32] is the sub-list for method input_type
-	21, // [21:21] is the sub-list for extension type_name
-	21, // [21:21] is the sub-list for extension extendee
-	0,  // [0:21] is the sub-list for field type_name
+	40, // 16: slackline.v1.AcceptRequest.filters:type_name -> slackline.v1.Filters
+	40, // 17: slackline.v1.DeclineRequest.filters:type_name -> slackline.v1.Filters
+	40, // 18: slackline.v1.AcceptInverseOffersRequest.filters:type_name -> slackline.v1.Filters
+	40, // 19: slackline.v1.DeclineInverseOffersRequest.filters:type_name -> slackline.v1.Filters
+	28, // 20: slackline.v1.AcknowledgeRequest.acknowledgements:type_name -> slackline.v1.Acknowledgement
+	41, // 21: slackline.v1.AcknowledgeResponse.results:type_name -> slackline.v1.BatchResult
+	30, // 22: slackline.v1.ReconcileRequest.tasks:type_name -> slackline.v1.ReconcileTask
+	0,  // 23: slackline.v1.SchedulerService.Subscribe:input_type -> slackline.v1.SubscribeRequest
+	13, // 24: slackline.v1.SchedulerService.Accept:input_type -> slackline.v1.AcceptRequest
+	15, // 25: slackline.v1.SchedulerService.Decline:input_type -> slackline.v1.DeclineRequest
+	17, // 26: slackline.v1.SchedulerService.AcceptInverseOffers:input_type -> slackline.v1.AcceptInverseOffersRequest
+	19, // 27: slackline.v1.SchedulerService.DeclineInverseOffers:input_type -> slackline.v1.DeclineInverseOffersRequest
+	21, // 28: slackline.v1.SchedulerService.Revive:input_type -> slackline.v1.ReviveRequest
+	23, // 29: slackline.v1.SchedulerService.Suppress:input_type -> slackline.v1.SuppressRequest
+	25, // 30: slackline.v1.SchedulerService.Kill:input_type -> slackline.v1.KillRequest
+	27, // 31: slackline.v1.SchedulerService.Acknowledge:input_type -> slackline.v1.AcknowledgeRequest
+	31, // 32: slackline.v1.SchedulerService.Reconcile:input_type -> slackline.v1.ReconcileRequest
+	33, // 33: slackline.v1.SchedulerService.Teardown:input_type -> slackline.v1.TeardownRequest
+	1,  // 34: slackline.v1.SchedulerService.Subscribe:output_type -> slackline.v1.SubscribeResponse
+	14, // 35: slackline.v1.SchedulerService.Accept:output_type -> slackline.v1.AcceptResponse
+	16, // 36: slackline.v1.SchedulerService.Decline:output_type -> slackline.v1.DeclineResponse
+	18, // 37: slackline.v1.SchedulerService.AcceptInverseOffers:output_type -> slackline.v1.AcceptInverseOffersResponse
+	20, // 38: slackline.v1.SchedulerService.DeclineInverseOffers:output_type -> slackline.v1.DeclineInverseOffersResponse
+	22, // 39: slackline.v1.SchedulerService.Revive:output_type -> slackline.v1.ReviveResponse
+	24, // 40: slackline.v1.SchedulerService.Suppress:output_type -> slackline.v1.SuppressResponse
+	26, // 41: slackline.v1.SchedulerService.Kill:output_type -> slackline.v1.KillResponse
+	29, // 42: slackline.v1.SchedulerService.Acknowledge:output_type -> slackline.v1.AcknowledgeResponse
+	32, // 43: slackline.v1.SchedulerService.Reconcile:output_type -> slackline.v1.ReconcileResponse
+	34, // 44: slackline.v1.SchedulerService.Teardown:output_type -> slackline.v1.TeardownResponse
+	34, // [34:45] is the sub-list for method output_type
+	23, // [23:34] is the sub-list for method input_type
+	23, // [23:23] is the sub-list for extension type_name
+	23, // [23:23] is the sub-list for extension extendee
+	0,  // [0:23] is the sub-list for field type_name
 }
 
 func init() { file_slackline_v1_scheduler_proto_init() }
@@ -2032,7 +2141,7 @@ func file_slackline_v1_scheduler_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_scheduler_proto_rawDesc), len(file_slackline_v1_scheduler_proto_rawDesc)),
 			NumEnums:      0,
-			NumMessages:   34,
+			NumMessages:   35,
 			NumExtensions: 0,
 			NumServices:   1,
 		},

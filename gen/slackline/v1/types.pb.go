@@ -436,7 +436,64 @@ func (x HealthCheck_Type) Number() protoreflect.EnumNumber {
 
 // Deprecated: Use HealthCheck_Type.Descriptor instead.
 func (HealthCheck_Type) EnumDescriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 0}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10, 0}
+}
+
+// BatchResult is the outcome of one entry of a batch (#30): code 0 (OK)
+// when it was applied, otherwise the error code a single call would have
+// failed with (the Connect and gRPC codes: 3 INVALID_ARGUMENT, 5
+// NOT_FOUND, 7 PERMISSION_DENIED, 8 RESOURCE_EXHAUSTED, 10 ABORTED, ...)
+// and its message.
+type BatchResult struct {
+	state         protoimpl.MessageState `protogen:"open.v1"`
+	Code          uint32                 `protobuf:"varint,1,opt,name=code,proto3" json:"code,omitempty"`
+	Message       string                 `protobuf:"bytes,2,opt,name=message,proto3" json:"message,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
+}
+
+func (x *BatchResult) Reset() {
+	*x = BatchResult{}
+	mi := &file_slackline_v1_types_proto_msgTypes[0]
+	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+	ms.StoreMessageInfo(mi)
+}
+
+func (x *BatchResult) String() string {
+	return protoimpl.X.MessageStringOf(x)
+}
+
+func (*BatchResult) ProtoMessage() {}
+
+func (x *BatchResult) ProtoReflect() protoreflect.Message {
+	mi := &file_slackline_v1_types_proto_msgTypes[0]
+	if x != nil {
+		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
+		if ms.LoadMessageInfo() == nil {
+			ms.StoreMessageInfo(mi)
+		}
+		return ms
+	}
+	return mi.MessageOf(x)
+}
+
+// Deprecated: Use BatchResult.ProtoReflect.Descriptor instead.
+func (*BatchResult) Descriptor() ([]byte, []int) {
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{0}
+}
+
+func (x *BatchResult) GetCode() uint32 {
+	if x != nil {
+		return x.Code
+	}
+	return 0
+}
+
+func (x *BatchResult) GetMessage() string {
+	if x != nil {
+		return x.Message
+	}
+	return ""
 }
 
 // Range is an inclusive range of integers, used for ports: [begin, end].
@@ -450,7 +507,7 @@ type Range struct {
 
 func (x *Range) Reset() {
 	*x = Range{}
-	mi := &file_slackline_v1_types_proto_msgTypes[0]
+	mi := &file_slackline_v1_types_proto_msgTypes[1]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -462,7 +519,7 @@ func (x *Range) String() string {
 func (*Range) ProtoMessage() {}
 
 func (x *Range) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[0]
+	mi := &file_slackline_v1_types_proto_msgTypes[1]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -475,7 +532,7 @@ func (x *Range) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Range.ProtoReflect.Descriptor instead.
 func (*Range) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{0}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{1}
 }
 
 func (x *Range) GetBegin() uint64 {
@@ -509,7 +566,7 @@ type Resource struct {
 
 func (x *Resource) Reset() {
 	*x = Resource{}
-	mi := &file_slackline_v1_types_proto_msgTypes[1]
+	mi := &file_slackline_v1_types_proto_msgTypes[2]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -521,7 +578,7 @@ func (x *Resource) String() string {
 func (*Resource) ProtoMessage() {}
 
 func (x *Resource) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[1]
+	mi := &file_slackline_v1_types_proto_msgTypes[2]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -534,7 +591,7 @@ func (x *Resource) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Resource.ProtoReflect.Descriptor instead.
 func (*Resource) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{1}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{2}
 }
 
 func (x *Resource) GetName() string {
@@ -583,7 +640,7 @@ type Attribute struct {
 
 func (x *Attribute) Reset() {
 	*x = Attribute{}
-	mi := &file_slackline_v1_types_proto_msgTypes[2]
+	mi := &file_slackline_v1_types_proto_msgTypes[3]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -595,7 +652,7 @@ func (x *Attribute) String() string {
 func (*Attribute) ProtoMessage() {}
 
 func (x *Attribute) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[2]
+	mi := &file_slackline_v1_types_proto_msgTypes[3]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -608,7 +665,7 @@ func (x *Attribute) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Attribute.ProtoReflect.Descriptor instead.
 func (*Attribute) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{2}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{3}
 }
 
 func (x *Attribute) GetName() string {
@@ -637,7 +694,7 @@ type Unavailability struct {
 
 func (x *Unavailability) Reset() {
 	*x = Unavailability{}
-	mi := &file_slackline_v1_types_proto_msgTypes[3]
+	mi := &file_slackline_v1_types_proto_msgTypes[4]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -649,7 +706,7 @@ func (x *Unavailability) String() string {
 func (*Unavailability) ProtoMessage() {}
 
 func (x *Unavailability) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[3]
+	mi := &file_slackline_v1_types_proto_msgTypes[4]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -662,7 +719,7 @@ func (x *Unavailability) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Unavailability.ProtoReflect.Descriptor instead.
 func (*Unavailability) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{3}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{4}
 }
 
 func (x *Unavailability) GetStart() *timestamppb.Timestamp {
@@ -690,7 +747,7 @@ type MachineID struct {
 
 func (x *MachineID) Reset() {
 	*x = MachineID{}
-	mi := &file_slackline_v1_types_proto_msgTypes[4]
+	mi := &file_slackline_v1_types_proto_msgTypes[5]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -702,7 +759,7 @@ func (x *MachineID) String() string {
 func (*MachineID) ProtoMessage() {}
 
 func (x *MachineID) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[4]
+	mi := &file_slackline_v1_types_proto_msgTypes[5]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -715,7 +772,7 @@ func (x *MachineID) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use MachineID.ProtoReflect.Descriptor instead.
 func (*MachineID) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{4}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{5}
 }
 
 func (x *MachineID) GetHostname() string {
@@ -764,7 +821,7 @@ type FrameworkInfo struct {
 
 func (x *FrameworkInfo) Reset() {
 	*x = FrameworkInfo{}
-	mi := &file_slackline_v1_types_proto_msgTypes[5]
+	mi := &file_slackline_v1_types_proto_msgTypes[6]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -776,7 +833,7 @@ func (x *FrameworkInfo) String() string {
 func (*FrameworkInfo) ProtoMessage() {}
 
 func (x *FrameworkInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[5]
+	mi := &file_slackline_v1_types_proto_msgTypes[6]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -789,7 +846,7 @@ func (x *FrameworkInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use FrameworkInfo.ProtoReflect.Descriptor instead.
 func (*FrameworkInfo) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{5}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{6}
 }
 
 func (x *FrameworkInfo) GetId() string {
@@ -873,7 +930,7 @@ type Offer struct {
 
 func (x *Offer) Reset() {
 	*x = Offer{}
-	mi := &file_slackline_v1_types_proto_msgTypes[6]
+	mi := &file_slackline_v1_types_proto_msgTypes[7]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -885,7 +942,7 @@ func (x *Offer) String() string {
 func (*Offer) ProtoMessage() {}
 
 func (x *Offer) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[6]
+	mi := &file_slackline_v1_types_proto_msgTypes[7]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -898,7 +955,7 @@ func (x *Offer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Offer.ProtoReflect.Descriptor instead.
 func (*Offer) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{6}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{7}
 }
 
 func (x *Offer) GetId() string {
@@ -966,7 +1023,7 @@ type InverseOffer struct {
 
 func (x *InverseOffer) Reset() {
 	*x = InverseOffer{}
-	mi := &file_slackline_v1_types_proto_msgTypes[7]
+	mi := &file_slackline_v1_types_proto_msgTypes[8]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -978,7 +1035,7 @@ func (x *InverseOffer) String() string {
 func (*InverseOffer) ProtoMessage() {}
 
 func (x *InverseOffer) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[7]
+	mi := &file_slackline_v1_types_proto_msgTypes[8]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -991,7 +1048,7 @@ func (x *InverseOffer) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use InverseOffer.ProtoReflect.Descriptor instead.
 func (*InverseOffer) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{7}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{8}
 }
 
 func (x *InverseOffer) GetId() string {
@@ -1055,7 +1112,7 @@ type CommandInfo struct {
 
 func (x *CommandInfo) Reset() {
 	*x = CommandInfo{}
-	mi := &file_slackline_v1_types_proto_msgTypes[8]
+	mi := &file_slackline_v1_types_proto_msgTypes[9]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1067,7 +1124,7 @@ func (x *CommandInfo) String() string {
 func (*CommandInfo) ProtoMessage() {}
 
 func (x *CommandInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[8]
+	mi := &file_slackline_v1_types_proto_msgTypes[9]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1080,7 +1137,7 @@ func (x *CommandInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo.ProtoReflect.Descriptor instead.
 func (*CommandInfo) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{8}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9}
 }
 
 func (x *CommandInfo) GetValue() string {
@@ -1154,7 +1211,7 @@ type HealthCheck struct {
 
 func (x *HealthCheck) Reset() {
 	*x = HealthCheck{}
-	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	mi := &file_slackline_v1_types_proto_msgTypes[10]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1166,7 +1223,7 @@ func (x *HealthCheck) String() string {
 func (*HealthCheck) ProtoMessage() {}
 
 func (x *HealthCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[9]
+	mi := &file_slackline_v1_types_proto_msgTypes[10]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1179,7 +1236,7 @@ func (x *HealthCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10}
 }
 
 func (x *HealthCheck) GetType() HealthCheck_Type {
@@ -1295,7 +1352,7 @@ type TaskInfo struct {
 
 func (x *TaskInfo) Reset() {
 	*x = TaskInfo{}
-	mi := &file_slackline_v1_types_proto_msgTypes[10]
+	mi := &file_slackline_v1_types_proto_msgTypes[11]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1307,7 +1364,7 @@ func (x *TaskInfo) String() string {
 func (*TaskInfo) ProtoMessage() {}
 
 func (x *TaskInfo) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[10]
+	mi := &file_slackline_v1_types_proto_msgTypes[11]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1320,7 +1377,7 @@ func (x *TaskInfo) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskInfo.ProtoReflect.Descriptor instead.
 func (*TaskInfo) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{11}
 }
 
 func (x *TaskInfo) GetTaskId() string {
@@ -1425,7 +1482,7 @@ type TaskStatus struct {
 
 func (x *TaskStatus) Reset() {
 	*x = TaskStatus{}
-	mi := &file_slackline_v1_types_proto_msgTypes[11]
+	mi := &file_slackline_v1_types_proto_msgTypes[12]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1437,7 +1494,7 @@ func (x *TaskStatus) String() string {
 func (*TaskStatus) ProtoMessage() {}
 
 func (x *TaskStatus) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[11]
+	mi := &file_slackline_v1_types_proto_msgTypes[12]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1450,7 +1507,7 @@ func (x *TaskStatus) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use TaskStatus.ProtoReflect.Descriptor instead.
 func (*TaskStatus) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{11}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{12}
 }
 
 func (x *TaskStatus) GetTaskId() string {
@@ -1541,7 +1598,7 @@ type Task struct {
 
 func (x *Task) Reset() {
 	*x = Task{}
-	mi := &file_slackline_v1_types_proto_msgTypes[12]
+	mi := &file_slackline_v1_types_proto_msgTypes[13]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1553,7 +1610,7 @@ func (x *Task) String() string {
 func (*Task) ProtoMessage() {}
 
 func (x *Task) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[12]
+	mi := &file_slackline_v1_types_proto_msgTypes[13]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1566,7 +1623,7 @@ func (x *Task) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Task.ProtoReflect.Descriptor instead.
 func (*Task) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{12}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{13}
 }
 
 func (x *Task) GetTaskId() string {
@@ -1644,7 +1701,7 @@ type Filters struct {
 
 func (x *Filters) Reset() {
 	*x = Filters{}
-	mi := &file_slackline_v1_types_proto_msgTypes[13]
+	mi := &file_slackline_v1_types_proto_msgTypes[14]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1656,7 +1713,7 @@ func (x *Filters) String() string {
 func (*Filters) ProtoMessage() {}
 
 func (x *Filters) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[13]
+	mi := &file_slackline_v1_types_proto_msgTypes[14]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1669,7 +1726,7 @@ func (x *Filters) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use Filters.ProtoReflect.Descriptor instead.
 func (*Filters) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{13}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{14}
 }
 
 func (x *Filters) GetRefuseSeconds() float64 {
@@ -1709,7 +1766,7 @@ type CommandInfo_URI struct {
 
 func (x *CommandInfo_URI) Reset() {
 	*x = CommandInfo_URI{}
-	mi := &file_slackline_v1_types_proto_msgTypes[15]
+	mi := &file_slackline_v1_types_proto_msgTypes[16]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1721,7 +1778,7 @@ func (x *CommandInfo_URI) String() string {
 func (*CommandInfo_URI) ProtoMessage() {}
 
 func (x *CommandInfo_URI) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[15]
+	mi := &file_slackline_v1_types_proto_msgTypes[16]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1734,7 +1791,7 @@ func (x *CommandInfo_URI) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use CommandInfo_URI.ProtoReflect.Descriptor instead.
 func (*CommandInfo_URI) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{8, 1}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 1}
 }
 
 func (x *CommandInfo_URI) GetValue() string {
@@ -1796,7 +1853,7 @@ type HealthCheck_HTTPCheck struct {
 
 func (x *HealthCheck_HTTPCheck) Reset() {
 	*x = HealthCheck_HTTPCheck{}
-	mi := &file_slackline_v1_types_proto_msgTypes[16]
+	mi := &file_slackline_v1_types_proto_msgTypes[17]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1808,7 +1865,7 @@ func (x *HealthCheck_HTTPCheck) String() string {
 func (*HealthCheck_HTTPCheck) ProtoMessage() {}
 
 func (x *HealthCheck_HTTPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[16]
+	mi := &file_slackline_v1_types_proto_msgTypes[17]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1821,7 +1878,7 @@ func (x *HealthCheck_HTTPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck_HTTPCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck_HTTPCheck) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 0}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10, 0}
 }
 
 func (x *HealthCheck_HTTPCheck) GetPort() uint32 {
@@ -1855,7 +1912,7 @@ type HealthCheck_TCPCheck struct {
 
 func (x *HealthCheck_TCPCheck) Reset() {
 	*x = HealthCheck_TCPCheck{}
-	mi := &file_slackline_v1_types_proto_msgTypes[17]
+	mi := &file_slackline_v1_types_proto_msgTypes[18]
 	ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 	ms.StoreMessageInfo(mi)
 }
@@ -1867,7 +1924,7 @@ func (x *HealthCheck_TCPCheck) String() string {
 func (*HealthCheck_TCPCheck) ProtoMessage() {}
 
 func (x *HealthCheck_TCPCheck) ProtoReflect() protoreflect.Message {
-	mi := &file_slackline_v1_types_proto_msgTypes[17]
+	mi := &file_slackline_v1_types_proto_msgTypes[18]
 	if x != nil {
 		ms := protoimpl.X.MessageStateOf(protoimpl.Pointer(x))
 		if ms.LoadMessageInfo() == nil {
@@ -1880,7 +1937,7 @@ func (x *HealthCheck_TCPCheck) ProtoReflect() protoreflect.Message {
 
 // Deprecated: Use HealthCheck_TCPCheck.ProtoReflect.Descriptor instead.
 func (*HealthCheck_TCPCheck) Descriptor() ([]byte, []int) {
-	return file_slackline_v1_types_proto_rawDescGZIP(), []int{9, 1}
+	return file_slackline_v1_types_proto_rawDescGZIP(), []int{10, 1}
 }
 
 func (x *HealthCheck_TCPCheck) GetPort() uint32 {
@@ -1894,7 +1951,10 @@ var File_slackline_v1_types_proto protoreflect.FileDescriptor
 
 const file_slackline_v1_types_proto_rawDesc = "" +
 	"\n" +
-	"\x18slackline/v1/types.proto\x12\fslackline.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"/\n" +
+	"\x18slackline/v1/types.proto\x12\fslackline.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\";\n" +
+	"\vBatchResult\x12\x12\n" +
+	"\x04code\x18\x01 \x01(\rR\x04code\x12\x18\n" +
+	"\amessage\x18\x02 \x01(\tR\amessage\"/\n" +
 	"\x05Range\x12\x14\n" +
 	"\x05begin\x18\x01 \x01(\x04R\x05begin\x12\x10\n" +
 	"\x03end\x18\x02 \x01(\x04R\x03end\"\x95\x01\n" +
@@ -2103,7 +2163,7 @@ func file_slackline_v1_types_proto_rawDescGZIP() []byte {
 }
 
 var file_slackline_v1_types_proto_enumTypes = make([]protoimpl.EnumInfo, 6)
-var file_slackline_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 20)
+var file_slackline_v1_types_proto_msgTypes = make([]protoimpl.MessageInfo, 21)
 var file_slackline_v1_types_proto_goTypes = []any{
 	(MachineMode)(0),              // 0: slackline.v1.MachineMode
 	(FrameworkCapability)(0),      // 1: slackline.v1.FrameworkCapability
@@ -2111,57 +2171,58 @@ var file_slackline_v1_types_proto_goTypes = []any{
 	(TaskSource)(0),               // 3: slackline.v1.TaskSource
 	(Reason)(0),                   // 4: slackline.v1.Reason
 	(HealthCheck_Type)(0),         // 5: slackline.v1.HealthCheck.Type
-	(*Range)(nil),                 // 6: slackline.v1.Range
-	(*Resource)(nil),              // 7: slackline.v1.Resource
-	(*Attribute)(nil),             // 8: slackline.v1.Attribute
-	(*Unavailability)(nil),        // 9: slackline.v1.Unavailability
-	(*MachineID)(nil),             // 10: slackline.v1.MachineID
-	(*FrameworkInfo)(nil),         // 11: slackline.v1.FrameworkInfo
-	(*Offer)(nil),                 // 12: slackline.v1.Offer
-	(*InverseOffer)(nil),          // 13: slackline.v1.InverseOffer
-	(*CommandInfo)(nil),           // 14: slackline.v1.CommandInfo
-	(*HealthCheck)(nil),           // 15: slackline.v1.HealthCheck
-	(*TaskInfo)(nil),              // 16: slackline.v1.TaskInfo
-	(*TaskStatus)(nil),            // 17: slackline.v1.TaskStatus
-	(*Task)(nil),                  // 18: slackline.v1.Task
-	(*Filters)(nil),               // 19: slackline.v1.Filters
-	nil,                           // 20: slackline.v1.CommandInfo.EnvironmentEntry
-	(*CommandInfo_URI)(nil),       // 21: slackline.v1.CommandInfo.URI
-	(*HealthCheck_HTTPCheck)(nil), // 22: slackline.v1.HealthCheck.HTTPCheck
-	(*HealthCheck_TCPCheck)(nil),  // 23: slackline.v1.HealthCheck.TCPCheck
-	nil,                           // 24: slackline.v1.TaskInfo.LabelsEntry
-	nil,                           // 25: slackline.v1.Task.LabelsEntry
-	(*timestamppb.Timestamp)(nil), // 26: google.protobuf.Timestamp
-	(*durationpb.Duration)(nil),   // 27: google.protobuf.Duration
+	(*BatchResult)(nil),           // 6: slackline.v1.BatchResult
+	(*Range)(nil),                 // 7: slackline.v1.Range
+	(*Resource)(nil),              // 8: slackline.v1.Resource
+	(*Attribute)(nil),             // 9: slackline.v1.Attribute
+	(*Unavailability)(nil),        // 10: slackline.v1.Unavailability
+	(*MachineID)(nil),             // 11: slackline.v1.MachineID
+	(*FrameworkInfo)(nil),         // 12: slackline.v1.FrameworkInfo
+	(*Offer)(nil),                 // 13: slackline.v1.Offer
+	(*InverseOffer)(nil),          // 14: slackline.v1.InverseOffer
+	(*CommandInfo)(nil),           // 15: slackline.v1.CommandInfo
+	(*HealthCheck)(nil),           // 16: slackline.v1.HealthCheck
+	(*TaskInfo)(nil),              // 17: slackline.v1.TaskInfo
+	(*TaskStatus)(nil),            // 18: slackline.v1.TaskStatus
+	(*Task)(nil),                  // 19: slackline.v1.Task
+	(*Filters)(nil),               // 20: slackline.v1.Filters
+	nil,                           // 21: slackline.v1.CommandInfo.EnvironmentEntry
+	(*CommandInfo_URI)(nil),       // 22: slackline.v1.CommandInfo.URI
+	(*HealthCheck_HTTPCheck)(nil), // 23: slackline.v1.HealthCheck.HTTPCheck
+	(*HealthCheck_TCPCheck)(nil),  // 24: slackline.v1.HealthCheck.TCPCheck
+	nil,                           // 25: slackline.v1.TaskInfo.LabelsEntry
+	nil,                           // 26: slackline.v1.Task.LabelsEntry
+	(*timestamppb.Timestamp)(nil), // 27: google.protobuf.Timestamp
+	(*durationpb.Duration)(nil),   // 28: google.protobuf.Duration
 }
 var file_slackline_v1_types_proto_depIdxs = []int32{
-	6,  // 0: slackline.v1.Resource.ranges:type_name -> slackline.v1.Range
-	26, // 1: slackline.v1.Unavailability.start:type_name -> google.protobuf.Timestamp
-	27, // 2: slackline.v1.Unavailability.duration:type_name -> google.protobuf.Duration
+	7,  // 0: slackline.v1.Resource.ranges:type_name -> slackline.v1.Range
+	27, // 1: slackline.v1.Unavailability.start:type_name -> google.protobuf.Timestamp
+	28, // 2: slackline.v1.Unavailability.duration:type_name -> google.protobuf.Duration
 	1,  // 3: slackline.v1.FrameworkInfo.capabilities:type_name -> slackline.v1.FrameworkCapability
-	7,  // 4: slackline.v1.Offer.resources:type_name -> slackline.v1.Resource
-	8,  // 5: slackline.v1.Offer.attributes:type_name -> slackline.v1.Attribute
-	9,  // 6: slackline.v1.Offer.unavailability:type_name -> slackline.v1.Unavailability
-	9,  // 7: slackline.v1.InverseOffer.unavailability:type_name -> slackline.v1.Unavailability
-	7,  // 8: slackline.v1.InverseOffer.resources:type_name -> slackline.v1.Resource
-	20, // 9: slackline.v1.CommandInfo.environment:type_name -> slackline.v1.CommandInfo.EnvironmentEntry
-	21, // 10: slackline.v1.CommandInfo.uris:type_name -> slackline.v1.CommandInfo.URI
+	8,  // 4: slackline.v1.Offer.resources:type_name -> slackline.v1.Resource
+	9,  // 5: slackline.v1.Offer.attributes:type_name -> slackline.v1.Attribute
+	10, // 6: slackline.v1.Offer.unavailability:type_name -> slackline.v1.Unavailability
+	10, // 7: slackline.v1.InverseOffer.unavailability:type_name -> slackline.v1.Unavailability
+	8,  // 8: slackline.v1.InverseOffer.resources:type_name -> slackline.v1.Resource
+	21, // 9: slackline.v1.CommandInfo.environment:type_name -> slackline.v1.CommandInfo.EnvironmentEntry
+	22, // 10: slackline.v1.CommandInfo.uris:type_name -> slackline.v1.CommandInfo.URI
 	5,  // 11: slackline.v1.HealthCheck.type:type_name -> slackline.v1.HealthCheck.Type
-	14, // 12: slackline.v1.HealthCheck.command:type_name -> slackline.v1.CommandInfo
-	22, // 13: slackline.v1.HealthCheck.http:type_name -> slackline.v1.HealthCheck.HTTPCheck
-	23, // 14: slackline.v1.HealthCheck.tcp:type_name -> slackline.v1.HealthCheck.TCPCheck
-	7,  // 15: slackline.v1.TaskInfo.resources:type_name -> slackline.v1.Resource
-	14, // 16: slackline.v1.TaskInfo.command:type_name -> slackline.v1.CommandInfo
-	24, // 17: slackline.v1.TaskInfo.labels:type_name -> slackline.v1.TaskInfo.LabelsEntry
-	15, // 18: slackline.v1.TaskInfo.health_check:type_name -> slackline.v1.HealthCheck
+	15, // 12: slackline.v1.HealthCheck.command:type_name -> slackline.v1.CommandInfo
+	23, // 13: slackline.v1.HealthCheck.http:type_name -> slackline.v1.HealthCheck.HTTPCheck
+	24, // 14: slackline.v1.HealthCheck.tcp:type_name -> slackline.v1.HealthCheck.TCPCheck
+	8,  // 15: slackline.v1.TaskInfo.resources:type_name -> slackline.v1.Resource
+	15, // 16: slackline.v1.TaskInfo.command:type_name -> slackline.v1.CommandInfo
+	25, // 17: slackline.v1.TaskInfo.labels:type_name -> slackline.v1.TaskInfo.LabelsEntry
+	16, // 18: slackline.v1.TaskInfo.health_check:type_name -> slackline.v1.HealthCheck
 	2,  // 19: slackline.v1.TaskStatus.state:type_name -> slackline.v1.TaskState
 	4,  // 20: slackline.v1.TaskStatus.reason:type_name -> slackline.v1.Reason
 	3,  // 21: slackline.v1.TaskStatus.source:type_name -> slackline.v1.TaskSource
-	26, // 22: slackline.v1.TaskStatus.timestamp:type_name -> google.protobuf.Timestamp
+	27, // 22: slackline.v1.TaskStatus.timestamp:type_name -> google.protobuf.Timestamp
 	2,  // 23: slackline.v1.Task.state:type_name -> slackline.v1.TaskState
-	7,  // 24: slackline.v1.Task.resources:type_name -> slackline.v1.Resource
-	17, // 25: slackline.v1.Task.status:type_name -> slackline.v1.TaskStatus
-	25, // 26: slackline.v1.Task.labels:type_name -> slackline.v1.Task.LabelsEntry
+	8,  // 24: slackline.v1.Task.resources:type_name -> slackline.v1.Resource
+	18, // 25: slackline.v1.Task.status:type_name -> slackline.v1.TaskStatus
+	26, // 26: slackline.v1.Task.labels:type_name -> slackline.v1.Task.LabelsEntry
 	27, // [27:27] is the sub-list for method output_type
 	27, // [27:27] is the sub-list for method input_type
 	27, // [27:27] is the sub-list for extension type_name
@@ -2174,16 +2235,16 @@ func file_slackline_v1_types_proto_init() {
 	if File_slackline_v1_types_proto != nil {
 		return
 	}
-	file_slackline_v1_types_proto_msgTypes[9].OneofWrappers = []any{}
-	file_slackline_v1_types_proto_msgTypes[11].OneofWrappers = []any{}
-	file_slackline_v1_types_proto_msgTypes[13].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[10].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[12].OneofWrappers = []any{}
+	file_slackline_v1_types_proto_msgTypes[14].OneofWrappers = []any{}
 	type x struct{}
 	out := protoimpl.TypeBuilder{
 		File: protoimpl.DescBuilder{
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_slackline_v1_types_proto_rawDesc), len(file_slackline_v1_types_proto_rawDesc)),
 			NumEnums:      6,
-			NumMessages:   20,
+			NumMessages:   21,
 			NumExtensions: 0,
 			NumServices:   0,
 		},

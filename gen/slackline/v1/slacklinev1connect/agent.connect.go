@@ -67,8 +67,9 @@ type AgentServiceClient interface {
 	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
 	// Unimplemented (an older coordinator).
 	HeartbeatStream(context.Context) *connect.BidiStreamForClient[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]
-	// UpdateStatus reports a task status update. The agent re-sends an update
-	// until it receives an AcknowledgeCommand for its uuid.
+	// UpdateStatus reports a task status update, or a batch of them
+	// (UpdateStatusRequest.updates, #30). The agent re-sends an update until
+	// it receives an AcknowledgeCommand for its uuid.
 	UpdateStatus(context.Context, *connect.Request[v1.UpdateStatusRequest]) (*connect.Response[v1.UpdateStatusResponse], error)
 	// UpdateOversubscribedResources reports the agent's latest estimate of
 	// revocable resources.
@@ -182,8 +183,9 @@ type AgentServiceHandler interface {
 	// ends an older one (Aborted). Agents fall back to Heartbeat when it is
 	// Unimplemented (an older coordinator).
 	HeartbeatStream(context.Context, *connect.BidiStream[v1.HeartbeatStreamRequest, v1.HeartbeatStreamResponse]) error
-	// UpdateStatus reports a task status update. The agent re-sends an update
-	// until it receives an AcknowledgeCommand for its uuid.
+	// UpdateStatus reports a task status update, or a batch of them
+	// (UpdateStatusRequest.updates, #30). The agent re-sends an update until
+	// it receives an AcknowledgeCommand for its uuid.
 	UpdateStatus(context.Context, *connect.Request[v1.UpdateStatusRequest]) (*connect.Response[v1.UpdateStatusResponse], error)
 	// UpdateOversubscribedResources reports the agent's latest estimate of
 	// revocable resources.

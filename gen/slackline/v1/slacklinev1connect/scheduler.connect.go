@@ -85,7 +85,8 @@ type SchedulerServiceClient interface {
 	Suppress(context.Context, *connect.Request[v1.SuppressRequest]) (*connect.Response[v1.SuppressResponse], error)
 	// Kill kills a task.
 	Kill(context.Context, *connect.Request[v1.KillRequest]) (*connect.Response[v1.KillResponse], error)
-	// Acknowledge acknowledges a status update carrying a uuid.
+	// Acknowledge acknowledges a status update carrying a uuid, or a batch
+	// of them (AcknowledgeRequest.acknowledgements, #30).
 	Acknowledge(context.Context, *connect.Request[v1.AcknowledgeRequest]) (*connect.Response[v1.AcknowledgeResponse], error)
 	// Reconcile asks for the latest state of the given tasks (explicit) or of
 	// all the framework's tasks (implicit, when tasks is empty).
@@ -264,7 +265,8 @@ type SchedulerServiceHandler interface {
 	Suppress(context.Context, *connect.Request[v1.SuppressRequest]) (*connect.Response[v1.SuppressResponse], error)
 	// Kill kills a task.
 	Kill(context.Context, *connect.Request[v1.KillRequest]) (*connect.Response[v1.KillResponse], error)
-	// Acknowledge acknowledges a status update carrying a uuid.
+	// Acknowledge acknowledges a status update carrying a uuid, or a batch
+	// of them (AcknowledgeRequest.acknowledgements, #30).
 	Acknowledge(context.Context, *connect.Request[v1.AcknowledgeRequest]) (*connect.Response[v1.AcknowledgeResponse], error)
 	// Reconcile asks for the latest state of the given tasks (explicit) or of
 	// all the framework's tasks (implicit, when tasks is empty).
