@@ -187,7 +187,7 @@ func (o Options) Build() (a *Agent, err error) {
 		late.start(func() {
 			probes := bpf.Probe()
 			logProbes(logger, probes, slog.LevelDebug)
-			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, AllCulprits: o.EBPFAllCulprits, Logger: logger})
+			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, EventBatchWindow: o.EBPFEventBatchWindow, AllCulprits: o.EBPFAllCulprits, Logger: logger})
 			if err != nil {
 				logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
 			}

@@ -17,6 +17,7 @@ import (
 	"github.com/slackline/slackline/agent/fetcher"
 	"github.com/slackline/slackline/agent/images"
 	"github.com/slackline/slackline/agent/settings"
+	"github.com/slackline/slackline/bpf"
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/cliconfig"
 	"github.com/slackline/slackline/internal/logging"
@@ -100,10 +101,12 @@ type Options struct {
 	MonitorIdleRefresh time.Duration
 	// EBPF loads the eBPF programs (--ebpf); EBPFAllCulprits splits waits
 	// among every culprit (--ebpf-all-culprits); RunqueueLatencyThreshold
-	// raises QoS events (--runqueue-latency-threshold).
+	// raises QoS events (--runqueue-latency-threshold), which
+	// EBPFEventBatchWindow coalesces (--ebpf-event-batch-window, #29).
 	EBPF                     bool
 	EBPFAllCulprits          bool
 	RunqueueLatencyThreshold time.Duration
+	EBPFEventBatchWindow     time.Duration
 	// NetworkInterfaces are where revocable egress is paced
 	// (--network-interfaces; empty: the default-route interface; "none"
 	// in the list: no network QoS).
@@ -248,6 +251,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&o.EBPFAllCulprits, "ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
 	fs.Var(parsed(&o.NetworkInterfaces, splitList, joinList), "network-interfaces", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)
 	fs.DurationVar(&o.RunqueueLatencyThreshold, "runqueue-latency-threshold", time.Millisecond, "guaranteed tasks' run-queue waits at or above this raise an event for the QoS controller")
+	fs.DurationVar(&o.EBPFEventBatchWindow, "ebpf-event-batch-window", bpf.DefaultEventBatchWindow, "run-queue latency events are read in batches: after the first of a batch the agent waits this long, then delivers it and all that came since (each with its own time), waking once per batch instead of once per event; it delays the QoS controller's reaction by at most this much (0: read each event as it comes)")
 
 	// The estimator and QoS settings (agent/settings).
 	o.Settings.AddFlags(fs)
@@ -298,6 +302,7 @@ func (o *Options) Validate() error {
 	check(o.FetchTimeout > 0, "fetch-timeout", "must be positive, got %v", o.FetchTimeout)
 	check(o.MonitorInterval >= 10*time.Millisecond, "monitor-interval", "must be at least 10ms, got %v", o.MonitorInterval)
 	check(o.MonitorIdleRefresh > 0 && o.MonitorIdleRefresh <= time.Minute, "monitor-idle-refresh", "must be in (0, 1m], got %v", o.MonitorIdleRefresh)
+	check(o.EBPFEventBatchWindow >= 0, "ebpf-event-batch-window", "must not be negative, got %v", o.EBPFEventBatchWindow)
 	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
 	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)

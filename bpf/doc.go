@@ -99,7 +99,10 @@
 // whether a task of the cgroup holds a CPU, from the CPUs' mapped
 // states); Run(ctx) reads the
 // ring buffer into Events until ctx ends, then closes the reader and the
-// channel; Close detaches everything. The Monitor owns every kernel object;
+// channel (in batches with Config.EventBatchWindow: a window after the first
+// event of a batch it delivers every event the ring buffer holds, each with
+// its own time, so the reader wakes once per window instead of once per
+// event); Close detaches everything. The Monitor owns every kernel object;
 // nothing is pinned, so the programs go away with the process.
 //
 // # Errors

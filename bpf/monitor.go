@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"os"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -51,6 +52,12 @@ const RunqBuckets = 32
 // Config.MaxCgroups is 0.
 const DefaultMaxCgroups = 4096
 
+// DefaultEventBatchWindow is the agent's Config.EventBatchWindow: well
+// under its QoS loop's minimum interval (250 ms), within which events act
+// together anyway. The ring buffer (256 KiB, 64 bytes an event) holds 4096
+// events: a window of them up to about 80,000 events a second.
+const DefaultEventBatchWindow = 50 * time.Millisecond
+
 // Config configures Load.
 type Config struct {
 	// CgroupRoot is the directory in the v2 hierarchy where the network
@@ -61,6 +68,12 @@ type Config struct {
 	// LatencyThreshold: waits of guaranteed and protected tasks at or above
 	// it are sent to Events. 0 disables events.
 	LatencyThreshold time.Duration
+	// EventBatchWindow coalesces events: when Run reads an event it waits
+	// this long and then delivers it and every event available after it, so it and its readers wake at most once per window instead
+	// of once per event; each event keeps its own Time, and an event waits
+	// at most this long more to be delivered. 0 delivers each event as it
+	// is read. See DefaultEventBatchWindow.
+	EventBatchWindow time.Duration
 	// AllCulprits splits guaranteed and protected tasks' waits among every
 	// culprit (DelayedBy; see SetAllCulprits), not only revocable ones.
 	AllCulprits bool
@@ -204,7 +217,8 @@ type Monitor struct {
 
 	events     chan ThresholdEvent
 	reader     *ringbuf.Reader
-	monoOffset int64 // wall clock minus CLOCK_MONOTONIC, ns
+	window     time.Duration // Config.EventBatchWindow
+	monoOffset int64         // wall clock minus CLOCK_MONOTONIC, ns
 	dropped    atomic.Uint64
 
 	runOnce   sync.Once
@@ -280,7 +294,8 @@ func Load(cfg Config) (*Monitor, error) {
 		log:        log,
 		ncpu:       ncpu,
 		programs:   map[string]*ebpf.Program{},
-		events:     make(chan ThresholdEvent, 1024),
+		events:     make(chan ThresholdEvent, eventsBuffered),
+		window:     max(cfg.EventBatchWindow, 0),
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
 		epochs:     map[uint64]uint32{},
 		cache:      map[uint64]*cachedCounters{},
@@ -1001,34 +1016,104 @@ func (m *Monitor) run(ctx context.Context) error {
 	}
 	stop := context.AfterFunc(ctx, func() { m.reader.Close() })
 	defer stop()
+	// A drain reads at most what the ring buffer holds, then waits for the
+	// next window: a producer faster than the drain cannot hold Run in it.
+	maxDrain := max(m.reader.BufferSize()/eventRecordSize, 1)
+	var window *time.Timer
+	if m.window > 0 {
+		window = time.NewTimer(m.window)
+		window.Stop()
+		defer window.Stop()
+	}
 	var rec ringbuf.Record
 	for {
 		if err := m.reader.ReadInto(&rec); err != nil {
 			if errors.Is(err, ringbuf.ErrClosed) {
 				return nil
 			}
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				continue // the end of a drain cut short by maxDrain
+			}
 			return fmt.Errorf("read events: %w", err)
 		}
-		if len(rec.RawSample) < int(unsafe.Sizeof(schedEvent{})) {
+		first, ok := decodeEvent(rec.RawSample, m.monoOffset)
+		if window == nil {
+			if ok {
+				m.deliver(first)
+			}
 			continue
 		}
-		raw := (*schedEvent)(unsafe.Pointer(&rec.RawSample[0]))
-		ev := ThresholdEvent{
-			Time:    time.Unix(0, m.monoOffset+int64(raw.TimestampNs)),
-			Cgroup:  raw.Cgroup,
-			Class:   Class(raw.Class),
-			Culprit: raw.Culprit,
-			Latency: time.Duration(raw.LatencyNs),
-			Delayed: time.Duration(raw.DelayedNs),
-			CPU:     raw.Cpu,
-			PID:     raw.Pid,
-		}
+		window.Reset(m.window)
 		select {
-		case m.events <- ev:
-		default:
-			m.dropped.Add(1)
+		case <-window.C:
+		case <-ctx.Done():
+			return nil
+		}
+		if ok {
+			m.deliver(first)
+		}
+		m.reader.SetDeadline(pastDeadline) // read what is there, without waiting
+		for range maxDrain {
+			err := m.reader.ReadInto(&rec)
+			if errors.Is(err, os.ErrDeadlineExceeded) {
+				break
+			}
+			if err != nil {
+				if errors.Is(err, ringbuf.ErrClosed) {
+					return nil
+				}
+				return fmt.Errorf("read events: %w", err)
+			}
+			if ev, ok := decodeEvent(rec.RawSample, m.monoOffset); ok {
+				m.deliver(ev)
+			}
+		}
+		m.reader.SetDeadline(time.Time{})
+	}
+}
+
+// pastDeadline makes the ring buffer's reader return what it holds without
+// waiting.
+var pastDeadline = time.Unix(1, 0)
+
+// eventsBuffered bounds the Events channel: a burst beyond what its reader
+// has taken is dropped and counted (EventsLost).
+const eventsBuffered = 1024
+
+// eventRecordSize is the ring buffer's space for one event: the kernel's
+// 8-byte record header and the event, rounded up to 8 bytes.
+const eventRecordSize = 8 + (int(unsafe.Sizeof(schedEvent{}))+7)/8*8
+
+// deliver sends ev to Events, or drops and counts it when Events is full
+// (logged the first time).
+func (m *Monitor) deliver(ev ThresholdEvent) {
+	select {
+	case m.events <- ev:
+	default:
+		if m.dropped.Add(1) == 1 {
+			m.log.Warn("threshold events dropped: the Events channel is full", "limit", eventsBuffered)
 		}
 	}
+}
+
+// decodeEvent decodes one ring buffer record of sched.c's struct event,
+// whose timestamp is CLOCK_MONOTONIC; monoOffset is the wall clock minus
+// it. Short records are not events (false).
+func decodeEvent(raw []byte, monoOffset int64) (ThresholdEvent, bool) {
+	if len(raw) < int(unsafe.Sizeof(schedEvent{})) {
+		return ThresholdEvent{}, false
+	}
+	e := (*schedEvent)(unsafe.Pointer(&raw[0]))
+	return ThresholdEvent{
+		Time:    time.Unix(0, monoOffset+int64(e.TimestampNs)),
+		Cgroup:  e.Cgroup,
+		Class:   Class(e.Class),
+		Culprit: e.Culprit,
+		Latency: time.Duration(e.LatencyNs),
+		Delayed: time.Duration(e.DelayedNs),
+		CPU:     e.Cpu,
+		PID:     e.Pid,
+	}, true
 }
 
 // ProgramStats returns the kernel's run count and run time of each attached
