@@ -79,6 +79,18 @@ func (d *batchDomain) acknowledge(name string, req *slacklinev1.AcknowledgeReque
 	return resp.Msg.GetResults(), nil
 }
 
+// checkAcknowledged checks the uuids acknowledged to agent a and the
+// number of fw's updates still unacknowledged.
+func (d *batchDomain) checkAcknowledged(t *testing.T, want []string, pending int) {
+	t.Helper()
+	if diff := cmp.Diff(want, d.acknowledged("a")); diff != "" {
+		t.Errorf("acknowledged to the agent (-want +got):\n%s", diff)
+	}
+	if got := d.pending("fw"); got != pending {
+		t.Errorf("fw has %d unacknowledged updates, want %d", got, pending)
+	}
+}
+
 // acknowledged returns the uuids of the acknowledgements queued for
 // agent name.
 func (d *batchDomain) acknowledged(name string) []string {
@@ -201,12 +213,7 @@ func TestStatusBatches(t *testing.T) {
 			if evs := events(d.subs["fw2"]); len(evs) > 0 {
 				t.Errorf("fw2 got %v", describe(evs))
 			}
-			if diff := cmp.Diff(tc.acknowledged, d.acknowledged("a")); diff != "" {
-				t.Errorf("acknowledged to the agent (-want +got):\n%s", diff)
-			}
-			if got := d.pending("fw"); got != tc.pending {
-				t.Errorf("fw has %d unacknowledged updates, want %d", got, tc.pending)
-			}
+			d.checkAcknowledged(t, tc.acknowledged, tc.pending)
 		})
 	}
 }
@@ -315,12 +322,7 @@ func TestAcknowledgeBatches(t *testing.T) {
 					t.Errorf("result %d: %q does not name its entry", i, r.GetMessage())
 				}
 			}
-			if diff := cmp.Diff(tc.acknowledged, d.acknowledged("a")); diff != "" {
-				t.Errorf("acknowledged to the agent (-want +got):\n%s", diff)
-			}
-			if got := d.pending("fw"); got != tc.pending {
-				t.Errorf("fw has %d unacknowledged updates, want %d", got, tc.pending)
-			}
+			d.checkAcknowledged(t, tc.acknowledged, tc.pending)
 		})
 	}
 }
