@@ -157,6 +157,12 @@ func acknowledgementsDrain(t *testing.T, c *scripted) {
 	c.send(sess, runTask("fw-1", "t1"))
 	first := c.update("fw-1", "t1", running)
 	c.send(sess, killTask("fw-1", "t1"))
+	// The agent handles a session's commands in order: once it dropped the
+	// probe, it took the kill. Ending the session before that could lose
+	// the kill with the stream (a fresh-clone CI run beside CPU hogs: t1
+	// still RUNNING after 20 s of registrations).
+	c.send(sess, killTask("fw-1", "kill-probe"))
+	c.send(sess, acknowledge(c.update("fw-1", "kill-probe", dropped)))
 	// Register again until the agent says the task ended (its container
 	// stops asynchronously).
 	deadline := time.Now().Add(waitTimeout)
