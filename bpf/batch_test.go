@@ -66,11 +66,9 @@ func testEventBatches(t *testing.T, variant int) {
 	if err := m.SetLatencyThreshold(threshold); err != nil {
 		t.Fatal(err)
 	}
-	var hogs []*helperProc
-	for range 3 {
-		hogs = append(hogs, startHelper(t, hog, cpu, "hog"))
-	}
+	// The victim starts before the hogs burn (see startHogs).
 	p := startHelper(t, victim, cpu, "victim", "1s")
+	hogs := startHogs(t, cpu, hog, hog, hog)
 	p.start(t)
 	p.wait(t)
 	for _, h := range hogs {

@@ -35,8 +35,8 @@ func testAllCulprits(t *testing.T, variant int) {
 	if err := m.Track(victim.id, bpf.ClassGuaranteed); err != nil {
 		t.Fatal(err)
 	}
-	hogs := []*helperProc{startHelper(t, other, cpu, "hog"), startHelper(t, revocable, cpu, "hog")}
 	p := startHelper(t, victim, cpu, "victim", "1s")
+	hogs := startHogs(t, cpu, other, revocable)
 	p.start(t)
 	p.wait(t)
 	for _, h := range hogs {
@@ -78,8 +78,8 @@ func testAllCulprits(t *testing.T, variant int) {
 	if err := m.Track(victim2.id, bpf.ClassGuaranteed); err != nil {
 		t.Fatal(err)
 	}
-	hogs = []*helperProc{startHelper(t, other, cpu, "hog"), startHelper(t, revocable, cpu, "hog")}
 	p = startHelper(t, victim2, cpu, "victim", "500ms")
+	hogs = startHogs(t, cpu, other, revocable)
 	p.start(t)
 	p.wait(t)
 	for _, h := range hogs {

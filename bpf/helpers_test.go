@@ -133,12 +133,15 @@ func setThreadNice(nice int) error {
 }
 
 // helperHog burns CPU until killed, at hogNice so that it dominates its
-// CPU whatever else the host runs.
+// CPU whatever else the host runs. It waits for a line on stdin before it
+// burns (see startHogs).
 func helperHog([]string) error {
 	if err := setThreadNice(hogNice); err != nil {
 		return err
 	}
-	fmt.Println("ready")
+	if err := waitGo(); err != nil {
+		return err
+	}
 	x := uint64(1)
 	for {
 		x = x*6364136223846793005 + 1442695040888963407
@@ -388,6 +391,22 @@ func startHelper(t testing.TB, cg cgroup, cpu int, name string, args ...string) 
 		t.Fatalf("helper %s not ready: %q %v", name, line, err)
 	}
 	return p
+}
+
+// startHogs starts a hog on cpu in each of cgs, all of them before any
+// burns: a helper starts at nice 0 (its runtime's threads stay there), and
+// beside hogs at hogNice it would get about 1% of the CPU, a minute of wall
+// time to start under QEMU's emulation. Start victims before it too.
+func startHogs(t testing.TB, cpu int, cgs ...cgroup) []*helperProc {
+	t.Helper()
+	var hogs []*helperProc
+	for _, cg := range cgs {
+		hogs = append(hogs, startHelper(t, cg, cpu, "hog"))
+	}
+	for _, h := range hogs {
+		h.start(t)
+	}
+	return hogs
 }
 
 func (p *helperProc) start(t testing.TB) {

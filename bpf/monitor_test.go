@@ -531,11 +531,8 @@ func testRunqueueInterference(t *testing.T, variant int) {
 
 		// Several hog processes, so the contended waits stand well above
 		// the host's noise.
-		var hogs []*helperProc
-		for range 3 {
-			hogs = append(hogs, startHelper(t, hog, cpu, "hog"))
-		}
 		p = startHelper(t, victim, cpu, "victim", "1500ms")
+		hogs := startHogs(t, cpu, hog, hog, hog)
 		p.start(t)
 		p.wait(t)
 		contended = stats(t, m, victim.id)
@@ -623,12 +620,12 @@ func testRunqueueMatchesSchedstat(t *testing.T, variant int) {
 	m := loadVariant(t, variant, bpf.Config{})
 	root := testRoot(t)
 	cpu := runtime.NumCPU() - 1
-	startHelper(t, newCgroup(t, root, "hog"), cpu, "hog") // untracked
 	victim := newCgroup(t, root, "victim")
 	if err := m.Track(victim.id, bpf.ClassGuaranteed); err != nil {
 		t.Fatal(err)
 	}
 	p := startHelper(t, victim, cpu, "victim", "1s", "hold")
+	startHogs(t, cpu, newCgroup(t, root, "hog")) // untracked
 	p.start(t)
 	if line, err := p.stdout.ReadString('\n'); err != nil || strings.TrimSpace(line) != "done" {
 		t.Fatalf("victim: %q %v", line, err)
