@@ -137,6 +137,10 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 	return l
 }
 
+// eventsReady is an EBPF whose events are known only once it is loaded
+// (lateEBPF): Events is asked once EventsReady is closed.
+type eventsReady interface{ EventsReady() <-chan struct{} }
+
 // polledFileOverflows is implemented by a containerizer that keeps polled
 // cgroup files open under a bound (*containerizer.Containerizer).
 type polledFileOverflows interface{ PolledFileOverflows() uint64 }
@@ -190,7 +194,10 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		timer.Stop()
 	}()
 	var events <-chan bpf.ThresholdEvent
-	if l.ebpf != nil {
+	var ready <-chan struct{} // closed when events are to be asked for
+	if r, ok := l.ebpf.(eventsReady); ok {
+		ready = r.EventsReady()
+	} else if l.ebpf != nil {
 		events = l.ebpf.Events()
 	}
 	var arrived []qos.Event
@@ -198,6 +205,8 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-ready:
+			events, ready = l.ebpf.Events(), nil
 		case <-timer.C:
 			l.evalMu.Lock()
 			// A pass may have evaluated and armed the timer anew while
