@@ -339,6 +339,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
 	}
 	l.statsRead, l.statsBatched = false, false
+	size := 0 // of in.Containers
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -361,9 +362,17 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			}
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID, runqSum)
 		}
+		if in.Containers == nil {
+			in.Containers = make([]qos.Container, 0, size)
+		}
 		in.Containers = append(in.Containers, qc)
 	}
-	for _, c := range l.running.get() {
+	running := l.running.get()
+	// Sized once, at the first container (nil without any, as before):
+	// growing it by appends copied it several times and touched fresh
+	// memory at every evaluation (#29).
+	size = len(running) + len(l.protect)
+	for _, c := range running {
 		if c.Exit != nil {
 			continue
 		}
