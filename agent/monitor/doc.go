@@ -155,8 +155,9 @@
 // call of the monitor's, and the Go runtime's system monitor, which any
 // system call made while the process was idle wakes and which then polls
 // every 20 µs until the process is idle again, stays asleep (the agent's
-// QoS evaluations, every third pass by default, still read the revocable
-// subtree's limits).
+// QoS evaluations, every third pass by default, hold what they read of the
+// revocable subtree's limits until the next whole second or the agent's
+// next write of one: containerizer's leverLayout).
 // A read eBPF did not call for that
 // finds CPU time eBPF did not see (tasks in a child cgroup, which eBPF
 // counts as that cgroup's; or a run between the pass's eBPF read and the
