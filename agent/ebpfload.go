@@ -24,7 +24,6 @@ const FeatureEBPFMonitor = "ebpf_monitor"
 type lateEBPF struct {
 	ready   chan struct{} // closed by done
 	started atomic.Bool   // start was called
-	events  chan bpf.ThresholdEvent
 
 	mu      sync.Mutex
 	mon     loadedEBPF           // set by done; nil when loading failed
@@ -40,7 +39,7 @@ type loadedEBPF interface {
 }
 
 func newLateEBPF() *lateEBPF {
-	return &lateEBPF{ready: make(chan struct{}), events: make(chan bpf.ThresholdEvent, 1024),
+	return &lateEBPF{ready: make(chan struct{}),
 		tracked: map[uint64]bpf.Class{}, err: fmt.Errorf("eBPF monitor: %w", bpf.ErrLoading)}
 }
 
@@ -182,11 +181,23 @@ func (l *lateEBPF) AllDelays() (map[uint64]map[uint64]time.Duration, error) {
 // only.
 var errNoAllDelays = errors.New("eBPF programs without AllDelays")
 
-// Events delivers the monitor's threshold events once it is loaded.
-func (l *lateEBPF) Events() <-chan bpf.ThresholdEvent { return l.events }
+// Events returns the loaded monitor's threshold events: its own channel,
+// which the QoS loop reads directly (no goroutine relays them, #29); nil
+// (no events) while loading and when the load failed. Ask again once
+// EventsReady is closed.
+func (l *lateEBPF) Events() <-chan bpf.ThresholdEvent {
+	if m, _ := l.monitor(); m != nil {
+		return m.Events()
+	}
+	return nil
+}
 
-// Run waits for the monitor, then runs it and forwards its events until
-// ctx is cancelled. Without a monitor it returns nil at once.
+// EventsReady is closed once the load ended: Events then returns what it
+// will always return.
+func (l *lateEBPF) EventsReady() <-chan struct{} { return l.ready }
+
+// Run waits for the monitor, then runs it until ctx is cancelled. Without
+// a monitor it returns nil at once.
 func (l *lateEBPF) Run(ctx context.Context) error {
 	select {
 	case <-l.ready:
@@ -197,15 +208,7 @@ func (l *lateEBPF) Run(ctx context.Context) error {
 	if m == nil {
 		return nil
 	}
-	errc := make(chan error, 1)
-	go func() { errc <- m.Run(ctx) }()
-	for ev := range m.Events() { // closed when m.Run returns
-		select {
-		case l.events <- ev:
-		case <-ctx.Done():
-		}
-	}
-	return <-errc
+	return m.Run(ctx)
 }
 
 // start runs load, which calls done, in the background.

@@ -86,6 +86,9 @@ func TestLateEBPFLoaded(t *testing.T) {
 	if _, err := l.DelayedBy(1); !errors.Is(err, bpf.ErrLoading) {
 		t.Errorf("DelayedBy while loading: %v, want ErrLoading", err)
 	}
+	if l.Events() != nil {
+		t.Error("Events while loading is not nil")
+	}
 
 	m := newFakeMonitor()
 	probes := []bpf.FeatureResult{{Name: "btf"}, {Name: "sched_info", Err: bpf.ErrPermission}}
@@ -108,13 +111,22 @@ func TestLateEBPFLoaded(t *testing.T) {
 		t.Errorf("features once loaded: %v, want %v", got, want)
 	}
 
-	// Run forwards the monitor's events until cancelled.
+	// Once loaded, the events are the monitor's own channel (#29: no
+	// goroutine relays them), and Run runs the monitor until cancelled.
+	select {
+	case <-l.EventsReady():
+	default:
+		t.Fatal("EventsReady not closed once loaded")
+	}
+	if l.Events() != (<-chan bpf.ThresholdEvent)(m.events) {
+		t.Error("Events is not the loaded monitor's channel")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 	m.events <- bpf.ThresholdEvent{Cgroup: 3}
 	if ev := <-l.Events(); ev.Cgroup != 3 {
-		t.Errorf("forwarded event of cgroup %d, want 3", ev.Cgroup)
+		t.Errorf("event of cgroup %d, want 3", ev.Cgroup)
 	}
 	cancel()
 	must(<-done)

@@ -194,11 +194,14 @@ func (s nodeService) GetUsage(context.Context, *connect.Request[slacklinev1.GetU
 		return nil, connect.NewError(connect.CodeFailedPrecondition, errors.New("this agent runs without a monitor"))
 	}
 	resp := &slacklinev1.GetUsageResponse{Node: m.Node().Stats}
+	delays := s.a.watch.delayReader()
 	for _, u := range m.Usages() {
 		st := u.Stats
-		if delays := s.a.watch.delays(u.ContainerID); !u.Revocable && delays != nil && st != nil {
-			st = proto.Clone(st).(*slacklinev1.ResourceStatistics)
-			st.DelayedBy = delays
+		if !u.Revocable && st != nil {
+			if delays := delays(u.ContainerID); delays != nil {
+				st = proto.Clone(st).(*slacklinev1.ResourceStatistics)
+				st.DelayedBy = delays
+			}
 		}
 		resp.Usage = append(resp.Usage, &slacklinev1.ContainerUsage{TaskId: u.TaskID, Statistics: st})
 	}

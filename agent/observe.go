@@ -2,6 +2,7 @@ package agent
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"os"
@@ -374,6 +375,43 @@ func (o *observer) delays(containerID string) []*slacklinev1.Delay {
 	if err != nil {
 		return nil
 	}
+	return o.named(cumulative)
+}
+
+// delayReader returns delays for a caller that asks about several
+// containers in a row: where the eBPF programs can (AllDelays), the map
+// of delays is walked once, at the first container with a cgroup, rather
+// than once per container (a system call per entry, and one more that
+// finds its end: #29).
+func (o *observer) delayReader() func(containerID string) []*slacklinev1.Delay {
+	b, ok := o.ebpf.(allDelayer)
+	if !ok {
+		return o.delays
+	}
+	var all map[uint64]map[uint64]time.Duration
+	var err error
+	read := false
+	return func(containerID string) []*slacklinev1.Delay {
+		cgid := o.cgroupID(containerID)
+		if cgid == 0 {
+			return nil
+		}
+		if !read {
+			all, err = b.AllDelays()
+			read = true
+		}
+		switch {
+		case errors.Is(err, errNoAllDelays):
+			return o.delays(containerID)
+		case err != nil:
+			return nil
+		}
+		return o.named(all[cgid]) // a victim never delayed has no entry: none
+	}
+}
+
+// named sums cumulative delays by culprit name, sorted by name.
+func (o *observer) named(cumulative map[uint64]time.Duration) []*slacklinev1.Delay {
 	byName := map[string]time.Duration{}
 	for culprit, d := range cumulative {
 		byName[o.culprit(culprit)] += d

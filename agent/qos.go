@@ -137,6 +137,10 @@ func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt 
 	return l
 }
 
+// eventsReady is an EBPF whose events are known only once it is loaded
+// (lateEBPF): Events is asked once EventsReady is closed.
+type eventsReady interface{ EventsReady() <-chan struct{} }
+
 // polledFileOverflows is implemented by a containerizer that keeps polled
 // cgroup files open under a bound (*containerizer.Containerizer).
 type polledFileOverflows interface{ PolledFileOverflows() uint64 }
@@ -190,7 +194,10 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		timer.Stop()
 	}()
 	var events <-chan bpf.ThresholdEvent
-	if l.ebpf != nil {
+	var ready <-chan struct{} // closed when events are to be asked for
+	if r, ok := l.ebpf.(eventsReady); ok {
+		ready = r.EventsReady()
+	} else if l.ebpf != nil {
 		events = l.ebpf.Events()
 	}
 	var arrived []qos.Event
@@ -198,6 +205,8 @@ func (l *qosLoop) Run(ctx context.Context) error {
 		select {
 		case <-ctx.Done():
 			return ctx.Err()
+		case <-ready:
+			events, ready = l.ebpf.Events(), nil
 		case <-timer.C:
 			l.evalMu.Lock()
 			// A pass may have evaluated and armed the timer anew while
@@ -330,6 +339,7 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 		l.batched = !errors.Is(l.allDelaysErr, errNoAllDelays)
 	}
 	l.statsRead, l.statsBatched = false, false
+	size := 0 // of in.Containers
 	add := func(qc qos.Container) {
 		u, ok := m.Latest(qc.ID)
 		if ok && u.Stats != nil {
@@ -352,9 +362,17 @@ func (l *qosLoop) input(now time.Time) qos.Input {
 			}
 			qc.DelayedBy, qc.DelayedByOthers, qc.RunqWait = l.delayedSince(qc.ID, runqSum)
 		}
+		if in.Containers == nil {
+			in.Containers = make([]qos.Container, 0, size)
+		}
 		in.Containers = append(in.Containers, qc)
 	}
-	for _, c := range l.running.get() {
+	running := l.running.get()
+	// Sized once, at the first container (nil without any, as before):
+	// growing it by appends copied it several times and touched fresh
+	// memory at every evaluation (#29).
+	size = len(running) + len(l.protect)
+	for _, c := range running {
 		if c.Exit != nil {
 			continue
 		}

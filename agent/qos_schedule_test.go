@@ -1,9 +1,14 @@
 package agent
 
 import (
+	"context"
+	"errors"
 	"log/slog"
+	"slices"
 	"testing"
 	"time"
+
+	"github.com/slackline/slackline/bpf"
 
 	"github.com/slackline/slackline/qos"
 	"github.com/slackline/slackline/resources"
@@ -119,5 +124,47 @@ func TestQoSSampleTakenEvaluatesOnlyWhenDue(t *testing.T) {
 	l.sampleTaken()
 	if evaluations != 2 {
 		t.Errorf("a pass after the next evaluation was due made %d evaluations in all, want 2", evaluations)
+	}
+}
+
+// TestQoSEventsOfLateEBPF (#29): the QoS loop reads the threshold events
+// of an eBPF monitor loaded after it started from the monitor's own
+// channel (lateEBPF relays nothing), and evaluates with them.
+func TestQoSEventsOfLateEBPF(t *testing.T) {
+	t.Parallel()
+	late := newLateEBPF()
+	got := make(chan []qos.Event, 16)
+	l := newQoSLoop(Config{Logger: slog.New(slog.DiscardHandler), Containerizer: newFakeContainerizer(), EBPF: late,
+		QoS: qos.ControllerFunc(func(in qos.Input) []qos.Correction {
+			if len(in.Events) > 0 {
+				got <- slices.Clone(in.Events)
+			}
+			return nil
+		})},
+		resources.Resources{}, &observer{}, nil, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+
+	m := newFakeMonitor()
+	if err := late.done(m, nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = late.Run(ctx) }()
+	m.events <- bpf.ThresholdEvent{Cgroup: 3, Latency: 5 * time.Millisecond}
+	select {
+	case events := <-got:
+		if len(events) != 1 || events[0].Latency != 5*time.Millisecond {
+			t.Errorf("evaluated with events %+v, want the one sent", events)
+		}
+	case err := <-done:
+		t.Fatalf("Run ended: %v", err)
+	case <-time.After(time.Minute): // a backstop, not a timing assertion
+		t.Fatal("no evaluation with the event")
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Errorf("Run: %v, want context.Canceled", err)
 	}
 }

@@ -67,11 +67,12 @@ func (h *viewHistory) record(now time.Time, published []monitor.Usage) {
 // protected services among usages (none without eBPF).
 func (h *viewHistory) victims(usages []monitor.Usage) []history.Victim {
 	var out []history.Victim
+	delays := h.watch.delayReader()
 	for _, u := range usages {
 		if u.Revocable {
 			continue
 		}
-		delays := h.watch.delays(u.ContainerID)
+		delays := delays(u.ContainerID)
 		if delays == nil {
 			continue
 		}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"connectrpc.com/connect"
+	"github.com/google/go-cmp/cmp"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	"github.com/slackline/slackline/agent/history"
@@ -140,5 +141,70 @@ func TestGetHistoryFitsItsAnswer(t *testing.T) {
 	resp, err = node.GetHistory(context.Background(), connect.NewRequest(&slacklinev1.GetHistoryRequest{StepSeconds: 5}))
 	if err != nil || resp.Msg.GetStepSeconds() != 5 || count(resp.Msg) > 300*182 {
 		t.Fatalf("GetHistory at 5 s: step %v, %d points, %v", resp.Msg.GetStepSeconds(), count(resp.Msg), err)
+	}
+}
+
+// delayCounter is an EBPF that answers DelayedBy and AllDelays from one
+// table (victim -> culprit -> delay) and counts the calls of each.
+type delayCounter struct {
+	perCgroupEBPF
+	table                map[uint64]map[uint64]time.Duration
+	delayedBy, allDelays int
+	noAll                bool // AllDelays answers errNoAllDelays
+}
+
+func (d *delayCounter) DelayedBy(victim uint64) (map[uint64]time.Duration, error) {
+	d.delayedBy++
+	out := map[uint64]time.Duration{}
+	for culprit, v := range d.table[victim] {
+		out[culprit] = v
+	}
+	return out, nil
+}
+
+func (d *delayCounter) AllDelays() (map[uint64]map[uint64]time.Duration, error) {
+	d.allDelays++
+	if d.noAll {
+		return nil, errNoAllDelays
+	}
+	return d.table, nil
+}
+
+// TestVictimsReadDelaysOnce (#29): the history's victims are read from one
+// walk of the delays map (AllDelays), not one per guaranteed container,
+// and are what DelayedBy gives victim by victim: the culprits by name, an
+// undelayed victim with none, a revocable container and an untracked one
+// left out; without AllDelays, DelayedBy per victim.
+func TestVictimsReadDelaysOnce(t *testing.T) {
+	t.Parallel()
+	usages := []monitor.Usage{{ContainerID: "g1", TaskID: "t1"}, {ContainerID: "g2", TaskID: "t2"}, {ContainerID: "r1", TaskID: "t3", Revocable: true},
+		{ContainerID: "g3", TaskID: "t4"}, {ContainerID: "gone", TaskID: "t5"}}
+	want := []history.Victim{
+		{ContainerID: "g1", TaskID: "t1", Culprits: map[string]float64{"r1": 2}},
+		{ContainerID: "g2", TaskID: "t2", Culprits: map[string]float64{}},
+		{ContainerID: "g3", TaskID: "t4", Culprits: map[string]float64{"r1": 0.5, "g1": 1}},
+	}
+	for _, noAll := range []bool{false, true} {
+		t.Run(fmt.Sprintf("noAll=%v", noAll), func(t *testing.T) {
+			t.Parallel()
+			fake := &delayCounter{noAll: noAll, table: map[uint64]map[uint64]time.Duration{
+				11: {13: 2 * time.Second},
+				14: {13: 500 * time.Millisecond, 11: time.Second},
+			}}
+			o := &observer{ebpf: fake, tracked: map[string]tracked{
+				"g1": {cgroupID: 11}, "g2": {cgroupID: 12}, "r1": {cgroupID: 13, revocable: true}, "g3": {cgroupID: 14},
+			}}
+			got := (&viewHistory{watch: o}).victims(usages)
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("victims (-want +got):\n%s", diff)
+			}
+			wantAll, wantBy := 1, 0
+			if noAll {
+				wantBy = 3
+			}
+			if fake.allDelays != wantAll || fake.delayedBy != wantBy {
+				t.Errorf("%d AllDelays and %d DelayedBy calls, want %d and %d", fake.allDelays, fake.delayedBy, wantAll, wantBy)
+			}
+		})
 	}
 }

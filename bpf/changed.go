@@ -216,7 +216,8 @@ func (m *Monitor) refresh(now time.Time) error {
 
 // walkAll reads the whole counters map with batch lookups into the cache:
 // every tracked cgroup's counters (fresh values are never wrong); the
-// block counters of the plan's cgroups only.
+// block counters of the plan's cgroups only, from one batch walk of their
+// map too (walkBlocks).
 func (m *Monitor) walkAll(plan ReadPlan) error {
 	if m.walked == nil {
 		m.walked = map[uint64]bool{}
@@ -225,6 +226,10 @@ func (m *Monitor) walkAll(plan ReadPlan) error {
 	for _, id := range plan.Read {
 		m.walked[id] = false // not read yet
 	}
+	if err := m.walkBlocks(m.walked); err != nil {
+		return err
+	}
+	defer m.endBlockWalk()
 	err := m.readBatch(func(id uint64, perCPU []schedCgroupCounters) error {
 		epoch, tracked := m.epochs[id]
 		if !tracked {
@@ -285,13 +290,17 @@ func (m *Monitor) cacheCounters(id uint64, perCPU []schedCgroupCounters) error {
 // counters were reused because no program marked them changed.
 type ReadCounts struct {
 	Full, LookedUp, Reused uint64
+	// BlockLookedUp counts the cgroups whose block counters were looked
+	// up one by one (a full read walks their map in batches instead,
+	// where the kernel can: #29).
+	BlockLookedUp uint64
 }
 
 // ReadCounts returns how ReadAll has read so far.
 func (m *Monitor) ReadCounts() ReadCounts {
 	m.batchMu.Lock()
 	defer m.batchMu.Unlock()
-	return ReadCounts{Full: m.readsFull, LookedUp: m.readsLookedUp, Reused: m.readsReused}
+	return ReadCounts{Full: m.readsFull, LookedUp: m.readsLookedUp, Reused: m.readsReused, BlockLookedUp: m.blockLookups.Load()}
 }
 
 func boolCount(b bool) uint64 {

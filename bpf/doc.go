@@ -94,7 +94,8 @@
 // every tracked cgroup's: it looks up only those whose counters a program
 // marked changed since its last call, through the `changed` flags user
 // space maps, reuses what it read of the others, and reads every cgroup
-// once a second, with batch lookups, a system call per 128 cgroups;
+// once a second, with batch lookups, a system call per 128 cgroups, the
+// block counters too (blk_stats walked once, not looked up per cgroup);
 // ReadCounts says how often each happened; CgroupStats.Running says
 // whether a task of the cgroup holds a CPU, from the CPUs' mapped
 // states); Run(ctx) reads the

@@ -241,6 +241,9 @@ type Monitor struct {
 	fullEvery     time.Duration // fullReadInterval; tests set it longer
 	readIDs       []uint64
 	walked        map[uint64]bool
+	blkWalk       blockWalk // walkAll's read of the block counters
+	blkNoBatch    bool      // the kernel has no batch lookups of blk_stats
+	blockLookups  atomic.Uint64
 	readsFull     uint64
 	readsLookedUp uint64
 	readsReused   uint64

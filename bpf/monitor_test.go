@@ -933,4 +933,37 @@ func TestBlockRequests(t *testing.T) {
 			t.Errorf("cgroup %s: block wait %v, want > 0", c.name, wait)
 		}
 	}
+
+	// A full read (#29) gives every tracked cgroup the block counters
+	// a lookup gives, from a batch walk of their map: no lookup per
+	// cgroup, most of which (idle ones) would find no entry.
+	idle := make([]cgroup, 20)
+	for i := range idle {
+		idle[i] = newCgroup(t, root, fmt.Sprintf("idle%d", i))
+		if err := m.Track(idle[i].id, bpf.ClassGuaranteed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	before := m.ReadCounts()
+	all := map[uint64]bpf.CgroupStats{}
+	if err := m.ReadAll(all); err != nil {
+		t.Fatal(err)
+	}
+	after := m.ReadCounts()
+	if after.Full == before.Full {
+		t.Fatalf("ReadAll made no full read (%+v -> %+v)", before, after)
+	}
+	if looked := after.BlockLookedUp - before.BlockLookedUp; looked != 0 {
+		t.Errorf("a full read of %d cgroups looked up %d cgroups' block counters one by one, want 0 (one walk)", len(all), looked)
+	}
+	for _, cg := range append([]cgroup{a, b}, idle...) {
+		got, want := all[cg.id], stats(t, m, cg.id)
+		if got.BlockCount != want.BlockCount || got.BlockBytes != want.BlockBytes || got.BlockWait != want.BlockWait || got.BlockLatency != want.BlockLatency {
+			t.Errorf("cgroup %d: ReadAll block counters %d requests, %d bytes, %v; Stats %d, %d, %v",
+				cg.id, got.BlockCount, got.BlockBytes, got.BlockWait, want.BlockCount, want.BlockBytes, want.BlockWait)
+		}
+	}
+	if all[a.id].BlockCount == 0 || all[b.id].BlockCount == 0 {
+		t.Errorf("ReadAll shows no block request of the writers: a %d, b %d", all[a.id].BlockCount, all[b.id].BlockCount)
+	}
 }

@@ -71,6 +71,14 @@ func TestRevocableCPUs(t *testing.T) {
 	if got := cpusAllowed(t, r.Pid); !slices.Equal(got, all) {
 		t.Errorf("after giving every CPU back the revocable task may run on %v, want %v", got, all)
 	}
+	// The getters hold what they read (#29), but a write through the
+	// setters shows at the next read.
+	if got, err := c.RevocableCPUs(); err != nil || !slices.Equal(got, all) {
+		t.Errorf("RevocableCPUs after giving every CPU back = %v, %v; want %v", got, err, all)
+	}
+	if got, err := c.RevocableCPULimit(); err != nil || got != 0 {
+		t.Errorf("RevocableCPULimit before a cap = %v, %v; want 0", got, err)
+	}
 	if err := c.SetRevocableCPULimit(0.5, 10*time.Millisecond); err != nil {
 		t.Fatal(err)
 	}

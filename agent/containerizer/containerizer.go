@@ -232,12 +232,14 @@ type Containerizer struct {
 	cfg    Config
 	log    *slog.Logger
 	layout cgroups.Layout
-	// polled keeps the files of the revocable subtree's and the root's
-	// limits open (polledLayout): the QoS loop reads them at every
-	// evaluation (#29). A handful of fixed paths: well under
-	// cgroups.MaxOpenFiles.
-	polled *cgroups.OpenFiles
-	bootID string
+	// polled keeps the files of the revocable subtree's counters open
+	// (polledLayout), and levers those of the revocable subtree's and the
+	// root's limits, holding what they read (leverLayout, refreshed at
+	// each leverRefresh boundary and after every write of a lever): the
+	// QoS loop reads them at every evaluation (#29). A handful of fixed
+	// paths: well under cgroups.MaxOpenFiles.
+	polled, levers *cgroups.OpenFiles
+	bootID         string
 	// supervisors is the cgroup supervisors move into (SupervisorsCgroup).
 	supervisors cgroups.Paths
 	// coreCookies: revocable tasks get a core-scheduling cookie of their own.
@@ -411,7 +413,7 @@ func New(cfg Config) (*Containerizer, error) {
 		cfg.Logger.Info("containerizer: reclaimed dynamic ids of ended tasks", "dir", cfg.DynamicIDsDir, "leases", n)
 	}
 	c := &Containerizer{
-		cfg: cfg, log: cfg.Logger, layout: layout, polled: &cgroups.OpenFiles{}, bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
+		cfg: cfg, log: cfg.Logger, layout: layout, polled: &cgroups.OpenFiles{}, levers: cgroups.NewHeldFiles(leverRefresh, time.Now), bootID: bootID, supervisors: supervisors, coreCookies: coreCookies,
 		containers: make(map[string]*container), dynamicIDs: dynamic, diskIO: diskIO,
 		exits: newExitQueue(),
 		done:  make(chan struct{}),
@@ -481,17 +483,40 @@ func (c *Containerizer) Mode() Mode { return Mode(c.layout.Mode) }
 func (c *Containerizer) Exits() <-chan Exit { return c.exits.out }
 
 // polledLayout is the layout with polled files kept open, for the
-// getters the QoS loop calls at every evaluation (Revocable*, CPUs).
+// counters the QoS loop reads at every evaluation (RevocableIOBytes).
 func (c *Containerizer) polledLayout() cgroups.Layout {
 	l := c.layout
 	l.Files = c.polled
 	return l
 }
 
+// leverRefresh bounds how long a lever's value is held (leverLayout): a
+// change the agent did not make (an operator's, a CPU going offline)
+// shows at the first read after the next multiple of it on the clock.
+const leverRefresh = time.Second
+
+// leverLayout is the layout with the levers' files kept open and what
+// they read held (cgroups.NewHeldFiles), for the getters the QoS loop
+// calls at every evaluation (RevocableCPULimit, RevocableCPUs, CPUs,
+// RevocableMemoryHigh, RevocableFrozen, RevocableIOLimit): only the
+// setters beside them write those files, and each forgets what is held
+// (forgetLevers), so an evaluation after a correction reads it afresh.
+func (c *Containerizer) leverLayout() cgroups.Layout {
+	l := c.layout
+	l.Files = c.levers
+	return l
+}
+
+// forgetLevers has the next read of every lever read its file: called
+// after every write of one, failed or not.
+func (c *Containerizer) forgetLevers() { c.levers.Forget() }
+
 // PolledFileOverflows returns how many reads of a polled control file
 // found cgroups.MaxOpenFiles files kept open already and opened it afresh
 // (cgroups.OpenFiles.Overflows). It only grows.
-func (c *Containerizer) PolledFileOverflows() uint64 { return c.polled.Overflows() }
+func (c *Containerizer) PolledFileOverflows() uint64 {
+	return c.polled.Overflows() + c.levers.Overflows()
+}
 
 // ContainersVersion returns a number that changes whenever Containers
 // may return something else (a container became ready, ended or was
@@ -546,6 +571,7 @@ func (c *Containerizer) Close() error {
 	close(c.done)
 	c.exits.close()
 	_ = c.polled.Close()
+	_ = c.levers.Close()
 	for _, ct := range c.containers {
 		if ct.watch != nil {
 			_ = ct.watch.Close()

@@ -201,6 +201,7 @@ func (c *Containerizer) DiskIO() DiskIOSupport { return c.diskIO }
 // bytes per second on each of the sandbox's disks (0: no cap). It wraps
 // ErrUnsupported where the host cannot cap.
 func (c *Containerizer) SetRevocableIOLimit(bps uint64) error {
+	defer c.forgetLevers()
 	if !c.diskIO.Cap {
 		return fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
 	}
@@ -216,7 +217,7 @@ func (c *Containerizer) RevocableIOLimit() (uint64, error) {
 	if !c.diskIO.Cap {
 		return 0, fmt.Errorf("%w: %s", ErrUnsupported, c.diskIO.CapWhy)
 	}
-	return c.polledLayout().IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
+	return c.leverLayout().IOLimit(c.RevocableCgroup(), c.diskIO.Devices[0])
 }
 
 // RevocableIOBytes returns the bytes the revocable subtree has read and

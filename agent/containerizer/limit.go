@@ -14,6 +14,7 @@ import (
 // This is the QoS controllers' throttle: best-effort work slows down
 // together, without being killed.
 func (c *Containerizer) SetRevocableCPULimit(cores float64, period time.Duration) error {
+	defer c.forgetLevers()
 	if err := c.layout.SetCPULimit(c.RevocableCgroup(), cores, period); err != nil {
 		return fmt.Errorf("set revocable CPU limit: %w", err)
 	}
@@ -23,13 +24,14 @@ func (c *Containerizer) SetRevocableCPULimit(cores float64, period time.Duration
 // RevocableCPULimit returns the revocable subtree's CPU cap in cores (0:
 // none).
 func (c *Containerizer) RevocableCPULimit() (float64, error) {
-	return c.polledLayout().CPULimit(c.RevocableCgroup())
+	return c.leverLayout().CPULimit(c.RevocableCgroup())
 }
 
 // SetRevocableCPUs confines the revocable subtree to cpus (a CPU set); nil
 // or empty gives it every CPU again. It wraps ErrUnsupported on hosts
 // without a usable cpuset controller.
 func (c *Containerizer) SetRevocableCPUs(cpus []int) error {
+	defer c.forgetLevers()
 	if err := c.layout.SetCPUs(c.RevocableCgroup(), cpus); err != nil {
 		return fmt.Errorf("set revocable CPUs: %w", err)
 	}
@@ -39,14 +41,14 @@ func (c *Containerizer) SetRevocableCPUs(cpus []int) error {
 // RevocableCPUs returns the CPUs the revocable subtree may run on; it wraps
 // ErrUnsupported on hosts without a usable cpuset controller.
 func (c *Containerizer) RevocableCPUs() ([]int, error) {
-	return c.polledLayout().CPUs(c.RevocableCgroup())
+	return c.leverLayout().CPUs(c.RevocableCgroup())
 }
 
 // CPUs returns the CPUs the agent's cgroup root may use: every online CPU
 // unless the root itself is confined. Without a cpuset controller it
 // assumes CPUs 0 to NumCPU-1.
 func (c *Containerizer) CPUs() []int {
-	if cpus, err := c.polledLayout().CPUs(c.cfg.CgroupRoot); err == nil && len(cpus) > 0 {
+	if cpus, err := c.leverLayout().CPUs(c.cfg.CgroupRoot); err == nil && len(cpus) > 0 {
 		return cpus
 	}
 	cpus := make([]int, runtime.NumCPU())

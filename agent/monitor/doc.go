@@ -83,10 +83,11 @@
 // The node sample reads /proc/stat (usage = user + nice + system + irq +
 // softirq + steal; cpus_limit = number of CPUs), /proc/meminfo
 // (mem_available_bytes, mem_limit_bytes = MemTotal), /proc/loadavg and
-// /proc/pressure/* through github.com/prometheus/procfs, at most once per
-// Config.NodeInterval (default max(Interval, 1 s)): load and PSI averages
-// move every few seconds and the node files cost as much as a dozen
-// containers.
+// /proc/pressure/* (parsed as github.com/prometheus/procfs parses them;
+// kept open and re-read with one pread each, as the containers' control
+// files are, #29), at most once per Config.NodeInterval (default
+// max(Interval, 1 s)): load and PSI averages move every few seconds and
+// the node files cost as much as a dozen containers.
 //
 // With Config.CgroupRoot set (the agent's --cgroup-root), the node's memory
 // is bounded by the lowest memory limit among the root and its ancestors
@@ -154,8 +155,9 @@
 // call of the monitor's, and the Go runtime's system monitor, which any
 // system call made while the process was idle wakes and which then polls
 // every 20 µs until the process is idle again, stays asleep (the agent's
-// QoS evaluations, every third pass by default, still read the revocable
-// subtree's limits).
+// QoS evaluations, every third pass by default, hold what they read of the
+// revocable subtree's limits until the next whole second or the agent's
+// next write of one: containerizer's leverLayout).
 // A read eBPF did not call for that
 // finds CPU time eBPF did not see (tasks in a child cgroup, which eBPF
 // counts as that cgroup's; or a run between the pass's eBPF read and the

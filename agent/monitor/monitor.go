@@ -193,8 +193,9 @@ type Monitor struct {
 	log     *slog.Logger
 	host    host
 	sources []source // chosen by New from the layout and Config.EBPF
-	proc    procfs.FS
-	metrics *collector
+	// nodeFiles are the node's procfs files (sampleNode), under sampleMu.
+	nodeFiles *nodeFiles
+	metrics   *collector
 
 	// sampleMu serialises passes and guards what only the sampler touches:
 	// each container's samplers and CPU baseline, retired, scratch, node
@@ -294,8 +295,7 @@ func New(cfg Config) (*Monitor, error) {
 	default:
 		return nil, fmt.Errorf("unknown cgroup mode %q: want \"v2\" or \"hybrid\"", cfg.Mode)
 	}
-	proc, err := procfs.NewFS(cfg.ProcRoot)
-	if err != nil {
+	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
 		return nil, fmt.Errorf("open procfs at %s: %w", cfg.ProcRoot, err)
 	}
 	if cfg.IdleRefresh < 0 {
@@ -311,7 +311,7 @@ func New(cfg Config) (*Monitor, error) {
 		log:        cfg.Logger,
 		host:       h,
 		sources:    chooseSources(&h),
-		proc:       proc,
+		nodeFiles:  newNodeFiles(cfg.ProcRoot),
 		scratch:    newScratch(),
 		containers: make(map[string]*container),
 		nodeBound:  bound,
@@ -540,6 +540,7 @@ func (m *Monitor) Close() error {
 	if m.nodeBound != nil {
 		m.nodeBound.close()
 	}
+	m.nodeFiles.close()
 	return nil
 }
 

@@ -1,6 +1,7 @@
 package cgroups
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -8,8 +9,11 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/internal/tick"
 )
 
 // MaxOpenFiles bounds the control files an OpenFiles keeps open.
@@ -29,15 +33,56 @@ const maxOpenFileSize = 1 << 20
 // with os.ReadFile and counted (Overflows). A nil *OpenFiles reads every
 // file with os.ReadFile. Safe for concurrent use; Close releases the
 // files.
+//
+// One made by NewHeldFiles also holds what it read (see there).
 type OpenFiles struct {
 	mu        sync.Mutex
 	files     map[string]*File
 	buf       []byte
 	overflows atomic.Uint64
+
+	hold time.Duration // NewHeldFiles's period; 0: every read reads
+	now  func() time.Time
+	held map[string]heldRead // at most MaxOpenFiles paths
+}
+
+// heldRead is what a read of a held path found: its content, or that it
+// does not exist (err), at a time.
+type heldRead struct {
+	data []byte
+	err  error
+	at   time.Time
+}
+
+// NewHeldFiles returns an OpenFiles that also holds what each read found,
+// the content or that the file does not exist, and answers later reads of
+// the path from it until the first read after the next multiple of period
+// on now's clock (tick.Crossed) or until Forget (#29). It is for files
+// whose value only the agent's own writes change, which call Forget (the
+// QoS controllers' levers in the revocable subtree), and files that stay
+// absent (the cpuset file of a root the cpuset controller does not cover,
+// which otherwise cost a failed open at every read): a change made by
+// anyone else shows at the next boundary, at most period later. Other
+// errors are not held. Up to MaxOpenFiles paths are held; reads of the
+// others are counted in Overflows and read every time.
+func NewHeldFiles(period time.Duration, now func() time.Time) *OpenFiles {
+	return &OpenFiles{hold: period, now: now, held: map[string]heldRead{}}
+}
+
+// Forget drops what is held: the next read of every path reads the file.
+// Call it after writing a held file.
+func (o *OpenFiles) Forget() {
+	if o == nil {
+		return
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	clear(o.held)
 }
 
 // Overflows returns how many reads found MaxOpenFiles files kept already
-// and read their path with os.ReadFile.
+// and read their path with os.ReadFile, or (NewHeldFiles) MaxOpenFiles
+// paths held already and did not hold theirs.
 func (o *OpenFiles) Overflows() uint64 { return o.overflows.Load() }
 
 // ReadFile returns the content of the file at path.
@@ -47,6 +92,28 @@ func (o *OpenFiles) ReadFile(path string) ([]byte, error) {
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
+	if o.hold <= 0 {
+		return o.read(path)
+	}
+	now := o.now()
+	if h, ok := o.held[path]; ok && !now.Before(h.at) && !tick.Crossed(h.at, now, o.hold) {
+		return bytes.Clone(h.data), h.err
+	}
+	data, err := o.read(path)
+	_, was := o.held[path]
+	switch {
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		delete(o.held, path)
+	case was || len(o.held) < MaxOpenFiles:
+		o.held[path] = heldRead{data: bytes.Clone(data), err: err, at: now}
+	default:
+		o.overflows.Add(1)
+	}
+	return data, err
+}
+
+// read reads the file at path, kept open. o.mu is held.
+func (o *OpenFiles) read(path string) ([]byte, error) {
 	if f := o.files[path]; f != nil {
 		if data, err := o.readAt(f); err == nil {
 			return data, nil
@@ -106,6 +173,7 @@ func (o *OpenFiles) Close() error {
 		err = errors.Join(err, f.Close())
 		delete(o.files, path)
 	}
+	clear(o.held)
 	return err
 }
 

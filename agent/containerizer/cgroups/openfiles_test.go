@@ -60,6 +60,100 @@ func TestOpenFiles(t *testing.T) {
 	}
 }
 
+// TestHeldFiles (#29): a held path answers from its last read, content or
+// absence, until the first read after the next multiple of the period on
+// the clock or until Forget; other errors are not held; past MaxOpenFiles
+// paths are read every time and counted.
+func TestHeldFiles(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	lever, missing := filepath.Join(dir, "cpu.max"), filepath.Join(dir, "cpuset.effective_cpus")
+	write := func(path, s string) {
+		t.Helper()
+		if err := os.WriteFile(path, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	now := t0.Add(100 * time.Millisecond)
+	o := NewHeldFiles(time.Second, func() time.Time { return now })
+	defer o.Close()
+	read := func(path string) string {
+		t.Helper()
+		data, err := o.ReadFile(path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			return "absent"
+		case err != nil:
+			t.Fatalf("ReadFile %s: %v", path, err)
+		}
+		return string(data)
+	}
+	write(lever, "max 100000\n")
+	steps := []struct {
+		name           string
+		at             time.Duration // after t0
+		write          string        // written to lever before the reads ("": nothing)
+		make           bool          // missing created before the reads
+		forget         bool
+		lever, missing string // what the reads return
+	}{
+		{name: "first reads", at: 100 * time.Millisecond, lever: "max 100000\n", missing: "absent"},
+		{name: "held within the second", at: 900 * time.Millisecond, write: "50000 100000\n", make: true, lever: "max 100000\n", missing: "absent"},
+		{name: "read again after the boundary", at: 1000 * time.Millisecond, lever: "50000 100000\n", missing: "0-1\n"},
+		{name: "held again", at: 1500 * time.Millisecond, write: "max 100000\n", lever: "50000 100000\n", missing: "0-1\n"},
+		{name: "Forget reads at once", at: 1600 * time.Millisecond, forget: true, lever: "max 100000\n", missing: "0-1\n"},
+		{name: "clock went back: read", at: 900 * time.Millisecond, write: "20000 100000\n", lever: "20000 100000\n", missing: "0-1\n"},
+	}
+	for _, s := range steps {
+		now = t0.Add(s.at)
+		if s.write != "" {
+			write(lever, s.write)
+		}
+		if s.make {
+			write(missing, "0-1\n")
+		}
+		if s.forget {
+			o.Forget()
+		}
+		if got := read(lever); got != s.lever {
+			t.Errorf("%s: lever %q, want %q", s.name, got, s.lever)
+		}
+		if got := read(missing); got != s.missing {
+			t.Errorf("%s: missing %q, want %q", s.name, got, s.missing)
+		}
+	}
+
+	// An error other than absence is not held: reading a directory fails
+	// at every read, and then reads what the path holds.
+	odd := filepath.Join(dir, "odd")
+	if err := os.Mkdir(odd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := o.ReadFile(odd); err == nil || errors.Is(err, fs.ErrNotExist) {
+		t.Fatalf("reading a directory: %v, want an error other than absence", err)
+	}
+	if err := os.Remove(odd); err != nil {
+		t.Fatal(err)
+	}
+	write(odd, "1\n")
+	if got := read(odd); got != "1\n" {
+		t.Errorf("after a failed read: %q, want the file's content", got)
+	}
+
+	// Past MaxOpenFiles held paths, reads read every time and count.
+	for i := range MaxOpenFiles {
+		write(filepath.Join(dir, fmt.Sprintf("f%d", i)), "a")
+		read(filepath.Join(dir, fmt.Sprintf("f%d", i)))
+	}
+	before := o.Overflows()
+	last := filepath.Join(dir, fmt.Sprintf("f%d", MaxOpenFiles-1))
+	write(last, "b")
+	if got := read(last); got != "b" || len(o.held) != MaxOpenFiles || o.Overflows() == before {
+		t.Errorf("past the bound: %q, %d held, overflows %d -> %d; want \"b\", %d held, counted", got, len(o.held), before, o.Overflows(), MaxOpenFiles)
+	}
+}
+
 // TestOpenFilesRecreatedCgroup: on a real cgroup, a kept file follows
 // writes made through other descriptors, and once its cgroup is removed
 // and made again at the same path, reads show the new cgroup's file, not
