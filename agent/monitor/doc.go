@@ -83,11 +83,10 @@
 // The node sample reads /proc/stat (usage = user + nice + system + irq +
 // softirq + steal; cpus_limit = number of CPUs), /proc/meminfo
 // (mem_available_bytes, mem_limit_bytes = MemTotal), /proc/loadavg and
-// /proc/pressure/* (parsed as github.com/prometheus/procfs parses them;
-// kept open and re-read with one pread each, as the containers' control
-// files are, #29), at most once per Config.NodeInterval (default
-// max(Interval, 1 s)): load and PSI averages move every few seconds and
-// the node files cost as much as a dozen containers.
+// /proc/pressure/* through github.com/prometheus/procfs, at most once per
+// Config.NodeInterval (default max(Interval, 1 s)): load and PSI averages
+// move every few seconds and the node files cost as much as a dozen
+// containers.
 //
 // With Config.CgroupRoot set (the agent's --cgroup-root), the node's memory
 // is bounded by the lowest memory limit among the root and its ancestors

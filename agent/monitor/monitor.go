@@ -193,9 +193,8 @@ type Monitor struct {
 	log     *slog.Logger
 	host    host
 	sources []source // chosen by New from the layout and Config.EBPF
-	// nodeFiles are the node's procfs files (sampleNode), under sampleMu.
-	nodeFiles *nodeFiles
-	metrics   *collector
+	proc    procfs.FS
+	metrics *collector
 
 	// sampleMu serialises passes and guards what only the sampler touches:
 	// each container's samplers and CPU baseline, retired, scratch, node
@@ -295,7 +294,8 @@ func New(cfg Config) (*Monitor, error) {
 	default:
 		return nil, fmt.Errorf("unknown cgroup mode %q: want \"v2\" or \"hybrid\"", cfg.Mode)
 	}
-	if _, err := procfs.NewFS(cfg.ProcRoot); err != nil {
+	proc, err := procfs.NewFS(cfg.ProcRoot)
+	if err != nil {
 		return nil, fmt.Errorf("open procfs at %s: %w", cfg.ProcRoot, err)
 	}
 	if cfg.IdleRefresh < 0 {
@@ -311,7 +311,7 @@ func New(cfg Config) (*Monitor, error) {
 		log:        cfg.Logger,
 		host:       h,
 		sources:    chooseSources(&h),
-		nodeFiles:  newNodeFiles(cfg.ProcRoot),
+		proc:       proc,
 		scratch:    newScratch(),
 		containers: make(map[string]*container),
 		nodeBound:  bound,
@@ -540,7 +540,6 @@ func (m *Monitor) Close() error {
 	if m.nodeBound != nil {
 		m.nodeBound.close()
 	}
-	m.nodeFiles.close()
 	return nil
 }
 

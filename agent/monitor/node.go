@@ -3,8 +3,10 @@ package monitor
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"google.golang.org/protobuf/types/known/timestamppb"
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
@@ -21,17 +23,15 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 	u := Usage{Time: now, Stats: st}
 	var errs []error
 
-	files := m.nodeFiles
-	if data, err := files.read(&files.stat); err != nil {
-		errs = append(errs, fmt.Errorf("node cpu: %w", err))
-	} else if c, err := parseProcStat(data); err != nil {
+	if stat, err := m.proc.Stat(); err != nil {
 		errs = append(errs, fmt.Errorf("node cpu: %w", err))
 	} else {
+		c := stat.CPUTotal
 		// Guest time is already part of user time; idle and iowait are not usage.
-		st.CpusUserTimeSecs = c.user + c.nice
-		st.CpusSystemTimeSecs = c.system + c.irq + c.softirq
-		st.CpusUsageSecs = st.CpusUserTimeSecs + st.CpusSystemTimeSecs + c.steal
-		st.CpusLimit = float64(c.cpus)
+		st.CpusUserTimeSecs = c.User + c.Nice
+		st.CpusSystemTimeSecs = c.System + c.IRQ + c.SoftIRQ
+		st.CpusUsageSecs = st.CpusUserTimeSecs + st.CpusSystemTimeSecs + c.Steal
+		st.CpusLimit = float64(len(stat.CPU))
 		if b := m.prevNode; b.valid && now.After(b.time) && st.CpusUsageSecs >= b.usageSecs {
 			u.CPURate = (st.CpusUsageSecs - b.usageSecs) / now.Sub(b.time).Seconds()
 			st.CpusRate = u.CPURate
@@ -39,46 +39,37 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 		m.prevNode = baseline{valid: true, time: now, usageSecs: st.CpusUsageSecs}
 	}
 
-	if data, err := files.read(&files.meminfo); err != nil {
-		errs = append(errs, fmt.Errorf("node memory: %w", err))
-	} else if mem, err := parseMeminfo(data); err != nil {
+	if mem, err := m.proc.Meminfo(); err != nil {
 		errs = append(errs, fmt.Errorf("node memory: %w", err))
 	} else {
-		if mem.hasTotal {
-			st.MemLimitBytes = mem.total
+		if mem.MemTotalBytes != nil {
+			st.MemLimitBytes = *mem.MemTotalBytes
 		}
-		if mem.hasAvailable {
-			st.MemAvailableBytes = mem.available
+		if mem.MemAvailableBytes != nil {
+			st.MemAvailableBytes = *mem.MemAvailableBytes
 			u.MemUsage = st.MemLimitBytes - min(st.MemLimitBytes, st.MemAvailableBytes)
 		}
 	}
 
-	if data, err := files.read(&files.loadavg); err != nil {
-		errs = append(errs, fmt.Errorf("node load: %w", err))
-	} else if l1, l5, l15, err := parseLoadavg(data); err != nil {
+	if load, err := m.proc.LoadAvg(); err != nil {
 		errs = append(errs, fmt.Errorf("node load: %w", err))
 	} else {
-		st.LoadAvg_1, st.LoadAvg_5, st.LoadAvg_15 = l1, l5, l15
+		st.LoadAvg_1, st.LoadAvg_5, st.LoadAvg_15 = load.Load1, load.Load5, load.Load15
 	}
 
-	for i, dst := range []**slacklinev1.Pressure{&st.CpuPressure, &st.MemoryPressure, &st.IoPressure} {
-		f := &files.pressure[i]
-		data, err := files.read(f)
-		if errors.Is(err, errNotExist) {
-			f.absent = true // PSI is on or off from boot
+	for _, p := range []struct {
+		resource string
+		dst      **slacklinev1.Pressure
+	}{{"cpu", &st.CpuPressure}, {"memory", &st.MemoryPressure}, {"io", &st.IoPressure}} {
+		psi, err := m.proc.PSIStatsForResource(p.resource)
+		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
-		if f.absent {
+		if err != nil {
+			errs = append(errs, fmt.Errorf("node %s pressure: %w", p.resource, err))
 			continue
 		}
-		if err == nil {
-			var some, full psiLine
-			if some, full, err = parseNodePressure(data); err == nil {
-				*dst = pressure(some, full)
-				continue
-			}
-		}
-		errs = append(errs, fmt.Errorf("node %s pressure: %w", pressureResources[i], err))
+		*p.dst = pressure(psiLineOf(psi.Some), psiLineOf(psi.Full))
 	}
 
 	// The agent's cgroup root's memory limit (nodebound.go): after the
@@ -87,4 +78,11 @@ func (m *Monitor) sampleNode(now time.Time) (Usage, error) {
 		errs = append(errs, err)
 	}
 	return u, errors.Join(errs...)
+}
+
+func psiLineOf(l *procfs.PSILine) psiLine {
+	if l == nil {
+		return psiLine{}
+	}
+	return psiLine{avg10: l.Avg10, avg60: l.Avg60, avg300: l.Avg300, totalUsec: l.Total}
 }
