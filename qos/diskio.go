@@ -233,10 +233,10 @@ type DiskIOController struct {
 	decreased time.Time // the latest Throttle
 	calmFrom  time.Time
 
-	lastBytes    uint64
-	lastAt       time.Time
-	lastLimit    float64 // the cap at lastAt, 0: none
-	learned      float64 // bytes per second: revocable I/O's highest rate (learn)
+	lastBytes uint64
+	lastAt    time.Time
+	lastLimit float64 // the cap at lastAt, 0: none
+	learned   float64 // bytes per second: revocable I/O's highest rate (learn)
 	// rate is revocable I/O's rate over the latest interval of at least
 	// minRateInterval, capped or not; rateKnown whether there is one.
 	rate      float64
