@@ -69,8 +69,9 @@ type DiskIOConfig struct {
 	StartBytesPerSecond float64
 	// DecreaseFactor multiplies the cap at each Throttle, at most once per
 	// DecreaseInterval (io.pressure avg10 needs seconds to show one), down
-	// to the floor: FloorFraction of the disk rate (Node.DiskBytesPerSecond,
-	// else the highest rate revocable work reached uncapped, learned from
+	// to the floor: FloorFraction of the disk rate (DiskBytesPerSecond,
+	// else Node.DiskBytesPerSecond, else the highest rate revocable work
+	// reached, at most the cap where capped, learned from
 	// Input.RevocableIOBytes) and at least FloorBytesPerSecond, so that
 	// revocable I/O keeps a share of the disk rather than stalling (default
 	// 0.5, 2 s, 35%, 1 MiB/s).
@@ -96,6 +97,44 @@ type DiskIOConfig struct {
 	// 128 MiB/s); 0 leaves the size alone. The cost is more commands for
 	// the same bytes while capped, for every cgroup on the disk.
 	RequestKiB uint64
+	// GuardedStartFraction makes revocable I/O start capped on a node
+	// whose guaranteed work does disk I/O (a guaranteed or protected
+	// container's fsyncs or block requests, eBPF, within GuardedIOWindow):
+	// with no cap on, the controller caps it at this fraction of the disk
+	// rate (DiskBytesPerSecond, else the node's, else the highest rate
+	// revocable I/O reached, else StartBytesPerSecond), at least the floor, before any
+	// signal, and raises it only while guaranteed I/O stays calm and
+	// revocable I/O uses the cap (IncreaseUseFraction), as TCP's slow
+	// start does. What a writer queues below the disk before a first
+	// throttle (the device's queue, the disk's own) drains at the disk's
+	// rate with the guaranteed fsyncs waiting behind it, so a reaction,
+	// however fast, comes after the harm (the colocation bench: the first
+	// shared slice's p99 0.3-0.6 s with the cap at its floor 1.3 s into
+	// the load). While guaranteed I/O is seen the cap rises to the disk
+	// rate at most and is not removed (removing it would start the
+	// backlog again); GuardedIOWindow after the last guaranteed I/O the
+	// usual rise removes it. A cap taken off from outside (by hand) is put
+	// back at most once per DecreaseInterval. Default 0.35 (the floor's
+	// share); 0 turns it off (revocable I/O starts uncapped).
+	GuardedStartFraction float64
+	// GuardedIOWindow is how long after a guaranteed container's last
+	// fsync or block request the node counts as one whose guaranteed work
+	// does disk I/O (default 5 min: a database idle between bursts of
+	// commits keeps its protection).
+	GuardedIOWindow time.Duration
+	// IncreaseUseFraction holds the cap's rise until revocable I/O used at
+	// least this fraction of the cap over its latest rate interval (at
+	// least minRateInterval): a cap that nothing tested, writers frozen
+	// or idle, is not raised by the calm it did not cause (TCP's
+	// congestion window validation, RFC 7661). Where the revocable I/O
+	// counter is unknown the rise is not held. Default 0.5; 0 turns it
+	// off.
+	IncreaseUseFraction float64
+	// DiskBytesPerSecond is the disk's rate as the operator knows it
+	// (bytes per second; 0: unknown, then the node's estimate or the
+	// highest rate revocable I/O reached), from which the start cap, the floor and the
+	// rise's step are taken.
+	DiskBytesPerSecond float64
 }
 
 // DefaultDiskIOConfig returns the disk I/O controller's defaults.
@@ -107,7 +146,8 @@ func DefaultDiskIOConfig() DiskIOConfig {
 		StartBytesPerSecond: 256 << 20,
 		DecreaseFactor:      0.5, DecreaseInterval: 2 * time.Second, FloorFraction: 0.35, FloorBytesPerSecond: 1 << 20,
 		CalmPeriod: 5 * time.Second, IncreaseFraction: 0.1, IncreaseInterval: time.Second,
-		RequestKiB: 32,
+		RequestKiB:           32,
+		GuardedStartFraction: 0.35, GuardedIOWindow: 5 * time.Minute, IncreaseUseFraction: 0.5,
 	}
 }
 
@@ -152,6 +192,18 @@ func (c DiskIOConfig) validate() error {
 	if !(c.IncreaseFraction > 0 && c.IncreaseFraction <= 1) {
 		bad("increase fraction must be in (0, 1], got %v", c.IncreaseFraction)
 	}
+	if !(c.GuardedStartFraction >= 0 && c.GuardedStartFraction <= 1) {
+		bad("guarded start fraction must be in [0, 1] (0: off), got %v", c.GuardedStartFraction)
+	}
+	if c.GuardedStartFraction > 0 && c.GuardedIOWindow <= 0 {
+		bad("guarded I/O window must be positive, got %v", c.GuardedIOWindow)
+	}
+	if !(c.IncreaseUseFraction >= 0 && c.IncreaseUseFraction <= 1) {
+		bad("increase use fraction must be in [0, 1] (0: off), got %v", c.IncreaseUseFraction)
+	}
+	if c.DiskBytesPerSecond < 0 {
+		bad("disk bytes per second must not be negative (0: unknown), got %v", c.DiskBytesPerSecond)
+	}
 	if c.RequestKiB != 0 && c.RequestKiB < 4 {
 		bad("request KiB must be at least 4 (a page; 0: leave the disk's request size alone), got %d", c.RequestKiB)
 	}
@@ -172,8 +224,8 @@ func (c DiskIOConfig) validate() error {
 //
 // State: the times of the latest change and the latest Throttle, when calm
 // began, and the disk rate it learned: the highest rate of revocable I/O
-// over an interval in which it was not capped (the previous counter and
-// time, and whether the cap was off then). The applied cap is read from
+// over an interval, at most the cap where it was capped (the previous
+// counter and time, and the cap then). The applied cap is read from
 // Input.RevocableIOLimit each time.
 type DiskIOController struct {
 	cfg       DiskIOConfig
@@ -181,10 +233,19 @@ type DiskIOController struct {
 	decreased time.Time // the latest Throttle
 	calmFrom  time.Time
 
-	lastBytes    uint64
-	lastAt       time.Time
-	lastUncapped bool
-	learned      float64 // bytes per second: revocable I/O's highest uncapped rate
+	lastBytes uint64
+	lastAt    time.Time
+	lastLimit float64 // the cap at lastAt, 0: none
+	learned   float64 // bytes per second: revocable I/O's highest rate (learn)
+	// rate is revocable I/O's rate over the latest interval of at least
+	// minRateInterval, capped or not; rateKnown whether there is one.
+	rate      float64
+	rateKnown bool
+
+	// guardedAt is when a guaranteed container's fsync or block request
+	// was last seen, guardedBy which container and what.
+	guardedAt time.Time
+	guardedBy string
 
 	// quiet is each guaranteed container's fsync p99 over intervals in
 	// which revocable work wrote nothing (a moving average), pruned to
@@ -232,21 +293,30 @@ const minRateInterval = 500 * time.Millisecond
 func NewDiskIO(cfg DiskIOConfig) *DiskIOController { return &DiskIOController{cfg: cfg} }
 
 // learn updates the learned disk rate from the revocable subtree's I/O
-// counter: a rate counts only over an interval that began and ended
-// uncapped (a capped rate is the cap, not the disk).
+// counter: the highest rate over an interval, at most the higher cap at
+// its ends where either end was capped (a rate over the cap is a burst of
+// bytes counted late, not the disk). A rate under a cap is a lower bound
+// of the disk's: on a node where revocable I/O starts capped
+// (GuardedStartFraction) it never runs uncapped, and the floor is still a
+// share of what it reached.
 func (d *DiskIOController) learn(in Input) {
-	uncapped := in.RevocableIOLimit <= 0
+	limit := max(in.RevocableIOLimit, 0)
 	if in.RevocableIOBytes == 0 {
 		return
 	}
 	if !d.lastAt.IsZero() && in.RevocableIOBytes >= d.lastBytes {
-		if dt := in.Now.Sub(d.lastAt); dt >= minRateInterval && d.lastUncapped && uncapped {
-			d.learned = max(d.learned, float64(in.RevocableIOBytes-d.lastBytes)/dt.Seconds())
-		} else if dt < minRateInterval {
+		dt := in.Now.Sub(d.lastAt)
+		if dt < minRateInterval {
 			return // keep the older sample: the interval is still too short
 		}
+		d.rate, d.rateKnown = float64(in.RevocableIOBytes-d.lastBytes)/dt.Seconds(), true
+		taught := d.rate
+		if d.lastLimit > 0 || limit > 0 {
+			taught = min(taught, max(d.lastLimit, limit))
+		}
+		d.learned = max(d.learned, taught)
 	}
-	d.lastBytes, d.lastAt, d.lastUncapped = in.RevocableIOBytes, in.Now, uncapped
+	d.lastBytes, d.lastAt, d.lastLimit = in.RevocableIOBytes, in.Now, limit
 }
 
 // learnQuiet updates each guaranteed container's quiet fsync p99 from an
@@ -288,13 +358,37 @@ func (d *DiskIOController) learnQuiet(in Input) {
 	}
 }
 
+// guardedIO records the guaranteed containers' disk I/O of this input
+// and reports whether any was seen within GuardedIOWindow.
+func (d *DiskIOController) guardedIO(in Input) bool {
+	for i := range in.Containers {
+		c := &in.Containers[i]
+		if !c.guarded() || c.Syncs == 0 && c.BlockIOs == 0 {
+			continue
+		}
+		d.guardedAt = in.Now
+		d.guardedBy = fmt.Sprintf("%s does disk I/O (%d fsyncs, %d block requests in its latest interval)", c.ID, c.Syncs, c.BlockIOs)
+		break
+	}
+	return d.cfg.GuardedStartFraction > 0 && !d.guardedAt.IsZero() && in.Now.Sub(d.guardedAt) < d.cfg.GuardedIOWindow
+}
+
+// disk returns the disk's rate as known (configured, the node's, or
+// learned; 0: unknown) and what it is.
+func (d *DiskIOController) disk(in Input) (float64, string) {
+	switch {
+	case d.cfg.DiskBytesPerSecond > 0:
+		return d.cfg.DiskBytesPerSecond, "the configured disk rate"
+	case in.Node.DiskBytesPerSecond > 0:
+		return in.Node.DiskBytesPerSecond, "the node's disk rate"
+	}
+	return d.learned, "the highest rate revocable I/O reached"
+}
+
 // rates returns the start of the cap (the disk rate when known, else
 // StartBytesPerSecond), its floor, and where the floor comes from.
 func (d *DiskIOController) rates(in Input) (start, floor float64, why string) {
-	disk, what := in.Node.DiskBytesPerSecond, "the node's disk rate"
-	if disk <= 0 {
-		disk, what = d.learned, "the rate revocable I/O reached uncapped"
-	}
+	disk, what := d.disk(in)
 	start, floor, why = d.cfg.StartBytesPerSecond, d.cfg.FloorBytesPerSecond, "the floor"
 	if disk > 0 && d.cfg.FloorFraction*disk > floor {
 		floor, why = d.cfg.FloorFraction*disk, fmt.Sprintf("the floor: %.0f%% of %s %s", 100*d.cfg.FloorFraction, what, formatRateBytes(disk))
@@ -312,9 +406,13 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 	}
 	d.learn(in)
 	d.learnQuiet(in)
+	guarded := d.guardedIO(in)
 	signal, at, stall := d.pressure(in, 1)
 	limit := in.RevocableIOLimit
 	start, floor, floorWhy := d.rates(in)
+	if signal == "" && limit <= 0 && guarded {
+		return d.startCapped(in, start, floor, floorWhy)
+	}
 	if signal != "" {
 		d.calmFrom = time.Time{}
 		if !d.decreased.IsZero() && (in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval || !at.After(d.changed)) {
@@ -325,7 +423,7 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 			from = start
 		}
 		next := max(from*d.cfg.DecreaseFactor, floor)
-		if stall && (in.Node.DiskBytesPerSecond > 0 || d.learned > 0) {
+		if disk, _ := d.disk(in); stall && disk > 0 {
 			next = floor // a share of a known rate; else halving steps from the start
 		}
 		if limit > 0 && next >= limit {
@@ -345,8 +443,17 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 	if in.Now.Sub(d.calmFrom) < d.cfg.CalmPeriod || (!d.changed.IsZero() && in.Now.Sub(d.changed) < d.cfg.IncreaseInterval) {
 		return nil
 	}
+	if d.cfg.IncreaseUseFraction > 0 && d.rateKnown && d.rate < d.cfg.IncreaseUseFraction*limit {
+		return nil // the cap was not tested: its calm says nothing
+	}
 	next, request, note := limit+d.cfg.IncreaseFraction*start, d.cfg.RequestKiB, ""
-	if next >= start {
+	switch {
+	case next >= start && guarded:
+		if limit >= start {
+			return nil // the disk's rate: as high as it goes while guaranteed work does I/O
+		}
+		next, note = start, "; the disk's rate, kept while guaranteed work does disk I/O"
+	case next >= start:
 		next, request = 0, 0
 		if d.cfg.RequestKiB > 0 {
 			note = "; the disk's own request size back"
@@ -355,6 +462,37 @@ func (d *DiskIOController) Evaluate(in Input) []Correction {
 	d.changed = in.Now
 	return []Correction{{Kind: Unthrottle, Resource: DiskIO, IOLimit: next, IORequestKiB: request, Controller: "diskio", Signal: in.Now,
 		Reason: fmt.Sprintf("guaranteed I/O calm for %s%s", in.Now.Sub(d.calmFrom).Round(time.Second), note)}}
+}
+
+// startCapped caps revocable I/O that runs uncapped on a node whose
+// guaranteed work does disk I/O: at GuardedStartFraction of the disk
+// rate, at least the floor, at most once per DecreaseInterval (a cap taken
+// off from outside is put back, not fought).
+func (d *DiskIOController) startCapped(in Input, start, floor float64, floorWhy string) []Correction {
+	d.calmFrom = time.Time{}
+	if !d.decreased.IsZero() && in.Now.Sub(d.decreased) < d.cfg.DecreaseInterval {
+		return nil
+	}
+	base := start
+	if disk, _ := d.disk(in); disk <= 0 {
+		base = d.cfg.StartBytesPerSecond
+	}
+	next, why := d.cfg.GuardedStartFraction*base, fmt.Sprintf("%.0f%% of %s", 100*d.cfg.GuardedStartFraction, d.startWhat(in))
+	if next < floor {
+		next, why = floor, floorWhy
+	}
+	d.changed, d.decreased = in.Now, in.Now
+	return []Correction{{Kind: Throttle, Resource: DiskIO, IOLimit: next, IORequestKiB: d.cfg.RequestKiB, Controller: "diskio", Signal: in.Now,
+		Reason: fmt.Sprintf("%s; revocable disk I/O starts capped at %s (%s)%s", d.guardedBy, formatRateBytes(next), why, d.requestNote())}}
+}
+
+// startWhat names the rate the start cap is a fraction of.
+func (d *DiskIOController) startWhat(in Input) string {
+	disk, what := d.disk(in)
+	if disk <= 0 {
+		return "the start value " + formatRateBytes(d.cfg.StartBytesPerSecond)
+	}
+	return what + " " + formatRateBytes(disk)
 }
 
 // requestNote says, in a Throttle's reason, how long the disk's requests

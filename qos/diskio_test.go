@@ -9,6 +9,16 @@ import (
 	"github.com/slackline/slackline/qos"
 )
 
+// reactiveConfig is the diskio defaults without the start cap
+// (GuardedStartFraction 0): the tables of the reactive rules, which start
+// from no cap whatever guaranteed work does (TestDiskIOGuardedStart tests
+// the start cap).
+func reactiveConfig() qos.DiskIOConfig {
+	cfg := qos.DefaultDiskIOConfig()
+	cfg.GuardedStartFraction = 0
+	return cfg
+}
+
 // ioScene: a node that can cap revocable I/O, with web-1 (guaranteed, doing
 // fsyncs), db (protected) and a revocable writer.
 func ioScene() qos.Input {
@@ -95,7 +105,7 @@ func TestDiskIOEdges(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			c := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+			c := qos.NewDiskIO(reactiveConfig())
 			in := ioScene()
 			in.Now = at(0)
 			tt.edit(&in)
@@ -167,15 +177,15 @@ func TestDiskIOSyncLatency(t *testing.T) {
 			in.Containers[2].Syncs, in.Containers[2].SyncP99 = 400, 2*s // revocable work's own fsyncs are no signal
 		}, "unthrottle 115.2", ""},
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), steps)
 }
 
 // TestDiskIOAIMD: the controller learns the rate revocable I/O reaches
 // uncapped from the subtree's byte counter, halves the cap from it on a
 // violation down to the floor (35% of that rate, so that revocable work
 // keeps a share of the disk), raises it additively by 10% of it when calm,
-// and removes it at the rate. Rates over capped intervals or intervals
-// shorter than 500 ms teach it nothing.
+// and removes it at the rate. Intervals shorter than 500 ms teach it
+// nothing, capped ones at most the cap.
 func TestDiskIOAIMD(t *testing.T) {
 	t.Parallel()
 	s, ms := time.Second, time.Millisecond
@@ -192,8 +202,8 @@ func TestDiskIOAIMD(t *testing.T) {
 		{s, 200, 2 * ms, "", ""},     // 100 MiB/s uncapped: learned
 		{2 * s, 280, 2 * ms, "", ""}, // 80 MiB/s: the highest stays
 		{3 * s, 380, 40 * ms, "throttle 50.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 50.0 MiB/s, requests <= 32 KiB"},
-		{4 * s, 780, 40 * ms, "", ""}, // capped: 400 MiB/s (a burst) teaches nothing; too soon to halve
-		{5 * s, 830, 40 * ms, "throttle 35.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 35.0 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 100.0 MiB/s), requests <= 32 KiB"},
+		{4 * s, 780, 40 * ms, "", ""}, // capped: 400 MiB/s (a burst) teaches the cap at most; too soon to halve
+		{5 * s, 830, 40 * ms, "throttle 35.0", "web-1 fsync p99 40ms over 400 > 20ms; revocable disk I/O cap 35.0 MiB/s (the floor: 35% of the highest rate revocable I/O reached 100.0 MiB/s), requests <= 32 KiB"},
 		{7 * s, 900, 40 * ms, "", ""}, // at the floor: nothing more
 		{8 * s, 935, 3 * ms, "", ""},  // calm begins
 		{13 * s, 1110, 3 * ms, "unthrottle 45.0", "guaranteed I/O calm for 5s"},
@@ -215,7 +225,7 @@ func TestDiskIOAIMD(t *testing.T) {
 			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = 400, st.p99, in.Now
 		}, st.want, st.reason})
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), io)
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), io)
 }
 
 // TestDiskIOFloorFraction: the floor is FloorFraction of the node's disk
@@ -240,7 +250,7 @@ func TestDiskIOFloorFraction(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Parallel()
-			cfg := qos.DefaultDiskIOConfig()
+			cfg := reactiveConfig()
 			cfg.FloorFraction = tt.fraction
 			c := qos.NewDiskIO(cfg)
 			in := ioScene()
@@ -255,7 +265,7 @@ func TestDiskIOFloorFraction(t *testing.T) {
 			}
 		})
 	}
-	cfg := qos.DefaultDiskIOConfig()
+	cfg := reactiveConfig()
 	cfg.FloorFraction = 1
 	if _, err := qos.NewSet([]string{"diskio"}, func() qos.Config { c := qos.DefaultConfig(); c.DiskIO = cfg; return c }()); err == nil || !strings.Contains(err.Error(), "floor fraction") {
 		t.Errorf("floor fraction 1: %v, want an error naming it", err)
@@ -285,7 +295,7 @@ func TestDiskIOBlockLatency(t *testing.T) {
 			in.Containers[2].BlockIOs, in.Containers[2].BlockP99 = 400, 2*s // revocable work's own requests are no signal
 		}, "unthrottle 153.6", "guaranteed I/O calm for 5s"},
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), steps)
 }
 
 // TestDiskIOStall: an fsync or block request p99 over StallEnter (100 ms)
@@ -304,22 +314,22 @@ func TestDiskIOStall(t *testing.T) {
 			in.Containers[0].Syncs, in.Containers[0].SyncP99, in.Containers[0].SampledAt = syncs, p99, at(sampled)
 		}
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), []ioStep{
 		{0, step(100, 200, 3*ms, 0), "", ""},
 		{s, step(196, 200, 3*ms, s), "", ""}, // 96 MiB/s uncapped: learned
 		{2 * s, step(290, 3, 1200*ms, 2*s), "throttle 33.6",
-			"web-1 fsync p99 1.2s over 3 > 100ms (a stall); revocable disk I/O cap 33.6 MiB/s (the floor: 35% of the rate revocable I/O reached uncapped 96.0 MiB/s), requests <= 32 KiB"},
+			"web-1 fsync p99 1.2s over 3 > 100ms (a stall); revocable disk I/O cap 33.6 MiB/s (the floor: 35% of the highest rate revocable I/O reached 96.0 MiB/s), requests <= 32 KiB"},
 		{3 * s, step(324, 2, 900*ms, 3*s), "", ""}, // at the floor: nothing more
 	})
 	// Block requests likewise; no rate known yet: halving from the start.
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), []ioStep{
 		{0, func(in *qos.Input) {
 			in.Containers[0].BlockIOs, in.Containers[0].BlockP99, in.Containers[0].SampledAt = 2, 400*ms, at(0)
 		}, "throttle 128.0",
 			"web-1 block I/O p99 400ms over 2 requests > 100ms (a stall); revocable disk I/O cap 128.0 MiB/s, requests <= 32 KiB"},
 	})
 	// Off (0): a handful of slow fsyncs is no signal.
-	cfg := qos.DefaultDiskIOConfig()
+	cfg := reactiveConfig()
 	cfg.StallEnter = 0
 	runIOSteps(t, qos.NewDiskIO(cfg), []ioStep{{0, step(100, 3, 1200*ms, 0), "", ""}})
 }
@@ -356,7 +366,7 @@ func TestDiskIOQuietSyncRatio(t *testing.T) {
 		}, "unthrottle 70.0", ""},
 		{15 * s, func(in *qos.Input) { in.Containers[0].ID = "web-1"; step(690, 3*ms)(in) }, "unthrottle 80.0", ""}, // back: 3 ms judged by 20 ms only
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), steps)
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), steps)
 
 	// The relative threshold is never under SyncP99Min: a quiet p99 of
 	// 0.4 ms and 1.5 ms beside a writer (3.75x) is no signal.
@@ -366,10 +376,10 @@ func TestDiskIOQuietSyncRatio(t *testing.T) {
 		{2 * s, step(200, 1500*us), "", ""},
 		{3 * s, step(300, 2100*us), "throttle 50.0", ""},
 	}
-	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), small)
+	runIOSteps(t, qos.NewDiskIO(reactiveConfig()), small)
 
 	// SyncRatioEnter 0 turns the relative signal off.
-	off := qos.DefaultDiskIOConfig()
+	off := reactiveConfig()
 	off.SyncRatioEnter = 0
 	runIOSteps(t, qos.NewDiskIO(off), []ioStep{
 		{0, step(100, 1*ms), "", ""},
@@ -423,7 +433,7 @@ func TestDiskIOQuietSyncsOverLimit(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			d := qos.NewDiskIO(qos.DefaultDiskIOConfig())
+			d := qos.NewDiskIO(reactiveConfig())
 			var c qos.Controller = d
 			if tc.through == "set" {
 				var err error
@@ -490,7 +500,7 @@ func TestDiskIORequestSize(t *testing.T) {
 	} {
 		t.Run(fmt.Sprint(tt.request), func(t *testing.T) {
 			t.Parallel()
-			cfg := qos.DefaultDiskIOConfig()
+			cfg := reactiveConfig()
 			cfg.RequestKiB = tt.request
 			c := qos.NewDiskIO(cfg)
 			in := ioScene()
@@ -517,5 +527,156 @@ func TestDiskIORequestSize(t *testing.T) {
 	cfg.DiskIO.RequestKiB = 2
 	if _, err := qos.NewSet([]string{"diskio"}, cfg); err == nil || !strings.Contains(err.Error(), "request KiB") {
 		t.Errorf("RequestKiB 2: err %v, want one naming request KiB", err)
+	}
+}
+
+// TestDiskIOGuardedStart: on a node whose guaranteed work does disk I/O,
+// revocable I/O starts capped (GuardedStartFraction of the disk rate)
+// before any signal, so no backlog forms before a first throttle; the cap
+// rises only while guaranteed I/O is calm and revocable I/O uses the cap,
+// stops at the disk's rate instead of going, and a cap taken off from
+// outside comes back at most once per DecreaseInterval.
+func TestDiskIOGuardedStart(t *testing.T) {
+	t.Parallel()
+	s, ms := time.Second, time.Millisecond
+	const mib = 1 << 20
+	// io sets the revocable counter (MiB) and web-1's fsyncs over its
+	// latest interval (2 ms p99 each: calm).
+	io := func(bytes, syncs uint64) func(in *qos.Input) {
+		return func(in *qos.Input) {
+			in.RevocableIOBytes = bytes * mib
+			in.Containers[0].Syncs, in.Containers[0].SampledAt = syncs, in.Now
+			in.Containers[0].SyncP99 = 0
+			if syncs > 0 {
+				in.Containers[0].SyncP99 = 2 * ms
+			}
+		}
+	}
+	lifted := func(bytes, syncs uint64) func(in *qos.Input) {
+		return func(in *qos.Input) { io(bytes, syncs)(in); in.RevocableIOLimit = 0 }
+	}
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+		{0, io(100, 0), "", ""},
+		{s, io(200, 0), "", ""}, // 100 MiB/s uncapped, guaranteed work does no I/O: no cap
+		{2 * s, io(200, 400), "throttle 35.0", "web-1 does disk I/O (400 fsyncs, 0 block requests in its latest interval); revocable disk I/O starts capped at 35.0 MiB/s (35% of the highest rate revocable I/O reached 100.0 MiB/s), requests <= 32 KiB"},
+		{3 * s, io(235, 400), "", ""}, // calm begins, the cap used
+		{7 * s, io(375, 400), "", ""}, // calm for 4 s
+		{8 * s, io(410, 400), "unthrottle 45.0", "guaranteed I/O calm for 5s"},
+		{9 * s, io(455, 400), "unthrottle 55.0", ""},
+		{10 * s, io(455, 400), "", ""}, // writers frozen: calm, but the cap was not tested
+		{11 * s, io(470, 400), "", ""}, // 15 MiB/s: under half of the cap, still untested
+		{12 * s, io(525, 400), "unthrottle 65.0", ""},
+		{13 * s, io(590, 400), "unthrottle 75.0", ""},
+		{14 * s, io(665, 400), "unthrottle 85.0", ""},
+		{15 * s, io(750, 400), "unthrottle 95.0", ""},
+		{16 * s, io(845, 400), "unthrottle 100.0", "guaranteed I/O calm for 13s; the disk's rate, kept while guaranteed work does disk I/O"},
+		{17 * s, io(945, 400), "", ""}, // at the disk's rate: kept, not removed
+		{18 * s, lifted(1045, 400), "throttle 35.0", ""},
+		{18*s + 500*ms, lifted(1062, 400), "", ""}, // taken off again: back once per DecreaseInterval
+		{19 * s, lifted(1110, 400), "", ""},
+		{20 * s, lifted(1160, 400), "throttle 35.0", ""},
+		{21 * s, func(in *qos.Input) { io(1195, 400)(in); in.Containers[0].SyncP99 = 40 * ms }, "", ""}, // a signal within DecreaseInterval of the start cap
+		{22 * s, func(in *qos.Input) { io(1230, 400)(in); in.Containers[0].SyncP99 = 40 * ms }, "", ""}, // and after it: at the floor already
+		{23 * s, func(in *qos.Input) {
+			io(1265, 400)(in)
+			in.Containers[0].SyncP99 = 40 * ms
+			in.RevocableIOLimit = 80 * mib
+		}, "throttle 40.0", ""},
+	})
+
+	// Guaranteed work's I/O is remembered for GuardedIOWindow: within it
+	// the cap stops at the disk's rate, after it the rise removes the cap.
+	cfg := qos.DefaultDiskIOConfig()
+	cfg.GuardedIOWindow, cfg.CalmPeriod, cfg.IncreaseFraction = 10*s, s, 0.5
+	runIOSteps(t, qos.NewDiskIO(cfg), []ioStep{
+		{0, io(100, 0), "", ""},
+		{s, io(200, 0), "", ""},
+		{2 * s, io(200, 10), "throttle 35.0", ""},
+		{3 * s, io(235, 0), "", ""}, // calm begins; the last guaranteed I/O at 2 s
+		{4 * s, io(270, 0), "unthrottle 85.0", ""},
+		{5 * s, io(355, 0), "unthrottle 100.0", ""},
+		{6 * s, io(455, 0), "", ""},
+		{11 * s, io(955, 0), "", ""},
+		{12 * s, io(1055, 0), "unthrottle 0.0", "guaranteed I/O calm for 9s; the disk's own request size back"}, // 10 s without guaranteed I/O
+		{13 * s, io(1155, 0), "", ""}, // uncapped, and no guaranteed I/O: stays so
+		{14 * s, io(1255, 3), "throttle 35.0", ""},
+	})
+
+	// No rate known: the start cap is a fraction of StartBytesPerSecond,
+	// and what revocable I/O reaches under it teaches the disk's rate
+	// (a lower bound), so that a stall's floor is a share of it.
+	runIOSteps(t, qos.NewDiskIO(qos.DefaultDiskIOConfig()), []ioStep{
+		{0, io(100, 5), "throttle 89.6", ""},
+		{s, io(180, 5), "", ""},     // 80 MiB/s under the cap: learned
+		{2 * s, io(580, 5), "", ""}, // 400 MiB/s (a burst): 89.6 at most
+		{3 * s, func(in *qos.Input) { io(600, 5)(in); in.Containers[0].SyncP99 = 300 * ms }, "throttle 31.4",
+			"web-1 fsync p99 300ms over 5 > 100ms (a stall); revocable disk I/O cap 31.4 MiB/s (the floor: 35% of the highest rate revocable I/O reached 89.6 MiB/s), requests <= 32 KiB"},
+	})
+}
+
+// TestDiskIOGuardedStartEdges: what counts as guaranteed disk I/O, and
+// what the start cap is a fraction of.
+func TestDiskIOGuardedStartEdges(t *testing.T) {
+	t.Parallel()
+	const mib = 1 << 20
+	tests := []struct {
+		name   string
+		cfg    func(*qos.DiskIOConfig)
+		edit   func(in *qos.Input)
+		want   string
+		reason string
+	}{
+		{"no rate known: a fraction of the start value", nil, func(in *qos.Input) { in.Containers[0].Syncs = 5 }, "throttle 89.6",
+			"web-1 does disk I/O (5 fsyncs, 0 block requests in its latest interval); revocable disk I/O starts capped at 89.6 MiB/s (35% of the start value 256.0 MiB/s), requests <= 32 KiB"},
+		{"the configured disk rate", func(c *qos.DiskIOConfig) { c.DiskBytesPerSecond = 200 * mib }, func(in *qos.Input) { in.Node.DiskBytesPerSecond = 100 * mib; in.Containers[0].Syncs = 5 }, "throttle 70.0",
+			"web-1 does disk I/O (5 fsyncs, 0 block requests in its latest interval); revocable disk I/O starts capped at 70.0 MiB/s (35% of the configured disk rate 200.0 MiB/s), requests <= 32 KiB"},
+		{"the node's disk rate", nil, func(in *qos.Input) { in.Node.DiskBytesPerSecond = 100 * mib; in.Containers[0].Syncs = 5 }, "throttle 35.0", ""},
+		{"block requests count", nil, func(in *qos.Input) { in.Containers[0].BlockIOs = 2 }, "throttle 89.6",
+			"web-1 does disk I/O (0 fsyncs, 2 block requests in its latest interval); revocable disk I/O starts capped at 89.6 MiB/s (35% of the start value 256.0 MiB/s), requests <= 32 KiB"},
+		{"a protected service's I/O counts", nil, func(in *qos.Input) { in.Containers[1].Syncs = 1 }, "throttle 89.6", ""},
+		{"revocable work's own I/O does not", nil, func(in *qos.Input) { in.Containers[2].Syncs, in.Containers[2].BlockIOs = 100, 100 }, "", ""},
+		{"under the floor: the floor", func(c *qos.DiskIOConfig) { c.GuardedStartFraction, c.FloorFraction = 0.1, 0.2 },
+			func(in *qos.Input) { in.Node.DiskBytesPerSecond = 100 * mib; in.Containers[0].Syncs = 5 }, "throttle 20.0",
+			"web-1 does disk I/O (5 fsyncs, 0 block requests in its latest interval); revocable disk I/O starts capped at 20.0 MiB/s (the floor: 20% of the node's disk rate 100.0 MiB/s), requests <= 32 KiB"},
+		{"off", func(c *qos.DiskIOConfig) { c.GuardedStartFraction = 0 }, func(in *qos.Input) { in.Containers[0].Syncs = 5 }, "", ""},
+		{"a cap on already: nothing", nil, func(in *qos.Input) { in.RevocableIOLimit = 40 * mib; in.Containers[0].Syncs = 5 }, "", ""},
+		{"a signal wins: halving from the start", nil, func(in *qos.Input) { in.Containers[0].Syncs, in.Containers[0].SyncP99 = 50, 30*time.Millisecond }, "throttle 128.0", ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Parallel()
+			cfg := qos.DefaultDiskIOConfig()
+			if tt.cfg != nil {
+				tt.cfg(&cfg)
+			}
+			in := ioScene()
+			in.Now = at(0)
+			tt.edit(&in)
+			var got []string
+			for _, corr := range qos.NewDiskIO(cfg).Evaluate(in) {
+				got = append(got, fmt.Sprintf("%s %.1f", corr.Kind, corr.IOLimit/(1<<20)))
+				if tt.reason != "" && corr.Reason != tt.reason {
+					t.Errorf("reason %q, want %q", corr.Reason, tt.reason)
+				}
+			}
+			if strings.Join(got, "; ") != tt.want {
+				t.Errorf("got %q, want %q", strings.Join(got, "; "), tt.want)
+			}
+		})
+	}
+	for _, tc := range []struct {
+		edit func(*qos.DiskIOConfig)
+		want string
+	}{
+		{func(c *qos.DiskIOConfig) { c.GuardedStartFraction = 1.5 }, "guarded start fraction must be in [0, 1]"},
+		{func(c *qos.DiskIOConfig) { c.GuardedIOWindow = 0 }, "guarded I/O window must be positive"},
+		{func(c *qos.DiskIOConfig) { c.IncreaseUseFraction = -0.1 }, "increase use fraction must be in [0, 1]"},
+		{func(c *qos.DiskIOConfig) { c.DiskBytesPerSecond = -1 }, "disk bytes per second must not be negative"},
+	} {
+		cfg := qos.DefaultConfig()
+		tc.edit(&cfg.DiskIO)
+		if _, err := qos.NewSet([]string{"diskio"}, cfg); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err %v, want one naming %q", err, tc.want)
+		}
 	}
 }

@@ -316,13 +316,24 @@
 // StallEnter however few completed (a stall lets too few complete to be
 // counted; it sends the cap to the floor at once), or its io.pressure some avg10 exceeds SomeEnter (full:
 // FullEnter), never twice on one sample, down to a floor that leaves
-// revocable work its share: FloorFraction of the disk rate (the node's
-// Node.DiskBytesPerSecond, else the highest rate the revocable subtree's
-// I/O reached over an uncapped interval, learned from
+// revocable work its share: FloorFraction of the disk rate (the
+// configured DiskBytesPerSecond, else the node's Node.DiskBytesPerSecond,
+// else the highest rate the revocable subtree's I/O reached over an
+// interval, at most the cap where capped, learned from
 // Input.RevocableIOBytes), at least FloorBytesPerSecond. After CalmPeriod
 // below half the thresholds it raises the cap by IncreaseFraction of the
-// disk rate per IncreaseInterval, removing it at that rate (the first cap
-// is the disk rate halved; StartBytesPerSecond where no rate is known).
+// disk rate per IncreaseInterval, once revocable I/O used at least
+// IncreaseUseFraction of the cap (a cap nothing tested is not raised),
+// removing it at that rate (the first cap on a signal is the disk rate
+// halved; StartBytesPerSecond where no rate is known). On a node whose
+// guaranteed work does disk I/O (a guaranteed or protected container's
+// fsyncs or block requests within GuardedIOWindow) revocable I/O starts
+// capped before any signal, at GuardedStartFraction of the disk rate and
+// at least the floor, as TCP's slow start does: a reaction comes after
+// the harm, since what writers queued below the disk before it drains at
+// the disk's rate with the guaranteed fsyncs behind it. There the rise
+// stops at the disk rate instead of removing the cap, and a cap taken off
+// from outside is put back at most once per DecreaseInterval.
 // Every correction that leaves a cap on carries RequestKiB
 // (Correction.IORequestKiB): the agent lowers the disk's largest request
 // (queue/max_sectors_kb) to it, so that a guaranteed fsync waits behind one
@@ -358,7 +369,8 @@
 //	              NodeSome/FullEnter 40 / 10 %, Step max(32 MiB, 10%) per 1 s, Floor 64 MiB,
 //	              FreezeAfter 10 s, KillAfter 5 s, KillCooldown 10 s, CalmPeriod 10 s
 //	diskio        SyncP99Enter 20 ms over MinSyncs 10, SyncRatioEnter 2 x quiet p99 (>= SyncP99Min 2 ms, SyncQuietWeight 0.25), BlockP99Enter 20 ms over MinBlockIOs 10, StallEnter 100 ms, Some/FullEnter 10 / 5 %, NodeFullEnter off, Start 256 MiB/s, DecreaseFactor 0.5 per 2 s,
-//	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s, RequestKiB 32 while capped
+//	              Floor 35% of the disk rate and >= 1 MiB/s, CalmPeriod 5 s, Increase 10% of the disk rate per 1 s once 50% of the cap is used, RequestKiB 32 while capped,
+//	              GuardedStartFraction 35% of the disk rate (start capped where guaranteed work did disk I/O within GuardedIOWindow 5 min)
 //	load          Threshold5Min, Threshold15Min: none (set at least one)
 //	all           KillRetry 10 s
 //

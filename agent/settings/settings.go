@@ -51,6 +51,10 @@ type Settings struct {
 	// of memory), the 512 MiB at most 15% of memory: on small nodes the
 	// line scales with their memory).
 	QoSReclaimLowAvailableMiB float64
+	// QoSDiskRateMiB is the sandbox disk's rate as the operator knows it,
+	// MiB/s (--qos-diskio-disk-rate; 0: unknown, learned): the diskio
+	// controller's DiskBytesPerSecond.
+	QoSDiskRateMiB float64
 }
 
 // Default returns the defaults of every setting: those of the flags
@@ -114,7 +118,11 @@ func (s *Settings) AddFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&dio.DecreaseInterval, "qos-diskio-decrease-interval", dio.DecreaseInterval, "diskio: shortest time between two halvings of the revocable disk I/O cap")
 	fs.DurationVar(&dio.CalmPeriod, "qos-diskio-calm-period", dio.CalmPeriod, "diskio: guaranteed I/O calm this long before the revocable disk I/O cap rises")
 	fs.Uint64Var(&dio.RequestKiB, "qos-diskio-request-kib", dio.RequestKiB, "diskio: while revocable disk I/O is capped, the sandbox disk's largest request (queue/max_sectors_kb) is lowered to this many KiB, so that a guaranteed fsync waits behind one short revocable command; the device's own size comes back with the cap's removal (0: leave it alone)")
-	fs.Float64Var(&dio.FloorFraction, "qos-diskio-floor-fraction", dio.FloorFraction, "diskio: the revocable disk I/O cap is never lowered below this fraction of the rate revocable I/O reached uncapped (its share of the disk; 0: a 1 MiB/s trickle)")
+	fs.Float64Var(&dio.FloorFraction, "qos-diskio-floor-fraction", dio.FloorFraction, "diskio: the revocable disk I/O cap is never lowered below this fraction of the disk's rate (--qos-diskio-disk-rate, else the highest rate revocable I/O reached) (its share of the disk; 0: a 1 MiB/s trickle)")
+	fs.Float64Var(&dio.GuardedStartFraction, "qos-diskio-start-fraction", dio.GuardedStartFraction, "diskio: on a node whose guaranteed tasks do disk I/O (fsyncs or block requests, eBPF, within --qos-diskio-guarded-window), revocable disk I/O starts capped at this fraction of the disk's rate (--qos-diskio-disk-rate, else the highest rate revocable I/O reached, else 256 MiB/s), at least the floor, before any latency signal, and rises only while guaranteed I/O stays calm (0: revocable I/O starts uncapped)")
+	fs.DurationVar(&dio.GuardedIOWindow, "qos-diskio-guarded-window", dio.GuardedIOWindow, "diskio: how long after a guaranteed task's last fsync or block request revocable disk I/O still starts capped and its cap stays on (at most the disk's rate)")
+	fs.Float64Var(&dio.IncreaseUseFraction, "qos-diskio-increase-use", dio.IncreaseUseFraction, "diskio: the revocable disk I/O cap rises only after revocable I/O used at least this fraction of it (a cap that nothing tested is not raised; 0: off)")
+	fs.Float64Var(&s.QoSDiskRateMiB, "qos-diskio-disk-rate", 0, "diskio: the sandbox disk's rate in MiB/s, as the operator knows it, from which the start cap, the floor and the cap's steps are taken (0: the highest rate revocable I/O reached, once seen)")
 	fs.Float64Var(&s.QoS.Load.Threshold5Min, "qos-load-threshold-5min", 0, "load: 5-minute load average above which revocable work is killed (Mesos load_threshold_5min)")
 	fs.Float64Var(&s.QoS.Load.Threshold15Min, "qos-load-threshold-15min", 0, "load: 15-minute load average threshold (Mesos load_threshold_15min)")
 }
@@ -173,6 +181,7 @@ func (s Settings) QoSConfig() qos.Config {
 	if s.QoSReclaimLowAvailableMiB > 0 {
 		c.Reclaim.LowAvailableBytes, c.Reclaim.LowAvailableFraction = uint64(s.QoSReclaimLowAvailableMiB*(1<<20)), 0
 	}
+	c.DiskIO.DiskBytesPerSecond = s.QoSDiskRateMiB * (1 << 20)
 	return c
 }
 
@@ -186,6 +195,7 @@ func (s Settings) Validate() error {
 	}
 	check(s.QoSMemoryMinAvailableMiB >= 0, "qos-memory-min-available", "must not be negative, got %v", s.QoSMemoryMinAvailableMiB)
 	check(s.QoSReclaimLowAvailableMiB >= 0, "qos-reclaim-low-available", "must not be negative, got %v", s.QoSReclaimLowAvailableMiB)
+	check(s.QoSDiskRateMiB >= 0, "qos-diskio-disk-rate", "must not be negative, got %v", s.QoSDiskRateMiB)
 	if _, err := s.NewControllers(); err != nil {
 		errs = append(errs, err)
 	}

@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -244,22 +245,53 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 // cap anew from the start value (its Throttle from no cap) where it would
 // have kept or halved the lifted cap: restore then puts back the lower of
 // the two. It may also learn the writers' rate alone as the disk's rate,
-// as it does whenever revocable I/O runs uncapped.
+// as it does whenever revocable I/O runs uncapped. An agent that caps
+// revocable I/O from the start on a node whose guaranteed work does disk
+// I/O (#28: the server fsynced a slice ago) puts a cap back within the
+// slice: hold, called through the slice, lifts it again and keeps the
+// lowest such cap for restore, so that the writers' rate alone stays an
+// uncapped one (Relifted counts those lifts).
 type capLift struct {
+	mu     sync.Mutex
 	layout cgroups.Layout
 	rel    string // the revocable subtree
 	dev    string // the capped disk, "MAJ:MIN" ("": none found, nothing lifted)
+	held   bool   // within a writer-alone slice: from lift to restore
 	saved  uint64 // the cap lifted (bytes per second), 0: none
+	agent  uint64 // the lowest cap the agent set within the slice (hold), 0: none
 	// Lifted counts the slices whose cap was lifted, Recapped those in
-	// which the agent set a cap of its own meanwhile.
-	Lifted, Recapped int
+	// which the agent set a cap of its own meanwhile, Relifted the caps
+	// hold lifted again within a slice.
+	Lifted, Recapped, Relifted int
+}
+
+// hold lifts a cap the agent set within a lifted slice, remembering it
+// (the lowest) for restore.
+func (c *capLift) hold() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.held {
+		return nil
+	}
+	cur, err := c.layout.IOLimit(c.rel, c.dev)
+	if err != nil || cur == 0 {
+		return err
+	}
+	if c.agent == 0 || cur < c.agent {
+		c.agent = cur
+	}
+	c.Relifted++
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, 0)
 }
 
 // lift removes the cap, remembering it.
 func (c *capLift) lift() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
 	if c.dev == "" {
 		return nil
 	}
+	c.held = true
 	cur, err := c.layout.IOLimit(c.rel, c.dev)
 	if err != nil || cur == 0 {
 		return err
@@ -272,22 +304,34 @@ func (c *capLift) lift() error {
 // restore puts the lifted cap back, or the agent's if it set a lower one
 // meanwhile.
 func (c *capLift) restore() error {
-	if c.saved == 0 {
-		return nil
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	saved, agent := c.saved, c.agent
+	c.saved, c.agent, c.held = 0, 0, false
+	if saved == 0 && agent == 0 {
+		return nil // nothing lifted: a cap on now is the agent's
 	}
-	saved := c.saved
-	c.saved = 0
 	cur, err := c.layout.IOLimit(c.rel, c.dev)
 	if err != nil {
 		return err
 	}
-	if cur != 0 {
-		c.Recapped++
-		if cur <= saved {
-			return nil
-		}
+	// The agent's lowest cap within the slice: the one on now, or one
+	// that hold lifted.
+	lowest := cur
+	if lowest == 0 || agent != 0 && agent < lowest {
+		lowest = agent
 	}
-	return c.layout.SetIOLimit(c.rel, []string{c.dev}, saved)
+	want := lowest
+	if lowest != 0 {
+		c.Recapped++
+	}
+	if saved != 0 && (want == 0 || saved < want) {
+		want = saved
+	}
+	if want == cur {
+		return nil
+	}
+	return c.layout.SetIOLimit(c.rel, []string{c.dev}, want)
 }
 
 // diskOf returns the whole disk ("MAJ:MIN") holding dir, as the agent finds

@@ -250,6 +250,9 @@ type runResult struct {
 	// its own meanwhile (the lower of the two was put back).
 	CapsLifted   int `json:"caps_lifted,omitempty"`
 	CapsRecapped int `json:"caps_recapped,omitempty"`
+	// CapsRelifted counts the caps the agent set within writer-alone
+	// slices that were lifted again (capLift.hold).
+	CapsRelifted int `json:"caps_relifted,omitempty"`
 	// DiskRate is the writers' command's rate at normal CPU priority,
 	// measured before the load (diskProbe): the disk's rate, which
 	// writers alone at idle priority reach only when they get the CPU.
@@ -350,6 +353,11 @@ func (r runResult) slackCores() float64 {
 // cores over idle cores is a quotient of noise.
 const minIdleCores = 0.1
 
+// capHoldInterval is how often a writer-alone slice lifts a cap the agent
+// put back within it (capLift.hold): the writers run capped for at most
+// this long at a time, 5% of a 2 s slice.
+const capHoldInterval = 100 * time.Millisecond
+
 // share is best-effort cores over the idle cores, and false when the node
 // left less than minIdleCores idle.
 func (r runResult) share() (float64, bool) {
@@ -371,7 +379,10 @@ type point struct {
 	P99    time.Duration `json:"p99"`
 	Shared bool          `json:"shared"`
 	Limit  float64       `json:"limit"`
-	CPUs   int           `json:"revocable_cpus"`
+	// IOLimit is the revocable subtree's disk I/O cap (bytes per second,
+	// 0: none) on the writers' disk (the io scenario).
+	IOLimit uint64 `json:"io_limit,omitempty"`
+	CPUs    int    `json:"revocable_cpus"`
 }
 
 func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, error) {
@@ -675,7 +686,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		}
 	}
 	prev := m.snapshot(ctx)
-	timeline := sampleTimeline(layout, rel("revocable"))
+	timeline := sampleTimeline(layout, rel("revocable"), lift.dev)
 	start := time.Now()
 	res.LoadStart = start
 	if _, err := io.WriteString(stdin, "go\n"); err != nil {
@@ -710,6 +721,33 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 				}
 			}
 			prev = now
+		}
+	}()
+	// Through each writer-alone slice the cap stays lifted: an agent that
+	// caps revocable I/O from the start where guaranteed work does disk
+	// I/O puts one back within the slice (capLift.hold).
+	holdDone := make(chan struct{})
+	go func() {
+		defer close(holdDone)
+		if !s.writerAlone {
+			return
+		}
+		tick := time.NewTicker(capHoldInterval)
+		defer tick.Stop()
+		for {
+			select {
+			case <-stopSlices:
+				return
+			case <-sliceDone:
+				return
+			case now := <-tick.C:
+				if kind(int(now.Sub(start)/o.slice)) != sliceWriterAlone {
+					continue
+				}
+				if err := lift.hold(); err != nil {
+					fmt.Printf("   keeping the disk cap lifted: %v\n", err)
+				}
+			}
 		}
 	}()
 	// The memory best-effort work holds, sampled through the shared
@@ -753,6 +791,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	}
 	<-sliceDone
 	<-heldDone
+	<-holdDone
 	if heldN > 0 {
 		rm.heldShared = heldSum / heldN
 	}
@@ -771,7 +810,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if err := lift.restore(); err != nil && freezeErr == nil {
 		freezeErr = err
 	}
-	res.CapsLifted, res.CapsRecapped = lift.Lifted, lift.Recapped
+	res.CapsLifted, res.CapsRecapped, res.CapsRelifted = lift.Lifted, lift.Recapped, lift.Relifted
 	if thawErr := freezeCgroup(layout, rel("revocable"), false); freezeErr == nil {
 		freezeErr = thawErr
 	}
@@ -826,7 +865,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		writerAlone.finish()
 		res.WriterAlone = &writerAlone
 		rm.ioShared, rm.ioAlone, rm.windows = shared.BEWriteRate, writerAlone.BEWriteRate, res.WriteWindows
-		fmt.Printf("   writer-alone slices: the agent's disk cap lifted in %d, set anew by the agent within %d (the lower cap put back)\n", res.CapsLifted, res.CapsRecapped)
+		fmt.Printf("   writer-alone slices: the agent's disk cap lifted in %d, set anew by the agent within %d (the lower cap put back; %d caps lifted again within a slice)\n", res.CapsLifted, res.CapsRecapped, res.CapsRelifted)
 		if res.DiskRate > 0 {
 			bound := "CPU-bound: their rate is set by the CPU they get at idle priority beside other tenants more than by the disk"
 			if writerAlone.BEWriteRate >= res.DiskRate/2 {
@@ -1446,7 +1485,7 @@ func statField(file, key string) (uint64, bool) {
 
 // sampleTimeline samples the revocable subtree's CPU limit and CPU count
 // every second until the returned function is called.
-func sampleTimeline(l cgroups.Layout, rel string) func() []point {
+func sampleTimeline(l cgroups.Layout, rel, dev string) func() []point {
 	var (
 		mu     sync.Mutex
 		points []point
@@ -1462,8 +1501,12 @@ func sampleTimeline(l cgroups.Layout, rel string) func() []point {
 			select {
 			case <-tick.C:
 				limit, _ := l.CPULimit(rel)
+				var ioLimit uint64
+				if dev != "" {
+					ioLimit, _ = l.IOLimit(rel, dev)
+				}
 				mu.Lock()
-				points = append(points, point{At: time.Since(start).Round(time.Second), Limit: limit, CPUs: revocableCPUs(l, rel)})
+				points = append(points, point{At: time.Since(start).Round(time.Second), Limit: limit, IOLimit: ioLimit, CPUs: revocableCPUs(l, rel)})
 				mu.Unlock()
 			case <-stop:
 				return

@@ -121,6 +121,37 @@ func TestCapLift(t *testing.T) {
 	if c.Lifted != 3 || c.Recapped != 2 {
 		t.Errorf("lifted %d recapped %d, want 3 and 2", c.Lifted, c.Recapped)
 	}
+	// The agent caps again within the slice, twice: hold lifts each, and
+	// the lowest is put back at the end, being lower than the lifted one.
+	write("254:0 rbps=400 wbps=400")
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	for _, agentCap := range []string{"300", "350"} {
+		write("254:0 rbps=" + agentCap + " wbps=" + agentCap)
+		if err := c.hold(); err != nil {
+			t.Fatal(err)
+		}
+		if got := read(); got != "254:0 rbps=max wbps=max" {
+			t.Fatalf("held: io.max %q", got)
+		}
+	}
+	if err := c.hold(); err != nil || read() != "254:0 rbps=max wbps=max" || c.Relifted != 2 {
+		t.Fatalf("hold with no cap on: io.max %q, relifted %d, %v", read(), c.Relifted, err)
+	}
+	if err := c.restore(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); got != "254:0 rbps=300 wbps=300" {
+		t.Fatalf("restored after hold: io.max %q, want the agent's lowest cap", got)
+	}
+	if c.Lifted != 4 || c.Recapped != 3 {
+		t.Errorf("lifted %d recapped %d, want 4 and 3", c.Lifted, c.Recapped)
+	}
+	// Outside a lifted slice hold touches nothing.
+	if err := c.hold(); err != nil || read() != "254:0 rbps=300 wbps=300" {
+		t.Errorf("hold outside a slice: io.max %q, %v", read(), err)
+	}
 	// No cap: nothing lifted, nothing restored.
 	write("254:0 rbps=max wbps=max")
 	if err := c.lift(); err != nil {
@@ -130,8 +161,21 @@ func TestCapLift(t *testing.T) {
 	if err := c.restore(); err != nil || read() != "sentinel" {
 		t.Errorf("restore without a lifted cap wrote io.max (%q, %v)", read(), err)
 	}
-	if c.Lifted != 3 {
-		t.Errorf("lifted %d, want 3: there was no cap to lift", c.Lifted)
+	if c.Lifted != 4 {
+		t.Errorf("lifted %d, want 4: there was no cap to lift", c.Lifted)
+	}
+	// No cap at the slice's start, one from the agent within it: lifted
+	// through the slice, the agent's put back after it.
+	write("254:0 rbps=max wbps=max")
+	if err := c.lift(); err != nil {
+		t.Fatal(err)
+	}
+	write("254:0 rbps=250 wbps=250")
+	if err := c.hold(); err != nil || read() != "254:0 rbps=max wbps=max" {
+		t.Fatalf("held: io.max %q, %v", read(), err)
+	}
+	if err := c.restore(); err != nil || read() != "254:0 rbps=250 wbps=250" {
+		t.Errorf("restored: io.max %q, %v, want the agent's cap", read(), err)
 	}
 	// No disk found: nothing read or written.
 	none := &capLift{layout: cgroups.Layout{Mode: cgroups.ModeV2, Unified: dir}, rel: "missing"}
