@@ -732,23 +732,14 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		if !s.writerAlone {
 			return
 		}
-		tick := time.NewTicker(capHoldInterval)
-		defer tick.Stop()
-		for {
-			select {
-			case <-stopSlices:
+		everyTick(capHoldInterval, stopSlices, sliceDone, func(now time.Time) {
+			if kind(int(now.Sub(start)/o.slice)) != sliceWriterAlone {
 				return
-			case <-sliceDone:
-				return
-			case now := <-tick.C:
-				if kind(int(now.Sub(start)/o.slice)) != sliceWriterAlone {
-					continue
-				}
-				if err := lift.hold(); err != nil {
-					fmt.Printf("   keeping the disk cap lifted: %v\n", err)
-				}
 			}
-		}
+			if err := lift.hold(); err != nil {
+				fmt.Printf("   keeping the disk cap lifted: %v\n", err)
+			}
+		})
 	}()
 	// The memory best-effort work holds, sampled through the shared
 	// slices (S of a scenario whose best-effort memory grows and shrinks).
@@ -758,28 +749,19 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 	if s.nodeMiB > 0 {
 		go func() {
 			defer close(heldDone)
-			tick := time.NewTicker(250 * time.Millisecond)
-			defer tick.Stop()
-			for {
-				select {
-				case <-stopSlices:
-					return
-				case <-sliceDone:
-					return
-				case now := <-tick.C:
-					if avail, err := nodeAvailable(layout, root, uint64(s.nodeMiB)<<20); err == nil {
-						minAvailable = min(minAvailable, avail)
-					}
-					at := now.Sub(start)
-					if kind(int(at/o.slice)) != sliceShared || at%o.slice < 200*time.Millisecond {
-						continue
-					}
-					if held, err := rm.heldBytes(); err == nil {
-						heldSum += float64(held)
-						heldN++
-					}
+			everyTick(250*time.Millisecond, stopSlices, sliceDone, func(now time.Time) {
+				if avail, err := nodeAvailable(layout, root, uint64(s.nodeMiB)<<20); err == nil {
+					minAvailable = min(minAvailable, avail)
 				}
-			}
+				at := now.Sub(start)
+				if kind(int(at/o.slice)) != sliceShared || at%o.slice < 200*time.Millisecond {
+					return
+				}
+				if held, err := rm.heldBytes(); err == nil {
+					heldSum += float64(held)
+					heldN++
+				}
+			})
 		}()
 	} else {
 		close(heldDone)
@@ -1602,4 +1584,21 @@ func describeMachine() string {
 		b.WriteString(", virtual machine")
 	}
 	return b.String()
+}
+
+// everyTick calls fn with each tick's time, every interval, until stop or
+// done is closed.
+func everyTick(interval time.Duration, stop, done <-chan struct{}, fn func(now time.Time)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-done:
+			return
+		case now := <-tick.C:
+			fn(now)
+		}
+	}
 }
