@@ -45,14 +45,21 @@ func (o *ioBlockObjects) Close() error {
 	return _IoClose(o.BlkStart, o.BlkDone, o.BlkInflight, o.BlkStats)
 }
 
-// blockCounters sums a cgroup's block-request counters over CPUs; zero
-// when it has completed no request yet or the programs are not loaded.
-// During a walk (walkBlocks) it answers from the walk's read. m.mu must
-// be held.
-func (m *Monitor) blockCounters(cgroupID uint64) (ioBlkCounters, error) {
+// walkedBlockCounters is blockCounters for ReadAll's reads: during a walk
+// (walkBlocks) it answers from the walk's read. m.mu (read) and m.batchMu
+// must be held: the walk is batchMu's, and Stats, which holds m.mu only,
+// must not see it while it is written.
+func (m *Monitor) walkedBlockCounters(cgroupID uint64) (ioBlkCounters, error) {
 	if m.blkWalk.valid {
 		return m.blkWalk.sums[cgroupID], nil // absent: no request completed
 	}
+	return m.blockCounters(cgroupID)
+}
+
+// blockCounters sums a cgroup's block-request counters over CPUs; zero
+// when it has completed no request yet or the programs are not loaded.
+// m.mu must be held.
+func (m *Monitor) blockCounters(cgroupID uint64) (ioBlkCounters, error) {
 	var sum ioBlkCounters
 	if m.blk == nil || m.blk.BlkStats == nil {
 		return sum, nil
@@ -98,7 +105,7 @@ type blockWalk struct {
 }
 
 // walkBlocks reads the block counters of the cgroups in want (the plan's)
-// with batch lookups of blk_stats, for blockCounters to answer from until
+// with batch lookups of blk_stats, for walkedBlockCounters to answer from until
 // endBlockWalk. Without block programs, or without batch lookups of that
 // map, it leaves blockCounters to look each cgroup up (nil). m.mu (read)
 // and m.batchMu must be held.

@@ -265,9 +265,10 @@ func (m *Monitor) walkAll(plan ReadPlan) error {
 }
 
 // cacheCounters stores a tracked cgroup's counters, read from its
-// cgroup_stats entry (perCPU) and its block counters (looked up).
+// cgroup_stats entry (perCPU) and its block counters (looked up, or from
+// the walk's read). m.mu (read) and m.batchMu must be held.
 func (m *Monitor) cacheCounters(id uint64, perCPU []schedCgroupCounters) error {
-	blk, err := m.blockCounters(id)
+	blk, err := m.walkedBlockCounters(id)
 	if err != nil {
 		return fmt.Errorf("cgroup %d: %w", id, err)
 	}

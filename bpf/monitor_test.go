@@ -973,3 +973,47 @@ func TestBlockRequests(t *testing.T) {
 		t.Errorf("ReadAll shows no block request of the writers: a %d, b %d", all[a.id].BlockCount, all[b.id].BlockCount)
 	}
 }
+
+// TestStatsBesideFullReads: Stats may run while ReadAll makes full reads
+// (the agent's GetUsage beside the monitor's pass); it must not see the
+// block walk ReadAll writes (run with -race: a data race on it, and a
+// concurrent map read and write, before the walk was ReadAll's alone).
+func TestStatsBesideFullReads(t *testing.T) {
+	privileged.Require(t)
+	m := load(t, bpf.Config{})
+	root := testRoot(t)
+	var cgs []cgroup
+	for i := range 8 {
+		cgs = append(cgs, newCgroup(t, root, fmt.Sprintf("c%d", i)))
+		if err := m.Track(cgs[i].id, bpf.ClassGuaranteed); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Full reads come once a second (on the clock's grid): ReadAll until
+	// three more were made, with Stats beside it all along.
+	const fullReads = 3
+	before := m.ReadCounts().Full
+	done := make(chan error, 1)
+	go func() {
+		all := map[uint64]bpf.CgroupStats{}
+		for m.ReadCounts().Full-before < fullReads {
+			if err := m.ReadAll(all); err != nil {
+				done <- err
+				return
+			}
+			time.Sleep(time.Millisecond)
+		}
+		done <- nil
+	}()
+	for i := 0; ; i++ {
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Fatal(err)
+			}
+			return
+		default:
+			stats(t, m, cgs[i%len(cgs)].id)
+		}
+	}
+}
