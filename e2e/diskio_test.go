@@ -31,8 +31,8 @@ import (
 // fsync per interval, and the floor is the 1 MiB/s trickle alone
 // (--qos-diskio-floor-fraction 0: with the default 35% of the rate the
 // writer reached uncapped, the floor was 35 MiB/s in a 6.12 guest whose
-// writer ran fast before the first fsync, and 1 MiB/s where it had not),
-// The cap the guaranteed task's first fsync starts (35% of the disk's
+// writer ran fast before the first fsync, and 1 MiB/s where it had not);
+// the cap the guaranteed task's first fsync starts (35% of the disk's
 // rate, --qos-diskio-start-fraction) lasts while its fsyncs go on and
 // 3 s after (--qos-diskio-guarded-window), and rises whether or not the
 // writer at idle CPU priority fills it (--qos-diskio-increase-use 0),
