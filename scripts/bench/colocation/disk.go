@@ -94,6 +94,12 @@ type diskOptions struct {
 	// latency does not depend on who else wants the host's CPUs, but the
 	// model's answers come from a user-space process that does.
 	rtPriority int
+	// scheduler is the whole disk's I/O scheduler ("": the kernel's
+	// default for a loop device, none).
+	scheduler string
+	// iosched are the scheduler's tunables (queue/iosched/KEY), as
+	// KEY=VALUE.
+	iosched []string
 	// layout is "split" (the one modelled disk in two halves, each a
 	// loop device with an ext4 file system: the run's directory and
 	// guaranteed sandboxes on the first, revocable sandboxes on the
@@ -118,9 +124,20 @@ func (o diskOptions) String() string {
 	}
 	fsys := "one ext4 file system for guaranteed and revocable sandboxes (one journal)"
 	if o.layout == layoutSplit {
-		fsys = "split in two halves (a loop device and ext4 file system each, both served by the one model and its queue): guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
+		fsys = "split in two halves (a loop device over the whole disk's and an ext4 file system each, as partitions: their requests meet in the whole disk's queue and scheduler): guaranteed sandboxes on one, revocable on the other (--revocable-sandbox-dir)"
 	}
-	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s; %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio, fsys)
+	sched := o.scheduler
+	if sched == "" {
+		sched = "the kernel's default"
+	}
+	return fmt.Sprintf("loop device over the benchmark's modelled disk: %.0f MiB/s, %v per command, flush %v, FIFO, requests <= %d KiB at start, %s, I/O scheduler %s%s; %s", o.rate/(1<<20), o.op, o.flush, o.requestKiB, prio, sched, tunables(o.iosched), fsys)
+}
+
+func tunables(kvs []string) string {
+	if len(kvs) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(kvs, ", ") + ")"
 }
 
 func (o diskOptions) validate() error {
@@ -149,6 +166,19 @@ func (o diskOptions) validate() error {
 	}
 	if o.layout != layoutSplit && o.layout != layoutShared {
 		errs = append(errs, fmt.Errorf("--io-layout %q: want %s or %s", o.layout, layoutSplit, layoutShared))
+	}
+	switch o.scheduler {
+	case "", "none", "mq-deadline", "kyber", "bfq":
+	default:
+		errs = append(errs, fmt.Errorf("--disk-scheduler %q: want none, mq-deadline, kyber or bfq", o.scheduler))
+	}
+	for _, kv := range o.iosched {
+		if k, _, ok := strings.Cut(kv, "="); !ok || k == "" || strings.Contains(k, "/") {
+			errs = append(errs, fmt.Errorf("--disk-iosched %q: want KEY=VALUE, a file of the scheduler's queue/iosched", kv))
+		}
+	}
+	if len(o.iosched) > 0 && (o.scheduler == "" || o.scheduler == "none") {
+		errs = append(errs, errors.New("--disk-iosched needs --disk-scheduler (none has no tunables)"))
 	}
 	if o.size < 1<<30 {
 		errs = append(errs, fmt.Errorf("--disk-mib must be at least 1024 (the writers' files and the probe's), got %d", o.size>>20))
@@ -362,17 +392,21 @@ func runDiskServer(args []string) error {
 type modelledDisk struct {
 	base   string // the directory holding store, fuse and fs
 	server *exec.Cmd
-	// loops are the loop devices (/dev/loopN): the whole disk, or (split)
-	// its first half, then its second.
+	// whole is the loop device over the whole disk (/dev/loopN), loops
+	// the ones holding the file systems: whole, or (split) the loop
+	// devices over its first half, then its second.
+	whole string
 	loops []string
 	// Dir is where the run's files go (the ext4 file system).
 	Dir string
 	// RevocableDir, with the split layout, is the directory for revocable
 	// sandboxes, on the second half's file system ("": shared).
 	RevocableDir string
-	// Devices are the loop devices' "MAJ:MIN", Scheduler their I/O
-	// scheduler.
+	// Devices are the file systems' loop devices ("MAJ:MIN"), Whole the
+	// whole disk's (split: its counts repeat the halves'), Scheduler its
+	// I/O scheduler.
 	Devices   []string
+	Whole     string
 	Scheduler string
 }
 
@@ -451,32 +485,45 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 			// Pushed first: losetup may attach a device and be killed
 			// (the terminal's SIGINT) before it names it.
 			undo(func() error { return detachLoops(diskFile) })
-			// Split: two loop devices over the two halves of the one
-			// disk file, so both are served by the one model and its
-			// FIFO (this kernel, like many guests', has no partition
-			// table parsers: a loop device's partitions never appear).
-			ranges := [][2]int64{{0, 0}}
-			if split {
-				ranges = [][2]int64{{0, o.size / 2}, {o.size / 2, o.size - o.size/2}}
+			whole, err := attachLoop(diskFile, o.requestKiB)
+			if err != nil {
+				return err
 			}
-			for _, r := range ranges {
-				args := []string{"--find", "--show"}
-				if r[1] > 0 {
-					args = append(args, "--offset", fmt.Sprint(r[0]), "--sizelimit", fmt.Sprint(r[1]))
-				}
-				loop, err := exec.Command("losetup", append(args, diskFile)...).Output()
+			d.whole = whole
+			if o.scheduler != "" {
+				old, err := setScheduler(whole, o.scheduler)
 				if err != nil {
-					return fmt.Errorf("losetup: %w", exitText(err))
+					return err
 				}
-				dev := strings.TrimSpace(string(loop))
-				d.loops = append(d.loops, dev)
-				// A loop device keeps the request size set before (by
-				// an agent's diskio controller, or by hand): each run
-				// starts from the one asked for.
-				msk := filepath.Join("/sys/block", filepath.Base(dev), "queue", "max_sectors_kb")
-				if err := os.WriteFile(msk, []byte(fmt.Sprint(o.requestKiB)), 0); err != nil {
-					return fmt.Errorf("set %s to %d: %w", msk, o.requestKiB, err)
+				// A loop device keeps its scheduler when detached.
+				undo(func() error { _, err := setScheduler(whole, old); return err })
+			}
+			for _, kv := range o.iosched {
+				k, v, _ := strings.Cut(kv, "=")
+				file := filepath.Join("/sys/block", filepath.Base(whole), "queue", "iosched", k)
+				if err := os.WriteFile(file, []byte(v), 0); err != nil {
+					return fmt.Errorf("--disk-iosched %s on %s: %w", kv, whole, err)
 				}
+			}
+			if !split {
+				d.loops = []string{whole}
+				return nil
+			}
+			// Split: two loop devices over the two halves of the whole
+			// disk's loop device, as partitions over a disk (this
+			// kernel, like many guests', parses no partition tables: a
+			// loop device's partitions never appear, and it has no
+			// device-mapper). Their requests pass through the whole
+			// disk's queue and I/O scheduler, as a partition's do, with
+			// the cgroup that issued them (direct I/O from the halves'
+			// per-cgroup workers).
+			undo(func() error { return detachLoops(whole) })
+			for _, r := range [][2]int64{{0, o.size / 2}, {o.size / 2, o.size - o.size/2}} {
+				half, err := attachLoop(whole, o.requestKiB, "--direct-io=on", "--offset", fmt.Sprint(r[0]), "--sizelimit", fmt.Sprint(r[1]))
+				if err != nil {
+					return err
+				}
+				d.loops = append(d.loops, half)
 			}
 			return nil
 		}},
@@ -521,8 +568,50 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		}
 		d.Devices = append(d.Devices, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
 	}
-	d.Scheduler = readScheduler(d.Devices[0])
+	var st syscall.Stat_t
+	if err := syscall.Stat(d.whole, &st); err != nil {
+		return d, err
+	}
+	d.Whole = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
+	d.Scheduler = readScheduler(d.Whole)
 	return d, nil
+}
+
+// attachLoop attaches a loop device over file (losetup's extra args
+// first) and sets its largest request to requestKiB: a loop device keeps
+// the request size set before (by an agent's diskio controller, or by
+// hand), so each run starts from the one asked for.
+func attachLoop(file string, requestKiB uint64, args ...string) (string, error) {
+	out, err := exec.Command("losetup", append(append([]string{"--find", "--show"}, args...), file)...).Output()
+	if err != nil {
+		return "", fmt.Errorf("losetup %s: %w", file, exitText(err))
+	}
+	dev := strings.TrimSpace(string(out))
+	msk := filepath.Join("/sys/block", filepath.Base(dev), "queue", "max_sectors_kb")
+	if err := os.WriteFile(msk, []byte(fmt.Sprint(requestKiB)), 0); err != nil {
+		return dev, fmt.Errorf("set %s to %d: %w", msk, requestKiB, err)
+	}
+	return dev, nil
+}
+
+// setScheduler makes sched the I/O scheduler of the block device dev
+// (/dev/NAME) and returns the one it replaced.
+func setScheduler(dev, sched string) (string, error) {
+	file := filepath.Join("/sys/block", filepath.Base(dev), "queue", "scheduler")
+	data, err := os.ReadFile(file)
+	if err != nil {
+		return "", err
+	}
+	old := ""
+	for f := range strings.FieldsSeq(string(data)) {
+		if strings.HasPrefix(f, "[") {
+			old = strings.Trim(f, "[]")
+		}
+	}
+	if err := os.WriteFile(file, []byte(sched), 0); err != nil {
+		return old, fmt.Errorf("--disk-scheduler %s on %s (it offers %s): %w", sched, dev, strings.TrimSpace(string(data)), err)
+	}
+	return old, nil
 }
 
 // stopServer stops the disk server (SIGTERM, then SIGKILL after 10 s) and

@@ -52,18 +52,27 @@ func TestDiskModel(t *testing.T) {
 
 func TestDiskOptionsValidate(t *testing.T) {
 	t.Parallel()
-	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280, layout: layoutSplit}
+	good := diskOptions{kind: "loop", rate: 128 << 20, op: 20 * time.Microsecond, size: 2 << 30, requestKiB: 1280, layout: layoutSplit, scheduler: "none"}
 	if err := good.validate(); err != nil {
 		t.Fatalf("defaults: %v", err)
 	}
+	bfq := good
+	bfq.scheduler, bfq.iosched = "bfq", []string{"slice_idle=0", "low_latency=1"}
+	if err := bfq.validate(); err != nil {
+		t.Fatalf("bfq with tunables: %v", err)
+	}
 	for name, o := range map[string]diskOptions{
-		"kind":    {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
-		"rate":    {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
-		"op":      {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
-		"size":    {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280, layout: layoutShared},
-		"request": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2, layout: layoutShared},
-		"layout":  {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: "lvm"},
-		"rt":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100, layout: layoutShared},
+		"kind":      {kind: "nbd", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"rate":      {kind: "loop", rate: 0, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"op":        {kind: "loop", rate: 1, op: -1, size: 2 << 30, requestKiB: 1280, layout: layoutShared},
+		"size":      {kind: "loop", rate: 1, size: 1 << 20, requestKiB: 1280, layout: layoutShared},
+		"request":   {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 2, layout: layoutShared},
+		"layout":    {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: "lvm"},
+		"rt":        {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, rtPriority: 100, layout: layoutShared},
+		"scheduler": {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared, scheduler: "cfq"},
+		"tunable":   {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared, scheduler: "bfq", iosched: []string{"slice_idle"}},
+		"path":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared, scheduler: "bfq", iosched: []string{"../rotational=1"}},
+		"none":      {kind: "loop", rate: 1, size: 2 << 30, requestKiB: 1280, layout: layoutShared, scheduler: "none", iosched: []string{"slice_idle=0"}},
 	} {
 		if err := o.validate(); err == nil {
 			t.Errorf("%s: invalid options accepted", name)

@@ -62,12 +62,15 @@
 //     its service times are the model's, the same from run to run, where
 //     a shared host's virtual disk ("host") flushed in 25 ms on average.
 //     With --io-layout split (the default) the modelled disk is split in
-//     two halves, a loop device and ext4 file system each (this guest's
-//     kernel parses no partition tables): the run's directory and the
-//     guaranteed sandboxes on the first, the revocable sandboxes on the
-//     second (the agent's --revocable-sandbox-dir); both loop devices
-//     are served by the one model, so the writers and the server share
-//     its FIFO and bandwidth but not a journal;
+//     two halves, a loop device over the whole disk's loop device and an
+//     ext4 file system each, as partitions (this guest's kernel parses no
+//     partition tables and has no device-mapper): the run's directory and
+//     the guaranteed sandboxes on the first, the revocable sandboxes on
+//     the second (the agent's --revocable-sandbox-dir); both halves'
+//     requests pass through the whole disk's queue and I/O scheduler
+//     (--disk-scheduler, --disk-iosched) with the cgroups that issued
+//     them, then the one model, so the writers and the server share its
+//     queue, FIFO and bandwidth but not a journal;
 //     --io-layout shared keeps one file system and journal for both, where
 //     a writer descheduled at idle priority while holding a journal
 //     handle stalls the server's fsyncs. The server gets 200 requests a
@@ -197,10 +200,15 @@ func run() error {
 	flag.Uint64Var(&o.disk.requestKiB, "disk-request-kib", 1280, "--disk loop: the loop device's largest request (queue/max_sectors_kb) at the start of each run, KiB (1280: a fresh loop device's; a loop device keeps a size set before, by the agent or by hand)")
 	flag.DurationVar(&o.disk.flush, "disk-flush", 0, "--disk loop: the time a cache flush holds the modelled disk (0: power-loss protection)")
 	flag.IntVar(&o.disk.rtPriority, "disk-rt-priority", 10, "--disk loop: the modelled disk's server runs its threads at this SCHED_FIFO priority (0: normal priority, its cgroup's CPU weight only), so that the model answers on time whoever else wants the CPUs, as a disk does")
+	flag.StringVar(&o.disk.scheduler, "disk-scheduler", "none", "--disk loop: the modelled disk's I/O scheduler (none, mq-deadline, kyber or bfq): with bfq, the agent's I/O weight for revocable work applies in the one queue both halves share (docs/colocation-study.md: it did not help here)")
+	iosched := flag.String("disk-iosched", "", "--disk loop: the scheduler's tunables, KEY=VALUE[,KEY=VALUE...] written to the whole disk's queue/iosched/KEY (e.g. slice_idle=0 for bfq)")
 	flag.StringVar(&o.disk.layout, "io-layout", layoutSplit, "--disk loop: split (the modelled disk in two halves, a loop device and ext4 file system each, served by the one model: guaranteed sandboxes on one, revocable sandboxes on the other, given to the agent as --revocable-sandbox-dir, so that each has a journal of its own) or shared (one file system and journal for both, where a revocable writer holding a journal handle stalls the server's fsyncs)")
 	diskMiB := flag.Int64("disk-mib", 2048, "--disk loop: the modelled disk's size, MiB (held in a tmpfs while a run lasts)")
 	flag.Parse()
 	o.disk.rate, o.disk.size = *diskRate*(1<<20), *diskMiB<<20
+	if *iosched != "" {
+		o.disk.iosched = strings.Split(*iosched, ",")
+	}
 	flag.Visit(func(f *flag.Flag) { o.rateSet = o.rateSet || f.Name == "rate" })
 	if err := o.disk.validate(); err != nil {
 		return err

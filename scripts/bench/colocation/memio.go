@@ -29,6 +29,10 @@ type resourceMeter struct {
 	layout    cgroups.Layout
 	node      slacklinev1connect.NodeServiceClient
 	revocable string
+	// dev, when set ("MAJ:MIN"), is the writers' disk: writtenBytes
+	// counts its bytes only (a loop device over another counts each
+	// write on both).
+	dev string
 	// ioShared is best-effort writers' rate over the shared slices of the
 	// load (bytes per second), ioAlone the same writers' rate over the
 	// writer-alone slices, windows each slice's rate: set after the load
@@ -158,7 +162,7 @@ func minMedMax(vs []float64, format string) string {
 // warmWriters thaws the writers of every cgroup in rels and waits until each
 // cgroup has written want bytes, at most timeout (then it says how far they
 // got and the run goes on).
-func warmWriters(l cgroups.Layout, rels []string, want uint64, timeout time.Duration) error {
+func warmWriters(l cgroups.Layout, rels []string, dev string, want uint64, timeout time.Duration) error {
 	start := time.Now()
 	for _, rel := range rels {
 		if err := freezeCgroup(l, rel, false); err != nil {
@@ -169,7 +173,7 @@ func warmWriters(l cgroups.Layout, rels []string, want uint64, timeout time.Dura
 	for {
 		warm := true
 		for i, rel := range rels {
-			w, err := resourceMeter{layout: l, revocable: rel}.writtenBytes()
+			w, err := resourceMeter{layout: l, revocable: rel, dev: dev}.writtenBytes()
 			if err != nil {
 				return err
 			}
@@ -205,7 +209,7 @@ func freezeCgroup(l cgroups.Layout, rel string, frozen bool) error {
 
 // writtenBytes reads the revocable subtree's cumulative disk writes: v2
 // io.stat wbytes, v1 blkio.throttle.io_service_bytes Write (direct I/O
-// only: v1 charges buffered writeback to the root).
+// only: v1 charges buffered writeback to the root), on m.dev if set.
 func (m resourceMeter) writtenBytes() (ioSample, error) {
 	s := ioSample{at: time.Now()}
 	if m.layout.Mode == cgroups.ModeV2 {
@@ -213,10 +217,16 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 		if err != nil {
 			return s, err
 		}
-		for f := range strings.FieldsSeq(string(data)) {
-			if v, ok := strings.CutPrefix(f, "wbytes="); ok {
-				n, _ := strconv.ParseUint(v, 10, 64)
-				s.bytes += n
+		for line := range strings.SplitSeq(string(data), "\n") {
+			f := strings.Fields(line)
+			if len(f) == 0 || m.dev != "" && f[0] != m.dev {
+				continue
+			}
+			for _, f := range f[1:] {
+				if v, ok := strings.CutPrefix(f, "wbytes="); ok {
+					n, _ := strconv.ParseUint(v, 10, 64)
+					s.bytes += n
+				}
 			}
 		}
 		return s, nil
@@ -229,7 +239,7 @@ func (m resourceMeter) writtenBytes() (ioSample, error) {
 		return s, err
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
-		if f := strings.Fields(line); len(f) == 3 && f[1] == "Write" {
+		if f := strings.Fields(line); len(f) == 3 && f[1] == "Write" && (m.dev == "" || f[0] == m.dev) {
 			n, _ := strconv.ParseUint(f[2], 10, 64)
 			s.bytes += n
 		}
@@ -363,7 +373,7 @@ func diskOf(dir string) (string, error) {
 // when they get the CPU they need; on a host whose CPUs other tenants keep
 // busy they get a fraction, and their rate (and S) is then the CPU's, not
 // the disk's: the run says so.
-func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.Duration) (float64, error) {
+func diskProbe(l cgroups.Layout, rel, dev, dir, command string, warm uint64, d time.Duration) (float64, error) {
 	dirs := []string{filepath.Join(l.Unified, rel)}
 	if l.Mode != cgroups.ModeV2 && l.Blkio != "" {
 		dirs = append(dirs, filepath.Join(l.Blkio, rel))
@@ -392,7 +402,7 @@ func diskProbe(l cgroups.Layout, rel, dir, command string, warm uint64, d time.D
 		_ = c.Process.Kill()
 		_ = c.Wait()
 	}()
-	m := resourceMeter{layout: l, revocable: rel}
+	m := resourceMeter{layout: l, revocable: rel, dev: dev}
 	for deadline := time.Now().Add(time.Minute); ; time.Sleep(100 * time.Millisecond) {
 		w, err := m.writtenBytes()
 		if err != nil {

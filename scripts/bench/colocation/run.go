@@ -564,23 +564,28 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		// Let the controllers see the best-effort work before measuring.
 		time.Sleep(3 * time.Second)
 	}
-	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(agentRoot, cgroups.Revocable)}
+	// The writers' disk: the one the agent caps, and whose bytes are
+	// theirs (a half of the split disk also counts on the whole's loop
+	// device).
+	writersDev := ""
+	if s.writerAlone {
+		dev, err := diskOf(cmp.Or(revocableDir, work))
+		if err != nil {
+			fmt.Printf("   no disk found for the agent's sandboxes (%v): the writers' cap, if any, is not lifted alone\n", err)
+		}
+		writersDev = dev
+	}
+	rm := resourceMeter{layout: layout, node: node, revocable: cgroups.Subtree(agentRoot, cgroups.Revocable), dev: writersDev}
 	if s.holds > 0 {
 		if err := waitHeld(rm, s.holds, 5*time.Minute); err != nil {
 			return res, err
 		}
 	}
-	lift := &capLift{layout: layout, rel: cgroups.Subtree(agentRoot, cgroups.Revocable)}
+	lift := &capLift{layout: layout, rel: cgroups.Subtree(agentRoot, cgroups.Revocable), dev: writersDev}
 	if s.writerAlone {
-		if err := warmWriters(layout, []string{lift.rel}, s.warmWrites, 3*time.Minute); err != nil {
+		if err := warmWriters(layout, []string{lift.rel}, writersDev, s.warmWrites, 3*time.Minute); err != nil {
 			return res, err
 		}
-		// The writers' disk: the one the agent caps.
-		dev, err := diskOf(cmp.Or(revocableDir, work))
-		if err != nil {
-			fmt.Printf("   no disk found for the agent's sandboxes (%v): the writers' cap, if any, is not lifted alone\n", err)
-		}
-		lift.dev = dev
 		defer func() { _ = lift.restore() }()
 		if err := freezeCgroup(layout, lift.rel, true); err != nil {
 			return res, err
@@ -590,7 +595,7 @@ func runOnce(o options, rep int, s scenario, config, qosSet string) (runResult, 
 		if err := os.Mkdir(probeDir, 0o755); err != nil {
 			return res, err
 		}
-		if res.DiskRate, err = diskProbe(layout, root+"-disk-probe", probeDir, s.command(o.binDir), s.warmWrites/uint64(s.tasks), 3*time.Second); err != nil {
+		if res.DiskRate, err = diskProbe(layout, root+"-disk-probe", writersDev, probeDir, s.command(o.binDir), s.warmWrites/uint64(s.tasks), 3*time.Second); err != nil {
 			return res, err
 		}
 		fmt.Printf("   disk: %.0f MiB/s for one writer at normal CPU priority, alone\n", res.DiskRate/(1<<20))
