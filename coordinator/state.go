@@ -47,6 +47,10 @@ func (a *agent) endSession() {
 
 // framework is the coordinator's record of a framework.
 type framework struct {
+	// fid is the framework's id, fixed at creation: read without c.mu
+	// (subscriptionEnded's turn), where info is replaced under it by a
+	// failover.
+	fid            string
 	info           *slacklinev1.FrameworkInfo
 	state          slacklinev1.FrameworkState
 	disconnectedAt time.Time
@@ -57,10 +61,10 @@ type framework struct {
 }
 
 func newFramework(info *slacklinev1.FrameworkInfo, state slacklinev1.FrameworkState) *framework {
-	return &framework{info: info, state: state}
+	return &framework{fid: info.GetId(), info: info, state: state}
 }
 
-func (fw *framework) id() string { return fw.info.GetId() }
+func (fw *framework) id() string { return fw.fid }
 
 func (fw *framework) failoverTimeout() time.Duration { return failoverTimeout(fw.info) }
 

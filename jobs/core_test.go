@@ -2,7 +2,9 @@ package jobs
 
 import (
 	"errors"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,13 +125,14 @@ func spec(t *testing.T, text string) Spec {
 	return s
 }
 
-var offerSeq int
+// offerSeq numbers the offers of every test (they run in parallel).
+var offerSeq atomic.Int64
 
 // offer returns an offer of agent in role "*".
 func offer(agent, res string, revocable bool) *slacklinev1.Offer {
-	offerSeq++
+	n := int(offerSeq.Add(1))
 	return &slacklinev1.Offer{
-		Id:        agent + "-o" + strings.Repeat("x", offerSeq%3) + string(rune('a'+offerSeq%26)),
+		Id:        agent + "-o" + strings.Repeat("x", n%3) + string(rune('a'+n%26)) + "-" + strconv.Itoa(n),
 		AgentId:   agent,
 		Resources: resources.MustParse(res).Proto("*", resources.Revocability(revocable)),
 	}
