@@ -1,6 +1,7 @@
 package containerizer
 
 import (
+	"bytes"
 	"os"
 	"path/filepath"
 	"strings"
@@ -82,10 +83,12 @@ func TestForkBombStopsAtPidsMax(t *testing.T) {
 	if err := readJSON(filepath.Join(cfg.StateDir, ct.ID, checkpointFile), &cp); err != nil {
 		t.Fatal(err)
 	}
-	// The shell reports a fork the limit refused (and may give up there).
+	// The shell reports a fork the limit refused (and may give up there),
+	// a line written in pieces ("/bin/sh: 0: ", then the reason): wait for
+	// its end.
 	eventually(t, "a fork to fail", func() bool {
 		b, _ := os.ReadFile(filepath.Join(ct.Sandbox, "stderr"))
-		return len(b) > 0
+		return bytes.Contains(b, []byte("\n"))
 	})
 	n, ok := c.layout.PidsCurrent(cp.Cgroup)
 	if !ok || n > cfg.PidsMax {
