@@ -42,11 +42,21 @@ check-generate:
 # The eBPF accuracy tests compare latencies with and without contention, and
 # the network QoS tests measure throughput, so they run alone first;
 # everything else runs in parallel afterwards. Plain `go test` runs every
-# Fuzz target's seed corpus (f.Add and testdata/fuzz).
+# Fuzz target's seed corpus (f.Add and testdata/fuzz). Then the packages
+# whose goroutines share state (the daemons' cores, sessions, the monitor,
+# the bpf package's concurrent reads) run again under the race detector:
+# the slow measuring packages (bpf's accuracy studies, network, the
+# containerizer, e2e) are left out for time.
+RACE_PACKAGES ?= ./agent ./agent/monitor ./agent/history ./agent/session ./agent/shadow ./agent/settings \
+	./coordinator ./coordinator/core ./coordinator/allocator ./coordinator/profiles ./coordinator/leader \
+	./coordinator/store ./jobs ./jobs/service ./internal/server ./internal/auth ./internal/leaderclient \
+	./frameworkapi ./sim ./qos
 test:
 	$(GO) vet ./...
 	$(GO) test -count=1 -timeout 15m -p 1 ./bpf/... ./agent/network/...
 	$(GO) test -count=1 -timeout 15m $$($(GO) list ./... | grep -v -e '/bpf' -e '/agent/network')
+	$(GO) test -race -count=1 -timeout 15m $(RACE_PACKAGES)
+	$(GO) test -race -count=1 -timeout 5m -run '^TestStatsBesideFullReads$$' ./bpf
 
 # The privileged tests of the cgroup v2 and eBPF code paths in pure cgroup
 # v2 guests (QEMU, Debian's 6.1 and 6.12 kernels; docs/vm.md): builds the
