@@ -176,8 +176,14 @@ func TestRunToCompletion(t *testing.T) {
 			}
 			fake.mu.Lock()
 			defer fake.mu.Unlock()
-			if !fake.tornDown || fake.acks != tt.wantAcks {
-				t.Errorf("torn down %v, %d acknowledgements; want true, %d", fake.tornDown, fake.acks, tt.wantAcks)
+			// The SDK acknowledges from a goroutine of its own and skips
+			// what is still queued once the framework tore down (the
+			// coordinator acknowledges on its behalf): how many of the
+			// updates before the last were acknowledged depends on how far
+			// that goroutine got (3 of 14 beside stress-ng in CI), so
+			// wantAcks bounds the count.
+			if !fake.tornDown || fake.acks > tt.wantAcks {
+				t.Errorf("torn down %v, %d acknowledgements; want true, at most %d", fake.tornDown, fake.acks, tt.wantAcks)
 			}
 			if _, err := os.Stat(idFile); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("framework id file after teardown: %v, want removed", err)
