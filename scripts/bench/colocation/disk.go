@@ -402,11 +402,9 @@ type modelledDisk struct {
 	// RevocableDir, with the split layout, is the directory for revocable
 	// sandboxes, on the second half's file system ("": shared).
 	RevocableDir string
-	// Devices are the file systems' loop devices ("MAJ:MIN"), Whole the
-	// whole disk's (split: its counts repeat the halves'), Scheduler its
-	// I/O scheduler.
+	// Devices are the file systems' loop devices ("MAJ:MIN"), Scheduler
+	// the whole disk's I/O scheduler.
 	Devices   []string
-	Whole     string
 	Scheduler string
 }
 
@@ -568,12 +566,7 @@ func setupDisk(o diskOptions, self, base string, cs *cleanupStack, join func(pid
 		}
 		d.Devices = append(d.Devices, fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev)))
 	}
-	var st syscall.Stat_t
-	if err := syscall.Stat(d.whole, &st); err != nil {
-		return d, err
-	}
-	d.Whole = fmt.Sprintf("%d:%d", unix.Major(st.Rdev), unix.Minor(st.Rdev))
-	d.Scheduler = readScheduler(d.Whole)
+	d.Scheduler = activeScheduler(d.whole)
 	return d, nil
 }
 
@@ -597,19 +590,13 @@ func attachLoop(file string, requestKiB uint64, args ...string) (string, error) 
 // setScheduler makes sched the I/O scheduler of the block device dev
 // (/dev/NAME) and returns the one it replaced.
 func setScheduler(dev, sched string) (string, error) {
-	file := filepath.Join("/sys/block", filepath.Base(dev), "queue", "scheduler")
-	data, err := os.ReadFile(file)
-	if err != nil {
-		return "", err
-	}
-	old := ""
-	for f := range strings.FieldsSeq(string(data)) {
-		if strings.HasPrefix(f, "[") {
-			old = strings.Trim(f, "[]")
-		}
+	file := schedulerFile(dev)
+	old := activeScheduler(dev)
+	if old == "unknown" {
+		return "", fmt.Errorf("--disk-scheduler %s: %s unreadable", sched, file)
 	}
 	if err := os.WriteFile(file, []byte(sched), 0); err != nil {
-		return old, fmt.Errorf("--disk-scheduler %s on %s (it offers %s): %w", sched, dev, strings.TrimSpace(string(data)), err)
+		return old, fmt.Errorf("--disk-scheduler %s on %s (its scheduler %s): %w", sched, dev, old, err)
 	}
 	return old, nil
 }
@@ -810,8 +797,14 @@ func removeAll(dir string) error {
 	return os.RemoveAll(dir)
 }
 
-func readScheduler(dev string) string {
-	data, err := os.ReadFile(filepath.Join("/sys/dev/block", dev, "queue", "scheduler"))
+func schedulerFile(dev string) string {
+	return filepath.Join("/sys/block", filepath.Base(dev), "queue", "scheduler")
+}
+
+// activeScheduler returns the I/O scheduler of the block device dev
+// (/dev/NAME): the bracketed one, "unknown" if unreadable.
+func activeScheduler(dev string) string {
+	data, err := os.ReadFile(schedulerFile(dev))
 	if err != nil {
 		return "unknown"
 	}

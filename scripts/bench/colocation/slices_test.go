@@ -255,3 +255,40 @@ func TestQueued(t *testing.T) {
 		}
 	}
 }
+
+// TestWrittenBytesOfOneDisk checks that the writers' bytes are counted on
+// their disk only when one is named: a half of the split disk is a loop
+// device over the whole disk's, and both count each write.
+func TestWrittenBytesOfOneDisk(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(dir, "v2", "rev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(filepath.Join(dir, "v1", "rev"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	v2 := "7:2 rbytes=0 wbytes=300 rios=0 wios=3\n7:0 rbytes=0 wbytes=300 rios=0 wios=3\n254:0 rbytes=4096 wbytes=50\n"
+	v1 := "7:2 Read 0\n7:2 Write 300\n7:2 Total 300\n7:0 Write 300\n7:0 Total 300\n254:0 Write 50\nTotal 650\n"
+	if err := os.WriteFile(filepath.Join(dir, "v2", "rev", "io.stat"), []byte(v2), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "v1", "rev", "blkio.throttle.io_service_bytes"), []byte(v1), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	layouts := map[string]cgroups.Layout{
+		"v2":     {Mode: cgroups.ModeV2, Unified: filepath.Join(dir, "v2")},
+		"hybrid": {Mode: cgroups.ModeHybrid, Blkio: filepath.Join(dir, "v1")},
+	}
+	for name, l := range layouts {
+		for dev, want := range map[string]uint64{"": 650, "7:2": 300, "254:0": 50, "8:0": 0} {
+			got, err := resourceMeter{layout: l, revocable: "rev", dev: dev}.writtenBytes()
+			if err != nil {
+				t.Fatalf("%s %q: %v", name, dev, err)
+			}
+			if got.bytes != want {
+				t.Errorf("%s, dev %q: %d bytes written, want %d", name, dev, got.bytes, want)
+			}
+		}
+	}
+}
