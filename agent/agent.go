@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -364,6 +365,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		return fmt.Errorf("recover: %w", err)
 	}
 	a.watch.sync()
+	// The NodeService listens before the session registers the agent: the
+	// endpoint the coordinator hands out then accepts at once (an e2e
+	// test's first GetUsage right after registration was refused).
+	ln, err := net.Listen("tcp", a.cfg.Listen)
+	if err != nil {
+		return fmt.Errorf("listen on %s: %w", a.cfg.Listen, err)
+	}
 	g, ctx := errgroup.WithContext(ctx)
 	if a.cfg.Monitor != nil {
 		g.Go(func() error { return a.cfg.Monitor.Run(ctx) })
@@ -384,13 +392,13 @@ func (a *Agent) Run(ctx context.Context) error {
 		g.Go(func() error { a.cfg.Authz.ReloadOnHangup(ctx, a.log); return nil })
 	}
 	g.Go(func() error {
-		return server.Serve(ctx, server.Config{Listen: a.cfg.Listen, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())
+		return server.Serve(ctx, server.Config{Listener: ln, TLS: a.cfg.TLS, Logger: a.log}, a.Handler())
 	})
 	g.Go(func() error { return a.tasks.Run(ctx) })
 	g.Go(func() error { return a.disk.Run(ctx) })
 	g.Go(func() error { return a.health.Run(ctx) })
 	g.Go(func() error { return a.session.Run(ctx) })
-	err := g.Wait()
+	err = g.Wait()
 	if errors.Is(err, context.Canceled) {
 		return nil
 	}
