@@ -191,24 +191,30 @@ func testOnCPUAccuracy(t *testing.T, variant int) {
 	before := stats(t, m, cg.id).OnCPU
 	proc.start(t)
 	proc.wait(t)
-	after := stats(t, m, cg.id).OnCPU
 
 	const tolerance = 0.001
-	v2Usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
-	t.Logf("v2 cpu.stat usage %v, eBPF on-CPU %v (%+.3f%%)", v2Usage, after, 100*(after.Seconds()-v2Usage.Seconds())/v2Usage.Seconds())
-	if v2Usage < 1900*time.Millisecond {
-		t.Fatalf("cpu.stat usage %v: the helper did not spin for 2 s", v2Usage)
-	}
-	if !within(after.Seconds(), v2Usage.Seconds(), tolerance) {
-		t.Errorf("eBPF on-CPU %v not within 0.1%% of cpu.stat usage_usec %v", after, v2Usage)
-	}
-	if v1 != "" {
-		v1Usage := time.Duration(readUint(t, filepath.Join(v1, "cpuacct.usage")))
-		delta := after - before
-		t.Logf("v1 cpuacct.usage %v, eBPF on-CPU over the same interval %v (%+.3f%%)", v1Usage, delta, 100*(delta.Seconds()-v1Usage.Seconds())/v1Usage.Seconds())
-		if !within(delta.Seconds(), v1Usage.Seconds(), tolerance) {
-			t.Errorf("eBPF on-CPU %v not within 0.1%% of cpuacct.usage %v", delta, v1Usage)
+	afterLastSwitch(t, func() error {
+		after := stats(t, m, cg.id).OnCPU
+		v2Usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
+		if v2Usage < 1900*time.Millisecond {
+			t.Fatalf("cpu.stat usage %v: the helper did not spin for 2 s", v2Usage)
 		}
+		if !within(after.Seconds(), v2Usage.Seconds(), tolerance) {
+			return fmt.Errorf("eBPF on-CPU %v not within 0.1%% of cpu.stat usage_usec %v", after, v2Usage)
+		}
+		t.Logf("v2 cpu.stat usage %v, eBPF on-CPU %v (%+.3f%%)", v2Usage, after, 100*(after.Seconds()-v2Usage.Seconds())/v2Usage.Seconds())
+		return nil
+	})
+	if v1 != "" {
+		afterLastSwitch(t, func() error {
+			delta := stats(t, m, cg.id).OnCPU - before
+			v1Usage := time.Duration(readUint(t, filepath.Join(v1, "cpuacct.usage")))
+			if !within(delta.Seconds(), v1Usage.Seconds(), tolerance) {
+				return fmt.Errorf("eBPF on-CPU %v not within 0.1%% of cpuacct.usage %v", delta, v1Usage)
+			}
+			t.Logf("v1 cpuacct.usage %v, eBPF on-CPU over the same interval %v (%+.3f%%)", v1Usage, delta, 100*(delta.Seconds()-v1Usage.Seconds())/v1Usage.Seconds())
+			return nil
+		})
 	}
 }
 
@@ -254,13 +260,16 @@ func testOnCPUMissedSwitches(t *testing.T, variant int) {
 	// what eBPF counts.
 	unseen := usage()
 	proc.wait(t)
-	total := usage()
-	got := stats(t, m, cg.id).OnCPU
-	t.Logf("cpu.stat usage %v, %v of it before the program came back; eBPF on-CPU %v", total, unseen, got)
-	// cpu.stat has microseconds.
-	if want := total - unseen - time.Microsecond; got < want {
-		t.Errorf("eBPF on-CPU %v, want at least the %v the cgroup used since sched_switch was seen again (%v lost)", got, want, want-got)
-	}
+	afterLastSwitch(t, func() error {
+		total := usage()
+		got := stats(t, m, cg.id).OnCPU
+		// cpu.stat has microseconds.
+		if want := total - unseen - time.Microsecond; got < want {
+			return fmt.Errorf("eBPF on-CPU %v, want at least the %v the cgroup used since sched_switch was seen again (%v lost)", got, want, want-got)
+		}
+		t.Logf("cpu.stat usage %v, %v of it before the program came back; eBPF on-CPU %v", total, unseen, got)
+		return nil
+	})
 }
 
 // TestOnCPUAccuracyManyCgroups: more tracked cgroups share a CPU than a CPU
@@ -292,12 +301,15 @@ func testOnCPUAccuracyManyCgroups(t *testing.T, variant int) {
 		p.wait(t)
 	}
 	for _, cg := range cgs {
-		usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
-		got := stats(t, m, cg.id).OnCPU
-		t.Logf("%s: cpu.stat usage %v, eBPF on-CPU %v", filepath.Base(cg.path), usage, got)
-		if !within(got.Seconds(), usage.Seconds(), 0.05) {
-			t.Errorf("%s: eBPF on-CPU %v not within 5%% of cpu.stat usage_usec %v", cg.path, got, usage)
-		}
+		afterLastSwitch(t, func() error {
+			usage := time.Duration(readKeyed(t, filepath.Join(cg.path, "cpu.stat"), "usage_usec")) * time.Microsecond
+			got := stats(t, m, cg.id).OnCPU
+			if !within(got.Seconds(), usage.Seconds(), 0.05) {
+				return fmt.Errorf("%s: eBPF on-CPU %v not within 5%% of cpu.stat usage_usec %v", cg.path, got, usage)
+			}
+			t.Logf("%s: cpu.stat usage %v, eBPF on-CPU %v", filepath.Base(cg.path), usage, got)
+			return nil
+		})
 	}
 }
 
