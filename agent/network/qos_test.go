@@ -27,7 +27,11 @@ func TestNetworkQoS(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := netbench.Options{BinDir: bin, LinkMbps: 300, QueueBytes: 300 << 10, Rate: 75,
-		Warmup: 2 * time.Second, Settle: 5 * time.Second, Measure: 6 * time.Second}
+		Warmup: 2 * time.Second, Settle: 5 * time.Second, Measure: 6 * time.Second,
+		// Each second's usage, estimate, QoS limit and pace: a failure
+		// shows what held the sender (a CI run's sender moved nothing,
+		// with no correction made, and nothing said why).
+		Logf: t.Logf}
 	ctx := context.Background()
 	run := func(mode netbench.Mode) netbench.Result {
 		r, err := netbench.Run(ctx, o, mode)
