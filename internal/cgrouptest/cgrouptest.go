@@ -22,17 +22,29 @@ const Mountpoint = "/sys/fs/cgroup"
 // RemoveRoot kills every process under root and under its revocable
 // sibling <root>-revocable in the v2 tree (cgroup.kill) and removes their
 // cgroups, children first, from the v2 tree and the v1 cpu, memory, cpuset,
-// pids and blkio hierarchies. It touches nothing else.
-func RemoveRoot(root string) {
+// pids and blkio hierarchies. It touches nothing else. It returns an error
+// naming the cgroups it could not remove (still busy after
+// removeBusyWait, or another error), nil when none is left.
+func RemoveRoot(root string) error {
 	if root == "" || filepath.IsAbs(root) {
-		return // never the whole hierarchy
+		return nil // never the whole hierarchy
 	}
 	// The revocable subtree lives beside the root (containerizer/cgroups.Subtree).
-	removeTree(root + "-revocable")
-	removeTree(root)
+	left := removeTree(root + "-revocable")
+	left = append(left, removeTree(root)...)
+	if len(left) > 0 {
+		return fmt.Errorf("cgroups of %s left: %s", root, strings.Join(left, "; "))
+	}
+	return nil
 }
 
-func removeTree(root string) {
+// removeBusyWait bounds how long removeTree retries a busy cgroup (its
+// killed processes not gone yet), per cgroup.
+const removeBusyWait = 5 * time.Second
+
+// removeTree kills and removes root's cgroups in every hierarchy and
+// returns those left, each with its error.
+func removeTree(root string) []string {
 	unified := filepath.Join(Mountpoint, "unified")
 	if _, err := os.Stat(unified); err != nil {
 		unified = Mountpoint
@@ -43,7 +55,7 @@ func removeTree(root string) {
 		}
 		return nil
 	})
-	deadline := time.Now().Add(5 * time.Second)
+	var left []string
 	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
 		var dirs []string
 		_ = filepath.WalkDir(filepath.Join(Mountpoint, h, root), func(path string, d os.DirEntry, err error) error {
@@ -53,11 +65,19 @@ func removeTree(root string) {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			for unix.Rmdir(dirs[i]) == unix.EBUSY && time.Now().Before(deadline) {
+			deadline := time.Now().Add(removeBusyWait)
+			err := unix.Rmdir(dirs[i])
+			for err == unix.EBUSY && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
+				err = unix.Rmdir(dirs[i])
+			}
+			if err != nil && err != unix.ENOENT {
+				procs, _ := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs"))
+				left = append(left, fmt.Sprintf("%s: %v (processes: %q)", dirs[i], err, strings.Fields(string(procs))))
 			}
 		}
 	}
+	return left
 }
 
 // WorkDir returns a new directory for an agent under test and arranges, at
@@ -72,7 +92,9 @@ func WorkDir(t testing.TB, root string) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() {
-		RemoveRoot(root)
+		if err := RemoveRoot(root); err != nil {
+			t.Log(err)
+		}
 		deadline := time.Now().Add(10 * time.Second)
 		for {
 			err := os.RemoveAll(dir)

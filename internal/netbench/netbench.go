@@ -228,7 +228,11 @@ func Run(ctx context.Context, o Options, mode Mode) (res Result, err error) {
 	b := make([]byte, 4)
 	_, _ = rand.Read(b)
 	root := "slackline-netbench-" + hex.EncodeToString(b)
-	cleanups = append(cleanups, func() { cgrouptest.RemoveRoot(root) })
+	cleanups = append(cleanups, func() {
+		if err := cgrouptest.RemoveRoot(root); err != nil {
+			o.Logf("%v", err)
+		}
+	})
 	start := func(name string, args ...string) (*exec.Cmd, error) {
 		cmd := exec.Command(filepath.Join(o.BinDir, name), args...)
 		logf, err := os.Create(filepath.Join(work, name+".log"))
