@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,6 +18,7 @@ import (
 	"github.com/slackline/slackline/bpf/netqos"
 	"github.com/slackline/slackline/internal/nettest"
 	"github.com/slackline/slackline/internal/privileged"
+	"golang.org/x/sys/unix"
 )
 
 func TestMain(m *testing.M) {
@@ -197,7 +199,14 @@ func TestTCPSignals(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer ln.Close()
-	nettest.ServeSink(ln)
+	// The receiver's window must not be what holds the sender back: with
+	// an autotuned buffer it grows only as fast as the sink's goroutine
+	// reads, and a 6.12 guest beside another guest's tests moved a bulk
+	// transfer for a minute at half the queue (mean RTT 18 ms of 39) with
+	// no loss. A fixed 1 MiB buffer advertises a window far beyond the
+	// queue however slowly the sink reads.
+	setReceiveBuffer(t, ln, 1<<20)
+	sink := nettest.ServeSink(ln)
 	bulk, err := nettest.StartHelper(dir, pair.NodeNetns, nil, "send", fmt.Sprintf("%s:9101", pair.PeerIP), "cubic", "10m")
 	if err != nil {
 		t.Fatal(err)
@@ -213,7 +222,7 @@ func TestTCPSignals(t *testing.T) {
 	// buffer, in softirq, however little CPU the machine leaves its process.
 	full, err := waitTCPStats(progs, id, overflowTimeout, func(st netqos.TCPStats) bool { return st.Retransmits > 0 })
 	if err != nil {
-		t.Fatalf("the bulk transfer into a %v queue at %d Mbit/s never overflowed it: %v", queueDelay, mbps, err)
+		t.Fatalf("the bulk transfer into a %v queue at %d Mbit/s never overflowed it: %v (the sink received %d bytes)", queueDelay, mbps, err, sink.Bytes())
 	}
 	busy0, _ := progs.TCPStats(id)
 	busyApp := rr(t, pair, dir, 9102, time.Second)
@@ -334,5 +343,22 @@ func TestReadAllTCPMissingEntry(t *testing.T) {
 	}
 	if _, ok := all[ids[1]]; len(all) != 1 || !ok {
 		t.Errorf("read after unwatching: %v, want cgroup %d only", all, ids[1])
+	}
+}
+
+// setReceiveBuffer sets the receive buffer of the connections ln accepts
+// (they inherit the listening socket's) to bytes, which turns the
+// kernel's autotuning off for them.
+func setReceiveBuffer(t *testing.T, ln net.Listener, bytes int) {
+	t.Helper()
+	raw, err := ln.(*net.TCPListener).SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUF, bytes)
+	}); err != nil || serr != nil {
+		t.Fatalf("SO_RCVBUF: %v", errors.Join(err, serr))
 	}
 }
