@@ -15,6 +15,13 @@
 // --perf FILE then records the agent's CPU profile with perf for another
 // window (perf report -i FILE --no-children shows where its CPU goes);
 // --perf-idle FILE does the same for the idle agent.
+//
+// Beside the agent, over the same windows, runs the floor: a bare Go
+// process (this binary) that wakes every 100 ms, the agent's default
+// sampling interval, and does nothing else. Its CPU is what any Go
+// process waking that often costs on the machine (on a guest where a
+// context switch or a system call is expensive, a good part of a
+// percent), the baseline the agent's figure is read against.
 package main
 
 import (
@@ -37,7 +44,19 @@ import (
 	"github.com/slackline/slackline/resources"
 )
 
+// floorEnv, set, makes this binary the floor process: it wakes every
+// floorInterval until killed.
+const floorEnv = "SLACKLINE_BENCH_AGENT_FLOOR"
+
+// floorInterval is the agent's default sampling interval (--monitor-interval).
+const floorInterval = 100 * time.Millisecond
+
 func main() {
+	if os.Getenv(floorEnv) != "" {
+		for t := time.NewTicker(floorInterval); ; {
+			<-t.C
+		}
+	}
 	if err := run(); err != nil {
 		fmt.Fprintln(os.Stderr, "bench agent:", err)
 		os.Exit(1)
@@ -107,9 +126,18 @@ func run() error {
 	}
 	go fw.Run(ctx, handler)
 
+	floor := exec.Command(os.Args[0])
+	floor.Env = append(os.Environ(), floorEnv+"=1")
+	floor.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := floor.Start(); err != nil {
+		return fmt.Errorf("start the floor process: %w", err)
+	}
+	defer floor.Process.Kill()
+	floorPid := floor.Process.Pid
+
 	time.Sleep(2 * time.Second)
-	idleCPU, idleRSS := measure(agentPid, *window)
-	fmt.Printf("agent idle: CPU %.4f cores, RSS %.1f MiB\n", idleCPU, idleRSS)
+	idleCPU, idleRSS, floorCPU := measure(agentPid, floorPid, *window)
+	fmt.Printf("agent idle: CPU %.4f cores, RSS %.1f MiB (floor, a Go process waking every %v: %.4f cores)\n", idleCPU, idleRSS, floorInterval, floorCPU)
 	if err := record(*perfIdle, agentPid, *window); err != nil {
 		return err
 	}
@@ -146,8 +174,8 @@ func run() error {
 	slices.Sort(latencies)
 	pct := func(p float64) time.Duration { return benchutil.Percentile(latencies, p, 10*time.Microsecond) }
 	fmt.Printf("launch latency (Accept -> RUNNING received), %d tasks: p50 %v  p99 %v  max %v\n", len(latencies), pct(0.5), pct(0.99), latencies[len(latencies)-1].Round(10*time.Microsecond))
-	busyCPU, busyRSS := measure(agentPid, *window)
-	fmt.Printf("agent with %d tasks running (%d busy): CPU %.4f cores, RSS %.1f MiB\n", max(*trials, *running), min(*busy, max(*trials, *running)), busyCPU, busyRSS)
+	busyCPU, busyRSS, floorCPU := measure(agentPid, floorPid, *window)
+	fmt.Printf("agent with %d tasks running (%d busy): CPU %.4f cores, RSS %.1f MiB (floor: %.4f cores)\n", max(*trials, *running), min(*busy, max(*trials, *running)), busyCPU, busyRSS, floorCPU)
 	if err := record(*perfOut, agentPid, *window); err != nil {
 		return err
 	}
@@ -173,11 +201,16 @@ func record(out string, pid int, window time.Duration) error {
 	return nil
 }
 
-func measure(pid int, window time.Duration) (cores, rssMiB float64) {
+// measure returns pid's CPU (cores) over window and its RSS at the end,
+// and the floor process's CPU over the same window.
+func measure(pid, floorPid int, window time.Duration) (cores, rssMiB, floorCores float64) {
 	c0, _ := benchutil.CPUSeconds(pid)
+	f0, _ := benchutil.CPUSeconds(floorPid)
 	t0 := time.Now()
 	time.Sleep(window)
 	c1, _ := benchutil.CPUSeconds(pid)
+	f1, _ := benchutil.CPUSeconds(floorPid)
+	secs := time.Since(t0).Seconds()
 	rss, _ := benchutil.RSSBytes(pid)
-	return (c1 - c0) / time.Since(t0).Seconds(), float64(rss) / (1 << 20)
+	return (c1 - c0) / secs, float64(rss) / (1 << 20), (f1 - f0) / secs
 }
