@@ -23,8 +23,8 @@ const Mountpoint = "/sys/fs/cgroup"
 // sibling <root>-revocable in the v2 tree (cgroup.kill) and removes their
 // cgroups, children first, from the v2 tree and the v1 cpu, memory, cpuset,
 // pids and blkio hierarchies. It touches nothing else. It returns an error
-// naming the cgroups it could not remove (still busy after
-// removeBusyWait, or another error), nil when none is left.
+// naming the cgroups it could not remove (still busy once removeBusyWait
+// has passed, or another error), nil when none is left.
 func RemoveRoot(root string) error {
 	if root == "" || filepath.IsAbs(root) {
 		return nil // never the whole hierarchy
@@ -38,8 +38,11 @@ func RemoveRoot(root string) error {
 	return nil
 }
 
-// removeBusyWait bounds how long removeTree retries a busy cgroup (its
-// killed processes not gone yet), per cgroup.
+// removeBusyWait bounds how long removeTree retries busy cgroups (their
+// killed processes not gone yet), in all: once it has passed, each
+// cgroup left gets one attempt, so that a tree of many cgroups whose
+// processes cannot be killed (outside the v2 tree that cgroup.kill reaches)
+// still ends in seconds.
 const removeBusyWait = 5 * time.Second
 
 // removeTree kills and removes root's cgroups in every hierarchy and
@@ -56,6 +59,7 @@ func removeTree(root string) []string {
 		return nil
 	})
 	var left []string
+	deadline := time.Now().Add(removeBusyWait)
 	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
 		var dirs []string
 		_ = filepath.WalkDir(filepath.Join(Mountpoint, h, root), func(path string, d os.DirEntry, err error) error {
@@ -65,7 +69,6 @@ func removeTree(root string) []string {
 			return nil
 		})
 		for i := len(dirs) - 1; i >= 0; i-- {
-			deadline := time.Now().Add(removeBusyWait)
 			err := unix.Rmdir(dirs[i])
 			for err == unix.EBUSY && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
