@@ -153,6 +153,9 @@ type Config struct {
 	// startup is the timeline of Options.Build's phases, logged at the
 	// first registration.
 	startup *startupTimeline
+	// Pprof serves the Go runtime's profiles at /debug/pprof/ on the
+	// NodeService's listener (--pprof; authorized as debug_processes).
+	Pprof bool
 }
 
 // Agent is a node agent: it only wires its subsystems, each of which owns

@@ -65,6 +65,9 @@ func (a *Agent) Handler() http.Handler {
 		reg.MustRegister(a.cfg.Images.Collector())
 	}
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	if a.cfg.Pprof {
+		server.MountPprof(mux)
+	}
 	return a.cfg.Authz.Middleware(mux)
 }
 

@@ -55,6 +55,8 @@ type Options struct {
 	// key (--ca, --cert, --key); Authz the NodeService's authorization file
 	// (--authz) and ClientCRL its revocation list (--client-crl).
 	CA, Cert, Key, Authz, ClientCRL string
+	// Pprof serves the Go runtime's profiles (--pprof).
+	Pprof bool
 	// Insecure allows a NodeService without TLS and authorization
 	// (--insecure; slackline-agent defaults it from SLACKLINE_INSECURE).
 	Insecure bool
@@ -200,6 +202,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Key, "key", "", "the agent's key (agent-NAME.key)")
 	fs.StringVar(&o.Authz, "authz", "", "authorization file (authz.yaml) for NodeService callers; re-read on SIGHUP")
 	fs.StringVar(&o.ClientCRL, "client-crl", "", "certificate revocation list signed by --ca (crl.pem): NodeService callers presenting a certificate it lists are refused; needs --authz; re-read on SIGHUP")
+	fs.BoolVar(&o.Pprof, "pprof", false, "serve the Go runtime's profiles (CPU, heap, goroutines, execution traces) at /debug/pprof/ on the NodeService's --listen; callers need debug_processes")
 	fs.BoolVar(&o.Insecure, "insecure", false, "allow serving the NodeService without TLS and --authz, on loopback too (env "+auth.EnvInsecure+"=1): any local user, tasks included, could then read every task's output")
 	fs.StringVar(&o.Resources, "resources", "", `resources overriding the detected ones, e.g. "cpus:4;mem:8192;ports:[31000-32000]"`)
 	o.Attributes = map[string]string{}

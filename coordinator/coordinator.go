@@ -90,6 +90,9 @@ type Config struct {
 	// AdvertiseURL is the URL clients reach this coordinator at; GetState
 	// reports it as leader_url (see coordinator/leader for groups).
 	AdvertiseURL string
+	// Pprof serves the Go runtime's profiles at /debug/pprof/ (--pprof;
+	// authorized as debug_processes).
+	Pprof bool
 }
 
 func (c *Config) setDefaults() {

@@ -30,6 +30,9 @@ func (c *Coordinator) Handler() http.Handler {
 		slacklinev1connect.SchedulerServiceName, slacklinev1connect.AgentServiceName, slacklinev1connect.OperatorServiceName,
 		slacklinev1connect.ProfileServiceName)
 	mux.Handle(auth.MetricsPath, promhttp.HandlerFor(c.cfg.Metrics, promhttp.HandlerOpts{}))
+	if c.cfg.Pprof {
+		server.MountPprof(mux)
+	}
 	root := http.NewServeMux()
 	// The live view's files hold no data and need no credentials; its
 	// proxy (the live view's and slacklinectl's way to agents) authorizes

@@ -72,3 +72,25 @@ func TestOfferTimeout(t *testing.T) {
 		}
 	})
 }
+
+// TestPprof: the Go runtime's profiles are served with --pprof only.
+func TestPprof(t *testing.T) {
+	t.Parallel()
+	for _, on := range []bool{false, true} {
+		cfg := wallConfig(t.TempDir())
+		cfg.Pprof = on
+		tc := startCluster(t, cfg)
+		resp, err := tc.client.Get(tc.url + "/debug/pprof/cmdline")
+		if err != nil {
+			t.Fatal(err)
+		}
+		body, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		switch {
+		case on && (resp.StatusCode != 200 || !strings.Contains(string(body), "coordinator.test")):
+			t.Errorf("with --pprof: %d %q, want 200 and this test binary's command line", resp.StatusCode, body)
+		case !on && resp.StatusCode != 404:
+			t.Errorf("without --pprof: %d, want 404", resp.StatusCode)
+		}
+	}
+}

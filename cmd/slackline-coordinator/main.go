@@ -84,6 +84,7 @@ func run(args []string) error {
 	idleTimeout := fs.Duration("idle-timeout", server.DefaultIdleTimeout, "close connections with nothing in progress after this long (negative: never)")
 	readTimeout := fs.Duration("read-timeout", server.DefaultReadTimeout, "time a client has to send a request's headers and body (negative: none); streams outlive it")
 	fs.BoolVar(&cfg.AutoDownAfterAccept, "auto-down-after-accept", false, "take a DRAINING machine DOWN by itself once its window started and every framework with tasks on it accepted its inverse offers (never below a framework's min_available_tasks)")
+	fs.BoolVar(&cfg.Pprof, "pprof", false, "serve the Go runtime's profiles (CPU, heap, goroutines, execution traces) at /debug/pprof/ on --listen; callers need debug_processes")
 	minAlloc := fs.String("min-allocatable", "cpus:0.01;mem:32", "offer an agent's free resources only if some scalar reaches this")
 	group := registerGroupFlags(fs)
 	if done, err := cliconfig.Parse(fs, args); done || err != nil {

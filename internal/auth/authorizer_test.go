@@ -71,6 +71,7 @@ func testServer(t *testing.T) (dir, url string, a *Authorizer) {
 	mux.Handle(slacklinev1connect.NewOperatorServiceHandler(slacklinev1connect.UnimplementedOperatorServiceHandler{}, opts))
 	mux.Handle(slacklinev1connect.NewAgentServiceHandler(slacklinev1connect.UnimplementedAgentServiceHandler{}, opts))
 	server.MountStandard(mux, slacklinev1connect.OperatorServiceName)
+	server.MountPprof(mux)
 	mux.Handle(MetricsPath, http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "metrics") }))
 	srv := httptest.NewUnstartedServer(a.Middleware(mux))
 	srv.EnableHTTP2 = true
@@ -168,7 +169,16 @@ func TestMiddleware(t *testing.T) {
 			{"none", MetricsPath, http.StatusUnauthorized},
 			{"batch", MetricsPath, http.StatusForbidden},
 			{"admin", MetricsPath, http.StatusOK},
-			{"admin", "/debug/pprof/", http.StatusNotFound},
+			// The Go runtime's profiles need debug_processes, which
+			// operators have; a path under them without a rule is refused
+			// before the pprof index could serve it.
+			{"none", "/debug/pprof/cmdline", http.StatusUnauthorized},
+			{"batch", "/debug/pprof/cmdline", http.StatusForbidden},
+			{"admin", "/debug/pprof/cmdline", http.StatusOK},
+			{"admin", "/debug/pprof/", http.StatusOK},
+			{"admin", "/debug/pprof/heap", http.StatusOK},
+			{"admin", "/debug/pprof/nosuchprofile", http.StatusNotFound},
+			{"agent", "/debug/pprof/cmdline", http.StatusForbidden},
 		} {
 			resp, err := client(t, callers[tt.caller]).Get(url + tt.path)
 			if err != nil {

@@ -68,6 +68,9 @@ const (
 	ViewMetrics Action = "view_metrics"
 	// ViewAPI: use gRPC server reflection.
 	ViewAPI Action = "view_api"
+	// DebugProcesses: read the Go runtime profiles (CPU, heap, goroutines,
+	// execution traces) of a coordinator or agent started with --pprof.
+	DebugProcesses Action = "debug_processes"
 	// SubmitJobs: submit jobs to the job service in a role (roles).
 	SubmitJobs Action = "submit_jobs"
 	// ViewJobs: see the jobs other principals submitted to the job service
@@ -104,6 +107,7 @@ var objectKeys = map[Action]string{
 	RegisterAgents:             "hostnames",
 	ViewMetrics:                "",
 	ViewAPI:                    "",
+	DebugProcesses:             "",
 	SubmitJobs:                 "roles",
 	ViewJobs:                   "owners",
 	CancelJobs:                 "owners",

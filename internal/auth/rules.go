@@ -6,6 +6,7 @@ import (
 
 	slacklinev1 "github.com/slackline/slackline/gen/slackline/v1"
 	"github.com/slackline/slackline/gen/slackline/v1/slacklinev1connect"
+	"github.com/slackline/slackline/internal/server"
 )
 
 // Caller says which principals may call a procedure at all.
@@ -63,6 +64,13 @@ const (
 	// MetricsPath is where both processes serve Prometheus metrics.
 	MetricsPath = "/metrics"
 )
+
+func init() {
+	// The Go runtime profiles of a process started with --pprof.
+	for _, path := range server.PprofPaths {
+		Rules[path] = Rule{Caller: Clients, Action: DebugProcesses}
+	}
+}
 
 // Rules maps every procedure Slackline serves, and its other HTTP paths, to
 // its rule. A request for a path without a rule is refused when

@@ -14,7 +14,9 @@
 //
 // --perf FILE then records the agent's CPU profile with perf for another
 // window (perf report -i FILE --no-children shows where its CPU goes);
-// --perf-idle FILE does the same for the idle agent.
+// --perf-idle FILE does the same for the idle agent. --pprof FILE takes
+// the agent's Go CPU profile instead (the agent runs with --pprof; go
+// tool pprof -top FILE), which names the agent's own functions.
 //
 // Beside the agent, over the same windows, runs the floor: a bare Go
 // process (this binary) that wakes every 100 ms, the agent's default
@@ -30,6 +32,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,6 +72,7 @@ func run() error {
 	busy := flag.Int("busy", 0, "of the running tasks, how many run briefly every 100 ms instead of sleeping")
 	window := flag.Duration("window", 10*time.Second, "CPU measurement window")
 	perfOut := flag.String("perf", "", "after the busy measurement, record the agent with perf (call graphs) for another window into this file (read it with perf report -i FILE)")
+	pprofOut := flag.String("pprof", "", "after the busy measurement (and perf's window, with --perf), take the agent's Go CPU profile (its --pprof endpoint) for another window into this file (read it with go tool pprof FILE)")
 	perfIdle := flag.String("perf-idle", "", "after the idle measurement, record the idle agent with perf for another window into this file")
 	flag.Parse()
 	if os.Geteuid() != 0 {
@@ -84,12 +88,16 @@ func run() error {
 	}
 	coordAddr, agentAddr := benchutil.FreeAddr(), benchutil.FreeAddr()
 	root := fmt.Sprintf("slackline-bench-%d", os.Getpid())
+	agentArgs := []string{"--coordinator", "http://" + coordAddr, "--listen", agentAddr,
+		"--work-dir", filepath.Join(dir, "agent"), "--cgroup-root", root, "--resources", "cpus:64;mem:65536", "--log-level", "warn",
+		"--kill-grace-period", "100ms", "--insecure"}
+	if *pprofOut != "" {
+		agentArgs = append(agentArgs, "--pprof")
+	}
 	procs := []*exec.Cmd{
 		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn",
 			"--insecure"), // a loopback cluster of the benchmark's own, no credentials
-		exec.Command(filepath.Join(dir, "slackline-agent"), "--coordinator", "http://"+coordAddr, "--listen", agentAddr,
-			"--work-dir", filepath.Join(dir, "agent"), "--cgroup-root", root, "--resources", "cpus:64;mem:65536", "--log-level", "warn",
-			"--kill-grace-period", "100ms", "--insecure"),
+		exec.Command(filepath.Join(dir, "slackline-agent"), agentArgs...),
 	}
 	for _, p := range procs {
 		p.Stderr = os.Stderr
@@ -179,6 +187,9 @@ func run() error {
 	if err := record(*perfOut, agentPid, *window); err != nil {
 		return err
 	}
+	if err := goProfile(*pprofOut, agentAddr, *window); err != nil {
+		return err
+	}
 	cancel()
 	// Tasks outlive their agent by design: kill them and remove the cgroups.
 	procs[1].Process.Kill()
@@ -199,6 +210,36 @@ func record(out string, pid int, window time.Duration) error {
 		return fmt.Errorf("perf record: %w", err)
 	}
 	return nil
+}
+
+// goProfile takes the agent's Go CPU profile (its --pprof endpoint, the
+// NodeService's listener) for window into out; nothing when out is empty.
+// Go's profile names the agent's own functions where perf's call graphs
+// often stop at the runtime; it samples at 100 Hz, so a long window is
+// needed at the agent's 1-2% of a core.
+func goProfile(out, agentAddr string, window time.Duration) error {
+	if out == "" {
+		return nil
+	}
+	client := &http.Client{Timeout: window + time.Minute}
+	resp, err := client.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", agentAddr, int(window.Seconds())))
+	if err != nil {
+		return fmt.Errorf("agent CPU profile: %w", err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		msg, _ := io.ReadAll(io.LimitReader(resp.Body, 1024))
+		return fmt.Errorf("agent CPU profile: %s: %s", resp.Status, msg)
+	}
+	f, err := os.Create(out)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(f, resp.Body); err != nil {
+		f.Close()
+		return fmt.Errorf("agent CPU profile: %w", err)
+	}
+	return f.Close()
 }
 
 // measure returns pid's CPU (cores) over window and its RSS at the end,
