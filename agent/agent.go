@@ -150,12 +150,12 @@ type Config struct {
 	// lateEBPF is EBPF when Options.Build loads the eBPF monitor in the
 	// background: its features join Features.
 	lateEBPF *lateEBPF
-	// startup is the timeline of Options.Build's phases, logged at the
-	// first registration.
-	startup *startupTimeline
 	// Pprof serves the Go runtime's profiles at /debug/pprof/ on the
 	// NodeService's listener (--pprof; authorized as debug_processes).
 	Pprof bool
+	// startup is the timeline of Options.Build's phases, logged at the
+	// first registration.
+	startup *startupTimeline
 }
 
 // Agent is a node agent: it only wires its subsystems, each of which owns

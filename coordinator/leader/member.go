@@ -71,6 +71,7 @@ func NewMember(cfg Config) (*Member, error) {
 	m.terms = NewTerms(TermsConfig{
 		Elector: ElectorConfig{Client: cfg.Client, Prefix: cfg.Prefix, URL: cfg.AdvertiseURL, TTL: cfg.LeaseTTL, Logger: log},
 		Start:   m.start, Metrics: cfg.Metrics, LeaderMetric: "slackline_coordinator_leader", TermsMetric: "slackline_coordinator_leader_terms_total", What: "coordinator", Authz: cfg.Authz,
+		Pprof: cfg.Coordinator.Pprof,
 	})
 	m.follower = m.followerHandler()
 	return m, nil

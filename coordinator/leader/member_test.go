@@ -3,10 +3,12 @@ package leader
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -295,7 +297,7 @@ func TestGatedWriterPassesDeadlines(t *testing.T) {
 func getAsLeader(t *testing.T, handler http.HandlerFunc) (*Term, *http.Response) {
 	t.Helper()
 	term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
-	terms := &Terms{metrics: http.NotFoundHandler()}
+	terms := &Terms{local: http.NotFoundHandler()}
 	terms.serving.Store(&serving{term: term, service: Service{Handler: handler}})
 	srv := httptest.NewServer(terms.Handler(http.NotFoundHandler()))
 	t.Cleanup(srv.Close)
@@ -305,4 +307,51 @@ func getAsLeader(t *testing.T, handler http.HandlerFunc) (*Term, *http.Response)
 	}
 	t.Cleanup(func() { resp.Body.Close() })
 	return term, resp
+}
+
+// TestTermsServeOwnProfiles: with Pprof a replica serves its own runtime
+// profiles and /metrics whether it leads or follows; other paths go to
+// the term's handler or the follower's.
+func TestTermsServeOwnProfiles(t *testing.T) {
+	t.Parallel()
+	for _, pprof := range []bool{false, true} {
+		terms := NewTerms(TermsConfig{LeaderMetric: "test_leader", TermsMetric: "test_terms_total", What: "test", Pprof: pprof})
+		follower := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) { io.WriteString(w, "follower") })
+		srv := httptest.NewServer(terms.Handler(follower))
+		t.Cleanup(srv.Close)
+		get := func(path string) string {
+			resp, err := http.Get(srv.URL + path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer resp.Body.Close()
+			body, _ := io.ReadAll(resp.Body)
+			return fmt.Sprintf("%d %s", resp.StatusCode, body)
+		}
+		for _, leading := range []bool{false, true} {
+			if leading {
+				term := &Term{lease: newLease(context.Background(), 1, time.Hour, 0, time.Now())}
+				terms.serving.Store(&serving{term: term, service: Service{Handler: http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+					io.WriteString(w, "leader")
+				})}})
+			}
+			other := "200 follower"
+			if leading {
+				other = "200 leader"
+			}
+			profile := other // without Pprof the path is the service's
+			if pprof {
+				profile = "200 " + strings.Join(os.Args, "\x00")
+			}
+			if got := get("/debug/pprof/cmdline"); got != profile {
+				t.Errorf("pprof %v, leading %v: /debug/pprof/cmdline = %q, want %q", pprof, leading, got, profile)
+			}
+			if got := get("/metrics"); !strings.Contains(got, "test_leader") {
+				t.Errorf("pprof %v, leading %v: /metrics = %q, want the replica's own", pprof, leading, got)
+			}
+			if got := get("/x"); got != other {
+				t.Errorf("pprof %v, leading %v: /x = %q, want %q", pprof, leading, got, other)
+			}
+		}
+	}
 }

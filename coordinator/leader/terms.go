@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync/atomic"
 	"time"
 
@@ -14,6 +15,7 @@ import (
 
 	"github.com/slackline/slackline/internal/auth"
 	"github.com/slackline/slackline/internal/backoff"
+	"github.com/slackline/slackline/internal/server"
 )
 
 // Service is what one term of leadership runs: a coordinator, or another
@@ -50,18 +52,23 @@ type TermsConfig struct {
 	What string
 	// Authz guards /metrics (nil: no authorization).
 	Authz *auth.Authorizer
+	// Pprof serves the replica's own Go runtime profiles
+	// (server.MountPprof), leading or not, as /metrics is: a profile is
+	// of the process asked, never the leader's in its stead.
+	Pprof bool
 }
 
 // Terms is what every replica of a group does, whatever it serves: it
 // campaigns, runs one term's Service at a time, and serves the term's
 // handler while the term holds (every request ended with the term, every
 // write of a response checked against it: gatedWriter), a follower's
-// handler otherwise, and /metrics in both cases.
+// handler otherwise, and /metrics (and with Pprof the runtime profiles)
+// in both cases.
 type Terms struct {
 	cfg     TermsConfig
 	log     *slog.Logger
 	elector *Elector
-	metrics http.Handler
+	local   http.Handler // /metrics, and the profiles with Pprof
 	// serving is the current term and its service, nil while this
 	// replica does not lead.
 	serving atomic.Pointer[serving]
@@ -103,7 +110,12 @@ func NewTerms(cfg TermsConfig) *Terms {
 		}
 		return nil, nil
 	})}
-	t.metrics = cfg.Authz.Middleware(promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
+	local := http.NewServeMux()
+	local.Handle(auth.MetricsPath, promhttp.HandlerFor(gatherers, promhttp.HandlerOpts{}))
+	if cfg.Pprof {
+		server.MountPprof(local)
+	}
+	t.local = cfg.Authz.Middleware(local)
 	return t
 }
 
@@ -191,12 +203,12 @@ func (t *Terms) lead(ctx context.Context, term *Term) error {
 
 // Handler returns the replica's HTTP handler: the current term's handler
 // while this replica leads (every byte it sends checked against the term,
-// every request ended with it), follower otherwise, and /metrics in both
-// cases.
+// every request ended with it), follower otherwise, and /metrics (and
+// with Pprof the runtime profiles) in both cases.
 func (t *Terms) Handler(follower http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == auth.MetricsPath {
-			t.metrics.ServeHTTP(w, r)
+		if r.URL.Path == auth.MetricsPath || t.cfg.Pprof && slices.Contains(server.PprofPaths, r.URL.Path) {
+			t.local.ServeHTTP(w, r)
 			return
 		}
 		s := t.leading()
