@@ -98,8 +98,8 @@ func mean(lat []time.Duration) time.Duration {
 }
 
 // overflowTimeout bounds the wait for a bulk transfer to overflow the
-// test's queue: well under a second on any machine seen (20 Mbit/s fill 96
-// KB in 40 ms), generous for a loaded or emulated one.
+// test's queue: well under a second on any machine seen (a sender at 20
+// Mbit/s fills 40 KB in 16 ms), generous for a loaded or emulated one.
 const overflowTimeout = time.Minute
 
 // waitTCPStats polls a watched cgroup's counters until cond holds, and
@@ -137,15 +137,19 @@ func meanRTT(before, after netqos.TCPStats) time.Duration {
 // retransmissions are counted when that queue overflows; an unwatched
 // cgroup has no counters.
 //
-// The queue drains at 20 Mbit/s, slower than any sender here (an emulated
-// guest's too, about 60 Mbit/s), so that it fills; its 96 KB then add 39
-// ms, several times the scheduling delay of an emulated guest (16 ms idle
-// under TCG on Linux 6.1), which at 100 Mbit/s (8 ms) hid it. The busy
+// The queue drains at 8 Mbit/s, slower than any sender here, so that it
+// fills; its 40 KB then add 41 ms, several times the scheduling delay of
+// an emulated guest (16 ms idle under TCG on Linux 6.1), which at 100
+// Mbit/s (8 ms) hid it. An emulated guest sends about 60 Mbit/s alone,
+// but a 6.12 guest beside another guest's tests sent 19 Mbit/s for a
+// minute (its sink got 143 MB) into the 20 Mbit/s this test used to
+// drain at: its process could not refill the socket buffer faster than
+// the queue drained, so the queue never overflowed. The busy
 // samples are taken once a retransmission shows the queue full, so the
 // queue is in their path on any machine, loaded or not (the test used to
 // wait 500 ms and skip when the application's round trips had not risen).
 func TestTCPSignals(t *testing.T) {
-	const mbps, queueBytes = 20, 96 << 10
+	const mbps, queueBytes = 8, 40 << 10
 	queueDelay := time.Duration(float64(queueBytes*8) / (mbps * 1e6) * float64(time.Second))
 	progs, dir, id, pair := setup(t, mbps, queueBytes)
 	if _, err := progs.TCPStats(id); !errors.Is(err, bpf.ErrNotTracked) {
