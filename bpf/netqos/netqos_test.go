@@ -143,8 +143,8 @@ func meanRTT(before, after netqos.TCPStats) time.Duration {
 // Mbit/s (8 ms) hid it. An emulated guest sends about 60 Mbit/s alone,
 // but a 6.12 guest beside another guest's tests sent 19 Mbit/s for a
 // minute (its sink got 143 MB) into the 20 Mbit/s this test used to
-// drain at: its process could not refill the socket buffer faster than
-// the queue drained, so the queue never overflowed. The busy
+// drain at, without loss: most likely its process could not refill the
+// socket buffer faster than the queue drained. The busy
 // samples are taken once a retransmission shows the queue full, so the
 // queue is in their path on any machine, loaded or not (the test used to
 // wait 500 ms and skip when the application's round trips had not risen).
