@@ -76,11 +76,36 @@ func removeTree(root string) []string {
 			}
 			if err != nil && err != unix.ENOENT {
 				procs, _ := os.ReadFile(filepath.Join(dirs[i], "cgroup.procs"))
-				left = append(left, fmt.Sprintf("%s: %v (processes: %q)", dirs[i], err, strings.Fields(string(procs))))
+				left = append(left, fmt.Sprintf("%s: %v (processes: %s)", dirs[i], err, describe(strings.Fields(string(procs)))))
 			}
 		}
 	}
 	return left
+}
+
+// describe says what each process is and why it may not have died: its
+// name, its state (D: in an uninterruptible wait, which SIGKILL does not
+// end; T: stopped) and the kernel function it waits in, e.g.
+// "19485 netload D wchan=folio_wait_bit_common".
+func describe(pids []string) string {
+	out := make([]string, 0, len(pids))
+	for _, pid := range pids {
+		desc := pid
+		// comm is in parentheses and may hold spaces; the state follows it.
+		if stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
+			if open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')'); open >= 0 && end > open {
+				desc += " " + string(stat[open+1:end])
+				if f := strings.Fields(string(stat[end+1:])); len(f) > 0 {
+					desc += " " + f[0]
+				}
+			}
+		}
+		if wchan, err := os.ReadFile(filepath.Join("/proc", pid, "wchan")); err == nil && len(wchan) > 0 && string(wchan) != "0" {
+			desc += " wchan=" + string(wchan)
+		}
+		out = append(out, desc)
+	}
+	return "[" + strings.Join(out, "; ") + "]"
 }
 
 // WorkDir returns a new directory for an agent under test and arranges, at
