@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/procfs"
 	"golang.org/x/sys/unix"
 )
 
@@ -91,17 +92,15 @@ func describe(pids []string) string {
 	out := make([]string, 0, len(pids))
 	for _, pid := range pids {
 		desc := pid
-		// comm is in parentheses and may hold spaces; the state follows it.
-		if stat, err := os.ReadFile(filepath.Join("/proc", pid, "stat")); err == nil {
-			if open, end := strings.IndexByte(string(stat), '('), strings.LastIndexByte(string(stat), ')'); open >= 0 && end > open {
-				desc += " " + string(stat[open+1:end])
-				if f := strings.Fields(string(stat[end+1:])); len(f) > 0 {
-					desc += " " + f[0]
+		if n, err := strconv.Atoi(pid); err == nil {
+			if p, err := procfs.NewProc(n); err == nil {
+				if st, err := p.Stat(); err == nil {
+					desc += " " + st.Comm + " " + st.State
+				}
+				if wchan, err := p.Wchan(); err == nil && wchan != "" {
+					desc += " wchan=" + wchan
 				}
 			}
-		}
-		if wchan, err := os.ReadFile(filepath.Join("/proc", pid, "wchan")); err == nil && len(wchan) > 0 && string(wchan) != "0" {
-			desc += " wchan=" + string(wchan)
 		}
 		out = append(out, desc)
 	}
