@@ -122,6 +122,10 @@ type estimateLoop struct {
 type targetSamples struct {
 	samples []estimator.Sample
 	input   uint64
+	// seen is the time of the newest point taken from the monitor's
+	// history, usable or not: kept here, beside input, so that a pass
+	// does not load the cold end of samples to find it (#29).
+	seen time.Time
 }
 
 func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, net *network.Network) *estimateLoop {
@@ -453,11 +457,10 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 			used++
 		}
 		samples := t.samples
-		var after time.Time
-		if len(samples) > 0 {
-			after = samples[len(samples)-1].Time
+		points = m.HistorySince(points[:0], id, t.seen)
+		if len(points) > 0 {
+			t.seen = points[len(points)-1].Time
 		}
-		points = m.HistorySince(points[:0], id, after)
 		for _, p := range points {
 			// Unusable samples are dropped here, once, so that the
 			// estimators need not check the whole window at every

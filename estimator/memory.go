@@ -98,20 +98,26 @@ func (p *memPeakTracker) reset() { p.deque, p.head = p.deque[:0], 0 }
 
 // searchFrom returns the index of the first sample of window (in time
 // order) stamped at or after t, len(window) if none is: sort.Search's
-// answer, found without the search when t is the newest or the one before
-// (the tracker's case at every estimate: one sample new since the last).
-// The search over a minute of samples read a dozen cache lines per member
-// and estimate (#29).
+// answer, found without the search when it is one of the last
+// searchFromTail indexes. The tracker's case at every estimate is t the
+// time of the sample before the newest (one sample new since the last),
+// whose index is len(window)-2; the search over a minute of samples read a
+// dozen cache lines per member and estimate (#29).
 func searchFrom(window []Sample, t time.Time) int {
 	n := len(window)
-	switch {
-	case n == 0 || window[n-1].Time.Before(t):
-		return n
-	case n == 1 || window[n-2].Time.Before(t):
-		return n - 1
+	for i := n; i > 0 && i > n-searchFromTail; i-- {
+		if window[i-1].Time.Before(t) {
+			return i // window[i] (when there is one) was not before t
+		}
 	}
-	return sort.Search(n, func(i int) bool { return !window[i].Time.Before(t) })
+	// No sample of the tail is before t: the answer is at or before the tail.
+	head := max(0, n-searchFromTail)
+	return sort.Search(head, func(i int) bool { return !window[i].Time.Before(t) })
 }
+
+// searchFromTail is how many of a window's last indexes searchFrom
+// tries before it searches.
+const searchFromTail = 3
 
 // MemoryBound names the bound that set a memory estimate (MemoryAccount).
 type MemoryBound int

@@ -64,7 +64,8 @@ func TestSearchFromMatchesSearch(t *testing.T) {
 		}
 		return w
 	}
-	for _, w := range [][]Sample{nil, at(100), at(100, 200), at(100, 200, 300, 400), at(100, 100, 200, 200), at(100, 200, 200, 200), at(0, 100, 100)} {
+	for _, w := range [][]Sample{nil, at(100), at(100, 200), at(100, 200, 300, 400), at(100, 100, 200, 200), at(100, 200, 200, 200), at(0, 100, 100),
+		at(0, 100, 100, 200, 300, 300, 300, 400)} {
 		for ms := -100; ms <= 500; ms += 50 {
 			ts := start.Add(time.Duration(ms) * time.Millisecond)
 			want := sort.Search(len(w), func(i int) bool { return !w[i].Time.Before(ts) })
