@@ -84,6 +84,15 @@ func cpuReadDue(last cpuRead, now time.Time, a activity, refresh time.Duration) 
 	return !last.valid || last.blind(now) || a.ranSince(last.activity) || !now.After(last.at) || tick.Crossed(last.at, now, refresh)
 }
 
+// cpuRepeatsUntil is when cpuReadDue, false at some now after last's
+// read, may turn true again for the same activity: at the next boundary of
+// refresh's grid (tick.Crossed). Its other terms cannot turn true at a
+// later now: a container not blind at now is not blind later, and
+// activity and last do not change.
+func cpuRepeatsUntil(last cpuRead, refresh time.Duration) time.Time {
+	return tick.Next(last.at, refresh)
+}
+
 // repeat sets st's CPU figures to the last read's.
 func (r *cpuRead) repeat(st *slacklinev1.ResourceStatistics) {
 	st.CpusUsageSecs, st.CpusUserTimeSecs, st.CpusSystemTimeSecs = r.usage, r.user, r.system
@@ -140,6 +149,11 @@ func (c *v2CPU) repeats(now time.Time, _ *Usage, a activity) bool {
 	return !cpuReadDue(c.last, now, a, c.refresh)
 }
 
+// repeatsUntil implements repeater: the safety net's next boundary.
+func (c *v2CPU) repeatsUntil(time.Time, *Usage, activity) time.Time {
+	return cpuRepeatsUntil(c.last, c.refresh)
+}
+
 // hybridCPU reads CPU time on a hybrid host from the v2 tree's cpu.stat
 // (core statistics need no controller), or, on kernels without it, from
 // the v1 cpuacct.usage (ns) and cpuacct.stat (USER_HZ); and CFS throttling
@@ -188,6 +202,11 @@ func (c *hybridCPU) sample(s *scratch, _ *Target, u *Usage) error {
 // repeats implements repeater.
 func (c *hybridCPU) repeats(now time.Time, _ *Usage, a activity) bool {
 	return !cpuReadDue(c.last, now, a, c.refresh)
+}
+
+// repeatsUntil implements repeater: the safety net's next boundary.
+func (c *hybridCPU) repeatsUntil(time.Time, *Usage, activity) time.Time {
+	return cpuRepeatsUntil(c.last, c.refresh)
 }
 
 // read reads the CPU files into st.

@@ -224,6 +224,10 @@ func (e *ebpfSampler) repeats(time.Time, *Usage, activity) bool {
 	return e.runqValid && e.syncValid && e.block.valid && e.net.valid
 }
 
+// repeatsUntil implements repeater: what repeats asks does not change
+// without a sample.
+func (e *ebpfSampler) repeatsUntil(time.Time, *Usage, activity) time.Time { return time.Time{} }
+
 // repeated moves the interval baselines to now, as a sample of unchanged
 // figures would.
 func (e *ebpfSampler) repeated(now time.Time) { e.net.time = now }

@@ -162,6 +162,12 @@ func (m *memorySampler) repeats(now time.Time, prev *Usage, _ activity) bool {
 	return idle && !tick.Crossed(l.at, now, m.refresh)
 }
 
+// repeatsUntil implements repeater: memory.current's next refresh
+// boundary (the other terms of repeats cannot turn false at a later now).
+func (m *memorySampler) repeatsUntil(time.Time, *Usage, activity) time.Time {
+	return tick.Next(m.last.at, m.refresh)
+}
+
 // repeat sets u's memory figures to the last read's.
 func (m *memorySampler) repeat(u *Usage) {
 	l, st := &m.last, u.Stats

@@ -207,6 +207,9 @@ type Monitor struct {
 	prevNode      baseline   // for the node's CPU rate
 	nodeSampledAt time.Time  // when the node was last sampled
 	nodeBound     *nodeBound // the limits bounding the node's memory (nil: none looked for)
+	// noRepeatHorizon makes repeats check every sampler at every pass
+	// (container.repeatUntil unused): tests compare the two.
+	noRepeatHorizon bool
 
 	// mu guards the container set and what is published.
 	mu         sync.RWMutex
@@ -222,6 +225,24 @@ type Monitor struct {
 
 // container is the monitor's record of one target.
 type container struct {
+	// Guarded by Monitor.sampleMu. prev is the container's previous
+	// sample, and prevTarget the target it was taken for, when that
+	// sample was quiet (Usage.quiet) and had every source's figures (quiet
+	// false otherwise): what Monitor.repeats may repeat. repeatUntil, when
+	// set, is when the run of repeats of prev that Monitor.repeats last
+	// checked in full may end (the earliest of its samplers'
+	// repeatsUntil), and repeatID the cgroup id it asked eBPF about; a
+	// sample resets them. They come first in the struct, together: a
+	// repeated container loads the cache lines they share, not its
+	// samplers' (#29).
+	quiet       bool
+	repeatID    uint64
+	repeatUntil time.Time
+	prevTarget  Target
+	prev        Usage
+	samplers    []sampler // one per Monitor.sources, in the same order
+	baseline    baseline  // for the CPU rate
+
 	// Set at creation, then read-only.
 	id     string
 	cgroup string // Target.CgroupPath
@@ -232,17 +253,6 @@ type container struct {
 	next    int     // where the next point goes once history is full
 	latest  Usage
 	present bool // latest is valid
-
-	// Guarded by Monitor.sampleMu.
-	samplers []sampler // one per Monitor.sources, in the same order
-	baseline baseline  // for the CPU rate
-	// prev is the container's previous sample, and prevTarget the target
-	// it was taken for, when that sample was quiet (Usage.quiet) and had
-	// every source's figures (quiet false otherwise): what Monitor.repeats
-	// may repeat.
-	prev       Usage
-	prevTarget Target
-	quiet      bool
 }
 
 // baseline is what the previous sample of a container left for the
@@ -682,6 +692,12 @@ func (m *Monitor) repeats(changes EBPFChanges, c *container, t *Target, now time
 	if changes == nil || !c.quiet || c.prevTarget != *t || !now.After(c.prev.Time) {
 		return false
 	}
+	if !m.noRepeatHorizon && now.Before(c.repeatUntil) {
+		// Within the run checked in full: only eBPF can end it. (The
+		// samplers' state, prev and eBPF's activity are as they were
+		// then, and now is later: see repeater.repeatsUntil.)
+		return changes.Unchanged(c.repeatID)
+	}
 	e, ok := c.samplers[len(c.samplers)-1].(*ebpfSampler)
 	if !ok {
 		return false
@@ -693,14 +709,26 @@ func (m *Monitor) repeats(changes EBPFChanges, c *container, t *Target, now time
 	if id == 0 || !changes.Unchanged(id) {
 		return false
 	}
+	var until time.Time
 	for _, s := range c.samplers {
 		r, ok := s.(repeater)
 		if !ok || !r.repeats(now, &c.prev, e.activity) {
 			return false
 		}
+		if u := r.repeatsUntil(now, &c.prev, e.activity); !u.IsZero() && (until.IsZero() || u.Before(until)) {
+			until = u
+		}
+	}
+	c.repeatID = id
+	c.repeatUntil = until
+	if until.IsZero() { // no sampler has a file due: until a sample
+		c.repeatUntil = maxTime
 	}
 	return true
 }
+
+// maxTime is a repeatUntil no pass reaches.
+var maxTime = time.Unix(1<<62, 0)
 
 // repeat publishes c's previous sample again at now, moving the interval
 // baselines to now as sampling it would have.
@@ -724,6 +752,7 @@ func (m *Monitor) repeat(j *job, now time.Time) {
 func (m *Monitor) sampleContainer(j *job, now time.Time) error {
 	err := m.readContainer(j, now)
 	c := j.c
+	c.repeatID, c.repeatUntil = 0, time.Time{}
 	c.quiet = err == nil && j.usage.Stats != nil && j.usage.quiet()
 	if c.quiet {
 		c.prev, c.prevTarget = j.usage, j.target

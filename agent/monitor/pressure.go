@@ -56,6 +56,18 @@ func (p *pressureSampler) repeats(now time.Time, prev *Usage, a activity) bool {
 	return !psiReadDue(p.last, now, prev.Stats.CpusUsageSecs, a)
 }
 
+// repeatsUntil implements repeater: psiReadDue, false at now, stays false
+// until the next boundary of the grid it last crossed: refreshInterval's
+// when now has not crossed it since the last read, else (the container
+// neither ran nor had pressure: what psiReadDue then asks cannot change)
+// statRefreshInterval's.
+func (p *pressureSampler) repeatsUntil(now time.Time, _ *Usage, _ activity) time.Time {
+	if !tick.Crossed(p.last.at, now, refreshInterval) {
+		return tick.Next(p.last.at, refreshInterval)
+	}
+	return tick.Next(p.last.at, statRefreshInterval)
+}
+
 // pressureRead is what one read of the PSI files found.
 type pressureRead struct {
 	valid           bool

@@ -2,6 +2,8 @@ package monitor
 
 import (
 	"fmt"
+	"math/rand/v2"
+	"os"
 	"path/filepath"
 	"sync"
 	"testing"
@@ -224,6 +226,156 @@ func TestIdleRefreshesShareAPass(t *testing.T) {
 			if fmt.Sprint(readAt) != fmt.Sprint(want) {
 				t.Errorf("files read at the passes at %v, want %v (the runs and the grid's seconds)", readAt, want)
 			}
+		})
+	}
+}
+
+// TestRepeatHorizonChangesNothing (#29): a monitor that, within a run of
+// repeats, trusts the horizon its samplers gave (container.repeatUntil)
+// reads the same files and eBPF entries at the same passes, and publishes
+// the same samples, as its twin that asks every sampler at every pass,
+// over a minute of 100 ms passes that cross the grids' seconds and fifth
+// seconds, with seeded random runs of CPU, eBPF changes, target changes
+// and pressure that comes and goes.
+func TestRepeatHorizonChangesNothing(t *testing.T) {
+	t.Parallel()
+	for _, l := range layouts {
+		t.Run(l.mode, func(t *testing.T) {
+			t.Parallel()
+			rng := rand.New(rand.NewPCG(29, 1))
+			dir := t.TempDir()
+			root := filepath.Join(dir, "cgroup")
+			unified := filepath.Join(root, l.unified)
+			e := &changesEBPF{fakeEBPF: &fakeEBPF{}}
+			twinE := &changesEBPF{fakeEBPF: &fakeEBPF{}}
+			m := newTestMonitor(t, l.mode, dir, e, 100)
+			twin := newTestMonitor(t, l.mode, dir, twinE, 100)
+			twin.noRepeatHorizon = true
+			var targets []Target
+			stats := map[uint64]EBPFStats{}
+			usage := map[uint64]uint64{}
+			const n = 4
+			quietPSI := func(rel string) {
+				for _, f := range []string{"cpu.pressure", "memory.pressure", "io.pressure"} {
+					if err := os.WriteFile(filepath.Join(unified, rel, f), []byte(psi(0, 3000000, 0, 1500000)), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+			}
+			for i := range n {
+				rel := fmt.Sprintf("slackline/guaranteed/c%d", i+1)
+				id := uint64(i + 1)
+				usage[id] = 5000
+				l.write(t, root, rel, usage[id])
+				if i%2 == 0 {
+					quietPSI(rel)
+				}
+				targets = append(targets, Target{ID: fmt.Sprintf("c%d", i+1), CgroupPath: rel, CgroupID: id, CPULimit: 1})
+				stats[id] = EBPFStats{OnCPU: time.Second, Wakeups: 10, Sched: true}
+			}
+			m.SetTargets(targets)
+			twin.SetTargets(targets)
+			reads, twinReads := 0, 0
+			for pass := range 600 {
+				at := time.Duration(pass) * 100 * time.Millisecond
+				for i := range targets {
+					id := uint64(i + 1)
+					switch r := rng.IntN(100); {
+					case r < 4: // it ran
+						s := stats[id]
+						s.OnCPU += time.Millisecond
+						s.Wakeups++
+						stats[id] = s
+						usage[id] += 1000
+						l.write(t, root, targets[i].CgroupPath, usage[id])
+						if i%2 == 0 {
+							quietPSI(targets[i].CgroupPath)
+						}
+					case r < 5: // pressure comes or goes, eBPF sees nothing
+						if rng.IntN(2) == 0 {
+							quietPSI(targets[i].CgroupPath)
+						} else {
+							l.write(t, root, targets[i].CgroupPath, usage[id])
+						}
+					case r < 6:
+						targets[i].CPULimit = float64(1 + rng.IntN(3))
+						m.SetTargets(targets)
+						twin.SetTargets(targets)
+					}
+				}
+				for id, s := range stats {
+					e.set(id, s)
+					twinE.set(id, s)
+				}
+				readsBefore, twinBefore := reads, twinReads
+				e.fakeEBPF.mu.Lock()
+				asked := len(e.asked)
+				e.fakeEBPF.mu.Unlock()
+				twinE.fakeEBPF.mu.Lock()
+				twinAsked := len(twinE.asked)
+				twinE.fakeEBPF.mu.Unlock()
+				now := t0.Add(at)
+				if err := m.Sample(now); err != nil {
+					t.Fatalf("pass at %v: %v", at, err)
+				}
+				if err := twin.Sample(now); err != nil {
+					t.Fatalf("twin's pass at %v: %v", at, err)
+				}
+				for _, mm := range []struct {
+					m     *Monitor
+					reads *int
+				}{{m, &reads}, {twin, &twinReads}} {
+					for _, c := range mm.m.containers {
+						for _, f := range controlFiles(c) {
+							if f.f != nil {
+								if _, ok := f.f.(countingFile); !ok {
+									f.f = countingFile{openFile: f.f, reads: mm.reads}
+								}
+							}
+						}
+					}
+				}
+				e.fakeEBPF.mu.Lock()
+				lookups := len(e.asked) - asked
+				e.fakeEBPF.mu.Unlock()
+				twinE.fakeEBPF.mu.Lock()
+				twinLookups := len(twinE.asked) - twinAsked
+				twinE.fakeEBPF.mu.Unlock()
+				if reads-readsBefore != twinReads-twinBefore || lookups != twinLookups {
+					t.Fatalf("pass at %v: %d file reads and %d eBPF lookups, the twin %d and %d", at, reads-readsBefore, lookups, twinReads-twinBefore, twinLookups)
+				}
+				// Each sampler's own horizon holds (the container's is the
+				// earliest, which would hide a sampler's wrong one).
+				for _, c := range m.containers {
+					if !now.Before(c.repeatUntil) || !c.prev.Time.Equal(now) {
+						continue
+					}
+					a := c.samplers[len(c.samplers)-1].(*ebpfSampler).activity
+					for i, s := range c.samplers {
+						r := s.(repeater)
+						end := now.Add(6 * time.Second)
+						if u := r.repeatsUntil(now, &c.prev, a); !u.IsZero() && u.Before(end) {
+							end = u
+						}
+						for probe := now.Add(10 * time.Millisecond); probe.Before(end); probe = probe.Add(10 * time.Millisecond) {
+							if !r.repeats(probe, &c.prev, a) {
+								t.Fatalf("pass at %v, %s: sampler %d repeats until %v by its horizon, not at %v", at, c.id, i, end.Sub(t0), probe.Sub(t0))
+							}
+						}
+					}
+				}
+				for _, tg := range targets {
+					got, _ := m.Latest(tg.ID)
+					want, _ := twin.Latest(tg.ID)
+					if !sameUsage(got, want) {
+						t.Fatalf("pass at %v, %s: sample\n%+v\nwant the twin's\n%+v", at, tg.ID, got, want)
+					}
+				}
+			}
+			if m.repeated != twin.repeated || m.repeated < 1000 {
+				t.Errorf("%d samples repeated, the twin %d; want equal, and many (of %d)", m.repeated, twin.repeated, 600*n)
+			}
+			t.Logf("%d of %d samples repeated", m.repeated, 600*n)
 		})
 	}
 }

@@ -37,6 +37,14 @@ type sampler interface {
 // sampled; Monitor.repeats).
 type repeater interface {
 	repeats(now time.Time, prev *Usage, a activity) bool
+	// repeatsUntil, asked after repeats reported true at now, returns an
+	// instant until which repeats keeps reporting true for any later now
+	// with the same prev and a (no file read and no sample taken
+	// meanwhile): the first boundary at which a file of the sampler may
+	// become due; the zero time when none can (Monitor.repeats keeps the
+	// earliest of a container's samplers, so that a repeated container
+	// costs a comparison, not a call per sampler: #29).
+	repeatsUntil(now time.Time, prev *Usage, a activity) time.Time
 }
 
 // host is what New knows of the machine when it chooses the sources.

@@ -57,3 +57,14 @@ func Crossed(last, now time.Time, period time.Duration) bool {
 	}
 	return now.UnixNano()/int64(period) > last.UnixNano()/int64(period)
 }
+
+// Next returns the first boundary of period's grid after last: the
+// earliest now for which Crossed(last, now, period) holds, for times after
+// 1970 and period > 0. For period <= 0 (Crossed always holds) it returns
+// last.
+func Next(last time.Time, period time.Duration) time.Time {
+	if period <= 0 {
+		return last
+	}
+	return time.Unix(0, (last.UnixNano()/int64(period)+1)*int64(period))
+}

@@ -54,3 +54,31 @@ func TestCrossed(t *testing.T) {
 		}
 	}
 }
+
+// TestNext: Next is the earliest instant at which Crossed holds: not one
+// nanosecond before it, and at it, for last on, just after and between
+// boundaries.
+func TestNext(t *testing.T) {
+	t.Parallel()
+	base := time.Unix(1000, 0)
+	for _, c := range []struct {
+		last   time.Time
+		period time.Duration
+		want   time.Time
+	}{
+		{base, time.Second, base.Add(time.Second)},
+		{base.Add(time.Nanosecond), time.Second, base.Add(time.Second)},
+		{base.Add(999 * time.Millisecond), time.Second, base.Add(time.Second)},
+		{base.Add(130 * time.Millisecond), 250 * time.Millisecond, base.Add(250 * time.Millisecond)},
+		{base.Add(4900 * time.Millisecond), 5 * time.Second, base.Add(5 * time.Second)},
+		{base, 0, base},
+	} {
+		got := Next(c.last, c.period)
+		if !got.Equal(c.want) {
+			t.Errorf("Next(%v, %v) = %v, want %v", c.last.Sub(base), c.period, got.Sub(base), c.want.Sub(base))
+		}
+		if c.period > 0 && (Crossed(c.last, got.Add(-time.Nanosecond), c.period) || !Crossed(c.last, got, c.period)) {
+			t.Errorf("Next(%v, %v) = %v is not where Crossed turns true", c.last.Sub(base), c.period, got.Sub(base))
+		}
+	}
+}
