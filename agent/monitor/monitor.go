@@ -731,13 +731,15 @@ func (m *Monitor) repeats(changes EBPFChanges, c *container, t *Target, now time
 var maxTime = time.Unix(1<<62, 0)
 
 // repeat publishes c's previous sample again at now, moving the interval
-// baselines to now as sampling it would have.
+// baselines to now as sampling it would have: the CPU rate's here, eBPF's
+// network baseline when the run of repeats ends (readContainer), so that
+// a repeat touches no sampler (#29: a sampler's state is cold after the
+// pass's sleep; c.prev.Time keeps when the last repeat was).
 func (m *Monitor) repeat(j *job, now time.Time) {
 	c := j.c
 	j.usage, j.usage.Time = c.prev, now
 	c.prev.Time = now
 	c.baseline.time = now
-	c.samplers[len(c.samplers)-1].(*ebpfSampler).repeated(now)
 }
 
 // sampleContainer reads j's container into j.usage, running its samplers
@@ -771,6 +773,12 @@ func (m *Monitor) readContainer(j *job, now time.Time) error {
 	var errs []error
 	m.scratch.activity, m.scratch.fetched = activity{}, false
 	if e, ok := c.samplers[len(c.samplers)-1].(*ebpfSampler); ok {
+		if c.quiet {
+			// The previous sample was repeated until c.prev.Time (or
+			// taken then): eBPF's baselines move there, as each repeat
+			// would have moved them.
+			e.repeated(c.prev.Time)
+		}
 		e.fetch(m.scratch, t) // first: the CPU sampler reads the activity
 	}
 	for i, s := range c.samplers {
