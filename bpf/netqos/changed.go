@@ -63,7 +63,7 @@ func (p *Programs) refreshTCP(now time.Time) error {
 	p.reads.Reused += uint64(len(p.watched) - len(plan.Read))
 	if plan.Walk && !p.noBatch {
 		// Every watched cgroup's counters: fresh values are never wrong.
-		err := p.readBatch(p.cache)
+		err := p.readBatch()
 		if err == nil {
 			return nil
 		}
@@ -77,7 +77,7 @@ func (p *Programs) refreshTCP(now time.Time) error {
 		if err := p.tcp.Lookup(id, &perCPU); err != nil {
 			return fmt.Errorf("tcp stats of cgroup %d: %w", id, err)
 		}
-		p.cache[id] = sumTCP(perCPU)
+		p.store(id, sumTCP(perCPU))
 	}
 	return nil
 }

@@ -93,8 +93,14 @@ type Programs struct {
 	// The changed marks (nil: unmapped, every pass reads everything), the
 	// last counters read of each watched cgroup, when every one was last
 	// read, the plan's buffer and the read counts, under mu.
-	marks     *bpf.ChangedMarks
-	cache     map[uint64]TCPStats
+	marks *bpf.ChangedMarks
+	cache map[uint64]TCPStats
+	// dirty holds the watched cgroups whose cached counters were stored
+	// with a new value since the last ReadChangedTCP (store), so that it
+	// compares nothing for the others (#29: each entry is five cache
+	// lines, cold after the pass's sleep, and ReadChangedTCP compared two
+	// of them per cgroup and pass).
+	dirty     map[uint64]bool
 	moved     []uint64 // ReadChangedTCP's answer, reused
 	lastFull  time.Time
 	fullEvery time.Duration // fullTCPReadInterval; tests lengthen it
@@ -130,7 +136,7 @@ func Load(cfg Config) (*Programs, error) {
 	spec.Maps["classes"].MaxEntries = uint32(maxCgroups)
 	spec.Maps["tcp_stats"].MaxEntries = uint32(maxCgroups)
 	p := &Programs{log: log, ncpu: ncpu, programs: map[string]*ebpf.Program{}, watched: map[uint64]bool{},
-		cache: map[uint64]TCPStats{}, fullEvery: fullTCPReadInterval}
+		cache: map[uint64]TCPStats{}, dirty: map[uint64]bool{}, fullEvery: fullTCPReadInterval}
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
@@ -308,6 +314,7 @@ func (p *Programs) Unwatch(cgroupID uint64) error {
 	}
 	delete(p.watched, cgroupID)
 	delete(p.cache, cgroupID)
+	delete(p.dirty, cgroupID)
 	if err := p.tcp.Delete(cgroupID); err != nil && !errors.Is(err, ebpf.ErrKeyNotExist) {
 		return fmt.Errorf("unwatch cgroup %d: %w", cgroupID, err)
 	}
@@ -347,6 +354,7 @@ func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
 	if err := p.refreshTCP(time.Now()); err != nil {
 		// Read afresh next time.
 		clear(p.cache)
+		clear(p.dirty)
 		p.lastFull = time.Time{}
 		return fmt.Errorf("tcp stats of every cgroup: %w", err)
 	}
@@ -357,10 +365,11 @@ func (p *Programs) ReadAllTCP(into map[uint64]TCPStats) error {
 }
 
 // ReadChangedTCP is ReadAllTCP for a caller that passes the same map at
-// every call and wants to know what moved (#29): it leaves the entries
-// equal to what ReadAllTCP would store, deletes those of cgroups no
-// longer watched, stores the others and returns their ids, in a slice
-// valid until the next call. On error into is emptied.
+// every call, and does not change its entries, and wants to know what
+// moved (#29): it leaves the entries equal to what ReadAllTCP would store,
+// deletes those of cgroups no longer watched, stores the others and
+// returns their ids, in a slice valid until the next call. On error into
+// is emptied.
 func (p *Programs) ReadChangedTCP(into map[uint64]TCPStats) ([]uint64, error) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -368,6 +377,7 @@ func (p *Programs) ReadChangedTCP(into map[uint64]TCPStats) ([]uint64, error) {
 	if err := p.refreshTCP(time.Now()); err != nil {
 		clear(into)
 		clear(p.cache)
+		clear(p.dirty)
 		p.lastFull = time.Time{}
 		return nil, fmt.Errorf("tcp stats of every cgroup: %w", err)
 	}
@@ -377,23 +387,34 @@ func (p *Programs) ReadChangedTCP(into map[uint64]TCPStats) ([]uint64, error) {
 		}
 	}
 	for id := range p.watched {
-		v := p.cache[id]
-		if old, ok := into[id]; ok && old == v {
-			continue
+		if !p.dirty[id] {
+			if _, ok := into[id]; ok {
+				continue // stored by an earlier call, and not moved since
+			}
 		}
-		into[id] = v
+		into[id] = p.cache[id]
 		p.moved = append(p.moved, id)
 	}
+	clear(p.dirty)
 	return p.moved, nil
 }
 
+// store caches a read of a watched cgroup's counters, marking it dirty
+// when it differs from the cached one (or there was none). p.mu is held.
+func (p *Programs) store(id uint64, v TCPStats) {
+	if old, ok := p.cache[id]; !ok || old != v {
+		p.cache[id] = v
+		p.dirty[id] = true
+	}
+}
+
 // readBatch walks the counters map with batch lookups, storing each
-// watched cgroup's counters in into. p.mu is held: the watched set, and so
-// the map's keys, cannot change meanwhile. A watched cgroup the walk did
-// not find is an error (ebpf.ErrKeyNotExist), whatever into held before:
-// into is the cache, whose earlier read of that cgroup would otherwise be
-// reported, frozen, as current.
-func (p *Programs) readBatch(into map[uint64]TCPStats) error {
+// watched cgroup's counters in the cache (store). p.mu is held: the
+// watched set, and so the map's keys, cannot change meanwhile. A watched
+// cgroup the walk did not find is an error (ebpf.ErrKeyNotExist), whatever
+// the cache held before: its earlier read of that cgroup would otherwise
+// be reported, frozen, as current.
+func (p *Programs) readBatch() error {
 	size := max(p.batchSize, tcpBatch)
 	if p.batchSeen == nil {
 		p.batchSeen = make(map[uint64]bool, len(p.watched))
@@ -412,7 +433,7 @@ func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 			n, err = p.tcp.BatchLookup(&cursor, p.batchKeys[:size], p.batchValues[:size*p.ncpu], nil)
 			for i := range n {
 				if id := p.batchKeys[i]; p.watched[id] {
-					into[id] = sumTCP(p.batchValues[i*p.ncpu : (i+1)*p.ncpu])
+					p.store(id, sumTCP(p.batchValues[i*p.ncpu:(i+1)*p.ncpu]))
 					seen[id] = true
 				}
 			}
@@ -423,7 +444,6 @@ func (p *Programs) readBatch(into map[uint64]TCPStats) error {
 		if errors.Is(err, unix.ENOSPC) && size < int(p.tcp.MaxEntries()) {
 			size *= 2 // a bucket holds more entries than the batch
 			p.batchSize = size
-			clear(into)
 			clear(seen)
 			continue
 		}

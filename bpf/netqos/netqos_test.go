@@ -178,6 +178,12 @@ func TestTCPSignals(t *testing.T) {
 	if moved, err := progs.ReadChangedTCP(changed); err != nil || len(moved) != 0 {
 		t.Fatalf("ReadChangedTCP with no traffic = %v, %v; want nothing moved", moved, err)
 	}
+	// A full read that finds the same counters moves nothing either.
+	netqos.SetFullReadInterval(progs, 0)
+	if moved, err := progs.ReadChangedTCP(changed); err != nil || len(moved) != 0 || changed[id] != idle0 {
+		t.Fatalf("ReadChangedTCP after a full read with no traffic = %v, %v (entry %+v); want nothing moved", moved, err, changed[id])
+	}
+	netqos.SetFullReadInterval(progs, time.Hour)
 	// At least 10 exchanges, a second at a time: a 6.12 guest beside
 	// host CPU hogs completed none in its first second.
 	var idleApp []time.Duration
