@@ -579,7 +579,7 @@ func explainEstimate(resp *slacklinev1.GetEstimateResponse, ex *estimator.Explan
 	if math.IsInf(bound, 0) {
 		bound = 1
 	}
-	resp.LimitingContainer, resp.Reason = ex.Limiting, ex.Reason
+	resp.LimitingContainer, resp.Reason = ex.Limiting, ex.Reason()
 	resp.UncalibratedCpus, resp.CalibratedCpus = ex.Uncalibrated, ex.Calibrated
 	resp.Calibration = &slacklinev1.EstimateCalibration{
 		TargetViolation: c.Target, Level: c.Alpha, Paused: c.Paused, MarginCpus: margin,

@@ -283,8 +283,8 @@ func TestCalibratedDelayedAndMissingFeedback(t *testing.T) {
 		if c.Unresolved == 0 || !c.Paused || out[len(out)-1] != 0 {
 			t.Errorf("%d unmeasured, paused %v, estimate %v: want unmeasured estimates to pause offers", c.Unresolved, c.Paused, out[len(out)-1])
 		}
-		if ex.Limiting != "" || !strings.Contains(ex.Reason, "paused") {
-			t.Errorf("limiting %q, reason %q: want the pause explained", ex.Limiting, ex.Reason)
+		if ex.Limiting != "" || !strings.Contains(ex.Reason(), "paused") {
+			t.Errorf("limiting %q, reason %q: want the pause explained", ex.Limiting, ex.Reason())
 		}
 	})
 }

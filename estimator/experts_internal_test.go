@@ -96,8 +96,8 @@ func TestCalibratedExperts(t *testing.T) {
 			if m.PredictedPeak != pred[c.chosen] {
 				t.Errorf("explained peak %v, want the published expert's %v (experts: %v)", m.PredictedPeak, pred[c.chosen], pred)
 			}
-			if held := strings.Contains(ex.Reason, "peaks held for 1s"); held != expertSpecs[c.chosen].long {
-				t.Errorf("reason %q with expert %d published: it names the longer confirmation exactly when a long expert is", ex.Reason, c.chosen)
+			if held := strings.Contains(ex.Reason(), "peaks held for 1s"); held != expertSpecs[c.chosen].long {
+				t.Errorf("reason %q with expert %d published: it names the longer confirmation exactly when a long expert is", ex.Reason(), c.chosen)
 			}
 			if got, want := m.Need, m.PredictedPeak+m.Margin+m.Calibration; math.Abs(got-want) > 1e-9 {
 				t.Errorf("need %v, want peak + margin + calibration = %v", got, want)
