@@ -211,7 +211,12 @@
 // restamps); the interval baselines move to the pass as sampling would
 // have moved them, so the sample is exactly the one sampling would have
 // taken (TestIdleContainerRepeated compares with a monitor that samples
-// everything). slackline_monitor_samples_repeated_total counts them. A file a
+// everything). Within a run of repeats the samplers are not asked again:
+// the first repeat of the run keeps the earliest boundary at which one of
+// them may have a file due (repeater.repeatsUntil), and until then only
+// eBPF's answer can end the run (TestRepeatHorizonChangesNothing compares
+// with a monitor that asks every sampler at every pass).
+// slackline_monitor_samples_repeated_total counts them. A file a
 // cgroup does not have (no PSI, no memory controller) is noted and not
 // retried. The file descriptors (up to 11 per container) are released when
 // the container leaves the targets or its cgroup goes. A pass allocates one

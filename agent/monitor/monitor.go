@@ -686,8 +686,10 @@ func (u *Usage) quiet() bool {
 // (#29), so that nothing need be read: the previous sample was quiet and
 // taken for the same target, eBPF (changes, nil without) says the
 // cgroup's figures did not move since, and no sampler is due to read a
-// file or would find a nonzero interval figure (repeater). Called with
-// sampleMu held.
+// file or would find a nonzero interval figure (repeater). Within a run
+// of repeats the samplers are asked at its first pass, and again once
+// the horizon they gave (c.repeatUntil) has passed. Called with sampleMu
+// held.
 func (m *Monitor) repeats(changes EBPFChanges, c *container, t *Target, now time.Time) bool {
 	if changes == nil || !c.quiet || c.prevTarget != *t || !now.After(c.prev.Time) {
 		return false
