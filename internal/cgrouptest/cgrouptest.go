@@ -53,6 +53,7 @@ func removeTree(root string) []string {
 	if _, err := os.Stat(unified); err != nil {
 		unified = Mountpoint
 	}
+	Unthrottle(root)
 	_ = filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
 		if err == nil && d.IsDir() {
 			_ = os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
@@ -82,6 +83,49 @@ func removeTree(root string) []string {
 		}
 	}
 	return left
+}
+
+// Unthrottle lifts, best effort, in every cgroup of the tree rel (relative
+// to the hierarchies, parents first) what keeps its processes from the
+// CPU: SCHED_IDLE (cpu.idle, which the revocable subtree has), the lowest
+// CPU weight (v1 cpu.shares 2 or v2 cpu.weight 1; written after cpu.idle,
+// which the kernel requires to be 0 for them), a CFS quota, and a v2
+// freeze. RemoveRoot calls it before it kills: a killed task must run to
+// exit, and beside CPU hogs (CI's stress-ng --cpu 2) a revocable task's
+// process was still runnable (state R), and its task a zombie, 5 s after
+// cgroup.kill, so its cgroups were left behind. A tree outside the
+// hierarchies, or their roots themselves (rel empty or absolute), is left
+// alone.
+func Unthrottle(rel string) {
+	if rel == "" || filepath.IsAbs(rel) || rel != filepath.Clean(rel) || strings.HasPrefix(rel, "..") {
+		return // never a hierarchy's root or a tree outside it
+	}
+	set := func(dir, file, value string) {
+		if _, err := os.Stat(filepath.Join(dir, file)); err == nil {
+			_ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0)
+		}
+	}
+	walk := func(top string, f func(dir string)) {
+		_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				f(path)
+			}
+			return nil
+		})
+	}
+	walk(filepath.Join(Mountpoint, "cpu", rel), func(dir string) { // v1
+		set(dir, "cpu.idle", "0")
+		set(dir, "cpu.shares", "1024")
+		set(dir, "cpu.cfs_quota_us", "-1")
+	})
+	for _, v2 := range []string{filepath.Join(Mountpoint, "unified"), Mountpoint} {
+		walk(filepath.Join(v2, rel), func(dir string) {
+			set(dir, "cpu.idle", "0")
+			set(dir, "cpu.weight", "100")
+			set(dir, "cpu.max", "max")
+			set(dir, "cgroup.freeze", "0")
+		})
+	}
 }
 
 // describe says what each process is and why it may not have died: its
