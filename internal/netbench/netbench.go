@@ -106,9 +106,10 @@ type Options struct {
 	// bulk sender starts, so that the sender competes for the CPU as the
 	// guaranteed tasks do. A test of the network controller sets it: on a
 	// CI machine whose CPU hogs (stress-ng --cpu 2, parallel tests) take
-	// every CPU, a revocable task gets none, by design, and a CI run's
-	// sender moved nothing for the whole measurement (its process still
-	// runnable 5 s after it was killed). The benchmark leaves it.
+	// every CPU, a revocable task gets none, by design: CI runs' senders
+	// that moved nothing for the whole measurement looked so, and the same
+	// starvation kept a killed one runnable for 5 s. The benchmark leaves
+	// it.
 	RevocableCPU bool
 	// Logf receives progress (nil: none).
 	Logf func(format string, args ...any)
