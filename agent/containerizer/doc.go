@@ -354,8 +354,11 @@
 // (the v2 tree on hybrid hosts too; kernel 5.14+, atomic against forks) or,
 // without cgroup.kill, freezes the cgroup (cgroup.freeze), SIGKILLs every
 // process in it and thaws it. Processes that left the process group or
-// daemonized are in the cgroup all the same, so none escapes. Kill returns
-// once the cgroup has no process left and the Exit (Killed set) is queued.
+// daemonized are in the cgroup all the same, so none escapes. The killed
+// processes' memory is freed at once (process_mrelease, Linux 5.15+), not
+// when each runs to its exit: a revocable task runs at SCHED_IDLE and, on a
+// node whose CPUs are taken, may not run for seconds. Kill returns once
+// the cgroup has no process left and the Exit (Killed set) is queued.
 //
 // # Exits
 //
