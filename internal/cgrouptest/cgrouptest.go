@@ -118,14 +118,19 @@ func Unthrottle(rel string) {
 		set(dir, "cpu.shares", "1024")
 		set(dir, "cpu.cfs_quota_us", "-1")
 	})
-	for _, v2 := range []string{filepath.Join(Mountpoint, "unified"), Mountpoint} {
-		walk(filepath.Join(v2, rel), func(dir string) {
-			set(dir, "cpu.idle", "0")
-			set(dir, "cpu.weight", "100")
-			set(dir, "cpu.max", "max")
-			set(dir, "cgroup.freeze", "0")
-		})
+	// The v2 tree: under unified on a hybrid host, where the mountpoint
+	// itself holds the v1 hierarchies (whose cgroups are not walked as v2
+	// ones), else the mountpoint.
+	v2 := filepath.Join(Mountpoint, "unified")
+	if _, err := os.Stat(v2); err != nil {
+		v2 = Mountpoint
 	}
+	walk(filepath.Join(v2, rel), func(dir string) {
+		set(dir, "cpu.idle", "0")
+		set(dir, "cpu.weight", "100")
+		set(dir, "cpu.max", "max")
+		set(dir, "cgroup.freeze", "0")
+	})
 }
 
 // describe says what each process is and why it may not have died: its
