@@ -54,22 +54,14 @@ func removeTree(root string) []string {
 		unified = Mountpoint
 	}
 	Unthrottle(root)
-	_ = filepath.WalkDir(filepath.Join(unified, root), func(path string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			_ = os.WriteFile(filepath.Join(path, "cgroup.kill"), []byte("1"), 0)
-		}
-		return nil
+	eachDir(filepath.Join(unified, root), func(dir string) {
+		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	})
 	var left []string
 	deadline := time.Now().Add(removeBusyWait)
 	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
 		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(Mountpoint, h, root), func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, path)
-			}
-			return nil
-		})
+		eachDir(filepath.Join(Mountpoint, h, root), func(dir string) { dirs = append(dirs, dir) })
 		for i := len(dirs) - 1; i >= 0; i-- {
 			err := unix.Rmdir(dirs[i])
 			for err == unix.EBUSY && time.Now().Before(deadline) {
@@ -101,19 +93,9 @@ func Unthrottle(rel string) {
 		return // never a hierarchy's root or a tree outside it
 	}
 	set := func(dir, file, value string) {
-		if _, err := os.Stat(filepath.Join(dir, file)); err == nil {
-			_ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0)
-		}
+		_ = os.WriteFile(filepath.Join(dir, file), []byte(value), 0) // cgroupfs refuses to create a file the kernel lacks
 	}
-	walk := func(top string, f func(dir string)) {
-		_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				f(path)
-			}
-			return nil
-		})
-	}
-	walk(filepath.Join(Mountpoint, "cpu", rel), func(dir string) { // v1
+	eachDir(filepath.Join(Mountpoint, "cpu", rel), func(dir string) { // v1
 		set(dir, "cpu.idle", "0")
 		set(dir, "cpu.shares", "1024")
 		set(dir, "cpu.cfs_quota_us", "-1")
@@ -125,11 +107,22 @@ func Unthrottle(rel string) {
 	if _, err := os.Stat(v2); err != nil {
 		v2 = Mountpoint
 	}
-	walk(filepath.Join(v2, rel), func(dir string) {
+	eachDir(filepath.Join(v2, rel), func(dir string) {
 		set(dir, "cpu.idle", "0")
 		set(dir, "cpu.weight", "100")
 		set(dir, "cpu.max", "max")
 		set(dir, "cgroup.freeze", "0")
+	})
+}
+
+// eachDir calls f with top and every directory under it, parents first;
+// nothing when top does not exist.
+func eachDir(top string, f func(dir string)) {
+	_ = filepath.WalkDir(top, func(path string, d os.DirEntry, err error) error {
+		if err == nil && d.IsDir() {
+			f(path)
+		}
+		return nil
 	})
 }
 

@@ -24,6 +24,7 @@ import (
 // tree); a pure v2 freezer lets a killed task exit.
 func TestKillReleasesMemory(t *testing.T) {
 	privileged.Require(t)
+	t.Parallel()
 	const mount = "/sys/fs/cgroup"
 	freezerRoot, unifiedRoot := filepath.Join(mount, "freezer"), filepath.Join(mount, "unified")
 	for _, dir := range []string{freezerRoot, unifiedRoot} {
