@@ -31,24 +31,39 @@ func RemoveRoot(root string) error {
 		return nil // never the whole hierarchy
 	}
 	// The revocable subtree lives beside the root (containerizer/cgroups.Subtree).
-	left := removeTree(root + "-revocable")
-	left = append(left, removeTree(root)...)
+	trees := []string{root + "-revocable", root}
+	// Every process of both trees is killed before any removal waits:
+	// waiting on the revocable tree's killed tasks while the root's
+	// guaranteed ones still ran left them in D state for more than 30 s
+	// beside CPU hogs (TestOversubscription's guaranteed task spins on
+	// both CPUs under the tests' high-weight cgroup, EnterPriority): they
+	// waited in cgroup attach for an expedited RCU grace period, whose
+	// kernel threads, at a nice-0 weight in the root cgroup, the spinning
+	// tasks starved.
+	for _, tree := range trees {
+		killTree(tree)
+	}
+	deadline := time.Now().Add(removeBusyWait)
+	var left []string
+	for _, tree := range trees {
+		left = append(left, removeTree(tree, deadline)...)
+	}
 	if len(left) > 0 {
 		return fmt.Errorf("cgroups of %s left: %s", root, strings.Join(left, "; "))
 	}
 	return nil
 }
 
-// removeBusyWait bounds how long removeTree retries busy cgroups (their
+// removeBusyWait bounds how long RemoveRoot retries busy cgroups (their
 // killed processes not gone yet), in all: once it has passed, each
 // cgroup left gets one attempt, so that a tree of many cgroups whose
 // processes cannot be killed (outside the v2 tree that cgroup.kill reaches)
 // still ends in seconds.
 const removeBusyWait = 5 * time.Second
 
-// removeTree kills and removes root's cgroups in every hierarchy and
-// returns those left, each with its error.
-func removeTree(root string) []string {
+// killTree lifts what keeps root's processes from the CPU (Unthrottle)
+// and kills every process in its v2 tree (cgroup.kill).
+func killTree(root string) {
 	unified := filepath.Join(Mountpoint, "unified")
 	if _, err := os.Stat(unified); err != nil {
 		unified = Mountpoint
@@ -57,8 +72,13 @@ func removeTree(root string) []string {
 	eachDir(filepath.Join(unified, root), func(dir string) {
 		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
 	})
+}
+
+// removeTree removes root's cgroups in every hierarchy, children first,
+// retrying busy ones until deadline, and returns those left, each with
+// its error.
+func removeTree(root string, deadline time.Time) []string {
 	var left []string
-	deadline := time.Now().Add(removeBusyWait)
 	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
 		var dirs []string
 		eachDir(filepath.Join(Mountpoint, h, root), func(dir string) { dirs = append(dirs, dir) })

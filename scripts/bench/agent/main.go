@@ -18,6 +18,10 @@
 // the agent's Go CPU profile instead (the agent runs with --pprof; go
 // tool pprof -top FILE), which names the agent's own functions.
 //
+// Arguments after -- are passed to the agent (A/B runs of its flags):
+//
+//	sudo go run ./scripts/bench/agent --trials 1 --running 100 -- --oversubscribed-resources-interval 1s
+//
 // Beside the agent, over the same windows, runs the floor: a bare Go
 // process (this binary) that wakes every 100 ms, the agent's default
 // sampling interval, and does nothing else. Its CPU is what any Go
@@ -94,6 +98,7 @@ func run() error {
 	if *pprofOut != "" {
 		agentArgs = append(agentArgs, "--pprof")
 	}
+	agentArgs = append(agentArgs, flag.Args()...) // after --: the agent's own flags, for A/B runs
 	procs := []*exec.Cmd{
 		exec.Command(filepath.Join(dir, "slackline-coordinator"), "--listen", coordAddr, "--work-dir", filepath.Join(dir, "coord"), "--log-level", "warn",
 			"--insecure"), // a loopback cluster of the benchmark's own, no credentials
