@@ -13,6 +13,8 @@ import (
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/internal/killwait"
 )
 
 // manager returns containerd's v2 manager for the cgroup's unified directory.
@@ -67,33 +69,12 @@ func (p Paths) Kill() error {
 	return nil
 }
 
-// KillAndWait kills every process in the cgroup and polls until none is left
-// or ctx ends. The kill is repeated at each poll, which is harmless and covers
-// the freeze fallback racing with a fork.
+// KillAndWait kills every process in the cgroup and polls until none is
+// left or ctx ends, releasing the killed processes' memory at once
+// (killwait.KillAndWait): the adoption path after an agent's restart kills
+// as the supervisor does.
 func (p Paths) KillAndWait(ctx context.Context) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	lastKill := time.Time{}
-	for {
-		pids, err := p.Procs()
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Since(lastKill) >= 100*time.Millisecond {
-			if err := p.Kill(); err != nil {
-				return err
-			}
-			lastKill = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d process(es) still in %s: %w", len(pids), p.Unified, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return killwait.KillAndWait(ctx, p, p.Unified)
 }
 
 // WaitEmpty polls until the cgroup has no process left or ctx ends.

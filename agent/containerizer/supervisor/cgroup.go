@@ -9,9 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/slackline/slackline/internal/killwait"
 )
 
 // Cgroup is a container's cgroup as the supervisor and its shim use it:
@@ -139,51 +140,10 @@ func (c Cgroup) Kill() error {
 }
 
 // KillAndWait kills every process in the cgroup and polls until none is
-// left or ctx ends. The kill is repeated every 100 ms, which is harmless
-// and covers the freeze fallback racing with a fork.
+// left or ctx ends, releasing the killed processes' memory at once
+// (killwait.KillAndWait).
 func (c Cgroup) KillAndWait(ctx context.Context) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	var lastKill time.Time
-	for {
-		pids, err := c.Procs()
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		if time.Since(lastKill) >= 100*time.Millisecond {
-			if err := c.Kill(); err != nil {
-				return err
-			}
-			releaseMemory(pids)
-			lastKill = time.Now()
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d process(es) still in %s: %w", len(pids), c.Unified, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
-
-// releaseMemory asks the kernel to free now the memory of the killed
-// processes pids (process_mrelease(2), Linux 5.15+), rather than when each
-// runs to its exit: a revocable task runs at SCHED_IDLE, and on a node
-// whose CPUs are taken a killed one was still runnable seconds later,
-// holding its memory, which a kill under memory pressure is meant to free.
-// Best effort: a process already gone, not dying (a pid reused since
-// Procs read it) or a kernel without the call is left alone.
-func releaseMemory(pids []int) {
-	for _, pid := range pids {
-		fd, err := unix.PidfdOpen(pid, 0)
-		if err != nil {
-			continue
-		}
-		_, _, _ = unix.Syscall(unix.SYS_PROCESS_MRELEASE, uintptr(fd), 0, 0)
-		_ = unix.Close(fd)
-	}
+	return killwait.KillAndWait(ctx, c, c.Unified)
 }
 
 func exists(path string) bool {
