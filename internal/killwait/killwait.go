@@ -33,6 +33,17 @@ const (
 // ends; name names g in the error. After each kill the killed processes'
 // memory is released (ReleaseMemory).
 func KillAndWait(ctx context.Context, g Group, name string) error {
+	return wait(ctx, g, name, true)
+}
+
+// WaitEmpty polls until g has no process left or ctx ends, killing none.
+func WaitEmpty(ctx context.Context, g Group, name string) error {
+	return wait(ctx, g, name, false)
+}
+
+// wait polls g until it is empty or ctx ends, killing what is left every
+// killEvery when kill is set.
+func wait(ctx context.Context, g Group, name string, kill bool) error {
 	tick := time.NewTicker(pollEvery)
 	defer tick.Stop()
 	var lastKill time.Time
@@ -44,7 +55,7 @@ func KillAndWait(ctx context.Context, g Group, name string) error {
 		if len(pids) == 0 {
 			return nil
 		}
-		if time.Since(lastKill) >= killEvery {
+		if kill && time.Since(lastKill) >= killEvery {
 			if err := g.Kill(); err != nil {
 				return err
 			}

@@ -9,7 +9,6 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"time"
 
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
@@ -79,22 +78,7 @@ func (p Paths) KillAndWait(ctx context.Context) error {
 
 // WaitEmpty polls until the cgroup has no process left or ctx ends.
 func (p Paths) WaitEmpty(ctx context.Context) error {
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		pids, err := p.Procs()
-		if err != nil {
-			return err
-		}
-		if len(pids) == 0 {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("%d process(es) still in %s: %w", len(pids), p.Unified, ctx.Err())
-		case <-tick.C:
-		}
-	}
+	return killwait.WaitEmpty(ctx, p, p.Unified)
 }
 
 // OOMKills returns the cgroup's OOM-kill counter: "oom_kill" of memory.events
