@@ -186,8 +186,13 @@ func runDocsCommands(t *testing.T, agent string) {
 		}
 		_, _ = io.Copy(&log, out)
 	}()
-	exited := make(chan error, 1)
-	go func() { exited <- run.Wait() }()
+	// exited is closed when make run has exited, with its error in runErr:
+	// closed, not sent, so that both the wait for the banner and the
+	// cleanup see it (a send that the banner's wait took left the cleanup
+	// waiting forever, and a failed start timed the whole package out).
+	exited := make(chan struct{})
+	var runErr error
+	go func() { runErr = run.Wait(); close(exited) }()
 	t.Cleanup(func() {
 		// Ctrl-C, as a user stops it: the script stops what it started.
 		_ = syscall.Kill(-run.Process.Pid, syscall.SIGINT)
@@ -203,8 +208,8 @@ func runDocsCommands(t *testing.T, agent string) {
 	})
 	select {
 	case <-ready:
-	case err := <-exited:
-		t.Fatalf("make run exited before its banner: %v\n%s", err, log.String())
+	case <-exited:
+		t.Fatalf("make run exited before its banner: %v\n%s", runErr, log.String())
 	case <-time.After(10 * time.Minute):
 		t.Fatalf("make run printed no banner in 10 minutes:\n%s", log.String())
 	}
