@@ -36,10 +36,11 @@ func RemoveRoot(root string) error {
 	// waiting on the revocable tree's killed tasks while the root's
 	// guaranteed ones still ran left them in D state for more than 30 s
 	// beside CPU hogs (TestOversubscription's guaranteed task spins on
-	// both CPUs under the tests' high-weight cgroup, EnterPriority): they
-	// waited in cgroup attach for an expedited RCU grace period, whose
-	// kernel threads, at a nice-0 weight in the root cgroup, the spinning
-	// tasks starved.
+	// both CPUs under the tests' high-weight cgroup, EnterPriority),
+	// waiting for an expedited RCU grace period (synchronize_rcu_expedited,
+	// exp_funnel_lock), most likely because the spinning tasks starved the
+	// kernel threads that complete it (nice 0 in the root cgroup; this
+	// host once logged the RCU grace-period thread starved for 59 s).
 	for _, tree := range trees {
 		killTree(tree)
 	}

@@ -18,9 +18,10 @@ import (
 
 // TestKillReleasesMemory: KillAndWait frees a killed process's memory
 // before the process runs to its exit (killwait.ReleaseMemory, which
-// cgroups.Paths.KillAndWait shares). The process holds 96 MiB and is frozen by the v1 freezer, which a SIGKILL does not thaw:
-// killed, it cannot run, and its memory stays until KillAndWait asks the
-// kernel to reap it. It needs a hybrid host (the v1 freezer beside the v2
+// cgroups.Paths.KillAndWait shares). The process holds 96 MiB and is
+// frozen by the v1 freezer, which a SIGKILL does not thaw: killed, it
+// cannot run, and its memory stays until KillAndWait asks the kernel to
+// reap it. It needs a hybrid host (the v1 freezer beside the v2
 // tree); a pure v2 freezer lets a killed task exit.
 func TestKillReleasesMemory(t *testing.T) {
 	privileged.Require(t)
