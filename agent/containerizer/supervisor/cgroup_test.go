@@ -9,10 +9,10 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
-	"strings"
 	"testing"
 	"time"
 
+	"github.com/slackline/slackline/internal/benchutil"
 	"github.com/slackline/slackline/internal/privileged"
 )
 
@@ -121,22 +121,12 @@ func TestKillReleasesMemory(t *testing.T) {
 	}
 }
 
-// vmRSS returns the resident memory of process pid (VmRSS in its status;
-// 0 once its memory is gone).
-func vmRSS(t *testing.T, pid int) uint64 {
+// vmRSS returns the resident memory of process pid (benchutil.RSSBytes).
+func vmRSS(t *testing.T, pid int) int64 {
 	t.Helper()
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	rss, err := benchutil.RSSBytes(pid)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for line := range strings.Lines(string(data)) {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
-			kb, err := strconv.ParseUint(f[1], 10, 64)
-			if err != nil {
-				t.Fatal(err)
-			}
-			return kb << 10
-		}
-	}
-	return 0
+	return rss
 }
