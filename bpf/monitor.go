@@ -746,11 +746,11 @@ func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 // ReadChanged is ReadAll for a caller that passes the same map at every
 // call and wants to know what moved (#29): it leaves as they are the
 // entries of cgroups whose counters did not move since its previous call
-// (no read found them changed, and no task of the cgroup is running or
-// keeps resident counters on a CPU, now or then), (re)assembles the
-// others, deletes the entries of cgroups no longer tracked, and returns
-// the ids of the entries it (re)assembled, in a slice valid until the
-// next call. An entry it left is equal to what ReadAll would have put
+// (no read found them changed, no task of the cgroup is running now or
+// was then, and the counters a CPU keeps resident for it, if any, add up
+// to the same figures), (re)assembles the others, deletes the entries of
+// cgroups no longer tracked, and returns the ids of the entries it
+// changed, in a slice valid until the next call. An entry it left is equal to what ReadAll would have put
 // there. On error into is emptied and the next call assembles every
 // entry.
 func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
@@ -781,12 +781,23 @@ func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
 		if c == nil { // not read (cannot be after a refresh without error)
 			c = &cachedCounters{moved: true}
 		}
-		busy := slices.Contains(m.busyIDs, id) || slices.Contains(m.busyEpochs, epoch)
-		if _, ok := into[id]; ok && !c.moved && !busy && !c.busy {
+		running := slices.Contains(m.busyIDs, id)
+		resident := slices.Contains(m.busyEpochs, epoch)
+		prev, ok := into[id]
+		if ok && !c.moved && !running && !c.busy && !resident {
 			continue
 		}
-		into[id] = m.assemble(id, epoch, c)
-		c.moved, c.busy = false, busy
+		stats := m.assemble(id, epoch, c)
+		wasRunning := c.busy
+		c.moved, c.busy = false, running
+		if ok && !running && !wasRunning && stats == prev {
+			// Counters a CPU keeps resident, read again: they did not
+			// move (#29: a cgroup among the first to run on a CPU keeps
+			// its entry there while tracked, and would otherwise count
+			// as moved at every pass, its samples never repeated).
+			continue
+		}
+		into[id] = stats
 		m.moved = append(m.moved, id)
 	}
 	return m.moved, nil

@@ -250,6 +250,19 @@ func TestReadChanged(t *testing.T) {
 			t.Errorf("idle cgroup %d reassembled though nothing moved", cg.id)
 		}
 	}
+	// Nothing ran since: no cgroup moved, not even those whose counters a
+	// CPU keeps resident (the first to run on each CPU: they used to count
+	// as moved at every call), and the entries stay as they were.
+	kept := maps.Clone(into)
+	if moved, err = m.ReadChanged(into); err != nil {
+		t.Fatal(err)
+	}
+	if len(moved) != 0 {
+		t.Errorf("a call with nothing run since the last: %d cgroups moved, want none", len(moved))
+	}
+	if !maps.Equal(kept, into) {
+		t.Error("a call with nothing run since the last changed the entries")
+	}
 	all := map[uint64]bpf.CgroupStats{}
 	if err := m.ReadAll(all); err != nil {
 		t.Fatal(err)
