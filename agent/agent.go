@@ -112,6 +112,12 @@ type Config struct {
 	// guaranteed task waiting too long.
 	QoS            qos.Controller
 	QoSIntervalMin time.Duration
+	// QuietDeferMax is how long an estimate or QoS evaluation that falls
+	// due at a quiet monitor pass (nothing it published changed, and the
+	// containers idle for 2 s: monitor.Monitor.QuietSince) may wait for
+	// one that is not (#29: an idle node then estimates and evaluates
+	// about once a second instead of at every pass); 0: never.
+	QuietDeferMax time.Duration
 	// QoSControllerNames names QoS's controllers (#31): their
 	// slackline_qos_corrections_total series are exported at 0 from the
 	// start, so that dashboards and alerts see them before a correction.

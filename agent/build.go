@@ -39,7 +39,7 @@ func (o Options) Build() (a *Agent, err error) {
 	cfg := Config{
 		Coordinator: o.Coordinator, Listen: o.Listen, Hostname: o.Hostname, Resources: o.Resources,
 		Attributes: o.Attributes, Logger: logger, MinBackoff: o.MinBackoff, MaxBackoff: o.MaxBackoff,
-		Sandbox: o.sandboxConfig(), EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin,
+		Sandbox: o.sandboxConfig(), EstimateInterval: o.EstimateInterval, QoSIntervalMin: o.QoSIntervalMin, QuietDeferMax: o.QuietDeferMax,
 		ProtectCgroups: o.ProtectCgroups, EstimatorName: o.Estimator, Pprof: o.Pprof, startup: startup,
 		Fetch: fetcher.Config{CacheBytes: o.FetchCacheBytes, MaxBytes: o.FetchMaxBytes, Timeout: o.FetchTimeout},
 	}

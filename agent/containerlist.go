@@ -36,3 +36,12 @@ func (l *containerList) get() []*containerizer.Container {
 	}
 	return l.list
 }
+
+// unchangedSince reports whether the containers are those of the snapshot
+// whose version get last took was version (false when the containerizer
+// keeps no version: then any call may differ). It asks the containerizer
+// for its version only.
+func (l *containerList) unchangedSince(version uint64) bool {
+	v, ok := l.cz.(versionedContainers)
+	return ok && l.valid && v.ContainersVersion() == version
+}

@@ -115,6 +115,16 @@ type estimateLoop struct {
 	// target ids.
 	containers, protected []estimator.Container
 	protectedIDs          []string
+
+	// quietMax is how long a due estimate may wait while the monitor's
+	// passes are quiet (Config.QuietDeferMax; 0: never); estimatedAt and
+	// estimatedVersion are the last estimate's time and the running
+	// containers' version it read (deferQuiet), and deferred counts the
+	// estimates that waited.
+	quietMax         time.Duration
+	estimatedAt      time.Time
+	estimatedVersion uint64
+	deferred         atomic.Uint64
 }
 
 // targetSamples is a target's estimator samples and the last input that
@@ -132,6 +142,7 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 	l := &estimateLoop{
 		log: cfg.Logger, estimator: cfg.Estimator, name: cfg.EstimatorName, interval: cfg.EstimateInterval,
 		total: total, monitor: cfg.Monitor, network: net, cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, protect: cfg.ProtectCgroups, session: s,
+		quietMax: cfg.QuietDeferMax,
 	}
 	l.keeper, _ = cfg.QoS.(qos.MemoryKeeper)
 	l.latest.Store(&estimate{estimator: l.name})
@@ -149,6 +160,9 @@ func newEstimateLoop(cfg Config, total resources.Resources, s *session.Session, 
 var estimateDesc = prometheus.NewDesc("slackline_agent_revocable_estimate",
 	"The agent's latest oversubscription estimate: total revocable capacity (cpus in cores, mem in bytes, bandwidth in bytes per second).",
 	[]string{"resource"}, nil)
+
+var estimatesDeferredDesc = prometheus.NewDesc("slackline_agent_estimates_deferred_total",
+	"Estimates not made because the monitor's pass changed nothing (--quiet-defer-max): the next pass that changes something, or the first after the deferral's end, estimates.", nil, nil)
 
 // The calibrated estimator's account (#29), from its latest explanation.
 var (
@@ -183,6 +197,7 @@ var (
 // Describe implements prometheus.Collector: the latest estimate.
 func (l *estimateLoop) Describe(ch chan<- *prometheus.Desc) {
 	ch <- estimateDesc
+	ch <- estimatesDeferredDesc
 	for _, d := range []*prometheus.Desc{calibrationLevelDesc, calibrationMarginDesc, calibrationResolvedDesc,
 		calibrationViolationsDesc, calibrationUnresolvedDesc, calibrationHeldDesc,
 		memoryBoundDesc, memoryLimitingDesc, memoryKeepFreeDesc, memoryOtherDesc} {
@@ -197,6 +212,7 @@ func (l *estimateLoop) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.CPUs(), resources.NameCPUs)
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Mem()*(1<<20), "mem_bytes")
 	ch <- prometheus.MustNewConstMetric(estimateDesc, prometheus.GaugeValue, latest.Bandwidth()*1e6/8, "bandwidth_bytes_per_second")
+	ch <- prometheus.MustNewConstMetric(estimatesDeferredDesc, prometheus.CounterValue, float64(l.deferred.Load()))
 	collectMemory(ch, e.memory)
 	if e.explanation == nil {
 		return
@@ -257,9 +273,53 @@ func (l *estimateLoop) sampleTaken() {
 		l.timer.Reset(time.Until(l.ticks.wake(&l.sched)))
 	}
 	if run {
-		l.estimateLocked(nil) // wakes Run when its estimate is to be sent
+		if l.deferQuiet(now) {
+			l.deferred.Add(1)
+		} else {
+			l.estimateLocked(nil) // wakes Run when its estimate is to be sent
+		}
 	}
 	l.mu.Unlock()
+}
+
+// deferQuiet reports whether the estimate due at the end of a pass at now
+// waits (#29): the pass was quiet and the containers have been idle for
+// quietSettle (settled: monitor.QuietSince), the running containers, the
+// session and the estimator are those of the last estimate, and that
+// estimate is less than quietMax old. Such an estimate would read the
+// same figures as the last, one sample later; the samples it skips are
+// not lost (the next estimate's input takes every point since its last,
+// monitor.HistorySince), only its time-driven changes wait, at most
+// quietMax: not those that follow activity (a fall's confirmation, the
+// last second's peak), which the settling leaves to the 100 ms estimates,
+// but an old peak leaving a longer window. l.mu is held.
+func (l *estimateLoop) deferQuiet(now time.Time) bool {
+	if l.quietMax <= 0 || l.estimatedAt.IsZero() || now.Before(l.estimatedAt) || now.Sub(l.estimatedAt) >= l.quietMax {
+		return false
+	}
+	if l.next.Load() != nil || !l.running.unchangedSince(l.estimatedVersion) || !settled(l.monitor, now) {
+		return false
+	}
+	if l.session != nil {
+		if _, sessionID, ok := l.session.Current(); ok && sessionID != l.signalledFor {
+			return false // a new session: its first estimate is sent now
+		}
+	}
+	return true
+}
+
+// quietSettle is how long the containers stay idle (monitor.QuietSince)
+// before quiet passes defer estimates and QoS evaluations (#29): longer
+// than what the default estimator does on its own after activity ends
+// (the 300 ms confirmation of a fall, the last second's peak), so that
+// slack appearing is still offered at the 100 ms estimates.
+const quietSettle = 2 * time.Second
+
+// settled reports whether m's latest pass was quiet and its containers
+// have been idle for quietSettle at now.
+func settled(m *monitor.Monitor, now time.Time) bool {
+	since := m.QuietSince()
+	return !since.IsZero() && now.Sub(since) >= quietSettle
 }
 
 // startTicks starts the aligned schedule's ticks at the first boundary
@@ -278,6 +338,7 @@ func (l *estimateLoop) startTicks(now time.Time) {
 // unaligned loop sends there, on its own goroutine).
 func (l *estimateLoop) estimateLocked(send func()) bool {
 	l.adoptProfile()
+	l.estimatedAt = time.Now()
 	var e *estimate
 	var in estimator.Input
 	e, in, l.points = l.publish(time.Now(), l.points)
@@ -476,7 +537,9 @@ func (l *estimateLoop) input(now time.Time, points []monitor.Point) (estimator.I
 		return samples[:len(samples):len(samples)] // estimators may not append into the cache
 	}
 	containers := l.containers[:0]
-	for _, c := range l.running.get() {
+	running := l.running.get()
+	l.estimatedVersion = l.running.version
+	for _, c := range running {
 		if c.Exit != nil {
 			continue
 		}

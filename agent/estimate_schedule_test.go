@@ -168,3 +168,81 @@ func TestSampleTakenEstimates(t *testing.T) {
 		t.Errorf("no estimator: an estimate at %v", at)
 	}
 }
+
+// TestQuietPassesDeferEstimates (#29): a due estimate at a quiet pass
+// (nothing the monitor published changed), once the containers have been
+// idle for quietSettle, waits while the last estimate is less than
+// QuietDeferMax old and the containers, the profile and the session are
+// unchanged; a pass that is not quiet, the settling, the deferral's end
+// or a change of containers estimates; QuietDeferMax 0 never defers.
+func TestQuietPassesDeferEstimates(t *testing.T) {
+	t.Parallel()
+	m, _ := fakeMonitorNode(t, 100)
+	est, err := estimator.New("fast", estimator.DefaultConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	cz := &versionedFake{fakeContainerizer: newFakeContainerizer()}
+	cfg := Config{Logger: quietLog(), Monitor: m, Containerizer: cz, EstimateInterval: m.Interval(), Estimator: est,
+		EstimatorName: "fast", QuietDeferMax: time.Second}
+	l := newEstimateLoop(cfg, resources.MustParse("cpus:4;mem:1024"), nil, nil)
+	ms := time.Millisecond
+	t0 := time.Unix(1_000_000, 0)        // the monitor's passes and the loop's times, on one clock
+	if err := m.Sample(t0); err != nil { // samples the node: not quiet (and the monitor's first pass)
+		t.Fatal(err)
+	}
+	if l.deferQuiet(t0.Add(100 * ms)) {
+		t.Fatal("deferred before any estimate")
+	}
+	l.mu.Lock()
+	l.estimateLocked(nil)
+	l.mu.Unlock()
+	l.estimatedAt = t0
+	if l.deferQuiet(t0.Add(100 * ms)) {
+		t.Error("deferred after a pass that sampled the node")
+	}
+	if err := m.Sample(t0.Add(100 * ms)); err != nil { // quiet: no target, the node not due
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name          string
+		estimated, at time.Duration // the last estimate, and the pass
+		setup         func()
+		want          bool
+	}{
+		{"a quiet pass, not settled", 0, 200 * ms, nil, false},
+		{"a quiet pass, settled", 2000 * ms, 2100 * ms, nil, true},
+		{"just short of the bound", 2000 * ms, 2999 * ms, nil, true},
+		{"the bound reached", 2000 * ms, 3000 * ms, nil, false},
+		{"a clock that went back", 2000 * ms, 1999 * ms, nil, false},
+		{"containers changed", 2000 * ms, 2100 * ms, func() { cz.version++ }, false},
+	} {
+		if c.setup != nil {
+			c.setup()
+		}
+		l.estimatedAt = t0.Add(c.estimated)
+		if got := l.deferQuiet(t0.Add(c.at)); got != c.want {
+			t.Errorf("%s: deferred %v, want %v", c.name, got, c.want)
+		}
+	}
+	l.mu.Lock()
+	l.estimateLocked(nil) // reads the new version
+	l.mu.Unlock()
+	l.estimatedAt = t0.Add(2000 * ms)
+	if !l.deferQuiet(t0.Add(2100 * ms)) {
+		t.Error("an estimate that read the changed containers: the next quiet pass did not defer")
+	}
+	if err := m.Sample(t0.Add(time.Second)); err != nil { // the node's second: not quiet
+		t.Fatal(err)
+	}
+	if l.deferQuiet(t0.Add(2100 * ms)) {
+		t.Error("deferred at a pass that sampled the node")
+	}
+	l.quietMax = 0
+	if err := m.Sample(t0.Add(1100 * ms)); err != nil {
+		t.Fatal(err)
+	}
+	if l.deferQuiet(t0.Add(2100 * ms)) {
+		t.Error("QuietDeferMax 0 deferred")
+	}
+}

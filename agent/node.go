@@ -45,7 +45,7 @@ func (a *Agent) Handler() http.Handler {
 	server.MountStandard(mux, slacklinev1connect.NodeServiceName)
 	server.RegisterProcess(reg, "slackline-agent")
 	reg.MustRegister(featuresCollector{a.features}, a.slack,
-		a.qos.correctionsTotal, a.qos.reaction, a.qos.limits.hits, qosStateCollector{a.cfg.Containerizer},
+		a.qos.correctionsTotal, a.qos.reaction, a.qos.limits.hits, a.qos.deferredCounter(), qosStateCollector{a.cfg.Containerizer},
 		warmSupervisorCollector{a.cfg.Containerizer})
 	if a.shadows != nil {
 		reg.MustRegister(shadowCollector{a.shadows})

@@ -124,6 +124,9 @@ type Options struct {
 	settings.Settings
 	EstimateInterval time.Duration
 	QoSIntervalMin   time.Duration
+	// QuietDeferMax (--quiet-defer-max) is how long an estimate or QoS
+	// evaluation due at a monitor pass that changed nothing may wait.
+	QuietDeferMax time.Duration
 	// ProtectCgroups are services outside Slackline that the estimator
 	// counts and QoS protects (--protect-cgroup, repeatable).
 	ProtectCgroups []string
@@ -264,6 +267,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(repeated{&o.ProtectCgroups}, "protect-cgroup", "cgroup of a service outside Slackline (relative to each hierarchy) that the estimator counts and QoS protects; repeatable")
 
 	fs.DurationVar(&o.QoSIntervalMin, "qos-correction-interval-min", 250*time.Millisecond, "shortest time between QoS evaluations")
+	fs.DurationVar(&o.QuietDeferMax, "quiet-defer-max", time.Second, "longest an estimate or QoS evaluation may wait while the monitor's passes change nothing (every container idle for 2s, the node not sampled); 0: never wait")
 }
 
 // Validate checks the settings without touching the host, and returns
@@ -309,6 +313,7 @@ func (o *Options) Validate() error {
 	check(o.RunqueueLatencyThreshold >= 0, "runqueue-latency-threshold", "must not be negative, got %v", o.RunqueueLatencyThreshold)
 	check(o.EstimateInterval > 0, "oversubscribed-resources-interval", "must be positive, got %v", o.EstimateInterval)
 	check(o.QoSIntervalMin > 0, "qos-correction-interval-min", "must be positive, got %v", o.QoSIntervalMin)
+	check(o.QuietDeferMax >= 0 && o.QuietDeferMax <= time.Minute, "quiet-defer-max", "must be in [0, 1m], got %v", o.QuietDeferMax)
 	check(o.ImageDiskBudgetMiB != 0, "image-disk-budget", "must not be 0 (negative: no bound)")
 	check(o.ImagePulls > 0, "image-pulls", "must be positive, got %d", o.ImagePulls)
 	check(o.ImagePullTimeout > 0, "image-pull-timeout", "must be positive, got %v", o.ImagePullTimeout)

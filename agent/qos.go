@@ -109,11 +109,17 @@ type qosLoop struct {
 	// heartbeats' ProfileReport.
 	next              atomic.Pointer[profileSettings]
 	guaranteedRunqP99 atomic.Int64
+
+	// quietMax is Config.QuietDeferMax (qosSchedule.quiet); deferred
+	// counts the evaluations quiet passes deferred (each once, however
+	// many passes it waited).
+	quietMax time.Duration
+	deferred atomic.Uint64
 }
 
 func newQoSLoop(cfg Config, total resources.Resources, watch *observer, preempt func(containerID, reason string), net *network.Network) *qosLoop {
 	l := &qosLoop{
-		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
+		log: cfg.Logger, controller: cfg.QoS, intervalMin: cfg.QoSIntervalMin, quietMax: cfg.QuietDeferMax, cpus: total.CPUs(), bandwidth: total.Bandwidth(),
 		cz: cfg.Containerizer, running: containerList{cz: cfg.Containerizer}, monitor: cfg.Monitor, ebpf: cfg.EBPF, network: net, watch: watch, protect: cfg.ProtectCgroups, preempt: preempt,
 		delayed: map[string]map[uint64]time.Duration{}, waited: map[string]time.Duration{}, epoch: time.Now(),
 		correctionsTotal: prometheus.NewCounterVec(prometheus.CounterOpts{
@@ -168,9 +174,27 @@ func (l *qosLoop) sampleTaken() {
 	}
 	l.evalMu.Lock()
 	defer l.evalMu.Unlock()
-	if now := time.Now(); l.timer != nil && l.sched.sampled(now) {
-		l.evaluateLocked(now)
+	if l.timer == nil {
+		return
 	}
+	now := time.Now()
+	quiet := l.monitor != nil && len(l.pending) == 0 && l.next.Load() == nil && settled(l.monitor, now)
+	deferring := l.sched.deferring
+	switch {
+	case l.sched.sampled(now, quiet):
+		l.evaluateLocked(now)
+	case l.sched.deferring && !deferring:
+		l.deferred.Add(1)
+		l.arm(now, false) // the stalled monitor's grace, after the deferral
+	}
+}
+
+// deferredCounter exports the evaluations quiet passes deferred.
+func (l *qosLoop) deferredCounter() prometheus.Collector {
+	return prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "slackline_qos_evaluations_deferred_total",
+		Help: "QoS evaluations that waited because the monitor's passes changed nothing (--quiet-defer-max): made at the first pass that changes something, or at the deferral's end.",
+	}, func() float64 { return float64(l.deferred.Load()) })
 }
 
 // Run evaluates until ctx ends, when qosSchedule says: on threshold
@@ -179,7 +203,7 @@ func (l *qosLoop) sampleTaken() {
 func (l *qosLoop) Run(ctx context.Context) error {
 	period := max(l.intervalMin, 10*time.Millisecond)
 	l.evalMu.Lock()
-	l.sched = qosSchedule{min: period}
+	l.sched = qosSchedule{min: period, quiet: l.quietMax}
 	if l.monitor != nil && l.follows && l.monitor.Interval() <= period {
 		l.sched.follow, l.sched.sample = true, l.monitor.Interval()
 	}

@@ -20,18 +20,39 @@ import "time"
 // as on the loop's own timer. A monitor that stalls still gets an
 // evaluation at last + QoSIntervalMin + two monitor intervals. It is pure:
 // the loop feeds it times and arms one timer for wait.
+//
+// A quiet pass (one that changed nothing it published: every container
+// idle, the node not sampled; monitor.Monitor.QuietSince) after the
+// containers have been idle for quietSettle, with no event pending, does
+// not evaluate until quiet (Config.QuietDeferMax) after the last
+// evaluation: the controllers would read the figures they read
+// last, and only their time-driven steps (undoing a correction once
+// calm) wait, at most that long. The first pass that is not quiet
+// evaluates as before. Meanwhile the stalled monitor's grace counts from
+// the deferral's end.
 type qosSchedule struct {
 	// follow is set when evaluations follow the monitor's passes.
 	follow bool
-	// min is QoSIntervalMin, sample the monitor's interval.
-	min, sample time.Duration
-	// last is the last evaluation (zero before the first).
-	last time.Time
+	// min is QoSIntervalMin, sample the monitor's interval, quiet the
+	// longest a quiet pass defers an evaluation (0: none).
+	min, sample, quiet time.Duration
+	// last is the last evaluation (zero before the first); deferring is
+	// set when a quiet pass deferred one since.
+	last      time.Time
+	deferring bool
 }
 
-// sampled reports whether a monitor pass ending at now evaluates.
-func (s *qosSchedule) sampled(now time.Time) bool {
-	return s.follow && !now.Before(s.next())
+// sampled reports whether a monitor pass ending at now evaluates; quiet
+// is whether the pass was quiet, settled, with no event pending.
+func (s *qosSchedule) sampled(now time.Time, quiet bool) bool {
+	if !s.follow || now.Before(s.next()) {
+		return false
+	}
+	if quiet && s.quiet > 0 && !s.last.IsZero() && now.Sub(s.last) < s.quiet {
+		s.deferring = true
+		return false
+	}
+	return true
 }
 
 // next returns when a monitor pass first evaluates again (the zero time
@@ -51,7 +72,7 @@ func (s *qosSchedule) events(now time.Time) bool {
 }
 
 // evaluated records an evaluation at now.
-func (s *qosSchedule) evaluated(now time.Time) { s.last = now }
+func (s *qosSchedule) evaluated(now time.Time) { s.last, s.deferring = now, false }
 
 // wait returns how long after now the loop's timer evaluates: at last +
 // QoSIntervalMin when events are pending or the loop does not follow the
@@ -62,6 +83,9 @@ func (s *qosSchedule) wait(now time.Time, pending bool) time.Duration {
 		due = now.Add(s.min)
 	}
 	if s.follow && !pending {
+		if s.deferring {
+			due = s.last.Add(max(s.min, s.quiet))
+		}
 		due = due.Add(2 * s.sample)
 	}
 	return max(due.Sub(now), 0)

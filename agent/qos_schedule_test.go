@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"slices"
 	"testing"
@@ -27,7 +28,7 @@ func TestQoSSchedule(t *testing.T) {
 	var evaluated []time.Duration
 	for k := range 10 {
 		end := time.Duration(k)*100*ms + time.Duration(k%3)*ms // jitter
-		if s.sampled(at(end)) {
+		if s.sampled(at(end), false) {
 			s.evaluated(at(end))
 			evaluated = append(evaluated, end)
 		}
@@ -43,10 +44,10 @@ func TestQoSSchedule(t *testing.T) {
 	}
 	// A pass that ends a little early (jitter) still evaluates.
 	s = qosSchedule{follow: true, min: 200 * ms, sample: 100 * ms, last: at(0)}
-	if !s.sampled(at(199 * ms)) {
+	if !s.sampled(at(199*ms), false) {
 		t.Error("a pass 1 ms short of the interval did not evaluate")
 	}
-	if s.sampled(at(150 * ms)) {
+	if s.sampled(at(150*ms), false) {
 		t.Error("a pass 50 ms short of the interval evaluated")
 	}
 
@@ -62,6 +63,8 @@ func TestQoSSchedule(t *testing.T) {
 		{"following: a stalled monitor's grace", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, last: at(0)}, 10 * ms, false, 440 * ms},
 		{"following, events pending: at last + interval", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, last: at(0)}, 10 * ms, true, 240 * ms},
 		{"overdue: at once", qosSchedule{min: 250 * ms, last: at(0)}, time.Second, true, 0},
+		{"following, deferring: the grace after the deferral", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, quiet: time.Second, last: at(0), deferring: true}, 300 * ms, false, 900 * ms},
+		{"deferring, events pending: at last + interval", qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, quiet: time.Second, last: at(0), deferring: true}, 300 * ms, true, 0},
 	} {
 		if got := c.s.wait(at(c.now), c.pending); got != c.want {
 			t.Errorf("%s: wait %v, want %v", c.name, got, c.want)
@@ -80,8 +83,32 @@ func TestQoSSchedule(t *testing.T) {
 	if !s.events(at(250 * ms)) {
 		t.Error("events 250 ms after an evaluation waited")
 	}
+	// Quiet passes (every container idle, the node not sampled) defer an
+	// evaluation up to quiet after the last; a pass that is not quiet
+	// evaluates at once, and an evaluation ends the deferral.
+	s = qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, quiet: time.Second}
+	var got []string
+	for k := range 25 {
+		end := time.Duration(k) * 100 * ms
+		quiet := k != 0 && k != 14 // the first pass, and one at 1.4 s, changed something
+		if s.sampled(at(end), quiet) {
+			s.evaluated(at(end))
+			got = append(got, fmt.Sprint(end))
+		} else if s.deferring {
+			got = append(got, fmt.Sprint("defer ", end))
+		}
+	}
+	if wantText := "[0s defer 300ms defer 400ms defer 500ms defer 600ms defer 700ms defer 800ms defer 900ms 1s defer 1.3s 1.4s defer 1.7s defer 1.8s defer 1.9s defer 2s defer 2.1s defer 2.2s defer 2.3s 2.4s]"; fmt.Sprint(got) != wantText {
+		t.Errorf("quiet passes: got %v, want %v", got, wantText)
+	}
+	// Without a quiet bound, quiet passes evaluate as any other.
+	s = qosSchedule{follow: true, min: 250 * ms, sample: 100 * ms, last: at(0)}
+	if !s.sampled(at(300*ms), true) || s.deferring {
+		t.Error("a quiet pass deferred an evaluation with no quiet bound")
+	}
+
 	// Not following, passes never evaluate.
-	if (&qosSchedule{min: 250 * ms}).sampled(at(time.Hour)) {
+	if (&qosSchedule{min: 250 * ms}).sampled(at(time.Hour), false) {
 		t.Error("a pass evaluated while not following the monitor")
 	}
 }
@@ -166,5 +193,59 @@ func TestQoSEventsOfLateEBPF(t *testing.T) {
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Errorf("Run: %v, want context.Canceled", err)
+	}
+}
+
+// TestQoSQuietPassDefers (#29): following a monitor whose pass was quiet
+// (its containers idle for quietSettle), a due evaluation waits (counted once) and Run's timer is pushed past
+// the deferral; a pending event or a pass that is not quiet evaluates.
+func TestQoSQuietPassDefers(t *testing.T) {
+	t.Parallel()
+	m, _ := fakeMonitorNode(t, 100)
+	evaluations := 0
+	l := newQoSLoop(Config{Logger: slog.New(slog.DiscardHandler), Containerizer: newFakeContainerizer(), Monitor: m, QuietDeferMax: time.Second,
+		QoS: qos.ControllerFunc(func(qos.Input) []qos.Correction { evaluations++; return nil })},
+		resources.Resources{}, nil, nil, nil)
+	l.sched = qosSchedule{follow: true, min: 250 * time.Millisecond, sample: 100 * time.Millisecond, quiet: l.quietMax}
+	l.timer = time.NewTimer(time.Hour)
+	defer l.timer.Stop()
+	// Passes on the wall clock (sampleTaken reads it), long enough ago
+	// that the containers (none) have settled.
+	t0 := time.Now().Truncate(time.Second).Add(-10 * time.Second)
+	pass := func(at time.Duration) {
+		t.Helper()
+		if err := m.Sample(t0.Add(at)); err != nil {
+			t.Fatal(err)
+		}
+		l.sampleTaken()
+	}
+	pass(0) // the first evaluation (the pass sampled the node)
+	if evaluations != 1 {
+		t.Fatalf("%d evaluations after the first pass, want 1", evaluations)
+	}
+	last := l.sched.last
+	l.sched.last = last.Add(-300 * time.Millisecond) // the next is due
+	l.nextEval.Store(1)
+	pass(100 * time.Millisecond) // quiet
+	if evaluations != 1 || l.deferred.Load() != 1 {
+		t.Fatalf("a quiet pass: %d evaluations, %d deferred, want 1 and 1", evaluations, l.deferred.Load())
+	}
+	if armed := l.due.Sub(l.sched.last); armed != 1200*time.Millisecond {
+		t.Errorf("timer armed %v after the last evaluation, want 1.2 s (the deferral + two passes)", armed)
+	}
+	pass(200 * time.Millisecond) // quiet again: the same deferral
+	if evaluations != 1 || l.deferred.Load() != 1 {
+		t.Fatalf("a second quiet pass: %d evaluations, %d deferred, want 1 and 1", evaluations, l.deferred.Load())
+	}
+	l.pending = append(l.pending, qos.Event{Container: "c"})
+	pass(300 * time.Millisecond) // quiet, but an event waits
+	if evaluations != 2 {
+		t.Fatalf("a quiet pass with an event pending: %d evaluations, want 2", evaluations)
+	}
+	l.sched.last = l.sched.last.Add(-300 * time.Millisecond)
+	l.nextEval.Store(1)
+	pass(time.Second) // the node's second: not quiet
+	if evaluations != 3 {
+		t.Fatalf("a pass that sampled the node: %d evaluations, want 3", evaluations)
 	}
 }

@@ -218,6 +218,12 @@ type Monitor struct {
 	lastPass   time.Duration
 	passes     uint64
 	repeated   uint64 // container samples repeated (Monitor.repeats)
+	// quiet is whether the latest pass changed nothing, activeAt the
+	// latest pass at which something did (QuietSince), targetsChanged
+	// whether targets came or went since the last pass.
+	quiet          bool
+	activeAt       time.Time
+	targetsChanged bool
 
 	// observer is called after each pass (Observe).
 	observer atomic.Pointer[func(time.Time, []Usage)]
@@ -368,6 +374,7 @@ func (m *Monitor) SetTargets(targets []Target) {
 			m.retired = append(m.retired, c)
 		}
 		m.containers[t.ID] = m.newContainer(t)
+		m.targetsChanged = true
 	}
 	for id, c := range m.containers {
 		if !keep[id] {
@@ -458,6 +465,7 @@ func (m *Monitor) Sample(now time.Time) error {
 
 	observe := m.observer.Load()
 	published := m.published[:0]
+	active := false // a sample with activity, or a container gone
 	m.mu.Lock()
 	if sampleNode {
 		m.node = node
@@ -469,9 +477,11 @@ func (m *Monitor) Sample(now time.Time) error {
 		}
 		if errors.Is(j.err, errVanished) {
 			j.c.forget()
+			active = true
 			continue
 		}
 		if j.usage.Stats != nil {
+			active = active || !j.usage.quiet()
 			j.c.publish(j.usage, m.cfg.History)
 			if observe != nil {
 				published = append(published, j.usage)
@@ -481,6 +491,11 @@ func (m *Monitor) Sample(now time.Time) error {
 	m.lastPass = time.Since(start)
 	m.passes++
 	m.repeated += uint64(repeated)
+	m.quiet = repeated == len(jobs) && !sampleNode && len(retired) == 0
+	if active || m.targetsChanged || len(retired) > 0 || m.activeAt.IsZero() || now.Before(m.activeAt) {
+		m.activeAt = now
+	}
+	m.targetsChanged = false
 	m.mu.Unlock()
 	if observe != nil {
 		(*observe)(now, published)
@@ -490,6 +505,26 @@ func (m *Monitor) Sample(now time.Time) error {
 	clear(jobs) // and the containers, targets and samples
 	m.jobs = jobs
 	return errors.Join(errs...)
+}
+
+// QuietSince reports, when the latest pass changed nothing that it
+// published (#29: every container's sample repeated its previous one,
+// Monitor.repeats, as eBPF saw no activity and no file was due; the node
+// was not sampled; no target came or went), since when the containers
+// have been idle: the latest pass that published a sample with activity
+// (any interval figure not 0: CPU, run-queue waits, I/O, network), lost
+// a container or followed a change of targets. It returns the zero time
+// when the latest pass changed something. An observer reads it for its
+// own pass: a quiet pass's samples are the previous pass's at a later
+// time, so work that only recomputes from them can wait, a while after
+// the last activity (the estimate and QoS loops: agent.Config.QuietDeferMax).
+func (m *Monitor) QuietSince() time.Time {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if !m.quiet {
+		return time.Time{}
+	}
+	return m.activeAt
 }
 
 // Observe registers f to be called after each pass with the pass's time

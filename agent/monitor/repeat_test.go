@@ -141,6 +141,11 @@ func TestIdleContainerRepeated(t *testing.T) {
 				withChanges.fakeEBPF.mu.Lock()
 				lookups := len(withChanges.asked) - asked
 				withChanges.fakeEBPF.mu.Unlock()
+				// Every pass here but the first and the one at 1.3 s (both
+				// sample the node too) is quiet exactly when it repeats.
+				if quiet := !m.QuietSince().IsZero(); quiet != step.repeated {
+					t.Errorf("pass %d at %v: quiet %v, want %v", i, step.at, quiet, step.repeated)
+				}
 				if step.repeated && (lookups != 0 || reads != readsBefore) {
 					t.Errorf("pass %d at %v: %d eBPF lookups and %d file reads, want none (repeated)", i, step.at, lookups, reads-readsBefore)
 				}
@@ -160,6 +165,66 @@ func TestIdleContainerRepeated(t *testing.T) {
 				t.Errorf("%d samples repeated, want %d", got, want)
 			}
 		})
+	}
+}
+
+// TestQuietSince (#29): a pass is quiet when every container's sample
+// repeated its previous one, and not when it sampled the node, read a
+// container or saw targets come or go; a quiet pass reports since when
+// the containers have been idle: the last pass with activity (a sample
+// with an interval figure not 0) or a change of targets, not the passes
+// that only read the node or idle containers' files.
+func TestQuietSince(t *testing.T) {
+	t.Parallel()
+	l := layouts[0]
+	dir := t.TempDir()
+	root := filepath.Join(dir, "cgroup")
+	e := &changesEBPF{fakeEBPF: &fakeEBPF{}}
+	m := newTestMonitor(t, l.mode, dir, e, 100)
+	var targets []Target
+	st := EBPFStats{OnCPU: time.Second, Wakeups: 10, Sched: true}
+	for i := range 2 {
+		rel := fmt.Sprintf("slackline/guaranteed/q%d", i)
+		l.write(t, root, rel, 5000)
+		targets = append(targets, Target{ID: fmt.Sprintf("q%d", i), CgroupPath: rel, CgroupID: uint64(i + 1), CPULimit: 1})
+		e.set(uint64(i+1), st)
+	}
+	m.SetTargets(targets)
+	ms := time.Millisecond
+	for _, step := range []struct {
+		at    time.Duration
+		drop  bool // the second target, before the pass
+		run   bool // the first ran before the pass
+		since time.Duration
+		quiet bool
+	}{
+		{at: 0},                               // first samples (new targets), and the node
+		{at: 100 * ms, quiet: true, since: 0}, // repeated
+		{at: 300 * ms, quiet: true, since: 0},
+		{at: 1000 * ms},                        // the node's second, and the files' refresh: idle
+		{at: 1100 * ms, quiet: true, since: 0}, // still idle since the targets came
+		{at: 1200 * ms, drop: true},            // a target dropped
+		{at: 1300 * ms, quiet: true, since: 1200 * ms},
+		{at: 1500 * ms, run: true}, // activity
+		{at: 1600 * ms},            // read again after activity: idle, but not a repeat
+		{at: 1700 * ms, quiet: true, since: 1500 * ms},
+	} {
+		if step.drop {
+			m.SetTargets(targets[:1])
+		}
+		if step.run {
+			st.OnCPU += 10 * ms
+			st.Wakeups++
+			e.set(1, st)
+			l.write(t, root, targets[0].CgroupPath, 15000)
+		}
+		if err := m.Sample(t0.Add(step.at)); err != nil {
+			t.Fatal(err)
+		}
+		got := m.QuietSince()
+		if quiet := !got.IsZero(); quiet != step.quiet || quiet && !got.Equal(t0.Add(step.since)) {
+			t.Errorf("pass at %v: quiet since %v (zero: not quiet), want quiet %v since %v", step.at, got.Sub(t0), step.quiet, step.since)
+		}
 	}
 }
 
