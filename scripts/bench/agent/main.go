@@ -18,6 +18,9 @@
 // the agent's Go CPU profile instead (the agent runs with --pprof; go
 // tool pprof -top FILE), which names the agent's own functions.
 //
+// Interrupted (SIGINT or SIGTERM), it removes its tasks, their cgroups
+// and its directory before exiting, as at the end of a run.
+//
 // Arguments after -- are passed to the agent (A/B runs of its flags):
 //
 //	sudo go run ./scripts/bench/agent --trials 1 --running 100 -- --oversubscribed-resources-interval 1s
@@ -39,8 +42,10 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
@@ -114,6 +119,23 @@ func run() error {
 		time.Sleep(300 * time.Millisecond)
 	}
 	agentPid := procs[1].Process.Pid
+	// Tasks outlive their agent by design: at the end, on an error and on
+	// SIGINT or SIGTERM, kill them and remove the cgroups (the coordinator
+	// and the agent die with this process: Pdeathsig).
+	cleanup := sync.OnceFunc(func() {
+		procs[1].Process.Kill()
+		cgrouptest.RemoveRoot(root)
+	})
+	defer cleanup()
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGINT, syscall.SIGTERM)
+	go func() {
+		s := <-sig
+		fmt.Fprintf(os.Stderr, "bench agent: %v: removing the tasks, their cgroups and %s\n", s, dir)
+		cleanup()
+		os.RemoveAll(dir)
+		os.Exit(1)
+	}()
 
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -195,10 +217,6 @@ func run() error {
 	if err := goProfile(*pprofOut, agentAddr, *window); err != nil {
 		return err
 	}
-	cancel()
-	// Tasks outlive their agent by design: kill them and remove the cgroups.
-	procs[1].Process.Kill()
-	cgrouptest.RemoveRoot(root)
 	return nil
 }
 
