@@ -341,7 +341,7 @@ func (l *estimateLoop) estimateLocked(send func()) bool {
 	l.estimatedAt = time.Now()
 	var e *estimate
 	var in estimator.Input
-	e, in, l.points = l.publish(time.Now(), l.points)
+	e, in, l.points = l.publish(l.estimatedAt, l.points)
 	if l.network != nil && l.total.Bandwidth() > 0 {
 		// The revocable total is paced to the network slack.
 		if err := l.network.SetEstimate(e.revocable.Bandwidth()); err != nil {

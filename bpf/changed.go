@@ -109,16 +109,16 @@ type cachedCounters struct {
 	epoch uint32 // the tracking they belong to
 	// moved is set when a read found counters other than the cached ones
 	// (or the entry is new), and cleared by ReadChanged once it handed
-	// them out; busy is set when ReadChanged last found the cgroup running
+	// them out; running is set when ReadChanged last found the cgroup running
 	// (a run its counters do not have yet). Counters resident on a CPU,
 	// which move without the map telling, are compared with the last
 	// handed out instead.
 	// They sit beside epoch, before the counters, so that a pass that
 	// finds a cgroup unchanged loads one cache line of its entry, not two
 	// (#29: the entries are cold after the pass's 100 ms of sleep).
-	moved, busy bool
-	stats       schedCgroupCounters
-	blk         ioBlkCounters
+	moved, running bool
+	stats          schedCgroupCounters
+	blk            ioBlkCounters
 }
 
 // setStats stores a read of the cgroup_stats entry, noting whether it moved.

@@ -750,9 +750,9 @@ func (m *Monitor) ReadAll(into map[uint64]CgroupStats) error {
 // was then, and the counters a CPU keeps resident for it, if any, add up
 // to the same figures), (re)assembles the others, deletes the entries of
 // cgroups no longer tracked, and returns the ids of the entries it
-// changed, in a slice valid until the next call. An entry it left is equal to what ReadAll would have put
-// there. On error into is emptied and the next call assembles every
-// entry.
+// changed, in a slice valid until the next call. An entry it left is
+// equal to what ReadAll would have put there. On error into is emptied
+// and the next call assembles every entry.
 func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -784,12 +784,12 @@ func (m *Monitor) ReadChanged(into map[uint64]CgroupStats) ([]uint64, error) {
 		running := slices.Contains(m.busyIDs, id)
 		resident := slices.Contains(m.busyEpochs, epoch)
 		prev, ok := into[id]
-		if ok && !c.moved && !running && !c.busy && !resident {
+		if ok && !c.moved && !running && !c.running && !resident {
 			continue
 		}
 		stats := m.assemble(id, epoch, c)
-		wasRunning := c.busy
-		c.moved, c.busy = false, running
+		wasRunning := c.running
+		c.moved, c.running = false, running
 		if ok && !running && !wasRunning && stats == prev {
 			// Counters a CPU keeps resident, read again: they did not
 			// move (#29: a cgroup among the first to run on a CPU keeps
