@@ -150,7 +150,7 @@ func (o Options) Build() (a *Agent, err error) {
 		logProbes(logger, probes, slog.LevelInfo-1) // only failures, at info
 		cfg.Features = append(cfg.Features, probes...)
 		if o.EBPF {
-			progs, err := netqos.Load(netqos.Config{CgroupRoot: netRoot(cz), Logger: logger})
+			progs, err := netqos.Load(netqos.Config{CgroupRoot: netRoot(cz), FullReadInterval: o.MonitorIdleRefresh, Logger: logger})
 			if err != nil {
 				q.ClassifierErr = err
 			} else {
@@ -187,7 +187,8 @@ func (o Options) Build() (a *Agent, err error) {
 		late.start(func() {
 			probes := bpf.Probe()
 			logProbes(logger, probes, slog.LevelDebug)
-			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, EventBatchWindow: o.EBPFEventBatchWindow, AllCulprits: o.EBPFAllCulprits, Logger: logger})
+			m, err := bpf.Load(bpf.Config{CgroupRoot: netRoot(cz), LatencyThreshold: o.RunqueueLatencyThreshold, EventBatchWindow: o.EBPFEventBatchWindow, AllCulprits: o.EBPFAllCulprits,
+				FullReadInterval: o.MonitorIdleRefresh, Logger: logger})
 			if err != nil {
 				logger.Warn("running without eBPF: measuring with cgroupfs, PSI and procfs alone", "reason", err)
 			}

@@ -99,7 +99,8 @@ type Options struct {
 	// (--monitor-interval).
 	MonitorInterval time.Duration
 	// MonitorIdleRefresh is the monitor's safety net for idle containers
-	// (--monitor-idle-refresh, #29): monitor.Config.IdleRefresh.
+	// (--monitor-idle-refresh, #29): monitor.Config.IdleRefresh, and the
+	// eBPF programs' full reads (bpf.Config.FullReadInterval).
 	MonitorIdleRefresh time.Duration
 	// EBPF loads the eBPF programs (--ebpf); EBPFAllCulprits splits waits
 	// among every culprit (--ebpf-all-culprits); RunqueueLatencyThreshold
@@ -252,7 +253,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.Var(&o.LogFormat, "log-format", logging.FormatUsage)
 	fs.DurationVar(&o.MonitorInterval, "monitor-interval", 100*time.Millisecond, "how often every container is sampled (the estimator and QoS see nothing faster)")
 	// Agent CPU (#29): the monitor's safety net for idle containers.
-	fs.DurationVar(&o.MonitorIdleRefresh, "monitor-idle-refresh", 5*time.Second, "how long at most a container that eBPF says has not run has its cpu.stat and memory.current repeated before they are read again anyway, every container's in the sample after each multiple of it on the clock (the safety net that finds what eBPF cannot see: tasks in a child cgroup, memory reclaimed while it slept); containers eBPF cannot see, and running ones, are read at every sample")
+	fs.DurationVar(&o.MonitorIdleRefresh, "monitor-idle-refresh", 5*time.Second, "how long at most a container that eBPF says has not run has its cpu.stat and memory.current repeated before they are read again anyway, every container's in the sample after each multiple of it on the clock (the safety net that finds what eBPF cannot see: tasks in a child cgroup, memory reclaimed while it slept), and how long at most eBPF's counters go without a full read of their maps (the safety net of its changed marks); containers eBPF cannot see, and running ones, are read at every sample")
 	fs.BoolVar(&o.EBPF, "ebpf", true, "load the eBPF programs (without them the agent runs on cgroupfs, PSI and procfs)")
 	fs.BoolVar(&o.EBPFAllCulprits, "ebpf-all-culprits", false, "split guaranteed tasks' and protected services' run-queue waits among everything that held the CPU (other containers, the agent, other cgroups, kernel threads, idle CPUs waking up), not only revocable tasks (GetUsage delayed_by); about 30 ns more per context switch")
 	fs.Var(parsed(&o.NetworkInterfaces, splitList, joinList), "network-interfaces", `interfaces on which revocable egress is paced, comma separated ("none": no network QoS); default: the default-route interface, when the node has a bandwidth resource`)

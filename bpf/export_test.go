@@ -1,7 +1,5 @@
 package bpf
 
-import "time"
-
 // WithWakeupHooks returns cfg set to load the scheduler's wakeup variant
 // (sched_wakeup, sched_wakeup_new and sched_switch_wakeups, for kernels
 // without sched_info) whatever the kernel has, so that tests cover it.
@@ -80,11 +78,3 @@ func DetachAll(m *Monitor) (reattach func() error, err error) {
 // ChangedFlag is the flag of the changed marks a cgroup's counters set.
 func ChangedFlag(cgroupID uint64) int { return changedFlag(cgroupID) }
 
-// ReadEverythingEvery sets how often ReadAll reads every cgroup whatever
-// the marks say (fullReadInterval), so that a test sees what the marks
-// alone make it read.
-func ReadEverythingEvery(m *Monitor, d time.Duration) {
-	m.batchMu.Lock()
-	defer m.batchMu.Unlock()
-	m.fullEvery = d
-}

@@ -1,6 +1,7 @@
 package bpf
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -79,6 +80,12 @@ type Config struct {
 	AllCulprits bool
 	// MaxCgroups bounds the number of tracked cgroups (DefaultMaxCgroups if 0).
 	MaxCgroups int
+	// FullReadInterval bounds how long ReadAll and ReadChanged go without
+	// reading every tracked cgroup's counters whatever the changed marks
+	// say (changed.go's safety net), on the clock's grid of it: the agent
+	// puts it on its monitor's idle refresh, so that both safety nets fall
+	// in the same pass. 0: fullReadInterval (1 s).
+	FullReadInterval time.Duration
 	// Logger receives what could not be loaded or attached (slog.Default if nil).
 	Logger *slog.Logger
 
@@ -238,7 +245,7 @@ type Monitor struct {
 	marks         *ChangedMarks
 	cache         map[uint64]*cachedCounters
 	lastFull      time.Time
-	fullEvery     time.Duration // fullReadInterval; tests set it longer
+	fullEvery     time.Duration // Config.FullReadInterval; tests set it longer
 	readIDs       []uint64
 	walked        map[uint64]bool
 	blkWalk       blockWalk // walkAll's read of the block counters
@@ -302,7 +309,7 @@ func Load(cfg Config) (*Monitor, error) {
 		monoOffset: time.Now().UnixNano() - ts.Nano(),
 		epochs:     map[uint64]uint32{},
 		cache:      map[uint64]*cachedCounters{},
-		fullEvery:  fullReadInterval,
+		fullEvery:  cmp.Or(max(cfg.FullReadInterval, 0), fullReadInterval),
 	}
 
 	schedSpec, err := loadSched()

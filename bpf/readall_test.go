@@ -90,8 +90,7 @@ func TestReadAll(t *testing.T) {
 // shares.
 func TestReadAllReadsOnlyChanged(t *testing.T) {
 	privileged.Require(t)
-	m := load(t, bpf.Config{})
-	bpf.ReadEverythingEvery(m, time.Hour)
+	m := load(t, bpf.Config{FullReadInterval: time.Hour}) // what the marks alone make it read
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		t.Fatal(err)
@@ -182,8 +181,7 @@ func TestReadAllReadsOnlyChanged(t *testing.T) {
 // shares; the entries it leaves are what ReadAll reads.
 func TestReadChanged(t *testing.T) {
 	privileged.Require(t)
-	m := load(t, bpf.Config{})
-	bpf.ReadEverythingEvery(m, time.Hour)
+	m := load(t, bpf.Config{FullReadInterval: time.Hour}) // what the marks alone make it read
 	ncpu, err := ebpf.PossibleCPU()
 	if err != nil {
 		t.Fatal(err)

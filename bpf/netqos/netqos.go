@@ -1,6 +1,7 @@
 package netqos
 
 import (
+	"cmp"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -45,6 +46,11 @@ type Config struct {
 	// MaxCgroups bounds the cgroups with a class and the watched cgroups
 	// (DefaultMaxCgroups if 0).
 	MaxCgroups int
+	// FullReadInterval bounds how long ReadAllTCP and ReadChangedTCP go
+	// without reading every watched cgroup's counters whatever the changed
+	// marks say (changed.go's safety net), on the clock's grid of it.
+	// 0: fullTCPReadInterval (1 s).
+	FullReadInterval time.Duration
 	// Logger receives what could not be loaded or attached (slog.Default if nil).
 	Logger *slog.Logger
 }
@@ -103,7 +109,7 @@ type Programs struct {
 	dirty     map[uint64]bool
 	moved     []uint64 // ReadChangedTCP's answer, reused
 	lastFull  time.Time
-	fullEvery time.Duration // fullTCPReadInterval; tests lengthen it
+	fullEvery time.Duration // Config.FullReadInterval; tests lengthen it
 	readIDs   []uint64
 	reads     bpf.ReadCounts
 
@@ -136,7 +142,7 @@ func Load(cfg Config) (*Programs, error) {
 	spec.Maps["classes"].MaxEntries = uint32(maxCgroups)
 	spec.Maps["tcp_stats"].MaxEntries = uint32(maxCgroups)
 	p := &Programs{log: log, ncpu: ncpu, programs: map[string]*ebpf.Program{}, watched: map[uint64]bool{},
-		cache: map[uint64]TCPStats{}, dirty: map[uint64]bool{}, fullEvery: fullTCPReadInterval}
+		cache: map[uint64]TCPStats{}, dirty: map[uint64]bool{}, fullEvery: cmp.Or(max(cfg.FullReadInterval, 0), fullTCPReadInterval)}
 	for _, m := range []struct {
 		name string
 		dst  **ebpf.Map
