@@ -272,8 +272,32 @@ func EnterPriority(name string) (func(), error) {
 	return func() {
 		priorityParent = ""
 		_ = os.WriteFile(filepath.Join(from, "cgroup.procs"), pid, 0)
-		removeDirs(dirs)
+		// What a test left below the parent (an agent's root whose tasks
+		// outlived it) kept the parent busy: CI once left
+		// slackline-e2e-PID behind with nothing said. Say what, and remove
+		// it as RemoveRoot removes a root.
+		if left := strays(name, harness); len(left) > 0 {
+			fmt.Fprintf(os.Stderr, "cgrouptest: the tests left %d cgroup(s) under %s, removing them: %s\n", len(left), name, strings.Join(left, ", "))
+		}
+		if err := RemoveRoot(name); err != nil {
+			fmt.Fprintln(os.Stderr, "cgrouptest:", err)
+		}
 	}, nil
+}
+
+// strays returns the cgroups under the priority parent name, in every
+// hierarchy, other than the parent itself and the harness's.
+func strays(name, harness string) []string {
+	var left []string
+	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
+		top := filepath.Join(Mountpoint, h, name)
+		eachDir(top, func(dir string) {
+			if dir != top && dir != harness {
+				left = append(left, dir)
+			}
+		})
+	}
+	return left
 }
 
 // ownCgroup returns the directory of the process's cgroup in the hierarchy
