@@ -22,17 +22,19 @@ import (
 // MaxCgroups) at every pass and the block counters cost a lookup per
 // cgroup. Flags are picked by a hash of the cgroup id, so cgroups may share
 // one: a false mark costs a lookup, never a missed change. Every
-// fullReadInterval ReadAll reads every cgroup anyway, at the first pass
-// after each multiple of it on the clock (tick.Crossed; a safety net: a mark
-// set before its counter's store is visible, on a weakly ordered CPU, is
-// caught within it).
+// Config.FullReadInterval (default fullReadInterval; the agent puts it on
+// its --monitor-idle-refresh, 5 s) ReadAll reads every cgroup anyway, at
+// the first pass after each multiple of it on the clock (tick.Crossed; a
+// safety net: a mark set before its counter's store is visible, on a
+// weakly ordered CPU, is caught within it).
 
 const (
 	changedFlags = 4096 // changed.h CHANGED_FLAGS
 	changedShift = 52   // changed.h CHANGED_SHIFT: 64 - log2(changedFlags)
 
 	// fullReadInterval bounds how long ReadAll goes without reading every
-	// tracked cgroup's counters.
+	// tracked cgroup's counters, unless Config.FullReadInterval says
+	// otherwise.
 	fullReadInterval = time.Second
 
 	// walkAbove: when more cgroups than this need reading in a pass, one

@@ -77,4 +77,3 @@ func DetachAll(m *Monitor) (reattach func() error, err error) {
 
 // ChangedFlag is the flag of the changed marks a cgroup's counters set.
 func ChangedFlag(cgroupID uint64) int { return changedFlag(cgroupID) }
-

@@ -245,7 +245,7 @@ type Monitor struct {
 	marks         *ChangedMarks
 	cache         map[uint64]*cachedCounters
 	lastFull      time.Time
-	fullEvery     time.Duration // Config.FullReadInterval; tests set it longer
+	fullEvery     time.Duration // Config.FullReadInterval
 	readIDs       []uint64
 	walked        map[uint64]bool
 	blkWalk       blockWalk // walkAll's read of the block counters

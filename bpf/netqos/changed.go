@@ -15,9 +15,10 @@ import (
 // ReadAllTCP looks up only the watched cgroups whose flag was set, reusing
 // what it read before for the others. A batch walk of tcp_stats visits
 // every bucket of its MaxCgroups whatever the number of watched cgroups;
-// an idle cgroup now costs nothing. Every fullTCPReadInterval ReadAllTCP
-// reads every watched cgroup anyway (a mark made visible before its
-// counter, on a weakly ordered CPU, is caught within it).
+// an idle cgroup now costs nothing. Every Config.FullReadInterval (default
+// fullTCPReadInterval) ReadAllTCP reads every watched cgroup anyway (a
+// mark made visible before its counter, on a weakly ordered CPU, is caught
+// within it).
 
 const (
 	// fullTCPReadInterval bounds how long ReadAllTCP goes without reading
