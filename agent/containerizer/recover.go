@@ -9,6 +9,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/slackline/slackline/agent/containerizer/cgroups"
@@ -174,14 +175,41 @@ func (c *Containerizer) watchAdopted(ct *container, pidfd *os.File) {
 		c.log.Error("containerizer: watch supervisor", "container", ct.cp.ID, "err", err)
 		return
 	}
-	err = rc.Read(func(fd uintptr) bool {
-		n, perr := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
-		return perr != nil || n > 0
-	})
-	if err != nil {
+	if err := awaitExit(rc); err != nil {
 		return // closed by Close
 	}
 	c.finish(ct)
+}
+
+// awaitExit waits until the process of a non-blocking pidfd (PIDFD_NONBLOCK:
+// in the runtime's poller) has exited, its pidfd readable then, with no
+// thread parked meanwhile. It returns an error when the pidfd is closed
+// first.
+func awaitExit(pidfd syscall.RawConn) error {
+	return pidfd.Read(func(fd uintptr) bool {
+		n, perr := unix.Poll([]unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}, 0)
+		return perr != nil || n > 0
+	})
+}
+
+// awaitChild waits until the child process pid has exited, in the
+// runtime's poller (awaitExit), so that the (*exec.Cmd).Wait after it
+// returns at once: a Wait alone parks an OS thread in waitid(2) for as long
+// as the child runs, one thread per task's supervisor (#29: 101 threads
+// with 100 tasks, and the Go runtime stops the process at 10,000). The pid
+// cannot be reused meanwhile: the child is not reaped before that Wait.
+// Where the kernel has no pidfd (before 5.3) it returns at once and the
+// Wait parks a thread as before.
+func awaitChild(pid int) {
+	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
+	if err != nil {
+		return
+	}
+	f := os.NewFile(uintptr(fd), fmt.Sprintf("pidfd:%d", pid))
+	defer f.Close()
+	if rc, err := f.SyscallConn(); err == nil {
+		_ = awaitExit(rc)
+	}
 }
 
 // legacyRevocable stands for the revocable subtree where agents put it

@@ -72,6 +72,7 @@ func (c *Containerizer) startSupervisorProc(newCmd func() *exec.Cmd) (*superviso
 	}
 	p := &supervisorProc{cmd: cmd, exited: make(chan struct{})}
 	go func() {
+		awaitChild(cmd.Process.Pid)
 		_ = cmd.Wait()
 		close(p.exited)
 	}()
