@@ -198,8 +198,8 @@ func awaitExit(pidfd syscall.RawConn) error {
 // as the child runs, one thread per task's supervisor (#29: 101 threads
 // with 100 tasks, and the Go runtime stops the process at 10,000). The pid
 // cannot be reused meanwhile: the child is not reaped before that Wait.
-// Where the kernel has no pidfd (before 5.3) it returns at once and the
-// Wait parks a thread as before.
+// Where the kernel cannot open a non-blocking pidfd (PIDFD_NONBLOCK came
+// in 5.10) it returns at once and the Wait parks a thread as before.
 func awaitChild(pid int) {
 	fd, err := unix.PidfdOpen(pid, unix.PIDFD_NONBLOCK)
 	if err != nil {
