@@ -150,11 +150,21 @@ func helperHog([]string) error {
 
 // helperVictim sleeps 1 ms and works ~50 us, in a loop, for args[0], at
 // victimNice; with args[1] "hold" it then says "done" and waits for a line
-// on stdin.
+// on stdin. args[0] is a duration, or DURATION/N: for the duration and at
+// least N wake-ups, so that a test that needs N run-queue waits has them
+// on a guest slow enough that contention spaces them out (the 6.1 guest
+// under TCG: 90 waits in 1.5 s beside three hogs).
 func helperVictim(args []string) error {
-	d, err := time.ParseDuration(args[0])
+	spec, least, _ := strings.Cut(args[0], "/")
+	d, err := time.ParseDuration(spec)
 	if err != nil {
 		return err
+	}
+	wakeups := 0
+	if least != "" {
+		if wakeups, err = strconv.Atoi(least); err != nil {
+			return fmt.Errorf("victim: wake-ups %q: %w", least, err)
+		}
 	}
 	if err := setThreadNice(victimNice); err != nil {
 		return err
@@ -163,7 +173,7 @@ func helperVictim(args []string) error {
 		return err
 	}
 	x := uint64(1)
-	for end := time.Now().Add(d); time.Now().Before(end); {
+	for end := time.Now().Add(d); time.Now().Before(end) || wakeups > 0; wakeups-- {
 		ts := unix.Timespec{Nsec: 1_000_000}
 		_ = unix.Nanosleep(&ts, nil)
 		for spin := time.Now(); time.Since(spin) < 50*time.Microsecond; {

@@ -543,7 +543,7 @@ func testRunqueueInterference(t *testing.T, variant int) {
 
 		// Several hog processes, so the contended waits stand well above
 		// the host's noise.
-		p = startHelper(t, victim, cpu, "victim", "1500ms")
+		p = startHelper(t, victim, cpu, "victim", "1500ms/150")
 		hogs := startHogs(t, cpu, hog, hog, hog)
 		p.start(t)
 		p.wait(t)
