@@ -75,12 +75,17 @@ func killTree(root string) {
 	})
 }
 
+// hierarchies are where a root's cgroups may be, relative to Mountpoint:
+// the v1 hierarchies the agent uses and the v2 tree of a hybrid host, or
+// the mountpoint itself ("") on a pure v2 one.
+var hierarchies = []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""}
+
 // removeTree removes root's cgroups in every hierarchy, children first,
 // retrying busy ones until deadline, and returns those left, each with
 // its error.
 func removeTree(root string, deadline time.Time) []string {
 	var left []string
-	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
+	for _, h := range hierarchies {
 		var dirs []string
 		eachDir(filepath.Join(Mountpoint, h, root), func(dir string) { dirs = append(dirs, dir) })
 		for i := len(dirs) - 1; i >= 0; i-- {
@@ -289,7 +294,7 @@ func EnterPriority(name string) (func(), error) {
 // hierarchy, other than the parent itself and the harness's.
 func strays(name, harness string) []string {
 	var left []string
-	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
+	for _, h := range hierarchies {
 		top := filepath.Join(Mountpoint, h, name)
 		eachDir(top, func(dir string) {
 			if dir != top && dir != harness {

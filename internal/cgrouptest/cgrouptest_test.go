@@ -75,7 +75,7 @@ func TestEnterPriorityLeaveRemovesStrays(t *testing.T) {
 		_ = cmd.Process.Kill()
 		t.Fatal("the stray process still runs 30 s after leave")
 	}
-	for _, h := range []string{"cpu", "memory", "cpuset", "pids", "blkio", "unified", ""} {
+	for _, h := range hierarchies {
 		if dir := filepath.Join(Mountpoint, h, name); h != "" || v2 == Mountpoint {
 			if _, err := os.Stat(dir); !errors.Is(err, os.ErrNotExist) {
 				t.Errorf("%s still exists after leave (stat: %v)", dir, err)
