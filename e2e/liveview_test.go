@@ -294,13 +294,14 @@ func historySpan(t *testing.T, agent *realAgent, span time.Duration) float64 {
 // "–").
 func hover(figure string) chromedp.Action[chromedp.Void] {
 	return chromedp.Func(func(ctx context.Context, _ *chromedp.Target) error {
-		if err := chromedp.Do(ctx, chromedp.ScrollIntoView(chromedp.CSS(figure+" .u-over"))); err != nil {
-			return fmt.Errorf("scroll to the plot: %w", err)
-		}
+		// Scrolled to and measured in one script: the view redraws its
+		// charts every second, and a node looked up by the protocol
+		// (chromedp.ScrollIntoView) was gone by the time it was scrolled
+		// to ("Could not find node with given id").
 		box, err := chromedp.Run(ctx, chromedp.Evaluate[[]float64](fmt.Sprintf(
-			`(() => { const r = document.querySelector(%q).querySelector(".u-over").getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()`, figure)))
+			`(() => { const p = document.querySelector(%q).querySelector(".u-over"); p.scrollIntoView({block: "center"}); const r = p.getBoundingClientRect(); return [r.x, r.y, r.width, r.height]; })()`, figure)))
 		if err != nil {
-			return fmt.Errorf("find the plot: %w", err)
+			return fmt.Errorf("scroll to the plot: %w", err)
 		}
 		if err := chromedp.Do(ctx, chromedp.MouseEvent(input.DispatchMouseEventTypeMouseMoved, box[0]+box[2]*0.8, box[1]+box[3]/2)); err != nil {
 			return err
