@@ -76,8 +76,8 @@ func (o Options) Build() (a *Agent, err error) {
 	cz, err := containerizer.New(containerizer.Config{
 		CgroupRoot: o.CgroupRoot, CgroupMountpoint: o.CgroupMountpoint,
 		StateDir: filepath.Join(cfg.WorkDir, "containers"), SandboxDir: filepath.Join(cfg.WorkDir, "sandboxes"),
-		RevocableSandboxDir: o.RevocableSandboxDir,
-		KillGracePeriod:     o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
+		RevocableSandboxDir: o.RevocableSandboxDir, DiskLatencyTarget: o.DiskLatencyTarget,
+		KillGracePeriod: o.KillGracePeriod, CPUHardLimit: o.CPUHardLimit, Logger: logger, SupervisorCommand: supervisor,
 		TaskUser: o.TaskUser, DynamicIDs: o.DynamicUIDs, DynamicIDsDir: o.DynamicUIDsDir, AllowRootTasks: o.AllowRootTasks,
 		OutputLimit: o.TaskOutputLimit, PidsMax: o.TaskPidsMax, SubtreePidsMax: o.SubtreePidsMax, Isolation: o.TaskIsolation,
 	})

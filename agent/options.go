@@ -48,6 +48,9 @@ type Options struct {
 	// existing directory on a file system of its own, with its own
 	// journal, typically on the same disk (containerizer.Config).
 	RevocableSandboxDir string
+	// DiskLatencyTarget is the io.latency target of guaranteed I/O on the
+	// sandbox disks (--diskio-latency-target; v2 only; 0: none).
+	DiskLatencyTarget time.Duration
 	// Hostname is the name registered (--hostname; default the CN of Cert,
 	// else the host's).
 	Hostname string
@@ -200,6 +203,7 @@ func (o *Options) AddFlags(fs *flag.FlagSet) {
 	fs.StringVar(&o.Listen, "listen", "127.0.0.1:5051", "NodeService address")
 	fs.StringVar(&o.WorkDir, "work-dir", "/var/lib/slackline/agent", "checkpoint, container state and sandboxes")
 	fs.StringVar(&o.RevocableSandboxDir, "revocable-sandbox-dir", "", "revocable tasks' sandboxes (their scratch) go here instead of <work-dir>/sandboxes: an existing directory on a file system of its own (own journal), e.g. a partition of the same disk, so that a revocable writer holding a journal handle cannot stall guaranteed tasks' fsyncs")
+	fs.DurationVar(&o.DiskLatencyTarget, "diskio-latency-target", 0, "cgroup v2: an io.latency target for guaranteed tasks' I/O on the sandbox disks (e.g. 5ms for an SSD: a little above its latency when idle); while guaranteed I/O misses it, the kernel cuts the queue depth of revocable I/O (and of any other cgroup beside --cgroup-root), so that revocable requests wait behind guaranteed ones instead of only being capped by rate; 0: none (a target a previous agent set is removed). Needs a kernel built with CONFIG_BLK_CGROUP_IOLATENCY (Debian's are not); GetFeatures' disk_io says whether it holds")
 	fs.StringVar(&o.Hostname, "hostname", "", "hostname to register (default: the CN of --cert, else the host's)")
 	fs.StringVar(&o.CA, "ca", "", "CA certificate of the cluster: verifies the coordinator, and NodeService callers' client certificates")
 	fs.StringVar(&o.Cert, "cert", "", "the agent's certificate (agent-NAME.crt): its identity towards the coordinator, and the NodeService's serving certificate")
@@ -290,6 +294,7 @@ func (o *Options) Validate() error {
 	checkErr(err, "listen")
 	check(o.WorkDir != "", "work-dir", "required")
 	check(o.RevocableSandboxDir == "" || filepath.IsAbs(o.RevocableSandboxDir), "revocable-sandbox-dir", "%q is not an absolute path", o.RevocableSandboxDir)
+	check(o.DiskLatencyTarget >= 0, "diskio-latency-target", "must not be negative, got %v", o.DiskLatencyTarget)
 	check((o.Cert == "") == (o.Key == ""), "cert", "--cert and --key go together")
 	check(o.ClientCRL == "" || o.Authz != "", "client-crl", "needs --authz: without it a client certificate grants nothing to take back")
 	check(o.ClientCRL == "" || (o.CA != "" && o.Cert != ""), "client-crl", "needs --ca and --cert (TLS that verifies client certificates)")

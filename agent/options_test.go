@@ -84,6 +84,7 @@ func TestOptionsValidate(t *testing.T) {
 		{"listen without port", func(o *Options) { o.Listen = "127.0.0.1" }, []string{"--listen: address 127.0.0.1: missing port"}},
 		{"no work dir", func(o *Options) { o.WorkDir = "" }, []string{"--work-dir: required"}},
 		{"relative revocable sandbox dir", func(o *Options) { o.RevocableSandboxDir = "scratch" }, []string{`--revocable-sandbox-dir: "scratch" is not an absolute path`}},
+		{"negative latency target", func(o *Options) { o.DiskLatencyTarget = -time.Millisecond }, []string{"--diskio-latency-target: must not be negative, got -1ms"}},
 		{"cert without key", func(o *Options) { o.Cert = "a.crt" }, []string{"--cert: --cert and --key go together"}},
 		{"crl without authz", func(o *Options) { o.ClientCRL = "crl.pem" }, []string{"--client-crl: needs --authz", "--client-crl: needs --ca and --cert"}},
 		{"bad resources", func(o *Options) { o.Resources = "cpus:many" }, []string{"--resources: "}},

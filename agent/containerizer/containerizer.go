@@ -77,6 +77,14 @@ type Config struct {
 	// holding a journal handle delays every guaranteed fsync behind the
 	// commit (DiskIOSupport.SharedJournal).
 	RevocableSandboxDir string
+	// DiskLatencyTarget, when positive, is the io.latency target (v2) set
+	// on CgroupRoot for the sandbox disks (DiskIOSupport.Devices): while
+	// guaranteed I/O there misses it, the kernel cuts the queue depth of
+	// the root's peers without a target, the revocable subtree among them
+	// (and any other cgroup beside the root). 0 removes a target a previous
+	// agent set. Where the host cannot set it, DiskIOSupport.LatencyWhy
+	// says why; New does not fail.
+	DiskLatencyTarget time.Duration
 	// KillGracePeriod is the time between SIGTERM and the cgroup-wide kill
 	// (default 3s).
 	KillGracePeriod time.Duration

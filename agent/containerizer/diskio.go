@@ -38,6 +38,11 @@ type DiskIOSupport struct {
 	// weight (revocableJournal); JournalWhy says which, or why not.
 	SharedJournal bool
 	JournalWhy    string
+	// Latency: guaranteed I/O on Devices has an io.latency target
+	// (Config.DiskLatencyTarget), which orders revocable I/O behind it
+	// while it is missed; LatencyWhy says which, or why not.
+	Latency    bool
+	LatencyWhy string
 	// Mechanisms names the mechanisms in words (not the journal), for
 	// GetFeatures.
 	Mechanisms string
@@ -68,6 +73,7 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 		}
 		s.CapWhy = fmt.Sprintf("%s on %s", capMechanism(layout.Mode), strings.Join(s.Devices, ", "))
 		s.RequestSize, s.RequestSizeWhy = requestSizeSupport(cfg.SysRoot, s.Devices)
+		s.Latency, s.LatencyWhy = diskLatency(layout, cfg, s.Devices)
 	}
 	sched := "unknown"
 	if dev != "" {
@@ -104,8 +110,33 @@ func setupDiskIO(layout *cgroups.Layout, cfg Config) DiskIOSupport {
 	} else {
 		parts = append(parts, "no weight: "+s.WeightWhy)
 	}
+	switch {
+	case s.Latency:
+		parts = append(parts, "latency target: "+s.LatencyWhy)
+	case s.LatencyWhy != "":
+		parts = append(parts, "no latency target: "+s.LatencyWhy)
+	}
 	s.Mechanisms = strings.Join(parts, "; ")
 	return s
+}
+
+// diskLatency sets CgroupRoot's io.latency target on devices, or removes
+// it (Config.DiskLatencyTarget 0: a previous agent's must not linger),
+// and says whether guaranteed I/O now has one, and which or why not ("",
+// when none was asked for and the kernel has none to offer).
+func diskLatency(layout *cgroups.Layout, cfg Config, devices []string) (bool, string) {
+	target := cfg.DiskLatencyTarget
+	err := layout.SetIOLatency(cfg.CgroupRoot, devices, target)
+	switch {
+	case target <= 0 && err == nil:
+		return false, "off (the kernel offers io.latency: --diskio-latency-target)"
+	case target <= 0:
+		return false, ""
+	case err != nil:
+		return false, fmt.Sprintf("%v asked, not set: %v", target, err)
+	}
+	return true, fmt.Sprintf("io.latency target=%v on %s for %s: while guaranteed I/O misses it, the kernel cuts the queue depth of the root's peers without a target (the revocable subtree, and any other cgroup beside the root)",
+		target, cfg.CgroupRoot, strings.Join(devices, ", "))
 }
 
 // sandboxJournal reads the sandbox directories' file systems and says

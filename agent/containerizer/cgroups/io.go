@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // Disk I/O of revocable work: a low weight, so that it yields the disk to
@@ -21,6 +22,10 @@ import (
 //	cap           io.max "MAJ:MIN rbps=N wbps=N"          blkio.throttle.{read,write}_bps_device
 //	membership    the revocable subtree's children        revocable tasks join <blkio>/<root>-revocable
 //	                                                      (Paths.Blkio), guaranteed ones stay at the root
+//	latency       io.latency "MAJ:MIN target=US" on the   none (io.latency is v2 only)
+//	              root: its peers without a target, the
+//	              revocable subtree among them, get their
+//	              queue depth cut while it misses it
 //
 // A weight file the kernel lacks (no BFQ, no io.cost) is skipped, and
 // IOMechanisms says so.
@@ -145,6 +150,76 @@ func (l Layout) SetIOLimit(rel string, devices []string, bps uint64) error {
 		}
 	}
 	return nil
+}
+
+// SetIOLatency sets the io.latency target of the cgroup at rel on each
+// device ("MAJ:MIN"); target 0 removes it ("target=max"). The kernel's
+// blk-iolatency then cuts the queue depth of rel's peers (its parent's
+// other children) that have no target, or a looser one, whenever rel's
+// I/O misses the target (its mean latency over a window on a rotational
+// disk, the share of late requests on others), and gives it back as the
+// target is met again. Set on the root, whose peer is the revocable
+// subtree (root+RevocableSuffix), it orders revocable I/O behind
+// guaranteed I/O at the disk's pace rather than capping its rate. It wraps
+// ErrUnsupported off v2, or where the kernel has no io.latency (no
+// CONFIG_BLK_CGROUP_IOLATENCY, or the io controller not delegated to rel).
+// The target is rounded down to whole microseconds.
+func (l Layout) SetIOLatency(rel string, devices []string, target time.Duration) error {
+	if l.Mode != ModeV2 {
+		return fmt.Errorf("%w: io.latency is cgroup v2 only (this host's blkio is v1)", ErrUnsupported)
+	}
+	if target < 0 {
+		return fmt.Errorf("io.latency target %v: must not be negative", target)
+	}
+	file := filepath.Join(l.Unified, rel, "io.latency")
+	if !exists(file) {
+		return fmt.Errorf("%w: %s does not exist (the kernel lacks io.latency, or the io controller is not delegated)", ErrUnsupported, file)
+	}
+	value := "max"
+	if target > 0 {
+		value = strconv.FormatInt(max(target.Microseconds(), 1), 10)
+	}
+	for _, dev := range devices {
+		if err := validDevice(dev); err != nil {
+			return err
+		}
+		if err := os.WriteFile(file, []byte(dev+" target="+value), 0o644); err != nil {
+			return wrap("write", file, err)
+		}
+	}
+	return nil
+}
+
+// IOLatency reads the io.latency target SetIOLatency set on device dev of
+// the cgroup at rel (0: none).
+func (l Layout) IOLatency(rel, dev string) (time.Duration, error) {
+	if l.Mode != ModeV2 {
+		return 0, fmt.Errorf("%w: io.latency is cgroup v2 only", ErrUnsupported)
+	}
+	file := filepath.Join(l.Unified, rel, "io.latency")
+	data, err := l.Files.ReadFile(file)
+	if err != nil {
+		if errors.Is(err, os.ErrNotExist) {
+			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
+		}
+		return 0, wrap("read", file, err)
+	}
+	for line := range strings.SplitSeq(string(data), "\n") {
+		fields := strings.Fields(line)
+		if len(fields) < 2 || fields[0] != dev {
+			continue
+		}
+		v, ok := strings.CutPrefix(fields[1], "target=")
+		if !ok || v == "max" {
+			return 0, nil
+		}
+		us, err := strconv.ParseUint(v, 10, 63)
+		if err != nil {
+			return 0, fmt.Errorf("parse %s: %q", file, line)
+		}
+		return time.Duration(us) * time.Microsecond, nil
+	}
+	return 0, nil
 }
 
 // IOLimit reads the write cap SetIOLimit set on device dev of the cgroup

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestIOLimitV2(t *testing.T) {
@@ -45,6 +46,57 @@ func TestIOLimitV2(t *testing.T) {
 	undelegated := writeTree(t, map[string]string{"cgroup.controllers": "cpu memory\n", "cgroup.subtree_control": "cpu memory\n"})
 	if err := (Layout{Mode: ModeV2, Mountpoint: undelegated, Unified: undelegated}).SetupIO("s"); !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), "io controller") {
 		t.Errorf("SetupIO without io delegated = %v, want ErrUnsupported naming the io controller", err)
+	}
+}
+
+// TestIOLatency: the target is written per device in microseconds, read
+// back, removed with "target=max"; off v2, or without the file, it is
+// ErrUnsupported.
+func TestIOLatency(t *testing.T) {
+	t.Parallel()
+	mnt := writeTree(t, map[string]string{"s/io.latency": ""})
+	l := Layout{Mode: ModeV2, Mountpoint: mnt, Unified: mnt}
+	if err := l.SetIOLatency("s", []string{"254:0"}, 5*time.Millisecond+700*time.Nanosecond); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(mnt, "s", "io.latency")); got != "254:0 target=5000" {
+		t.Errorf("io.latency = %q, want 254:0 target=5000", got)
+	}
+	// The kernel lists each device's target; a fake file holds what was written.
+	for dev, want := range map[string]time.Duration{"254:0": 5 * time.Millisecond, "8:0": 0} {
+		if got, err := l.IOLatency("s", dev); err != nil || got != want {
+			t.Errorf("IOLatency(%s) = %v, %v; want %v", dev, got, err, want)
+		}
+	}
+	if err := l.SetIOLatency("s", []string{"254:0"}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, filepath.Join(mnt, "s", "io.latency")); got != "254:0 target=max" {
+		t.Errorf("io.latency after removal = %q, want target=max", got)
+	}
+	if got, err := l.IOLatency("s", "254:0"); err != nil || got != 0 {
+		t.Errorf("IOLatency after removal = %v, %v; want 0", got, err)
+	}
+	if err := l.SetIOLatency("s", []string{"sda"}, time.Millisecond); err == nil || !strings.Contains(err.Error(), `invalid device "sda"`) {
+		t.Errorf("bad device: %v", err)
+	}
+	if err := l.SetIOLatency("s", []string{"254:0"}, -time.Millisecond); err == nil || errors.Is(err, ErrUnsupported) {
+		t.Errorf("negative target: %v, want a plain error", err)
+	}
+	for name, l := range map[string]Layout{
+		"no io.latency": {Mode: ModeV2, Mountpoint: mnt, Unified: mnt},
+		"hybrid":        {Mode: ModeHybrid, Mountpoint: mnt, Unified: mnt},
+	} {
+		rel := "s"
+		if name == "no io.latency" {
+			rel = "other"
+		}
+		if err := l.SetIOLatency(rel, []string{"254:0"}, time.Millisecond); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: SetIOLatency = %v, want ErrUnsupported", name, err)
+		}
+		if _, err := l.IOLatency(rel, "254:0"); !errors.Is(err, ErrUnsupported) {
+			t.Errorf("%s: IOLatency = %v, want ErrUnsupported", name, err)
+		}
 	}
 }
 

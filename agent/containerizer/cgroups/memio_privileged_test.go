@@ -144,4 +144,82 @@ func TestMemoryAndIOQoSOnThisHost(t *testing.T) {
 		t.Errorf("IOLimit after removal = %v, %v; want 0", got, err)
 	}
 	t.Logf("I/O cap on %s works", dev)
+
+}
+
+// TestIOLatencyOnThisHost sets an io.latency target on a root of the
+// host's real cgroups (the revocable subtree's peer) for a disk, reads
+// the kernel's listing back and removes it, where the kernel has
+// io.latency (v2, CONFIG_BLK_CGROUP_IOLATENCY; Debian's 6.1 and 6.12 are
+// built without it). Elsewhere SetIOLatency must refuse with
+// ErrUnsupported and say why: hybrid hosts (v1 blkio), and v2 kernels
+// whose cgroups have io.max but no io.latency. The disk is that of the
+// test's directory, or where that is no disk (a guest's tmpfs) the first
+// one in /sys/block.
+func TestIOLatencyOnThisHost(t *testing.T) {
+	privileged.Require(t)
+	l, err := Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("slackline-test-iolat-%d", time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	if err := l.SetupRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	dir := filepath.Join(l.Unified, root)
+	if l.Mode != ModeV2 || !exists(filepath.Join(dir, "io.latency")) {
+		err := l.SetIOLatency(root, []string{"7:0"}, 5*time.Millisecond)
+		want := "io.latency is cgroup v2 only"
+		if l.Mode == ModeV2 {
+			if !exists(filepath.Join(dir, "io.max")) {
+				t.Fatalf("%s has no io.max: the io controller is not delegated to the test's root", dir)
+			}
+			want = "the kernel lacks io.latency"
+		}
+		if !errors.Is(err, ErrUnsupported) || !strings.Contains(err.Error(), want) {
+			t.Errorf("SetIOLatency on %s without io.latency = %v, want ErrUnsupported saying %q", l.Mode, err, want)
+		}
+		t.Logf("%s: no io.latency here (%v)", l.Mode, err)
+		return
+	}
+	dev := aDisk(t)
+	if err := l.SetIOLatency(root, []string{dev}, 5*time.Millisecond); err != nil {
+		t.Fatalf("io.latency on the root: %v", err)
+	}
+	if got, err := l.IOLatency(root, dev); err != nil || got != 5*time.Millisecond {
+		t.Errorf("IOLatency = %v, %v; want 5ms (the kernel's own listing)", got, err)
+	}
+	if err := l.SetIOLatency(root, []string{dev}, 0); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := l.IOLatency(root, dev); err != nil || got != 0 {
+		t.Errorf("IOLatency after removal = %v, %v; want 0", got, err)
+	}
+	t.Logf("io.latency target on %s works", dev)
+}
+
+// aDisk returns a whole disk ("MAJ:MIN"): that of os.TempDir() if it is
+// one, else the first in /sys/block.
+func aDisk(t *testing.T) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(os.TempDir(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if unix.Major(st.Dev) != 0 {
+		dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
+		if exists(filepath.Join("/sys/dev/block", dev, "queue")) {
+			return dev
+		}
+	}
+	disks, err := filepath.Glob("/sys/block/*/dev")
+	if err != nil || len(disks) == 0 {
+		t.Fatalf("no disk in /sys/block (%v)", err)
+	}
+	data, err := os.ReadFile(disks[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return strings.TrimSpace(string(data))
 }
