@@ -197,29 +197,15 @@ func (l Layout) IOLatency(rel, dev string) (time.Duration, error) {
 		return 0, fmt.Errorf("%w: io.latency is cgroup v2 only", ErrUnsupported)
 	}
 	file := filepath.Join(l.Unified, rel, "io.latency")
-	data, err := l.Files.ReadFile(file)
+	v, err := l.deviceValue(file, dev, "target=")
+	if err != nil || v == "" {
+		return 0, err
+	}
+	us, err := strconv.ParseUint(v, 10, 63)
 	if err != nil {
-		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
-		}
-		return 0, wrap("read", file, err)
+		return 0, fmt.Errorf("parse %s: %s target=%q", file, dev, v)
 	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		fields := strings.Fields(line)
-		if len(fields) < 2 || fields[0] != dev {
-			continue
-		}
-		v, ok := strings.CutPrefix(fields[1], "target=")
-		if !ok || v == "max" {
-			return 0, nil
-		}
-		us, err := strconv.ParseUint(v, 10, 63)
-		if err != nil {
-			return 0, fmt.Errorf("parse %s: %q", file, line)
-		}
-		return time.Duration(us) * time.Microsecond, nil
-	}
-	return 0, nil
+	return time.Duration(us) * time.Microsecond, nil
 }
 
 // IOLimit reads the write cap SetIOLimit set on device dev of the cgroup
@@ -235,12 +221,28 @@ func (l Layout) IOLimit(rel, dev string) (uint64, error) {
 		}
 		file = filepath.Join(l.Blkio, rel, "blkio.throttle.write_bps_device")
 	}
+	v, err := l.deviceValue(file, dev, key)
+	if err != nil || v == "" {
+		return 0, err
+	}
+	n, err := strconv.ParseUint(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("parse %s: %s %s%q", file, dev, key, v)
+	}
+	return n, nil
+}
+
+// deviceValue reads a per-device cgroup file (v2's "MAJ:MIN key=value
+// ...", v1's "MAJ:MIN value" with key "") and returns dev's value of key:
+// "" when the device, or the key, is not listed or is "max". A missing
+// file wraps ErrUnsupported.
+func (l Layout) deviceValue(file, dev, key string) (string, error) {
 	data, err := l.Files.ReadFile(file)
 	if err != nil {
 		if errors.Is(err, os.ErrNotExist) {
-			return 0, fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
+			return "", fmt.Errorf("%w: %s does not exist", ErrUnsupported, file)
 		}
-		return 0, wrap("read", file, err)
+		return "", wrap("read", file, err)
 	}
 	for line := range strings.SplitSeq(string(data), "\n") {
 		fields := strings.Fields(line)
@@ -248,18 +250,12 @@ func (l Layout) IOLimit(rel, dev string) (uint64, error) {
 			continue
 		}
 		for _, f := range fields[1:] {
-			v, ok := strings.CutPrefix(f, key)
-			if !ok || v == "max" {
-				continue
+			if v, ok := strings.CutPrefix(f, key); ok && v != "max" {
+				return v, nil
 			}
-			n, err := strconv.ParseUint(v, 10, 64)
-			if err != nil {
-				return 0, fmt.Errorf("parse %s: %q", file, line)
-			}
-			return n, nil
 		}
 	}
-	return 0, nil
+	return "", nil
 }
 
 // validDevice checks a "MAJ:MIN" device number.

@@ -11,7 +11,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/slackline/slackline/internal/cgrouptest"
 	"github.com/slackline/slackline/internal/privileged"
 )
 
@@ -25,15 +24,7 @@ import (
 // It logs the mechanisms found: run it on both layouts (docs/vm.md).
 func TestMemoryAndIOQoSOnThisHost(t *testing.T) {
 	privileged.Require(t)
-	l, err := Detect(cgrouptest.Mountpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fmt.Sprintf("slackline-test-memio-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
-	if err := l.SetupRoot(root); err != nil {
-		t.Fatal(err)
-	}
+	l, root := realRoot(t, "memio")
 	const mem = 256 << 20
 	g, err := l.Create(ContainerRel(root, Guaranteed, "g"), Limits{CPUs: 1, MemoryBytes: mem})
 	if err != nil {
@@ -158,15 +149,7 @@ func TestMemoryAndIOQoSOnThisHost(t *testing.T) {
 // one in /sys/block.
 func TestIOLatencyOnThisHost(t *testing.T) {
 	privileged.Require(t)
-	l, err := Detect(cgrouptest.Mountpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fmt.Sprintf("slackline-test-iolat-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
-	if err := l.SetupRoot(root); err != nil {
-		t.Fatal(err)
-	}
+	l, root := realRoot(t, "iolat")
 	dir := filepath.Join(l.Unified, root)
 	if l.Mode != ModeV2 || !exists(filepath.Join(dir, "io.latency")) {
 		err := l.SetIOLatency(root, []string{"7:0"}, 5*time.Millisecond)

@@ -160,15 +160,7 @@ func TestHeldFiles(t *testing.T) {
 // an error or the old one's.
 func TestOpenFilesRecreatedCgroup(t *testing.T) {
 	privileged.Require(t)
-	l, err := Detect(cgrouptest.Mountpoint)
-	if err != nil {
-		t.Fatal(err)
-	}
-	root := fmt.Sprintf("slackline-test-openfiles-%d", time.Now().UnixNano()%1e9)
-	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
-	if err := l.SetupRoot(root); err != nil {
-		t.Fatal(err)
-	}
+	l, root := realRoot(t, "openfiles")
 	l.Files = &OpenFiles{}
 	defer l.Files.Close()
 	rel := Subtree(root, Revocable)
@@ -250,4 +242,20 @@ func TestFile(t *testing.T) {
 	if _, err := OpenFile(filepath.Join(t.TempDir(), "none")); !errors.Is(err, fs.ErrNotExist) {
 		t.Errorf("OpenFile of a missing path: %v, want fs.ErrNotExist", err)
 	}
+}
+
+// realRoot detects the host's real cgroups and sets up a root named
+// slackline-test-<name>-<n> there, removed (tasks killed) at cleanup.
+func realRoot(t *testing.T, name string) (Layout, string) {
+	t.Helper()
+	l, err := Detect(cgrouptest.Mountpoint)
+	if err != nil {
+		t.Fatal(err)
+	}
+	root := fmt.Sprintf("slackline-test-%s-%d", name, time.Now().UnixNano()%1e9)
+	t.Cleanup(func() { cgrouptest.RemoveRoot(root) })
+	if err := l.SetupRoot(root); err != nil {
+		t.Fatal(err)
+	}
+	return l, root
 }
