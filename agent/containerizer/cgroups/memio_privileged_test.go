@@ -135,7 +135,6 @@ func TestMemoryAndIOQoSOnThisHost(t *testing.T) {
 		t.Errorf("IOLimit after removal = %v, %v; want 0", got, err)
 	}
 	t.Logf("I/O cap on %s works", dev)
-
 }
 
 // TestIOLatencyOnThisHost sets an io.latency target on a root of the
