@@ -112,15 +112,11 @@ func TestMemoryAndIOQoSOnThisHost(t *testing.T) {
 		return
 	}
 	t.Logf("I/O weight files: %v", l.IOWeightFiles(root))
-	var st unix.Stat_t
-	if err := unix.Stat(os.TempDir(), &st); err != nil {
-		t.Fatal(err)
-	}
-	if unix.Major(st.Dev) == 0 {
+	dev := tempDirDevice(t)
+	if dev == "" {
 		t.Logf("%s is on a file system without a block device: no cap to try", os.TempDir())
 		return
 	}
-	dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 	if err := l.SetIOLimit(revocable, []string{dev}, 8<<20); err != nil {
 		t.Logf("cap on %s refused (a partition, not a disk?): %v", dev, err)
 		return
@@ -185,15 +181,8 @@ func TestIOLatencyOnThisHost(t *testing.T) {
 // one, else the first in /sys/block.
 func aDisk(t *testing.T) string {
 	t.Helper()
-	var st unix.Stat_t
-	if err := unix.Stat(os.TempDir(), &st); err != nil {
-		t.Fatal(err)
-	}
-	if unix.Major(st.Dev) != 0 {
-		dev := fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
-		if exists(filepath.Join("/sys/dev/block", dev, "queue")) {
-			return dev
-		}
+	if dev := tempDirDevice(t); dev != "" && exists(filepath.Join("/sys/dev/block", dev, "queue")) {
+		return dev
 	}
 	disks, err := filepath.Glob("/sys/block/*/dev")
 	if err != nil || len(disks) == 0 {
@@ -204,4 +193,18 @@ func aDisk(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return strings.TrimSpace(string(data))
+}
+
+// tempDirDevice returns the block device ("MAJ:MIN") of os.TempDir()'s
+// file system, "" when it has none (tmpfs).
+func tempDirDevice(t *testing.T) string {
+	t.Helper()
+	var st unix.Stat_t
+	if err := unix.Stat(os.TempDir(), &st); err != nil {
+		t.Fatal(err)
+	}
+	if unix.Major(st.Dev) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%d:%d", unix.Major(st.Dev), unix.Minor(st.Dev))
 }
